@@ -1,0 +1,72 @@
+/**
+ * The one error shape used on every wire: gateway, sidecar, client and RPC backends.
+ * Key order is part of the contract: {"id","code","detail","status"}.
+ */
+import { STATUS_CODES } from 'node:http';
+
+export class MeshError extends Error {
+  readonly id: string;
+  readonly code: number;
+  readonly detail: string;
+  readonly statusText: string;
+
+  constructor(id: string, code: number, detail: string, statusText?: string) {
+    super(detail);
+    this.name = 'MeshError';
+    this.id = id;
+    this.code = code;
+    this.detail = detail;
+    this.statusText = statusText ?? statusTextOf(code);
+  }
+
+  toJSON(): { id: string; code: number; detail: string; status: string } {
+    return { id: this.id, code: this.code, detail: this.detail, status: this.statusText };
+  }
+
+  /** The exact bytes written on the wire. */
+  toBody(): string {
+    return JSON.stringify(this.toJSON());
+  }
+}
+
+export function statusTextOf(code: number): string {
+  return STATUS_CODES[code] ?? 'Unknown';
+}
+
+export const badRequest = (id: string, detail: string) => new MeshError(id, 400, detail);
+export const notFound = (id: string, detail: string) => new MeshError(id, 404, detail);
+export const methodNotAllowed = (id: string, detail: string) => new MeshError(id, 405, detail);
+export const payloadTooLarge = (id: string, detail: string) => new MeshError(id, 413, detail);
+export const unsupportedMediaType = (id: string, detail: string) => new MeshError(id, 415, detail);
+export const internalError = (id: string, detail: string) => new MeshError(id, 500, detail);
+export const badGateway = (id: string, detail: string) => new MeshError(id, 502, detail);
+export const serviceUnavailable = (id: string, detail: string) => new MeshError(id, 503, detail);
+export const gatewayTimeout = (id: string, detail: string) => new MeshError(id, 504, detail);
+
+/**
+ * Parses an error body received from a backend. A body already in the error form is kept as
+ * it is; anything else becomes a go.mesh.client error carrying the body text.
+ */
+export function parseErrorBody(status: number, body: string): MeshError {
+  try {
+    const parsed: unknown = JSON.parse(body);
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) {
+      const o = parsed as Record<string, unknown>;
+      if (typeof o.code === 'number' && typeof o.detail === 'string') {
+        const id = typeof o.id === 'string' ? o.id : 'go.mesh.client';
+        const code = Number.isInteger(o.code) && o.code >= 100 && o.code <= 599 ? o.code : status;
+        return new MeshError(id, code, o.detail, typeof o.status === 'string' ? o.status : undefined);
+      }
+    }
+  } catch {
+    // not JSON: fall through
+  }
+  return new MeshError('go.mesh.client', status, body);
+}
+
+/** Wraps anything thrown into a MeshError; unknown failures are 500s. */
+export function toMeshError(err: unknown, id = 'go.mesh.client'): MeshError {
+  if (err instanceof MeshError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new MeshError(id, 500, message);
+}

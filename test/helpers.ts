@@ -1,0 +1,113 @@
+/** Shared helpers for tests: temp dirs, free ports, real child processes, engine skips. */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createServer } from 'node:net';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+
+export const ROOT = resolve(import.meta.dirname, '..');
+/** The built CLI (npm test builds first). */
+export const CLI = join(ROOT, 'dist/src/cli/main.js');
+
+export function tempDir(prefix = 'mesh-test-'): { path: string; cleanup: () => void } {
+  const path = mkdtempSync(join(tmpdir(), prefix));
+  return { path, cleanup: () => rmSync(path, { recursive: true, force: true }) };
+}
+
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  await new Promise<void>((r) => server.close(() => r()));
+  return port;
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Polls until fn returns a truthy value or the time runs out. */
+export async function waitFor<T>(fn: () => T | Promise<T>, timeoutMs = 5000, stepMs = 25): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`waitFor timed out${last ? `: ${String(last)}` : ''}`);
+    await sleep(stepMs);
+  }
+}
+
+export interface RunningProcess {
+  child: ChildProcess;
+  output: () => string;
+  /** Resolves when a line matching re appears in stdout or stderr. */
+  waitForOutput: (re: RegExp, timeoutMs?: number) => Promise<string>;
+  stop: (signal?: NodeJS.Signals) => Promise<number | null>;
+}
+
+/** Starts `node dist/src/cli/main.js ...args` (or another script) as a real process. */
+export function startProcess(args: string[], env: Record<string, string> = {}, script = CLI): RunningProcess {
+  const child = spawn(process.execPath, [script, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = once(child, 'exit').then(([code]) => code as number | null);
+  return {
+    child,
+    output: () => out,
+    waitForOutput: (re, timeoutMs = 10000) =>
+      waitFor(() => {
+        if (child.exitCode !== null) throw new Error(`process exited (${child.exitCode}):\n${out}`);
+        const m = re.exec(out);
+        return m ? m[0] : '';
+      }, timeoutMs).catch((err: Error) => {
+        throw new Error(`${err.message}\n--- output ---\n${out}`);
+      }),
+    stop: async (signal = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10000);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+}
+
+/** Runs the CLI to completion and returns its exit code and output. */
+export async function runCli(
+  args: string[],
+  env: Record<string, string> = {},
+  timeoutMs = 20000,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  const [code] = await once(child, 'exit');
+  clearTimeout(timer);
+  return { code: code as number | null, stdout, stderr };
+}
+
+/**
+ * Returns the value of an engine's environment variable, or undefined with a loud reason so the
+ * caller can skip. With MESH_TEST_REQUIRE_ENGINES=1 (CI) a missing engine is a failure instead.
+ */
+export function engine(envVar: string, what: string): string | undefined {
+  const value = process.env[envVar];
+  if (value) return value;
+  const reason = `${what} not available: set ${envVar} (CI's .ci/run starts it)`;
+  if (process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${reason}`);
+  console.warn(`SKIP: ${reason}`);
+  return undefined;
+}
