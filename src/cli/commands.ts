@@ -1,0 +1,163 @@
+/** The platform commands: list, get, register, deregister, call, publish, subscribe, health. */
+import type { Config } from './flags.js';
+import { FlagError } from './flags.js';
+import { DirectOperations, SidecarOperations, type Operations } from './operations.js';
+import { parseJson, stringifyJson, JsonSyntaxError } from '../codec/json.js';
+import { serviceFromInput } from '../registry/input.js';
+import { RegistryValidationError, type Service } from '../registry/registry.js';
+import { MeshError } from '../errors.js';
+
+export interface Output {
+  out: (text: string) => void;
+  err: (text: string) => void;
+}
+
+/** A usage problem in a command's arguments (exit 2). */
+export class UsageError extends FlagError {}
+
+export function operationsFor(config: Config): Operations {
+  if (config.proxy_address) return new SidecarOperations(config.proxy_address, config.client_request_timeout);
+  return new DirectOperations(config);
+}
+
+function parseServiceArg(args: string[], what: string): Service {
+  const text = args.join(' ').trim();
+  if (!text) throw new UsageError(`${what} needs the service as JSON, e.g. '{"Name":"foo","Nodes":[{"Id":"foo-1","Address":"127.0.0.1","Port":9090}]}'`);
+  let parsed: unknown;
+  try {
+    parsed = parseJson(text);
+  } catch (err) {
+    throw new UsageError(`${what}: the service is not valid JSON: ${(err as Error).message}`);
+  }
+  try {
+    return serviceFromInput(parsed);
+  } catch (err) {
+    if (err instanceof RegistryValidationError) throw new UsageError(`${what}: ${err.message}`);
+    throw err;
+  }
+}
+
+export function formatService(service: Service): string {
+  const lines = [`service  ${service.name}`, ''];
+  if (service.version) lines.push(`version ${service.version}`, '');
+  lines.push('ID\tAddress\tPort\tMetadata');
+  for (const n of service.nodes) {
+    const meta = Object.entries(n.metadata ?? {})
+      .sort(([a], [b]) => (a < b ? -1 : 1))
+      .map(([k, v]) => `${k}=${v}`)
+      .join(',');
+    lines.push(`${n.id}\t${n.address}\t${n.port}\t${meta}`);
+  }
+  for (const e of service.endpoints ?? []) {
+    lines.push('', `Endpoint: ${e.name}`);
+    const meta = Object.entries(e.metadata ?? {}).map(([k, v]) => `${k}=${v}`);
+    if (meta.length) lines.push(`Metadata: ${meta.join(',')}`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+function pretty(text: string): string {
+  try {
+    return stringifyJsonIndented(parseJson(text));
+  } catch {
+    return text;
+  }
+}
+
+function stringifyJsonIndented(value: unknown): string {
+  return JSON.stringify(JSON.parse(stringifyJson(value)), null, 2);
+}
+
+/** Runs one platform command; resolves with the exit code. */
+export async function runPlatformCommand(positionals: string[], config: Config, io: Output): Promise<number> {
+  const [verb, noun, ...rest] = positionals;
+  const json = config.output === 'json';
+  const ops = operationsFor(config);
+  try {
+    switch (verb) {
+      case 'list': {
+        if (noun !== 'services') throw new UsageError('usage: mesh list services');
+        const names = await ops.listServices();
+        io.out(json ? JSON.stringify(names.map((name) => ({ name }))) + '\n' : names.map((n) => n + '\n').join(''));
+        return 0;
+      }
+      case 'get': {
+        const name = rest[0];
+        if (noun !== 'service' || !name) throw new UsageError('usage: mesh get service NAME');
+        const service = await ops.getService(name);
+        if (!service) throw new MeshError('go.mesh.cli', 404, `service ${name}: not found`);
+        io.out(json ? JSON.stringify(service) + '\n' : formatService(service));
+        return 0;
+      }
+      case 'register':
+      case 'deregister': {
+        if (noun !== 'service') throw new UsageError(`usage: mesh ${verb} service JSON`);
+        const service = parseServiceArg(rest, `${verb} service`);
+        if (verb === 'register') await ops.register(service);
+        else await ops.deregister(service);
+        io.out(json ? '{"status":"ok"}\n' : 'ok\n');
+        return 0;
+      }
+      case 'call': {
+        const [service, endpoint, ...body] = [noun, ...rest];
+        if (!service || !endpoint) throw new UsageError("usage: mesh call SERVICE Endpoint.Method ['{json}']");
+        const requestJson = body.join(' ').trim() || '{}';
+        try {
+          parseJson(requestJson);
+        } catch (err) {
+          throw new UsageError(`call: the request is not valid JSON: ${(err as JsonSyntaxError).message}`);
+        }
+        const response = await ops.call(service, endpoint, requestJson);
+        io.out((json ? response : pretty(response)) + '\n');
+        return 0;
+      }
+      case 'publish': {
+        const topic = noun;
+        if (!topic || rest.length === 0) throw new UsageError('usage: mesh publish TOPIC MESSAGE');
+        await ops.publish(topic, Buffer.from(rest.join(' ')), { 'content-type': 'text/plain', timestamp: String(Math.floor(Date.now() / 1000)) });
+        io.out(json ? '{"status":"ok"}\n' : 'ok\n');
+        return 0;
+      }
+      case 'subscribe': {
+        const topic = noun;
+        if (!topic) throw new UsageError('usage: mesh subscribe TOPIC [--queue Q]');
+        const stop = await ops.subscribe(topic, config.queue, (m) => {
+          if (json) io.out(JSON.stringify({ header: m.header, body: m.body.toString('base64') }) + '\n');
+          else io.out(m.body.toString('utf8') + '\n');
+        });
+        io.err(`subscribed to ${topic}${config.queue ? ` (queue ${config.queue})` : ''}; Ctrl-C to stop\n`);
+        await new Promise<void>((resolve) => {
+          process.once('SIGINT', resolve);
+          process.once('SIGTERM', resolve);
+        });
+        await stop();
+        return 0;
+      }
+      case 'health': {
+        const name = noun;
+        if (!name) throw new UsageError('usage: mesh health SERVICE');
+        const service = await ops.getService(name);
+        if (!service) throw new MeshError('go.mesh.cli', 404, `service ${name}: not found`);
+        const rows: Array<{ node: string; address: string; status: string }> = [];
+        for (const node of service.nodes) {
+          const address = `${node.address}:${node.port}`;
+          let status: string;
+          try {
+            const text = await ops.call(name, 'Debug.Health', '{}', address);
+            status = (parseJson(text) as { status?: string }).status ?? 'ok';
+          } catch (err) {
+            status = `error: ${err instanceof MeshError ? err.detail : (err as Error).message}`;
+          }
+          rows.push({ node: node.id, address, status });
+        }
+        if (json) io.out(JSON.stringify(rows) + '\n');
+        else io.out(['node\taddress\tstatus', ...rows.map((r) => `${r.node}\t${r.address}\t${r.status}`)].join('\n') + '\n');
+        return rows.every((r) => r.status === 'ok') ? 0 : 1;
+      }
+      default:
+        throw new UsageError(`unknown command "${positionals.join(' ')}" (see mesh --help)`);
+    }
+  } finally {
+    await ops.close();
+  }
+}

@@ -1,0 +1,162 @@
+/**
+ * What the CLI's platform commands need, done either directly (this process builds a runtime and
+ * talks to the registry, broker and services) or through a sidecar (`--proxy_address`), with the
+ * same results either way.
+ */
+import { request } from 'undici';
+import WebSocket from 'ws';
+import type { Config } from './flags.js';
+import { Runtime } from '../runtime.js';
+import { mergeVersions, type Service } from '../registry/registry.js';
+import { MeshError, parseErrorBody } from '../errors.js';
+import { parseJson } from '../codec/json.js';
+
+export interface ReceivedMessage {
+  header: Record<string, string>;
+  body: Buffer;
+}
+
+export interface Operations {
+  listServices(): Promise<string[]>;
+  getService(name: string): Promise<Service | undefined>;
+  register(service: Service, ttlMs?: number): Promise<void>;
+  deregister(service: Service): Promise<void>;
+  /** Calls an endpoint with a JSON request; resolves with the response body text. */
+  call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string>;
+  publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void>;
+  subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void): Promise<() => Promise<void>>;
+  close(): Promise<void>;
+}
+
+export class DirectOperations implements Operations {
+  private readonly runtime: Runtime;
+
+  constructor(config: Config) {
+    this.runtime = new Runtime(config, { role: 'cli' });
+  }
+
+  async listServices(): Promise<string[]> {
+    const list = await this.runtime.registry.listServices();
+    return [...new Set(list.map((s) => s.name))].sort();
+  }
+
+  async getService(name: string): Promise<Service | undefined> {
+    return mergeVersions(await this.runtime.registry.getService(name));
+  }
+
+  register(service: Service, ttlMs?: number): Promise<void> {
+    return this.runtime.registry.register(service, ttlMs ? { ttlMs } : undefined);
+  }
+
+  deregister(service: Service): Promise<void> {
+    return this.runtime.registry.deregister(service);
+  }
+
+  async call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string> {
+    const res = await this.runtime.client.call(service, endpoint, Buffer.from(requestJson), {
+      contentType: 'application/json',
+      address,
+    });
+    return res.body.toString('utf8');
+  }
+
+  async publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void> {
+    await this.runtime.broker.publish(topic, { header, body });
+  }
+
+  async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void): Promise<() => Promise<void>> {
+    const sub = await this.runtime.broker.subscribe(topic, (m) => onMessage({ header: m.header, body: Buffer.from(m.body) }), { queue });
+    return () => sub.unsubscribe();
+  }
+
+  close(): Promise<void> {
+    return this.runtime.shutdown();
+  }
+}
+
+/** Talks to a sidecar's HTTP API (SPEC 4.2). */
+export class SidecarOperations implements Operations {
+  private readonly base: string;
+
+  constructor(
+    proxyAddress: string,
+    private readonly timeoutMs: number,
+  ) {
+    this.base = /^https?:\/\//.test(proxyAddress) ? proxyAddress.replace(/\/$/, '') : `http://${proxyAddress}`;
+  }
+
+  private async send(method: string, path: string, body?: string | Buffer, headers: Record<string, string> = {}): Promise<{ status: number; text: string }> {
+    let res;
+    try {
+      res = await request(this.base + path, {
+        method: method as 'GET',
+        body,
+        headers,
+        headersTimeout: this.timeoutMs,
+        bodyTimeout: this.timeoutMs,
+      });
+    } catch (err) {
+      throw new MeshError('go.mesh.cli', 502, `sidecar at ${this.base} not reachable: ${(err as Error).message}`);
+    }
+    const text = await res.body.text();
+    if (res.statusCode < 200 || res.statusCode >= 300) throw parseErrorBody(res.statusCode, text);
+    return { status: res.statusCode, text };
+  }
+
+  async listServices(): Promise<string[]> {
+    const { text } = await this.send('GET', '/registry');
+    const list = JSON.parse(text) as Array<{ name: string }>;
+    return [...new Set(list.map((s) => s.name))].sort();
+  }
+
+  async getService(name: string): Promise<Service | undefined> {
+    try {
+      const { text } = await this.send('GET', `/registry?service=${encodeURIComponent(name)}`);
+      return JSON.parse(text) as Service;
+    } catch (err) {
+      if (err instanceof MeshError && err.code === 404) return undefined;
+      throw err;
+    }
+  }
+
+  async register(service: Service, ttlMs?: number): Promise<void> {
+    const q = ttlMs ? `?ttl=${ttlMs}ms` : '';
+    await this.send('POST', `/registry${q}`, JSON.stringify(service), { 'content-type': 'application/json' });
+  }
+
+  async deregister(service: Service): Promise<void> {
+    await this.send('DELETE', '/registry', JSON.stringify(service), { 'content-type': 'application/json' });
+  }
+
+  async call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string> {
+    const payload: Record<string, string> = { service, endpoint, request: requestJson };
+    if (address) payload.address = address;
+    const { text } = await this.send('POST', '/rpc', JSON.stringify(payload), { 'content-type': 'application/json' });
+    return text;
+  }
+
+  async publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void> {
+    await this.send('POST', `/broker?topic=${encodeURIComponent(topic)}`, body, header);
+  }
+
+  async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void): Promise<() => Promise<void>> {
+    const url = new URL(`${this.base.replace(/^http/, 'ws')}/broker`);
+    url.searchParams.set('topic', topic);
+    if (queue) url.searchParams.set('queue', queue);
+    const ws = new WebSocket(url);
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', (err) => reject(new MeshError('go.mesh.cli', 502, `sidecar at ${this.base} not reachable: ${err.message}`)));
+      ws.once('unexpected-response', (_req, res) => reject(new MeshError('go.mesh.cli', res.statusCode ?? 502, `subscribe refused: ${res.statusCode}`)));
+    });
+    ws.on('message', (data) => {
+      const frame = parseJson(data.toString()) as { Header?: Record<string, string>; Body?: string };
+      onMessage({ header: frame.Header ?? {}, body: Buffer.from(frame.Body ?? '', 'base64') });
+    });
+    return async () => {
+      ws.close();
+    };
+  }
+
+  async close(): Promise<void> {}
+}

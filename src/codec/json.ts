@@ -1,0 +1,141 @@
+/**
+ * JSON that keeps integers beyond 2^53 exact: they decode as BigInt and encode back as the same
+ * digits. Everything else behaves like JSON.parse / JSON.stringify.
+ */
+
+export class JsonSyntaxError extends SyntaxError {
+  constructor(message: string, readonly position: number) {
+    super(`${message} at position ${position}`);
+    this.name = 'JsonSyntaxError';
+  }
+}
+
+const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+
+export function parseJson(text: string): unknown {
+  // Fast path: when no long integer literal can be present, the native parser is exact.
+  if (!/\d{16,}/.test(text)) {
+    try {
+      return JSON.parse(text);
+    } catch (err) {
+      throw new JsonSyntaxError((err as Error).message.replace(/ at position \d+.*$/s, ''), 0);
+    }
+  }
+  let i = 0;
+  const ws = () => {
+    while (i < text.length) {
+      const c = text.charCodeAt(i);
+      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) i++;
+      else break;
+    }
+  };
+  const fail = (what: string): never => {
+    throw new JsonSyntaxError(i >= text.length ? 'Unexpected end of JSON input' : `${what} "${text[i]}"`, i);
+  };
+  const value = (depth: number): unknown => {
+    if (depth > 512) fail('JSON nested too deeply');
+    ws();
+    const c = text[i];
+    if (c === '{') {
+      i++;
+      const obj: Record<string, unknown> = {};
+      ws();
+      if (text[i] === '}') {
+        i++;
+        return obj;
+      }
+      for (;;) {
+        ws();
+        if (text[i] !== '"') fail('Expected property name, found');
+        const key = string();
+        ws();
+        if (text[i] !== ':') fail('Expected ":", found');
+        i++;
+        obj[key] = value(depth + 1);
+        ws();
+        if (text[i] === ',') {
+          i++;
+          continue;
+        }
+        if (text[i] === '}') {
+          i++;
+          return obj;
+        }
+        fail('Expected "," or "}", found');
+      }
+    }
+    if (c === '[') {
+      i++;
+      const arr: unknown[] = [];
+      ws();
+      if (text[i] === ']') {
+        i++;
+        return arr;
+      }
+      for (;;) {
+        arr.push(value(depth + 1));
+        ws();
+        if (text[i] === ',') {
+          i++;
+          continue;
+        }
+        if (text[i] === ']') {
+          i++;
+          return arr;
+        }
+        fail('Expected "," or "]", found');
+      }
+    }
+    if (c === '"') return string();
+    if (text.startsWith('true', i)) return (i += 4), true;
+    if (text.startsWith('false', i)) return (i += 5), false;
+    if (text.startsWith('null', i)) return (i += 4), null;
+    NUMBER.lastIndex = i;
+    const m = NUMBER.exec(text);
+    if (!m) return fail('Unexpected token');
+    i += m[0].length;
+    const literal = m[0];
+    if (/^-?\d+$/.test(literal)) {
+      const n = Number(literal);
+      return Number.isSafeInteger(n) ? n : BigInt(literal);
+    }
+    return Number(literal);
+  };
+  const string = (): string => {
+    const start = i;
+    i++;
+    let escaped = false;
+    while (i < text.length) {
+      const c = text.charCodeAt(i);
+      if (c === 0x5c) {
+        escaped = true;
+        i += 2;
+        continue;
+      }
+      if (c === 0x22) break;
+      if (c < 0x20) fail('Bad control character in string literal');
+      i++;
+    }
+    if (i >= text.length) fail('Unterminated string');
+    i++;
+    const raw = text.slice(start, i);
+    return escaped ? (JSON.parse(raw) as string) : raw.slice(1, -1);
+  };
+  const result = value(0);
+  ws();
+  if (i < text.length) fail('Unexpected non-whitespace character after JSON');
+  return result;
+}
+
+export function stringifyJson(value: unknown): string {
+  let hasBig = false;
+  const out = JSON.stringify(value, (_key, v: unknown) => {
+    if (typeof v === 'bigint') {
+      hasBig = true;
+      return `\u0000big:${v.toString()}\u0000`;
+    }
+    return v;
+  });
+  if (out === undefined) return 'null';
+  return hasBig ? out.replace(/"\\u0000big:(-?\d+)\\u0000"/g, '$1') : out;
+}

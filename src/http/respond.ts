@@ -1,0 +1,51 @@
+/** Small helpers to answer HTTP requests with the project's formats. */
+import type { ServerResponse } from 'node:http';
+import { MeshError, toMeshError } from '../errors.js';
+
+export function sendError(res: ServerResponse, err: unknown, id = 'go.mesh.server'): void {
+  const e = err instanceof MeshError ? err : toMeshError(err, id);
+  const body = e.toBody();
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(e.code, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+export function sendJson(res: ServerResponse, status: number, value: unknown, extraHeaders: Record<string, string> = {}): void {
+  const body = typeof value === 'string' ? value : JSON.stringify(value);
+  res.writeHead(status, {
+    ...extraHeaders,
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+export function sendBytes(res: ServerResponse, status: number, contentType: string, body: Uint8Array | string): void {
+  res.writeHead(status, {
+    'content-type': contentType,
+    'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength,
+  });
+  res.end(body);
+}
+
+/** Parses "host:port", ":port" (all interfaces) or "port". */
+export function parseHostPort(text: string, defaultHost = '127.0.0.1'): { host: string; port: number } {
+  const value = text.trim();
+  let host = defaultHost;
+  let portText = value;
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(value) ?? /^([^:]*):(\d+)$/.exec(value);
+  if (m) {
+    host = m[1] === '' ? '0.0.0.0' : m[1]!;
+    portText = m[2]!;
+  }
+  if (!/^\d+$/.test(portText)) throw new Error(`invalid address "${text}" (use host:port)`);
+  const port = Number(portText);
+  if (port > 65535) throw new Error(`invalid address "${text}": port out of range`);
+  return { host, port };
+}

@@ -1,0 +1,135 @@
+/**
+ * Builds one process's parts from its flags, once: logging, stats store, registry, broker,
+ * cluster manager, client, health state and admin interface. Everything else receives the runtime;
+ * nothing lives in module globals.
+ */
+import type { Config } from './cli/flags.js';
+import { Logging, parseLevel } from './util/log.js';
+import { StatsStore } from './stats/store.js';
+import type { Registry } from './registry/registry.js';
+import { createRegistry } from './registry/create.js';
+import type { Broker } from './broker/broker.js';
+import { createBroker } from './broker/create.js';
+import { ClusterManager } from './upstream/cluster-manager.js';
+import { Client } from './client/client.js';
+import { ServerState } from './admin/context.js';
+import { AdminServer } from './admin/server.js';
+
+export interface RuntimeOptions {
+  /** Who is running: names the process in logs and server_info. */
+  role: string;
+}
+
+type ShutdownHook = () => Promise<void> | void;
+
+export class Runtime {
+  readonly logging: Logging;
+  readonly stats: StatsStore;
+  readonly registry: Registry;
+  readonly state = new ServerState();
+  readonly clusters: ClusterManager;
+  readonly client: Client;
+  private brokerInstance?: Broker;
+  private readonly shutdownHooks: ShutdownHook[] = [];
+  private shuttingDown?: Promise<void>;
+
+  constructor(
+    readonly config: Config,
+    readonly options: RuntimeOptions,
+  ) {
+    this.logging = new Logging(parseLevel(config.log_level));
+    this.stats = new StatsStore();
+    this.registry = createRegistry(config.registry, config.registry_address, { home: config.mesh_home });
+    this.clusters = new ClusterManager({
+      registry: this.registry,
+      stats: this.stats,
+      logging: this.logging,
+      lbPolicy: config.lb_policy,
+    });
+    this.client = new Client({
+      selector: this.clusters,
+      requestTimeoutMs: config.client_request_timeout,
+      retries: config.client_retries,
+      logger: this.logging.get('client'),
+      maxResponseBytes: Math.max(config.max_body_size, 64 * 1024 * 1024),
+    });
+  }
+
+  /** The broker, created on first use (short CLI commands that never publish don't build one). */
+  get broker(): Broker {
+    if (!this.brokerInstance) {
+      this.brokerInstance = createBroker(this.config.broker, { registry: this.registry, address: this.config.broker_address });
+    }
+    return this.brokerInstance;
+  }
+
+  /**
+   * Serves the admin interface at --admin_address (or the role's default; `off` disables it).
+   * Resolves with the bound address, or undefined when disabled.
+   */
+  async startAdmin(defaultAddress: string): Promise<{ host: string; port: number } | undefined> {
+    const address = this.config.admin_address ?? defaultAddress;
+    if (address === 'off') return undefined;
+    const admin = new AdminServer({
+      stats: this.stats,
+      logging: this.logging,
+      clusters: this.clusters,
+      routes: this.routeTables,
+      certs: this.certificates,
+      server: this.state,
+      token: this.config.admin_token,
+      quit: async () => {
+        await this.shutdown();
+        process.exit(0);
+      },
+    });
+    const bound = await admin.listen(address);
+    this.onShutdown(() => admin.close());
+    return bound;
+  }
+
+  /** Set by a front end with dynamic routes (the gateway router); admin /routes dumps them. */
+  routeTables?: () => Array<{ routeConfigName: string; versionInfo: string; table: unknown }>;
+  /** Set by a front end serving TLS; admin /certs lists them. */
+  certificates?: () => import('./admin/context.js').CertificateInfo[];
+
+  /** Registers work to do on shutdown; hooks run in reverse order of registration. */
+  onShutdown(hook: ShutdownHook): void {
+    this.shutdownHooks.push(hook);
+  }
+
+  /** Drains and closes everything once; safe to call many times. */
+  shutdown(): Promise<void> {
+    this.shuttingDown ??= (async () => {
+      const log = this.logging.get('main');
+      for (const hook of this.shutdownHooks.slice().reverse()) {
+        try {
+          await hook();
+        } catch (err) {
+          log.error({ err: (err as Error).message }, 'shutdown step failed');
+        }
+      }
+      await this.clusters.close();
+      if (this.brokerInstance) await this.brokerInstance.close().catch(() => undefined);
+      await this.registry.close().catch(() => undefined);
+      this.logging.flush();
+    })();
+    return this.shuttingDown;
+  }
+
+  /** SIGINT/SIGTERM: shut down cleanly and exit 0; a second signal exits at once. */
+  installSignalHandlers(): void {
+    let signalled = false;
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (signalled) process.exit(130);
+      signalled = true;
+      this.logging.get('main').info({ signal }, 'shutting down');
+      void this.shutdown().then(
+        () => process.exit(0),
+        () => process.exit(1),
+      );
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  }
+}

@@ -1,0 +1,169 @@
+/**
+ * The server side of the RPC wire protocol (DESIGN section 5): `POST /` with Mesh-Service and
+ * Mesh-Endpoint, body in JSON or protobuf. Also answers `GET /health` (503 while draining), so
+ * a framework service can be health-checked like any HTTP app.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Type } from 'protobufjs';
+import type pino from 'pino';
+import { MeshError } from '../errors.js';
+import { codecFor, mediaType } from '../codec/codec.js';
+import { JsonSyntaxError } from '../codec/json.js';
+import { readBody } from '../http/body.js';
+import { sendBytes, sendError, sendJson } from '../http/respond.js';
+import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
+import type { Metadata } from '../registry/registry.js';
+
+export interface HandlerContext {
+  id: string;
+  service: string;
+  endpoint: string;
+  /** The caller's end-to-end headers. */
+  metadata: Record<string, string>;
+  /** Epoch ms after which the caller no longer waits. */
+  deadline: number;
+}
+
+export type Handler = (request: any, ctx: HandlerContext) => unknown | Promise<unknown>; // eslint-disable-line @typescript-eslint/no-explicit-any -- handlers type their own requests
+
+export interface EndpointDefinition {
+  /** `Endpoint.Method`, e.g. `Say.Hello`. */
+  name: string;
+  handler: Handler;
+  /** Needed to accept and answer application/protobuf. */
+  requestType?: Type;
+  responseType?: Type;
+  /** Endpoint metadata for the gateway router: handler, method, path, host, description. */
+  metadata?: Metadata;
+}
+
+export interface RpcServerOptions {
+  service: string;
+  maxBodyBytes: number;
+  logger?: pino.Logger;
+  /** False while draining: GET /health answers 503. */
+  isLive?: () => boolean;
+  /** Server-side cap on how long a call may wait for its handler (ms). */
+  defaultTimeoutMs?: number;
+}
+
+export class RpcServer {
+  private readonly endpoints = new Map<string, EndpointDefinition>();
+  private server?: Server;
+  private inFlight = 0;
+  private idleWaiters: Array<() => void> = [];
+
+  constructor(private readonly options: RpcServerOptions) {}
+
+  handle(def: EndpointDefinition): void {
+    if (!/^[A-Za-z_][\w]*\.[A-Za-z_][\w]*$/.test(def.name)) throw new Error(`invalid endpoint name "${def.name}" (use Endpoint.Method)`);
+    this.endpoints.set(def.name, def);
+  }
+
+  listEndpoints(): EndpointDefinition[] {
+    return [...this.endpoints.values()];
+  }
+
+  async listen(host: string, port: number): Promise<AddressInfo> {
+    const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => void this.onRequest(req, res));
+    server.headersTimeout = 30_000;
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    return server.address() as AddressInfo;
+  }
+
+  /** Stops accepting, lets in-flight calls finish (up to graceMs), closes idle connections. */
+  async close(graceMs = 10_000): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    this.server = undefined;
+    const closed = new Promise<void>((r) => server.close(() => r()));
+    server.closeIdleConnections();
+    if (this.inFlight > 0) {
+      await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    }
+    server.closeAllConnections();
+    await closed;
+  }
+
+  private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = req.url ?? '/';
+    if (req.method === 'GET' && (path === '/health' || path.startsWith('/health?'))) {
+      const live = this.options.isLive?.() ?? true;
+      sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
+      return;
+    }
+    const id = this.options.service;
+    if (path !== '/' && !path.startsWith('/?')) {
+      sendError(res, new MeshError(id, 404, `path ${path.split('?')[0]} not found: RPC calls are POST /`));
+      return;
+    }
+    if (req.method !== 'POST') {
+      res.setHeader('allow', 'POST');
+      sendError(res, new MeshError(id, 405, `method ${req.method} not allowed: RPC calls are POST /`));
+      return;
+    }
+    this.inFlight++;
+    try {
+      await this.dispatch(req, res);
+    } catch (err) {
+      sendError(res, err, id);
+    } finally {
+      this.inFlight--;
+      if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+    }
+  }
+
+  private async dispatch(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const id = this.options.service;
+    const endpointName = headerValue(req, HEADER_ENDPOINT);
+    if (!endpointName) throw new MeshError(id, 400, 'missing Mesh-Endpoint header');
+    const def = this.endpoints.get(endpointName);
+    const contentType = headerValue(req, 'content-type');
+    const codec = codecFor(contentType);
+    if (!codec) {
+      req.resume();
+      throw new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`);
+    }
+    const body = await readBody(req, this.options.maxBodyBytes, id);
+    if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
+    if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType))
+      throw new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`);
+    let request: unknown;
+    try {
+      request = codec.decode(body, def.requestType);
+    } catch (err) {
+      const what = err instanceof JsonSyntaxError || err instanceof SyntaxError ? 'malformed JSON' : 'malformed request';
+      throw new MeshError(id, 400, `${what}: ${(err as Error).message}`);
+    }
+    const timeoutHeader = Number(headerValue(req, HEADER_TIMEOUT));
+    const budget = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : (this.options.defaultTimeoutMs ?? 30_000);
+    const ctx: HandlerContext = {
+      id: headerValue(req, HEADER_ID) ?? '',
+      service: id,
+      endpoint: endpointName,
+      metadata: endToEndHeaders(req.headers),
+      deadline: Date.now() + budget,
+    };
+    const result = await def.handler(request, ctx);
+    let encoded: Uint8Array;
+    try {
+      encoded = codec.encode(result ?? {}, def.responseType);
+    } catch (err) {
+      throw new MeshError(id, 500, `encoding response: ${(err as Error).message}`);
+    }
+    sendBytes(res, 200, codec.contentType, encoded);
+  }
+}
+
+function headerValue(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}

@@ -1,0 +1,129 @@
+/**
+ * A framework service: an RpcServer plus its registry lifecycle. Registers with --register_ttl,
+ * refreshes every --register_interval, withdraws itself while the admin says draining, and
+ * deregisters on shutdown after in-flight calls finish.
+ */
+import { randomUUID } from 'node:crypto';
+import { networkInterfaces } from 'node:os';
+import type { Runtime } from '../runtime.js';
+import type { Metadata, Service as ServiceRecord } from '../registry/registry.js';
+import { parseHostPort } from '../http/respond.js';
+import { RpcServer, type EndpointDefinition } from './rpc-server.js';
+
+export interface ServiceOptions {
+  name: string;
+  version?: string;
+  /** Listen address host:port; default 127.0.0.1:0 (a free port). */
+  address?: string;
+  /** Address registered instead of the listen address. */
+  advertise?: string;
+  metadata?: Metadata;
+}
+
+export class Service {
+  readonly server: RpcServer;
+  readonly nodeId: string;
+  private record?: ServiceRecord;
+  private refreshTimer?: NodeJS.Timeout;
+  private registered = false;
+  private stopped = false;
+
+  constructor(
+    private readonly runtime: Runtime,
+    private readonly options: ServiceOptions,
+  ) {
+    this.nodeId = `${options.name}-${randomUUID()}`;
+    this.server = new RpcServer({
+      service: options.name,
+      maxBodyBytes: runtime.config.max_body_size,
+      logger: runtime.logging.get('server'),
+      isLive: () => runtime.state.state === 'live',
+    });
+    this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
+  }
+
+  get name(): string {
+    return this.options.name;
+  }
+
+  handle(def: EndpointDefinition): this {
+    this.server.handle(def);
+    return this;
+  }
+
+  /** Listens, registers, and keeps the registration alive. Resolves with the registered record. */
+  async start(): Promise<ServiceRecord> {
+    const { host, port } = parseHostPort(this.options.address ?? '127.0.0.1:0');
+    const bound = await this.server.listen(host, port);
+    const advertised = this.options.advertise ? parseHostPort(this.options.advertise) : { host: advertiseHost(host), port: bound.port };
+    this.record = {
+      name: this.options.name,
+      version: this.options.version ?? 'latest',
+      metadata: { ...this.options.metadata },
+      endpoints: this.server.listEndpoints().map((e) => ({ name: e.name, metadata: { ...e.metadata } })),
+      nodes: [
+        {
+          id: this.nodeId,
+          address: advertised.host,
+          port: advertised.port,
+          metadata: {
+            protocol: 'mesh',
+            transport: 'http',
+            registry: this.runtime.registry.name,
+            broker: this.runtime.config.broker,
+          },
+        },
+      ],
+    };
+    await this.register();
+    const interval = this.runtime.config.register_interval;
+    if (interval > 0) {
+      this.refreshTimer = setInterval(() => {
+        if (this.runtime.state.state === 'live') void this.register();
+      }, interval);
+      this.refreshTimer.unref();
+    }
+    this.runtime.state.onFail(() => this.deregister());
+    this.runtime.state.onOk(() => this.register());
+    this.runtime.onShutdown(() => this.stop());
+    this.runtime.logging.get('server').info({ service: this.options.name, node: this.nodeId, address: `${advertised.host}:${advertised.port}` }, 'service started');
+    return this.record;
+  }
+
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.refreshTimer) clearInterval(this.refreshTimer);
+    await this.deregister();
+    await this.server.close();
+  }
+
+  private async register(): Promise<void> {
+    if (!this.record || this.stopped) return;
+    try {
+      await this.runtime.registry.register(this.record, { ttlMs: this.runtime.config.register_ttl });
+      this.registered = true;
+    } catch (err) {
+      this.runtime.logging.get('registry').error({ err: (err as Error).message, service: this.options.name }, 'registration failed; will retry');
+    }
+  }
+
+  private async deregister(): Promise<void> {
+    if (!this.record || !this.registered) return;
+    this.registered = false;
+    try {
+      await this.runtime.registry.deregister(this.record);
+    } catch (err) {
+      this.runtime.logging.get('registry').error({ err: (err as Error).message, service: this.options.name }, 'deregistration failed');
+    }
+  }
+}
+
+/** The address others can reach: the bound host, or for a wildcard bind the first external IPv4. */
+export function advertiseHost(host: string): string {
+  if (host !== '0.0.0.0' && host !== '::' && host !== '') return host;
+  for (const list of Object.values(networkInterfaces())) {
+    for (const addr of list ?? []) if (addr.family === 'IPv4' && !addr.internal) return addr.address;
+  }
+  return '127.0.0.1';
+}
