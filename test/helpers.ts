@@ -51,9 +51,9 @@ export interface RunningProcess {
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
 }
 
-/** Starts `node dist/src/cli/main.js ...args` (or another script) as a real process. */
+/** Starts `node dist/src/cli/main.js ...args` (or another script; '' for node's own args) as a real process. */
 export function startProcess(args: string[], env: Record<string, string> = {}, script = CLI): RunningProcess {
-  const child = spawn(process.execPath, [script, ...args], {
+  const child = spawn(process.execPath, script ? [script, ...args] : args, {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -1,0 +1,134 @@
+/**
+ * The Foundation's "must show": service processes and the CLI in another process share the
+ * embedded `local` registry; TTL expiry of a killed node; deregistration on SIGTERM; bad input.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startProcess, runCli, tempDir, waitFor, ROOT, type RunningProcess } from './helpers.js';
+
+const WHO = join(ROOT, 'test/fixtures/who-service.ts');
+
+function startWho(dir: string, extra: string[] = []): RunningProcess {
+  return startProcess(['--import', 'tsx', WHO, `--registry_address=${dir}`, '--register_ttl=1s', '--register_interval=300ms', '--log_level=warning', ...extra], {}, '');
+}
+
+describe('two service processes and the CLI share the local registry', () => {
+  const home = tempDir();
+  let a: RunningProcess;
+  let b: RunningProcess;
+  const env = { MESH_REGISTRY_ADDRESS: home.path };
+
+  before(async () => {
+    a = startWho(home.path);
+    b = startWho(home.path);
+    await Promise.all([a.waitForOutput(/listening on/), b.waitForOutput(/listening on/)]);
+  });
+  after(async () => {
+    await a.stop('SIGKILL');
+    await b.stop('SIGKILL');
+    home.cleanup();
+  });
+
+  it('list services shows them', async () => {
+    const r = await runCli(['list', 'services'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, 'go.mesh.srv.who\n');
+  });
+
+  it('get service shows both nodes (text and json)', async () => {
+    const r = await runCli(['get', 'service', 'go.mesh.srv.who', '--output=json'], env);
+    assert.equal(r.code, 0, r.stderr);
+    const svc = JSON.parse(r.stdout) as { name: string; nodes: Array<{ id: string; port: number }> };
+    assert.equal(svc.name, 'go.mesh.srv.who');
+    assert.equal(svc.nodes.length, 2);
+    const t = await runCli(['get', 'service', 'go.mesh.srv.who'], env);
+    assert.match(t.stdout, /^service  go\.mesh\.srv\.who\n/);
+    assert.match(t.stdout, /Endpoint: Who\.Am/);
+  });
+
+  it('call reaches both nodes', async () => {
+    const seen = new Set<string>();
+    for (let i = 0; i < 12 && seen.size < 2; i++) {
+      const r = await runCli(['call', 'go.mesh.srv.who', 'Who.Am', '{}', '--output=json'], env);
+      assert.equal(r.code, 0, r.stderr);
+      seen.add((JSON.parse(r.stdout) as { node: string }).node);
+    }
+    assert.equal(seen.size, 2, 'calls from separate CLI processes spread over both nodes');
+  });
+
+  it('a SIGTERM-ed node deregisters at once; a killed node expires with its TTL', async () => {
+    const nodes = async () => {
+      const r = await runCli(['get', 'service', 'go.mesh.srv.who', '--output=json'], env);
+      return r.code === 0 ? (JSON.parse(r.stdout) as { nodes: unknown[] }).nodes.length : 0;
+    };
+    const code = await a.stop('SIGTERM');
+    assert.equal(code, 0);
+    assert.equal(await nodes(), 1, 'deregistered before exit');
+    await b.stop('SIGKILL');
+    const started = Date.now();
+    await waitFor(async () => (await nodes()) === 0, 5000, 100);
+    assert.ok(Date.now() - started < 3000);
+    const r = await runCli(['call', 'go.mesh.srv.who', 'Who.Am'], env);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /service go\.mesh\.srv\.who: not found \(404 Not Found\)/);
+  });
+});
+
+describe('CLI bad input', () => {
+  const home = tempDir();
+  const env = { MESH_REGISTRY_ADDRESS: home.path };
+  after(() => home.cleanup());
+
+  it('a bad duration flag exits 2 naming the flag', async () => {
+    const r = await runCli(['list', 'services', '--client_request_timeout=soon'], env);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /--client_request_timeout/);
+    assert.equal(r.stdout, '');
+  });
+
+  it('an unknown command exits 2', async () => {
+    const r = await runCli(['frobnicate'], env);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /unknown command/);
+  });
+
+  it('malformed JSON for call and register exits 2 with a message', async () => {
+    let r = await runCli(['call', 'x', 'A.B', '{"a":'], env);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /not valid JSON/);
+    r = await runCli(['register', 'service', '{"Name":"x","Nodes":[{"Id":"1","Address":"a","Port":99999}]}'], env);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /Nodes\[0\]\.Port/);
+  });
+
+  it('unknown service is a 404 on stderr, exit 1; --output=json prints the error JSON', async () => {
+    const r = await runCli(['call', 'go.mesh.srv.none', 'A.B', '--output=json'], env);
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr, '{"id":"go.mesh.client","code":404,"detail":"service go.mesh.srv.none: not found","status":"Not Found"}\n');
+  });
+
+  it('register, get and deregister a service from the CLI', async () => {
+    const svc = '{"Name":"plain.app","Nodes":[{"Id":"plain-1","Address":"127.0.0.1","Port":9999}]}';
+    assert.equal((await runCli(['register', 'service', svc], env)).stdout, 'ok\n');
+    const g = await runCli(['get', 'service', 'plain.app', '--output=json'], env);
+    assert.deepEqual((JSON.parse(g.stdout) as { nodes: unknown[] }).nodes, [{ id: 'plain-1', address: '127.0.0.1', port: 9999, metadata: {} }]);
+    assert.equal((await runCli(['deregister', 'service', svc], env)).stdout, 'ok\n');
+    assert.equal((await runCli(['list', 'services'], env)).stdout, '');
+  });
+
+  it('a registry directory that cannot be written is a clear error', async () => {
+    const file = join(home.path, 'a-file');
+    writeFileSync(file, 'x');
+    const r = await runCli(['list', 'services', `--registry_address=${join(file, 'sub')}`], {});
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, new RegExp(`registry directory ${join(file, 'sub').replace(/[/.]/g, '\\$&')}`));
+  });
+
+  it('--hot-restart-version prints the same string as admin /hot_restart_version', async () => {
+    const r = await runCli(['--hot-restart-version'], env);
+    assert.equal(r.code, 0);
+    assert.ok(r.stdout.length > 0 && !r.stdout.endsWith('\n'));
+  });
+});
