@@ -9,6 +9,8 @@ export class MeshError extends Error {
   readonly code: number;
   readonly detail: string;
   readonly statusText: string;
+  /** True when the error came from a backend's answer (its id is kept by front ends). */
+  fromUpstream = false;
 
   constructor(id: string, code: number, detail: string, statusText?: string) {
     super(detail);
@@ -55,13 +57,27 @@ export function parseErrorBody(status: number, body: string): MeshError {
       if (typeof o.code === 'number' && typeof o.detail === 'string') {
         const id = typeof o.id === 'string' ? o.id : 'go.mesh.client';
         const code = Number.isInteger(o.code) && o.code >= 100 && o.code <= 599 ? o.code : status;
-        return new MeshError(id, code, o.detail, typeof o.status === 'string' ? o.status : undefined);
+        const err = new MeshError(id, code, o.detail, typeof o.status === 'string' ? o.status : undefined);
+        err.fromUpstream = true;
+        return err;
       }
     }
   } catch {
     // not JSON: fall through
   }
-  return new MeshError('go.mesh.client', status, body);
+  const err = new MeshError('go.mesh.client', status, body);
+  err.fromUpstream = true;
+  return err;
+}
+
+/**
+ * The error a front end sends: a backend's own error as it is, anything raised on the way
+ * (unknown service, no host, timeout) under the front end's id.
+ */
+export function asFrontEndError(err: unknown, id: string): MeshError {
+  const e = toMeshError(err, id);
+  if (e.fromUpstream || e.id === id) return e;
+  return new MeshError(id, e.code, e.detail, e.statusText);
 }
 
 /** Wraps anything thrown into a MeshError; unknown failures are 500s. */

@@ -9,6 +9,8 @@ const USAGE = `usage: mesh [global flags] <command> [flags]
 
 commands:
   dev                                  the demo: example services, gateway and sidecar on the embedded default
+  api                                  the API gateway (default :8080, admin 127.0.0.1:9901)
+  sidecar                              the sidecar (default 127.0.0.1:8081, admin 127.0.0.1:9902)
   list services                        service names, one per line
   get service NAME                     one service: nodes and endpoints
   register service JSON                register a service ({"Name":..,"Nodes":[{"Id","Address","Port"}]})
@@ -28,6 +30,8 @@ export type CommandRunner = (args: ParsedArgs) => Promise<number>;
 /** Long-running server commands, loaded only when asked for. */
 const SERVER_COMMANDS: Record<string, () => Promise<CommandRunner>> = {
   dev: async () => (await import('./dev.js')).runDev,
+  api: async () => (await import('./api.js')).runApi,
+  sidecar: async () => (await import('./sidecar.js')).runSidecar,
 };
 
 export async function main(argv: string[]): Promise<number> {

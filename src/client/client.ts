@@ -9,7 +9,7 @@ import type pino from 'pino';
 import { MeshError, parseErrorBody, toMeshError } from '../errors.js';
 import { codecFor, JSON_CODEC, mediaType } from '../codec/codec.js';
 import { sendRpc, TransportError, type RpcResponse } from '../transport/rpc.js';
-import type { AttemptOutcome, UpstreamSelector } from '../upstream/types.js';
+import type { AttemptOutcome, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import type { Type } from 'protobufjs';
 
 export interface ClientOptions {
@@ -33,6 +33,11 @@ export interface CallOptions {
   address?: string;
   /** Overrides the client's retry count for this call. */
   retries?: number;
+  /**
+   * Encodes the request for the chosen node (e.g. protobuf for a node whose metadata asks for
+   * it); overrides `body` and `contentType` of call().
+   */
+  encodeFor?: (target: UpstreamTarget) => { contentType: string; body: Uint8Array };
 }
 
 export interface CallResult {
@@ -79,12 +84,13 @@ export class Client {
       const attemptStart = Date.now();
       let response: RpcResponse;
       try {
+        const encoded = opts.encodeFor?.(lease.target);
         response = await sendRpc(lease.target.dispatcher, {
           service,
           endpoint,
           id,
-          contentType,
-          body,
+          contentType: encoded?.contentType ?? contentType,
+          body: encoded?.body ?? body,
           metadata: opts.metadata,
           timeoutMs: remaining,
           maxResponseBytes: this.options.maxResponseBytes,

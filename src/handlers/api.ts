@@ -1,0 +1,128 @@
+/**
+ * The api handler: the request becomes the API Request message of proto/api.proto
+ * `{method, path, header, get, post, body, url}`, the API service answers an API Response
+ * `{statusCode, header, body}` which is written as it is (statusCode 0 → 200; Content-Type
+ * defaults to application/json). JSON on the wire unless the node's metadata says
+ * `content_type: application/protobuf`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { MeshError, asFrontEndError } from '../errors.js';
+import { JSON_CODEC, PROTOBUF_CODEC, codecFor, mediaType } from '../codec/codec.js';
+import { apiTypes } from '../codec/api-proto.js';
+import { readBody } from '../http/body.js';
+import { sendError } from '../http/respond.js';
+import { isHopByHop } from '../transport/headers.js';
+import { callOptionsFrom, type FrontEnd } from './front-end.js';
+import type { RpcRoute } from './resolve.js';
+
+export interface Pair {
+  key: string;
+  values: string[];
+}
+
+export type PairMap = Record<string, Pair>;
+
+function addPair(map: PairMap, key: string, value: string): void {
+  const pair = map[key];
+  if (pair) pair.values.push(value);
+  else map[key] = { key, values: [value] };
+}
+
+/** Request headers as pairs, with their canonical capitalisation (Content-Type). */
+export function headerPairs(req: IncomingMessage): PairMap {
+  const out: PairMap = {};
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (isHopByHop(name.toLowerCase())) continue;
+    addPair(out, canonicalHeader(name), raw[i + 1]!);
+  }
+  return out;
+}
+
+export function canonicalHeader(name: string): string {
+  return name
+    .toLowerCase()
+    .split('-')
+    .map((p) => (p ? p[0]!.toUpperCase() + p.slice(1) : p))
+    .join('-');
+}
+
+export function queryPairs(search: string): PairMap {
+  const out: PairMap = {};
+  for (const [k, v] of new URLSearchParams(search)) addPair(out, k, v);
+  return out;
+}
+
+export interface ApiRequestMessage {
+  method: string;
+  path: string;
+  header: PairMap;
+  get: PairMap;
+  post: PairMap;
+  body: string;
+  url: string;
+}
+
+export function buildApiRequest(req: IncomingMessage, body: Buffer): ApiRequestMessage {
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  const media = mediaType(req.headers['content-type']);
+  const text = body.toString('utf8');
+  return {
+    method: req.method ?? 'GET',
+    path: q === -1 ? url : url.slice(0, q),
+    header: headerPairs(req),
+    get: q === -1 ? {} : queryPairs(url.slice(q + 1)),
+    // The form is parsed for convenience; the raw body is always kept as well.
+    post: media === 'application/x-www-form-urlencoded' ? queryPairs(text) : {},
+    body: text,
+    url,
+  };
+}
+
+interface ApiResponseMessage {
+  statusCode?: number;
+  header?: Record<string, { key?: string; values?: string[] }>;
+  body?: string;
+}
+
+export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), Buffer.alloc(0)) : await readBody(req, fe.maxBodyBytes, fe.errorId);
+  const message = buildApiRequest(req, body);
+  const types = apiTypes();
+  let answer;
+  try {
+    answer = await fe.runtime.client.call(route.service, route.method, Buffer.alloc(0), {
+      ...callOptionsFrom(req),
+      encodeFor: (target) =>
+        target.metadata.content_type === 'application/protobuf'
+          ? { contentType: PROTOBUF_CODEC.contentType, body: PROTOBUF_CODEC.encode(message, types.Request) }
+          : { contentType: JSON_CODEC.contentType, body: JSON_CODEC.encode(message) },
+    });
+  } catch (err) {
+    sendError(res, asFrontEndError(err, fe.errorId));
+    return;
+  }
+  const codec = codecFor(answer.contentType);
+  let response: ApiResponseMessage;
+  try {
+    if (!codec) throw new Error(`content type ${answer.contentType}`);
+    response = codec.decode(answer.body, types.Response) as ApiResponseMessage;
+  } catch (err) {
+    throw new MeshError(fe.errorId, 502, `${route.service} answered something that is not an API Response: ${(err as Error).message}`);
+  }
+  const status = response.statusCode ? Number(response.statusCode) : 200;
+  if (!Number.isInteger(status) || status < 100 || status > 599) throw new MeshError(fe.errorId, 502, `${route.service} answered statusCode ${status}`);
+  const headers: Record<string, string[]> = {};
+  for (const [name, pair] of Object.entries(response.header ?? {})) {
+    const key = pair?.key || name;
+    if (isHopByHop(key.toLowerCase())) continue;
+    headers[key] = pair?.values ?? [];
+  }
+  if (!Object.keys(headers).some((k) => k.toLowerCase() === 'content-type')) headers['Content-Type'] = ['application/json'];
+  const out = Buffer.from(response.body ?? '', 'utf8');
+  headers['Content-Length'] = [String(out.byteLength)];
+  res.writeHead(status, headers);
+  res.end(out);
+}

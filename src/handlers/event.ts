@@ -1,0 +1,40 @@
+/**
+ * The event handler: `/<topic>/<event>` publishes an Event `{name, id, timestamp, header, data}`
+ * (proto/api.proto) as JSON to topic `<namespace>.<topic>`; `data` is the request body, or for GET
+ * the query as a JSON object. 200 once the broker took it; 503 when it could not.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { MeshError } from '../errors.js';
+import { readBody } from '../http/body.js';
+import { sendJson } from '../http/respond.js';
+import { headerPairs, type PairMap } from './api.js';
+import { queryObject, type FrontEnd } from './front-end.js';
+
+export interface EventMessage {
+  name: string;
+  id: string;
+  timestamp: number;
+  header: PairMap;
+  data: string;
+}
+
+export async function handleEvent(fe: FrontEnd, target: { topic: string; name: string }, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), undefined) : await readBody(req, fe.maxBodyBytes, fe.errorId);
+  const event: EventMessage = {
+    name: target.name,
+    id: randomUUID(),
+    timestamp: Math.floor(Date.now() / 1000),
+    header: headerPairs(req),
+    data: body === undefined ? JSON.stringify(queryObject(req.url ?? '')) : body.toString('utf8'),
+  };
+  try {
+    await fe.runtime.broker.publish(target.topic, {
+      header: { 'content-type': 'application/json', 'mesh-topic': target.topic, 'mesh-event': target.name, 'mesh-id': event.id },
+      body: Buffer.from(JSON.stringify(event)),
+    });
+  } catch (err) {
+    throw new MeshError(fe.errorId, 503, `publishing to ${target.topic}: ${(err as Error).message}`);
+  }
+  sendJson(res, 200, JSON.stringify({ id: event.id, topic: target.topic, name: event.name }));
+}

@@ -1,0 +1,39 @@
+/** What every handler needs to know about the front end it serves (gateway or sidecar). */
+import type { IncomingMessage } from 'node:http';
+import type { Runtime } from '../runtime.js';
+import { HEADER_ID, HEADER_TIMEOUT, endToEndHeaders } from '../transport/headers.js';
+import type { CallOptions } from '../client/client.js';
+
+export interface FrontEnd {
+  runtime: Runtime;
+  /** go.mesh.api for the gateway, go.mesh.srv for the sidecar (or --namespace). */
+  namespace: string;
+  /** The `id` of error JSON this front end writes. */
+  errorId: string;
+  maxBodyBytes: number;
+}
+
+/** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout. */
+export function callOptionsFrom(req: IncomingMessage): CallOptions {
+  const timeout = Number(req.headers[HEADER_TIMEOUT]);
+  const id = req.headers[HEADER_ID];
+  return {
+    metadata: endToEndHeaders(req.headers),
+    timeoutMs: Number.isFinite(timeout) && timeout > 0 ? timeout : undefined,
+    id: typeof id === 'string' && id !== '' ? id : undefined,
+  };
+}
+
+/** The query of a URL as a JSON-ready object: one value → string, several → array. */
+export function queryObject(url: string): Record<string, string | string[]> {
+  const q = url.indexOf('?');
+  const out: Record<string, string | string[]> = {};
+  if (q === -1) return out;
+  for (const [k, v] of new URLSearchParams(url.slice(q + 1))) {
+    const prev = out[k];
+    if (prev === undefined) out[k] = v;
+    else if (Array.isArray(prev)) prev.push(v);
+    else out[k] = [prev, v];
+  }
+  return out;
+}

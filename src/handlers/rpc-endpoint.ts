@@ -1,0 +1,77 @@
+/**
+ * `POST /rpc` on the gateway and the sidecar (SPEC 2.8, DESIGN 6): form fields or a JSON object
+ * with `service`, `method` (or `endpoint`), `request` (an object or a string holding JSON) and
+ * optional `address` (host:port) to call one node. Keys are matched case-insensitively.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { MeshError, asFrontEndError } from '../errors.js';
+import { mediaType } from '../codec/codec.js';
+import { parseJson, stringifyJson } from '../codec/json.js';
+import { readBody } from '../http/body.js';
+import { sendBytes, sendError } from '../http/respond.js';
+import { callOptionsFrom, type FrontEnd } from './front-end.js';
+
+export interface RpcCall {
+  service: string;
+  method: string;
+  request: Buffer;
+  address?: string;
+}
+
+/** Parses and validates the body of POST /rpc; throws a 400 naming the problem. */
+export function parseRpcCall(errorId: string, contentType: string | undefined, body: Buffer): RpcCall {
+  const media = mediaType(contentType);
+  const fields: Record<string, unknown> = {};
+  if (media === 'application/json' || media === '') {
+    let parsed: unknown;
+    try {
+      parsed = parseJson(body.toString('utf8') || '{}');
+    } catch (err) {
+      throw new MeshError(errorId, 400, `malformed JSON body: ${(err as Error).message}`);
+    }
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new MeshError(errorId, 400, 'body: must be a JSON object');
+    for (const [k, v] of Object.entries(parsed)) fields[k.toLowerCase()] = v;
+  } else if (media === 'application/x-www-form-urlencoded') {
+    for (const [k, v] of new URLSearchParams(body.toString('utf8'))) if (!(k.toLowerCase() in fields)) fields[k.toLowerCase()] = v;
+  } else {
+    throw new MeshError(errorId, 415, `unsupported content type ${media}: use application/json or a form`);
+  }
+  const service = fields.service;
+  if (typeof service !== 'string' || service.trim() === '') throw new MeshError(errorId, 400, 'service: required');
+  const method = fields.method ?? fields.endpoint;
+  if (typeof method !== 'string' || method.trim() === '') throw new MeshError(errorId, 400, 'method: required (or endpoint)');
+  if (!/^[A-Za-z_]\w*\.[A-Za-z_]\w*$/.test(method)) throw new MeshError(errorId, 400, `method: "${method}" is not Endpoint.Method`);
+  let request: unknown = fields.request ?? {};
+  if (typeof request === 'string') {
+    try {
+      request = request.trim() === '' ? {} : parseJson(request);
+    } catch (err) {
+      throw new MeshError(errorId, 400, `request: not valid JSON: ${(err as Error).message}`);
+    }
+  }
+  if (request === null || typeof request !== 'object' || Array.isArray(request)) throw new MeshError(errorId, 400, 'request: must be a JSON object');
+  const address = fields.address;
+  if (address !== undefined && address !== '' && (typeof address !== 'string' || !/^[^\s:]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/.test(address)))
+    throw new MeshError(errorId, 400, 'address: must be host:port');
+  return { service: service.trim(), method, request: Buffer.from(stringifyJson(request)), address: address ? (address as string) : undefined };
+}
+
+export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  if (req.method !== 'POST') {
+    req.resume();
+    res.setHeader('allow', 'POST');
+    throw new MeshError(fe.errorId, 405, `method ${req.method} not allowed on /rpc: use POST`);
+  }
+  const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
+  const call = parseRpcCall(fe.errorId, req.headers['content-type'], body);
+  try {
+    const answer = await fe.runtime.client.call(call.service, call.method, call.request, {
+      ...callOptionsFrom(req),
+      contentType: 'application/json',
+      address: call.address,
+    });
+    sendBytes(res, 200, 'application/json', answer.body);
+  } catch (err) {
+    sendError(res, asFrontEndError(err, fe.errorId));
+  }
+}

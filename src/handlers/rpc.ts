@@ -1,0 +1,40 @@
+/**
+ * The rpc handler (gateway `--handler=rpc`, sidecar `/<service>/<method>`): JSON or protobuf
+ * bodies pass through to the backend untouched; a GET query becomes a JSON object. The answer's
+ * Content-Type is the codec's, never copied from the request.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { MeshError, asFrontEndError } from '../errors.js';
+import { mediaType } from '../codec/codec.js';
+import { readBody } from '../http/body.js';
+import { sendBytes, sendError } from '../http/respond.js';
+import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import type { RpcRoute } from './resolve.js';
+
+const PASS_THROUGH = new Set(['application/json', 'application/protobuf', 'application/x-protobuf', 'application/proto']);
+
+export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const media = mediaType(req.headers['content-type']);
+  let contentType: string;
+  let body: Uint8Array;
+  if (req.method === 'GET' || req.method === 'HEAD' || req.method === 'DELETE') {
+    // A query is the request; a body, if any, is not read.
+    req.resume();
+    contentType = 'application/json';
+    body = Buffer.from(JSON.stringify(queryObject(req.url ?? '')));
+  } else {
+    if (media !== '' && !PASS_THROUGH.has(media)) {
+      req.resume();
+      throw new MeshError(fe.errorId, 415, `unsupported content type ${media}: use application/json or application/protobuf`);
+    }
+    contentType = media === '' || media === 'application/json' ? 'application/json' : 'application/protobuf';
+    body = await readBody(req, fe.maxBodyBytes, fe.errorId);
+    if (body.byteLength === 0 && contentType === 'application/json') body = Buffer.from('{}');
+  }
+  try {
+    const answer = await fe.runtime.client.call(route.service, route.method, body, { ...callOptionsFrom(req), contentType });
+    sendBytes(res, 200, contentType, answer.body);
+  } catch (err) {
+    sendError(res, asFrontEndError(err, fe.errorId));
+  }
+}

@@ -1,0 +1,201 @@
+/**
+ * The HTTP(S) server under the gateway and the sidecar: TLS files, CORS, server timeouts,
+ * per-request stats (`http.<prefix>.downstream_rq_*`) and logs, a health-check path that answers
+ * 503 while draining, errors as JSON, and a graceful close that lets in-flight requests finish.
+ */
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { readFileSync } from 'node:fs';
+import type { Duplex } from 'node:stream';
+import type { AddressInfo, Socket } from 'node:net';
+import { createSecureContext } from 'node:tls';
+import type { Runtime } from '../runtime.js';
+import { MeshError } from '../errors.js';
+import { parseHostPort, sendError, sendJson } from './respond.js';
+import type { Counter, Gauge, Histogram } from '../stats/store.js';
+
+/** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
+export const HEALTH_PATH = '/_mesh/health';
+
+export interface FrontServerOptions {
+  runtime: Runtime;
+  /** Names the stats (`http.<prefix>.*`) and the logs. */
+  statPrefix: string;
+  /** The `id` of error JSON written by this front end. */
+  errorId: string;
+  handle: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+  /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
+  counted?: (req: IncomingMessage) => boolean;
+}
+
+interface Tls {
+  cert: Buffer;
+  key: Buffer;
+}
+
+/** Reads the TLS files named by the flags; a missing, unreadable or mismatched file is an Error naming it. */
+export function loadTlsFiles(certFile: string | undefined, keyFile: string | undefined): Tls {
+  if (!certFile) throw new Error('--enable_tls needs --tls_cert_file');
+  if (!keyFile) throw new Error('--enable_tls needs --tls_key_file');
+  const read = (path: string, what: string) => {
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      throw new Error(`cannot read ${what} ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+  };
+  const cert = read(certFile, 'TLS certificate file');
+  const key = read(keyFile, 'TLS key file');
+  try {
+    createSecureContext({ cert, key });
+  } catch (err) {
+    throw new Error(`TLS certificate ${certFile} and key ${keyFile} do not load together: ${(err as Error).message}`);
+  }
+  return { cert, key };
+}
+
+export class FrontServer {
+  private server?: Server;
+  private inFlight = 0;
+  private idleWaiters: Array<() => void> = [];
+  private readonly sockets = new Set<Socket>();
+  private readonly rqTotal: Counter;
+  private readonly rqClass: Counter[];
+  private readonly rqActive: Gauge;
+  private readonly cxActive: Gauge;
+  private readonly cxTotal: Counter;
+  private readonly rqTime: Histogram;
+  readonly secure: boolean;
+
+  constructor(private readonly options: FrontServerOptions) {
+    const stats = options.runtime.stats;
+    const p = `http.${options.statPrefix}.`;
+    this.rqTotal = stats.counter(`${p}downstream_rq_total`);
+    this.rqClass = [1, 2, 3, 4, 5].map((c) => stats.counter(`${p}downstream_rq_${c}xx`));
+    this.rqActive = stats.gauge(`${p}downstream_rq_active`);
+    this.cxActive = stats.gauge(`${p}downstream_cx_active`);
+    this.cxTotal = stats.counter(`${p}downstream_cx_total`);
+    this.rqTime = stats.histogram(`${p}downstream_rq_time`);
+    this.secure = options.runtime.config.enable_tls;
+  }
+
+  async listen(address: string, defaultHost = '127.0.0.1'): Promise<AddressInfo> {
+    const { host, port } = parseHostPort(address, defaultHost);
+    const config = this.options.runtime.config;
+    const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
+    const serverOptions = { keepAliveTimeout: 65_000, requestTimeout: 300_000, headersTimeout: 30_000 };
+    const server = config.enable_tls
+      ? createHttpsServer({ ...loadTlsFiles(config.tls_cert_file, config.tls_key_file), ...serverOptions }, onRequest)
+      : createHttpServer(serverOptions, onRequest);
+    server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      this.cxTotal.inc();
+      this.cxActive.inc();
+      socket.once('close', () => {
+        this.sockets.delete(socket);
+        this.cxActive.dec();
+      });
+    });
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+      if (socket.writable) {
+        const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+        socket.end(`HTTP/1.1 ${status} ${status === 431 ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request'}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+      } else socket.destroy();
+    });
+    if (this.options.upgrade) {
+      const upgrade = this.options.upgrade;
+      server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+        socket.on('error', () => socket.destroy());
+        try {
+          upgrade(req, socket, head);
+        } catch (err) {
+          this.options.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
+          socket.destroy();
+        }
+      });
+    }
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    return server.address() as AddressInfo;
+  }
+
+  /** Stops accepting, lets in-flight requests finish (up to graceMs), then closes every connection. */
+  async close(graceMs = 10_000): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    this.server = undefined;
+    const closed = new Promise<void>((r) => server.close(() => r()));
+    server.closeIdleConnections();
+    if (this.inFlight > 0) {
+      await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    }
+    server.closeAllConnections();
+    for (const socket of this.sockets) socket.destroy();
+    await closed;
+  }
+
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const started = process.hrtime.bigint();
+    const counted = this.options.counted?.(req) ?? true;
+    if (counted) {
+      this.rqTotal.inc();
+      this.rqActive.inc();
+    }
+    this.inFlight++;
+    res.once('close', () => {
+      this.inFlight--;
+      if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      if (counted) {
+        this.rqActive.dec();
+        // Count what was really sent; a response that never started counts as a 5xx.
+        const status = res.headersSent ? res.statusCode : 500;
+        this.rqClass[Math.min(4, Math.max(0, Math.floor(status / 100) - 1))]!.inc();
+        this.rqTime.record(ms);
+      }
+      const log = this.options.runtime.logging.get('http');
+      if (log.isLevelEnabled('info')) {
+        log.info({ front: this.options.statPrefix, method: req.method, path: req.url, status: res.statusCode, ms: Math.round(ms * 1000) / 1000 }, 'request');
+      }
+    });
+    if (this.applyCors(req, res)) return;
+    const path = req.url ?? '/';
+    if (path === HEALTH_PATH) {
+      const live = this.options.runtime.state.state === 'live';
+      sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
+      return;
+    }
+    this.options.handle(req, res).catch((err: unknown) => {
+      if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err) }, 'handler failed');
+      sendError(res, err, this.options.errorId);
+    });
+  }
+
+  /** Adds CORS headers for an allowed Origin; answers preflight requests. True when answered. */
+  private applyCors(req: IncomingMessage, res: ServerResponse): boolean {
+    const allowed = this.options.runtime.config.cors;
+    if (allowed.length === 0) return false;
+    const origin = req.headers.origin;
+    if (origin && (allowed.includes('*') || allowed.includes(origin))) {
+      res.setHeader('access-control-allow-origin', origin);
+      res.setHeader('vary', 'Origin');
+      res.setHeader('access-control-allow-credentials', 'true');
+      res.setHeader('access-control-allow-methods', 'POST, GET, OPTIONS, PUT, PATCH, DELETE');
+      res.setHeader('access-control-allow-headers', req.headers['access-control-request-headers'] ?? 'Content-Type, Content-Length, Accept-Encoding, X-CSRF-Token, Authorization, Timestamp');
+      res.setHeader('access-control-max-age', '600');
+    }
+    if (req.method === 'OPTIONS' && req.headers['access-control-request-method']) {
+      res.writeHead(204, { 'content-length': 0 });
+      res.end();
+      return true;
+    }
+    return false;
+  }
+}
