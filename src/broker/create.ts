@@ -1,0 +1,33 @@
+/** Picks a broker backend by name (--broker): memory, http (the default), nats. */
+import type pino from 'pino';
+import type { Registry } from '../registry/registry.js';
+import type { Broker } from './broker.js';
+import { HttpBroker } from './http.js';
+import { MemoryBroker } from './memory.js';
+import { NatsBroker } from './nats.js';
+
+export const BROKER_KINDS = ['http', 'memory', 'nats'] as const;
+export type BrokerKind = (typeof BROKER_KINDS)[number];
+
+export interface CreateBrokerOptions {
+  /** The registry the http broker registers subscriptions in and looks subscribers up. */
+  registry: Registry;
+  /** http: listen host[:port] of the subscriber endpoint (default 127.0.0.1:0); nats: server address(es), required. */
+  address?: string;
+  logger?: pino.Logger;
+}
+
+export function createBroker(kind: string, options: CreateBrokerOptions): Broker {
+  const address = options.address?.trim() || undefined;
+  switch (kind) {
+    case 'memory':
+      return new MemoryBroker({ logger: options.logger });
+    case 'http':
+      return new HttpBroker({ registry: options.registry, address, logger: options.logger });
+    case 'nats':
+      if (!address) throw new Error('broker nats: an address is required (--broker_address host:port)');
+      return new NatsBroker({ address, logger: options.logger });
+    default:
+      throw new Error(`unknown broker "${kind}" (use ${BROKER_KINDS.join(', ')})`);
+  }
+}

@@ -1,0 +1,537 @@
+/**
+ * The http broker (the embedded default, after go-micro's): a subscribing process serves one HTTP
+ * endpoint and registers each subscription in the registry as service `topic:<topic>`, version =
+ * the queue name (or `broadcast`), one node per subscription, with a TTL it refreshes. A publisher
+ * looks the topic up and POSTs the message to every broadcast node and to one node per queue group.
+ *
+ * Delivery wire (one request per subscriber):
+ *
+ *   POST /_mesh/broker?topic=<topic>&id=<subscription id>
+ *   Content-Type: application/octet-stream
+ *   Mesh-Broker-Header: <the message header as a JSON object of strings, non-ASCII \u-escaped>
+ *   <body: the message bytes, raw>
+ *
+ * Answers: 202 accepted (the handler runs after the answer), 400 bad input, 404 unknown path or
+ * subscription, 405 not POST, 413 body or header too large; errors are MeshError JSON bodies.
+ * Delivery is at most once: no acknowledgement of the handler, no retry except that a queue group
+ * message that could not be delivered to one node is tried on another node of the group.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { networkInterfaces } from 'node:os';
+import type { AddressInfo } from 'node:net';
+import { Agent, request } from 'undici';
+import type pino from 'pino';
+import { Logging } from '../util/log.js';
+import { badRequest, MeshError, methodNotAllowed, notFound, payloadTooLarge } from '../errors.js';
+import type { Node, Registry, Service } from '../registry/registry.js';
+import {
+  BrokerUnavailableError,
+  type Broker,
+  type Message,
+  type MessageHandler,
+  type SubscribeOptions,
+  type Subscription,
+} from './broker.js';
+import { checkMessage, checkQueue, checkTopic, invokeHandler } from './memory.js';
+
+export const DELIVERY_PATH = '/_mesh/broker';
+export const HEADER_FIELD = 'mesh-broker-header';
+/** Registry version of subscribers without a queue. */
+export const BROADCAST_VERSION = 'broadcast';
+/** Largest encoded message header accepted (bytes of JSON). */
+export const MAX_HEADER_BYTES = 32 * 1024;
+const ERROR_ID = 'go.mesh.broker';
+/** Queue group: nodes tried at most, per message. */
+const MAX_QUEUE_ATTEMPTS = 3;
+
+export interface HttpBrokerOptions {
+  registry: Registry;
+  /** Listen host[:port] of the subscriber endpoint; default 127.0.0.1:0 (a free port). */
+  address?: string;
+  /** host[:port] registered for subscribers; default the listen host (a private IP for 0.0.0.0/::) and port. */
+  advertise?: string;
+  /** Registration TTL of each subscription; default 30 s. */
+  ttlMs?: number;
+  /** How often registrations are refreshed; default 10 s. */
+  refreshMs?: number;
+  /** Bound on one delivery (connect, send, answer); default 5 s. */
+  deliveryTimeoutMs?: number;
+  /** Largest body published or accepted; default 16 MiB. */
+  maxMessageBytes?: number;
+  logger?: pino.Logger;
+}
+
+interface HttpSub {
+  id: string;
+  topic: string;
+  queue?: string;
+  handler: MessageHandler;
+  active: boolean;
+}
+
+let fallbackLogger: pino.Logger | undefined;
+function defaultLogger(): pino.Logger {
+  return (fallbackLogger ??= new Logging().get('broker'));
+}
+
+/** Splits "host:port", "[v6]:port", ":port", "host" (port = defaultPort when absent). */
+export function splitHostPort(text: string, defaultPort: number): { host: string; port: number } {
+  const input = text.trim();
+  let host = input;
+  let portText: string | undefined;
+  const bracket = /^\[([^\]]*)\](?::(\d*))?$/.exec(input);
+  if (bracket) {
+    host = bracket[1]!;
+    portText = bracket[2];
+  } else {
+    const colons = input.split(':').length - 1;
+    if (colons === 1) {
+      const i = input.lastIndexOf(':');
+      host = input.slice(0, i);
+      portText = input.slice(i + 1);
+    }
+  }
+  let port = defaultPort;
+  if (portText !== undefined && portText !== '') {
+    if (!/^\d+$/.test(portText) || Number(portText) > 65535) throw new Error(`invalid address "${text}": bad port`);
+    port = Number(portText);
+  }
+  return { host, port };
+}
+
+function isWildcard(host: string): boolean {
+  return host === '' || host === '0.0.0.0' || host === '::' || host === '[::]';
+}
+
+/** A private address of this machine for a wildcard listener; 127.0.0.1 when there is none. */
+function privateAddress(): string {
+  for (const list of Object.values(networkInterfaces())) {
+    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
+  }
+  return '127.0.0.1';
+}
+
+function hostForUrl(host: string): string {
+  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+}
+
+/** JSON of the header with everything outside printable ASCII \u-escaped, so it is a valid header value. */
+export function encodeHeader(header: Record<string, string>): string {
+  return JSON.stringify(header).replace(
+    /[\u007f-\uffff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
+}
+
+/** Parses a Mesh-Broker-Header value; throws a message for a 400 on anything but an object of strings. */
+export function decodeHeader(value: string): Record<string, string> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    throw new Error(`${HEADER_FIELD}: not valid JSON`);
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error(`${HEADER_FIELD}: must be a JSON object`);
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(parsed as Record<string, unknown>)) {
+    if (typeof v !== 'string') throw new Error(`${HEADER_FIELD}: value of "${k}" must be a string`);
+    out[k] = v;
+  }
+  return out;
+}
+
+function shuffle<T>(items: T[]): T[] {
+  const a = items.slice();
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a;
+}
+
+function errorText(err: unknown): string {
+  if (err instanceof Error) {
+    const cause = (err as { cause?: unknown }).cause;
+    return cause instanceof Error ? `${err.message}: ${cause.message}` : err.message;
+  }
+  return String(err);
+}
+
+export class HttpBroker implements Broker {
+  readonly name = 'http';
+  private readonly registry: Registry;
+  private readonly listenHost: string;
+  private readonly listenPort: number;
+  private readonly advertise?: string;
+  private readonly ttlMs: number;
+  private readonly refreshMs: number;
+  private readonly deliveryTimeoutMs: number;
+  private readonly maxMessageBytes: number;
+  private readonly logger: pino.Logger;
+  private readonly subs = new Map<string, HttpSub>();
+  private readonly agent: Agent;
+  private server?: Server;
+  private listening?: Promise<void>;
+  private node?: { address: string; port: number };
+  private refreshTimer?: NodeJS.Timeout;
+  private refreshing = false;
+  private closing?: Promise<void>;
+
+  constructor(options: HttpBrokerOptions) {
+    if (!options || !options.registry) throw new Error('http broker: a registry is required');
+    this.registry = options.registry;
+    const listen = splitHostPort(options.address ?? '127.0.0.1:0', 0);
+    this.listenHost = listen.host === '' ? '0.0.0.0' : listen.host;
+    this.listenPort = listen.port;
+    this.advertise = options.advertise;
+    this.ttlMs = options.ttlMs ?? 30_000;
+    this.refreshMs = options.refreshMs ?? 10_000;
+    this.deliveryTimeoutMs = options.deliveryTimeoutMs ?? 5_000;
+    this.maxMessageBytes = options.maxMessageBytes ?? 16 * 1024 * 1024;
+    if (!(this.ttlMs > 0)) throw new Error('http broker: ttlMs must be positive');
+    if (!(this.refreshMs > 0)) throw new Error('http broker: refreshMs must be positive');
+    if (this.refreshMs >= this.ttlMs) throw new Error('http broker: refreshMs must be shorter than ttlMs');
+    this.logger = options.logger ?? defaultLogger();
+    this.agent = new Agent({
+      connect: { timeout: this.deliveryTimeoutMs },
+      headersTimeout: this.deliveryTimeoutMs,
+      bodyTimeout: this.deliveryTimeoutMs,
+      keepAliveTimeout: 4_000,
+      connections: 64,
+    });
+  }
+
+  /** The registered address of this process's subscriber endpoint (after connect). */
+  get endpoint(): { address: string; port: number } | undefined {
+    return this.node ? { ...this.node } : undefined;
+  }
+
+  /** Starts the subscriber endpoint; idempotent. Publishing does not need it. */
+  connect(): Promise<void> {
+    if (this.closing) return Promise.reject(new BrokerUnavailableError('http broker: closed'));
+    if (!this.listening) {
+      this.listening = this.listen().catch((err: unknown) => {
+        this.listening = undefined;
+        throw err;
+      });
+    }
+    return this.listening;
+  }
+
+  private async listen(): Promise<void> {
+    const server = createServer(
+      { maxHeaderSize: MAX_HEADER_BYTES * 2, requestTimeout: 30_000, headersTimeout: 10_000, keepAliveTimeout: 5_000 },
+      (req, res) => this.handle(req, res),
+    );
+    server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+      const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+      if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+      else socket.destroy();
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (err) => reject(new Error(`http broker: cannot listen on ${this.listenHost}:${this.listenPort}: ${err.message}`)));
+      server.listen(this.listenPort, this.listenHost, () => resolve());
+    });
+    server.on('error', (err) => this.logger.error({ err }, 'http broker: server error'));
+    const bound = server.address() as AddressInfo;
+    let host = isWildcard(this.listenHost) ? privateAddress() : this.listenHost;
+    let port = bound.port;
+    if (this.advertise) {
+      const adv = splitHostPort(this.advertise, port);
+      if (adv.host !== '') host = adv.host;
+      port = adv.port;
+    }
+    this.server = server;
+    this.node = { address: host, port };
+    // close() ran while we were starting up: it closes this.server after this settles
+    if (this.closing) throw new BrokerUnavailableError('http broker: closed');
+    this.logger.debug({ address: `${hostForUrl(host)}:${port}` }, 'http broker: subscriber endpoint listening');
+  }
+
+  // ---------------------------------------------------------------- subscriber side
+
+  async subscribe(topic: string, handler: MessageHandler, options: SubscribeOptions = {}): Promise<Subscription> {
+    checkTopic(topic);
+    checkQueue(options.queue);
+    if (typeof handler !== 'function') throw new TypeError('handler: must be a function');
+    await this.connect();
+    const sub: HttpSub = { id: `broker-${randomUUID()}`, topic, queue: options.queue, handler, active: true };
+    this.subs.set(sub.id, sub);
+    try {
+      await this.registry.register(this.serviceOf(sub), { ttlMs: this.ttlMs });
+    } catch (err) {
+      sub.active = false;
+      this.subs.delete(sub.id);
+      throw new BrokerUnavailableError(`http broker: cannot register subscription to "${topic}": ${errorText(err)}`);
+    }
+    if (!sub.active) {
+      // unsubscribed or closed while registering
+      await this.registry.deregister(this.serviceOf(sub)).catch(() => undefined);
+      throw new BrokerUnavailableError('http broker: closed');
+    }
+    this.startRefresh();
+    return {
+      topic,
+      queue: options.queue,
+      unsubscribe: () => this.unsubscribe(sub),
+    };
+  }
+
+  private serviceOf(sub: HttpSub): Service {
+    const node = this.node!;
+    const metadata: Record<string, string> = { broker: 'http', topic: sub.topic };
+    if (sub.queue !== undefined) metadata.queue = sub.queue;
+    return {
+      name: `topic:${sub.topic}`,
+      version: sub.queue ?? BROADCAST_VERSION,
+      metadata: {},
+      endpoints: [],
+      nodes: [{ id: sub.id, address: node.address, port: node.port, metadata }],
+    };
+  }
+
+  private async unsubscribe(sub: HttpSub): Promise<void> {
+    if (!sub.active) return;
+    sub.active = false;
+    this.subs.delete(sub.id);
+    if (this.subs.size === 0) this.stopRefresh();
+    try {
+      await this.registry.deregister(this.serviceOf(sub));
+    } catch (err) {
+      // The TTL removes it in the end; deliveries meanwhile get 404 and queue groups try another node.
+      this.logger.warn({ err, topic: sub.topic }, 'http broker: deregistering a subscription failed');
+    }
+  }
+
+  private startRefresh(): void {
+    if (this.refreshTimer || this.closing) return;
+    this.refreshTimer = setInterval(() => void this.refresh(), this.refreshMs);
+    this.refreshTimer.unref();
+  }
+
+  private stopRefresh(): void {
+    if (this.refreshTimer) clearInterval(this.refreshTimer);
+    this.refreshTimer = undefined;
+  }
+
+  private async refresh(): Promise<void> {
+    if (this.refreshing) return;
+    this.refreshing = true;
+    try {
+      await Promise.all(
+        [...this.subs.values()].map(async (sub) => {
+          try {
+            await this.registry.register(this.serviceOf(sub), { ttlMs: this.ttlMs });
+            // unsubscribed meanwhile: undo the registration we just refreshed
+            if (!sub.active) await this.registry.deregister(this.serviceOf(sub));
+          } catch (err) {
+            this.logger.warn({ err, topic: sub.topic }, 'http broker: refreshing a subscription failed');
+          }
+        }),
+      );
+    } finally {
+      this.refreshing = false;
+    }
+  }
+
+  private fail(res: ServerResponse, err: MeshError, close = false): void {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const body = err.toBody();
+    res.statusCode = err.code;
+    res.setHeader('Content-Type', 'application/json');
+    res.setHeader('Content-Length', Buffer.byteLength(body));
+    if (close) res.setHeader('Connection', 'close');
+    res.end(body);
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://broker');
+    } catch {
+      return this.fail(res, badRequest(ERROR_ID, 'bad request target'));
+    }
+    if (url.pathname !== DELIVERY_PATH) return this.fail(res, notFound(ERROR_ID, `${url.pathname}: not found`));
+    if (req.method !== 'POST') {
+      res.setHeader('Allow', 'POST');
+      return this.fail(res, methodNotAllowed(ERROR_ID, `method ${req.method} not allowed: use POST`));
+    }
+    const topic = url.searchParams.get('topic');
+    const id = url.searchParams.get('id');
+    if (!topic) return this.fail(res, badRequest(ERROR_ID, 'topic: required'));
+    if (!id) return this.fail(res, badRequest(ERROR_ID, 'id: required'));
+    let header: Record<string, string> = {};
+    const raw = req.headers[HEADER_FIELD];
+    if (Array.isArray(raw)) return this.fail(res, badRequest(ERROR_ID, `${HEADER_FIELD}: given more than once`));
+    if (raw !== undefined) {
+      if (raw.length > MAX_HEADER_BYTES) return this.fail(res, payloadTooLarge(ERROR_ID, `${HEADER_FIELD}: too large`));
+      try {
+        header = decodeHeader(raw);
+      } catch (err) {
+        return this.fail(res, badRequest(ERROR_ID, (err as Error).message));
+      }
+    }
+    const sub = this.subs.get(id);
+    if (!sub || !sub.active || sub.topic !== topic) {
+      return this.fail(res, notFound(ERROR_ID, `subscription ${id} to topic ${topic}: not found`));
+    }
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > this.maxMessageBytes) {
+      return this.fail(res, payloadTooLarge(ERROR_ID, `body over ${this.maxMessageBytes} bytes`), true);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let failed = false;
+    req.on('data', (chunk: Buffer) => {
+      if (failed) return;
+      size += chunk.length;
+      if (size > this.maxMessageBytes) {
+        failed = true;
+        // Connection: close ends the socket once the answer is out; the rest of the body is dropped.
+        this.fail(res, payloadTooLarge(ERROR_ID, `body over ${this.maxMessageBytes} bytes`), true);
+        chunks.length = 0;
+        res.once('finish', () => req.destroy());
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('error', () => {
+      failed = true;
+    });
+    req.on('end', () => {
+      if (failed) return;
+      res.statusCode = 202;
+      res.setHeader('Content-Length', 0);
+      res.end();
+      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+      const message: Message = {
+        header,
+        body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength),
+      };
+      if (sub.active) void invokeHandler(this.logger, sub.handler, message, topic, sub.queue);
+    });
+  }
+
+  // ---------------------------------------------------------------- publisher side
+
+  async publish(topic: string, message: Message): Promise<void> {
+    checkTopic(topic);
+    checkMessage(message);
+    if (this.closing) throw new BrokerUnavailableError('http broker: closed');
+    if (message.body.byteLength > this.maxMessageBytes) {
+      throw new Error(`http broker: message body is ${message.body.byteLength} bytes, over the limit of ${this.maxMessageBytes}`);
+    }
+    const headerValue = encodeHeader(message.header ?? {});
+    if (headerValue.length > MAX_HEADER_BYTES) {
+      throw new Error(`http broker: message header is ${headerValue.length} bytes as JSON, over the limit of ${MAX_HEADER_BYTES}`);
+    }
+    let services: Service[];
+    try {
+      services = await this.registry.getService(`topic:${topic}`);
+    } catch (err) {
+      throw new BrokerUnavailableError(`http broker: looking up subscribers of "${topic}" failed: ${errorText(err)}`);
+    }
+    const broadcast: Node[] = [];
+    const groups = new Map<string, Node[]>();
+    const seen = new Set<string>();
+    for (const service of services) {
+      for (const node of service.nodes ?? []) {
+        if (seen.has(node.id)) continue;
+        seen.add(node.id);
+        const meta = node.metadata ?? {};
+        if (meta.broker !== undefined && meta.broker !== 'http') continue;
+        const queue = meta.queue ?? (service.version === BROADCAST_VERSION ? undefined : service.version);
+        if (queue === undefined) broadcast.push(node);
+        else {
+          let g = groups.get(queue);
+          if (!g) groups.set(queue, (g = []));
+          g.push(node);
+        }
+      }
+    }
+    if (broadcast.length === 0 && groups.size === 0) return;
+    const body = Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength);
+    const tasks: Promise<void>[] = [];
+    for (const node of broadcast) {
+      tasks.push(
+        this.deliver(node, topic, headerValue, body).catch((err: unknown) => {
+          this.logger.warn({ topic, node: node.id, address: `${node.address}:${node.port}`, error: errorText(err) }, 'http broker: delivery to a subscriber failed');
+        }),
+      );
+    }
+    for (const [queue, nodes] of groups) tasks.push(this.deliverToGroup(queue, nodes, topic, headerValue, body));
+    await Promise.all(tasks);
+  }
+
+  private async deliverToGroup(queue: string, nodes: Node[], topic: string, headerValue: string, body: Buffer): Promise<void> {
+    const errors: string[] = [];
+    for (const node of shuffle(nodes).slice(0, MAX_QUEUE_ATTEMPTS)) {
+      try {
+        await this.deliver(node, topic, headerValue, body);
+        return;
+      } catch (err) {
+        errors.push(`${node.id} (${node.address}:${node.port}): ${errorText(err)}`);
+        this.logger.debug({ topic, queue, node: node.id, error: errorText(err) }, 'http broker: queue delivery failed, trying another node');
+      }
+    }
+    this.logger.warn({ topic, queue, errors }, 'http broker: no subscriber of the queue group took the message');
+  }
+
+  private async deliver(node: Node, topic: string, headerValue: string, body: Buffer): Promise<void> {
+    const url =
+      `http://${hostForUrl(node.address)}:${node.port}${DELIVERY_PATH}` +
+      `?topic=${encodeURIComponent(topic)}&id=${encodeURIComponent(node.id)}`;
+    const res = await request(url, {
+      method: 'POST',
+      dispatcher: this.agent,
+      headers: { 'content-type': 'application/octet-stream', [HEADER_FIELD]: headerValue },
+      body,
+      signal: AbortSignal.timeout(this.deliveryTimeoutMs),
+    });
+    if (res.statusCode >= 200 && res.statusCode < 300) {
+      await res.body.dump();
+      return;
+    }
+    let text = '';
+    try {
+      text = (await res.body.text()).slice(0, 300);
+    } catch {
+      // keep the status alone
+    }
+    throw new Error(`status ${res.statusCode}${text ? `: ${text}` : ''}`);
+  }
+
+  // ---------------------------------------------------------------- shutdown
+
+  close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private async doClose(): Promise<void> {
+    this.stopRefresh();
+    const subs = [...this.subs.values()];
+    for (const sub of subs) sub.active = false;
+    this.subs.clear();
+    if (this.node && subs.length > 0) {
+      const deregister = Promise.allSettled(subs.map((sub) => this.registry.deregister(this.serviceOf(sub))));
+      let timer: NodeJS.Timeout | undefined;
+      const bound = new Promise<void>((r) => (timer = setTimeout(r, this.deliveryTimeoutMs)));
+      await Promise.race([deregister, bound]);
+      clearTimeout(timer);
+    }
+    await this.listening?.catch(() => undefined);
+    const server = this.server;
+    if (server) {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    }
+    await this.agent.close().catch(() => undefined);
+  }
+}

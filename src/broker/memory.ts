@@ -1,0 +1,152 @@
+/**
+ * In-process broker: publish and subscribe inside one process. Queue groups get each message once
+ * (round robin over the group's members); subscribers without a queue all get every message.
+ * Handlers run after publish returns (on a microtask); their errors are logged, never thrown.
+ */
+import type pino from 'pino';
+import { Logging } from '../util/log.js';
+import {
+  BrokerUnavailableError,
+  type Broker,
+  type Message,
+  type MessageHandler,
+  type SubscribeOptions,
+  type Subscription,
+} from './broker.js';
+
+export interface MemoryBrokerOptions {
+  /** Logger for handler failures; default: a 'broker' logger of its own. */
+  logger?: pino.Logger;
+}
+
+interface MemorySub {
+  topic: string;
+  queue?: string;
+  handler: MessageHandler;
+  active: boolean;
+}
+
+let fallbackLogger: pino.Logger | undefined;
+function defaultLogger(): pino.Logger {
+  return (fallbackLogger ??= new Logging().get('broker'));
+}
+
+/** Validates a topic name shared by every backend: a non-empty string without whitespace. */
+export function checkTopic(topic: unknown): asserts topic is string {
+  if (typeof topic !== 'string' || topic === '') throw new TypeError('topic: required');
+  if (/\s/.test(topic)) throw new TypeError(`topic "${topic}": must not contain whitespace`);
+}
+
+/** Validates a queue option: absent, or a non-empty string without whitespace. */
+export function checkQueue(queue: unknown): asserts queue is string | undefined {
+  if (queue === undefined) return;
+  if (typeof queue !== 'string' || queue === '') throw new TypeError('queue: must be a non-empty string');
+  if (/\s/.test(queue)) throw new TypeError(`queue "${queue}": must not contain whitespace`);
+}
+
+/** Validates a message: header a map of strings, body bytes. */
+export function checkMessage(message: Message): void {
+  if (!message || typeof message !== 'object') throw new TypeError('message: must be an object');
+  if (!(message.body instanceof Uint8Array)) throw new TypeError('message.body: must be a Uint8Array');
+  const header = message.header ?? {};
+  if (typeof header !== 'object' || Array.isArray(header)) throw new TypeError('message.header: must be an object');
+  for (const [k, v] of Object.entries(header)) {
+    if (typeof v !== 'string') throw new TypeError(`message.header["${k}"]: must be a string`);
+  }
+}
+
+/** Calls a handler; a throw or rejection is logged and swallowed. */
+export async function invokeHandler(
+  logger: pino.Logger,
+  handler: MessageHandler,
+  message: Message,
+  topic: string,
+  queue?: string,
+): Promise<void> {
+  try {
+    await handler(message, topic);
+  } catch (err) {
+    logger.error({ err, topic, queue }, 'broker subscriber handler failed');
+  }
+}
+
+export class MemoryBroker implements Broker {
+  readonly name = 'memory';
+  private readonly logger: pino.Logger;
+  private readonly subs = new Map<string, MemorySub[]>();
+  /** Round-robin cursor per "topic\0queue". */
+  private readonly cursors = new Map<string, number>();
+  private closed = false;
+
+  constructor(options: MemoryBrokerOptions = {}) {
+    this.logger = options.logger ?? defaultLogger();
+  }
+
+  async connect(): Promise<void> {
+    if (this.closed) throw new BrokerUnavailableError('memory broker: closed');
+  }
+
+  async publish(topic: string, message: Message): Promise<void> {
+    checkTopic(topic);
+    checkMessage(message);
+    if (this.closed) throw new BrokerUnavailableError('memory broker: closed');
+    const list = this.subs.get(topic);
+    if (!list || list.length === 0) return;
+    const targets: MemorySub[] = [];
+    const groups = new Map<string, MemorySub[]>();
+    for (const sub of list) {
+      if (sub.queue === undefined) targets.push(sub);
+      else {
+        let g = groups.get(sub.queue);
+        if (!g) groups.set(sub.queue, (g = []));
+        g.push(sub);
+      }
+    }
+    for (const [queue, members] of groups) {
+      const key = `${topic}\0${queue}`;
+      const cursor = this.cursors.get(key) ?? 0;
+      targets.push(members[cursor % members.length]!);
+      this.cursors.set(key, (cursor + 1) % members.length);
+    }
+    for (const sub of targets) {
+      // Each subscriber gets its own copy, as it would from a real broker.
+      const copy: Message = { header: { ...(message.header ?? {}) }, body: message.body.slice() };
+      queueMicrotask(() => {
+        if (sub.active) void invokeHandler(this.logger, sub.handler, copy, topic, sub.queue);
+      });
+    }
+  }
+
+  async subscribe(topic: string, handler: MessageHandler, options: SubscribeOptions = {}): Promise<Subscription> {
+    checkTopic(topic);
+    checkQueue(options.queue);
+    if (typeof handler !== 'function') throw new TypeError('handler: must be a function');
+    if (this.closed) throw new BrokerUnavailableError('memory broker: closed');
+    const sub: MemorySub = { topic, queue: options.queue, handler, active: true };
+    let list = this.subs.get(topic);
+    if (!list) this.subs.set(topic, (list = []));
+    list.push(sub);
+    return {
+      topic,
+      queue: options.queue,
+      unsubscribe: async () => this.remove(sub),
+    };
+  }
+
+  private remove(sub: MemorySub): void {
+    if (!sub.active) return;
+    sub.active = false;
+    const list = this.subs.get(sub.topic);
+    if (!list) return;
+    const i = list.indexOf(sub);
+    if (i >= 0) list.splice(i, 1);
+    if (list.length === 0) this.subs.delete(sub.topic);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const list of this.subs.values()) for (const sub of list) sub.active = false;
+    this.subs.clear();
+    this.cursors.clear();
+  }
+}

@@ -1,0 +1,238 @@
+/**
+ * NATS broker (client `nats` v2): topics are subjects, queue groups are NATS queue groups, message
+ * headers travel as NATS headers. The client reconnects forever after a server restart and resumes
+ * its subscriptions. Publishing while disconnected rejects with BrokerUnavailableError: the client
+ * library would otherwise buffer the message silently until it reconnects.
+ *
+ * NATS header limits apply: keys are printable ASCII without ':', values may not hold CR or LF and
+ * lose leading and trailing whitespace; header and body together must fit the server's max_payload
+ * (1 MiB by default).
+ */
+import { connect, DebugEvents, ErrorCode, Events, headers as natsHeaders, NatsError, type Msg, type NatsConnection } from 'nats';
+import type pino from 'pino';
+import { Logging } from '../util/log.js';
+import {
+  BrokerUnavailableError,
+  type Broker,
+  type Message,
+  type MessageHandler,
+  type SubscribeOptions,
+  type Subscription,
+} from './broker.js';
+import { checkMessage, checkQueue, checkTopic, invokeHandler } from './memory.js';
+
+export interface NatsBrokerOptions {
+  /** Server address(es): "host:port", "nats://host:port", several separated by commas or as an array. */
+  address: string | string[];
+  /** Connection name shown by the server. */
+  name?: string;
+  /** Wait between reconnect attempts; default 1 s. */
+  reconnectTimeWaitMs?: number;
+  /** Bound on the first connection and on confirming a subscription; default 5 s. */
+  timeoutMs?: number;
+  logger?: pino.Logger;
+}
+
+let fallbackLogger: pino.Logger | undefined;
+function defaultLogger(): pino.Logger {
+  return (fallbackLogger ??= new Logging().get('broker'));
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Rejects after ms; the timer never holds the process open. */
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: timed out after ${ms} ms`)), ms);
+    timer.unref();
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+export class NatsBroker implements Broker {
+  readonly name = 'nats';
+  private readonly servers: string[];
+  private readonly connName?: string;
+  private readonly reconnectTimeWaitMs: number;
+  private readonly timeoutMs: number;
+  private readonly logger: pino.Logger;
+  private nc?: NatsConnection;
+  private connecting?: Promise<NatsConnection>;
+  /** Tracked from the client's status events. */
+  private up = false;
+  private closed = false;
+
+  constructor(options: NatsBrokerOptions) {
+    const list = Array.isArray(options?.address) ? options.address : String(options?.address ?? '').split(',');
+    this.servers = list.map((s) => s.trim()).filter((s) => s !== '');
+    if (this.servers.length === 0) throw new Error('nats broker: a server address is required (host:port)');
+    this.connName = options.name;
+    this.reconnectTimeWaitMs = options.reconnectTimeWaitMs ?? 1000;
+    this.timeoutMs = options.timeoutMs ?? 5000;
+    this.logger = options.logger ?? defaultLogger();
+  }
+
+  /** True while the client holds a live connection to a server. */
+  get connected(): boolean {
+    const nc = this.nc;
+    if (!nc || nc.isClosed() || !this.up) return false;
+    // The protocol handler flips this as soon as the socket closes, before the status event is
+    // delivered to our iterator; it is not part of the typed API, so use it only when present.
+    const protocol = (nc as unknown as { protocol?: { connected?: unknown } }).protocol;
+    return typeof protocol?.connected === 'boolean' ? protocol.connected : true;
+  }
+
+  async connect(): Promise<void> {
+    await this.ensure();
+  }
+
+  private ensure(): Promise<NatsConnection> {
+    if (this.closed) return Promise.reject(new BrokerUnavailableError('nats broker: closed'));
+    if (this.nc && !this.nc.isClosed()) return Promise.resolve(this.nc);
+    if (!this.connecting) {
+      this.connecting = this.open().finally(() => {
+        this.connecting = undefined;
+      });
+    }
+    return this.connecting;
+  }
+
+  private async open(): Promise<NatsConnection> {
+    let nc: NatsConnection;
+    try {
+      nc = await connect({
+        servers: this.servers,
+        name: this.connName,
+        reconnect: true,
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: this.reconnectTimeWaitMs,
+        timeout: this.timeoutMs,
+        pingInterval: 30_000,
+      });
+    } catch (err) {
+      throw new BrokerUnavailableError(`nats broker: cannot connect to ${this.servers.join(',')}: ${errorText(err)}`);
+    }
+    if (this.closed) {
+      await nc.close().catch(() => undefined);
+      throw new BrokerUnavailableError('nats broker: closed');
+    }
+    this.nc = nc;
+    this.up = true;
+    void this.watchStatus(nc);
+    void nc.closed().then((err) => {
+      if (this.nc === nc) {
+        this.nc = undefined;
+        this.up = false;
+      }
+      if (!this.closed) this.logger.error({ error: err ? errorText(err) : undefined }, 'nats broker: connection closed');
+    });
+    return nc;
+  }
+
+  private async watchStatus(nc: NatsConnection): Promise<void> {
+    try {
+      for await (const s of nc.status()) {
+        if (this.nc !== nc) continue;
+        switch (s.type) {
+          case Events.Disconnect:
+            this.up = false;
+            if (!this.closed) this.logger.warn({ server: String(s.data) }, 'nats broker: disconnected, reconnecting');
+            break;
+          case DebugEvents.Reconnecting:
+            this.up = false;
+            break;
+          case Events.Reconnect:
+            this.up = true;
+            this.logger.info({ server: String(s.data) }, 'nats broker: reconnected');
+            break;
+          case Events.Error:
+            this.logger.warn({ error: String(s.data) }, 'nats broker: async error from the server');
+            break;
+          default:
+            break;
+        }
+      }
+    } catch {
+      // the iterator ends with the connection
+    }
+  }
+
+  async publish(topic: string, message: Message): Promise<void> {
+    checkTopic(topic);
+    checkMessage(message);
+    const nc = await this.ensure();
+    if (!this.connected) {
+      throw new BrokerUnavailableError(`nats broker: not connected to ${this.servers.join(',')} (reconnecting)`);
+    }
+    let h: ReturnType<typeof natsHeaders> | undefined;
+    const entries = Object.entries(message.header ?? {});
+    if (entries.length > 0) {
+      h = natsHeaders();
+      try {
+        for (const [k, v] of entries) h.set(k, v);
+      } catch (err) {
+        throw new TypeError(`nats broker: message header: ${errorText(err)}`);
+      }
+    }
+    try {
+      nc.publish(topic, message.body, h ? { headers: h } : undefined);
+    } catch (err) {
+      if (err instanceof NatsError && err.code === ErrorCode.MaxPayloadExceeded) {
+        throw new Error(`nats broker: message of ${message.body.byteLength} bytes (plus header) exceeds the server's max_payload`);
+      }
+      if (err instanceof NatsError && (err.code === ErrorCode.ConnectionClosed || err.code === ErrorCode.ConnectionDraining)) {
+        throw new BrokerUnavailableError(`nats broker: ${err.message}`);
+      }
+      throw err;
+    }
+  }
+
+  async subscribe(topic: string, handler: MessageHandler, options: SubscribeOptions = {}): Promise<Subscription> {
+    checkTopic(topic);
+    checkQueue(options.queue);
+    if (typeof handler !== 'function') throw new TypeError('handler: must be a function');
+    const nc = await this.ensure();
+    const queue = options.queue;
+    const sub = nc.subscribe(topic, {
+      queue,
+      callback: (err: NatsError | null, msg: Msg) => {
+        if (err) {
+          this.logger.warn({ topic, queue, error: errorText(err) }, 'nats broker: subscription error');
+          return;
+        }
+        const header: Record<string, string> = {};
+        if (msg.headers) for (const [k, values] of msg.headers) header[k] = values.join(', ');
+        const message: Message = { header, body: msg.data.slice() };
+        void invokeHandler(this.logger, handler, message, topic, queue);
+      },
+    });
+    // Make sure the server has the subscription before we say it exists, so a publish that
+    // follows (from any connection) reaches it. While disconnected it is sent on reconnect.
+    if (this.connected) {
+      await withTimeout(nc.flush(), this.timeoutMs, 'nats broker: confirming subscription').catch((err: unknown) => {
+        this.logger.warn({ topic, queue, error: errorText(err) }, 'nats broker: subscription not confirmed yet');
+      });
+    }
+    let active = true;
+    return {
+      topic,
+      queue,
+      unsubscribe: async () => {
+        if (!active) return;
+        active = false;
+        if (!sub.isClosed()) sub.unsubscribe();
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const nc = this.nc ?? (await this.connecting?.catch(() => undefined));
+    this.nc = undefined;
+    this.up = false;
+    if (nc && !nc.isClosed()) await nc.close().catch(() => undefined);
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * NATS across a server restart: the test runs its own nats-server on a free port, kills it and
+ * starts it again on the same port. While it is down a publish must reject (no silent buffering);
+ * once it is back the subscriptions resume. Needs the nats-server binary (apt: nats-server).
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
+import { once } from 'node:events';
+import pino from 'pino';
+import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
+import { NatsBroker } from '../src/broker/nats.js';
+import { freePort, sleep, waitFor } from './helpers.js';
+
+const silent = pino({ level: 'silent' });
+
+function findNatsServer(): string | undefined {
+  const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/sbin', '/usr/local/bin', '/sbin'];
+  for (const d of dirs) {
+    if (!d) continue;
+    const p = join(d, 'nats-server');
+    if (existsSync(p)) return p;
+  }
+  return undefined;
+}
+
+const binary = findNatsServer();
+const reason = 'nats-server binary not found (apt-get install -y nats-server)';
+if (!binary) {
+  if (process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${reason}`);
+  console.warn(`SKIP: ${reason}`);
+}
+
+interface Server {
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
+
+async function startServer(port: number): Promise<Server> {
+  const child = spawn(binary!, ['-a', '127.0.0.1', '-p', String(port)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = once(child, 'exit');
+  await waitFor(() => {
+    if (child.exitCode !== null) throw new Error(`nats-server exited:\n${out}`);
+    return /Server is ready/.test(out);
+  }, 10_000).catch((err: Error) => {
+    child.kill('SIGKILL');
+    throw new Error(`${err.message}\n${out}`);
+  });
+  return {
+    child,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+const text = (m: Message) => Buffer.from(m.body).toString();
+
+describe('nats broker across a server restart', { skip: !binary && reason }, () => {
+  it('rejects publish while the server is down and resumes subscriptions after it is back', async () => {
+    const port = await freePort();
+    let server = await startServer(port);
+    const address = `127.0.0.1:${port}`;
+    const pub = new NatsBroker({ address, reconnectTimeWaitMs: 100, logger: silent });
+    const sub = new NatsBroker({ address, reconnectTimeWaitMs: 100, logger: silent });
+    const plain: string[] = [];
+    const queued: string[] = [];
+    try {
+      await sub.subscribe('restart.t', (m) => void plain.push(text(m)));
+      await sub.subscribe('restart.t', (m) => void queued.push(text(m)), { queue: 'workers' });
+      await pub.publish('restart.t', { header: {}, body: new Uint8Array(Buffer.from('before')) });
+      await waitFor(() => plain.length === 1 && queued.length === 1);
+
+      await server.stop();
+      await waitFor(() => !pub.connected && !sub.connected, 5000);
+      await assert.rejects(
+        pub.publish('restart.t', { header: {}, body: new Uint8Array(Buffer.from('while-down')) }),
+        BrokerUnavailableError,
+      );
+      // still down a little later, while the client keeps trying to reconnect
+      await sleep(300);
+      await assert.rejects(
+        pub.publish('restart.t', { header: {}, body: new Uint8Array(Buffer.from('while-reconnecting')) }),
+        BrokerUnavailableError,
+      );
+
+      server = await startServer(port);
+      await waitFor(() => pub.connected && sub.connected, 10_000);
+      // The subscriber re-sends its subscriptions on reconnect; publish until they are back.
+      let n = 0;
+      await waitFor(async () => {
+        await pub.publish('restart.t', { header: {}, body: new Uint8Array(Buffer.from(`after-${n++}`)) });
+        await sleep(50);
+        return plain.some((t) => t.startsWith('after-')) && queued.some((t) => t.startsWith('after-'));
+      }, 10_000, 50);
+      await sleep(200);
+      for (const got of [plain, queued]) {
+        assert.equal(got[0], 'before');
+        assert.ok(!got.includes('while-down'), 'a rejected publish is never delivered later');
+        assert.ok(!got.includes('while-reconnecting'), 'a rejected publish is never delivered later');
+      }
+    } finally {
+      await pub.close();
+      await sub.close();
+      await server.stop();
+    }
+  });
+});

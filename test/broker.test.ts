@@ -1,0 +1,175 @@
+/** Runs the broker contract against every backend, plus each backend's own cases. */
+import { after, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pino from 'pino';
+import { BrokerUnavailableError, type Broker } from '../src/broker/broker.js';
+import { MemoryBroker } from '../src/broker/memory.js';
+import { HttpBroker } from '../src/broker/http.js';
+import { NatsBroker } from '../src/broker/nats.js';
+import { createBroker } from '../src/broker/create.js';
+import { MemoryRegistry } from '../src/registry/memory.js';
+import { LocalRegistry } from '../src/registry/local.js';
+import { brokerContract } from './broker-contract.js';
+import { engine, freePort, tempDir, waitFor } from './helpers.js';
+
+/** Handler failures are logged on purpose in these tests: keep the output clean. */
+const silent = pino({ level: 'silent' });
+
+brokerContract('memory', async () => {
+  const broker = new MemoryBroker({ logger: silent });
+  return { brokers: [broker, broker], cleanup: () => broker.close() };
+});
+
+brokerContract('http (local registry, two processes\' worth of brokers on one SQLite dir)', async () => {
+  const dir = tempDir('mesh-broker-');
+  // Two registry handles on one directory, as two processes would have.
+  const r1 = new LocalRegistry(dir.path);
+  const r2 = new LocalRegistry(dir.path);
+  const a = new HttpBroker({ registry: r1, logger: silent });
+  const b = new HttpBroker({ registry: r2, logger: silent });
+  return {
+    brokers: [a, b],
+    cleanup: async () => {
+      await a.close();
+      await b.close();
+      await r1.close();
+      await r2.close();
+      dir.cleanup();
+    },
+  };
+});
+
+brokerContract('http (memory registry)', async () => {
+  const registry = new MemoryRegistry();
+  const a = new HttpBroker({ registry, logger: silent });
+  const b = new HttpBroker({ registry, logger: silent });
+  return {
+    brokers: [a, b],
+    cleanup: async () => {
+      await a.close();
+      await b.close();
+      await registry.close();
+    },
+  };
+});
+
+const natsAddress = engine('MESH_TEST_NATS_ADDRESS', 'nats');
+describe('nats', { skip: !natsAddress && 'nats not available: set MESH_TEST_NATS_ADDRESS' }, () => {
+  brokerContract('nats', async () => {
+    const a = new NatsBroker({ address: natsAddress!, logger: silent });
+    const b = new NatsBroker({ address: natsAddress!, logger: silent });
+    return {
+      brokers: [a, b],
+      cleanup: async () => {
+        await a.close();
+        await b.close();
+      },
+    };
+  });
+
+  it('reports connected and rejects publishing after close', async () => {
+    const broker = new NatsBroker({ address: natsAddress!, logger: silent });
+    await broker.connect();
+    assert.equal(broker.connected, true);
+    await broker.close();
+    assert.equal(broker.connected, false);
+    await assert.rejects(broker.publish('mesh.test.closed', { header: {}, body: new Uint8Array(1) }), BrokerUnavailableError);
+  });
+
+  it('rejects a header NATS cannot carry, with a clear error', async () => {
+    const broker = new NatsBroker({ address: natsAddress!, logger: silent });
+    try {
+      await assert.rejects(
+        broker.publish('mesh.test.badheader', { header: { 'bad:key': 'v' }, body: new Uint8Array(1) }),
+        /header/,
+      );
+    } finally {
+      await broker.close();
+    }
+  });
+});
+
+describe('nats without a server', () => {
+  it('rejects publish with BrokerUnavailableError when nothing listens', async () => {
+    const port = await freePort();
+    const broker = new NatsBroker({ address: `127.0.0.1:${port}`, logger: silent, timeoutMs: 2000 });
+    try {
+      await assert.rejects(broker.publish('x', { header: {}, body: new Uint8Array(1) }), BrokerUnavailableError);
+      await assert.rejects(broker.subscribe('x', () => undefined), BrokerUnavailableError);
+      assert.equal(broker.connected, false);
+    } finally {
+      await broker.close();
+    }
+  });
+
+  it('requires an address', () => {
+    assert.throws(() => new NatsBroker({ address: '' }), /address/);
+  });
+});
+
+describe('memory broker', () => {
+  it('round-robins a queue group', async () => {
+    const broker = new MemoryBroker({ logger: silent });
+    const counts = [0, 0, 0];
+    for (let i = 0; i < 3; i++) await broker.subscribe('rr', () => void counts[i]!++, { queue: 'q' });
+    for (let i = 0; i < 9; i++) await broker.publish('rr', { header: {}, body: new Uint8Array(0) });
+    await waitFor(() => counts.reduce((a, b) => a + b) === 9);
+    assert.deepEqual(counts, [3, 3, 3]);
+    await broker.close();
+  });
+
+  it('gives each subscriber its own copy', async () => {
+    const broker = new MemoryBroker({ logger: silent });
+    const seen: string[] = [];
+    await broker.subscribe('copy', (m) => {
+      m.body[0] = 0x21;
+      m.header.x = 'changed';
+    });
+    await broker.subscribe('copy', (m) => void seen.push(`${m.header.x}:${Buffer.from(m.body).toString()}`));
+    const body = new Uint8Array(Buffer.from('abc'));
+    await broker.publish('copy', { header: { x: 'orig' }, body });
+    await waitFor(() => seen.length === 1);
+    assert.deepEqual(seen, ['orig:abc']);
+    assert.equal(Buffer.from(body).toString(), 'abc');
+    await broker.close();
+  });
+
+  it('rejects publish and subscribe after close with BrokerUnavailableError', async () => {
+    const broker = new MemoryBroker({ logger: silent });
+    await broker.close();
+    await assert.rejects(broker.publish('t', { header: {}, body: new Uint8Array(0) }), BrokerUnavailableError);
+    await assert.rejects(broker.subscribe('t', () => undefined), BrokerUnavailableError);
+  });
+});
+
+describe('createBroker', () => {
+  const registry = new MemoryRegistry();
+  after(() => registry.close());
+
+  it('creates each kind', async () => {
+    const kinds: Array<[string, string | undefined, string]> = [
+      ['memory', undefined, 'memory'],
+      ['http', undefined, 'http'],
+      ['http', '127.0.0.1:0', 'http'],
+      ['nats', '127.0.0.1:4222', 'nats'],
+    ];
+    for (const [kind, address, name] of kinds) {
+      const b: Broker = createBroker(kind, { registry, address });
+      assert.equal(b.name, name);
+      await b.close();
+    }
+  });
+
+  it('needs an address for nats', () => {
+    assert.throws(() => createBroker('nats', { registry }), /nats.*address/);
+  });
+
+  it('names the valid kinds for an unknown one', () => {
+    assert.throws(() => createBroker('kafka', { registry }), (err: Error) => {
+      assert.match(err.message, /kafka/);
+      for (const k of ['http', 'memory', 'nats']) assert.ok(err.message.includes(k), err.message);
+      return true;
+    });
+  });
+});
+
