@@ -1,0 +1,36 @@
+/** Picks a registry backend from --registry / --registry_address. */
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import type { Registry } from './registry.js';
+import { MemoryRegistry } from './memory.js';
+import { LocalRegistry } from './local.js';
+import { EtcdRegistry } from './etcd.js';
+
+export const REGISTRY_KINDS = ['local', 'memory', 'etcd'] as const;
+
+/** The directory the local registry uses when no address is given: $MESH_HOME, else ~/.mesh. */
+export function defaultRegistryDirectory(home?: string): string {
+  if (home) return home;
+  const env = process.env.MESH_HOME;
+  if (env) return env;
+  return join(homedir(), '.mesh');
+}
+
+/**
+ * kind: memory | local | etcd. address: local: the directory (default $MESH_HOME, else ~/.mesh;
+ * opts.home overrides the environment); etcd: `host:port[,host:port]` (required).
+ */
+export function createRegistry(kind: string, address: string | undefined, opts: { home?: string } = {}): Registry {
+  const addr = address?.trim() || undefined;
+  switch (kind) {
+    case 'memory':
+      return new MemoryRegistry();
+    case 'local':
+      return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home));
+    case 'etcd':
+      if (!addr) throw new Error('registry etcd: --registry_address is required (host:port[,host:port])');
+      return new EtcdRegistry(addr);
+    default:
+      throw new Error(`unknown registry "${kind}" (use ${REGISTRY_KINDS.join(', ')})`);
+  }
+}

@@ -1,0 +1,360 @@
+/**
+ * The registry contract: every backend (memory, local, etcd) passes these cases.
+ * Usage: registryContract('memory', async () => ({ registry: new MemoryRegistry(), cleanup: async () => {} })).
+ * The factory must give a fresh, empty registry each time (a temp directory, a unique etcd prefix).
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  RegistryValidationError,
+  validateService,
+  type Node,
+  type Registry,
+  type Service,
+  type WatchEvent,
+} from '../src/registry/registry.js';
+import { sleep, waitFor } from './helpers.js';
+
+export type RegistryFactory = () => Promise<{ registry: Registry; cleanup(): Promise<void> }>;
+
+export function node(id: string, port: number, metadata: Record<string, string> = {}): Node {
+  return { id, address: '127.0.0.1', port, metadata };
+}
+
+export function svc(name: string, version: string, nodes: Node[], extra: Partial<Service> = {}): Service {
+  return { name, version, metadata: {}, endpoints: [], nodes, ...extra };
+}
+
+/** Collects watch events; `next(pred)` waits for the first not-yet-taken event matching pred. */
+export function collect(registry: Registry, service?: string) {
+  const events: WatchEvent[] = [];
+  const watcher = registry.watch((e) => events.push(e), service !== undefined ? { service } : undefined);
+  let taken = 0;
+  return {
+    events,
+    watcher,
+    async next(pred: (e: WatchEvent) => boolean = () => true, timeoutMs = 3000): Promise<WatchEvent> {
+      const found = await waitFor(() => {
+        for (let i = taken; i < events.length; i++) if (pred(events[i]!)) return { e: events[i]!, i };
+        return undefined;
+      }, timeoutMs).catch((err: Error) => {
+        throw new Error(`${err.message}; events so far: ${JSON.stringify(events.map((e) => [e.action, e.service.name, e.service.version, e.service.nodes.map((n) => n.id)]))}`);
+      });
+      taken = found!.i + 1;
+      return found!.e;
+    },
+  };
+}
+
+const names = (list: Service[]) => list.map((s) => s.name);
+const nodeIds = (list: Service[]) => list.flatMap((s) => s.nodes.map((n) => n.id)).sort();
+
+function lowerCaseKeys(value: unknown, path = '$'): void {
+  if (Array.isArray(value)) return value.forEach((v, i) => lowerCaseKeys(v, `${path}[${i}]`));
+  if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      // metadata maps hold user keys; only the record's own keys must be lower-case
+      if (path.endsWith('.metadata')) continue;
+      assert.match(k, /^[a-z]+$/, `${path}.${k} is not a lower-case key`);
+      if (k !== 'request' && k !== 'response') lowerCaseKeys(v, `${path}.${k}`);
+    }
+  }
+}
+
+function expectValidationError(bad: unknown): (err: unknown) => boolean {
+  let expected = '';
+  try {
+    validateService(bad as Service);
+  } catch (err) {
+    expected = (err as Error).message;
+  }
+  assert.ok(expected, 'the sample must be invalid for validateService');
+  return (err: unknown) => {
+    assert.ok(err instanceof RegistryValidationError, `expected RegistryValidationError, got ${String(err)}`);
+    assert.equal(err.message, expected);
+    return true;
+  };
+}
+
+export function registryContract(name: string, factory: RegistryFactory): void {
+  // Each case gets a fresh registry and always cleans up.
+  const using = async (fn: (r: Registry) => Promise<void>) => {
+    const { registry, cleanup } = await factory();
+    try {
+      await fn(registry);
+    } finally {
+      await cleanup();
+    }
+  };
+
+  describe(`registry contract: ${name}`, () => {
+    it('register then getService returns the full record with lower-case keys', () =>
+      using(async (r) => {
+        assert.equal(r.name, name);
+        const record: Service = {
+          name: 'greeter',
+          version: '1.0.0',
+          metadata: { team: 'core' },
+          endpoints: [
+            {
+              name: 'Greeter.Hello',
+              request: { name: 'Request', type: 'Request', values: [{ name: 'name', type: 'string' }] },
+              response: { name: 'Response', type: 'Response' },
+              metadata: { handler: 'rpc', path: '/greeter/hello' },
+            },
+          ],
+          nodes: [node('greeter-1', 10001, { protocol: 'mesh', zone: 'a' })],
+        };
+        await r.register(record);
+        const got = await r.getService('greeter');
+        assert.deepEqual(got, [record]);
+        lowerCaseKeys(JSON.parse(JSON.stringify(got)));
+        // The result is a copy: changing it does not change the registry.
+        got[0]!.nodes[0]!.port = 1;
+        got[0]!.metadata.team = 'x';
+        assert.deepEqual(await r.getService('greeter'), [record]);
+      }));
+
+    it('fills missing optional fields so every record has the full shape', () =>
+      using(async (r) => {
+        await r.register({ name: 'bare', nodes: [{ id: 'b1', address: '10.0.0.1', port: 80 }] } as unknown as Service);
+        assert.deepEqual(await r.getService('bare'), [
+          { name: 'bare', version: '', metadata: {}, endpoints: [], nodes: [{ id: 'b1', address: '10.0.0.1', port: 80, metadata: {} }] },
+        ]);
+      }));
+
+    it('register again upserts: same node id updated, not duplicated; nodes sorted by id', () =>
+      using(async (r) => {
+        await r.register(svc('up', '1', [node('n2', 2002), node('n1', 1001)]));
+        await r.register(svc('up', '1', [node('n1', 1111, { zone: 'b' })], { metadata: { v: '2' } }));
+        const got = await r.getService('up');
+        assert.equal(got.length, 1);
+        assert.deepEqual(got[0]!.metadata, { v: '2' });
+        assert.deepEqual(got[0]!.nodes, [node('n1', 1111, { zone: 'b' }), node('n2', 2002)]);
+      }));
+
+    it('keeps several versions, each with its own nodes', () =>
+      using(async (r) => {
+        await r.register(svc('multi', '2.0', [node('v2-a', 2001)], { metadata: { gen: 'two' } }));
+        await r.register(svc('multi', '1.0', [node('v1-a', 1001), node('v1-b', 1002)]));
+        const got = await r.getService('multi');
+        assert.deepEqual(
+          got.map((s) => [s.version, s.nodes.map((n) => n.id)]),
+          [
+            ['1.0', ['v1-a', 'v1-b']],
+            ['2.0', ['v2-a']],
+          ],
+        );
+        assert.deepEqual(got[1]!.metadata, { gen: 'two' });
+        const listed = await r.listServices();
+        assert.deepEqual(names(listed), ['multi'], 'one entry per service name');
+      }));
+
+    it('listServices is sorted by name and has one entry per service', () =>
+      using(async (r) => {
+        for (const n of ['charlie', 'alpha', 'bravo']) await r.register(svc(n, '1', [node(`${n}-1`, 3000)]));
+        await r.register(svc('alpha', '2', [node('alpha-2', 3001)]));
+        const listed = await r.listServices();
+        assert.deepEqual(names(listed), ['alpha', 'bravo', 'charlie']);
+        for (const s of listed) {
+          assert.equal(typeof s.version, 'string');
+          assert.ok(Array.isArray(s.nodes));
+        }
+      }));
+
+    it('getService of an unknown service is []; listServices of an empty registry is []', () =>
+      using(async (r) => {
+        assert.deepEqual(await r.getService('nope'), []);
+        assert.deepEqual(await r.listServices(), []);
+      }));
+
+    it('deregister removes one node of two and keeps the other', () =>
+      using(async (r) => {
+        await r.register(svc('pair', '1', [node('p1', 4001), node('p2', 4002)]));
+        await r.deregister(svc('pair', '1', [node('p1', 4001)]));
+        assert.deepEqual(nodeIds(await r.getService('pair')), ['p2']);
+        assert.deepEqual(names(await r.listServices()), ['pair']);
+      }));
+
+    it('deregister of the last node removes the version and the service', () =>
+      using(async (r) => {
+        await r.register(svc('solo', '1', [node('s1', 5001)]));
+        await r.register(svc('solo', '2', [node('s2', 5002)]));
+        await r.register(svc('other', '1', [node('o1', 5003)]));
+        await r.deregister(svc('solo', '1', [node('s1', 5001)]));
+        assert.deepEqual(
+          (await r.getService('solo')).map((s) => s.version),
+          ['2'],
+        );
+        await r.deregister(svc('solo', '2', [node('s2', 5002)]));
+        assert.deepEqual(await r.getService('solo'), []);
+        assert.deepEqual(names(await r.listServices()), ['other']);
+        // deregistering what is not there is not an error
+        await r.deregister(svc('solo', '2', [node('s2', 5002)]));
+        await r.deregister(svc('never', '1', [node('x', 1)]));
+      }));
+
+    it('deregister without a version removes those node ids from every version', () =>
+      using(async (r) => {
+        await r.register(svc('anyver', '1', [node('a1', 5101), node('keep', 5102)]));
+        await r.register(svc('anyver', '2', [node('a2', 5103)]));
+        await r.deregister({ name: 'anyver', nodes: [{ id: 'a1' }, { id: 'a2' }] } as unknown as Service);
+        const got = await r.getService('anyver');
+        assert.deepEqual(got.map((s) => [s.version, s.nodes.map((n) => n.id)]), [['1', ['keep']]]);
+      }));
+
+    it('a 300ms TTL expires: gone from getService and listServices by ~1s', () =>
+      using(async (r) => {
+        const start = Date.now();
+        await r.register(svc('brief', '1', [node('b1', 6001)]), { ttlMs: 300 });
+        await r.register(svc('stays', '1', [node('st1', 6002)]));
+        const present = await r.getService('brief');
+        if (Date.now() - start < 250) assert.deepEqual(nodeIds(present), ['b1'], 'present before its TTL');
+        await sleep(Math.max(0, 1000 - (Date.now() - start)));
+        assert.deepEqual(await r.getService('brief'), [], 'expired by ~1s');
+        assert.deepEqual(names(await r.listServices()), ['stays']);
+      }));
+
+    it('registering again refreshes the TTL; without refresh it expires', () =>
+      using(async (r) => {
+        const s = svc('refreshed', '1', [node('r1', 6101)]);
+        await r.register(s, { ttlMs: 600 });
+        const until = Date.now() + 1500;
+        while (Date.now() < until) {
+          await sleep(150);
+          await r.register(s, { ttlMs: 600 });
+        }
+        assert.deepEqual(nodeIds(await r.getService('refreshed')), ['r1'], 'alive 1.5s after a 600ms TTL thanks to refreshes');
+        await waitFor(async () => (await r.getService('refreshed')).length === 0, 2500);
+      }));
+
+    it('a registration without TTL (absent or 0) lasts', () =>
+      using(async (r) => {
+        await r.register(svc('forever', '1', [node('f1', 6201)]));
+        await r.register(svc('forever0', '1', [node('f2', 6202)]), { ttlMs: 0 });
+        await r.register(svc('short', '1', [node('f3', 6203)]), { ttlMs: 200 });
+        await sleep(700);
+        assert.deepEqual(nodeIds(await r.getService('forever')), ['f1']);
+        assert.deepEqual(nodeIds(await r.getService('forever0')), ['f2']);
+        assert.deepEqual(names(await r.listServices()), ['forever', 'forever0']);
+      }));
+
+    it('watch reports create, update and delete in order with non-decreasing revisions', () =>
+      using(async (r) => {
+        const w = collect(r);
+        try {
+          await r.register(svc('watched', '1', [node('w1', 7001)], { metadata: { a: '1' } }));
+          const created = await w.next();
+          assert.equal(created.action, 'create');
+          assert.equal(created.service.name, 'watched');
+          assert.equal(created.service.version, '1');
+          assert.deepEqual(created.service.metadata, { a: '1' });
+          assert.deepEqual(nodeIds([created.service]), ['w1']);
+
+          await r.register(svc('watched', '1', [node('w2', 7002)], { metadata: { a: '1' } }));
+          const updated = await w.next();
+          assert.equal(updated.action, 'update');
+          assert.deepEqual(nodeIds([updated.service]), ['w1', 'w2']);
+
+          await r.deregister(svc('watched', '1', [node('w1', 7001)]));
+          const shrunk = await w.next();
+          assert.equal(shrunk.action, 'update');
+          assert.deepEqual(nodeIds([shrunk.service]), ['w2']);
+
+          await r.deregister(svc('watched', '1', [node('w2', 7002)]));
+          const deleted = await w.next();
+          assert.equal(deleted.action, 'delete');
+          assert.equal(deleted.service.name, 'watched');
+          assert.equal(deleted.service.version, '1');
+          assert.deepEqual(deleted.service.nodes, []);
+
+          await sleep(100);
+          assert.deepEqual(
+            w.events.map((e) => e.action),
+            ['create', 'update', 'update', 'delete'],
+          );
+          const revs = w.events.map((e) => BigInt(e.revision));
+          for (let i = 1; i < revs.length; i++) assert.ok(revs[i]! >= revs[i - 1]!, `revisions ${revs.join(',')}`);
+          assert.ok(revs[revs.length - 1]! > revs[0]!);
+          assert.ok(BigInt(r.revision()) >= revs[revs.length - 1]!);
+        } finally {
+          w.watcher.stop();
+        }
+      }));
+
+    it('watch reports a TTL expiry as a delete', () =>
+      using(async (r) => {
+        const w = collect(r);
+        try {
+          await r.register(svc('expiring', '1', [node('e1', 7101)]), { ttlMs: 300 });
+          await r.register(svc('expiring', '2', [node('e2', 7102)]));
+          assert.equal((await w.next((e) => e.service.version === '1')).action, 'create');
+          const start = Date.now();
+          const gone = await w.next((e) => e.service.version === '1', 3000);
+          assert.equal(gone.action, 'delete');
+          assert.equal(gone.service.name, 'expiring');
+          assert.deepEqual(gone.service.nodes, []);
+          assert.ok(Date.now() - start < 2500, `expiry reported after ${Date.now() - start}ms`);
+          assert.deepEqual(
+            (await r.getService('expiring')).map((s) => s.version),
+            ['2'],
+          );
+        } finally {
+          w.watcher.stop();
+        }
+      }));
+
+    it('watch with a service filter only reports that service; stop ends the events', () =>
+      using(async (r) => {
+        const only = collect(r, 'wanted');
+        const all = collect(r);
+        try {
+          await r.register(svc('unwanted', '1', [node('u1', 7201)]));
+          await r.register(svc('wanted', '1', [node('x1', 7202)]));
+          assert.equal((await only.next()).service.name, 'wanted');
+          await all.next((e) => e.service.name === 'wanted');
+          assert.ok(only.events.every((e) => e.service.name === 'wanted'));
+          only.watcher.stop();
+          const seen = only.events.length;
+          await r.register(svc('wanted', '2', [node('x2', 7203)]));
+          await all.next((e) => e.service.name === 'wanted' && e.service.version === '2');
+          await sleep(150);
+          assert.equal(only.events.length, seen, 'no events after stop');
+        } finally {
+          only.watcher.stop();
+          all.watcher.stop();
+        }
+      }));
+
+    it('revision increases with each change', () =>
+      using(async (r) => {
+        const r0 = BigInt(r.revision());
+        await r.register(svc('rev', '1', [node('r1', 7301)]));
+        const r1 = BigInt(r.revision());
+        assert.ok(r1 > r0, `${r1} > ${r0}`);
+        await r.register(svc('rev', '1', [node('r2', 7302)]));
+        const r2 = BigInt(r.revision());
+        assert.ok(r2 > r1, `${r2} > ${r1}`);
+        await r.deregister(svc('rev', '1', [node('r1', 7301)]));
+        const r3 = BigInt(r.revision());
+        assert.ok(r3 > r2, `${r3} > ${r2}`);
+      }));
+
+    it('rejects invalid records with the validation error that names the field', () =>
+      using(async (r) => {
+        const bad: unknown[] = [
+          { name: '', version: '1', metadata: {}, endpoints: [], nodes: [node('a', 1)] },
+          { name: 'x', version: '1', metadata: {}, endpoints: [], nodes: [] },
+          { name: 'x', version: '1', metadata: {}, endpoints: [], nodes: 'no' },
+          { name: 'x', version: '1', metadata: {}, endpoints: [], nodes: [{ id: '', address: 'h', port: 1, metadata: {} }] },
+          { name: 'x', version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'a', address: '', port: 1, metadata: {} }] },
+          { name: 'x', version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'a', address: 'h', port: 0, metadata: {} }] },
+          { name: 'x', version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'a', address: 'h', port: 70000, metadata: {} }] },
+          { name: 'x', version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'a', address: 'h', port: 1.5, metadata: {} }] },
+        ];
+        for (const b of bad) await assert.rejects(r.register(b as Service), expectValidationError(b));
+        await assert.rejects(r.register(svc('x', '1', [node('a', 1)]), { ttlMs: -1 }), RegistryValidationError);
+        assert.deepEqual(await r.listServices(), [], 'nothing was written');
+      }));
+  });
+}

@@ -1,0 +1,86 @@
+/** createRegistry: picking a backend from --registry / --registry_address. */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createRegistry, defaultRegistryDirectory } from '../src/registry/create.js';
+import { MemoryRegistry } from '../src/registry/memory.js';
+import { LocalRegistry } from '../src/registry/local.js';
+import { EtcdRegistry, parseEtcdAddress } from '../src/registry/etcd.js';
+import { tempDir } from './helpers.js';
+
+function withEnv<T>(name: string, value: string | undefined, fn: () => T): T {
+  const old = process.env[name];
+  if (value === undefined) delete process.env[name];
+  else process.env[name] = value;
+  try {
+    return fn();
+  } finally {
+    if (old === undefined) delete process.env[name];
+    else process.env[name] = old;
+  }
+}
+
+describe('createRegistry', () => {
+  it('memory', async () => {
+    const r = createRegistry('memory', undefined);
+    assert.ok(r instanceof MemoryRegistry);
+    assert.equal(r.name, 'memory');
+    await r.close();
+  });
+
+  it('local: the address is the directory, else opts.home, else $MESH_HOME', async () => {
+    const tmp = tempDir();
+    try {
+      const a = createRegistry('local', join(tmp.path, 'addr'), { home: join(tmp.path, 'home') });
+      assert.ok(a instanceof LocalRegistry);
+      assert.equal(a.name, 'local');
+      assert.equal((a as LocalRegistry).directory, resolve(tmp.path, 'addr'));
+      await a.close();
+
+      const b = withEnv('MESH_HOME', join(tmp.path, 'env'), () => createRegistry('local', undefined, { home: join(tmp.path, 'home') }));
+      assert.equal((b as LocalRegistry).directory, resolve(tmp.path, 'home'));
+      await b.close();
+
+      const c = withEnv('MESH_HOME', join(tmp.path, 'env'), () => createRegistry('local', '', {}));
+      assert.equal((c as LocalRegistry).directory, resolve(tmp.path, 'env'));
+      await c.close();
+    } finally {
+      tmp.cleanup();
+    }
+  });
+
+  it('local: the default directory is ~/.mesh without $MESH_HOME', () => {
+    withEnv('MESH_HOME', undefined, () => assert.equal(defaultRegistryDirectory(), join(homedir(), '.mesh')));
+    withEnv('MESH_HOME', '/somewhere', () => assert.equal(defaultRegistryDirectory(), '/somewhere'));
+  });
+
+  it('etcd: the address is required; host:port lists get http://', async () => {
+    assert.throws(() => createRegistry('etcd', undefined), /registry etcd: --registry_address is required/);
+    assert.throws(() => createRegistry('etcd', ' '), /registry_address is required/);
+    const r = createRegistry('etcd', '127.0.0.1:1,127.0.0.1:2');
+    assert.ok(r instanceof EtcdRegistry);
+    assert.deepEqual((r as EtcdRegistry).hosts, ['http://127.0.0.1:1', 'http://127.0.0.1:2']);
+    assert.equal((r as EtcdRegistry).prefix, '/mesh/registry/');
+    await r.close();
+    assert.deepEqual(parseEtcdAddress('https://etcd.example:2379'), ['https://etcd.example:2379']);
+    assert.throws(() => parseEtcdAddress(' , '), /invalid address/);
+  });
+
+  it('etcd: an unreachable server is an error naming it, not a hang', async () => {
+    const r = new EtcdRegistry('127.0.0.1:1', { callTimeoutMs: 1000 });
+    try {
+      await assert.rejects(r.getService('x'), /registry etcd \(http:\/\/127\.0\.0\.1:1\)/);
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('an unknown kind names the valid ones', () => {
+    assert.throws(() => createRegistry('consul', 'x'), (err: Error) => {
+      assert.match(err.message, /unknown registry "consul"/);
+      for (const k of ['local', 'memory', 'etcd']) assert.ok(err.message.includes(k), err.message);
+      return true;
+    });
+  });
+});
