@@ -80,19 +80,34 @@ export type Stat = Counter | Gauge;
 export interface TagRule {
   /** Label name, e.g. cluster_name. */
   name: string;
-  /** Matched against the full dotted name; group 1 is the part removed from the name, group 2 the value. */
+  /**
+   * Matched against the name as left by the rules before it (Envoy's tag-extraction semantics):
+   * capture group 1 is the part removed from the name, group 2 (when the regex has one) is the
+   * tag value, otherwise group 1 is the value too.
+   */
   regex: RegExp;
 }
 
+/**
+ * Known stat names below `cluster.<name>.`: the cluster name is everything before the first of
+ * these, so cluster names with dots (`go.mesh.srv.greeter`) come out whole.
+ */
+const CLUSTER_STATS =
+  'upstream_|membership_|outlier_detection\\.|health_check\\.|circuit_breakers\\.|lb_|update_|assignment_|max_host_weight$|version$|retry_or_shadow_abandoned$|bind_errors$|internal\\.|external\\.|canary\\.|zone\\.|host\\.';
+
 /** Envoy-like default tag extraction rules, applied in order. */
 export const DEFAULT_TAG_RULES: TagRule[] = [
-  // cluster.<name>.outlier_detection.x, cluster.<name>.upstream_rq_total ...
-  { name: 'cluster_name', regex: /^cluster\.((.+?)\.)(?:upstream_|membership_|outlier_detection\.|health_check\.|circuit_breakers\.|lb_|update_|max_host_weight|version)/ },
-  // http.<prefix>.downstream_rq_2xx -> response_code_class
-  { name: 'response_code_class', regex: /^http\.[^.]+\.downstream_rq_((\d)xx)$/ },
-  { name: 'response_code_class', regex: /^cluster\.[^.]+\.upstream_rq_((\d)xx)$/ },
-  { name: 'http_conn_manager_prefix', regex: /^http\.((.+?)\.)/ },
-  { name: 'broker_topic', regex: /^broker\.topic\.((.+?)\.)/ },
+  // cluster.<name>.upstream_rq_total -> cluster.upstream_rq_total{cluster_name="<name>"}
+  { name: 'cluster_name', regex: new RegExp(`^cluster\\.((.+?)\\.)(?:${CLUSTER_STATS})`, 's') },
+  // *.upstream_rq_2xx / downstream_rq_2xx -> *_rq_xx{response_code_class="2"} (only the digit goes)
+  { name: 'response_code_class', regex: /_rq_(\d)xx$/ },
+  // http.<stat_prefix>.downstream_rq_total -> http.downstream_rq_total{http_conn_manager_prefix="<prefix>"}
+  { name: 'http_conn_manager_prefix', regex: /^http\.((.+?)\.)/s },
+  // listener.<address>.downstream_cx_total -> listener.downstream_cx_total{listener_address="<address>"}
+  { name: 'listener_address', regex: /^listener\.((.+?)\.)(?:downstream_|http\.|ssl\.|no_filter_chain_match)/s },
+  // broker.topic.<topic>.published -> broker.topic.published{broker_topic="<topic>"} (topics have dots:
+  // the topic is everything up to the last segment)
+  { name: 'broker_topic', regex: /^broker\.topic\.((.+)\.)[^.]+$/s },
 ];
 
 export interface TaggedName {
@@ -101,19 +116,28 @@ export interface TaggedName {
   tags: Array<[string, string]>;
 }
 
+/** Each rule's regex recompiled once with the `d` flag (match indices), without `g`/`y`. */
+const withIndices = new WeakMap<RegExp, RegExp>();
+function indexed(re: RegExp): RegExp {
+  if (re.hasIndices && !re.global && !re.sticky) return re;
+  let out = withIndices.get(re);
+  if (!out) {
+    out = new RegExp(re.source, re.flags.replace(/[gyd]/g, '') + 'd');
+    withIndices.set(re, out);
+  }
+  return out;
+}
+
 export function extractTags(name: string, rules: TagRule[] = DEFAULT_TAG_RULES): TaggedName {
   let family = name;
   const tags: Array<[string, string]> = [];
   for (const rule of rules) {
-    const m = rule.regex.exec(family);
-    if (!m || m[1] === undefined || m[2] === undefined) continue;
-    const start = m.index + m[0].indexOf(m[1]);
-    let removed = m[1];
-    // `xx` classes keep the "xx" in the name: downstream_rq_2xx -> downstream_rq_xx
-    if (rule.name === 'response_code_class') removed = m[2];
-    const at = rule.name === 'response_code_class' ? family.lastIndexOf(m[1]) : start;
-    family = family.slice(0, at) + family.slice(at + removed.length);
-    tags.push([rule.name, m[2]]);
+    const m = indexed(rule.regex).exec(family);
+    const span = m?.indices?.[1];
+    if (!m || !span || m[1] === undefined) continue;
+    const value = m[2] ?? m[1];
+    family = family.slice(0, span[0]) + family.slice(span[1]);
+    tags.push([rule.name, value]);
   }
   return { family, tags };
 }

@@ -1,0 +1,155 @@
+/**
+ * What the admin interface reads and drives: one process's stats, logging, cluster manager,
+ * routes, certificates and server state. The runtime builds one AdminContext per process.
+ */
+import { EventEmitter } from 'node:events';
+import type { StatsStore } from '../stats/store.js';
+import type { ServerStatsSource } from '../stats/server-stats.js';
+import type { Logging } from '../util/log.js';
+import type { ClusterManagerView } from '../upstream/types.js';
+import { buildInfo, type BuildStatus, type BuildType } from './build-info.js';
+
+/** One entry of a certificate's subject alternative names, as Envoy's /certs prints it. */
+export interface SubjectAltName {
+  dns?: string;
+  uri?: string;
+  ip_address?: string;
+}
+
+/** One loaded certificate, for admin /certs (see certificateInfoFromPem in certs.ts). */
+export interface CertificateInfo {
+  /** The certificate file path, or `acme:<host>` for a certificate obtained by ACME. */
+  path: string;
+  /** Serial number, lower-case hex without separators. */
+  serialNumber: string;
+  subjectAltNames: SubjectAltName[];
+  validFrom: Date;
+  expiration: Date;
+  /** Whole days from now until expiration (0 once expired); computed at render time when absent. */
+  daysUntilExpiration?: number;
+  /** True for a CA certificate (listed under `ca_cert` instead of `cert_chain`). */
+  ca?: boolean;
+}
+
+/** One dynamic route table, for admin /routes. */
+export interface RouteTableDump {
+  routeConfigName: string;
+  versionInfo: string;
+  /** Any JSON-serialisable description of the table. */
+  table: unknown;
+}
+
+export type ServerHealthState = 'live' | 'draining';
+
+export interface ServerStateOptions {
+  version?: string;
+  /** Build commit, 40 hex digits. */
+  sha?: string;
+  status?: BuildStatus;
+  buildType?: BuildType;
+  /** Hot-restart epoch number (always 0: mesh has no hot restart). */
+  epoch?: number;
+  /** Epoch milliseconds when this process started (default: now). */
+  startedAt?: number;
+  /** Epoch milliseconds when the first epoch started (default: startedAt). */
+  firstStartedAt?: number;
+  /** Clock, epoch milliseconds (tests inject a fixed one). */
+  now?: () => number;
+}
+
+type Hook = () => void | Promise<void>;
+
+/**
+ * The server's health-check state. `fail()` turns it to draining and `ok()` back to live; the
+ * process hooks both (onFail/onOk, awaited by the admin before it answers, or the `fail`, `ok`
+ * and `state` events) to withdraw and restore its registry entries and to make its health-check
+ * path answer 503.
+ *
+ * Events: `state` (new state), `fail`, `ok`; emitted only when the state changes.
+ */
+export class ServerState extends EventEmitter implements ServerStatsSource {
+  state: ServerHealthState = 'live';
+  readonly startedAt: number;
+  readonly firstStartedAt: number;
+  readonly version: string;
+  readonly sha: string;
+  readonly status: BuildStatus;
+  readonly buildType: BuildType;
+  readonly epoch: number;
+  private readonly clock: () => number;
+  private readonly failHooks = new Set<Hook>();
+  private readonly okHooks = new Set<Hook>();
+
+  constructor(options: ServerStateOptions = {}) {
+    super();
+    const build = buildInfo();
+    this.clock = options.now ?? Date.now;
+    this.version = options.version ?? build.version;
+    this.sha = options.sha ?? build.sha;
+    this.status = options.status ?? build.status;
+    this.buildType = options.buildType ?? build.type;
+    this.epoch = options.epoch ?? 0;
+    this.startedAt = options.startedAt ?? this.clock();
+    this.firstStartedAt = options.firstStartedAt ?? this.startedAt;
+  }
+
+  now(): number {
+    return this.clock();
+  }
+
+  get live(): boolean {
+    return this.state === 'live';
+  }
+
+  /** Registers a hook run (and awaited) when the state turns draining; returns an unsubscribe. */
+  onFail(hook: Hook): () => void {
+    this.failHooks.add(hook);
+    return () => this.failHooks.delete(hook);
+  }
+
+  /** Registers a hook run (and awaited) when the state turns live again; returns an unsubscribe. */
+  onOk(hook: Hook): () => void {
+    this.okHooks.add(hook);
+    return () => this.okHooks.delete(hook);
+  }
+
+  /** live -> draining. The state changes at once; resolves when every hook has run (rejects with the first failure). */
+  async fail(): Promise<void> {
+    if (this.state === 'draining') return;
+    this.state = 'draining';
+    this.emit('state', this.state);
+    this.emit('fail');
+    await runHooks(this.failHooks);
+  }
+
+  /** draining -> live. */
+  async ok(): Promise<void> {
+    if (this.state === 'live') return;
+    this.state = 'live';
+    this.emit('state', this.state);
+    this.emit('ok');
+    await runHooks(this.okHooks);
+  }
+}
+
+async function runHooks(hooks: Set<Hook>): Promise<void> {
+  const results = await Promise.allSettled([...hooks].map(async (hook) => hook()));
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
+export interface AdminContext {
+  stats: StatsStore;
+  logging: Logging;
+  clusters?: ClusterManagerView;
+  /** Dynamic route tables; when absent /routes does not exist (404, not in the help). */
+  routes?: () => RouteTableDump[];
+  certs?: () => CertificateInfo[];
+  server: ServerState;
+  /** Drains, deregisters and exits 0. Called after `OK\n` of /quitquitquit has been flushed. */
+  quit: () => Promise<void>;
+  /** --admin_token: every request then needs `Authorization: Bearer <token>`. */
+  token?: string;
+  /** Where /cpuprofiler writes profiles (default os.tmpdir()). */
+  profileDir?: string;
+}

@@ -1,0 +1,437 @@
+/**
+ * The admin interface (SPEC 1.1 and 4.1, DESIGN 7): a plain-HTTP server, loopback by default,
+ * with Envoy's text-era endpoints over one process's AdminContext. Decisions and exact bodies are
+ * in docs/admin.md.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { isIP } from 'node:net';
+import { tmpdir } from 'node:os';
+import { LEVELS, SUBSYSTEMS, isLevel, type Subsystem } from '../util/log.js';
+import { renderJson, renderPrometheus, renderText, PROMETHEUS_CONTENT_TYPE } from '../stats/render.js';
+import { updateServerStats } from '../stats/server-stats.js';
+import type { AdminContext } from './context.js';
+import { parseQuery, type Query } from './query.js';
+import { renderClustersJson, renderClustersText } from './clusters.js';
+import { renderCerts, secondsUntilFirstExpiring } from './certs.js';
+import { CpuProfiler } from './profiler.js';
+import { hotRestartVersion } from './build-info.js';
+
+export const TEXT = 'text/plain; charset=UTF-8';
+export const JSON_TYPE = 'application/json';
+
+export interface AdminReply {
+  status: number;
+  body: string | Buffer;
+  contentType?: string;
+  headers?: Record<string, string>;
+  /** Runs once the response has been flushed (/quitquitquit). */
+  afterFlush?: () => void;
+}
+
+interface Endpoint {
+  path: string;
+  help: string;
+  /** Whether this request changes state (cross-site refusal applies). */
+  mutates: (query: Query) => boolean;
+  handle: (query: Query) => AdminReply | Promise<AdminReply>;
+}
+
+const ok = (): AdminReply => ({ status: 200, body: 'OK\n' });
+const text = (status: number, body: string | Buffer): AdminReply => ({ status, body });
+const always = () => true;
+const never = () => false;
+
+export const STATS_USAGE = 'usage: /stats?format=(json|prometheus|text)\n\n';
+export const CLUSTERS_USAGE = 'usage: /clusters?format=(json|text)\n\n';
+export const CPUPROFILER_USAGE = '?enable=<y|n>\n';
+export const LOGGING_USAGE =
+  'usage: /logging?<name>=<level> (change single level)\n' +
+  'usage: /logging?level=<level> (change all levels)\n' +
+  `levels: ${LEVELS.map((l) => `${l} `).join('')}\n`;
+export const ROUTES_USAGE =
+  '{\n' +
+  '    "general_usage": "/routes (dump all dynamic HTTP route tables).",\n' +
+  '    "specify_name_usage": "/routes?route_config_name=<name> (dump all dynamic HTTP route tables with the <name> if any)."\n' +
+  '}\n';
+
+/** `host:port`, `[v6]:port`, `:port` or `port`; the host defaults to 127.0.0.1. */
+export function parseAdminAddress(address: string): { host: string; port: number } {
+  const a = address.trim();
+  let host = '127.0.0.1';
+  let portText = a;
+  const v6 = /^\[([^\]]+)\]:(\d+)$/.exec(a);
+  if (v6) {
+    host = v6[1]!;
+    portText = v6[2]!;
+  } else if (a.includes(':')) {
+    const i = a.lastIndexOf(':');
+    if (i > 0) host = a.slice(0, i);
+    portText = a.slice(i + 1);
+  }
+  if (!/^\d+$/.test(portText) || Number(portText) > 65535) throw new Error(`invalid admin address "${address}": want host:port`);
+  return { host, port: Number(portText) };
+}
+
+function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+function isWildcard(host: string): boolean {
+  return host === '0.0.0.0' || host === '::' || host === '';
+}
+
+function digest(value: string): Buffer {
+  return createHash('sha256').update(value).digest();
+}
+
+export class AdminServer {
+  private readonly ctx: AdminContext;
+  private readonly endpoints = new Map<string, Endpoint>();
+  private readonly helpBody: string;
+  private readonly http: Server;
+  private readonly profiler = new CpuProfiler();
+  private readonly regexCache = new Map<string, RegExp | Error>();
+  private readonly tokenDigest: Buffer | undefined;
+  private bound: { host: string; port: number } | undefined;
+
+  constructor(ctx: AdminContext) {
+    this.ctx = ctx;
+    this.tokenDigest = ctx.token ? digest(ctx.token) : undefined;
+    for (const e of this.buildEndpoints()) this.endpoints.set(e.path, e);
+    const paths = [...this.endpoints.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    this.helpBody = 'admin commands are:\n' + paths.map((p) => `  ${p}: ${this.endpoints.get(p)!.help}\n`).join('');
+    this.http = createServer((req, res) => {
+      this.serve(req, res).catch((err: unknown) => {
+        this.log().error({ err }, 'admin request failed');
+        if (!res.headersSent) this.write(res, text(500, `${err instanceof Error ? err.message : String(err)}\n`));
+        else res.destroy();
+      });
+    });
+  }
+
+  /** The `admin commands are:` list served by / and /help. */
+  get help(): string {
+    return this.helpBody;
+  }
+
+  get address(): { host: string; port: number } | undefined {
+    return this.bound;
+  }
+
+  async listen(address = '127.0.0.1:9901'): Promise<{ host: string; port: number }> {
+    const { host, port } = parseAdminAddress(address);
+    await new Promise<void>((resolve, reject) => {
+      const onError = (err: Error) => {
+        this.http.off('listening', onListening);
+        reject(err);
+      };
+      const onListening = () => {
+        this.http.off('error', onError);
+        resolve();
+      };
+      this.http.once('error', onError);
+      this.http.once('listening', onListening);
+      this.http.listen(port, host);
+    });
+    const a = this.http.address();
+    this.bound = typeof a === 'object' && a ? { host: a.address, port: a.port } : { host, port };
+    this.log().info({ address: `${this.bound.host}:${this.bound.port}` }, 'admin listening');
+    return { ...this.bound };
+  }
+
+  async close(): Promise<void> {
+    await this.profiler.dispose();
+    if (!this.http.listening) return;
+    const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
+    this.http.closeAllConnections();
+    await closed;
+  }
+
+  private log() {
+    return this.ctx.logging.get('admin');
+  }
+
+  // ---------------------------------------------------------------- dispatch
+
+  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    req.on('error', () => undefined);
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    let path = q < 0 ? url : url.slice(0, q);
+    if (/^https?:\/\//i.test(path)) {
+      // absolute-form request target (a proxy-style request line)
+      try {
+        path = new URL(path).pathname;
+      } catch {
+        // not a URL: stays an unknown path
+      }
+    }
+    const method = req.method ?? 'GET';
+
+    if (this.tokenDigest && !this.authorized(req)) {
+      return this.write(res, {
+        status: 401,
+        body: 'Unauthorized: this admin interface needs "Authorization: Bearer <token>"\n',
+        headers: { 'WWW-Authenticate': 'Bearer realm="mesh admin"' },
+      });
+    }
+    const endpoint = this.endpoints.get(path);
+    if (!endpoint) return this.write(res, text(404, `invalid path. ${this.helpBody}`));
+    if (method !== 'GET' && method !== 'POST') {
+      return this.write(res, { status: 405, body: `Method ${method} not allowed, GET or POST required.`, headers: { Allow: 'GET, POST' } });
+    }
+    const query = parseQuery(q < 0 ? '' : url.slice(q + 1));
+    const mutates = endpoint.mutates(query);
+    if (mutates && this.crossSite(req)) {
+      this.log().warn({ path, origin: req.headers.origin, site: req.headers['sec-fetch-site'] }, 'admin refused a cross-site request');
+      return this.write(res, text(403, `Forbidden: ${path} changes state and refuses cross-site requests.\n`));
+    }
+    if (mutates) this.log().info({ method, url }, 'admin operation');
+    else this.log().debug({ method, url }, 'admin request');
+    const reply = await endpoint.handle(query);
+    this.write(res, reply);
+  }
+
+  private write(res: ServerResponse, reply: AdminReply): void {
+    const body = typeof reply.body === 'string' ? Buffer.from(reply.body, 'utf8') : reply.body;
+    res.writeHead(reply.status, {
+      'Content-Type': reply.contentType ?? TEXT,
+      'Cache-Control': 'no-cache, max-age=0',
+      'X-Content-Type-Options': 'nosniff',
+      'Content-Length': String(body.length),
+      ...reply.headers,
+    });
+    if (reply.afterFlush) res.once('finish', reply.afterFlush);
+    res.end(body);
+  }
+
+  private authorized(req: IncomingMessage): boolean {
+    const header = req.headers.authorization;
+    const m = header ? /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header) : null;
+    if (!m) return false;
+    return timingSafeEqual(digest(m[1]!), this.tokenDigest!);
+  }
+
+  /**
+   * A browser's request from another site: `Sec-Fetch-Site: cross-site` or `same-site` (another
+   * port of the same host is same-site, and is exactly what a local web page is), or an `Origin`
+   * that is not this admin's own (`null` included).
+   */
+  private crossSite(req: IncomingMessage): boolean {
+    const site = req.headers['sec-fetch-site'];
+    if (site === 'cross-site' || site === 'same-site') return true;
+    const origin = req.headers.origin;
+    if (origin === undefined) return false;
+    return !this.ownOrigin(origin, req.headers.host);
+  }
+
+  private ownOrigin(origin: string, hostHeader: string | undefined): boolean {
+    let u: URL;
+    try {
+      u = new URL(origin);
+    } catch {
+      return false;
+    }
+    if (u.protocol !== 'http:' || !this.bound) return false;
+    if (Number(u.port || '80') !== this.bound.port) return false;
+    const host = u.hostname.replace(/^\[|\]$/g, '');
+    const bound = this.bound.host;
+    if (host === bound) return true;
+    if (isLoopbackHost(host) && (isLoopbackHost(bound) || isWildcard(bound))) return true;
+    // Bound to a wildcard and reached by an IP address: the Host header names the same IP.
+    // (A DNS name is not trusted this way: DNS rebinding makes Host and Origin agree.)
+    if (isWildcard(bound) && isIP(host) !== 0 && hostHeader !== undefined && u.host === hostHeader) return true;
+    return false;
+  }
+
+  // ---------------------------------------------------------------- endpoints
+
+  private buildEndpoints(): Endpoint[] {
+    const ctx = this.ctx;
+    const list: Endpoint[] = [
+      { path: '/', help: 'print out list of admin commands', mutates: never, handle: () => text(200, this.helpBody) },
+      { path: '/help', help: 'print out list of admin commands', mutates: never, handle: () => text(200, this.helpBody) },
+      {
+        path: '/certs',
+        help: 'print certs on machine',
+        mutates: never,
+        handle: () => ({ status: 200, body: renderCerts(ctx.certs?.() ?? [], ctx.server.now()), contentType: JSON_TYPE }),
+      },
+      { path: '/clusters', help: 'upstream cluster status', mutates: never, handle: (q) => this.clusters(q) },
+      { path: '/cpuprofiler', help: 'enable/disable the CPU profiler', mutates: always, handle: (q) => this.cpuProfiler(q) },
+      {
+        path: '/healthcheck/fail',
+        help: 'cause the server to fail health checks',
+        mutates: always,
+        handle: async () => {
+          await ctx.server.fail();
+          return ok();
+        },
+      },
+      {
+        path: '/healthcheck/ok',
+        help: 'cause the server to pass health checks',
+        mutates: always,
+        handle: async () => {
+          await ctx.server.ok();
+          return ok();
+        },
+      },
+      {
+        path: '/hot_restart_version',
+        help: 'print the hot restart compatibility version',
+        mutates: never,
+        handle: () => text(200, hotRestartVersion()),
+      },
+      { path: '/logging', help: 'query/change logging levels', mutates: (q) => q.size > 0, handle: (q) => this.logging(q) },
+      {
+        path: '/quitquitquit',
+        help: 'exit the server',
+        mutates: always,
+        handle: () => ({
+          ...ok(),
+          afterFlush: () => {
+            ctx.quit().catch((err: unknown) => this.log().error({ err }, 'quit failed'));
+          },
+        }),
+      },
+      {
+        path: '/ready',
+        help: 'print server state, return 200 if LIVE, otherwise return 503',
+        mutates: never,
+        handle: () => (ctx.server.state === 'live' ? text(200, 'LIVE\n') : text(503, 'DRAINING\n')),
+      },
+      {
+        path: '/reset_counters',
+        help: 'reset all counters to zero',
+        mutates: always,
+        handle: () => {
+          ctx.stats.resetCounters();
+          return ok();
+        },
+      },
+      { path: '/server_info', help: 'print server version/status information', mutates: never, handle: () => text(200, this.serverInfo()) },
+      { path: '/stats', help: 'print server stats', mutates: never, handle: (q) => this.stats(q, q.get('format')) },
+      {
+        path: '/stats/prometheus',
+        help: 'print server stats in prometheus format',
+        mutates: never,
+        handle: (q) => this.stats(q, 'prometheus'),
+      },
+    ];
+    if (ctx.routes) {
+      list.push({ path: '/routes', help: 'print out currently loaded dynamic HTTP route tables', mutates: never, handle: (q) => this.routes(q) });
+    }
+    return list;
+  }
+
+  /** `mesh <sha>/<version>/<Clean|Modified>/<RELEASE|DEBUG> <live|draining> <epoch s> <total s> <epoch>\n` */
+  serverInfo(): string {
+    const s = this.ctx.server;
+    const now = s.now();
+    const epochSeconds = Math.max(0, Math.floor((now - s.startedAt) / 1000));
+    const totalSeconds = Math.max(0, Math.floor((now - s.firstStartedAt) / 1000));
+    return `mesh ${s.sha}/${s.version}/${s.status}/${s.buildType} ${s.state} ${epochSeconds} ${totalSeconds} ${s.epoch}\n`;
+  }
+
+  private clusters(q: Query): AdminReply {
+    const format = q.get('format');
+    if (format === undefined || format === 'text') return text(200, renderClustersText(this.ctx.clusters));
+    if (format === 'json') return { status: 200, body: renderClustersJson(this.ctx.clusters), contentType: JSON_TYPE };
+    return text(400, CLUSTERS_USAGE);
+  }
+
+  private filterRegex(source: string): RegExp | Error {
+    let re = this.regexCache.get(source);
+    if (!re) {
+      try {
+        re = new RegExp(source);
+      } catch (err) {
+        re = err instanceof Error ? err : new Error(String(err));
+      }
+      if (this.regexCache.size >= 64) this.regexCache.clear();
+      this.regexCache.set(source, re);
+    }
+    return re;
+  }
+
+  private stats(q: Query, format: string | undefined): AdminReply {
+    if (format !== undefined && format !== 'text' && format !== 'json' && format !== 'prometheus') return text(400, STATS_USAGE);
+    const filterSource = q.get('filter');
+    let filter: RegExp | undefined;
+    if (filterSource !== undefined) {
+      const re = this.filterRegex(filterSource);
+      if (re instanceof Error) return text(400, `Invalid regex: ${re.message}\n`);
+      filter = re;
+    }
+    const { stats, server, certs } = this.ctx;
+    updateServerStats(stats, server, certs ? { secondsUntilFirstCertExpiring: secondsUntilFirstExpiring(certs(), server.now()) } : {});
+    const list = stats.list({ usedOnly: q.has('usedonly'), filter });
+    if (format === 'json') return { status: 200, body: renderJson(list), contentType: JSON_TYPE };
+    if (format === 'prometheus') return { status: 200, body: renderPrometheus(stats, list), contentType: PROMETHEUS_CONTENT_TYPE };
+    return text(200, renderText(list));
+  }
+
+  private logging(q: Query): AdminReply {
+    const logging = this.ctx.logging;
+    let good = q.size === 0;
+    if (q.size === 1) {
+      const [name, level] = q.entries().next().value as [string, string];
+      if (isLevel(level)) {
+        if (name === 'level') {
+          logging.setAll(level);
+          good = true;
+        } else if ((SUBSYSTEMS as readonly string[]).includes(name)) {
+          logging.setLevel(name as Subsystem, level);
+          good = true;
+        }
+      }
+    }
+    let body = good ? '' : LOGGING_USAGE;
+    body += 'active loggers:\n';
+    for (const s of SUBSYSTEMS) body += `  ${s}: ${logging.level(s)}\n`;
+    body += '\n';
+    return text(good ? 200 : 404, body);
+  }
+
+  private async cpuProfiler(q: Query): Promise<AdminReply> {
+    const enable = q.get('enable');
+    if (q.size !== 1 || (enable !== 'y' && enable !== 'n')) return text(400, CPUPROFILER_USAGE);
+    if (enable === 'y') {
+      try {
+        await this.profiler.start();
+      } catch (err) {
+        this.log().error({ err }, 'cpu profiler failed to start');
+        return text(500, 'failure to start the profiler');
+      }
+      return ok();
+    }
+    try {
+      const file = await this.profiler.stop(this.ctx.profileDir ?? tmpdir());
+      return text(200, file ? `OK\n${file}\n` : 'OK\n');
+    } catch (err) {
+      this.log().error({ err }, 'cpu profiler failed to write the profile');
+      return text(500, `failure to write the profile: ${err instanceof Error ? err.message : String(err)}\n`);
+    }
+  }
+
+  private routes(q: Query): AdminReply {
+    const name = q.get('route_config_name');
+    if (q.size > 1 || (q.size === 1 && name === undefined)) return { status: 400, body: ROUTES_USAGE, contentType: JSON_TYPE };
+    const tables = (this.ctx.routes?.() ?? []).filter((t) => name === undefined || t.routeConfigName === name);
+    let body = '[\n';
+    tables.forEach((t, i) => {
+      if (i > 0) body += ',';
+      body +=
+        '{\n' +
+        `"version_info": ${JSON.stringify(t.versionInfo)},\n` +
+        `"route_config_name": ${JSON.stringify(t.routeConfigName)},\n` +
+        `"route_table_dump": ${JSON.stringify(t.table ?? null)}\n` +
+        '}\n';
+    });
+    body += ']\n';
+    return { status: 200, body, contentType: JSON_TYPE };
+  }
+}

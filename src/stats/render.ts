@@ -1,0 +1,270 @@
+/**
+ * The three admin /stats formats over one StatsStore: plain text (`name: value`), JSON
+ * (`{"stats":[...]}`) and the Prometheus text exposition format 0.0.4. Counters and gauges only
+ * (SPEC 2.5). Every function takes the already selected, name-sorted list (StatsStore.list), so
+ * `usedonly` and `filter` apply identically to every format.
+ *
+ * Prometheus naming (docs/admin.md):
+ * - `mesh_` + the tag-extracted family with every `[^a-zA-Z0-9_]` turned into `_`; a camelCase
+ *   boundary gets a `_` and the name is lower-cased (promtool lints camelCase);
+ * - counters end in `_total` (appended unless already there);
+ * - gauges never end in `_total`, `_count`, `_sum` or `_bucket` (promtool reserves these): the
+ *   suffix is dropped (`cluster.membership_total` -> `mesh_cluster_membership`);
+ * - labels come from tag extraction, in extraction order; values escaped (`\\`, `\"`, `\n`);
+ *   a sample without labels is printed without `{}`;
+ * - `# HELP` then `# TYPE` once per family, samples of a family together, families sorted by
+ *   name, samples sorted by label text; when two stats map to the same family and labels, or to
+ *   one family with two types, the first in name order wins and the other is left out.
+ */
+import type { Stat, StatKind, StatsStore } from './store.js';
+
+export const PROMETHEUS_PREFIX = 'mesh_';
+export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=UTF-8';
+
+/** One stat as the Prometheus format prints it. */
+export interface PrometheusSeries {
+  /** Metric family name, e.g. mesh_cluster_upstream_rq_total. */
+  metric: string;
+  /** Label text without braces, e.g. `cluster_name="greeter"`; "" when there are no labels. */
+  labels: string;
+  kind: StatKind;
+  /** The tag-extracted dotted family the metric came from, e.g. cluster.upstream_rq_total. */
+  family: string;
+}
+
+// ---------------------------------------------------------------- output
+
+/**
+ * Builds a large body as UTF-8 Buffer chunks of about 16 KiB. One string grown by `+=` to
+ * megabytes (a deep rope) is several times slower to build and to encode than short strings
+ * encoded as they fill up (bench/admin-render.ts).
+ */
+export class ChunkedText {
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  private current = '';
+
+  add(text: string): void {
+    this.current += text;
+    if (this.current.length >= 16_384) this.flush();
+  }
+
+  private flush(): void {
+    if (!this.current) return;
+    const chunk = Buffer.from(this.current, 'utf8');
+    this.chunks.push(chunk);
+    this.size += chunk.length;
+    this.current = '';
+  }
+
+  toBuffer(): Buffer {
+    this.flush();
+    return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.size);
+  }
+}
+
+// ---------------------------------------------------------------- text and JSON
+
+/** A number as the text and Prometheus formats print it. */
+function formatNumber(value: number): string {
+  if (Number.isFinite(value)) return String(value);
+  if (Number.isNaN(value)) return 'NaN';
+  return value > 0 ? '+Inf' : '-Inf';
+}
+
+/** `name: value\n` per stat, in the given (sorted) order. */
+export function renderText(stats: readonly Stat[]): Buffer {
+  const out = new ChunkedText();
+  for (const s of stats) out.add(`${s.name}: ${formatNumber(s.value)}\n`);
+  return out.toBuffer();
+}
+
+/** `{"stats":[{"name":"a","value":1},...]}`, compact, no trailing newline (Envoy ≈1.7+). */
+export function renderJson(stats: readonly Stat[]): Buffer {
+  const out = new ChunkedText();
+  out.add('{"stats":[');
+  for (let i = 0; i < stats.length; i++) {
+    const s = stats[i]!;
+    const v = Number.isFinite(s.value) ? String(s.value) : 'null';
+    out.add(`${i > 0 ? ',' : ''}{"name":${JSON.stringify(s.name)},"value":${v}}`);
+  }
+  out.add(']}');
+  return out.toBuffer();
+}
+
+// ---------------------------------------------------------------- Prometheus naming
+
+const INVALID_NAME_CHARS = /[^a-zA-Z0-9_]/g;
+const CAMEL_BOUNDARY = /([a-z0-9])([A-Z])/g;
+const UPPER = /[A-Z]/;
+const GAUGE_RESERVED_SUFFIX = /_(?:total|count|sum|bucket)$/;
+const LABEL_ESCAPES = /[\\"\n]/;
+
+/** `[^a-zA-Z0-9_]` -> `_`; camelCase -> snake_case (lower-cased). */
+export function sanitizeName(name: string): string {
+  let n = name.replace(INVALID_NAME_CHARS, '_');
+  if (UPPER.test(n)) n = n.replace(CAMEL_BOUNDARY, '$1_$2').toLowerCase();
+  return n;
+}
+
+/** Prometheus metric family name for a tag-extracted family of a given kind. */
+export function prometheusMetricName(family: string, kind: StatKind): string {
+  let n = PROMETHEUS_PREFIX + sanitizeName(family);
+  if (kind === 'counter') {
+    if (!n.endsWith('_total')) n += '_total';
+  } else {
+    while (GAUGE_RESERVED_SUFFIX.test(n)) n = n.replace(GAUGE_RESERVED_SUFFIX, '');
+  }
+  return n;
+}
+
+/** Escapes a label value for the text exposition format. */
+export function escapeLabelValue(value: string): string {
+  if (!LABEL_ESCAPES.test(value)) return value;
+  return value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}
+
+function escapeHelp(text: string): string {
+  return text.replace(/\\/g, '\\\\').replace(/\n/g, '\\n');
+}
+
+/** Per store, per stat name: the computed series (tag extraction and naming run once per name). */
+const seriesCache = new WeakMap<StatsStore, Map<string, PrometheusSeries>>();
+
+/** The metric and labels one stat gets in the Prometheus format. */
+export function prometheusSeries(store: StatsStore, name: string, kind: StatKind): PrometheusSeries {
+  let byName = seriesCache.get(store);
+  if (!byName) {
+    byName = new Map();
+    seriesCache.set(store, byName);
+  }
+  const cached = byName.get(name);
+  if (cached && cached.kind === kind) return cached;
+  const tagged = store.tagged(name);
+  let labels = '';
+  for (const [tag, value] of tagged.tags) {
+    if (labels) labels += ',';
+    labels += `${sanitizeName(tag)}="${escapeLabelValue(value)}"`;
+  }
+  const series: PrometheusSeries = { metric: prometheusMetricName(tagged.family, kind), labels, kind, family: tagged.family };
+  byName.set(name, series);
+  return series;
+}
+
+// ---------------------------------------------------------------- HELP texts
+
+/** Descriptions of the families this project emits; others get a generic text. */
+const HELP: Record<string, string> = {
+  'cluster.upstream_rq_total': 'Total upstream requests',
+  'cluster.upstream_rq_xx': 'Upstream responses by response code class',
+  'cluster.upstream_rq_timeout': 'Upstream requests that timed out',
+  'cluster.upstream_rq_retry': 'Upstream request retries',
+  'cluster.upstream_rq_pending_overflow': 'Upstream requests refused by a circuit breaker',
+  'cluster.upstream_rq_active': 'Active upstream requests',
+  'cluster.upstream_rq_pending_active': 'Pending upstream requests',
+  'cluster.upstream_cx_total': 'Total upstream connections',
+  'cluster.upstream_cx_active': 'Active upstream connections',
+  'cluster.upstream_cx_connect_fail': 'Upstream connection failures',
+  'cluster.membership_total': 'Hosts in the cluster',
+  'cluster.membership_healthy': 'Healthy hosts in the cluster',
+  'cluster.outlier_detection.ejections_active': 'Hosts currently ejected by outlier detection',
+  'cluster.outlier_detection.ejections_total': 'Ejections by outlier detection',
+  'cluster.health_check.attempt': 'Active health check attempts',
+  'cluster.health_check.success': 'Successful active health checks',
+  'cluster.health_check.failure': 'Failed active health checks',
+  'cluster.upstream_rq_completed': 'Upstream requests that completed',
+  'cluster.upstream_rq_retry_overflow': 'Retries refused by the max_retries circuit breaker',
+  'cluster.upstream_rq_rx_reset': 'Upstream requests reset by the upstream',
+  'cluster.upstream_cx_destroy': 'Upstream connections closed',
+  'cluster.upstream_cx_none_healthy': 'Requests that found no healthy host',
+  'cluster.membership_change': 'Changes of the cluster membership',
+  'cluster.lb_healthy_panic': 'Load balancing decisions made in panic mode',
+  'cluster.health_check.network_failure': 'Active health checks that failed on the network',
+  'cluster.health_check.healthy': 'Hosts passing active health checks',
+  'cluster.outlier_detection.ejections_enforced_total': 'Ejections enforced by outlier detection',
+  'cluster.outlier_detection.ejections_overflow': 'Ejections skipped because of max_ejection_percent',
+  'cluster.circuit_breakers.default.cx_open': 'Whether the default-priority connection circuit breaker is open',
+  'cluster.circuit_breakers.default.rq_open': 'Whether the default-priority request circuit breaker is open',
+  'cluster.circuit_breakers.default.rq_pending_open': 'Whether the default-priority pending-request circuit breaker is open',
+  'cluster.circuit_breakers.default.rq_retry_open': 'Whether the default-priority retry circuit breaker is open',
+  'cluster.circuit_breakers.high.cx_open': 'Whether the high-priority connection circuit breaker is open',
+  'cluster.circuit_breakers.high.rq_open': 'Whether the high-priority request circuit breaker is open',
+  'cluster.circuit_breakers.high.rq_pending_open': 'Whether the high-priority pending-request circuit breaker is open',
+  'cluster.circuit_breakers.high.rq_retry_open': 'Whether the high-priority retry circuit breaker is open',
+  'cluster_manager.active_clusters': 'Clusters in the cluster manager',
+  'cluster_manager.warming_clusters': 'Clusters not yet ready',
+  'cluster_manager.cluster_added': 'Clusters added',
+  'cluster_manager.cluster_removed': 'Clusters removed',
+  'http.downstream_rq_total': 'Total downstream requests',
+  'http.downstream_rq_active': 'Active downstream requests',
+  'http.downstream_cx_total': 'Total downstream connections',
+  'http.downstream_rq_xx': 'Downstream responses by response code class',
+  'http.downstream_cx_active': 'Active downstream connections',
+  'server.uptime': 'Seconds since the server started',
+  'server.live': '1 while the server is live, 0 while it is draining',
+  'server.memory_allocated': 'Bytes of JavaScript heap in use',
+  'server.memory_heap_size': 'Bytes of JavaScript heap reserved',
+  'server.version': 'Numeric form of the server version (major*1000000 + minor*1000 + patch)',
+  'server.hot_restart_epoch': 'Hot restart epoch',
+  'server.seconds_until_first_cert_expiring': 'Seconds until the first loaded certificate expires',
+};
+
+function helpFor(family: string, kind: StatKind): string {
+  return HELP[family] ?? `${kind === 'counter' ? 'Counter' : 'Gauge'} ${family}`;
+}
+
+// ---------------------------------------------------------------- Prometheus rendering
+
+interface Family {
+  metric: string;
+  kind: StatKind;
+  help: string;
+  /** Flat pairs: labels, value text. */
+  samples: string[];
+}
+
+/** Counters and gauges in the text exposition format 0.0.4. */
+export function renderPrometheus(store: StatsStore, stats: readonly Stat[]): Buffer {
+  const families = new Map<string, Family>();
+  for (const stat of stats) {
+    const series = prometheusSeries(store, stat.name, stat.kind);
+    let family = families.get(series.metric);
+    if (!family) {
+      family = { metric: series.metric, kind: stat.kind, help: helpFor(series.family, stat.kind), samples: [] };
+      families.set(series.metric, family);
+    } else if (family.kind !== stat.kind) {
+      continue; // one family cannot hold two types: the first (in name order) wins
+    }
+    family.samples.push(series.labels, formatNumber(stat.value));
+  }
+  const names = [...families.keys()].sort(byteOrder);
+  const out = new ChunkedText();
+  for (const name of names) {
+    const f = families.get(name)!;
+    out.add(`# HELP ${name} ${escapeHelp(f.help)}\n# TYPE ${name} ${f.kind}\n`);
+    const s = f.samples;
+    if (s.length === 2) {
+      out.add(sample(name, s[0]!, s[1]!));
+      continue;
+    }
+    const order: number[] = [];
+    for (let i = 0; i < s.length; i += 2) order.push(i);
+    order.sort((a, b) => byteOrder(s[a]!, s[b]!));
+    let previous: string | undefined;
+    for (const i of order) {
+      const labels = s[i]!;
+      if (labels === previous) continue; // same series twice: keep the first
+      previous = labels;
+      out.add(sample(name, labels, s[i + 1]!));
+    }
+  }
+  return out.toBuffer();
+}
+
+function sample(metric: string, labels: string, value: string): string {
+  return labels ? `${metric}{${labels}} ${value}\n` : `${metric} ${value}\n`;
+}
+
+function byteOrder(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
