@@ -276,15 +276,15 @@ describe('admin server', () => {
     assert.equal(r.ctx.logging.level('upstream'), 'trace');
 
     res = await get(r.base, '/logging?upstream=loud');
-    assert.equal(res.status, 404);
+    assert.equal(res.status, 400);
     assert.equal(res.body, usage + list({ '*': 'warning', upstream: 'trace' }));
 
     res = await get(r.base, '/logging?nosuch=debug');
-    assert.equal(res.status, 404);
+    assert.equal(res.status, 400);
     assert.equal(res.body, usage + list({ '*': 'warning', upstream: 'trace' }));
 
     res = await get(r.base, '/logging?admin=debug&http=debug');
-    assert.equal(res.status, 404);
+    assert.equal(res.status, 400);
     assert.equal(r.ctx.logging.level('admin'), 'warning');
 
     res = await get(r.base, '/logging?level=info');

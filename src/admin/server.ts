@@ -393,7 +393,7 @@ export class AdminServer {
     body += 'active loggers:\n';
     for (const s of SUBSYSTEMS) body += `  ${s}: ${logging.level(s)}\n`;
     body += '\n';
-    return text(good ? 200 : 404, body);
+    return text(good ? 200 : 400, body);
   }
 
   private async cpuProfiler(q: Query): Promise<AdminReply> {

@@ -2,30 +2,59 @@
 import type { ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { greeterApi, greeterBackend } from '../../examples/greeter.js';
+import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../gateway/server.js';
+import { checkGatewayFlags } from './api.js';
 
 export async function runDev(args: ParsedArgs): Promise<number> {
-  const runtime = new Runtime(args.config, { role: 'dev' });
+  checkGatewayFlags(args);
+  const config = args.config;
+  const runtime = new Runtime(config, { role: 'dev' });
   runtime.installSignalHandlers();
-  const admin = await runtime.startAdmin('127.0.0.1:9901');
-  const backend = greeterBackend(runtime);
-  const api = greeterApi(runtime);
-  await backend.start();
-  await api.start();
-  const home = args.config.registry === 'local' ? ` (registry: ${args.config.registry_address ?? process.env.MESH_HOME ?? '~/.mesh'})` : '';
-  process.stdout.write(
-    [
-      `mesh dev is running${home}.`,
-      `  services: go.mesh.srv.greeter, go.mesh.api.greeter`,
-      admin ? `  admin:    http://${admin.host}:${admin.port}/help` : '  admin:    off',
-      '',
-      'Try, in another terminal:',
-      '  npx mesh list services',
-      admin ? `  curl http://${admin.host}:${admin.port}/clusters` : '',
-      `  npx mesh call go.mesh.srv.greeter Say.Hello '{"name":"John"}'`,
-      '',
-      'Ctrl-C stops everything.',
-      '',
-    ].join('\n'),
-  );
+  try {
+    // The gateway (mesh api, in this process). Built before the admin so admin /routes shows its table.
+    const gateway = new Gateway(runtime, {
+      address: config.address ?? DEFAULT_ADDRESS,
+      namespace: config.namespace ?? DEFAULT_NAMESPACE,
+      handler: config.handler,
+      enableStats: config.enable_stats,
+    });
+    const admin = await runtime.startAdmin('127.0.0.1:9901');
+    const backend = greeterBackend(runtime);
+    const api = greeterApi(runtime);
+    await backend.start();
+    await api.start();
+    const bound = await gateway.start();
+    const gatewayHost = bound.address === '0.0.0.0' || bound.address === '::' ? 'localhost' : bound.address;
+    const gatewayUrl = `${config.enable_tls ? 'https' : 'http'}://${gatewayHost}:${bound.port}`;
+
+    // ---- sidecar: the sidecar helper starts `mesh sidecar` here (same runtime) and adds its lines below ----
+    const sidecarLines: string[] = [];
+    // ---- end of sidecar ----
+
+    const home = config.registry === 'local' ? ` (registry: ${config.registry_address ?? process.env.MESH_HOME ?? '~/.mesh'})` : '';
+    const curlTarget = gatewayUrl.replace(/^http:\/\//, '');
+    process.stdout.write(
+      [
+        `mesh dev is running${home}.`,
+        `  services: go.mesh.srv.greeter, go.mesh.api.greeter`,
+        `  gateway:  ${gatewayUrl} (listening on ${bound.address}:${bound.port})`,
+        ...sidecarLines,
+        admin ? `  admin:    http://${admin.host}:${admin.port}/help` : '  admin:    off',
+        '',
+        'Try, in another terminal:',
+        `  curl '${curlTarget}/greeter/say/hello?name=John'`,
+        `  curl -XPOST ${curlTarget}/rpc -d '{"service":"go.mesh.srv.greeter","method":"Say.Hello","request":{"name":"John"}}' -H 'content-type: application/json'`,
+        '  npx mesh list services',
+        admin ? `  curl http://${admin.host}:${admin.port}/clusters` : '',
+        `  npx mesh call go.mesh.srv.greeter Say.Hello '{"name":"John"}'`,
+        '',
+        'Ctrl-C stops everything.',
+        '',
+      ].join('\n'),
+    );
+  } catch (err) {
+    await runtime.shutdown();
+    throw err;
+  }
   return -1; // keep running until a signal
 }
