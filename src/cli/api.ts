@@ -1,0 +1,45 @@
+/** `mesh api`: the API gateway (docs/gateway.md). */
+import { FlagError, type ParsedArgs } from './flags.js';
+import { Runtime } from '../runtime.js';
+import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '../gateway/server.js';
+
+/** The admin interface of `mesh api` unless --admin_address says otherwise. */
+export const API_ADMIN_ADDRESS = '127.0.0.1:9901';
+
+export function checkGatewayFlags(args: ParsedArgs): void {
+  const config = args.config;
+  if (config.enable_acme) {
+    throw new FlagError('--enable_acme is not available yet: serve HTTPS with --enable_tls, --tls_cert_file and --tls_key_file');
+  }
+  if (config.namespace !== undefined && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?$/.test(config.namespace)) {
+    throw new FlagError(`invalid value "${config.namespace}" for flag --namespace: use dot-separated names like go.mesh.api`);
+  }
+}
+
+export async function runApi(args: ParsedArgs): Promise<number> {
+  checkGatewayFlags(args);
+  const config = args.config;
+  const runtime = new Runtime(config, { role: 'api' });
+  runtime.installSignalHandlers();
+  try {
+    // The gateway sets runtime.routeTables, which the admin interface reads when it starts.
+    const gateway = new Gateway(runtime, {
+      address: config.address ?? DEFAULT_ADDRESS,
+      namespace: config.namespace ?? DEFAULT_NAMESPACE,
+      handler: config.handler,
+      enableStats: config.enable_stats,
+    });
+    const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
+    const bound = await gateway.start();
+    const scheme = config.enable_tls ? 'https' : 'http';
+    const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
+    process.stdout.write(
+      `mesh api listening on ${scheme}://${host}:${bound.port} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})\n` +
+        (admin ? `mesh api admin on http://${admin.host}:${admin.port}\n` : 'mesh api admin off\n'),
+    );
+  } catch (err) {
+    await runtime.shutdown();
+    throw err;
+  }
+  return -1; // keep running until a signal or /quitquitquit
+}

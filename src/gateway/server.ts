@@ -1,0 +1,225 @@
+/**
+ * `mesh api`: the HTTP entry point (SPEC 1.3, 4.3, 4.4; DESIGN section 6).
+ *
+ * Paths the gateway answers itself, whatever the handler:
+ *   GET /               {"version":"<mesh version>"}
+ *   POST /rpc           call any service directly (SPEC 2.8)
+ *   GET /stats          with --enable_stats: request counts (JSON for Accept: application/json, else HTML)
+ *   GET /_mesh/health   200 while live, 503 while draining (admin /healthcheck/fail)
+ * Everything else goes to the handler: `--handler=api|rpc|proxy|event`, or by default the
+ * registry router (src/gateway/router.ts) with the api handler as the fallback.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { Runtime } from '../runtime.js';
+import { MeshError } from '../errors.js';
+import { FrontServer } from '../http/front-server.js';
+import { sendJson } from '../http/respond.js';
+import type { FrontEnd } from '../handlers/front-end.js';
+import { resolveEventPath, resolveProxyPath, resolveRpcPath } from '../handlers/resolve.js';
+import { handleApi } from '../handlers/api.js';
+import { handleRpc } from '../handlers/rpc.js';
+import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
+import { handleEvent } from '../handlers/event.js';
+import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
+import { VERSION } from '../version.js';
+import { RegistryRouter, type HandlerName, type RouteMatch } from './router.js';
+import { GatewayStats } from './stats.js';
+
+export const DEFAULT_ADDRESS = ':8080';
+export const DEFAULT_NAMESPACE = 'go.mesh.api';
+/** The `id` of every error the gateway itself writes. */
+export const ERROR_ID = 'go.mesh.api';
+/** Stats of the gateway's listener: http.gateway.downstream_rq_*. */
+export const STAT_PREFIX = 'gateway';
+
+export interface GatewayOptions {
+  /** Listen address, `host:port` or `:port` (all interfaces). Default `:8080`. */
+  address?: string;
+  /** Default go.mesh.api. */
+  namespace?: string;
+  /** A fixed handler; undefined: the registry router, falling back to the api handler. */
+  handler?: HandlerName;
+  /** Serve /stats. */
+  enableStats?: boolean;
+  /** Router rebuild coalescing delay (ms). */
+  routerDebounceMs?: number;
+}
+
+function pathOf(url: string): string {
+  const q = url.indexOf('?');
+  return q === -1 ? url : url.slice(0, q);
+}
+
+function shown(path: string): string {
+  return path.length > 200 ? `${path.slice(0, 200)}...` : path;
+}
+
+export class Gateway {
+  readonly namespace: string;
+  readonly handler?: HandlerName;
+  readonly router?: RegistryRouter;
+  readonly stats?: GatewayStats;
+  readonly fe: FrontEnd;
+  private readonly server: FrontServer;
+  private readonly address: string;
+
+  /**
+   * Builds the gateway and, for the router, sets runtime.routeTables: construct it before
+   * runtime.startAdmin() so admin /routes exists.
+   */
+  constructor(
+    private readonly runtime: Runtime,
+    options: GatewayOptions = {},
+  ) {
+    this.namespace = (options.namespace ?? DEFAULT_NAMESPACE).replace(/\.+$/, '') || DEFAULT_NAMESPACE;
+    this.handler = options.handler;
+    this.address = options.address ?? DEFAULT_ADDRESS;
+    this.fe = { runtime, namespace: this.namespace, errorId: ERROR_ID, maxBodyBytes: runtime.config.max_body_size };
+    if (!this.handler) {
+      const router = new RegistryRouter({
+        registry: runtime.registry,
+        namespace: this.namespace,
+        logger: runtime.logging.get('router'),
+        debounceMs: options.routerDebounceMs,
+      });
+      this.router = router;
+      const previous = runtime.routeTables;
+      runtime.routeTables = () => [...(previous?.() ?? []), router.dump()];
+    }
+    if (options.enableStats) this.stats = new GatewayStats(ERROR_ID);
+    const stats = this.stats;
+    this.server = new FrontServer({
+      runtime,
+      statPrefix: STAT_PREFIX,
+      errorId: ERROR_ID,
+      handle: (req, res) => this.handle(req, res),
+      upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+      counted: (req) => !(stats && pathOf(req.url ?? '/') === '/stats'),
+    });
+  }
+
+  /** Builds the first route table, then listens. Resolves with the bound address. */
+  async start(): Promise<AddressInfo> {
+    await this.router?.start();
+    this.stats?.start();
+    let bound: AddressInfo;
+    try {
+      bound = await this.server.listen(this.address, '0.0.0.0');
+    } catch (err) {
+      this.router?.stop();
+      this.stats?.stop();
+      const e = err as NodeJS.ErrnoException;
+      if (!e.code) throw err;
+      throw new Error(`gateway cannot listen on ${this.address}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.message}`);
+    }
+    this.runtime.onShutdown(() => this.close());
+    return bound;
+  }
+
+  /** Stops routing and lets in-flight requests finish. */
+  async close(): Promise<void> {
+    this.router?.stop();
+    this.stats?.stop();
+    await this.server.close();
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = req.url ?? '/';
+    const path = pathOf(url);
+    const stats = this.stats;
+    if (stats) {
+      if (path === '/stats') {
+        stats.serve(req, res);
+        return;
+      }
+      res.once('close', () => stats.record(res.headersSent ? res.statusCode : 500));
+    }
+    if (path === '/') return this.root(req, res);
+    if (path === '/rpc') return handleRpcEndpoint(this.fe, req, res);
+    const ns = this.namespace;
+    switch (this.handler) {
+      case 'api':
+        return handleApi(this.fe, this.rpcTarget(req, url, path), req, res);
+      case 'rpc':
+        return handleRpc(this.fe, this.rpcTarget(req, url, path), req, res);
+      case 'proxy': {
+        const target = resolveProxyPath(url, ns);
+        if (!target) throw this.noService(req, path);
+        return handleProxy(this.fe, target.service, this.server.secure, req, res);
+      }
+      case 'event': {
+        const target = resolveEventPath(url, ns);
+        if (!target) throw this.noService(req, path, 'use /<topic>/<event>');
+        return handleEvent(this.fe, target, req, res);
+      }
+      default: {
+        const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
+        if (match) return this.dispatch(match, url, req, res);
+        return handleApi(this.fe, this.rpcTarget(req, url, path), req, res);
+      }
+    }
+  }
+
+  /** A matched route: its handler decides, with the declaring service and endpoint. */
+  private dispatch(match: RouteMatch, url: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { route } = match;
+    switch (route.handler) {
+      case 'rpc':
+        return handleRpc(this.fe, { service: route.service, method: route.endpoint }, req, res);
+      case 'api':
+        return handleApi(this.fe, { service: route.service, method: route.endpoint }, req, res);
+      case 'proxy':
+        return handleProxy(this.fe, route.service, this.server.secure, req, res);
+      case 'event':
+        return handleEvent(this.fe, resolveEventPath(url, this.namespace) ?? { topic: route.service, name: route.endpoint }, req, res);
+    }
+  }
+
+  private rpcTarget(req: IncomingMessage, url: string, path: string) {
+    const target = resolveRpcPath(url, this.namespace);
+    if (!target) throw this.noService(req, path, 'use /<service>/<method>');
+    return target;
+  }
+
+  private noService(req: IncomingMessage, path: string, hint?: string): MeshError {
+    req.resume();
+    return new MeshError(ERROR_ID, 404, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
+  }
+
+  private root(req: IncomingMessage, res: ServerResponse): void {
+    req.resume();
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('allow', 'GET, HEAD');
+      throw new MeshError(ERROR_ID, 405, `method ${req.method} not allowed on /: use GET`);
+    }
+    sendJson(res, 200, { version: VERSION });
+  }
+
+  /** WebSocket (any Upgrade) requests: tunnelled by the proxy handler or a proxy route; refused otherwise. */
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const url = req.url ?? '/';
+    const path = pathOf(url);
+    let service: string | undefined;
+    if (this.handler === 'proxy') service = resolveProxyPath(url, this.namespace)?.service;
+    else if (!this.handler) {
+      const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
+      if (match?.route.handler === 'proxy') service = match.route.service;
+    }
+    if (service) {
+      handleProxyUpgrade(this.fe, service, this.server.secure, req, socket, head);
+      return;
+    }
+    const err = new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`);
+    const body = err.toBody();
+    socket.end(
+      `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  }
+}
+
+/** Human description of the handler, for the start-up line. */
+export function describeHandler(handler: HandlerName | undefined): string {
+  return handler ? `${handler} handler` : 'registry router, api handler fallback';
+}

@@ -1,0 +1,288 @@
+/**
+ * The gateway's registry router: path kinds, safe regexes, deterministic order, method and host
+ * filters, rebuilds on registry changes (in process), and the same answers after a restart of a
+ * real gateway process when two services declare overlapping paths.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import pino from 'pino';
+import {
+  RegistryRouter,
+  RouteTable,
+  buildRoutes,
+  compilePath,
+  regexHazard,
+  splitList,
+} from '../src/gateway/router.js';
+import { MemoryRegistry } from '../src/registry/memory.js';
+import { createRegistry } from '../src/registry/create.js';
+import type { Registry, Service } from '../src/registry/registry.js';
+import { tempDir, waitFor } from './helpers.js';
+import { http, registerPlain, startGatewayProcess, startPlainApp, waitForRoutes, type PlainApp } from './fixtures/gateway-helpers.js';
+
+const svc = (name: string, endpoints: Array<[string, Record<string, string>]>): Service => ({
+  name,
+  version: 'v1',
+  metadata: {},
+  endpoints: endpoints.map(([n, metadata]) => ({ name: n, metadata })),
+  nodes: [{ id: `${name}-1`, address: '127.0.0.1', port: 9, metadata: {} }],
+});
+
+function shuffle<T>(items: T[], seed: number): T[] {
+  const out = items.slice();
+  let s = seed;
+  for (let i = out.length - 1; i > 0; i--) {
+    s = (s * 1103515245 + 12345) % 2 ** 31;
+    const j = s % (i + 1);
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
+}
+
+describe('router: paths', () => {
+  it('exact paths match exactly', () => {
+    const p = compilePath('/call');
+    assert.equal(p.kind, 'exact');
+    assert.deepEqual(p.matchPath('/call'), {});
+    for (const other of ['/foo/bar/call', '/call/', '/callx', '/call/x', '/CALL']) assert.equal(p.matchPath(other), undefined, other);
+  });
+
+  it('templates: {name} is one segment, a trailing /* is everything under', () => {
+    const t = compilePath('/greeter/{name}');
+    assert.equal(t.kind, 'template');
+    assert.deepEqual(t.matchPath('/greeter/John'), { name: 'John' });
+    assert.equal(t.matchPath('/greeter/'), undefined);
+    assert.equal(t.matchPath('/greeter/a/b'), undefined);
+    assert.equal(t.matchPath('/x/greeter/John'), undefined);
+    const r = compilePath('/static/*');
+    assert.deepEqual(r.matchPath('/static'), { '*': '' });
+    assert.deepEqual(r.matchPath('/static/a/b.css'), { '*': 'a/b.css' });
+    assert.equal(r.matchPath('/staticx'), undefined);
+    assert.deepEqual(compilePath('/u/{id}/files/*').matchPath('/u/7/files/x/y'), { id: '7', '*': 'x/y' });
+    assert.deepEqual(compilePath('/a.b/{x}').matchPath('/a.b/1'), { x: '1' });
+    assert.equal(compilePath('/a.b/{x}').matchPath('/aXb/1'), undefined, 'literal parts are not regexes');
+  });
+
+  it('regexes start with ^ and match the whole path', () => {
+    const r = compilePath('^/call');
+    assert.equal(r.kind, 'regex');
+    assert.deepEqual(r.matchPath('/call'), {});
+    assert.equal(r.matchPath('/call/x'), undefined);
+    assert.equal(r.matchPath('/foo/bar/call'), undefined);
+    const alt = compilePath('^/a|/b');
+    assert.ok(alt.matchPath('/a') && alt.matchPath('/b'));
+    assert.equal(alt.matchPath('/x/b'), undefined, 'both alternatives anchored');
+    assert.deepEqual(compilePath('^/items/(?<id>[0-9]{1,6})$').matchPath('/items/42'), { id: '42' });
+  });
+
+  it('invalid or dangerous paths are errors, never crashes', () => {
+    for (const [path, why] of [
+      ['^/bad(', /invalid regex/],
+      ['^/(a+)+$', /nested quantifiers/],
+      ['^/(a|aa)*$', /nested quantifiers/],
+      ['^/(x*){2,}', /nested quantifiers/],
+      ['^/(a)\\1', /backreferences/],
+      ['^' + 'a'.repeat(2000), /longer than/],
+      ['no-slash', /must start with/],
+      ['/a/*/b', /last segment/],
+      ['/a/{b', /whole segment/],
+      ['/a/x{b}', /whole segment/],
+      ['/a/{b}/{b}', /twice/],
+      ['/a b', /white space/],
+    ] as const) {
+      assert.throws(() => compilePath(path), why, path);
+    }
+    assert.equal(regexHazard('^/(v1|v2)/users/[a-z]+'), undefined);
+    assert.equal(regexHazard('^/files/(?:[a-z]+)?'), undefined);
+  });
+
+  it('comma lists keep regex commas', () => {
+    assert.deepEqual(splitList(' /a, /b ,^/c{1,3},^/(d,e),^/[,]x,'), ['/a', '/b', '^/c{1,3}', '^/(d,e)', '^/[,]x']);
+  });
+});
+
+describe('router: table', () => {
+  const services = [
+    svc('go.mesh.api.beta', [
+      ['Beta.Exact', { handler: 'proxy', path: '/overlap' }],
+      ['Beta.Tpl', { handler: 'rpc', path: '/things/{id}' }],
+      ['Beta.Re', { handler: 'api', path: '^/things/[0-9]+' }],
+    ]),
+    svc('go.mesh.api.alpha', [
+      ['Alpha.Exact', { handler: 'proxy', path: '/overlap' }],
+      ['Alpha.Rest', { handler: 'rpc', path: '/things/*' }],
+      ['Alpha.Long', { handler: 'rpc', path: '/things/{id}/parts' }],
+      ['Alpha.Re', { handler: 'event', path: '^/things/.*', method: 'post,PUT' }],
+      ['Alpha.Web', { handler: 'web', path: '/web' }],
+      ['Alpha.Bad', { handler: 'soap', path: '/soap' }],
+      ['Alpha.None', { description: 'not routed' }],
+    ]),
+  ];
+
+  it('orders exact, templates, regexes; longer first; then service and endpoint; whatever the input order', () => {
+    const expected = [
+      ['exact', '/overlap', 'go.mesh.api.alpha', 'Alpha.Exact'],
+      ['exact', '/overlap', 'go.mesh.api.beta', 'Beta.Exact'],
+      ['exact', '/web', 'go.mesh.api.alpha', 'Alpha.Web'],
+      ['template', '/things/{id}/parts', 'go.mesh.api.alpha', 'Alpha.Long'],
+      ['template', '/things/{id}', 'go.mesh.api.beta', 'Beta.Tpl'],
+      ['template', '/things/*', 'go.mesh.api.alpha', 'Alpha.Rest'],
+      ['regex', '^/things/[0-9]+', 'go.mesh.api.beta', 'Beta.Re'],
+      ['regex', '^/things/.*', 'go.mesh.api.alpha', 'Alpha.Re'],
+    ];
+    for (let seed = 1; seed <= 20; seed++) {
+      const input = shuffle(services, seed).map((s) => ({ ...s, endpoints: shuffle(s.endpoints, seed * 7) }));
+      const { routes, problems } = buildRoutes(input);
+      assert.deepEqual(routes.map((r) => [r.kind, r.path, r.service, r.endpoint]), expected);
+      assert.deepEqual(problems.map((p) => p.endpoint), ['Alpha.Bad']);
+    }
+    const { routes } = buildRoutes(services);
+    assert.equal(routes.find((r) => r.endpoint === 'Alpha.Web')!.handler, 'proxy');
+    assert.deepEqual(routes.find((r) => r.endpoint === 'Alpha.Re')!.methods, ['POST', 'PUT']);
+  });
+
+  it('matches the first route whose method, host and path fit', () => {
+    const table = new RouteTable(buildRoutes(services).routes);
+    assert.equal(table.match('GET', 'x', '/overlap')!.route.endpoint, 'Alpha.Exact');
+    assert.equal(table.match('GET', 'x', '/things/7')!.route.endpoint, 'Beta.Tpl');
+    assert.deepEqual(table.match('GET', 'x', '/things/7')!.params, { id: '7' });
+    assert.equal(table.match('GET', 'x', '/things/7/parts')!.route.endpoint, 'Alpha.Long');
+    assert.equal(table.match('GET', 'x', '/things/7/other')!.route.endpoint, 'Alpha.Rest');
+    assert.equal(table.match('GET', 'x', '/nothing'), undefined);
+
+    const hosts = new RouteTable(
+      buildRoutes([
+        svc('go.mesh.api.h', [
+          ['H.Port', { path: '/p', host: 'a.example:8080' }],
+          ['H.Any', { path: '/h', host: 'A.example' }],
+          ['H.Wild', { path: '/w', host: '*.example.org', method: 'GET' }],
+          ['H.V6', { path: '/v6', host: '[::1]' }],
+        ]),
+      ]).routes,
+    );
+    assert.equal(hosts.match('GET', 'a.example:8080', '/p')!.route.endpoint, 'H.Port');
+    assert.equal(hosts.match('GET', 'a.example:9090', '/p'), undefined);
+    assert.equal(hosts.match('GET', 'a.example', '/p'), undefined);
+    assert.equal(hosts.match('GET', 'a.example:9090', '/h')!.route.endpoint, 'H.Any');
+    assert.equal(hosts.match('GET', 'A.EXAMPLE', '/h')!.route.endpoint, 'H.Any');
+    assert.equal(hosts.match('GET', 'b.example', '/h'), undefined);
+    assert.equal(hosts.match('GET', 'x.y.example.org:1', '/w')!.route.endpoint, 'H.Wild');
+    assert.equal(hosts.match('GET', 'example.org', '/w'), undefined);
+    assert.equal(hosts.match('POST', 'x.example.org', '/w'), undefined);
+    assert.equal(hosts.match('GET', '[::1]:8080', '/v6')!.route.endpoint, 'H.V6');
+  });
+});
+
+describe('router: rebuilt from the registry', () => {
+  it('builds at start, rebuilds (coalesced) on changes in the namespace only, keeps the table on failure', async () => {
+    const registry = new MemoryRegistry();
+    const logs: string[] = [];
+    const logger = pino({ level: 'debug' }, { write: (line: string) => void logs.push(line) });
+    await registry.register(svc('go.mesh.api.one', [['One.A', { path: '/one' }]]));
+    const router = new RegistryRouter({ registry, namespace: 'go.mesh.api', logger, debounceMs: 20 });
+    await router.start();
+    try {
+      assert.deepEqual(router.routes.map((r) => r.path), ['/one']);
+      assert.equal(router.version, registry.revision());
+      const builds = router.builds;
+      for (let i = 0; i < 5; i++) await registry.register(svc(`go.mesh.api.n${i}`, [[`N.E${i}`, { path: `/n${i}` }]]));
+      await waitFor(() => router.routes.length === 6);
+      await new Promise((r) => setTimeout(r, 100));
+      assert.ok(router.builds - builds <= 2, `coalesced: ${router.builds - builds} rebuilds for 5 changes`);
+      const settled = router.builds;
+      await registry.register(svc('go.mesh.srv.other', [['O.E', { path: '/other' }]]));
+      await registry.register(svc('go.mesh.apix', [['X.E', { path: '/x' }]]));
+      await new Promise((r) => setTimeout(r, 100));
+      assert.equal(router.builds, settled, 'changes outside the namespace do not rebuild');
+      assert.ok(!router.routes.some((r) => r.path === '/other' || r.path === '/x'));
+      await registry.register(svc('go.mesh.api.bad', [['Bad.E', { path: '^/(' }]]));
+      await waitFor(() => router.builds > settled);
+      assert.ok(logs.some((l) => l.includes('route ignored') && l.includes('invalid regex')));
+      assert.equal(router.dump().routeConfigName, 'go.mesh.api');
+      assert.equal(router.dump().table.length, 6);
+
+      // A registry that fails: the previous table stays.
+      const failing = Object.create(registry) as Registry;
+      failing.listServices = () => Promise.reject(new Error('registry down'));
+      const r2 = new RegistryRouter({ registry: failing, namespace: 'go.mesh.api', logger, retryMs: 10_000 });
+      await r2.start();
+      assert.equal(r2.routes.length, 0);
+      r2.stop();
+      assert.ok(logs.some((l) => l.includes('rebuild failed')));
+    } finally {
+      router.stop();
+      await registry.close();
+    }
+  });
+});
+
+describe('router: two services with overlapping paths resolve the same way every run', () => {
+  const dir = tempDir('mesh-router-');
+  let registry: Registry;
+  let alpha: PlainApp;
+  let beta: PlainApp;
+
+  const declare = (name: string) =>
+    name === 'alpha'
+      ? [
+          { name: 'Web.Overlap', metadata: { handler: 'proxy', path: '/overlap' } },
+          { name: 'Web.Thing', metadata: { handler: 'proxy', path: '/things/{id},/things/*' } },
+          { name: 'Web.Re', metadata: { handler: 'proxy', path: '^/re/.*' } },
+        ]
+      : [
+          { name: 'Web.Overlap', metadata: { handler: 'proxy', path: '/overlap' } },
+          { name: 'Web.Thing', metadata: { handler: 'proxy', path: '/things/{id}/x' } },
+          { name: 'Web.Re', metadata: { handler: 'proxy', path: '^/re/[0-9]+' } },
+        ];
+
+  before(async () => {
+    registry = createRegistry('local', dir.path);
+    [alpha, beta] = await Promise.all([startPlainApp('alpha'), startPlainApp('beta')]);
+  });
+
+  after(async () => {
+    await Promise.all([alpha?.close(), beta?.close()]);
+    await registry?.close();
+    dir.cleanup();
+  });
+
+  async function run(order: Array<['alpha' | 'beta', PlainApp]>): Promise<{ answers: string[]; table: unknown }> {
+    const registered: Service[] = [];
+    for (const [name, app] of order) registered.push(await registerPlain(registry, `go.mesh.api.${name}`, app.port, declare(name)));
+    const gw = await startGatewayProcess(dir.path);
+    try {
+      const dump = await waitForRoutes(gw.admin, (t) => t.length === 7);
+      const answers: string[] = [];
+      for (const path of ['/overlap', '/things/1', '/things/1/x', '/things/1/y', '/re/1', '/re/a']) {
+        const res = await http('GET', `${gw.url}${path}`);
+        assert.equal(res.status, 200, `${path}: ${res.text}`);
+        answers.push(`${path} → ${res.json().app}`);
+      }
+      return { answers, table: dump[0].route_table_dump };
+    } finally {
+      await gw.stop();
+      for (const s of registered) await registry.deregister(s);
+    }
+  }
+
+  it('same answers and the same /routes table after a restart, whatever the registration order', async () => {
+    const first = await run([
+      ['alpha', alpha],
+      ['beta', beta],
+    ]);
+    const second = await run([
+      ['beta', beta],
+      ['alpha', alpha],
+    ]);
+    assert.deepEqual(first.answers, [
+      '/overlap → alpha', // same exact path: by service name
+      '/things/1 → alpha',
+      '/things/1/x → beta', // the longer template first
+      '/things/1/y → alpha',
+      '/re/1 → beta', // the longer regex first
+      '/re/a → alpha',
+    ]);
+    assert.deepEqual(second.answers, first.answers);
+    assert.deepEqual(second.table, first.table);
+  });
+});
