@@ -1,0 +1,467 @@
+/**
+ * One cluster: the hosts of one backend service (or of one static cluster), its load balancer,
+ * circuit breakers, outlier detector and health checker, and its `cluster.<name>.*` stats.
+ */
+import type { Dispatcher } from 'undici';
+import type { Logger } from 'pino';
+import { badRequest, serviceUnavailable } from '../errors.js';
+import { Histogram, type Counter, type Gauge, type StatsStore } from '../stats/store.js';
+import { CircuitBreakers } from './circuit-breaker.js';
+import type { ResolvedClusterSettings } from './config.js';
+import { HealthChecker } from './health-check.js';
+import { Host, hostKey, parseHostPort, type HostConnectionListener, type HostSpec } from './host.js';
+import { candidates, createBalancer, type LoadBalancer } from './load-balancer.js';
+import { OutlierDetector } from './outlier.js';
+import type { AcquireOptions, AttemptOutcome, ClusterSnapshot, Priority, UpstreamLease } from './types.js';
+
+export const ERROR_ID = 'go.mesh.client';
+
+/** Transient targets (the `address` option naming a node that is not a host) idle this long are closed. */
+export const TRANSIENT_IDLE_MS = 30_000;
+/** Idle transient targets kept per cluster. */
+export const MAX_IDLE_TRANSIENT = 64;
+
+/** A host as the cluster is told about it, plus the health-check path it should get (if any). */
+export interface HostEntry {
+  spec: HostSpec;
+  healthCheckPath?: string;
+}
+
+export interface ClusterOptions {
+  name: string;
+  addedViaApi: boolean;
+  settings: ResolvedClusterSettings;
+  stats: StatsStore;
+  log: Logger;
+  hcLog: Logger;
+  /** Dispatcher for health-check requests (shared; not the hosts' pools). */
+  hcDispatcher: Dispatcher;
+  /** Called when the cluster has no hosts left and no active request (a registry cluster may go). */
+  onIdleEmpty?: (cluster: Cluster) => void;
+  random?: () => number;
+  now?: () => number;
+}
+
+interface ClusterStats {
+  rqTotal: Counter;
+  rqCompleted: Counter;
+  rqClass: Map<number, Counter>;
+  rqTimeout: Counter;
+  rqRetry: Counter;
+  rqRetryOverflow: Counter;
+  rqPendingOverflow: Counter;
+  rqRxReset: Counter;
+  rqActive: Gauge;
+  rqPendingActive: Gauge;
+  cxTotal: Counter;
+  cxActive: Gauge;
+  cxConnectFail: Counter;
+  cxDestroy: Counter;
+  cxNoneHealthy: Counter;
+  membershipTotal: Gauge;
+  membershipHealthy: Gauge;
+  membershipChange: Counter;
+  lbHealthyPanic: Counter;
+}
+
+interface Transient {
+  host: Host;
+  refs: number;
+  timer?: NodeJS.Timeout;
+}
+
+export class Cluster {
+  readonly name: string;
+  readonly addedViaApi: boolean;
+  readonly settings: ResolvedClusterSettings;
+  readonly statPrefix: string;
+  readonly breakers: CircuitBreakers;
+  readonly outlier?: OutlierDetector;
+  /** Created when the first host needs active checking. */
+  healthChecker?: HealthChecker;
+  /**
+   * Attempt latency (ms). Kept here, not in the process stats store, so that a dropped cluster
+   * leaves nothing behind (the store cannot remove histograms).
+   */
+  readonly rqTime: Histogram;
+  /** Active requests (leases not yet released), all priorities. */
+  rqActive = 0;
+  lastUsed: number;
+  closed = false;
+
+  private hostList: Host[] = [];
+  /** The healthy hosts of hostList, kept by updateMembership() on every health or host change. */
+  private healthyList: Host[] = [];
+  private readonly hostMap = new Map<string, Host>();
+  private readonly transients = new Map<string, Transient>();
+  private readonly lb: LoadBalancer<Host>;
+  private readonly s: ClusterStats;
+  private readonly store: StatsStore;
+  private readonly log: Logger;
+  private readonly hcLog: Logger;
+  private readonly hcDispatcher: Dispatcher;
+  private readonly onIdleEmpty?: (cluster: Cluster) => void;
+  private readonly now: () => number;
+  private readonly listener: HostConnectionListener;
+  private closing: Promise<void> | undefined;
+
+  constructor(options: ClusterOptions) {
+    this.name = options.name;
+    this.addedViaApi = options.addedViaApi;
+    this.settings = options.settings;
+    this.store = options.stats;
+    this.log = options.log;
+    this.hcLog = options.hcLog;
+    this.hcDispatcher = options.hcDispatcher;
+    this.onIdleEmpty = options.onIdleEmpty;
+    this.now = options.now ?? Date.now;
+    this.lastUsed = this.now();
+    this.statPrefix = `cluster.${this.name}.`;
+    const p = this.statPrefix;
+    const st = options.stats;
+    this.s = {
+      rqTotal: st.counter(`${p}upstream_rq_total`),
+      rqCompleted: st.counter(`${p}upstream_rq_completed`),
+      rqClass: new Map([2, 3, 4, 5].map((c) => [c, st.counter(`${p}upstream_rq_${c}xx`)] as const)),
+      rqTimeout: st.counter(`${p}upstream_rq_timeout`),
+      rqRetry: st.counter(`${p}upstream_rq_retry`),
+      rqRetryOverflow: st.counter(`${p}upstream_rq_retry_overflow`),
+      rqPendingOverflow: st.counter(`${p}upstream_rq_pending_overflow`),
+      rqRxReset: st.counter(`${p}upstream_rq_rx_reset`),
+      rqActive: st.gauge(`${p}upstream_rq_active`),
+      rqPendingActive: st.gauge(`${p}upstream_rq_pending_active`),
+      cxTotal: st.counter(`${p}upstream_cx_total`),
+      cxActive: st.gauge(`${p}upstream_cx_active`),
+      cxConnectFail: st.counter(`${p}upstream_cx_connect_fail`),
+      cxDestroy: st.counter(`${p}upstream_cx_destroy`),
+      cxNoneHealthy: st.counter(`${p}upstream_cx_none_healthy`),
+      membershipTotal: st.gauge(`${p}membership_total`),
+      membershipHealthy: st.gauge(`${p}membership_healthy`),
+      membershipChange: st.counter(`${p}membership_change`),
+      lbHealthyPanic: st.counter(`${p}lb_healthy_panic`),
+    };
+    this.rqTime = new Histogram(`${p}upstream_rq_time`);
+    this.breakers = new CircuitBreakers(this.settings.circuitBreakers, p, st);
+    this.lb = createBalancer<Host>(this.settings.lbPolicy, options.random);
+    if (this.settings.outlierDetection) {
+      this.outlier = new OutlierDetector({
+        config: this.settings.outlierDetection,
+        statPrefix: p,
+        stats: st,
+        cluster: this.name,
+        hosts: () => this.hostList,
+        onChange: () => this.updateMembership(),
+        log: this.log,
+        now: this.now,
+        random: options.random,
+      });
+      this.outlier.start();
+    }
+    this.listener = {
+      connect: () => {
+        this.s.cxTotal.inc();
+        this.s.cxActive.inc();
+        this.breakers.connections(this.s.cxActive.value);
+      },
+      disconnect: () => {
+        if (this.s.cxActive.value > 0) this.s.cxActive.dec();
+        this.s.cxDestroy.inc();
+        this.breakers.connections(this.s.cxActive.value);
+      },
+      connectFailure: () => {
+        this.s.cxConnectFail.inc();
+      },
+    };
+  }
+
+  hosts(): readonly Host[] {
+    return this.hostList;
+  }
+
+  host(key: string): Host | undefined {
+    return this.hostMap.get(key);
+  }
+
+  /**
+   * Makes the host set equal to `entries` (in that order; duplicates of a host:port keep the
+   * first). Kept hosts are updated in place (stats and health survive), new hosts get a pool
+   * (and a first health check), removed hosts have their pool closed gracefully.
+   * Resolves when the first health checks of new hosts are done.
+   */
+  setHosts(entries: readonly HostEntry[]): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    const next: Host[] = [];
+    const seen = new Map<string, Host>();
+    const checks: Promise<void>[] = [];
+    let changed = false;
+    for (const entry of entries) {
+      const key = hostKey(entry.spec.address, entry.spec.port);
+      if (seen.has(key)) continue;
+      let host = this.hostMap.get(key);
+      if (host) host.update(entry.spec);
+      else {
+        host = this.createHost(entry.spec);
+        this.hostMap.set(key, host);
+        changed = true;
+        this.log.debug({ cluster: this.name, host: key }, 'host added');
+      }
+      seen.set(key, host);
+      next.push(host);
+      const path = entry.healthCheckPath ?? (this.settings.healthCheckConfigured ? this.settings.healthCheck.path : undefined);
+      if (path !== undefined) checks.push(this.checker().set(host, path));
+      else if (this.healthChecker?.isChecked(host)) this.healthChecker.remove(host);
+    }
+    for (const [key, host] of [...this.hostMap]) {
+      if (seen.has(key)) continue;
+      this.hostMap.delete(key);
+      this.retireHost(host);
+      changed = true;
+      this.log.debug({ cluster: this.name, host: key }, 'host removed');
+    }
+    this.hostList = next;
+    if (changed) this.s.membershipChange.inc();
+    this.updateMembership();
+    if (next.length === 0 && this.rqActive === 0) this.onIdleEmpty?.(this);
+    return Promise.all(checks).then(() => undefined);
+  }
+
+  private checker(): HealthChecker {
+    if (!this.healthChecker) {
+      this.healthChecker = new HealthChecker({
+        config: this.settings.healthCheck,
+        cluster: this.name,
+        statPrefix: this.statPrefix,
+        stats: this.store,
+        dispatcher: this.hcDispatcher,
+        onChange: () => this.updateMembership(),
+        log: this.hcLog,
+      });
+    }
+    return this.healthChecker;
+  }
+
+  private createHost(spec: HostSpec): Host {
+    return new Host(
+      spec,
+      {
+        connections: this.breakers.poolSize(),
+        connectTimeoutMs: this.settings.connectTimeoutMs,
+        keepAliveTimeoutMs: this.settings.keepAliveTimeoutMs,
+      },
+      this.listener,
+    );
+  }
+
+  private retireHost(host: Host): void {
+    host.removed = true;
+    this.healthChecker?.remove(host);
+    this.outlier?.hostRemoved(host);
+    this.lb.forget?.(host);
+    void host.close();
+  }
+
+  updateMembership(): void {
+    this.healthyList = this.hostList.filter((h) => h.healthy());
+    this.s.membershipTotal.set(this.hostList.length);
+    this.s.membershipHealthy.set(this.healthyList.length);
+  }
+
+  /**
+   * Picks a host and opens a lease, or throws a MeshError: 503 when no host can be used or a
+   * circuit breaker is open, 400 for a malformed `address`.
+   */
+  acquire(service: string, options: AcquireOptions = {}): UpstreamLease {
+    if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${service}: cluster closed`);
+    const priority: Priority = options.priority === 'high' ? 'high' : 'default';
+    const retry = options.retry === true;
+    let host: Host | undefined;
+    let transient: Transient | undefined;
+    if (options.address !== undefined) {
+      const hp = parseHostPort(options.address);
+      if (!hp) throw badRequest(ERROR_ID, `address ${options.address}: must be host:port`);
+      const key = hostKey(hp.address, hp.port);
+      host = this.hostMap.get(key);
+      if (!host) transient = this.transient(hp.address, hp.port);
+    } else {
+      const set = candidates(this.hostList, this.settings.panicThresholdPercent, options.exclude, this.healthyList);
+      if (set.panic) this.s.lbHealthyPanic.inc();
+      host = this.lb.pick(set.hosts);
+      if (!host) {
+        this.s.cxNoneHealthy.inc();
+        throw serviceUnavailable(ERROR_ID, `service ${service}: no healthy upstream`);
+      }
+    }
+    const target = host ?? transient!.host;
+    const poolSize = this.breakers.poolSize();
+    const waits = target.stats.rq_active >= poolSize;
+    const broken = this.breakers.check(priority, retry, waits);
+    if (broken) {
+      if (broken === 'max_retries') this.s.rqRetryOverflow.inc();
+      else this.s.rqPendingOverflow.inc();
+      if (transient) this.unref(transient);
+      throw serviceUnavailable(ERROR_ID, `circuit breaker open: ${broken}`);
+    }
+    this.breakers.start(priority, retry, waits);
+    if (waits) this.s.rqPendingActive.set(this.breakers.pending);
+    target.stats.rq_total++;
+    target.stats.rq_active++;
+    this.rqActive++;
+    this.s.rqTotal.inc();
+    this.s.rqActive.inc();
+    if (retry) this.s.rqRetry.inc();
+    this.lastUsed = this.now();
+
+    let released = false;
+    return {
+      target,
+      release: (outcome: AttemptOutcome, durationMs: number) => {
+        if (released) return;
+        released = true;
+        this.finish(target, transient, priority, retry, outcome, durationMs);
+      },
+    };
+  }
+
+  private finish(
+    host: Host,
+    transient: Transient | undefined,
+    priority: Priority,
+    retry: boolean,
+    outcome: AttemptOutcome,
+    durationMs: number,
+  ): void {
+    const waited = host.stats.rq_active > this.breakers.poolSize();
+    this.breakers.end(priority, retry, waited);
+    if (waited) this.s.rqPendingActive.set(this.breakers.pending);
+    if (host.stats.rq_active > 0) host.stats.rq_active--;
+    if (this.rqActive > 0) this.rqActive--;
+    if (this.s.rqActive.value > 0) this.s.rqActive.dec();
+    this.s.rqCompleted.inc();
+    if (Number.isFinite(durationMs) && durationMs >= 0) this.rqTime.record(durationMs);
+
+    let failure: boolean;
+    switch (outcome.kind) {
+      case 'response': {
+        const cls = Math.floor(outcome.status / 100);
+        failure = outcome.status >= 500;
+        if (failure) host.stats.rq_error++;
+        else host.stats.rq_success++;
+        if (cls >= 1 && cls <= 5) {
+          let c = this.s.rqClass.get(cls);
+          if (!c) this.s.rqClass.set(cls, (c = this.store.counter(`${this.statPrefix}upstream_rq_${cls}xx`)));
+          c.inc();
+        }
+        break;
+      }
+      case 'timeout':
+        failure = true;
+        host.stats.rq_timeout++;
+        host.stats.rq_error++;
+        this.s.rqTimeout.inc();
+        this.s.rqClass.get(5)!.inc(); // charged as 504, as Envoy does
+        break;
+      case 'reset':
+        failure = true;
+        host.stats.rq_error++;
+        this.s.rqRxReset.inc();
+        this.s.rqClass.get(5)!.inc(); // charged as 503
+        break;
+      case 'connect_failure':
+        failure = true;
+        host.stats.rq_error++;
+        this.s.rqClass.get(5)!.inc(); // charged as 503
+        break;
+      default:
+        failure = true;
+        host.stats.rq_error++;
+    }
+    if (transient) this.unref(transient);
+    else if (!host.removed) this.outlier?.record(host, failure);
+    this.lastUsed = this.now();
+    if (this.rqActive === 0 && this.hostList.length === 0 && !this.closed) this.onIdleEmpty?.(this);
+  }
+
+  private transient(address: string, port: number): Transient {
+    const key = hostKey(address, port);
+    let t = this.transients.get(key);
+    if (!t) {
+      if (this.transients.size >= MAX_IDLE_TRANSIENT) {
+        for (const [k, other] of this.transients) {
+          if (other.refs > 0) continue;
+          if (other.timer) clearTimeout(other.timer);
+          this.transients.delete(k);
+          void other.host.close();
+          if (this.transients.size < MAX_IDLE_TRANSIENT) break;
+        }
+      }
+      const host = this.createHost({
+        address,
+        port,
+        nodeId: key,
+        hostname: address,
+        metadata: {},
+        weight: 1,
+        zone: '',
+        region: '',
+        canary: false,
+      });
+      host.removed = true; // never part of the host set
+      t = { host, refs: 0 };
+      this.transients.set(key, t);
+    }
+    if (t.timer) clearTimeout(t.timer);
+    t.timer = undefined;
+    t.refs++;
+    return t;
+  }
+
+  private unref(t: Transient): void {
+    t.refs = Math.max(0, t.refs - 1);
+    if (t.refs > 0 || this.closed) return;
+    t.timer = setTimeout(() => {
+      if (t.refs > 0) return;
+      if (this.transients.get(t.host.key) === t) this.transients.delete(t.host.key);
+      void t.host.close();
+    }, TRANSIENT_IDLE_MS);
+    t.timer.unref();
+  }
+
+  snapshot(): ClusterSnapshot {
+    const snap: ClusterSnapshot = {
+      name: this.name,
+      addedViaApi: this.addedViaApi,
+      circuitBreakers: {
+        default: { ...this.breakers.thresholds('default') },
+        high: { ...this.breakers.thresholds('high') },
+      },
+      hosts: this.hostList.map((h) => h.snapshot()),
+    };
+    if (this.outlier) {
+      snap.outlier = {
+        successRateAverage: this.outlier.successRateAverage,
+        successRateEjectionThreshold: this.outlier.successRateEjectionThreshold,
+      };
+    }
+    return snap;
+  }
+
+  /** Stops timers and checks, closes every pool (in-flight requests get up to graceMs). */
+  close(graceMs = 5_000): Promise<void> {
+    if (this.closing) return this.closing;
+    this.closed = true;
+    this.outlier?.stop();
+    this.healthChecker?.close();
+    const pools: Promise<void>[] = [];
+    for (const h of this.hostList) {
+      h.removed = true;
+      pools.push(h.close(graceMs));
+    }
+    for (const t of this.transients.values()) {
+      if (t.timer) clearTimeout(t.timer);
+      pools.push(t.host.close(graceMs));
+    }
+    this.transients.clear();
+    this.closing = Promise.all(pools).then(() => undefined);
+    return this.closing;
+  }
+}

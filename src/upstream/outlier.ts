@@ -1,0 +1,218 @@
+/**
+ * Outlier detection (passive health checking), after Envoy:
+ *
+ * - Consecutive 5xx: a host whose last `consecutive5xx` attempts were 5xx answers or gateway
+ *   failures (connect failure, reset, timeout) is ejected at once.
+ * - Success rate: every interval, hosts with at least `successRateRequestVolume` requests get a
+ *   success rate (0..100, else -1); when at least `successRateMinimumHosts` hosts have one, those
+ *   below mean − stdevFactor × stdev are ejected. Average and threshold are -1 otherwise.
+ * - An ejected host (`failed_outlier_check`) stays out for baseEjectionTime × its number of
+ *   ejections (capped by maxEjectionTime), checked at each interval tick, so an ejection lasts up
+ *   to one interval longer. The multiplier drops by one for each baseEjectionTime the host then
+ *   stays in.
+ * - At most maxEjectionPercent of the hosts are ejected at once, but always at least one host
+ *   (so a 2-host cluster can eject its bad host); further detections count ejections_overflow.
+ */
+import type { Counter, Gauge, StatsStore } from '../stats/store.js';
+import type { OutlierDetectionConfig } from './config.js';
+import type { Host } from './host.js';
+
+type Logger = { info(obj: object, msg: string): void; debug(obj: object, msg: string): void };
+
+export type OutlierReason = 'consecutive_5xx' | 'success_rate';
+
+export interface OutlierDetectorOptions {
+  config: OutlierDetectionConfig;
+  /** `cluster.<name>.` */
+  statPrefix: string;
+  stats: StatsStore;
+  cluster: string;
+  hosts: () => readonly Host[];
+  /** Called whenever a host's outlier flag changes. */
+  onChange: () => void;
+  log?: Logger;
+  now?: () => number;
+  random?: () => number;
+}
+
+export class OutlierDetector {
+  readonly config: OutlierDetectionConfig;
+  /** Of the last interval; -1 when too few hosts had enough volume. */
+  successRateAverage = -1;
+  successRateEjectionThreshold = -1;
+
+  private readonly hosts: () => readonly Host[];
+  private readonly onChange: () => void;
+  private readonly log?: Logger;
+  private readonly now: () => number;
+  private readonly random: () => number;
+  private readonly cluster: string;
+  private timer: NodeJS.Timeout | undefined;
+  private active = 0;
+
+  private readonly sActive: Gauge;
+  private readonly sTotal: Counter;
+  private readonly sEnforcedTotal: Counter;
+  private readonly sOverflow: Counter;
+  private readonly sDetected5xx: Counter;
+  private readonly sEnforced5xx: Counter;
+  private readonly sDetectedSr: Counter;
+  private readonly sEnforcedSr: Counter;
+
+  constructor(options: OutlierDetectorOptions) {
+    this.config = options.config;
+    this.hosts = options.hosts;
+    this.onChange = options.onChange;
+    this.log = options.log;
+    this.now = options.now ?? Date.now;
+    this.random = options.random ?? Math.random;
+    this.cluster = options.cluster;
+    const p = `${options.statPrefix}outlier_detection.`;
+    const s = options.stats;
+    this.sActive = s.gauge(`${p}ejections_active`);
+    this.sTotal = s.counter(`${p}ejections_total`);
+    this.sEnforcedTotal = s.counter(`${p}ejections_enforced_total`);
+    this.sOverflow = s.counter(`${p}ejections_overflow`);
+    this.sDetected5xx = s.counter(`${p}ejections_detected_consecutive_5xx`);
+    this.sEnforced5xx = s.counter(`${p}ejections_enforced_consecutive_5xx`);
+    this.sDetectedSr = s.counter(`${p}ejections_detected_success_rate`);
+    this.sEnforcedSr = s.counter(`${p}ejections_enforced_success_rate`);
+  }
+
+  start(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => this.tick(), this.config.intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  ejectionsActive(): number {
+    return this.active;
+  }
+
+  /**
+   * One finished attempt on a host. `failure`: a 5xx answer or a gateway failure (connect
+   * failure, reset, timeout).
+   */
+  record(host: Host, failure: boolean): void {
+    host.intervalTotal++;
+    if (!failure) {
+      host.intervalSuccess++;
+      host.consecutive5xx = 0;
+      return;
+    }
+    host.consecutive5xx++;
+    const limit = this.config.consecutive5xx;
+    if (limit > 0 && host.consecutive5xx >= limit && !host.failedOutlierCheck && !host.removed) {
+      host.consecutive5xx = 0;
+      this.sDetected5xx.inc();
+      if (this.enforce(this.config.enforcingConsecutive5xx) && this.eject(host, 'consecutive_5xx')) this.sEnforced5xx.inc();
+    }
+  }
+
+  /** A host left the cluster: it no longer counts as ejected. */
+  hostRemoved(host: Host): void {
+    if (host.failedOutlierCheck) {
+      host.failedOutlierCheck = false;
+      this.active = Math.max(0, this.active - 1);
+      this.sActive.set(this.active);
+    }
+  }
+
+  /** The interval's work: return hosts whose ejection is over, compute success rates, eject. */
+  tick(): void {
+    const now = this.now();
+    const hosts = this.hosts();
+    let changed = false;
+    for (const h of hosts) {
+      if (h.failedOutlierCheck) {
+        if (now >= h.ejectionEndAt) {
+          h.failedOutlierCheck = false;
+          h.consecutive5xx = 0;
+          h.lastUnejectedAt = now;
+          this.active = Math.max(0, this.active - 1);
+          changed = true;
+          this.log?.info({ cluster: this.cluster, host: h.key }, 'outlier detection: host returned');
+        }
+      } else if (h.ejections > 0 && now - h.lastUnejectedAt >= this.config.baseEjectionTimeMs) {
+        h.ejections--;
+        h.lastUnejectedAt = now;
+      }
+    }
+    if (changed) {
+      this.sActive.set(this.active);
+      this.onChange();
+    }
+
+    const valid: Array<[Host, number]> = [];
+    const volume = this.config.successRateRequestVolume;
+    for (const h of hosts) {
+      if (h.intervalTotal > 0 && h.intervalTotal >= volume) {
+        h.successRate = (h.intervalSuccess / h.intervalTotal) * 100;
+        if (!h.failedOutlierCheck) valid.push([h, h.successRate]);
+      } else h.successRate = -1;
+      h.intervalTotal = 0;
+      h.intervalSuccess = 0;
+    }
+    if (valid.length > 0 && valid.length >= this.config.successRateMinimumHosts) {
+      let sum = 0;
+      for (const [, r] of valid) sum += r;
+      const mean = sum / valid.length;
+      let variance = 0;
+      for (const [, r] of valid) variance += (r - mean) ** 2;
+      variance /= valid.length;
+      const threshold = mean - this.config.successRateStdevFactor * Math.sqrt(variance);
+      this.successRateAverage = mean;
+      this.successRateEjectionThreshold = threshold;
+      for (const [h, r] of valid) {
+        if (r < threshold) {
+          this.sDetectedSr.inc();
+          if (this.enforce(this.config.enforcingSuccessRate) && this.eject(h, 'success_rate')) this.sEnforcedSr.inc();
+        }
+      }
+    } else {
+      this.successRateAverage = -1;
+      this.successRateEjectionThreshold = -1;
+    }
+  }
+
+  private enforce(percent: number): boolean {
+    if (percent >= 100) return true;
+    if (percent <= 0) return false;
+    return this.random() * 100 < percent;
+  }
+
+  /** Most hosts that may be ejected at once: maxEjectionPercent of them, but at least one. */
+  maxEjections(hostCount: number): number {
+    const pct = this.config.maxEjectionPercent;
+    if (pct <= 0 || hostCount === 0) return 0;
+    return Math.max(1, Math.floor((hostCount * Math.min(100, pct)) / 100));
+  }
+
+  private eject(host: Host, reason: OutlierReason): boolean {
+    if (host.failedOutlierCheck) return false;
+    if (this.active >= this.maxEjections(this.hosts().length)) {
+      this.sOverflow.inc();
+      this.log?.debug({ cluster: this.cluster, host: host.key, reason }, 'outlier detection: ejection over max_ejection_percent');
+      return false;
+    }
+    const now = this.now();
+    host.ejections++;
+    host.failedOutlierCheck = true;
+    host.ejectedAt = now;
+    const base = this.config.baseEjectionTimeMs;
+    const duration = Math.min(base * host.ejections, Math.max(base, this.config.maxEjectionTimeMs));
+    host.ejectionEndAt = now + duration;
+    this.active++;
+    this.sActive.set(this.active);
+    this.sTotal.inc();
+    this.sEnforcedTotal.inc();
+    this.log?.info({ cluster: this.cluster, host: host.key, reason, ejectionMs: duration, ejections: host.ejections }, 'outlier detection: host ejected');
+    this.onChange();
+    return true;
+  }
+}

@@ -1,0 +1,284 @@
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { MemoryRegistry } from '../src/registry/memory.js';
+import type { Node } from '../src/registry/registry.js';
+import { StatsStore } from '../src/stats/store.js';
+import { Logging } from '../src/util/log.js';
+import { ClusterManager } from '../src/upstream/cluster-manager.js';
+import { DEFAULT_OUTLIER_DETECTION } from '../src/upstream/config.js';
+import { Host } from '../src/upstream/host.js';
+import { OutlierDetector } from '../src/upstream/outlier.js';
+import type { UpstreamLease } from '../src/upstream/types.js';
+import { sleep, waitFor } from './helpers.js';
+
+interface Backend {
+  port: number;
+  key: string;
+  hits: number;
+  status: number;
+  server: Server;
+}
+
+const servers: Server[] = [];
+const managers: ClusterManager[] = [];
+const hostsToClose: Host[] = [];
+after(async () => {
+  await Promise.all(managers.map((m) => m.close()));
+  await Promise.all(hostsToClose.map((h) => h.close()));
+  for (const s of servers) {
+    s.closeAllConnections();
+    s.close();
+  }
+});
+
+async function backend(): Promise<Backend> {
+  const b = { hits: 0, status: 200 } as Backend;
+  b.server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      b.hits++;
+      res.writeHead(b.status, { 'content-type': 'application/json' });
+      res.end('{}');
+    });
+  });
+  b.server.listen(0, '127.0.0.1');
+  await once(b.server, 'listening');
+  b.port = (b.server.address() as AddressInfo).port;
+  b.key = `127.0.0.1:${b.port}`;
+  servers.push(b.server);
+  return b;
+}
+
+function node(id: string, port: number): Node {
+  return { id, address: '127.0.0.1', port, metadata: {} };
+}
+
+async function send(lease: UpstreamLease): Promise<number> {
+  const t0 = Date.now();
+  try {
+    const res = await lease.target.dispatcher.request({ path: '/', method: 'POST', body: '{}' });
+    await res.body.text();
+    lease.release({ kind: 'response', status: res.statusCode }, Date.now() - t0);
+    return res.statusCode;
+  } catch {
+    lease.release({ kind: 'reset' }, Date.now() - t0);
+    return 0;
+  }
+}
+
+test('consecutive 5xx: the bad host is ejected, traffic moves to the healthy host, it returns after the ejection time', async () => {
+  const good = await backend();
+  const bad = await backend();
+  bad.status = 503;
+  const registry = new MemoryRegistry();
+  await registry.register({ name: 'od', version: '', metadata: {}, endpoints: [], nodes: [node('good', good.port), node('bad', bad.port)] });
+  const stats = new StatsStore();
+  const cm = new ClusterManager({
+    registry,
+    stats,
+    logging: new Logging('off'),
+    lbPolicy: 'round_robin',
+    defaults: { outlierDetection: { consecutive5xx: 3, intervalMs: 100, baseEjectionTimeMs: 3_000 } },
+  });
+  managers.push(cm);
+  const statuses: number[] = [];
+  for (let i = 0; i < 6; i++) statuses.push(await send(await cm.acquire('od')));
+  assert.equal(statuses.filter((s) => s === 503).length, 3);
+  let snap = cm.clusters()[0]!;
+  const badHost = () => cm.clusters()[0]!.hosts.find((h) => h.port === bad.port)!;
+  assert.equal(badHost().failedOutlierCheck, true);
+  assert.equal(stats.gauge('cluster.od.outlier_detection.ejections_active').value, 1);
+  assert.equal(stats.counter('cluster.od.outlier_detection.ejections_total').value, 1);
+  assert.equal(stats.counter('cluster.od.outlier_detection.ejections_enforced_consecutive_5xx').value, 1);
+  assert.equal(stats.gauge('cluster.od.membership_healthy').value, 1);
+  assert.equal(snap.hosts.find((h) => h.port === good.port)!.failedOutlierCheck, false);
+
+  const badHitsAtEjection = bad.hits;
+  const ejectedAt = cm.cluster('od')!.host(bad.key)!.ejectedAt;
+  for (let i = 0; i < 10; i++) assert.equal(await send(await cm.acquire('od')), 200);
+  assert.equal(bad.hits, badHitsAtEjection, 'no traffic to the ejected host');
+
+  bad.status = 200;
+  await waitFor(() => !badHost().failedOutlierCheck, 12_000, 10);
+  const back = Date.now() - ejectedAt;
+  // base ejection time, checked at interval ticks (plus slack for a loaded machine)
+  assert.ok(back >= 2_900 && back < 10_000, `returned after ${back} ms`);
+  assert.equal(stats.gauge('cluster.od.outlier_detection.ejections_active').value, 0);
+  for (let i = 0; i < 10; i++) await send(await cm.acquire('od'));
+  assert.ok(bad.hits >= badHitsAtEjection + 4, 'traffic returns');
+  snap = cm.clusters()[0]!;
+  assert.equal(snap.hosts.every((h) => !h.failedOutlierCheck), true);
+  await registry.close();
+});
+
+test('under concurrent load a backend turning 503 is ejected and, with one retry elsewhere, no call fails', async () => {
+  const hosts = [await backend(), await backend(), await backend()];
+  const registry = new MemoryRegistry();
+  await registry.register({ name: 'load', version: '', metadata: {}, endpoints: [], nodes: hosts.map((b, i) => node(`n${i}`, b.port)) });
+  const cm = new ClusterManager({
+    registry,
+    stats: new StatsStore(),
+    logging: new Logging('off'),
+    lbPolicy: 'least_request',
+    // 8 workers may all retry at once: a retry budget of 3 (the default) would open the breaker
+    defaults: {
+      outlierDetection: { consecutive5xx: 5, intervalMs: 200, baseEjectionTimeMs: 30_000 },
+      circuitBreakers: { default: { maxRetries: 8 } },
+    },
+  });
+  managers.push(cm);
+  let failed = 0;
+  let calls = 0;
+  let stop = false;
+  const worker = async () => {
+    while (!stop) {
+      calls++;
+      const first = await cm.acquire('load');
+      let status = await send(first);
+      if (status >= 500 || status === 0) {
+        const retry = await cm.acquire('load', { retry: true, exclude: new Set([first.target.key]) });
+        status = await send(retry);
+      }
+      if (status !== 200) failed++;
+    }
+  };
+  const running = Array.from({ length: 8 }, () => worker());
+  await sleep(150);
+  hosts[0]!.status = 503;
+  await waitFor(() => cm.clusters()[0]!.hosts.find((h) => h.port === hosts[0]!.port)!.failedOutlierCheck, 8000, 5);
+  const hitsAtEjection = hosts[0]!.hits;
+  const callsAtEjection = calls;
+  await waitFor(() => calls >= callsAtEjection + 100, 10_000, 10);
+  stop = true;
+  await Promise.all(running);
+  assert.equal(failed, 0);
+  // in-flight requests at ejection time may still land; nothing new afterwards
+  assert.ok(hosts[0]!.hits - hitsAtEjection <= 8, `hits after ejection: ${hosts[0]!.hits - hitsAtEjection}`);
+  await registry.close();
+});
+
+test('success rate: -1 with too little data, at cluster and host level', async () => {
+  const a = await backend();
+  const b = await backend();
+  const registry = new MemoryRegistry();
+  await registry.register({ name: 'sr', version: '', metadata: {}, endpoints: [], nodes: [node('a', a.port), node('b', b.port)] });
+  const cm = new ClusterManager({
+    registry,
+    stats: new StatsStore(),
+    logging: new Logging('off'),
+    lbPolicy: 'round_robin',
+    defaults: { outlierDetection: { intervalMs: 100, successRateRequestVolume: 5 } },
+  });
+  managers.push(cm);
+  // a gets enough volume for a success rate, b does not; 2 hosts are under the minimum of 5
+  const burst = async () => {
+    for (let i = 0; i < 10; i++) await send(await cm.acquire('sr', { address: a.key }));
+    await send(await cm.acquire('sr', { address: b.key }));
+  };
+  await burst();
+  const rate = (port: number) => cm.clusters()[0]!.hosts.find((h) => h.port === port)!.successRate;
+  await waitFor(async () => {
+    if (rate(a.port) === 100) return true;
+    await burst(); // the interval may have ended mid-burst on a slow machine
+    return false;
+  }, 8000, 50);
+  assert.equal(rate(b.port), -1);
+  assert.deepEqual(cm.clusters()[0]!.outlier, { successRateAverage: -1, successRateEjectionThreshold: -1 });
+  await registry.close();
+});
+
+function fakeHosts(n: number): Host[] {
+  const out: Host[] = [];
+  for (let i = 0; i < n; i++) {
+    const h = new Host(
+      { address: '127.0.0.1', port: 40000 + i, nodeId: `n${i}`, hostname: `n${i}`, metadata: {}, weight: 1, zone: '', region: '', canary: false },
+      { connections: 1, connectTimeoutMs: 1000, keepAliveTimeoutMs: 1000 },
+    );
+    hostsToClose.push(h);
+    out.push(h);
+  }
+  return out;
+}
+
+test('success rate: hosts under mean - 1.9 stdev are ejected once enough hosts have volume', () => {
+  const hosts = fakeHosts(5);
+  const stats = new StatsStore();
+  let now = 1_000;
+  const od = new OutlierDetector({
+    config: { ...DEFAULT_OUTLIER_DETECTION, successRateRequestVolume: 10, consecutive5xx: 0 },
+    statPrefix: 'cluster.x.',
+    stats,
+    cluster: 'x',
+    hosts: () => hosts,
+    onChange: () => {},
+    now: () => now,
+  });
+  // 4 hosts too few: rates are set, cluster values stay -1
+  const feed = (list: Host[], failing: Host | undefined) => {
+    for (const h of list) for (let i = 0; i < 20; i++) od.record(h, h === failing && i % 2 === 0);
+  };
+  feed(hosts.slice(0, 4), hosts[3]);
+  od.tick();
+  assert.equal(od.successRateAverage, -1);
+  assert.equal(od.successRateEjectionThreshold, -1);
+  assert.deepEqual(hosts.map((h) => h.successRate), [100, 100, 100, 50, -1]);
+  // 5 hosts: mean 90, stdev 20, threshold 90 - 1.9 * 20 = 52; the 50% host goes
+  feed(hosts, hosts[4]);
+  od.tick();
+  assert.equal(od.successRateAverage, 90);
+  assert.ok(Math.abs(od.successRateEjectionThreshold - 52) < 1e-9);
+  assert.equal(hosts[4]!.failedOutlierCheck, true);
+  assert.equal(stats.counter('cluster.x.outlier_detection.ejections_enforced_success_rate').value, 1);
+  assert.equal(stats.gauge('cluster.x.outlier_detection.ejections_active').value, 1);
+  // back after base ejection time (30s default), checked at a tick
+  now += 29_000;
+  od.tick();
+  assert.equal(hosts[4]!.failedOutlierCheck, true);
+  now += 1_000;
+  od.tick();
+  assert.equal(hosts[4]!.failedOutlierCheck, false);
+  assert.equal(od.ejectionsActive(), 0);
+});
+
+test('max ejection percent allows at least one host; ejection time grows with each ejection', () => {
+  const hosts = fakeHosts(2);
+  const stats = new StatsStore();
+  let now = 0;
+  const od = new OutlierDetector({
+    config: { ...DEFAULT_OUTLIER_DETECTION, consecutive5xx: 2, baseEjectionTimeMs: 1_000 },
+    statPrefix: 'cluster.y.',
+    stats,
+    cluster: 'y',
+    hosts: () => hosts,
+    onChange: () => {},
+    now: () => now,
+  });
+  assert.equal(od.maxEjections(2), 1);
+  assert.equal(od.maxEjections(25), 2);
+  for (let i = 0; i < 2; i++) for (const h of hosts) od.record(h, true);
+  assert.deepEqual(hosts.map((h) => h.failedOutlierCheck), [true, false]);
+  assert.equal(stats.counter('cluster.y.outlier_detection.ejections_overflow').value, 1);
+  // a success in between resets the consecutive count
+  od.record(hosts[1]!, true);
+  od.record(hosts[1]!, false);
+  od.record(hosts[1]!, true);
+  assert.equal(hosts[1]!.consecutive5xx, 1);
+  now = 1_000;
+  od.tick();
+  assert.equal(hosts[0]!.failedOutlierCheck, false);
+  // second ejection of the same host: 2 × base
+  od.record(hosts[0]!, true);
+  od.record(hosts[0]!, true);
+  assert.equal(hosts[0]!.failedOutlierCheck, true);
+  assert.equal(hosts[0]!.ejectionEndAt - now, 2_000);
+  now += 1_999;
+  od.tick();
+  assert.equal(hosts[0]!.failedOutlierCheck, true);
+  now += 1;
+  od.tick();
+  assert.equal(hosts[0]!.failedOutlierCheck, false);
+  assert.equal(stats.counter('cluster.y.outlier_detection.ejections_total').value, 2);
+});
