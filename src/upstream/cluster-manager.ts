@@ -12,13 +12,12 @@
  * - At most `maxClusters` (default 10,000) registry clusters exist; at the limit the least
  *   recently used idle one is dropped, and with none idle the acquire gets a 503.
  * - A static cluster wins over a registry service of the same name.
- * - `address` for a service that has no cluster and is unknown to the registry (go-micro's
- *   `WithAddress` bypasses the registry) still gets a transient target; such attempts are counted
- *   in no cluster.
+ * - `address` (the /rpc field) picks that node of the service; an address that is not a node of
+ *   the service is a 404, so a public gateway cannot be used to reach arbitrary hosts.
  */
 import { Agent } from 'undici';
 import type { Logger } from 'pino';
-import { MeshError, notFound, serviceUnavailable, toMeshError } from '../errors.js';
+import { notFound, serviceUnavailable, toMeshError } from '../errors.js';
 import type { Node, Registry, Service, WatchEvent, Watcher } from '../registry/registry.js';
 import { StatsStore, type Counter, type Gauge } from '../stats/store.js';
 import type { Logging } from '../util/log.js';
@@ -83,7 +82,6 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private readonly loading = new Map<string, Promise<Cluster>>();
   /** Names with a registry event while their cluster was loading. */
   private readonly dirty = new Set<string>();
-  private direct?: Cluster;
   private watcher?: Watcher;
   private revision: string;
   private closed = false;
@@ -153,18 +151,10 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
 
     let cluster: Cluster | undefined = this.loading.has(service) ? undefined : this.dynamic.get(service);
     if (!cluster) {
-      try {
-        cluster = await this.load(service);
-      } catch (err) {
-        if (options.address !== undefined && err instanceof MeshError && err.code === 404) {
-          return this.directCluster().acquire(service, options);
-        }
-        throw err;
-      }
+      cluster = await this.load(service);
     }
     if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${service}: cluster manager closed`);
     if (cluster.closed || cluster.hosts().length === 0) {
-      if (options.address !== undefined) return this.directCluster().acquire(service, options);
       throw notFound(ERROR_ID, `service ${service}: not found`);
     }
     return cluster.acquire(service, options);
@@ -179,7 +169,6 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     this.watcher?.stop();
     this.watcher = undefined;
     const all = [...this.staticClusters.values(), ...this.dynamic.values()];
-    if (this.direct) all.push(this.direct);
     await Promise.all(all.map((c) => c.close(this.closeGraceMs)));
     // Health checks are disposable: do not wait for one that hangs.
     await this.hcDispatcher.destroy().catch(() => {});
@@ -213,12 +202,6 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     this.sActive.set(this.activeCount());
     const warming = cluster.setHosts(entries).finally(() => this.staticWarming.delete(config.name));
     this.staticWarming.set(config.name, warming);
-  }
-
-  /** A hidden cluster (private stats) for `address` calls to services with no cluster. */
-  private directCluster(): Cluster {
-    if (!this.direct) this.direct = this.newCluster('direct', false, undefined, new StatsStore());
-    return this.direct;
   }
 
   private activeCount(): number {

@@ -4,7 +4,7 @@
  */
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
-import { badRequest, serviceUnavailable } from '../errors.js';
+import { badRequest, notFound, serviceUnavailable } from '../errors.js';
 import { Histogram, type Counter, type Gauge, type StatsStore } from '../stats/store.js';
 import { CircuitBreakers } from './circuit-breaker.js';
 import type { ResolvedClusterSettings } from './config.js';
@@ -16,10 +16,6 @@ import type { AcquireOptions, AttemptOutcome, ClusterSnapshot, Priority, Upstrea
 
 export const ERROR_ID = 'go.mesh.client';
 
-/** Transient targets (the `address` option naming a node that is not a host) idle this long are closed. */
-export const TRANSIENT_IDLE_MS = 30_000;
-/** Idle transient targets kept per cluster. */
-export const MAX_IDLE_TRANSIENT = 64;
 
 /** A host as the cluster is told about it, plus the health-check path it should get (if any). */
 export interface HostEntry {
@@ -64,12 +60,6 @@ interface ClusterStats {
   lbHealthyPanic: Counter;
 }
 
-interface Transient {
-  host: Host;
-  refs: number;
-  timer?: NodeJS.Timeout;
-}
-
 export class Cluster {
   readonly name: string;
   readonly addedViaApi: boolean;
@@ -93,7 +83,6 @@ export class Cluster {
   /** The healthy hosts of hostList, kept by updateMembership() on every health or host change. */
   private healthyList: Host[] = [];
   private readonly hostMap = new Map<string, Host>();
-  private readonly transients = new Map<string, Transient>();
   private readonly lb: LoadBalancer<Host>;
   private readonly s: ClusterStats;
   private readonly store: StatsStore;
@@ -275,13 +264,12 @@ export class Cluster {
     const priority: Priority = options.priority === 'high' ? 'high' : 'default';
     const retry = options.retry === true;
     let host: Host | undefined;
-    let transient: Transient | undefined;
     if (options.address !== undefined) {
       const hp = parseHostPort(options.address);
       if (!hp) throw badRequest(ERROR_ID, `address ${options.address}: must be host:port`);
-      const key = hostKey(hp.address, hp.port);
-      host = this.hostMap.get(key);
-      if (!host) transient = this.transient(hp.address, hp.port);
+      host = this.hostMap.get(hostKey(hp.address, hp.port));
+      // Only a node of the service: a public front end must not become a way to reach any host.
+      if (!host) throw notFound(ERROR_ID, `service ${service}: no node at ${options.address}`);
     } else {
       const set = candidates(this.hostList, this.settings.panicThresholdPercent, options.exclude, this.healthyList);
       if (set.panic) this.s.lbHealthyPanic.inc();
@@ -291,14 +279,13 @@ export class Cluster {
         throw serviceUnavailable(ERROR_ID, `service ${service}: no healthy upstream`);
       }
     }
-    const target = host ?? transient!.host;
+    const target = host;
     const poolSize = this.breakers.poolSize();
     const waits = target.stats.rq_active >= poolSize;
     const broken = this.breakers.check(priority, retry, waits);
     if (broken) {
       if (broken === 'max_retries') this.s.rqRetryOverflow.inc();
       else this.s.rqPendingOverflow.inc();
-      if (transient) this.unref(transient);
       throw serviceUnavailable(ERROR_ID, `circuit breaker open: ${broken}`);
     }
     this.breakers.start(priority, retry, waits);
@@ -317,14 +304,13 @@ export class Cluster {
       release: (outcome: AttemptOutcome, durationMs: number) => {
         if (released) return;
         released = true;
-        this.finish(target, transient, priority, retry, outcome, durationMs);
+        this.finish(target, priority, retry, outcome, durationMs);
       },
     };
   }
 
   private finish(
     host: Host,
-    transient: Transient | undefined,
     priority: Priority,
     retry: boolean,
     outcome: AttemptOutcome,
@@ -375,55 +361,9 @@ export class Cluster {
         failure = true;
         host.stats.rq_error++;
     }
-    if (transient) this.unref(transient);
-    else if (!host.removed) this.outlier?.record(host, failure);
+    if (!host.removed) this.outlier?.record(host, failure);
     this.lastUsed = this.now();
     if (this.rqActive === 0 && this.hostList.length === 0 && !this.closed) this.onIdleEmpty?.(this);
-  }
-
-  private transient(address: string, port: number): Transient {
-    const key = hostKey(address, port);
-    let t = this.transients.get(key);
-    if (!t) {
-      if (this.transients.size >= MAX_IDLE_TRANSIENT) {
-        for (const [k, other] of this.transients) {
-          if (other.refs > 0) continue;
-          if (other.timer) clearTimeout(other.timer);
-          this.transients.delete(k);
-          void other.host.close();
-          if (this.transients.size < MAX_IDLE_TRANSIENT) break;
-        }
-      }
-      const host = this.createHost({
-        address,
-        port,
-        nodeId: key,
-        hostname: address,
-        metadata: {},
-        weight: 1,
-        zone: '',
-        region: '',
-        canary: false,
-      });
-      host.removed = true; // never part of the host set
-      t = { host, refs: 0 };
-      this.transients.set(key, t);
-    }
-    if (t.timer) clearTimeout(t.timer);
-    t.timer = undefined;
-    t.refs++;
-    return t;
-  }
-
-  private unref(t: Transient): void {
-    t.refs = Math.max(0, t.refs - 1);
-    if (t.refs > 0 || this.closed) return;
-    t.timer = setTimeout(() => {
-      if (t.refs > 0) return;
-      if (this.transients.get(t.host.key) === t) this.transients.delete(t.host.key);
-      void t.host.close();
-    }, TRANSIENT_IDLE_MS);
-    t.timer.unref();
   }
 
   snapshot(): ClusterSnapshot {
@@ -456,11 +396,6 @@ export class Cluster {
       h.removed = true;
       pools.push(h.close(graceMs));
     }
-    for (const t of this.transients.values()) {
-      if (t.timer) clearTimeout(t.timer);
-      pools.push(t.host.close(graceMs));
-    }
-    this.transients.clear();
     this.closing = Promise.all(pools).then(() => undefined);
     return this.closing;
   }
