@@ -121,16 +121,31 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       case 'subscribe': {
         const topic = noun;
         if (!topic) throw new UsageError('usage: mesh subscribe TOPIC [--queue Q]');
-        const stop = await ops.subscribe(topic, config.queue, (m) => {
-          if (json) io.out(JSON.stringify({ header: m.header, body: m.body.toString('base64') }) + '\n');
-          else io.out(m.body.toString('utf8') + '\n');
-        });
+        let ended: string | undefined;
+        let wake = () => {};
+        const stop = await ops.subscribe(
+          topic,
+          config.queue,
+          (m) => {
+            if (json) io.out(JSON.stringify({ header: m.header, body: m.body.toString('base64') }) + '\n');
+            else io.out(m.body.toString('utf8') + '\n');
+          },
+          (reason) => {
+            ended = reason;
+            wake();
+          },
+        );
         io.err(`subscribed to ${topic}${config.queue ? ` (queue ${config.queue})` : ''}; Ctrl-C to stop\n`);
         await new Promise<void>((resolve) => {
+          wake = resolve;
           process.once('SIGINT', resolve);
           process.once('SIGTERM', resolve);
         });
         await stop();
+        if (ended) {
+          io.err(`subscription to ${topic} ended: ${ended}\n`);
+          return 1;
+        }
         return 0;
       }
       case 'health': {

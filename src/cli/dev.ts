@@ -4,6 +4,7 @@ import { Runtime } from '../runtime.js';
 import { greeterApi, greeterBackend } from '../../examples/greeter.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../gateway/server.js';
 import { checkGatewayFlags } from './api.js';
+import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_NAMESPACE } from '../sidecar/server.js';
 
 export async function runDev(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
@@ -29,6 +30,16 @@ export async function runDev(args: ParsedArgs): Promise<number> {
 
     // ---- sidecar: the sidecar helper starts `mesh sidecar` here (same runtime) and adds its lines below ----
     const sidecarLines: string[] = [];
+    {
+      const sidecar = new Sidecar(runtime, { namespace: SIDECAR_NAMESPACE, handler: 'rpc' });
+      try {
+        const sc = await sidecar.start(SIDECAR_DEFAULT_ADDRESS);
+        sidecarLines.push(`  sidecar:  ${config.enable_tls ? 'https' : 'http'}://${sc.address}:${sc.port} (mesh --proxy_address=${sc.address}:${sc.port} list services)`);
+      } catch (err) {
+        // Another sidecar may own the port: the demo runs without this one.
+        sidecarLines.push(`  sidecar:  not started (${SIDECAR_DEFAULT_ADDRESS}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+      }
+    }
     // ---- end of sidecar ----
 
     const home = config.registry === 'local' ? ` (registry: ${config.registry_address ?? process.env.MESH_HOME ?? '~/.mesh'})` : '';

@@ -24,7 +24,8 @@ export interface Operations {
   /** Calls an endpoint with a JSON request; resolves with the response body text. */
   call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string>;
   publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void>;
-  subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void): Promise<() => Promise<void>>;
+  /** `onEnd` is called when the subscription ends without being stopped (e.g. the sidecar closed it). */
+  subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, onEnd?: (reason: string) => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -139,7 +140,12 @@ export class SidecarOperations implements Operations {
     await this.send('POST', `/broker?topic=${encodeURIComponent(topic)}`, body, header);
   }
 
-  async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void): Promise<() => Promise<void>> {
+  async subscribe(
+    topic: string,
+    queue: string | undefined,
+    onMessage: (m: ReceivedMessage) => void,
+    onEnd?: (reason: string) => void,
+  ): Promise<() => Promise<void>> {
     const url = new URL(`${this.base.replace(/^http/, 'ws')}/broker`);
     url.searchParams.set('topic', topic);
     if (queue) url.searchParams.set('queue', queue);
@@ -147,13 +153,25 @@ export class SidecarOperations implements Operations {
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
       ws.once('error', (err) => reject(new MeshError('go.mesh.cli', 502, `sidecar at ${this.base} not reachable: ${err.message}`)));
-      ws.once('unexpected-response', (_req, res) => reject(new MeshError('go.mesh.cli', res.statusCode ?? 502, `subscribe refused: ${res.statusCode}`)));
+      ws.once('unexpected-response', (_req, res) => {
+        // The sidecar's refusal is an error JSON body: keep its detail.
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => reject(parseErrorBody(res.statusCode ?? 502, text || `subscribe refused: ${res.statusCode}`)));
+        res.on('error', () => reject(new MeshError('go.mesh.cli', res.statusCode ?? 502, `subscribe refused: ${res.statusCode}`)));
+      });
+    });
+    let stopped = false;
+    ws.on('error', () => undefined); // 'close' follows and reports it
+    ws.on('close', (code, reason) => {
+      if (!stopped) onEnd?.(`WebSocket closed with ${code}${reason.length ? `: ${reason.toString()}` : ''}`);
     });
     ws.on('message', (data) => {
       const frame = parseJson(data.toString()) as { Header?: Record<string, string>; Body?: string };
       onMessage({ header: frame.Header ?? {}, body: Buffer.from(frame.Body ?? '', 'base64') });
     });
     return async () => {
+      stopped = true;
       ws.close();
     };
   }

@@ -166,8 +166,10 @@ export class FrontServer {
       }
     });
     if (this.applyCors(req, res)) return;
-    const path = req.url ?? '/';
-    if (path === HEALTH_PATH) {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    if ((q === -1 ? url : url.slice(0, q)) === HEALTH_PATH) {
+      req.resume();
       const live = this.options.runtime.state.state === 'live';
       sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
       return;

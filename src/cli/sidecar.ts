@@ -1,0 +1,82 @@
+/** `mesh sidecar`: see docs/sidecar.md and src/sidecar/server.ts. */
+import { FlagError, type ParsedArgs } from './flags.js';
+import { Runtime } from '../runtime.js';
+import { parseHostPort } from '../http/respond.js';
+import { loadTlsFiles } from '../http/front-server.js';
+import { certificateInfoFromPem } from '../admin/certs.js';
+import { AppFlagError, appOptionsFromFlags } from '../sidecar/health-checker.js';
+import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../sidecar/server.js';
+
+function hostForUrl(host: string): string {
+  return host.includes(':') ? `[${host}]` : host;
+}
+
+export async function runSidecar(args: ParsedArgs): Promise<number> {
+  const config = args.config;
+
+  // Everything that can be checked before starting anything: exit 2 naming the flag.
+  const handler = (config.handler ?? 'rpc') as string;
+  if (handler !== 'rpc' && handler !== 'proxy') {
+    throw new FlagError(`invalid value "${handler}" for flag --handler: the sidecar serves rpc (the default) or proxy`);
+  }
+  const address = config.address ?? SIDECAR_DEFAULT_ADDRESS;
+  try {
+    parseHostPort(address);
+  } catch (err) {
+    throw new FlagError(`invalid value "${address}" for flag --address: ${(err as Error).message}`);
+  }
+  const namespace = config.namespace ?? SIDECAR_NAMESPACE;
+  if (!/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(namespace)) {
+    throw new FlagError(`invalid value "${namespace}" for flag --namespace: dotted names only (e.g. go.mesh.srv)`);
+  }
+  let app;
+  try {
+    app = appOptionsFromFlags(config, args.given.has('register_ttl'));
+  } catch (err) {
+    if (err instanceof AppFlagError) throw new FlagError(err.message);
+    throw err;
+  }
+  if (config.enable_acme) {
+    throw new FlagError('--enable_acme is not supported by the sidecar yet: use --enable_tls with --tls_cert_file and --tls_key_file');
+  }
+  let certPem: Buffer | undefined;
+  if (config.enable_tls) {
+    // A missing or unreadable file is a start-up error naming it (exit 1).
+    certPem = loadTlsFiles(config.tls_cert_file, config.tls_key_file).cert;
+  }
+
+  const runtime = new Runtime(config, { role: 'sidecar' });
+  runtime.installSignalHandlers();
+  if (certPem) {
+    const certFile = config.tls_cert_file!;
+    const info = certificateInfoFromPem(certPem, certFile);
+    runtime.certificates = () => [info];
+  }
+  try {
+    const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
+    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app });
+    let bound;
+    try {
+      bound = await sidecar.start(address);
+    } catch (err) {
+      throw new Error(`cannot listen on ${address}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+    const scheme = sidecar.secure ? 'https' : 'http';
+    const lines = [
+      `mesh sidecar listening on ${scheme}://${hostForUrl(bound.address)}:${bound.port} (handler ${handler}, namespace ${namespace})`,
+      admin ? `admin listening on http://${hostForUrl(admin.host)}:${admin.port}` : 'admin off',
+    ];
+    if (app) {
+      lines.push(
+        app.healthcheckUrl
+          ? `app ${app.name} at ${app.address}: checked at ${app.healthcheckUrl} every ${config.healthcheck_interval}ms (timeout ${app.timeoutMs}ms)`
+          : `app ${app.name} at ${app.address}: registered (no health check)`,
+      );
+    }
+    process.stdout.write(lines.join('\n') + '\n');
+    return -1;
+  } catch (err) {
+    await runtime.shutdown();
+    throw err;
+  }
+}

@@ -1,0 +1,402 @@
+/**
+ * The sidecar's `/broker` (SPEC 2.7, 6; DESIGN 6).
+ *
+ * Publish: `POST /broker?topic=T`. The body is the message, raw, whatever its Content-Type (a form
+ * body is never parsed as a form). The message header is the request's end-to-end headers (not
+ * hop-by-hop ones, not Authorization or Cookie), names in canonical form (`Content-Type`), plus
+ * `Timestamp`: when given it must be an integer (seconds since the epoch), else 400; when absent it
+ * is set to now. Answers 200 `{}` once the broker took the message; 503 when the broker failed
+ * (never a silent 200).
+ *
+ * Subscribe: `GET /broker?topic=T[&queue=Q]` with a WebSocket upgrade. Every message is one text
+ * frame `{"Header":{...},"Body":"<base64 of the bytes>"}`. With `queue`, each message goes to one
+ * subscriber of the group. The subscription lives as long as the connection: a close, a read error,
+ * a missed pong or a shutdown ends it and releases it in the broker.
+ *
+ * Slow subscribers: a connection's send queue is bounded (bytes not yet taken by the kernel, and a
+ * count of messages). When a message arrives while the queue is over the bound, the subscription is
+ * released and the connection closed with 1013 ("try again later") after what was queued; if the
+ * client does not read even that within CLOSE_GRACE_MS the socket is destroyed.
+ *
+ * Client frames: a text or binary frame from the client is published to the same topic (header
+ * `Content-Type: text/plain` or `application/octet-stream`, `Timestamp`, and `Mesh-Publisher`, the
+ * connection's id). A subscriber without a queue does not get its own frames back.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { randomUUID } from 'node:crypto';
+import { WebSocketServer, type WebSocket, type RawData } from 'ws';
+import { MeshError } from '../errors.js';
+import { readBody } from '../http/body.js';
+import { sendJson } from '../http/respond.js';
+import { isHopByHop } from '../transport/headers.js';
+import type { Message, Subscription } from '../broker/broker.js';
+import type { FrontEnd } from '../handlers/front-end.js';
+import type { Counter, Gauge } from '../stats/store.js';
+
+/** A connection whose unsent bytes reach this is dropped (at least 2 x the largest frame). */
+export const MAX_BUFFERED_BYTES = 8 * 1024 * 1024;
+/** ...or whose messages not yet handed to the kernel reach this many. */
+export const MAX_QUEUED_MESSAGES = 10_000;
+/** After a close frame, the client has this long to read it before the socket is destroyed. */
+export const CLOSE_GRACE_MS = 5_000;
+/** Ping period; a connection that did not answer the previous ping by the next one is dropped. */
+export const PING_INTERVAL_MS = 30_000;
+/** Client frames being published at once, per connection, before reading pauses. */
+const MAX_PUBLISHING = 32;
+
+export const PUBLISHER_HEADER = 'Mesh-Publisher';
+const NEVER_FORWARDED = new Set(['authorization', 'cookie', 'proxy-authorization']);
+
+/** Go's CanonicalMIMEHeaderKey: `content-type` → `Content-Type`; names with other characters are kept. */
+export function canonicalHeaderName(name: string): string {
+  if (!/^[A-Za-z0-9-]+$/.test(name)) return name;
+  return name
+    .split('-')
+    .map((p) => (p ? p[0]!.toUpperCase() + p.slice(1).toLowerCase() : p))
+    .join('-');
+}
+
+/** A header map with canonical names; values of names that differ only in case are joined with ", ". */
+export function canonicalHeader(header: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(header)) {
+    const c = canonicalHeaderName(k);
+    out[c] = out[c] === undefined ? v : `${out[c]}, ${v}`;
+  }
+  return out;
+}
+
+/** The broker message header for a publish request (throws 400 for a bad Timestamp). */
+export function publishHeader(errorId: string, req: IncomingMessage, nowSeconds = Math.floor(Date.now() / 1000)): Record<string, string> {
+  const named = new Set<string>();
+  const connection = req.headers.connection;
+  if (typeof connection === 'string') for (const n of connection.split(',')) named.add(n.trim().toLowerCase());
+  const header: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined || isHopByHop(name) || named.has(name) || NEVER_FORWARDED.has(name)) continue;
+    if (name === 'timestamp') continue;
+    header[canonicalHeaderName(name)] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  const ts = req.headers['timestamp'];
+  if (ts === undefined) header['Timestamp'] = String(nowSeconds);
+  else {
+    const text = (Array.isArray(ts) ? ts.join(', ') : ts).trim();
+    if (!/^\d{1,15}$/.test(text)) throw new MeshError(errorId, 400, `Timestamp: must be an integer (seconds since the epoch), got "${text.slice(0, 64)}"`);
+    header['Timestamp'] = String(Number(text));
+  }
+  return header;
+}
+
+/** Validates a topic or queue query value: non-empty, no whitespace, at most 256 characters. */
+function checkName(errorId: string, what: 'topic' | 'queue', params: URLSearchParams, required: boolean): string | undefined {
+  const all = params.getAll(what);
+  if (all.length === 0) {
+    if (required) throw new MeshError(errorId, 400, `${what}: required (/broker?${what}=NAME)`);
+    return undefined;
+  }
+  if (all.length > 1) throw new MeshError(errorId, 400, `${what}: given more than once`);
+  const value = all[0]!;
+  if (value === '') throw new MeshError(errorId, 400, `${what}: must not be empty`);
+  if (/\s/.test(value)) throw new MeshError(errorId, 400, `${what}: must not contain whitespace`);
+  if (value.length > 256) throw new MeshError(errorId, 400, `${what}: longer than 256 characters`);
+  return value;
+}
+
+interface Connection {
+  id: string;
+  topic: string;
+  queue?: string;
+  ws?: WebSocket;
+  sub?: Subscription;
+  /** Frames produced before the WebSocket was ready, and their size. */
+  early: string[];
+  earlyBytes: number;
+  queued: number;
+  closing: boolean;
+  alive: boolean;
+  publishing: number;
+  released?: Promise<void>;
+}
+
+interface BrokerStats {
+  published: Counter;
+  publishFailed: Counter;
+  delivered: Counter;
+  subscribersActive: Gauge;
+  subscribersTotal: Counter;
+  droppedSlow: Counter;
+  droppedPing: Counter;
+  framesPublished: Counter;
+}
+
+export class BrokerApi {
+  private readonly wss: WebSocketServer;
+  private readonly connections = new Set<Connection>();
+  private readonly stats: BrokerStats;
+  private readonly maxBuffered: number;
+  private pingTimer?: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(private readonly fe: FrontEnd) {
+    // Frames carry base64 (4/3 of the body) plus headers: keep room for two of the largest.
+    this.maxBuffered = Math.max(MAX_BUFFERED_BYTES, Math.ceil(fe.maxBodyBytes * 1.4) * 2);
+    // closeTimeout (ws >= 8.18) is not in @types/ws yet: how long a close waits for the client.
+    const options = { noServer: true, maxPayload: fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
+    this.wss = new WebSocketServer(options as ConstructorParameters<typeof WebSocketServer>[0]);
+    const s = fe.runtime.stats;
+    this.stats = {
+      published: s.counter('sidecar.broker.published'),
+      publishFailed: s.counter('sidecar.broker.publish_failed'),
+      delivered: s.counter('sidecar.broker.delivered'),
+      subscribersActive: s.gauge('sidecar.broker.subscribers_active'),
+      subscribersTotal: s.counter('sidecar.broker.subscribers_total'),
+      droppedSlow: s.counter('sidecar.broker.subscribers_dropped_slow'),
+      droppedPing: s.counter('sidecar.broker.subscribers_dropped_ping'),
+      framesPublished: s.counter('sidecar.broker.frames_published'),
+    };
+  }
+
+  /** Plain HTTP requests to /broker: POST publishes; GET without an upgrade is told to upgrade. */
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const fe = this.fe;
+    const url = new URL(req.url ?? '/', 'http://sidecar');
+    if (req.method === 'GET' || req.method === 'HEAD') {
+      req.resume();
+      res.setHeader('upgrade', 'websocket');
+      res.setHeader('connection', 'Upgrade');
+      throw new MeshError(fe.errorId, 426, 'GET /broker subscribes over a WebSocket: send Upgrade: websocket (publish with POST)');
+    }
+    if (req.method !== 'POST') {
+      req.resume();
+      res.setHeader('allow', 'GET, POST');
+      throw new MeshError(fe.errorId, 405, `method ${req.method} not allowed on /broker: POST publishes, GET with a WebSocket upgrade subscribes`);
+    }
+    let topic: string;
+    let header: Record<string, string>;
+    try {
+      topic = checkName(fe.errorId, 'topic', url.searchParams, true)!;
+      if (url.searchParams.has('queue')) throw new MeshError(fe.errorId, 400, 'queue: only for subscribing (a published message goes to every queue group)');
+      header = publishHeader(fe.errorId, req);
+    } catch (err) {
+      req.resume();
+      throw err;
+    }
+    const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
+    await this.publish(topic, { header, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) });
+    sendJson(res, 200, '{}');
+  }
+
+  private async publish(topic: string, message: Message): Promise<void> {
+    try {
+      await this.fe.runtime.broker.publish(topic, message);
+      this.stats.published.inc();
+    } catch (err) {
+      this.stats.publishFailed.inc();
+      const detail = err instanceof MeshError ? err.detail : (err as Error)?.message ?? String(err);
+      this.fe.runtime.logging.get('sidecar').warn({ topic, err: detail }, 'publish failed');
+      throw new MeshError(this.fe.errorId, 503, `publish to topic ${topic} failed: ${detail}`);
+    }
+  }
+
+  /** WebSocket upgrade on /broker: validates, subscribes, then completes the handshake. */
+  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const fe = this.fe;
+    const refuse = (err: MeshError, extra = '') => {
+      const body = err.toBody();
+      socket.end(
+        `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`,
+      );
+    };
+    if (this.closed) return refuse(new MeshError(fe.errorId, 503, 'sidecar shutting down'));
+    if (req.method !== 'GET') return refuse(new MeshError(fe.errorId, 405, 'a WebSocket subscription is a GET'), 'allow: GET, POST\r\n');
+    if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') {
+      return refuse(new MeshError(fe.errorId, 400, `upgrade to ${req.headers.upgrade} not supported on /broker: use websocket`));
+    }
+    const url = new URL(req.url ?? '/', 'http://sidecar');
+    let topic: string;
+    let queue: string | undefined;
+    try {
+      topic = checkName(fe.errorId, 'topic', url.searchParams, true)!;
+      queue = checkName(fe.errorId, 'queue', url.searchParams, false);
+    } catch (err) {
+      return refuse(err as MeshError);
+    }
+    const conn: Connection = { id: `ws-${randomUUID()}`, topic, queue, early: [], earlyBytes: 0, queued: 0, closing: false, alive: true, publishing: 0 };
+    let socketGone = false;
+    socket.once('close', () => (socketGone = true));
+    this.connections.add(conn);
+    fe.runtime.broker
+      .subscribe(topic, (message) => this.deliver(conn, message), { queue })
+      .then(
+        (sub) => {
+          conn.sub = sub;
+          if (socketGone || this.closed || conn.closing) {
+            this.release(conn);
+            this.connections.delete(conn);
+            if (!socketGone) refuse(new MeshError(fe.errorId, 503, this.closed ? 'sidecar shutting down' : 'subscription ended before the handshake completed'));
+            return;
+          }
+          this.wss.handleUpgrade(req, socket, head, (ws) => this.attach(conn, ws));
+        },
+        (err: unknown) => {
+          this.connections.delete(conn);
+          const detail = (err as Error)?.message ?? String(err);
+          fe.runtime.logging.get('sidecar').warn({ topic, queue, err: detail }, 'subscribe failed');
+          if (!socketGone) refuse(new MeshError(fe.errorId, 503, `subscribe to topic ${topic} failed: ${detail}`));
+        },
+      );
+  }
+
+  private attach(conn: Connection, ws: WebSocket): void {
+    conn.ws = ws;
+    this.stats.subscribersActive.inc();
+    this.stats.subscribersTotal.inc();
+    this.fe.runtime.logging.get('sidecar').debug({ conn: conn.id, topic: conn.topic, queue: conn.queue }, 'subscriber connected');
+    ws.on('pong', () => (conn.alive = true));
+    ws.on('message', (data: RawData, isBinary: boolean) => this.onClientFrame(conn, data, isBinary));
+    ws.on('error', (err) => {
+      this.fe.runtime.logging.get('sidecar').debug({ conn: conn.id, err: err.message }, 'subscriber connection error');
+      this.release(conn);
+    });
+    ws.on('close', () => {
+      this.stats.subscribersActive.dec();
+      this.release(conn);
+      this.connections.delete(conn);
+    });
+    const early = conn.early.splice(0);
+    conn.earlyBytes = 0;
+    for (const frame of early) this.send(conn, frame);
+    this.startPing();
+  }
+
+  /** A message from the broker for this connection. */
+  private deliver(conn: Connection, message: Message): void {
+    if (conn.closing) return;
+    if (!conn.queue && message.header?.[PUBLISHER_HEADER] === conn.id) return;
+    const frame = JSON.stringify({
+      Header: canonicalHeader(message.header ?? {}),
+      Body: Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength).toString('base64'),
+    });
+    if (!conn.ws) {
+      if (conn.early.length >= MAX_QUEUED_MESSAGES || conn.earlyBytes >= this.maxBuffered) return this.dropSlow(conn);
+      conn.early.push(frame);
+      conn.earlyBytes += frame.length;
+      return;
+    }
+    this.send(conn, frame);
+  }
+
+  private send(conn: Connection, frame: string): void {
+    const ws = conn.ws!;
+    if (conn.closing || ws.readyState !== ws.OPEN) return;
+    if (ws.bufferedAmount >= this.maxBuffered || conn.queued >= MAX_QUEUED_MESSAGES) return this.dropSlow(conn);
+    conn.queued++;
+    this.stats.delivered.inc();
+    ws.send(frame, { binary: false }, () => {
+      conn.queued--;
+    });
+  }
+
+  /** The subscriber cannot keep up: release the subscription, close 1013 after what is queued. */
+  private dropSlow(conn: Connection): void {
+    if (conn.closing) return;
+    this.stats.droppedSlow.inc();
+    const ws = conn.ws;
+    this.fe.runtime.logging
+      .get('sidecar')
+      .warn({ conn: conn.id, topic: conn.topic, queue: conn.queue, buffered: ws?.bufferedAmount ?? 0, queued: conn.queued }, 'subscriber too slow: dropped');
+    this.closeConnection(conn, 1013, 'subscriber too slow: send queue full');
+  }
+
+  private closeConnection(conn: Connection, code: number, reason: string): void {
+    if (conn.closing) return;
+    conn.closing = true;
+    conn.early.length = 0;
+    conn.earlyBytes = 0;
+    this.release(conn);
+    const ws = conn.ws;
+    if (!ws) return;
+    try {
+      ws.close(code, reason);
+    } catch {
+      ws.terminate();
+    }
+    // ws destroys the socket CLOSE_GRACE_MS after the close frame if the client never answers.
+  }
+
+  /** Releases the subscription in the broker once. */
+  private release(conn: Connection): Promise<void> {
+    conn.closing = true;
+    if (!conn.released && conn.sub) {
+      const sub = conn.sub;
+      conn.released = sub.unsubscribe().catch((err: unknown) => {
+        this.fe.runtime.logging.get('sidecar').warn({ conn: conn.id, topic: conn.topic, err: (err as Error)?.message }, 'unsubscribe failed');
+      });
+    }
+    return conn.released ?? Promise.resolve();
+  }
+
+  private onClientFrame(conn: Connection, data: RawData, isBinary: boolean): void {
+    if (conn.closing) return;
+    const body = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
+    const header: Record<string, string> = {
+      'Content-Type': isBinary ? 'application/octet-stream' : 'text/plain',
+      Timestamp: String(Math.floor(Date.now() / 1000)),
+      [PUBLISHER_HEADER]: conn.id,
+    };
+    conn.publishing++;
+    if (conn.publishing >= MAX_PUBLISHING) conn.ws?.pause();
+    this.publish(conn.topic, { header, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) }).then(
+      () => {
+        this.stats.framesPublished.inc();
+        conn.publishing--;
+        if (conn.publishing < MAX_PUBLISHING / 2 && conn.ws?.isPaused) conn.ws.resume();
+      },
+      (err: MeshError) => {
+        conn.publishing--;
+        // The reason of a close frame is at most 123 bytes.
+        this.closeConnection(conn, 1011, Buffer.from(err.detail).subarray(0, 120).toString('utf8').replace(/\uFFFD+$/, ''));
+      },
+    );
+  }
+
+  private startPing(): void {
+    if (this.pingTimer || this.closed) return;
+    this.pingTimer = setInterval(() => {
+      for (const conn of this.connections) {
+        const ws = conn.ws;
+        if (!ws || conn.closing) continue;
+        if (!conn.alive) {
+          this.stats.droppedPing.inc();
+          conn.closing = true;
+          this.release(conn);
+          ws.terminate();
+          continue;
+        }
+        conn.alive = false;
+        ws.ping();
+      }
+      if (this.connections.size === 0) {
+        clearInterval(this.pingTimer);
+        this.pingTimer = undefined;
+      }
+    }, PING_INTERVAL_MS);
+    this.pingTimer.unref();
+  }
+
+  /** Closes every subscription (1001 going away) and releases it in the broker. */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.pingTimer) clearInterval(this.pingTimer);
+    const releases: Promise<void>[] = [];
+    for (const conn of this.connections) {
+      this.closeConnection(conn, 1001, 'sidecar shutting down');
+      releases.push(this.release(conn));
+    }
+    await Promise.race([Promise.allSettled(releases), new Promise((r) => setTimeout(r, 3000).unref())]);
+    for (const conn of this.connections) conn.ws?.terminate();
+    this.connections.clear();
+    this.wss.close();
+  }
+}

@@ -1,0 +1,190 @@
+/**
+ * `mesh sidecar` (SPEC 1.2, 4.2; DESIGN 6): registration, RPC, proxy and broker over HTTP and
+ * WebSocket for apps in any language, plus the health-checked registration of one app.
+ *
+ * Routes (exact paths; the query is free):
+ *   GET  /                 {"version":..,"handler":..,"namespace":..}
+ *   *    /registry         registry-api.ts
+ *   POST /rpc              handlers/rpc-endpoint.ts (form fields or JSON)
+ *   *    /broker           broker-api.ts (POST publish, WebSocket subscribe)
+ *   GET  /stats            stats-page.ts (only with --enable_stats)
+ *   GET  /_mesh/health     200 live / 503 draining (the front server)
+ *   *    anything else     --handler=rpc (default): /<service>/<method> by RPC (SPEC 4.4, namespace
+ *                          go.mesh.srv); --handler=proxy: reverse proxy to <namespace>.<first element>
+ *
+ * A browser request whose Origin is neither the sidecar's own nor allowed by --cors is refused with
+ * 403 on the sidecar's own routes and the rpc handler (CSRF and cross-site WebSocket hijacking of
+ * a sidecar on 127.0.0.1); proxied requests are the app's business and pass.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { AddressInfo } from 'node:net';
+import type { Runtime } from '../runtime.js';
+import { MeshError } from '../errors.js';
+import { FrontServer } from '../http/front-server.js';
+import { sendJson } from '../http/respond.js';
+import type { FrontEnd } from '../handlers/front-end.js';
+import { resolveProxyPath, resolveRpcPath } from '../handlers/resolve.js';
+import { handleRpc } from '../handlers/rpc.js';
+import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
+import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
+import { VERSION } from '../version.js';
+import { handleRegistry } from './registry-api.js';
+import { BrokerApi } from './broker-api.js';
+import { handleStats, STATS_PATH } from './stats-page.js';
+import { AppRegistration, type AppOptions } from './health-checker.js';
+
+export const SIDECAR_ERROR_ID = 'go.mesh.sidecar';
+export const SIDECAR_NAMESPACE = 'go.mesh.srv';
+export const SIDECAR_DEFAULT_ADDRESS = '127.0.0.1:8081';
+export const SIDECAR_DEFAULT_ADMIN = '127.0.0.1:9902';
+const STAT_PREFIX = 'sidecar';
+
+export type SidecarHandler = 'rpc' | 'proxy';
+
+export interface SidecarOptions {
+  namespace?: string;
+  handler?: SidecarHandler;
+  /** The app to register (and health-check), from --server_name and friends. */
+  app?: AppOptions;
+}
+
+function pathOf(url: string | undefined): string {
+  const u = url ?? '/';
+  const q = u.indexOf('?');
+  return q === -1 ? u : u.slice(0, q);
+}
+
+/** True when the request has no Origin, or its Origin is the sidecar's own or allowed by --cors. */
+export function originAllowed(req: IncomingMessage, cors: readonly string[]): boolean {
+  const origin = req.headers.origin;
+  if (origin === undefined) return true;
+  if (cors.includes('*') || cors.includes(origin)) return true;
+  try {
+    return new URL(origin).host === req.headers.host;
+  } catch {
+    return false;
+  }
+}
+
+export class Sidecar {
+  readonly fe: FrontEnd;
+  readonly handler: SidecarHandler;
+  readonly app?: AppRegistration;
+  private readonly server: FrontServer;
+  private readonly broker: BrokerApi;
+  private readonly statsEnabled: boolean;
+  private stopping?: Promise<void>;
+
+  constructor(
+    private readonly runtime: Runtime,
+    options: SidecarOptions = {},
+  ) {
+    const config = runtime.config;
+    this.handler = options.handler ?? 'rpc';
+    this.fe = {
+      runtime,
+      namespace: options.namespace ?? SIDECAR_NAMESPACE,
+      errorId: SIDECAR_ERROR_ID,
+      maxBodyBytes: config.max_body_size,
+    };
+    this.statsEnabled = config.enable_stats;
+    this.broker = new BrokerApi(this.fe);
+    if (options.app) this.app = new AppRegistration(runtime, options.app);
+    this.server = new FrontServer({
+      runtime,
+      statPrefix: STAT_PREFIX,
+      errorId: SIDECAR_ERROR_ID,
+      handle: (req, res) => this.handle(req, res),
+      upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+      counted: (req) => !(this.statsEnabled && pathOf(req.url) === STATS_PATH),
+    });
+  }
+
+  get secure(): boolean {
+    return this.server.secure;
+  }
+
+  /** Listens on the address, starts the app registration, and hooks the shutdown. */
+  async start(address: string): Promise<AddressInfo> {
+    const bound = await this.server.listen(address, '127.0.0.1');
+    this.app?.start();
+    this.runtime.onShutdown(() => this.stop());
+    return bound;
+  }
+
+  /** Deregisters the app, ends every subscription, then drains and closes the server. */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      await this.app?.stop();
+      await this.broker.close();
+      await this.server.close(5000);
+    })();
+    return this.stopping;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const fe = this.fe;
+    const path = pathOf(req.url);
+    const own = path === '/' || path === '/registry' || path === '/rpc' || path === '/broker' || (this.statsEnabled && path === STATS_PATH);
+    if ((own || this.handler === 'rpc') && !originAllowed(req, this.runtime.config.cors)) {
+      req.resume();
+      throw new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`);
+    }
+    switch (path) {
+      case '/registry':
+        return handleRegistry(fe, req, res);
+      case '/rpc':
+        return handleRpcEndpoint(fe, req, res);
+      case '/broker':
+        return this.broker.handle(req, res);
+      case '/':
+        req.resume();
+        if (req.method !== 'GET' && req.method !== 'HEAD') {
+          res.setHeader('allow', 'GET, HEAD');
+          throw new MeshError(fe.errorId, 405, `method ${req.method} not allowed on /: use GET`);
+        }
+        sendJson(res, 200, { version: VERSION, handler: this.handler, namespace: fe.namespace });
+        return;
+    }
+    if (this.statsEnabled && path === STATS_PATH) return handleStats(this.runtime, STAT_PREFIX, fe.errorId, req, res);
+    if (this.handler === 'proxy') {
+      const route = resolveProxyPath(req.url ?? '/', fe.namespace);
+      if (!route) {
+        req.resume();
+        throw new MeshError(fe.errorId, 404, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
+      }
+      return handleProxy(fe, route.service, this.secure, req, res);
+    }
+    const method = req.method ?? 'GET';
+    if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
+      req.resume();
+      res.setHeader('allow', 'GET, POST, PUT, PATCH, DELETE');
+      throw new MeshError(fe.errorId, 405, `method ${method} not allowed on ${path}`);
+    }
+    const route = resolveRpcPath(req.url ?? '/', fe.namespace);
+    if (!route) {
+      req.resume();
+      throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
+    }
+    return handleRpc(fe, route, req, res);
+  }
+
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const fe = this.fe;
+    const path = pathOf(req.url);
+    const refuse = (err: MeshError) => {
+      const body = err.toBody();
+      socket.end(`HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    };
+    if (path === '/broker') {
+      if (!originAllowed(req, this.runtime.config.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      return this.broker.upgrade(req, socket, head);
+    }
+    if (this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/') {
+      const route = resolveProxyPath(req.url ?? '/', fe.namespace);
+      if (route) return handleProxyUpgrade(fe, route.service, this.secure, req, socket, head);
+    }
+    refuse(new MeshError(fe.errorId, 404, `no WebSocket endpoint at ${path} (subscribe at /broker?topic=T${this.handler === 'proxy' ? '' : '; with --handler=proxy upgrades are proxied to the app'})`));
+  }
+}

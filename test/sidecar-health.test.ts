@@ -1,0 +1,194 @@
+/**
+ * The sidecar's app registration and health checker (SPEC 3.3, DESIGN 6) against a real sidecar
+ * process: deregistered within one interval plus the timeout when the app answers non-200 or not
+ * at all, registered again on the first healthy answer, withdrawn while draining, deregistered on
+ * SIGTERM, expired by its TTL when the sidecar is killed; start-up errors name the flag.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { runCli, tempDir, waitFor } from './helpers.js';
+import { createRegistry } from '../src/registry/create.js';
+import { AppFlagError, appOptionsFromFlags, type AppFlags } from '../src/sidecar/health-checker.js';
+import { http, startPlainApp, startSidecar, type PlainApp, type SidecarProcess } from './fixtures/sidecar-common.js';
+
+const INTERVAL = 300;
+const TIMEOUT = 200;
+
+type Mode = 'ok' | 'fail' | 'hang';
+
+async function healthApp(): Promise<PlainApp & { setMode: (m: Mode) => void }> {
+  let mode: Mode = 'ok';
+  const app = await startPlainApp((req, res) => {
+    if (req.url !== '/health') {
+      res.writeHead(404).end();
+      return;
+    }
+    if (mode === 'hang') return; // never answers
+    res.writeHead(mode === 'ok' ? 200 : 503, { 'content-type': 'text/plain' }).end(mode);
+  });
+  return Object.assign(app, { setMode: (m: Mode) => (mode = m) });
+}
+
+describe('sidecar health checker', () => {
+  const home = tempDir('mesh-sidecar-hc-');
+  const NAME = 'go.mesh.srv.checked';
+  let app: Awaited<ReturnType<typeof healthApp>>;
+  let sc: SidecarProcess;
+
+  const lookup = async () => {
+    const r = await http('GET', `${sc.base}/registry?service=${NAME}`);
+    return r.status === 200 ? r.json<{ nodes: Array<{ id: string; address: string; port: number }> }>() : undefined;
+  };
+  /** Waits until registered (or not) and returns how long it took. */
+  const until = async (registered: boolean, limitMs: number) => {
+    const started = Date.now();
+    await waitFor(async () => Boolean(await lookup()) === registered, limitMs, 20);
+    return Date.now() - started;
+  };
+
+  before(async () => {
+    app = await healthApp();
+    sc = await startSidecar(home.path, [
+      `--server_name=${NAME}`,
+      `--server_address=127.0.0.1:${app.port}`,
+      `--healthcheck_url=http://127.0.0.1:${app.port}/health`,
+      `--healthcheck_interval=${INTERVAL}ms`,
+      `--healthcheck_timeout=${TIMEOUT}ms`,
+    ]);
+  });
+  after(async () => {
+    await sc?.stop('SIGKILL');
+    await app?.close();
+    home.cleanup();
+  });
+
+  it('registers the healthy app at start as {Name, Nodes:[{Id: <name>-<uuid>, Address, Port}]}', async () => {
+    await until(true, 3000);
+    const svc = (await lookup())!;
+    assert.equal(svc.nodes.length, 1);
+    assert.match(svc.nodes[0]!.id, new RegExp(`^${NAME.replace(/\./g, '\\.')}-[0-9a-f-]{36}$`));
+    assert.equal(svc.nodes[0]!.address, '127.0.0.1');
+    assert.equal(svc.nodes[0]!.port, app.port);
+  });
+
+  it('deregisters on a non-200 answer within one interval plus timeout, and registers again on recovery', async () => {
+    await until(true, 3000);
+    app.setMode('fail');
+    const down = await until(false, 3000);
+    assert.ok(down <= INTERVAL + TIMEOUT + 400, `deregistered after ${down} ms`);
+    app.setMode('ok');
+    const up = await until(true, 3000);
+    assert.ok(up <= INTERVAL + 400, `registered again after ${up} ms`);
+  });
+
+  it('deregisters an app that does not answer within the timeout', async () => {
+    await until(true, 3000);
+    app.setMode('hang');
+    const down = await until(false, 3000);
+    assert.ok(down <= INTERVAL + TIMEOUT + 400, `deregistered after ${down} ms`);
+    app.setMode('ok');
+    await until(true, 3000);
+  });
+
+  it('draining (admin /healthcheck/fail) withdraws the app until /healthcheck/ok', async () => {
+    await until(true, 3000);
+    const fail = await http('GET', `${sc.admin}/healthcheck/fail`);
+    assert.equal(fail.status, 200, fail.text);
+    assert.equal(await lookup(), undefined, 'withdrawn by the time the admin answers');
+    assert.equal((await http('GET', `${sc.base}/_mesh/health`)).status, 503);
+    await new Promise((r) => setTimeout(r, INTERVAL * 2 + 100));
+    assert.equal(await lookup(), undefined, 'healthy checks do not register it while draining');
+    const ok = await http('GET', `${sc.admin}/healthcheck/ok`);
+    assert.equal(ok.status, 200, ok.text);
+    await until(true, 1000);
+    assert.equal((await http('GET', `${sc.base}/_mesh/health`)).status, 200);
+  });
+
+  it('SIGTERM deregisters the app and exits 0', async () => {
+    await until(true, 3000);
+    const code = await sc.stop('SIGTERM');
+    assert.equal(code, 0, sc.proc.output());
+    const registry = createRegistry('local', home.path);
+    try {
+      assert.deepEqual(await registry.getService(NAME), [], 'deregistered before the exit');
+    } finally {
+      await registry.close();
+    }
+  });
+});
+
+describe('sidecar app registration without a health URL; TTL after a crash', () => {
+  const home = tempDir('mesh-sidecar-app-');
+  after(() => home.cleanup());
+
+  it('registers at start with a TTL, so a killed sidecar leaves no zombie', async () => {
+    const sc = await startSidecar(home.path, ['--server_name=plain.app', '--server_address=127.0.0.1:6553', '--register_ttl=1s', '--register_interval=300ms']);
+    try {
+      await waitFor(async () => (await http('GET', `${sc.base}/registry?service=plain.app`)).status === 200, 3000, 20);
+      await new Promise((r) => setTimeout(r, 1300));
+      assert.equal((await http('GET', `${sc.base}/registry?service=plain.app`)).status, 200, 'refreshed before its TTL ran out');
+    } finally {
+      await sc.stop('SIGKILL');
+    }
+    const killed = Date.now();
+    const registry = createRegistry('local', home.path);
+    try {
+      assert.equal((await registry.getService('plain.app')).length, 1, 'a SIGKILL does not deregister');
+      await waitFor(async () => (await registry.getService('plain.app')).length === 0, 3000, 50);
+      assert.ok(Date.now() - killed < 1500, `expired ${Date.now() - killed} ms after the kill (TTL 1s)`);
+    } finally {
+      await registry.close();
+    }
+  });
+});
+
+describe('sidecar start-up errors', () => {
+  const home = tempDir('mesh-sidecar-err-');
+  after(() => home.cleanup());
+
+  it('a real process names the missing or bad flag and exits 2', async () => {
+    const cases: Array<[string[], RegExp]> = [
+      [['--server_name=a'], /--server_name needs --server_address/],
+      [['--server_address=127.0.0.1:9000'], /--server_address needs --server_name/],
+      [['--server_name=a', '--server_address=nohost'], /--server_address.*host:port/],
+    ];
+    const results = await Promise.all(
+      cases.map(async ([flags]) => {
+        const r = await runCli(['sidecar', `--registry_address=${home.path}`, '--admin_address=off', '--address=127.0.0.1:0', ...flags], {}, 30000);
+        return { code: r.code, out: r.stdout + r.stderr };
+      }),
+    );
+    results.forEach((r, i) => {
+      assert.equal(r.code, 2, `${cases[i]![0].join(' ')}: exit ${r.code}\n${r.out}`);
+      assert.match(r.out, cases[i]![1], cases[i]![0].join(' '));
+    });
+  });
+
+  it('every inconsistent or bad app flag is an error naming the flag', () => {
+    const base = { healthcheck_interval: 10_000, healthcheck_timeout: 2_000, register_ttl: 30_000, register_interval: 10_000 };
+    const cases: Array<[Partial<AppFlags>, boolean, RegExp]> = [
+      [{ server_name: 'a' }, false, /--server_name needs --server_address/],
+      [{ server_address: '127.0.0.1:9000' }, false, /--server_address needs --server_name/],
+      [{ healthcheck_url: 'http://127.0.0.1:1/h' }, false, /--healthcheck_url needs --server_name and --server_address/],
+      [{ server_name: 'a', server_address: 'nohost' }, false, /--server_address.*host:port/],
+      [{ server_name: 'a', server_address: ':80' }, false, /--server_address/],
+      [{ server_name: 'a', server_address: '0.0.0.0:80' }, false, /--server_address.*wildcard/],
+      [{ server_name: 'a', server_address: '127.0.0.1:70000' }, false, /--server_address.*1 to 65535/],
+      [{ server_name: 'a', server_address: '127.0.0.1:80', healthcheck_url: 'ftp://x/' }, false, /--healthcheck_url/],
+      [{ server_name: 'a', server_address: '127.0.0.1:80', healthcheck_url: 'not a url' }, false, /--healthcheck_url/],
+      [{ server_name: 'a', server_address: '127.0.0.1:80', healthcheck_url: 'http://x/', healthcheck_interval: 0 }, false, /--healthcheck_interval/],
+      [{ server_name: 'a', server_address: '127.0.0.1:80', healthcheck_url: 'http://x/', healthcheck_interval: 1000, register_ttl: 1000 }, true, /--register_ttl/],
+      [{ server_name: 'a', server_address: '127.0.0.1:80', register_ttl: 1000, register_interval: 1000 }, false, /--register_interval/],
+    ];
+    for (const [flags, ttlGiven, re] of cases) {
+      assert.throws(() => appOptionsFromFlags({ ...base, ...flags }, ttlGiven), (err: Error) => err instanceof AppFlagError && re.test(err.message), JSON.stringify(flags));
+    }
+    assert.equal(appOptionsFromFlags(base, false), undefined);
+    const checked = appOptionsFromFlags({ ...base, server_name: 'a', server_address: '[::1]:80', healthcheck_url: 'http://[::1]:80/h', healthcheck_interval: 300, healthcheck_timeout: 200 }, false)!;
+    assert.equal(checked.ttlMs, 3 * 300 + 200, 'TTL: 3 x interval + timeout unless --register_ttl is given');
+    assert.equal(checked.refreshMs, 300);
+    const plain = appOptionsFromFlags({ ...base, server_name: 'a', server_address: 'app.internal:8080' }, false)!;
+    assert.equal(plain.ttlMs, 30_000);
+    assert.equal(plain.refreshMs, 10_000);
+  });
+});
