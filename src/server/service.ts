@@ -55,7 +55,7 @@ export class Service {
   async start(): Promise<ServiceRecord> {
     const { host, port } = parseHostPort(this.options.address ?? '127.0.0.1:0');
     const bound = await this.server.listen(host, port);
-    const advertised = this.options.advertise ? parseHostPort(this.options.advertise) : { host: advertiseHost(host), port: bound.port };
+    const advertised = advertisedAddress(this.options.advertise ?? this.runtime.config.advertise, host, bound.port);
     this.record = {
       name: this.options.name,
       version: this.options.version ?? 'latest',
@@ -117,6 +117,18 @@ export class Service {
       this.runtime.logging.get('registry').error({ err: (err as Error).message, service: this.options.name }, 'deregistration failed');
     }
   }
+}
+
+/**
+ * The address to register: `--advertise` as `host:port`, or `host` (or `host:0`) with the bound
+ * port, so one flag fits every service of a process; without it, the bound host (advertiseHost).
+ */
+export function advertisedAddress(advertise: string | undefined, boundHost: string, boundPort: number): { host: string; port: number } {
+  const text = advertise?.trim();
+  if (!text) return { host: advertiseHost(boundHost), port: boundPort };
+  const withPort = /^\[[^\]]+\]:\d+$/.test(text) || /^[^:]+:\d+$/.test(text);
+  const parsed = withPort ? parseHostPort(text) : { host: text.replace(/^\[(.*)\]$/, '$1'), port: 0 };
+  return { host: parsed.host, port: parsed.port || boundPort };
 }
 
 /** The address others can reach: the bound host, or for a wildcard bind the first external IPv4. */
