@@ -8,7 +8,13 @@
  * lose leading and trailing whitespace; header and body together must fit the server's max_payload
  * (1 MiB by default).
  */
-import { connect, DebugEvents, ErrorCode, Events, headers as natsHeaders, NatsError, type Msg, type NatsConnection } from 'nats';
+import { createRequire } from 'node:module';
+import type { Msg, NatsConnection, NatsError } from 'nats';
+
+// Loaded only by a process that uses NATS, so short CLI commands don't pay for it.
+type NatsModule = typeof import('nats');
+let natsModule: NatsModule | undefined;
+const nats = (): NatsModule => (natsModule ??= createRequire(import.meta.url)('nats') as NatsModule);
 import type pino from 'pino';
 import { Logging } from '../util/log.js';
 import {
@@ -103,7 +109,7 @@ export class NatsBroker implements Broker {
   private async open(): Promise<NatsConnection> {
     let nc: NatsConnection;
     try {
-      nc = await connect({
+      nc = await nats().connect({
         servers: this.servers,
         name: this.connName,
         reconnect: true,
@@ -137,18 +143,18 @@ export class NatsBroker implements Broker {
       for await (const s of nc.status()) {
         if (this.nc !== nc) continue;
         switch (s.type) {
-          case Events.Disconnect:
+          case nats().Events.Disconnect:
             this.up = false;
             if (!this.closed) this.logger.warn({ server: String(s.data) }, 'nats broker: disconnected, reconnecting');
             break;
-          case DebugEvents.Reconnecting:
+          case nats().DebugEvents.Reconnecting:
             this.up = false;
             break;
-          case Events.Reconnect:
+          case nats().Events.Reconnect:
             this.up = true;
             this.logger.info({ server: String(s.data) }, 'nats broker: reconnected');
             break;
-          case Events.Error:
+          case nats().Events.Error:
             this.logger.warn({ error: String(s.data) }, 'nats broker: async error from the server');
             break;
           default:
@@ -167,10 +173,10 @@ export class NatsBroker implements Broker {
     if (!this.connected) {
       throw new BrokerUnavailableError(`nats broker: not connected to ${this.servers.join(',')} (reconnecting)`);
     }
-    let h: ReturnType<typeof natsHeaders> | undefined;
+    let h: ReturnType<NatsModule['headers']> | undefined;
     const entries = Object.entries(message.header ?? {});
     if (entries.length > 0) {
-      h = natsHeaders();
+      h = nats().headers();
       try {
         for (const [k, v] of entries) h.set(k, v);
       } catch (err) {
@@ -180,10 +186,10 @@ export class NatsBroker implements Broker {
     try {
       nc.publish(topic, message.body, h ? { headers: h } : undefined);
     } catch (err) {
-      if (err instanceof NatsError && err.code === ErrorCode.MaxPayloadExceeded) {
+      if (err instanceof nats().NatsError && err.code === nats().ErrorCode.MaxPayloadExceeded) {
         throw new Error(`nats broker: message of ${message.body.byteLength} bytes (plus header) exceeds the server's max_payload`);
       }
-      if (err instanceof NatsError && (err.code === ErrorCode.ConnectionClosed || err.code === ErrorCode.ConnectionDraining)) {
+      if (err instanceof nats().NatsError && (err.code === nats().ErrorCode.ConnectionClosed || err.code === nats().ErrorCode.ConnectionDraining)) {
         throw new BrokerUnavailableError(`nats broker: ${err.message}`);
       }
       throw err;

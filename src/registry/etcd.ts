@@ -16,15 +16,20 @@
  * are written again (those whose TTL has not passed). Watchers resynchronise (full read + diff)
  * whenever their watch stream reconnects.
  */
-import {
+import { createRequire } from 'node:module';
+import type {
   Etcd3,
-  type IOptions,
-  type Lease,
-  type IKeyValue,
-  type IResponseHeader,
-  type IWatchResponse,
-  type Watcher as EtcdWatch,
+  IOptions,
+  Lease,
+  IKeyValue,
+  IResponseHeader,
+  IWatchResponse,
+  Watcher as EtcdWatch,
 } from 'etcd3';
+
+// etcd3 (and the gRPC stack under it) is loaded only by a process that uses etcd: it costs half
+// a second of start-up, which every short CLI command would otherwise pay.
+const loadEtcd3 = () => createRequire(import.meta.url)('etcd3') as typeof import('etcd3');
 import {
   validateService,
   type RegisterOptions,
@@ -170,7 +175,7 @@ export class EtcdRegistry implements Registry {
     const prefix = options.prefix ?? DEFAULT_ETCD_PREFIX;
     this.prefix = prefix.endsWith('/') ? prefix : `${prefix}/`;
     const callTimeoutMs = options.callTimeoutMs ?? 5000;
-    this.client = new Etcd3({
+    this.client = new (loadEtcd3().Etcd3)({
       hosts: this.hosts,
       dialTimeout: callTimeoutMs,
       defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + callTimeoutMs }),
