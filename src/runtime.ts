@@ -58,7 +58,13 @@ export class Runtime {
   /** The broker, created on first use (short CLI commands that never publish don't build one). */
   get broker(): Broker {
     if (!this.brokerInstance) {
-      this.brokerInstance = createBroker(this.config.broker, { registry: this.registry, address: this.config.broker_address });
+      this.brokerInstance = createBroker(this.config.broker, {
+        registry: this.registry,
+        address: this.config.broker_address,
+        // --advertise may carry a service's port; the broker's endpoint keeps its own.
+        advertiseHost: this.config.advertise?.trim().replace(/:\d*$/, '') || undefined,
+        logger: this.logging.get('broker'),
+      });
     }
     return this.brokerInstance;
   }
@@ -75,7 +81,8 @@ export class Runtime {
       logging: this.logging,
       clusters: this.clusters,
       routes: this.routeTables,
-      certs: this.certificates,
+      // Read at each request, so a TLS provider built after the admin started is still listed.
+      certs: () => this.certificates?.() ?? [],
       server: this.state,
       token: this.config.admin_token,
       quit: async () => {
@@ -90,7 +97,7 @@ export class Runtime {
 
   /** Set by a front end with dynamic routes (the gateway router); admin /routes dumps them. */
   routeTables?: () => Array<{ routeConfigName: string; versionInfo: string; table: unknown }>;
-  /** Set by a front end serving TLS; admin /certs lists them. */
+  /** Set by the process's TLS provider (src/tls/index.ts tlsFor); admin /certs lists them. */
   certificates?: () => import('./admin/context.js').CertificateInfo[];
 
   /** Registers work to do on shutdown; hooks run in reverse order of registration. */

@@ -14,6 +14,8 @@ export interface CreateBrokerOptions {
   registry: Registry;
   /** http: listen host[:port] of the subscriber endpoint (default 127.0.0.1:0); nats: server address(es), required. */
   address?: string;
+  /** http: host others reach the subscriber endpoint at (the port stays the bound one). */
+  advertiseHost?: string;
   logger?: pino.Logger;
 }
 
@@ -23,7 +25,7 @@ export function createBroker(kind: string, options: CreateBrokerOptions): Broker
     case 'memory':
       return new MemoryBroker({ logger: options.logger });
     case 'http':
-      return new HttpBroker({ registry: options.registry, address, logger: options.logger });
+      return new HttpBroker({ registry: options.registry, address, advertise: options.advertiseHost, logger: options.logger });
     case 'nats':
       if (!address) throw new Error('broker nats: an address is required (--broker_address host:port)');
       return new NatsBroker({ address, logger: options.logger });
