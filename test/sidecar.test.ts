@@ -284,22 +284,32 @@ describe('sidecar', () => {
   });
 
   it('/stats: JSON for Accept: application/json, HTML otherwise; its own requests are not counted', async () => {
+    type Stats = { name: string; started: number; uptime: number; memory: { rss: number }; totals: Record<string, number>; extra: Record<string, number> };
     const a = await http('GET', `${sc.base}/stats`, { headers: { accept: 'application/json' } });
     assert.equal(a.status, 200);
     assert.equal(a.headers['content-type'], 'application/json');
-    const s1 = a.json<{ started: number; uptime: number; memory: string; counters: Record<string, number> }>();
+    const s1 = a.json<Stats>();
+    assert.equal(s1.name, 'mesh sidecar');
     assert.ok(s1.started > 1_600_000_000);
     assert.ok(s1.uptime >= 0);
-    assert.match(s1.memory, /^\d+\.\d\dmb$/);
-    assert.ok(s1.counters['2xx']! > 0 && s1.counters['4xx']! > 0);
+    assert.ok(s1.memory.rss > 0);
+    assert.ok(s1.totals['2xx']! > 0 && s1.totals['4xx']! > 0);
+    assert.equal(typeof s1.extra.subscribers, 'number');
     const h = await http('GET', `${sc.base}/stats`);
     assert.match(String(h.headers['content-type']), /^text\/html/);
-    assert.match(h.text, /<table>/);
-    const s2 = (await http('GET', `${sc.base}/stats`, { headers: { accept: 'application/json' } })).json<{ counters: Record<string, number> }>();
-    assert.equal(s2.counters.total, s1.counters.total, 'requests to /stats are not counted');
+    assert.match(h.text, /<table id="clusters">/);
+    assert.equal((await http('GET', `${sc.base}/stats/assets/dashboard.js`)).status, 200);
+    const s2 = (await http('GET', `${sc.base}/stats?format=json`)).json<Stats>();
+    assert.equal(s2.totals.total, s1.totals.total, 'requests to /stats and its assets are not counted');
     await http('GET', `${sc.base}/`);
-    const s3 = (await http('GET', `${sc.base}/stats`, { headers: { accept: 'application/json' } })).json<{ counters: Record<string, number> }>();
-    assert.equal(s3.counters.total, s1.counters.total + 1);
+    const s3 = (await http('GET', `${sc.base}/stats`, { headers: { accept: 'application/json' } })).json<Stats>();
+    assert.equal(s3.totals.total, s1.totals.total + 1);
+    const admin = await http('GET', `${sc.admin}/stats?filter=${encodeURIComponent('^http\\.sidecar\\.downstream_rq_(total|2xx|4xx|5xx)$')}`);
+    assert.equal(
+      admin.text,
+      `http.sidecar.downstream_rq_2xx: ${s3.totals['2xx']}\nhttp.sidecar.downstream_rq_4xx: ${s3.totals['4xx']}\nhttp.sidecar.downstream_rq_5xx: ${s3.totals['5xx']}\nhttp.sidecar.downstream_rq_total: ${s3.totals.total}\n`,
+      'the same counters as admin /stats',
+    );
   });
 
   it('a slow WebSocket subscriber is dropped with 1013 and released, instead of growing memory', async () => {

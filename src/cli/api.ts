@@ -2,15 +2,14 @@
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '../gateway/server.js';
+import { checkTlsFlags, startTls, tlsEnabled } from '../tls/index.js';
 
 /** The admin interface of `mesh api` unless --admin_address says otherwise. */
 export const API_ADMIN_ADDRESS = '127.0.0.1:9901';
 
 export function checkGatewayFlags(args: ParsedArgs): void {
   const config = args.config;
-  if (config.enable_acme) {
-    throw new FlagError('--enable_acme is not available yet: serve HTTPS with --enable_tls, --tls_cert_file and --tls_key_file');
-  }
+  checkTlsFlags(config);
   if (config.namespace !== undefined && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?$/.test(config.namespace)) {
     throw new FlagError(`invalid value "${config.namespace}" for flag --namespace: use dot-separated names like go.mesh.api`);
   }
@@ -22,6 +21,8 @@ export async function runApi(args: ParsedArgs): Promise<number> {
   const runtime = new Runtime(config, { role: 'api' });
   runtime.installSignalHandlers();
   try {
+    // TLS first: a bad certificate file, ACME cache or challenge port is a start-up error naming it.
+    await startTls(runtime);
     // The gateway sets runtime.routeTables, which the admin interface reads when it starts.
     const gateway = new Gateway(runtime, {
       address: config.address ?? DEFAULT_ADDRESS,
@@ -31,7 +32,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     });
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
     const bound = await gateway.start();
-    const scheme = config.enable_tls ? 'https' : 'http';
+    const scheme = tlsEnabled(config) ? 'https' : 'http';
     const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
     process.stdout.write(
       `mesh api listening on ${scheme}://${host}:${bound.port} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})\n` +

@@ -1,4 +1,5 @@
 /** `mesh dev` / `npm start`: the demo on the embedded default, with what to try printed. */
+import { tlsEnabled } from '../tls/index.js';
 import type { ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { greeterApi, greeterBackend } from '../../examples/greeter.js';
@@ -26,7 +27,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
     await api.start();
     const bound = await gateway.start();
     const gatewayHost = bound.address === '0.0.0.0' || bound.address === '::' ? 'localhost' : bound.address;
-    const gatewayUrl = `${config.enable_tls ? 'https' : 'http'}://${gatewayHost}:${bound.port}`;
+    const gatewayUrl = `${tlsEnabled(config) ? 'https' : 'http'}://${gatewayHost}:${bound.port}`;
 
     // ---- sidecar: the sidecar helper starts `mesh sidecar` here (same runtime) and adds its lines below ----
     const sidecarLines: string[] = [];
@@ -34,7 +35,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       const sidecar = new Sidecar(runtime, { namespace: SIDECAR_NAMESPACE, handler: 'rpc' });
       try {
         const sc = await sidecar.start(SIDECAR_DEFAULT_ADDRESS);
-        sidecarLines.push(`  sidecar:  ${config.enable_tls ? 'https' : 'http'}://${sc.address}:${sc.port} (mesh --proxy_address=${sc.address}:${sc.port} list services)`);
+        sidecarLines.push(`  sidecar:  ${tlsEnabled(config) ? 'https' : 'http'}://${sc.address}:${sc.port} (mesh --proxy_address=${sc.address}:${sc.port} list services)`);
       } catch (err) {
         // Another sidecar may own the port: the demo runs without this one.
         sidecarLines.push(`  sidecar:  not started (${SIDECAR_DEFAULT_ADDRESS}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);

@@ -37,6 +37,8 @@ export const FLAG_SPECS = {
   acme_hosts: { type: 'list', help: 'host names allowed to get ACME certificates' },
   acme_directory: { type: 'string', help: 'ACME directory URL', default: 'https://acme-v02.api.letsencrypt.org/directory' },
   acme_email: { type: 'string', help: 'ACME account contact' },
+  acme_http_port: { type: 'string', help: 'ACME HTTP-01 challenge listener: PORT (all interfaces) or HOST:PORT', default: '80' },
+  acme_cache: { type: 'string', help: 'ACME account key and certificates (default $MESH_HOME/acme or ~/.mesh/acme)' },
   max_body_size: { type: 'size', help: 'largest request body accepted', default: '4MiB' },
   cors: { type: 'list', help: 'allowed CORS origins (comma list, * for any)' },
   output: { type: 'string', help: 'text or json', default: 'text', choices: ['text', 'json'] },
@@ -78,6 +80,8 @@ export interface Config {
   acme_hosts: string[];
   acme_directory: string;
   acme_email?: string;
+  acme_http_port: string;
+  acme_cache?: string;
   max_body_size: number;
   cors: string[];
   output: 'text' | 'json';

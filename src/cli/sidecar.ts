@@ -2,8 +2,7 @@
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { parseHostPort } from '../http/respond.js';
-import { loadTlsFiles } from '../http/front-server.js';
-import { certificateInfoFromPem } from '../admin/certs.js';
+import { checkTlsFlags, startTls } from '../tls/index.js';
 import { AppFlagError, appOptionsFromFlags } from '../sidecar/health-checker.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../sidecar/server.js';
 
@@ -36,23 +35,13 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     if (err instanceof AppFlagError) throw new FlagError(err.message);
     throw err;
   }
-  if (config.enable_acme) {
-    throw new FlagError('--enable_acme is not supported by the sidecar yet: use --enable_tls with --tls_cert_file and --tls_key_file');
-  }
-  let certPem: Buffer | undefined;
-  if (config.enable_tls) {
-    // A missing or unreadable file is a start-up error naming it (exit 1).
-    certPem = loadTlsFiles(config.tls_cert_file, config.tls_key_file).cert;
-  }
+  checkTlsFlags(config);
 
   const runtime = new Runtime(config, { role: 'sidecar' });
   runtime.installSignalHandlers();
-  if (certPem) {
-    const certFile = config.tls_cert_file!;
-    const info = certificateInfoFromPem(certPem, certFile);
-    runtime.certificates = () => [info];
-  }
   try {
+    // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).
+    await startTls(runtime);
     const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
     const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app });
     let bound;

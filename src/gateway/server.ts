@@ -4,7 +4,7 @@
  * Paths the gateway answers itself, whatever the handler:
  *   GET /               {"version":"<mesh version>"}
  *   POST /rpc           call any service directly (SPEC 2.8)
- *   GET /stats          with --enable_stats: request counts (JSON for Accept: application/json, else HTML)
+ *   GET /stats          with --enable_stats: the dashboard (src/dashboard; JSON for Accept: application/json)
  *   GET /_mesh/health   200 while live, 503 while draining (admin /healthcheck/fail)
  * Everything else goes to the handler: `--handler=api|rpc|proxy|event`, or by default the
  * registry router (src/gateway/router.ts) with the api handler as the fallback.
@@ -25,7 +25,7 @@ import { handleEvent } from '../handlers/event.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import { VERSION } from '../version.js';
 import { RegistryRouter, type HandlerName, type RouteMatch } from './router.js';
-import { GatewayStats } from './stats.js';
+import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
@@ -60,7 +60,7 @@ export class Gateway {
   readonly namespace: string;
   readonly handler?: HandlerName;
   readonly router?: RegistryRouter;
-  readonly stats?: GatewayStats;
+  readonly dashboard?: Dashboard;
   readonly fe: FrontEnd;
   private readonly server: FrontServer;
   private readonly address: string;
@@ -88,28 +88,30 @@ export class Gateway {
       const previous = runtime.routeTables;
       runtime.routeTables = () => [...(previous?.() ?? []), router.dump()];
     }
-    if (options.enableStats) this.stats = new GatewayStats(ERROR_ID);
-    const stats = this.stats;
+    if (options.enableStats) {
+      this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID });
+    }
+    const dashboard = this.dashboard;
     this.server = new FrontServer({
       runtime,
       statPrefix: STAT_PREFIX,
       errorId: ERROR_ID,
       handle: (req, res) => this.handle(req, res),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
-      counted: (req) => !(stats && pathOf(req.url ?? '/') === '/stats'),
+      counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
     });
   }
 
   /** Builds the first route table, then listens. Resolves with the bound address. */
   async start(): Promise<AddressInfo> {
     await this.router?.start();
-    this.stats?.start();
+    this.dashboard?.start();
     let bound: AddressInfo;
     try {
       bound = await this.server.listen(this.address, '0.0.0.0');
     } catch (err) {
       this.router?.stop();
-      this.stats?.stop();
+      this.dashboard?.stop();
       const e = err as NodeJS.ErrnoException;
       if (!e.code) throw err;
       throw new Error(`gateway cannot listen on ${this.address}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.message}`);
@@ -121,21 +123,14 @@ export class Gateway {
   /** Stops routing and lets in-flight requests finish. */
   async close(): Promise<void> {
     this.router?.stop();
-    this.stats?.stop();
+    this.dashboard?.stop();
     await this.server.close();
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = req.url ?? '/';
     const path = pathOf(url);
-    const stats = this.stats;
-    if (stats) {
-      if (path === '/stats') {
-        stats.serve(req, res);
-        return;
-      }
-      res.once('close', () => stats.record(res.headersSent ? res.statusCode : 500));
-    }
+    if (this.dashboard && isDashboardPath(path)) return this.dashboard.handle(req, res);
     if (path === '/') return this.root(req, res);
     if (path === '/rpc') return handleRpcEndpoint(this.fe, req, res);
     const ns = this.namespace;

@@ -1,18 +1,17 @@
 /**
- * The HTTP(S) server under the gateway and the sidecar: TLS files, CORS, server timeouts,
+ * The HTTP(S) server under the gateway and the sidecar: TLS (src/tls: files or ACME), CORS, server timeouts,
  * per-request stats (`http.<prefix>.downstream_rq_*`) and logs, a health-check path that answers
  * 503 while draining, errors as JSON, and a graceful close that lets in-flight requests finish.
  */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
-import { createSecureContext } from 'node:tls';
 import type { Runtime } from '../runtime.js';
 import { MeshError } from '../errors.js';
 import { parseHostPort, sendError, sendJson } from './respond.js';
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
+import { tlsEnabled, tlsFor } from '../tls/index.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -29,32 +28,6 @@ export interface FrontServerOptions {
   counted?: (req: IncomingMessage) => boolean;
 }
 
-interface Tls {
-  cert: Buffer;
-  key: Buffer;
-}
-
-/** Reads the TLS files named by the flags; a missing, unreadable or mismatched file is an Error naming it. */
-export function loadTlsFiles(certFile: string | undefined, keyFile: string | undefined): Tls {
-  if (!certFile) throw new Error('--enable_tls needs --tls_cert_file');
-  if (!keyFile) throw new Error('--enable_tls needs --tls_key_file');
-  const read = (path: string, what: string) => {
-    try {
-      return readFileSync(path);
-    } catch (err) {
-      throw new Error(`cannot read ${what} ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-    }
-  };
-  const cert = read(certFile, 'TLS certificate file');
-  const key = read(keyFile, 'TLS key file');
-  try {
-    createSecureContext({ cert, key });
-  } catch (err) {
-    throw new Error(`TLS certificate ${certFile} and key ${keyFile} do not load together: ${(err as Error).message}`);
-  }
-  return { cert, key };
-}
-
 export class FrontServer {
   private server?: Server;
   private inFlight = 0;
@@ -67,6 +40,7 @@ export class FrontServer {
   private readonly cxTotal: Counter;
   private readonly rqTime: Histogram;
   readonly secure: boolean;
+  private detachTls?: () => void;
 
   constructor(private readonly options: FrontServerOptions) {
     const stats = options.runtime.stats;
@@ -77,17 +51,25 @@ export class FrontServer {
     this.cxActive = stats.gauge(`${p}downstream_cx_active`);
     this.cxTotal = stats.counter(`${p}downstream_cx_total`);
     this.rqTime = stats.histogram(`${p}downstream_rq_time`);
-    this.secure = options.runtime.config.enable_tls;
+    this.secure = tlsEnabled(options.runtime.config);
   }
 
   async listen(address: string, defaultHost = '127.0.0.1'): Promise<AddressInfo> {
     const { host, port } = parseHostPort(address, defaultHost);
-    const config = this.options.runtime.config;
     const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
     const serverOptions = { keepAliveTimeout: 65_000, requestTimeout: 300_000, headersTimeout: 30_000 };
-    const server = config.enable_tls
-      ? createHttpsServer({ ...loadTlsFiles(config.tls_cert_file, config.tls_key_file), ...serverOptions }, onRequest)
-      : createHttpServer(serverOptions, onRequest);
+    // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
+    const tls = this.secure ? tlsFor(this.options.runtime) : undefined;
+    await tls?.start();
+    let server: Server;
+    if (tls) {
+      const https = createHttpsServer({ ...tls.serverOptions(), ...serverOptions }, onRequest);
+      tls.attach(https);
+      this.detachTls = () => tls.detach(https);
+      server = https;
+    } else {
+      server = createHttpServer(serverOptions, onRequest);
+    }
     server.on('connection', (socket: Socket) => {
       this.sockets.add(socket);
       this.cxTotal.inc();
@@ -131,6 +113,7 @@ export class FrontServer {
     const server = this.server;
     if (!server) return;
     this.server = undefined;
+    this.detachTls?.();
     const closed = new Promise<void>((r) => server.close(() => r()));
     server.closeIdleConnections();
     if (this.inFlight > 0) {

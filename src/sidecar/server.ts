@@ -7,7 +7,7 @@
  *   *    /registry         registry-api.ts
  *   POST /rpc              handlers/rpc-endpoint.ts (form fields or JSON)
  *   *    /broker           broker-api.ts (POST publish, WebSocket subscribe)
- *   GET  /stats            stats-page.ts (only with --enable_stats)
+ *   GET  /stats            the dashboard, src/dashboard (only with --enable_stats)
  *   GET  /_mesh/health     200 live / 503 draining (the front server)
  *   *    anything else     --handler=rpc (default): /<service>/<method> by RPC (SPEC 4.4, namespace
  *                          go.mesh.srv); --handler=proxy: reverse proxy to <namespace>.<first element>
@@ -31,7 +31,7 @@ import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import { VERSION } from '../version.js';
 import { handleRegistry } from './registry-api.js';
 import { BrokerApi } from './broker-api.js';
-import { handleStats, STATS_PATH } from './stats-page.js';
+import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import { AppRegistration, type AppOptions } from './health-checker.js';
 
 export const SIDECAR_ERROR_ID = 'go.mesh.sidecar';
@@ -73,7 +73,7 @@ export class Sidecar {
   readonly app?: AppRegistration;
   private readonly server: FrontServer;
   private readonly broker: BrokerApi;
-  private readonly statsEnabled: boolean;
+  private readonly dashboard?: Dashboard;
   private stopping?: Promise<void>;
 
   constructor(
@@ -88,7 +88,18 @@ export class Sidecar {
       errorId: SIDECAR_ERROR_ID,
       maxBodyBytes: config.max_body_size,
     };
-    this.statsEnabled = config.enable_stats;
+    if (config.enable_stats) {
+      const subscribers = runtime.stats.gauge('sidecar.broker.subscribers_active');
+      this.dashboard = new Dashboard({
+        stats: runtime.stats,
+        server: runtime.state,
+        clusters: runtime.clusters,
+        prefix: STAT_PREFIX,
+        name: 'mesh sidecar',
+        errorId: SIDECAR_ERROR_ID,
+        extra: { subscribers: () => subscribers.value },
+      });
+    }
     this.broker = new BrokerApi(this.fe);
     if (options.app) this.app = new AppRegistration(runtime, options.app);
     this.server = new FrontServer({
@@ -97,7 +108,7 @@ export class Sidecar {
       errorId: SIDECAR_ERROR_ID,
       handle: (req, res) => this.handle(req, res),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
-      counted: (req) => !(this.statsEnabled && pathOf(req.url) === STATS_PATH),
+      counted: (req) => !(this.dashboard && isDashboardPath(pathOf(req.url))),
     });
   }
 
@@ -109,6 +120,7 @@ export class Sidecar {
   async start(address: string): Promise<AddressInfo> {
     const bound = await this.server.listen(address, '127.0.0.1');
     this.app?.start();
+    this.dashboard?.start();
     this.runtime.onShutdown(() => this.stop());
     return bound;
   }
@@ -116,6 +128,7 @@ export class Sidecar {
   /** Deregisters the app, ends every subscription, then drains and closes the server. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
+      this.dashboard?.stop();
       await this.app?.stop();
       await this.broker.close();
       await this.server.close(5000);
@@ -126,7 +139,7 @@ export class Sidecar {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const fe = this.fe;
     const path = pathOf(req.url);
-    const own = path === '/' || path === '/registry' || path === '/rpc' || path === '/broker' || (this.statsEnabled && path === STATS_PATH);
+    const own = path === '/' || path === '/registry' || path === '/rpc' || path === '/broker' || (this.dashboard !== undefined && isDashboardPath(path));
     if ((own || this.handler === 'rpc') && !originAllowed(req, this.runtime.config.cors)) {
       req.resume();
       throw new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`);
@@ -147,7 +160,7 @@ export class Sidecar {
         sendJson(res, 200, { version: VERSION, handler: this.handler, namespace: fe.namespace });
         return;
     }
-    if (this.statsEnabled && path === STATS_PATH) return handleStats(this.runtime, STAT_PREFIX, fe.errorId, req, res);
+    if (this.dashboard && isDashboardPath(path)) return this.dashboard.handle(req, res);
     if (this.handler === 'proxy') {
       const route = resolveProxyPath(req.url ?? '/', fe.namespace);
       if (!route) {

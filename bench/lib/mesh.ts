@@ -1,0 +1,75 @@
+/** What every row's setup gets, and starting mesh commands from dist/. */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { NotAvailable, freePort, startProcess, waitForPort, type Proc } from './proc.js';
+import type { LoadTool } from './load.js';
+
+export interface Settings {
+  quick: boolean;
+  duration: number;
+  warmup: number;
+  rounds: number;
+  connections: number;
+  threads: number;
+  rows: string[];
+  extras: boolean;
+  profile: boolean;
+  nginxWorkers: string;
+  maxSeconds: number;
+  out: string;
+  logLevel: string;
+}
+
+const TSX = ['--import', 'tsx'];
+
+export interface Ctx {
+  root: string;
+  tmp: string;
+  registryDir: string;
+  env: NodeJS.ProcessEnv;
+  backendPort: number;
+  backend: Proc;
+  tool: LoadTool;
+  meshMain: string;
+  settings: Settings;
+  log: (msg: string) => void;
+  /** Registers the bench backend as a plain node in the local registry (CLI). */
+  registered: boolean;
+  registerError?: string;
+}
+
+export function tsxProcess(ctx: Ctx, name: string, script: string, args: string[], nodeArgs: string[] = []): Proc {
+  return startProcess(name, process.execPath, [...nodeArgs, ...TSX, join(ctx.root, 'bench', script), ...args], { env: ctx.env, cwd: ctx.root });
+}
+
+/** Starts `mesh api|sidecar` from dist/ on a free port; NotAvailable when the command is missing. */
+export async function startMesh(
+  ctx: Ctx,
+  name: string,
+  command: 'api' | 'sidecar',
+  flags: string[],
+  nodeArgs: string[] = [],
+): Promise<{ proc: Proc; port: number; admin: number }> {
+  if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
+  if (!ctx.registered) throw new NotAvailable(`backend not registered: ${ctx.registerError}`);
+  const port = await freePort();
+  const admin = await freePort();
+  const proc = startProcess(
+    name,
+    process.execPath,
+    [
+      ...nodeArgs,
+      ctx.meshMain,
+      command,
+      `--address=127.0.0.1:${port}`,
+      `--registry_address=${ctx.registryDir}`,
+      `--admin_address=127.0.0.1:${admin}`,
+      `--log_level=${ctx.settings.logLevel}`,
+      ...flags,
+    ],
+    { env: ctx.env, cwd: ctx.root },
+  );
+  await waitForPort(proc, port, 20000);
+  return { proc, port, admin };
+}
+

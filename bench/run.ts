@@ -1,0 +1,795 @@
+/**
+ * `npm run bench`: mesh side by side with the alternatives a user would pick, on loopback.
+ * See bench/README.md for what each row is and the environment variables.
+ */
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync, existsSync, readFileSync, readdirSync } from 'node:fs';
+import { tmpdir, cpus, availableParallelism, totalmem, release, loadavg } from 'node:os';
+import { join, dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import {
+  NotAvailable,
+  commandExists,
+  cpuMicros,
+  freePort,
+  machineBusyMicros,
+  ownTreeMicros,
+  killAllSync,
+  procAvailable,
+  startProcess,
+  stopAll,
+  waitForPort,
+  type Proc,
+} from './lib/proc.js';
+import { pickTool, runLoad, type LoadResult } from './lib/load.js';
+import { fixed, int, markdownTable, max, median, min, parseSeconds, ratio } from './lib/stats.js';
+import { ANSWER, BACKEND_SERVICE, PATH, REQUEST_BODY } from './lib/payload.js';
+import { summarizeProfile, type ProfileSummary } from './lib/profile.js';
+import { runExtras, type ExtraSection } from './extras.js';
+import { startMesh, tsxProcess, type Ctx, type Settings } from './lib/mesh.js';
+
+// ------------------------------------------------------------------------------------ settings
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const QUICK = process.env.BENCH_QUICK === '1';
+export const settings: Settings = {
+  quick: QUICK,
+  duration: parseSeconds(process.env.BENCH_DURATION, QUICK ? 2 : 5),
+  warmup: parseSeconds(process.env.BENCH_WARMUP, QUICK ? 1 : 2),
+  rounds: Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3)),
+  connections: Number(process.env.BENCH_CONNECTIONS ?? 50),
+  threads: Number(process.env.BENCH_THREADS ?? 1),
+  rows: (process.env.BENCH_ROWS ?? '').split(',').filter(Boolean),
+  extras: process.env.BENCH_EXTRAS !== '0',
+  profile: process.env.BENCH_PROFILE === '1' || (process.env.BENCH_PROFILE === undefined && !QUICK),
+  nginxWorkers: process.env.BENCH_NGINX_WORKERS ?? '1',
+  maxSeconds: parseSeconds(process.env.BENCH_MAX_SECONDS, 570),
+  out: process.env.BENCH_OUT ?? (QUICK ? join(tmpdir(), 'mesh-bench-RESULTS.quick.md') : join(ROOT, 'bench', 'RESULTS.md')),
+  logLevel: process.env.BENCH_MESH_LOG_LEVEL ?? 'warning',
+};
+const MESH_MAIN = join(ROOT, 'dist', 'src', 'cli', 'main.js');
+const TSX = ['--import', 'tsx'];
+const startedAt = Date.now();
+const loadStart = loadavg()[0]!;
+const elapsed = () => (Date.now() - startedAt) / 1000;
+
+function log(msg: string): void {
+  process.stderr.write(`[bench ${elapsed().toFixed(0).padStart(3)}s] ${msg}\n`);
+}
+
+// ------------------------------------------------------------------------------------ context
+
+export interface Target {
+  url: string;
+  /** The proxy/gateway processes whose CPU is charged to the row. */
+  measured: Proc[];
+  /** Everything behind it (backend, API service, moleculer service). */
+  behind: Proc[];
+  /** Processes to stop after the row (never the shared backend). */
+  own: Proc[];
+  note?: string;
+  /** Admin port of a mesh process (for /cpuprofiler). */
+  admin?: number;
+  /** The measured process profiles itself on SIGUSR2 (servers/prof-hook.ts, BENCH_PROF_DIR). */
+  profileSignal?: boolean;
+}
+
+interface Row {
+  id: string;
+  label: string;
+  mesh?: boolean;
+  /** Profiled at the end (mesh rows, and the Node floor for comparison). */
+  profile?: boolean;
+  setup: (ctx: Ctx, nodeArgs?: string[]) => Promise<Target>;
+}
+
+interface Round extends LoadResult {
+  cpuUsPerReq: number;
+  behindUsPerReq: number;
+  /** CPU used by processes outside this benchmark during the round, in % of one CPU. */
+  foreignPct: number;
+}
+
+interface RowResult {
+  row: Row;
+  status: 'ok' | 'not available' | 'failed' | 'skipped';
+  reason?: string;
+  note?: string;
+  rounds: Round[];
+}
+
+// ------------------------------------------------------------------------------------ helpers
+
+/** One POST; resolves when the answer is 200 with the backend's JSON, within timeoutMs. */
+export async function probe(url: string, timeoutMs = 15000, expect: (status: number, body: string) => boolean = defaultExpect): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = '';
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: REQUEST_BODY });
+      const text = await res.text();
+      if (expect(res.status, text)) return;
+      last = `${res.status} ${text.slice(0, 200)}`;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`no correct answer from ${url} within ${timeoutMs} ms; last: ${last}`);
+}
+
+function defaultExpect(status: number, body: string): boolean {
+  if (status !== 200) return false;
+  try {
+    return JSON.stringify(JSON.parse(body)) === JSON.stringify(ANSWER);
+  } catch {
+    return false;
+  }
+}
+
+// ------------------------------------------------------------------------------------ rows
+
+async function nodeServer(ctx: Ctx, name: string, script: string, extra: string[] = []): Promise<{ proc: Proc; port: number }> {
+  const port = await freePort();
+  const proc = tsxProcess(ctx, name, script, [String(port), ...extra]);
+  await waitForPort(proc, port);
+  return { proc, port };
+}
+
+export const ROWS: Row[] = [
+  {
+    id: 'direct',
+    label: 'direct (backend, no proxy)',
+    setup: async (ctx) => ({ url: `http://127.0.0.1:${ctx.backendPort}${PATH}`, measured: [], behind: [ctx.backend], own: [] }),
+  },
+  {
+    id: 'floor',
+    label: 'Node floor (node:http + undici)',
+    profile: true,
+    setup: async (ctx) => {
+      const s = await nodeServer(ctx, 'node-floor', 'servers/node-floor.ts', [String(ctx.backendPort)]);
+      return { url: `http://127.0.0.1:${s.port}${PATH}`, measured: [s.proc], behind: [ctx.backend], own: [s.proc], profileSignal: true };
+    },
+  },
+  {
+    id: 'moleculer',
+    label: 'moleculer-web → moleculer (TCP)',
+    setup: async (ctx) => {
+      const [svcPort, gwPort, httpPort] = [await freePort(), await freePort(), await freePort()];
+      const svc = tsxProcess(ctx, 'moleculer-service', 'servers/moleculer-node.ts', ['service', String(svcPort), String(gwPort)]);
+      const gw = tsxProcess(ctx, 'moleculer-web', 'servers/moleculer-node.ts', ['gateway', String(svcPort), String(gwPort), String(httpPort)]);
+      try {
+        await waitForPort(gw, httpPort, 30000);
+      } catch (err) {
+        await Promise.all([gw.stop(), svc.stop()]);
+        throw err;
+      }
+      return {
+        url: `http://127.0.0.1:${httpPort}${PATH}`,
+        measured: [gw],
+        behind: [svc],
+        own: [gw, svc],
+        note: 'the backend is a moleculer service in its own process answering the same JSON (moleculer cannot call a plain HTTP backend)',
+      };
+    },
+  },
+  {
+    id: 'fastify',
+    label: '@fastify/http-proxy',
+    setup: async (ctx) => {
+      const s = await nodeServer(ctx, 'fastify-proxy', 'servers/fastify-proxy.ts', [String(ctx.backendPort)]);
+      return { url: `http://127.0.0.1:${s.port}${PATH}`, measured: [s.proc], behind: [ctx.backend], own: [s.proc] };
+    },
+  },
+  {
+    id: 'nginx',
+    label: 'nginx reverse proxy',
+    setup: async (ctx) => {
+      if (!commandExists('nginx', ['-v'])) throw new NotAvailable('nginx not installed (apt-get install nginx)');
+      const port = await freePort();
+      const dir = join(ctx.tmp, 'nginx');
+      mkdirSync(dir, { recursive: true });
+      const user = process.getuid?.() === 0 ? 'user root root;\n' : '';
+      writeFileSync(
+        join(dir, 'nginx.conf'),
+        `${user}worker_processes ${ctx.settings.nginxWorkers};
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy; fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi; scgi_temp_path ${dir}/scgi;
+  upstream backend { server 127.0.0.1:${ctx.backendPort}; keepalive 128; }
+  server {
+    listen 127.0.0.1:${port};
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+`,
+      );
+      const proc = startProcess('nginx', 'nginx', ['-e', join(dir, 'error.log'), '-p', dir, '-c', join(dir, 'nginx.conf')], { env: ctx.env });
+      await waitForPort(proc, port);
+      return {
+        url: `http://127.0.0.1:${port}${PATH}`,
+        measured: [proc],
+        behind: [ctx.backend],
+        own: [proc],
+        note: `worker_processes ${ctx.settings.nginxWorkers} (BENCH_NGINX_WORKERS), access_log off, upstream keepalive`,
+      };
+    },
+  },
+  {
+    id: 'mesh-rpc',
+    label: 'mesh api --handler=rpc',
+    mesh: true,
+    profile: true,
+    setup: async (ctx, nodeArgs) => {
+      const g = await startMesh(ctx, 'mesh-api-rpc', 'api', ['--handler=rpc', '--namespace=go.mesh.srv'], nodeArgs);
+      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin };
+    },
+  },
+  {
+    id: 'mesh-api',
+    label: 'mesh api --handler=api (+ API service)',
+    mesh: true,
+    profile: true,
+    setup: async (ctx, nodeArgs) => {
+      if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
+      const apiPort = await freePort();
+      const svc = tsxProcess(ctx, 'bench-api-service', 'servers/api-service.ts', [
+        `--address=127.0.0.1:${apiPort}`,
+        `--registry_address=${ctx.registryDir}`,
+        '--admin_address=off',
+        `--log_level=${ctx.settings.logLevel}`,
+      ]);
+      try {
+        await waitForPort(svc, apiPort, 20000);
+        const g = await startMesh(ctx, 'mesh-api-api', 'api', ['--handler=api'], nodeArgs);
+        return {
+          url: `http://127.0.0.1:${g.port}${PATH}`,
+          measured: [g.proc],
+          behind: [svc, ctx.backend],
+          own: [g.proc, svc],
+          admin: g.admin,
+          note: 'two hops: gateway → API service go.mesh.api.bench (framework, own process) → backend',
+        };
+      } catch (err) {
+        await svc.stop();
+        throw err;
+      }
+    },
+  },
+  {
+    id: 'mesh-proxy',
+    label: 'mesh api --handler=proxy',
+    mesh: true,
+    profile: true,
+    setup: async (ctx, nodeArgs) => {
+      const g = await startMesh(ctx, 'mesh-api-proxy', 'api', ['--handler=proxy', '--namespace=go.mesh.srv'], nodeArgs);
+      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin };
+    },
+  },
+  {
+    id: 'sidecar',
+    label: 'mesh sidecar /<service>/<method>',
+    mesh: true,
+    profile: true,
+    setup: async (ctx, nodeArgs) => {
+      const g = await startMesh(ctx, 'mesh-sidecar', 'sidecar', [], nodeArgs);
+      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin };
+    },
+  },
+];
+
+// ------------------------------------------------------------------------------------ measuring
+
+function loadFor(ctx: Ctx, url: string, durationS: number) {
+  return { url, durationS, connections: ctx.settings.connections, threads: ctx.settings.threads, method: 'POST' as const, body: REQUEST_BODY, contentType: 'application/json', tmp: ctx.tmp };
+}
+
+/** One measured round: load, and the CPU of the measured processes, of those behind, and of the rest of the machine. */
+async function measureRound(ctx: Ctx, target: Target): Promise<Round> {
+  const pids = target.measured.map((p) => p.pid);
+  const behindPids = target.behind.map((p) => p.pid);
+  const c0 = cpuMicros(pids);
+  const b0 = cpuMicros(behindPids);
+  const m0 = machineBusyMicros();
+  const o0 = ownTreeMicros();
+  const w0 = performance.now();
+  const r = await runLoad(ctx.tool, loadFor(ctx, target.url, ctx.settings.duration));
+  const w1 = performance.now();
+  const m1 = machineBusyMicros();
+  const o1 = ownTreeMicros();
+  const c1 = cpuMicros(pids);
+  const b1 = cpuMicros(behindPids);
+  const foreign = m0 !== undefined && m1 !== undefined && o0 !== undefined && o1 !== undefined ? Math.max(0, (m1 - m0 - (o1 - o0)) / ((w1 - w0) * 1000)) * 100 : NaN;
+  return {
+    ...r,
+    cpuUsPerReq: c0 !== undefined && c1 !== undefined && r.requests > 0 ? (c1 - c0) / r.requests : NaN,
+    behindUsPerReq: b0 !== undefined && b1 !== undefined && r.requests > 0 ? (b1 - b0) / r.requests : NaN,
+    foreignPct: foreign,
+  };
+}
+
+interface Live {
+  row: Row;
+  result: RowResult;
+  target: Target;
+}
+
+/**
+ * The main table. Every row's processes are started (and checked) first; then the rounds are
+ * interleaved: round 1 of every row, then round 2 of every row, ... (the order rotates), each
+ * after a short warm-up of its own. Drift and bursts of load from outside then hit every row
+ * alike instead of whichever row happened to be running. A round during which other processes
+ * used more than BENCH_MAX_OTHER % of a CPU is measured again once, while time allows, and the
+ * quieter of the two is kept.
+ */
+async function measureRows(ctx: Ctx, rows: Row[]): Promise<RowResult[]> {
+  const results: RowResult[] = [];
+  const live: Live[] = [];
+  for (const row of rows) {
+    const result: RowResult = { row, status: 'ok', rounds: [] };
+    results.push(result);
+    ctx.log(`start ${row.id}: ${row.label}`);
+    let target: Target;
+    try {
+      target = await row.setup(ctx);
+    } catch (err) {
+      result.status = err instanceof NotAvailable ? 'not available' : 'failed';
+      result.reason = (err as Error).message;
+      ctx.log(`  ${row.id}: ${result.status}: ${result.reason}`);
+      continue;
+    }
+    result.note = target.note;
+    try {
+      await probe(target.url);
+      if (ctx.settings.warmup > 0) await runLoad(ctx.tool, loadFor(ctx, target.url, ctx.settings.warmup));
+      live.push({ row, result, target });
+    } catch (err) {
+      result.status = 'failed';
+      result.reason = (err as Error).message.split('\n')[0];
+      ctx.log(`  ${row.id}: failed: ${result.reason}`);
+      await Promise.all(target.own.map((p) => p.stop()));
+    }
+  }
+  const maxOther = Number(process.env.BENCH_MAX_OTHER ?? 50);
+  const rewarm = Math.min(1, ctx.settings.warmup);
+  try {
+    for (let i = 0; i < ctx.settings.rounds; i++) {
+      const order = live.map((_, k) => live[(k + i) % live.length]!);
+      for (const l of order) {
+        if (l.result.status !== 'ok') continue;
+        const dead = l.target.own.find((p) => p.exited());
+        if (dead) {
+          l.result.status = 'failed';
+          l.result.reason = `${dead.name} exited during the run: ${dead.output().split('\n').slice(-2).join(' / ')}`;
+          continue;
+        }
+        try {
+          if (rewarm > 0) await runLoad(ctx.tool, loadFor(ctx, l.target.url, rewarm));
+          let round = await measureRound(ctx, l.target);
+          const again = round.foreignPct > maxOther && elapsed() < ctx.settings.maxSeconds * 0.5;
+          if (again) {
+            ctx.log(`  ${l.row.id} round ${i + 1}: other processes used ${fixed(round.foreignPct, 0)}% CPU; measuring again`);
+            const second = await measureRound(ctx, l.target);
+            if (!(second.foreignPct > round.foreignPct)) round = second;
+          }
+          l.result.rounds.push(round);
+          ctx.log(
+            `  ${l.row.id} round ${i + 1}: ${int(round.rps)} req/s, p50 ${fixed(round.p50ms)} ms, p99 ${fixed(round.p99ms)} ms, cpu ${fixed(round.cpuUsPerReq, 1)} µs/req` +
+              `, other processes ${fixed(round.foreignPct, 0)}% CPU` +
+              (round.non2xx || round.errors ? `, non-2xx ${round.non2xx}, errors ${round.errors}` : ''),
+          );
+        } catch (err) {
+          l.result.status = 'failed';
+          l.result.reason = (err as Error).message.split('\n')[0];
+        }
+      }
+    }
+  } finally {
+    await Promise.all(live.flatMap((l) => l.target.own.map((p) => p.stop())));
+  }
+  return results;
+}
+
+// ------------------------------------------------------------------------------------ profile
+
+interface ProfileRun {
+  row: Row;
+  summary?: ProfileSummary;
+  reason?: string;
+  rps?: number;
+  how?: string;
+}
+
+/** Waits for a stdout/stderr line starting with prefix that was not in `before`. */
+async function waitForOutput(proc: Proc, prefix: string, timeoutMs: number, before = ''): Promise<string | undefined> {
+  const seen = new Set(before.split('\n'));
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const line = proc.output().split('\n').find((l) => l.startsWith(prefix) && !seen.has(l));
+    if (line) return line;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return undefined;
+}
+
+/**
+ * Profiles one mesh row in steady state: after the warm-up, admin `/cpuprofiler?enable=y`, one
+ * round of load, `?enable=n` (which writes the .cpuprofile). Falls back to `node --cpu-prof`
+ * (whole process life, start-up included) when the admin interface cannot do it.
+ */
+async function profileRow(ctx: Ctx, row: Row): Promise<ProfileRun> {
+  const dir = join(ctx.tmp, `prof-${row.id}`);
+  mkdirSync(dir, { recursive: true });
+  const load = {
+    url: '',
+    durationS: Math.max(2, ctx.settings.duration),
+    connections: ctx.settings.connections,
+    threads: ctx.settings.threads,
+    method: 'POST' as const,
+    body: REQUEST_BODY,
+    contentType: 'application/json',
+    tmp: ctx.tmp,
+  };
+  let target: Target | undefined;
+  try {
+    target = await row.setup(ctx);
+    load.url = target.url;
+    await probe(target.url);
+    if (ctx.settings.warmup > 0) await runLoad(ctx.tool, { ...load, durationS: ctx.settings.warmup });
+    if (target.admin) {
+      const admin = `http://127.0.0.1:${target.admin}/cpuprofiler`;
+      const on = await fetch(`${admin}?enable=y`, { method: 'POST' });
+      await on.text();
+      if (on.status === 200) {
+        const r = await runLoad(ctx.tool, load);
+        const off = await fetch(`${admin}?enable=n`, { method: 'POST' });
+        const text = await off.text();
+        const file = text.split('\n').find((l) => l.endsWith('.cpuprofile'));
+        if (off.status === 200 && file && existsSync(file)) {
+          await Promise.all(target.own.map((p) => p.stop()));
+          return { row, summary: summarizeProfile(file, ctx.root, 15), rps: r.rps, how: 'admin /cpuprofiler during one steady-state round' };
+        }
+      }
+    }
+    if (target.profileSignal) {
+      const proc = target.measured[0]!;
+      const before = proc.output();
+      process.kill(proc.pid, 'SIGUSR2');
+      await waitForOutput(proc, 'PROFILING', 5000);
+      const r = await runLoad(ctx.tool, load);
+      process.kill(proc.pid, 'SIGUSR2');
+      const line = await waitForOutput(proc, 'PROFILE /', 15000, before);
+      const file = line?.slice('PROFILE '.length).trim();
+      await Promise.all(target.own.map((p) => p.stop()));
+      if (file && existsSync(file)) return { row, summary: summarizeProfile(file, ctx.root, 15), rps: r.rps, how: 'V8 profiler (SIGUSR2 hook) during one steady-state round' };
+      return { row, reason: 'the profile hook wrote no file' };
+    }
+    await Promise.all(target.own.map((p) => p.stop()));
+    // Fallback: the whole process under --cpu-prof.
+    target = await row.setup(ctx, ['--cpu-prof', `--cpu-prof-dir=${dir}`]);
+    load.url = target.url;
+    await probe(target.url);
+    const r = await runLoad(ctx.tool, load);
+    await Promise.all(target.own.map((p) => p.stop()));
+    const files = readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'));
+    if (files.length === 0) return { row, reason: 'no .cpuprofile written (did the process exit cleanly on SIGTERM?)', rps: r.rps };
+    return { row, summary: summarizeProfile(join(dir, files[0]!), ctx.root, 15), rps: r.rps, how: 'node --cpu-prof over the whole process (start-up included)' };
+  } catch (err) {
+    if (target) await Promise.all(target.own.map((p) => p.stop()));
+    return { row, reason: (err as Error).message.split('\n')[0] };
+  }
+}
+
+// ------------------------------------------------------------------------------------ report
+
+interface Summary {
+  rps: number;
+  p50: number;
+  p99: number;
+  cpu: number;
+  behind: number;
+}
+
+function summarize(r: RowResult): Summary | undefined {
+  if (r.rounds.length === 0) return undefined;
+  return {
+    rps: median(r.rounds.map((x) => x.rps)),
+    p50: median(r.rounds.map((x) => x.p50ms)),
+    p99: median(r.rounds.map((x) => x.p99ms)),
+    cpu: median(r.rounds.map((x) => x.cpuUsPerReq)),
+    behind: median(r.rounds.map((x) => x.behindUsPerReq)),
+  };
+}
+
+function range(values: number[], f: (n: number) => string): string {
+  if (values.length < 2) return '';
+  return ` (${f(min(values))}–${f(max(values))})`;
+}
+
+function mainTable(results: RowResult[]): string {
+  const by = new Map(results.map((r) => [r.row.id, summarize(r)]));
+  const direct = by.get('direct');
+  const floor = by.get('floor');
+  const rows = results.map((r) => {
+    const s = summarize(r);
+    if (!s || r.status !== 'ok') {
+      const why = r.status === 'ok' ? 'no rounds' : `${r.status}: ${r.reason ?? ''}`;
+      return [r.row.label, why.replace(/\|/g, '/'), '', '', '', '', '', '', '', '', ''];
+    }
+    const rr = r.rounds;
+    const errs = rr.reduce((a, x) => a + x.non2xx + x.errors, 0);
+    return [
+      r.row.label,
+      `${int(s.rps)}${range(rr.map((x) => x.rps), int)}`,
+      `${fixed(s.p50)}${range(rr.map((x) => x.p50ms), (n) => fixed(n))}`,
+      `${fixed(s.p99)}${range(rr.map((x) => x.p99ms), (n) => fixed(n))}`,
+      r.row.id === 'direct' ? '–' : `${fixed(s.cpu, 1)}${range(rr.map((x) => x.cpuUsPerReq), (n) => fixed(n, 1))}`,
+      fixed(s.behind, 1),
+      ratio(direct ? s.rps / direct.rps : NaN),
+      ratio(floor ? s.rps / floor.rps : NaN),
+      r.row.id === 'direct' ? '–' : ratio(floor ? s.cpu / floor.cpu : NaN),
+      errs ? String(errs) : '0',
+      fixed(median(rr.map((x) => x.foreignPct)), 0),
+    ];
+  });
+  return markdownTable(
+    ['row', 'req/s median (min–max)', 'p50 ms', 'p99 ms', 'proxy CPU µs/req', 'backend CPU µs/req', 'req/s vs direct', 'req/s vs floor', 'CPU vs floor', 'errors', 'other load %CPU'],
+    rows,
+    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+  );
+}
+
+interface TargetLine {
+  text: string;
+  met?: boolean;
+}
+
+function check(label: string, actual: number | undefined, target: number | undefined, kind: 'atLeast' | 'atMost', unit = ''): TargetLine {
+  if (actual === undefined || target === undefined || !Number.isFinite(actual) || !Number.isFinite(target)) {
+    return { text: `${label}: not measured (a row it depends on did not run)` };
+  }
+  const met = kind === 'atLeast' ? actual >= target : actual <= target;
+  const miss = kind === 'atLeast' ? ((target - actual) / target) * 100 : ((actual - target) / target) * 100;
+  const a = unit === 'x' ? actual.toFixed(2) : unit === 'ms' ? `${actual.toFixed(2)} ms` : int(actual);
+  const t = unit === 'x' ? target.toFixed(2) : unit === 'ms' ? `${target.toFixed(2)} ms` : int(target);
+  return { text: `${label}: ${a} vs target ${kind === 'atLeast' ? '≥' : '≤'} ${t}: **${met ? 'met' : `missed by ${miss.toFixed(1)}%`}**`, met };
+}
+
+function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
+  const by = new Map(results.filter((r) => r.status === 'ok').map((r) => [r.row.id, summarize(r)]));
+  const floor = by.get('floor');
+  const mol = by.get('moleculer');
+  const fast = by.get('fastify');
+  const out: TargetLine[] = [];
+  for (const id of ['mesh-rpc', 'sidecar']) {
+    const s = by.get(id);
+    const name = id === 'mesh-rpc' ? 'gateway rpc handler' : 'sidecar /<service>/<method>';
+    out.push(check(`${name} req/s ≥ 1.1 × Node floor`, s?.rps, floor ? floor.rps * 1.1 : undefined, 'atLeast'));
+    out.push(check(`${name} req/s ≥ 1.3 × moleculer-web`, s?.rps, mol ? mol.rps * 1.3 : undefined, 'atLeast'));
+    out.push(check(`${name} p99 ≤ moleculer-web p99`, s?.p99, mol?.p99, 'atMost', 'ms'));
+  }
+  const px = by.get('mesh-proxy');
+  out.push(check('gateway proxy handler req/s ≥ Node floor', px?.rps, floor?.rps, 'atLeast'));
+  out.push(check('gateway proxy handler req/s ≥ 1.0 × @fastify/http-proxy', px?.rps, fast?.rps, 'atLeast'));
+  for (const id of ['mesh-rpc', 'mesh-proxy', 'sidecar', 'mesh-api']) {
+    const s = by.get(id);
+    out.push(check(`${id} CPU/request ≤ 0.9 × Node floor's (µs)`, s?.cpu, floor ? floor.cpu * 0.9 : undefined, 'atMost'));
+  }
+  for (const e of extras) for (const t of e.targets ?? []) out.push(check(t.label, t.actual, t.target, t.kind, t.unit));
+  return out;
+}
+
+function versions(): string[] {
+  const require = createRequire(join(ROOT, 'package.json'));
+  const v = (pkg: string) => {
+    try {
+      return (require(`${pkg}/package.json`) as { version: string }).version;
+    } catch {
+      return 'not installed';
+    }
+  };
+  const mesh = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+  const rev = spawnSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).stdout?.trim() || '?';
+  const dirty = spawnSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8' }).stdout?.trim() ? ' + uncommitted src/ changes' : '';
+  const wrk = commandExists('wrk', ['-v']) ? (spawnSync('wrk', ['-v'], { encoding: 'utf8' }).stdout || '').split('\n')[0]!.split(' [')[0]! : 'not installed';
+  const nginx = commandExists('nginx', ['-v']) ? (spawnSync('nginx', ['-v'], { encoding: 'utf8' }).stderr || '').trim().replace('nginx version: ', '') : 'not installed';
+  return [
+    `mesh ${mesh.version} (git ${rev}${dirty})`,
+    `moleculer ${v('moleculer')}, moleculer-web ${v('moleculer-web')}`,
+    `fastify ${v('fastify')}, @fastify/http-proxy ${v('@fastify/http-proxy')} (@fastify/reply-from ${v('@fastify/reply-from')})`,
+    `undici ${v('undici')}, autocannon ${v('autocannon')}`,
+    `wrk: ${wrk}`,
+    `nginx: ${nginx}`,
+  ];
+}
+
+function profileSection(runs: ProfileRun[]): string {
+  const parts: string[] = [];
+  for (const p of runs) {
+    parts.push(`### ${p.row.label}\n`);
+    if (!p.summary) {
+      parts.push(`not profiled: ${p.reason}\n`);
+      continue;
+    }
+    const s = p.summary;
+    const busy = s.totalMs - s.idleMs;
+    parts.push(
+      `${p.how}, ${Math.max(2, settings.duration)} s (${int(p.rps ?? NaN)} req/s while profiled). Busy ${int(busy)} ms of ${int(s.totalMs)} ms; GC ${fixed((s.gcMs / busy) * 100, 1)}% of busy.\n`,
+    );
+    parts.push('Self time by function (top 15):\n');
+    parts.push(markdownTable(['function', 'where', 'self ms', '% of busy'], s.functions.map((f) => [`\`${f.name}\``, f.where, int(f.selfMs), fixed(f.share * 100, 1)]), ['l', 'l', 'r', 'r']));
+    parts.push('\nSelf time by file or package (top 15):\n');
+    parts.push(markdownTable(['file / package', 'self ms', '% of busy'], s.files.map((f) => [f.where, int(f.selfMs), fixed(f.share * 100, 1)]), ['l', 'r', 'r']));
+    if (s.inclusive.length) {
+      parts.push('\nInclusive time of mesh functions (src/, top 15):\n');
+      parts.push(markdownTable(['function', 'where', 'total ms', '% of busy'], s.inclusive.map((f) => [`\`${f.name}\``, f.where, int(f.selfMs), fixed(f.share * 100, 1)]), ['l', 'l', 'r', 'r']));
+    }
+    parts.push('');
+  }
+  return parts.join('\n');
+}
+
+function report(ctx: Ctx, results: RowResult[], extras: ExtraSection[], profiles: ProfileRun[], totalS: number): string {
+  const cpu = cpus()[0]?.model ?? 'unknown';
+  const lines: string[] = [];
+  lines.push('# mesh benchmark results');
+  lines.push('');
+  lines.push(`Written by \`npm run bench\` (bench/run.ts) on ${new Date().toISOString()}${settings.quick ? ' in BENCH_QUICK mode (smoke test, not for comparison)' : ''}. Total run time ${Math.round(totalS)} s.`);
+  lines.push('');
+  lines.push('## Machine');
+  lines.push('');
+  lines.push(`- ${availableParallelism()} CPUs (nproc), ${cpu}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB RAM, Linux ${release()}`);
+  lines.push(`- Node ${process.version}`);
+  for (const v of versions()) lines.push(`- ${v}`);
+  lines.push('');
+  lines.push('## Parameters');
+  lines.push('');
+  lines.push(
+    `- load generator: ${ctx.tool}${ctx.tool === 'wrk' ? ` (${settings.threads} thread)` : ' CLI in a child process'}, ${settings.connections} connections, POST \`${REQUEST_BODY}\` (application/json) to \`${PATH}\``,
+  );
+  lines.push(
+    `- every row's processes are started and checked first (one POST must get the backend's exact JSON), each is warmed up for ${settings.warmup} s; then ${settings.rounds} round(s) of ${settings.duration} s per row, **interleaved** (round 1 of every row, then round 2 of every row, in rotating order), each round after a ${Math.min(1, settings.warmup)} s warm-up of its own; a round during which other processes used more than ${process.env.BENCH_MAX_OTHER ?? 50}% of a CPU is measured again once (while time allows) and the quieter one kept. The table shows the median and (min–max) over the rounds`,
+  );
+  lines.push(
+    `- CPU: utime + stime of the proxy process (and its children) from /proc/<pid>/stat before and after each round, divided by the requests of that round${procAvailable ? '' : ' (**/proc not available: CPU not measured**)'}. "backend CPU" is the same for everything behind the proxy`,
+  );
+  lines.push(`- every process on 127.0.0.1; all share the machine's ${availableParallelism()} CPUs with the load generator and the backend`);
+  lines.push(
+    `- "other load %CPU": CPU used during the round by processes that are not part of the benchmark (/proc/stat busy time minus the harness's process tree), in % of one CPU; anything well above 0 means the numbers of that row are disturbed. 1-minute load average: ${loadStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end`,
+  );
+  lines.push(`- mesh processes: \`--log_level=${settings.logLevel}\` (no per-request log line), registry \`local\` in a temporary directory, admin on a free port`);
+  lines.push('- backend: one bare node:http process (bench/servers/backend.ts), answering the same JSON to any POST and to the mesh wire protocol');
+  lines.push('');
+  lines.push('## Main table');
+  lines.push('');
+  lines.push(mainTable(results));
+  lines.push('');
+  const notes = results.filter((r) => r.note || r.status !== 'ok');
+  if (notes.length) {
+    lines.push('Notes:');
+    for (const r of notes) lines.push(`- ${r.row.label}: ${r.status !== 'ok' ? `${r.status}: ${r.reason}` : r.note}`);
+    lines.push('');
+  }
+  lines.push('## Targets (issue 7)');
+  lines.push('');
+  for (const t of targets(results, extras)) lines.push(`- ${t.text}`);
+  lines.push('');
+  for (const e of extras) {
+    lines.push(`## ${e.title}`);
+    lines.push('');
+    lines.push(e.body);
+    lines.push('');
+  }
+  if (profiles.length) {
+    lines.push('## Profiles (mesh rows, and the Node floor for comparison)');
+    lines.push('');
+    lines.push(profileSection(profiles));
+  }
+  const analysis = join(ROOT, 'bench', 'ANALYSIS.md');
+  if (existsSync(analysis) && !settings.quick) {
+    lines.push(readFileSync(analysis, 'utf8').trim());
+    lines.push('');
+  }
+  return lines.join('\n');
+}
+
+// ------------------------------------------------------------------------------------ main
+
+function build(): void {
+  if (process.env.BENCH_NO_BUILD === '1') return;
+  log('building dist/ (npm run build; set BENCH_NO_BUILD=1 to skip)');
+  const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+  const r = spawnSync(process.execPath, [tsc, '-p', join(ROOT, 'tsconfig.json')], { cwd: ROOT, encoding: 'utf8' });
+  if (r.status !== 0) {
+    const errors = (r.stdout + r.stderr).split('\n').filter((l) => l.includes('error TS'));
+    log(`build reported ${errors.length} error(s); continuing with what was emitted. First: ${errors[0] ?? r.stderr.slice(0, 200)}`);
+  }
+}
+
+function register(ctx: Ctx): void {
+  if (!existsSync(ctx.meshMain)) {
+    ctx.registerError = 'dist not built';
+    return;
+  }
+  const record = JSON.stringify({ Name: BACKEND_SERVICE, Nodes: [{ Id: 'bench-1', Address: '127.0.0.1', Port: ctx.backendPort }] });
+  const r = spawnSync(process.execPath, [ctx.meshMain, 'register', 'service', record, `--registry_address=${ctx.registryDir}`, '--admin_address=off'], {
+    cwd: ROOT,
+    env: ctx.env,
+    encoding: 'utf8',
+    timeout: 30000,
+  });
+  ctx.registered = r.status === 0;
+  if (!ctx.registered) ctx.registerError = (r.stderr || r.stdout || `exit ${r.status}`).trim().split('\n')[0];
+}
+
+async function main(): Promise<void> {
+  build();
+  const tmp = mkdtempSync(join(tmpdir(), 'mesh-bench-'));
+  const registryDir = join(tmp, 'registry');
+  mkdirSync(registryDir);
+  const env: NodeJS.ProcessEnv = { MESH_HOME: join(tmp, 'home'), NODE_ENV: 'production', BENCH_PROF_DIR: join(tmp, 'prof-hook') };
+  const tool = pickTool();
+  if (loadStart > availableParallelism() * 0.5)
+    log(`warning: the machine is busy (1-minute load average ${loadStart.toFixed(1)} on ${availableParallelism()} CPUs); numbers will be disturbed (see "other load %CPU")`);
+  log(`load generator: ${tool}; ${settings.rounds} round(s) × ${settings.duration} s after ${settings.warmup} s warm-up; ${settings.connections} connections; tmp ${tmp}`);
+
+  const backendPort = await freePort();
+  const backend = startProcess('backend', process.execPath, [...TSX, join(ROOT, 'bench', 'servers', 'backend.ts'), String(backendPort)], { env, cwd: ROOT });
+  await waitForPort(backend, backendPort);
+  const ctx: Ctx = { root: ROOT, tmp, registryDir, env, backendPort, backend, tool, meshMain: MESH_MAIN, settings, log, registered: false };
+  register(ctx);
+  log(ctx.registered ? `backend on :${backendPort}, registered as ${BACKEND_SERVICE}` : `backend on :${backendPort}; registration failed: ${ctx.registerError}`);
+
+  const results = await measureRows(
+    ctx,
+    ROWS.filter((row) => settings.rows.length === 0 || settings.rows.includes(row.id)),
+  );
+  process.stdout.write('\n' + mainTable(results) + '\n\n');
+
+  const extras: ExtraSection[] = [];
+  if (settings.extras) {
+    try {
+      extras.push(...(await runExtras(ctx, settings.maxSeconds - elapsed())));
+    } catch (err) {
+      log(`further rows failed: ${(err as Error).stack}`);
+    }
+  }
+
+  const profiles: ProfileRun[] = [];
+  if (settings.profile) {
+    for (const row of ROWS.filter((r) => r.profile)) {
+      if (settings.rows.length && !settings.rows.includes(row.id)) continue;
+      if (elapsed() > settings.maxSeconds - 20) break;
+      log(`profiling ${row.id}`);
+      profiles.push(await profileRow(ctx, row));
+    }
+  }
+
+  await backend.stop();
+  const text = report(ctx, results, extras, profiles, elapsed());
+  writeFileSync(settings.out, text + '\n');
+  for (const t of targets(results, extras)) process.stdout.write(`- ${t.text.replace(/\*\*/g, '')}\n`);
+  log(`wrote ${settings.out}`);
+  if (process.env.BENCH_KEEP_TMP !== '1') rmSync(tmp, { recursive: true, force: true });
+}
+
+process.on('exit', killAllSync);
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(sig, () => {
+    void stopAll().finally(() => process.exit(130));
+  });
+}
+main().then(
+  () => process.exit(0),
+  async (err: unknown) => {
+    process.stderr.write(`bench: ${(err as Error).stack ?? String(err)}\n`);
+    await stopAll();
+    process.exit(1);
+  },
+);

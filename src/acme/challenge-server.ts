@@ -1,0 +1,91 @@
+/**
+ * The HTTP-01 challenge listener (`--acme_http_port`, default 80 on every interface): answers
+ * `GET /.well-known/acme-challenge/<token>` with the key authorization of an order in progress, and
+ * redirects anything else for an allowed host to HTTPS (308). Everything else: 404.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import { parseHostPort } from '../http/respond.js';
+import { normalizeHost } from './hosts.js';
+
+export const CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
+
+export interface ChallengeServerOptions {
+  /** `--acme_http_port`: `PORT` (every interface) or `HOST:PORT`. */
+  address: string;
+  challenges: Map<string, string>;
+  allowed: (host: string) => boolean;
+  /** The HTTPS port to redirect to (443 is left out of the URL). */
+  httpsPort: () => number | undefined;
+  log: Logger;
+}
+
+/** Parses `--acme_http_port`; throws a message naming the flag. */
+export function parseChallengeAddress(value: string): { host: string; port: number } {
+  try {
+    return parseHostPort(value, '0.0.0.0');
+  } catch (err) {
+    throw new Error(`invalid value "${value}" for flag --acme_http_port: ${(err as Error).message} (use PORT or HOST:PORT)`);
+  }
+}
+
+/** Answers one request of the challenge listener. Exported for tests and for embedding. */
+export function answerChallenge(options: Omit<ChallengeServerOptions, 'address'>, req: IncomingMessage, res: ServerResponse): void {
+  req.resume();
+  const path = (req.url ?? '/').split('?')[0]!;
+  const hostHeader = req.headers.host ?? '';
+  const host = normalizeHost(hostHeader.replace(/:\d+$/, '').replace(/^\[|\]$/g, ''));
+  if (path.startsWith(CHALLENGE_PREFIX) && (req.method === 'GET' || req.method === 'HEAD')) {
+    const token = path.slice(CHALLENGE_PREFIX.length);
+    const answer = options.challenges.get(token);
+    if (answer !== undefined) {
+      options.log.info({ host, token }, `acme: answered HTTP-01 challenge for ${host}`);
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(answer) });
+      res.end(req.method === 'HEAD' ? undefined : answer);
+      return;
+    }
+    options.log.warn({ host, token }, 'acme: HTTP-01 challenge for an unknown token');
+  } else if (host && options.allowed(host)) {
+    const port = options.httpsPort();
+    const location = `https://${host}${port && port !== 443 ? `:${port}` : ''}${req.url ?? '/'}`;
+    res.writeHead(308, { location, 'content-length': 0 });
+    res.end();
+    return;
+  }
+  res.writeHead(404, { 'content-type': 'text/plain', 'content-length': 10 });
+  res.end('not found\n');
+}
+
+export class ChallengeServer {
+  private server?: Server;
+
+  constructor(private readonly options: ChallengeServerOptions) {}
+
+  /** Binds the listener; rejects with a start-up error naming the address and the flag. */
+  async listen(): Promise<AddressInfo> {
+    const { host, port } = parseChallengeAddress(this.options.address);
+    const server = createServer({ requestTimeout: 10_000, headersTimeout: 10_000 }, (req, res) => answerChallenge(this.options, req, res));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (err: NodeJS.ErrnoException) => {
+        const hint = err.code === 'EACCES' ? ' (ports below 1024 need root or CAP_NET_BIND_SERVICE; or set --acme_http_port and forward port 80 to it)' : '';
+        reject(new Error(`cannot listen on ${host}:${port} for ACME HTTP-01 challenges (--acme_http_port): ${err.code ?? err.message}${hint}`));
+      });
+      server.listen(port, host, () => resolve());
+    });
+    this.server = server;
+    const bound = server.address() as AddressInfo;
+    this.options.log.info({ address: `${bound.address}:${bound.port}` }, `acme: HTTP-01 challenges answered on ${bound.address}:${bound.port}`);
+    return bound;
+  }
+
+  async close(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    if (!server) return;
+    await new Promise<void>((r) => {
+      server.close(() => r());
+      server.closeAllConnections();
+    });
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * `--enable_tls`: the certificate and key files, reloaded when they change, without a restart.
+ *
+ * Changes are noticed two ways: `fs.watch` on the directories holding the files (which also sees
+ * a file replaced by rename, or a Kubernetes-style symlink swap), and a periodic `stat` of both
+ * files as a fallback where watching is unreliable (network filesystems, some containers). A change
+ * reloads the pair: if the new pair is valid, every listener gets it with `setSecureContext` and new
+ * connections see the new certificate; if it is not (a half-written file, a key that does not match),
+ * the previous pair keeps serving and the problem is logged. A pair caught half-way through being
+ * replaced (the certificate written, the key not yet) is checked again shortly before it is reported.
+ */
+import { statSync, watch, type FSWatcher, type Stats } from 'node:fs';
+import { basename, dirname, resolve } from 'node:path';
+import type { Server as TlsServer, TlsOptions } from 'node:tls';
+import type { Logger } from 'pino';
+import type { CertificateInfo } from '../admin/context.js';
+import type { StatsStore } from '../stats/store.js';
+import { loadPair, type LoadedPair } from './files.js';
+import type { TlsProvider } from './provider.js';
+
+export interface FileStoreOptions {
+  certFile: string;
+  keyFile: string;
+  log: Logger;
+  stats: StatsStore;
+  /** Period of the stat fallback (ms). Default 2000. */
+  pollMs?: number;
+  /** Wait after a change event before reading, so writes can finish (ms). Default 150. */
+  settleMs?: number;
+  /** Second look at an invalid pair before reporting it (ms). Default 1000. */
+  retryMs?: number;
+}
+
+function signature(path: string): string {
+  let st: Stats;
+  try {
+    st = statSync(path);
+  } catch (err) {
+    return `error:${(err as NodeJS.ErrnoException).code ?? 'unknown'}`;
+  }
+  return `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+}
+
+export class FileCertificateStore implements TlsProvider {
+  readonly certFile: string;
+  readonly keyFile: string;
+  private current: LoadedPair;
+  private readonly servers = new Set<TlsServer>();
+  private readonly watchers: FSWatcher[] = [];
+  private pollTimer?: NodeJS.Timeout;
+  private settleTimer?: NodeJS.Timeout;
+  private retryTimer?: NodeJS.Timeout;
+  private lastSignature: string;
+  /** The bytes of the last invalid pair reported, so one bad pair is logged once. */
+  private lastFailure?: string;
+  private started = false;
+  private closed = false;
+  private readonly reloadOk;
+  private readonly reloadFailed;
+
+  /** Loads the pair at once: a missing, unreadable or mismatched file throws an Error naming it. */
+  constructor(private readonly options: FileStoreOptions) {
+    this.current = loadPair(options.certFile, options.keyFile);
+    this.certFile = resolve(options.certFile);
+    this.keyFile = resolve(options.keyFile);
+    this.lastSignature = this.signature();
+    this.reloadOk = options.stats.counter('tls.file_reload_success');
+    this.reloadFailed = options.stats.counter('tls.file_reload_failure');
+    const expiry = this.current.info.expiration.getTime();
+    if (expiry < Date.now()) {
+      options.log.warn({ file: options.certFile, expired: this.current.info.expiration.toISOString() }, 'TLS certificate has expired');
+    }
+  }
+
+  /** The pair being served now. */
+  get pair(): LoadedPair {
+    return this.current;
+  }
+
+  serverOptions(): TlsOptions {
+    return { cert: this.current.cert, key: this.current.key };
+  }
+
+  attach(server: TlsServer): void {
+    this.servers.add(server);
+  }
+
+  detach(server: TlsServer): void {
+    this.servers.delete(server);
+  }
+
+  certificates(): CertificateInfo[] {
+    return [{ ...this.current.info, path: this.options.certFile }];
+  }
+
+  async start(): Promise<void> {
+    if (this.started || this.closed) return;
+    this.started = true;
+    const dirs = new Map<string, Set<string>>();
+    for (const file of [this.certFile, this.keyFile]) {
+      const dir = dirname(file);
+      if (!dirs.has(dir)) dirs.set(dir, new Set());
+      dirs.get(dir)!.add(basename(file));
+    }
+    for (const [dir, names] of dirs) {
+      try {
+        const w = watch(dir, { persistent: false }, (_event, filename) => {
+          // filename can be null on some platforms; symlink swaps (..data) change other names.
+          if (!filename || names.has(filename.toString()) || filename.toString().startsWith('..')) this.changed();
+        });
+        w.on('error', () => w.close());
+        this.watchers.push(w);
+      } catch {
+        // The stat fallback below still notices changes.
+      }
+    }
+    this.pollTimer = setInterval(() => {
+      if (this.signature() !== this.lastSignature) this.changed();
+    }, this.options.pollMs ?? 2000);
+    this.pollTimer.unref();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const w of this.watchers.splice(0)) w.close();
+    clearInterval(this.pollTimer);
+    clearTimeout(this.settleTimer);
+    clearTimeout(this.retryTimer);
+    this.servers.clear();
+  }
+
+  private signature(): string {
+    return `${signature(this.certFile)}|${signature(this.keyFile)}`;
+  }
+
+  /** A change was seen: read the files once writes have settled. */
+  private changed(): void {
+    if (this.closed || this.settleTimer) return;
+    this.settleTimer = setTimeout(() => {
+      this.settleTimer = undefined;
+      this.reload(false);
+    }, this.options.settleMs ?? 150);
+    this.settleTimer.unref();
+  }
+
+  /** Reads the pair; installs it when valid and new. `second` is the delayed second look at a bad pair. */
+  reload(second: boolean): boolean {
+    if (this.closed) return false;
+    this.lastSignature = this.signature();
+    let next: LoadedPair;
+    try {
+      next = loadPair(this.options.certFile, this.options.keyFile);
+    } catch (err) {
+      const message = (err as Error).message;
+      if (!second) {
+        // Perhaps caught half-way through a replacement: look again before complaining.
+        clearTimeout(this.retryTimer);
+        this.retryTimer = setTimeout(() => this.reload(true), this.options.retryMs ?? 1000);
+        this.retryTimer.unref();
+        return false;
+      }
+      const id = this.lastSignature + message;
+      if (this.lastFailure !== id) {
+        this.lastFailure = id;
+        this.reloadFailed.inc();
+        this.options.log.error(
+          { err: message, serving: this.current.info.serialNumber },
+          `TLS certificate reload failed, keeping the previous certificate (serial ${this.current.info.serialNumber})`,
+        );
+      }
+      return false;
+    }
+    this.lastFailure = undefined;
+    if (next.cert.equals(this.current.cert) && next.key.equals(this.current.key)) return false;
+    const previous = this.current.info.serialNumber;
+    this.current = next;
+    for (const server of this.servers) {
+      try {
+        server.setSecureContext({ cert: next.cert, key: next.key });
+      } catch (err) {
+        this.options.log.error({ err: (err as Error).message }, 'TLS certificate reload: setSecureContext failed');
+      }
+    }
+    this.reloadOk.inc();
+    this.options.log.info(
+      { file: this.options.certFile, serial: next.info.serialNumber, previous, expires: next.info.expiration.toISOString() },
+      `TLS certificate reloaded from ${this.options.certFile} (serial ${next.info.serialNumber})`,
+    );
+    return true;
+  }
+}
