@@ -10,6 +10,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import { MeshError } from '../errors.js';
 import { parseHostPort, sendError, sendJson } from './respond.js';
+import { closeGracefully, InFlight, listenOn } from './lifecycle.js';
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
 import { tlsEnabled, tlsFor } from '../tls/index.js';
 
@@ -30,8 +31,7 @@ export interface FrontServerOptions {
 
 export class FrontServer {
   private server?: Server;
-  private inFlight = 0;
-  private idleWaiters: Array<() => void> = [];
+  private readonly inFlight = new InFlight();
   private readonly sockets = new Set<Socket>();
   private readonly rqTotal: Counter;
   private readonly rqClass: Counter[];
@@ -98,14 +98,7 @@ export class FrontServer {
       });
     }
     this.server = server;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-    return server.address() as AddressInfo;
+    return listenOn(server, host, port);
   }
 
   /** Stops accepting, lets in-flight requests finish (up to graceMs), then closes every connection. */
@@ -114,14 +107,9 @@ export class FrontServer {
     if (!server) return;
     this.server = undefined;
     this.detachTls?.();
-    const closed = new Promise<void>((r) => server.close(() => r()));
-    server.closeIdleConnections();
-    if (this.inFlight > 0) {
-      await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), new Promise((r) => setTimeout(r, graceMs).unref())]);
-    }
-    server.closeAllConnections();
-    for (const socket of this.sockets) socket.destroy();
-    await closed;
+    await closeGracefully(server, this.inFlight, graceMs, () => {
+      for (const socket of this.sockets) socket.destroy();
+    });
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
@@ -131,10 +119,9 @@ export class FrontServer {
       this.rqTotal.inc();
       this.rqActive.inc();
     }
-    this.inFlight++;
+    this.inFlight.start();
     res.once('close', () => {
-      this.inFlight--;
-      if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+      this.inFlight.end();
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
       if (counted) {
         this.rqActive.dec();

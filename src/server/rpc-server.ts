@@ -11,6 +11,7 @@ import { MeshError } from '../errors.js';
 import { codecFor, mediaType } from '../codec/codec.js';
 import { JsonSyntaxError } from '../codec/json.js';
 import { readBody } from '../http/body.js';
+import { closeGracefully, InFlight, listenOn } from '../http/lifecycle.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
@@ -51,8 +52,7 @@ export interface RpcServerOptions {
 export class RpcServer {
   private readonly endpoints = new Map<string, EndpointDefinition>();
   private server?: Server;
-  private inFlight = 0;
-  private idleWaiters: Array<() => void> = [];
+  private readonly inFlight = new InFlight();
 
   constructor(private readonly options: RpcServerOptions) {}
 
@@ -69,14 +69,7 @@ export class RpcServer {
     const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => void this.onRequest(req, res));
     server.headersTimeout = 30_000;
     this.server = server;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-    return server.address() as AddressInfo;
+    return listenOn(server, host, port);
   }
 
   /** Stops accepting, lets in-flight calls finish (up to graceMs), closes idle connections. */
@@ -84,13 +77,7 @@ export class RpcServer {
     const server = this.server;
     if (!server) return;
     this.server = undefined;
-    const closed = new Promise<void>((r) => server.close(() => r()));
-    server.closeIdleConnections();
-    if (this.inFlight > 0) {
-      await Promise.race([new Promise<void>((r) => this.idleWaiters.push(r)), new Promise((r) => setTimeout(r, graceMs).unref())]);
-    }
-    server.closeAllConnections();
-    await closed;
+    await closeGracefully(server, this.inFlight, graceMs);
   }
 
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -110,14 +97,13 @@ export class RpcServer {
       sendError(res, new MeshError(id, 405, `method ${req.method} not allowed: RPC calls are POST /`));
       return;
     }
-    this.inFlight++;
+    this.inFlight.start();
     try {
       await this.dispatch(req, res);
     } catch (err) {
       sendError(res, err, id);
     } finally {
-      this.inFlight--;
-      if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+      this.inFlight.end();
     }
   }
 
