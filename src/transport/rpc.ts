@@ -51,7 +51,11 @@ export function classifyError(err: unknown, timedOut: boolean): TransportError {
   return new TransportError({ kind: 'reset' }, `${code ? code + ': ' : ''}${message}`);
 }
 
-export async function sendRpc(dispatcher: Dispatcher, request: RpcRequest): Promise<RpcResponse> {
+/**
+ * Sends one call on the host's pool. Uses undici's dispatch API directly (no response stream, no
+ * AbortSignal): this is the hot path of every gateway and sidecar request.
+ */
+export function sendRpc(dispatcher: Dispatcher, request: RpcRequest): Promise<RpcResponse> {
   const headers: Record<string, string> = {
     ...request.metadata,
     'content-type': request.contentType,
@@ -60,40 +64,65 @@ export async function sendRpc(dispatcher: Dispatcher, request: RpcRequest): Prom
     [HEADER_ID]: request.id,
     [HEADER_TIMEOUT]: String(Math.max(1, Math.floor(request.timeoutMs))),
   };
-  const controller = new AbortController();
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    controller.abort();
-  }, request.timeoutMs);
-  try {
-    const res = await dispatcher.request({
-      path: '/',
-      method: 'POST',
-      headers,
-      body: request.body.byteLength ? Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength) : '',
-      signal: controller.signal,
-    });
-    const limit = request.maxResponseBytes ?? 64 * 1024 * 1024;
+  const limit = request.maxResponseBytes ?? 64 * 1024 * 1024;
+  const body = request.body;
+  return new Promise<RpcResponse>((resolve, reject) => {
+    let controller: Dispatcher.DispatchController | undefined;
+    let timedOut = false;
+    let settled = false;
+    let status = 0;
+    let contentType = '';
     const chunks: Buffer[] = [];
     let size = 0;
-    for await (const chunk of res.body) {
-      size += (chunk as Buffer).length;
-      if (size > limit) {
-        res.body.destroy();
-        throw new TransportError({ kind: 'reset' }, `response larger than ${limit} bytes`);
-      }
-      chunks.push(chunk as Buffer);
-    }
-    const ct = res.headers['content-type'];
-    return {
-      status: res.statusCode,
-      contentType: (Array.isArray(ct) ? ct[0] : ct) ?? '',
-      body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size),
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller?.abort(new TransportError({ kind: 'timeout' }, 'request timed out'));
+    }, request.timeoutMs);
+    const fail = (err: unknown) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      reject(classifyError(err, timedOut));
     };
-  } catch (err) {
-    throw classifyError(err, timedOut);
-  } finally {
-    clearTimeout(timer);
-  }
+    try {
+      dispatcher.dispatch(
+        {
+          path: '/',
+          method: 'POST',
+          headers,
+          body: body.byteLength ? Buffer.from(body.buffer, body.byteOffset, body.byteLength) : '',
+        },
+        {
+          onRequestStart(c) {
+            controller = c;
+            if (timedOut) c.abort(new TransportError({ kind: 'timeout' }, 'request timed out'));
+          },
+          onResponseStart(_c, statusCode, responseHeaders) {
+            status = statusCode;
+            const ct = responseHeaders['content-type'];
+            contentType = (Array.isArray(ct) ? ct[0] : ct) ?? '';
+          },
+          onResponseData(c, chunk) {
+            size += chunk.length;
+            if (size > limit) {
+              c.abort(new TransportError({ kind: 'reset' }, `response larger than ${limit} bytes`));
+              return;
+            }
+            chunks.push(chunk);
+          },
+          onResponseEnd() {
+            if (settled) return;
+            settled = true;
+            clearTimeout(timer);
+            resolve({ status, contentType, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) });
+          },
+          onResponseError(_c, err) {
+            fail(err);
+          },
+        },
+      );
+    } catch (err) {
+      fail(err);
+    }
+  });
 }
