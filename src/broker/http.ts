@@ -482,6 +482,15 @@ export class HttpBroker implements Broker {
   }
 
   private async deliver(node: Node, topic: string, headerValue: string, body: Buffer): Promise<void> {
+    // A subscription of this very process (a sidecar's WebSocket subscribers, say) is handed the
+    // message directly: no HTTP request to ourselves.
+    const local = this.subs.get(node.id);
+    if (local && local.active && local.topic === topic) {
+      const copy = Buffer.from(body);
+      const message: Message = { header: decodeHeader(headerValue), body: new Uint8Array(copy.buffer, copy.byteOffset, copy.byteLength) };
+      void invokeHandler(this.logger, local.handler, message, topic, local.queue);
+      return;
+    }
     const url =
       `http://${hostForUrl(node.address)}:${node.port}${DELIVERY_PATH}` +
       `?topic=${encodeURIComponent(topic)}&id=${encodeURIComponent(node.id)}`;
