@@ -11,6 +11,7 @@ import { createRegistry } from './registry/create.js';
 import type { Broker } from './broker/broker.js';
 import { createBroker } from './broker/create.js';
 import { ClusterManager } from './upstream/cluster-manager.js';
+import type { StaticClusterConfig } from './upstream/config.js';
 import { Client } from './client/client.js';
 import { ServerState } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
@@ -18,6 +19,13 @@ import { AdminServer } from './admin/server.js';
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
   role: string;
+  /** Clusters from configuration (`mesh proxy -c FILE`), next to the registry's. */
+  staticClusters?: StaticClusterConfig[];
+  /**
+   * False: the cluster manager has only the static clusters and no registry watch, so admin
+   * /clusters says `version_info::static`. Default true.
+   */
+  registryClusters?: boolean;
 }
 
 type ShutdownHook = () => Promise<void> | void;
@@ -41,10 +49,11 @@ export class Runtime {
     this.stats = new StatsStore();
     this.registry = createRegistry(config.registry, config.registry_address, { home: config.mesh_home });
     this.clusters = new ClusterManager({
-      registry: this.registry,
+      registry: options.registryClusters === false ? undefined : this.registry,
       stats: this.stats,
       logging: this.logging,
       lbPolicy: config.lb_policy,
+      staticClusters: options.staticClusters,
     });
     this.client = new Client({
       selector: this.clusters,

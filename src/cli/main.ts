@@ -11,6 +11,7 @@ commands:
   dev                                  the demo: example services, gateway and sidecar on the embedded default
   api                                  the API gateway (default :8080, admin 127.0.0.1:9901)
   sidecar                              the sidecar (default 127.0.0.1:8081, admin 127.0.0.1:9902)
+  proxy -c FILE                        the stand-alone L7 proxy: listeners, routes, clusters (admin 127.0.0.1:9903)
   list services                        service names, one per line
   get service NAME                     one service: nodes and endpoints
   register service JSON                register a service ({"Name":..,"Nodes":[{"Id","Address","Port"}]})
@@ -32,6 +33,7 @@ const SERVER_COMMANDS: Record<string, () => Promise<CommandRunner>> = {
   dev: async () => (await import('./dev.js')).runDev,
   api: async () => (await import('./api.js')).runApi,
   sidecar: async () => (await import('./sidecar.js')).runSidecar,
+  proxy: async () => (await import('./proxy.js')).runProxy,
 };
 
 export async function main(argv: string[]): Promise<number> {

@@ -1,0 +1,41 @@
+/** `mesh proxy -c FILE`: the stand-alone L7 proxy (docs/proxy.md, src/proxy/). */
+import { FlagError, type ParsedArgs } from './flags.js';
+import { Runtime } from '../runtime.js';
+import { checkTlsFlags, startTls, tlsEnabled } from '../tls/index.js';
+import { loadProxyConfig, PROXY_ADMIN_ADDRESS } from '../proxy/config.js';
+import { Proxy } from '../proxy/server.js';
+
+function hostForUrl(host: string): string {
+  return host.includes(':') ? `[${host}]` : host;
+}
+
+export async function runProxy(args: ParsedArgs): Promise<number> {
+  const config = args.config;
+  if (args.positionals.length > 1) throw new FlagError(`proxy takes no arguments (got "${args.positionals.slice(1).join(' ')}"): use -c FILE`);
+  if (!config.config) throw new FlagError('the proxy needs a configuration file: mesh proxy -c FILE (see docs/proxy.md)');
+  checkTlsFlags(config);
+  // Every problem of the file is found here, before anything starts (exit 1, naming file and field).
+  const file = loadProxyConfig(config.config);
+
+  const runtime = new Runtime(config, { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry });
+  runtime.installSignalHandlers();
+  try {
+    await startTls(runtime);
+    // Sets runtime.routeTables, which the admin interface reads when it starts.
+    const proxy = new Proxy(runtime, file);
+    const admin = await runtime.startAdmin(file.adminAddress ?? PROXY_ADMIN_ADDRESS);
+    const bound = await proxy.start();
+    const scheme = tlsEnabled(config) ? 'https' : 'http';
+    const lines = bound.map(({ name, address }) => {
+      const routes = proxy.listeners.find((l) => l.name === name)!.config.routes.length;
+      return `mesh proxy listener ${name} on ${scheme}://${hostForUrl(address.address)}:${address.port} (${routes} route${routes === 1 ? '' : 's'})`;
+    });
+    lines.push(admin ? `mesh proxy admin on http://${hostForUrl(admin.host)}:${admin.port}` : 'mesh proxy admin off');
+    lines.push(`mesh proxy ready: ${file.clusters.length} static cluster${file.clusters.length === 1 ? '' : 's'}, ${file.usesRegistry ? 'registry services' : 'no registry'}`);
+    process.stdout.write(lines.join('\n') + '\n');
+  } catch (err) {
+    await runtime.shutdown();
+    throw err;
+  }
+  return -1; // keep running until a signal or /quitquitquit
+}

@@ -1,0 +1,160 @@
+/**
+ * `mesh proxy -c FILE`: a stand-alone L7 proxy (docs/proxy.md). Each listener of the file is a
+ * FrontServer (TLS, CORS, `http.<listener>.downstream_rq_*` stats, graceful close) whose routes are
+ * tried in file order; the first match sends the request (or WebSocket upgrade) through the proxy
+ * handler to a host of its static cluster or registry service, chosen by the runtime's cluster
+ * manager. No match: 404 error JSON with id `go.mesh.proxy`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { Runtime } from '../runtime.js';
+import { MeshError } from '../errors.js';
+import { FrontServer } from '../http/front-server.js';
+import type { FrontEnd } from '../handlers/front-end.js';
+import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
+import type { ListenerConfig, ProxyConfig, RouteConfig } from './config.js';
+
+/** The `id` of every error the proxy itself writes (no route, no host, upstream failures). */
+export const ERROR_ID = 'go.mesh.proxy';
+
+function pathOf(url: string): string {
+  const q = url.indexOf('?');
+  return q === -1 ? url : url.slice(0, q);
+}
+
+function shown(path: string): string {
+  return path.length > 200 ? `${path.slice(0, 200)}...` : path;
+}
+
+/** The URL sent upstream: the matched prefix (or exact path) replaced by prefix_rewrite, the query kept. */
+export function rewriteUrl(route: RouteConfig, url: string): string {
+  if (route.prefixRewrite === undefined) return url;
+  const q = url.indexOf('?');
+  const path = q === -1 ? url : url.slice(0, q);
+  const query = q === -1 ? '' : url.slice(q);
+  const rest = route.match.kind === 'prefix' ? path.slice(route.match.value.length) : '';
+  return route.prefixRewrite + rest + query;
+}
+
+/** The target the proxy handler acquires: a static cluster name or a registry service name. */
+function targetOf(route: RouteConfig): string {
+  return (route.cluster ?? route.service)!;
+}
+
+export class ProxyListener {
+  readonly name: string;
+  private readonly server: FrontServer;
+  private readonly fe: FrontEnd;
+
+  constructor(
+    private readonly runtime: Runtime,
+    readonly config: ListenerConfig,
+  ) {
+    this.name = config.name;
+    this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.config.max_body_size };
+    this.server = new FrontServer({
+      runtime,
+      statPrefix: config.name,
+      errorId: ERROR_ID,
+      handle: (req, res) => this.handle(req, res),
+      upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+    });
+  }
+
+  /** The first route matching the path, in file order. */
+  route(path: string): RouteConfig | undefined {
+    for (const r of this.config.routes) if (r.matches(path)) return r;
+    return undefined;
+  }
+
+  /** What admin /routes shows for this listener. */
+  dump(): { routeConfigName: string; versionInfo: string; table: unknown } {
+    return {
+      routeConfigName: this.name,
+      versionInfo: this.config.usesRegistry ? this.runtime.clusters.versionInfo() : 'static',
+      table: this.config.routes.map((r) => r.dump),
+    };
+  }
+
+  async listen(): Promise<AddressInfo> {
+    try {
+      return await this.server.listen(this.config.address, '127.0.0.1');
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      const why = e.code === 'EADDRINUSE' ? 'address already in use' : e.code === 'EADDRNOTAVAIL' ? 'address not available' : e.message;
+      throw new Error(`listener ${this.name} cannot listen on ${this.config.address}: ${why}`);
+    }
+  }
+
+  close(): Promise<void> {
+    return this.server.close();
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = req.url ?? '/';
+    const path = pathOf(url);
+    const route = this.route(path);
+    if (!route) {
+      req.resume();
+      throw new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`);
+    }
+    req.url = rewriteUrl(route, url);
+    return handleProxy(this.fe, targetOf(route), this.server.secure, req, res);
+  }
+
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const url = req.url ?? '/';
+    const path = pathOf(url);
+    const route = this.route(path);
+    if (route) {
+      req.url = rewriteUrl(route, url);
+      handleProxyUpgrade(this.fe, targetOf(route), this.server.secure, req, socket, head);
+      return;
+    }
+    const err = new MeshError(ERROR_ID, 404, `no route for the upgrade of ${shown(path)} on listener ${this.name}`);
+    const body = err.toBody();
+    socket.end(
+      `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  }
+}
+
+/**
+ * The proxy: one ProxyListener per listener of the file. Constructing it sets runtime.routeTables
+ * (admin /routes: one table per listener), so build it before runtime.startAdmin().
+ */
+export class Proxy {
+  readonly listeners: ProxyListener[];
+
+  constructor(
+    private readonly runtime: Runtime,
+    config: ProxyConfig,
+  ) {
+    this.listeners = config.listeners.map((l) => new ProxyListener(runtime, l));
+    const previous = runtime.routeTables;
+    runtime.routeTables = () => [...(previous?.() ?? []), ...this.listeners.map((l) => l.dump())];
+  }
+
+  /** Opens every listener (all or none). Resolves with their bound addresses, in file order. */
+  async start(): Promise<Array<{ name: string; address: AddressInfo }>> {
+    const bound: Array<{ name: string; address: AddressInfo }> = [];
+    const opened: ProxyListener[] = [];
+    try {
+      for (const l of this.listeners) {
+        bound.push({ name: l.name, address: await l.listen() });
+        opened.push(l);
+      }
+    } catch (err) {
+      await Promise.all(opened.map((l) => l.close()));
+      throw err;
+    }
+    this.runtime.onShutdown(() => this.close());
+    return bound;
+  }
+
+  /** Stops accepting and lets in-flight requests finish. */
+  async close(): Promise<void> {
+    await Promise.all(this.listeners.map((l) => l.close()));
+  }
+}
