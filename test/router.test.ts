@@ -11,9 +11,9 @@ import {
   RouteTable,
   buildRoutes,
   compilePath,
-  regexHazard,
   splitList,
 } from '../src/gateway/router.js';
+import { regexHazard } from '../src/util/regex.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry, Service } from '../src/registry/registry.js';

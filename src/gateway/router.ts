@@ -21,6 +21,7 @@
  */
 import type { Logger } from 'pino';
 import type { Registry, Service, Watcher } from '../registry/registry.js';
+import { MAX_REGEX_LENGTH, regexHazard } from '../util/regex.js';
 
 export type HandlerName = 'api' | 'rpc' | 'proxy' | 'event';
 export type PathKind = 'exact' | 'template' | 'regex';
@@ -61,8 +62,6 @@ export interface RouteProblem {
 }
 
 const KIND_RANK: Record<PathKind, number> = { exact: 0, template: 1, regex: 2 };
-/** Longest regex source accepted. */
-export const MAX_REGEX_LENGTH = 1024;
 const METHOD_TOKEN = /^[!#$%&'*+.^_`|~0-9A-Z-]+$/;
 const PARAM = /^\{([A-Za-z_][A-Za-z0-9_]*)\}$/;
 
@@ -99,64 +98,6 @@ export function splitList(value: string): string[] {
   return out.map((s) => s.trim()).filter((s) => s !== '');
 }
 
-/**
- * Checks a regex source for what makes backtracking explode: a quantified group that itself
- * contains a quantifier or an alternation (`(a+)+`, `(a|aa)*`), and backreferences. Returns the
- * problem, or undefined when the pattern is acceptable.
- */
-export function regexHazard(source: string): string | undefined {
-  if (/\\[1-9]|\\k</.test(source)) return 'backreferences are not allowed';
-  // A stack of groups: does the group contain a quantifier or an alternation?
-  const stack: Array<{ risky: boolean }> = [];
-  let inClass = false;
-  let lastAtomRisky = false;
-  for (let i = 0; i < source.length; i++) {
-    const c = source[i]!;
-    if (c === '\\') {
-      i++;
-      lastAtomRisky = false;
-      continue;
-    }
-    if (inClass) {
-      if (c === ']') inClass = false;
-      continue;
-    }
-    const quantifier = c === '*' || c === '+' || (c === '{' && /^\{\d+(,\d*)?\}/.test(source.slice(i)));
-    if (quantifier) {
-      if (lastAtomRisky) return 'nested quantifiers (like (a+)+) are not allowed';
-      if (stack.length) stack[stack.length - 1]!.risky = true;
-      if (c === '{') i = source.indexOf('}', i);
-      lastAtomRisky = false;
-      continue;
-    }
-    switch (c) {
-      case '[':
-        inClass = true;
-        lastAtomRisky = false;
-        break;
-      case '(':
-        stack.push({ risky: false });
-        lastAtomRisky = false;
-        break;
-      case ')': {
-        const group = stack.pop();
-        lastAtomRisky = group?.risky ?? false;
-        if (group?.risky && stack.length) stack[stack.length - 1]!.risky = true;
-        break;
-      }
-      case '|':
-        if (stack.length) stack[stack.length - 1]!.risky = true;
-        lastAtomRisky = false;
-        break;
-      case '?':
-        // `?` after a group is a quantifier too, but bounded: (a+)? is linear.
-        break;
-      default:
-        lastAtomRisky = false;
-    }
-  }
-  return undefined;
-}
 
 function escapeRegex(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');

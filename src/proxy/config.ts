@@ -18,7 +18,7 @@ import {
   type StaticHostConfig,
 } from '../upstream/config.js';
 import type { CircuitBreakerThresholds, LbPolicy } from '../upstream/types.js';
-import { MAX_REGEX_LENGTH, regexHazard } from '../gateway/router.js';
+import { MAX_REGEX_LENGTH, regexHazard } from '../util/regex.js';
 import { parseAdminAddress } from '../admin/server.js';
 
 /** The admin interface of `mesh proxy` unless the file or --admin_address says otherwise. */
