@@ -7,12 +7,12 @@ import { tmpdir, cpus, availableParallelism, totalmem, release, loadavg } from '
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { spawnSync } from 'node:child_process';
-import { createRequire } from 'node:module';
 import {
   NotAvailable,
   commandExists,
   cpuMicros,
   freePort,
+  pin,
   machineBusyMicros,
   ownTreeMicros,
   killAllSync,
@@ -47,7 +47,22 @@ export const settings: Settings = {
   maxSeconds: parseSeconds(process.env.BENCH_MAX_SECONDS, 570),
   out: process.env.BENCH_OUT ?? (QUICK ? join(tmpdir(), 'mesh-bench-RESULTS.quick.md') : join(ROOT, 'bench', 'RESULTS.md')),
   logLevel: process.env.BENCH_MESH_LOG_LEVEL ?? 'warning',
+  pin: pinning(),
 };
+
+/**
+ * BENCH_PIN (default on with 2+ CPUs and taskset): the measured proxy gets CPU 0 to itself (as
+ * far as this benchmark goes); the load generator, the backend and everything behind the proxy
+ * share the others. Without it the scheduler's placement of three busy processes on two CPUs
+ * changes from round to round and the numbers swing (seen here: 80 vs 140 µs/request for the
+ * same proxy).
+ */
+function pinning(): { proxy: string; rest: string } | undefined {
+  if (process.env.BENCH_PIN === '0') return undefined;
+  const n = availableParallelism();
+  if (n < 2 || !commandExists('taskset', ['-V'])) return undefined;
+  return { proxy: '0', rest: n === 2 ? '1' : `1-${n - 1}` };
+}
 const MESH_MAIN = join(ROOT, 'dist', 'src', 'cli', 'main.js');
 const TSX = ['--import', 'tsx'];
 const startedAt = Date.now();
@@ -73,6 +88,8 @@ export interface Target {
   admin?: number;
   /** The measured process profiles itself on SIGUSR2 (servers/prof-hook.ts, BENCH_PROF_DIR). */
   profileSignal?: boolean;
+  /** Processes that get the proxy's CPU while this row runs (the direct row: the backend). */
+  pinAsProxy?: Proc[];
 }
 
 interface Row {
@@ -137,11 +154,46 @@ async function nodeServer(ctx: Ctx, name: string, script: string, extra: string[
   return { proc, port };
 }
 
+/**
+ * The rpc reference row (servers/node-rpc-ceiling.ts). BENCH_CEILING_MODES=dispatch,request,request-abort
+ * adds one row per mode, to see what each ingredient of the rpc path costs.
+ */
+function ceilingRow(mode: string): Row {
+  const what: Record<string, string> = {
+    dispatch: 'buffered, undici dispatch()',
+    request: 'buffered, undici request(), no AbortController',
+    'request-abort': 'buffered, undici request() + AbortController + timer',
+    'request-signal': 'buffered, undici request() + AbortController',
+    'request-timer': 'buffered, undici request() + timer',
+  };
+  return {
+    id: mode === 'dispatch' ? 'ceiling' : `ceiling-${mode}`,
+    label: `Node rpc reference (${what[mode] ?? mode})`,
+    profile: mode === 'dispatch',
+    setup: async (ctx) => {
+      const port = await freePort();
+      const proc = startProcess('node-rpc-ceiling', process.execPath, ['--import', 'tsx', join(ctx.root, 'bench', 'servers', 'node-rpc-ceiling.ts'), String(port), String(ctx.backendPort)], {
+        env: { ...ctx.env, BENCH_CEILING_MODE: mode },
+        cwd: ctx.root,
+      });
+      await waitForPort(proc, port);
+      return {
+        url: `http://127.0.0.1:${port}${PATH}`,
+        measured: [proc],
+        behind: [ctx.backend],
+        own: [proc],
+        profileSignal: true,
+        note: 'a reference for the rpc path, not a product: body buffered, mesh wire protocol to one fixed node, no routing, stats or per-request allocations beyond the minimum (servers/node-rpc-ceiling.ts)',
+      };
+    },
+  };
+}
+
 export const ROWS: Row[] = [
   {
     id: 'direct',
     label: 'direct (backend, no proxy)',
-    setup: async (ctx) => ({ url: `http://127.0.0.1:${ctx.backendPort}${PATH}`, measured: [], behind: [ctx.backend], own: [] }),
+    setup: async (ctx) => ({ url: `http://127.0.0.1:${ctx.backendPort}${PATH}`, measured: [], behind: [ctx.backend], own: [], pinAsProxy: [ctx.backend] }),
   },
   {
     id: 'floor',
@@ -152,6 +204,7 @@ export const ROWS: Row[] = [
       return { url: `http://127.0.0.1:${s.port}${PATH}`, measured: [s.proc], behind: [ctx.backend], own: [s.proc], profileSignal: true };
     },
   },
+  ...(process.env.BENCH_CEILING_MODES ?? 'dispatch').split(',').filter(Boolean).map((mode) => ceilingRow(mode)),
   {
     id: 'moleculer',
     label: 'moleculer-web → moleculer (TCP)',
@@ -287,7 +340,32 @@ http {
 // ------------------------------------------------------------------------------------ measuring
 
 function loadFor(ctx: Ctx, url: string, durationS: number) {
-  return { url, durationS, connections: ctx.settings.connections, threads: ctx.settings.threads, method: 'POST' as const, body: REQUEST_BODY, contentType: 'application/json', tmp: ctx.tmp };
+  return {
+    url,
+    durationS,
+    connections: ctx.settings.connections,
+    threads: ctx.settings.threads,
+    method: 'POST' as const,
+    body: REQUEST_BODY,
+    contentType: 'application/json',
+    tmp: ctx.tmp,
+    cpus: ctx.settings.pin?.rest,
+  };
+}
+
+function applyPinning(ctx: Ctx, target: Target): void {
+  const pinSet = ctx.settings.pin;
+  if (!pinSet) return;
+  const proxy = [...target.measured, ...(target.pinAsProxy ?? [])];
+  const ok = pin(
+    proxy.map((p) => p.pid),
+    pinSet.proxy,
+  );
+  const ok2 = pin(
+    target.behind.filter((p) => !proxy.includes(p)).map((p) => p.pid),
+    pinSet.rest,
+  );
+  if (!ok || !ok2) ctx.log('  warning: taskset failed; this row is not pinned');
 }
 
 /** One measured round: load, and the CPU of the measured processes, of those behind, and of the rest of the machine. */
@@ -346,6 +424,7 @@ async function measureRows(ctx: Ctx, rows: Row[]): Promise<RowResult[]> {
     }
     result.note = target.note;
     try {
+      applyPinning(ctx, target);
       await probe(target.url);
       if (ctx.settings.warmup > 0) await runLoad(ctx.tool, loadFor(ctx, target.url, ctx.settings.warmup));
       live.push({ row, result, target });
@@ -370,6 +449,7 @@ async function measureRows(ctx: Ctx, rows: Row[]): Promise<RowResult[]> {
           continue;
         }
         try {
+          applyPinning(ctx, l.target);
           if (rewarm > 0) await runLoad(ctx.tool, loadFor(ctx, l.target.url, rewarm));
           let round = await measureRound(ctx, l.target);
           const again = round.foreignPct > maxOther && elapsed() < ctx.settings.maxSeconds * 0.5;
@@ -379,6 +459,7 @@ async function measureRows(ctx: Ctx, rows: Row[]): Promise<RowResult[]> {
             if (!(second.foreignPct > round.foreignPct)) round = second;
           }
           l.result.rounds.push(round);
+          if (l.target.pinAsProxy && ctx.settings.pin) pin(l.target.pinAsProxy.map((p) => p.pid), ctx.settings.pin.rest);
           ctx.log(
             `  ${l.row.id} round ${i + 1}: ${int(round.rps)} req/s, p50 ${fixed(round.p50ms)} ms, p99 ${fixed(round.p99ms)} ms, cpu ${fixed(round.cpuUsPerReq, 1)} µs/req` +
               `, other processes ${fixed(round.foreignPct, 0)}% CPU` +
@@ -435,11 +516,13 @@ async function profileRow(ctx: Ctx, row: Row): Promise<ProfileRun> {
     body: REQUEST_BODY,
     contentType: 'application/json',
     tmp: ctx.tmp,
+    cpus: ctx.settings.pin?.rest,
   };
   let target: Target | undefined;
   try {
     target = await row.setup(ctx);
     load.url = target.url;
+    applyPinning(ctx, target);
     await probe(target.url);
     if (ctx.settings.warmup > 0) await runLoad(ctx.tool, { ...load, durationS: ctx.settings.warmup });
     if (target.admin) {
@@ -453,7 +536,11 @@ async function profileRow(ctx: Ctx, row: Row): Promise<ProfileRun> {
         const file = text.split('\n').find((l) => l.endsWith('.cpuprofile'));
         if (off.status === 200 && file && existsSync(file)) {
           await Promise.all(target.own.map((p) => p.stop()));
-          return { row, summary: summarizeProfile(file, ctx.root, 15), rps: r.rps, how: 'admin /cpuprofiler during one steady-state round' };
+          const summary = summarizeProfile(file, ctx.root, 15);
+          // The admin writes into the system temp directory; keep it only when asked.
+          if (process.env.BENCH_KEEP_TMP === '1') ctx.log(`  profile kept: ${file}`);
+          else rmSync(file, { force: true });
+          return { row, summary, rps: r.rps, how: 'admin /cpuprofiler during one steady-state round' };
         }
       }
     }
@@ -474,6 +561,7 @@ async function profileRow(ctx: Ctx, row: Row): Promise<ProfileRun> {
     // Fallback: the whole process under --cpu-prof.
     target = await row.setup(ctx, ['--cpu-prof', `--cpu-prof-dir=${dir}`]);
     load.url = target.url;
+    applyPinning(ctx, target);
     await probe(target.url);
     const r = await runLoad(ctx.tool, load);
     await Promise.all(target.own.map((p) => p.stop()));
@@ -512,10 +600,23 @@ function range(values: number[], f: (n: number) => string): string {
   return ` (${f(min(values))}–${f(max(values))})`;
 }
 
+/**
+ * Median over the rounds of a's value divided by b's in the same round. Rounds are interleaved
+ * sweeps, so round i of every row ran within a minute or so of each other: pairing them cancels
+ * most of the drift of a shared machine.
+ */
+function paired(a: RowResult | undefined, b: RowResult | undefined, f: (r: Round) => number): number {
+  if (!a || !b || a.status !== 'ok' || b.status !== 'ok') return NaN;
+  const n = Math.min(a.rounds.length, b.rounds.length);
+  const v: number[] = [];
+  for (let i = 0; i < n; i++) v.push(f(a.rounds[i]!) / f(b.rounds[i]!));
+  return median(v);
+}
+
 function mainTable(results: RowResult[]): string {
-  const by = new Map(results.map((r) => [r.row.id, summarize(r)]));
-  const direct = by.get('direct');
-  const floor = by.get('floor');
+  const byId = new Map(results.map((r) => [r.row.id, r]));
+  const direct = byId.get('direct');
+  const floor = byId.get('floor');
   const rows = results.map((r) => {
     const s = summarize(r);
     if (!s || r.status !== 'ok') {
@@ -531,9 +632,9 @@ function mainTable(results: RowResult[]): string {
       `${fixed(s.p99)}${range(rr.map((x) => x.p99ms), (n) => fixed(n))}`,
       r.row.id === 'direct' ? '–' : `${fixed(s.cpu, 1)}${range(rr.map((x) => x.cpuUsPerReq), (n) => fixed(n, 1))}`,
       fixed(s.behind, 1),
-      ratio(direct ? s.rps / direct.rps : NaN),
-      ratio(floor ? s.rps / floor.rps : NaN),
-      r.row.id === 'direct' ? '–' : ratio(floor ? s.cpu / floor.cpu : NaN),
+      ratio(paired(r, direct, (x) => x.rps)),
+      ratio(paired(r, floor, (x) => x.rps)),
+      r.row.id === 'direct' ? '–' : ratio(paired(r, floor, (x) => x.cpuUsPerReq)),
       errs ? String(errs) : '0',
       fixed(median(rr.map((x) => x.foreignPct)), 0),
     ];
@@ -550,46 +651,59 @@ interface TargetLine {
   met?: boolean;
 }
 
-function check(label: string, actual: number | undefined, target: number | undefined, kind: 'atLeast' | 'atMost', unit = ''): TargetLine {
+function check(label: string, actual: number | undefined, target: number | undefined, kind: 'atLeast' | 'atMost', unit = '', detail = ''): TargetLine {
   if (actual === undefined || target === undefined || !Number.isFinite(actual) || !Number.isFinite(target)) {
     return { text: `${label}: not measured (a row it depends on did not run)` };
   }
   const met = kind === 'atLeast' ? actual >= target : actual <= target;
   const miss = kind === 'atLeast' ? ((target - actual) / target) * 100 : ((actual - target) / target) * 100;
-  const a = unit === 'x' ? actual.toFixed(2) : unit === 'ms' ? `${actual.toFixed(2)} ms` : int(actual);
-  const t = unit === 'x' ? target.toFixed(2) : unit === 'ms' ? `${target.toFixed(2)} ms` : int(target);
-  return { text: `${label}: ${a} vs target ${kind === 'atLeast' ? '≥' : '≤'} ${t}: **${met ? 'met' : `missed by ${miss.toFixed(1)}%`}**`, met };
+  const fmt = (n: number) => (unit === 'x' ? `${n.toFixed(2)}×` : unit === 'ms' ? `${n.toFixed(2)} ms` : int(n));
+  return {
+    text: `${label}: ${fmt(actual)} vs target ${kind === 'atLeast' ? '≥' : '≤'} ${fmt(target)}${detail ? ` (${detail})` : ''}: **${met ? 'met' : `missed by ${miss.toFixed(1)}%`}**`,
+    met,
+  };
 }
 
 function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
-  const by = new Map(results.filter((r) => r.status === 'ok').map((r) => [r.row.id, summarize(r)]));
-  const floor = by.get('floor');
-  const mol = by.get('moleculer');
-  const fast = by.get('fastify');
+  const byId = new Map(results.filter((r) => r.status === 'ok').map((r) => [r.row.id, r]));
+  const med = (id: string) => {
+    const r = byId.get(id);
+    return r ? summarize(r) : undefined;
+  };
+  const floor = byId.get('floor');
+  const mol = byId.get('moleculer');
+  const fast = byId.get('fastify');
+  const rps = (x: Round) => x.rps;
+  const detail = (a: string, b: string, what: 'rps' | 'p99' | 'cpu') => {
+    const x = med(a);
+    const y = med(b);
+    if (!x || !y) return '';
+    if (what === 'rps') return `medians ${int(x.rps)} vs ${int(y.rps)} req/s`;
+    if (what === 'p99') return `medians ${fixed(x.p99)} vs ${fixed(y.p99)} ms`;
+    return `medians ${fixed(x.cpu, 1)} vs ${fixed(y.cpu, 1)} µs`;
+  };
   const out: TargetLine[] = [];
   for (const id of ['mesh-rpc', 'sidecar']) {
-    const s = by.get(id);
+    const r = byId.get(id);
     const name = id === 'mesh-rpc' ? 'gateway rpc handler' : 'sidecar /<service>/<method>';
-    out.push(check(`${name} req/s ≥ 1.1 × Node floor`, s?.rps, floor ? floor.rps * 1.1 : undefined, 'atLeast'));
-    out.push(check(`${name} req/s ≥ 1.3 × moleculer-web`, s?.rps, mol ? mol.rps * 1.3 : undefined, 'atLeast'));
-    out.push(check(`${name} p99 ≤ moleculer-web p99`, s?.p99, mol?.p99, 'atMost', 'ms'));
+    out.push(check(`${name} req/s ÷ Node floor's ≥ 1.1`, paired(r, floor, rps), 1.1, 'atLeast', 'x', detail(id, 'floor', 'rps')));
+    out.push(check(`${name} req/s ÷ moleculer-web's ≥ 1.3`, paired(r, mol, rps), 1.3, 'atLeast', 'x', detail(id, 'moleculer', 'rps')));
+    out.push(check(`${name} p99 ÷ moleculer-web's p99 ≤ 1`, paired(r, mol, (x) => x.p99ms), 1, 'atMost', 'x', detail(id, 'moleculer', 'p99')));
   }
-  const px = by.get('mesh-proxy');
-  out.push(check('gateway proxy handler req/s ≥ Node floor', px?.rps, floor?.rps, 'atLeast'));
-  out.push(check('gateway proxy handler req/s ≥ 1.0 × @fastify/http-proxy', px?.rps, fast?.rps, 'atLeast'));
+  const px = byId.get('mesh-proxy');
+  out.push(check("gateway proxy handler req/s ÷ Node floor's ≥ 1", paired(px, floor, rps), 1, 'atLeast', 'x', detail('mesh-proxy', 'floor', 'rps')));
+  out.push(check("gateway proxy handler req/s ÷ @fastify/http-proxy's ≥ 1", paired(px, fast, rps), 1, 'atLeast', 'x', detail('mesh-proxy', 'fastify', 'rps')));
   for (const id of ['mesh-rpc', 'mesh-proxy', 'sidecar', 'mesh-api']) {
-    const s = by.get(id);
-    out.push(check(`${id} CPU/request ≤ 0.9 × Node floor's (µs)`, s?.cpu, floor ? floor.cpu * 0.9 : undefined, 'atMost'));
+    out.push(check(`${id} CPU per request ÷ Node floor's ≤ 0.9`, paired(byId.get(id), floor, (x) => x.cpuUsPerReq), 0.9, 'atMost', 'x', detail(id, 'floor', 'cpu')));
   }
   for (const e of extras) for (const t of e.targets ?? []) out.push(check(t.label, t.actual, t.target, t.kind, t.unit));
   return out;
 }
 
 function versions(): string[] {
-  const require = createRequire(join(ROOT, 'package.json'));
   const v = (pkg: string) => {
     try {
-      return (require(`${pkg}/package.json`) as { version: string }).version;
+      return (JSON.parse(readFileSync(join(ROOT, 'node_modules', pkg, 'package.json'), 'utf8')) as { version: string }).version;
     } catch {
       return 'not installed';
     }
@@ -654,12 +768,16 @@ function report(ctx: Ctx, results: RowResult[], extras: ExtraSection[], profiles
     `- load generator: ${ctx.tool}${ctx.tool === 'wrk' ? ` (${settings.threads} thread)` : ' CLI in a child process'}, ${settings.connections} connections, POST \`${REQUEST_BODY}\` (application/json) to \`${PATH}\``,
   );
   lines.push(
-    `- every row's processes are started and checked first (one POST must get the backend's exact JSON), each is warmed up for ${settings.warmup} s; then ${settings.rounds} round(s) of ${settings.duration} s per row, **interleaved** (round 1 of every row, then round 2 of every row, in rotating order), each round after a ${Math.min(1, settings.warmup)} s warm-up of its own; a round during which other processes used more than ${process.env.BENCH_MAX_OTHER ?? 50}% of a CPU is measured again once (while time allows) and the quieter one kept. The table shows the median and (min–max) over the rounds`,
+    `- every row's processes are started and checked first (one POST must get the backend's exact JSON), each is warmed up for ${settings.warmup} s; then ${settings.rounds} round(s) of ${settings.duration} s per row, **interleaved** (round 1 of every row, then round 2 of every row, in rotating order), each round after a ${Math.min(1, settings.warmup)} s warm-up of its own; a round during which other processes used more than ${process.env.BENCH_MAX_OTHER ?? 50}% of a CPU is measured again once (while time allows) and the quieter one kept. The table shows the median and (min–max) over the rounds. Ratios (columns "vs" and the targets) are medians of per-round ratios: round i of a row against round i of the reference row, which ran in the same sweep`,
   );
   lines.push(
     `- CPU: utime + stime of the proxy process (and its children) from /proc/<pid>/stat before and after each round, divided by the requests of that round${procAvailable ? '' : ' (**/proc not available: CPU not measured**)'}. "backend CPU" is the same for everything behind the proxy`,
   );
-  lines.push(`- every process on 127.0.0.1; all share the machine's ${availableParallelism()} CPUs with the load generator and the backend`);
+  lines.push(
+    settings.pin
+      ? `- every process on 127.0.0.1. Pinned with taskset: the measured proxy on CPU ${settings.pin.proxy}; the load generator, the backend and what is behind the proxy on CPU ${settings.pin.rest} (BENCH_PIN=0 turns this off). Processes outside the benchmark are not pinned and may use either`
+      : `- every process on 127.0.0.1, not pinned: all share the machine's ${availableParallelism()} CPUs with the load generator and the backend`,
+  );
   lines.push(
     `- "other load %CPU": CPU used during the round by processes that are not part of the benchmark (/proc/stat busy time minus the harness's process tree), in % of one CPU; anything well above 0 means the numbers of that row are disturbed. 1-minute load average: ${loadStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end`,
   );
@@ -735,13 +853,14 @@ async function main(): Promise<void> {
   mkdirSync(registryDir);
   const env: NodeJS.ProcessEnv = { MESH_HOME: join(tmp, 'home'), NODE_ENV: 'production', BENCH_PROF_DIR: join(tmp, 'prof-hook') };
   const tool = pickTool();
-  if (loadStart > availableParallelism() * 0.5)
+  if (loadStart > availableParallelism() * 0.75)
     log(`warning: the machine is busy (1-minute load average ${loadStart.toFixed(1)} on ${availableParallelism()} CPUs); numbers will be disturbed (see "other load %CPU")`);
   log(`load generator: ${tool}; ${settings.rounds} round(s) × ${settings.duration} s after ${settings.warmup} s warm-up; ${settings.connections} connections; tmp ${tmp}`);
 
   const backendPort = await freePort();
   const backend = startProcess('backend', process.execPath, [...TSX, join(ROOT, 'bench', 'servers', 'backend.ts'), String(backendPort)], { env, cwd: ROOT });
   await waitForPort(backend, backendPort);
+  if (settings.pin) pin([backend.pid], settings.pin.rest);
   const ctx: Ctx = { root: ROOT, tmp, registryDir, env, backendPort, backend, tool, meshMain: MESH_MAIN, settings, log, registered: false };
   register(ctx);
   log(ctx.registered ? `backend on :${backendPort}, registered as ${BACKEND_SERVICE}` : `backend on :${backendPort}; registration failed: ${ctx.registerError}`);

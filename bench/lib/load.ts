@@ -20,6 +20,8 @@ export interface LoadOptions {
   contentType?: string;
   /** Working directory for generated scripts. */
   tmp: string;
+  /** CPU list (taskset -c) for the load generator. */
+  cpus?: string;
 }
 
 export interface LoadResult {
@@ -44,7 +46,11 @@ export async function runLoad(tool: LoadTool, o: LoadOptions): Promise<LoadResul
   return tool === 'wrk' ? runWrk(o) : runAutocannon(o);
 }
 
-function run(cmd: string, args: string[], timeoutMs: number): Promise<{ code: number | null; out: string; err: string }> {
+function run(cmd: string, args: string[], timeoutMs: number, cpus?: string): Promise<{ code: number | null; out: string; err: string }> {
+  if (cpus) {
+    args = ['-c', cpus, cmd, ...args];
+    cmd = 'taskset';
+  }
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
@@ -63,20 +69,26 @@ function run(cmd: string, args: string[], timeoutMs: number): Promise<{ code: nu
   });
 }
 
-let scriptCounter = 0;
+/** One Lua script per distinct request (method, body, content type). */
+const scripts = new Map<string, string>();
 
 function luaString(s: string): string {
   return `"${s.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`;
 }
 
 async function runWrk(o: LoadOptions): Promise<LoadResult> {
-  const script = join(o.tmp, `wrk-${process.pid}-${scriptCounter++}.lua`);
   const lines = [`wrk.method = ${luaString(o.method)}`];
   if (o.body !== undefined) lines.push(`wrk.body = ${luaString(o.body)}`);
   if (o.contentType) lines.push(`wrk.headers["Content-Type"] = ${luaString(o.contentType)}`);
-  writeFileSync(script, lines.join('\n') + '\n');
+  const text = lines.join('\n') + '\n';
+  let script = scripts.get(text);
+  if (!script) {
+    script = join(o.tmp, `wrk-${process.pid}-${scripts.size}.lua`);
+    writeFileSync(script, text);
+    scripts.set(text, script);
+  }
   const args = ['-t', String(o.threads), '-c', String(o.connections), '-d', `${o.durationS}s`, '--latency', '-s', script, o.url];
-  const r = await run('wrk', args, (o.durationS + 30) * 1000);
+  const r = await run('wrk', args, (o.durationS + 30) * 1000, o.cpus);
   if (r.code !== 0) throw new Error(`wrk failed (${r.code}): ${r.err || r.out}`);
   return parseWrk(r.out);
 }
@@ -120,7 +132,7 @@ async function runAutocannon(o: LoadOptions): Promise<LoadResult> {
   if (o.contentType) args.push('-H', `Content-Type=${o.contentType}`);
   if (o.body !== undefined) args.push('-b', o.body);
   args.push(o.url);
-  const r = await run(process.execPath, args, (o.durationS + 30) * 1000);
+  const r = await run(process.execPath, args, (o.durationS + 30) * 1000, o.cpus);
   if (r.code !== 0) throw new Error(`autocannon failed (${r.code}): ${r.err}`);
   const json = JSON.parse(r.out.slice(r.out.indexOf('{'))) as {
     requests: { total: number; average: number };

@@ -18,6 +18,8 @@ export interface Settings {
   maxSeconds: number;
   out: string;
   logLevel: string;
+  /** CPU lists when pinning: the measured proxy, and everything else (load generator, backends). */
+  pin?: { proxy: string; rest: string };
 }
 
 const TSX = ['--import', 'tsx'];

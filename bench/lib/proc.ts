@@ -261,3 +261,19 @@ export function ownTreeMicros(): number | undefined {
   for (const p of tree(process.pid)) ticks += readStat(p)?.ticks ?? 0;
   return (ticks * 1e6) / clkTck();
 }
+
+/**
+ * Sets the CPU affinity of the processes, their threads and their children (taskset -a -p).
+ * Returns false when taskset is missing or fails.
+ */
+export function pin(pids: number[], cpuList: string): boolean {
+  if (!procAvailable) return false;
+  let ok = true;
+  for (const root of pids) {
+    for (const p of tree(root)) {
+      const r = spawnSync('taskset', ['-a', '-p', '-c', cpuList, String(p)], { encoding: 'utf8' });
+      if (r.error || r.status !== 0) ok = false;
+    }
+  }
+  return ok;
+}
