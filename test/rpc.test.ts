@@ -74,7 +74,7 @@ describe('RPC to a bare node:http backend', () => {
     const h = echo.seen.at(-1)!.headers;
     assert.equal(h['mesh-service'], 'plain.echo');
     assert.equal(h['mesh-endpoint'], 'Echo.Call');
-    assert.match(String(h['mesh-id']), /^[0-9a-f-]{36}$/);
+    assert.match(String(h['mesh-id']), /^[0-9a-f-]{36}-\d+$/, 'a unique request id: per-client prefix and counter');
     assert.ok(Number(h['mesh-timeout']) > 0 && Number(h['mesh-timeout']) <= 800);
     assert.equal(h['content-type'], 'application/json');
     assert.equal(h['x-trace'], 'abc');

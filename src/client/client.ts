@@ -49,6 +49,10 @@ export interface CallResult {
 const RETRIABLE_STATUS = new Set([502, 503]);
 
 export class Client {
+  /** Request ids are this client's random prefix plus a counter: unique, and cheap per call. */
+  private readonly idPrefix = randomUUID();
+  private idCounter = 0;
+
   constructor(private readonly options: ClientOptions) {}
 
   get requestTimeoutMs(): number {
@@ -61,9 +65,10 @@ export class Client {
     const budget = Math.min(this.options.requestTimeoutMs, opts.timeoutMs ?? Infinity);
     const deadline = started + budget;
     const retries = opts.retries ?? this.options.retries;
-    const id = opts.id ?? randomUUID();
+    const id = opts.id ?? `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
-    const tried = new Set<string>();
+    // Hosts already tried; only a retry needs it.
+    let tried: Set<string> | undefined;
     let lastError: MeshError | undefined;
 
     for (let attempt = 0; attempt <= retries; attempt++) {
@@ -80,7 +85,7 @@ export class Client {
         retry: attempt > 0,
         address: opts.address,
       });
-      tried.add(lease.target.key);
+      if (retries > 0) (tried ??= new Set()).add(lease.target.key);
       const attemptStart = Date.now();
       let response: RpcResponse;
       try {

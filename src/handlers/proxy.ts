@@ -4,6 +4,7 @@
  * WebSocket (any Upgrade) requests tunnelled. Talks plain HTTP to the node.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { MeshError, asFrontEndError } from '../errors.js';
@@ -37,10 +38,85 @@ function hasBody(req: IncomingMessage): boolean {
   return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
 }
 
+type ForwardResult = { kind: 'response'; status: number } | { kind: 'error'; err: unknown; timedOut: boolean; responded: boolean };
+
+/**
+ * One attempt: streams the request to the host and the answer back into `res`, through undici's
+ * dispatch API (no intermediate streams, no AbortSignal). Only the wait for the answer's head is
+ * bounded by timeoutMs; a body may take as long as it needs.
+ */
+function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, headers: Record<string, string>, withBody: boolean, timeoutMs: number): Promise<ForwardResult> {
+  return new Promise<ForwardResult>((resolve) => {
+    let controller: Dispatcher.DispatchController | undefined;
+    let timedOut = false;
+    let responded = false;
+    let done = false;
+    let status = 0;
+    const finish = (result: ForwardResult) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      res.off('close', onClientGone);
+      resolve(result);
+    };
+    const timer = setTimeout(() => {
+      if (responded) return;
+      timedOut = true;
+      controller?.abort(new Error('timeout waiting for the upstream answer'));
+    }, timeoutMs);
+    const onClientGone = () => {
+      if (!res.writableFinished) controller?.abort(new Error('client went away'));
+    };
+    res.once('close', onClientGone);
+    try {
+      dispatcher.dispatch(
+        { path: req.url ?? '/', method: (req.method ?? 'GET') as Dispatcher.HttpMethod, headers, body: withBody ? req : undefined },
+        {
+          onRequestStart(c) {
+            controller = c;
+            if (timedOut) c.abort(new Error('timeout waiting for the upstream answer'));
+          },
+          onResponseStart(_c, statusCode, upstreamHeaders) {
+            responded = true;
+            status = statusCode;
+            clearTimeout(timer);
+            const out: Record<string, string | string[]> = {};
+            for (const name in upstreamHeaders) {
+              const value = upstreamHeaders[name];
+              if (value === undefined || isHopByHop(name)) continue;
+              out[name] = value;
+            }
+            const length = upstreamHeaders['content-length'];
+            if (length !== undefined) out['content-length'] = length;
+            res.writeHead(statusCode, out);
+          },
+          onResponseData(c, chunk) {
+            if (!res.write(chunk)) {
+              c.pause();
+              res.once('drain', () => c.resume());
+            }
+          },
+          onResponseEnd() {
+            res.end();
+            finish({ kind: 'response', status });
+          },
+          onResponseError(_c, err) {
+            finish({ kind: 'error', err, timedOut, responded });
+          },
+        },
+      );
+    } catch (err) {
+      finish({ kind: 'error', err, timedOut, responded });
+    }
+  });
+}
+
 export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const headers = forwardedHeaders(req, secure);
-  const retries = hasBody(req) ? 0 : fe.runtime.config.client_retries;
-  const tried = new Set<string>();
+  const withBody = hasBody(req);
+  // A body can be sent once only; without one, a refused connection is retried on another host.
+  const retries = withBody ? 0 : fe.runtime.config.client_retries;
+  let tried: Set<string> | undefined;
   const timeoutMs = fe.runtime.config.client_request_timeout;
   let lastError: MeshError | undefined;
   for (let attempt = 0; attempt <= retries; attempt++) {
@@ -52,57 +128,28 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
       sendError(res, asFrontEndError(err, fe.errorId));
       return;
     }
-    tried.add(lease.target.key);
+    if (retries > 0) (tried ??= new Set()).add(lease.target.key);
     const started = Date.now();
-    const controller = new AbortController();
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      controller.abort();
-    }, timeoutMs);
-    const onClientGone = () => controller.abort();
-    res.once('close', onClientGone);
-    try {
-      const upstream = await lease.target.dispatcher.request({
-        path: req.url ?? '/',
-        method: (req.method ?? 'GET') as 'GET',
-        headers,
-        body: hasBody(req) ? req : undefined,
-        signal: controller.signal,
-      });
-      clearTimeout(timer);
-      const outHeaders: Record<string, string | string[]> = {};
-      for (const [name, value] of Object.entries(upstream.headers)) {
-        if (value === undefined || isHopByHop(name)) continue;
-        outHeaders[name] = value;
-      }
-      if (upstream.headers['content-length'] !== undefined) outHeaders['content-length'] = upstream.headers['content-length'];
-      res.writeHead(upstream.statusCode, outHeaders);
-      try {
-        for await (const chunk of upstream.body) {
-          if (!res.write(chunk)) await new Promise<void>((r) => res.once('drain', r));
-        }
-        res.end();
-        lease.release({ kind: 'response', status: upstream.statusCode }, Date.now() - started);
-      } catch {
-        lease.release({ kind: 'reset' }, Date.now() - started);
-        res.destroy();
-      }
+    const result = await forward(lease.target.dispatcher, req, res, headers, withBody, timeoutMs);
+    if (result.kind === 'response') {
+      lease.release(result, Date.now() - started);
       return;
-    } catch (err) {
-      clearTimeout(timer);
-      const failure = classifyError(err, timedOut);
-      lease.release(failure.outcome, Date.now() - started);
-      if (res.destroyed || res.writableEnded) return; // the client went away
-      const kind = failure.outcome.kind;
-      lastError =
-        kind === 'timeout'
-          ? new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`)
-          : new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`);
-      if (kind !== 'connect_failure') break;
-    } finally {
-      res.off('close', onClientGone);
     }
+    if (result.responded) {
+      // The answer had started: nothing to do but cut the connection.
+      lease.release({ kind: 'reset' }, Date.now() - started);
+      res.destroy();
+      return;
+    }
+    const failure = classifyError(result.err, result.timedOut);
+    lease.release(failure.outcome, Date.now() - started);
+    if (res.destroyed || res.writableEnded) return; // the client went away
+    const kind = failure.outcome.kind;
+    lastError =
+      kind === 'timeout'
+        ? new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`)
+        : new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`);
+    if (kind !== 'connect_failure') break;
   }
   sendError(res, lastError ?? new MeshError(fe.errorId, 502, `proxy to ${service} failed`));
 }
