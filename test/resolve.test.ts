@@ -45,3 +45,15 @@ test('event handler mapping', () => {
   assert.deepEqual(resolveEventPath('/v1/foo/bar', ns), { topic: 'go.mesh.api.v1.foo', name: 'bar' });
   assert.equal(resolveEventPath('/foo', ns), undefined);
 });
+
+test('RpcPathResolver remembers answers, ignores the query, and stays bounded', async () => {
+  const { RpcPathResolver } = await import('../src/handlers/resolve.js');
+  const r = new RpcPathResolver('go.mesh.srv', 2);
+  const a = r.resolve('/foo/bar?x=1');
+  assert.deepEqual(a, { service: 'go.mesh.srv.foo', method: 'Foo.Bar' });
+  assert.equal(r.resolve('/foo/bar?y=2'), a, 'the same object: remembered');
+  assert.equal(r.resolve('/nope'), undefined);
+  assert.equal(r.resolve('/nope'), undefined);
+  assert.deepEqual(r.resolve('/v1/foo/bar'), { service: 'go.mesh.srv.v1.foo', method: 'Foo.Bar' });
+  assert.deepEqual(r.resolve('/foo/bar'), a, 'still right after the memory was dropped');
+});

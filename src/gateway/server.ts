@@ -17,7 +17,7 @@ import { MeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { sendJson } from '../http/respond.js';
 import type { FrontEnd } from '../handlers/front-end.js';
-import { resolveEventPath, resolveProxyPath, resolveRpcPath } from '../handlers/resolve.js';
+import { resolveEventPath, resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
 import { handleApi } from '../handlers/api.js';
 import { handleRpc } from '../handlers/rpc.js';
 import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
@@ -58,6 +58,7 @@ function shown(path: string): string {
 
 export class Gateway {
   readonly namespace: string;
+  private readonly rpcPaths: RpcPathResolver;
   readonly handler?: HandlerName;
   readonly router?: RegistryRouter;
   readonly dashboard?: Dashboard;
@@ -74,6 +75,7 @@ export class Gateway {
     options: GatewayOptions = {},
   ) {
     this.namespace = (options.namespace ?? DEFAULT_NAMESPACE).replace(/\.+$/, '') || DEFAULT_NAMESPACE;
+    this.rpcPaths = new RpcPathResolver(this.namespace);
     this.handler = options.handler;
     this.address = options.address ?? DEFAULT_ADDRESS;
     this.fe = { runtime, namespace: this.namespace, errorId: ERROR_ID, maxBodyBytes: runtime.config.max_body_size };
@@ -173,7 +175,7 @@ export class Gateway {
   }
 
   private rpcTarget(req: IncomingMessage, url: string, path: string) {
-    const target = resolveRpcPath(url, this.namespace);
+    const target = this.rpcPaths.resolve(url);
     if (!target) throw this.noService(req, path, 'use /<service>/<method>');
     return target;
   }

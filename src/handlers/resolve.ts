@@ -67,3 +67,29 @@ export function resolveEventPath(url: string, namespace: string): { topic: strin
   if (VERSION.test(parts[0]!) && parts.length >= 3) return { topic: `${namespace}.${parts[0]}.${parts[1]}`, name: parts.slice(2).join('.') };
   return { topic: `${namespace}.${parts[0]}`, name: parts.slice(1).join('.') };
 }
+
+/**
+ * resolveRpcPath for one front end, remembering its answers: the same few paths come again and
+ * again, and this runs on every request. Bounded: the memory is dropped when it fills up.
+ */
+export class RpcPathResolver {
+  private readonly seen = new Map<string, RpcRoute | null>();
+
+  constructor(
+    readonly namespace: string,
+    private readonly max = 4096,
+  ) {}
+
+  /** The route of a URL (the query is ignored); undefined when the path names no method. */
+  resolve(url: string): RpcRoute | undefined {
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    let route = this.seen.get(path);
+    if (route === undefined) {
+      route = resolveRpcPath(path, this.namespace) ?? null;
+      if (this.seen.size >= this.max) this.seen.clear();
+      this.seen.set(path, route);
+    }
+    return route ?? undefined;
+  }
+}

@@ -24,7 +24,7 @@ import { MeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { sendJson } from '../http/respond.js';
 import type { FrontEnd } from '../handlers/front-end.js';
-import { resolveProxyPath, resolveRpcPath } from '../handlers/resolve.js';
+import { resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
 import { handleRpc } from '../handlers/rpc.js';
 import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
@@ -74,6 +74,7 @@ export class Sidecar {
   private readonly server: FrontServer;
   private readonly broker: BrokerApi;
   private readonly dashboard?: Dashboard;
+  private readonly rpcPaths: RpcPathResolver;
   private stopping?: Promise<void>;
 
   constructor(
@@ -88,6 +89,7 @@ export class Sidecar {
       errorId: SIDECAR_ERROR_ID,
       maxBodyBytes: config.max_body_size,
     };
+    this.rpcPaths = new RpcPathResolver(this.fe.namespace);
     if (config.enable_stats) {
       const subscribers = runtime.stats.gauge('sidecar.broker.subscribers_active');
       this.dashboard = new Dashboard({
@@ -175,7 +177,7 @@ export class Sidecar {
       res.setHeader('allow', 'GET, POST, PUT, PATCH, DELETE');
       throw new MeshError(fe.errorId, 405, `method ${method} not allowed on ${path}`);
     }
-    const route = resolveRpcPath(req.url ?? '/', fe.namespace);
+    const route = this.rpcPaths.resolve(req.url ?? '/');
     if (!route) {
       req.resume();
       throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
