@@ -8,8 +8,8 @@
  * - type: $MESH_BUILD_TYPE (`RELEASE` or `DEBUG`), else `RELEASE`.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { packageRoot } from '../util/package-root.js';
 
 export type BuildStatus = 'Clean' | 'Modified';
 export type BuildType = 'RELEASE' | 'DEBUG';
@@ -23,23 +23,12 @@ export interface BuildInfo {
 
 const ZERO_SHA = '0'.repeat(40);
 
-function packageRoot(): string | undefined {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 6; i++) {
-    const file = join(dir, 'package.json');
-    if (existsSync(file)) {
-      try {
-        const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: string };
-        if (pkg.name === 'mesh') return dir;
-      } catch {
-        // keep looking
-      }
-    }
-    const up = dirname(dir);
-    if (up === dir) break;
-    dir = up;
+function packageDir(): string | undefined {
+  try {
+    return packageRoot();
+  } catch {
+    return undefined;
   }
-  return undefined;
 }
 
 let cachedVersion: string | undefined;
@@ -48,10 +37,10 @@ let cachedVersion: string | undefined;
 export function packageVersion(): string {
   if (cachedVersion === undefined) {
     cachedVersion = '0.0.0';
-    const root = packageRoot();
-    if (root) {
+    const dir = packageDir();
+    if (dir) {
       try {
-        const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version?: string };
+        const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version?: string };
         if (typeof pkg.version === 'string') cachedVersion = pkg.version;
       } catch {
         // keep the default
@@ -89,9 +78,9 @@ let cachedBuild: BuildInfo | undefined;
 
 export function buildInfo(env: NodeJS.ProcessEnv = process.env): BuildInfo {
   if (env === process.env && cachedBuild) return cachedBuild;
-  const root = packageRoot();
+  const dir = packageDir();
   const envSha = env.MESH_BUILD_SHA?.trim();
-  const sha = envSha || (root ? gitSha(root) : undefined) || ZERO_SHA;
+  const sha = envSha || (dir ? gitSha(dir) : undefined) || ZERO_SHA;
   const status: BuildStatus = env.MESH_BUILD_STATUS === 'Clean' ? 'Clean' : 'Modified';
   const type: BuildType = env.MESH_BUILD_TYPE === 'DEBUG' ? 'DEBUG' : 'RELEASE';
   const info = { version: packageVersion(), sha, status, type };

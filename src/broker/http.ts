@@ -70,10 +70,6 @@ interface HttpSub {
   active: boolean;
 }
 
-let fallbackLogger: pino.Logger | undefined;
-function defaultLogger(): pino.Logger {
-  return (fallbackLogger ??= new Logging().get('broker'));
-}
 
 /** Splits "host:port", "[v6]:port", ":port", "host" (port = defaultPort when absent). */
 export function splitHostPort(text: string, defaultPort: number): { host: string; port: number } {
@@ -192,7 +188,8 @@ export class HttpBroker implements Broker {
     if (!(this.ttlMs > 0)) throw new Error('http broker: ttlMs must be positive');
     if (!(this.refreshMs > 0)) throw new Error('http broker: refreshMs must be positive');
     if (this.refreshMs >= this.ttlMs) throw new Error('http broker: refreshMs must be shorter than ttlMs');
-    this.logger = options.logger ?? defaultLogger();
+    // The runtime passes its logger; a broker built on its own logs to stderr at info.
+    this.logger = options.logger ?? new Logging().get('broker');
     this.agent = new Agent({
       connect: { timeout: this.deliveryTimeoutMs },
       headersTimeout: this.deliveryTimeoutMs,

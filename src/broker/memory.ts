@@ -26,10 +26,6 @@ interface MemorySub {
   active: boolean;
 }
 
-let fallbackLogger: pino.Logger | undefined;
-function defaultLogger(): pino.Logger {
-  return (fallbackLogger ??= new Logging().get('broker'));
-}
 
 /** Validates a topic name shared by every backend: a non-empty string without whitespace. */
 export function checkTopic(topic: unknown): asserts topic is string {
@@ -79,7 +75,8 @@ export class MemoryBroker implements Broker {
   private closed = false;
 
   constructor(options: MemoryBrokerOptions = {}) {
-    this.logger = options.logger ?? defaultLogger();
+    // The runtime passes its logger; a broker built on its own logs to stderr at info.
+    this.logger = options.logger ?? new Logging().get('broker');
   }
 
   async connect(): Promise<void> {

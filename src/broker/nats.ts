@@ -39,10 +39,6 @@ export interface NatsBrokerOptions {
   logger?: pino.Logger;
 }
 
-let fallbackLogger: pino.Logger | undefined;
-function defaultLogger(): pino.Logger {
-  return (fallbackLogger ??= new Logging().get('broker'));
-}
 
 function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
@@ -78,7 +74,8 @@ export class NatsBroker implements Broker {
     this.connName = options.name;
     this.reconnectTimeWaitMs = options.reconnectTimeWaitMs ?? 1000;
     this.timeoutMs = options.timeoutMs ?? 5000;
-    this.logger = options.logger ?? defaultLogger();
+    // The runtime passes its logger; a broker built on its own logs to stderr at info.
+    this.logger = options.logger ?? new Logging().get('broker');
   }
 
   /** True while the client holds a live connection to a server. */

@@ -3,7 +3,7 @@
 import { parseArgs, flagsHelp, FlagError, type ParsedArgs } from './flags.js';
 import { runPlatformCommand } from './commands.js';
 import { MeshError } from '../errors.js';
-import { VERSION } from '../version.js';
+import { packageVersion } from '../admin/build-info.js';
 
 const USAGE = `usage: mesh [global flags] <command> [flags]
 
@@ -52,7 +52,7 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (args.switches.has('version')) {
-    process.stdout.write(`mesh ${VERSION}\n`);
+    process.stdout.write(`mesh ${packageVersion()}\n`);
     return 0;
   }
   if (args.switches.has('hot-restart-version')) {

@@ -1,7 +1,7 @@
 /** Loads proto/api.proto (the gateway's Request, Response, Pair and Event) once per process. */
-import { readFileSync, existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { packageRoot } from '../util/package-root.js';
 import protobuf from 'protobufjs';
 
 export interface ApiTypes {
@@ -9,17 +9,6 @@ export interface ApiTypes {
   Request: protobuf.Type;
   Response: protobuf.Type;
   Event: protobuf.Type;
-}
-
-/** The package root, found by walking up from this file (works from src/ and from dist/src/). */
-export function packageRoot(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    if (existsSync(join(dir, 'package.json')) && existsSync(join(dir, 'proto'))) return dir;
-    const parent = dirname(dir);
-    if (parent === dir) throw new Error('cannot find the mesh package root (proto/api.proto)');
-    dir = parent;
-  }
 }
 
 let cached: ApiTypes | undefined;

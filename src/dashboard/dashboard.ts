@@ -18,7 +18,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { MeshError } from '../errors.js';
 import { sendJson } from '../http/respond.js';
-import { packageRoot } from '../codec/api-proto.js';
+import { packageRoot } from '../util/package-root.js';
 import type { StatsStore } from '../stats/store.js';
 import type { ServerStatsSource } from '../stats/server-stats.js';
 import type { ClusterManagerView, HostSnapshot } from '../upstream/types.js';

@@ -23,7 +23,7 @@ import { handleRpc } from '../handlers/rpc.js';
 import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
 import { handleEvent } from '../handlers/event.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
-import { VERSION } from '../version.js';
+import { packageVersion } from '../admin/build-info.js';
 import { RegistryRouter, type HandlerName, type RouteMatch } from './router.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 
@@ -191,7 +191,7 @@ export class Gateway {
       res.setHeader('allow', 'GET, HEAD');
       throw new MeshError(ERROR_ID, 405, `method ${req.method} not allowed on /: use GET`);
     }
-    sendJson(res, 200, { version: VERSION });
+    sendJson(res, 200, { version: packageVersion() });
   }
 
   /** WebSocket (any Upgrade) requests: tunnelled by the proxy handler or a proxy route; refused otherwise. */

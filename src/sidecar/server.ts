@@ -28,7 +28,7 @@ import { resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
 import { handleRpc } from '../handlers/rpc.js';
 import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
-import { VERSION } from '../version.js';
+import { packageVersion } from '../admin/build-info.js';
 import { handleRegistry } from './registry-api.js';
 import { BrokerApi } from './broker-api.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
@@ -159,7 +159,7 @@ export class Sidecar {
           res.setHeader('allow', 'GET, HEAD');
           throw new MeshError(fe.errorId, 405, `method ${req.method} not allowed on /: use GET`);
         }
-        sendJson(res, 200, { version: VERSION, handler: this.handler, namespace: fe.namespace });
+        sendJson(res, 200, { version: packageVersion(), handler: this.handler, namespace: fe.namespace });
         return;
     }
     if (this.dashboard && isDashboardPath(path)) return this.dashboard.handle(req, res);
