@@ -131,6 +131,16 @@ describe('CLI bad input', () => {
     assert.match(r.stderr, new RegExp(`registry directory ${join(file, 'sub').replace(/[/.]/g, '\\$&')}`));
   });
 
+  it('the built CLI is executable, so the package bin (npx mesh) runs', async () => {
+    const { statSync } = await import('node:fs');
+    const { CLI } = await import('./helpers.js');
+    assert.ok((statSync(CLI).mode & 0o111) !== 0, `${CLI} is not executable`);
+    const { spawnSync } = await import('node:child_process');
+    const r = spawnSync(CLI, ['--version'], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /^mesh \d+\.\d+\.\d+\n$/);
+  });
+
   it('--hot-restart-version prints the same string as admin /hot_restart_version', async () => {
     const r = await runCli(['--hot-restart-version'], env);
     assert.equal(r.code, 0);
