@@ -80,11 +80,9 @@ export class Client {
       const remaining = deadline - Date.now();
       if (remaining <= 0) break;
       // Acquire errors (404 unknown service, 503 no host / circuit open) are final.
-      const lease = await this.options.selector.acquire(service, {
-        exclude: tried,
-        retry: attempt > 0,
-        address: opts.address,
-      });
+      const selector = this.options.selector;
+      const acquireOptions = { exclude: tried, retry: attempt > 0, address: opts.address };
+      const lease = selector.acquireNow?.(service, acquireOptions) ?? (await selector.acquire(service, acquireOptions));
       if (retries > 0) (tried ??= new Set()).add(lease.target.key);
       const attemptStart = Date.now();
       let response: RpcResponse;

@@ -14,12 +14,15 @@ export interface FrontEnd {
 }
 
 /** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout. */
-export function callOptionsFrom(req: IncomingMessage): CallOptions {
-  const timeout = Number(req.headers[HEADER_TIMEOUT]);
-  const id = req.headers[HEADER_ID];
+export function callOptionsFrom(req: IncomingMessage, contentType?: string): CallOptions {
+  const headers = req.headers;
+  const timeoutText = headers[HEADER_TIMEOUT];
+  const timeout = timeoutText === undefined ? NaN : Number(timeoutText);
+  const id = headers[HEADER_ID];
   return {
-    metadata: endToEndHeaders(req.headers),
-    timeoutMs: Number.isFinite(timeout) && timeout > 0 ? timeout : undefined,
+    contentType,
+    metadata: endToEndHeaders(headers),
+    timeoutMs: timeout > 0 && timeout < Infinity ? timeout : undefined,
     id: typeof id === 'string' && id !== '' ? id : undefined,
   };
 }

@@ -10,119 +10,169 @@ import type { Duplex } from 'node:stream';
 import { MeshError, asFrontEndError } from '../errors.js';
 import { sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
-import { isHopByHop } from '../transport/headers.js';
+import { connectionNamed, isHopByHop } from '../transport/headers.js';
+import { readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
 
-function forwardedHeaders(req: IncomingMessage, secure: boolean): Record<string, string> {
-  const out: Record<string, string> = {};
-  const named = new Set<string>();
-  const connection = req.headers.connection;
-  if (connection) for (const n of connection.split(',')) named.add(n.trim().toLowerCase());
-  for (const [name, value] of Object.entries(req.headers)) {
-    if (value === undefined || isHopByHop(name) || named.has(name)) continue;
+/**
+ * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
+ * ones (hop-by-hop and `Connection`-named left out), the original Host, and X-Forwarded-For,
+ * -Proto and -Host (a front proxy's -Proto and -Host are kept; -For is appended to).
+ */
+function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boolean): string[] {
+  const headers = req.headers;
+  const out: string[] = [];
+  const named = connectionNamed(headers.connection);
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || isHopByHop(name) || named?.has(name)) continue;
     if (name === 'x-forwarded-for' || name === 'x-forwarded-proto' || name === 'x-forwarded-host') continue;
-    out[name] = Array.isArray(value) ? value.join(', ') : value;
+    out.push(name, typeof value === 'string' ? value : value.join(', '));
   }
   const peer = req.socket.remoteAddress ?? '';
-  const prior = req.headers['x-forwarded-for'];
-  out['x-forwarded-for'] = prior ? `${Array.isArray(prior) ? prior.join(', ') : prior}, ${peer}` : peer;
-  out['x-forwarded-proto'] = (req.headers['x-forwarded-proto'] as string | undefined) ?? (secure ? 'https' : 'http');
-  out['x-forwarded-host'] = (req.headers['x-forwarded-host'] as string | undefined) ?? req.headers.host ?? '';
-  if (req.headers.host) out['host'] = req.headers.host;
+  const prior = headers['x-forwarded-for'];
+  out.push('x-forwarded-for', prior ? `${Array.isArray(prior) ? prior.join(', ') : prior}, ${peer}` : peer);
+  out.push('x-forwarded-proto', (headers['x-forwarded-proto'] as string | undefined) ?? (secure ? 'https' : 'http'));
+  out.push('x-forwarded-host', (headers['x-forwarded-host'] as string | undefined) ?? headers.host ?? '');
+  if (headers.host) out.push('host', headers.host);
+  // A streamed body keeps the client's framing: undici sends chunked unless it knows the length.
+  if (withLength && headers['content-length'] !== undefined) out.push('content-length', headers['content-length']);
   return out;
 }
 
-function hasBody(req: IncomingMessage): boolean {
+/** Bodies up to this size (by Content-Length) are read first and sent in one write with the headers. */
+const BUFFERED_BODY_MAX = 64 * 1024;
+
+type RequestBody = { kind: 'none' } | { kind: 'buffered'; bytes: Buffer } | { kind: 'stream' };
+
+function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
   const length = req.headers['content-length'];
-  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+  if (req.headers['transfer-encoding'] !== undefined) return 'stream';
+  if (length === undefined || length === '0') return 'none';
+  const n = Number(length);
+  return Number.isInteger(n) && n >= 0 && n <= BUFFERED_BODY_MAX ? 'small' : 'stream';
 }
 
 type ForwardResult = { kind: 'response'; status: number } | { kind: 'error'; err: unknown; timedOut: boolean; responded: boolean };
 
 /**
- * One attempt: streams the request to the host and the answer back into `res`, through undici's
- * dispatch API (no intermediate streams, no AbortSignal). Only the wait for the answer's head is
- * bounded by timeoutMs; a body may take as long as it needs.
+ * One attempt in flight: the request goes to the host and the answer straight into `res`, through
+ * undici's raw dispatch callbacks (the form its HTTP/1.1 client speaks natively: the response's
+ * raw header list is filtered and handed to writeHead as it is, never parsed into an object). Only
+ * the wait for the answer's head is bounded by timeoutMs; a body may take as long as it needs.
+ * When the client goes away, the upstream request is aborted.
  */
-function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, headers: Record<string, string>, withBody: boolean, timeoutMs: number): Promise<ForwardResult> {
+class ProxyAttempt implements Dispatcher.DispatchHandler {
+  private abort?: (err?: Error) => void;
+  private resume?: () => void;
+  private readonly timer: NodeJS.Timeout;
+  private timedOut = false;
+  private responded = false;
+  private done = false;
+  private status = 0;
+  private readonly onClientGone = () => {
+    if (!this.res.writableFinished) this.abort?.(new Error('client went away'));
+  };
+  private readonly onDrain = () => this.resume?.();
+
+  constructor(
+    private readonly res: ServerResponse,
+    timeoutMs: number,
+    private readonly settle: (result: ForwardResult) => void,
+  ) {
+    this.timer = setTimeout(() => this.onTimeout(), timeoutMs);
+    res.on('close', this.onClientGone);
+  }
+
+  private onTimeout(): void {
+    if (this.responded) return;
+    this.timedOut = true;
+    this.abort?.(new Error('timeout waiting for the upstream answer'));
+  }
+
+  private finish(result: ForwardResult): void {
+    if (this.done) return;
+    this.done = true;
+    clearTimeout(this.timer);
+    this.res.off('close', this.onClientGone);
+    this.settle(result);
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abort = abort;
+    if (this.timedOut) abort(new Error('timeout waiting for the upstream answer'));
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true; // an interim answer (100 Continue): the final one follows
+    this.responded = true;
+    this.status = statusCode;
+    this.resume = resume;
+    clearTimeout(this.timer);
+    const out: string[] = [];
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      const name = rawHeaders[i]!.toString('latin1');
+      const lower = name.toLowerCase();
+      if (lower !== 'content-length' && isHopByHop(lower)) continue;
+      out.push(name, rawHeaders[i + 1]!.toString('latin1'));
+    }
+    this.res.writeHead(statusCode, out);
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.res.write(chunk)) return true;
+    this.res.once('drain', this.onDrain);
+    return false;
+  }
+
+  onComplete(): void {
+    this.res.end();
+    this.finish({ kind: 'response', status: this.status });
+  }
+
+  onError(err: Error): void {
+    this.finish({ kind: 'error', err, timedOut: this.timedOut, responded: this.responded });
+  }
+}
+
+function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, headers: string[], body: RequestBody, timeoutMs: number): Promise<ForwardResult> {
   return new Promise<ForwardResult>((resolve) => {
-    let controller: Dispatcher.DispatchController | undefined;
-    let timedOut = false;
-    let responded = false;
-    let done = false;
-    let status = 0;
-    const finish = (result: ForwardResult) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      res.off('close', onClientGone);
-      resolve(result);
-    };
-    const timer = setTimeout(() => {
-      if (responded) return;
-      timedOut = true;
-      controller?.abort(new Error('timeout waiting for the upstream answer'));
-    }, timeoutMs);
-    const onClientGone = () => {
-      if (!res.writableFinished) controller?.abort(new Error('client went away'));
-    };
-    res.once('close', onClientGone);
+    const attempt = new ProxyAttempt(res, timeoutMs, resolve);
     try {
       dispatcher.dispatch(
-        { path: req.url ?? '/', method: (req.method ?? 'GET') as Dispatcher.HttpMethod, headers, body: withBody ? req : undefined },
         {
-          onRequestStart(c) {
-            controller = c;
-            if (timedOut) c.abort(new Error('timeout waiting for the upstream answer'));
-          },
-          onResponseStart(_c, statusCode, upstreamHeaders) {
-            responded = true;
-            status = statusCode;
-            clearTimeout(timer);
-            const out: Record<string, string | string[]> = {};
-            for (const name in upstreamHeaders) {
-              const value = upstreamHeaders[name];
-              if (value === undefined || isHopByHop(name)) continue;
-              out[name] = value;
-            }
-            const length = upstreamHeaders['content-length'];
-            if (length !== undefined) out['content-length'] = length;
-            res.writeHead(statusCode, out);
-          },
-          onResponseData(c, chunk) {
-            if (!res.write(chunk)) {
-              c.pause();
-              res.once('drain', () => c.resume());
-            }
-          },
-          onResponseEnd() {
-            res.end();
-            finish({ kind: 'response', status });
-          },
-          onResponseError(_c, err) {
-            finish({ kind: 'error', err, timedOut, responded });
-          },
+          path: req.url ?? '/',
+          method: (req.method ?? 'GET') as Dispatcher.HttpMethod,
+          headers,
+          body: body.kind === 'buffered' ? body.bytes : body.kind === 'stream' ? req : undefined,
         },
+        attempt,
       );
     } catch (err) {
-      finish({ kind: 'error', err, timedOut, responded });
+      attempt.onError(err as Error);
     }
   });
 }
 
 export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const headers = forwardedHeaders(req, secure);
-  const withBody = hasBody(req);
-  // A body can be sent once only; without one, a refused connection is retried on another host.
-  const retries = withBody ? 0 : fe.runtime.config.client_retries;
+  const kind = bodyKind(req);
+  let body: RequestBody;
+  if (kind === 'small') body = { kind: 'buffered', bytes: await readBody(req, BUFFERED_BODY_MAX, fe.errorId) };
+  else body = { kind } as RequestBody;
+  const headers = forwardedHeaders(req, secure, body.kind !== 'buffered');
+  // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
+  const retries = body.kind === 'stream' ? 0 : fe.runtime.config.client_retries;
   let tried: Set<string> | undefined;
   const timeoutMs = fe.runtime.config.client_request_timeout;
   let lastError: MeshError | undefined;
   for (let attempt = 0; attempt <= retries; attempt++) {
     let lease: UpstreamLease;
     try {
-      lease = await fe.runtime.clusters.acquire(service, { exclude: tried, retry: attempt > 0 });
+      const clusters = fe.runtime.clusters;
+      const options = { exclude: tried, retry: attempt > 0 };
+      lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
     } catch (err) {
       req.resume();
       sendError(res, asFrontEndError(err, fe.errorId));
@@ -130,7 +180,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
     }
     if (retries > 0) (tried ??= new Set()).add(lease.target.key);
     const started = Date.now();
-    const result = await forward(lease.target.dispatcher, req, res, headers, withBody, timeoutMs);
+    const result = await forward(lease.target.dispatcher, req, res, headers, body, timeoutMs);
     if (result.kind === 'response') {
       lease.release(result, Date.now() - started);
       return;
@@ -144,12 +194,12 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
     const failure = classifyError(result.err, result.timedOut);
     lease.release(failure.outcome, Date.now() - started);
     if (res.destroyed || res.writableEnded) return; // the client went away
-    const kind = failure.outcome.kind;
+    const outcome = failure.outcome.kind;
     lastError =
-      kind === 'timeout'
+      outcome === 'timeout'
         ? new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`)
         : new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`);
-    if (kind !== 'connect_failure') break;
+    if (outcome !== 'connect_failure') break;
   }
   sendError(res, lastError ?? new MeshError(fe.errorId, 502, `proxy to ${service} failed`));
 }
@@ -163,9 +213,8 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
   fe.runtime.clusters.acquire(service).then(
     (lease) => {
       const started = Date.now();
-      const headers = forwardedHeaders(req, secure);
-      headers['connection'] = 'Upgrade';
-      headers['upgrade'] = req.headers.upgrade ?? 'websocket';
+      const headers = forwardedHeaders(req, secure, true);
+      headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
       let upstream: Socket | undefined;
       let released = false;
       const release = (outcome: Parameters<UpstreamLease['release']>[0]) => {
@@ -175,7 +224,7 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
       };
       upstream = connect({ host: lease.target.address, port: lease.target.port }, () => {
         let head1 = `${req.method} ${req.url} HTTP/1.1\r\n`;
-        for (const [k, v] of Object.entries(headers)) head1 += `${k}: ${v}\r\n`;
+        for (let i = 0; i < headers.length; i += 2) head1 += `${headers[i]}: ${headers[i + 1]}\r\n`;
         upstream!.write(head1 + '\r\n');
         if (head.length) upstream!.write(head);
         upstream!.pipe(socket);

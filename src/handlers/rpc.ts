@@ -32,7 +32,7 @@ export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     if (body.byteLength === 0 && contentType === 'application/json') body = Buffer.from('{}');
   }
   try {
-    const answer = await fe.runtime.client.call(route.service, route.method, body, { ...callOptionsFrom(req), contentType });
+    const answer = await fe.runtime.client.call(route.service, route.method, body, callOptionsFrom(req, contentType));
     sendBytes(res, 200, contentType, answer.body);
   } catch (err) {
     sendError(res, asFrontEndError(err, fe.errorId));

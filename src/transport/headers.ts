@@ -25,19 +25,29 @@ export function isHopByHop(name: string): boolean {
   return HOP_BY_HOP.has(name);
 }
 
+/** Header names a `Connection` header lists beyond the usual keep-alive/close; undefined when none. */
+export function connectionNamed(connection: string | string[] | undefined): Set<string> | undefined {
+  if (typeof connection !== 'string') return undefined;
+  const lower = connection.toLowerCase();
+  if (lower === 'keep-alive' || lower === 'close') return undefined;
+  const named = new Set<string>();
+  for (const n of lower.split(',')) named.add(n.trim());
+  return named;
+}
+
 /**
  * The end-to-end headers of an inbound request, as RPC metadata: hop-by-hop ones, those named by
- * `Connection`, and the wire protocol's own are left out.
+ * `Connection`, and the wire protocol's own are left out. Runs on every request: no per-header
+ * allocation beyond the result.
  */
 export function endToEndHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string> {
   const out: Record<string, string> = {};
-  const named = new Set<string>();
-  const connection = headers['connection'];
-  if (typeof connection === 'string') for (const n of connection.split(',')) named.add(n.trim().toLowerCase());
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || isHopByHop(name) || named.has(name)) continue;
+  const named = connectionNamed(headers['connection']);
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
     if (name === HEADER_SERVICE || name === HEADER_ENDPOINT || name === HEADER_TIMEOUT || name === 'content-type') continue;
-    out[name] = Array.isArray(value) ? value.join(', ') : value;
+    out[name] = typeof value === 'string' ? value : value.join(', ');
   }
   return out;
 }

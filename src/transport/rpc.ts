@@ -25,6 +25,8 @@ export interface RpcResponse {
   body: Buffer;
 }
 
+const DEFAULT_MAX_RESPONSE = 64 * 1024 * 1024;
+
 export class TransportError extends Error {
   constructor(
     readonly outcome: Exclude<AttemptOutcome, { kind: 'response' }>,
@@ -52,77 +54,117 @@ export function classifyError(err: unknown, timedOut: boolean): TransportError {
 }
 
 /**
- * Sends one call on the host's pool. Uses undici's dispatch API directly (no response stream, no
- * AbortSignal): this is the hot path of every gateway and sidecar request.
+ * Sends one call on the host's pool through undici's dispatch API: no response stream and no
+ * AbortSignal, because this is the hot path of every gateway and sidecar request.
+ *
+ * The handler uses undici's raw callbacks (onConnect/onHeaders/onData/onComplete/onError). undici's
+ * HTTP/1.1 client speaks them natively; the newer onRequestStart/onResponseStart form is adapted
+ * onto them and parses every response header into an object first, while only Content-Type is
+ * needed here.
  */
 export function sendRpc(dispatcher: Dispatcher, request: RpcRequest): Promise<RpcResponse> {
-  const headers: Record<string, string> = {
-    ...request.metadata,
-    'content-type': request.contentType,
-    [HEADER_SERVICE]: request.service,
-    [HEADER_ENDPOINT]: request.endpoint,
-    [HEADER_ID]: request.id,
-    [HEADER_TIMEOUT]: String(Math.max(1, Math.floor(request.timeoutMs))),
-  };
-  const limit = request.maxResponseBytes ?? 64 * 1024 * 1024;
-  const body = request.body;
   return new Promise<RpcResponse>((resolve, reject) => {
-    let controller: Dispatcher.DispatchController | undefined;
-    let timedOut = false;
-    let settled = false;
-    let status = 0;
-    let contentType = '';
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      controller?.abort(new TransportError({ kind: 'timeout' }, 'request timed out'));
-    }, request.timeoutMs);
-    const fail = (err: unknown) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      reject(classifyError(err, timedOut));
-    };
+    const call = new RpcCall(request, resolve, reject);
     try {
-      dispatcher.dispatch(
-        {
-          path: '/',
-          method: 'POST',
-          headers,
-          body: body.byteLength ? Buffer.from(body.buffer, body.byteOffset, body.byteLength) : '',
-        },
-        {
-          onRequestStart(c) {
-            controller = c;
-            if (timedOut) c.abort(new TransportError({ kind: 'timeout' }, 'request timed out'));
-          },
-          onResponseStart(_c, statusCode, responseHeaders) {
-            status = statusCode;
-            const ct = responseHeaders['content-type'];
-            contentType = (Array.isArray(ct) ? ct[0] : ct) ?? '';
-          },
-          onResponseData(c, chunk) {
-            size += chunk.length;
-            if (size > limit) {
-              c.abort(new TransportError({ kind: 'reset' }, `response larger than ${limit} bytes`));
-              return;
-            }
-            chunks.push(chunk);
-          },
-          onResponseEnd() {
-            if (settled) return;
-            settled = true;
-            clearTimeout(timer);
-            resolve({ status, contentType, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) });
-          },
-          onResponseError(_c, err) {
-            fail(err);
-          },
-        },
-      );
+      dispatcher.dispatch({ path: '/', method: 'POST', headers: requestHeaders(request), body: bodyOf(request.body) }, call);
     } catch (err) {
-      fail(err);
+      call.onError(err as Error);
     }
   });
+}
+
+function bodyOf(body: Uint8Array): Buffer | string {
+  if (body.byteLength === 0) return '';
+  return Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+}
+
+/** The request's headers as undici's flat [name, value, ...] list: metadata first, then the protocol's own. */
+function requestHeaders(request: RpcRequest): string[] {
+  const headers: string[] = [];
+  const metadata = request.metadata;
+  if (metadata) for (const name in metadata) headers.push(name, metadata[name]!);
+  headers.push(
+    'content-type',
+    request.contentType,
+    HEADER_SERVICE,
+    request.service,
+    HEADER_ENDPOINT,
+    request.endpoint,
+    HEADER_ID,
+    request.id,
+    HEADER_TIMEOUT,
+    String(Math.max(1, Math.floor(request.timeoutMs))),
+  );
+  return headers;
+}
+
+const CONTENT_TYPE = 'content-type';
+
+/** One call in flight: collects the answer, bounds it in time and size, settles the promise once. */
+class RpcCall implements Dispatcher.DispatchHandler {
+  private abort?: (err?: Error) => void;
+  private readonly timer: NodeJS.Timeout;
+  private timedOut = false;
+  private settled = false;
+  private status = 0;
+  private contentType = '';
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  private readonly limit: number;
+
+  constructor(
+    request: RpcRequest,
+    private readonly resolve: (response: RpcResponse) => void,
+    private readonly reject: (err: TransportError) => void,
+  ) {
+    this.limit = request.maxResponseBytes ?? DEFAULT_MAX_RESPONSE;
+    this.timer = setTimeout(() => this.onTimeout(), request.timeoutMs);
+  }
+
+  private onTimeout(): void {
+    this.timedOut = true;
+    this.abort?.(new TransportError({ kind: 'timeout' }, 'request timed out'));
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abort = abort;
+    if (this.timedOut) abort(new TransportError({ kind: 'timeout' }, 'request timed out'));
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[]): boolean {
+    this.status = statusCode;
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      const name = rawHeaders[i]!;
+      if (name.length === CONTENT_TYPE.length && name.toString('latin1').toLowerCase() === CONTENT_TYPE) {
+        this.contentType = rawHeaders[i + 1]!.toString('latin1');
+        break;
+      }
+    }
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    this.size += chunk.length;
+    if (this.size > this.limit) {
+      this.abort?.(new TransportError({ kind: 'reset' }, `response larger than ${this.limit} bytes`));
+      return false;
+    }
+    this.chunks.push(chunk);
+    return true;
+  }
+
+  onComplete(): void {
+    if (this.settled) return;
+    this.settled = true;
+    clearTimeout(this.timer);
+    const chunks = this.chunks;
+    this.resolve({ status: this.status, contentType: this.contentType, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, this.size) });
+  }
+
+  onError(err: Error): void {
+    if (this.settled) return;
+    this.settled = true;
+    clearTimeout(this.timer);
+    this.reject(classifyError(err, this.timedOut));
+  }
 }

@@ -160,6 +160,16 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     return cluster.acquire(service, options);
   }
 
+  acquireNow(service: string, options: AcquireOptions = {}): UpstreamLease | undefined {
+    if (this.closed) return undefined;
+    const fixed = this.staticClusters.get(service);
+    if (fixed) return this.staticWarming.has(service) ? undefined : fixed.acquire(service, options);
+    if (this.loading.has(service)) return undefined;
+    const cluster = this.dynamic.get(service);
+    if (!cluster || cluster.closed || cluster.hosts().length === 0) return undefined;
+    return cluster.acquire(service, options);
+  }
+
   // ---- lifecycle ----------------------------------------------------------------------------
 
   /** Stops the watch, every timer and health check, and closes every pool. */

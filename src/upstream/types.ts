@@ -53,6 +53,11 @@ export interface UpstreamSelector {
    * 404 when the service is unknown, 503 when no healthy host or a circuit breaker is open.
    */
   acquire(service: string, options?: AcquireOptions): Promise<UpstreamLease>;
+  /**
+   * The same without a promise when the service's hosts are already known (the common case on a
+   * hot path); undefined when acquire() has work to wait for. Throws what acquire() rejects with.
+   */
+  acquireNow?(service: string, options?: AcquireOptions): UpstreamLease | undefined;
 }
 
 // ---- Read-only view for admin /clusters (rendered by src/admin, produced by src/upstream) ----
