@@ -2,13 +2,14 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Socket } from 'node:net';
+import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { once } from 'node:events';
 import { Readable } from 'node:stream';
 import { join } from 'node:path';
 import { request } from 'undici';
 import pino from 'pino';
 import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
-import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, encodeHeader, decodeHeader, splitHostPort } from '../src/broker/http.js';
+import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, MISSING_FIELD, encodeHeader, decodeHeader, splitHostPort } from '../src/broker/http.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local.js';
 import type { Registry, Service } from '../src/registry/registry.js';
@@ -62,6 +63,7 @@ describe('http broker: registration', () => {
       assert.equal(b[0]!.address, ep.address);
       assert.equal(b[0]!.port, ep.port);
       assert.equal(b[0]!.metadata.broker, 'http');
+      assert.equal(b[0]!.metadata.batch, '1', 'its endpoint takes several ids per delivery');
       assert.equal(b[0]!.metadata.queue, undefined);
       assert.equal(q[0]!.metadata.queue, 'billing');
       await queued.unsubscribe();
@@ -299,6 +301,304 @@ describe('http broker: publishing when things fail', () => {
       await pub.close();
       await sub.close();
       await registry.close();
+    }
+  });
+});
+
+/** A plain HTTP server standing in for subscriber endpoints: records each delivery, answers 202. */
+async function recordingEndpoint(): Promise<{ port: number; got: Array<{ ids: string[]; topic: string; header: string; body: string }>; close(): Promise<void> }> {
+  const got: Array<{ ids: string[]; topic: string; header: string; body: string }> = [];
+  const server = createHttpServer({ maxHeaderSize: 64 * 1024 }, (req: IncomingMessage, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const url = new URL(req.url ?? '/', 'http://x');
+      got.push({
+        ids: url.searchParams.getAll('id'),
+        topic: url.searchParams.get('topic') ?? '',
+        header: String(req.headers[HEADER_FIELD]),
+        body: Buffer.concat(chunks).toString(),
+      });
+      res.statusCode = 202;
+      res.setHeader('content-length', 0);
+      res.end();
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return {
+    port: (server.address() as { port: number }).port,
+    got,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+function broadcastNodes(port: number, ids: string[], batch: boolean): Service {
+  return {
+    name: 'topic:t',
+    version: 'broadcast',
+    metadata: {},
+    endpoints: [],
+    nodes: ids.map((id) => ({ id, address: '127.0.0.1', port, metadata: batch ? { broker: 'http', batch: '1' } : { broker: 'http' } })),
+  };
+}
+
+/** A registry that counts getService calls (everything else is the wrapped one's). */
+function counting(registry: Registry): { registry: Registry; lookups: () => number } {
+  let n = 0;
+  const wrapped: Registry = Object.assign(Object.create(registry) as Registry, {
+    getService: (name: string) => {
+      n++;
+      return registry.getService(name);
+    },
+  });
+  return { registry: wrapped, lookups: () => n };
+}
+
+describe('http broker: batched deliveries', () => {
+  it('sends one request per endpoint for its broadcast subscriptions, one per node to endpoints without batches', async () => {
+    const ep = await recordingEndpoint();
+    const registry = new MemoryRegistry();
+    const pub = new HttpBroker({ registry, logger: silent });
+    try {
+      await registry.register(broadcastNodes(ep.port, ['broker-b1', 'broker-b2', 'broker-b3'], true));
+      await registry.register(broadcastNodes(ep.port, ['broker-old1', 'broker-old2'], false));
+      await pub.publish('t', msg('hello', { k: 'v' }));
+      assert.equal(ep.got.length, 3, 'one batch and two single deliveries');
+      const batches = ep.got.map((g) => g.ids.slice().sort().join(',')).sort();
+      assert.deepEqual(batches, ['broker-b1,broker-b2,broker-b3', 'broker-old1', 'broker-old2']);
+      for (const g of ep.got) {
+        assert.equal(g.topic, 't');
+        assert.equal(g.body, 'hello');
+        assert.deepEqual(decodeHeader(g.header), { k: 'v' });
+      }
+    } finally {
+      await pub.close();
+      await registry.close();
+      await ep.close();
+    }
+  });
+
+  it('splits a batch whose ids would make the request head too long', async () => {
+    const ep = await recordingEndpoint();
+    const registry = new MemoryRegistry();
+    const pub = new HttpBroker({ registry, logger: silent });
+    try {
+      const ids = Array.from({ length: 600 }, (_, i) => `broker-${String(i).padStart(4, '0')}-${'x'.repeat(40)}`);
+      await registry.register(broadcastNodes(ep.port, ids, true));
+      await pub.publish('t', msg('many'));
+      assert.ok(ep.got.length >= 2, `${ep.got.length} requests`);
+      assert.deepEqual(ep.got.flatMap((g) => g.ids).sort(), ids.slice().sort(), 'every id exactly once');
+    } finally {
+      await pub.close();
+      await registry.close();
+      await ep.close();
+    }
+  });
+
+  it('the endpoint hands a batch to every subscription named, each its own copy', async () => {
+    const registry = new MemoryRegistry();
+    const broker = new HttpBroker({ registry, logger: silent });
+    try {
+      const a = collector();
+      const b = collector();
+      await broker.subscribe('batch', a.handler);
+      await broker.subscribe('batch', b.handler);
+      const ids = (await registry.getService('topic:batch'))[0]!.nodes.map((n) => n.id);
+      const { address, port } = broker.endpoint!;
+      const post = async (query: string) => {
+        const res = await request(`http://${address}:${port}${DELIVERY_PATH}${query}`, {
+          method: 'POST',
+          headers: { [HEADER_FIELD]: encodeHeader({ h: '1' }) },
+          body: 'both',
+        });
+        return { status: res.statusCode, missing: res.headers[MISSING_FIELD], text: await res.body.text() };
+      };
+      const ok = await post(`?topic=batch&id=${ids[0]}&id=${ids[1]}`);
+      assert.equal(ok.status, 202);
+      assert.equal(ok.missing, undefined);
+      await waitFor(() => a.got.length === 1 && b.got.length === 1);
+      assert.deepEqual(a.texts(), ['both']);
+      assert.deepEqual(b.texts(), ['both']);
+      assert.deepEqual(a.got[0]!.header, { h: '1' });
+      assert.notEqual(a.got[0]!.body.buffer, b.got[0]!.body.buffer, 'separate bodies');
+      assert.notEqual(a.got[0]!.header, b.got[0]!.header, 'separate headers');
+
+      // one unknown id: the known one still gets it; 404 names the unknown one
+      const partly = await post(`?topic=batch&id=${ids[0]}&id=broker-nope`);
+      assert.equal(partly.status, 404);
+      assert.equal(partly.missing, 'broker-nope');
+      assert.match(JSON.parse(partly.text).detail, /broker-nope/);
+      await waitFor(() => a.got.length + b.got.length === 3);
+      assert.deepEqual([a.got.length, b.got.length].sort(), [1, 2]);
+
+      const none = await post(`?topic=batch&id=broker-x&id=broker-y`);
+      assert.equal(none.status, 404);
+      assert.equal(none.missing, 'broker-x,broker-y');
+      assert.equal((await post(`?topic=batch&id=${ids[0]}&id=`)).status, 400, 'an empty id');
+      await sleep(50);
+      assert.equal(a.got.length + b.got.length, 3);
+    } finally {
+      await broker.close();
+      await registry.close();
+    }
+  });
+
+  it('logs a failed delivery only for the subscriptions of a batch the endpoint did not know', async () => {
+    const registry = new MemoryRegistry();
+    const log = capture();
+    const pub = new HttpBroker({ registry, logger: log.logger });
+    const sub = new HttpBroker({ registry, logger: silent });
+    try {
+      const c1 = collector();
+      const c2 = collector();
+      await sub.subscribe('t', c1.handler);
+      await sub.subscribe('t', c2.handler);
+      const { address, port } = sub.endpoint!;
+      await registry.register({
+        name: 'topic:t',
+        version: 'broadcast',
+        metadata: {},
+        endpoints: [],
+        nodes: [{ id: 'broker-ghost', address, port, metadata: { broker: 'http', batch: '1' } }],
+      });
+      await pub.publish('t', msg('one'));
+      await waitFor(() => c1.got.length === 1 && c2.got.length === 1);
+      const warnings = log.lines().filter((l) => l.level === 40);
+      assert.deepEqual(warnings.map((l) => l.node), ['broker-ghost']);
+    } finally {
+      await pub.close();
+      await sub.close();
+      await registry.close();
+    }
+  });
+});
+
+describe('http broker: the subscriber list a publisher keeps', () => {
+  it('reads the registry once per topic while nothing changes; lookupCacheMs 0 reads it per message', async () => {
+    const memory = new MemoryRegistry();
+    const { registry, lookups } = counting(memory);
+    const sub = new HttpBroker({ registry: memory, logger: silent });
+    const pub = new HttpBroker({ registry, logger: silent });
+    const uncached = counting(memory);
+    const pub0 = new HttpBroker({ registry: uncached.registry, lookupCacheMs: 0, logger: silent });
+    try {
+      const c = collector();
+      await sub.subscribe('t', c.handler);
+      for (let i = 0; i < 20; i++) await pub.publish('t', msg(`m${i}`));
+      assert.equal(lookups(), 1);
+      for (let i = 0; i < 5; i++) await pub0.publish('t', msg(`u${i}`));
+      assert.equal(uncached.lookups(), 5);
+      await waitFor(() => c.got.length === 25);
+      // a change to the topic drops the list: the next message reads the registry again
+      const d = collector();
+      await sub.subscribe('t', d.handler);
+      await pub.publish('t', msg('after'));
+      assert.equal(lookups(), 2);
+      await waitFor(() => d.got.length === 1);
+      // publishing to nobody is not kept: a subscriber that comes later is found at once
+      await pub.publish('empty', msg('void'));
+      await pub.publish('empty', msg('void'));
+      assert.equal(lookups(), 4);
+    } finally {
+      await pub.close();
+      await pub0.close();
+      await sub.close();
+      await memory.close();
+    }
+  });
+
+  it('sees a subscriber another process adds within the watch latency, and stops sending to one it removes', async () => {
+    const dir = tempDir('mesh-broker-cache-');
+    // Two registry handles on one directory, as two processes would have (watch: 50 ms polls).
+    const r1 = new LocalRegistry(dir.path);
+    const r2 = new LocalRegistry(dir.path);
+    const log = capture();
+    const pub = new HttpBroker({ registry: r1, logger: log.logger });
+    const sub = new HttpBroker({ registry: r2, logger: silent });
+    try {
+      const first = collector();
+      await sub.subscribe('t', first.handler);
+      await pub.publish('t', msg('m0'));
+      await waitFor(() => first.got.length === 1);
+
+      const later = collector();
+      const s = await sub.subscribe('t', later.handler);
+      const t0 = Date.now();
+      let n = 0;
+      while (later.got.length === 0) {
+        assert.ok(Date.now() - t0 < 2000, 'the new subscriber was not seen within 2 s');
+        await pub.publish('t', msg(`probe-${n++}`));
+        await sleep(10);
+      }
+      const seenAfter = Date.now() - t0;
+      assert.ok(seenAfter < 1000, `seen after ${seenAfter} ms`);
+
+      await s.unsubscribe();
+      const gotBefore = later.got.length;
+      await sleep(300); // several watch polls
+      const linesBefore = log.lines().length;
+      for (let i = 0; i < 5; i++) await pub.publish('t', msg(`after-${i}`));
+      await waitFor(() => first.got.filter((m) => Buffer.from(m.body).toString().startsWith('after-')).length === 5);
+      assert.equal(later.got.length, gotBefore, 'the removed subscriber gets nothing');
+      assert.deepEqual(log.lines().slice(linesBefore).filter((l) => l.level >= 40), [], 'no delivery to the removed subscription is even tried');
+    } finally {
+      await pub.close();
+      await sub.close();
+      await r1.close();
+      await r2.close();
+      dir.cleanup();
+    }
+  });
+
+  it('drops a subscriber whose registration expires (a crashed process)', async () => {
+    const registry = new MemoryRegistry();
+    const log = capture();
+    const pub = new HttpBroker({ registry, logger: log.logger });
+    const sub = new HttpBroker({ registry, logger: silent });
+    try {
+      const c = collector();
+      await sub.subscribe('t', c.handler);
+      await registry.register(deadNode('broker-crashed', await freePort()), { ttlMs: 150 });
+      await pub.publish('t', msg('one'));
+      assert.ok(log.lines().some((l) => l.node === 'broker-crashed'));
+      await waitFor(async () => (await registry.getService('topic:t'))[0]!.nodes.length === 1, 2000);
+      const linesBefore = log.lines().length;
+      await pub.publish('t', msg('two'));
+      await waitFor(() => c.got.length === 2);
+      assert.equal(log.lines().slice(linesBefore).filter((l) => l.node === 'broker-crashed').length, 0);
+    } finally {
+      await pub.close();
+      await sub.close();
+      await registry.close();
+    }
+  });
+
+  it('sees its own new subscription at once', async () => {
+    const dir = tempDir('mesh-broker-own-');
+    const r1 = new LocalRegistry(dir.path);
+    const r2 = new LocalRegistry(dir.path);
+    const pub = new HttpBroker({ registry: r1, logger: silent });
+    const other = new HttpBroker({ registry: r2, logger: silent });
+    try {
+      const remote = collector();
+      await other.subscribe('t', remote.handler);
+      await pub.publish('t', msg('cached'));
+      const own = collector();
+      await pub.subscribe('t', own.handler);
+      await pub.publish('t', msg('right away'));
+      await waitFor(() => own.got.length === 1 && remote.got.length === 2);
+      assert.deepEqual(own.texts(), ['right away']);
+    } finally {
+      await pub.close();
+      await other.close();
+      await r1.close();
+      await r2.close();
+      dir.cleanup();
     }
   });
 });

@@ -134,6 +134,29 @@ describe('memory broker', () => {
     await broker.close();
   });
 
+  it('copies a Buffer body too (memory, and the http broker handing over to its own subscriptions)', async () => {
+    const registry = new MemoryRegistry();
+    for (const broker of [new MemoryBroker({ logger: silent }), new HttpBroker({ registry, logger: silent })] as Broker[]) {
+      const seen: string[] = [];
+      const mutate = (m: { header: Record<string, string>; body: Uint8Array }) => {
+        m.body[0] = 0x21;
+        m.header.x = 'changed';
+      };
+      const record = (m: { header: Record<string, string>; body: Uint8Array }) => void seen.push(`${m.header.x}:${Buffer.from(m.body).toString()}`);
+      await broker.subscribe('copy', mutate);
+      await broker.subscribe('copy', record);
+      await broker.subscribe('copy', mutate);
+      await broker.subscribe('copy', record);
+      const body = Buffer.from('abc');
+      await broker.publish('copy', { header: { x: 'orig' }, body });
+      await waitFor(() => seen.length === 2);
+      assert.deepEqual(seen, ['orig:abc', 'orig:abc'], broker.name);
+      assert.equal(body.toString(), 'abc', broker.name);
+      await broker.close();
+    }
+    await registry.close();
+  });
+
   it('rejects publish and subscribe after close with BrokerUnavailableError', async () => {
     const broker = new MemoryBroker({ logger: silent });
     await broker.close();

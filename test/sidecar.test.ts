@@ -6,6 +6,8 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Socket } from 'node:net';
+import { once } from 'node:events';
+import { WebSocket } from 'ws';
 import { runCli, startProcess, tempDir, waitFor, sleep } from './helpers.js';
 import {
   http,
@@ -199,6 +201,47 @@ describe('sidecar', () => {
     assert.deepEqual([...Buffer.from(second!.Body, 'base64')], [0, 1, 2, 255]);
     assert.ok(Math.abs(Number(second!.Header['Timestamp']) - before1) <= 2);
     sub.ws.close();
+  });
+
+  it('broker: every subscriber gets the same bytes, in the same order; equal bodies under other headers get their own frame', async () => {
+    const url = `${sc.base.replace(/^http/, 'ws')}/broker?topic=bytes`;
+    const subs = await Promise.all(
+      [0, 1, 2].map(async () => {
+        const ws = new WebSocket(url);
+        const raw: Array<{ text: string; binary: boolean }> = [];
+        ws.on('message', (data: Buffer, binary: boolean) => raw.push({ text: data.toString('utf8'), binary }));
+        await once(ws, 'open');
+        return { ws, raw };
+      }),
+    );
+    const send = (body: string, n: string) =>
+      http('POST', `${sc.base}/broker?topic=bytes`, { headers: { 'content-type': 'text/plain', timestamp: '1000', 'x-n': n }, body });
+    for (const [body, n] of [['x', '1'], ['x', '2'], ['x', '2'], ['y', '2'], ['ü✓', '2']] as const) assert.equal((await send(body, n)).status, 200);
+    // a burst: frames written in one turn leave together; each is still one WebSocket message
+    const burst = await Promise.all(Array.from({ length: 50 }, (_, i) => send(`b-${i}`, '3')));
+    assert.ok(burst.every((r) => r.status === 200));
+    await waitFor(() => subs.every((s) => s.raw.length >= 55), 5000, 20);
+    await sleep(100);
+    const [first, ...others] = subs.map((s) => s.raw);
+    for (const o of others) assert.deepEqual(o, first, 'byte for byte, same order');
+    assert.equal(first!.length, 55);
+    assert.ok(first!.every((f) => !f.binary), 'text frames');
+    const frames = first!.map((f) => JSON.parse(f.text) as { Header: Record<string, string>; Body: string });
+    first!.forEach((f, i) => assert.equal(f.text, JSON.stringify(frames[i]), 'compact JSON, Header then Body'));
+    assert.deepEqual(frames.slice(0, 5).map((f) => [Buffer.from(f.Body, 'base64').toString('utf8'), f.Header['X-N'], f.Header['Timestamp']]), [
+      ['x', '1', '1000'],
+      ['x', '2', '1000'],
+      ['x', '2', '1000'],
+      ['y', '2', '1000'],
+      ['ü✓', '2', '1000'],
+    ]);
+    assert.notEqual(first![0]!.text, first![1]!.text);
+    assert.equal(first![1]!.text, first![2]!.text);
+    assert.deepEqual(
+      frames.slice(5).map((f) => Buffer.from(f.Body, 'base64').toString('utf8')).sort(),
+      Array.from({ length: 50 }, (_, i) => `b-${i}`).sort(),
+    );
+    for (const s of subs) s.ws.close();
   });
 
   it('broker: frames a subscriber sends are published to the topic, not echoed to it', async () => {

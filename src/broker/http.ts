@@ -4,27 +4,40 @@
  * the queue name (or `broadcast`), one node per subscription, with a TTL it refreshes. A publisher
  * looks the topic up and POSTs the message to every broadcast node and to one node per queue group.
  *
- * Delivery wire (one request per subscriber):
+ * Delivery wire (one request per subscriber, or per subscriber endpoint, see below):
  *
- *   POST /_mesh/broker?topic=<topic>&id=<subscription id>
+ *   POST /_mesh/broker?topic=<topic>&id=<subscription id>[&id=<another subscription id>...]
  *   Content-Type: application/octet-stream
  *   Mesh-Broker-Header: <the message header as a JSON object of strings, non-ASCII \u-escaped>
  *   <body: the message bytes, raw>
  *
- * Answers: 202 accepted (the handler runs after the answer), 400 bad input, 404 unknown path or
+ * Answers: 202 accepted (the handlers run after the answer), 400 bad input, 404 unknown path or
  * subscription, 405 not POST, 413 body or header too large; errors are MeshError JSON bodies.
  * Delivery is at most once: no acknowledgement of the handler, no retry except that a queue group
  * message that could not be delivered to one node is tried on another node of the group.
+ *
+ * Batches: a subscription registered with node metadata `batch: "1"` is served by an endpoint that
+ * takes several `id`s in one request, and the message goes to each of them. A publisher sends one
+ * request per such endpoint for all its broadcast subscriptions to the topic (queue group
+ * deliveries stay one request per node, for the retry). When some of the ids are unknown, the
+ * others still get the message and the answer is 404 with `Mesh-Broker-Missing: <id>,<id>...`.
+ * Nodes without the metadata (older subscribers) get one request each, with one `id`.
+ *
+ * Publishers keep each topic's subscriber list (and the delivery URLs built from it) instead of
+ * reading the registry per message: a registry watch drops a topic's list on any change to
+ * `topic:<topic>`, and a list is read again after lookupCacheMs in any case. A subscriber another
+ * process adds or removes is seen within the registry's watch latency (the local registry polls
+ * every 50 ms); this process's own subscribe and unsubscribe are seen at once.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { networkInterfaces } from 'node:os';
 import type { AddressInfo } from 'node:net';
-import { Agent, request } from 'undici';
+import { Agent, type Dispatcher } from 'undici';
 import type pino from 'pino';
 import { Logging } from '../util/log.js';
 import { badRequest, MeshError, methodNotAllowed, notFound, payloadTooLarge } from '../errors.js';
-import type { Node, Registry, Service } from '../registry/registry.js';
+import type { Node, Registry, Service, WatchEvent, Watcher } from '../registry/registry.js';
 import {
   BrokerUnavailableError,
   type Broker,
@@ -44,6 +57,15 @@ export const MAX_HEADER_BYTES = 32 * 1024;
 const ERROR_ID = 'go.mesh.broker';
 /** Queue group: nodes tried at most, per message. */
 const MAX_QUEUE_ATTEMPTS = 3;
+/** Node metadata: the subscriber's endpoint takes several `id`s in one delivery (value "1"). */
+export const BATCH_METADATA = 'batch';
+/** Answer header of a batched delivery: the ids (comma-separated) it did not know. */
+export const MISSING_FIELD = 'mesh-broker-missing';
+/** A batched delivery's query string stays under this many characters (the endpoint takes 64 KiB of head). */
+const MAX_BATCH_QUERY = 8 * 1024;
+/** Topics whose subscriber lists a publisher keeps; past this the oldest entry goes. */
+const MAX_CACHED_TOPICS = 1024;
+const TOPIC_SERVICE_PREFIX = 'topic:';
 
 export interface HttpBrokerOptions {
   registry: Registry;
@@ -59,6 +81,11 @@ export interface HttpBrokerOptions {
   deliveryTimeoutMs?: number;
   /** Largest body published or accepted; default 16 MiB. */
   maxMessageBytes?: number;
+  /**
+   * How long a publisher uses a topic's subscriber list before reading the registry again; a
+   * registry watch drops it sooner on any change. Default 5 s; 0 reads the registry per message.
+   */
+  lookupCacheMs?: number;
   logger?: pino.Logger;
 }
 
@@ -68,6 +95,35 @@ interface HttpSub {
   queue?: string;
   handler: MessageHandler;
   active: boolean;
+}
+
+/** One delivery request: to one node, or (batch) to several subscriptions behind one endpoint. */
+interface Delivery {
+  nodes: Node[];
+  /** http://host:port */
+  origin: string;
+  /** /_mesh/broker?topic=...&id=... */
+  path: string;
+}
+
+/** Where a message to one topic goes, built from the registry's `topic:<topic>` entries. */
+interface Route {
+  /** Broadcast subscriptions of this process: handed the message directly. */
+  local: Node[];
+  /** Broadcast subscriptions elsewhere: one request each. */
+  remote: Delivery[];
+  /** Queue groups: one node of each gets the message (another on failure). */
+  groups: Array<{ queue: string; targets: Delivery[] }>;
+  size: number;
+}
+
+interface RouteEntry {
+  route?: Route;
+  pending?: Promise<Route>;
+  /** When the registry read started. */
+  at: number;
+  /** False once a registry change (or a subscription here) made the read out of date. */
+  valid: boolean;
 }
 
 
@@ -146,6 +202,16 @@ function shuffle<T>(items: T[]): T[] {
   return a;
 }
 
+/** A delivery the endpoint answered with an error; `missing`: the ids a batch's endpoint did not know. */
+class DeliveryError extends Error {
+  constructor(
+    message: string,
+    readonly missing?: Set<string>,
+  ) {
+    super(message);
+  }
+}
+
 function errorText(err: unknown): string {
   if (err instanceof Error) {
     const cause = (err as { cause?: unknown }).cause;
@@ -173,6 +239,11 @@ export class HttpBroker implements Broker {
   private refreshTimer?: NodeJS.Timeout;
   private refreshing = false;
   private closing?: Promise<void>;
+  private readonly lookupCacheMs: number;
+  /** Publisher side: subscriber lists per topic (insertion order = age). */
+  private readonly routes = new Map<string, RouteEntry>();
+  private watcher?: Watcher;
+  private watchFailed = false;
 
   constructor(options: HttpBrokerOptions) {
     if (!options || !options.registry) throw new Error('http broker: a registry is required');
@@ -185,6 +256,7 @@ export class HttpBroker implements Broker {
     this.refreshMs = options.refreshMs ?? 10_000;
     this.deliveryTimeoutMs = options.deliveryTimeoutMs ?? 5_000;
     this.maxMessageBytes = options.maxMessageBytes ?? 16 * 1024 * 1024;
+    this.lookupCacheMs = options.lookupCacheMs ?? 5_000;
     if (!(this.ttlMs > 0)) throw new Error('http broker: ttlMs must be positive');
     if (!(this.refreshMs > 0)) throw new Error('http broker: refreshMs must be positive');
     if (this.refreshMs >= this.ttlMs) throw new Error('http broker: refreshMs must be shorter than ttlMs');
@@ -262,6 +334,7 @@ export class HttpBroker implements Broker {
       this.subs.delete(sub.id);
       throw new BrokerUnavailableError(`http broker: cannot register subscription to "${topic}": ${errorText(err)}`);
     }
+    this.invalidate(topic);
     if (!sub.active) {
       // unsubscribed or closed while registering
       await this.registry.deregister(this.serviceOf(sub)).catch(() => undefined);
@@ -277,7 +350,7 @@ export class HttpBroker implements Broker {
 
   private serviceOf(sub: HttpSub): Service {
     const node = this.node!;
-    const metadata: Record<string, string> = { broker: 'http', topic: sub.topic };
+    const metadata: Record<string, string> = { broker: 'http', topic: sub.topic, [BATCH_METADATA]: '1' };
     if (sub.queue !== undefined) metadata.queue = sub.queue;
     return {
       name: `topic:${sub.topic}`,
@@ -293,8 +366,10 @@ export class HttpBroker implements Broker {
     sub.active = false;
     this.subs.delete(sub.id);
     if (this.subs.size === 0) this.stopRefresh();
+    this.invalidate(sub.topic);
     try {
       await this.registry.deregister(this.serviceOf(sub));
+      this.invalidate(sub.topic);
     } catch (err) {
       // The TTL removes it in the end; deliveries meanwhile get 404 and queue groups try another node.
       this.logger.warn({ err, topic: sub.topic }, 'http broker: deregistering a subscription failed');
@@ -332,7 +407,7 @@ export class HttpBroker implements Broker {
     }
   }
 
-  private fail(res: ServerResponse, err: MeshError, close = false): void {
+  private fail(res: ServerResponse, err: MeshError, close = false, missing?: string[]): void {
     if (res.headersSent) {
       res.destroy();
       return;
@@ -342,6 +417,7 @@ export class HttpBroker implements Broker {
     res.setHeader('Content-Type', 'application/json');
     res.setHeader('Content-Length', Buffer.byteLength(body));
     if (close) res.setHeader('Connection', 'close');
+    if (missing) res.setHeader(MISSING_FIELD, missing.join(','));
     res.end(body);
   }
 
@@ -358,9 +434,9 @@ export class HttpBroker implements Broker {
       return this.fail(res, methodNotAllowed(ERROR_ID, `method ${req.method} not allowed: use POST`));
     }
     const topic = url.searchParams.get('topic');
-    const id = url.searchParams.get('id');
+    const ids = url.searchParams.getAll('id');
     if (!topic) return this.fail(res, badRequest(ERROR_ID, 'topic: required'));
-    if (!id) return this.fail(res, badRequest(ERROR_ID, 'id: required'));
+    if (ids.length === 0 || ids.includes('')) return this.fail(res, badRequest(ERROR_ID, 'id: required'));
     let header: Record<string, string> = {};
     const raw = req.headers[HEADER_FIELD];
     if (Array.isArray(raw)) return this.fail(res, badRequest(ERROR_ID, `${HEADER_FIELD}: given more than once`));
@@ -372,9 +448,17 @@ export class HttpBroker implements Broker {
         return this.fail(res, badRequest(ERROR_ID, (err as Error).message));
       }
     }
-    const sub = this.subs.get(id);
-    if (!sub || !sub.active || sub.topic !== topic) {
-      return this.fail(res, notFound(ERROR_ID, `subscription ${id} to topic ${topic}: not found`));
+    // One id (the usual case), or a batch: every subscription named gets the message.
+    const subs: HttpSub[] = [];
+    let missing: string[] | undefined;
+    for (const id of ids.length === 1 ? ids : new Set(ids)) {
+      const sub = this.subs.get(id);
+      if (sub && sub.active && sub.topic === topic) subs.push(sub);
+      else (missing ??= []).push(id);
+    }
+    if (subs.length === 0) {
+      const what = ids.length === 1 ? `subscription ${ids[0]}` : `subscriptions ${missing!.join(', ')}`;
+      return this.fail(res, notFound(ERROR_ID, `${what} to topic ${topic}: not found`), false, ids.length === 1 ? undefined : missing);
     }
     const declared = req.headers['content-length'];
     if (declared !== undefined && Number(declared) > this.maxMessageBytes) {
@@ -401,15 +485,29 @@ export class HttpBroker implements Broker {
     });
     req.on('end', () => {
       if (failed) return;
-      res.statusCode = 202;
-      res.setHeader('Content-Length', 0);
-      res.end();
+      if (missing) {
+        this.fail(res, notFound(ERROR_ID, `subscriptions ${missing.join(', ')} to topic ${topic}: not found`), false, missing);
+      } else {
+        res.statusCode = 202;
+        res.setHeader('Content-Length', 0);
+        res.end();
+      }
       const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
-      const message: Message = {
-        header,
-        body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength),
-      };
-      if (sub.active) void invokeHandler(this.logger, sub.handler, message, topic, sub.queue);
+      const bytes = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+      if (subs.length === 1) {
+        const sub = subs[0]!;
+        if (sub.active) void invokeHandler(this.logger, sub.handler, { header, body: bytes }, topic, sub.queue);
+        return;
+      }
+      // Each subscription gets its own copy (the last one the original: earlier handlers cannot
+      // touch it).
+      const last = subs.length - 1;
+      for (let i = 0; i <= last; i++) {
+        const sub = subs[i]!;
+        if (!sub.active) continue;
+        const message: Message = i === last ? { header, body: bytes } : { header: { ...header }, body: new Uint8Array(bytes) };
+        void invokeHandler(this.logger, sub.handler, message, topic, sub.queue);
+      }
     });
   }
 
@@ -422,17 +520,116 @@ export class HttpBroker implements Broker {
     if (message.body.byteLength > this.maxMessageBytes) {
       throw new Error(`http broker: message body is ${message.body.byteLength} bytes, over the limit of ${this.maxMessageBytes}`);
     }
-    const headerValue = encodeHeader(message.header ?? {});
+    const header = message.header ?? {};
+    const headerValue = encodeHeader(header);
     if (headerValue.length > MAX_HEADER_BYTES) {
       throw new Error(`http broker: message header is ${headerValue.length} bytes as JSON, over the limit of ${MAX_HEADER_BYTES}`);
     }
-    let services: Service[];
+    const route = await this.routeOf(topic);
+    if (route.size === 0) return;
+    const body = Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength);
+    let tasks: Promise<void>[] | undefined;
+    if (route.local.length > 0) {
+      const stale = this.handOver(route.local, topic, header, message.body);
+      // Registered here but no longer subscribed: as for any other node, the endpoint answers 404.
+      for (const node of stale ?? []) (tasks ??= []).push(this.deliverBroadcast(this.deliveryTo([node], topic), topic, headerValue, body));
+    }
+    for (const delivery of route.remote) (tasks ??= []).push(this.deliverBroadcast(delivery, topic, headerValue, body));
+    for (const group of route.groups) (tasks ??= []).push(this.deliverToGroup(group.queue, group.targets, topic, headerValue, body));
+    if (tasks) await Promise.all(tasks);
+  }
+
+  /** Hands a message to this process's broadcast subscriptions, each its own copy; returns the nodes no longer subscribed here. */
+  private handOver(nodes: Node[], topic: string, header: Record<string, string>, body: Uint8Array): Node[] | undefined {
+    let stale: Node[] | undefined;
+    for (const node of nodes) {
+      const sub = this.subs.get(node.id);
+      if (!sub || !sub.active || sub.topic !== topic) {
+        (stale ??= []).push(node);
+        continue;
+      }
+      // new Uint8Array(x) copies (Buffer's slice() would not)
+      const copy: Message = { header: { ...header }, body: new Uint8Array(body) };
+      void invokeHandler(this.logger, sub.handler, copy, topic, sub.queue);
+    }
+    return stale;
+  }
+
+  /** The subscribers of a topic: from the cache while it is fresh, else from the registry. */
+  private routeOf(topic: string): Promise<Route> {
+    if (!this.caching()) return this.lookup(topic).then((services) => this.buildRoute(topic, services));
+    const now = Date.now();
+    const hit = this.routes.get(topic);
+    if (hit) {
+      if (hit.pending) return hit.pending;
+      if (hit.route && now - hit.at < this.lookupCacheMs) return Promise.resolve(hit.route);
+      this.routes.delete(topic);
+    }
+    const entry: RouteEntry = { at: now, valid: true };
+    entry.pending = this.lookup(topic).then(
+      (services) => {
+        entry.pending = undefined;
+        const route = this.buildRoute(topic, services);
+        // A list read while the registry changed is used for this message but not kept; an empty
+        // one is not kept either (publishing to nobody reads the registry each time, as before).
+        if (entry.valid && route.size > 0 && this.routes.get(topic) === entry) entry.route = route;
+        else if (this.routes.get(topic) === entry) this.routes.delete(topic);
+        return route;
+      },
+      (err: unknown) => {
+        if (this.routes.get(topic) === entry) this.routes.delete(topic);
+        throw err;
+      },
+    );
+    this.routes.set(topic, entry);
+    if (this.routes.size > MAX_CACHED_TOPICS) {
+      const oldest = this.routes.keys().next().value as string;
+      this.invalidate(oldest);
+    }
+    return entry.pending;
+  }
+
+  /** Whether subscriber lists may be kept: caching on, and a registry watch to drop them on change. */
+  private caching(): boolean {
+    if (this.lookupCacheMs <= 0 || this.closing || this.watchFailed) return false;
+    if (!this.watcher) {
+      try {
+        this.watcher = this.registry.watch((event) => this.onRegistryEvent(event));
+      } catch (err) {
+        this.watchFailed = true;
+        this.logger.warn({ error: errorText(err) }, 'http broker: cannot watch the registry; looking subscribers up per message');
+        return false;
+      }
+    }
+    return true;
+  }
+
+  private onRegistryEvent(event: WatchEvent): void {
+    const name = event.service?.name;
+    if (typeof name === 'string' && name.startsWith(TOPIC_SERVICE_PREFIX)) this.invalidate(name.slice(TOPIC_SERVICE_PREFIX.length));
+  }
+
+  /** Drops a topic's subscriber list (and marks a read in flight as out of date). */
+  private invalidate(topic: string): void {
+    const entry = this.routes.get(topic);
+    if (!entry) return;
+    entry.valid = false;
+    this.routes.delete(topic);
+  }
+
+  private async lookup(topic: string): Promise<Service[]> {
     try {
-      services = await this.registry.getService(`topic:${topic}`);
+      return await this.registry.getService(`${TOPIC_SERVICE_PREFIX}${topic}`);
     } catch (err) {
       throw new BrokerUnavailableError(`http broker: looking up subscribers of "${topic}" failed: ${errorText(err)}`);
     }
-    const broadcast: Node[] = [];
+  }
+
+  /** Sorts a topic's nodes into this process's, other endpoints' (batched where they can) and queue groups. */
+  private buildRoute(topic: string, services: Service[]): Route {
+    const local: Node[] = [];
+    const single: Node[] = [];
+    const endpoints = new Map<string, Node[]>();
     const groups = new Map<string, Node[]>();
     const seen = new Set<string>();
     for (const service of services) {
@@ -442,33 +639,69 @@ export class HttpBroker implements Broker {
         const meta = node.metadata ?? {};
         if (meta.broker !== undefined && meta.broker !== 'http') continue;
         const queue = meta.queue ?? (service.version === BROADCAST_VERSION ? undefined : service.version);
-        if (queue === undefined) broadcast.push(node);
-        else {
+        if (queue !== undefined) {
           let g = groups.get(queue);
           if (!g) groups.set(queue, (g = []));
           g.push(node);
-        }
+        } else if (this.subs.has(node.id)) local.push(node);
+        else if (meta[BATCH_METADATA] === '1') {
+          const key = `${node.address}\0${node.port}`;
+          let e = endpoints.get(key);
+          if (!e) endpoints.set(key, (e = []));
+          e.push(node);
+        } else single.push(node);
       }
     }
-    if (broadcast.length === 0 && groups.size === 0) return;
-    const body = Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength);
-    const tasks: Promise<void>[] = [];
-    for (const node of broadcast) {
-      tasks.push(
-        this.deliver(node, topic, headerValue, body).catch((err: unknown) => {
-          this.logger.warn({ topic, node: node.id, address: `${node.address}:${node.port}`, error: errorText(err) }, 'http broker: delivery to a subscriber failed');
-        }),
-      );
+    const remote: Delivery[] = single.map((node) => this.deliveryTo([node], topic));
+    for (const nodes of endpoints.values()) {
+      // Several requests when the ids would make one request's head too long.
+      let chunk: Node[] = [];
+      let length = 0;
+      for (const node of nodes) {
+        const add = encodeURIComponent(node.id).length + 4;
+        if (chunk.length > 0 && length + add > MAX_BATCH_QUERY) {
+          remote.push(this.deliveryTo(chunk, topic));
+          chunk = [];
+          length = 0;
+        }
+        chunk.push(node);
+        length += add;
+      }
+      remote.push(this.deliveryTo(chunk, topic));
     }
-    for (const [queue, nodes] of groups) tasks.push(this.deliverToGroup(queue, nodes, topic, headerValue, body));
-    await Promise.all(tasks);
+    const queues: Route['groups'] = [];
+    for (const [queue, nodes] of groups) queues.push({ queue, targets: nodes.map((node) => this.deliveryTo([node], topic)) });
+    return { local, remote, groups: queues, size: local.length + remote.length + queues.length };
   }
 
-  private async deliverToGroup(queue: string, nodes: Node[], topic: string, headerValue: string, body: Buffer): Promise<void> {
+  /** The request to the endpoint of nodes[0] for all the nodes (one endpoint). */
+  private deliveryTo(nodes: Node[], topic: string): Delivery {
+    const node = nodes[0]!;
+    let path = `${DELIVERY_PATH}?topic=${encodeURIComponent(topic)}`;
+    for (const n of nodes) path += `&id=${encodeURIComponent(n.id)}`;
+    return { nodes, origin: `http://${hostForUrl(node.address)}:${node.port}`, path };
+  }
+
+  /** A broadcast delivery: failures are logged per subscriber, never thrown. */
+  private async deliverBroadcast(delivery: Delivery, topic: string, headerValue: string, body: Buffer): Promise<void> {
+    try {
+      await this.post(delivery, headerValue, body);
+    } catch (err) {
+      const error = errorText(err);
+      const missing = delivery.nodes.length > 1 ? (err as DeliveryError).missing : undefined;
+      for (const node of delivery.nodes) {
+        if (missing && !missing.has(node.id)) continue; // the endpoint took it for this one
+        this.logger.warn({ topic, node: node.id, address: `${node.address}:${node.port}`, error }, 'http broker: delivery to a subscriber failed');
+      }
+    }
+  }
+
+  private async deliverToGroup(queue: string, targets: Delivery[], topic: string, headerValue: string, body: Buffer): Promise<void> {
     const errors: string[] = [];
-    for (const node of shuffle(nodes).slice(0, MAX_QUEUE_ATTEMPTS)) {
+    for (const target of shuffle(targets).slice(0, MAX_QUEUE_ATTEMPTS)) {
+      const node = target.nodes[0]!;
       try {
-        await this.deliver(node, topic, headerValue, body);
+        await this.deliver(target, topic, headerValue, body);
         return;
       } catch (err) {
         errors.push(`${node.id} (${node.address}:${node.port}): ${errorText(err)}`);
@@ -478,7 +711,9 @@ export class HttpBroker implements Broker {
     this.logger.warn({ topic, queue, errors }, 'http broker: no subscriber of the queue group took the message');
   }
 
-  private async deliver(node: Node, topic: string, headerValue: string, body: Buffer): Promise<void> {
+  /** Delivers to one node: directly when it is a subscription of this process, else over HTTP. */
+  private async deliver(target: Delivery, topic: string, headerValue: string, body: Buffer): Promise<void> {
+    const node = target.nodes[0]!;
     // A subscription of this very process (a sidecar's WebSocket subscribers, say) is handed the
     // message directly: no HTTP request to ourselves.
     const local = this.subs.get(node.id);
@@ -488,27 +723,78 @@ export class HttpBroker implements Broker {
       void invokeHandler(this.logger, local.handler, message, topic, local.queue);
       return;
     }
-    const url =
-      `http://${hostForUrl(node.address)}:${node.port}${DELIVERY_PATH}` +
-      `?topic=${encodeURIComponent(topic)}&id=${encodeURIComponent(node.id)}`;
-    const res = await request(url, {
-      method: 'POST',
-      dispatcher: this.agent,
-      headers: { 'content-type': 'application/octet-stream', [HEADER_FIELD]: headerValue },
-      body,
-      signal: AbortSignal.timeout(this.deliveryTimeoutMs),
+    await this.post(target, headerValue, body);
+  }
+
+  /**
+   * One delivery request; resolves on 2xx, else rejects (a DeliveryError for an answer). Bounded
+   * by deliveryTimeoutMs from the call, time waiting for a connection included. undici's dispatch
+   * API with a plain handler: no response stream, no AbortSignal per request.
+   */
+  private post(delivery: Delivery, headerValue: string, body: Buffer): Promise<void> {
+    const timeoutMs = this.deliveryTimeoutMs;
+    return new Promise<void>((resolve, reject) => {
+      let controller: Dispatcher.DispatchController | undefined;
+      let settled = false;
+      let timedOut = false;
+      let status = 0;
+      let missing: string | undefined;
+      let errorBody: Buffer[] | undefined;
+      let errorBytes = 0;
+      const finish = (err?: Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (err) reject(err);
+        else resolve();
+      };
+      const timer = setTimeout(() => {
+        timedOut = true;
+        const err = new Error(`no answer within ${timeoutMs} ms`);
+        controller?.abort(err);
+        finish(err);
+      }, timeoutMs);
+      try {
+        this.agent.dispatch(
+          {
+            origin: delivery.origin,
+            path: delivery.path,
+            method: 'POST',
+            headers: { 'content-type': 'application/octet-stream', [HEADER_FIELD]: headerValue },
+            body,
+          },
+          {
+            onRequestStart(c) {
+              controller = c;
+              if (timedOut) c.abort(new Error(`no answer within ${timeoutMs} ms`));
+            },
+            onResponseStart(_c, statusCode, headers) {
+              status = statusCode;
+              const m = headers[MISSING_FIELD];
+              missing = typeof m === 'string' ? m : undefined;
+              if (statusCode < 200 || statusCode >= 300) errorBody = [];
+            },
+            onResponseData(_c, chunk) {
+              // An error's text (the start of it) goes into the log; a 202 has no body.
+              if (errorBody && errorBytes < 300) {
+                errorBody.push(chunk);
+                errorBytes += chunk.length;
+              }
+            },
+            onResponseEnd() {
+              if (!errorBody) return finish();
+              const text = Buffer.concat(errorBody).toString('utf8').slice(0, 300);
+              finish(new DeliveryError(`status ${status}${text ? `: ${text}` : ''}`, missing !== undefined ? new Set(missing.split(',')) : undefined));
+            },
+            onResponseError(_c, err) {
+              finish(err);
+            },
+          },
+        );
+      } catch (err) {
+        finish(err instanceof Error ? err : new Error(String(err)));
+      }
     });
-    if (res.statusCode >= 200 && res.statusCode < 300) {
-      await res.body.dump();
-      return;
-    }
-    let text = '';
-    try {
-      text = (await res.body.text()).slice(0, 300);
-    } catch {
-      // keep the status alone
-    }
-    throw new Error(`status ${res.statusCode}${text ? `: ${text}` : ''}`);
   }
 
   // ---------------------------------------------------------------- shutdown
@@ -520,6 +806,10 @@ export class HttpBroker implements Broker {
 
   private async doClose(): Promise<void> {
     this.stopRefresh();
+    this.watcher?.stop();
+    this.watcher = undefined;
+    for (const entry of this.routes.values()) entry.valid = false;
+    this.routes.clear();
     const subs = [...this.subs.values()];
     for (const sub of subs) sub.active = false;
     this.subs.clear();

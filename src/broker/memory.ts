@@ -107,7 +107,8 @@ export class MemoryBroker implements Broker {
     }
     for (const sub of targets) {
       // Each subscriber gets its own copy, as it would from a real broker.
-      const copy: Message = { header: { ...(message.header ?? {}) }, body: message.body.slice() };
+      // new Uint8Array(x) copies; a Buffer body's slice() would be a view of the same bytes.
+      const copy: Message = { header: { ...(message.header ?? {}) }, body: new Uint8Array(message.body) };
       queueMicrotask(() => {
         if (sub.active) void invokeHandler(this.logger, sub.handler, copy, topic, sub.queue);
       });

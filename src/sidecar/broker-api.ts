@@ -18,6 +18,13 @@
  * released and the connection closed with 1013 ("try again later") after what was queued; if the
  * client does not read even that within CLOSE_GRACE_MS the socket is destroyed.
  *
+ * Sending: a message is encoded into its frame once, whatever the number of subscribers it goes to
+ * here (the broker hands each subscription its own copy, one after the other: the last frame is
+ * kept with the header and body it was made from, and reused for an equal message). Frames for
+ * one connection during one turn of the event loop leave in one write (the socket is corked until
+ * setImmediate, or until 64 KiB wait), so a burst of publishes costs one system call per
+ * subscriber, not one per frame.
+ *
  * Client frames: a text or binary frame from the client is published to the same topic (header
  * `Content-Type: text/plain` or `application/octet-stream`, `Timestamp`, and `Mesh-Publisher`, the
  * connection's id). A subscriber without a queue does not get its own frames back.
@@ -42,6 +49,10 @@ export const MAX_QUEUED_MESSAGES = 10_000;
 export const CLOSE_GRACE_MS = 5_000;
 /** Ping period; a connection that did not answer the previous ping by the next one is dropped. */
 export const PING_INTERVAL_MS = 30_000;
+/** The last frame is kept for reuse when the message body is at most this long. */
+const MAX_KEPT_FRAME_BODY = 1024 * 1024;
+/** A corked connection with this many bytes waiting is flushed at once, not at the end of the turn. */
+const FLUSH_BYTES = 64 * 1024;
 /** Client frames being published at once, per connection, before reading pauses. */
 const MAX_PUBLISHING = 32;
 
@@ -103,14 +114,30 @@ function checkName(errorId: string, what: 'topic' | 'queue', params: URLSearchPa
   return value;
 }
 
+/** Same names, in the same order, with the same values. */
+function sameHeader(a: Record<string, string>, b: Record<string, string>): boolean {
+  if (a === b) return true;
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  if (ka.length !== kb.length) return false;
+  for (let i = 0; i < ka.length; i++) {
+    const k = ka[i]!;
+    if (k !== kb[i] || a[k] !== b[k]) return false;
+  }
+  return true;
+}
+
 interface Connection {
   id: string;
   topic: string;
   queue?: string;
   ws?: WebSocket;
+  /** The upgraded socket (ws writes to it): corked while frames of this turn are collected. */
+  socket?: Duplex;
+  corked: boolean;
   sub?: Subscription;
-  /** Frames produced before the WebSocket was ready, and their size. */
-  early: string[];
+  /** Frames produced before the WebSocket was ready, and their size in bytes. */
+  early: Buffer[];
   earlyBytes: number;
   queued: number;
   closing: boolean;
@@ -137,6 +164,19 @@ export class BrokerApi {
   private readonly maxBuffered: number;
   private pingTimer?: NodeJS.Timeout;
   private closed = false;
+  /** The last frame made, and the message content it was made from (see frameOf). */
+  private lastFrame?: { header: Record<string, string>; body: Buffer; frame: Buffer };
+  /** Connections whose socket is corked until the next flush. */
+  private readonly corked: Connection[] = [];
+  private flushScheduled = false;
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    const list = this.corked.splice(0);
+    for (const conn of list) {
+      conn.corked = false;
+      conn.socket?.uncork();
+    }
+  };
 
   constructor(private readonly fe: FrontEnd) {
     // Frames carry base64 (4/3 of the body) plus headers: keep room for two of the largest.
@@ -222,7 +262,7 @@ export class BrokerApi {
     } catch (err) {
       return refuse(err as MeshError);
     }
-    const conn: Connection = { id: `ws-${randomUUID()}`, topic, queue, early: [], earlyBytes: 0, queued: 0, closing: false, alive: true, publishing: 0 };
+    const conn: Connection = { id: `ws-${randomUUID()}`, topic, queue, corked: false, early: [], earlyBytes: 0, queued: 0, closing: false, alive: true, publishing: 0 };
     let socketGone = false;
     socket.once('close', () => (socketGone = true));
     this.connections.add(conn);
@@ -237,7 +277,10 @@ export class BrokerApi {
             if (!socketGone) refuse(new MeshError(fe.errorId, 503, this.closed ? 'sidecar shutting down' : 'subscription ended before the handshake completed'));
             return;
           }
-          this.wss.handleUpgrade(req, socket, head, (ws) => this.attach(conn, ws));
+          this.wss.handleUpgrade(req, socket, head, (ws) => {
+            conn.socket = socket;
+            this.attach(conn, ws);
+          });
         },
         (err: unknown) => {
           this.connections.delete(conn);
@@ -274,10 +317,7 @@ export class BrokerApi {
   private deliver(conn: Connection, message: Message): void {
     if (conn.closing) return;
     if (!conn.queue && message.header?.[PUBLISHER_HEADER] === conn.id) return;
-    const frame = JSON.stringify({
-      Header: canonicalHeader(message.header ?? {}),
-      Body: Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength).toString('base64'),
-    });
+    const frame = this.frameOf(message);
     if (!conn.ws) {
       if (conn.early.length >= MAX_QUEUED_MESSAGES || conn.earlyBytes >= this.maxBuffered) return this.dropSlow(conn);
       conn.early.push(frame);
@@ -287,15 +327,47 @@ export class BrokerApi {
     this.send(conn, frame);
   }
 
-  private send(conn: Connection, frame: string): void {
+  /**
+   * The text frame's payload: `{"Header":{...},"Body":"<base64>"}`. It depends on the header (in
+   * order) and the body only, so the frame of the last message is reused when the next one is
+   * equal: a message going to N subscribers here arrives as N copies in a row.
+   */
+  private frameOf(message: Message): Buffer {
+    const header = message.header ?? {};
+    const body = Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength);
+    const last = this.lastFrame;
+    if (last && sameHeader(last.header, header) && last.body.equals(body)) return last.frame;
+    const frame = Buffer.from(JSON.stringify({ Header: canonicalHeader(header), Body: body.toString('base64') }));
+    // Kept for small and medium messages only: the last one stays in memory until the next.
+    this.lastFrame = body.length <= MAX_KEPT_FRAME_BODY ? { header: { ...header }, body: Buffer.from(body), frame } : undefined;
+    return frame;
+  }
+
+  private send(conn: Connection, frame: Buffer): void {
     const ws = conn.ws!;
     if (conn.closing || ws.readyState !== ws.OPEN) return;
     if (ws.bufferedAmount >= this.maxBuffered || conn.queued >= MAX_QUEUED_MESSAGES) return this.dropSlow(conn);
     conn.queued++;
     this.stats.delivered.inc();
+    if (!conn.corked && conn.socket) {
+      conn.corked = true;
+      conn.socket.cork();
+      this.corked.push(conn);
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(this.flush);
+      }
+    }
+    // The frame buffer is shared by every connection it goes to: ws never changes it (no masking
+    // on the server side).
     ws.send(frame, { binary: false }, () => {
       conn.queued--;
     });
+    const socket = conn.socket;
+    if (conn.corked && socket && socket.writableLength >= FLUSH_BYTES) {
+      socket.uncork();
+      socket.cork();
+    }
   }
 
   /** The subscriber cannot keep up: release the subscription, close 1013 after what is queued. */
@@ -389,6 +461,7 @@ export class BrokerApi {
   async close(): Promise<void> {
     this.closed = true;
     if (this.pingTimer) clearInterval(this.pingTimer);
+    this.flush();
     const releases: Promise<void>[] = [];
     for (const conn of this.connections) {
       this.closeConnection(conn, 1001, 'sidecar shutting down');
