@@ -164,13 +164,25 @@ describe('framework service', () => {
   let port = 0;
 
   before(async () => {
-    const svc = new Service(runtime, { name: 'go.mesh.srv.math' }).handle({
-      name: 'Math.Add',
-      handler: (req: { a: number; b: number }) => {
-        if (typeof req.a !== 'number' || typeof req.b !== 'number') throw new MeshError('go.mesh.srv.math', 400, 'a and b must be numbers');
-        return { sum: req.a + req.b };
-      },
-    });
+    const svc = new Service(runtime, { name: 'go.mesh.srv.math' })
+      .handle({
+        name: 'Math.Add',
+        handler: (req: { a: number; b: number }) => {
+          if (typeof req.a !== 'number' || typeof req.b !== 'number') throw new MeshError('go.mesh.srv.math', 400, 'a and b must be numbers');
+          return { sum: req.a + req.b };
+        },
+      })
+      .handle({ name: 'Math.Echo', handler: (req: unknown, ctx) => ({ req, ctx }) })
+      .handle({ name: 'Math.Big', handler: () => ({ n: 2n ** 64n + 1n, text: 'é😀' }) })
+      .handle({
+        name: 'Math.Loop',
+        handler: () => {
+          const loop: Record<string, unknown> = {};
+          loop.self = loop;
+          return loop;
+        },
+      })
+      .handle({ name: 'Math.Nothing', handler: () => undefined });
     const record = await svc.start();
     port = record.nodes[0]!.port;
     assert.equal(record.nodes[0]!.metadata.protocol, 'mesh');
@@ -186,6 +198,55 @@ describe('framework service', () => {
 
   it('answers through the client', async () => {
     assert.deepEqual(await runtime.client.callValue('go.mesh.srv.math', 'Math.Add', { a: 2, b: 3 }), { sum: 5 });
+  });
+
+  it('JSON answers: exact bytes and Content-Length, big integers and non-ASCII text included', async () => {
+    const big = await request(`http://127.0.0.1:${port}/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'mesh-service': 'go.mesh.srv.math', 'mesh-endpoint': 'Math.Big' },
+      body: '{}',
+    });
+    const bytes = Buffer.from(await big.body.arrayBuffer());
+    assert.equal(big.statusCode, 200);
+    assert.equal(big.headers['content-type'], 'application/json');
+    assert.equal(bytes.toString('utf8'), '{"n":18446744073709551617,"text":"é😀"}');
+    assert.equal(big.headers['content-length'], String(bytes.byteLength));
+    const r = await post('Math.Echo', '{"id":12345678901234567890123,"s":"ü"}');
+    assert.equal(r.status, 200);
+    assert.match(r.text, /^\{"req":\{"id":12345678901234567890123,"s":"ü"\},"ctx":\{/);
+    const nothing = await post('Math.Nothing', '{}');
+    assert.deepEqual([nothing.status, nothing.text], [200, '{}']);
+  });
+
+  it('the handler context: id, service, endpoint, end-to-end metadata, deadline', async () => {
+    const before = Date.now();
+    const r = await request(`http://127.0.0.1:${port}/`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'mesh-service': 'go.mesh.srv.math',
+        'mesh-endpoint': 'Math.Echo',
+        'mesh-id': 'req-1',
+        'mesh-timeout': '5000',
+        'x-trace': 'abc',
+      },
+      body: '{"a":1}',
+    });
+    const { req, ctx } = (await r.body.json()) as { req: unknown; ctx: Record<string, unknown> };
+    assert.deepEqual(req, { a: 1 });
+    assert.deepEqual(Object.keys(ctx), ['id', 'service', 'endpoint', 'metadata', 'deadline']);
+    assert.equal(ctx.id, 'req-1');
+    assert.equal(ctx.service, 'go.mesh.srv.math');
+    assert.equal(ctx.endpoint, 'Math.Echo');
+    assert.equal((ctx.metadata as Record<string, string>)['x-trace'], 'abc');
+    assert.equal((ctx.metadata as Record<string, string>)['mesh-endpoint'], undefined);
+    assert.ok((ctx.deadline as number) >= before + 5000 && (ctx.deadline as number) <= Date.now() + 5000);
+  });
+
+  it('an answer that cannot be encoded is a 500', async () => {
+    const r = await post('Math.Loop', '{}');
+    assert.equal(r.status, 500);
+    assert.match(JSON.parse(r.text).detail, /^encoding response: Converting circular structure to JSON/);
   });
 
   it('handler errors keep their code', async () => {

@@ -3,18 +3,37 @@
  * endpoint Bench.Call. It takes the gateway's API Request, calls the backend
  * (go.mesh.srv.bench Bench.Call) with the request body by RPC, and answers an API Response
  * carrying the backend's JSON, as examples/greeter.ts does.
+ *
+ * The framework is loaded from dist/ (what `npm run build` emits and `mesh` runs), like the
+ * gateway it is measured with: through tsx, every closure the framework creates per request
+ * (readBody's listeners, the client's callbacks) would also pay for esbuild's keepNames wrapper
+ * (`__name`, an Object.defineProperty per closure), which is not the framework's cost. Falls back
+ * to src/ when dist/ is not built.
  * Usage: node --import tsx bench/servers/api-service.ts --address=127.0.0.1:PORT --registry_address=DIR
  */
-import { Runtime } from '../../src/runtime.js';
-import { parseArgs } from '../../src/cli/flags.js';
-import { Service } from '../../src/server/service.js';
-import { apiTypes } from '../../src/codec/api-proto.js';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { API_SERVICE, BACKEND_SERVICE } from '../lib/payload.js';
+
+type Framework = typeof import('../../src/runtime.js') &
+  typeof import('../../src/cli/flags.js') &
+  typeof import('../../src/server/service.js') &
+  typeof import('../../src/codec/api-proto.js');
+
+async function loadFramework(): Promise<Framework> {
+  const dist = new URL('../../dist/src/', import.meta.url);
+  const base = existsSync(fileURLToPath(new URL('server/service.js', dist))) ? dist : new URL('../../src/', import.meta.url);
+  const ext = base === dist ? '.js' : '.ts';
+  const load = (path: string) => import(new URL(path + ext, base).href) as Promise<Partial<Framework>>;
+  const parts = await Promise.all([load('runtime'), load('cli/flags'), load('server/service'), load('codec/api-proto')]);
+  return Object.assign({}, ...parts) as Framework;
+}
 
 interface ApiRequest {
   body?: string;
 }
 
+const { Runtime, parseArgs, Service, apiTypes } = await loadFramework();
 const args = parseArgs(process.argv.slice(2));
 const runtime = new Runtime(args.config, { role: 'bench-api' });
 runtime.installSignalHandlers();

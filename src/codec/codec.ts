@@ -18,7 +18,9 @@ export class JsonCodec implements Codec {
   }
   decode(bytes: Uint8Array): unknown {
     if (bytes.length === 0) return {};
-    return parseJson(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
+    // Bodies read from the network are Buffers already: no view to make.
+    const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    return parseJson(buf.toString());
   }
 }
 

@@ -11,10 +11,12 @@ export class JsonSyntaxError extends SyntaxError {
 }
 
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+/** A run of 16 or more digits: the only way a text can hold an integer beyond 2^53. */
+const LONG_DIGITS = /\d{16,}/;
 
 export function parseJson(text: string): unknown {
   // Fast path: when no long integer literal can be present, the native parser is exact.
-  if (!/\d{16,}/.test(text)) {
+  if (!LONG_DIGITS.test(text)) {
     try {
       return JSON.parse(text);
     } catch (err) {
@@ -127,7 +129,23 @@ export function parseJson(text: string): unknown {
   return result;
 }
 
+/**
+ * JSON.stringify, except that BigInt values are written as their digits. Plain JSON.stringify (the
+ * native fast path) first; only a value it cannot serialise (a BigInt: "Do not know how to
+ * serialize a BigInt") takes the slower replacer path, which also reproduces any other TypeError.
+ */
 export function stringifyJson(value: unknown): string {
+  let out: string | undefined;
+  try {
+    out = JSON.stringify(value);
+  } catch (err) {
+    if (err instanceof TypeError) return stringifyWithBigInt(value);
+    throw err;
+  }
+  return out === undefined ? 'null' : out;
+}
+
+function stringifyWithBigInt(value: unknown): string {
   let hasBig = false;
   const out = JSON.stringify(value, (_key, v: unknown) => {
     if (typeof v === 'bigint') {

@@ -33,14 +33,35 @@ export function headerPairs(req: IncomingMessage): PairMap {
   const out: PairMap = {};
   const raw = req.rawHeaders;
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (isHopByHop(name.toLowerCase())) continue;
-    addPair(out, canonicalHeader(name), raw[i + 1]!);
+    const name = forwardedHeaderName(raw[i]!);
+    if (name !== undefined) addPair(out, name, raw[i + 1]!);
   }
   return out;
 }
 
+/**
+ * Header names as sent → canonical name, or null for a hop-by-hop header. Names repeat from
+ * request to request, so each is worked out once; bounded, since clients choose the names.
+ */
+const headerNames = new Map<string, string | null>();
+const HEADER_NAMES_MAX = 1024;
+
+function forwardedHeaderName(name: string): string | undefined {
+  let known = headerNames.get(name);
+  if (known === undefined) {
+    known = isHopByHop(name.toLowerCase()) ? null : canonicalName(name);
+    if (headerNames.size >= HEADER_NAMES_MAX) headerNames.clear();
+    headerNames.set(name, known);
+  }
+  return known ?? undefined;
+}
+
 export function canonicalHeader(name: string): string {
+  const known = headerNames.get(name);
+  return known ?? canonicalName(name);
+}
+
+function canonicalName(name: string): string {
   return name
     .toLowerCase()
     .split('-')
@@ -87,19 +108,21 @@ interface ApiResponseMessage {
   body?: string;
 }
 
+const NO_BODY = Buffer.alloc(0);
+
 export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), Buffer.alloc(0)) : await readBody(req, fe.maxBodyBytes, fe.errorId);
+  const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), NO_BODY) : await readBody(req, fe.maxBodyBytes, fe.errorId);
   const message = buildApiRequest(req, body);
   const types = apiTypes();
+  // callOptionsFrom returns a fresh object: extend it rather than copy it.
+  const options = callOptionsFrom(req);
+  options.encodeFor = (target) =>
+    target.metadata.content_type === 'application/protobuf'
+      ? { contentType: PROTOBUF_CODEC.contentType, body: PROTOBUF_CODEC.encode(message, types.Request) }
+      : { contentType: JSON_CODEC.contentType, body: JSON_CODEC.encode(message) };
   let answer;
   try {
-    answer = await fe.runtime.client.call(route.service, route.method, Buffer.alloc(0), {
-      ...callOptionsFrom(req),
-      encodeFor: (target) =>
-        target.metadata.content_type === 'application/protobuf'
-          ? { contentType: PROTOBUF_CODEC.contentType, body: PROTOBUF_CODEC.encode(message, types.Request) }
-          : { contentType: JSON_CODEC.contentType, body: JSON_CODEC.encode(message) },
-    });
+    answer = await fe.runtime.client.call(route.service, route.method, NO_BODY, options);
   } catch (err) {
     sendError(res, asFrontEndError(err, fe.errorId));
     return;
@@ -115,12 +138,24 @@ export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMess
   const status = response.statusCode ? Number(response.statusCode) : 200;
   if (!Number.isInteger(status) || status < 100 || status > 599) throw new MeshError(fe.errorId, 502, `${route.service} answered statusCode ${status}`);
   const headers: Record<string, string[]> = {};
-  for (const [name, pair] of Object.entries(response.header ?? {})) {
-    const key = pair?.key || name;
-    if (isHopByHop(key.toLowerCase())) continue;
-    headers[key] = pair?.values ?? [];
+  const given = response.header;
+  if (given) {
+    for (const name in given) {
+      if (!Object.prototype.hasOwnProperty.call(given, name)) continue;
+      const pair = given[name];
+      const key = pair?.key || name;
+      if (isHopByHop(key.toLowerCase())) continue;
+      headers[key] = pair?.values ?? [];
+    }
   }
-  if (!Object.keys(headers).some((k) => k.toLowerCase() === 'content-type')) headers['Content-Type'] = ['application/json'];
+  let typed = false;
+  for (const key in headers) {
+    if (key.toLowerCase() === 'content-type') {
+      typed = true;
+      break;
+    }
+  }
+  if (!typed) headers['Content-Type'] = ['application/json'];
   const out = Buffer.from(response.body ?? '', 'utf8');
   headers['Content-Length'] = [String(out.byteLength)];
   res.writeHead(status, headers);

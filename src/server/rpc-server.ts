@@ -3,13 +3,13 @@
  * Mesh-Endpoint, body in JSON or protobuf. Also answers `GET /health` (503 while draining), so
  * a framework service can be health-checked like any HTTP app.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Type } from 'protobufjs';
 import type pino from 'pino';
 import { MeshError } from '../errors.js';
-import { codecFor, mediaType } from '../codec/codec.js';
-import { JsonSyntaxError } from '../codec/json.js';
+import { JSON_CODEC, codecFor, mediaType } from '../codec/codec.js';
+import { JsonSyntaxError, stringifyJson } from '../codec/json.js';
 import { readBody } from '../http/body.js';
 import { closeGracefully, InFlight, listenOn } from '../http/lifecycle.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
@@ -80,7 +80,7 @@ export class RpcServer {
     await closeGracefully(server, this.inFlight, graceMs);
   }
 
-  private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
     const path = req.url ?? '/';
     if (req.method === 'GET' && (path === '/health' || path.startsWith('/health?'))) {
       const live = this.options.isLive?.() ?? true;
@@ -97,59 +97,66 @@ export class RpcServer {
       sendError(res, new MeshError(id, 405, `method ${req.method} not allowed: RPC calls are POST /`));
       return;
     }
+    void this.call(req, res);
+  }
+
+  /**
+   * One call, in flight from here until its answer or error is written: read the body, decode,
+   * run the handler, encode, write. One async frame per call.
+   */
+  private async call(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const id = this.options.service;
     this.inFlight.start();
     try {
-      await this.dispatch(req, res);
+      const headers = req.headers;
+      const endpointName = headerValue(headers, HEADER_ENDPOINT);
+      if (!endpointName) throw new MeshError(id, 400, 'missing Mesh-Endpoint header');
+      const def = this.endpoints.get(endpointName);
+      const contentType = headerValue(headers, 'content-type');
+      const codec = codecFor(contentType);
+      if (!codec) {
+        req.resume();
+        throw new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`);
+      }
+      const body = await readBody(req, this.options.maxBodyBytes, id);
+      if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
+      if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType))
+        throw new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`);
+      let request: unknown;
+      try {
+        request = codec.decode(body, def.requestType);
+      } catch (err) {
+        const what = err instanceof JsonSyntaxError || err instanceof SyntaxError ? 'malformed JSON' : 'malformed request';
+        throw new MeshError(id, 400, `${what}: ${(err as Error).message}`);
+      }
+      const timeoutHeader = Number(headerValue(headers, HEADER_TIMEOUT));
+      const budget = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : (this.options.defaultTimeoutMs ?? 30_000);
+      const ctx: HandlerContext = {
+        id: headerValue(headers, HEADER_ID) ?? '',
+        service: id,
+        endpoint: endpointName,
+        metadata: endToEndHeaders(headers),
+        deadline: Date.now() + budget,
+      };
+      const result = await def.handler(request, ctx);
+      // JSON is written as a string: no intermediate Buffer, the same bytes on the wire (the
+      // header block is ASCII, so Node sends header and body in one write).
+      let encoded: Uint8Array | string;
+      try {
+        encoded = codec === JSON_CODEC ? stringifyJson(result ?? {}) : codec.encode(result ?? {}, def.responseType);
+      } catch (err) {
+        throw new MeshError(id, 500, `encoding response: ${(err as Error).message}`);
+      }
+      sendBytes(res, 200, codec.contentType, encoded);
     } catch (err) {
       sendError(res, err, id);
     } finally {
       this.inFlight.end();
     }
   }
-
-  private async dispatch(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const id = this.options.service;
-    const endpointName = headerValue(req, HEADER_ENDPOINT);
-    if (!endpointName) throw new MeshError(id, 400, 'missing Mesh-Endpoint header');
-    const def = this.endpoints.get(endpointName);
-    const contentType = headerValue(req, 'content-type');
-    const codec = codecFor(contentType);
-    if (!codec) {
-      req.resume();
-      throw new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`);
-    }
-    const body = await readBody(req, this.options.maxBodyBytes, id);
-    if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
-    if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType))
-      throw new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`);
-    let request: unknown;
-    try {
-      request = codec.decode(body, def.requestType);
-    } catch (err) {
-      const what = err instanceof JsonSyntaxError || err instanceof SyntaxError ? 'malformed JSON' : 'malformed request';
-      throw new MeshError(id, 400, `${what}: ${(err as Error).message}`);
-    }
-    const timeoutHeader = Number(headerValue(req, HEADER_TIMEOUT));
-    const budget = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : (this.options.defaultTimeoutMs ?? 30_000);
-    const ctx: HandlerContext = {
-      id: headerValue(req, HEADER_ID) ?? '',
-      service: id,
-      endpoint: endpointName,
-      metadata: endToEndHeaders(req.headers),
-      deadline: Date.now() + budget,
-    };
-    const result = await def.handler(request, ctx);
-    let encoded: Uint8Array;
-    try {
-      encoded = codec.encode(result ?? {}, def.responseType);
-    } catch (err) {
-      throw new MeshError(id, 500, `encoding response: ${(err as Error).message}`);
-    }
-    sendBytes(res, 200, codec.contentType, encoded);
-  }
 }
 
-function headerValue(req: IncomingMessage, name: string): string | undefined {
-  const v = req.headers[name];
+function headerValue(headers: IncomingHttpHeaders, name: string): string | undefined {
+  const v = headers[name];
   return Array.isArray(v) ? v[0] : v;
 }
