@@ -7,7 +7,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { Pool } from 'undici';
 import { sendRpc, TransportError } from '../src/transport/rpc.js';
 import { endToEndHeaders } from '../src/transport/headers.js';
@@ -52,6 +52,16 @@ async function startBackend(): Promise<{ server: Server; port: number; seen: See
       res.end(body);
       return;
     }
+    if (url.endsWith('/dated')) {
+      res.writeHead(200, ['Date', 'Tue, 01 Jan 2030 00:00:00 GMT', 'Content-Type', 'text/plain', 'Content-Length', '5']);
+      res.end(req.method === 'HEAD' ? undefined : 'dated');
+      return;
+    }
+    if (url.endsWith('/not-modified')) {
+      res.writeHead(304, ['ETag', '"v1"']);
+      res.end();
+      return;
+    }
     if (url.endsWith('/cookies')) {
       res.writeHead(201, ['Set-Cookie', 'a=1', 'Set-Cookie', 'b=2', 'X-Mixed-Case', 'kept', 'Proxy-Authenticate', 'Basic', 'Content-Type', 'text/plain', 'Content-Length', '2']);
       res.end('ok');
@@ -72,6 +82,18 @@ async function startBackend(): Promise<{ server: Server; port: number; seen: See
       await new Promise<void>((r) => server.close(() => r()));
     },
   };
+}
+
+/** Sends raw bytes on a new connection and returns everything read until the server closes it. */
+function rawExchange(port: number, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(request));
+    const parts: Buffer[] = [];
+    socket.on('data', (c: Buffer) => parts.push(c));
+    socket.on('end', () => resolve(Buffer.concat(parts).toString('latin1')));
+    socket.on('error', reject);
+    socket.setTimeout(5000, () => socket.destroy(new Error('no close within 5 s')));
+  });
 }
 
 describe('RPC transport (sendRpc) against a real server', () => {
@@ -248,6 +270,20 @@ describe('proxy handler through a gateway process', () => {
       pairs.filter((p) => !/^(date|connection|keep-alive):/i.test(p)),
       ['Set-Cookie: a=1', 'Set-Cookie: b=2', 'X-Mixed-Case: kept', 'Content-Type: text/plain', 'Content-Length: 2'],
     );
+  });
+
+  it("HEAD gets the headers and no body; an upstream Date is not doubled; 304 passes with its ETag", async () => {
+    const head = await rawExchange(gw.port, 'HEAD /files/dated HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    assert.match(head, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.match(head, /\r\nContent-Length: 5\r\n/);
+    assert.equal(head.match(/^date:/gim)?.length, 1, head);
+    assert.match(head, /\r\nDate: Tue, 01 Jan 2030 00:00:00 GMT\r\n/);
+    assert.ok(head.endsWith('\r\n\r\n'), 'no body after the head');
+
+    const notModified = await rawExchange(gw.port, 'GET /files/not-modified HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    assert.match(notModified, /^HTTP\/1\.1 304 Not Modified\r\n/);
+    assert.match(notModified, /\r\nETag: "v1"\r\n/);
+    assert.ok(notModified.endsWith('\r\n\r\n'), 'no body');
   });
 
   it('the upstream sees the original path, Host and X-Forwarded-*; not the client hop-by-hop headers', async () => {
