@@ -47,7 +47,10 @@ export class Runtime {
   ) {
     this.logging = new Logging(parseLevel(config.log_level));
     this.stats = new StatsStore();
-    this.registry = createRegistry(config.registry, config.registry_address, { home: config.mesh_home });
+    this.registry = createRegistry(config.registry, config.registry_address, {
+      home: config.mesh_home,
+      tls: { caFile: config.registry_tls_ca_file, certFile: config.registry_tls_cert_file, keyFile: config.registry_tls_key_file },
+    });
     this.clusters = new ClusterManager({
       registry: options.registryClusters === false ? undefined : this.registry,
       stats: this.stats,
@@ -62,20 +65,27 @@ export class Runtime {
       logger: this.logging.get('client'),
       maxResponseBytes: Math.max(config.max_body_size, 64 * 1024 * 1024),
     });
+    // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
+    // address or TLS file stops the start instead of the first publish.
+    if (config.broker === 'nats') this.brokerInstance = this.createBroker();
   }
 
   /** The broker, created on first use (short CLI commands that never publish don't build one). */
   get broker(): Broker {
-    if (!this.brokerInstance) {
-      this.brokerInstance = createBroker(this.config.broker, {
-        registry: this.registry,
-        address: this.config.broker_address,
-        // --advertise may carry a service's port; the broker's endpoint keeps its own.
-        advertiseHost: this.config.advertise?.trim().replace(/:\d*$/, '') || undefined,
-        logger: this.logging.get('broker'),
-      });
-    }
+    this.brokerInstance ??= this.createBroker();
     return this.brokerInstance;
+  }
+
+  private createBroker(): Broker {
+    const config = this.config;
+    return createBroker(config.broker, {
+      registry: this.registry,
+      address: config.broker_address,
+      // --advertise may carry a service's port; the broker's endpoint keeps its own.
+      advertiseHost: config.advertise?.trim().replace(/:\d*$/, '') || undefined,
+      tls: { caFile: config.broker_tls_ca_file, certFile: config.broker_tls_cert_file, keyFile: config.broker_tls_key_file },
+      logger: this.logging.get('broker'),
+    });
   }
 
   /**

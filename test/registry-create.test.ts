@@ -63,8 +63,22 @@ describe('createRegistry', () => {
     assert.deepEqual((r as EtcdRegistry).hosts, ['http://127.0.0.1:1', 'http://127.0.0.1:2']);
     assert.equal((r as EtcdRegistry).prefix, '/mesh/registry/');
     await r.close();
-    assert.deepEqual(parseEtcdAddress('https://etcd.example:2379'), ['https://etcd.example:2379']);
+    assert.deepEqual(parseEtcdAddress('https://etcd.example:2379'), { hosts: ['https://etcd.example:2379'], credentials: undefined, secure: true });
+    assert.deepEqual(parseEtcdAddress('etcd.example'), { hosts: ['http://etcd.example:2379'], credentials: undefined, secure: false });
+    assert.deepEqual(parseEtcdAddress('https://root:p%40ss@a:2379,https://root:p%40ss@b:443/'), {
+      hosts: ['https://a:2379', 'https://b:443'],
+      credentials: { username: 'root', password: 'p@ss' },
+      secure: true,
+    });
     assert.throws(() => parseEtcdAddress(' , '), /invalid address/);
+    assert.throws(() => parseEtcdAddress('http://a:1,https://b:2'), /mix of http:\/\/ and https:\/\//);
+    assert.throws(() => parseEtcdAddress('https://u:one@a:1,https://u:two@b:2'), /same user and password in every address/);
+    assert.throws(() => parseEtcdAddress('nats://a:1'), /scheme nats:\/\/ is not http:\/\/ or https:\/\//);
+    assert.throws(() => parseEtcdAddress('a:1/some/path'), /invalid address "a:1\/some\/path"/);
+    assert.throws(
+      () => parseEtcdAddress('https://u:secret@a:1/x'),
+      (err: Error) => /invalid address "https:\/\/u:\*\*\*@a:1\/x"/.test(err.message) && !err.message.includes('secret'),
+    );
   });
 
   it('etcd: an unreachable server is an error naming it, not a hang', async () => {

@@ -5,6 +5,7 @@ import type { Broker } from './broker.js';
 import { HttpBroker } from './http.js';
 import { MemoryBroker } from './memory.js';
 import { NatsBroker } from './nats.js';
+import type { EngineTlsFiles } from '../util/engine-access.js';
 
 export const BROKER_KINDS = ['http', 'memory', 'nats'] as const;
 export type BrokerKind = (typeof BROKER_KINDS)[number];
@@ -16,6 +17,8 @@ export interface CreateBrokerOptions {
   address?: string;
   /** http: host others reach the subscriber endpoint at (the port stays the bound one). */
   advertiseHost?: string;
+  /** nats: TLS files (--broker_tls_*). */
+  tls?: EngineTlsFiles;
   logger?: pino.Logger;
 }
 
@@ -28,7 +31,7 @@ export function createBroker(kind: string, options: CreateBrokerOptions): Broker
       return new HttpBroker({ registry: options.registry, address, advertise: options.advertiseHost, logger: options.logger });
     case 'nats':
       if (!address) throw new Error('broker nats: an address is required (--broker_address host:port)');
-      return new NatsBroker({ address, logger: options.logger });
+      return new NatsBroker({ address, tls: options.tls, logger: options.logger });
     default:
       throw new Error(`unknown broker "${kind}" (use ${BROKER_KINDS.join(', ')})`);
   }

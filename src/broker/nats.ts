@@ -17,6 +17,7 @@ let natsModule: NatsModule | undefined;
 const nats = (): NatsModule => (natsModule ??= createRequire(import.meta.url)('nats') as NatsModule);
 import type pino from 'pino';
 import { Logging } from '../util/log.js';
+import { parseEngineEndpoint, readEngineTls, sharedCredentials, type EngineCredentials, type EngineTls, type EngineTlsFiles } from '../util/engine-access.js';
 import {
   BrokerUnavailableError,
   type Broker,
@@ -28,8 +29,13 @@ import {
 import { checkMessage, checkQueue, checkTopic, invokeHandler } from './memory.js';
 
 export interface NatsBrokerOptions {
-  /** Server address(es): "host:port", "nats://host:port", several separated by commas or as an array. */
+  /**
+   * Server address(es), several separated by commas or as an array: "host:port",
+   * "nats://[user:password@]host:port", or "tls://[user:password@]host:port" to require TLS.
+   */
   address: string | string[];
+  /** TLS files (--broker_tls_*): TLS is then required; a CA file replaces the system's roots. */
+  tls?: EngineTlsFiles;
   /** Connection name shown by the server. */
   name?: string;
   /** Wait between reconnect attempts; default 1 s. */
@@ -57,6 +63,8 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 export class NatsBroker implements Broker {
   readonly name = 'nats';
   private readonly servers: string[];
+  private readonly credentials?: EngineCredentials;
+  private readonly tls?: EngineTls;
   private readonly connName?: string;
   private readonly reconnectTimeWaitMs: number;
   private readonly timeoutMs: number;
@@ -69,8 +77,19 @@ export class NatsBroker implements Broker {
 
   constructor(options: NatsBrokerOptions) {
     const list = Array.isArray(options?.address) ? options.address : String(options?.address ?? '').split(',');
-    this.servers = list.map((s) => s.trim()).filter((s) => s !== '');
-    if (this.servers.length === 0) throw new Error('nats broker: a server address is required (host:port)');
+    const endpoints = list
+      .map((s) => s.trim())
+      .filter((s) => s !== '')
+      .map((s) => parseEngineEndpoint(s, { scheme: 'nats', port: 4222 }, 'nats broker'));
+    if (endpoints.length === 0) throw new Error('nats broker: a server address is required (host:port)');
+    for (const e of endpoints) {
+      if (e.scheme !== 'nats' && e.scheme !== 'tls') throw new Error(`nats broker: address scheme ${e.scheme}:// is not nats:// or tls://`);
+    }
+    this.servers = endpoints.map((e) => e.hostPort);
+    this.credentials = sharedCredentials(endpoints, 'nats broker');
+    const files = readEngineTls('broker_tls', options.tls);
+    // tls:// or any TLS file: TLS is required (the client refuses a server that does not offer it).
+    this.tls = files ?? (endpoints.some((e) => e.scheme === 'tls') ? {} : undefined);
     this.connName = options.name;
     this.reconnectTimeWaitMs = options.reconnectTimeWaitMs ?? 1000;
     this.timeoutMs = options.timeoutMs ?? 5000;
@@ -109,6 +128,9 @@ export class NatsBroker implements Broker {
       nc = await nats().connect({
         servers: this.servers,
         name: this.connName,
+        user: this.credentials?.username,
+        pass: this.credentials?.password,
+        tls: this.tls ? { ca: this.tls.ca?.toString(), cert: this.tls.cert?.toString(), key: this.tls.key?.toString() } : undefined,
         reconnect: true,
         maxReconnectAttempts: -1,
         reconnectTimeWait: this.reconnectTimeWaitMs,
@@ -116,7 +138,9 @@ export class NatsBroker implements Broker {
         pingInterval: 30_000,
       });
     } catch (err) {
-      throw new BrokerUnavailableError(`nats broker: cannot connect to ${this.servers.join(',')}: ${errorText(err)}`);
+      // A server that wants a client certificate closes the handshake without a word: the client sees a timeout.
+      const hint = this.tls && !this.tls.cert && /TIMEOUT/.test(errorText(err)) ? ' (a server that requires client certificates needs --broker_tls_cert_file and --broker_tls_key_file)' : '';
+      throw new BrokerUnavailableError(`nats broker: cannot connect to ${this.servers.join(',')}: ${errorText(err)}${hint}`);
     }
     if (this.closed) {
       await nc.close().catch(() => undefined);

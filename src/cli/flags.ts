@@ -17,9 +17,15 @@ interface FlagSpec {
 
 export const FLAG_SPECS = {
   registry: { type: 'string', help: 'registry backend', default: 'local', choices: ['local', 'memory', 'etcd'] },
-  registry_address: { type: 'string', help: 'local: directory of the SQLite registry; etcd: host:port[,host:port]' },
+  registry_address: { type: 'string', help: 'local: directory of the SQLite registry; etcd: [https://[user:password@]]host:port[,...]' },
   broker: { type: 'string', help: 'broker backend', default: 'http', choices: ['http', 'memory', 'nats'] },
-  broker_address: { type: 'string', help: 'http: listen host[:port] for deliveries; nats: host:port' },
+  registry_tls_ca_file: { type: 'string', help: 'etcd over https://: PEM CA to trust instead of the system roots' },
+  registry_tls_cert_file: { type: 'string', help: 'etcd over https://: PEM client certificate' },
+  registry_tls_key_file: { type: 'string', help: 'etcd over https://: PEM client key' },
+  broker_address: { type: 'string', help: 'http: listen host[:port] for deliveries; nats: [nats|tls]://[user:password@]host:port' },
+  broker_tls_ca_file: { type: 'string', help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
+  broker_tls_cert_file: { type: 'string', help: 'nats (TLS required): PEM client certificate' },
+  broker_tls_key_file: { type: 'string', help: 'nats (TLS required): PEM client key' },
   proxy_address: { type: 'string', help: 'run CLI commands through the sidecar at host:port' },
   client_request_timeout: { type: 'duration', help: 'budget of one outbound call', default: '5s' },
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },
@@ -62,7 +68,13 @@ export interface Config {
   registry: string;
   registry_address?: string;
   broker: string;
+  registry_tls_ca_file?: string;
+  registry_tls_cert_file?: string;
+  registry_tls_key_file?: string;
   broker_address?: string;
+  broker_tls_ca_file?: string;
+  broker_tls_cert_file?: string;
+  broker_tls_key_file?: string;
   proxy_address?: string;
   client_request_timeout: number;
   client_retries: number;

@@ -5,6 +5,7 @@ import type { Registry } from './registry.js';
 import { MemoryRegistry } from './memory.js';
 import { LocalRegistry } from './local.js';
 import { EtcdRegistry } from './etcd.js';
+import type { EngineTlsFiles } from '../util/engine-access.js';
 
 export const REGISTRY_KINDS = ['local', 'memory', 'etcd'] as const;
 
@@ -18,9 +19,10 @@ export function defaultRegistryDirectory(home?: string): string {
 
 /**
  * kind: memory | local | etcd. address: local: the directory (default $MESH_HOME, else ~/.mesh;
- * opts.home overrides the environment); etcd: `host:port[,host:port]` (required).
+ * opts.home overrides the environment); etcd: `host:port[,host:port]` or
+ * `https://[user:password@]host:port[,...]` (required), with opts.tls its TLS files.
  */
-export function createRegistry(kind: string, address: string | undefined, opts: { home?: string } = {}): Registry {
+export function createRegistry(kind: string, address: string | undefined, opts: { home?: string; tls?: EngineTlsFiles } = {}): Registry {
   const addr = address?.trim() || undefined;
   switch (kind) {
     case 'memory':
@@ -28,8 +30,8 @@ export function createRegistry(kind: string, address: string | undefined, opts: 
     case 'local':
       return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home));
     case 'etcd':
-      if (!addr) throw new Error('registry etcd: --registry_address is required (host:port[,host:port])');
-      return new EtcdRegistry(addr);
+      if (!addr) throw new Error('registry etcd: --registry_address is required (host:port[,host:port], or https://[user:password@]host:port)');
+      return new EtcdRegistry(addr, { tls: opts.tls });
     default:
       throw new Error(`unknown registry "${kind}" (use ${REGISTRY_KINDS.join(', ')})`);
   }

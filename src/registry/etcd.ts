@@ -39,6 +39,7 @@ import {
   type WatchOptions,
   type Watcher,
 } from './registry.js';
+import { parseEngineEndpoint, readEngineTls, redactAddress, sharedCredentials, type EngineCredentials, type EngineTlsFiles } from '../util/engine-access.js';
 import { EventQueue, byName, byNodeId, byVersion, cloneService, diffVersions, ttlOf, validateDeregister } from './memory.js';
 
 export const DEFAULT_ETCD_PREFIX = '/mesh/registry/';
@@ -51,26 +52,35 @@ export interface EtcdRegistryOptions {
   prefix?: string;
   /** Deadline of each unary call (default 5000 ms). */
   callTimeoutMs?: number;
+  /** TLS files (--registry_tls_*); they need https:// addresses. */
+  tls?: EngineTlsFiles;
 }
 
-/** `host:port[,host:port]` → ['http://host:port', ...]. */
-export function parseEtcdAddress(address: string): string[] {
-  const hosts = address
+/** What an etcd address list says: the endpoints as URLs (no credentials) and the login, if any. */
+export interface EtcdAddress {
+  hosts: string[];
+  credentials?: EngineCredentials;
+  secure: boolean;
+}
+
+/**
+ * `host:port[,host:port]` → http://host:port; `https://[user:password@]host:port[,...]` for TLS
+ * and etcd's authentication. Every address uses the same scheme and the same login.
+ */
+export function parseEtcdAddress(address: string): EtcdAddress {
+  const what = 'registry etcd';
+  const parts = address
     .split(',')
     .map((h) => h.trim())
     .filter((h) => h !== '');
-  if (hosts.length === 0) throw new Error(`registry etcd: invalid address "${address}" (use host:port[,host:port])`);
-  return hosts.map((h) => {
-    const url = /^[a-z][a-z0-9+.-]*:\/\//i.test(h) ? h : `http://${h}`;
-    let parsed: URL;
-    try {
-      parsed = new URL(url);
-    } catch {
-      throw new Error(`registry etcd: invalid address "${h}" (use host:port)`);
-    }
-    if (!parsed.hostname) throw new Error(`registry etcd: invalid address "${h}" (use host:port)`);
-    return url.replace(/\/+$/, '');
-  });
+  if (parts.length === 0) throw new Error(`${what}: invalid address "${redactAddress(address)}" (use host:port[,host:port])`);
+  const endpoints = parts.map((h) => parseEngineEndpoint(h, { scheme: 'http', port: 2379 }, what));
+  for (const e of endpoints) {
+    if (e.scheme !== 'http' && e.scheme !== 'https') throw new Error(`${what}: address scheme ${e.scheme}:// is not http:// or https://`);
+  }
+  const secure = endpoints[0]!.scheme === 'https';
+  if (endpoints.some((e) => (e.scheme === 'https') !== secure)) throw new Error(`${what}: mix of http:// and https:// addresses: use one`);
+  return { hosts: endpoints.map((e) => `${e.scheme}://${e.hostPort}`), credentials: sharedCredentials(endpoints, what), secure };
 }
 
 /** A stored record: the service with one node, and its expiry. */
@@ -153,6 +163,8 @@ export class EtcdRegistry implements Registry {
   readonly name = 'etcd';
   readonly prefix: string;
   readonly hosts: string[];
+  /** https:// addresses. */
+  readonly secure: boolean;
   /** @internal */
   readonly client: Etcd3;
   private readonly registrations = new Map<string, Registration>();
@@ -171,12 +183,19 @@ export class EtcdRegistry implements Registry {
   private closed = false;
 
   constructor(address: string, options: EtcdRegistryOptions = {}) {
-    this.hosts = parseEtcdAddress(address);
+    const parsed = parseEtcdAddress(address);
+    this.hosts = parsed.hosts;
+    this.secure = parsed.secure;
+    const tls = readEngineTls('registry_tls', options.tls);
+    if (tls && !parsed.secure) throw new Error('registry etcd: --registry_tls_* files need https:// addresses (https://host:2379)');
     const prefix = options.prefix ?? DEFAULT_ETCD_PREFIX;
     this.prefix = prefix.endsWith('/') ? prefix : `${prefix}/`;
     const callTimeoutMs = options.callTimeoutMs ?? 5000;
     this.client = new (loadEtcd3().Etcd3)({
       hosts: this.hosts,
+      // https:// without files: the system's roots; with them: that CA and/or a client certificate.
+      credentials: tls ? { rootCertificate: tls.ca as Buffer, privateKey: tls.key, certChain: tls.cert } : undefined,
+      auth: parsed.credentials ? { username: parsed.credentials.username, password: parsed.credentials.password } : undefined,
       dialTimeout: callTimeoutMs,
       defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + callTimeoutMs }),
       faultHandling: {
@@ -347,8 +366,16 @@ export class EtcdRegistry implements Registry {
       return out;
     } catch (err) {
       this.unreachable = true;
-      throw new Error(`registry etcd (${this.hosts.join(',')}): ${what}: ${errorText(err)}`, { cause: err });
+      throw new Error(`registry etcd (${this.hosts.join(',')}): ${what}: ${errorText(err)}${this.hint(err)}`, { cause: err });
     }
+  }
+
+  /** gRPC says only "UNAVAILABLE" when TLS fails; name the likely causes. */
+  private hint(err: unknown): string {
+    if (!/\bUNAVAILABLE\b/.test(errorText(err))) return '';
+    return this.secure
+      ? ' (is etcd running there, and does --registry_tls_ca_file name the CA that signed its certificate?)'
+      : ' (is etcd running there? an etcd that serves TLS needs an https:// address)';
   }
 
   private async txn(ops: NonNullable<Parameters<Etcd3['kv']['txn']>[0]['success']>): Promise<void> {
