@@ -66,6 +66,7 @@ const MAX_BATCH_QUERY = 8 * 1024;
 /** Topics whose subscriber lists a publisher keeps; past this the oldest entry goes. */
 const MAX_CACHED_TOPICS = 1024;
 const TOPIC_SERVICE_PREFIX = 'topic:';
+const WATCH_RETRY_MS = 5_000;
 
 export interface HttpBrokerOptions {
   registry: Registry;
@@ -202,6 +203,23 @@ function shuffle<T>(items: T[]): T[] {
   return a;
 }
 
+/** A name as a URL component; a lone surrogate (which encodeURIComponent refuses) becomes U+FFFD. */
+function encodeComponent(id: string): string {
+  try {
+    return encodeURIComponent(id);
+  } catch {
+    return encodeURIComponent(id.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD'));
+  }
+}
+
+function decodeComponent(text: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
+
 /** A delivery the endpoint answered with an error; `missing`: the ids a batch's endpoint did not know. */
 class DeliveryError extends Error {
   constructor(
@@ -243,7 +261,9 @@ export class HttpBroker implements Broker {
   /** Publisher side: subscriber lists per topic (insertion order = age). */
   private readonly routes = new Map<string, RouteEntry>();
   private watcher?: Watcher;
-  private watchFailed = false;
+  private watchReady = false;
+  /** After a failed watch(): when to try again (performance.now()). */
+  private watchRetryAt = 0;
 
   constructor(options: HttpBrokerOptions) {
     if (!options || !options.registry) throw new Error('http broker: a registry is required');
@@ -291,7 +311,16 @@ export class HttpBroker implements Broker {
   private async listen(): Promise<void> {
     const server = createServer(
       { maxHeaderSize: MAX_HEADER_BYTES * 2, requestTimeout: 30_000, headersTimeout: 10_000, keepAliveTimeout: 5_000 },
-      (req, res) => this.handle(req, res),
+      (req, res) => {
+        try {
+          this.handle(req, res);
+        } catch (err) {
+          // A bug here must cost one request, not the subscribing process.
+          this.logger.error({ error: errorText(err) }, 'http broker: delivery endpoint failed');
+          if (res.headersSent) res.destroy();
+          else this.fail(res, new MeshError(ERROR_ID, 500, 'delivery endpoint failed'), true);
+        }
+      },
     );
     server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
       const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
@@ -417,7 +446,8 @@ export class HttpBroker implements Broker {
     res.setHeader('Content-Type', 'application/json');
     res.setHeader('Content-Length', Buffer.byteLength(body));
     if (close) res.setHeader('Connection', 'close');
-    if (missing) res.setHeader(MISSING_FIELD, missing.join(','));
+    // Ids come from the request: percent-encoded, so no byte of theirs can break the header.
+    if (missing) res.setHeader(MISSING_FIELD, missing.map(encodeComponent).join(','));
     res.end(body);
   }
 
@@ -520,7 +550,8 @@ export class HttpBroker implements Broker {
     if (message.body.byteLength > this.maxMessageBytes) {
       throw new Error(`http broker: message body is ${message.body.byteLength} bytes, over the limit of ${this.maxMessageBytes}`);
     }
-    const header = message.header ?? {};
+    // Taken now, as the other brokers do: a caller changing its object later changes nothing.
+    const header = { ...(message.header ?? {}) };
     const headerValue = encodeHeader(header);
     if (headerValue.length > MAX_HEADER_BYTES) {
       throw new Error(`http broker: message header is ${headerValue.length} bytes as JSON, over the limit of ${MAX_HEADER_BYTES}`);
@@ -558,7 +589,7 @@ export class HttpBroker implements Broker {
   /** The subscribers of a topic: from the cache while it is fresh, else from the registry. */
   private routeOf(topic: string): Promise<Route> {
     if (!this.caching()) return this.lookup(topic).then((services) => this.buildRoute(topic, services));
-    const now = Date.now();
+    const now = performance.now(); // monotonic: a clock step must not keep a list for an hour
     const hit = this.routes.get(topic);
     if (hit) {
       if (hit.pending) return hit.pending;
@@ -589,19 +620,29 @@ export class HttpBroker implements Broker {
     return entry.pending;
   }
 
-  /** Whether subscriber lists may be kept: caching on, and a registry watch to drop them on change. */
+  /**
+   * Whether subscriber lists may be kept: caching on, and a registry watch that reports changes
+   * (until it is ready, a change could fall between its first read and ours and never be seen).
+   * A watch that cannot be made is tried again after WATCH_RETRY_MS; meanwhile every message reads.
+   */
   private caching(): boolean {
-    if (this.lookupCacheMs <= 0 || this.closing || this.watchFailed) return false;
+    if (this.lookupCacheMs <= 0 || this.closing) return false;
     if (!this.watcher) {
+      if (performance.now() < this.watchRetryAt) return false;
       try {
-        this.watcher = this.registry.watch((event) => this.onRegistryEvent(event));
+        const watcher = this.registry.watch((event) => this.onRegistryEvent(event));
+        this.watcher = watcher;
+        this.watchReady = watcher.ready === undefined;
+        void watcher.ready?.then(() => {
+          if (this.watcher === watcher) this.watchReady = true;
+        });
       } catch (err) {
-        this.watchFailed = true;
-        this.logger.warn({ error: errorText(err) }, 'http broker: cannot watch the registry; looking subscribers up per message');
+        this.watchRetryAt = performance.now() + WATCH_RETRY_MS;
+        this.logger.warn({ error: errorText(err) }, `http broker: cannot watch the registry; looking subscribers up per message, trying again in ${WATCH_RETRY_MS / 1000} s`);
         return false;
       }
     }
-    return true;
+    return this.watchReady;
   }
 
   private onRegistryEvent(event: WatchEvent): void {
@@ -658,7 +699,7 @@ export class HttpBroker implements Broker {
       let chunk: Node[] = [];
       let length = 0;
       for (const node of nodes) {
-        const add = encodeURIComponent(node.id).length + 4;
+        const add = encodeComponent(node.id).length + 4;
         if (chunk.length > 0 && length + add > MAX_BATCH_QUERY) {
           remote.push(this.deliveryTo(chunk, topic));
           chunk = [];
@@ -677,8 +718,8 @@ export class HttpBroker implements Broker {
   /** The request to the endpoint of nodes[0] for all the nodes (one endpoint). */
   private deliveryTo(nodes: Node[], topic: string): Delivery {
     const node = nodes[0]!;
-    let path = `${DELIVERY_PATH}?topic=${encodeURIComponent(topic)}`;
-    for (const n of nodes) path += `&id=${encodeURIComponent(n.id)}`;
+    let path = `${DELIVERY_PATH}?topic=${encodeComponent(topic)}`;
+    for (const n of nodes) path += `&id=${encodeComponent(n.id)}`;
     return { nodes, origin: `http://${hostForUrl(node.address)}:${node.port}`, path };
   }
 
@@ -784,7 +825,7 @@ export class HttpBroker implements Broker {
             onResponseEnd() {
               if (!errorBody) return finish();
               const text = Buffer.concat(errorBody).toString('utf8').slice(0, 300);
-              finish(new DeliveryError(`status ${status}${text ? `: ${text}` : ''}`, missing !== undefined ? new Set(missing.split(',')) : undefined));
+              finish(new DeliveryError(`status ${status}${text ? `: ${text}` : ''}`, missing !== undefined ? new Set(missing.split(',').map(decodeComponent)) : undefined));
             },
             onResponseError(_c, err) {
               finish(err);

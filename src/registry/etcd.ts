@@ -283,6 +283,7 @@ export class EtcdRegistry implements Registry {
         this.watchers.delete(w);
         void w.stop();
       },
+      ready: ready.catch(() => undefined),
     };
   }
 

@@ -45,6 +45,11 @@ export interface WatchEvent {
 
 export interface Watcher {
   stop(): void;
+  /**
+   * Resolves once changes are being reported: a change made after that is sure to produce an
+   * event. Absent when that is so from the start (the watcher read its starting state in watch()).
+   */
+  readonly ready?: Promise<void>;
 }
 
 export interface WatchOptions {

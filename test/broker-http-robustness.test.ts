@@ -1,0 +1,215 @@
+/**
+ * The http broker under hostile or odd input and conditions: ids a response header cannot carry,
+ * ids encodeURIComponent refuses, a caller changing its header object after publish(), and a wall
+ * clock stepping back while the subscriber list is cached.
+ */
+import { describe, it, mock } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { request } from 'undici';
+import pino from 'pino';
+import type { Message } from '../src/broker/broker.js';
+import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, encodeHeader } from '../src/broker/http.js';
+import { MemoryRegistry } from '../src/registry/memory.js';
+import { LocalRegistry } from '../src/registry/local.js';
+import type { Registry } from '../src/registry/registry.js';
+import { ROOT, sleep, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+
+const silent = pino({ level: 'silent' });
+const bytes = (s: string) => new Uint8Array(Buffer.from(s));
+const msg = (s: string, header: Record<string, string> = {}): Message => ({ header, body: bytes(s) });
+
+function collector() {
+  const got: Message[] = [];
+  return { got, texts: () => got.map((m) => Buffer.from(m.body).toString()), handler: (m: Message) => void got.push(m) };
+}
+
+const FIXTURE = join(ROOT, 'test/fixtures/broker-peer.ts');
+const env = { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import tsx`.trim() };
+const peerMessages = (p: RunningProcess) =>
+  p
+    .output()
+    .split('\n')
+    .filter((l) => l.startsWith('MSG '))
+    .map((l) => JSON.parse(l.slice(4)) as { body: string });
+
+describe('http broker: unknown ids of a batch are reported without breaking the response header', () => {
+  it('a batch naming an id with a non-Latin-1 character does not crash the subscriber process', async () => {
+    const dir = tempDir('mesh-review-crash-');
+    const registry = new LocalRegistry(dir.path);
+    const peer = startProcess(['--registry', dir.path, '--topic', 'crash'], env, FIXTURE);
+    try {
+      const ready = await peer.waitForOutput(/READY \S+/, 20_000);
+      const hostPort = ready.split(' ')[1]!;
+      const id = (await registry.getService('topic:crash'))[0]!.nodes[0]!.id;
+      // One known id and one the endpoint does not know, with a character setHeader refuses.
+      const res = await request(`http://${hostPort}${DELIVERY_PATH}?topic=crash&id=${id}&id=%E2%82%AC`, {
+        method: 'POST',
+        headers: { [HEADER_FIELD]: encodeHeader({}) },
+        body: 'hello',
+        headersTimeout: 3000,
+        bodyTimeout: 3000,
+      }).catch((err: Error) => err);
+      await sleep(300);
+      assert.equal(peer.child.exitCode, null, `the subscriber process died:\n${peer.output().slice(-1500)}`);
+      assert.ok(!(res instanceof Error), `no answer: ${String(res)}`);
+      assert.equal(res.statusCode, 404);
+      await res.body.dump();
+      await waitFor(() => peerMessages(peer).length === 1, 2000);
+    } finally {
+      await peer.stop('SIGKILL');
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+
+  it('a foreign registry node with such an id does not kill the subscriber on an ordinary publish', async () => {
+    const dir = tempDir('mesh-review-crash2-');
+    const registry = new LocalRegistry(dir.path);
+    const pub = new HttpBroker({ registry, logger: silent });
+    const peer = startProcess(['--registry', dir.path, '--topic', 'crash'], env, FIXTURE);
+    try {
+      const ready = await peer.waitForOutput(/READY \S+/, 20_000);
+      const [address, port] = ready.split(' ')[1]!.split(':') as [string, string];
+      // e.g. registered through the sidecar's POST /registry, or left by another implementation
+      await registry.register({
+        name: 'topic:crash',
+        version: 'broadcast',
+        metadata: {},
+        endpoints: [],
+        nodes: [{ id: 'ghost-\u20ac', address, port: Number(port), metadata: { broker: 'http', batch: '1' } }],
+      });
+      await pub.publish('crash', msg('ordinary message'));
+      await sleep(500);
+      assert.equal(peer.child.exitCode, null, `the subscriber process died:\n${peer.output().slice(-1500)}`);
+      await waitFor(() => peerMessages(peer).length === 1, 2000);
+    } finally {
+      await peer.stop('SIGKILL');
+      await pub.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
+describe('http broker: the subscriber list is built for all subscribers at once', () => {
+  it('one registry node whose id encodeURIComponent rejects does not fail the publish for everyone', async () => {
+    const registry = new MemoryRegistry();
+    const sub = new HttpBroker({ registry, logger: silent });
+    const pub = new HttpBroker({ registry, logger: silent });
+    try {
+      const good = collector();
+      await sub.subscribe('t', good.handler);
+      await registry.register({
+        name: 'topic:t',
+        version: 'broadcast',
+        metadata: {},
+        endpoints: [],
+        // a lone surrogate: fine for JSON and the registry, URIError for encodeURIComponent
+        nodes: [{ id: 'bad-\ud800', address: '127.0.0.1', port: 9, metadata: { broker: 'http' } }],
+      });
+      // Before the cache, the bad node's delivery failed alone (logged) and the others got the message.
+      await pub.publish('t', msg('for the good one'));
+      await waitFor(() => good.got.length === 1, 2000);
+    } finally {
+      await pub.close();
+      await sub.close();
+      await registry.close();
+    }
+  });
+});
+
+describe('http broker: local subscribers and remote ones see the same header', () => {
+  it('the header is taken when publish is called, for local subscribers as for remote ones', async () => {
+    const registry = new MemoryRegistry();
+    const pub = new HttpBroker({ registry, logger: silent });
+    const other = new HttpBroker({ registry, logger: silent });
+    try {
+      const local = collector();
+      const remote = collector();
+      await pub.subscribe('h', local.handler);
+      await other.subscribe('h', remote.handler);
+      const header = { k: 'original' };
+      const p = pub.publish('h', { header, body: bytes('x') });
+      header.k = 'changed after publish()'; // the caller reuses its object (the memory broker copied it already)
+      await p;
+      await waitFor(() => local.got.length === 1 && remote.got.length === 1);
+      assert.equal(remote.got[0]!.header.k, 'original');
+      assert.equal(local.got[0]!.header.k, 'original', 'local subscriber saw a header the remote ones did not');
+    } finally {
+      await pub.close();
+      await other.close();
+      await registry.close();
+    }
+  });
+});
+
+describe('http broker: the cache age does not follow the wall clock', () => {
+  it('a subscriber list is read again after lookupCacheMs even when the clock stepped back (watch not delivering)', async () => {
+    const memory = new MemoryRegistry();
+    // A registry whose watch never reports anything (an etcd watch stream that is down, a local
+    // watcher whose polls fail): lookupCacheMs is then the only bound on staleness.
+    const deaf: Registry = Object.assign(Object.create(memory) as Registry, {
+      watch: () => ({ stop: () => undefined }),
+    });
+    const pub = new HttpBroker({ registry: deaf, lookupCacheMs: 100, logger: silent });
+    const sub = new HttpBroker({ registry: memory, logger: silent });
+    const realNow = Date.now.bind(Date);
+    try {
+      const first = collector();
+      await sub.subscribe('c', first.handler);
+      await pub.publish('c', msg('m0'));
+      await waitFor(() => first.got.length === 1);
+      // NTP steps the clock back by one hour.
+      mock.method(Date, 'now', () => realNow() - 3_600_000);
+      const later = collector();
+      await sub.subscribe('c', later.handler);
+      await sleep(400); // 4 x lookupCacheMs
+      await pub.publish('c', msg('m1'));
+      await sleep(200);
+      assert.equal(later.got.length, 1, 'the list read before the clock step is still used');
+    } finally {
+      mock.restoreAll();
+      await pub.close();
+      await sub.close();
+      await memory.close();
+    }
+  });
+});
+
+describe('http broker: no cached subscriber list before the registry watch is ready', () => {
+  it('reads the registry per message until the watch reports changes, then keeps the list', async () => {
+    const memory = new MemoryRegistry();
+    let reads = 0;
+    let markReady!: () => void;
+    const ready = new Promise<void>((r) => (markReady = r));
+    // A watch that needs time to start (etcd's first read): a change in that window would not be reported.
+    const slow: Registry = Object.assign(Object.create(memory) as Registry, {
+      getService: (name: string) => {
+        reads++;
+        return memory.getService(name);
+      },
+      watch: (onEvent: Parameters<Registry['watch']>[0]) => ({ ...memory.watch(onEvent), ready }),
+    });
+    const pub = new HttpBroker({ registry: slow, logger: silent });
+    const sub = new HttpBroker({ registry: memory, logger: silent });
+    try {
+      const c = collector();
+      await sub.subscribe('r', c.handler);
+      await pub.publish('r', msg('a'));
+      await pub.publish('r', msg('b'));
+      assert.equal(reads, 2, 'one registry read per message while the watch is not ready');
+      markReady();
+      await sleep(0);
+      await pub.publish('r', msg('c'));
+      await pub.publish('r', msg('d'));
+      await pub.publish('r', msg('e'));
+      assert.equal(reads, 3, 'then one read, and the list is kept');
+      await waitFor(() => c.got.length === 5);
+    } finally {
+      await pub.close();
+      await sub.close();
+      await memory.close();
+    }
+  });
+});
