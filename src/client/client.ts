@@ -102,6 +102,8 @@ export class Client {
         const failure = err instanceof TransportError ? err : new TransportError({ kind: 'reset' }, String(err));
         lease.release(failure.outcome, Date.now() - attemptStart);
         lastError = transportToMeshError(failure, service, lease.target.key, budget);
+        // Not sent at all (a metadata value the HTTP client refuses): no other host would take it either.
+        if (failure.outcome.kind === 'cancelled') throw lastError;
         this.options.logger?.debug({ service, endpoint, host: lease.target.key, attempt, err: failure.message }, 'attempt failed');
         // A timeout spends the whole budget; connect failures and resets may be retried.
         if (failure.outcome.kind === 'timeout' && Date.now() >= deadline) break;
@@ -149,6 +151,8 @@ function transportToMeshError(err: TransportError, service: string, host: string
       return new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection failed: ${err.message}`);
     case 'reset':
       return new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection reset: ${err.message}`);
+    case 'cancelled':
+      return new MeshError('go.mesh.client', 400, `call ${service}: ${err.message}`);
   }
 }
 

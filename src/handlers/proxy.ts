@@ -54,41 +54,69 @@ function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
   return Number.isInteger(n) && n >= 0 && n <= BUFFERED_BODY_MAX ? 'small' : 'stream';
 }
 
-type ForwardResult = { kind: 'response'; status: number } | { kind: 'error'; err: unknown; timedOut: boolean; responded: boolean };
+type ForwardResult =
+  | { kind: 'response'; status: number }
+  | { kind: 'error'; err: unknown; timedOut: boolean; responded: boolean; clientGone: boolean };
+
+const TIMEOUT_MESSAGE = 'timeout waiting for the upstream answer';
+
+/** Statuses whose answers never have a body, whatever Content-Length says (RFC 9110 6.4.1). */
+function bodiless(status: number, head: boolean): boolean {
+  return head || status === 204 || status === 304;
+}
 
 /**
  * One attempt in flight: the request goes to the host and the answer straight into `res`, through
  * undici's raw dispatch callbacks (the form its HTTP/1.1 client speaks natively: the response's
- * raw header list is filtered and handed to writeHead as it is, never parsed into an object). Only
- * the wait for the answer's head is bounded by timeoutMs; a body may take as long as it needs.
- * When the client goes away, the upstream request is aborted.
+ * raw header list is filtered and handed to writeHead as it is, never parsed into an object).
+ *
+ * Only the wait for the answer's head is bounded by timeoutMs, from the dispatch or, for a streamed
+ * body, from the end of the upload; a body may take as long as it needs. The attempt settles at
+ * once on a timeout or a client that went away while it still waits for a connection (the request
+ * is dropped when it gets one), and a client that goes away later aborts it.
  */
 class ProxyAttempt implements Dispatcher.DispatchHandler {
   private abort?: (err?: Error) => void;
   private resume?: () => void;
-  private readonly timer: NodeJS.Timeout;
+  private timer?: NodeJS.Timeout;
   private timedOut = false;
+  private clientGone = false;
   private responded = false;
+  /** The answer was complete at its head (HEAD, 204, 304): anything after it is ignored. */
+  private ended = false;
   private done = false;
   private status = 0;
   private readonly onClientGone = () => {
-    if (!this.res.writableFinished) this.abort?.(new Error('client went away'));
+    if (this.res.writableFinished) return;
+    this.clientGone = true;
+    const err = new Error('client went away');
+    if (this.abort) this.abort(err);
+    else this.onError(err);
   };
   private readonly onDrain = () => this.resume?.();
 
   constructor(
     private readonly res: ServerResponse,
-    timeoutMs: number,
+    private readonly head: boolean,
+    private readonly timeoutMs: number,
+    streamedBody: boolean,
     private readonly settle: (result: ForwardResult) => void,
   ) {
-    this.timer = setTimeout(() => this.onTimeout(), timeoutMs);
+    if (!streamedBody) this.startTimer();
     res.on('close', this.onClientGone);
+  }
+
+  private startTimer(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.onTimeout(), this.timeoutMs);
   }
 
   private onTimeout(): void {
     if (this.responded) return;
     this.timedOut = true;
-    this.abort?.(new Error('timeout waiting for the upstream answer'));
+    const err = new Error(TIMEOUT_MESSAGE);
+    if (this.abort) this.abort(err);
+    else this.onError(err); // still waiting for a connection
   }
 
   private finish(result: ForwardResult): void {
@@ -101,7 +129,13 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
 
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
-    if (this.timedOut) abort(new Error('timeout waiting for the upstream answer'));
+    if (this.timedOut) abort(new Error(TIMEOUT_MESSAGE));
+    else if (this.clientGone || this.res.destroyed) abort(new Error('client went away'));
+  }
+
+  /** A streamed body is sent: the wait for the answer starts now (a slow upload is not a slow host). */
+  onRequestSent(): void {
+    if (!this.timer && !this.done) this.startTimer();
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
@@ -110,36 +144,55 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
     this.status = statusCode;
     this.resume = resume;
     clearTimeout(this.timer);
+    // Hop-by-hop headers, and those the answer's own Connection header names, stay here.
+    let named: Set<string> | undefined;
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      if (rawHeaders[i]!.length === 10 && rawHeaders[i]!.toString('latin1').toLowerCase() === 'connection') {
+        named = connectionNamed(rawHeaders[i + 1]!.toString('latin1')) ?? named;
+      }
+    }
     const out: string[] = [];
     for (let i = 0; i < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!.toString('latin1');
       const lower = name.toLowerCase();
-      if (lower !== 'content-length' && isHopByHop(lower)) continue;
+      if ((lower !== 'content-length' && isHopByHop(lower)) || named?.has(lower)) continue;
       out.push(name, rawHeaders[i + 1]!.toString('latin1'));
     }
     this.res.writeHead(statusCode, out);
+    if (bodiless(statusCode, this.head)) {
+      // Complete now: undici may still object to a Content-Length that announces no body.
+      this.ended = true;
+      this.res.end();
+    }
     return true;
   }
 
   onData(chunk: Buffer): boolean {
+    if (this.ended) return true;
+    if (this.res.destroyed) {
+      this.clientGone = true;
+      this.abort?.(new Error('client went away'));
+      return false;
+    }
     if (this.res.write(chunk)) return true;
     this.res.once('drain', this.onDrain);
     return false;
   }
 
   onComplete(): void {
-    this.res.end();
+    if (!this.ended) this.res.end();
     this.finish({ kind: 'response', status: this.status });
   }
 
   onError(err: Error): void {
-    this.finish({ kind: 'error', err, timedOut: this.timedOut, responded: this.responded });
+    if (this.ended) return this.finish({ kind: 'response', status: this.status });
+    this.finish({ kind: 'error', err, timedOut: this.timedOut, responded: this.responded, clientGone: this.clientGone });
   }
 }
 
 function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, headers: string[], body: RequestBody, timeoutMs: number): Promise<ForwardResult> {
   return new Promise<ForwardResult>((resolve) => {
-    const attempt = new ProxyAttempt(res, timeoutMs, resolve);
+    const attempt = new ProxyAttempt(res, req.method === 'HEAD', timeoutMs, body.kind === 'stream', resolve);
     try {
       dispatcher.dispatch(
         {
@@ -178,11 +231,22 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
       sendError(res, asFrontEndError(err, fe.errorId));
       return;
     }
-    if (retries > 0) (tried ??= new Set()).add(lease.target.key);
     const started = Date.now();
+    if (res.destroyed) {
+      // The client left while a host was being found (a service's first use reads the registry).
+      lease.release({ kind: 'cancelled' }, 0);
+      return;
+    }
+    if (retries > 0) (tried ??= new Set()).add(lease.target.key);
     const result = await forward(lease.target.dispatcher, req, res, headers, body, timeoutMs);
     if (result.kind === 'response') {
       lease.release(result, Date.now() - started);
+      return;
+    }
+    if (result.clientGone) {
+      // Not the host's fault: no error charged, nothing to answer.
+      lease.release({ kind: 'cancelled' }, Date.now() - started);
+      res.destroy();
       return;
     }
     if (result.responded) {
@@ -225,7 +289,7 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
       upstream = connect({ host: lease.target.address, port: lease.target.port }, () => {
         let head1 = `${req.method} ${req.url} HTTP/1.1\r\n`;
         for (let i = 0; i < headers.length; i += 2) head1 += `${headers[i]}: ${headers[i + 1]}\r\n`;
-        upstream!.write(head1 + '\r\n');
+        upstream!.write(head1 + '\r\n', 'latin1'); // header bytes as they came (Node read them as latin1)
         if (head.length) upstream!.write(head);
         upstream!.pipe(socket);
         socket.pipe(upstream!);

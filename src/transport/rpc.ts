@@ -49,6 +49,8 @@ export function classifyError(err: unknown, timedOut: boolean): TransportError {
   const message = err instanceof Error ? err.message : String(err);
   if (timedOut) return new TransportError({ kind: 'timeout' }, 'request timed out');
   const code = errorCode(err);
+  // undici refused to send it (a header value it does not accept): nothing reached the host.
+  if (code === 'UND_ERR_INVALID_ARG') return new TransportError({ kind: 'cancelled' }, `request not sent: ${message}`);
   if (CONNECT_CODES.has(code)) return new TransportError({ kind: 'connect_failure' }, `${code.toLowerCase()}: ${message}`);
   return new TransportError({ kind: 'reset' }, `${code ? code + ': ' : ''}${message}`);
 }
@@ -78,11 +80,19 @@ function bodyOf(body: Uint8Array): Buffer | string {
   return Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
 }
 
+/** Header names the protocol sets itself: metadata of the same name (any case) is left out. */
+const PROTOCOL_HEADERS = new Set(['content-type', HEADER_SERVICE, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT]);
+
 /** The request's headers as undici's flat [name, value, ...] list: metadata first, then the protocol's own. */
 function requestHeaders(request: RpcRequest): string[] {
   const headers: string[] = [];
   const metadata = request.metadata;
-  if (metadata) for (const name in metadata) headers.push(name, metadata[name]!);
+  if (metadata) {
+    for (const name in metadata) {
+      if (PROTOCOL_HEADERS.has(name) || PROTOCOL_HEADERS.has(name.toLowerCase())) continue;
+      headers.push(name, metadata[name]!);
+    }
+  }
   headers.push(
     'content-type',
     request.contentType,
@@ -123,7 +133,10 @@ class RpcCall implements Dispatcher.DispatchHandler {
 
   private onTimeout(): void {
     this.timedOut = true;
-    this.abort?.(new TransportError({ kind: 'timeout' }, 'request timed out'));
+    const err = new TransportError({ kind: 'timeout' }, 'request timed out');
+    // Still waiting for a connection: settle now; onConnect drops the request when it gets one.
+    if (this.abort) this.abort(err);
+    else this.onError(err);
   }
 
   onConnect(abort: (err?: Error) => void): void {
@@ -132,6 +145,7 @@ class RpcCall implements Dispatcher.DispatchHandler {
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[]): boolean {
+    if (statusCode < 200) return true; // an interim answer: the final one follows
     this.status = statusCode;
     for (let i = 0; i < rawHeaders.length; i += 2) {
       const name = rawHeaders[i]!;

@@ -47,6 +47,7 @@ interface ClusterStats {
   rqRetryOverflow: Counter;
   rqPendingOverflow: Counter;
   rqRxReset: Counter;
+  rqCancelled: Counter;
   rqActive: Gauge;
   rqPendingActive: Gauge;
   cxTotal: Counter;
@@ -117,6 +118,7 @@ export class Cluster {
       rqRetryOverflow: st.counter(`${p}upstream_rq_retry_overflow`),
       rqPendingOverflow: st.counter(`${p}upstream_rq_pending_overflow`),
       rqRxReset: st.counter(`${p}upstream_rq_rx_reset`),
+      rqCancelled: st.counter(`${p}upstream_rq_cancelled`),
       rqActive: st.gauge(`${p}upstream_rq_active`),
       rqPendingActive: st.gauge(`${p}upstream_rq_pending_active`),
       cxTotal: st.counter(`${p}upstream_cx_total`),
@@ -325,7 +327,7 @@ export class Cluster {
     this.s.rqCompleted.inc();
     if (Number.isFinite(durationMs) && durationMs >= 0) this.rqTime.record(durationMs);
 
-    let failure: boolean;
+    let failure: boolean | undefined;
     switch (outcome.kind) {
       case 'response': {
         const cls = Math.floor(outcome.status / 100);
@@ -357,11 +359,15 @@ export class Cluster {
         host.stats.rq_error++;
         this.s.rqClass.get(5)!.inc(); // charged as 503
         break;
+      case 'cancelled':
+        failure = undefined; // not the host's doing: neither success nor failure
+        this.s.rqCancelled.inc();
+        break;
       default:
         failure = true;
         host.stats.rq_error++;
     }
-    if (!host.removed) this.outlier?.record(host, failure);
+    if (failure !== undefined && !host.removed) this.outlier?.record(host, failure);
     this.lastUsed = this.now();
     if (this.rqActive === 0 && this.hostList.length === 0 && !this.closed) this.onIdleEmpty?.(this);
   }

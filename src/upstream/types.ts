@@ -15,7 +15,10 @@ export type AttemptOutcome =
   | { kind: 'response'; status: number }
   | { kind: 'connect_failure' } // refused, unreachable, DNS: nothing was sent
   | { kind: 'reset' } // connection dropped mid-request
-  | { kind: 'timeout' };
+  | { kind: 'timeout' }
+  // Given up for a reason that is not the host's (the client went away, a request undici refused
+  // to send): not an error of the host, not fed to outlier detection.
+  | { kind: 'cancelled' };
 
 export interface UpstreamTarget {
   /** host:port key of the host, as admin /clusters prints it. */
