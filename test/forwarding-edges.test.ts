@@ -17,7 +17,7 @@ import { Client } from '../src/client/client.js';
 import type { UpstreamLease, UpstreamSelector } from '../src/upstream/types.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
-import { freePort, sleep, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { freePort, sleep, startProcess, tempDir, waitFor, type RunningProcess, readBytes } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 
 interface Seen {
@@ -27,29 +27,14 @@ interface Seen {
   bodyLength: number;
 }
 
-function readAll(req: IncomingMessage): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
-
 /** A backend whose path decides the answer; records every request. */
 async function startBackend(): Promise<{ server: Server; port: number; seen: Seen[]; close(): Promise<void> }> {
   const seen: Seen[] = [];
   const server = createServer(async (req, res) => {
     const url = req.url ?? '/';
-    if (url.endsWith('/early')) {
-      // Answers before reading the body.
-      res.writeHead(413, { 'content-type': 'text/plain', 'content-length': '4', connection: 'close' });
-      res.end('nope');
-      return;
-    }
     let body: Buffer;
     try {
-      body = await readAll(req);
+      body = await readBytes(req);
     } catch {
       return;
     }

@@ -13,7 +13,7 @@ import { sendRpc, TransportError } from '../src/transport/rpc.js';
 import { endToEndHeaders } from '../src/transport/headers.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
-import { freePort, tempDir } from './helpers.js';
+import { freePort, tempDir, readBytes } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 
 interface Seen {
@@ -25,20 +25,11 @@ interface Seen {
   bodyText: string;
 }
 
-function readAll(req: IncomingMessage): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
-
 /** A backend that records each request; the path decides the answer. */
 async function startBackend(): Promise<{ server: Server; port: number; seen: Seen[]; close(): Promise<void> }> {
   const seen: Seen[] = [];
   const server = createServer(async (req, res) => {
-    const body = await readAll(req);
+    const body = await readBytes(req);
     seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, bodyLength: body.length, bodyText: body.length <= 1024 ? body.toString('utf8') : '' });
     const url = req.url ?? '/';
     if (url === '/' && req.headers['mesh-service']) {

@@ -111,3 +111,13 @@ export function engine(envVar: string, what: string): string | undefined {
   console.warn(`SKIP: ${reason}`);
   return undefined;
 }
+
+/** Every byte of a request (or any readable stream of Buffers). */
+export function readBytes(stream: NodeJS.ReadableStream): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    stream.on('data', (c: Buffer) => chunks.push(c));
+    stream.on('end', () => resolve(Buffer.concat(chunks)));
+    stream.on('error', reject);
+  });
+}
