@@ -328,7 +328,7 @@ describe('gateway --handler=proxy at its edges', () => {
     await registry.register({ name: 'go.mesh.srv.files', version: 'v1', metadata: {}, endpoints: [], nodes: [{ id: 'f1', address: '127.0.0.1', port: backend.port, metadata: {} }] });
     await registry.register({ name: 'go.mesh.srv.dl', version: 'v1', metadata: {}, endpoints: [], nodes: [{ id: 'd1', address: '127.0.0.1', port: backend.port, metadata: {} }] });
     await registry.register({ name: 'go.mesh.srv.raw', version: 'v1', metadata: {}, endpoints: [], nodes: [{ id: 'r1', address: '127.0.0.1', port: rawUpstream.port, metadata: {} }] });
-    gw = await startGatewayProcess(dir.path, ['--handler=proxy', '--namespace=go.mesh.srv', '--client_request_timeout=1s']);
+    gw = await startGatewayProcess(dir.path, ['--handler=proxy', '--namespace=go.mesh.srv', '--client_request_timeout=1s', '--stream_idle_timeout=3s']);
   });
   after(async () => {
     await gw?.stop();
@@ -403,6 +403,20 @@ describe('gateway --handler=proxy at its edges', () => {
     const head = rawUpstream.heads[0]!;
     const line = head.toString('latin1').split('\r\n').find((l) => l.toLowerCase().startsWith('x-name:'))!;
     assert.equal(Buffer.from(line, 'latin1').toString('hex'), Buffer.from('x-name: caf\u00e9', 'latin1').toString('hex'));
+  });
+
+  it('a client that reads nothing is cut off after --stream_idle_timeout; the lease is released, not charged to the host', async () => {
+    const cancelledBefore = await stat(gw.admin, 'cluster.go.mesh.srv.files.upstream_rq_cancelled');
+    const started = Date.now();
+    const socket = connect(gw.port, '127.0.0.1', () => socket.write('GET /files/big HTTP/1.1\r\nHost: x\r\n\r\n'));
+    socket.pause(); // never reads: the gateway's writes back up
+    socket.on('error', () => {});
+    await waitFor(async () => (await active('files')) === 1, 5000);
+    await waitFor(async () => (await active('files')) === 0, 10000, 100);
+    const took = Date.now() - started;
+    assert.ok(took >= 2500 && took < 9000, `cut off after ${took} ms (stream_idle_timeout 3s)`);
+    assert.equal(await stat(gw.admin, 'cluster.go.mesh.srv.files.upstream_rq_cancelled'), (cancelledBefore ?? 0) + 1);
+    socket.destroy();
   });
 
   it('a slow reader of a 16 MB answer gets every byte; the lease is released', async () => {

@@ -29,6 +29,7 @@ export const FLAG_SPECS = {
   proxy_address: { type: 'string', help: 'run CLI commands through the sidecar at host:port' },
   client_request_timeout: { type: 'duration', help: 'budget of one outbound call', default: '5s' },
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },
+  stream_idle_timeout: { type: 'duration', help: 'proxied answers: how long one may wait for a client that reads nothing (0: no limit)', default: '5m' },
   lb_policy: { type: 'string', help: 'load balancing', default: 'round_robin', choices: ['round_robin', 'random', 'least_request'] },
   register_ttl: { type: 'duration', help: 'TTL of a service registration', default: '30s' },
   register_interval: { type: 'duration', help: 'how often a service registers again', default: '10s' },
@@ -78,6 +79,7 @@ export interface Config {
   proxy_address?: string;
   client_request_timeout: number;
   client_retries: number;
+  stream_idle_timeout: number;
   lb_policy: 'round_robin' | 'random' | 'least_request';
   register_ttl: number;
   register_interval: number;

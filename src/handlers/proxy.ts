@@ -93,12 +93,19 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
     if (this.abort) this.abort(err);
     else this.onError(err);
   };
-  private readonly onDrain = () => this.resume?.();
+  /** Runs while the answer waits for a client that reads nothing (backpressure). */
+  private idleTimer?: NodeJS.Timeout;
+  private readonly onDrain = () => {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
+    this.resume?.();
+  };
 
   constructor(
     private readonly res: ServerResponse,
     private readonly head: boolean,
     private readonly timeoutMs: number,
+    private readonly idleMs: number,
     streamedBody: boolean,
     private readonly settle: (result: ForwardResult) => void,
   ) {
@@ -123,7 +130,9 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
     if (this.done) return;
     this.done = true;
     clearTimeout(this.timer);
+    clearTimeout(this.idleTimer);
     this.res.off('close', this.onClientGone);
+    this.res.off('drain', this.onDrain);
     this.settle(result);
   }
 
@@ -176,6 +185,13 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
     }
     if (this.res.write(chunk)) return true;
     this.res.once('drain', this.onDrain);
+    // Only while paused: a client that reads nothing must not hold the host's connection forever.
+    if (this.idleMs > 0 && !this.idleTimer) {
+      this.idleTimer = setTimeout(() => {
+        this.clientGone = true;
+        this.abort?.(new Error(`client read nothing for ${this.idleMs} ms`));
+      }, this.idleMs);
+    }
     return false;
   }
 
@@ -190,9 +206,9 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
   }
 }
 
-function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, headers: string[], body: RequestBody, timeoutMs: number): Promise<ForwardResult> {
+function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, headers: string[], body: RequestBody, timeoutMs: number, idleMs: number): Promise<ForwardResult> {
   return new Promise<ForwardResult>((resolve) => {
-    const attempt = new ProxyAttempt(res, req.method === 'HEAD', timeoutMs, body.kind === 'stream', resolve);
+    const attempt = new ProxyAttempt(res, req.method === 'HEAD', timeoutMs, idleMs, body.kind === 'stream', resolve);
     try {
       dispatcher.dispatch(
         {
@@ -238,7 +254,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
       return;
     }
     if (retries > 0) (tried ??= new Set()).add(lease.target.key);
-    const result = await forward(lease.target.dispatcher, req, res, headers, body, timeoutMs);
+    const result = await forward(lease.target.dispatcher, req, res, headers, body, timeoutMs, fe.runtime.config.stream_idle_timeout);
     if (result.kind === 'response') {
       lease.release(result, Date.now() - started);
       return;
