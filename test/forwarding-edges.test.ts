@@ -17,7 +17,7 @@ import { Client } from '../src/client/client.js';
 import type { UpstreamLease, UpstreamSelector } from '../src/upstream/types.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
-import { freePort, sleep, startProcess, tempDir, waitFor, type RunningProcess, readBytes } from './helpers.js';
+import { freePort, sleep, startProcess, tempDir, waitFor, type RunningProcess, readBytes, listenLoopback } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 
 interface Seen {
@@ -89,16 +89,7 @@ async function startBackend(): Promise<{ server: Server; port: number; seen: See
     res.end(text);
   });
   server.keepAliveTimeout = 5000;
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  return {
-    server,
-    port: (server.address() as AddressInfo).port,
-    seen,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-    },
-  };
+  return { server, seen, ...(await listenLoopback(server)) };
 }
 
 /** One admin /stats counter or gauge (undefined when absent). */

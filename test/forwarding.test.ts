@@ -7,13 +7,13 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import { connect } from 'node:net';
 import { Pool } from 'undici';
 import { sendRpc, TransportError } from '../src/transport/rpc.js';
 import { endToEndHeaders } from '../src/transport/headers.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
-import { freePort, tempDir, readBytes } from './helpers.js';
+import { freePort, tempDir, readBytes, listenLoopback } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 
 interface Seen {
@@ -63,16 +63,7 @@ async function startBackend(): Promise<{ server: Server; port: number; seen: See
     res.end(text);
   });
   server.keepAliveTimeout = 1000;
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  return {
-    server,
-    port: (server.address() as AddressInfo).port,
-    seen,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-    },
-  };
+  return { server, seen, ...(await listenLoopback(server)) };
 }
 
 /** Sends raw bytes on a new connection and returns everything read until the server closes it. */

@@ -121,3 +121,15 @@ export function readBytes(stream: NodeJS.ReadableStream): Promise<Buffer> {
     stream.on('error', reject);
   });
 }
+
+/** Listens on a free loopback port; close() drops open connections and stops the server. */
+export async function listenLoopback(server: import('node:http').Server): Promise<{ port: number; close(): Promise<void> }> {
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return {
+    port: (server.address() as import('node:net').AddressInfo).port,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}

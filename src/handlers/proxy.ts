@@ -10,7 +10,7 @@ import type { Duplex } from 'node:stream';
 import { MeshError, asFrontEndError } from '../errors.js';
 import { sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
-import { connectionNamed, isHopByHop } from '../transport/headers.js';
+import { connectionNamed, isHopByHop, rawNameIs } from '../transport/headers.js';
 import { readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
@@ -156,7 +156,7 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
     // Hop-by-hop headers, and those the answer's own Connection header names, stay here.
     let named: Set<string> | undefined;
     for (let i = 0; i < rawHeaders.length; i += 2) {
-      if (rawHeaders[i]!.length === 10 && rawHeaders[i]!.toString('latin1').toLowerCase() === 'connection') {
+      if (rawNameIs(rawHeaders[i]!, 'connection')) {
         named = connectionNamed(rawHeaders[i + 1]!.toString('latin1')) ?? named;
       }
     }

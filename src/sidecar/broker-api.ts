@@ -36,7 +36,7 @@ import { WebSocketServer, type WebSocket, type RawData } from 'ws';
 import { MeshError } from '../errors.js';
 import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
-import { isHopByHop } from '../transport/headers.js';
+import { connectionNamed, isHopByHop } from '../transport/headers.js';
 import type { Message, Subscription } from '../broker/broker.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import type { Counter, Gauge } from '../stats/store.js';
@@ -80,12 +80,10 @@ export function canonicalHeader(header: Record<string, string>): Record<string, 
 
 /** The broker message header for a publish request (throws 400 for a bad Timestamp). */
 export function publishHeader(errorId: string, req: IncomingMessage, nowSeconds = Math.floor(Date.now() / 1000)): Record<string, string> {
-  const named = new Set<string>();
-  const connection = req.headers.connection;
-  if (typeof connection === 'string') for (const n of connection.split(',')) named.add(n.trim().toLowerCase());
+  const named = connectionNamed(req.headers.connection);
   const header: Record<string, string> = {};
   for (const [name, value] of Object.entries(req.headers)) {
-    if (value === undefined || isHopByHop(name) || named.has(name) || NEVER_FORWARDED.has(name)) continue;
+    if (value === undefined || isHopByHop(name) || named?.has(name) || NEVER_FORWARDED.has(name)) continue;
     if (name === 'timestamp') continue;
     header[canonicalHeaderName(name)] = Array.isArray(value) ? value.join(', ') : value;
   }

@@ -25,6 +25,11 @@ export function isHopByHop(name: string): boolean {
   return HOP_BY_HOP.has(name);
 }
 
+/** Whether a raw header name (undici's Buffer form) is `lower`, in any case. */
+export function rawNameIs(name: Buffer, lower: string): boolean {
+  return name.length === lower.length && name.toString('latin1').toLowerCase() === lower;
+}
+
 /** Header names a `Connection` header lists beyond the usual keep-alive/close; undefined when none. */
 export function connectionNamed(connection: string | string[] | undefined): Set<string> | undefined {
   if (typeof connection !== 'string') return undefined;

@@ -4,7 +4,7 @@
  */
 import type { Dispatcher } from 'undici';
 import type { AttemptOutcome } from '../upstream/types.js';
-import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_TIMEOUT } from './headers.js';
+import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_TIMEOUT, rawNameIs } from './headers.js';
 
 export interface RpcRequest {
   service: string;
@@ -89,7 +89,7 @@ function requestHeaders(request: RpcRequest): string[] {
   const metadata = request.metadata;
   if (metadata) {
     for (const name in metadata) {
-      if (PROTOCOL_HEADERS.has(name) || PROTOCOL_HEADERS.has(name.toLowerCase())) continue;
+      if (PROTOCOL_HEADERS.has(name.toLowerCase())) continue;
       headers.push(name, metadata[name]!);
     }
   }
@@ -108,7 +108,6 @@ function requestHeaders(request: RpcRequest): string[] {
   return headers;
 }
 
-const CONTENT_TYPE = 'content-type';
 
 /** One call in flight: collects the answer, bounds it in time and size, settles the promise once. */
 class RpcCall implements Dispatcher.DispatchHandler {
@@ -148,8 +147,7 @@ class RpcCall implements Dispatcher.DispatchHandler {
     if (statusCode < 200) return true; // an interim answer: the final one follows
     this.status = statusCode;
     for (let i = 0; i < rawHeaders.length; i += 2) {
-      const name = rawHeaders[i]!;
-      if (name.length === CONTENT_TYPE.length && name.toString('latin1').toLowerCase() === CONTENT_TYPE) {
+      if (rawNameIs(rawHeaders[i]!, 'content-type')) {
         this.contentType = rawHeaders[i + 1]!.toString('latin1');
         break;
       }
