@@ -15,6 +15,7 @@ import type { StaticClusterConfig } from './upstream/config.js';
 import { Client } from './client/client.js';
 import { ServerState } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
+import type { Drainable, DrainResult } from './http/lifecycle.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -39,7 +40,10 @@ export class Runtime {
   readonly client: Client;
   private brokerInstance?: Broker;
   private readonly shutdownHooks: ShutdownHook[] = [];
-  private shuttingDown?: Promise<void>;
+  private readonly drainables: Drainable[] = [];
+  private shuttingDown?: Promise<DrainResult>;
+  /** Epoch ms when the state last turned draining (admin /healthcheck/fail or the shutdown). */
+  private drainingSince?: number;
 
   constructor(
     readonly config: Config,
@@ -68,6 +72,7 @@ export class Runtime {
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
     // address or TLS file stops the start instead of the first publish.
     if (config.broker === 'nats') this.brokerInstance = this.createBroker();
+    this.state.on('state', (state) => (this.drainingSince = state === 'draining' ? Date.now() : undefined));
   }
 
   /** The broker, created on first use (short CLI commands that never publish don't build one). */
@@ -105,8 +110,7 @@ export class Runtime {
       server: this.state,
       token: this.config.admin_token,
       quit: async () => {
-        await this.shutdown();
-        process.exit(0);
+        process.exit(exitCodeOf(await this.shutdown()));
       },
     });
     const bound = await admin.listen(address);
@@ -124,10 +128,19 @@ export class Runtime {
     this.shutdownHooks.push(hook);
   }
 
-  /** Drains and closes everything once; safe to call many times. */
-  shutdown(): Promise<void> {
+  /** Registers a server the shutdown drains (FrontServer, RpcServer: src/http/lifecycle.ts). */
+  addDrainable(server: Drainable): void {
+    this.drainables.push(server);
+  }
+
+  /**
+   * Drains and closes everything once; safe to call many times. Resolves with what the drain
+   * had to cut off (see drain()).
+   */
+  shutdown(): Promise<DrainResult> {
     this.shuttingDown ??= (async () => {
       const log = this.logging.get('main');
+      const result = await this.drain();
       for (const hook of this.shutdownHooks.slice().reverse()) {
         try {
           await hook();
@@ -139,11 +152,52 @@ export class Runtime {
       if (this.brokerInstance) await this.brokerInstance.close().catch(() => undefined);
       await this.registry.close().catch(() => undefined);
       this.logging.flush();
+      return result;
     })();
     return this.shuttingDown;
   }
 
-  /** SIGINT/SIGTERM: shut down cleanly and exit 0; a second signal exits at once. */
+  /**
+   * The drain (docs/architecture.md, "Shutdown and drain"):
+   * 1. the state turns draining: its hooks deregister (framework services, the sidecar's app) and
+   *    the health-check paths answer 503;
+   * 2. every answer from now on carries `Connection: close`; idle keep-alive connections close;
+   * 3. the servers keep serving for --drain_delay (less the time already spent draining after
+   *    admin /healthcheck/fail), so peers watching the registry and load balancers polling the
+   *    health path stop sending;
+   * 4. the listeners close; in-flight requests get up to --drain_timeout, then are cut off.
+   */
+  private async drain(): Promise<DrainResult> {
+    const log = this.logging.get('main');
+    const now = Date.now();
+    try {
+      await this.state.fail();
+    } catch (err) {
+      log.error({ err: (err as Error).message }, 'deregistration failed');
+    }
+    const drainables = this.drainables.splice(0);
+    if (drainables.length === 0) return { requestsCutOff: 0, connectionsCutOff: 0 };
+    for (const d of drainables) d.beginDrain();
+    const delay = this.config.drain_delay - (now - (this.drainingSince ?? now));
+    if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+    const results = await Promise.all(drainables.map((d) => d.close()));
+    const total = results.reduce(
+      (sum, r) => ({ requestsCutOff: sum.requestsCutOff + r.requestsCutOff, connectionsCutOff: sum.connectionsCutOff + r.connectionsCutOff }),
+      { requestsCutOff: 0, connectionsCutOff: 0 },
+    );
+    if (total.requestsCutOff > 0) {
+      log.error(
+        { requests: total.requestsCutOff, connections: total.connectionsCutOff, drain_timeout_ms: this.config.drain_timeout },
+        `drain timed out: ${total.requestsCutOff} request(s) on ${total.connectionsCutOff} connection(s) cut off`,
+      );
+    }
+    return total;
+  }
+
+  /**
+   * SIGINT/SIGTERM: drain, shut down, exit 0 (1 when the drain cut requests off, or the shutdown
+   * failed); a second signal exits at once with 130.
+   */
   installSignalHandlers(): void {
     let signalled = false;
     const onSignal = (signal: NodeJS.Signals) => {
@@ -151,11 +205,16 @@ export class Runtime {
       signalled = true;
       this.logging.get('main').info({ signal }, 'shutting down');
       void this.shutdown().then(
-        () => process.exit(0),
+        (result) => process.exit(exitCodeOf(result)),
         () => process.exit(1),
       );
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
   }
+}
+
+/** The exit code after a shutdown: 0 when the drain lost nothing, 1 when it cut requests off. */
+export function exitCodeOf(result: DrainResult): number {
+  return result.requestsCutOff > 0 ? 1 : 0;
 }

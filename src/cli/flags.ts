@@ -30,6 +30,11 @@ export const FLAG_SPECS = {
   client_request_timeout: { type: 'duration', help: 'budget of one outbound call', default: '5s' },
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },
   stream_idle_timeout: { type: 'duration', help: 'proxied answers: how long one may wait for a client that reads nothing (0: no limit)', default: '5m' },
+  max_connections: { type: 'int', help: 'connections each listener holds at once; more are closed at accept (0: no limit)', default: '10000' },
+  request_headers_timeout: { type: 'duration', help: 'a request\'s whole header must arrive within this (0: no limit)', default: '10s' },
+  request_timeout: { type: 'duration', help: 'a whole request, header and body, must arrive within this (0: no limit)', default: '30s' },
+  drain_delay: { type: 'duration', help: 'on shutdown: time to keep serving after deregistering, so peers and load balancers stop sending', default: '1s' },
+  drain_timeout: { type: 'duration', help: 'on shutdown: how long in-flight requests may take to finish before they are cut off', default: '10s' },
   lb_policy: { type: 'string', help: 'load balancing', default: 'round_robin', choices: ['round_robin', 'random', 'least_request'] },
   register_ttl: { type: 'duration', help: 'TTL of a service registration', default: '30s' },
   register_interval: { type: 'duration', help: 'how often a service registers again', default: '10s' },
@@ -80,6 +85,11 @@ export interface Config {
   client_request_timeout: number;
   client_retries: number;
   stream_idle_timeout: number;
+  max_connections: number;
+  request_headers_timeout: number;
+  request_timeout: number;
+  drain_delay: number;
+  drain_timeout: number;
   lb_policy: 'round_robin' | 'random' | 'least_request';
   register_ttl: number;
   register_interval: number;
@@ -230,6 +240,14 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     parseLevel(config.log_level as string);
   } catch (err) {
     throw new FlagError(`invalid value "${String(config.log_level)}" for flag --log_level: ${(err as Error).message}`);
+  }
+  for (const name of ['request_headers_timeout', 'request_timeout', 'drain_delay', 'drain_timeout'] as const) {
+    if ((config[name] as number) < 0) throw new FlagError(`invalid value "${values.get(name)}" for flag --${name}: must not be negative`);
+  }
+  const headers = config.request_headers_timeout as number;
+  const whole = config.request_timeout as number;
+  if (whole > 0 && headers > whole) {
+    throw new FlagError(`invalid value "${values.get('request_headers_timeout') ?? '10s'}" for flag --request_headers_timeout: longer than --request_timeout (${values.get('request_timeout') ?? '30s'})`);
   }
   return { config: config as unknown as Config, positionals, given, switches };
 }

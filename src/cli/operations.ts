@@ -70,8 +70,8 @@ export class DirectOperations implements Operations {
     return () => sub.unsubscribe();
   }
 
-  close(): Promise<void> {
-    return this.runtime.shutdown();
+  async close(): Promise<void> {
+    await this.runtime.shutdown();
   }
 }
 

@@ -122,11 +122,11 @@ export class Gateway {
     return bound;
   }
 
-  /** Stops routing and lets in-flight requests finish. */
+  /** Drains the listener (lets in-flight requests finish, up to --drain_timeout), then stops routing. */
   async close(): Promise<void> {
+    await this.server.close();
     this.router?.stop();
     this.dashboard?.stop();
-    await this.server.close();
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {

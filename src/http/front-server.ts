@@ -1,7 +1,8 @@
 /**
  * The HTTP(S) server under the gateway and the sidecar: TLS (src/tls: files or ACME), CORS, server timeouts,
  * per-request stats (`http.<prefix>.downstream_rq_*`) and logs, a health-check path that answers
- * 503 while draining, errors as JSON, and a graceful close that lets in-flight requests finish.
+ * 503 while draining, errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts,
+ * header count) and the drain the runtime drives on shutdown.
  */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -9,9 +10,10 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import { MeshError } from '../errors.js';
-import { parseHostPort, sendError, sendJson } from './respond.js';
-import { closeGracefully, InFlight, listenOn } from './lifecycle.js';
+import { parseHostPort, rawErrorResponse, sendError, sendJson } from './respond.js';
+import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from './lifecycle.js';
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
+import { formatDuration } from '../util/duration.js';
 import { tlsEnabled, tlsFor } from '../tls/index.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
@@ -27,12 +29,21 @@ export interface FrontServerOptions {
   upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
   /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
   counted?: (req: IncomingMessage) => boolean;
+  /**
+   * On close, after in-flight requests finished (or the drain timeout): ends the upgraded
+   * connections this front end serves itself (the sidecar's broker WebSockets) before every
+   * remaining connection is destroyed.
+   */
+  closeUpgraded?: () => Promise<void> | void;
 }
 
 export class FrontServer {
   private server?: Server;
-  private readonly inFlight = new InFlight();
-  private readonly sockets = new Set<Socket>();
+  private lifecycle?: ServerLifecycle;
+  /** The request being received on a connection, so a read timeout can answer it. */
+  private readonly receiving = new WeakMap<Duplex, ServerResponse>();
+  private readonly headerTimeouts: Counter;
+  private readonly requestTimeouts: Counter;
   private readonly rqTotal: Counter;
   private readonly rqClass: Counter[];
   private readonly rqActive: Gauge;
@@ -51,13 +62,17 @@ export class FrontServer {
     this.cxActive = stats.gauge(`${p}downstream_cx_active`);
     this.cxTotal = stats.counter(`${p}downstream_cx_total`);
     this.rqTime = stats.histogram(`${p}downstream_rq_time`);
+    this.headerTimeouts = stats.counter(`${p}downstream_rq_header_timeout`);
+    this.requestTimeouts = stats.counter(`${p}downstream_rq_timeout`);
     this.secure = tlsEnabled(options.runtime.config);
   }
 
   async listen(address: string, defaultHost = '127.0.0.1'): Promise<AddressInfo> {
     const { host, port } = parseHostPort(address, defaultHost);
     const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
-    const serverOptions = { keepAliveTimeout: 65_000, requestTimeout: 300_000, headersTimeout: 30_000 };
+    const runtime = this.options.runtime;
+    const limits = serverLimits(runtime.config);
+    const serverOptions = httpServerOptions(limits);
     // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
     const tls = this.secure ? tlsFor(this.options.runtime) : undefined;
     await tls?.start();
@@ -71,20 +86,13 @@ export class FrontServer {
       server = createHttpServer(serverOptions, onRequest);
     }
     server.on('connection', (socket: Socket) => {
-      this.sockets.add(socket);
       this.cxTotal.inc();
       this.cxActive.inc();
       socket.once('close', () => {
-        this.sockets.delete(socket);
         this.cxActive.dec();
       });
     });
-    server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-      if (socket.writable) {
-        const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
-        socket.end(`HTTP/1.1 ${status} ${status === 431 ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request'}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
-      } else socket.destroy();
-    });
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => this.onClientError(err, socket, limits.headersTimeoutMs, limits.requestTimeoutMs));
     if (this.options.upgrade) {
       const upgrade = this.options.upgrade;
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -98,18 +106,59 @@ export class FrontServer {
       });
     }
     this.server = server;
-    return listenOn(server, host, port);
+    this.lifecycle = new ServerLifecycle(server, limits, { stats: runtime.stats, prefix: `http.${this.options.statPrefix}.` }, () => this.closeOthers());
+    const bound = await listenOn(server, host, port);
+    runtime.addDrainable(this.lifecycle);
+    return bound;
   }
 
-  /** Stops accepting, lets in-flight requests finish (up to graceMs), then closes every connection. */
-  async close(graceMs = 10_000): Promise<void> {
-    const server = this.server;
-    if (!server) return;
-    this.server = undefined;
+  /**
+   * Drains (answers close their connections), stops accepting, lets in-flight requests finish (up
+   * to --drain_timeout), then closes every connection. Resolves with what was cut off.
+   */
+  async close(): Promise<DrainResult> {
+    const lifecycle = this.lifecycle;
+    if (!lifecycle) return { requestsCutOff: 0, connectionsCutOff: 0 };
     this.detachTls?.();
-    await closeGracefully(server, this.inFlight, graceMs, () => {
-      for (const socket of this.sockets) socket.destroy();
-    });
+    return lifecycle.close();
+  }
+
+  private async closeOthers(): Promise<void> {
+    await this.options.closeUpgraded?.();
+  }
+
+  /**
+   * A request Node could not read: a read timeout (408), a header block over Node's size limit
+   * (431) or a malformed request (400), answered with error JSON while the socket is writable.
+   */
+  private onClientError(err: NodeJS.ErrnoException, socket: Duplex, headersMs: number, requestMs: number): void {
+    const id = this.options.errorId;
+    const res = this.receiving.get(socket);
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      // Headers complete (a request is being answered): the body was too slow; otherwise the headers were.
+      const error = res
+        ? new MeshError(id, 408, `request not received within ${formatDuration(requestMs)} (--request_timeout)`)
+        : new MeshError(id, 408, `request headers not received within ${formatDuration(headersMs || requestMs)} (--request_headers_timeout)`);
+      (res ? this.requestTimeouts : this.headerTimeouts).inc();
+      if (res && !res.headersSent && socket.writable) {
+        res.shouldKeepAlive = false;
+        sendError(res, error, id);
+        return;
+      }
+      if (!res && socket.writable) {
+        socket.end(rawErrorResponse(error));
+        return;
+      }
+      socket.destroy();
+      return;
+    }
+    if (socket.writable && !res?.headersSent) {
+      const error =
+        err.code === 'HPE_HEADER_OVERFLOW'
+          ? new MeshError(id, 431, 'request header block too large')
+          : new MeshError(id, 400, `malformed request: ${err.code ?? err.message}`);
+      socket.end(rawErrorResponse(error));
+    } else socket.destroy();
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
@@ -119,9 +168,12 @@ export class FrontServer {
       this.rqTotal.inc();
       this.rqActive.inc();
     }
-    this.inFlight.start();
+    this.lifecycle?.request(res);
+    const socket = req.socket;
+    this.receiving.set(socket, res);
+    req.once('end', () => this.receiving.get(socket) === res && this.receiving.delete(socket));
     res.once('close', () => {
-      this.inFlight.end();
+      if (this.receiving.get(socket) === res) this.receiving.delete(socket);
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
       if (counted) {
         this.rqActive.dec();
@@ -135,6 +187,13 @@ export class FrontServer {
         log.info({ front: this.options.statPrefix, method: req.method, path: req.url, status: res.statusCode, ms: Math.round(ms * 1000) / 1000 }, 'request');
       }
     });
+    const headerCount = tooManyHeaders(req);
+    if (headerCount > 0) {
+      req.resume();
+      res.shouldKeepAlive = false;
+      sendError(res, new MeshError(this.options.errorId, 431, `more than ${MAX_HEADER_COUNT} header fields`), this.options.errorId);
+      return;
+    }
     if (this.applyCors(req, res)) return;
     const url = req.url ?? '/';
     const q = url.indexOf('?');

@@ -1,6 +1,27 @@
-/** Listening and graceful closing, shared by every HTTP server of the project. */
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+/**
+ * Listening, limits and draining, shared by every HTTP server of the project that takes traffic
+ * (front ends: gateway, sidecar, proxy listeners; the framework's RPC server):
+ * - a connection cap (--max_connections): Node closes a connection over it at accept and emits
+ *   'drop', counted in `http.<prefix>.downstream_cx_overflow`;
+ * - header and whole-request read timeouts (--request_headers_timeout, --request_timeout), checked
+ *   every second;
+ * - a header-count limit (MAX_HEADER_COUNT);
+ * - a drain: every answer carries `Connection: close`, idle keep-alive connections are closed,
+ *   then the listener closes and in-flight requests get up to --drain_timeout before they are cut off.
+ */
+import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Config } from '../cli/flags.js';
+import type { Counter, StatsStore } from '../stats/store.js';
+
+/** Requests with more header fields than this get 431 (Node would silently drop the extra ones). */
+export const MAX_HEADER_COUNT = 100;
+
+/** How often Node checks the header and request timeouts (its default is 30 s). */
+const TIMEOUT_CHECK_MS = 1000;
+
+/** Idle keep-alive connections are closed after this. */
+const KEEP_ALIVE_MS = 65_000;
 
 /** Listens and resolves with the bound address; a bind error (EADDRINUSE...) rejects. */
 export function listenOn(server: Server, host: string, port: number): Promise<AddressInfo> {
@@ -13,37 +34,159 @@ export function listenOn(server: Server, host: string, port: number): Promise<Ad
   });
 }
 
-/** Counts requests in flight so that a close can wait for them. */
-export class InFlight {
-  private count = 0;
-  private waiters: Array<() => void> = [];
+/** The limits of one server, from the flags. Durations in ms; 0 means no limit. */
+export interface ServerLimits {
+  maxConnections: number;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  drainTimeoutMs: number;
+}
 
-  start(): void {
-    this.count++;
-  }
+export function serverLimits(config: Pick<Config, 'max_connections' | 'request_headers_timeout' | 'request_timeout' | 'drain_timeout'>): ServerLimits {
+  return {
+    maxConnections: config.max_connections,
+    headersTimeoutMs: Math.ceil(config.request_headers_timeout),
+    requestTimeoutMs: Math.ceil(config.request_timeout),
+    drainTimeoutMs: config.drain_timeout,
+  };
+}
 
-  end(): void {
-    this.count--;
-    if (this.count === 0) for (const w of this.waiters.splice(0)) w();
-  }
+/** node:http(s) server options for these limits. */
+export function httpServerOptions(limits: ServerLimits): ServerOptions {
+  return {
+    keepAliveTimeout: KEEP_ALIVE_MS,
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    connectionsCheckingInterval: TIMEOUT_CHECK_MS,
+  };
+}
 
-  /** Resolves when nothing is in flight, or after graceMs. */
-  idle(graceMs: number): Promise<void> {
-    if (this.count === 0) return Promise.resolve();
-    return Promise.race([new Promise<void>((r) => this.waiters.push(r)), new Promise<void>((r) => setTimeout(r, graceMs).unref())]);
-  }
+/** The header-field count of a request when it is over MAX_HEADER_COUNT, else 0. */
+export function tooManyHeaders(req: IncomingMessage): number {
+  const count = req.rawHeaders.length / 2;
+  return count > MAX_HEADER_COUNT ? count : 0;
+}
+
+/** What a drain could not finish: requests still in flight at --drain_timeout, and their connections. */
+export interface DrainResult {
+  requestsCutOff: number;
+  connectionsCutOff: number;
+}
+
+/** Something the runtime drains on shutdown (see Runtime.shutdown). */
+export interface Drainable {
+  /** From now on every answer carries `Connection: close`; idle keep-alive connections close now. */
+  beginDrain(): void;
+  /** Stops accepting, waits for in-flight requests up to the drain timeout, then closes the rest. */
+  close(): Promise<DrainResult>;
+}
+
+export interface ServerStatNames {
+  stats: StatsStore;
+  /** `http.<prefix>.`; the counters below are created under it. */
+  prefix: string;
 }
 
 /**
- * Stops accepting, lets in-flight requests finish (up to graceMs), then closes every connection.
- * `closeOthers` ends connections the HTTP server no longer tracks (upgraded ones), which would
- * otherwise keep the close waiting.
+ * Connection cap, in-flight tracking and the drain of one node:http(s) server. Call request()
+ * for each request the server answers.
  */
-export async function closeGracefully(server: Server, inFlight: InFlight, graceMs: number, closeOthers?: () => void): Promise<void> {
-  const closed = new Promise<void>((r) => server.close(() => r()));
-  server.closeIdleConnections();
-  await inFlight.idle(graceMs);
-  server.closeAllConnections();
-  closeOthers?.();
-  await closed;
+export class ServerLifecycle implements Drainable {
+  private readonly sockets = new Set<Socket>();
+  private readonly responses = new Set<ServerResponse>();
+  private readonly waiters: Array<() => void> = [];
+  private draining = false;
+  private closing?: Promise<DrainResult>;
+  private readonly drainClose: Counter;
+  private readonly destroyActive: Counter;
+
+  constructor(
+    private readonly server: Server,
+    private readonly limits: ServerLimits,
+    stats: ServerStatNames,
+    /** Ends connections the HTTP server no longer tracks (upgraded ones) before they are destroyed. */
+    private readonly closeOthers?: () => Promise<void> | void,
+  ) {
+    const overflow = stats.stats.counter(`${stats.prefix}downstream_cx_overflow`);
+    this.drainClose = stats.stats.counter(`${stats.prefix}downstream_cx_drain_close`);
+    this.destroyActive = stats.stats.counter(`${stats.prefix}downstream_cx_destroy_active_rq`);
+    // One more than the limit, so that a request over it is seen (and refused), never truncated.
+    server.maxHeadersCount = MAX_HEADER_COUNT + 1;
+    // Over the cap Node closes the accepted handle at once (no socket, no file descriptor kept) and emits 'drop'.
+    if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
+    server.on('drop', () => overflow.inc());
+    server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+    });
+  }
+
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
+  /** Number of requests being answered. */
+  get inFlight(): number {
+    return this.responses.size;
+  }
+
+  /** Tracks one request until its response closes; while draining its answer closes the connection. */
+  request(res: ServerResponse): void {
+    this.responses.add(res);
+    if (this.draining) this.closeAfter(res);
+    res.once('close', () => {
+      this.responses.delete(res);
+      if (this.responses.size === 0) for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  beginDrain(): void {
+    if (this.draining) return;
+    this.draining = true;
+    for (const res of this.responses) this.closeAfter(res);
+    this.server.closeIdleConnections();
+  }
+
+  close(): Promise<DrainResult> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private closeAfter(res: ServerResponse): void {
+    if (res.headersSent || !res.shouldKeepAlive) return;
+    res.shouldKeepAlive = false;
+    this.drainClose.inc();
+  }
+
+  private async doClose(): Promise<DrainResult> {
+    this.beginDrain();
+    const server = this.server;
+    const closed = server.listening ? new Promise<void>((r) => server.close(() => r())) : Promise.resolve();
+    server.closeIdleConnections();
+    await this.idle(this.limits.drainTimeoutMs);
+    const cutOff = new Set<Socket>();
+    for (const res of this.responses) if (res.socket) cutOff.add(res.socket as Socket);
+    const result: DrainResult = { requestsCutOff: this.responses.size, connectionsCutOff: cutOff.size };
+    if (cutOff.size > 0) this.destroyActive.inc(cutOff.size);
+    try {
+      await this.closeOthers?.();
+    } finally {
+      server.closeAllConnections();
+      for (const socket of this.sockets) socket.destroy();
+      await closed;
+    }
+    return result;
+  }
+
+  /** Resolves when nothing is in flight, or after timeoutMs. */
+  private idle(timeoutMs: number): Promise<void> {
+    if (this.responses.size === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      this.waiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
 }

@@ -49,3 +49,9 @@ export function parseHostPort(text: string, defaultHost = '127.0.0.1'): { host: 
   if (port > 65535) throw new Error(`invalid address "${text}": port out of range`);
   return { host, port };
 }
+
+/** An error JSON answer as raw HTTP/1.1 bytes that close the connection, for a socket with no ServerResponse. */
+export function rawErrorResponse(err: MeshError): string {
+  const body = err.toBody();
+  return `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+}

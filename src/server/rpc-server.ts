@@ -11,7 +11,8 @@ import { MeshError } from '../errors.js';
 import { JSON_CODEC, codecFor, mediaType } from '../codec/codec.js';
 import { JsonSyntaxError, stringifyJson } from '../codec/json.js';
 import { readBody } from '../http/body.js';
-import { closeGracefully, InFlight, listenOn } from '../http/lifecycle.js';
+import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, tooManyHeaders, type Drainable, type DrainResult, type ServerLimits } from '../http/lifecycle.js';
+import type { StatsStore } from '../stats/store.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
@@ -47,12 +48,19 @@ export interface RpcServerOptions {
   isLive?: () => boolean;
   /** Server-side cap on how long a call may wait for its handler (ms). */
   defaultTimeoutMs?: number;
+  /** Connection cap, read timeouts and drain timeout (from the flags: serverLimits()). */
+  limits: ServerLimits;
+  /** Where `http.rpc.downstream_cx_overflow` and the drain counters are kept. */
+  stats: StatsStore;
 }
 
-export class RpcServer {
+/** The stat prefix of the RPC servers of a process. */
+export const RPC_STAT_PREFIX = 'http.rpc.';
+
+export class RpcServer implements Drainable {
   private readonly endpoints = new Map<string, EndpointDefinition>();
   private server?: Server;
-  private readonly inFlight = new InFlight();
+  private lifecycle?: ServerLifecycle;
 
   constructor(private readonly options: RpcServerOptions) {}
 
@@ -66,22 +74,31 @@ export class RpcServer {
   }
 
   async listen(host: string, port: number): Promise<AddressInfo> {
-    const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => void this.onRequest(req, res));
-    server.headersTimeout = 30_000;
+    const server = createServer(httpServerOptions(this.options.limits), (req, res) => void this.onRequest(req, res));
+    // Node's own answer to a read timeout (408, no body) is kept: callers are mesh clients.
     this.server = server;
+    this.lifecycle = new ServerLifecycle(server, this.options.limits, { stats: this.options.stats, prefix: RPC_STAT_PREFIX });
     return listenOn(server, host, port);
   }
 
-  /** Stops accepting, lets in-flight calls finish (up to graceMs), closes idle connections. */
-  async close(graceMs = 10_000): Promise<void> {
-    const server = this.server;
-    if (!server) return;
-    this.server = undefined;
-    await closeGracefully(server, this.inFlight, graceMs);
+  beginDrain(): void {
+    this.lifecycle?.beginDrain();
+  }
+
+  /** Drains (answers close their connections), stops accepting, lets in-flight calls finish (up to the drain timeout). */
+  async close(): Promise<DrainResult> {
+    return (await this.lifecycle?.close()) ?? { requestsCutOff: 0, connectionsCutOff: 0 };
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    this.lifecycle?.request(res);
     const path = req.url ?? '/';
+    if (tooManyHeaders(req) > 0) {
+      req.resume();
+      res.shouldKeepAlive = false;
+      sendError(res, new MeshError(this.options.service, 431, `more than ${MAX_HEADER_COUNT} header fields`));
+      return;
+    }
     if (req.method === 'GET' && (path === '/health' || path.startsWith('/health?'))) {
       const live = this.options.isLive?.() ?? true;
       sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
@@ -106,7 +123,6 @@ export class RpcServer {
    */
   private async call(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const id = this.options.service;
-    this.inFlight.start();
     try {
       const headers = req.headers;
       const endpointName = headerValue(headers, HEADER_ENDPOINT);
@@ -150,8 +166,6 @@ export class RpcServer {
       sendBytes(res, 200, codec.contentType, encoded);
     } catch (err) {
       sendError(res, err, id);
-    } finally {
-      this.inFlight.end();
     }
   }
 }

@@ -1,13 +1,15 @@
 /**
  * A framework service: an RpcServer plus its registry lifecycle. Registers with --register_ttl,
- * refreshes every --register_interval, withdraws itself while the admin says draining, and
- * deregisters on shutdown after in-flight calls finish.
+ * refreshes every --register_interval, withdraws itself while the admin says draining, and on
+ * shutdown deregisters first (the runtime's drain turns the state to draining), then keeps serving
+ * for --drain_delay and lets in-flight calls finish (up to --drain_timeout).
  */
 import { randomUUID } from 'node:crypto';
 import { networkInterfaces } from 'node:os';
 import type { Runtime } from '../runtime.js';
 import type { Metadata, Service as ServiceRecord } from '../registry/registry.js';
 import { parseHostPort } from '../http/respond.js';
+import { serverLimits } from '../http/lifecycle.js';
 import { RpcServer, type EndpointDefinition } from './rpc-server.js';
 
 export interface ServiceOptions {
@@ -38,6 +40,8 @@ export class Service {
       maxBodyBytes: runtime.config.max_body_size,
       logger: runtime.logging.get('server'),
       isLive: () => runtime.state.state === 'live',
+      limits: serverLimits(runtime.config),
+      stats: runtime.stats,
     });
     this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
   }
@@ -55,6 +59,7 @@ export class Service {
   async start(): Promise<ServiceRecord> {
     const { host, port } = parseHostPort(this.options.address ?? '127.0.0.1:0');
     const bound = await this.server.listen(host, port);
+    this.runtime.addDrainable(this.server);
     const advertised = advertisedAddress(this.options.advertise ?? this.runtime.config.advertise, host, bound.port);
     this.record = {
       name: this.options.name,

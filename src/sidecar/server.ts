@@ -111,6 +111,8 @@ export class Sidecar {
       handle: (req, res) => this.handle(req, res),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
       counted: (req) => !(this.dashboard && isDashboardPath(pathOf(req.url))),
+      // Subscriptions end with 1001 once in-flight requests are done, before connections are destroyed.
+      closeUpgraded: () => this.broker.close(),
     });
   }
 
@@ -127,13 +129,17 @@ export class Sidecar {
     return bound;
   }
 
-  /** Deregisters the app, ends every subscription, then drains and closes the server. */
+  /**
+   * Deregisters the app, drains the server (in-flight requests finish, up to --drain_timeout), ends
+   * every subscription with 1001 and closes. On a runtime shutdown the app was already deregistered
+   * and the server drained by the runtime's drain (the state turned draining first).
+   */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       this.dashboard?.stop();
       await this.app?.stop();
+      await this.server.close();
       await this.broker.close();
-      await this.server.close(5000);
     })();
     return this.stopping;
   }
