@@ -61,6 +61,8 @@ export class Runtime {
       logging: this.logging,
       lbPolicy: config.lb_policy,
       staticClusters: options.staticClusters,
+      // Closed after the drain: the upstream calls still running then serve requests the drain cut off.
+      closeGraceMs: 1000,
     });
     this.client = new Client({
       selector: this.clusters,
@@ -159,9 +161,9 @@ export class Runtime {
 
   /**
    * The drain (docs/architecture.md, "Shutdown and drain"):
-   * 1. the state turns draining: its hooks deregister (framework services, the sidecar's app) and
+   * 1. every answer from now on carries `Connection: close`; idle keep-alive connections close;
+   * 2. the state turns draining: its hooks deregister (framework services, the sidecar's app) and
    *    the health-check paths answer 503;
-   * 2. every answer from now on carries `Connection: close`; idle keep-alive connections close;
    * 3. the servers keep serving for --drain_delay (less the time already spent draining after
    *    admin /healthcheck/fail), so peers watching the registry and load balancers polling the
    *    health path stop sending;
@@ -170,14 +172,15 @@ export class Runtime {
   private async drain(): Promise<DrainResult> {
     const log = this.logging.get('main');
     const now = Date.now();
+    const drainables = this.drainables.splice(0);
+    // Connection: close first, so that anyone who sees the health path answer 503 sees it too.
+    for (const d of drainables) d.beginDrain();
     try {
       await this.state.fail();
     } catch (err) {
       log.error({ err: (err as Error).message }, 'deregistration failed');
     }
-    const drainables = this.drainables.splice(0);
     if (drainables.length === 0) return { requestsCutOff: 0, connectionsCutOff: 0 };
-    for (const d of drainables) d.beginDrain();
     const delay = this.config.drain_delay - (now - (this.drainingSince ?? now));
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     const results = await Promise.all(drainables.map((d) => d.close()));

@@ -241,9 +241,6 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
   } catch (err) {
     throw new FlagError(`invalid value "${String(config.log_level)}" for flag --log_level: ${(err as Error).message}`);
   }
-  for (const name of ['request_headers_timeout', 'request_timeout', 'drain_delay', 'drain_timeout'] as const) {
-    if ((config[name] as number) < 0) throw new FlagError(`invalid value "${values.get(name)}" for flag --${name}: must not be negative`);
-  }
   const headers = config.request_headers_timeout as number;
   const whole = config.request_timeout as number;
   if (whole > 0 && headers > whole) {
