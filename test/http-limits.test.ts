@@ -190,3 +190,24 @@ test('limit flags: defaults and bad values (exit 2)', () => {
   bad(['--drain_delay=soon'], /--drain_delay/);
   bad(['--request_headers_timeout=5s', '--request_timeout=1s'], /--request_headers_timeout: longer than --request_timeout/);
 });
+
+test('the RPC server of a framework service: over --max_connections a connection is closed at once and counted', async () => {
+  const { Service } = await import('../src/server/service.js');
+  const runtime = new Runtime(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--drain_delay=0', '--max_connections=1'], {}).config, { role: 'test' });
+  try {
+    const svc = new Service(runtime, { name: 'go.mesh.srv.capped' });
+    const record = await svc.start();
+    const port = record.nodes[0]!.port;
+    const held = rawConnection(port);
+    await once(held.socket, 'connect');
+    const extra = rawConnection(port);
+    await extra.closed;
+    assert.equal(extra.received(), '');
+    await waitFor(() => runtime.stats.counter('http.rpc.downstream_cx_overflow').value === 1);
+    held.socket.destroy();
+    await held.closed;
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined))?.status === 200);
+  } finally {
+    await runtime.shutdown();
+  }
+});
