@@ -68,6 +68,8 @@ export class Runtime {
       selector: this.clusters,
       requestTimeoutMs: config.client_request_timeout,
       retries: config.client_retries,
+      perTryTimeoutMs: config.client_per_try_timeout,
+      hedgeDelayMs: config.client_hedge_delay,
       logger: this.logging.get('client'),
       maxResponseBytes: Math.max(config.max_body_size, 64 * 1024 * 1024),
     });

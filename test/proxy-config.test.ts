@@ -130,6 +130,34 @@ describe('proxy config: a valid file', () => {
     const c = parse(withRoute('      - match: { prefix: / }\n        cluster: backend', `${MIN_CLUSTER}    outlier_detection:\n`));
     assert.deepEqual(c.clusters[0]!.outlierDetection, {});
   });
+
+  it('outlier_detection: consecutive gateway and local-origin failures, split_external_local_origin_errors', () => {
+    const od = [
+      '    outlier_detection:',
+      '      consecutive_gateway_failure: 3',
+      '      enforcing_consecutive_gateway_failure: 50',
+      '      split_external_local_origin_errors: true',
+      '      consecutive_local_origin_failure: 2',
+      '      enforcing_consecutive_local_origin_failure: 100',
+      '',
+    ].join('\n');
+    const c = parse(withRoute('      - match: { prefix: / }\n        cluster: backend', `${MIN_CLUSTER}${od}`));
+    assert.deepEqual(c.clusters[0]!.outlierDetection, {
+      consecutiveGatewayFailure: 3,
+      enforcingConsecutiveGatewayFailure: 50,
+      consecutiveLocalOriginFailure: 2,
+      enforcingConsecutiveLocalOriginFailure: 100,
+      splitExternalLocalOriginErrors: true,
+    });
+    assert.throws(
+      () => parse(withRoute('      - match: { prefix: / }\n        cluster: backend', `${MIN_CLUSTER}    outlier_detection:\n      split_external_local_origin_errors: maybe\n`)),
+      /split_external_local_origin_errors/,
+    );
+    assert.throws(
+      () => parse(withRoute('      - match: { prefix: / }\n        cluster: backend', `${MIN_CLUSTER}    outlier_detection:\n      enforcing_consecutive_gateway_failure: 101\n`)),
+      /enforcing_consecutive_gateway_failure/,
+    );
+  });
 });
 
 describe('proxy config: mistakes are start-up errors naming file, line and field', () => {

@@ -52,6 +52,9 @@ async function backend(): Promise<Backend> {
   return b;
 }
 
+const ERR = { kind: 'response', status: 500 } as const;
+const OK = { kind: 'response', status: 200 } as const;
+
 function node(id: string, port: number): Node {
   return { id, address: '127.0.0.1', port, metadata: {} };
 }
@@ -218,7 +221,7 @@ test('success rate: hosts under mean - 1.9 stdev are ejected once enough hosts h
   });
   // 4 hosts too few: rates are set, cluster values stay -1
   const feed = (list: Host[], failing: Host | undefined) => {
-    for (const h of list) for (let i = 0; i < 20; i++) od.record(h, h === failing && i % 2 === 0);
+    for (const h of list) for (let i = 0; i < 20; i++) od.record(h, h === failing && i % 2 === 0 ? ERR : OK);
   };
   feed(hosts.slice(0, 4), hosts[3]);
   od.tick();
@@ -258,20 +261,20 @@ test('max ejection percent allows at least one host; ejection time grows with ea
   });
   assert.equal(od.maxEjections(2), 1);
   assert.equal(od.maxEjections(25), 2);
-  for (let i = 0; i < 2; i++) for (const h of hosts) od.record(h, true);
+  for (let i = 0; i < 2; i++) for (const h of hosts) od.record(h, ERR);
   assert.deepEqual(hosts.map((h) => h.failedOutlierCheck), [true, false]);
   assert.equal(stats.counter('cluster.y.outlier_detection.ejections_overflow').value, 1);
   // a success in between resets the consecutive count
-  od.record(hosts[1]!, true);
-  od.record(hosts[1]!, false);
-  od.record(hosts[1]!, true);
+  od.record(hosts[1]!, ERR);
+  od.record(hosts[1]!, OK);
+  od.record(hosts[1]!, ERR);
   assert.equal(hosts[1]!.consecutive5xx, 1);
   now = 1_000;
   od.tick();
   assert.equal(hosts[0]!.failedOutlierCheck, false);
   // second ejection of the same host: 2 × base
-  od.record(hosts[0]!, true);
-  od.record(hosts[0]!, true);
+  od.record(hosts[0]!, ERR);
+  od.record(hosts[0]!, ERR);
   assert.equal(hosts[0]!.failedOutlierCheck, true);
   assert.equal(hosts[0]!.ejectionEndAt - now, 2_000);
   now += 1_999;
@@ -281,4 +284,71 @@ test('max ejection percent allows at least one host; ejection time grows with ea
   od.tick();
   assert.equal(hosts[0]!.failedOutlierCheck, false);
   assert.equal(stats.counter('cluster.y.outlier_detection.ejections_total').value, 2);
+});
+
+test('consecutive gateway failure and local-origin failure: which results count, and under which name a host is ejected', () => {
+  const hosts = fakeHosts(3);
+  const stats = new StatsStore();
+  const make = (prefix: string, config: Partial<typeof DEFAULT_OUTLIER_DETECTION>) =>
+    new OutlierDetector({
+      config: { ...DEFAULT_OUTLIER_DETECTION, maxEjectionPercent: 100, ...config },
+      statPrefix: `cluster.${prefix}.`,
+      stats,
+      cluster: prefix,
+      hosts: () => hosts,
+      onChange: () => {},
+    });
+  const count = (prefix: string, name: string) => stats.counter(`cluster.${prefix}.outlier_detection.${name}`).value;
+  const TIMEOUT = { kind: 'timeout', perTry: true } as const;
+
+  // Default (no split): 502/503/504 answers and local-origin errors are gateway failures; the
+  // gateway detector is checked first, so the ejection is reported under its name.
+  const a = make('a', {});
+  const [h0, h1, h2] = hosts as [Host, Host, Host];
+  for (const r of [{ kind: 'connect_failure' }, { kind: 'response', status: 502 }, TIMEOUT, { kind: 'reset' }] as const) a.record(h0, r);
+  assert.equal(h0.failedOutlierCheck, false);
+  a.record(h0, { kind: 'response', status: 504 });
+  assert.equal(h0.failedOutlierCheck, true);
+  assert.equal(count('a', 'ejections_detected_consecutive_gateway_failure'), 1);
+  assert.equal(count('a', 'ejections_enforced_consecutive_gateway_failure'), 1);
+  assert.equal(count('a', 'ejections_enforced_consecutive_5xx'), 0);
+  // 500 is a 5xx but not a gateway failure: it breaks a run of gateway failures, and 5 of them
+  // eject under consecutive_5xx.
+  for (let i = 0; i < 4; i++) a.record(h1, TIMEOUT);
+  a.record(h1, { kind: 'response', status: 500 });
+  assert.equal(h1.consecutiveGatewayFailure, 0);
+  assert.equal(h1.failedOutlierCheck, true, '5 consecutive 5xx (4 timeouts as 504, one 500)');
+  assert.equal(count('a', 'ejections_enforced_consecutive_5xx'), 1);
+  assert.equal(count('a', 'ejections_detected_consecutive_gateway_failure'), 1);
+  // A 4xx answer resets both runs.
+  for (let i = 0; i < 4; i++) a.record(h2, { kind: 'response', status: 503 });
+  a.record(h2, { kind: 'response', status: 404 });
+  assert.equal(h2.consecutive5xx + h2.consecutiveGatewayFailure, 0);
+
+  // Split: local-origin errors count only as local-origin failures, reset by any answer (even a 5xx).
+  for (const h of hosts) h.failedOutlierCheck = false;
+  h0.intervalTotal = 0;
+  const b = make('b', { splitExternalLocalOriginErrors: true });
+  for (let i = 0; i < 4; i++) b.record(h0, TIMEOUT);
+  b.record(h0, { kind: 'response', status: 503 });
+  assert.equal(h0.consecutiveLocalOriginFailure, 0);
+  assert.equal(h0.consecutiveGatewayFailure, 1, 'local-origin errors are not gateway failures when split');
+  for (const r of [{ kind: 'connect_failure' }, { kind: 'reset' }, TIMEOUT, { kind: 'timeout' }] as const) b.record(h0, r);
+  assert.equal(h0.failedOutlierCheck, false);
+  b.record(h0, { kind: 'connect_failure' });
+  assert.equal(h0.failedOutlierCheck, true);
+  assert.equal(count('b', 'ejections_detected_consecutive_local_origin_failure'), 1);
+  assert.equal(count('b', 'ejections_enforced_consecutive_local_origin_failure'), 1);
+  assert.equal(count('b', 'ejections_detected_consecutive_gateway_failure'), 0);
+  assert.equal(h0.intervalTotal, 1, 'only answers count towards the success rate when split');
+
+  // Enforcement 0: detected, counted, not ejected; 0 as a threshold disables the detector.
+  const c = make('c', { enforcingConsecutiveGatewayFailure: 0, consecutive5xx: 0 });
+  for (let i = 0; i < 5; i++) c.record(h2, { kind: 'response', status: 503 });
+  assert.equal(h2.failedOutlierCheck, false);
+  assert.equal(count('c', 'ejections_detected_consecutive_gateway_failure'), 1);
+  assert.equal(count('c', 'ejections_enforced_consecutive_gateway_failure'), 0);
+  const d = make('d', { consecutiveGatewayFailure: 0, consecutive5xx: 0 });
+  for (let i = 0; i < 20; i++) d.record(h2, TIMEOUT);
+  assert.equal(h2.failedOutlierCheck, false);
 });

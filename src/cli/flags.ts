@@ -29,6 +29,8 @@ export const FLAG_SPECS = {
   proxy_address: { type: 'string', help: 'run CLI commands through the sidecar at host:port' },
   client_request_timeout: { type: 'duration', help: 'budget of one outbound call', default: '5s' },
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },
+  client_per_try_timeout: { type: 'duration', help: 'budget of one try of an outbound call; past it the call is retried on another host (0: a try may use the whole budget)', default: '0' },
+  client_hedge_delay: { type: 'duration', help: 'idempotent calls: send a second try to another host when the first has not answered after this long (0: no hedging)', default: '0' },
   stream_idle_timeout: { type: 'duration', help: 'proxied answers: how long one may wait for a client that reads nothing (0: no limit)', default: '5m' },
   max_connections: { type: 'int', help: 'connections each listener holds at once; more are closed at accept (0: no limit)', default: '10000' },
   request_headers_timeout: { type: 'duration', help: 'a request\'s whole header must arrive within this (0: no limit)', default: '10s' },
@@ -84,6 +86,8 @@ export interface Config {
   proxy_address?: string;
   client_request_timeout: number;
   client_retries: number;
+  client_per_try_timeout: number;
+  client_hedge_delay: number;
   stream_idle_timeout: number;
   max_connections: number;
   request_headers_timeout: number;

@@ -1,21 +1,33 @@
 /**
  * The framework client: every outbound RPC goes resolver → client → cluster manager → transport.
- * Owns the call budget (--client_request_timeout, shortened by an inbound Mesh-Timeout), retries
- * (--client_retries) with backoff on connect failure, 502, 503 and timeout only, and maps failures
- * to the error JSON of DESIGN section 5.
+ * Owns the call budget (--client_request_timeout, shortened by an inbound Mesh-Timeout), the
+ * budget of each try (--client_per_try_timeout), retries (--client_retries) with backoff on
+ * connect failure, reset, 502, 503 and per-try timeout only, hedging of idempotent calls
+ * (--client_hedge_delay), and maps failures to the error JSON of the RPC protocol.
  */
 import { randomUUID } from 'node:crypto';
 import type pino from 'pino';
 import { MeshError, parseErrorBody, toMeshError } from '../errors.js';
 import { codecFor, JSON_CODEC, mediaType } from '../codec/codec.js';
-import { sendRpc, TransportError, type RpcResponse } from '../transport/rpc.js';
-import type { AttemptOutcome, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
+import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
+import type { AcquireOptions, AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import type { Type } from 'protobufjs';
 
 export interface ClientOptions {
   selector: UpstreamSelector;
   requestTimeoutMs: number;
   retries: number;
+  /**
+   * Budget of one try (--client_per_try_timeout); 0: each try may use all that is left of the
+   * call's budget. A try that runs out of it counts as a timeout of its host and the call is
+   * retried on another host while retries and budget remain.
+   */
+  perTryTimeoutMs?: number;
+  /**
+   * Hedging of idempotent calls (--client_hedge_delay): when a try has not answered after this
+   * long, a second try goes to another host; the first answer wins. 0 (the default): no hedging.
+   */
+  hedgeDelayMs?: number;
   logger?: pino.Logger;
   /** Largest response body accepted from a backend. */
   maxResponseBytes?: number;
@@ -33,6 +45,15 @@ export interface CallOptions {
   address?: string;
   /** Overrides the client's retry count for this call. */
   retries?: number;
+  /** Overrides the client's per-try budget for this call (0: a try may use the whole budget). */
+  perTryTimeoutMs?: number;
+  /**
+   * The call may safely run twice (reads, or writes the backend deduplicates by Mesh-Id): only
+   * such calls are hedged. Default false.
+   */
+  idempotent?: boolean;
+  /** Overrides the client's hedge delay for this call (0: no hedging). Needs `idempotent`. */
+  hedgeDelayMs?: number;
   /**
    * Encodes the request for the chosen node (e.g. protobuf for a node whose metadata asks for
    * it); overrides `body` and `contentType` of call().
@@ -65,11 +86,28 @@ export class Client {
     const budget = Math.min(this.options.requestTimeoutMs, opts.timeoutMs ?? Infinity);
     const deadline = started + budget;
     const retries = opts.retries ?? this.options.retries;
+    const perTry = opts.perTryTimeoutMs ?? this.options.perTryTimeoutMs ?? 0;
+    // A call to a given node has nowhere else to go: no hedge.
+    const hedgeDelay = opts.idempotent === true && opts.address === undefined ? (opts.hedgeDelayMs ?? this.options.hedgeDelayMs ?? 0) : 0;
     const id = opts.id ?? `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
-    // Hosts already tried; only a retry needs it.
+    // Hosts already tried; only a retry or a hedge needs it.
     let tried: Set<string> | undefined;
+    let hedged = false;
     let lastError: MeshError | undefined;
+    const request = (target: UpstreamTarget, timeoutMs: number): RpcRequest => {
+      const encoded = opts.encodeFor?.(target);
+      return {
+        service,
+        endpoint,
+        id,
+        contentType: encoded?.contentType ?? contentType,
+        body: encoded?.body ?? body,
+        metadata: opts.metadata,
+        timeoutMs,
+        maxResponseBytes: this.options.maxResponseBytes,
+      };
+    };
 
     for (let attempt = 0; attempt <= retries; attempt++) {
       if (attempt > 0) {
@@ -81,41 +119,82 @@ export class Client {
       if (remaining <= 0) break;
       // Acquire errors (404 unknown service, 503 no host / circuit open) are final.
       const selector = this.options.selector;
-      const acquireOptions = { exclude: tried, retry: attempt > 0, address: opts.address };
+      const acquireOptions: AcquireOptions = { exclude: tried, retry: attempt > 0, address: opts.address };
       const lease = selector.acquireNow?.(service, acquireOptions) ?? (await selector.acquire(service, acquireOptions));
-      if (retries > 0) (tried ??= new Set()).add(lease.target.key);
-      const attemptStart = Date.now();
-      let response: RpcResponse;
-      try {
-        const encoded = opts.encodeFor?.(lease.target);
-        response = await sendRpc(lease.target.dispatcher, {
-          service,
-          endpoint,
-          id,
-          contentType: encoded?.contentType ?? contentType,
-          body: encoded?.body ?? body,
-          metadata: opts.metadata,
-          timeoutMs: remaining,
-          maxResponseBytes: this.options.maxResponseBytes,
-        });
-      } catch (err) {
-        const failure = err instanceof TransportError ? err : new TransportError({ kind: 'reset' }, String(err));
-        lease.release(failure.outcome, Date.now() - attemptStart);
-        lastError = transportToMeshError(failure, service, lease.target.key, budget);
+      if (retries > 0 || hedgeDelay > 0) (tried ??= new Set()).add(lease.target.key);
+      const first = startTry(lease, request, remaining, perTry);
+      let result: TryResult;
+      if (hedgeDelay > 0 && !hedged && hedgeDelay < remaining) {
+        result = await this.hedge(first, service, tried!, hedgeDelay, deadline, perTry, request, () => (hedged = true));
+      } else result = await first.result;
+
+      if (result.kind === 'error') {
+        const failure = result.error;
+        lastError = transportToMeshError(failure, service, result.host, budget);
         // Not sent at all (a metadata value the HTTP client refuses): no other host would take it either.
         if (failure.outcome.kind === 'cancelled') throw lastError;
-        this.options.logger?.debug({ service, endpoint, host: lease.target.key, attempt, err: failure.message }, 'attempt failed');
-        // A timeout spends the whole budget; connect failures and resets may be retried.
-        if (failure.outcome.kind === 'timeout' && Date.now() >= deadline) break;
+        this.options.logger?.debug({ service, endpoint, host: result.host, attempt, err: failure.message }, 'attempt failed');
+        // The call's own budget is spent; a per-try timeout, connect failure or reset may be retried.
+        if (Date.now() >= deadline) break;
         continue;
       }
-      const outcome: AttemptOutcome = { kind: 'response', status: response.status };
-      lease.release(outcome, Date.now() - attemptStart);
+      const response = result.response;
       if (response.status >= 200 && response.status < 300) return response;
       lastError = parseErrorBody(response.status, response.body.toString('utf8'));
       if (!RETRIABLE_STATUS.has(response.status)) throw lastError;
     }
     throw lastError ?? new MeshError('go.mesh.client', 504, `call ${service}.${endpoint}: timeout after ${budget}ms`);
+  }
+
+  /**
+   * Waits for the first try; if it has not answered after `delay`, sends a second try to another
+   * host. The first usable result (an answer that is not 502/503) wins and the other try is
+   * cancelled; when both fail, the later failure is the result.
+   */
+  private async hedge(
+    first: Try,
+    service: string,
+    tried: Set<string>,
+    delay: number,
+    deadline: number,
+    perTry: number,
+    request: (target: UpstreamTarget, timeoutMs: number) => RpcRequest,
+    markHedged: () => void,
+  ): Promise<TryResult> {
+    let timer: NodeJS.Timeout | undefined;
+    const early = await Promise.race([
+      first.result,
+      new Promise<undefined>((r) => {
+        timer = setTimeout(() => r(undefined), delay);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (early) return early;
+    const remaining = deadline - Date.now();
+    if (remaining <= 0) return first.result;
+    let lease: UpstreamLease;
+    try {
+      const options: AcquireOptions = { exclude: tried, retry: true, hedge: true };
+      lease = this.options.selector.acquireNow?.(service, options) ?? (await this.options.selector.acquire(service, options));
+    } catch {
+      return first.result; // no other host, or the retry budget is spent: keep waiting on the first
+    }
+    markHedged();
+    tried.add(lease.target.key);
+    const second = startTry(lease, request, remaining, perTry);
+    const usable = (r: TryResult) => r.kind === 'response' && !RETRIABLE_STATUS.has(r.response.status);
+    return new Promise<TryResult>((resolve) => {
+      let pending = 2;
+      const settle = (r: TryResult, other: Try) => {
+        pending--;
+        if (usable(r)) {
+          other.cancel('another try answered first');
+          resolve(r);
+        } else if (pending === 0) resolve(r);
+      };
+      void first.result.then((r) => settle(r, second));
+      void second.result.then((r) => settle(r, first));
+    });
   }
 
   /** Encodes a value with the codec of contentType (JSON by default), calls, decodes the answer. */
@@ -143,9 +222,51 @@ export class Client {
   }
 }
 
+type TryResult = { kind: 'response'; response: RpcResponse; host: string } | { kind: 'error'; error: TransportError; host: string };
+
+/** One try in flight on one host; it settles once and never rejects. */
+interface Try {
+  readonly result: Promise<TryResult>;
+  cancel(reason: string): void;
+}
+
+/**
+ * Sends one try within min(perTry, remaining) and releases its lease with the outcome: a timeout
+ * of the try's own budget (shorter than what is left of the call's) is a per-try timeout.
+ */
+function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeoutMs: number) => RpcRequest, remaining: number, perTry: number): Try {
+  const timeoutMs = perTry > 0 && perTry < remaining ? perTry : remaining;
+  const perTryLimited = timeoutMs < remaining;
+  const control: RpcControl = {};
+  const host = lease.target.key;
+  const started = Date.now();
+  let result: Promise<TryResult>;
+  try {
+    result = sendRpc(lease.target.dispatcher, request(lease.target, timeoutMs), control).then(
+      (response): TryResult => {
+        const outcome: AttemptOutcome = { kind: 'response', status: response.status };
+        lease.release(outcome, Date.now() - started);
+        return { kind: 'response', response, host };
+      },
+      (err: unknown): TryResult => {
+        let error = err instanceof TransportError ? err : new TransportError({ kind: 'reset' }, String(err));
+        if (error.outcome.kind === 'timeout' && perTryLimited) error = new TransportError({ kind: 'timeout', perTry: true }, `per-try timeout after ${timeoutMs}ms`);
+        lease.release(error.outcome, Date.now() - started);
+        return { kind: 'error', error, host };
+      },
+    );
+  } catch (err) {
+    // encodeFor threw: nothing was sent.
+    lease.release({ kind: 'cancelled' }, 0);
+    throw err;
+  }
+  return { result, cancel: (reason) => control.cancel?.(reason) };
+}
+
 function transportToMeshError(err: TransportError, service: string, host: string, budget: number): MeshError {
   switch (err.outcome.kind) {
     case 'timeout':
+      if (err.outcome.perTry) return new MeshError('go.mesh.client', 504, `call ${service} on ${host}: ${err.message}`);
       return new MeshError('go.mesh.client', 504, `call ${service} on ${host}: timeout after ${budget}ms`);
     case 'connect_failure':
       return new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection failed: ${err.message}`);

@@ -431,23 +431,29 @@ function checkBreakers(value: unknown, path: Path): CircuitBreakersConfig {
   return out;
 }
 
+type NumericOutlierKey = { [K in keyof OutlierDetectionConfig]: OutlierDetectionConfig[K] extends number ? K : never }[keyof OutlierDetectionConfig];
+
 function checkOutlier(value: unknown, path: Path): Partial<OutlierDetectionConfig> {
-  const durations: Array<[string, keyof OutlierDetectionConfig]> = [
+  const durations: Array<[string, NumericOutlierKey]> = [
     ['interval', 'intervalMs'],
     ['base_ejection_time', 'baseEjectionTimeMs'],
     ['max_ejection_time', 'maxEjectionTimeMs'],
   ];
-  const percents: Array<[string, keyof OutlierDetectionConfig]> = [
+  const percents: Array<[string, NumericOutlierKey]> = [
     ['max_ejection_percent', 'maxEjectionPercent'],
     ['enforcing_consecutive_5xx', 'enforcingConsecutive5xx'],
+    ['enforcing_consecutive_gateway_failure', 'enforcingConsecutiveGatewayFailure'],
+    ['enforcing_consecutive_local_origin_failure', 'enforcingConsecutiveLocalOriginFailure'],
     ['enforcing_success_rate', 'enforcingSuccessRate'],
   ];
-  const counts: Array<[string, keyof OutlierDetectionConfig]> = [
+  const counts: Array<[string, NumericOutlierKey]> = [
     ['consecutive_5xx', 'consecutive5xx'],
+    ['consecutive_gateway_failure', 'consecutiveGatewayFailure'],
+    ['consecutive_local_origin_failure', 'consecutiveLocalOriginFailure'],
     ['success_rate_minimum_hosts', 'successRateMinimumHosts'],
     ['success_rate_request_volume', 'successRateRequestVolume'],
   ];
-  const allowed = [...durations, ...percents, ...counts].map(([k]) => k).concat('success_rate_stdev_factor');
+  const allowed = [...durations, ...percents, ...counts].map(([k]) => k).concat('success_rate_stdev_factor', 'split_external_local_origin_errors');
   // `outlier_detection: {}` (or an empty key in YAML) turns detection on with the defaults.
   const obj = value === null ? {} : map(value, path, allowed);
   const out: Partial<OutlierDetectionConfig> = {};
@@ -455,6 +461,8 @@ function checkOutlier(value: unknown, path: Path): Partial<OutlierDetectionConfi
   for (const [key, field] of percents) if (obj[key] !== undefined) out[field] = int(obj[key], [...path, key], 0, 100);
   for (const [key, field] of counts) if (obj[key] !== undefined) out[field] = int(obj[key], [...path, key], 0, 1_000_000_000);
   if (obj.success_rate_stdev_factor !== undefined) out.successRateStdevFactor = num(obj.success_rate_stdev_factor, [...path, 'success_rate_stdev_factor'], 0);
+  if (obj.split_external_local_origin_errors !== undefined)
+    out.splitExternalLocalOriginErrors = bool(obj.split_external_local_origin_errors, [...path, 'split_external_local_origin_errors']);
   return out;
 }
 

@@ -55,6 +55,11 @@ export function classifyError(err: unknown, timedOut: boolean): TransportError {
   return new TransportError({ kind: 'reset' }, `${code ? code + ': ' : ''}${message}`);
 }
 
+/** Filled in by sendRpc: gives up the call (a hedged try that lost); it fails with outcome `cancelled`. */
+export interface RpcControl {
+  cancel?: (reason: string) => void;
+}
+
 /**
  * Sends one call on the host's pool through undici's dispatch API: no response stream and no
  * AbortSignal, because this is the hot path of every gateway and sidecar request.
@@ -64,9 +69,10 @@ export function classifyError(err: unknown, timedOut: boolean): TransportError {
  * onto them and parses every response header into an object first, while only Content-Type is
  * needed here.
  */
-export function sendRpc(dispatcher: Dispatcher, request: RpcRequest): Promise<RpcResponse> {
+export function sendRpc(dispatcher: Dispatcher, request: RpcRequest, control?: RpcControl): Promise<RpcResponse> {
   return new Promise<RpcResponse>((resolve, reject) => {
     const call = new RpcCall(request, resolve, reject);
+    if (control) control.cancel = (reason) => call.cancel(reason);
     try {
       dispatcher.dispatch({ path: '/', method: 'POST', headers: requestHeaders(request), body: bodyOf(request.body) }, call);
     } catch (err) {
@@ -114,6 +120,7 @@ class RpcCall implements Dispatcher.DispatchHandler {
   private abort?: (err?: Error) => void;
   private readonly timer: NodeJS.Timeout;
   private timedOut = false;
+  private cancelled?: TransportError;
   private settled = false;
   private status = 0;
   private contentType = '';
@@ -138,9 +145,18 @@ class RpcCall implements Dispatcher.DispatchHandler {
     else this.onError(err);
   }
 
+  /** Gives the call up; the connection is closed (undici cannot take back a request it sent). */
+  cancel(reason: string): void {
+    if (this.settled) return;
+    this.cancelled = new TransportError({ kind: 'cancelled' }, reason);
+    if (this.abort) this.abort(this.cancelled);
+    else this.onError(this.cancelled);
+  }
+
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
-    if (this.timedOut) abort(new TransportError({ kind: 'timeout' }, 'request timed out'));
+    if (this.cancelled) abort(this.cancelled);
+    else if (this.timedOut) abort(new TransportError({ kind: 'timeout' }, 'request timed out'));
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[]): boolean {
@@ -177,6 +193,6 @@ class RpcCall implements Dispatcher.DispatchHandler {
     if (this.settled) return;
     this.settled = true;
     clearTimeout(this.timer);
-    this.reject(classifyError(err, this.timedOut));
+    this.reject(this.cancelled ?? classifyError(err, this.timedOut));
   }
 }

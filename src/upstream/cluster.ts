@@ -43,6 +43,8 @@ interface ClusterStats {
   rqCompleted: Counter;
   rqClass: Map<number, Counter>;
   rqTimeout: Counter;
+  rqPerTryTimeout: Counter;
+  rqHedged: Counter;
   rqRetry: Counter;
   rqRetryOverflow: Counter;
   rqPendingOverflow: Counter;
@@ -114,6 +116,8 @@ export class Cluster {
       rqCompleted: st.counter(`${p}upstream_rq_completed`),
       rqClass: new Map([2, 3, 4, 5].map((c) => [c, st.counter(`${p}upstream_rq_${c}xx`)] as const)),
       rqTimeout: st.counter(`${p}upstream_rq_timeout`),
+      rqPerTryTimeout: st.counter(`${p}upstream_rq_per_try_timeout`),
+      rqHedged: st.counter(`${p}upstream_rq_hedged`),
       rqRetry: st.counter(`${p}upstream_rq_retry`),
       rqRetryOverflow: st.counter(`${p}upstream_rq_retry_overflow`),
       rqPendingOverflow: st.counter(`${p}upstream_rq_pending_overflow`),
@@ -280,6 +284,8 @@ export class Cluster {
         this.s.cxNoneHealthy.inc();
         throw serviceUnavailable(ERROR_ID, `service ${service}: no healthy upstream`);
       }
+      // A hedge goes to another host or not at all.
+      if (options.hedge && options.exclude?.has(host.key)) throw serviceUnavailable(ERROR_ID, `service ${service}: no other host for a hedged try`);
     }
     const target = host;
     const poolSize = this.breakers.poolSize();
@@ -297,7 +303,8 @@ export class Cluster {
     this.rqActive++;
     this.s.rqTotal.inc();
     this.s.rqActive.inc();
-    if (retry) this.s.rqRetry.inc();
+    if (options.hedge) this.s.rqHedged.inc();
+    else if (retry) this.s.rqRetry.inc();
     this.lastUsed = this.now();
 
     let released = false;
@@ -327,12 +334,10 @@ export class Cluster {
     this.s.rqCompleted.inc();
     if (Number.isFinite(durationMs) && durationMs >= 0) this.rqTime.record(durationMs);
 
-    let failure: boolean | undefined;
     switch (outcome.kind) {
       case 'response': {
         const cls = Math.floor(outcome.status / 100);
-        failure = outcome.status >= 500;
-        if (failure) host.stats.rq_error++;
+        if (outcome.status >= 500) host.stats.rq_error++;
         else host.stats.rq_success++;
         if (cls >= 1 && cls <= 5) {
           let c = this.s.rqClass.get(cls);
@@ -342,32 +347,28 @@ export class Cluster {
         break;
       }
       case 'timeout':
-        failure = true;
         host.stats.rq_timeout++;
         host.stats.rq_error++;
-        this.s.rqTimeout.inc();
+        // A per-try timeout (the call may go on on another host) is Envoy's upstream_rq_per_try_timeout.
+        if (outcome.perTry) this.s.rqPerTryTimeout.inc();
+        else this.s.rqTimeout.inc();
         this.s.rqClass.get(5)!.inc(); // charged as 504, as Envoy does
         break;
       case 'reset':
-        failure = true;
         host.stats.rq_error++;
         this.s.rqRxReset.inc();
         this.s.rqClass.get(5)!.inc(); // charged as 503
         break;
       case 'connect_failure':
-        failure = true;
         host.stats.rq_error++;
         this.s.rqClass.get(5)!.inc(); // charged as 503
         break;
       case 'cancelled':
-        failure = undefined; // not the host's doing: neither success nor failure
+        // Not the host's doing: neither success nor failure, not seen by outlier detection.
         this.s.rqCancelled.inc();
         break;
-      default:
-        failure = true;
-        host.stats.rq_error++;
     }
-    if (failure !== undefined && !host.removed) this.outlier?.record(host, failure);
+    if (outcome.kind !== 'cancelled' && !host.removed) this.outlier?.record(host, outcome);
     this.lastUsed = this.now();
     if (this.rqActive === 0 && this.hostList.length === 0 && !this.closed) this.onIdleEmpty?.(this);
   }

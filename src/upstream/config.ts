@@ -27,10 +27,33 @@ export interface OutlierDetectionConfig {
    * eject one); 0 disables ejection.
    */
   maxEjectionPercent: number;
-  /** Consecutive 5xx (or gateway failures: connect failure, reset, timeout) that eject a host. Default 5; 0 disables. */
+  /**
+   * Consecutive 5xx answers that eject a host. Without splitExternalLocalOriginErrors, the
+   * host's local-origin errors count as 5xx too (connect failure and reset as 503, timeout as
+   * 504). Default 5; 0 disables.
+   */
   consecutive5xx: number;
   /** Chance (percent) that a consecutive-5xx detection ejects. Default 100. */
   enforcingConsecutive5xx: number;
+  /**
+   * Consecutive gateway failures (502, 503, 504 answers; without splitExternalLocalOriginErrors
+   * also connect failures, resets and timeouts) that eject a host. Default 5; 0 disables.
+   * Checked before consecutive5xx, so a run of gateway failures is reported under this name.
+   */
+  consecutiveGatewayFailure: number;
+  /** Chance (percent) that a consecutive-gateway-failure detection ejects. Default 100 (Envoy: 0). */
+  enforcingConsecutiveGatewayFailure: number;
+  /**
+   * Envoy's split_external_local_origin_errors. Default false: local-origin errors (connect
+   * failure, reset, timeout, per-try timeout) count as 503/504 answers. True: they count only
+   * towards consecutiveLocalOriginFailure, and the 5xx, gateway-failure and success-rate detectors
+   * see only the answers the host sent.
+   */
+  splitExternalLocalOriginErrors: boolean;
+  /** With splitExternalLocalOriginErrors: consecutive local-origin errors that eject a host. Default 5; 0 disables. */
+  consecutiveLocalOriginFailure: number;
+  /** Chance (percent) that a consecutive-local-origin-failure detection ejects. Default 100. */
+  enforcingConsecutiveLocalOriginFailure: number;
   /** Success-rate detection needs at least this many hosts with enough volume. Default 5. */
   successRateMinimumHosts: number;
   /** A host needs this many requests in the interval for its success rate to count. Default 100. */
@@ -48,6 +71,11 @@ export const DEFAULT_OUTLIER_DETECTION: Readonly<OutlierDetectionConfig> = Objec
   maxEjectionPercent: 10,
   consecutive5xx: 5,
   enforcingConsecutive5xx: 100,
+  consecutiveGatewayFailure: 5,
+  enforcingConsecutiveGatewayFailure: 100,
+  splitExternalLocalOriginErrors: false,
+  consecutiveLocalOriginFailure: 5,
+  enforcingConsecutiveLocalOriginFailure: 100,
   successRateMinimumHosts: 5,
   successRateRequestVolume: 100,
   successRateStdevFactor: 1.9,
@@ -182,6 +210,10 @@ export function resolveSettings(
   if (enabled) {
     const merged = { ...DEFAULT_OUTLIER_DETECTION, ...(defOd || {}), ...(ownOd || {}) };
     for (const [k, v] of Object.entries(merged)) {
+      if (k === 'splitExternalLocalOriginErrors') {
+        if (typeof v !== 'boolean') throw new Error(`outlierDetection.${k}: must be true or false`);
+        continue;
+      }
       if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new Error(`outlierDetection.${k}: must be a non-negative number`);
     }
     if (merged.intervalMs <= 0) throw new Error('outlierDetection.intervalMs: must be above 0');

@@ -116,6 +116,8 @@ export class Host implements UpstreamTarget {
 
   // outlier detection state (owned by OutlierDetector)
   consecutive5xx = 0;
+  consecutiveGatewayFailure = 0;
+  consecutiveLocalOriginFailure = 0;
   ejections = 0;
   ejectedAt = 0;
   ejectionEndAt = 0;

@@ -1,8 +1,14 @@
 /**
  * Outlier detection (passive health checking), after Envoy:
  *
- * - Consecutive 5xx: a host whose last `consecutive5xx` attempts were 5xx answers or gateway
- *   failures (connect failure, reset, timeout) is ejected at once.
+ * - Consecutive gateway failure: a host whose last `consecutiveGatewayFailure` attempts were 502,
+ *   503 or 504 answers (or local-origin errors, see below) is ejected at once. Checked first.
+ * - Consecutive 5xx: the same for any 5xx answer (and local-origin errors).
+ * - Local-origin errors are the ones the client sees itself: connect failure, reset, timeout
+ *   (per-try or overall). Without `splitExternalLocalOriginErrors` (the default, as Envoy) they
+ *   count as 503 (504 for a timeout) in the two detectors above and in the success rate. With it,
+ *   they count only in `consecutiveLocalOriginFailure` (reset by any answer from the host), and
+ *   the other detectors see only the host's answers.
  * - Success rate: every interval, hosts with at least `successRateRequestVolume` requests get a
  *   success rate (0..100, else -1); when at least `successRateMinimumHosts` hosts have one, those
  *   below mean − stdevFactor × stdev are ejected. Average and threshold are -1 otherwise.
@@ -16,10 +22,14 @@
 import type { Counter, Gauge, StatsStore } from '../stats/store.js';
 import type { OutlierDetectionConfig } from './config.js';
 import type { Host } from './host.js';
+import type { AttemptOutcome } from './types.js';
 
 type Logger = { info(obj: object, msg: string): void; debug(obj: object, msg: string): void };
 
-export type OutlierReason = 'consecutive_5xx' | 'success_rate';
+export type OutlierReason = 'consecutive_5xx' | 'consecutive_gateway_failure' | 'consecutive_local_origin_failure' | 'success_rate';
+
+/** What outlier detection sees of one attempt: an answer's status or a local-origin error. */
+export type OutlierResult = Exclude<AttemptOutcome, { kind: 'cancelled' }>;
 
 export interface OutlierDetectorOptions {
   config: OutlierDetectionConfig;
@@ -58,6 +68,10 @@ export class OutlierDetector {
   private readonly sEnforced5xx: Counter;
   private readonly sDetectedSr: Counter;
   private readonly sEnforcedSr: Counter;
+  private readonly sDetectedGw: Counter;
+  private readonly sEnforcedGw: Counter;
+  private readonly sDetectedLocal: Counter;
+  private readonly sEnforcedLocal: Counter;
 
   constructor(options: OutlierDetectorOptions) {
     this.config = options.config;
@@ -77,6 +91,10 @@ export class OutlierDetector {
     this.sEnforced5xx = s.counter(`${p}ejections_enforced_consecutive_5xx`);
     this.sDetectedSr = s.counter(`${p}ejections_detected_success_rate`);
     this.sEnforcedSr = s.counter(`${p}ejections_enforced_success_rate`);
+    this.sDetectedGw = s.counter(`${p}ejections_detected_consecutive_gateway_failure`);
+    this.sEnforcedGw = s.counter(`${p}ejections_enforced_consecutive_gateway_failure`);
+    this.sDetectedLocal = s.counter(`${p}ejections_detected_consecutive_local_origin_failure`);
+    this.sEnforcedLocal = s.counter(`${p}ejections_enforced_consecutive_local_origin_failure`);
   }
 
   start(): void {
@@ -94,24 +112,56 @@ export class OutlierDetector {
     return this.active;
   }
 
-  /**
-   * One finished attempt on a host. `failure`: a 5xx answer or a gateway failure (connect
-   * failure, reset, timeout).
-   */
-  record(host: Host, failure: boolean): void {
+  /** One finished attempt on a host (a cancelled one is not the host's doing and never comes here). */
+  record(host: Host, result: OutlierResult): void {
+    const c = this.config;
+    const local = result.kind !== 'response';
+    if (c.splitExternalLocalOriginErrors) {
+      if (local) {
+        host.consecutiveLocalOriginFailure++;
+        if (c.consecutiveLocalOriginFailure > 0 && host.consecutiveLocalOriginFailure >= c.consecutiveLocalOriginFailure) {
+          host.consecutiveLocalOriginFailure = 0;
+          this.detect(host, 'consecutive_local_origin_failure');
+        }
+        return;
+      }
+      host.consecutiveLocalOriginFailure = 0;
+    }
+    // Without the split, a local-origin error stands for the answer a proxy would have given.
+    const status = result.kind === 'response' ? result.status : result.kind === 'timeout' ? 504 : 503;
     host.intervalTotal++;
-    if (!failure) {
+    if (status < 500) {
       host.intervalSuccess++;
       host.consecutive5xx = 0;
+      host.consecutiveGatewayFailure = 0;
       return;
     }
+    if (status >= 502 && status <= 504) {
+      host.consecutiveGatewayFailure++;
+      if (c.consecutiveGatewayFailure > 0 && host.consecutiveGatewayFailure >= c.consecutiveGatewayFailure) {
+        host.consecutiveGatewayFailure = 0;
+        this.detect(host, 'consecutive_gateway_failure');
+      }
+    } else host.consecutiveGatewayFailure = 0;
     host.consecutive5xx++;
-    const limit = this.config.consecutive5xx;
-    if (limit > 0 && host.consecutive5xx >= limit && !host.failedOutlierCheck && !host.removed) {
+    if (c.consecutive5xx > 0 && host.consecutive5xx >= c.consecutive5xx) {
       host.consecutive5xx = 0;
-      this.sDetected5xx.inc();
-      if (this.enforce(this.config.enforcingConsecutive5xx) && this.eject(host, 'consecutive_5xx')) this.sEnforced5xx.inc();
+      this.detect(host, 'consecutive_5xx');
     }
+  }
+
+  /** A consecutive-errors detector fired: count it, and eject unless the host is out already. */
+  private detect(host: Host, reason: Exclude<OutlierReason, 'success_rate'>): void {
+    if (host.failedOutlierCheck || host.removed) return;
+    const c = this.config;
+    const [detected, enforced, percent] =
+      reason === 'consecutive_5xx'
+        ? [this.sDetected5xx, this.sEnforced5xx, c.enforcingConsecutive5xx]
+        : reason === 'consecutive_gateway_failure'
+          ? [this.sDetectedGw, this.sEnforcedGw, c.enforcingConsecutiveGatewayFailure]
+          : [this.sDetectedLocal, this.sEnforcedLocal, c.enforcingConsecutiveLocalOriginFailure];
+    detected.inc();
+    if (this.enforce(percent) && this.eject(host, reason)) enforced.inc();
   }
 
   /** A host left the cluster: it no longer counts as ejected. */
@@ -133,6 +183,8 @@ export class OutlierDetector {
         if (now >= h.ejectionEndAt) {
           h.failedOutlierCheck = false;
           h.consecutive5xx = 0;
+          h.consecutiveGatewayFailure = 0;
+          h.consecutiveLocalOriginFailure = 0;
           h.lastUnejectedAt = now;
           this.active = Math.max(0, this.active - 1);
           changed = true;

@@ -15,7 +15,9 @@ export type AttemptOutcome =
   | { kind: 'response'; status: number }
   | { kind: 'connect_failure' } // refused, unreachable, DNS: nothing was sent
   | { kind: 'reset' } // connection dropped mid-request
-  | { kind: 'timeout' }
+  // No answer in time. perTry: the try's own budget (--client_per_try_timeout) ran out, not the
+  // call's; counted as upstream_rq_per_try_timeout instead of upstream_rq_timeout.
+  | { kind: 'timeout'; perTry?: boolean }
   // Given up for a reason that is not the host's (the client went away, a request undici refused
   // to send): not an error of the host, not fed to outlier detection.
   | { kind: 'cancelled' };
@@ -46,6 +48,11 @@ export interface AcquireOptions {
   priority?: Priority;
   /** True when this attempt is a retry (counts against max_retries). */
   retry?: boolean;
+  /**
+   * True when this attempt is a hedge: a second try sent while the first still waits. Set with
+   * `retry` (it counts against max_retries), but counted as upstream_rq_hedged, not upstream_rq_retry.
+   */
+  hedge?: boolean;
   /** Call this exact node (host:port) instead of load balancing (/rpc `address`). */
   address?: string;
 }
