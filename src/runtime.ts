@@ -15,6 +15,7 @@ import type { StaticClusterConfig } from './upstream/config.js';
 import { Client } from './client/client.js';
 import { ServerState } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
+import { SelfAddresses } from './upstream/self-guard.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -35,6 +36,8 @@ export class Runtime {
   readonly stats: StatsStore;
   readonly registry: Registry;
   readonly state = new ServerState();
+  /** Addresses this process listens on (admin, front listeners): never forwarded to. */
+  readonly selfAddresses = new SelfAddresses();
   readonly clusters: ClusterManager;
   readonly client: Client;
   private brokerInstance?: Broker;
@@ -57,6 +60,7 @@ export class Runtime {
       logging: this.logging,
       lbPolicy: config.lb_policy,
       staticClusters: options.staticClusters,
+      self: this.selfAddresses,
     });
     this.client = new Client({
       selector: this.clusters,
@@ -104,12 +108,14 @@ export class Runtime {
       certs: () => this.certificates?.() ?? [],
       server: this.state,
       token: this.config.admin_token,
+      allowedHosts: this.config.admin_allowed_hosts,
       quit: async () => {
         await this.shutdown();
         process.exit(0);
       },
     });
     const bound = await admin.listen(address);
+    this.selfAddresses.add(bound.host, bound.port, 'admin');
     this.onShutdown(() => admin.close());
     return bound;
   }

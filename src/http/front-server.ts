@@ -27,6 +27,11 @@ export interface FrontServerOptions {
   upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
   /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
   counted?: (req: IncomingMessage) => boolean;
+  /**
+   * Checked first on every request (health path and CORS preflight included): an error refuses it.
+   * With it, a missing Host is this check's business (node's own 400 is off).
+   */
+  refuse?: (req: IncomingMessage) => MeshError | undefined;
 }
 
 export class FrontServer {
@@ -57,7 +62,7 @@ export class FrontServer {
   async listen(address: string, defaultHost = '127.0.0.1'): Promise<AddressInfo> {
     const { host, port } = parseHostPort(address, defaultHost);
     const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
-    const serverOptions = { keepAliveTimeout: 65_000, requestTimeout: 300_000, headersTimeout: 30_000 };
+    const serverOptions = { keepAliveTimeout: 65_000, requestTimeout: 300_000, headersTimeout: 30_000, requireHostHeader: this.options.refuse === undefined };
     // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
     const tls = this.secure ? tlsFor(this.options.runtime) : undefined;
     await tls?.start();
@@ -98,7 +103,9 @@ export class FrontServer {
       });
     }
     this.server = server;
-    return listenOn(server, host, port);
+    const bound = await listenOn(server, host, port);
+    this.options.runtime.selfAddresses.add(bound.address, bound.port, this.options.statPrefix);
+    return bound;
   }
 
   /** Stops accepting, lets in-flight requests finish (up to graceMs), then closes every connection. */
@@ -135,6 +142,12 @@ export class FrontServer {
         log.info({ front: this.options.statPrefix, method: req.method, path: req.url, status: res.statusCode, ms: Math.round(ms * 1000) / 1000 }, 'request');
       }
     });
+    const refusal = this.options.refuse?.(req);
+    if (refusal) {
+      req.resume();
+      sendError(res, refusal, this.options.errorId);
+      return;
+    }
     if (this.applyCors(req, res)) return;
     const url = req.url ?? '/';
     const q = url.indexOf('?');
