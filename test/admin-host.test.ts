@@ -5,7 +5,7 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
-import { rawExchange } from './helpers.js';
+import { rawHttp } from './helpers.js';
 import { startAdmin, get, type Running } from './admin-fixtures.js';
 import { AdminServer, HOST_REFUSED_STAT } from '../src/admin/server.js';
 import { canonicalHost, HostCheck, parseAllowedHosts } from '../src/http/host-check.js';
@@ -90,17 +90,17 @@ describe('admin Host check', () => {
   });
 
   test('HTTP/1.1 without Host: 403; HTTP/1.0 without Host (a tool): served', async () => {
-    const missing = await rawExchange(r.port, 'GET /ready HTTP/1.1\r\nConnection: close\r\n\r\n');
+    const missing = await rawHttp(r.port, 'GET /ready HTTP/1.1\r\nConnection: close\r\n\r\n');
     assert.equal(missing.status, 403);
     assert.equal(missing.headers['content-type'], TEXT);
     assert.equal(missing.body, 'Host header missing; see --admin_allowed_hosts\n');
-    const empty = await rawExchange(r.port, 'GET /ready HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n');
+    const empty = await rawHttp(r.port, 'GET /ready HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n');
     assert.equal(empty.status, 403);
     assert.equal(empty.body, 'Host header missing; see --admin_allowed_hosts\n');
-    const old = await rawExchange(r.port, 'GET /ready HTTP/1.0\r\n\r\n');
+    const old = await rawHttp(r.port, 'GET /ready HTTP/1.0\r\n\r\n');
     assert.match(old.head, /^HTTP\/1\.1 200 OK\r\n/);
     assert.equal(old.body, 'LIVE\n');
-    const foreign = await rawExchange(r.port, 'GET /ready HTTP/1.0\r\nHost: evil.example\r\n\r\n');
+    const foreign = await rawHttp(r.port, 'GET /ready HTTP/1.0\r\nHost: evil.example\r\n\r\n');
     assert.equal(foreign.status, 403);
   });
 
@@ -119,7 +119,7 @@ describe('admin Host check', () => {
     const all = await startAdmin({ allowedHosts: ['*'] });
     try {
       assert.equal((await withHost(all.base, '/ready', 'evil.example')).status, 200);
-      const raw = await rawExchange(all.port, 'GET /ready HTTP/1.1\r\nConnection: close\r\n\r\n');
+      const raw = await rawHttp(all.port, 'GET /ready HTTP/1.1\r\nConnection: close\r\n\r\n');
       assert.equal(raw.status, 200);
     } finally {
       await all.close();

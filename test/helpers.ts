@@ -139,7 +139,7 @@ export async function listenLoopback(server: import('node:http').Server): Promis
  * the connection (send `Connection: close`). For requests no client library would write (no Host,
  * HTTP/1.0, a foreign Host on an upgrade).
  */
-export async function rawExchange(port: number, request: string): Promise<{ head: string; status: number; headers: Record<string, string>; body: string }> {
+export async function rawHttp(port: number, request: string): Promise<{ head: string; status: number; headers: Record<string, string>; body: string }> {
   const { connect } = await import('node:net');
   const bytes = await new Promise<Buffer>((resolve, reject) => {
     const socket = connect(port, '127.0.0.1', () => socket.end(request));

@@ -5,7 +5,7 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { rawExchange, runCli, tempDir } from './helpers.js';
+import { rawHttp, runCli, tempDir } from './helpers.js';
 import { http, postJson, refusedHandshake, startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
 
 const FORBIDDEN = (host: string) =>
@@ -58,7 +58,7 @@ describe('sidecar Host check and self-forwarding guard', () => {
   it('a WebSocket upgrade with a foreign Host is refused with exact bytes', async () => {
     const host = `evil.example:${sc.port}`;
     const body = FORBIDDEN(host);
-    const res = await rawExchange(
+    const res = await rawHttp(
       sc.port,
       `GET /broker?topic=t HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
         'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n',
@@ -72,10 +72,10 @@ describe('sidecar Host check and self-forwarding guard', () => {
   });
 
   it('HTTP/1.1 without Host: 403; HTTP/1.0 without Host: served', async () => {
-    const missing = await rawExchange(sc.port, 'GET / HTTP/1.1\r\nConnection: close\r\n\r\n');
+    const missing = await rawHttp(sc.port, 'GET / HTTP/1.1\r\nConnection: close\r\n\r\n');
     assert.equal(missing.status, 403);
     assert.equal(missing.body, '{"id":"go.mesh.sidecar","code":403,"detail":"a Host header is required","status":"Forbidden"}');
-    const old = await rawExchange(sc.port, 'GET / HTTP/1.0\r\n\r\n');
+    const old = await rawHttp(sc.port, 'GET / HTTP/1.0\r\n\r\n');
     assert.equal(old.status, 200);
     assert.match(old.body, /^\{"version":/);
   });
