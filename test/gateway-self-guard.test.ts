@@ -30,6 +30,14 @@ describe('mesh api never forwards to itself', () => {
     await registerPlain(registry, 'go.mesh.api.quitquitquit', adminPort);
     await registerPlain(registry, 'go.mesh.api.healthcheck', adminPort);
     await registerPlain(registry, 'go.mesh.api.loop', gw.port);
+    // a health-check path on the admin: the checks must not reach it either
+    await registry.register({
+      name: 'go.mesh.api.hc',
+      version: 'v1',
+      metadata: {},
+      endpoints: [],
+      nodes: [{ id: 'hc-admin', address: 'localhost', port: adminPort, metadata: { health_check_path: '/healthcheck/fail' } }],
+    });
     // one good node and one at the admin's address
     await registerPlain(registry, 'go.mesh.api.mixed', plain.port);
     await registry.register({
@@ -75,6 +83,17 @@ describe('mesh api never forwards to itself', () => {
     assert.equal(gw.proc.child.exitCode, null);
   });
 
+  it('health checks of an own-address node are never sent (its health_check_path cannot drain the gateway)', async () => {
+    // The first health checks of a new cluster finish before its first pick: once this answers,
+    // the check has been attempted.
+    const r = await http('GET', `${gw.url}/hc/x`);
+    assert.equal(r.status, 502);
+    assert.equal(r.text, expected('go.mesh.api.hc', `localhost:${adminPort}`, 'admin'));
+    assert.equal((await http('GET', `${gw.admin}/ready`)).text, 'LIVE\n');
+    const flags = await http('GET', `${gw.admin}/clusters`);
+    assert.match(flags.text, new RegExp(`^go\\.mesh\\.api\\.hc::localhost:${adminPort}::health_flags::/failed_active_hc$`, 'm'));
+  });
+
   it('a service with another node is served by it; its own-address node is never picked', async () => {
     const before = plain.received.length;
     for (let i = 0; i < 6; i++) {
@@ -89,7 +108,8 @@ describe('mesh api never forwards to itself', () => {
     const stats = await http('GET', `${gw.admin}/stats?filter=self_refused`);
     assert.equal(
       stats.text,
-      'cluster.go.mesh.api.healthcheck.upstream_cx_self_refused: 1\n' +
+      'cluster.go.mesh.api.hc.upstream_cx_self_refused: 1\n' +
+        'cluster.go.mesh.api.healthcheck.upstream_cx_self_refused: 1\n' +
         'cluster.go.mesh.api.loop.upstream_cx_self_refused: 2\n' +
         'cluster.go.mesh.api.quitquitquit.upstream_cx_self_refused: 2\n',
     );

@@ -29,7 +29,7 @@ import {
   type StaticHostConfig,
 } from './config.js';
 import { parseHostPort, parseWeight, specFromNode, type HostSpec } from './host.js';
-import { SelfGuard, type SelfLookup } from './self-guard.js';
+import { SelfGuard, selfRefusingConnector, type SelfLookup } from './self-guard.js';
 import type {
   AcquireOptions,
   ClusterManagerView,
@@ -107,7 +107,12 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     this.random = options.random;
     // Validate the defaults once, so a bad configuration fails at start, not at first call.
     resolveSettings(undefined, this.defaults, this.lbPolicy, true);
-    this.hcDispatcher = new Agent({ keepAliveTimeout: 4_000, connections: 1, pipelining: 1 });
+    this.hcDispatcher = new Agent({
+      keepAliveTimeout: 4_000,
+      connections: 1,
+      pipelining: 1,
+      ...(options.self ? { connect: selfRefusingConnector(options.self) } : {}),
+    });
     if (options.self) this.guard = new SelfGuard(options.self, this.store);
 
     this.sActive = this.store.gauge('cluster_manager.active_clusters');

@@ -12,8 +12,12 @@
  *   avoided while another host is available; when the pick can only be one of them (the only hosts,
  *   or `address` naming one), the attempt is refused before any connection: 502, counted in
  *   `cluster.<name>.upstream_cx_self_refused`.
+ * - selfRefusingConnector: the connector of the health checks' dispatcher, which does not go
+ *   through a pick (a node's `health_check_path` could otherwise be /quitquitquit): a check of an
+ *   own address fails to connect, so the host is unhealthy, and nothing is sent.
  */
 import { networkInterfaces } from 'node:os';
+import { buildConnector } from 'undici';
 import { MeshError } from '../errors.js';
 import type { StatsStore } from '../stats/store.js';
 import { canonicalHost, isLoopbackAddress, isWildcardAddress } from '../http/host-check.js';
@@ -71,6 +75,20 @@ export class SelfAddresses implements SelfLookup {
     }
     return undefined;
   }
+}
+
+/** An undici connector that refuses this process's own addresses and connects to anything else. */
+export function selfRefusingConnector(self: SelfLookup): buildConnector.connector {
+  const connect = buildConnector({});
+  return (options, callback) => {
+    const port = Number(options.port || (options.protocol === 'https:' ? 443 : 80));
+    const what = self.lookup(options.hostname, port);
+    if (what !== undefined) {
+      callback(new Error(`${options.hostname}:${port} is this process's own ${what} listener; refusing to connect to itself`), null);
+      return;
+    }
+    connect(options, callback);
+  };
 }
 
 function localAddresses(): Set<string> {
