@@ -16,6 +16,7 @@ import { Client } from './client/client.js';
 import { ServerState } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
 import type { Drainable, DrainResult } from './http/lifecycle.js';
+import { SelfAddresses } from './upstream/self-guard.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -36,6 +37,8 @@ export class Runtime {
   readonly stats: StatsStore;
   readonly registry: Registry;
   readonly state = new ServerState();
+  /** Addresses this process listens on (admin, front listeners): never forwarded to. */
+  readonly selfAddresses = new SelfAddresses();
   readonly clusters: ClusterManager;
   readonly client: Client;
   private brokerInstance?: Broker;
@@ -63,6 +66,7 @@ export class Runtime {
       staticClusters: options.staticClusters,
       // Closed after the drain: the upstream calls still running then serve requests the drain cut off.
       closeGraceMs: 1000,
+      self: this.selfAddresses,
     });
     this.client = new Client({
       selector: this.clusters,
@@ -113,11 +117,13 @@ export class Runtime {
       certs: () => this.certificates?.() ?? [],
       server: this.state,
       token: this.config.admin_token,
+      allowedHosts: this.config.admin_allowed_hosts,
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },
     });
     const bound = await admin.listen(address);
+    this.selfAddresses.add(bound.host, bound.port, 'admin');
     this.onShutdown(() => admin.close());
     return bound;
   }

@@ -406,12 +406,13 @@ describe('admin server', () => {
     // reading is allowed from anywhere; /logging without parameters only reads
     assert.equal((await get(r.base, '/stats', { headers: { 'Sec-Fetch-Site': 'cross-site' } })).status, 200);
     assert.equal((await get(r.base, '/logging', { headers: { 'Sec-Fetch-Site': 'cross-site' } })).status, 200);
-    // the admin's own origin, a direct navigation and a plain client are fine
+    // the admin's own origin (with X-Mesh-Admin: see admin-host.test.ts), a direct navigation and a plain client are fine
     for (const headers of [
-      { Origin: `http://127.0.0.1:${r.port}` } as Record<string, string>,
-      { Origin: `http://localhost:${r.port}` },
-      { 'Sec-Fetch-Site': 'same-origin' },
+      { Origin: `http://127.0.0.1:${r.port}`, 'X-Mesh-Admin': '1' } as Record<string, string>,
+      { Origin: `http://localhost:${r.port}`, 'X-Mesh-Admin': '1' },
+      { 'Sec-Fetch-Site': 'same-origin', 'X-Mesh-Admin': '1' },
       { 'Sec-Fetch-Site': 'none' },
+      {},
     ]) {
       assert.equal((await get(r.base, '/reset_counters', { headers })).status, 200, JSON.stringify(headers));
     }

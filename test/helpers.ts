@@ -133,3 +133,29 @@ export async function listenLoopback(server: import('node:http').Server): Promis
     },
   };
 }
+
+/**
+ * Sends raw bytes to 127.0.0.1:port and resolves with everything the server wrote until it closed
+ * the connection (send `Connection: close`). For requests no client library would write (no Host,
+ * HTTP/1.0, a foreign Host on an upgrade).
+ */
+export async function rawHttp(port: number, request: string): Promise<{ head: string; status: number; headers: Record<string, string>; body: string }> {
+  const { connect } = await import('node:net');
+  const bytes = await new Promise<Buffer>((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.end(request));
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('end', () => resolve(Buffer.concat(chunks)));
+    socket.on('error', reject);
+  });
+  const text = bytes.toString('utf8');
+  const split = text.indexOf('\r\n\r\n');
+  const head = split === -1 ? text : text.slice(0, split);
+  const [statusLine, ...lines] = head.split('\r\n');
+  const headers: Record<string, string> = {};
+  for (const line of lines) {
+    const i = line.indexOf(':');
+    headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+  }
+  return { head, status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine ?? '')?.[1] ?? 0), headers, body: split === -1 ? '' : text.slice(split + 4) };
+}

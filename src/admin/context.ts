@@ -150,6 +150,8 @@ export interface AdminContext {
   quit: () => Promise<void>;
   /** --admin_token: every request then needs `Authorization: Bearer <token>`. */
   token?: string;
+  /** --admin_allowed_hosts: Host names answered besides loopback, localhost and the own IP (`*`: all). */
+  allowedHosts?: readonly string[];
   /** Where /cpuprofiler writes profiles (default os.tmpdir()). */
   profileDir?: string;
 }

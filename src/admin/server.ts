@@ -16,8 +16,17 @@ import { renderClustersJson, renderClustersText } from './clusters.js';
 import { renderCerts, secondsUntilFirstExpiring } from './certs.js';
 import { CpuProfiler } from './profiler.js';
 import { hotRestartVersion } from './build-info.js';
+import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
+/** Counts requests refused by the Host check. */
+export const HOST_REFUSED_STAT = 'http.admin.downstream_rq_host_refused';
+/** A header a cross-origin page cannot send without a CORS preflight (which the admin never grants). */
+export const ADMIN_HEADER = 'x-mesh-admin';
+/** Request headers only a browser sends (a tool such as curl sends none of them). */
+const BROWSER_MARKERS = ['origin', 'referer', 'cookie', 'sec-fetch-site', 'sec-fetch-mode', 'sec-fetch-dest', 'sec-fetch-user'];
+/** Content types a page may send cross-origin without a preflight (CORS "simple" requests). */
+const SIMPLE_CONTENT_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data', 'text/plain']);
 export const JSON_TYPE = 'application/json';
 
 export interface AdminReply {
@@ -94,15 +103,18 @@ export class AdminServer {
   private readonly profiler = new CpuProfiler();
   private readonly regexCache = new Map<string, RegExp | Error>();
   private readonly tokenDigest: Buffer | undefined;
+  private readonly hostCheck: HostCheck;
   private bound: { host: string; port: number } | undefined;
 
   constructor(ctx: AdminContext) {
     this.ctx = ctx;
     this.tokenDigest = ctx.token ? digest(ctx.token) : undefined;
+    this.hostCheck = new HostCheck(ctx.allowedHosts ?? [], () => this.bound?.host);
     for (const e of this.buildEndpoints()) this.endpoints.set(e.path, e);
     const paths = [...this.endpoints.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     this.helpBody = 'admin commands are:\n' + paths.map((p) => `  ${p}: ${this.endpoints.get(p)!.help}\n`).join('');
-    this.http = createServer((req, res) => {
+    // A missing Host is answered by the Host check (403), not by node's own 400.
+    this.http = createServer({ requireHostHeader: false }, (req, res) => {
       this.serve(req, res).catch((err: unknown) => {
         this.log().error({ err }, 'admin request failed');
         if (!res.headersSent) this.write(res, text(500, `${err instanceof Error ? err.message : String(err)}\n`));
@@ -170,6 +182,15 @@ export class AdminServer {
     }
     const method = req.method ?? 'GET';
 
+    const verdict = this.hostCheck.check(req.headers.host, req.httpVersion);
+    if (verdict !== 'allowed') {
+      this.ctx.stats.counter(HOST_REFUSED_STAT).inc();
+      this.log().warn({ host: req.headers.host, path }, 'admin refused a request for a foreign Host');
+      return this.write(
+        res,
+        text(403, verdict === 'missing' ? `Host header missing; see ${ALLOWED_HOSTS_FLAG}\n` : `Host "${req.headers.host}" is not allowed; see ${ALLOWED_HOSTS_FLAG}\n`),
+      );
+    }
     if (this.tokenDigest && !this.authorized(req)) {
       return this.write(res, {
         status: 401,
@@ -187,6 +208,10 @@ export class AdminServer {
     if (mutates && this.crossSite(req)) {
       this.log().warn({ path, origin: req.headers.origin, site: req.headers['sec-fetch-site'] }, 'admin refused a cross-site request');
       return this.write(res, text(403, `Forbidden: ${path} changes state and refuses cross-site requests.\n`));
+    }
+    if (mutates && this.simpleBrowserRequest(req)) {
+      this.log().warn({ path, origin: req.headers.origin, site: req.headers['sec-fetch-site'] }, 'admin refused a simple browser request');
+      return this.write(res, text(403, `Forbidden: ${path} changes state; a browser request must carry the header "X-Mesh-Admin: 1".\n`));
     }
     if (mutates) this.log().info({ method, url }, 'admin operation');
     else this.log().debug({ method, url }, 'admin request');
@@ -225,6 +250,24 @@ export class AdminServer {
     const origin = req.headers.origin;
     if (origin === undefined) return false;
     return !this.ownOrigin(origin, req.headers.host);
+  }
+
+  /**
+   * A request that a web page could have sent without a CORS preflight: it carries a browser marker
+   * (Origin, Referer, Cookie, Sec-Fetch-*) and nothing a page cannot send cross-origin freely
+   * (X-Mesh-Admin, Authorization, a Content-Type other than the three simple ones). Two exceptions:
+   * with --admin_token every request already proved the token; `Sec-Fetch-Site: none` without
+   * Origin is the person at the address bar (no page can make a browser send it).
+   */
+  private simpleBrowserRequest(req: IncomingMessage): boolean {
+    if (this.tokenDigest) return false;
+    const h = req.headers;
+    if (!BROWSER_MARKERS.some((name) => h[name] !== undefined)) return false;
+    if (h['sec-fetch-site'] === 'none' && h.origin === undefined) return false;
+    if (h[ADMIN_HEADER] !== undefined || h.authorization !== undefined) return false;
+    const type = h['content-type'];
+    if (type !== undefined && !SIMPLE_CONTENT_TYPES.has(type.split(';')[0]!.trim().toLowerCase())) return false;
+    return true;
   }
 
   private ownOrigin(origin: string, hostHeader: string | undefined): boolean {

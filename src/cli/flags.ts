@@ -5,6 +5,7 @@
  */
 import { parseDuration, parseSize } from '../util/duration.js';
 import { parseLevel } from '../util/log.js';
+import { parseAllowedHosts } from '../http/host-check.js';
 
 type FlagType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
@@ -42,6 +43,7 @@ export const FLAG_SPECS = {
   register_interval: { type: 'duration', help: 'how often a service registers again', default: '10s' },
   admin_address: { type: 'string', help: 'admin interface host:port, or off' },
   admin_token: { type: 'string', help: 'require Authorization: Bearer <token> on the admin interface' },
+  admin_allowed_hosts: { type: 'list', help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', help: 'trace, debug, info, warning, error, critical, off', default: 'info' },
   enable_stats: { type: 'bool', help: 'serve /stats (dashboard and JSON)', default: 'false' },
   enable_tls: { type: 'bool', help: 'serve HTTPS with --tls_cert_file and --tls_key_file', default: 'false' },
@@ -99,6 +101,7 @@ export interface Config {
   register_interval: number;
   admin_address?: string;
   admin_token?: string;
+  admin_allowed_hosts: string[];
   log_level: string;
   enable_stats: boolean;
   enable_tls: boolean;
@@ -239,6 +242,11 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
   for (const [name, spec] of Object.entries(FLAG_SPECS) as Array<[FlagName, FlagSpec]>) {
     const raw = values.get(name) ?? spec.default;
     config[name] = raw === undefined ? (spec.type === 'list' ? [] : undefined) : convert(name, spec, raw);
+  }
+  try {
+    config.admin_allowed_hosts = parseAllowedHosts(config.admin_allowed_hosts as string[]);
+  } catch (err) {
+    throw new FlagError(`invalid value "${(config.admin_allowed_hosts as string[]).join(',')}" for flag --admin_allowed_hosts: ${(err as Error).message}`);
   }
   try {
     parseLevel(config.log_level as string);

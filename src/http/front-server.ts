@@ -35,6 +35,11 @@ export interface FrontServerOptions {
    * remaining connection is destroyed.
    */
   closeUpgraded?: () => Promise<void> | void;
+  /**
+   * Checked first on every request (health path and CORS preflight included): an error refuses it.
+   * With it, a missing Host is this check's business (node's own 400 is off).
+   */
+  refuse?: (req: IncomingMessage) => MeshError | undefined;
 }
 
 export class FrontServer {
@@ -72,7 +77,7 @@ export class FrontServer {
     const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
     const runtime = this.options.runtime;
     const limits = serverLimits(runtime.config);
-    const serverOptions = httpServerOptions(limits);
+    const serverOptions = { ...httpServerOptions(limits), requireHostHeader: this.options.refuse === undefined };
     // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
     const tls = this.secure ? tlsFor(this.options.runtime) : undefined;
     await tls?.start();
@@ -109,6 +114,7 @@ export class FrontServer {
     this.lifecycle = new ServerLifecycle(server, limits, { stats: runtime.stats, prefix: `http.${this.options.statPrefix}.` }, () => this.closeOthers());
     const bound = await listenOn(server, host, port);
     runtime.addDrainable(this.lifecycle);
+    runtime.selfAddresses.add(bound.address, bound.port, this.options.statPrefix);
     return bound;
   }
 
@@ -187,6 +193,12 @@ export class FrontServer {
         log.info({ front: this.options.statPrefix, method: req.method, path: req.url, status: res.statusCode, ms: Math.round(ms * 1000) / 1000 }, 'request');
       }
     });
+    const refusal = this.options.refuse?.(req);
+    if (refusal) {
+      req.resume();
+      sendError(res, refusal, this.options.errorId);
+      return;
+    }
     const headerCount = tooManyHeaders(req);
     if (headerCount > 0) {
       req.resume();

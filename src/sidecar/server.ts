@@ -15,6 +15,10 @@
  * A browser request whose Origin is neither the sidecar's own nor allowed by --cors is refused with
  * 403 on the sidecar's own routes and the rpc handler (CSRF and cross-site WebSocket hijacking of
  * a sidecar on 127.0.0.1); proxied requests are the app's business and pass.
+ *
+ * Every request and WebSocket upgrade, on every path, first passes the Host check of
+ * src/http/host-check.ts (DNS rebinding): a foreign Host gets 403, counted in
+ * `http.sidecar.downstream_rq_host_refused`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -33,12 +37,14 @@ import { handleRegistry } from './registry-api.js';
 import { BrokerApi } from './broker-api.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import { AppRegistration, type AppOptions } from './health-checker.js';
+import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
 
 export const SIDECAR_ERROR_ID = 'go.mesh.sidecar';
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
 export const SIDECAR_DEFAULT_ADDRESS = '127.0.0.1:8081';
 export const SIDECAR_DEFAULT_ADMIN = '127.0.0.1:9902';
 const STAT_PREFIX = 'sidecar';
+export const SIDECAR_HOST_REFUSED_STAT = `http.${STAT_PREFIX}.downstream_rq_host_refused`;
 
 export type SidecarHandler = 'rpc' | 'proxy';
 
@@ -75,6 +81,8 @@ export class Sidecar {
   private readonly broker: BrokerApi;
   private readonly dashboard?: Dashboard;
   private readonly rpcPaths: RpcPathResolver;
+  private readonly hostCheck: HostCheck;
+  private boundHost?: string;
   private stopping?: Promise<void>;
 
   constructor(
@@ -90,6 +98,7 @@ export class Sidecar {
       maxBodyBytes: config.max_body_size,
     };
     this.rpcPaths = new RpcPathResolver(this.fe.namespace);
+    this.hostCheck = new HostCheck(config.admin_allowed_hosts, () => this.boundHost);
     if (config.enable_stats) {
       const subscribers = runtime.stats.gauge('sidecar.broker.subscribers_active');
       this.dashboard = new Dashboard({
@@ -113,6 +122,7 @@ export class Sidecar {
       counted: (req) => !(this.dashboard && isDashboardPath(pathOf(req.url))),
       // Subscriptions end with 1001 once in-flight requests are done, before connections are destroyed.
       closeUpgraded: () => this.broker.close(),
+      refuse: (req) => this.hostRefusal(req),
     });
   }
 
@@ -123,6 +133,7 @@ export class Sidecar {
   /** Listens on the address, starts the app registration, and hooks the shutdown. */
   async start(address: string): Promise<AddressInfo> {
     const bound = await this.server.listen(address, '127.0.0.1');
+    this.boundHost = bound.address;
     this.app?.start();
     this.dashboard?.start();
     this.runtime.onShutdown(() => this.stop());
@@ -142,6 +153,15 @@ export class Sidecar {
       await this.broker.close();
     })();
     return this.stopping;
+  }
+
+  /** The 403 of a request whose Host is not this machine's (DNS rebinding), counted; else undefined. */
+  private hostRefusal(req: IncomingMessage): MeshError | undefined {
+    const verdict = this.hostCheck.check(req.headers.host, req.httpVersion);
+    if (verdict === 'allowed') return undefined;
+    this.runtime.stats.counter(SIDECAR_HOST_REFUSED_STAT).inc();
+    const detail = verdict === 'missing' ? 'a Host header is required' : `host ${req.headers.host} is not allowed (allow it with ${ALLOWED_HOSTS_FLAG})`;
+    return new MeshError(this.fe.errorId, 403, detail);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -198,6 +218,8 @@ export class Sidecar {
       const body = err.toBody();
       socket.end(`HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
     };
+    const refusal = this.hostRefusal(req);
+    if (refusal) return refuse(refusal);
     if (path === '/broker') {
       if (!originAllowed(req, this.runtime.config.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
       return this.broker.upgrade(req, socket, head);

@@ -29,6 +29,7 @@ import {
   type StaticHostConfig,
 } from './config.js';
 import { parseHostPort, parseWeight, specFromNode, type HostSpec } from './host.js';
+import { SelfGuard, selfRefusingConnector, type SelfLookup } from './self-guard.js';
 import type {
   AcquireOptions,
   ClusterManagerView,
@@ -59,6 +60,8 @@ export interface ClusterManagerOptions {
   closeGraceMs?: number;
   /** For tests: the random source of the balancers and outlier enforcement. */
   random?: () => number;
+  /** The process's own listening addresses: never forwarded to (self-guard.ts). */
+  self?: SelfLookup;
 }
 
 export class ClusterManager implements UpstreamSelector, ClusterManagerView {
@@ -72,6 +75,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private readonly closeGraceMs: number;
   private readonly random?: () => number;
   private readonly hcDispatcher: Agent;
+  private readonly guard?: SelfGuard;
 
   private readonly staticClusters = new Map<string, Cluster>();
   /** Static clusters whose first health checks are still running. */
@@ -103,7 +107,13 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     this.random = options.random;
     // Validate the defaults once, so a bad configuration fails at start, not at first call.
     resolveSettings(undefined, this.defaults, this.lbPolicy, true);
-    this.hcDispatcher = new Agent({ keepAliveTimeout: 4_000, connections: 1, pipelining: 1 });
+    this.hcDispatcher = new Agent({
+      keepAliveTimeout: 4_000,
+      connections: 1,
+      pipelining: 1,
+      ...(options.self ? { connect: selfRefusingConnector(options.self) } : {}),
+    });
+    if (options.self) this.guard = new SelfGuard(options.self, this.store);
 
     this.sActive = this.store.gauge('cluster_manager.active_clusters');
     this.sAdded = this.store.counter('cluster_manager.cluster_added');
@@ -146,7 +156,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     if (fixed) {
       const warming = this.staticWarming.get(service);
       if (warming) await warming;
-      return fixed.acquire(service, options);
+      return this.pick(fixed, service, options);
     }
 
     let cluster: Cluster | undefined = this.loading.has(service) ? undefined : this.dynamic.get(service);
@@ -157,17 +167,22 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     if (cluster.closed || cluster.hosts().length === 0) {
       throw notFound(ERROR_ID, `service ${service}: not found`);
     }
-    return cluster.acquire(service, options);
+    return this.pick(cluster, service, options);
   }
 
   acquireNow(service: string, options: AcquireOptions = {}): UpstreamLease | undefined {
     if (this.closed) return undefined;
     const fixed = this.staticClusters.get(service);
-    if (fixed) return this.staticWarming.has(service) ? undefined : fixed.acquire(service, options);
+    if (fixed) return this.staticWarming.has(service) ? undefined : this.pick(fixed, service, options);
     if (this.loading.has(service)) return undefined;
     const cluster = this.dynamic.get(service);
     if (!cluster || cluster.closed || cluster.hosts().length === 0) return undefined;
-    return cluster.acquire(service, options);
+    return this.pick(cluster, service, options);
+  }
+
+  /** The cluster's pick, through the self-forwarding guard when the process has one. */
+  private pick(cluster: Cluster, service: string, options: AcquireOptions): UpstreamLease {
+    return this.guard ? this.guard.acquire(cluster, service, options) : cluster.acquire(service, options);
   }
 
   // ---- lifecycle ----------------------------------------------------------------------------
