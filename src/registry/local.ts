@@ -87,6 +87,12 @@ interface Remembered {
 
 type FileId = { dev: number; ino: number };
 
+/** The live rows of a file, as stored. */
+interface Snapshot {
+  services: ServiceRow[];
+  nodes: Array<NodeRow & { service: string }>;
+}
+
 function idOf(st: Stats | undefined): FileId | undefined {
   return st && st.isFile() ? { dev: st.dev, ino: st.ino } : undefined;
 }
@@ -215,6 +221,10 @@ function prepareStatements(db: DB) {
     touch: db.prepare(`UPDATE meta SET value = value WHERE key = 'schema'`),
     /** A new file continues the revisions this process saw (watchers elsewhere reread everything). */
     raiseRevision: db.prepare(`UPDATE meta SET value = @rev WHERE key = 'revision' AND value < @rev`),
+    allLiveNodes: db.prepare<{ now: number }, NodeRow & { service: string }>(
+      `SELECT service, version, id, address, port, metadata, expires_at FROM nodes WHERE ${live}`,
+    ),
+    anyNode: db.prepare<[], { one: number }>(`SELECT 1 AS one FROM nodes LIMIT 1`),
     minExpired: db.prepare<{ now: number }, { m: number | null }>(
       `SELECT MIN(expires_at) AS m FROM nodes WHERE expires_at IS NOT NULL AND expires_at <= @now`,
     ),
@@ -669,6 +679,7 @@ export class LocalRegistry implements Registry {
       return;
     }
     const old = this.db;
+    const carried = this.snapshot();
     this.db = next.db;
     this.st = next.st;
     this.fileId = next.fileId;
@@ -682,7 +693,7 @@ export class LocalRegistry implements Registry {
     );
     if (this.failing) this.failing.detached = false;
     try {
-      this.rewriteRemembered();
+      this.rewriteRemembered(carried);
       this.markGood();
     } catch {
       // markFailing has run (a write error); recovery is tried every RECOVER_MS
@@ -691,8 +702,24 @@ export class LocalRegistry implements Registry {
     this.kick();
   }
 
-  /** Writes this process's registrations that have not expired, in one transaction, keeping the revision from going back. */
-  private rewriteRemembered(): void {
+  /** The live rows of the open file (or none when it cannot be read): carried into a new, empty file. */
+  private snapshot(): Snapshot | undefined {
+    try {
+      return this.read(() => {
+        const now = this.viewNow();
+        return { services: this.st.liveServiceRows.all({ now }), nodes: this.st.allLiveNodes.all({ now }) };
+      });
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * Writes this process's registrations that have not expired, in one transaction, keeping the
+   * revision from going back. `carried`: what the deleted file held, written first when the file
+   * is empty (just created), so readers see no gap until the other processes write theirs again.
+   */
+  private rewriteRemembered(carried?: Snapshot): void {
     const now = Date.now();
     for (const [key, r] of this.remembered) if (r.expiresAt !== null && r.expiresAt <= now) this.remembered.delete(key);
     const last = Number(this.lastRevision) || 0;
@@ -700,8 +727,16 @@ export class LocalRegistry implements Registry {
     this.write((at) => {
       this.st.touch.run();
       this.st.raiseRevision.run({ rev: last });
-      const names = new Set(entries.map((r) => r.service.name));
+      const carry = carried && !this.st.anyNode.get() ? carried : undefined;
+      const names = new Set([...entries.map((r) => r.service.name), ...(carry?.services.map((r) => r.name) ?? [])]);
       const before = new Map([...names].map((name) => [name, canonicalJson(this.load(name, at).versions)]));
+      if (carry) {
+        for (const row of carry.services) this.st.upsertService.run(row);
+        for (const { service, ...n } of carry.nodes) {
+          if (n.expires_at !== null && n.expires_at <= at) continue;
+          this.st.upsertNode.run({ ...n, service });
+        }
+      }
       for (const { service: s, expiresAt } of entries) {
         if (expiresAt !== null && expiresAt <= at) continue;
         this.st.upsertService.run({ name: s.name, version: s.version, metadata: JSON.stringify(s.metadata), endpoints: JSON.stringify(s.endpoints) });
