@@ -10,7 +10,7 @@
  *
  * Delivery wire (one request per subscriber, or per subscriber endpoint, see below):
  *
- *   POST /_mesh/broker?topic=<topic>&id=<subscription id>[&id=<another subscription id>...]
+ *   POST /_mesh/broker?topic=<topic>&id=<node id>[&id=<another node id>...]
  *   Content-Type: application/octet-stream
  *   Mesh-Broker-Header: <the message header as a JSON object of strings, non-ASCII \u-escaped>
  *   <body: the message bytes, raw>
