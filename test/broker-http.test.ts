@@ -400,7 +400,7 @@ describe('http broker: batched deliveries', () => {
     }
   });
 
-  it('the endpoint hands a batch to every subscription named, each its own copy', async () => {
+  it('the endpoint hands a batch to every node named (each subscription of a node its own copy)', async () => {
     const registry = new MemoryRegistry();
     const broker = new HttpBroker({ registry, logger: silent });
     try {
@@ -408,7 +408,13 @@ describe('http broker: batched deliveries', () => {
       const b = collector();
       await broker.subscribe('batch', a.handler);
       await broker.subscribe('batch', b.handler);
+      // One node for both subscriptions of this process to the topic.
       const ids = (await registry.getService('topic:batch'))[0]!.nodes.map((n) => n.id);
+      assert.equal(ids.length, 1);
+      // A second node at the same endpoint (another broker's registration of this topic, say).
+      const c = collector();
+      await broker.subscribe('batch', c.handler, { queue: 'q' });
+      ids.push((await registry.getService('topic:batch')).find((s) => s.version === 'q')!.nodes[0]!.id);
       const { address, port } = broker.endpoint!;
       const post = async (query: string) => {
         const res = await request(`http://${address}:${port}${DELIVERY_PATH}${query}`, {
@@ -421,8 +427,9 @@ describe('http broker: batched deliveries', () => {
       const ok = await post(`?topic=batch&id=${ids[0]}&id=${ids[1]}`);
       assert.equal(ok.status, 202);
       assert.equal(ok.missing, undefined);
-      await waitFor(() => a.got.length === 1 && b.got.length === 1);
+      await waitFor(() => a.got.length === 1 && b.got.length === 1 && c.got.length === 1);
       assert.deepEqual(a.texts(), ['both']);
+      assert.deepEqual(c.texts(), ['both']);
       assert.deepEqual(b.texts(), ['both']);
       assert.deepEqual(a.got[0]!.header, { h: '1' });
       assert.notEqual(a.got[0]!.body.buffer, b.got[0]!.body.buffer, 'separate bodies');
@@ -433,15 +440,15 @@ describe('http broker: batched deliveries', () => {
       assert.equal(partly.status, 404);
       assert.equal(partly.missing, 'broker-nope');
       assert.match(JSON.parse(partly.text).detail, /broker-nope/);
-      await waitFor(() => a.got.length + b.got.length === 3);
-      assert.deepEqual([a.got.length, b.got.length].sort(), [1, 2]);
+      await waitFor(() => a.got.length + b.got.length === 4);
+      assert.deepEqual([a.got.length, b.got.length, c.got.length], [2, 2, 1]);
 
       const none = await post(`?topic=batch&id=broker-x&id=broker-y`);
       assert.equal(none.status, 404);
       assert.equal(none.missing, 'broker-x,broker-y');
       assert.equal((await post(`?topic=batch&id=${ids[0]}&id=`)).status, 400, 'an empty id');
       await sleep(50);
-      assert.equal(a.got.length + b.got.length, 3);
+      assert.equal(a.got.length + b.got.length + c.got.length, 5);
     } finally {
       await broker.close();
       await registry.close();
@@ -494,12 +501,19 @@ describe('http broker: the subscriber list a publisher keeps', () => {
       for (let i = 0; i < 5; i++) await pub0.publish('t', msg(`u${i}`));
       assert.equal(uncached.lookups(), 5);
       await waitFor(() => c.got.length === 25);
-      // a change to the topic drops the list: the next message reads the registry again
+      // another subscription of the same process to the topic changes nothing in the registry (the
+      // process's node stands for all of them): no new read, and it gets the next message
       const d = collector();
       await sub.subscribe('t', d.handler);
       await pub.publish('t', msg('after'));
-      assert.equal(lookups(), 2);
+      assert.equal(lookups(), 1);
       await waitFor(() => d.got.length === 1);
+      // a change to the topic (a queue group's node) drops the list: the next message reads again
+      const e = collector();
+      await sub.subscribe('t', e.handler, { queue: 'q' });
+      await pub.publish('t', msg('queued'));
+      assert.equal(lookups(), 2);
+      await waitFor(() => e.got.length === 1);
       // publishing to nobody is not kept: a subscriber that comes later is found at once
       await pub.publish('empty', msg('void'));
       await pub.publish('empty', msg('void'));

@@ -1,12 +1,16 @@
 /**
  * The http broker (the embedded default, after go-micro's): a subscribing process serves one HTTP
- * endpoint and registers each subscription in the registry as service `topic:<topic>`, version =
- * the queue name (or `broadcast`), one node per subscription, with a TTL it refreshes. A publisher
- * looks the topic up and POSTs the message to every broadcast node and to one node per queue group.
+ * endpoint and registers its subscriptions in the registry as service `topic:<topic>`, version =
+ * the queue name (or `broadcast`), with a TTL it refreshes: one node per topic and queue group in
+ * each process, whatever the number of the process's subscriptions to it (the node stands for all
+ * of them), so a subscription after the first one to a topic is O(1) and writes nothing to the
+ * registry. A publisher looks the topic up and POSTs the message to every broadcast node (the
+ * process hands it to each of its subscriptions there) and to one node per queue group (the
+ * process hands it to one of its members there, round robin).
  *
  * Delivery wire (one request per subscriber, or per subscriber endpoint, see below):
  *
- *   POST /_mesh/broker?topic=<topic>&id=<subscription id>[&id=<another subscription id>...]
+ *   POST /_mesh/broker?topic=<topic>&id=<node id>[&id=<another node id>...]
  *   Content-Type: application/octet-stream
  *   Mesh-Broker-Header: <the message header as a JSON object of strings, non-ASCII \u-escaped>
  *   <body: the message bytes, raw>
@@ -91,11 +95,36 @@ export interface HttpBrokerOptions {
 }
 
 interface HttpSub {
-  id: string;
   topic: string;
   queue?: string;
   handler: MessageHandler;
   active: boolean;
+  group: SubGroup;
+}
+
+/** This process's subscriptions to one topic and queue (or broadcast): one registry node. */
+interface SubGroup {
+  /** The registry node id (what deliveries name in `id`). */
+  id: string;
+  key: string;
+  topic: string;
+  queue?: string;
+  subs: Set<HttpSub>;
+  /** The first registration; every subscriber of the group waits for it. */
+  registered: Promise<void>;
+  /** Round robin over a queue group's members (a Set iterator skips members that left). */
+  cursor?: IterableIterator<HttpSub>;
+}
+
+/** The next member of a queue group, round robin. */
+function nextMember(group: SubGroup): HttpSub | undefined {
+  for (let pass = 0; pass < 2; pass++) {
+    group.cursor ??= group.subs.values();
+    const r = group.cursor.next();
+    if (!r.done) return r.value;
+    group.cursor = undefined;
+  }
+  return undefined;
 }
 
 /** One delivery request: to one node, or (batch) to several subscriptions behind one endpoint. */
@@ -249,7 +278,9 @@ export class HttpBroker implements Broker {
   private readonly deliveryTimeoutMs: number;
   private readonly maxMessageBytes: number;
   private readonly logger: pino.Logger;
-  private readonly subs = new Map<string, HttpSub>();
+  /** This process's subscriptions, by registry node id and by topic and queue. */
+  private readonly groups = new Map<string, SubGroup>();
+  private readonly groupOf = new Map<string, SubGroup>();
   private readonly agent: Agent;
   private server?: Server;
   private listening?: Promise<void>;
@@ -354,55 +385,107 @@ export class HttpBroker implements Broker {
     checkQueue(options.queue);
     if (typeof handler !== 'function') throw new TypeError('handler: must be a function');
     await this.connect();
-    const sub: HttpSub = { id: `broker-${randomUUID()}`, topic, queue: options.queue, handler, active: true };
-    this.subs.set(sub.id, sub);
+    const queue = options.queue;
+    const key = `${topic}\n${queue ?? ''}`;
+    let group = this.groupOf.get(key);
+    if (!group) {
+      // The first subscription here to this topic and queue: one registry node for all of them.
+      const g: SubGroup = { id: `broker-${randomUUID()}`, key, topic, queue, subs: new Set(), registered: Promise.resolve() };
+      this.groupOf.set(key, g);
+      this.groups.set(g.id, g);
+      g.registered = this.registry.register(this.serviceOf(g), { ttlMs: this.ttlMs }).then(
+        () => this.invalidate(topic),
+        (err: unknown) => {
+          this.dropGroup(g);
+          throw new BrokerUnavailableError(`http broker: cannot register subscription to "${topic}": ${errorText(err)}`);
+        },
+      );
+      group = g;
+    }
+    const sub: HttpSub = { topic, queue, handler, active: true, group };
+    group.subs.add(sub);
     try {
-      await this.registry.register(this.serviceOf(sub), { ttlMs: this.ttlMs });
+      await group.registered;
     } catch (err) {
       sub.active = false;
-      this.subs.delete(sub.id);
-      throw new BrokerUnavailableError(`http broker: cannot register subscription to "${topic}": ${errorText(err)}`);
+      group.subs.delete(sub);
+      throw err;
     }
-    this.invalidate(topic);
-    if (!sub.active) {
-      // unsubscribed or closed while registering
-      await this.registry.deregister(this.serviceOf(sub)).catch(() => undefined);
-      throw new BrokerUnavailableError('http broker: closed');
-    }
+    // closed while registering: close() deregisters the group
+    if (!sub.active || this.closing) throw new BrokerUnavailableError('http broker: closed');
     this.startRefresh();
     return {
       topic,
-      queue: options.queue,
+      queue,
       unsubscribe: () => this.unsubscribe(sub),
     };
   }
 
-  private serviceOf(sub: HttpSub): Service {
+  private serviceOf(group: SubGroup): Service {
     const node = this.node!;
-    const metadata: Record<string, string> = { broker: 'http', topic: sub.topic, [BATCH_METADATA]: '1' };
-    if (sub.queue !== undefined) metadata.queue = sub.queue;
+    const metadata: Record<string, string> = { broker: 'http', topic: group.topic, [BATCH_METADATA]: '1' };
+    if (group.queue !== undefined) metadata.queue = group.queue;
     return {
-      name: `topic:${sub.topic}`,
-      version: sub.queue ?? BROADCAST_VERSION,
+      name: `topic:${group.topic}`,
+      version: group.queue ?? BROADCAST_VERSION,
       metadata: {},
       endpoints: [],
-      nodes: [{ id: sub.id, address: node.address, port: node.port, metadata }],
+      nodes: [{ id: group.id, address: node.address, port: node.port, metadata }],
     };
+  }
+
+  /** Forgets a group (its node is deregistered by the caller); a later subscription makes a new one. */
+  private dropGroup(group: SubGroup): void {
+    if (this.groups.get(group.id) === group) this.groups.delete(group.id);
+    if (this.groupOf.get(group.key) === group) this.groupOf.delete(group.key);
   }
 
   private async unsubscribe(sub: HttpSub): Promise<void> {
     if (!sub.active) return;
     sub.active = false;
-    this.subs.delete(sub.id);
-    if (this.subs.size === 0) this.stopRefresh();
+    const group = sub.group;
+    group.subs.delete(sub);
+    // Others here still subscribe to it: the registry node stays.
+    if (group.subs.size > 0 || this.groups.get(group.id) !== group) return;
+    this.dropGroup(group);
+    if (this.groups.size === 0) this.stopRefresh();
     this.invalidate(sub.topic);
     try {
-      await this.registry.deregister(this.serviceOf(sub));
+      await group.registered.catch(() => undefined);
+      await this.registry.deregister(this.serviceOf(group));
       this.invalidate(sub.topic);
     } catch (err) {
       // The TTL removes it in the end; deliveries meanwhile get 404 and queue groups try another node.
       this.logger.warn({ err, topic: sub.topic }, 'http broker: deregistering a subscription failed');
     }
+  }
+
+  /**
+   * Hands a message to the subscriptions of these groups: each of a broadcast group's, one of a
+   * queue group's. Each gets its own copy; `owned`: the last one may have the given objects.
+   */
+  private fanOut(groups: SubGroup[], topic: string, header: Record<string, string>, body: Uint8Array, owned: boolean): void {
+    const targets: HttpSub[] = [];
+    for (const group of groups) {
+      if (group.queue !== undefined) {
+        const member = nextMember(group);
+        if (member) targets.push(member);
+      } else for (const sub of group.subs) targets.push(sub);
+    }
+    const last = targets.length - 1;
+    for (let i = 0; i <= last; i++) {
+      const sub = targets[i]!;
+      if (!sub.active) continue;
+      // new Uint8Array(x) copies (Buffer's slice() would not)
+      const message: Message = owned && i === last ? { header, body } : { header: { ...header }, body: new Uint8Array(body) };
+      void invokeHandler(this.logger, sub.handler, message, topic, sub.queue);
+    }
+  }
+
+  /** A group of this process that takes messages of the topic now. */
+  private liveGroup(id: string, topic: string): SubGroup | undefined {
+    const group = this.groups.get(id);
+    return group && group.topic === topic && group.subs.size > 0 ? group : undefined;
   }
 
   private startRefresh(): void {
@@ -420,14 +503,16 @@ export class HttpBroker implements Broker {
     if (this.refreshing) return;
     this.refreshing = true;
     try {
+      // One registration per topic and queue group of this process, not one per subscription.
       await Promise.all(
-        [...this.subs.values()].map(async (sub) => {
+        [...this.groups.values()].map(async (group) => {
           try {
-            await this.registry.register(this.serviceOf(sub), { ttlMs: this.ttlMs });
-            // unsubscribed meanwhile: undo the registration we just refreshed
-            if (!sub.active) await this.registry.deregister(this.serviceOf(sub));
+            await group.registered;
+            await this.registry.register(this.serviceOf(group), { ttlMs: this.ttlMs });
+            // its last subscription left meanwhile: undo the registration we just refreshed
+            if (this.groups.get(group.id) !== group) await this.registry.deregister(this.serviceOf(group));
           } catch (err) {
-            this.logger.warn({ err, topic: sub.topic }, 'http broker: refreshing a subscription failed');
+            this.logger.warn({ err, topic: group.topic }, 'http broker: refreshing a subscription failed');
           }
         }),
       );
@@ -478,12 +563,13 @@ export class HttpBroker implements Broker {
         return this.fail(res, badRequest(ERROR_ID, (err as Error).message));
       }
     }
-    // One id (the usual case), or a batch: every subscription named gets the message.
-    const subs: HttpSub[] = [];
+    // One id (the usual case), or a batch: every node named gets the message (each of its
+    // subscriptions here, or one member of a queue group).
+    const subs: SubGroup[] = [];
     let missing: string[] | undefined;
     for (const id of ids.length === 1 ? ids : new Set(ids)) {
-      const sub = this.subs.get(id);
-      if (sub && sub.active && sub.topic === topic) subs.push(sub);
+      const group = this.liveGroup(id, topic);
+      if (group) subs.push(group);
       else (missing ??= []).push(id);
     }
     if (subs.length === 0) {
@@ -524,20 +610,9 @@ export class HttpBroker implements Broker {
       }
       const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
       const bytes = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
-      if (subs.length === 1) {
-        const sub = subs[0]!;
-        if (sub.active) void invokeHandler(this.logger, sub.handler, { header, body: bytes }, topic, sub.queue);
-        return;
-      }
       // Each subscription gets its own copy (the last one the original: earlier handlers cannot
       // touch it).
-      const last = subs.length - 1;
-      for (let i = 0; i <= last; i++) {
-        const sub = subs[i]!;
-        if (!sub.active) continue;
-        const message: Message = i === last ? { header, body: bytes } : { header: { ...header }, body: new Uint8Array(bytes) };
-        void invokeHandler(this.logger, sub.handler, message, topic, sub.queue);
-      }
+      this.fanOut(subs, topic, header, bytes, true);
     });
   }
 
@@ -573,16 +648,13 @@ export class HttpBroker implements Broker {
   /** Hands a message to this process's broadcast subscriptions, each its own copy; returns the nodes no longer subscribed here. */
   private handOver(nodes: Node[], topic: string, header: Record<string, string>, body: Uint8Array): Node[] | undefined {
     let stale: Node[] | undefined;
+    const live: SubGroup[] = [];
     for (const node of nodes) {
-      const sub = this.subs.get(node.id);
-      if (!sub || !sub.active || sub.topic !== topic) {
-        (stale ??= []).push(node);
-        continue;
-      }
-      // new Uint8Array(x) copies (Buffer's slice() would not)
-      const copy: Message = { header: { ...header }, body: new Uint8Array(body) };
-      void invokeHandler(this.logger, sub.handler, copy, topic, sub.queue);
+      const group = this.liveGroup(node.id, topic);
+      if (group) live.push(group);
+      else (stale ??= []).push(node);
     }
+    this.fanOut(live, topic, header, body, false);
     return stale;
   }
 
@@ -684,7 +756,7 @@ export class HttpBroker implements Broker {
           let g = groups.get(queue);
           if (!g) groups.set(queue, (g = []));
           g.push(node);
-        } else if (this.subs.has(node.id)) local.push(node);
+        } else if (this.groups.has(node.id)) local.push(node);
         else if (meta[BATCH_METADATA] === '1') {
           const key = `${node.address}\0${node.port}`;
           let e = endpoints.get(key);
@@ -757,11 +829,9 @@ export class HttpBroker implements Broker {
     const node = target.nodes[0]!;
     // A subscription of this very process (a sidecar's WebSocket subscribers, say) is handed the
     // message directly: no HTTP request to ourselves.
-    const local = this.subs.get(node.id);
-    if (local && local.active && local.topic === topic) {
-      const copy = Buffer.from(body);
-      const message: Message = { header: decodeHeader(headerValue), body: new Uint8Array(copy.buffer, copy.byteOffset, copy.byteLength) };
-      void invokeHandler(this.logger, local.handler, message, topic, local.queue);
+    const local = this.liveGroup(node.id, topic);
+    if (local) {
+      this.fanOut([local], topic, decodeHeader(headerValue), new Uint8Array(body.buffer, body.byteOffset, body.byteLength), false);
       return;
     }
     await this.post(target, headerValue, body);
@@ -851,11 +921,17 @@ export class HttpBroker implements Broker {
     this.watcher = undefined;
     for (const entry of this.routes.values()) entry.valid = false;
     this.routes.clear();
-    const subs = [...this.subs.values()];
-    for (const sub of subs) sub.active = false;
-    this.subs.clear();
-    if (this.node && subs.length > 0) {
-      const deregister = Promise.allSettled(subs.map((sub) => this.registry.deregister(this.serviceOf(sub))));
+    const groups = [...this.groups.values()];
+    for (const group of groups) for (const sub of group.subs) sub.active = false;
+    this.groups.clear();
+    this.groupOf.clear();
+    if (this.node && groups.length > 0) {
+      const deregister = Promise.allSettled(
+        groups.map(async (group) => {
+          await group.registered.catch(() => undefined);
+          await this.registry.deregister(this.serviceOf(group));
+        }),
+      );
       let timer: NodeJS.Timeout | undefined;
       const bound = new Promise<void>((r) => (timer = setTimeout(r, this.deliveryTimeoutMs)));
       await Promise.race([deregister, bound]);

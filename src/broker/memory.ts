@@ -69,7 +69,8 @@ export async function invokeHandler(
 export class MemoryBroker implements Broker {
   readonly name = 'memory';
   private readonly logger: pino.Logger;
-  private readonly subs = new Map<string, MemorySub[]>();
+  /** Subscriptions per topic: a Set, so subscribing and unsubscribing are O(1) whatever their number. */
+  private readonly subs = new Map<string, Set<MemorySub>>();
   /** Round-robin cursor per "topic\0queue". */
   private readonly cursors = new Map<string, number>();
   private closed = false;
@@ -88,7 +89,7 @@ export class MemoryBroker implements Broker {
     checkMessage(message);
     if (this.closed) throw new BrokerUnavailableError('memory broker: closed');
     const list = this.subs.get(topic);
-    if (!list || list.length === 0) return;
+    if (!list || list.size === 0) return;
     const targets: MemorySub[] = [];
     const groups = new Map<string, MemorySub[]>();
     for (const sub of list) {
@@ -122,8 +123,8 @@ export class MemoryBroker implements Broker {
     if (this.closed) throw new BrokerUnavailableError('memory broker: closed');
     const sub: MemorySub = { topic, queue: options.queue, handler, active: true };
     let list = this.subs.get(topic);
-    if (!list) this.subs.set(topic, (list = []));
-    list.push(sub);
+    if (!list) this.subs.set(topic, (list = new Set()));
+    list.add(sub);
     return {
       topic,
       queue: options.queue,
@@ -136,9 +137,8 @@ export class MemoryBroker implements Broker {
     sub.active = false;
     const list = this.subs.get(sub.topic);
     if (!list) return;
-    const i = list.indexOf(sub);
-    if (i >= 0) list.splice(i, 1);
-    if (list.length === 0) this.subs.delete(sub.topic);
+    list.delete(sub);
+    if (list.size === 0) this.subs.delete(sub.topic);
   }
 
   async close(): Promise<void> {

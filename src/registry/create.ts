@@ -6,6 +6,8 @@ import { MemoryRegistry } from './memory.js';
 import { LocalRegistry } from './local.js';
 import { EtcdRegistry } from './etcd.js';
 import type { EngineTlsFiles } from '../util/engine-access.js';
+import type { StatsStore } from '../stats/store.js';
+import type pino from 'pino';
 
 export const REGISTRY_KINDS = ['local', 'memory', 'etcd'] as const;
 
@@ -20,15 +22,20 @@ export function defaultRegistryDirectory(home?: string): string {
 /**
  * kind: memory | local | etcd. address: local: the directory (default $MESH_HOME, else ~/.mesh;
  * opts.home overrides the environment); etcd: `host:port[,host:port]` or
- * `https://[user:password@]host:port[,...]` (required), with opts.tls its TLS files.
+ * `https://[user:password@]host:port[,...]` (required), with opts.tls its TLS files. opts.stats and
+ * opts.logger: the process's stats store and 'registry' logger.
  */
-export function createRegistry(kind: string, address: string | undefined, opts: { home?: string; tls?: EngineTlsFiles } = {}): Registry {
+export function createRegistry(
+  kind: string,
+  address: string | undefined,
+  opts: { home?: string; tls?: EngineTlsFiles; stats?: StatsStore; logger?: pino.Logger } = {},
+): Registry {
   const addr = address?.trim() || undefined;
   switch (kind) {
     case 'memory':
       return new MemoryRegistry();
     case 'local':
-      return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home));
+      return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home), { stats: opts.stats, logger: opts.logger });
     case 'etcd':
       if (!addr) throw new Error('registry etcd: --registry_address is required (host:port[,host:port], or https://[user:password@]host:port)');
       return new EtcdRegistry(addr, { tls: opts.tls });

@@ -10,9 +10,25 @@
  *   and emit the differences from what they last knew (see diffVersions). A watcher also wakes at
  *   the earliest expiry among the nodes it knows, purges, and reports the expiry.
  * - Reads never return expired nodes, and a service with no live nodes is not listed.
+ *
+ * The file under the processes (see docs/cluster.md, "The registry file"):
+ * - Every poll (and every call) compares the path's device and inode, and those of its `-shm`
+ *   file, with the open ones. A deleted or replaced file is reopened (a deleted one created again),
+ *   the registrations this process made are written into it at once (with the expiry they had),
+ *   and watchers reread everything and report what differs. Side files (`-wal`, `-shm`) left by a
+ *   deleted or replaced database are removed before the new one is opened (a marker file
+ *   `registry.db-id` says which database they belong to), so two databases never share them.
+ * - A store that cannot be written (read-only, I/O error, disk full, unopenable) is "failing":
+ *   readers and watchers keep the last known good view (time stands still at the last moment the
+ *   store was known good, so nothing expires), writes reject with a clear error, one error line is
+ *   logged and the gauge `registry.store_failing` is 1. Every RECOVER_MS a fresh connection is tried;
+ *   once a write succeeds the gauge goes back to 0 and this process's registrations are written again.
  */
 import Database from 'better-sqlite3';
-import { accessSync, constants, mkdirSync } from 'node:fs';
+import { accessSync, constants, mkdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, type Stats } from 'node:fs';
+import type pino from 'pino';
+import type { StatsStore, Gauge } from '../stats/store.js';
+import { Logging } from '../util/log.js';
 import { join, resolve } from 'node:path';
 import {
   normalizeService,
@@ -44,13 +60,54 @@ export const LOCAL_DB_FILE = 'registry.db';
 const POLL_MS = 50;
 const BUSY_TIMEOUT_MS = 5000;
 const CHANGE_LOG_KEEP = 1000;
+/** While the store is failing, how often a fresh connection is tried. */
+const RECOVER_MS = 500;
+/** Marker next to the database: `dev:ino` of the database its -wal and -shm files belong to. */
+const ID_SUFFIX = '-id';
+/** SQLite errors that mean contention, not a broken store: the write is simply tried again later. */
+const TRANSIENT = /^SQLITE_(BUSY|LOCKED)/;
 
 export interface LocalRegistryOptions {
   /** How many revisions the change log keeps (default 1000); a watcher further behind rereads everything. */
   changeLogKeep?: number;
-  /** Watch poll interval in ms (default 50). */
+  /** Watch poll interval in ms (default 50); also how often the file's identity is checked. */
   pollMs?: number;
+  /** The process's stats store: gauge `registry.store_failing` (0/1). */
+  stats?: StatsStore;
+  /** The 'registry' logger; default: one of its own on stderr. */
+  logger?: pino.Logger;
 }
+
+/** One node this process registered, as it asked: written again into a new or recovered file. */
+interface Remembered {
+  service: Service;
+  /** Absolute expiry (ms since the epoch), null for none. */
+  expiresAt: number | null;
+}
+
+type FileId = { dev: number; ino: number };
+
+/** The live rows of a file, as stored. */
+interface Snapshot {
+  services: ServiceRow[];
+  nodes: Array<NodeRow & { service: string }>;
+}
+
+function idOf(st: Stats | undefined): FileId | undefined {
+  return st && st.isFile() ? { dev: st.dev, ino: st.ino } : undefined;
+}
+
+function sameId(a: FileId | undefined, b: FileId | undefined): boolean {
+  return a === b || (a !== undefined && b !== undefined && a.dev === b.dev && a.ino === b.ino);
+}
+
+function codeOf(err: unknown): string {
+  const c = err && typeof err === 'object' ? (err as { code?: unknown }).code : undefined;
+  return typeof c === 'string' ? c : '';
+}
+
+/** Thrown by a write: the store refused it (not contention). */
+class StoreFailure extends Error {}
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -160,6 +217,17 @@ function prepareStatements(db: DB) {
             AND (n.expires_at IS NULL OR n.expires_at > @now))`,
     ),
     allNames: db.prepare<[], { name: string }>(`SELECT DISTINCT name FROM services`),
+    /** A write that changes nothing: proves the store takes writes. */
+    touch: db.prepare(`UPDATE meta SET value = value WHERE key = 'schema'`),
+    /** A new file continues the revisions this process saw (watchers elsewhere reread everything). */
+    raiseRevision: db.prepare(`UPDATE meta SET value = @rev WHERE key = 'revision' AND value < @rev`),
+    allLiveNodes: db.prepare<{ now: number }, NodeRow & { service: string }>(
+      `SELECT service, version, id, address, port, metadata, expires_at FROM nodes WHERE ${live}`,
+    ),
+    anyNode: db.prepare<[], { one: number }>(`SELECT 1 AS one FROM nodes LIMIT 1`),
+    minExpired: db.prepare<{ now: number }, { m: number | null }>(
+      `SELECT MIN(expires_at) AS m FROM nodes WHERE expires_at IS NOT NULL AND expires_at <= @now`,
+    ),
   };
 }
 
@@ -169,7 +237,13 @@ export class LocalRegistry implements Registry {
   readonly name = 'local';
   readonly directory: string;
   readonly file: string;
-  private readonly db: DB;
+  private db: DB;
+  private st: Statements;
+  /** Device and inode of the open database file and of its -shm file, as they were when opened. */
+  private fileId: FileId | undefined;
+  private shmId: FileId | undefined;
+  /** @internal Bumped at every reopen: a watcher of an older generation rereads everything. */
+  generation = 0;
   private readonly watchers = new Set<LocalWatcher>();
   private readonly events = new EventQueue();
   private timer: NodeJS.Timeout | undefined;
@@ -180,8 +254,20 @@ export class LocalRegistry implements Registry {
   private ticking = false;
   private tickAgain = false;
   private kickQueued = false;
-
-  private readonly st: Statements;
+  /** The nodes this process registered (key: name, version, node id), written again into a new or recovered file. */
+  private readonly remembered = new Map<string, Remembered>();
+  /**
+   * Set while the store refuses writes. asOf: the time reads use meanwhile (the last moment the
+   * store was known good), so nothing expires because nobody could refresh it. detached: the open
+   * connection is not the file at the path (it could not be opened), so nothing is written to it.
+   */
+  private failing: { asOf: number; reason: string; detached: boolean } | undefined;
+  /** When the store was last known good: opened, written, or swept with nothing expired. */
+  private goodAt = Date.now();
+  private nextRecovery = 0;
+  private nextPrune = 0;
+  private readonly log: pino.Logger;
+  private readonly failingGauge: Gauge | undefined;
 
   private readonly changeLogKeep: number;
   private readonly pollMs: number;
@@ -189,6 +275,9 @@ export class LocalRegistry implements Registry {
   constructor(directory: string, options: LocalRegistryOptions = {}) {
     this.changeLogKeep = Math.max(1, Math.floor(options.changeLogKeep ?? CHANGE_LOG_KEEP));
     this.pollMs = Math.max(1, options.pollMs ?? POLL_MS);
+    this.log = options.logger ?? new Logging().get('registry');
+    this.failingGauge = options.stats?.gauge('registry.store_failing');
+    this.failingGauge?.set(0);
     this.directory = resolve(directory);
     this.file = join(this.directory, LOCAL_DB_FILE);
     try {
@@ -201,23 +290,16 @@ export class LocalRegistry implements Registry {
     } catch (err) {
       throw new Error(`registry directory ${this.directory} is not writable: ${message(err)}`);
     }
-    let db: DB | undefined;
+    let opened: ReturnType<LocalRegistry['open']>;
     try {
-      db = new Database(this.file, { timeout: BUSY_TIMEOUT_MS });
-      db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
-      db.pragma('journal_mode = WAL');
-      db.pragma('synchronous = NORMAL');
-      db.exec(SCHEMA);
+      opened = this.open();
     } catch (err) {
-      try {
-        db?.close();
-      } catch {
-        // ignore
-      }
       throw new Error(`registry directory ${this.directory}: cannot open ${this.file}: ${message(err)}`);
     }
-    this.db = db;
-    this.st = prepareStatements(db);
+    this.db = opened.db;
+    this.st = opened.st;
+    this.fileId = opened.fileId;
+    this.shmId = opened.shmId;
     this.lastRevision = String(this.readRevision());
   }
 
@@ -229,29 +311,47 @@ export class LocalRegistry implements Registry {
     validateService(service);
     const ttl = ttlOf(options);
     const s = cloneService(service);
-    this.write((now) => {
-      const before = this.load(s.name, now).versions;
-      this.st.upsertService.run({
-        name: s.name,
-        version: s.version,
-        metadata: JSON.stringify(s.metadata),
-        endpoints: JSON.stringify(s.endpoints),
-      });
-      const expiresAt = ttl > 0 ? now + ttl : null;
+    this.maintain();
+    let expiresAt: number | null = ttl > 0 ? Date.now() + ttl : null;
+    const remember = (onlyKnown: boolean) => {
       for (const n of s.nodes) {
-        this.st.upsertNode.run({
-          service: s.name,
-          version: s.version,
-          id: n.id,
-          address: n.address,
-          port: n.port,
-          metadata: JSON.stringify(n.metadata),
-          expires_at: expiresAt,
-        });
+        const key = rememberKey(s.name, s.version, n.id);
+        if (onlyKnown && !this.remembered.has(key)) continue;
+        this.remembered.set(key, { service: { ...s, nodes: [n] }, expiresAt });
       }
-      const after = this.load(s.name, now).versions;
-      return canonicalJson(before) === canonicalJson(after) ? [] : [s.name];
-    });
+    };
+    try {
+      this.writeChecked((now) => {
+        const before = this.load(s.name, now).versions;
+        this.st.upsertService.run({
+          name: s.name,
+          version: s.version,
+          metadata: JSON.stringify(s.metadata),
+          endpoints: JSON.stringify(s.endpoints),
+        });
+        expiresAt = ttl > 0 ? now + ttl : null;
+        for (const n of s.nodes) {
+          this.st.upsertNode.run({
+            service: s.name,
+            version: s.version,
+            id: n.id,
+            address: n.address,
+            port: n.port,
+            metadata: JSON.stringify(n.metadata),
+            expires_at: expiresAt,
+          });
+        }
+        const after = this.load(s.name, now).versions;
+        return canonicalJson(before) === canonicalJson(after) ? [] : [s.name];
+      });
+    } catch (err) {
+      // A refresh that failed still says the caller wants its nodes: they are written on recovery.
+      // A new registration that failed is not remembered (the caller was told).
+      remember(true);
+      throw err;
+    }
+    remember(false);
+    this.startTimer();
   }
 
   async deregister(service: Service): Promise<void> {
@@ -260,7 +360,13 @@ export class LocalRegistry implements Registry {
     const name = service.name;
     const version = service.version ?? '';
     const ids = (service.nodes ?? []).map((n) => n.id);
-    this.write((now) => {
+    // Forgotten whether or not the write works: a recovered store must not get them back.
+    for (const [key, r] of this.remembered) {
+      if (r.service.name === name && (version === '' || r.service.version === version) && ids.includes(r.service.nodes[0]!.id))
+        this.remembered.delete(key);
+    }
+    this.maintain();
+    this.writeChecked((now) => {
       const before = this.load(name, now).versions;
       for (const id of ids) {
         // An empty version means "wherever these node ids are" (node ids are unique).
@@ -275,12 +381,16 @@ export class LocalRegistry implements Registry {
 
   async getService(name: string): Promise<Service[]> {
     this.checkOpen();
-    return this.load(name, Date.now()).versions;
+    this.maintain();
+    this.sweep();
+    return this.load(name, this.viewNow()).versions;
   }
 
   async listServices(): Promise<Service[]> {
     this.checkOpen();
-    const rows = this.st.liveServiceRows.all({ now: Date.now() });
+    this.maintain();
+    this.sweep();
+    const rows = this.st.liveServiceRows.all({ now: this.viewNow() });
     const byNameMap = new Map<string, Service>();
     for (const row of rows) {
       const s = this.rowToService(row, []);
@@ -292,20 +402,15 @@ export class LocalRegistry implements Registry {
 
   watch(onEvent: (event: WatchEvent) => void, options?: WatchOptions): Watcher {
     this.checkOpen();
+    this.maintain();
     const w = new LocalWatcher(this, onEvent, options?.service);
     this.watchers.add(w);
-    if (!this.timer) {
-      this.timer = setInterval(() => this.tick(), this.pollMs);
-      this.timer.unref();
-    }
+    this.startTimer();
     return {
       stop: () => {
         w.stopped = true;
         this.watchers.delete(w);
-        if (this.watchers.size === 0 && this.timer) {
-          clearInterval(this.timer);
-          this.timer = undefined;
-        }
+        this.stopTimerIfIdle();
       },
     };
   }
@@ -313,7 +418,9 @@ export class LocalRegistry implements Registry {
   revision(): string {
     if (this.closed) return this.lastRevision;
     try {
-      this.lastRevision = String(this.readRevision());
+      const rev = this.readRevision();
+      // A new file starts again from 0 until this process raised it: never report going back.
+      if (BigInt(rev) > BigInt(this.lastRevision) || this.generation === 0) this.lastRevision = String(rev);
     } catch {
       // keep the last one seen
     }
@@ -328,11 +435,22 @@ export class LocalRegistry implements Registry {
     this.timer = undefined;
     for (const w of this.watchers) w.stopped = true;
     this.watchers.clear();
+    this.remembered.clear();
     this.db.close();
+  }
+
+  /** Whether writes are being refused (the gauge registry.store_failing). */
+  get storeFailing(): boolean {
+    return this.failing !== undefined;
   }
 
   // -------------------------------------------------------------------------------------------
   // internals used by LocalWatcher
+
+  /** @internal The time reads use: now, or while the store is failing the last moment it was known good. */
+  viewNow(): number {
+    return this.failing ? this.failing.asOf : Date.now();
+  }
 
   /** @internal */
   readRevision(): number {
@@ -397,12 +515,26 @@ export class LocalRegistry implements Registry {
     return { versions, nextExpiry };
   }
 
-  /** @internal Deletes expired nodes (a write only when there are some). */
+  /**
+   * @internal Deletes expired nodes (a write only when there are some). When the store refuses
+   * the write, it is failing as of just before the first of them expired (or the last moment it
+   * was known good, if later): they stay visible, since nobody could have refreshed them.
+   */
   purgeExpired(): void {
-    if (this.closed) return;
+    if (this.closed || this.failing) return;
     const now = Date.now();
-    if (this.st.expiredNames.all({ now }).length === 0) return;
-    this.write(() => []);
+    const first = this.st.minExpired.get({ now })?.m ?? null;
+    if (first === null) {
+      this.goodAt = now;
+      return;
+    }
+    try {
+      this.write(() => []);
+    } catch (err) {
+      const failing = this.failing as LocalRegistry['failing'];
+      if (failing) failing.asOf = Math.min(failing.asOf, Math.max(this.goodAt, first - 1));
+      throw err;
+    }
   }
 
   /** @internal */
@@ -422,6 +554,264 @@ export class LocalRegistry implements Registry {
     });
     s.nodes.sort(byNodeId);
     return s;
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // the file under us: identity, reopening, failing and recovering
+
+  /**
+   * Opens the database at this.file (created when missing). Side files (-wal, -shm) that belong to
+   * another database (the file was deleted or replaced under processes that still use them) are
+   * removed first: a new database sharing them would read the old one's pages.
+   */
+  private open(): { db: DB; st: Statements; fileId: FileId | undefined; shmId: FileId | undefined } {
+    const before = statSync(this.file, { throwIfNoEntry: false });
+    if (before && !before.isFile()) throw new Error(`${this.file}: not a regular file`);
+    const marker = this.readMarker();
+    const stale = !before || before.size === 0 || (marker !== undefined && !sameId(marker, idOf(before)));
+    if (stale) {
+      for (const side of [`${this.file}-wal`, `${this.file}-shm`]) {
+        try {
+          unlinkSync(side);
+        } catch (err) {
+          if (codeOf(err) !== 'ENOENT') throw err;
+        }
+      }
+    }
+    let db: DB | undefined;
+    try {
+      db = new Database(this.file, { timeout: BUSY_TIMEOUT_MS });
+      db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+      db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = NORMAL');
+      db.exec(SCHEMA);
+      const st = prepareStatements(db);
+      const fileId = idOf(statSync(this.file, { throwIfNoEntry: false }));
+      if (fileId && !sameId(marker, fileId)) this.writeMarker(fileId);
+      const shmId = idOf(statSync(`${this.file}-shm`, { throwIfNoEntry: false }));
+      return { db, st, fileId, shmId };
+    } catch (err) {
+      try {
+        db?.close();
+      } catch {
+        // ignore
+      }
+      throw err;
+    }
+  }
+
+  private readMarker(): FileId | undefined {
+    try {
+      const m = /^(\d+):(\d+)\s*$/.exec(readFileSync(`${this.file}${ID_SUFFIX}`, 'utf8'));
+      return m ? { dev: Number(m[1]), ino: Number(m[2]) } : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Best effort (a read-only directory keeps the old marker): written whole, then renamed over. */
+  private writeMarker(id: FileId): void {
+    const tmp = `${this.file}${ID_SUFFIX}.${process.pid}.tmp`;
+    try {
+      writeFileSync(tmp, `${id.dev}:${id.ino}\n`);
+      renameSync(tmp, `${this.file}${ID_SUFFIX}`);
+    } catch {
+      try {
+        unlinkSync(tmp);
+      } catch {
+        // ignore
+      }
+    }
+  }
+
+  /**
+   * Reopens when the path no longer names the open file (deleted, replaced) or its -shm file
+   * changed (another process removed a stale one); while failing, tries a fresh connection every
+   * RECOVER_MS. Two stat calls when nothing happened.
+   */
+  private maintain(): void {
+    if (this.closed) return;
+    let moved: 'deleted' | 'replaced' | undefined;
+    try {
+      const st = statSync(this.file, { throwIfNoEntry: false });
+      if (!st) moved = 'deleted';
+      else if (!sameId(idOf(st), this.fileId)) moved = 'replaced';
+      else if (this.shmId && !sameId(idOf(statSync(`${this.file}-shm`, { throwIfNoEntry: false })), this.shmId)) moved = 'replaced';
+    } catch {
+      return; // cannot even stat: leave things as they are
+    }
+    if (!moved && !this.failing) return;
+    if (this.failing && performance.now() < this.nextRecovery) return;
+    this.reopen(moved);
+  }
+
+  /** Opens the file at the path again; `moved` says why (undefined: recovering from failure). */
+  private reopen(moved: 'deleted' | 'replaced' | undefined): void {
+    let next: ReturnType<LocalRegistry['open']>;
+    try {
+      next = this.open();
+    } catch (err) {
+      this.nextRecovery = performance.now() + RECOVER_MS;
+      this.markFailing(err, Date.now(), moved !== undefined || this.failing?.detached === true);
+      return;
+    }
+    if (!moved) {
+      // Recovering: the same file; keep the old connection unless the new one takes writes.
+      const old = { db: this.db, st: this.st };
+      this.db = next.db;
+      this.st = next.st;
+      try {
+        this.rewriteRemembered();
+      } catch (err) {
+        this.db = old.db;
+        this.st = old.st;
+        this.closeQuietly(next.db);
+        this.nextRecovery = performance.now() + RECOVER_MS;
+        this.markFailing(err, Date.now(), false);
+        return;
+      }
+      this.fileId = next.fileId;
+      this.shmId = next.shmId;
+      this.closeQuietly(old.db);
+      this.generation++;
+      this.markGood();
+      this.kick();
+      return;
+    }
+    const old = this.db;
+    const carried = this.snapshot();
+    this.db = next.db;
+    this.st = next.st;
+    this.fileId = next.fileId;
+    this.shmId = next.shmId;
+    this.generation++;
+    // Our connection to a deleted or replaced file: SQLite neither checkpoints nor removes side files then.
+    this.closeQuietly(old);
+    this.log.warn(
+      { path: this.file, reason: moved, registrations: this.remembered.size },
+      `registry file was ${moved}: reopened it and wrote this process's registrations again`,
+    );
+    if (this.failing) this.failing.detached = false;
+    try {
+      this.rewriteRemembered(carried);
+      this.markGood();
+    } catch {
+      // markFailing has run (a write error); recovery is tried every RECOVER_MS
+      this.nextRecovery = performance.now() + RECOVER_MS;
+    }
+    this.kick();
+  }
+
+  /** The live rows of the open file (or none when it cannot be read): carried into a new, empty file. */
+  private snapshot(): Snapshot | undefined {
+    try {
+      return this.read(() => {
+        const now = this.viewNow();
+        return { services: this.st.liveServiceRows.all({ now }), nodes: this.st.allLiveNodes.all({ now }) };
+      });
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * Writes this process's registrations that have not expired, in one transaction, keeping the
+   * revision from going back. `carried`: what the deleted file held, written first when the file
+   * is empty (just created), so readers see no gap until the other processes write theirs again.
+   */
+  private rewriteRemembered(carried?: Snapshot): void {
+    const now = Date.now();
+    for (const [key, r] of this.remembered) if (r.expiresAt !== null && r.expiresAt <= now) this.remembered.delete(key);
+    const last = Number(this.lastRevision) || 0;
+    const entries = [...this.remembered.values()];
+    this.write((at) => {
+      this.st.touch.run();
+      this.st.raiseRevision.run({ rev: last });
+      const carry = carried && !this.st.anyNode.get() ? carried : undefined;
+      const names = new Set([...entries.map((r) => r.service.name), ...(carry?.services.map((r) => r.name) ?? [])]);
+      const before = new Map([...names].map((name) => [name, canonicalJson(this.load(name, at).versions)]));
+      if (carry) {
+        for (const row of carry.services) this.st.upsertService.run(row);
+        for (const { service, ...n } of carry.nodes) {
+          if (n.expires_at !== null && n.expires_at <= at) continue;
+          this.st.upsertNode.run({ ...n, service });
+        }
+      }
+      for (const { service: s, expiresAt } of entries) {
+        if (expiresAt !== null && expiresAt <= at) continue;
+        this.st.upsertService.run({ name: s.name, version: s.version, metadata: JSON.stringify(s.metadata), endpoints: JSON.stringify(s.endpoints) });
+        const n = s.nodes[0]!;
+        this.st.upsertNode.run({
+          service: s.name,
+          version: s.version,
+          id: n.id,
+          address: n.address,
+          port: n.port,
+          metadata: JSON.stringify(n.metadata),
+          expires_at: expiresAt,
+        });
+      }
+      return [...names].filter((name) => before.get(name) !== canonicalJson(this.load(name, at).versions));
+    });
+  }
+
+  private markFailing(err: unknown, asOf: number, detached: boolean): void {
+    if (this.failing) {
+      this.failing.detached ||= detached;
+      return;
+    }
+    this.failing = { asOf, reason: message(err), detached };
+    this.failingGauge?.set(1);
+    this.log.error(
+      { path: this.file, err: this.failing.reason },
+      'registry store failing: writes are refused; readers keep the last known view (nothing expires) until it recovers',
+    );
+  }
+
+  private markGood(): void {
+    this.goodAt = Date.now();
+    if (!this.failing) return;
+    this.failing = undefined;
+    this.failingGauge?.set(0);
+    this.log.info({ path: this.file, registrations: this.remembered.size }, "registry store recovered: this process's registrations were written again");
+  }
+
+  /** A read's chance to find that the store stopped taking writes before it drops expired nodes. */
+  private sweep(): void {
+    try {
+      this.purgeExpired();
+    } catch {
+      // failing (now reads see the last known view) or busy (the expired nodes are simply not listed)
+    }
+  }
+
+  private closeQuietly(db: DB): void {
+    try {
+      db.close();
+    } catch {
+      // ignore
+    }
+  }
+
+  private startTimer(): void {
+    if (this.timer || this.closed) return;
+    this.timer = setInterval(() => this.tick(), this.pollMs);
+    this.timer.unref();
+  }
+
+  private stopTimerIfIdle(): void {
+    if (this.watchers.size === 0 && this.remembered.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
+  }
+
+  /** A write on behalf of a caller: refused at once while the open file is not the one at the path. */
+  private writeChecked(fn: (now: number) => string[]): void {
+    if (this.failing?.detached) {
+      throw new Error(`registry local (${this.file}): store failing, write refused: ${this.failing.reason}`);
+    }
+    this.write(fn);
   }
 
   /**
@@ -451,10 +841,25 @@ export class LocalRegistry implements Registry {
     try {
       rev = tx.immediate();
     } catch (err) {
+      if (!TRANSIENT.test(codeOf(err))) this.markFailing(err, Date.now(), false);
       throw new Error(`registry local (${this.file}): write failed: ${message(err)}`, { cause: err });
     }
+    const wasFailing = this.failing;
+    if (wasFailing && !wasFailing.detached) {
+      // The store takes writes again (on this connection): everything of ours goes back in.
+      this.failing = undefined;
+      try {
+        this.rewriteRemembered();
+        this.failing = wasFailing;
+        this.markGood();
+      } catch {
+        // failing again (markFailing ran): keep the view of when it first failed
+        const now = this.failing as LocalRegistry['failing'];
+        if (now) now.asOf = wasFailing.asOf;
+      }
+    } else this.goodAt = Date.now();
     if (rev > 0) {
-      this.lastRevision = String(rev);
+      this.lastRevision = String(Math.max(rev, Number(this.lastRevision) || 0));
       this.localWrites++;
       this.kick();
     }
@@ -478,6 +883,13 @@ export class LocalRegistry implements Registry {
     }
     this.ticking = true;
     try {
+      this.maintain();
+      const now = Date.now();
+      if (now >= this.nextPrune) {
+        this.nextPrune = now + 5_000;
+        for (const [key, r] of this.remembered) if (r.expiresAt !== null && r.expiresAt <= now) this.remembered.delete(key);
+        this.stopTimerIfIdle();
+      }
       do {
         this.tickAgain = false;
         for (const w of [...this.watchers]) {
@@ -487,8 +899,7 @@ export class LocalRegistry implements Registry {
           } catch (err) {
             // SQLITE_BUSY beyond the busy timeout or similar: try again on the next tick.
             w.failures++;
-            if (w.failures === 1 || w.failures % 100 === 0)
-              process.emitWarning(`registry local: watcher poll failed: ${message(err)}`);
+            if (w.failures === 1 || w.failures % 100 === 0) this.log.warn({ path: this.file, err: message(err) }, 'registry local: watcher poll failed');
           }
         }
       } while (this.tickAgain && !this.closed);
@@ -502,6 +913,10 @@ export class LocalRegistry implements Registry {
   }
 }
 
+function rememberKey(name: string, version: string, id: string): string {
+  return `${name}\0${version}\0${id}`;
+}
+
 class LocalWatcher {
   stopped = false;
   failures = 0;
@@ -511,6 +926,7 @@ class LocalWatcher {
   private lastRev: number;
   private lastDataVersion: number;
   private lastLocalWrites: number;
+  private generation: number;
 
   constructor(
     private readonly reg: LocalRegistry,
@@ -518,9 +934,10 @@ class LocalWatcher {
     private readonly service: string | undefined,
   ) {
     this.lastLocalWrites = reg.localWrites;
+    this.generation = reg.generation;
     this.lastDataVersion = reg.dataVersion();
     this.lastRev = reg.read(() => {
-      const now = Date.now();
+      const now = reg.viewNow();
       for (const name of this.names()) this.remember(name, reg.load(name, now));
       return reg.readRevision();
     });
@@ -528,26 +945,30 @@ class LocalWatcher {
 
   tick(): void {
     if (this.stopped) return;
-    const now = Date.now();
-    const expiring = now >= this.nextExpiry;
+    let expiring = this.reg.viewNow() >= this.nextExpiry;
     if (expiring) {
       try {
         this.reg.purgeExpired();
       } catch {
-        // another process holds the write lock too long: report the expiry without purging
+        // another process holds the write lock too long: report the expiry without purging;
+        // or the store is failing: then time stands still for readers and nothing expires
       }
+      expiring = this.reg.viewNow() >= this.nextExpiry;
     }
+    // A reopened file (deleted or replaced under us): its revisions are not ours, reread everything.
+    const resync = this.generation !== this.reg.generation;
     const dv = this.reg.dataVersion();
     const changedHere = this.reg.localWrites !== this.lastLocalWrites;
-    if (!expiring && !changedHere && dv === this.lastDataVersion) return;
+    if (!expiring && !changedHere && !resync && dv === this.lastDataVersion) return;
     this.lastDataVersion = dv;
     this.lastLocalWrites = this.reg.localWrites;
+    this.generation = this.reg.generation;
 
     const events = this.reg.read(() => {
-      const at = Date.now();
+      const at = this.reg.viewNow();
       const current = this.reg.readRevision();
       const dirty = new Map<string, number>();
-      const changes = this.reg.changesSince(this.lastRev, current);
+      const changes = resync ? 'resync' : this.reg.changesSince(this.lastRev, current);
       if (changes === 'resync') {
         for (const name of [...this.names(), ...this.known.keys()]) dirty.set(name, current);
       } else {

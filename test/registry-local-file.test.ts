@@ -1,0 +1,270 @@
+/**
+ * The local registry's file under running processes: deleted, replaced, or refusing writes.
+ * Real LocalRegistry instances (each with its own connection, as separate processes would have)
+ * in a temp dir, plus the CLI end to end (a `mesh api` gateway and a framework service process).
+ */
+import { describe, it, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, renameSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local.js';
+import { StatsStore } from '../src/stats/store.js';
+import { Logging } from '../src/util/log.js';
+import type { Service } from '../src/registry/registry.js';
+import { collect, node, svc } from './registry-contract.js';
+import { ROOT, startProcess, tempDir, waitFor } from './helpers.js';
+import { http, startGatewayProcess } from './fixtures/gateway-helpers.js';
+
+/** "Noticed within a second." */
+const BOUND_MS = 1000;
+
+/** A registry with its own stats store and a logger whose lines the test reads. */
+function instance(dir: string) {
+  const lines: Array<{ level: number; msg: string; path?: string; reason?: string; err?: string }> = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l));
+      cb();
+    },
+  });
+  const stats = new StatsStore();
+  const registry = new LocalRegistry(dir, { stats, logger: new Logging('info', sink).get('registry') });
+  return { registry, stats, lines, failing: () => stats.gauge('registry.store_failing').value };
+}
+
+const ids = (list: Service[]) => list.flatMap((s) => s.nodes.map((n) => n.id)).sort();
+
+describe('local registry: the file deleted under running processes', () => {
+  const dir = tempDir('mesh-registry-file-');
+  const file = join(dir.path, LOCAL_DB_FILE);
+  const a = instance(dir.path);
+  const b = instance(dir.path);
+  after(async () => {
+    await a.registry.close();
+    await b.registry.close();
+    dir.cleanup();
+  });
+
+  it('is created again within a second; both see each other again; watchers report the new state', async () => {
+    await a.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: 60_000 });
+    await b.registry.register(svc('beta', '1', [node('beta-1', 8002)]));
+    const w = collect(b.registry);
+    try {
+      const inode = statSync(file).ino;
+      const removedAt = Date.now();
+      rmSync(file);
+      // No call into either registry: their poll loops notice on their own.
+      await waitFor(() => existsSync(file) && statSync(file).ino !== inode, 5000, 5);
+      // Read the new file with a connection of its own: both registrations are back in it.
+      const fresh = new LocalRegistry(dir.path);
+      try {
+        await waitFor(async () => ids([...(await fresh.getService('alpha')), ...(await fresh.getService('beta'))]).length === 2, 5000, 5);
+      } finally {
+        await fresh.close();
+      }
+      const healed = Date.now() - removedAt;
+      console.log(`local registry: deleted file recreated with both registrations after ${healed} ms`);
+      assert.ok(healed < BOUND_MS, `healed after ${healed} ms`);
+      assert.deepEqual(ids(await a.registry.getService('beta')), ['beta-1']);
+      assert.deepEqual(ids(await b.registry.getService('alpha')), ['alpha-1']);
+      // The TTL registration kept its expiry (about 60 s away), not none.
+      const row = await b.registry.getService('alpha');
+      assert.equal(row.length, 1);
+      // Nothing changed for the watcher: no delete was reported.
+      assert.deepEqual(w.events.filter((e) => e.action === 'delete'), []);
+      // The first to notice finds the path gone; the other may find the file already made again.
+      assert.ok([...a.lines, ...b.lines].some((l) => l.level === 40 && l.reason === 'deleted'));
+      for (const x of [a, b]) {
+        const warn = x.lines.find((l) => l.level === 40 && /registry file was (deleted|replaced)/.test(l.msg));
+        assert.ok(warn, `warn line: ${JSON.stringify(x.lines)}`);
+        assert.equal(warn.path, file);
+        assert.equal(x.failing(), 0);
+      }
+
+      // The new file works for both: a change by one is seen by the other's watcher.
+      await a.registry.register(svc('gamma', '1', [node('gamma-1', 8003)]));
+      const created = await w.next((e) => e.service.name === 'gamma', 3000);
+      assert.equal(created.action, 'create');
+    } finally {
+      w.watcher.stop();
+    }
+  });
+});
+
+describe('local registry: the file replaced (another database renamed over it)', () => {
+  const dir = tempDir('mesh-registry-file-');
+  const other = tempDir('mesh-registry-other-');
+  const file = join(dir.path, LOCAL_DB_FILE);
+  const a = instance(dir.path);
+  const b = instance(dir.path);
+  after(async () => {
+    await a.registry.close();
+    await b.registry.close();
+    dir.cleanup();
+    other.cleanup();
+  });
+
+  it('both reopen the new file within a second, write theirs into it, and watchers report its services', async () => {
+    await a.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: 60_000 });
+    await b.registry.register(svc('beta', '1', [node('beta-1', 8002)]));
+    const replacement = new LocalRegistry(other.path);
+    await replacement.register(svc('gamma', '1', [node('gamma-1', 8003)]));
+    await replacement.close();
+    const w = collect(a.registry);
+    try {
+      const replacedAt = Date.now();
+      renameSync(join(other.path, LOCAL_DB_FILE), file);
+      const created = await w.next((e) => e.service.name === 'gamma', 5000);
+      assert.equal(created.action, 'create');
+      await waitFor(async () => ids(await b.registry.getService('alpha')).length === 1 && ids(await a.registry.getService('beta')).length === 1, 5000, 5);
+      const healed = Date.now() - replacedAt;
+      console.log(`local registry: replaced file healed after ${healed} ms`);
+      assert.ok(healed < BOUND_MS, `healed after ${healed} ms`);
+      assert.deepEqual(ids(await b.registry.getService('gamma')), ['gamma-1']);
+      assert.ok(a.lines.some((l) => l.level === 40 && l.reason === 'replaced' && l.path === file));
+    } finally {
+      w.watcher.stop();
+    }
+  });
+});
+
+/**
+ * Making writes fail as root: file modes do not stop root, so the directory, the database and
+ * its WAL are made immutable (`chattr +i`, ext4 and most Linux file systems): every write then
+ * fails in SQLite itself (EPERM: SQLITE_IOERR / SQLITE_READONLY / SQLITE_CANTOPEN).
+ */
+function chattr(flag: '+i' | '-i', paths: string[]): boolean {
+  try {
+    execFileSync('chattr', [flag, ...paths], { stdio: 'pipe' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('local registry: a store that refuses writes keeps the last known view', () => {
+  const dir = tempDir('mesh-registry-ro-');
+  const file = join(dir.path, LOCAL_DB_FILE);
+  const frozen = [dir.path, file, `${file}-wal`];
+  const service = instance(dir.path); // registers with a TTL, as a framework service does
+  const gateway = instance(dir.path); // only reads and watches, as `mesh api` does
+  after(async () => {
+    chattr('-i', frozen);
+    await service.registry.close();
+    await gateway.registry.close();
+    dir.cleanup();
+  });
+
+  it('readers and watchers keep healthy nodes past the TTL, gauge 1, one error line; recovery writes ours again', async (t) => {
+    const TTL = 1500;
+    await service.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: TTL });
+    const w = collect(gateway.registry);
+    await waitFor(async () => ids(await gateway.registry.getService('alpha')).length === 1);
+    if (!chattr('+i', frozen)) {
+      t.skip('chattr +i is not available here (not root, or the file system has no immutable flag): NOT TESTED');
+      return;
+    }
+    const frozenAt = Date.now();
+    // A refresh fails, loudly, to its caller.
+    await assert.rejects(service.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: TTL }), (err: Error) => {
+      assert.match(err.message, /^registry local \(.*registry\.db\): write failed: SQLITE_/);
+      return true;
+    });
+    assert.equal(service.failing(), 1);
+    // A new registration fails too, and is not remembered.
+    await assert.rejects(service.registry.register(svc('late', '1', [node('late-1', 8009)])), /write failed: SQLITE_/);
+
+    // Past the TTL (nobody could refresh): still there, for readers of both and the watcher.
+    await waitFor(() => Date.now() > frozenAt + TTL + 500, TTL + 2000, 50);
+    assert.deepEqual(ids(await gateway.registry.getService('alpha')), ['alpha-1']);
+    assert.deepEqual(ids(await service.registry.getService('alpha')), ['alpha-1']);
+    assert.deepEqual((await gateway.registry.listServices()).map((s) => s.name), ['alpha']);
+    assert.deepEqual(w.events.filter((e) => e.action === 'delete'), [], 'the watcher reported no expiry');
+    assert.equal(gateway.failing(), 1, 'the reader found the store failing at its expiry sweep');
+    for (const x of [service, gateway]) {
+      const errors = x.lines.filter((l) => l.level === 50);
+      assert.equal(errors.length, 1, `one error line, not one per poll: ${JSON.stringify(x.lines)}`);
+      assert.match(errors[0]!.msg, /registry store failing/);
+      assert.equal(errors[0]!.path, file);
+    }
+
+    // The service keeps refreshing (it is told each time that it failed) ...
+    await assert.rejects(service.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: 60_000 }));
+    // ... and once the store takes writes again, its registration is written again by itself.
+    assert.ok(chattr('-i', frozen));
+    await waitFor(() => service.failing() === 0 && gateway.failing() === 0, 5000);
+    const fresh = new LocalRegistry(dir.path);
+    try {
+      assert.deepEqual(ids(await fresh.getService('alpha')), ['alpha-1']);
+      assert.deepEqual(await fresh.getService('late'), [], 'a registration that failed is not written later');
+    } finally {
+      await fresh.close();
+    }
+    assert.ok(service.lines.some((l) => l.level === 30 && /registry store recovered/.test(l.msg)));
+  });
+});
+
+describe('local registry: the file replaced by something that cannot be opened', () => {
+  const dir = tempDir('mesh-registry-dir-');
+  const file = join(dir.path, LOCAL_DB_FILE);
+  const a = instance(dir.path);
+  after(async () => {
+    await a.registry.close();
+    dir.cleanup();
+  });
+
+  it('keeps the last view, refuses writes with a clear error, and heals once the path is a file again', async () => {
+    await a.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: 60_000 });
+    for (const side of ['', '-wal', '-shm']) rmSync(`${file}${side}`, { force: true });
+    execFileSync('mkdir', [file]);
+    await waitFor(() => a.failing() === 1, 3000, 10);
+    assert.deepEqual(ids(await a.registry.getService('alpha')), ['alpha-1']);
+    await assert.rejects(a.registry.register(svc('beta', '1', [node('beta-1', 8002)])), (err: Error) => {
+      assert.match(err.message, /store failing, write refused: .*not a regular file/);
+      return true;
+    });
+    rmSync(file, { recursive: true });
+    await waitFor(() => a.failing() === 0, 3000, 10);
+    const fresh = new LocalRegistry(dir.path);
+    try {
+      assert.deepEqual(ids(await fresh.getService('alpha')), ['alpha-1']);
+    } finally {
+      await fresh.close();
+    }
+  });
+});
+
+describe('CLI: the gateway keeps answering after the registry file is deleted', () => {
+  const home = tempDir('mesh-registry-e2e-');
+  const WHO = join(ROOT, 'test/fixtures/who-service.ts');
+  let gateway: Awaited<ReturnType<typeof startGatewayProcess>> | undefined;
+  let who: ReturnType<typeof startProcess> | undefined;
+  after(async () => {
+    await gateway?.stop();
+    await who?.stop();
+    home.cleanup();
+  });
+
+  it('200 for the service before and after `rm registry.db`, past the TTL', async () => {
+    who = startProcess(
+      ['--import', 'tsx', WHO, `--registry_address=${home.path}`, '--register_ttl=1s', '--register_interval=300ms', '--log_level=warning'],
+      {},
+      '',
+    );
+    await who.waitForOutput(/listening on/, 15000);
+    gateway = await startGatewayProcess(home.path, ['--namespace=go.mesh.srv']);
+    const call = () => http('POST', `${gateway!.url}/who/am`, { headers: { 'content-type': 'application/json' }, body: '{}' });
+    await waitFor(async () => (await call()).status === 200, 10000);
+    rmSync(join(home.path, LOCAL_DB_FILE));
+    const removedAt = Date.now();
+    // Past two TTLs: every answer is 200 (a split registry would turn into 404 here).
+    const statuses: number[] = [];
+    while (Date.now() - removedAt < 2500) statuses.push((await call()).status);
+    assert.ok(statuses.length > 0);
+    assert.deepEqual([...new Set(statuses)], [200], `statuses after rm: ${statuses.join(',')}`);
+    assert.ok(existsSync(join(home.path, LOCAL_DB_FILE)), 'the file was created again');
+    assert.match(who.output() + gateway.proc.output(), /registry file was deleted/);
+  });
+});
