@@ -1,0 +1,114 @@
+/**
+ * Processes for the reliability suite, on top of the shared test helpers (test/helpers.ts,
+ * test/fixtures/*): framework services as real processes on a fixed port (so one can be killed and
+ * started again on the same port), a process group that is always stopped in `finally`, feature
+ * checks for flags that other branches add, and memory readings of a process.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ROOT, freePort, runCli, startProcess, type RunningProcess } from '../helpers.js';
+import { serviceListening } from '../fixtures/engines-common.js';
+
+export const WHO = join(ROOT, 'test/fixtures/who-service.ts');
+export const ENGINES_SERVICE = join(ROOT, 'test/fixtures/engines-service.ts');
+
+/** Processes started by one test; `stopAll()` (in `finally`) kills whatever is still running, SIGCONT first. */
+export class ProcessGroup {
+  readonly procs: RunningProcess[] = [];
+
+  add<T extends { proc: RunningProcess } | RunningProcess>(p: T): T {
+    this.procs.push('proc' in p ? p.proc : p);
+    return p;
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all(
+      this.procs.map(async (p) => {
+        if (p.child.exitCode === null && p.child.signalCode === null) {
+          // A stopped (SIGSTOP) process would not handle SIGTERM: resume it first.
+          try {
+            p.child.kill('SIGCONT');
+          } catch {
+            // already gone
+          }
+        }
+        await p.stop('SIGKILL').catch(() => undefined);
+      }),
+    );
+  }
+}
+
+export interface ServiceProcess {
+  proc: RunningProcess;
+  name: string;
+  port: number;
+  pid: number;
+  /** Node id printed at start. */
+  nodeId: string;
+  /** http://host:port of the service's admin interface. */
+  admin: string;
+}
+
+/**
+ * Starts a framework service process (`node --import tsx <script> [args] <flags>`) listening on
+ * 127.0.0.1:port (a free port when not given); resolves once it printed `<name> listening on`.
+ */
+export async function startService(
+  script: string,
+  name: string,
+  registryFlags: string[],
+  opts: { port?: number; args?: string[]; flags?: string[] } = {},
+): Promise<ServiceProcess> {
+  const port = opts.port ?? (await freePort());
+  const proc = startProcess(
+    ['--import', 'tsx', script, ...(opts.args ?? []), ...registryFlags, `--address=127.0.0.1:${port}`, '--log_level=warning', ...(opts.flags ?? [])],
+    {},
+    '',
+  );
+  const line = await proc.waitForOutput(new RegExp(`${serviceListening(name).source}[^\\n]*`), 40_000);
+  const node = /\(node ([^)]+)\)/.exec(line)![1]!;
+  const admin = /admin on (\S+)/.exec(line)?.[1] ?? '';
+  return { proc, name, port, pid: proc.child.pid!, nodeId: node, admin: admin ? `http://${admin}` : '' };
+}
+
+/** go.mesh.srv.who (test/fixtures/who-service.ts) on the local registry in `dir`. */
+export function startWho(dir: string, opts: { port?: number; flags?: string[] } = {}): Promise<ServiceProcess> {
+  return startService(WHO, 'go.mesh.srv.who', [`--registry_address=${dir}`], opts);
+}
+
+/**
+ * Whether the built CLI knows `--name=value`: `mesh --version --name=value` exits 0, or 2 with
+ * "unknown flag" when the flag does not exist (yet). Any other answer is an error.
+ */
+export async function flagKnown(name: string, value: string): Promise<boolean> {
+  const r = await runCli(['--version', `--${name}=${value}`]);
+  if (r.code === 0) return true;
+  if (r.code === 2 && /unknown flag/.test(r.stderr)) return false;
+  throw new Error(`mesh --version --${name}=${value}: exit ${r.code}: ${r.stderr}`);
+}
+
+/** Resident set size of a live process in bytes (Linux /proc/<pid>/status VmRSS), undefined elsewhere. */
+export function rssBytes(pid: number): number | undefined {
+  try {
+    const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether the process is alive (and not a zombie). */
+export function alive(p: RunningProcess): boolean {
+  return p.child.exitCode === null && p.child.signalCode === null;
+}
+
+/** Median of numbers (undefined for none). */
+export function median(values: number[]): number | undefined {
+  if (values.length === 0) return undefined;
+  const s = [...values].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+export const MiB = 1024 * 1024;
+export const mib = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / MiB).toFixed(1)}MiB`);
