@@ -50,6 +50,8 @@ export class Runtime {
     this.registry = createRegistry(config.registry, config.registry_address, {
       home: config.mesh_home,
       tls: { caFile: config.registry_tls_ca_file, certFile: config.registry_tls_cert_file, keyFile: config.registry_tls_key_file },
+      stats: this.stats,
+      logging: this.logging,
     });
     this.clusters = new ClusterManager({
       registry: options.registryClusters === false ? undefined : this.registry,

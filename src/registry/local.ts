@@ -37,6 +37,7 @@ import {
   ttlOf,
   validateDeregister,
 } from './memory.js';
+import { checkNodesPerService, invalidRecordSink, sanitizeStoredService, sanitizeStoredVersion, shown, type InvalidRecordSink } from './validate.js';
 
 type DB = Database.Database;
 
@@ -50,6 +51,8 @@ export interface LocalRegistryOptions {
   changeLogKeep?: number;
   /** Watch poll interval in ms (default 50). */
   pollMs?: number;
+  /** Told about stored rows that break the registry rules (they are skipped); default: a process warning. */
+  onInvalidRecord?: InvalidRecordSink;
 }
 
 const SCHEMA = `
@@ -110,12 +113,13 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-function parseObject<T>(text: string, fallback: T): T {
+/** A stored JSON column; text that is not JSON stays a string, which validation then rejects. */
+function parseStored(text: unknown): unknown {
+  if (typeof text !== 'string') return text;
   try {
-    const v: unknown = JSON.parse(text);
-    return (v ?? fallback) as T;
+    return JSON.parse(text) ?? undefined;
   } catch {
-    return fallback;
+    return text;
   }
 }
 
@@ -185,10 +189,12 @@ export class LocalRegistry implements Registry {
 
   private readonly changeLogKeep: number;
   private readonly pollMs: number;
+  private readonly onInvalid: InvalidRecordSink;
 
   constructor(directory: string, options: LocalRegistryOptions = {}) {
     this.changeLogKeep = Math.max(1, Math.floor(options.changeLogKeep ?? CHANGE_LOG_KEEP));
     this.pollMs = Math.max(1, options.pollMs ?? POLL_MS);
+    this.onInvalid = options.onInvalidRecord ?? invalidRecordSink({});
     this.directory = resolve(directory);
     this.file = join(this.directory, LOCAL_DB_FILE);
     try {
@@ -229,6 +235,7 @@ export class LocalRegistry implements Registry {
     validateService(service);
     const ttl = ttlOf(options);
     const s = cloneService(service);
+    checkNodesPerService(s.name, this.load(s.name, Date.now()).versions.flatMap((v) => v.nodes.map((n) => n.id)), s.nodes.map((n) => n.id));
     this.write((now) => {
       const before = this.load(s.name, now).versions;
       this.st.upsertService.run({
@@ -283,7 +290,10 @@ export class LocalRegistry implements Registry {
     const rows = this.st.liveServiceRows.all({ now: Date.now() });
     const byNameMap = new Map<string, Service>();
     for (const row of rows) {
-      const s = this.rowToService(row, []);
+      const checked = sanitizeStoredVersion(this.rowToService(row, []));
+      if (checked.dropped > 0) this.onInvalid({ backend: 'local', service: shown(row.name), dropped: checked.dropped, problem: checked.problem ?? 'invalid' });
+      if (!checked.service) continue;
+      const s = normalizeService(checked.service);
       const prev = byNameMap.get(s.name);
       if (!prev || byVersion(s, prev) < 0) byNameMap.set(s.name, s);
     }
@@ -365,7 +375,10 @@ export class LocalRegistry implements Registry {
     return this.st.allNames.all().map((r) => r.name);
   }
 
-  /** @internal Live versions of one service at `now`, sorted; nodes sorted by id. */
+  /**
+   * @internal Live versions of one service at `now`, sorted; nodes sorted by id. Rows that break
+   * the registry rules (written by another tool) are skipped node by node and reported.
+   */
   load(name: string, now: number): Loaded {
     const nodes = this.st.liveNodes.all({ name, now });
     if (nodes.length === 0) return { versions: [], nextExpiry: Infinity };
@@ -388,13 +401,18 @@ export class LocalRegistry implements Registry {
             id: n.id,
             address: n.address,
             port: n.port,
-            metadata: parseObject<Metadata>(n.metadata, {}),
+            metadata: parseStored(n.metadata) as Metadata,
           })),
         ),
       );
     }
     versions.sort(byVersion);
-    return { versions, nextExpiry };
+    const usable = sanitizeStoredService('local', name, versions, this.onInvalid).map((v) => {
+      const s = normalizeService(v);
+      s.nodes.sort(byNodeId);
+      return s;
+    });
+    return { versions: usable, nextExpiry };
   }
 
   /** @internal Deletes expired nodes (a write only when there are some). */
@@ -412,16 +430,15 @@ export class LocalRegistry implements Registry {
     }, event);
   }
 
+  /** A stored row as it is, not yet checked (see sanitizeStoredService). */
   private rowToService(row: ServiceRow, nodes: Service['nodes']): Service {
-    const s = normalizeService({
+    return {
       name: row.name,
       version: row.version,
-      metadata: parseObject<Metadata>(row.metadata, {}),
-      endpoints: parseObject<Endpoint[]>(row.endpoints, []),
+      metadata: parseStored(row.metadata) as Metadata,
+      endpoints: parseStored(row.endpoints) as Endpoint[],
       nodes,
-    });
-    s.nodes.sort(byNodeId);
-    return s;
+    };
   }
 
   /**
