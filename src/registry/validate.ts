@@ -3,12 +3,11 @@
  * the framework's Service, every backend's register) and for every record read back from storage
  * (SQLite, etcd), whoever wrote it. See docs/sidecar.md "Registry rules".
  *
- * - Service name: 1..MAX_NAME_LENGTH of letters, digits, `.`, `-`, `_`, starting with a letter or
- *   a digit, no `..`. (No `/` or `:`: names become URL paths, stat names and `::` admin lines.)
- * - Version: empty, or 1..MAX_VERSION_LENGTH of letters, digits, `.`, `-`, `_`, `+`, starting
- *   with a letter or a digit, no `..`.
- * - Node id: 1..MAX_NODE_ID_LENGTH of letters, digits, `.`, `-`, `_`, `:`, `@`, starting with a
- *   letter or a digit, no `..`.
+ * - Service name: 1..MAX_NAME_LENGTH of letters, digits, `.`, `-`, `_`, `:`, `/`, starting with
+ *   a letter or a digit. Never `..` (a path segment), `//` (a URL) or `::` (the admin text
+ *   separator) — so no whitespace, control character, path escape or URL.
+ * - Version: empty, or 1..MAX_VERSION_LENGTH of the same characters and `+`, same rules.
+ * - Node id: 1..MAX_NODE_ID_LENGTH of the same characters and `@`, same rules.
  * - Address: an IPv4 address (dotted quad, no leading zeros), an IPv6 address WITHOUT brackets
  *   (`::1`; no zone), or a DNS host name (labels of letters, digits, `-`, `_`, up to 63 each,
  *   253 in all, the last label not a number). No scheme, path, port or space.
@@ -16,7 +15,8 @@
  * - Metadata (service, node, endpoint): at most MAX_METADATA_ENTRIES entries; keys 1..128
  *   characters, values strings of up to MAX_METADATA_VALUE_LENGTH; no control characters.
  * - Endpoints: at most MAX_ENDPOINTS; names 1..MAX_NAME_LENGTH of letters, digits, `.`, `-`,
- *   `_`, `:`, `/`, no `..`; request/response schemas up to MAX_ENDPOINT_SCHEMA_BYTES of JSON each.
+ *   `_`, `:`, `/` (may start with `/` or `_`), same rules; request/response schemas up to
+ *   MAX_ENDPOINT_SCHEMA_BYTES of JSON each.
  * - At most MAX_NODES_PER_REQUEST nodes in one registration, MAX_NODES_PER_SERVICE live nodes per
  *   service name (all versions together).
  *
@@ -57,9 +57,11 @@ export const MAX_NODES_PER_SERVICE = 10_000;
 /** The counter of stored records (nodes, metadata entries, endpoints, versions) skipped as invalid. */
 export const INVALID_RECORD_STAT = 'registry.invalid_record';
 
-const SERVICE_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
-const VERSION_RE = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
-const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._:@-]*$/;
+const SERVICE_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]*$/;
+const VERSION_RE = /^[A-Za-z0-9][A-Za-z0-9._:/+-]*$/;
+const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._:/@-]*$/;
+/** A path segment escape, a URL's `//`, the admin text separator. */
+const FORBIDDEN_RUN_RE = /\.\.|\/\/|::/;
 const ENDPOINT_NAME_RE = /^[A-Za-z0-9_/][A-Za-z0-9._:/-]*$/;
 const HOST_LABEL_RE = /^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$/;
 /** A last label that URL parsers read as (part of) an IPv4 number. */
@@ -77,22 +79,22 @@ function identifierProblem(value: unknown, what: string, re: RegExp, max: number
   if (typeof value !== 'string' || value === '') return 'required';
   if (value.length > max) return `longer than ${max} characters`;
   if (!re.test(value)) return `${shown(value)} is not ${what} (${allowed})`;
-  if (value.includes('..')) return `${shown(value)} must not contain ".."`;
+  if (FORBIDDEN_RUN_RE.test(value)) return `${shown(value)} must not contain "..", "//" or "::"`;
   return undefined;
 }
 
 export function serviceNameProblem(name: unknown): string | undefined {
-  return identifierProblem(name, 'a valid service name', SERVICE_NAME_RE, MAX_NAME_LENGTH, 'letters, digits, ".", "-", "_", starting with a letter or a digit');
+  return identifierProblem(name, 'a valid service name', SERVICE_NAME_RE, MAX_NAME_LENGTH, 'letters, digits, ".", "-", "_", ":", "/", starting with a letter or a digit');
 }
 
 export function versionProblem(version: unknown): string | undefined {
   if (version === '' || version === undefined) return undefined;
   if (typeof version !== 'string') return 'must be a string';
-  return identifierProblem(version, 'a valid version', VERSION_RE, MAX_VERSION_LENGTH, 'letters, digits, ".", "-", "_", "+", starting with a letter or a digit');
+  return identifierProblem(version, 'a valid version', VERSION_RE, MAX_VERSION_LENGTH, 'letters, digits, ".", "-", "_", ":", "/", "+", starting with a letter or a digit');
 }
 
 export function nodeIdProblem(id: unknown): string | undefined {
-  return identifierProblem(id, 'a valid node id', NODE_ID_RE, MAX_NODE_ID_LENGTH, 'letters, digits, ".", "-", "_", ":", "@", starting with a letter or a digit');
+  return identifierProblem(id, 'a valid node id', NODE_ID_RE, MAX_NODE_ID_LENGTH, 'letters, digits, ".", "-", "_", ":", "/", "@", starting with a letter or a digit');
 }
 
 /** undefined when `address` is an IPv4 address, an IPv6 address without brackets or a DNS host name. */
