@@ -131,3 +131,26 @@ describe('text output never holds a raw control character', () => {
     for (const line of admin.trimEnd().split('\n')) assert.match(line, /^(?:version_info::7|c\\x0aforged::line::\S)/, line);
   });
 });
+
+describe('the framework Service', () => {
+  it('refuses to start under a name or address the registry would refuse, naming the field, and registers nothing', async () => {
+    const { Runtime } = await import('../src/runtime.js');
+    const { parseArgs } = await import('../src/cli/flags.js');
+    const { Service: FrameworkService } = await import('../src/server/service.js');
+    const { RegistryValidationError } = await import('../src/registry/registry.js');
+    const runtime = new Runtime(parseArgs(['--registry=memory', '--admin_address=off', '--log_level=off']).config, { role: 'test' });
+    try {
+      await assert.rejects(new FrameworkService(runtime, { name: 'greeter\nforged' }).start(), (err: unknown) => {
+        assert.ok(err instanceof RegistryValidationError);
+        assert.match(err.message, /^Name: "greeter\\nforged" is not a valid service name/);
+        return true;
+      });
+      await assert.rejects(new FrameworkService(runtime, { name: 'greeter', advertise: 'bad host' }).start(), /Nodes\[0\]\.Address: "bad host"/);
+      assert.deepEqual(await runtime.registry.listServices(), []);
+      const ok = await new FrameworkService(runtime, { name: 'greeter' }).start();
+      assert.equal(ok.name, 'greeter');
+    } finally {
+      await runtime.shutdown();
+    }
+  });
+});
