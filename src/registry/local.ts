@@ -37,7 +37,7 @@ import {
   ttlOf,
   validateDeregister,
 } from './memory.js';
-import { checkNodesPerService, invalidRecordSink, sanitizeStoredService, sanitizeStoredVersion, shown, type InvalidRecordSink } from './validate.js';
+import { MAX_NODES_PER_SERVICE, checkNodesPerService, invalidRecordSink, sanitizeStoredService, sanitizeStoredVersion, shown, type InvalidRecordSink } from './validate.js';
 
 type DB = Database.Database;
 
@@ -235,7 +235,7 @@ export class LocalRegistry implements Registry {
     validateService(service);
     const ttl = ttlOf(options);
     const s = cloneService(service);
-    checkNodesPerService(s.name, this.load(s.name, Date.now()).versions.flatMap((v) => v.nodes.map((n) => n.id)), s.nodes.map((n) => n.id));
+    this.checkServiceSize(s);
     this.write((now) => {
       const before = this.load(s.name, now).versions;
       this.st.upsertService.run({
@@ -516,6 +516,18 @@ export class LocalRegistry implements Registry {
 
   private checkOpen(): void {
     if (this.closed) throw new Error(`registry local (${this.directory}): closed`);
+  }
+
+  private countNodes?: Database.Statement<{ name: string; now: number }, { n: number }>;
+
+  /** Refuses a registration that would take the service past MAX_NODES_PER_SERVICE nodes: a count first, the ids only near the limit. */
+  private checkServiceSize(s: Service): void {
+    this.countNodes ??= this.db.prepare<{ name: string; now: number }, { n: number }>(
+      `SELECT COUNT(*) AS n FROM nodes WHERE service = @name AND (expires_at IS NULL OR expires_at > @now)`,
+    );
+    const now = Date.now();
+    if ((this.countNodes.get({ name: s.name, now })?.n ?? 0) + s.nodes.length <= MAX_NODES_PER_SERVICE) return;
+    checkNodesPerService(s.name, this.st.liveNodes.all({ name: s.name, now }).map((n) => n.id), s.nodes.map((n) => n.id));
   }
 }
 
