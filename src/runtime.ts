@@ -58,7 +58,7 @@ export class Runtime {
       home: config.mesh_home,
       tls: { caFile: config.registry_tls_ca_file, certFile: config.registry_tls_cert_file, keyFile: config.registry_tls_key_file },
       stats: this.stats,
-      logger: this.logging.get('registry'),
+      logging: this.logging,
     });
     this.clusters = new ClusterManager({
       registry: options.registryClusters === false ? undefined : this.registry,

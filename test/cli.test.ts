@@ -108,6 +108,23 @@ describe('CLI bad input', () => {
     assert.match(r.stderr, /Nodes\[0\]\.Port/);
   });
 
+  it('register refuses what breaks the registry rules: exit 2, the field on stderr, nothing written', async () => {
+    const bad: Array<[string, RegExp]> = [
+      ['{"Name":"go.mesh.srv.greeter","Nodes":[{"Id":"x","Address":"127.0.0.1 x","Port":1}]}', /^mesh: register service: Nodes\[0\]\.Address: "127\.0\.0\.1 x" is not an IPv4 address/],
+      ['{"Name":"forged\\nline","Nodes":[{"Id":"x","Address":"127.0.0.1","Port":1}]}', /^mesh: register service: Name: "forged\\nline" is not a valid service name/],
+      ['{"Name":"x","Nodes":[{"Id":"x","Address":"http://h/","Port":1}]}', /^mesh: register service: Nodes\[0\]\.Address: /],
+      ['{"Name":"x","Nodes":[{"Id":"x","Address":"h","Port":1,"Metadata":{"k":"a\\u0000"}}]}', /^mesh: register service: Nodes\[0\]\.Metadata\.k: has a control character/],
+    ];
+    for (const [json, re] of bad) {
+      const r = await runCli(['register', 'service', json], env);
+      assert.equal(r.code, 2, `${json}: ${r.stderr}`);
+      assert.match(r.stderr, re);
+      assert.equal(r.stderr.split('\n').length, 2, 'one line on stderr, no forged line');
+      assert.equal(r.stdout, '');
+    }
+    assert.equal((await runCli(['list', 'services'], env)).stdout, '');
+  });
+
   it('unknown service is a 404 on stderr, exit 1; --output=json prints the error JSON', async () => {
     const r = await runCli(['call', 'go.mesh.srv.none', 'A.B', '--output=json'], env);
     assert.equal(r.code, 1);

@@ -13,9 +13,35 @@ import {
   type Service,
   type WatchEvent,
 } from '../src/registry/registry.js';
+import {
+  MAX_NODES_PER_REQUEST,
+  MAX_NODES_PER_SERVICE,
+  type InvalidRecordReport,
+  type InvalidRecordSink,
+} from '../src/registry/validate.js';
 import { sleep, waitFor } from './helpers.js';
 
-export type RegistryFactory = () => Promise<{ registry: Registry; cleanup(): Promise<void> }>;
+/** A record as another tool may have stored it: one node, any field possibly wrong. */
+export interface RawRecord {
+  name: string;
+  version: string;
+  metadata?: unknown;
+  endpoints?: unknown;
+  node: { id: unknown; address: unknown; port: unknown; metadata?: unknown };
+}
+
+export interface RegistryUnderTest {
+  registry: Registry;
+  cleanup(): Promise<void>;
+  /**
+   * Stores a record past the registry's own checks, as another tool writing the storage directly
+   * would (absent for a backend that only holds what it checked itself: memory).
+   */
+  writeRaw?(record: RawRecord): Promise<void>;
+}
+
+/** `onInvalidRecord`: the sink the registry must report skipped stored records to. */
+export type RegistryFactory = (options: { onInvalidRecord: InvalidRecordSink }) => Promise<RegistryUnderTest>;
 
 export function node(id: string, port: number, metadata: Record<string, string> = {}): Node {
   return { id, address: '127.0.0.1', port, metadata };
@@ -46,6 +72,8 @@ export function collect(registry: Registry, service?: string) {
   };
 }
 
+/** The record as a registry returns it: nodes sorted by id. */
+const cloneSorted = (s: Service): Service => ({ ...s, nodes: [...s.nodes].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)) });
 const names = (list: Service[]) => list.map((s) => s.name);
 const nodeIds = (list: Service[]) => list.flatMap((s) => s.nodes.map((n) => n.id)).sort();
 
@@ -78,12 +106,13 @@ function expectValidationError(bad: unknown): (err: unknown) => boolean {
 
 export function registryContract(name: string, factory: RegistryFactory): void {
   // Each case gets a fresh registry and always cleans up.
-  const using = async (fn: (r: Registry) => Promise<void>) => {
-    const { registry, cleanup } = await factory();
+  const using = async (fn: (r: Registry, t: RegistryUnderTest, reports: InvalidRecordReport[]) => Promise<void>) => {
+    const reports: InvalidRecordReport[] = [];
+    const t = await factory({ onInvalidRecord: (r) => reports.push(r) });
     try {
-      await fn(registry);
+      await fn(t.registry, t, reports);
     } finally {
-      await cleanup();
+      await t.cleanup();
     }
   };
 
@@ -356,5 +385,135 @@ export function registryContract(name: string, factory: RegistryFactory): void {
         await assert.rejects(r.register(svc('x', '1', [node('a', 1)]), { ttlMs: -1 }), RegistryValidationError);
         assert.deepEqual(await r.listServices(), [], 'nothing was written');
       }));
+
+    it('refuses names, versions, ids, addresses, ports, metadata and endpoints that break the rules, naming the field', () =>
+      using(async (r) => {
+        const ok = (over: Partial<Service> = {}, n: Partial<Node> = {}): Service => ({
+          name: 'go.mesh.srv.greeter',
+          version: '1.0.0',
+          metadata: {},
+          endpoints: [],
+          nodes: [{ id: 'x', address: '127.0.0.1', port: 1, metadata: {}, ...n }],
+          ...over,
+        });
+        const cases: Array<[Service, RegExp]> = [
+          [ok({ name: 'a\nb' }), /^Name: "a\\nb" is not a valid service name/],
+          [ok({ name: 'a b' }), /^Name: /],
+          [ok({ name: 'a\u0000b' }), /^Name: /],
+          [ok({ name: '../etc' }), /^Name: /],
+          [ok({ name: 'a..b' }), /^Name: "a\.\.b" must not contain "\.\.", "\/\/" or "::"$/],
+          [ok({ name: 'http://evil/x' }), /^Name: "http:\/\/evil\/x" must not contain/],
+          [ok({ name: 'a::b' }), /^Name: /],
+          [ok({ name: '/etc' }), /^Name: /],
+          [ok({ name: 'x'.repeat(201) }), /^Name: longer than 200 characters/],
+          [ok({ version: '1 0' }), /^Version: /],
+          [ok({ version: 'v\n1' }), /^Version: /],
+          [ok({}, { id: 'a\nb' }), /^Nodes\[0\]\.Id: /],
+          [ok({}, { id: '../x' }), /^Nodes\[0\]\.Id: /],
+          [ok({}, { address: '127.0.0.1 x' }), /^Nodes\[0\]\.Address: "127\.0\.0\.1 x" is not an IPv4 address, an IPv6 address or a host name/],
+          [ok({}, { address: 'http://127.0.0.1' }), /^Nodes\[0\]\.Address: /],
+          [ok({}, { address: '127.0.0.1:80' }), /^Nodes\[0\]\.Address: /],
+          [ok({}, { address: 'host/path' }), /^Nodes\[0\]\.Address: /],
+          [ok({}, { address: 'a\nb' }), /^Nodes\[0\]\.Address: /],
+          [ok({}, { address: '[::1]' }), /^Nodes\[0\]\.Address: "\[::1\]": write an IPv6 address without brackets/],
+          [ok({}, { address: '::1%eth0' }), /^Nodes\[0\]\.Address: /],
+          [ok({}, { address: '256.1.1.1' }), /^Nodes\[0\]\.Address: "256\.1\.1\.1" is not a valid IPv4 address/],
+          [ok({}, { address: '0x7f.1' }), /^Nodes\[0\]\.Address: /],
+          [ok({}, { address: `${'a'.repeat(64)}.com` }), /^Nodes\[0\]\.Address: /],
+          [ok({}, { port: 65536 }), /^Nodes\[0\]\.Port: must be an integer from 1 to 65535/],
+          [ok({}, { metadata: { k: 'a\nb' } }), /^Nodes\[0\]\.Metadata\.k: has a control character/],
+          [ok({}, { metadata: { 'a\u0007': 'v' } }), /^Nodes\[0\]\.Metadata\.a\\x07: key has a control character/],
+          [ok({}, { metadata: { k: 1 as unknown as string } }), /^Nodes\[0\]\.Metadata\.k: must be a string/],
+          [ok({}, { metadata: { k: 'v'.repeat(4097) } }), /^Nodes\[0\]\.Metadata\.k: longer than 4096 characters/],
+          [ok({}, { metadata: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, 'v'])) }), /^Nodes\[0\]\.Metadata: more than 64 entries/],
+          [ok({ metadata: { team: 'a\rb' } }), /^Metadata\.team: has a control character/],
+          [ok({ endpoints: [{ name: 'Greeter Hello', metadata: {} }] }), /^Endpoints\[0\]\.Name: /],
+          [ok({ endpoints: [{ name: 'G.H', metadata: { path: '/x\n' } }] }), /^Endpoints\[0\]\.Metadata\.path: has a control character/],
+          [ok({ endpoints: [{ name: 'G.H', request: 'x'.repeat(17000), metadata: {} }] }), /^Endpoints\[0\]\.Request: larger than 16384 bytes of JSON/],
+          [ok({ endpoints: Array.from({ length: 257 }, (_, i) => ({ name: `E.m${i}`, metadata: {} })) }), /^Endpoints: more than 256 endpoints/],
+        ];
+        for (const [bad, re] of cases) {
+          await assert.rejects(r.register(bad), (err: unknown) => {
+            assert.ok(err instanceof RegistryValidationError, `${JSON.stringify(bad).slice(0, 200)}: ${String(err)}`);
+            assert.match(err.message, re);
+            assert.doesNotMatch(err.message, /[\u0000-\u001f]/, 'the message holds no raw control character');
+            return true;
+          });
+        }
+        assert.deepEqual(await r.listServices(), [], 'nothing was written');
+      }));
+
+    it('accepts IPv4, IPv6 without brackets, host names, and the whole allowed charset', () =>
+      using(async (r) => {
+        const nodes: Node[] = [
+          { id: 'a-1', address: '10.0.0.1', port: 1, metadata: {} },
+          { id: 'b_2', address: '::1', port: 65535, metadata: {} },
+          { id: 'c.3', address: 'fe80::1:2', port: 80, metadata: {} },
+          { id: 'd:4@x', address: 'my_host-1.example.com', port: 8080, metadata: { 'any key': 'any value, ünïcode ok' } },
+          { id: 'E5', address: 'localhost', port: 9, metadata: {} },
+        ];
+        const record = svc('topic:Go.mesh-srv_greeter/v2', '1.2.3-beta+build.7', nodes, {
+          endpoints: [{ name: 'Greeter.Hello', metadata: { path: '/greeter/hello' } }, { name: '/a/b:c', metadata: {} }],
+        });
+        await r.register(record);
+        const [got] = await r.getService('topic:Go.mesh-srv_greeter/v2');
+        assert.deepEqual(got, cloneSorted(record));
+      }));
+
+    it(`caps nodes: ${MAX_NODES_PER_REQUEST} per request, ${MAX_NODES_PER_SERVICE} per service`, () =>
+      using(async (r) => {
+        const many = (from: number, count: number) => Array.from({ length: count }, (_, i) => node(`n${from + i}`, 1 + ((from + i) % 65535)));
+        await assert.rejects(r.register(svc('big', '1', many(0, MAX_NODES_PER_REQUEST + 1))), /^RegistryValidationError: Nodes: 1001 nodes in one request, more than the limit of 1000$/);
+        for (let from = 0; from < MAX_NODES_PER_SERVICE; from += MAX_NODES_PER_REQUEST) await r.register(svc('big', String(from % 2000 === 0 ? 1 : 2), many(from, MAX_NODES_PER_REQUEST)));
+        await assert.rejects(
+          r.register(svc('big', '3', [node('one-more', 1)])),
+          /^RegistryValidationError: Nodes: service big would have 10001 nodes, more than the limit of 10000 per service$/,
+        );
+        // Refreshing nodes it has is fine at the limit.
+        await r.register(svc('big', '1', many(0, 10)));
+        const total = (await r.getService('big')).reduce((n, v) => n + v.nodes.length, 0);
+        assert.equal(total, MAX_NODES_PER_SERVICE);
+        await r.deregister(svc('big', '', [node('n0', 1)]));
+        await r.register(svc('big', '3', [node('one-more', 1)]));
+      }));
+
+    it('a stored record that breaks the rules is skipped and reported; the good nodes of its service stay; watches go on', async (t) => {
+      const probe = await factory({ onInvalidRecord: () => undefined });
+      const raw = probe.writeRaw !== undefined;
+      await probe.cleanup();
+      if (!raw) return t.skip(`${name} only holds records it checked itself`);
+      await using(async (r, under, reports) => {
+        const good = node('good-1', 7001);
+        await r.register(svc('shop', '1', [good]));
+        const w = collect(r);
+        try {
+          const base = { name: 'shop', version: '1' };
+          await under.writeRaw!({ ...base, node: { id: 'bad-space', address: '127.0.0.1 x', port: 1 } });
+          await under.writeRaw!({ ...base, node: { id: 'bad-port', address: '127.0.0.1', port: 0 } });
+          await under.writeRaw!({ ...base, node: { id: 'bad\nid', address: '127.0.0.1', port: 2 } });
+          await under.writeRaw!({ ...base, node: { id: 'bad-url', address: 'http://127.0.0.1/', port: 3 } });
+          await under.writeRaw!({ ...base, node: { id: 'bad-meta', address: '127.0.0.1', port: 4, metadata: { k: 'a\nb' } } });
+          await under.writeRaw!({ name: 'forged\nservice', version: '1', node: { id: 'f1', address: '127.0.0.1', port: 5 } });
+          await under.writeRaw!({ name: 'shop', version: 'v 2', node: { id: 'v2', address: '127.0.0.1', port: 6 } });
+          assert.deepEqual(await r.getService('shop'), [svc('shop', '1', [good])]);
+          assert.deepEqual(await r.getService('forged\nservice'), []);
+          assert.deepEqual((await r.listServices()).map((s) => s.name), ['shop']);
+          assert.ok(reports.length > 0, 'the skips were reported');
+          for (const rep of reports) {
+            assert.ok(rep.dropped >= 1);
+            assert.match(rep.problem, /^(?:Name|Version|node "[^"]*"\.(?:Address|Port|Id|Metadata\.k)|Nodes?\b|the value)/, rep.problem);
+            assert.doesNotMatch(rep.service + rep.problem, /[\u0000-\u001f]/);
+          }
+          // The watch keeps reporting real changes, with only the good nodes.
+          const good2 = node('good-2', 7002);
+          await r.register(svc('shop', '1', [good2]));
+          const e = await w.next((ev) => ev.service.name === 'shop' && ev.service.nodes.some((n) => n.id === 'good-2'));
+          assert.deepEqual(e.service.nodes.map((n) => n.id), ['good-1', 'good-2']);
+          assert.ok(w.events.every((ev) => ev.service.name === 'shop'), 'no event for the forged name');
+        } finally {
+          w.watcher.stop();
+        }
+      });
+    });
   });
 }

@@ -268,6 +268,15 @@ describe('sidecar', () => {
       { name: 'Port 65536', send: () => postJson(`${sc.base}/registry`, { Name: 'x', Nodes: [{ Id: 'a', Address: 'h', Port: 65536 }] }), status: 400, detail: /^Nodes\[0\]\.Port: / },
       { name: 'Port a string', send: () => postJson(`${sc.base}/registry`, { Name: 'x', Nodes: [{ Id: 'a', Address: 'h', Port: '80' }] }), status: 400, detail: /^Nodes\[0\]\.Port: / },
       { name: 'Port 1.5', send: () => postJson(`${sc.base}/registry`, { Name: 'x', Nodes: [{ Id: 'a', Address: 'h', Port: 1.5 }] }), status: 400, detail: /^Nodes\[0\]\.Port: / },
+      { name: 'Address with a space', send: () => postJson(`${sc.base}/registry`, { Name: 'go.mesh.srv.greeter', Nodes: [{ Id: 'x', Address: '127.0.0.1 x', Port: 1 }] }), status: 400, detail: /^Nodes\[0\]\.Address: "127\.0\.0\.1 x" is not an IPv4 address/ },
+      { name: 'Address a URL', send: () => postJson(`${sc.base}/registry`, { Name: 'x', Nodes: [{ Id: 'a', Address: 'http://127.0.0.1/', Port: 1 }] }), status: 400, detail: /^Nodes\[0\]\.Address: / },
+      { name: 'Address with a port', send: () => postJson(`${sc.base}/registry`, { Name: 'x', Nodes: [{ Id: 'a', Address: 'h:80', Port: 1 }] }), status: 400, detail: /^Nodes\[0\]\.Address: / },
+      { name: 'Name with a newline', send: () => postJson(`${sc.base}/registry`, { Name: 'x\ny', Nodes: [{ Id: 'a', Address: 'h', Port: 1 }] }), status: 400, detail: /^Name: "x\\ny" is not a valid service name/ },
+      { name: 'Name with NUL', send: () => postJson(`${sc.base}/registry`, { Name: 'x\u0000', Nodes: [{ Id: 'a', Address: 'h', Port: 1 }] }), status: 400, detail: /^Name: / },
+      { name: 'Name ../', send: () => postJson(`${sc.base}/registry`, { Name: 'a/../b', Nodes: [{ Id: 'a', Address: 'h', Port: 1 }] }), status: 400, detail: /^Name: / },
+      { name: 'Id with a space', send: () => postJson(`${sc.base}/registry`, { Name: 'x', Nodes: [{ Id: 'a b', Address: 'h', Port: 1 }] }), status: 400, detail: /^Nodes\[0\]\.Id: / },
+      { name: 'Metadata with a control character', send: () => postJson(`${sc.base}/registry`, { Name: 'x', Nodes: [{ Id: 'a', Address: 'h', Port: 1, Metadata: { k: 'a\rb' } }] }), status: 400, detail: /^Nodes\[0\]\.Metadata\.k: has a control character/ },
+      { name: '1001 nodes', send: () => postJson(`${sc.base}/registry`, { Name: 'x', Nodes: Array.from({ length: 1001 }, (_, i) => ({ Id: `n${i}`, Address: 'h', Port: 1 })) }), status: 400, detail: /^Nodes: 1001 nodes in one request, more than the limit of 1000$/ },
       { name: 'bad ttl', send: () => postJson(`${sc.base}/registry?ttl=10parsecs`, reg('x', 1)), status: 400, detail: /^ttl: / },
       { name: 'zero ttl', send: () => postJson(`${sc.base}/registry?ttl=0s`, reg('x', 1)), status: 400, detail: /^ttl: / },
       { name: 'body not JSON', send: () => http('POST', `${sc.base}/registry`, { headers: json, body: '{"Name":' }), status: 400, detail: /^body: not valid JSON/ },
@@ -310,6 +319,14 @@ describe('sidecar', () => {
     const ws3 = await refusedHandshake(`${sc.base.replace('http', 'ws')}/elsewhere`);
     assert.equal(ws3.status, 404);
     assert.equal((await http('GET', `${sc.base}/registry?service=x`)).status, 404, 'nothing invalid was registered');
+    assert.equal((await http('GET', `${sc.base}/registry?service=go.mesh.srv.greeter`)).status, 404, 'nothing invalid was registered');
+    // The exact answer to the registration that used to crash every watcher.
+    const crash = await http('POST', `${sc.base}/registry`, { headers: json, body: '{"Name":"go.mesh.srv.greeter","Nodes":[{"Id":"x","Address":"127.0.0.1 x","Port":1}]}' });
+    assert.equal(crash.status, 400);
+    assert.equal(
+      crash.text,
+      '{"id":"go.mesh.sidecar","code":400,"detail":"Nodes[0].Address: \\"127.0.0.1 x\\" is not an IPv4 address, an IPv6 address or a host name (no scheme, path, port or spaces)","status":"Bad Request"}',
+    );
     assert.equal((await http('GET', `${sc.base}/`)).status, 200, 'still serving');
   });
 

@@ -3,6 +3,7 @@
  * `::`-separated line per fact) and as JSON (`?format=json`). See docs/admin.md.
  */
 import { ChunkedText } from '../stats/render.js';
+import { printable } from '../util/text.js';
 import type { CircuitBreakerThresholds, ClusterManagerView, ClusterSnapshot, HostSnapshot, HostStatsSnapshot } from '../upstream/types.js';
 
 /** Host stats in the order Envoy prints them (counters and gauges merged, sorted by name). */
@@ -45,7 +46,7 @@ function thresholdLines(prefix: string, t: CircuitBreakerThresholds): string {
 }
 
 function clusterText(c: ClusterSnapshot, out: ChunkedText): void {
-  const p = `${c.name}::`;
+  const p = `${printable(c.name)}::`;
   let head = '';
   if (c.outlier) {
     head += `${p}outlier::success_rate_average::${num(c.outlier.successRateAverage)}\n`;
@@ -56,16 +57,16 @@ function clusterText(c: ClusterSnapshot, out: ChunkedText): void {
   head += `${p}added_via_api::${c.addedViaApi}\n`;
   out.add(head);
   for (const h of c.hosts) {
-    const hp = `${p}${hostKey(h)}::`;
+    const hp = `${p}${printable(hostKey(h))}::`;
     const s = h.stats;
     let lines = '';
     for (const name of HOST_STATS) lines += `${hp}${name}::${s[name]}\n`;
     lines +=
-      `${hp}hostname::${h.hostname}\n` +
+      `${hp}hostname::${printable(h.hostname)}\n` +
       `${hp}health_flags::${healthFlags(h)}\n` +
       `${hp}weight::${h.weight}\n` +
-      `${hp}region::${h.region}\n` +
-      `${hp}zone::${h.zone}\n` +
+      `${hp}region::${printable(h.region)}\n` +
+      `${hp}zone::${printable(h.zone)}\n` +
       `${hp}canary::${h.canary}\n` +
       `${hp}success_rate::${num(h.successRate)}\n`;
     out.add(lines);
@@ -76,11 +77,12 @@ function clusterText(c: ClusterSnapshot, out: ChunkedText): void {
  * The text form: `version_info::<v>` first, then per cluster: outlier lines (only with outlier
  * detection), the four thresholds of `default_priority` then `high_priority`, `added_via_api`,
  * then per host its stats sorted by name, hostname, health_flags, weight, region, zone, canary,
- * success_rate. Every line ends with `\n`.
+ * success_rate. Every line ends with `\n`; names and host fields never hold a raw control
+ * character (printable escapes them), so no value can forge a line.
  */
 export function renderClustersText(view: ClusterManagerView | undefined): Buffer {
   const out = new ChunkedText();
-  out.add(`version_info::${view ? view.versionInfo() : 'static'}\n`);
+  out.add(`version_info::${printable(view ? view.versionInfo() : 'static')}\n`);
   if (view) for (const c of view.clusters()) clusterText(c, out);
   return out.toBuffer();
 }

@@ -6,6 +6,7 @@ import { parseJson, stringifyJson, JsonSyntaxError } from '../codec/json.js';
 import { serviceFromInput } from '../registry/input.js';
 import { RegistryValidationError, type Service } from '../registry/registry.js';
 import { MeshError } from '../errors.js';
+import { printable } from '../util/text.js';
 
 export interface Output {
   out: (text: string) => void;
@@ -37,20 +38,22 @@ function parseServiceArg(args: string[], what: string): Service {
   }
 }
 
+/** The text form of `mesh get service`; every registry string goes through printable (no raw control characters). */
 export function formatService(service: Service): string {
-  const lines = [`service  ${service.name}`, ''];
-  if (service.version) lines.push(`version ${service.version}`, '');
+  const p = printable;
+  const lines = [`service  ${p(service.name)}`, ''];
+  if (service.version) lines.push(`version ${p(service.version)}`, '');
   lines.push('ID\tAddress\tPort\tMetadata');
   for (const n of service.nodes) {
     const meta = Object.entries(n.metadata ?? {})
       .sort(([a], [b]) => (a < b ? -1 : 1))
-      .map(([k, v]) => `${k}=${v}`)
+      .map(([k, v]) => `${p(k)}=${p(v)}`)
       .join(',');
-    lines.push(`${n.id}\t${n.address}\t${n.port}\t${meta}`);
+    lines.push(`${p(n.id)}\t${p(n.address)}\t${n.port}\t${meta}`);
   }
   for (const e of service.endpoints ?? []) {
-    lines.push('', `Endpoint: ${e.name}`);
-    const meta = Object.entries(e.metadata ?? {}).map(([k, v]) => `${k}=${v}`);
+    lines.push('', `Endpoint: ${p(e.name)}`);
+    const meta = Object.entries(e.metadata ?? {}).map(([k, v]) => `${p(k)}=${p(v)}`);
     if (meta.length) lines.push(`Metadata: ${meta.join(',')}`);
   }
   return lines.join('\n') + '\n';
@@ -78,7 +81,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       case 'list': {
         if (noun !== 'services') throw new UsageError('usage: mesh list services');
         const names = await ops.listServices();
-        io.out(json ? JSON.stringify(names.map((name) => ({ name }))) + '\n' : names.map((n) => n + '\n').join(''));
+        io.out(json ? JSON.stringify(names.map((name) => ({ name }))) + '\n' : names.map((n) => printable(n) + '\n').join(''));
         return 0;
       }
       case 'get': {

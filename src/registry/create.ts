@@ -7,7 +7,8 @@ import { LocalRegistry } from './local.js';
 import { EtcdRegistry } from './etcd.js';
 import type { EngineTlsFiles } from '../util/engine-access.js';
 import type { StatsStore } from '../stats/store.js';
-import type pino from 'pino';
+import type { Logging } from '../util/log.js';
+import { invalidRecordSink } from './validate.js';
 
 export const REGISTRY_KINDS = ['local', 'memory', 'etcd'] as const;
 
@@ -22,23 +23,25 @@ export function defaultRegistryDirectory(home?: string): string {
 /**
  * kind: memory | local | etcd. address: local: the directory (default $MESH_HOME, else ~/.mesh;
  * opts.home overrides the environment); etcd: `host:port[,host:port]` or
- * `https://[user:password@]host:port[,...]` (required), with opts.tls its TLS files. opts.stats and
- * opts.logger: the process's stats store and 'registry' logger.
+ * `https://[user:password@]host:port[,...]` (required), with opts.tls its TLS files.
+ * opts.stats / opts.logging: where stored records that break the registry rules are reported
+ * (counter registry.invalid_record, a warning of subsystem registry).
  */
 export function createRegistry(
   kind: string,
   address: string | undefined,
-  opts: { home?: string; tls?: EngineTlsFiles; stats?: StatsStore; logger?: pino.Logger } = {},
+  opts: { home?: string; tls?: EngineTlsFiles; stats?: StatsStore; logging?: Logging } = {},
 ): Registry {
   const addr = address?.trim() || undefined;
+  const onInvalidRecord = invalidRecordSink({ stats: opts.stats, logging: opts.logging });
   switch (kind) {
     case 'memory':
       return new MemoryRegistry();
     case 'local':
-      return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home), { stats: opts.stats, logger: opts.logger });
+      return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home), { stats: opts.stats, logger: opts.logging?.get('registry'), onInvalidRecord });
     case 'etcd':
       if (!addr) throw new Error('registry etcd: --registry_address is required (host:port[,host:port], or https://[user:password@]host:port)');
-      return new EtcdRegistry(addr, { tls: opts.tls });
+      return new EtcdRegistry(addr, { tls: opts.tls, onInvalidRecord });
     default:
       throw new Error(`unknown registry "${kind}" (use ${REGISTRY_KINDS.join(', ')})`);
   }

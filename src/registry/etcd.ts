@@ -41,6 +41,14 @@ import {
 } from './registry.js';
 import { parseEngineEndpoint, readEngineTls, redactAddress, sharedCredentials, type EngineCredentials, type EngineTlsFiles } from '../util/engine-access.js';
 import { EventQueue, byName, byNodeId, byVersion, cloneService, diffVersions, ttlOf, validateDeregister } from './memory.js';
+import {
+  MAX_NODES_PER_SERVICE,
+  checkNodesPerService,
+  invalidRecordSink,
+  sanitizeStoredService,
+  shown,
+  type InvalidRecordSink,
+} from './validate.js';
 
 export const DEFAULT_ETCD_PREFIX = '/mesh/registry/';
 const MIN_LEASE_S = 5;
@@ -54,6 +62,8 @@ export interface EtcdRegistryOptions {
   callTimeoutMs?: number;
   /** TLS files (--registry_tls_*); they need https:// addresses. */
   tls?: EngineTlsFiles;
+  /** Told about stored records that break the registry rules (they are skipped); default: a process warning. */
+  onInvalidRecord?: InvalidRecordSink;
 }
 
 /** What an etcd address list says: the endpoints as URLs (no credentials) and the login, if any. */
@@ -103,22 +113,36 @@ function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-function decode(kv: IKeyValue): StoredRecord | undefined {
-  try {
-    const raw = JSON.parse(kv.value.toString()) as Service & { expiresAt?: number | null };
-    if (!raw || typeof raw.name !== 'string' || !Array.isArray(raw.nodes) || raw.nodes.length === 0) return undefined;
-    const expiresAt = typeof raw.expiresAt === 'number' ? raw.expiresAt : null;
-    const { expiresAt: _ignored, ...service } = raw;
-    return { service: cloneService(service as Service), expiresAt, modRevision: BigInt(kv.mod_revision) };
-  } catch {
+/**
+ * A stored value as a record, not yet checked against the registry rules (group does that);
+ * undefined, reported to `sink`, when it is not even the shape of one.
+ */
+function decode(kv: IKeyValue, sink: InvalidRecordSink): StoredRecord | undefined {
+  const bad = (problem: string) => {
+    sink({ backend: 'etcd', service: shown(kv.key.toString()), dropped: 1, problem });
     return undefined;
+  };
+  let raw: Service & { expiresAt?: number | null };
+  try {
+    raw = JSON.parse(kv.value.toString()) as Service & { expiresAt?: number | null };
+  } catch {
+    return bad('the value is not JSON');
   }
+  if (!raw || typeof raw !== 'object' || typeof raw.name !== 'string' || !Array.isArray(raw.nodes) || raw.nodes.length === 0)
+    return bad('the value is not a service with a node');
+  const expiresAt = typeof raw.expiresAt === 'number' ? raw.expiresAt : null;
+  const { expiresAt: _ignored, ...service } = raw;
+  return { service: service as Service, expiresAt, modRevision: BigInt(kv.mod_revision) };
 }
 
 const isLive = (rec: StoredRecord, now: number) => rec.expiresAt === null || rec.expiresAt > now;
 
-/** Groups live one-node records into services: one entry per name, versions sorted. */
-function group(records: Iterable<StoredRecord>, now: number): Map<string, Service[]> {
+/**
+ * Groups live one-node records into services: one entry per name, versions sorted, checked
+ * against the registry rules (bad nodes, metadata and endpoints dropped and reported to `sink`;
+ * at most MAX_NODES_PER_SERVICE nodes per service).
+ */
+function group(records: Iterable<StoredRecord>, now: number, sink: InvalidRecordSink): Map<string, Service[]> {
   const byNameVersion = new Map<string, Map<string, { latest: StoredRecord; service: Service }>>();
   for (const rec of records) {
     if (!isLive(rec, now)) continue;
@@ -141,10 +165,11 @@ function group(records: Iterable<StoredRecord>, now: number): Map<string, Servic
   const out = new Map<string, Service[]>();
   for (const [name, versions] of byNameVersion) {
     const list = [...versions.values()].map(({ service }) => {
-      const nodes = new Map(service.nodes.map((n) => [n.id, n]));
+      const nodes = new Map(service.nodes.map((n) => [n?.id, n]));
       return { ...service, nodes: [...nodes.values()].sort(byNodeId) };
     });
-    out.set(name, list.sort(byVersion));
+    const usable = sanitizeStoredService('etcd', name, list.sort(byVersion), sink).map(cloneService);
+    if (usable.length > 0) out.set(name, usable);
   }
   return out;
 }
@@ -174,6 +199,8 @@ export class EtcdRegistry implements Registry {
   private readonly settling = new Set<Promise<void>>();
   /** @internal */
   readonly events = new EventQueue();
+  /** @internal */
+  readonly onInvalid: InvalidRecordSink;
   private rev = 0n;
   private clusterId: string | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -191,6 +218,7 @@ export class EtcdRegistry implements Registry {
     const prefix = options.prefix ?? DEFAULT_ETCD_PREFIX;
     this.prefix = prefix.endsWith('/') ? prefix : `${prefix}/`;
     const callTimeoutMs = options.callTimeoutMs ?? 5000;
+    this.onInvalid = options.onInvalidRecord ?? invalidRecordSink({});
     this.client = new (loadEtcd3().Etcd3)({
       hosts: this.hosts,
       // https:// without files: the system's roots; with them: that CA and/or a client certificate.
@@ -214,6 +242,7 @@ export class EtcdRegistry implements Registry {
     const ttlMs = ttlOf(options);
     const s = cloneService(service);
     await this.settle();
+    await this.checkServiceSize(s);
     const expiresAt = ttlMs > 0 ? Date.now() + ttlMs : null;
     const regs: Registration[] = s.nodes.map((node) => {
       const record: Service & { expiresAt?: number } = { ...s, nodes: [node] };
@@ -258,17 +287,17 @@ export class EtcdRegistry implements Registry {
     this.checkOpen();
     const res = await this.wrap('get service', () => this.client.getAll().prefix(this.servicePrefix(name)).exec());
     this.noteHeader(res.header);
-    const records = res.kvs.map(decode).filter((r): r is StoredRecord => r !== undefined && r.service.name === name);
-    return group(records, Date.now()).get(name) ?? [];
+    const records = res.kvs.map((kv) => decode(kv, this.onInvalid)).filter((r): r is StoredRecord => r !== undefined && r.service.name === name);
+    return group(records, Date.now(), this.onInvalid).get(name) ?? [];
   }
 
   async listServices(): Promise<Service[]> {
     this.checkOpen();
     const res = await this.wrap('list services', () => this.client.getAll().prefix(this.prefix).exec());
     this.noteHeader(res.header);
-    const records = res.kvs.map(decode).filter((r): r is StoredRecord => r !== undefined);
+    const records = res.kvs.map((kv) => decode(kv, this.onInvalid)).filter((r): r is StoredRecord => r !== undefined);
     const out: Service[] = [];
-    for (const versions of group(records, Date.now()).values()) out.push({ ...versions[0]!, nodes: [] });
+    for (const versions of group(records, Date.now(), this.onInvalid).values()) out.push({ ...versions[0]!, nodes: [] });
     return out.sort(byName);
   }
 
@@ -343,6 +372,30 @@ export class EtcdRegistry implements Registry {
   }
 
   // -------------------------------------------------------------------------------------------
+
+  /**
+   * Refuses a registration that would take the service past MAX_NODES_PER_SERVICE nodes. A count
+   * first (cheap); the keys only near the limit. Skipped when etcd cannot be asked: the write
+   * path handles an unreachable etcd, and readers cap what they use anyway.
+   */
+  private async checkServiceSize(s: Service): Promise<void> {
+    const prefix = this.servicePrefix(s.name);
+    let count: number;
+    try {
+      count = await this.client.getAll().prefix(prefix).count();
+    } catch {
+      return;
+    }
+    if (count + s.nodes.length <= MAX_NODES_PER_SERVICE) return;
+    let keys: string[];
+    try {
+      keys = await this.client.getAll().prefix(prefix).keys();
+    } catch {
+      return;
+    }
+    const ids = keys.map((k) => decodeURIComponent(k.slice(k.lastIndexOf('/') + 1)));
+    checkNodesPerService(s.name, ids, s.nodes.map((n) => n.id));
+  }
 
   private key(name: string, version: string, nodeId: string): string {
     return `${this.prefix}${enc(name)}/${enc(version)}/${enc(nodeId)}`;
@@ -509,6 +562,10 @@ class EtcdWatcher {
   private stopped = false;
   private generation = 0;
   private records = new Map<string, StoredRecord>();
+  /** The keys of `records` per service name, so an event regroups only the services it touched. */
+  private keysOf = new Map<string, Set<string>>();
+  /** The earliest expiry among the records of each service name. */
+  private expiryOf = new Map<string, number>();
   private known = new Map<string, Service[]>();
   private current: EtcdWatch | undefined;
   private started = false;
@@ -580,9 +637,11 @@ class EtcdWatcher {
     if (gen !== this.generation || this.stopped) return;
     this.reg.noteHeader(res.header);
     this.records = new Map();
+    this.keysOf = new Map();
+    this.expiryOf = new Map();
     for (const kv of res.kvs) {
-      const rec = decode(kv);
-      if (rec && this.wants(rec.service.name)) this.records.set(kv.key.toString(), rec);
+      const rec = decode(kv, this.reg.onInvalid);
+      if (rec && this.wants(rec.service.name)) this.setRecord(kv.key.toString(), rec);
     }
     const rev = BigInt(res.header.revision);
     this.lastRev = rev;
@@ -619,13 +678,13 @@ class EtcdWatcher {
       const prev = this.records.get(key);
       if (prev) dirty.add(prev.service.name);
       if (ev.type === 'Put') {
-        const rec = decode(ev.kv);
+        const rec = decode(ev.kv, this.reg.onInvalid);
         if (rec && this.wants(rec.service.name)) {
-          this.records.set(key, rec);
+          this.setRecord(key, rec);
           dirty.add(rec.service.name);
-        } else this.records.delete(key);
+        } else this.deleteRecord(key);
       } else {
-        this.records.delete(key);
+        this.deleteRecord(key);
       }
     }
     const rev = BigInt(res.header.revision);
@@ -633,13 +692,41 @@ class EtcdWatcher {
     this.refresh(dirty, String(rev));
   }
 
-  /** Emits the differences for `names` (all when undefined) and re-arms the expiry timer. */
+  private setRecord(key: string, rec: StoredRecord): void {
+    const prev = this.records.get(key);
+    if (prev && prev.service.name !== rec.service.name) this.keysOf.get(prev.service.name)?.delete(key);
+    this.records.set(key, rec);
+    let keys = this.keysOf.get(rec.service.name);
+    if (!keys) this.keysOf.set(rec.service.name, (keys = new Set()));
+    keys.add(key);
+  }
+
+  private deleteRecord(key: string): void {
+    const prev = this.records.get(key);
+    if (!prev) return;
+    this.records.delete(key);
+    const keys = this.keysOf.get(prev.service.name);
+    keys?.delete(key);
+    if (keys?.size === 0) this.keysOf.delete(prev.service.name);
+  }
+
+  /** The records of one service name. */
+  private *recordsOf(name: string): Iterable<StoredRecord> {
+    for (const key of this.keysOf.get(name) ?? []) {
+      const rec = this.records.get(key);
+      if (rec) yield rec;
+    }
+  }
+
+  /**
+   * Emits the differences for `names` (all when undefined) and re-arms the expiry timer. Only the
+   * named services are regrouped: an event costs the size of the services it touched.
+   */
   private refresh(names: Set<string> | undefined, revision: string, silent = false): void {
     const now = Date.now();
-    const grouped = group(this.records.values(), now);
-    const all = names ?? new Set([...this.known.keys(), ...grouped.keys()]);
+    const all = names ?? new Set([...this.known.keys(), ...this.keysOf.keys()]);
     for (const name of all) {
-      const after = grouped.get(name) ?? [];
+      const after = group(this.recordsOf(name), now, this.reg.onInvalid).get(name) ?? [];
       if (!silent) {
         for (const change of diffVersions(name, this.known.get(name) ?? [], after))
           this.reg.events.push((e) => {
@@ -648,9 +735,16 @@ class EtcdWatcher {
       }
       if (after.length > 0) this.known.set(name, after);
       else this.known.delete(name);
+      // drop records that expired: they will not come back unless written again
+      let next = Infinity;
+      for (const key of [...(this.keysOf.get(name) ?? [])]) {
+        const rec = this.records.get(key)!;
+        if (!isLive(rec, now)) this.deleteRecord(key);
+        else if (rec.expiresAt !== null && rec.expiresAt < next) next = rec.expiresAt;
+      }
+      if (next === Infinity) this.expiryOf.delete(name);
+      else this.expiryOf.set(name, next);
     }
-    // drop records that expired: they will not come back unless written again
-    for (const [key, rec] of this.records) if (!isLive(rec, now)) this.records.delete(key);
     this.armExpiry();
   }
 
@@ -659,14 +753,14 @@ class EtcdWatcher {
     this.expiryTimer = undefined;
     if (this.stopped) return;
     let next = Infinity;
-    for (const rec of this.records.values()) if (rec.expiresAt !== null && rec.expiresAt < next) next = rec.expiresAt;
+    for (const at of this.expiryOf.values()) if (at < next) next = at;
     if (next === Infinity) return;
     this.expiryTimer = setTimeout(() => {
       this.expiryTimer = undefined;
       if (this.stopped) return;
       const now = Date.now();
       const names = new Set<string>();
-      for (const rec of this.records.values()) if (!isLive(rec, now)) names.add(rec.service.name);
+      for (const [name, at] of this.expiryOf) if (at <= now) names.add(name);
       this.refresh(names, String(this.lastRev));
     }, Math.max(0, next - Date.now()) + 1);
     this.expiryTimer.unref();

@@ -1,8 +1,11 @@
 /**
  * Registration input (sidecar /registry, `mesh register service`): SPEC 2.6 keys, capitalised
- * in the docs, matched case-insensitively. Every problem is reported naming the field.
+ * in the docs, matched case-insensitively. Every problem is reported naming the field; the rules
+ * themselves are validate.ts's.
  */
-import { RegistryValidationError, validateService, type Endpoint, type Metadata, type Node, type Service } from './registry.js';
+import type { Endpoint, Metadata, Node, Service } from './registry.js';
+import { printable } from '../util/text.js';
+import { MAX_ENDPOINTS, MAX_NODES_PER_REQUEST, RegistryValidationError, validateService } from './validate.js';
 
 function lowerKeys(value: unknown, field: string): Record<string, unknown> {
   if (!value || typeof value !== 'object' || Array.isArray(value)) throw new RegistryValidationError(`${field}: must be a JSON object`);
@@ -18,7 +21,7 @@ function metadataOf(value: unknown, field: string): Metadata {
   for (const [k, v] of Object.entries(o)) {
     if (typeof v === 'string') out[k] = v;
     else if (typeof v === 'number' || typeof v === 'boolean') out[k] = String(v);
-    else throw new RegistryValidationError(`${field}.${k}: must be a string`);
+    else throw new RegistryValidationError(`${field}.${printable(k.slice(0, 64))}: must be a string`);
   }
   return out;
 }
@@ -39,6 +42,11 @@ export function serviceFromInput(input: unknown, options: { requireNodes?: boole
   const o = lowerKeys(input, 'body');
   if (typeof o.name !== 'string' || o.name.trim() === '') throw new RegistryValidationError('Name: required (a non-empty string)');
   if (o.nodes !== undefined && o.nodes !== null && !Array.isArray(o.nodes)) throw new RegistryValidationError('Nodes: must be an array');
+  // Counted before anything else is looked at, so a huge request costs nothing more.
+  if (Array.isArray(o.nodes) && o.nodes.length > MAX_NODES_PER_REQUEST)
+    throw new RegistryValidationError(`Nodes: ${o.nodes.length} nodes in one request, more than the limit of ${MAX_NODES_PER_REQUEST}`);
+  if (Array.isArray(o.endpoints) && o.endpoints.length > MAX_ENDPOINTS)
+    throw new RegistryValidationError(`Endpoints: more than ${MAX_ENDPOINTS} endpoints`);
   const nodes: Node[] = ((o.nodes as unknown[] | undefined) ?? []).map((raw, i) => {
     const n = lowerKeys(raw, `Nodes[${i}]`);
     const id = n.id;

@@ -53,6 +53,7 @@ import {
   ttlOf,
   validateDeregister,
 } from './memory.js';
+import { MAX_NODES_PER_SERVICE, checkNodesPerService, invalidRecordSink, sanitizeStoredService, sanitizeStoredVersion, shown, type InvalidRecordSink } from './validate.js';
 
 type DB = Database.Database;
 
@@ -76,6 +77,8 @@ export interface LocalRegistryOptions {
   stats?: StatsStore;
   /** The 'registry' logger; default: one of its own on stderr. */
   logger?: pino.Logger;
+  /** Told about stored rows that break the registry rules (they are skipped); default: a process warning. */
+  onInvalidRecord?: InvalidRecordSink;
 }
 
 /** One node this process registered, as it asked: written again into a new or recovered file. */
@@ -167,12 +170,13 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-function parseObject<T>(text: string, fallback: T): T {
+/** A stored JSON column; text that is not JSON stays a string, which validation then rejects. */
+function parseStored(text: unknown): unknown {
+  if (typeof text !== 'string') return text;
   try {
-    const v: unknown = JSON.parse(text);
-    return (v ?? fallback) as T;
+    return JSON.parse(text) ?? undefined;
   } catch {
-    return fallback;
+    return text;
   }
 }
 
@@ -207,6 +211,9 @@ function prepareStatements(db: DB) {
     ),
     deleteNode: db.prepare(`DELETE FROM nodes WHERE service = ? AND version = ? AND id = ?`),
     deleteNodeAnyVersion: db.prepare(`DELETE FROM nodes WHERE service = ? AND id = ?`),
+    countLiveNodes: db.prepare<{ name: string; now: number }, { n: number }>(
+      `SELECT COUNT(*) AS n FROM nodes WHERE service = @name AND ${live}`,
+    ),
     liveNodes: db.prepare<{ name: string; now: number }, NodeRow>(
       `SELECT version, id, address, port, metadata, expires_at FROM nodes WHERE service = @name AND ${live}`,
     ),
@@ -271,6 +278,7 @@ export class LocalRegistry implements Registry {
 
   private readonly changeLogKeep: number;
   private readonly pollMs: number;
+  private readonly onInvalid: InvalidRecordSink;
 
   constructor(directory: string, options: LocalRegistryOptions = {}) {
     this.changeLogKeep = Math.max(1, Math.floor(options.changeLogKeep ?? CHANGE_LOG_KEEP));
@@ -278,6 +286,7 @@ export class LocalRegistry implements Registry {
     this.log = options.logger ?? new Logging().get('registry');
     this.failingGauge = options.stats?.gauge('registry.store_failing');
     this.failingGauge?.set(0);
+    this.onInvalid = options.onInvalidRecord ?? invalidRecordSink({});
     this.directory = resolve(directory);
     this.file = join(this.directory, LOCAL_DB_FILE);
     try {
@@ -312,6 +321,7 @@ export class LocalRegistry implements Registry {
     const ttl = ttlOf(options);
     const s = cloneService(service);
     this.maintain();
+    this.checkServiceSize(s);
     let expiresAt: number | null = ttl > 0 ? Date.now() + ttl : null;
     const remember = (onlyKnown: boolean) => {
       for (const n of s.nodes) {
@@ -393,7 +403,10 @@ export class LocalRegistry implements Registry {
     const rows = this.st.liveServiceRows.all({ now: this.viewNow() });
     const byNameMap = new Map<string, Service>();
     for (const row of rows) {
-      const s = this.rowToService(row, []);
+      const checked = sanitizeStoredVersion(this.rowToService(row, []));
+      if (checked.dropped > 0) this.onInvalid({ backend: 'local', service: shown(row.name), dropped: checked.dropped, problem: checked.problem ?? 'invalid' });
+      if (!checked.service) continue;
+      const s = normalizeService(checked.service);
       const prev = byNameMap.get(s.name);
       if (!prev || byVersion(s, prev) < 0) byNameMap.set(s.name, s);
     }
@@ -483,7 +496,10 @@ export class LocalRegistry implements Registry {
     return this.st.allNames.all().map((r) => r.name);
   }
 
-  /** @internal Live versions of one service at `now`, sorted; nodes sorted by id. */
+  /**
+   * @internal Live versions of one service at `now`, sorted; nodes sorted by id. Rows that break
+   * the registry rules (written by another tool) are skipped node by node and reported.
+   */
   load(name: string, now: number): Loaded {
     const nodes = this.st.liveNodes.all({ name, now });
     if (nodes.length === 0) return { versions: [], nextExpiry: Infinity };
@@ -506,13 +522,18 @@ export class LocalRegistry implements Registry {
             id: n.id,
             address: n.address,
             port: n.port,
-            metadata: parseObject<Metadata>(n.metadata, {}),
+            metadata: parseStored(n.metadata) as Metadata,
           })),
         ),
       );
     }
     versions.sort(byVersion);
-    return { versions, nextExpiry };
+    const usable = sanitizeStoredService('local', name, versions, this.onInvalid).map((v) => {
+      const s = normalizeService(v);
+      s.nodes.sort(byNodeId);
+      return s;
+    });
+    return { versions: usable, nextExpiry };
   }
 
   /**
@@ -544,16 +565,15 @@ export class LocalRegistry implements Registry {
     }, event);
   }
 
+  /** A stored row as it is, not yet checked (see sanitizeStoredService). */
   private rowToService(row: ServiceRow, nodes: Service['nodes']): Service {
-    const s = normalizeService({
+    return {
       name: row.name,
       version: row.version,
-      metadata: parseObject<Metadata>(row.metadata, {}),
-      endpoints: parseObject<Endpoint[]>(row.endpoints, []),
+      metadata: parseStored(row.metadata) as Metadata,
+      endpoints: parseStored(row.endpoints) as Endpoint[],
       nodes,
-    });
-    s.nodes.sort(byNodeId);
-    return s;
+    };
   }
 
   // -------------------------------------------------------------------------------------------
@@ -910,6 +930,13 @@ export class LocalRegistry implements Registry {
 
   private checkOpen(): void {
     if (this.closed) throw new Error(`registry local (${this.directory}): closed`);
+  }
+
+  /** Refuses a registration that would take the service past MAX_NODES_PER_SERVICE nodes: a count first, the ids only near the limit. */
+  private checkServiceSize(s: Service): void {
+    const now = Date.now();
+    if ((this.st.countLiveNodes.get({ name: s.name, now })?.n ?? 0) + s.nodes.length <= MAX_NODES_PER_SERVICE) return;
+    checkNodesPerService(s.name, this.st.liveNodes.all({ name: s.name, now }).map((n) => n.id), s.nodes.map((n) => n.id));
   }
 }
 

@@ -9,7 +9,7 @@
  */
 import {
   RegistryValidationError,
-  normalizeService,
+  type Endpoint,
   validateService,
   type Node,
   type RegisterOptions,
@@ -42,11 +42,49 @@ function sortKeys(value: unknown): unknown {
   return value;
 }
 
-/** A deep copy of a record with the full shape and nodes sorted by id. */
+/**
+ * A deep copy of a record with the full shape (only the record's own fields) and nodes sorted
+ * by id. Field by field, not a JSON round trip: a service of thousands of nodes is copied on
+ * every change a watcher sees.
+ */
 export function cloneService(service: Service): Service {
-  const s = normalizeService(JSON.parse(JSON.stringify(service)) as Service);
+  const s: Service = {
+    name: service.name,
+    version: service.version ?? '',
+    metadata: { ...(service.metadata ?? {}) },
+    endpoints: (service.endpoints ?? []).map(cloneEndpoint),
+    nodes: (service.nodes ?? []).map((n) => ({ id: n.id, address: n.address, port: n.port, metadata: { ...(n.metadata ?? {}) } })),
+  };
   s.nodes.sort(byNodeId);
   return s;
+}
+
+function cloneEndpoint(e: Endpoint): Endpoint {
+  const out: Endpoint = { name: e.name, metadata: { ...(e.metadata ?? {}) } };
+  if (e.request !== undefined) out.request = JSON.parse(JSON.stringify(e.request)) as unknown;
+  if (e.response !== undefined) out.response = JSON.parse(JSON.stringify(e.response)) as unknown;
+  return out;
+}
+
+function sameStrings(a: Record<string, string>, b: Record<string, string>): boolean {
+  const keys = Object.keys(a);
+  if (keys.length !== Object.keys(b).length) return false;
+  for (const k of keys) if (a[k] !== b[k] || !Object.prototype.hasOwnProperty.call(b, k)) return false;
+  return true;
+}
+
+/** True when two versions of a service hold the same record (node order aside); linear in the nodes. */
+export function sameVersion(a: Service, b: Service): boolean {
+  if (a.nodes.length !== b.nodes.length) return false;
+  if (!sameStrings(a.metadata ?? {}, b.metadata ?? {})) return false;
+  if (canonicalJson(a.endpoints ?? []) !== canonicalJson(b.endpoints ?? [])) return false;
+  const others = new Map(b.nodes.map((n) => [n.id, n]));
+  if (others.size !== b.nodes.length) return canonicalJson(a) === canonicalJson(b);
+  for (const n of a.nodes) {
+    const o = others.get(n.id);
+    if (!o || o.address !== n.address || o.port !== n.port || !sameStrings(n.metadata ?? {}, o.metadata ?? {})) return false;
+  }
+  return true;
 }
 
 export function byNodeId(a: Node, b: Node): number {
@@ -90,20 +128,14 @@ export function diffVersions(
   for (const s of [...after].sort(byVersion)) {
     const prev = old.get(s.version);
     if (!prev) out.push({ action: 'create', service: cloneService(s) });
-    else if (canonicalJson(prev) !== canonicalJson(s)) out.push({ action: 'update', service: cloneService(s) });
+    else if (!sameVersion(prev, s)) out.push({ action: 'update', service: cloneService(s) });
   }
   return out;
 }
 
-/** Deregister input: a name and node ids are all that matter. */
-export function validateDeregister(service: Service): void {
-  if (!service || typeof service !== 'object') throw new RegistryValidationError('service: must be an object');
-  if (typeof service.name !== 'string' || service.name === '') throw new RegistryValidationError('Name: required');
-  if (service.nodes !== undefined && !Array.isArray(service.nodes)) throw new RegistryValidationError('Nodes: must be an array');
-  (service.nodes ?? []).forEach((node, i) => {
-    if (!node || typeof node.id !== 'string' || node.id === '') throw new RegistryValidationError(`Nodes[${i}].Id: required`);
-  });
-}
+import { checkNodesPerService, validateDeregister } from './validate.js';
+
+export { validateDeregister };
 
 /** Validates TTL options; returns the TTL in ms (0: none). */
 export function ttlOf(options?: RegisterOptions): number {
@@ -175,6 +207,7 @@ export class MemoryRegistry implements Registry {
     const s = cloneService(service);
     this.expire();
     const before = this.live(s.name);
+    checkNodesPerService(s.name, before.flatMap((v) => v.nodes.map((n) => n.id)), s.nodes.map((n) => n.id));
     let versions = this.services.get(s.name);
     if (!versions) this.services.set(s.name, (versions = new Map()));
     let stored = versions.get(s.version);

@@ -75,28 +75,8 @@ export interface Registry {
   close(): Promise<void>;
 }
 
-/** Thrown for an invalid registration; the message names the field. */
-export class RegistryValidationError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'RegistryValidationError';
-  }
-}
-
-/** Validates a service record before it is written. */
-export function validateService(service: Service, requireNodes = true): void {
-  if (!service || typeof service !== 'object') throw new RegistryValidationError('service: must be an object');
-  if (typeof service.name !== 'string' || service.name === '') throw new RegistryValidationError('Name: required');
-  if (!Array.isArray(service.nodes)) throw new RegistryValidationError('Nodes: must be an array');
-  if (requireNodes && service.nodes.length === 0) throw new RegistryValidationError('Nodes: at least one node is required');
-  service.nodes.forEach((node, i) => {
-    if (typeof node.id !== 'string' || node.id === '') throw new RegistryValidationError(`Nodes[${i}].Id: required`);
-    if (typeof node.address !== 'string' || node.address === '')
-      throw new RegistryValidationError(`Nodes[${i}].Address: required`);
-    if (!Number.isInteger(node.port) || node.port < 1 || node.port > 65535)
-      throw new RegistryValidationError(`Nodes[${i}].Port: must be an integer from 1 to 65535`);
-  });
-}
+// The rules for what may be registered live in validate.ts (one home); re-exported here.
+export { RegistryValidationError, validateService } from './validate.js';
 
 /** Fills the optional fields so every stored record has the full shape. */
 export function normalizeService(service: Partial<Service> & { name: string }): Service {

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { networkInterfaces } from 'node:os';
 import type { Runtime } from '../runtime.js';
-import type { Metadata, Service as ServiceRecord } from '../registry/registry.js';
+import { validateService, type Metadata, type Service as ServiceRecord } from '../registry/registry.js';
 import { parseHostPort } from '../http/respond.js';
 import { serverLimits } from '../http/lifecycle.js';
 import { RpcServer, type EndpointDefinition } from './rpc-server.js';
@@ -57,11 +57,13 @@ export class Service {
 
   /** Listens, registers, and keeps the registration alive. Resolves with the registered record. */
   async start(): Promise<ServiceRecord> {
+    // The registry's rules, checked before anything listens: a bad name fails here, naming the field.
+    validateService({ name: this.options.name, version: this.options.version ?? 'latest', metadata: { ...this.options.metadata }, endpoints: [], nodes: [] }, false);
     const { host, port } = parseHostPort(this.options.address ?? '127.0.0.1:0');
     const bound = await this.server.listen(host, port);
     this.runtime.addDrainable(this.server);
     const advertised = advertisedAddress(this.options.advertise ?? this.runtime.config.advertise, host, bound.port);
-    this.record = {
+    const record: ServiceRecord = {
       name: this.options.name,
       version: this.options.version ?? 'latest',
       metadata: { ...this.options.metadata },
@@ -80,6 +82,13 @@ export class Service {
         },
       ],
     };
+    try {
+      validateService(record);
+    } catch (err) {
+      await this.server.close();
+      throw err;
+    }
+    this.record = record;
     await this.register();
     const interval = this.runtime.config.register_interval;
     if (interval > 0) {

@@ -13,6 +13,7 @@
  * - While the admin says draining (/healthcheck/fail) the node is withdrawn and not registered
  *   again until /healthcheck/ok. On shutdown it is deregistered.
  */
+import { addressProblem, serviceNameProblem } from '../registry/validate.js';
 import { randomUUID } from 'node:crypto';
 import { Agent, request } from 'undici';
 import type { Runtime } from '../runtime.js';
@@ -92,7 +93,10 @@ export function appOptionsFromFlags(flags: AppFlags, ttlGiven: boolean): AppOpti
   }
   if (!name) throw new AppFlagError('--server_address needs --server_name (the name to register the app under)');
   if (!address) throw new AppFlagError('--server_name needs --server_address (host:port of the app)');
-  parseAppAddress(address);
+  const nameProblem = serviceNameProblem(name);
+  if (nameProblem) throw new AppFlagError(`invalid value for flag --server_name: ${nameProblem}`);
+  const hostProblem = addressProblem(parseAppAddress(address).host);
+  if (hostProblem) throw new AppFlagError(`invalid value for flag --server_address: ${hostProblem}`);
   if (url) parseHealthUrl(url);
   const intervalMs = flags.healthcheck_interval;
   const timeoutMs = flags.healthcheck_timeout;

@@ -28,7 +28,7 @@ import {
   type StaticClusterConfig,
   type StaticHostConfig,
 } from './config.js';
-import { parseHostPort, parseWeight, specFromNode, type HostSpec } from './host.js';
+import { hostKey, parseHostPort, parseWeight, specFromNode, type HostSpec } from './host.js';
 import { SelfGuard, selfRefusingConnector, type SelfLookup } from './self-guard.js';
 import type {
   AcquireOptions,
@@ -40,6 +40,13 @@ import type {
 } from './types.js';
 
 export const DEFAULT_MAX_CLUSTERS = 10_000;
+
+/**
+ * New hosts added per turn of the event loop when a registry change brings many at once (a
+ * service of thousands of nodes appearing): the rest follow after setImmediate, so requests and
+ * timers keep running meanwhile.
+ */
+export const HOST_APPLY_CHUNK = 500;
 
 /** Node metadata key naming the path active health checks GET. */
 export const HEALTH_CHECK_PATH_KEY = 'health_check_path';
@@ -86,6 +93,8 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private readonly loading = new Map<string, Promise<Cluster>>();
   /** Names with a registry event while their cluster was loading. */
   private readonly dirty = new Set<string>();
+  /** Per registry cluster: bumped by every host-set change, so a chunked one stops when overtaken. */
+  private readonly applyGeneration = new Map<string, number>();
   private watcher?: Watcher;
   private revision: string;
   private closed = false;
@@ -264,7 +273,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     for (const s of found) if (s.nodes.length > 0) versions.set(s.version, s.nodes);
     this.versions.set(name, versions);
     // Warm up: the first health checks of checked hosts finish before the first pick.
-    await cluster.setHosts(this.entries(name, versions));
+    await this.applyHosts(cluster, versions);
     // Registry changes seen while loading: read the service again.
     while (this.dirty.has(name) && !cluster.closed && !this.closed) {
       this.dirty.delete(name);
@@ -272,7 +281,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
       const v = new Map<string, Node[]>();
       for (const s of again) if (s.nodes.length > 0) v.set(s.version, s.nodes);
       this.versions.set(name, v);
-      await cluster.setHosts(this.entries(name, v));
+      await this.applyHosts(cluster, v);
     }
     return cluster;
   }
@@ -327,9 +336,42 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     let versions = this.versions.get(name);
     if (!versions) this.versions.set(name, (versions = new Map()));
     const version = event.service.version ?? '';
-    if (event.action === 'delete' || !Array.isArray(event.service.nodes) || event.service.nodes.length === 0) versions.delete(version);
-    else versions.set(version, event.service.nodes);
-    void cluster.setHosts(this.entries(name, versions));
+    const before = versions.get(version);
+    if (event.action === 'delete' || !Array.isArray(event.service.nodes) || event.service.nodes.length === 0) {
+      if (!before) return;
+      versions.delete(version);
+    } else {
+      // Service metadata or endpoints changed, the nodes did not: nothing to do for the hosts.
+      if (before && sameNodes(before, event.service.nodes)) return;
+      versions.set(version, event.service.nodes);
+    }
+    void this.applyHosts(cluster, versions);
+  }
+
+  /**
+   * Makes the cluster's hosts those of `versions`. Hosts that exist are updated in place and gone
+   * ones removed at once; new hosts are added HOST_APPLY_CHUNK per turn of the event loop, so
+   * a change of thousands of nodes never blocks the process for long. A later change for the
+   * same cluster takes over from one still being applied. Resolves when the hosts are in place
+   * and the first health checks of new hosts are done.
+   */
+  private async applyHosts(cluster: Cluster, versions: Map<string, Node[]>): Promise<void> {
+    const name = cluster.name;
+    const generation = (this.applyGeneration.get(name) ?? 0) + 1;
+    this.applyGeneration.set(name, generation);
+    const entries = this.entries(name, versions);
+    const fresh: HostEntry[] = [];
+    const kept: HostEntry[] = [];
+    for (const e of entries) (cluster.host(hostKey(e.spec.address, e.spec.port)) ? kept : fresh).push(e);
+    if (fresh.length > HOST_APPLY_CHUNK) {
+      for (let added = 0; added < fresh.length - HOST_APPLY_CHUNK; ) {
+        added += HOST_APPLY_CHUNK;
+        void cluster.setHosts(kept.concat(fresh.slice(0, added)));
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        if (this.applyGeneration.get(name) !== generation || cluster.closed || this.closed) return;
+      }
+    }
+    await cluster.setHosts(entries);
   }
 
   private dropIfIdle(cluster: Cluster): void {
@@ -346,6 +388,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     if (this.dynamic.get(cluster.name) !== cluster) return;
     this.dynamic.delete(cluster.name);
     this.versions.delete(cluster.name);
+    this.applyGeneration.delete(cluster.name);
     void cluster.close(this.closeGraceMs);
     this.removeStats(cluster.name);
     this.sRemoved.inc();
@@ -373,6 +416,22 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     const own = new RegExp(`^${escapeRegExp(prefix)}(?:upstream_|membership_|outlier_detection\\.|health_check\\.|circuit_breakers\\.|lb_)`);
     for (const stat of this.store.list({ filter: own })) this.store.removePrefix(stat.name);
   }
+}
+
+/** True when both lists hold the same nodes (id, address, port, metadata), in any order. */
+function sameNodes(a: readonly Node[], b: readonly Node[]): boolean {
+  if (a.length !== b.length) return false;
+  const byId = new Map(a.map((n) => [n.id, n]));
+  if (byId.size !== a.length) return false;
+  for (const n of b) {
+    const o = byId.get(n.id);
+    if (!o || o.address !== n.address || o.port !== n.port) return false;
+    const om = o.metadata ?? {};
+    const nm = n.metadata ?? {};
+    const keys = Object.keys(nm);
+    if (keys.length !== Object.keys(om).length || keys.some((k) => om[k] !== nm[k])) return false;
+  }
+  return true;
 }
 
 function escapeRegExp(text: string): string {

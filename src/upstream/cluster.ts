@@ -195,7 +195,13 @@ export class Cluster {
       let host = this.hostMap.get(key);
       if (host) host.update(entry.spec);
       else {
-        host = this.createHost(entry.spec);
+        try {
+          host = this.createHost(entry.spec);
+        } catch (err) {
+          // An address no URL can hold (the registry refuses those; a custom source might not).
+          this.log.warn({ cluster: this.name, host: key, err: (err as Error).message }, 'host skipped: invalid address');
+          continue;
+        }
         this.hostMap.set(key, host);
         changed = true;
         this.log.debug({ cluster: this.name, host: key }, 'host added');

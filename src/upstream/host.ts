@@ -98,7 +98,9 @@ export class Host implements UpstreamTarget {
   region: string;
   canary: boolean;
 
-  readonly dispatcher: Pool;
+  private pool: Pool | undefined;
+  private readonly poolOptions: HostPoolOptions;
+  private readonly listener?: HostConnectionListener;
   readonly stats: HostStatsSnapshot = {
     cx_active: 0,
     cx_connect_fail: 0,
@@ -141,25 +143,43 @@ export class Host implements UpstreamTarget {
     this.zone = spec.zone;
     this.region = spec.region;
     this.canary = spec.canary;
-    this.dispatcher = new Pool(`http://${this.key}`, {
-      connections: pool.connections,
+    // Checked now (throws TypeError: Invalid URL), so a host that cannot be reached is refused
+    // when it is added, not on its first request.
+    new URL(`http://${this.key}`);
+    this.poolOptions = pool;
+    this.listener = listener;
+  }
+
+  /**
+   * The host's connection pool, made on first use: a cluster of thousands of hosts that are never
+   * called costs no pools (each holds buffers). A host used after it was removed gets a pool its
+   * keep-alive timeout closes.
+   */
+  get dispatcher(): Pool {
+    if (this.pool) return this.pool;
+    const options = this.poolOptions;
+    const listener = this.listener;
+    const pool = new Pool(`http://${this.key}`, {
+      connections: options.connections,
       pipelining: 1,
-      keepAliveTimeout: pool.keepAliveTimeoutMs,
-      connect: { timeout: pool.connectTimeoutMs },
+      keepAliveTimeout: options.keepAliveTimeoutMs,
+      connect: { timeout: options.connectTimeoutMs },
     });
-    this.dispatcher.on('connect', () => {
+    pool.on('connect', () => {
       this.stats.cx_total++;
       this.stats.cx_active++;
       listener?.connect(this);
     });
-    this.dispatcher.on('disconnect', () => {
+    pool.on('disconnect', () => {
       if (this.stats.cx_active > 0) this.stats.cx_active--;
       listener?.disconnect(this);
     });
-    this.dispatcher.on('connectionError', () => {
+    pool.on('connectionError', () => {
       this.stats.cx_connect_fail++;
       listener?.connectFailure(this);
     });
+    this.pool = pool;
+    return pool;
   }
 
   /** Takes the node's new metadata without touching stats or health. */
@@ -179,15 +199,15 @@ export class Host implements UpstreamTarget {
 
   /** Requests queued in the pool, not yet written to a connection. */
   pendingInPool(): number {
-    return this.dispatcher.stats.pending;
+    return this.pool ? this.pool.stats.pending : 0;
   }
 
   /**
    * Closes the pool: in-flight requests finish (up to graceMs), then connections are destroyed.
    */
   async close(graceMs = 5_000): Promise<void> {
-    const pool = this.dispatcher;
-    if (pool.destroyed) return;
+    const pool = this.pool;
+    if (!pool || pool.destroyed) return;
     let timer: NodeJS.Timeout | undefined;
     const closing = pool.closed ? Promise.resolve() : pool.close().catch(() => {});
     const timedOut = await Promise.race([
