@@ -11,8 +11,9 @@ import pino from 'pino';
 import type { Message } from '../src/broker/broker.js';
 import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, encodeHeader } from '../src/broker/http.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry } from '../src/registry/local.js';
-import type { Registry } from '../src/registry/registry.js';
+import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local.js';
+import { RegistryValidationError, type Registry } from '../src/registry/registry.js';
+import Database from 'better-sqlite3';
 import { ROOT, sleep, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 
 const silent = pino({ level: 'silent' });
@@ -71,14 +72,25 @@ describe('http broker: unknown ids of a batch are reported without breaking the 
     try {
       const ready = await peer.waitForOutput(/READY \S+/, 20_000);
       const [address, port] = ready.split(' ')[1]!.split(':') as [string, string];
-      // e.g. registered through the sidecar's POST /registry, or left by another implementation
-      await registry.register({
-        name: 'topic:crash',
-        version: 'broadcast',
-        metadata: {},
-        endpoints: [],
-        nodes: [{ id: 'ghost-\u20ac', address, port: Number(port), metadata: { broker: 'http', batch: '1' } }],
-      });
+      // The registry's doors refuse such an id; another implementation may still write it into the file.
+      await assert.rejects(
+        registry.register({ name: 'topic:crash', version: 'broadcast', metadata: {}, endpoints: [], nodes: [{ id: 'ghost-\u20ac', address, port: Number(port), metadata: {} }] }),
+        RegistryValidationError,
+      );
+      const db = new Database(join(dir.path, LOCAL_DB_FILE));
+      try {
+        db.prepare(`INSERT OR REPLACE INTO services (name, version, metadata, endpoints) VALUES ('topic:crash', 'broadcast', '{}', '[]')`).run();
+        db.prepare(`INSERT OR REPLACE INTO nodes (service, version, id, address, port, metadata, expires_at) VALUES ('topic:crash', 'broadcast', ?, ?, ?, ?, NULL)`).run(
+          'ghost-\u20ac',
+          address,
+          Number(port),
+          JSON.stringify({ broker: 'http', batch: '1' }),
+        );
+        const rev = (db.prepare(`UPDATE meta SET value = value + 1 WHERE key = 'revision' RETURNING value`).get() as { value: number }).value;
+        db.prepare(`INSERT OR IGNORE INTO changes (revision, service) VALUES (?, 'topic:crash')`).run(rev);
+      } finally {
+        db.close();
+      }
       await pub.publish('crash', msg('ordinary message'));
       await sleep(500);
       assert.equal(peer.child.exitCode, null, `the subscriber process died:\n${peer.output().slice(-1500)}`);
@@ -100,14 +112,11 @@ describe('http broker: the subscriber list is built for all subscribers at once'
     try {
       const good = collector();
       await sub.subscribe('t', good.handler);
-      await registry.register({
-        name: 'topic:t',
-        version: 'broadcast',
-        metadata: {},
-        endpoints: [],
-        // a lone surrogate: fine for JSON and the registry, URIError for encodeURIComponent
-        nodes: [{ id: 'bad-\ud800', address: '127.0.0.1', port: 9, metadata: { broker: 'http' } }],
-      });
+      // a lone surrogate: fine for JSON, URIError for encodeURIComponent; the registry refuses it now
+      await assert.rejects(
+        registry.register({ name: 'topic:t', version: 'broadcast', metadata: {}, endpoints: [], nodes: [{ id: 'bad-\ud800', address: '127.0.0.1', port: 9, metadata: { broker: 'http' } }] }),
+        RegistryValidationError,
+      );
       // Before the cache, the bad node's delivery failed alone (logged) and the others got the message.
       await pub.publish('t', msg('for the good one'));
       await waitFor(() => good.got.length === 1, 2000);
