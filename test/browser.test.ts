@@ -147,12 +147,13 @@ describe('the /stats dashboard in chromium', { skip: CHROMIUM ? false : 'chromiu
   });
 
   it('draining turns the state badge', async () => {
-    await fetch(`${setup.gw.admin}/healthcheck/fail`, { method: 'POST' });
+    // fetch() sends Sec-Fetch-Mode like a browser: a mutating admin request then needs X-Mesh-Admin.
+    await fetch(`${setup.gw.admin}/healthcheck/fail`, { method: 'POST', headers: { 'x-mesh-admin': '1' } });
     try {
       await page.waitForFunction(() => document.body.dataset.state === 'draining', null, { timeout: 5000 });
       assert.equal(await page.locator('#state').textContent(), 'draining');
     } finally {
-      await fetch(`${setup.gw.admin}/healthcheck/ok`, { method: 'POST' });
+      await fetch(`${setup.gw.admin}/healthcheck/ok`, { method: 'POST', headers: { 'x-mesh-admin': '1' } });
     }
     await page.waitForFunction(() => document.body.dataset.state === 'live', null, { timeout: 5000 });
   });
