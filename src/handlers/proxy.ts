@@ -6,8 +6,9 @@
  * Request bodies are bounded by --max_body_size: a Content-Length over it gets 413 before any host
  * is contacted; a chunked body is counted as it streams, and the byte that crosses the limit is
  * never sent: the upstream request is aborted (the host sees an incomplete request, never the
- * whole body) and the client gets 413 with `Connection: close`, or, when the host's answer had
- * already started, a reset connection (a status can no longer be sent).
+ * whole body) and the client gets 413, or, when the host's answer had already started, a reset
+ * connection (a status can no longer be sent). After a 413 the rest of the upload is read and
+ * dropped, up to another --max_body_size, then the connection is closed.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
@@ -79,6 +80,24 @@ function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
   if (length === undefined || length === '0') return 'none';
   const n = Number(length);
   return Number.isInteger(n) && n >= 0 && n <= BUFFERED_BODY_MAX ? 'small' : 'stream';
+}
+
+/**
+ * After a 413: the rest of the body is read and dropped, so that a client still sending reads the
+ * answer (closing on unread data would reset the connection and lose it); beyond another `limit`
+ * bytes the connection is closed.
+ */
+function drainThenClose(req: IncomingMessage, limit: number): void {
+  let drained = 0;
+  const onData = (chunk: Buffer) => {
+    drained += chunk.length;
+    if (drained > limit) {
+      req.off('data', onData);
+      req.socket.destroy();
+    }
+  };
+  req.on('data', onData);
+  req.resume();
 }
 
 type ForwardResult =
@@ -256,9 +275,8 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
   const limit = fe.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
-    // Before any host is contacted. Closed after the answer: the rest of the body is not awaited.
-    req.resume();
-    res.setHeader('connection', 'close');
+    // Before any host is contacted.
+    drainThenClose(req, limit);
     throw new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`);
   }
   const kind = bodyKind(req);
@@ -305,11 +323,13 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
       // Not the host's fault. The host got an aborted request, never the whole body.
       lease.release({ kind: 'cancelled' }, Date.now() - started);
       req.unpipe(counter);
-      req.resume();
       if (result.kind === 'error' && !result.responded && !res.headersSent && !res.destroyed) {
-        res.setHeader('connection', 'close');
+        drainThenClose(req, limit);
         sendError(res, new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`));
-      } else res.destroy();
+      } else {
+        req.resume();
+        res.destroy();
+      }
       return;
     }
     if (result.clientGone) {
