@@ -286,9 +286,14 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
   else if (kind === 'none') body = { kind: 'none' };
   else if (req.headers['transfer-encoding'] === undefined) body = { kind: 'stream', stream: req }; // Content-Length within the limit: the parser enforces it
   else {
-    counter = new BodyLimit(limit);
-    req.pipe(counter);
-    body = { kind: 'stream', stream: counter };
+    const limited = (counter = new BodyLimit(limit));
+    req.pipe(limited);
+    // pipe() does not pass on a client that goes away mid-upload: end the upstream body with an error too.
+    req.once('error', (err) => limited.destroy(err));
+    req.once('close', () => {
+      if (!req.complete) limited.destroy(new Error('client went away'));
+    });
+    body = { kind: 'stream', stream: limited };
   }
   const headers = forwardedHeaders(req, secure, body.kind !== 'buffered');
   // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
