@@ -137,3 +137,14 @@ test('measure: the depth scan costs little next to JSON.parse', () => {
     assert.ok(scan < parse * 2 + 5, `scan ${scan.toFixed(2)} ms, parse ${parse.toFixed(2)} ms`);
   }
 });
+
+test('"__proto__" is an own property on both parser paths, never the prototype', () => {
+  for (const text of ['{"__proto__":{"admin":true},"n":1}', '{"__proto__":{"admin":true},"n":12345678901234567890}']) {
+    const value = parseJson(text) as Record<string, unknown>;
+    assert.equal(Object.getPrototypeOf(value), Object.prototype, text);
+    assert.equal((value as { admin?: boolean }).admin, undefined, text);
+    assert.deepEqual(Object.keys(value), ['__proto__', 'n']);
+    assert.deepEqual(value['__proto__'], { admin: true });
+    assert.equal(stringifyJson(value), text);
+  }
+});

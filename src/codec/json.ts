@@ -111,7 +111,10 @@ export function parseJson(text: string): unknown {
         ws();
         if (text[i] !== ':') fail('Expected ":", found');
         i++;
-        obj[key] = value(depth + 1);
+        const v = value(depth + 1);
+        // As JSON.parse: "__proto__" is an own property, never the object's prototype.
+        if (key === '__proto__') Object.defineProperty(obj, key, { value: v, writable: true, enumerable: true, configurable: true });
+        else obj[key] = v;
         ws();
         if (text[i] === ',') {
           i++;
