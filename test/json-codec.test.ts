@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseJson, stringifyJson } from '../src/codec/json.js';
+import { JsonDepthError, MAX_JSON_DEPTH, jsonNestingExceeds, parseJson, stringifyJson } from '../src/codec/json.js';
 import { JSON_CODEC, codecFor, PROTOBUF_CODEC } from '../src/codec/codec.js';
 import { apiTypes } from '../src/codec/api-proto.js';
 
@@ -87,4 +87,64 @@ test('JSON codec decodes a Buffer, a Uint8Array view and an empty body', () => {
   assert.deepEqual(JSON_CODEC.decode(view), { big: 12345678901234567890n, s: 'é' });
   assert.deepEqual(JSON_CODEC.decode(buf.subarray(2, buf.length - 2)), { big: 12345678901234567890n, s: 'é' });
   assert.deepEqual(JSON_CODEC.decode(new Uint8Array(0)), {});
+});
+
+test('nesting deeper than MAX_JSON_DEPTH is a JsonDepthError, on both parser paths and through the codec', () => {
+  const nested = (n: number, inner = '1') => '['.repeat(n) + inner + ']'.repeat(n);
+  assert.deepEqual(parseJson(nested(MAX_JSON_DEPTH)), JSON.parse(nested(MAX_JSON_DEPTH)));
+  assert.equal(stringifyJson(parseJson(nested(MAX_JSON_DEPTH, '12345678901234567890'))), nested(MAX_JSON_DEPTH, '12345678901234567890'), 'the BigInt path at the limit');
+  for (const inner of ['1', '12345678901234567890', '{"a":{}}']) {
+    for (const n of [MAX_JSON_DEPTH + 1, 10_000, 200_000]) {
+      assert.throws(() => parseJson(nested(n, inner)), (err: Error) => err instanceof JsonDepthError && err instanceof SyntaxError && err.message === 'JSON nesting deeper than 64 levels of arrays and objects');
+    }
+  }
+  assert.throws(() => JSON_CODEC.decode(Buffer.from(nested(100_000))), JsonDepthError);
+  // Unbalanced or invalid input: the scan never throws, the parser reports the syntax.
+  assert.throws(() => parseJson('['.repeat(10) + '"unterminated'), (err: Error) => !(err instanceof JsonDepthError));
+});
+
+test('jsonNestingExceeds skips strings (escapes included) and scans Buffers as bytes', () => {
+  assert.equal(jsonNestingExceeds('[[[]]]', 3), false);
+  assert.equal(jsonNestingExceeds('[[[[]]]]', 3), true);
+  assert.equal(jsonNestingExceeds('[{"a":[]}]', 3), false);
+  // String.raw: the JSON text exactly as written.
+  assert.equal(jsonNestingExceeds(String.raw`["[[[[", "\\", [["x"]]]`, 3), false);
+  assert.equal(jsonNestingExceeds(String.raw`["\\", [[[1]]]]`, 3), true, 'an escaped backslash ends before the quote');
+  assert.equal(jsonNestingExceeds(String.raw`["\\"[[[[`, 3), true);
+  assert.equal(jsonNestingExceeds(String.raw`["\"[[[[["]`, 3), false, 'an escaped quote does not end the string');
+  assert.equal(jsonNestingExceeds(`["${'é'.repeat(100)}\\\\", [[[1]]]]`, 3), true, 'long strings (indexOf path) end at the right quote');
+  assert.equal(jsonNestingExceeds(`["${'x'.repeat(100)}\\\\\\"[[[[["]`, 3), false, 'long strings: an escaped quote after an escaped backslash');
+  assert.equal(jsonNestingExceeds(Buffer.from(`{"é€":[[[["ü"]]]]}`), 4), true);
+  assert.equal(jsonNestingExceeds(Buffer.from(`{"é€":[[["ü"]]]}`), 4), false);
+  assert.equal(jsonNestingExceeds('"unterminated [[[[[', 3), false);
+});
+
+test('measure: the depth scan costs little next to JSON.parse', () => {
+  const big = JSON.stringify({ items: Array.from({ length: 5000 }, (_, i) => ({ id: i, name: `item ${i}`, tags: ['a', 'b'], nested: { x: i * 1.5, s: 'q "u" \\ x' } })) });
+  const strings = JSON.stringify({ blob: 'x'.repeat(2_000_000) });
+  for (const text of [big, strings]) {
+    let parse = Infinity;
+    let scan = Infinity;
+    for (let round = 0; round < 5; round++) {
+      let t = performance.now();
+      JSON.parse(text);
+      parse = Math.min(parse, performance.now() - t);
+      t = performance.now();
+      jsonNestingExceeds(text);
+      scan = Math.min(scan, performance.now() - t);
+    }
+    // Generous: the scan is well under the parse on a quiet machine (about 0.4x structured, 0.02x strings).
+    assert.ok(scan < parse * 2 + 5, `scan ${scan.toFixed(2)} ms, parse ${parse.toFixed(2)} ms`);
+  }
+});
+
+test('"__proto__" is an own property on both parser paths, never the prototype', () => {
+  for (const text of ['{"__proto__":{"admin":true},"n":1}', '{"__proto__":{"admin":true},"n":12345678901234567890}']) {
+    const value = parseJson(text) as Record<string, unknown>;
+    assert.equal(Object.getPrototypeOf(value), Object.prototype, text);
+    assert.equal((value as { admin?: boolean }).admin, undefined, text);
+    assert.deepEqual(Object.keys(value), ['__proto__', 'n']);
+    assert.deepEqual(value['__proto__'], { admin: true });
+    assert.equal(stringifyJson(value), text);
+  }
 });

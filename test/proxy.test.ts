@@ -360,7 +360,7 @@ describe('mesh proxy: configuration errors stop it at start', () => {
       ['unknown.yaml', listener('{ match: { prefix: / }, cluster: backend, retries: 3 }') + cluster, /unknown\.yaml:5:\d+: listeners\[0\]\.routes\[0\]\.retries: unknown field/],
       ['type.yaml', listener('{ match: { prefix: / }, cluster: backend }') + 'clusters:\n  - name: backend\n    hosts: [{ address: 127.0.0.1, port: eighty }]\n', /type\.yaml:8:\d+: clusters\[0\]\.hosts\[0\]\.port: must be an integer/],
       ['cluster.yaml', listener('{ match: { prefix: / }, cluster: backnd }') + cluster, /cluster\.yaml:5:\d+: listeners\[0\]\.routes\[0\]\.cluster: unknown cluster "backnd" \(clusters: backend\)/],
-      ['regex.yaml', listener("{ match: { regex: '^/(x' }, cluster: backend }") + cluster, /regex\.yaml:5:\d+: listeners\[0\]\.routes\[0\]\.match\.regex: invalid regex "\^\/\(x": Unterminated group$/m],
+      ['regex.yaml', listener("{ match: { regex: '^/(x' }, cluster: backend }") + cluster, /regex\.yaml:5:\d+: listeners\[0\]\.routes\[0\]\.match\.regex: invalid regex "\^\/\(x": missing closing \): `\^\/\(x`$/m],
       ['dup.yaml', listener('{ match: { prefix: / }, cluster: backend }') + cluster + '  - name: backend\n    hosts: [127.0.0.1:10]\n', /dup\.yaml:9:\d+: clusters\[1\]\.name: cluster "backend" is defined twice/],
       ['duration.yaml', listener('{ match: { prefix: / }, cluster: backend }') + cluster + '    health_check: { path: /h, timeout: 1 }\n', /duration\.yaml:9:\d+: clusters\[0\]\.health_check\.timeout: must be a duration/],
       ['syntax.yaml', 'listeners:\n  - name: l\n   address: x\n', /syntax\.yaml:\d+:\d+: invalid YAML/],

@@ -1,7 +1,12 @@
 /**
  * JSON that keeps integers beyond 2^53 exact: they decode as BigInt and encode back as the same
- * digits. Everything else behaves like JSON.parse / JSON.stringify.
+ * digits. Everything else behaves like JSON.parse / JSON.stringify, except that arrays and objects
+ * nested deeper than MAX_JSON_DEPTH are refused (JsonDepthError): code that walks a decoded value
+ * recursively (JSON.stringify, protobuf encoding) then never overflows the stack.
  */
+
+/** Deepest nesting of arrays and objects accepted when parsing (`[[1]]` is 2 deep). */
+export const MAX_JSON_DEPTH = 64;
 
 export class JsonSyntaxError extends SyntaxError {
   constructor(message: string, readonly position: number) {
@@ -10,11 +15,64 @@ export class JsonSyntaxError extends SyntaxError {
   }
 }
 
+/** Arrays and objects nested deeper than MAX_JSON_DEPTH. */
+export class JsonDepthError extends SyntaxError {
+  constructor(readonly limit: number = MAX_JSON_DEPTH) {
+    super(`JSON nesting deeper than ${limit} levels of arrays and objects`);
+    this.name = 'JsonDepthError';
+  }
+}
+
+/**
+ * True when brackets outside strings nest deeper than max. A scan without parsing, cheap next to
+ * JSON.parse (long strings are skipped with indexOf); the text need not be valid JSON. A Buffer
+ * is scanned as bytes (UTF-8 never hides a quote, a backslash or a bracket in a multi-byte character).
+ */
+export function jsonNestingExceeds(input: string | Uint8Array, max: number = MAX_JSON_DEPTH): boolean {
+  // Deeper than max needs more than max opening brackets (and as many characters).
+  if (input.length <= max) return false;
+  const text = typeof input === 'string' ? input : Buffer.from(input.buffer, input.byteOffset, input.byteLength).toString('latin1');
+  const n = text.length;
+  let depth = 0;
+  for (let i = 0; i < n; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // A string: a short one char by char, then indexOf for the closing quote that is not
+      // escaped (preceded by an even run of backslashes).
+      let j = i + 1;
+      const stop = Math.min(n, j + 64);
+      for (; j < stop; j++) {
+        const d = text.charCodeAt(j);
+        if (d === 0x5c) j++;
+        else if (d === 0x22) break;
+      }
+      if (j < stop) {
+        i = j;
+        continue;
+      }
+      for (;;) {
+        const q = text.indexOf('"', j);
+        if (q < 0) return false; // unterminated: the parser says so
+        let b = q - 1;
+        while (text.charCodeAt(b) === 0x5c) b--;
+        j = q + 1;
+        if ((q - 1 - b) % 2 === 0) break;
+      }
+      i = j - 1;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 /** A run of 16 or more digits: the only way a text can hold an integer beyond 2^53. */
 const LONG_DIGITS = /\d{16,}/;
 
+/** Parses JSON text; throws a JsonSyntaxError, or a JsonDepthError beyond MAX_JSON_DEPTH. */
 export function parseJson(text: string): unknown {
+  if (jsonNestingExceeds(text)) throw new JsonDepthError();
   // Fast path: when no long integer literal can be present, the native parser is exact.
   if (!LONG_DIGITS.test(text)) {
     try {
@@ -35,7 +93,7 @@ export function parseJson(text: string): unknown {
     throw new JsonSyntaxError(i >= text.length ? 'Unexpected end of JSON input' : `${what} "${text[i]}"`, i);
   };
   const value = (depth: number): unknown => {
-    if (depth > 512) fail('JSON nested too deeply');
+    if (depth > MAX_JSON_DEPTH) throw new JsonDepthError();
     ws();
     const c = text[i];
     if (c === '{') {
@@ -53,7 +111,10 @@ export function parseJson(text: string): unknown {
         ws();
         if (text[i] !== ':') fail('Expected ":", found');
         i++;
-        obj[key] = value(depth + 1);
+        const v = value(depth + 1);
+        // As JSON.parse: "__proto__" is an own property, never the object's prototype.
+        if (key === '__proto__') Object.defineProperty(obj, key, { value: v, writable: true, enumerable: true, configurable: true });
+        else obj[key] = v;
         ws();
         if (text[i] === ',') {
           i++;

@@ -13,7 +13,9 @@
  *   exact     `/greeter/hello`            the request path must be equal
  *   template  `/greeter/{name}`           `{x}` matches one non-empty segment;
  *             `/static/*`                 a trailing `/*` matches `/static` and everything under it
- *   regex     `^/items/[0-9]+`            starts with `^`; matches the WHOLE path (as if it ended in `$`)
+ *   regex     `^/items/[0-9]+`            starts with `^`; matches the WHOLE path (as if it ended in `$`);
+ *                                         RE2 syntax, linear time (src/util/regex.ts); a path longer than
+ *                                         MAX_REGEX_PATH_LENGTH never matches a regex route
  *
  * Order (deterministic, whatever order the registry lists things in): exact paths, then
  * templates, then regexes; within a kind the longer pattern first; then by service name, endpoint
@@ -21,7 +23,7 @@
  */
 import type { Logger } from 'pino';
 import type { Registry, Service, Watcher } from '../registry/registry.js';
-import { MAX_REGEX_LENGTH, regexHazard } from '../util/regex.js';
+import { compilePathRegex } from '../util/regex.js';
 
 export type HandlerName = 'api' | 'rpc' | 'proxy' | 'event';
 export type PathKind = 'exact' | 'template' | 'regex';
@@ -112,23 +114,10 @@ interface CompiledPath {
 export function compilePath(pattern: string): CompiledPath {
   if (/\s/.test(pattern)) throw new Error('a path may not contain white space');
   if (pattern.startsWith('^')) {
-    if (pattern.length > MAX_REGEX_LENGTH) throw new Error(`regex longer than ${MAX_REGEX_LENGTH} characters`);
-    const hazard = regexHazard(pattern);
-    if (hazard) throw new Error(hazard);
-    let re: RegExp;
-    try {
-      // Anchored at both ends: `^/call` matches /call only, never /call/x or /foo/call.
-      re = new RegExp(`^(?:${pattern.slice(1)})$`);
-    } catch (err) {
-      throw new Error(`invalid regex: ${(err as Error).message}`);
-    }
-    return {
-      kind: 'regex',
-      matchPath: (path) => {
-        const m = re.exec(path);
-        return m ? { ...(m.groups ?? {}) } : undefined;
-      },
-    };
+    // RE2 (linear time), anchored at both ends: `^/call` matches /call only, never /call/x or
+    // /foo/call. A path longer than MAX_REGEX_PATH_LENGTH does not match.
+    const re = compilePathRegex(pattern);
+    return { kind: 'regex', matchPath: (path) => re.exec(path) };
   }
   if (!pattern.startsWith('/')) throw new Error('a path must start with / (or ^ for a regex)');
   const segments = pattern.split('/').slice(1);

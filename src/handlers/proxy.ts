@@ -2,11 +2,18 @@
  * The proxy handler: a reverse proxy to a node of the service chosen by the cluster manager, with
  * the full original path and query, streaming both ways, X-Forwarded-For/-Proto/-Host set, and
  * WebSocket (any Upgrade) requests tunnelled. Talks plain HTTP to the node.
+ *
+ * Request bodies are bounded by --max_body_size: a Content-Length over it gets 413 before any host
+ * is contacted; a chunked body is counted as it streams, and the byte that crosses the limit is
+ * never sent: the upstream request is aborted (the host sees an incomplete request, never the
+ * whole body) and the client gets 413, or, when the host's answer had already started, a reset
+ * connection (a status can no longer be sent). After a 413 the rest of the upload is read and
+ * dropped, up to another --max_body_size, then the connection is closed.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { connect, type Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
+import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
 import { MeshError, asFrontEndError } from '../errors.js';
 import { sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
@@ -44,7 +51,28 @@ function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boo
 /** Bodies up to this size (by Content-Length) are read first and sent in one write with the headers. */
 const BUFFERED_BODY_MAX = 64 * 1024;
 
-type RequestBody = { kind: 'none' } | { kind: 'buffered'; bytes: Buffer } | { kind: 'stream' };
+type RequestBody = { kind: 'none' } | { kind: 'buffered'; bytes: Buffer } | { kind: 'stream'; stream: Readable };
+
+/**
+ * Passes a chunked body through until it exceeds limit bytes, then fails (the chunk that crosses
+ * the limit is not passed on) and sets `exceeded`.
+ */
+class BodyLimit extends Transform {
+  private size = 0;
+  exceeded = false;
+  constructor(private readonly limit: number) {
+    super();
+  }
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
+    this.size += chunk.length;
+    if (this.size > this.limit) {
+      this.exceeded = true;
+      done(new Error(`request body larger than ${this.limit} bytes`));
+      return;
+    }
+    done(null, chunk);
+  }
+}
 
 function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
   const length = req.headers['content-length'];
@@ -52,6 +80,24 @@ function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
   if (length === undefined || length === '0') return 'none';
   const n = Number(length);
   return Number.isInteger(n) && n >= 0 && n <= BUFFERED_BODY_MAX ? 'small' : 'stream';
+}
+
+/**
+ * After a 413: the rest of the body is read and dropped, so that a client still sending reads the
+ * answer (closing on unread data would reset the connection and lose it); beyond another `limit`
+ * bytes the connection is closed.
+ */
+function drainThenClose(req: IncomingMessage, limit: number): void {
+  let drained = 0;
+  const onData = (chunk: Buffer) => {
+    drained += chunk.length;
+    if (drained > limit) {
+      req.off('data', onData);
+      req.socket.destroy();
+    }
+  };
+  req.on('data', onData);
+  req.resume();
 }
 
 type ForwardResult =
@@ -215,7 +261,7 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
           path: req.url ?? '/',
           method: (req.method ?? 'GET') as Dispatcher.HttpMethod,
           headers,
-          body: body.kind === 'buffered' ? body.bytes : body.kind === 'stream' ? req : undefined,
+          body: body.kind === 'buffered' ? body.bytes : body.kind === 'stream' ? body.stream : undefined,
         },
         attempt,
       );
@@ -226,10 +272,29 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
 }
 
 export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const limit = fe.maxBodyBytes;
+  const declared = Number(req.headers['content-length']);
+  if (req.headers['content-length'] !== undefined && declared > limit) {
+    // Before any host is contacted.
+    drainThenClose(req, limit);
+    throw new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`);
+  }
   const kind = bodyKind(req);
   let body: RequestBody;
+  let counter: BodyLimit | undefined;
   if (kind === 'small') body = { kind: 'buffered', bytes: await readBody(req, BUFFERED_BODY_MAX, fe.errorId) };
-  else body = { kind } as RequestBody;
+  else if (kind === 'none') body = { kind: 'none' };
+  else if (req.headers['transfer-encoding'] === undefined) body = { kind: 'stream', stream: req }; // Content-Length within the limit: the parser enforces it
+  else {
+    const limited = (counter = new BodyLimit(limit));
+    req.pipe(limited);
+    // pipe() does not pass on a client that goes away mid-upload: end the upstream body with an error too.
+    req.once('error', (err) => limited.destroy(err));
+    req.once('close', () => {
+      if (!req.complete) limited.destroy(new Error('client went away'));
+    });
+    body = { kind: 'stream', stream: limited };
+  }
   const headers = forwardedHeaders(req, secure, body.kind !== 'buffered');
   // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
   const retries = body.kind === 'stream' ? 0 : fe.runtime.config.client_retries;
@@ -257,6 +322,19 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
     const result = await forward(lease.target.dispatcher, req, res, headers, body, timeoutMs, fe.runtime.config.stream_idle_timeout);
     if (result.kind === 'response') {
       lease.release(result, Date.now() - started);
+      return;
+    }
+    if (counter?.exceeded) {
+      // Not the host's fault. The host got an aborted request, never the whole body.
+      lease.release({ kind: 'cancelled' }, Date.now() - started);
+      req.unpipe(counter);
+      if (result.kind === 'error' && !result.responded && !res.headersSent && !res.destroyed) {
+        drainThenClose(req, limit);
+        sendError(res, new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`));
+      } else {
+        req.resume();
+        res.destroy();
+      }
       return;
     }
     if (result.clientGone) {

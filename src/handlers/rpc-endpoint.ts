@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { MeshError, asFrontEndError } from '../errors.js';
 import { mediaType } from '../codec/codec.js';
-import { parseJson, stringifyJson } from '../codec/json.js';
+import { JsonDepthError, parseJson, stringifyJson } from '../codec/json.js';
 import { readBody } from '../http/body.js';
 import { sendBytes, sendError } from '../http/respond.js';
 import { callOptionsFrom, type FrontEnd } from './front-end.js';
@@ -27,6 +27,7 @@ export function parseRpcCall(errorId: string, contentType: string | undefined, b
     try {
       parsed = parseJson(body.toString('utf8') || '{}');
     } catch (err) {
+      if (err instanceof JsonDepthError) throw new MeshError(errorId, 400, `body: ${err.message}`);
       throw new MeshError(errorId, 400, `malformed JSON body: ${(err as Error).message}`);
     }
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new MeshError(errorId, 400, 'body: must be a JSON object');
@@ -46,6 +47,7 @@ export function parseRpcCall(errorId: string, contentType: string | undefined, b
     try {
       request = request.trim() === '' ? {} : parseJson(request);
     } catch (err) {
+      if (err instanceof JsonDepthError) throw new MeshError(errorId, 400, `request: ${err.message}`);
       throw new MeshError(errorId, 400, `request: not valid JSON: ${(err as Error).message}`);
     }
   }

@@ -1,11 +1,13 @@
 /**
  * The rpc handler (gateway `--handler=rpc`, sidecar `/<service>/<method>`): JSON or protobuf
- * bodies pass through to the backend untouched; a GET query becomes a JSON object. The answer's
+ * bodies pass through to the backend untouched (a JSON body nested deeper than MAX_JSON_DEPTH is
+ * refused with 400 first); a GET query becomes a JSON object. The answer's
  * Content-Type is the codec's, never copied from the request.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { MeshError, asFrontEndError } from '../errors.js';
 import { mediaType } from '../codec/codec.js';
+import { JsonDepthError, jsonNestingExceeds } from '../codec/json.js';
 import { readBody } from '../http/body.js';
 import { sendBytes, sendError } from '../http/respond.js';
 import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
@@ -30,6 +32,9 @@ export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     contentType = media === '' || media === 'application/json' ? 'application/json' : 'application/protobuf';
     body = await readBody(req, fe.maxBodyBytes, fe.errorId);
     if (body.byteLength === 0 && contentType === 'application/json') body = Buffer.from('{}');
+    // The body passes through undecoded; the service would refuse it anyway: say so here, with a
+    // scan, not a parse.
+    else if (contentType === 'application/json' && jsonNestingExceeds(body)) throw new MeshError(fe.errorId, 400, `body: ${new JsonDepthError().message}`);
   }
   try {
     const answer = await fe.runtime.client.call(route.service, route.method, body, callOptionsFrom(req, contentType));

@@ -1,63 +1,156 @@
-/** Checks on regexes that come from outside (route metadata, config files). */
+/**
+ * Regexes that come from outside (gateway route metadata, `mesh proxy` config files), matched in
+ * linear time.
+ *
+ * They are compiled and run by re2js, a port of RE2: no backtracking, so a pattern like
+ * `^/(a+)+$` or `^/\d+\d+\d+$` costs time proportional to (program size x path length), never
+ * exponential or polynomial in the path. What RE2 cannot do in linear time (backreferences,
+ * lookahead, lookbehind) is refused at compile time. Three bounds make the cost small:
+ *   - the pattern is at most MAX_REGEX_LENGTH characters;
+ *   - its compiled program is at most MAX_REGEX_PROGRAM_SIZE instructions (counted repetitions
+ *     like `[a-z]{1,500}` expand; the size is estimated before compiling, so compiling is cheap
+ *     too, and checked after);
+ *   - a path longer than MAX_REGEX_PATH_LENGTH characters does not match any regex (it is not run).
+ */
+import { RE2JS } from 're2js';
 
 /** Longest regex source accepted. */
 export const MAX_REGEX_LENGTH = 1024;
+/** Largest compiled program (RE2 instructions) accepted: bounds the cost per path character. */
+export const MAX_REGEX_PROGRAM_SIZE = 400;
+/** Longest path a regex runs on; a longer path does not match. */
+export const MAX_REGEX_PATH_LENGTH = 2048;
+
+/** A compiled outside regex; it matches the WHOLE path (as if it started with `^` and ended with `$`). */
+export interface PathRegex {
+  readonly source: string;
+  /** True when the whole path matches (always false for a path longer than MAX_REGEX_PATH_LENGTH). */
+  test(path: string): boolean;
+  /** The named groups that took part in the match when the whole path matches, else undefined. */
+  exec(path: string): Record<string, string> | undefined;
+}
 
 /**
- * Checks a regex source for what makes backtracking explode: a quantified group that itself
- * contains a quantifier or an alternation (`(a+)+`, `(a|aa)*`), and backreferences. Returns the
- * problem, or undefined when the pattern is acceptable.
+ * An upper estimate of the RE2 program size of a pattern, computed in one pass without compiling
+ * (compiling a pattern that expands to many thousand instructions itself takes long). Counted
+ * repetitions multiply the size of what they repeat.
  */
-export function regexHazard(source: string): string | undefined {
-  if (/\\[1-9]|\\k</.test(source)) return 'backreferences are not allowed';
-  // A stack of groups: does the group contain a quantifier or an alternation?
-  const stack: Array<{ risky: boolean }> = [];
-  let inClass = false;
-  let lastAtomRisky = false;
+export function estimateProgramSize(source: string): number {
+  // One frame per open group: the size so far, and the size of its last atom (what a quantifier applies to).
+  const stack: Array<{ size: number; last: number }> = [{ size: 0, last: 0 }];
+  const top = () => stack[stack.length - 1]!;
+  const atom = (w: number) => {
+    const f = top();
+    f.size += w;
+    f.last = w;
+  };
+  const requantify = (w: number) => {
+    const f = top();
+    f.size += w - f.last;
+    f.last = w;
+  };
   for (let i = 0; i < source.length; i++) {
     const c = source[i]!;
     if (c === '\\') {
-      i++;
-      lastAtomRisky = false;
+      // \pL, \p{Greek}, \x{1F600}: one atom.
+      const next = source[i + 1];
+      if ((next === 'p' || next === 'P' || next === 'x') && source[i + 2] === '{') {
+        const end = source.indexOf('}', i);
+        i = end < 0 ? source.length : end;
+      } else i++;
+      atom(1);
       continue;
     }
-    if (inClass) {
-      if (c === ']') inClass = false;
-      continue;
-    }
-    const quantifier = c === '*' || c === '+' || (c === '{' && /^\{\d+(,\d*)?\}/.test(source.slice(i)));
-    if (quantifier) {
-      if (lastAtomRisky) return 'nested quantifiers (like (a+)+) are not allowed';
-      if (stack.length) stack[stack.length - 1]!.risky = true;
-      if (c === '{') i = source.indexOf('}', i);
-      lastAtomRisky = false;
-      continue;
-    }
-    switch (c) {
-      case '[':
-        inClass = true;
-        lastAtomRisky = false;
-        break;
-      case '(':
-        stack.push({ risky: false });
-        lastAtomRisky = false;
-        break;
-      case ')': {
-        const group = stack.pop();
-        lastAtomRisky = group?.risky ?? false;
-        if (group?.risky && stack.length) stack[stack.length - 1]!.risky = true;
-        break;
+    if (c === '[') {
+      // A class is one instruction; skip to its end (a `]` first in the class, or escaped, is literal).
+      let j = i + 1;
+      if (source[j] === '^') j++;
+      if (source[j] === ']') j++;
+      for (; j < source.length && source[j] !== ']'; j++) {
+        if (source[j] === '\\') j++;
+        else if (source[j] === '[' && source[j + 1] === ':') {
+          const end = source.indexOf(':]', j + 2);
+          if (end > 0) j = end + 1;
+        }
       }
-      case '|':
-        if (stack.length) stack[stack.length - 1]!.risky = true;
-        lastAtomRisky = false;
-        break;
-      case '?':
-        // `?` after a group is a quantifier too, but bounded: (a+)? is linear.
-        break;
-      default:
-        lastAtomRisky = false;
+      i = j;
+      atom(1);
+      continue;
     }
+    if (c === '(') {
+      stack.push({ size: 0, last: 0 });
+      continue;
+    }
+    if (c === ')') {
+      if (stack.length > 1) {
+        const inner = stack.pop()!;
+        atom(inner.size + 2);
+      }
+      continue;
+    }
+    if (c === '|') {
+      const f = top();
+      f.size += 1;
+      f.last = 0;
+      continue;
+    }
+    if (c === '*' || c === '+' || c === '?') {
+      requantify(top().last + 2);
+      continue;
+    }
+    if (c === '{') {
+      const m = /^\{(\d+)(,(\d*))?\}/.exec(source.slice(i, i + 24));
+      if (m) {
+        const min = Number(m[1]);
+        const max = m[2] === undefined ? min : m[3] === '' ? min + 1 : Number(m[3]);
+        requantify(top().last * Math.max(min, max, 1) + Math.max(max - min, 0) + 2);
+        i += m[0].length - 1;
+        continue;
+      }
+    }
+    atom(1);
   }
-  return undefined;
+  let size = 0;
+  for (const f of stack) size += f.size;
+  return size + 2;
+}
+
+/**
+ * Compiles an outside regex (RE2 syntax) matching whole paths. Throws an Error naming the pattern
+ * and saying why it is refused: too long, too large once expanded, invalid, or a construct RE2
+ * does not have (backreferences, lookaround).
+ */
+export function compilePathRegex(source: string): PathRegex {
+  const quoted = JSON.stringify(source.length > 80 ? source.slice(0, 80) + '...' : source);
+  if (source.length > MAX_REGEX_LENGTH) throw new Error(`regex ${quoted} is longer than ${MAX_REGEX_LENGTH} characters`);
+  const tooLarge = (size: number) =>
+    new Error(`regex ${quoted} is too complex: about ${size} instructions once repetitions are expanded (at most ${MAX_REGEX_PROGRAM_SIZE})`);
+  const estimate = estimateProgramSize(source);
+  if (estimate > MAX_REGEX_PROGRAM_SIZE) throw tooLarge(estimate);
+  let re: RE2JS;
+  try {
+    re = RE2JS.compile(source);
+  } catch (err) {
+    const message = (err as Error).message.replace(/^error parsing regexp: /, '');
+    const hint = /\\[1-9]|\\k<|\(\?<?[=!]/.test(source) ? ' (RE2 syntax: no backreferences, lookahead or lookbehind)' : '';
+    throw new Error(`invalid regex ${quoted}: ${message}${hint}`);
+  }
+  const size = re.programSize();
+  if (size > MAX_REGEX_PROGRAM_SIZE) throw tooLarge(size);
+  const names = Object.keys(re.namedGroups());
+  return {
+    source,
+    test: (path) => path.length <= MAX_REGEX_PATH_LENGTH && re.matcher(path).matches(),
+    exec: (path) => {
+      if (path.length > MAX_REGEX_PATH_LENGTH) return undefined;
+      const m = re.matcher(path);
+      if (!m.matches()) return undefined;
+      const params: Record<string, string> = {};
+      for (const name of names) {
+        const value = m.group(name);
+        if (value !== null) params[name] = value;
+      }
+      return params;
+    },
+  };
 }
