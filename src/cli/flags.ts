@@ -223,7 +223,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
       continue;
     }
     const name = rawName.replace(/-/g, '_') as FlagName;
-    const spec: FlagSpec | undefined = (FLAG_SPECS as Record<string, FlagSpec>)[name];
+    const spec: FlagSpec | undefined = Object.hasOwn(FLAG_SPECS, name) ? (FLAG_SPECS as Record<string, FlagSpec>)[name] : undefined;
     if (!spec) throw new FlagError(`unknown flag --${rawName} (see mesh --help)`);
     let value: string;
     if (eq !== -1) value = arg.slice(eq + 1);

@@ -21,7 +21,7 @@ import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
 import { serviceFromInput } from '../registry/input.js';
 import { mergeVersions, RegistryValidationError, type Service } from '../registry/registry.js';
-import { parseDuration } from '../util/duration.js';
+import { formatDuration, MAX_DURATION_MS, parseDuration } from '../util/duration.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 
 const ALLOW = 'GET, HEAD, POST, PUT, DELETE';
@@ -40,11 +40,11 @@ export function parseTtl(errorId: string, params: URLSearchParams): number | und
   let ms: number;
   try {
     ms = parseDuration(text);
-  } catch {
+  } catch (err) {
+    if (/longer than/.test((err as Error).message)) throw new MeshError(errorId, 400, `ttl: "${text}" is longer than ${formatDuration(MAX_DURATION_MS)}`);
     throw new MeshError(errorId, 400, `ttl: invalid duration "${text}" (use a Go duration such as 30s, 1m30s, 500ms; units ns, us, ms, s, m, h)`);
   }
   if (!(ms >= 1)) throw new MeshError(errorId, 400, `ttl: "${text}" is under 1ms (leave ttl out for a registration that lasts until deregistered)`);
-  if (ms > 365 * 24 * 3600 * 1000) throw new MeshError(errorId, 400, `ttl: "${text}" is longer than a year`);
   return Math.ceil(ms);
 }
 

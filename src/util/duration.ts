@@ -12,6 +12,12 @@ const UNIT_MS: Record<string, number> = {
 };
 
 /** Parses a Go duration into milliseconds. Throws on anything else. */
+/**
+ * The longest duration accepted: what Node's timers can wait (2^31 - 1 ms, about 24.8 days).
+ * Longer values would make a timer fire at once, so they are refused, not clamped.
+ */
+export const MAX_DURATION_MS = 2 ** 31 - 1;
+
 export function parseDuration(text: string): number {
   const input = text.trim();
   if (input === '') throw new Error(`invalid duration ""`);
@@ -32,6 +38,7 @@ export function parseDuration(text: string): number {
     rest = rest.slice(m[0].length);
   }
   if (sign < 0) throw new Error(`invalid duration "${text}": negative`);
+  if (!(total <= MAX_DURATION_MS)) throw new Error(`invalid duration "${text}": longer than ${formatDuration(MAX_DURATION_MS)}`);
   return total;
 }
 
@@ -54,5 +61,7 @@ const SIZE_UNITS: Record<string, number> = { '': 1, B: 1, KiB: 1024, MiB: 1024 *
 export function parseSize(text: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?\s*$/.exec(text);
   if (!m) throw new Error(`invalid size "${text}" (use bytes or KiB, MiB, GiB)`);
-  return Math.floor(Number(m[1]) * SIZE_UNITS[m[2] ?? '']!);
+  const size = Math.floor(Number(m[1]) * SIZE_UNITS[m[2] ?? '']!);
+  if (!Number.isSafeInteger(size)) throw new Error(`invalid size "${text}": too large`);
+  return size;
 }
