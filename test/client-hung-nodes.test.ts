@@ -272,3 +272,62 @@ for (const split of [false, true]) {
     assert.ok(Math.max(...times) < 500, `slowest call after ejection: ${Math.max(...times)} ms`);
   });
 }
+
+test('a retry after a refused connection does not count against max_retries; one after a reset does', async () => {
+  const good = await healthyBackend('good');
+  // A port nothing listens on: connections are refused, nothing is sent.
+  const refused = await new Promise<number>((resolve) => {
+    const s = createNetServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+  const registry = new MemoryRegistry();
+  const stats = new StatsStore();
+  const cm = new ClusterManager({
+    registry,
+    stats,
+    logging: new Logging('off'),
+    lbPolicy: 'round_robin',
+    defaults: { outlierDetection: false, circuitBreakers: { default: { maxRetries: 0 } } },
+  });
+  closers.push(() => cm.close(100));
+  const client = new Client({ selector: cm, requestTimeoutMs: 2000, retries: 1 });
+  await registry.register({ name: 'dead.a', version: '', metadata: {}, endpoints: [], nodes: [node('refused', refused), node('good', good.port)] });
+  // Round robin alternates: 2 of 4 calls try the refused node first, and their retries are not
+  // refused by max_retries = 0.
+  for (let i = 0; i < 4; i++) {
+    const res = await client.call('dead.a', 'Who.Am', body);
+    assert.equal(res.body.toString(), '{"node":"good"}');
+  }
+  assert.equal(stats.counter('cluster.dead.a.upstream_rq_retry').value, 2);
+  assert.equal(stats.counter('cluster.dead.a.upstream_rq_retry_overflow').value, 0);
+
+  // A node that resets the connection after reading the request: the request may have been
+  // acted on, so its retry counts against max_retries (0 here): the breaker refuses it.
+  const resets: Socket[] = [];
+  const resetter = createNetServer((socket) => {
+    resets.push(socket);
+    socket.once('data', () => socket.resetAndDestroy());
+    socket.on('error', () => undefined);
+  });
+  resetter.listen(0, '127.0.0.1');
+  await once(resetter, 'listening');
+  closers.push(() => new Promise((r) => resetter.close(r)));
+  await registry.register({ name: 'dead.b', version: '', metadata: {}, endpoints: [], nodes: [node('reset', (resetter.address() as AddressInfo).port)] });
+  await registry.register({ name: 'dead.b', version: '', metadata: {}, endpoints: [], nodes: [node('good', good.port)] });
+  const outcomes: string[] = [];
+  for (let i = 0; i < 4; i++) {
+    try {
+      await client.call('dead.b', 'Who.Am', body);
+      outcomes.push('ok');
+    } catch (err) {
+      assert.ok(err instanceof MeshError);
+      outcomes.push(`${err.code} ${err.detail}`);
+    }
+  }
+  assert.equal(outcomes.filter((o) => o === 'ok').length, 2);
+  assert.deepEqual(outcomes.filter((o) => o !== 'ok'), ['503 circuit breaker open: max_retries', '503 circuit breaker open: max_retries']);
+  assert.equal(stats.counter('cluster.dead.b.upstream_rq_retry_overflow').value, 2);
+});

@@ -95,6 +95,7 @@ export class Client {
     let tried: Set<string> | undefined;
     let hedged = false;
     let lastError: MeshError | undefined;
+    let lastOutcome: AttemptOutcome['kind'] | undefined;
     const request = (target: UpstreamTarget, timeoutMs: number): RpcRequest => {
       const encoded = opts.encodeFor?.(target);
       return {
@@ -119,7 +120,7 @@ export class Client {
       if (remaining <= 0) break;
       // Acquire errors (404 unknown service, 503 no host / circuit open) are final.
       const selector = this.options.selector;
-      const acquireOptions: AcquireOptions = { exclude: tried, retry: attempt > 0, address: opts.address };
+      const acquireOptions: AcquireOptions = { exclude: tried, retry: attempt > 0, address: opts.address, afterConnectFailure: lastOutcome === 'connect_failure' };
       const lease = selector.acquireNow?.(service, acquireOptions) ?? (await selector.acquire(service, acquireOptions));
       if (retries > 0 || hedgeDelay > 0) (tried ??= new Set()).add(lease.target.key);
       const first = startTry(lease, request, remaining, perTry);
@@ -131,6 +132,7 @@ export class Client {
       if (result.kind === 'error') {
         const failure = result.error;
         lastError = transportToMeshError(failure, service, result.host, budget);
+        lastOutcome = failure.outcome.kind;
         // Not sent at all (a metadata value the HTTP client refuses): no other host would take it either.
         if (failure.outcome.kind === 'cancelled') throw lastError;
         this.options.logger?.debug({ service, endpoint, host: result.host, attempt, err: failure.message }, 'attempt failed');
@@ -139,6 +141,7 @@ export class Client {
         continue;
       }
       const response = result.response;
+      lastOutcome = 'response';
       if (response.status >= 200 && response.status < 300) return response;
       lastError = parseErrorBody(response.status, response.body.toString('utf8'));
       if (!RETRIABLE_STATUS.has(response.status)) throw lastError;

@@ -275,6 +275,8 @@ export class Cluster {
     if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${service}: cluster closed`);
     const priority: Priority = options.priority === 'high' ? 'high' : 'default';
     const retry = options.retry === true;
+    // What counts against max_retries: not a retry of a try that was never sent.
+    const budgeted = retry && options.afterConnectFailure !== true;
     let host: Host | undefined;
     if (options.address !== undefined) {
       const hp = parseHostPort(options.address);
@@ -296,13 +298,13 @@ export class Cluster {
     const target = host;
     const poolSize = this.breakers.poolSize();
     const waits = target.stats.rq_active >= poolSize;
-    const broken = this.breakers.check(priority, retry, waits);
+    const broken = this.breakers.check(priority, budgeted, waits);
     if (broken) {
       if (broken === 'max_retries') this.s.rqRetryOverflow.inc();
       else this.s.rqPendingOverflow.inc();
       throw serviceUnavailable(ERROR_ID, `circuit breaker open: ${broken}`);
     }
-    this.breakers.start(priority, retry, waits);
+    this.breakers.start(priority, budgeted, waits);
     if (waits) this.s.rqPendingActive.set(this.breakers.pending);
     target.stats.rq_total++;
     target.stats.rq_active++;
@@ -319,7 +321,7 @@ export class Cluster {
       release: (outcome: AttemptOutcome, durationMs: number) => {
         if (released) return;
         released = true;
-        this.finish(target, priority, retry, outcome, durationMs);
+        this.finish(target, priority, budgeted, outcome, durationMs);
       },
     };
   }
@@ -327,12 +329,12 @@ export class Cluster {
   private finish(
     host: Host,
     priority: Priority,
-    retry: boolean,
+    budgeted: boolean,
     outcome: AttemptOutcome,
     durationMs: number,
   ): void {
     const waited = host.stats.rq_active > this.breakers.poolSize();
-    this.breakers.end(priority, retry, waited);
+    this.breakers.end(priority, budgeted, waited);
     if (waited) this.s.rqPendingActive.set(this.breakers.pending);
     if (host.stats.rq_active > 0) host.stats.rq_active--;
     if (this.rqActive > 0) this.rqActive--;

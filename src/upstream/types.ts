@@ -53,6 +53,12 @@ export interface AcquireOptions {
    * `retry` (it counts against max_retries), but counted as upstream_rq_hedged, not upstream_rq_retry.
    */
   hedge?: boolean;
+  /**
+   * The call's previous try was never sent (connect_failure: refused, unreachable). A retry then
+   * costs the service nothing, so it is counted as upstream_rq_retry but not against max_retries:
+   * a node that dies under load does not turn its refused connections into breaker overflows.
+   */
+  afterConnectFailure?: boolean;
   /** Call this exact node (host:port) instead of load balancing (/rpc `address`). */
   address?: string;
 }
