@@ -171,13 +171,15 @@ export class Runtime {
 
   /**
    * The drain (docs/architecture.md, "Shutdown and drain"):
-   * 1. every answer from now on carries `Connection: close`; idle keep-alive connections close;
+   * 1. every answer from now on carries `Connection: close` (idle keep-alive connections close
+   *    with the listeners, in 4: peers still sending on them until then would see a reset);
    * 2. the state turns draining: its hooks deregister (framework services, the sidecar's app) and
    *    the health-check paths answer 503;
    * 3. the servers keep serving for --drain_delay (less the time already spent draining after
    *    admin /healthcheck/fail), so peers watching the registry and load balancers polling the
    *    health path stop sending;
-   * 4. the listeners close; in-flight requests get up to --drain_timeout, then are cut off.
+   * 4. the listeners and idle connections close; in-flight requests get up to --drain_timeout,
+   *    then are cut off.
    */
   private async drain(): Promise<DrainResult> {
     const log = this.logging.get('main');

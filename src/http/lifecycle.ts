@@ -75,7 +75,11 @@ export interface DrainResult {
 
 /** Something the runtime drains on shutdown (see Runtime.shutdown). */
 export interface Drainable {
-  /** From now on every answer carries `Connection: close`; idle keep-alive connections close now. */
+  /**
+   * From now on every answer carries `Connection: close`. Idle keep-alive connections stay open
+   * until close(): closing one races with a request a peer may be sending on it at that moment
+   * (the peer sees a reset), while a request that arrives on it is simply answered and closed.
+   */
   beginDrain(): void;
   /** Stops accepting, waits for in-flight requests up to the drain timeout, then closes the rest. */
   close(): Promise<DrainResult>;
@@ -144,7 +148,6 @@ export class ServerLifecycle implements Drainable {
     if (this.draining) return;
     this.draining = true;
     for (const res of this.responses) this.closeAfter(res);
-    this.server.closeIdleConnections();
   }
 
   close(): Promise<DrainResult> {
