@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import pino from 'pino';
 import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
-import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, MISSING_FIELD, encodeHeader, decodeHeader, splitHostPort } from '../src/broker/http.js';
+import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, MISSING_FIELD, encodeHeader, decodeHeader, splitHostPort, topicService } from '../src/broker/http.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local.js';
 import type { Registry, Service } from '../src/registry/registry.js';
@@ -76,6 +76,39 @@ describe('http broker: registration', () => {
       await assert.rejects(broker.subscribe('orders', () => undefined), BrokerUnavailableError);
     } finally {
       await broker.close();
+      await registry.close();
+    }
+  });
+
+  it('topics and queues the registry name rules refuse are registered under a hashed name and still delivered', async () => {
+    const registry = new MemoryRegistry();
+    const sub = new HttpBroker({ registry, logger: silent });
+    const pub = new HttpBroker({ registry, logger: silent });
+    try {
+      const topics = ['café.orders', 'orders.*', 'a..b', `long.${'x'.repeat(300)}`];
+      const got = new Map<string, ReturnType<typeof collector>>();
+      for (const t of topics) {
+        const c = collector();
+        got.set(t, c);
+        await sub.subscribe(t, c.handler);
+      }
+      const queued = collector();
+      await sub.subscribe('orders.*', queued.handler, { queue: 'élan' });
+      const names = (await registry.listServices()).map((s) => s.name).sort();
+      for (const name of names) assert.match(name, /^topic:h\.[0-9a-f]{40}$/, name);
+      assert.equal(new Set(names).size, topics.length, 'one registry service per topic');
+      const versions = (await registry.getService(topicService('orders.*'))).map((s) => s.version).sort();
+      assert.equal(versions.length, 2);
+      assert.ok(versions.includes('broadcast'));
+      assert.match(versions.find((v) => v !== 'broadcast')!, /^h\.[0-9a-f]{40}$/);
+      for (const t of topics) await pub.publish(t, msg(`to ${t}`));
+      for (const t of topics) await waitFor(() => got.get(t)!.texts().join() === `to ${t}`, 3000);
+      await waitFor(() => queued.texts().join() === 'to orders.*', 3000);
+      // A topic that fits the rules keeps its plain name.
+      assert.equal(topicService('orders.created'), 'topic:orders.created');
+    } finally {
+      await pub.close();
+      await sub.close();
       await registry.close();
     }
   });

@@ -34,7 +34,7 @@
  * every 50 ms); this process's own subscribe and unsubscribe are seen at once.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { networkInterfaces } from 'node:os';
 import type { AddressInfo } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
@@ -42,6 +42,7 @@ import type pino from 'pino';
 import { Logging } from '../util/log.js';
 import { badRequest, MeshError, methodNotAllowed, notFound, payloadTooLarge } from '../errors.js';
 import type { Node, Registry, Service, WatchEvent, Watcher } from '../registry/registry.js';
+import { serviceNameProblem, versionProblem } from '../registry/validate.js';
 import {
   BrokerUnavailableError,
   type Broker,
@@ -70,6 +71,25 @@ const MAX_BATCH_QUERY = 8 * 1024;
 /** Topics whose subscriber lists a publisher keeps; past this the oldest entry goes. */
 const MAX_CACHED_TOPICS = 1024;
 const TOPIC_SERVICE_PREFIX = 'topic:';
+/** Prefix of a hashed topic or queue name (see topicService). */
+const HASHED = 'h.';
+
+const hashed = (text: string) => `${HASHED}${createHash('sha256').update(text).digest('hex').slice(0, 40)}`;
+
+/**
+ * The registry service of a topic's subscribers: `topic:<topic>`, or `topic:h.<hash>` for a topic
+ * the registry's name rules refuse (non-ASCII, `*`, `..`, over 200 characters). The node metadata
+ * carries the topic itself, so any topic the broker accepts can be subscribed to.
+ */
+export function topicService(topic: string): string {
+  const plain = `${TOPIC_SERVICE_PREFIX}${topic}`;
+  return serviceNameProblem(plain) === undefined ? plain : `${TOPIC_SERVICE_PREFIX}${hashed(topic)}`;
+}
+
+/** The registry version of a queue group: the queue's name, or `h.<hash>` when the version rules refuse it. */
+function queueVersion(queue: string): string {
+  return versionProblem(queue) === undefined ? queue : hashed(queue);
+}
 const WATCH_RETRY_MS = 5_000;
 
 export interface HttpBrokerOptions {
@@ -426,8 +446,8 @@ export class HttpBroker implements Broker {
     const metadata: Record<string, string> = { broker: 'http', topic: group.topic, [BATCH_METADATA]: '1' };
     if (group.queue !== undefined) metadata.queue = group.queue;
     return {
-      name: `topic:${group.topic}`,
-      version: group.queue ?? BROADCAST_VERSION,
+      name: topicService(group.topic),
+      version: group.queue !== undefined ? queueVersion(group.queue) : BROADCAST_VERSION,
       metadata: {},
       endpoints: [],
       nodes: [{ id: group.id, address: node.address, port: node.port, metadata }],
@@ -719,7 +739,11 @@ export class HttpBroker implements Broker {
 
   private onRegistryEvent(event: WatchEvent): void {
     const name = event.service?.name;
-    if (typeof name === 'string' && name.startsWith(TOPIC_SERVICE_PREFIX)) this.invalidate(name.slice(TOPIC_SERVICE_PREFIX.length));
+    if (typeof name !== 'string' || !name.startsWith(TOPIC_SERVICE_PREFIX)) return;
+    const topic = name.slice(TOPIC_SERVICE_PREFIX.length);
+    if (this.routes.has(topic) || !topic.startsWith(HASHED)) this.invalidate(topic);
+    // A hashed name: the topics it may stand for (rare: only topics the name rules refuse).
+    else for (const t of [...this.routes.keys()]) if (topicService(t) === name) this.invalidate(t);
   }
 
   /** Drops a topic's subscriber list (and marks a read in flight as out of date). */
@@ -732,7 +756,7 @@ export class HttpBroker implements Broker {
 
   private async lookup(topic: string): Promise<Service[]> {
     try {
-      return await this.registry.getService(`${TOPIC_SERVICE_PREFIX}${topic}`);
+      return await this.registry.getService(topicService(topic));
     } catch (err) {
       throw new BrokerUnavailableError(`http broker: looking up subscribers of "${topic}" failed: ${errorText(err)}`);
     }
@@ -751,6 +775,8 @@ export class HttpBroker implements Broker {
         seen.add(node.id);
         const meta = node.metadata ?? {};
         if (meta.broker !== undefined && meta.broker !== 'http') continue;
+        // A node that names another topic (a hashed name shared by two topics) is not for this one.
+        if (meta.topic !== undefined && meta.topic !== topic) continue;
         const queue = meta.queue ?? (service.version === BROADCAST_VERSION ? undefined : service.version);
         if (queue !== undefined) {
           let g = groups.get(queue);
