@@ -15,7 +15,7 @@ import type { StaticClusterConfig } from './upstream/config.js';
 import { Client } from './client/client.js';
 import { ServerState } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
-import type { Drainable, DrainResult } from './http/lifecycle.js';
+import { serverLimits, type Drainable, type DrainResult } from './http/lifecycle.js';
 import { SelfAddresses } from './upstream/self-guard.js';
 
 export interface RuntimeOptions {
@@ -120,6 +120,7 @@ export class Runtime {
       server: this.state,
       token: this.config.admin_token,
       allowedHosts: this.config.admin_allowed_hosts,
+      limits: serverLimits(this.config),
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },

@@ -211,3 +211,32 @@ test('the RPC server of a framework service: over --max_connections a connection
     await runtime.shutdown();
   }
 });
+
+describe('the admin listener', () => {
+  test('has the same connection cap and header timeout', async () => {
+    const runtime = new Runtime(
+      parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--max_connections=2', '--request_headers_timeout=1s', '--request_timeout=2s'], {}).config,
+      { role: 'test' },
+    );
+    try {
+      const admin = (await runtime.startAdmin('127.0.0.1:0'))!;
+      const slow = [rawConnection(admin.port), rawConnection(admin.port)];
+      for (const c of slow) c.socket.write('GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n');
+      await waitFor(async () => {
+        const extra = rawConnection(admin.port);
+        extra.socket.write('GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+        await extra.closed;
+        return extra.received() === '';
+      });
+      await waitFor(() => runtime.stats.counter('http.admin.downstream_cx_overflow').value >= 1);
+      // The slow ones are cut at the header timeout; then the admin answers again.
+      await Promise.all(slow.map((c) => c.closed));
+      for (const c of slow) assert.equal(statusOf(c.received()), 408);
+      const res = await fetch(`http://127.0.0.1:${admin.port}/ready`);
+      assert.equal(res.status, 200);
+      assert.equal(await res.text(), 'LIVE\n');
+    } finally {
+      await runtime.shutdown();
+    }
+  });
+});

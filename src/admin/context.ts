@@ -2,6 +2,7 @@
  * What the admin interface reads and drives: one process's stats, logging, cluster manager,
  * routes, certificates and server state. The runtime builds one AdminContext per process.
  */
+import type { ServerLimits } from '../http/lifecycle.js';
 import { EventEmitter } from 'node:events';
 import type { StatsStore } from '../stats/store.js';
 import type { ServerStatsSource } from '../stats/server-stats.js';
@@ -154,4 +155,6 @@ export interface AdminContext {
   allowedHosts?: readonly string[];
   /** Where /cpuprofiler writes profiles (default os.tmpdir()). */
   profileDir?: string;
+  /** --max_connections and the read timeouts, as on every other listener (absent: node's defaults). */
+  limits?: ServerLimits;
 }

@@ -12,6 +12,7 @@ import { renderJson, renderPrometheus, renderText, PROMETHEUS_CONTENT_TYPE } fro
 import { updateServerStats } from '../stats/server-stats.js';
 import type { AdminContext } from './context.js';
 import { parseQuery, type Query } from './query.js';
+import { httpServerOptions } from '../http/lifecycle.js';
 import { renderClustersJson, renderClustersText } from './clusters.js';
 import { renderCerts, secondsUntilFirstExpiring } from './certs.js';
 import { CpuProfiler } from './profiler.js';
@@ -114,13 +115,17 @@ export class AdminServer {
     const paths = [...this.endpoints.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     this.helpBody = 'admin commands are:\n' + paths.map((p) => `  ${p}: ${this.endpoints.get(p)!.help}\n`).join('');
     // A missing Host is answered by the Host check (403), not by node's own 400.
-    this.http = createServer({ requireHostHeader: false }, (req, res) => {
+    this.http = createServer({ requireHostHeader: false, ...(ctx.limits ? httpServerOptions(ctx.limits) : {}) }, (req, res) => {
       this.serve(req, res).catch((err: unknown) => {
         this.log().error({ err }, 'admin request failed');
         if (!res.headersSent) this.write(res, text(500, `${err instanceof Error ? err.message : String(err)}\n`));
         else res.destroy();
       });
     });
+    // Over --max_connections Node closes the accepted connection at once and emits 'drop'.
+    if (ctx.limits && ctx.limits.maxConnections > 0) this.http.maxConnections = ctx.limits.maxConnections;
+    // Created on the first overflow, so /stats shows it only once there is one.
+    this.http.on('drop', () => ctx.stats.counter('http.admin.downstream_cx_overflow').inc());
   }
 
   /** The `admin commands are:` list served by / and /help. */
