@@ -333,24 +333,8 @@ export class LocalRegistry implements Registry {
     try {
       this.writeChecked((now) => {
         const before = this.load(s.name, now).versions;
-        this.st.upsertService.run({
-          name: s.name,
-          version: s.version,
-          metadata: JSON.stringify(s.metadata),
-          endpoints: JSON.stringify(s.endpoints),
-        });
         expiresAt = ttl > 0 ? now + ttl : null;
-        for (const n of s.nodes) {
-          this.st.upsertNode.run({
-            service: s.name,
-            version: s.version,
-            id: n.id,
-            address: n.address,
-            port: n.port,
-            metadata: JSON.stringify(n.metadata),
-            expires_at: expiresAt,
-          });
-        }
+        this.upsert(s, expiresAt);
         const after = this.load(s.name, now).versions;
         return canonicalJson(before) === canonicalJson(after) ? [] : [s.name];
       });
@@ -759,17 +743,7 @@ export class LocalRegistry implements Registry {
       }
       for (const { service: s, expiresAt } of entries) {
         if (expiresAt !== null && expiresAt <= at) continue;
-        this.st.upsertService.run({ name: s.name, version: s.version, metadata: JSON.stringify(s.metadata), endpoints: JSON.stringify(s.endpoints) });
-        const n = s.nodes[0]!;
-        this.st.upsertNode.run({
-          service: s.name,
-          version: s.version,
-          id: n.id,
-          address: n.address,
-          port: n.port,
-          metadata: JSON.stringify(n.metadata),
-          expires_at: expiresAt,
-        });
+        this.upsert(s, expiresAt);
       }
       return [...names].filter((name) => before.get(name) !== canonicalJson(this.load(name, at).versions));
     });
@@ -930,6 +904,22 @@ export class LocalRegistry implements Registry {
 
   private checkOpen(): void {
     if (this.closed) throw new Error(`registry local (${this.directory}): closed`);
+  }
+
+  /** Writes a service version's row and its nodes' rows (inside a write transaction). */
+  private upsert(s: Service, expiresAt: number | null): void {
+    this.st.upsertService.run({ name: s.name, version: s.version, metadata: JSON.stringify(s.metadata), endpoints: JSON.stringify(s.endpoints) });
+    for (const n of s.nodes) {
+      this.st.upsertNode.run({
+        service: s.name,
+        version: s.version,
+        id: n.id,
+        address: n.address,
+        port: n.port,
+        metadata: JSON.stringify(n.metadata),
+        expires_at: expiresAt,
+      });
+    }
   }
 
   /** Refuses a registration that would take the service past MAX_NODES_PER_SERVICE nodes: a count first, the ids only near the limit. */
