@@ -52,7 +52,7 @@ export class Runtime {
     readonly config: Config,
     readonly options: RuntimeOptions,
   ) {
-    this.logging = new Logging(parseLevel(config.log_level));
+    this.logging = new Logging({ level: parseLevel(config.log_level), format: config.log_format });
     this.stats = new StatsStore();
     this.registry = createRegistry(config.registry, config.registry_address, {
       home: config.mesh_home,

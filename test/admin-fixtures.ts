@@ -100,7 +100,7 @@ export async function startAdmin(overrides: Partial<AdminContext> = {}): Promise
   running.quitCalls = 0;
   const ctx: AdminContext = {
     stats: new StatsStore(),
-    logging: new Logging('info', silent),
+    logging: new Logging({ level: 'info', destination: silent }),
     clusters: FAKE_VIEW,
     server,
     quit: async () => {

@@ -22,7 +22,7 @@ const BOUND_MS = 1000;
 
 /** A registry with its own stats store and a logger whose lines the test reads. */
 function instance(dir: string) {
-  const lines: Array<{ level: number; msg: string; path?: string; reason?: string; err?: string }> = [];
+  const lines: Array<{ level: string; msg: string; path?: string; reason?: string; err?: string }> = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
       for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l));
@@ -30,7 +30,7 @@ function instance(dir: string) {
     },
   });
   const stats = new StatsStore();
-  const registry = new LocalRegistry(dir, { stats, logger: new Logging('info', sink).get('registry') });
+  const registry = new LocalRegistry(dir, { stats, logger: new Logging({ level: 'info', format: 'json', destination: sink }).get('registry') });
   return { registry, stats, lines, failing: () => stats.gauge('registry.store_failing').value };
 }
 
@@ -75,9 +75,9 @@ describe('local registry: the file deleted under running processes', () => {
       // Nothing changed for the watcher: no delete was reported.
       assert.deepEqual(w.events.filter((e) => e.action === 'delete'), []);
       // The first to notice finds the path gone; the other may find the file already made again.
-      assert.ok([...a.lines, ...b.lines].some((l) => l.level === 40 && l.reason === 'deleted'));
+      assert.ok([...a.lines, ...b.lines].some((l) => l.level === 'warning' && l.reason === 'deleted'));
       for (const x of [a, b]) {
-        const warn = x.lines.find((l) => l.level === 40 && /registry file was (deleted|replaced)/.test(l.msg));
+        const warn = x.lines.find((l) => l.level === 'warning' && /registry file was (deleted|replaced)/.test(l.msg));
         assert.ok(warn, `warn line: ${JSON.stringify(x.lines)}`);
         assert.equal(warn.path, file);
         assert.equal(x.failing(), 0);
@@ -123,7 +123,7 @@ describe('local registry: the file replaced (another database renamed over it)',
       console.log(`local registry: replaced file healed after ${healed} ms`);
       assert.ok(healed < BOUND_MS, `healed after ${healed} ms`);
       assert.deepEqual(ids(await b.registry.getService('gamma')), ['gamma-1']);
-      assert.ok(a.lines.some((l) => l.level === 40 && l.reason === 'replaced' && l.path === file));
+      assert.ok(a.lines.some((l) => l.level === 'warning' && l.reason === 'replaced' && l.path === file));
     } finally {
       w.watcher.stop();
     }

@@ -45,6 +45,7 @@ export const FLAG_SPECS = {
   admin_token: { type: 'string', help: 'require Authorization: Bearer <token> on the admin interface' },
   admin_allowed_hosts: { type: 'list', help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', help: 'trace, debug, info, warning, error, critical, off', default: 'info' },
+  log_format: { type: 'string', help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise', choices: ['text', 'json'] },
   enable_stats: { type: 'bool', help: 'serve /stats (dashboard and JSON)', default: 'false' },
   enable_tls: { type: 'bool', help: 'serve HTTPS with --tls_cert_file and --tls_key_file', default: 'false' },
   tls_cert_file: { type: 'string', help: 'PEM certificate chain' },
@@ -103,6 +104,8 @@ export interface Config {
   admin_token?: string;
   admin_allowed_hosts: string[];
   log_level: string;
+  /** undefined: text on a terminal, json otherwise. */
+  log_format?: 'text' | 'json';
   enable_stats: boolean;
   enable_tls: boolean;
   tls_cert_file?: string;

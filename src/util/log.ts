@@ -1,6 +1,12 @@
 /**
  * Structured logs (pino) with one level per subsystem, changeable at run time (admin /logging,
  * --log_level). Levels use Envoy's names: trace debug info warning error critical off.
+ *
+ * Two formats (--log_format; by default text when the log stream, stderr, is a terminal, JSON
+ * lines elsewhere). Both go through the same pino loggers, so levels, child bindings and the
+ * error serializer are pino's; the text format is a synchronous, in-process destination that turns
+ * each JSON line into one readable line. A disabled level is a no-op in pino: nothing is
+ * serialized or formatted.
  */
 import pino from 'pino';
 type Logger = pino.Logger;
@@ -51,13 +57,178 @@ export function parseLevel(value: string): Level {
   throw new Error(`unknown log level "${value}" (use ${LEVELS.join(', ')})`);
 }
 
+export const LOG_FORMATS = ['text', 'json'] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
+/** pino's level labels to ours: JSON lines say "warning" and "critical", like --log_level. */
+const FROM_PINO: Record<string, Level> = { trace: 'trace', debug: 'debug', info: 'info', warn: 'warning', error: 'error', fatal: 'critical' };
+
+/** --log_format wins; without it: text on a terminal, JSON lines elsewhere (files, pipes, collectors). */
+export function chooseLogFormat(format: LogFormat | undefined, isTTY: boolean): LogFormat {
+  return format ?? (isTTY ? 'text' : 'json');
+}
+
+/**
+ * Whether text lines may carry colour: never with NO_COLOR (non-empty); with FORCE_COLOR, unless
+ * it is 0 or false; otherwise when the stream is a terminal that has colours (TERM=dumb has none).
+ */
+export function colorEnabled(stream: { isTTY?: boolean; hasColors?: () => boolean }, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (env.NO_COLOR) return false;
+  const force = env.FORCE_COLOR;
+  if (force !== undefined) return force !== '0' && force.toLowerCase() !== 'false';
+  return stream.isTTY === true && typeof stream.hasColors === 'function' && stream.hasColors();
+}
+
+const LEVEL_WIDTH = 8; // CRITICAL
+const COLORS: Record<Level, string> = {
+  trace: '\x1b[90m',
+  debug: '\x1b[36m',
+  info: '\x1b[32m',
+  warning: '\x1b[33m',
+  error: '\x1b[31m',
+  critical: '\x1b[1;31m',
+  off: '',
+};
+const RESET = '\x1b[0m';
+/** Keys the text line shows in its fixed columns (pid: one process's own terminal). */
+const FIXED_KEYS = new Set(['level', 'time', 'pid', 'hostname', 'subsystem', 'msg']);
+
+const pad2 = (n: number) => (n < 10 ? '0' : '') + n;
+const pad3 = (n: number) => (n < 10 ? '00' : n < 100 ? '0' : '') + n;
+
+/** HH:MM:SS.mmm in local time. */
+function clockTime(ms: number): string {
+  const d = new Date(ms);
+  return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}.${pad3(d.getMilliseconds())}`;
+}
+
+// C0, DEL and C1 controls (C1 includes the one-byte CSI): never written raw to a terminal.
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\x00-\x1f\x7f-\x9f]/g;
+const escapeControl = (c: string) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0');
+// eslint-disable-next-line no-control-regex
+const NEEDS_QUOTES = /[\s"'=\\\x00-\x1f\x7f-\x9f]/;
+
+/** A string value as logfmt does: bare when it can be, else a JSON string with controls escaped. */
+function quote(s: string): string {
+  if (s !== '' && !NEEDS_QUOTES.test(s)) return s;
+  return JSON.stringify(s).replace(CONTROL, escapeControl);
+}
+
+function renderValue(v: unknown): string {
+  if (typeof v === 'string') return quote(v);
+  if (v === null || typeof v !== 'object') return String(v);
+  return (JSON.stringify(v) ?? String(v)).replace(CONTROL, escapeControl);
+}
+
+/** An error as pino's serializer writes it: { type, message, stack, ...own properties }. */
+function isSerializedError(v: unknown): v is { type?: string; message: string; stack: string; [k: string]: unknown } {
+  return typeof v === 'object' && v !== null && typeof (v as { stack?: unknown }).stack === 'string' && typeof (v as { message?: unknown }).message === 'string';
+}
+
+/**
+ * One log event (a parsed pino JSON line: level name, time in epoch ms) as a readable line:
+ * `HH:MM:SS.mmm LEVEL    subsystem message key=value ...`, then the stack of each error field on
+ * the following lines, indented by four spaces. No trailing newline.
+ */
+export function formatTextLine(entry: Record<string, unknown>, color = false): string {
+  const time = typeof entry.time === 'number' ? clockTime(entry.time) : typeof entry.time === 'string' ? clockTime(Date.parse(entry.time)) : '--:--:--.---';
+  const level = (typeof entry.level === 'string' ? (FROM_PINO[entry.level] ?? entry.level) : 'info') as Level;
+  const name = level.toUpperCase();
+  const padding = ' '.repeat(Math.max(1, LEVEL_WIDTH + 1 - name.length));
+  let line = time + ' ' + (color && COLORS[level] ? COLORS[level] + name + RESET : name) + padding;
+  if (typeof entry.subsystem === 'string') line += entry.subsystem + ' ';
+  line += typeof entry.msg === 'string' ? entry.msg.replace(CONTROL, escapeControl) : entry.msg === undefined ? '-' : renderValue(entry.msg);
+  let stacks = '';
+  for (const key in entry) {
+    if (FIXED_KEYS.has(key)) continue;
+    const v = entry[key];
+    if (isSerializedError(v)) {
+      line += ' ' + key + '=' + quote(v.message);
+      for (const k in v) if (k !== 'type' && k !== 'message' && k !== 'stack') line += ' ' + key + '.' + k + '=' + renderValue(v[k]);
+      for (const s of v.stack.split('\n')) stacks += '\n    ' + s.replace(CONTROL, escapeControl);
+    } else {
+      line += ' ' + key + '=' + renderValue(v);
+    }
+  }
+  return line + stacks;
+}
+
+interface SonicLike extends DestinationStream {
+  flush?: (cb?: (err?: Error) => void) => void;
+  flushSync?: () => void;
+}
+
+/** The text format: a pino destination that writes each JSON line as formatted text. */
+class TextDestination implements DestinationStream {
+  constructor(
+    private readonly out: SonicLike,
+    private readonly color: boolean,
+  ) {}
+
+  write(line: string): void {
+    let entry: Record<string, unknown>;
+    try {
+      entry = JSON.parse(line) as Record<string, unknown>;
+    } catch {
+      this.out.write(line);
+      return;
+    }
+    this.out.write(formatTextLine(entry, this.color) + '\n');
+  }
+
+  flush(cb?: (err?: Error) => void): void {
+    if (this.out.flush) this.out.flush(cb);
+    else cb?.();
+  }
+
+  flushSync(): void {
+    this.out.flushSync?.();
+  }
+}
+
+export interface LoggingOptions {
+  /** Starting level of every subsystem (default info). */
+  level?: Level;
+  /** text or json; undefined: text when the destination (stderr) is a terminal, JSON lines otherwise. */
+  format?: LogFormat;
+  /** Where lines go (default stderr, asynchronous, flushed on exit). */
+  destination?: DestinationStream;
+  /** Text format: colour the level names (default: colorEnabled(destination or stderr)). */
+  color?: boolean;
+  /** Clock of the time field, epoch ms (default Date.now). */
+  now?: () => number;
+}
+
 export class Logging {
+  readonly format: LogFormat;
   private readonly root: Logger;
   private readonly loggers = new Map<Subsystem, Logger>();
   private readonly levels = new Map<Subsystem, Level>();
 
-  constructor(level: Level = 'info', destination?: DestinationStream) {
-    this.root = pino({ level: 'trace', base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.isoTime }, destination ?? pino.destination({ dest: 2, sync: false }));
+  /** A bare level is short for { level }. */
+  constructor(options: LoggingOptions | Level = {}) {
+    const o: LoggingOptions = typeof options === 'string' ? { level: options } : options;
+    const level = o.level ?? 'info';
+    const stream = (o.destination ?? process.stderr) as { isTTY?: boolean; hasColors?: () => boolean };
+    this.format = chooseLogFormat(o.format, stream.isTTY === true);
+    const out: SonicLike = o.destination ?? pino.destination({ dest: 2, sync: false });
+    const now = o.now;
+    const text = this.format === 'text';
+    const timestamp = text
+      ? () => ',"time":' + (now ? now() : Date.now())
+      : now
+        ? () => ',"time":"' + new Date(now()).toISOString() + '"'
+        : pino.stdTimeFunctions.isoTime;
+    this.root = pino(
+      {
+        level: 'trace',
+        base: text ? null : { pid: process.pid },
+        timestamp,
+        formatters: { level: (label) => ({ level: FROM_PINO[label] ?? label }) },
+      },
+      text ? new TextDestination(out, o.color ?? colorEnabled(stream)) : out,
+    );
     for (const s of SUBSYSTEMS) this.levels.set(s, level);
   }
 
