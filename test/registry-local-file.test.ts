@@ -184,7 +184,7 @@ describe('local registry: a store that refuses writes keeps the last known view'
     assert.deepEqual(w.events.filter((e) => e.action === 'delete'), [], 'the watcher reported no expiry');
     assert.equal(gateway.failing(), 1, 'the reader found the store failing at its expiry sweep');
     for (const x of [service, gateway]) {
-      const errors = x.lines.filter((l) => l.level === 50);
+      const errors = x.lines.filter((l) => l.level === 'error');
       assert.equal(errors.length, 1, `one error line, not one per poll: ${JSON.stringify(x.lines)}`);
       assert.match(errors[0]!.msg, /registry store failing/);
       assert.equal(errors[0]!.path, file);
@@ -202,7 +202,7 @@ describe('local registry: a store that refuses writes keeps the last known view'
     } finally {
       await fresh.close();
     }
-    assert.ok(service.lines.some((l) => l.level === 30 && /registry store recovered/.test(l.msg)));
+    assert.ok(service.lines.some((l) => l.level === 'info' && /registry store recovered/.test(l.msg)));
   });
 });
 
