@@ -86,8 +86,8 @@ describe('log format: choice', () => {
 describe('log format: text lines', () => {
   it('the request line, exactly: time, padded level, subsystem, message, key=value', () => {
     const { logging, lines } = capture('text');
-    logging.get('http').info({ front: 'http.api', method: 'GET', path: '/hello', status: 200, ms: 1.25 }, 'request');
-    assert.deepEqual(lines, ['03:04:05.006 INFO     http request front=http.api method=GET path=/hello status=200 ms=1.25\n']);
+    logging.get('http').info({ front: 'gateway', method: 'GET', path: '/hello', status: 200, ms: 1.25 }, 'request');
+    assert.deepEqual(lines, ['03:04:05.006 INFO     http request front=gateway method=GET path=/hello status=200 ms=1.25\n']);
   });
 
   it('every level name, padded to one column; child bindings come first among the fields', () => {
@@ -182,10 +182,10 @@ describe('log format: JSON lines', () => {
   it('level names (as --log_level spells them), ISO time, pid, subsystem, fields, msg', () => {
     const { logging, lines } = capture('json', { level: 'trace' });
     const log = logging.get('http');
-    log.info({ front: 'http.api', method: 'GET', path: '/hello', status: 200, ms: 1.25 }, 'request');
+    log.info({ front: 'gateway', method: 'GET', path: '/hello', status: 200, ms: 1.25 }, 'request');
     assert.equal(
       lines[0],
-      `{"level":"info","time":"${new Date(FROZEN).toISOString()}","pid":${process.pid},"subsystem":"http","front":"http.api","method":"GET","path":"/hello","status":200,"ms":1.25,"msg":"request"}\n`,
+      `{"level":"info","time":"${new Date(FROZEN).toISOString()}","pid":${process.pid},"subsystem":"http","front":"gateway","method":"GET","path":"/hello","status":200,"ms":1.25,"msg":"request"}\n`,
     );
     log.trace('t');
     log.debug('d');
@@ -231,7 +231,7 @@ describe('log format: levels at run time and the cost', () => {
     const sink = { write: (_: string) => undefined };
     const run = (format: LogFormat, level: 'info' | 'warning') => {
       const log = new Logging({ level, format, color: false, destination: sink }).get('http');
-      const line = (i: number) => log.info({ front: 'http.api', method: 'GET', path: `/hello/${i}`, status: 200, ms: 0.123 }, 'request');
+      const line = (i: number) => log.info({ front: 'gateway', method: 'GET', path: `/hello/${i}`, status: 200, ms: 0.123 }, 'request');
       for (let i = 0; i < 2000; i++) line(i); // warm up
       const start = process.hrtime.bigint();
       for (let i = 0; i < N; i++) line(i);
