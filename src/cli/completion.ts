@@ -123,7 +123,7 @@ _mesh_completion() {
   if [[ "$cur" == -* ]]; then
     COMPREPLY=($(compgen -W "$(_mesh_flags "$cmd")" -- "$cur"))
     if [ \${#COMPREPLY[@]} -eq 1 ] && [[ "\${COMPREPLY[0]}" == *= ]]; then
-      type compopt >/dev/null 2>&1 && compopt -o nospace
+      compopt -o nospace 2>/dev/null
     fi
     return 0
   fi

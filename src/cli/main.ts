@@ -73,7 +73,9 @@ export async function main(argv: string[]): Promise<number> {
       err(`mesh: usage: mesh ${info.name} ${info.args}\n`);
       return 2;
     }
-    return unknownCommand([command, sub], info.subcommands.map((s) => `${command} ${s}`));
+    const hint = didYouMean(sub, info.subcommands, (s) => `"${command} ${s}"`);
+    err(`mesh: unknown command "${command} ${sub}"${hint} (usage: mesh ${info.name} ${info.args})\n`);
+    return 2;
   }
   try {
     if (command === 'completion') {
