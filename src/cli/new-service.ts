@@ -51,7 +51,7 @@ export function planNewService(args: string[], cwd = process.cwd()): NewServiceP
   if (extra.length > 0) throw new FlagError(`new service takes NAME and DIR only (got "${extra.join(' ')}"); ${NEW_SERVICE_USAGE}`);
   const name = rawName.includes('.') ? rawName : `${DEFAULT_NAMESPACE}.${rawName}`;
   const problem = serviceNameProblem(name);
-  if (problem) throw new FlagError(`new service: ${problem}`);
+  if (problem) throw new FlagError(`new service: NAME ${problem}`);
   // The gateway maps /<segment>/<method> to <namespace>.<segment>: keep the name in that alphabet.
   if (!/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)+$/.test(name)) {
     throw new FlagError(`new service: "${name}" is not a valid name for a new service: dot-separated parts of letters, digits, "-" and "_" (e.g. go.mesh.srv.hello)`);
