@@ -75,6 +75,153 @@ export const FLAG_SPECS = {
 
 export type FlagName = keyof typeof FLAG_SPECS;
 
+/** The sections of `mesh <command> --help`, in the order they are printed. */
+export const FLAG_GROUPS = {
+  command: 'command',
+  listen: 'listen',
+  registry: 'registry',
+  broker: 'broker',
+  client: 'client (outbound calls)',
+  tls: 'TLS and ACME',
+  admin: 'admin interface',
+  limits: 'limits and drain',
+  logging: 'logging',
+  other: 'other',
+} as const;
+export type FlagGroup = keyof typeof FLAG_GROUPS;
+
+/** The commands of `mesh` (src/cli/help.ts describes each). */
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health', 'new', 'completion', 'help', 'version'] as const;
+export type CommandName = (typeof COMMAND_NAMES)[number];
+
+const SERVE: CommandName[] = ['dev', 'api', 'sidecar', 'proxy'];
+const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health'];
+const MESH_PROCESS: CommandName[] = [...SERVE, ...PLATFORM];
+const GATEWAYS: CommandName[] = ['dev', 'api', 'sidecar'];
+
+/**
+ * Help metadata: the section a flag is listed in, and the commands whose help lists it (the ones
+ * whose code reads it). Every command still accepts every flag; without `commands` a flag is
+ * listed for every command that starts a mesh process.
+ */
+export interface FlagHelp {
+  group: FlagGroup;
+  commands?: CommandName[];
+}
+
+export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
+  registry: { group: 'registry' },
+  registry_address: { group: 'registry' },
+  registry_tls_ca_file: { group: 'registry' },
+  registry_tls_cert_file: { group: 'registry' },
+  registry_tls_key_file: { group: 'registry' },
+  mesh_home: { group: 'registry' },
+  register_ttl: { group: 'registry', commands: ['dev', 'sidecar'] },
+  register_interval: { group: 'registry', commands: ['dev', 'sidecar'] },
+  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
+  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
+  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
+  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
+  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
+  proxy_address: { group: 'client', commands: PLATFORM },
+  client_request_timeout: { group: 'client', commands: MESH_PROCESS },
+  client_retries: { group: 'client', commands: [...SERVE, 'call', 'health'] },
+  client_per_try_timeout: { group: 'client', commands: [...SERVE, 'call', 'health'] },
+  client_hedge_delay: { group: 'client', commands: [...SERVE, 'call', 'health'] },
+  lb_policy: { group: 'client', commands: [...SERVE, 'call', 'health'] },
+  address: { group: 'listen', commands: GATEWAYS },
+  advertise: { group: 'listen', commands: ['dev', 'sidecar'] },
+  cors: { group: 'listen', commands: GATEWAYS },
+  enable_tls: { group: 'tls', commands: SERVE },
+  tls_cert_file: { group: 'tls', commands: SERVE },
+  tls_key_file: { group: 'tls', commands: SERVE },
+  enable_acme: { group: 'tls', commands: SERVE },
+  acme_hosts: { group: 'tls', commands: SERVE },
+  acme_directory: { group: 'tls', commands: SERVE },
+  acme_email: { group: 'tls', commands: SERVE },
+  acme_http_port: { group: 'tls', commands: SERVE },
+  acme_cache: { group: 'tls', commands: SERVE },
+  admin_address: { group: 'admin', commands: SERVE },
+  admin_token: { group: 'admin', commands: SERVE },
+  admin_allowed_hosts: { group: 'admin', commands: SERVE },
+  max_body_size: { group: 'limits', commands: [...SERVE, 'call'] },
+  max_connections: { group: 'limits', commands: SERVE },
+  request_headers_timeout: { group: 'limits', commands: SERVE },
+  request_timeout: { group: 'limits', commands: SERVE },
+  stream_idle_timeout: { group: 'limits', commands: SERVE },
+  drain_delay: { group: 'limits', commands: SERVE },
+  drain_timeout: { group: 'limits', commands: SERVE },
+  log_level: { group: 'logging' },
+  enable_stats: { group: 'command', commands: GATEWAYS },
+  namespace: { group: 'command', commands: GATEWAYS },
+  handler: { group: 'command', commands: GATEWAYS },
+  server_name: { group: 'command', commands: ['sidecar'] },
+  server_address: { group: 'command', commands: ['sidecar'] },
+  healthcheck_url: { group: 'command', commands: ['sidecar'] },
+  healthcheck_interval: { group: 'command', commands: ['sidecar'] },
+  healthcheck_timeout: { group: 'command', commands: ['sidecar'] },
+  output: { group: 'command', commands: PLATFORM },
+  queue: { group: 'command', commands: ['subscribe'] },
+  config: { group: 'command', commands: ['proxy'] },
+};
+
+/** A flag's help metadata; a flag missing from FLAG_HELP goes by its name (log_* is logging) and is listed for every mesh process. */
+export function flagHelp(name: string): Required<FlagHelp> {
+  const h = (FLAG_HELP as Record<string, FlagHelp | undefined>)[name];
+  const group: FlagGroup = h?.group ?? (name.startsWith('log_') ? 'logging' : 'other');
+  return { group, commands: h?.commands ?? MESH_PROCESS };
+}
+
+/** The environment variable of a flag: MESH_CLIENT_RETRIES for client_retries. */
+export function envName(name: string): string {
+  return `MESH_${name.toUpperCase()}`;
+}
+
+/** Optimal string alignment distance (Levenshtein plus adjacent transpositions). */
+export function editDistance(a: string, b: string): number {
+  const d: number[][] = [];
+  for (let i = 0; i <= a.length; i++) d.push([i, ...new Array<number>(b.length).fill(0)]);
+  for (let j = 0; j <= b.length; j++) d[0]![j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let v = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) v = Math.min(v, d[i - 2]![j - 2]! + 1);
+      d[i]![j] = v;
+    }
+  }
+  return d[a.length]![b.length]!;
+}
+
+/**
+ * The candidates closest to `input` (case, "-" and "_" ignored), best first, at most 3; none when
+ * nothing is close (a distance up to a third of the input's length, at least 1, or a prefix of 3+
+ * characters).
+ */
+export function suggest(input: string, candidates: readonly string[]): string[] {
+  const norm = (s: string) => s.toLowerCase().replace(/-/g, '_');
+  const want = norm(input);
+  if (want === '' || input.length > 100) return [];
+  const limit = Math.max(1, Math.floor(want.length / 3));
+  const scored = candidates
+    .map((c) => {
+      const n = norm(c);
+      const dist = editDistance(want, n);
+      return { c, dist: want.length >= 3 && n.startsWith(want) ? Math.min(dist, limit) : dist };
+    })
+    .filter((s) => s.dist <= limit)
+    .sort((x, y) => x.dist - y.dist || (x.c < y.c ? -1 : 1));
+  if (scored.length === 0) return [];
+  const best = scored[0]!.dist;
+  return scored.filter((s) => s.dist === best).slice(0, 3).map((s) => s.c);
+}
+
+/** ", did you mean X?" or "" (X quoted by `show`). */
+export function didYouMean(input: string, candidates: readonly string[], show: (c: string) => string = (c) => c): string {
+  const s = suggest(input, candidates);
+  return s.length === 0 ? '' : `: did you mean ${s.map(show).join(' or ')}?`;
+}
+
 export interface Config {
   registry: string;
   registry_address?: string;
@@ -148,13 +295,29 @@ export interface ParsedArgs {
   given: Set<FlagName>;
   /** Special switches: --help, --version, --hot-restart-version. */
   switches: Set<string>;
+  /** Flags whose value came from the environment (MESH_<NAME>), not from the command line. */
+  fromEnv: Set<FlagName>;
 }
 
 const SWITCHES = new Set(['help', 'version', 'hot-restart-version', 'h']);
+const SHORT_SWITCHES: Record<string, string> = { '-h': 'help', '-v': 'version' };
 
-function convert(name: string, spec: FlagSpec, raw: string): unknown {
+/** How an error names a flag: `flag --client_retries`, or `MESH_CLIENT_RETRIES (--client_retries)` when the environment set it. */
+export function flagLabel(name: string, fromEnv: boolean): string {
+  return fromEnv ? `${envName(name)} (--${name})` : `flag --${name}`;
+}
+
+/**
+ * A FlagError message of a command runner (`invalid value "x" for flag --namespace: ...`) naming
+ * the environment variable when the value came from there.
+ */
+export function attributeFlagError(message: string, fromEnv: ReadonlySet<string>): string {
+  return message.replace(/\bfor flag --([a-z0-9_]+)/, (all, name: string) => (fromEnv.has(name) ? `for ${flagLabel(name, true)}` : all));
+}
+
+function convert(name: string, spec: FlagSpec, raw: string, fromEnv = false): unknown {
   const fail = (why: string): never => {
-    throw new FlagError(`invalid value "${raw}" for flag --${name}: ${why}`);
+    throw new FlagError(`invalid value "${raw}" for ${flagLabel(name, fromEnv)}: ${why}`);
   };
   switch (spec.type) {
     case 'string':
@@ -190,6 +353,7 @@ function convert(name: string, spec: FlagSpec, raw: string): unknown {
 export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): ParsedArgs {
   const values = new Map<FlagName, string>();
   const given = new Set<FlagName>();
+  const fromEnv = new Set<FlagName>();
   const switches = new Set<string>();
   const positionals: string[] = [];
 
@@ -199,6 +363,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     if (v !== undefined && v !== '') {
       values.set(name, v);
       given.add(name);
+      fromEnv.add(name);
     }
   }
 
@@ -213,6 +378,12 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
       if (next === undefined) throw new FlagError('flag -c needs a value (the configuration file)');
       values.set('config', next);
       given.add('config');
+      fromEnv.delete('config');
+      continue;
+    }
+    const short = SHORT_SWITCHES[arg];
+    if (short) {
+      switches.add(short);
       continue;
     }
     if (!arg.startsWith('--') || arg === '--') {
@@ -227,7 +398,10 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     }
     const name = rawName.replace(/-/g, '_') as FlagName;
     const spec: FlagSpec | undefined = Object.hasOwn(FLAG_SPECS, name) ? (FLAG_SPECS as Record<string, FlagSpec>)[name] : undefined;
-    if (!spec) throw new FlagError(`unknown flag --${rawName} (see mesh --help)`);
+    if (!spec) {
+      const hint = didYouMean(rawName, [...Object.keys(FLAG_SPECS), 'help', 'version', 'hot-restart-version'], (c) => `--${c}`);
+      throw new FlagError(`unknown flag --${rawName}${hint} (see mesh --help)`);
+    }
     let value: string;
     if (eq !== -1) value = arg.slice(eq + 1);
     else if (spec.type === 'bool') value = 'true';
@@ -239,29 +413,30 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     }
     values.set(name, value);
     given.add(name);
+    fromEnv.delete(name);
   }
 
   const config: Record<string, unknown> = {};
   for (const [name, spec] of Object.entries(FLAG_SPECS) as Array<[FlagName, FlagSpec]>) {
     const raw = values.get(name) ?? spec.default;
-    config[name] = raw === undefined ? (spec.type === 'list' ? [] : undefined) : convert(name, spec, raw);
+    config[name] = raw === undefined ? (spec.type === 'list' ? [] : undefined) : convert(name, spec, raw, fromEnv.has(name));
   }
   try {
     config.admin_allowed_hosts = parseAllowedHosts(config.admin_allowed_hosts as string[]);
   } catch (err) {
-    throw new FlagError(`invalid value "${(config.admin_allowed_hosts as string[]).join(',')}" for flag --admin_allowed_hosts: ${(err as Error).message}`);
+    throw new FlagError(`invalid value "${(config.admin_allowed_hosts as string[]).join(',')}" for ${flagLabel('admin_allowed_hosts', fromEnv.has('admin_allowed_hosts'))}: ${(err as Error).message}`);
   }
   try {
     parseLevel(config.log_level as string);
   } catch (err) {
-    throw new FlagError(`invalid value "${String(config.log_level)}" for flag --log_level: ${(err as Error).message}`);
+    throw new FlagError(`invalid value "${String(config.log_level)}" for ${flagLabel('log_level', fromEnv.has('log_level'))}: ${(err as Error).message}`);
   }
   const headers = config.request_headers_timeout as number;
   const whole = config.request_timeout as number;
   if (whole > 0 && headers > whole) {
-    throw new FlagError(`invalid value "${values.get('request_headers_timeout') ?? '10s'}" for flag --request_headers_timeout: longer than --request_timeout (${values.get('request_timeout') ?? '30s'})`);
+    throw new FlagError(`invalid value "${values.get('request_headers_timeout') ?? '10s'}" for ${flagLabel('request_headers_timeout', fromEnv.has('request_headers_timeout'))}: longer than --request_timeout (${values.get('request_timeout') ?? '30s'})`);
   }
-  return { config: config as unknown as Config, positionals, given, switches };
+  return { config: config as unknown as Config, positionals, given, switches, fromEnv };
 }
 
 export function flagsHelp(): string {

@@ -1,30 +1,12 @@
 #!/usr/bin/env node
-/** `mesh`: the one command-line program (DESIGN section 3). */
-import { parseArgs, flagsHelp, FlagError, type ParsedArgs } from './flags.js';
-import { runPlatformCommand } from './commands.js';
-import { MeshError } from '../errors.js';
+/**
+ * `mesh`: the one command-line program (DESIGN section 3). Help, version and completion are
+ * answered from this file and the light modules it imports (flags, help, build-info); everything
+ * that starts the runtime is imported only when a command needs it.
+ */
+import { parseArgs, FlagError, attributeFlagError, didYouMean, type ParsedArgs } from './flags.js';
+import { COMMANDS, allFlagsHelp, commandHelp, findCommand, mainHelp } from './help.js';
 import { packageVersion } from '../admin/build-info.js';
-
-const USAGE = `usage: mesh [global flags] <command> [flags]
-
-commands:
-  dev                                  the demo: example services, gateway and sidecar on the embedded default
-  api                                  the API gateway (default :8080, admin 127.0.0.1:9901)
-  sidecar                              the sidecar (default 127.0.0.1:8081, admin 127.0.0.1:9902)
-  proxy -c FILE                        the stand-alone L7 proxy: listeners, routes, clusters (admin 127.0.0.1:9903)
-  list services                        service names, one per line
-  get service NAME                     one service: nodes and endpoints
-  register service JSON                register a service ({"Name":..,"Nodes":[{"Id","Address","Port"}]})
-  deregister service JSON              deregister the nodes given
-  call SERVICE Endpoint.Method [JSON]  call a service by RPC
-  publish TOPIC MESSAGE                publish a message
-  subscribe TOPIC [--queue Q]          print messages as they arrive
-  health SERVICE                       Debug.Health of every node
-
-switches: --help, --version, --hot-restart-version
-
-flags (also as MESH_<NAME> in the environment):
-`;
 
 export type CommandRunner = (args: ParsedArgs) => Promise<number>;
 
@@ -36,52 +18,90 @@ const SERVER_COMMANDS: Record<string, () => Promise<CommandRunner>> = {
   proxy: async () => (await import('./proxy.js')).runProxy,
 };
 
+const out = (t: string) => process.stdout.write(t);
+const err = (t: string) => process.stderr.write(t);
+
+function unknownCommand(words: string[], candidates: string[]): number {
+  const hint = didYouMean(words.join(' '), candidates, (c) => `"${c}"`);
+  err(`mesh: unknown command "${words.join(' ')}"${hint} (see mesh --help)\n`);
+  return 2;
+}
+
+/** `mesh help [TOPIC]` and `--help`: stdout, exit 0; an unknown topic exits 2 with a suggestion. */
+function help(topic: string | undefined): number {
+  if (topic === undefined) out(mainHelp());
+  else if (topic === 'flags') out(allFlagsHelp());
+  else {
+    const command = findCommand(topic);
+    if (!command) return unknownCommand([topic], [...COMMANDS.map((c) => c.name), 'flags']);
+    out(commandHelp(command));
+  }
+  return 0;
+}
+
 export async function main(argv: string[]): Promise<number> {
   let args: ParsedArgs;
   try {
     args = parseArgs(argv);
-  } catch (err) {
-    if (err instanceof FlagError) {
-      process.stderr.write(`mesh: ${err.message}\n`);
+  } catch (e) {
+    if (e instanceof FlagError) {
+      err(`mesh: ${e.message}\n`);
       return 2;
     }
-    throw err;
+    throw e;
   }
-  if (args.switches.has('help')) {
-    process.stdout.write(USAGE + flagsHelp() + '\n');
-    return 0;
-  }
-  if (args.switches.has('version')) {
-    process.stdout.write(`mesh ${packageVersion()}\n`);
+  const [command, sub] = args.positionals;
+  if (args.switches.has('help')) return help(command === 'help' ? sub : command);
+  if (command === 'help') return help(sub);
+  if (args.switches.has('version') || command === 'version') {
+    out(`mesh ${packageVersion()}\n`);
     return 0;
   }
   if (args.switches.has('hot-restart-version')) {
     const { hotRestartVersion } = await import('../admin/hot-restart.js');
-    process.stdout.write(hotRestartVersion());
+    out(hotRestartVersion());
     return 0;
   }
-  const command = args.positionals[0];
   if (!command) {
-    process.stderr.write(USAGE + flagsHelp() + '\n');
+    err(mainHelp());
+    return 2;
+  }
+  const info = findCommand(command);
+  if (!info) return unknownCommand([command], COMMANDS.map((c) => c.name));
+  if (info.subcommands && (sub === undefined || !info.subcommands.includes(sub))) {
+    if (sub === undefined) {
+      err(`mesh: usage: mesh ${info.name} ${info.args}\n`);
+      return 2;
+    }
+    const hint = didYouMean(sub, info.subcommands, (s) => `"${command} ${s}"`);
+    err(`mesh: unknown command "${command} ${sub}"${hint} (usage: mesh ${info.name} ${info.args})\n`);
     return 2;
   }
   try {
+    if (command === 'completion') {
+      const { completionScript } = await import('./completion.js');
+      out(completionScript(sub as 'bash' | 'zsh'));
+      return 0;
+    }
+    if (command === 'new') {
+      const { runNewService } = await import('./new-service.js');
+      return runNewService(args.positionals.slice(2), { out, err });
+    }
     const server = SERVER_COMMANDS[command];
     if (server) return await (await server())(args);
-    return await runPlatformCommand(args.positionals, args.config, {
-      out: (t) => process.stdout.write(t),
-      err: (t) => process.stderr.write(t),
-    });
-  } catch (err) {
-    if (err instanceof FlagError) {
-      process.stderr.write(`mesh: ${err.message}\n`);
+    const { runPlatformCommand } = await import('./commands.js');
+    return await runPlatformCommand(args.positionals, args.config, { out, err });
+  } catch (e) {
+    if (e instanceof FlagError) {
+      err(`mesh: ${attributeFlagError(e.message, args.fromEnv)}\n`);
       return 2;
     }
-    if (err instanceof MeshError) {
-      process.stderr.write(args.config.output === 'json' ? err.toBody() + '\n' : `mesh: ${err.detail} (${err.code} ${err.statusText})\n`);
+    const { MeshError } = await import('../errors.js');
+    if (e instanceof MeshError) {
+      err(args.config.output === 'json' ? e.toBody() + '\n' : `mesh: ${e.detail} (${e.code} ${e.statusText})\n`);
       return 1;
     }
-    process.stderr.write(`mesh: ${(err as Error).message}\n`);
+    err(`mesh: ${(e as Error).message}\n`);
     return 1;
   }
 }
@@ -92,8 +112,8 @@ main(process.argv.slice(2)).then(
     if (code >= 0) process.exitCode = code;
     if (code >= 0) setImmediate(() => process.exit(code));
   },
-  (err: unknown) => {
-    process.stderr.write(`mesh: ${(err as Error)?.stack ?? String(err)}\n`);
+  (e: unknown) => {
+    process.stderr.write(`mesh: ${(e as Error)?.stack ?? String(e)}\n`);
     process.exit(1);
   },
 );

@@ -1,0 +1,189 @@
+/**
+ * `mesh --help`, `mesh help [COMMAND]`, `mesh <command> --help`: the commands, and for each the
+ * flags its code reads, grouped, with defaults and allowed values. Light on purpose: it imports
+ * only flags.ts, so help never loads the runtime.
+ */
+import { COMMAND_NAMES, FLAG_GROUPS, FLAG_SPECS, flagHelp, type CommandName, type FlagGroup } from './flags.js';
+
+export interface CommandInfo {
+  name: CommandName;
+  /** What follows `mesh <name>` in the usage line. */
+  args: string;
+  summary: string;
+  /** More lines for `mesh <name> --help`. */
+  details?: string[];
+  /** Words that may follow the command (completion, and the check of `mesh list servics`). */
+  subcommands?: string[];
+  /** Defaults of this command that differ from the flag's own (e.g. --address). */
+  defaults?: Partial<Record<keyof typeof FLAG_SPECS, string>>;
+  /** Allowed values of this command that differ from the flag's own (the sidecar's --handler). */
+  choices?: Partial<Record<keyof typeof FLAG_SPECS, string[]>>;
+}
+
+/** Every command, in the order `mesh --help` lists them. Defaults here are checked against the code by test/cli-help.test.ts. */
+export const COMMANDS: CommandInfo[] = [
+  {
+    name: 'dev',
+    args: '',
+    summary: 'the demo: example services, gateway and sidecar on the embedded registry',
+    defaults: { address: ':8080', admin_address: '127.0.0.1:9901', namespace: 'go.mesh.api' },
+  },
+  {
+    name: 'api',
+    args: '',
+    summary: 'the API gateway (default :8080, admin 127.0.0.1:9901)',
+    details: ['Maps HTTP requests to services (see docs/gateway.md). Without --handler it routes by the registry and falls back to the api handler.'],
+    defaults: { address: ':8080', admin_address: '127.0.0.1:9901', namespace: 'go.mesh.api' },
+  },
+  {
+    name: 'sidecar',
+    args: '',
+    summary: 'the sidecar for apps in any language (default 127.0.0.1:8081, admin 127.0.0.1:9902)',
+    details: ['With --server_name and --server_address it registers the app and health-checks it (see docs/sidecar.md).'],
+    defaults: { address: '127.0.0.1:8081', admin_address: '127.0.0.1:9902', namespace: 'go.mesh.srv', handler: 'rpc' },
+    choices: { handler: ['rpc', 'proxy'] },
+  },
+  {
+    name: 'proxy',
+    args: '-c FILE',
+    summary: 'the stand-alone L7 proxy: listeners, routes, clusters (admin 127.0.0.1:9903)',
+    details: ['Listeners, routes and clusters come from the YAML or JSON file (see docs/proxy.md); the file may set the admin address.'],
+    defaults: { admin_address: '127.0.0.1:9903' },
+  },
+  { name: 'list', args: 'services', summary: 'service names, one per line', subcommands: ['services'] },
+  { name: 'get', args: 'service NAME', summary: 'one service: nodes and endpoints', subcommands: ['service'] },
+  { name: 'register', args: 'service JSON', summary: 'register a service ({"Name":..,"Nodes":[{"Id","Address","Port"}]})', subcommands: ['service'] },
+  { name: 'deregister', args: 'service JSON', summary: 'deregister the nodes given', subcommands: ['service'] },
+  { name: 'call', args: 'SERVICE Endpoint.Method [JSON]', summary: 'call a service by RPC' },
+  { name: 'publish', args: 'TOPIC MESSAGE', summary: 'publish a message' },
+  { name: 'subscribe', args: 'TOPIC [--queue Q]', summary: 'print messages as they arrive' },
+  { name: 'health', args: 'SERVICE', summary: 'Debug.Health of every node' },
+  {
+    name: 'new',
+    args: 'service NAME [DIR]',
+    summary: 'write a new TypeScript service project (NAME: go.mesh.srv.hello or hello)',
+    details: [
+      'NAME without a dot becomes go.mesh.srv.NAME; DIR defaults to ./<last part of NAME> and must not exist or be empty.',
+      'The project depends on @mesh-platform/mesh; its README says how to build, start and call it.',
+    ],
+    subcommands: ['service'],
+  },
+  {
+    name: 'completion',
+    args: 'bash|zsh',
+    summary: 'print a shell completion script',
+    details: ['bash: source <(mesh completion bash)   (or save it in ~/.local/share/bash-completion/completions/mesh)', 'zsh:  source <(mesh completion zsh)    (after compinit; or save it as _mesh in a directory of $fpath)'],
+    subcommands: ['bash', 'zsh'],
+  },
+  { name: 'help', args: '[COMMAND|flags]', summary: 'this help; a command\'s flags; every flag' },
+  { name: 'version', args: '', summary: 'print the version (also -v, --version)' },
+];
+
+/** Commands that start a mesh process, and so take mesh flags. */
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health']);
+
+export function findCommand(name: string | undefined): CommandInfo | undefined {
+  return COMMANDS.find((c) => c.name === name);
+}
+
+export function commandNames(): readonly string[] {
+  return COMMAND_NAMES;
+}
+
+type Spec = { type: string; help: string; default?: string; choices?: string[] };
+
+function specs(): Array<[string, Spec]> {
+  return Object.entries(FLAG_SPECS) as Array<[string, Spec]>;
+}
+
+/** The flags listed in a command's help (every command accepts every flag). */
+export function commandFlags(command: CommandName): string[] {
+  if (!TAKES_FLAGS.has(command)) return [];
+  return specs()
+    .map(([name]) => name)
+    .filter((name) => flagHelp(name).commands.includes(command));
+}
+
+/** The allowed values of a flag for a command (bool flags: true, false). */
+export function flagChoices(name: string, command?: CommandName): string[] | undefined {
+  const spec = (FLAG_SPECS as Record<string, Spec>)[name];
+  if (!spec) return undefined;
+  const own = command ? findCommand(command)?.choices?.[name as keyof typeof FLAG_SPECS] : undefined;
+  if (own) return own;
+  if (spec.type === 'bool') return ['true', 'false'];
+  return spec.choices;
+}
+
+function flagLine(name: string, command?: CommandName): string[] {
+  const spec = (FLAG_SPECS as Record<string, Spec>)[name]!;
+  const info = command ? findCommand(command) : undefined;
+  const def = info?.defaults?.[name as keyof typeof FLAG_SPECS] ?? spec.default;
+  const head = `  --${name}${spec.type === 'bool' ? '' : ` ${spec.type}`}`;
+  let text = spec.help + (def !== undefined ? ` (default ${def})` : '');
+  const choices = spec.type === 'bool' ? undefined : flagChoices(name, command);
+  if (choices) text += `; one of ${choices.join(', ')}`;
+  if (head.length <= 34) return [`${head.padEnd(35)}${text}`];
+  return [head, `${''.padEnd(35)}${text}`];
+}
+
+function groupedFlags(names: string[], command?: CommandName): string[] {
+  const lines: string[] = [];
+  for (const group of Object.keys(FLAG_GROUPS) as FlagGroup[]) {
+    const inGroup = names.filter((n) => flagHelp(n).group === group);
+    if (inGroup.length === 0) continue;
+    lines.push('', `${group === 'command' && command ? `${command}` : FLAG_GROUPS[group]}:`);
+    for (const n of inGroup) lines.push(...flagLine(n, command));
+  }
+  return lines;
+}
+
+const FLAG_SYNTAX = [
+  'Flags go before or after the command, as --name=value or --name value (booleans: --name, --name=false);',
+  '--name-with-dashes works too. Each flag can also be set in the environment as MESH_<NAME>',
+  '(MESH_LOG_LEVEL=debug); the command line wins.',
+];
+
+/** `mesh --help`, `mesh help`: the commands, one line each, the global flags in short. */
+export function mainHelp(): string {
+  const usage = (c: CommandInfo) => `${c.name}${c.args ? ` ${c.args}` : ''}`;
+  const width = Math.max(...COMMANDS.map((c) => usage(c).length)) + 2;
+  const globals = specs()
+    .map(([n]) => n)
+    .filter((n) => [...TAKES_FLAGS].every((c) => flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
+  const lines = [
+    'usage: mesh <command> [flags]',
+    '',
+    'commands:',
+    ...COMMANDS.map((c) => `  ${usage(c).padEnd(width)} ${c.summary}`),
+    '',
+    'global flags (every command that talks to the mesh):',
+    ...globals.map((n) => {
+      const spec = (FLAG_SPECS as Record<string, Spec>)[n]!;
+      return `  --${n.padEnd(24)} ${spec.choices ? spec.choices.join('|') : spec.type}${spec.default !== undefined ? ` (default ${spec.default})` : ''}`;
+    }),
+    '',
+    'switches: -h, --help; -v, --version; --hot-restart-version',
+    '',
+    ...FLAG_SYNTAX,
+    '',
+    "Run 'mesh <command> --help' (or 'mesh help <command>') for the flags of a command, 'mesh help flags' for every flag.",
+  ];
+  return lines.join('\n') + '\n';
+}
+
+/** `mesh <command> --help`: usage, what it does, its flags grouped. */
+export function commandHelp(command: CommandInfo): string {
+  const lines = [`usage: mesh ${command.name}${command.args ? ` ${command.args}` : ''}${TAKES_FLAGS.has(command.name) ? ' [flags]' : ''}`, '', command.summary];
+  if (command.details) lines.push(...command.details);
+  const flags = commandFlags(command.name);
+  if (flags.length > 0) {
+    lines.push('', ...FLAG_SYNTAX, ...groupedFlags(flags, command.name));
+    lines.push('', `Every other mesh flag is accepted too ('mesh help flags' lists them all).`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+/** `mesh help flags`: every flag, grouped. */
+export function allFlagsHelp(): string {
+  return ['usage: mesh <command> [flags]', '', ...FLAG_SYNTAX, ...groupedFlags(specs().map(([n]) => n))].join('\n') + '\n';
+}
