@@ -193,7 +193,7 @@ describe('help, version and completion do not load the runtime', () => {
     // A resolve hook that refuses the runtime and the heavy dependencies: importing one fails the process.
     writeFileSync(
       join(dir.path, 'hooks.mjs'),
-      `const BLOCK = [/\\/src\\/runtime\\.js$/, /\\/src\\/cli\\/(commands|operations|api|sidecar|proxy|dev)\\.js$/, /\\/src\\/(gateway|sidecar|proxy|server|client|broker)\\//, /\\/node_modules\\/(undici|ws|etcd3|nats|better-sqlite3|acme-client|protobufjs)\\//];
+      `const BLOCK = [/\\/src\\/runtime\\.js$/, /\\/src\\/cli\\/(commands|operations|api|sidecar|proxy|dev)\\.js$/, /\\/src\\/(gateway|sidecar|proxy|server|client|broker)\\//, /\\/node_modules\\/(undici|ws|etcd3|nats|better-sqlite3|acme-client|protobufjs|pino)\\//];
 export async function resolve(specifier, context, next) {
   const r = await next(specifier, context);
   if (BLOCK.some((re) => re.test(r.url))) throw new Error('BLOCKED ' + r.url);

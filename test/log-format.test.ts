@@ -61,7 +61,8 @@ describe('log format: choice', () => {
     for (const [argv, env] of [[['--log_format=pretty'], {}], [[], { MESH_LOG_FORMAT: 'JSON' }], [['--log_format='], {}]] as const) {
       assert.throws(
         () => parseArgs([...argv], { ...env }),
-        (err: unknown) => err instanceof FlagError && err.exitCode === 2 && /^invalid value "[^"]*" for flag --log_format: use one of text, json$/.test(err.message),
+        (err: unknown) =>
+          err instanceof FlagError && err.exitCode === 2 && /^invalid value "[^"]*" for (flag --log_format|MESH_LOG_FORMAT \(--log_format\)): use one of text, json$/.test(err.message),
       );
     }
   });
@@ -299,7 +300,7 @@ describe('log format: mesh list services as a real process', () => {
     const flag = await runCli(['list', 'services', `--registry_address=${dir.path}`, '--log_format=pretty']);
     assert.deepEqual([flag.code, flag.stdout, flag.stderr], [2, '', 'mesh: invalid value "pretty" for flag --log_format: use one of text, json\n']);
     const env = await runCli(['list', 'services', `--registry_address=${dir.path}`], { MESH_LOG_FORMAT: 'xml' });
-    assert.deepEqual([env.code, env.stdout, env.stderr], [2, '', 'mesh: invalid value "xml" for flag --log_format: use one of text, json\n']);
+    assert.deepEqual([env.code, env.stdout, env.stderr], [2, '', 'mesh: invalid value "xml" for MESH_LOG_FORMAT (--log_format): use one of text, json\n']);
   });
 });
 

@@ -4,7 +4,7 @@
  * A bad value is an error naming the flag (exit 2), never ignored.
  */
 import { parseDuration, parseSize } from '../util/duration.js';
-import { parseLevel } from '../util/log.js';
+import { parseLevel } from '../util/levels.js';
 import { parseAllowedHosts } from '../http/host-check.js';
 
 type FlagType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
@@ -152,6 +152,7 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   drain_delay: { group: 'limits', commands: SERVE },
   drain_timeout: { group: 'limits', commands: SERVE },
   log_level: { group: 'logging' },
+  log_format: { group: 'logging' },
   enable_stats: { group: 'command', commands: GATEWAYS },
   namespace: { group: 'command', commands: GATEWAYS },
   handler: { group: 'command', commands: GATEWAYS },
@@ -439,11 +440,3 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
   return { config: config as unknown as Config, positionals, given, switches, fromEnv };
 }
 
-export function flagsHelp(): string {
-  const lines: string[] = [];
-  for (const [name, spec] of Object.entries(FLAG_SPECS) as Array<[string, FlagSpec]>) {
-    const def = spec.default !== undefined ? ` (default ${spec.default})` : '';
-    lines.push(`  --${name.padEnd(24)} ${spec.help}${def}`);
-  }
-  return lines.join('\n');
-}

@@ -9,11 +9,11 @@
  * serialized or formatted.
  */
 import pino from 'pino';
+import { LEVELS, isLevel, parseLevel, type Level, type LogFormat } from './levels.js';
+
+export { LEVELS, LOG_FORMATS, isLevel, parseLevel, type Level, type LogFormat } from './levels.js';
 type Logger = pino.Logger;
 type DestinationStream = pino.DestinationStream;
-
-export const LEVELS = ['trace', 'debug', 'info', 'warning', 'error', 'critical', 'off'] as const;
-export type Level = (typeof LEVELS)[number];
 
 const TO_PINO: Record<Level, pino.LevelWithSilent> = {
   trace: 'trace',
@@ -42,23 +42,6 @@ export const SUBSYSTEMS = [
   'upstream',
 ] as const;
 export type Subsystem = (typeof SUBSYSTEMS)[number];
-
-export function isLevel(value: string): value is Level {
-  return (LEVELS as readonly string[]).includes(value);
-}
-
-/** Accepts pino/Go spellings too (warn, fatal, silent) so --log_level is forgiving but never silent about junk. */
-export function parseLevel(value: string): Level {
-  const v = value.toLowerCase();
-  if (isLevel(v)) return v;
-  if (v === 'warn') return 'warning';
-  if (v === 'fatal') return 'critical';
-  if (v === 'silent' || v === 'none') return 'off';
-  throw new Error(`unknown log level "${value}" (use ${LEVELS.join(', ')})`);
-}
-
-export const LOG_FORMATS = ['text', 'json'] as const;
-export type LogFormat = (typeof LOG_FORMATS)[number];
 
 /** pino's level labels to ours: JSON lines say "warning" and "critical", like --log_level. */
 const FROM_PINO: Record<string, Level> = { trace: 'trace', debug: 'debug', info: 'info', warn: 'warning', error: 'error', fatal: 'critical' };
