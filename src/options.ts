@@ -214,7 +214,7 @@ const KNOWN = new Set<string>([
 const show = (v: unknown): string => {
   if (typeof v === 'string') return JSON.stringify(v);
   if (typeof v === 'number' || typeof v === 'boolean' || v === null || v === undefined) return String(v);
-  return Array.isArray(v) ? 'an array' : `a ${typeof v}`;
+  return Array.isArray(v) ? 'an array' : typeof v === 'object' ? 'an object' : `a ${typeof v}`;
 };
 
 /**
