@@ -62,6 +62,7 @@ describe('the installable package', { timeout: SLOW }, () => {
   let tarball = '';
   let files: string[] = [];
   const processes: RunningProcess[] = [];
+  const samples: string[] = [];
   const started = Date.now();
 
   before(
@@ -88,9 +89,19 @@ describe('the installable package', { timeout: SLOW }, () => {
       writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'pkgtest-app', private: true, type: 'module' }, null, 2));
       writeFileSync(
         join(app, 'tsconfig.json'),
-        JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, outDir: 'out', types: ['node'], skipLibCheck: false }, include: ['service.ts'] }, null, 2),
+        JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, outDir: 'out', types: ['node'], skipLibCheck: false }, include: ['service.ts', 'samples/*.ts'] }, null, 2),
       );
       writeFileSync(join(app, 'service.ts'), SERVICE);
+      // The TypeScript samples of the README and docs/api.md are type-checked with the service.
+      mkdirSync(join(app, 'samples'));
+      for (const doc of ['README.md', 'docs/api.md']) {
+        const blocks = [...readFileSync(join(ROOT, doc), 'utf8').matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+        assert.ok(blocks.length > 0, `${doc} has TypeScript samples`);
+        blocks.forEach((code, i) => {
+          samples.push(`${doc} sample ${i + 1}`);
+          writeFileSync(join(app, 'samples', `${doc.replace(/\W/g, '_')}_${i + 1}.ts`), code);
+        });
+      }
       writeFileSync(join(app, 'wrong.ts'), WRONG);
       await run(
         NPM,
@@ -115,7 +126,17 @@ describe('the installable package', { timeout: SLOW }, () => {
     assert.deepEqual(stray, []);
   });
 
-  it('a strict TypeScript service type-checks against the package name alone', async () => {
+  it('the samples of the README and docs/api.md import the package name only', () => {
+    for (const doc of ['README.md', 'docs/api.md']) {
+      const text = readFileSync(join(ROOT, doc), 'utf8');
+      const specifiers = [...text.matchAll(/from '([^']+)'/g)].map((m) => m[1]);
+      assert.deepEqual([...new Set(specifiers)], ['@mesh-platform/mesh'], doc);
+      assert.doesNotMatch(text, /@mesh-platform\/mesh\/|from '[^']*dist\//, doc);
+    }
+  });
+
+  it('a strict TypeScript service (and every docs sample) type-checks against the package name alone', async () => {
+    assert.ok(samples.length >= 5, samples.join(', '));
     const tsc = join(app, 'node_modules/.bin/tsc');
     await run(tsc, ['--strict', '--noEmit', '-p', 'tsconfig.json'], { cwd: app });
     const wrong = await run(tsc, ['--strict', '--noEmit', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--target', 'ES2022', '--types', 'node', 'wrong.ts'], { cwd: app }).then(
