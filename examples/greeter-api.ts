@@ -1,5 +1,11 @@
-/** Runs the API service go.mesh.api.greeter: `node dist/examples/greeter-api.js [mesh flags]`. */
-import { serveMain } from '../src/server/main.js';
+/**
+ * Runs the API service go.mesh.api.greeter: `node dist/examples/greeter-api.js [mesh flags]`.
+ * Examples run from the repository, so they import the entry point by its path; your code
+ * imports it by the package name: `import { runService } from '@mesh-platform/mesh'`.
+ */
+import { runService } from '../src/index.js';
 import { greeterApi } from './greeter.js';
 
-await serveMain(process.argv.slice(2), (runtime, address) => [greeterApi(runtime, address)]);
+await runService((mesh) => {
+  greeterApi(mesh);
+});

@@ -1,5 +1,11 @@
-/** Runs the backend go.mesh.srv.greeter: `node dist/examples/greeter-srv.js [mesh flags]`. */
-import { serveMain } from '../src/server/main.js';
+/**
+ * Runs the backend go.mesh.srv.greeter: `node dist/examples/greeter-srv.js [mesh flags]`.
+ * Examples run from the repository, so they import the entry point by its path; your code
+ * imports it by the package name: `import { runService } from '@mesh-platform/mesh'`.
+ */
+import { runService } from '../src/index.js';
 import { greeterBackend } from './greeter.js';
 
-await serveMain(process.argv.slice(2), (runtime, address) => [greeterBackend(runtime, address)]);
+await runService((mesh) => {
+  greeterBackend(mesh);
+});

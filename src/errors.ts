@@ -21,6 +21,11 @@ export class MeshError extends Error {
     this.statusText = statusText ?? statusTextOf(code);
   }
 
+  /** The status text of the code (`Bad Request`): the `status` of the error JSON. */
+  get status(): string {
+    return this.statusText;
+  }
+
   toJSON(): { id: string; code: number; detail: string; status: string } {
     return { id: this.id, code: this.code, detail: this.detail, status: this.statusText };
   }

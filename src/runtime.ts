@@ -1,9 +1,10 @@
 /**
- * Builds one process's parts from its flags, once: logging, stats store, registry, broker,
+ * Builds one process's parts from its resolved options (src/options.ts), once: logging, stats store, registry, broker,
  * cluster manager, client, health state and admin interface. Everything else receives the runtime;
  * nothing lives in module globals.
  */
-import type { Config } from './cli/flags.js';
+import type { ResolvedOptions } from './options.js';
+import { CodecSet } from './codec/codec.js';
 import { Logging, parseLevel } from './util/log.js';
 import { StatsStore } from './stats/store.js';
 import type { Registry } from './registry/registry.js';
@@ -41,6 +42,8 @@ export class Runtime {
   readonly selfAddresses = new SelfAddresses();
   readonly clusters: ClusterManager;
   readonly client: Client;
+  /** The codecs of the process: JSON, protobuf and the extra ones of the options. */
+  readonly codecs: CodecSet;
   private brokerInstance?: Broker;
   private readonly shutdownHooks: ShutdownHook[] = [];
   private readonly drainables: Drainable[] = [];
@@ -49,39 +52,44 @@ export class Runtime {
   private drainingSince?: number;
 
   constructor(
-    readonly config: Config,
-    readonly options: RuntimeOptions,
+    readonly options: ResolvedOptions,
+    readonly setup: RuntimeOptions,
   ) {
-    this.logging = new Logging({ level: parseLevel(config.log_level), format: config.log_format });
+    this.logging = new Logging({ level: parseLevel(options.logLevel), format: options.logFormat });
     this.stats = new StatsStore();
-    this.registry = createRegistry(config.registry, config.registry_address, {
-      home: config.mesh_home,
-      tls: { caFile: config.registry_tls_ca_file, certFile: config.registry_tls_cert_file, keyFile: config.registry_tls_key_file },
-      stats: this.stats,
-      logging: this.logging,
-    });
+    this.codecs = new CodecSet(options.codecs);
+    this.registry =
+      typeof options.registry === 'string'
+        ? createRegistry(options.registry, options.registryAddress, {
+            home: options.meshHome,
+            tls: { caFile: options.registryTlsCaFile, certFile: options.registryTlsCertFile, keyFile: options.registryTlsKeyFile },
+            stats: this.stats,
+            logging: this.logging,
+          })
+        : options.registry;
     this.clusters = new ClusterManager({
-      registry: options.registryClusters === false ? undefined : this.registry,
+      registry: setup.registryClusters === false ? undefined : this.registry,
       stats: this.stats,
       logging: this.logging,
-      lbPolicy: config.lb_policy,
-      staticClusters: options.staticClusters,
+      lbPolicy: options.lbPolicy,
+      staticClusters: setup.staticClusters,
       // Closed after the drain: the upstream calls still running then serve requests the drain cut off.
       closeGraceMs: 1000,
       self: this.selfAddresses,
     });
     this.client = new Client({
       selector: this.clusters,
-      requestTimeoutMs: config.client_request_timeout,
-      retries: config.client_retries,
-      perTryTimeoutMs: config.client_per_try_timeout,
-      hedgeDelayMs: config.client_hedge_delay,
+      requestTimeoutMs: options.clientRequestTimeout,
+      retries: options.clientRetries,
+      perTryTimeoutMs: options.clientPerTryTimeout,
+      hedgeDelayMs: options.clientHedgeDelay,
       logger: this.logging.get('client'),
-      maxResponseBytes: Math.max(config.max_body_size, 64 * 1024 * 1024),
+      maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024),
+      codecs: this.codecs,
     });
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
-    // address or TLS file stops the start instead of the first publish.
-    if (config.broker === 'nats') this.brokerInstance = this.createBroker();
+    // address or TLS file stops the start instead of the first publish. A Broker instance is used as it is.
+    if (options.broker === 'nats' || typeof options.broker !== 'string') this.brokerInstance = this.createBroker();
     this.state.on('state', (state) => (this.drainingSince = state === 'draining' ? Date.now() : undefined));
   }
 
@@ -91,24 +99,30 @@ export class Runtime {
     return this.brokerInstance;
   }
 
+  /** The broker's name (registered in each service node's metadata), without building it. */
+  get brokerName(): string {
+    return typeof this.options.broker === 'string' ? this.options.broker : this.options.broker.name;
+  }
+
   private createBroker(): Broker {
-    const config = this.config;
-    return createBroker(config.broker, {
+    const options = this.options;
+    if (typeof options.broker !== 'string') return options.broker;
+    return createBroker(options.broker, {
       registry: this.registry,
-      address: config.broker_address,
-      // --advertise may carry a service's port; the broker's endpoint keeps its own.
-      advertiseHost: config.advertise?.trim().replace(/:\d*$/, '') || undefined,
-      tls: { caFile: config.broker_tls_ca_file, certFile: config.broker_tls_cert_file, keyFile: config.broker_tls_key_file },
+      address: options.brokerAddress,
+      // advertise may carry a service's port; the broker's endpoint keeps its own.
+      advertiseHost: options.advertise?.trim().replace(/:\d*$/, '') || undefined,
+      tls: { caFile: options.brokerTlsCaFile, certFile: options.brokerTlsCertFile, keyFile: options.brokerTlsKeyFile },
       logger: this.logging.get('broker'),
     });
   }
 
   /**
-   * Serves the admin interface at --admin_address (or the role's default; `off` disables it).
-   * Resolves with the bound address, or undefined when disabled.
+   * Serves the admin interface at the adminAddress option (or the role's default; `off` disables
+   * it). Resolves with the bound address, or undefined when disabled.
    */
   async startAdmin(defaultAddress: string): Promise<{ host: string; port: number } | undefined> {
-    const address = this.config.admin_address ?? defaultAddress;
+    const address = this.options.adminAddress ?? defaultAddress;
     if (address === 'off') return undefined;
     const admin = new AdminServer({
       stats: this.stats,
@@ -118,9 +132,9 @@ export class Runtime {
       // Read at each request, so a TLS provider built after the admin started is still listed.
       certs: () => this.certificates?.() ?? [],
       server: this.state,
-      token: this.config.admin_token,
-      allowedHosts: this.config.admin_allowed_hosts,
-      limits: serverLimits(this.config),
+      token: this.options.adminToken,
+      allowedHosts: this.options.adminAllowedHosts,
+      limits: serverLimits(this.options),
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },
@@ -194,7 +208,7 @@ export class Runtime {
       log.error({ err: (err as Error).message }, 'deregistration failed');
     }
     if (drainables.length === 0) return { requestsCutOff: 0, connectionsCutOff: 0 };
-    const delay = this.config.drain_delay - (now - (this.drainingSince ?? now));
+    const delay = this.options.drainDelay - (now - (this.drainingSince ?? now));
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     const results = await Promise.all(drainables.map((d) => d.close()));
     const total = results.reduce(
@@ -203,7 +217,7 @@ export class Runtime {
     );
     if (total.requestsCutOff > 0) {
       log.error(
-        { requests: total.requestsCutOff, connections: total.connectionsCutOff, drain_timeout_ms: this.config.drain_timeout },
+        { requests: total.requestsCutOff, connections: total.connectionsCutOff, drain_timeout_ms: this.options.drainTimeout },
         `drain timed out: ${total.requestsCutOff} request(s) on ${total.connectionsCutOff} connection(s) cut off`,
       );
     }

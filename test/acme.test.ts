@@ -19,7 +19,7 @@ import { AcmeCache, defaultAcmeCacheDir, directoryKey } from '../src/acme/cache.
 import { AcmeManager, renewalTime } from '../src/acme/manager.js';
 import { parseAcmeHosts } from '../src/acme/hosts.js';
 import { ChallengeServer } from '../src/acme/challenge-server.js';
-import { checkTlsFlags } from '../src/tls/index.js';
+import { checkTlsFlags } from '../src/cli/tls-flags.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
 import { runCli, tempDir } from './helpers.js';
 

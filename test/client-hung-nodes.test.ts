@@ -12,6 +12,7 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { Runtime } from '../src/runtime.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
+import { optionsFromFlags } from '../src/cli/options.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { StatsStore } from '../src/stats/store.js';
 import { Logging } from '../src/util/log.js';
@@ -93,7 +94,7 @@ const node = (id: string, port: number) => ({ id, address: '127.0.0.1', port, me
 const body = Buffer.from('{}');
 
 function runtimeWith(...flags: string[]): Runtime {
-  const rt = new Runtime(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', ...flags], {}).config, { role: 'test' });
+  const rt = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', ...flags], {}).config), { role: 'test' });
   closers.push(() => rt.shutdown());
   return rt;
 }

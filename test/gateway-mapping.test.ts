@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { Runtime } from '../src/runtime.js';
 import { parseArgs } from '../src/cli/flags.js';
+import { optionsFromFlags } from '../src/cli/options.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
 import type { Message } from '../src/broker/broker.js';
@@ -32,7 +33,7 @@ describe('SPEC 4.4 through the gateway', () => {
 
   before(async () => {
     registry = createRegistry('local', dir.path);
-    runtime = new Runtime(parseArgs([`--registry_address=${dir.path}`, '--admin_address=off', '--log_level=error']).config, { role: 'test' });
+    runtime = new Runtime(optionsFromFlags(parseArgs([`--registry_address=${dir.path}`, '--admin_address=off', '--log_level=error']).config), { role: 'test' });
     const calc = new Service(runtime, { name: 'go.mesh.api.calc' }).handle({
       name: 'Calc.Add',
       handler: (req: { a?: unknown; b?: unknown }) => {

@@ -7,8 +7,10 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import WebSocket from 'ws';
-import { Runtime } from '../src/runtime.js';
+import type { Runtime } from '../src/runtime.js';
+import { Mesh } from '../src/mesh.js';
 import { parseArgs } from '../src/cli/flags.js';
+import { optionsFromFlags } from '../src/cli/options.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry, Service } from '../src/registry/registry.js';
 import type { Message } from '../src/broker/broker.js';
@@ -40,9 +42,11 @@ describe('mesh api, default handler', () => {
 
   before(async () => {
     registry = createRegistry('local', dir.path);
-    runtime = new Runtime(parseArgs([`--registry_address=${dir.path}`, '--admin_address=off', '--log_level=error']).config, { role: 'test' });
-    await greeterBackend(runtime).start();
-    await greeterApi(runtime).start();
+    const mesh = new Mesh(optionsFromFlags(parseArgs([`--registry_address=${dir.path}`, '--admin_address=off', '--log_level=error']).config), 'test');
+    runtime = mesh.runtime;
+    greeterBackend(mesh);
+    greeterApi(mesh);
+    await mesh.start();
     plain = await startPlainApp('plain');
     // A port with nothing listening: the backend is down.
     const holder = createServer();

@@ -9,6 +9,7 @@ import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
+import { optionsFromFlags } from '../src/cli/options.js';
 import { Runtime } from '../src/runtime.js';
 import { FrontServer } from '../src/http/front-server.js';
 import { readBody } from '../src/http/body.js';
@@ -18,7 +19,7 @@ import { waitFor } from './helpers.js';
 const ID = 'go.mesh.api';
 
 async function startFront(flags: string[]): Promise<{ runtime: Runtime; port: number; counter: (n: string) => number; gauge: (n: string) => number }> {
-  const runtime = new Runtime(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--drain_delay=0', ...flags], {}).config, { role: 'test' });
+  const runtime = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--drain_delay=0', ...flags], {}).config), { role: 'test' });
   const front = new FrontServer({
     runtime,
     statPrefix: 'limits',
@@ -193,7 +194,7 @@ test('limit flags: defaults and bad values (exit 2)', () => {
 
 test('the RPC server of a framework service: over --max_connections a connection is closed at once and counted', async () => {
   const { Service } = await import('../src/server/service.js');
-  const runtime = new Runtime(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--drain_delay=0', '--max_connections=1'], {}).config, { role: 'test' });
+  const runtime = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--drain_delay=0', '--max_connections=1'], {}).config), { role: 'test' });
   try {
     const svc = new Service(runtime, { name: 'go.mesh.srv.capped' });
     const record = await svc.start();
@@ -214,8 +215,7 @@ test('the RPC server of a framework service: over --max_connections a connection
 
 describe('the admin listener', () => {
   test('has the same connection cap and header timeout', async () => {
-    const runtime = new Runtime(
-      parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--max_connections=2', '--request_headers_timeout=1s', '--request_timeout=2s'], {}).config,
+    const runtime = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--max_connections=2', '--request_headers_timeout=1s', '--request_timeout=2s'], {}).config),
       { role: 'test' },
     );
     try {

@@ -136,9 +136,10 @@ describe('the framework Service', () => {
   it('refuses to start under a name or address the registry would refuse, naming the field, and registers nothing', async () => {
     const { Runtime } = await import('../src/runtime.js');
     const { parseArgs } = await import('../src/cli/flags.js');
+    const { optionsFromFlags } = await import('../src/cli/options.js');
     const { Service: FrameworkService } = await import('../src/server/service.js');
     const { RegistryValidationError } = await import('../src/registry/registry.js');
-    const runtime = new Runtime(parseArgs(['--registry=memory', '--admin_address=off', '--log_level=off']).config, { role: 'test' });
+    const runtime = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--admin_address=off', '--log_level=off']).config), { role: 'test' });
     try {
       await assert.rejects(new FrameworkService(runtime, { name: 'greeter\nforged' }).start(), (err: unknown) => {
         assert.ok(err instanceof RegistryValidationError);

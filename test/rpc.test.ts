@@ -9,12 +9,13 @@ import { once } from 'node:events';
 import { request } from 'undici';
 import { Runtime } from '../src/runtime.js';
 import { parseArgs } from '../src/cli/flags.js';
+import { optionsFromFlags } from '../src/cli/options.js';
 import { Service } from '../src/server/service.js';
 import { MeshError } from '../src/errors.js';
 import { freePort } from './helpers.js';
 
 function runtimeWith(...flags: string[]): Runtime {
-  return new Runtime(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', ...flags], {}).config, { role: 'test' });
+  return new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', ...flags], {}).config), { role: 'test' });
 }
 
 interface Seen {

@@ -17,6 +17,7 @@ import { API_SERVICE, BACKEND_SERVICE } from '../lib/payload.js';
 
 type Framework = typeof import('../../src/runtime.js') &
   typeof import('../../src/cli/flags.js') &
+  typeof import('../../src/cli/options.js') &
   typeof import('../../src/server/service.js') &
   typeof import('../../src/codec/api-proto.js');
 
@@ -25,7 +26,7 @@ async function loadFramework(): Promise<Framework> {
   const base = existsSync(fileURLToPath(new URL('server/service.js', dist))) ? dist : new URL('../../src/', import.meta.url);
   const ext = base === dist ? '.js' : '.ts';
   const load = (path: string) => import(new URL(path + ext, base).href) as Promise<Partial<Framework>>;
-  const parts = await Promise.all([load('runtime'), load('cli/flags'), load('server/service'), load('codec/api-proto')]);
+  const parts = await Promise.all([load('runtime'), load('cli/flags'), load('cli/options'), load('server/service'), load('codec/api-proto')]);
   return Object.assign({}, ...parts) as Framework;
 }
 
@@ -33,9 +34,9 @@ interface ApiRequest {
   body?: string;
 }
 
-const { Runtime, parseArgs, Service, apiTypes } = await loadFramework();
+const { Runtime, parseArgs, optionsFromFlags, Service, apiTypes } = await loadFramework();
 const args = parseArgs(process.argv.slice(2));
-const runtime = new Runtime(args.config, { role: 'bench-api' });
+const runtime = new Runtime(optionsFromFlags(args.config), { role: 'bench-api' });
 runtime.installSignalHandlers();
 const types = apiTypes();
 const header = { 'Content-Type': { key: 'Content-Type', values: ['application/json'] } };

@@ -2,7 +2,9 @@
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '../gateway/server.js';
-import { checkTlsFlags, startTls, tlsEnabled } from '../tls/index.js';
+import { startTls, tlsEnabled } from '../tls/index.js';
+import { checkTlsFlags } from './tls-flags.js';
+import { optionsFromFlags } from './options.js';
 
 /** The admin interface of `mesh api` unless --admin_address says otherwise. */
 export const API_ADMIN_ADDRESS = '127.0.0.1:9901';
@@ -18,7 +20,7 @@ export function checkGatewayFlags(args: ParsedArgs): void {
 export async function runApi(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
   const config = args.config;
-  const runtime = new Runtime(config, { role: 'api' });
+  const runtime = new Runtime(optionsFromFlags(config), { role: 'api' });
   runtime.installSignalHandlers();
   try {
     // TLS first: a bad certificate file, ACME cache or challenge port is a start-up error naming it.
@@ -32,7 +34,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     });
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
     const bound = await gateway.start();
-    const scheme = tlsEnabled(config) ? 'https' : 'http';
+    const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
     process.stdout.write(
       `mesh api listening on ${scheme}://${host}:${bound.port} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})\n` +

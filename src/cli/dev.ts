@@ -1,8 +1,9 @@
 /** `mesh dev` / `npm start`: the demo on the embedded default, with what to try printed. */
 import { tlsEnabled } from '../tls/index.js';
 import type { ParsedArgs } from './flags.js';
-import { Runtime } from '../runtime.js';
-import { greeterApi, greeterBackend } from '../../examples/greeter.js';
+import { optionsFromFlags } from './options.js';
+import { Mesh } from '../mesh.js';
+import { greeterApi, greeterBackend } from '../demo/greeter.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../gateway/server.js';
 import { checkGatewayFlags } from './api.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_NAMESPACE } from '../sidecar/server.js';
@@ -10,7 +11,8 @@ import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_NAMESPACE } from '../sidecar/
 export async function runDev(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
   const config = args.config;
-  const runtime = new Runtime(config, { role: 'dev' });
+  const mesh = new Mesh(optionsFromFlags(config), 'dev');
+  const runtime = mesh.runtime;
   runtime.installSignalHandlers();
   try {
     // The gateway (mesh api, in this process). Built before the admin so admin /routes shows its table.
@@ -21,13 +23,13 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       enableStats: config.enable_stats,
     });
     const admin = await runtime.startAdmin('127.0.0.1:9901');
-    const backend = greeterBackend(runtime);
-    const api = greeterApi(runtime);
+    const backend = greeterBackend(mesh);
+    const api = greeterApi(mesh);
     await backend.start();
     await api.start();
     const bound = await gateway.start();
     const gatewayHost = bound.address === '0.0.0.0' || bound.address === '::' ? 'localhost' : bound.address;
-    const gatewayUrl = `${tlsEnabled(config) ? 'https' : 'http'}://${gatewayHost}:${bound.port}`;
+    const gatewayUrl = `${tlsEnabled(runtime.options) ? 'https' : 'http'}://${gatewayHost}:${bound.port}`;
 
     // ---- sidecar: the sidecar helper starts `mesh sidecar` here (same runtime) and adds its lines below ----
     const sidecarLines: string[] = [];
@@ -35,7 +37,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       const sidecar = new Sidecar(runtime, { namespace: SIDECAR_NAMESPACE, handler: 'rpc' });
       try {
         const sc = await sidecar.start(SIDECAR_DEFAULT_ADDRESS);
-        sidecarLines.push(`  sidecar:  ${tlsEnabled(config) ? 'https' : 'http'}://${sc.address}:${sc.port} (mesh --proxy_address=${sc.address}:${sc.port} list services)`);
+        sidecarLines.push(`  sidecar:  ${tlsEnabled(runtime.options) ? 'https' : 'http'}://${sc.address}:${sc.port} (mesh --proxy_address=${sc.address}:${sc.port} list services)`);
       } catch (err) {
         // Another sidecar may own the port: the demo runs without this one.
         sidecarLines.push(`  sidecar:  not started (${SIDECAR_DEFAULT_ADDRESS}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);

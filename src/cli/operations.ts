@@ -6,6 +6,7 @@
 import { request } from 'undici';
 import WebSocket from 'ws';
 import type { Config } from './flags.js';
+import { optionsFromFlags } from './options.js';
 import { Runtime } from '../runtime.js';
 import { mergeVersions, type Service } from '../registry/registry.js';
 import { MeshError, parseErrorBody } from '../errors.js';
@@ -33,7 +34,7 @@ export class DirectOperations implements Operations {
   private readonly runtime: Runtime;
 
   constructor(config: Config) {
-    this.runtime = new Runtime(config, { role: 'cli' });
+    this.runtime = new Runtime(optionsFromFlags(config), { role: 'cli' });
   }
 
   async listServices(): Promise<string[]> {

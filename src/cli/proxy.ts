@@ -1,7 +1,9 @@
 /** `mesh proxy -c FILE`: the stand-alone L7 proxy (docs/proxy.md, src/proxy/). */
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
-import { checkTlsFlags, startTls, tlsEnabled } from '../tls/index.js';
+import { startTls, tlsEnabled } from '../tls/index.js';
+import { checkTlsFlags } from './tls-flags.js';
+import { optionsFromFlags } from './options.js';
 import { loadProxyConfig, PROXY_ADMIN_ADDRESS } from '../proxy/config.js';
 import { Proxy } from '../proxy/server.js';
 
@@ -17,7 +19,7 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
   // Every problem of the file is found here, before anything starts (exit 1, naming file and field).
   const file = loadProxyConfig(config.config);
 
-  const runtime = new Runtime(config, { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry });
+  const runtime = new Runtime(optionsFromFlags(config), { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry });
   runtime.installSignalHandlers();
   try {
     await startTls(runtime);
@@ -25,7 +27,7 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
     const proxy = new Proxy(runtime, file);
     const admin = await runtime.startAdmin(file.adminAddress ?? PROXY_ADMIN_ADDRESS);
     const bound = await proxy.start();
-    const scheme = tlsEnabled(config) ? 'https' : 'http';
+    const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const lines = bound.map(({ name, address }) => {
       const routes = proxy.listeners.find((l) => l.name === name)!.config.routes.length;
       return `mesh proxy listener ${name} on ${scheme}://${hostForUrl(address.address)}:${address.port} (${routes} route${routes === 1 ? '' : 's'})`;

@@ -2,7 +2,9 @@
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { parseHostPort } from '../http/respond.js';
-import { checkTlsFlags, startTls } from '../tls/index.js';
+import { startTls } from '../tls/index.js';
+import { checkTlsFlags } from './tls-flags.js';
+import { optionsFromFlags } from './options.js';
 import { AppFlagError, appOptionsFromFlags } from '../sidecar/health-checker.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../sidecar/server.js';
 
@@ -37,7 +39,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   }
   checkTlsFlags(config);
 
-  const runtime = new Runtime(config, { role: 'sidecar' });
+  const runtime = new Runtime(optionsFromFlags(config), { role: 'sidecar' });
   runtime.installSignalHandlers();
   try {
     // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).

@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type pino from 'pino';
 import { MeshError, parseErrorBody, toMeshError } from '../errors.js';
-import { codecFor, JSON_CODEC, mediaType } from '../codec/codec.js';
+import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../codec/codec.js';
 import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
 import type { AcquireOptions, AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import type { Type } from 'protobufjs';
@@ -31,6 +31,8 @@ export interface ClientOptions {
   logger?: pino.Logger;
   /** Largest response body accepted from a backend. */
   maxResponseBytes?: number;
+  /** Codecs of callValue() besides JSON and protobuf (the `codecs` option). */
+  codecs?: CodecSet;
 }
 
 export interface CallOptions {
@@ -207,7 +209,8 @@ export class Client {
     request: unknown,
     opts: CallOptions & { requestType?: Type; responseType?: Type } = {},
   ): Promise<T> {
-    const codec = codecFor(opts.contentType) ?? JSON_CODEC;
+    const codecOf = (type: string | undefined) => (this.options.codecs ? this.options.codecs.for(type) : codecFor(type));
+    const codec = codecOf(opts.contentType) ?? JSON_CODEC;
     let body: Uint8Array;
     try {
       body = codec.encode(request, opts.requestType);
@@ -215,7 +218,7 @@ export class Client {
       throw new MeshError('go.mesh.client', 400, `encoding request: ${(err as Error).message}`);
     }
     const res = await this.call(service, endpoint, body, { ...opts, contentType: codec.contentType });
-    const resCodec = codecFor(res.contentType || codec.contentType);
+    const resCodec = codecOf(res.contentType || codec.contentType);
     if (!resCodec) throw new MeshError('go.mesh.client', 502, `unsupported response content type ${mediaType(res.contentType)}`);
     try {
       return resCodec.decode(res.body, opts.responseType) as T;

@@ -55,3 +55,24 @@ export function codecFor(contentType: string | undefined): Codec | undefined {
     return PROTOBUF_CODEC;
   return undefined;
 }
+
+/**
+ * The codecs of one process: JSON and protobuf, plus extra ones by content type (the `codecs`
+ * option). An extra codec for a built-in content type replaces the built-in one.
+ */
+export class CodecSet {
+  private readonly extra = new Map<string, Codec>();
+
+  constructor(extra: readonly Codec[] = []) {
+    for (const codec of extra) this.extra.set(mediaType(codec.contentType), codec);
+  }
+
+  /** The codec for a Content-Type, or undefined when unsupported. Empty means JSON. */
+  for(contentType: string | undefined): Codec | undefined {
+    if (this.extra.size > 0) {
+      const own = this.extra.get(mediaType(contentType) || JSON_CODEC.contentType);
+      if (own) return own;
+    }
+    return codecFor(contentType);
+  }
+}

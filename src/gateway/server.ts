@@ -78,7 +78,7 @@ export class Gateway {
     this.rpcPaths = new RpcPathResolver(this.namespace);
     this.handler = options.handler;
     this.address = options.address ?? DEFAULT_ADDRESS;
-    this.fe = { runtime, namespace: this.namespace, errorId: ERROR_ID, maxBodyBytes: runtime.config.max_body_size };
+    this.fe = { runtime, namespace: this.namespace, errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
     if (!this.handler) {
       const router = new RegistryRouter({
         registry: runtime.registry,

@@ -297,9 +297,9 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
   }
   const headers = forwardedHeaders(req, secure, body.kind !== 'buffered');
   // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
-  const retries = body.kind === 'stream' ? 0 : fe.runtime.config.client_retries;
+  const retries = body.kind === 'stream' ? 0 : fe.runtime.options.clientRetries;
   let tried: Set<string> | undefined;
-  const timeoutMs = fe.runtime.config.client_request_timeout;
+  const timeoutMs = fe.runtime.options.clientRequestTimeout;
   let lastError: MeshError | undefined;
   for (let attempt = 0; attempt <= retries; attempt++) {
     let lease: UpstreamLease;
@@ -319,7 +319,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
       return;
     }
     if (retries > 0) (tried ??= new Set()).add(lease.target.key);
-    const result = await forward(lease.target.dispatcher, req, res, headers, body, timeoutMs, fe.runtime.config.stream_idle_timeout);
+    const result = await forward(lease.target.dispatcher, req, res, headers, body, timeoutMs, fe.runtime.options.streamIdleTimeout);
     if (result.kind === 'response') {
       lease.release(result, Date.now() - started);
       return;
@@ -389,7 +389,7 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
         socket.pipe(upstream!);
         release({ kind: 'response', status: 101 });
       });
-      upstream.setTimeout(fe.runtime.config.client_request_timeout, () => {
+      upstream.setTimeout(fe.runtime.options.clientRequestTimeout, () => {
         // Only the connect phase is bounded; an open tunnel may idle.
         if (!released) {
           release({ kind: 'timeout' });

@@ -69,14 +69,14 @@ export class FrontServer {
     this.rqTime = stats.histogram(`${p}downstream_rq_time`);
     this.headerTimeouts = stats.counter(`${p}downstream_rq_header_timeout`);
     this.requestTimeouts = stats.counter(`${p}downstream_rq_timeout`);
-    this.secure = tlsEnabled(options.runtime.config);
+    this.secure = tlsEnabled(options.runtime.options);
   }
 
   async listen(address: string, defaultHost = '127.0.0.1'): Promise<AddressInfo> {
     const { host, port } = parseHostPort(address, defaultHost);
     const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
     const runtime = this.options.runtime;
-    const limits = serverLimits(runtime.config);
+    const limits = serverLimits(runtime.options);
     const serverOptions = { ...httpServerOptions(limits), requireHostHeader: this.options.refuse === undefined };
     // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
     const tls = this.secure ? tlsFor(this.options.runtime) : undefined;
@@ -223,7 +223,7 @@ export class FrontServer {
 
   /** Adds CORS headers for an allowed Origin; answers preflight requests. True when answered. */
   private applyCors(req: IncomingMessage, res: ServerResponse): boolean {
-    const allowed = this.options.runtime.config.cors;
+    const allowed = this.options.runtime.options.cors;
     if (allowed.length === 0) return false;
     const origin = req.headers.origin;
     if (origin && (allowed.includes('*') || allowed.includes(origin))) {

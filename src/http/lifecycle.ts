@@ -11,7 +11,7 @@
  */
 import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import type { Config } from '../cli/flags.js';
+import type { ResolvedOptions } from '../options.js';
 import type { Counter, StatsStore } from '../stats/store.js';
 
 /** Requests with more header fields than this get 431 (Node would silently drop the extra ones). */
@@ -42,12 +42,12 @@ export interface ServerLimits {
   drainTimeoutMs: number;
 }
 
-export function serverLimits(config: Pick<Config, 'max_connections' | 'request_headers_timeout' | 'request_timeout' | 'drain_timeout'>): ServerLimits {
+export function serverLimits(options: Pick<ResolvedOptions, 'maxConnections' | 'requestHeadersTimeout' | 'requestTimeout' | 'drainTimeout'>): ServerLimits {
   return {
-    maxConnections: config.max_connections,
-    headersTimeoutMs: Math.ceil(config.request_headers_timeout),
-    requestTimeoutMs: Math.ceil(config.request_timeout),
-    drainTimeoutMs: config.drain_timeout,
+    maxConnections: options.maxConnections,
+    headersTimeoutMs: Math.ceil(options.requestHeadersTimeout),
+    requestTimeoutMs: Math.ceil(options.requestTimeout),
+    drainTimeoutMs: options.drainTimeout,
   };
 }
 

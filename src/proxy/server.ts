@@ -52,7 +52,7 @@ export class ProxyListener {
     readonly config: ListenerConfig,
   ) {
     this.name = config.name;
-    this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.config.max_body_size };
+    this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
     this.server = new FrontServer({
       runtime,
       statPrefix: config.name,

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Type } from 'protobufjs';
 import type pino from 'pino';
 import { MeshError } from '../errors.js';
-import { JSON_CODEC, codecFor, mediaType } from '../codec/codec.js';
+import { JSON_CODEC, codecFor, mediaType, type CodecSet } from '../codec/codec.js';
 import { JsonSyntaxError, stringifyJson } from '../codec/json.js';
 import { readBody } from '../http/body.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, tooManyHeaders, type Drainable, type DrainResult, type ServerLimits } from '../http/lifecycle.js';
@@ -52,6 +52,8 @@ export interface RpcServerOptions {
   limits: ServerLimits;
   /** Where `http.rpc.downstream_cx_overflow` and the drain counters are kept. */
   stats: StatsStore;
+  /** Codecs besides JSON and protobuf (the `codecs` option). */
+  codecs?: CodecSet;
 }
 
 /** The stat prefix of the RPC servers of a process. */
@@ -129,7 +131,7 @@ export class RpcServer implements Drainable {
       if (!endpointName) throw new MeshError(id, 400, 'missing Mesh-Endpoint header');
       const def = this.endpoints.get(endpointName);
       const contentType = headerValue(headers, 'content-type');
-      const codec = codecFor(contentType);
+      const codec = this.options.codecs ? this.options.codecs.for(contentType) : codecFor(contentType);
       if (!codec) {
         req.resume();
         throw new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`);

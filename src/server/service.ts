@@ -10,12 +10,15 @@ import type { Runtime } from '../runtime.js';
 import { validateService, type Metadata, type Service as ServiceRecord } from '../registry/registry.js';
 import { parseHostPort } from '../http/respond.js';
 import { serverLimits } from '../http/lifecycle.js';
-import { RpcServer, type EndpointDefinition } from './rpc-server.js';
+import { RpcServer, type EndpointDefinition, type Handler, type HandlerContext } from './rpc-server.js';
+
+/** A handler with typed request and answer (the answer may be a promise). */
+export type TypedHandler<TReq, TRes> = (request: TReq, ctx: HandlerContext) => TRes | Promise<TRes>;
 
 export interface ServiceOptions {
   name: string;
   version?: string;
-  /** Listen address host:port; default 127.0.0.1:0 (a free port). */
+  /** Listen address host:port; default the `address` option of the mesh (127.0.0.1:0, a free port). */
   address?: string;
   /** Address registered instead of the listen address. */
   advertise?: string;
@@ -37,11 +40,12 @@ export class Service {
     this.nodeId = `${options.name}-${randomUUID()}`;
     this.server = new RpcServer({
       service: options.name,
-      maxBodyBytes: runtime.config.max_body_size,
+      maxBodyBytes: runtime.options.maxBodySize,
       logger: runtime.logging.get('server'),
       isLive: () => runtime.state.state === 'live',
-      limits: serverLimits(runtime.config),
+      limits: serverLimits(runtime.options),
       stats: runtime.stats,
+      codecs: runtime.codecs,
     });
     this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
   }
@@ -50,8 +54,19 @@ export class Service {
     return this.options.name;
   }
 
-  handle(def: EndpointDefinition): this {
-    this.server.handle(def);
+  /**
+   * Adds an endpoint: `handle('Say.Hello', (req, ctx) => answer)`, or the object form
+   * `handle({ name, handler, metadata, requestType, responseType })`.
+   */
+  handle<TReq = any, TRes = unknown>(name: string, handler: TypedHandler<TReq, TRes>, options?: Omit<EndpointDefinition, 'name' | 'handler'>): this; // eslint-disable-line @typescript-eslint/no-explicit-any -- untyped by default, like a JSON body
+  handle(def: EndpointDefinition): this;
+  handle(nameOrDef: string | EndpointDefinition, handler?: Handler, options: Omit<EndpointDefinition, 'name' | 'handler'> = {}): this {
+    if (typeof nameOrDef === 'string') {
+      if (typeof handler !== 'function') throw new TypeError(`handle("${nameOrDef}"): the handler must be a function`);
+      this.server.handle({ ...options, name: nameOrDef, handler });
+    } else {
+      this.server.handle(nameOrDef);
+    }
     return this;
   }
 
@@ -59,10 +74,10 @@ export class Service {
   async start(): Promise<ServiceRecord> {
     // The registry's rules, checked before anything listens: a bad name fails here, naming the field.
     validateService({ name: this.options.name, version: this.options.version ?? 'latest', metadata: { ...this.options.metadata }, endpoints: [], nodes: [] }, false);
-    const { host, port } = parseHostPort(this.options.address ?? '127.0.0.1:0');
+    const { host, port } = parseHostPort(this.options.address ?? this.runtime.options.address);
     const bound = await this.server.listen(host, port);
     this.runtime.addDrainable(this.server);
-    const advertised = advertisedAddress(this.options.advertise ?? this.runtime.config.advertise, host, bound.port);
+    const advertised = advertisedAddress(this.options.advertise ?? this.runtime.options.advertise, host, bound.port);
     const record: ServiceRecord = {
       name: this.options.name,
       version: this.options.version ?? 'latest',
@@ -77,7 +92,7 @@ export class Service {
             protocol: 'mesh',
             transport: 'http',
             registry: this.runtime.registry.name,
-            broker: this.runtime.config.broker,
+            broker: this.runtime.brokerName,
           },
         },
       ],
@@ -90,7 +105,7 @@ export class Service {
     }
     this.record = record;
     await this.register();
-    const interval = this.runtime.config.register_interval;
+    const interval = this.runtime.options.registerInterval;
     if (interval > 0) {
       this.refreshTimer = setInterval(() => {
         if (this.runtime.state.state === 'live') void this.register();
@@ -115,7 +130,7 @@ export class Service {
   private async register(): Promise<void> {
     if (!this.record || this.stopped) return;
     try {
-      await this.runtime.registry.register(this.record, { ttlMs: this.runtime.config.register_ttl });
+      await this.runtime.registry.register(this.record, { ttlMs: this.runtime.options.registerTtl });
       this.registered = true;
     } catch (err) {
       this.runtime.logging.get('registry').error({ err: (err as Error).message, service: this.options.name }, 'registration failed; will retry');

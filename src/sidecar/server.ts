@@ -89,17 +89,17 @@ export class Sidecar {
     private readonly runtime: Runtime,
     options: SidecarOptions = {},
   ) {
-    const config = runtime.config;
+    const meshOptions = runtime.options;
     this.handler = options.handler ?? 'rpc';
     this.fe = {
       runtime,
       namespace: options.namespace ?? SIDECAR_NAMESPACE,
       errorId: SIDECAR_ERROR_ID,
-      maxBodyBytes: config.max_body_size,
+      maxBodyBytes: meshOptions.maxBodySize,
     };
     this.rpcPaths = new RpcPathResolver(this.fe.namespace);
-    this.hostCheck = new HostCheck(config.admin_allowed_hosts, () => this.boundHost);
-    if (config.enable_stats) {
+    this.hostCheck = new HostCheck(meshOptions.adminAllowedHosts, () => this.boundHost);
+    if (meshOptions.enableStats) {
       const subscribers = runtime.stats.gauge('sidecar.broker.subscribers_active');
       this.dashboard = new Dashboard({
         stats: runtime.stats,
@@ -168,7 +168,7 @@ export class Sidecar {
     const fe = this.fe;
     const path = pathOf(req.url);
     const own = path === '/' || path === '/registry' || path === '/rpc' || path === '/broker' || (this.dashboard !== undefined && isDashboardPath(path));
-    if ((own || this.handler === 'rpc') && !originAllowed(req, this.runtime.config.cors)) {
+    if ((own || this.handler === 'rpc') && !originAllowed(req, this.runtime.options.cors)) {
       req.resume();
       throw new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`);
     }
@@ -221,7 +221,7 @@ export class Sidecar {
     const refusal = this.hostRefusal(req);
     if (refusal) return refuse(refusal);
     if (path === '/broker') {
-      if (!originAllowed(req, this.runtime.config.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
       return this.broker.upgrade(req, socket, head);
     }
     if (this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/') {

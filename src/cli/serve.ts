@@ -1,0 +1,42 @@
+/**
+ * runService: the entry point of a process that serves framework services (your own, the
+ * examples): parses the mesh flags, builds the Mesh, lets `build` add services, starts them with
+ * the admin interface (127.0.0.1:0 unless --admin_address says otherwise), prints one line per
+ * service and drains on SIGINT/SIGTERM. A bad flag exits 2; a failed start exits 1.
+ */
+import { parseArgs, FlagError } from './flags.js';
+import { optionsFromFlags } from './options.js';
+import { Mesh } from '../mesh.js';
+
+/** Services share one machine, so their admin interfaces take a free port unless told otherwise. */
+export const SERVICE_ADMIN_ADDRESS = '127.0.0.1:0';
+
+/**
+ * Runs a flag-driven service process. `argv` defaults to `process.argv.slice(2)`; `build` adds
+ * the services (`mesh.service(...)`) and may be async. Resolves with the started Mesh.
+ */
+export async function runService(build: (mesh: Mesh) => void | Promise<void>, argv: string[] = process.argv.slice(2)): Promise<Mesh> {
+  let mesh: Mesh;
+  try {
+    const { config } = parseArgs(argv);
+    const options = optionsFromFlags(config, { address: config.address, adminAddress: config.admin_address ?? SERVICE_ADMIN_ADDRESS });
+    mesh = new Mesh(options, 'service');
+  } catch (err) {
+    process.stderr.write(`mesh: ${(err as Error).message}\n`);
+    process.exit(err instanceof FlagError ? 2 : 1);
+  }
+  mesh.installSignalHandlers();
+  try {
+    await build(mesh);
+    const { services, admin } = await mesh.start();
+    for (const record of services) {
+      const node = record.nodes[0]!;
+      process.stdout.write(`${record.name} listening on ${node.address}:${node.port} (node ${node.id})${admin ? `, admin on ${admin.host}:${admin.port}` : ''}\n`);
+    }
+  } catch (err) {
+    process.stderr.write(`mesh: ${(err as Error).message}\n`);
+    await mesh.close();
+    process.exit(1);
+  }
+  return mesh;
+}

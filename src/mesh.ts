@@ -1,0 +1,216 @@
+/**
+ * Mesh: the library face of a mesh process. Built from MeshOptions (src/options.ts); owns one
+ * Runtime (registry, broker, client, stats, admin, drain) and the services added to it.
+ * See docs/api.md.
+ */
+import { Runtime } from './runtime.js';
+import { resolveOptions, type Duration, type MeshOptions, type ResolvedOptions } from './options.js';
+import { Service, type ServiceOptions } from './server/service.js';
+import { MeshError } from './errors.js';
+import { parseDuration } from './util/duration.js';
+import { JSON_CODEC } from './codec/codec.js';
+import type { Registry, Service as ServiceRecord } from './registry/registry.js';
+import type { Broker, Message, Subscription } from './broker/broker.js';
+import type { Client } from './client/client.js';
+import type { DrainResult } from './http/lifecycle.js';
+
+/** Options of one call (Mesh.call). */
+export interface CallOptions {
+  /** Shortens the call's budget (never lengthens it past clientRequestTimeout): a duration or ms. */
+  timeout?: Duration;
+  /** Request content type; a codec must exist for it. Default `application/json`. */
+  contentType?: string;
+  /** End-to-end metadata, sent as headers. */
+  metadata?: Record<string, string>;
+  /** Request id (Mesh-Id): pass `ctx.id` from a handler to keep one id along a chain of calls. */
+  id?: string;
+  /** Call this node (`host:port`) instead of load balancing. */
+  address?: string;
+  /** Overrides clientRetries for this call. */
+  retries?: number;
+  /** The call may safely run twice: only such calls are hedged (clientHedgeDelay). Default false. */
+  idempotent?: boolean;
+}
+
+/** Options of Mesh.publish. */
+export interface PublishOptions {
+  /** Message headers. `content-type` defaults to `application/json` for a value that is not bytes. */
+  header?: Record<string, string>;
+}
+
+/** Options of Mesh.subscribe. */
+export interface MeshSubscribeOptions {
+  /** Queue group: one member of the group gets each message. Without it every subscriber does. */
+  queue?: string;
+}
+
+/**
+ * A subscriber: `event` is the body decoded by the codec of its content-type (JSON when absent),
+ * or the raw bytes when no codec knows the content type; `message` is the message as received.
+ */
+export type EventHandler<T> = (event: T, message: Message, topic: string) => void | Promise<void>;
+
+/** What Mesh.start() started. */
+export interface StartResult {
+  /** The records registered, one per service started by this call. */
+  services: ServiceRecord[];
+  /** The admin interface's address, when adminAddress is not off. */
+  admin?: { host: string; port: number };
+}
+
+export class Mesh {
+  readonly #runtime: Runtime;
+  readonly #services: Service[] = [];
+  readonly #started = new Set<Service>();
+  #admin?: Promise<{ host: string; port: number } | undefined>;
+  #closing = false;
+
+  /**
+   * Throws OptionsError naming the first bad option. Builds the registry (and a nats broker)
+   * at once, so a bad engine address or TLS file fails here; nothing listens before start().
+   */
+  constructor(options: MeshOptions = {}, /** @internal who runs: names the process in logs and admin /server_info */ role = 'library') {
+    this.#runtime = new Runtime(resolveOptions(options), { role });
+  }
+
+  /** The resolved options (defaults filled in, durations in ms, sizes in bytes). */
+  get options(): ResolvedOptions {
+    return this.#runtime.options;
+  }
+
+  /** The registry in use (built in, or the instance given in the options). */
+  get registry(): Registry {
+    return this.#runtime.registry;
+  }
+
+  /** The broker in use; a built-in broker is created on first use. */
+  get broker(): Broker {
+    return this.#runtime.broker;
+  }
+
+  /** The RPC client (raw bytes: call(); values: callValue()). */
+  get client(): Client {
+    return this.#runtime.client;
+  }
+
+  /** @internal the process's runtime (the CLI's front ends share it). */
+  get runtime(): Runtime {
+    return this.#runtime;
+  }
+
+  /** The services added so far. */
+  get services(): readonly Service[] {
+    return this.#services;
+  }
+
+  /** Adds a service; start() (or service.start()) makes it listen and register. */
+  service(options: ServiceOptions): Service {
+    if (this.#closing) throw new Error('mesh is closed');
+    if (!options || typeof options.name !== 'string' || options.name === '') throw new TypeError('service: a name is required, e.g. { name: "go.mesh.srv.greeter" }');
+    const service = new Service(this.#runtime, options);
+    this.#services.push(service);
+    return service;
+  }
+
+  /**
+   * Starts the admin interface (when adminAddress is set and not `off`) and every service not
+   * started yet: each listens, registers and keeps its registration alive.
+   */
+  async start(): Promise<StartResult> {
+    if (this.#closing) throw new Error('mesh is closed');
+    this.#admin ??= this.#runtime.startAdmin('off');
+    const admin = await this.#admin;
+    const services: ServiceRecord[] = [];
+    for (const service of this.#services) {
+      if (this.#started.has(service)) continue;
+      this.#started.add(service);
+      services.push(await service.start());
+    }
+    return { services, admin };
+  }
+
+  /**
+   * Calls `service`'s `endpoint` with `request` (encoded by the codec of opts.contentType, JSON by
+   * default) and resolves with the decoded answer. Rejects with a MeshError on an error answer,
+   * a timeout or no reachable node.
+   */
+  async call<TRes = unknown, TReq = unknown>(service: string, endpoint: string, request: TReq, opts: CallOptions = {}): Promise<TRes> {
+    let timeoutMs: number | undefined;
+    if (opts.timeout !== undefined) {
+      try {
+        timeoutMs = typeof opts.timeout === 'number' ? opts.timeout : parseDuration(opts.timeout);
+      } catch (err) {
+        throw new MeshError('go.mesh.client', 400, `timeout: ${(err as Error).message}`);
+      }
+      if (!(timeoutMs >= 0)) throw new MeshError('go.mesh.client', 400, `timeout: must be a non-negative number of ms or a duration (got ${String(opts.timeout)})`);
+    }
+    const contentType = opts.contentType ?? JSON_CODEC.contentType;
+    if (!this.#runtime.codecs.for(contentType)) throw new MeshError('go.mesh.client', 415, `no codec for content type ${contentType}`);
+    return this.#runtime.client.callValue<TRes>(service, endpoint, request, {
+      contentType,
+      timeoutMs,
+      metadata: opts.metadata,
+      id: opts.id,
+      address: opts.address,
+      retries: opts.retries,
+      idempotent: opts.idempotent,
+    });
+  }
+
+  /** Publishes a value (encoded as JSON unless it is bytes, sent as they are) to a topic. */
+  async publish(topic: string, value: unknown, opts: PublishOptions = {}): Promise<void> {
+    const header: Record<string, string> = { ...opts.header };
+    let body: Uint8Array;
+    if (value instanceof Uint8Array) {
+      body = value;
+      if (!Object.keys(header).some((k) => k.toLowerCase() === 'content-type')) header['content-type'] = 'application/octet-stream';
+    } else {
+      const type = Object.entries(header).find(([k]) => k.toLowerCase() === 'content-type')?.[1];
+      if (type === undefined) header['content-type'] = JSON_CODEC.contentType;
+      const codec = this.#runtime.codecs.for(type);
+      if (!codec) throw new MeshError('go.mesh.broker', 415, `no codec for content type ${type}`);
+      body = codec.encode(value);
+    }
+    await this.#runtime.broker.publish(topic, { header, body });
+  }
+
+  /**
+   * Subscribes to a topic; `handler` gets each message's decoded body (see EventHandler). A body
+   * its codec cannot decode is logged and not delivered.
+   */
+  async subscribe<T = unknown>(topic: string, handler: EventHandler<T>, opts: MeshSubscribeOptions = {}): Promise<Subscription> {
+    const log = this.#runtime.logging.get('broker');
+    return this.#runtime.broker.subscribe(
+      topic,
+      async (message, received) => {
+        const type = Object.entries(message.header).find(([k]) => k.toLowerCase() === 'content-type')?.[1];
+        const codec = this.#runtime.codecs.for(type);
+        let event: unknown = message.body;
+        if (codec) {
+          try {
+            event = codec.decode(message.body);
+          } catch (err) {
+            log.warn({ topic: received, err: (err as Error).message }, 'message body not decodable: not delivered');
+            return;
+          }
+        }
+        await handler(event as T, message, received);
+      },
+      { queue: opts.queue },
+    );
+  }
+
+  /**
+   * Drains and closes: services deregister, keep serving for drainDelay, in-flight calls get up
+   * to drainTimeout; then the admin, broker and registry close. Safe to call many times.
+   */
+  close(): Promise<DrainResult> {
+    this.#closing = true;
+    return this.#runtime.shutdown();
+  }
+
+  /** SIGINT/SIGTERM: close() then exit (0, or 1 when the drain cut calls off); a second signal exits at once. */
+  installSignalHandlers(): void {
+    this.#runtime.installSignalHandlers();
+  }
+}
