@@ -211,7 +211,7 @@ const KNOWN = new Set<string>([
   'registryAddress', 'registryTlsCaFile', 'registryTlsCertFile', 'registryTlsKeyFile',
   'brokerAddress', 'brokerTlsCaFile', 'brokerTlsCertFile', 'brokerTlsKeyFile',
   'codecs', 'adminAddress', 'adminToken', 'adminAllowedHosts', 'tlsCertFile', 'tlsKeyFile', 'acmeHosts', 'acmeEmail', 'acmeCache',
-  'cors', 'advertise', 'meshHome',
+  'cors', 'advertise', 'meshHome', 'logFormat',
 ]);
 
 const show = (v: unknown): string => {
