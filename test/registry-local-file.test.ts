@@ -5,8 +5,8 @@
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local.js';
@@ -213,6 +213,33 @@ describe('local registry: the file deleted ten times in a row under four process
     for (const [i, p] of procs.entries()) {
       assert.doesNotMatch(p.output(), /^(DELETE|ERROR) /m, `process ${names[i]}:\n${p.output()}`);
     }
+  });
+});
+
+describe('local registry: a lock file left by a process that died holding it', () => {
+  const dir = tempDir('mesh-registry-lock-');
+  const file = join(dir.path, LOCAL_DB_FILE);
+  const a = instance(dir.path);
+  after(async () => {
+    await a.registry.close();
+    dir.cleanup();
+  });
+
+  it('is broken: the deleted file is created again and the lock is gone', async () => {
+    await a.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: 60_000 });
+    const dead = spawnSync(process.execPath, ['-e', '']).pid;
+    writeFileSync(`${file}-lock`, `${dead}\n`);
+    const inode = statSync(file).ino;
+    rmSync(file);
+    await waitFor(() => existsSync(file) && statSync(file).ino !== inode, 5000, 5);
+    assert.equal(existsSync(`${file}-lock`), false);
+    const fresh = new LocalRegistry(dir.path);
+    try {
+      assert.deepEqual(ids(await fresh.getService('alpha')), ['alpha-1']);
+    } finally {
+      await fresh.close();
+    }
+    assert.equal(a.failing(), 0);
   });
 });
 
