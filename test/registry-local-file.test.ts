@@ -5,8 +5,8 @@
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { existsSync, renameSync, rmSync, statSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local.js';
@@ -90,6 +90,156 @@ describe('local registry: the file deleted under running processes', () => {
     } finally {
       w.watcher.stop();
     }
+  });
+});
+
+describe('local registry: the file deleted ten times in a row under four instances', () => {
+  const dir = tempDir('mesh-registry-stress-');
+  const file = join(dir.path, LOCAL_DB_FILE);
+  const xs = [0, 1, 2, 3].map(() => instance(dir.path));
+  const names = xs.map((_, i) => `s${i}`);
+  const reopened = (x: ReturnType<typeof instance>) => x.lines.filter((l) => /registry file was (deleted|replaced)/.test(l.msg)).length;
+  after(async () => {
+    for (const x of xs) await x.registry.close();
+    dir.cleanup();
+  });
+
+  it('after every heal all four see all four services, no watcher reports a delete, and every connection still shares the file', async () => {
+    const register = (i: number, round: number) =>
+      xs[i]!.registry.register(svc(names[i]!, '1', [node(`${names[i]}-1`, 8100 + i, { round: String(round) })]), { ttlMs: 60_000 });
+    for (let i = 0; i < xs.length; i++) await register(i, 0);
+    const ws = xs.map((x) => collect(x.registry));
+    try {
+      for (let round = 1; round <= 10; round++) {
+        const inode = statSync(file).ino;
+        const seen = xs.map(reopened);
+        rmSync(file);
+        // No call into any registry: each notices on its own poll and reopens (one publishes, the others use its file).
+        await waitFor(() => xs.every((x, i) => reopened(x) > seen[i]!), 5000, 5);
+        assert.notEqual(statSync(file).ino, inode, `round ${round}: a new file`);
+        for (const [i, x] of xs.entries()) {
+          assert.deepEqual((await x.registry.listServices()).map((s) => s.name), names, `round ${round}: instance ${i} sees all four`);
+          assert.equal(x.failing(), 0);
+        }
+        for (const w of ws) assert.deepEqual(w.events.filter((e) => e.action === 'delete'), [], `round ${round}: no delete reported`);
+        // Every connection still shares one WAL with the others (none lost its side files):
+        // a change by each reaches every watcher.
+        for (let i = 0; i < xs.length; i++) await register(i, round);
+        await waitFor(
+          () => ws.every((w) => names.every((n) => w.events.some((e) => e.service.name === n && e.service.nodes[0]?.metadata.round === String(round)))),
+          5000,
+          5,
+        );
+      }
+      for (const w of ws) assert.deepEqual(w.events.filter((e) => e.action === 'delete'), []);
+      // Nothing left behind: no temporary file, no lock.
+      assert.deepEqual(
+        readdirSync(dir.path).filter((f) => !['', '-wal', '-shm', '-id'].some((side) => f === `${LOCAL_DB_FILE}${side}`)),
+        [],
+      );
+    } finally {
+      for (const w of ws) w.watcher.stop();
+    }
+  });
+});
+
+/**
+ * One process on the registry dir: registers `name` with a 1 s TTL and refreshes it every 100 ms
+ * with a growing `seq`; prints `VIEW {"name":seq,...}` whenever the seqs it reads change, and
+ * `DELETE name` for every delete its watcher reports.
+ */
+const PEER = `
+const [dir, name] = process.argv.slice(1);
+const { LocalRegistry } = await import(${JSON.stringify(new URL('../src/registry/local.ts', import.meta.url).href)});
+const reg = new LocalRegistry(dir);
+reg.watch((e) => { if (e.action === 'delete') console.log('DELETE ' + e.service.name); });
+let seq = 0;
+let last = '';
+const beat = async () => {
+  seq++;
+  try {
+    await reg.register({ name, version: '1', metadata: {}, endpoints: [], nodes: [{ id: name + '-1', address: '127.0.0.1', port: 9000, metadata: { seq: String(seq) } }] }, { ttlMs: 1000 });
+    const view = {};
+    for (const s of await reg.listServices()) for (const v of await reg.getService(s.name)) view[s.name] = Number(v.nodes[0]?.metadata.seq ?? 0);
+    const line = JSON.stringify(view);
+    if (line !== last) console.log('VIEW ' + line);
+    last = line;
+  } catch (err) {
+    console.log('ERROR ' + err.message);
+  }
+};
+await beat();
+console.log('READY');
+setInterval(beat, 100);
+`;
+
+describe('local registry: the file deleted ten times in a row under four processes', () => {
+  const dir = tempDir('mesh-registry-procs-');
+  const file = join(dir.path, LOCAL_DB_FILE);
+  const names = ['p0', 'p1', 'p2', 'p3'];
+  const procs = names.map((name) => startProcess(['--import', 'tsx', '--input-type=module', '-e', PEER, dir.path, name], {}, ''));
+  after(async () => {
+    for (const p of procs) await p.stop();
+    dir.cleanup();
+  });
+  /** The last view a process printed: each service's seq as it reads it. */
+  const viewOf = (p: (typeof procs)[number]): Record<string, number> => {
+    const lines = p.output().split('\n').filter((l) => l.startsWith('VIEW '));
+    return lines.length ? (JSON.parse(lines[lines.length - 1]!.slice(5)) as Record<string, number>) : {};
+  };
+  const reopened = (p: (typeof procs)[number]) => (p.output().match(/registry file was (deleted|replaced)/g) ?? []).length;
+
+  it('after every heal every process reads every other one\'s newest writes again; no delete is ever reported', async () => {
+    for (const p of procs) await p.waitForOutput(/READY/, 15000);
+    const allSee = (floor: Record<string, number>) =>
+      procs.every((p) => {
+        const v = viewOf(p);
+        return names.every((n) => (v[n] ?? 0) > (floor[n] ?? 0));
+      });
+    await waitFor(() => allSee({}), 10000, 10);
+    for (let round = 1; round <= 10; round++) {
+      const inode = statSync(file).ino;
+      const seen = procs.map(reopened);
+      rmSync(file);
+      await waitFor(() => procs.every((p, i) => reopened(p) > seen[i]!), 5000, 5);
+      assert.notEqual(statSync(file).ino, inode, `round ${round}: a new file`);
+      // Each process's own newest seq once all have reopened; then everyone must read past it:
+      // a process left on side files of its own (a split) would never see the others' writes.
+      const floor = Object.fromEntries(procs.map((p, i) => [names[i]!, viewOf(p)[names[i]!] ?? 0]));
+      await waitFor(() => allSee(floor), 5000, 10).catch((err: Error) => {
+        throw new Error(`round ${round}: ${err.message}; floor ${JSON.stringify(floor)}; views ${JSON.stringify(procs.map(viewOf))}`);
+      });
+    }
+    for (const [i, p] of procs.entries()) {
+      assert.doesNotMatch(p.output(), /^(DELETE|ERROR) /m, `process ${names[i]}:\n${p.output()}`);
+    }
+  });
+});
+
+describe('local registry: a lock file left by a process that died holding it', () => {
+  const dir = tempDir('mesh-registry-lock-');
+  const file = join(dir.path, LOCAL_DB_FILE);
+  const a = instance(dir.path);
+  after(async () => {
+    await a.registry.close();
+    dir.cleanup();
+  });
+
+  it('is broken: the deleted file is created again and the lock is gone', async () => {
+    await a.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: 60_000 });
+    const dead = spawnSync(process.execPath, ['-e', '']).pid;
+    writeFileSync(`${file}-lock`, `${dead}\n`);
+    const inode = statSync(file).ino;
+    rmSync(file);
+    await waitFor(() => existsSync(file) && statSync(file).ino !== inode, 5000, 5);
+    assert.equal(existsSync(`${file}-lock`), false);
+    const fresh = new LocalRegistry(dir.path);
+    try {
+      assert.deepEqual(ids(await fresh.getService('alpha')), ['alpha-1']);
+    } finally {
+      await fresh.close();
+    }
+    assert.equal(a.failing(), 0);
   });
 });
 

@@ -15,9 +15,18 @@
  * - Every poll (and every call) compares the path's device and inode, and those of its `-shm`
  *   file, with the open ones. A deleted or replaced file is reopened (a deleted one created again),
  *   the registrations this process made are written into it at once (with the expiry they had),
- *   and watchers reread everything and report what differs. Side files (`-wal`, `-shm`) left by a
- *   deleted or replaced database are removed before the new one is opened (a marker file
- *   `registry.db-id` says which database they belong to), so two databases never share them.
+ *   and watchers reread everything and report what differs.
+ * - A missing file is never created in place: the first process to notice builds the whole new
+ *   database (schema, what the deleted file held, its own registrations) in a temporary file of
+ *   the directory and links it to the path; the others find it there and open it. Nobody ever
+ *   reads it empty or half made.
+ * - Side files (`-wal`, `-shm`) left by a deleted or replaced database are removed before anyone
+ *   opens the new one (SQLite would replay a stale WAL into it, and share a stale -shm with the
+ *   processes still on the old one); those of a database in use are never removed. A marker file
+ *   `registry.db-id` says which database they belong to. Removing them, writing the marker and
+ *   linking a new file happen only under a lock file, `registry.db-lock` (held for a few file
+ *   operations), and the marker is written before the link, so a process that finds a new file
+ *   with the old marker can only be looking at a replaced one.
  * - A store that cannot be written (read-only, I/O error, disk full, unopenable) is "failing":
  *   readers and watchers keep the last known good view (time stands still at the last moment the
  *   store was known good, so nothing expires), writes reject with a clear error, one error line is
@@ -25,7 +34,22 @@
  *   once a write succeeds the gauge goes back to 0 and this process's registrations are written again.
  */
 import Database from 'better-sqlite3';
-import { accessSync, constants, mkdirSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, type Stats } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import {
+  accessSync,
+  closeSync,
+  constants,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+  type Stats,
+} from 'node:fs';
 import type pino from 'pino';
 import type { StatsStore, Gauge } from '../stats/store.js';
 import { Logging } from '../util/log.js';
@@ -65,6 +89,16 @@ const CHANGE_LOG_KEEP = 1000;
 const RECOVER_MS = 500;
 /** Marker next to the database: `dev:ino` of the database its -wal and -shm files belong to. */
 const ID_SUFFIX = '-id';
+/**
+ * Lock file next to the database, created exclusively, held for a few file operations: publishing
+ * a new file, removing side files, writing the marker. Waited for up to LOCK_WAIT_MS; broken when
+ * its process is gone or it is older than LOCK_STALE_MS (its holder died inside those operations).
+ */
+const LOCK_SUFFIX = '-lock';
+const LOCK_WAIT_MS = 3000;
+const LOCK_STALE_MS = 2000;
+/** A path that keeps changing while it is being opened (deleted, published, replaced) is tried this often. */
+const OPEN_ATTEMPTS = 5;
 /** SQLite errors that mean contention, not a broken store: the write is simply tried again later. */
 const TRANSIENT = /^SQLITE_(BUSY|LOCKED)/;
 
@@ -90,6 +124,13 @@ interface Remembered {
 
 type FileId = { dev: number; ino: number };
 
+interface Opened {
+  db: DB;
+  st: Statements;
+  fileId: FileId | undefined;
+  shmId: FileId | undefined;
+}
+
 /** The live rows of a file, as stored. */
 interface Snapshot {
   services: ServiceRow[];
@@ -102,6 +143,28 @@ function idOf(st: Stats | undefined): FileId | undefined {
 
 function sameId(a: FileId | undefined, b: FileId | undefined): boolean {
   return a === b || (a !== undefined && b !== undefined && a.dev === b.dev && a.ino === b.ino);
+}
+
+/** A lock file left by a process that is gone, or held far longer than its few file operations take. */
+function lockIsStale(lock: string): boolean {
+  let text: string;
+  let st: Stats | undefined;
+  try {
+    st = statSync(lock, { throwIfNoEntry: false });
+    if (!st) return true; // released meanwhile: try again at once
+    text = readFileSync(lock, 'utf8');
+  } catch {
+    return false;
+  }
+  if (Date.now() - st.mtimeMs > LOCK_STALE_MS) return true;
+  const pid = Number.parseInt(text, 10);
+  if (!Number.isSafeInteger(pid) || pid <= 0 || pid === process.pid) return false;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return codeOf(err) === 'ESRCH';
+  }
 }
 
 function codeOf(err: unknown): string {
@@ -299,7 +362,7 @@ export class LocalRegistry implements Registry {
     } catch (err) {
       throw new Error(`registry directory ${this.directory} is not writable: ${message(err)}`);
     }
-    let opened: ReturnType<LocalRegistry['open']>;
+    let opened: Opened;
     try {
       opened = this.open();
     } catch (err) {
@@ -564,34 +627,47 @@ export class LocalRegistry implements Registry {
   // the file under us: identity, reopening, failing and recovering
 
   /**
-   * Opens the database at this.file (created when missing). Side files (-wal, -shm) that belong to
-   * another database (the file was deleted or replaced under processes that still use them) are
-   * removed first: a new database sharing them would read the old one's pages.
+   * Opens the database at this.file. A missing file is published whole (see publish): nobody ever
+   * sees it empty or half made. Side files (-wal, -shm) are removed only where the marker says they
+   * belong to another database, under the directory lock (see adopt), never those of a file in use.
+   * `carried`: what a deleted file held, written into the new one when this process publishes it.
    */
-  private open(): { db: DB; st: Statements; fileId: FileId | undefined; shmId: FileId | undefined } {
-    const before = statSync(this.file, { throwIfNoEntry: false });
-    if (before && !before.isFile()) throw new Error(`${this.file}: not a regular file`);
-    const marker = this.readMarker();
-    const stale = !before || before.size === 0 || (marker !== undefined && !sameId(marker, idOf(before)));
-    if (stale) {
-      for (const side of [`${this.file}-wal`, `${this.file}-shm`]) {
+  private open(carried?: Snapshot): Opened {
+    for (let attempt = 1; ; attempt++) {
+      const before = statSync(this.file, { throwIfNoEntry: false });
+      if (before && !before.isFile()) throw new Error(`${this.file}: not a regular file`);
+      const ready = before ? this.adopt(before) : this.publish(carried);
+      const checked = ready ? idOf(statSync(this.file, { throwIfNoEntry: false })) : undefined;
+      if (checked) {
+        let opened: Opened;
         try {
-          unlinkSync(side);
+          opened = this.connect();
         } catch (err) {
-          if (codeOf(err) !== 'ENOENT') throw err;
+          // deleted again between the check and the open: start over
+          if (attempt >= OPEN_ATTEMPTS || statSync(this.file, { throwIfNoEntry: false })) throw err;
+          continue;
         }
+        // The connection is to the file that was checked, unless the path changed in between.
+        if (sameId(opened.fileId, checked)) return opened;
+        this.closeQuietly(opened.db);
+      }
+      if (attempt >= OPEN_ATTEMPTS) {
+        throw new Error(`${this.file}: kept changing while it was being opened`);
       }
     }
+  }
+
+  /** A connection to the file at the path, which must exist (never created here: see publish). */
+  private connect(): Opened {
     let db: DB | undefined;
     try {
-      db = new Database(this.file, { timeout: BUSY_TIMEOUT_MS });
+      db = new Database(this.file, { timeout: BUSY_TIMEOUT_MS, fileMustExist: true });
       db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
       db.pragma('journal_mode = WAL');
       db.pragma('synchronous = NORMAL');
       db.exec(SCHEMA);
       const st = prepareStatements(db);
       const fileId = idOf(statSync(this.file, { throwIfNoEntry: false }));
-      if (fileId && !sameId(marker, fileId)) this.writeMarker(fileId);
       const shmId = idOf(statSync(`${this.file}-shm`, { throwIfNoEntry: false }));
       return { db, st, fileId, shmId };
     } catch (err) {
@@ -604,6 +680,152 @@ export class LocalRegistry implements Registry {
     }
   }
 
+  /**
+   * Creates the missing file atomically: the whole database (schema, `carried`, this process's
+   * registrations) is built in a temporary file of the directory in rollback-journal mode, so it
+   * is complete in itself, then linked to the path under the directory lock, after removing the
+   * side files of the deleted database (SQLite would otherwise replay its WAL into the new file,
+   * and share its -shm with the processes still on the deleted one). When another process
+   * published first, its file is used. Returns false when the path changed meanwhile.
+   */
+  private publish(carried: Snapshot | undefined): boolean {
+    const tmp = `${this.file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+    try {
+      const db = new Database(tmp, { timeout: BUSY_TIMEOUT_MS });
+      try {
+        db.pragma('journal_mode = DELETE');
+        db.exec(SCHEMA);
+        this.fill(db, prepareStatements(db), carried);
+      } finally {
+        db.close();
+      }
+      const id = idOf(statSync(tmp));
+      return this.withLock(() => {
+        if (statSync(this.file, { throwIfNoEntry: false })) return true; // another process published first
+        this.removeSideFiles();
+        if (id) this.writeMarker(id);
+        try {
+          linkSync(tmp, this.file);
+        } catch (err) {
+          const code = codeOf(err);
+          if (code === 'EEXIST') return true; // made by something that does not take the lock
+          // A file system without hard links: under the lock, with the path missing, a rename does the same.
+          if (code === 'EPERM' || code === 'ENOTSUP' || code === 'EOPNOTSUPP' || code === 'ENOSYS') renameSync(tmp, this.file);
+          else throw err;
+        }
+        return true;
+      });
+    } finally {
+      for (const f of [tmp, `${tmp}-journal`]) {
+        try {
+          unlinkSync(f);
+        } catch {
+          // gone already
+        }
+      }
+    }
+  }
+
+  /** The content of a new file: what the deleted one held, then this process's registrations. */
+  private fill(db: DB, st: Statements, carried: Snapshot | undefined): void {
+    const at = Date.now();
+    const last = Number(this.lastRevision) || 0;
+    db.transaction(() => {
+      st.raiseRevision.run({ rev: last });
+      const names = new Set<string>();
+      if (carried) {
+        for (const row of carried.services) st.upsertService.run(row);
+        for (const { service, ...n } of carried.nodes) {
+          if (n.expires_at !== null && n.expires_at <= at) continue;
+          st.upsertNode.run({ ...n, service });
+          names.add(service);
+        }
+      }
+      for (const { service: s, expiresAt } of this.remembered.values()) {
+        if (expiresAt !== null && expiresAt <= at) continue;
+        upsertInto(st, s, expiresAt);
+        names.add(s.name);
+      }
+      if (names.size === 0) return;
+      const rev = st.bump.get()!.value;
+      for (const name of names) st.logChange.run(rev, name);
+    })();
+  }
+
+  /**
+   * Before opening an existing file: when the marker names another database (the file was
+   * replaced), its side files are that database's; they are removed and the marker is set, under
+   * the directory lock, re-checked there (a process publishing the file sets the marker before it
+   * links it, under the lock too). A file without a marker keeps its side files (they may be in
+   * use) and gets one.
+   * Returns false when the path changed meanwhile.
+   */
+  private adopt(before: Stats): boolean {
+    const id = idOf(before);
+    const marker = this.readMarker();
+    if (sameId(marker, id)) return true;
+    return this.withLock(() => {
+      const now = idOf(statSync(this.file, { throwIfNoEntry: false }));
+      if (!sameId(now, id)) return false;
+      const current = this.readMarker();
+      if (sameId(current, id)) return true;
+      if (current !== undefined) this.removeSideFiles();
+      this.writeMarker(id!);
+      return true;
+    });
+  }
+
+  private removeSideFiles(): void {
+    for (const side of [`${this.file}-wal`, `${this.file}-shm`]) {
+      try {
+        unlinkSync(side);
+      } catch (err) {
+        if (codeOf(err) !== 'ENOENT') throw err;
+      }
+    }
+  }
+
+  /**
+   * Runs fn holding the directory lock (`registry.db-lock`, created exclusively): the only place
+   * where side files are removed, the marker written, or a new file linked. Held for a few file
+   * operations; a lock whose process is gone, or older than LOCK_STALE_MS, is broken.
+   */
+  private withLock<T>(fn: () => T): T {
+    const lock = `${this.file}${LOCK_SUFFIX}`;
+    const deadline = performance.now() + LOCK_WAIT_MS;
+    for (;;) {
+      let fd: number | undefined;
+      try {
+        fd = openSync(lock, 'wx');
+      } catch (err) {
+        if (codeOf(err) !== 'EEXIST') throw err;
+      }
+      if (fd !== undefined) {
+        try {
+          writeSync(fd, `${process.pid}\n`);
+          return fn();
+        } finally {
+          closeSync(fd);
+          try {
+            unlinkSync(lock);
+          } catch {
+            // broken by another process meanwhile: nothing to release
+          }
+        }
+      }
+      if (lockIsStale(lock)) {
+        try {
+          unlinkSync(lock);
+        } catch {
+          // broken by another process
+        }
+        continue;
+      }
+      if (performance.now() > deadline) throw new Error(`${lock}: held by another process for more than ${LOCK_WAIT_MS} ms`);
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+    }
+  }
+
   private readMarker(): FileId | undefined {
     try {
       const m = /^(\d+):(\d+)\s*$/.exec(readFileSync(`${this.file}${ID_SUFFIX}`, 'utf8'));
@@ -613,18 +835,19 @@ export class LocalRegistry implements Registry {
     }
   }
 
-  /** Best effort (a read-only directory keeps the old marker): written whole, then renamed over. */
+  /** Written whole, then renamed over (under the directory lock); throws when it cannot be written. */
   private writeMarker(id: FileId): void {
     const tmp = `${this.file}${ID_SUFFIX}.${process.pid}.tmp`;
     try {
       writeFileSync(tmp, `${id.dev}:${id.ino}\n`);
       renameSync(tmp, `${this.file}${ID_SUFFIX}`);
-    } catch {
+    } catch (err) {
       try {
         unlinkSync(tmp);
       } catch {
         // ignore
       }
+      throw err;
     }
   }
 
@@ -651,9 +874,11 @@ export class LocalRegistry implements Registry {
 
   /** Opens the file at the path again; `moved` says why (undefined: recovering from failure). */
   private reopen(moved: 'deleted' | 'replaced' | undefined): void {
-    let next: ReturnType<LocalRegistry['open']>;
+    // What the open file holds: written into a new file when this process is the one to publish it.
+    const carried = moved ? this.snapshot() : undefined;
+    let next: Opened;
     try {
-      next = this.open();
+      next = this.open(carried);
     } catch (err) {
       this.nextRecovery = performance.now() + RECOVER_MS;
       this.markFailing(err, Date.now(), moved !== undefined || this.failing?.detached === true);
@@ -683,7 +908,6 @@ export class LocalRegistry implements Registry {
       return;
     }
     const old = this.db;
-    const carried = this.snapshot();
     this.db = next.db;
     this.st = next.st;
     this.fileId = next.fileId;
@@ -908,18 +1132,7 @@ export class LocalRegistry implements Registry {
 
   /** Writes a service version's row and its nodes' rows (inside a write transaction). */
   private upsert(s: Service, expiresAt: number | null): void {
-    this.st.upsertService.run({ name: s.name, version: s.version, metadata: JSON.stringify(s.metadata), endpoints: JSON.stringify(s.endpoints) });
-    for (const n of s.nodes) {
-      this.st.upsertNode.run({
-        service: s.name,
-        version: s.version,
-        id: n.id,
-        address: n.address,
-        port: n.port,
-        metadata: JSON.stringify(n.metadata),
-        expires_at: expiresAt,
-      });
-    }
+    upsertInto(this.st, s, expiresAt);
   }
 
   /** Refuses a registration that would take the service past MAX_NODES_PER_SERVICE nodes: a count first, the ids only near the limit. */
@@ -927,6 +1140,22 @@ export class LocalRegistry implements Registry {
     const now = Date.now();
     if ((this.st.countLiveNodes.get({ name: s.name, now })?.n ?? 0) + s.nodes.length <= MAX_NODES_PER_SERVICE) return;
     checkNodesPerService(s.name, this.st.liveNodes.all({ name: s.name, now }).map((n) => n.id), s.nodes.map((n) => n.id));
+  }
+}
+
+/** Writes a service version's row and its nodes' rows with the statements of one connection. */
+function upsertInto(st: Statements, s: Service, expiresAt: number | null): void {
+  st.upsertService.run({ name: s.name, version: s.version, metadata: JSON.stringify(s.metadata), endpoints: JSON.stringify(s.endpoints) });
+  for (const n of s.nodes) {
+    st.upsertNode.run({
+      service: s.name,
+      version: s.version,
+      id: n.id,
+      address: n.address,
+      port: n.port,
+      metadata: JSON.stringify(n.metadata),
+      expires_at: expiresAt,
+    });
   }
 }
 
