@@ -1,5 +1,5 @@
 /**
- * Runs the API service go.mesh.api.greeter: `node dist/examples/greeter-api.js [mesh flags]`.
+ * Runs the API service go.mesh.api.greeter: `npx tsx examples/greeter-api.ts [mesh flags]`.
  * Examples run from the repository, so they import the entry point by its path; your code
  * imports it by the package name: `import { runService } from '@mesh-platform/mesh'`.
  */

@@ -1,5 +1,5 @@
 /**
- * Runs the backend go.mesh.srv.greeter: `node dist/examples/greeter-srv.js [mesh flags]`.
+ * Runs the backend go.mesh.srv.greeter: `npx tsx examples/greeter-srv.ts [mesh flags]`.
  * Examples run from the repository, so they import the entry point by its path; your code
  * imports it by the package name: `import { runService } from '@mesh-platform/mesh'`.
  */
