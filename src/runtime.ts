@@ -1,7 +1,9 @@
 /**
  * Builds one process's parts from its resolved options (src/options.ts), once: logging, stats store, registry, broker,
- * cluster manager, client, health state and admin interface. Everything else receives the runtime;
- * nothing lives in module globals.
+ * cluster manager, client, TLS provider, health state and admin interface. Everything else receives the runtime;
+ * nothing lives in module globals. Front ends register what admin /routes and /certs list
+ * (addRouteSource, addCertificateSource); the admin reads the sources at each request, so the
+ * order in which a process builds its parts does not matter.
  */
 import type { ResolvedOptions } from './options.js';
 import { CodecSet } from './codec/codec.js';
@@ -14,10 +16,15 @@ import { createBroker } from './broker/create.js';
 import { ClusterManager } from './upstream/cluster-manager.js';
 import type { StaticClusterConfig } from './upstream/config.js';
 import { Client } from './client/client.js';
-import { ServerState } from './admin/context.js';
+import { ServerState, type CertificateInfo, type RouteTableDump } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
 import { serverLimits, type Drainable, type DrainResult } from './http/lifecycle.js';
 import { SelfAddresses } from './upstream/self-guard.js';
+import type { TlsProvider } from './tls/provider.js';
+import { FileCertificateStore } from './tls/file-store.js';
+import { parseAcmeHosts } from './acme/hosts.js';
+import { defaultAcmeCacheDir } from './acme/cache.js';
+import { AcmeTlsProvider } from './acme/provider.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -33,6 +40,29 @@ export interface RuntimeOptions {
 
 type ShutdownHook = () => Promise<void> | void;
 
+/** Functions registered with the runtime, called in registration order; each add returns its removal. */
+class Sources<T> {
+  private readonly entries = new Set<{ read: () => T[] }>();
+
+  add(read: () => T[]): () => void {
+    const entry = { read };
+    this.entries.add(entry);
+    return () => {
+      this.entries.delete(entry);
+    };
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  read(): T[] {
+    const out: T[] = [];
+    for (const e of this.entries) out.push(...e.read());
+    return out;
+  }
+}
+
 export class Runtime {
   readonly logging: Logging;
   readonly stats: StatsStore;
@@ -45,6 +75,10 @@ export class Runtime {
   /** The codecs of the process: JSON, protobuf and the extra ones of the options. */
   readonly codecs: CodecSet;
   private brokerInstance?: Broker;
+  /** The TLS provider once built; null when the process serves no TLS. */
+  private tlsProvider?: TlsProvider | null;
+  private readonly routeSources = new Sources<RouteTableDump>();
+  private readonly certificateSources = new Sources<CertificateInfo>();
   private readonly shutdownHooks: ShutdownHook[] = [];
   private readonly drainables: Drainable[] = [];
   private shuttingDown?: Promise<DrainResult>;
@@ -128,9 +162,10 @@ export class Runtime {
       stats: this.stats,
       logging: this.logging,
       clusters: this.clusters,
-      routes: this.routeTables,
-      // Read at each request, so a TLS provider built after the admin started is still listed.
-      certs: () => this.certificates?.() ?? [],
+      // Read at each request: a source registered after the admin started is listed too.
+      routes: () => this.routeSources.read(),
+      hasRoutes: () => this.routeSources.size > 0,
+      certs: () => this.certificateSources.read(),
       server: this.state,
       token: this.options.adminToken,
       allowedHosts: this.options.adminAllowedHosts,
@@ -145,10 +180,65 @@ export class Runtime {
     return bound;
   }
 
-  /** Set by a front end with dynamic routes (the gateway router); admin /routes dumps them. */
-  routeTables?: () => Array<{ routeConfigName: string; versionInfo: string; table: unknown }>;
-  /** Set by the process's TLS provider (src/tls/index.ts tlsFor); admin /certs lists them. */
-  certificates?: () => import('./admin/context.js').CertificateInfo[];
+  /**
+   * Registers dynamic route tables (the gateway's router, the proxy's listeners): admin /routes
+   * lists those of every source, in registration order, and exists only while there is at least
+   * one source. Returns the function that removes the source.
+   */
+  addRouteSource(read: () => RouteTableDump[]): () => void {
+    return this.routeSources.add(read);
+  }
+
+  /** Registers loaded certificates (the TLS provider): admin /certs lists them. Returns the removal. */
+  addCertificateSource(read: () => CertificateInfo[]): () => void {
+    return this.certificateSources.add(read);
+  }
+
+  /**
+   * The process's TLS provider, built on first use from the options (undefined without TLS; the
+   * options were checked by resolveOptions): certificate files (reloaded when they change) or
+   * ACME. Building it reads and checks the certificate files: a missing, unreadable or mismatched
+   * file throws an Error naming it. It is shared by every HTTPS listener of the process, listed
+   * by admin /certs and closed on shutdown. See docs/tls.md.
+   */
+  get tls(): TlsProvider | undefined {
+    if (this.tlsProvider === undefined) {
+      const provider = this.createTlsProvider();
+      this.tlsProvider = provider ?? null;
+      if (provider) {
+        this.addCertificateSource(() => provider.certificates());
+        this.onShutdown(() => provider.close());
+      }
+    }
+    return this.tlsProvider ?? undefined;
+  }
+
+  /** Builds and starts the TLS provider (a start-up error names the file, flag or port). */
+  async startTls(): Promise<TlsProvider | undefined> {
+    const provider = this.tls;
+    await provider?.start();
+    return provider;
+  }
+
+  private createTlsProvider(): TlsProvider | undefined {
+    const options = this.options;
+    const log = this.logging.get('http');
+    if (options.enableAcme) {
+      return new AcmeTlsProvider({
+        hosts: parseAcmeHosts(options.acmeHosts),
+        directoryUrl: options.acmeDirectory,
+        email: options.acmeEmail,
+        cacheDir: defaultAcmeCacheDir(options.acmeCache, options.meshHome),
+        challengeAddress: options.acmeHttpPort,
+        log,
+        stats: this.stats,
+      });
+    }
+    if (options.enableTls) {
+      return new FileCertificateStore({ certFile: options.tlsCertFile!, keyFile: options.tlsKeyFile!, log, stats: this.stats });
+    }
+    return undefined;
+  }
 
   /** Registers work to do on shutdown; hooks run in reverse order of registration. */
   onShutdown(hook: ShutdownHook): void {

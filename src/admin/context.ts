@@ -143,8 +143,14 @@ export interface AdminContext {
   stats: StatsStore;
   logging: Logging;
   clusters?: ClusterManagerView;
-  /** Dynamic route tables; when absent /routes does not exist (404, not in the help). */
+  /** Dynamic route tables, read at each request; when absent /routes does not exist (404, not in the help). */
   routes?: () => RouteTableDump[];
+  /**
+   * Whether the process has dynamic route tables now (read at each request: /routes exists, and is
+   * in the help, only while it says true). Absent: as long as `routes` is set.
+   */
+  hasRoutes?: () => boolean;
+  /** Loaded certificates, read at each request. */
   certs?: () => CertificateInfo[];
   server: ServerState;
   /** Drains, deregisters and exits 0. Called after `OK\n` of /quitquitquit has been flushed. */

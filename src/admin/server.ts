@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { LEVELS, SUBSYSTEMS, isLevel, type Subsystem } from '../util/log.js';
 import { renderJson, renderPrometheus, renderText, PROMETHEUS_CONTENT_TYPE } from '../stats/render.js';
 import { updateServerStats } from '../stats/server-stats.js';
-import type { AdminContext } from './context.js';
+import type { AdminContext, RouteTableDump } from './context.js';
 import { parseQuery, type Query } from './query.js';
 import { httpServerOptions } from '../http/lifecycle.js';
 import { renderClustersJson, renderClustersText } from './clusters.js';
@@ -45,6 +45,8 @@ interface Endpoint {
   /** Whether this request changes state (cross-site refusal applies). */
   mutates: (query: Query) => boolean;
   handle: (query: Query) => AdminReply | Promise<AdminReply>;
+  /** Whether the endpoint exists now (checked at each request); absent: always. */
+  available?: () => boolean;
 }
 
 const ok = (): AdminReply => ({ status: 200, body: 'OK\n' });
@@ -99,7 +101,6 @@ function digest(value: string): Buffer {
 export class AdminServer {
   private readonly ctx: AdminContext;
   private readonly endpoints = new Map<string, Endpoint>();
-  private readonly helpBody: string;
   private readonly http: Server;
   private readonly profiler = new CpuProfiler();
   private readonly regexCache = new Map<string, RegExp | Error>();
@@ -111,9 +112,8 @@ export class AdminServer {
     this.ctx = ctx;
     this.tokenDigest = ctx.token ? digest(ctx.token) : undefined;
     this.hostCheck = new HostCheck(ctx.allowedHosts ?? [], () => this.bound?.host);
-    for (const e of this.buildEndpoints()) this.endpoints.set(e.path, e);
-    const paths = [...this.endpoints.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-    this.helpBody = 'admin commands are:\n' + paths.map((p) => `  ${p}: ${this.endpoints.get(p)!.help}\n`).join('');
+    const endpoints = this.buildEndpoints().sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+    for (const e of endpoints) this.endpoints.set(e.path, e);
     // A missing Host is answered by the Host check (403), not by node's own 400.
     this.http = createServer({ requireHostHeader: false, ...(ctx.limits ? httpServerOptions(ctx.limits) : {}) }, (req, res) => {
       this.serve(req, res).catch((err: unknown) => {
@@ -128,9 +128,11 @@ export class AdminServer {
     this.http.on('drop', () => ctx.stats.counter('http.admin.downstream_cx_overflow').inc());
   }
 
-  /** The `admin commands are:` list served by / and /help. */
+  /** The `admin commands are:` list served by / and /help: the endpoints that exist now. */
   get help(): string {
-    return this.helpBody;
+    let body = 'admin commands are:\n';
+    for (const e of this.endpoints.values()) if (!e.available || e.available()) body += `  ${e.path}: ${e.help}\n`;
+    return body;
   }
 
   get address(): { host: string; port: number } | undefined {
@@ -203,8 +205,9 @@ export class AdminServer {
         headers: { 'WWW-Authenticate': 'Bearer realm="mesh admin"' },
       });
     }
-    const endpoint = this.endpoints.get(path);
-    if (!endpoint) return this.write(res, text(404, `invalid path. ${this.helpBody}`));
+    const found = this.endpoints.get(path);
+    const endpoint = found && (!found.available || found.available()) ? found : undefined;
+    if (!endpoint) return this.write(res, text(404, `invalid path. ${this.help}`));
     if (method !== 'GET' && method !== 'POST') {
       return this.write(res, { status: 405, body: `Method ${method} not allowed, GET or POST required.`, headers: { Allow: 'GET, POST' } });
     }
@@ -299,8 +302,8 @@ export class AdminServer {
   private buildEndpoints(): Endpoint[] {
     const ctx = this.ctx;
     const list: Endpoint[] = [
-      { path: '/', help: 'print out list of admin commands', mutates: never, handle: () => text(200, this.helpBody) },
-      { path: '/help', help: 'print out list of admin commands', mutates: never, handle: () => text(200, this.helpBody) },
+      { path: '/', help: 'print out list of admin commands', mutates: never, handle: () => text(200, this.help) },
+      { path: '/help', help: 'print out list of admin commands', mutates: never, handle: () => text(200, this.help) },
       {
         path: '/certs',
         help: 'print certs on machine',
@@ -369,8 +372,15 @@ export class AdminServer {
         handle: (q) => this.stats(q, 'prometheus'),
       },
     ];
-    if (ctx.routes) {
-      list.push({ path: '/routes', help: 'print out currently loaded dynamic HTTP route tables', mutates: never, handle: (q) => this.routes(q) });
+    const routes = ctx.routes;
+    if (routes) {
+      list.push({
+        path: '/routes',
+        help: 'print out currently loaded dynamic HTTP route tables',
+        mutates: never,
+        handle: (q) => this.routes(q, routes),
+        available: ctx.hasRoutes,
+      });
     }
     return list;
   }
@@ -465,10 +475,10 @@ export class AdminServer {
     }
   }
 
-  private routes(q: Query): AdminReply {
+  private routes(q: Query, read: () => RouteTableDump[]): AdminReply {
     const name = q.get('route_config_name');
     if (q.size > 1 || (q.size === 1 && name === undefined)) return { status: 400, body: ROUTES_USAGE, contentType: JSON_TYPE };
-    const tables = (this.ctx.routes?.() ?? []).filter((t) => name === undefined || t.routeConfigName === name);
+    const tables = read().filter((t) => name === undefined || t.routeConfigName === name);
     let body = '[\n';
     tables.forEach((t, i) => {
       if (i > 0) body += ',';

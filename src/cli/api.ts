@@ -2,7 +2,7 @@
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '../gateway/server.js';
-import { startTls, tlsEnabled } from '../tls/index.js';
+import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { optionsFromFlags } from './options.js';
 
@@ -24,8 +24,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
   runtime.installSignalHandlers();
   try {
     // TLS first: a bad certificate file, ACME cache or challenge port is a start-up error naming it.
-    await startTls(runtime);
-    // The gateway sets runtime.routeTables, which the admin interface reads when it starts.
+    await runtime.startTls();
     const gateway = new Gateway(runtime, {
       address: config.address ?? DEFAULT_ADDRESS,
       namespace: config.namespace ?? DEFAULT_NAMESPACE,

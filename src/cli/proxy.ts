@@ -1,7 +1,7 @@
 /** `mesh proxy -c FILE`: the stand-alone L7 proxy (docs/proxy.md, src/proxy/). */
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
-import { startTls, tlsEnabled } from '../tls/index.js';
+import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { optionsFromFlags } from './options.js';
 import { loadProxyConfig, PROXY_ADMIN_ADDRESS } from '../proxy/config.js';
@@ -22,8 +22,7 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
   const runtime = new Runtime(optionsFromFlags(config), { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry });
   runtime.installSignalHandlers();
   try {
-    await startTls(runtime);
-    // Sets runtime.routeTables, which the admin interface reads when it starts.
+    await runtime.startTls();
     const proxy = new Proxy(runtime, file);
     const admin = await runtime.startAdmin(file.adminAddress ?? PROXY_ADMIN_ADDRESS);
     const bound = await proxy.start();

@@ -2,7 +2,6 @@
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { parseHostPort } from '../http/respond.js';
-import { startTls } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { optionsFromFlags } from './options.js';
 import { AppFlagError, appOptionsFromFlags } from '../sidecar/health-checker.js';
@@ -43,7 +42,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   runtime.installSignalHandlers();
   try {
     // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).
-    await startTls(runtime);
+    await runtime.startTls();
     const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
     const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app });
     let bound;

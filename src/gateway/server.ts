@@ -67,8 +67,8 @@ export class Gateway {
   private readonly address: string;
 
   /**
-   * Builds the gateway and, for the router, sets runtime.routeTables: construct it before
-   * runtime.startAdmin() so admin /routes exists.
+   * Builds the gateway; its router (when there is one) is a route source of the runtime, listed
+   * by admin /routes.
    */
   constructor(
     private readonly runtime: Runtime,
@@ -87,8 +87,7 @@ export class Gateway {
         debounceMs: options.routerDebounceMs,
       });
       this.router = router;
-      const previous = runtime.routeTables;
-      runtime.routeTables = () => [...(previous?.() ?? []), router.dump()];
+      runtime.addRouteSource(() => [router.dump()]);
     }
     if (options.enableStats) {
       this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID });

@@ -14,7 +14,7 @@ import { parseHostPort, rawErrorResponse, sendError, sendJson } from './respond.
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from './lifecycle.js';
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
 import { formatDuration } from '../util/duration.js';
-import { tlsEnabled, tlsFor } from '../tls/index.js';
+import { tlsEnabled } from '../tls/index.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -79,7 +79,7 @@ export class FrontServer {
     const limits = serverLimits(runtime.options);
     const serverOptions = { ...httpServerOptions(limits), requireHostHeader: this.options.refuse === undefined };
     // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
-    const tls = this.secure ? tlsFor(this.options.runtime) : undefined;
+    const tls = this.secure ? this.options.runtime.tls : undefined;
     await tls?.start();
     let server: Server;
     if (tls) {

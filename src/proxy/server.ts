@@ -121,8 +121,8 @@ export class ProxyListener {
 }
 
 /**
- * The proxy: one ProxyListener per listener of the file. Constructing it sets runtime.routeTables
- * (admin /routes: one table per listener), so build it before runtime.startAdmin().
+ * The proxy: one ProxyListener per listener of the file. Its listeners are a route source of the
+ * runtime (admin /routes: one table per listener, in file order).
  */
 export class Proxy {
   readonly listeners: ProxyListener[];
@@ -132,8 +132,7 @@ export class Proxy {
     config: ProxyConfig,
   ) {
     this.listeners = config.listeners.map((l) => new ProxyListener(runtime, l));
-    const previous = runtime.routeTables;
-    runtime.routeTables = () => [...(previous?.() ?? []), ...this.listeners.map((l) => l.dump())];
+    runtime.addRouteSource(() => this.listeners.map((l) => l.dump()));
   }
 
   /** Opens every listener (all or none). Resolves with their bound addresses, in file order. */
