@@ -11,7 +11,6 @@
  */
 import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import type { ResolvedOptions } from '../options.js';
 import type { Counter, StatsStore } from '../stats/store.js';
 
 /** Requests with more header fields than this get 431 (Node would silently drop the extra ones). */
@@ -42,7 +41,8 @@ export interface ServerLimits {
   drainTimeoutMs: number;
 }
 
-export function serverLimits(options: Pick<ResolvedOptions, 'maxConnections' | 'requestHeadersTimeout' | 'requestTimeout' | 'drainTimeout'>): ServerLimits {
+/** The limits from the resolved options (src/options.ts: durations in ms). */
+export function serverLimits(options: { maxConnections: number; requestHeadersTimeout: number; requestTimeout: number; drainTimeout: number }): ServerLimits {
   return {
     maxConnections: options.maxConnections,
     headersTimeoutMs: Math.ceil(options.requestHeadersTimeout),

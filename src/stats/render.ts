@@ -128,16 +128,10 @@ function escapeHelp(text: string): string {
   return text.replace(/\\/g, '\\\\').replace(/\n/g, '\\n');
 }
 
-/** Per store, per stat name: the computed series (tag extraction and naming run once per name). */
-const seriesCache = new WeakMap<StatsStore, Map<string, PrometheusSeries>>();
-
 /** The metric and labels one stat gets in the Prometheus format. */
 export function prometheusSeries(store: StatsStore, name: string, kind: StatKind): PrometheusSeries {
-  let byName = seriesCache.get(store);
-  if (!byName) {
-    byName = new Map();
-    seriesCache.set(store, byName);
-  }
+  // Tag extraction and naming run once per name: the store keeps the result.
+  const byName = store.prometheusCache;
   const cached = byName.get(name);
   if (cached && cached.kind === kind) return cached;
   const tagged = store.tagged(name);

@@ -6,6 +6,7 @@
  * Tag extraction turns a dotted name into a Prometheus family plus labels, e.g.
  * `cluster.greeter.upstream_rq_total` -> `cluster.upstream_rq_total{cluster_name="greeter"}`.
  */
+import type { PrometheusSeries } from './render.js';
 
 export type StatKind = 'counter' | 'gauge';
 
@@ -146,6 +147,8 @@ export class StatsStore {
   private readonly stats = new Map<string, Stat>();
   private readonly histograms = new Map<string, Histogram>();
   private readonly taggedCache = new Map<string, TaggedName>();
+  /** Per stat name, its series in the Prometheus format (prometheusSeries in render.ts), worked out once. */
+  readonly prometheusCache = new Map<string, PrometheusSeries>();
 
   constructor(readonly tagRules: TagRule[] = DEFAULT_TAG_RULES) {}
 
