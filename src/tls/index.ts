@@ -6,9 +6,9 @@
  */
 import type { ResolvedOptions } from '../options.js';
 import type { Runtime } from '../runtime.js';
-import { parseAcmeHosts } from '../acme/hosts.js';
-import { defaultAcmeCacheDir } from '../acme/cache.js';
-import { AcmeTlsProvider } from '../acme/provider.js';
+import { parseAcmeHosts } from './acme/hosts.js';
+import { defaultAcmeCacheDir } from './acme/cache.js';
+import { AcmeTlsProvider } from './acme/provider.js';
 import { FileCertificateStore } from './file-store.js';
 import type { TlsProvider } from './provider.js';
 
