@@ -10,8 +10,8 @@ import type { Codec } from './codec/codec.js';
 import { parseDuration, parseSize } from './util/duration.js';
 import { isLevel, LEVELS, LOG_FORMATS, type Level, type LogFormat } from './util/levels.js';
 import { parseAllowedHosts } from './http/host-check.js';
-import { parseAcmeHosts } from './acme/hosts.js';
-import { parseChallengeAddress } from './acme/challenge-server.js';
+import { parseAcmeHosts } from './tls/acme/hosts.js';
+import { parseChallengeAddress } from './tls/acme/challenge-server.js';
 import { parseHostPort } from './http/respond.js';
 
 /** A duration: a Go-syntax string (`300ms`, `1m30s`) or a number of milliseconds. */

@@ -22,9 +22,9 @@ import { serverLimits, type Drainable, type DrainResult } from './http/lifecycle
 import { SelfAddresses } from './upstream/self-guard.js';
 import type { TlsProvider } from './tls/provider.js';
 import { FileCertificateStore } from './tls/file-store.js';
-import { parseAcmeHosts } from './acme/hosts.js';
-import { defaultAcmeCacheDir } from './acme/cache.js';
-import { AcmeTlsProvider } from './acme/provider.js';
+import { parseAcmeHosts } from './tls/acme/hosts.js';
+import { defaultAcmeCacheDir } from './tls/acme/cache.js';
+import { AcmeTlsProvider } from './tls/acme/provider.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */

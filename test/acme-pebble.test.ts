@@ -20,7 +20,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { engine, freePort, tempDir } from './helpers.js';
 import { adminCerts, adminStats, httpsGet, peer, startServer, type ServerProcess } from './tls-fixtures.js';
-import { directoryKey } from '../src/acme/cache.js';
+import { directoryKey } from '../src/tls/acme/cache.js';
 
 const directory = engine('MESH_TEST_PEBBLE_DIRECTORY', 'pebble (local ACME CA)');
 const pebbleCa = directory ? engine('MESH_TEST_PEBBLE_CA', "pebble's TLS certificate") : undefined;

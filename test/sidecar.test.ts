@@ -185,7 +185,7 @@ describe('sidecar', () => {
     const sub = await subscribe(sc.base, 'forms');
     const form = 'name=J%C3%B6rg&note=two+words%21&empty=';
     const r = await http('POST', `${sc.base}/broker?topic=forms`, {
-      headers: { 'content-type': 'application/x-www-form-urlencoded', timestamp: '1499951537', 'x-custom': 'yes', authorization: 'Bearer secret' },
+      headers: { 'content-type': 'application/x-www-form-urlencoded', timestamp: '1499951537', 'x-custom': 'yes', 'x_trace.id': '7', authorization: 'Bearer secret' },
       body: form,
     });
     assert.equal(r.status, 200, r.text);
@@ -197,6 +197,7 @@ describe('sidecar', () => {
     assert.equal(first!.Header['Content-Type'], 'application/x-www-form-urlencoded');
     assert.equal(first!.Header['Timestamp'], '1499951537');
     assert.equal(first!.Header['X-Custom'], 'yes');
+    assert.equal(first!.Header['X_trace.id'], '7', "names are canonical as Go writes them (src/transport/headers.ts)");
     assert.equal(first!.Header['Authorization'], undefined, 'credentials are not forwarded to subscribers');
     assert.deepEqual([...Buffer.from(second!.Body, 'base64')], [0, 1, 2, 255]);
     assert.ok(Math.abs(Number(second!.Header['Timestamp']) - before1) <= 2);

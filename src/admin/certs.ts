@@ -3,8 +3,7 @@
  * `{"certificates":[{"ca_cert":[],"cert_chain":[{path, serial_number, subject_alt_names,
  * days_until_expiration (a string: int64), valid_from, expiration_time}]}]}`, 1-space indent.
  */
-import { X509Certificate } from 'node:crypto';
-import type { CertificateInfo, SubjectAltName } from './context.js';
+import type { CertificateInfo } from '../tls/certificate.js';
 
 const DAY_MS = 86_400_000;
 
@@ -43,35 +42,4 @@ export function secondsUntilFirstExpiring(certs: readonly CertificateInfo[], now
     if (min === undefined || s < min) min = s;
   }
   return min;
-}
-
-/** Parses node's `subjectAltName` text (`DNS:a.example, IP Address:127.0.0.1, URI:spiffe://x`). */
-export function parseSubjectAltNames(text: string | undefined): SubjectAltName[] {
-  if (!text) return [];
-  const out: SubjectAltName[] = [];
-  for (const raw of text.split(/,\s*/)) {
-    const colon = raw.indexOf(':');
-    if (colon < 0) continue;
-    const kind = raw.slice(0, colon).trim();
-    const value = raw.slice(colon + 1).trim();
-    if (kind === 'DNS') out.push({ dns: value });
-    else if (kind === 'URI') out.push({ uri: value });
-    else if (kind === 'IP Address') out.push({ ip_address: value });
-  }
-  return out;
-}
-
-/**
- * A CertificateInfo for the first (leaf) certificate of a PEM file. `path` is the file path or
- * `acme:<host>` for an ACME certificate.
- */
-export function certificateInfoFromPem(pem: string | Buffer, path: string): CertificateInfo {
-  const cert = new X509Certificate(pem);
-  return {
-    path,
-    serialNumber: cert.serialNumber.toLowerCase(),
-    subjectAltNames: parseSubjectAltNames(cert.subjectAltName),
-    validFrom: new Date(cert.validFrom),
-    expiration: new Date(cert.validTo),
-  };
 }

@@ -9,28 +9,10 @@ import type { ServerStatsSource } from '../stats/server-stats.js';
 import type { Logging } from '../util/log.js';
 import type { ClusterManagerView } from '../upstream/types.js';
 import { buildInfo, type BuildStatus, type BuildType } from './build-info.js';
+import type { CertificateInfo } from '../tls/certificate.js';
 
-/** One entry of a certificate's subject alternative names, as Envoy's /certs prints it. */
-export interface SubjectAltName {
-  dns?: string;
-  uri?: string;
-  ip_address?: string;
-}
-
-/** One loaded certificate, for admin /certs (see certificateInfoFromPem in certs.ts). */
-export interface CertificateInfo {
-  /** The certificate file path, or `acme:<host>` for a certificate obtained by ACME. */
-  path: string;
-  /** Serial number, lower-case hex without separators. */
-  serialNumber: string;
-  subjectAltNames: SubjectAltName[];
-  validFrom: Date;
-  expiration: Date;
-  /** Whole days from now until expiration (0 once expired); computed at render time when absent. */
-  daysUntilExpiration?: number;
-  /** True for a CA certificate (listed under `ca_cert` instead of `cert_chain`). */
-  ca?: boolean;
-}
+// Certificates are the TLS layer's (src/tls/certificate.ts); re-exported for the admin API.
+export type { CertificateInfo, SubjectAltName } from '../tls/certificate.js';
 
 /** One dynamic route table, for admin /routes. */
 export interface RouteTableDump {

@@ -9,5 +9,5 @@ export {
   type ServerStateOptions,
   type SubjectAltName,
 } from './context.js';
-export { certificateInfoFromPem } from './certs.js';
+export { certificateInfoFromPem } from '../tls/certificate.js';
 export { buildInfo, hotRestartVersion, packageVersion, type BuildInfo } from './build-info.js';

@@ -1,7 +1,7 @@
 /** The TLS and ACME flag checks of the server commands (api, sidecar, proxy): exit 2 naming the flag. */
 import { FlagError, type Config } from './flags.js';
-import { parseAcmeHosts } from '../acme/hosts.js';
-import { parseChallengeAddress } from '../acme/challenge-server.js';
+import { parseAcmeHosts } from '../tls/acme/hosts.js';
+import { parseChallengeAddress } from '../tls/acme/challenge-server.js';
 
 /**
  * Flag checks done before anything starts (exit 2 naming the flag). File problems are found when

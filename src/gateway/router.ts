@@ -23,7 +23,7 @@
  */
 import type { Logger } from 'pino';
 import type { Registry, Service, Watcher } from '../registry/registry.js';
-import { compilePathRegex } from '../util/regex.js';
+import { compilePathRegex, escapeRegExp } from '../util/regex.js';
 
 export type HandlerName = 'api' | 'rpc' | 'proxy' | 'event';
 export type PathKind = 'exact' | 'template' | 'regex';
@@ -100,11 +100,6 @@ export function splitList(value: string): string[] {
   return out.map((s) => s.trim()).filter((s) => s !== '');
 }
 
-
-function escapeRegex(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
-
 interface CompiledPath {
   kind: PathKind;
   matchPath: (path: string) => Record<string, string> | undefined;
@@ -139,7 +134,7 @@ export function compilePath(pattern: string): CompiledPath {
       return;
     }
     if (/[{}*]/.test(segment)) throw new Error(`segment "${segment}": use a whole segment {name}, or * as the last segment`);
-    source += '/' + escapeRegex(segment);
+    source += '/' + escapeRegExp(segment);
   });
   // `/a/*` matches /a, /a/ and everything under /a/; `/*` matches every path.
   source += rest ? '(?:/(.*))?$' : '$';

@@ -11,7 +11,7 @@ import { JSON_CODEC, PROTOBUF_CODEC, codecFor, mediaType } from '../codec/codec.
 import { apiTypes } from '../codec/api-proto.js';
 import { readBody } from '../http/body.js';
 import { sendError } from '../http/respond.js';
-import { isHopByHop } from '../transport/headers.js';
+import { canonicalHeaderKey, isHopByHop } from '../transport/headers.js';
 import { callOptionsFrom, type FrontEnd } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 
@@ -40,8 +40,9 @@ export function headerPairs(req: IncomingMessage): PairMap {
 }
 
 /**
- * Header names as sent → canonical name, or null for a hop-by-hop header. Names repeat from
- * request to request, so each is worked out once; bounded, since clients choose the names.
+ * Header names as sent → canonical name (canonicalHeaderKey), or null for a hop-by-hop header.
+ * Names repeat from request to request, so each is worked out once; bounded, since clients choose
+ * the names.
  */
 const headerNames = new Map<string, string | null>();
 const HEADER_NAMES_MAX = 1024;
@@ -49,24 +50,11 @@ const HEADER_NAMES_MAX = 1024;
 function forwardedHeaderName(name: string): string | undefined {
   let known = headerNames.get(name);
   if (known === undefined) {
-    known = isHopByHop(name.toLowerCase()) ? null : canonicalName(name);
+    known = isHopByHop(name.toLowerCase()) ? null : canonicalHeaderKey(name);
     if (headerNames.size >= HEADER_NAMES_MAX) headerNames.clear();
     headerNames.set(name, known);
   }
   return known ?? undefined;
-}
-
-export function canonicalHeader(name: string): string {
-  const known = headerNames.get(name);
-  return known ?? canonicalName(name);
-}
-
-function canonicalName(name: string): string {
-  return name
-    .toLowerCase()
-    .split('-')
-    .map((p) => (p ? p[0]!.toUpperCase() + p.slice(1) : p))
-    .join('-');
 }
 
 export function queryPairs(search: string): PairMap {

@@ -40,8 +40,10 @@ import {
   type Watcher,
 } from './registry.js';
 import { parseEngineEndpoint, readEngineTls, redactAddress, sharedCredentials, type EngineCredentials, type EngineTlsFiles } from '../util/engine-access.js';
-import { EventQueue, byName, byNodeId, byVersion, cloneService, diffVersions, ttlOf, validateDeregister } from './memory.js';
+import { EventQueue, byName, byNodeId, byVersion, cloneService, diffVersions } from './records.js';
 import {
+  ttlOf,
+  validateDeregister,
   MAX_NODES_PER_SERVICE,
   checkNodesPerService,
   invalidRecordSink,

@@ -74,10 +74,18 @@ import {
   canonicalJson,
   cloneService,
   diffVersions,
+} from './records.js';
+import {
+  MAX_NODES_PER_SERVICE,
+  checkNodesPerService,
+  invalidRecordSink,
+  sanitizeStoredService,
+  sanitizeStoredVersion,
+  shown,
   ttlOf,
   validateDeregister,
-} from './memory.js';
-import { MAX_NODES_PER_SERVICE, checkNodesPerService, invalidRecordSink, sanitizeStoredService, sanitizeStoredVersion, shown, type InvalidRecordSink } from './validate.js';
+  type InvalidRecordSink,
+} from './validate.js';
 
 type DB = Database.Database;
 

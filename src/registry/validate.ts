@@ -30,7 +30,7 @@ import type { Logger } from 'pino';
 import type { StatsStore } from '../stats/store.js';
 import type { Logging } from '../util/log.js';
 import { printable } from '../util/text.js';
-import type { Endpoint, Metadata, Node, Service } from './registry.js';
+import type { Endpoint, Metadata, Node, RegisterOptions, Service } from './registry.js';
 
 /** Thrown for an invalid registration; the message names the field. */
 export class RegistryValidationError extends Error {
@@ -342,4 +342,11 @@ export function sanitizeStoredService(backend: string, name: string, versions: r
   }
   if (dropped > 0) sink({ backend, service: shown(name), dropped, problem: problem ?? 'invalid' });
   return out;
+}
+
+/** Validates TTL options; returns the TTL in ms (0: none). */
+export function ttlOf(options?: RegisterOptions): number {
+  const ttl = options?.ttlMs ?? 0;
+  if (typeof ttl !== 'number' || !Number.isFinite(ttl) || ttl < 0) throw new RegistryValidationError(`ttl: must be a non-negative number of milliseconds`);
+  return ttl;
 }

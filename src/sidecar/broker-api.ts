@@ -36,7 +36,7 @@ import { WebSocketServer, type WebSocket, type RawData } from 'ws';
 import { MeshError } from '../errors.js';
 import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
-import { connectionNamed, isHopByHop } from '../transport/headers.js';
+import { canonicalHeaderKey, connectionNamed, isHopByHop } from '../transport/headers.js';
 import type { Message, Subscription } from '../broker/broker.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import type { Counter, Gauge } from '../stats/store.js';
@@ -59,20 +59,11 @@ const MAX_PUBLISHING = 32;
 export const PUBLISHER_HEADER = 'Mesh-Publisher';
 const NEVER_FORWARDED = new Set(['authorization', 'cookie', 'proxy-authorization']);
 
-/** Go's CanonicalMIMEHeaderKey: `content-type` → `Content-Type`; names with other characters are kept. */
-export function canonicalHeaderName(name: string): string {
-  if (!/^[A-Za-z0-9-]+$/.test(name)) return name;
-  return name
-    .split('-')
-    .map((p) => (p ? p[0]!.toUpperCase() + p.slice(1).toLowerCase() : p))
-    .join('-');
-}
-
-/** A header map with canonical names; values of names that differ only in case are joined with ", ". */
-export function canonicalHeader(header: Record<string, string>): Record<string, string> {
+/** A header map with canonical names (canonicalHeaderKey); values of names that differ only in case are joined with ", ". */
+export function canonicalHeaderMap(header: Record<string, string>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(header)) {
-    const c = canonicalHeaderName(k);
+    const c = canonicalHeaderKey(k);
     out[c] = out[c] === undefined ? v : `${out[c]}, ${v}`;
   }
   return out;
@@ -85,7 +76,7 @@ export function publishHeader(errorId: string, req: IncomingMessage, nowSeconds 
   for (const [name, value] of Object.entries(req.headers)) {
     if (value === undefined || isHopByHop(name) || named?.has(name) || NEVER_FORWARDED.has(name)) continue;
     if (name === 'timestamp') continue;
-    header[canonicalHeaderName(name)] = Array.isArray(value) ? value.join(', ') : value;
+    header[canonicalHeaderKey(name)] = Array.isArray(value) ? value.join(', ') : value;
   }
   const ts = req.headers['timestamp'];
   if (ts === undefined) header['Timestamp'] = String(nowSeconds);
@@ -335,7 +326,7 @@ export class BrokerApi {
     const body = Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength);
     const last = this.lastFrame;
     if (last && sameHeader(last.header, header) && last.body.equals(body)) return last.frame;
-    const frame = Buffer.from(JSON.stringify({ Header: canonicalHeader(header), Body: body.toString('base64') }));
+    const frame = Buffer.from(JSON.stringify({ Header: canonicalHeaderMap(header), Body: body.toString('base64') }));
     // Kept for small and medium messages only: the last one stays in memory until the next.
     this.lastFrame = body.length <= MAX_KEPT_FRAME_BODY ? { header: { ...header }, body: Buffer.from(body), frame } : undefined;
     return frame;

@@ -13,7 +13,7 @@ import { statSync, watch, type FSWatcher, type Stats } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Logger } from 'pino';
-import type { CertificateInfo } from '../admin/context.js';
+import type { CertificateInfo } from './certificate.js';
 import type { StatsStore } from '../stats/store.js';
 import { loadPair, type LoadedPair } from './files.js';
 import type { TlsProvider } from './provider.js';

@@ -5,8 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { X509Certificate, createPrivateKey, type KeyObject } from 'node:crypto';
 import { createSecureContext, type SecureContext } from 'node:tls';
-import type { CertificateInfo } from '../admin/context.js';
-import { certificateInfoFromPem } from '../admin/certs.js';
+import { certificateInfoFromPem, type CertificateInfo } from './certificate.js';
 
 export interface TlsPair {
   cert: Buffer;

@@ -1,10 +1,10 @@
 /**
  * What a front end (src/http/front-server.ts) needs from whoever supplies its certificates:
- * files (src/tls/file-store.ts) or ACME (src/acme/provider.ts). One provider per process, shared
+ * files (src/tls/file-store.ts) or ACME (src/tls/acme/provider.ts). One provider per process, shared
  * by every HTTPS listener of that process (`mesh dev` has two).
  */
 import type { Server as TlsServer, TlsOptions } from 'node:tls';
-import type { CertificateInfo } from '../admin/context.js';
+import type { CertificateInfo } from './certificate.js';
 
 export interface TlsProvider {
   /** Options merged into `https.createServer`: the initial cert/key, or an SNICallback. */

@@ -1,4 +1,4 @@
-/** Header names of the RPC wire protocol (DESIGN section 5) and hop-by-hop filtering. */
+/** Header names: those of the RPC wire protocol (DESIGN section 5), hop-by-hop filtering, canonical capitalisation. */
 
 export const HEADER_SERVICE = 'mesh-service';
 export const HEADER_ENDPOINT = 'mesh-endpoint';
@@ -20,6 +20,30 @@ const HOP_BY_HOP = new Set([
   'content-length',
   'expect',
 ]);
+
+/** A header name's characters (RFC 9110 5.6.2 token): letters, digits and !#$%&'*+-.^_`|~ */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+/**
+ * The canonical form of a header name, as Go's textproto.CanonicalMIMEHeaderKey writes it (and as
+ * Go services see names in their header maps): the first letter and every letter after a `-` in
+ * upper case, every other letter in lower case; digits and the other token characters are kept.
+ * `content-type` → `Content-Type`, `X-FOO-bar` → `X-Foo-Bar`, `ETAG` → `Etag`, `a--b-` → `A--B-`,
+ * `x_foo` → `X_foo`. A name that is not a token (empty, or holding a space, a separator such as
+ * `:` `/` `(`, a control or a non-ASCII character) is returned unchanged, as Go does. Idempotent.
+ * The one home of this rule: the api handler and the sidecar's broker both use it.
+ */
+export function canonicalHeaderKey(name: string): string {
+  if (!TOKEN.test(name)) return name;
+  let out = '';
+  let upper = true;
+  for (let i = 0; i < name.length; i++) {
+    const c = name[i]!;
+    out += upper ? c.toUpperCase() : c.toLowerCase();
+    upper = c === '-';
+  }
+  return out;
+}
 
 export function isHopByHop(name: string): boolean {
   return HOP_BY_HOP.has(name);

@@ -21,6 +21,7 @@ import { notFound, serviceUnavailable, toMeshError } from '../errors.js';
 import type { Node, Registry, Service, WatchEvent, Watcher } from '../registry/registry.js';
 import { StatsStore, type Counter, type Gauge } from '../stats/store.js';
 import type { Logging } from '../util/log.js';
+import { escapeRegExp } from '../util/regex.js';
 import { Cluster, ERROR_ID, type HostEntry } from './cluster.js';
 import {
   resolveSettings,
@@ -434,9 +435,6 @@ function sameNodes(a: readonly Node[], b: readonly Node[]): boolean {
   return true;
 }
 
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
 
 function staticEntry(cluster: string, index: number, h: string | StaticHostConfig, warn: (m: string) => void): HostEntry {
   const where = `static cluster ${cluster}: hosts[${index}]`;

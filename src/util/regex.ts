@@ -1,6 +1,6 @@
 /**
- * Regexes that come from outside (gateway route metadata, `mesh proxy` config files), matched in
- * linear time.
+ * Regex safety: literal text escaped for the patterns we build (escapeRegExp), and regexes that
+ * come from outside (gateway route metadata, `mesh proxy` config files), matched in linear time.
  *
  * They are compiled and run by re2js, a port of RE2: no backtracking, so a pattern like
  * `^/(a+)+$` or `^/\d+\d+\d+$` costs time proportional to (program size x path length), never
@@ -13,6 +13,16 @@
  *   - a path longer than MAX_REGEX_PATH_LENGTH characters does not match any regex (it is not run).
  */
 import { RE2JS } from 're2js';
+
+/**
+ * `text` as a regex that matches it literally: every character with a meaning in a JavaScript
+ * (or RE2) pattern outside a class, `.*+?^${}()|[]\`, gets a backslash; others are kept
+ * (`a.b*` → `a\.b\*`). For literal text inside a pattern we build (route templates, stat
+ * prefixes), not inside a character class.
+ */
+export function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
 
 /** Longest regex source accepted. */
 export const MAX_REGEX_LENGTH = 1024;

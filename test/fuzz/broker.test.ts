@@ -9,18 +9,19 @@ import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import fc from 'fast-check';
 import { MeshError } from '../../src/errors.js';
-import { canonicalHeader, canonicalHeaderName, publishHeader } from '../../src/sidecar/broker-api.js';
+import { canonicalHeaderMap, publishHeader } from '../../src/sidecar/broker-api.js';
+import { canonicalHeaderKey } from '../../src/transport/headers.js';
 import { decodeHeader, encodeHeader, splitHostPort } from '../../src/broker/http.js';
 
 const headerName = fc.oneof(fc.stringMatching(/^[a-zA-Z0-9-]{1,12}$/), fc.string({ maxLength: 8 }), fc.constantFrom('timestamp', 'Timestamp', 'connection', 'authorization', 'cookie', 'x-a', 'X-A', '__proto__', 'content-type'));
 const headerValue = fc.oneof(fc.string({ maxLength: 16 }), fc.string({ unit: 'binary', maxLength: 8 }), fc.array(fc.string({ maxLength: 5 }), { maxLength: 3 }));
 
 describe('fuzz: broker frames', () => {
-  it('canonicalHeaderName is idempotent; canonicalHeader keeps every value', () => {
+  it('canonicalHeaderKey is idempotent; canonicalHeaderMap keeps every value', () => {
     fc.assert(
       fc.property(fc.dictionary(fc.string({ maxLength: 10 }), fc.string({ maxLength: 6 }), { maxKeys: 6 }), (header) => {
-        for (const k of Object.keys(header)) assert.equal(canonicalHeaderName(canonicalHeaderName(k)), canonicalHeaderName(k));
-        const out = canonicalHeader(header);
+        for (const k of Object.keys(header)) assert.equal(canonicalHeaderKey(canonicalHeaderKey(k)), canonicalHeaderKey(k));
+        const out = canonicalHeaderMap(header);
         for (const v of Object.values(out)) assert.equal(typeof v, 'string');
         assert.ok(Object.keys(out).length <= Object.keys(header).length);
       }),
@@ -49,8 +50,8 @@ describe('fuzz: broker frames', () => {
           assert.ok(!['Authorization', 'Cookie', 'Connection'].includes(k), k);
         }
         // The frame a subscriber gets: JSON that parses back to the same header.
-        const frame = JSON.stringify({ Header: canonicalHeader(header), Body: Buffer.from('x').toString('base64') });
-        assert.deepEqual(JSON.parse(frame).Header, canonicalHeader(header));
+        const frame = JSON.stringify({ Header: canonicalHeaderMap(header), Body: Buffer.from('x').toString('base64') });
+        assert.deepEqual(JSON.parse(frame).Header, canonicalHeaderMap(header));
       }),
       { numRuns: 3000 },
     );

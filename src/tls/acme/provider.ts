@@ -6,9 +6,9 @@
 import type { AddressInfo } from 'node:net';
 import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Logger } from 'pino';
-import type { CertificateInfo } from '../admin/context.js';
-import type { StatsStore } from '../stats/store.js';
-import type { TlsProvider } from '../tls/provider.js';
+import type { StatsStore } from '../../stats/store.js';
+import type { CertificateInfo } from '../certificate.js';
+import type { TlsProvider } from '../provider.js';
 import { AcmeCache } from './cache.js';
 import { ChallengeServer } from './challenge-server.js';
 import { AcmeClientIssuer, type CertificateIssuer } from './issuer.js';

@@ -14,9 +14,9 @@
  */
 import type { SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import type { CertificateInfo } from '../admin/context.js';
-import type { Counter, StatsStore } from '../stats/store.js';
-import { checkPair } from '../tls/files.js';
+import type { Counter, StatsStore } from '../../stats/store.js';
+import type { CertificateInfo } from '../certificate.js';
+import { checkPair } from '../files.js';
 import type { AcmeCache } from './cache.js';
 import { normalizeHost } from './hosts.js';
 import type { CertificateIssuer } from './issuer.js';

@@ -6,7 +6,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { parseHostPort } from '../http/respond.js';
+import { parseHostPort } from '../../http/respond.js';
 import { normalizeHost } from './hosts.js';
 
 export const CHALLENGE_PREFIX = '/.well-known/acme-challenge/';

@@ -1,0 +1,105 @@
+/**
+ * One home for each concept, checked on the source: an import graph of src/ (relative imports,
+ * `import type` and `export ... from` included) and a look for second copies of shared helpers.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const src = join(root, 'src');
+
+function walk(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out.push(...walk(p));
+    else if (name.endsWith('.ts')) out.push(p);
+  }
+  return out;
+}
+
+/** Module (path relative to src/, e.g. `tls/index.ts`) → its source and the src modules it imports. */
+const modules = new Map<string, { text: string; imports: Set<string> }>();
+for (const file of walk(src)) {
+  const text = readFileSync(file, 'utf8');
+  const imports = new Set<string>();
+  const spec = /(?:\bfrom\s*|\bimport\s*\(\s*|^\s*import\s+)['"](\.[^'"]+)['"]/gm;
+  for (let m = spec.exec(text); m; m = spec.exec(text)) {
+    imports.add(relative(src, resolve(dirname(file), m[1]!)).replace(/\.js$/, '.ts'));
+  }
+  modules.set(relative(src, file), { text, imports });
+}
+const under = (dir: string) => (m: string) => m.startsWith(dir + '/');
+
+/** A cycle among the modules that `keep` selects, as a path, or undefined. */
+function findCycle(keep: (m: string) => boolean): string[] | undefined {
+  const state = new Map<string, 'open' | 'done'>();
+  const stack: string[] = [];
+  const visit = (m: string): string[] | undefined => {
+    if (state.get(m) === 'done') return undefined;
+    if (state.get(m) === 'open') return [...stack.slice(stack.indexOf(m)), m];
+    state.set(m, 'open');
+    stack.push(m);
+    for (const next of modules.get(m)?.imports ?? []) {
+      if (!keep(next) || !modules.has(next)) continue;
+      const cycle = visit(next);
+      if (cycle) return cycle;
+    }
+    stack.pop();
+    state.set(m, 'done');
+    return undefined;
+  };
+  for (const m of modules.keys()) {
+    if (!keep(m)) continue;
+    const cycle = visit(m);
+    if (cycle) return cycle;
+  }
+  return undefined;
+}
+
+describe('module homes', () => {
+  it('the graph is read (sanity)', () => {
+    assert.ok(modules.get('tls/index.ts')?.imports.has('tls/acme/provider.ts'));
+    assert.ok(modules.get('tls/acme/manager.ts')?.imports.has('tls/certificate.ts'));
+  });
+
+  it('TLS: ACME is part of it (src/tls/acme), no import cycle inside src/tls, no src/acme', () => {
+    assert.equal(findCycle(under('tls')), undefined);
+    assert.deepEqual([...modules.keys()].filter(under('acme')), []);
+    // The ACME modules use the TLS core (certificate, files, provider), never its entry point.
+    for (const m of [...modules.keys()].filter(under('tls/acme'))) assert.ok(!modules.get(m)!.imports.has('tls/index.ts'), m);
+  });
+
+  it('TLS owns the certificate types and PEM parsing; it imports nothing from admin', () => {
+    for (const [m, { text, imports }] of modules) {
+      if (under('tls')(m)) assert.deepEqual([...imports].filter(under('admin')), [], m);
+      if (m === 'tls/certificate.ts') continue;
+      assert.doesNotMatch(text, /\binterface\s+(CertificateInfo|SubjectAltName)\b|\btype\s+(CertificateInfo|SubjectAltName)\s*=/, m);
+      assert.doesNotMatch(text, /\bfunction\s+(certificateInfoFromPem|parseSubjectAltNames)\b/, m);
+      // Certificates are parsed in the TLS layer only.
+      if (!under('tls')(m)) assert.doesNotMatch(text, /new X509Certificate\(/, m);
+    }
+  });
+
+  it('registry: no backend imports a sibling backend; shared records live in records.ts', () => {
+    const backends = ['registry/memory.ts', 'registry/local.ts', 'registry/etcd.ts'];
+    for (const b of backends) {
+      assert.deepEqual([...modules.get(b)!.imports].filter((i) => backends.includes(i)), [], b);
+      if (b !== 'registry/memory.ts') assert.ok(modules.get(b)!.imports.has('registry/records.ts'), b);
+    }
+    for (const [m, { text }] of modules) {
+      if (m === 'registry/records.ts') continue;
+      assert.doesNotMatch(text, /\bfunction\s+(cloneService|diffVersions|canonicalJson|sameVersion|byVersion|byNodeId|byName)\b|\bclass\s+EventQueue\b/, m);
+    }
+  });
+
+  it('header names and regex escaping each have one function', () => {
+    for (const [m, { text }] of modules) {
+      if (m !== 'transport/headers.ts') assert.doesNotMatch(text, /\bfunction\s+canonical\w*(Header|Name)\w*\s*\(\s*name\b/, m);
+      if (m !== 'util/regex.ts') assert.ok(!text.includes('[.*+?^${}()|[\\]\\\\]'), m);
+    }
+  });
+});
