@@ -24,12 +24,17 @@ if (files.length === 0) {
   process.exit(1);
 }
 const concurrency = process.env.MESH_TEST_CONCURRENCY ?? '2';
-// Each file must finish within the timeout (2 min), except the soak test, which runs for
-// MESH_SOAK_SECONDS (default 120 in CI, i.e. with MESH_TEST_REQUIRE_ENGINES set, 20 otherwise)
+// Each file must finish within the timeout (2 min), except the package test (below) and the soak
+// test, which runs for MESH_SOAK_SECONDS (default 120 in CI, i.e. with MESH_TEST_REQUIRE_ENGINES set, 20 otherwise)
 // plus its setup and checks.
 const soakSeconds = Number(process.env.MESH_SOAK_SECONDS ?? (process.env.MESH_TEST_REQUIRE_ENGINES ? 120 : 20));
 const soaking = files.some((f) => f.includes('soak'));
-const timeoutMs = soaking && Number.isFinite(soakSeconds) ? Math.max(120000, (soakSeconds + 180) * 1000) : 120000;
+const soakMs = soaking && Number.isFinite(soakSeconds) ? Math.max(120000, (soakSeconds + 180) * 1000) : 120000;
+// The package test packs, installs the tarball (better-sqlite3 compiles when no prebuilt binary is
+// at hand: minutes on a loaded machine) and builds, tests and runs a generated project: 15 min, as
+// its own hooks allow.
+const packaging = files.some((f) => f.endsWith('package.test.ts'));
+const timeoutMs = packaging ? Math.max(soakMs, 15 * 60_000) : soakMs;
 const result = spawnSync(
   process.execPath,
   ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeoutMs}`, ...files],

@@ -1,8 +1,10 @@
 /**
  * The package as a user gets it: `npm pack` (prepack builds), `npm install <tarball>` into a fresh
  * project, a strict TypeScript service written against `@mesh-platform/mesh` only, run on a local
- * registry and called through the installed `mesh api` (HTTP) and `mesh call`; publint and attw on
- * the tarball; the tarball's file list. One pack and one install for the whole file.
+ * registry and called through the installed `mesh api` (HTTP) and `mesh call`; a project made by the
+ * installed `mesh new service`, built, tested and run with its own scripts, every command of its
+ * README run as written; publint and attw on the tarball; the tarball's file list. One pack and one
+ * install for the whole file.
  *
  * Slow on purpose: the install compiles better-sqlite3 from source when no prebuilt binary can
  * be fetched (about a minute, more on a loaded machine), so the hooks and tests get generous
@@ -10,12 +12,13 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { promisify } from 'node:util';
 import { request } from 'undici';
-import { ROOT, freePort, startProcess, tempDir, type RunningProcess } from './helpers.js';
+import { ROOT, freePort, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 
 const run = promisify(execFile);
 const SLOW = 15 * 60_000;
@@ -54,6 +57,70 @@ const mesh = new Mesh({ clientRetries: 1 });
 const res = await mesh.call<{ msg: string }>('go.mesh.srv.pkgtest', 'Say.Hello', { name: 'x' });
 export const n: number = res.msg;
 `;
+
+/** A command of a README's ```sh blocks: continuation lines joined, its inline comment apart, the `# ` lines under it (what it prints). */
+interface ReadmeCommand {
+  command: string;
+  comment: string;
+  output: string[];
+}
+
+function shellCommands(markdown: string): ReadmeCommand[] {
+  const commands: ReadmeCommand[] = [];
+  for (const [, block] of markdown.matchAll(/```sh\n([\s\S]*?)```/g)) {
+    const lines = block!.split('\n').filter((l) => l.trim() !== '');
+    let last: ReadmeCommand | undefined;
+    for (let i = 0; i < lines.length; i++) {
+      let line = lines[i]!;
+      if (line.startsWith('#')) {
+        assert.ok(last, `output line with no command above it: ${line}`);
+        last.output.push(line.replace(/^# ?/, ''));
+        continue;
+      }
+      while (line.endsWith('\\') && i + 1 < lines.length) line = line.slice(0, -1) + lines[++i]!.trim();
+      const m = /^(.*?)\s+#\s+(.*)$/.exec(line);
+      last = { command: (m ? m[1]! : line).trim(), comment: m ? m[2]! : '', output: [] };
+      commands.push(last);
+    }
+  }
+  return commands;
+}
+
+/** `sh -c COMMAND` in its own process group, so a stop ends npm, its shell and the node it starts alike. */
+function startShell(command: string, cwd: string, env: NodeJS.ProcessEnv): RunningProcess {
+  const child = spawn('sh', ['-c', command], { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = once(child, 'exit');
+  const group = -child.pid!;
+  const alive = () => {
+    try {
+      process.kill(group, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  return {
+    child,
+    output: () => out,
+    waitForOutput: (re, timeoutMs = 10000) =>
+      waitFor(() => {
+        if (child.exitCode !== null) throw new Error(`${command} exited (${child.exitCode})`);
+        const m = re.exec(out);
+        return m ? m[0] : '';
+      }, timeoutMs).catch((err: Error) => {
+        throw new Error(`${err.message}\n--- output of ${command} ---\n${out}`);
+      }),
+    stop: async (signal = 'SIGTERM') => {
+      if (alive()) process.kill(group, signal);
+      await waitFor(() => !alive(), 15000).catch(() => alive() && process.kill(group, 'SIGKILL'));
+      await exited;
+      return child.exitCode;
+    },
+  };
+}
 
 describe('the installable package', { timeout: SLOW }, () => {
   const tmp = tempDir('mesh-package-');
@@ -174,6 +241,92 @@ describe('the installable package', { timeout: SLOW }, () => {
     );
     assert.equal(refused?.code, 1);
     assert.equal(refused?.stderr, '{"id":"go.mesh.srv.pkgtest","code":400,"detail":"name: required","status":"Bad Request"}\n');
+  });
+
+  it('`mesh new service` from the installed bin: the project builds and tests with its own scripts and answers as its README says', { timeout: 5 * 60_000 }, async () => {
+    const bin = join(app, 'node_modules/.bin/mesh');
+    const created = await run(bin, ['new', 'service', 'hello'], { cwd: app });
+    assert.match(created.stdout, /^created go\.mesh\.srv\.hello in hello:\n/);
+    const hello = join(app, 'hello');
+    // Its `npm install`, done already: the app's node_modules (the package, typescript, @types/node).
+    symlinkSync('../node_modules', join(hello, 'node_modules'), 'dir');
+    // Its commands run as a user's would: no trace of this runner (nested node --test, npm's
+    // variables), one mesh home for the service and the CLI, as its README says.
+    const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT' && !k.startsWith('npm_')));
+    env.MESH_HOME = join(tmp.path, 'home');
+    env.MESH_LOG_LEVEL = 'warning';
+    env.MESH_DRAIN_DELAY = '0s';
+    const sh = (command: string) => run('sh', ['-c', command], { cwd: hello, env, timeout: 60_000, maxBuffer: 16 * 1024 * 1024 });
+
+    // The versions its package.json asks for are the ones installed (npm ls fails on a mismatch).
+    const ls = await sh('npm ls --json --depth=0').then(
+      (r) => r.stdout,
+      (err: { stdout: string }) => err.stdout,
+    );
+    const deps = JSON.parse(ls) as { problems?: string[]; dependencies?: Record<string, unknown> };
+    assert.equal(deps.problems, undefined, ls);
+    assert.deepEqual(Object.keys(deps.dependencies ?? {}).sort(), ['@mesh-platform/mesh', '@types/node', 'typescript'], ls);
+
+    // Every command of its README, in order, as written (the gateway on a free port instead of :8080).
+    const commands = shellCommands(readFileSync(join(hello, 'README.md'), 'utf8'));
+    assert.deepEqual(
+      commands.map((c) => c.command),
+      [
+        'npm install',
+        'npm run build',
+        'npm start',
+        'npx mesh list services',
+        `npx mesh call go.mesh.srv.hello Hello.Call '{"name":"John"}'`,
+        'npx mesh api --handler=rpc --namespace=go.mesh.srv',
+        `curl -XPOST localhost:8080/hello/call -H 'content-type: application/json' -d '{"name":"John"}'`,
+        'npx mesh api',
+        `curl -XPOST localhost:8080/rpc -H 'content-type: application/json' -d '{"service":"go.mesh.srv.hello","method":"Hello.Call","request":{"name":"John"}}'`,
+        'npm test',
+      ],
+    );
+    let gateway: RunningProcess | undefined;
+    let gatewayPort = 0;
+    for (const { command, comment, output } of commands) {
+      if (command === 'npm install') continue;
+      if (command === 'npm start') {
+        // `npm start  # go.mesh.srv.hello listening on 127.0.0.1:PORT (...), admin on 127.0.0.1:PORT`; a flag after `--`.
+        const admin = await freePort();
+        const service = startShell(`${command} -- --admin_address=127.0.0.1:${admin}`, hello, env);
+        processes.push(service);
+        const said = comment
+          .split(/(PORT|\(\.\.\.\))/)
+          .map((part) => (part === 'PORT' ? '\\d+' : part === '(...)' ? '\\([^)\\n]+\\)' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+          .join('');
+        assert.match(await service.waitForOutput(new RegExp(`${said}\\n`), 30_000), new RegExp(`, admin on 127\\.0\\.0\\.1:${admin}\\n$`));
+        continue;
+      }
+      if (command.startsWith('npx mesh api')) {
+        assert.equal(comment, ':8080', command);
+        await gateway?.stop();
+        gatewayPort = await freePort();
+        gateway = startShell(command, hello, { ...env, MESH_ADDRESS: `127.0.0.1:${gatewayPort}`, MESH_ADMIN_ADDRESS: 'off' });
+        processes.push(gateway);
+        await gateway.waitForOutput(new RegExp(`mesh api listening on http://127\\.0\\.0\\.1:${gatewayPort} `), 30_000);
+        if (command.includes('--handler=rpc')) {
+          // The path of the README with another client and other names.
+          for (const [body, answer] of [
+            ['{"name":"Ada"}', '{"msg":"Hello Ada"}'],
+            ['{}', '{"msg":"Hello world"}'],
+          ] as const) {
+            const res = await request(`http://127.0.0.1:${gatewayPort}/hello/call`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+            assert.equal(res.statusCode, 200);
+            assert.match(String(res.headers['content-type']), /^application\/json/);
+            assert.equal(await res.body.text(), answer);
+          }
+        }
+        continue;
+      }
+      const { stdout } = await sh(command.replaceAll('localhost:8080', `127.0.0.1:${gatewayPort}`));
+      if (output.length > 0) assert.equal(stdout.replace(/\n$/, ''), output.join('\n'), command);
+      if (command === 'npm run build') assert.ok(existsSync(join(hello, 'dist/src/main.js')) && existsSync(join(hello, 'dist/test/handler.test.js')));
+      if (command === 'npx mesh list services') assert.match(stdout, /^go\.mesh\.srv\.hello$/m);
+      if (command === 'npm test') assert.match(stdout, /^# pass 2\n# fail 0\n/m);
+    }
   });
 
   it('publint and attw (ESM only: node16 from ESM and bundler) pass on the tarball', async () => {

@@ -126,7 +126,9 @@ In another terminal (the service and the CLI share the local registry in \`~/.me
 \`\`\`sh
 npx mesh list services
 npx mesh call ${t.name} ${t.endpoint} '{"name":"John"}'
-# {"msg": "Hello John"}
+# {
+#   "msg": "Hello John"
+# }
 \`\`\`
 
 Through the API gateway:
@@ -137,11 +139,13 @@ curl -XPOST localhost:8080/${t.path}/${method!.toLowerCase()} -H 'content-type: 
 # {"msg":"Hello John"}
 \`\`\`
 
-or, with the gateway's defaults (\`npx mesh api\`), through its \`/rpc\` path:
+or, with the gateway's defaults (in place of the one above), through its \`/rpc\` path:
 
 \`\`\`sh
+npx mesh api                                                                  # :8080
 curl -XPOST localhost:8080/rpc -H 'content-type: application/json' \\
   -d '{"service":"${t.name}","method":"${t.endpoint}","request":{"name":"John"}}'
+# {"msg":"Hello John"}
 \`\`\`
 
 ## Test it
