@@ -6,7 +6,7 @@ import { Mesh } from '../mesh.js';
 import { greeterApi, greeterBackend } from '../demo/greeter.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../gateway/server.js';
 import { checkGatewayFlags } from './api.js';
-import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_NAMESPACE } from '../sidecar/server.js';
+import { Sidecar, SIDECAR_NAMESPACE } from '../sidecar/server.js';
 
 export async function runDev(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
@@ -36,11 +36,11 @@ export async function runDev(args: ParsedArgs): Promise<number> {
     {
       const sidecar = new Sidecar(runtime, { namespace: SIDECAR_NAMESPACE, handler: 'rpc' });
       try {
-        const sc = await sidecar.start(SIDECAR_DEFAULT_ADDRESS);
+        const sc = await sidecar.start(config.sidecar_address);
         sidecarLines.push(`  sidecar:  ${tlsEnabled(runtime.options) ? 'https' : 'http'}://${sc.address}:${sc.port} (mesh --proxy_address=${sc.address}:${sc.port} list services)`);
       } catch (err) {
         // Another sidecar may own the port: the demo runs without this one.
-        sidecarLines.push(`  sidecar:  not started (${SIDECAR_DEFAULT_ADDRESS}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+        sidecarLines.push(`  sidecar:  not started (${config.sidecar_address}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
       }
     }
     // ---- end of sidecar ----

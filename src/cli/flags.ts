@@ -60,6 +60,7 @@ export const FLAG_SPECS = {
   cors: { type: 'list', help: 'allowed CORS origins (comma list, * for any)' },
   output: { type: 'string', help: 'text or json', default: 'text', choices: ['text', 'json'] },
   address: { type: 'string', help: 'listen address of the server this command starts' },
+  sidecar_address: { type: 'string', help: 'dev: listen address of its sidecar', default: '127.0.0.1:8081' },
   advertise: { type: 'string', help: 'address to register instead of the listen address' },
   namespace: { type: 'string', help: 'service namespace of the gateway or sidecar' },
   handler: { type: 'string', help: 'gateway/sidecar handler', choices: ['api', 'rpc', 'proxy', 'event'] },
@@ -130,6 +131,7 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   client_hedge_delay: { group: 'client', commands: [...SERVE, 'call', 'health'] },
   lb_policy: { group: 'client', commands: [...SERVE, 'call', 'health'] },
   address: { group: 'listen', commands: GATEWAYS },
+  sidecar_address: { group: 'listen', commands: ['dev'] },
   advertise: { group: 'listen', commands: ['dev', 'sidecar'] },
   cors: { group: 'listen', commands: GATEWAYS },
   enable_tls: { group: 'tls', commands: SERVE },
@@ -268,6 +270,7 @@ export interface Config {
   cors: string[];
   output: 'text' | 'json';
   address?: string;
+  sidecar_address: string;
   advertise?: string;
   namespace?: string;
   handler?: 'api' | 'rpc' | 'proxy' | 'event';
