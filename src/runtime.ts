@@ -18,6 +18,7 @@ import { ServerState } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
 import { serverLimits, type Drainable, type DrainResult } from './http/lifecycle.js';
 import { SelfAddresses } from './upstream/self-guard.js';
+import { parseAdvertise } from './util/address.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -111,7 +112,7 @@ export class Runtime {
       registry: this.registry,
       address: options.brokerAddress,
       // advertise may carry a service's port; the broker's endpoint keeps its own.
-      advertiseHost: options.advertise?.trim().replace(/:\d*$/, '') || undefined,
+      advertiseHost: options.advertise?.trim() ? parseAdvertise(options.advertise).host : undefined,
       tls: { caFile: options.brokerTlsCaFile, certFile: options.brokerTlsCertFile, keyFile: options.brokerTlsKeyFile },
       logger: this.logging.get('broker'),
     });
