@@ -367,6 +367,7 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   }
   checkAddress('address', resolved.address, fail);
   if (resolved.advertise !== undefined && resolved.advertise.trim() !== '') checkAddress('advertise', resolved.advertise, fail);
+  if (resolved.adminAddress !== undefined && resolved.adminAddress !== 'off') checkAddress('adminAddress', resolved.adminAddress, fail);
   if (resolved.requestTimeout > 0 && resolved.requestHeadersTimeout > resolved.requestTimeout) {
     fail('requestHeadersTimeout', `longer than requestTimeout (${resolved.requestTimeout}ms)`);
   }
@@ -379,6 +380,7 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
 function checkAddress(name: string, value: string, fail: (name: string, why: string) => never): void {
   try {
     if (name === 'advertise') parseAdvertise(value);
+    else if (name === 'adminAddress') parseAddress(value, { what: 'admin address' });
     else parseAddress(value);
   } catch (err) {
     fail(name, (err as Error).message);
