@@ -142,10 +142,16 @@ export function isWildcard(host: string): boolean {
   return /^[0:]*$/.test(h) || /^[0:]*:ffff:(0\.0\.0\.0|0+:0+)$/.test(h);
 }
 
-/** A loopback host: `localhost`, 127.0.0.0/8, `::1` (brackets optional). */
+/** A loopback host: `localhost`, 127.0.0.0/8, `::1`, IPv4-mapped 127.x (`::ffff:127.0.0.1`, `::ffff:7f00:1`); brackets optional. */
 export function isLoopback(host: string): boolean {
   const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1');
-  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h) || /^::ffff:127\.\d+\.\d+\.\d+$/.test(h);
+  return (
+    h === 'localhost' ||
+    h === '::1' ||
+    /^127\.\d+\.\d+\.\d+$/.test(h) ||
+    /^::ffff:127\.\d+\.\d+\.\d+$/.test(h) ||
+    /^::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}$/.test(h)
+  );
 }
 
 /** The first non-internal IPv4 address of this machine; 127.0.0.1 when there is none. */
