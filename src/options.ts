@@ -12,7 +12,7 @@ import { isLevel, LEVELS, LOG_FORMATS, type Level, type LogFormat } from './util
 import { parseAllowedHosts } from './http/host-check.js';
 import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { parseChallengeAddress } from './tls/acme/challenge-server.js';
-import { parseHostPort } from './http/respond.js';
+import { parseAddress, parseAdvertise } from './util/address.js';
 
 /** A duration: a Go-syntax string (`300ms`, `1m30s`) or a number of milliseconds. */
 export type Duration = string | number;
@@ -366,6 +366,8 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     fail('adminAllowedHosts', (err as Error).message);
   }
   checkAddress('address', resolved.address, fail);
+  if (resolved.advertise !== undefined && resolved.advertise.trim() !== '') checkAddress('advertise', resolved.advertise, fail);
+  if (resolved.adminAddress !== undefined && resolved.adminAddress !== 'off') checkAddress('adminAddress', resolved.adminAddress, fail);
   if (resolved.requestTimeout > 0 && resolved.requestHeadersTimeout > resolved.requestTimeout) {
     fail('requestHeadersTimeout', `longer than requestTimeout (${resolved.requestTimeout}ms)`);
   }
@@ -377,7 +379,9 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
 
 function checkAddress(name: string, value: string, fail: (name: string, why: string) => never): void {
   try {
-    parseHostPort(value);
+    if (name === 'advertise') parseAdvertise(value);
+    else if (name === 'adminAddress') parseAddress(value, { what: 'admin address' });
+    else parseAddress(value);
   } catch (err) {
     fail(name, (err as Error).message);
   }

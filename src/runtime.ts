@@ -25,6 +25,7 @@ import { FileCertificateStore } from './tls/file-store.js';
 import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { defaultAcmeCacheDir } from './tls/acme/cache.js';
 import { AcmeTlsProvider } from './tls/acme/provider.js';
+import { parseAdvertise } from './util/address.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -145,7 +146,7 @@ export class Runtime {
       registry: this.registry,
       address: options.brokerAddress,
       // advertise may carry a service's port; the broker's endpoint keeps its own.
-      advertiseHost: options.advertise?.trim().replace(/:\d*$/, '') || undefined,
+      advertiseHost: options.advertise?.trim() ? parseAdvertise(options.advertise).host : undefined,
       tls: { caFile: options.brokerTlsCaFile, certFile: options.brokerTlsCertFile, keyFile: options.brokerTlsKeyFile },
       logger: this.logging.get('broker'),
     });

@@ -657,8 +657,10 @@ describe('admin helpers', () => {
 
   test('admin address parsing', () => {
     assert.deepEqual(parseAdminAddress('127.0.0.1:9901'), { host: '127.0.0.1', port: 9901 });
-    assert.deepEqual(parseAdminAddress(':9901'), { host: '127.0.0.1', port: 9901 });
-    assert.deepEqual(parseAdminAddress('9902'), { host: '127.0.0.1', port: 9902 });
+    // `:PORT` means every interface, as for every address; a bare port is refused (docs/admin.md).
+    assert.deepEqual(parseAdminAddress(':9901'), { host: '0.0.0.0', port: 9901 });
+    assert.throws(() => parseAdminAddress('9902'), /invalid admin address "9902": use host:port \(or :port for every interface\)/);
+    assert.throws(() => parseAdminAddress('::1:9901'), /use \[::1\]:9901/);
     assert.deepEqual(parseAdminAddress('0.0.0.0:9901'), { host: '0.0.0.0', port: 9901 });
     assert.deepEqual(parseAdminAddress('[::1]:9901'), { host: '::1', port: 9901 });
     assert.throws(() => parseAdminAddress('localhost:http'), /invalid admin address/);

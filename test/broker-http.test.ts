@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import pino from 'pino';
 import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
-import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, MISSING_FIELD, encodeHeader, decodeHeader, splitHostPort, topicService } from '../src/broker/http.js';
+import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, MISSING_FIELD, encodeHeader, decodeHeader, topicService } from '../src/broker/http.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local.js';
 import type { Registry, Service } from '../src/registry/registry.js';
@@ -651,16 +651,6 @@ describe('http broker: the subscriber list a publisher keeps', () => {
 });
 
 describe('http broker: helpers', () => {
-  it('splits host:port forms', () => {
-    assert.deepEqual(splitHostPort('127.0.0.1:80', 0), { host: '127.0.0.1', port: 80 });
-    assert.deepEqual(splitHostPort(':80', 0), { host: '', port: 80 });
-    assert.deepEqual(splitHostPort('localhost', 9), { host: 'localhost', port: 9 });
-    assert.deepEqual(splitHostPort('[::1]:8080', 0), { host: '::1', port: 8080 });
-    assert.deepEqual(splitHostPort('::1', 7), { host: '::1', port: 7 });
-    assert.throws(() => splitHostPort('h:99999', 0), /port/);
-    assert.throws(() => splitHostPort('h:x', 0), /port/);
-  });
-
   it('encodes headers as ASCII JSON and decodes them back', () => {
     const h = { a: 'ü✓😀', 'x\ny': 'line\r\nbreak', del: '\u007f' };
     const v = encodeHeader(h);

@@ -186,7 +186,7 @@ describe('proxy config: mistakes are start-up errors naming file, line and field
 
   it('bad types and values', () => {
     refused('listeners:\n  - name: l\n    address: 10000\n    routes: []\n', /:3:14: listeners\[0\]\.address: must be a string, not number 10000/);
-    refused('listeners:\n  - name: l\n    address: "10000"\n    routes: [x]\n', /listeners\[0\]\.address: "10000": use host:port/);
+    refused('listeners:\n  - name: l\n    address: "10000"\n    routes: [x]\n', /listeners\[0\]\.address: invalid address "10000": use host:port \(or :port for every interface\)/);
     refused('listeners:\n  - name: l\n    address: 127.0.0.1:99999\n    routes: [x]\n', /listeners\[0\]\.address: invalid address .*port out of range/);
     refused('listeners:\n  - name: a.b\n    address: :1\n    routes: [x]\n', /listeners\[0\]\.name: "a\.b": use letters, digits, _ and -/);
     refused('listeners:\n  - name: l\n    address: :1\n    routes: x\n', /listeners\[0\]\.routes: must be a list, not the string "x"/);

@@ -7,7 +7,8 @@ import {
   candidates,
   type Balanceable,
 } from '../src/upstream/load-balancer.js';
-import { hostKey, parseHostPort, parseWeight, specFromNode } from '../src/upstream/host.js';
+import { hostKey, parseWeight, specFromNode } from '../src/upstream/host.js';
+import { tryParseAddress } from '../src/util/address.js';
 import { resolveSettings } from '../src/upstream/config.js';
 
 class H implements Balanceable {
@@ -124,12 +125,12 @@ test('candidates: healthy only, panic under 50%, exclude', () => {
 test('host keys, host:port parsing and weights', () => {
   assert.equal(hostKey('10.0.0.1', 80), '10.0.0.1:80');
   assert.equal(hostKey('::1', 80), '[::1]:80');
-  assert.deepEqual(parseHostPort('127.0.0.1:8080'), { address: '127.0.0.1', port: 8080 });
-  assert.deepEqual(parseHostPort('[::1]:80'), { address: '::1', port: 80 });
-  assert.deepEqual(parseHostPort('example.com:443'), { address: 'example.com', port: 443 });
-  assert.equal(parseHostPort('127.0.0.1'), undefined);
-  assert.equal(parseHostPort('127.0.0.1:0'), undefined);
-  assert.equal(parseHostPort('127.0.0.1:70000'), undefined);
+  assert.deepEqual(tryParseAddress('127.0.0.1:8080', { target: true }), { host: '127.0.0.1', port: 8080 });
+  assert.deepEqual(tryParseAddress('[::1]:80', { target: true }), { host: '::1', port: 80 });
+  assert.deepEqual(tryParseAddress('example.com:443', { target: true }), { host: 'example.com', port: 443 });
+  assert.equal(tryParseAddress('127.0.0.1', { target: true }), undefined);
+  assert.equal(tryParseAddress('127.0.0.1:0', { target: true }), undefined);
+  assert.equal(tryParseAddress('127.0.0.1:70000', { target: true }), undefined);
   const warnings: string[] = [];
   const warn = (m: string) => warnings.push(m);
   assert.equal(parseWeight(undefined, warn), 1);

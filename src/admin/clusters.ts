@@ -4,6 +4,7 @@
  */
 import { ChunkedText } from '../stats/render.js';
 import { printable } from '../util/text.js';
+import { formatAddress } from '../util/address.js';
 import type { CircuitBreakerThresholds, ClusterManagerView, ClusterSnapshot, HostSnapshot, HostStatsSnapshot } from '../upstream/types.js';
 
 /** Host stats in the order Envoy prints them (counters and gauges merged, sorted by name). */
@@ -27,7 +28,7 @@ function num(value: number): string {
 
 /** `host:port`, with brackets around an IPv6 address. */
 export function hostKey(host: Pick<HostSnapshot, 'address' | 'port'>): string {
-  return host.address.includes(':') ? `[${host.address}]:${host.port}` : `${host.address}:${host.port}`;
+  return formatAddress(host.address, host.port);
 }
 
 /** `healthy`, or `/failed_active_hc` and `/failed_outlier_check` concatenated in that order. */

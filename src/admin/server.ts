@@ -18,6 +18,7 @@ import { renderCerts, secondsUntilFirstExpiring } from './certs.js';
 import { CpuProfiler } from './profiler.js';
 import { hotRestartVersion } from './build-info.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
+import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } from '../util/address.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
 /** Counts requests refused by the Host check. */
@@ -67,31 +68,12 @@ export const ROUTES_USAGE =
   '    "specify_name_usage": "/routes?route_config_name=<name> (dump all dynamic HTTP route tables with the <name> if any)."\n' +
   '}\n';
 
-/** `host:port`, `[v6]:port`, `:port` or `port`; the host defaults to 127.0.0.1. */
-export function parseAdminAddress(address: string): { host: string; port: number } {
-  const a = address.trim();
-  let host = '127.0.0.1';
-  let portText = a;
-  const v6 = /^\[([^\]]+)\]:(\d+)$/.exec(a);
-  if (v6) {
-    host = v6[1]!;
-    portText = v6[2]!;
-  } else if (a.includes(':')) {
-    const i = a.lastIndexOf(':');
-    if (i > 0) host = a.slice(0, i);
-    portText = a.slice(i + 1);
-  }
-  if (!/^\d+$/.test(portText) || Number(portText) > 65535) throw new Error(`invalid admin address "${address}": want host:port`);
-  return { host, port: Number(portText) };
-}
-
-function isLoopbackHost(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
-  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
-}
-
-function isWildcard(host: string): boolean {
-  return host === '0.0.0.0' || host === '::' || host === '';
+/**
+ * --admin_address / admin.address: `host:port`, `[v6]:port` or `:port` (every interface), as every
+ * address (src/util/address.ts); the defaults name 127.0.0.1 explicitly.
+ */
+export function parseAdminAddress(address: string): HostPort {
+  return parseAddress(address, { what: 'admin address' });
 }
 
 function digest(value: string): Buffer {
@@ -156,7 +138,13 @@ export class AdminServer {
     });
     const a = this.http.address();
     this.bound = typeof a === 'object' && a ? { host: a.address, port: a.port } : { host, port };
-    this.log().info({ address: `${this.bound.host}:${this.bound.port}` }, 'admin listening');
+    this.log().info({ address: formatAddress(this.bound.host, this.bound.port) }, 'admin listening');
+    if (!isLoopback(this.bound.host) && !this.tokenDigest) {
+      this.log().warn(
+        { address: formatAddress(this.bound.host, this.bound.port) },
+        'admin listening on a non-loopback address without --admin_token: anyone who can reach it can drain, quit and reconfigure this process',
+      );
+    }
     return { ...this.bound };
   }
 
@@ -290,7 +278,7 @@ export class AdminServer {
     const host = u.hostname.replace(/^\[|\]$/g, '');
     const bound = this.bound.host;
     if (host === bound) return true;
-    if (isLoopbackHost(host) && (isLoopbackHost(bound) || isWildcard(bound))) return true;
+    if (isLoopback(host) && (isLoopback(bound) || isWildcard(bound))) return true;
     // Bound to a wildcard and reached by an IP address: the Host header names the same IP.
     // (A DNS name is not trusted this way: DNS rebinding makes Host and Origin agree.)
     if (isWildcard(bound) && isIP(host) !== 0 && hostHeader !== undefined && u.host === hostHeader) return true;

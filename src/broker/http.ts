@@ -35,7 +35,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createHash, randomUUID } from 'node:crypto';
-import { networkInterfaces } from 'node:os';
+import { advertisedAddress, formatAddress, parseAddress } from '../util/address.js';
 import type { AddressInfo } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
 import type pino from 'pino';
@@ -96,7 +96,7 @@ export interface HttpBrokerOptions {
   registry: Registry;
   /** Listen host[:port] of the subscriber endpoint; default 127.0.0.1:0 (a free port). */
   address?: string;
-  /** host[:port] registered for subscribers; default the listen host (a private IP for 0.0.0.0/::) and port. */
+  /** --advertise forms (src/util/address.ts) registered for subscribers; default the listen host (the first external IPv4 for 0.0.0.0/::) and port. */
   advertise?: string;
   /** Registration TTL of each subscription; default 30 s. */
   ttlMs?: number;
@@ -176,47 +176,6 @@ interface RouteEntry {
   valid: boolean;
 }
 
-
-/** Splits "host:port", "[v6]:port", ":port", "host" (port = defaultPort when absent). */
-export function splitHostPort(text: string, defaultPort: number): { host: string; port: number } {
-  const input = text.trim();
-  let host = input;
-  let portText: string | undefined;
-  const bracket = /^\[([^\]]*)\](?::(\d*))?$/.exec(input);
-  if (bracket) {
-    host = bracket[1]!;
-    portText = bracket[2];
-  } else {
-    const colons = input.split(':').length - 1;
-    if (colons === 1) {
-      const i = input.lastIndexOf(':');
-      host = input.slice(0, i);
-      portText = input.slice(i + 1);
-    }
-  }
-  let port = defaultPort;
-  if (portText !== undefined && portText !== '') {
-    if (!/^\d+$/.test(portText) || Number(portText) > 65535) throw new Error(`invalid address "${text}": bad port`);
-    port = Number(portText);
-  }
-  return { host, port };
-}
-
-function isWildcard(host: string): boolean {
-  return host === '' || host === '0.0.0.0' || host === '::' || host === '[::]';
-}
-
-/** A private address of this machine for a wildcard listener; 127.0.0.1 when there is none. */
-function privateAddress(): string {
-  for (const list of Object.values(networkInterfaces())) {
-    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
-  }
-  return '127.0.0.1';
-}
-
-function hostForUrl(host: string): string {
-  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
-}
 
 /** JSON of the header with everything outside printable ASCII \u-escaped, so it is a valid header value. */
 export function encodeHeader(header: Record<string, string>): string {
@@ -319,8 +278,8 @@ export class HttpBroker implements Broker {
   constructor(options: HttpBrokerOptions) {
     if (!options || !options.registry) throw new Error('http broker: a registry is required');
     this.registry = options.registry;
-    const listen = splitHostPort(options.address ?? '127.0.0.1:0', 0);
-    this.listenHost = listen.host === '' ? '0.0.0.0' : listen.host;
+    const listen = parseAddress(options.address ?? '127.0.0.1:0', { defaultPort: 0, what: 'broker address' });
+    this.listenHost = listen.host;
     this.listenPort = listen.port;
     this.advertise = options.advertise;
     this.ttlMs = options.ttlMs ?? 30_000;
@@ -379,23 +338,17 @@ export class HttpBroker implements Broker {
       else socket.destroy();
     });
     await new Promise<void>((resolve, reject) => {
-      server.once('error', (err) => reject(new Error(`http broker: cannot listen on ${this.listenHost}:${this.listenPort}: ${err.message}`)));
+      server.once('error', (err) => reject(new Error(`http broker: cannot listen on ${formatAddress(this.listenHost, this.listenPort)}: ${err.message}`)));
       server.listen(this.listenPort, this.listenHost, () => resolve());
     });
     server.on('error', (err) => this.logger.error({ err }, 'http broker: server error'));
     const bound = server.address() as AddressInfo;
-    let host = isWildcard(this.listenHost) ? privateAddress() : this.listenHost;
-    let port = bound.port;
-    if (this.advertise) {
-      const adv = splitHostPort(this.advertise, port);
-      if (adv.host !== '') host = adv.host;
-      port = adv.port;
-    }
+    const { host, port } = advertisedAddress({ host: this.listenHost, port: bound.port }, this.advertise);
     this.server = server;
     this.node = { address: host, port };
     // close() ran while we were starting up: it closes this.server after this settles
     if (this.closing) throw new BrokerUnavailableError('http broker: closed');
-    this.logger.debug({ address: `${hostForUrl(host)}:${port}` }, 'http broker: subscriber endpoint listening');
+    this.logger.debug({ address: formatAddress(host, port) }, 'http broker: subscriber endpoint listening');
   }
 
   // ---------------------------------------------------------------- subscriber side
@@ -818,7 +771,7 @@ export class HttpBroker implements Broker {
     const node = nodes[0]!;
     let path = `${DELIVERY_PATH}?topic=${encodeComponent(topic)}`;
     for (const n of nodes) path += `&id=${encodeComponent(n.id)}`;
-    return { nodes, origin: `http://${hostForUrl(node.address)}:${node.port}`, path };
+    return { nodes, origin: `http://${formatAddress(node.address, node.port)}`, path };
   }
 
   /** A broadcast delivery: failures are logged per subscriber, never thrown. */

@@ -5,6 +5,7 @@ import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '..
 import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { optionsFromFlags } from './options.js';
+import { formatAddress } from '../util/address.js';
 
 /** The admin interface of `mesh api` unless --admin_address says otherwise. */
 export const API_ADMIN_ADDRESS = '127.0.0.1:9901';
@@ -34,10 +35,9 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
     const bound = await gateway.start();
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
-    const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
     process.stdout.write(
-      `mesh api listening on ${scheme}://${host}:${bound.port} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})\n` +
-        (admin ? `mesh api admin on http://${admin.host}:${admin.port}\n` : 'mesh api admin off\n'),
+      `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})\n` +
+        (admin ? `mesh api admin on http://${formatAddress(admin.host, admin.port)}\n` : 'mesh api admin off\n'),
     );
   } catch (err) {
     await runtime.shutdown();

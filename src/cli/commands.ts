@@ -7,6 +7,7 @@ import { serviceFromInput } from '../registry/input.js';
 import { RegistryValidationError, type Service } from '../registry/registry.js';
 import { MeshError } from '../errors.js';
 import { printable } from '../util/text.js';
+import { formatAddress } from '../util/address.js';
 
 export interface Output {
   out: (text: string) => void;
@@ -158,7 +159,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         if (!service) throw new MeshError('go.mesh.cli', 404, `service ${name}: not found`);
         const rows: Array<{ node: string; address: string; status: string }> = [];
         for (const node of service.nodes) {
-          const address = `${node.address}:${node.port}`;
+          const address = formatAddress(node.address, node.port);
           let status: string;
           try {
             const text = await ops.call(name, 'Debug.Health', '{}', address);

@@ -7,6 +7,7 @@ import { greeterApi, greeterBackend } from '../demo/greeter.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../gateway/server.js';
 import { checkGatewayFlags } from './api.js';
 import { Sidecar, SIDECAR_NAMESPACE } from '../sidecar/server.js';
+import { formatAddress, isWildcard } from '../util/address.js';
 
 export async function runDev(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
@@ -28,8 +29,8 @@ export async function runDev(args: ParsedArgs): Promise<number> {
     await backend.start();
     await api.start();
     const bound = await gateway.start();
-    const gatewayHost = bound.address === '0.0.0.0' || bound.address === '::' ? 'localhost' : bound.address;
-    const gatewayUrl = `${tlsEnabled(runtime.options) ? 'https' : 'http'}://${gatewayHost}:${bound.port}`;
+    const gatewayHost = isWildcard(bound.address) ? 'localhost' : bound.address;
+    const gatewayUrl = `${tlsEnabled(runtime.options) ? 'https' : 'http'}://${formatAddress(gatewayHost, bound.port)}`;
 
     // ---- sidecar: the sidecar helper starts `mesh sidecar` here (same runtime) and adds its lines below ----
     const sidecarLines: string[] = [];
@@ -37,7 +38,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       const sidecar = new Sidecar(runtime, { namespace: SIDECAR_NAMESPACE, handler: 'rpc' });
       try {
         const sc = await sidecar.start(config.sidecar_address);
-        sidecarLines.push(`  sidecar:  ${tlsEnabled(runtime.options) ? 'https' : 'http'}://${sc.address}:${sc.port} (mesh --proxy_address=${sc.address}:${sc.port} list services)`);
+        sidecarLines.push(`  sidecar:  ${tlsEnabled(runtime.options) ? 'https' : 'http'}://${formatAddress(sc.address, sc.port)} (mesh --proxy_address=${formatAddress(sc.address, sc.port)} list services)`);
       } catch (err) {
         // Another sidecar may own the port: the demo runs without this one.
         sidecarLines.push(`  sidecar:  not started (${config.sidecar_address}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
@@ -51,9 +52,9 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       [
         `mesh dev is running${home}.`,
         `  services: go.mesh.srv.greeter, go.mesh.api.greeter`,
-        `  gateway:  ${gatewayUrl} (listening on ${bound.address}:${bound.port})`,
+        `  gateway:  ${gatewayUrl} (listening on ${formatAddress(bound.address, bound.port)})`,
         ...sidecarLines,
-        admin ? `  admin:    http://${admin.host}:${admin.port}/help` : '  admin:    off',
+        admin ? `  admin:    http://${formatAddress(admin.host, admin.port)}/help` : '  admin:    off',
         '',
         'Try, in another terminal:',
         `  curl '${curlTarget}/greeter/say/hello?name=John'`,

@@ -3,13 +3,10 @@ import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
+import { formatAddress } from '../util/address.js';
 import { optionsFromFlags } from './options.js';
 import { loadProxyConfig, PROXY_ADMIN_ADDRESS } from '../proxy/config.js';
 import { Proxy } from '../proxy/server.js';
-
-function hostForUrl(host: string): string {
-  return host.includes(':') ? `[${host}]` : host;
-}
 
 export async function runProxy(args: ParsedArgs): Promise<number> {
   const config = args.config;
@@ -29,9 +26,9 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const lines = bound.map(({ name, address }) => {
       const routes = proxy.listeners.find((l) => l.name === name)!.config.routes.length;
-      return `mesh proxy listener ${name} on ${scheme}://${hostForUrl(address.address)}:${address.port} (${routes} route${routes === 1 ? '' : 's'})`;
+      return `mesh proxy listener ${name} on ${scheme}://${formatAddress(address.address, address.port)} (${routes} route${routes === 1 ? '' : 's'})`;
     });
-    lines.push(admin ? `mesh proxy admin on http://${hostForUrl(admin.host)}:${admin.port}` : 'mesh proxy admin off');
+    lines.push(admin ? `mesh proxy admin on http://${formatAddress(admin.host, admin.port)}` : 'mesh proxy admin off');
     lines.push(`mesh proxy ready: ${file.clusters.length} static cluster${file.clusters.length === 1 ? '' : 's'}, ${file.usesRegistry ? 'registry services' : 'no registry'}`);
     process.stdout.write(lines.join('\n') + '\n');
   } catch (err) {

@@ -7,6 +7,7 @@
 import { parseArgs, FlagError } from './flags.js';
 import { optionsFromFlags } from './options.js';
 import { Mesh } from '../mesh.js';
+import { formatAddress } from '../util/address.js';
 
 /** Services share one machine, so their admin interfaces take a free port unless told otherwise. */
 export const SERVICE_ADMIN_ADDRESS = '127.0.0.1:0';
@@ -31,7 +32,7 @@ export async function runService(build: (mesh: Mesh) => void | Promise<void>, ar
     const { services, admin } = await mesh.start();
     for (const record of services) {
       const node = record.nodes[0]!;
-      process.stdout.write(`${record.name} listening on ${node.address}:${node.port} (node ${node.id})${admin ? `, admin on ${admin.host}:${admin.port}` : ''}\n`);
+      process.stdout.write(`${record.name} listening on ${formatAddress(node.address, node.port)} (node ${node.id})${admin ? `, admin on ${formatAddress(admin.host, admin.port)}` : ''}\n`);
     }
   } catch (err) {
     process.stderr.write(`mesh: ${(err as Error).message}\n`);

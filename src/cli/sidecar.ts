@@ -1,15 +1,11 @@
 /** `mesh sidecar`: see docs/sidecar.md and src/sidecar/server.ts. */
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
-import { parseHostPort } from '../http/respond.js';
+import { formatAddress, parseAddress } from '../util/address.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { optionsFromFlags } from './options.js';
 import { AppFlagError, appOptionsFromFlags } from '../sidecar/health-checker.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../sidecar/server.js';
-
-function hostForUrl(host: string): string {
-  return host.includes(':') ? `[${host}]` : host;
-}
 
 export async function runSidecar(args: ParsedArgs): Promise<number> {
   const config = args.config;
@@ -21,7 +17,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   }
   const address = config.address ?? SIDECAR_DEFAULT_ADDRESS;
   try {
-    parseHostPort(address);
+    parseAddress(address);
   } catch (err) {
     throw new FlagError(`invalid value "${address}" for flag --address: ${(err as Error).message}`);
   }
@@ -53,8 +49,8 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     }
     const scheme = sidecar.secure ? 'https' : 'http';
     const lines = [
-      `mesh sidecar listening on ${scheme}://${hostForUrl(bound.address)}:${bound.port} (handler ${handler}, namespace ${namespace})`,
-      admin ? `admin listening on http://${hostForUrl(admin.host)}:${admin.port}` : 'admin off',
+      `mesh sidecar listening on ${scheme}://${formatAddress(bound.address, bound.port)} (handler ${handler}, namespace ${namespace})`,
+      admin ? `admin listening on http://${formatAddress(admin.host, admin.port)}` : 'admin off',
     ];
     if (app) {
       lines.push(

@@ -109,7 +109,7 @@ export class Gateway {
     this.dashboard?.start();
     let bound: AddressInfo;
     try {
-      bound = await this.server.listen(this.address, '0.0.0.0');
+      bound = await this.server.listen(this.address);
     } catch (err) {
       this.router?.stop();
       this.dashboard?.stop();

@@ -10,6 +10,7 @@ import { JsonDepthError, parseJson, stringifyJson } from '../codec/json.js';
 import { readBody } from '../http/body.js';
 import { sendBytes, sendError } from '../http/respond.js';
 import { callOptionsFrom, type FrontEnd } from './front-end.js';
+import { tryParseAddress } from '../util/address.js';
 
 export interface RpcCall {
   service: string;
@@ -53,7 +54,7 @@ export function parseRpcCall(errorId: string, contentType: string | undefined, b
   }
   if (request === null || typeof request !== 'object' || Array.isArray(request)) throw new MeshError(errorId, 400, 'request: must be a JSON object');
   const address = fields.address;
-  if (address !== undefined && address !== '' && (typeof address !== 'string' || !/^[^\s:]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/.test(address)))
+  if (address !== undefined && address !== '' && (typeof address !== 'string' || !tryParseAddress(address, { target: true })))
     throw new MeshError(errorId, 400, 'address: must be host:port');
   return { service: service.trim(), method, request: Buffer.from(stringifyJson(request)), address: address ? (address as string) : undefined };
 }

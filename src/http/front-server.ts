@@ -10,7 +10,8 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import { MeshError } from '../errors.js';
-import { parseHostPort, rawErrorResponse, sendError, sendJson } from './respond.js';
+import { rawErrorResponse, sendError, sendJson } from './respond.js';
+import { parseAddress } from '../util/address.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from './lifecycle.js';
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
 import { formatDuration } from '../util/duration.js';
@@ -72,8 +73,8 @@ export class FrontServer {
     this.secure = tlsEnabled(options.runtime.options);
   }
 
-  async listen(address: string, defaultHost = '127.0.0.1'): Promise<AddressInfo> {
-    const { host, port } = parseHostPort(address, defaultHost);
+  async listen(address: string): Promise<AddressInfo> {
+    const { host, port } = parseAddress(address);
     const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
     const runtime = this.options.runtime;
     const limits = serverLimits(runtime.options);

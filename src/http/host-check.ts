@@ -12,6 +12,7 @@
  * A request without Host is refused on HTTP/1.1 and served on HTTP/1.0 (a browser always sends Host).
  */
 import { isIP } from 'node:net';
+import { isLoopback, isWildcard } from '../util/address.js';
 
 export const ALLOWED_HOSTS_FLAG = '--admin_allowed_hosts';
 
@@ -40,15 +41,11 @@ export function canonicalHost(text: string): string | undefined {
   return host;
 }
 
-/** 127.0.0.0/8, ::1 and IPv4-mapped loopback, in canonical form (canonicalHost). */
-export function isLoopbackAddress(canonical: string): boolean {
-  return /^127\.\d+\.\d+\.\d+$/.test(canonical) || canonical === '::1' || /^::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}$/.test(canonical);
-}
+/** 127.0.0.0/8, ::1 and IPv4-mapped loopback (src/util/address.ts isLoopback). */
+export const isLoopbackAddress = isLoopback;
 
-/** 0.0.0.0 and :: (and ::ffff:0.0.0.0), in canonical form: a listener on every interface. */
-export function isWildcardAddress(canonical: string): boolean {
-  return canonical === '0.0.0.0' || canonical === '::' || canonical === '::ffff:0:0' || canonical === '';
-}
+/** 0.0.0.0 and :: (and ::ffff:0.0.0.0): a listener on every interface (src/util/address.ts isWildcard). */
+export const isWildcardAddress = isWildcard;
 
 /**
  * Checks and normalises the entries of --admin_allowed_hosts: `*`, a host name, `*.suffix`, or an IP

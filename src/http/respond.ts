@@ -34,22 +34,6 @@ export function sendBytes(res: ServerResponse, status: number, contentType: stri
   res.end(body);
 }
 
-/** Parses "host:port", ":port" (all interfaces) or "port". */
-export function parseHostPort(text: string, defaultHost = '127.0.0.1'): { host: string; port: number } {
-  const value = text.trim();
-  let host = defaultHost;
-  let portText = value;
-  const m = /^\[([^\]]+)\]:(\d+)$/.exec(value) ?? /^([^:]*):(\d+)$/.exec(value);
-  if (m) {
-    host = m[1] === '' ? '0.0.0.0' : m[1]!;
-    portText = m[2]!;
-  }
-  if (!/^\d+$/.test(portText)) throw new Error(`invalid address "${text}" (use host:port)`);
-  const port = Number(portText);
-  if (port > 65535) throw new Error(`invalid address "${text}": port out of range`);
-  return { host, port };
-}
-
 /** An error JSON answer as raw HTTP/1.1 bytes that close the connection, for a socket with no ServerResponse. */
 export function rawErrorResponse(err: MeshError): string {
   const body = err.toBody();

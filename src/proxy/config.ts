@@ -7,8 +7,8 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, isMap, isScalar, parseDocument, type Document } from 'yaml';
 import { parseDuration } from '../util/duration.js';
-import { parseHostPort as parseListenAddress } from '../http/respond.js';
-import { parseHostPort } from '../upstream/host.js';
+import { formatAddress, parseAddress, tryParseAddress } from '../util/address.js';
+import { parseAdminAddress } from '../admin/server.js';
 import {
   resolveSettings,
   type CircuitBreakersConfig,
@@ -19,7 +19,6 @@ import {
 } from '../upstream/config.js';
 import type { CircuitBreakerThresholds, LbPolicy } from '../upstream/types.js';
 import { compilePathRegex } from '../util/regex.js';
-import { parseAdminAddress } from '../admin/server.js';
 
 /** The admin interface of `mesh proxy` unless the file or --admin_address says otherwise. */
 export const PROXY_ADMIN_ADDRESS = '127.0.0.1:9903';
@@ -268,7 +267,7 @@ function validate(root: unknown, file: string): ProxyConfig {
     listenerNames.add(name);
     const addr = str(obj.address, [...path, 'address']);
     const bound = address(addr, [...path, 'address']);
-    const key = `${bound.host}:${bound.port}`;
+    const key = formatAddress(bound.host, bound.port);
     if (bound.port !== 0 && addresses.has(key)) throw new FieldError([...path, 'address'], `${addr} is also the address of listener "${addresses.get(key)}"`);
     addresses.set(key, name);
     const routes = list(obj.routes, [...path, 'routes'], true).map((r, j) => checkRoute(r, [...path, 'routes', j], clusterNames));
@@ -280,9 +279,8 @@ function validate(root: unknown, file: string): ProxyConfig {
 
 /** `host:port` or `:port` (all interfaces); a bare port is refused, so the interface is always explicit. */
 function address(value: string, path: Path): { host: string; port: number } {
-  if (/^\d+$/.test(value.trim())) throw new FieldError(path, `"${value}": use host:port (or :port for all interfaces)`);
   try {
-    return parseListenAddress(value);
+    return parseAddress(value);
   } catch (err) {
     throw new FieldError(path, (err as Error).message);
   }
@@ -362,10 +360,10 @@ function checkCluster(value: unknown, path: Path): StaticClusterConfig {
     let host: string | StaticHostConfig;
     let key: string;
     if (typeof h === 'string') {
-      const parsed = parseHostPort(h);
+      const parsed = tryParseAddress(h, { target: true });
       if (!parsed) throw new FieldError(hp, `"${h}" is not host:port (IPv6 as [::1]:80; port 1 to 65535)`);
       host = h.trim();
-      key = `${parsed.address}:${parsed.port}`;
+      key = formatAddress(parsed.host, parsed.port);
     } else {
       const o = map(h, hp, ['address', 'port', 'weight', 'zone', 'region', 'canary'], ['address', 'port']);
       const spec: StaticHostConfig = { address: str(o.address, [...hp, 'address']), port: int(o.port, [...hp, 'port'], 1, 65535) };
@@ -375,7 +373,7 @@ function checkCluster(value: unknown, path: Path): StaticClusterConfig {
       if (o.region !== undefined) spec.region = str(o.region, [...hp, 'region']);
       if (o.canary !== undefined) spec.canary = bool(o.canary, [...hp, 'canary']);
       host = spec;
-      key = `${spec.address}:${spec.port}`;
+      key = formatAddress(spec.address, spec.port);
     }
     if (seen.has(key)) throw new FieldError(hp, `${key} is listed twice`);
     seen.add(key);

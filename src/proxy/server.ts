@@ -79,7 +79,7 @@ export class ProxyListener {
 
   async listen(): Promise<AddressInfo> {
     try {
-      return await this.server.listen(this.config.address, '127.0.0.1');
+      return await this.server.listen(this.config.address);
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       const why = e.code === 'EADDRINUSE' ? 'address already in use' : e.code === 'EADDRNOTAVAIL' ? 'address not available' : e.message;

@@ -5,10 +5,9 @@
  * for --drain_delay and lets in-flight calls finish (up to --drain_timeout).
  */
 import { randomUUID } from 'node:crypto';
-import { networkInterfaces } from 'node:os';
 import type { Runtime } from '../runtime.js';
 import { validateService, type Metadata, type Service as ServiceRecord } from '../registry/registry.js';
-import { parseHostPort } from '../http/respond.js';
+import { advertisedAddress, parseAddress, parseAdvertise } from '../util/address.js';
 import { serverLimits } from '../http/lifecycle.js';
 import { RpcServer, type EndpointDefinition, type Handler, type HandlerContext } from './rpc-server.js';
 
@@ -74,10 +73,12 @@ export class Service {
   async start(): Promise<ServiceRecord> {
     // The registry's rules, checked before anything listens: a bad name fails here, naming the field.
     validateService({ name: this.options.name, version: this.options.version ?? 'latest', metadata: { ...this.options.metadata }, endpoints: [], nodes: [] }, false);
-    const { host, port } = parseHostPort(this.options.address ?? this.runtime.options.address);
+    const { host, port } = parseAddress(this.options.address ?? this.runtime.options.address);
+    const advertise = this.options.advertise ?? this.runtime.options.advertise;
+    if (advertise?.trim()) parseAdvertise(advertise); // a bad value fails before anything listens
     const bound = await this.server.listen(host, port);
     this.runtime.addDrainable(this.server);
-    const advertised = advertisedAddress(this.options.advertise ?? this.runtime.options.advertise, host, bound.port);
+    const advertised = advertisedAddress({ host, port: bound.port }, advertise);
     const record: ServiceRecord = {
       name: this.options.name,
       version: this.options.version ?? 'latest',
@@ -146,25 +147,4 @@ export class Service {
       this.runtime.logging.get('registry').error({ err: (err as Error).message, service: this.options.name }, 'deregistration failed');
     }
   }
-}
-
-/**
- * The address to register: `--advertise` as `host:port`, or `host` (or `host:0`) with the bound
- * port, so one flag fits every service of a process; without it, the bound host (advertiseHost).
- */
-export function advertisedAddress(advertise: string | undefined, boundHost: string, boundPort: number): { host: string; port: number } {
-  const text = advertise?.trim();
-  if (!text) return { host: advertiseHost(boundHost), port: boundPort };
-  const withPort = /^\[[^\]]+\]:\d+$/.test(text) || /^[^:]+:\d+$/.test(text);
-  const parsed = withPort ? parseHostPort(text) : { host: text.replace(/^\[(.*)\]$/, '$1'), port: 0 };
-  return { host: parsed.host, port: parsed.port || boundPort };
-}
-
-/** The address others can reach: the bound host, or for a wildcard bind the first external IPv4. */
-export function advertiseHost(host: string): string {
-  if (host !== '0.0.0.0' && host !== '::' && host !== '') return host;
-  for (const list of Object.values(networkInterfaces())) {
-    for (const addr of list ?? []) if (addr.family === 'IPv4' && !addr.internal) return addr.address;
-  }
-  return '127.0.0.1';
 }

@@ -19,6 +19,7 @@ import { Agent, request } from 'undici';
 import type { Runtime } from '../runtime.js';
 import type { Service } from '../registry/registry.js';
 import { formatDuration } from '../util/duration.js';
+import { isWildcard, parseAddress, type HostPort } from '../util/address.js';
 
 export interface AppOptions {
   name: string;
@@ -42,13 +43,15 @@ export class AppFlagError extends Error {
 }
 
 /** Parses --server_address: an explicit, reachable host and a port 1..65535. */
-export function parseAppAddress(text: string): { host: string; port: number } {
-  const m = /^\[([0-9A-Fa-f:.]+)\]:(\d{1,5})$/.exec(text.trim()) ?? /^([^\s:/[\]]+):(\d{1,5})$/.exec(text.trim());
-  if (!m) throw new AppFlagError(`invalid value "${text}" for flag --server_address: use host:port (where other services reach the app)`);
-  const host = m[1]!;
-  const port = Number(m[2]);
-  if (port < 1 || port > 65535) throw new AppFlagError(`invalid value "${text}" for flag --server_address: port must be 1 to 65535`);
-  if (host === '0.0.0.0' || host === '::') {
+export function parseAppAddress(text: string): HostPort {
+  let parsed: HostPort;
+  try {
+    parsed = parseAddress(text, { target: true });
+  } catch (err) {
+    throw new AppFlagError(`invalid value for flag --server_address: ${(err as Error).message} (where other services reach the app)`);
+  }
+  const { host, port } = parsed;
+  if (isWildcard(host)) {
     throw new AppFlagError(`invalid value "${text}" for flag --server_address: ${host} is a wildcard, not an address others can call; give the app's reachable host`);
   }
   return { host, port };

@@ -132,7 +132,7 @@ export class Sidecar {
 
   /** Listens on the address, starts the app registration, and hooks the shutdown. */
   async start(address: string): Promise<AddressInfo> {
-    const bound = await this.server.listen(address, '127.0.0.1');
+    const bound = await this.server.listen(address);
     this.boundHost = bound.address;
     this.app?.start();
     this.dashboard?.start();

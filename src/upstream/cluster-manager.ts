@@ -29,7 +29,8 @@ import {
   type StaticClusterConfig,
   type StaticHostConfig,
 } from './config.js';
-import { hostKey, parseHostPort, parseWeight, specFromNode, type HostSpec } from './host.js';
+import { hostKey, parseWeight, specFromNode, type HostSpec } from './host.js';
+import { tryParseAddress } from '../util/address.js';
 import { SelfGuard, selfRefusingConnector, type SelfLookup } from './self-guard.js';
 import type {
   AcquireOptions,
@@ -439,10 +440,10 @@ function sameNodes(a: readonly Node[], b: readonly Node[]): boolean {
 function staticEntry(cluster: string, index: number, h: string | StaticHostConfig, warn: (m: string) => void): HostEntry {
   const where = `static cluster ${cluster}: hosts[${index}]`;
   if (typeof h === 'string') {
-    const hp = parseHostPort(h);
+    const hp = tryParseAddress(h, { target: true });
     if (!hp) throw new Error(`${where}: "${h}" is not host:port`);
     return {
-      spec: { address: hp.address, port: hp.port, nodeId: h, hostname: hp.address, metadata: {}, weight: 1, zone: '', region: '', canary: false },
+      spec: { address: hp.host, port: hp.port, nodeId: h, hostname: hp.host, metadata: {}, weight: 1, zone: '', region: '', canary: false },
     };
   }
   if (!h || typeof h !== 'object') throw new Error(`${where}: must be "host:port" or an object`);

@@ -9,7 +9,8 @@ import { Histogram, type Counter, type Gauge, type StatsStore } from '../stats/s
 import { CircuitBreakers } from './circuit-breaker.js';
 import type { ResolvedClusterSettings } from './config.js';
 import { HealthChecker } from './health-check.js';
-import { Host, hostKey, parseHostPort, type HostConnectionListener, type HostSpec } from './host.js';
+import { Host, hostKey, type HostConnectionListener, type HostSpec } from './host.js';
+import { tryParseAddress } from '../util/address.js';
 import { candidates, createBalancer, type LoadBalancer } from './load-balancer.js';
 import { OutlierDetector } from './outlier.js';
 import type { AcquireOptions, AttemptOutcome, ClusterSnapshot, Priority, UpstreamLease } from './types.js';
@@ -279,9 +280,9 @@ export class Cluster {
     const budgeted = retry && options.afterConnectFailure !== true;
     let host: Host | undefined;
     if (options.address !== undefined) {
-      const hp = parseHostPort(options.address);
+      const hp = tryParseAddress(options.address, { target: true });
       if (!hp) throw badRequest(ERROR_ID, `address ${options.address}: must be host:port`);
-      host = this.hostMap.get(hostKey(hp.address, hp.port));
+      host = this.hostMap.get(hostKey(hp.host, hp.port));
       // Only a node of the service: a public front end must not become a way to reach any host.
       if (!host) throw notFound(ERROR_ID, `service ${service}: no node at ${options.address}`);
     } else {

@@ -5,6 +5,7 @@
  */
 import { Pool } from 'undici';
 import type { Node } from '../registry/registry.js';
+import { formatAddress } from '../util/address.js';
 import type { HostSnapshot, HostStatsSnapshot, UpstreamTarget } from './types.js';
 
 export const MIN_WEIGHT = 1;
@@ -37,19 +38,8 @@ export interface HostConnectionListener {
   connectFailure(host: Host): void;
 }
 
-/** `host:port` as Envoy prints it; IPv6 addresses in brackets. */
-export function hostKey(address: string, port: number): string {
-  return address.includes(':') && !address.startsWith('[') ? `[${address}]:${port}` : `${address}:${port}`;
-}
-
-/** Parses `host:port` / `[v6]:port`; undefined when it is not one. */
-export function parseHostPort(text: string): { address: string; port: number } | undefined {
-  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:\s[\]]+)):(\d{1,5})$/.exec(text.trim());
-  if (!m) return undefined;
-  const port = Number(m[3]);
-  if (!Number.isInteger(port) || port < 1 || port > 65535) return undefined;
-  return { address: (m[1] ?? m[2])!, port };
-}
+/** `host:port` as Envoy prints it; IPv6 addresses in brackets (src/util/address.ts). */
+export const hostKey = formatAddress;
 
 /**
  * Reads weight (1..100, default 1; out of range clamped), zone, region, canary and hostname from

@@ -21,7 +21,8 @@ import { buildConnector } from 'undici';
 import { MeshError } from '../errors.js';
 import type { StatsStore } from '../stats/store.js';
 import { canonicalHost, isLoopbackAddress, isWildcardAddress } from '../http/host-check.js';
-import { hostKey, parseHostPort } from './host.js';
+import { hostKey } from './host.js';
+import { tryParseAddress } from '../util/address.js';
 import type { AcquireOptions, UpstreamLease } from './types.js';
 import type { Cluster } from './cluster.js';
 
@@ -127,8 +128,8 @@ export class SelfGuard {
     const own = cached.keys;
     if (own.size === 0) return cluster.acquire(service, options);
     if (options.address !== undefined) {
-      const hp = parseHostPort(options.address);
-      const key = hp ? hostKey(hp.address, hp.port) : undefined;
+      const hp = tryParseAddress(options.address, { target: true });
+      const key = hp ? hostKey(hp.host, hp.port) : undefined;
       if (key !== undefined && own.has(key)) throw this.refuse(cluster, service, key, own.get(key)!);
       return cluster.acquire(service, options);
     }

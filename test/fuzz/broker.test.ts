@@ -11,7 +11,8 @@ import fc from 'fast-check';
 import { MeshError } from '../../src/errors.js';
 import { canonicalHeaderMap, publishHeader } from '../../src/sidecar/broker-api.js';
 import { canonicalHeaderKey } from '../../src/transport/headers.js';
-import { decodeHeader, encodeHeader, splitHostPort } from '../../src/broker/http.js';
+import { decodeHeader, encodeHeader } from '../../src/broker/http.js';
+import { parseAddress } from '../../src/util/address.js';
 
 const headerName = fc.oneof(fc.stringMatching(/^[a-zA-Z0-9-]{1,12}$/), fc.string({ maxLength: 8 }), fc.constantFrom('timestamp', 'Timestamp', 'connection', 'authorization', 'cookie', 'x-a', 'X-A', '__proto__', 'content-type'));
 const headerValue = fc.oneof(fc.string({ maxLength: 16 }), fc.string({ unit: 'binary', maxLength: 8 }), fc.array(fc.string({ maxLength: 5 }), { maxLength: 3 }));
@@ -84,11 +85,11 @@ describe('fuzz: broker frames', () => {
     );
   });
 
-  it('splitHostPort: a host and a port in range, or an Error', () => {
+  it('parseAddress (broker address forms): a host and a port in range, or an Error', () => {
     fc.assert(
       fc.property(fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom('[::1]:80', '[::1]', ':8080', 'a:b', 'h:99999', '::', '1.2.3.4:0')), (text) => {
         try {
-          const { host, port } = splitHostPort(text, 8080);
+          const { host, port } = parseAddress(text, { defaultPort: 8080 });
           assert.equal(typeof host, 'string');
           assert.ok(Number.isInteger(port) && port >= 0 && port <= 65535);
         } catch (err) {

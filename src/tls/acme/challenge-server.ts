@@ -6,7 +6,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { parseHostPort } from '../../http/respond.js';
+import { formatAddress, parseAddress } from '../../util/address.js';
 import { normalizeHost } from './hosts.js';
 
 export const CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
@@ -24,7 +24,7 @@ export interface ChallengeServerOptions {
 /** Parses `--acme_http_port`; throws a message naming the flag. */
 export function parseChallengeAddress(value: string): { host: string; port: number } {
   try {
-    return parseHostPort(value, '0.0.0.0');
+    return parseAddress(value, { barePort: true });
   } catch (err) {
     throw new Error(`invalid value "${value}" for flag --acme_http_port: ${(err as Error).message} (use PORT or HOST:PORT)`);
   }
@@ -75,7 +75,7 @@ export class ChallengeServer {
     });
     this.server = server;
     const bound = server.address() as AddressInfo;
-    this.options.log.info({ address: `${bound.address}:${bound.port}` }, `acme: HTTP-01 challenges answered on ${bound.address}:${bound.port}`);
+    this.options.log.info({ address: formatAddress(bound.address, bound.port) }, `acme: HTTP-01 challenges answered on ${formatAddress(bound.address, bound.port)}`);
     return bound;
   }
 
