@@ -46,10 +46,10 @@ const SAMPLE_MS = Math.max(1000, Math.round((SOAK_SECONDS * 1000) / 30));
  * from 18 to 26 MiB (gateway --handler=proxy, 20 s) in a process whose heap after a collection
  * stayed at 14.1 ± 0.3 MiB over 160,000 requests. After a collection the figure is steady to a few
  * hundred KiB (it grew by at most 0.5 MiB in 120 s in any process), so the bound is tighter: at
- * most 1.15× or 3 MiB above. The two thirds' medians are about half the run apart, so a leak of
- * 1 KiB per request fails it in 120 s (the proxy gateway serves 8,000 to 12,000 requests: +4 MiB between
- * the medians; the other gateway ~16,000: +8 MiB); in 20 s it takes ~5 KiB per request (checked:
- * 4 KiB kept per proxied request raised the proxy gateway's median by 1.9 MiB in 20 s).
+ * most 1.15× or 3 MiB above. The two thirds' medians are about half the run apart, so a leak
+ * of 1 KiB per request fails it in 120 s (the proxy gateway serves 8,000 to 12,000 requests:
+ * +4 MiB between the medians; the other gateway ~16,000: +8 MiB); in 20 s it takes ~5 KiB per
+ * request (checked: 4 KiB kept per proxied request raised the proxy gateway's median by 1.9 MiB).
  */
 const RSS_BOUND: Bound = { ratio: 1.3, slack: 8 * MiB };
 const HEAP_BOUND: Bound = { ratio: 1.15, slack: 3 * MiB };
