@@ -6,6 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { ROOT, freePort, runCli, startProcess, type RunningProcess } from '../helpers.js';
 import { serviceListening } from '../fixtures/engines-common.js';
 
@@ -57,12 +58,12 @@ export async function startService(
   script: string,
   name: string,
   registryFlags: string[],
-  opts: { port?: number; args?: string[]; flags?: string[] } = {},
+  opts: { port?: number; args?: string[]; flags?: string[]; env?: Record<string, string> } = {},
 ): Promise<ServiceProcess> {
   const port = opts.port ?? (await freePort());
   const proc = startProcess(
     ['--import', 'tsx', script, ...(opts.args ?? []), ...registryFlags, `--address=127.0.0.1:${port}`, '--log_level=warning', ...(opts.flags ?? [])],
-    {},
+    opts.env ?? {},
     '',
   );
   const line = await proc.waitForOutput(new RegExp(`${serviceListening(name).source}[^\\n]*`), 40_000);
@@ -112,3 +113,44 @@ export function median(values: number[]): number | undefined {
 
 export const MiB = 1024 * 1024;
 export const mib = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / MiB).toFixed(1)}MiB`);
+
+/** test/reliability/heap-probe.mjs: the preload that forces a collection and records the heap in use. */
+export const HEAP_PROBE = join(ROOT, 'test/reliability/heap-probe.mjs');
+
+/**
+ * Environment that starts a node process with the heap probe: `--expose-gc --import heap-probe.mjs`
+ * added to NODE_OPTIONS, writing to `dir/<pid>` every `everyMs` milliseconds.
+ */
+export function heapProbeEnv(dir: string, everyMs: number): Record<string, string> {
+  const inherited = process.env.NODE_OPTIONS ? `${process.env.NODE_OPTIONS} ` : '';
+  return {
+    NODE_OPTIONS: `${inherited}--expose-gc --import=${pathToFileURL(HEAP_PROBE).href}`,
+    MESH_HEAP_PROBE_DIR: dir,
+    MESH_HEAP_PROBE_MS: String(everyMs),
+  };
+}
+
+export interface HeapProbeSample {
+  /** Milliseconds since the probe started. */
+  ms: number;
+  /** Heap in use right before the forced collection (garbage included). */
+  before: number;
+  /** Heap in use right after it: what the process keeps alive. */
+  after: number;
+}
+
+/** The samples the heap probe wrote for process `pid` in `dir` (complete lines only; none when absent). */
+export function readHeapProbe(dir: string, pid: number): HeapProbeSample[] {
+  let text: string;
+  try {
+    text = readFileSync(join(dir, String(pid)), 'utf8');
+  } catch {
+    return [];
+  }
+  const out: HeapProbeSample[] = [];
+  for (const line of text.split('\n').slice(0, -1)) {
+    const [ms, before, after] = line.split(' ').map(Number);
+    if (Number.isFinite(ms) && Number.isFinite(before) && Number.isFinite(after)) out.push({ ms: ms!, before: before!, after: after! });
+  }
+  return out;
+}
