@@ -82,21 +82,36 @@ function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
   return Number.isInteger(n) && n >= 0 && n <= BUFFERED_BODY_MAX ? 'small' : 'stream';
 }
 
+/** How long, at most, the rest of a refused upload is read and dropped after a 413. */
+const LINGER_MS = 2_000;
+/** And how many bytes, at most: whichever comes first. */
+const LINGER_BYTES = 16 * 1024 * 1024;
+
 /**
- * After a 413: the rest of the body is read and dropped, so that a client still sending reads the
- * answer (closing on unread data would reset the connection and lose it); beyond another `limit`
- * bytes the connection is closed.
+ * After a 413: the rest of the body is read and dropped (a lingering close), so that a client
+ * still sending reads the answer: closing on unread data makes the kernel reset the connection,
+ * and a reset can discard the 413 before the client reads it. Bounded: after LINGER_MS, or past
+ * max(4 × limit, LINGER_BYTES) dropped bytes, the connection is closed anyway.
  */
 function drainThenClose(req: IncomingMessage, limit: number): void {
+  const cap = Math.max(4 * limit, LINGER_BYTES);
   let drained = 0;
+  const close = () => {
+    req.off('data', onData);
+    req.socket.destroy();
+  };
+  const timer = setTimeout(close, LINGER_MS);
+  timer.unref();
   const onData = (chunk: Buffer) => {
     drained += chunk.length;
-    if (drained > limit) {
-      req.off('data', onData);
-      req.socket.destroy();
+    if (drained > cap) {
+      clearTimeout(timer);
+      close();
     }
   };
   req.on('data', onData);
+  req.once('end', () => clearTimeout(timer));
+  req.socket.once('close', () => clearTimeout(timer));
   req.resume();
 }
 
