@@ -228,7 +228,7 @@ describe('proxy handler through a gateway process', () => {
       });
       req.on('error', reject);
       req.write('first,');
-      setTimeout(() => req.end('second'), 20);
+      setTimeout(() => req.end('second'), 20); // pacing, not ordering: the body goes in two pieces
     });
     assert.equal(chunked.status, 200, chunked.text);
     assert.deepEqual(JSON.parse(chunked.text), { length: 12, te: 'chunked', cl: null, head: 'first,second' });
