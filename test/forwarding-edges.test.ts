@@ -17,7 +17,7 @@ import { Client } from '../src/client/client.js';
 import type { UpstreamLease, UpstreamSelector } from '../src/upstream/types.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
-import { freePort, sleep, startProcess, tempDir, waitFor, type RunningProcess, readBytes, listenLoopback } from './helpers.js';
+import { PRINTED, sleep, startProcess, tempDir, waitFor, type RunningProcess, readBytes, listenLoopback } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 
 interface Seen {
@@ -239,16 +239,13 @@ describe('mesh proxy with max_connections 1', () => {
 
   before(async () => {
     backend = await startBackend();
-    const [port, adminPort] = await Promise.all([freePort(), freePort()]);
-    url = `http://127.0.0.1:${port}`;
-    admin = `http://127.0.0.1:${adminPort}`;
     const file = join(dir.path, 'proxy.yaml');
     writeFileSync(
       file,
-      `admin: { address: 127.0.0.1:${adminPort} }
+      `admin: { address: 127.0.0.1:0 }
 listeners:
   - name: in
-    address: 127.0.0.1:${port}
+    address: 127.0.0.1:0
     routes:
       - match: { prefix: / }
         cluster: one
@@ -260,6 +257,8 @@ clusters:
     );
     proc = startProcess(['proxy', '-c', file, '--log_level=warning', '--client_request_timeout=3s']);
     await proc.waitForOutput(/mesh proxy ready/, 15000);
+    url = `http://127.0.0.1:${await proc.waitForPort(PRINTED.proxy)}`;
+    admin = `http://127.0.0.1:${await proc.waitForPort(PRINTED.proxyAdmin)}`;
   });
   after(async () => {
     await proc?.stop();

@@ -15,6 +15,12 @@ export function tempDir(prefix = 'mesh-test-'): { path: string; cleanup: () => v
   return { path, cleanup: () => rmSync(path, { recursive: true, force: true }) };
 }
 
+/**
+ * A port that was free a moment ago. Racy (another process can take it before the caller listens):
+ * only for a port nothing must listen on (a refused connection), or one a test must know before it
+ * starts a server that cannot report its own (an engine binary, a restart on the same port).
+ * Servers the tests start listen on port 0 and report theirs (waitForPort).
+ */
 export async function freePort(): Promise<number> {
   const server = createServer();
   server.listen(0, '127.0.0.1');
@@ -48,6 +54,11 @@ export interface RunningProcess {
   output: () => string;
   /** Resolves when a line matching re appears in stdout or stderr. */
   waitForOutput: (re: RegExp, timeoutMs?: number) => Promise<string>;
+  /**
+   * Resolves with the port in the first capture group of re once a line matches: the port a
+   * process started with `--address=127.0.0.1:0` printed (e.g. /mesh api listening on \S+:(\d+)/).
+   */
+  waitForPort: (re: RegExp, timeoutMs?: number) => Promise<number>;
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
 }
 
@@ -61,17 +72,22 @@ export function startProcess(args: string[], env: Record<string, string> = {}, s
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
   const exited = once(child, 'exit').then(([code]) => code as number | null);
+  const waitForMatch = (re: RegExp, timeoutMs = 10000) =>
+    waitFor(() => {
+      if (child.exitCode !== null) throw new Error(`process exited (${child.exitCode}):\n${out}`);
+      return re.exec(out) ?? undefined;
+    }, timeoutMs).catch((err: Error) => {
+      throw new Error(`${err.message}\n--- output ---\n${out}`);
+    });
   return {
     child,
     output: () => out,
-    waitForOutput: (re, timeoutMs = 10000) =>
-      waitFor(() => {
-        if (child.exitCode !== null) throw new Error(`process exited (${child.exitCode}):\n${out}`);
-        const m = re.exec(out);
-        return m ? m[0] : '';
-      }, timeoutMs).catch((err: Error) => {
-        throw new Error(`${err.message}\n--- output ---\n${out}`);
-      }),
+    waitForOutput: async (re, timeoutMs) => (await waitForMatch(re, timeoutMs))[0],
+    waitForPort: async (re, timeoutMs) => {
+      const port = Number((await waitForMatch(re, timeoutMs))[1]);
+      if (!Number.isInteger(port) || port <= 0) throw new Error(`no port in the first group of ${re}:\n${out}`);
+      return port;
+    },
     stop: async (signal = 'SIGTERM') => {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const timer = setTimeout(() => child.kill('SIGKILL'), 10000);
@@ -81,6 +97,17 @@ export function startProcess(args: string[], env: Record<string, string> = {}, s
     },
   };
 }
+
+/** What `mesh api`, `mesh sidecar` and `mesh proxy` print once bound (the port is group 1). */
+export const PRINTED = {
+  api: /mesh api listening on https?:\/\/\S+:(\d+) /,
+  apiAdmin: /mesh api admin on http:\/\/\S+:(\d+)/,
+  sidecar: /mesh sidecar listening on https?:\/\/\S+:(\d+) /,
+  sidecarAdmin: /^admin listening on http:\/\/\S+:(\d+)/m,
+  /** The first listener of `mesh proxy`. */
+  proxy: /mesh proxy listener \S+ on https?:\/\/\S+:(\d+) /,
+  proxyAdmin: /mesh proxy admin on http:\/\/\S+:(\d+)/,
+};
 
 /** Runs the CLI to completion and returns its exit code and output. */
 export async function runCli(
