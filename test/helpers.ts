@@ -2,7 +2,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 
@@ -161,20 +163,70 @@ export async function listenLoopback(server: import('node:http').Server): Promis
   };
 }
 
+export interface HttpAnswer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  text: string;
+  json<T = any>(): T;
+}
+
+/**
+ * The tests' HTTP client: one request on a fresh connection (no pool, so Host and the other
+ * headers go exactly as given), the whole answer read. https URLs trust `ca` when given.
+ * For bytes no client would write, use rawHttp.
+ */
+export function http(
+  method: string,
+  url: string,
+  options: { headers?: Record<string, string>; body?: string | Buffer | Uint8Array; ca?: string | Buffer; timeoutMs?: number } = {},
+): Promise<HttpAnswer> {
+  return new Promise((resolve, reject) => {
+    const send = url.startsWith('https:') ? httpsRequest : httpRequest;
+    const headers = { ...options.headers };
+    const framed = Object.keys(headers).some((k) => /^(content-length|transfer-encoding)$/i.test(k));
+    // A body goes with its Content-Length (node would send a DELETE's body unframed).
+    if (options.body !== undefined && !framed) headers['content-length'] = String(Buffer.byteLength(options.body));
+    let answered = false;
+    let failure: Error | undefined;
+    const req = send(url, { method, headers, agent: false, ...(options.ca ? { ca: options.ca } : {}) }, (res) => {
+      answered = true;
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json: () => JSON.parse(text) });
+      });
+      res.on('error', reject);
+    });
+    req.setTimeout(options.timeoutMs ?? 20_000, () => req.destroy(new Error(`no answer from ${method} ${url} within ${options.timeoutMs ?? 20_000} ms`)));
+    // A server may answer (413) and close while the body is still being written: the write fails
+    // (EPIPE) but the answer is read all the same. Only a close without an answer is a failure.
+    req.on('error', (err) => (failure = err));
+    req.on('close', () => answered || reject(failure ?? new Error(`${method} ${url}: closed without an answer`)));
+    req.end(options.body);
+  });
+}
+
 /**
  * Sends raw bytes to 127.0.0.1:port and resolves with everything the server wrote until it closed
- * the connection (send `Connection: close`). For requests no client library would write (no Host,
- * HTTP/1.0, a foreign Host on an upgrade).
+ * the connection (send `Connection: close`): `raw` as latin1 text, byte for byte, and the answer
+ * parsed. For requests no client library would write (no Host, HTTP/1.0, a foreign Host on an
+ * upgrade, header bytes 0x80-0xff).
  */
-export async function rawHttp(port: number, request: string): Promise<{ head: string; status: number; headers: Record<string, string>; body: string }> {
-  const { connect } = await import('node:net');
+export async function rawHttp(
+  port: number,
+  request: string | Buffer,
+  timeoutMs = 10_000,
+): Promise<{ raw: string; head: string; status: number; headers: Record<string, string>; body: string }> {
   const bytes = await new Promise<Buffer>((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1', () => socket.end(request));
+    const socket = connect(port, '127.0.0.1', () => socket.write(request));
     const chunks: Buffer[] = [];
     socket.on('data', (c: Buffer) => chunks.push(c));
     socket.on('end', () => resolve(Buffer.concat(chunks)));
     socket.on('error', reject);
+    socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`no close within ${timeoutMs} ms`)));
   });
+  const raw = bytes.toString('latin1');
   const text = bytes.toString('utf8');
   const split = text.indexOf('\r\n\r\n');
   const head = split === -1 ? text : text.slice(0, split);
@@ -184,5 +236,5 @@ export async function rawHttp(port: number, request: string): Promise<{ head: st
     const i = line.indexOf(':');
     headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
   }
-  return { head, status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine ?? '')?.[1] ?? 0), headers, body: split === -1 ? '' : text.slice(split + 4) };
+  return { raw, head, status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine ?? '')?.[1] ?? 0), headers, body: split === -1 ? '' : text.slice(split + 4) };
 }

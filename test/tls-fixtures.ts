@@ -2,11 +2,10 @@
 import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { connect, type PeerCertificate } from 'node:tls';
 import { join } from 'node:path';
-import { PRINTED, startProcess, type RunningProcess } from './helpers.js';
+import { http, PRINTED, startProcess, type HttpAnswer, type RunningProcess } from './helpers.js';
 
 export interface Pair {
   cert: string;
@@ -100,16 +99,8 @@ export function httpsGet(port: number, path: string, options: { servername?: str
 }
 
 /** GET over plain HTTP (the admin interface). */
-export function httpGet(url: string, headers: Record<string, string> = {}): Promise<{ status: number; text: string; headers: Record<string, unknown> }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { headers, agent: false }, (res) => {
-      let text = '';
-      res.on('data', (d: Buffer) => (text += d.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text, headers: res.headers }));
-    });
-    req.once('error', reject);
-    req.end();
-  });
+export function httpGet(url: string, headers: Record<string, string> = {}): Promise<HttpAnswer> {
+  return http('GET', url, { headers });
 }
 
 export interface CertDetails {
