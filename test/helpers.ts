@@ -202,6 +202,8 @@ export function http(
     // A server may answer (413) and close while the body is still being written: the write fails
     // (EPIPE) but the answer is read all the same. Only a close without an answer is a failure.
     req.on('error', (err) => (failure = err));
+    // ...and a late EPIPE on the socket after the answer is no one's error.
+    req.on('socket', (socket) => socket.on('error', () => undefined));
     req.on('close', () => answered || reject(failure ?? new Error(`${method} ${url}: closed without an answer`)));
     req.end(options.body);
   });
