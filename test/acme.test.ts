@@ -21,7 +21,7 @@ import { parseAcmeHosts } from '../src/tls/acme/hosts.js';
 import { ChallengeServer } from '../src/tls/acme/challenge-server.js';
 import { checkTlsFlags } from '../src/cli/tls-flags.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
-import { runCli, tempDir } from './helpers.js';
+import { runCli, tempDir, waitFor } from './helpers.js';
 
 const DAY_MS = 86_400_000;
 
@@ -124,7 +124,7 @@ describe('ACME manager (fake issuer)', () => {
       issuer.auto = false;
       const { m, stats } = manager({ hosts: ['a.example', 'b.example'], issuer, cacheRoot: dir.path });
       const waits = Array.from({ length: 8 }, () => sni(m, 'A.example.'));
-      await new Promise((r) => setTimeout(r, 50));
+      await waitFor(() => issuer.calls.length > 0);
       assert.deepEqual(issuer.calls, ['a.example']);
       issuer.finishAll();
       const contexts = await Promise.all(waits);
@@ -208,8 +208,10 @@ describe('ACME manager (fake issuer)', () => {
       assert.equal(issuer.calls.length, 2);
       assert.equal(await sni(m, 'a.example'), first.context, 'old certificate until the new one arrives');
       issuer.finishAll();
-      await new Promise((r) => setTimeout(r, 100));
-      const renewed = m.entry('a.example')!;
+      const renewed = await waitFor(() => {
+        const e = m.entry('a.example');
+        return e && e.info.serialNumber !== first.info.serialNumber ? e : undefined;
+      });
       assert.notEqual(renewed.info.serialNumber, first.info.serialNumber);
       assert.equal(await sni(m, 'a.example'), renewed.context);
       assert.equal(stats.counter('acme.renewal_started').value, 1);
@@ -250,7 +252,7 @@ describe('ACME manager (fake issuer)', () => {
       m.start();
       m.close();
       assert.match(logs.text(), /ignoring the cached certificate for a\.example/);
-      await new Promise((r) => setTimeout(r, 100));
+      await waitFor(() => new X509Certificate(m.entry('a.example')?.cert ?? '').subjectAltName?.includes('a.example'));
       assert.deepEqual(issuer.calls, ['a.example']);
       assert.ok(new X509Certificate(m.entry('a.example')!.cert).subjectAltName?.includes('a.example'));
     } finally {

@@ -1,5 +1,5 @@
 /** Shared fixtures of the admin tests: a fake cluster manager view and a running AdminServer. */
-import { request } from 'undici';
+import { http } from './helpers.js';
 import { AdminServer } from '../src/admin/server.js';
 import { ServerState, type AdminContext } from '../src/admin/context.js';
 import { StatsStore } from '../src/stats/store.js';
@@ -120,7 +120,8 @@ export interface Got {
   headers: Record<string, string | string[] | undefined>;
 }
 
+/** GET (or options.method) base + path with the tests' HTTP client (helpers.ts http). */
 export async function get(base: string, path: string, options: { method?: string; headers?: Record<string, string> } = {}): Promise<Got> {
-  const res = await request(base + path, { method: (options.method ?? 'GET') as 'GET', headers: options.headers });
-  return { status: res.statusCode, body: await res.body.text(), headers: res.headers };
+  const res = await http(options.method ?? 'GET', base + path, { headers: options.headers });
+  return { status: res.status, body: res.text, headers: res.headers };
 }

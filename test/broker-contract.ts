@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Broker, Message } from '../src/broker/broker.js';
-import { sleep, waitFor } from './helpers.js';
+import { waitFor } from './helpers.js';
 
 export type BrokerFactory = () => Promise<{ brokers: [Broker, Broker]; cleanup(): Promise<void> }>;
 
@@ -25,6 +25,26 @@ const text = (m: Message) => Buffer.from(m.body).toString();
 const bytes = (s: string) => new Uint8Array(Buffer.from(s));
 /** A fresh topic per case so cases never see each other's traffic on a shared server. */
 const freshTopic = (what: string) => `mesh.test.${what}.${randomUUID().slice(0, 8)}`;
+
+const MARKER = 'marker';
+/** What a collector got, markers left out. */
+const real = (c: { got: Received[] }) => c.got.filter((r) => text(r.message) !== MARKER);
+
+/**
+ * Publishes markers on topic until every collector has got one. A subscription delivers in order,
+ * so once its marker is in, everything published before it has arrived too: counting then is exact,
+ * however slow the machine.
+ */
+async function flushed(pub: Broker, topic: string, collectors: Array<{ got: Received[] }>): Promise<void> {
+  await waitFor(
+    async () => {
+      await pub.publish(topic, { header: {}, body: bytes(MARKER) });
+      return collectors.every((c) => c.got.some((r) => text(r.message) === MARKER));
+    },
+    10_000,
+    50,
+  );
+}
 
 export function brokerContract(name: string, factory: BrokerFactory, options: { skip?: string | false } = {}): void {
   async function withBrokers(fn: (pub: Broker, sub: Broker) => Promise<void>): Promise<void> {
@@ -94,10 +114,10 @@ export function brokerContract(name: string, factory: BrokerFactory, options: { 
         await pub.subscribe(topic, cs[2]!.handler);
         for (let i = 0; i < 3; i++) await pub.publish(topic, { header: { n: String(i) }, body: bytes(`m${i}`) });
         await waitFor(() => cs.every((c) => c.got.length >= 3));
-        await sleep(100);
+        await flushed(pub, topic, cs);
         for (const c of cs) {
-          assert.equal(c.got.length, 3);
-          assert.deepEqual(c.got.map((r) => text(r.message)).sort(), ['m0', 'm1', 'm2']);
+          assert.equal(real(c).length, 3);
+          assert.deepEqual(real(c).map((r) => text(r.message)).sort(), ['m0', 'm1', 'm2']);
         }
       }));
 
@@ -114,13 +134,13 @@ export function brokerContract(name: string, factory: BrokerFactory, options: { 
         const n = 100;
         for (let i = 0; i < n; i++) await pub.publish(topic, { header: {}, body: bytes(`m${i}`) });
         await waitFor(() => plain.got.length >= n && q1.got.length + q2.got.length >= n, 10_000);
-        await sleep(150);
-        assert.equal(plain.got.length, n);
-        assert.equal(new Set(plain.got.map((r) => text(r.message))).size, n);
-        const queued = [...q1.got, ...q2.got].map((r) => text(r.message));
+        await flushed(pub, topic, [q1, q2, plain]);
+        assert.equal(real(plain).length, n);
+        assert.equal(new Set(real(plain).map((r) => text(r.message))).size, n);
+        const queued = [...real(q1), ...real(q2)].map((r) => text(r.message));
         assert.equal(queued.length, n, 'the queue group got each message exactly once');
         assert.equal(new Set(queued).size, n, 'no message twice within the group');
-        assert.ok(q1.got.length > 0 && q2.got.length > 0, `both members got some (${q1.got.length}/${q2.got.length})`);
+        assert.ok(real(q1).length > 0 && real(q2).length > 0, `both members got some (${real(q1).length}/${real(q2).length})`);
       }));
 
     it('keeps separate queue groups separate', () =>
@@ -132,9 +152,9 @@ export function brokerContract(name: string, factory: BrokerFactory, options: { 
         await sub.subscribe(topic, b.handler, { queue: 'b' });
         for (let i = 0; i < 5; i++) await pub.publish(topic, { header: {}, body: bytes(`m${i}`) });
         await waitFor(() => a.got.length >= 5 && b.got.length >= 5);
-        await sleep(100);
-        assert.equal(a.got.length, 5);
-        assert.equal(b.got.length, 5);
+        await flushed(pub, topic, [a, b]);
+        assert.equal(real(a).length, 5);
+        assert.equal(real(b).length, 5);
       }));
 
     it('stops delivery after unsubscribe', () =>
@@ -150,9 +170,10 @@ export function brokerContract(name: string, factory: BrokerFactory, options: { 
         await s.unsubscribe(); // idempotent
         await pub.publish(topic, { header: {}, body: bytes('after') });
         await waitFor(() => stays.got.length === 2);
-        await sleep(150);
-        assert.deepEqual(gone.got.map((r) => text(r.message)), ['before']);
-        assert.deepEqual(stays.got.map((r) => text(r.message)), ['before', 'after']);
+        // the same subscriber process: once stays has the marker, gone would have had 'after' too
+        await flushed(pub, topic, [stays]);
+        assert.deepEqual(real(gone).map((r) => text(r.message)), ['before']);
+        assert.deepEqual(real(stays).map((r) => text(r.message)), ['before', 'after']);
       }));
 
     it('keeps delivering after a handler throws or rejects', () =>
@@ -164,7 +185,7 @@ export function brokerContract(name: string, factory: BrokerFactory, options: { 
           seen.push(t);
           if (t === 'sync') throw new Error('handler failed on purpose');
           if (t === 'async') {
-            await sleep(1);
+            await new Promise((r) => setImmediate(r)); // rejects after an await, not synchronously
             throw new Error('handler rejected on purpose');
           }
         });

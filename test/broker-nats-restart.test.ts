@@ -83,7 +83,8 @@ describe('nats broker across a server restart', { skip: !binary && reason }, () 
         pub.publish('restart.t', { header: {}, body: new Uint8Array(Buffer.from('while-down')) }),
         BrokerUnavailableError,
       );
-      // still down a little later, while the client keeps trying to reconnect
+      // still down a little later, while the client keeps trying to reconnect (not an ordering
+      // sleep: the case is the state after some reconnect attempts, whatever their order)
       await sleep(300);
       await assert.rejects(
         pub.publish('restart.t', { header: {}, body: new Uint8Array(Buffer.from('while-reconnecting')) }),
@@ -96,10 +97,12 @@ describe('nats broker across a server restart', { skip: !binary && reason }, () 
       let n = 0;
       await waitFor(async () => {
         await pub.publish('restart.t', { header: {}, body: new Uint8Array(Buffer.from(`after-${n++}`)) });
-        await sleep(50);
         return plain.some((t) => t.startsWith('after-')) && queued.some((t) => t.startsWith('after-'));
       }, 10_000, 50);
-      await sleep(200);
+      // A marker last: NATS delivers in order, so once both have it, a rejected publish that had
+      // been buffered and sent on reconnect would be in already.
+      await pub.publish('restart.t', { header: {}, body: new Uint8Array(Buffer.from('marker')) });
+      await waitFor(() => plain.includes('marker') && queued.includes('marker'));
       for (const got of [plain, queued]) {
         assert.equal(got[0], 'before');
         assert.ok(!got.includes('while-down'), 'a rejected publish is never delivered later');

@@ -11,7 +11,7 @@ import { ProcessSampler, RequestSeries, bucketQuantile, type ProcessSample } fro
 import { Dashboard, isDashboardPath, type DashboardJson } from '../src/dashboard/dashboard.js';
 import { ServerState } from '../src/admin/context.js';
 import { http } from './fixtures/gateway-helpers.js';
-import { sleep, waitFor } from './helpers.js';
+import { waitFor } from './helpers.js';
 import { BOOM_PATH, MISSING_PATH, OK_PATH, SERVICE, adminCounters, asTotals, drive, startStatsGateway, type StatsSetup } from './dashboard-fixture.js';
 
 const PROC: ProcessSample = { rss: 100, heap_used: 50, loop: { p50: 0.1, p99: 1, max: 2 } };
@@ -246,16 +246,21 @@ describe('dashboard on a real mesh api process', () => {
     assert.ok(s.latency_ms.p50 !== null && s.latency_ms.p99 !== null);
 
     // Once a window has closed after the traffic, the windows add up to the same counters.
-    await sleep(1100);
-    const later = await json();
-    const sum = { '1xx': 0, '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 };
-    let requests = 0;
-    let errors = 0;
-    for (const w of later.counters) {
-      for (const k of Object.keys(sum) as Array<keyof typeof sum>) sum[k] += w.status_codes[k];
-      requests += w.requests;
-      errors += w.errors;
-    }
+    const windowsSum = async () => {
+      const sum = { '1xx': 0, '2xx': 0, '3xx': 0, '4xx': 0, '5xx': 0 };
+      let requests = 0;
+      let errors = 0;
+      for (const w of (await json()).counters) {
+        for (const k of Object.keys(sum) as Array<keyof typeof sum>) sum[k] += w.status_codes[k];
+        requests += w.requests;
+        errors += w.errors;
+      }
+      return { sum, requests, errors };
+    };
+    const { sum, requests, errors } = await waitFor(async () => {
+      const w = await windowsSum();
+      return w.requests >= 11 ? w : undefined;
+    }, 5000, 100);
     assert.deepEqual(sum, { '1xx': 0, '2xx': 6, '3xx': 0, '4xx': 2, '5xx': 3 });
     assert.equal(requests, 11);
     assert.equal(errors, 3);

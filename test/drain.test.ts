@@ -8,7 +8,7 @@ import { describe, test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { Client, errors } from 'undici';
-import { ROOT, freePort, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { PRINTED, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { createRegistry } from '../src/registry/create.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
@@ -18,19 +18,18 @@ function startWho(dir: string, extra: string[] = []): RunningProcess {
 }
 
 async function startGateway(dir: string, extra: string[]): Promise<{ proc: RunningProcess; url: string; admin: string }> {
-  const port = await freePort();
-  const admin = await freePort();
   const proc = startProcess([
     'api',
-    `--address=127.0.0.1:${port}`,
-    `--admin_address=127.0.0.1:${admin}`,
+    '--address=127.0.0.1:0',
+    '--admin_address=127.0.0.1:0',
     `--registry_address=${dir}`,
     '--handler=rpc',
     '--namespace=go.mesh.srv',
     '--log_level=warning',
     ...extra,
   ]);
-  await proc.waitForOutput(/mesh api listening/, 15000);
+  const port = await proc.waitForPort(PRINTED.api, 15000);
+  const admin = await proc.waitForPort(PRINTED.apiAdmin);
   return { proc, url: `http://127.0.0.1:${port}`, admin: `http://127.0.0.1:${admin}` };
 }
 

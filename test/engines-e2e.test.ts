@@ -15,9 +15,8 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { request } from 'undici';
 import { EtcdRegistry } from '../src/registry/etcd.js';
-import { ROOT, engine, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { ROOT, engine, http, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import {
   GATEWAY_LISTENING,
   OwnEtcd,
@@ -61,21 +60,10 @@ interface Answer {
   json: () => any;
 }
 
-async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> {
-  const res = await request(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.body.text();
-  return { status: res.statusCode, text, json: () => JSON.parse(text) };
-}
+const post = (url: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> =>
+  http('POST', url, { headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
 
-async function get(url: string): Promise<Answer> {
-  const res = await request(url);
-  const text = await res.body.text();
-  return { status: res.statusCode, text, json: () => JSON.parse(text) };
-}
+const get = (url: string): Promise<Answer> => http('GET', url);
 
 async function stopAll(procs: RunningProcess[]): Promise<void> {
   await Promise.all(procs.map((p) => p.stop().catch(() => undefined)));

@@ -74,7 +74,7 @@ async function stop(child: ChildProcess | undefined): Promise<void> {
   if (!child || child.exitCode !== null) return;
   const gone = new Promise<void>((r) => child.once('exit', () => r()));
   child.kill('SIGTERM');
-  await Promise.race([gone, sleep(5000).then(() => child.kill('SIGKILL'))]);
+  await Promise.race([gone, sleep(5000).then(() => child.kill('SIGKILL'))]); // a kill deadline, not ordering
 }
 
 describe('etcd over https with a password, and NATS over TLS with client certificates and a password', { skip: missing }, () => {

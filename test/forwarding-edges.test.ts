@@ -17,7 +17,7 @@ import { Client } from '../src/client/client.js';
 import type { UpstreamLease, UpstreamSelector } from '../src/upstream/types.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
-import { freePort, sleep, startProcess, tempDir, waitFor, type RunningProcess, readBytes, listenLoopback } from './helpers.js';
+import { PRINTED, sleep, startProcess, tempDir, waitFor, type RunningProcess, readBytes, listenLoopback } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 
 interface Seen {
@@ -46,7 +46,7 @@ async function startBackend(): Promise<{ server: Server; port: number; seen: See
       return;
     }
     if (url.endsWith('/slow')) {
-      await sleep(1000);
+      await sleep(1000); // holds the request open (a slow backend), not an ordering sleep
       res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '4' });
       res.end('slow');
       return;
@@ -102,6 +102,15 @@ async function stat(admin: string, name: string): Promise<number | undefined> {
   return undefined;
 }
 
+/** The gateway's downstream_rq_active gauge (http.<listener>.downstream_rq_active), summed. */
+async function downstreamActive(admin: string): Promise<number> {
+  const text = (await http('GET', `${admin}/stats?filter=downstream_rq_active$`)).text;
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('http.'))
+    .reduce((sum, l) => sum + Number(l.split(': ')[1]), 0);
+}
+
 /** GET with an overall deadline: resolves with the status or 'no answer'. */
 function getWithin(url: string, ms: number): Promise<number | 'no answer'> {
   return new Promise((resolve) => {
@@ -150,7 +159,7 @@ describe('sendRpc at its edges', () => {
   it('a call waiting for a pool connection times out at timeoutMs', async () => {
     // The only connection is busy with a call that hangs for 3 s.
     const hung = sendRpc(pool, { ...base, id: 'h', endpoint: 'Never.Answer', timeoutMs: 3000 }).catch((e: unknown) => e);
-    await sleep(50);
+    await waitFor(() => backend.seen.some((s) => s.headers['mesh-id'] === 'h')); // it holds the connection
     const started = Date.now();
     await assert.rejects(sendRpc(pool, { ...base, id: 'q', timeoutMs: 300 }), (err: unknown) => err instanceof TransportError && err.outcome.kind === 'timeout');
     const took = Date.now() - started;
@@ -230,16 +239,13 @@ describe('mesh proxy with max_connections 1', () => {
 
   before(async () => {
     backend = await startBackend();
-    const [port, adminPort] = await Promise.all([freePort(), freePort()]);
-    url = `http://127.0.0.1:${port}`;
-    admin = `http://127.0.0.1:${adminPort}`;
     const file = join(dir.path, 'proxy.yaml');
     writeFileSync(
       file,
-      `admin: { address: 127.0.0.1:${adminPort} }
+      `admin: { address: 127.0.0.1:0 }
 listeners:
   - name: in
-    address: 127.0.0.1:${port}
+    address: 127.0.0.1:0
     routes:
       - match: { prefix: / }
         cluster: one
@@ -251,6 +257,8 @@ clusters:
     );
     proc = startProcess(['proxy', '-c', file, '--log_level=warning', '--client_request_timeout=3s']);
     await proc.waitForOutput(/mesh proxy ready/, 15000);
+    url = `http://127.0.0.1:${await proc.waitForPort(PRINTED.proxy)}`;
+    admin = `http://127.0.0.1:${await proc.waitForPort(PRINTED.proxyAdmin)}`;
   });
   after(async () => {
     await proc?.stop();
@@ -262,33 +270,33 @@ clusters:
     // A download whose client does not read holds the only connection (no timeout once the head came).
     const hog = httpRequest(`${url}/big`, { agent: false });
     hog.on('error', () => {});
-    hog.on('response', (r) => r.pause());
+    const holding = new Promise<void>((resolve) => hog.on('response', (r) => (r.pause(), resolve())));
     hog.end();
-    await sleep(300);
+    await holding;
     try {
       const started = Date.now();
       const status = await getWithin(`${url}/small`, 6000);
       assert.equal(status, 504, `after ${Date.now() - started} ms: ${status}`);
     } finally {
       hog.destroy();
-      await sleep(300);
     }
     await waitFor(async () => (await stat(admin, 'cluster.one.upstream_rq_active')) === 0, 5000);
   });
 
   it('a client that leaves while its request waits for a connection frees the lease and the pool', async () => {
     const slow = getWithin(`${url}/slow`, 10000);
-    await sleep(100);
+    await waitFor(() => backend.seen.some((s) => s.url === '/slow')); // it holds the only connection
     // This request queues behind /slow; its client leaves before it is sent upstream.
     const socket: Socket = connect(Number(new URL(url).port), '127.0.0.1');
     await new Promise<void>((r) => socket.once('connect', () => r()));
     socket.write('GET /big HTTP/1.1\r\nHost: x\r\n\r\n');
-    await sleep(150);
+    await waitFor(async () => (await stat(admin, 'cluster.one.upstream_rq_pending_active')) === 1);
     socket.destroy();
     assert.equal(await slow, 200);
     // /big is then sent and answered, but its answer is written to a destroyed response: onData
     // returns false and waits for a 'drain' that never comes; the head timer was already cleared.
-    await sleep(1500);
+    await waitFor(() => backend.seen.some((s) => s.url === '/big'), 5000);
+    await waitFor(async () => (await stat(admin, 'cluster.one.upstream_rq_active')) === 0, 5000).catch(() => undefined);
     const active = await stat(admin, 'cluster.one.upstream_rq_active');
     // The pool's only connection is stuck: the next request gets neither an answer nor its 504.
     const next = await getWithin(`${url}/small`, 6000);
@@ -355,7 +363,7 @@ describe('gateway --handler=proxy at its edges', () => {
         if (req.destroyed) return;
         if (++n > 4) return void req.end();
         req.write(Buffer.alloc(1024, 0x63));
-        setTimeout(tick, 400);
+        setTimeout(tick, 400); // pacing a slow upload, not an ordering sleep
       };
       tick();
     });
@@ -375,7 +383,7 @@ describe('gateway --handler=proxy at its edges', () => {
         req.on('error', () => {});
         req.end();
       });
-      await sleep(50);
+      await waitFor(async () => (await active('dl')) === 0, 5000); // that download is over before the next
     }
     await waitFor(async () => (await active('dl')) === 0, 5000);
     const resets = await stat(gw.admin, 'cluster.go.mesh.srv.dl.upstream_rq_rx_reset');
@@ -448,9 +456,9 @@ describe('gateway --handler=proxy at its edges', () => {
     const socket = connect(gw.port, '127.0.0.1');
     await new Promise<void>((r) => socket.once('connect', () => r()));
     socket.write('POST /files/partial HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc');
-    await sleep(100);
+    await waitFor(async () => (await downstreamActive(gw.admin)) === 1); // the gateway is reading its body
     socket.destroy();
-    await sleep(100);
+    await waitFor(async () => (await downstreamActive(gw.admin)) === 0); // and is done with it
     assert.equal(backend.seen.filter((s) => s.url === '/files/partial').length, 0);
     const res = await http('POST', `${gw.url}/files/after`, { body: 'x'.repeat(10) });
     assert.equal(res.status, 200);

@@ -7,13 +7,12 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
-import { connect } from 'node:net';
 import { Pool } from 'undici';
 import { sendRpc, TransportError } from '../src/transport/rpc.js';
 import { endToEndHeaders } from '../src/transport/headers.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
-import { freePort, tempDir, readBytes, listenLoopback } from './helpers.js';
+import { freePort, tempDir, readBytes, listenLoopback, rawHttp, waitFor } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 
 interface Seen {
@@ -26,9 +25,12 @@ interface Seen {
 }
 
 /** A backend that records each request; the path decides the answer. */
-async function startBackend(): Promise<{ server: Server; port: number; seen: Seen[]; close(): Promise<void> }> {
+async function startBackend(): Promise<{ server: Server; port: number; seen: Seen[]; arrived: string[]; close(): Promise<void> }> {
   const seen: Seen[] = [];
+  /** The URL of each request as its head arrives (before its body is read). */
+  const arrived: string[] = [];
   const server = createServer(async (req, res) => {
+    arrived.push(req.url ?? '');
     const body = await readBytes(req);
     seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, bodyLength: body.length, bodyText: body.length <= 1024 ? body.toString('utf8') : '' });
     const url = req.url ?? '/';
@@ -63,19 +65,7 @@ async function startBackend(): Promise<{ server: Server; port: number; seen: See
     res.end(text);
   });
   server.keepAliveTimeout = 1000;
-  return { server, seen, ...(await listenLoopback(server)) };
-}
-
-/** Sends raw bytes on a new connection and returns everything read until the server closes it. */
-function rawExchange(port: number, request: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1', () => socket.write(request));
-    const parts: Buffer[] = [];
-    socket.on('data', (c: Buffer) => parts.push(c));
-    socket.on('end', () => resolve(Buffer.concat(parts).toString('latin1')));
-    socket.on('error', reject);
-    socket.setTimeout(5000, () => socket.destroy(new Error('no close within 5 s')));
-  });
+  return { server, seen, arrived, ...(await listenLoopback(server)) };
 }
 
 describe('RPC transport (sendRpc) against a real server', () => {
@@ -228,7 +218,8 @@ describe('proxy handler through a gateway process', () => {
       });
       req.on('error', reject);
       req.write('first,');
-      setTimeout(() => req.end('second'), 20);
+      // the rest only once the request is upstream: its body is still coming, so it goes chunked
+      waitFor(() => backend.arrived.some((u) => u.endsWith('/chunked'))).then(() => req.end('second'), reject);
     });
     assert.equal(chunked.status, 200, chunked.text);
     assert.deepEqual(JSON.parse(chunked.text), { length: 12, te: 'chunked', cl: null, head: 'first,second' });
@@ -255,14 +246,14 @@ describe('proxy handler through a gateway process', () => {
   });
 
   it("HEAD gets the headers and no body; an upstream Date is not doubled; 304 passes with its ETag", async () => {
-    const head = await rawExchange(gw.port, 'HEAD /files/dated HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    const head = (await rawHttp(gw.port, 'HEAD /files/dated HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')).raw;
     assert.match(head, /^HTTP\/1\.1 200 OK\r\n/);
     assert.match(head, /\r\nContent-Length: 5\r\n/);
     assert.equal(head.match(/^date:/gim)?.length, 1, head);
     assert.match(head, /\r\nDate: Tue, 01 Jan 2030 00:00:00 GMT\r\n/);
     assert.ok(head.endsWith('\r\n\r\n'), 'no body after the head');
 
-    const notModified = await rawExchange(gw.port, 'GET /files/not-modified HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    const notModified = (await rawHttp(gw.port, 'GET /files/not-modified HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')).raw;
     assert.match(notModified, /^HTTP\/1\.1 304 Not Modified\r\n/);
     assert.match(notModified, /\r\nETag: "v1"\r\n/);
     assert.ok(notModified.endsWith('\r\n\r\n'), 'no body');

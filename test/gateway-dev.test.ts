@@ -1,15 +1,16 @@
 /** `mesh dev` (npm start) runs the gateway with the example services and prints what to try. */
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
-import { freePort, startProcess, tempDir } from './helpers.js';
+import { startProcess, tempDir } from './helpers.js';
 import { http } from './fixtures/gateway-helpers.js';
 
 it('mesh dev: the three-tier example and /rpc answer through the gateway it starts', async () => {
   const dir = tempDir('mesh-dev-');
-  const [port, admin] = [await freePort(), await freePort()];
-  const dev = startProcess(['dev', `--address=127.0.0.1:${port}`, `--admin_address=127.0.0.1:${admin}`, `--registry_address=${dir.path}`, '--log_level=warning']);
+  const dev = startProcess(['dev', '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0', `--registry_address=${dir.path}`, '--log_level=warning']);
   try {
     await dev.waitForOutput(/Ctrl-C stops everything/, 15000);
+    const port = await dev.waitForPort(/gateway: +\S+ \(listening on \S+:(\d+)\)/);
+    const admin = await dev.waitForPort(/admin: +http:\/\/\S+:(\d+)\/help/);
     const out = dev.output();
     assert.match(out, new RegExp(`gateway: +http://127\\.0\\.0\\.1:${port}`));
     assert.ok(out.includes(`curl '127.0.0.1:${port}/greeter/say/hello?name=John'`), out);

@@ -15,7 +15,7 @@ import { createRegistry } from '../src/registry/create.js';
 import type { Registry, Service } from '../src/registry/registry.js';
 import type { Message } from '../src/broker/broker.js';
 import { greeterApi, greeterBackend } from '../examples/greeter.js';
-import { freePort, tempDir, waitFor } from './helpers.js';
+import { tempDir, waitFor } from './helpers.js';
 import {
   http,
   registerPlain,
@@ -421,8 +421,7 @@ describe('mesh api: flags', () => {
       const bad = await runCli(['api', '--handler=web', `--registry_address=${dir.path}`]);
       assert.equal(bad.code, 2);
       assert.match(bad.stderr, /--handler/);
-      const port = await freePort();
-      const missing = await runCli(['api', '--enable_tls', `--address=127.0.0.1:${port}`, '--admin_address=off', `--registry_address=${dir.path}`]);
+      const missing = await runCli(['api', '--enable_tls', '--address=127.0.0.1:0', '--admin_address=off', `--registry_address=${dir.path}`]);
       assert.equal(missing.code, 1);
       assert.match(missing.stderr, /tls_cert_file/);
     } finally {

@@ -2,7 +2,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 
@@ -15,6 +17,12 @@ export function tempDir(prefix = 'mesh-test-'): { path: string; cleanup: () => v
   return { path, cleanup: () => rmSync(path, { recursive: true, force: true }) };
 }
 
+/**
+ * A port that was free a moment ago. Racy (another process can take it before the caller listens):
+ * only for a port nothing must listen on (a refused connection), or one a test must know before it
+ * starts a server that cannot report its own (an engine binary, a restart on the same port).
+ * Servers the tests start listen on port 0 and report theirs (waitForPort).
+ */
 export async function freePort(): Promise<number> {
   const server = createServer();
   server.listen(0, '127.0.0.1');
@@ -48,6 +56,11 @@ export interface RunningProcess {
   output: () => string;
   /** Resolves when a line matching re appears in stdout or stderr. */
   waitForOutput: (re: RegExp, timeoutMs?: number) => Promise<string>;
+  /**
+   * Resolves with the port in the first capture group of re once a line matches: the port a
+   * process started with `--address=127.0.0.1:0` printed (e.g. /mesh api listening on \S+:(\d+)/).
+   */
+  waitForPort: (re: RegExp, timeoutMs?: number) => Promise<number>;
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
 }
 
@@ -61,17 +74,22 @@ export function startProcess(args: string[], env: Record<string, string> = {}, s
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
   const exited = once(child, 'exit').then(([code]) => code as number | null);
+  const waitForMatch = (re: RegExp, timeoutMs = 10000) =>
+    waitFor(() => {
+      if (child.exitCode !== null) throw new Error(`process exited (${child.exitCode}):\n${out}`);
+      return re.exec(out) ?? undefined;
+    }, timeoutMs).catch((err: Error) => {
+      throw new Error(`${err.message}\n--- output ---\n${out}`);
+    });
   return {
     child,
     output: () => out,
-    waitForOutput: (re, timeoutMs = 10000) =>
-      waitFor(() => {
-        if (child.exitCode !== null) throw new Error(`process exited (${child.exitCode}):\n${out}`);
-        const m = re.exec(out);
-        return m ? m[0] : '';
-      }, timeoutMs).catch((err: Error) => {
-        throw new Error(`${err.message}\n--- output ---\n${out}`);
-      }),
+    waitForOutput: async (re, timeoutMs) => (await waitForMatch(re, timeoutMs))[0],
+    waitForPort: async (re, timeoutMs) => {
+      const port = Number((await waitForMatch(re, timeoutMs))[1]);
+      if (!Number.isInteger(port) || port <= 0) throw new Error(`no port in the first group of ${re}:\n${out}`);
+      return port;
+    },
     stop: async (signal = 'SIGTERM') => {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const timer = setTimeout(() => child.kill('SIGKILL'), 10000);
@@ -81,6 +99,17 @@ export function startProcess(args: string[], env: Record<string, string> = {}, s
     },
   };
 }
+
+/** What `mesh api`, `mesh sidecar` and `mesh proxy` print once bound (the port is group 1). */
+export const PRINTED = {
+  api: /mesh api listening on https?:\/\/\S+:(\d+) /,
+  apiAdmin: /mesh api admin on http:\/\/\S+:(\d+)/,
+  sidecar: /mesh sidecar listening on https?:\/\/\S+:(\d+) /,
+  sidecarAdmin: /^admin listening on http:\/\/\S+:(\d+)/m,
+  /** The first listener of `mesh proxy`. */
+  proxy: /mesh proxy listener \S+ on https?:\/\/\S+:(\d+) /,
+  proxyAdmin: /mesh proxy admin on http:\/\/\S+:(\d+)/,
+};
 
 /** Runs the CLI to completion and returns its exit code and output. */
 export async function runCli(
@@ -134,20 +163,72 @@ export async function listenLoopback(server: import('node:http').Server): Promis
   };
 }
 
+export interface HttpAnswer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  text: string;
+  json<T = any>(): T;
+}
+
+/**
+ * The tests' HTTP client: one request on a fresh connection (no pool, so Host and the other
+ * headers go exactly as given), the whole answer read. https URLs trust `ca` when given.
+ * For bytes no client would write, use rawHttp.
+ */
+export function http(
+  method: string,
+  url: string,
+  options: { headers?: Record<string, string>; body?: string | Buffer | Uint8Array; ca?: string | Buffer; timeoutMs?: number } = {},
+): Promise<HttpAnswer> {
+  return new Promise((resolve, reject) => {
+    const send = url.startsWith('https:') ? httpsRequest : httpRequest;
+    const headers = { ...options.headers };
+    const framed = Object.keys(headers).some((k) => /^(content-length|transfer-encoding)$/i.test(k));
+    // A body goes with its Content-Length (node would send a DELETE's body unframed).
+    if (options.body !== undefined && !framed) headers['content-length'] = String(Buffer.byteLength(options.body));
+    let answered = false;
+    let failure: Error | undefined;
+    const req = send(url, { method, headers, agent: false, ...(options.ca ? { ca: options.ca } : {}) }, (res) => {
+      answered = true;
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json: () => JSON.parse(text) });
+      });
+      res.on('error', reject);
+    });
+    req.setTimeout(options.timeoutMs ?? 20_000, () => req.destroy(new Error(`no answer from ${method} ${url} within ${options.timeoutMs ?? 20_000} ms`)));
+    // A server may answer (413) and close while the body is still being written: the write fails
+    // (EPIPE) but the answer is read all the same. Only a close without an answer is a failure.
+    req.on('error', (err) => (failure = err));
+    // ...and a late EPIPE on the socket after the answer is no one's error.
+    req.on('socket', (socket) => socket.on('error', () => undefined));
+    req.on('close', () => answered || reject(failure ?? new Error(`${method} ${url}: closed without an answer`)));
+    req.end(options.body);
+  });
+}
+
 /**
  * Sends raw bytes to 127.0.0.1:port and resolves with everything the server wrote until it closed
- * the connection (send `Connection: close`). For requests no client library would write (no Host,
- * HTTP/1.0, a foreign Host on an upgrade).
+ * the connection (send `Connection: close`): `raw` as latin1 text, byte for byte, and the answer
+ * parsed. For requests no client library would write (no Host, HTTP/1.0, a foreign Host on an
+ * upgrade, header bytes 0x80-0xff).
  */
-export async function rawHttp(port: number, request: string): Promise<{ head: string; status: number; headers: Record<string, string>; body: string }> {
-  const { connect } = await import('node:net');
+export async function rawHttp(
+  port: number,
+  request: string | Buffer,
+  timeoutMs = 10_000,
+): Promise<{ raw: string; head: string; status: number; headers: Record<string, string>; body: string }> {
   const bytes = await new Promise<Buffer>((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1', () => socket.end(request));
+    const socket = connect(port, '127.0.0.1', () => socket.write(request));
     const chunks: Buffer[] = [];
     socket.on('data', (c: Buffer) => chunks.push(c));
     socket.on('end', () => resolve(Buffer.concat(chunks)));
     socket.on('error', reject);
+    socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`no close within ${timeoutMs} ms`)));
   });
+  const raw = bytes.toString('latin1');
   const text = bytes.toString('utf8');
   const split = text.indexOf('\r\n\r\n');
   const head = split === -1 ? text : text.slice(0, split);
@@ -157,5 +238,5 @@ export async function rawHttp(port: number, request: string): Promise<{ head: st
     const i = line.indexOf(':');
     headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
   }
-  return { head, status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine ?? '')?.[1] ?? 0), headers, body: split === -1 ? '' : text.slice(split + 4) };
+  return { raw, head, status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine ?? '')?.[1] ?? 0), headers, body: split === -1 ? '' : text.slice(split + 4) };
 }

@@ -14,7 +14,7 @@ import { Runtime } from '../src/runtime.js';
 import { FrontServer } from '../src/http/front-server.js';
 import { readBody } from '../src/http/body.js';
 import { sendJson } from '../src/http/respond.js';
-import { waitFor } from './helpers.js';
+import { http, waitFor } from './helpers.js';
 
 const ID = 'go.mesh.api';
 
@@ -58,8 +58,8 @@ function statusOf(response: string): number {
 }
 
 async function get(port: number, path = '/'): Promise<{ status: number; body: string }> {
-  const res = await fetch(`http://127.0.0.1:${port}${path}`);
-  return { status: res.status, body: await res.text() };
+  const res = await http('GET', `http://127.0.0.1:${port}${path}`);
+  return { status: res.status, body: res.text };
 }
 
 describe('--max_connections', () => {

@@ -13,7 +13,7 @@ import { Logging, chooseLogFormat, colorEnabled, formatTextLine, type LogFormat 
 import { parseArgs, FlagError } from '../src/cli/flags.js';
 import { createRegistry } from '../src/registry/create.js';
 import { LOCAL_DB_FILE } from '../src/registry/local.js';
-import { freePort, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { PRINTED, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { http } from './fixtures/gateway-helpers.js';
 
 /** 2024-01-02 03:04:05.006 local time. */
@@ -313,11 +313,10 @@ describe('log format: mesh api as a real process, levels changed by admin /loggi
   });
 
   async function startApi(args: string[], env: Record<string, string>) {
-    const port = await freePort();
-    const adminPort = await freePort();
-    const proc = startProcess(['api', `--address=127.0.0.1:${port}`, `--admin_address=127.0.0.1:${adminPort}`, `--registry_address=${dir.path}`, '--log_level=warning', ...args], env);
+    const proc = startProcess(['api', '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0', `--registry_address=${dir.path}`, '--log_level=warning', ...args], env);
     procs.push(proc);
-    await proc.waitForOutput(/mesh api listening on \S+/, 15000);
+    const port = await proc.waitForPort(PRINTED.api, 15000);
+    const adminPort = await proc.waitForPort(PRINTED.apiAdmin);
     return { proc, url: `http://127.0.0.1:${port}`, admin: `http://127.0.0.1:${adminPort}` };
   }
 

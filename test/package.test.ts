@@ -18,7 +18,7 @@ import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { promisify } from 'node:util';
 import { request } from 'undici';
-import { ROOT, freePort, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { PRINTED, ROOT, freePort, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 
 const run = promisify(execFile);
 const SLOW = 15 * 60_000;
@@ -221,10 +221,9 @@ describe('the installable package', { timeout: SLOW }, () => {
     await service.waitForOutput(/go\.mesh\.srv\.pkgtest listening on 127\.0\.0\.1:\d+ \(node go\.mesh\.srv\.pkgtest-[0-9a-f-]+\)\n/, 30_000);
 
     const bin = join(app, 'node_modules/.bin/mesh');
-    const port = await freePort();
-    const api = startProcess(['api', `--address=127.0.0.1:${port}`, '--admin_address=off', ...flags], {}, bin);
+    const api = startProcess(['api', '--address=127.0.0.1:0', '--admin_address=off', ...flags], {}, bin);
     processes.push(api);
-    await api.waitForOutput(/mesh api listening on http:\/\/127\.0\.0\.1:\d+/, 30_000);
+    const port = await api.waitForPort(PRINTED.api, 30_000);
     const res = await request(`http://127.0.0.1:${port}/rpc`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

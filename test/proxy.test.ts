@@ -18,6 +18,8 @@ import { http, registerPlain, startPlainApp, type PlainApp } from './fixtures/ga
 interface ProxyProcess {
   proc: RunningProcess;
   admin: string;
+  /** The URL of a listener, from the line the proxy printed once bound (listeners use port 0). */
+  listener(name: string): string;
   stop(): Promise<number | null>;
 }
 
@@ -25,7 +27,12 @@ async function startProxy(configFile: string, extra: string[] = []): Promise<Pro
   const proc = startProcess(['proxy', '-c', configFile, '--log_level=warning', ...extra]);
   const line = await proc.waitForOutput(/mesh proxy admin on \S+/, 15000);
   await proc.waitForOutput(/mesh proxy ready/, 15000);
-  return { proc, admin: line.replace('mesh proxy admin on ', ''), stop: () => proc.stop() };
+  const listener = (name: string) => {
+    const m = new RegExp(`mesh proxy listener ${name} on (\\S+)`).exec(proc.output());
+    if (!m) throw new Error(`no listener ${name} printed:\n${proc.output()}`);
+    return m[1]!;
+  };
+  return { proc, admin: line.replace('mesh proxy admin on ', ''), listener, stop: () => proc.stop() };
 }
 
 /** The lines of admin /clusters that start with prefix. */
@@ -54,28 +61,23 @@ describe('mesh proxy -c FILE', () => {
   let ingress: string;
   let second: string;
   let edge: string;
-  let dynAdminPort: number;
 
   before(async () => {
     [a, b, web] = await Promise.all([startPlainApp('a'), startPlainApp('b'), startPlainApp('web')]);
+    // Ports nothing listens on: refused connections are the point of these two.
     [deadPort, deadPort2] = await Promise.all([freePort(), freePort()]);
     registry = createRegistry('local', dir.path);
     await registerPlain(registry, 'go.mesh.srv.web', web.port);
 
-    const [p1, p2, p3, admin1, admin2, adminIgnored] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort(), freePort()]);
-    ingress = `http://127.0.0.1:${p1}`;
-    second = `http://127.0.0.1:${p2}`;
-    edge = `http://127.0.0.1:${p3}`;
-    dynAdminPort = admin2;
 
     const staticFile = join(dir.path, 'proxy-static.yaml');
     writeFileSync(
       staticFile,
       `# static clusters only
-admin: { address: 127.0.0.1:${admin1} }
+admin: { address: 127.0.0.1:0 }
 listeners:
   - name: ingress
-    address: 127.0.0.1:${p1}
+    address: 127.0.0.1:0
     routes:
       - match: { path: /exact }
         cluster: a
@@ -98,7 +100,7 @@ listeners:
         cluster: a
         prefix_rewrite: /socket/
   - name: second
-    address: 127.0.0.1:${p2}
+    address: 127.0.0.1:0
     routes:
       - match: { prefix: / }
         cluster: b
@@ -125,11 +127,12 @@ clusters:
       dynFile,
       JSON.stringify(
         {
-          admin: { address: `127.0.0.1:${adminIgnored}` },
+          // not an address of this machine: the proxy starts only if --admin_address wins
+          admin: { address: '192.0.2.1:9901' },
           listeners: [
             {
               name: 'edge',
-              address: `127.0.0.1:${p3}`,
+              address: '127.0.0.1:0',
               routes: [
                 { match: { prefix: '/static/' }, cluster: 'a' },
                 { match: { prefix: '/missing/' }, service: 'go.mesh.srv.missing' },
@@ -146,8 +149,11 @@ clusters:
     [stat, dyn] = await Promise.all([
       startProxy(staticFile),
       // --admin_address wins over admin.address of the file.
-      startProxy(dynFile, [`--registry_address=${dir.path}`, `--admin_address=127.0.0.1:${admin2}`]),
+      startProxy(dynFile, [`--registry_address=${dir.path}`, '--admin_address=127.0.0.1:0']),
     ]);
+    ingress = stat.listener('ingress');
+    second = stat.listener('second');
+    edge = dyn.listener('edge');
   });
 
   after(async () => {
@@ -162,7 +168,8 @@ clusters:
     assert.match(out, new RegExp(`mesh proxy listener ingress on ${ingress.replace(/\./g, '\\.')} \\(9 routes\\)`));
     assert.match(out, new RegExp(`mesh proxy listener second on ${second.replace(/\./g, '\\.')} \\(1 route\\)`));
     assert.match(out, /mesh proxy ready: 5 static clusters, no registry/);
-    assert.equal(dyn.admin, `http://127.0.0.1:${dynAdminPort}`);
+    assert.match(dyn.admin, /^http:\/\/127\.0\.0\.1:\d+$/);
+    assert.notEqual(dyn.admin, stat.admin);
   });
 
   it('routes by exact path, prefix and whole-path regex, first match in file order; rewrites prefixes', async () => {

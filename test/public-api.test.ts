@@ -195,7 +195,11 @@ mesh.service({ name: 'go.mesh.srv.lazy' }).handle('Lazy.Call', () => ({ ok: true
 await mesh.start();
 const answer = await mesh.call('go.mesh.srv.lazy', 'Lazy.Call', {});
 await mesh.close();
-await new Promise((r) => setTimeout(r, 50)); // the hook thread's last messages
+// A marker import last: the hook thread posts in order, so once the marker is in, every earlier resolution is.
+const marker = 'data:text/javascript,0';
+const markerSeen = new Promise((r) => port1.on('message', (url) => url === marker && r()));
+await import(marker);
+await markerSeen;
 port1.close();
 const loaded = [...resolved, ...Object.keys(createRequire(import.meta.url).cache)];
 const engines = [...new Set(loaded.map((u) => /node_modules\\/(etcd3|nats|acme-client)\\//.exec(u)?.[1]).filter(Boolean))].sort();

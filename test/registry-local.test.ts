@@ -14,7 +14,7 @@ import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Service, WatchEvent } from '../src/registry/registry.js';
 import { collect, node, svc } from './registry-contract.js';
-import { ROOT, sleep, tempDir, waitFor } from './helpers.js';
+import { ROOT, tempDir, waitFor } from './helpers.js';
 
 const PEER = join(ROOT, 'test/fixtures/registry-peer.ts');
 /** The spec says 100 ms; CI machines are slow, so the assertion is generous and the value is logged. */
@@ -122,8 +122,7 @@ describe('local registry: two OS processes sharing one directory', () => {
   });
 
   it('a registration by this process is seen by the other process’s watcher within the bound', async () => {
-    await peer.request('watch');
-    await sleep(100);
+    await peer.request('watch'); // answered once watch() returned: its starting point is taken
     const before = Date.now();
     await registry.register(svc('local-side', '1', [node('ls-1', 8201)]));
     const committed = Date.now();
@@ -206,8 +205,7 @@ describe('local registry: storage', () => {
     const r = new LocalRegistry(tmp.path);
     try {
       await r.register(svc('ephemeral', '1', [node('e1', 9101)]), { ttlMs: 100 });
-      await sleep(250);
-      assert.deepEqual(await r.getService('ephemeral'), [], 'never returned once expired');
+      await waitFor(async () => (await r.getService('ephemeral')).length === 0, 2000); // never returned once expired
       await r.register(svc('other', '1', [node('o1', 9102)]));
       const db = new Database(join(tmp.path, LOCAL_DB_FILE), { readonly: true });
       const rows = db.prepare(`SELECT COUNT(*) AS n FROM nodes WHERE service = 'ephemeral'`).get() as { n: number };

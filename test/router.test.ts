@@ -200,18 +200,24 @@ describe('router: rebuilt from the registry', () => {
     await registry.register(svc('go.mesh.api.one', [['One.A', { path: '/one' }]]));
     const router = new RegistryRouter({ registry, namespace: 'go.mesh.api', logger, debounceMs: 20 });
     await router.start();
+    // Nothing scheduled and nothing running: the router's own state, read instead of waiting a while.
+    const internals = router as unknown as { timer?: unknown; running?: unknown };
+    const idle = () => internals.timer === undefined && internals.running === undefined;
+    // Watches after the router: once this one has an event, the router has had it too.
+    const seen: string[] = [];
+    const marker = registry.watch((e) => void seen.push(e.service.name));
     try {
       assert.deepEqual(router.routes.map((r) => r.path), ['/one']);
       assert.equal(router.version, registry.revision());
       const builds = router.builds;
       for (let i = 0; i < 5; i++) await registry.register(svc(`go.mesh.api.n${i}`, [[`N.E${i}`, { path: `/n${i}` }]]));
-      await waitFor(() => router.routes.length === 6);
-      await new Promise((r) => setTimeout(r, 100));
+      await waitFor(() => router.routes.length === 6 && idle());
       assert.ok(router.builds - builds <= 2, `coalesced: ${router.builds - builds} rebuilds for 5 changes`);
       const settled = router.builds;
       await registry.register(svc('go.mesh.srv.other', [['O.E', { path: '/other' }]]));
       await registry.register(svc('go.mesh.apix', [['X.E', { path: '/x' }]]));
-      await new Promise((r) => setTimeout(r, 100));
+      await waitFor(() => seen.includes('go.mesh.apix'));
+      assert.ok(idle(), 'changes outside the namespace schedule no rebuild');
       assert.equal(router.builds, settled, 'changes outside the namespace do not rebuild');
       assert.ok(!router.routes.some((r) => r.path === '/other' || r.path === '/x'));
       await registry.register(svc('go.mesh.api.bad', [['Bad.E', { path: '^/(' }]]));
@@ -229,6 +235,7 @@ describe('router: rebuilt from the registry', () => {
       r2.stop();
       assert.ok(logs.some((l) => l.includes('rebuild failed')));
     } finally {
+      marker.stop();
       router.stop();
       await registry.close();
     }

@@ -16,17 +16,19 @@ const TIMEOUT = 200;
 
 type Mode = 'ok' | 'fail' | 'hang';
 
-async function healthApp(): Promise<PlainApp & { setMode: (m: Mode) => void }> {
+async function healthApp(): Promise<PlainApp & { setMode: (m: Mode) => void; checks: () => number }> {
   let mode: Mode = 'ok';
+  let checks = 0;
   const app = await startPlainApp((req, res) => {
     if (req.url !== '/health') {
       res.writeHead(404).end();
       return;
     }
+    checks++;
     if (mode === 'hang') return; // never answers
     res.writeHead(mode === 'ok' ? 200 : 503, { 'content-type': 'text/plain' }).end(mode);
   });
-  return Object.assign(app, { setMode: (m: Mode) => (mode = m) });
+  return Object.assign(app, { setMode: (m: Mode) => (mode = m), checks: () => checks });
 }
 
 describe('sidecar health checker', () => {
@@ -96,7 +98,9 @@ describe('sidecar health checker', () => {
     assert.equal(fail.status, 200, fail.text);
     assert.equal(await lookup(), undefined, 'withdrawn by the time the admin answers');
     assert.equal((await http('GET', `${sc.base}/_mesh/health`)).status, 503);
-    await new Promise((r) => setTimeout(r, INTERVAL * 2 + 100));
+    // Two more healthy checks: the first one's outcome is applied before the second is sent.
+    const checks = app.checks();
+    await waitFor(() => app.checks() >= checks + 2, 5000, 20);
     assert.equal(await lookup(), undefined, 'healthy checks do not register it while draining');
     const ok = await http('GET', `${sc.admin}/healthcheck/ok`);
     assert.equal(ok.status, 200, ok.text);
@@ -125,6 +129,7 @@ describe('sidecar app registration without a health URL; TTL after a crash', () 
     const sc = await startSidecar(home.path, ['--server_name=plain.app', '--server_address=127.0.0.1:6553', '--register_ttl=1s', '--register_interval=300ms']);
     try {
       await waitFor(async () => (await http('GET', `${sc.base}/registry?service=plain.app`)).status === 200, 3000, 20);
+      // Not an ordering sleep: the case is the state after more than one TTL (a slow machine only makes it stricter).
       await new Promise((r) => setTimeout(r, 1300));
       assert.equal((await http('GET', `${sc.base}/registry?service=plain.app`)).status, 200, 'refreshed before its TTL ran out');
     } finally {

@@ -8,7 +8,6 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Agent } from 'undici';
 import WebSocket, { WebSocketServer } from 'ws';
 import { freePort, runCli, tempDir } from './helpers.js';
 import { http, postJson, refusedHandshake, startPlainApp, startSidecar, subscribe, type ErrorJson, type PlainApp, type SidecarProcess } from './fixtures/sidecar-common.js';
@@ -84,19 +83,15 @@ describe('sidecar --enable_tls', () => {
 
   it('serves HTTPS with the given files, and admin /certs lists the certificate', async () => {
     assert.match(sc.base, /^https:\/\//);
-    const dispatcher = new Agent({ connect: { ca: readFileSync(cert) } });
-    try {
-      const r = await http('GET', `${sc.base}/`, { dispatcher });
-      assert.equal(r.status, 200);
-      const reg = await http('POST', `${sc.base}/registry`, {
-        dispatcher,
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ Name: 'tls.app', Nodes: [{ Id: 't1', Address: '127.0.0.1', Port: 1 }] }),
-      });
-      assert.equal(reg.status, 200, reg.text);
-    } finally {
-      await dispatcher.close();
-    }
+    const ca = readFileSync(cert);
+    const r = await http('GET', `${sc.base}/`, { ca });
+    assert.equal(r.status, 200);
+    const reg = await http('POST', `${sc.base}/registry`, {
+      ca,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ Name: 'tls.app', Nodes: [{ Id: 't1', Address: '127.0.0.1', Port: 1 }] }),
+    });
+    assert.equal(reg.status, 200, reg.text);
     const certs = await http('GET', `${sc.admin}/certs`);
     assert.equal(certs.status, 200);
     assert.ok(certs.text.includes(cert), certs.text);

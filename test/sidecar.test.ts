@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import type { Socket } from 'node:net';
 import { once } from 'node:events';
 import { WebSocket } from 'ws';
-import { runCli, startProcess, tempDir, waitFor, sleep } from './helpers.js';
+import { runCli, startProcess, tempDir, waitFor } from './helpers.js';
 import {
   http,
   postJson,
@@ -16,6 +16,9 @@ import {
   startPlainApp,
   startSidecar,
   subscribe,
+  flushTopic,
+  MARKER,
+  type Subscriber,
   type ErrorJson,
   type PlainApp,
   type SidecarProcess,
@@ -164,10 +167,11 @@ describe('sidecar', () => {
       assert.equal(r.text, '{}');
     }
     await waitFor(() => all.frames.length >= 100 && q1.frames.length + q2.frames.length >= 100, 10000, 20);
-    await sleep(200); // nothing more arrives
+    await flushTopic(sc.base, 'orders', [q1, q2, all]); // nothing more is on its way
+    const real = (s: Subscriber) => s.bodies().filter((b) => b !== MARKER);
     const expected = Array.from({ length: 100 }, (_, i) => `m-${i}`).sort();
-    assert.deepEqual([...all.bodies()].sort(), expected);
-    const shared = [...q1.bodies(), ...q2.bodies()];
+    assert.deepEqual([...real(all)].sort(), expected);
+    const shared = [...real(q1), ...real(q2)];
     assert.equal(shared.length, 100, 'the queue group got each message once');
     assert.deepEqual([...shared].sort(), expected);
     assert.ok(q1.frames.length > 0 && q2.frames.length > 0, `both members got some (${q1.frames.length}/${q2.frames.length})`);
@@ -222,7 +226,11 @@ describe('sidecar', () => {
     const burst = await Promise.all(Array.from({ length: 50 }, (_, i) => send(`b-${i}`, '3')));
     assert.ok(burst.every((r) => r.status === 200));
     await waitFor(() => subs.every((s) => s.raw.length >= 55), 5000, 20);
-    await sleep(100);
+    // a marker last: frames come in order, so once each has it nothing more is on its way; then drop it
+    assert.equal((await send('marker', '9')).status, 200);
+    const isMarker = (f: { text: string }) => (JSON.parse(f.text) as { Header: Record<string, string> }).Header['X-N'] === '9';
+    await waitFor(() => subs.every((s) => s.raw.some(isMarker)), 5000, 20);
+    for (const s of subs) s.raw.splice(s.raw.findIndex(isMarker), 1);
     const [first, ...others] = subs.map((s) => s.raw);
     for (const o of others) assert.deepEqual(o, first, 'byte for byte, same order');
     assert.equal(first!.length, 55);
@@ -251,8 +259,9 @@ describe('sidecar', () => {
     await waitFor(() => listener.frames.length >= 1, 5000, 20);
     assert.equal(listener.bodies()[0], 'hello from ws');
     assert.equal(listener.frames[0]!.Header['Content-Type'], 'text/plain');
-    await sleep(200);
-    assert.equal(talker.frames.length, 0);
+    // a marker last: an echo of the frame would have reached talker before it
+    await flushTopic(sc.base, 'chat', [talker]);
+    assert.deepEqual(talker.bodies(), [MARKER]);
     talker.ws.close();
     listener.ws.close();
   });

@@ -2,11 +2,10 @@
 import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { connect, type PeerCertificate } from 'node:tls';
 import { join } from 'node:path';
-import { freePort, startProcess, type RunningProcess } from './helpers.js';
+import { http, PRINTED, startProcess, type HttpAnswer, type RunningProcess } from './helpers.js';
 
 export interface Pair {
   cert: string;
@@ -48,10 +47,9 @@ export interface ServerProcess {
 
 /** `mesh api` (or `mesh sidecar`) on loopback with its admin; resolves once it says it is listening. */
 export async function startServer(command: 'api' | 'sidecar', args: string[], env: Record<string, string> = {}): Promise<ServerProcess> {
-  const port = await freePort();
-  const adminPort = await freePort();
-  const proc = startProcess([command, `--address=127.0.0.1:${port}`, `--admin_address=127.0.0.1:${adminPort}`, '--registry=memory', '--broker=memory', ...args], env);
-  await proc.waitForOutput(/listening on https?:\/\/\S+/, 20000);
+  const proc = startProcess([command, '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0', '--registry=memory', '--broker=memory', ...args], env);
+  const port = await proc.waitForPort(command === 'api' ? PRINTED.api : PRINTED.sidecar, 20000);
+  const adminPort = await proc.waitForPort(command === 'api' ? PRINTED.apiAdmin : PRINTED.sidecarAdmin);
   return { proc, port, adminPort, admin: `http://127.0.0.1:${adminPort}`, stop: () => proc.stop() };
 }
 
@@ -101,16 +99,8 @@ export function httpsGet(port: number, path: string, options: { servername?: str
 }
 
 /** GET over plain HTTP (the admin interface). */
-export function httpGet(url: string, headers: Record<string, string> = {}): Promise<{ status: number; text: string; headers: Record<string, unknown> }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { headers, agent: false }, (res) => {
-      let text = '';
-      res.on('data', (d: Buffer) => (text += d.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text, headers: res.headers }));
-    });
-    req.once('error', reject);
-    req.end();
-  });
+export function httpGet(url: string, headers: Record<string, string> = {}): Promise<HttpAnswer> {
+  return http('GET', url, { headers });
 }
 
 export interface CertDetails {

@@ -12,7 +12,7 @@ import { DEFAULT_OUTLIER_DETECTION } from '../src/upstream/config.js';
 import { Host } from '../src/upstream/host.js';
 import { OutlierDetector } from '../src/upstream/outlier.js';
 import type { UpstreamLease } from '../src/upstream/types.js';
-import { sleep, waitFor } from './helpers.js';
+import { waitFor } from './helpers.js';
 
 interface Backend {
   port: number;
@@ -149,7 +149,7 @@ test('under concurrent load a backend turning 503 is ejected and, with one retry
     }
   };
   const running = Array.from({ length: 8 }, () => worker());
-  await sleep(150);
+  await waitFor(() => hosts.every((h) => h.hits > 0), 8000, 5); // the load reaches every host
   hosts[0]!.status = 503;
   await waitFor(() => cm.clusters()[0]!.hosts.find((h) => h.port === hosts[0]!.port)!.failedOutlierCheck, 8000, 5);
   const hitsAtEjection = hosts[0]!.hits;

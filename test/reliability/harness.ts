@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { ROOT, freePort, runCli, startProcess, type RunningProcess } from '../helpers.js';
+import { ROOT, runCli, startProcess, type RunningProcess } from '../helpers.js';
 import { serviceListening } from '../fixtures/engines-common.js';
 
 export const WHO = join(ROOT, 'test/fixtures/who-service.ts');
@@ -60,13 +60,13 @@ export async function startService(
   registryFlags: string[],
   opts: { port?: number; args?: string[]; flags?: string[]; env?: Record<string, string> } = {},
 ): Promise<ServiceProcess> {
-  const port = opts.port ?? (await freePort());
   const proc = startProcess(
-    ['--import', 'tsx', script, ...(opts.args ?? []), ...registryFlags, `--address=127.0.0.1:${port}`, '--log_level=warning', ...(opts.flags ?? [])],
-    opts.env ?? {},
+import { pathToFileURL } from 'node:url';
+import { ROOT, runCli, startProcess, type RunningProcess } from '../helpers.js';
     '',
   );
   const line = await proc.waitForOutput(new RegExp(`${serviceListening(name).source}[^\\n]*`), 40_000);
+  const port = Number(/ listening on \S+:(\d+) /.exec(line)?.[1]);
   const node = /\(node ([^)]+)\)/.exec(line)![1]!;
   const admin = /admin on (\S+)/.exec(line)?.[1] ?? '';
   return { proc, name, port, pid: proc.child.pid!, nodeId: node, admin: admin ? `http://${admin}` : '' };

@@ -150,9 +150,9 @@ export function startLoad(options: LoadOptions): RunningLoad {
         const f = failureKind(err);
         record(req, t0, false, f.kind, f.detail);
         // A refused connection fails at once: do not spin.
-        if (!stopping) await new Promise((r) => setTimeout(r, 5));
+        if (!stopping) await new Promise((r) => setTimeout(r, 5)); // load generator back-off, not ordering
       }
-      if (options.pauseMs && !stopping) await new Promise((r) => setTimeout(r, options.pauseMs));
+      if (options.pauseMs && !stopping) await new Promise((r) => setTimeout(r, options.pauseMs)); // load generator pause, not ordering
     }
   };
 

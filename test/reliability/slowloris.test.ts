@@ -179,7 +179,7 @@ for (const kind of ['gateway', 'sidecar'] as const) {
           while (Date.now() < deadline) {
             const n = openSockets(target.pid);
             if (n !== undefined) most = Math.max(most, n - (baseline ?? 0));
-            await new Promise((r) => setTimeout(r, 100));
+            await new Promise((r) => setTimeout(r, 100)); // a slowloris client's pace, not ordering
           }
           // Every slow socket it accepted is closed after the 1 s headers timeout (+ slack).
           await waitFor(() => attack.closedByServer() >= Math.min(100, attack.connected()), 15_000, 100);

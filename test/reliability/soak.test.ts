@@ -151,7 +151,7 @@ it(`soak: ${SOAK_SECONDS}s of mixed traffic through gateways and a sidecar: no f
         const rss = rssBytes(w.pid);
         if (rss !== undefined) w.rss.push(rss);
       }
-      await new Promise((r) => setTimeout(r, SAMPLE_MS));
+      await new Promise((r) => setTimeout(r, SAMPLE_MS)); // the sampling period of a soak, not ordering
     }
     const reports = Object.fromEntries(await Promise.all(Object.entries(runs).map(async ([k, l]) => [k, await l.done] as const)));
     for (const [k, r] of Object.entries(reports)) t.diagnostic(`${formatReport(r, k)} ${JSON.stringify(r.byName)}`);
