@@ -8,7 +8,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LocalRegistry } from '../src/registry/local.js';
+import { LocalRegistry } from '../src/registry/local/index.js';
 import type { Service, WatchEvent } from '../src/registry/registry.js';
 import { median, percentile } from './lib/stats.js';
 

@@ -11,7 +11,7 @@ import pino from 'pino';
 import type { Message } from '../src/broker/broker.js';
 import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, encodeHeader } from '../src/broker/http.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local.js';
+import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
 import { RegistryValidationError, type Registry } from '../src/registry/registry.js';
 import Database from 'better-sqlite3';
 import { ROOT, sleep, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';

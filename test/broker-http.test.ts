@@ -11,7 +11,7 @@ import pino from 'pino';
 import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
 import { HttpBroker, DELIVERY_PATH, HEADER_FIELD, MISSING_FIELD, encodeHeader, decodeHeader, topicService } from '../src/broker/http.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry } from '../src/registry/local.js';
+import { LocalRegistry } from '../src/registry/local/index.js';
 import type { Registry, Service } from '../src/registry/registry.js';
 import { freePort, ROOT, sleep, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 

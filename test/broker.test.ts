@@ -8,7 +8,7 @@ import { HttpBroker } from '../src/broker/http.js';
 import { NatsBroker } from '../src/broker/nats.js';
 import { createBroker } from '../src/broker/create.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry } from '../src/registry/local.js';
+import { LocalRegistry } from '../src/registry/local/index.js';
 import { brokerContract } from './broker-contract.js';
 import { engine, freePort, tempDir, waitFor } from './helpers.js';
 

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { EtcdRegistry } from '../src/registry/etcd.js';
+import { EtcdRegistry } from '../src/registry/etcd/index.js';
 import { NatsBroker } from '../src/broker/nats.js';
 import type { Message } from '../src/broker/broker.js';
 import { freePort, runCli, sleep, tempDir, waitFor } from './helpers.js';

@@ -12,7 +12,7 @@ import Database from 'better-sqlite3';
 import { Logging, chooseLogFormat, colorEnabled, formatTextLine, type LogFormat } from '../src/util/log.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
 import { createRegistry } from '../src/registry/create.js';
-import { LOCAL_DB_FILE } from '../src/registry/local.js';
+import { LOCAL_DB_FILE } from '../src/registry/local/index.js';
 import { PRINTED, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { http } from './fixtures/gateway-helpers.js';
 

@@ -85,10 +85,20 @@ describe('module homes', () => {
   });
 
   it('registry: no backend imports a sibling backend; shared records live in records.ts', () => {
-    const backends = ['registry/memory.ts', 'registry/local.ts', 'registry/etcd.ts'];
-    for (const b of backends) {
-      assert.deepEqual([...modules.get(b)!.imports].filter((i) => backends.includes(i)), [], b);
-      if (b !== 'registry/memory.ts') assert.ok(modules.get(b)!.imports.has('registry/records.ts'), b);
+    // A backend is one file (memory) or one folder (local/, etcd/: a module per part).
+    const backends: Record<string, (m: string) => boolean> = {
+      memory: (m) => m === 'registry/memory.ts',
+      local: under('registry/local'),
+      etcd: under('registry/etcd'),
+    };
+    for (const [b, owns] of Object.entries(backends)) {
+      const own = [...modules.keys()].filter(owns);
+      assert.ok(own.length > 0, b);
+      for (const m of own) {
+        const others = [...modules.get(m)!.imports].filter((i) => !owns(i) && Object.values(backends).some((o) => o(i)));
+        assert.deepEqual(others, [], m);
+      }
+      if (b !== 'memory') assert.ok(own.some((m) => modules.get(m)!.imports.has('registry/records.ts')), b);
     }
     for (const [m, { text }] of modules) {
       if (m === 'registry/records.ts') continue;

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { createRegistry } from '../src/registry/create.js';
-import { LOCAL_DB_FILE } from '../src/registry/local.js';
+import { LOCAL_DB_FILE } from '../src/registry/local/index.js';
 import type { Registry } from '../src/registry/registry.js';
 import { runCli, tempDir, waitFor } from './helpers.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from './fixtures/gateway-helpers.js';

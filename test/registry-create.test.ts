@@ -5,8 +5,8 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createRegistry, defaultRegistryDirectory } from '../src/registry/create.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry } from '../src/registry/local.js';
-import { EtcdRegistry, parseEtcdAddress } from '../src/registry/etcd.js';
+import { LocalRegistry } from '../src/registry/local/index.js';
+import { EtcdRegistry, parseEtcdAddress } from '../src/registry/etcd/index.js';
 import { tempDir } from './helpers.js';
 
 function withEnv<T>(name: string, value: string | undefined, fn: () => T): T {

@@ -9,7 +9,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local.js';
+import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
 import { StatsStore } from '../src/stats/store.js';
 import { Logging } from '../src/util/log.js';
 import type { Service } from '../src/registry/registry.js';
@@ -150,7 +150,7 @@ describe('local registry: the file deleted ten times in a row under four instanc
  */
 const PEER = `
 const [dir, name] = process.argv.slice(1);
-const { LocalRegistry } = await import(${JSON.stringify(new URL('../src/registry/local.ts', import.meta.url).href)});
+const { LocalRegistry } = await import(${JSON.stringify(new URL('../src/registry/local/index.ts', import.meta.url).href)});
 const reg = new LocalRegistry(dir);
 reg.watch((e) => { if (e.action === 'delete') console.log('DELETE ' + e.service.name); });
 let seq = 0;

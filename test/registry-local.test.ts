@@ -10,7 +10,7 @@ import { createInterface } from 'node:readline';
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local.js';
+import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Service, WatchEvent } from '../src/registry/registry.js';
 import { collect, node, svc } from './registry-contract.js';
