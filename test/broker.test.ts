@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import pino from 'pino';
 import { BrokerUnavailableError, type Broker } from '../src/broker/broker.js';
 import { MemoryBroker } from '../src/broker/memory.js';
-import { HttpBroker } from '../src/broker/http.js';
+import { HttpBroker } from '../src/broker/http/broker.js';
 import { NatsBroker } from '../src/broker/nats.js';
 import { createBroker } from '../src/broker/create.js';
 import { MemoryRegistry } from '../src/registry/memory.js';

@@ -7,7 +7,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { RE2JS } from 're2js';
-import { buildRoutes, RouteTable } from '../src/gateway/router.js';
+import { buildRoutes, RouteTable } from '../src/gateway/routes.js';
 import type { Service } from '../src/registry/registry.js';
 import { parseProxyConfig } from '../src/proxy/config.js';
 import { MAX_REGEX_PATH_LENGTH, MAX_REGEX_PROGRAM_SIZE, compilePathRegex, estimateProgramSize } from '../src/util/regex.js';

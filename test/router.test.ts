@@ -6,13 +6,8 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import {
-  RegistryRouter,
-  RouteTable,
-  buildRoutes,
-  compilePath,
-  splitList,
-} from '../src/gateway/router.js';
+import { RegistryRouter } from '../src/gateway/router.js';
+import { RouteTable, buildRoutes, compilePath, splitList } from '../src/gateway/routes.js';
 import { MAX_REGEX_PATH_LENGTH } from '../src/util/regex.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { createRegistry } from '../src/registry/create.js';

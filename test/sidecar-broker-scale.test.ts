@@ -6,7 +6,7 @@
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { HttpBroker } from '../src/broker/http.js';
+import { HttpBroker } from '../src/broker/http/broker.js';
 import { LocalRegistry } from '../src/registry/local/index.js';
 import { Logging } from '../src/util/log.js';
 import type { Message } from '../src/broker/broker.js';

@@ -2,7 +2,7 @@
 import type pino from 'pino';
 import type { Registry } from '../registry/registry.js';
 import type { Broker } from './broker.js';
-import { HttpBroker } from './http.js';
+import { HttpBroker } from './http/broker.js';
 import { MemoryBroker } from './memory.js';
 import { NatsBroker } from './nats.js';
 import type { EngineTlsFiles } from '../util/engine-access.js';

@@ -24,7 +24,8 @@ import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
 import { handleEvent } from '../handlers/event.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import { packageVersion } from '../admin/build-info.js';
-import { RegistryRouter, type HandlerName, type RouteMatch } from './router.js';
+import { RegistryRouter } from './router.js';
+import type { HandlerName, RouteMatch } from './routes.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 
 export const DEFAULT_ADDRESS = ':8080';

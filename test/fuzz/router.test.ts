@@ -7,7 +7,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { buildRoutes, compilePath, RouteTable, splitList } from '../../src/gateway/router.js';
+import { buildRoutes, compilePath, RouteTable, splitList } from '../../src/gateway/routes.js';
 import type { Service } from '../../src/registry/registry.js';
 import { compilePathRegex, MAX_REGEX_PATH_LENGTH } from '../../src/util/regex.js';
 

@@ -1,0 +1,158 @@
+/**
+ * The http broker's sender: delivery requests to subscriber endpoints over a bounded undici pool,
+ * broadcast deliveries (failures logged per subscriber) and queue group deliveries (another node
+ * of the group when one fails, at most MAX_QUEUE_ATTEMPTS).
+ */
+import { Agent, type Dispatcher } from 'undici';
+import type pino from 'pino';
+import { decodeMissing, DeliveryError, errorText, HEADER_FIELD, MISSING_FIELD, type Delivery } from './wire.js';
+
+/** Queue group: nodes tried at most, per message. */
+const MAX_QUEUE_ATTEMPTS = 3;
+
+export interface SenderOptions {
+  /** Bound on one delivery (connect, send, answer). */
+  deliveryTimeoutMs: number;
+  logger: pino.Logger;
+  /**
+   * Hands a queue group's message to a group of this process directly (no HTTP request to
+   * ourselves); false when the node is not one of ours.
+   */
+  deliverLocally: (nodeId: string, topic: string, headerValue: string, body: Buffer) => boolean;
+}
+
+function shuffle<T>(items: T[]): T[] {
+  const a = items.slice();
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a;
+}
+
+export class Sender {
+  private readonly agent: Agent;
+
+  constructor(private readonly options: SenderOptions) {
+    this.agent = new Agent({
+      connect: { timeout: options.deliveryTimeoutMs },
+      headersTimeout: options.deliveryTimeoutMs,
+      bodyTimeout: options.deliveryTimeoutMs,
+      keepAliveTimeout: 4_000,
+      connections: 64,
+    });
+  }
+
+  /** A broadcast delivery: failures are logged per subscriber, never thrown. */
+  async deliverBroadcast(delivery: Delivery, topic: string, headerValue: string, body: Buffer): Promise<void> {
+    try {
+      await this.post(delivery, headerValue, body);
+    } catch (err) {
+      const error = errorText(err);
+      const missing = delivery.nodes.length > 1 ? (err as DeliveryError).missing : undefined;
+      for (const node of delivery.nodes) {
+        if (missing && !missing.has(node.id)) continue; // the endpoint took it for this one
+        this.options.logger.warn({ topic, node: node.id, address: `${node.address}:${node.port}`, error }, 'http broker: delivery to a subscriber failed');
+      }
+    }
+  }
+
+  async deliverToGroup(queue: string, targets: Delivery[], topic: string, headerValue: string, body: Buffer): Promise<void> {
+    const errors: string[] = [];
+    for (const target of shuffle(targets).slice(0, MAX_QUEUE_ATTEMPTS)) {
+      const node = target.nodes[0]!;
+      try {
+        await this.deliver(target, topic, headerValue, body);
+        return;
+      } catch (err) {
+        errors.push(`${node.id} (${node.address}:${node.port}): ${errorText(err)}`);
+        this.options.logger.debug({ topic, queue, node: node.id, error: errorText(err) }, 'http broker: queue delivery failed, trying another node');
+      }
+    }
+    this.options.logger.warn({ topic, queue, errors }, 'http broker: no subscriber of the queue group took the message');
+  }
+
+  /** Closes the pool. */
+  async close(): Promise<void> {
+    await this.agent.close().catch(() => undefined);
+  }
+
+  /** Delivers to one node: directly when it is a subscription of this process, else over HTTP. */
+  private async deliver(target: Delivery, topic: string, headerValue: string, body: Buffer): Promise<void> {
+    // A subscription of this very process (a sidecar's WebSocket subscribers, say) is handed the
+    // message directly: no HTTP request to ourselves.
+    if (this.options.deliverLocally(target.nodes[0]!.id, topic, headerValue, body)) return;
+    await this.post(target, headerValue, body);
+  }
+
+  /**
+   * One delivery request; resolves on 2xx, else rejects (a DeliveryError for an answer). Bounded
+   * by deliveryTimeoutMs from the call, time waiting for a connection included. undici's dispatch
+   * API with a plain handler: no response stream, no AbortSignal per request.
+   */
+  private post(delivery: Delivery, headerValue: string, body: Buffer): Promise<void> {
+    const timeoutMs = this.options.deliveryTimeoutMs;
+    return new Promise<void>((resolve, reject) => {
+      let controller: Dispatcher.DispatchController | undefined;
+      let settled = false;
+      let timedOut = false;
+      let status = 0;
+      let missing: string | undefined;
+      let errorBody: Buffer[] | undefined;
+      let errorBytes = 0;
+      const finish = (err?: Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (err) reject(err);
+        else resolve();
+      };
+      const timer = setTimeout(() => {
+        timedOut = true;
+        const err = new Error(`no answer within ${timeoutMs} ms`);
+        controller?.abort(err);
+        finish(err);
+      }, timeoutMs);
+      try {
+        this.agent.dispatch(
+          {
+            origin: delivery.origin,
+            path: delivery.path,
+            method: 'POST',
+            headers: { 'content-type': 'application/octet-stream', [HEADER_FIELD]: headerValue },
+            body,
+          },
+          {
+            onRequestStart(c) {
+              controller = c;
+              if (timedOut) c.abort(new Error(`no answer within ${timeoutMs} ms`));
+            },
+            onResponseStart(_c, statusCode, headers) {
+              status = statusCode;
+              const m = headers[MISSING_FIELD];
+              missing = typeof m === 'string' ? m : undefined;
+              if (statusCode < 200 || statusCode >= 300) errorBody = [];
+            },
+            onResponseData(_c, chunk) {
+              // An error's text (the start of it) goes into the log; a 202 has no body.
+              if (errorBody && errorBytes < 300) {
+                errorBody.push(chunk);
+                errorBytes += chunk.length;
+              }
+            },
+            onResponseEnd() {
+              if (!errorBody) return finish();
+              const text = Buffer.concat(errorBody).toString('utf8').slice(0, 300);
+              finish(new DeliveryError(`status ${status}${text ? `: ${text}` : ''}`, missing !== undefined ? decodeMissing(missing) : undefined));
+            },
+            onResponseError(_c, err) {
+              finish(err);
+            },
+          },
+        );
+      } catch (err) {
+        finish(err instanceof Error ? err : new Error(String(err)));
+      }
+    });
+  }
+}
