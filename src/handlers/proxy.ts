@@ -18,7 +18,7 @@ import { MeshError, asFrontEndError } from '../errors.js';
 import { sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
 import { connectionNamed, isHopByHop, rawNameIs } from '../transport/headers.js';
-import { readBody } from '../http/body.js';
+import { lingerOnRest, readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
 
@@ -80,39 +80,6 @@ function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
   if (length === undefined || length === '0') return 'none';
   const n = Number(length);
   return Number.isInteger(n) && n >= 0 && n <= BUFFERED_BODY_MAX ? 'small' : 'stream';
-}
-
-/** How long, at most, the rest of a refused upload is read and dropped after a 413. */
-const LINGER_MS = 2_000;
-/** And how many bytes, at most: whichever comes first. */
-const LINGER_BYTES = 16 * 1024 * 1024;
-
-/**
- * After a 413: the rest of the body is read and dropped (a lingering close), so that a client
- * still sending reads the answer: closing on unread data makes the kernel reset the connection,
- * and a reset can discard the 413 before the client reads it. Bounded: after LINGER_MS, or past
- * max(4 × limit, LINGER_BYTES) dropped bytes, the connection is closed anyway.
- */
-function drainThenClose(req: IncomingMessage, limit: number): void {
-  const cap = Math.max(4 * limit, LINGER_BYTES);
-  let drained = 0;
-  const close = () => {
-    req.off('data', onData);
-    req.socket.destroy();
-  };
-  const timer = setTimeout(close, LINGER_MS);
-  timer.unref();
-  const onData = (chunk: Buffer) => {
-    drained += chunk.length;
-    if (drained > cap) {
-      clearTimeout(timer);
-      close();
-    }
-  };
-  req.on('data', onData);
-  req.once('end', () => clearTimeout(timer));
-  req.socket.once('close', () => clearTimeout(timer));
-  req.resume();
 }
 
 type ForwardResult =
@@ -290,8 +257,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
   const limit = fe.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
-    // Before any host is contacted.
-    drainThenClose(req, limit);
+    // Before any host is contacted (the front server drops the rest of the body: lingerOnRest).
     throw new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`);
   }
   const kind = bodyKind(req);
@@ -344,7 +310,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
       lease.release({ kind: 'cancelled' }, Date.now() - started);
       req.unpipe(counter);
       if (result.kind === 'error' && !result.responded && !res.headersSent && !res.destroyed) {
-        drainThenClose(req, limit);
+        lingerOnRest(req, res, limit);
         sendError(res, new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`));
       } else {
         req.resume();

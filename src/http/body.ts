@@ -1,5 +1,5 @@
 /** Reading request bodies with a size limit (413 beyond it) and a deadline. */
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { MeshError } from '../errors.js';
 
 export const DEFAULT_MAX_BODY = 4 * 1024 * 1024;
@@ -41,4 +41,43 @@ export function readBody(req: IncomingMessage, limit: number, errorId: string): 
     req.on('error', onError);
     req.on('aborted', onAborted);
   });
+}
+
+/** How long, at most, the rest of a refused request body is read and dropped. */
+export const LINGER_MS = 2_000;
+/** And how many bytes at most (or 4 × the body limit, when that is more): whichever comes first. */
+export const LINGER_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Called before answering a request whose body is still arriving (a 413, or any early error): a
+ * lingering close. The rest of the body is read and dropped, and the answer keeps the connection
+ * open even when the client asked for `Connection: close`: Node would otherwise close the socket
+ * right after the answer, and a socket closed on unread data is reset by the kernel, which can
+ * discard the answer before the client reads it. Bounded: after LINGER_MS, or past
+ * max(4 × limit, LINGER_BYTES) dropped bytes, the connection is closed anyway. `keepOpen: false`
+ * (a draining server) leaves the answer's Connection header as it is.
+ */
+export function lingerOnRest(req: IncomingMessage, res: ServerResponse, limit: number, keepOpen = true): void {
+  if (req.complete || req.destroyed) return;
+  if (keepOpen && !res.headersSent) res.shouldKeepAlive = true;
+  const cap = Math.max(4 * limit, LINGER_BYTES);
+  let dropped = 0;
+  const close = () => {
+    done();
+    req.socket?.destroy();
+  };
+  const timer = setTimeout(close, LINGER_MS);
+  timer.unref();
+  const onData = (chunk: Buffer) => {
+    dropped += chunk.length;
+    if (dropped > cap) close();
+  };
+  const done = () => {
+    clearTimeout(timer);
+    req.off('data', onData);
+  };
+  req.on('data', onData);
+  req.once('end', done);
+  req.once('close', done);
+  req.resume();
 }

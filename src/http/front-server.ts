@@ -10,6 +10,7 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import { MeshError } from '../errors.js';
+import { lingerOnRest } from './body.js';
 import { rawErrorResponse, sendError, sendJson } from './respond.js';
 import { parseAddress } from '../util/address.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from './lifecycle.js';
@@ -218,6 +219,8 @@ export class FrontServer {
     }
     this.options.handle(req, res).catch((err: unknown) => {
       if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err) }, 'handler failed');
+      // An answer before the whole body arrived (413, a refused request): drop the rest first.
+      lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
       sendError(res, err, this.options.errorId);
     });
   }

@@ -61,8 +61,8 @@ export async function startService(
   opts: { port?: number; args?: string[]; flags?: string[]; env?: Record<string, string> } = {},
 ): Promise<ServiceProcess> {
   const proc = startProcess(
-import { pathToFileURL } from 'node:url';
-import { ROOT, runCli, startProcess, type RunningProcess } from '../helpers.js';
+    ['--import', 'tsx', script, ...(opts.args ?? []), ...registryFlags, `--address=127.0.0.1:${opts.port ?? 0}`, '--log_level=warning', ...(opts.flags ?? [])],
+    opts.env ?? {},
     '',
   );
   const line = await proc.waitForOutput(new RegExp(`${serviceListening(name).source}[^\\n]*`), 40_000);
