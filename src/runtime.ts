@@ -18,6 +18,7 @@ import type { StaticClusterConfig } from './upstream/config.js';
 import { Client } from './client/client.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
+import { ProcessMetrics } from './stats/process-metrics.js';
 import { serverLimits, type Drainable, type DrainResult } from './http/lifecycle.js';
 import { SelfAddresses } from './upstream/self-guard.js';
 import type { TlsProvider } from './tls/provider.js';
@@ -85,6 +86,8 @@ export class Runtime {
   private shuttingDown?: Promise<DrainResult>;
   /** Epoch ms when the state last turned draining (admin /healthcheck/fail or the shutdown). */
   private drainingSince?: number;
+  /** The standard process metrics (event-loop monitor included), built with the first listener that shows them. */
+  private processMetricsInstance?: ProcessMetrics;
 
   constructor(
     readonly options: ResolvedOptions,
@@ -171,6 +174,7 @@ export class Runtime {
       token: this.options.adminToken,
       allowedHosts: this.options.adminAllowedHosts,
       limits: serverLimits(this.options),
+      processMetrics: this.processMetrics(),
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },
@@ -179,6 +183,16 @@ export class Runtime {
     this.selfAddresses.add(bound.host, bound.port, 'admin');
     this.onShutdown(() => admin.close());
     return bound;
+  }
+
+  /** The process metrics of the Prometheus format, created once and closed on shutdown. */
+  private processMetrics(): ProcessMetrics {
+    if (!this.processMetricsInstance) {
+      const metrics = new ProcessMetrics();
+      this.processMetricsInstance = metrics;
+      this.onShutdown(() => metrics.close());
+    }
+    return this.processMetricsInstance;
   }
 
   /**
