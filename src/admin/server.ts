@@ -77,6 +77,12 @@ export function parseAdminAddress(address: string): HostPort {
   return parseAddress(address, { what: 'admin address' });
 }
 
+/** Brings the `server.*` gauges up to date (before any render of the stats). */
+export function refreshServerStats(ctx: Pick<AdminContext, 'stats' | 'server' | 'certs'>): void {
+  const { stats, server, certs } = ctx;
+  updateServerStats(stats, server, certs ? { secondsUntilFirstCertExpiring: secondsUntilFirstExpiring(certs(), server.now()) } : {});
+}
+
 function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
@@ -419,8 +425,8 @@ export class AdminServer {
       if (re instanceof Error) return text(400, `Invalid regex: ${re.message}\n`);
       filter = re;
     }
-    const { stats, server, certs } = this.ctx;
-    updateServerStats(stats, server, certs ? { secondsUntilFirstCertExpiring: secondsUntilFirstExpiring(certs(), server.now()) } : {});
+    const stats = this.ctx.stats;
+    refreshServerStats(this.ctx);
     const list = stats.list({ usedOnly: q.has('usedonly'), filter });
     if (format === 'json') return { status: 200, body: renderJson(list), contentType: JSON_TYPE };
     if (format === 'prometheus') {
