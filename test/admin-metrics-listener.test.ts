@@ -40,6 +40,10 @@ describe('--metrics_address', () => {
       await rt.state.ok();
     }
     assert.equal((await http('GET', base + '/ready')).text, 'LIVE\n');
+    const head = await http('HEAD', base + '/ready');
+    assert.equal(head.status, 200);
+    assert.equal(head.text, '');
+    assert.equal(head.headers['content-length'], '5');
   });
 
   it('GET /metrics: the Prometheus text with the stats and the process metrics, no Host check', async () => {
