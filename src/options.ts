@@ -80,6 +80,8 @@ export interface MeshOptions {
   adminToken?: string;
   /** Host names the admin interface answers besides loopback, localhost and its own IP (`*.domain`; `*` turns the check off). Default `[]`. */
   adminAllowedHosts?: string[];
+  /** Read-only metrics listener `host:port` (GET /metrics, GET /ready), or `'off'`. Default `'off'`. */
+  metricsAddress?: string;
   /** trace, debug, info, warning, error, critical, off. Default `'info'`. */
   logLevel?: LogLevel;
   /** `'text'` (one readable line per event) or `'json'` (JSON lines with level names). Default: text when stderr is a terminal, else JSON. */
@@ -146,6 +148,8 @@ export interface ResolvedOptions {
   adminAddress?: string;
   adminToken?: string;
   adminAllowedHosts: string[];
+  /** Undefined or `'off'`: no metrics listener. */
+  metricsAddress?: string;
   logLevel: LogLevel;
   logFormat?: LogFormat;
   enableStats: boolean;
@@ -210,7 +214,7 @@ const KNOWN = new Set<string>([
   ...Object.keys(DEFAULT_OPTIONS),
   'registryAddress', 'registryTlsCaFile', 'registryTlsCertFile', 'registryTlsKeyFile',
   'brokerAddress', 'brokerTlsCaFile', 'brokerTlsCertFile', 'brokerTlsKeyFile',
-  'codecs', 'adminAddress', 'adminToken', 'adminAllowedHosts', 'tlsCertFile', 'tlsKeyFile', 'acmeHosts', 'acmeEmail', 'acmeCache',
+  'codecs', 'adminAddress', 'adminToken', 'adminAllowedHosts', 'metricsAddress', 'tlsCertFile', 'tlsKeyFile', 'acmeHosts', 'acmeEmail', 'acmeCache',
   'cors', 'advertise', 'meshHome', 'logFormat',
 ]);
 
@@ -338,6 +342,7 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     adminAddress: str('adminAddress'),
     adminToken: str('adminToken'),
     adminAllowedHosts: list('adminAllowedHosts'),
+    metricsAddress: str('metricsAddress'),
     logLevel: str('logLevel') as LogLevel,
     logFormat: str('logFormat') as LogFormat | undefined,
     enableStats: bool('enableStats'),
@@ -368,6 +373,7 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   checkAddress('address', resolved.address, fail);
   if (resolved.advertise !== undefined && resolved.advertise.trim() !== '') checkAddress('advertise', resolved.advertise, fail);
   if (resolved.adminAddress !== undefined && resolved.adminAddress !== 'off') checkAddress('adminAddress', resolved.adminAddress, fail);
+  if (resolved.metricsAddress !== undefined && resolved.metricsAddress !== 'off') checkAddress('metricsAddress', resolved.metricsAddress, fail);
   if (resolved.requestTimeout > 0 && resolved.requestHeadersTimeout > resolved.requestTimeout) {
     fail('requestHeadersTimeout', `longer than requestTimeout (${resolved.requestTimeout}ms)`);
   }
@@ -381,6 +387,7 @@ function checkAddress(name: string, value: string, fail: (name: string, why: str
   try {
     if (name === 'advertise') parseAdvertise(value);
     else if (name === 'adminAddress') parseAddress(value, { what: 'admin address' });
+    else if (name === 'metricsAddress') parseAddress(value, { what: 'metrics address' });
     else parseAddress(value);
   } catch (err) {
     fail(name, (err as Error).message);

@@ -18,6 +18,8 @@ import type { StaticClusterConfig } from './upstream/config.js';
 import { Client } from './client/client.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
+import { MetricsServer } from './admin/metrics-server.js';
+import { ProcessMetrics } from './stats/process-metrics.js';
 import { serverLimits, type Drainable, type DrainResult } from './http/lifecycle.js';
 import { SelfAddresses } from './upstream/self-guard.js';
 import type { TlsProvider } from './tls/provider.js';
@@ -85,6 +87,9 @@ export class Runtime {
   private shuttingDown?: Promise<DrainResult>;
   /** Epoch ms when the state last turned draining (admin /healthcheck/fail or the shutdown). */
   private drainingSince?: number;
+  /** The standard process metrics (event-loop monitor included), built with the first listener that shows them. */
+  private processMetricsInstance?: ProcessMetrics;
+  private metricsServer?: MetricsServer;
 
   constructor(
     readonly options: ResolvedOptions,
@@ -157,6 +162,7 @@ export class Runtime {
    * it). Resolves with the bound address, or undefined when disabled.
    */
   async startAdmin(defaultAddress: string): Promise<{ host: string; port: number } | undefined> {
+    await this.startMetrics();
     const address = this.options.adminAddress ?? defaultAddress;
     if (address === 'off') return undefined;
     const admin = new AdminServer({
@@ -171,6 +177,7 @@ export class Runtime {
       token: this.options.adminToken,
       allowedHosts: this.options.adminAllowedHosts,
       limits: serverLimits(this.options),
+      processMetrics: this.processMetrics(),
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },
@@ -179,6 +186,42 @@ export class Runtime {
     this.selfAddresses.add(bound.host, bound.port, 'admin');
     this.onShutdown(() => admin.close());
     return bound;
+  }
+
+  /**
+   * Serves the read-only metrics listener (GET /metrics, GET /ready) at the metricsAddress option,
+   * once; `off` or unset: none. Started by startAdmin, whether the admin itself is on or off.
+   */
+  private async startMetrics(): Promise<void> {
+    const address = this.options.metricsAddress;
+    if (address === undefined || address === 'off' || this.metricsServer) return;
+    const metrics = new MetricsServer({
+      stats: this.stats,
+      logging: this.logging,
+      certs: () => this.certificateSources.read(),
+      server: this.state,
+      limits: serverLimits(this.options),
+      processMetrics: this.processMetrics(),
+    });
+    this.metricsServer = metrics;
+    const bound = await metrics.listen(address);
+    this.selfAddresses.add(bound.host, bound.port, 'metrics');
+    this.onShutdown(() => metrics.close());
+  }
+
+  /** The bound address of the metrics listener, once started. */
+  get metricsAddress(): { host: string; port: number } | undefined {
+    return this.metricsServer?.address;
+  }
+
+  /** The process metrics of the Prometheus format, created once and closed on shutdown. */
+  private processMetrics(): ProcessMetrics {
+    if (!this.processMetricsInstance) {
+      const metrics = new ProcessMetrics();
+      this.processMetricsInstance = metrics;
+      this.onShutdown(() => metrics.close());
+    }
+    return this.processMetricsInstance;
   }
 
   /**

@@ -2,7 +2,7 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { engine } from './helpers.js';
+import { engine, waitFor } from './helpers.js';
 import { startAdmin, get, STARTED_AT, type Running } from './admin-fixtures.js';
 import { StatsStore, extractTags } from '../src/stats/store.js';
 import {
@@ -15,6 +15,25 @@ import {
   sanitizeName,
 } from '../src/stats/render.js';
 import { updateServerStats, versionNumber } from '../src/stats/server-stats.js';
+import { ProcessMetrics } from '../src/stats/process-metrics.js';
+
+/** The standard process families, sorted, as the Prometheus format shows them on Linux. */
+const PROCESS_FAMILIES: Array<[string, 'counter' | 'gauge']> = [
+  ['nodejs_eventloop_lag_seconds', 'gauge'],
+  ['nodejs_heap_size_total_bytes', 'gauge'],
+  ['nodejs_heap_size_used_bytes', 'gauge'],
+  ['process_cpu_seconds_total', 'counter'],
+  ['process_open_fds', 'gauge'],
+  ['process_resident_memory_bytes', 'gauge'],
+  ['process_start_time_seconds', 'gauge'],
+];
+
+/** metric -> value of the samples without labels of a Prometheus text body. */
+function unlabelled(body: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const m of body.matchAll(/^([a-z_]+) (\S+)$/gm)) out.set(m[1]!, Number(m[2]));
+  return out;
+}
 
 /** A store like a busy process's: clusters with dotted names, an odd name, http prefixes, topics. */
 function populate(store: StatsStore): void {
@@ -168,6 +187,46 @@ describe('server stats', () => {
   });
 });
 
+describe('process metrics', () => {
+  test('event-loop lag: the mean delay since the previous read, measured on a blocked loop', async () => {
+    const metrics = new ProcessMetrics();
+    try {
+      const lag = () => metrics.families(/^nodejs_eventloop_lag_seconds$/)[0]?.value ?? -1;
+      // the monitor records the time between two fires of its timer: wait until it has recorded one
+      await waitFor(() => lag() > 0);
+      const until = Date.now() + 150;
+      while (Date.now() < until); // block the loop for 150 ms
+      // 0 until the monitor's timer has fired again; then the late fire weighs in the mean
+      const measured = await waitFor(() => lag());
+      assert.ok(measured > 0.01, `lag after a 150 ms block: ${measured} s`);
+      assert.ok(measured < 5, `lag after a 150 ms block: ${measured} s`);
+    } finally {
+      metrics.close();
+    }
+  });
+  test('close stops the monitor: the lag family is left out, the rest stays', () => {
+    const metrics = new ProcessMetrics();
+    assert.deepEqual(metrics.families().map((f) => f.metric).sort(), PROCESS_FAMILIES.map(([m]) => m));
+    metrics.close();
+    metrics.close();
+    assert.deepEqual(metrics.families().map((f) => f.metric).sort(), PROCESS_FAMILIES.map(([m]) => m).filter((m) => m !== 'nodejs_eventloop_lag_seconds'));
+  });
+  test('renderPrometheus sorts extra families in among the stats', () => {
+    const store = new StatsStore();
+    store.gauge('server.uptime').set(7);
+    const extra = [
+      { metric: 'process_open_fds', kind: 'gauge' as const, help: 'Number of open file descriptors', value: 12 },
+      { metric: 'nodejs_heap_size_used_bytes', kind: 'gauge' as const, help: 'Heap', value: 1.5 },
+    ];
+    assert.equal(
+      renderPrometheus(store, store.list(), extra).toString(),
+      '# HELP mesh_server_uptime Seconds since the server started\n# TYPE mesh_server_uptime gauge\nmesh_server_uptime 7\n' +
+        '# HELP nodejs_heap_size_used_bytes Heap\n# TYPE nodejs_heap_size_used_bytes gauge\nnodejs_heap_size_used_bytes 1.5\n' +
+        '# HELP process_open_fds Number of open file descriptors\n# TYPE process_open_fds gauge\nprocess_open_fds 12\n',
+    );
+  });
+});
+
 describe('admin /stats', () => {
   let r: Running;
   before(async () => {
@@ -183,8 +242,8 @@ describe('admin /stats', () => {
   });
 
   test('counters and gauges agree across text, json and prometheus', async () => {
-    // memory gauges move between two requests: leave them out (a negative lookahead filter)
-    const stable = '&filter=' + encodeURIComponent('^(?!server\\.memory_)');
+    // memory gauges and the process metrics move between two requests: leave them out (a negative lookahead filter)
+    const stable = '&filter=' + encodeURIComponent('^(?!server\\.memory_|process_|nodejs_)');
     const text = (await get(r.base, '/stats?format=text' + stable)).body;
     const json = JSON.parse((await get(r.base, '/stats?format=json' + stable)).body) as { stats: Array<{ name: string; value: number }> };
     const prom = (await get(r.base, '/stats?format=prometheus' + stable)).body;
@@ -228,11 +287,42 @@ describe('admin /stats', () => {
       t.skip('promtool not available: set MESH_TEST_PROMTOOL to its path (Debian package prometheus)');
       return;
     }
-    for (const path of ['/stats?format=prometheus', '/stats/prometheus?usedonly', '/stats?format=prometheus&filter=cluster']) {
+    const paths = ['/stats?format=prometheus', '/stats/prometheus?usedonly', '/stats?format=prometheus&filter=cluster', '/stats/prometheus?filter=^(process|nodejs)_'];
+    for (const path of paths) {
       const body = (await get(r.base, path)).body;
       const res: { status: number | null; stdout: string; stderr: string } = spawnSync(promtool, ['check', 'metrics'], { input: body, encoding: 'utf8' });
       assert.equal(res.status, 0, `${path}: promtool exit ${res.status}\n${res.stdout}${res.stderr}`);
       assert.equal((res.stdout + res.stderr).trim(), '', `${path}: promtool said something`);
+    }
+  });
+
+  test('process metrics: standard names with HELP and TYPE, in the Prometheus format only', async () => {
+    const body = (await get(r.base, '/stats/prometheus')).body;
+    for (const [metric, kind] of PROCESS_FAMILIES) {
+      assert.match(body, new RegExp(`^# HELP ${metric} \\S.*\n# TYPE ${metric} ${kind}\n${metric} \\S+\n`, 'm'), metric);
+    }
+    // sorted in among the mesh_ families
+    const order = [...body.matchAll(/^# TYPE (\S+)/gm)].map((m) => m[1]!);
+    assert.deepEqual(order, [...order].sort());
+    const v = unlabelled(body);
+    assert.ok(v.get('process_cpu_seconds_total')! > 0);
+    const cpu = process.cpuUsage();
+    assert.ok(v.get('process_cpu_seconds_total')! <= (cpu.user + cpu.system) / 1e6);
+    assert.ok(v.get('process_resident_memory_bytes')! > 10_000_000);
+    const started = Date.now() / 1000 - process.uptime();
+    assert.ok(Math.abs(v.get('process_start_time_seconds')! - started) < 5, 'start time within 5 s of now - uptime');
+    assert.ok(v.get('process_open_fds')! >= 3, 'stdin, stdout, stderr at least');
+    assert.ok(v.get('nodejs_heap_size_used_bytes')! > 0);
+    assert.ok(v.get('nodejs_heap_size_used_bytes')! <= v.get('nodejs_heap_size_total_bytes')!);
+    assert.ok(v.get('nodejs_eventloop_lag_seconds')! >= 0);
+    // the filter selects them by their Prometheus name; usedonly keeps them
+    const only = (await get(r.base, '/stats?format=prometheus&usedonly&filter=^process_(cpu|open)')).body;
+    assert.deepEqual([...only.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => `${m[1]} ${m[2]}`), ['process_cpu_seconds_total counter', 'process_open_fds gauge']);
+    assert.equal(only.split('\n').length, 7);
+    // never in text or JSON
+    for (const path of ['/stats', '/stats?format=json']) {
+      const other = (await get(r.base, path)).body;
+      assert.doesNotMatch(other, /process_|nodejs_/, path);
     }
   });
 

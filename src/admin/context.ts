@@ -10,6 +10,7 @@ import type { Logging } from '../util/log.js';
 import type { ClusterManagerView } from '../upstream/types.js';
 import { buildInfo, type BuildStatus, type BuildType } from './build-info.js';
 import type { CertificateInfo } from '../tls/certificate.js';
+import type { ProcessMetrics } from '../stats/process-metrics.js';
 
 // Certificates are the TLS layer's (src/tls/certificate.ts); re-exported for the admin API.
 export type { CertificateInfo, SubjectAltName } from '../tls/certificate.js';
@@ -145,4 +146,6 @@ export interface AdminContext {
   profileDir?: string;
   /** --max_connections and the read timeouts, as on every other listener (absent: node's defaults). */
   limits?: ServerLimits;
+  /** Standard process metrics of the Prometheus format (absent: the admin makes its own and closes it with itself). */
+  processMetrics?: ProcessMetrics;
 }

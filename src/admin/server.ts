@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { LEVELS, SUBSYSTEMS, isLevel, type Subsystem } from '../util/log.js';
 import { renderJson, renderPrometheus, renderText, PROMETHEUS_CONTENT_TYPE } from '../stats/render.js';
 import { updateServerStats } from '../stats/server-stats.js';
+import { ProcessMetrics } from '../stats/process-metrics.js';
 import type { AdminContext, RouteTableDump } from './context.js';
 import { parseQuery, type Query } from './query.js';
 import { httpServerOptions } from '../http/lifecycle.js';
@@ -76,6 +77,12 @@ export function parseAdminAddress(address: string): HostPort {
   return parseAddress(address, { what: 'admin address' });
 }
 
+/** Brings the `server.*` gauges up to date (before any render of the stats). */
+export function refreshServerStats(ctx: Pick<AdminContext, 'stats' | 'server' | 'certs'>): void {
+  const { stats, server, certs } = ctx;
+  updateServerStats(stats, server, certs ? { secondsUntilFirstCertExpiring: secondsUntilFirstExpiring(certs(), server.now()) } : {});
+}
+
 function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
@@ -89,9 +96,14 @@ export class AdminServer {
   private readonly tokenDigest: Buffer | undefined;
   private readonly hostCheck: HostCheck;
   private bound: { host: string; port: number } | undefined;
+  /** The process metrics of the Prometheus format: the context's, or the admin's own (closed with it). */
+  private readonly processMetrics: ProcessMetrics;
+  private readonly ownsProcessMetrics: boolean;
 
   constructor(ctx: AdminContext) {
     this.ctx = ctx;
+    this.ownsProcessMetrics = !ctx.processMetrics;
+    this.processMetrics = ctx.processMetrics ?? new ProcessMetrics();
     this.tokenDigest = ctx.token ? digest(ctx.token) : undefined;
     this.hostCheck = new HostCheck(ctx.allowedHosts ?? [], () => this.bound?.host);
     const endpoints = this.buildEndpoints().sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
@@ -149,6 +161,7 @@ export class AdminServer {
   }
 
   async close(): Promise<void> {
+    if (this.ownsProcessMetrics) this.processMetrics.close();
     await this.profiler.dispose();
     if (!this.http.listening) return;
     const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
@@ -412,11 +425,14 @@ export class AdminServer {
       if (re instanceof Error) return text(400, `Invalid regex: ${re.message}\n`);
       filter = re;
     }
-    const { stats, server, certs } = this.ctx;
-    updateServerStats(stats, server, certs ? { secondsUntilFirstCertExpiring: secondsUntilFirstExpiring(certs(), server.now()) } : {});
+    const stats = this.ctx.stats;
+    refreshServerStats(this.ctx);
     const list = stats.list({ usedOnly: q.has('usedonly'), filter });
     if (format === 'json') return { status: 200, body: renderJson(list), contentType: JSON_TYPE };
-    if (format === 'prometheus') return { status: 200, body: renderPrometheus(stats, list), contentType: PROMETHEUS_CONTENT_TYPE };
+    if (format === 'prometheus') {
+      const body = renderPrometheus(stats, list, this.processMetrics.families(filter));
+      return { status: 200, body, contentType: PROMETHEUS_CONTENT_TYPE };
+    }
     return text(200, renderText(list));
   }
 

@@ -6,6 +6,7 @@
 import { parseDuration, parseSize } from '../util/duration.js';
 import { parseLevel } from '../util/levels.js';
 import { parseAllowedHosts } from '../http/host-check.js';
+import { parseAddress } from '../util/address.js';
 
 type FlagType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
@@ -43,6 +44,7 @@ export const FLAG_SPECS = {
   register_interval: { type: 'duration', help: 'how often a service registers again', default: '10s' },
   admin_address: { type: 'string', help: 'admin interface host:port, or off' },
   admin_token: { type: 'string', help: 'require Authorization: Bearer <token> on the admin interface' },
+  metrics_address: { type: 'string', help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off', default: 'off' },
   admin_allowed_hosts: { type: 'list', help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', help: 'trace, debug, info, warning, error, critical, off', default: 'info' },
   log_format: { type: 'string', help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise', choices: ['text', 'json'] },
@@ -146,6 +148,7 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   admin_address: { group: 'admin', commands: SERVE },
   admin_token: { group: 'admin', commands: SERVE },
   admin_allowed_hosts: { group: 'admin', commands: SERVE },
+  metrics_address: { group: 'admin', commands: SERVE },
   max_body_size: { group: 'limits', commands: [...SERVE, 'call'] },
   max_connections: { group: 'limits', commands: SERVE },
   request_headers_timeout: { group: 'limits', commands: SERVE },
@@ -253,6 +256,7 @@ export interface Config {
   admin_address?: string;
   admin_token?: string;
   admin_allowed_hosts: string[];
+  metrics_address: string;
   log_level: string;
   /** undefined: text on a terminal, json otherwise. */
   log_format?: 'text' | 'json';
@@ -429,6 +433,13 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     config.admin_allowed_hosts = parseAllowedHosts(config.admin_allowed_hosts as string[]);
   } catch (err) {
     throw new FlagError(`invalid value "${(config.admin_allowed_hosts as string[]).join(',')}" for ${flagLabel('admin_allowed_hosts', fromEnv.has('admin_allowed_hosts'))}: ${(err as Error).message}`);
+  }
+  if (config.metrics_address !== 'off') {
+    try {
+      parseAddress(config.metrics_address as string, { what: 'metrics address' });
+    } catch (err) {
+      throw new FlagError(`invalid value "${String(config.metrics_address)}" for ${flagLabel('metrics_address', fromEnv.has('metrics_address'))}: ${(err as Error).message}`);
+    }
   }
   try {
     parseLevel(config.log_level as string);

@@ -44,6 +44,7 @@ export function meshOptionsFromFlags(config: Config): MeshOptions {
     adminAddress: config.admin_address,
     adminToken: config.admin_token,
     adminAllowedHosts: config.admin_allowed_hosts,
+    metricsAddress: config.metrics_address,
     logLevel: config.log_level as MeshOptions['logLevel'],
     logFormat: config.log_format,
     enableStats: config.enable_stats,

@@ -17,6 +17,7 @@
  *   one family with two types, the first in name order wins and the other is left out.
  */
 import type { Stat, StatKind, StatsStore } from './store.js';
+import type { ProcessFamily } from './process-metrics.js';
 
 export const PROMETHEUS_PREFIX = 'mesh_';
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=UTF-8';
@@ -217,9 +218,13 @@ interface Family {
   samples: string[];
 }
 
-/** Counters and gauges in the text exposition format 0.0.4. */
-export function renderPrometheus(store: StatsStore, stats: readonly Stat[]): Buffer {
+/**
+ * Counters and gauges in the text exposition format 0.0.4, with `extra` families (the standard
+ * process metrics, src/stats/process-metrics.ts) sorted in among them under their own names.
+ */
+export function renderPrometheus(store: StatsStore, stats: readonly Stat[], extra: readonly ProcessFamily[] = []): Buffer {
   const families = new Map<string, Family>();
+  for (const f of extra) families.set(f.metric, { metric: f.metric, kind: f.kind, help: f.help, samples: ['', formatNumber(f.value)] });
   for (const stat of stats) {
     const series = prometheusSeries(store, stat.name, stat.kind);
     let family = families.get(series.metric);

@@ -1,0 +1,89 @@
+/**
+ * --metrics_address: a second, read-only listener for scrapers and kubelets. It serves only
+ * `GET /metrics` (the admin's Prometheus text: every counter and gauge plus the process metrics)
+ * and `GET /ready`; no Host check (it is meant to be reached from outside loopback) and nothing
+ * that changes state. Exact answers are in docs/admin.md ("Metrics listener").
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { renderPrometheus, PROMETHEUS_CONTENT_TYPE } from '../stats/render.js';
+import type { ProcessMetrics } from '../stats/process-metrics.js';
+import { httpServerOptions } from '../http/lifecycle.js';
+import { formatAddress, parseAddress, type HostPort } from '../util/address.js';
+import { refreshServerStats, TEXT } from './server.js';
+import type { AdminContext } from './context.js';
+
+export type MetricsContext = Pick<AdminContext, 'stats' | 'server' | 'certs' | 'logging' | 'limits'> & { processMetrics: ProcessMetrics };
+
+export const METRICS_ALLOW = 'GET, HEAD';
+
+/** --metrics_address: `host:port`, `[v6]:port` or `:port` (every interface). */
+export function parseMetricsAddress(address: string): HostPort {
+  return parseAddress(address, { what: 'metrics address' });
+}
+
+export class MetricsServer {
+  private readonly http: Server;
+  private bound: { host: string; port: number } | undefined;
+
+  constructor(private readonly ctx: MetricsContext) {
+    this.http = createServer({ requireHostHeader: false, ...(ctx.limits ? httpServerOptions(ctx.limits) : {}) }, (req, res) => this.serve(req, res));
+    if (ctx.limits && ctx.limits.maxConnections > 0) this.http.maxConnections = ctx.limits.maxConnections;
+  }
+
+  get address(): { host: string; port: number } | undefined {
+    return this.bound;
+  }
+
+  async listen(address: string): Promise<{ host: string; port: number }> {
+    const { host, port } = parseMetricsAddress(address);
+    await new Promise<void>((resolve, reject) => {
+      const onError = (err: Error) => {
+        this.http.off('listening', onListening);
+        reject(err);
+      };
+      const onListening = () => {
+        this.http.off('error', onError);
+        resolve();
+      };
+      this.http.once('error', onError);
+      this.http.once('listening', onListening);
+      this.http.listen(port, host);
+    });
+    const a = this.http.address();
+    this.bound = typeof a === 'object' && a ? { host: a.address, port: a.port } : { host, port };
+    this.ctx.logging.get('admin').info({ address: formatAddress(this.bound.host, this.bound.port) }, 'metrics listening');
+    return { ...this.bound };
+  }
+
+  async close(): Promise<void> {
+    if (!this.http.listening) return;
+    const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
+    this.http.closeAllConnections();
+    await closed;
+  }
+
+  private serve(req: IncomingMessage, res: ServerResponse): void {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    if (path !== '/metrics' && path !== '/ready') return this.write(res, 404, 'Not Found\n');
+    if (req.method !== 'GET' && req.method !== 'HEAD') return this.write(res, 405, 'Method Not Allowed\n', TEXT, { allow: METRICS_ALLOW });
+    if (path === '/ready') {
+      const live = this.ctx.server.state === 'live';
+      return this.write(res, live ? 200 : 503, live ? 'LIVE\n' : 'DRAINING\n');
+    }
+    try {
+      refreshServerStats(this.ctx);
+      const stats = this.ctx.stats;
+      this.write(res, 200, renderPrometheus(stats, stats.list(), this.ctx.processMetrics.families()), PROMETHEUS_CONTENT_TYPE);
+    } catch (err) {
+      this.ctx.logging.get('admin').error({ err }, 'metrics render failed');
+      this.write(res, 500, `${err instanceof Error ? err.message : String(err)}\n`);
+    }
+  }
+
+  private write(res: ServerResponse, status: number, body: string | Buffer, contentType = TEXT, headers: Record<string, string> = {}): void {
+    res.writeHead(status, { 'content-type': contentType, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-cache, max-age=0', ...headers });
+    res.end(body);
+  }
+}
