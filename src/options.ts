@@ -82,6 +82,8 @@ export interface MeshOptions {
   adminAllowedHosts?: string[];
   /** Read-only metrics listener `host:port` (GET /metrics, GET /ready), or `'off'`. Default `'off'`. */
   metricsAddress?: string;
+  /** Admin /stats and the metrics listener print the latency histograms (default false). */
+  statsHistograms?: boolean;
   /** trace, debug, info, warning, error, critical, off. Default `'info'`. */
   logLevel?: LogLevel;
   /** `'text'` (one readable line per event) or `'json'` (JSON lines with level names). Default: text when stderr is a terminal, else JSON. */
@@ -150,6 +152,7 @@ export interface ResolvedOptions {
   adminAllowedHosts: string[];
   /** Undefined or `'off'`: no metrics listener. */
   metricsAddress?: string;
+  statsHistograms: boolean;
   logLevel: LogLevel;
   logFormat?: LogFormat;
   enableStats: boolean;
@@ -202,6 +205,7 @@ export const DEFAULT_OPTIONS = Object.freeze({
   registerInterval: '10s',
   logLevel: 'info',
   enableStats: false,
+  statsHistograms: false,
   enableTls: false,
   enableAcme: false,
   acmeDirectory: 'https://acme-v02.api.letsencrypt.org/directory',
@@ -343,6 +347,7 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     adminToken: str('adminToken'),
     adminAllowedHosts: list('adminAllowedHosts'),
     metricsAddress: str('metricsAddress'),
+    statsHistograms: bool('statsHistograms'),
     logLevel: str('logLevel') as LogLevel,
     logFormat: str('logFormat') as LogFormat | undefined,
     enableStats: bool('enableStats'),

@@ -176,6 +176,7 @@ export class Runtime {
       server: this.state,
       token: this.options.adminToken,
       allowedHosts: this.options.adminAllowedHosts,
+      histograms: this.options.statsHistograms,
       limits: serverLimits(this.options),
       processMetrics: this.processMetrics(),
       quit: async () => {
@@ -202,6 +203,7 @@ export class Runtime {
       server: this.state,
       limits: serverLimits(this.options),
       processMetrics: this.processMetrics(),
+      histograms: this.options.statsHistograms,
     });
     this.metricsServer = metrics;
     const bound = await metrics.listen(address);

@@ -365,3 +365,101 @@ describe('admin /stats', () => {
     assert.equal((await get(r.base, '/stats?format=text&filter=^server\\.live$')).body, 'server.live: 1\n');
   });
 });
+
+describe('admin /stats with --stats_histograms', () => {
+  let r: Running;
+  /** The 17 `_bucket` lines then `_sum` and `_count` of one series, from its cumulative counts. */
+  const buckets = (metric: string, labels: string, cumulative: number[], sum: string): string => {
+    const le = ['0.5', '1', '2', '5', '10', '25', '50', '100', '250', '500', '1000', '2500', '5000', '10000', '30000', '60000', '+Inf'];
+    const pre = labels ? labels + ',' : '';
+    let out = '';
+    for (let i = 0; i < le.length; i++) out += `${metric}_bucket{${pre}le="${le[i]}"} ${cumulative[i]}\n`;
+    const l = labels ? `{${labels}}` : '';
+    return out + `${metric}_sum${l} ${sum}\n${metric}_count${l} ${cumulative[cumulative.length - 1]}\n`;
+  };
+  const q = (...v: string[]) => ['0', '25', '50', '75', '90', '95', '99', '99.5', '99.9', '100'].map((p, i) => `P${p}(${v[i]},${v[i]})`).join(' ');
+  before(async () => {
+    r = await startAdmin({ histograms: true });
+    populate(r.ctx.stats);
+    const greeter = r.ctx.stats.histogram('cluster.go.mesh.srv.greeter.upstream_rq_time');
+    for (const ms of [0.25, 3, 3, 40, 70000]) greeter.record(ms);
+    r.ctx.stats.histogram('cluster.static_backend.upstream_rq_time'); // never recorded
+  });
+  after(async () => {
+    await r.close();
+  });
+
+  test('text: the quantile line per histogram after the counters and gauges, "No recorded values" when empty', async () => {
+    const body = (await get(r.base, '/stats?filter=' + encodeURIComponent('(rq_time|^http\\.ingress\\.downstream_rq_total)$'))).body;
+    assert.equal(
+      body,
+      'http.ingress.downstream_rq_total: 5\n' +
+        `cluster.go.mesh.srv.greeter.upstream_rq_time: ${q('0.5', '5', '5', '50', '120000', '120000', '120000', '120000', '120000', '120000')}\n` +
+        'cluster.static_backend.upstream_rq_time: No recorded values\n' +
+        `http.ingress.downstream_rq_time: ${q('25', '25', '25', '25', '25', '25', '25', '25', '25', '25')}\n`,
+    );
+    // usedonly leaves the empty histogram out
+    const used = (await get(r.base, '/stats?usedonly&filter=rq_time$')).body;
+    assert.equal(used.split('\n').map((l) => l.split(':')[0]).join(' '), 'cluster.go.mesh.srv.greeter.upstream_rq_time http.ingress.downstream_rq_time ');
+    // a filter matching no histogram shows none
+    assert.equal((await get(r.base, '/stats?filter=^server\\.live$')).body, 'server.live: 1\n');
+  });
+
+  test('json: the histograms section as the last element of stats, null when empty', async () => {
+    const nulls = Array(10).fill('{"interval":null,"cumulative":null}').join(',');
+    const v25 = Array(10).fill('{"interval":25,"cumulative":25}').join(',');
+    let body = (await get(r.base, '/stats?format=json&filter=' + encodeURIComponent('^(http\\.ingress\\.downstream_rq_(total|time)|cluster\\.static_backend\\.upstream_rq_time)$'))).body;
+    assert.equal(
+      body,
+      '{"stats":[{"name":"http.ingress.downstream_rq_total","value":5},{"histograms":{"supported_quantiles":[0,25,50,75,90,95,99,99.5,99.9,100],"computed_quantiles":[' +
+        `{"name":"cluster.static_backend.upstream_rq_time","values":[${nulls}]},{"name":"http.ingress.downstream_rq_time","values":[${v25}]}]}}]}`,
+    );
+    body = (await get(r.base, '/stats?format=json&usedonly&filter=^http\\.ingress\\.downstream_rq_time$')).body;
+    assert.equal(body, `{"stats":[{"histograms":{"supported_quantiles":[0,25,50,75,90,95,99,99.5,99.9,100],"computed_quantiles":[{"name":"http.ingress.downstream_rq_time","values":[${v25}]}]}}]}`);
+    assert.equal((await get(r.base, '/stats?format=json&filter=^server\\.live$')).body, '{"stats":[{"name":"server.live","value":1}]}');
+  });
+
+  test('prometheus: cumulative buckets in ms, +Inf, _sum, _count, labelled like the counters', async () => {
+    const body = (await get(r.base, '/stats?format=prometheus&filter=rq_time$')).body;
+    assert.equal(
+      body,
+      '# HELP mesh_cluster_upstream_rq_time Upstream request time in milliseconds\n# TYPE mesh_cluster_upstream_rq_time histogram\n' +
+        buckets('mesh_cluster_upstream_rq_time', 'cluster_name="go.mesh.srv.greeter"', [1, 1, 1, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5], '70046.25') +
+        buckets('mesh_cluster_upstream_rq_time', 'cluster_name="static_backend"', Array(17).fill(0), '0') +
+        '# HELP mesh_http_downstream_rq_time Downstream request time in milliseconds\n# TYPE mesh_http_downstream_rq_time histogram\n' +
+        buckets('mesh_http_downstream_rq_time', 'http_conn_manager_prefix="ingress"', [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], '12'),
+    );
+    assert.equal((await get(r.base, '/stats/prometheus?filter=rq_time$')).body, body);
+    const used = (await get(r.base, '/stats/prometheus?usedonly&filter=rq_time$')).body;
+    assert.ok(!used.includes('static_backend'));
+    assert.ok(used.includes('cluster_name="go.mesh.srv.greeter"'));
+  });
+
+  test('promtool check metrics passes with histograms', async (t) => {
+    const promtool = engine('MESH_TEST_PROMTOOL', 'promtool');
+    if (!promtool) {
+      t.skip('promtool not available: set MESH_TEST_PROMTOOL to its path (Debian package prometheus)');
+      return;
+    }
+    for (const path of ['/stats?format=prometheus', '/stats/prometheus?usedonly', '/stats?format=prometheus&filter=rq_time']) {
+      const body = (await get(r.base, path)).body;
+      assert.match(body, /^# TYPE mesh_cluster_upstream_rq_time histogram$/m);
+      const res: { status: number | null; stdout: string; stderr: string } = spawnSync(promtool, ['check', 'metrics'], { input: body, encoding: 'utf8' });
+      assert.equal(res.status, 0, `${path}: promtool exit ${res.status}\n${res.stdout}${res.stderr}`);
+      assert.equal((res.stdout + res.stderr).trim(), '', `${path}: promtool said something`);
+    }
+  });
+
+  test('off by default: no histogram in any format', async () => {
+    const off = await startAdmin();
+    try {
+      off.ctx.stats.histogram('http.ingress.downstream_rq_time').record(12);
+      off.ctx.stats.counter('http.ingress.downstream_rq_total').inc();
+      assert.equal((await get(off.base, '/stats?filter=^http')).body, 'http.ingress.downstream_rq_total: 1\n');
+      assert.equal((await get(off.base, '/stats?format=json&filter=^http')).body, '{"stats":[{"name":"http.ingress.downstream_rq_total","value":1}]}');
+      assert.ok(!(await get(off.base, '/stats/prometheus')).body.includes('rq_time'));
+    } finally {
+      await off.close();
+    }
+  });
+});

@@ -148,4 +148,6 @@ export interface AdminContext {
   limits?: ServerLimits;
   /** Standard process metrics of the Prometheus format (absent: the admin makes its own and closes it with itself). */
   processMetrics?: ProcessMetrics;
+  /** --stats_histograms: /stats (every format) prints the latency histograms too (default false). */
+  histograms?: boolean;
 }

@@ -12,7 +12,7 @@ import { formatAddress, parseAddress, type HostPort } from '../util/address.js';
 import { refreshServerStats, TEXT } from './server.js';
 import type { AdminContext } from './context.js';
 
-export type MetricsContext = Pick<AdminContext, 'stats' | 'server' | 'certs' | 'logging' | 'limits'> & { processMetrics: ProcessMetrics };
+export type MetricsContext = Pick<AdminContext, 'stats' | 'server' | 'certs' | 'logging' | 'limits' | 'histograms'> & { processMetrics: ProcessMetrics };
 
 export const METRICS_ALLOW = 'GET, HEAD';
 
@@ -75,7 +75,7 @@ export class MetricsServer {
     try {
       refreshServerStats(this.ctx);
       const stats = this.ctx.stats;
-      this.write(res, 200, renderPrometheus(stats, stats.list(), this.ctx.processMetrics.families()), PROMETHEUS_CONTENT_TYPE);
+      this.write(res, 200, renderPrometheus(stats, stats.list(), this.ctx.processMetrics.families(), this.ctx.histograms ? stats.listHistograms() : []), PROMETHEUS_CONTENT_TYPE);
     } catch (err) {
       this.ctx.logging.get('admin').error({ err }, 'metrics render failed');
       this.write(res, 500, `${err instanceof Error ? err.message : String(err)}\n`);

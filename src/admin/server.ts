@@ -427,13 +427,15 @@ export class AdminServer {
     }
     const stats = this.ctx.stats;
     refreshServerStats(this.ctx);
-    const list = stats.list({ usedOnly: q.has('usedonly'), filter });
-    if (format === 'json') return { status: 200, body: renderJson(list), contentType: JSON_TYPE };
+    const usedOnly = q.has('usedonly');
+    const list = stats.list({ usedOnly, filter });
+    const histograms = this.ctx.histograms ? stats.listHistograms({ usedOnly, filter }) : [];
+    if (format === 'json') return { status: 200, body: renderJson(list, histograms), contentType: JSON_TYPE };
     if (format === 'prometheus') {
-      const body = renderPrometheus(stats, list, this.processMetrics.families(filter));
+      const body = renderPrometheus(stats, list, this.processMetrics.families(filter), histograms);
       return { status: 200, body, contentType: PROMETHEUS_CONTENT_TYPE };
     }
-    return text(200, renderText(list));
+    return text(200, renderText(list, histograms));
   }
 
   private logging(q: Query): AdminReply {

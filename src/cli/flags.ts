@@ -45,6 +45,7 @@ export const FLAG_SPECS = {
   admin_address: { type: 'string', help: 'admin interface host:port, or off' },
   admin_token: { type: 'string', help: 'require Authorization: Bearer <token> on the admin interface' },
   metrics_address: { type: 'string', help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off', default: 'off' },
+  stats_histograms: { type: 'bool', help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener', default: 'false' },
   admin_allowed_hosts: { type: 'list', help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', help: 'trace, debug, info, warning, error, critical, off', default: 'info' },
   log_format: { type: 'string', help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise', choices: ['text', 'json'] },
@@ -149,6 +150,7 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   admin_token: { group: 'admin', commands: SERVE },
   admin_allowed_hosts: { group: 'admin', commands: SERVE },
   metrics_address: { group: 'admin', commands: SERVE },
+  stats_histograms: { group: 'admin', commands: SERVE },
   max_body_size: { group: 'limits', commands: [...SERVE, 'call'] },
   max_connections: { group: 'limits', commands: SERVE },
   request_headers_timeout: { group: 'limits', commands: SERVE },
@@ -257,6 +259,7 @@ export interface Config {
   admin_token?: string;
   admin_allowed_hosts: string[];
   metrics_address: string;
+  stats_histograms: boolean;
   log_level: string;
   /** undefined: text on a terminal, json otherwise. */
   log_format?: 'text' | 'json';

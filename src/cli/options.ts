@@ -45,6 +45,7 @@ export function meshOptionsFromFlags(config: Config): MeshOptions {
     adminToken: config.admin_token,
     adminAllowedHosts: config.admin_allowed_hosts,
     metricsAddress: config.metrics_address,
+    statsHistograms: config.stats_histograms,
     logLevel: config.log_level as MeshOptions['logLevel'],
     logFormat: config.log_format,
     enableStats: config.enable_stats,

@@ -67,7 +67,7 @@ export function bucketQuantile(counts: readonly number[], q: number): number | n
   const bounds = Histogram.BOUNDS;
   for (let i = 0; i < counts.length; i++) {
     seen += counts[i]!;
-    if (seen >= rank) return bounds[i] ?? bounds[bounds.length - 1]! * 2;
+    if (seen > 0 && seen >= rank) return bounds[i] ?? bounds[bounds.length - 1]! * 2;
   }
   return null;
 }

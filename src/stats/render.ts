@@ -1,7 +1,8 @@
 /**
  * The three admin /stats formats over one StatsStore: plain text (`name: value`), JSON
- * (`{"stats":[...]}`) and the Prometheus text exposition format 0.0.4. Counters and gauges only
- * (SPEC 2.5). Every function takes the already selected, name-sorted list (StatsStore.list), so
+ * (`{"stats":[...]}`) and the Prometheus text exposition format 0.0.4. Counters and gauges, plus
+ * the histograms when the caller passes them (--stats_histograms; none by default). Every function
+ * takes the already selected, name-sorted lists (StatsStore.list, StatsStore.listHistograms), so
  * `usedonly` and `filter` apply identically to every format.
  *
  * Prometheus naming (docs/admin.md):
@@ -16,7 +17,7 @@
  *   name, samples sorted by label text; when two stats map to the same family and labels, or to
  *   one family with two types, the first in name order wins and the other is left out.
  */
-import type { Stat, StatKind, StatsStore } from './store.js';
+import { Histogram, type Stat, type StatKind, type StatsStore } from './store.js';
 import type { ProcessFamily } from './process-metrics.js';
 
 export const PROMETHEUS_PREFIX = 'mesh_';
@@ -28,7 +29,7 @@ export interface PrometheusSeries {
   metric: string;
   /** Label text without braces, e.g. `cluster_name="greeter"`; "" when there are no labels. */
   labels: string;
-  kind: StatKind;
+  kind: StatKind | 'histogram';
   /** The tag-extracted dotted family the metric came from, e.g. cluster.upstream_rq_total. */
   family: string;
 }
@@ -73,21 +74,55 @@ function formatNumber(value: number): string {
   return value > 0 ? '+Inf' : '-Inf';
 }
 
-/** `name: value\n` per stat, in the given (sorted) order. */
-export function renderText(stats: readonly Stat[]): Buffer {
+/** Envoy's quantiles of /stats, in percent. */
+export const SUPPORTED_QUANTILES = [0, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 100] as const;
+
+/**
+ * `name: value\n` per stat, in the given (sorted) order; then per histogram Envoy's quantile line
+ * `name: P0(v,v) P25(v,v) ... P100(v,v)` (interval and cumulative: mesh keeps no interval, both
+ * are the cumulative value), or `name: No recorded values` when nothing was recorded.
+ */
+export function renderText(stats: readonly Stat[], histograms: readonly Histogram[] = []): Buffer {
   const out = new ChunkedText();
   for (const s of stats) out.add(`${s.name}: ${formatNumber(s.value)}\n`);
+  for (const h of histograms) {
+    if (!h.used) {
+      out.add(`${h.name}: No recorded values\n`);
+      continue;
+    }
+    let line = `${h.name}:`;
+    for (const q of SUPPORTED_QUANTILES) {
+      const v = String(h.quantile(q / 100));
+      line += ` P${q}(${v},${v})`;
+    }
+    out.add(line + '\n');
+  }
   return out.toBuffer();
 }
 
 /** `{"stats":[{"name":"a","value":1},...]}`, compact, no trailing newline (Envoy ≈1.7+). */
-export function renderJson(stats: readonly Stat[]): Buffer {
+export function renderJson(stats: readonly Stat[], histograms: readonly Histogram[] = []): Buffer {
   const out = new ChunkedText();
   out.add('{"stats":[');
   for (let i = 0; i < stats.length; i++) {
     const s = stats[i]!;
     const v = Number.isFinite(s.value) ? String(s.value) : 'null';
     out.add(`${i > 0 ? ',' : ''}{"name":${JSON.stringify(s.name)},"value":${v}}`);
+  }
+  if (histograms.length > 0) {
+    // Envoy: one last element {"histograms":{...}}, only when a histogram is shown; null for NaN.
+    out.add(`${stats.length > 0 ? ',' : ''}{"histograms":{"supported_quantiles":[${SUPPORTED_QUANTILES.join(',')}],"computed_quantiles":[`);
+    for (let i = 0; i < histograms.length; i++) {
+      const h = histograms[i]!;
+      let values = '';
+      for (const q of SUPPORTED_QUANTILES) {
+        const x = h.quantile(q / 100);
+        const v = Number.isFinite(x) ? String(x) : 'null';
+        values += `${values ? ',' : ''}{"interval":${v},"cumulative":${v}}`;
+      }
+      out.add(`${i > 0 ? ',' : ''}{"name":${JSON.stringify(h.name)},"values":[${values}]}`);
+    }
+    out.add(']}}');
   }
   out.add(']}');
   return out.toBuffer();
@@ -109,7 +144,7 @@ export function sanitizeName(name: string): string {
 }
 
 /** Prometheus metric family name for a tag-extracted family of a given kind. */
-export function prometheusMetricName(family: string, kind: StatKind): string {
+export function prometheusMetricName(family: string, kind: StatKind | 'histogram'): string {
   let n = PROMETHEUS_PREFIX + sanitizeName(family);
   if (kind === 'counter') {
     if (!n.endsWith('_total')) n += '_total';
@@ -130,7 +165,7 @@ function escapeHelp(text: string): string {
 }
 
 /** The metric and labels one stat gets in the Prometheus format. */
-export function prometheusSeries(store: StatsStore, name: string, kind: StatKind): PrometheusSeries {
+export function prometheusSeries(store: StatsStore, name: string, kind: StatKind | 'histogram'): PrometheusSeries {
   // Tag extraction and naming run once per name: the store keeps the result.
   const byName = store.prometheusCache;
   const cached = byName.get(name);
@@ -195,6 +230,8 @@ const HELP: Record<string, string> = {
   'http.downstream_cx_total': 'Total downstream connections',
   'http.downstream_rq_xx': 'Downstream responses by response code class',
   'http.downstream_cx_active': 'Active downstream connections',
+  'cluster.upstream_rq_time': 'Upstream request time in milliseconds',
+  'http.downstream_rq_time': 'Downstream request time in milliseconds',
   'server.uptime': 'Seconds since the server started',
   'server.live': '1 while the server is live, 0 while it is draining',
   'server.memory_allocated': 'Bytes of JavaScript heap in use',
@@ -204,25 +241,48 @@ const HELP: Record<string, string> = {
   'server.seconds_until_first_cert_expiring': 'Seconds until the first loaded certificate expires',
 };
 
-function helpFor(family: string, kind: StatKind): string {
-  return HELP[family] ?? `${kind === 'counter' ? 'Counter' : 'Gauge'} ${family}`;
+function helpFor(family: string, kind: StatKind | 'histogram'): string {
+  return HELP[family] ?? `${kind === 'counter' ? 'Counter' : kind === 'gauge' ? 'Gauge' : 'Histogram'} ${family}`;
 }
 
 // ---------------------------------------------------------------- Prometheus rendering
 
 interface Family {
   metric: string;
-  kind: StatKind;
+  kind: StatKind | 'histogram';
   help: string;
-  /** Flat pairs: labels, value text. */
+  /** Flat pairs: labels, value text (histograms: labels, the series' lines as one text). */
   samples: string[];
+}
+
+/** Bucket bounds as `le` prints them (milliseconds, no exponent), worked out once. */
+const LE = Histogram.BOUNDS.map((b) => String(b));
+
+/** One histogram series: cumulative `_bucket` lines (then `+Inf`), `_sum`, `_count`. */
+function histogramLines(metric: string, labels: string, h: Histogram): string {
+  const pre = labels ? `${labels},` : '';
+  let text = '';
+  let cumulative = 0;
+  for (let i = 0; i < LE.length; i++) {
+    cumulative += h.counts[i]!;
+    text += `${metric}_bucket{${pre}le="${LE[i]}"} ${cumulative}\n`;
+  }
+  text += `${metric}_bucket{${pre}le="+Inf"} ${h.count}\n`;
+  text += sample(`${metric}_sum`, labels, formatNumber(h.sum));
+  text += sample(`${metric}_count`, labels, String(h.count));
+  return text;
 }
 
 /**
  * Counters and gauges in the text exposition format 0.0.4, with `extra` families (the standard
  * process metrics, src/stats/process-metrics.ts) sorted in among them under their own names.
  */
-export function renderPrometheus(store: StatsStore, stats: readonly Stat[], extra: readonly ProcessFamily[] = []): Buffer {
+export function renderPrometheus(
+  store: StatsStore,
+  stats: readonly Stat[],
+  extra: readonly ProcessFamily[] = [],
+  histograms: readonly Histogram[] = [],
+): Buffer {
   const families = new Map<string, Family>();
   for (const f of extra) families.set(f.metric, { metric: f.metric, kind: f.kind, help: f.help, samples: ['', formatNumber(f.value)] });
   for (const stat of stats) {
@@ -236,14 +296,26 @@ export function renderPrometheus(store: StatsStore, stats: readonly Stat[], extr
     }
     family.samples.push(series.labels, formatNumber(stat.value));
   }
+  for (const h of histograms) {
+    const series = prometheusSeries(store, h.name, 'histogram');
+    let family = families.get(series.metric);
+    if (!family) {
+      family = { metric: series.metric, kind: 'histogram', help: helpFor(series.family, 'histogram'), samples: [] };
+      families.set(series.metric, family);
+    } else if (family.kind !== 'histogram') {
+      continue;
+    }
+    family.samples.push(series.labels, histogramLines(series.metric, series.labels, h));
+  }
   const names = [...families.keys()].sort(byteOrder);
   const out = new ChunkedText();
   for (const name of names) {
     const f = families.get(name)!;
     out.add(`# HELP ${name} ${escapeHelp(f.help)}\n# TYPE ${name} ${f.kind}\n`);
     const s = f.samples;
+    const emit = f.kind === 'histogram' ? (_labels: string, lines: string) => lines : (labels: string, value: string) => sample(name, labels, value);
     if (s.length === 2) {
-      out.add(sample(name, s[0]!, s[1]!));
+      out.add(emit(s[0]!, s[1]!));
       continue;
     }
     const order: number[] = [];
@@ -254,7 +326,7 @@ export function renderPrometheus(store: StatsStore, stats: readonly Stat[], extr
       const labels = s[i]!;
       if (labels === previous) continue; // same series twice: keep the first
       previous = labels;
-      out.add(sample(name, labels, s[i + 1]!));
+      out.add(emit(labels, s[i + 1]!));
     }
   }
   return out.toBuffer();

@@ -1,7 +1,7 @@
 /**
  * One stats store per process: counters and gauges with Envoy-style dotted names
- * (`cluster.<name>.upstream_rq_total`). Histograms are kept for internal use (the dashboard's
- * latency) but never printed by admin /stats (SPEC 2.5).
+ * (`cluster.<name>.upstream_rq_total`), and fixed-bucket latency histograms (the dashboard's
+ * latency; printed by admin /stats only with --stats_histograms, docs/admin.md).
  *
  * Tag extraction turns a dotted name into a Prometheus family plus labels, e.g.
  * `cluster.greeter.upstream_rq_total` -> `cluster.upstream_rq_total{cluster_name="greeter"}`.
@@ -44,7 +44,10 @@ export class Gauge {
   }
 }
 
-/** A small fixed-bucket latency histogram (milliseconds), for percentiles in the dashboard. */
+/**
+ * A small fixed-bucket latency histogram (milliseconds): bounded memory (one count per bucket),
+ * nothing kept per sample. Values above the last bound go to an overflow bucket.
+ */
 export class Histogram {
   static readonly BOUNDS = [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000];
   readonly counts = new Array<number>(Histogram.BOUNDS.length + 1).fill(0);
@@ -58,14 +61,21 @@ export class Histogram {
     this.count++;
     this.sum += ms;
   }
-  /** Upper bound of the bucket holding quantile q (0..1); NaN when empty. */
+  /** True once a value was recorded (usedonly). */
+  get used(): boolean {
+    return this.count > 0;
+  }
+  /**
+   * Upper bound of the bucket holding quantile q (0..1), the first non-empty bucket for q = 0;
+   * twice the last bound for the overflow bucket; NaN when empty.
+   */
   quantile(q: number): number {
     if (this.count === 0) return NaN;
     const rank = q * this.count;
     let seen = 0;
     for (let i = 0; i < this.counts.length; i++) {
       seen += this.counts[i]!;
-      if (seen >= rank) return Histogram.BOUNDS[i] ?? Histogram.BOUNDS[Histogram.BOUNDS.length - 1]! * 2;
+      if (seen > 0 && seen >= rank) return Histogram.BOUNDS[i] ?? Histogram.BOUNDS[Histogram.BOUNDS.length - 1]! * 2;
     }
     return NaN;
   }
@@ -195,6 +205,18 @@ export class StatsStore {
     return out;
   }
 
+  /** Histograms sorted by name (byte order), optionally filtered; usedOnly: recorded at least once. */
+  listHistograms(options: { usedOnly?: boolean; filter?: RegExp } = {}): Histogram[] {
+    const out: Histogram[] = [];
+    for (const h of this.histograms.values()) {
+      if (options.usedOnly && !h.used) continue;
+      if (options.filter && !options.filter.test(h.name)) continue;
+      out.push(h);
+    }
+    out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return out;
+  }
+
   tagged(name: string): TaggedName {
     let t = this.taggedCache.get(name);
     if (!t) {
@@ -207,6 +229,7 @@ export class StatsStore {
   /** Removes every stat whose name starts with prefix (a cluster that went away). */
   removePrefix(prefix: string): void {
     for (const name of [...this.stats.keys()]) if (name.startsWith(prefix)) this.stats.delete(name);
+    for (const name of [...this.histograms.keys()]) if (name.startsWith(prefix)) this.histograms.delete(name);
   }
 
   /** All counters become zero; gauges and histograms are untouched (SPEC 3.2). */

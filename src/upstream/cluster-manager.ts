@@ -417,6 +417,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     }
     const own = new RegExp(`^${escapeRegExp(prefix)}(?:upstream_|membership_|outlier_detection\\.|health_check\\.|circuit_breakers\\.|lb_)`);
     for (const stat of this.store.list({ filter: own })) this.store.removePrefix(stat.name);
+    for (const h of this.store.listHistograms({ filter: own })) this.store.removePrefix(h.name);
   }
 }
 

@@ -5,7 +5,7 @@
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { badRequest, notFound, serviceUnavailable } from '../errors.js';
-import { Histogram, type Counter, type Gauge, type StatsStore } from '../stats/store.js';
+import type { Counter, Gauge, Histogram, StatsStore } from '../stats/store.js';
 import { CircuitBreakers } from './circuit-breaker.js';
 import type { ResolvedClusterSettings } from './config.js';
 import { HealthChecker } from './health-check.js';
@@ -136,7 +136,7 @@ export class Cluster {
       membershipChange: st.counter(`${p}membership_change`),
       lbHealthyPanic: st.counter(`${p}lb_healthy_panic`),
     };
-    this.rqTime = new Histogram(`${p}upstream_rq_time`);
+    this.rqTime = st.histogram(`${p}upstream_rq_time`);
     this.breakers = new CircuitBreakers(this.settings.circuitBreakers, p, st);
     this.lb = createBalancer<Host>(this.settings.lbPolicy, options.random);
     if (this.settings.outlierDetection) {
