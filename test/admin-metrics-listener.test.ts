@@ -114,3 +114,30 @@ describe('--metrics_address lifecycle and values', () => {
     assert.equal(parseArgs([]).config.metrics_address, 'off');
   });
 });
+
+describe('--stats_histograms', () => {
+  it('off by default; on: the admin /stats and the metrics listener print the histograms', async () => {
+    assert.equal(parseArgs(['--registry=memory']).config.stats_histograms, false);
+    assert.equal(optionsFromFlags(parseArgs(['--registry=memory', '--stats_histograms']).config).statsHistograms, true);
+    assert.throws(() => parseArgs(['--registry=memory', '--stats_histograms=maybe']), FlagError);
+    const rt = runtime('--metrics_address=127.0.0.1:0', '--stats_histograms');
+    try {
+      const admin = await rt.startAdmin('127.0.0.1:0');
+      rt.stats.histogram('cluster.greeter.upstream_rq_time').record(7);
+      const metrics = await http('GET', `http://127.0.0.1:${rt.metricsAddress!.port}/metrics`);
+      assert.match(metrics.text, /^# TYPE mesh_cluster_upstream_rq_time histogram\nmesh_cluster_upstream_rq_time_bucket\{cluster_name="greeter",le="0\.5"\} 0$/m);
+      assert.match(metrics.text, /^mesh_cluster_upstream_rq_time_bucket\{cluster_name="greeter",le="10"\} 1$/m);
+      assert.match(metrics.text, /^mesh_cluster_upstream_rq_time_count\{cluster_name="greeter"\} 1$/m);
+      const text = await http('GET', `http://127.0.0.1:${admin!.port}/stats?filter=upstream_rq_time$`);
+      assert.equal(text.text, 'cluster.greeter.upstream_rq_time: P0(10,10) P25(10,10) P50(10,10) P75(10,10) P90(10,10) P95(10,10) P99(10,10) P99.5(10,10) P99.9(10,10) P100(10,10)\n');
+      const promtool = engine('MESH_TEST_PROMTOOL', 'promtool');
+      if (promtool) {
+        const check = spawnSync(promtool, ['check', 'metrics'], { input: metrics.text, encoding: 'utf8' });
+        assert.equal(check.status, 0, `promtool exit ${check.status}\n${check.stdout}${check.stderr}`);
+        assert.equal((check.stdout + check.stderr).trim(), '');
+      }
+    } finally {
+      await rt.shutdown();
+    }
+  });
+});

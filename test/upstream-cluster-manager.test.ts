@@ -158,6 +158,8 @@ test('round robin honours weights over 100 acquires; real requests reach both ba
   assert.equal(b.hits, 2);
   assert.equal(stats.counter('cluster.rr.upstream_rq_total').value, 108);
   assert.equal(stats.counter('cluster.rr.upstream_rq_2xx').value, 108);
+  // the request time is Envoy's cluster.<name>.upstream_rq_time, in the store (admin /stats --stats_histograms)
+  assert.deepEqual(stats.listHistograms({ filter: /^cluster\.rr\./ }).map((h) => [h.name, h.count]), [['cluster.rr.upstream_rq_time', 108]]);
   const snap = cm.clusters()[0]!;
   assert.equal(snap.name, 'rr');
   assert.equal(snap.addedViaApi, true);
