@@ -7,7 +7,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { renderPrometheus, PROMETHEUS_CONTENT_TYPE } from '../stats/render.js';
 import type { ProcessMetrics } from '../stats/process-metrics.js';
-import { httpServerOptions } from '../http/lifecycle.js';
+import { httpServerOptions, listenOn } from '../http/lifecycle.js';
 import { formatAddress, parseAddress, type HostPort } from '../util/address.js';
 import { refreshServerStats, TEXT } from './server.js';
 import type { AdminContext } from './context.js';
@@ -36,21 +36,8 @@ export class MetricsServer {
 
   async listen(address: string): Promise<{ host: string; port: number }> {
     const { host, port } = parseMetricsAddress(address);
-    await new Promise<void>((resolve, reject) => {
-      const onError = (err: Error) => {
-        this.http.off('listening', onListening);
-        reject(err);
-      };
-      const onListening = () => {
-        this.http.off('error', onError);
-        resolve();
-      };
-      this.http.once('error', onError);
-      this.http.once('listening', onListening);
-      this.http.listen(port, host);
-    });
-    const a = this.http.address();
-    this.bound = typeof a === 'object' && a ? { host: a.address, port: a.port } : { host, port };
+    const a = await listenOn(this.http, host, port);
+    this.bound = { host: a.address, port: a.port };
     this.ctx.logging.get('admin').info({ address: formatAddress(this.bound.host, this.bound.port) }, 'metrics listening');
     return { ...this.bound };
   }

@@ -13,7 +13,7 @@ import { updateServerStats } from '../stats/server-stats.js';
 import { ProcessMetrics } from '../stats/process-metrics.js';
 import type { AdminContext, RouteTableDump } from './context.js';
 import { parseQuery, type Query } from './query.js';
-import { httpServerOptions } from '../http/lifecycle.js';
+import { httpServerOptions, listenOn } from '../http/lifecycle.js';
 import { renderClustersJson, renderClustersText } from './clusters.js';
 import { renderCerts, secondsUntilFirstExpiring } from './certs.js';
 import { CpuProfiler } from './profiler.js';
@@ -135,21 +135,8 @@ export class AdminServer {
 
   async listen(address = '127.0.0.1:9901'): Promise<{ host: string; port: number }> {
     const { host, port } = parseAdminAddress(address);
-    await new Promise<void>((resolve, reject) => {
-      const onError = (err: Error) => {
-        this.http.off('listening', onListening);
-        reject(err);
-      };
-      const onListening = () => {
-        this.http.off('error', onError);
-        resolve();
-      };
-      this.http.once('error', onError);
-      this.http.once('listening', onListening);
-      this.http.listen(port, host);
-    });
-    const a = this.http.address();
-    this.bound = typeof a === 'object' && a ? { host: a.address, port: a.port } : { host, port };
+    const a = await listenOn(this.http, host, port);
+    this.bound = { host: a.address, port: a.port };
     this.log().info({ address: formatAddress(this.bound.host, this.bound.port) }, 'admin listening');
     if (!isLoopback(this.bound.host) && !this.tokenDigest) {
       this.log().warn(

@@ -1,13 +1,13 @@
 /**
  * Processes for the reliability suite, on top of the shared test helpers (test/helpers.ts,
  * test/fixtures/*): framework services as real processes on a fixed port (so one can be killed and
- * started again on the same port), a process group that is always stopped in `finally`, feature
- * checks for flags that other branches add, and memory readings of a process.
+ * started again on the same port), a process group that is always stopped in `finally`, and
+ * memory readings of a process.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { ROOT, runCli, startProcess, type RunningProcess } from '../helpers.js';
+import { ROOT, startProcess, type RunningProcess } from '../helpers.js';
 import { serviceListening } from '../fixtures/engines-common.js';
 
 export const WHO = join(ROOT, 'test/fixtures/who-service.ts');
@@ -75,17 +75,6 @@ export async function startService(
 /** go.mesh.srv.who (test/fixtures/who-service.ts) on the local registry in `dir`. */
 export function startWho(dir: string, opts: { port?: number; flags?: string[] } = {}): Promise<ServiceProcess> {
   return startService(WHO, 'go.mesh.srv.who', [`--registry_address=${dir}`], opts);
-}
-
-/**
- * Whether the built CLI knows `--name=value`: `mesh --version --name=value` exits 0, or 2 with
- * "unknown flag" when the flag does not exist (yet). Any other answer is an error.
- */
-export async function flagKnown(name: string, value: string): Promise<boolean> {
-  const r = await runCli(['--version', `--${name}=${value}`]);
-  if (r.code === 0) return true;
-  if (r.code === 2 && /unknown flag/.test(r.stderr)) return false;
-  throw new Error(`mesh --version --${name}=${value}: exit ${r.code}: ${r.stderr}`);
 }
 
 /** Resident set size of a live process in bytes (Linux /proc/<pid>/status VmRSS), undefined elsewhere. */
