@@ -6,8 +6,8 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { StatsStore } from '../src/stats/store.js';
-import { ProcessSampler, RequestSeries, bucketQuantile, type ProcessSample } from '../src/dashboard/series.js';
+import { Histogram, StatsStore } from '../src/stats/store.js';
+import { MAX_LATENCY_CLUSTERS, ProcessSampler, RequestSeries, bucketQuantile, type ProcessSample } from '../src/dashboard/series.js';
 import { Dashboard, isDashboardPath, type DashboardJson } from '../src/dashboard/dashboard.js';
 import { ServerState } from '../src/admin/context.js';
 import { http } from './fixtures/gateway-helpers.js';
@@ -50,6 +50,41 @@ describe('dashboard series', () => {
     assert.deepEqual(series.totals(), { total: 10, '1xx': 0, '2xx': 8, '3xx': 0, '4xx': 1, '5xx': 1, active: 0, cx_total: 0, cx_active: 0 });
     assert.equal(series.latency().p50, 1);
     assert.equal(series.latency().p99, 500);
+  });
+
+  it('with --stats_histograms: per-cluster p50/p99 of each window from upstream_rq_time; without: no such field', () => {
+    const store = new StatsStore();
+    const rqTime = (cluster: string) => store.histogram(`cluster.${cluster}.upstream_rq_time`);
+    rqTime('go.mesh.srv.a').record(400); // before the series: not in any window
+    store.histogram('cluster.go.mesh.srv.idle.upstream_rq_time'); // never recorded: no series
+    const off = new RequestSeries(store, 'gateway', 120, 0);
+    const series = new RequestSeries(store, 'gateway', 120, 0, true);
+    assert.equal(series.clusterLatency, true);
+    for (let i = 0; i < 99; i++) rqTime('go.mesh.srv.a').record(3);
+    rqTime('go.mesh.srv.a').record(40);
+    rqTime('go.mesh.srv.b').record(0.7); // a cluster created after the series started: all of it counts
+    const w = series.sample(1000, PROC);
+    assert.deepEqual(w.clusters_latency_ms, { 'go.mesh.srv.a': { p50: 5, p99: 5 }, 'go.mesh.srv.b': { p50: 1, p99: 1 } });
+    assert.equal('clusters_latency_ms' in off.sample(1000, PROC), false);
+    // Only this window's attempts; a cluster without attempts has nulls (its series keeps its place).
+    rqTime('go.mesh.srv.a').record(200);
+    const w2 = series.sample(2000, PROC);
+    assert.deepEqual(w2.clusters_latency_ms, { 'go.mesh.srv.a': { p50: 250, p99: 250 }, 'go.mesh.srv.b': { p50: null, p99: null } });
+    // A removed cluster goes away; one re-created starts from zero.
+    store.removePrefix('cluster.go.mesh.srv.b.');
+    assert.deepEqual(series.sample(3000, PROC).clusters_latency_ms, { 'go.mesh.srv.a': { p50: null, p99: null } });
+    rqTime('go.mesh.srv.b').record(8);
+    assert.deepEqual(series.sample(4000, PROC).clusters_latency_ms!['go.mesh.srv.b'], { p50: 10, p99: 10 });
+    // At most MAX_LATENCY_CLUSTERS clusters, the first by name; the others keep a baseline, so a
+    // cluster that moves into the first ones later does not bring its whole history.
+    for (let i = 0; i < MAX_LATENCY_CLUSTERS + 5; i++) rqTime(`go.mesh.srv.c${String(i).padStart(2, '0')}`).record(1);
+    const many = series.sample(5000, PROC).clusters_latency_ms!;
+    assert.equal(Object.keys(many).length, MAX_LATENCY_CLUSTERS);
+    assert.deepEqual(Object.keys(many), ['go.mesh.srv.a', 'go.mesh.srv.b', ...Array.from({ length: MAX_LATENCY_CLUSTERS - 2 }, (_, i) => `go.mesh.srv.c${String(i).padStart(2, '0')}`)]);
+    store.removePrefix('cluster.go.mesh.srv.a.');
+    store.removePrefix('cluster.go.mesh.srv.b.');
+    const moved = series.sample(6000, PROC).clusters_latency_ms!;
+    assert.deepEqual(moved['go.mesh.srv.c09'], { p50: null, p99: null }, 'its earlier attempts are not in this window');
   });
 
   it('keeps a bounded ring, oldest first', () => {
@@ -283,6 +318,9 @@ describe('dashboard on a real mesh api process', () => {
     assert.ok(w.memory.rss > 0);
     assert.ok(w.event_loop_delay_ms === null || w.event_loop_delay_ms.p99 >= 0);
     for (let i = 1; i < s.counters.length; i++) assert.ok(s.counters[i]!.timestamp > s.counters[i - 1]!.timestamp, 'oldest first');
+    // Without --stats_histograms: no per-cluster latency (the page draws no upstream chart).
+    assert.equal(s.histograms, false);
+    assert.ok(s.counters.every((x) => !('clusters_latency_ms' in x)));
     const cluster = s.clusters.find((c) => c.name === SERVICE);
     assert.ok(cluster, JSON.stringify(s.clusters));
     assert.equal(cluster.hosts_total, 1);
@@ -331,5 +369,37 @@ describe('dashboard on a real mesh api process', () => {
       await http('POST', `${admin}/healthcheck/ok`);
     }
     assert.equal((await json()).state, 'live');
+  });
+});
+
+describe('dashboard on a real mesh api --stats_histograms process', () => {
+  let setup: StatsSetup;
+  before(async () => {
+    setup = await startStatsGateway(['--stats_histograms']);
+  });
+  after(async () => {
+    await setup?.close();
+  });
+
+  it('the windows carry p50/p99 of the cluster, from the histogram admin /stats prints', async () => {
+    const get = async () => (await http('GET', `${setup.gw.url}/stats?format=json`)).json<DashboardJson>();
+    assert.equal((await get()).histograms, true);
+    assert.deepEqual(new Set(await drive(setup.gw.url, OK_PATH, 20)), new Set([200]));
+    const windows = await waitFor(async () => {
+      const s = await get();
+      const withTraffic = s.counters.filter((w) => w.clusters_latency_ms?.[SERVICE]?.p99 != null);
+      const attempts = withTraffic.reduce((n, w) => n + w.requests, 0);
+      return attempts >= 20 ? withTraffic : undefined;
+    }, 10_000, 100);
+    // Admin /stats JSON has the same histogram (Envoy's computed_quantiles, cumulative).
+    const admin = (await http('GET', `${setup.gw.admin}/stats?format=json&filter=${encodeURIComponent(`^cluster\\.${SERVICE}\\.upstream_rq_time$`)}`)).json<{ stats: any[] }>();
+    const h = admin.stats.at(-1).histograms;
+    assert.equal(h.computed_quantiles[0].name, `cluster.${SERVICE}.upstream_rq_time`);
+    const p100 = h.computed_quantiles[0].values[h.supported_quantiles.indexOf(100)].cumulative as number;
+    for (const w of windows) {
+      const q = w.clusters_latency_ms![SERVICE]!;
+      assert.ok(Histogram.BOUNDS.includes(q.p50!) && Histogram.BOUNDS.includes(q.p99!), JSON.stringify(q));
+      assert.ok(q.p50! <= q.p99! && q.p99! <= p100, `${JSON.stringify(q)} <= P100 ${p100}`);
+    }
   });
 });

@@ -4,7 +4,7 @@
 // For tests and scripts the page exposes what it shows as DOM data:
 //   body[data-updates]            answers applied so far; body[data-state] live|draining|unreachable
 //   [data-total=<key>]            totals (total, 1xx..5xx, active), the admin /stats counters
-//   figure[data-chart=<name>]     data-points (windows drawn), data-series (labels, comma-separated),
+//   figure[data-chart=<name>]     (upstream: only with --stats_histograms) data-points (windows drawn), data-series (labels, comma-separated),
 //                                 data-sums (JSON: per series, the sum of the window counts/values)
 /* global uPlot */
 'use strict';
@@ -58,8 +58,31 @@
     },
   };
 
+  // With --stats_histograms (json.histograms) one more chart: p50 (dashed) and p99 of each
+  // cluster's upstream attempts, one colour per cluster; rebuilt when the set of clusters changes.
+  const PALETTE = ['#1565c0', '#2e7d32', '#6a1b9a', '#ef6c00', '#00897b', '#c62828', '#455a64', '#ad1457', '#9e9d24', '#5d4037'];
+  const MAX_UPSTREAM = 10;
+  function upstreamSpec(names) {
+    const series = [];
+    names.forEach((n, i) => {
+      const stroke = PALETTE[i % PALETTE.length];
+      series.push({ label: `${n} p50`, stroke, dash: [4, 4] });
+      series.push({ label: `${n} p99`, stroke });
+    });
+    return {
+      unit: 'ms',
+      series,
+      y: (w) =>
+        names.flatMap((n) => {
+          const q = w.clusters_latency_ms && w.clusters_latency_ms[n];
+          return q ? [q.p50, q.p99] : [null, null];
+        }),
+    };
+  }
+
   const charts = {};
   let updates = 0;
+  let upstreamKey = null;
   // The x axis ends at the newest window and spans the windows drawn: at least 30 s, at most
   // what the process keeps (two minutes).
   let span = 30;
@@ -90,6 +113,35 @@
     const data = [[]].concat(spec.series.map(() => []));
     const plot = new uPlot(opts, data, el);
     charts[name] = { figure, el, plot, spec };
+  }
+
+  // Adds, rebuilds or removes the upstream chart; updateChart then fills it like the others.
+  function renderUpstream(json) {
+    let figure = document.querySelector('figure[data-chart="upstream"]');
+    if (!json.histograms) {
+      if (charts.upstream) charts.upstream.plot.destroy();
+      delete charts.upstream;
+      if (figure) figure.remove();
+      upstreamKey = null;
+      return;
+    }
+    const names = [...new Set(json.counters.flatMap((w) => Object.keys(w.clusters_latency_ms || {})))].sort().slice(0, MAX_UPSTREAM);
+    if (!figure) {
+      figure = document.createElement('figure');
+      figure.dataset.chart = 'upstream';
+      const caption = document.createElement('figcaption');
+      caption.textContent = 'Upstream latency by cluster, p50 (dashed) and p99 (ms)';
+      const plot = document.createElement('div');
+      plot.className = 'plot';
+      figure.append(caption, plot);
+      document.querySelector('figure[data-chart="latency"]').after(figure);
+    }
+    const key = names.join('\n');
+    if (key === upstreamKey) return;
+    if (charts.upstream) charts.upstream.plot.destroy();
+    figure.querySelector('.plot').replaceChildren();
+    makeChart('upstream', upstreamSpec(names));
+    upstreamKey = key;
   }
 
   function updateChart(chart, windows) {
@@ -208,6 +260,7 @@
     newest = n ? json.counters[n - 1].timestamp : json.timestamp;
     const kept = (json.windows_kept || 120) * (json.interval || 1);
     span = Math.min(kept, Math.max(30, n ? newest - json.counters[0].timestamp + (json.interval || 1) : 0));
+    renderUpstream(json);
     for (const chart of Object.values(charts)) updateChart(chart, json.counters);
     renderClusters(json);
     updates++;

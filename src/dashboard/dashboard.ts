@@ -50,6 +50,8 @@ export interface DashboardOptions {
   extra?: Record<string, () => number>;
   /** Tests inject their own; default the process-wide one. */
   sampler?: ProcessSampler;
+  /** --stats_histograms: the windows carry each cluster's upstream latency (p50/p99) and the page draws it. */
+  histograms?: boolean;
 }
 
 export interface HostJson {
@@ -103,6 +105,8 @@ export interface DashboardJson {
   totals: { total: number; active: number; cx_total: number; cx_active: number } & StatusCounts;
   /** Since start, histogram bucket upper bounds (ms); null before the first request. */
   latency_ms: { p50: number | null; p90: number | null; p99: number | null; mean: number | null };
+  /** --stats_histograms: true when the windows carry `clusters_latency_ms` (the page then draws per-cluster latency). */
+  histograms: boolean;
   /** Closed windows, oldest first (at most windows_kept). */
   counters: readonly StatsWindow[];
   clusters: ClusterJson[];
@@ -238,7 +242,7 @@ export class Dashboard {
   constructor(private readonly options: DashboardOptions) {
     this.sampler = options.sampler ?? processSampler;
     checkAssets();
-    this.series = new RequestSeries(options.stats, options.prefix);
+    this.series = new RequestSeries(options.stats, options.prefix, undefined, undefined, options.histograms ?? false);
   }
 
   /** Starts sampling: a window closes every second (the first one started with the constructor). */
@@ -274,6 +278,7 @@ export class Dashboard {
       stat_prefix: series.statPrefix,
       totals: series.totals(),
       latency_ms: series.latency(),
+      histograms: series.clusterLatency,
       counters: windows,
       clusters,
       clusters_total: total,

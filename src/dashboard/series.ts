@@ -19,6 +19,15 @@ export type StatusCounts = Record<StatusClass, number>;
 /** Window length (ms) and how many windows each front end keeps (two minutes). */
 export const WINDOW_MS = 1_000;
 export const WINDOWS_KEPT = 120;
+/** With --stats_histograms: at most this many clusters (the first by name) get latency series. */
+export const MAX_LATENCY_CLUSTERS = 10;
+/** The per-attempt latency histogram of a cluster (src/upstream/cluster.ts); group 1 is the cluster name. */
+const CLUSTER_RQ_TIME = /^cluster\.(.+)\.upstream_rq_time$/s;
+
+export interface Quantiles {
+  p50: number | null;
+  p99: number | null;
+}
 
 export interface LoopDelay {
   p50: number;
@@ -46,7 +55,13 @@ export interface StatsWindow {
   /** 5xx answers (including responses that never started, counted as 5xx by the front server). */
   errors: number;
   /** Upper bounds of the histogram buckets holding p50/p99 of this window's requests; null without requests. */
-  latency_ms: { p50: number | null; p99: number | null };
+  latency_ms: Quantiles;
+  /**
+   * Only with --stats_histograms: per cluster (the first MAX_LATENCY_CLUSTERS by name that have
+   * recorded an upstream attempt), p50/p99 of this window's attempts from the cluster's
+   * `upstream_rq_time` histogram; null values for a cluster without attempts in the window.
+   */
+  clusters_latency_ms?: Record<string, Quantiles>;
   /** Bytes at the end of the window. */
   memory: { rss: number; heap_used: number };
   event_loop_delay_ms: LoopDelay | null;
@@ -86,12 +101,16 @@ export class RequestSeries {
   private lastCount: number;
   private lastAt: number;
   private readonly ring: StatsWindow[] = [];
+  /** Per cluster histogram name: its bucket counts and count at the previous window (with clusterLatency). */
+  private readonly clusterLast = new Map<string, { counts: number[]; count: number }>();
 
   constructor(
-    stats: StatsStore,
+    private readonly stats: StatsStore,
     prefix: string,
     readonly keep = WINDOWS_KEPT,
     now = Date.now(),
+    /** --stats_histograms: windows carry `clusters_latency_ms`. */
+    readonly clusterLatency = false,
   ) {
     const p = (this.statPrefix = `http.${prefix}.`);
     // The same objects FrontServer increments (the store hands out one per name).
@@ -105,6 +124,34 @@ export class RequestSeries {
     this.lastBuckets = this.time.counts.slice();
     this.lastCount = this.time.count;
     this.lastAt = now;
+    if (clusterLatency) this.clusterWindow();
+  }
+
+  /**
+   * The clusters' latency since the previous call, and the new baseline. A histogram not seen
+   * before was created since (a cluster starts at zero), so all of it is in the window; one that
+   * went away (cluster removed) is forgotten. Every cluster keeps a baseline, so one that enters
+   * the first MAX_LATENCY_CLUSTERS later does not bring its whole history into one window.
+   */
+  private clusterWindow(): Record<string, Quantiles> {
+    const out: Record<string, Quantiles> = {};
+    const present = new Set<string>();
+    for (const h of this.stats.listHistograms({ usedOnly: true, filter: CLUSTER_RQ_TIME })) {
+      present.add(h.name);
+      const last = this.clusterLast.get(h.name);
+      const counts = h.counts;
+      if (Object.keys(out).length < MAX_LATENCY_CLUSTERS) {
+        const reset = !last || h.count < last.count;
+        const buckets = counts.map((c, i) => (reset ? c : delta(c, last.counts[i]!)));
+        out[CLUSTER_RQ_TIME.exec(h.name)![1]!] = { p50: bucketQuantile(buckets, 0.5), p99: bucketQuantile(buckets, 0.99) };
+      }
+      if (last) {
+        for (let i = 0; i < counts.length; i++) last.counts[i] = counts[i]!;
+        last.count = h.count;
+      } else this.clusterLast.set(h.name, { counts: counts.slice(), count: h.count });
+    }
+    for (const name of this.clusterLast.keys()) if (!present.has(name)) this.clusterLast.delete(name);
+    return out;
   }
 
   /** Closes the current window at `now`. */
@@ -127,6 +174,7 @@ export class RequestSeries {
       status_codes: status,
       errors: status['5xx'],
       latency_ms: { p50: bucketQuantile(buckets, 0.5), p99: bucketQuantile(buckets, 0.99) },
+      ...(this.clusterLatency ? { clusters_latency_ms: this.clusterWindow() } : {}),
       memory: { rss: proc.rss, heap_used: proc.heap_used },
       event_loop_delay_ms: proc.loop,
     };

@@ -91,7 +91,7 @@ export class Gateway {
       runtime.addRouteSource(() => [router.dump()]);
     }
     if (options.enableStats) {
-      this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID });
+      this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID, histograms: runtime.options.statsHistograms });
     }
     const dashboard = this.dashboard;
     this.server = new FrontServer({

@@ -109,6 +109,7 @@ export class Sidecar {
         name: 'mesh sidecar',
         errorId: SIDECAR_ERROR_ID,
         extra: { subscribers: () => subscribers.value },
+        histograms: meshOptions.statsHistograms,
       });
     }
     this.broker = new BrokerApi(this.fe);
