@@ -98,6 +98,7 @@ describe('the /stats dashboard in chromium', { skip: CHROMIUM ? false : 'chromiu
     assert.equal(first.state, 'live');
     assert.match(first.version, /^\d+\.\d+\.\d+/);
     assert.equal(await page.title(), 'mesh api stats');
+    // Without --stats_histograms there is no upstream latency chart.
     assert.deepEqual(Object.keys(first.charts).sort(), ['errors', 'latency', 'loop', 'memory', 'requests']);
     assert.deepEqual(first.charts.requests!.series, ['2xx', '3xx', '4xx', '5xx']);
     assert.deepEqual(first.charts.latency!.series, ['p50', 'p99']);
@@ -156,5 +157,58 @@ describe('the /stats dashboard in chromium', { skip: CHROMIUM ? false : 'chromiu
       await fetch(`${setup.gw.admin}/healthcheck/ok`, { method: 'POST', headers: { 'x-mesh-admin': '1' } });
     }
     await page.waitForFunction(() => document.body.dataset.state === 'live', null, { timeout: 5000 });
+  });
+});
+
+describe('the /stats dashboard in chromium with --stats_histograms', { skip: CHROMIUM ? false : 'chromium not available: set MESH_TEST_CHROMIUM (e.g. /usr/bin/chromium)' }, () => {
+  let setup: StatsSetup;
+  let context: BrowserContext;
+  let page: Page;
+  const profile = tempDir('mesh-chromium-');
+  const problems: string[] = [];
+
+  before(async () => {
+    setup = await startStatsGateway(['--stats_histograms']);
+    context = await chromium.launchPersistentContext(profile.path, { executablePath: CHROMIUM!, headless: true, args: ARGS, viewport: { width: 1280, height: 1000 } });
+    page = context.pages()[0] ?? (await context.newPage());
+    page.on('console', (m) => {
+      if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`);
+    });
+    page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  });
+
+  after(async () => {
+    await context?.close();
+    await setup?.close();
+    profile.cleanup();
+  });
+
+  it('draws the upstream latency chart: p50 and p99 of each cluster', async () => {
+    const base = setup.gw.url;
+    await page.goto(`${base}/stats`);
+    await page.waitForFunction(() => Number(document.body.dataset.updates) >= 1, null, { timeout: 15000 });
+    const first = await shown(page);
+    assert.deepEqual(Object.keys(first.charts).sort(), ['errors', 'latency', 'loop', 'memory', 'requests', 'upstream']);
+    assert.deepEqual(first.charts.upstream!.series, [''], 'no cluster yet: no series');
+
+    assert.deepEqual(new Set(await drive(base, OK_PATH, 20)), new Set([200]));
+    const drawn = await waitFor(async () => {
+      const s = await shown(page);
+      const up = s.charts.upstream!;
+      return up.series.length === 2 && (up.sums[`${SERVICE} p99`] ?? 0) > 0 ? s : undefined;
+    }, 10000, 100);
+    const up = drawn.charts.upstream!;
+    assert.deepEqual(up.series, [`${SERVICE} p50`, `${SERVICE} p99`]);
+    assert.ok(up.canvas, 'uPlot drew a canvas');
+    assert.ok(up.points > 0);
+    assert.ok(up.sums[`${SERVICE} p50`]! > 0 && up.sums[`${SERVICE} p50`]! <= up.sums[`${SERVICE} p99`]!, JSON.stringify(up.sums));
+    for (const label of ['p50', 'p99']) assert.ok(up.legend.includes(`${SERVICE} ${label}`), up.legend);
+    // placed right after the front end's latency chart
+    const order = await page.evaluate(() => [...document.querySelectorAll<HTMLElement>('figure[data-chart]')].map((f) => f.dataset.chart));
+    assert.deepEqual(order, ['requests', 'latency', 'upstream', 'errors', 'memory', 'loop']);
+
+    mkdirSync(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-histograms.png'), fullPage: true });
+    assert.deepEqual(problems, []);
   });
 });

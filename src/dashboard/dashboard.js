@@ -24,6 +24,7 @@
     },
     latency: {
       unit: 'ms',
+      points: true,
       series: [
         { label: 'p50', stroke: '#1565c0' },
         { label: 'p99', stroke: '#c62828' },
@@ -71,6 +72,8 @@
     });
     return {
       unit: 'ms',
+      // a cluster called now and then has windows without attempts: show the lone values as dots
+      points: true,
       series,
       y: (w) =>
         names.flatMap((n) => {
@@ -108,11 +111,11 @@
       axes: [{}, { label: spec.unit, size: 56 }],
       legend: { live: true },
       cursor: { drag: { x: false, y: false } },
-      series: [{}].concat(spec.series.map((s) => ({ label: s.label, stroke: s.stroke, fill: s.fill, dash: s.dash, width: 2, spanGaps: false, points: { show: false } }))),
+      series: [{}].concat(spec.series.map((s) => ({ label: s.label, stroke: s.stroke, fill: s.fill, dash: s.dash, width: 2, spanGaps: false, points: spec.points ? { show: true, size: 5 } : { show: false } }))),
     };
     const data = [[]].concat(spec.series.map(() => []));
     const plot = new uPlot(opts, data, el);
-    charts[name] = { figure, el, plot, spec };
+    charts[name] = { figure, el, plot, spec, fresh: true };
   }
 
   // Adds, rebuilds or removes the upstream chart; updateChart then fills it like the others.
@@ -156,7 +159,13 @@
     }
     chart.plot.setData([xs].concat(ys));
     // Without the cursor over the chart, the legend shows the newest window's values.
-    if (xs.length && chart.plot.cursor.idx == null) chart.plot.setLegend({ idx: xs.length - 1 });
+    if (xs.length && chart.plot.cursor.idx == null) {
+      const idx = xs.length - 1;
+      chart.plot.setLegend({ idx });
+      // a chart made in this same task ignores it until uPlot has drawn once
+      if (chart.fresh) setTimeout(() => chart.plot.cursor.idx == null && chart.plot.setLegend({ idx }), 0);
+    }
+    chart.fresh = false;
     chart.figure.dataset.points = String(xs.length);
     const named = {};
     chart.spec.series.forEach((s, i) => (named[s.label] = round(sums[i], 3)));
