@@ -45,7 +45,7 @@ export const FLAG_SPECS = {
   admin_address: { type: 'string', help: 'admin interface host:port, or off' },
   admin_token: { type: 'string', help: 'require Authorization: Bearer <token> on the admin interface' },
   metrics_address: { type: 'string', help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off', default: 'off' },
-  stats_histograms: { type: 'bool', help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener', default: 'false' },
+  stats_histograms: { type: 'bool', help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99', default: 'false' },
   admin_allowed_hosts: { type: 'list', help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', help: 'trace, debug, info, warning, error, critical, off', default: 'info' },
   log_format: { type: 'string', help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise', choices: ['text', 'json'] },
