@@ -14,7 +14,8 @@ import { FlagError, parseArgs } from '../src/cli/flags.js';
 import { frontEdgeFromFlags } from '../src/cli/options.js';
 import { RateLimiter, authSubjectOf, defaultBurst, describePolicy, parseRate, rateLimitHeaders, rateLimitKey, ratePolicy, setAuthSubject } from '../src/http/rate-limit.js';
 import type { IncomingMessage } from 'node:http';
-import { ROOT, http, runCli, waitFor } from './helpers.js';
+import { ROOT, http, runCli, tempDir, waitFor } from './helpers.js';
+import { startSidecar } from './fixtures/sidecar-common.js';
 import { startEdgeGateway } from './fixtures/edge-gateway.js';
 
 function clock() {
@@ -252,9 +253,16 @@ describe('a flood from one client', () => {
   it('gets 429s while another client keeps its latency (p99 measured against a baseline)', async () => {
     const gw = await startEdgeGateway(['--rate_limit=400/s']);
     try {
-      // Warm up, then the baseline: no flood.
+      // Warm up, then the baseline: no flood. Each side is the best p99 of 3 rounds of 200
+      // requests: on a shared machine one round can catch another tenant's pause; a flood that
+      // really slowed the second client down would slow every round.
       await measure(gw.url, 50, 2);
-      const baseline = await measure(gw.url, 300, 3);
+      const rounds = async () => {
+        const runs = [await measure(gw.url, 200, 3), await measure(gw.url, 200, 3), await measure(gw.url, 200, 3)];
+        const best = runs.reduce((a, b) => (percentile(a.latencies, 99) <= percentile(b.latencies, 99) ? a : b));
+        return { latencies: best.latencies, statuses: new Set(runs.flatMap((r) => [...r.statuses])), p99s: runs.map((r) => percentile(r.latencies, 99).toFixed(2)) };
+      };
+      const baseline = await rounds();
       assert.deepEqual([...baseline.statuses], [200]);
 
       const flood = spawn(process.execPath, ['--input-type=module', '-e', FLOOD], { cwd: ROOT, env: { ...process.env, FLOOD_URL: gw.url }, stdio: ['ignore', 'pipe', 'inherit'] });
@@ -263,13 +271,13 @@ describe('a flood from one client', () => {
       const exited = once(flood, 'exit');
       try {
         await waitFor(() => gw.counter('http.gateway.ratelimit.over_limit') > 2000, 20_000);
-        const during = await measure(gw.url, 300, 3);
+        const during = await rounds();
         assert.deepEqual([...during.statuses], [200], 'the second client is never limited');
         assert.ok(gw.counter('http.gateway.ratelimit.over_limit') > 2000);
         const base99 = percentile(baseline.latencies, 99);
         const flood99 = percentile(during.latencies, 99);
         const bound = Math.max(3 * base99, base99 + 20);
-        console.log(`p99 of the second client: baseline ${base99.toFixed(2)} ms, during the flood ${flood99.toFixed(2)} ms (bound ${bound.toFixed(2)} ms); p50 ${percentile(baseline.latencies, 50).toFixed(2)} → ${percentile(during.latencies, 50).toFixed(2)} ms`);
+        console.log(`p99 of the second client: baseline ${base99.toFixed(2)} ms, during the flood ${flood99.toFixed(2)} ms (bound ${bound.toFixed(2)} ms; rounds ${baseline.p99s.join('/')} and ${during.p99s.join('/')} ms); p50 ${percentile(baseline.latencies, 50).toFixed(2)} → ${percentile(during.latencies, 50).toFixed(2)} ms`);
         assert.ok(flood99 <= bound, `p99 during the flood ${flood99.toFixed(2)} ms > ${bound.toFixed(2)} ms (baseline ${base99.toFixed(2)} ms)`);
       } finally {
         flood.kill('SIGTERM');
@@ -281,6 +289,28 @@ describe('a flood from one client', () => {
       assert.ok((counts['429'] ?? 0) > 5 * (counts['200'] ?? 0), 'most of the flood was refused');
     } finally {
       await gw.close();
+    }
+  });
+});
+
+describe('rate limits on a real sidecar (mesh sidecar process)', () => {
+  it('--rate_limit=1/h: the second request gets 429 error JSON of go.mesh.sidecar, counted in http.sidecar.ratelimit.*', async () => {
+    const home = tempDir('mesh-sidecar-rl-');
+    const sc = await startSidecar(home.path, ['--rate_limit=1/h']);
+    try {
+      const first = await http('GET', `${sc.base}/`);
+      assert.equal(first.status, 200);
+      assert.equal(first.headers['ratelimit-policy'], '"default";q=1;w=3600');
+      const over = await http('GET', `${sc.base}/`);
+      assert.equal(over.status, 429);
+      assert.match(over.text, /^\{"id":"go\.mesh\.sidecar","code":429,"detail":"rate limit of 1\/h \(burst 1\) exceeded: retry after 3[56]\d\ds","status":"Too Many Requests"\}$/);
+      assert.match(String(over.headers['retry-after']), /^3[56]\d\d$/);
+      const stats = await http('GET', `${sc.admin}/stats?filter=ratelimit`);
+      assert.match(stats.text, /^http\.sidecar\.ratelimit\.ok: 1$/m);
+      assert.match(stats.text, /^http\.sidecar\.ratelimit\.over_limit: 1$/m);
+    } finally {
+      await sc.stop();
+      home.cleanup();
     }
   });
 });
