@@ -10,6 +10,7 @@ import type { Codec } from './codec/codec.js';
 import { parseDuration, parseSize } from './util/duration.js';
 import { isLevel, LEVELS, LOG_FORMATS, type Level, type LogFormat } from './util/levels.js';
 import { parseAllowedHosts } from './http/host-check.js';
+import { parseCorsOrigins } from './http/cors.js';
 import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { parseChallengeAddress } from './tls/acme/challenge-server.js';
 import { parseAddress, parseAdvertise } from './util/address.js';
@@ -110,7 +111,7 @@ export interface MeshOptions {
   acmeCache?: string;
   /** Largest request body accepted. Default `'4MiB'`. */
   maxBodySize?: Size;
-  /** Allowed CORS origins (`*` for any). Default `[]`. */
+  /** Allowed CORS origins, `scheme://host[:port]` each (reflected, with credentials), or `['*']` (any origin, never credentials). Default `[]`. */
   cors?: string[];
   /** Listen address of the services that do not set their own. Default `'127.0.0.1:0'` (a free port). */
   address?: string;
@@ -374,6 +375,11 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     resolved.adminAllowedHosts = parseAllowedHosts(resolved.adminAllowedHosts);
   } catch (err) {
     fail('adminAllowedHosts', (err as Error).message);
+  }
+  try {
+    resolved.cors = parseCorsOrigins(resolved.cors);
+  } catch (err) {
+    fail('cors', (err as Error).message);
   }
   checkAddress('address', resolved.address, fail);
   if (resolved.advertise !== undefined && resolved.advertise.trim() !== '') checkAddress('advertise', resolved.advertise, fail);

@@ -17,7 +17,7 @@ test('defaults', () => {
 
 test('flags before and after the command, = and space forms, env', () => {
   const { config, positionals } = parseArgs(
-    ['--registry=memory', 'list', '--client_request_timeout', '1m30s', 'services', '--enable_stats', '--cors=a.com,b.com'],
+    ['--registry=memory', 'list', '--client_request_timeout', '1m30s', 'services', '--enable_stats', '--cors=http://a.com,https://b.com:8443'],
     { MESH_CLIENT_RETRIES: '3', MESH_REGISTRY: 'etcd' },
   );
   assert.deepEqual(positionals, ['list', 'services']);
@@ -25,7 +25,7 @@ test('flags before and after the command, = and space forms, env', () => {
   assert.equal(config.client_request_timeout, 90_000);
   assert.equal(config.client_retries, 3);
   assert.equal(config.enable_stats, true);
-  assert.deepEqual(config.cors, ['a.com', 'b.com']);
+  assert.deepEqual(config.cors, ['http://a.com', 'https://b.com:8443']);
 });
 
 test('bad values name the flag', () => {

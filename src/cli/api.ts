@@ -4,7 +4,7 @@ import { Runtime } from '../runtime.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '../gateway/server.js';
 import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
-import { optionsFromFlags } from './options.js';
+import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { formatAddress } from '../util/address.js';
 
 /** The admin interface of `mesh api` unless --admin_address says otherwise. */
@@ -31,6 +31,9 @@ export async function runApi(args: ParsedArgs): Promise<number> {
       namespace: config.namespace ?? DEFAULT_NAMESPACE,
       handler: config.handler,
       enableStats: config.enable_stats,
+      enableRpc: config.enable_rpc,
+      rpcAllow: config.rpc_allow,
+      ...frontEdgeFromFlags(config),
     });
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
     const bound = await gateway.start();

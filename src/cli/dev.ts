@@ -1,7 +1,7 @@
 /** `mesh dev` / `npm start`: the demo on the embedded default, with what to try printed. */
 import { tlsEnabled } from '../tls/index.js';
 import type { ParsedArgs } from './flags.js';
-import { optionsFromFlags } from './options.js';
+import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { Mesh } from '../mesh.js';
 import { greeterApi, greeterBackend } from '../demo/greeter.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../gateway/server.js';
@@ -22,6 +22,9 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       namespace: config.namespace ?? DEFAULT_NAMESPACE,
       handler: config.handler,
       enableStats: config.enable_stats,
+      enableRpc: config.enable_rpc,
+      rpcAllow: config.rpc_allow,
+      ...frontEdgeFromFlags(config),
     });
     const admin = await runtime.startAdmin('127.0.0.1:9901');
     const backend = greeterBackend(mesh);

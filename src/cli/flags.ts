@@ -7,6 +7,8 @@ import { parseDuration, parseSize } from '../util/duration.js';
 import { parseLevel } from '../util/levels.js';
 import { parseAllowedHosts } from '../http/host-check.js';
 import { parseAddress } from '../util/address.js';
+import { parseCorsOrigins } from '../http/cors.js';
+import { parseRate } from '../http/rate-limit.js';
 
 type FlagType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
@@ -60,7 +62,14 @@ export const FLAG_SPECS = {
   acme_http_port: { type: 'string', help: 'ACME HTTP-01 challenge listener: PORT (all interfaces) or HOST:PORT', default: '80' },
   acme_cache: { type: 'string', help: 'ACME account key and certificates (default $MESH_HOME/acme or ~/.mesh/acme)' },
   max_body_size: { type: 'size', help: 'largest request body accepted', default: '4MiB' },
-  cors: { type: 'list', help: 'allowed CORS origins (comma list, * for any)' },
+  cors: { type: 'list', help: 'allowed CORS origins: scheme://host[:port] comma list (reflected, with credentials), or * alone (any origin, never credentials)' },
+  cors_max_age: { type: 'int', help: 'seconds a browser may cache a CORS preflight answer (Access-Control-Max-Age)', default: '600' },
+  rate_limit: { type: 'string', help: 'requests allowed per client (see --rate_limit_key): N/s, N/m, N/h or N/<duration>, e.g. 100/s; 0 or off: no limit', default: '0' },
+  rate_limit_burst: { type: 'int', help: 'most requests a client may send at once (token bucket size; default one second\'s worth of --rate_limit, at least 1)' },
+  rate_limit_key: { type: 'string', help: 'what one rate limit bucket counts: the client address, the authenticated subject (else the address), or the route (request path)', default: 'address', choices: ['address', 'subject', 'route'] },
+  rate_limit_max_keys: { type: 'int', help: 'most rate limit buckets kept; the least recently used is forgotten first', default: '100000' },
+  enable_rpc: { type: 'bool', help: 'gateway: serve POST /rpc (false: /rpc is a path like any other)', default: 'true' },
+  rpc_allow: { type: 'list', help: 'gateway: services POST /rpc may call, globs over the name (comma list; * any run of characters, ? one; default all)' },
   output: { type: 'string', help: 'text or json', default: 'text', choices: ['text', 'json'] },
   address: { type: 'string', help: 'listen address of the server this command starts' },
   sidecar_address: { type: 'string', help: 'dev: listen address of its sidecar', default: '127.0.0.1:8081' },
@@ -137,6 +146,13 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   sidecar_address: { group: 'listen', commands: ['dev'] },
   advertise: { group: 'listen', commands: ['dev', 'sidecar'] },
   cors: { group: 'listen', commands: GATEWAYS },
+  cors_max_age: { group: 'listen', commands: GATEWAYS },
+  rate_limit: { group: 'limits', commands: GATEWAYS },
+  rate_limit_burst: { group: 'limits', commands: GATEWAYS },
+  rate_limit_key: { group: 'limits', commands: GATEWAYS },
+  rate_limit_max_keys: { group: 'limits', commands: GATEWAYS },
+  enable_rpc: { group: 'command', commands: ['dev', 'api'] },
+  rpc_allow: { group: 'command', commands: ['dev', 'api'] },
   enable_tls: { group: 'tls', commands: SERVE },
   tls_cert_file: { group: 'tls', commands: SERVE },
   tls_key_file: { group: 'tls', commands: SERVE },
@@ -275,6 +291,13 @@ export interface Config {
   acme_cache?: string;
   max_body_size: number;
   cors: string[];
+  cors_max_age: number;
+  rate_limit: string;
+  rate_limit_burst?: number;
+  rate_limit_key: 'address' | 'subject' | 'route';
+  rate_limit_max_keys: number;
+  enable_rpc: boolean;
+  rpc_allow: string[];
   output: 'text' | 'json';
   address?: string;
   sidecar_address: string;
@@ -444,6 +467,24 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
       throw new FlagError(`invalid value "${String(config.metrics_address)}" for ${flagLabel('metrics_address', fromEnv.has('metrics_address'))}: ${(err as Error).message}`);
     }
   }
+  const check = (name: FlagName, fn: () => void, shownValue = String(config[name])) => {
+    try {
+      fn();
+    } catch (err) {
+      throw new FlagError(`invalid value "${shownValue}" for ${flagLabel(name, fromEnv.has(name))}: ${(err as Error).message}`);
+    }
+  };
+  check('cors', () => (config.cors = parseCorsOrigins(config.cors as string[])), (config.cors as string[]).join(','));
+  check('rate_limit', () => parseRate(config.rate_limit as string));
+  check('rate_limit_burst', () => {
+    if (config.rate_limit_burst === 0) throw new Error('must be at least 1 (leave it out for one second\'s worth of --rate_limit)');
+  });
+  check('rate_limit_max_keys', () => {
+    if (config.rate_limit_max_keys === 0) throw new Error('must be at least 1');
+  });
+  check('rpc_allow', () => {
+    for (const p of config.rpc_allow as string[]) if (!/^[A-Za-z0-9._*?-]+$/.test(p)) throw new Error(`"${p}" is not a service name glob: letters, digits, . _ - and the wildcards * ?`);
+  }, (config.rpc_allow as string[]).join(','));
   try {
     parseLevel(config.log_level as string);
   } catch (err) {

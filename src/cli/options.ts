@@ -5,6 +5,7 @@
  */
 import type { Config } from './flags.js';
 import { OptionsError, resolveOptions, type MeshOptions, type ResolvedOptions } from '../options.js';
+import { frontRateLimit, type FrontRateLimit } from '../http/rate-limit.js';
 
 /** The flag of an option: `clientRequestTimeout` → `--client_request_timeout`. */
 export function flagOf(option: string): string {
@@ -77,4 +78,12 @@ export function optionsFromFlags(config: Config, overrides: MeshOptions = {}): R
     const reason = err.reason.replace(/\b[a-z]+(?:[A-Z][a-z]*)+\b/g, (name) => flagOf(name));
     throw new Error(`${flagOf(err.option)}: ${reason}`);
   }
+}
+
+/** The edge options every front end (gateway, sidecar) takes from the flags: its rate limit and CORS max age. */
+export function frontEdgeFromFlags(config: Config): { rateLimit?: FrontRateLimit; corsMaxAgeSec: number } {
+  return {
+    rateLimit: frontRateLimit({ rate: config.rate_limit, burst: config.rate_limit_burst, key: config.rate_limit_key, maxKeys: config.rate_limit_max_keys }),
+    corsMaxAgeSec: config.cors_max_age,
+  };
 }

@@ -3,7 +3,7 @@ import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { formatAddress, parseAddress } from '../util/address.js';
 import { checkTlsFlags } from './tls-flags.js';
-import { optionsFromFlags } from './options.js';
+import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { AppFlagError, appOptionsFromFlags } from '../sidecar/health-checker.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../sidecar/server.js';
 
@@ -40,7 +40,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).
     await runtime.startTls();
     const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
-    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app });
+    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config) });
     let bound;
     try {
       bound = await sidecar.start(address);

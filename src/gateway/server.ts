@@ -3,7 +3,7 @@
  *
  * Paths the gateway answers itself, whatever the handler:
  *   GET /               {"version":"<mesh version>"}
- *   POST /rpc           call any service directly (SPEC 2.8)
+ *   POST /rpc           call a service directly (SPEC 2.8): those of --rpc_allow (403 for others); off with --enable_rpc=false
  *   GET /stats          with --enable_stats: the dashboard (src/dashboard; JSON for Accept: application/json)
  *   GET /_mesh/health   200 while live, 503 while draining (admin /healthcheck/fail)
  * Everything else goes to the handler: `--handler=api|rpc|proxy|event`, or by default the
@@ -27,6 +27,8 @@ import { packageVersion } from '../admin/build-info.js';
 import { RegistryRouter } from './router.js';
 import type { HandlerName, RouteMatch } from './routes.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
+import type { FrontRateLimit } from '../http/rate-limit.js';
+import { globsMatcher } from '../util/regex.js';
 
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
@@ -46,6 +48,14 @@ export interface GatewayOptions {
   enableStats?: boolean;
   /** Router rebuild coalescing delay (ms). */
   routerDebounceMs?: number;
+  /** Serve POST /rpc (default true); false: /rpc is a path like any other. */
+  enableRpc?: boolean;
+  /** Globs over the service names /rpc may call (`*` any run of characters, `?` one); default all. */
+  rpcAllow?: string[];
+  /** `--rate_limit`: the limiter of the listener (src/http/rate-limit.ts); undefined: no limit. */
+  rateLimit?: FrontRateLimit;
+  /** `--cors_max_age` in seconds. Default 600. */
+  corsMaxAgeSec?: number;
 }
 
 function pathOf(url: string): string {
@@ -66,6 +76,8 @@ export class Gateway {
   readonly fe: FrontEnd;
   private readonly server: FrontServer;
   private readonly address: string;
+  private readonly enableRpc: boolean;
+  private readonly rpcAllowed?: (service: string) => boolean;
 
   /**
    * Builds the gateway; its router (when there is one) is a route source of the runtime, listed
@@ -79,6 +91,9 @@ export class Gateway {
     this.rpcPaths = new RpcPathResolver(this.namespace);
     this.handler = options.handler;
     this.address = options.address ?? DEFAULT_ADDRESS;
+    this.enableRpc = options.enableRpc ?? true;
+    const allow = options.rpcAllow ?? [];
+    if (allow.length > 0 && !allow.includes('*')) this.rpcAllowed = globsMatcher(allow);
     this.fe = { runtime, namespace: this.namespace, errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
     if (!this.handler) {
       const router = new RegistryRouter({
@@ -101,6 +116,8 @@ export class Gateway {
       handle: (req, res) => this.handle(req, res),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
       counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
+      rateLimit: options.rateLimit,
+      corsMaxAgeSec: options.corsMaxAgeSec,
     });
   }
 
@@ -134,7 +151,7 @@ export class Gateway {
     const path = pathOf(url);
     if (this.dashboard && isDashboardPath(path)) return this.dashboard.handle(req, res);
     if (path === '/') return this.root(req, res);
-    if (path === '/rpc') return handleRpcEndpoint(this.fe, req, res);
+    if (path === '/rpc' && this.enableRpc) return handleRpcEndpoint(this.fe, req, res, this.rpcAllowed);
     const ns = this.namespace;
     switch (this.handler) {
       case 'api':

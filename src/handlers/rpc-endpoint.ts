@@ -59,7 +59,11 @@ export function parseRpcCall(errorId: string, contentType: string | undefined, b
   return { service: service.trim(), method, request: Buffer.from(stringifyJson(request)), address: address ? (address as string) : undefined };
 }
 
-export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/**
+ * `allowed`: the services /rpc may call (the gateway's `--rpc_allow`); another service is refused
+ * with 403 before anything is sent to it.
+ */
+export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res: ServerResponse, allowed?: (service: string) => boolean): Promise<void> {
   if (req.method !== 'POST') {
     req.resume();
     res.setHeader('allow', 'POST');
@@ -67,6 +71,9 @@ export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res:
   }
   const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
   const call = parseRpcCall(fe.errorId, req.headers['content-type'], body);
+  if (allowed && !allowed(call.service)) {
+    throw new MeshError(fe.errorId, 403, `service ${call.service.length > 200 ? `${call.service.slice(0, 200)}...` : call.service} may not be called through /rpc (--rpc_allow)`);
+  }
   try {
     const answer = await fe.runtime.client.call(call.service, call.method, call.request, {
       ...callOptionsFrom(req),

@@ -17,6 +17,8 @@ import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverL
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
 import { formatDuration } from '../util/duration.js';
 import { tlsEnabled } from '../tls/index.js';
+import { CorsPolicy } from './cors.js';
+import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit } from './rate-limit.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -42,6 +44,14 @@ export interface FrontServerOptions {
    * With it, a missing Host is this check's business (node's own 400 is off).
    */
   refuse?: (req: IncomingMessage) => MeshError | undefined;
+  /**
+   * `--rate_limit`: checked on every request after the CORS step, except a preflight and the
+   * health path; over the limit: 429 error JSON with Retry-After, counted in
+   * `http.<prefix>.ratelimit.over_limit` (allowed: `http.<prefix>.ratelimit.ok`).
+   */
+  rateLimit?: FrontRateLimit;
+  /** `--cors_max_age` in seconds: the Access-Control-Max-Age of a preflight. Default 600. */
+  corsMaxAgeSec?: number;
 }
 
 export class FrontServer {
@@ -59,6 +69,9 @@ export class FrontServer {
   private readonly rqTime: Histogram;
   readonly secure: boolean;
   private detachTls?: () => void;
+  private readonly cors?: CorsPolicy;
+  private readonly rateLimitOk?: Counter;
+  private readonly rateLimitOver?: Counter;
 
   constructor(private readonly options: FrontServerOptions) {
     const stats = options.runtime.stats;
@@ -72,6 +85,12 @@ export class FrontServer {
     this.headerTimeouts = stats.counter(`${p}downstream_rq_header_timeout`);
     this.requestTimeouts = stats.counter(`${p}downstream_rq_timeout`);
     this.secure = tlsEnabled(options.runtime.options);
+    const origins = options.runtime.options.cors;
+    if (origins.length > 0) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
+    if (options.rateLimit) {
+      this.rateLimitOk = stats.counter(`${p}ratelimit.ok`);
+      this.rateLimitOver = stats.counter(`${p}ratelimit.over_limit`);
+    }
   }
 
   async listen(address: string): Promise<AddressInfo> {
@@ -208,10 +227,12 @@ export class FrontServer {
       sendError(res, new MeshError(this.options.errorId, 431, `more than ${MAX_HEADER_COUNT} header fields`), this.options.errorId);
       return;
     }
-    if (this.applyCors(req, res)) return;
     const url = req.url ?? '/';
     const q = url.indexOf('?');
-    if ((q === -1 ? url : url.slice(0, q)) === HEALTH_PATH) {
+    const health = (q === -1 ? url : url.slice(0, q)) === HEALTH_PATH;
+    if (this.cors?.apply(req, res)) return;
+    if (!health && this.rateLimited(req, res)) return;
+    if (health) {
       req.resume();
       const live = this.options.runtime.state.state === 'live';
       sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
@@ -225,24 +246,25 @@ export class FrontServer {
     });
   }
 
-  /** Adds CORS headers for an allowed Origin; answers preflight requests. True when answered. */
-  private applyCors(req: IncomingMessage, res: ServerResponse): boolean {
-    const allowed = this.options.runtime.options.cors;
-    if (allowed.length === 0) return false;
-    const origin = req.headers.origin;
-    if (origin && (allowed.includes('*') || allowed.includes(origin))) {
-      res.setHeader('access-control-allow-origin', origin);
-      res.setHeader('vary', 'Origin');
-      res.setHeader('access-control-allow-credentials', 'true');
-      res.setHeader('access-control-allow-methods', 'POST, GET, OPTIONS, PUT, PATCH, DELETE');
-      res.setHeader('access-control-allow-headers', req.headers['access-control-request-headers'] ?? 'Content-Type, Content-Length, Accept-Encoding, X-CSRF-Token, Authorization, Timestamp');
-      res.setHeader('access-control-max-age', '600');
+  /**
+   * The rate limit step, after CORS (a 429 carries the CORS headers, so a page can read it; a
+   * preflight, answered by the CORS step, takes no token) and before the handler: sets the
+   * RateLimit fields; over the limit answers 429 error JSON with Retry-After (true).
+   */
+  private rateLimited(req: IncomingMessage, res: ServerResponse): boolean {
+    const rl = this.options.rateLimit;
+    if (!rl) return false;
+    const decision = rl.limiter.check(rateLimitKey(req, rl.key));
+    const headers = rateLimitHeaders(decision);
+    if (decision.allowed) {
+      this.rateLimitOk!.inc();
+      for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+      return false;
     }
-    if (req.method === 'OPTIONS' && req.headers['access-control-request-method']) {
-      res.writeHead(204, { 'content-length': 0 });
-      res.end();
-      return true;
-    }
-    return false;
+    this.rateLimitOver!.inc();
+    req.resume();
+    for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+    sendError(res, new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`), this.options.errorId);
+    return true;
   }
 }

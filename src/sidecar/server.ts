@@ -38,6 +38,7 @@ import { BrokerApi } from './broker-api.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import { AppRegistration, type AppOptions } from './health-checker.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
+import type { FrontRateLimit } from '../http/rate-limit.js';
 
 export const SIDECAR_ERROR_ID = 'go.mesh.sidecar';
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
@@ -53,6 +54,10 @@ export interface SidecarOptions {
   handler?: SidecarHandler;
   /** The app to register (and health-check), from --server_name and friends. */
   app?: AppOptions;
+  /** `--rate_limit`: the limiter of the listener (src/http/rate-limit.ts); undefined: no limit. */
+  rateLimit?: FrontRateLimit;
+  /** `--cors_max_age` in seconds. Default 600. */
+  corsMaxAgeSec?: number;
 }
 
 function pathOf(url: string | undefined): string {
@@ -124,6 +129,8 @@ export class Sidecar {
       // Subscriptions end with 1001 once in-flight requests are done, before connections are destroyed.
       closeUpgraded: () => this.broker.close(),
       refuse: (req) => this.hostRefusal(req),
+      rateLimit: options.rateLimit,
+      corsMaxAgeSec: options.corsMaxAgeSec,
     });
   }
 

@@ -164,3 +164,39 @@ export function compilePathRegex(source: string): PathRegex {
     },
   };
 }
+
+/**
+ * A glob over names (service names, hosts): `*` matches any run of characters (dots included),
+ * `?` one character, everything else itself; the whole name must match. Matched by the classic
+ * two-pointer walk (back to the last `*` on a mismatch): time at most pattern × name, no regex.
+ */
+export function globMatcher(pattern: string): (name: string) => boolean {
+  if (!pattern.includes('*') && !pattern.includes('?')) return (name) => name === pattern;
+  return (name) => {
+    let p = 0;
+    let n = 0;
+    let star = -1;
+    let mark = 0;
+    while (n < name.length) {
+      const c = pattern[p];
+      if (c === '?' || (c !== undefined && c !== '*' && c === name[n])) {
+        p++;
+        n++;
+      } else if (c === '*') {
+        star = p++;
+        mark = n;
+      } else if (star !== -1) {
+        p = star + 1;
+        n = ++mark;
+      } else return false;
+    }
+    while (pattern[p] === '*') p++;
+    return p === pattern.length;
+  };
+}
+
+/** A matcher of several globs: true when any matches. */
+export function globsMatcher(patterns: readonly string[]): (name: string) => boolean {
+  const matchers = patterns.map(globMatcher);
+  return (name) => matchers.some((m) => m(name));
+}

@@ -1,0 +1,236 @@
+/**
+ * Rate limits of the front ends (`--rate_limit`, docs/gateway.md "Rate limits"): one token bucket
+ * per key (the client's address, its authenticated subject, or the route), in a map bounded by
+ * `--rate_limit_max_keys` that forgets the least recently used bucket first.
+ *
+ * A bucket holds at most `burst` tokens and gains `ratePerSec` tokens a second; a request takes
+ * one token or is refused (429). A forgotten bucket comes back full: the bucket that goes first is
+ * the one that waited longest, the most likely to be full anyway.
+ *
+ * `RateLimiter.check(key, policy?)` takes a policy per call, so a per-route rule can pass its own
+ * rate; buckets of different policies never mix (the policy's name is part of the bucket's key).
+ *
+ * Answers carry the RateLimit fields of draft-ietf-httpapi-ratelimit-headers (draft 08 and later:
+ * `RateLimit-Policy: "default";q=<burst>;w=<seconds to refill>` and
+ * `RateLimit: "default";r=<remaining>;t=<seconds until full>`), and a 429 carries `Retry-After`.
+ */
+import type { IncomingMessage } from 'node:http';
+import { parseDuration } from '../util/duration.js';
+
+/** What one bucket allows. */
+export interface RatePolicy {
+  /** Names the policy in the RateLimit fields and separates its buckets from other policies'. */
+  readonly name: string;
+  /** Tokens gained per second. */
+  readonly ratePerSec: number;
+  /** Tokens a full bucket holds: the largest burst allowed at once. */
+  readonly burst: number;
+}
+
+export type RateLimitKeyKind = 'address' | 'subject' | 'route';
+export const RATE_LIMIT_KEYS: readonly RateLimitKeyKind[] = ['address', 'subject', 'route'];
+export const DEFAULT_RATE_LIMIT_MAX_KEYS = 100_000;
+
+/** The outcome of one check. */
+export interface RateDecision {
+  readonly allowed: boolean;
+  readonly policy: RatePolicy;
+  /** Whole tokens left after this request. */
+  readonly remaining: number;
+  /** Seconds (rounded up) until the bucket is full again. */
+  readonly resetSec: number;
+  /** Refused: seconds (rounded up, at least 1) until one token is there. 0 when allowed. */
+  readonly retryAfterSec: number;
+}
+
+const UNITS: Record<string, number> = { s: 1000, sec: 1000, second: 1000, m: 60_000, min: 60_000, minute: 60_000, h: 3_600_000, hour: 3_600_000 };
+
+/**
+ * A rate `N/UNIT`: UNIT is s, m, h (or second, minute, hour) or a duration (`10s`, `1m30s`);
+ * N a positive number. `0` or `off` (and "") turn the limit off: undefined. Throws naming the problem.
+ */
+export function parseRate(text: string): number | undefined {
+  const t = text.trim();
+  if (t === '' || t === '0' || t === 'off') return undefined;
+  const slash = t.indexOf('/');
+  if (slash === -1) throw new Error('use N/s, N/m, N/h or N/<duration> (e.g. 100/s), or 0 for no limit');
+  const countText = t.slice(0, slash).trim();
+  const unitText = t.slice(slash + 1).trim();
+  if (!/^(\d+(\.\d*)?|\.\d+)$/.test(countText)) throw new Error(`"${countText}" is not a positive number of requests`);
+  const count = Number(countText);
+  if (!(count > 0)) throw new Error('the number of requests must be positive (0 alone turns the limit off)');
+  let ms = UNITS[unitText];
+  if (ms === undefined) {
+    try {
+      ms = parseDuration(unitText);
+    } catch {
+      throw new Error(`"${unitText}" is not s, m, h or a duration like 10s`);
+    }
+    if (ms <= 0) throw new Error('the period must be positive');
+  }
+  return (count * 1000) / ms;
+}
+
+/** The default burst of a rate: one second's worth, at least 1. */
+export function defaultBurst(ratePerSec: number): number {
+  return Math.max(1, Math.ceil(ratePerSec));
+}
+
+/** The policy of `--rate_limit` and `--rate_limit_burst` (0 or undefined burst: the default), or undefined for no limit. */
+export function ratePolicy(rate: string | undefined, burst?: number, name = 'default'): RatePolicy | undefined {
+  const ratePerSec = parseRate(rate ?? '');
+  if (ratePerSec === undefined) return undefined;
+  if (burst !== undefined && (!Number.isSafeInteger(burst) || burst < 0)) throw new Error('the burst must be a non-negative integer');
+  return { name, ratePerSec, burst: burst ? burst : defaultBurst(ratePerSec) };
+}
+
+interface Bucket {
+  tokens: number;
+  /** Clock time (ms) of `tokens`. */
+  at: number;
+}
+
+export interface RateLimiterOptions {
+  /** The policy of a check that names none. */
+  policy: RatePolicy;
+  /** Most buckets kept; the least recently used goes first. Default 100,000. */
+  maxKeys?: number;
+  /** Milliseconds, monotonic; default performance.now(). For tests. */
+  now?: () => number;
+}
+
+export class RateLimiter {
+  readonly policy: RatePolicy;
+  readonly maxKeys: number;
+  private readonly now: () => number;
+  /** Insertion order is recency order: a used bucket is moved to the end. */
+  private readonly buckets = new Map<string, Bucket>();
+
+  constructor(options: RateLimiterOptions) {
+    this.policy = options.policy;
+    this.maxKeys = Math.max(1, options.maxKeys ?? DEFAULT_RATE_LIMIT_MAX_KEYS);
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  /** Buckets held now. */
+  get size(): number {
+    return this.buckets.size;
+  }
+
+  /** Takes one token from the bucket of `key` under `policy` (default: the limiter's). */
+  check(key: string, policy: RatePolicy = this.policy): RateDecision {
+    const now = this.now();
+    const id = policy === this.policy ? key : `${policy.name}\u0000${key}`;
+    let bucket = this.buckets.get(id);
+    if (bucket) {
+      this.buckets.delete(id);
+      bucket.tokens = Math.min(policy.burst, bucket.tokens + ((now - bucket.at) / 1000) * policy.ratePerSec);
+      bucket.at = now;
+    } else {
+      bucket = { tokens: policy.burst, at: now };
+      while (this.buckets.size >= this.maxKeys) {
+        const oldest = this.buckets.keys().next().value as string;
+        this.buckets.delete(oldest);
+      }
+    }
+    this.buckets.set(id, bucket);
+    const allowed = bucket.tokens >= 1;
+    if (allowed) bucket.tokens -= 1;
+    const toFull = (policy.burst - bucket.tokens) / policy.ratePerSec;
+    return {
+      allowed,
+      policy,
+      remaining: Math.floor(bucket.tokens),
+      resetSec: Math.ceil(toFull - 1e-9),
+      retryAfterSec: allowed ? 0 : Math.max(1, Math.ceil((1 - bucket.tokens) / policy.ratePerSec - 1e-9)),
+    };
+  }
+}
+
+/** A policy's name as a structured-field String (RFC 8941): printable ASCII, `"` and `\` escaped. */
+function sfString(s: string): string {
+  return `"${s.replace(/[^\x20-\x7e]/g, '').replace(/["\\]/g, '\\$&')}"`;
+}
+
+/**
+ * The RateLimit fields of a decision: `RateLimit-Policy` (quota `q` = the burst, window `w` =
+ * seconds to refill an empty bucket, at least 1) and `RateLimit` (`r` remaining, `t` seconds until
+ * full); a refusal adds `Retry-After`.
+ */
+export function rateLimitHeaders(d: RateDecision): Record<string, string> {
+  const name = sfString(d.policy.name);
+  const window = Math.max(1, Math.ceil(d.policy.burst / d.policy.ratePerSec - 1e-9));
+  const headers: Record<string, string> = {
+    'ratelimit-policy': `${name};q=${d.policy.burst};w=${window}`,
+    ratelimit: `${name};r=${d.remaining};t=${d.resetSec}`,
+  };
+  if (!d.allowed) headers['retry-after'] = String(d.retryAfterSec);
+  return headers;
+}
+
+/**
+ * The authenticated subject of a request, set by the authentication step of the front end
+ * (`setAuthSubject`) before the rate limit runs; undefined when the request was not authenticated.
+ * A client's own `Mesh-Auth-Subject` header is never read here: the client controls it.
+ */
+export function authSubjectOf(req: IncomingMessage): string | undefined {
+  const s = (req as IncomingMessage & { meshAuthSubject?: unknown }).meshAuthSubject;
+  return typeof s === 'string' && s !== '' ? s : undefined;
+}
+
+/** Records the authenticated subject of a request (the seam the authentication step uses). */
+export function setAuthSubject(req: IncomingMessage, subject: string): void {
+  (req as IncomingMessage & { meshAuthSubject?: string }).meshAuthSubject = subject;
+}
+
+/** The client's address, IPv4-mapped IPv6 as plain IPv4. */
+export function clientAddress(req: IncomingMessage): string {
+  const a = req.socket.remoteAddress ?? '';
+  return a.startsWith('::ffff:') && a.includes('.') ? a.slice(7) : a;
+}
+
+/**
+ * The bucket key of a request: its client address; its authenticated subject (`s:<subject>`,
+ * else the address); or its path without the query (`r:<path>`, one bucket per path for every client).
+ */
+export function rateLimitKey(req: IncomingMessage, kind: RateLimitKeyKind): string {
+  switch (kind) {
+    case 'address':
+      return clientAddress(req);
+    case 'subject': {
+      const subject = authSubjectOf(req);
+      return subject === undefined ? clientAddress(req) : `s:${subject}`;
+    }
+    case 'route': {
+      const url = req.url ?? '/';
+      const q = url.indexOf('?');
+      return `r:${q === -1 ? url : url.slice(0, q)}`;
+    }
+  }
+}
+
+/** A front end's rate limit: the limiter and what keys its buckets. */
+export interface FrontRateLimit {
+  limiter: RateLimiter;
+  key: RateLimitKeyKind;
+}
+
+/** The rate limit of the `--rate_limit*` options, or undefined when off. Throws naming the problem. */
+export function frontRateLimit(options: { rate?: string; burst?: number; key?: string; maxKeys?: number }): FrontRateLimit | undefined {
+  const policy = ratePolicy(options.rate, options.burst);
+  if (!policy) return undefined;
+  const key = (options.key ?? 'address') as RateLimitKeyKind;
+  if (!RATE_LIMIT_KEYS.includes(key)) throw new Error(`rate limit key "${key}": use ${RATE_LIMIT_KEYS.join(', ')}`);
+  return { limiter: new RateLimiter({ policy, maxKeys: options.maxKeys }), key };
+}
+
+/** `100/s (burst 100)`: a policy as the 429's detail names it. */
+export function describePolicy(p: RatePolicy): string {
+  const r = p.ratePerSec;
+  const rate = r >= 1 || r === 0 ? `${round(r)}/s` : r * 60 >= 1 ? `${round(r * 60)}/m` : `${round(r * 3600)}/h`;
+  return `${rate} (burst ${p.burst})`;
+}
+
+function round(n: number): string {
+  return String(Math.round(n * 1000) / 1000);
+}
