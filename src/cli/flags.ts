@@ -61,6 +61,15 @@ export const FLAG_SPECS = {
   acme_cache: { type: 'string', help: 'ACME account key and certificates (default $MESH_HOME/acme or ~/.mesh/acme)' },
   max_body_size: { type: 'size', help: 'largest request body accepted', default: '4MiB' },
   cors: { type: 'list', help: 'allowed CORS origins (comma list, * for any)' },
+  auth: { type: 'string', help: 'gateway/sidecar: authenticate requests by bearer JWT or API key (docs/security.md)', default: 'off', choices: ['off', 'jwt', 'key'] },
+  auth_jwks: { type: 'string', help: '--auth=jwt: the JWKS (public keys), a file or an http(s) URL (cached, refreshed)' },
+  auth_issuer: { type: 'list', help: '--auth=jwt: accepted "iss" values (comma list; unset: any)' },
+  auth_audience: { type: 'list', help: '--auth=jwt: accepted "aud" values (comma list; unset: any)' },
+  auth_clock_skew: { type: 'duration', help: '--auth=jwt: clock skew tolerated on exp and nbf', default: '30s' },
+  auth_keys: { type: 'string', help: '--auth=key: API key file (lines, or .yaml/.json; keys as sha256:HEX or plaintext)' },
+  auth_rules: { type: 'string', help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
+  auth_default: { type: 'string', help: 'access of a request no rule matches (default authenticated with --auth, public without)', choices: ['deny', 'authenticated', 'public'] },
+  sidecar_token: { type: 'string', help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
   output: { type: 'string', help: 'text or json', default: 'text', choices: ['text', 'json'] },
   address: { type: 'string', help: 'listen address of the server this command starts' },
   sidecar_address: { type: 'string', help: 'dev: listen address of its sidecar', default: '127.0.0.1:8081' },
@@ -88,6 +97,7 @@ export const FLAG_GROUPS = {
   client: 'client (outbound calls)',
   tls: 'TLS and ACME',
   admin: 'admin interface',
+  auth: 'authentication and authorization',
   limits: 'limits and drain',
   logging: 'logging',
   other: 'other',
@@ -137,6 +147,15 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   sidecar_address: { group: 'listen', commands: ['dev'] },
   advertise: { group: 'listen', commands: ['dev', 'sidecar'] },
   cors: { group: 'listen', commands: GATEWAYS },
+  auth: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_jwks: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_issuer: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_audience: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_clock_skew: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_keys: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_rules: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_default: { group: 'auth', commands: ['api', 'sidecar'] },
+  sidecar_token: { group: 'auth', commands: ['sidecar', ...PLATFORM] },
   enable_tls: { group: 'tls', commands: SERVE },
   tls_cert_file: { group: 'tls', commands: SERVE },
   tls_key_file: { group: 'tls', commands: SERVE },
@@ -275,6 +294,15 @@ export interface Config {
   acme_cache?: string;
   max_body_size: number;
   cors: string[];
+  auth: 'off' | 'jwt' | 'key';
+  auth_jwks?: string;
+  auth_issuer: string[];
+  auth_audience: string[];
+  auth_clock_skew: number;
+  auth_keys?: string;
+  auth_rules?: string;
+  auth_default?: 'deny' | 'authenticated' | 'public';
+  sidecar_token?: string;
   output: 'text' | 'json';
   address?: string;
   sidecar_address: string;

@@ -13,7 +13,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
-import { MeshError } from '../errors.js';
+import { MeshError, toMeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { sendJson } from '../http/respond.js';
 import type { FrontEnd } from '../handlers/front-end.js';
@@ -27,6 +27,7 @@ import { packageVersion } from '../admin/build-info.js';
 import { RegistryRouter } from './router.js';
 import type { HandlerName, RouteMatch } from './routes.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
+import { EdgeGuard, upgradeRefusal, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
@@ -46,6 +47,8 @@ export interface GatewayOptions {
   enableStats?: boolean;
   /** Router rebuild coalescing delay (ms). */
   routerDebounceMs?: number;
+  /** Authentication and rules (--auth, --auth_rules; src/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
+  auth?: EdgeAuth;
 }
 
 function pathOf(url: string): string {
@@ -66,6 +69,7 @@ export class Gateway {
   readonly fe: FrontEnd;
   private readonly server: FrontServer;
   private readonly address: string;
+  private readonly guard: EdgeGuard;
 
   /**
    * Builds the gateway; its router (when there is one) is a route source of the runtime, listed
@@ -79,7 +83,15 @@ export class Gateway {
     this.rpcPaths = new RpcPathResolver(this.namespace);
     this.handler = options.handler;
     this.address = options.address ?? DEFAULT_ADDRESS;
-    this.fe = { runtime, namespace: this.namespace, errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
+    this.guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX });
+    const guard = this.guard;
+    this.fe = {
+      runtime,
+      namespace: this.namespace,
+      errorId: ERROR_ID,
+      maxBodyBytes: runtime.options.maxBodySize,
+      authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
+    };
     if (!this.handler) {
       const router = new RegistryRouter({
         registry: runtime.registry,
@@ -101,7 +113,43 @@ export class Gateway {
       handle: (req, res) => this.handle(req, res),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
       counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
+      authorize: (req, res) => guard.check(req, res, this.authTarget(req)),
     });
+  }
+
+  /** What the auth rules see of a request: the service and endpoint the handler will call, as handle() resolves them. */
+  private authTarget(req: IncomingMessage): EdgeTarget {
+    const url = req.url ?? '/';
+    const path = pathOf(url);
+    if (path === '/rpc') return { path, call: true };
+    if (path === '/' || (this.dashboard && isDashboardPath(path))) return { path };
+    const ns = this.namespace;
+    const rpc = () => {
+      const t = this.rpcPaths.resolve(url);
+      return t ? { path, service: t.service, endpoint: t.method } : { path };
+    };
+    switch (this.handler) {
+      case 'api':
+      case 'rpc':
+        return rpc();
+      case 'proxy':
+        return { path, service: resolveProxyPath(url, ns)?.service };
+      case 'event': {
+        const t = resolveEventPath(url, ns);
+        return t ? { path, service: t.topic, endpoint: t.name } : { path };
+      }
+      default: {
+        const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
+        if (!match) return rpc();
+        const { route } = match;
+        if (route.handler === 'proxy') return { path, service: route.service };
+        if (route.handler === 'event') {
+          const t = resolveEventPath(url, ns) ?? { topic: route.service, name: route.endpoint };
+          return { path, service: t.topic, endpoint: t.name };
+        }
+        return { path, service: route.service, endpoint: route.endpoint };
+      }
+    }
   }
 
   /** Builds the first route table, then listens. Resolves with the bound address. */
@@ -205,7 +253,11 @@ export class Gateway {
       if (match?.route.handler === 'proxy') service = match.route.service;
     }
     if (service) {
-      handleProxyUpgrade(this.fe, service, this.server.secure, req, socket, head);
+      const proxied = service;
+      this.guard.check(req, undefined, { path, service: proxied }).then(
+        () => handleProxyUpgrade(this.fe, proxied, this.server.secure, req, socket, head),
+        (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, ERROR_ID))),
+      );
       return;
     }
     const err = new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`);

@@ -67,6 +67,7 @@ export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res:
   }
   const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
   const call = parseRpcCall(fe.errorId, req.headers['content-type'], body);
+  fe.authorizeCall?.(req, res, call.service, call.method);
   try {
     const answer = await fe.runtime.client.call(call.service, call.method, call.request, {
       ...callOptionsFrom(req),

@@ -42,6 +42,11 @@ export interface FrontServerOptions {
    * With it, a missing Host is this check's business (node's own 400 is off).
    */
   refuse?: (req: IncomingMessage) => MeshError | undefined;
+  /**
+   * Run before `handle` on every request past the health path and CORS preflights (the front
+   * end's auth step, src/auth/): a rejection is answered like a handler's error.
+   */
+  authorize?: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 }
 
 export class FrontServer {
@@ -217,7 +222,8 @@ export class FrontServer {
       sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
       return;
     }
-    this.options.handle(req, res).catch((err: unknown) => {
+    const authorize = this.options.authorize;
+    (authorize ? authorize(req, res).then(() => this.options.handle(req, res)) : this.options.handle(req, res)).catch((err: unknown) => {
       if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err) }, 'handler failed');
       // An answer before the whole body arrived (413, a refused request): drop the rest first.
       lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
