@@ -82,6 +82,7 @@ export class Runtime {
   private tlsProvider?: TlsProvider | null;
   private readonly routeSources = new Sources<RouteTableDump>();
   private readonly certificateSources = new Sources<CertificateInfo>();
+  private readonly authRuleSources = new Sources<unknown>();
   private readonly shutdownHooks: ShutdownHook[] = [];
   private readonly drainables: Drainable[] = [];
   private shuttingDown?: Promise<DrainResult>;
@@ -173,6 +174,8 @@ export class Runtime {
       routes: () => this.routeSources.read(),
       hasRoutes: () => this.routeSources.size > 0,
       certs: () => this.certificateSources.read(),
+      authRules: () => this.authRuleSources.read(),
+      hasAuthRules: () => this.authRuleSources.size > 0,
       server: this.state,
       token: this.options.adminToken,
       allowedHosts: this.options.adminAllowedHosts,
@@ -233,6 +236,11 @@ export class Runtime {
    */
   addRouteSource(read: () => RouteTableDump[]): () => void {
     return this.routeSources.add(read);
+  }
+
+  /** Registers the loaded auth configuration (src/auth/): admin /auth_rules shows it while one is registered. Returns the removal. */
+  addAuthRulesSource(read: () => unknown[]): () => void {
+    return this.authRuleSources.add(read);
   }
 
   /** Registers loaded certificates (the TLS provider): admin /certs lists them. Returns the removal. */

@@ -133,6 +133,9 @@ export interface AdminContext {
    * in the help, only while it says true). Absent: as long as `routes` is set.
    */
   hasRoutes?: () => boolean;
+  /** The loaded auth configurations (rules), read at each request; /auth_rules exists while hasAuthRules says true. */
+  authRules?: () => unknown[];
+  hasAuthRules?: () => boolean;
   /** Loaded certificates, read at each request. */
   certs?: () => CertificateInfo[];
   server: ServerState;

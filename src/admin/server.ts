@@ -360,6 +360,20 @@ export class AdminServer {
         handle: (q) => this.stats(q, 'prometheus'),
       },
     ];
+    const authRules = ctx.authRules;
+    if (authRules) {
+      list.push({
+        path: '/auth_rules',
+        help: 'print the loaded authorization rules (--auth_rules) as JSON',
+        mutates: never,
+        // One configuration a process: the object itself; several: a list.
+        handle: () => {
+          const all = authRules();
+          return { status: 200, body: `${JSON.stringify(all.length === 1 ? all[0] : all, null, 2)}\n`, contentType: JSON_TYPE };
+        },
+        available: ctx.hasAuthRules,
+      });
+    }
     const routes = ctx.routes;
     if (routes) {
       list.push({

@@ -6,6 +6,7 @@ import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { formatAddress } from '../util/address.js';
+import { checkAuthFlags, startAuth } from './auth-flags.js';
 
 /** The admin interface of `mesh api` unless --admin_address says otherwise. */
 export const API_ADMIN_ADDRESS = '127.0.0.1:9901';
@@ -21,6 +22,7 @@ export function checkGatewayFlags(args: ParsedArgs): void {
 export async function runApi(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
   const config = args.config;
+  const authSetup = checkAuthFlags(config);
   const runtime = new Runtime(optionsFromFlags(config), { role: 'api' });
   runtime.installSignalHandlers();
   try {
@@ -34,6 +36,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
       enableRpc: config.enable_rpc,
       rpcAllow: config.rpc_allow,
       ...frontEdgeFromFlags(config),
+      auth: await startAuth(runtime, authSetup),
     });
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
     const bound = await gateway.start();

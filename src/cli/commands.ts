@@ -18,7 +18,7 @@ export interface Output {
 export class UsageError extends FlagError {}
 
 export function operationsFor(config: Config): Operations {
-  if (config.proxy_address) return new SidecarOperations(config.proxy_address, config.client_request_timeout);
+  if (config.proxy_address) return new SidecarOperations(config.proxy_address, config.client_request_timeout, config.sidecar_token);
   return new DirectOperations(config);
 }
 

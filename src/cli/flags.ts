@@ -70,6 +70,15 @@ export const FLAG_SPECS = {
   rate_limit_max_keys: { type: 'int', help: 'most rate limit buckets kept; the least recently used is forgotten first', default: '100000' },
   enable_rpc: { type: 'bool', help: 'gateway: serve POST /rpc (false: /rpc is a path like any other)', default: 'true' },
   rpc_allow: { type: 'list', help: 'gateway: services POST /rpc may call, globs over the name (comma list; * any run of characters, ? one; default all)' },
+  auth: { type: 'string', help: 'gateway/sidecar: authenticate requests by bearer JWT or API key (docs/security.md)', default: 'off', choices: ['off', 'jwt', 'key'] },
+  auth_jwks: { type: 'string', help: '--auth=jwt: the JWKS (public keys), a file or an http(s) URL (cached, refreshed)' },
+  auth_issuer: { type: 'list', help: '--auth=jwt: accepted "iss" values (comma list; unset: any)' },
+  auth_audience: { type: 'list', help: '--auth=jwt: accepted "aud" values (comma list; unset: any)' },
+  auth_clock_skew: { type: 'duration', help: '--auth=jwt: clock skew tolerated on exp and nbf', default: '30s' },
+  auth_keys: { type: 'string', help: '--auth=key: API key file (lines, or .yaml/.json; keys as sha256:HEX or plaintext)' },
+  auth_rules: { type: 'string', help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
+  auth_default: { type: 'string', help: 'access of a request no rule matches (default authenticated with --auth, public without)', choices: ['deny', 'authenticated', 'public'] },
+  sidecar_token: { type: 'string', help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
   output: { type: 'string', help: 'text or json', default: 'text', choices: ['text', 'json'] },
   address: { type: 'string', help: 'listen address of the server this command starts' },
   sidecar_address: { type: 'string', help: 'dev: listen address of its sidecar', default: '127.0.0.1:8081' },
@@ -97,6 +106,7 @@ export const FLAG_GROUPS = {
   client: 'client (outbound calls)',
   tls: 'TLS and ACME',
   admin: 'admin interface',
+  auth: 'authentication and authorization',
   limits: 'limits and drain',
   logging: 'logging',
   other: 'other',
@@ -153,6 +163,15 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   rate_limit_max_keys: { group: 'limits', commands: GATEWAYS },
   enable_rpc: { group: 'command', commands: ['dev', 'api'] },
   rpc_allow: { group: 'command', commands: ['dev', 'api'] },
+  auth: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_jwks: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_issuer: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_audience: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_clock_skew: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_keys: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_rules: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_default: { group: 'auth', commands: ['api', 'sidecar'] },
+  sidecar_token: { group: 'auth', commands: ['sidecar', ...PLATFORM] },
   enable_tls: { group: 'tls', commands: SERVE },
   tls_cert_file: { group: 'tls', commands: SERVE },
   tls_key_file: { group: 'tls', commands: SERVE },
@@ -298,6 +317,15 @@ export interface Config {
   rate_limit_max_keys: number;
   enable_rpc: boolean;
   rpc_allow: string[];
+  auth: 'off' | 'jwt' | 'key';
+  auth_jwks?: string;
+  auth_issuer: string[];
+  auth_audience: string[];
+  auth_clock_skew: number;
+  auth_keys?: string;
+  auth_rules?: string;
+  auth_default?: 'deny' | 'authenticated' | 'public';
+  sidecar_token?: string;
   output: 'text' | 'json';
   address?: string;
   sidecar_address: string;

@@ -80,10 +80,15 @@ export class DirectOperations implements Operations {
 export class SidecarOperations implements Operations {
   private readonly base: string;
 
+  /** `Mesh-Sidecar-Token` on every request and subscription (--sidecar_token / MESH_SIDECAR_TOKEN). */
+  private readonly tokenHeader: Record<string, string>;
+
   constructor(
     proxyAddress: string,
     private readonly timeoutMs: number,
+    sidecarToken?: string,
   ) {
+    this.tokenHeader = sidecarToken ? { 'mesh-sidecar-token': sidecarToken } : {};
     this.base = /^https?:\/\//.test(proxyAddress) ? proxyAddress.replace(/\/$/, '') : `http://${proxyAddress}`;
   }
 
@@ -93,7 +98,7 @@ export class SidecarOperations implements Operations {
       res = await request(this.base + path, {
         method: method as 'GET',
         body,
-        headers,
+        headers: { ...headers, ...this.tokenHeader },
         headersTimeout: this.timeoutMs,
         bodyTimeout: this.timeoutMs,
       });
@@ -150,7 +155,7 @@ export class SidecarOperations implements Operations {
     const url = new URL(`${this.base.replace(/^http/, 'ws')}/broker`);
     url.searchParams.set('topic', topic);
     if (queue) url.searchParams.set('queue', queue);
-    const ws = new WebSocket(url);
+    const ws = new WebSocket(url, { headers: this.tokenHeader });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
       ws.once('error', (err) => reject(new MeshError('go.mesh.cli', 502, `sidecar at ${this.base} not reachable: ${err.message}`)));

@@ -4,6 +4,7 @@ import { Runtime } from '../runtime.js';
 import { formatAddress, parseAddress } from '../util/address.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
+import { checkAuthFlags, startAuth } from './auth-flags.js';
 import { AppFlagError, appOptionsFromFlags } from '../sidecar/health-checker.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../sidecar/server.js';
 
@@ -33,6 +34,10 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     throw err;
   }
   checkTlsFlags(config);
+  const authSetup = checkAuthFlags(config);
+  if (config.sidecar_token !== undefined && config.sidecar_token.length < 16) {
+    throw new FlagError('invalid value for flag --sidecar_token: use at least 16 characters (e.g. openssl rand -hex 32)');
+  }
 
   const runtime = new Runtime(optionsFromFlags(config), { role: 'sidecar' });
   runtime.installSignalHandlers();
@@ -40,7 +45,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).
     await runtime.startTls();
     const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
-    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config) });
+    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token });
     let bound;
     try {
       bound = await sidecar.start(address);

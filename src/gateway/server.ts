@@ -13,7 +13,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
-import { MeshError } from '../errors.js';
+import { MeshError, toMeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { sendJson } from '../http/respond.js';
 import type { FrontEnd } from '../handlers/front-end.js';
@@ -29,6 +29,7 @@ import type { HandlerName, RouteMatch } from './routes.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import type { FrontRateLimit } from '../http/rate-limit.js';
 import { globsMatcher } from '../util/regex.js';
+import { EdgeGuard, upgradeRefusal, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
@@ -56,6 +57,8 @@ export interface GatewayOptions {
   rateLimit?: FrontRateLimit;
   /** `--cors_max_age` in seconds. Default 600. */
   corsMaxAgeSec?: number;
+  /** Authentication and rules (--auth, --auth_rules; src/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
+  auth?: EdgeAuth;
 }
 
 function pathOf(url: string): string {
@@ -78,6 +81,7 @@ export class Gateway {
   private readonly address: string;
   private readonly enableRpc: boolean;
   private readonly rpcAllowed?: (service: string) => boolean;
+  private readonly guard: EdgeGuard;
 
   /**
    * Builds the gateway; its router (when there is one) is a route source of the runtime, listed
@@ -94,7 +98,15 @@ export class Gateway {
     this.enableRpc = options.enableRpc ?? true;
     const allow = options.rpcAllow ?? [];
     if (allow.length > 0 && !allow.includes('*')) this.rpcAllowed = globsMatcher(allow);
-    this.fe = { runtime, namespace: this.namespace, errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
+    this.guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX });
+    const guard = this.guard;
+    this.fe = {
+      runtime,
+      namespace: this.namespace,
+      errorId: ERROR_ID,
+      maxBodyBytes: runtime.options.maxBodySize,
+      authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
+    };
     if (!this.handler) {
       const router = new RegistryRouter({
         registry: runtime.registry,
@@ -118,7 +130,43 @@ export class Gateway {
       counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
+      authorize: (req, res) => guard.check(req, res, this.authTarget(req)),
     });
+  }
+
+  /** What the auth rules see of a request: the service and endpoint the handler will call, as handle() resolves them. */
+  private authTarget(req: IncomingMessage): EdgeTarget {
+    const url = req.url ?? '/';
+    const path = pathOf(url);
+    if (path === '/rpc' && this.enableRpc) return { path, call: true };
+    if (path === '/' || (this.dashboard && isDashboardPath(path))) return { path };
+    const ns = this.namespace;
+    const rpc = () => {
+      const t = this.rpcPaths.resolve(url);
+      return t ? { path, service: t.service, endpoint: t.method } : { path };
+    };
+    switch (this.handler) {
+      case 'api':
+      case 'rpc':
+        return rpc();
+      case 'proxy':
+        return { path, service: resolveProxyPath(url, ns)?.service };
+      case 'event': {
+        const t = resolveEventPath(url, ns);
+        return t ? { path, service: t.topic, endpoint: t.name } : { path };
+      }
+      default: {
+        const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
+        if (!match) return rpc();
+        const { route } = match;
+        if (route.handler === 'proxy') return { path, service: route.service };
+        if (route.handler === 'event') {
+          const t = resolveEventPath(url, ns) ?? { topic: route.service, name: route.endpoint };
+          return { path, service: t.topic, endpoint: t.name };
+        }
+        return { path, service: route.service, endpoint: route.endpoint };
+      }
+    }
   }
 
   /** Builds the first route table, then listens. Resolves with the bound address. */
@@ -222,7 +270,11 @@ export class Gateway {
       if (match?.route.handler === 'proxy') service = match.route.service;
     }
     if (service) {
-      handleProxyUpgrade(this.fe, service, this.server.secure, req, socket, head);
+      const proxied = service;
+      this.guard.check(req, undefined, { path, service: proxied }).then(
+        () => handleProxyUpgrade(this.fe, proxied, this.server.secure, req, socket, head),
+        (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, ERROR_ID))),
+      );
       return;
     }
     const err = new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`);

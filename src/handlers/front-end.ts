@@ -1,5 +1,5 @@
 /** What every handler needs to know about the front end it serves (gateway or sidecar). */
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Runtime } from '../runtime.js';
 import { HEADER_ID, HEADER_TIMEOUT, endToEndHeaders } from '../transport/headers.js';
 import type { CallOptions } from '../client/client.js';
@@ -11,6 +11,8 @@ export interface FrontEnd {
   /** The `id` of error JSON this front end writes. */
   errorId: string;
   maxBodyBytes: number;
+  /** Authorizes a call whose service and method only the body names (/rpc): throws the 401/403 (src/auth/). */
+  authorizeCall?: (req: IncomingMessage, res: ServerResponse, service: string, method: string) => void;
 }
 
 /** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout. */

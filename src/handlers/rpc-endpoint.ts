@@ -74,6 +74,7 @@ export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res:
   if (allowed && !allowed(call.service)) {
     throw new MeshError(fe.errorId, 403, `service ${call.service.length > 200 ? `${call.service.slice(0, 200)}...` : call.service} may not be called through /rpc (--rpc_allow)`);
   }
+  fe.authorizeCall?.(req, res, call.service, call.method);
   try {
     const answer = await fe.runtime.client.call(call.service, call.method, call.request, {
       ...callOptionsFrom(req),

@@ -46,12 +46,17 @@ export interface FrontServerOptions {
   refuse?: (req: IncomingMessage) => MeshError | undefined;
   /**
    * `--rate_limit`: checked on every request after the CORS step, except a preflight and the
-   * health path; over the limit: 429 error JSON with Retry-After, counted in
+   * health path (after `authorize` when keyed by subject); over the limit: 429 error JSON with Retry-After, counted in
    * `http.<prefix>.ratelimit.over_limit` (allowed: `http.<prefix>.ratelimit.ok`).
    */
   rateLimit?: FrontRateLimit;
   /** `--cors_max_age` in seconds: the Access-Control-Max-Age of a preflight. Default 600. */
   corsMaxAgeSec?: number;
+  /**
+   * Run before `handle` on every request past the health path and CORS preflights (the front
+   * end's auth step, src/auth/): a rejection is answered like a handler's error.
+   */
+  authorize?: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 }
 
 export class FrontServer {
@@ -231,14 +236,24 @@ export class FrontServer {
     const q = url.indexOf('?');
     const health = (q === -1 ? url : url.slice(0, q)) === HEALTH_PATH;
     if (this.cors?.apply(req, res)) return;
-    if (!health && this.rateLimited(req, res)) return;
+    // Keyed by subject, the limit needs the auth step's verdict first; otherwise it runs before auth,
+    // so a flood of bad credentials costs no verification.
+    const limitAfterAuth = this.options.rateLimit?.key === 'subject' && this.options.authorize !== undefined;
+    if (!health && !limitAfterAuth && this.rateLimited(req, res)) return;
     if (health) {
       req.resume();
       const live = this.options.runtime.state.state === 'live';
       sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
       return;
     }
-    this.options.handle(req, res).catch((err: unknown) => {
+    const authorize = this.options.authorize;
+    const handled = authorize
+      ? authorize(req, res).then(() => {
+          if (limitAfterAuth && this.rateLimited(req, res)) return;
+          return this.options.handle(req, res);
+        })
+      : this.options.handle(req, res);
+    handled.catch((err: unknown) => {
       if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err) }, 'handler failed');
       // An answer before the whole body arrived (413, a refused request): drop the rest first.
       lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);

@@ -24,7 +24,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../runtime.js';
-import { MeshError } from '../errors.js';
+import { MeshError, toMeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { sendJson } from '../http/respond.js';
 import type { FrontEnd } from '../handlers/front-end.js';
@@ -39,6 +39,7 @@ import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import { AppRegistration, type AppOptions } from './health-checker.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
 import type { FrontRateLimit } from '../http/rate-limit.js';
+import { EdgeGuard, upgradeRefusal, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 
 export const SIDECAR_ERROR_ID = 'go.mesh.sidecar';
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
@@ -58,6 +59,10 @@ export interface SidecarOptions {
   rateLimit?: FrontRateLimit;
   /** `--cors_max_age` in seconds. Default 600. */
   corsMaxAgeSec?: number;
+  /** Authentication and rules (--auth, --auth_rules; src/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
+  auth?: EdgeAuth;
+  /** --sidecar_token: every route but the health path needs `Mesh-Sidecar-Token: <token>`, upgrades included. */
+  sidecarToken?: string;
 }
 
 function pathOf(url: string | undefined): string {
@@ -87,6 +92,7 @@ export class Sidecar {
   private readonly dashboard?: Dashboard;
   private readonly rpcPaths: RpcPathResolver;
   private readonly hostCheck: HostCheck;
+  private readonly guard: EdgeGuard;
   private boundHost?: string;
   private stopping?: Promise<void>;
 
@@ -96,11 +102,14 @@ export class Sidecar {
   ) {
     const meshOptions = runtime.options;
     this.handler = options.handler ?? 'rpc';
+    const guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, sidecarToken: options.sidecarToken });
+    this.guard = guard;
     this.fe = {
       runtime,
       namespace: options.namespace ?? SIDECAR_NAMESPACE,
       errorId: SIDECAR_ERROR_ID,
       maxBodyBytes: meshOptions.maxBodySize,
+      authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
     };
     this.rpcPaths = new RpcPathResolver(this.fe.namespace);
     this.hostCheck = new HostCheck(meshOptions.adminAllowedHosts, () => this.boundHost);
@@ -131,7 +140,19 @@ export class Sidecar {
       refuse: (req) => this.hostRefusal(req),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
+      authorize: (req, res) => guard.check(req, res, this.authTarget(req)),
     });
+  }
+
+  /** What the auth rules see of a request: the service (and method) the handler will call, or just the path. */
+  private authTarget(req: IncomingMessage): EdgeTarget {
+    const url = req.url ?? '/';
+    const path = pathOf(url);
+    if (path === '/rpc') return { path, call: true };
+    if (path === '/' || path === '/registry' || path === '/broker' || (this.dashboard && isDashboardPath(path))) return { path };
+    if (this.handler === 'proxy') return { path, service: resolveProxyPath(url, this.fe.namespace)?.service };
+    const route = this.rpcPaths.resolve(url);
+    return route ? { path, service: route.service, endpoint: route.method } : { path };
   }
 
   get secure(): boolean {
@@ -228,6 +249,16 @@ export class Sidecar {
     };
     const refusal = this.hostRefusal(req);
     if (refusal) return refuse(refusal);
+    const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(req.url ?? '/', fe.namespace) : undefined;
+    this.guard.check(req, undefined, proxied ? { path, service: proxied.service } : { path }).then(
+      () => this.upgradeAuthorized(req, socket, head, path),
+      (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, fe.errorId))),
+    );
+  }
+
+  private upgradeAuthorized(req: IncomingMessage, socket: Duplex, head: Buffer, path: string): void {
+    const fe = this.fe;
+    const refuse = (err: MeshError): void => void socket.end(upgradeRefusal(err));
     if (path === '/broker') {
       if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
       return this.broker.upgrade(req, socket, head);
