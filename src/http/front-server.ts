@@ -1,6 +1,6 @@
 /**
  * The HTTP(S) server under the gateway and the sidecar: TLS (src/tls: files or ACME), CORS, server timeouts,
- * per-request stats (`http.<prefix>.downstream_rq_*`) and logs, a health-check path that answers
+ * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/http/access-log.ts), a health-check path that answers
  * 503 while draining, errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts,
  * header count) and the drain the runtime drives on shutdown.
  */
@@ -17,6 +17,7 @@ import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverL
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
 import { formatDuration } from '../util/duration.js';
 import { tlsEnabled } from '../tls/index.js';
+import type { AccessLog } from './access-log.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -58,6 +59,8 @@ export class FrontServer {
   private readonly cxTotal: Counter;
   private readonly rqTime: Histogram;
   readonly secure: boolean;
+  /** The process's access log (--access_log), or none. */
+  private readonly accessLog?: AccessLog;
   private detachTls?: () => void;
 
   constructor(private readonly options: FrontServerOptions) {
@@ -72,6 +75,7 @@ export class FrontServer {
     this.headerTimeouts = stats.counter(`${p}downstream_rq_header_timeout`);
     this.requestTimeouts = stats.counter(`${p}downstream_rq_timeout`);
     this.secure = tlsEnabled(options.runtime.options);
+    this.accessLog = options.runtime.accessLog;
   }
 
   async listen(address: string): Promise<AddressInfo> {
@@ -171,6 +175,8 @@ export class FrontServer {
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
     const started = process.hrtime.bigint();
+    const accessLog = this.accessLog;
+    const info = accessLog?.begin(req, res);
     const counted = this.options.counted?.(req) ?? true;
     if (counted) {
       this.rqTotal.inc();
@@ -190,10 +196,7 @@ export class FrontServer {
         this.rqClass[Math.min(4, Math.max(0, Math.floor(status / 100) - 1))]!.inc();
         this.rqTime.record(ms);
       }
-      const log = this.options.runtime.logging.get('http');
-      if (log.isLevelEnabled('info')) {
-        log.info({ front: this.options.statPrefix, method: req.method, path: req.url, status: res.statusCode, ms: Math.round(ms * 1000) / 1000 }, 'request');
-      }
+      if (info) accessLog!.log(req, res, info, ms);
     });
     const refusal = this.options.refuse?.(req);
     if (refusal) {
