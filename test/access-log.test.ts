@@ -158,11 +158,12 @@ describe('access log: mesh api as a real process', () => {
     assert.match(unopenable.stderr, new RegExp(`access log ${missing.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}: cannot open: ENOENT`));
   });
 
-  it('mesh api --help lists both flags', async () => {
-    const help = await runCli(['api', '--help']);
+  it('mesh api --help lists both flags, off by default; mesh dev --help: stdout', async () => {
+    const [help, dev] = await Promise.all([runCli(['api', '--help']), runCli(['dev', '--help'])]);
     assert.equal(help.code, 0);
-    assert.match(help.stdout, /--access_log\b.*off, stdout or a file path/);
-    assert.match(help.stdout, /--access_log_format\b/);
+    assert.match(help.stdout, /--access_log string +front ends: access log, one line a request: off, stdout or a file path \(reopened on SIGUSR1\) \(default off\)\n/);
+    assert.match(help.stdout, /--access_log_format string +access log format: text with %OPERATOR%s, or json/);
+    assert.match(dev.stdout, /--access_log string .*\(default stdout\)\n/);
   });
 });
 
