@@ -11,7 +11,7 @@
  *   path (every 100 ms, or sooner when 64 KiB are waiting), one write at a time; over 4 MiB waiting,
  *   lines are dropped and counted. Reopened on request (SIGUSR1), flushed on close.
  */
-import { closeSync, openSync, write as fsWrite, close as fsClose } from 'node:fs';
+import { closeSync, openSync, write as fsWrite } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Counter } from '../stats/store.js';
@@ -334,6 +334,7 @@ export class AccessLogWriter {
   /** Appends a line (newline included); dropped and counted when too much is waiting. */
   write(line: string): void {
     if (this.closed || this.pendingChars + line.length > this.maxBuffered) {
+      // The writer cannot keep up (or the process is past its shutdown): bounded memory first.
       this.options.stats.dropped.inc();
       return;
     }
@@ -360,6 +361,7 @@ export class AccessLogWriter {
   /** Writes what is waiting (and what arrives meanwhile); resolves when all of it is written or dropped. */
   async flush(): Promise<void> {
     while (this.writing) await this.writing;
+    if (this.closed) return;
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = undefined;
@@ -374,10 +376,7 @@ export class AccessLogWriter {
       this.writing = undefined;
     });
     await this.writing;
-    if (this.pendingLines > 0) {
-      if (this.closed) await this.flush();
-      else this.flushSoon(this.pendingChars >= this.flushSize ? 0 : this.flushIntervalMs);
-    }
+    if (this.pendingLines > 0) this.flushSoon(this.pendingChars >= this.flushSize ? 0 : this.flushIntervalMs);
   }
 
   private async writeOut(text: string, lines: number): Promise<void> {
@@ -403,9 +402,17 @@ export class AccessLogWriter {
   async reopen(): Promise<void> {
     if (this.toStdout || this.closed) return;
     await this.flush();
+    if (this.closed) return;
+    // From here on synchronous: no write can start between the close and the open.
     const old = this.fd;
     this.fd = undefined;
-    if (old !== undefined) await new Promise<void>((r) => fsClose(old, () => r()));
+    if (old !== undefined) {
+      try {
+        closeSync(old);
+      } catch {
+        // already gone
+      }
+    }
     try {
       this.fd = openSync(this.options.destination, 'a');
       this.options.stats.reopened.inc();
@@ -419,8 +426,11 @@ export class AccessLogWriter {
   /** Flushes and closes the file; later lines are dropped. */
   async close(): Promise<void> {
     if (this.closed) return;
-    await this.flush();
+    do await this.flush();
+    while (this.pendingLines > 0 || this.writing);
     this.closed = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
     if (this.fd !== undefined) {
       try {
         closeSync(this.fd);
