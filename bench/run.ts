@@ -285,6 +285,23 @@ http {
     },
   },
   {
+    id: 'mesh-rpc-log',
+    label: 'mesh api --handler=rpc --access_log=FILE',
+    mesh: true,
+    setup: async (ctx, nodeArgs) => {
+      const file = join(ctx.tmp, 'access.log');
+      const g = await startMesh(ctx, 'mesh-api-rpc-log', 'api', ['--handler=rpc', '--namespace=go.mesh.srv', `--access_log=${file}`], nodeArgs);
+      return {
+        url: `http://127.0.0.1:${g.port}${PATH}`,
+        measured: [g.proc],
+        behind: [ctx.backend],
+        own: [g.proc],
+        admin: g.admin,
+        note: `the mesh-rpc row with its access log on, in the default format, to a file in the temporary directory (compare: "access log" below)`,
+      };
+    },
+  },
+  {
     id: 'mesh-api',
     label: 'mesh api --handler=api (+ API service)',
     mesh: true,
@@ -695,6 +712,13 @@ function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
   out.push(check("gateway proxy handler req/s ÷ @fastify/http-proxy's ≥ 1", paired(px, fast, rps), 1, 'atLeast', 'x', detail('mesh-proxy', 'fastify', 'rps')));
   for (const id of ['mesh-rpc', 'mesh-proxy', 'sidecar', 'mesh-api']) {
     out.push(check(`${id} CPU per request ÷ Node floor's ≤ 0.9`, paired(byId.get(id), floor, (x) => x.cpuUsPerReq), 0.9, 'atMost', 'x', detail(id, 'floor', 'cpu')));
+  }
+  // The price of the access log: the same gateway with --access_log to a file, against it off (paired rounds).
+  const logged = byId.get('mesh-rpc-log');
+  const plain = byId.get('mesh-rpc');
+  if (logged && plain) {
+    out.push(check('access log: gateway rpc handler req/s with --access_log=FILE ÷ off ≥ 0.9', paired(logged, plain, rps), 0.9, 'atLeast', 'x', detail('mesh-rpc-log', 'mesh-rpc', 'rps')));
+    out.push(check('access log: CPU per request with --access_log=FILE ÷ off ≤ 1.1', paired(logged, plain, (x) => x.cpuUsPerReq), 1.1, 'atMost', 'x', detail('mesh-rpc-log', 'mesh-rpc', 'cpu')));
   }
   for (const e of extras) for (const t of e.targets ?? []) out.push(check(t.label, t.actual, t.target, t.kind, t.unit));
   return out;

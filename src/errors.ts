@@ -11,6 +11,12 @@ export class MeshError extends Error {
   readonly statusText: string;
   /** True when the error came from a backend's answer (its id is kept by front ends). */
   fromUpstream = false;
+  /**
+   * Envoy's response flag of this failure for the access log (UH no healthy upstream, UO circuit
+   * breaker, UF connection failure, UT timeout, UC reset, NC unknown service, NR no route), set
+   * where the failure is decided.
+   */
+  responseFlag?: string;
 
   constructor(id: string, code: number, detail: string, statusText?: string) {
     super(detail);
@@ -34,6 +40,12 @@ export class MeshError extends Error {
   toBody(): string {
     return JSON.stringify(this.toJSON());
   }
+}
+
+/** Sets the access log's response flag of an error (see MeshError.responseFlag) and returns it. */
+export function flagged(err: MeshError, flag: string): MeshError {
+  err.responseFlag = flag;
+  return err;
 }
 
 export function statusTextOf(code: number): string {
@@ -82,7 +94,9 @@ export function parseErrorBody(status: number, body: string): MeshError {
 export function asFrontEndError(err: unknown, id: string): MeshError {
   const e = toMeshError(err, id);
   if (e.fromUpstream || e.id === id) return e;
-  return new MeshError(id, e.code, e.detail, e.statusText);
+  const out = new MeshError(id, e.code, e.detail, e.statusText);
+  out.responseFlag = e.responseFlag;
+  return out;
 }
 
 /** Wraps anything thrown into a MeshError; unknown failures are 500s. */

@@ -11,6 +11,7 @@ import { parseDuration, parseSize } from './util/duration.js';
 import { isLevel, LEVELS, LOG_FORMATS, type Level, type LogFormat } from './util/levels.js';
 import { parseAllowedHosts } from './http/host-check.js';
 import { parseCorsOrigins } from './http/cors.js';
+import { AccessLogFormatError, compileAccessLogFormat } from './http/access-log.js';
 import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { parseChallengeAddress } from './tls/acme/challenge-server.js';
 import { parseAddress, parseAdvertise } from './util/address.js';
@@ -89,6 +90,10 @@ export interface MeshOptions {
   logLevel?: LogLevel;
   /** `'text'` (one readable line per event) or `'json'` (JSON lines with level names). Default: text when stderr is a terminal, else JSON. */
   logFormat?: LogFormat;
+  /** Front ends' access log: `'off'`, `'stdout'` or a file path. Default `'off'`. */
+  accessLog?: string;
+  /** Format of the access log: text with `%OPERATOR%`s, or `'json'`. Default: Envoy's default format (docs/observability.md). */
+  accessLogFormat?: string;
   /** Front ends: serve /stats (dashboard and JSON). Default `false`. */
   enableStats?: boolean;
   /** Serve HTTPS with tlsCertFile and tlsKeyFile. Default `false`. */
@@ -156,6 +161,8 @@ export interface ResolvedOptions {
   statsHistograms: boolean;
   logLevel: LogLevel;
   logFormat?: LogFormat;
+  accessLog: string;
+  accessLogFormat?: string;
   enableStats: boolean;
   enableTls: boolean;
   tlsCertFile?: string;
@@ -220,7 +227,7 @@ const KNOWN = new Set<string>([
   'registryAddress', 'registryTlsCaFile', 'registryTlsCertFile', 'registryTlsKeyFile',
   'brokerAddress', 'brokerTlsCaFile', 'brokerTlsCertFile', 'brokerTlsKeyFile',
   'codecs', 'adminAddress', 'adminToken', 'adminAllowedHosts', 'metricsAddress', 'tlsCertFile', 'tlsKeyFile', 'acmeHosts', 'acmeEmail', 'acmeCache',
-  'cors', 'advertise', 'meshHome', 'logFormat',
+  'cors', 'advertise', 'meshHome', 'logFormat', 'accessLog', 'accessLogFormat',
 ]);
 
 const show = (v: unknown): string => {
@@ -351,6 +358,8 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     statsHistograms: bool('statsHistograms'),
     logLevel: str('logLevel') as LogLevel,
     logFormat: str('logFormat') as LogFormat | undefined,
+    accessLog: str('accessLog') ?? 'off',
+    accessLogFormat: str('accessLogFormat'),
     enableStats: bool('enableStats'),
     enableTls: bool('enableTls'),
     tlsCertFile: str('tlsCertFile'),
@@ -371,6 +380,15 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   // Values whose strings have rules of their own.
   if (!isLevel(resolved.logLevel)) fail('logLevel', `use one of ${LEVELS.join(', ')}`);
   if (resolved.logFormat !== undefined && !(LOG_FORMATS as readonly string[]).includes(resolved.logFormat)) fail('logFormat', `use one of ${LOG_FORMATS.join(', ')}`);
+  if (resolved.accessLog.trim() === '') fail('accessLog', 'use off, stdout or a file path');
+  if (resolved.accessLogFormat !== undefined) {
+    try {
+      compileAccessLogFormat(resolved.accessLogFormat);
+    } catch (err) {
+      if (!(err instanceof AccessLogFormatError)) throw err;
+      fail('accessLogFormat', err.message);
+    }
+  }
   try {
     resolved.adminAllowedHosts = parseAllowedHosts(resolved.adminAllowedHosts);
   } catch (err) {

@@ -28,6 +28,7 @@ import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { defaultAcmeCacheDir } from './tls/acme/cache.js';
 import { AcmeTlsProvider } from './tls/acme/provider.js';
 import { parseAdvertise } from './util/address.js';
+import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from './http/access-log.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -77,6 +78,8 @@ export class Runtime {
   readonly client: Client;
   /** The codecs of the process: JSON, protobuf and the extra ones of the options. */
   readonly codecs: CodecSet;
+  /** The front ends' access log (--access_log), or none when off. */
+  readonly accessLog?: AccessLog;
   private brokerInstance?: Broker;
   /** The TLS provider once built; null when the process serves no TLS. */
   private tlsProvider?: TlsProvider | null;
@@ -99,6 +102,20 @@ export class Runtime {
     this.logging = new Logging({ level: parseLevel(options.logLevel), format: options.logFormat });
     this.stats = new StatsStore();
     this.codecs = new CodecSet(options.codecs);
+    if (options.accessLog !== 'off') {
+      const stats = this.stats;
+      let writer: AccessLogWriter;
+      try {
+        writer = new AccessLogWriter({
+        destination: options.accessLog,
+        stats: { written: stats.counter('access_log.written'), dropped: stats.counter('access_log.dropped'), writeErrors: stats.counter('access_log.write_errors'), reopened: stats.counter('access_log.reopened') },
+        log: this.logging.get('http'),
+      });
+      } catch (err) {
+        throw new Error(`access log ${options.accessLog}: cannot open: ${(err as Error).message}`);
+      }
+      this.accessLog = new AccessLog(compileAccessLogFormat(options.accessLogFormat ?? DEFAULT_ACCESS_LOG_FORMAT), writer);
+    }
     this.registry =
       typeof options.registry === 'string'
         ? createRegistry(options.registry, options.registryAddress, {
@@ -312,6 +329,8 @@ export class Runtime {
     this.shuttingDown ??= (async () => {
       const log = this.logging.get('main');
       const result = await this.drain();
+      // The lines of the last requests, before anything else can fail.
+      await this.accessLog?.writer.flush();
       for (const hook of this.shutdownHooks.slice().reverse()) {
         try {
           await hook();
@@ -322,6 +341,7 @@ export class Runtime {
       await this.clusters.close();
       if (this.brokerInstance) await this.brokerInstance.close().catch(() => undefined);
       await this.registry.close().catch(() => undefined);
+      await this.accessLog?.writer.close();
       this.logging.flush();
       return result;
     })();
@@ -370,7 +390,7 @@ export class Runtime {
 
   /**
    * SIGINT/SIGTERM: drain, shut down, exit 0 (1 when the drain cut requests off, or the shutdown
-   * failed); a second signal exits at once with 130.
+   * failed); a second signal exits at once with 130. SIGUSR1 reopens the access log file.
    */
   installSignalHandlers(): void {
     let signalled = false;
@@ -385,6 +405,9 @@ export class Runtime {
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    // logrotate: the access log file is opened again (after a rename, the new file gets the lines).
+    const accessLog = this.accessLog;
+    if (accessLog) process.on('SIGUSR1', () => void accessLog.writer.reopen());
   }
 }
 

@@ -18,6 +18,8 @@ it('mesh dev: the three-tier example and /rpc answer through the gateway it star
     const hello = await http('GET', `http://127.0.0.1:${port}/greeter/say/hello?name=John`);
     assert.equal(hello.status, 200, hello.text);
     assert.deepEqual(hello.json(), { message: 'Hello John' });
+    // mesh dev shows the requests it serves: an access log line on stdout, in the default format.
+    await dev.waitForOutput(/^\[\S+Z\] "GET \/greeter\/say\/hello\?name=John HTTP\/1\.1" 200 - 0 \d+ \d+ - "-" "-" "-" "127\.0\.0\.1:\d+" "127\.0\.0\.1:\d+" go\.mesh\.api\.greeter$/m);
     const rpc = await http('POST', `http://127.0.0.1:${port}/rpc`, {
       headers: { 'content-type': 'application/json' },
       body: '{"service":"go.mesh.srv.greeter","method":"Say.Hello","request":{"name":"John"}}',

@@ -320,16 +320,19 @@ describe('log format: mesh api as a real process, levels changed by admin /loggi
     return { proc, url: `http://127.0.0.1:${port}`, admin: `http://127.0.0.1:${adminPort}` };
   }
 
-  /** A request at warning (not logged), /logging?http=info, a second request (logged): the lines of the second. */
-  async function requestLines(api: { proc: RunningProcess; url: string; admin: string }): Promise<string[]> {
-    await http('GET', `${api.url}/first-unlogged`);
-    const set = await http('POST', `${api.admin}/logging?http=info`);
+  /**
+   * An admin operation at warning (not logged), /logging?admin=info, a second operation (logged at
+   * info by the admin subsystem): the lines of the second.
+   */
+  async function operationLines(api: { proc: RunningProcess; url: string; admin: string }): Promise<string[]> {
+    assert.equal((await http('POST', `${api.admin}/reset_counters?first-unlogged`)).status, 200);
+    const set = await http('POST', `${api.admin}/logging?admin=info`);
     assert.equal(set.status, 200, set.text);
-    await http('GET', `${api.url}/second-logged`);
-    await waitFor(() => api.proc.output().includes('/second-logged'), 10000);
+    assert.equal((await http('POST', `${api.admin}/reset_counters?second-logged`)).status, 200);
+    await waitFor(() => api.proc.output().includes('second-logged'), 10000);
     const out = api.proc.output();
-    assert.ok(!out.includes('/first-unlogged'), 'the request at level warning was not logged');
-    return out.split('\n').filter((l) => l.includes('/second-logged'));
+    assert.ok(!out.includes('first-unlogged'), 'the operation at level warning was not logged');
+    return out.split('\n').filter((l) => l.includes('second-logged'));
   }
 
   it('--log_format=text with FORCE_COLOR: a coloured request line; with NO_COLOR too: none', async () => {
@@ -337,30 +340,29 @@ describe('log format: mesh api as a real process, levels changed by admin /loggi
       startApi(['--log_format=text'], { FORCE_COLOR: '1' }),
       startApi([], { MESH_LOG_FORMAT: 'text', FORCE_COLOR: '1', NO_COLOR: '1' }),
     ]);
-    const [c, p] = await Promise.all([requestLines(colored), requestLines(plain)]);
+    const [c, p] = await Promise.all([operationLines(colored), operationLines(plain)]);
     assert.equal(c.length, 1);
-    assert.match(c[0]!, /^\d\d:\d\d:\d\d\.\d{3} \x1b\[32mINFO\x1b\[0m {5}http request front=\S+ method=GET path=\/second-logged status=\d{3} ms=\d+(\.\d+)?$/);
+    assert.match(c[0]!, /^\d\d:\d\d:\d\d\.\d{3} \x1b\[32mINFO\x1b\[0m {5}admin admin operation method=POST url=\/reset_counters\?second-logged$/);
     assert.equal(p.length, 1);
-    assert.match(p[0]!, /^\d\d:\d\d:\d\d\.\d{3} INFO {5}http request front=\S+ method=GET path=\/second-logged status=\d{3} ms=\d+(\.\d+)?$/);
+    assert.match(p[0]!, /^\d\d:\d\d:\d\d\.\d{3} INFO {5}admin admin operation method=POST url=\/reset_counters\?second-logged$/);
     assert.ok(!plain.proc.output().includes('\x1b'));
   });
 
-  it('--log_format=json (over MESH_LOG_FORMAT=text): JSON request lines with level names', async () => {
+  it('--log_format=json (over MESH_LOG_FORMAT=text): JSON lines with level names', async () => {
     const api = await startApi(['--log_format=json'], { MESH_LOG_FORMAT: 'text', FORCE_COLOR: '1' });
-    const lines = await requestLines(api);
+    const lines = await operationLines(api);
     assert.equal(lines.length, 1);
     const entry = JSON.parse(lines[0]!) as Record<string, unknown>;
     assert.deepEqual(
-      { level: entry.level, subsystem: entry.subsystem, msg: entry.msg, method: entry.method, path: entry.path },
-      { level: 'info', subsystem: 'http', msg: 'request', method: 'GET', path: '/second-logged' },
+      { level: entry.level, subsystem: entry.subsystem, msg: entry.msg, method: entry.method, url: entry.url },
+      { level: 'info', subsystem: 'admin', msg: 'admin operation', method: 'POST', url: '/reset_counters?second-logged' },
     );
-    assert.equal(typeof entry.status, 'number');
-    // Back to warning: the next request is not logged; a line after it (at warning) shows the order.
+    // Back to warning: the next operation is not logged; a line after it (at info) shows the order.
     assert.equal((await http('POST', `${api.admin}/logging?level=warning`)).status, 200);
-    await http('GET', `${api.url}/third-unlogged`);
-    assert.equal((await http('POST', `${api.admin}/logging?http=info`)).status, 200);
-    await http('GET', `${api.url}/fourth-logged`);
-    await waitFor(() => api.proc.output().includes('/fourth-logged'), 10000);
-    assert.ok(!api.proc.output().includes('/third-unlogged'));
+    await http('POST', `${api.admin}/reset_counters?third-unlogged`);
+    assert.equal((await http('POST', `${api.admin}/logging?admin=info`)).status, 200);
+    await http('POST', `${api.admin}/reset_counters?fourth-logged`);
+    await waitFor(() => api.proc.output().includes('fourth-logged'), 10000);
+    assert.ok(!api.proc.output().includes('third-unlogged'));
   });
 });

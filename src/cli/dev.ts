@@ -12,7 +12,8 @@ import { formatAddress, isWildcard } from '../util/address.js';
 export async function runDev(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
   const config = args.config;
-  const mesh = new Mesh(optionsFromFlags(config), 'dev');
+  // mesh dev shows the requests it serves: its access log is on stdout unless --access_log says otherwise.
+  const mesh = new Mesh(optionsFromFlags({ ...config, access_log: config.access_log ?? 'stdout' }), 'dev');
   const runtime = mesh.runtime;
   runtime.installSignalHandlers();
   try {

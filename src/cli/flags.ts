@@ -9,6 +9,7 @@ import { parseAllowedHosts } from '../http/host-check.js';
 import { parseAddress } from '../util/address.js';
 import { parseCorsOrigins } from '../http/cors.js';
 import { parseRate } from '../http/rate-limit.js';
+import { compileAccessLogFormat } from '../http/access-log.js';
 
 type FlagType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
@@ -51,6 +52,8 @@ export const FLAG_SPECS = {
   admin_allowed_hosts: { type: 'list', help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', help: 'trace, debug, info, warning, error, critical, off', default: 'info' },
   log_format: { type: 'string', help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise', choices: ['text', 'json'] },
+  access_log: { type: 'string', help: 'front ends: access log, one line a request: off, stdout or a file path (reopened on SIGUSR1)' },
+  access_log_format: { type: 'string', help: 'access log format: text with %OPERATOR%s, or json; without it, Envoy\'s default format (docs/observability.md)' },
   enable_stats: { type: 'bool', help: 'serve /stats (dashboard and JSON)', default: 'false' },
   enable_tls: { type: 'bool', help: 'serve HTTPS with --tls_cert_file and --tls_key_file', default: 'false' },
   tls_cert_file: { type: 'string', help: 'PEM certificate chain' },
@@ -195,6 +198,8 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   drain_timeout: { group: 'limits', commands: SERVE },
   log_level: { group: 'logging' },
   log_format: { group: 'logging' },
+  access_log: { group: 'logging', commands: SERVE },
+  access_log_format: { group: 'logging', commands: SERVE },
   enable_stats: { group: 'command', commands: GATEWAYS },
   namespace: { group: 'command', commands: GATEWAYS },
   handler: { group: 'command', commands: GATEWAYS },
@@ -298,6 +303,9 @@ export interface Config {
   log_level: string;
   /** undefined: text on a terminal, json otherwise. */
   log_format?: 'text' | 'json';
+  /** undefined: the command's default (off; mesh dev: stdout). */
+  access_log?: string;
+  access_log_format?: string;
   enable_stats: boolean;
   enable_tls: boolean;
   tls_cert_file?: string;
@@ -517,6 +525,16 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     parseLevel(config.log_level as string);
   } catch (err) {
     throw new FlagError(`invalid value "${String(config.log_level)}" for ${flagLabel('log_level', fromEnv.has('log_level'))}: ${(err as Error).message}`);
+  }
+  if (config.access_log === '') {
+    throw new FlagError(`invalid value "" for ${flagLabel('access_log', fromEnv.has('access_log'))}: use off, stdout or a file path`);
+  }
+  if (config.access_log_format !== undefined) {
+    try {
+      compileAccessLogFormat(config.access_log_format as string);
+    } catch (err) {
+      throw new FlagError(`invalid value "${String(config.access_log_format)}" for ${flagLabel('access_log_format', fromEnv.has('access_log_format'))}: ${(err as Error).message}`);
+    }
   }
   const headers = config.request_headers_timeout as number;
   const whole = config.request_timeout as number;

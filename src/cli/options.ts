@@ -49,6 +49,8 @@ export function meshOptionsFromFlags(config: Config): MeshOptions {
     statsHistograms: config.stats_histograms,
     logLevel: config.log_level as MeshOptions['logLevel'],
     logFormat: config.log_format,
+    accessLog: config.access_log,
+    accessLogFormat: config.access_log_format,
     enableStats: config.enable_stats,
     enableTls: config.enable_tls,
     tlsCertFile: config.tls_cert_file,

@@ -7,7 +7,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type pino from 'pino';
-import { MeshError, parseErrorBody, toMeshError } from '../errors.js';
+import { MeshError, flagged, parseErrorBody, toMeshError } from '../errors.js';
+import type { UpstreamInfo } from '../http/access-log.js';
 import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../codec/codec.js';
 import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
 import type { AcquireOptions, AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
@@ -61,6 +62,8 @@ export interface CallOptions {
    * it); overrides `body` and `contentType` of call().
    */
   encodeFor?: (target: UpstreamTarget) => { contentType: string; body: Uint8Array };
+  /** The access log's record of the inbound request: told the cluster and the host of each try. */
+  info?: UpstreamInfo;
 }
 
 export interface CallResult {
@@ -124,6 +127,10 @@ export class Client {
       const selector = this.options.selector;
       const acquireOptions: AcquireOptions = { exclude: tried, retry: attempt > 0, address: opts.address, afterConnectFailure: lastOutcome === 'connect_failure' };
       const lease = selector.acquireNow?.(service, acquireOptions) ?? (await selector.acquire(service, acquireOptions));
+      if (opts.info) {
+        opts.info.upstreamCluster = service;
+        opts.info.upstreamHost = lease.target.key;
+      }
       if (retries > 0 || hedgeDelay > 0) (tried ??= new Set()).add(lease.target.key);
       const first = startTry(lease, request, remaining, perTry);
       let result: TryResult;
@@ -148,7 +155,7 @@ export class Client {
       lastError = parseErrorBody(response.status, response.body.toString('utf8'));
       if (!RETRIABLE_STATUS.has(response.status)) throw lastError;
     }
-    throw lastError ?? new MeshError('go.mesh.client', 504, `call ${service}.${endpoint}: timeout after ${budget}ms`);
+    throw lastError ?? flagged(new MeshError('go.mesh.client', 504, `call ${service}.${endpoint}: timeout after ${budget}ms`), 'UT');
   }
 
   /**
@@ -272,12 +279,12 @@ function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeou
 function transportToMeshError(err: TransportError, service: string, host: string, budget: number): MeshError {
   switch (err.outcome.kind) {
     case 'timeout':
-      if (err.outcome.perTry) return new MeshError('go.mesh.client', 504, `call ${service} on ${host}: ${err.message}`);
-      return new MeshError('go.mesh.client', 504, `call ${service} on ${host}: timeout after ${budget}ms`);
+      if (err.outcome.perTry) return flagged(new MeshError('go.mesh.client', 504, `call ${service} on ${host}: ${err.message}`), 'UT');
+      return flagged(new MeshError('go.mesh.client', 504, `call ${service} on ${host}: timeout after ${budget}ms`), 'UT');
     case 'connect_failure':
-      return new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection failed: ${err.message}`);
+      return flagged(new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection failed: ${err.message}`), 'UF');
     case 'reset':
-      return new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection reset: ${err.message}`);
+      return flagged(new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection reset: ${err.message}`), 'UC');
     case 'cancelled':
       return new MeshError('go.mesh.client', 400, `call ${service}: ${err.message}`);
   }

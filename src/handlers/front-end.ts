@@ -3,6 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Runtime } from '../runtime.js';
 import { HEADER_ID, HEADER_TIMEOUT, endToEndHeaders } from '../transport/headers.js';
 import type { CallOptions } from '../client/client.js';
+import { requestInfo } from '../http/access-log.js';
 
 export interface FrontEnd {
   runtime: Runtime;
@@ -26,6 +27,7 @@ export function callOptionsFrom(req: IncomingMessage, contentType?: string): Cal
     metadata: endToEndHeaders(headers),
     timeoutMs: timeout > 0 && timeout < Infinity ? timeout : undefined,
     id: typeof id === 'string' && id !== '' ? id : undefined,
+    info: requestInfo(req),
   };
 }
 

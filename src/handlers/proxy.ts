@@ -14,7 +14,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { connect, type Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
-import { MeshError, asFrontEndError } from '../errors.js';
+import { MeshError, asFrontEndError, flagged } from '../errors.js';
+import { requestInfo } from '../http/access-log.js';
 import { sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
 import { connectionNamed, isHopByHop, rawNameIs } from '../transport/headers.js';
@@ -281,6 +282,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
   const retries = body.kind === 'stream' ? 0 : fe.runtime.options.clientRetries;
   let tried: Set<string> | undefined;
   const timeoutMs = fe.runtime.options.clientRequestTimeout;
+  const info = requestInfo(req);
   let lastError: MeshError | undefined;
   for (let attempt = 0; attempt <= retries; attempt++) {
     let lease: UpstreamLease;
@@ -294,6 +296,10 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
       return;
     }
     const started = Date.now();
+    if (info) {
+      info.upstreamCluster = service;
+      info.upstreamHost = lease.target.key;
+    }
     if (res.destroyed) {
       // The client left while a host was being found (a service's first use reads the registry).
       lease.release({ kind: 'cancelled' }, 0);
@@ -327,6 +333,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
     if (result.responded) {
       // The answer had started: nothing to do but cut the connection.
       lease.release({ kind: 'reset' }, Date.now() - started);
+      info?.addFlag(result.timedOut ? 'UT' : 'UC');
       res.destroy();
       return;
     }
@@ -336,8 +343,8 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
     const outcome = failure.outcome.kind;
     lastError =
       outcome === 'timeout'
-        ? new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`)
-        : new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`);
+        ? flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
+        : flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
     if (outcome !== 'connect_failure') break;
   }
   sendError(res, lastError ?? new MeshError(fe.errorId, 502, `proxy to ${service} failed`));

@@ -1,6 +1,6 @@
 /**
  * The HTTP(S) server under the gateway and the sidecar: TLS (src/tls: files or ACME), CORS, server timeouts,
- * per-request stats (`http.<prefix>.downstream_rq_*`) and logs, a health-check path that answers
+ * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/http/access-log.ts), a health-check path that answers
  * 503 while draining, errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts,
  * header count) and the drain the runtime drives on shutdown.
  */
@@ -9,7 +9,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
-import { MeshError } from '../errors.js';
+import { flagged, MeshError } from '../errors.js';
 import { lingerOnRest } from './body.js';
 import { rawErrorResponse, sendError, sendJson } from './respond.js';
 import { parseAddress } from '../util/address.js';
@@ -19,6 +19,7 @@ import { formatDuration } from '../util/duration.js';
 import { tlsEnabled } from '../tls/index.js';
 import { CorsPolicy } from './cors.js';
 import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit } from './rate-limit.js';
+import type { AccessLog } from './access-log.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -73,6 +74,8 @@ export class FrontServer {
   private readonly cxTotal: Counter;
   private readonly rqTime: Histogram;
   readonly secure: boolean;
+  /** The process's access log (--access_log), or none. */
+  private readonly accessLog?: AccessLog;
   private detachTls?: () => void;
   private readonly cors?: CorsPolicy;
   private readonly rateLimitOk?: Counter;
@@ -96,6 +99,7 @@ export class FrontServer {
       this.rateLimitOk = stats.counter(`${p}ratelimit.ok`);
       this.rateLimitOver = stats.counter(`${p}ratelimit.over_limit`);
     }
+    this.accessLog = options.runtime.accessLog;
   }
 
   async listen(address: string): Promise<AddressInfo> {
@@ -195,6 +199,8 @@ export class FrontServer {
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
     const started = process.hrtime.bigint();
+    const accessLog = this.accessLog;
+    const info = accessLog?.begin(req, res);
     const counted = this.options.counted?.(req) ?? true;
     if (counted) {
       this.rqTotal.inc();
@@ -214,10 +220,7 @@ export class FrontServer {
         this.rqClass[Math.min(4, Math.max(0, Math.floor(status / 100) - 1))]!.inc();
         this.rqTime.record(ms);
       }
-      const log = this.options.runtime.logging.get('http');
-      if (log.isLevelEnabled('info')) {
-        log.info({ front: this.options.statPrefix, method: req.method, path: req.url, status: res.statusCode, ms: Math.round(ms * 1000) / 1000 }, 'request');
-      }
+      if (info) accessLog!.log(req, res, info, ms);
     });
     const refusal = this.options.refuse?.(req);
     if (refusal) {
@@ -279,7 +282,7 @@ export class FrontServer {
     this.rateLimitOver!.inc();
     req.resume();
     for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
-    sendError(res, new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`), this.options.errorId);
+    sendError(res, flagged(new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`), 'RL'), this.options.errorId);
     return true;
   }
 }

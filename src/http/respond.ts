@@ -1,9 +1,11 @@
 /** Small helpers to answer HTTP requests with the project's formats. */
 import type { ServerResponse } from 'node:http';
 import { MeshError, toMeshError } from '../errors.js';
+import { requestInfo } from './access-log.js';
 
 export function sendError(res: ServerResponse, err: unknown, id = 'go.mesh.server'): void {
   const e = err instanceof MeshError ? err : toMeshError(err, id);
+  if (e.responseFlag !== undefined) requestInfo(res.req)?.addFlag(e.responseFlag);
   const body = e.toBody();
   if (res.headersSent) {
     res.destroy();

@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
-import { MeshError } from '../errors.js';
+import { MeshError, flagged } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
@@ -97,7 +97,7 @@ export class ProxyListener {
     const route = this.route(path);
     if (!route) {
       req.resume();
-      throw new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`);
+      throw flagged(new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
     }
     req.url = rewriteUrl(route, url);
     return handleProxy(this.fe, targetOf(route), this.server.secure, req, res);

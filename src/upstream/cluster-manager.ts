@@ -17,7 +17,7 @@
  */
 import { Agent } from 'undici';
 import type { Logger } from 'pino';
-import { notFound, serviceUnavailable, toMeshError } from '../errors.js';
+import { flagged, notFound, serviceUnavailable, toMeshError } from '../errors.js';
 import type { Node, Registry, Service, WatchEvent, Watcher } from '../registry/registry.js';
 import { StatsStore, type Counter, type Gauge } from '../stats/store.js';
 import type { Logging } from '../util/log.js';
@@ -162,7 +162,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
 
   async acquire(service: string, options: AcquireOptions = {}): Promise<UpstreamLease> {
     if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${service}: cluster manager closed`);
-    if (typeof service !== 'string' || service === '') throw notFound(ERROR_ID, `service ${String(service)}: not found`);
+    if (typeof service !== 'string' || service === '') throw flagged(notFound(ERROR_ID, `service ${String(service)}: not found`), 'NC');
     const fixed = this.staticClusters.get(service);
     if (fixed) {
       const warming = this.staticWarming.get(service);
@@ -176,7 +176,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     }
     if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${service}: cluster manager closed`);
     if (cluster.closed || cluster.hosts().length === 0) {
-      throw notFound(ERROR_ID, `service ${service}: not found`);
+      throw flagged(notFound(ERROR_ID, `service ${service}: not found`), 'NC');
     }
     return this.pick(cluster, service, options);
   }
@@ -260,10 +260,10 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
 
   private async create(name: string): Promise<Cluster> {
     const registry = this.registry;
-    if (!registry) throw notFound(ERROR_ID, `service ${name}: not found`);
+    if (!registry) throw flagged(notFound(ERROR_ID, `service ${name}: not found`), 'NC');
     this.dirty.delete(name);
     const found = await this.fetch(name);
-    if (found.length === 0 || found.every((s) => s.nodes.length === 0)) throw notFound(ERROR_ID, `service ${name}: not found`);
+    if (found.length === 0 || found.every((s) => s.nodes.length === 0)) throw flagged(notFound(ERROR_ID, `service ${name}: not found`), 'NC');
     if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${name}: cluster manager closed`);
     if (!this.dynamic.has(name)) this.makeRoom(name);
     const cluster = this.newCluster(name, true, undefined, this.store);

@@ -4,7 +4,7 @@
  */
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
-import { badRequest, notFound, serviceUnavailable } from '../errors.js';
+import { badRequest, flagged, notFound, serviceUnavailable } from '../errors.js';
 import type { Counter, Gauge, Histogram, StatsStore } from '../stats/store.js';
 import { CircuitBreakers } from './circuit-breaker.js';
 import type { ResolvedClusterSettings } from './config.js';
@@ -291,10 +291,10 @@ export class Cluster {
       host = this.lb.pick(set.hosts);
       if (!host) {
         this.s.cxNoneHealthy.inc();
-        throw serviceUnavailable(ERROR_ID, `service ${service}: no healthy upstream`);
+        throw flagged(serviceUnavailable(ERROR_ID, `service ${service}: no healthy upstream`), 'UH');
       }
       // A hedge goes to another host or not at all.
-      if (options.hedge && options.exclude?.has(host.key)) throw serviceUnavailable(ERROR_ID, `service ${service}: no other host for a hedged try`);
+      if (options.hedge && options.exclude?.has(host.key)) throw flagged(serviceUnavailable(ERROR_ID, `service ${service}: no other host for a hedged try`), 'UH');
     }
     const target = host;
     const poolSize = this.breakers.poolSize();
@@ -303,7 +303,7 @@ export class Cluster {
     if (broken) {
       if (broken === 'max_retries') this.s.rqRetryOverflow.inc();
       else this.s.rqPendingOverflow.inc();
-      throw serviceUnavailable(ERROR_ID, `circuit breaker open: ${broken}`);
+      throw flagged(serviceUnavailable(ERROR_ID, `circuit breaker open: ${broken}`), 'UO');
     }
     this.breakers.start(priority, budgeted, waits);
     if (waits) this.s.rqPendingActive.set(this.breakers.pending);
