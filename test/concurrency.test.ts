@@ -1,0 +1,217 @@
+/**
+ * --concurrency (docs/architecture.md, "Concurrency"), with real processes on loopback: `mesh api
+ * --concurrency=2` serves fresh connections from both workers; its one admin interface sums the
+ * workers' stats (text, JSON, Prometheus, histograms), merges /clusters and names the workers in
+ * /server_info; /healthcheck/fail reaches every worker; a worker killed with SIGKILL is started
+ * again and counted; SIGTERM drains every worker and exits 0 with the in-flight request answered.
+ * Bad values exit 2 naming the flag.
+ */
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { availableParallelism } from 'node:os';
+import { http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { parseArgs } from '../src/cli/flags.js';
+
+const WHO = join(ROOT, 'test/fixtures/who-service.ts');
+
+/** A stat's value in the merged text /stats (undefined when absent). */
+async function stat(admin: string, name: string): Promise<number | undefined> {
+  const res = await http('GET', `${admin}/stats?filter=${encodeURIComponent(`^${name.replace(/\./g, '\\.')}$`)}`);
+  const m = new RegExp(`^${name.replace(/\./g, '\\.')}: (\\d+)$`, 'm').exec(res.text);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** The worker pids /server_info lists, by index. */
+async function workerPids(admin: string): Promise<Map<number, number>> {
+  const line = (await http('GET', `${admin}/server_info`)).text;
+  const m = / concurrency=(\d+) workers=([\d:,]*)\n$/.exec(line);
+  assert.ok(m, line);
+  return new Map(m[2]!.split(',').filter(Boolean).map((w) => w.split(':').map(Number) as [number, number]));
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+describe('mesh api --concurrency=2', () => {
+  const dir = tempDir();
+  let who: RunningProcess;
+  let gw: RunningProcess;
+  let url = '';
+  let admin = '';
+
+  before(async () => {
+    who = startProcess(['--import', 'tsx', WHO, `--registry_address=${dir.path}`, '--log_level=warning'], {}, '');
+    await who.waitForOutput(/go\.mesh\.srv\.who listening/, 15000);
+    gw = startProcess([
+      'api',
+      '--concurrency=2',
+      '--address=127.0.0.1:0',
+      '--admin_address=127.0.0.1:0',
+      `--registry_address=${dir.path}`,
+      '--handler=rpc',
+      '--namespace=go.mesh.srv',
+      '--stats_histograms',
+      '--drain_delay=200ms',
+      '--log_level=warning',
+    ]);
+    url = `http://127.0.0.1:${await gw.waitForPort(PRINTED.api, 20000)}`;
+    admin = `http://127.0.0.1:${await gw.waitForPort(PRINTED.apiAdmin)}`;
+    await gw.waitForOutput(/mesh api concurrency 2 \(worker pids \d+ \d+\)/);
+    // Both workers know the service (each has its own registry watch).
+    for (let i = 0; i < 4; i++) await waitFor(async () => (await http('GET', `${url}/who/am`)).status === 200, 10000);
+  });
+
+  after(async () => {
+    await gw?.stop('SIGKILL');
+    await who?.stop('SIGKILL');
+    dir.cleanup();
+  });
+
+  test('fresh connections are served by both workers; /stats sums the workers in every format', async () => {
+    const before = (await stat(admin, 'http.gateway.downstream_rq_total'))!;
+    assert.ok(before >= 4, `warm-up requests counted: ${before}`);
+    for (let i = 0; i < 20; i++) {
+      const res = await http('GET', `${url}/who/am`);
+      assert.equal(res.status, 200, res.text);
+    }
+    const total = before + 20;
+    assert.equal(await stat(admin, 'http.gateway.downstream_rq_total'), total);
+    const w0 = (await stat(admin, 'server.worker.0.downstream_rq_total'))!;
+    const w1 = (await stat(admin, 'server.worker.1.downstream_rq_total'))!;
+    assert.ok(w0 > 0 && w1 > 0, `each worker served some: ${w0} + ${w1}`);
+    assert.equal(w0 + w1, total);
+    assert.equal(await stat(admin, 'server.concurrency'), 2);
+    assert.equal(await stat(admin, 'server.worker_restarts'), 0);
+    // A state-like gauge is not summed: the one host is healthy in both workers.
+    assert.equal(await stat(admin, 'cluster.go.mesh.srv.who.membership_healthy'), 1);
+    assert.equal(await stat(admin, 'cluster.go.mesh.srv.who.upstream_rq_total'), total);
+
+    const json = (await http('GET', `${admin}/stats?format=json&filter=^http\\.gateway\\.downstream_rq_(total|time)$`)).json<{
+      stats: Array<{ name?: string; value?: number; histograms?: { computed_quantiles: Array<{ name: string }> } }>;
+    }>();
+    assert.deepEqual(json.stats.find((s) => s.name === 'http.gateway.downstream_rq_total'), { name: 'http.gateway.downstream_rq_total', value: total });
+    assert.equal(json.stats.find((s) => s.histograms)?.histograms?.computed_quantiles[0]?.name, 'http.gateway.downstream_rq_time');
+
+    const prom = (await http('GET', `${admin}/stats/prometheus`)).text;
+    assert.match(prom, new RegExp(`^mesh_http_downstream_rq_total\\{http_conn_manager_prefix="gateway"\\} ${total}$`, 'm'));
+    assert.match(prom, new RegExp(`^mesh_server_worker_downstream_rq_total\\{worker_id="0"\\} ${w0}$`, 'm'));
+    assert.match(prom, new RegExp(`^mesh_server_worker_downstream_rq_total\\{worker_id="1"\\} ${w1}$`, 'm'));
+    // Histograms merged bucket by bucket: the +Inf bucket and the count hold every request.
+    assert.match(prom, new RegExp(`^mesh_http_downstream_rq_time_count\\{http_conn_manager_prefix="gateway"\\} ${total}$`, 'm'));
+    assert.match(prom, new RegExp(`^mesh_http_downstream_rq_time_bucket\\{http_conn_manager_prefix="gateway",le="\\+Inf"\\} ${total}$`, 'm'));
+    // Process metrics cover the primary and both workers: three processes' CPU, one start time.
+    assert.match(prom, /^process_cpu_seconds_total [\d.e+-]+$/m);
+    assert.equal(prom.match(/^process_start_time_seconds /gm)?.length, 1);
+
+    // usedonly and filter still apply to the merged stats.
+    const used = (await http('GET', `${admin}/stats?usedonly`)).text;
+    assert.doesNotMatch(used, /^server\.worker_restarts:/m);
+    assert.match((await http('GET', `${admin}/stats`)).text, /^server\.worker_restarts: 0$/m);
+    assert.equal((await http('GET', `${admin}/stats?filter=^server\\.concurrency$`)).text, 'server.concurrency: 2\n');
+  });
+
+  test('/clusters merges the workers: host counters summed, one host listed once', async () => {
+    const upstream = (await stat(admin, 'cluster.go.mesh.srv.who.upstream_rq_total'))!;
+    const text = (await http('GET', `${admin}/clusters`)).text;
+    const hosts = [...text.matchAll(/^go\.mesh\.srv\.who::([\d.]+:\d+)::rq_total::(\d+)$/gm)];
+    assert.equal(hosts.length, 1, text);
+    assert.equal(Number(hosts[0]![2]), upstream);
+    assert.match(text, /^go\.mesh\.srv\.who::[\d.]+:\d+::health_flags::healthy$/m);
+    const json = (await http('GET', `${admin}/clusters?format=json`)).json<{
+      cluster_statuses: Array<{ name: string; host_statuses: Array<{ stats: Array<{ name: string; value: string }> }> }>;
+    }>();
+    const cluster = json.cluster_statuses.find((c) => c.name === 'go.mesh.srv.who')!;
+    assert.equal(cluster.host_statuses.length, 1);
+    assert.equal(cluster.host_statuses[0]!.stats.find((s) => s.name === 'rq_total')?.value, String(upstream));
+    assert.equal((await http('GET', `${admin}/clusters?format=yaml`)).status, 400);
+  });
+
+  test('/server_info names the concurrency and the workers', async () => {
+    const line = (await http('GET', `${admin}/server_info`)).text;
+    assert.match(line, /^mesh [0-9a-f]{40}\/[^ ]+ live \d+ \d+ 0 concurrency=2 workers=0:\d+,1:\d+\n$/);
+    const pids = await workerPids(admin);
+    assert.equal(pids.size, 2);
+    assert.notEqual(pids.get(0), pids.get(1));
+    assert.ok(![...pids.values()].includes(gw.child.pid!));
+  });
+
+  test('/healthcheck/fail reaches every worker; /healthcheck/ok brings them back', async () => {
+    assert.equal((await http('POST', `${admin}/healthcheck/fail`)).status, 200);
+    // Fresh connections go round-robin: several of them reach both workers.
+    for (let i = 0; i < 6; i++) assert.equal((await http('GET', `${url}/_mesh/health`)).status, 503, `connection ${i}`);
+    assert.equal((await http('GET', `${admin}/ready`)).text, 'DRAINING\n');
+    assert.equal(await stat(admin, 'server.live'), 0);
+    assert.equal((await http('POST', `${admin}/healthcheck/ok`)).status, 200);
+    for (let i = 0; i < 6; i++) assert.equal((await http('GET', `${url}/_mesh/health`)).status, 200, `connection ${i}`);
+    assert.equal(await stat(admin, 'server.live'), 1);
+  });
+
+  test('/reset_counters resets every worker', async () => {
+    assert.equal((await http('POST', `${admin}/reset_counters`)).status, 200);
+    assert.equal(await stat(admin, 'http.gateway.downstream_rq_total'), 0);
+    for (let i = 0; i < 4; i++) assert.equal((await http('GET', `${url}/who/am`)).status, 200);
+    assert.equal(await stat(admin, 'http.gateway.downstream_rq_total'), 4);
+  });
+
+  test('a worker killed with SIGKILL is started again and counted; requests keep succeeding', async () => {
+    const pids = await workerPids(admin);
+    const victim = pids.get(0)!;
+    process.kill(victim, 'SIGKILL');
+    await waitFor(async () => (await stat(admin, 'server.worker_restarts')) === 1, 10000);
+    const after = await waitFor(async () => {
+      const now = await workerPids(admin);
+      return now.size === 2 && now.get(0) !== victim ? now : undefined;
+    }, 15000);
+    assert.equal(after.get(1), pids.get(1), 'the other worker kept running');
+    assert.ok(!alive(victim));
+    for (let i = 0; i < 10; i++) {
+      const res = await http('GET', `${url}/who/am`);
+      assert.equal(res.status, 200, res.text);
+    }
+    assert.ok(((await stat(admin, 'server.worker.0.downstream_rq_total')) ?? 0) > 0, 'the new worker serves');
+  });
+
+  test('SIGTERM: every worker drains, the in-flight request is answered, exit 0', async () => {
+    const pids = [...(await workerPids(admin)).values()];
+    const long = http('POST', `${url}/rpc`, {
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ service: 'go.mesh.srv.who', method: 'Who.Slow', request: { ms: 1500 } }),
+    });
+    await waitFor(async () => ((await stat(admin, 'http.gateway.downstream_rq_active')) ?? 0) >= 1);
+    const code = await gw.stop('SIGTERM');
+    const res = await long;
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(res.json(), { done: true });
+    assert.equal(code, 0, gw.output());
+    for (const pid of pids) await waitFor(() => !alive(pid));
+  });
+});
+
+describe('--concurrency values', () => {
+  test('auto is one worker per CPU; a number is taken as it is; the default is 1', () => {
+    assert.equal(parseArgs(['api', '--concurrency=auto'], {}).config.concurrency, Math.min(256, availableParallelism()));
+    assert.equal(parseArgs(['api', '--concurrency=3'], {}).config.concurrency, 3);
+    assert.equal(parseArgs(['api'], {}).config.concurrency, 1);
+  });
+
+  for (const bad of ['0', 'abc', '-1', '257', '1.5']) {
+    test(`--concurrency=${bad}: exit 2 naming the flag`, async () => {
+      const r = await runCli(['api', `--concurrency=${bad}`, '--admin_address=off', '--address=127.0.0.1:0', '--registry=memory']);
+      assert.equal(r.code, 2, r.stderr);
+      assert.equal(r.stderr, `mesh: invalid value "${bad}" for flag --concurrency: use a number of worker processes from 1 to 256, or auto\n`);
+    });
+  }
+
+  test('--concurrency with --enable_acme: exit 2 naming the flag', async () => {
+    const r = await runCli(['api', '--concurrency=2', '--enable_acme', '--acme_hosts=a.example', '--registry=memory', '--admin_address=off']);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /^mesh: invalid value "2" for flag --concurrency: --enable_acme needs a single process/);
+  });
+});
