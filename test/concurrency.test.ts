@@ -9,6 +9,7 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
+import { writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { parseArgs } from '../src/cli/flags.js';
@@ -213,5 +214,71 @@ describe('--concurrency values', () => {
     const r = await runCli(['api', '--concurrency=2', '--enable_acme', '--acme_hosts=a.example', '--registry=memory', '--admin_address=off']);
     assert.equal(r.code, 2, r.stderr);
     assert.match(r.stderr, /^mesh: invalid value "2" for flag --concurrency: --enable_acme needs a single process/);
+  });
+});
+
+describe('mesh proxy --concurrency=2', () => {
+  const dir = tempDir('mesh-proxy-cc-');
+  let backend: import('node:http').Server;
+  let proxy: RunningProcess;
+
+  before(async () => {
+    const { createServer } = await import('node:http');
+    backend = createServer((req, res) => res.end(`pid ${process.pid} ${req.url}`));
+    await new Promise<void>((r) => backend.listen(0, '127.0.0.1', () => r()));
+    const port = (backend.address() as import('node:net').AddressInfo).port;
+    const file = join(dir.path, 'proxy.yaml');
+    writeFileSync(
+      file,
+      `admin: { address: 127.0.0.1:0 }
+listeners:
+  - name: one
+    address: 127.0.0.1:0
+    routes:
+      - match: { prefix: / }
+        cluster: app
+  - name: two
+    address: 127.0.0.1:0
+    routes:
+      - match: { prefix: / }
+        cluster: app
+clusters:
+  - name: app
+    hosts: [127.0.0.1:${port}]
+`,
+    );
+    proxy = startProcess(['proxy', '-c', file, '--concurrency=2', '--drain_delay=0', '--log_level=warning']);
+    await proxy.waitForOutput(/mesh proxy concurrency 2 /, 20000);
+  });
+
+  after(async () => {
+    await proxy?.stop('SIGKILL');
+    backend?.close();
+    dir.cleanup();
+  });
+
+  test('both listeners (each on its own port 0) are served by the workers; one admin sums them, lists the routes', async () => {
+    const out = proxy.output();
+    const url = (name: string) => new RegExp(`mesh proxy listener ${name} on (\\S+)`).exec(out)![1]!;
+    const admin = /mesh proxy admin on (\S+)/.exec(out)![1]!;
+    assert.notEqual(url('one'), url('two'));
+    for (let i = 0; i < 6; i++) {
+      for (const name of ['one', 'two']) {
+        const res = await http('GET', `${url(name)}/x${i}`);
+        assert.equal(res.status, 200);
+        assert.match(res.text, new RegExp(`/x${i}$`));
+      }
+    }
+    assert.equal(await stat(admin, 'http.one.downstream_rq_total'), 6);
+    assert.equal(await stat(admin, 'http.two.downstream_rq_total'), 6);
+    const w0 = (await stat(admin, 'server.worker.0.downstream_rq_total'))!;
+    const w1 = (await stat(admin, 'server.worker.1.downstream_rq_total'))!;
+    assert.ok(w0 > 0 && w1 > 0, `${w0} + ${w1}`);
+    assert.equal(w0 + w1, 12);
+    assert.equal(await stat(admin, 'cluster.app.upstream_rq_total'), 12);
+    const routes = (await http('GET', `${admin}/routes`)).json<Array<{ route_config_name: string }>>();
+    assert.deepEqual(routes.map((r) => r.route_config_name).sort(), ['one', 'two']);
+    assert.match((await http('GET', `${admin}/server_info`)).text, / concurrency=2 workers=0:\d+,1:\d+\n$/);
+    assert.equal(await proxy.stop('SIGTERM'), 0);
   });
 });
