@@ -13,6 +13,9 @@ import { writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { parseArgs } from '../src/cli/flags.js';
+import { StatsStore } from '../src/stats/store.js';
+import { mergeProcessFamilies, mergeSnapshots, snapshotStore } from '../src/stats/merge.js';
+import { mergeClusterViews } from '../src/admin/aggregate.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
 
@@ -280,5 +283,89 @@ clusters:
     assert.deepEqual(routes.map((r) => r.route_config_name).sort(), ['one', 'two']);
     assert.match((await http('GET', `${admin}/server_info`)).text, / concurrency=2 workers=0:\d+,1:\d+\n$/);
     assert.equal(await proxy.stop('SIGTERM'), 0);
+  });
+});
+
+describe('merge rules (src/stats/merge.ts, src/admin/aggregate.ts)', () => {
+  test('counters sum; activity gauges sum; state gauges take the largest; histograms merge bucket by bucket', () => {
+    const a = new StatsStore();
+    const b = new StatsStore();
+    a.counter('http.gateway.downstream_rq_total').inc(3);
+    b.counter('http.gateway.downstream_rq_total').inc(4);
+    a.gauge('http.gateway.downstream_cx_active').set(2);
+    b.gauge('http.gateway.downstream_cx_active').set(5);
+    a.gauge('cluster.go.mesh.srv.x.membership_healthy').set(3);
+    b.gauge('cluster.go.mesh.srv.x.membership_healthy').set(2);
+    a.gauge('cluster.go.mesh.srv.x.circuit_breakers.default.rq_open').set(0);
+    b.gauge('cluster.go.mesh.srv.x.circuit_breakers.default.rq_open').set(1);
+    a.gauge('server.uptime').set(100);
+    b.gauge('server.uptime').set(7);
+    a.gauge('server.memory_allocated').set(10);
+    b.gauge('server.memory_allocated').set(20);
+    a.histogram('http.gateway.downstream_rq_time').record(0.3);
+    a.histogram('http.gateway.downstream_rq_time').record(7);
+    b.histogram('http.gateway.downstream_rq_time').record(7);
+    b.counter('only.in.b');
+    const m = mergeSnapshots([snapshotStore(a), snapshotStore(b)]);
+    const value = (name: string) => m.list().find((s) => s.name === name)?.value;
+    assert.equal(value('http.gateway.downstream_rq_total'), 7);
+    assert.equal(value('http.gateway.downstream_cx_active'), 7);
+    assert.equal(value('cluster.go.mesh.srv.x.membership_healthy'), 3);
+    assert.equal(value('cluster.go.mesh.srv.x.circuit_breakers.default.rq_open'), 1);
+    assert.equal(value('server.uptime'), 100);
+    assert.equal(value('server.memory_allocated'), 30);
+    assert.equal(value('only.in.b'), 0);
+    assert.equal(m.list({ usedOnly: true }).some((s) => s.name === 'only.in.b'), false);
+    const h = m.listHistograms()[0]!;
+    assert.equal(h.count, 3);
+    assert.equal(h.sum, 14.3);
+    assert.deepEqual(h.counts.slice(0, 6), [1, 0, 0, 0, 2, 0]);
+  });
+
+  test('process metrics: sizes and CPU summed, the earliest start, the largest lag', () => {
+    const fam = (metric: string, value: number) => ({ metric, kind: 'gauge' as const, help: '', value });
+    const merged = mergeProcessFamilies([
+      [fam('process_cpu_seconds_total', 1), fam('process_start_time_seconds', 50), fam('nodejs_eventloop_lag_seconds', 0.01), fam('process_resident_memory_bytes', 100)],
+      [fam('process_cpu_seconds_total', 2), fam('process_start_time_seconds', 60), fam('nodejs_eventloop_lag_seconds', 0.03), fam('process_resident_memory_bytes', 200)],
+    ]);
+    assert.deepEqual(
+      merged.map((f) => [f.metric, f.value]),
+      [
+        ['process_cpu_seconds_total', 3],
+        ['process_start_time_seconds', 50],
+        ['nodejs_eventloop_lag_seconds', 0.03],
+        ['process_resident_memory_bytes', 300],
+      ],
+    );
+  });
+
+  test('/clusters: host stats summed, a flag set in any worker is set, success rates averaged', () => {
+    const host = (rq: number, failed: boolean, rate: number) => ({
+      address: '127.0.0.1',
+      port: 9,
+      hostname: '',
+      stats: { cx_active: 1, cx_connect_fail: 0, cx_total: 1, rq_active: 0, rq_error: 0, rq_success: rq, rq_timeout: 0, rq_total: rq },
+      failedActiveHc: false,
+      failedOutlierCheck: failed,
+      weight: 1,
+      region: '',
+      zone: '',
+      canary: false,
+      successRate: rate,
+    });
+    const cb = { maxConnections: 1, maxPendingRequests: 1, maxRequests: 1, maxRetries: 1 };
+    const cluster = (h: ReturnType<typeof host>) => ({ name: 'c', addedViaApi: true, circuitBreakers: { default: cb, high: cb }, hosts: [h] });
+    const merged = mergeClusterViews([
+      { versionInfo: '7', clusters: [cluster(host(3, false, 90))] },
+      { versionInfo: '7', clusters: [cluster(host(4, true, -1))] },
+      { versionInfo: '7', clusters: [cluster(host(5, false, 100))] },
+    ]);
+    assert.equal(merged.clusters.length, 1);
+    const h = merged.clusters[0]!.hosts[0]!;
+    assert.equal(merged.clusters[0]!.hosts.length, 1);
+    assert.equal(h.stats.rq_total, 12);
+    assert.equal(h.stats.cx_active, 3);
+    assert.equal(h.failedOutlierCheck, true);
+    assert.equal(h.successRate, 95);
   });
 });
