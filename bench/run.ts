@@ -90,6 +90,8 @@ export interface Target {
   profileSignal?: boolean;
   /** Processes that get the proxy's CPU while this row runs (the direct row: the backend). */
   pinAsProxy?: Proc[];
+  /** Not pinned (the --concurrency pair: its workers must be free to use every CPU). */
+  noPin?: boolean;
 }
 
 interface Row {
@@ -284,6 +286,27 @@ http {
       return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin };
     },
   },
+  // The --concurrency pair: the same gateway with one process and with two workers, both unpinned
+  // (pinned, both workers would share CPU 0). The ratio of the two is printed with the targets.
+  ...[1, 2].map(
+    (n): Row => ({
+      id: `mesh-rpc-c${n}`,
+      label: `mesh api --handler=rpc --concurrency=${n} (unpinned)`,
+      mesh: true,
+      setup: async (ctx, nodeArgs) => {
+        const g = await startMesh(ctx, `mesh-api-rpc-c${n}`, 'api', ['--handler=rpc', '--namespace=go.mesh.srv', `--concurrency=${n}`], nodeArgs);
+        return {
+          url: `http://127.0.0.1:${g.port}${PATH}`,
+          measured: [g.proc],
+          behind: [ctx.backend],
+          own: [g.proc],
+          admin: g.admin,
+          noPin: true,
+          note: `--concurrency=${n}, not pinned: ${n === 1 ? 'one process' : 'a primary and two workers (CPU of all three charged)'}; the load generator and backend share the same CPUs`,
+        };
+      },
+    }),
+  ),
   {
     id: 'mesh-rpc-log',
     label: 'mesh api --handler=rpc --access_log=FILE',
@@ -372,7 +395,7 @@ function loadFor(ctx: Ctx, url: string, durationS: number) {
 
 function applyPinning(ctx: Ctx, target: Target): void {
   const pinSet = ctx.settings.pin;
-  if (!pinSet) return;
+  if (!pinSet || target.noPin) return;
   const proxy = [...target.measured, ...(target.pinAsProxy ?? [])];
   const ok = pin(
     proxy.map((p) => p.pid),
@@ -720,6 +743,16 @@ function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
     out.push(check('access log: gateway rpc handler req/s with --access_log=FILE ÷ off ≥ 0.9', paired(logged, plain, rps), 0.9, 'atLeast', 'x', detail('mesh-rpc-log', 'mesh-rpc', 'rps')));
     out.push(check('access log: CPU per request with --access_log=FILE ÷ off ≤ 1.1', paired(logged, plain, (x) => x.cpuUsPerReq), 1.1, 'atMost', 'x', detail('mesh-rpc-log', 'mesh-rpc', 'cpu')));
   }
+  out.push(
+    check(
+      'mesh-rpc req/s with --concurrency=2 ÷ with --concurrency=1 ≥ 1 (indicative: the load generator shares the CPUs)',
+      paired(byId.get('mesh-rpc-c2'), byId.get('mesh-rpc-c1'), rps),
+      1,
+      'atLeast',
+      'x',
+      detail('mesh-rpc-c2', 'mesh-rpc-c1', 'rps'),
+    ),
+  );
   for (const e of extras) for (const t of e.targets ?? []) out.push(check(t.label, t.actual, t.target, t.kind, t.unit));
   return out;
 }

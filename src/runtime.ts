@@ -260,6 +260,25 @@ export class Runtime {
     return this.authRuleSources.add(read);
   }
 
+  /** The route tables of every source now (what admin /routes lists); hasRouteTables: whether there is a source. */
+  routeTables(): RouteTableDump[] {
+    return this.routeSources.read();
+  }
+
+  hasRouteTables(): boolean {
+    return this.routeSources.size > 0;
+  }
+
+  /** The loaded auth configurations now (what admin /auth_rules lists). */
+  authRules(): unknown[] {
+    return this.authRuleSources.read();
+  }
+
+  /** The loaded certificates now (what admin /certs lists). */
+  certificates(): CertificateInfo[] {
+    return this.certificateSources.read();
+  }
+
   /** Registers loaded certificates (the TLS provider): admin /certs lists them. Returns the removal. */
   addCertificateSource(read: () => CertificateInfo[]): () => void {
     return this.certificateSources.add(read);

@@ -11,6 +11,7 @@ import type { ClusterManagerView } from '../upstream/types.js';
 import { buildInfo, type BuildStatus, type BuildType } from './build-info.js';
 import type { CertificateInfo } from '../tls/certificate.js';
 import type { ProcessMetrics } from '../stats/process-metrics.js';
+import type { AdminAggregate } from './aggregate.js';
 
 // Certificates are the TLS layer's (src/tls/certificate.ts); re-exported for the admin API.
 export type { CertificateInfo, SubjectAltName } from '../tls/certificate.js';
@@ -134,7 +135,7 @@ export interface AdminContext {
    */
   hasRoutes?: () => boolean;
   /** The loaded auth configurations (rules), read at each request; /auth_rules exists while hasAuthRules says true. */
-  authRules?: () => unknown[];
+  authRules?: () => unknown[] | Promise<unknown[]>;
   hasAuthRules?: () => boolean;
   /** Loaded certificates, read at each request. */
   certs?: () => CertificateInfo[];
@@ -153,4 +154,9 @@ export interface AdminContext {
   processMetrics?: ProcessMetrics;
   /** --stats_histograms: /stats (every format) prints the latency histograms too (default false). */
   histograms?: boolean;
+  /**
+   * --concurrency above 1: the admin of the process that owns the workers shows and drives them
+   * all through this (src/admin/aggregate.ts); `stats` then holds only that process's own stats.
+   */
+  aggregate?: AdminAggregate;
 }

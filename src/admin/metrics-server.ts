@@ -12,7 +12,7 @@ import { formatAddress, parseAddress, type HostPort } from '../util/address.js';
 import { refreshServerStats, TEXT } from './server.js';
 import type { AdminContext } from './context.js';
 
-export type MetricsContext = Pick<AdminContext, 'stats' | 'server' | 'certs' | 'logging' | 'limits' | 'histograms'> & { processMetrics: ProcessMetrics };
+export type MetricsContext = Pick<AdminContext, 'stats' | 'server' | 'certs' | 'logging' | 'limits' | 'histograms' | 'aggregate'> & { processMetrics: ProcessMetrics };
 
 export const METRICS_ALLOW = 'GET, HEAD';
 
@@ -59,14 +59,19 @@ export class MetricsServer {
       const live = this.ctx.server.state === 'live';
       return this.write(res, live ? 200 : 503, live ? 'LIVE\n' : 'DRAINING\n');
     }
-    try {
-      refreshServerStats(this.ctx);
-      const stats = this.ctx.stats;
-      this.write(res, 200, renderPrometheus(stats, stats.list(), this.ctx.processMetrics.families(), this.ctx.histograms ? stats.listHistograms() : []), PROMETHEUS_CONTENT_TYPE);
-    } catch (err) {
+    this.metrics(res).catch((err: unknown) => {
       this.ctx.logging.get('admin').error({ err }, 'metrics render failed');
       this.write(res, 500, `${err instanceof Error ? err.message : String(err)}\n`);
-    }
+    });
+  }
+
+  private async metrics(res: ServerResponse): Promise<void> {
+    refreshServerStats(this.ctx);
+    // --concurrency above 1: every worker's stats and process metrics, merged.
+    const merged = this.ctx.aggregate ? await this.ctx.aggregate.stats() : undefined;
+    const stats = merged ? merged.store : this.ctx.stats;
+    const families = merged ? merged.processFamilies : this.ctx.processMetrics.families();
+    this.write(res, 200, renderPrometheus(stats, stats.list(), families, this.ctx.histograms ? stats.listHistograms() : []), PROMETHEUS_CONTENT_TYPE);
   }
 
   private write(res: ServerResponse, status: number, body: string | Buffer, contentType = TEXT, headers: Record<string, string> = {}): void {

@@ -296,7 +296,11 @@ export class AdminServer {
         path: '/certs',
         help: 'print certs on machine',
         mutates: never,
-        handle: () => ({ status: 200, body: renderCerts(ctx.certs?.() ?? [], ctx.server.now()), contentType: JSON_TYPE }),
+        handle: async () => ({
+          status: 200,
+          body: renderCerts(ctx.aggregate ? await ctx.aggregate.certs() : (ctx.certs?.() ?? []), ctx.server.now()),
+          contentType: JSON_TYPE,
+        }),
       },
       { path: '/clusters', help: 'upstream cluster status', mutates: never, handle: (q) => this.clusters(q) },
       { path: '/cpuprofiler', help: 'enable/disable the CPU profiler', mutates: always, handle: (q) => this.cpuProfiler(q) },
@@ -346,8 +350,9 @@ export class AdminServer {
         path: '/reset_counters',
         help: 'reset all counters to zero',
         mutates: always,
-        handle: () => {
+        handle: async () => {
           ctx.stats.resetCounters();
+          await ctx.aggregate?.resetCounters();
           return ok();
         },
       },
@@ -367,20 +372,21 @@ export class AdminServer {
         help: 'print the loaded authorization rules (--auth_rules) as JSON',
         mutates: never,
         // One configuration a process: the object itself; several: a list.
-        handle: () => {
-          const all = authRules();
+        handle: async () => {
+          const all = await authRules();
           return { status: 200, body: `${JSON.stringify(all.length === 1 ? all[0] : all, null, 2)}\n`, contentType: JSON_TYPE };
         },
         available: ctx.hasAuthRules,
       });
     }
+    const aggregate = ctx.aggregate;
     const routes = ctx.routes;
     if (routes) {
       list.push({
         path: '/routes',
         help: 'print out currently loaded dynamic HTTP route tables',
         mutates: never,
-        handle: (q) => this.routes(q, routes),
+        handle: async (q) => this.routes(q, aggregate ? await aggregate.routes() : routes()),
         available: ctx.hasRoutes,
       });
     }
@@ -393,14 +399,19 @@ export class AdminServer {
     const now = s.now();
     const epochSeconds = Math.max(0, Math.floor((now - s.startedAt) / 1000));
     const totalSeconds = Math.max(0, Math.floor((now - s.firstStartedAt) / 1000));
-    return `mesh ${s.sha}/${s.version}/${s.status}/${s.buildType} ${s.state} ${epochSeconds} ${totalSeconds} ${s.epoch}\n`;
+    // --concurrency above 1: the workers, by index, after the fields of a single process.
+    const workers = this.ctx.aggregate
+      ? ` concurrency=${this.ctx.aggregate.concurrency} workers=${this.ctx.aggregate.workers().map((w) => `${w.index}:${w.pid}`).join(',')}`
+      : '';
+    return `mesh ${s.sha}/${s.version}/${s.status}/${s.buildType} ${s.state} ${epochSeconds} ${totalSeconds} ${s.epoch}${workers}\n`;
   }
 
-  private clusters(q: Query): AdminReply {
+  private async clusters(q: Query): Promise<AdminReply> {
     const format = q.get('format');
-    if (format === undefined || format === 'text') return text(200, renderClustersText(this.ctx.clusters));
-    if (format === 'json') return { status: 200, body: renderClustersJson(this.ctx.clusters), contentType: JSON_TYPE };
-    return text(400, CLUSTERS_USAGE);
+    if (format !== undefined && format !== 'text' && format !== 'json') return text(400, CLUSTERS_USAGE);
+    const view = this.ctx.aggregate ? await this.ctx.aggregate.clusters() : this.ctx.clusters;
+    if (format === 'json') return { status: 200, body: renderClustersJson(view), contentType: JSON_TYPE };
+    return text(200, renderClustersText(view));
   }
 
   private filterRegex(source: string): RegExp | Error {
@@ -417,7 +428,7 @@ export class AdminServer {
     return re;
   }
 
-  private stats(q: Query, format: string | undefined): AdminReply {
+  private async stats(q: Query, format: string | undefined): Promise<AdminReply> {
     if (format !== undefined && format !== 'text' && format !== 'json' && format !== 'prometheus') return text(400, STATS_USAGE);
     const filterSource = q.get('filter');
     let filter: RegExp | undefined;
@@ -426,20 +437,22 @@ export class AdminServer {
       if (re instanceof Error) return text(400, `Invalid regex: ${re.message}\n`);
       filter = re;
     }
-    const stats = this.ctx.stats;
     refreshServerStats(this.ctx);
+    const merged = this.ctx.aggregate ? await this.ctx.aggregate.stats() : undefined;
+    const stats = merged ? merged.store : this.ctx.stats;
     const usedOnly = q.has('usedonly');
     const list = stats.list({ usedOnly, filter });
     const histograms = this.ctx.histograms ? stats.listHistograms({ usedOnly, filter }) : [];
     if (format === 'json') return { status: 200, body: renderJson(list, histograms), contentType: JSON_TYPE };
     if (format === 'prometheus') {
-      const body = renderPrometheus(stats, list, this.processMetrics.families(filter), histograms);
+      const families = merged ? merged.processFamilies.filter((f) => !filter || filter.test(f.metric)) : this.processMetrics.families(filter);
+      const body = renderPrometheus(stats, list, families, histograms);
       return { status: 200, body, contentType: PROMETHEUS_CONTENT_TYPE };
     }
     return text(200, renderText(list, histograms));
   }
 
-  private logging(q: Query): AdminReply {
+  private async logging(q: Query): Promise<AdminReply> {
     const logging = this.ctx.logging;
     let good = q.size === 0;
     if (q.size === 1) {
@@ -452,6 +465,7 @@ export class AdminServer {
           logging.setLevel(name as Subsystem, level);
           good = true;
         }
+        if (good) await this.ctx.aggregate?.logging(name, level);
       }
     }
     let body = good ? '' : LOGGING_USAGE;
@@ -482,10 +496,10 @@ export class AdminServer {
     }
   }
 
-  private routes(q: Query, read: () => RouteTableDump[]): AdminReply {
+  private routes(q: Query, all: RouteTableDump[]): AdminReply {
     const name = q.get('route_config_name');
     if (q.size > 1 || (q.size === 1 && name === undefined)) return { status: 400, body: ROUTES_USAGE, contentType: JSON_TYPE };
-    const tables = read().filter((t) => name === undefined || t.routeConfigName === name);
+    const tables = all.filter((t) => name === undefined || t.routeConfigName === name);
     let body = '[\n';
     tables.forEach((t, i) => {
       if (i > 0) body += ',';

@@ -7,6 +7,7 @@ import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { formatAddress } from '../util/address.js';
 import { checkAuthFlags, startAuth } from './auth-flags.js';
+import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 
 /** The admin interface of `mesh api` unless --admin_address says otherwise. */
 export const API_ADMIN_ADDRESS = '127.0.0.1:9901';
@@ -23,8 +24,14 @@ export async function runApi(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
   const config = args.config;
   const authSetup = checkAuthFlags(config);
-  const runtime = new Runtime(optionsFromFlags(config), { role: 'api' });
+  const adminLine = (admin: { host: string; port: number } | undefined) =>
+    admin ? `mesh api admin on http://${formatAddress(admin.host, admin.port)}` : 'mesh api admin off';
+  // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
+  if (isPrimaryOf(config)) return runPrimary({ role: 'api', config, defaultAdminAddress: API_ADMIN_ADDRESS, adminLine, adminLineIndex: 1 });
+  const worker = WorkerLink.join(config);
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'api' });
   runtime.installSignalHandlers();
+  worker?.attach(runtime);
   try {
     // TLS first: a bad certificate file, ACME cache or challenge port is a start-up error naming it.
     await runtime.startTls();
@@ -41,10 +48,12 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
     const bound = await gateway.start();
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
-    process.stdout.write(
-      `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})\n` +
-        (admin ? `mesh api admin on http://${formatAddress(admin.host, admin.port)}\n` : 'mesh api admin off\n'),
-    );
+    const lines = [
+      `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})`,
+      adminLine(admin),
+    ];
+    if (worker) worker.ready(runtime, lines);
+    else process.stdout.write(lines.join('\n') + '\n');
   } catch (err) {
     await runtime.shutdown();
     throw err;

@@ -3,6 +3,7 @@
  * command, as `--name=value` or `--name value`, and from the environment as MESH_<NAME>.
  * A bad value is an error naming the flag (exit 2), never ignored.
  */
+import { availableParallelism } from 'node:os';
 import { parseDuration, parseSize } from '../util/duration.js';
 import { parseLevel } from '../util/levels.js';
 import { parseAllowedHosts } from '../http/host-check.js';
@@ -84,6 +85,7 @@ export const FLAG_SPECS = {
   sidecar_token: { type: 'string', help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
   output: { type: 'string', help: 'text or json', default: 'text', choices: ['text', 'json'] },
   address: { type: 'string', help: 'listen address of the server this command starts' },
+  concurrency: { type: 'string', help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed', default: '1' },
   sidecar_address: { type: 'string', help: 'dev: listen address of its sidecar', default: '127.0.0.1:8081' },
   advertise: { type: 'string', help: 'address to register instead of the listen address' },
   namespace: { type: 'string', help: 'service namespace of the gateway or sidecar' },
@@ -156,6 +158,7 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   client_hedge_delay: { group: 'client', commands: [...SERVE, 'call', 'health'] },
   lb_policy: { group: 'client', commands: [...SERVE, 'call', 'health'] },
   address: { group: 'listen', commands: GATEWAYS },
+  concurrency: { group: 'listen', commands: ['api', 'sidecar', 'proxy'] },
   sidecar_address: { group: 'listen', commands: ['dev'] },
   advertise: { group: 'listen', commands: ['dev', 'sidecar'] },
   cors: { group: 'listen', commands: GATEWAYS },
@@ -336,6 +339,8 @@ export interface Config {
   sidecar_token?: string;
   output: 'text' | 'json';
   address?: string;
+  /** Worker processes (--concurrency; `auto` resolved to os.availableParallelism()). */
+  concurrency: number;
   sidecar_address: string;
   advertise?: string;
   namespace?: string;
@@ -348,6 +353,16 @@ export interface Config {
   queue?: string;
   config?: string;
   mesh_home?: string;
+}
+
+/** Most worker processes --concurrency accepts. */
+export const MAX_CONCURRENCY = 256;
+
+/** --concurrency: `auto` (os.availableParallelism()) or a whole number from 1 to MAX_CONCURRENCY. */
+export function parseConcurrency(raw: string): number {
+  if (raw === 'auto') return Math.min(MAX_CONCURRENCY, availableParallelism());
+  if (!/^\d+$/.test(raw) || Number(raw) < 1 || Number(raw) > MAX_CONCURRENCY) throw new Error(`use a number of worker processes from 1 to ${MAX_CONCURRENCY}, or auto`);
+  return Number(raw);
 }
 
 export class FlagError extends Error {
@@ -510,6 +525,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
       throw new FlagError(`invalid value "${shownValue}" for ${flagLabel(name, fromEnv.has(name))}: ${(err as Error).message}`);
     }
   };
+  check('concurrency', () => (config.concurrency = parseConcurrency(config.concurrency as string)));
   check('cors', () => (config.cors = parseCorsOrigins(config.cors as string[])), (config.cors as string[]).join(','));
   check('rate_limit', () => parseRate(config.rate_limit as string));
   check('rate_limit_burst', () => {

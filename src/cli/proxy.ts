@@ -7,6 +7,7 @@ import { formatAddress } from '../util/address.js';
 import { optionsFromFlags } from './options.js';
 import { loadProxyConfig, PROXY_ADMIN_ADDRESS } from '../proxy/config.js';
 import { Proxy } from '../proxy/server.js';
+import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 
 export async function runProxy(args: ParsedArgs): Promise<number> {
   const config = args.config;
@@ -16,8 +17,16 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
   // Every problem of the file is found here, before anything starts (exit 1, naming file and field).
   const file = loadProxyConfig(config.config);
 
-  const runtime = new Runtime(optionsFromFlags(config), { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry });
+  const adminLine = (admin: { host: string; port: number } | undefined) =>
+    admin ? `mesh proxy admin on http://${formatAddress(admin.host, admin.port)}` : 'mesh proxy admin off';
+  // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
+  if (isPrimaryOf(config)) {
+    return runPrimary({ role: 'proxy', config, defaultAdminAddress: file.adminAddress ?? PROXY_ADMIN_ADDRESS, adminLine, adminLineIndex: file.listeners.length });
+  }
+  const worker = WorkerLink.join(config);
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry });
   runtime.installSignalHandlers();
+  worker?.attach(runtime);
   try {
     await runtime.startTls();
     const proxy = new Proxy(runtime, file);
@@ -28,9 +37,10 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
       const routes = proxy.listeners.find((l) => l.name === name)!.config.routes.length;
       return `mesh proxy listener ${name} on ${scheme}://${formatAddress(address.address, address.port)} (${routes} route${routes === 1 ? '' : 's'})`;
     });
-    lines.push(admin ? `mesh proxy admin on http://${formatAddress(admin.host, admin.port)}` : 'mesh proxy admin off');
+    lines.push(adminLine(admin));
     lines.push(`mesh proxy ready: ${file.clusters.length} static cluster${file.clusters.length === 1 ? '' : 's'}, ${file.usesRegistry ? 'registry services' : 'no registry'}`);
-    process.stdout.write(lines.join('\n') + '\n');
+    if (worker) worker.ready(runtime, lines);
+    else process.stdout.write(lines.join('\n') + '\n');
   } catch (err) {
     await runtime.shutdown();
     throw err;

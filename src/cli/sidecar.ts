@@ -2,6 +2,7 @@
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../runtime.js';
 import { formatAddress, parseAddress } from '../util/address.js';
+import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { checkAuthFlags, startAuth } from './auth-flags.js';
@@ -39,8 +40,14 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     throw new FlagError('invalid value for flag --sidecar_token: use at least 16 characters (e.g. openssl rand -hex 32)');
   }
 
-  const runtime = new Runtime(optionsFromFlags(config), { role: 'sidecar' });
+  const adminLine = (admin: { host: string; port: number } | undefined) =>
+    admin ? `admin listening on http://${formatAddress(admin.host, admin.port)}` : 'admin off';
+  // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
+  if (isPrimaryOf(config)) return runPrimary({ role: 'sidecar', config, defaultAdminAddress: SIDECAR_DEFAULT_ADMIN, adminLine, adminLineIndex: 1 });
+  const worker = WorkerLink.join(config);
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar' });
   runtime.installSignalHandlers();
+  worker?.attach(runtime);
   try {
     // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).
     await runtime.startTls();
@@ -55,7 +62,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     const scheme = sidecar.secure ? 'https' : 'http';
     const lines = [
       `mesh sidecar listening on ${scheme}://${formatAddress(bound.address, bound.port)} (handler ${handler}, namespace ${namespace})`,
-      admin ? `admin listening on http://${formatAddress(admin.host, admin.port)}` : 'admin off',
+      adminLine(admin),
     ];
     if (app) {
       lines.push(
@@ -64,7 +71,8 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
           : `app ${app.name} at ${app.address}: registered (no health check)`,
       );
     }
-    process.stdout.write(lines.join('\n') + '\n');
+    if (worker) worker.ready(runtime, lines);
+    else process.stdout.write(lines.join('\n') + '\n');
     return -1;
   } catch (err) {
     await runtime.shutdown();

@@ -116,6 +116,8 @@ export const DEFAULT_TAG_RULES: TagRule[] = [
   { name: 'http_conn_manager_prefix', regex: /^http\.((.+?)\.)/s },
   // listener.<address>.downstream_cx_total -> listener.downstream_cx_total{listener_address="<address>"}
   { name: 'listener_address', regex: /^listener\.((.+?)\.)(?:downstream_|http\.|ssl\.|no_filter_chain_match)/s },
+  // server.worker.<index>.downstream_rq_total -> server.worker.downstream_rq_total{worker_id="<index>"} (--concurrency)
+  { name: 'worker_id', regex: /^server\.worker\.((\d+)\.)/ },
   // broker.topic.<topic>.published -> broker.topic.published{broker_topic="<topic>"} (topics have dots:
   // the topic is everything up to the last segment)
   { name: 'broker_topic', regex: /^broker\.topic\.((.+)\.)[^.]+$/s },

@@ -1,0 +1,499 @@
+/**
+ * `--concurrency=N|auto` of `mesh api`, `mesh sidecar` and `mesh proxy` (docs/architecture.md,
+ * "Concurrency"). With N above 1 the command's process becomes the primary of a node:cluster:
+ * it forks N workers, each a whole runtime (registry watch, cluster manager, front listeners)
+ * started from the same command line, sharing the listening port (the primary accepts the
+ * connections and hands them out round-robin, node's default on Linux). The primary serves the
+ * one admin interface (and --metrics_address): it asks every worker for a snapshot of its stats,
+ * clusters, certificates and routes over IPC and merges them (src/stats/merge.ts,
+ * src/admin/aggregate.ts); /healthcheck/fail and /healthcheck/ok, /reset_counters, /logging,
+ * /quitquitquit and SIGTERM reach every worker. A worker that dies is started again after a
+ * backoff and counted in `server.worker_restarts`.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { FlagError, type Config } from './flags.js';
+import { optionsFromFlags } from './options.js';
+import type { ResolvedOptions } from '../options.js';
+import { exitCodeOf, type Runtime } from '../runtime.js';
+import { Logging, parseLevel, type Subsystem } from '../util/log.js';
+import { StatsStore } from '../stats/store.js';
+import { ProcessMetrics, type ProcessFamily } from '../stats/process-metrics.js';
+import { mergeProcessFamilies, mergeSnapshots, snapshotStore, type StoreSnapshot } from '../stats/merge.js';
+import { AdminServer, refreshServerStats } from '../admin/server.js';
+import { MetricsServer } from '../admin/metrics-server.js';
+import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin/context.js';
+import { clusterView, mergeClusterViews, type AdminAggregate, type ClusterViewSnapshot, type MergedStats } from '../admin/aggregate.js';
+import { serverLimits } from '../http/lifecycle.js';
+
+/** Set in a worker's environment: its index (0..N-1), kept across restarts. */
+export const WORKER_ENV = 'MESH_CONCURRENCY_WORKER';
+/** Counter of the workers started again after they died. */
+export const WORKER_RESTARTS_STAT = 'server.worker_restarts';
+/** Per worker, the requests its front listeners received: `server.worker.<index>.downstream_rq_total`. */
+export const workerRequestsStat = (index: number) => `server.worker.${index}.downstream_rq_total`;
+/** How long the primary waits for a worker's answer before leaving it out. */
+const ANSWER_TIMEOUT_MS = 5000;
+/** First restart delay; doubled for each death within CRASH_WINDOW_MS of its start, up to MAX_BACKOFF_MS. */
+const FIRST_BACKOFF_MS = 100;
+const MAX_BACKOFF_MS = 10_000;
+const CRASH_WINDOW_MS = 10_000;
+
+type Part = 'stats' | 'clusters' | 'certs' | 'routes' | 'auth';
+type Op = 'fail' | 'ok' | 'reset' | 'logging';
+
+interface WorkerSnapshot {
+  stats?: StoreSnapshot;
+  process?: ProcessFamily[];
+  clusters?: ClusterViewSnapshot;
+  certs?: CertificateInfo[];
+  routes?: RouteTableDump[];
+  auth?: unknown[];
+}
+
+type ToWorker =
+  | { mesh: 'snapshot'; id: number; parts: Part[] }
+  | { mesh: 'op'; id: number; op: Op; name?: string; level?: string }
+  | { mesh: 'shutdown' };
+type FromWorker = { mesh: 'ready'; lines: string[]; hasRoutes: boolean } | { mesh: 'reply'; id: number; data?: WorkerSnapshot; error?: string };
+
+const isMeshMessage = (m: unknown): m is { mesh: string } => typeof m === 'object' && m !== null && typeof (m as { mesh?: unknown }).mesh === 'string';
+
+/**
+ * True when this process is to be the primary of --concurrency N > 1 (the command runs
+ * runPrimary instead of its runtime). Refuses what workers cannot share: --enable_acme (each
+ * worker would order certificates, and the shared challenge port would hand a challenge to a
+ * worker that does not know it).
+ */
+export function isPrimaryOf(config: Config): boolean {
+  if (config.concurrency <= 1) return false;
+  if (config.enable_acme) throw new FlagError(`invalid value "${config.concurrency}" for flag --concurrency: --enable_acme needs a single process (--concurrency=1)`);
+  return cluster.isPrimary;
+}
+
+// ---------------------------------------------------------------- worker side
+
+/**
+ * A worker's link to its primary: undefined in a process that is not a worker of --concurrency
+ * (the single-process path is then unchanged).
+ */
+export class WorkerLink {
+  private constructor(readonly index: number) {}
+
+  static join(config: Config): WorkerLink | undefined {
+    const raw = process.env[WORKER_ENV];
+    if (config.concurrency <= 1 || !cluster.isWorker || raw === undefined || !/^\d+$/.test(raw)) return undefined;
+    return new WorkerLink(Number(raw));
+  }
+
+  /** The worker's options: the command line's, without the admin and metrics listeners (the primary serves them). */
+  options(config: Config): ResolvedOptions {
+    return optionsFromFlags(config, { adminAddress: 'off', metricsAddress: 'off' });
+  }
+
+  /** Answers the primary's requests from this runtime. */
+  attach(runtime: Runtime): void {
+    const processMetrics = new ProcessMetrics();
+    runtime.onShutdown(() => processMetrics.close());
+    const reply = (m: FromWorker) => {
+      if (process.connected) process.send!(m);
+    };
+    process.on('message', (m: unknown) => {
+      if (!isMeshMessage(m)) return;
+      const msg = m as ToWorker;
+      if (msg.mesh === 'shutdown') {
+        void runtime.shutdown().then(
+          (result) => process.exit(exitCodeOf(result)),
+          () => process.exit(1),
+        );
+        return;
+      }
+      if (msg.mesh === 'snapshot') {
+        try {
+          reply({ mesh: 'reply', id: msg.id, data: snapshotOf(runtime, processMetrics, msg.parts) });
+        } catch (err) {
+          reply({ mesh: 'reply', id: msg.id, error: (err as Error).message });
+        }
+        return;
+      }
+      if (msg.mesh === 'op') {
+        runOp(runtime, msg).then(
+          () => reply({ mesh: 'reply', id: msg.id }),
+          (err: unknown) => reply({ mesh: 'reply', id: msg.id, error: (err as Error).message }),
+        );
+      }
+    });
+  }
+
+  /** Tells the primary the worker serves; `lines` are what the command prints once bound. */
+  ready(runtime: Runtime, lines: string[]): void {
+    process.send!({ mesh: 'ready', lines, hasRoutes: runtime.hasRouteTables() } satisfies FromWorker);
+  }
+}
+
+function snapshotOf(runtime: Runtime, processMetrics: ProcessMetrics, parts: Part[]): WorkerSnapshot {
+  const out: WorkerSnapshot = {};
+  if (parts.includes('stats')) {
+    refreshServerStats({ stats: runtime.stats, server: runtime.state, certs: () => runtime.certificates() });
+    out.stats = snapshotStore(runtime.stats);
+    out.process = processMetrics.families();
+  }
+  if (parts.includes('clusters')) out.clusters = { versionInfo: runtime.clusters.versionInfo(), clusters: runtime.clusters.clusters() };
+  if (parts.includes('certs')) out.certs = runtime.certificates();
+  if (parts.includes('routes')) out.routes = runtime.routeTables();
+  if (parts.includes('auth')) out.auth = runtime.authRules();
+  return out;
+}
+
+async function runOp(runtime: Runtime, msg: Extract<ToWorker, { mesh: 'op' }>): Promise<void> {
+  switch (msg.op) {
+    case 'fail':
+      return runtime.state.fail();
+    case 'ok':
+      return runtime.state.ok();
+    case 'reset':
+      return runtime.stats.resetCounters();
+    case 'logging': {
+      const level = parseLevel(msg.level!);
+      if (msg.name === 'level') runtime.logging.setAll(level);
+      else runtime.logging.setLevel(msg.name as Subsystem, level);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- primary side
+
+export interface PrimarySetup {
+  /** `api`, `sidecar` or `proxy`: names the process in logs and output (`mesh api ...`). */
+  role: string;
+  config: Config;
+  /** The admin address when --admin_address is not given (the proxy's may come from its file). */
+  defaultAdminAddress: string;
+  /** The line the command prints about its admin interface (undefined: off). */
+  adminLine: (admin: { host: string; port: number } | undefined) => string;
+  /** Index of that line in what a worker prints once bound. */
+  adminLineIndex: number;
+}
+
+interface WorkerSlot {
+  index: number;
+  worker?: Worker;
+  ready: boolean;
+  startedAt: number;
+  /** Deaths within CRASH_WINDOW_MS of their start, in a row. */
+  quickDeaths: number;
+  restartTimer?: NodeJS.Timeout;
+}
+
+/**
+ * Runs the primary of `--concurrency` N > 1: the admin interface, N workers, their restarts and
+ * the shutdown. Resolves -1 (keep running) once every worker serves; rejects when a worker dies
+ * before it served (its own error is on stderr).
+ */
+export async function runPrimary(setup: PrimarySetup): Promise<number> {
+  const primary = new Primary(setup);
+  try {
+    await primary.start();
+  } catch (err) {
+    await primary.shutdown();
+    throw err;
+  }
+  primary.installSignalHandlers();
+  return -1;
+}
+
+class Primary implements AdminAggregate {
+  readonly concurrency: number;
+  private readonly options: ResolvedOptions;
+  private readonly log_: Logging;
+  private readonly own = new StatsStore();
+  private readonly state = new ServerState();
+  private readonly processMetrics = new ProcessMetrics();
+  private readonly slots: WorkerSlot[] = [];
+  private readonly pending = new Map<number, { worker: Worker; done: (data: WorkerSnapshot | undefined) => void; timer: NodeJS.Timeout }>();
+  private nextId = 1;
+  private hasRoutes = false;
+  private stopping?: Promise<number>;
+  private readonly closers: Array<() => Promise<void> | void> = [];
+  private exitCodes: number[] = [];
+  /** Set while starting: settles the start once every worker served, or one died first. */
+  private starting?: { resolve: (lines: string[]) => void; reject: (err: Error) => void };
+  /** What worker 0 printed once bound. */
+  private firstLines: string[] = [];
+  private stoppingNow = false;
+
+  constructor(private readonly setup: PrimarySetup) {
+    this.concurrency = setup.config.concurrency;
+    this.options = optionsFromFlags(setup.config);
+    this.log_ = new Logging({ level: parseLevel(this.options.logLevel), format: this.options.logFormat });
+    this.own.gauge('server.concurrency').set(this.concurrency);
+    this.own.counter(WORKER_RESTARTS_STAT);
+    this.state.onFail(() => (this.stoppingNow ? undefined : this.broadcast('fail')));
+    this.state.onOk(() => this.broadcast('ok'));
+    this.closers.push(() => this.processMetrics.close());
+  }
+
+  private log() {
+    return this.log_.get('main');
+  }
+
+  async start(): Promise<void> {
+    const options = this.options;
+    const limits = serverLimits(options);
+    const adminAddress = options.adminAddress ?? this.setup.defaultAdminAddress;
+    let admin: { host: string; port: number } | undefined;
+    if (adminAddress !== 'off') {
+      const server = new AdminServer({
+        stats: this.own,
+        logging: this.log_,
+        server: this.state,
+        // Route tables exist when the workers have some; the aggregate reads them.
+        routes: () => [],
+        hasRoutes: () => this.hasRoutes,
+        // --auth or --auth_rules: every worker loads them; /auth_rules shows worker 0's.
+        ...(this.setup.config.auth !== 'off' || this.setup.config.auth_rules !== undefined ? { authRules: () => this.authRules(), hasAuthRules: () => true } : {}),
+        token: options.adminToken,
+        allowedHosts: options.adminAllowedHosts,
+        histograms: options.statsHistograms,
+        limits,
+        processMetrics: this.processMetrics,
+        aggregate: this,
+        quit: async () => process.exit(await this.shutdown()),
+      });
+      this.closers.push(() => server.close());
+      admin = await server.listen(adminAddress);
+    }
+    if (options.metricsAddress !== undefined && options.metricsAddress !== 'off') {
+      const metrics = new MetricsServer({
+        stats: this.own,
+        logging: this.log_,
+        server: this.state,
+        limits,
+        processMetrics: this.processMetrics,
+        histograms: options.statsHistograms,
+        aggregate: this,
+      });
+      this.closers.push(() => metrics.close());
+      await metrics.listen(options.metricsAddress);
+    }
+
+    // Structured clone over IPC: Dates (certificates) and non-finite numbers survive.
+    cluster.setupPrimary({ serialization: 'advanced' });
+    cluster.on('exit', (worker, code, signal) => this.exited(worker, code, signal));
+    const started = new Promise<string[]>((resolve, reject) => (this.starting = { resolve, reject }));
+    for (let i = 0; i < this.concurrency; i++) {
+      const slot: WorkerSlot = { index: i, ready: false, startedAt: 0, quickDeaths: 0 };
+      this.slots.push(slot);
+      this.fork(slot);
+    }
+    const lines = await started;
+    this.starting = undefined;
+    const out = [...lines];
+    out[this.setup.adminLineIndex] = this.setup.adminLine(admin);
+    out.push(`mesh ${this.setup.role} concurrency ${this.concurrency} (worker pids ${this.workers().map((w) => w.pid).join(' ')})`);
+    process.stdout.write(out.join('\n') + '\n');
+  }
+
+  private fork(slot: WorkerSlot): void {
+    slot.ready = false;
+    slot.startedAt = Date.now();
+    const worker = cluster.fork({ [WORKER_ENV]: String(slot.index) });
+    slot.worker = worker;
+    worker.on('message', (m: unknown) => {
+      if (!isMeshMessage(m)) return;
+      const msg = m as FromWorker;
+      if (msg.mesh === 'ready') {
+        slot.ready = true;
+        this.hasRoutes ||= msg.hasRoutes;
+        // A worker started while the server fails its health checks fails them too.
+        if (this.state.state === 'draining' && !this.stoppingNow) void this.request(worker, { mesh: 'op', id: 0, op: 'fail' });
+        if (this.stoppingNow) worker.send({ mesh: 'shutdown' } satisfies ToWorker);
+        if (slot.index === 0) this.firstLines = msg.lines;
+        if (this.starting && this.slots.every((s) => s.ready)) this.starting.resolve(this.firstLines);
+      } else if (msg.mesh === 'reply') {
+        const p = this.pending.get(msg.id);
+        if (!p) return;
+        this.pending.delete(msg.id);
+        clearTimeout(p.timer);
+        if (msg.error) this.log().warn({ worker: slot.index, err: msg.error }, 'worker request failed');
+        p.done(msg.error ? undefined : (msg.data ?? {}));
+      }
+    });
+  }
+
+  private exited(worker: Worker, code: number | null, signal: string | null): void {
+    for (const [id, p] of this.pending) {
+      if (p.worker !== worker) continue;
+      clearTimeout(p.timer);
+      this.pending.delete(id);
+      p.done(undefined);
+    }
+    const slot = this.slots.find((s) => s.worker === worker);
+    if (!slot) return;
+    slot.worker = undefined;
+    const wasReady = slot.ready;
+    slot.ready = false;
+    if (this.stoppingNow) {
+      this.exitCodes.push(code ?? 1);
+      return;
+    }
+    if (this.starting && !wasReady) {
+      this.starting.reject(new Error(`worker ${slot.index} exited (${signal ?? `code ${code}`}) before it served; see its error above`));
+      return;
+    }
+    slot.quickDeaths = Date.now() - slot.startedAt < CRASH_WINDOW_MS ? slot.quickDeaths + 1 : 0;
+    const delay = Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** Math.max(0, slot.quickDeaths - 1));
+    this.own.counter(WORKER_RESTARTS_STAT).inc();
+    this.log().error({ worker: slot.index, worker_pid: worker.process.pid, code, signal, restart_in_ms: delay }, 'worker died; starting it again');
+    slot.restartTimer = setTimeout(() => {
+      slot.restartTimer = undefined;
+      if (!this.stoppingNow) this.fork(slot);
+    }, delay);
+  }
+
+  /** Sends msg (with a fresh id) to one worker; resolves with its answer, undefined when it fails or is late. */
+  private request(worker: Worker, msg: Extract<ToWorker, { id: number }>): Promise<WorkerSnapshot | undefined> {
+    return new Promise((resolve) => {
+      const id = this.nextId++;
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        this.log().warn({ worker_pid: worker.process.pid }, 'worker did not answer in time');
+        resolve(undefined);
+      }, ANSWER_TIMEOUT_MS);
+      this.pending.set(id, { worker, done: resolve, timer });
+      try {
+        worker.send({ ...msg, id });
+      } catch {
+        clearTimeout(timer);
+        this.pending.delete(id);
+        resolve(undefined);
+      }
+    });
+  }
+
+  private readyWorkers(): Array<{ slot: WorkerSlot; worker: Worker }> {
+    return this.slots.flatMap((slot) => (slot.ready && slot.worker ? [{ slot, worker: slot.worker }] : []));
+  }
+
+  private async snapshots(parts: Part[]): Promise<Array<{ index: number; data: WorkerSnapshot }>> {
+    const answers = await Promise.all(
+      this.readyWorkers().map(async ({ slot, worker }) => ({ index: slot.index, data: await this.request(worker, { mesh: 'snapshot', id: 0, parts }) })),
+    );
+    return answers.flatMap((a) => (a.data ? [{ index: a.index, data: a.data }] : []));
+  }
+
+  private async broadcast(op: Op, extra: { name?: string; level?: string } = {}): Promise<void> {
+    await Promise.all(this.readyWorkers().map(({ worker }) => this.request(worker, { mesh: 'op', id: 0, op, ...extra })));
+  }
+
+  // ---- AdminAggregate
+
+  async stats(): Promise<MergedStats> {
+    const answers = await this.snapshots(['stats']);
+    const store = mergeSnapshots([snapshotStore(this.own), ...answers.map((a) => a.data.stats!)]);
+    for (const { index, data } of answers) {
+      let served = 0;
+      for (const [name, kind, value] of data.stats!.stats) if (kind === 'c' && /^http\..+\.downstream_rq_total$/s.test(name) && !name.startsWith('http.admin.')) served += value;
+      store.counter(workerRequestsStat(index)).inc(served);
+    }
+    return { store, processFamilies: mergeProcessFamilies([this.processMetrics.families(), ...answers.map((a) => a.data.process ?? [])]) };
+  }
+
+  async clusters() {
+    const answers = await this.snapshots(['clusters']);
+    return clusterView(mergeClusterViews(answers.map((a) => a.data.clusters!)));
+  }
+
+  async certs(): Promise<CertificateInfo[]> {
+    const first = this.readyWorkers()[0];
+    return first ? ((await this.request(first.worker, { mesh: 'snapshot', id: 0, parts: ['certs'] }))?.certs ?? []) : [];
+  }
+
+  /** The auth configuration (every worker loads the same files; SIGHUP reaches them all): worker 0's. */
+  async authRules(): Promise<unknown[]> {
+    const first = this.readyWorkers()[0];
+    return first ? ((await this.request(first.worker, { mesh: 'snapshot', id: 0, parts: ['auth'] }))?.auth ?? []) : [];
+  }
+
+  async routes(): Promise<RouteTableDump[]> {
+    const first = this.readyWorkers()[0];
+    return first ? ((await this.request(first.worker, { mesh: 'snapshot', id: 0, parts: ['routes'] }))?.routes ?? []) : [];
+  }
+
+  resetCounters(): Promise<void> {
+    return this.broadcast('reset');
+  }
+
+  logging(name: string, level: string): Promise<void> {
+    return this.broadcast('logging', { name, level });
+  }
+
+  workers(): Array<{ index: number; pid: number }> {
+    return this.readyWorkers().map(({ slot, worker }) => ({ index: slot.index, pid: worker.process.pid! }));
+  }
+
+  // ---- shutdown
+
+  /**
+   * Once: every worker drains as a single process does (--drain_delay, --drain_timeout) and
+   * exits; then the admin closes. Resolves with the exit code: 0 when every worker exited 0.
+   */
+  shutdown(): Promise<number> {
+    this.stoppingNow = true;
+    this.stopping ??= (async () => {
+      for (const slot of this.slots) clearTimeout(slot.restartTimer);
+      // The admin's /ready answers DRAINING from now on; the workers turn draining themselves.
+      await this.state.fail().catch(() => undefined);
+      const live = this.slots.flatMap((s) => (s.worker && !s.worker.isDead() ? [s.worker] : []));
+      const gone = Promise.all(live.map((w) => new Promise<void>((resolve) => (w.isDead() ? resolve() : w.once('exit', () => resolve())))));
+      for (const w of live) {
+        try {
+          w.send({ mesh: 'shutdown' } satisfies ToWorker);
+        } catch {
+          w.process.kill('SIGTERM');
+        }
+      }
+      // A worker stuck past its own drain bound is killed.
+      const bound = this.options.drainDelay + this.options.drainTimeout + 15_000;
+      const killer = setTimeout(() => {
+        for (const w of live) if (!w.isDead()) w.process.kill('SIGKILL');
+      }, bound);
+      await gone;
+      clearTimeout(killer);
+      for (const close of this.closers.reverse()) {
+        try {
+          await close();
+        } catch (err) {
+          this.log().error({ err: (err as Error).message }, 'shutdown step failed');
+        }
+      }
+      this.log_.flush();
+      return this.exitCodes.some((c) => c !== 0) ? 1 : 0;
+    })();
+    return this.stopping;
+  }
+
+  /** SIGINT/SIGTERM: every worker drains, then exit (0, or 1 when a worker cut requests off); a second signal kills the workers and exits 130. */
+  installSignalHandlers(): void {
+    let signalled = false;
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (signalled) {
+        for (const s of this.slots) s.worker?.process.kill('SIGKILL');
+        process.exit(130);
+      }
+      signalled = true;
+      this.log().info({ signal }, 'shutting down');
+      void this.shutdown().then(
+        (code) => process.exit(code),
+        () => process.exit(1),
+      );
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    // Reload signals are the workers' business: SIGHUP rereads the auth rules, SIGUSR1 reopens the access log.
+    const forward = (signal: NodeJS.Signals) => {
+      for (const s of this.slots) if (s.worker && !s.worker.isDead()) s.worker.process.kill(signal);
+    };
+    process.on('SIGHUP', forward);
+    process.on('SIGUSR1', forward);
+  }
+}
