@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { once } from 'node:events';
 import { Writable } from 'node:stream';
 import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
 import { StatsStore } from '../src/stats/store.js';
@@ -416,5 +417,37 @@ describe('CLI: the gateway keeps answering after the registry file is deleted', 
     assert.deepEqual([...new Set(statuses)], [200], `statuses after rm: ${statuses.join(',')}`);
     assert.ok(existsSync(join(home.path, LOCAL_DB_FILE)), 'the file was created again');
     assert.match(who.output() + gateway.proc.output(), /registry file was deleted/);
+  });
+});
+
+describe('local registry: eight processes opening a new directory at the same moment', () => {
+  it('all of them open it (no SQLITE_BUSY while the first turns it to WAL), five times over', async () => {
+    // Each process waits for a go file, so that the opens race as they do when a --concurrency
+    // primary forks its workers, or a test starts a gateway and its services together.
+    const script = `
+      import { existsSync } from 'node:fs';
+      import { LocalRegistry } from ${JSON.stringify(join(ROOT, 'src/registry/local/index.ts'))};
+      const [dir, name] = process.argv.slice(-2);
+      console.log('READY');
+      while (!existsSync(dir + '/go')) await new Promise((r) => setImmediate(r));
+      const registry = new LocalRegistry(dir);
+      await registry.register({ name, version: 'v1', metadata: {}, endpoints: [], nodes: [{ id: name + '-1', address: '127.0.0.1', port: 1, metadata: {} }] });
+      console.log('OPEN ' + name);
+      await registry.close();
+    `;
+    for (let round = 0; round < 5; round++) {
+      const dir = tempDir('mesh-registry-race-');
+      try {
+        const procs = Array.from({ length: 8 }, (_, i) => startProcess(['--import', 'tsx', '--input-type=module', '-e', script, dir.path, `s${i}`], {}, ''));
+        const exits = procs.map((p) => once(p.child, 'exit').then(([code]) => code as number | null));
+        // Every process is up and polling before the go file appears.
+        await Promise.all(procs.map((p) => p.waitForOutput(/READY/, 20000)));
+        writeFileSync(join(dir.path, 'go'), '');
+        const codes = await Promise.all(exits);
+        assert.deepEqual(codes, procs.map(() => 0), procs.map((p) => p.output()).join('\n'));
+      } finally {
+        dir.cleanup();
+      }
+    }
   });
 });

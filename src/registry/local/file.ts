@@ -122,14 +122,34 @@ export function openDatabase(file: string, fill: Fill): Opened {
   }
 }
 
-/** A connection to the file at the path, which must exist (never created here: see publish). */
+/**
+ * A connection to the file at the path, which must exist (never created here: see publish).
+ * SQLite does not call its busy handler everywhere: several processes opening a file at once (one
+ * turning it to WAL, or a write whose read snapshot went stale) can get SQLITE_BUSY at once. The open is
+ * tried again then, for as long as the busy timeout.
+ */
 function connect(file: string): Opened {
+  const deadline = performance.now() + BUSY_TIMEOUT_MS;
+  for (;;) {
+    try {
+      return connectOnce(file);
+    } catch (err) {
+      if (!codeOf(err).startsWith('SQLITE_BUSY') || performance.now() > deadline) throw err;
+      pauseSync(5 + Math.floor(Math.random() * 10));
+    }
+  }
+}
+
+function connectOnce(file: string): Opened {
   let db: DB | undefined;
   try {
     db = new Database(file, { timeout: BUSY_TIMEOUT_MS, fileMustExist: true });
     db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
-    db.pragma('journal_mode = WAL');
+    if (db.pragma('journal_mode', { simple: true }) !== 'wal') db.pragma('journal_mode = WAL');
     db.pragma('synchronous = NORMAL');
+    // A write (the schema's INSERT OR IGNORE) on every open: it also proves the store takes writes
+    // again when healing.ts tries a fresh connection. Racing openers can get SQLITE_BUSY_SNAPSHOT
+    // here without the busy handler: connect() tries again.
     db.exec(SCHEMA);
     const st = prepareStatements(db);
     const fileId = idOf(statSync(file, { throwIfNoEntry: false }));
@@ -261,8 +281,13 @@ function withLock<T>(file: string, fn: () => T): T {
       continue;
     }
     if (performance.now() > deadline) throw new Error(`${lock}: held by another process for more than ${LOCK_WAIT_MS} ms`);
-    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+    pauseSync(1);
   }
+}
+
+/** Blocks the thread for `ms` (the open path is synchronous, as better-sqlite3 is). */
+function pauseSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
 /** A lock file left by a process that is gone, or held far longer than its few file operations take. */
