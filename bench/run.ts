@@ -892,7 +892,7 @@ function report(ctx: Ctx, results: RowResult[], extras: ExtraSection[], profiles
   lines.push('');
   lines.push('## Main table');
   lines.push('');
-  lines.push(mainTable(results));
+  lines.push(results.length ? mainTable(results) : 'No row of the main table was asked for (BENCH_ROWS).');
   lines.push('');
   const notes = results.filter((r) => r.note || r.status !== 'ok');
   if (notes.length) {
@@ -976,7 +976,7 @@ async function main(): Promise<void> {
     ctx,
     ROWS.filter((row) => settings.rows.length === 0 || settings.rows.includes(row.id)),
   );
-  process.stdout.write(`\nCPU placement: ${pinMode()}\n\n` + mainTable(results) + '\n\n');
+  process.stdout.write(`\nCPU placement: ${pinMode()}\n\n` + (results.length ? mainTable(results) + '\n\n' : ''));
 
   const extras: ExtraSection[] = [];
   if (settings.extras) {

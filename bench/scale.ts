@@ -14,7 +14,7 @@
 import { mkdirSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { NotAvailable, freePort, pin, rssKiB, startProcess, waitForPort, withNofile, type Proc } from './lib/proc.js';
+import { NotAvailable, cpuMicros, freePort, machineBusyMicros, ownTreeMicros, pin, rssKiB, startProcess, waitForPort, withNofile, type Proc } from './lib/proc.js';
 import { runLoad, type LoadResult } from './lib/load.js';
 import { fixed, int, markdownTable, median } from './lib/stats.js';
 import { PATH, REQUEST_BODY, ANSWER } from './lib/payload.js';
@@ -38,6 +38,8 @@ async function startBig(ctx: Ctx, name: string, command: 'api' | 'sidecar', flag
   const port = await freePort();
   const admin = await freePort();
   const w = withNofile(fds, process.execPath, [
+    // e.g. BENCH_SCALE_NODE_ARGS=--max-old-space-size=160: does memory growth survive a bounded heap (garbage) or not (a leak)?
+    ...(process.env.BENCH_SCALE_NODE_ARGS ?? '').split(' ').filter(Boolean),
     ctx.meshMain,
     command,
     `--address=127.0.0.1:${port}`,
@@ -103,6 +105,28 @@ async function check(url: string, body = REQUEST_BODY): Promise<void> {
   throw new Error(`no correct answer from ${url}: ${last}`);
 }
 
+interface Measured extends LoadResult {
+  /** CPU of the measured process per request, µs. */
+  cpuUs: number;
+  /** CPU used by processes outside the benchmark during the load, % of one CPU. */
+  foreignPct: number;
+}
+
+/** One load run against url, with the CPU per request of the measured processes and the machine's other load. */
+async function measure(ctx: Ctx, url: string, pids: number[]): Promise<Measured> {
+  const c0 = cpuMicros(pids);
+  const m0 = machineBusyMicros();
+  const o0 = ownTreeMicros();
+  const w0 = performance.now();
+  const r = await load(ctx, url);
+  const w1 = performance.now();
+  const m1 = machineBusyMicros();
+  const o1 = ownTreeMicros();
+  const c1 = cpuMicros(pids);
+  const foreignPct = m0 !== undefined && m1 !== undefined && o0 !== undefined && o1 !== undefined ? Math.max(0, (m1 - m0 - (o1 - o0)) / ((w1 - w0) * 1000)) * 100 : NaN;
+  return { ...r, cpuUs: c0 !== undefined && c1 !== undefined && r.requests > 0 ? (c1 - c0) / r.requests : NaN, foreignPct };
+}
+
 function load(ctx: Ctx, url: string, durationS = ctx.settings.duration) {
   return runLoad(ctx.tool, {
     url,
@@ -115,6 +139,17 @@ function load(ctx: Ctx, url: string, durationS = ctx.settings.duration) {
     tmp: ctx.tmp,
     cpus: ctx.settings.pin?.rest,
   });
+}
+
+/** The JavaScript heap in use of a mesh process (admin /stats server.memory_allocated), MiB; NaN when unknown. */
+async function heapMiB(admin: number): Promise<number> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${admin}/stats`);
+    const m = /^server\.memory_allocated: (\d+)$/m.exec(await res.text());
+    return m ? Number(m[1]) / 2 ** 20 : NaN;
+  } catch {
+    return NaN;
+  }
 }
 
 const failed = (title: string, err: unknown): ExtraSection => ({
@@ -133,15 +168,18 @@ async function idleConnections(ctx: Ctx): Promise<ExtraSection> {
     const url = `http://127.0.0.1:${g.port}${PATH}`;
     await check(url);
     if (ctx.settings.warmup > 0) await load(ctx, url, ctx.settings.warmup);
-    const rounds: Array<{ without: LoadResult; withIdle: LoadResult; after: LoadResult }> = [];
+    const rounds: Array<{ without: Measured; withIdle: Measured; after: Measured }> = [];
     let rssBase = NaN;
     let rssIdle = NaN;
+    let heapBase = NaN;
+    let heapIdle = NaN;
     let held = NaN;
     let openMs = NaN;
     let answered = NaN;
     for (let i = 0; i < ctx.settings.rounds; i++) {
-      const without = await load(ctx, url);
+      const without = await measure(ctx, url, [g.proc.pid]);
       rssBase = mib(rssKiB(g.proc.pid));
+      heapBase = await heapMiB(g.admin);
       const t0 = performance.now();
       const client = startClient(ctx, 'idle-conns', 'servers/idle-conns.ts', [String(g.port), PATH, String(IDLE), REQUEST_BODY], IDLE + 1000);
       own.push(client.proc);
@@ -153,11 +191,12 @@ async function idleConnections(ctx: Ctx): Promise<ExtraSection> {
       if (r.failed > 0) ctx.log(`  scale-conns: ${r.failed} of ${IDLE} idle connections failed: ${r.errors.join('; ')}`);
       await sleep(1000);
       rssIdle = mib(rssKiB(g.proc.pid));
-      const withIdle = await load(ctx, url);
+      heapIdle = await heapMiB(g.admin);
+      const withIdle = await measure(ctx, url, [g.proc.pid]);
       held = (JSON.parse(await client.ask('count')) as { open: number }).open;
       await client.proc.stop();
       await sleep(1500);
-      const after = await load(ctx, url);
+      const after = await measure(ctx, url, [g.proc.pid]);
       rounds.push({ without, withIdle, after });
       ctx.log(
         `  scale-conns round ${i + 1}: p99 ${fixed(without.p99ms)} / ${fixed(withIdle.p99ms)} (with ${int(held)} idle) / ${fixed(after.p99ms)} ms; RSS ${fixed(rssBase, 0)} → ${fixed(rssIdle, 0)} MiB`,
@@ -179,10 +218,13 @@ async function idleConnections(ctx: Ctx): Promise<ExtraSection> {
             ['time to open them all', `${int(openMs)} ms`],
             ['gateway RSS without / with them', `${fixed(rssBase, 0)} / ${fixed(rssIdle, 0)} MiB`],
             ['RSS per idle connection', `${fixed(((rssIdle - rssBase) * 1024) / (held || IDLE), 1)} KiB`],
+            ['gateway JS heap in use without / with them (admin server.memory_allocated, no forced GC)', `${fixed(heapBase, 1)} / ${fixed(heapIdle, 1)} MiB (${fixed(((heapIdle - heapBase) * 1024) / (held || IDLE), 1)} KiB per connection)`],
             ['p99, 50 active connections, without (before, after)', `${fixed(m((r) => r.without.p99ms))}, ${fixed(m((r) => r.after.p99ms))} ms`],
             [`p99, 50 active connections, with ${int(IDLE)} idle`, `${fixed(m((r) => r.withIdle.p99ms))} ms`],
             ['**p99 with ÷ without** (target ≤ 1.2×)', `**${fixed(p99Ratio)}×**`],
             ['req/s without / with', `${int(m((r) => (r.without.rps + r.after.rps) / 2))} / ${int(m((r) => r.withIdle.rps))} (${fixed(rpsRatio)}×)`],
+            ['gateway CPU µs/request without (before, after) / with', `${fixed(m((r) => r.without.cpuUs), 1)}, ${fixed(m((r) => r.after.cpuUs), 1)} / ${fixed(m((r) => r.withIdle.cpuUs), 1)}`],
+            ['other load %CPU during the three runs', `${fixed(m((r) => r.without.foreignPct), 0)}, ${fixed(m((r) => r.withIdle.foreignPct), 0)}, ${fixed(m((r) => r.after.foreignPct), 0)}`],
           ],
           ['l', 'r'],
         ),
@@ -210,6 +252,7 @@ async function wsSubscribers(ctx: Ctx): Promise<ExtraSection> {
     for (let i = 0; i < 20; i++) await (await fetch(publishUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"warm":1}' })).text();
     await sleep(500);
     const rss0 = mib(rssKiB(sc.proc.pid));
+    const heap0 = await heapMiB(sc.admin);
     const t0 = performance.now();
     const subs = startClient(ctx, 'ws-subscribers-10k', 'servers/ws-subscribers.ts', [`ws://127.0.0.1:${sc.port}/broker?topic=${topic}`, String(SUBSCRIBERS)], SUBSCRIBERS + 1000);
     own.push(subs.proc);
@@ -232,6 +275,7 @@ async function wsSubscribers(ctx: Ctx): Promise<ExtraSection> {
     const first = await waitSum(SUBSCRIBERS, 30000);
     await sleep(500);
     const rss1 = mib(rssKiB(sc.proc.pid));
+    const heap1 = await heapMiB(sc.admin);
     const messages = ctx.settings.quick ? 20 : 100;
     const publishMs: number[] = [];
     const p0 = performance.now();
@@ -250,6 +294,7 @@ async function wsSubscribers(ctx: Ctx): Promise<ExtraSection> {
     await sleep(500);
     const final = await total();
     const rss2 = mib(rssKiB(sc.proc.pid));
+    const heap2 = await heapMiB(sc.admin);
     const delivered = final.sum - first.sum;
     const expected = SUBSCRIBERS * messages;
     ctx.log(`  scale-ws: ${int(delivered)} of ${int(expected)} delivered in ${deliverS.toFixed(1)} s; RSS ${fixed(rss0, 0)} → ${fixed(rss1, 0)} MiB`);
@@ -266,6 +311,7 @@ async function wsSubscribers(ctx: Ctx): Promise<ExtraSection> {
             ['first publish: frames received', `${int(first.sum)} of ${int(SUBSCRIBERS)}`],
             ['sidecar RSS without / with the subscribers', `${fixed(rss0, 0)} / ${fixed(rss1, 0)} MiB (${fixed(rss2, 0)} MiB after the publishes)`],
             ['**RSS per subscriber**', `**${fixed(((rss1 - rss0) * 1024) / SUBSCRIBERS, 1)} KiB**`],
+            ['sidecar JS heap in use: without / with the subscribers / after the publishes (admin server.memory_allocated, no forced GC)', `${fixed(heap0, 1)} / ${fixed(heap1, 1)} / ${fixed(heap2, 1)} MiB (${fixed(((heap1 - heap0) * 1024) / SUBSCRIBERS, 1)} KiB per subscriber)`],
             ['messages published (non-2xx)', `${messages} (${non2xx})`],
             ['publish latency median / max', `${fixed(median(publishMs))} / ${fixed(Math.max(...publishMs))} ms`],
             ['**deliveries/s**', `**${int(delivered / deliverS)}**`],
@@ -342,7 +388,7 @@ async function routeTable(ctx: Ctx): Promise<ExtraSection> {
       /* not essential */
     }
     for (const g of Object.values(gw)) if (ctx.settings.warmup > 0) await load(ctx, `http://127.0.0.1:${g.port}/bench/call`, ctx.settings.warmup);
-    const results = new Map<string, LoadResult[]>();
+    const results = new Map<string, Measured[]>();
     for (let i = 0; i < ctx.settings.rounds; i++) {
       for (const c of cases) {
         for (const k of i % 2 === 0 ? ['one', 'many'] : ['many', 'one']) {
@@ -351,10 +397,10 @@ async function routeTable(ctx: Ctx): Promise<ExtraSection> {
             for (const other of Object.values(gw)) pin([other.proc.pid], ctx.settings.pin.rest);
             pin([g.proc.pid], ctx.settings.pin.proxy);
           }
-          const r = await load(ctx, `http://127.0.0.1:${g.port}${c.path}`);
+          const r = await measure(ctx, `http://127.0.0.1:${g.port}${c.path}`, [g.proc.pid]);
           const key = `${c.id}|${k}`;
           results.set(key, [...(results.get(key) ?? []), r]);
-          ctx.log(`  scale-routes ${c.mode} ${c.path} ${k}: ${int(r.rps)} req/s, p99 ${fixed(r.p99ms)} ms${r.non2xx ? `, non-2xx ${r.non2xx}` : ''}`);
+          ctx.log(`  scale-routes ${c.mode} ${c.path} ${k}: ${int(r.rps)} req/s, p99 ${fixed(r.p99ms)} ms, ${fixed(r.cpuUs, 1)} µs/req, other load ${fixed(r.foreignPct, 0)}%${r.non2xx ? `, non-2xx ${r.non2xx}` : ''}`);
         }
       }
     }
@@ -362,7 +408,17 @@ async function routeTable(ctx: Ctx): Promise<ExtraSection> {
       const one = results.get(`${c.id}|one`)!;
       const many = results.get(`${c.id}|many`)!;
       const paired = median(one.map((o, i) => many[i]!.rps / o.rps));
-      return [c.id, int(median(one.map((x) => x.rps))), int(median(many.map((x) => x.rps))), `${fixed(paired)}×`, `${fixed(median(one.map((x) => x.p99ms)))} / ${fixed(median(many.map((x) => x.p99ms)))}`, String([...one, ...many].reduce((a, x) => a + x.non2xx + x.errors, 0))];
+      const cpu = median(one.map((o, i) => many[i]!.cpuUs / o.cpuUs));
+      return [
+        c.id,
+        int(median(one.map((x) => x.rps))),
+        int(median(many.map((x) => x.rps))),
+        `${fixed(paired)}×`,
+        `${fixed(median(one.map((x) => x.cpuUs)), 1)} / ${fixed(median(many.map((x) => x.cpuUs)), 1)} (${fixed(cpu)}×)`,
+        `${fixed(median(one.map((x) => x.p99ms)))} / ${fixed(median(many.map((x) => x.p99ms)))}`,
+        String([...one, ...many].reduce((a, x) => a + x.non2xx + x.errors, 0)),
+        `${fixed(median(one.map((x) => x.foreignPct)), 0)} / ${fixed(median(many.map((x) => x.foreignPct)), 0)}`,
+      ];
     });
     const ratioOf = (id: string) => {
       const one = results.get(`${id}|one`)!;
@@ -374,7 +430,11 @@ async function routeTable(ctx: Ctx): Promise<ExtraSection> {
       body: [
         `Two local registries: one with the bench service alone (go.mesh.srv.bench, ${counts.one!.routes} routed endpoints), one with it and ${int(ROUTE_SERVICES - 1)} more services of ${ROUTE_ENDPOINTS} routed endpoints each (per 10: 6 exact paths, 3 templates \`/rNNNN/eK/{id}\`, 1 regex; ${int(counts.many!.routes)} routes${Number.isFinite(tableSize) ? `, ${int(tableSize)} in the big router's admin /routes` : ''}), every endpoint \`method: POST\` (servers/register-routes.ts). Gateways: \`mesh api --namespace=go.mesh.srv\` (no --handler: the registry router matches every request against the table) and \`mesh api --handler=rpc --namespace=go.mesh.srv\`, one on each registry, all running at once; the measured one on the proxy CPU. The bench service's template \`/b/{name}\` is the shortest, so it is tried after every other service's templates. Gateway start (spawn to listening): router ${int(gw['router-one']!.startMs)} ms with one service, ${int(gw['router-many']!.startMs)} ms with ${int(ROUTE_SERVICES)}. ${ctx.settings.rounds} round(s) of ${ctx.settings.duration} s, one/many order alternating; ratio = median of per-round ratios. ${NOTE_NOISE}`,
         '',
-        markdownTable(['request', 'req/s, 1 service', `req/s, ${int(ROUTE_SERVICES)} services`, `${int(ROUTE_SERVICES)} ÷ 1 (target ≥ 0.95)`, 'p99 ms (1 / many)', 'errors'], rows, ['l', 'r', 'r', 'r', 'r', 'r']),
+        markdownTable(
+          ['request', 'req/s, 1 service', `req/s, ${int(ROUTE_SERVICES)} services`, `req/s ${int(ROUTE_SERVICES)} ÷ 1 (target ≥ 0.95)`, 'gateway CPU µs/req, 1 / many (many ÷ 1)', 'p99 ms (1 / many)', 'errors', 'other load %CPU (1 / many)'],
+          rows,
+          ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+        ),
       ].join('\n'),
       targets: cases.map((c) => ({ label: `route table: ${c.id.replace(/`/g, '')} req/s with ${int(ROUTE_SERVICES)} services ÷ with 1 ≥ 0.95`, actual: ratioOf(c.id), target: 0.95, kind: 'atLeast' as const, unit: 'x' })),
     };
