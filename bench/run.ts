@@ -27,6 +27,7 @@ import { fixed, int, markdownTable, max, median, min, parseSeconds, ratio } from
 import { ANSWER, BACKEND_SERVICE, PATH, REQUEST_BODY } from './lib/payload.js';
 import { summarizeProfile, type ProfileSummary } from './lib/profile.js';
 import { runExtras, type ExtraSection } from './extras.js';
+import { runScale, scaleWanted } from './scale.js';
 import { startMesh, tsxProcess, type Ctx, type Settings } from './lib/mesh.js';
 
 // ------------------------------------------------------------------------------------ settings
@@ -62,6 +63,12 @@ function pinning(): { proxy: string; rest: string } | undefined {
   const n = availableParallelism();
   if (n < 2 || !commandExists('taskset', ['-V'])) return undefined;
   return { proxy: '0', rest: n === 2 ? '1' : `1-${n - 1}` };
+}
+/** Which pinning mode ran, for the summary and the report. */
+function pinMode(): string {
+  if (settings.pin) return `pinned (taskset: measured proxy on CPU ${settings.pin.proxy}, everything else on CPU ${settings.pin.rest})`;
+  if (process.env.BENCH_PIN === '0') return 'unpinned (BENCH_PIN=0): every process may run on any CPU';
+  return `unpinned (${availableParallelism() < 2 ? 'one CPU' : 'taskset not installed'}): every process may run on any CPU`;
 }
 const MESH_MAIN = join(ROOT, 'dist', 'src', 'cli', 'main.js');
 const TSX = ['--import', 'tsx'];
@@ -206,6 +213,22 @@ export const ROWS: Row[] = [
       return { url: `http://127.0.0.1:${s.port}${PATH}`, measured: [s.proc], behind: [ctx.backend], own: [s.proc], profileSignal: true };
     },
   },
+  {
+    id: 'floor-stream',
+    label: 'Node floor, stream() (node:http + undici Pool.stream())',
+    profile: true,
+    setup: async (ctx) => {
+      const s = await nodeServer(ctx, 'node-floor-stream', 'servers/node-floor-stream.ts', [String(ctx.backendPort)]);
+      return {
+        url: `http://127.0.0.1:${s.port}${PATH}`,
+        measured: [s.proc],
+        behind: [ctx.backend],
+        own: [s.proc],
+        profileSignal: true,
+        note: 'the stronger floor: the answer written straight into the response by undici Pool.stream(), request body piped to the upstream, hop-by-hop headers dropped (servers/node-floor-stream.ts)',
+      };
+    },
+  },
   ...(process.env.BENCH_CEILING_MODES ?? 'dispatch').split(',').filter(Boolean).map((mode) => ceilingRow(mode)),
   {
     id: 'moleculer',
@@ -329,31 +352,7 @@ http {
     label: 'mesh api --handler=api (+ API service)',
     mesh: true,
     profile: true,
-    setup: async (ctx, nodeArgs) => {
-      if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
-      const apiPort = await freePort();
-      const svc = tsxProcess(ctx, 'bench-api-service', 'servers/api-service.ts', [
-        `--address=127.0.0.1:${apiPort}`,
-        `--registry_address=${ctx.registryDir}`,
-        '--admin_address=off',
-        `--log_level=${ctx.settings.logLevel}`,
-      ]);
-      try {
-        await waitForPort(svc, apiPort, 20000);
-        const g = await startMesh(ctx, 'mesh-api-api', 'api', ['--handler=api'], nodeArgs);
-        return {
-          url: `http://127.0.0.1:${g.port}${PATH}`,
-          measured: [g.proc],
-          behind: [svc, ctx.backend],
-          own: [g.proc, svc],
-          admin: g.admin,
-          note: 'two hops: gateway → API service go.mesh.api.bench (framework, own process) → backend',
-        };
-      } catch (err) {
-        await svc.stop();
-        throw err;
-      }
-    },
+    setup: (ctx, nodeArgs) => meshApiSetup(ctx, nodeArgs, false),
   },
   {
     id: 'mesh-proxy',
@@ -376,6 +375,79 @@ http {
     },
   },
 ];
+
+/**
+ * The same front ends as a user starts them: no --log_level (the default, info) and no other
+ * tuning flag; only what points them at the ports, the registry and the service namespace.
+ */
+const DEFAULT_NOTE = 'as a user starts it: default flags (info log level), only the ports, the registry and the namespace given';
+const DEFAULT_ROWS: Row[] = [
+  {
+    id: 'mesh-rpc-default',
+    label: 'mesh api --handler=rpc, default flags',
+    mesh: true,
+    setup: async (ctx, nodeArgs) => {
+      const g = await startMesh(ctx, 'mesh-api-rpc-default', 'api', ['--handler=rpc', '--namespace=go.mesh.srv'], nodeArgs, true);
+      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin, note: DEFAULT_NOTE };
+    },
+  },
+  {
+    id: 'mesh-api-default',
+    label: 'mesh api --handler=api (+ API service), default flags',
+    mesh: true,
+    setup: (ctx, nodeArgs) => meshApiSetup(ctx, nodeArgs, true),
+  },
+  {
+    id: 'mesh-proxy-default',
+    label: 'mesh api --handler=proxy, default flags',
+    mesh: true,
+    setup: async (ctx, nodeArgs) => {
+      const g = await startMesh(ctx, 'mesh-api-proxy-default', 'api', ['--handler=proxy', '--namespace=go.mesh.srv'], nodeArgs, true);
+      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin, note: DEFAULT_NOTE };
+    },
+  },
+  {
+    id: 'sidecar-default',
+    label: 'mesh sidecar, default flags',
+    mesh: true,
+    setup: async (ctx, nodeArgs) => {
+      const g = await startMesh(ctx, 'mesh-sidecar-default', 'sidecar', [], nodeArgs, true);
+      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin, note: DEFAULT_NOTE };
+    },
+  },
+];
+// Each beside its tuned row.
+for (const d of DEFAULT_ROWS) {
+  const i = ROWS.findIndex((r) => r.id === d.id.replace(/-default$/, ''));
+  ROWS.splice(i < 0 ? ROWS.length : i + 1, 0, d);
+}
+
+/** gateway --handler=api → API service (framework, own process) → backend; userDefaults: the gateway with default flags. */
+async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaults: boolean): Promise<Target> {
+  if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
+  const apiPort = await freePort();
+  const svc = tsxProcess(ctx, userDefaults ? 'bench-api-service-default' : 'bench-api-service', 'servers/api-service.ts', [
+    `--address=127.0.0.1:${apiPort}`,
+    `--registry_address=${ctx.registryDir}`,
+    '--admin_address=off',
+    `--log_level=${ctx.settings.logLevel}`,
+  ]);
+  try {
+    await waitForPort(svc, apiPort, 20000);
+    const g = await startMesh(ctx, userDefaults ? 'mesh-api-api-default' : 'mesh-api-api', 'api', ['--handler=api'], nodeArgs, userDefaults);
+    return {
+      url: `http://127.0.0.1:${g.port}${PATH}`,
+      measured: [g.proc],
+      behind: [svc, ctx.backend],
+      own: [g.proc, svc],
+      admin: g.admin,
+      note: `two hops: gateway → API service go.mesh.api.bench (framework, own process) → backend${userDefaults ? `; the gateway ${DEFAULT_NOTE} (the API service as in the mesh-api row)` : ''}`,
+    };
+  } catch (err) {
+    await svc.stop();
+    throw err;
+  }
+}
 
 // ------------------------------------------------------------------------------------ measuring
 
@@ -657,11 +729,12 @@ function mainTable(results: RowResult[]): string {
   const byId = new Map(results.map((r) => [r.row.id, r]));
   const direct = byId.get('direct');
   const floor = byId.get('floor');
+  const floorStream = byId.get('floor-stream');
   const rows = results.map((r) => {
     const s = summarize(r);
     if (!s || r.status !== 'ok') {
       const why = r.status === 'ok' ? 'no rounds' : `${r.status}: ${r.reason ?? ''}`;
-      return [r.row.label, why.replace(/\|/g, '/'), '', '', '', '', '', '', '', '', ''];
+      return [r.row.label, why.replace(/\|/g, '/'), '', '', '', '', '', '', '', '', '', '', ''];
     }
     const rr = r.rounds;
     const errs = rr.reduce((a, x) => a + x.non2xx + x.errors, 0);
@@ -675,14 +748,16 @@ function mainTable(results: RowResult[]): string {
       ratio(paired(r, direct, (x) => x.rps)),
       ratio(paired(r, floor, (x) => x.rps)),
       r.row.id === 'direct' ? '–' : ratio(paired(r, floor, (x) => x.cpuUsPerReq)),
+      ratio(paired(r, floorStream, (x) => x.rps)),
+      r.row.id === 'direct' ? '–' : ratio(paired(r, floorStream, (x) => x.cpuUsPerReq)),
       errs ? String(errs) : '0',
       fixed(median(rr.map((x) => x.foreignPct)), 0),
     ];
   });
   return markdownTable(
-    ['row', 'req/s median (min–max)', 'p50 ms', 'p99 ms', 'proxy CPU µs/req', 'backend CPU µs/req', 'req/s vs direct', 'req/s vs floor', 'CPU vs floor', 'errors', 'other load %CPU'],
+    ['row', 'req/s median (min–max)', 'p50 ms', 'p99 ms', 'proxy CPU µs/req', 'backend CPU µs/req', 'req/s vs direct', 'req/s vs floor', 'CPU vs floor', 'req/s vs floor-stream', 'CPU vs floor-stream', 'errors', 'other load %CPU'],
     rows,
-    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
   );
 }
 
@@ -723,6 +798,11 @@ function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
     return `medians ${fixed(x.cpu, 1)} vs ${fixed(y.cpu, 1)} µs`;
   };
   const out: TargetLine[] = [];
+  if (results.length === 0) {
+    // Only further or scale rows ran: their own targets.
+    for (const e of extras) for (const t of e.targets ?? []) out.push(check(t.label, t.actual, t.target, t.kind, t.unit));
+    return out;
+  }
   for (const id of ['mesh-rpc', 'sidecar']) {
     const r = byId.get(id);
     const name = id === 'mesh-rpc' ? 'gateway rpc handler' : 'sidecar /<service>/<method>';
@@ -813,6 +893,8 @@ function report(ctx: Ctx, results: RowResult[], extras: ExtraSection[], profiles
   lines.push('');
   lines.push(`Written by \`npm run bench\` (bench/run.ts) on ${new Date().toISOString()}${settings.quick ? ' in BENCH_QUICK mode (smoke test, not for comparison)' : ''}. Total run time ${Math.round(totalS)} s.`);
   lines.push('');
+  lines.push(`CPU placement: **${pinMode()}**.`);
+  lines.push('');
   lines.push('## Machine');
   lines.push('');
   lines.push(`- ${availableParallelism()} CPUs (nproc), ${cpu}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB RAM, Linux ${release()}`);
@@ -843,7 +925,7 @@ function report(ctx: Ctx, results: RowResult[], extras: ExtraSection[], profiles
   lines.push('');
   lines.push('## Main table');
   lines.push('');
-  lines.push(mainTable(results));
+  lines.push(results.length ? mainTable(results) : 'No row of the main table was asked for (BENCH_ROWS).');
   lines.push('');
   const notes = results.filter((r) => r.note || r.status !== 'ok');
   if (notes.length) {
@@ -912,6 +994,7 @@ async function main(): Promise<void> {
   const tool = pickTool();
   if (loadStart > availableParallelism() * 0.75)
     log(`warning: the machine is busy (1-minute load average ${loadStart.toFixed(1)} on ${availableParallelism()} CPUs); numbers will be disturbed (see "other load %CPU")`);
+  log(`CPU placement: ${pinMode()}`);
   log(`load generator: ${tool}; ${settings.rounds} round(s) × ${settings.duration} s after ${settings.warmup} s warm-up; ${settings.connections} connections; tmp ${tmp}`);
 
   const backendPort = await freePort();
@@ -926,7 +1009,7 @@ async function main(): Promise<void> {
     ctx,
     ROWS.filter((row) => settings.rows.length === 0 || settings.rows.includes(row.id)),
   );
-  process.stdout.write('\n' + mainTable(results) + '\n\n');
+  process.stdout.write(`\nCPU placement: ${pinMode()}\n\n` + (results.length ? mainTable(results) + '\n\n' : ''));
 
   const extras: ExtraSection[] = [];
   if (settings.extras) {
@@ -934,6 +1017,16 @@ async function main(): Promise<void> {
       extras.push(...(await runExtras(ctx, settings.maxSeconds - elapsed())));
     } catch (err) {
       log(`further rows failed: ${(err as Error).stack}`);
+    }
+  }
+
+  // Scale rows: opt-in only (BENCH_SCALE=1 or their ids in BENCH_ROWS), after everything else.
+  const scaleIds = scaleWanted(settings.rows);
+  if (scaleIds.length) {
+    try {
+      extras.push(...(await runScale(ctx, scaleIds)));
+    } catch (err) {
+      log(`scale rows failed: ${(err as Error).stack}`);
     }
   }
 

@@ -185,6 +185,49 @@ describe('router: table', () => {
     assert.equal(hosts.match('POST', 'x.example.org', '/w'), undefined);
     assert.equal(hosts.match('GET', '[::1]:8080', '/v6')!.route.endpoint, 'H.V6');
   });
+
+  it('tries only the templates that can match the first segment, in table order (1,000 services)', () => {
+    const many: Service[] = [];
+    for (let i = 0; i < 1000; i++) {
+      const n = String(i).padStart(4, '0');
+      many.push(svc(`go.mesh.api.r${n}`, [[`R.T`, { path: `/r${n}/items/{id}` }], [`R.U`, { path: `/r${n}/u/{id}/parts` }], [`R.X`, { path: `^/r${n}/x/[0-9]+` }]]));
+    }
+    many.push(
+      svc('go.mesh.api.b', [
+        ['B.Short', { path: '/b/{name}' }],
+        // Longer, so before /b/{name} in the table; starts with a parameter: tried for every path.
+        ['B.Generic', { path: '/{service}/generic' }],
+        ['B.Rest', { path: '/*' }],
+      ]),
+    );
+    const { routes } = buildRoutes(many);
+    let tried = 0;
+    const counted = routes.map((r) => ({
+      ...r,
+      matchPath: (path: string) => {
+        tried++;
+        return r.matchPath(path);
+      },
+    }));
+    const table = new RouteTable(counted);
+    tried = 0;
+    assert.equal(table.match('GET', 'x', '/b/call')!.route.endpoint, 'B.Short');
+    // Not every service's templates (3,000 routes): only /b/* ones and those starting with a parameter or *.
+    assert.ok(tried <= 3, `tried ${tried} routes`);
+    // Order across the two lists: the longer generic template wins over /b/{name}.
+    assert.equal(table.match('GET', 'x', '/b/generic')!.route.endpoint, 'B.Generic');
+    assert.equal(table.match('GET', 'x', '/r0500/items/7')!.route.endpoint, 'R.T');
+    assert.deepEqual(table.match('GET', 'x', '/r0500/items/7')!.params, { id: '7' });
+    assert.equal(table.match('GET', 'x', '/r0500/u/7/parts')!.route.endpoint, 'R.U');
+    // A regex comes after every template, but before nothing else matches: /* catches the rest.
+    assert.equal(table.match('GET', 'x', '/r0500/x/12')!.route.endpoint, 'B.Rest');
+    assert.equal(table.match('GET', 'x', '/zzz')!.route.endpoint, 'B.Rest');
+    // The same answers as a walk over the whole table, in order.
+    const walk = (path: string) => routes.find((r) => r.matchPath(path))?.endpoint;
+    for (const path of ['/b/call', '/b/generic', '/r0001/items/1', '/r0999/u/2/parts', '/r0002/x/5', '/nothing/here', '/', '/b']) {
+      assert.equal(table.match('GET', 'x', path)?.route.endpoint, walk(path), path);
+    }
+  });
 });
 
 describe('router: rebuilt from the registry', () => {

@@ -51,6 +51,8 @@ export async function startMesh(
   command: 'api' | 'sidecar',
   flags: string[],
   nodeArgs: string[] = [],
+  /** As a user starts it: no --log_level (the default, info) or other tuning flags; only the ports and the registry. */
+  userDefaults = false,
 ): Promise<{ proc: Proc; port: number; admin: number }> {
   if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
   if (!ctx.registered) throw new NotAvailable(`backend not registered: ${ctx.registerError}`);
@@ -66,7 +68,7 @@ export async function startMesh(
       `--address=127.0.0.1:${port}`,
       `--registry_address=${ctx.registryDir}`,
       `--admin_address=127.0.0.1:${admin}`,
-      `--log_level=${ctx.settings.logLevel}`,
+      ...(userDefaults ? [] : [`--log_level=${ctx.settings.logLevel}`]),
       ...flags,
     ],
     { env: ctx.env, cwd: ctx.root },

@@ -277,3 +277,23 @@ export function pin(pids: number[], cpuList: string): boolean {
   }
   return ok;
 }
+
+/** Resident set size of one process in KiB (VmRSS of /proc/<pid>/status), undefined when unknown. */
+export function rssKiB(pid: number): number | undefined {
+  try {
+    const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * command + args wrapped in `sh -c 'ulimit -n …; exec …'`: the child's soft limit of open files
+ * raised to `want` (or to the hard limit when that is lower), for processes holding thousands of
+ * sockets. exec keeps the pid, so the Proc is the command itself.
+ */
+export function withNofile(want: number, command: string, args: string[]): { command: string; args: string[] } {
+  const script = `n=${Math.floor(want)}; h=$(ulimit -Hn); if [ "$h" != unlimited ] && [ "$h" -lt "$n" ]; then n=$h; fi; ulimit -n "$n" && exec "$@"`;
+  return { command: 'sh', args: ['-c', script, 'sh', command, ...args] };
+}

@@ -250,20 +250,42 @@ export function hostMatches(listed: string, host: { name: string; full: string }
   return host.name === listed;
 }
 
-/** An immutable, ordered route table. */
+/** The first segment of a path (`/a/b` → `a`, `/` → ``). */
+function firstSegment(path: string): string {
+  const end = path.indexOf('/', 1);
+  return end < 0 ? path.slice(1) : path.slice(1, end);
+}
+
+/**
+ * An immutable, ordered route table. Exact paths are looked up by path; templates whose first
+ * segment is a literal (`/users/{id}`) only by the request's first segment, so a request is tried
+ * against the templates that can match it, not against every service's; templates starting with a
+ * parameter or `*`, and regexes, are tried for every request. The candidates are visited in table
+ * order, so the first match is the same as a walk over the whole table.
+ */
 export class RouteTable {
   /** Exact routes by path, in table order, for a fast first tier. */
   private readonly exact = new Map<string, Route[]>();
-  private readonly others: Route[] = [];
+  /** Templates with a literal first segment, by that segment, in table order (with their position). */
+  private readonly byFirst = new Map<string, Array<{ route: Route; at: number }>>();
+  /** Every other non-exact route, in table order (with its position). */
+  private readonly others: Array<{ route: Route; at: number }> = [];
 
   constructor(readonly routes: readonly Route[]) {
-    for (const r of routes) {
+    routes.forEach((r, at) => {
       if (r.kind === 'exact') {
         const list = this.exact.get(r.path);
         if (list) list.push(r);
         else this.exact.set(r.path, [r]);
-      } else this.others.push(r);
-    }
+        return;
+      }
+      const first = r.kind === 'template' ? firstSegment(r.path) : '';
+      if (r.kind === 'template' && first !== '*' && !PARAM.test(first)) {
+        const list = this.byFirst.get(first);
+        if (list) list.push({ route: r, at });
+        else this.byFirst.set(first, [{ route: r, at }]);
+      } else this.others.push({ route: r, at });
+    });
   }
 
   /** The first route for this request; path is the URL path without the query. */
@@ -273,7 +295,11 @@ export class RouteTable {
     const accepts = (r: Route) =>
       (r.methods.length === 0 || r.methods.includes(upper)) && (r.hosts.length === 0 || r.hosts.some((h) => hostMatches(h, host)));
     for (const r of this.exact.get(path) ?? []) if (accepts(r)) return { route: r, params: {} };
-    for (const r of this.others) {
+    const a = this.byFirst.get(firstSegment(path)) ?? [];
+    const b = this.others;
+    // Merge the two lists by table position.
+    for (let i = 0, j = 0; i < a.length || j < b.length; ) {
+      const r = j >= b.length || (i < a.length && a[i]!.at < b[j]!.at) ? a[i++]!.route : b[j++]!.route;
       if (!accepts(r)) continue;
       const params = r.matchPath(path);
       if (params) return { route: r, params };
