@@ -339,9 +339,9 @@ describe('log format: mesh api as a real process, levels changed by admin /loggi
     ]);
     const [c, p] = await Promise.all([requestLines(colored), requestLines(plain)]);
     assert.equal(c.length, 1);
-    assert.match(c[0]!, /^\d\d:\d\d:\d\d\.\d{3} \x1b\[32mINFO\x1b\[0m {5}http request front=\S+ method=GET path=\/second-logged status=\d{3} ms=\d+(\.\d+)?$/);
+    assert.match(c[0]!, /^\d\d:\d\d:\d\d\.\d{3} \x1b\[32mINFO\x1b\[0m {5}http request front=\S+ method=GET path=\/second-logged status=\d{3} ms=\d+(\.\d+)? trace_id=[0-9a-f]{32} span_id=[0-9a-f]{16}$/);
     assert.equal(p.length, 1);
-    assert.match(p[0]!, /^\d\d:\d\d:\d\d\.\d{3} INFO {5}http request front=\S+ method=GET path=\/second-logged status=\d{3} ms=\d+(\.\d+)?$/);
+    assert.match(p[0]!, /^\d\d:\d\d:\d\d\.\d{3} INFO {5}http request front=\S+ method=GET path=\/second-logged status=\d{3} ms=\d+(\.\d+)? trace_id=[0-9a-f]{32} span_id=[0-9a-f]{16}$/);
     assert.ok(!plain.proc.output().includes('\x1b'));
   });
 
