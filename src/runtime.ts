@@ -167,7 +167,7 @@ export class Runtime {
   get tracingServiceName(): string {
     if (this.serviceNames.length > 0) return this.serviceNames.join(',');
     const role = this.setup.role;
-    return role === 'api' || role === 'sidecar' || role === 'proxy' || role === 'dev' ? `mesh-${role}` : 'mesh';
+    return role === 'api' || role === 'sidecar' || role === 'proxy' ? `mesh-${role}` : 'mesh';
   }
 
   /** A framework service of this process, named in the resource of its spans. */
