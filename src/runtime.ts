@@ -14,7 +14,7 @@ import { createRegistry } from './registry/create.js';
 import type { Broker, Message } from './broker/broker.js';
 import { stampMessageHeader } from './broker/context.js';
 import { HEADER_ID } from './transport/headers.js';
-import { SpanKind, traceOf } from './tracing/tracer.js';
+import { failSpan, SpanKind, traceOf } from './tracing/tracer.js';
 import { createBroker } from './broker/create.js';
 import { ClusterManager } from './upstream/cluster-manager.js';
 import type { StaticClusterConfig } from './upstream/config.js';
@@ -194,7 +194,7 @@ export class Runtime {
     try {
       await this.broker.publish(topic, { header: stampMessageHeader(message.header, trace, ctx?.id ? [HEADER_ID, ctx.id] : undefined, replaceTrace), body: message.body });
     } catch (err) {
-      span?.setStatus({ code: 2, message: (err as Error)?.message ?? String(err) });
+      if (span) failSpan(span, (err as Error)?.message ?? String(err));
       throw err;
     } finally {
       span?.end();

@@ -9,17 +9,49 @@
  * `tracing.spans_exported` and `tracing.spans_dropped`. Sampling: a new trace is recorded with
  * probability --tracing_sample_rate; a trace that came with a traceparent follows its sampled flag.
  */
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, trace, type Attributes, type Context, type Span } from '@opentelemetry/api';
-import { ExportResultCode, TraceState, type ExportResult } from '@opentelemetry/core';
-import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, type ReadableSpan, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
-import type { Tracer as OtelTracer } from '@opentelemetry/api';
+import { createRequire } from 'node:module';
+import type { Attributes, Context, Span, Tracer as OtelTracer } from '@opentelemetry/api';
+import type { ExportResult } from '@opentelemetry/core';
+import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/sdk-trace-base';
+import type { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
 import type { Counter, StatsStore } from '../stats/store.js';
 import type { TraceContext } from '../util/trace-context.js';
 
-export { SpanKind, SpanStatusCode, type Span };
+export type { Span };
+
+/**
+ * The OpenTelemetry packages, loaded when the first Tracer is built (--tracing=otlp): a process
+ * with tracing off (and every short CLI command) never loads them. Loaded with require, so the
+ * API, the SDK and the exporter share one instance of each package.
+ */
+interface Otel {
+  api: typeof import('@opentelemetry/api');
+  core: typeof import('@opentelemetry/core');
+  resources: typeof import('@opentelemetry/resources');
+  sdk: typeof import('@opentelemetry/sdk-trace-base');
+  exporter: typeof import('@opentelemetry/exporter-trace-otlp-proto');
+}
+
+function loadOtel(): Otel {
+  const require = createRequire(import.meta.url);
+  return {
+    api: require('@opentelemetry/api') as Otel['api'],
+    core: require('@opentelemetry/core') as Otel['core'],
+    resources: require('@opentelemetry/resources') as Otel['resources'],
+    sdk: require('@opentelemetry/sdk-trace-base') as Otel['sdk'],
+    exporter: require('@opentelemetry/exporter-trace-otlp-proto') as Otel['exporter'],
+  };
+}
+
+/** OpenTelemetry's span kinds (the values of the API's SpanKind), usable without loading it. */
+export const SpanKind = { INTERNAL: 0, SERVER: 1, CLIENT: 2, PRODUCER: 3, CONSUMER: 4 } as const;
+export type SpanKind = (typeof SpanKind)[keyof typeof SpanKind];
+/** The API's SpanStatusCode.ERROR. */
+const STATUS_ERROR = 2;
+/** TraceFlags.SAMPLED. */
+const SAMPLED = 1;
+/** ExportResultCode.SUCCESS. */
+const EXPORT_SUCCESS = 0;
 
 /** Spans waiting for export or in flight, at most. */
 export const MAX_QUEUE = 2048;
@@ -61,14 +93,14 @@ class CountingExporter implements SpanExporter {
       this.inner.export(spans, (result) => {
         if (called) return;
         called = true;
-        this.settled(spans.length, result.code === ExportResultCode.SUCCESS, result.error);
+        this.settled(spans.length, result.code === EXPORT_SUCCESS, result.error);
         done(result);
       });
     } catch (err) {
       if (called) return;
       called = true;
       this.settled(spans.length, false, err as Error);
-      done({ code: ExportResultCode.FAILED, error: err as Error });
+      done({ code: 1, error: err as Error }); // ExportResultCode.FAILED
     }
   }
 
@@ -94,7 +126,7 @@ class BoundedProcessor implements SpanProcessor {
   }
 
   onEnd(span: ReadableSpan): void {
-    if ((span.spanContext().traceFlags & TraceFlags.SAMPLED) === 0) return;
+    if ((span.spanContext().traceFlags & SAMPLED) === 0) return;
     if (this.pending >= MAX_QUEUE) {
       this.dropped.inc();
       return;
@@ -113,6 +145,7 @@ class BoundedProcessor implements SpanProcessor {
 }
 
 export class Tracer {
+  private readonly otel = loadOtel();
   private tracer?: OtelTracer;
   private provider?: BasicTracerProvider;
   private processor?: BoundedProcessor;
@@ -129,7 +162,8 @@ export class Tracer {
   /** The SDK's tracer, built with the first span (the resource names the services added by then). */
   private sdk(): OtelTracer {
     if (this.tracer) return this.tracer;
-    const exporter = new CountingExporter(new OTLPTraceExporter({ url: this.options.address, timeoutMillis: EXPORT_TIMEOUT_MS }), (count, ok, err) => {
+    const { sdk, resources, exporter: otlp } = this.otel;
+    const exporter = new CountingExporter(new otlp.OTLPTraceExporter({ url: this.options.address, timeoutMillis: EXPORT_TIMEOUT_MS }), (count, ok, err) => {
       if (this.processor) this.processor.pending = Math.max(0, this.processor.pending - count);
       if (ok) {
         this.exported.inc(count);
@@ -140,12 +174,12 @@ export class Tracer {
         this.failing = true;
       }
     });
-    const batch = new BatchSpanProcessor(exporter, { maxQueueSize: MAX_QUEUE, maxExportBatchSize: MAX_BATCH, scheduledDelayMillis: BATCH_DELAY_MS, exportTimeoutMillis: EXPORT_TIMEOUT_MS + 1000 });
+    const batch = new sdk.BatchSpanProcessor(exporter, { maxQueueSize: MAX_QUEUE, maxExportBatchSize: MAX_BATCH, scheduledDelayMillis: BATCH_DELAY_MS, exportTimeoutMillis: EXPORT_TIMEOUT_MS + 1000 });
     this.processor = new BoundedProcessor(batch, this.dropped);
     const rate = this.options.sampleRate;
-    this.provider = new BasicTracerProvider({
-      resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: this.options.serviceName() }),
-      sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(rate) }),
+    this.provider = new sdk.BasicTracerProvider({
+      resource: resources.resourceFromAttributes({ 'service.name': this.options.serviceName() }),
+      sampler: new sdk.ParentBasedSampler({ root: new sdk.TraceIdRatioBasedSampler(rate) }),
       spanProcessors: [this.processor],
     });
     this.tracer = this.provider.getTracer('mesh');
@@ -157,17 +191,26 @@ export class Tracer {
    * of a new trace. Its spanContext() is what this hop forwards (traceOf).
    */
   startSpan(name: string, kind: SpanKind, parent: TraceContext | undefined, attributes?: Attributes): Span {
-    let ctx: Context = ROOT_CONTEXT;
+    const { api } = this.otel;
+    let ctx: Context = api.ROOT_CONTEXT;
     if (parent) {
-      ctx = trace.setSpanContext(ROOT_CONTEXT, {
+      ctx = api.trace.setSpanContext(api.ROOT_CONTEXT, {
         traceId: parent.traceId,
         spanId: parent.spanId,
         traceFlags: parent.flags & 0xff,
         isRemote: true,
-        traceState: parent.state ? safeTraceState(parent.state) : undefined,
+        traceState: parent.state ? this.traceState(parent.state) : undefined,
       });
     }
-    return this.sdk().startSpan(name, { kind, attributes }, ctx);
+    return this.sdk().startSpan(name, { kind: kind as number, attributes }, ctx);
+  }
+
+  private traceState(state: string) {
+    try {
+      return new this.otel.core.TraceState(state);
+    } catch {
+      return undefined;
+    }
   }
 
   /** Exports what is queued (within a few seconds at most), then stops. Safe to call many times. */
@@ -188,16 +231,8 @@ export class Tracer {
   }
 }
 
-function safeTraceState(state: string): TraceState | undefined {
-  try {
-    return new TraceState(state);
-  } catch {
-    return undefined;
-  }
-}
-
 /** Marks a span failed (an error answer or a failed call). */
 export function failSpan(span: Span, message: string, type?: string): void {
-  span.setStatus({ code: SpanStatusCode.ERROR, message });
+  span.setStatus({ code: STATUS_ERROR, message });
   if (type) span.setAttribute('error.type', type);
 }
