@@ -13,6 +13,7 @@ import { optionsFromFlags } from '../src/cli/options.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { Gateway } from '../src/gateway/server.js';
+import { Sidecar } from '../src/sidecar/server.js';
 import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { freePort, http, ROOT, startProcess, waitFor, type RunningProcess } from './helpers.js';
 
@@ -141,6 +142,31 @@ describe('tracing: export never slows or fails a request', () => {
     assert.deepEqual([...new Set(spans.map((s) => s.traceId))], [TRACE]);
     assert.equal(spans.length, 2);
     await receiver.proc.stop();
+  });
+
+  it('the sidecar: a server span per request and a client span per call, service.name mesh-sidecar', async () => {
+    const receiver = await startReceiver();
+    const reg = new MemoryRegistry();
+    await registerPlain(reg, 'go.mesh.srv.plain', app.port);
+    const options = optionsFromFlags(parseArgs(['--broker=memory', '--log_level=off', '--drain_delay=0', '--admin_address=off', '--tracing=otlp', `--tracing_address=${receiver.url}`], {}).config, { registry: reg });
+    const runtime = new Runtime(options, { role: 'sidecar' });
+    const sidecar = new Sidecar(runtime, { handler: 'rpc' });
+    const url = `http://127.0.0.1:${(await sidecar.start('127.0.0.1:0')).port}`;
+    try {
+      const r = await http('POST', `${url}/plain/echo`, { headers: { 'content-type': 'application/json', traceparent: `00-${TRACE}-${CALLER}-01` }, body: '{}' });
+      assert.equal(r.status, 200, r.text);
+    } finally {
+      await runtime.shutdown();
+    }
+    const spans = (await (await http('GET', `${receiver.base}/spans`)).json()) as Array<{ traceId: string; spanId: string; parentSpanId: string; name: string; kind: number; resource: Record<string, unknown> }>;
+    await receiver.proc.stop();
+    assert.equal(spans.length, 2, JSON.stringify(spans));
+    const server = spans.find((s) => s.kind === 2)!;
+    const client = spans.find((s) => s.kind === 3)!;
+    assert.deepEqual([server.name, server.traceId, server.parentSpanId, server.resource['service.name']], ['POST /plain/echo', TRACE, CALLER, 'mesh-sidecar']);
+    assert.deepEqual([client.name, client.traceId, client.parentSpanId], ['go.mesh.srv.plain/Plain.Echo', TRACE, server.spanId]);
+    // The backend saw the client span as its parent.
+    assert.equal(String(app.received[app.received.length - 1]!.headers.traceparent), `00-${TRACE}-${client.spanId}-01`);
   });
 
   it('tracing off: no tracer, no span, no tracing stat', async () => {
