@@ -144,13 +144,14 @@ describe('tracing: export never slows or fails a request', () => {
     await receiver.proc.stop();
   });
 
-  it('the sidecar: a server span per request and a client span per call, service.name mesh-sidecar', async () => {
+  for (const handler of ['rpc', 'proxy'] as const) {
+  it(`the sidecar (--handler=${handler}): a server span per request and a client span per call, service.name mesh-sidecar`, async () => {
     const receiver = await startReceiver();
     const reg = new MemoryRegistry();
     await registerPlain(reg, 'go.mesh.srv.plain', app.port);
     const options = optionsFromFlags(parseArgs(['--broker=memory', '--log_level=off', '--drain_delay=0', '--admin_address=off', '--tracing=otlp', `--tracing_address=${receiver.url}`], {}).config, { registry: reg });
     const runtime = new Runtime(options, { role: 'sidecar' });
-    const sidecar = new Sidecar(runtime, { handler: 'rpc' });
+    const sidecar = new Sidecar(runtime, { handler });
     const url = `http://127.0.0.1:${(await sidecar.start('127.0.0.1:0')).port}`;
     try {
       const r = await http('POST', `${url}/plain/echo`, { headers: { 'content-type': 'application/json', traceparent: `00-${TRACE}-${CALLER}-01` }, body: '{}' });
@@ -164,10 +165,11 @@ describe('tracing: export never slows or fails a request', () => {
     const server = spans.find((s) => s.kind === 2)!;
     const client = spans.find((s) => s.kind === 3)!;
     assert.deepEqual([server.name, server.traceId, server.parentSpanId, server.resource['service.name']], ['POST /plain/echo', TRACE, CALLER, 'mesh-sidecar']);
-    assert.deepEqual([client.name, client.traceId, client.parentSpanId], ['go.mesh.srv.plain/Plain.Echo', TRACE, server.spanId]);
+    assert.deepEqual([client.name, client.traceId, client.parentSpanId], [handler === 'rpc' ? 'go.mesh.srv.plain/Plain.Echo' : 'POST', TRACE, server.spanId]);
     // The backend saw the client span as its parent.
     assert.equal(String(app.received[app.received.length - 1]!.headers.traceparent), `00-${TRACE}-${client.spanId}-01`);
   });
+  }
 
   it('tracing off: no tracer, no span, no tracing stat', async () => {
     const runtime = gatewayRuntime(await registry(), []);

@@ -22,6 +22,7 @@ import { lingerOnRest, readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
+import { failSpan, SpanKind, traceOf } from '../tracing/tracer.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
@@ -266,7 +267,32 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
   });
 }
 
+/**
+ * Proxies a request to a node of the service. The backend gets the hop's traceparent; with
+ * --tracing=otlp a client span (named after the method, as OpenTelemetry's HTTP client spans are)
+ * covers the forwarding and is the backend's parent.
+ */
 export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const tracer = fe.runtime.tracer;
+  if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req));
+  const method = req.method ?? 'GET';
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req), { 'http.request.method': method, 'url.path': q === -1 ? url : url.slice(0, q), 'server.address': service });
+  try {
+    await proxyRequest(fe, service, secure, req, res, traceOf(span));
+  } catch (err) {
+    failSpan(span, (err as Error)?.message ?? String(err));
+    throw err;
+  } finally {
+    const status = res.headersSent ? res.statusCode : 0;
+    if (status > 0) span.setAttribute('http.response.status_code', status);
+    if (status === 0 || status >= 500) failSpan(span, status === 0 ? 'no response' : `status ${status}`, String(status || 'no_response'));
+    span.end();
+  }
+}
+
+async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext): Promise<void> {
   const limit = fe.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
@@ -289,7 +315,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
     });
     body = { kind: 'stream', stream: limited };
   }
-  const headers = forwardedHeaders(req, secure, body.kind !== 'buffered', hopTrace(fe, req));
+  const headers = forwardedHeaders(req, secure, body.kind !== 'buffered', trace);
   // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
   const retries = body.kind === 'stream' ? 0 : fe.runtime.options.clientRetries;
   let tried: Set<string> | undefined;
