@@ -21,8 +21,13 @@ const RECEIVER = join(ROOT, 'test/fixtures/otlp-receiver.ts');
 const TRACE = '5b8efff798038103d269b633813fc60c';
 const CALLER = 'eee19b7ec3c1b174';
 
+/** Every receiver started, stopped after the tests whatever their outcome. */
+const receivers: RunningProcess[] = [];
+after(() => Promise.all(receivers.map((p) => p.stop())));
+
 async function startReceiver(extra: string[] = []): Promise<{ proc: RunningProcess; url: string; base: string }> {
   const proc = startProcess(['--import', 'tsx', RECEIVER, ...extra], {}, '');
+  receivers.push(proc);
   const port = await proc.waitForPort(/otlp receiver listening on port (\d+)/, 15000);
   return { proc, base: `http://127.0.0.1:${port}`, url: `http://127.0.0.1:${port}/v1/traces` };
 }
