@@ -13,16 +13,19 @@ import type { Registry, Service as ServiceRecord } from './registry/registry.js'
 import type { Broker, Message, Subscription } from './broker/broker.js';
 import type { Client } from './client/client.js';
 import type { DrainResult } from './http/lifecycle.js';
+import { messageHeader, messageTrace } from './broker/context.js';
+import { HEADER_ID } from './transport/headers.js';
+import { failSpan, SpanKind, traceOf } from './tracing/tracer.js';
 
 /** Options of one call (Mesh.call). */
 export interface CallOptions {
-  /** Shortens the call's budget (never lengthens it past clientRequestTimeout): a duration or ms. */
+  /** Shortens the call's budget (never lengthens it past clientRequestTimeout): a duration or ms. Default: inside a handler, what remains of its call's deadline. */
   timeout?: Duration;
   /** Request content type; a codec must exist for it. Default `application/json`. */
   contentType?: string;
-  /** End-to-end metadata, sent as headers. */
+  /** End-to-end metadata, sent as headers; inside a handler, merged over its call's metadata (these keys win). */
   metadata?: Record<string, string>;
-  /** Request id (Mesh-Id): pass `ctx.id` from a handler to keep one id along a chain of calls. */
+  /** Request id (Mesh-Id). Default: inside a handler, the id of the call it serves (one id along a chain of calls); else a new one. */
   id?: string;
   /** Call this node (`host:port`) instead of load balancing. */
   address?: string;
@@ -171,7 +174,7 @@ export class Mesh {
       if (!codec) throw new MeshError('go.mesh.broker', 415, `no codec for content type ${type}`);
       body = codec.encode(value);
     }
-    await this.#runtime.broker.publish(topic, { header, body });
+    await this.#runtime.publish(topic, { header, body });
   }
 
   /**
@@ -194,7 +197,19 @@ export class Mesh {
             return;
           }
         }
-        await handler(event as T, message, received);
+        // The handler runs in the message's context: its calls continue the publisher's trace.
+        const runtime = this.#runtime;
+        const parent = messageTrace(message.header);
+        const span = runtime.tracer?.startSpan(`${received} process`, SpanKind.CONSUMER, parent, { 'messaging.system': 'mesh', 'messaging.destination.name': received, 'messaging.operation.type': 'process' });
+        const id = messageHeader(message.header, HEADER_ID);
+        try {
+          await runtime.context.run({ id, trace: span ? traceOf(span) : runtime.context.hop(parent) }, () => handler(event as T, message, received));
+        } catch (err) {
+          if (span) failSpan(span, (err as Error)?.message ?? String(err));
+          throw err;
+        } finally {
+          span?.end();
+        }
       },
       { queue: opts.queue },
     );

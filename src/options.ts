@@ -15,6 +15,7 @@ import { AccessLogFormatError, compileAccessLogFormat } from './http/access-log.
 import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { parseChallengeAddress } from './tls/acme/challenge-server.js';
 import { parseAddress, parseAdvertise } from './util/address.js';
+import { DEFAULT_TRACING_ADDRESS, parseSampleRate, parseTracingAddress, TRACING_KINDS, type TracingKind } from './tracing/config.js';
 
 /** A duration: a Go-syntax string (`300ms`, `1m30s`) or a number of milliseconds. */
 export type Duration = string | number;
@@ -86,6 +87,12 @@ export interface MeshOptions {
   metricsAddress?: string;
   /** Admin /stats and the metrics listener print the latency histograms (default false). */
   statsHistograms?: boolean;
+  /** `'otlp'`: record spans and export them over OTLP/HTTP to tracingAddress; `'off'`: none (trace context is still forwarded). Default `'off'`. */
+  tracing?: TracingKind;
+  /** The OTLP/HTTP endpoint spans go to (an http:// or https:// URL). Default `'http://127.0.0.1:4318/v1/traces'`. */
+  tracingAddress?: string;
+  /** Share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag). Default `1`. */
+  tracingSampleRate?: number;
   /** trace, debug, info, warning, error, critical, off. Default `'info'`. */
   logLevel?: LogLevel;
   /** `'text'` (one readable line per event) or `'json'` (JSON lines with level names). Default: text when stderr is a terminal, else JSON. */
@@ -159,6 +166,9 @@ export interface ResolvedOptions {
   /** Undefined or `'off'`: no metrics listener. */
   metricsAddress?: string;
   statsHistograms: boolean;
+  tracing: TracingKind;
+  tracingAddress: string;
+  tracingSampleRate: number;
   logLevel: LogLevel;
   logFormat?: LogFormat;
   accessLog: string;
@@ -214,6 +224,9 @@ export const DEFAULT_OPTIONS = Object.freeze({
   logLevel: 'info',
   enableStats: false,
   statsHistograms: false,
+  tracing: 'off',
+  tracingAddress: DEFAULT_TRACING_ADDRESS,
+  tracingSampleRate: 1,
   enableTls: false,
   enableAcme: false,
   acmeDirectory: 'https://acme-v02.api.letsencrypt.org/directory',
@@ -356,6 +369,9 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     adminAllowedHosts: list('adminAllowedHosts'),
     metricsAddress: str('metricsAddress'),
     statsHistograms: bool('statsHistograms'),
+    tracing: choice<TracingKind>('tracing', TRACING_KINDS),
+    tracingAddress: str('tracingAddress')!,
+    tracingSampleRate: given('tracingSampleRate') as number,
     logLevel: str('logLevel') as LogLevel,
     logFormat: str('logFormat') as LogFormat | undefined,
     accessLog: str('accessLog') ?? 'off',
@@ -398,6 +414,17 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     resolved.cors = parseCorsOrigins(resolved.cors);
   } catch (err) {
     fail('cors', (err as Error).message);
+  }
+  try {
+    parseTracingAddress(resolved.tracingAddress);
+  } catch (err) {
+    fail('tracingAddress', (err as Error).message);
+  }
+  if (typeof resolved.tracingSampleRate !== 'number') fail('tracingSampleRate', 'must be a number from 0 to 1');
+  try {
+    parseSampleRate(resolved.tracingSampleRate);
+  } catch (err) {
+    fail('tracingSampleRate', (err as Error).message);
   }
   checkAddress('address', resolved.address, fail);
   if (resolved.advertise !== undefined && resolved.advertise.trim() !== '') checkAddress('advertise', resolved.advertise, fail);

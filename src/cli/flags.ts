@@ -11,6 +11,7 @@ import { parseAddress } from '../util/address.js';
 import { parseCorsOrigins } from '../http/cors.js';
 import { parseRate } from '../http/rate-limit.js';
 import { compileAccessLogFormat } from '../http/access-log.js';
+import { DEFAULT_TRACING_ADDRESS, parseSampleRate, parseTracingAddress } from '../tracing/config.js';
 
 type FlagType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
@@ -50,6 +51,9 @@ export const FLAG_SPECS = {
   admin_token: { type: 'string', help: 'require Authorization: Bearer <token> on the admin interface' },
   metrics_address: { type: 'string', help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off', default: 'off' },
   stats_histograms: { type: 'bool', help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99', default: 'false' },
+  tracing: { type: 'string', help: 'otlp: record spans and export them over OTLP/HTTP to --tracing_address; off: none (trace context is still forwarded)', default: 'off', choices: ['off', 'otlp'] },
+  tracing_address: { type: 'string', help: 'OTLP/HTTP endpoint of --tracing=otlp (http:// or https:// URL)', default: DEFAULT_TRACING_ADDRESS },
+  tracing_sample_rate: { type: 'string', help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)', default: '1' },
   admin_allowed_hosts: { type: 'list', help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', help: 'trace, debug, info, warning, error, critical, off', default: 'info' },
   log_format: { type: 'string', help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise', choices: ['text', 'json'] },
@@ -192,6 +196,9 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   admin_allowed_hosts: { group: 'admin', commands: SERVE },
   metrics_address: { group: 'admin', commands: SERVE },
   stats_histograms: { group: 'admin', commands: SERVE },
+  tracing: { group: 'logging', commands: SERVE },
+  tracing_address: { group: 'logging', commands: SERVE },
+  tracing_sample_rate: { group: 'logging', commands: SERVE },
   max_body_size: { group: 'limits', commands: [...SERVE, 'call'] },
   max_connections: { group: 'limits', commands: SERVE },
   request_headers_timeout: { group: 'limits', commands: SERVE },
@@ -303,6 +310,9 @@ export interface Config {
   admin_allowed_hosts: string[];
   metrics_address: string;
   stats_histograms: boolean;
+  tracing: 'off' | 'otlp';
+  tracing_address: string;
+  tracing_sample_rate: number;
   log_level: string;
   /** undefined: text on a terminal, json otherwise. */
   log_format?: 'text' | 'json';
@@ -537,6 +547,16 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
   check('rpc_allow', () => {
     for (const p of config.rpc_allow as string[]) if (!/^[A-Za-z0-9._*?-]+$/.test(p)) throw new Error(`"${p}" is not a service name glob: letters, digits, . _ - and the wildcards * ?`);
   }, (config.rpc_allow as string[]).join(','));
+  try {
+    parseTracingAddress(config.tracing_address as string);
+  } catch (err) {
+    throw new FlagError(`invalid value "${String(config.tracing_address)}" for ${flagLabel('tracing_address', fromEnv.has('tracing_address'))}: ${(err as Error).message}`);
+  }
+  try {
+    config.tracing_sample_rate = parseSampleRate(config.tracing_sample_rate as string);
+  } catch (err) {
+    throw new FlagError(`invalid value "${String(config.tracing_sample_rate)}" for ${flagLabel('tracing_sample_rate', fromEnv.has('tracing_sample_rate'))}: ${(err as Error).message}`);
+  }
   try {
     parseLevel(config.log_level as string);
   } catch (err) {

@@ -63,7 +63,7 @@ export class DirectOperations implements Operations {
   }
 
   async publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void> {
-    await this.runtime.broker.publish(topic, { header, body });
+    await this.runtime.publish(topic, { header, body });
   }
 
   async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void): Promise<() => Promise<void>> {

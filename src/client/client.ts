@@ -13,6 +13,9 @@ import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../codec/codec.j
 import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
 import type { AcquireOptions, AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import type { Type } from 'protobufjs';
+import { ContextStore } from '../util/call-context.js';
+import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
+import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
 
 export interface ClientOptions {
   selector: UpstreamSelector;
@@ -34,15 +37,28 @@ export interface ClientOptions {
   maxResponseBytes?: number;
   /** Codecs of callValue() besides JSON and protobuf (the `codecs` option). */
   codecs?: CodecSet;
+  /**
+   * The process's call context (the runtime's): a call made while serving one inherits its
+   * remaining deadline, Mesh-Id, metadata and trace. Default: a store of the client's own.
+   */
+  context?: ContextStore;
+  /** Records a client span per call (--tracing=otlp). */
+  tracer?: Tracer;
 }
 
 export interface CallOptions {
   contentType?: string;
-  /** End-to-end metadata forwarded as headers. */
+  /**
+   * End-to-end metadata forwarded as headers; merged over the metadata of the call being served
+   * (its keys win). `traceparent` and `tracestate` here name the parent when no call is being served.
+   */
   metadata?: Record<string, string>;
-  /** Shortens the budget (an inbound Mesh-Timeout, or a per-call value); never lengthens it. */
+  /**
+   * Shortens the budget (an inbound Mesh-Timeout, or a per-call value); never lengthens it. Default:
+   * what remains of the deadline of the call being served, if any.
+   */
   timeoutMs?: number;
-  /** Request id (Mesh-Id); generated when absent. */
+  /** Request id (Mesh-Id); default the id of the call being served, else a new one. */
   id?: string;
   /** Call this node (host:port) directly instead of load balancing. */
   address?: string;
@@ -78,23 +94,72 @@ export class Client {
   /** Request ids are this client's random prefix plus a counter: unique, and cheap per call. */
   private readonly idPrefix = randomUUID();
   private idCounter = 0;
+  private readonly context: ContextStore;
 
-  constructor(private readonly options: ClientOptions) {}
+  constructor(private readonly options: ClientOptions) {
+    this.context = options.context ?? new ContextStore();
+  }
 
   get requestTimeoutMs(): number {
     return this.options.requestTimeoutMs;
   }
 
-  /** Sends raw bytes; resolves with the backend's 2xx answer, rejects with a MeshError. */
-  async call(service: string, endpoint: string, body: Uint8Array, opts: CallOptions = {}): Promise<CallResult> {
+  /**
+   * Sends raw bytes; resolves with the backend's 2xx answer, rejects with a MeshError. Inside a
+   * call being served (a service handler, a front end's request) the options default to its
+   * remaining deadline, Mesh-Id and metadata, and the call continues its trace.
+   */
+  call(service: string, endpoint: string, body: Uint8Array, opts: CallOptions = {}): Promise<CallResult> {
+    const ctx = this.context.current;
+    let timeoutMs = opts.timeoutMs;
+    if (timeoutMs === undefined && ctx?.deadline !== undefined) timeoutMs = Math.max(0, ctx.deadline - Date.now());
+    let metadata = opts.metadata;
+    if (ctx?.metadata) metadata = metadata ? { ...ctx.metadata, ...metadata } : ctx.metadata;
+    const id = opts.id ?? ctx?.id;
+    // The parent: this hop's own span; outside any, a traceparent of the metadata.
+    const parent = ctx?.trace ?? (metadata?.[TRACEPARENT] !== undefined ? parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]) : undefined);
+    const tracer = this.options.tracer;
+    if (tracer) {
+      const span = tracer.startSpan(`${service}/${endpoint}`, SpanKind.CLIENT, parent, { 'rpc.system': 'mesh', 'rpc.service': service, 'rpc.method': endpoint });
+      return this.traced(span, this.send(service, endpoint, body, opts, timeoutMs, metadata, id, traceOf(span)));
+    }
+    // No span: this hop's id is the parent of what it sends; a call outside any hop is a hop of its own.
+    const trace = ctx?.trace ?? this.context.hop(parent);
+    return this.send(service, endpoint, body, opts, timeoutMs, metadata, id, trace);
+  }
+
+  private async traced(span: Span, call: Promise<CallResult>): Promise<CallResult> {
+    try {
+      return await call;
+    } catch (err) {
+      const e = toMeshError(err);
+      span.setAttribute('rpc.response.status_code', e.code);
+      failSpan(span, e.detail, String(e.code));
+      throw err;
+    } finally {
+      span.end();
+    }
+  }
+
+  private async send(
+    service: string,
+    endpoint: string,
+    body: Uint8Array,
+    opts: CallOptions,
+    timeoutMs: number | undefined,
+    metadata: Record<string, string> | undefined,
+    givenId: string | undefined,
+    trace: TraceContext,
+  ): Promise<CallResult> {
     const started = Date.now();
-    const budget = Math.min(this.options.requestTimeoutMs, opts.timeoutMs ?? Infinity);
+    const budget = Math.min(this.options.requestTimeoutMs, timeoutMs ?? Infinity);
     const deadline = started + budget;
+    const traceparent = formatTraceparent(trace);
     const retries = opts.retries ?? this.options.retries;
     const perTry = opts.perTryTimeoutMs ?? this.options.perTryTimeoutMs ?? 0;
     // A call to a given node has nowhere else to go: no hedge.
     const hedgeDelay = opts.idempotent === true && opts.address === undefined ? (opts.hedgeDelayMs ?? this.options.hedgeDelayMs ?? 0) : 0;
-    const id = opts.id ?? `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
+    const id = givenId ?? `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     // Hosts already tried; only a retry or a hedge needs it.
     let tried: Set<string> | undefined;
@@ -109,7 +174,9 @@ export class Client {
         id,
         contentType: encoded?.contentType ?? contentType,
         body: encoded?.body ?? body,
-        metadata: opts.metadata,
+        metadata,
+        traceparent,
+        tracestate: trace.state,
         timeoutMs,
         maxResponseBytes: this.options.maxResponseBytes,
       };
@@ -132,7 +199,8 @@ export class Client {
         opts.info.upstreamHost = lease.target.key;
       }
       if (retries > 0 || hedgeDelay > 0) (tried ??= new Set()).add(lease.target.key);
-      const first = startTry(lease, request, remaining, perTry);
+      // What is left once a host is chosen (building a cluster takes a moment): the try's budget.
+      const first = startTry(lease, request, Math.max(1, deadline - Date.now()), perTry);
       let result: TryResult;
       if (hedgeDelay > 0 && !hedged && hedgeDelay < remaining) {
         result = await this.hedge(first, service, tried!, hedgeDelay, deadline, perTry, request, () => (hedged = true));

@@ -29,7 +29,7 @@ export async function handleEvent(fe: FrontEnd, target: { topic: string; name: s
     data: body === undefined ? JSON.stringify(queryObject(req.url ?? '')) : body.toString('utf8'),
   };
   try {
-    await fe.runtime.broker.publish(target.topic, {
+    await fe.runtime.publish(target.topic, {
       header: { 'content-type': 'application/json', 'mesh-topic': target.topic, 'mesh-event': target.name, 'mesh-id': event.id },
       body: Buffer.from(JSON.stringify(event)),
     });

@@ -16,6 +16,9 @@ import type { StatsStore } from '../stats/store.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
+import { ContextStore } from '../util/call-context.js';
+import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
+import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
 
 export interface HandlerContext {
   id: string;
@@ -25,6 +28,10 @@ export interface HandlerContext {
   metadata: Record<string, string>;
   /** Epoch ms after which the caller no longer waits. */
   deadline: number;
+  /** The call's trace id (the caller's, or a new trace when none came). */
+  traceId: string;
+  /** This call's own span id: the parent of the calls and messages the handler sends. */
+  spanId: string;
 }
 
 export type Handler = (request: any, ctx: HandlerContext) => unknown | Promise<unknown>; // eslint-disable-line @typescript-eslint/no-explicit-any -- handlers type their own requests
@@ -54,6 +61,13 @@ export interface RpcServerOptions {
   stats: StatsStore;
   /** Codecs besides JSON and protobuf (the `codecs` option). */
   codecs?: CodecSet;
+  /**
+   * The process's call context: each handler runs inside its call's (id, deadline, metadata,
+   * trace), so the calls and publishes it makes carry them. Default: a store of the server's own.
+   */
+  context?: ContextStore;
+  /** Records a server span per call (--tracing=otlp). */
+  tracer?: Tracer;
 }
 
 /** The stat prefix of the RPC servers of a process. */
@@ -63,8 +77,11 @@ export class RpcServer implements Drainable {
   private readonly endpoints = new Map<string, EndpointDefinition>();
   private server?: Server;
   private lifecycle?: ServerLifecycle;
+  private readonly context: ContextStore;
 
-  constructor(private readonly options: RpcServerOptions) {}
+  constructor(private readonly options: RpcServerOptions) {
+    this.context = options.context ?? new ContextStore();
+  }
 
   handle(def: EndpointDefinition): void {
     if (!/^[A-Za-z_][\w]*\.[A-Za-z_][\w]*$/.test(def.name)) throw new Error(`invalid endpoint name "${def.name}" (use Endpoint.Method)`);
@@ -125,9 +142,17 @@ export class RpcServer implements Drainable {
    */
   private async call(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const id = this.options.service;
+    const headers = req.headers;
+    const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
+    const endpointHeader = headerValue(headers, HEADER_ENDPOINT);
+    const span = this.options.tracer?.startSpan(`${id}/${endpointHeader ?? 'unknown'}`, SpanKind.SERVER, parent, {
+      'rpc.system': 'mesh',
+      'rpc.service': id,
+      'rpc.method': endpointHeader ?? '',
+    });
+    const trace = span ? traceOf(span) : this.context.hop(parent);
     try {
-      const headers = req.headers;
-      const endpointName = headerValue(headers, HEADER_ENDPOINT);
+      const endpointName = endpointHeader;
       if (!endpointName) throw new MeshError(id, 400, 'missing Mesh-Endpoint header');
       const def = this.endpoints.get(endpointName);
       const contentType = headerValue(headers, 'content-type');
@@ -155,8 +180,12 @@ export class RpcServer implements Drainable {
         endpoint: endpointName,
         metadata: endToEndHeaders(headers),
         deadline: Date.now() + budget,
+        traceId: trace.traceId,
+        spanId: trace.spanId,
       };
-      const result = await def.handler(request, ctx);
+      // The handler runs inside its call's context: what it calls or publishes carries the call's
+      // remaining deadline, id, metadata and trace (the metadata without the inbound trace headers).
+      const result = await this.context.run({ id: ctx.id || undefined, deadline: ctx.deadline, metadata: withoutTrace(ctx.metadata), trace }, () => def.handler(request, ctx));
       // JSON is written as a string: no intermediate Buffer, the same bytes on the wire (the
       // header block is ASCII, so Node sends header and body in one write).
       let encoded: Uint8Array | string;
@@ -166,10 +195,25 @@ export class RpcServer implements Drainable {
         throw new MeshError(id, 500, `encoding response: ${(err as Error).message}`);
       }
       sendBytes(res, 200, codec.contentType, encoded);
+      if (span) endSpan(span, 200);
     } catch (err) {
       sendError(res, err, id);
+      if (span) endSpan(span, res.statusCode, err);
     }
   }
+}
+
+/** The caller's metadata as the handler's calls forward it: the trace headers are the hop's own. */
+function withoutTrace(metadata: Record<string, string>): Record<string, string> {
+  if (metadata[TRACEPARENT] === undefined && metadata[TRACESTATE] === undefined) return metadata;
+  const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata;
+  return rest;
+}
+
+function endSpan(span: Span, status: number, err?: unknown): void {
+  span.setAttribute('rpc.response.status_code', status);
+  if (status >= 500 || err !== undefined) failSpan(span, err instanceof Error ? err.message : `status ${status}`, String(status));
+  span.end();
 }
 
 function headerValue(headers: IncomingHttpHeaders, name: string): string | undefined {

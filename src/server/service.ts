@@ -45,7 +45,10 @@ export class Service {
       limits: serverLimits(runtime.options),
       stats: runtime.stats,
       codecs: runtime.codecs,
+      context: runtime.context,
+      tracer: runtime.tracer,
     });
+    runtime.addServiceName(options.name);
     this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
   }
 

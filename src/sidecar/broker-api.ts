@@ -218,7 +218,7 @@ export class BrokerApi {
 
   private async publish(topic: string, message: Message): Promise<void> {
     try {
-      await this.fe.runtime.broker.publish(topic, message);
+      await this.fe.runtime.publish(topic, message, true);
       this.stats.published.inc();
     } catch (err) {
       this.stats.publishFailed.inc();
