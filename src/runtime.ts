@@ -144,6 +144,8 @@ export class Runtime {
       logger: this.logging.get('client'),
       maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024),
       codecs: this.codecs,
+      stats: this.stats,
+      maxMessageBytes: options.maxBodySize,
     });
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
     // address or TLS file stops the start instead of the first publish. A Broker instance is used as it is.

@@ -13,6 +13,8 @@ import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../codec/codec.j
 import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
 import type { AcquireOptions, AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import type { Type } from 'protobufjs';
+import type { StatsStore } from '../stats/store.js';
+import { openStream, type StreamCall, type StreamOpenOptions } from './stream.js';
 
 export interface ClientOptions {
   selector: UpstreamSelector;
@@ -34,6 +36,10 @@ export interface ClientOptions {
   maxResponseBytes?: number;
   /** Codecs of callValue() besides JSON and protobuf (the `codecs` option). */
   codecs?: CodecSet;
+  /** Where the per-cluster stream stats are kept (cluster.<service>.upstream_rq_stream_*). */
+  stats?: StatsStore;
+  /** Largest stream message accepted from a backend (--max_body_size). */
+  maxMessageBytes?: number;
 }
 
 export interface CallOptions {
@@ -85,6 +91,18 @@ export class Client {
     return this.options.requestTimeoutMs;
   }
 
+  private nextId(): string {
+    return `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
+  }
+
+  /**
+   * Opens a stream (src/client/stream.ts): resolves once the backend accepted it; iterate the
+   * result for its messages. Not retried, not hedged; no deadline unless `timeoutMs` is given.
+   */
+  stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
+    return openStream(this.options.selector, this.options.stats, service, endpoint, opts.id ?? this.nextId(), { maxMessageBytes: this.options.maxMessageBytes, ...opts });
+  }
+
   /** Sends raw bytes; resolves with the backend's 2xx answer, rejects with a MeshError. */
   async call(service: string, endpoint: string, body: Uint8Array, opts: CallOptions = {}): Promise<CallResult> {
     const started = Date.now();
@@ -94,7 +112,7 @@ export class Client {
     const perTry = opts.perTryTimeoutMs ?? this.options.perTryTimeoutMs ?? 0;
     // A call to a given node has nowhere else to go: no hedge.
     const hedgeDelay = opts.idempotent === true && opts.address === undefined ? (opts.hedgeDelayMs ?? this.options.hedgeDelayMs ?? 0) : 0;
-    const id = opts.id ?? `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
+    const id = opts.id ?? this.nextId();
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     // Hosts already tried; only a retry or a hedge needs it.
     let tried: Set<string> | undefined;

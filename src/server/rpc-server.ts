@@ -16,6 +16,8 @@ import type { StatsStore } from '../stats/store.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
+import { HEADER_STREAM, type StreamKind } from '../transport/frames.js';
+import { serveStream } from './stream-server.js';
 
 export interface HandlerContext {
   id: string;
@@ -36,8 +38,14 @@ export interface EndpointDefinition {
   /** Needed to accept and answer application/protobuf. */
   requestType?: Type;
   responseType?: Type;
-  /** Endpoint metadata for the gateway router: handler, method, path, host, description. */
+  /** Endpoint metadata for the gateway router: handler, method, path, host, description; `stream` for streams. */
   metadata?: Metadata;
+  /**
+   * A streaming endpoint (src/server/stream-server.ts): `server` (the handler returns an async
+   * iterable of answers), `client` (it gets an async iterable of requests and returns one
+   * answer) or `bidi` (both). Absent: a unary call.
+   */
+  stream?: StreamKind;
 }
 
 export interface RpcServerOptions {
@@ -135,6 +143,19 @@ export class RpcServer implements Drainable {
       if (!codec) {
         req.resume();
         throw new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`);
+      }
+      if (def?.stream) {
+        if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType)) {
+          req.resume();
+          throw new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`);
+        }
+        await serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger }, def, codec, req, res);
+        return;
+      }
+      if (headers[HEADER_STREAM] !== undefined) {
+        req.resume();
+        if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
+        throw new MeshError(id, 400, `endpoint ${endpointName} is not a streaming endpoint: call it without Mesh-Stream`);
       }
       const body = await readBody(req, this.options.maxBodyBytes, id);
       if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
