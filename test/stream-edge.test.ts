@@ -259,15 +259,16 @@ describe('streams at the edge', () => {
 
   it('bad input: a unary endpoint or an unknown service over WebSocket or SSE, a message over --max_body_size', async () => {
     assert.deepEqual(await refusal(wsUrl('/ticker/once')), {
-      status: 400,
-      body: '{"id":"go.mesh.api","code":400,"detail":"endpoint Ticker.Once of go.mesh.api.ticker is not a streaming endpoint: a WebSocket serves streaming endpoints only","status":"Bad Request"}',
+      status: 404,
+      body: '{"id":"go.mesh.api","code":404,"detail":"endpoint Ticker.Once of go.mesh.api.ticker is not a streaming endpoint: no WebSocket endpoint here (a WebSocket serves streaming endpoints only)","status":"Not Found"}',
     });
     assert.deepEqual(await refusal(wsUrl('/nosuch/thing')), { status: 404, body: '{"id":"go.mesh.api","code":404,"detail":"service go.mesh.api.nosuch: not found","status":"Not Found"}' });
     const unary = await sse(`${gw.url}/ticker/once`, 'POST', '{}');
-    assert.equal(unary.status, 400);
-    assert.equal(unary.text, '{"id":"go.mesh.api","code":400,"detail":"endpoint Ticker.Once of go.mesh.api.ticker is not a streaming endpoint: text/event-stream serves server streams only","status":"Bad Request"}');
+    assert.equal(unary.status, 406);
+    assert.equal(unary.text, '{"id":"go.mesh.api","code":406,"detail":"endpoint Ticker.Once of go.mesh.api.ticker is not a streaming endpoint: text/event-stream serves server streams only","status":"Not Acceptable"}');
     const bidi = await sse(`${gw.url}/ticker/chat`, 'POST', '{}');
     assert.equal(bidi.status, 406);
+    assert.equal(bidi.text, '{"id":"go.mesh.api","code":406,"detail":"endpoint Ticker.Chat of go.mesh.api.ticker is a bidi stream: text/event-stream serves server streams only (use a WebSocket)","status":"Not Acceptable"}');
     // --max_body_size=64KiB: a bigger message closes the socket with 1009.
     const c = openWs(wsUrl('/ticker/chat'));
     await c.open;

@@ -11,7 +11,9 @@
  *   `data: <json>\n\n`, an error `event: error\ndata: <error json>\n\n`; the response ends with
  *   the stream.
  *
- * Whether an endpoint streams is read from the registry: the endpoint metadata `stream`.
+ * Whether an endpoint streams is read from the registry: the endpoint metadata `stream`. A
+ * WebSocket upgrade on a unary endpoint is refused with 404 (no WebSocket endpoint there), an
+ * event-stream request for anything but a server stream with 406.
  * Messages pass through undecoded, as JSON; backpressure reaches the backend both ways.
  */
 import { once } from 'node:events';
@@ -56,8 +58,8 @@ export async function streamKindOf(fe: FrontEnd, route: RpcRoute): Promise<Strea
   return undefined;
 }
 
-function notStreaming(fe: FrontEnd, route: RpcRoute, what: string): MeshError {
-  return new MeshError(fe.errorId, 400, `endpoint ${route.method} of ${route.service} is not a streaming endpoint: ${what}`);
+function notStreaming(fe: FrontEnd, route: RpcRoute, code: number, what: string): MeshError {
+  return new MeshError(fe.errorId, code, `endpoint ${route.method} of ${route.service} is not a streaming endpoint: ${what}`);
 }
 
 /** Metadata of an edge request without the WebSocket handshake's own headers. */
@@ -93,7 +95,7 @@ export async function handleSse(fe: FrontEnd, route: RpcRoute, req: IncomingMess
   }
   if (kind !== 'server') {
     req.resume();
-    throw kind ? new MeshError(fe.errorId, 406, `endpoint ${route.method} of ${route.service} is a ${kind} stream: text/event-stream serves server streams only (use a WebSocket)`) : notStreaming(fe, route, 'text/event-stream serves server streams only');
+    throw kind ? new MeshError(fe.errorId, 406, `endpoint ${route.method} of ${route.service} is a ${kind} stream: text/event-stream serves server streams only (use a WebSocket)`) : notStreaming(fe, route, 406, 'text/event-stream serves server streams only');
   }
   let body: Buffer;
   if (fromQuery) body = Buffer.from(JSON.stringify(queryObject(req.url ?? '')));
@@ -174,7 +176,7 @@ export class StreamSockets {
     } catch (err) {
       return refuse(asFrontEndError(err, fe.errorId));
     }
-    if (!kind) return refuse(notStreaming(fe, route, 'a WebSocket serves streaming endpoints only'));
+    if (!kind) return refuse(notStreaming(fe, route, 404, 'no WebSocket endpoint here (a WebSocket serves streaming endpoints only)'));
     if (socket.destroyed) return;
     const streamKind = kind;
     this.wss.handleUpgrade(req, socket, head, (ws) => this.run(route, streamKind, req, ws));
