@@ -274,3 +274,37 @@ function post(port: number, headers: Record<string, string>, body: Buffer): Prom
     req.end(body);
   });
 }
+
+describe('a long stream on a server with a short --request_timeout', () => {
+  const mesh = new Mesh({ ...quiet, requestTimeout: '400ms', requestHeadersTimeout: '200ms' });
+
+  before(async () => {
+    mesh.service({ name: 'go.mesh.srv.slowchat' }).stream(
+      'Echo.Chat',
+      async function* (reqs: AsyncIterable<{ say: string }>) {
+        for await (const r of reqs) yield { echo: r.say };
+      },
+      { kind: 'bidi' },
+    );
+    await mesh.start();
+  });
+  after(() => mesh.close());
+
+  it('a bidi stream whose requests last longer than the whole-request timeout is not cut off', async () => {
+    let answered!: () => void;
+    const first = new Promise<void>((r) => (answered = r));
+    async function* says() {
+      yield { say: 'one' };
+      await first;
+      // Longer than --request_timeout (400ms) between two requests of one request body.
+      await new Promise((r) => setTimeout(r, 1000));
+      yield { say: 'two' };
+    }
+    const got: unknown[] = [];
+    for await (const m of mesh.stream('go.mesh.srv.slowchat', 'Echo.Chat', says())) {
+      got.push(m);
+      answered();
+    }
+    assert.deepEqual(got, [{ echo: 'one' }, { echo: 'two' }]);
+  });
+});
