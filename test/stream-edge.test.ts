@@ -131,6 +131,15 @@ describe('streams at the edge', () => {
       },
       { kind: 'bidi' },
     );
+    ticker.stream(
+      'Ticker.Big',
+      async function* () {
+        yield { n: 1 };
+        yield { pad: 'b'.repeat(100 * 1024) };
+        yield { n: 3 };
+      },
+      { kind: 'server' },
+    );
     ticker.handle('Ticker.Once', () => ({ n: 1 }));
     const echo = mesh.service({ name: 'go.mesh.srv.echo' });
     echo.stream(
@@ -280,6 +289,16 @@ describe('streams at the edge', () => {
     s.ws.send('{}');
     s.ws.send('{}');
     assert.deepEqual(await s.done, { code: 4400, reason: 'a server stream takes one request: send it as the first message only' });
+  });
+
+  it('a backend message over the gateway\'s --max_body_size: SSE event: error 413, WebSocket close 1009', async () => {
+    const r = await sse(`${gw.url}/ticker/big`, 'POST', '{}');
+    assert.equal(r.text, 'data: {"n":1}\n\nevent: error\ndata: {"id":"go.mesh.api","code":413,"detail":"stream message of 102410 bytes is larger than 65536 bytes","status":"Payload Too Large"}\n\n');
+    const c = openWs(wsUrl('/ticker/big'));
+    await c.open;
+    c.ws.send('{}');
+    assert.deepEqual(await c.done, { code: 1009, reason: 'stream message of 102410 bytes is larger than 65536 bytes' });
+    assert.deepEqual(c.messages, ['{"n":1}']);
   });
 
   it('a bidirectional stream echoes through the sidecar over a WebSocket; an empty frame ends the client side', async () => {

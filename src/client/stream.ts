@@ -199,6 +199,7 @@ export class StreamCall implements AsyncIterable<Buffer> {
           yield frame.payload;
           if (this.failure) throw this.failure;
         }
+        if (!end && decoder.failure) throw decoder.failure;
       }
       if (end) {
         this.ended = true;

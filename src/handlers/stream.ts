@@ -121,12 +121,14 @@ export async function handleSse(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     sendError(res, asFrontEndError(err, fe.errorId));
     return;
   }
+  if (res.destroyed) return call.cancel('the event-stream client went away');
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   res.flushHeaders();
   try {
     for await (const message of call) {
-      if (!res.write(sseEvent(message))) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+      // Leaving the loop early cancels the call (StreamCall's iterator).
       if (res.destroyed) return;
+      if (!res.write(sseEvent(message)) && !res.destroyed) await Promise.race([once(res, 'drain'), once(res, 'close')]);
     }
     done = true;
     res.end();

@@ -103,6 +103,7 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
           }
           yield decode(frame.payload);
         }
+        if (decoder.failure) throw decoder.failure;
       }
     } catch (err) {
       if (signal.aborted) throw signal.reason;

@@ -54,17 +54,32 @@ export class FrameDecoder {
     return this.size;
   }
 
+  /**
+   * A bad frame found after whole frames of the same chunk: push() returned those, and the caller
+   * throws this once it has handled them. Every later push() throws it.
+   */
+  failure?: MeshError;
+
   /** Adds bytes; returns the whole frames they complete. Throws a MeshError (413 too large, 400 bad flags). */
   push(chunk: Buffer): Frame[] {
+    if (this.failure) throw this.failure;
     this.buffered.push(chunk);
     this.size += chunk.length;
     const frames: Frame[] = [];
     while (this.size >= FRAME_HEADER_BYTES) {
       const head = this.peek(FRAME_HEADER_BYTES);
       const flags = head[0]!;
-      if (flags !== FLAG_MESSAGE && flags !== FLAG_END) throw new MeshError(this.errorId, 400, `stream frame with unknown flags 0x${flags.toString(16).padStart(2, '0')}`);
       const length = head.readUInt32BE(1);
-      if (length > this.maxBytes) throw new MeshError(this.errorId, 413, `stream message of ${length} bytes is larger than ${this.maxBytes} bytes`);
+      let bad: MeshError | undefined;
+      if (flags !== FLAG_MESSAGE && flags !== FLAG_END) bad = new MeshError(this.errorId, 400, `stream frame with unknown flags 0x${flags.toString(16).padStart(2, '0')}`);
+      else if (length > this.maxBytes) bad = new MeshError(this.errorId, 413, `stream message of ${length} bytes is larger than ${this.maxBytes} bytes`);
+      if (bad) {
+        this.failure = bad;
+        this.buffered = [];
+        this.size = 0;
+        if (frames.length === 0) throw bad;
+        return frames;
+      }
       if (this.size < FRAME_HEADER_BYTES + length) break;
       const all = this.take(FRAME_HEADER_BYTES + length);
       frames.push({ flags, payload: all.subarray(FRAME_HEADER_BYTES) });
