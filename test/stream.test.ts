@@ -191,8 +191,10 @@ describe('streams in the framework', () => {
       0,
     );
     const ahead = seen.pulled - pulledBefore;
-    // ~520-byte frames: kernel socket buffers plus 64 KiB on each side; far below unbounded.
-    assert.ok(ahead < 20000, `pulled ${ahead} messages ahead of a consumer that read one`);
+    console.log(`# the handler was pulled ${ahead} messages ahead of a consumer that read one`);
+    // ~520-byte frames: what the kernel's socket buffers hold (about 4 MiB here: tcp_wmem's max)
+    // plus 64 KiB on each side; the bound leaves room for bigger kernel buffers, far below unbounded.
+    assert.ok(ahead < 40000, `pulled ${ahead} messages ahead of a consumer that read one`);
     await it.return!();
   });
 
