@@ -328,6 +328,28 @@ describe('streams at the edge', () => {
     assert.equal(r.text, 'data: {"n":1}\n\ndata: {"n":2}\n\n');
   });
 
+  it('the endpoint kinds the gateway remembers follow the registry', async () => {
+    const record = (metadata: Record<string, string>) => ({
+      name: 'go.mesh.api.flip',
+      version: 'v1',
+      metadata: {},
+      endpoints: [{ name: 'Flip.It', metadata }],
+      nodes: [{ id: 'flip-1', address: '127.0.0.1', port: 1, metadata: {} }],
+    });
+    await registry.register(record({}));
+    assert.equal((await refusal(wsUrl('/flip/flip/it'))).status, 404);
+    await registry.register(record({ stream: 'bidi' }));
+    // Accepted once the watch reported the change; the node is down, so the stream then fails with 4502.
+    const closed = await waitFor(async () => {
+      const c = openWs(wsUrl('/flip/flip/it'));
+      return c.open.then(
+        () => c.done,
+        () => undefined,
+      );
+    }, 10000);
+    assert.equal(closed.code, 4502);
+  });
+
   it('stream stats per cluster on the gateway admin', async () => {
     const text = (await http('GET', `${gw.admin}/stats`)).text;
     const stat = (name: string) => Number(new RegExp(`^${name.replace(/\./g, '\\.')}: (\\d+)$`, 'm').exec(text)?.[1] ?? NaN);

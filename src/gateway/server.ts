@@ -206,7 +206,7 @@ export class Gateway {
     if (path === '/rpc' && this.enableRpc) return handleRpcEndpoint(this.fe, req, res, this.rpcAllowed);
     if (wantsEventStream(req)) {
       const route = this.streamRoute(req, url, path);
-      if (route) return handleSse(this.fe, route, req, res);
+      if (route) return handleSse(this.fe, this.streams, route, req, res);
     }
     const ns = this.namespace;
     switch (this.handler) {

@@ -11,7 +11,8 @@
  *   `data: <json>\n\n`, an error `event: error\ndata: <error json>\n\n`; the response ends with
  *   the stream.
  *
- * Whether an endpoint streams is read from the registry: the endpoint metadata `stream`. A
+ * Whether an endpoint streams is read from the registry (the endpoint metadata `stream`), once per
+ * service, then kept current by a registry watch (StreamKinds). A
  * WebSocket upgrade on a unary endpoint is refused with 404 (no WebSocket endpoint there), an
  * event-stream request for anything but a server stream with 406.
  * Messages pass through undecoded, as JSON; backpressure reaches the backend both ways.
@@ -41,21 +42,51 @@ export function wantsEventStream(req: IncomingMessage): boolean {
   return typeof accept === 'string' && accept.toLowerCase().includes('text/event-stream');
 }
 
-/** The kind of a streaming endpoint from the registry; undefined for a unary (or unlisted) one. Unknown service: 404. */
-export async function streamKindOf(fe: FrontEnd, route: RpcRoute): Promise<StreamKind | undefined> {
-  let versions;
-  try {
-    versions = await fe.runtime.registry.getService(route.service);
-  } catch (err) {
-    throw new MeshError(fe.errorId, 503, `registry: ${(err as Error).message}`);
-  }
-  if (versions.length === 0) throw new MeshError(fe.errorId, 404, `service ${route.service}: not found`);
-  for (const version of versions) {
-    for (const endpoint of version.endpoints ?? []) {
-      if (endpoint.name === route.method) return isStreamKind(endpoint.metadata?.stream) ? endpoint.metadata.stream : undefined;
+/** Services whose endpoint kinds a front end remembers (one registry read each, then watched). */
+const KINDS_MAX = 1024;
+
+/**
+ * The kinds of the streaming endpoints of services, read from the registry once per service and
+ * forgotten when the registry reports a change of that service (one watch for the front end,
+ * started on first use): opening a stream reads no registry. Bounded: dropped whole when full.
+ */
+export class StreamKinds {
+  private readonly known = new Map<string, Map<string, StreamKind>>();
+  private watcher?: { stop(): void };
+
+  constructor(private readonly fe: FrontEnd) {}
+
+  /** The kind of a streaming endpoint; undefined for a unary (or unlisted) one. Unknown service: 404. */
+  async of(route: RpcRoute): Promise<StreamKind | undefined> {
+    let kinds = this.known.get(route.service);
+    if (!kinds) {
+      const registry = this.fe.runtime.registry;
+      this.watcher ??= registry.watch((event) => this.known.delete(event.service?.name));
+      let versions;
+      try {
+        versions = await registry.getService(route.service);
+      } catch (err) {
+        throw new MeshError(this.fe.errorId, 503, `registry: ${(err as Error).message}`);
+      }
+      if (versions.length === 0) throw new MeshError(this.fe.errorId, 404, `service ${route.service}: not found`);
+      kinds = new Map();
+      for (const version of versions) {
+        for (const endpoint of version.endpoints ?? []) {
+          const kind = endpoint.metadata?.stream;
+          if (isStreamKind(kind) && !kinds.has(endpoint.name)) kinds.set(endpoint.name, kind);
+        }
+      }
+      if (this.known.size >= KINDS_MAX) this.known.clear();
+      this.known.set(route.service, kinds);
     }
+    return kinds.get(route.method);
   }
-  return undefined;
+
+  stop(): void {
+    this.watcher?.stop();
+    this.watcher = undefined;
+    this.known.clear();
+  }
 }
 
 function notStreaming(fe: FrontEnd, route: RpcRoute, code: number, what: string): MeshError {
@@ -82,13 +113,13 @@ export function sseEvent(payload: Buffer, event?: string): string {
 }
 
 /** Server-Sent Events of a server stream (the request asked for `Accept: text/event-stream`). */
-export async function handleSse(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleSse(fe: FrontEnd, streams: StreamSockets, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const method = req.method ?? 'GET';
   const fromQuery = method === 'GET' || method === 'HEAD' || method === 'DELETE';
   if (fromQuery) req.resume();
   let kind: StreamKind | undefined;
   try {
-    kind = await streamKindOf(fe, route);
+    kind = await streams.kinds.of(route);
   } catch (err) {
     req.resume();
     throw err;
@@ -151,13 +182,16 @@ function closeReason(detail: string): string {
   return out;
 }
 
-/** The WebSocket face of streaming endpoints, one per front end. */
+/** The WebSocket face of streaming endpoints, one per front end (and the endpoint kinds of its SSE). */
 export class StreamSockets {
   private readonly wss: WebSocketServer;
   private readonly open = new Set<WebSocket>();
   private closed = false;
+  /** The endpoint kinds, shared with the SSE handler of the same front end. */
+  readonly kinds: StreamKinds;
 
   constructor(private readonly fe: FrontEnd) {
+    this.kinds = new StreamKinds(fe);
     const options = { noServer: true, maxPayload: fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
     this.wss = new WebSocketServer(options as ConstructorParameters<typeof WebSocketServer>[0]);
   }
@@ -174,7 +208,7 @@ export class StreamSockets {
     if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return refuse(new MeshError(fe.errorId, 400, `upgrade to ${req.headers.upgrade} not supported: use websocket`));
     let kind: StreamKind | undefined;
     try {
-      kind = await streamKindOf(fe, route);
+      kind = await this.kinds.of(route);
     } catch (err) {
       return refuse(asFrontEndError(err, fe.errorId));
     }
@@ -184,9 +218,10 @@ export class StreamSockets {
     this.wss.handleUpgrade(req, socket, head, (ws) => this.run(route, streamKind, req, ws));
   }
 
-  /** Ends every stream socket with 1001 (shutdown). */
+  /** Ends every stream socket with 1001 (shutdown) and stops watching the registry. */
   close(): void {
     this.closed = true;
+    this.kinds.stop();
     for (const ws of this.open) ws.close(1001, 'shutting down');
   }
 

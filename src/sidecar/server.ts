@@ -243,7 +243,7 @@ export class Sidecar {
       req.resume();
       throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
     }
-    if (wantsEventStream(req)) return handleSse(fe, route, req, res);
+    if (wantsEventStream(req)) return handleSse(fe, this.streams, route, req, res);
     return handleRpc(fe, route, req, res);
   }
 
