@@ -168,7 +168,11 @@ export class StreamCall implements AsyncIterable<Buffer> {
     if (body.writableEnded || body.destroyed) throw new MeshError(CLIENT_ID, 400, 'the request side of the stream is closed');
     this.stats?.sent.inc();
     if (!body.write(encodeFrame(FLAG_MESSAGE, payload))) {
-      await Promise.race([once(body, 'drain'), once(this.abort.signal, 'abort').then(() => Promise.reject(this.failure ?? cancelledError()))]);
+      try {
+        await once(body, 'drain', { signal: this.abort.signal });
+      } catch {
+        throw this.failure ?? cancelledError();
+      }
     }
   }
 

@@ -17,7 +17,6 @@
  * event-stream request for anything but a server stream with 406.
  * Messages pass through undecoded, as JSON; backpressure reaches the backend both ways.
  */
-import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
@@ -25,7 +24,7 @@ import { MeshError, asFrontEndError } from '../errors.js';
 import { mediaType } from '../codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../codec/json.js';
 import { readBody } from '../http/body.js';
-import { rawErrorResponse, sendError } from '../http/respond.js';
+import { drained, rawErrorResponse, sendError } from '../http/respond.js';
 import type { StreamCall } from '../client/stream.js';
 import { isStreamKind, type StreamKind } from '../transport/frames.js';
 import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
@@ -159,7 +158,7 @@ export async function handleSse(fe: FrontEnd, streams: StreamSockets, route: Rpc
     for await (const message of call) {
       // Leaving the loop early cancels the call (StreamCall's iterator).
       if (res.destroyed) return;
-      if (!res.write(sseEvent(message)) && !res.destroyed) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+      if (!res.write(sseEvent(message)) && !res.destroyed) await drained(res);
     }
     done = true;
     res.end();

@@ -11,8 +11,8 @@
  * - Errors before the handler runs are a plain error answer; after it started, the end frame
  *   carries the error JSON.
  */
-import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { drained } from '../http/respond.js';
 import type pino from 'pino';
 import { MeshError, toMeshError } from '../errors.js';
 import type { Codec } from '../codec/codec.js';
@@ -43,11 +43,25 @@ function isAsyncIterable(v: unknown): v is AsyncIterable<unknown> {
   return v !== null && typeof v === 'object' && typeof (v as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function';
 }
 
-/** Rejects with the signal's reason once it aborts (a promise raced against the work). */
-function aborted(signal: AbortSignal): Promise<never> {
-  return new Promise((_, reject) => {
-    if (signal.aborted) reject(signal.reason);
-    else signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+/**
+ * Settles as `work` does, or rejects with the signal's reason once it aborts. The listener goes
+ * with the settlement: nothing accumulates over the messages of a long stream.
+ */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
   });
 }
 
@@ -79,8 +93,6 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
   const timeoutHeader = Number(headerValue(req, HEADER_TIMEOUT));
   const budget = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : 0;
   const timer = budget > 0 ? setTimeout(() => abort.abort(new MeshError(id, 504, `stream deadline of ${budget}ms exceeded`)), budget) : undefined;
-  const aborts = aborted(signal);
-  aborts.catch(() => {});
   const decoder = new FrameDecoder(o.maxMessageBytes, id);
   const decode = (payload: Buffer): unknown => {
     try {
@@ -131,7 +143,7 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
   try {
     if (kind === 'server') {
       const it = requests();
-      const first = await Promise.race([it.next(), aborts]);
+      const first = await untilAborted(it.next(), signal);
       if (first.done) throw new MeshError(id, 400, `a server stream takes one request message: none was sent`);
       input = first.value;
       // The end frame and anything after it are read and dropped; a cancel still reaches `signal`.
@@ -161,20 +173,20 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
   };
   const write = async (frame: Buffer): Promise<void> => {
     if (signal.aborted) throw signal.reason;
-    if (!res.write(frame)) await Promise.race([once(res, 'drain'), aborts]);
+    if (!res.write(frame)) await untilAborted(drained(res), signal);
   };
   let trailer: Buffer = END_OK;
   try {
     const out = def.handler(input, ctx);
     if (kind === 'client') {
-      await write(encode(await Promise.race([Promise.resolve(out), aborts])));
+      await write(encode(await untilAborted(Promise.resolve(out), signal)));
     } else {
       if (!isAsyncIterable(out)) throw new MeshError(id, 500, `handler of ${def.name} (a ${kind} stream) must return an async iterable (an async generator)`);
       const it = out[Symbol.asyncIterator]();
       let finished = false;
       try {
         for (;;) {
-          const next = await Promise.race([it.next(), aborts]);
+          const next = await untilAborted(it.next(), signal);
           if (next.done) {
             finished = true;
             break;
