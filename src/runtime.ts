@@ -171,6 +171,8 @@ export class Runtime {
       codecs: this.codecs,
       context: this.context,
       tracer: this.tracer,
+      stats: this.stats,
+      maxMessageBytes: options.maxBodySize,
     });
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
     // address or TLS file stops the start instead of the first publish. A Broker instance is used as it is.

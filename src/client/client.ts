@@ -16,6 +16,8 @@ import type { Type } from 'protobufjs';
 import { ContextStore } from '../util/call-context.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
+import type { StatsStore } from '../stats/store.js';
+import { openStream, type StreamCall, type StreamOpenOptions } from './stream.js';
 
 export interface ClientOptions {
   selector: UpstreamSelector;
@@ -44,6 +46,10 @@ export interface ClientOptions {
   context?: ContextStore;
   /** Records a client span per call (--tracing=otlp). */
   tracer?: Tracer;
+  /** Where the per-cluster stream stats are kept (cluster.<service>.upstream_rq_stream_*). */
+  stats?: StatsStore;
+  /** Largest stream message accepted from a backend (--max_body_size). */
+  maxMessageBytes?: number;
 }
 
 export interface CallOptions {
@@ -104,6 +110,31 @@ export class Client {
     return this.options.requestTimeoutMs;
   }
 
+  private nextId(): string {
+    return `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
+  }
+
+  /**
+   * Opens a stream (src/client/stream.ts): resolves once the backend accepted it; iterate the
+   * result for its messages. Not retried, not hedged; no deadline unless `timeoutMs` is given.
+   */
+  stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
+    // As a unary call does: inside a call being served, the stream carries its Mesh-Id, metadata
+    // and trace (its deadline too, when the stream has none of its own).
+    const ctx = this.context.current;
+    let metadata = opts.metadata;
+    if (ctx?.metadata) metadata = metadata ? { ...ctx.metadata, ...metadata } : ctx.metadata;
+    const parent = ctx?.trace ?? (metadata?.[TRACEPARENT] !== undefined ? parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]) : undefined);
+    const trace = ctx?.trace ?? this.context.hop(parent);
+    const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata ?? {};
+    const headers: Record<string, string> = { ...rest, [TRACEPARENT]: formatTraceparent(trace) };
+    if (trace.state) headers[TRACESTATE] = trace.state;
+    let timeoutMs = opts.timeoutMs;
+    if (timeoutMs === undefined && ctx?.deadline !== undefined && Number.isFinite(ctx.deadline)) timeoutMs = Math.max(1, ctx.deadline - Date.now());
+    const id = opts.id ?? ctx?.id ?? this.nextId();
+    return openStream(this.options.selector, this.options.stats, service, endpoint, id, { maxMessageBytes: this.options.maxMessageBytes, ...opts, metadata: headers, timeoutMs });
+  }
+
   /**
    * Sends raw bytes; resolves with the backend's 2xx answer, rejects with a MeshError. Inside a
    * call being served (a service handler, a front end's request) the options default to its
@@ -159,7 +190,7 @@ export class Client {
     const perTry = opts.perTryTimeoutMs ?? this.options.perTryTimeoutMs ?? 0;
     // A call to a given node has nowhere else to go: no hedge.
     const hedgeDelay = opts.idempotent === true && opts.address === undefined ? (opts.hedgeDelayMs ?? this.options.hedgeDelayMs ?? 0) : 0;
-    const id = givenId ?? `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
+    const id = givenId ?? this.nextId();
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     // Hosts already tried; only a retry or a hedge needs it.
     let tried: Set<string> | undefined;

@@ -14,11 +14,13 @@ import { readBody } from '../http/body.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, tooManyHeaders, type Drainable, type DrainResult, type ServerLimits } from '../http/lifecycle.js';
 import type { StatsStore } from '../stats/store.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
-import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
+import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
 import { ContextStore } from '../util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
+import type { StreamKind } from '../transport/frames.js';
+import { serveStream } from './stream-server.js';
 
 export interface HandlerContext {
   id: string;
@@ -43,8 +45,14 @@ export interface EndpointDefinition {
   /** Needed to accept and answer application/protobuf. */
   requestType?: Type;
   responseType?: Type;
-  /** Endpoint metadata for the gateway router: handler, method, path, host, description. */
+  /** Endpoint metadata for the gateway router: handler, method, path, host, description; `stream` for streams. */
   metadata?: Metadata;
+  /**
+   * A streaming endpoint (src/server/stream-server.ts): `server` (the handler returns an async
+   * iterable of answers), `client` (it gets an async iterable of requests and returns one
+   * answer) or `bidi` (both). Absent: a unary call.
+   */
+  stream?: StreamKind;
 }
 
 export interface RpcServerOptions {
@@ -160,6 +168,23 @@ export class RpcServer implements Drainable {
       if (!codec) {
         req.resume();
         throw new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`);
+      }
+      if (def?.stream) {
+        if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType)) {
+          req.resume();
+          throw new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`);
+        }
+        // The whole stream runs inside its call's context: the handler's iteration too, so what it
+        // calls or publishes carries the call's id, metadata and trace.
+        const streamContext = { id: headerValue(headers, HEADER_ID) || undefined, metadata: withoutTrace(endToEndHeaders(headers)), trace };
+        await this.context.run(streamContext, () => serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger, trace }, def, codec, req, res));
+        if (span) endSpan(span, res.statusCode);
+        return;
+      }
+      if (headers[HEADER_STREAM] !== undefined) {
+        req.resume();
+        if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
+        throw new MeshError(id, 400, `endpoint ${endpointName} is not a streaming endpoint: call it without Mesh-Stream`);
       }
       const body = await readBody(req, this.options.maxBodyBytes, id);
       if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);

@@ -9,7 +9,15 @@ import type { Runtime } from '../runtime.js';
 import { validateService, type Metadata, type Service as ServiceRecord } from '../registry/registry.js';
 import { advertisedAddress, parseAddress, parseAdvertise } from '../util/address.js';
 import { serverLimits } from '../http/lifecycle.js';
+import { isStreamKind, type StreamKind } from '../transport/frames.js';
+import type { StreamContext } from './stream-server.js';
 import { RpcServer, type EndpointDefinition, type Handler, type HandlerContext } from './rpc-server.js';
+
+/**
+ * A streaming handler: `request` is the one request of a server stream, or the async iterable of
+ * requests of a client or bidi stream; see Service.stream.
+ */
+export type StreamHandler = (request: any, ctx: StreamContext) => unknown; // eslint-disable-line @typescript-eslint/no-explicit-any -- handlers type their own requests
 
 /** A handler with typed request and answer (the answer may be a promise). */
 export type TypedHandler<TReq, TRes> = (request: TReq, ctx: HandlerContext) => TRes | Promise<TRes>;
@@ -69,6 +77,21 @@ export class Service {
     } else {
       this.server.handle(nameOrDef);
     }
+    return this;
+  }
+
+  /**
+   * Adds a streaming endpoint, advertised with endpoint metadata `stream: <kind>`:
+   * - `server`: `(request, ctx) => AsyncIterable<answer>` (an async generator);
+   * - `client`: `(requests: AsyncIterable, ctx) => answer`;
+   * - `bidi`: `(requests: AsyncIterable, ctx) => AsyncIterable<answer>`.
+   * `ctx.signal` aborts when the caller goes away or the deadline passes.
+   */
+  stream(name: string, handler: StreamHandler, options: Omit<EndpointDefinition, 'name' | 'handler' | 'stream'> & { kind: StreamKind }): this {
+    if (typeof handler !== 'function') throw new TypeError(`stream("${name}"): the handler must be a function`);
+    const { kind, ...rest } = options ?? ({} as { kind: StreamKind });
+    if (!isStreamKind(kind)) throw new TypeError(`stream("${name}"): kind must be server, client or bidi (got ${String(kind)})`);
+    this.server.handle({ ...rest, name, handler: handler as Handler, stream: kind, metadata: { ...rest.metadata, stream: kind } });
     return this;
   }
 
