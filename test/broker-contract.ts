@@ -297,13 +297,14 @@ export function durableContract(name: string, factory: BrokerFactory, options: {
       withBrokers(async (pub, sub) => {
         const topic = freshTopic('keep');
         const first: string[] = [];
-        const s = await sub.subscribe(topic, (m) => void first.push(text(m)), { durable: 'keeper' });
+        // A short ack wait: what the stopped subscriber had asked for but not handled comes again soon.
+        const s = await sub.subscribe(topic, (m) => void first.push(text(m)), { durable: 'keeper', ackWaitMs: 1000 });
         await pub.publish(topic, { header: {}, body: bytes('m0') });
         await waitFor(() => first.length === 1, 10_000);
         await s.unsubscribe();
         for (let i = 1; i <= 5; i++) await pub.publish(topic, { header: {}, body: bytes(`m${i}`) });
         const later: string[] = [];
-        await pub.subscribe(topic, (m) => void later.push(text(m)), { durable: 'keeper' });
+        await pub.subscribe(topic, (m) => void later.push(text(m)), { durable: 'keeper', ackWaitMs: 1000 });
         await waitFor(() => later.length >= 5, 10_000);
         assert.deepEqual(first, ['m0']);
         assert.deepEqual([...later].sort(), ['m1', 'm2', 'm3', 'm4', 'm5']);

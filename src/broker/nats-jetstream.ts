@@ -194,7 +194,10 @@ export class JetStreamTopics {
     const inflight = new Set<Promise<void>>();
     const loop = (async () => {
       for await (const m of messages) {
-        if (!active) break;
+        if (!active) {
+          m.nak(); // pulled but not handled: to another subscriber now, not after the ack wait
+          continue;
+        }
         const p = this.handle(m, topic, dlqTopic, handler, settings, stats)
           .catch((err: unknown) => this.options.logger.warn({ topic, durable: settings.name, error: errorText(err) }, 'nats broker: durable delivery failed'))
           .finally(() => inflight.delete(p));
