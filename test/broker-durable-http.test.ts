@@ -11,6 +11,7 @@ import { createBroker } from '../src/broker/create.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local/index.js';
 import { durableContract } from './broker-contract.js';
+import { statName } from '../src/broker/durable.js';
 import { tempDir, waitFor } from './helpers.js';
 
 const silent = pino({ level: 'silent' });
@@ -59,6 +60,45 @@ describe('http broker durable subscriptions', () => {
       await waitFor(() => plain.length === 1 && durable.length === 1);
       assert.equal(plain[0]!.a, '1');
       assert.equal(plain[0]!['Mesh-Id'], durable[0]);
+    } finally {
+      await broker.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
+describe('durable stats', () => {
+  it('counts published, delivered, acked, redelivered, dead_lettered and pending per topic and consumer', async () => {
+    const { StatsStore } = await import('../src/stats/store.js');
+    const stats = new StatsStore();
+    const dir = tempDir('mesh-durable-stats-');
+    const registry = new LocalRegistry(dir.path);
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, stats, logger: silent });
+    const value = (name: string) => stats.counter(name).value;
+    try {
+      let attempts = 0;
+      await broker.subscribe('st', () => {
+        if (++attempts <= 2) throw new Error('no');
+      }, { durable: 'counted', maxDeliver: 2 });
+      await broker.subscribe('st', () => undefined, { durable: 'fine' });
+      await broker.publish('st', { header: {}, body: new Uint8Array(1) }); // fails twice for counted: dead-lettered
+      await waitFor(() => value('broker.consumer.counted.dead_lettered') === 1 && value('broker.consumer.fine.acked') === 1, 10_000);
+      await broker.publish('st', { header: {}, body: new Uint8Array(1) }); // acked by both
+      await waitFor(() => value('broker.consumer.counted.acked') === 1 && value('broker.consumer.fine.acked') === 2, 10_000);
+      assert.equal(value('broker.topic.st.published'), 2);
+      assert.equal(value('broker.consumer.counted.delivered'), 3);
+      assert.equal(value('broker.consumer.counted.redelivered'), 1);
+      assert.equal(value('broker.topic.st.dead_lettered'), 1);
+      // a topic with a dot (or anything but [A-Za-z0-9_-]) is cut and hashed: one stats segment
+      assert.equal(value(`broker.topic.${statName('st.dlq')}.published`), 1);
+      assert.match(statName('st.dlq'), /^st_dlq_[0-9a-f]{8}$/);
+      assert.equal(value('broker.consumer.fine.redelivered'), 0);
+      await broker.subscribe('odd/topic', () => undefined, { durable: 'odd' });
+      await broker.publish('odd/topic', { header: {}, body: new Uint8Array(1) });
+      await waitFor(() => value('broker.consumer.odd.acked') === 1, 10_000);
+      assert.equal(value(`broker.topic.${statName('odd/topic')}.published`), 1);
+      assert.ok(statName('x'.repeat(500)).length <= 41);
     } finally {
       await broker.close();
       await registry.close();
