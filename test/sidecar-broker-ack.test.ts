@@ -7,7 +7,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { http, tempDir, waitFor } from './helpers.js';
+import { http, runCli, startProcess, tempDir, waitFor } from './helpers.js';
 import { refusedHandshake, startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
 
 interface AckFrame {
@@ -129,5 +129,45 @@ describe('sidecar /broker with acks', () => {
     const closed = await sub.closed;
     assert.equal(closed.code, 1008);
     assert.match(closed.reason, /ack mode/);
+  });
+});
+
+describe('mesh subscribe --ack --durable', () => {
+  it('gets what was published while it was down (direct, embedded broker), and acks through a sidecar', async () => {
+    const home = tempDir('mesh-cli-ack-');
+    const reg = `--registry_address=${home.path}`;
+    try {
+      let sub = startProcess([reg, 'subscribe', 'cli.acks', '--ack', '--durable', 'printer']);
+      await sub.waitForOutput(/subscribed to cli\.acks \(durable printer, acknowledged\)/, 20_000);
+      let pub = await runCli([reg, 'publish', 'cli.acks', 'first']);
+      assert.equal(pub.code, 0, pub.stderr);
+      await sub.waitForOutput(/first\n/, 10_000);
+      await sub.stop('SIGKILL');
+      pub = await runCli([reg, 'publish', 'cli.acks', 'while-down']);
+      assert.equal(pub.code, 0, pub.stderr);
+      sub = startProcess([reg, 'subscribe', 'cli.acks', '--ack', '--durable', 'printer']);
+      await sub.waitForOutput(/while-down\n/, 20_000);
+      assert.ok(!/first/.test(sub.output()), 'an acknowledged message is not printed again');
+      await sub.stop('SIGKILL');
+
+      const sc = await startSidecar(home.path, ['--enable_stats']);
+      try {
+        const proxy = `--proxy_address=127.0.0.1:${sc.port}`;
+        const viaSidecar = startProcess([proxy, 'subscribe', 'cli.sc', '--ack', '--durable', 'scprinter']);
+        await viaSidecar.waitForOutput(/subscribed to cli\.sc/, 20_000);
+        pub = await runCli([proxy, 'publish', 'cli.sc', 'through']);
+        assert.equal(pub.code, 0, pub.stderr);
+        await viaSidecar.waitForOutput(/through\n/, 10_000);
+        await waitFor(async () => /broker\.consumer\.scprinter\.acked: 1\b/.test((await http('GET', `${sc.admin}/stats?filter=scprinter`)).text), 10_000);
+        await viaSidecar.stop('SIGKILL');
+      } finally {
+        await sc.stop();
+      }
+      const bad = await runCli([reg, 'subscribe', 'cli.acks', '--ack']);
+      assert.equal(bad.code, 2);
+      assert.match(bad.stderr, /subscribe --ack needs --durable NAME/);
+    } finally {
+      home.cleanup();
+    }
   });
 });

@@ -124,7 +124,9 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       }
       case 'subscribe': {
         const topic = noun;
-        if (!topic) throw new UsageError('usage: mesh subscribe TOPIC [--queue Q]');
+        if (!topic) throw new UsageError('usage: mesh subscribe TOPIC [--queue Q] [--ack --durable NAME]');
+        if (config.ack && !config.durable) throw new UsageError('subscribe --ack needs --durable NAME (the consumer the broker keeps messages for)');
+        if (!config.ack && config.durable) throw new UsageError('subscribe --durable needs --ack');
         let ended: string | undefined;
         let wake = () => {};
         const stop = await ops.subscribe(
@@ -138,8 +140,9 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
             ended = reason;
             wake();
           },
+          config.ack ? config.durable : undefined,
         );
-        io.err(`subscribed to ${topic}${config.queue ? ` (queue ${config.queue})` : ''}; Ctrl-C to stop\n`);
+        io.err(`subscribed to ${topic}${config.queue ? ` (queue ${config.queue})` : ''}${config.ack ? ` (durable ${config.durable}, acknowledged)` : ''}; Ctrl-C to stop\n`);
         await new Promise<void>((resolve) => {
           wake = resolve;
           process.once('SIGINT', resolve);

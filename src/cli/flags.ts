@@ -99,6 +99,8 @@ export const FLAG_SPECS = {
   healthcheck_interval: { type: 'duration', help: 'sidecar: time between health checks', default: '10s' },
   healthcheck_timeout: { type: 'duration', help: 'sidecar: health check timeout', default: '2s' },
   queue: { type: 'string', help: 'subscribe: queue group' },
+  ack: { type: 'bool', help: 'subscribe: at least once, under --durable NAME: each message is acknowledged once printed', default: 'false' },
+  durable: { type: 'string', help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
   config: { type: 'string', help: 'proxy: configuration file' },
   mesh_home: { type: 'string', help: 'state directory (default $MESH_HOME or ~/.mesh)' },
 } satisfies Record<string, FlagSpec>;
@@ -220,6 +222,8 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   healthcheck_timeout: { group: 'command', commands: ['sidecar'] },
   output: { group: 'command', commands: PLATFORM },
   queue: { group: 'command', commands: ['subscribe'] },
+  ack: { group: 'command', commands: ['subscribe'] },
+  durable: { group: 'command', commands: ['subscribe'] },
   config: { group: 'command', commands: ['proxy'] },
 };
 
@@ -361,6 +365,8 @@ export interface Config {
   healthcheck_interval: number;
   healthcheck_timeout: number;
   queue?: string;
+  ack: boolean;
+  durable?: string;
   config?: string;
   mesh_home?: string;
 }

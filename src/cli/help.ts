@@ -56,7 +56,7 @@ export const COMMANDS: CommandInfo[] = [
   { name: 'deregister', args: 'service JSON', summary: 'deregister the nodes given', subcommands: ['service'] },
   { name: 'call', args: 'SERVICE Endpoint.Method [JSON]', summary: 'call a service by RPC' },
   { name: 'publish', args: 'TOPIC MESSAGE', summary: 'publish a message' },
-  { name: 'subscribe', args: 'TOPIC [--queue Q]', summary: 'print messages as they arrive' },
+  { name: 'subscribe', args: 'TOPIC [--queue Q] [--ack --durable NAME]', summary: 'print messages as they arrive (--ack: at least once)' },
   { name: 'health', args: 'SERVICE', summary: 'Debug.Health of every node' },
   {
     name: 'new',

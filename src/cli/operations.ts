@@ -26,7 +26,8 @@ export interface Operations {
   call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string>;
   publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void>;
   /** `onEnd` is called when the subscription ends without being stopped (e.g. the sidecar closed it). */
-  subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, onEnd?: (reason: string) => void): Promise<() => Promise<void>>;
+  /** With `durable`: at least once under that consumer name, each message acknowledged once onMessage returns. */
+  subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, onEnd?: (reason: string) => void, durable?: string): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -66,8 +67,8 @@ export class DirectOperations implements Operations {
     await this.runtime.broker.publish(topic, { header, body });
   }
 
-  async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void): Promise<() => Promise<void>> {
-    const sub = await this.runtime.broker.subscribe(topic, (m) => onMessage({ header: m.header, body: Buffer.from(m.body) }), { queue });
+  async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, _onEnd?: (reason: string) => void, durable?: string): Promise<() => Promise<void>> {
+    const sub = await this.runtime.broker.subscribe(topic, (m) => onMessage({ header: m.header, body: Buffer.from(m.body) }), durable ? { queue, durable } : { queue });
     return () => sub.unsubscribe();
   }
 
@@ -151,10 +152,15 @@ export class SidecarOperations implements Operations {
     queue: string | undefined,
     onMessage: (m: ReceivedMessage) => void,
     onEnd?: (reason: string) => void,
+    durable?: string,
   ): Promise<() => Promise<void>> {
     const url = new URL(`${this.base.replace(/^http/, 'ws')}/broker`);
     url.searchParams.set('topic', topic);
     if (queue) url.searchParams.set('queue', queue);
+    if (durable) {
+      url.searchParams.set('ack', '1');
+      url.searchParams.set('durable', durable);
+    }
     const ws = new WebSocket(url, { headers: this.tokenHeader });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
@@ -173,8 +179,9 @@ export class SidecarOperations implements Operations {
       if (!stopped) onEnd?.(`WebSocket closed with ${code}${reason.length ? `: ${reason.toString()}` : ''}`);
     });
     ws.on('message', (data) => {
-      const frame = parseJson(data.toString()) as { Header?: Record<string, string>; Body?: string };
+      const frame = parseJson(data.toString()) as { Id?: number; Header?: Record<string, string>; Body?: string };
       onMessage({ header: frame.Header ?? {}, body: Buffer.from(frame.Body ?? '', 'base64') });
+      if (durable && typeof frame.Id === 'number') ws.send(JSON.stringify({ ack: frame.Id }));
     });
     return async () => {
       stopped = true;
