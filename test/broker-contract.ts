@@ -343,6 +343,34 @@ export function durableContract(name: string, factory: BrokerFactory, options: {
         assert.deepEqual(counts.slice(0, 2), [1, 2]);
       }));
 
+    it('lists the dead letters of a topic and replays them to it, with the same id', () =>
+      withBrokers(async (pub, sub) => {
+        const topic = freshTopic('replay');
+        let failing = true;
+        const ok: Message[] = [];
+        let attempts = 0;
+        await sub.subscribe(topic, (m) => {
+          attempts++;
+          if (failing) throw new Error('down for now');
+          ok.push(m);
+        }, { durable: 'replayed', maxDeliver: 2 });
+        await pub.publish(topic, { header: { 'X-K': 'v' }, body: bytes('later') });
+        const list = () => pub.listDeadLetters!(topic, 100);
+        await waitFor(async () => (await list()).length === 1, 15_000);
+        assert.equal(attempts, 2);
+        const [dead] = await list();
+        assert.equal(text(dead!), 'later');
+        assert.equal(dead!.header['Mesh-Dlq-Consumer'], 'replayed');
+        failing = false;
+        assert.equal(await pub.replayDeadLetters!(topic, 100), 1);
+        await waitFor(() => ok.length === 1, 15_000);
+        assert.equal(ok[0]!.id, dead!.id, 'a replay keeps the Mesh-Id');
+        assert.equal(ok[0]!.header['X-K'], 'v');
+        assert.equal(ok[0]!.header['Mesh-Dlq-Topic'], undefined);
+        assert.equal(ok[0]!.deliveryCount, 1);
+        assert.deepEqual(await list(), []);
+      }));
+
     it('rejects bad durable options with a clear error', () =>
       withBrokers(async (_pub, sub) => {
         await assert.rejects(sub.subscribe(freshTopic('bad'), () => undefined, { durable: 'has space' }), /durable/);

@@ -40,7 +40,7 @@ describe('http broker durable subscriptions', () => {
     const registry = new MemoryRegistry();
     const broker = new HttpBroker({ registry, logger: silent });
     try {
-      await assert.rejects(broker.subscribe('t', () => undefined, { durable: 'x' }), /durable subscriptions need the local registry/);
+      await assert.rejects(broker.subscribe('t', () => undefined, { durable: 'x' }), /durable subscriptions and dead letters need the local registry/);
     } finally {
       await broker.close();
       await registry.close();

@@ -52,6 +52,10 @@ export interface Broker {
   publish(topic: string, message: Message): Promise<void>;
   subscribe(topic: string, handler: MessageHandler, options?: SubscribeOptions): Promise<Subscription>;
   close(): Promise<void>;
+  /** Durable backends: the dead letters of a topic (its `<topic>.dlq`), oldest first, at most limit. */
+  listDeadLetters?(topic: string, limit: number): Promise<Message[]>;
+  /** Durable backends: publishes the topic's dead letters to it again (at most limit) and removes them; resolves with the count. */
+  replayDeadLetters?(topic: string, limit: number): Promise<number>;
 }
 
 /** Thrown when the broker cannot take a message; front ends answer 503. */

@@ -25,6 +25,20 @@ export const DLQ_HEADERS = {
   error: 'Mesh-Dlq-Error',
 } as const;
 
+/** Set on a replayed dead letter (a number): a fresh de-duplication id for the broker, the same Mesh-Id. */
+export const REPLAY_HEADER = 'Mesh-Replay';
+/** The consumer that keeps a topic's dead letters (embedded broker) until they are replayed. */
+export const DLQ_KEEPER = 'dlq';
+
+/** A dead letter as published again to its topic: the Mesh-Dlq-* headers dropped, Mesh-Replay set. */
+export function replayed(message: Message): Message {
+  const header: Record<string, string> = {};
+  const dlq = new Set<string>(Object.values(DLQ_HEADERS));
+  for (const [k, v] of Object.entries(message.header)) if (!dlq.has(k)) header[k] = v;
+  header[REPLAY_HEADER] = String(Date.now());
+  return { header, body: message.body };
+}
+
 /** Broker-wide defaults of durable subscriptions (flags --broker_max_deliver and the like). */
 export interface DurableDefaults {
   /** Attempts before dead-lettering; default 5. */

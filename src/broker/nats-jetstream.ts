@@ -19,7 +19,7 @@ import { createHash } from 'node:crypto';
 import type { ConsumerMessages, JetStreamClient, JetStreamManager, JsMsg, MsgHdrs, NatsConnection } from 'nats';
 import type pino from 'pino';
 import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from './broker.js';
-import { deadLetter, ID_HEADER, nackDelayMs, runDurable, type DurableDefaults, type DurableSettings, type DurableStats } from './durable.js';
+import { deadLetter, ID_HEADER, nackDelayMs, replayed, runDurable, type DurableDefaults, type DurableSettings, type DurableStats } from './durable.js';
 
 type NatsModule = typeof import('nats');
 
@@ -142,6 +142,45 @@ export class JetStreamTopics {
     }
     this.remember(topic, name);
     return name;
+  }
+
+  /** The dead letters still in `<topic>.dlq`'s stream, oldest first, with their stream sequence. */
+  async deadLetters(topic: string, limit: number): Promise<Array<{ seq: number; message: Message }>> {
+    const dlqTopic = topic + this.options.defaults.dlqSuffix;
+    const stream = await this.streamOf(dlqTopic);
+    if (!stream) return [];
+    const { jsm } = await this.manager();
+    const info = await jsm.streams.info(stream);
+    const out: Array<{ seq: number; message: Message }> = [];
+    // Deleted (replayed) sequences are holes: skip them, within a bound of lookups.
+    let budget = limit + 10_000;
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq && out.length < limit && budget-- > 0; seq++) {
+      let m;
+      try {
+        m = await jsm.streams.getMessage(stream, { seq });
+      } catch (err) {
+        if (/no message found/i.test(errorText(err))) continue;
+        throw new BrokerUnavailableError(`nats broker: reading dead letters of "${topic}": ${errorText(err)}`);
+      }
+      if (m.subject !== dlqTopic) continue;
+      const header: Record<string, string> = {};
+      if (m.header) for (const [k, values] of m.header) header[k] = values.join(', ');
+      out.push({ seq, message: { header, body: m.data.slice(), id: header[ID_HEADER] || `${stream}:${seq}` } });
+    }
+    return out;
+  }
+
+  /** Publishes the dead letters to the topic again (through `publish`), each deleted from the dead-letter stream once published. */
+  async replayDeadLetters(topic: string, limit: number, publish: (topic: string, message: Message) => Promise<void>): Promise<number> {
+    const dlqStream = await this.streamOf(topic + this.options.defaults.dlqSuffix);
+    let n = 0;
+    for (const { seq, message } of await this.deadLetters(topic, limit)) {
+      await publish(topic, replayed(message));
+      const { jsm } = await this.manager();
+      await jsm.streams.deleteMessage(dlqStream!, seq, false);
+      n++;
+    }
+    return n;
   }
 
   /** Stops every durable subscription (before the connection closes); unacknowledged messages come again later. */

@@ -27,7 +27,7 @@ import {
   type Subscription,
 } from './broker.js';
 import { checkMessage, checkQueue, checkTopic, invokeHandler } from './memory.js';
-import { checkDurableDefaults, DurableStats, durableSettings, withMessageId, type DurableDefaults } from './durable.js';
+import { checkDurableDefaults, DurableStats, durableSettings, REPLAY_HEADER, withMessageId, type DurableDefaults } from './durable.js';
 import { JetStreamTopics } from './nats-jetstream.js';
 import type { StatsStore } from '../stats/store.js';
 
@@ -227,7 +227,8 @@ export class NatsBroker implements Broker {
         throw new TypeError(`nats broker: message header: ${errorText(err)}`);
       }
     }
-    if (stream) return this.jetstream.publish(topic, message.body, h!, id!);
+    // A replayed dead letter keeps its Mesh-Id but must not be dropped as a repeat by JetStream.
+    if (stream) return this.jetstream.publish(topic, message.body, h!, header[REPLAY_HEADER] ? `${id!}:replay:${header[REPLAY_HEADER]}` : id!);
     try {
       nc.publish(topic, message.body, h ? { headers: h } : undefined);
     } catch (err) {
@@ -279,6 +280,16 @@ export class NatsBroker implements Broker {
         if (!sub.isClosed()) sub.unsubscribe();
       },
     };
+  }
+
+  async listDeadLetters(topic: string, limit: number): Promise<Message[]> {
+    checkTopic(topic);
+    return (await this.jetstream.deadLetters(topic, limit)).map((d) => d.message);
+  }
+
+  async replayDeadLetters(topic: string, limit: number): Promise<number> {
+    checkTopic(topic);
+    return this.jetstream.replayDeadLetters(topic, limit, (t, m) => this.publish(t, m));
   }
 
   async close(): Promise<void> {

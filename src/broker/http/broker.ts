@@ -170,6 +170,23 @@ export class HttpBroker implements Broker {
     return this.outboxInstance;
   }
 
+  async listDeadLetters(topic: string, limit: number): Promise<Message[]> {
+    checkTopic(topic);
+    return this.durableOutbox().listDeadLetters(topic, limit).map((r) => r.message);
+  }
+
+  async replayDeadLetters(topic: string, limit: number): Promise<number> {
+    checkTopic(topic);
+    return this.durableOutbox().replayDeadLetters(topic, limit);
+  }
+
+  private durableOutbox(): Outbox {
+    if (this.closing) throw new BrokerUnavailableError('http broker: closed');
+    const outbox = this.outbox;
+    if (!outbox) throw new TypeError('http broker: durable subscriptions and dead letters need the local registry (its directory keeps the messages)');
+    return outbox;
+  }
+
   /** Starts the subscriber endpoint; idempotent. Publishing does not need it. */
   connect(): Promise<void> {
     if (this.closing) return Promise.reject(new BrokerUnavailableError('http broker: closed'));
@@ -196,10 +213,7 @@ export class HttpBroker implements Broker {
     if (typeof handler !== 'function') throw new TypeError('handler: must be a function');
     const durable = durableSettings(options, this.durable);
     if (durable) {
-      if (this.closing) throw new BrokerUnavailableError('http broker: closed');
-      const outbox = this.outbox;
-      if (!outbox) throw new TypeError('http broker: durable subscriptions need the local registry (its directory keeps the messages)');
-      return outbox.subscribe(topic, handler, durable, options.queue);
+      return this.durableOutbox().subscribe(topic, handler, durable, options.queue);
     }
     await this.connect();
     return this.subscriptions.add(topic, handler, options.queue);

@@ -20,7 +20,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type pino from 'pino';
 import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from '../broker.js';
-import { deadLetter, nackDelayMs, runDurable, withMessageId, type DurableDefaults, type DurableSettings, type DurableStats } from '../durable.js';
+import { deadLetter, DLQ_KEEPER, nackDelayMs, replayed, runDurable, withMessageId, type DurableDefaults, type DurableSettings, type DurableStats } from '../durable.js';
 
 export const OUTBOX_FILE = 'broker.db';
 /** Rows claimed at once by one subscription (its handlers run concurrently). */
@@ -63,7 +63,7 @@ export class Outbox {
     nack: Database.Statement<[number, number]>;
     pending: Database.Statement<[string, string], { n: number }>;
     expire: Database.Statement<[number]>;
-    list: Database.Statement<[string, number], { seq: number; consumer: string; id: string; header: string; body: Buffer; published_at: number }>;
+    list: Database.Statement<[string, string, number], { seq: number; id: string; header: string; body: Buffer }>;
   };
   private readonly running = new Set<Running>();
   private readonly pollMs: number;
@@ -102,7 +102,7 @@ export class Outbox {
       nack: db.prepare('UPDATE messages SET visible_at = ? WHERE seq = ?') as unknown as Database.Statement<[number, number]>,
       pending: db.prepare('SELECT count(*) AS n FROM messages WHERE topic = ? AND consumer = ?'),
       expire: db.prepare('DELETE FROM messages WHERE published_at < ?'),
-      list: db.prepare('SELECT seq, consumer, id, header, body, published_at FROM messages WHERE topic = ? ORDER BY seq LIMIT ?'),
+      list: db.prepare('SELECT seq, id, header, body FROM messages WHERE topic = ? AND consumer = ? ORDER BY seq LIMIT ?'),
     };
   }
 
@@ -123,17 +123,32 @@ export class Outbox {
     return withId.header;
   }
 
-  /** Stored messages of a topic (for every consumer), oldest first. */
-  list(topic: string, limit: number): Array<{ seq: number; consumer: string; id: string; header: Record<string, string>; body: Buffer; publishedAt: number }> {
-    return this.st.list.all(topic, limit).map((r) => ({ seq: r.seq, consumer: r.consumer, id: r.id, header: JSON.parse(r.header) as Record<string, string>, body: r.body, publishedAt: r.published_at }));
+  /** The dead letters of a topic (the `dlq` keeper's rows of `<topic>.dlq`), oldest first. */
+  listDeadLetters(topic: string, limit: number): Array<{ seq: number; message: Message }> {
+    if (this.closed) throw new BrokerUnavailableError('http broker: closed');
+    return this.st.list.all(topic + this.options.defaults.dlqSuffix, DLQ_KEEPER, limit).map((r) => ({
+      seq: r.seq,
+      message: { header: JSON.parse(r.header) as Record<string, string>, body: new Uint8Array(r.body), id: r.id },
+    }));
+  }
+
+  /** Publishes the dead letters to the topic again, each removed once published. */
+  async replayDeadLetters(topic: string, limit: number): Promise<number> {
+    let n = 0;
+    for (const { seq, message } of this.listDeadLetters(topic, limit)) {
+      await this.options.publish(topic, replayed(message));
+      this.st.ack.run(seq);
+      n++;
+    }
+    return n;
   }
 
   /** A durable subscription: registers the consumer and handles its due rows until unsubscribed. */
   subscribe(topic: string, handler: MessageHandler, settings: DurableSettings, queue: string | undefined): Subscription {
     if (this.closed) throw new BrokerUnavailableError('http broker: closed');
     this.st.addConsumer.run(topic, settings.name);
-    // Its dead-letter topic keeps what is dead-lettered even before anyone reads it.
-    this.st.addConsumer.run(topic + this.options.defaults.dlqSuffix, settings.name);
+    // Its dead-letter topic keeps what is dead-lettered (for `dlq`, until replayed) even before anyone reads it.
+    this.st.addConsumer.run(topic + this.options.defaults.dlqSuffix, DLQ_KEEPER);
     const stats = this.options.stats.consumer(settings.name);
     const logger = this.options.logger;
     let active = true;
