@@ -12,7 +12,7 @@ import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local/index.js';
 import { durableContract } from './broker-contract.js';
 import { statName } from '../src/broker/durable.js';
-import { tempDir, waitFor } from './helpers.js';
+import { runCli, tempDir, waitFor } from './helpers.js';
 
 const silent = pino({ level: 'silent' });
 
@@ -99,6 +99,48 @@ describe('durable stats', () => {
       await waitFor(() => value('broker.consumer.odd.acked') === 1, 10_000);
       assert.equal(value(`broker.topic.${statName('odd/topic')}.published`), 1);
       assert.ok(statName('x'.repeat(500)).length <= 41);
+    } finally {
+      await broker.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
+describe('mesh dlq list|replay (embedded broker)', () => {
+  it('lists the dead letters of a topic and replays them', async () => {
+    const dir = tempDir('mesh-dlq-cli-');
+    const registry = new LocalRegistry(dir.path);
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, logger: silent });
+    const reg = `--registry_address=${dir.path}`;
+    try {
+      let failing = true;
+      const done: string[] = [];
+      await broker.subscribe('cli.dlq', (m) => {
+        if (failing) throw new Error('refused\nwith a newline');
+        done.push(Buffer.from(m.body).toString());
+      }, { durable: 'worker', maxDeliver: 1 });
+      await broker.publish('cli.dlq', { header: { 'Mesh-Id': 'm-1' }, body: new Uint8Array(Buffer.from('payload')) });
+      await waitFor(async () => (await broker.listDeadLetters('cli.dlq', 10)).length === 1, 10_000);
+      const list = await runCli(['dlq', 'list', 'cli.dlq', reg]);
+      assert.equal(list.code, 0, list.stderr);
+      assert.equal(list.stdout, 'id\tconsumer\tdeliveries\terror\tbody\nm-1\tworker\t1\trefused with a newline\tpayload\n');
+      const json = await runCli(['dlq', 'list', 'cli.dlq', reg, '--output=json']);
+      const parsed = JSON.parse(json.stdout) as Array<{ id: string; body: string }>;
+      assert.deepEqual(parsed.map((d) => [d.id, Buffer.from(d.body, 'base64').toString()]), [['m-1', 'payload']]);
+      failing = false;
+      const replay = await runCli(['dlq', 'replay', 'cli.dlq', reg]);
+      assert.equal(replay.code, 0, replay.stderr);
+      assert.equal(replay.stdout, 'replayed 1\n');
+      await waitFor(() => done.length === 1, 10_000);
+      assert.deepEqual(done, ['payload']);
+      assert.equal((await runCli(['dlq', 'list', 'cli.dlq', reg])).stdout, 'id\tconsumer\tdeliveries\terror\tbody\n');
+      const usage = await runCli(['dlq', 'purge', 'cli.dlq', reg]);
+      assert.equal(usage.code, 2);
+      assert.match(usage.stderr, /usage: mesh dlq list\|replay TOPIC/);
+      const memory = await runCli(['dlq', 'list', 'cli.dlq', '--broker=memory', reg]);
+      assert.equal(memory.code, 1);
+      assert.match(memory.stderr, /broker memory: has no dead letters/);
     } finally {
       await broker.close();
       await registry.close();

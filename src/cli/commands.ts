@@ -1,4 +1,4 @@
-/** The platform commands: list, get, register, deregister, call, publish, subscribe, health. */
+/** The platform commands: list, get, register, deregister, call, publish, subscribe, dlq, health. */
 import type { Config } from './flags.js';
 import { FlagError } from './flags.js';
 import { DirectOperations, SidecarOperations, type Operations } from './operations.js';
@@ -152,6 +152,24 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         if (ended) {
           io.err(`subscription to ${topic} ended: ${ended}\n`);
           return 1;
+        }
+        return 0;
+      }
+      case 'dlq': {
+        const topic = rest[0];
+        if ((noun !== 'list' && noun !== 'replay') || !topic || rest.length > 1) throw new UsageError('usage: mesh dlq list|replay TOPIC');
+        if (noun === 'replay') {
+          const n = await ops.replayDeadLetters(topic);
+          io.out(json ? JSON.stringify({ replayed: n }) + '\n' : `replayed ${n}\n`);
+          return 0;
+        }
+        const dead = await ops.listDeadLetters(topic);
+        if (json) io.out(JSON.stringify(dead.map((m) => ({ id: m.header['Mesh-Id'], header: m.header, body: m.body.toString('base64') }))) + '\n');
+        else {
+          const rows = dead.map((m) =>
+            [m.header['Mesh-Id'] ?? '', m.header['Mesh-Dlq-Consumer'] ?? '', m.header['Mesh-Dlq-Deliveries'] ?? '', m.header['Mesh-Dlq-Error'] ?? '', m.body.toString('utf8')].map(printable).join('\t'),
+          );
+          io.out(['id\tconsumer\tdeliveries\terror\tbody', ...rows].join('\n') + '\n');
         }
         return 0;
       }

@@ -124,11 +124,11 @@ export const FLAG_GROUPS = {
 export type FlagGroup = keyof typeof FLAG_GROUPS;
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health', 'new', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 const SERVE: CommandName[] = ['dev', 'api', 'sidecar', 'proxy'];
-const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health'];
+const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health'];
 const MESH_PROCESS: CommandName[] = [...SERVE, ...PLATFORM];
 const GATEWAYS: CommandName[] = ['dev', 'api', 'sidecar'];
 
@@ -151,16 +151,16 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   mesh_home: { group: 'registry' },
   register_ttl: { group: 'registry', commands: ['dev', 'sidecar'] },
   register_interval: { group: 'registry', commands: ['dev', 'sidecar'] },
-  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_max_deliver: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_ack_wait: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_dlq_suffix: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_stream_max_age: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_stream_max_bytes: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
+  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_max_deliver: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_ack_wait: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_dlq_suffix: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_stream_max_age: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_stream_max_bytes: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   proxy_address: { group: 'client', commands: PLATFORM },
   client_request_timeout: { group: 'client', commands: MESH_PROCESS },
   client_retries: { group: 'client', commands: [...SERVE, 'call', 'health'] },

@@ -28,8 +28,15 @@ export interface Operations {
   /** `onEnd` is called when the subscription ends without being stopped (e.g. the sidecar closed it). */
   /** With `durable`: at least once under that consumer name, each message acknowledged once onMessage returns. */
   subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, onEnd?: (reason: string) => void, durable?: string): Promise<() => Promise<void>>;
+  /** The dead letters of a durable topic (at most DLQ_LIMIT). */
+  listDeadLetters(topic: string): Promise<ReceivedMessage[]>;
+  /** Publishes a durable topic's dead letters to it again (at most DLQ_LIMIT); resolves with the count. */
+  replayDeadLetters(topic: string): Promise<number>;
   close(): Promise<void>;
 }
+
+/** Dead letters listed or replayed by one `mesh dlq` command. */
+export const DLQ_LIMIT = 10_000;
 
 export class DirectOperations implements Operations {
   private readonly runtime: Runtime;
@@ -70,6 +77,18 @@ export class DirectOperations implements Operations {
   async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, _onEnd?: (reason: string) => void, durable?: string): Promise<() => Promise<void>> {
     const sub = await this.runtime.broker.subscribe(topic, (m) => onMessage({ header: m.header, body: Buffer.from(m.body) }), durable ? { queue, durable } : { queue });
     return () => sub.unsubscribe();
+  }
+
+  async listDeadLetters(topic: string): Promise<ReceivedMessage[]> {
+    const broker = this.runtime.broker;
+    if (!broker.listDeadLetters) throw new MeshError('go.mesh.cli', 400, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
+    return (await broker.listDeadLetters(topic, DLQ_LIMIT)).map((m) => ({ header: m.header, body: Buffer.from(m.body) }));
+  }
+
+  async replayDeadLetters(topic: string): Promise<number> {
+    const broker = this.runtime.broker;
+    if (!broker.replayDeadLetters) throw new MeshError('go.mesh.cli', 400, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
+    return broker.replayDeadLetters(topic, DLQ_LIMIT);
   }
 
   async close(): Promise<void> {
@@ -187,6 +206,14 @@ export class SidecarOperations implements Operations {
       stopped = true;
       ws.close();
     };
+  }
+
+  async listDeadLetters(): Promise<ReceivedMessage[]> {
+    throw new MeshError('go.mesh.cli', 400, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+  }
+
+  async replayDeadLetters(): Promise<number> {
+    throw new MeshError('go.mesh.cli', 400, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
   }
 
   async close(): Promise<void> {}
