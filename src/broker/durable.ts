@@ -104,10 +104,18 @@ export function nackDelayMs(deliveryCount: number, ackWaitMs: number): number {
   return Math.min(100 * 2 ** Math.min(Math.max(deliveryCount - 1, 0), 20), ackWaitMs);
 }
 
+/** The message id of a header: `Mesh-Id` in any letter case. */
+export function messageId(header: Record<string, string>): string | undefined {
+  const exact = header[ID_HEADER];
+  if (exact) return exact;
+  for (const [k, v] of Object.entries(header)) if (v && k.toLowerCase() === 'mesh-id') return v;
+  return undefined;
+}
+
 /** The message's id header, a new UUID when absent: returns the header to publish. */
 export function withMessageId(header: Record<string, string> | undefined): { header: Record<string, string>; id: string } {
   const h = { ...(header ?? {}) };
-  let id = h[ID_HEADER];
+  let id = messageId(h);
   if (!id) h[ID_HEADER] = id = randomUUID();
   return { header: h, id };
 }

@@ -19,7 +19,7 @@ import { createHash } from 'node:crypto';
 import type { ConsumerMessages, JetStreamClient, JetStreamManager, JsMsg, MsgHdrs, NatsConnection } from 'nats';
 import type pino from 'pino';
 import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from './broker.js';
-import { deadLetter, ID_HEADER, nackDelayMs, replayed, runDurable, type DurableDefaults, type DurableSettings, type DurableStats } from './durable.js';
+import { deadLetter, messageId, nackDelayMs, replayed, runDurable, type DurableDefaults, type DurableSettings, type DurableStats } from './durable.js';
 
 type NatsModule = typeof import('nats');
 
@@ -165,7 +165,7 @@ export class JetStreamTopics {
       if (m.subject !== dlqTopic) continue;
       const header: Record<string, string> = {};
       if (m.header) for (const [k, values] of m.header) header[k] = values.join(', ');
-      out.push({ seq, message: { header, body: m.data.slice(), id: header[ID_HEADER] || `${stream}:${seq}` } });
+      out.push({ seq, message: { header, body: m.data.slice(), id: messageId(header) || `${stream}:${seq}` } });
     }
     return out;
   }
@@ -266,7 +266,7 @@ export class JetStreamTopics {
     const header: Record<string, string> = {};
     if (m.headers) for (const [k, values] of m.headers) header[k] = values.join(', ');
     const count = m.info.deliveryCount;
-    const message: Message = { header, body: m.data.slice(), id: header[ID_HEADER] || `${m.info.stream}:${m.seq}`, deliveryCount: count };
+    const message: Message = { header, body: m.data.slice(), id: messageId(header) || `${m.info.stream}:${m.seq}`, deliveryCount: count };
     stats?.delivered.inc();
     if (count > 1) stats?.redelivered.inc();
     stats?.pending.set(m.info.pending);

@@ -8,6 +8,7 @@ import { RegistryValidationError, type Service } from '../registry/registry.js';
 import { MeshError } from '../errors.js';
 import { printable } from '../util/text.js';
 import { formatAddress } from '../util/address.js';
+import { messageId } from '../broker/durable.js';
 
 export interface Output {
   out: (text: string) => void;
@@ -164,10 +165,10 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
           return 0;
         }
         const dead = await ops.listDeadLetters(topic);
-        if (json) io.out(JSON.stringify(dead.map((m) => ({ id: m.header['Mesh-Id'], header: m.header, body: m.body.toString('base64') }))) + '\n');
+        if (json) io.out(JSON.stringify(dead.map((m) => ({ id: messageId(m.header), header: m.header, body: m.body.toString('base64') }))) + '\n');
         else {
           const rows = dead.map((m) =>
-            [m.header['Mesh-Id'] ?? '', m.header['Mesh-Dlq-Consumer'] ?? '', m.header['Mesh-Dlq-Deliveries'] ?? '', m.header['Mesh-Dlq-Error'] ?? '', m.body.toString('utf8')].map(printable).join('\t'),
+            [messageId(m.header) ?? '', m.header['Mesh-Dlq-Consumer'] ?? '', m.header['Mesh-Dlq-Deliveries'] ?? '', m.header['Mesh-Dlq-Error'] ?? '', m.body.toString('utf8')].map(printable).join('\t'),
           );
           io.out(['id\tconsumer\tdeliveries\terror\tbody', ...rows].join('\n') + '\n');
         }
