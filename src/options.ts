@@ -49,6 +49,16 @@ export interface MeshOptions {
   brokerTlsCertFile?: string;
   /** nats: PEM client key. */
   brokerTlsKeyFile?: string;
+  /** Durable subscriptions: attempts before the dead-letter topic. Default `5`. */
+  brokerMaxDeliver?: number;
+  /** Durable subscriptions: redelivery after this without an ack. Default `'30s'`. */
+  brokerAckWait?: Duration;
+  /** Durable subscriptions: dead-letter topic = topic + this. Default `'.dlq'`. */
+  brokerDlqSuffix?: string;
+  /** Durable topics: stored messages older than this are dropped (0: no limit). Default `0`. */
+  brokerStreamMaxAge?: Duration;
+  /** nats durable topics: bytes stored per topic (0: no limit). Default `0`. */
+  brokerStreamMaxBytes?: Size;
   /** Extra codecs, chosen by their content type (JSON and protobuf are built in). Default `[]`. */
   codecs?: Codec[];
   /** Budget of one outbound call. Default `'5s'`. */
@@ -145,6 +155,11 @@ export interface ResolvedOptions {
   brokerTlsCaFile?: string;
   brokerTlsCertFile?: string;
   brokerTlsKeyFile?: string;
+  brokerMaxDeliver: number;
+  brokerAckWait: number;
+  brokerDlqSuffix: string;
+  brokerStreamMaxAge: number;
+  brokerStreamMaxBytes: number;
   codecs: Codec[];
   clientRequestTimeout: number;
   clientRetries: number;
@@ -208,6 +223,11 @@ export class OptionsError extends Error {
 export const DEFAULT_OPTIONS = Object.freeze({
   registry: 'local',
   broker: 'http',
+  brokerMaxDeliver: 5,
+  brokerAckWait: '30s',
+  brokerDlqSuffix: '.dlq',
+  brokerStreamMaxAge: 0,
+  brokerStreamMaxBytes: 0,
   clientRequestTimeout: '5s',
   clientRetries: 1,
   clientPerTryTimeout: 0,
@@ -350,6 +370,11 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     brokerTlsCaFile: str('brokerTlsCaFile'),
     brokerTlsCertFile: str('brokerTlsCertFile'),
     brokerTlsKeyFile: str('brokerTlsKeyFile'),
+    brokerMaxDeliver: int('brokerMaxDeliver'),
+    brokerAckWait: duration('brokerAckWait'),
+    brokerDlqSuffix: str('brokerDlqSuffix') ?? '.dlq',
+    brokerStreamMaxAge: duration('brokerStreamMaxAge'),
+    brokerStreamMaxBytes: size('brokerStreamMaxBytes'),
     codecs: [...(codecsValue as Codec[])],
     clientRequestTimeout: duration('clientRequestTimeout'),
     clientRetries: int('clientRetries'),
@@ -435,6 +460,9 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   }
   if (resolved.registry === 'etcd' && !resolved.registryAddress?.trim()) fail('registryAddress', 'the etcd registry needs host:port[,host:port]');
   if (resolved.broker === 'nats' && !resolved.brokerAddress?.trim()) fail('brokerAddress', 'the nats broker needs host:port');
+  if (resolved.brokerMaxDeliver < 1 || resolved.brokerMaxDeliver > 1000) fail('brokerMaxDeliver', 'must be from 1 to 1000');
+  if (resolved.brokerAckWait < 100 || resolved.brokerAckWait > 3_600_000) fail('brokerAckWait', 'must be from 100ms to 1h');
+  if (resolved.brokerDlqSuffix === '' || /[\s*>]/.test(resolved.brokerDlqSuffix)) fail('brokerDlqSuffix', "must be non-empty, without whitespace, '*' or '>'");
   checkTls(resolved, fail);
   return resolved;
 }

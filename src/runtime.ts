@@ -235,6 +235,8 @@ export class Runtime {
       // advertise may carry a service's port; the broker's endpoint keeps its own.
       advertiseHost: options.advertise?.trim() ? parseAdvertise(options.advertise).host : undefined,
       tls: { caFile: options.brokerTlsCaFile, certFile: options.brokerTlsCertFile, keyFile: options.brokerTlsKeyFile },
+      durable: { maxDeliver: options.brokerMaxDeliver, ackWaitMs: options.brokerAckWait, dlqSuffix: options.brokerDlqSuffix, maxAgeMs: options.brokerStreamMaxAge, maxBytes: options.brokerStreamMaxBytes },
+      stats: this.stats,
       logger: this.logging.get('broker'),
     });
   }

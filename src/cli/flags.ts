@@ -33,6 +33,11 @@ export const FLAG_SPECS = {
   broker_tls_ca_file: { type: 'string', help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
   broker_tls_cert_file: { type: 'string', help: 'nats (TLS required): PEM client certificate' },
   broker_tls_key_file: { type: 'string', help: 'nats (TLS required): PEM client key' },
+  broker_max_deliver: { type: 'int', help: 'durable subscriptions: attempts before a message goes to the dead-letter topic', default: '5' },
+  broker_ack_wait: { type: 'duration', help: 'durable subscriptions: a delivery not acknowledged within this is redelivered', default: '30s' },
+  broker_dlq_suffix: { type: 'string', help: 'durable subscriptions: dead-letter topic = topic + this', default: '.dlq' },
+  broker_stream_max_age: { type: 'duration', help: 'durable topics: stored messages older than this are dropped (0: no limit)', default: '0' },
+  broker_stream_max_bytes: { type: 'size', help: 'nats durable topics: bytes stored per topic before the oldest are dropped (0: no limit)', default: '0' },
   proxy_address: { type: 'string', help: 'run CLI commands through the sidecar at host:port' },
   client_request_timeout: { type: 'duration', help: 'budget of one outbound call', default: '5s' },
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },
@@ -100,6 +105,8 @@ export const FLAG_SPECS = {
   healthcheck_interval: { type: 'duration', help: 'sidecar: time between health checks', default: '10s' },
   healthcheck_timeout: { type: 'duration', help: 'sidecar: health check timeout', default: '2s' },
   queue: { type: 'string', help: 'subscribe: queue group' },
+  ack: { type: 'bool', help: 'subscribe: at least once, under --durable NAME: each message is acknowledged once printed', default: 'false' },
+  durable: { type: 'string', help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
   config: { type: 'string', help: 'proxy: configuration file' },
   mesh_home: { type: 'string', help: 'state directory (default $MESH_HOME or ~/.mesh)' },
 } satisfies Record<string, FlagSpec>;
@@ -123,11 +130,11 @@ export const FLAG_GROUPS = {
 export type FlagGroup = keyof typeof FLAG_GROUPS;
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health', 'new', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 const SERVE: CommandName[] = ['dev', 'api', 'sidecar', 'proxy'];
-const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health'];
+const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health'];
 const MESH_PROCESS: CommandName[] = [...SERVE, ...PLATFORM];
 const GATEWAYS: CommandName[] = ['dev', 'api', 'sidecar'];
 
@@ -150,11 +157,16 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   mesh_home: { group: 'registry' },
   register_ttl: { group: 'registry', commands: ['dev', 'sidecar'] },
   register_interval: { group: 'registry', commands: ['dev', 'sidecar'] },
-  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
+  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_max_deliver: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_ack_wait: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_dlq_suffix: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_stream_max_age: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_stream_max_bytes: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   proxy_address: { group: 'client', commands: PLATFORM },
   client_request_timeout: { group: 'client', commands: MESH_PROCESS },
   client_retries: { group: 'client', commands: [...SERVE, 'call', 'health'] },
@@ -220,6 +232,8 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   healthcheck_timeout: { group: 'command', commands: ['sidecar'] },
   output: { group: 'command', commands: PLATFORM },
   queue: { group: 'command', commands: ['subscribe'] },
+  ack: { group: 'command', commands: ['subscribe'] },
+  durable: { group: 'command', commands: ['subscribe'] },
   config: { group: 'command', commands: ['proxy'] },
 };
 
@@ -291,6 +305,11 @@ export interface Config {
   broker_tls_ca_file?: string;
   broker_tls_cert_file?: string;
   broker_tls_key_file?: string;
+  broker_max_deliver: number;
+  broker_ack_wait: number;
+  broker_dlq_suffix: string;
+  broker_stream_max_age: number;
+  broker_stream_max_bytes: number;
   proxy_address?: string;
   client_request_timeout: number;
   client_retries: number;
@@ -361,6 +380,8 @@ export interface Config {
   healthcheck_interval: number;
   healthcheck_timeout: number;
   queue?: string;
+  ack: boolean;
+  durable?: string;
   config?: string;
   mesh_home?: string;
 }
@@ -576,6 +597,14 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
   const whole = config.request_timeout as number;
   if (whole > 0 && headers > whole) {
     throw new FlagError(`invalid value "${values.get('request_headers_timeout') ?? '10s'}" for ${flagLabel('request_headers_timeout', fromEnv.has('request_headers_timeout'))}: longer than --request_timeout (${values.get('request_timeout') ?? '30s'})`);
+  }
+  const durable: Array<[FlagName, boolean, string]> = [
+    ['broker_max_deliver', (config.broker_max_deliver as number) >= 1 && (config.broker_max_deliver as number) <= 1000, 'must be from 1 to 1000'],
+    ['broker_ack_wait', (config.broker_ack_wait as number) >= 100 && (config.broker_ack_wait as number) <= 3_600_000, 'must be from 100ms to 1h'],
+    ['broker_dlq_suffix', !/^$|[\s*>]/.test(config.broker_dlq_suffix as string), "must be non-empty, without whitespace, '*' or '>'"],
+  ];
+  for (const [name, ok, why] of durable) {
+    if (!ok) throw new FlagError(`invalid value "${values.get(name) ?? ''}" for ${flagLabel(name, fromEnv.has(name))}: ${why}`);
   }
   return { config: config as unknown as Config, positionals, given, switches, fromEnv };
 }
