@@ -76,6 +76,15 @@ export interface PublishOptions {
 export interface MeshSubscribeOptions {
   /** Queue group: one member of the group gets each message. Without it every subscriber does. */
   queue?: string;
+  /**
+   * At-least-once delivery under this consumer name (http and nats brokers): returning acks the
+   * message, throwing nacks it (redelivered after a backoff, then dead-lettered). See docs/api.md.
+   */
+  durable?: string;
+  /** Durable: attempts before the message goes to `<topic>.dlq`; default `brokerMaxDeliver`. */
+  maxDeliver?: number;
+  /** Durable: a delivery neither returned from nor thrown within this (ms) comes again; default `brokerAckWait`. */
+  ackWaitMs?: number;
 }
 
 /**
@@ -303,6 +312,8 @@ export class Mesh {
             event = codec.decode(message.body);
           } catch (err) {
             log.warn({ topic: received, err: (err as Error).message }, 'message body not decodable: not delivered');
+            // At least once: a nack, so that the message ends in the dead-letter topic, not lost.
+            if (opts.durable !== undefined) throw new Error(`message body not decodable: ${(err as Error).message}`);
             return;
           }
         }
@@ -320,7 +331,7 @@ export class Mesh {
           span?.end();
         }
       },
-      { queue: opts.queue },
+      { queue: opts.queue, durable: opts.durable, maxDeliver: opts.maxDeliver, ackWaitMs: opts.ackWaitMs },
     );
   }
 

@@ -148,3 +148,36 @@ describe('mesh dlq list|replay (embedded broker)', () => {
     }
   });
 });
+
+describe('Mesh.subscribe with durable options (the framework on the embedded default)', () => {
+  it('a handler that throws is a nack: the event comes again with deliveryCount 2; an undecodable body ends in the dead-letter topic', async () => {
+    const { Mesh } = await import('../src/index.js');
+    const dir = tempDir('mesh-durable-mesh-');
+    const mesh = new Mesh({ registry: 'local', registryAddress: dir.path, broker: 'http', logLevel: 'off', drainDelay: 0, brokerMaxDeliver: 2 });
+    try {
+      const seen: Array<{ n: number; count: number | undefined }> = [];
+      await mesh.subscribe<{ n: number }>(
+        'jobs',
+        (event, message) => {
+          seen.push({ n: event.n, count: message.deliveryCount });
+          if (seen.length === 1) throw new Error('first attempt fails');
+        },
+        { durable: 'workers', ackWaitMs: 5_000 },
+      );
+      const dead: string[] = [];
+      // The raw message: the dead letter keeps its content-type, so the codec could not decode it either.
+      await mesh.broker.subscribe('jobs.dlq', (message) => void dead.push(Buffer.from(message.body).toString()));
+      await mesh.publish('jobs', { n: 7 });
+      await waitFor(() => seen.length === 2, 10_000);
+      assert.deepEqual(seen, [{ n: 7, count: 1 }, { n: 7, count: 2 }]);
+      // Not JSON, though it says it is: never decodable, so after brokerMaxDeliver attempts it is a dead letter.
+      await mesh.publish('jobs', Buffer.from('{not json'), { header: { 'content-type': 'application/json' } });
+      await waitFor(() => dead.length === 1, 15_000);
+      assert.deepEqual(dead, ['{not json']);
+      assert.equal(seen.length, 2);
+    } finally {
+      await mesh.close();
+      dir.cleanup();
+    }
+  });
+});

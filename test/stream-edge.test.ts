@@ -359,7 +359,9 @@ describe('streams at the edge', () => {
     assert.ok(stat('cluster.go.mesh.api.ticker.upstream_rq_stream_msgs_sent') >= 5);
   });
 
-  describe('a backend written in Python from docs/protocol.md', { skip: existsSync(PYTHON) ? false : `${PYTHON} is absent: the Python backend test is SKIPPED` }, () => {
+  const pythonMissing = existsSync(PYTHON) ? undefined : `${PYTHON} (Debian's python3) is absent: the Python backend test is SKIPPED`;
+  if (pythonMissing && process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${pythonMissing}`);
+  describe('a backend written in Python from docs/protocol.md', { skip: pythonMissing ?? false }, () => {
     let py: ChildProcess;
     let pyOut = '';
 
