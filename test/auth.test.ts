@@ -269,11 +269,56 @@ describe('gateway auth: JWT, API keys, rules', () => {
     writeFileSync(bad, 'rules:\n  - path: /a\n    access: public\n  - service: x\n    acess: deny\n');
     const y = await runCli(['api', '--address=127.0.0.1:0', '--admin_address=off', `--registry_address=${dir.path}`, '--auth=key', `--auth_keys=${join(dir.path, 'keys.txt')}`, `--auth_rules=${bad}`]);
     assert.equal(y.code, 2, y.stderr);
-    assert.equal(y.stderr, `mesh: invalid value "${bad}" for flag --auth_rules: line 5: rule 2: unknown field "acess" (use service, endpoint, path, access, scopes, name)\n`);
+    assert.equal(y.stderr, `mesh: invalid value "${bad}" for flag --auth_rules: line 5: rule 2: unknown field "acess" (use service, endpoint, path, access, scopes, rate_limit, rate_limit_burst, name)\n`);
+    const badRate = join(dir.path, 'bad-rate.yaml');
+    writeFileSync(badRate, 'rules:\n  - path: /a\n    access: public\n    rate_limit: fast\n');
+    const r = await runCli(['api', '--address=127.0.0.1:0', '--admin_address=off', `--registry_address=${dir.path}`, `--auth_rules=${badRate}`]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.equal(r.stderr, `mesh: invalid value "${badRate}" for flag --auth_rules: line 4: rule 1: rate_limit "fast": use N/s, N/m, N/h or N/<duration> (e.g. 100/s), or 0 for no limit\n`);
     const badJson = join(dir.path, 'bad.json');
     writeFileSync(badJson, '[\n  {"path": "/a", "access": "public"},\n  {"path": "/b" "access": "deny"}\n]\n');
     const j = await runCli(['api', '--address=127.0.0.1:0', '--admin_address=off', `--registry_address=${dir.path}`, `--auth_rules=${badJson}`]);
     assert.equal(j.code, 2, j.stderr);
     assert.match(j.stderr, new RegExp(`^mesh: invalid value "${badJson.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}" for flag --auth_rules: line 3: not valid JSON`));
+  });
+});
+
+describe('a rule with its own rate limit', () => {
+  const dir = tempDir('mesh-auth-rate-');
+  let registry: Registry;
+  let plain: PlainApp;
+  let gw: GatewayProcess;
+
+  before(async () => {
+    registry = createRegistry('local', dir.path);
+    plain = await startPlainApp('plain');
+    await registerPlain(registry, 'go.mesh.api.plain', plain.port);
+    await registerPlain(registry, 'go.mesh.api.other', plain.port);
+    const rules = join(dir.path, 'rules.yaml');
+    writeFileSync(rules, 'rules:\n  - service: go.mesh.api.plain\n    endpoint: Costly.*\n    access: public\n    rate_limit: 1/h\n    rate_limit_burst: 2\n  - path: /\n    access: public\n');
+    gw = await startGatewayProcess(dir.path, [`--auth_rules=${rules}`]);
+  });
+  after(async () => {
+    await gw?.stop();
+    await plain?.close();
+    await registry?.close();
+    dir.cleanup();
+  });
+
+  it('the rule\'s bucket refuses the third request with 429 and the RateLimit fields; other resources are not limited', async () => {
+    const costly = () => http('GET', `${gw.url}/plain/costly/run`);
+    const first = await costly();
+    assert.equal(first.status, 201, first.text); // the plain app's answer status
+    assert.equal(first.headers['ratelimit-policy'], '"rule-1";q=2;w=7200');
+    assert.equal((await costly()).status, 201);
+    const third = await costly();
+    assert.equal(third.status, 429);
+    assert.equal(third.text, JSON.stringify({ id: 'go.mesh.api', code: 429, detail: `rate limit of 1/h (burst 2) exceeded (rule 1): retry after ${third.headers['retry-after']}s`, status: 'Too Many Requests' }));
+    assert.ok(Number(third.headers['retry-after']) > 1000, String(third.headers['retry-after']));
+    assert.match(String(third.headers.ratelimit), /^"rule-1";r=0;t=\d+$/);
+    for (let i = 0; i < 5; i++) assert.equal((await http('GET', `${gw.url}/plain/cheap/run`)).status, 201);
+    for (let i = 0; i < 5; i++) assert.equal((await http('GET', `${gw.url}/other/costly/run`)).status, 201);
+    const shown = (await http('GET', `${gw.admin}/auth_rules`)).json<{ rules: Array<Record<string, unknown>> }>();
+    assert.deepEqual(shown.rules[0]!.rate_limit, { per_second: 1 / 3600, burst: 2 });
   });
 });

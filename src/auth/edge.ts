@@ -13,8 +13,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
-import { MeshError } from '../errors.js';
-import { setAuthSubject } from '../http/rate-limit.js';
+import { flagged, MeshError } from '../errors.js';
+import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../http/rate-limit.js';
 import type { Counter, StatsStore } from '../stats/store.js';
 import { parseRules, ruleJson, ruleMatches, RulesError, type Access, type Resource, type Rule } from './rules.js';
 import { KeyStore, sha256, type Identity } from './keys.js';
@@ -264,23 +264,24 @@ export class EdgeAuth {
   }
 
   /** The first rule matching the resource decides; none: --auth_default. Throws the 401 or 403. */
-  decide(identity: Identity | undefined, r: Resource): void {
+  /** Decides a request (throws 401/403); returns the rule that allowed it, if one did. */
+  decide(identity: Identity | undefined, r: Resource): Rule | undefined {
     const rule = this.rules.find((x) => ruleMatches(x, r));
     const access = rule ? rule.access : this.defaultAccess;
     const what = r.service !== undefined ? `${r.service}${r.endpoint !== undefined ? ` ${r.endpoint}` : ''}` : r.path;
     const by = rule ? `rule ${rule.index}` : '--auth_default';
     switch (access) {
       case 'public':
-        return;
+        return rule;
       case 'deny':
         throw new AuthError(403, `access to ${what} denied by ${by}`);
       case 'authenticated':
         if (!identity) throw this.required();
-        return;
+        return rule;
       case 'scopes': {
         if (!identity) throw this.required();
         const need = rule!.scopes!;
-        if (need.some((s) => identity.scopes.includes(s))) return;
+        if (need.some((s) => identity.scopes.includes(s))) return rule;
         throw new AuthError(403, `access to ${what} needs scope ${need.join(' or ')} (${by})`, `${REALM}, error="insufficient_scope", scope="${need.join(' ')}"`);
       }
     }
@@ -328,6 +329,10 @@ export interface EdgeGuardOptions {
   statPrefix: string;
   /** The sidecar's token (--sidecar_token): every request through the guard must carry it. */
   sidecarToken?: string;
+  /** The front end's error id: a rule's rate limit answers 429 with it. */
+  errorId: string;
+  /** The front end's `--rate_limit` (its limiter keeps the rules' buckets too, apart, and its key kind applies). */
+  rateLimit?: FrontRateLimit;
 }
 
 /** One front end's auth step (see the module comment). */
@@ -337,11 +342,18 @@ export class EdgeGuard {
   private readonly unauthenticated: Counter;
   private readonly tokenHash?: Buffer;
   private readonly identities = new WeakMap<IncomingMessage, Identity>();
+  /** The buckets of rules with a rate_limit: the front end's limiter, or one of the guard's own (made when first needed). */
+  private ruleLimiter?: RateLimiter;
+  private readonly rateOk: Counter;
+  private readonly rateOver: Counter;
 
   constructor(
     private readonly auth: EdgeAuth | undefined,
-    options: EdgeGuardOptions,
+    private readonly options: EdgeGuardOptions,
   ) {
+    this.ruleLimiter = options.rateLimit?.limiter;
+    this.rateOk = options.stats.counter(`http.${options.statPrefix}.ratelimit.ok`);
+    this.rateOver = options.stats.counter(`http.${options.statPrefix}.ratelimit.over_limit`);
     const p = `http.${options.statPrefix}.auth.`;
     this.allowed = options.stats.counter(`${p}allowed`);
     this.denied = options.stats.counter(`${p}denied`);
@@ -355,7 +367,7 @@ export class EdgeGuard {
    */
   async check(req: IncomingMessage, res: ServerResponse | undefined, target: EdgeTarget): Promise<void> {
     try {
-      await this.run(req, target);
+      this.limit(req, res, await this.run(req, target));
     } catch (err) {
       if (err instanceof AuthError) {
         (err.code === 401 ? this.unauthenticated : this.denied).inc();
@@ -370,8 +382,9 @@ export class EdgeGuard {
   authorizeCall(req: IncomingMessage, res: ServerResponse, service: string, endpoint: string): void {
     if (!this.auth) return;
     try {
-      this.auth.decide(this.identities.get(req), { path: '/rpc', service, endpoint });
+      const rule = this.auth.decide(this.identities.get(req), { path: '/rpc', service, endpoint });
       this.allowed.inc();
+      this.limit(req, res, rule);
     } catch (err) {
       if (err instanceof AuthError) {
         (err.code === 401 ? this.unauthenticated : this.denied).inc();
@@ -381,7 +394,7 @@ export class EdgeGuard {
     }
   }
 
-  private async run(req: IncomingMessage, target: EdgeTarget): Promise<void> {
+  private async run(req: IncomingMessage, target: EdgeTarget): Promise<Rule | undefined> {
     if (this.tokenHash) {
       const sent = req.headers[HEADER_SIDECAR_TOKEN];
       const challenge = 'Mesh-Sidecar-Token realm="mesh"';
@@ -391,7 +404,7 @@ export class EdgeGuard {
     // Always, auth on or off: only the edge says who the caller is, and the sidecar token stops here.
     removeHeaders(req, (name) => name.startsWith(AUTH_HEADER_PREFIX) || name === HEADER_SIDECAR_TOKEN);
     const auth = this.auth;
-    if (!auth) return;
+    if (!auth) return undefined;
     if (unnormalized(target.path)) throw new MeshError(AUTH_ERROR_ID, 400, 'path has dot segments, empty segments or encoded separators: send it normalized');
     const identity = await auth.authenticate(req);
     if (identity) {
@@ -402,9 +415,30 @@ export class EdgeGuard {
       // An API key is for the edge alone: backends never see it.
       if (auth.mode === 'key') removeHeaders(req, (name) => name === 'authorization');
     }
-    if ('call' in target) return;
-    auth.decide(identity, target);
+    if ('call' in target) return undefined;
+    const rule = auth.decide(identity, target);
     this.allowed.inc();
+    return rule;
+  }
+
+  /**
+   * A rule's own rate limit (`rate_limit` in the rules file): a token bucket per rule and client key
+   * (the front end's `--rate_limit_key`, else the address), on top of `--rate_limit`. Over it: 429
+   * with Retry-After and the RateLimit fields, counted with the front end's rate limit stats.
+   */
+  private limit(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule | undefined): void {
+    const policy = rule?.rateLimit;
+    if (!policy) return;
+    this.ruleLimiter ??= new RateLimiter({ policy });
+    const decision = this.ruleLimiter.check(rateLimitKey(req, this.options.rateLimit?.key ?? 'address'), policy);
+    if (res && !res.headersSent) for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
+    if (decision.allowed) {
+      this.rateOk.inc();
+      return;
+    }
+    this.rateOver.inc();
+    req.resume();
+    throw flagged(new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(policy)} exceeded (rule ${rule.index}): retry after ${decision.retryAfterSec}s`), 'RL');
   }
 }
 

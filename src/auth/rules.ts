@@ -5,7 +5,8 @@
  * YAML or JSON (a `.json` file is held to strict JSON); every error names its line.
  */
 import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Document, type Node } from 'yaml';
-import { escapeRegExp } from '../util/regex.js';
+import { globMatcher } from '../util/regex.js';
+import { ratePolicy, type RatePolicy } from '../http/rate-limit.js';
 
 export type Access = 'public' | 'authenticated' | 'deny';
 
@@ -20,8 +21,10 @@ export interface Rule {
   path?: string;
   access: Access | 'scopes';
   scopes?: string[];
-  serviceRe?: RegExp;
-  endpointRe?: RegExp;
+  serviceMatches?: (name: string) => boolean;
+  endpointMatches?: (name: string) => boolean;
+  /** `rate_limit` (and `rate_limit_burst`): a token bucket of this rule's own, per client key. */
+  rateLimit?: RatePolicy;
 }
 
 /** What a request asks for: its path, and the service and endpoint once resolved. */
@@ -43,12 +46,7 @@ export class RulesError extends Error {
 
 const MAX_RULES = 10_000;
 const MAX_GLOB = 256;
-const FIELDS = new Set(['name', 'service', 'endpoint', 'path', 'access', 'scopes']);
-
-/** A glob: `*` stands for any run of characters (dots included); everything else is literal. */
-export function compileGlob(glob: string): RegExp {
-  return new RegExp(`^${glob.split('*').map(escapeRegExp).join('.*')}$`);
-}
+const FIELDS = new Set(['name', 'service', 'endpoint', 'path', 'access', 'scopes', 'rate_limit', 'rate_limit_burst']);
 
 /** Whether a request path is under a rule's prefix: `/a/` covers `/a/x`; `/a` covers `/a` and `/a/x`, not `/ab`. */
 export function underPrefix(path: string, prefix: string): boolean {
@@ -58,8 +56,8 @@ export function underPrefix(path: string, prefix: string): boolean {
 
 export function ruleMatches(rule: Rule, r: Resource): boolean {
   if (rule.path !== undefined && !underPrefix(r.path, rule.path)) return false;
-  if (rule.serviceRe && (r.service === undefined || !rule.serviceRe.test(r.service))) return false;
-  if (rule.endpointRe && (r.endpoint === undefined || !rule.endpointRe.test(r.endpoint))) return false;
+  if (rule.serviceMatches && (r.service === undefined || !rule.serviceMatches(r.service))) return false;
+  if (rule.endpointMatches && (r.endpoint === undefined || !rule.endpointMatches(r.endpoint))) return false;
   return true;
 }
 
@@ -116,7 +114,7 @@ function parseRule(doc: Document, node: unknown, index: number, line: number, li
     return lineAt(pair?.value) ?? lineAt(pair?.key) ?? line;
   };
   for (const key of Object.keys(raw)) {
-    if (!FIELDS.has(key)) throw new RulesError(fieldLine(key), `${where}: unknown field "${key}" (use service, endpoint, path, access, scopes, name)`);
+    if (!FIELDS.has(key)) throw new RulesError(fieldLine(key), `${where}: unknown field "${key}" (use service, endpoint, path, access, scopes, rate_limit, rate_limit_burst, name)`);
   }
   const text = (name: string): string | undefined => {
     const v = raw[name];
@@ -134,8 +132,9 @@ function parseRule(doc: Document, node: unknown, index: number, line: number, li
   if (rule.service === undefined && rule.endpoint === undefined && rule.path === undefined) {
     throw new RulesError(line, `${where}: names no resource (give service, endpoint or path; path: / matches every request)`);
   }
-  if (rule.service !== undefined) rule.serviceRe = compileGlob(rule.service);
-  if (rule.endpoint !== undefined) rule.endpointRe = compileGlob(rule.endpoint);
+  if (rule.service !== undefined) rule.serviceMatches = globMatcher(rule.service);
+  if (rule.endpoint !== undefined) rule.endpointMatches = globMatcher(rule.endpoint);
+  rule.rateLimit = ruleRate(raw, index, where, fieldLine);
   const access = raw.access;
   const scopes = raw.scopes;
   if (scopes !== undefined) {
@@ -157,6 +156,27 @@ function parseRule(doc: Document, node: unknown, index: number, line: number, li
   return rule;
 }
 
+/** `rate_limit: 10/s` and `rate_limit_burst: 20` of a rule: its policy, named `rule-<index>`. */
+function ruleRate(raw: Record<string, unknown>, index: number, where: string, fieldLine: (name: string) => number): RatePolicy | undefined {
+  const rate = raw.rate_limit;
+  const burst = raw.rate_limit_burst;
+  if (rate === undefined || rate === null) {
+    if (burst !== undefined && burst !== null) throw new RulesError(fieldLine('rate_limit_burst'), `${where}: rate_limit_burst needs rate_limit`);
+    return undefined;
+  }
+  if (typeof rate !== 'string' && typeof rate !== 'number') throw new RulesError(fieldLine('rate_limit'), `${where}: rate_limit must be a rate like 10/s`);
+  if (burst !== undefined && burst !== null && (typeof burst !== 'number' || !Number.isSafeInteger(burst) || burst < 1)) {
+    throw new RulesError(fieldLine('rate_limit_burst'), `${where}: rate_limit_burst must be a whole number of at least 1`);
+  }
+  try {
+    const policy = ratePolicy(String(rate), typeof burst === 'number' ? burst : undefined, `rule-${index}`);
+    if (!policy) throw new Error('0 or off: leave rate_limit out instead');
+    return policy;
+  } catch (err) {
+    throw new RulesError(fieldLine('rate_limit'), `${where}: rate_limit "${String(rate)}": ${(err as Error).message}`);
+  }
+}
+
 /** A rule as admin /auth_rules shows it. */
 export function ruleJson(rule: Rule): Record<string, unknown> {
   const out: Record<string, unknown> = { index: rule.index, line: rule.line };
@@ -166,5 +186,6 @@ export function ruleJson(rule: Rule): Record<string, unknown> {
   if (rule.path !== undefined) out.path = rule.path;
   if (rule.access === 'scopes') out.scopes = rule.scopes;
   else out.access = rule.access;
+  if (rule.rateLimit) out.rate_limit = { per_second: rule.rateLimit.ratePerSec, burst: rule.rateLimit.burst };
   return out;
 }

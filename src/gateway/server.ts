@@ -100,7 +100,7 @@ export class Gateway {
     this.enableRpc = options.enableRpc ?? true;
     const allow = options.rpcAllow ?? [];
     if (allow.length > 0 && !allow.includes('*')) this.rpcAllowed = globsMatcher(allow);
-    this.guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX });
+    this.guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, errorId: ERROR_ID, rateLimit: options.rateLimit });
     const guard = this.guard;
     this.fe = {
       runtime,

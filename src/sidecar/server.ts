@@ -104,7 +104,7 @@ export class Sidecar {
   ) {
     const meshOptions = runtime.options;
     this.handler = options.handler ?? 'rpc';
-    const guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, sidecarToken: options.sidecarToken });
+    const guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, sidecarToken: options.sidecarToken, errorId: SIDECAR_ERROR_ID, rateLimit: options.rateLimit });
     this.guard = guard;
     this.fe = {
       runtime,
