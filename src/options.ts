@@ -58,6 +58,10 @@ export interface MeshOptions {
   clientPerTryTimeout?: Duration;
   /** Idempotent calls: a second try goes to another host after this long (0: no hedging). Default `0`. */
   clientHedgeDelay?: Duration;
+  /** gRPC: directories of the .proto files of gRPC backends and services (docs/grpc.md). Default none. */
+  protoPath?: string[];
+  /** gRPC: the .proto files to load, relative to a protoPath directory. Default every .proto under protoPath. */
+  protoFiles?: string[];
   /** Proxied answers: how long one may wait for a client that reads nothing (0: no limit). Default `'5m'`. */
   streamIdleTimeout?: Duration;
   /** Connections each listener holds at once (0: no limit). Default `10000`. */
@@ -143,6 +147,8 @@ export interface ResolvedOptions {
   clientRetries: number;
   clientPerTryTimeout: number;
   clientHedgeDelay: number;
+  protoPath: string[];
+  protoFiles: string[];
   streamIdleTimeout: number;
   maxConnections: number;
   requestHeadersTimeout: number;
@@ -228,6 +234,7 @@ const KNOWN = new Set<string>([
   'brokerAddress', 'brokerTlsCaFile', 'brokerTlsCertFile', 'brokerTlsKeyFile',
   'codecs', 'adminAddress', 'adminToken', 'adminAllowedHosts', 'metricsAddress', 'tlsCertFile', 'tlsKeyFile', 'acmeHosts', 'acmeEmail', 'acmeCache',
   'cors', 'advertise', 'meshHome', 'logFormat', 'accessLog', 'accessLogFormat',
+  'protoPath', 'protoFiles',
 ]);
 
 const show = (v: unknown): string => {
@@ -342,6 +349,8 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     clientRetries: int('clientRetries'),
     clientPerTryTimeout: duration('clientPerTryTimeout'),
     clientHedgeDelay: duration('clientHedgeDelay'),
+    protoPath: list('protoPath'),
+    protoFiles: list('protoFiles'),
     streamIdleTimeout: duration('streamIdleTimeout'),
     maxConnections: int('maxConnections'),
     requestHeadersTimeout: duration('requestHeadersTimeout'),

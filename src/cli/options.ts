@@ -33,6 +33,8 @@ export function meshOptionsFromFlags(config: Config): MeshOptions {
     clientRetries: config.client_retries,
     clientPerTryTimeout: config.client_per_try_timeout,
     clientHedgeDelay: config.client_hedge_delay,
+    protoPath: config.proto_path,
+    protoFiles: config.proto_files,
     streamIdleTimeout: config.stream_idle_timeout,
     maxConnections: config.max_connections,
     requestHeadersTimeout: config.request_headers_timeout,

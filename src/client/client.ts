@@ -34,6 +34,11 @@ export interface ClientOptions {
   maxResponseBytes?: number;
   /** Codecs of callValue() besides JSON and protobuf (the `codecs` option). */
   codecs?: CodecSet;
+  /**
+   * The transport of a node that does not speak the mesh wire (`protocol=grpc`:
+   * src/transport/grpc/); undefined for a node sendRpc serves on the host's pool.
+   */
+  senderFor?: (target: UpstreamTarget) => ((request: RpcRequest, control: RpcControl) => Promise<RpcResponse>) | undefined;
 }
 
 export interface CallOptions {
@@ -132,7 +137,7 @@ export class Client {
         opts.info.upstreamHost = lease.target.key;
       }
       if (retries > 0 || hedgeDelay > 0) (tried ??= new Set()).add(lease.target.key);
-      const first = startTry(lease, request, remaining, perTry);
+      const first = startTry(lease, request, remaining, perTry, this.options.senderFor);
       let result: TryResult;
       if (hedgeDelay > 0 && !hedged && hedgeDelay < remaining) {
         result = await this.hedge(first, service, tried!, hedgeDelay, deadline, perTry, request, () => (hedged = true));
@@ -193,7 +198,7 @@ export class Client {
     }
     markHedged();
     tried.add(lease.target.key);
-    const second = startTry(lease, request, remaining, perTry);
+    const second = startTry(lease, request, remaining, perTry, this.options.senderFor);
     const usable = (r: TryResult) => r.kind === 'response' && !RETRIABLE_STATUS.has(r.response.status);
     return new Promise<TryResult>((resolve) => {
       let pending = 2;
@@ -247,7 +252,13 @@ interface Try {
  * Sends one try within min(perTry, remaining) and releases its lease with the outcome: a timeout
  * of the try's own budget (shorter than what is left of the call's) is a per-try timeout.
  */
-function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeoutMs: number) => RpcRequest, remaining: number, perTry: number): Try {
+function startTry(
+  lease: UpstreamLease,
+  request: (target: UpstreamTarget, timeoutMs: number) => RpcRequest,
+  remaining: number,
+  perTry: number,
+  senderFor: ClientOptions['senderFor'],
+): Try {
   const timeoutMs = perTry > 0 && perTry < remaining ? perTry : remaining;
   const perTryLimited = timeoutMs < remaining;
   const control: RpcControl = {};
@@ -255,7 +266,9 @@ function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeou
   const started = Date.now();
   let result: Promise<TryResult>;
   try {
-    result = sendRpc(lease.target.dispatcher, request(lease.target, timeoutMs), control).then(
+    const req = request(lease.target, timeoutMs);
+    const send = senderFor?.(lease.target);
+    result = (send ? send(req, control) : sendRpc(lease.target.dispatcher, req, control)).then(
       (response): TryResult => {
         const outcome: AttemptOutcome = { kind: 'response', status: response.status };
         lease.release(outcome, Date.now() - started);
@@ -269,7 +282,7 @@ function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeou
       },
     );
   } catch (err) {
-    // encodeFor threw: nothing was sent.
+    // encodeFor or the node's transport threw (a request it cannot send): nothing was sent.
     lease.release({ kind: 'cancelled' }, 0);
     throw err;
   }
