@@ -71,6 +71,11 @@ export class GrpcSchema {
     }
   }
 
+  /** True when a loaded service has this full or short name. */
+  hasService(name: string): boolean {
+    return this.byFull.has(name) || this.byShort.has(name);
+  }
+
   /**
    * The method of a mesh endpoint `Service.Method`, where `Service` is a service's full name
    * (`helloworld.Greeter`) or its short name (`Greeter`) when one loaded service has it.

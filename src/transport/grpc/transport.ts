@@ -21,6 +21,8 @@ export type RpcSender = (request: RpcRequest, control: RpcControl) => Promise<Rp
 
 /** The node metadata value that makes a node a gRPC backend. */
 export const GRPC_PROTOCOL = 'grpc';
+/** Node metadata: the full name of the gRPC service an endpoint whose service part names none is sent to. */
+export const GRPC_SERVICE_KEY = 'grpc_service';
 
 const JSON_TYPE = 'application/json';
 const PROTOBUF_TYPES = new Set(['application/protobuf', 'application/x-protobuf', 'application/grpc+proto']);
@@ -54,7 +56,7 @@ export class GrpcTransport {
    * with no protobuf meaning: 415): not the node's fault, so the client does not retry it.
    */
   unary(target: UpstreamTarget, request: RpcRequest, control?: RpcControl): Promise<RpcResponse> {
-    const method = this.method(request.endpoint);
+    const method = this.method(request.endpoint, target);
     const type = mediaType(request.contentType);
     let body: Buffer;
     if (type === JSON_TYPE || type === '') {
@@ -116,11 +118,19 @@ export class GrpcTransport {
     });
   }
 
-  /** The method of an endpoint; a MeshError 501 when the loaded protos have none. */
-  private method(endpoint: string): GrpcMethod {
+  /**
+   * The method of an endpoint `Service.Method` (Service: a full or unique short name); when
+   * Service names no loaded service, the node's metadata `grpc_service` (a full name) is the
+   * service. A MeshError 501 when the loaded protos have no such method.
+   */
+  private method(endpoint: string, target: UpstreamTarget): GrpcMethod {
     const schema = this.options.schema;
     if (!schema) throw new MeshError('go.mesh.client', 501, `${endpoint}: no .proto files loaded for gRPC backends (--proto_path)`);
-    const found = schema.lookup(endpoint);
+    let found = schema.lookup(endpoint);
+    const fallback = target.metadata[GRPC_SERVICE_KEY];
+    if ('error' in found && fallback && !schema.hasService(endpoint.slice(0, endpoint.lastIndexOf('.')))) {
+      found = schema.lookup(`${fallback}.${endpoint.slice(endpoint.lastIndexOf('.') + 1)}`);
+    }
     if ('error' in found) throw new MeshError('go.mesh.client', 501, found.error);
     const m = found.method;
     if (m.requestStream || m.responseStream) throw new MeshError('go.mesh.client', 501, `${m.path} is a streaming method: only unary gRPC methods can be called`);
