@@ -24,6 +24,7 @@ export type Size = string | number;
 export type RegistryKind = 'local' | 'memory' | 'etcd';
 export type BrokerKind = 'http' | 'memory' | 'nats';
 export type LbPolicy = 'round_robin' | 'random' | 'least_request';
+export type ServerProtocol = 'mesh' | 'grpc';
 export type LogLevel = Level;
 
 /** Everything a mesh process can be told. Every field is optional; defaults are those of the flags. */
@@ -62,6 +63,8 @@ export interface MeshOptions {
   protoPath?: string[];
   /** gRPC: the .proto files to load, relative to a protoPath directory. Default every .proto under protoPath. */
   protoFiles?: string[];
+  /** Framework services: `mesh` (the RPC wire) or `grpc` (the handlers as the unary methods of protoPath's services). Default `'mesh'`. */
+  serverProtocol?: ServerProtocol;
   /** Proxied answers: how long one may wait for a client that reads nothing (0: no limit). Default `'5m'`. */
   streamIdleTimeout?: Duration;
   /** Connections each listener holds at once (0: no limit). Default `10000`. */
@@ -149,6 +152,7 @@ export interface ResolvedOptions {
   clientHedgeDelay: number;
   protoPath: string[];
   protoFiles: string[];
+  serverProtocol: ServerProtocol;
   streamIdleTimeout: number;
   maxConnections: number;
   requestHeadersTimeout: number;
@@ -208,6 +212,7 @@ export const DEFAULT_OPTIONS = Object.freeze({
   clientRetries: 1,
   clientPerTryTimeout: 0,
   clientHedgeDelay: 0,
+  serverProtocol: 'mesh',
   streamIdleTimeout: '5m',
   maxConnections: 10000,
   requestHeadersTimeout: '10s',
@@ -351,6 +356,7 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     clientHedgeDelay: duration('clientHedgeDelay'),
     protoPath: list('protoPath'),
     protoFiles: list('protoFiles'),
+    serverProtocol: choice<ServerProtocol>('serverProtocol', ['mesh', 'grpc']),
     streamIdleTimeout: duration('streamIdleTimeout'),
     maxConnections: int('maxConnections'),
     requestHeadersTimeout: duration('requestHeadersTimeout'),

@@ -35,6 +35,7 @@ export function meshOptionsFromFlags(config: Config): MeshOptions {
     clientHedgeDelay: config.client_hedge_delay,
     protoPath: config.proto_path,
     protoFiles: config.proto_files,
+    serverProtocol: config.server_protocol,
     streamIdleTimeout: config.stream_idle_timeout,
     maxConnections: config.max_connections,
     requestHeadersTimeout: config.request_headers_timeout,
