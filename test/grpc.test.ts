@@ -15,8 +15,8 @@ const GREETER = join(ROOT, 'test/fixtures/grpc-greeter.ts');
 const PROTOS = join(ROOT, 'test/fixtures/grpc');
 const JSON_CT = { 'content-type': 'application/json' };
 
-function startGreeter(label: string): RunningProcess {
-  return startProcess(['--import', 'tsx', GREETER, `--label=${label}`], {}, '');
+function startGreeter(label: string, ...extra: string[]): RunningProcess {
+  return startProcess(['--import', 'tsx', GREETER, `--label=${label}`, ...extra], {}, '');
 }
 
 async function register(env: Record<string, string>, name: string, nodes: Array<{ id: string; port: number }>): Promise<void> {
@@ -33,6 +33,9 @@ describe('gRPC backends', () => {
   let api: RunningProcess;
   let slowApi: RunningProcess;
   let sidecar: RunningProcess;
+  let reflective: RunningProcess;
+  let bareApi: RunningProcess;
+  let barePort = 0;
   let apiPort = 0;
   let adminPort = 0;
   let slowPort = 0;
@@ -43,8 +46,10 @@ describe('gRPC backends', () => {
   before(async () => {
     a = startGreeter('a');
     b = startGreeter('b');
+    reflective = startGreeter('r', '--reflection');
     const re = /listening on 127\.0\.0\.1:(\d+)/;
-    [hostPorts.a, hostPorts.b] = await Promise.all([a.waitForPort(re), b.waitForPort(re)]);
+    [hostPorts.a, hostPorts.b, hostPorts.r] = await Promise.all([a.waitForPort(re), b.waitForPort(re), reflective.waitForPort(re)]);
+    await register(env, 'go.mesh.srv.reflective', [{ id: 'r', port: hostPorts.r! }]);
     deadPort = await freePort();
     await register(env, 'go.mesh.srv.greeter', [
       { id: 'a', port: hostPorts.a! },
@@ -60,10 +65,13 @@ describe('gRPC backends', () => {
     api = startProcess(['api', ...common, '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0', '--enable_rpc']);
     slowApi = startProcess(['api', ...common, '--address=127.0.0.1:0', '--admin_address=off', '--client_request_timeout=300ms']);
     sidecar = startProcess(['sidecar', `--registry_address=${home.path}`, `--proto_path=${PROTOS}`, '--address=127.0.0.1:0', '--admin_address=off', '--log_level=warning']);
+    // No --proto_path: only what the nodes' reflection services say.
+    bareApi = startProcess(['api', `--registry_address=${home.path}`, '--namespace=go.mesh.srv', '--handler=rpc', '--log_level=warning', '--address=127.0.0.1:0', '--admin_address=off']);
+    barePort = await bareApi.waitForPort(PRINTED.api);
     [apiPort, adminPort, slowPort, sidecarPort] = await Promise.all([api.waitForPort(PRINTED.api), api.waitForPort(PRINTED.apiAdmin), slowApi.waitForPort(PRINTED.api), sidecar.waitForPort(PRINTED.sidecar)]);
   });
   after(async () => {
-    await Promise.all([api, slowApi, sidecar, a, b].map((p) => p?.stop('SIGKILL')));
+    await Promise.all([api, slowApi, sidecar, bareApi, a, b, reflective].map((p) => p?.stop('SIGKILL')));
     home.cleanup();
   });
 
@@ -160,9 +168,9 @@ describe('gRPC backends', () => {
   it('a method not in the protos is 501; a streaming one too; a field not in the message is 400', async () => {
     let res = await http('POST', `http://127.0.0.1:${apiPort}/greeter/nope`, { headers: JSON_CT, body: '{}' });
     assert.equal(res.status, 501);
-    assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"gRPC service helloworld.Greeter has no method Nope","status":"Not Implemented"}');
+    assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"gRPC service helloworld.Greeter has no method Nope, and the node offers no reflection service","status":"Not Implemented"}');
     res = await http('POST', `http://127.0.0.1:${apiPort}/rpc`, { headers: JSON_CT, body: '{"service":"go.mesh.srv.greeter","endpoint":"Nothing.Here","request":{}}' });
-    assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"no gRPC service Nothing in the loaded .proto files","status":"Not Implemented"}');
+    assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"no gRPC service Nothing, and the node offers no reflection service","status":"Not Implemented"}');
     res = await http('POST', `http://127.0.0.1:${apiPort}/greeter/chat`, { headers: JSON_CT, body: '{}' });
     assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"/helloworld.Greeter/Chat is a streaming method: only unary gRPC methods can be called","status":"Not Implemented"}');
     res = await http('POST', `http://127.0.0.1:${apiPort}/greeter/say-hello`, { headers: JSON_CT, body: '{"nme":"x"}' });
@@ -177,6 +185,28 @@ describe('gRPC backends', () => {
   it('none of those 4xx/501 refusals count against the nodes', async () => {
     const stats = await http('GET', `http://127.0.0.1:${adminPort}/stats?filter=greeter.*ejections_enforced_total`);
     assert.match(stats.text, /cluster\.go\.mesh\.srv\.greeter\.outlier_detection\.ejections_enforced_total: 0/);
+  });
+
+  it('without --proto_path, the node\'s reflection service gives the messages', async () => {
+    for (let i = 0; i < 2; i++) {
+      const res = await http('POST', `http://127.0.0.1:${barePort}/reflective/greeter/say-hello`, { headers: JSON_CT, body: '{"name":"Rf","count":"12345678901234567","mood":"GRUMPY"}' });
+      assert.equal(res.status, 200, res.text);
+      const out = res.json<Record<string, string>>();
+      assert.equal(out.message, 'Hello Rf');
+      assert.equal(out.count, '12345678901234567');
+      assert.equal(out.mood, 'GRUMPY');
+      assert.equal(out.server, 'r');
+    }
+    const res = await http('POST', `http://127.0.0.1:${barePort}/reflective/greeter/fail`, { headers: JSON_CT, body: '{"code":6,"details":"twice"}' });
+    assert.equal(res.text, '{"id":"helloworld.Greeter","code":409,"detail":"twice","status":"Conflict"}');
+  });
+
+  it('without --proto_path and without reflection: 501, not counted against the node', async () => {
+    const res = await http('POST', `http://127.0.0.1:${barePort}/greeter/greeter/say-hello`, { headers: JSON_CT, body: '{}' });
+    assert.equal(res.status, 501);
+    assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"Greeter.SayHello: no .proto files loaded for gRPC backends (--proto_path), and the node offers no reflection service","status":"Not Implemented"}');
+    const again = await http('POST', `http://127.0.0.1:${barePort}/reflective/greeter/nope`, { headers: JSON_CT, body: '{}' });
+    assert.equal(again.text, '{"id":"go.mesh.api","code":501,"detail":"gRPC service helloworld.Greeter has no method Nope (the node\'s reflection service)","status":"Not Implemented"}');
   });
 
   it('a slow method past --client_request_timeout is a 504 like any timed-out call', async () => {

@@ -143,6 +143,7 @@ export class Client {
         result = await this.hedge(first, service, tried!, hedgeDelay, deadline, perTry, request, () => (hedged = true));
       } else result = await first.result;
 
+      if (result.kind === 'refused') throw result.error;
       if (result.kind === 'error') {
         const failure = result.error;
         lastError = transportToMeshError(failure, service, result.host, budget);
@@ -240,7 +241,10 @@ export class Client {
   }
 }
 
-type TryResult = { kind: 'response'; response: RpcResponse; host: string } | { kind: 'error'; error: TransportError; host: string };
+type TryResult =
+  | { kind: 'response'; response: RpcResponse; host: string }
+  | { kind: 'error'; error: TransportError; host: string }
+  | { kind: 'refused'; error: MeshError; host: string };
 
 /** One try in flight on one host; it settles once and never rejects. */
 interface Try {
@@ -275,6 +279,11 @@ function startTry(
         return { kind: 'response', response, host };
       },
       (err: unknown): TryResult => {
+        // The node's transport refused the call before sending it (src/transport/grpc/): final, not the host's fault.
+        if (err instanceof MeshError) {
+          lease.release({ kind: 'cancelled' }, Date.now() - started);
+          return { kind: 'refused', error: err, host };
+        }
         let error = err instanceof TransportError ? err : new TransportError({ kind: 'reset' }, String(err));
         if (error.outcome.kind === 'timeout' && perTryLimited) error = new TransportError({ kind: 'timeout', perTry: true }, `per-try timeout after ${timeoutMs}ms`);
         lease.release(error.outcome, Date.now() - started);

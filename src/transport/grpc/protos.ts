@@ -92,7 +92,7 @@ export class GrpcSchema {
       if (candidates.length > 1) return { error: `service ${service} is ambiguous: name one of ${candidates.sort().join(', ')}` };
       full = candidates[0];
     }
-    if (!full) return { error: `no gRPC service ${service} in the loaded .proto files` };
+    if (!full) return { error: `no gRPC service ${service}` };
     const method = this.byFull.get(full)!.get(name);
     if (!method) return { error: `gRPC service ${full} has no method ${name}` };
     return { method };

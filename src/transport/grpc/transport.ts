@@ -15,6 +15,7 @@ import { TransportError, type RpcControl, type RpcRequest, type RpcResponse } fr
 import type { GrpcMethod, GrpcSchema } from './protos.js';
 import { decodeToJson, encodeJson, JsonShapeError } from './json.js';
 import { meshErrorOfGrpc } from './status.js';
+import { reflectionTypes, reflectSchema, ReflectionError } from './reflection.js';
 
 /** Sends one try of a call to one node; the shape of sendRpc without the dispatcher. */
 export type RpcSender = (request: RpcRequest, control: RpcControl) => Promise<RpcResponse>;
@@ -28,6 +29,8 @@ const JSON_TYPE = 'application/json';
 const PROTOBUF_TYPES = new Set(['application/protobuf', 'application/x-protobuf', 'application/grpc+proto']);
 /** Channels kept at most; the least recently used one is closed beyond. */
 const MAX_CHANNELS = 1024;
+/** How long the schema a node's reflection service gave is used before it is asked again. */
+const REFLECTION_TTL_MS = 60_000;
 /** Metadata names gRPC or HTTP/2 reserve: never forwarded. */
 const RESERVED = new Set(['content-type', 'content-length', 'te', 'host', 'user-agent', 'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'authority']);
 
@@ -37,10 +40,15 @@ export interface GrpcTransportOptions {
   /** Largest response message accepted. */
   maxResponseBytes?: number;
   logger?: pino.Logger;
+  /** Ask a node's reflection service for a method the loaded protos do not have. Default true. */
+  reflection?: boolean;
 }
 
 export class GrpcTransport {
   private readonly channels = new Map<string, grpc.Client>();
+  /** Schemas of the nodes' reflection services, by host key. */
+  private readonly reflections = new Map<string, { at: number; schema: Promise<GrpcSchema> }>();
+  private reflectionTypes?: ReturnType<typeof reflectionTypes>;
 
   constructor(private readonly options: GrpcTransportOptions) {}
 
@@ -56,7 +64,45 @@ export class GrpcTransport {
    * with no protobuf meaning: 415): not the node's fault, so the client does not retry it.
    */
   unary(target: UpstreamTarget, request: RpcRequest, control?: RpcControl): Promise<RpcResponse> {
-    const method = this.method(request.endpoint, target);
+    const found = this.method(request.endpoint, target, this.options.schema);
+    if ('method' in found) return this.send(target, found.method, request, control);
+    if (this.options.reflection === false) throw new MeshError('go.mesh.client', 501, found.error);
+    // Not in the loaded protos: ask the node's reflection service. A refusal is still a
+    // MeshError (now a rejection), which the client does not count against the node.
+    return this.reflected(target, request.timeoutMs, found.error).then((schema) => {
+      const again = this.method(request.endpoint, target, schema);
+      if ('error' in again) throw new MeshError('go.mesh.client', 501, `${again.error} (the node's reflection service)`);
+      return this.send(target, again.method, request, control);
+    });
+  }
+
+  /**
+   * The schema of a node's reflection service, asked once and kept for a minute per node (so is
+   * its lack); a MeshError 501 when the node offers none (a connection failure rejects as a
+   * TransportError and is asked again next time).
+   */
+  private reflected(target: UpstreamTarget, timeoutMs: number, protoError: string): Promise<GrpcSchema> {
+    const key = target.key;
+    const cached = this.reflections.get(key);
+    if (cached && Date.now() - cached.at < REFLECTION_TTL_MS) return cached.schema;
+    const schema = reflectSchema(this.channel(target), Date.now() + Math.max(1, timeoutMs), (this.reflectionTypes ??= reflectionTypes())).catch((err: unknown) => {
+      // A node without reflection is remembered for the minute too; a failed connection is not.
+      if (err instanceof ReflectionError) {
+        const why = err.code === grpc.status.UNIMPLEMENTED ? 'the node offers no reflection service' : err.message;
+        throw new MeshError('go.mesh.client', 501, `${protoError}, and ${why}`);
+      }
+      this.reflections.delete(key);
+      const e = err as grpc.ServiceError;
+      throw transportFailure(e, e.code === grpc.status.DEADLINE_EXCEEDED) ?? new TransportError({ kind: 'reset' }, `reflection: ${e.details ?? String(err)}`);
+    });
+    this.reflections.delete(key);
+    this.reflections.set(key, { at: Date.now(), schema });
+    if (this.reflections.size > MAX_CHANNELS) this.reflections.delete(this.reflections.keys().next().value as string);
+    return schema;
+  }
+
+  /** Encodes the request for a known method and sends it; MeshError for a body that does not fit. */
+  private send(target: UpstreamTarget, method: GrpcMethod, request: RpcRequest, control?: RpcControl): Promise<RpcResponse> {
     const type = mediaType(request.contentType);
     let body: Buffer;
     if (type === JSON_TYPE || type === '') {
@@ -121,20 +167,19 @@ export class GrpcTransport {
   /**
    * The method of an endpoint `Service.Method` (Service: a full or unique short name); when
    * Service names no loaded service, the node's metadata `grpc_service` (a full name) is the
-   * service. A MeshError 501 when the loaded protos have no such method.
+   * service. Unary methods only.
    */
-  private method(endpoint: string, target: UpstreamTarget): GrpcMethod {
-    const schema = this.options.schema;
-    if (!schema) throw new MeshError('go.mesh.client', 501, `${endpoint}: no .proto files loaded for gRPC backends (--proto_path)`);
+  private method(endpoint: string, target: UpstreamTarget, schema: GrpcSchema | undefined): { method: GrpcMethod } | { error: string } {
+    if (!schema) return { error: `${endpoint}: no .proto files loaded for gRPC backends (--proto_path)` };
     let found = schema.lookup(endpoint);
     const fallback = target.metadata[GRPC_SERVICE_KEY];
     if ('error' in found && fallback && !schema.hasService(endpoint.slice(0, endpoint.lastIndexOf('.')))) {
       found = schema.lookup(`${fallback}.${endpoint.slice(endpoint.lastIndexOf('.') + 1)}`);
     }
-    if ('error' in found) throw new MeshError('go.mesh.client', 501, found.error);
+    if ('error' in found) return found;
     const m = found.method;
     if (m.requestStream || m.responseStream) throw new MeshError('go.mesh.client', 501, `${m.path} is a streaming method: only unary gRPC methods can be called`);
-    return m;
+    return found;
   }
 
   /** The channel of a node, created on first use; the least recently used beyond MAX_CHANNELS is closed. */
@@ -167,6 +212,7 @@ export class GrpcTransport {
   close(): void {
     for (const c of this.channels.values()) c.close();
     this.channels.clear();
+    this.reflections.clear();
   }
 }
 
