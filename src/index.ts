@@ -3,12 +3,14 @@
  * tool or a custom backend needs is exported here; nothing else is importable. See docs/api.md.
  */
 export { Mesh } from './mesh.js';
-export type { CallOptions, PublishOptions, MeshSubscribeOptions as SubscribeOptions, EventHandler, StartResult } from './mesh.js';
+export type { CallOptions, StreamOptions, MeshStream, PublishOptions, MeshSubscribeOptions as SubscribeOptions, EventHandler, StartResult } from './mesh.js';
 export { runService } from './cli/serve.js';
 export { resolveOptions, OptionsError, DEFAULT_OPTIONS } from './options.js';
 export type { MeshOptions, ResolvedOptions, Duration, Size, RegistryKind, BrokerKind, LbPolicy, LogLevel } from './options.js';
 export { MeshError } from './errors.js';
-export type { Service, ServiceOptions, TypedHandler } from './server/service.js';
+export type { Service, ServiceOptions, TypedHandler, StreamHandler } from './server/service.js';
+export type { StreamContext } from './server/stream-server.js';
+export type { StreamKind } from './transport/frames.js';
 export type { HandlerContext, Handler, EndpointDefinition } from './server/rpc-server.js';
 export type {
   Registry,

@@ -13,16 +13,20 @@ import type { Registry, Service as ServiceRecord } from './registry/registry.js'
 import type { Broker, Message, Subscription } from './broker/broker.js';
 import type { Client } from './client/client.js';
 import type { DrainResult } from './http/lifecycle.js';
+import { messageHeader, messageTrace } from './broker/context.js';
+import { HEADER_ID } from './transport/headers.js';
+import { failSpan, SpanKind, traceOf } from './tracing/tracer.js';
+import { isStreamKind, type StreamKind } from './transport/frames.js';
 
 /** Options of one call (Mesh.call). */
 export interface CallOptions {
-  /** Shortens the call's budget (never lengthens it past clientRequestTimeout): a duration or ms. */
+  /** Shortens the call's budget (never lengthens it past clientRequestTimeout): a duration or ms. Default: inside a handler, what remains of its call's deadline. */
   timeout?: Duration;
   /** Request content type; a codec must exist for it. Default `application/json`. */
   contentType?: string;
-  /** End-to-end metadata, sent as headers. */
+  /** End-to-end metadata, sent as headers; inside a handler, merged over its call's metadata (these keys win). */
   metadata?: Record<string, string>;
-  /** Request id (Mesh-Id): pass `ctx.id` from a handler to keep one id along a chain of calls. */
+  /** Request id (Mesh-Id). Default: inside a handler, the id of the call it serves (one id along a chain of calls); else a new one. */
   id?: string;
   /** Call this node (`host:port`) instead of load balancing. */
   address?: string;
@@ -30,6 +34,36 @@ export interface CallOptions {
   retries?: number;
   /** The call may safely run twice: only such calls are hedged (clientHedgeDelay). Default false. */
   idempotent?: boolean;
+}
+
+/** Options of Mesh.stream. */
+export interface StreamOptions {
+  /**
+   * The endpoint's kind: `server` (one request, many answers), `client` (many requests, one
+   * answer) or `bidi`. Default: `server` when the request is a value, `bidi` when it is an
+   * (async) iterable.
+   */
+  kind?: StreamKind;
+  /** The stream's deadline (a duration or ms); default none. Past it the stream fails with 504. */
+  timeout?: Duration;
+  /** Aborting it cancels the stream (the server's handler sees its signal abort); iteration throws 499. */
+  signal?: AbortSignal;
+  /** Message content type; a codec must exist for it. Default `application/json`. */
+  contentType?: string;
+  /** End-to-end metadata, sent as headers. */
+  metadata?: Record<string, string>;
+  /** Request id (Mesh-Id). */
+  id?: string;
+  /** Call this node (`host:port`) instead of load balancing. */
+  address?: string;
+}
+
+/**
+ * The answers of a stream, decoded: iterate it once with `for await`. Breaking out of the loop,
+ * cancel() or the signal of the options ends the call on the server too.
+ */
+export interface MeshStream<T> extends AsyncIterable<T> {
+  cancel(): void;
 }
 
 /** Options of Mesh.publish. */
@@ -56,6 +90,19 @@ export interface StartResult {
   services: ServiceRecord[];
   /** The admin interface's address, when adminAddress is not off. */
   admin?: { host: string; port: number };
+}
+
+/** A call's `timeout` option in ms (undefined when absent); a bad value is a 400. */
+function timeoutOption(timeout: Duration | undefined): number | undefined {
+  if (timeout === undefined) return undefined;
+  let ms: number;
+  try {
+    ms = typeof timeout === 'number' ? timeout : parseDuration(timeout);
+  } catch (err) {
+    throw new MeshError('go.mesh.client', 400, `timeout: ${(err as Error).message}`);
+  }
+  if (!(ms >= 0)) throw new MeshError('go.mesh.client', 400, `timeout: must be a non-negative number of ms or a duration (got ${String(timeout)})`);
+  return ms;
 }
 
 export class Mesh {
@@ -135,15 +182,7 @@ export class Mesh {
    * a timeout or no reachable node.
    */
   async call<TRes = unknown, TReq = unknown>(service: string, endpoint: string, request: TReq, opts: CallOptions = {}): Promise<TRes> {
-    let timeoutMs: number | undefined;
-    if (opts.timeout !== undefined) {
-      try {
-        timeoutMs = typeof opts.timeout === 'number' ? opts.timeout : parseDuration(opts.timeout);
-      } catch (err) {
-        throw new MeshError('go.mesh.client', 400, `timeout: ${(err as Error).message}`);
-      }
-      if (!(timeoutMs >= 0)) throw new MeshError('go.mesh.client', 400, `timeout: must be a non-negative number of ms or a duration (got ${String(opts.timeout)})`);
-    }
+    const timeoutMs = timeoutOption(opts.timeout);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     if (!this.#runtime.codecs.for(contentType)) throw new MeshError('go.mesh.client', 415, `no codec for content type ${contentType}`);
     return this.#runtime.client.callValue<TRes>(service, endpoint, request, {
@@ -155,6 +194,79 @@ export class Mesh {
       retries: opts.retries,
       idempotent: opts.idempotent,
     });
+  }
+
+  /**
+   * Opens a stream to a streaming endpoint (see StreamOptions for the kinds) and returns its
+   * answers as an async iterable. `request` is the one request of a server stream, or an
+   * (async) iterable of requests for client and bidi streams, sent as the server reads them.
+   * Iteration throws a MeshError: the server's error, 504 past the deadline, 499 when cancelled.
+   * Bad options throw at once.
+   */
+  stream<TRes = unknown, TReq = unknown>(service: string, endpoint: string, request: TReq | AsyncIterable<TReq> | Iterable<TReq>, opts: StreamOptions = {}): MeshStream<TRes> {
+    const timeoutMs = timeoutOption(opts.timeout);
+    const iterable = request !== null && typeof request === 'object' && (Symbol.asyncIterator in request || Symbol.iterator in request);
+    const kind = opts.kind ?? (iterable ? 'bidi' : 'server');
+    if (!isStreamKind(kind)) throw new MeshError('go.mesh.client', 400, `kind: must be server, client or bidi (got ${String(kind)})`);
+    if (kind !== 'server' && !iterable) throw new MeshError('go.mesh.client', 400, `a ${kind} stream takes an iterable of requests`);
+    const contentType = opts.contentType ?? JSON_CODEC.contentType;
+    const codec = this.#runtime.codecs.for(contentType);
+    if (!codec) throw new MeshError('go.mesh.client', 415, `no codec for content type ${contentType}`);
+    const client = this.#runtime.client;
+    const cancel = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal;
+    const encode = (value: unknown): Uint8Array => {
+      try {
+        return codec.encode(value);
+      } catch (err) {
+        throw new MeshError('go.mesh.client', 400, `encoding request: ${(err as Error).message}`);
+      }
+    };
+    async function* run(): AsyncGenerator<TRes> {
+      const call = await client.stream(service, endpoint, {
+        kind,
+        contentType,
+        request: kind === 'server' ? encode(request) : undefined,
+        metadata: opts.metadata,
+        timeoutMs,
+        id: opts.id,
+        address: opts.address,
+        signal,
+      });
+      let requests: AsyncIterator<TReq> | Iterator<TReq> | undefined;
+      if (kind !== 'server') {
+        const source = request as AsyncIterable<TReq> | Iterable<TReq>;
+        const it = Symbol.asyncIterator in source ? source[Symbol.asyncIterator]() : (source as Iterable<TReq>)[Symbol.iterator]();
+        requests = it;
+        void (async () => {
+          try {
+            for (;;) {
+              const next = await it.next();
+              if (next.done) break;
+              await call.send(encode(next.value));
+            }
+            call.end();
+          } catch (err) {
+            call.cancel(`the requests failed: ${(err as Error)?.message ?? String(err)}`);
+          }
+        })();
+      }
+      try {
+        for await (const payload of call) {
+          let value: TRes;
+          try {
+            value = codec!.decode(payload) as TRes;
+          } catch (err) {
+            throw new MeshError('go.mesh.client', 502, `decoding stream message: ${(err as Error).message}`);
+          }
+          yield value;
+        }
+      } finally {
+        void Promise.resolve(requests?.return?.()).catch(() => {});
+      }
+    }
+    const gen = run();
+    return { cancel: () => cancel.abort(), [Symbol.asyncIterator]: () => gen };
   }
 
   /** Publishes a value (encoded as JSON unless it is bytes, sent as they are) to a topic. */
@@ -171,7 +283,7 @@ export class Mesh {
       if (!codec) throw new MeshError('go.mesh.broker', 415, `no codec for content type ${type}`);
       body = codec.encode(value);
     }
-    await this.#runtime.broker.publish(topic, { header, body });
+    await this.#runtime.publish(topic, { header, body });
   }
 
   /**
@@ -194,7 +306,19 @@ export class Mesh {
             return;
           }
         }
-        await handler(event as T, message, received);
+        // The handler runs in the message's context: its calls continue the publisher's trace.
+        const runtime = this.#runtime;
+        const parent = messageTrace(message.header);
+        const span = runtime.tracer?.startSpan(`${received} process`, SpanKind.CONSUMER, parent, { 'messaging.system': 'mesh', 'messaging.destination.name': received, 'messaging.operation.type': 'process' });
+        const id = messageHeader(message.header, HEADER_ID);
+        try {
+          await runtime.context.run({ id, trace: span ? traceOf(span) : runtime.context.hop(parent) }, () => handler(event as T, message, received));
+        } catch (err) {
+          if (span) failSpan(span, (err as Error)?.message ?? String(err));
+          throw err;
+        } finally {
+          span?.end();
+        }
       },
       { queue: opts.queue },
     );

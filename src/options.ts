@@ -15,6 +15,7 @@ import { AccessLogFormatError, compileAccessLogFormat } from './http/access-log.
 import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { parseChallengeAddress } from './tls/acme/challenge-server.js';
 import { parseAddress, parseAdvertise } from './util/address.js';
+import { DEFAULT_TRACING_ADDRESS, parseSampleRate, parseTracingAddress, TRACING_KINDS, type TracingKind } from './tracing/config.js';
 
 /** A duration: a Go-syntax string (`300ms`, `1m30s`) or a number of milliseconds. */
 export type Duration = string | number;
@@ -49,6 +50,16 @@ export interface MeshOptions {
   brokerTlsCertFile?: string;
   /** nats: PEM client key. */
   brokerTlsKeyFile?: string;
+  /** Durable subscriptions: attempts before the dead-letter topic. Default `5`. */
+  brokerMaxDeliver?: number;
+  /** Durable subscriptions: redelivery after this without an ack. Default `'30s'`. */
+  brokerAckWait?: Duration;
+  /** Durable subscriptions: dead-letter topic = topic + this. Default `'.dlq'`. */
+  brokerDlqSuffix?: string;
+  /** Durable topics: stored messages older than this are dropped (0: no limit). Default `0`. */
+  brokerStreamMaxAge?: Duration;
+  /** nats durable topics: bytes stored per topic (0: no limit). Default `0`. */
+  brokerStreamMaxBytes?: Size;
   /** Extra codecs, chosen by their content type (JSON and protobuf are built in). Default `[]`. */
   codecs?: Codec[];
   /** Budget of one outbound call. Default `'5s'`. */
@@ -93,6 +104,12 @@ export interface MeshOptions {
   metricsAddress?: string;
   /** Admin /stats and the metrics listener print the latency histograms (default false). */
   statsHistograms?: boolean;
+  /** `'otlp'`: record spans and export them over OTLP/HTTP to tracingAddress; `'off'`: none (trace context is still forwarded). Default `'off'`. */
+  tracing?: TracingKind;
+  /** The OTLP/HTTP endpoint spans go to (an http:// or https:// URL). Default `'http://127.0.0.1:4318/v1/traces'`. */
+  tracingAddress?: string;
+  /** Share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag). Default `1`. */
+  tracingSampleRate?: number;
   /** trace, debug, info, warning, error, critical, off. Default `'info'`. */
   logLevel?: LogLevel;
   /** `'text'` (one readable line per event) or `'json'` (JSON lines with level names). Default: text when stderr is a terminal, else JSON. */
@@ -145,6 +162,11 @@ export interface ResolvedOptions {
   brokerTlsCaFile?: string;
   brokerTlsCertFile?: string;
   brokerTlsKeyFile?: string;
+  brokerMaxDeliver: number;
+  brokerAckWait: number;
+  brokerDlqSuffix: string;
+  brokerStreamMaxAge: number;
+  brokerStreamMaxBytes: number;
   codecs: Codec[];
   clientRequestTimeout: number;
   clientRetries: number;
@@ -169,6 +191,9 @@ export interface ResolvedOptions {
   /** Undefined or `'off'`: no metrics listener. */
   metricsAddress?: string;
   statsHistograms: boolean;
+  tracing: TracingKind;
+  tracingAddress: string;
+  tracingSampleRate: number;
   logLevel: LogLevel;
   logFormat?: LogFormat;
   accessLog: string;
@@ -208,6 +233,11 @@ export class OptionsError extends Error {
 export const DEFAULT_OPTIONS = Object.freeze({
   registry: 'local',
   broker: 'http',
+  brokerMaxDeliver: 5,
+  brokerAckWait: '30s',
+  brokerDlqSuffix: '.dlq',
+  brokerStreamMaxAge: 0,
+  brokerStreamMaxBytes: 0,
   clientRequestTimeout: '5s',
   clientRetries: 1,
   clientPerTryTimeout: 0,
@@ -225,6 +255,9 @@ export const DEFAULT_OPTIONS = Object.freeze({
   logLevel: 'info',
   enableStats: false,
   statsHistograms: false,
+  tracing: 'off',
+  tracingAddress: DEFAULT_TRACING_ADDRESS,
+  tracingSampleRate: 1,
   enableTls: false,
   enableAcme: false,
   acmeDirectory: 'https://acme-v02.api.letsencrypt.org/directory',
@@ -349,6 +382,11 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     brokerTlsCaFile: str('brokerTlsCaFile'),
     brokerTlsCertFile: str('brokerTlsCertFile'),
     brokerTlsKeyFile: str('brokerTlsKeyFile'),
+    brokerMaxDeliver: int('brokerMaxDeliver'),
+    brokerAckWait: duration('brokerAckWait'),
+    brokerDlqSuffix: str('brokerDlqSuffix') ?? '.dlq',
+    brokerStreamMaxAge: duration('brokerStreamMaxAge'),
+    brokerStreamMaxBytes: size('brokerStreamMaxBytes'),
     codecs: [...(codecsValue as Codec[])],
     clientRequestTimeout: duration('clientRequestTimeout'),
     clientRetries: int('clientRetries'),
@@ -371,6 +409,9 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     adminAllowedHosts: list('adminAllowedHosts'),
     metricsAddress: str('metricsAddress'),
     statsHistograms: bool('statsHistograms'),
+    tracing: choice<TracingKind>('tracing', TRACING_KINDS),
+    tracingAddress: str('tracingAddress')!,
+    tracingSampleRate: given('tracingSampleRate') as number,
     logLevel: str('logLevel') as LogLevel,
     logFormat: str('logFormat') as LogFormat | undefined,
     accessLog: str('accessLog') ?? 'off',
@@ -414,6 +455,17 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   } catch (err) {
     fail('cors', (err as Error).message);
   }
+  try {
+    parseTracingAddress(resolved.tracingAddress);
+  } catch (err) {
+    fail('tracingAddress', (err as Error).message);
+  }
+  if (typeof resolved.tracingSampleRate !== 'number') fail('tracingSampleRate', 'must be a number from 0 to 1');
+  try {
+    parseSampleRate(resolved.tracingSampleRate);
+  } catch (err) {
+    fail('tracingSampleRate', (err as Error).message);
+  }
   checkAddress('address', resolved.address, fail);
   if (resolved.advertise !== undefined && resolved.advertise.trim() !== '') checkAddress('advertise', resolved.advertise, fail);
   if (resolved.adminAddress !== undefined && resolved.adminAddress !== 'off') checkAddress('adminAddress', resolved.adminAddress, fail);
@@ -423,6 +475,9 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   }
   if (resolved.registry === 'etcd' && !resolved.registryAddress?.trim()) fail('registryAddress', 'the etcd registry needs host:port[,host:port]');
   if (resolved.broker === 'nats' && !resolved.brokerAddress?.trim()) fail('brokerAddress', 'the nats broker needs host:port');
+  if (resolved.brokerMaxDeliver < 1 || resolved.brokerMaxDeliver > 1000) fail('brokerMaxDeliver', 'must be from 1 to 1000');
+  if (resolved.brokerAckWait < 100 || resolved.brokerAckWait > 3_600_000) fail('brokerAckWait', 'must be from 100ms to 1h');
+  if (resolved.brokerDlqSuffix === '' || /[\s*>]/.test(resolved.brokerDlqSuffix)) fail('brokerDlqSuffix', "must be non-empty, without whitespace, '*' or '>'");
   checkTls(resolved, fail);
   return resolved;
 }

@@ -11,7 +11,10 @@ import { Logging, parseLevel } from './util/log.js';
 import { StatsStore } from './stats/store.js';
 import type { Registry } from './registry/registry.js';
 import { createRegistry } from './registry/create.js';
-import type { Broker } from './broker/broker.js';
+import type { Broker, Message } from './broker/broker.js';
+import { stampMessageHeader } from './broker/context.js';
+import { HEADER_ID } from './transport/headers.js';
+import { failSpan, SpanKind, traceOf } from './tracing/tracer.js';
 import { createBroker } from './broker/create.js';
 import { ClusterManager } from './upstream/cluster-manager.js';
 import type { StaticClusterConfig } from './upstream/config.js';
@@ -31,6 +34,8 @@ import { defaultAcmeCacheDir } from './tls/acme/cache.js';
 import { AcmeTlsProvider } from './tls/acme/provider.js';
 import { parseAdvertise } from './util/address.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from './http/access-log.js';
+import { ContextStore } from './util/call-context.js';
+import { Tracer } from './tracing/tracer.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -86,6 +91,12 @@ export class Runtime {
   readonly codecs: CodecSet;
   /** The front ends' access log (--access_log), or none when off. */
   readonly accessLog?: AccessLog;
+  /** The context of the call being served (Mesh-Id, deadline, metadata, trace), carried across awaits. */
+  readonly context = new ContextStore();
+  /** The span recorder and exporter (--tracing=otlp); undefined when tracing is off. */
+  readonly tracer?: Tracer;
+  /** Names the process in the `service.name` of its spans (a Mesh: its services; see tracingServiceName). */
+  private readonly serviceNames: string[] = [];
   private brokerInstance?: Broker;
   /** The TLS provider once built; null when the process serves no TLS. */
   private tlsProvider?: TlsProvider | null;
@@ -105,8 +116,22 @@ export class Runtime {
     readonly options: ResolvedOptions,
     readonly setup: RuntimeOptions,
   ) {
-    this.logging = new Logging({ level: parseLevel(options.logLevel), format: options.logFormat });
+    const context = this.context;
+    this.logging = new Logging({ level: parseLevel(options.logLevel), format: options.logFormat, trace: () => context.current?.trace });
     this.stats = new StatsStore();
+    if (options.tracing === 'otlp') {
+      const log = this.logging.get('main');
+      const tracer = new Tracer({
+        address: options.tracingAddress,
+        sampleRate: options.tracingSampleRate,
+        serviceName: () => this.tracingServiceName,
+        stats: this.stats,
+        onExportError: (err) => log.warn({ err: err.message, address: options.tracingAddress }, 'span export failed; spans are dropped until the receiver answers'),
+      });
+      this.tracer = tracer;
+      // Registered first, so it runs last: the spans of the drain are exported too.
+      this.onShutdown(() => tracer.shutdown());
+    }
     this.codecs = new CodecSet(options.codecs);
     if (options.accessLog !== 'off') {
       const stats = this.stats;
@@ -158,6 +183,10 @@ export class Runtime {
       logger: this.logging.get('client'),
       maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024),
       codecs: this.codecs,
+      context: this.context,
+      tracer: this.tracer,
+      stats: this.stats,
+      maxMessageBytes: options.maxBodySize,
       senderFor: (target) => this.grpc.senderFor(target),
     });
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
@@ -166,10 +195,45 @@ export class Runtime {
     this.state.on('state', (state) => (this.drainingSince = state === 'draining' ? Date.now() : undefined));
   }
 
+  /**
+   * The `service.name` of this process's spans: `mesh-api`, `mesh-sidecar`, `mesh-proxy` for the
+   * front ends, the names of its services for a process of framework services (`mesh` before any).
+   */
+  get tracingServiceName(): string {
+    if (this.serviceNames.length > 0) return this.serviceNames.join(',');
+    const role = this.setup.role;
+    return role === 'api' || role === 'sidecar' || role === 'proxy' ? `mesh-${role}` : 'mesh';
+  }
+
+  /** A framework service of this process, named in the resource of its spans. */
+  addServiceName(name: string): void {
+    if (!this.serviceNames.includes(name)) this.serviceNames.push(name);
+  }
+
   /** The broker, created on first use (short CLI commands that never publish don't build one). */
   get broker(): Broker {
     this.brokerInstance ??= this.createBroker();
     return this.brokerInstance;
+  }
+
+  /**
+   * Publishes through the broker with the trace and Mesh-Id of the call being served in the
+   * message headers (a new trace outside any). `replaceTrace`: a traceparent already in the
+   * headers is the caller's (a front end's request headers) and gives way to this hop's; without
+   * it (headers the publisher set) it is kept. With --tracing=otlp a producer span covers it.
+   */
+  async publish(topic: string, message: Message, replaceTrace = false): Promise<void> {
+    const ctx = this.context.current;
+    const span = this.tracer?.startSpan(`${topic} publish`, SpanKind.PRODUCER, ctx?.trace, { 'messaging.system': 'mesh', 'messaging.destination.name': topic, 'messaging.operation.type': 'send' });
+    const trace = span ? traceOf(span) : (ctx?.trace ?? this.context.hop(undefined));
+    try {
+      await this.broker.publish(topic, { header: stampMessageHeader(message.header, trace, ctx?.id ? [HEADER_ID, ctx.id] : undefined, replaceTrace), body: message.body });
+    } catch (err) {
+      if (span) failSpan(span, (err as Error)?.message ?? String(err));
+      throw err;
+    } finally {
+      span?.end();
+    }
   }
 
   /** The broker's name (registered in each service node's metadata), without building it. */
@@ -186,6 +250,8 @@ export class Runtime {
       // advertise may carry a service's port; the broker's endpoint keeps its own.
       advertiseHost: options.advertise?.trim() ? parseAdvertise(options.advertise).host : undefined,
       tls: { caFile: options.brokerTlsCaFile, certFile: options.brokerTlsCertFile, keyFile: options.brokerTlsKeyFile },
+      durable: { maxDeliver: options.brokerMaxDeliver, ackWaitMs: options.brokerAckWait, dlqSuffix: options.brokerDlqSuffix, maxAgeMs: options.brokerStreamMaxAge, maxBytes: options.brokerStreamMaxBytes },
+      stats: this.stats,
       logger: this.logging.get('broker'),
     });
   }

@@ -112,7 +112,7 @@ describe('access log: mesh api as a real process', () => {
   it('--access_log_format=json: one JSON object per line, null for a missing value', async () => {
     const file = join(dir.path, 'access.json');
     const gw = await start([`--access_log=${file}`, '--access_log_format=json']);
-    const ok = await http('GET', `${gw.url}/plain/echo`, { headers: { 'user-agent': 'j' } });
+    const ok = await http('GET', `${gw.url}/plain/echo`, { headers: { 'user-agent': 'j', traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' } });
     assert.equal(ok.status, 200);
     await waitFor(() => read(file).endsWith('\n'), 10000);
     const lines = read(file).split('\n').filter((l) => l !== '');
@@ -120,17 +120,19 @@ describe('access log: mesh api as a real process', () => {
     const entry = JSON.parse(lines[0]!) as Record<string, unknown>;
     assert.deepEqual(Object.keys(entry), [
       'start_time', 'method', 'path', 'protocol', 'response_code', 'response_flags', 'bytes_received', 'bytes_sent', 'duration',
-      'x_forwarded_for', 'user_agent', 'request_id', 'authority', 'upstream_host', 'upstream_cluster', 'downstream_remote_address',
+      'x_forwarded_for', 'user_agent', 'request_id', 'authority', 'upstream_host', 'upstream_cluster', 'downstream_remote_address', 'trace_id',
     ]);
     assert.deepEqual(
-      { ...entry, start_time: undefined, duration: undefined, downstream_remote_address: undefined },
+      { ...entry, start_time: undefined, duration: undefined, downstream_remote_address: undefined, trace_id: undefined },
       {
         start_time: undefined, method: 'GET', path: '/plain/echo', protocol: 'HTTP/1.1', response_code: 200, response_flags: '-', bytes_received: 0,
         bytes_sent: Buffer.byteLength(ok.text), duration: undefined, x_forwarded_for: null, user_agent: 'j', request_id: null,
         authority: `127.0.0.1:${gw.port}`, upstream_host: `127.0.0.1:${plain.port}`, upstream_cluster: 'go.mesh.api.plain', downstream_remote_address: undefined,
+        trace_id: undefined,
       },
     );
     assert.equal(typeof entry.duration, 'number');
+    assert.equal(entry.trace_id, '0af7651916cd43dd8448eb211c80319c', 'the caller\'s trace id');
     assert.match(String(entry.downstream_remote_address), /^127\.0\.0\.1:\d+$/);
   });
 

@@ -211,3 +211,171 @@ export function brokerContract(name: string, factory: BrokerFactory, options: { 
       }));
   });
 }
+
+/**
+ * The durable contract (backends with durable subscriptions: nats on JetStream, http with its
+ * SQLite outbox): acks, nacks and redelivery with a delivery count and a stable id, the
+ * dead-letter topic after maxDeliver, messages kept while no subscriber of the name runs, a name
+ * shared by several subscribers, redelivery after the ack wait.
+ */
+export function durableContract(name: string, factory: BrokerFactory, options: { skip?: string | false } = {}): void {
+  async function withBrokers(fn: (pub: Broker, sub: Broker) => Promise<void>): Promise<void> {
+    const { brokers, cleanup } = await factory();
+    try {
+      await fn(brokers[0], brokers[1]);
+    } finally {
+      await cleanup();
+    }
+  }
+
+  describe(`broker durable contract: ${name}`, { skip: options.skip }, () => {
+    it('acknowledges a handler that returns: one delivery, with an id and a delivery count of 1', () =>
+      withBrokers(async (pub, sub) => {
+        const topic = freshTopic('ack');
+        const got: Message[] = [];
+        const s = await sub.subscribe(topic, (m) => void got.push(m), { durable: 'acker' });
+        assert.equal(s.durable, 'acker');
+        await pub.publish(topic, { header: { 'X-A': '1' }, body: bytes('one') });
+        await pub.publish(topic, { header: { 'Mesh-Id': 'given-id' }, body: bytes('two') });
+        await waitFor(() => got.length >= 2, 10_000);
+        // a third message last: once it is in, a redelivery of the first two would be too (they were acked long before)
+        await pub.publish(topic, { header: {}, body: bytes('three') });
+        await waitFor(() => got.some((m) => text(m) === 'three'), 10_000);
+        assert.deepEqual(got.map(text).sort(), ['one', 'three', 'two']);
+        const one = got.find((m) => text(m) === 'one')!;
+        assert.equal(one.deliveryCount, 1);
+        assert.equal(one.header['X-A'], '1');
+        assert.ok(one.id && one.id === one.header['Mesh-Id'], 'the id is the Mesh-Id header the publisher set');
+        assert.equal(got.find((m) => text(m) === 'two')!.id, 'given-id');
+      }));
+
+    it('redelivers a message whose handler throws, with the same id and a growing delivery count', () =>
+      withBrokers(async (pub, sub) => {
+        const topic = freshTopic('nack');
+        const seen: Array<{ id?: string; n?: number }> = [];
+        await sub.subscribe(
+          topic,
+          async (m) => {
+            seen.push({ id: m.id, n: m.deliveryCount });
+            if (seen.length === 1) throw new Error('first attempt fails');
+            if (seen.length === 2) {
+              await new Promise((r) => setImmediate(r));
+              throw new Error('second attempt rejects');
+            }
+          },
+          { durable: 'retrier', maxDeliver: 5 },
+        );
+        await pub.publish(topic, { header: {}, body: bytes('again') });
+        await waitFor(() => seen.length >= 3, 10_000);
+        assert.deepEqual(seen.map((s) => s.n), [1, 2, 3]);
+        assert.equal(new Set(seen.map((s) => s.id)).size, 1);
+      }));
+
+    it('moves a message to <topic>.dlq after maxDeliver failed attempts', () =>
+      withBrokers(async (pub, sub) => {
+        const topic = freshTopic('dlq');
+        let attempts = 0;
+        await sub.subscribe(topic, () => {
+          attempts++;
+          throw new Error('always fails');
+        }, { durable: 'doomed', maxDeliver: 3 });
+        const dead: Message[] = [];
+        await pub.subscribe(`${topic}.dlq`, (m) => void dead.push(m), { durable: 'dlq-reader' });
+        await pub.publish(topic, { header: { 'X-Keep': 'kept' }, body: bytes('poison') });
+        await waitFor(() => dead.length === 1, 15_000);
+        assert.equal(attempts, 3);
+        const [d] = dead;
+        assert.equal(text(d!), 'poison');
+        assert.equal(d!.header['X-Keep'], 'kept');
+        assert.equal(d!.header['Mesh-Dlq-Topic'], topic);
+        assert.equal(d!.header['Mesh-Dlq-Consumer'], 'doomed');
+        assert.equal(d!.header['Mesh-Dlq-Deliveries'], '3');
+        assert.equal(d!.header['Mesh-Dlq-Error'], 'always fails');
+      }));
+
+    it('keeps messages published while no subscriber of the name runs', () =>
+      withBrokers(async (pub, sub) => {
+        const topic = freshTopic('keep');
+        const first: string[] = [];
+        // A short ack wait: what the stopped subscriber had asked for but not handled comes again soon.
+        const s = await sub.subscribe(topic, (m) => void first.push(text(m)), { durable: 'keeper', ackWaitMs: 1000 });
+        await pub.publish(topic, { header: {}, body: bytes('m0') });
+        await waitFor(() => first.length === 1, 10_000);
+        await s.unsubscribe();
+        for (let i = 1; i <= 5; i++) await pub.publish(topic, { header: {}, body: bytes(`m${i}`) });
+        const later: string[] = [];
+        await pub.subscribe(topic, (m) => void later.push(text(m)), { durable: 'keeper', ackWaitMs: 1000 });
+        await waitFor(() => later.length >= 5, 10_000);
+        assert.deepEqual(first, ['m0']);
+        assert.deepEqual([...later].sort(), ['m1', 'm2', 'm3', 'm4', 'm5']);
+      }));
+
+    it('shares a name among subscribers (each message to one) and keeps other names separate', () =>
+      withBrokers(async (pub, sub) => {
+        const topic = freshTopic('shared');
+        const a: string[] = [];
+        const b: string[] = [];
+        const other: string[] = [];
+        await sub.subscribe(topic, (m) => void a.push(text(m)), { durable: 'workers' });
+        await pub.subscribe(topic, (m) => void b.push(text(m)), { durable: 'workers' });
+        await sub.subscribe(topic, (m) => void other.push(text(m)), { durable: 'audit' });
+        const n = 50;
+        for (let i = 0; i < n; i++) await pub.publish(topic, { header: {}, body: bytes(`m${i}`) });
+        await waitFor(() => a.length + b.length >= n && other.length >= n, 15_000);
+        assert.equal(new Set([...a, ...b]).size, n);
+        assert.equal(new Set(other).size, n);
+      }));
+
+    it('redelivers a message not acknowledged within the ack wait', () =>
+      withBrokers(async (pub, sub) => {
+        const topic = freshTopic('ackwait');
+        const counts: number[] = [];
+        await sub.subscribe(
+          topic,
+          (m) => {
+            counts.push(m.deliveryCount ?? 0);
+            if (counts.length === 1) return new Promise<void>(() => undefined); // hangs: never acks
+          },
+          { durable: 'slow', ackWaitMs: 500 },
+        );
+        await pub.publish(topic, { header: {}, body: bytes('x') });
+        await waitFor(() => counts.length >= 2, 15_000);
+        assert.deepEqual(counts.slice(0, 2), [1, 2]);
+      }));
+
+    it('lists the dead letters of a topic and replays them to it, with the same id', () =>
+      withBrokers(async (pub, sub) => {
+        const topic = freshTopic('replay');
+        let failing = true;
+        const ok: Message[] = [];
+        let attempts = 0;
+        await sub.subscribe(topic, (m) => {
+          attempts++;
+          if (failing) throw new Error('down for now');
+          ok.push(m);
+        }, { durable: 'replayed', maxDeliver: 2 });
+        await pub.publish(topic, { header: { 'X-K': 'v' }, body: bytes('later') });
+        const list = () => pub.listDeadLetters!(topic, 100);
+        await waitFor(async () => (await list()).length === 1, 15_000);
+        assert.equal(attempts, 2);
+        const [dead] = await list();
+        assert.equal(text(dead!), 'later');
+        assert.equal(dead!.header['Mesh-Dlq-Consumer'], 'replayed');
+        failing = false;
+        assert.equal(await pub.replayDeadLetters!(topic, 100), 1);
+        await waitFor(() => ok.length === 1, 15_000);
+        assert.equal(ok[0]!.id, dead!.id, 'a replay keeps the Mesh-Id');
+        assert.equal(ok[0]!.header['X-K'], 'v');
+        assert.equal(ok[0]!.header['Mesh-Dlq-Topic'], undefined);
+        assert.equal(ok[0]!.deliveryCount, 1);
+        assert.deepEqual(await list(), []);
+      }));
+
+    it('rejects bad durable options with a clear error', () =>
+      withBrokers(async (_pub, sub) => {
+        await assert.rejects(sub.subscribe(freshTopic('bad'), () => undefined, { durable: 'has space' }), /durable/);
+        await assert.rejects(sub.subscribe(freshTopic('bad'), () => undefined, { durable: 'x', maxDeliver: 0 }), /maxDeliver/);
+        await assert.rejects(sub.subscribe(freshTopic('bad'), () => undefined, { maxDeliver: 3 }), /durable/);
+      }));
+  });
+}

@@ -5,60 +5,15 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { delimiter, join } from 'node:path';
-import { once } from 'node:events';
 import pino from 'pino';
 import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
 import { NatsBroker } from '../src/broker/nats.js';
 import { freePort, sleep, waitFor } from './helpers.js';
+import { natsServerOrSkip, startNatsServer } from './nats-server.js';
 
 const silent = pino({ level: 'silent' });
-
-function findNatsServer(): string | undefined {
-  const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/sbin', '/usr/local/bin', '/sbin'];
-  for (const d of dirs) {
-    if (!d) continue;
-    const p = join(d, 'nats-server');
-    if (existsSync(p)) return p;
-  }
-  return undefined;
-}
-
-const binary = findNatsServer();
-const reason = 'nats-server binary not found (apt-get install -y nats-server)';
-if (!binary) {
-  if (process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${reason}`);
-  console.warn(`SKIP: ${reason}`);
-}
-
-interface Server {
-  child: ChildProcess;
-  stop(): Promise<void>;
-}
-
-async function startServer(port: number): Promise<Server> {
-  const child = spawn(binary!, ['-a', '127.0.0.1', '-p', String(port)], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  const exited = once(child, 'exit');
-  await waitFor(() => {
-    if (child.exitCode !== null) throw new Error(`nats-server exited:\n${out}`);
-    return /Server is ready/.test(out);
-  }, 10_000).catch((err: Error) => {
-    child.kill('SIGKILL');
-    throw new Error(`${err.message}\n${out}`);
-  });
-  return {
-    child,
-    stop: async () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      await exited;
-    },
-  };
-}
+const { binary, reason } = natsServerOrSkip();
+const startServer = (port: number) => startNatsServer(binary!, port);
 
 const text = (m: Message) => Buffer.from(m.body).toString();
 

@@ -46,7 +46,7 @@ describe('help metadata', () => {
     }
     const platform = readFileSync(join(ROOT, 'src/cli/commands.ts'), 'utf8');
     for (const m of platform.matchAll(/config\.([a-z_]+)/g)) {
-      if (m[1] === 'queue') assert.ok(commandFlags('subscribe').includes('queue'));
+      if (['queue', 'ack', 'durable'].includes(m[1]!)) assert.ok(commandFlags('subscribe').includes(m[1]!));
       else assert.ok(commandFlags('list').includes(m[1]!) && commandFlags('call').includes(m[1]!), `platform commands read --${m[1]}`);
     }
   });

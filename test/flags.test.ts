@@ -43,3 +43,23 @@ test('switches', () => {
   assert.ok(parseArgs(['--hot-restart-version'], {}).switches.has('hot-restart-version'));
   assert.ok(parseArgs(['--help'], {}).switches.has('help'));
 });
+
+test('durable broker flags: defaults, values and bad values', () => {
+  const d = parseArgs([], {}).config;
+  assert.equal(d.broker_max_deliver, 5);
+  assert.equal(d.broker_ack_wait, 30_000);
+  assert.equal(d.broker_dlq_suffix, '.dlq');
+  assert.equal(d.broker_stream_max_age, 0);
+  assert.equal(d.broker_stream_max_bytes, 0);
+  const c = parseArgs(['--broker_max_deliver=3', '--broker_ack_wait=2s', '--broker_dlq_suffix=.dead', '--broker_stream_max_age=24h', '--broker_stream_max_bytes=1GiB'], {}).config;
+  assert.equal(c.broker_max_deliver, 3);
+  assert.equal(c.broker_ack_wait, 2000);
+  assert.equal(c.broker_dlq_suffix, '.dead');
+  assert.equal(c.broker_stream_max_age, 86_400_000);
+  assert.equal(c.broker_stream_max_bytes, 1024 ** 3);
+  const bad = (args: string[], re: RegExp) => assert.throws(() => parseArgs(args, {}), (e: Error) => e instanceof FlagError && re.test(e.message));
+  bad(['--broker_max_deliver=0'], /invalid value "0" for flag --broker_max_deliver: must be from 1 to 1000/);
+  bad(['--broker_ack_wait=5ms'], /--broker_ack_wait: must be from 100ms to 1h/);
+  bad(['--broker_dlq_suffix=a>'], /--broker_dlq_suffix/);
+  bad(['--broker_dlq_suffix='], /--broker_dlq_suffix/);
+});

@@ -214,4 +214,49 @@ describe('SPEC 4.4 through the gateway', () => {
       await Promise.all(subs.map((s) => s.unsubscribe()));
     }
   });
+
+  it('--handler=event: a CloudEvent (structured or binary mode) is published as that CloudEvent; an invalid one is a 400', async () => {
+    const got: Message[] = [];
+    const sub = await runtime.broker.subscribe('go.mesh.api.orders', (m) => void got.push(m));
+    try {
+      const structured = '{"specversion":"1.0","id":"ce-1","source":"/shop","type":"com.example.order.created","time":"2024-05-01T12:00:00Z","datacontenttype":"application/json","data":{"n":1}}';
+      const s1 = await http('POST', `${eventGw.url}/orders/created`, { headers: { 'content-type': 'application/cloudevents+json; charset=utf-8' }, body: structured });
+      assert.equal(s1.status, 200, s1.text);
+      assert.equal(s1.text, '{"id":"ce-1","topic":"go.mesh.api.orders","name":"created"}');
+      const b1 = await http('POST', `${eventGw.url}/orders/paid`, {
+        headers: { 'ce-specversion': '1.0', 'ce-id': 'ce-2', 'ce-source': '/shop', 'ce-type': 'com.example.order.paid', 'ce-traceparent': '00-abc', 'content-type': 'text/plain' },
+        body: 'paid!',
+      });
+      assert.equal(b1.status, 200, b1.text);
+      assert.equal(b1.text, '{"id":"ce-2","topic":"go.mesh.api.orders","name":"paid"}');
+      await waitFor(() => got.length === 2);
+      const s = got.find((m) => m.header['mesh-id'] === 'ce-1')!;
+      assert.equal(Buffer.from(s.body).toString(), structured, 'structured: the event JSON as sent');
+      assert.equal(s.header['content-type'], 'application/cloudevents+json; charset=utf-8');
+      assert.equal(s.header['mesh-event'], 'created');
+      const b = got.find((m) => m.header['mesh-id'] === 'ce-2')!;
+      assert.equal(Buffer.from(b.body).toString(), 'paid!', 'binary: the data as sent');
+      assert.deepEqual(
+        Object.fromEntries(Object.entries(b.header).filter(([k]) => k.startsWith('ce-'))),
+        { 'ce-specversion': '1.0', 'ce-id': 'ce-2', 'ce-source': '/shop', 'ce-type': 'com.example.order.paid', 'ce-traceparent': '00-abc' },
+      );
+      assert.equal(b.header['content-type'], 'text/plain');
+
+      const bad: Array<[Record<string, string>, string, string]> = [
+        [{ 'content-type': 'application/cloudevents+json' }, '{"specversion":"1.0","id":"x","type":"t"}', 'cloudevents: source is required (a non-empty string)'],
+        [{ 'content-type': 'application/cloudevents+json' }, '{"specversion":"0.3","id":"x","source":"s","type":"t"}', 'cloudevents: specversion must be \\"1.0\\"'],
+        [{ 'content-type': 'application/cloudevents+json' }, '[1]', 'cloudevents: the body must be a JSON object'],
+        [{ 'content-type': 'application/cloudevents+json' }, '{oops', 'cloudevents: the body is not valid JSON'],
+        [{ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': 's' }, 'd', 'cloudevents: ce-type is required (a non-empty string)'],
+        [{ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': 's', 'ce-type': 't', 'ce-time': 'yesterday' }, 'd', 'cloudevents: ce-time must be an RFC 3339 timestamp'],
+      ];
+      for (const [headers, body, detail] of bad) {
+        const r = await http('POST', `${eventGw.url}/orders/bad`, { headers, body });
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.text, `{"id":"go.mesh.api","code":400,"detail":"${detail}","status":"Bad Request"}`);
+      }
+    } finally {
+      await sub.unsubscribe();
+    }
+  });
 });

@@ -202,7 +202,7 @@ await import(marker);
 await markerSeen;
 port1.close();
 const loaded = [...resolved, ...Object.keys(createRequire(import.meta.url).cache)];
-const engines = [...new Set(loaded.map((u) => /node_modules\\/(etcd3|nats|acme-client)\\//.exec(u)?.[1]).filter(Boolean))].sort();
+const engines = [...new Set(loaded.map((u) => /node_modules\\/(etcd3|nats|acme-client|@opentelemetry)\\//.exec(u)?.[1]).filter(Boolean))].sort();
 process.stdout.write(JSON.stringify({ answer, engines, seen: loaded.length }));
 `,
       );
@@ -217,8 +217,13 @@ process.stdout.write(JSON.stringify({ answer, engines, seen: loaded.length }));
     }
   }
 
-  it('a Mesh with the defaults loads none of etcd3, nats, acme-client', () => {
+  it('a Mesh with the defaults loads none of etcd3, nats, acme-client, @opentelemetry (tracing off)', () => {
     assert.deepEqual(enginesLoaded('{}'), []);
+  });
+
+  it('tracing on loads the OpenTelemetry packages', () => {
+    // Nothing listens on the receiver's port: the export fails, the call does not.
+    assert.deepEqual(enginesLoaded(`{ registry: 'memory', broker: 'memory', tracing: 'otlp', tracingAddress: 'http://127.0.0.1:9/v1/traces' }`), ['@opentelemetry']);
   });
 
   it('the probe sees an engine that is used (etcd3 with an etcd registry)', () => {

@@ -219,7 +219,7 @@ describe('framework service', () => {
     assert.deepEqual([nothing.status, nothing.text], [200, '{}']);
   });
 
-  it('the handler context: id, service, endpoint, end-to-end metadata, deadline', async () => {
+  it('the handler context: id, service, endpoint, end-to-end metadata, deadline, trace', async () => {
     const before = Date.now();
     const r = await request(`http://127.0.0.1:${port}/`, {
       method: 'POST',
@@ -235,7 +235,10 @@ describe('framework service', () => {
     });
     const { req, ctx } = (await r.body.json()) as { req: unknown; ctx: Record<string, unknown> };
     assert.deepEqual(req, { a: 1 });
-    assert.deepEqual(Object.keys(ctx), ['id', 'service', 'endpoint', 'metadata', 'deadline']);
+    assert.deepEqual(Object.keys(ctx), ['id', 'service', 'endpoint', 'metadata', 'deadline', 'traceId', 'spanId']);
+    // No traceparent came: a new trace.
+    assert.match(ctx.traceId as string, /^[0-9a-f]{32}$/);
+    assert.match(ctx.spanId as string, /^[0-9a-f]{16}$/);
     assert.equal(ctx.id, 'req-1');
     assert.equal(ctx.service, 'go.mesh.srv.math');
     assert.equal(ctx.endpoint, 'Math.Echo');

@@ -6,6 +6,8 @@ import { HttpBroker } from './http/broker.js';
 import { MemoryBroker } from './memory.js';
 import { NatsBroker } from './nats.js';
 import type { EngineTlsFiles } from '../util/engine-access.js';
+import type { DurableDefaults } from './durable.js';
+import type { StatsStore } from '../stats/store.js';
 
 export const BROKER_KINDS = ['http', 'memory', 'nats'] as const;
 export type BrokerKind = (typeof BROKER_KINDS)[number];
@@ -19,19 +21,33 @@ export interface CreateBrokerOptions {
   advertiseHost?: string;
   /** nats: TLS files (--broker_tls_*). */
   tls?: EngineTlsFiles;
+  /** Durable subscriptions: max deliver, ack wait, dead-letter suffix, stream limits (--broker_max_deliver and the like). */
+  durable?: Partial<DurableDefaults>;
+  /** Stats of durable topics and consumers. */
+  stats?: StatsStore;
   logger?: pino.Logger;
 }
 
 export function createBroker(kind: string, options: CreateBrokerOptions): Broker {
   const address = options.address?.trim() || undefined;
+  const directory = (options.registry as { directory?: unknown }).directory;
   switch (kind) {
     case 'memory':
       return new MemoryBroker({ logger: options.logger });
     case 'http':
-      return new HttpBroker({ registry: options.registry, address, advertise: options.advertiseHost, logger: options.logger });
+      return new HttpBroker({
+        registry: options.registry,
+        address,
+        advertise: options.advertiseHost,
+        // The local registry's directory keeps durable subscriptions' messages (broker.db).
+        durableDirectory: typeof directory === 'string' ? directory : undefined,
+        durable: options.durable,
+        stats: options.stats,
+        logger: options.logger,
+      });
     case 'nats':
       if (!address) throw new Error('broker nats: an address is required (--broker_address host:port)');
-      return new NatsBroker({ address, tls: options.tls, logger: options.logger });
+      return new NatsBroker({ address, tls: options.tls, durable: options.durable, stats: options.stats, logger: options.logger });
     default:
       throw new Error(`unknown broker "${kind}" (use ${BROKER_KINDS.join(', ')})`);
   }

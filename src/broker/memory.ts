@@ -120,6 +120,7 @@ export class MemoryBroker implements Broker {
     checkTopic(topic);
     checkQueue(options.queue);
     if (typeof handler !== 'function') throw new TypeError('handler: must be a function');
+    if (options.durable !== undefined) throw new TypeError('memory broker: durable subscriptions need the nats or http broker');
     if (this.closed) throw new BrokerUnavailableError('memory broker: closed');
     const sub: MemorySub = { topic, queue: options.queue, handler, active: true };
     let list = this.subs.get(topic);

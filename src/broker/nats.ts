@@ -27,6 +27,9 @@ import {
   type Subscription,
 } from './broker.js';
 import { checkMessage, checkQueue, checkTopic, invokeHandler } from './memory.js';
+import { checkDurableDefaults, DurableStats, durableSettings, REPLAY_HEADER, withMessageId, type DurableDefaults } from './durable.js';
+import { JetStreamTopics } from './nats-jetstream.js';
+import type { StatsStore } from '../stats/store.js';
 
 export interface NatsBrokerOptions {
   /**
@@ -42,6 +45,10 @@ export interface NatsBrokerOptions {
   reconnectTimeWaitMs?: number;
   /** Bound on the first connection and on confirming a subscription; default 5 s. */
   timeoutMs?: number;
+  /** Durable subscriptions (JetStream): max deliver, ack wait, dead-letter suffix, stream limits. */
+  durable?: Partial<DurableDefaults>;
+  /** Stats of durable topics and consumers (src/broker/durable.ts). */
+  stats?: StatsStore;
   logger?: pino.Logger;
 }
 
@@ -74,6 +81,8 @@ export class NatsBroker implements Broker {
   /** Tracked from the client's status events. */
   private up = false;
   private closed = false;
+  private readonly jetstream: JetStreamTopics;
+  private readonly durable: DurableDefaults;
 
   constructor(options: NatsBrokerOptions) {
     const list = Array.isArray(options?.address) ? options.address : String(options?.address ?? '').split(',');
@@ -95,6 +104,15 @@ export class NatsBroker implements Broker {
     this.timeoutMs = options.timeoutMs ?? 5000;
     // The runtime passes its logger; a broker built on its own logs to stderr at info.
     this.logger = options.logger ?? new Logging().get('broker');
+    this.durable = checkDurableDefaults(options.durable);
+    this.jetstream = new JetStreamTopics({
+      nats,
+      connection: () => this.ensure(),
+      defaults: this.durable,
+      stats: new DurableStats(options.stats),
+      logger: this.logger,
+      timeoutMs: this.timeoutMs,
+    });
   }
 
   /** True while the client holds a live connection to a server. */
@@ -194,8 +212,13 @@ export class NatsBroker implements Broker {
     if (!this.connected) {
       throw new BrokerUnavailableError(`nats broker: not connected to ${this.servers.join(',')} (reconnecting)`);
     }
+    // A topic with a stream (durable subscribers) goes through JetStream: stored, then resolved.
+    const stream = await this.jetstream.streamOf(topic);
+    let header = message.header ?? {};
+    let id: string | undefined;
+    if (stream) ({ header, id } = withMessageId(header));
     let h: ReturnType<NatsModule['headers']> | undefined;
-    const entries = Object.entries(message.header ?? {});
+    const entries = Object.entries(header);
     if (entries.length > 0) {
       h = nats().headers();
       try {
@@ -204,6 +227,8 @@ export class NatsBroker implements Broker {
         throw new TypeError(`nats broker: message header: ${errorText(err)}`);
       }
     }
+    // A replayed dead letter keeps its Mesh-Id but must not be dropped as a repeat by JetStream.
+    if (stream) return this.jetstream.publish(topic, message.body, h!, header[REPLAY_HEADER] ? `${id!}:replay:${header[REPLAY_HEADER]}` : id!);
     try {
       nc.publish(topic, message.body, h ? { headers: h } : undefined);
     } catch (err) {
@@ -221,6 +246,8 @@ export class NatsBroker implements Broker {
     checkTopic(topic);
     checkQueue(options.queue);
     if (typeof handler !== 'function') throw new TypeError('handler: must be a function');
+    const durable = durableSettings(options, this.durable);
+    if (durable) return this.jetstream.subscribe(topic, handler, durable, options.queue);
     const nc = await this.ensure();
     const queue = options.queue;
     const sub = nc.subscribe(topic, {
@@ -255,8 +282,19 @@ export class NatsBroker implements Broker {
     };
   }
 
+  async listDeadLetters(topic: string, limit: number): Promise<Message[]> {
+    checkTopic(topic);
+    return (await this.jetstream.deadLetters(topic, limit)).map((d) => d.message);
+  }
+
+  async replayDeadLetters(topic: string, limit: number): Promise<number> {
+    checkTopic(topic);
+    return this.jetstream.replayDeadLetters(topic, limit, (t, m) => this.publish(t, m));
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+    await this.jetstream.close();
     const nc = this.nc ?? (await this.connecting?.catch(() => undefined));
     this.nc = undefined;
     this.up = false;

@@ -1,4 +1,4 @@
-/** The platform commands: list, get, register, deregister, call, publish, subscribe, health. */
+/** The platform commands: list, get, register, deregister, call, publish, subscribe, dlq, health. */
 import type { Config } from './flags.js';
 import { FlagError } from './flags.js';
 import { DirectOperations, SidecarOperations, type Operations } from './operations.js';
@@ -8,6 +8,7 @@ import { RegistryValidationError, type Service } from '../registry/registry.js';
 import { MeshError } from '../errors.js';
 import { printable } from '../util/text.js';
 import { formatAddress } from '../util/address.js';
+import { messageId } from '../broker/durable.js';
 
 export interface Output {
   out: (text: string) => void;
@@ -124,7 +125,9 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       }
       case 'subscribe': {
         const topic = noun;
-        if (!topic) throw new UsageError('usage: mesh subscribe TOPIC [--queue Q]');
+        if (!topic) throw new UsageError('usage: mesh subscribe TOPIC [--queue Q] [--ack --durable NAME]');
+        if (config.ack && !config.durable) throw new UsageError('subscribe --ack needs --durable NAME (the consumer the broker keeps messages for)');
+        if (!config.ack && config.durable) throw new UsageError('subscribe --durable needs --ack');
         let ended: string | undefined;
         let wake = () => {};
         const stop = await ops.subscribe(
@@ -138,8 +141,9 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
             ended = reason;
             wake();
           },
+          config.ack ? config.durable : undefined,
         );
-        io.err(`subscribed to ${topic}${config.queue ? ` (queue ${config.queue})` : ''}; Ctrl-C to stop\n`);
+        io.err(`subscribed to ${topic}${config.queue ? ` (queue ${config.queue})` : ''}${config.ack ? ` (durable ${config.durable}, acknowledged)` : ''}; Ctrl-C to stop\n`);
         await new Promise<void>((resolve) => {
           wake = resolve;
           process.once('SIGINT', resolve);
@@ -149,6 +153,24 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         if (ended) {
           io.err(`subscription to ${topic} ended: ${ended}\n`);
           return 1;
+        }
+        return 0;
+      }
+      case 'dlq': {
+        const topic = rest[0];
+        if ((noun !== 'list' && noun !== 'replay') || !topic || rest.length > 1) throw new UsageError('usage: mesh dlq list|replay TOPIC');
+        if (noun === 'replay') {
+          const n = await ops.replayDeadLetters(topic);
+          io.out(json ? JSON.stringify({ replayed: n }) + '\n' : `replayed ${n}\n`);
+          return 0;
+        }
+        const dead = await ops.listDeadLetters(topic);
+        if (json) io.out(JSON.stringify(dead.map((m) => ({ id: messageId(m.header), header: m.header, body: m.body.toString('base64') }))) + '\n');
+        else {
+          const rows = dead.map((m) =>
+            [messageId(m.header) ?? '', m.header['Mesh-Dlq-Consumer'] ?? '', m.header['Mesh-Dlq-Deliveries'] ?? '', m.header['Mesh-Dlq-Error'] ?? '', m.body.toString('utf8')].map(printable).join('\t'),
+          );
+          io.out(['id\tconsumer\tdeliveries\terror\tbody', ...rows].join('\n') + '\n');
         }
         return 0;
       }

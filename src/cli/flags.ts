@@ -11,6 +11,7 @@ import { parseAddress } from '../util/address.js';
 import { parseCorsOrigins } from '../http/cors.js';
 import { parseRate } from '../http/rate-limit.js';
 import { compileAccessLogFormat } from '../http/access-log.js';
+import { DEFAULT_TRACING_ADDRESS, parseSampleRate, parseTracingAddress } from '../tracing/config.js';
 
 type FlagType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
@@ -32,6 +33,11 @@ export const FLAG_SPECS = {
   broker_tls_ca_file: { type: 'string', help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
   broker_tls_cert_file: { type: 'string', help: 'nats (TLS required): PEM client certificate' },
   broker_tls_key_file: { type: 'string', help: 'nats (TLS required): PEM client key' },
+  broker_max_deliver: { type: 'int', help: 'durable subscriptions: attempts before a message goes to the dead-letter topic', default: '5' },
+  broker_ack_wait: { type: 'duration', help: 'durable subscriptions: a delivery not acknowledged within this is redelivered', default: '30s' },
+  broker_dlq_suffix: { type: 'string', help: 'durable subscriptions: dead-letter topic = topic + this', default: '.dlq' },
+  broker_stream_max_age: { type: 'duration', help: 'durable topics: stored messages older than this are dropped (0: no limit)', default: '0' },
+  broker_stream_max_bytes: { type: 'size', help: 'nats durable topics: bytes stored per topic before the oldest are dropped (0: no limit)', default: '0' },
   proxy_address: { type: 'string', help: 'run CLI commands through the sidecar at host:port' },
   client_request_timeout: { type: 'duration', help: 'budget of one outbound call', default: '5s' },
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },
@@ -53,6 +59,9 @@ export const FLAG_SPECS = {
   admin_token: { type: 'string', help: 'require Authorization: Bearer <token> on the admin interface' },
   metrics_address: { type: 'string', help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off', default: 'off' },
   stats_histograms: { type: 'bool', help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99', default: 'false' },
+  tracing: { type: 'string', help: 'otlp: record spans and export them over OTLP/HTTP to --tracing_address; off: none (trace context is still forwarded)', default: 'off', choices: ['off', 'otlp'] },
+  tracing_address: { type: 'string', help: 'OTLP/HTTP endpoint of --tracing=otlp (http:// or https:// URL)', default: DEFAULT_TRACING_ADDRESS },
+  tracing_sample_rate: { type: 'string', help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)', default: '1' },
   admin_allowed_hosts: { type: 'list', help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', help: 'trace, debug, info, warning, error, critical, off', default: 'info' },
   log_format: { type: 'string', help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise', choices: ['text', 'json'] },
@@ -99,6 +108,8 @@ export const FLAG_SPECS = {
   healthcheck_interval: { type: 'duration', help: 'sidecar: time between health checks', default: '10s' },
   healthcheck_timeout: { type: 'duration', help: 'sidecar: health check timeout', default: '2s' },
   queue: { type: 'string', help: 'subscribe: queue group' },
+  ack: { type: 'bool', help: 'subscribe: at least once, under --durable NAME: each message is acknowledged once printed', default: 'false' },
+  durable: { type: 'string', help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
   config: { type: 'string', help: 'proxy: configuration file' },
   mesh_home: { type: 'string', help: 'state directory (default $MESH_HOME or ~/.mesh)' },
 } satisfies Record<string, FlagSpec>;
@@ -122,11 +133,11 @@ export const FLAG_GROUPS = {
 export type FlagGroup = keyof typeof FLAG_GROUPS;
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health', 'new', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 const SERVE: CommandName[] = ['dev', 'api', 'sidecar', 'proxy'];
-const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health'];
+const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health'];
 const MESH_PROCESS: CommandName[] = [...SERVE, ...PLATFORM];
 const GATEWAYS: CommandName[] = ['dev', 'api', 'sidecar'];
 
@@ -149,11 +160,16 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   mesh_home: { group: 'registry' },
   register_ttl: { group: 'registry', commands: ['dev', 'sidecar'] },
   register_interval: { group: 'registry', commands: ['dev', 'sidecar'] },
-  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
-  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe'] },
+  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_max_deliver: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_ack_wait: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_dlq_suffix: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_stream_max_age: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_stream_max_bytes: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   proxy_address: { group: 'client', commands: PLATFORM },
   client_request_timeout: { group: 'client', commands: MESH_PROCESS },
   client_retries: { group: 'client', commands: [...SERVE, 'call', 'health'] },
@@ -198,6 +214,9 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   admin_allowed_hosts: { group: 'admin', commands: SERVE },
   metrics_address: { group: 'admin', commands: SERVE },
   stats_histograms: { group: 'admin', commands: SERVE },
+  tracing: { group: 'logging', commands: SERVE },
+  tracing_address: { group: 'logging', commands: SERVE },
+  tracing_sample_rate: { group: 'logging', commands: SERVE },
   max_body_size: { group: 'limits', commands: [...SERVE, 'call'] },
   max_connections: { group: 'limits', commands: SERVE },
   request_headers_timeout: { group: 'limits', commands: SERVE },
@@ -219,6 +238,8 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   healthcheck_timeout: { group: 'command', commands: ['sidecar'] },
   output: { group: 'command', commands: PLATFORM },
   queue: { group: 'command', commands: ['subscribe'] },
+  ack: { group: 'command', commands: ['subscribe'] },
+  durable: { group: 'command', commands: ['subscribe'] },
   config: { group: 'command', commands: ['proxy'] },
 };
 
@@ -290,6 +311,11 @@ export interface Config {
   broker_tls_ca_file?: string;
   broker_tls_cert_file?: string;
   broker_tls_key_file?: string;
+  broker_max_deliver: number;
+  broker_ack_wait: number;
+  broker_dlq_suffix: string;
+  broker_stream_max_age: number;
+  broker_stream_max_bytes: number;
   proxy_address?: string;
   client_request_timeout: number;
   client_retries: number;
@@ -312,6 +338,9 @@ export interface Config {
   admin_allowed_hosts: string[];
   metrics_address: string;
   stats_histograms: boolean;
+  tracing: 'off' | 'otlp';
+  tracing_address: string;
+  tracing_sample_rate: number;
   log_level: string;
   /** undefined: text on a terminal, json otherwise. */
   log_format?: 'text' | 'json';
@@ -360,6 +389,8 @@ export interface Config {
   healthcheck_interval: number;
   healthcheck_timeout: number;
   queue?: string;
+  ack: boolean;
+  durable?: string;
   config?: string;
   mesh_home?: string;
 }
@@ -547,6 +578,16 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     for (const p of config.rpc_allow as string[]) if (!/^[A-Za-z0-9._*?-]+$/.test(p)) throw new Error(`"${p}" is not a service name glob: letters, digits, . _ - and the wildcards * ?`);
   }, (config.rpc_allow as string[]).join(','));
   try {
+    parseTracingAddress(config.tracing_address as string);
+  } catch (err) {
+    throw new FlagError(`invalid value "${String(config.tracing_address)}" for ${flagLabel('tracing_address', fromEnv.has('tracing_address'))}: ${(err as Error).message}`);
+  }
+  try {
+    config.tracing_sample_rate = parseSampleRate(config.tracing_sample_rate as string);
+  } catch (err) {
+    throw new FlagError(`invalid value "${String(config.tracing_sample_rate)}" for ${flagLabel('tracing_sample_rate', fromEnv.has('tracing_sample_rate'))}: ${(err as Error).message}`);
+  }
+  try {
     parseLevel(config.log_level as string);
   } catch (err) {
     throw new FlagError(`invalid value "${String(config.log_level)}" for ${flagLabel('log_level', fromEnv.has('log_level'))}: ${(err as Error).message}`);
@@ -565,6 +606,14 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
   const whole = config.request_timeout as number;
   if (whole > 0 && headers > whole) {
     throw new FlagError(`invalid value "${values.get('request_headers_timeout') ?? '10s'}" for ${flagLabel('request_headers_timeout', fromEnv.has('request_headers_timeout'))}: longer than --request_timeout (${values.get('request_timeout') ?? '30s'})`);
+  }
+  const durable: Array<[FlagName, boolean, string]> = [
+    ['broker_max_deliver', (config.broker_max_deliver as number) >= 1 && (config.broker_max_deliver as number) <= 1000, 'must be from 1 to 1000'],
+    ['broker_ack_wait', (config.broker_ack_wait as number) >= 100 && (config.broker_ack_wait as number) <= 3_600_000, 'must be from 100ms to 1h'],
+    ['broker_dlq_suffix', !/^$|[\s*>]/.test(config.broker_dlq_suffix as string), "must be non-empty, without whitespace, '*' or '>'"],
+  ];
+  for (const [name, ok, why] of durable) {
+    if (!ok) throw new FlagError(`invalid value "${values.get(name) ?? ''}" for ${flagLabel(name, fromEnv.has(name))}: ${why}`);
   }
   return { config: config as unknown as Config, positionals, given, switches, fromEnv };
 }

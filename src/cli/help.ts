@@ -56,7 +56,14 @@ export const COMMANDS: CommandInfo[] = [
   { name: 'deregister', args: 'service JSON', summary: 'deregister the nodes given', subcommands: ['service'] },
   { name: 'call', args: 'SERVICE Endpoint.Method [JSON]', summary: 'call a service by RPC' },
   { name: 'publish', args: 'TOPIC MESSAGE', summary: 'publish a message' },
-  { name: 'subscribe', args: 'TOPIC [--queue Q]', summary: 'print messages as they arrive' },
+  { name: 'subscribe', args: 'TOPIC [--queue Q] [--ack --durable NAME]', summary: 'print messages as they arrive (--ack: at least once)' },
+  {
+    name: 'dlq',
+    args: 'list|replay TOPIC',
+    summary: 'dead letters of a durable topic: list them, or publish them to TOPIC again',
+    details: ['Dead letters are messages that failed --broker_max_deliver times; they wait in TOPIC.dlq (see docs/cluster.md, Durable events).'],
+    subcommands: ['list', 'replay'],
+  },
   { name: 'health', args: 'SERVICE', summary: 'Debug.Health of every node' },
   {
     name: 'new',
@@ -80,7 +87,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'health']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);

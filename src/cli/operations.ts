@@ -26,9 +26,17 @@ export interface Operations {
   call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string>;
   publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void>;
   /** `onEnd` is called when the subscription ends without being stopped (e.g. the sidecar closed it). */
-  subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, onEnd?: (reason: string) => void): Promise<() => Promise<void>>;
+  /** With `durable`: at least once under that consumer name, each message acknowledged once onMessage returns. */
+  subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, onEnd?: (reason: string) => void, durable?: string): Promise<() => Promise<void>>;
+  /** The dead letters of a durable topic (at most DLQ_LIMIT). */
+  listDeadLetters(topic: string): Promise<ReceivedMessage[]>;
+  /** Publishes a durable topic's dead letters to it again (at most DLQ_LIMIT); resolves with the count. */
+  replayDeadLetters(topic: string): Promise<number>;
   close(): Promise<void>;
 }
+
+/** Dead letters listed or replayed by one `mesh dlq` command. */
+export const DLQ_LIMIT = 10_000;
 
 export class DirectOperations implements Operations {
   private readonly runtime: Runtime;
@@ -63,12 +71,24 @@ export class DirectOperations implements Operations {
   }
 
   async publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void> {
-    await this.runtime.broker.publish(topic, { header, body });
+    await this.runtime.publish(topic, { header, body });
   }
 
-  async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void): Promise<() => Promise<void>> {
-    const sub = await this.runtime.broker.subscribe(topic, (m) => onMessage({ header: m.header, body: Buffer.from(m.body) }), { queue });
+  async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, _onEnd?: (reason: string) => void, durable?: string): Promise<() => Promise<void>> {
+    const sub = await this.runtime.broker.subscribe(topic, (m) => onMessage({ header: m.header, body: Buffer.from(m.body) }), durable ? { queue, durable } : { queue });
     return () => sub.unsubscribe();
+  }
+
+  async listDeadLetters(topic: string): Promise<ReceivedMessage[]> {
+    const broker = this.runtime.broker;
+    if (!broker.listDeadLetters) throw new MeshError('go.mesh.cli', 400, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
+    return (await broker.listDeadLetters(topic, DLQ_LIMIT)).map((m) => ({ header: m.header, body: Buffer.from(m.body) }));
+  }
+
+  async replayDeadLetters(topic: string): Promise<number> {
+    const broker = this.runtime.broker;
+    if (!broker.replayDeadLetters) throw new MeshError('go.mesh.cli', 400, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
+    return broker.replayDeadLetters(topic, DLQ_LIMIT);
   }
 
   async close(): Promise<void> {
@@ -151,10 +171,15 @@ export class SidecarOperations implements Operations {
     queue: string | undefined,
     onMessage: (m: ReceivedMessage) => void,
     onEnd?: (reason: string) => void,
+    durable?: string,
   ): Promise<() => Promise<void>> {
     const url = new URL(`${this.base.replace(/^http/, 'ws')}/broker`);
     url.searchParams.set('topic', topic);
     if (queue) url.searchParams.set('queue', queue);
+    if (durable) {
+      url.searchParams.set('ack', '1');
+      url.searchParams.set('durable', durable);
+    }
     const ws = new WebSocket(url, { headers: this.tokenHeader });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
@@ -173,13 +198,22 @@ export class SidecarOperations implements Operations {
       if (!stopped) onEnd?.(`WebSocket closed with ${code}${reason.length ? `: ${reason.toString()}` : ''}`);
     });
     ws.on('message', (data) => {
-      const frame = parseJson(data.toString()) as { Header?: Record<string, string>; Body?: string };
+      const frame = parseJson(data.toString()) as { Id?: number; Header?: Record<string, string>; Body?: string };
       onMessage({ header: frame.Header ?? {}, body: Buffer.from(frame.Body ?? '', 'base64') });
+      if (durable && typeof frame.Id === 'number') ws.send(JSON.stringify({ ack: frame.Id }));
     });
     return async () => {
       stopped = true;
       ws.close();
     };
+  }
+
+  async listDeadLetters(): Promise<ReceivedMessage[]> {
+    throw new MeshError('go.mesh.cli', 400, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+  }
+
+  async replayDeadLetters(): Promise<number> {
+    throw new MeshError('go.mesh.cli', 400, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
   }
 
   async close(): Promise<void> {}

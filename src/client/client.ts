@@ -13,6 +13,11 @@ import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../codec/codec.j
 import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
 import type { AcquireOptions, AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import type { Type } from 'protobufjs';
+import { ContextStore } from '../util/call-context.js';
+import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
+import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
+import type { StatsStore } from '../stats/store.js';
+import { openStream, type StreamCall, type StreamOpenOptions } from './stream.js';
 
 export interface ClientOptions {
   selector: UpstreamSelector;
@@ -35,6 +40,17 @@ export interface ClientOptions {
   /** Codecs of callValue() besides JSON and protobuf (the `codecs` option). */
   codecs?: CodecSet;
   /**
+   * The process's call context (the runtime's): a call made while serving one inherits its
+   * remaining deadline, Mesh-Id, metadata and trace. Default: a store of the client's own.
+   */
+  context?: ContextStore;
+  /** Records a client span per call (--tracing=otlp). */
+  tracer?: Tracer;
+  /** Where the per-cluster stream stats are kept (cluster.<service>.upstream_rq_stream_*). */
+  stats?: StatsStore;
+  /** Largest stream message accepted from a backend (--max_body_size). */
+  maxMessageBytes?: number;
+  /**
    * The transport of a node that does not speak the mesh wire (`protocol=grpc`:
    * src/transport/grpc/); undefined for a node sendRpc serves on the host's pool.
    */
@@ -43,11 +59,17 @@ export interface ClientOptions {
 
 export interface CallOptions {
   contentType?: string;
-  /** End-to-end metadata forwarded as headers. */
+  /**
+   * End-to-end metadata forwarded as headers; merged over the metadata of the call being served
+   * (its keys win). `traceparent` and `tracestate` here name the parent when no call is being served.
+   */
   metadata?: Record<string, string>;
-  /** Shortens the budget (an inbound Mesh-Timeout, or a per-call value); never lengthens it. */
+  /**
+   * Shortens the budget (an inbound Mesh-Timeout, or a per-call value); never lengthens it. Default:
+   * what remains of the deadline of the call being served, if any.
+   */
   timeoutMs?: number;
-  /** Request id (Mesh-Id); generated when absent. */
+  /** Request id (Mesh-Id); default the id of the call being served, else a new one. */
   id?: string;
   /** Call this node (host:port) directly instead of load balancing. */
   address?: string;
@@ -83,23 +105,97 @@ export class Client {
   /** Request ids are this client's random prefix plus a counter: unique, and cheap per call. */
   private readonly idPrefix = randomUUID();
   private idCounter = 0;
+  private readonly context: ContextStore;
 
-  constructor(private readonly options: ClientOptions) {}
+  constructor(private readonly options: ClientOptions) {
+    this.context = options.context ?? new ContextStore();
+  }
 
   get requestTimeoutMs(): number {
     return this.options.requestTimeoutMs;
   }
 
-  /** Sends raw bytes; resolves with the backend's 2xx answer, rejects with a MeshError. */
-  async call(service: string, endpoint: string, body: Uint8Array, opts: CallOptions = {}): Promise<CallResult> {
+  private nextId(): string {
+    return `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
+  }
+
+  /**
+   * Opens a stream (src/client/stream.ts): resolves once the backend accepted it; iterate the
+   * result for its messages. Not retried, not hedged; no deadline unless `timeoutMs` is given.
+   */
+  stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
+    // As a unary call does: inside a call being served, the stream carries its Mesh-Id, metadata
+    // and trace (its deadline too, when the stream has none of its own).
+    const ctx = this.context.current;
+    let metadata = opts.metadata;
+    if (ctx?.metadata) metadata = metadata ? { ...ctx.metadata, ...metadata } : ctx.metadata;
+    const parent = ctx?.trace ?? (metadata?.[TRACEPARENT] !== undefined ? parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]) : undefined);
+    const trace = ctx?.trace ?? this.context.hop(parent);
+    const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata ?? {};
+    const headers: Record<string, string> = { ...rest, [TRACEPARENT]: formatTraceparent(trace) };
+    if (trace.state) headers[TRACESTATE] = trace.state;
+    let timeoutMs = opts.timeoutMs;
+    if (timeoutMs === undefined && ctx?.deadline !== undefined && Number.isFinite(ctx.deadline)) timeoutMs = Math.max(1, ctx.deadline - Date.now());
+    const id = opts.id ?? ctx?.id ?? this.nextId();
+    return openStream(this.options.selector, this.options.stats, service, endpoint, id, { maxMessageBytes: this.options.maxMessageBytes, ...opts, metadata: headers, timeoutMs });
+  }
+
+  /**
+   * Sends raw bytes; resolves with the backend's 2xx answer, rejects with a MeshError. Inside a
+   * call being served (a service handler, a front end's request) the options default to its
+   * remaining deadline, Mesh-Id and metadata, and the call continues its trace.
+   */
+  call(service: string, endpoint: string, body: Uint8Array, opts: CallOptions = {}): Promise<CallResult> {
+    const ctx = this.context.current;
+    let timeoutMs = opts.timeoutMs;
+    if (timeoutMs === undefined && ctx?.deadline !== undefined) timeoutMs = Math.max(0, ctx.deadline - Date.now());
+    let metadata = opts.metadata;
+    if (ctx?.metadata) metadata = metadata ? { ...ctx.metadata, ...metadata } : ctx.metadata;
+    const id = opts.id ?? ctx?.id;
+    // The parent: this hop's own span; outside any, a traceparent of the metadata.
+    const parent = ctx?.trace ?? (metadata?.[TRACEPARENT] !== undefined ? parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]) : undefined);
+    const tracer = this.options.tracer;
+    if (tracer) {
+      const span = tracer.startSpan(`${service}/${endpoint}`, SpanKind.CLIENT, parent, { 'rpc.system': 'mesh', 'rpc.service': service, 'rpc.method': endpoint });
+      return this.traced(span, this.send(service, endpoint, body, opts, timeoutMs, metadata, id, traceOf(span)));
+    }
+    // No span: this hop's id is the parent of what it sends; a call outside any hop is a hop of its own.
+    const trace = ctx?.trace ?? this.context.hop(parent);
+    return this.send(service, endpoint, body, opts, timeoutMs, metadata, id, trace);
+  }
+
+  private async traced(span: Span, call: Promise<CallResult>): Promise<CallResult> {
+    try {
+      return await call;
+    } catch (err) {
+      const e = toMeshError(err);
+      span.setAttribute('rpc.response.status_code', e.code);
+      failSpan(span, e.detail, String(e.code));
+      throw err;
+    } finally {
+      span.end();
+    }
+  }
+
+  private async send(
+    service: string,
+    endpoint: string,
+    body: Uint8Array,
+    opts: CallOptions,
+    timeoutMs: number | undefined,
+    metadata: Record<string, string> | undefined,
+    givenId: string | undefined,
+    trace: TraceContext,
+  ): Promise<CallResult> {
     const started = Date.now();
-    const budget = Math.min(this.options.requestTimeoutMs, opts.timeoutMs ?? Infinity);
+    const budget = Math.min(this.options.requestTimeoutMs, timeoutMs ?? Infinity);
     const deadline = started + budget;
+    const traceparent = formatTraceparent(trace);
     const retries = opts.retries ?? this.options.retries;
     const perTry = opts.perTryTimeoutMs ?? this.options.perTryTimeoutMs ?? 0;
     // A call to a given node has nowhere else to go: no hedge.
     const hedgeDelay = opts.idempotent === true && opts.address === undefined ? (opts.hedgeDelayMs ?? this.options.hedgeDelayMs ?? 0) : 0;
-    const id = opts.id ?? `${this.idPrefix}-${(this.idCounter = (this.idCounter + 1) % Number.MAX_SAFE_INTEGER)}`;
+    const id = givenId ?? this.nextId();
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     // Hosts already tried; only a retry or a hedge needs it.
     let tried: Set<string> | undefined;
@@ -114,7 +210,9 @@ export class Client {
         id,
         contentType: encoded?.contentType ?? contentType,
         body: encoded?.body ?? body,
-        metadata: opts.metadata,
+        metadata,
+        traceparent,
+        tracestate: trace.state,
         timeoutMs,
         maxResponseBytes: this.options.maxResponseBytes,
       };
@@ -137,7 +235,8 @@ export class Client {
         opts.info.upstreamHost = lease.target.key;
       }
       if (retries > 0 || hedgeDelay > 0) (tried ??= new Set()).add(lease.target.key);
-      const first = startTry(lease, request, remaining, perTry, this.options.senderFor);
+      // What is left once a host is chosen (building a cluster takes a moment): the try's budget.
+      const first = startTry(lease, request, Math.max(1, deadline - Date.now()), perTry, this.options.senderFor);
       let result: TryResult;
       if (hedgeDelay > 0 && !hedged && hedgeDelay < remaining) {
         result = await this.hedge(first, service, tried!, hedgeDelay, deadline, perTry, request, () => (hedged = true));

@@ -28,7 +28,7 @@ export function greeterApi(mesh: Mesh, address?: string): Service {
   const types = apiTypes();
   return mesh.service({ name: 'go.mesh.api.greeter', address }).handle<ApiRequest>(
     'Say.Hello',
-    async (req, ctx) => {
+    async (req) => {
       let name = req.get?.name?.values?.[0] ?? req.post?.name?.values?.[0];
       if (name === undefined && req.body) {
         try {
@@ -38,7 +38,9 @@ export function greeterApi(mesh: Mesh, address?: string): Service {
         }
       }
       if (!name) throw new MeshError('go.mesh.api.greeter', 400, 'name: required (query ?name= or JSON body)');
-      const answer = await mesh.call<{ msg: string }>('go.mesh.srv.greeter', 'Say.Hello', { name }, { timeout: ctx.deadline - Date.now(), id: ctx.id });
+      // Inside a handler, a call carries what remains of the inbound deadline, its Mesh-Id,
+      // metadata and trace by itself.
+      const answer = await mesh.call<{ msg: string }>('go.mesh.srv.greeter', 'Say.Hello', { name });
       return {
         statusCode: 200,
         header: { 'Content-Type': { key: 'Content-Type', values: ['application/json'] } },

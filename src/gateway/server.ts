@@ -17,12 +17,13 @@ import { MeshError, toMeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { sendJson } from '../http/respond.js';
 import type { FrontEnd } from '../handlers/front-end.js';
-import { resolveEventPath, resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
+import { resolveEventPath, resolveProxyPath, RpcPathResolver, type RpcRoute } from '../handlers/resolve.js';
 import { handleApi } from '../handlers/api.js';
 import { handleRpc } from '../handlers/rpc.js';
 import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
 import { handleEvent } from '../handlers/event.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
+import { handleSse, StreamSockets, wantsEventStream } from '../handlers/stream.js';
 import { packageVersion } from '../admin/build-info.js';
 import { RegistryRouter } from './router.js';
 import type { HandlerName, RouteMatch } from './routes.js';
@@ -82,6 +83,7 @@ export class Gateway {
   private readonly enableRpc: boolean;
   private readonly rpcAllowed?: (service: string) => boolean;
   private readonly guard: EdgeGuard;
+  private readonly streams: StreamSockets;
 
   /**
    * Builds the gateway; its router (when there is one) is a route source of the runtime, listed
@@ -121,12 +123,14 @@ export class Gateway {
       this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID, histograms: runtime.options.statsHistograms });
     }
     const dashboard = this.dashboard;
+    this.streams = new StreamSockets(this.fe);
     this.server = new FrontServer({
       runtime,
       statPrefix: STAT_PREFIX,
       errorId: ERROR_ID,
       handle: (req, res) => this.handle(req, res),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+      closeUpgraded: () => this.streams.close(),
       counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
@@ -200,6 +204,10 @@ export class Gateway {
     if (this.dashboard && isDashboardPath(path)) return this.dashboard.handle(req, res);
     if (path === '/') return this.root(req, res);
     if (path === '/rpc' && this.enableRpc) return handleRpcEndpoint(this.fe, req, res, this.rpcAllowed);
+    if (wantsEventStream(req)) {
+      const route = this.streamRoute(req, url, path);
+      if (route) return handleSse(this.fe, this.streams, route, req, res);
+    }
     const ns = this.namespace;
     switch (this.handler) {
       case 'api':
@@ -259,10 +267,40 @@ export class Gateway {
     sendJson(res, 200, { version: packageVersion() });
   }
 
-  /** WebSocket (any Upgrade) requests: tunnelled by the proxy handler or a proxy route; refused otherwise. */
+  /**
+   * The service and method of a streaming call at this path (SSE or WebSocket): under the rpc and
+   * api handlers, a route of either, or the fallback; undefined for the proxy and event handlers.
+   */
+  private streamRoute(req: IncomingMessage, url: string, path: string): RpcRoute | undefined {
+    if (path === '/' || path === '/rpc' || (this.dashboard && isDashboardPath(path))) return undefined;
+    switch (this.handler) {
+      case 'api':
+      case 'rpc':
+        return this.rpcPaths.resolve(url);
+      case 'proxy':
+      case 'event':
+        return undefined;
+      default: {
+        const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
+        if (!match) return this.rpcPaths.resolve(url);
+        const { route } = match;
+        return route.handler === 'rpc' || route.handler === 'api' ? { service: route.service, method: route.endpoint } : undefined;
+      }
+    }
+  }
+
+  /** WebSocket (any Upgrade) requests: tunnelled by the proxy handler or a proxy route; streams at an rpc or api path; refused otherwise. */
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const url = req.url ?? '/';
     const path = pathOf(url);
+    const stream = this.streamRoute(req, url, path);
+    if (stream) {
+      this.guard.check(req, undefined, { path, service: stream.service, endpoint: stream.method }).then(
+        () => this.streams.upgrade(stream, req, socket, head),
+        (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, ERROR_ID))),
+      );
+      return;
+    }
     let service: string | undefined;
     if (this.handler === 'proxy') service = resolveProxyPath(url, this.namespace)?.service;
     else if (!this.handler) {

@@ -1,7 +1,9 @@
 /**
  * The event handler: `/<topic>/<event>` publishes an Event `{name, id, timestamp, header, data}`
  * (proto/api.proto) as JSON to topic `<namespace>.<topic>`; `data` is the request body, or for GET
- * the query as a JSON object. 200 once the broker took it; 503 when it could not.
+ * the query as a JSON object. 200 once the broker took it; 503 when it could not. A request that
+ * is a CloudEvent (structured or binary mode, src/handlers/cloudevents.ts) is published as that
+ * CloudEvent instead.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
@@ -10,6 +12,7 @@ import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
 import { headerPairs, type PairMap } from './api.js';
 import { queryObject, type FrontEnd } from './front-end.js';
+import { cloudEventMessage, cloudEventMode } from './cloudevents.js';
 
 export interface EventMessage {
   name: string;
@@ -20,6 +23,20 @@ export interface EventMessage {
 }
 
 export async function handleEvent(fe: FrontEnd, target: { topic: string; name: string }, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const ce = cloudEventMode(req);
+  if (ce) {
+    const raw = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), Buffer.alloc(0)) : await readBody(req, fe.maxBodyBytes, fe.errorId);
+    const { header, id } = cloudEventMessage(fe.errorId, ce, req, raw);
+    header['mesh-topic'] = target.topic;
+    header['mesh-event'] = target.name;
+    try {
+      await fe.runtime.broker.publish(target.topic, { header, body: raw });
+    } catch (err) {
+      throw new MeshError(fe.errorId, 503, `publishing to ${target.topic}: ${(err as Error).message}`);
+    }
+    sendJson(res, 200, JSON.stringify({ id, topic: target.topic, name: target.name }));
+    return;
+  }
   const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), undefined) : await readBody(req, fe.maxBodyBytes, fe.errorId);
   const event: EventMessage = {
     name: target.name,
@@ -29,7 +46,7 @@ export async function handleEvent(fe: FrontEnd, target: { topic: string; name: s
     data: body === undefined ? JSON.stringify(queryObject(req.url ?? '')) : body.toString('utf8'),
   };
   try {
-    await fe.runtime.broker.publish(target.topic, {
+    await fe.runtime.publish(target.topic, {
       header: { 'content-type': 'application/json', 'mesh-topic': target.topic, 'mesh-event': target.name, 'mesh-id': event.id },
       body: Buffer.from(JSON.stringify(event)),
     });

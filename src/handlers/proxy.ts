@@ -22,13 +22,15 @@ import { connectionNamed, isHopByHop, rawNameIs } from '../transport/headers.js'
 import { lingerOnRest, readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
+import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
+import { failSpan, SpanKind, traceOf } from '../tracing/tracer.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
  * ones (hop-by-hop and `Connection`-named left out), the original Host, and X-Forwarded-For,
  * -Proto and -Host (a front proxy's -Proto and -Host are kept; -For is appended to).
  */
-function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boolean): string[] {
+function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boolean, trace: TraceContext | undefined): string[] {
   const headers = req.headers;
   const out: string[] = [];
   const named = connectionNamed(headers.connection);
@@ -36,6 +38,8 @@ function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boo
     const value = headers[name];
     if (value === undefined || isHopByHop(name) || named?.has(name)) continue;
     if (name === 'x-forwarded-for' || name === 'x-forwarded-proto' || name === 'x-forwarded-host') continue;
+    // The trace headers are this hop's (below): the caller's span is the parent of this hop, not of the backend.
+    if (trace && (name === TRACEPARENT || name === TRACESTATE)) continue;
     out.push(name, typeof value === 'string' ? value : value.join(', '));
   }
   const peer = req.socket.remoteAddress ?? '';
@@ -44,9 +48,19 @@ function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boo
   out.push('x-forwarded-proto', (headers['x-forwarded-proto'] as string | undefined) ?? (secure ? 'https' : 'http'));
   out.push('x-forwarded-host', (headers['x-forwarded-host'] as string | undefined) ?? headers.host ?? '');
   if (headers.host) out.push('host', headers.host);
+  if (trace) {
+    out.push(TRACEPARENT, formatTraceparent(trace));
+    if (trace.state !== undefined) out.push(TRACESTATE, trace.state);
+  }
   // A streamed body keeps the client's framing: undici sends chunked unless it knows the length.
   if (withLength && headers['content-length'] !== undefined) out.push('content-length', headers['content-length']);
   return out;
+}
+
+/** This hop's trace: the request's (the front server runs it in its context), or for an upgrade, one of its own. */
+function hopTrace(fe: FrontEnd, req: IncomingMessage): TraceContext {
+  const context = fe.runtime.context;
+  return context.current?.trace ?? context.hop(parseTraceparent(req.headers[TRACEPARENT], req.headers[TRACESTATE]));
 }
 
 /** Bodies up to this size (by Content-Length) are read first and sent in one write with the headers. */
@@ -254,7 +268,32 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
   });
 }
 
+/**
+ * Proxies a request to a node of the service. The backend gets the hop's traceparent; with
+ * --tracing=otlp a client span (named after the method, as OpenTelemetry's HTTP client spans are)
+ * covers the forwarding and is the backend's parent.
+ */
 export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const tracer = fe.runtime.tracer;
+  if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req));
+  const method = req.method ?? 'GET';
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req), { 'http.request.method': method, 'url.path': q === -1 ? url : url.slice(0, q), 'server.address': service });
+  try {
+    await proxyRequest(fe, service, secure, req, res, traceOf(span));
+  } catch (err) {
+    failSpan(span, (err as Error)?.message ?? String(err));
+    throw err;
+  } finally {
+    const status = res.headersSent ? res.statusCode : 0;
+    if (status > 0) span.setAttribute('http.response.status_code', status);
+    if (status === 0 || status >= 500) failSpan(span, status === 0 ? 'no response' : `status ${status}`, String(status || 'no_response'));
+    span.end();
+  }
+}
+
+async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext): Promise<void> {
   const limit = fe.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
@@ -277,7 +316,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
     });
     body = { kind: 'stream', stream: limited };
   }
-  const headers = forwardedHeaders(req, secure, body.kind !== 'buffered');
+  const headers = forwardedHeaders(req, secure, body.kind !== 'buffered', trace);
   // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
   const retries = body.kind === 'stream' ? 0 : fe.runtime.options.clientRetries;
   let tried: Set<string> | undefined;
@@ -359,7 +398,7 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
   fe.runtime.clusters.acquire(service).then(
     (lease) => {
       const started = Date.now();
-      const headers = forwardedHeaders(req, secure, true);
+      const headers = forwardedHeaders(req, secure, true, hopTrace(fe, req));
       headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
       let upstream: Socket | undefined;
       let released = false;

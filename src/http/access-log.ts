@@ -43,6 +43,8 @@ export class RequestInfo implements UpstreamInfo {
     readonly startMs: number,
     /** The path as received (handlers may rewrite req.url). */
     readonly path: string | undefined,
+    /** The trace id of the request's hop (W3C trace context). */
+    readonly traceId?: string,
   ) {}
 
   addFlag(flag: string): void {
@@ -167,6 +169,8 @@ function operator(name: string, arg: string | undefined): Field | undefined {
       return noArg((e: AccessLogEntry) => addressOf(e.req.socket.remoteAddress, e.req.socket.remotePort));
     case 'DOWNSTREAM_LOCAL_ADDRESS':
       return noArg((e: AccessLogEntry) => addressOf(e.req.socket.localAddress, e.req.socket.localPort));
+    case 'TRACE_ID':
+      return noArg((e: AccessLogEntry) => e.info.traceId);
   }
   return undefined;
 }
@@ -180,7 +184,7 @@ function addressOf(host: string | undefined, port: number | undefined): string |
 /** The operators of the text format, as the docs list them. */
 export const ACCESS_LOG_OPERATORS = [
   'START_TIME', 'REQ(X)', 'REQ(X?Y)', 'RESP(X)', 'PROTOCOL', 'RESPONSE_CODE', 'RESPONSE_FLAGS', 'BYTES_RECEIVED', 'BYTES_SENT',
-  'DURATION', 'UPSTREAM_HOST', 'UPSTREAM_CLUSTER', 'DOWNSTREAM_REMOTE_ADDRESS', 'DOWNSTREAM_LOCAL_ADDRESS',
+  'DURATION', 'UPSTREAM_HOST', 'UPSTREAM_CLUSTER', 'DOWNSTREAM_REMOTE_ADDRESS', 'DOWNSTREAM_LOCAL_ADDRESS', 'TRACE_ID',
 ];
 
 /** The fields of `--access_log_format=json`, in order: one JSON object per line. */
@@ -201,6 +205,7 @@ const JSON_FIELDS: Array<[string, string]> = [
   ['upstream_host', 'UPSTREAM_HOST'],
   ['upstream_cluster', 'UPSTREAM_CLUSTER'],
   ['downstream_remote_address', 'DOWNSTREAM_REMOTE_ADDRESS'],
+  ['trace_id', 'TRACE_ID'],
 ];
 
 function parseOperator(text: string): Field {
@@ -463,8 +468,8 @@ export class AccessLog {
   ) {}
 
   /** Starts the record of a request; counts its body bytes when the format prints them. */
-  begin(req: IncomingMessage, res: ServerResponse): RequestInfo {
-    const info = new RequestInfo(Date.now(), req.url);
+  begin(req: IncomingMessage, res: ServerResponse, traceId?: string): RequestInfo {
+    const info = new RequestInfo(Date.now(), req.url, traceId);
     attachRequestInfo(req, info);
     if (this.format.needsBytes) countBytes(req, res, info);
     return info;

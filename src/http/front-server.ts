@@ -20,6 +20,8 @@ import { tlsEnabled } from '../tls/index.js';
 import { CorsPolicy } from './cors.js';
 import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit } from './rate-limit.js';
 import type { AccessLog } from './access-log.js';
+import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
+import { failSpan, SpanKind, traceOf, type Span } from '../tracing/tracer.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -197,10 +199,49 @@ export class FrontServer {
     } else socket.destroy();
   }
 
+  /**
+   * Each request is a hop of its trace: the caller's trace id (a new trace when no valid
+   * traceparent came) with a span id of its own, the parent of everything the request sends. The
+   * request is handled inside that context (so its calls, messages and log lines carry it); with
+   * --tracing=otlp a server span records it.
+   */
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const runtime = this.options.runtime;
+    const headers = req.headers;
+    const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
+    const span = runtime.tracer ? this.startSpan(req, parent) : undefined;
+    const trace = span ? traceOf(span) : runtime.context.hop(parent);
+    runtime.context.run({ trace }, () => this.serve(req, res, trace.traceId, span));
+  }
+
+  private startSpan(req: IncomingMessage, parent: ReturnType<typeof parseTraceparent>): Span {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    const method = req.method ?? 'GET';
+    const host = req.headers.host ?? '';
+    const colon = host.lastIndexOf(':');
+    const port = colon > host.lastIndexOf(']') ? Number(host.slice(colon + 1)) : undefined;
+    const attributes: Record<string, string | number> = {
+      'http.request.method': method,
+      'url.path': path,
+      'url.scheme': this.secure ? 'https' : 'http',
+      'server.address': colon > host.lastIndexOf(']') ? host.slice(0, colon) : host,
+      'network.protocol.version': req.httpVersion,
+      'client.address': req.socket.remoteAddress ?? '',
+      'mesh.front': this.options.statPrefix,
+    };
+    if (port !== undefined && Number.isInteger(port)) attributes['server.port'] = port;
+    if (q !== -1) attributes['url.query'] = url.slice(q + 1);
+    const agent = req.headers['user-agent'];
+    if (agent) attributes['user_agent.original'] = agent;
+    return this.options.runtime.tracer!.startSpan(`${method} ${path}`, SpanKind.SERVER, parent, attributes);
+  }
+
+  private serve(req: IncomingMessage, res: ServerResponse, traceId: string, span: Span | undefined): void {
     const started = process.hrtime.bigint();
     const accessLog = this.accessLog;
-    const info = accessLog?.begin(req, res);
+    const info = accessLog?.begin(req, res, traceId);
     const counted = this.options.counted?.(req) ?? true;
     if (counted) {
       this.rqTotal.inc();
@@ -221,6 +262,12 @@ export class FrontServer {
         this.rqTime.record(ms);
       }
       if (info) accessLog!.log(req, res, info, ms);
+      if (span) {
+        const status = res.headersSent ? res.statusCode : 500;
+        span.setAttribute('http.response.status_code', status);
+        if (status >= 500) failSpan(span, res.headersSent ? `status ${status}` : 'no response sent', String(status));
+        span.end();
+      }
     });
     const refusal = this.options.refuse?.(req);
     if (refusal) {

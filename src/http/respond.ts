@@ -41,3 +41,19 @@ export function rawErrorResponse(err: MeshError): string {
   const body = err.toBody();
   return `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }
+
+/**
+ * Resolves on the response's next 'drain', or its close: for a writer that waits after write()
+ * returned false (a stream's answers). No listener is left behind.
+ */
+export function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}

@@ -12,6 +12,8 @@ import type { DrainResult, Drainable } from '../http/lifecycle.js';
 import type { GrpcMethod, GrpcSchema } from '../transport/grpc/protos.js';
 import { decodeToJson, encodeJson, JsonShapeError } from '../transport/grpc/json.js';
 import { grpcCodeOfHttp } from '../transport/grpc/status.js';
+import { ContextStore } from '../util/call-context.js';
+import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
 import type { EndpointDefinition, HandlerContext } from './rpc-server.js';
 
 export interface GrpcServerOptions {
@@ -21,6 +23,8 @@ export interface GrpcServerOptions {
   drainTimeoutMs: number;
   maxBodyBytes: number;
   logger?: pino.Logger;
+  /** The process's call context: a handler runs inside its call's, as with the RPC server. */
+  context?: ContextStore;
 }
 
 /** Endpoints every framework service has, with no gRPC method of their own. */
@@ -31,6 +35,7 @@ export class GrpcServer implements Drainable {
   /** gRPC service full names this server answers. */
   readonly services: string[];
   private active = 0;
+  private contextStore?: ContextStore;
   private closing?: Promise<DrainResult>;
 
   /** Throws when an endpoint has no unary method of that name in the loaded protos. */
@@ -43,6 +48,7 @@ export class GrpcServer implements Drainable {
     const impls = new Map<string, grpc.UntypedServiceImplementation>();
     for (const def of endpoints) {
       if (BUILT_IN.has(def.name)) continue;
+      if (def.stream) throw new Error(`--server_protocol=grpc: endpoint ${def.name} of ${options.service} is a streaming endpoint; only unary handlers are served over gRPC`);
       const found = options.schema.lookup(def.name);
       if ('error' in found) throw new Error(`--server_protocol=grpc: endpoint ${def.name} of ${options.service}: ${found.error}`);
       const m = found.method;
@@ -79,14 +85,20 @@ export class GrpcServer implements Drainable {
       const metadata: Record<string, string> = {};
       for (const [k, v] of Object.entries(call.metadata.getMap())) if (typeof v === 'string') metadata[k] = v;
       const deadline = call.getDeadline();
+      const parent = parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]);
+      const context = (this.contextStore ??= this.options.context ?? new ContextStore());
+      const trace = context.hop(parent);
       const ctx: HandlerContext = {
         id: metadata['mesh-id'] ?? '',
         service: this.options.service,
         endpoint: def.name,
         metadata,
         deadline: deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? Number(deadline) : Date.now() + 30_000,
+        traceId: trace.traceId,
+        spanId: trace.spanId,
       };
-      const result = await def.handler(request, ctx);
+      const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata;
+      const result = await context.run({ id: ctx.id || undefined, deadline: ctx.deadline, metadata: rest, trace }, () => def.handler(request, ctx));
       let bytes: Uint8Array;
       try {
         bytes = encodeJson(m.responseType, result ?? {});

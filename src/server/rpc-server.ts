@@ -14,8 +14,13 @@ import { readBody } from '../http/body.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, tooManyHeaders, type Drainable, type DrainResult, type ServerLimits } from '../http/lifecycle.js';
 import type { StatsStore } from '../stats/store.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
-import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
+import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
+import { ContextStore } from '../util/call-context.js';
+import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
+import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
+import type { StreamKind } from '../transport/frames.js';
+import { serveStream } from './stream-server.js';
 
 export interface HandlerContext {
   id: string;
@@ -25,6 +30,10 @@ export interface HandlerContext {
   metadata: Record<string, string>;
   /** Epoch ms after which the caller no longer waits. */
   deadline: number;
+  /** The call's trace id (the caller's, or a new trace when none came). */
+  traceId: string;
+  /** This call's own span id: the parent of the calls and messages the handler sends. */
+  spanId: string;
 }
 
 export type Handler = (request: any, ctx: HandlerContext) => unknown | Promise<unknown>; // eslint-disable-line @typescript-eslint/no-explicit-any -- handlers type their own requests
@@ -36,8 +45,14 @@ export interface EndpointDefinition {
   /** Needed to accept and answer application/protobuf. */
   requestType?: Type;
   responseType?: Type;
-  /** Endpoint metadata for the gateway router: handler, method, path, host, description. */
+  /** Endpoint metadata for the gateway router: handler, method, path, host, description; `stream` for streams. */
   metadata?: Metadata;
+  /**
+   * A streaming endpoint (src/server/stream-server.ts): `server` (the handler returns an async
+   * iterable of answers), `client` (it gets an async iterable of requests and returns one
+   * answer) or `bidi` (both). Absent: a unary call.
+   */
+  stream?: StreamKind;
 }
 
 export interface RpcServerOptions {
@@ -54,6 +69,13 @@ export interface RpcServerOptions {
   stats: StatsStore;
   /** Codecs besides JSON and protobuf (the `codecs` option). */
   codecs?: CodecSet;
+  /**
+   * The process's call context: each handler runs inside its call's (id, deadline, metadata,
+   * trace), so the calls and publishes it makes carry them. Default: a store of the server's own.
+   */
+  context?: ContextStore;
+  /** Records a server span per call (--tracing=otlp). */
+  tracer?: Tracer;
 }
 
 /** The stat prefix of the RPC servers of a process. */
@@ -63,8 +85,11 @@ export class RpcServer implements Drainable {
   private readonly endpoints = new Map<string, EndpointDefinition>();
   private server?: Server;
   private lifecycle?: ServerLifecycle;
+  private readonly context: ContextStore;
 
-  constructor(private readonly options: RpcServerOptions) {}
+  constructor(private readonly options: RpcServerOptions) {
+    this.context = options.context ?? new ContextStore();
+  }
 
   handle(def: EndpointDefinition): void {
     if (!/^[A-Za-z_][\w]*\.[A-Za-z_][\w]*$/.test(def.name)) throw new Error(`invalid endpoint name "${def.name}" (use Endpoint.Method)`);
@@ -125,9 +150,17 @@ export class RpcServer implements Drainable {
    */
   private async call(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const id = this.options.service;
+    const headers = req.headers;
+    const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
+    const endpointHeader = headerValue(headers, HEADER_ENDPOINT);
+    const span = this.options.tracer?.startSpan(`${id}/${endpointHeader ?? 'unknown'}`, SpanKind.SERVER, parent, {
+      'rpc.system': 'mesh',
+      'rpc.service': id,
+      'rpc.method': endpointHeader ?? '',
+    });
+    const trace = span ? traceOf(span) : this.context.hop(parent);
     try {
-      const headers = req.headers;
-      const endpointName = headerValue(headers, HEADER_ENDPOINT);
+      const endpointName = endpointHeader;
       if (!endpointName) throw new MeshError(id, 400, 'missing Mesh-Endpoint header');
       const def = this.endpoints.get(endpointName);
       const contentType = headerValue(headers, 'content-type');
@@ -135,6 +168,23 @@ export class RpcServer implements Drainable {
       if (!codec) {
         req.resume();
         throw new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`);
+      }
+      if (def?.stream) {
+        if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType)) {
+          req.resume();
+          throw new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`);
+        }
+        // The whole stream runs inside its call's context: the handler's iteration too, so what it
+        // calls or publishes carries the call's id, metadata and trace.
+        const streamContext = { id: headerValue(headers, HEADER_ID) || undefined, metadata: withoutTrace(endToEndHeaders(headers)), trace };
+        await this.context.run(streamContext, () => serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger, trace }, def, codec, req, res));
+        if (span) endSpan(span, res.statusCode);
+        return;
+      }
+      if (headers[HEADER_STREAM] !== undefined) {
+        req.resume();
+        if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
+        throw new MeshError(id, 400, `endpoint ${endpointName} is not a streaming endpoint: call it without Mesh-Stream`);
       }
       const body = await readBody(req, this.options.maxBodyBytes, id);
       if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
@@ -155,8 +205,12 @@ export class RpcServer implements Drainable {
         endpoint: endpointName,
         metadata: endToEndHeaders(headers),
         deadline: Date.now() + budget,
+        traceId: trace.traceId,
+        spanId: trace.spanId,
       };
-      const result = await def.handler(request, ctx);
+      // The handler runs inside its call's context: what it calls or publishes carries the call's
+      // remaining deadline, id, metadata and trace (the metadata without the inbound trace headers).
+      const result = await this.context.run({ id: ctx.id || undefined, deadline: ctx.deadline, metadata: withoutTrace(ctx.metadata), trace }, () => def.handler(request, ctx));
       // JSON is written as a string: no intermediate Buffer, the same bytes on the wire (the
       // header block is ASCII, so Node sends header and body in one write).
       let encoded: Uint8Array | string;
@@ -166,10 +220,25 @@ export class RpcServer implements Drainable {
         throw new MeshError(id, 500, `encoding response: ${(err as Error).message}`);
       }
       sendBytes(res, 200, codec.contentType, encoded);
+      if (span) endSpan(span, 200);
     } catch (err) {
       sendError(res, err, id);
+      if (span) endSpan(span, res.statusCode, err);
     }
   }
+}
+
+/** The caller's metadata as the handler's calls forward it: the trace headers are the hop's own. */
+function withoutTrace(metadata: Record<string, string>): Record<string, string> {
+  if (metadata[TRACEPARENT] === undefined && metadata[TRACESTATE] === undefined) return metadata;
+  const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata;
+  return rest;
+}
+
+function endSpan(span: Span, status: number, err?: unknown): void {
+  span.setAttribute('rpc.response.status_code', status);
+  if (status >= 500 || err !== undefined) failSpan(span, err instanceof Error ? err.message : `status ${status}`, String(status));
+  span.end();
 }
 
 function headerValue(headers: IncomingHttpHeaders, name: string): string | undefined {

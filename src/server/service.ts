@@ -10,7 +10,15 @@ import { validateService, type Metadata, type Service as ServiceRecord } from '.
 import { advertisedAddress, parseAddress, parseAdvertise } from '../util/address.js';
 import { serverLimits } from '../http/lifecycle.js';
 import { GrpcServer } from './grpc-server.js';
+import { isStreamKind, type StreamKind } from '../transport/frames.js';
+import type { StreamContext } from './stream-server.js';
 import { RpcServer, type EndpointDefinition, type Handler, type HandlerContext } from './rpc-server.js';
+
+/**
+ * A streaming handler: `request` is the one request of a server stream, or the async iterable of
+ * requests of a client or bidi stream; see Service.stream.
+ */
+export type StreamHandler = (request: any, ctx: StreamContext) => unknown; // eslint-disable-line @typescript-eslint/no-explicit-any -- handlers type their own requests
 
 /** A handler with typed request and answer (the answer may be a promise). */
 export type TypedHandler<TReq, TRes> = (request: TReq, ctx: HandlerContext) => TRes | Promise<TRes>;
@@ -48,7 +56,10 @@ export class Service {
       limits: serverLimits(runtime.options),
       stats: runtime.stats,
       codecs: runtime.codecs,
+      context: runtime.context,
+      tracer: runtime.tracer,
     });
+    runtime.addServiceName(options.name);
     this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
   }
 
@@ -72,6 +83,21 @@ export class Service {
     return this;
   }
 
+  /**
+   * Adds a streaming endpoint, advertised with endpoint metadata `stream: <kind>`:
+   * - `server`: `(request, ctx) => AsyncIterable<answer>` (an async generator);
+   * - `client`: `(requests: AsyncIterable, ctx) => answer`;
+   * - `bidi`: `(requests: AsyncIterable, ctx) => AsyncIterable<answer>`.
+   * `ctx.signal` aborts when the caller goes away or the deadline passes.
+   */
+  stream(name: string, handler: StreamHandler, options: Omit<EndpointDefinition, 'name' | 'handler' | 'stream'> & { kind: StreamKind }): this {
+    if (typeof handler !== 'function') throw new TypeError(`stream("${name}"): the handler must be a function`);
+    const { kind, ...rest } = options ?? ({} as { kind: StreamKind });
+    if (!isStreamKind(kind)) throw new TypeError(`stream("${name}"): kind must be server, client or bidi (got ${String(kind)})`);
+    this.server.handle({ ...rest, name, handler: handler as Handler, stream: kind, metadata: { ...rest.metadata, stream: kind } });
+    return this;
+  }
+
   /** Listens, registers, and keeps the registration alive. Resolves with the registered record. */
   async start(): Promise<ServiceRecord> {
     // The registry's rules, checked before anything listens: a bad name fails here, naming the field.
@@ -85,7 +111,7 @@ export class Service {
       const schema = this.runtime.grpcSchema;
       if (!schema) throw new Error(`--server_protocol=grpc: service ${this.options.name} needs its .proto files (--proto_path)`);
       this.grpcServer = new GrpcServer(
-        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server') },
+        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context },
         this.server.listEndpoints(),
       );
       boundPort = await this.grpcServer.listen(host, port);

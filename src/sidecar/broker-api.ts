@@ -25,6 +25,15 @@
  * setImmediate, or until 64 KiB wait), so a burst of publishes costs one system call per
  * subscriber, not one per frame.
  *
+ * Acknowledged subscriptions: `GET /broker?topic=T&ack=1&durable=NAME[&max_inflight=N]` subscribes
+ * durably (the broker keeps messages for NAME while no one is connected, at least once). Each frame
+ * then is `{"Id":n,"MessageId":"...","Deliveries":k,"Header":{...},"Body":"..."}` and the client
+ * answers `{"ack":n}` (done) or `{"nack":n}` (send it again later); a frame not answered within
+ * --broker_ack_wait, or unanswered when the connection ends, is redelivered (to this name's next
+ * subscriber). At most max_inflight (default 16, at most 64) frames are unanswered at once: the
+ * next waits. In this mode client frames are answers only; anything else closes the connection
+ * with 1008.
+ *
  * Client frames: a text or binary frame from the client is published to the same topic (header
  * `Content-Type: text/plain` or `application/octet-stream`, `Timestamp`, and `Mesh-Publisher`, the
  * connection's id). A subscriber without a queue does not get its own frames back.
@@ -103,6 +112,26 @@ function checkName(errorId: string, what: 'topic' | 'queue', params: URLSearchPa
   return value;
 }
 
+/** The ack mode of a subscription from its query (ack=1, durable=NAME, max_inflight=N); undefined without ack. */
+function ackState(errorId: string, params: URLSearchParams): AckState | undefined {
+  const ack = params.get('ack');
+  if (ack === null || ack === '0') {
+    for (const p of ['durable', 'max_inflight']) if (params.has(p)) throw new MeshError(errorId, 400, `${p}: only with ack=1`);
+    return undefined;
+  }
+  if (ack !== '1') throw new MeshError(errorId, 400, `ack: must be 1 or 0, got "${ack.slice(0, 32)}"`);
+  const durable = params.get('durable');
+  if (!durable) throw new MeshError(errorId, 400, 'durable: required with ack=1 (the name the broker keeps messages for)');
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(durable)) throw new MeshError(errorId, 400, "durable: 1 to 64 letters, digits, '-' or '_'");
+  const mi = params.get('max_inflight');
+  let maxInflight = DEFAULT_MAX_INFLIGHT;
+  if (mi !== null) {
+    maxInflight = /^\d{1,4}$/.test(mi) ? Number(mi) : NaN;
+    if (!(maxInflight >= 1 && maxInflight <= MAX_MAX_INFLIGHT)) throw new MeshError(errorId, 400, `max_inflight: must be an integer from 1 to ${MAX_MAX_INFLIGHT}`);
+  }
+  return { durable, maxInflight, next: 0, pending: new Map(), waiters: [] };
+}
+
 /** Same names, in the same order, with the same values. */
 function sameHeader(a: Record<string, string>, b: Record<string, string>): boolean {
   if (a === b) return true;
@@ -133,7 +162,21 @@ interface Connection {
   alive: boolean;
   publishing: number;
   released?: Promise<void>;
+  /** Acknowledged mode (ack=1). */
+  ack?: AckState;
 }
+
+interface AckState {
+  durable: string;
+  maxInflight: number;
+  next: number;
+  pending: Map<number, { resolve: () => void; reject: (err: Error) => void; timer: NodeJS.Timeout }>;
+  waiters: Array<() => void>;
+}
+
+/** Unanswered frames per acknowledged connection: default and bound of max_inflight. */
+export const DEFAULT_MAX_INFLIGHT = 16;
+export const MAX_MAX_INFLIGHT = 64;
 
 interface BrokerStats {
   published: Counter;
@@ -218,7 +261,7 @@ export class BrokerApi {
 
   private async publish(topic: string, message: Message): Promise<void> {
     try {
-      await this.fe.runtime.broker.publish(topic, message);
+      await this.fe.runtime.publish(topic, message, true);
       this.stats.published.inc();
     } catch (err) {
       this.stats.publishFailed.inc();
@@ -245,18 +288,21 @@ export class BrokerApi {
     const url = new URL(req.url ?? '/', 'http://sidecar');
     let topic: string;
     let queue: string | undefined;
+    let ack: AckState | undefined;
     try {
       topic = checkName(fe.errorId, 'topic', url.searchParams, true)!;
       queue = checkName(fe.errorId, 'queue', url.searchParams, false);
+      ack = ackState(fe.errorId, url.searchParams);
     } catch (err) {
       return refuse(err as MeshError);
     }
-    const conn: Connection = { id: `ws-${randomUUID()}`, topic, queue, corked: false, early: [], earlyBytes: 0, queued: 0, closing: false, alive: true, publishing: 0 };
+    const conn: Connection = { id: `ws-${randomUUID()}`, topic, queue, corked: false, early: [], earlyBytes: 0, queued: 0, closing: false, alive: true, publishing: 0, ack };
+    const handler = ack ? (message: Message) => this.deliverAcked(conn, message) : (message: Message) => this.deliver(conn, message);
     let socketGone = false;
     socket.once('close', () => (socketGone = true));
     this.connections.add(conn);
     fe.runtime.broker
-      .subscribe(topic, (message) => this.deliver(conn, message), { queue })
+      .subscribe(topic, handler, ack ? { queue, durable: ack.durable } : { queue })
       .then(
         (sub) => {
           conn.sub = sub;
@@ -314,6 +360,73 @@ export class BrokerApi {
       return;
     }
     this.send(conn, frame);
+  }
+
+  /**
+   * A message for an acknowledged connection: waits for a free slot (max_inflight), sends its
+   * frame with an id, and settles when the client answers: resolves on ack, rejects on nack, on
+   * the ack wait running out, or when the connection ends (the broker then redelivers).
+   */
+  private async deliverAcked(conn: Connection, message: Message): Promise<void> {
+    const a = conn.ack!;
+    while (a.pending.size >= a.maxInflight && !conn.closing) await new Promise<void>((r) => a.waiters.push(r));
+    if (conn.closing) throw new Error('subscriber disconnected');
+    const id = ++a.next;
+    const body = Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength);
+    const frame = Buffer.from(
+      JSON.stringify({ Id: id, MessageId: message.id, Deliveries: message.deliveryCount, Header: canonicalHeaderMap(message.header ?? {}), Body: body.toString('base64') }),
+    );
+    const done = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => this.answer(conn, id, new Error('not acknowledged within the ack wait')), this.fe.runtime.options.brokerAckWait);
+      timer.unref();
+      a.pending.set(id, { resolve, reject, timer });
+    });
+    if (!conn.ws) {
+      conn.early.push(frame);
+      conn.earlyBytes += frame.length;
+    } else this.send(conn, frame);
+    return done;
+  }
+
+  /** Settles an unanswered frame (an error: nack) and frees its slot. */
+  private answer(conn: Connection, id: number, err?: Error): boolean {
+    const a = conn.ack!;
+    const p = a.pending.get(id);
+    if (!p) return false;
+    a.pending.delete(id);
+    clearTimeout(p.timer);
+    if (err) p.reject(err);
+    else p.resolve();
+    a.waiters.shift()?.();
+    return true;
+  }
+
+  /** Ends an acknowledged connection's unanswered frames (redelivered) and its waiting messages. */
+  private abandon(conn: Connection): void {
+    const a = conn.ack;
+    if (!a) return;
+    for (const id of [...a.pending.keys()]) this.answer(conn, id, new Error('subscriber disconnected'));
+    for (const w of a.waiters.splice(0)) w();
+  }
+
+  /** A client frame of an acknowledged connection: `{"ack":n}` or `{"nack":n}`; anything else closes it (1008). */
+  private onAnswer(conn: Connection, data: RawData, isBinary: boolean): void {
+    const text = (Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data)).toString('utf8');
+    let parsed: unknown;
+    try {
+      parsed = isBinary ? undefined : JSON.parse(text);
+    } catch {
+      parsed = undefined;
+    }
+    const o = parsed && typeof parsed === 'object' && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined;
+    const keys = o ? Object.keys(o) : [];
+    const kind = keys.length === 1 && (keys[0] === 'ack' || keys[0] === 'nack') ? keys[0] : undefined;
+    const id = kind ? o![kind] : undefined;
+    if (!kind || typeof id !== 'number' || !Number.isInteger(id)) {
+      return this.closeConnection(conn, 1008, 'ack mode: send {"ack":<Id>} or {"nack":<Id>}');
+    }
+    // An id already answered (or timed out) is ignored: the message was or will be redelivered.
+    this.answer(conn, id, kind === 'nack' ? new Error('nacked by the subscriber') : undefined);
   }
 
   /**
@@ -389,6 +502,7 @@ export class BrokerApi {
   /** Releases the subscription in the broker once. */
   private release(conn: Connection): Promise<void> {
     conn.closing = true;
+    this.abandon(conn);
     if (!conn.released && conn.sub) {
       const sub = conn.sub;
       conn.released = sub.unsubscribe().catch((err: unknown) => {
@@ -400,6 +514,7 @@ export class BrokerApi {
 
   private onClientFrame(conn: Connection, data: RawData, isBinary: boolean): void {
     if (conn.closing) return;
+    if (conn.ack) return this.onAnswer(conn, data, isBinary);
     const body = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
     const header: Record<string, string> = {
       'Content-Type': isBinary ? 'application/octet-stream' : 'text/plain',

@@ -32,6 +32,7 @@ import { resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
 import { handleRpc } from '../handlers/rpc.js';
 import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
+import { handleSse, StreamSockets, wantsEventStream } from '../handlers/stream.js';
 import { packageVersion } from '../admin/build-info.js';
 import { handleRegistry } from './registry-api.js';
 import { BrokerApi } from './broker-api.js';
@@ -89,6 +90,7 @@ export class Sidecar {
   readonly app?: AppRegistration;
   private readonly server: FrontServer;
   private readonly broker: BrokerApi;
+  private readonly streams: StreamSockets;
   private readonly dashboard?: Dashboard;
   private readonly rpcPaths: RpcPathResolver;
   private readonly hostCheck: HostCheck;
@@ -127,6 +129,7 @@ export class Sidecar {
       });
     }
     this.broker = new BrokerApi(this.fe);
+    this.streams = new StreamSockets(this.fe);
     if (options.app) this.app = new AppRegistration(runtime, options.app);
     this.server = new FrontServer({
       runtime,
@@ -136,7 +139,10 @@ export class Sidecar {
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
       counted: (req) => !(this.dashboard && isDashboardPath(pathOf(req.url))),
       // Subscriptions end with 1001 once in-flight requests are done, before connections are destroyed.
-      closeUpgraded: () => this.broker.close(),
+      closeUpgraded: async () => {
+        this.streams.close();
+        await this.broker.close();
+      },
       refuse: (req) => this.hostRefusal(req),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
@@ -237,6 +243,7 @@ export class Sidecar {
       req.resume();
       throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
     }
+    if (wantsEventStream(req)) return handleSse(fe, this.streams, route, req, res);
     return handleRpc(fe, route, req, res);
   }
 
@@ -250,7 +257,8 @@ export class Sidecar {
     const refusal = this.hostRefusal(req);
     if (refusal) return refuse(refusal);
     const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(req.url ?? '/', fe.namespace) : undefined;
-    this.guard.check(req, undefined, proxied ? { path, service: proxied.service } : { path }).then(
+    const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' ? this.authTarget(req) : { path };
+    this.guard.check(req, undefined, target).then(
       () => this.upgradeAuthorized(req, socket, head, path),
       (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, fe.errorId))),
     );
@@ -267,6 +275,13 @@ export class Sidecar {
       const route = resolveProxyPath(req.url ?? '/', fe.namespace);
       if (route) return handleProxyUpgrade(fe, route.service, this.secure, req, socket, head);
     }
-    refuse(new MeshError(fe.errorId, 404, `no WebSocket endpoint at ${path} (subscribe at /broker?topic=T${this.handler === 'proxy' ? '' : '; with --handler=proxy upgrades are proxied to the app'})`));
+    const own = path === '/' || path === '/registry' || path === '/rpc' || (this.dashboard !== undefined && isDashboardPath(path));
+    const stream = this.handler === 'rpc' && !own ? this.rpcPaths.resolve(req.url ?? '/') : undefined;
+    if (stream) {
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      void this.streams.upgrade(stream, req, socket, head);
+      return;
+    }
+    refuse(new MeshError(fe.errorId, 404, `no WebSocket endpoint at ${path} (subscribe at /broker?topic=T${this.handler === 'proxy' ? '' : '; streaming endpoints at /<service>/<method>; with --handler=proxy upgrades are proxied to the app'})`));
   }
 }

@@ -4,6 +4,8 @@ export const HEADER_SERVICE = 'mesh-service';
 export const HEADER_ENDPOINT = 'mesh-endpoint';
 export const HEADER_ID = 'mesh-id';
 export const HEADER_TIMEOUT = 'mesh-timeout';
+/** A streaming call (docs/protocol.md, Streams): server, client or bidi. */
+export const HEADER_STREAM = 'mesh-stream';
 
 /** Headers that describe one connection and must never be forwarded (RFC 9110 7.6.1), plus ones we set ourselves. */
 const HOP_BY_HOP = new Set([
@@ -75,7 +77,7 @@ export function endToEndHeaders(headers: Record<string, string | string[] | unde
   for (const name in headers) {
     const value = headers[name];
     if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
-    if (name === HEADER_SERVICE || name === HEADER_ENDPOINT || name === HEADER_TIMEOUT || name === 'content-type') continue;
+    if (name === HEADER_SERVICE || name === HEADER_ENDPOINT || name === HEADER_TIMEOUT || name === HEADER_STREAM || name === 'content-type') continue;
     out[name] = typeof value === 'string' ? value : value.join(', ');
   }
   return out;

@@ -5,6 +5,7 @@
 import type { Dispatcher } from 'undici';
 import type { AttemptOutcome } from '../upstream/types.js';
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_TIMEOUT, rawNameIs } from './headers.js';
+import { TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
 
 export interface RpcRequest {
   service: string;
@@ -14,6 +15,9 @@ export interface RpcRequest {
   body: Uint8Array;
   /** End-to-end metadata forwarded as headers. */
   metadata?: Record<string, string>;
+  /** W3C trace context of the call (the caller's trace id, the caller's span id); replaces any in the metadata. */
+  traceparent?: string;
+  tracestate?: string;
   timeoutMs: number;
   /** Largest response body accepted; beyond it the attempt fails. */
   maxResponseBytes?: number;
@@ -87,7 +91,7 @@ function bodyOf(body: Uint8Array): Buffer | string {
 }
 
 /** Header names the protocol sets itself: metadata of the same name (any case) is left out. */
-const PROTOCOL_HEADERS = new Set(['content-type', HEADER_SERVICE, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT]);
+const PROTOCOL_HEADERS = new Set(['content-type', HEADER_SERVICE, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT, TRACEPARENT, TRACESTATE]);
 
 /** The request's headers as undici's flat [name, value, ...] list: metadata first, then the protocol's own. */
 function requestHeaders(request: RpcRequest): string[] {
@@ -111,6 +115,10 @@ function requestHeaders(request: RpcRequest): string[] {
     HEADER_TIMEOUT,
     String(Math.max(1, Math.floor(request.timeoutMs))),
   );
+  if (request.traceparent !== undefined) {
+    headers.push(TRACEPARENT, request.traceparent);
+    if (request.tracestate !== undefined) headers.push(TRACESTATE, request.tracestate);
+  }
   return headers;
 }
 

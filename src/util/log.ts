@@ -10,6 +10,7 @@
  */
 import pino from 'pino';
 import { LEVELS, isLevel, parseLevel, type Level, type LogFormat } from './levels.js';
+import type { TraceContext } from './trace-context.js';
 
 export { LEVELS, LOG_FORMATS, isLevel, parseLevel, type Level, type LogFormat } from './levels.js';
 type Logger = pino.Logger;
@@ -181,6 +182,27 @@ export interface LoggingOptions {
   color?: boolean;
   /** Clock of the time field, epoch ms (default Date.now). */
   now?: () => number;
+  /**
+   * The trace of the request being handled (the runtime's ContextStore): every line written while
+   * one is handled carries its `trace_id` and `span_id` (unless the line sets them itself).
+   */
+  trace?: () => TraceContext | undefined;
+}
+
+/** What the trace mixin returns outside a request: merged as nothing. */
+const NO_TRACE = Object.freeze({});
+
+/** pino's mixin: `trace_id` and `span_id` of the current request, after the line's own fields. */
+function traceMixin(current: () => TraceContext | undefined): Pick<pino.LoggerOptions, 'mixin' | 'mixinMergeStrategy'> {
+  return {
+    mixin: () => {
+      const t = current();
+      return t ? { trace_id: t.traceId, span_id: t.spanId } : NO_TRACE;
+    },
+    // After the line's own fields, which win (a line that names its trace keeps it); outside a
+    // request the line is left as it is. The caller's object is not changed.
+    mixinMergeStrategy: (fields: object, mixed: object) => (mixed === NO_TRACE || 'trace_id' in fields ? fields : { ...fields, ...mixed }),
+  };
 }
 
 export class Logging {
@@ -209,6 +231,8 @@ export class Logging {
         base: text ? null : { pid: process.pid },
         timestamp,
         formatters: { level: (label) => ({ level: FROM_PINO[label] ?? label }) },
+        // Called only for lines that are written (a disabled level costs nothing).
+        ...(o.trace ? traceMixin(o.trace) : {}),
       },
       text ? new TextDestination(out, o.color ?? colorEnabled(stream)) : out,
     );

@@ -54,6 +54,9 @@ import { RouteCache } from './routes.js';
 import { Sender } from './sender.js';
 import { Subscriptions } from './subscriptions.js';
 import { decodeHeader, deliveryTo, encodeHeader, MAX_HEADER_BYTES } from './wire.js';
+import { Outbox } from './outbox.js';
+import { checkDurableDefaults, DurableStats, durableSettings, type DurableDefaults } from '../durable.js';
+import type { StatsStore } from '../../stats/store.js';
 
 export interface HttpBrokerOptions {
   registry: Registry;
@@ -74,6 +77,15 @@ export interface HttpBrokerOptions {
    * registry watch drops it sooner on any change. Default 5 s; 0 reads the registry per message.
    */
   lookupCacheMs?: number;
+  /**
+   * Durable subscriptions: the directory of their outbox (`broker.db`, src/broker/http/outbox.ts),
+   * the local registry's; without it a durable subscription is refused.
+   */
+  durableDirectory?: string;
+  /** Durable subscriptions: max deliver, ack wait, dead-letter suffix, max age. */
+  durable?: Partial<DurableDefaults>;
+  /** Stats of durable topics and consumers. */
+  stats?: StatsStore;
   logger?: pino.Logger;
 }
 
@@ -87,6 +99,10 @@ export class HttpBroker implements Broker {
   private readonly sender: Sender;
   private listening?: Promise<void>;
   private closing?: Promise<void>;
+  private readonly durableDirectory?: string;
+  private readonly durable: DurableDefaults;
+  private readonly durableStats: DurableStats;
+  private outboxInstance?: Outbox;
 
   constructor(options: HttpBrokerOptions) {
     if (!options || !options.registry) throw new Error('http broker: a registry is required');
@@ -119,6 +135,9 @@ export class HttpBroker implements Broker {
       logger,
       subscriptions: this.subscriptions,
     });
+    this.durableDirectory = options.durableDirectory;
+    this.durable = checkDurableDefaults(options.durable);
+    this.durableStats = new DurableStats(options.stats);
     this.routes = new RouteCache({ registry, lookupCacheMs, logger, isLocal: (id) => this.subscriptions.has(id) });
     this.sender = new Sender({
       deliveryTimeoutMs,
@@ -136,6 +155,36 @@ export class HttpBroker implements Broker {
   get endpoint(): { address: string; port: number } | undefined {
     const node = this.receiver.endpoint;
     return node ? { ...node } : undefined;
+  }
+
+  /** The durable outbox, opened on first use; undefined without a directory. */
+  private get outbox(): Outbox | undefined {
+    if (!this.durableDirectory) return undefined;
+    this.outboxInstance ??= new Outbox({
+      directory: this.durableDirectory,
+      defaults: this.durable,
+      stats: this.durableStats,
+      logger: this.logger,
+      publish: (topic, message) => this.publish(topic, message),
+    });
+    return this.outboxInstance;
+  }
+
+  async listDeadLetters(topic: string, limit: number): Promise<Message[]> {
+    checkTopic(topic);
+    return this.durableOutbox().listDeadLetters(topic, limit).map((r) => r.message);
+  }
+
+  async replayDeadLetters(topic: string, limit: number): Promise<number> {
+    checkTopic(topic);
+    return this.durableOutbox().replayDeadLetters(topic, limit);
+  }
+
+  private durableOutbox(): Outbox {
+    if (this.closing) throw new BrokerUnavailableError('http broker: closed');
+    const outbox = this.outbox;
+    if (!outbox) throw new TypeError('http broker: durable subscriptions and dead letters need the local registry (its directory keeps the messages)');
+    return outbox;
   }
 
   /** Starts the subscriber endpoint; idempotent. Publishing does not need it. */
@@ -162,6 +211,10 @@ export class HttpBroker implements Broker {
     checkTopic(topic);
     checkQueue(options.queue);
     if (typeof handler !== 'function') throw new TypeError('handler: must be a function');
+    const durable = durableSettings(options, this.durable);
+    if (durable) {
+      return this.durableOutbox().subscribe(topic, handler, durable, options.queue);
+    }
     await this.connect();
     return this.subscriptions.add(topic, handler, options.queue);
   }
@@ -174,7 +227,9 @@ export class HttpBroker implements Broker {
       throw new Error(`http broker: message body is ${message.body.byteLength} bytes, over the limit of ${this.maxMessageBytes}`);
     }
     // Taken now, as the other brokers do: a caller changing its object later changes nothing.
-    const header = { ...(message.header ?? {}) };
+    let header = { ...(message.header ?? {}) };
+    // Stored first for durable consumers (it gets its Mesh-Id there); plain subscribers get it after.
+    if (this.durableDirectory) header = this.outbox!.store(topic, header, message.body);
     const headerValue = encodeHeader(header);
     if (headerValue.length > MAX_HEADER_BYTES) {
       throw new Error(`http broker: message header is ${headerValue.length} bytes as JSON, over the limit of ${MAX_HEADER_BYTES}`);
@@ -204,5 +259,6 @@ export class HttpBroker implements Broker {
     await this.listening?.catch(() => undefined);
     await this.receiver.close();
     await this.sender.close();
+    await this.outboxInstance?.close();
   }
 }

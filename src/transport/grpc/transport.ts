@@ -234,19 +234,22 @@ function transportFailure(err: grpc.ServiceError, pastDeadline: boolean): Transp
   return undefined;
 }
 
-/** The call's metadata: the caller's end-to-end headers that gRPC allows, and the request id. */
+/** The call's metadata: the caller's end-to-end headers that gRPC allows, the request id and the trace context. */
 function toMetadata(request: RpcRequest): grpc.Metadata {
   const md = new grpc.Metadata();
   const given = request.metadata;
   if (given) {
     for (const name in given) {
       const key = name.toLowerCase();
-      if (RESERVED.has(key) || key.startsWith('grpc-') || key.startsWith(':') || key.endsWith('-bin') || !/^[0-9a-z_.-]+$/.test(key)) continue;
+      if (RESERVED.has(key) || ((key === 'traceparent' || key === 'tracestate') && request.traceparent) || key.startsWith('grpc-') || key.startsWith(':') || key.endsWith('-bin') || !/^[0-9a-z_.-]+$/.test(key)) continue;
       const value = given[name]!;
       if (!/^[\x20-\x7e]*$/.test(value)) continue;
       md.add(key, value);
     }
   }
   md.set('mesh-id', request.id);
+  // W3C trace context travels as gRPC metadata of the same names.
+  if (request.traceparent) md.set('traceparent', request.traceparent);
+  if (request.tracestate) md.set('tracestate', request.tracestate);
   return md;
 }

@@ -1,0 +1,266 @@
+/**
+ * The http broker's durable subscriptions on one machine: an outbox in SQLite (`broker.db`, a
+ * sibling of the local registry's database in its directory), shared by every process using the
+ * directory.
+ *
+ * - A durable subscription registers its consumer (topic, name) in the file; it stays registered
+ *   after the subscriber stops, so messages are kept for it.
+ * - A publish to a topic with consumers stores one row per consumer (with `Mesh-Id`, set when
+ *   absent) before it resolves, in one transaction.
+ * - Each running subscriber of a name claims due rows (an UPDATE ... RETURNING under SQLite's write
+ *   lock: two processes never claim the same row at once), marks them invisible for the ack wait
+ *   and counts the attempt; its handler returning deletes the row (ack), a throw makes it due again
+ *   after the backoff (nack); a row not answered within the ack wait (the subscriber died) is due
+ *   again by itself. After maxDeliver attempts the message is published to the dead-letter topic.
+ * - Subscribers look for due rows every pollMs (50 ms) while idle, at once when this process
+ *   published to the topic. Rows older than the max age are dropped.
+ */
+import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type pino from 'pino';
+import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from '../broker.js';
+import { deadLetter, DLQ_KEEPER, nackDelayMs, replayed, runDurable, withMessageId, type DurableDefaults, type DurableSettings, type DurableStats } from '../durable.js';
+
+export const OUTBOX_FILE = 'broker.db';
+/** Rows claimed at once by one subscription (its handlers run concurrently). */
+const CLAIM_BATCH = 64;
+const BUSY_TIMEOUT_MS = 5000;
+
+interface Row {
+  seq: number;
+  id: string;
+  header: string;
+  body: Buffer;
+  deliveries: number;
+}
+
+export interface OutboxOptions {
+  directory: string;
+  defaults: DurableDefaults;
+  stats: DurableStats;
+  logger: pino.Logger;
+  /** Publishes a dead-lettered message (through the broker: durable and plain subscribers). */
+  publish: (topic: string, message: Message) => Promise<void>;
+  /** Idle poll interval; default 50 ms. */
+  pollMs?: number;
+}
+
+interface Running {
+  topic: string;
+  wake: () => void;
+  stop: () => Promise<void>;
+}
+
+export class Outbox {
+  private readonly db: Database.Database;
+  private readonly st: {
+    consumers: Database.Statement<[string], { name: string }>;
+    addConsumer: Database.Statement<[string, string]>;
+    insert: Database.Statement<[string, string, string, string, Buffer, number, number]>;
+    claim: Database.Statement<[number, string, string, number, number], Row>;
+    ack: Database.Statement<[number]>;
+    nack: Database.Statement<[number, number]>;
+    pending: Database.Statement<[string, string], { n: number }>;
+    expire: Database.Statement<[number]>;
+    list: Database.Statement<[string, string, number], { seq: number; id: string; header: string; body: Buffer }>;
+  };
+  private readonly running = new Set<Running>();
+  private readonly pollMs: number;
+  private closed = false;
+
+  constructor(private readonly options: OutboxOptions) {
+    this.pollMs = options.pollMs ?? 50;
+    try {
+      mkdirSync(options.directory, { recursive: true });
+      this.db = new Database(join(options.directory, OUTBOX_FILE));
+      this.db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+      this.db.pragma('journal_mode = WAL');
+      this.db.pragma('synchronous = NORMAL');
+      this.db.exec(`
+        CREATE TABLE IF NOT EXISTS consumers (topic TEXT NOT NULL, name TEXT NOT NULL, PRIMARY KEY (topic, name));
+        CREATE TABLE IF NOT EXISTS messages (
+          seq INTEGER PRIMARY KEY AUTOINCREMENT, topic TEXT NOT NULL, consumer TEXT NOT NULL, id TEXT NOT NULL,
+          header TEXT NOT NULL, body BLOB NOT NULL, deliveries INTEGER NOT NULL DEFAULT 0,
+          visible_at INTEGER NOT NULL, published_at INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS messages_due ON messages (topic, consumer, visible_at);
+      `);
+    } catch (err) {
+      throw new BrokerUnavailableError(`http broker: cannot open the durable outbox in ${options.directory}: ${(err as Error).message}`);
+    }
+    const db = this.db;
+    this.st = {
+      consumers: db.prepare('SELECT name FROM consumers WHERE topic = ?'),
+      addConsumer: db.prepare('INSERT OR IGNORE INTO consumers (topic, name) VALUES (?, ?)'),
+      insert: db.prepare('INSERT INTO messages (topic, consumer, id, header, body, visible_at, published_at) VALUES (?, ?, ?, ?, ?, ?, ?)'),
+      claim: db.prepare(
+        `UPDATE messages SET deliveries = deliveries + 1, visible_at = ? WHERE seq IN (
+           SELECT seq FROM messages WHERE topic = ? AND consumer = ? AND visible_at <= ? ORDER BY seq LIMIT ?)
+         RETURNING seq, id, header, body, deliveries`,
+      ) as unknown as Database.Statement<[number, string, string, number, number], Row>,
+      ack: db.prepare('DELETE FROM messages WHERE seq = ?'),
+      nack: db.prepare('UPDATE messages SET visible_at = ? WHERE seq = ?') as unknown as Database.Statement<[number, number]>,
+      pending: db.prepare('SELECT count(*) AS n FROM messages WHERE topic = ? AND consumer = ?'),
+      expire: db.prepare('DELETE FROM messages WHERE published_at < ?'),
+      list: db.prepare('SELECT seq, id, header, body FROM messages WHERE topic = ? AND consumer = ? ORDER BY seq LIMIT ?'),
+    };
+  }
+
+  /** Stores the message for every consumer of the topic; returns the header to deliver plainly (with Mesh-Id when stored). */
+  store(topic: string, header: Record<string, string>, body: Uint8Array): Record<string, string> {
+    if (this.closed) throw new BrokerUnavailableError('http broker: closed');
+    const consumers = this.st.consumers.all(topic);
+    if (consumers.length === 0) return header;
+    const withId = withMessageId(header);
+    const now = Date.now();
+    const json = JSON.stringify(withId.header);
+    const buf = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+    this.db.transaction(() => {
+      for (const c of consumers) this.st.insert.run(topic, c.name, withId.id, json, buf, now, now);
+    })();
+    this.options.stats.topic(topic)?.published.inc();
+    for (const r of this.running) if (r.topic === topic) r.wake();
+    return withId.header;
+  }
+
+  /** The dead letters of a topic (the `dlq` keeper's rows of `<topic>.dlq`), oldest first. */
+  listDeadLetters(topic: string, limit: number): Array<{ seq: number; message: Message }> {
+    if (this.closed) throw new BrokerUnavailableError('http broker: closed');
+    return this.st.list.all(topic + this.options.defaults.dlqSuffix, DLQ_KEEPER, limit).map((r) => ({
+      seq: r.seq,
+      message: { header: JSON.parse(r.header) as Record<string, string>, body: new Uint8Array(r.body), id: r.id },
+    }));
+  }
+
+  /** Publishes the dead letters to the topic again, each removed once published. */
+  async replayDeadLetters(topic: string, limit: number): Promise<number> {
+    let n = 0;
+    for (const { seq, message } of this.listDeadLetters(topic, limit)) {
+      await this.options.publish(topic, replayed(message));
+      this.st.ack.run(seq);
+      n++;
+    }
+    return n;
+  }
+
+  /** A durable subscription: registers the consumer and handles its due rows until unsubscribed. */
+  subscribe(topic: string, handler: MessageHandler, settings: DurableSettings, queue: string | undefined): Subscription {
+    if (this.closed) throw new BrokerUnavailableError('http broker: closed');
+    this.st.addConsumer.run(topic, settings.name);
+    // Its dead-letter topic keeps what is dead-lettered (for `dlq`, until replayed) even before anyone reads it.
+    this.st.addConsumer.run(topic + this.options.defaults.dlqSuffix, DLQ_KEEPER);
+    const stats = this.options.stats.consumer(settings.name);
+    const logger = this.options.logger;
+    let active = true;
+    let timer: NodeJS.Timeout | undefined;
+    let woken = false;
+    let lastPending = 0;
+    const inflight = new Set<Promise<void>>();
+    const handle = async (row: Row): Promise<void> => {
+      const header = JSON.parse(row.header) as Record<string, string>;
+      const message: Message = { header, body: new Uint8Array(row.body), id: row.id, deliveryCount: row.deliveries };
+      stats?.delivered.inc();
+      if (row.deliveries > 1) stats?.redelivered.inc();
+      let error: string | undefined;
+      let deliveries = row.deliveries;
+      if (row.deliveries > settings.maxDeliver) {
+        error = 'not acknowledged within the ack wait';
+        deliveries--;
+      } else {
+        error = await runDurable(handler, message, topic);
+        if (error === undefined) {
+          if (!this.closed) this.st.ack.run(row.seq);
+          stats?.acked.inc();
+          return;
+        }
+        logger.warn({ topic, durable: settings.name, id: row.id, deliveryCount: row.deliveries, error }, 'http broker: durable handler failed');
+        if (row.deliveries < settings.maxDeliver) {
+          if (!this.closed) this.st.nack.run(Date.now() + nackDelayMs(row.deliveries, settings.ackWaitMs), row.seq);
+          return;
+        }
+      }
+      const dlq = topic + this.options.defaults.dlqSuffix;
+      try {
+        await this.options.publish(dlq, deadLetter(message, topic, settings.name, deliveries, error));
+      } catch (err) {
+        logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: dead-lettering failed, will retry');
+        if (!this.closed) this.st.nack.run(Date.now() + nackDelayMs(row.deliveries, settings.ackWaitMs), row.seq);
+        return;
+      }
+      if (!this.closed) this.st.ack.run(row.seq);
+      stats?.dead_lettered.inc();
+      this.options.stats.topic(topic)?.dead_lettered.inc();
+      logger.warn({ topic, durable: settings.name, id: row.id, deliveries, dlq }, 'http broker: message dead-lettered');
+    };
+    const poll = (): void => {
+      timer = undefined;
+      woken = false;
+      if (!active || this.closed) return;
+      let rows: Row[] = [];
+      const room = CLAIM_BATCH - inflight.size;
+      if (room > 0) {
+        try {
+          const now = Date.now();
+          rows = this.st.claim.all(now + settings.ackWaitMs, topic, settings.name, now, room);
+          if (this.options.defaults.maxAgeMs > 0 && Math.random() < 0.01) this.st.expire.run(now - this.options.defaults.maxAgeMs);
+          if (stats && now - lastPending > 1000) {
+            lastPending = now;
+            stats.pending.set(this.st.pending.get(topic, settings.name)?.n ?? 0);
+          }
+        } catch (err) {
+          logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: reading the durable outbox failed');
+        }
+      }
+      for (const row of rows) {
+        const p: Promise<void> = handle(row)
+          .catch((err: unknown) => logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: durable delivery failed'))
+          .finally(() => {
+            inflight.delete(p);
+            wake();
+          });
+        inflight.add(p);
+      }
+      // More may be due at once when a full batch came; else wait for a wake-up or the poll interval.
+      schedule(rows.length === room && room > 0 ? 0 : this.pollMs);
+    };
+    const schedule = (ms: number): void => {
+      if (!active || this.closed) return;
+      if (timer) {
+        if (ms > 0) return;
+        clearTimeout(timer);
+      }
+      timer = setTimeout(poll, ms);
+    };
+    const wake = (): void => {
+      if (woken) return;
+      woken = true;
+      schedule(0);
+    };
+    const running: Running = {
+      topic,
+      wake,
+      stop: async () => {
+        if (!active) return;
+        active = false;
+        this.running.delete(running);
+        if (timer) clearTimeout(timer);
+        timer = undefined;
+        // Handlers under way get a moment to finish (and ack); rows never answered come again
+        // after the ack wait.
+        let bound: NodeJS.Timeout | undefined;
+        await Promise.race([Promise.allSettled([...inflight]), new Promise<void>((r) => (bound = setTimeout(r, 1000)))]);
+        clearTimeout(bound);
+      },
+    };
+    this.running.add(running);
+    schedule(0);
+    return { topic, queue, durable: settings.name, unsubscribe: running.stop };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await Promise.all([...this.running].map((r) => r.stop()));
+    this.closed = true;
+    this.db.close();
+  }
+}

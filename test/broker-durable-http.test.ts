@@ -1,0 +1,150 @@
+/**
+ * Durable subscriptions of the http broker (the embedded default): the durable contract against
+ * two brokers over one local registry directory (as two processes would have), their outbox in
+ * broker.db beside the registry's database.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pino from 'pino';
+import { HttpBroker } from '../src/broker/http/broker.js';
+import { createBroker } from '../src/broker/create.js';
+import { MemoryRegistry } from '../src/registry/memory.js';
+import { LocalRegistry } from '../src/registry/local/index.js';
+import { durableContract } from './broker-contract.js';
+import { statName } from '../src/broker/durable.js';
+import { runCli, tempDir, waitFor } from './helpers.js';
+
+const silent = pino({ level: 'silent' });
+
+durableContract('http (SQLite outbox beside the local registry)', async () => {
+  const dir = tempDir('mesh-durable-');
+  const r1 = new LocalRegistry(dir.path);
+  const r2 = new LocalRegistry(dir.path);
+  // createBroker finds the directory of a local registry by itself
+  const a = createBroker('http', { registry: r1, logger: silent });
+  const b = createBroker('http', { registry: r2, logger: silent });
+  return {
+    brokers: [a, b],
+    cleanup: async () => {
+      await a.close();
+      await b.close();
+      await r1.close();
+      await r2.close();
+      dir.cleanup();
+    },
+  };
+});
+
+describe('http broker durable subscriptions', () => {
+  it('refuses a durable subscription without a local registry, clearly', async () => {
+    const registry = new MemoryRegistry();
+    const broker = new HttpBroker({ registry, logger: silent });
+    try {
+      await assert.rejects(broker.subscribe('t', () => undefined, { durable: 'x' }), /durable subscriptions and dead letters need the local registry/);
+    } finally {
+      await broker.close();
+      await registry.close();
+    }
+  });
+
+  it('delivers to plain subscribers too, with the Mesh-Id the durable copy has', async () => {
+    const dir = tempDir('mesh-durable-');
+    const registry = new LocalRegistry(dir.path);
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, logger: silent });
+    try {
+      const plain: Array<Record<string, string>> = [];
+      const durable: Array<string | undefined> = [];
+      await broker.subscribe('mixed', (m) => void plain.push(m.header));
+      await broker.subscribe('mixed', (m) => void durable.push(m.id), { durable: 'd' });
+      await broker.publish('mixed', { header: { a: '1' }, body: new Uint8Array(1) });
+      await waitFor(() => plain.length === 1 && durable.length === 1);
+      assert.equal(plain[0]!.a, '1');
+      assert.equal(plain[0]!['Mesh-Id'], durable[0]);
+    } finally {
+      await broker.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
+describe('durable stats', () => {
+  it('counts published, delivered, acked, redelivered, dead_lettered and pending per topic and consumer', async () => {
+    const { StatsStore } = await import('../src/stats/store.js');
+    const stats = new StatsStore();
+    const dir = tempDir('mesh-durable-stats-');
+    const registry = new LocalRegistry(dir.path);
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, stats, logger: silent });
+    const value = (name: string) => stats.counter(name).value;
+    try {
+      let attempts = 0;
+      await broker.subscribe('st', () => {
+        if (++attempts <= 2) throw new Error('no');
+      }, { durable: 'counted', maxDeliver: 2 });
+      await broker.subscribe('st', () => undefined, { durable: 'fine' });
+      await broker.publish('st', { header: {}, body: new Uint8Array(1) }); // fails twice for counted: dead-lettered
+      await waitFor(() => value('broker.consumer.counted.dead_lettered') === 1 && value('broker.consumer.fine.acked') === 1, 10_000);
+      await broker.publish('st', { header: {}, body: new Uint8Array(1) }); // acked by both
+      await waitFor(() => value('broker.consumer.counted.acked') === 1 && value('broker.consumer.fine.acked') === 2, 10_000);
+      assert.equal(value('broker.topic.st.published'), 2);
+      assert.equal(value('broker.consumer.counted.delivered'), 3);
+      assert.equal(value('broker.consumer.counted.redelivered'), 1);
+      assert.equal(value('broker.topic.st.dead_lettered'), 1);
+      // a topic with a dot (or anything but [A-Za-z0-9_-]) is cut and hashed: one stats segment
+      assert.equal(value(`broker.topic.${statName('st.dlq')}.published`), 1);
+      assert.match(statName('st.dlq'), /^st_dlq_[0-9a-f]{8}$/);
+      assert.equal(value('broker.consumer.fine.redelivered'), 0);
+      await broker.subscribe('odd/topic', () => undefined, { durable: 'odd' });
+      await broker.publish('odd/topic', { header: {}, body: new Uint8Array(1) });
+      await waitFor(() => value('broker.consumer.odd.acked') === 1, 10_000);
+      assert.equal(value(`broker.topic.${statName('odd/topic')}.published`), 1);
+      assert.ok(statName('x'.repeat(500)).length <= 41);
+    } finally {
+      await broker.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
+describe('mesh dlq list|replay (embedded broker)', () => {
+  it('lists the dead letters of a topic and replays them', async () => {
+    const dir = tempDir('mesh-dlq-cli-');
+    const registry = new LocalRegistry(dir.path);
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, logger: silent });
+    const reg = `--registry_address=${dir.path}`;
+    try {
+      let failing = true;
+      const done: string[] = [];
+      await broker.subscribe('cli.dlq', (m) => {
+        if (failing) throw new Error('refused\nwith a newline');
+        done.push(Buffer.from(m.body).toString());
+      }, { durable: 'worker', maxDeliver: 1 });
+      await broker.publish('cli.dlq', { header: { 'Mesh-Id': 'm-1' }, body: new Uint8Array(Buffer.from('payload')) });
+      await waitFor(async () => (await broker.listDeadLetters('cli.dlq', 10)).length === 1, 10_000);
+      const list = await runCli(['dlq', 'list', 'cli.dlq', reg]);
+      assert.equal(list.code, 0, list.stderr);
+      assert.equal(list.stdout, 'id\tconsumer\tdeliveries\terror\tbody\nm-1\tworker\t1\trefused with a newline\tpayload\n');
+      const json = await runCli(['dlq', 'list', 'cli.dlq', reg, '--output=json']);
+      const parsed = JSON.parse(json.stdout) as Array<{ id: string; body: string }>;
+      assert.deepEqual(parsed.map((d) => [d.id, Buffer.from(d.body, 'base64').toString()]), [['m-1', 'payload']]);
+      failing = false;
+      const replay = await runCli(['dlq', 'replay', 'cli.dlq', reg]);
+      assert.equal(replay.code, 0, replay.stderr);
+      assert.equal(replay.stdout, 'replayed 1\n');
+      await waitFor(() => done.length === 1, 10_000);
+      assert.deepEqual(done, ['payload']);
+      assert.equal((await runCli(['dlq', 'list', 'cli.dlq', reg])).stdout, 'id\tconsumer\tdeliveries\terror\tbody\n');
+      const usage = await runCli(['dlq', 'purge', 'cli.dlq', reg]);
+      assert.equal(usage.code, 2);
+      assert.match(usage.stderr, /usage: mesh dlq list\|replay TOPIC/);
+      const memory = await runCli(['dlq', 'list', 'cli.dlq', '--broker=memory', reg]);
+      assert.equal(memory.code, 1);
+      assert.match(memory.stderr, /broker memory: has no dead letters/);
+    } finally {
+      await broker.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
