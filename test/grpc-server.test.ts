@@ -9,7 +9,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { startProcess, runCli, tempDir, waitFor, ROOT, type RunningProcess } from './helpers.js';
+import { startProcess, runCli, tempDir, waitFor, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
 
 const PYTHON = '/usr/bin/python3';
 const PROTOS = join(ROOT, 'test/fixtures/grpc');
@@ -81,6 +81,22 @@ describe('a framework service serving gRPC', () => {
   it('an answer that does not fit the response message is INTERNAL', (t) => {
     if (!python) return t.skip('no Python grpc');
     assert.equal(py('Slow', '{}'), 'status INTERNAL the answer of Greeter.Slow does not fit helloworld.HelloReply: count: must be an integer (a number or a string of digits)');
+  });
+
+  it('the gateway reaches it; the W3C trace context goes along as gRPC metadata', async () => {
+    const api = startProcess(['api', `--registry_address=${home.path}`, `--proto_path=${PROTOS}`, '--namespace=go.mesh.srv', '--handler=rpc', '--address=127.0.0.1:0', '--admin_address=off', '--log_level=warning']);
+    try {
+      const port = await api.waitForPort(PRINTED.api);
+      const res = await http('POST', `http://127.0.0.1:${port}/fwgreeter/greeter/say-hello`, {
+        headers: { 'content-type': 'application/json', traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' },
+        body: '{"name":"T"}',
+      });
+      assert.equal(res.status, 200, res.text);
+      assert.equal(res.json().message, 'Hello T from mesh');
+      assert.equal(res.json().x_trace, 'trace 4bf92f3577b34da6a3ce929d0e0e4736', 'the handler is in the caller\'s trace');
+    } finally {
+      await api.stop('SIGKILL');
+    }
   });
 
   it('mesh call reaches it as a gRPC backend (and its errors come back mapped)', async () => {
