@@ -9,6 +9,8 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { request as httpRequest } from 'node:http';
+import protobuf from 'protobufjs';
 import { startProcess, runCli, tempDir, waitFor, freePort, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
 
 const GREETER = join(ROOT, 'test/fixtures/grpc-greeter.ts');
@@ -96,6 +98,33 @@ describe('gRPC backends', () => {
     assert.equal(out.count, '0');
     assert.equal(out.mood, 'MOOD_UNSPECIFIED');
     assert.deepEqual(out.tags, []);
+  });
+
+  it('--proto_files loads just the files named (relative to --proto_path)', async () => {
+    const r = await runCli(['call', 'go.mesh.srv.greeter', 'Greeter.SayHello', '{"name":"F"}', `--proto_path=${PROTOS}`, '--proto_files=greeter.proto', '--output=json'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal((JSON.parse(r.stdout) as { message: string }).message, 'Hello F');
+  });
+
+  it('application/protobuf passes through as it is, both ways', async () => {
+    const root = protobuf.loadSync(join(PROTOS, 'greeter.proto'));
+    const Req = root.lookupType('helloworld.HelloRequest');
+    const Reply = root.lookupType('helloworld.HelloReply');
+    const body = Buffer.from(Req.encode(Req.create({ name: 'Pb', count: 5 })).finish());
+    const res = await new Promise<{ status: number; type: string; body: Buffer }>((resolve, reject) => {
+      const req = httpRequest(`http://127.0.0.1:${apiPort}/greeter/say-hello`, { method: 'POST', headers: { 'content-type': 'application/protobuf', 'content-length': body.length } }, (r) => {
+        const chunks: Buffer[] = [];
+        r.on('data', (c: Buffer) => chunks.push(c));
+        r.on('end', () => resolve({ status: r.statusCode!, type: String(r.headers['content-type']), body: Buffer.concat(chunks) }));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+    assert.equal(res.status, 200, res.body.toString());
+    assert.equal(res.type, 'application/protobuf');
+    const reply = Reply.toObject(Reply.decode(res.body), { longs: String }) as { message: string; count: string };
+    assert.equal(reply.message, 'Hello Pb');
+    assert.equal(reply.count, '5');
   });
 
   it('the gateway (rpc handler) reaches it with JSON, load balanced over both nodes, forwarding headers as metadata', async () => {
