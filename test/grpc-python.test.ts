@@ -6,27 +6,14 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { PYTHON, PROTOS, pythonStubs } from './grpc-fixtures.js';
 import { startProcess, runCli, tempDir, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
 
-const PYTHON = '/usr/bin/python3';
-const PROTOS = join(ROOT, 'test/fixtures/grpc');
 const SERVER = join(ROOT, 'test/fixtures/grpc-python/greeter_server.py');
 
 /** Generates the Python stubs of greeter.proto into dir; undefined (with a loud SKIP) when Python's grpc is missing. */
-function pythonStubs(dir: string): boolean {
-  const probe = spawnSync(PYTHON, ['-c', 'import grpc, grpc_tools'], { encoding: 'utf8' });
-  if (probe.status !== 0) {
-    const reason = `${PYTHON} has no grpc/grpc_tools (apt-get install python3-grpcio python3-grpc-tools): ${(probe.stderr || probe.error?.message || '').trim().split('\n').pop()}`;
-    if (process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${reason}`);
-    console.warn(`SKIP: ${reason}`);
-    return false;
-  }
-  const gen = spawnSync(PYTHON, ['-m', 'grpc_tools.protoc', `-I${PROTOS}`, `--python_out=${dir}`, `--grpc_python_out=${dir}`, 'greeter.proto'], { encoding: 'utf8' });
-  assert.equal(gen.status, 0, gen.stderr);
-  return true;
-}
 
 describe('a Python grpcio server behind the gateway', () => {
   const home = tempDir();

@@ -14,7 +14,7 @@ import protobuf from 'protobufjs';
 import { startProcess, runCli, tempDir, waitFor, freePort, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
 
 const GREETER = join(ROOT, 'test/fixtures/grpc-greeter.ts');
-const PROTOS = join(ROOT, 'test/fixtures/grpc');
+import { PROTOS } from './grpc-fixtures.js';
 const JSON_CT = { 'content-type': 'application/json' };
 
 function startGreeter(label: string, ...extra: string[]): RunningProcess {
