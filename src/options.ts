@@ -25,6 +25,7 @@ export type Size = string | number;
 export type RegistryKind = 'local' | 'memory' | 'etcd';
 export type BrokerKind = 'http' | 'memory' | 'nats';
 export type LbPolicy = 'round_robin' | 'random' | 'least_request';
+export type ServerProtocol = 'mesh' | 'grpc';
 export type LogLevel = Level;
 
 /** Everything a mesh process can be told. Every field is optional; defaults are those of the flags. */
@@ -69,6 +70,12 @@ export interface MeshOptions {
   clientPerTryTimeout?: Duration;
   /** Idempotent calls: a second try goes to another host after this long (0: no hedging). Default `0`. */
   clientHedgeDelay?: Duration;
+  /** gRPC: directories of the .proto files of gRPC backends and services (docs/grpc.md). Default none. */
+  protoPath?: string[];
+  /** gRPC: the .proto files to load, relative to a protoPath directory. Default every .proto under protoPath. */
+  protoFiles?: string[];
+  /** Framework services: `mesh` (the RPC wire) or `grpc` (the handlers as the unary methods of protoPath's services). Default `'mesh'`. */
+  serverProtocol?: ServerProtocol;
   /** Proxied answers: how long one may wait for a client that reads nothing (0: no limit). Default `'5m'`. */
   streamIdleTimeout?: Duration;
   /** Connections each listener holds at once (0: no limit). Default `10000`. */
@@ -165,6 +172,9 @@ export interface ResolvedOptions {
   clientRetries: number;
   clientPerTryTimeout: number;
   clientHedgeDelay: number;
+  protoPath: string[];
+  protoFiles: string[];
+  serverProtocol: ServerProtocol;
   streamIdleTimeout: number;
   maxConnections: number;
   requestHeadersTimeout: number;
@@ -232,6 +242,7 @@ export const DEFAULT_OPTIONS = Object.freeze({
   clientRetries: 1,
   clientPerTryTimeout: 0,
   clientHedgeDelay: 0,
+  serverProtocol: 'mesh',
   streamIdleTimeout: '5m',
   maxConnections: 10000,
   requestHeadersTimeout: '10s',
@@ -261,6 +272,7 @@ const KNOWN = new Set<string>([
   'brokerAddress', 'brokerTlsCaFile', 'brokerTlsCertFile', 'brokerTlsKeyFile',
   'codecs', 'adminAddress', 'adminToken', 'adminAllowedHosts', 'metricsAddress', 'tlsCertFile', 'tlsKeyFile', 'acmeHosts', 'acmeEmail', 'acmeCache',
   'cors', 'advertise', 'meshHome', 'logFormat', 'accessLog', 'accessLogFormat',
+  'protoPath', 'protoFiles',
 ]);
 
 const show = (v: unknown): string => {
@@ -380,6 +392,9 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     clientRetries: int('clientRetries'),
     clientPerTryTimeout: duration('clientPerTryTimeout'),
     clientHedgeDelay: duration('clientHedgeDelay'),
+    protoPath: list('protoPath'),
+    protoFiles: list('protoFiles'),
+    serverProtocol: choice<ServerProtocol>('serverProtocol', ['mesh', 'grpc']),
     streamIdleTimeout: duration('streamIdleTimeout'),
     maxConnections: int('maxConnections'),
     requestHeadersTimeout: duration('requestHeadersTimeout'),

@@ -19,6 +19,8 @@ import { createBroker } from './broker/create.js';
 import { ClusterManager } from './upstream/cluster-manager.js';
 import type { StaticClusterConfig } from './upstream/config.js';
 import { Client } from './client/client.js';
+import { GrpcTransport } from './transport/grpc/transport.js';
+import { loadProtos, type GrpcSchema } from './transport/grpc/protos.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from './admin/context.js';
 import { AdminServer } from './admin/server.js';
 import { MetricsServer } from './admin/metrics-server.js';
@@ -81,6 +83,10 @@ export class Runtime {
   readonly selfAddresses = new SelfAddresses();
   readonly clusters: ClusterManager;
   readonly client: Client;
+  /** Calls to nodes with metadata `protocol=grpc` (docs/grpc.md). */
+  readonly grpc: GrpcTransport;
+  /** The .proto files of --proto_path, loaded at start; undefined without it. */
+  readonly grpcSchema?: GrpcSchema;
   /** The codecs of the process: JSON, protobuf and the extra ones of the options. */
   readonly codecs: CodecSet;
   /** The front ends' access log (--access_log), or none when off. */
@@ -160,6 +166,14 @@ export class Runtime {
       closeGraceMs: 1000,
       self: this.selfAddresses,
     });
+    if (options.protoPath.length > 0) {
+      try {
+        this.grpcSchema = loadProtos({ paths: options.protoPath, files: options.protoFiles });
+      } catch (err) {
+        throw new Error(`.proto files: ${(err as Error).message}`);
+      }
+    } else if (options.protoFiles.length > 0) throw new Error('.proto files: --proto_files needs --proto_path (the directories the files and their imports are found in)');
+    this.grpc = new GrpcTransport({ schema: this.grpcSchema, maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024), logger: this.logging.get('client') });
     this.client = new Client({
       selector: this.clusters,
       requestTimeoutMs: options.clientRequestTimeout,
@@ -173,6 +187,7 @@ export class Runtime {
       tracer: this.tracer,
       stats: this.stats,
       maxMessageBytes: options.maxBodySize,
+      senderFor: (target) => this.grpc.senderFor(target),
     });
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
     // address or TLS file stops the start instead of the first publish. A Broker instance is used as it is.
@@ -424,6 +439,7 @@ export class Runtime {
         }
       }
       await this.clusters.close();
+      this.grpc.close();
       if (this.brokerInstance) await this.brokerInstance.close().catch(() => undefined);
       await this.registry.close().catch(() => undefined);
       await this.accessLog?.writer.close();

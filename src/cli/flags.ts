@@ -43,6 +43,9 @@ export const FLAG_SPECS = {
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },
   client_per_try_timeout: { type: 'duration', help: 'budget of one try of an outbound call; past it the call is retried on another host (0: a try may use the whole budget)', default: '0' },
   client_hedge_delay: { type: 'duration', help: 'idempotent calls: send a second try to another host when the first has not answered after this long (0: no hedging)', default: '0' },
+  proto_path: { type: 'list', help: 'gRPC: directories of the .proto files of gRPC backends and services, searched for imports in order (comma list; none by default; docs/grpc.md)' },
+  proto_files: { type: 'list', help: 'gRPC: the .proto files to load, relative to a --proto_path directory (comma list; default every .proto under --proto_path)' },
+  server_protocol: { type: 'string', help: 'framework services: serve the RPC wire (mesh) or gRPC (grpc: the handlers as the unary methods of --proto_path\'s services)', default: 'mesh', choices: ['mesh', 'grpc'] },
   stream_idle_timeout: { type: 'duration', help: 'proxied answers: how long one may wait for a client that reads nothing (0: no limit)', default: '5m' },
   max_connections: { type: 'int', help: 'connections each listener holds at once; more are closed at accept (0: no limit)', default: '10000' },
   request_headers_timeout: { type: 'duration', help: 'a request\'s whole header must arrive within this (0: no limit)', default: '10s' },
@@ -173,6 +176,9 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   client_per_try_timeout: { group: 'client', commands: [...SERVE, 'call', 'health'] },
   client_hedge_delay: { group: 'client', commands: [...SERVE, 'call', 'health'] },
   lb_policy: { group: 'client', commands: [...SERVE, 'call', 'health'] },
+  proto_path: { group: 'client', commands: [...SERVE, 'call'] },
+  proto_files: { group: 'client', commands: [...SERVE, 'call'] },
+  server_protocol: { group: 'listen', commands: ['dev'] },
   address: { group: 'listen', commands: GATEWAYS },
   concurrency: { group: 'listen', commands: ['api', 'sidecar', 'proxy'] },
   sidecar_address: { group: 'listen', commands: ['dev'] },
@@ -315,6 +321,9 @@ export interface Config {
   client_retries: number;
   client_per_try_timeout: number;
   client_hedge_delay: number;
+  proto_path: string[];
+  proto_files: string[];
+  server_protocol: 'mesh' | 'grpc';
   stream_idle_timeout: number;
   max_connections: number;
   request_headers_timeout: number;

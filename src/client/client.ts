@@ -50,6 +50,11 @@ export interface ClientOptions {
   stats?: StatsStore;
   /** Largest stream message accepted from a backend (--max_body_size). */
   maxMessageBytes?: number;
+  /**
+   * The transport of a node that does not speak the mesh wire (`protocol=grpc`:
+   * src/transport/grpc/); undefined for a node sendRpc serves on the host's pool.
+   */
+  senderFor?: (target: UpstreamTarget) => ((request: RpcRequest, control: RpcControl) => Promise<RpcResponse>) | undefined;
 }
 
 export interface CallOptions {
@@ -231,12 +236,13 @@ export class Client {
       }
       if (retries > 0 || hedgeDelay > 0) (tried ??= new Set()).add(lease.target.key);
       // What is left once a host is chosen (building a cluster takes a moment): the try's budget.
-      const first = startTry(lease, request, Math.max(1, deadline - Date.now()), perTry);
+      const first = startTry(lease, request, Math.max(1, deadline - Date.now()), perTry, this.options.senderFor);
       let result: TryResult;
       if (hedgeDelay > 0 && !hedged && hedgeDelay < remaining) {
         result = await this.hedge(first, service, tried!, hedgeDelay, deadline, perTry, request, () => (hedged = true));
       } else result = await first.result;
 
+      if (result.kind === 'refused') throw result.error;
       if (result.kind === 'error') {
         const failure = result.error;
         lastError = transportToMeshError(failure, service, result.host, budget);
@@ -292,7 +298,7 @@ export class Client {
     }
     markHedged();
     tried.add(lease.target.key);
-    const second = startTry(lease, request, remaining, perTry);
+    const second = startTry(lease, request, remaining, perTry, this.options.senderFor);
     const usable = (r: TryResult) => r.kind === 'response' && !RETRIABLE_STATUS.has(r.response.status);
     return new Promise<TryResult>((resolve) => {
       let pending = 2;
@@ -334,7 +340,10 @@ export class Client {
   }
 }
 
-type TryResult = { kind: 'response'; response: RpcResponse; host: string } | { kind: 'error'; error: TransportError; host: string };
+type TryResult =
+  | { kind: 'response'; response: RpcResponse; host: string }
+  | { kind: 'error'; error: TransportError; host: string }
+  | { kind: 'refused'; error: MeshError; host: string };
 
 /** One try in flight on one host; it settles once and never rejects. */
 interface Try {
@@ -346,7 +355,13 @@ interface Try {
  * Sends one try within min(perTry, remaining) and releases its lease with the outcome: a timeout
  * of the try's own budget (shorter than what is left of the call's) is a per-try timeout.
  */
-function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeoutMs: number) => RpcRequest, remaining: number, perTry: number): Try {
+function startTry(
+  lease: UpstreamLease,
+  request: (target: UpstreamTarget, timeoutMs: number) => RpcRequest,
+  remaining: number,
+  perTry: number,
+  senderFor: ClientOptions['senderFor'],
+): Try {
   const timeoutMs = perTry > 0 && perTry < remaining ? perTry : remaining;
   const perTryLimited = timeoutMs < remaining;
   const control: RpcControl = {};
@@ -354,13 +369,20 @@ function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeou
   const started = Date.now();
   let result: Promise<TryResult>;
   try {
-    result = sendRpc(lease.target.dispatcher, request(lease.target, timeoutMs), control).then(
+    const req = request(lease.target, timeoutMs);
+    const send = senderFor?.(lease.target);
+    result = (send ? send(req, control) : sendRpc(lease.target.dispatcher, req, control)).then(
       (response): TryResult => {
         const outcome: AttemptOutcome = { kind: 'response', status: response.status };
         lease.release(outcome, Date.now() - started);
         return { kind: 'response', response, host };
       },
       (err: unknown): TryResult => {
+        // The node's transport refused the call before sending it (src/transport/grpc/): final, not the host's fault.
+        if (err instanceof MeshError) {
+          lease.release({ kind: 'cancelled' }, Date.now() - started);
+          return { kind: 'refused', error: err, host };
+        }
         let error = err instanceof TransportError ? err : new TransportError({ kind: 'reset' }, String(err));
         if (error.outcome.kind === 'timeout' && perTryLimited) error = new TransportError({ kind: 'timeout', perTry: true }, `per-try timeout after ${timeoutMs}ms`);
         lease.release(error.outcome, Date.now() - started);
@@ -368,7 +390,7 @@ function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeou
       },
     );
   } catch (err) {
-    // encodeFor threw: nothing was sent.
+    // encodeFor or the node's transport threw (a request it cannot send): nothing was sent.
     lease.release({ kind: 'cancelled' }, 0);
     throw err;
   }

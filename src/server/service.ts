@@ -9,6 +9,7 @@ import type { Runtime } from '../runtime.js';
 import { validateService, type Metadata, type Service as ServiceRecord } from '../registry/registry.js';
 import { advertisedAddress, parseAddress, parseAdvertise } from '../util/address.js';
 import { serverLimits } from '../http/lifecycle.js';
+import { GrpcServer } from './grpc-server.js';
 import { isStreamKind, type StreamKind } from '../transport/frames.js';
 import type { StreamContext } from './stream-server.js';
 import { RpcServer, type EndpointDefinition, type Handler, type HandlerContext } from './rpc-server.js';
@@ -36,6 +37,8 @@ export class Service {
   readonly server: RpcServer;
   readonly nodeId: string;
   private record?: ServiceRecord;
+  /** With --server_protocol=grpc: the gRPC server that serves the handlers instead of the RPC server. */
+  private grpcServer?: GrpcServer;
   private refreshTimer?: NodeJS.Timeout;
   private registered = false;
   private stopped = false;
@@ -102,9 +105,23 @@ export class Service {
     const { host, port } = parseAddress(this.options.address ?? this.runtime.options.address);
     const advertise = this.options.advertise ?? this.runtime.options.advertise;
     if (advertise?.trim()) parseAdvertise(advertise); // a bad value fails before anything listens
-    const bound = await this.server.listen(host, port);
-    this.runtime.addDrainable(this.server);
-    const advertised = advertisedAddress({ host, port: bound.port }, advertise);
+    const grpcMode = this.runtime.options.serverProtocol === 'grpc';
+    let boundPort: number;
+    if (grpcMode) {
+      const schema = this.runtime.grpcSchema;
+      if (!schema) throw new Error(`--server_protocol=grpc: service ${this.options.name} needs its .proto files (--proto_path)`);
+      this.grpcServer = new GrpcServer(
+        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context },
+        this.server.listEndpoints(),
+      );
+      boundPort = await this.grpcServer.listen(host, port);
+      this.runtime.addDrainable(this.grpcServer);
+    } else {
+      boundPort = (await this.server.listen(host, port)).port;
+      this.runtime.addDrainable(this.server);
+    }
+    const advertised = advertisedAddress({ host, port: boundPort }, advertise);
+    const grpcServices = this.grpcServer?.services ?? [];
     const record: ServiceRecord = {
       name: this.options.name,
       version: this.options.version ?? 'latest',
@@ -116,8 +133,9 @@ export class Service {
           address: advertised.host,
           port: advertised.port,
           metadata: {
-            protocol: 'mesh',
-            transport: 'http',
+            protocol: grpcMode ? 'grpc' : 'mesh',
+            transport: grpcMode ? 'grpc' : 'http',
+            ...(grpcServices.length === 1 ? { grpc_service: grpcServices[0]! } : {}),
             registry: this.runtime.registry.name,
             broker: this.runtime.brokerName,
           },
@@ -128,6 +146,7 @@ export class Service {
       validateService(record);
     } catch (err) {
       await this.server.close();
+      await this.grpcServer?.close();
       throw err;
     }
     this.record = record;
@@ -152,6 +171,7 @@ export class Service {
     if (this.refreshTimer) clearInterval(this.refreshTimer);
     await this.deregister();
     await this.server.close();
+    await this.grpcServer?.close();
   }
 
   private async register(): Promise<void> {

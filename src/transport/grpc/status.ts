@@ -1,0 +1,75 @@
+/**
+ * gRPC status codes as mesh errors: the HTTP status of each code (the table of docs/grpc.md,
+ * after google.rpc.Code's own HTTP mapping) and the error JSON a failed gRPC call becomes.
+ */
+import { MeshError } from '../../errors.js';
+
+/** gRPC status code → [name, HTTP status]. */
+export const GRPC_STATUS: ReadonlyArray<readonly [string, number]> = [
+  ['OK', 200],
+  ['CANCELLED', 499],
+  ['UNKNOWN', 500],
+  ['INVALID_ARGUMENT', 400],
+  ['DEADLINE_EXCEEDED', 504],
+  ['NOT_FOUND', 404],
+  ['ALREADY_EXISTS', 409],
+  ['PERMISSION_DENIED', 403],
+  ['RESOURCE_EXHAUSTED', 429],
+  ['FAILED_PRECONDITION', 400],
+  ['ABORTED', 409],
+  ['OUT_OF_RANGE', 400],
+  ['UNIMPLEMENTED', 501],
+  ['INTERNAL', 500],
+  ['UNAVAILABLE', 503],
+  ['DATA_LOSS', 500],
+  ['UNAUTHENTICATED', 401],
+];
+
+/** The HTTP status of a gRPC status code; 500 for a code outside 0..16. */
+export function httpStatusOfGrpc(code: number): number {
+  return GRPC_STATUS[code]?.[1] ?? 500;
+}
+
+/** The name of a gRPC status code (`NOT_FOUND`), or the number. */
+export function grpcCodeName(code: number): string {
+  return GRPC_STATUS[code]?.[0] ?? String(code);
+}
+
+/**
+ * The mesh error of a failed gRPC call: id the gRPC service's full name, code the HTTP status of
+ * the gRPC code, detail the status's details message (the code's name when it has none).
+ */
+export function meshErrorOfGrpc(service: string, code: number, details: string): MeshError {
+  const http = httpStatusOfGrpc(code);
+  return new MeshError(service, http, details || grpcCodeName(code), http === 499 ? 'Client Closed Request' : undefined);
+}
+
+/** The HTTP status → gRPC status code a framework service answers with when it serves gRPC. */
+export function grpcCodeOfHttp(status: number): number {
+  switch (status) {
+    case 400:
+      return 3; // INVALID_ARGUMENT
+    case 401:
+      return 16;
+    case 403:
+      return 7;
+    case 404:
+      return 5;
+    case 409:
+      return 6; // ALREADY_EXISTS
+    case 429:
+      return 8;
+    case 499:
+      return 1;
+    case 501:
+      return 12;
+    case 502:
+    case 503:
+      return 14;
+    case 504:
+    case 408:
+      return 4;
+    default:
+      return status >= 500 ? 13 : 2; // INTERNAL, UNKNOWN
+  }
+}

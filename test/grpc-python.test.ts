@@ -1,0 +1,81 @@
+/**
+ * A gRPC backend in another language: Python's grpcio (Debian's python3-grpcio, run with
+ * /usr/bin/python3) serving helloworld.Greeter from the same .proto, stubs generated at test time
+ * by grpc_tools.protoc, registered with protocol=grpc and reached through the gateway with JSON.
+ * Skipped loudly when /usr/bin/python3 has no grpc (a failure with MESH_TEST_REQUIRE_ENGINES=1).
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { PYTHON, PROTOS, pythonStubs } from './grpc-fixtures.js';
+import { startProcess, runCli, tempDir, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
+
+const SERVER = join(ROOT, 'test/fixtures/grpc-python/greeter_server.py');
+
+/** Generates the Python stubs of greeter.proto into dir; undefined (with a loud SKIP) when Python's grpc is missing. */
+
+describe('a Python grpcio server behind the gateway', () => {
+  const home = tempDir();
+  const stubs = tempDir('mesh-pystubs-');
+  const env = { MESH_REGISTRY_ADDRESS: home.path };
+  let enabled = false;
+  let py: { port: Promise<number>; stop(): void } | undefined;
+  let api: RunningProcess | undefined;
+  let apiPort = 0;
+
+  before(async () => {
+    enabled = pythonStubs(stubs.path);
+    if (!enabled) return;
+    py = startPython(stubs.path);
+    const port = await py.port;
+    const record = { Name: 'go.mesh.srv.pygreeter', Nodes: [{ Id: 'py', Address: '127.0.0.1', Port: port, Metadata: { protocol: 'grpc', grpc_service: 'helloworld.Greeter' } }] };
+    const r = await runCli(['register', 'service', JSON.stringify(record)], env);
+    assert.equal(r.code, 0, r.stderr);
+    api = startProcess(['api', `--registry_address=${home.path}`, `--proto_path=${PROTOS}`, '--namespace=go.mesh.srv', '--handler=rpc', '--address=127.0.0.1:0', '--admin_address=off', '--log_level=warning']);
+    apiPort = await api.waitForPort(PRINTED.api);
+  });
+  after(async () => {
+    await api?.stop('SIGKILL');
+    py?.stop();
+    home.cleanup();
+    stubs.cleanup();
+  });
+
+  it('JSON through the gateway reaches the Python server and comes back', async (t) => {
+    if (!enabled) return t.skip('no Python grpc');
+    const res = await http('POST', `http://127.0.0.1:${apiPort}/pygreeter/say-hello`, { headers: { 'content-type': 'application/json' }, body: '{"name":"Ann","count":"9007199254740993","mood":"GRUMPY","tags":["p","q"]}' });
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.text, '{"message":"Hello Ann from python","count":"9007199254740993","mood":"GRUMPY","tags":["p","q"],"server":"python","mesh_id":"","x_trace":""}');
+  });
+
+  it('the go-micro path /<service>/<endpoint>/<method> names the gRPC service without metadata', async (t) => {
+    if (!enabled) return t.skip('no Python grpc');
+    const res = await http('POST', `http://127.0.0.1:${apiPort}/pygreeter/greeter/say-hello`, { headers: { 'content-type': 'application/json' }, body: '{"name":"Bo"}' });
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.json().message, 'Hello Bo from python');
+  });
+
+  it("a Python status (context.abort) maps like any other: NOT_FOUND is 404 error JSON", async (t) => {
+    if (!enabled) return t.skip('no Python grpc');
+    const res = await http('POST', `http://127.0.0.1:${apiPort}/pygreeter/fail`, { headers: { 'content-type': 'application/json' }, body: '{"code":5,"details":"nothing here"}' });
+    assert.equal(res.status, 404);
+    assert.equal(res.text, '{"id":"helloworld.Greeter","code":404,"detail":"nothing here","status":"Not Found"}');
+  });
+});
+
+/** Starts the Python server; `port` resolves with the port it printed. */
+function startPython(stubDir: string): { port: Promise<number>; stop(): void } {
+  const child = spawn(PYTHON, ['-u', SERVER, stubDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const port = new Promise<number>((resolve, reject) => {
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /python greeter listening on 127\.0\.0\.1:(\d+)/.exec(out);
+      if (m) resolve(Number(m[1]));
+    });
+    child.on('exit', (code) => reject(new Error(`python server exited (${code}):\n${out}`)));
+  });
+  return { port, stop: () => void child.kill('SIGKILL') };
+}
