@@ -47,6 +47,11 @@ export function mediaType(contentType: string | undefined): string {
   return (semi === -1 ? contentType : contentType.slice(0, semi)).trim().toLowerCase();
 }
 
+/** True for media types that declare JSON: application/json, text/json, application/<x>+json; '' (none) too. */
+export function isJsonMedia(media: string): boolean {
+  return media === '' || media === 'application/json' || media === 'text/json' || /^application\/[\w.+-]+\+json$/.test(media);
+}
+
 /** The codec for a Content-Type, or undefined when unsupported. Empty means JSON (the default). */
 export function codecFor(contentType: string | undefined): Codec | undefined {
   const media = mediaType(contentType);

@@ -47,7 +47,9 @@ import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
 import { canonicalHeaderKey, connectionNamed, isHopByHop } from '../transport/headers.js';
 import type { Message, Subscription } from '../broker/broker.js';
+import { ID_HEADER } from '../broker/durable.js';
 import type { FrontEnd } from '../handlers/front-end.js';
+import { checkCloudEventRequest, cloudEventMode, messageCloudEvent } from '../handlers/cloudevents.js';
 import type { Counter, Gauge } from '../stats/store.js';
 
 /** A connection whose unsent bytes reach this is dropped (at least 2 x the largest frame). */
@@ -112,6 +114,15 @@ function checkName(errorId: string, what: 'topic' | 'queue', params: URLSearchPa
   return value;
 }
 
+/** The frame format of a subscription from its query: true for format=cloudevents. */
+function cloudEventsFormat(errorId: string, params: URLSearchParams): boolean {
+  const all = params.getAll('format');
+  if (all.length === 0) return false;
+  if (all.length > 1) throw new MeshError(errorId, 400, 'format: given more than once');
+  if (all[0] !== 'cloudevents') throw new MeshError(errorId, 400, `format: must be cloudevents (or absent for mesh frames), got "${all[0]!.slice(0, 32)}"`);
+  return true;
+}
+
 /** The ack mode of a subscription from its query (ack=1, durable=NAME, max_inflight=N); undefined without ack. */
 function ackState(errorId: string, params: URLSearchParams): AckState | undefined {
   const ack = params.get('ack');
@@ -164,6 +175,8 @@ interface Connection {
   released?: Promise<void>;
   /** Acknowledged mode (ack=1). */
   ack?: AckState;
+  /** format=cloudevents: each message goes out as a structured CloudEvent (messageCloudEvent). */
+  cloudEvents: boolean;
 }
 
 interface AckState {
@@ -255,6 +268,8 @@ export class BrokerApi {
       throw err;
     }
     const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
+    const ce = cloudEventMode(req);
+    if (ce) header[ID_HEADER] = checkCloudEventRequest(fe.errorId, ce, req, body);
     await this.publish(topic, { header, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) });
     sendJson(res, 200, '{}');
   }
@@ -289,14 +304,16 @@ export class BrokerApi {
     let topic: string;
     let queue: string | undefined;
     let ack: AckState | undefined;
+    let cloudEvents: boolean;
     try {
       topic = checkName(fe.errorId, 'topic', url.searchParams, true)!;
       queue = checkName(fe.errorId, 'queue', url.searchParams, false);
       ack = ackState(fe.errorId, url.searchParams);
+      cloudEvents = cloudEventsFormat(fe.errorId, url.searchParams);
     } catch (err) {
       return refuse(err as MeshError);
     }
-    const conn: Connection = { id: `ws-${randomUUID()}`, topic, queue, corked: false, early: [], earlyBytes: 0, queued: 0, closing: false, alive: true, publishing: 0, ack };
+    const conn: Connection = { id: `ws-${randomUUID()}`, topic, queue, corked: false, early: [], earlyBytes: 0, queued: 0, closing: false, alive: true, publishing: 0, ack, cloudEvents };
     const handler = ack ? (message: Message) => this.deliverAcked(conn, message) : (message: Message) => this.deliver(conn, message);
     let socketGone = false;
     socket.once('close', () => (socketGone = true));
@@ -352,7 +369,8 @@ export class BrokerApi {
   private deliver(conn: Connection, message: Message): void {
     if (conn.closing) return;
     if (!conn.queue && message.header?.[PUBLISHER_HEADER] === conn.id) return;
-    const frame = this.frameOf(message);
+    // A CloudEvent frame is made per delivery: without a Mesh-Id its id is new each time.
+    const frame = conn.cloudEvents ? Buffer.from(messageCloudEvent(message, conn.topic)) : this.frameOf(message);
     if (!conn.ws) {
       if (conn.early.length >= MAX_QUEUED_MESSAGES || conn.earlyBytes >= this.maxBuffered) return this.dropSlow(conn);
       conn.early.push(frame);
@@ -374,7 +392,9 @@ export class BrokerApi {
     const id = ++a.next;
     const body = Buffer.from(message.body.buffer, message.body.byteOffset, message.body.byteLength);
     const frame = Buffer.from(
-      JSON.stringify({ Id: id, MessageId: message.id, Deliveries: message.deliveryCount, Header: canonicalHeaderMap(message.header ?? {}), Body: body.toString('base64') }),
+      conn.cloudEvents
+        ? `${JSON.stringify({ Id: id, MessageId: message.id, Deliveries: message.deliveryCount }).slice(0, -1)},"Event":${messageCloudEvent(message, conn.topic)}}`
+        : JSON.stringify({ Id: id, MessageId: message.id, Deliveries: message.deliveryCount, Header: canonicalHeaderMap(message.header ?? {}), Body: body.toString('base64') }),
     );
     const done = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => this.answer(conn, id, new Error('not acknowledged within the ack wait')), this.fe.runtime.options.brokerAckWait);

@@ -15,7 +15,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { MeshError } from '../errors.js';
-import { mediaType } from '../codec/codec.js';
+import { isJsonMedia, mediaType } from '../codec/codec.js';
 import { parseJson, stringifyJson } from '../codec/json.js';
 import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
@@ -25,11 +25,6 @@ import { formatDuration, MAX_DURATION_MS, parseDuration } from '../util/duration
 import type { FrontEnd } from '../handlers/front-end.js';
 
 const ALLOW = 'GET, HEAD, POST, PUT, DELETE';
-
-/** True for media types that declare JSON: application/json, text/json, application/<x>+json; '' (none) too. */
-export function isJsonMedia(media: string): boolean {
-  return media === '' || media === 'application/json' || media === 'text/json' || /^application\/[\w.+-]+\+json$/.test(media);
-}
 
 /** Parses the `ttl` query parameter (Go duration, > 0) into whole milliseconds; undefined when absent. */
 export function parseTtl(errorId: string, params: URLSearchParams): number | undefined {
