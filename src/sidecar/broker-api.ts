@@ -34,6 +34,12 @@
  * next waits. In this mode client frames are answers only; anything else closes the connection
  * with 1008.
  *
+ * CloudEvents (src/handlers/cloudevents.ts, the mapping in docs/sidecar.md): a publish that is a
+ * CloudEvent (structured or binary mode) is checked as at the gateway (400 when invalid) and
+ * published unchanged with `Mesh-Id` = the event id. `format=cloudevents` on a subscription sends
+ * each message as a structured CloudEvent; with ack=1 the frame is
+ * `{"Id":n,"MessageId":"...","Deliveries":k,"Event":{...}}`.
+ *
  * Client frames: a text or binary frame from the client is published to the same topic (header
  * `Content-Type: text/plain` or `application/octet-stream`, `Timestamp`, and `Mesh-Publisher`, the
  * connection's id). A subscriber without a queue does not get its own frames back.
