@@ -12,6 +12,7 @@ import WebSocket from 'ws';
 import { request } from 'undici';
 import { PRINTED, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { refusedHandshake, startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
+import { messageCloudEvent } from '../src/handlers/cloudevents.js';
 
 type Json = Record<string, any>;
 
@@ -87,6 +88,7 @@ describe('sidecar /broker and CloudEvents', () => {
       'mesh-id': 'ignored',
       'x-tenant': 'acme',
       tenant: 'acme',
+      accept: '*/*',
     };
     const r = await post(`${sc.base}/broker?topic=b1`, headers, '{"amount":12.5,"items":[1,2]}');
     assert.equal(r.status, 200, r.text);
@@ -254,5 +256,24 @@ describe('sidecar /broker and CloudEvents', () => {
     assert.equal(probe.data.data, 'probe');
     assert.equal(probe.id, probe.data.id);
     ce.ws.close();
+  });
+});
+
+describe('messageCloudEvent: messages that no front end would publish', () => {
+  const msg = (header: Record<string, string>, body: string) => ({ header, body: Buffer.from(body) });
+  it('an invalid structured event, a binary one with a bad specversion, an empty body, a Timestamp out of range', () => {
+    const bad = '{"specversion":"1.0","id":"x"}';
+    assert.equal(
+      messageCloudEvent(msg({ 'Content-Type': 'application/cloudevents+json', 'Mesh-Id': 'm1' }, bad), 'a b/c'),
+      `{"specversion":"1.0","id":"m1","source":"mesh://a%20b%2Fc","type":"mesh.message","datacontenttype":"application/cloudevents+json","data":${bad}}`,
+    );
+    assert.equal(
+      messageCloudEvent(msg({ 'ce-specversion': '0.3', 'ce-id': 'x', 'ce-source': 's', 'ce-type': 't', 'mesh-id': 'm2', timestamp: '99999999999999' }, ''), 't'),
+      '{"specversion":"1.0","id":"m2","source":"mesh://t","type":"mesh.message"}',
+    );
+    assert.equal(
+      messageCloudEvent({ ...msg({ 'ce-specversion': '1.0', 'ce-id': 'e1', 'ce-source': 's', 'ce-type': 't', 'ce-bad-name': 'v', 'content-type': 'application/json' }, '{"a":'), id: 'other' }, 't'),
+      `{"specversion":"1.0","id":"e1","source":"s","type":"t","datacontenttype":"application/json","data_base64":"${Buffer.from('{"a":').toString('base64')}"}`,
+    );
   });
 });
