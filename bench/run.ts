@@ -102,6 +102,8 @@ export interface Target {
 }
 
 interface Row {
+  /** Only when BENCH_ROWS names it. */
+  optIn?: boolean;
   id: string;
   label: string;
   mesh?: boolean;
@@ -355,6 +357,14 @@ http {
     setup: (ctx, nodeArgs) => meshApiSetup(ctx, nodeArgs, false),
   },
   {
+    // Not in the default run: the measurement of the multiplexed hop (RESULTS.md "Multiplexed transport").
+    id: 'mesh-api-h2c',
+    label: 'mesh api --handler=api (+ API service over h2c)',
+    mesh: true,
+    optIn: true,
+    setup: (ctx, nodeArgs) => meshApiSetup(ctx, nodeArgs, false, true),
+  },
+  {
     id: 'mesh-proxy',
     label: 'mesh api --handler=proxy',
     mesh: true,
@@ -422,11 +432,31 @@ for (const d of DEFAULT_ROWS) {
   ROWS.splice(i < 0 ? ROWS.length : i + 1, 0, d);
 }
 
+// BENCH_MESH_MAIN_BASE=/other/dist/src/cli/main.js: an A/B of two builds in one run. Each mesh row
+// (and its -default row) gets an opt-in twin `<id>-base` started from that main.js (the API service
+// of mesh-api stays this tree's); list the twins in BENCH_ROWS.
+const MESH_MAIN_BASE = process.env.BENCH_MESH_MAIN_BASE;
+if (MESH_MAIN_BASE) {
+  for (const row of ROWS.filter((r) => r.mesh && !r.optIn)) {
+    const twin: Row = {
+      id: `${row.id}-base`,
+      label: `${row.label} [base build]`,
+      mesh: true,
+      optIn: true,
+      setup: (ctx, nodeArgs) => row.setup({ ...ctx, meshMain: MESH_MAIN_BASE }, nodeArgs),
+    };
+    ROWS.splice(ROWS.indexOf(row) + 1, 0, twin);
+  }
+}
+
 /** gateway --handler=api → API service (framework, own process) → backend; userDefaults: the gateway with default flags. */
-async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaults: boolean): Promise<Target> {
+async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaults: boolean, h2c = false): Promise<Target> {
   if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
   const apiPort = await freePort();
-  const svc = tsxProcess(ctx, userDefaults ? 'bench-api-service-default' : 'bench-api-service', 'servers/api-service.ts', [
+  // The h2c row's API service has a namespace of its own, so that its gateway calls only it.
+  const h2cArgs = h2c ? ['--namespace=go.mesh.h2c'] : [];
+  const svc = tsxProcess(ctx, h2c ? 'bench-api-service-h2c' : userDefaults ? 'bench-api-service-default' : 'bench-api-service', 'servers/api-service.ts', [
+    ...(h2c ? ['--bench_h2c'] : []),
     `--address=127.0.0.1:${apiPort}`,
     `--registry_address=${ctx.registryDir}`,
     '--admin_address=off',
@@ -434,7 +464,7 @@ async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaul
   ]);
   try {
     await waitForPort(svc, apiPort, 20000);
-    const g = await startMesh(ctx, userDefaults ? 'mesh-api-api-default' : 'mesh-api-api', 'api', ['--handler=api'], nodeArgs, userDefaults);
+    const g = await startMesh(ctx, h2c ? 'mesh-api-api-h2c' : userDefaults ? 'mesh-api-api-default' : 'mesh-api-api', 'api', ['--handler=api', ...h2cArgs], nodeArgs, userDefaults);
     return {
       url: `http://127.0.0.1:${g.port}${PATH}`,
       measured: [g.proc],
@@ -1007,7 +1037,7 @@ async function main(): Promise<void> {
 
   const results = await measureRows(
     ctx,
-    ROWS.filter((row) => settings.rows.length === 0 || settings.rows.includes(row.id)),
+    ROWS.filter((row) => (settings.rows.length === 0 && !row.optIn) || settings.rows.includes(row.id)),
   );
   process.stdout.write(`\nCPU placement: ${pinMode()}\n\n` + (results.length ? mainTable(results) + '\n\n' : ''));
 
