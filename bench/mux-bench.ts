@@ -4,10 +4,15 @@
  * endpoint answering a small JSON), over
  *   - h1:  HTTP/1.1, an undici Pool (what mesh uses today),
  *   - h2c: HTTP/2 cleartext, one multiplexed connection (undici H2CClient),
+ *   - p10, p50: HTTP/1.1 pipelining (undici Pool, 5 connections x 10, 1 x 50),
+ *   - h2session: a bare node:http2 client session (no mesh code),
+ *   - h2mesh: the mesh's h2c client of the prototype (branch perf-h2c-prototype),
  * interleaved in rounds, with the CPU time of the client (process.cpuUsage) and of the server
- * (/proc/<pid>/stat) per call. Reports medians over the rounds.
+ * (/proc/<pid>/stat) per call. Reports medians over the rounds. The HTTP/2 modes need a service
+ * that serves h2c: the prototype's `Service` option `h2c` (src/transport/h2c-server.ts); without
+ * it they are left out with a note. Results and decision: RESULTS.md "Multiplexed transport".
  *
- * Usage: node --import tsx bench/mux-bench.ts [rounds=5] [seconds=3] [concurrency=50] [modes=h1,h2c]
+ * Usage: node --import tsx bench/mux-bench.ts [rounds=5] [seconds=3] [concurrency=50] [modes=h1,p10]
  *   (BENCH_PIN_CLIENT / BENCH_PIN_SERVER: CPU lists for taskset; default client 0, server 1)
  * The server child: node bench/mux-bench.ts --server PORT
  */
@@ -34,12 +39,14 @@ if (process.argv[2] === '--server') {
   const runtime = new Runtime(optionsFromFlags(args.config), { role: 'mux-bench' });
   runtime.installSignalHandlers();
   const answer = { id: 1, name: 'bench', ok: true, msg: 'hello from the bench backend' };
-  await new Service(runtime, { name: 'go.mesh.srv.mux', address: `127.0.0.1:${port}`, h2c: true }).handle('Bench.Call', () => answer).start();
+  // h2c: the prototype's option (ignored by a build without it).
+  const options: Record<string, unknown> = { name: 'go.mesh.srv.mux', address: `127.0.0.1:${port}`, h2c: true };
+  await new Service(runtime, options).handle('Bench.Call', () => answer).start();
 } else {
   const rounds = Number(process.argv[2] ?? 5);
   const seconds = Number(process.argv[3] ?? 3);
   const concurrency = Number(process.argv[4] ?? 50);
-  const modes = (process.argv[5] ?? 'h1,h2c').split(',');
+  const modes = (process.argv[5] ?? 'h1,p10').split(',');
   const { sendRpc } = await load('transport/rpc.js');
   const port = await freePort();
   const server = startProcess('mux-server', process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--server', String(port)], {});
@@ -61,10 +68,11 @@ if (process.argv[2] === '--server') {
   const body = Buffer.from('{"name":"bench","id":1}');
   let n = 0;
   const { connect } = await import('node:http2');
-  const session = connect(`http://127.0.0.1:${port}`);
+  const h2Available = existsSync(fileURLToPath(new URL('transport/h2c-client.js', dist)));
+  const session = h2Available ? connect(`http://127.0.0.1:${port}`) : undefined;
   const viaSession = () =>
     new Promise<{ status: number }>((resolve, reject) => {
-      const req = session.request({ ':method': 'POST', ':path': '/', 'content-type': 'application/json', 'mesh-service': 'go.mesh.srv.mux', 'mesh-endpoint': 'Bench.Call', 'mesh-id': `x-${++n}`, 'mesh-timeout': '5000' });
+      const req = session!.request({ ':method': 'POST', ':path': '/', 'content-type': 'application/json', 'mesh-service': 'go.mesh.srv.mux', 'mesh-endpoint': 'Bench.Call', 'mesh-id': `x-${++n}`, 'mesh-timeout': '5000' });
       let status = 0;
       const chunks: Buffer[] = [];
       req.on('response', (h) => (status = Number(h[':status'])));
@@ -73,8 +81,8 @@ if (process.argv[2] === '--server') {
       req.on('error', reject);
       req.end(body);
     });
-  const { H2cConnection, sendRpcH2 } = await load('transport/h2c-client.js');
-  const meshH2 = new H2cConnection(`127.0.0.1:${port}`, 5000);
+  const { H2cConnection, sendRpcH2 } = h2Available ? await load('transport/h2c-client.js') : { H2cConnection: undefined, sendRpcH2: undefined };
+  const meshH2 = H2cConnection ? new H2cConnection(`127.0.0.1:${port}`, 5000) : undefined;
   const one = (d: Dispatcher) =>
     d === (meshH2 as unknown)
       ? sendRpcH2(meshH2, { service: 'go.mesh.srv.mux', endpoint: 'Bench.Call', id: `x-${++n}`, contentType: 'application/json', body, timeoutMs: 5000 })
@@ -103,6 +111,12 @@ if (process.argv[2] === '--server') {
     return { calls, clientUs: c.user + c.system, serverUs: cpuMicros([server.pid])! - s0, errors };
   }
 
+  if (!h2Available && modes.some((m) => m.startsWith('h2'))) {
+    console.error('HTTP/2 modes left out: this build has no h2c transport (see branch perf-h2c-prototype)');
+    modes.splice(0, modes.length, ...modes.filter((m) => !m.startsWith('h2')));
+  }
+  const unknown = modes.filter((m) => !(m in dispatchers));
+  if (unknown.length) throw new Error(`unknown mode(s) ${unknown.join(', ')}: use ${Object.keys(dispatchers).join(', ')}`);
   const ds = Object.fromEntries(modes.map((m) => [m, dispatchers[m]!()]));
   // Each mode's connections opened and warmed.
   for (const m of modes) await run(ds[m]!, 1000);
@@ -127,8 +141,8 @@ if (process.argv[2] === '--server') {
     const e = results[m]!;
     console.log(`| ${m} | ${Math.round(med(e.rps))} | ${med(e.client).toFixed(1)} | ${med(e.server).toFixed(1)} | ${(med(e.client) + med(e.server)).toFixed(1)} | ${e.errors} |`);
   }
-  session.close();
-  meshH2.close();
+  session?.close();
+  meshH2?.close();
   for (const d of Object.values(ds)) if (d !== (session as unknown) && d !== (meshH2 as unknown)) await d.destroy();
   await stopAll();
   void spawn;

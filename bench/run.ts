@@ -356,14 +356,7 @@ http {
     profile: true,
     setup: (ctx, nodeArgs) => meshApiSetup(ctx, nodeArgs, false),
   },
-  {
-    // Not in the default run: the measurement of the multiplexed hop (RESULTS.md "Multiplexed transport").
-    id: 'mesh-api-h2c',
-    label: 'mesh api --handler=api (+ API service over h2c)',
-    mesh: true,
-    optIn: true,
-    setup: (ctx, nodeArgs) => meshApiSetup(ctx, nodeArgs, false, true),
-  },
+
   {
     id: 'mesh-proxy',
     label: 'mesh api --handler=proxy',
@@ -450,13 +443,10 @@ if (MESH_MAIN_BASE) {
 }
 
 /** gateway --handler=api → API service (framework, own process) → backend; userDefaults: the gateway with default flags. */
-async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaults: boolean, h2c = false): Promise<Target> {
+async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaults: boolean): Promise<Target> {
   if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
   const apiPort = await freePort();
-  // The h2c row's API service has a namespace of its own, so that its gateway calls only it.
-  const h2cArgs = h2c ? ['--namespace=go.mesh.h2c'] : [];
-  const svc = tsxProcess(ctx, h2c ? 'bench-api-service-h2c' : userDefaults ? 'bench-api-service-default' : 'bench-api-service', 'servers/api-service.ts', [
-    ...(h2c ? ['--bench_h2c'] : []),
+  const svc = tsxProcess(ctx, userDefaults ? 'bench-api-service-default' : 'bench-api-service', 'servers/api-service.ts', [
     `--address=127.0.0.1:${apiPort}`,
     `--registry_address=${ctx.registryDir}`,
     '--admin_address=off',
@@ -464,7 +454,7 @@ async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaul
   ]);
   try {
     await waitForPort(svc, apiPort, 20000);
-    const g = await startMesh(ctx, h2c ? 'mesh-api-api-h2c' : userDefaults ? 'mesh-api-api-default' : 'mesh-api-api', 'api', ['--handler=api', ...h2cArgs], nodeArgs, userDefaults);
+    const g = await startMesh(ctx, userDefaults ? 'mesh-api-api-default' : 'mesh-api-api', 'api', ['--handler=api'], nodeArgs, userDefaults);
     return {
       url: `http://127.0.0.1:${g.port}${PATH}`,
       measured: [g.proc],

@@ -35,15 +35,13 @@ interface ApiRequest {
 }
 
 const { Runtime, parseArgs, optionsFromFlags, Service, apiTypes } = await loadFramework();
-// --bench_h2c: serve (and advertise) HTTP/2 cleartext too, as go.mesh.h2c.bench (RESULTS.md "Multiplexed transport").
-const h2c = process.argv.includes('--bench_h2c');
-const args = parseArgs(process.argv.slice(2).filter((a) => a !== '--bench_h2c'));
+const args = parseArgs(process.argv.slice(2));
 const runtime = new Runtime(optionsFromFlags(args.config), { role: 'bench-api' });
 runtime.installSignalHandlers();
 const types = apiTypes();
 const header = { 'Content-Type': { key: 'Content-Type', values: ['application/json'] } };
 
-await new Service(runtime, { name: h2c ? API_SERVICE.replace('go.mesh.api.', 'go.mesh.h2c.') : API_SERVICE, address: args.config.address, h2c })
+await new Service(runtime, { name: API_SERVICE, address: args.config.address })
   .handle({
     name: 'Bench.Call',
     requestType: types.Request,

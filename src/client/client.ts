@@ -11,7 +11,6 @@ import { MeshError, flagged, parseErrorBody, toMeshError } from '../errors.js';
 import type { UpstreamInfo } from '../http/access-log.js';
 import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../codec/codec.js';
 import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
-import { sendRpcH2 } from '../transport/h2c-client.js';
 import type { AcquireOptions, AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import type { Type } from 'protobufjs';
 
@@ -256,8 +255,7 @@ function startTry(lease: UpstreamLease, request: (target: UpstreamTarget, timeou
   const started = Date.now();
   let result: Promise<TryResult>;
   try {
-    const h2c = lease.target.h2c;
-    result = (h2c ? sendRpcH2(h2c, request(lease.target, timeoutMs), control) : sendRpc(lease.target.dispatcher, request(lease.target, timeoutMs), control)).then(
+    result = sendRpc(lease.target.dispatcher, request(lease.target, timeoutMs), control).then(
       (response): TryResult => {
         const outcome: AttemptOutcome = { kind: 'response', status: response.status };
         lease.release(outcome, Date.now() - started);

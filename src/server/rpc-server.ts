@@ -16,11 +16,6 @@ import type { StatsStore } from '../stats/store.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
-import { serveH2cOnSamePort } from '../transport/h2c-server.js';
-import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
-
-/** Streams one HTTP/2 connection may have open at once. */
-const H2C_MAX_STREAMS = 1000;
 
 export interface HandlerContext {
   id: string;
@@ -59,8 +54,6 @@ export interface RpcServerOptions {
   stats: StatsStore;
   /** Codecs besides JSON and protobuf (the `codecs` option). */
   codecs?: CodecSet;
-  /** Also serve the wire protocol over HTTP/2 cleartext (prior knowledge) on the same port. */
-  h2c?: boolean;
 }
 
 /** The stat prefix of the RPC servers of a process. */
@@ -86,10 +79,6 @@ export class RpcServer implements Drainable {
     const server = createServer(httpServerOptions(this.options.limits), (req, res) => void this.onRequest(req, res));
     // Node's own answer to a read timeout (408, no body) is kept: callers are mesh clients.
     this.server = server;
-    if (this.options.h2c) {
-      const handler = (req: Http2ServerRequest, res: Http2ServerResponse) => void this.onRequest(req as unknown as IncomingMessage, res as unknown as ServerResponse);
-      serveH2cOnSamePort(server, { maxConcurrentStreams: H2C_MAX_STREAMS }, handler);
-    }
     this.lifecycle = new ServerLifecycle(server, this.options.limits, { stats: this.options.stats, prefix: RPC_STAT_PREFIX });
     return listenOn(server, host, port);
   }

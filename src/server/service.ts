@@ -22,8 +22,6 @@ export interface ServiceOptions {
   /** Address registered instead of the listen address. */
   advertise?: string;
   metadata?: Metadata;
-  /** Also serve HTTP/2 cleartext on the same port and advertise it in the node's metadata. */
-  h2c?: boolean;
 }
 
 export class Service {
@@ -47,7 +45,6 @@ export class Service {
       limits: serverLimits(runtime.options),
       stats: runtime.stats,
       codecs: runtime.codecs,
-      h2c: options.h2c === true,
     });
     this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
   }
@@ -95,7 +92,6 @@ export class Service {
           metadata: {
             protocol: 'mesh',
             transport: 'http',
-            ...(this.options.h2c === true ? { h2c: 'true' } : {}),
             registry: this.runtime.registry.name,
             broker: this.runtime.brokerName,
           },

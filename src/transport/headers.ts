@@ -74,8 +74,7 @@ export function endToEndHeaders(headers: Record<string, string | string[] | unde
   const named = connectionNamed(headers['connection']);
   for (const name in headers) {
     const value = headers[name];
-    // HTTP/2 pseudo-headers (:method, :path, ...) describe the request, not the call.
-    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name) || name.charCodeAt(0) === 58) continue;
+    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
     if (name === HEADER_SERVICE || name === HEADER_ENDPOINT || name === HEADER_TIMEOUT || name === 'content-type') continue;
     out[name] = typeof value === 'string' ? value : value.join(', ');
   }

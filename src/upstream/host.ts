@@ -4,7 +4,6 @@
  * changes, so their stats survive.
  */
 import { Pool } from 'undici';
-import { H2cConnection } from '../transport/h2c-client.js';
 import type { Node } from '../registry/registry.js';
 import { formatAddress } from '../util/address.js';
 import type { HostSnapshot, HostStatsSnapshot, UpstreamTarget } from './types.js';
@@ -90,7 +89,6 @@ export class Host implements UpstreamTarget {
   canary: boolean;
 
   private pool: Pool | undefined;
-  private h2cConnection: H2cConnection | undefined;
   private readonly poolOptions: HostPoolOptions;
   private readonly listener?: HostConnectionListener;
   readonly stats: HostStatsSnapshot = {
@@ -172,12 +170,6 @@ export class Host implements UpstreamTarget {
     });
     this.pool = pool;
     return pool;
-  }
-
-  /** The host's multiplexed HTTP/2 connection, when its node advertises h2c. */
-  get h2c(): H2cConnection | undefined {
-    if (this.metadata.h2c !== 'true') return undefined;
-    return (this.h2cConnection ??= new H2cConnection(this.key, this.poolOptions.connectTimeoutMs));
   }
 
   /** Takes the node's new metadata without touching stats or health. */

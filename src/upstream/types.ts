@@ -5,7 +5,6 @@
  */
 
 import type { Dispatcher } from 'undici';
-import type { H2cConnection } from '../transport/h2c-client.js';
 
 export type LbPolicy = 'round_robin' | 'random' | 'least_request';
 
@@ -35,8 +34,6 @@ export interface UpstreamTarget {
    * host's cx_* stats and the max_connections circuit breaker see every connection.
    */
   readonly dispatcher: Dispatcher;
-  /** The host's multiplexed HTTP/2 cleartext connection, when its node advertises it. */
-  readonly h2c?: H2cConnection;
 }
 
 export interface UpstreamLease {
