@@ -198,7 +198,7 @@ export class FrontServer {
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
-    const started = process.hrtime.bigint();
+    const started = performance.now();
     const accessLog = this.accessLog;
     const info = accessLog?.begin(req, res);
     const counted = this.options.counted?.(req) ?? true;
@@ -206,13 +206,16 @@ export class FrontServer {
       this.rqTotal.inc();
       this.rqActive.inc();
     }
-    this.lifecycle?.request(res);
+    // One 'close' listener per response (below) serves the stats, the access log and the drain.
+    const lifecycle = this.lifecycle;
+    lifecycle?.track(res);
     const socket = req.socket;
     this.receiving.set(socket, res);
     req.once('end', () => this.receiving.get(socket) === res && this.receiving.delete(socket));
     res.once('close', () => {
+      lifecycle?.untrack(res);
       if (this.receiving.get(socket) === res) this.receiving.delete(socket);
-      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      const ms = performance.now() - started;
       if (counted) {
         this.rqActive.dec();
         // Count what was really sent; a response that never started counts as a 5xx.
