@@ -55,9 +55,10 @@ export interface FrontServerOptions {
   corsMaxAgeSec?: number;
   /**
    * Run before `handle` on every request past the health path and CORS preflights (the front
-   * end's auth step, src/auth/): a rejection is answered like a handler's error.
+   * end's auth step, src/auth/): a rejection is answered like a handler's error; undefined when
+   * the request passed at once (no auth rules), so the handler runs in the same turn.
    */
-  authorize?: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  authorize?: (req: IncomingMessage, res: ServerResponse) => Promise<void> | undefined;
 }
 
 export class FrontServer {
@@ -252,13 +253,21 @@ export class FrontServer {
       sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
       return;
     }
-    const authorize = this.options.authorize;
-    const handled = authorize
-      ? authorize(req, res).then(() => {
-          if (limitAfterAuth && this.rateLimited(req, res)) return;
-          return this.options.handle(req, res);
-        })
-      : this.options.handle(req, res);
+    // undefined: the request passed without waiting (no auth rules): on to the handler in this turn.
+    let authorized: Promise<void> | undefined;
+    try {
+      authorized = this.options.authorize?.(req, res);
+    } catch (err) {
+      authorized = Promise.reject(err);
+    }
+    let handled: Promise<void>;
+    if (authorized) {
+      handled = authorized.then(() => {
+        if (limitAfterAuth && this.rateLimited(req, res)) return;
+        return this.options.handle(req, res);
+      });
+    } else if (limitAfterAuth && this.rateLimited(req, res)) return;
+    else handled = this.options.handle(req, res);
     handled.catch((err: unknown) => {
       if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err) }, 'handler failed');
       // An answer before the whole body arrived (413, a refused request): drop the rest first.
