@@ -102,6 +102,8 @@ export interface Target {
 }
 
 interface Row {
+  /** Only when BENCH_ROWS names it. */
+  optIn?: boolean;
   id: string;
   label: string;
   mesh?: boolean;
@@ -354,6 +356,7 @@ http {
     profile: true,
     setup: (ctx, nodeArgs) => meshApiSetup(ctx, nodeArgs, false),
   },
+
   {
     id: 'mesh-proxy',
     label: 'mesh api --handler=proxy',
@@ -420,6 +423,23 @@ const DEFAULT_ROWS: Row[] = [
 for (const d of DEFAULT_ROWS) {
   const i = ROWS.findIndex((r) => r.id === d.id.replace(/-default$/, ''));
   ROWS.splice(i < 0 ? ROWS.length : i + 1, 0, d);
+}
+
+// BENCH_MESH_MAIN_BASE=/other/dist/src/cli/main.js: an A/B of two builds in one run. Each mesh row
+// (and its -default row) gets an opt-in twin `<id>-base` started from that main.js (the API service
+// of mesh-api stays this tree's); list the twins in BENCH_ROWS.
+const MESH_MAIN_BASE = process.env.BENCH_MESH_MAIN_BASE;
+if (MESH_MAIN_BASE) {
+  for (const row of ROWS.filter((r) => r.mesh && !r.optIn)) {
+    const twin: Row = {
+      id: `${row.id}-base`,
+      label: `${row.label} [base build]`,
+      mesh: true,
+      optIn: true,
+      setup: (ctx, nodeArgs) => row.setup({ ...ctx, meshMain: MESH_MAIN_BASE }, nodeArgs),
+    };
+    ROWS.splice(ROWS.indexOf(row) + 1, 0, twin);
+  }
 }
 
 /** gateway --handler=api → API service (framework, own process) → backend; userDefaults: the gateway with default flags. */
@@ -1007,7 +1027,7 @@ async function main(): Promise<void> {
 
   const results = await measureRows(
     ctx,
-    ROWS.filter((row) => settings.rows.length === 0 || settings.rows.includes(row.id)),
+    ROWS.filter((row) => (settings.rows.length === 0 && !row.optIn) || settings.rows.includes(row.id)),
   );
   process.stdout.write(`\nCPU placement: ${pinMode()}\n\n` + (results.length ? mainTable(results) + '\n\n' : ''));
 

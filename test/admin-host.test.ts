@@ -171,6 +171,29 @@ describe('admin Host check', () => {
     assert.equal(check.check('[::1', '1.1'), 'refused');
     assert.equal(check.check('127.0.0.1:99999999', '1.1'), 'refused');
   });
+
+  test('HostCheck remembers verdicts only once the listener is known, and a bounded number of them', () => {
+    let bound: string | undefined;
+    const check = new HostCheck(['mesh.test'], () => bound);
+    // Before listening, an IP literal cannot be matched against the listener: refused, not remembered.
+    assert.equal(check.check('10.1.2.3:8080', '1.1'), 'refused');
+    bound = '0.0.0.0';
+    assert.equal(check.check('10.1.2.3:8080', '1.1'), 'allowed');
+    assert.equal(check.check('10.1.2.3:8080', '1.1'), 'allowed');
+    // Remembered verdicts stay right, the header's version still decides a missing Host.
+    for (let i = 0; i < 3; i++) {
+      assert.equal(check.check('evil.example:8080', '1.1'), 'refused');
+      assert.equal(check.check('MESH.test', '1.1'), 'allowed');
+      assert.equal(check.check(undefined, '1.0'), 'allowed');
+      assert.equal(check.check(undefined, '1.1'), 'missing');
+      assert.equal(check.check('', '1.0'), 'missing');
+    }
+    // A client choosing a new Host on every request cannot grow the memory past its bound.
+    for (let i = 0; i < 1000; i++) assert.equal(check.check(`h${i}.evil.example`, '1.1'), 'refused');
+    const remembered = (check as unknown as { verdicts: Map<string, string> }).verdicts;
+    assert.ok(remembered.size <= 256, `remembered ${remembered.size}`);
+    assert.equal(check.check('mesh.test:1', '1.1'), 'allowed');
+  });
 });
 
 describe('admin: mutating requests from a browser', () => {

@@ -47,6 +47,7 @@ describe('gateway auth: JWT, API keys, rules', () => {
   let gw: GatewayProcess;
   let fileGw: GatewayProcess;
   let keyGw: GatewayProcess;
+  let openGw: GatewayProcess;
   const keys: Record<string, { privateKey: CryptoKey; publicKey: CryptoKey }> = {};
   const rulesFile = join(dir.path, 'rules.yaml');
   const apiKey = 'k-0123456789abcdef-plain';
@@ -88,15 +89,16 @@ describe('gateway auth: JWT, API keys, rules', () => {
     plain = await startPlainApp('plain');
     await registerPlain(registry, 'go.mesh.api.plain', plain.port);
     const common = ['--handler=rpc', `--auth_issuer=${ISSUER}`, `--auth_audience=${AUDIENCE}`];
-    [gw, fileGw, keyGw] = await Promise.all([
+    [gw, fileGw, keyGw, openGw] = await Promise.all([
       startGatewayProcess(dir.path, ['--auth=jwt', `--auth_jwks=http://127.0.0.1:${l.port}/jwks.json`, `--auth_rules=${rulesFile}`, ...common]),
       startGatewayProcess(dir.path, ['--auth=jwt', `--auth_jwks=${join(dir.path, 'jwks.json')}`, ...common]),
       startGatewayProcess(dir.path, ['--handler=rpc', '--auth=key', `--auth_keys=${join(dir.path, 'keys.txt')}`]),
+      startGatewayProcess(dir.path, ['--handler=rpc']),
     ]);
   });
 
   after(async () => {
-    await Promise.all([gw?.stop(), fileGw?.stop(), keyGw?.stop()]);
+    await Promise.all([gw?.stop(), fileGw?.stop(), keyGw?.stop(), openGw?.stop()]);
     await plain?.close();
     await jwksClose?.().catch(() => undefined);
     await registry?.close();
@@ -120,6 +122,16 @@ describe('gateway auth: JWT, API keys, rules', () => {
     const r = await get(gw, '/plain/public/hello', { 'mesh-auth-subject': 'root' });
     assert.equal(r.status, 200, r.text);
     assert.equal(lastSeen().headers['mesh-auth-subject'], undefined);
+  });
+
+  it('auth off: the request goes through, and the client\'s Mesh-Auth-* and Mesh-Sidecar-Token headers are removed all the same', async () => {
+    const r = await get(openGw, '/plain/echo/call', { 'Mesh-Auth-Subject': 'root', 'mesh-auth-scopes': 'everything', 'Mesh-Sidecar-Token': 't', 'x-kept': 'yes' });
+    assert.equal(r.status, 200, r.text);
+    const seen = lastSeen().headers;
+    assert.equal(seen['mesh-auth-subject'], undefined);
+    assert.equal(seen['mesh-auth-scopes'], undefined);
+    assert.equal(seen['mesh-sidecar-token'], undefined);
+    assert.equal(seen['x-kept'], 'yes');
   });
 
   it('no token where one is needed: 401 with the Bearer challenge', async () => {

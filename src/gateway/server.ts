@@ -134,7 +134,7 @@ export class Gateway {
       counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
-      authorize: (req, res) => guard.check(req, res, this.authTarget(req)),
+      authorize: (req, res) => guard.checkRequest(req, res, () => this.authTarget(req)),
     });
   }
 

@@ -57,9 +57,10 @@ export interface FrontServerOptions {
   corsMaxAgeSec?: number;
   /**
    * Run before `handle` on every request past the health path and CORS preflights (the front
-   * end's auth step, src/auth/): a rejection is answered like a handler's error.
+   * end's auth step, src/auth/): a rejection is answered like a handler's error; undefined when
+   * the request passed at once (no auth rules), so the handler runs in the same turn.
    */
-  authorize?: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  authorize?: (req: IncomingMessage, res: ServerResponse) => Promise<void> | undefined;
 }
 
 export class FrontServer {
@@ -239,7 +240,7 @@ export class FrontServer {
   }
 
   private serve(req: IncomingMessage, res: ServerResponse, traceId: string, span: Span | undefined): void {
-    const started = process.hrtime.bigint();
+    const started = performance.now();
     const accessLog = this.accessLog;
     const info = accessLog?.begin(req, res, traceId);
     const counted = this.options.counted?.(req) ?? true;
@@ -247,13 +248,16 @@ export class FrontServer {
       this.rqTotal.inc();
       this.rqActive.inc();
     }
-    this.lifecycle?.request(res);
+    // One 'close' listener per response (below) serves the stats, the access log and the drain.
+    const lifecycle = this.lifecycle;
+    lifecycle?.track(res);
     const socket = req.socket;
     this.receiving.set(socket, res);
     req.once('end', () => this.receiving.get(socket) === res && this.receiving.delete(socket));
     res.once('close', () => {
+      lifecycle?.untrack(res);
       if (this.receiving.get(socket) === res) this.receiving.delete(socket);
-      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      const ms = performance.now() - started;
       if (counted) {
         this.rqActive.dec();
         // Count what was really sent; a response that never started counts as a 5xx.
@@ -296,13 +300,21 @@ export class FrontServer {
       sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
       return;
     }
-    const authorize = this.options.authorize;
-    const handled = authorize
-      ? authorize(req, res).then(() => {
-          if (limitAfterAuth && this.rateLimited(req, res)) return;
-          return this.options.handle(req, res);
-        })
-      : this.options.handle(req, res);
+    // undefined: the request passed without waiting (no auth rules): on to the handler in this turn.
+    let authorized: Promise<void> | undefined;
+    try {
+      authorized = this.options.authorize?.(req, res);
+    } catch (err) {
+      authorized = Promise.reject(err);
+    }
+    let handled: Promise<void>;
+    if (authorized) {
+      handled = authorized.then(() => {
+        if (limitAfterAuth && this.rateLimited(req, res)) return;
+        return this.options.handle(req, res);
+      });
+    } else if (limitAfterAuth && this.rateLimited(req, res)) return;
+    else handled = this.options.handle(req, res);
     handled.catch((err: unknown) => {
       if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err) }, 'handler failed');
       // An answer before the whole body arrived (413, a refused request): drop the rest first.

@@ -136,12 +136,20 @@ export class ServerLifecycle implements Drainable {
 
   /** Tracks one request until its response closes; while draining its answer closes the connection. */
   request(res: ServerResponse): void {
+    this.track(res);
+    res.once('close', () => this.untrack(res));
+  }
+
+  /** request() for a caller that listens for the response's 'close' itself and then calls untrack(res). */
+  track(res: ServerResponse): void {
     this.responses.add(res);
     if (this.draining) this.closeAfter(res);
-    res.once('close', () => {
-      this.responses.delete(res);
-      if (this.responses.size === 0) for (const w of this.waiters.splice(0)) w();
-    });
+  }
+
+  /** The response of a track()ed request closed. */
+  untrack(res: ServerResponse): void {
+    this.responses.delete(res);
+    if (this.responses.size === 0 && this.waiters.length > 0) for (const w of this.waiters.splice(0)) w();
   }
 
   beginDrain(): void {

@@ -146,7 +146,7 @@ export class Sidecar {
       refuse: (req) => this.hostRefusal(req),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
-      authorize: (req, res) => guard.check(req, res, this.authTarget(req)),
+      authorize: (req, res) => guard.checkRequest(req, res, () => this.authTarget(req)),
     });
   }
 
