@@ -155,7 +155,8 @@ export class GrpcStreamCall implements StreamCall {
     // Errors come with the status: handled there.
     call.on('error', () => {});
     call.on('status', (status: grpc.StatusObject) => this.onStatus(status));
-    if (this.endRequested) (call as grpc.ClientWritableStream<Buffer>).end();
+    // Ended while the method was looked up: after the messages sent before (they wait on `ready` too).
+    if (this.endRequested) void this.ready.then(() => (call as grpc.ClientWritableStream<Buffer>).end(), () => {});
   }
 
   private onStatus(status: grpc.StatusObject): void {
@@ -212,11 +213,13 @@ export class GrpcStreamCall implements StreamCall {
   async send(payload: Uint8Array): Promise<void> {
     if (this.req.kind === 'server') throw new MeshError(CLIENT_ID, 400, 'a server stream takes its one request at open');
     if (this.failure) throw this.failure;
-    await this.ready;
+    // Sent before end(): goes out before the end even while the method is still being looked up.
+    const early = !this.endRequested;
+    if (!this.call) await this.ready;
     const call = this.call as grpc.ClientWritableStream<Buffer>;
     if (this.failure) throw this.failure;
     if (this.status) throw this.statusError ?? new MeshError(CLIENT_ID, 400, 'the stream is over');
-    if (this.endRequested || call.writableEnded) throw new MeshError(CLIENT_ID, 400, 'the request side of the stream is closed');
+    if (!early || call.writableEnded) throw new MeshError(CLIENT_ID, 400, 'the request side of the stream is closed');
     let message: Buffer;
     try {
       message = this.encode(payload);
