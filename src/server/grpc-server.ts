@@ -171,6 +171,8 @@ export class GrpcServer implements Drainable {
     };
     call.on('cancelled', onCancel);
     call.on('error', () => {});
+    // grpc-js answers DEADLINE_EXCEEDED by itself at the deadline; the handler is told too.
+    const timer = deadline !== undefined ? setTimeout(onCancel, Math.max(0, deadline - Date.now())) : undefined;
     const streamCtx: StreamContext = { ...ctx, kind, signal, deadline: deadline ?? Infinity };
     const self = this;
     async function* requests(): AsyncGenerator<unknown> {
@@ -218,6 +220,7 @@ export class GrpcServer implements Drainable {
       }
     } finally {
       finished = true;
+      clearTimeout(timer);
       call.off('cancelled', onCancel);
       this.active--;
     }
