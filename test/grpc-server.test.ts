@@ -155,6 +155,13 @@ describe('--server_protocol=grpc: bad setups stop the start', () => {
     assert.match(p.output(), /--server_protocol=grpc: service go\.mesh\.srv\.fwgreeter needs its \.proto files \(--proto_path\)/);
   });
 
+  it('a streaming handler whose method is of another kind: exit 1, naming both', async () => {
+    const p = startProcess(['--import', 'tsx', SERVICE, `--registry_address=${home.path}`, '--server_protocol=grpc', `--proto_path=${PROTOS}`, '--admin_address=off'], { MESH_TEST_BAD_KIND: '1' }, '');
+    const code = await waitFor(() => p.child.exitCode !== null && p.child.exitCode, 20_000).catch(() => p.child.exitCode);
+    assert.equal(code, 1, p.output());
+    assert.match(p.output(), /--server_protocol=grpc: endpoint Greeter\.Chat of go\.mesh\.srv\.fwgreeter is a server stream, but \/helloworld\.Greeter\/Chat is a bidi stream/);
+  });
+
   it('a bad --server_protocol is a flag error (exit 2)', async () => {
     const p = startProcess(['--import', 'tsx', SERVICE, `--registry_address=${home.path}`, '--server_protocol=http2', '--admin_address=off'], {}, '');
     const code = await waitFor(() => p.child.exitCode !== null && p.child.exitCode, 20_000).catch(() => p.child.exitCode);

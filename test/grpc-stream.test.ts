@@ -7,6 +7,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
+import { request as httpRequest } from 'node:http';
 import { startProcess, runCli, tempDir, waitFor, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
 import { PROTOS } from './grpc-fixtures.js';
 import { openWs, refusal, sse } from './fixtures/stream-clients.js';
@@ -100,7 +101,7 @@ describe('gRPC streams at the edge', () => {
     assert.equal(early.text, '{"id":"helloworld.Greeter","code":403,"detail":"not you","status":"Forbidden"}');
   });
 
-  it('cancellation reaches the gRPC server: a WebSocket client closing cancels its call, and so does an SSE client going away', async () => {
+  it('cancellation reaches the gRPC server: a WebSocket client closing (gateway, sidecar) or an SSE client going away cancels its call', async () => {
     const c = openWs(`${ws}/greeter/count`);
     await c.open;
     c.ws.send('{"name":"ws-cancel","n":1,"hold":true}');
@@ -114,6 +115,18 @@ describe('gRPC streams at the edge', () => {
     const id = (JSON.parse(sc2.messages[0]!) as { mesh_id: string }).mesh_id;
     sc2.ws.terminate();
     await greeter.waitForOutput(new RegExp(`cancelled Chat ${id}`));
+    await new Promise<void>((resolve, reject) => {
+      const req = httpRequest(`${base}/greeter/count`, { method: 'POST', headers: { accept: 'text/event-stream', 'content-type': 'application/json' } }, (res) => {
+        res.once('data', () => {
+          req.destroy();
+          resolve();
+        });
+      });
+      req.on('error', () => {});
+      req.once('error', reject);
+      req.end('{"name":"sse-cancel","n":1,"hold":true}');
+    });
+    await greeter.waitForOutput(/cancelled Count sse-cancel/);
   });
 
   it('kinds come from the .proto: SSE on a bidi method is 406, a WebSocket on a unary one 404, a unary call of a stream 400', async () => {

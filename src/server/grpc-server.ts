@@ -1,6 +1,7 @@
 /**
- * A framework service served over gRPC (`--server_protocol=grpc`): its handlers answer the unary
- * methods of the same name in the .proto files of --proto_path, over @grpc/grpc-js. A handler
+ * A framework service served over gRPC (`--server_protocol=grpc`): its handlers answer the
+ * methods of the same name in the .proto files of --proto_path, over @grpc/grpc-js (unary
+ * handlers the unary methods, streaming handlers the streaming methods of their kind). A handler
  * gets the request as the JSON a mesh call would carry (proto-loader's conventions:
  * src/transport/grpc/json.ts) and its answer is checked against the response message; a
  * MeshError it throws becomes the gRPC status of its HTTP code, with the detail as the message.
@@ -172,7 +173,7 @@ export class GrpcServer implements Drainable {
     call.on('cancelled', onCancel);
     call.on('error', () => {});
     // grpc-js answers DEADLINE_EXCEEDED by itself at the deadline; the handler is told too.
-    const timer = deadline !== undefined ? setTimeout(onCancel, Math.max(0, deadline - Date.now())) : undefined;
+    const timer = deadline !== undefined && deadline - Date.now() < 2 ** 31 - 1 ? setTimeout(onCancel, Math.max(0, deadline - Date.now())) : undefined;
     const streamCtx: StreamContext = { ...ctx, kind, signal, deadline: deadline ?? Infinity };
     const self = this;
     async function* requests(): AsyncGenerator<unknown> {
