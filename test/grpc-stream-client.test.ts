@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
+import { ReflectionService } from '@grpc/reflection';
 import { Mesh } from '../src/mesh.js';
 import { Runtime } from '../src/runtime.js';
 import { MeshError } from '../src/errors.js';
@@ -67,6 +68,7 @@ describe('gRPC streams from the framework client', () => {
         call.on('end', () => call.end());
       },
     });
+    new ReflectionService(def).addToServer(server);
     const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
     const down = await freePort();
     registry = createRegistry('local', dir.path);
@@ -146,6 +148,20 @@ describe('gRPC streams from the framework client', () => {
       await runtime.shutdown();
     }
     assert.deepEqual(got, ['Hello p1', 'Hello p2']);
+  });
+
+  it("without .proto files, the method and its kind come from the node's reflection service", async () => {
+    const runtime = new Runtime(optionsFromFlags(parseArgs([`--registry_address=${dir.path}`, '--admin_address=off', '--log_level=error']).config), { role: 'cli' });
+    try {
+      const call = await runtime.client.stream('go.mesh.srv.g', 'Greeter.Count', { kind: 'server', request: Buffer.from('{"name":"refl","n":2}') });
+      const got: string[] = [];
+      for await (const m of call) got.push((JSON.parse(m.toString()) as { message: string }).message);
+      assert.deepEqual(got, ['Hello refl #1', 'Hello refl #2']);
+      const wrong = await runtime.client.stream('go.mesh.srv.g', 'Greeter.Count', { kind: 'bidi' });
+      await assert.rejects(wrong.opened, (e: MeshError) => e.code === 400 && e.detail === '/helloworld.Greeter/Count is a server stream, not a bidi stream');
+    } finally {
+      await runtime.shutdown();
+    }
   });
 
   it('a down gRPC node: 502 connection failed; the wrong kind: 400 before anything is sent', async () => {
