@@ -188,6 +188,7 @@ export class Runtime {
       stats: this.stats,
       maxMessageBytes: options.maxBodySize,
       senderFor: (target) => this.grpc.senderFor(target),
+      streamFor: (target) => this.grpc.streamFor(target),
     });
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
     // address or TLS file stops the start instead of the first publish. A Broker instance is used as it is.

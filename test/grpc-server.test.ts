@@ -11,6 +11,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { PYTHON, PROTOS, pythonStubs } from './grpc-fixtures.js';
 import { startProcess, runCli, tempDir, waitFor, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
+import { openWs, sse } from './fixtures/stream-clients.js';
 
 const SERVICE = join(ROOT, 'test/fixtures/grpc-framework-service.ts');
 const CLIENT = join(ROOT, 'test/fixtures/grpc-python/greeter_client.py');
@@ -70,6 +71,53 @@ describe('a framework service serving gRPC', () => {
     assert.equal(py('Slow', '{}'), 'status INTERNAL the answer of Greeter.Slow does not fit helloworld.HelloReply: count: must be an integer (a number or a string of digits)');
   });
 
+  const lines = (method: string, json: string): string[] => py(method, json).split('\n');
+  const fw = (message: string) => `{"message": "${message}", "server": "framework"}`;
+
+  it("streaming handlers are the streaming gRPC methods: Python's grpcio client reads a server stream", (t) => {
+    if (!python) return t.skip('no Python grpc');
+    assert.deepEqual(lines('Count', '{"name":"P","n":3}'), [fw('Hello P #1'), fw('Hello P #2'), fw('Hello P #3'), 'status OK']);
+  });
+
+  it('a MeshError thrown mid-stream ends the gRPC stream with the mapped status, after the messages before it', (t) => {
+    if (!python) return t.skip('no Python grpc');
+    assert.deepEqual(lines('Count', '{"name":"P","n":1,"fail_code":404,"fail_details":"no more"}'), [fw('Hello P #1'), 'status NOT_FOUND no more']);
+    assert.deepEqual(lines('Count', '{"name":"P","n":0,"fail_code":429,"fail_details":"slow down"}'), ['status RESOURCE_EXHAUSTED slow down']);
+  });
+
+  it('bidi and client streams: the handler gets the async iterable of requests', (t) => {
+    if (!python) return t.skip('no Python grpc');
+    assert.deepEqual(lines('Chat', '[{"name":"a"},{"name":"b"}]'), [fw('Hello a'), fw('Hello b'), 'status OK']);
+    assert.deepEqual(lines('Collect', '[{"name":"a"},{"name":"b"},{"name":"c"}]'), [fw('a+b+c'), 'status OK']);
+  });
+
+  it("the gRPC client cancelling aborts the handler's ctx.signal (499)", async (t) => {
+    if (!python) return t.skip('no Python grpc');
+    assert.deepEqual(lines('CountCancel', '{"name":"pc","n":1,"hold":true}'), [fw('Hello pc #1'), 'cancelled']);
+    await svc.waitForOutput(/aborted Count pc 499/);
+  });
+
+  it('mesh callers reach its streams: SSE and WebSocket through the gateway', async () => {
+    const api = startProcess(['api', `--registry_address=${home.path}`, `--proto_path=${PROTOS}`, '--namespace=go.mesh.srv', '--handler=rpc', '--address=127.0.0.1:0', '--admin_address=off', '--log_level=warning']);
+    try {
+      const port = await api.waitForPort(PRINTED.api);
+      const r = await sse(`http://127.0.0.1:${port}/fwgreeter/greeter/count`, 'POST', '{"name":"G","n":2}');
+      assert.equal(r.status, 200);
+      const data = r.text.split('\n\n').filter(Boolean).map((e) => JSON.parse(e.replace(/^data: /, '')) as { message: string; mesh_id: string });
+      assert.deepEqual(data.map((d) => d.message), ['Hello G #1', 'Hello G #2']);
+      assert.notEqual(data[0]!.mesh_id, '', 'the stream carries the request id as mesh-id');
+      const c = openWs(`ws://127.0.0.1:${port}/fwgreeter/greeter/chat`);
+      await c.open;
+      c.ws.send('{"name":"x"}');
+      await waitFor(() => c.messages.length === 1);
+      c.ws.send('');
+      assert.deepEqual(await c.done, { code: 1000, reason: '' });
+      assert.equal((JSON.parse(c.messages[0]!) as { message: string }).message, 'Hello x');
+    } finally {
+      await api.stop('SIGKILL');
+    }
+  });
+
   it('the gateway reaches it; the W3C trace context goes along as gRPC metadata', async () => {
     const api = startProcess(['api', `--registry_address=${home.path}`, `--proto_path=${PROTOS}`, '--namespace=go.mesh.srv', '--handler=rpc', '--address=127.0.0.1:0', '--admin_address=off', '--log_level=warning']);
     try {
@@ -105,6 +153,13 @@ describe('--server_protocol=grpc: bad setups stop the start', () => {
     const code = await waitFor(() => p.child.exitCode !== null && p.child.exitCode, 20_000).catch(() => p.child.exitCode);
     assert.equal(code, 1, p.output());
     assert.match(p.output(), /--server_protocol=grpc: service go\.mesh\.srv\.fwgreeter needs its \.proto files \(--proto_path\)/);
+  });
+
+  it('a streaming handler whose method is of another kind: exit 1, naming both', async () => {
+    const p = startProcess(['--import', 'tsx', SERVICE, `--registry_address=${home.path}`, '--server_protocol=grpc', `--proto_path=${PROTOS}`, '--admin_address=off'], { MESH_TEST_BAD_KIND: '1' }, '');
+    const code = await waitFor(() => p.child.exitCode !== null && p.child.exitCode, 20_000).catch(() => p.child.exitCode);
+    assert.equal(code, 1, p.output());
+    assert.match(p.output(), /--server_protocol=grpc: endpoint Greeter\.Chat of go\.mesh\.srv\.fwgreeter is a server stream, but \/helloworld\.Greeter\/Chat is a bidi stream/);
   });
 
   it('a bad --server_protocol is a flag error (exit 2)', async () => {

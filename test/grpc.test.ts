@@ -194,14 +194,14 @@ describe('gRPC backends', () => {
     assert.equal(res.text, '{"id":"helloworld.Greeter","code":403,"detail":"PERMISSION_DENIED","status":"Forbidden"}');
   });
 
-  it('a method not in the protos is 501; a streaming one too; a field not in the message is 400', async () => {
+  it('a method not in the protos is 501; a streaming one called unary is 400; a field not in the message is 400', async () => {
     let res = await http('POST', `http://127.0.0.1:${apiPort}/greeter/nope`, { headers: JSON_CT, body: '{}' });
     assert.equal(res.status, 501);
     assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"gRPC service helloworld.Greeter has no method Nope, and the node offers no reflection service","status":"Not Implemented"}');
     res = await http('POST', `http://127.0.0.1:${apiPort}/rpc`, { headers: JSON_CT, body: '{"service":"go.mesh.srv.greeter","endpoint":"Nothing.Here","request":{}}' });
     assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"no gRPC service Nothing, and the node offers no reflection service","status":"Not Implemented"}');
     res = await http('POST', `http://127.0.0.1:${apiPort}/greeter/chat`, { headers: JSON_CT, body: '{}' });
-    assert.equal(res.text, '{"id":"go.mesh.api","code":501,"detail":"/helloworld.Greeter/Chat is a streaming method: only unary gRPC methods can be called","status":"Not Implemented"}');
+    assert.equal(res.text, '{"id":"go.mesh.api","code":400,"detail":"/helloworld.Greeter/Chat is a bidi stream: open it as a stream (a WebSocket, Server-Sent Events, Mesh.stream)","status":"Bad Request"}');
     res = await http('POST', `http://127.0.0.1:${apiPort}/greeter/say-hello`, { headers: JSON_CT, body: '{"nme":"x"}' });
     assert.equal(res.text, '{"id":"go.mesh.api","code":400,"detail":"/helloworld.Greeter/SayHello: nme: no such field in helloworld.HelloRequest","status":"Bad Request"}');
     res = await http('POST', `http://127.0.0.1:${apiPort}/greeter/say-hello`, { headers: JSON_CT, body: '{"count":"many"}' });

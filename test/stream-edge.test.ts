@@ -10,7 +10,6 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
 import type { Socket } from 'node:net';
-import { WebSocket } from 'ws';
 import { Mesh } from '../src/mesh.js';
 import { MeshError } from '../src/errors.js';
 import type { StreamContext } from '../src/server/stream-server.js';
@@ -22,55 +21,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { ROOT, http, tempDir, waitFor } from './helpers.js';
 import { startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 import { startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
+import { openWs, refusal, sse } from './fixtures/stream-clients.js';
 
 const PYTHON = '/usr/bin/python3';
-
-/** Opens a WebSocket and collects its messages and its close. */
-function openWs(url: string, headers: Record<string, string> = {}) {
-  const ws = new WebSocket(url, { headers });
-  const messages: string[] = [];
-  let closed: { code: number; reason: string } | undefined;
-  ws.on('message', (d) => messages.push(d.toString()));
-  const done = new Promise<{ code: number; reason: string }>((resolve, reject) => {
-    ws.on('close', (code, reason) => resolve((closed = { code, reason: reason.toString() })));
-    ws.on('error', reject);
-  });
-  done.catch(() => {});
-  const open = new Promise<void>((resolve, reject) => {
-    ws.once('open', () => resolve());
-    ws.once('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c));
-      res.on('end', () => reject(Object.assign(new Error(`refused ${res.statusCode}`), { status: res.statusCode, body })));
-    });
-    ws.once('error', reject);
-  });
-  return { ws, messages, done, open, closedWith: () => closed };
-}
-
-/** The status and body of a refused WebSocket handshake. */
-async function refusal(url: string): Promise<{ status: number; body: string }> {
-  const c = openWs(url);
-  const err = (await c.open.then(
-    () => assert.fail('the handshake was accepted'),
-    (e: unknown) => e,
-  )) as { status: number; body: string };
-  return { status: err.status, body: err.body };
-}
-
-/** An SSE request: resolves with the status, headers and whole body once the response ends. */
-function sse(url: string, method = 'POST', body?: string): Promise<{ status: number; type: string; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { method, headers: { accept: 'text/event-stream', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) } }, (res) => {
-      let text = '';
-      res.on('data', (c: Buffer) => (text += c));
-      res.on('end', () => resolve({ status: res.statusCode!, type: String(res.headers['content-type']), text }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 describe('streams at the edge', () => {
   const dir = tempDir('mesh-stream-edge-');

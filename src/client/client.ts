@@ -17,7 +17,7 @@ import { ContextStore } from '../util/call-context.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
 import type { StatsStore } from '../stats/store.js';
-import { openStream, type StreamCall, type StreamOpenOptions } from './stream.js';
+import { openStream, type StreamCall, type StreamOpener, type StreamOpenOptions } from './stream.js';
 
 export interface ClientOptions {
   selector: UpstreamSelector;
@@ -55,6 +55,8 @@ export interface ClientOptions {
    * src/transport/grpc/); undefined for a node sendRpc serves on the host's pool.
    */
   senderFor?: (target: UpstreamTarget) => ((request: RpcRequest, control: RpcControl) => Promise<RpcResponse>) | undefined;
+  /** The same for streams: opens a stream on such a node; undefined for a mesh wire node. */
+  streamFor?: (target: UpstreamTarget) => StreamOpener | undefined;
 }
 
 export interface CallOptions {
@@ -137,7 +139,7 @@ export class Client {
     let timeoutMs = opts.timeoutMs;
     if (timeoutMs === undefined && ctx?.deadline !== undefined && Number.isFinite(ctx.deadline)) timeoutMs = Math.max(1, ctx.deadline - Date.now());
     const id = opts.id ?? ctx?.id ?? this.nextId();
-    return openStream(this.options.selector, this.options.stats, service, endpoint, id, { maxMessageBytes: this.options.maxMessageBytes, ...opts, metadata: headers, timeoutMs });
+    return openStream(this.options.selector, this.options.stats, service, endpoint, id, { maxMessageBytes: this.options.maxMessageBytes, ...opts, metadata: headers, timeoutMs }, this.options.streamFor);
   }
 
   /**

@@ -17,7 +17,7 @@ import type { UpstreamInfo } from '../http/access-log.js';
 import type { Counter, Gauge, StatsStore } from '../stats/store.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../transport/frames.js';
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
-import type { AttemptOutcome, UpstreamLease, UpstreamSelector } from '../upstream/types.js';
+import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 
 const CLIENT_ID = 'go.mesh.client';
 /** Bytes of request frames queued for the connection before send() waits. */
@@ -64,11 +64,52 @@ export function cancelledError(id = CLIENT_ID, detail = 'stream cancelled'): Mes
 }
 
 /**
- * One open stream. Iterate it for the server's messages (raw payloads); the iteration ends at
- * the server's end frame and throws a MeshError for an error trailer, a timeout (504), a reset
- * (502) or a cancel (499).
+ * One open stream, whatever carries it (the mesh wire below, or gRPC for a node with
+ * `protocol=grpc`: src/transport/grpc/stream.ts). Iterate it for the server's messages (raw
+ * payloads of `contentType`); the iteration ends with the stream and throws a MeshError for the
+ * server's error, a timeout (504), a reset (502) or a cancel (499).
  */
-export class StreamCall implements AsyncIterable<Buffer> {
+export interface StreamCall extends AsyncIterable<Buffer> {
+  readonly service: string;
+  readonly endpoint: string;
+  /** Resolves once the server accepted the stream; rejects with its refusal or the failure. */
+  readonly opened: Promise<void>;
+  /** The Content-Type of the messages, once opened. */
+  contentType: string;
+  /** Sends one message (client and bidi streams); resolves once the transport takes more. */
+  send(payload: Uint8Array): Promise<void>;
+  /** Ends the request side (half-close). */
+  end(): void;
+  /** Gives the stream up; the server is told. */
+  cancel(reason?: string): void;
+  /** @internal run once the stream is over (drops the listener on the caller's signal). */
+  onFinish?: () => void;
+}
+
+/** What a transport other than the mesh wire is given to open a stream on the host it was leased. */
+export interface StreamOpenRequest {
+  service: string;
+  endpoint: string;
+  id: string;
+  kind: StreamKind;
+  contentType: string;
+  /** A server stream's one request. */
+  request?: Uint8Array;
+  /** End-to-end metadata, the trace context (traceparent, tracestate) included. */
+  metadata: Record<string, string>;
+  /** ms from now; 0: no deadline. */
+  timeoutMs: number;
+  maxMessageBytes: number;
+  lease: UpstreamLease;
+  /** Counted by the stream: sent, received, and active.dec() once it is over (openStream counted total and active). */
+  stats?: StreamStats;
+}
+
+/** Opens a stream on a leased host; the call releases the lease once it is over. */
+export type StreamOpener = (request: StreamOpenRequest) => StreamCall;
+
+/** The mesh wire's stream. */
+class WireStreamCall implements StreamCall {
   private ended = false;
   private outcome?: AttemptOutcome;
   private released = false;
@@ -82,10 +123,8 @@ export class StreamCall implements AsyncIterable<Buffer> {
   private rejectOpened!: (err: MeshError) => void;
   /** The Content-Type of the answer, once opened. */
   contentType: string;
-  /** @internal run once the stream is over (drops the listener on the caller's signal). */
   onFinish?: () => void;
 
-  /** @internal built by openStream */
   constructor(
     readonly service: string,
     readonly endpoint: string,
@@ -258,6 +297,7 @@ export async function openStream(
   endpoint: string,
   id: string,
   opts: StreamOpenOptions,
+  streamFor?: (target: UpstreamTarget) => StreamOpener | undefined,
 ): Promise<StreamCall> {
   if (opts.signal?.aborted) throw cancelledError();
   const contentType = opts.contentType ?? 'application/json';
@@ -284,6 +324,21 @@ export async function openStream(
   headers[HEADER_ID] = id;
   headers[HEADER_STREAM] = opts.kind;
   const timeoutMs = opts.timeoutMs && opts.timeoutMs > 0 ? opts.timeoutMs : 0;
+  const maxMessageBytes = opts.maxMessageBytes ?? 4 * 1024 * 1024;
+  // A node that does not speak the mesh wire (protocol=grpc) opens the stream its own way.
+  let opener: StreamOpener | undefined;
+  try {
+    opener = streamFor?.(lease.target);
+  } catch (err) {
+    st?.active.dec();
+    lease.release({ kind: 'cancelled' }, 0);
+    throw err;
+  }
+  if (opener) {
+    const other = opener({ service, endpoint, id, kind: opts.kind, contentType, request: opts.request, metadata: opts.metadata ?? {}, timeoutMs, maxMessageBytes, lease, stats: st });
+    watchSignal(other, opts.signal);
+    return other;
+  }
   if (timeoutMs > 0) headers[HEADER_TIMEOUT] = String(Math.max(1, Math.floor(timeoutMs)));
   let requestBody: PassThrough | undefined;
   let body: Buffer | PassThrough;
@@ -294,16 +349,10 @@ export async function openStream(
     requestBody = new PassThrough({ highWaterMark: SEND_HIGH_WATER });
     body = requestBody;
   }
-  const call = new StreamCall(service, endpoint, contentType, requestBody, abort, lease, st, opts.maxMessageBytes ?? 4 * 1024 * 1024);
+  const call = new WireStreamCall(service, endpoint, contentType, requestBody, abort, lease, st, maxMessageBytes);
   const timer =
     timeoutMs > 0 ? setTimeout(() => call.fail(flagged(new MeshError(CLIENT_ID, 504, `stream ${service}.${endpoint}: deadline of ${timeoutMs}ms exceeded`), 'UT'), { kind: 'timeout' }), timeoutMs) : undefined;
-  if (opts.signal) {
-    const signal = opts.signal;
-    const onSignal = () => call.fail(cancelledError(), { kind: 'cancelled' });
-    signal.addEventListener('abort', onSignal, { once: true });
-    // The listener is dropped with the stream: the signal may outlive many streams.
-    call.onFinish = () => signal.removeEventListener('abort', onSignal);
-  }
+  watchSignal(call, opts.signal);
   let response: Promise<Dispatcher.ResponseData>;
   try {
     response = lease.target.dispatcher.request({ path: '/', method: 'POST', headers, body, signal: abort.signal, highWaterMark: RECEIVE_HIGH_WATER });
@@ -312,4 +361,12 @@ export async function openStream(
   }
   void call.start(response, timer);
   return call;
+}
+
+/** The caller's signal cancels the stream; the listener is dropped with the stream (the signal may outlive many). */
+function watchSignal(call: StreamCall, signal: AbortSignal | undefined): void {
+  if (!signal) return;
+  const onSignal = () => call.cancel();
+  signal.addEventListener('abort', onSignal, { once: true });
+  call.onFinish = () => signal.removeEventListener('abort', onSignal);
 }

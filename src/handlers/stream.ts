@@ -12,7 +12,8 @@
  *   the stream.
  *
  * Whether an endpoint streams is read from the registry (the endpoint metadata `stream`), once per
- * service, then kept current by a registry watch (StreamKinds). A
+ * service, then kept current by a registry watch (StreamKinds); for a service with a gRPC node
+ * (`protocol=grpc`), from the method in the loaded .proto files. A
  * WebSocket upgrade on a unary endpoint is refused with 404 (no WebSocket endpoint there), an
  * event-stream request for anything but a server stream with 406.
  * Messages pass through undecoded, as JSON; backpressure reaches the backend both ways.
@@ -27,6 +28,7 @@ import { readBody } from '../http/body.js';
 import { drained, rawErrorResponse, sendError } from '../http/respond.js';
 import type { StreamCall } from '../client/stream.js';
 import { isStreamKind, type StreamKind } from '../transport/frames.js';
+import { GRPC_PROTOCOL } from '../transport/grpc/transport.js';
 import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 
@@ -50,15 +52,16 @@ const KINDS_MAX = 1024;
  * started on first use): opening a stream reads no registry. Bounded: dropped whole when full.
  */
 export class StreamKinds {
-  private readonly known = new Map<string, Map<string, StreamKind>>();
+  /** Per service: the kinds its records list, and the metadata of a gRPC node of it, if any. */
+  private readonly known = new Map<string, { kinds: Map<string, StreamKind>; grpc?: Record<string, string> }>();
   private watcher?: { stop(): void };
 
   constructor(private readonly fe: FrontEnd) {}
 
   /** The kind of a streaming endpoint; undefined for a unary (or unlisted) one. Unknown service: 404. */
   async of(route: RpcRoute): Promise<StreamKind | undefined> {
-    let kinds = this.known.get(route.service);
-    if (!kinds) {
+    let entry = this.known.get(route.service);
+    if (!entry) {
       const registry = this.fe.runtime.registry;
       this.watcher ??= registry.watch((event) => this.known.delete(event.service?.name));
       let versions;
@@ -68,17 +71,24 @@ export class StreamKinds {
         throw new MeshError(this.fe.errorId, 503, `registry: ${(err as Error).message}`);
       }
       if (versions.length === 0) throw new MeshError(this.fe.errorId, 404, `service ${route.service}: not found`);
-      kinds = new Map();
+      const kinds = new Map<string, StreamKind>();
+      let grpc: Record<string, string> | undefined;
       for (const version of versions) {
         for (const endpoint of version.endpoints ?? []) {
           const kind = endpoint.metadata?.stream;
           if (isStreamKind(kind) && !kinds.has(endpoint.name)) kinds.set(endpoint.name, kind);
         }
+        for (const node of version.nodes ?? []) if (!grpc && node.metadata?.protocol === GRPC_PROTOCOL) grpc = node.metadata;
       }
       if (this.known.size >= KINDS_MAX) this.known.clear();
-      this.known.set(route.service, kinds);
+      entry = { kinds, grpc };
+      this.known.set(route.service, entry);
     }
-    return kinds.get(route.method);
+    const kind = entry.kinds.get(route.method);
+    if (kind || !entry.grpc) return kind;
+    // A gRPC node lists no endpoints: its methods' kinds are in the loaded .proto files.
+    const grpcKind = this.fe.runtime.grpc.methodKind(route.method, entry.grpc);
+    return grpcKind === 'unary' ? undefined : grpcKind;
   }
 
   stop(): void {

@@ -1,6 +1,7 @@
 /**
- * A framework service served over gRPC (`--server_protocol=grpc`): its handlers answer the unary
- * methods of the same name in the .proto files of --proto_path, over @grpc/grpc-js. A handler
+ * A framework service served over gRPC (`--server_protocol=grpc`): its handlers answer the
+ * methods of the same name in the .proto files of --proto_path, over @grpc/grpc-js (unary
+ * handlers the unary methods, streaming handlers the streaming methods of their kind). A handler
  * gets the request as the JSON a mesh call would carry (proto-loader's conventions:
  * src/transport/grpc/json.ts) and its answer is checked against the response message; a
  * MeshError it throws becomes the gRPC status of its HTTP code, with the detail as the message.
@@ -9,12 +10,14 @@ import * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
 import { MeshError, toMeshError } from '../errors.js';
 import type { DrainResult, Drainable } from '../http/lifecycle.js';
-import type { GrpcMethod, GrpcSchema } from '../transport/grpc/protos.js';
 import { decodeToJson, encodeJson, JsonShapeError } from '../transport/grpc/json.js';
 import { grpcCodeOfHttp } from '../transport/grpc/status.js';
 import { ContextStore } from '../util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
 import type { EndpointDefinition, HandlerContext } from './rpc-server.js';
+import { isAsyncIterable, untilAborted, type StreamContext } from './stream-server.js';
+import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../transport/grpc/protos.js';
+import { once } from 'node:events';
 
 export interface GrpcServerOptions {
   service: string;
@@ -38,7 +41,7 @@ export class GrpcServer implements Drainable {
   private contextStore?: ContextStore;
   private closing?: Promise<DrainResult>;
 
-  /** Throws when an endpoint has no unary method of that name in the loaded protos. */
+  /** Throws when an endpoint has no method of that name and kind in the loaded protos. */
   constructor(
     private readonly options: GrpcServerOptions,
     endpoints: EndpointDefinition[],
@@ -48,24 +51,30 @@ export class GrpcServer implements Drainable {
     const impls = new Map<string, grpc.UntypedServiceImplementation>();
     for (const def of endpoints) {
       if (BUILT_IN.has(def.name)) continue;
-      if (def.stream) throw new Error(`--server_protocol=grpc: endpoint ${def.name} of ${options.service} is a streaming endpoint; only unary handlers are served over gRPC`);
       const found = options.schema.lookup(def.name);
       if ('error' in found) throw new Error(`--server_protocol=grpc: endpoint ${def.name} of ${options.service}: ${found.error}`);
       const m = found.method;
-      if (m.requestStream || m.responseStream) throw new Error(`--server_protocol=grpc: endpoint ${def.name}: ${m.path} is a streaming method; only unary methods are served`);
+      const kind = streamKindOf(m);
+      const wanted = def.stream ?? 'unary';
+      if (kind !== wanted) {
+        const what = (k: string) => (k === 'unary' ? 'a unary method' : `a ${k} stream`);
+        throw new Error(`--server_protocol=grpc: endpoint ${def.name} of ${options.service} is ${what(wanted)}, but ${m.path} is ${what(kind)}`);
+      }
       const definition = byService.get(m.service) ?? {};
       const impl = impls.get(m.service) ?? {};
       definition[m.name] = {
         path: m.path,
-        requestStream: false,
-        responseStream: false,
+        requestStream: m.requestStream,
+        responseStream: m.responseStream,
         originalName: m.name,
         requestSerialize: (b: Buffer) => b,
         requestDeserialize: (b: Buffer) => b,
         responseSerialize: (b: Buffer) => b,
         responseDeserialize: (b: Buffer) => b,
       };
-      impl[m.name] = (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => void this.unary(def, m, call, cb);
+      if (kind === 'unary') impl[m.name] = (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => void this.unary(def, m, call, cb);
+      else if (kind === 'client') impl[m.name] = (call: grpc.ServerReadableStream<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => void this.stream(def, m, call, cb);
+      else impl[m.name] = (call: grpc.ServerWritableStream<Buffer, Buffer> | grpc.ServerDuplexStream<Buffer, Buffer>) => void this.stream(def, m, call);
       byService.set(m.service, definition);
       impls.set(m.service, impl);
     }
@@ -73,45 +82,147 @@ export class GrpcServer implements Drainable {
     this.services = [...byService.keys()].sort();
   }
 
+  /** The handler's context of a call (id, metadata, deadline, trace) and the call context it runs in. */
+  private callContext(def: EndpointDefinition, call: { metadata: grpc.Metadata; getDeadline(): grpc.Deadline }) {
+    const metadata: Record<string, string> = {};
+    for (const [k, v] of Object.entries(call.metadata.getMap())) if (typeof v === 'string') metadata[k] = v;
+    const deadline = call.getDeadline();
+    const parent = parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]);
+    const context = (this.contextStore ??= this.options.context ?? new ContextStore());
+    const trace = context.hop(parent);
+    const at = deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? Number(deadline) : undefined;
+    const ctx: HandlerContext = {
+      id: metadata['mesh-id'] ?? '',
+      service: this.options.service,
+      endpoint: def.name,
+      metadata,
+      deadline: at ?? Date.now() + 30_000,
+      traceId: trace.traceId,
+      spanId: trace.spanId,
+    };
+    const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata;
+    return { ctx, context, deadline: at, run: { id: ctx.id || undefined, deadline: ctx.deadline, metadata: rest, trace } };
+  }
+
+  /** The JSON of a request message. */
+  private decode(m: GrpcMethod, bytes: Buffer): unknown {
+    try {
+      return JSON.parse(decodeToJson(m.requestType, bytes));
+    } catch (err) {
+      throw new MeshError(this.options.service, 400, `malformed request: ${(err as Error).message}`);
+    }
+  }
+
+  /** The bytes of an answer, checked against the response message (500 naming the field). */
+  private encode(def: EndpointDefinition, m: GrpcMethod, value: unknown): Buffer {
+    let bytes: Uint8Array;
+    try {
+      bytes = encodeJson(m.responseType, value ?? {});
+    } catch (err) {
+      const why = err instanceof JsonShapeError ? err.message : (err as Error).message;
+      throw new MeshError(this.options.service, 500, `the answer of ${def.name} does not fit ${m.responseType.fullName.replace(/^\./, '')}: ${why}`);
+    }
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  private statusOf(def: EndpointDefinition, err: unknown): { code: number; details: string } {
+    const e = toMeshError(err, this.options.service);
+    if (e.code >= 500 && e.code !== 504) this.options.logger?.warn({ endpoint: def.name, err: e.detail }, 'gRPC handler failed');
+    return { code: grpcCodeOfHttp(e.code), details: e.detail };
+  }
+
   private async unary(def: EndpointDefinition, m: GrpcMethod, call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>): Promise<void> {
     this.active++;
     try {
-      let request: unknown;
-      try {
-        request = JSON.parse(decodeToJson(m.requestType, call.request));
-      } catch (err) {
-        throw new MeshError(this.options.service, 400, `malformed request: ${(err as Error).message}`);
-      }
-      const metadata: Record<string, string> = {};
-      for (const [k, v] of Object.entries(call.metadata.getMap())) if (typeof v === 'string') metadata[k] = v;
-      const deadline = call.getDeadline();
-      const parent = parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]);
-      const context = (this.contextStore ??= this.options.context ?? new ContextStore());
-      const trace = context.hop(parent);
-      const ctx: HandlerContext = {
-        id: metadata['mesh-id'] ?? '',
-        service: this.options.service,
-        endpoint: def.name,
-        metadata,
-        deadline: deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? Number(deadline) : Date.now() + 30_000,
-        traceId: trace.traceId,
-        spanId: trace.spanId,
-      };
-      const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata;
-      const result = await context.run({ id: ctx.id || undefined, deadline: ctx.deadline, metadata: rest, trace }, () => def.handler(request, ctx));
-      let bytes: Uint8Array;
-      try {
-        bytes = encodeJson(m.responseType, result ?? {});
-      } catch (err) {
-        const why = err instanceof JsonShapeError ? err.message : (err as Error).message;
-        throw new MeshError(this.options.service, 500, `the answer of ${def.name} does not fit ${m.responseType.fullName.replace(/^\./, '')}: ${why}`);
-      }
-      cb(null, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+      const request = this.decode(m, call.request);
+      const { ctx, context, run } = this.callContext(def, call);
+      const result = await context.run(run, () => def.handler(request, ctx));
+      cb(null, this.encode(def, m, result));
     } catch (err) {
-      const e = toMeshError(err, this.options.service);
-      if (e.code >= 500) this.options.logger?.warn({ endpoint: def.name, err: e.detail }, 'gRPC handler failed');
-      cb({ code: grpcCodeOfHttp(e.code), details: e.detail });
+      cb(this.statusOf(def, err));
     } finally {
+      this.active--;
+    }
+  }
+
+  /**
+   * A streaming handler (Service.stream) as a server, client or bidi gRPC method: the requests
+   * as an async iterable pulled from the call (client, bidi) or the one request (server); the
+   * answers written one by one, waiting for 'drain' when the call's buffer is full (server,
+   * bidi), or the one answer (client). The caller cancelling, or the deadline passing, aborts
+   * ctx.signal and gives the handler's iterable up.
+   */
+  private async stream(
+    def: EndpointDefinition,
+    m: GrpcMethod,
+    call: grpc.ServerWritableStream<Buffer, Buffer> | grpc.ServerDuplexStream<Buffer, Buffer> | grpc.ServerReadableStream<Buffer, Buffer>,
+    cb?: grpc.sendUnaryData<Buffer>,
+  ): Promise<void> {
+    this.active++;
+    const id = this.options.service;
+    const kind = def.stream!;
+    const abort = new AbortController();
+    const signal = abort.signal;
+    let finished = false;
+    const { ctx, context, deadline, run } = this.callContext(def, call);
+    const onCancel = () => {
+      if (finished) return;
+      const past = deadline !== undefined && Date.now() >= deadline;
+      abort.abort(past ? new MeshError(id, 504, 'stream deadline exceeded') : new MeshError(id, 499, 'the caller cancelled the stream', 'Client Closed Request'));
+    };
+    call.on('cancelled', onCancel);
+    call.on('error', () => {});
+    // grpc-js answers DEADLINE_EXCEEDED by itself at the deadline; the handler is told too.
+    const timer = deadline !== undefined && deadline - Date.now() < 2 ** 31 - 1 ? setTimeout(onCancel, Math.max(0, deadline - Date.now())) : undefined;
+    const streamCtx: StreamContext = { ...ctx, kind, signal, deadline: deadline ?? Infinity };
+    const self = this;
+    async function* requests(): AsyncGenerator<unknown> {
+      // Not destroyed at its end: a bidi call's answers still go out on the same stream.
+      const it = (call as grpc.ServerReadableStream<Buffer, Buffer>).iterator({ destroyOnReturn: false })[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+      for (;;) {
+        const next = await untilAborted(it.next(), signal);
+        if (next.done) return;
+        yield self.decode(m, next.value);
+      }
+    }
+    const writable = call as grpc.ServerWritableStream<Buffer, Buffer>;
+    try {
+      const input = kind === 'server' ? this.decode(m, (call as grpc.ServerWritableStream<Buffer, Buffer>).request) : requests();
+      await context.run(run, async () => {
+        const out = def.handler(input, streamCtx);
+        if (kind === 'client') {
+          const value = await untilAborted(Promise.resolve(out), signal);
+          cb!(null, this.encode(def, m, value));
+          return;
+        }
+        if (!isAsyncIterable(out)) throw new MeshError(id, 500, `handler of ${def.name} (a ${kind} stream) must return an async iterable (an async generator)`);
+        const it = out[Symbol.asyncIterator]();
+        let done = false;
+        try {
+          for (;;) {
+            const next = await untilAborted(it.next(), signal);
+            if (next.done) {
+              done = true;
+              break;
+            }
+            if (!writable.write(this.encode(def, m, next.value))) await untilAborted(once(writable, 'drain').then(() => undefined), signal);
+          }
+        } finally {
+          // Given up early (cancel, deadline, an answer that does not fit): the handler's finally blocks run.
+          if (!done) void Promise.resolve(it.return?.()).catch(() => {});
+        }
+        writable.end();
+      });
+    } catch (err) {
+      if (!signal.aborted) {
+        const status = this.statusOf(def, err);
+        if (cb) cb(status);
+        else writable.emit('error', status); // grpc-js ends the call with this status after the messages written
+      }
+    } finally {
+      finished = true;
+      clearTimeout(timer);
+      call.off('cancelled', onCancel);
       this.active--;
     }
   }

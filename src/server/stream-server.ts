@@ -42,7 +42,7 @@ function headerValue(req: IncomingMessage, name: string): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-function isAsyncIterable(v: unknown): v is AsyncIterable<unknown> {
+export function isAsyncIterable(v: unknown): v is AsyncIterable<unknown> {
   return v !== null && typeof v === 'object' && typeof (v as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function';
 }
 
@@ -50,7 +50,7 @@ function isAsyncIterable(v: unknown): v is AsyncIterable<unknown> {
  * Settles as `work` does, or rejects with the signal's reason once it aborts. The listener goes
  * with the settlement: nothing accumulates over the messages of a long stream.
  */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+export function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) return Promise.reject(signal.reason);
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);

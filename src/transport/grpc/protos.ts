@@ -6,6 +6,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import protobuf from 'protobufjs';
+import type { StreamKind } from '../frames.js';
 
 /** One RPC of a loaded service. */
 export interface GrpcMethod {
@@ -18,6 +19,12 @@ export interface GrpcMethod {
   readonly responseType: protobuf.Type;
   readonly requestStream: boolean;
   readonly responseStream: boolean;
+}
+
+/** What a method is: unary, or the kind of stream its `stream` keywords make it. */
+export function streamKindOf(m: GrpcMethod): 'unary' | StreamKind {
+  if (m.requestStream) return m.responseStream ? 'bidi' : 'client';
+  return m.responseStream ? 'server' : 'unary';
 }
 
 /** Files loaded at most (a --proto_path that points at a whole disk is a mistake, not a schema). */

@@ -3,6 +3,7 @@
  * after google.rpc.Code's own HTTP mapping) and the error JSON a failed gRPC call becomes.
  */
 import { MeshError } from '../../errors.js';
+import { TransportError } from '../rpc.js';
 
 /** gRPC status code → [name, HTTP status]. */
 export const GRPC_STATUS: ReadonlyArray<readonly [string, number]> = [
@@ -73,3 +74,22 @@ export function grpcCodeOfHttp(status: number): number {
       return status >= 500 ? 13 : 2; // INTERNAL, UNKNOWN
   }
 }
+
+/**
+ * A failure of the connection rather than an answer of the node, told apart by the details
+ * grpc-js writes for its own failures (a status the node sends keeps its own details): no
+ * connection (refused, unreachable, name not resolved) is a connect failure; a connection or
+ * stream that broke is a reset; a deadline that passed on our side is a timeout.
+ */
+export function transportFailure(err: { code: number; details?: string }, pastDeadline: boolean): TransportError | undefined {
+  if (err.code === 4 /* DEADLINE_EXCEEDED */ && pastDeadline) return new TransportError({ kind: 'timeout' }, 'request timed out');
+  const details = err.details ?? '';
+  if (err.code === 14 /* UNAVAILABLE */ && /^(No connection established|Name resolution failed)/.test(details)) {
+    return new TransportError({ kind: 'connect_failure' }, details);
+  }
+  if (/^(Connection dropped|Stream refused by server|Received RST_STREAM|Write error|Write failed)|\b(ECONNRESET|ETIMEDOUT|EPIPE)\b/.test(details)) {
+    return new TransportError({ kind: 'reset' }, details);
+  }
+  return undefined;
+}
+

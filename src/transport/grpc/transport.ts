@@ -12,10 +12,13 @@ import { MeshError } from '../../errors.js';
 import { mediaType } from '../../codec/codec.js';
 import type { UpstreamTarget } from '../../upstream/types.js';
 import { TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../rpc.js';
-import type { GrpcMethod, GrpcSchema } from './protos.js';
+import { streamKindOf, type GrpcMethod, type GrpcSchema } from './protos.js';
 import { decodeToJson, encodeJson, JsonShapeError } from './json.js';
-import { meshErrorOfGrpc } from './status.js';
+import { meshErrorOfGrpc, transportFailure } from './status.js';
 import { reflectionTypes, reflectSchema, ReflectionError } from './reflection.js';
+import type { StreamOpener } from '../../client/stream.js';
+import type { StreamKind } from '../frames.js';
+import { GrpcStreamCall } from './stream.js';
 
 /** Sends one try of a call to one node; the shape of sendRpc without the dispatcher. */
 export type RpcSender = (request: RpcRequest, control: RpcControl) => Promise<RpcResponse>;
@@ -64,15 +67,51 @@ export class GrpcTransport {
    * with no protobuf meaning: 415): not the node's fault, so the client does not retry it.
    */
   unary(target: UpstreamTarget, request: RpcRequest, control?: RpcControl): Promise<RpcResponse> {
+    const unaryOnly = (m: GrpcMethod): GrpcMethod => {
+      const kind = streamKindOf(m);
+      if (kind !== 'unary') throw new MeshError('go.mesh.client', 400, `${m.path} is a ${kind} stream: open it as a stream (a WebSocket, Server-Sent Events, Mesh.stream)`);
+      return m;
+    };
     const found = this.method(request.endpoint, target, this.options.schema);
-    if ('method' in found) return this.send(target, found.method, request, control);
-    if (this.options.reflection === false) throw new MeshError('go.mesh.client', 501, found.error);
-    // Not in the loaded protos: ask the node's reflection service. A refusal is still a
-    // MeshError (now a rejection), which the client does not count against the node.
-    return this.reflected(target, request.timeoutMs, found.error).then((schema) => {
-      const again = this.method(request.endpoint, target, schema);
+    if ('method' in found) return this.send(target, unaryOnly(found.method), request, control);
+    return this.resolveMethod(target, request.endpoint, request.timeoutMs, found.error).then((m) => this.send(target, unaryOnly(m), request, control));
+  }
+
+  /** The stream opener of a gRPC node (metadata `protocol=grpc`); undefined for any other node. */
+  streamFor(target: UpstreamTarget): StreamOpener | undefined {
+    if (target.metadata.protocol !== GRPC_PROTOCOL) return undefined;
+    return (request) =>
+      new GrpcStreamCall(request, target, {
+        method: () => {
+          const found = this.method(request.endpoint, target, this.options.schema);
+          if ('method' in found) return found.method;
+          // Reflection within the stream's deadline, or 10 s when it has none.
+          return this.resolveMethod(target, request.endpoint, request.timeoutMs > 0 ? request.timeoutMs : 10_000, found.error);
+        },
+        channel: () => this.channel(target),
+        metadata: (metadata, id) => toMetadata(metadata, id),
+      });
+  }
+
+  /**
+   * The kind of the method of an endpoint in the loaded protos (`unary`, `server`, `client`,
+   * `bidi`), for a node with this metadata; undefined when the protos do not have it.
+   */
+  methodKind(endpoint: string, metadata: Record<string, string>): 'unary' | StreamKind | undefined {
+    const found = this.method(endpoint, { metadata } as UpstreamTarget, this.options.schema);
+    return 'method' in found ? streamKindOf(found.method) : undefined;
+  }
+
+  /**
+   * The method of an endpoint the loaded protos do not have, from the node's reflection service.
+   * A refusal is a MeshError (the client does not count it against the node).
+   */
+  private resolveMethod(target: UpstreamTarget, endpoint: string, timeoutMs: number, protoError: string): Promise<GrpcMethod> {
+    if (this.options.reflection === false) return Promise.reject(new MeshError('go.mesh.client', 501, protoError));
+    return this.reflected(target, timeoutMs, protoError).then((schema) => {
+      const again = this.method(endpoint, target, schema);
       if ('error' in again) throw new MeshError('go.mesh.client', 501, `${again.error} (the node's reflection service)`);
-      return this.send(target, again.method, request, control);
+      return again.method;
     });
   }
 
@@ -124,7 +163,7 @@ export class GrpcTransport {
       throw new MeshError('go.mesh.client', 415, `a gRPC backend takes application/json or application/protobuf, not ${type}`);
     }
     const asJson = !PROTOBUF_TYPES.has(type);
-    const metadata = toMetadata(request);
+    const metadata = toMetadata(request.metadata, request.id, request.traceparent, request.tracestate);
     const client = this.channel(target);
     const started = Date.now();
     return new Promise<RpcResponse>((resolve, reject) => {
@@ -167,7 +206,7 @@ export class GrpcTransport {
   /**
    * The method of an endpoint `Service.Method` (Service: a full or unique short name); when
    * Service names no loaded service, the node's metadata `grpc_service` (a full name) is the
-   * service. Unary methods only.
+   * service.
    */
   private method(endpoint: string, target: UpstreamTarget, schema: GrpcSchema | undefined): { method: GrpcMethod } | { error: string } {
     if (!schema) return { error: `${endpoint}: no .proto files loaded for gRPC backends (--proto_path)` };
@@ -176,9 +215,6 @@ export class GrpcTransport {
     if ('error' in found && fallback && !schema.hasService(endpoint.slice(0, endpoint.lastIndexOf('.')))) {
       found = schema.lookup(`${fallback}.${endpoint.slice(endpoint.lastIndexOf('.') + 1)}`);
     }
-    if ('error' in found) return found;
-    const m = found.method;
-    if (m.requestStream || m.responseStream) throw new MeshError('go.mesh.client', 501, `${m.path} is a streaming method: only unary gRPC methods can be called`);
     return found;
   }
 
@@ -217,39 +253,23 @@ export class GrpcTransport {
 }
 
 /**
- * A failure of the connection rather than an answer of the node, told apart by the details
- * grpc-js writes for its own failures (a status the node sends keeps its own details): no
- * connection (refused, unreachable, name not resolved) is a connect failure; a connection or
- * stream that broke is a reset; a deadline that passed on our side is a timeout.
+ * The call's metadata: the caller's end-to-end headers that gRPC allows, the request id and the
+ * trace context (given apart, or as `traceparent`/`tracestate` of the metadata).
  */
-function transportFailure(err: grpc.ServiceError, pastDeadline: boolean): TransportError | undefined {
-  if (err.code === grpc.status.DEADLINE_EXCEEDED && pastDeadline) return new TransportError({ kind: 'timeout' }, 'request timed out');
-  const details = err.details ?? '';
-  if (err.code === grpc.status.UNAVAILABLE && /^(No connection established|Name resolution failed)/.test(details)) {
-    return new TransportError({ kind: 'connect_failure' }, details);
-  }
-  if (/^(Connection dropped|Stream refused by server|Received RST_STREAM|Write error|Write failed)|\b(ECONNRESET|ETIMEDOUT|EPIPE)\b/.test(details)) {
-    return new TransportError({ kind: 'reset' }, details);
-  }
-  return undefined;
-}
-
-/** The call's metadata: the caller's end-to-end headers that gRPC allows, the request id and the trace context. */
-function toMetadata(request: RpcRequest): grpc.Metadata {
+function toMetadata(given: Record<string, string> | undefined, id: string, traceparent?: string, tracestate?: string): grpc.Metadata {
   const md = new grpc.Metadata();
-  const given = request.metadata;
   if (given) {
     for (const name in given) {
       const key = name.toLowerCase();
-      if (RESERVED.has(key) || ((key === 'traceparent' || key === 'tracestate') && request.traceparent) || key.startsWith('grpc-') || key.startsWith(':') || key.endsWith('-bin') || !/^[0-9a-z_.-]+$/.test(key)) continue;
+      if (RESERVED.has(key) || ((key === 'traceparent' || key === 'tracestate') && traceparent) || key.startsWith('grpc-') || key.startsWith(':') || key.endsWith('-bin') || !/^[0-9a-z_.-]+$/.test(key)) continue;
       const value = given[name]!;
       if (!/^[\x20-\x7e]*$/.test(value)) continue;
       md.add(key, value);
     }
   }
-  md.set('mesh-id', request.id);
+  md.set('mesh-id', id);
   // W3C trace context travels as gRPC metadata of the same names.
-  if (request.traceparent) md.set('traceparent', request.traceparent);
-  if (request.tracestate) md.set('tracestate', request.tracestate);
+  if (traceparent) md.set('traceparent', traceparent);
+  if (tracestate) md.set('tracestate', tracestate);
   return md;
 }
