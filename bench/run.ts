@@ -836,6 +836,16 @@ function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
   for (const id of ['mesh-rpc', 'mesh-proxy', 'sidecar', 'mesh-api']) {
     out.push(check(`${id} CPU per request ÷ Node floor's ≤ 0.9`, paired(byId.get(id), floor, (x) => x.cpuUsPerReq), 0.9, 'atMost', 'x', detail(id, 'floor', 'cpu')));
   }
+  // The targets of default flags against the stronger floor (node:http + undici Pool.stream()).
+  const stream = byId.get('floor-stream');
+  if (stream) {
+    for (const [id, name] of [['mesh-rpc-default', 'gateway rpc handler'], ['sidecar-default', 'sidecar /<service>/<method>']] as const) {
+      out.push(check(`${name}, default flags: req/s ÷ stream() floor's ≥ 1.2`, paired(byId.get(id), stream, rps), 1.2, 'atLeast', 'x', detail(id, 'floor-stream', 'rps')));
+      out.push(check(`${name}, default flags: req/s ÷ moleculer-web's ≥ 1.3`, paired(byId.get(id), mol, rps), 1.3, 'atLeast', 'x', detail(id, 'moleculer', 'rps')));
+    }
+    out.push(check("gateway proxy handler, default flags: req/s ÷ stream() floor's ≥ 1", paired(byId.get('mesh-proxy-default'), stream, rps), 1, 'atLeast', 'x', detail('mesh-proxy-default', 'floor-stream', 'rps')));
+    out.push(check("gateway api handler, default flags: CPU per request ÷ Node floor's ≤ 0.9", paired(byId.get('mesh-api-default'), floor, (x) => x.cpuUsPerReq), 0.9, 'atMost', 'x', detail('mesh-api-default', 'floor', 'cpu')));
+  }
   // The price of the access log: the same gateway with --access_log to a file, against it off (paired rounds).
   const logged = byId.get('mesh-rpc-log');
   const plain = byId.get('mesh-rpc');
