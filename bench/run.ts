@@ -963,7 +963,7 @@ function report(ctx: Ctx, results: RowResult[], extras: ExtraSection[], profiles
     for (const r of notes) lines.push(`- ${r.row.label}: ${r.status !== 'ok' ? `${r.status}: ${r.reason}` : r.note}`);
     lines.push('');
   }
-  lines.push('## Targets (issue 7)');
+  lines.push('## Targets');
   lines.push('');
   for (const t of targets(results, extras)) lines.push(`- ${t.text}`);
   lines.push('');
