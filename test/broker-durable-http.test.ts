@@ -107,6 +107,32 @@ describe('durable stats', () => {
   });
 });
 
+describe('the pending gauge (embedded broker)', () => {
+  it('rises while the durable consumer is stopped and publishes accumulate, falls to 0 once they are delivered and acked', async () => {
+    const { StatsStore } = await import('../src/stats/store.js');
+    const stats = new StatsStore();
+    const dir = tempDir('mesh-durable-pending-');
+    const registry = new LocalRegistry(dir.path);
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, stats, logger: silent });
+    const pending = () => stats.gauge('broker.consumer.backlog.pending').value;
+    const got = new Set<string>();
+    try {
+      const sub = await broker.subscribe('pend', (m) => void got.add(m.id!), { durable: 'backlog' });
+      await sub.unsubscribe(); // the consumer stays registered: messages are kept for it
+      for (let i = 0; i < 30; i++) await broker.publish('pend', { header: { 'Mesh-Id': `p-${i}` }, body: new Uint8Array(1) });
+      await waitFor(() => pending() === 30, 10_000);
+      assert.equal(got.size, 0);
+      await broker.subscribe('pend', (m) => void got.add(m.id!), { durable: 'backlog' });
+      await waitFor(() => got.size === 30, 10_000);
+      await waitFor(() => pending() === 0, 10_000);
+    } finally {
+      await broker.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
 describe('mesh dlq list|replay (embedded broker)', () => {
   it('lists the dead letters of a topic and replays them', async () => {
     const dir = tempDir('mesh-dlq-cli-');

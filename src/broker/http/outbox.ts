@@ -26,6 +26,10 @@ export const OUTBOX_FILE = 'broker.db';
 /** Rows claimed at once by one subscription (its handlers run concurrently). */
 const CLAIM_BATCH = 64;
 const BUSY_TIMEOUT_MS = 5000;
+/** The pending gauge is counted at most once per this, per topic and consumer. */
+const PENDING_CHECK_MS = 1000;
+/** Most (topic, consumer) pairs whose pending gauge one process keeps counting. */
+const MAX_PENDING_CHECKS = 1000;
 
 interface Row {
   seq: number;
@@ -66,6 +70,8 @@ export class Outbox {
     list: Database.Statement<[string, string, number], { seq: number; id: string; header: string; body: Buffer }>;
   };
   private readonly running = new Set<Running>();
+  /** The pending gauge's last count and trailing re-count per topic and consumer (see pendingCheck). */
+  private readonly pendingChecks = new Map<string, { last: number; timer?: NodeJS.Timeout }>();
   private readonly pollMs: number;
   private closed = false;
 
@@ -119,6 +125,7 @@ export class Outbox {
       for (const c of consumers) this.st.insert.run(topic, c.name, withId.id, json, buf, now, now);
     })();
     this.options.stats.topic(topic)?.published.inc();
+    for (const c of consumers) if (c.name !== DLQ_KEEPER) this.pendingCheck(topic, c.name);
     for (const r of this.running) if (r.topic === topic) r.wake();
     return withId.header;
   }
@@ -154,7 +161,6 @@ export class Outbox {
     let active = true;
     let timer: NodeJS.Timeout | undefined;
     let woken = false;
-    let lastPending = 0;
     const inflight = new Set<Promise<void>>();
     const handle = async (row: Row): Promise<void> => {
       const header = JSON.parse(row.header) as Record<string, string>;
@@ -203,10 +209,7 @@ export class Outbox {
           const now = Date.now();
           rows = this.st.claim.all(now + settings.ackWaitMs, topic, settings.name, now, room);
           if (this.options.defaults.maxAgeMs > 0 && Math.random() < 0.01) this.st.expire.run(now - this.options.defaults.maxAgeMs);
-          if (stats && now - lastPending > 1000) {
-            lastPending = now;
-            stats.pending.set(this.st.pending.get(topic, settings.name)?.n ?? 0);
-          }
+          this.pendingCheck(topic, settings.name);
         } catch (err) {
           logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: reading the durable outbox failed');
         }
@@ -257,10 +260,41 @@ export class Outbox {
     return { topic, queue, durable: settings.name, unsubscribe: running.stop };
   }
 
+  /**
+   * Sets the consumer's `pending` gauge to its stored rows (not yet acknowledged) for the topic:
+   * after a publish to the topic or a poll of its subscription in this process, at most once a
+   * second (a check within the second is done at its end), so a stopped consumer's backlog shows.
+   */
+  private pendingCheck(topic: string, consumer: string): void {
+    const gauge = this.options.stats.consumer(consumer)?.pending;
+    if (!gauge || this.closed) return;
+    const key = `${topic}\0${consumer}`;
+    let check = this.pendingChecks.get(key);
+    if (check?.timer) return;
+    if (!check) {
+      if (this.pendingChecks.size >= MAX_PENDING_CHECKS) return;
+      this.pendingChecks.set(key, (check = { last: 0 }));
+    }
+    const count = (): void => {
+      check.timer = undefined;
+      if (this.closed) return;
+      check.last = Date.now();
+      try {
+        gauge.set(this.st.pending.get(topic, consumer)?.n ?? 0);
+      } catch (err) {
+        this.options.logger.warn({ topic, durable: consumer, error: (err as Error).message }, 'http broker: counting pending messages failed');
+      }
+    };
+    const wait = check.last + PENDING_CHECK_MS - Date.now();
+    if (wait <= 0) count();
+    else (check.timer = setTimeout(count, wait)).unref();
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     await Promise.all([...this.running].map((r) => r.stop()));
     this.closed = true;
+    for (const check of this.pendingChecks.values()) clearTimeout(check.timer);
     this.db.close();
   }
 }
