@@ -26,6 +26,10 @@ export const OUTBOX_FILE = 'broker.db';
 /** Rows claimed at once by one subscription (its handlers run concurrently). */
 const CLAIM_BATCH = 64;
 const BUSY_TIMEOUT_MS = 5000;
+/** The bytes of a messages row as SQL: its header (as UTF-8) and body. */
+const ROW_BYTES = (row: string): string => `(length(CAST(${row}.header AS BLOB)) + length(${row}.body))`;
+/** Drops over --broker_stream_max_bytes are logged at most once per this, per topic. */
+const DROP_LOG_MS = 60_000;
 /** The pending gauge is counted at most once per this, per topic and consumer. */
 const PENDING_CHECK_MS = 1000;
 /** Most (topic, consumer) pairs whose pending gauge one process keeps counting. */
@@ -67,11 +71,15 @@ export class Outbox {
     nack: Database.Statement<[number, number]>;
     pending: Database.Statement<[string, string], { n: number }>;
     expire: Database.Statement<[number]>;
+    bytes: Database.Statement<[string, string], { n: number }>;
+    dropOldest: Database.Statement<[string, string, number], { n: number }>;
     list: Database.Statement<[string, string, number], { seq: number; id: string; header: string; body: Buffer }>;
   };
   private readonly running = new Set<Running>();
   /** The pending gauge's last count and trailing re-count per topic and consumer (see pendingCheck). */
   private readonly pendingChecks = new Map<string, { last: number; timer?: NodeJS.Timeout }>();
+  /** Per topic: when drops were last logged and how many since. */
+  private readonly dropLogs = new Map<string, { at: number; count: number }>();
   private readonly pollMs: number;
   private closed = false;
 
@@ -91,6 +99,22 @@ export class Outbox {
           visible_at INTEGER NOT NULL, published_at INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS messages_due ON messages (topic, consumer, visible_at);
       `);
+      // The bytes stored per topic and consumer (header and body), kept by triggers for
+      // --broker_stream_max_bytes; counted from the rows when the table is new (an older file).
+      this.db.transaction(() => {
+        const fresh = this.db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'backlog'").get() === undefined;
+        this.db.exec(`
+          CREATE TABLE IF NOT EXISTS backlog (topic TEXT NOT NULL, consumer TEXT NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (topic, consumer));
+          CREATE TRIGGER IF NOT EXISTS backlog_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO backlog (topic, consumer, bytes) VALUES (NEW.topic, NEW.consumer, ${ROW_BYTES('NEW')})
+            ON CONFLICT (topic, consumer) DO UPDATE SET bytes = bytes + excluded.bytes;
+          END;
+          CREATE TRIGGER IF NOT EXISTS backlog_delete AFTER DELETE ON messages BEGIN
+            UPDATE backlog SET bytes = bytes - ${ROW_BYTES('OLD')} WHERE topic = OLD.topic AND consumer = OLD.consumer;
+          END;
+        `);
+        if (fresh) this.db.exec(`INSERT INTO backlog (topic, consumer, bytes) SELECT topic, consumer, sum(${ROW_BYTES('messages')}) FROM messages GROUP BY topic, consumer`);
+      }).immediate();
     } catch (err) {
       throw new BrokerUnavailableError(`http broker: cannot open the durable outbox in ${options.directory}: ${(err as Error).message}`);
     }
@@ -108,6 +132,10 @@ export class Outbox {
       nack: db.prepare('UPDATE messages SET visible_at = ? WHERE seq = ?') as unknown as Database.Statement<[number, number]>,
       pending: db.prepare('SELECT count(*) AS n FROM messages WHERE topic = ? AND consumer = ?'),
       expire: db.prepare('DELETE FROM messages WHERE published_at < ?'),
+      bytes: db.prepare('SELECT bytes AS n FROM backlog WHERE topic = ? AND consumer = ?'),
+      dropOldest: db.prepare(
+        `DELETE FROM messages WHERE seq = (SELECT min(seq) FROM messages WHERE topic = ? AND consumer = ? AND seq < ?) RETURNING ${ROW_BYTES('messages')} AS n`,
+      ) as unknown as Database.Statement<[string, string, number], { n: number }>,
       list: db.prepare('SELECT seq, id, header, body FROM messages WHERE topic = ? AND consumer = ? ORDER BY seq LIMIT ?'),
     };
   }
@@ -121,10 +149,16 @@ export class Outbox {
     const now = Date.now();
     const json = JSON.stringify(withId.header);
     const buf = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+    const maxBytes = this.options.defaults.maxBytes;
+    let dropped = 0;
     this.db.transaction(() => {
-      for (const c of consumers) this.st.insert.run(topic, c.name, withId.id, json, buf, now, now);
+      for (const c of consumers) {
+        const seq = Number(this.st.insert.run(topic, c.name, withId.id, json, buf, now, now).lastInsertRowid);
+        if (maxBytes > 0) dropped += this.dropOverBudget(topic, c.name, seq, maxBytes);
+      }
     })();
     this.options.stats.topic(topic)?.published.inc();
+    if (dropped > 0) this.dropped(topic, dropped);
     for (const c of consumers) if (c.name !== DLQ_KEEPER) this.pendingCheck(topic, c.name);
     for (const r of this.running) if (r.topic === topic) r.wake();
     return withId.header;
@@ -258,6 +292,38 @@ export class Outbox {
     this.running.add(running);
     schedule(0);
     return { topic, queue, durable: settings.name, unsubscribe: running.stop };
+  }
+
+  /**
+   * Drops the consumer's oldest rows of the topic (delivered or not) while it stores more than
+   * maxBytes, never the message just stored (seq); returns how many were dropped.
+   */
+  private dropOverBudget(topic: string, consumer: string, seq: number, maxBytes: number): number {
+    let bytes = this.st.bytes.get(topic, consumer)?.n ?? 0;
+    let n = 0;
+    while (bytes > maxBytes) {
+      const row = this.st.dropOldest.get(topic, consumer, seq);
+      if (!row) break;
+      bytes -= row.n;
+      n++;
+    }
+    return n;
+  }
+
+  /** Counts dropped rows (`broker.topic.<topic>.dropped`) and logs them, at most once a minute per topic. */
+  private dropped(topic: string, n: number): void {
+    this.options.stats.topic(topic)?.dropped.inc(n);
+    const now = Date.now();
+    const log = this.dropLogs.get(topic) ?? { at: 0, count: 0 };
+    log.count += n;
+    if (!this.dropLogs.has(topic)) {
+      if (this.dropLogs.size >= MAX_PENDING_CHECKS) this.dropLogs.clear();
+      this.dropLogs.set(topic, log);
+    }
+    if (now - log.at < DROP_LOG_MS) return;
+    this.options.logger.warn({ topic, dropped: log.count, maxBytes: this.options.defaults.maxBytes }, 'http broker: oldest durable messages dropped (over --broker_stream_max_bytes)');
+    log.at = now;
+    log.count = 0;
   }
 
   /**
