@@ -58,7 +58,7 @@ export interface MeshOptions {
   brokerDlqSuffix?: string;
   /** Durable topics: stored messages older than this are dropped (0: no limit). Default `0`. */
   brokerStreamMaxAge?: Duration;
-  /** nats durable topics: bytes stored per topic (0: no limit). Default `0`. */
+  /** Durable topics: bytes stored per topic (embedded broker: per topic and consumer; 0: no limit). Default `0`. */
   brokerStreamMaxBytes?: Size;
   /** Extra codecs, chosen by their content type (JSON and protobuf are built in). Default `[]`. */
   codecs?: Codec[];

@@ -11,7 +11,7 @@ import { NatsBroker } from '../src/broker/nats.js';
 import { HttpBroker } from '../src/broker/http/broker.js';
 import { LocalRegistry } from '../src/registry/local/index.js';
 import { freePort, tempDir, waitFor } from './helpers.js';
-import { killSubscriberCase } from './durable-faults.js';
+import { killPublisherCase, killSubscriberCase } from './durable-faults.js';
 import { natsServerOrSkip, startNatsServer, type NatsServer } from './nats-server.js';
 
 const silent = pino({ level: 'silent' });
@@ -91,6 +91,18 @@ describe('durable faults: http broker (SQLite outbox)', () => {
     } finally {
       await pub.close();
       await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
+describe('durable faults: http broker publisher killed', () => {
+  it('a publisher process killed mid-stream, then a publisher and the subscriber killed and restarted: every acknowledged publish delivered', async () => {
+    const dir = tempDir('mesh-pubkill-http-');
+    try {
+      const r = await killPublisherCase(dir.path, dir.path);
+      console.log(`# http publisher kill: ${r.acked} acknowledged, ${r.seen} delivered (${r.unacked} not acknowledged), ${r.duplicates} redelivered`);
+    } finally {
       dir.cleanup();
     }
   });

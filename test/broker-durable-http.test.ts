@@ -107,6 +107,94 @@ describe('durable stats', () => {
   });
 });
 
+describe('the pending gauge (embedded broker)', () => {
+  it('rises while the durable consumer is stopped and publishes accumulate, falls to 0 once they are delivered and acked', async () => {
+    const { StatsStore } = await import('../src/stats/store.js');
+    const stats = new StatsStore();
+    const dir = tempDir('mesh-durable-pending-');
+    const registry = new LocalRegistry(dir.path);
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, stats, logger: silent });
+    const pending = () => stats.gauge('broker.consumer.backlog.pending').value;
+    const got = new Set<string>();
+    try {
+      const sub = await broker.subscribe('pend', (m) => void got.add(m.id!), { durable: 'backlog' });
+      await sub.unsubscribe(); // the consumer stays registered: messages are kept for it
+      for (let i = 0; i < 30; i++) await broker.publish('pend', { header: { 'Mesh-Id': `p-${i}` }, body: new Uint8Array(1) });
+      await waitFor(() => pending() === 30, 10_000);
+      assert.equal(got.size, 0);
+      await broker.subscribe('pend', (m) => void got.add(m.id!), { durable: 'backlog' });
+      await waitFor(() => got.size === 30, 10_000);
+      await waitFor(() => pending() === 0, 10_000);
+    } finally {
+      await broker.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
+describe('--broker_stream_max_bytes on the embedded outbox', () => {
+  it('drops the oldest stored messages of a consumer over the byte budget, counts them, keeps the newest', async () => {
+    const { StatsStore } = await import('../src/stats/store.js');
+    const stats = new StatsStore();
+    const dir = tempDir('mesh-durable-bytes-');
+    const registry = new LocalRegistry(dir.path);
+    // a row is its header as JSON ({"Mesh-Id":"b-NN"}: 18 bytes) and body (100): 118 bytes; 8 fit in 1,000
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, stats, durable: { maxBytes: 1000 }, logger: silent });
+    const got: string[] = [];
+    try {
+      const sub = await broker.subscribe('capped', (m) => void got.push(m.id!), { durable: 'small' });
+      await sub.unsubscribe();
+      for (let i = 0; i < 20; i++) await broker.publish('capped', { header: { 'Mesh-Id': `b-${String(i).padStart(2, '0')}` }, body: new Uint8Array(100) });
+      assert.equal(stats.counter('broker.topic.capped.dropped').value, 12);
+      assert.equal(stats.counter('broker.topic.capped.published').value, 20);
+      await waitFor(() => stats.gauge('broker.consumer.small.pending').value === 8, 10_000);
+      // one message over the whole budget is kept (the newest is never dropped): the 8 before it go
+      await broker.publish('capped', { header: { 'Mesh-Id': 'big' }, body: new Uint8Array(2000) });
+      assert.equal(stats.counter('broker.topic.capped.dropped').value, 20);
+      await broker.publish('capped', { header: { 'Mesh-Id': 'b-20' }, body: new Uint8Array(100) }); // drops big
+      assert.equal(stats.counter('broker.topic.capped.dropped').value, 21);
+      await broker.subscribe('capped', (m) => void got.push(m.id!), { durable: 'small' });
+      await waitFor(() => got.length === 1 && stats.gauge('broker.consumer.small.pending').value === 0, 10_000);
+      assert.deepEqual(got, ['b-20']);
+    } finally {
+      await broker.close();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+
+  it('counts the bytes of a file written before the budget existed, and keeps counting across brokers on the file', async () => {
+    const { StatsStore } = await import('../src/stats/store.js');
+    const Database = (await import('better-sqlite3')).default;
+    const dir = tempDir('mesh-durable-bytes-old-');
+    const registry = new LocalRegistry(dir.path);
+    try {
+      const a = new HttpBroker({ registry, durableDirectory: dir.path, logger: silent });
+      await (await a.subscribe('old', () => undefined, { durable: 'keep' })).unsubscribe();
+      for (let i = 0; i < 10; i++) await a.publish('old', { header: { 'Mesh-Id': `o-${i}` }, body: new Uint8Array(100) });
+      await a.close();
+      // as a file from before the byte count: no backlog table nor triggers
+      const db = new Database(`${dir.path}/broker.db`);
+      db.exec('DROP TRIGGER backlog_insert; DROP TRIGGER backlog_delete; DROP TABLE backlog;');
+      db.close();
+      const stats = new StatsStore();
+      // {"Mesh-Id":"o-N"}: 17 + 100 bytes a row, 1,170 stored; a budget of 600 keeps 5 after the next publish
+      const b = new HttpBroker({ registry, durableDirectory: dir.path, stats, durable: { maxBytes: 600 }, logger: silent });
+      await b.publish('old', { header: { 'Mesh-Id': 'o-10' }, body: new Uint8Array(100) });
+      assert.equal(stats.counter('broker.topic.old.dropped').value, 6);
+      const got: string[] = [];
+      await b.subscribe('old', (m) => void got.push(m.id!), { durable: 'keep' });
+      await waitFor(() => got.length === 5 && stats.gauge('broker.consumer.keep.pending').value === 0, 10_000);
+      assert.deepEqual(got.sort(), ['o-10', 'o-6', 'o-7', 'o-8', 'o-9']);
+      await b.close();
+    } finally {
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});
+
 describe('mesh dlq list|replay (embedded broker)', () => {
   it('lists the dead letters of a topic and replays them', async () => {
     const dir = tempDir('mesh-dlq-cli-');

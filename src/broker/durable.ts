@@ -153,6 +153,8 @@ export function statName(name: string): string {
 export interface TopicStats {
   published: Counter;
   dead_lettered: Counter;
+  /** Stored messages dropped over the byte budget (--broker_stream_max_bytes; embedded broker). */
+  dropped: Counter;
 }
 
 export interface ConsumerStats {
@@ -164,7 +166,7 @@ export interface ConsumerStats {
 }
 
 /**
- * Durable stats: `broker.topic.<topic>.published|dead_lettered` and
+ * Durable stats: `broker.topic.<topic>.published|dead_lettered|dropped` and
  * `broker.consumer.<name>.delivered|acked|redelivered|dead_lettered|pending`; names go through
  * statName() and at most MAX_STAT_NAMES of each get their own (then `other`).
  */
@@ -180,7 +182,11 @@ export class DurableStats {
     let t = this.topics.get(topic);
     if (!t) {
       const name = this.topics.size < MAX_STAT_NAMES ? statName(topic) : 'other';
-      t = { published: store.counter(`broker.topic.${name}.published`), dead_lettered: store.counter(`broker.topic.${name}.dead_lettered`) };
+      t = {
+        published: store.counter(`broker.topic.${name}.published`),
+        dead_lettered: store.counter(`broker.topic.${name}.dead_lettered`),
+        dropped: store.counter(`broker.topic.${name}.dropped`),
+      };
       if (this.topics.size < MAX_STAT_NAMES) this.topics.set(topic, t);
     }
     return t;

@@ -37,7 +37,7 @@ export const FLAG_SPECS = {
   broker_ack_wait: { type: 'duration', help: 'durable subscriptions: a delivery not acknowledged within this is redelivered', default: '30s' },
   broker_dlq_suffix: { type: 'string', help: 'durable subscriptions: dead-letter topic = topic + this', default: '.dlq' },
   broker_stream_max_age: { type: 'duration', help: 'durable topics: stored messages older than this are dropped (0: no limit)', default: '0' },
-  broker_stream_max_bytes: { type: 'size', help: 'nats durable topics: bytes stored per topic before the oldest are dropped (0: no limit)', default: '0' },
+  broker_stream_max_bytes: { type: 'size', help: 'durable topics: bytes stored per topic (embedded broker: per topic and consumer) before the oldest are dropped (0: no limit)', default: '0' },
   proxy_address: { type: 'string', help: 'run CLI commands through the sidecar at host:port' },
   client_request_timeout: { type: 'duration', help: 'budget of one outbound call', default: '5s' },
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },

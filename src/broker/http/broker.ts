@@ -82,7 +82,7 @@ export interface HttpBrokerOptions {
    * the local registry's; without it a durable subscription is refused.
    */
   durableDirectory?: string;
-  /** Durable subscriptions: max deliver, ack wait, dead-letter suffix, max age. */
+  /** Durable subscriptions: max deliver, ack wait, dead-letter suffix, max age, max bytes. */
   durable?: Partial<DurableDefaults>;
   /** Stats of durable topics and consumers. */
   stats?: StatsStore;

@@ -26,6 +26,14 @@ export const OUTBOX_FILE = 'broker.db';
 /** Rows claimed at once by one subscription (its handlers run concurrently). */
 const CLAIM_BATCH = 64;
 const BUSY_TIMEOUT_MS = 5000;
+/** The bytes of a messages row as SQL: its header (as UTF-8) and body. */
+const ROW_BYTES = (row: string): string => `(length(CAST(${row}.header AS BLOB)) + length(${row}.body))`;
+/** Drops over --broker_stream_max_bytes are logged at most once per this, per topic. */
+const DROP_LOG_MS = 60_000;
+/** The pending gauge is counted at most once per this, per topic and consumer. */
+const PENDING_CHECK_MS = 1000;
+/** Most (topic, consumer) pairs whose pending gauge one process keeps counting. */
+const MAX_PENDING_CHECKS = 1000;
 
 interface Row {
   seq: number;
@@ -63,9 +71,15 @@ export class Outbox {
     nack: Database.Statement<[number, number]>;
     pending: Database.Statement<[string, string], { n: number }>;
     expire: Database.Statement<[number]>;
+    bytes: Database.Statement<[string, string], { n: number }>;
+    dropOldest: Database.Statement<[string, string, number], { n: number }>;
     list: Database.Statement<[string, string, number], { seq: number; id: string; header: string; body: Buffer }>;
   };
   private readonly running = new Set<Running>();
+  /** The pending gauge's last count and trailing re-count per topic and consumer (see pendingCheck). */
+  private readonly pendingChecks = new Map<string, { last: number; timer?: NodeJS.Timeout }>();
+  /** Per topic: when drops were last logged and how many since. */
+  private readonly dropLogs = new Map<string, { at: number; count: number }>();
   private readonly pollMs: number;
   private closed = false;
 
@@ -85,6 +99,22 @@ export class Outbox {
           visible_at INTEGER NOT NULL, published_at INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS messages_due ON messages (topic, consumer, visible_at);
       `);
+      // The bytes stored per topic and consumer (header and body), kept by triggers for
+      // --broker_stream_max_bytes; counted from the rows when the table is new (an older file).
+      this.db.transaction(() => {
+        const fresh = this.db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'backlog'").get() === undefined;
+        this.db.exec(`
+          CREATE TABLE IF NOT EXISTS backlog (topic TEXT NOT NULL, consumer TEXT NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (topic, consumer));
+          CREATE TRIGGER IF NOT EXISTS backlog_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO backlog (topic, consumer, bytes) VALUES (NEW.topic, NEW.consumer, ${ROW_BYTES('NEW')})
+            ON CONFLICT (topic, consumer) DO UPDATE SET bytes = bytes + excluded.bytes;
+          END;
+          CREATE TRIGGER IF NOT EXISTS backlog_delete AFTER DELETE ON messages BEGIN
+            UPDATE backlog SET bytes = bytes - ${ROW_BYTES('OLD')} WHERE topic = OLD.topic AND consumer = OLD.consumer;
+          END;
+        `);
+        if (fresh) this.db.exec(`INSERT INTO backlog (topic, consumer, bytes) SELECT topic, consumer, sum(${ROW_BYTES('messages')}) FROM messages GROUP BY topic, consumer`);
+      }).immediate();
     } catch (err) {
       throw new BrokerUnavailableError(`http broker: cannot open the durable outbox in ${options.directory}: ${(err as Error).message}`);
     }
@@ -102,6 +132,10 @@ export class Outbox {
       nack: db.prepare('UPDATE messages SET visible_at = ? WHERE seq = ?') as unknown as Database.Statement<[number, number]>,
       pending: db.prepare('SELECT count(*) AS n FROM messages WHERE topic = ? AND consumer = ?'),
       expire: db.prepare('DELETE FROM messages WHERE published_at < ?'),
+      bytes: db.prepare('SELECT bytes AS n FROM backlog WHERE topic = ? AND consumer = ?'),
+      dropOldest: db.prepare(
+        `DELETE FROM messages WHERE seq = (SELECT min(seq) FROM messages WHERE topic = ? AND consumer = ? AND seq < ?) RETURNING ${ROW_BYTES('messages')} AS n`,
+      ) as unknown as Database.Statement<[string, string, number], { n: number }>,
       list: db.prepare('SELECT seq, id, header, body FROM messages WHERE topic = ? AND consumer = ? ORDER BY seq LIMIT ?'),
     };
   }
@@ -115,10 +149,17 @@ export class Outbox {
     const now = Date.now();
     const json = JSON.stringify(withId.header);
     const buf = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+    const maxBytes = this.options.defaults.maxBytes;
+    let dropped = 0;
     this.db.transaction(() => {
-      for (const c of consumers) this.st.insert.run(topic, c.name, withId.id, json, buf, now, now);
+      for (const c of consumers) {
+        const seq = Number(this.st.insert.run(topic, c.name, withId.id, json, buf, now, now).lastInsertRowid);
+        if (maxBytes > 0) dropped += this.dropOverBudget(topic, c.name, seq, maxBytes);
+      }
     })();
     this.options.stats.topic(topic)?.published.inc();
+    if (dropped > 0) this.dropped(topic, dropped);
+    for (const c of consumers) if (c.name !== DLQ_KEEPER) this.pendingCheck(topic, c.name);
     for (const r of this.running) if (r.topic === topic) r.wake();
     return withId.header;
   }
@@ -154,7 +195,6 @@ export class Outbox {
     let active = true;
     let timer: NodeJS.Timeout | undefined;
     let woken = false;
-    let lastPending = 0;
     const inflight = new Set<Promise<void>>();
     const handle = async (row: Row): Promise<void> => {
       const header = JSON.parse(row.header) as Record<string, string>;
@@ -203,10 +243,7 @@ export class Outbox {
           const now = Date.now();
           rows = this.st.claim.all(now + settings.ackWaitMs, topic, settings.name, now, room);
           if (this.options.defaults.maxAgeMs > 0 && Math.random() < 0.01) this.st.expire.run(now - this.options.defaults.maxAgeMs);
-          if (stats && now - lastPending > 1000) {
-            lastPending = now;
-            stats.pending.set(this.st.pending.get(topic, settings.name)?.n ?? 0);
-          }
+          this.pendingCheck(topic, settings.name);
         } catch (err) {
           logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: reading the durable outbox failed');
         }
@@ -257,10 +294,73 @@ export class Outbox {
     return { topic, queue, durable: settings.name, unsubscribe: running.stop };
   }
 
+  /**
+   * Drops the consumer's oldest rows of the topic (delivered or not) while it stores more than
+   * maxBytes, never the message just stored (seq); returns how many were dropped.
+   */
+  private dropOverBudget(topic: string, consumer: string, seq: number, maxBytes: number): number {
+    let bytes = this.st.bytes.get(topic, consumer)?.n ?? 0;
+    let n = 0;
+    while (bytes > maxBytes) {
+      const row = this.st.dropOldest.get(topic, consumer, seq);
+      if (!row) break;
+      bytes -= row.n;
+      n++;
+    }
+    return n;
+  }
+
+  /** Counts dropped rows (`broker.topic.<topic>.dropped`) and logs them, at most once a minute per topic. */
+  private dropped(topic: string, n: number): void {
+    this.options.stats.topic(topic)?.dropped.inc(n);
+    const now = Date.now();
+    const log = this.dropLogs.get(topic) ?? { at: 0, count: 0 };
+    log.count += n;
+    if (!this.dropLogs.has(topic)) {
+      if (this.dropLogs.size >= MAX_PENDING_CHECKS) this.dropLogs.clear();
+      this.dropLogs.set(topic, log);
+    }
+    if (now - log.at < DROP_LOG_MS) return;
+    this.options.logger.warn({ topic, dropped: log.count, maxBytes: this.options.defaults.maxBytes }, 'http broker: oldest durable messages dropped (over --broker_stream_max_bytes)');
+    log.at = now;
+    log.count = 0;
+  }
+
+  /**
+   * Sets the consumer's `pending` gauge to its stored rows (not yet acknowledged) for the topic:
+   * after a publish to the topic or a poll of its subscription in this process, at most once a
+   * second (a check within the second is done at its end), so a stopped consumer's backlog shows.
+   */
+  private pendingCheck(topic: string, consumer: string): void {
+    const gauge = this.options.stats.consumer(consumer)?.pending;
+    if (!gauge || this.closed) return;
+    const key = `${topic}\0${consumer}`;
+    let check = this.pendingChecks.get(key);
+    if (check?.timer) return;
+    if (!check) {
+      if (this.pendingChecks.size >= MAX_PENDING_CHECKS) return;
+      this.pendingChecks.set(key, (check = { last: 0 }));
+    }
+    const count = (): void => {
+      check.timer = undefined;
+      if (this.closed) return;
+      check.last = Date.now();
+      try {
+        gauge.set(this.st.pending.get(topic, consumer)?.n ?? 0);
+      } catch (err) {
+        this.options.logger.warn({ topic, durable: consumer, error: (err as Error).message }, 'http broker: counting pending messages failed');
+      }
+    };
+    const wait = check.last + PENDING_CHECK_MS - Date.now();
+    if (wait <= 0) count();
+    else (check.timer = setTimeout(count, wait)).unref();
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     await Promise.all([...this.running].map((r) => r.stop()));
     this.closed = true;
+    for (const check of this.pendingChecks.values()) clearTimeout(check.timer);
     this.db.close();
   }
 }
