@@ -75,6 +75,13 @@ describe('mesh call --stream', () => {
     assert.ok(!r.stdout.includes('"c"'), r.stdout);
   });
 
+  it('a stdin line over --max_body_size exits 2 naming the line (memory stays bounded)', async () => {
+    const long = `{"say":"${'x'.repeat(200)}"}`;
+    const r = await runWithStdin(['call', '--stream=bidi', '--max_body_size=100', 'go.mesh.srv.streams', 'Echo.Chat'], env, `{"say":"a"}\n${long}\n`);
+    assert.equal(r.code, 2);
+    assert.equal(r.stderr, 'mesh: call --stream: line 2 of stdin is longer than 100 bytes (--max_body_size)\n');
+  });
+
   it('a stream error: the answers before it on stdout, the error JSON on stderr, exit 1', async () => {
     const r = await runCli(['call', '--stream=server', '--output=json', 'go.mesh.srv.streams', 'Count.Fail'], env);
     assert.equal(r.code, 1);

@@ -4,7 +4,6 @@
  * read from stdin, one JSON message a non-empty line, and stdin's end ends the client's side.
  * SIGINT cancels the stream (the server is told) and exits 130.
  */
-import { createInterface } from 'node:readline';
 import type { StreamKind } from '../transport/frames.js';
 import type { Operations } from './operations.js';
 import { FlagError } from './flags.js';
@@ -23,7 +22,9 @@ export interface StreamCallArgs {
   /** The stream's deadline in ms; undefined or 0: none. */
   timeoutMs?: number;
   /** The requests of client and bidi streams. */
-  input: NodeJS.ReadableStream;
+  input: AsyncIterable<Buffer | string>;
+  /** Longest stdin line accepted (--max_body_size): memory stays bounded. */
+  maxLineBytes: number;
   out: (text: string) => void;
 }
 
@@ -56,7 +57,7 @@ export async function runStreamCall(ops: Operations, args: StreamCallArgs): Prom
       signal: abort.signal,
     });
     if (args.kind !== 'server') {
-      sendLines(call, args.input).catch((err: unknown) => {
+      sendLines(call, args.input, args.maxLineBytes).catch((err: unknown) => {
         // A bad line gives the stream up; any other failure of send is the stream's own, which the
         // iteration below reports.
         if (err instanceof FlagError) {
@@ -78,23 +79,44 @@ export async function runStreamCall(ops: Operations, args: StreamCallArgs): Prom
 }
 
 /** Sends each non-empty line of `input` as one message, then ends the client's side. */
-async function sendLines(call: { send(p: Uint8Array): Promise<void>; end(): void }, input: NodeJS.ReadableStream): Promise<void> {
-  const lines = createInterface({ input, crlfDelay: Infinity });
-  let n = 0;
-  try {
-    for await (const line of lines) {
-      n++;
-      const text = line.trim();
-      if (!text) continue;
-      try {
-        parseJson(text);
-      } catch (err) {
-        throw new FlagError(`call --stream: line ${n} of stdin is not valid JSON: ${(err as Error).message}`);
-      }
-      await call.send(Buffer.from(text));
+async function sendLines(call: { send(p: Uint8Array): Promise<void>; end(): void }, input: AsyncIterable<Buffer | string>, maxLineBytes: number): Promise<void> {
+  for await (const { n, line } of readLines(input, maxLineBytes)) {
+    const text = line.trim();
+    if (!text) continue;
+    try {
+      parseJson(text);
+    } catch (err) {
+      throw new FlagError(`call --stream: line ${n} of stdin is not valid JSON: ${(err as Error).message}`);
     }
-    call.end();
-  } finally {
-    lines.close();
+    await call.send(Buffer.from(text));
   }
+  call.end();
+}
+
+/** The lines of `input` (split on \n; the last one may lack it), numbered from 1; a line over `maxBytes` is an error. */
+export async function* readLines(input: AsyncIterable<Buffer | string>, maxBytes: number): AsyncGenerator<{ n: number; line: string }> {
+  let pending: Buffer[] = [];
+  let size = 0;
+  let n = 0;
+  const tooLong = () => new FlagError(`call --stream: line ${n + 1} of stdin is longer than ${maxBytes} bytes (--max_body_size)`);
+  for await (const chunk of input) {
+    const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    let start = 0;
+    for (let nl = buf.indexOf(10); nl !== -1; nl = buf.indexOf(10, start)) {
+      size += nl - start;
+      if (size > maxBytes) throw tooLong();
+      pending.push(buf.subarray(start, nl));
+      const line = Buffer.concat(pending).toString('utf8');
+      pending = [];
+      size = 0;
+      start = nl + 1;
+      yield { n: ++n, line };
+    }
+    if (start < buf.length) {
+      size += buf.length - start;
+      if (size > maxBytes) throw tooLong();
+      pending.push(Buffer.from(buf.subarray(start)));
+    }
+  }
+  if (size > 0) yield { n: ++n, line: Buffer.concat(pending).toString('utf8') };
 }

@@ -123,6 +123,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
             // The unary budget's default does not apply to a stream: only an explicit --client_request_timeout is its deadline.
             timeoutMs: given?.has('client_request_timeout') ? config.client_request_timeout : undefined,
             input: process.stdin,
+            maxLineBytes: config.max_body_size,
             out: io.out,
           });
         }
