@@ -48,6 +48,7 @@ describe('help metadata', () => {
     for (const m of platform.matchAll(/config\.([a-z_]+)/g)) {
       if (['queue', 'ack', 'durable'].includes(m[1]!)) assert.ok(commandFlags('subscribe').includes(m[1]!));
       else if (m[1] === 'stream') assert.ok(commandFlags('call').includes('stream') && !commandFlags('list').includes('stream'), 'only mesh call lists --stream');
+      else if (m[1] === 'max_body_size') assert.ok(commandFlags('call').includes(m[1]), 'mesh call --stream reads --max_body_size');
       else assert.ok(commandFlags('list').includes(m[1]!) && commandFlags('call').includes(m[1]!), `platform commands read --${m[1]}`);
     }
   });
