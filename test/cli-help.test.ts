@@ -47,6 +47,8 @@ describe('help metadata', () => {
     const platform = readFileSync(join(ROOT, 'src/cli/commands.ts'), 'utf8');
     for (const m of platform.matchAll(/config\.([a-z_]+)/g)) {
       if (['queue', 'ack', 'durable'].includes(m[1]!)) assert.ok(commandFlags('subscribe').includes(m[1]!));
+      else if (m[1] === 'stream') assert.ok(commandFlags('call').includes('stream') && !commandFlags('list').includes('stream'), 'only mesh call lists --stream');
+      else if (m[1] === 'max_body_size') assert.ok(commandFlags('call').includes(m[1]), 'mesh call --stream reads --max_body_size');
       else assert.ok(commandFlags('list').includes(m[1]!) && commandFlags('call').includes(m[1]!), `platform commands read --${m[1]}`);
     }
   });
@@ -146,6 +148,9 @@ describe('mesh help and version (real processes)', () => {
     assert.match(list.stdout, /--output string +text or json \(default text\); one of text, json/);
     assert.ok(!list.stdout.includes('--tls_cert_file') && !list.stdout.includes('--drain_timeout'));
     assert.equal(commandHelp(findCommand('list')!), list.stdout);
+    assert.ok(!list.stdout.includes('--stream'));
+    const call = await runCli(['help', 'call'], env);
+    assert.match(call.stdout, /--stream string +call: a streaming call of this kind instead of a unary call;.*; one of server, client, bidi/);
     const flags = await runCli(['help', 'flags'], env);
     for (const name of Object.keys(FLAG_SPECS)) assert.match(flags.stdout, new RegExp(`^  --${name}\\b`, 'm'));
   });

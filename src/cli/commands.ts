@@ -74,7 +74,7 @@ function stringifyJsonIndented(value: unknown): string {
 }
 
 /** Runs one platform command; resolves with the exit code. */
-export async function runPlatformCommand(positionals: string[], config: Config, io: Output): Promise<number> {
+export async function runPlatformCommand(positionals: string[], config: Config, io: Output, given?: ReadonlySet<string>): Promise<number> {
   const [verb, noun, ...rest] = positionals;
   const json = config.output === 'json';
   const ops = operationsFor(config);
@@ -111,6 +111,21 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
           parseJson(requestJson);
         } catch (err) {
           throw new UsageError(`call: the request is not valid JSON: ${(err as JsonSyntaxError).message}`);
+        }
+        if (config.stream) {
+          const { runStreamCall } = await import('./call-stream.js');
+          if (config.stream !== 'server' && body.length > 0) throw new UsageError(`call --stream=${config.stream}: the requests are read from stdin, one JSON a line; give no JSON argument`);
+          return await runStreamCall(ops, {
+            service,
+            endpoint,
+            kind: config.stream,
+            requestJson,
+            // The unary budget's default does not apply to a stream: only an explicit --client_request_timeout is its deadline.
+            timeoutMs: given?.has('client_request_timeout') ? config.client_request_timeout : undefined,
+            input: process.stdin,
+            maxLineBytes: config.max_body_size,
+            out: io.out,
+          });
         }
         const response = await ops.call(service, endpoint, requestJson);
         io.out((json ? response : pretty(response)) + '\n');

@@ -107,6 +107,7 @@ export const FLAG_SPECS = {
   healthcheck_url: { type: 'string', help: 'sidecar: URL checked to decide if the app is healthy' },
   healthcheck_interval: { type: 'duration', help: 'sidecar: time between health checks', default: '10s' },
   healthcheck_timeout: { type: 'duration', help: 'sidecar: health check timeout', default: '2s' },
+  stream: { type: 'string', help: 'call: a streaming call of this kind instead of a unary call; answers are printed one JSON line each as they arrive, client and bidi requests are read from stdin, one JSON a line (docs/cli.md)', choices: ['server', 'client', 'bidi'] },
   queue: { type: 'string', help: 'subscribe: queue group' },
   ack: { type: 'bool', help: 'subscribe: at least once, under --durable NAME: each message is acknowledged once printed', default: 'false' },
   durable: { type: 'string', help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
@@ -237,6 +238,7 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   healthcheck_interval: { group: 'command', commands: ['sidecar'] },
   healthcheck_timeout: { group: 'command', commands: ['sidecar'] },
   output: { group: 'command', commands: PLATFORM },
+  stream: { group: 'command', commands: ['call'] },
   queue: { group: 'command', commands: ['subscribe'] },
   ack: { group: 'command', commands: ['subscribe'] },
   durable: { group: 'command', commands: ['subscribe'] },
@@ -388,6 +390,8 @@ export interface Config {
   healthcheck_url?: string;
   healthcheck_interval: number;
   healthcheck_timeout: number;
+  /** mesh call: the kind of streaming call (unset: unary). */
+  stream?: 'server' | 'client' | 'bidi';
   queue?: string;
   ack: boolean;
   durable?: string;

@@ -90,7 +90,7 @@ export async function main(argv: string[]): Promise<number> {
     const server = SERVER_COMMANDS[command];
     if (server) return await (await server())(args);
     const { runPlatformCommand } = await import('./commands.js');
-    return await runPlatformCommand(args.positionals, args.config, { out, err });
+    return await runPlatformCommand(args.positionals, args.config, { out, err }, args.given);
   } catch (e) {
     if (e instanceof FlagError) {
       err(`mesh: ${attributeFlagError(e.message, args.fromEnv)}\n`);

@@ -5,7 +5,8 @@
  */
 import { request } from 'undici';
 import WebSocket from 'ws';
-import type { Config } from './flags.js';
+import { FlagError, type Config } from './flags.js';
+import type { StreamCall, StreamOpenOptions } from '../client/stream.js';
 import { optionsFromFlags } from './options.js';
 import { Runtime } from '../runtime.js';
 import { mergeVersions, type Service } from '../registry/registry.js';
@@ -24,6 +25,8 @@ export interface Operations {
   deregister(service: Service): Promise<void>;
   /** Calls an endpoint with a JSON request; resolves with the response body text. */
   call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string>;
+  /** Opens a streaming call (raw payloads of opts.contentType); resolves once the server accepted it. */
+  stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall>;
   publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void>;
   /** `onEnd` is called when the subscription ends without being stopped (e.g. the sidecar closed it). */
   /** With `durable`: at least once under that consumer name, each message acknowledged once onMessage returns. */
@@ -68,6 +71,10 @@ export class DirectOperations implements Operations {
       address,
     });
     return res.body.toString('utf8');
+  }
+
+  stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
+    return this.runtime.client.stream(service, endpoint, opts);
   }
 
   async publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void> {
@@ -160,6 +167,10 @@ export class SidecarOperations implements Operations {
     if (address) payload.address = address;
     const { text } = await this.send('POST', '/rpc', JSON.stringify(payload), { 'content-type': 'application/json' });
     return text;
+  }
+
+  async stream(): Promise<StreamCall> {
+    throw new FlagError('--stream is not available through a sidecar yet (run mesh call --stream without --proxy_address, with the registry flags)');
   }
 
   async publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void> {
