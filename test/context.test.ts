@@ -58,7 +58,7 @@ describe('context: a real two-service chain', () => {
     }));
     outer.handle('Chain.Late', async (req: { waitMs: number }) => {
       // Past the caller's deadline: the call has no budget left and never leaves.
-      await new Promise((r) => setTimeout(r, req.waitMs));
+      await new Promise((r) => setTimeout(r, req.waitMs)); // a slow handler outliving its deadline (fixture), not ordering
       return outerMesh.call('ctx.inner', 'Echo.Ctx', {});
     });
     outer.handle('Chain.Publish', async () => {

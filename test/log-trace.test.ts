@@ -29,7 +29,7 @@ describe('log lines carry the trace of the request being handled', () => {
     log.info({ a: 1 }, 'outside');
     await store.run({ trace: { traceId: TRACE, spanId: SPAN, flags: 1 } }, async () => {
       log.info({ a: 1 }, 'inside');
-      await new Promise((r) => setTimeout(r, 1));
+      await new Promise((r) => setTimeout(r, 1)); // a timer hop: the context must survive it (what is tested), not ordering
       log.warn('after an await');
     });
     log.info('outside again');

@@ -50,7 +50,7 @@ describe('streams at the edge', () => {
         ctx.signal.addEventListener('abort', () => seen.foreverAborted.push((ctx.signal.reason as MeshError).detail));
         for (let i = 0; ; i++) {
           yield { n: i };
-          await new Promise((r) => setTimeout(r, 5));
+          await new Promise((r) => setTimeout(r, 5)); // paces an endless stream (fixture), not ordering
         }
       },
       { kind: 'server' },
@@ -203,7 +203,7 @@ describe('streams at the edge', () => {
         const now = seen.pulled;
         const stable = now === last;
         last = now;
-        await new Promise((r) => setTimeout(r, 200));
+        await new Promise((r) => setTimeout(r, 200)); // the window in which the count must stay still (measuring), not ordering
         return stable;
       },
       20000,

@@ -184,7 +184,7 @@ describe('streams in the framework', () => {
         const now = seen.pulled - pulledBefore;
         const stable = now === last;
         last = now;
-        await new Promise((r) => setTimeout(r, 100));
+        await new Promise((r) => setTimeout(r, 100)); // the window in which the count must stay still (measuring), not ordering
         return stable && now > 1;
       },
       10000,
@@ -299,7 +299,7 @@ describe('a long stream on a server with a short --request_timeout', () => {
       yield { say: 'one' };
       await first;
       // Longer than --request_timeout (400ms) between two requests of one request body.
-      await new Promise((r) => setTimeout(r, 1000));
+      await new Promise((r) => setTimeout(r, 1000)); // must outlast --request_timeout (what is tested), not ordering
       yield { say: 'two' };
     }
     const got: unknown[] = [];
