@@ -5,7 +5,8 @@
  * No routing, no registry, no stats, no logs.
  * Usage: node --import tsx bench/servers/node-floor-stream.ts PORT UPSTREAM_PORT
  */
-import { createServer, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
+import { forward } from './hop-headers.js';
 import { Pool } from 'undici';
 import { installProfileHook } from './prof-hook.js';
 
@@ -14,13 +15,6 @@ installProfileHook('node-floor-stream');
 const port = Number(process.argv[2]);
 const upstream = `http://127.0.0.1:${Number(process.argv[3])}`;
 const pool = new Pool(upstream, { connections: 128 });
-const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'host']);
-
-function forward(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
-  for (const k in headers) if (!HOP.has(k)) out[k] = headers[k];
-  return out;
-}
 
 function factory(this: void, { statusCode, headers, opaque }: { statusCode: number; headers: Record<string, string | string[] | undefined>; opaque: unknown }) {
   const res = opaque as ServerResponse;

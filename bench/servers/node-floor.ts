@@ -4,7 +4,8 @@
  * routing, no registry, no stats, no logs.
  * Usage: node --import tsx bench/servers/node-floor.ts PORT UPSTREAM_PORT
  */
-import { createServer, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http';
+import { createServer } from 'node:http';
+import { forward } from './hop-headers.js';
 import { Pool } from 'undici';
 import { installProfileHook } from './prof-hook.js';
 
@@ -13,13 +14,6 @@ installProfileHook('node-floor');
 const port = Number(process.argv[2]);
 const upstream = `http://127.0.0.1:${Number(process.argv[3])}`;
 const pool = new Pool(upstream, { connections: 128 });
-const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'host']);
-
-function forward(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
-  for (const k in headers) if (!HOP.has(k)) out[k] = headers[k];
-  return out;
-}
 
 const server = createServer((req, res) => {
   pool
