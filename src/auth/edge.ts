@@ -393,8 +393,8 @@ export class EdgeGuard {
     }
   }
 
-  /** /rpc, once the body named the service and method. Throws like check(). */
-  authorizeCall(req: IncomingMessage, res: ServerResponse, service: string, endpoint: string): void {
+  /** /rpc, once the body (or an upgrade's query) named the service and method. Throws like check(). */
+  authorizeCall(req: IncomingMessage, res: ServerResponse | undefined, service: string, endpoint: string): void {
     if (!this.auth) return;
     try {
       const rule = this.auth.decide(this.identities.get(req), { path: '/rpc', service, endpoint });
@@ -403,7 +403,7 @@ export class EdgeGuard {
     } catch (err) {
       if (err instanceof AuthError) {
         (err.code === 401 ? this.unauthenticated : this.denied).inc();
-        if (err.challenge && !res.headersSent) res.setHeader('www-authenticate', err.challenge);
+        if (err.challenge && res && !res.headersSent) res.setHeader('www-authenticate', err.challenge);
       }
       throw err;
     }

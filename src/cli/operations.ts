@@ -5,8 +5,10 @@
  */
 import { request } from 'undici';
 import WebSocket from 'ws';
-import { FlagError, type Config } from './flags.js';
-import type { StreamCall, StreamOpenOptions } from '../client/stream.js';
+import type { Config } from './flags.js';
+import { cancelledError, DEFAULT_MAX_MESSAGE_BYTES, type StreamCall, type StreamOpenOptions } from '../client/stream.js';
+import { SidecarStreamCall } from './sidecar-stream.js';
+import { HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
 import { optionsFromFlags } from './options.js';
 import { Runtime } from '../runtime.js';
 import { mergeVersions, type Service } from '../registry/registry.js';
@@ -169,8 +171,40 @@ export class SidecarOperations implements Operations {
     return text;
   }
 
-  async stream(): Promise<StreamCall> {
-    throw new FlagError('--stream is not available through a sidecar yet (run mesh call --stream without --proxy_address, with the registry flags)');
+  /** A WebSocket at the sidecar's `/rpc?service=S&endpoint=E`; the deadline goes as `Mesh-Timeout`. */
+  async stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
+    const type = opts.contentType ?? 'application/json';
+    if (type !== 'application/json') throw new MeshError('go.mesh.cli', 415, `stream ${service}.${endpoint}: through a sidecar the messages are JSON, not ${type}`);
+    if (opts.signal?.aborted) throw cancelledError('go.mesh.cli');
+    const url = new URL(`${this.base.replace(/^http/, 'ws')}/rpc`);
+    url.searchParams.set('service', service);
+    url.searchParams.set('endpoint', endpoint);
+    const headers: Record<string, string> = {};
+    if (opts.timeoutMs && opts.timeoutMs > 0) headers[HEADER_TIMEOUT] = String(opts.timeoutMs);
+    if (opts.id) headers[HEADER_ID] = opts.id;
+    for (const [name, value] of Object.entries(opts.metadata ?? {})) headers[name] = value;
+    const ws = await this.openSocket(url, `stream ${service}.${endpoint}`, headers, opts.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES);
+    return new SidecarStreamCall(ws, service, endpoint, opts.kind, opts.request, opts.signal);
+  }
+
+  /**
+   * An open WebSocket to the sidecar with the token (and `headers`); a refused handshake rejects
+   * with the sidecar's error JSON, an unreachable sidecar with 502.
+   */
+  private async openSocket(url: URL, what: string, headers: Record<string, string> = {}, maxPayload?: number): Promise<WebSocket> {
+    const ws = new WebSocket(url, { headers: { ...headers, ...this.tokenHeader }, handshakeTimeout: this.timeoutMs || undefined, maxPayload, perMessageDeflate: false });
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', (err) => reject(new MeshError('go.mesh.cli', 502, `sidecar at ${this.base} not reachable: ${err.message}`)));
+      ws.once('unexpected-response', (_req, res) => {
+        // The sidecar's refusal is an error JSON body: keep its detail.
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => reject(parseErrorBody(res.statusCode ?? 502, text || `${what} refused: ${res.statusCode}`)));
+        res.on('error', () => reject(new MeshError('go.mesh.cli', res.statusCode ?? 502, `${what} refused: ${res.statusCode}`)));
+      });
+    });
+    return ws;
   }
 
   async publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void> {
@@ -191,18 +225,7 @@ export class SidecarOperations implements Operations {
       url.searchParams.set('ack', '1');
       url.searchParams.set('durable', durable);
     }
-    const ws = new WebSocket(url, { headers: this.tokenHeader });
-    await new Promise<void>((resolve, reject) => {
-      ws.once('open', () => resolve());
-      ws.once('error', (err) => reject(new MeshError('go.mesh.cli', 502, `sidecar at ${this.base} not reachable: ${err.message}`)));
-      ws.once('unexpected-response', (_req, res) => {
-        // The sidecar's refusal is an error JSON body: keep its detail.
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString()));
-        res.on('end', () => reject(parseErrorBody(res.statusCode ?? 502, text || `subscribe refused: ${res.statusCode}`)));
-        res.on('error', () => reject(new MeshError('go.mesh.cli', res.statusCode ?? 502, `subscribe refused: ${res.statusCode}`)));
-      });
-    });
+    const ws = await this.openSocket(url, 'subscribe');
     let stopped = false;
     ws.on('error', () => undefined); // 'close' follows and reports it
     ws.on('close', (code, reason) => {

@@ -24,6 +24,8 @@ const CLIENT_ID = 'go.mesh.client';
 const SEND_HIGH_WATER = 64 * 1024;
 /** Bytes of response read ahead of the consumer (undici's body buffer). */
 const RECEIVE_HIGH_WATER = 64 * 1024;
+/** Largest message accepted from the server unless StreamOpenOptions.maxMessageBytes says otherwise. */
+export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 /** Largest error body read from a refused stream. */
 const MAX_ERROR_BODY = 64 * 1024;
 
@@ -324,7 +326,7 @@ export async function openStream(
   headers[HEADER_ID] = id;
   headers[HEADER_STREAM] = opts.kind;
   const timeoutMs = opts.timeoutMs && opts.timeoutMs > 0 ? opts.timeoutMs : 0;
-  const maxMessageBytes = opts.maxMessageBytes ?? 4 * 1024 * 1024;
+  const maxMessageBytes = opts.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   // A node that does not speak the mesh wire (protocol=grpc) opens the stream its own way.
   let opener: StreamOpener | undefined;
   try {

@@ -4,6 +4,7 @@
  * Paths the gateway answers itself, whatever the handler:
  *   GET /               {"version":"<mesh version>"}
  *   POST /rpc           call a service directly (SPEC 2.8): those of --rpc_allow (403 for others); off with --enable_rpc=false
+ *   GET /rpc + WebSocket a streaming call, /rpc?service=S&endpoint=E, with the same checks as POST /rpc
  *   GET /stats          with --enable_stats: the dashboard (src/dashboard; JSON for Accept: application/json)
  *   GET /_mesh/health   200 while live, 503 while draining (admin /healthcheck/fail)
  * Everything else goes to the handler: `--handler=api|rpc|proxy|event`, or by default the
@@ -20,7 +21,7 @@ import type { FrontEnd } from '../handlers/front-end.js';
 import { resolveEventPath, resolveProxyPath, RpcPathResolver, type RpcRoute } from '../handlers/resolve.js';
 import { handleApi } from '../handlers/api.js';
 import { handleRpc } from '../handlers/rpc.js';
-import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
+import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../handlers/rpc-endpoint.js';
 import { handleEvent } from '../handlers/event.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import { handleSse, StreamSockets, wantsEventStream } from '../handlers/stream.js';
@@ -293,6 +294,13 @@ export class Gateway {
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const url = req.url ?? '/';
     const path = pathOf(url);
+    if (path === '/rpc' && this.enableRpc) {
+      this.guard.check(req, undefined, { path, call: true }).then(
+        () => handleRpcStreamUpgrade(this.fe, this.streams, req, socket, head, this.rpcAllowed),
+        (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, ERROR_ID))),
+      );
+      return;
+    }
     const stream = this.streamRoute(req, url, path);
     if (stream) {
       this.guard.check(req, undefined, { path, service: stream.service, endpoint: stream.method }).then(

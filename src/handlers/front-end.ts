@@ -12,8 +12,8 @@ export interface FrontEnd {
   /** The `id` of error JSON this front end writes. */
   errorId: string;
   maxBodyBytes: number;
-  /** Authorizes a call whose service and method only the body names (/rpc): throws the 401/403 (src/auth/). */
-  authorizeCall?: (req: IncomingMessage, res: ServerResponse, service: string, method: string) => void;
+  /** Authorizes a call whose service and method only the body or query names (/rpc): throws the 401/403 (src/auth/); `res` undefined for an upgrade. */
+  authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void;
 }
 
 /** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout. */

@@ -2,14 +2,22 @@
  * `POST /rpc` on the gateway and the sidecar (SPEC 2.8, DESIGN 6): form fields or a JSON object
  * with `service`, `method` (or `endpoint`), `request` (an object or a string holding JSON) and
  * optional `address` (host:port) to call one node. Keys are matched case-insensitively.
+ *
+ * A WebSocket upgrade at `/rpc?service=S&endpoint=E` (or `method=E`) opens a streaming call of
+ * that endpoint, served like one at its own path (src/handlers/stream.ts), with the same checks as
+ * `POST /rpc`: the services `allowed`, then the auth rules for that service and endpoint.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { MeshError, asFrontEndError } from '../errors.js';
+import type { Duplex } from 'node:stream';
+import { MeshError, asFrontEndError, toMeshError } from '../errors.js';
 import { mediaType } from '../codec/codec.js';
 import { JsonDepthError, parseJson, stringifyJson } from '../codec/json.js';
 import { readBody } from '../http/body.js';
 import { sendBytes, sendError } from '../http/respond.js';
-import { callOptionsFrom, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import type { RpcRoute } from './resolve.js';
+import type { StreamSockets } from './stream.js';
+import { upgradeRefusal } from '../auth/edge.js';
 import { tryParseAddress } from '../util/address.js';
 
 export interface RpcCall {
@@ -38,11 +46,7 @@ export function parseRpcCall(errorId: string, contentType: string | undefined, b
   } else {
     throw new MeshError(errorId, 415, `unsupported content type ${media}: use application/json or a form`);
   }
-  const service = fields.service;
-  if (typeof service !== 'string' || service.trim() === '') throw new MeshError(errorId, 400, 'service: required');
-  const method = fields.method ?? fields.endpoint;
-  if (typeof method !== 'string' || method.trim() === '') throw new MeshError(errorId, 400, 'method: required (or endpoint)');
-  if (!/^[A-Za-z_]\w*\.[A-Za-z_]\w*$/.test(method)) throw new MeshError(errorId, 400, `method: "${method}" is not Endpoint.Method`);
+  const { service, method } = rpcTarget(errorId, fields);
   let request: unknown = fields.request ?? {};
   if (typeof request === 'string') {
     try {
@@ -56,7 +60,22 @@ export function parseRpcCall(errorId: string, contentType: string | undefined, b
   const address = fields.address;
   if (address !== undefined && address !== '' && (typeof address !== 'string' || !tryParseAddress(address, { target: true })))
     throw new MeshError(errorId, 400, 'address: must be host:port');
-  return { service: service.trim(), method, request: Buffer.from(stringifyJson(request)), address: address ? (address as string) : undefined };
+  return { service, method, request: Buffer.from(stringifyJson(request)), address: address ? (address as string) : undefined };
+}
+
+/** The service and method named by /rpc's fields (lower-case keys); throws a 400 naming the problem. */
+function rpcTarget(errorId: string, fields: Record<string, unknown>): { service: string; method: string } {
+  const service = fields.service;
+  if (typeof service !== 'string' || service.trim() === '') throw new MeshError(errorId, 400, 'service: required');
+  const method = fields.method ?? fields.endpoint;
+  if (typeof method !== 'string' || method.trim() === '') throw new MeshError(errorId, 400, 'method: required (or endpoint)');
+  if (!/^[A-Za-z_]\w*\.[A-Za-z_]\w*$/.test(method)) throw new MeshError(errorId, 400, `method: "${method}" is not Endpoint.Method`);
+  return { service: service.trim(), method };
+}
+
+/** The 403 of a service that /rpc may not call (--rpc_allow). */
+function notAllowed(errorId: string, service: string): MeshError {
+  return new MeshError(errorId, 403, `service ${service.length > 200 ? `${service.slice(0, 200)}...` : service} may not be called through /rpc (--rpc_allow)`);
 }
 
 /**
@@ -71,9 +90,7 @@ export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res:
   }
   const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
   const call = parseRpcCall(fe.errorId, req.headers['content-type'], body);
-  if (allowed && !allowed(call.service)) {
-    throw new MeshError(fe.errorId, 403, `service ${call.service.length > 200 ? `${call.service.slice(0, 200)}...` : call.service} may not be called through /rpc (--rpc_allow)`);
-  }
+  if (allowed && !allowed(call.service)) throw notAllowed(fe.errorId, call.service);
   fe.authorizeCall?.(req, res, call.service, call.method);
   try {
     const answer = await fe.runtime.client.call(call.service, call.method, call.request, {
@@ -85,4 +102,29 @@ export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res:
   } catch (err) {
     sendError(res, asFrontEndError(err, fe.errorId));
   }
+}
+
+/** What a WebSocket at /rpc serves instead of a unary endpoint. */
+const UNARY_AT_RPC = 'a WebSocket at /rpc opens streaming calls only (call it with POST /rpc)';
+
+/**
+ * A WebSocket upgrade at `/rpc?service=S&endpoint=E`, after the front end's own checks (Host,
+ * token, credential): refused before the handshake with error JSON (400 a missing or bad field, 403
+ * a service not `allowed` or denied by the auth rules, 404 an unknown service or a unary endpoint),
+ * otherwise the stream runs on the socket as at the endpoint's path.
+ */
+export async function handleRpcStreamUpgrade(fe: FrontEnd, streams: StreamSockets, req: IncomingMessage, socket: Duplex, head: Buffer, allowed?: (service: string) => boolean): Promise<void> {
+  let route: RpcRoute;
+  try {
+    const fields: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(queryObject(req.url ?? ''))) fields[k.toLowerCase()] = Array.isArray(v) ? v[0] : v;
+    const { service, method } = rpcTarget(fe.errorId, fields);
+    if (allowed && !allowed(service)) throw notAllowed(fe.errorId, service);
+    fe.authorizeCall?.(req, undefined, service, method);
+    route = { service, method };
+  } catch (err) {
+    socket.end(upgradeRefusal(toMeshError(err, fe.errorId)));
+    return;
+  }
+  return streams.upgrade(route, req, socket, head, UNARY_AT_RPC);
 }

@@ -206,10 +206,11 @@ export class StreamSockets {
   }
 
   /**
-   * A WebSocket upgrade on an endpoint's path: refused with error JSON (404 unknown service, 400
-   * not a streaming endpoint) before the handshake; otherwise the stream runs on the socket.
+   * A WebSocket upgrade on an endpoint's path (or at /rpc): refused with error JSON (404 unknown
+   * service or not a streaming endpoint, `unary` saying what to do instead) before the handshake;
+   * otherwise the stream runs on the socket.
    */
-  async upgrade(route: RpcRoute, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  async upgrade(route: RpcRoute, req: IncomingMessage, socket: Duplex, head: Buffer, unary = 'no WebSocket endpoint here (a WebSocket serves streaming endpoints only)'): Promise<void> {
     const fe = this.fe;
     const refuse = (err: MeshError): void => void socket.end(rawErrorResponse(err));
     if (this.closed) return refuse(new MeshError(fe.errorId, 503, 'shutting down'));
@@ -221,7 +222,7 @@ export class StreamSockets {
     } catch (err) {
       return refuse(asFrontEndError(err, fe.errorId));
     }
-    if (!kind) return refuse(notStreaming(fe, route, 404, 'no WebSocket endpoint here (a WebSocket serves streaming endpoints only)'));
+    if (!kind) return refuse(notStreaming(fe, route, 404, unary));
     if (socket.destroyed) return;
     const streamKind = kind;
     this.wss.handleUpgrade(req, socket, head, (ws) => this.run(route, streamKind, req, ws));

@@ -6,6 +6,7 @@
  *   GET  /                 {"version":..,"handler":..,"namespace":..}
  *   *    /registry         registry-api.ts
  *   POST /rpc              handlers/rpc-endpoint.ts (form fields or JSON)
+ *   GET  /rpc + WebSocket  a streaming call: /rpc?service=S&endpoint=E (handlers/rpc-endpoint.ts, handlers/stream.ts)
  *   *    /broker           broker-api.ts (POST publish, WebSocket subscribe)
  *   GET  /stats            the dashboard, src/dashboard (only with --enable_stats)
  *   GET  /_mesh/health     200 live / 503 draining (the front server)
@@ -30,7 +31,7 @@ import { sendJson } from '../http/respond.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
 import { handleRpc } from '../handlers/rpc.js';
-import { handleRpcEndpoint } from '../handlers/rpc-endpoint.js';
+import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../handlers/rpc-endpoint.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import { handleSse, StreamSockets, wantsEventStream } from '../handlers/stream.js';
 import { packageVersion } from '../admin/build-info.js';
@@ -257,7 +258,7 @@ export class Sidecar {
     const refusal = this.hostRefusal(req);
     if (refusal) return refuse(refusal);
     const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(req.url ?? '/', fe.namespace) : undefined;
-    const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' ? this.authTarget(req) : { path };
+    const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req) : { path };
     this.guard.check(req, undefined, target).then(
       () => this.upgradeAuthorized(req, socket, head, path),
       (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, fe.errorId))),
@@ -271,7 +272,12 @@ export class Sidecar {
       if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
       return this.broker.upgrade(req, socket, head);
     }
-    if (this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/') {
+    if (path === '/rpc') {
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      void handleRpcStreamUpgrade(fe, this.streams, req, socket, head);
+      return;
+    }
+    if (this.handler === 'proxy' && path !== '/registry' && path !== '/' && path !== '/rpc') {
       const route = resolveProxyPath(req.url ?? '/', fe.namespace);
       if (route) return handleProxyUpgrade(fe, route.service, this.secure, req, socket, head);
     }
@@ -282,6 +288,6 @@ export class Sidecar {
       void this.streams.upgrade(stream, req, socket, head);
       return;
     }
-    refuse(new MeshError(fe.errorId, 404, `no WebSocket endpoint at ${path} (subscribe at /broker?topic=T${this.handler === 'proxy' ? '' : '; streaming endpoints at /<service>/<method>; with --handler=proxy upgrades are proxied to the app'})`));
+    refuse(new MeshError(fe.errorId, 404, `no WebSocket endpoint at ${path} (subscribe at /broker?topic=T${this.handler === 'proxy' ? '; streaming calls at /rpc?service=S&endpoint=E' : '; streaming endpoints at /<service>/<method> and /rpc?service=S&endpoint=E; with --handler=proxy upgrades are proxied to the app'})`));
   }
 }
