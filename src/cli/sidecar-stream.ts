@@ -82,6 +82,11 @@ export class SidecarStreamCall implements StreamCall {
     if (kind === 'server' && !this.done) ws.send(Buffer.from(request ?? Buffer.from('{}')), { binary: false });
   }
 
+  /** Bytes of answers received and not yet taken by the consumer (bounded: the socket pauses at RECEIVE_HIGH_WATER). */
+  get buffered(): number {
+    return this.queued;
+  }
+
   async send(payload: Uint8Array): Promise<void> {
     if (this.kind === 'server') throw new MeshError(CLI_ID, 400, 'a server stream takes its one request at open');
     if (this.failure) throw this.failure;
