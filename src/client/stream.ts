@@ -22,8 +22,8 @@ import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } 
 const CLIENT_ID = 'go.mesh.client';
 /** Bytes of request frames queued for the connection before send() waits. */
 const SEND_HIGH_WATER = 64 * 1024;
-/** Bytes of response read ahead of the consumer (undici's body buffer). */
-const RECEIVE_HIGH_WATER = 64 * 1024;
+/** Bytes of response read ahead of the consumer (undici's body buffer; the read-ahead of a gRPC stream too). */
+export const RECEIVE_HIGH_WATER = 64 * 1024;
 /** Largest error body read from a refused stream. */
 const MAX_ERROR_BODY = 64 * 1024;
 
