@@ -30,6 +30,8 @@ describe('gRPC streams from the framework client', () => {
   let mesh: Mesh;
   let server: grpc.Server;
   const seen = { cancelled: [] as string[], deadline: [] as string[], written: 0, blocked: false, total: 0 };
+  /** The 'big' stream: messages whose write grpc-js has completed, and whether a write waits. */
+  const big = { flushed: 0, waiting: false };
 
   before(async () => {
     const def = protoLoader.loadSync(join(PROTOS, 'greeter.proto'), { keepCase: true, longs: String, enums: String, defaults: true });
@@ -58,6 +60,22 @@ describe('gRPC streams from the framework client', () => {
             }
             call.end();
           })();
+          return;
+        }
+        if (r.name === 'big') {
+          // 1 MiB messages as fast as grpc-js takes them: the next write as soon as the last one's
+          // callback says HTTP/2 took it (so the server's own buffer holds one message, not 16).
+          const payload = 'x'.repeat(1024 * 1024);
+          const next = (i: number): void => {
+            if (i > r.n || call.cancelled) return void (i > r.n && call.end());
+            big.waiting = true;
+            call.write({ message: `#${i} ${payload}` }, () => {
+              big.waiting = false;
+              big.flushed = i;
+              next(i + 1);
+            });
+          };
+          next(1);
           return;
         }
         for (let i = 1; i <= r.n; i++) call.write({ message: `Hello ${r.name} #${i}` });
@@ -128,6 +146,39 @@ describe('gRPC streams from the framework client', () => {
       assert.ok(r.value.message.startsWith(`#${count} `), `message ${count} in order`);
     }
     assert.equal(count, n);
+  });
+
+  it('the read-ahead is bounded by bytes (64 KiB, at least one message), not by a count of messages: 1 MiB messages wait on HTTP/2 flow control', async () => {
+    // Measured at the server, where nothing on the client can hide it: how many 1 MiB messages
+    // grpc-js let it write while the consumer holds one and reads no further. Each write waits for
+    // the previous one to be taken by HTTP/2, so what the server wrote is what the consumer, the
+    // client's read-ahead, grpc-js's parser and the HTTP/2 windows (64 KiB each) hold: measured 2
+    // (the consumer's and the one read ahead; a third waits). A read-ahead of 16 messages
+    // (grpc-js's own) let the server write 17, far beyond the bound. Whether the server has stopped is
+    // seen as a write waiting with no progress over many polls; stopping early can only make
+    // the count smaller, so the bound cannot fail by timing, only by reading ahead too much.
+    const n = 200;
+    const bound = 8;
+    const s = mesh.stream<{ message: string }>('go.mesh.srv.g', 'Greeter.Count', { name: 'big', n });
+    const it = s[Symbol.asyncIterator]();
+    assert.match((await it.next()).value!.message, /^#1 x/);
+    let last = -1;
+    let still = 0;
+    await waitFor(
+      () => {
+        still = big.waiting && big.flushed === last ? still + 1 : 0;
+        last = big.flushed;
+        return still >= 10;
+      },
+      20_000,
+      50,
+    );
+    assert.ok(big.flushed <= bound, `the server wrote ${big.flushed} MiB while the consumer held one message; bound ${bound} MiB`);
+    // Reading again lets the server go on, in order.
+    for (let i = 2; i <= bound + 4; i++) assert.match((await it.next()).value!.message, new RegExp(`^#${i} x`));
+    await waitFor(() => big.flushed > bound);
+    s.cancel();
+    await waitFor(() => seen.cancelled.includes('big'));
   });
 
   it('a bidi stream in protobuf passes the bytes through both ways', async () => {

@@ -13,14 +13,10 @@
  */
 import WebSocket from 'ws';
 import { MeshError } from '../errors.js';
-import { cancelledError, type StreamCall } from '../client/stream.js';
+import { cancelledError, RECEIVE_HIGH_WATER, SEND_HIGH_WATER, type StreamCall } from '../client/stream.js';
 import type { StreamKind } from '../transport/frames.js';
 import { SIDECAR_ERROR_ID } from '../sidecar/server.js';
 
-/** Bytes of answers read ahead of the consumer before the socket is paused. */
-const RECEIVE_HIGH_WATER = 64 * 1024;
-/** Bytes queued on the socket before send() waits. */
-const SEND_HIGH_WATER = 64 * 1024;
 const CLI_ID = 'go.mesh.cli';
 
 /** The error a close code stands for; undefined for 1000 (the stream's end). */

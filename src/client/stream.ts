@@ -20,10 +20,10 @@ import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEO
 import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 
 const CLIENT_ID = 'go.mesh.client';
-/** Bytes of request frames queued for the connection before send() waits. */
-const SEND_HIGH_WATER = 64 * 1024;
-/** Bytes of response read ahead of the consumer (undici's body buffer). */
-const RECEIVE_HIGH_WATER = 64 * 1024;
+/** Bytes of request frames queued for the connection before send() waits (a sidecar stream's socket too). */
+export const SEND_HIGH_WATER = 64 * 1024;
+/** Bytes of response read ahead of the consumer (undici's body buffer; the read-ahead of gRPC and sidecar streams too). */
+export const RECEIVE_HIGH_WATER = 64 * 1024;
 /** Largest message accepted from the server unless StreamOpenOptions.maxMessageBytes says otherwise. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 /** Largest error body read from a refused stream. */

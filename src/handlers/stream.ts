@@ -13,9 +13,12 @@
  *
  * Whether an endpoint streams is read from the registry (the endpoint metadata `stream`), once per
  * service, then kept current by a registry watch (StreamKinds); for a service with a gRPC node
- * (`protocol=grpc`), from the method in the loaded .proto files. A
- * WebSocket upgrade on a unary endpoint is refused with 404 (no WebSocket endpoint there), an
- * event-stream request for anything but a server stream with 406.
+ * (`protocol=grpc`), from the method in the loaded .proto files, else from the node's reflection
+ * service (asked as a unary call asks it: once a minute per node, within --client_request_timeout;
+ * a node that does not answer is refused with 502, or 504 past the timeout; a method neither the
+ * protos nor the reflection service have with 501). A WebSocket upgrade on a unary endpoint is
+ * refused with 404 (no WebSocket endpoint there), an event-stream request for anything but a
+ * server stream with 406.
  * Messages pass through undecoded, as JSON; backpressure reaches the backend both ways.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -28,7 +31,9 @@ import { readBody } from '../http/body.js';
 import { drained, rawErrorResponse, sendError } from '../http/respond.js';
 import type { StreamCall } from '../client/stream.js';
 import { isStreamKind, type StreamKind } from '../transport/frames.js';
+import { TransportError } from '../transport/rpc.js';
 import { GRPC_PROTOCOL } from '../transport/grpc/transport.js';
+import { hostKey } from '../upstream/host.js';
 import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 
@@ -45,6 +50,14 @@ export function wantsEventStream(req: IncomingMessage): boolean {
 
 /** Services whose endpoint kinds a front end remembers (one registry read each, then watched). */
 const KINDS_MAX = 1024;
+/** gRPC nodes of a service asked in turn for a method's kind when one cannot be reached. */
+const GRPC_NODES_ASKED = 3;
+
+/** A gRPC node of a service: what the gRPC transport needs to find a method's kind. */
+interface GrpcNode {
+  key: string;
+  metadata: Record<string, string>;
+}
 
 /**
  * The kinds of the streaming endpoints of services, read from the registry once per service and
@@ -52,8 +65,8 @@ const KINDS_MAX = 1024;
  * started on first use): opening a stream reads no registry. Bounded: dropped whole when full.
  */
 export class StreamKinds {
-  /** Per service: the kinds its records list, and the metadata of a gRPC node of it, if any. */
-  private readonly known = new Map<string, { kinds: Map<string, StreamKind>; grpc?: Record<string, string> }>();
+  /** Per service: the kinds its records list, and its first gRPC nodes (none: not a gRPC service). */
+  private readonly known = new Map<string, { kinds: Map<string, StreamKind>; grpc: GrpcNode[] }>();
   private watcher?: { stop(): void };
 
   constructor(private readonly fe: FrontEnd) {}
@@ -72,23 +85,45 @@ export class StreamKinds {
       }
       if (versions.length === 0) throw new MeshError(this.fe.errorId, 404, `service ${route.service}: not found`);
       const kinds = new Map<string, StreamKind>();
-      let grpc: Record<string, string> | undefined;
+      const grpc: GrpcNode[] = [];
       for (const version of versions) {
         for (const endpoint of version.endpoints ?? []) {
           const kind = endpoint.metadata?.stream;
           if (isStreamKind(kind) && !kinds.has(endpoint.name)) kinds.set(endpoint.name, kind);
         }
-        for (const node of version.nodes ?? []) if (!grpc && node.metadata?.protocol === GRPC_PROTOCOL) grpc = node.metadata;
+        for (const node of version.nodes ?? []) {
+          if (grpc.length < GRPC_NODES_ASKED && node.metadata?.protocol === GRPC_PROTOCOL) grpc.push({ key: hostKey(node.address, node.port), metadata: node.metadata });
+        }
       }
       if (this.known.size >= KINDS_MAX) this.known.clear();
       entry = { kinds, grpc };
       this.known.set(route.service, entry);
     }
     const kind = entry.kinds.get(route.method);
-    if (kind || !entry.grpc) return kind;
-    // A gRPC node lists no endpoints: its methods' kinds are in the loaded .proto files.
-    const grpcKind = this.fe.runtime.grpc.methodKind(route.method, entry.grpc);
+    if (kind || entry.grpc.length === 0) return kind;
+    // A gRPC node lists no endpoints: its methods' kinds are in the loaded .proto files, or its reflection service.
+    const grpcKind = await this.grpcKind(route, entry.grpc);
     return grpcKind === 'unary' ? undefined : grpcKind;
+  }
+
+  /**
+   * The kind of a gRPC method, asking the nodes in turn while they cannot be reached. The
+   * transport keeps what each node's reflection service said (a minute), so this asks no node
+   * again meanwhile; a node that did not answer is asked again next time.
+   */
+  private async grpcKind(route: RpcRoute, nodes: GrpcNode[]): Promise<'unary' | StreamKind> {
+    const timeoutMs = this.fe.runtime.options.clientRequestTimeout;
+    let failure: MeshError | undefined;
+    for (const node of nodes) {
+      try {
+        return await this.fe.runtime.grpc.methodKind(route.method, node, timeoutMs);
+      } catch (err) {
+        if (!(err instanceof TransportError)) throw asFrontEndError(err, this.fe.errorId);
+        const what = `service ${route.service}: the kind of ${route.method} from the reflection service of ${node.key}`;
+        failure ??= err.outcome.kind === 'timeout' ? new MeshError(this.fe.errorId, 504, `${what}: no answer within ${timeoutMs}ms`) : new MeshError(this.fe.errorId, 502, `${what}: ${err.message}`);
+      }
+    }
+    throw failure!;
   }
 
   stop(): void {

@@ -5,9 +5,11 @@
  * - The kind comes from the .proto (or the node's reflection service): a method whose kind is not
  *   the one asked is a 400, before anything is sent.
  * - Messages are converted with the JSON rules of json.ts (or passed through as protobuf).
- * - Backpressure: send() waits for 'drain' when the call's write buffer is full; messages are
- *   read from the call only as the consumer pulls them (the call's readable buffer is bounded,
- *   and grpc-js reads the next message from HTTP/2 only when it has room).
+ * - Backpressure: send() waits for 'drain' when the call's write buffer is full. Messages are
+ *   read ahead of the consumer up to RECEIVE_HIGH_WATER bytes (64 KiB; always at least one
+ *   message), not grpc-js's 16 messages of up to the message size limit each: beyond the bound
+ *   the call is asked for no further message until the consumer has pulled below it, so grpc-js
+ *   stops reading the HTTP/2 stream and the node's writes wait on flow control.
  * - cancel() cancels the call (RST_STREAM: the server's call is cancelled); the stream's
  *   timeout is the gRPC deadline; the final status is mapped with the status table into the
  *   stream's end error, and the lease is released with the outcome a unary try would have.
@@ -16,7 +18,7 @@ import { once } from 'node:events';
 import type * as grpc from '@grpc/grpc-js';
 import { MeshError, flagged } from '../../errors.js';
 import { mediaType } from '../../codec/codec.js';
-import { cancelledError, type StreamCall, type StreamOpenRequest } from '../../client/stream.js';
+import { cancelledError, RECEIVE_HIGH_WATER, type StreamCall, type StreamOpenRequest } from '../../client/stream.js';
 import type { AttemptOutcome, UpstreamTarget } from '../../upstream/types.js';
 import { TransportError } from '../rpc.js';
 import { streamKindOf, type GrpcMethod } from './protos.js';
@@ -64,6 +66,10 @@ export class GrpcStreamCall implements StreamCall {
   private readonly abort = new AbortController();
   private readonly started = Date.now();
   private wake?: () => void;
+  /** Bytes of the node's messages taken from HTTP/2 and not yet pulled by the consumer. */
+  private aheadBytes = 0;
+  /** The call's request for the next message, held while aheadBytes is at the bound. */
+  private heldRead?: () => void;
 
   constructor(
     private readonly req: StreamOpenRequest,
@@ -140,16 +146,22 @@ export class GrpcStreamCall implements StreamCall {
     const metadata = this.deps.metadata(this.req.metadata, this.req.id);
     const options: grpc.CallOptions = this.req.timeoutMs > 0 ? { deadline: this.started + this.req.timeoutMs } : {};
     const pass = (b: Buffer) => b;
+    // Every message the call takes from HTTP/2 passes here on its way to the call's buffer.
+    const counted = (b: Buffer) => {
+      this.aheadBytes += b.byteLength;
+      return b;
+    };
     let call: AnyCall;
     if (first) {
-      call = client.makeServerStreamRequest<Buffer, Buffer>(method.path, pass, pass, first, metadata, options);
+      call = client.makeServerStreamRequest<Buffer, Buffer>(method.path, pass, counted, first, metadata, options);
       this.req.stats?.sent.inc();
     } else if (this.req.kind === 'client') {
       call = client.makeClientStreamRequest<Buffer, Buffer>(method.path, pass, pass, metadata, options, (err, value) => {
         if (!err && value) this.reply = value;
       });
-    } else call = client.makeBidiStreamRequest<Buffer, Buffer>(method.path, pass, pass, metadata, options);
+    } else call = client.makeBidiStreamRequest<Buffer, Buffer>(method.path, pass, counted, metadata, options);
     this.call = call;
+    if (this.req.kind !== 'client') this.boundReadAhead(call as grpc.ClientReadableStream<Buffer>);
     call.on('metadata', () => this.resolveOpened());
     call.on('readable', () => this.wakeUp());
     // Errors come with the status: handled there.
@@ -157,6 +169,21 @@ export class GrpcStreamCall implements StreamCall {
     call.on('status', (status: grpc.StatusObject) => this.onStatus(status));
     // Ended while the method was looked up: after the messages sent before (they wait on `ready` too).
     if (this.endRequested) void this.ready.then(() => (call as grpc.ClientWritableStream<Buffer>).end(), () => {});
+  }
+
+  /**
+   * Bounds the read-ahead by bytes. A grpc-js call is a Readable in object mode: it asks for the
+   * next message (its _read) whenever it buffers fewer than 16, whether or not it is paused, so
+   * pause() would not bound it. Its _read is held instead while aheadBytes is at the bound, and
+   * given back when the consumer pulls below it (next()).
+   */
+  private boundReadAhead(call: grpc.ClientReadableStream<Buffer>): void {
+    const readable = call as unknown as { _read(size: number): void };
+    const read = readable._read.bind(call);
+    readable._read = (size: number) => {
+      if (this.aheadBytes < RECEIVE_HIGH_WATER) read(size);
+      else this.heldRead = () => read(size);
+    };
   }
 
   private onStatus(status: grpc.StatusObject): void {
@@ -263,7 +290,16 @@ export class GrpcStreamCall implements StreamCall {
       this.reply = undefined;
       return r ?? null;
     }
-    return (call as grpc.ClientReadableStream<Buffer>).read() as Buffer | null;
+    const raw = (call as grpc.ClientReadableStream<Buffer>).read() as Buffer | null;
+    if (raw !== null) {
+      this.aheadBytes -= raw.byteLength;
+      const held = this.heldRead;
+      if (held && this.aheadBytes < RECEIVE_HIGH_WATER) {
+        this.heldRead = undefined;
+        held();
+      }
+    }
+    return raw;
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<Buffer> {

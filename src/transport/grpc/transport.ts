@@ -94,12 +94,17 @@ export class GrpcTransport {
   }
 
   /**
-   * The kind of the method of an endpoint in the loaded protos (`unary`, `server`, `client`,
-   * `bidi`), for a node with this metadata; undefined when the protos do not have it.
+   * The kind of the method of an endpoint (`unary`, `server`, `client`, `bidi`) on a node: from
+   * the loaded protos, else from the node's reflection service, asked as for a call (kept a
+   * minute per node, deadline timeoutMs). Rejects with a MeshError 501 when neither has the
+   * method, or the TransportError of a node that did not answer (connect failure, timeout).
    */
-  methodKind(endpoint: string, metadata: Record<string, string>): 'unary' | StreamKind | undefined {
-    const found = this.method(endpoint, { metadata } as UpstreamTarget, this.options.schema);
-    return 'method' in found ? streamKindOf(found.method) : undefined;
+  methodKind(endpoint: string, node: Pick<UpstreamTarget, 'key' | 'metadata'>, timeoutMs: number): Promise<'unary' | StreamKind> {
+    // A method is found with the node's key (its channel, its reflection) and metadata only.
+    const target = node as UpstreamTarget;
+    const found = this.method(endpoint, target, this.options.schema);
+    if ('method' in found) return Promise.resolve(streamKindOf(found.method));
+    return this.resolveMethod(target, endpoint, timeoutMs, found.error).then(streamKindOf);
   }
 
   /**
