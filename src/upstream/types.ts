@@ -34,6 +34,18 @@ export interface UpstreamTarget {
    * host's cx_* stats and the max_connections circuit breaker see every connection.
    */
   readonly dispatcher: Dispatcher;
+  /**
+   * Connections made outside the pool (a gRPC channel's) report here, so the host's cx_* stats
+   * and its cluster's upstream_cx_* count them like the pool's.
+   */
+  connectionOpened?(): void;
+  connectionClosed?(): void;
+  connectionFailed?(): void;
+  /**
+   * Runs `close` once when the host leaves its cluster or the cluster closes; false (not kept)
+   * when that already happened.
+   */
+  onClose?(close: () => void): boolean;
 }
 
 export interface UpstreamLease {
