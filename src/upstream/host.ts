@@ -181,13 +181,17 @@ export class Host implements UpstreamTarget {
   }
 
   /**
-   * Runs `close` once when the host is closed (a gRPC channel's close). False, without keeping
-   * it, when the host was already closed: its user closes what it made some other way.
+   * Runs `close` once when the host is closed (a gRPC channel's close); returns what forgets it.
+   * Undefined, without keeping it, when the host was already closed: its user closes what it
+   * made some other way.
    */
-  onClose(close: () => void): boolean {
-    if (this.closeHooks === undefined) return false;
+  onClose(close: () => void): (() => void) | undefined {
+    if (this.closeHooks === undefined) return undefined;
     this.closeHooks.push(close);
-    return true;
+    return () => {
+      const i = this.closeHooks?.indexOf(close) ?? -1;
+      if (i >= 0) this.closeHooks!.splice(i, 1);
+    };
   }
 
   /** Takes the node's new metadata without touching stats or health. */

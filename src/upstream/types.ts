@@ -42,10 +42,11 @@ export interface UpstreamTarget {
   connectionClosed?(): void;
   connectionFailed?(): void;
   /**
-   * Runs `close` once when the host leaves its cluster or the cluster closes; false (not kept)
-   * when that already happened.
+   * Runs `close` once when the host leaves its cluster or the cluster closes. Returns what
+   * forgets it (the thing was closed some other way), or undefined, not keeping it, when the host
+   * was already closed.
    */
-  onClose?(close: () => void): boolean;
+  onClose?(close: () => void): (() => void) | undefined;
 }
 
 export interface UpstreamLease {

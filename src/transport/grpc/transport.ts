@@ -52,7 +52,7 @@ export class GrpcTransport {
    * One channel per host (not per address: two clusters that share an address count their own
    * connections), least recently used first.
    */
-  private readonly channels = new Map<UpstreamTarget, grpc.Client>();
+  private readonly channels = new Map<UpstreamTarget, { client: grpc.Client; forget?: () => void }>();
   /** Schemas of the nodes' reflection services, by host key. */
   private readonly reflections = new Map<string, { at: number; schema: Promise<GrpcSchema> }>();
   private reflectionTypes?: ReturnType<typeof reflectionTypes>;
@@ -228,13 +228,13 @@ export class GrpcTransport {
    * host's cx_* stats (watchConnections).
    */
   private channel(target: UpstreamTarget): grpc.Client {
-    let client = this.channels.get(target);
-    if (client) {
+    const kept = this.channels.get(target);
+    if (kept) {
       this.channels.delete(target);
-      this.channels.set(target, client);
-      return client;
+      this.channels.set(target, kept);
+      return kept.client;
     }
-    const made = new grpc.Client(target.key, grpc.credentials.createInsecure(), {
+    const client = new grpc.Client(target.key, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': this.options.maxResponseBytes ?? 64 * 1024 * 1024,
       // The mesh client retries, on another host; gRPC's own retries would hide failures from it.
       'grpc.enable_retries': 0,
@@ -242,25 +242,29 @@ export class GrpcTransport {
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 1000,
     });
-    client = made;
-    watchConnections(made.getChannel(), target);
-    this.channels.set(target, made);
+    watchConnections(client.getChannel(), target);
+    const entry: { client: grpc.Client; forget?: () => void } = { client };
+    this.channels.set(target, entry);
     // A host that already left its cluster keeps its channel here until it is the oldest.
-    target.onClose?.(() => {
-      if (this.channels.get(target) === made) this.channels.delete(target);
-      made.close();
+    entry.forget = target.onClose?.(() => {
+      if (this.channels.get(target) === entry) this.channels.delete(target);
+      client.close();
     });
     if (this.channels.size > MAX_CHANNELS) {
-      const [oldest, c] = this.channels.entries().next().value as [UpstreamTarget, grpc.Client];
+      const [oldest, c] = this.channels.entries().next().value as [UpstreamTarget, typeof entry];
       this.channels.delete(oldest);
-      c.close();
+      c.forget?.();
+      c.client.close();
     }
     return client;
   }
 
   /** Closes every channel. */
   close(): void {
-    for (const c of this.channels.values()) c.close();
+    for (const c of this.channels.values()) {
+      c.forget?.();
+      c.client.close();
+    }
     this.channels.clear();
     this.reflections.clear();
   }
