@@ -5,6 +5,8 @@
  * gets the request as the JSON a mesh call would carry (proto-loader's conventions:
  * src/transport/grpc/json.ts) and its answer is checked against the response message; a
  * MeshError it throws becomes the gRPC status of its HTTP code, with the detail as the message.
+ * With tracing on, each call is a server span, child of the caller's `traceparent` metadata,
+ * ended with the call's gRPC status (rpc.grpc.status_code; an error status for any but OK).
  */
 import * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
@@ -14,6 +16,7 @@ import { decodeToJson, encodeJson, JsonShapeError } from '../transport/grpc/json
 import { grpcCodeOfHttp } from '../transport/grpc/status.js';
 import { ContextStore } from '../util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
+import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
 import type { EndpointDefinition, HandlerContext } from './rpc-server.js';
 import { isAsyncIterable, untilAborted, type StreamContext } from './stream-server.js';
 import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../transport/grpc/protos.js';
@@ -28,6 +31,8 @@ export interface GrpcServerOptions {
   logger?: pino.Logger;
   /** The process's call context: a handler runs inside its call's, as with the RPC server. */
   context?: ContextStore;
+  /** Records a server span per call (--tracing=otlp), child of the caller's `traceparent` metadata. */
+  tracer?: Tracer;
 }
 
 /** Endpoints every framework service has, with no gRPC method of their own. */
@@ -82,14 +87,23 @@ export class GrpcServer implements Drainable {
     this.services = [...byService.keys()].sort();
   }
 
-  /** The handler's context of a call (id, metadata, deadline, trace) and the call context it runs in. */
+  /**
+   * The handler's context of a call (id, metadata, deadline, trace), the call context it runs in
+   * and its server span (with tracing on).
+   */
   private callContext(def: EndpointDefinition, call: { metadata: grpc.Metadata; getDeadline(): grpc.Deadline }) {
     const metadata: Record<string, string> = {};
     for (const [k, v] of Object.entries(call.metadata.getMap())) if (typeof v === 'string') metadata[k] = v;
     const deadline = call.getDeadline();
     const parent = parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]);
     const context = (this.contextStore ??= this.options.context ?? new ContextStore());
-    const trace = context.hop(parent);
+    const service = this.options.service;
+    const span = this.options.tracer?.startSpan(`${service}/${def.name}`, SpanKind.SERVER, parent, {
+      'rpc.system': 'grpc',
+      'rpc.service': service,
+      'rpc.method': def.name,
+    });
+    const trace = span ? traceOf(span) : context.hop(parent);
     const at = deadline instanceof Date ? deadline.getTime() : Number.isFinite(deadline) ? Number(deadline) : undefined;
     const ctx: HandlerContext = {
       id: metadata['mesh-id'] ?? '',
@@ -101,7 +115,7 @@ export class GrpcServer implements Drainable {
       spanId: trace.spanId,
     };
     const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata;
-    return { ctx, context, deadline: at, run: { id: ctx.id || undefined, deadline: ctx.deadline, metadata: rest, trace } };
+    return { ctx, context, deadline: at, span, run: { id: ctx.id || undefined, deadline: ctx.deadline, metadata: rest, trace } };
   }
 
   /** The JSON of a request message. */
@@ -133,13 +147,16 @@ export class GrpcServer implements Drainable {
 
   private async unary(def: EndpointDefinition, m: GrpcMethod, call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>): Promise<void> {
     this.active++;
+    const { ctx, context, run, span } = this.callContext(def, call);
     try {
       const request = this.decode(m, call.request);
-      const { ctx, context, run } = this.callContext(def, call);
       const result = await context.run(run, () => def.handler(request, ctx));
       cb(null, this.encode(def, m, result));
+      endSpan(span, grpc.status.OK);
     } catch (err) {
-      cb(this.statusOf(def, err));
+      const status = this.statusOf(def, err);
+      cb(status);
+      endSpan(span, status.code, status.details);
     } finally {
       this.active--;
     }
@@ -164,7 +181,8 @@ export class GrpcServer implements Drainable {
     const abort = new AbortController();
     const signal = abort.signal;
     let finished = false;
-    const { ctx, context, deadline, run } = this.callContext(def, call);
+    const { ctx, context, deadline, run, span } = this.callContext(def, call);
+    let status: { code: number; details: string } = { code: grpc.status.OK, details: '' };
     const onCancel = () => {
       if (finished) return;
       const past = deadline !== undefined && Date.now() >= deadline;
@@ -215,11 +233,16 @@ export class GrpcServer implements Drainable {
       });
     } catch (err) {
       if (!signal.aborted) {
-        const status = this.statusOf(def, err);
+        status = this.statusOf(def, err);
         if (cb) cb(status);
         else writable.emit('error', status); // grpc-js ends the call with this status after the messages written
       }
     } finally {
+      if (signal.aborted) {
+        const reason = signal.reason as MeshError;
+        status = { code: reason.code === 504 ? grpc.status.DEADLINE_EXCEEDED : grpc.status.CANCELLED, details: reason.detail };
+      }
+      endSpan(span, status.code, status.details);
       finished = true;
       clearTimeout(timer);
       call.off('cancelled', onCancel);
@@ -256,4 +279,12 @@ export class GrpcServer implements Drainable {
     });
     return this.closing;
   }
+}
+
+/** Ends a call's server span with its gRPC status: an error status for any but OK. */
+function endSpan(span: Span | undefined, code: number, details = ''): void {
+  if (!span) return;
+  span.setAttribute('rpc.grpc.status_code', code);
+  if (code !== grpc.status.OK) failSpan(span, details || grpc.status[code] || `status ${code}`, String(code));
+  span.end();
 }

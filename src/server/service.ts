@@ -111,7 +111,7 @@ export class Service {
       const schema = this.runtime.grpcSchema;
       if (!schema) throw new Error(`--server_protocol=grpc: service ${this.options.name} needs its .proto files (--proto_path)`);
       this.grpcServer = new GrpcServer(
-        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context },
+        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer },
         this.server.listEndpoints(),
       );
       boundPort = await this.grpcServer.listen(host, port);

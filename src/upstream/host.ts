@@ -91,6 +91,8 @@ export class Host implements UpstreamTarget {
   private pool: Pool | undefined;
   private readonly poolOptions: HostPoolOptions;
   private readonly listener?: HostConnectionListener;
+  /** What close() also closes (gRPC channels); undefined once closed. */
+  private closeHooks: Array<() => void> | undefined = [];
   readonly stats: HostStatsSnapshot = {
     cx_active: 0,
     cx_connect_fail: 0,
@@ -148,28 +150,48 @@ export class Host implements UpstreamTarget {
   get dispatcher(): Pool {
     if (this.pool) return this.pool;
     const options = this.poolOptions;
-    const listener = this.listener;
     const pool = new Pool(`http://${this.key}`, {
       connections: options.connections,
       pipelining: 1,
       keepAliveTimeout: options.keepAliveTimeoutMs,
       connect: { timeout: options.connectTimeoutMs },
     });
-    pool.on('connect', () => {
-      this.stats.cx_total++;
-      this.stats.cx_active++;
-      listener?.connect(this);
-    });
-    pool.on('disconnect', () => {
-      if (this.stats.cx_active > 0) this.stats.cx_active--;
-      listener?.disconnect(this);
-    });
-    pool.on('connectionError', () => {
-      this.stats.cx_connect_fail++;
-      listener?.connectFailure(this);
-    });
+    pool.on('connect', () => this.connectionOpened());
+    pool.on('disconnect', () => this.connectionClosed());
+    pool.on('connectionError', () => this.connectionFailed());
     this.pool = pool;
     return pool;
+  }
+
+  /** A connection to the host opened (the pool's, or a gRPC channel's). */
+  connectionOpened(): void {
+    this.stats.cx_total++;
+    this.stats.cx_active++;
+    this.listener?.connect(this);
+  }
+
+  connectionClosed(): void {
+    if (this.stats.cx_active > 0) this.stats.cx_active--;
+    this.listener?.disconnect(this);
+  }
+
+  connectionFailed(): void {
+    this.stats.cx_connect_fail++;
+    this.listener?.connectFailure(this);
+  }
+
+  /**
+   * Runs `close` once when the host is closed (a gRPC channel's close); returns what forgets it.
+   * Undefined, without keeping it, when the host was already closed: its user closes what it
+   * made some other way.
+   */
+  onClose(close: () => void): (() => void) | undefined {
+    if (this.closeHooks === undefined) return undefined;
+    this.closeHooks.push(close);
+    return () => {
+      const i = this.closeHooks?.indexOf(close) ?? -1;
+      if (i >= 0) this.closeHooks!.splice(i, 1);
+    };
   }
 
   /** Takes the node's new metadata without touching stats or health. */
@@ -197,6 +219,15 @@ export class Host implements UpstreamTarget {
    */
   async close(graceMs = 5_000): Promise<void> {
     const pool = this.pool;
+    const hooks = this.closeHooks;
+    this.closeHooks = undefined;
+    for (const hook of hooks ?? []) {
+      try {
+        hook();
+      } catch {
+        // A channel that failed to close is gone anyway.
+      }
+    }
     if (!pool || pool.destroyed) return;
     let timer: NodeJS.Timeout | undefined;
     const closing = pool.closed ? Promise.resolve() : pool.close().catch(() => {});

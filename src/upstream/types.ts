@@ -34,6 +34,19 @@ export interface UpstreamTarget {
    * host's cx_* stats and the max_connections circuit breaker see every connection.
    */
   readonly dispatcher: Dispatcher;
+  /**
+   * Connections made outside the pool (a gRPC channel's) report here, so the host's cx_* stats
+   * and its cluster's upstream_cx_* count them like the pool's.
+   */
+  connectionOpened?(): void;
+  connectionClosed?(): void;
+  connectionFailed?(): void;
+  /**
+   * Runs `close` once when the host leaves its cluster or the cluster closes. Returns what
+   * forgets it (the thing was closed some other way), or undefined, not keeping it, when the host
+   * was already closed.
+   */
+  onClose?(close: () => void): (() => void) | undefined;
 }
 
 export interface UpstreamLease {

@@ -48,7 +48,11 @@ export interface GrpcTransportOptions {
 }
 
 export class GrpcTransport {
-  private readonly channels = new Map<string, grpc.Client>();
+  /**
+   * One channel per host (not per address: two clusters that share an address count their own
+   * connections), least recently used first.
+   */
+  private readonly channels = new Map<UpstreamTarget, { client: grpc.Client; forget?: () => void }>();
   /** Schemas of the nodes' reflection services, by host key. */
   private readonly reflections = new Map<string, { at: number; schema: Promise<GrpcSchema> }>();
   private reflectionTypes?: ReturnType<typeof reflectionTypes>;
@@ -223,16 +227,19 @@ export class GrpcTransport {
     return found;
   }
 
-  /** The channel of a node, created on first use; the least recently used beyond MAX_CHANNELS is closed. */
+  /**
+   * The channel of a node, created on first use; the least recently used beyond MAX_CHANNELS is
+   * closed, and so is a host's when it leaves its cluster. Its connection is counted in the
+   * host's cx_* stats (watchConnections).
+   */
   private channel(target: UpstreamTarget): grpc.Client {
-    const key = target.key;
-    let client = this.channels.get(key);
-    if (client) {
-      this.channels.delete(key);
-      this.channels.set(key, client);
-      return client;
+    const kept = this.channels.get(target);
+    if (kept) {
+      this.channels.delete(target);
+      this.channels.set(target, kept);
+      return kept.client;
     }
-    client = new grpc.Client(key, grpc.credentials.createInsecure(), {
+    const client = new grpc.Client(target.key, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': this.options.maxResponseBytes ?? 64 * 1024 * 1024,
       // The mesh client retries, on another host; gRPC's own retries would hide failures from it.
       'grpc.enable_retries': 0,
@@ -240,21 +247,54 @@ export class GrpcTransport {
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 1000,
     });
-    this.channels.set(key, client);
+    watchConnections(client.getChannel(), target);
+    const entry: { client: grpc.Client; forget?: () => void } = { client };
+    this.channels.set(target, entry);
+    // A host that already left its cluster keeps its channel here until it is the oldest.
+    entry.forget = target.onClose?.(() => {
+      if (this.channels.get(target) === entry) this.channels.delete(target);
+      client.close();
+    });
     if (this.channels.size > MAX_CHANNELS) {
-      const [oldest, c] = this.channels.entries().next().value as [string, grpc.Client];
+      const [oldest, c] = this.channels.entries().next().value as [UpstreamTarget, typeof entry];
       this.channels.delete(oldest);
-      c.close();
+      c.forget?.();
+      c.client.close();
     }
     return client;
   }
 
   /** Closes every channel. */
   close(): void {
-    for (const c of this.channels.values()) c.close();
+    for (const c of this.channels.values()) {
+      c.forget?.();
+      c.client.close();
+    }
     this.channels.clear();
     this.reflections.clear();
   }
+}
+
+/**
+ * Reports the connection of a channel to its host, on the channel's connectivity events (no
+ * polling): READY is a connection opened, leaving READY one closed, CONNECTING → TRANSIENT_FAILURE
+ * a connection that failed. SHUTDOWN (the channel closed) ends the watch.
+ */
+function watchConnections(channel: ReturnType<grpc.Client['getChannel']>, target: UpstreamTarget): void {
+  const { READY, CONNECTING, TRANSIENT_FAILURE, SHUTDOWN } = grpc.connectivityState;
+  let state = channel.getConnectivityState(false);
+  const watch = (): void =>
+    channel.watchConnectivityState(state, Infinity, (err?: Error) => {
+      // Only a deadline gives an error, and there is none.
+      if (err) return;
+      const next = channel.getConnectivityState(false);
+      if (state === READY && next !== READY) target.connectionClosed?.();
+      else if (next === READY && state !== READY) target.connectionOpened?.();
+      else if (next === TRANSIENT_FAILURE && state === CONNECTING) target.connectionFailed?.();
+      state = next;
+      if (next !== SHUTDOWN) watch();
+    });
+  watch();
 }
 
 /**
