@@ -6,8 +6,7 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
+import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startProcess, runCli, tempDir, waitFor, ROOT, CLI, type RunningProcess } from './helpers.js';
@@ -19,20 +18,8 @@ const SERVICE = join(ROOT, 'test/fixtures/stream-service.ts');
 const TOKEN = 'stream-token-0123456789abcdef';
 
 /** Runs the CLI with `input` on its stdin (undefined: none, left open); `onStdout` sees stdout as it grows. */
-async function runWithStdin(args: string[], env: Record<string, string>, input: string | undefined, onStdout?: (out: string, child: ReturnType<typeof spawn>) => void) {
-  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => {
-    stdout += d.toString();
-    onStdout?.(stdout, child);
-  });
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  if (input !== undefined) child.stdin!.end(input);
-  const timer = setTimeout(() => child.kill('SIGKILL'), 20000);
-  const [code] = await once(child, 'exit');
-  clearTimeout(timer);
-  return { code: code as number | null, stdout, stderr };
+function runWithStdin(args: string[], env: Record<string, string>, input: string | undefined, onStdout?: (out: string, child: ChildProcess) => void) {
+  return runCli(args, env, 20000, { input, onStdout });
 }
 
 /** The status and body of a refused handshake. */

@@ -111,17 +111,26 @@ export const PRINTED = {
   proxyAdmin: /mesh proxy admin on http:\/\/\S+:(\d+)/,
 };
 
-/** Runs the CLI to completion and returns its exit code and output. */
+/**
+ * Runs the CLI to completion and returns its exit code and output. `io.input` is written to its
+ * stdin (which is then closed; without it stdin is /dev/null); `io.onStdout` sees the output so far
+ * after each chunk, with the child (to signal it once some output has come).
+ */
 export async function runCli(
   args: string[],
   env: Record<string, string> = {},
   timeoutMs = 20000,
+  io: { input?: string; onStdout?: (out: string, child: ChildProcess) => void } = {},
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: [io.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stdout.on('data', (d: Buffer) => {
+    stdout += d.toString();
+    io.onStdout?.(stdout, child);
+  });
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  if (io.input !== undefined) child.stdin!.end(io.input);
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
   const [code] = await once(child, 'exit');
   clearTimeout(timer);
