@@ -44,7 +44,7 @@ export class ContextStore {
 
   /** As run(), without entering ctx again when it is already the current context. */
   within<R>(ctx: CallContext, fn: () => R): R {
-    return this.storage.getStore() === ctx ? fn() : this.storage.run(ctx, fn);
+    return this.storage.getStore() === ctx ? fn() : this.run(ctx, fn);
   }
 
   /**
