@@ -364,6 +364,11 @@ export class EdgeGuard {
     if (options.sidecarToken !== undefined) this.tokenHash = sha256(options.sidecarToken);
   }
 
+  /** False with no auth rules and no sidecar token: checkRequest() passes every request at once (and logs nothing). */
+  get enforcing(): boolean {
+    return this.auth !== undefined || this.tokenHash !== undefined;
+  }
+
   /**
    * check() for the step before every request of a front end: with no auth rules and no sidecar
    * token nothing can refuse the request, so the caller's headers are stripped now and the answer

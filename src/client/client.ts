@@ -13,7 +13,7 @@ import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../codec/codec.j
 import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
 import type { AcquireOptions, AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import type { Type } from 'protobufjs';
-import { ContextStore } from '../util/call-context.js';
+import { ContextStore, type CallContext } from '../util/call-context.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
 import type { StatsStore } from '../stats/store.js';
@@ -93,6 +93,12 @@ export interface CallOptions {
   encodeFor?: (target: UpstreamTarget) => { contentType: string; body: Uint8Array };
   /** The access log's record of the inbound request: told the cluster and the host of each try. */
   info?: UpstreamInfo;
+  /**
+   * The call being served, given explicitly (a front end passes its request's): used instead of
+   * the ambient one of the ContextStore, and its trace is named on this call's log lines. A front
+   * end that passes it needs no AsyncLocalStorage entered for the request.
+   */
+  context?: CallContext;
 }
 
 export interface CallResult {
@@ -148,7 +154,7 @@ export class Client {
    * remaining deadline, Mesh-Id and metadata, and the call continues its trace.
    */
   call(service: string, endpoint: string, body: Uint8Array, opts: CallOptions = {}): Promise<CallResult> {
-    const ctx = this.context.current;
+    const ctx = opts.context ?? this.context.current;
     let timeoutMs = opts.timeoutMs;
     if (timeoutMs === undefined && ctx?.deadline !== undefined) timeoutMs = Math.max(0, ctx.deadline - Date.now());
     let metadata = opts.metadata;
@@ -251,7 +257,10 @@ export class Client {
         lastOutcome = failure.outcome.kind;
         // Not sent at all (a metadata value the HTTP client refuses): no other host would take it either.
         if (failure.outcome.kind === 'cancelled') throw lastError;
-        this.options.logger?.debug({ service, endpoint, host: result.host, attempt, err: failure.message }, 'attempt failed');
+        const hop = opts.context?.trace;
+        // An explicit context is not the ambient one the log's mixin reads: name its trace here.
+        if (hop) this.options.logger?.debug({ service, endpoint, host: result.host, attempt, err: failure.message, trace_id: hop.traceId, span_id: hop.spanId }, 'attempt failed');
+        else this.options.logger?.debug({ service, endpoint, host: result.host, attempt, err: failure.message }, 'attempt failed');
         // The call's own budget is spent; a per-try timeout, connect failure or reset may be retried.
         if (Date.now() >= deadline) break;
         continue;

@@ -14,6 +14,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
+import type { CallContext } from '../util/call-context.js';
 import { MeshError, toMeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { sendJson } from '../http/respond.js';
@@ -129,13 +130,15 @@ export class Gateway {
       runtime,
       statPrefix: STAT_PREFIX,
       errorId: ERROR_ID,
-      handle: (req, res) => this.handle(req, res),
+      handle: (req, res, ctx) => this.handle(req, res, ctx),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
       closeUpgraded: () => this.streams.close(),
       counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
       authorize: (req, res) => guard.checkRequest(req, res, () => this.authTarget(req)),
+      // Without auth nothing before the handler needs the ambient context: handle() decides.
+      explicitContext: () => !guard.enforcing,
     });
   }
 
@@ -199,52 +202,58 @@ export class Gateway {
     this.dashboard?.stop();
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /**
+   * The rpc and proxy handlers take the request's context as an argument; every other handler runs
+   * inside it (what they call reads the ambient context).
+   */
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
     const url = req.url ?? '/';
     const path = pathOf(url);
-    if (this.dashboard && isDashboardPath(path)) return this.dashboard.handle(req, res);
+    const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
+    if (this.dashboard && isDashboardPath(path)) return within(() => this.dashboard!.handle(req, res));
     if (path === '/') return this.root(req, res);
-    if (path === '/rpc' && this.enableRpc) return handleRpcEndpoint(this.fe, req, res, this.rpcAllowed);
+    if (path === '/rpc' && this.enableRpc) return within(() => handleRpcEndpoint(this.fe, req, res, this.rpcAllowed));
     if (wantsEventStream(req)) {
       const route = this.streamRoute(req, url, path);
-      if (route) return handleSse(this.fe, this.streams, route, req, res);
+      if (route) return within(() => handleSse(this.fe, this.streams, route, req, res));
     }
     const ns = this.namespace;
     switch (this.handler) {
       case 'api':
-        return handleApi(this.fe, this.rpcTarget(req, url, path), req, res);
+        return within(() => handleApi(this.fe, this.rpcTarget(req, url, path), req, res));
       case 'rpc':
-        return handleRpc(this.fe, this.rpcTarget(req, url, path), req, res);
+        return handleRpc(this.fe, this.rpcTarget(req, url, path), req, res, ctx);
       case 'proxy': {
         const target = resolveProxyPath(url, ns);
         if (!target) throw this.noService(req, path);
-        return handleProxy(this.fe, target.service, this.server.secure, req, res);
+        return handleProxy(this.fe, target.service, this.server.secure, req, res, ctx);
       }
       case 'event': {
         const target = resolveEventPath(url, ns);
         if (!target) throw this.noService(req, path, 'use /<topic>/<event>');
-        return handleEvent(this.fe, target, req, res);
+        return within(() => handleEvent(this.fe, target, req, res));
       }
       default: {
         const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
-        if (match) return this.dispatch(match, url, req, res);
-        return handleApi(this.fe, this.rpcTarget(req, url, path), req, res);
+        if (match) return this.dispatch(match, url, req, res, ctx);
+        return within(() => handleApi(this.fe, this.rpcTarget(req, url, path), req, res));
       }
     }
   }
 
   /** A matched route: its handler decides, with the declaring service and endpoint. */
-  private dispatch(match: RouteMatch, url: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private dispatch(match: RouteMatch, url: string, req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
     const { route } = match;
+    const context = this.runtime.context;
     switch (route.handler) {
       case 'rpc':
-        return handleRpc(this.fe, { service: route.service, method: route.endpoint }, req, res);
+        return handleRpc(this.fe, { service: route.service, method: route.endpoint }, req, res, ctx);
       case 'api':
-        return handleApi(this.fe, { service: route.service, method: route.endpoint }, req, res);
+        return context.within(ctx, () => handleApi(this.fe, { service: route.service, method: route.endpoint }, req, res));
       case 'proxy':
-        return handleProxy(this.fe, route.service, this.server.secure, req, res);
+        return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx);
       case 'event':
-        return handleEvent(this.fe, resolveEventPath(url, this.namespace) ?? { topic: route.service, name: route.endpoint }, req, res);
+        return context.within(ctx, () => handleEvent(this.fe, resolveEventPath(url, this.namespace) ?? { topic: route.service, name: route.endpoint }, req, res));
     }
   }
 

@@ -4,6 +4,7 @@ import type { Runtime } from '../runtime.js';
 import { HEADER_ID, HEADER_TIMEOUT, endToEndHeaders } from '../transport/headers.js';
 import type { CallOptions } from '../client/client.js';
 import { requestInfo } from '../http/access-log.js';
+import type { CallContext } from '../util/call-context.js';
 
 export interface FrontEnd {
   runtime: Runtime;
@@ -16,8 +17,8 @@ export interface FrontEnd {
   authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void;
 }
 
-/** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout. */
-export function callOptionsFrom(req: IncomingMessage, contentType?: string): CallOptions {
+/** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout (and its call context, when given). */
+export function callOptionsFrom(req: IncomingMessage, contentType?: string, context?: CallContext): CallOptions {
   const headers = req.headers;
   const timeoutText = headers[HEADER_TIMEOUT];
   const timeout = timeoutText === undefined ? NaN : Number(timeoutText);
@@ -28,6 +29,7 @@ export function callOptionsFrom(req: IncomingMessage, contentType?: string): Cal
     timeoutMs: timeout > 0 && timeout < Infinity ? timeout : undefined,
     id: typeof id === 'string' && id !== '' ? id : undefined,
     info: requestInfo(req),
+    context,
   };
 }
 

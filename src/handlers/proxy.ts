@@ -24,6 +24,7 @@ import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf } from '../tracing/tracer.js';
+import type { CallContext } from '../util/call-context.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
@@ -57,8 +58,9 @@ function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boo
   return out;
 }
 
-/** This hop's trace: the request's (the front server runs it in its context), or for an upgrade, one of its own. */
-function hopTrace(fe: FrontEnd, req: IncomingMessage): TraceContext {
+/** This hop's trace: the request's (given, or the ambient context's), or for an upgrade, one of its own. */
+function hopTrace(fe: FrontEnd, req: IncomingMessage, ctx: CallContext | undefined): TraceContext {
+  if (ctx?.trace) return ctx.trace;
   const context = fe.runtime.context;
   return context.current?.trace ?? context.hop(parseTraceparent(req.headers[TRACEPARENT], req.headers[TRACESTATE]));
 }
@@ -273,13 +275,13 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
  * --tracing=otlp a client span (named after the method, as OpenTelemetry's HTTP client spans are)
  * covers the forwarding and is the backend's parent.
  */
-export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext): Promise<void> {
   const tracer = fe.runtime.tracer;
-  if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req));
+  if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx));
   const method = req.method ?? 'GET';
   const url = req.url ?? '/';
   const q = url.indexOf('?');
-  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req), { 'http.request.method': method, 'url.path': q === -1 ? url : url.slice(0, q), 'server.address': service });
+  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req, ctx), { 'http.request.method': method, 'url.path': q === -1 ? url : url.slice(0, q), 'server.address': service });
   try {
     await proxyRequest(fe, service, secure, req, res, traceOf(span));
   } catch (err) {
@@ -398,7 +400,7 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
   fe.runtime.clusters.acquire(service).then(
     (lease) => {
       const started = Date.now();
-      const headers = forwardedHeaders(req, secure, true, hopTrace(fe, req));
+      const headers = forwardedHeaders(req, secure, true, hopTrace(fe, req, undefined));
       headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
       let upstream: Socket | undefined;
       let released = false;

@@ -12,10 +12,12 @@ import { readBody } from '../http/body.js';
 import { sendBytes, sendError } from '../http/respond.js';
 import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
+import type { CallContext } from '../util/call-context.js';
 
 const PASS_THROUGH = new Set(['application/json', 'application/protobuf', 'application/x-protobuf', 'application/proto']);
 
-export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/** `ctx`: the request's call context, when the front end passes it explicitly (else the ambient one). */
+export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext): Promise<void> {
   const media = mediaType(req.headers['content-type']);
   let contentType: string;
   let body: Uint8Array;
@@ -37,7 +39,7 @@ export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     else if (contentType === 'application/json' && jsonNestingExceeds(body)) throw new MeshError(fe.errorId, 400, `body: ${new JsonDepthError().message}`);
   }
   try {
-    const answer = await fe.runtime.client.call(route.service, route.method, body, callOptionsFrom(req, contentType));
+    const answer = await fe.runtime.client.call(route.service, route.method, body, callOptionsFrom(req, contentType, ctx));
     sendBytes(res, 200, contentType, answer.body);
   } catch (err) {
     sendError(res, asFrontEndError(err, fe.errorId));

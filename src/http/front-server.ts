@@ -22,6 +22,7 @@ import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit } f
 import type { AccessLog } from './access-log.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span } from '../tracing/tracer.js';
+import type { CallContext } from '../util/call-context.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -32,7 +33,19 @@ export interface FrontServerOptions {
   statPrefix: string;
   /** The `id` of error JSON written by this front end. */
   errorId: string;
-  handle: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  /**
+   * Answers a request past the front end's own steps. `ctx` is the request's call context (its
+   * trace): a handler passes it on explicitly, or runs inside it (`runtime.context.within`) where
+   * what it calls reads the ambient one.
+   */
+  handle: (req: IncomingMessage, res: ServerResponse, ctx: CallContext) => Promise<void>;
+  /**
+   * Asked per request: true when nothing before the handler needs the ambient context (no auth
+   * step that can log), so the request is not run inside the runtime's ContextStore and no
+   * AsyncLocalStorage is entered for it (on Node 20 entering one turns on promise hooks for the
+   * whole process). The handler then gets the context only as its argument. Default: false.
+   */
+  explicitContext?: (req: IncomingMessage) => boolean;
   upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
   /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
   counted?: (req: IncomingMessage) => boolean;
@@ -203,7 +216,8 @@ export class FrontServer {
   /**
    * Each request is a hop of its trace: the caller's trace id (a new trace when no valid
    * traceparent came) with a span id of its own, the parent of everything the request sends. The
-   * request is handled inside that context (so its calls, messages and log lines carry it); with
+   * request's handler gets that context (so its calls, messages and log lines carry it): as an
+   * argument, and as the ambient context unless `explicitContext` says no step needs one; with
    * --tracing=otlp a server span records it.
    */
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
@@ -212,7 +226,9 @@ export class FrontServer {
     const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
     const span = runtime.tracer ? this.startSpan(req, parent) : undefined;
     const trace = span ? traceOf(span) : runtime.context.hop(parent);
-    runtime.context.run({ trace }, () => this.serve(req, res, trace.traceId, span));
+    const ctx: CallContext = { trace };
+    if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span);
+    else runtime.context.run(ctx, () => this.serve(req, res, ctx, span));
   }
 
   private startSpan(req: IncomingMessage, parent: ReturnType<typeof parseTraceparent>): Span {
@@ -239,10 +255,11 @@ export class FrontServer {
     return this.options.runtime.tracer!.startSpan(`${method} ${path}`, SpanKind.SERVER, parent, attributes);
   }
 
-  private serve(req: IncomingMessage, res: ServerResponse, traceId: string, span: Span | undefined): void {
+  private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined): void {
     const started = performance.now();
     const accessLog = this.accessLog;
-    const info = accessLog?.begin(req, res, traceId);
+    const trace = ctx.trace!;
+    const info = accessLog?.begin(req, res, trace.traceId);
     const counted = this.options.counted?.(req) ?? true;
     if (counted) {
       this.rqTotal.inc();
@@ -311,12 +328,13 @@ export class FrontServer {
     if (authorized) {
       handled = authorized.then(() => {
         if (limitAfterAuth && this.rateLimited(req, res)) return;
-        return this.options.handle(req, res);
+        return this.options.handle(req, res, ctx);
       });
     } else if (limitAfterAuth && this.rateLimited(req, res)) return;
-    else handled = this.options.handle(req, res);
+    else handled = this.options.handle(req, res, ctx);
     handled.catch((err: unknown) => {
-      if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err) }, 'handler failed');
+      // The request's trace named here: this may run outside any ambient context (explicitContext).
+      if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace.traceId, span_id: trace.spanId }, 'handler failed');
       // An answer before the whole body arrived (413, a refused request): drop the rest first.
       lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
       sendError(res, err, this.options.errorId);

@@ -9,6 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
+import type { CallContext } from '../util/call-context.js';
 import { MeshError, flagged } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import type { FrontEnd } from '../handlers/front-end.js';
@@ -57,8 +58,10 @@ export class ProxyListener {
       runtime,
       statPrefix: config.name,
       errorId: ERROR_ID,
-      handle: (req, res) => this.handle(req, res),
+      handle: (req, res, ctx) => this.handle(req, res, ctx),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+      // No auth step, and the proxy handler takes the request's context as an argument.
+      explicitContext: () => true,
     });
   }
 
@@ -91,7 +94,7 @@ export class ProxyListener {
     await this.server.close();
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
     const url = req.url ?? '/';
     const path = pathOf(url);
     const route = this.route(path);
@@ -100,7 +103,7 @@ export class ProxyListener {
       throw flagged(new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
     }
     req.url = rewriteUrl(route, url);
-    return handleProxy(this.fe, targetOf(route), this.server.secure, req, res);
+    return handleProxy(this.fe, targetOf(route), this.server.secure, req, res, ctx);
   }
 
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {

@@ -25,6 +25,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../runtime.js';
+import type { CallContext } from '../util/call-context.js';
 import { MeshError, toMeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { sendJson } from '../http/respond.js';
@@ -136,7 +137,7 @@ export class Sidecar {
       runtime,
       statPrefix: STAT_PREFIX,
       errorId: SIDECAR_ERROR_ID,
-      handle: (req, res) => this.handle(req, res),
+      handle: (req, res, ctx) => this.handle(req, res, ctx),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
       counted: (req) => !(this.dashboard && isDashboardPath(pathOf(req.url))),
       // Subscriptions end with 1001 once in-flight requests are done, before connections are destroyed.
@@ -148,6 +149,8 @@ export class Sidecar {
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
       authorize: (req, res) => guard.checkRequest(req, res, () => this.authTarget(req)),
+      // Without auth nothing before the handler needs the ambient context: handle() decides.
+      explicitContext: () => !guard.enforcing,
     });
   }
 
@@ -200,9 +203,14 @@ export class Sidecar {
     return new MeshError(this.fe.errorId, 403, detail);
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /**
+   * The rpc and proxy paths take the request's context as an argument; every other route runs
+   * inside it (what it calls reads the ambient context).
+   */
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
     const fe = this.fe;
     const path = pathOf(req.url);
+    const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     const own = path === '/' || path === '/registry' || path === '/rpc' || path === '/broker' || (this.dashboard !== undefined && isDashboardPath(path));
     if ((own || this.handler === 'rpc') && !originAllowed(req, this.runtime.options.cors)) {
       req.resume();
@@ -210,11 +218,11 @@ export class Sidecar {
     }
     switch (path) {
       case '/registry':
-        return handleRegistry(fe, req, res);
+        return within(() => handleRegistry(fe, req, res));
       case '/rpc':
-        return handleRpcEndpoint(fe, req, res);
+        return within(() => handleRpcEndpoint(fe, req, res));
       case '/broker':
-        return this.broker.handle(req, res);
+        return within(() => this.broker.handle(req, res));
       case '/':
         req.resume();
         if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -224,14 +232,14 @@ export class Sidecar {
         sendJson(res, 200, { version: packageVersion(), handler: this.handler, namespace: fe.namespace });
         return;
     }
-    if (this.dashboard && isDashboardPath(path)) return this.dashboard.handle(req, res);
+    if (this.dashboard && isDashboardPath(path)) return within(() => this.dashboard!.handle(req, res));
     if (this.handler === 'proxy') {
       const route = resolveProxyPath(req.url ?? '/', fe.namespace);
       if (!route) {
         req.resume();
         throw new MeshError(fe.errorId, 404, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
       }
-      return handleProxy(fe, route.service, this.secure, req, res);
+      return handleProxy(fe, route.service, this.secure, req, res, ctx);
     }
     const method = req.method ?? 'GET';
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
@@ -244,8 +252,8 @@ export class Sidecar {
       req.resume();
       throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
     }
-    if (wantsEventStream(req)) return handleSse(fe, this.streams, route, req, res);
-    return handleRpc(fe, route, req, res);
+    if (wantsEventStream(req)) return within(() => handleSse(fe, this.streams, route, req, res));
+    return handleRpc(fe, route, req, res, ctx);
   }
 
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {

@@ -4,8 +4,10 @@
  * trace. A framework service handler runs inside the context of its call, so `mesh.call`, the
  * client and publishes made from it carry the call's remaining deadline, Mesh-Id, metadata and
  * trace without the handler passing them (explicit options still win). The front ends (gateway,
- * sidecar, proxy) run each request inside a context that holds its trace, so log lines written
- * while it is handled carry its trace and span ids.
+ * sidecar, proxy) give each request a context that holds its trace, so its calls and the log lines
+ * written while it is handled carry its trace and span ids. Their rpc and proxy paths pass it
+ * explicitly instead of entering it: on Node 20 the first AsyncLocalStorage.run() turns on promise
+ * hooks for the whole process, which makes every promise dearer.
  *
  * The store is owned by an instance (one per Runtime): two runtimes in one process (a gateway and
  * a service in a test, two Mesh instances) never see each other's contexts. It lives in the lowest
@@ -38,6 +40,11 @@ export class ContextStore {
   /** Runs fn (and everything it awaits or schedules) inside ctx. */
   run<R>(ctx: CallContext, fn: () => R): R {
     return this.storage.run(ctx, fn);
+  }
+
+  /** As run(), without entering ctx again when it is already the current context. */
+  within<R>(ctx: CallContext, fn: () => R): R {
+    return this.storage.getStore() === ctx ? fn() : this.run(ctx, fn);
   }
 
   /**
