@@ -427,7 +427,7 @@ for (const d of DEFAULT_ROWS) {
 
 // BENCH_MESH_MAIN_BASE=/other/dist/src/cli/main.js: an A/B of two builds in one run. Each mesh row
 // (and its -default row) gets an opt-in twin `<id>-base` started from that main.js (the API service
-// of mesh-api stays this tree's); list the twins in BENCH_ROWS.
+// of a mesh-api twin loads the framework of that build too); list the twins in BENCH_ROWS.
 const MESH_MAIN_BASE = process.env.BENCH_MESH_MAIN_BASE;
 if (MESH_MAIN_BASE) {
   for (const row of ROWS.filter((r) => r.mesh && !r.optIn)) {
@@ -446,7 +446,10 @@ if (MESH_MAIN_BASE) {
 async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaults: boolean): Promise<Target> {
   if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
   const apiPort = await freePort();
-  const svc = tsxProcess(ctx, userDefaults ? 'bench-api-service-default' : 'bench-api-service', 'servers/api-service.ts', [
+  // A twin of the base build runs the API service on that build's framework too, so the A/B
+  // covers both processes.
+  const svcCtx = ctx.meshMain === MESH_MAIN ? ctx : { ...ctx, env: { ...ctx.env, BENCH_FRAMEWORK_SRC: dirname(dirname(ctx.meshMain)) } };
+  const svc = tsxProcess(svcCtx, userDefaults ? 'bench-api-service-default' : 'bench-api-service', 'servers/api-service.ts', [
     `--address=127.0.0.1:${apiPort}`,
     `--registry_address=${ctx.registryDir}`,
     '--admin_address=off',

@@ -126,6 +126,22 @@ describe('api handler: request and response', () => {
     assert.equal(call.json, '{"method":"GET","path":"/t/call","header":{},"get":{},"post":{},"body":"","url":"/t/call"}');
   });
 
+  it("the answer's Content-Length is the gateway's own; a value that is not a list is one header line", async () => {
+    answerWith({
+      statusCode: 200,
+      header: {
+        cl: { key: 'content-length', values: ['999'] },
+        CL: { key: 'Content-Length', values: ['1'] },
+        one: { key: 'X-One', values: 'single' },
+      },
+      body: 'abc',
+    });
+    const r = await raw('GET /t/call HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n');
+    assert.equal(r.status, 'HTTP/1.1 200 OK');
+    assert.deepEqual(r.headers, ['X-One: single', 'Content-Type: application/json', 'Content-Length: 3', 'Connection: close']);
+    assert.equal(r.body.toString('utf8'), 'abc');
+  });
+
   it('a Content-Type of the answer, in any case, is kept; a big status code or a bad answer is a 502', async () => {
     answerWith({ statusCode: 404, header: { ct: { key: 'content-type', values: ['text/plain'] } }, body: 'no' });
     let r = await raw('GET /t/call HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n');

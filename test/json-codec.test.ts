@@ -148,3 +148,13 @@ test('"__proto__" is an own property on both parser paths, never the prototype',
     assert.equal(stringifyJson(value), text);
   }
 });
+
+test('long digit runs inside strings stay strings; outside, big integers still decode exactly', () => {
+  assert.deepEqual(parseJson('{"ts":"1732600000000000000","id":"00000000000000000001"}'), { ts: '1732600000000000000', id: '00000000000000000001' });
+  const mixed = parseJson('{"s":"12345678901234567890","n":12345678901234567890,"f":0.12345678901234567}') as Record<string, unknown>;
+  assert.equal(mixed.s, '12345678901234567890');
+  assert.equal(mixed.n, 12345678901234567890n);
+  assert.equal(mixed.f, 0.12345678901234567);
+  // A string that ends in backslashes, then a long integer.
+  assert.deepEqual(parseJson('["a\\\\",12345678901234567890]'), ['a\\', 12345678901234567890n]);
+});

@@ -183,7 +183,23 @@ describe('framework service', () => {
           return loop;
         },
       })
-      .handle({ name: 'Math.Nothing', handler: () => undefined });
+      .handle({ name: 'Math.Nothing', handler: () => undefined })
+      .handle({
+        name: 'Math.Later',
+        handler: async (req: { a: number }) => {
+          await new Promise<void>((r) => setImmediate(r));
+          return { later: req.a };
+        },
+      })
+      .handle({
+        name: 'Math.Refuse',
+        handler: async () => {
+          await new Promise<void>((r) => setImmediate(r));
+          throw new MeshError('go.mesh.srv.math', 409, 'refused later');
+        },
+      })
+      .handle({ name: 'Math.Thenable', handler: () => ({ then: (ok: (v: unknown) => void) => ok({ thenable: true }) }) })
+      .handle({ name: 'Math.ThenableFails', handler: () => ({ then: (_ok: unknown, fail: (e: unknown) => void) => fail(new MeshError('go.mesh.srv.math', 422, 'thenable refused')) }) });
     const record = await svc.start();
     port = record.nodes[0]!.port;
     assert.equal(record.nodes[0]!.metadata.protocol, 'mesh');
@@ -251,6 +267,21 @@ describe('framework service', () => {
     const r = await post('Math.Loop', '{}');
     assert.equal(r.status, 500);
     assert.match(JSON.parse(r.text).detail, /^encoding response: Converting circular structure to JSON/);
+  });
+
+  it('async handlers, thenables and their rejections: the answer or the error JSON, with its code', async () => {
+    assert.deepEqual(await post('Math.Later', '{"a":7}'), { status: 200, type: 'application/json', text: '{"later":7}' });
+    assert.deepEqual(await post('Math.Thenable', '{}'), { status: 200, type: 'application/json', text: '{"thenable":true}' });
+    assert.deepEqual(await post('Math.Refuse', '{}'), {
+      status: 409,
+      type: 'application/json',
+      text: '{"id":"go.mesh.srv.math","code":409,"detail":"refused later","status":"Conflict"}',
+    });
+    assert.deepEqual(await post('Math.ThenableFails', '{}'), {
+      status: 422,
+      type: 'application/json',
+      text: '{"id":"go.mesh.srv.math","code":422,"detail":"thenable refused","status":"Unprocessable Entity"}',
+    });
   });
 
   it('handler errors keep their code', async () => {

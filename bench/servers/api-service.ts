@@ -12,7 +12,8 @@
  * Usage: node --import tsx bench/servers/api-service.ts --address=127.0.0.1:PORT --registry_address=DIR
  */
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { API_SERVICE, BACKEND_SERVICE } from '../lib/payload.js';
 
 type Framework = typeof import('../../src/runtime.js') &
@@ -22,7 +23,10 @@ type Framework = typeof import('../../src/runtime.js') &
   typeof import('../../src/codec/api-proto.js');
 
 async function loadFramework(): Promise<Framework> {
-  const dist = new URL('../../dist/src/', import.meta.url);
+  // BENCH_FRAMEWORK_SRC: another build's dist/src/ (the base build of an A/B run).
+  const given = process.env.BENCH_FRAMEWORK_SRC;
+  if (given && !existsSync(join(given, 'server', 'service.js'))) throw new Error(`BENCH_FRAMEWORK_SRC=${given}: no server/service.js there`);
+  const dist = given ? pathToFileURL(join(given, '/')) : new URL('../../dist/src/', import.meta.url);
   const base = existsSync(fileURLToPath(new URL('server/service.js', dist))) ? dist : new URL('../../src/', import.meta.url);
   const ext = base === dist ? '.js' : '.ts';
   const load = (path: string) => import(new URL(path + ext, base).href) as Promise<Partial<Framework>>;

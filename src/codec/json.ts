@@ -32,10 +32,30 @@ export function jsonNestingExceeds(input: string | Uint8Array, max: number = MAX
   // Deeper than max needs more than max opening brackets (and as many characters).
   if (input.length <= max) return false;
   const text = typeof input === 'string' ? input : Buffer.from(input.buffer, input.byteOffset, input.byteLength).toString('latin1');
+  return (scanJson(text, max) & TOO_DEEP) !== 0;
+}
+
+/** scanJson: brackets nest deeper than max. */
+const TOO_DEEP = 1;
+/** scanJson: a run of 16 or more digits outside strings, the only way to write an integer beyond 2^53. */
+const LONG_DIGITS = 2;
+
+/**
+ * One pass over JSON text outside its strings: TOO_DEEP (then it stops) and LONG_DIGITS. Digits
+ * inside strings do not count, so an id or a timestamp in a string keeps the native parser.
+ */
+function scanJson(text: string, max: number): number {
   const n = text.length;
   let depth = 0;
+  let digits = 0;
+  let found = 0;
   for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i);
+    if (c >= 0x30 && c <= 0x39) {
+      if (++digits >= 16) found |= LONG_DIGITS;
+      continue;
+    }
+    digits = 0;
     if (c === 0x22) {
       // A string: a short one char by char, then indexOf for the closing quote that is not
       // escaped (preceded by an even run of backslashes).
@@ -52,7 +72,7 @@ export function jsonNestingExceeds(input: string | Uint8Array, max: number = MAX
       }
       for (;;) {
         const q = text.indexOf('"', j);
-        if (q < 0) return false; // unterminated: the parser says so
+        if (q < 0) return found; // unterminated: the parser says so
         let b = q - 1;
         while (text.charCodeAt(b) === 0x5c) b--;
         j = q + 1;
@@ -60,21 +80,20 @@ export function jsonNestingExceeds(input: string | Uint8Array, max: number = MAX
       }
       i = j - 1;
     } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > max) return true;
+      if (++depth > max) return found | TOO_DEEP;
     } else if (c === 0x5d || c === 0x7d) depth--;
   }
-  return false;
+  return found;
 }
 
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
-/** A run of 16 or more digits: the only way a text can hold an integer beyond 2^53. */
-const LONG_DIGITS = /\d{16,}/;
 
 /** Parses JSON text; throws a JsonSyntaxError, or a JsonDepthError beyond MAX_JSON_DEPTH. */
 export function parseJson(text: string): unknown {
-  if (jsonNestingExceeds(text)) throw new JsonDepthError();
+  const scan = scanJson(text, MAX_JSON_DEPTH);
+  if (scan & TOO_DEEP) throw new JsonDepthError();
   // Fast path: when no long integer literal can be present, the native parser is exact.
-  if (!LONG_DIGITS.test(text)) {
+  if (!(scan & LONG_DIGITS)) {
     try {
       return JSON.parse(text);
     } catch (err) {

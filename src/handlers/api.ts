@@ -125,27 +125,29 @@ export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMess
   }
   const status = response.statusCode ? Number(response.statusCode) : 200;
   if (!Number.isInteger(status) || status < 100 || status > 599) throw new MeshError(fe.errorId, 502, `${route.service} answered statusCode ${status}`);
-  const headers: Record<string, string[]> = {};
+  // The answer's headers as a flat list (name, value, name, value...; a name repeats for each of
+  // its values) and the body as a string: Node sends the head and the body in one write, with no
+  // Buffer copy of the body and no header object to walk.
+  const head: string[] = [];
+  let typed = false;
   const given = response.header;
   if (given) {
     for (const name in given) {
       if (!Object.prototype.hasOwnProperty.call(given, name)) continue;
       const pair = given[name];
       const key = pair?.key || name;
-      if (isHopByHop(key.toLowerCase())) continue;
-      headers[key] = pair?.values ?? [];
+      const lower = key.toLowerCase();
+      // The length is the gateway's own (the body below).
+      if (lower === 'content-length' || isHopByHop(lower)) continue;
+      if (lower === 'content-type') typed = true;
+      const values = pair?.values as unknown;
+      if (Array.isArray(values)) for (let i = 0; i < values.length; i++) head.push(key, values[i] as string);
+      else if (values !== undefined && values !== null) head.push(key, values as string);
     }
   }
-  let typed = false;
-  for (const key in headers) {
-    if (key.toLowerCase() === 'content-type') {
-      typed = true;
-      break;
-    }
-  }
-  if (!typed) headers['Content-Type'] = ['application/json'];
-  const out = Buffer.from(response.body ?? '', 'utf8');
-  headers['Content-Length'] = [String(out.byteLength)];
-  res.writeHead(status, headers);
-  res.end(out);
+  if (!typed) head.push('Content-Type', 'application/json');
+  const text = response.body ?? '';
+  head.push('Content-Length', String(Buffer.byteLength(text, 'utf8')));
+  res.writeHead(status, head);
+  res.end(text, 'utf8');
 }

@@ -5,42 +5,50 @@ import { MeshError } from '../errors.js';
 export const DEFAULT_MAX_BODY = 4 * 1024 * 1024;
 
 export function readBody(req: IncomingMessage, limit: number, errorId: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => readBodyThen(req, limit, errorId, (err, body) => (err ? reject(err) : resolve(body!))));
+}
+
+/**
+ * readBody with a callback instead of a promise, for a path that counts its promises (each one
+ * costs a hook call per step while an AsyncLocalStorage is in use): `done` is called once, with
+ * the error (a MeshError: 413, 400) or the body. Never synchronously.
+ */
+export function readBodyThen(req: IncomingMessage, limit: number, errorId: string, done: (err: Error | undefined, body?: Buffer) => void): void {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) {
     req.resume();
-    return Promise.reject(new MeshError(errorId, 413, `request body larger than ${limit} bytes`));
+    process.nextTick(done, new MeshError(errorId, 413, `request body larger than ${limit} bytes`));
+    return;
   }
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let done = false;
-    const finish = (err?: Error) => {
-      if (done) return;
-      done = true;
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('aborted', onAborted);
-      if (err) reject(err);
-      else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-    };
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) {
-        req.resume();
-        finish(new MeshError(errorId, 413, `request body larger than ${limit} bytes`));
-        return;
-      }
-      chunks.push(chunk);
-    };
-    const onEnd = () => finish();
-    const onError = (err: Error) => finish(new MeshError(errorId, 400, `reading request body: ${err.message}`));
-    const onAborted = () => finish(new MeshError(errorId, 400, 'request aborted'));
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onError);
-    req.on('aborted', onAborted);
-  });
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let finished = false;
+  const finish = (err?: Error) => {
+    if (finished) return;
+    finished = true;
+    req.off('data', onData);
+    req.off('end', onEnd);
+    req.off('error', onError);
+    req.off('aborted', onAborted);
+    if (err) done(err);
+    else done(undefined, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+  };
+  const onData = (chunk: Buffer) => {
+    size += chunk.length;
+    if (size > limit) {
+      req.resume();
+      finish(new MeshError(errorId, 413, `request body larger than ${limit} bytes`));
+      return;
+    }
+    chunks.push(chunk);
+  };
+  const onEnd = () => finish();
+  const onError = (err: Error) => finish(new MeshError(errorId, 400, `reading request body: ${err.message}`));
+  const onAborted = () => finish(new MeshError(errorId, 400, 'request aborted'));
+  req.on('data', onData);
+  req.on('end', onEnd);
+  req.on('error', onError);
+  req.on('aborted', onAborted);
 }
 
 /** How long, at most, the rest of a refused request body is read and dropped. */

@@ -8,16 +8,16 @@ import type { AddressInfo } from 'node:net';
 import type { Type } from 'protobufjs';
 import type pino from 'pino';
 import { MeshError } from '../errors.js';
-import { JSON_CODEC, codecFor, mediaType, type CodecSet } from '../codec/codec.js';
+import { JSON_CODEC, codecFor, mediaType, type Codec, type CodecSet } from '../codec/codec.js';
 import { JsonSyntaxError, stringifyJson } from '../codec/json.js';
-import { readBody } from '../http/body.js';
+import { readBodyThen } from '../http/body.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, tooManyHeaders, type Drainable, type DrainResult, type ServerLimits } from '../http/lifecycle.js';
 import type { StatsStore } from '../stats/store.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
 import { ContextStore } from '../util/call-context.js';
-import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
+import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
 import type { StreamKind } from '../transport/frames.js';
 import { serveStream } from './stream-server.js';
@@ -141,61 +141,59 @@ export class RpcServer implements Drainable {
       sendError(res, new MeshError(id, 405, `method ${req.method} not allowed: RPC calls are POST /`));
       return;
     }
-    void this.call(req, res);
+    this.call(req, res);
   }
 
   /**
    * One call, in flight from here until its answer or error is written: read the body, decode,
-   * run the handler, encode, write. One async frame per call.
+   * run the handler, encode, write. No async frame and no promise of the server's own for a
+   * unary call: the body is read with callbacks and the handler's promise (if it returns one) is
+   * followed with one `then`. While an AsyncLocalStorage is in use (the call context), every
+   * promise costs hook calls at each step, so the count matters.
    */
-  private async call(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private call(req: IncomingMessage, res: ServerResponse): void {
     const id = this.options.service;
     const headers = req.headers;
     const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
-    const endpointHeader = headerValue(headers, HEADER_ENDPOINT);
-    const span = this.options.tracer?.startSpan(`${id}/${endpointHeader ?? 'unknown'}`, SpanKind.SERVER, parent, {
+    const endpointName = headerValue(headers, HEADER_ENDPOINT);
+    const span = this.options.tracer?.startSpan(`${id}/${endpointName ?? 'unknown'}`, SpanKind.SERVER, parent, {
       'rpc.system': 'mesh',
       'rpc.service': id,
-      'rpc.method': endpointHeader ?? '',
+      'rpc.method': endpointName ?? '',
     });
     const trace = span ? traceOf(span) : this.context.hop(parent);
-    try {
-      const endpointName = endpointHeader;
-      if (!endpointName) throw new MeshError(id, 400, 'missing Mesh-Endpoint header');
-      const def = this.endpoints.get(endpointName);
-      const contentType = headerValue(headers, 'content-type');
-      const codec = this.options.codecs ? this.options.codecs.for(contentType) : codecFor(contentType);
-      if (!codec) {
-        req.resume();
-        throw new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`);
-      }
-      if (def?.stream) {
-        if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType)) {
-          req.resume();
-          throw new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`);
-        }
-        // The whole stream runs inside its call's context: the handler's iteration too, so what it
-        // calls or publishes carries the call's id, metadata and trace.
-        const streamContext = { id: headerValue(headers, HEADER_ID) || undefined, metadata: withoutTrace(endToEndHeaders(headers)), trace };
-        await this.context.run(streamContext, () => serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger, trace }, def, codec, req, res));
-        if (span) endSpan(span, res.statusCode);
-        return;
-      }
-      if (headers[HEADER_STREAM] !== undefined) {
-        req.resume();
-        if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
-        throw new MeshError(id, 400, `endpoint ${endpointName} is not a streaming endpoint: call it without Mesh-Stream`);
-      }
-      const body = await readBody(req, this.options.maxBodyBytes, id);
-      if (!def) throw new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`);
+    const fail = (err: unknown) => {
+      sendError(res, err, id);
+      if (span) endSpan(span, res.statusCode, err);
+    };
+    if (!endpointName) return fail(new MeshError(id, 400, 'missing Mesh-Endpoint header'));
+    const def = this.endpoints.get(endpointName);
+    const contentType = headerValue(headers, 'content-type');
+    const codec = this.options.codecs ? this.options.codecs.for(contentType) : codecFor(contentType);
+    if (!codec) {
+      req.resume();
+      return fail(new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`));
+    }
+    if (def?.stream) {
+      this.callStream(req, res, def, codec, trace, span).catch(fail);
+      return;
+    }
+    if (headers[HEADER_STREAM] !== undefined) {
+      req.resume();
+      if (!def) return fail(new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`));
+      return fail(new MeshError(id, 400, `endpoint ${endpointName} is not a streaming endpoint: call it without Mesh-Stream`));
+    }
+    readBodyThen(req, this.options.maxBodyBytes, id, (readError, body) => {
+      if (readError) return fail(readError);
+      if (!def) return fail(new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`));
       if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType))
-        throw new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`);
+        return fail(new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`));
       let request: unknown;
       try {
-        request = codec.decode(body, def.requestType);
+        request = codec.decode(body!, def.requestType);
       } catch (err) {
         const what = err instanceof JsonSyntaxError || err instanceof SyntaxError ? 'malformed JSON' : 'malformed request';
-        throw new MeshError(id, 400, `${what}: ${(err as Error).message}`);
+        return fail(new MeshError(id, 400, `${what}: ${(err as Error).message}`));
       }
       const timeoutHeader = Number(headerValue(headers, HEADER_TIMEOUT));
       const budget = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : (this.options.defaultTimeoutMs ?? 30_000);
@@ -208,24 +206,53 @@ export class RpcServer implements Drainable {
         traceId: trace.traceId,
         spanId: trace.spanId,
       };
+      const answer = (result: unknown) => {
+        // JSON is written as a string: no intermediate Buffer, the same bytes on the wire (the
+        // header block is ASCII, so Node sends header and body in one write).
+        let encoded: Uint8Array | string;
+        try {
+          encoded = codec === JSON_CODEC ? stringifyJson(result ?? {}) : codec.encode(result ?? {}, def.responseType);
+        } catch (err) {
+          return fail(new MeshError(id, 500, `encoding response: ${(err as Error).message}`));
+        }
+        try {
+          sendBytes(res, 200, codec.contentType, encoded);
+        } catch (err) {
+          return fail(err);
+        }
+        if (span) endSpan(span, 200);
+      };
       // The handler runs inside its call's context: what it calls or publishes carries the call's
       // remaining deadline, id, metadata and trace (the metadata without the inbound trace headers).
-      const result = await this.context.run({ id: ctx.id || undefined, deadline: ctx.deadline, metadata: withoutTrace(ctx.metadata), trace }, () => def.handler(request, ctx));
-      // JSON is written as a string: no intermediate Buffer, the same bytes on the wire (the
-      // header block is ASCII, so Node sends header and body in one write).
-      let encoded: Uint8Array | string;
+      let result: unknown;
       try {
-        encoded = codec === JSON_CODEC ? stringifyJson(result ?? {}) : codec.encode(result ?? {}, def.responseType);
+        result = this.context.run({ id: ctx.id || undefined, deadline: ctx.deadline, metadata: withoutTrace(ctx.metadata), trace }, () => def.handler(request, ctx));
       } catch (err) {
-        throw new MeshError(id, 500, `encoding response: ${(err as Error).message}`);
+        return fail(err);
       }
-      sendBytes(res, 200, codec.contentType, encoded);
-      if (span) endSpan(span, 200);
-    } catch (err) {
-      sendError(res, err, id);
-      if (span) endSpan(span, res.statusCode, err);
-    }
+      if (isThenable(result)) result.then(answer, fail);
+      else answer(result);
+    });
   }
+
+  /** A streaming endpoint's call: the whole stream runs inside its call's context. */
+  private async callStream(req: IncomingMessage, res: ServerResponse, def: EndpointDefinition, codec: Codec, trace: TraceContext, span: Span | undefined): Promise<void> {
+    const id = this.options.service;
+    const headers = req.headers;
+    if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType)) {
+      req.resume();
+      throw new MeshError(id, 415, `endpoint ${def.name} does not accept application/protobuf`);
+    }
+    // The handler's iteration runs inside the call's context too, so what it calls or publishes
+    // carries the call's id, metadata and trace.
+    const streamContext = { id: headerValue(headers, HEADER_ID) || undefined, metadata: withoutTrace(endToEndHeaders(headers)), trace };
+    await this.context.run(streamContext, () => serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger, trace }, def, codec, req, res));
+    if (span) endSpan(span, res.statusCode);
+  }
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function';
 }
 
 /** The caller's metadata as the handler's calls forward it: the trace headers are the hop's own. */
