@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { startProcess, runCli, tempDir, ROOT, type RunningProcess } from './helpers.js';
 import { PROTOS } from './grpc-fixtures.js';
+import { startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
 
 const reply = (message: string) => `{"message":"${message}","count":"0","mood":"MOOD_UNSPECIFIED","tags":[],"server":"c","mesh_id":"","x_trace":""}`;
 
@@ -16,6 +17,7 @@ describe('mesh call --stream reaches a gRPC node', () => {
   const env = { MESH_REGISTRY_ADDRESS: home.path, MESH_LOG_LEVEL: 'warning' };
   const proto = `--proto_path=${PROTOS}`;
   let greeter: RunningProcess;
+  let sc: SidecarProcess | undefined;
 
   before(async () => {
     greeter = startProcess(['--import', 'tsx', join(ROOT, 'test/fixtures/grpc-greeter.ts'), '--label=c'], {}, '');
@@ -24,7 +26,7 @@ describe('mesh call --stream reaches a gRPC node', () => {
     assert.equal((await runCli(['register', 'service', JSON.stringify(record)], env)).code, 0);
   });
   after(async () => {
-    await greeter?.stop('SIGKILL');
+    await Promise.all([greeter?.stop('SIGKILL'), sc?.stop()]);
     home.cleanup();
   });
 
@@ -51,5 +53,16 @@ describe('mesh call --stream reaches a gRPC node', () => {
     assert.equal(r.code, 1);
     assert.equal(r.stdout, `${reply('Hello F #1')}\n`);
     assert.equal(r.stderr.trim(), '{"id":"helloworld.Greeter","code":404,"detail":"gone","status":"Not Found"}');
+  });
+
+  it('through a sidecar (--proxy_address, the sidecar has the protos): server and bidi', async () => {
+    sc = await startSidecar(home.path, [proto]);
+    const via = `--proxy_address=127.0.0.1:${sc.port}`;
+    const r = await runCli([via, 'call', '--stream=server', 'go.mesh.srv.greeter', 'Greeter.Count', '{"name":"P","n":2}'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, `${reply('Hello P #1')}\n${reply('Hello P #2')}\n`);
+    const b = await runCli([via, 'call', '--stream=bidi', 'go.mesh.srv.greeter', 'Greeter.Chat'], env, 20000, { input: '{"name":"x"}\n' });
+    assert.equal(b.code, 0, b.stderr);
+    assert.equal((JSON.parse(b.stdout) as { message: string }).message, 'Hello x');
   });
 });
