@@ -1,7 +1,8 @@
 /**
  * A gRPC backend in another language: Python's grpcio (Debian's python3-grpcio, run with
  * /usr/bin/python3) serving helloworld.Greeter from the same .proto, stubs generated at test time
- * by grpc_tools.protoc, registered with protocol=grpc and reached through the gateway with JSON.
+ * by grpc_tools.protoc, registered with protocol=grpc and reached through the gateway with JSON,
+ * unary and streaming (SSE, WebSocket).
  * Skipped loudly when /usr/bin/python3 has no grpc (a failure with MESH_TEST_REQUIRE_ENGINES=1).
  */
 import { describe, it, before, after } from 'node:test';
@@ -9,7 +10,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { PYTHON, PROTOS, pythonStubs } from './grpc-fixtures.js';
-import { startProcess, runCli, tempDir, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
+import { startProcess, runCli, tempDir, http, waitFor, ROOT, PRINTED, type RunningProcess } from './helpers.js';
+import { openWs, sse } from './fixtures/stream-clients.js';
 
 const SERVER = join(ROOT, 'test/fixtures/grpc-python/greeter_server.py');
 
@@ -63,6 +65,22 @@ describe('a Python grpcio server behind the gateway', () => {
     const res = await http('POST', `http://127.0.0.1:${apiPort}/pygreeter/fail`, { headers: { 'content-type': 'application/json' }, body: '{"code":5,"details":"nothing here"}' });
     assert.equal(res.status, 404);
     assert.equal(res.text, '{"id":"helloworld.Greeter","code":404,"detail":"nothing here","status":"Not Found"}');
+  });
+
+  it('streams of the Python server through the gateway: SSE (with a status mid-stream) and a bidi WebSocket', async (t) => {
+    if (!enabled) return t.skip(SKIP_REASON);
+    const msg = (m: string) => `{"message":"${m} from python","count":"0","mood":"MOOD_UNSPECIFIED","tags":[],"server":"python","mesh_id":"","x_trace":""}`;
+    const r = await sse(`http://127.0.0.1:${apiPort}/pygreeter/count`, 'POST', '{"name":"S","n":2,"fail_code":5,"fail_details":"no third"}');
+    assert.equal(r.status, 200);
+    assert.equal(r.text, `data: ${msg('Hello S #1')}\n\ndata: ${msg('Hello S #2')}\n\nevent: error\ndata: {"id":"helloworld.Greeter","code":404,"detail":"no third","status":"Not Found"}\n\n`);
+    const c = openWs(`ws://127.0.0.1:${apiPort}/pygreeter/chat`);
+    await c.open;
+    c.ws.send('{"name":"one"}');
+    await waitFor(() => c.messages.length === 1);
+    c.ws.send('{"name":"two"}');
+    c.ws.send('');
+    assert.deepEqual(await c.done, { code: 1000, reason: '' });
+    assert.deepEqual(c.messages, [msg('Hello one'), msg('Hello two')]);
   });
 });
 
