@@ -330,6 +330,7 @@ describe('streams at the edge', () => {
         endpoints: [
           { name: 'Count.Up', metadata: { stream: 'server' } },
           { name: 'Count.Forever', metadata: { stream: 'server' } },
+          { name: 'Echo.Chat', metadata: { stream: 'bidi' } },
         ],
         nodes: [{ id: 'pycount-1', address: '127.0.0.1', port, metadata: { protocol: 'mesh' } }],
       });
@@ -366,6 +367,32 @@ describe('streams at the edge', () => {
       await waitFor(() => f.messages.length >= 3);
       f.ws.close(1000);
       await waitFor(() => /cancelled Count\.Forever/.test(pyOut), 10000);
+    });
+
+    it('its bidi stream echoes each message as it comes, to a mesh client and over a WebSocket', async () => {
+      // Each answer is awaited before the next request is sent: the Python side answers while the
+      // request body is still open, as docs/protocol.md asks of a bidi stream.
+      const got: unknown[] = [];
+      async function* says() {
+        yield { say: 'hello' };
+        await waitFor(() => got.length === 1); // the first answer came while the request body is open
+        yield { say: 'world' };
+      }
+      for await (const m of mesh.stream('go.mesh.api.pycount', 'Echo.Chat', says())) got.push(m);
+      assert.deepEqual(got, [
+        { echo: 'hello', from: 'python' },
+        { echo: 'world', from: 'python' },
+      ]);
+
+      const c = openWs(wsUrl('/pycount/echo/chat'));
+      await c.open;
+      c.ws.send('{"say":"one"}');
+      await waitFor(() => c.messages.length === 1);
+      c.ws.send('{"say":"two"}');
+      await waitFor(() => c.messages.length === 2);
+      c.ws.send('');
+      assert.equal((await c.done).code, 1000);
+      assert.deepEqual(c.messages, ['{"echo":"one","from":"python"}', '{"echo":"two","from":"python"}']);
     });
   });
 });
