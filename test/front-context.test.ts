@@ -93,7 +93,7 @@ describe('front server: the request context as an argument', () => {
   });
 });
 
-describe('gateway and sidecar: rpc and proxy paths enter no context; the backend gets the hop trace', () => {
+describe('gateway and sidecar: rpc, api and proxy paths enter no context; the backend gets the hop trace', () => {
   let app: PlainApp;
   before(async () => {
     app = await startPlainApp('plain');
@@ -114,7 +114,7 @@ describe('gateway and sidecar: rpc and proxy paths enter no context; the backend
     assert.notEqual(m[2], CALLER, 'the hop span, not the caller');
   }
 
-  async function gateway(handler: 'rpc' | 'proxy') {
+  async function gateway(handler: 'rpc' | 'proxy' | 'api') {
     const registry = new MemoryRegistry();
     await registerPlain(registry, 'go.mesh.api.plain', app.port);
     const runtime = runtimeWith(registry, 'api');
@@ -124,12 +124,12 @@ describe('gateway and sidecar: rpc and proxy paths enter no context; the backend
     return { runtime, runs, url: `http://127.0.0.1:${bound.port}` };
   }
 
-  for (const handler of ['rpc', 'proxy'] as const) {
+  for (const handler of ['rpc', 'proxy', 'api'] as const) {
     it(`gateway --handler=${handler}`, async () => {
       const gw = await gateway(handler);
       try {
         const r = await http('POST', `${gw.url}/plain/echo`, { headers: { 'content-type': 'application/json', traceparent: TRACEPARENT }, body: '{}' });
-        assert.equal(r.status, 200, r.text);
+        assert.equal(r.status, handler === 'api' ? 201 : 200, r.text); // the plain app's API Response says 201
         assertHopTrace();
         assert.equal(gw.runs(), 0);
       } finally {

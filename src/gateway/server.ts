@@ -203,7 +203,7 @@ export class Gateway {
   }
 
   /**
-   * The rpc and proxy handlers take the request's context as an argument; every other handler runs
+   * The rpc, api and proxy handlers take the request's context as an argument; every other handler runs
    * inside it (what they call reads the ambient context).
    */
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
@@ -220,7 +220,7 @@ export class Gateway {
     const ns = this.namespace;
     switch (this.handler) {
       case 'api':
-        return within(() => handleApi(this.fe, this.rpcTarget(req, url, path), req, res));
+        return handleApi(this.fe, this.rpcTarget(req, url, path), req, res, ctx);
       case 'rpc':
         return handleRpc(this.fe, this.rpcTarget(req, url, path), req, res, ctx);
       case 'proxy': {
@@ -236,7 +236,7 @@ export class Gateway {
       default: {
         const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
         if (match) return this.dispatch(match, url, req, res, ctx);
-        return within(() => handleApi(this.fe, this.rpcTarget(req, url, path), req, res));
+        return handleApi(this.fe, this.rpcTarget(req, url, path), req, res, ctx);
       }
     }
   }
@@ -249,7 +249,7 @@ export class Gateway {
       case 'rpc':
         return handleRpc(this.fe, { service: route.service, method: route.endpoint }, req, res, ctx);
       case 'api':
-        return context.within(ctx, () => handleApi(this.fe, { service: route.service, method: route.endpoint }, req, res));
+        return handleApi(this.fe, { service: route.service, method: route.endpoint }, req, res, ctx);
       case 'proxy':
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx);
       case 'event':

@@ -13,6 +13,7 @@ import { readBody } from '../http/body.js';
 import { sendError } from '../http/respond.js';
 import { canonicalHeaderKey, isHopByHop } from '../transport/headers.js';
 import { callOptionsFrom, type FrontEnd } from './front-end.js';
+import type { CallContext } from '../util/call-context.js';
 import type { RpcRoute } from './resolve.js';
 
 export interface Pair {
@@ -98,12 +99,13 @@ interface ApiResponseMessage {
 
 const NO_BODY = Buffer.alloc(0);
 
-export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/** `ctx`: the request's call context, when the front end passes it explicitly (else the ambient one). */
+export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), NO_BODY) : await readBody(req, fe.maxBodyBytes, fe.errorId);
   const message = buildApiRequest(req, body);
   const types = apiTypes();
   // callOptionsFrom returns a fresh object: extend it rather than copy it.
-  const options = callOptionsFrom(req);
+  const options = callOptionsFrom(req, undefined, ctx);
   options.encodeFor = (target) =>
     target.metadata.content_type === 'application/protobuf'
       ? { contentType: PROTOBUF_CODEC.contentType, body: PROTOBUF_CODEC.encode(message, types.Request) }
