@@ -13,6 +13,48 @@ import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'nod
 import type { AddressInfo, Socket } from 'node:net';
 import type { Counter, StatsStore } from '../stats/store.js';
 
+/**
+ * The requests (or connections) in flight: an array with each member's index stored on it, so
+ * adding and removing cost O(1) and leave nothing behind. Not a Set on purpose: a Set that many
+ * short-lived members pass through is rehashed every few dozen adds, and V8 keeps each old table
+ * linked to its successor (for iterators). Once one old table has been promoted to the old
+ * generation and dropped, it still points at its successors and at the members it held, so the
+ * scavenger keeps whole request graphs alive and promotes them until the next full collection.
+ */
+class Tracked<T extends object> {
+  private readonly list: T[] = [];
+  /** Where each member's index is kept (on the member itself). */
+  private readonly slot = Symbol('slot');
+
+  get size(): number {
+    return this.list.length;
+  }
+
+  add(item: T): void {
+    const s = item as unknown as Record<symbol, number | undefined>;
+    if (s[this.slot] !== undefined) return;
+    s[this.slot] = this.list.length;
+    this.list.push(item);
+  }
+
+  delete(item: T): void {
+    const s = item as unknown as Record<symbol, number | undefined>;
+    const i = s[this.slot];
+    if (i === undefined || this.list[i] !== item) return;
+    s[this.slot] = undefined;
+    const last = this.list.pop()!;
+    if (last !== item) {
+      this.list[i] = last;
+      (last as unknown as Record<symbol, number | undefined>)[this.slot] = i;
+    }
+  }
+
+  /** A copy: members may leave while the caller iterates. */
+  items(): T[] {
+    return this.list.slice();
+  }
+}
+
 /** Requests with more header fields than this get 431 (Node would silently drop the extra ones). */
 export const MAX_HEADER_COUNT = 100;
 
@@ -96,8 +138,8 @@ export interface ServerStatNames {
  * for each request the server answers.
  */
 export class ServerLifecycle implements Drainable {
-  private readonly sockets = new Set<Socket>();
-  private readonly responses = new Set<ServerResponse>();
+  private readonly sockets = new Tracked<Socket>();
+  private readonly responses = new Tracked<ServerResponse>();
   private readonly waiters: Array<() => void> = [];
   private draining = false;
   private closing?: Promise<DrainResult>;
@@ -155,7 +197,7 @@ export class ServerLifecycle implements Drainable {
   beginDrain(): void {
     if (this.draining) return;
     this.draining = true;
-    for (const res of this.responses) this.closeAfter(res);
+    for (const res of this.responses.items()) this.closeAfter(res);
   }
 
   close(): Promise<DrainResult> {
@@ -176,14 +218,14 @@ export class ServerLifecycle implements Drainable {
     server.closeIdleConnections();
     await this.idle(this.limits.drainTimeoutMs);
     const cutOff = new Set<Socket>();
-    for (const res of this.responses) if (res.socket) cutOff.add(res.socket as Socket);
+    for (const res of this.responses.items()) if (res.socket) cutOff.add(res.socket as Socket);
     const result: DrainResult = { requestsCutOff: this.responses.size, connectionsCutOff: cutOff.size };
     if (cutOff.size > 0) this.destroyActive.inc(cutOff.size);
     try {
       await this.closeOthers?.();
     } finally {
       server.closeAllConnections();
-      for (const socket of this.sockets) socket.destroy();
+      for (const socket of this.sockets.items()) socket.destroy();
       await closed;
     }
     return result;
