@@ -12,6 +12,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { PROTOS } from './grpc-fixtures.js';
 import { http, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import type { ReceivedSpan } from './fixtures/otlp-receiver.js';
 
 const SERVICE = join(ROOT, 'test/fixtures/grpc-framework-service.ts');
 const RECEIVER = join(ROOT, 'test/fixtures/otlp-receiver.ts');
@@ -19,16 +20,6 @@ const SERVICE_NAME = 'go.mesh.srv.fwgreeter';
 /** OTLP's numbers: SpanKind SERVER, Status ERROR. */
 const SERVER = 2;
 const STATUS_ERROR = 2;
-
-interface ReceivedSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  kind: number;
-  attributes: Record<string, unknown>;
-  status: { code: number; message: string };
-}
 
 type Greeter = grpc.Client & {
   SayHello(req: unknown, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, reply?: Record<string, string>) => void): void;

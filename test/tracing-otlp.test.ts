@@ -10,22 +10,13 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { Mesh } from '../src/index.js';
 import { http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import type { ReceivedSpan } from './fixtures/otlp-receiver.js';
 
 const RECEIVER = join(ROOT, 'test/fixtures/otlp-receiver.ts');
 const GREETER_API = join(ROOT, 'dist/examples/greeter-api.js');
 const GREETER_SRV = join(ROOT, 'dist/examples/greeter-srv.js');
 const SERVICE_PRINTED = /listening on \S+:(\d+) \(node/;
 
-interface ReceivedSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  kind: number;
-  attributes: Record<string, unknown>;
-  status: { code: number; message: string };
-  resource: Record<string, unknown>;
-}
 /** OTLP's SpanKind numbers. */
 const KIND = { server: 2, client: 3 };
 
