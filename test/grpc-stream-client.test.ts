@@ -19,7 +19,7 @@ import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
-import { freePort, tempDir, waitFor } from './helpers.js';
+import { freePort, tempDir, waitFor, waitForStill } from './helpers.js';
 import { PROTOS } from './grpc-fixtures.js';
 
 type CountReq = { name: string; n: number; hold: boolean };
@@ -162,17 +162,7 @@ describe('gRPC streams from the framework client', () => {
     const s = mesh.stream<{ message: string }>('go.mesh.srv.g', 'Greeter.Count', { name: 'big', n });
     const it = s[Symbol.asyncIterator]();
     assert.match((await it.next()).value!.message, /^#1 x/);
-    let last = -1;
-    let still = 0;
-    await waitFor(
-      () => {
-        still = big.waiting && big.flushed === last ? still + 1 : 0;
-        last = big.flushed;
-        return still >= 10;
-      },
-      20_000,
-      50,
-    );
+    await waitForStill(() => big.flushed, { stepMs: 50, polls: 10, ready: () => big.waiting });
     assert.ok(big.flushed <= bound, `the server wrote ${big.flushed} MiB while the consumer held one message; bound ${bound} MiB`);
     // Reading again lets the server go on, in order.
     for (let i = 2; i <= bound + 4; i++) assert.match((await it.next()).value!.message, new RegExp(`^#${i} x`));

@@ -51,6 +51,29 @@ export async function waitFor<T>(fn: () => T | Promise<T>, timeoutMs = 5000, ste
   }
 }
 
+/**
+ * Waits until a count stops moving: resolves with its value once `polls` polls in a row, `stepMs`
+ * apart, saw the same value and `ready` held (default: always). For backpressure tests: a
+ * producer that is held back stops, one that is not runs to its end; stopping early can only
+ * make the count smaller, so a bound on it cannot pass by timing.
+ */
+export async function waitForStill(read: () => number, opts: { stepMs?: number; polls?: number; timeoutMs?: number; ready?: (value: number) => boolean } = {}): Promise<number> {
+  const { stepMs = 100, polls = 2, timeoutMs = 20000, ready = () => true } = opts;
+  let last = NaN;
+  let still = 0;
+  await waitFor(
+    () => {
+      const now = read();
+      still = now === last && ready(now) ? still + 1 : 0;
+      last = now;
+      return still >= polls;
+    },
+    timeoutMs,
+    stepMs,
+  );
+  return last;
+}
+
 export interface RunningProcess {
   child: ChildProcess;
   output: () => string;

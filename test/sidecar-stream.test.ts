@@ -10,7 +10,7 @@ import { once } from 'node:events';
 import { WebSocketServer, WebSocket } from 'ws';
 import { SidecarStreamCall, closeError } from '../src/cli/sidecar-stream.js';
 import { MeshError } from '../src/errors.js';
-import { sleep, waitFor } from './helpers.js';
+import { waitFor, waitForStill } from './helpers.js';
 
 const COUNT = 400;
 const PAD = 'p'.repeat(64 * 1024);
@@ -55,8 +55,9 @@ describe('SidecarStreamCall', () => {
     assert.equal(JSON.parse(first.value!.toString()).i, 0);
     await waitFor(() => ws.isPaused);
     assert.ok(call.buffered < 256 * 1024, `${call.buffered} bytes waiting`);
-    // A window in which an unpaused socket would read megabytes (a bound, not an ordering sleep).
-    await sleep(300);
+    // The server's sends stop completing once the paused socket's buffers are full; an unpaused
+    // socket would have read everything (and `completed` would reach COUNT).
+    await waitForStill(() => completed, { stepMs: 100, polls: 3 });
     assert.ok(ws.isPaused);
     assert.ok(call.buffered < 256 * 1024, `${call.buffered} bytes waiting`);
     assert.ok(completed < COUNT, 'the server could not send everything: the kernel buffers are full');

@@ -9,7 +9,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { Mesh } from '../src/mesh.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { tempDir, waitFor } from './helpers.js';
+import { tempDir, waitForStill } from './helpers.js';
 import { startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 
 describe('SSE backpressure at the gateway', () => {
@@ -52,18 +52,7 @@ describe('SSE backpressure at the gateway', () => {
     });
     assert.equal(res.statusCode, 200);
     res.pause();
-    let last = -1;
-    await waitFor(
-      async () => {
-        const now = seen.pulled;
-        const stable = now === last && now > 0;
-        last = now;
-        await new Promise((r) => setTimeout(r, 200)); // the window in which the count must stay still (measuring), not ordering
-        return stable;
-      },
-      20000,
-      0,
-    );
+    await waitForStill(() => seen.pulled, { stepMs: 200, polls: 1, ready: (n) => n > 0 });
     assert.ok(seen.pulled < count / 2 && !seen.done, `the handler was pulled ${seen.pulled} of ${count} times for a client that read nothing`);
     let text = '';
     res.setEncoding('utf8');

@@ -18,7 +18,7 @@ import { optionsFromFlags } from '../src/cli/options.js';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { ROOT, http, tempDir, waitFor } from './helpers.js';
+import { ROOT, http, tempDir, waitFor, waitForStill } from './helpers.js';
 import { startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 import { startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
 import { openWs, refusal, sse } from './fixtures/stream-clients.js';
@@ -197,18 +197,7 @@ describe('streams at the edge', () => {
     await waitFor(() => c.messages.length > 0);
     socket.pause();
     // Wait until the handler stops being pulled (the buffers on the way are full).
-    let last = -1;
-    await waitFor(
-      async () => {
-        const now = seen.pulled;
-        const stable = now === last;
-        last = now;
-        await new Promise((r) => setTimeout(r, 200)); // the window in which the count must stay still (measuring), not ordering
-        return stable;
-      },
-      20000,
-      0,
-    );
+    await waitForStill(() => seen.pulled, { stepMs: 200, polls: 1 });
     const ahead = seen.pulled - c.messages.length;
     console.log(`# pulled ${seen.pulled} of ${count} while the client had read ${c.messages.length}`);
     assert.ok(seen.pulled < count && !seen.slowDone, `the handler ran to its end (${seen.pulled}) for a client that does not read`);

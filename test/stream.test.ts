@@ -9,7 +9,7 @@ import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { Mesh, MeshError, type StreamContext } from '../src/index.js';
 import { encodeFrame, FrameDecoder } from '../src/transport/frames.js';
-import { waitFor } from './helpers.js';
+import { waitFor, waitForStill } from './helpers.js';
 
 const quiet = { registry: 'memory', broker: 'memory', logLevel: 'off', drainDelay: 0, maxBodySize: 1024 } as const;
 
@@ -178,18 +178,7 @@ describe('streams in the framework', () => {
     const first = await it.next();
     assert.equal(first.value!.n, 0);
     // Nothing more is read: the handler fills the socket buffers and is then no longer pulled.
-    let last = -1;
-    await waitFor(
-      async () => {
-        const now = seen.pulled - pulledBefore;
-        const stable = now === last;
-        last = now;
-        await new Promise((r) => setTimeout(r, 100)); // the window in which the count must stay still (measuring), not ordering
-        return stable && now > 1;
-      },
-      10000,
-      0,
-    );
+    await waitForStill(() => seen.pulled - pulledBefore, { stepMs: 100, polls: 1, timeoutMs: 10000, ready: (n) => n > 1 });
     const ahead = seen.pulled - pulledBefore;
     console.log(`# the handler was pulled ${ahead} messages ahead of a consumer that read one`);
     // ~520-byte frames: what the kernel's socket buffers hold (about 4 MiB here: tcp_wmem's max)
