@@ -230,7 +230,8 @@ async function brokerSection(ctx: Ctx): Promise<ExtraSection> {
 
 // ------------------------------------------------------------------------------------ admin
 
-function runNode(ctx: Ctx, args: string[], timeoutMs: number): Promise<{ code: number | null; out: string; err: string }> {
+/** Runs node with `args` (in the repository, with the bench's env) to its end, or kills it after timeoutMs. */
+export function runNode(ctx: Ctx, args: string[], timeoutMs: number): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, args, { cwd: ctx.root, env: { ...process.env, ...ctx.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';

@@ -384,40 +384,28 @@ http {
  * tuning flag; only what points them at the ports, the registry and the service namespace.
  */
 const DEFAULT_NOTE = 'as a user starts it: default flags (info log level), only the ports, the registry and the namespace given';
-const DEFAULT_ROWS: Row[] = [
-  {
-    id: 'mesh-rpc-default',
-    label: 'mesh api --handler=rpc, default flags',
+/** A one-process mesh row with default flags: only the ports, the registry and the namespace given. */
+function defaultRow(id: string, label: string, name: string, command: 'api' | 'sidecar', args: string[]): Row {
+  return {
+    id,
+    label,
     mesh: true,
     setup: async (ctx, nodeArgs) => {
-      const g = await startMesh(ctx, 'mesh-api-rpc-default', 'api', ['--handler=rpc', '--namespace=go.mesh.srv'], nodeArgs, true);
+      const g = await startMesh(ctx, name, command, args, nodeArgs, true);
       return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin, note: DEFAULT_NOTE };
     },
-  },
+  };
+}
+const DEFAULT_ROWS: Row[] = [
+  defaultRow('mesh-rpc-default', 'mesh api --handler=rpc, default flags', 'mesh-api-rpc-default', 'api', ['--handler=rpc', '--namespace=go.mesh.srv']),
   {
     id: 'mesh-api-default',
     label: 'mesh api --handler=api (+ API service), default flags',
     mesh: true,
     setup: (ctx, nodeArgs) => meshApiSetup(ctx, nodeArgs, true),
   },
-  {
-    id: 'mesh-proxy-default',
-    label: 'mesh api --handler=proxy, default flags',
-    mesh: true,
-    setup: async (ctx, nodeArgs) => {
-      const g = await startMesh(ctx, 'mesh-api-proxy-default', 'api', ['--handler=proxy', '--namespace=go.mesh.srv'], nodeArgs, true);
-      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin, note: DEFAULT_NOTE };
-    },
-  },
-  {
-    id: 'sidecar-default',
-    label: 'mesh sidecar, default flags',
-    mesh: true,
-    setup: async (ctx, nodeArgs) => {
-      const g = await startMesh(ctx, 'mesh-sidecar-default', 'sidecar', [], nodeArgs, true);
-      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin, note: DEFAULT_NOTE };
-    },
-  },
+  defaultRow('mesh-proxy-default', 'mesh api --handler=proxy, default flags', 'mesh-api-proxy-default', 'api', ['--handler=proxy', '--namespace=go.mesh.srv']),
+  defaultRow('sidecar-default', 'mesh sidecar, default flags', 'mesh-sidecar-default', 'sidecar', []),
 ];
 // Each beside its tuned row.
 for (const d of DEFAULT_ROWS) {

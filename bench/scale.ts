@@ -12,14 +12,13 @@
  *   manager, its memory. Needs MESH_BENCH_ETCD or MESH_TEST_ETCD_ADDRESS.
  */
 import { mkdirSync } from 'node:fs';
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { NotAvailable, cpuMicros, freePort, machineBusyMicros, ownTreeMicros, pin, rssKiB, startProcess, waitForPort, withNofile, type Proc } from './lib/proc.js';
 import { runLoad, type LoadResult } from './lib/load.js';
 import { fixed, int, markdownTable, median } from './lib/stats.js';
 import { PATH, REQUEST_BODY, ANSWER } from './lib/payload.js';
 import type { Ctx } from './lib/mesh.js';
-import type { ExtraSection } from './extras.js';
+import { runNode, type ExtraSection } from './extras.js';
 
 export const SCALE_IDS = ['scale-conns', 'scale-ws', 'scale-routes', 'scale-etcd'] as const;
 
@@ -339,19 +338,9 @@ async function wsSubscribers(ctx: Ctx): Promise<ExtraSection> {
 
 // ------------------------------------------------------------------------------------ route table
 
+/** Runs a TypeScript script of the bench (through tsx) to its end. */
 function runScript(ctx: Ctx, args: string[], timeoutMs: number, nodeArgs: string[] = []): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', ...args], { cwd: ctx.root, env: { ...process.env, ...ctx.env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
-    const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.once('exit', (code) => {
-      clearTimeout(t);
-      resolve({ code, out, err });
-    });
-  });
+  return runNode(ctx, [...nodeArgs, '--import', 'tsx', ...args], timeoutMs);
 }
 
 async function routeTable(ctx: Ctx): Promise<ExtraSection> {
