@@ -20,6 +20,7 @@ import { CpuProfiler } from './profiler.js';
 import { hotRestartVersion } from './build-info.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
 import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } from '../util/address.js';
+import { compileSearchRegex, type SearchRegex } from '../util/regex.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
 /** Counts requests refused by the Host check. */
@@ -92,7 +93,7 @@ export class AdminServer {
   private readonly endpoints = new Map<string, Endpoint>();
   private readonly http: Server;
   private readonly profiler = new CpuProfiler();
-  private readonly regexCache = new Map<string, RegExp | Error>();
+  private readonly regexCache = new Map<string, SearchRegex | Error>();
   private readonly tokenDigest: Buffer | undefined;
   private readonly hostCheck: HostCheck;
   private bound: { host: string; port: number } | undefined;
@@ -414,11 +415,15 @@ export class AdminServer {
     return text(200, renderClustersText(view));
   }
 
-  private filterRegex(source: string): RegExp | Error {
+  /**
+   * A `filter=` regex, compiled by the linear-time engine (RE2 syntax, bounded length and size:
+   * src/util/regex.ts), or why it is refused. Cached (at most 64, then emptied).
+   */
+  private filterRegex(source: string): SearchRegex | Error {
     let re = this.regexCache.get(source);
     if (!re) {
       try {
-        re = new RegExp(source);
+        re = compileSearchRegex(source);
       } catch (err) {
         re = err instanceof Error ? err : new Error(String(err));
       }
@@ -431,10 +436,10 @@ export class AdminServer {
   private async stats(q: Query, format: string | undefined): Promise<AdminReply> {
     if (format !== undefined && format !== 'text' && format !== 'json' && format !== 'prometheus') return text(400, STATS_USAGE);
     const filterSource = q.get('filter');
-    let filter: RegExp | undefined;
+    let filter: SearchRegex | undefined;
     if (filterSource !== undefined) {
       const re = this.filterRegex(filterSource);
-      if (re instanceof Error) return text(400, `Invalid regex: ${re.message}\n`);
+      if (re instanceof Error) return text(400, `Invalid filter: ${re.message}\n`);
       filter = re;
     }
     refreshServerStats(this.ctx);

@@ -6,7 +6,7 @@
  */
 import { readdirSync } from 'node:fs';
 import { monitorEventLoopDelay, performance, type IntervalHistogram } from 'node:perf_hooks';
-import type { StatKind } from './store.js';
+import type { NameFilter, StatKind } from './store.js';
 
 /** One family of one sample without labels. */
 export interface ProcessFamily {
@@ -54,7 +54,7 @@ export class ProcessMetrics {
    * The families now, those whose name `filter` matches (all without a filter). Reading
    * nodejs_eventloop_lag_seconds starts a new lag interval.
    */
-  families(filter?: RegExp): ProcessFamily[] {
+  families(filter?: NameFilter): ProcessFamily[] {
     const cpu = process.cpuUsage();
     const memory = process.memoryUsage();
     const out: ProcessFamily[] = [

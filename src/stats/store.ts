@@ -155,6 +155,14 @@ export function extractTags(name: string, rules: TagRule[] = DEFAULT_TAG_RULES):
   return { family, tags };
 }
 
+/**
+ * Selects stats by name: the admin's `filter=` (a linear-time regex, src/util/regex.ts
+ * compileSearchRegex) or a RegExp of our own.
+ */
+export interface NameFilter {
+  test(name: string): boolean;
+}
+
 export class StatsStore {
   private readonly stats = new Map<string, Stat>();
   private readonly histograms = new Map<string, Histogram>();
@@ -196,7 +204,7 @@ export class StatsStore {
   }
 
   /** Counters and gauges sorted by name (byte order), optionally filtered. */
-  list(options: { usedOnly?: boolean; filter?: RegExp } = {}): Stat[] {
+  list(options: { usedOnly?: boolean; filter?: NameFilter } = {}): Stat[] {
     const out: Stat[] = [];
     for (const stat of this.stats.values()) {
       if (options.usedOnly && !stat.used) continue;
@@ -208,7 +216,7 @@ export class StatsStore {
   }
 
   /** Histograms sorted by name (byte order), optionally filtered; usedOnly: recorded at least once. */
-  listHistograms(options: { usedOnly?: boolean; filter?: RegExp } = {}): Histogram[] {
+  listHistograms(options: { usedOnly?: boolean; filter?: NameFilter } = {}): Histogram[] {
     const out: Histogram[] = [];
     for (const h of this.histograms.values()) {
       if (options.usedOnly && !h.used) continue;

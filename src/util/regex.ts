@@ -1,6 +1,7 @@
 /**
  * Regex safety: literal text escaped for the patterns we build (escapeRegExp), and regexes that
- * come from outside (gateway route metadata, `mesh proxy` config files), matched in linear time.
+ * come from outside (gateway route metadata, `mesh proxy` config files, the admin's
+ * `/stats?filter=`), matched in linear time.
  *
  * They are compiled and run by re2js, a port of RE2: no backtracking, so a pattern like
  * `^/(a+)+$` or `^/\d+\d+\d+$` costs time proportional to (program size x path length), never
@@ -126,11 +127,11 @@ export function estimateProgramSize(source: string): number {
 }
 
 /**
- * Compiles an outside regex (RE2 syntax) matching whole paths. Throws an Error naming the pattern
- * and saying why it is refused: too long, too large once expanded, invalid, or a construct RE2
- * does not have (backreferences, lookaround).
+ * Compiles an outside regex (RE2 syntax) under the bounds above. Throws an Error naming the
+ * pattern and saying why it is refused: too long, too large once expanded, invalid, or a construct
+ * RE2 does not have (backreferences, lookaround).
  */
-export function compilePathRegex(source: string): PathRegex {
+function compileBounded(source: string): RE2JS {
   const quoted = JSON.stringify(source.length > 80 ? source.slice(0, 80) + '...' : source);
   if (source.length > MAX_REGEX_LENGTH) throw new Error(`regex ${quoted} is longer than ${MAX_REGEX_LENGTH} characters`);
   const tooLarge = (size: number) =>
@@ -147,6 +148,15 @@ export function compilePathRegex(source: string): PathRegex {
   }
   const size = re.programSize();
   if (size > MAX_REGEX_PROGRAM_SIZE) throw tooLarge(size);
+  return re;
+}
+
+/**
+ * Compiles an outside regex (RE2 syntax) matching whole paths. Throws an Error naming the pattern
+ * and saying why it is refused (compileBounded).
+ */
+export function compilePathRegex(source: string): PathRegex {
+  const re = compileBounded(source);
   const names = Object.keys(re.namedGroups());
   return {
     source,
@@ -163,6 +173,25 @@ export function compilePathRegex(source: string): PathRegex {
       return params;
     },
   };
+}
+
+/** A compiled outside regex searched anywhere in a name (anchor it with `^...$` for the whole name). */
+export interface SearchRegex {
+  readonly source: string;
+  /** True when the regex matches somewhere in `name`. */
+  test(name: string): boolean;
+}
+
+/**
+ * Compiles an outside regex (RE2 syntax) that is searched in names rather than matched against a
+ * whole path: the admin's `/stats?filter=`, as Envoy's `std::regex_search`/RE2 `PartialMatch`. Same
+ * bounds and errors as compilePathRegex. The names it runs on are the process's own (stat and
+ * metric names), not request input, so they are not length-capped: a test costs at most
+ * (program size x name length).
+ */
+export function compileSearchRegex(source: string): SearchRegex {
+  const re = compileBounded(source);
+  return { source, test: (name) => re.test(name) };
 }
 
 /**
