@@ -161,7 +161,7 @@ describe('admin Host check', () => {
   test('canonicalHost and HostCheck edge cases', () => {
     assert.equal(canonicalHost('127.1'), '127.0.0.1');
     assert.equal(canonicalHost('0x7f.0.0.1'), '127.0.0.1');
-    assert.equal(canonicalHost('[::FFFF:127.0.0.1]'), '::ffff:7f00:1');
+    assert.equal(canonicalHost('[::FFFF:127.0.0.1]'), '127.0.0.1'); // IPv4-mapped: the IPv4 address it reaches
     assert.equal(canonicalHost('Example.COM.'), 'example.com');
     assert.equal(canonicalHost('a/b'), undefined);
     assert.equal(canonicalHost(''), undefined);

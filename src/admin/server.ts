@@ -29,6 +29,12 @@ export const HOST_REFUSED_STAT = 'http.admin.downstream_rq_host_refused';
 export const ADMIN_HEADER = 'x-mesh-admin';
 /** Request headers only a browser sends (a tool such as curl sends none of them). */
 const BROWSER_MARKERS = ['origin', 'referer', 'cookie', 'sec-fetch-site', 'sec-fetch-mode', 'sec-fetch-dest', 'sec-fetch-user'];
+/**
+ * Headers a proxy adds to what it forwards (the canonical spelling, for the error): a mutating
+ * request that carries one came through a proxy, perhaps another mesh process's gateway whose
+ * client picked this admin as a backend, and is refused unless --admin_token is set.
+ */
+const FORWARDING_MARKERS = ['X-Forwarded-For', 'X-Forwarded-Host', 'X-Forwarded-Proto', 'Forwarded', 'Via'];
 /** Content types a page may send cross-origin without a preflight (CORS "simple" requests). */
 const SIMPLE_CONTENT_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data', 'text/plain']);
 export const JSON_TYPE = 'application/json';
@@ -209,6 +215,11 @@ export class AdminServer {
     if (mutates && this.simpleBrowserRequest(req)) {
       this.log().warn({ path, origin: req.headers.origin, site: req.headers['sec-fetch-site'] }, 'admin refused a simple browser request');
       return this.write(res, text(403, `Forbidden: ${path} changes state; a browser request must carry the header "X-Mesh-Admin: 1".\n`));
+    }
+    const marker = mutates && !this.tokenDigest ? FORWARDING_MARKERS.find((h) => req.headers[h.toLowerCase()] !== undefined) : undefined;
+    if (marker !== undefined) {
+      this.log().warn({ path, header: marker, forwardedFor: req.headers['x-forwarded-for'] }, 'admin refused a forwarded request');
+      return this.write(res, text(403, `Forbidden: ${path} changes state and refuses forwarded requests (${marker}); set --admin_token to manage this process through a proxy.\n`));
     }
     if (mutates) this.log().info({ method, url }, 'admin operation');
     else this.log().debug({ method, url }, 'admin request');

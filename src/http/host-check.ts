@@ -18,10 +18,16 @@ export const ALLOWED_HOSTS_FLAG = '--admin_allowed_hosts';
 
 const NAME = /^(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*$/;
 
+/** `::ffff:HHHH:HHHH`, an IPv4-mapped IPv6 address as the URL parser writes it (compressed, hex). */
+const MAPPED = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/;
+
 /**
  * The canonical form of a host (a name or an IP literal, brackets optional): lower case, no trailing
  * dot, IPv4 in dotted decimal (`127.1`, `0x7f.1` and `2130706433` are 127.0.0.1, as a connect sees
- * them), IPv6 compressed without brackets. Undefined when it is not a host.
+ * them), IPv6 compressed without brackets, and an IPv4-mapped IPv6 address as the IPv4 address it
+ * reaches (`::ffff:127.0.0.1`, `::ffff:7f00:1`, `0:0:0:0:0:ffff:7f00:1` and `[::ffff:127.0.0.1]`
+ * are 127.0.0.1: a connect to one of them reaches a listener on 127.0.0.1). One address, one
+ * string: compare canonical forms only. Undefined when it is not a host.
  */
 export function canonicalHost(text: string): string | undefined {
   let h = text.trim();
@@ -35,7 +41,14 @@ export function canonicalHost(text: string): string | undefined {
   } catch {
     return undefined;
   }
-  if (host.startsWith('[')) return host.slice(1, -1);
+  if (host.startsWith('[')) {
+    const v6 = host.slice(1, -1);
+    const mapped = MAPPED.exec(v6);
+    if (!mapped) return v6;
+    const hi = parseInt(mapped[1]!, 16);
+    const lo = parseInt(mapped[2]!, 16);
+    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+  }
   if (host.endsWith('.')) host = host.slice(0, -1);
   if (isIP(host) === 0 && !NAME.test(host)) return undefined;
   return host;

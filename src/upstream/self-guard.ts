@@ -7,7 +7,11 @@
  *   (the Runtime owns one). A listener bound to a wildcard (0.0.0.0, ::) on port P covers every
  *   local address on P: loopback (127.0.0.0/8, ::1), the interface addresses of
  *   os.networkInterfaces(), and the wildcard itself. A target named `localhost` is loopback. Other
- *   host names are not resolved.
+ *   host names are not resolved. Addresses are compared in one canonical form (canonicalHost): an
+ *   IPv4-mapped IPv6 address in any spelling (`::ffff:127.0.0.1`, `::ffff:7f00:1`,
+ *   `0:0:0:0:0:ffff:7f00:1`, bracketed) is the IPv4 address it reaches, and `127.1`, `0x7f.1` or
+ *   `2130706433` are 127.0.0.1, as a connect reads them. (An admin also refuses mutating requests
+ *   that carry forwarding headers, which covers a name this guard does not resolve.)
  * - SelfGuard: used by the cluster manager at every host pick. A cluster's own-address hosts are
  *   avoided while another host is available; when the pick can only be one of them (the only hosts,
  *   or `address` naming one), the attempt is refused before any connection: 502, counted in
