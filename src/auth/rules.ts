@@ -149,7 +149,7 @@ function parseRule(doc: Document, node: unknown, index: number, line: number, li
   if (rule.path !== undefined) {
     // Read like a request path, so the rule covers every spelling a backend decodes the same way.
     const n = configuredPath(rule.path);
-    if ('refused' in n) throw new RulesError(fieldLine('path'), `${where}: path ${n.refused.replace(/^invalid path: /, '')}`);
+    if ('refused' in n) throw new RulesError(fieldLine('path'), `${where}: path "${rule.path}": ${n.refused.replace(/^invalid path: /, '')}`);
     const key = pathKeyOf(n.path);
     rule.pathKey = rule.ignoreCase ? asciiLower(key) : key;
   }
