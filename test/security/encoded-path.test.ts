@@ -1,7 +1,7 @@
 /**
  * Encoded and dotted paths cannot walk around the rules (docs/security.md, "How paths are
- * matched"): a real `mesh api --handler=proxy` with API keys and a rules file, and a real
- * `mesh proxy`, in front of a backend that decodes paths as WSGI does. Every spelling of a denied
+ * matched"): a real `mesh api --handler=proxy` and `mesh sidecar --handler=proxy` with API keys
+ * and a rules file, and a real `mesh proxy`, in front of a backend that decodes paths as WSGI does. Every spelling of a denied
  * or scoped path is refused (400) or decided by its rule (401/403) and never reaches the backend;
  * what passes is forwarded in its normal form, the query untouched.
  */
@@ -14,6 +14,7 @@ import type { Registry } from '../../src/registry/registry.js';
 import { PRINTED, rawHttp, startProcess, tempDir, type RunningProcess } from '../helpers.js';
 import { registerPlain, startGatewayProcess, type GatewayProcess } from '../fixtures/gateway-helpers.js';
 import { startDecodingBackend, type DecodingBackend } from '../fixtures/decoding-backend.js';
+import { startSidecar, type SidecarProcess } from '../fixtures/sidecar-common.js';
 
 const KEY = 'reader-key-0123456789abcdef';
 const RULES = `rules:
@@ -126,6 +127,48 @@ describe('encoded paths at the gateway: the rules see the path the backend serve
     assert.equal(refused.status, 400);
     assert.equal(refused.body, badPath('go.mesh.api', '";" (path parameters) is refused'));
     assert.equal(reached(), before);
+  });
+});
+
+describe('encoded paths at the sidecar: the same normal form before its rules', () => {
+  const dir = tempDir('mesh-encoded-sidecar-');
+  let registry: Registry;
+  let backend: DecodingBackend;
+  let sc: SidecarProcess;
+
+  before(async () => {
+    backend = await startDecodingBackend();
+    registry = createRegistry('local', dir.path);
+    await registerPlain(registry, 'go.mesh.srv.raw', backend.port);
+    const rules = join(dir.path, 'rules.yaml');
+    writeFileSync(rules, RULES);
+    const keys = join(dir.path, 'keys.txt');
+    writeFileSync(keys, `${KEY} reader read\n`);
+    sc = await startSidecar(dir.path, ['--handler=proxy', '--auth=key', `--auth_keys=${keys}`, `--auth_rules=${rules}`]);
+  });
+
+  after(async () => {
+    await sc?.stop();
+    await backend?.close();
+    await registry?.close();
+    dir.cleanup();
+  });
+
+  it('encoded, dotted and cased spellings of a denied path are 403, what cannot be normalized is 400: none reaches the app', async () => {
+    for (const path of ['/raw/%69nternal/x', '/raw/INTERNAL/x', '/raw/public/%2e%2e/internal/x']) {
+      const r = await get(sc.port, path, `Authorization: Bearer ${KEY}\r\n`);
+      assert.equal(r.status, 403, path);
+      assert.equal(r.body, errorJson('go.mesh.auth', 403, 'Forbidden', 'access to go.mesh.srv.raw denied by rule 1'), path);
+    }
+    for (const [path, detail] of REFUSED) {
+      const r = await get(sc.port, path);
+      assert.equal(r.status, 400, path);
+      assert.equal(r.body, badPath('go.mesh.sidecar', detail), path);
+    }
+    assert.equal(backend.seen.length, 0);
+    const ok = await get(sc.port, '/raw/p%75blic/x?q=%2e');
+    assert.equal(ok.status, 200, ok.body);
+    assert.deepEqual(JSON.parse(ok.body), { url: '/raw/public/x?q=%2e', served: '/raw/public/x' });
   });
 });
 
