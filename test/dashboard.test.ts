@@ -353,9 +353,13 @@ describe('dashboard on a real mesh api process', () => {
       const again = await http('GET', `${base}/${ref}`, { headers: { 'if-none-match': etag } });
       assert.equal(again.status, 304, ref);
     }
+    // An encoded "/" never reaches the dashboard (400 at the front server); a decoded `..` stays out of the assets.
     const bad = await http('GET', `${base}/stats/assets/..%2fpackage.json`);
-    assert.equal(bad.status, 404);
+    assert.equal(bad.status, 400);
     assert.equal(bad.json().id, 'go.mesh.api');
+    const dotted = await http('GET', `${base}/stats/assets/%2e%2e/%2e%2e/package.json`);
+    assert.equal(dotted.status, 404);
+    assert.equal(dotted.json().id, 'go.mesh.api');
     const post = await http('POST', `${base}/stats`);
     assert.equal(post.headers.allow, 'GET, HEAD');
   });

@@ -16,7 +16,7 @@ import type { JSONWebKeySet } from 'jose';
 import { flagged, MeshError } from '../errors.js';
 import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../http/rate-limit.js';
 import type { Counter, StatsStore } from '../stats/store.js';
-import { parseRules, ruleJson, ruleMatches, RulesError, type Access, type Resource, type Rule } from './rules.js';
+import { parseRules, pathKeyOf, ruleJson, ruleMatches, RulesError, type Access, type Resource, type Rule } from './rules.js';
 import { KeyStore, sha256, type Identity } from './keys.js';
 import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
 
@@ -266,7 +266,8 @@ export class EdgeAuth {
   /** The first rule matching the resource decides; none: --auth_default. Throws the 401 or 403. */
   /** Decides a request (throws 401/403); returns the rule that allowed it, if one did. */
   decide(identity: Identity | undefined, r: Resource): Rule | undefined {
-    const rule = this.rules.find((x) => ruleMatches(x, r));
+    const key = pathKeyOf(r.path);
+    const rule = this.rules.find((x) => ruleMatches(x, r, key));
     const access = rule ? rule.access : this.defaultAccess;
     const what = r.service !== undefined ? `${r.service}${r.endpoint !== undefined ? ` ${r.endpoint}` : ''}` : r.path;
     const by = rule ? `rule ${rule.index}` : '--auth_default';
@@ -286,11 +287,6 @@ export class EdgeAuth {
       }
     }
   }
-}
-
-/** A path the rules could read differently from a backend (dot segments, `//`, encoded `/`, `.` or `\`). */
-function unnormalized(path: string): boolean {
-  return /(^|\/)\.\.?(\/|$)|\/\/|%2e|%2f|%5c|\\/i.test(path);
 }
 
 /** Header values carry printable ASCII; anything else in a subject or scope is percent-encoded. */
@@ -382,8 +378,8 @@ export class EdgeGuard {
   }
 
   /**
-   * The step before a front end's handler: throws an AuthError (401/403) or a 400, with the
-   * challenge header set on `res` when there is one.
+   * The step before a front end's handler: throws an AuthError (401/403), with the challenge
+   * header set on `res` when there is one. The path is already normalized (src/http/path.ts).
    */
   async check(req: IncomingMessage, res: ServerResponse | undefined, target: EdgeTarget): Promise<void> {
     try {
@@ -425,7 +421,6 @@ export class EdgeGuard {
     removeHeaders(req, isEdgeHeader);
     const auth = this.auth;
     if (!auth) return undefined;
-    if (unnormalized(target.path)) throw new MeshError(AUTH_ERROR_ID, 400, 'path has dot segments, empty segments or encoded separators: send it normalized');
     const identity = await auth.authenticate(req);
     if (identity) {
       this.identities.set(req, identity);

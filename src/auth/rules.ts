@@ -7,6 +7,7 @@
 import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Document, type Node } from 'yaml';
 import { globMatcher } from '../util/regex.js';
 import { ratePolicy, type RatePolicy } from '../http/rate-limit.js';
+import { asciiLower, configuredPath, decodedPath } from '../http/path.js';
 
 export type Access = 'public' | 'authenticated' | 'deny';
 
@@ -19,6 +20,10 @@ export interface Rule {
   service?: string;
   endpoint?: string;
   path?: string;
+  /** The path as rules compare it: normalized, fully decoded (one character per byte), lower case with ignoreCase. */
+  pathKey?: string;
+  /** `ignore_case: true`: the path matches whatever the case of its ASCII letters. */
+  ignoreCase?: boolean;
   access: Access | 'scopes';
   scopes?: string[];
   serviceMatches?: (name: string) => boolean;
@@ -46,7 +51,7 @@ export class RulesError extends Error {
 
 const MAX_RULES = 10_000;
 const MAX_GLOB = 256;
-const FIELDS = new Set(['name', 'service', 'endpoint', 'path', 'access', 'scopes', 'rate_limit', 'rate_limit_burst']);
+const FIELDS = new Set(['name', 'service', 'endpoint', 'path', 'access', 'scopes', 'rate_limit', 'rate_limit_burst', 'ignore_case']);
 
 /** Whether a request path is under a rule's prefix: `/a/` covers `/a/x`; `/a` covers `/a` and `/a/x`, not `/ab`. */
 export function underPrefix(path: string, prefix: string): boolean {
@@ -54,8 +59,14 @@ export function underPrefix(path: string, prefix: string): boolean {
   return path === prefix || path.startsWith(`${prefix}/`);
 }
 
-export function ruleMatches(rule: Rule, r: Resource): boolean {
-  if (rule.path !== undefined && !underPrefix(r.path, rule.path)) return false;
+/** A request's normalized path as rules compare it (see src/http/path.ts): fully decoded. */
+export function pathKeyOf(path: string): string {
+  return decodedPath(path);
+}
+
+/** Whether a rule matches; `key` is pathKeyOf(r.path), worked out once for all the rules. */
+export function ruleMatches(rule: Rule, r: Resource, key = pathKeyOf(r.path)): boolean {
+  if (rule.pathKey !== undefined && !underPrefix(rule.ignoreCase ? asciiLower(key) : key, rule.pathKey)) return false;
   if (rule.serviceMatches && (r.service === undefined || !rule.serviceMatches(r.service))) return false;
   if (rule.endpointMatches && (r.endpoint === undefined || !rule.endpointMatches(r.endpoint))) return false;
   return true;
@@ -114,7 +125,7 @@ function parseRule(doc: Document, node: unknown, index: number, line: number, li
     return lineAt(pair?.value) ?? lineAt(pair?.key) ?? line;
   };
   for (const key of Object.keys(raw)) {
-    if (!FIELDS.has(key)) throw new RulesError(fieldLine(key), `${where}: unknown field "${key}" (use service, endpoint, path, access, scopes, rate_limit, rate_limit_burst, name)`);
+    if (!FIELDS.has(key)) throw new RulesError(fieldLine(key), `${where}: unknown field "${key}" (use service, endpoint, path, ignore_case, access, scopes, rate_limit, rate_limit_burst, name)`);
   }
   const text = (name: string): string | undefined => {
     const v = raw[name];
@@ -129,6 +140,19 @@ function parseRule(doc: Document, node: unknown, index: number, line: number, li
   rule.endpoint = text('endpoint');
   rule.path = text('path');
   if (rule.path !== undefined && !rule.path.startsWith('/')) throw new RulesError(fieldLine('path'), `${where}: path must start with /`);
+  const ignoreCase = raw.ignore_case;
+  if (ignoreCase !== undefined && ignoreCase !== null) {
+    if (typeof ignoreCase !== 'boolean') throw new RulesError(fieldLine('ignore_case'), `${where}: ignore_case must be true or false`);
+    if (rule.path === undefined) throw new RulesError(fieldLine('ignore_case'), `${where}: ignore_case needs path`);
+    if (ignoreCase) rule.ignoreCase = true;
+  }
+  if (rule.path !== undefined) {
+    // Read like a request path, so the rule covers every spelling a backend decodes the same way.
+    const n = configuredPath(rule.path);
+    if ('refused' in n) throw new RulesError(fieldLine('path'), `${where}: path "${rule.path}": ${n.refused.replace(/^invalid path: /, '')}`);
+    const key = pathKeyOf(n.path);
+    rule.pathKey = rule.ignoreCase ? asciiLower(key) : key;
+  }
   if (rule.service === undefined && rule.endpoint === undefined && rule.path === undefined) {
     throw new RulesError(line, `${where}: names no resource (give service, endpoint or path; path: / matches every request)`);
   }
@@ -184,6 +208,7 @@ export function ruleJson(rule: Rule): Record<string, unknown> {
   if (rule.service !== undefined) out.service = rule.service;
   if (rule.endpoint !== undefined) out.endpoint = rule.endpoint;
   if (rule.path !== undefined) out.path = rule.path;
+  if (rule.ignoreCase) out.ignore_case = true;
   if (rule.access === 'scopes') out.scopes = rule.scopes;
   else out.access = rule.access;
   if (rule.rateLimit) out.rate_limit = { per_second: rule.rateLimit.ratePerSec, burst: rule.rateLimit.burst };

@@ -2,7 +2,9 @@
  * The HTTP(S) server under the gateway and the sidecar: TLS (src/tls: files or ACME), CORS, server timeouts,
  * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/http/access-log.ts), a health-check path that answers
  * 503 while draining, errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts,
- * header count) and the drain the runtime drives on shutdown.
+ * header count), the normal form of every request path (src/http/path.ts: `req.url` is rewritten
+ * to it before anything reads it, or the request is refused with 400) and the drain the runtime
+ * drives on shutdown.
  */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -11,6 +13,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import { flagged, MeshError } from '../errors.js';
 import { lingerOnRest } from './body.js';
+import { normalizeTarget } from './path.js';
 import { rawErrorResponse, sendError, sendJson } from './respond.js';
 import { parseAddress } from '../util/address.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from './lifecycle.js';
@@ -148,6 +151,11 @@ export class FrontServer {
       const upgrade = this.options.upgrade;
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
         socket.on('error', () => socket.destroy());
+        const refused = this.normalize(req);
+        if (refused) {
+          socket.end(rawErrorResponse(refused));
+          return;
+        }
         try {
           upgrade(req, socket, head);
         } catch (err) {
@@ -303,10 +311,16 @@ export class FrontServer {
       sendError(res, new MeshError(this.options.errorId, 431, `more than ${MAX_HEADER_COUNT} header fields`), this.options.errorId);
       return;
     }
-    const url = req.url ?? '/';
+    if (this.cors?.apply(req, res)) return;
+    const refused = this.normalize(req);
+    if (refused) {
+      req.resume();
+      sendError(res, refused, this.options.errorId);
+      return;
+    }
+    const url = req.url!;
     const q = url.indexOf('?');
     const health = (q === -1 ? url : url.slice(0, q)) === HEALTH_PATH;
-    if (this.cors?.apply(req, res)) return;
     // Keyed by subject, the limit needs the auth step's verdict first; otherwise it runs before auth,
     // so a flood of bad credentials costs no verification.
     const limitAfterAuth = this.options.rateLimit?.key === 'subject' && this.options.authorize !== undefined;
@@ -339,6 +353,18 @@ export class FrontServer {
       lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
       sendError(res, err, this.options.errorId);
     });
+  }
+
+  /**
+   * Rewrites `req.url` to its normal form (src/http/path.ts), so the rate limit, the auth rules,
+   * the route match and the forwarded request all read the same path; a path that cannot be
+   * normalized safely: the 400 to answer.
+   */
+  private normalize(req: IncomingMessage): MeshError | undefined {
+    const target = normalizeTarget(req.url ?? '/');
+    if ('refused' in target) return new MeshError(this.options.errorId, 400, target.refused);
+    req.url = target.url;
+    return undefined;
   }
 
   /**
