@@ -14,6 +14,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
 import { flagged, MeshError } from '../errors.js';
+import { rawErrorResponse } from '../http/respond.js';
 import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../http/rate-limit.js';
 import type { Counter, StatsStore } from '../stats/store.js';
 import { parseRules, ruleJson, ruleMatches, RulesError, type Access, type Resource, type Rule } from './rules.js';
@@ -464,7 +465,5 @@ export class EdgeGuard {
 
 /** The raw HTTP answer refusing an upgrade (a WebSocket handshake) with error JSON and the challenge. */
 export function upgradeRefusal(err: MeshError): string {
-  const body = err.toBody();
-  const challenge = err instanceof AuthError && err.challenge ? `www-authenticate: ${err.challenge}\r\n` : '';
-  return `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${challenge}connection: close\r\n\r\n${body}`;
+  return rawErrorResponse(err, err instanceof AuthError && err.challenge ? { 'www-authenticate': err.challenge } : {});
 }
