@@ -20,7 +20,7 @@ import { MeshError, asFrontEndError, flagged } from '../errors.js';
 import { requestInfo } from '../http/access-log.js';
 import { rawErrorResponse, sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
-import { connectionNamed, isHopByHop, rawNameIs } from '../transport/headers.js';
+import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '../transport/headers.js';
 import { endRawLingering, lingerOnRest, readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
@@ -30,13 +30,13 @@ import type { CallContext } from '../util/call-context.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
- * ones (hop-by-hop and `Connection`-named left out), the original Host, and X-Forwarded-For,
+ * ones (hop-by-hop and `Connection`-named left out, but never the edge's Mesh-Auth-*), the original Host, and X-Forwarded-For,
  * -Proto and -Host (a front proxy's -Proto and -Host are kept; -For is appended to).
  */
 function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boolean, trace: TraceContext | undefined): string[] {
   const headers = req.headers;
   const out: string[] = [];
-  const named = connectionNamed(headers.connection);
+  const named = requestConnectionNamed(headers.connection);
   for (const name in headers) {
     const value = headers[name];
     if (value === undefined || isHopByHop(name) || named?.has(name)) continue;
