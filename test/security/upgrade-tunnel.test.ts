@@ -41,12 +41,13 @@ async function startOkBackend(): Promise<{ port: number; seen: Seen[]; close(): 
   return { seen, ...(await listenLoopback(server)) };
 }
 
+const KEY = 'k-0123456789abcdef-admin';
 const H2C_DETAIL = 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)';
 const errorBody = (id: string, code: number, status: string, detail: string) => JSON.stringify({ id, code, detail, status });
 
 /** An upgrade request for `path`, then `count` requests pipelined behind it on the same connection. */
-function upgradeThenPipelined(path: string, follow: string, count: number): string {
-  let bytes = `GET ${path} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`;
+function upgradeThenPipelined(path: string, follow: string, count: number, extra = ''): string {
+  let bytes = `GET ${path} HTTP/1.1\r\nHost: localhost\r\n${extra}Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`;
   for (let i = 0; i < count; i++) bytes += `GET ${follow}?n=${i} HTTP/1.1\r\nHost: localhost\r\nMesh-Auth-Subject: admin\r\nMesh-Auth-Scopes: admin root\r\n\r\n`;
   return bytes;
 }
@@ -76,6 +77,7 @@ describe('an upgrade the backend did not accept never becomes a tunnel', () => {
   let app: PlainApp;
   let gwProxy: GatewayProcess;
   let gwRouter: GatewayProcess;
+  let gwSubject: GatewayProcess;
   let sidecar: SidecarProcess;
   let proxy: RunningProcess;
   let proxyPort: number;
@@ -92,7 +94,7 @@ describe('an upgrade the backend did not accept never becomes a tunnel', () => {
     const rules = join(dir.path, 'rules.yaml');
     writeFileSync(rules, 'rules:\n  - path: /plain/open\n    access: public\n  - path: /web/open\n    access: public\n  - path: /wsapp/\n    access: public\n  - path: /wsr/\n    access: public\n');
     const keys = join(dir.path, 'keys.txt');
-    writeFileSync(keys, 'k-0123456789abcdef-admin admin admin\n');
+    writeFileSync(keys, `${KEY} admin admin\n`);
     const auth = ['--auth=key', `--auth_keys=${keys}`, `--auth_rules=${rules}`];
     const config = join(dir.path, 'proxy.yaml');
     writeFileSync(
@@ -115,17 +117,18 @@ clusters:
 `,
     );
     proxy = startProcess(['proxy', '-c', config, '--log_level=warning']);
-    [gwProxy, gwRouter, sidecar, proxyPort] = await Promise.all([
+    [gwProxy, gwRouter, gwSubject, sidecar, proxyPort] = await Promise.all([
       // Keyed by route: each path has its own bucket of 2, so only the rate limit test exhausts one.
       startGatewayProcess(dir.path, ['--handler=proxy', ...auth, '--rate_limit=2/s', '--rate_limit_key=route']),
       startGatewayProcess(dir.path, auth),
+      startGatewayProcess(dir.path, ['--handler=proxy', ...auth, '--rate_limit=2/s', '--rate_limit_key=subject']),
       startSidecar(dir.path, ['--handler=proxy']),
       proxy.waitForPort(PRINTED.proxy, 15000),
     ]);
   });
 
   after(async () => {
-    await Promise.all([gwProxy?.stop(), gwRouter?.stop(), sidecar?.stop(), proxy?.stop()]);
+    await Promise.all([gwProxy?.stop(), gwRouter?.stop(), gwSubject?.stop(), sidecar?.stop(), proxy?.stop()]);
     await Promise.all([ok?.close(), app?.close()]);
     await registry?.close();
     dir.cleanup();
@@ -204,5 +207,22 @@ clusters:
     assert.deepEqual({ ...body, detail: '' }, { id: 'go.mesh.api', code: 429, detail: '', status: 'Too Many Requests' });
     assert.match(body.detail, /^rate limit of 2\/s \(burst 2\) exceeded: retry after \d+s$/);
     assert.equal(ok.seen.length - before, passed, 'the backend saw exactly the upgrades that passed');
+  });
+
+  it('--rate_limit_key=subject: an upgrade is limited after the auth step, in its subject\'s bucket', async () => {
+    const path = '/plain/open/by-subject';
+    const keyed = upgradeThenPipelined(path, path, 0, `Authorization: Bearer ${KEY}\r\n`);
+    let refused: Awaited<ReturnType<typeof rawHttp>> | undefined;
+    for (let i = 0; i < 20 && !refused; i++) {
+      const next = await rawHttp(gwSubject.port, keyed, 5000);
+      if (next.status === 429) refused = next;
+      else assert.equal(next.status, 200, next.raw);
+    }
+    assert.ok(refused, 'no upgrade was refused');
+    assert.match(refused.body, /"detail":"rate limit of 2\/s \(burst 2\) exceeded: retry after \d+s"/);
+    assert.equal(ok.seen.at(-1)!.headers['mesh-auth-subject'], 'admin');
+    // An anonymous client from the same address has a bucket of its own (its address).
+    const anonymous = await rawHttp(gwSubject.port, upgradeThenPipelined(path, path, 0), 5000);
+    assert.equal(anonymous.status, 200, anonymous.raw);
   });
 });
