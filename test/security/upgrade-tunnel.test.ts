@@ -14,12 +14,13 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { createRegistry } from '../../src/registry/create.js';
 import type { Registry } from '../../src/registry/registry.js';
-import { listenLoopback, PRINTED, rawHttp, startProcess, tempDir, type RunningProcess } from '../helpers.js';
+import { freePort, http, listenLoopback, PRINTED, rawHttp, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
 import { registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from '../fixtures/gateway-helpers.js';
 import { startSidecar, type SidecarProcess } from '../fixtures/sidecar-common.js';
 
@@ -53,6 +54,15 @@ function upgradeThenPipelined(path: string, follow: string, count: number, extra
 }
 
 /** How many HTTP answers (status lines) a raw exchange holds. */
+/** A counter or gauge of an admin /stats dump. */
+async function stat(admin: string, name: string): Promise<number | undefined> {
+  for (const line of (await http('GET', `${admin}/stats`)).text.split('\n')) {
+    const [k, v] = line.split(': ');
+    if (k === name) return Number(v);
+  }
+  return undefined;
+}
+
 const answers = (raw: string) => (raw.match(/(^|\r\n)HTTP\/1\.1 \d{3} /g) ?? []).length;
 
 async function wsRoundTrip(url: string): Promise<{ hello: { url: string }; echo: string }> {
@@ -81,10 +91,21 @@ describe('an upgrade the backend did not accept never becomes a tunnel', () => {
   let sidecar: SidecarProcess;
   let proxy: RunningProcess;
   let proxyPort: number;
+  /** A node that accepts connections and never answers. */
+  let hang: { port: number; sockets: Socket[]; close(): void };
 
   before(async () => {
     registry = createRegistry('local', dir.path);
     [ok, app] = await Promise.all([startOkBackend(), startPlainApp('wsapp')]);
+    const sockets: Socket[] = [];
+    const hangServer = createNetServer((sock) => {
+      sockets.push(sock);
+      sock.on('error', () => {});
+    });
+    await new Promise<void>((r) => hangServer.listen(0, '127.0.0.1', () => r()));
+    hang = { port: (hangServer.address() as AddressInfo).port, sockets, close: () => (sockets.forEach((x) => x.destroy()), hangServer.close()) };
+    await registerPlain(registry, 'go.mesh.api.hang', hang.port, [{ name: 'Hang.Web', metadata: { handler: 'proxy', path: '/hang/*' } }]);
+    await registerPlain(registry, 'go.mesh.api.dead', await freePort(), [{ name: 'Dead.Web', metadata: { handler: 'proxy', path: '/dead/*' } }]);
     await registerPlain(registry, 'go.mesh.api.plain', ok.port);
     await registerPlain(registry, 'go.mesh.api.wsapp', app.port);
     await registerPlain(registry, 'go.mesh.srv.plain', ok.port);
@@ -92,7 +113,7 @@ describe('an upgrade the backend did not accept never becomes a tunnel', () => {
     await registerPlain(registry, 'go.mesh.api.routed', ok.port, [{ name: 'Routed.Web', metadata: { handler: 'proxy', path: '/web/*' } }]);
     await registerPlain(registry, 'go.mesh.api.routedws', app.port, [{ name: 'Routed.Ws', metadata: { handler: 'proxy', path: '/wsr/*' } }]);
     const rules = join(dir.path, 'rules.yaml');
-    writeFileSync(rules, 'rules:\n  - path: /plain/open\n    access: public\n  - path: /web/open\n    access: public\n  - path: /wsapp/\n    access: public\n  - path: /wsr/\n    access: public\n');
+    writeFileSync(rules, 'rules:\n  - path: /hang/\n    access: public\n  - path: /dead/\n    access: public\n  - path: /plain/open\n    access: public\n  - path: /web/open\n    access: public\n  - path: /wsapp/\n    access: public\n  - path: /wsr/\n    access: public\n');
     const keys = join(dir.path, 'keys.txt');
     writeFileSync(keys, `${KEY} admin admin\n`);
     const auth = ['--auth=key', `--auth_keys=${keys}`, `--auth_rules=${rules}`];
@@ -120,7 +141,7 @@ clusters:
     [gwProxy, gwRouter, gwSubject, sidecar, proxyPort] = await Promise.all([
       // Keyed by route: each path has its own bucket of 2, so only the rate limit test exhausts one.
       startGatewayProcess(dir.path, ['--handler=proxy', ...auth, '--rate_limit=2/s', '--rate_limit_key=route']),
-      startGatewayProcess(dir.path, auth),
+      startGatewayProcess(dir.path, [...auth, '--client_request_timeout=1s']),
       startGatewayProcess(dir.path, ['--handler=proxy', ...auth, '--rate_limit=2/s', '--rate_limit_key=subject']),
       startSidecar(dir.path, ['--handler=proxy']),
       proxy.waitForPort(PRINTED.proxy, 15000),
@@ -129,6 +150,7 @@ clusters:
 
   after(async () => {
     await Promise.all([gwProxy?.stop(), gwRouter?.stop(), gwSubject?.stop(), sidecar?.stop(), proxy?.stop()]);
+    hang?.close();
     await Promise.all([ok?.close(), app?.close()]);
     await registry?.close();
     dir.cleanup();
@@ -157,6 +179,23 @@ clusters:
       );
       assert.equal(ok.seen.at(-1)!.headers['mesh-auth-subject'], undefined, f.name);
     }
+  });
+
+  it('the wait for the answer is bounded (504), a refused node is a 502, and each lease is released with its outcome', async () => {
+    const timedOut = await rawHttp(gwRouter.port, upgradeThenPipelined('/hang/up', '/hang/next', 3), 10_000);
+    assert.equal(timedOut.status, 504, timedOut.raw);
+    assert.equal(timedOut.headers['connection'], 'close');
+    assert.match(timedOut.body, /^\{"id":"go\.mesh\.api","code":504,"detail":"proxy to go\.mesh\.api\.hang on 127\.0\.0\.1:\d+: timeout after 1000ms","status":"Gateway Timeout"\}$/);
+    const refused = await rawHttp(gwRouter.port, upgradeThenPipelined('/dead/up', '/dead/next', 3), 10_000);
+    assert.equal(refused.status, 502, refused.raw);
+    assert.match(refused.body, /^\{"id":"go\.mesh\.api","code":502,"detail":"proxy to go\.mesh\.api\.dead on 127\.0\.0\.1:\d+: econnrefused: .*","status":"Bad Gateway"\}$/);
+    await waitFor(async () => (await stat(gwRouter.admin, 'cluster.go.mesh.api.hang.upstream_rq_active')) === 0);
+    assert.equal(await stat(gwRouter.admin, 'cluster.go.mesh.api.hang.upstream_rq_timeout'), 1);
+    assert.equal(await stat(gwRouter.admin, 'cluster.go.mesh.api.dead.upstream_rq_5xx'), 1); // a connect failure, charged as 503
+    assert.equal(await stat(gwRouter.admin, 'cluster.go.mesh.api.dead.upstream_rq_active'), 0);
+    // The 200s passed on earlier released their leases as answers.
+    assert.equal(await stat(gwRouter.admin, 'cluster.go.mesh.api.routed.upstream_rq_active'), 0);
+    assert.ok((await stat(gwRouter.admin, 'cluster.go.mesh.api.routed.upstream_rq_2xx'))! >= 1);
   });
 
   it('a real WebSocket (101) still works end to end', async () => {
