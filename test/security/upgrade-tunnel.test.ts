@@ -220,6 +220,16 @@ clusters:
     }
   });
 
+  it('an upgrade request with a body is refused, and the body is never forwarded', async () => {
+    for (const f of fronts()) {
+      const before = ok.seen.length;
+      const r = await rawHttp(f.port, `GET ${f.upgrade}/body HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 42\r\n\r\nGET ${f.follow} HTTP/1.1\r\nHost: localhost\r\n\r\n`, 5000);
+      assert.equal(r.status, 400, `${f.name}: ${r.raw}`);
+      assert.equal(r.body, errorBody(f.id, 400, 'Bad Request', 'an upgrade request carries no body'), f.name);
+      assert.equal(ok.seen.length, before, f.name);
+    }
+  });
+
   it('--rate_limit=2/s: one upgrade with 50 pipelined requests is one request; upgrades past the limit get 429', async () => {
     const path = '/plain/open/limited';
     const before = ok.seen.length;
