@@ -14,6 +14,8 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
 import { flagged, MeshError } from '../errors.js';
+import { rawErrorResponse } from '../http/respond.js';
+import { AUTH_HEADER_PREFIX } from '../transport/headers.js';
 import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../http/rate-limit.js';
 import type { Counter, StatsStore } from '../stats/store.js';
 import { parseRules, pathKeyOf, ruleJson, ruleMatches, RulesError, type Access, type Resource, type Rule } from './rules.js';
@@ -24,8 +26,6 @@ import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
 export const AUTH_ERROR_ID = 'go.mesh.auth';
 export const HEADER_AUTH_SUBJECT = 'Mesh-Auth-Subject';
 export const HEADER_AUTH_SCOPES = 'Mesh-Auth-Scopes';
-/** Header names starting with this are the edge's to set: a client's own are removed. */
-export const AUTH_HEADER_PREFIX = 'mesh-auth-';
 export const HEADER_SIDECAR_TOKEN = 'mesh-sidecar-token';
 export const REALM = 'Bearer realm="mesh"';
 
@@ -459,7 +459,5 @@ export class EdgeGuard {
 
 /** The raw HTTP answer refusing an upgrade (a WebSocket handshake) with error JSON and the challenge. */
 export function upgradeRefusal(err: MeshError): string {
-  const body = err.toBody();
-  const challenge = err instanceof AuthError && err.challenge ? `www-authenticate: ${err.challenge}\r\n` : '';
-  return `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${challenge}connection: close\r\n\r\n${body}`;
+  return rawErrorResponse(err, err instanceof AuthError && err.challenge ? { 'www-authenticate': err.challenge } : {});
 }

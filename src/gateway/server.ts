@@ -17,7 +17,8 @@ import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
 import { MeshError, toMeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
-import { sendJson } from '../http/respond.js';
+import { rawErrorResponse, sendJson } from '../http/respond.js';
+import { endRawLingering } from '../http/body.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { resolveEventPath, resolveProxyPath, RpcPathResolver, type RpcRoute } from '../handlers/resolve.js';
 import { handleApi } from '../handlers/api.js';
@@ -299,23 +300,28 @@ export class Gateway {
     }
   }
 
-  /** WebSocket (any Upgrade) requests: tunnelled by the proxy handler or a proxy route; streams at an rpc or api path; refused otherwise. */
+  /**
+   * WebSocket (any Upgrade) requests: tunnelled by the proxy handler or a proxy route (once the
+   * node answers 101); streams at an rpc or api path; refused otherwise. Each passes the auth step
+   * (and, keyed by subject, the rate limit after it) first.
+   */
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const url = req.url ?? '/';
     const path = pathOf(url);
-    if (path === '/rpc' && this.enableRpc) {
-      this.guard.check(req, undefined, { path, call: true }).then(
-        () => handleRpcStreamUpgrade(this.fe, this.streams, req, socket, head, this.rpcAllowed),
-        (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, ERROR_ID))),
+    const checked = (target: EdgeTarget, then: () => void) =>
+      this.guard.check(req, undefined, target).then(
+        () => {
+          if (!this.server.upgradeRateLimited(req, socket, true)) then();
+        },
+        (err: unknown) => endRawLingering(socket, upgradeRefusal(toMeshError(err, ERROR_ID))),
       );
+    if (path === '/rpc' && this.enableRpc) {
+      checked({ path, call: true }, () => handleRpcStreamUpgrade(this.fe, this.streams, req, socket, head, this.rpcAllowed));
       return;
     }
     const stream = this.streamRoute(req, url, path);
     if (stream) {
-      this.guard.check(req, undefined, { path, service: stream.service, endpoint: stream.method }).then(
-        () => this.streams.upgrade(stream, req, socket, head),
-        (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, ERROR_ID))),
-      );
+      checked({ path, service: stream.service, endpoint: stream.method }, () => this.streams.upgrade(stream, req, socket, head));
       return;
     }
     let service: string | undefined;
@@ -326,17 +332,10 @@ export class Gateway {
     }
     if (service) {
       const proxied = service;
-      this.guard.check(req, undefined, { path, service: proxied }).then(
-        () => handleProxyUpgrade(this.fe, proxied, this.server.secure, req, socket, head),
-        (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, ERROR_ID))),
-      );
+      checked({ path, service: proxied }, () => handleProxyUpgrade(this.fe, proxied, this.server.secure, req, socket, head));
       return;
     }
-    const err = new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`);
-    const body = err.toBody();
-    socket.end(
-      `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-    );
+    endRawLingering(socket, rawErrorResponse(new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`)));
   }
 }
 

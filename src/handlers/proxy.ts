@@ -1,7 +1,8 @@
 /**
  * The proxy handler: a reverse proxy to a node of the service chosen by the cluster manager, with
  * the full original path and query, streaming both ways, X-Forwarded-For/-Proto/-Host set, and
- * WebSocket (any Upgrade) requests tunnelled. Talks plain HTTP to the node.
+ * WebSocket (any Upgrade but h2c) requests tunnelled once the node accepted them with a 101. Talks
+ * plain HTTP to the node.
  *
  * Request bodies are bounded by --max_body_size: a Content-Length over it gets 413 before any host
  * is contacted; a chunked body is counted as it streams, and the byte that crosses the limit is
@@ -12,14 +13,15 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { connect, type Socket } from 'node:net';
+import { request as httpRequest, STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
 import { MeshError, asFrontEndError, flagged } from '../errors.js';
 import { requestInfo } from '../http/access-log.js';
-import { sendError } from '../http/respond.js';
+import { rawErrorResponse, sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
-import { connectionNamed, isHopByHop, rawNameIs } from '../transport/headers.js';
-import { lingerOnRest, readBody } from '../http/body.js';
+import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '../transport/headers.js';
+import { endRawLingering, lingerOnRest, readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
@@ -28,13 +30,13 @@ import type { CallContext } from '../util/call-context.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
- * ones (hop-by-hop and `Connection`-named left out), the original Host, and X-Forwarded-For,
+ * ones (hop-by-hop and `Connection`-named left out, but never the edge's Mesh-Auth-*), the original Host, and X-Forwarded-For,
  * -Proto and -Host (a front proxy's -Proto and -Host are kept; -For is appended to).
  */
 function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boolean, trace: TraceContext | undefined): string[] {
   const headers = req.headers;
   const out: string[] = [];
-  const named = connectionNamed(headers.connection);
+  const named = requestConnectionNamed(headers.connection);
   for (const name in headers) {
     const value = headers[name];
     if (value === undefined || isHopByHop(name) || named?.has(name)) continue;
@@ -391,53 +393,135 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
   sendError(res, lastError ?? new MeshError(fe.errorId, 502, `proxy to ${service} failed`));
 }
 
-/** Tunnels an Upgrade request (WebSocket) to a node of the service: bytes both ways until either side closes. */
+/** Whether an Upgrade header lists h2c (HTTP/2 over cleartext, any version) among its protocols. */
+export function upgradesToH2c(upgrade: string | undefined): boolean {
+  if (upgrade === undefined) return false;
+  for (const token of upgrade.split(',')) {
+    const slash = token.indexOf('/');
+    if ((slash === -1 ? token : token.slice(0, slash)).trim().toLowerCase() === 'h2c') return true;
+  }
+  return false;
+}
+
+/** The head of a node's answer for the client: its status, its end-to-end headers (rawHeaders form), then `extra`. */
+function answerHead(res: IncomingMessage, extra: string): string {
+  const status = res.statusCode ?? 502;
+  let named: Set<string> | undefined;
+  const raw = res.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === 'connection') named = connectionNamed(raw[i + 1]) ?? named;
+  let head = `HTTP/1.1 ${status} ${res.statusMessage || STATUS_CODES[status] || ''}\r\n`;
+  for (let i = 0; i < raw.length; i += 2) {
+    const lower = raw[i]!.toLowerCase();
+    if (isHopByHop(lower) || named?.has(lower)) continue;
+    head += `${raw[i]}: ${raw[i + 1]}\r\n`;
+  }
+  return `${head}${extra}\r\n`;
+}
+
+/**
+ * Proxies an Upgrade request (WebSocket) to a node of the service, on a connection of its own.
+ * Nothing more is read from the client until the node answers. Its `101 Switching Protocols` opens
+ * the tunnel: the answer goes to the client as it came, then bytes flow both ways until either side
+ * closes. Any other answer is passed on (status, end-to-end headers, the body framed by its length
+ * or chunked) with `Connection: close`, and the client connection is closed after it: what the
+ * client sent behind the upgrade request (pipelined requests) is dropped, never forwarded, and must
+ * be sent again on a new connection. `Upgrade: h2c` is refused (400): an HTTP/2 connection would
+ * carry requests the edge never sees. Only the wait for the node's answer is bounded
+ * (--client_request_timeout); an open tunnel may idle.
+ */
 export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer): void {
-  const refuse = (err: MeshError) => {
-    const body = err.toBody();
-    socket.end(`HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
-  };
+  const refuse = (err: MeshError) => endRawLingering(socket, rawErrorResponse(err));
+  if (upgradesToH2c(req.headers.upgrade)) {
+    return refuse(new MeshError(fe.errorId, 400, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
+  }
+  if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
+    return refuse(new MeshError(fe.errorId, 400, 'an upgrade request carries no body'));
+  }
   fe.runtime.clusters.acquire(service).then(
-    (lease) => {
-      const started = Date.now();
-      const headers = forwardedHeaders(req, secure, true, hopTrace(fe, req, undefined));
-      headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
-      let upstream: Socket | undefined;
-      let released = false;
-      const release = (outcome: Parameters<UpstreamLease['release']>[0]) => {
-        if (released) return;
-        released = true;
-        lease.release(outcome, Date.now() - started);
-      };
-      upstream = connect({ host: lease.target.address, port: lease.target.port }, () => {
-        let head1 = `${req.method} ${req.url} HTTP/1.1\r\n`;
-        for (let i = 0; i < headers.length; i += 2) head1 += `${headers[i]}: ${headers[i + 1]}\r\n`;
-        upstream!.write(head1 + '\r\n', 'latin1'); // header bytes as they came (Node read them as latin1)
-        if (head.length) upstream!.write(head);
-        upstream!.pipe(socket);
-        socket.pipe(upstream!);
-        release({ kind: 'response', status: 101 });
-      });
-      upstream.setTimeout(fe.runtime.options.clientRequestTimeout, () => {
-        // Only the connect phase is bounded; an open tunnel may idle.
-        if (!released) {
-          release({ kind: 'timeout' });
-          refuse(new MeshError(fe.errorId, 504, `proxy to ${service}: timeout`));
-          upstream?.destroy();
-        }
-      });
-      upstream.once('connect', () => upstream!.setTimeout(0));
-      upstream.on('error', (err) => {
-        if (!released) {
-          const failure = classifyError(err, false);
-          release(failure.outcome);
-          refuse(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`));
-        } else socket.destroy();
-      });
-      socket.on('error', () => upstream?.destroy());
-      socket.on('close', () => upstream?.destroy());
-      upstream.on('close', () => socket.destroy());
-    },
+    (lease) => upgradeOn(fe, service, secure, req, socket, head, lease, refuse),
     (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
   );
 }
+
+function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, lease: UpstreamLease, refuse: (err: MeshError) => void): void {
+  const started = Date.now();
+  if (socket.destroyed) return lease.release({ kind: 'cancelled' }, 0);
+  /** waiting for the node's answer; answered (its head was passed on); done (lease released, nothing more to answer). */
+  let state: 'waiting' | 'answered' | 'done' = 'waiting';
+  const release = (outcome: Parameters<UpstreamLease['release']>[0]) => {
+    if (state === 'done') return;
+    state = 'done';
+    clearTimeout(timer);
+    socket.off('close', onClientGone);
+    lease.release(outcome, Date.now() - started);
+  };
+  const headers = forwardedHeaders(req, secure, false, hopTrace(fe, req, undefined));
+  headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
+  const timeoutMs = fe.runtime.options.clientRequestTimeout;
+  const upstream = httpRequest({ host: lease.target.address, port: lease.target.port, method: req.method, path: req.url, headers, setHost: false, agent: false });
+  const timer = setTimeout(() => {
+    if (state !== 'waiting') return;
+    release({ kind: 'timeout' });
+    refuse(flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT'));
+    upstream.destroy();
+  }, timeoutMs);
+  const onClientGone = () => {
+    release({ kind: 'cancelled' });
+    upstream.destroy();
+  };
+  socket.once('close', onClientGone);
+  upstream.on('upgrade', (res: IncomingMessage, tunnel: Socket, tunnelHead: Buffer) => {
+    release({ kind: 'response', status: 101 });
+    if (socket.destroyed) return void tunnel.destroy();
+    // The 101 as it came: its Upgrade, Connection and handshake headers are the client's business.
+    let answer = `HTTP/1.1 101 ${res.statusMessage || 'Switching Protocols'}\r\n`;
+    for (let i = 0; i < res.rawHeaders.length; i += 2) answer += `${res.rawHeaders[i]}: ${res.rawHeaders[i + 1]}\r\n`;
+    socket.write(`${answer}\r\n`, 'latin1'); // header bytes as they came (Node read them as latin1)
+    if (tunnelHead.length) socket.write(tunnelHead);
+    if (head.length) tunnel.write(head);
+    tunnel.pipe(socket);
+    socket.pipe(tunnel);
+    tunnel.on('error', () => socket.destroy());
+    tunnel.on('close', () => socket.destroy());
+    socket.on('close', () => tunnel.destroy());
+  });
+  upstream.on('response', (res: IncomingMessage) => {
+    // Not an upgrade: one answer, then the connection closes (nothing behind the request is read).
+    clearTimeout(timer);
+    state = 'answered';
+    const status = res.statusCode ?? 502;
+    const length = res.headers['content-length'];
+    const framing = bodiless(status, req.method === 'HEAD') ? 'none' : length !== undefined ? 'length' : 'chunked';
+    const extra = framing === 'length' ? `content-length: ${length}\r\n` : framing === 'chunked' ? 'transfer-encoding: chunked\r\n' : '';
+    socket.write(answerHead(res, `${extra}connection: close\r\n`), 'latin1');
+    res.on('data', (chunk: Buffer) => {
+      if (framing === 'none') return;
+      if (framing === 'chunked') socket.write(`${chunk.length.toString(16)}\r\n`);
+      if (!socket.write(framing === 'chunked' ? Buffer.concat([chunk, CRLF]) : chunk)) res.pause();
+    });
+    socket.on('drain', () => res.resume());
+    res.on('end', () => {
+      release({ kind: 'response', status });
+      endRawLingering(socket, framing === 'chunked' ? '0\r\n\r\n' : undefined);
+    });
+    res.on('error', () => {
+      release({ kind: 'reset' });
+      socket.destroy();
+    });
+  });
+  upstream.on('error', (err) => {
+    if (state === 'done') return; // the timeout or the client ended it, or the tunnel is open
+    if (state === 'answered') {
+      release({ kind: 'reset' });
+      socket.destroy();
+      return;
+    }
+    const failure = classifyError(err, false);
+    release(failure.outcome);
+    const outcome = failure.outcome.kind;
+    refuse(flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC'));
+  });
+  upstream.end();
+}
+
+const CRLF = Buffer.from('\r\n');

@@ -12,7 +12,7 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import { flagged, MeshError } from '../errors.js';
-import { lingerOnRest } from './body.js';
+import { endRawLingering, lingerOnRest } from './body.js';
 import { normalizeTarget } from './path.js';
 import { rawErrorResponse, sendError, sendJson } from './respond.js';
 import { parseAddress } from '../util/address.js';
@@ -49,6 +49,10 @@ export interface FrontServerOptions {
    * whole process). The handler then gets the context only as its argument. Default: false.
    */
   explicitContext?: (req: IncomingMessage) => boolean;
+  /**
+   * Answers an Upgrade request, once it passed the rate limit (keyed by subject: the handler runs
+   * `upgradeRateLimited(req, socket, true)` after its auth step). Nothing is read from `socket` yet.
+   */
   upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
   /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
   counted?: (req: IncomingMessage) => boolean;
@@ -153,9 +157,10 @@ export class FrontServer {
         socket.on('error', () => socket.destroy());
         const refused = this.normalize(req);
         if (refused) {
-          socket.end(rawErrorResponse(refused));
+          endRawLingering(socket, rawErrorResponse(refused));
           return;
         }
+        if (!this.limitAfterAuth && this.upgradeRateLimited(req, socket)) return;
         try {
           upgrade(req, socket, head);
         } catch (err) {
@@ -323,7 +328,7 @@ export class FrontServer {
     const health = (q === -1 ? url : url.slice(0, q)) === HEALTH_PATH;
     // Keyed by subject, the limit needs the auth step's verdict first; otherwise it runs before auth,
     // so a flood of bad credentials costs no verification.
-    const limitAfterAuth = this.options.rateLimit?.key === 'subject' && this.options.authorize !== undefined;
+    const limitAfterAuth = this.limitAfterAuth;
     if (!health && !limitAfterAuth && this.rateLimited(req, res)) return;
     if (health) {
       req.resume();
@@ -353,6 +358,31 @@ export class FrontServer {
       lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
       sendError(res, err, this.options.errorId);
     });
+  }
+
+  /** Keyed by subject, the rate limit needs the auth step's verdict first (for upgrades too: see upgradeRateLimited). */
+  private get limitAfterAuth(): boolean {
+    return this.options.rateLimit?.key === 'subject' && this.options.authorize !== undefined;
+  }
+
+  /**
+   * The rate limit step of an upgrade (one request, whatever the connection carries later): over
+   * the limit, a 429 error JSON with Retry-After and the RateLimit fields closes the connection
+   * (true). Run by the front server before the `upgrade` handler; keyed by subject (with an auth
+   * step), the handler calls it once its auth step passed, and it is a no-op otherwise.
+   */
+  upgradeRateLimited(req: IncomingMessage, socket: Duplex, afterAuth = false): boolean {
+    const rl = this.options.rateLimit;
+    if (!rl || afterAuth !== this.limitAfterAuth) return false;
+    const decision = rl.limiter.check(rateLimitKey(req, rl.key));
+    if (decision.allowed) {
+      this.rateLimitOk!.inc();
+      return false;
+    }
+    this.rateLimitOver!.inc();
+    const err = new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`);
+    endRawLingering(socket, rawErrorResponse(err, rateLimitHeaders(decision)));
+    return true;
   }
 
   /**

@@ -36,10 +36,16 @@ export function sendBytes(res: ServerResponse, status: number, contentType: stri
   res.end(body);
 }
 
-/** An error JSON answer as raw HTTP/1.1 bytes that close the connection, for a socket with no ServerResponse. */
-export function rawErrorResponse(err: MeshError): string {
+/**
+ * An error JSON answer as raw HTTP/1.1 bytes that close the connection, for a socket with no
+ * ServerResponse (a refused upgrade, a request Node could not read). `headers` (lower-case names,
+ * values without CR or LF) go between Content-Length and Connection: a challenge, Retry-After.
+ */
+export function rawErrorResponse(err: MeshError, headers: Record<string, string> = {}): string {
   const body = err.toBody();
-  return `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+  let extra = '';
+  for (const [name, value] of Object.entries(headers)) extra += `${name}: ${value}\r\n`;
+  return `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`;
 }
 
 /**

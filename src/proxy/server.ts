@@ -12,6 +12,8 @@ import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
 import { MeshError, flagged } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
+import { rawErrorResponse } from '../http/respond.js';
+import { endRawLingering } from '../http/body.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import type { ListenerConfig, ProxyConfig, RouteConfig } from './config.js';
@@ -115,11 +117,7 @@ export class ProxyListener {
       handleProxyUpgrade(this.fe, targetOf(route), this.server.secure, req, socket, head);
       return;
     }
-    const err = new MeshError(ERROR_ID, 404, `no route for the upgrade of ${shown(path)} on listener ${this.name}`);
-    const body = err.toBody();
-    socket.end(
-      `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-    );
+    endRawLingering(socket, rawErrorResponse(new MeshError(ERROR_ID, 404, `no route for the upgrade of ${shown(path)} on listener ${this.name}`)));
   }
 }
 

@@ -51,7 +51,7 @@ import { WebSocketServer, type WebSocket, type RawData } from 'ws';
 import { MeshError } from '../errors.js';
 import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
-import { canonicalHeaderKey, connectionNamed, isHopByHop } from '../transport/headers.js';
+import { canonicalHeaderKey, isHopByHop, requestConnectionNamed } from '../transport/headers.js';
 import type { Message, Subscription } from '../broker/broker.js';
 import { ID_HEADER } from '../broker/durable.js';
 import type { FrontEnd } from '../handlers/front-end.js';
@@ -88,7 +88,7 @@ export function canonicalHeaderMap(header: Record<string, string>): Record<strin
 
 /** The broker message header for a publish request (throws 400 for a bad Timestamp). */
 export function publishHeader(errorId: string, req: IncomingMessage, nowSeconds = Math.floor(Date.now() / 1000)): Record<string, string> {
-  const named = connectionNamed(req.headers.connection);
+  const named = requestConnectionNamed(req.headers.connection);
   const header: Record<string, string> = {};
   for (const [name, value] of Object.entries(req.headers)) {
     if (value === undefined || isHopByHop(name) || named?.has(name) || NEVER_FORWARDED.has(name)) continue;

@@ -28,7 +28,8 @@ import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
 import { MeshError, toMeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
-import { sendJson } from '../http/respond.js';
+import { rawErrorResponse, sendJson } from '../http/respond.js';
+import { endRawLingering } from '../http/body.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
 import { handleRpc } from '../handlers/rpc.js';
@@ -259,17 +260,15 @@ export class Sidecar {
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const fe = this.fe;
     const path = pathOf(req.url);
-    const refuse = (err: MeshError) => {
-      const body = err.toBody();
-      socket.end(`HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
-    };
     const refusal = this.hostRefusal(req);
-    if (refusal) return refuse(refusal);
+    if (refusal) return endRawLingering(socket, rawErrorResponse(refusal));
     const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(req.url ?? '/', fe.namespace) : undefined;
     const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req) : { path };
     this.guard.check(req, undefined, target).then(
-      () => this.upgradeAuthorized(req, socket, head, path),
-      (err: unknown) => socket.end(upgradeRefusal(toMeshError(err, fe.errorId))),
+      () => {
+        if (!this.server.upgradeRateLimited(req, socket, true)) this.upgradeAuthorized(req, socket, head, path);
+      },
+      (err: unknown) => endRawLingering(socket, upgradeRefusal(toMeshError(err, fe.errorId))),
     );
   }
 

@@ -66,14 +66,30 @@ export function connectionNamed(connection: string | string[] | undefined): Set<
   return named;
 }
 
+/** Header names starting with this are the edge's to set (Mesh-Auth-Subject, -Scopes): a client's own are removed at the edge. */
+export const AUTH_HEADER_PREFIX = 'mesh-auth-';
+
+/**
+ * The header names a request's `Connection` header removes from what is forwarded: those it lists
+ * (connectionNamed), except the edge's own `Mesh-Auth-*`. The edge sets those on the request after
+ * removing the client's, so a nomination can only ever name the edge's: a client cannot strip the
+ * identity the edge gives it. (X-Forwarded-* and the trace headers a hop sets are added after the
+ * removal, so nothing can nominate them away either.)
+ */
+export function requestConnectionNamed(connection: string | string[] | undefined): Set<string> | undefined {
+  const named = connectionNamed(connection);
+  if (named) for (const name of named) if (name.startsWith(AUTH_HEADER_PREFIX)) named.delete(name);
+  return named;
+}
+
 /**
  * The end-to-end headers of an inbound request, as RPC metadata: hop-by-hop ones, those named by
- * `Connection`, and the wire protocol's own are left out. Runs on every request: no per-header
+ * `Connection` (never the edge's Mesh-Auth-*), and the wire protocol's own are left out. Runs on every request: no per-header
  * allocation beyond the result.
  */
 export function endToEndHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string> {
   const out: Record<string, string> = {};
-  const named = connectionNamed(headers['connection']);
+  const named = requestConnectionNamed(headers['connection']);
   for (const name in headers) {
     const value = headers[name];
     if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
