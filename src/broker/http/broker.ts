@@ -50,7 +50,8 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from '../broker.js';
-import { checkMessage, checkQueue, checkTopic } from '../memory.js';
+import { checkMessage } from '../memory.js';
+import { checkQueue, checkTopic } from '../names.js';
 import { Receiver } from './receiver.js';
 import { RouteCache } from './routes.js';
 import { Sender } from './sender.js';
