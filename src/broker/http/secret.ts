@@ -57,7 +57,13 @@ export function loadSecret(source: SecretSource): DeliverySecret {
     if (problem) throw new Error(`broker secret: ${problem}`);
     return new DeliverySecret(source.secret);
   }
-  if (source.secretFile !== undefined) return new DeliverySecret(readSecretFile(source.secretFile, source.logger));
+  if (source.secretFile !== undefined) {
+    const secret = readSecretFile(source.secretFile);
+    // The operator's own file: reported, not changed.
+    const st = statSync(source.secretFile, { throwIfNoEntry: false });
+    if (st && (st.mode & 0o077) !== 0) source.logger?.warn({ path: source.secretFile, mode: `0${(st.mode & 0o777).toString(8)}` }, 'broker secret file is open to other users: they can forge deliveries (chmod 600 it)');
+    return new DeliverySecret(secret);
+  }
   if (source.directory !== undefined) return new DeliverySecret(directorySecret(source.directory, source.logger));
   return new DeliverySecret(PROCESS_SECRET);
 }
@@ -79,7 +85,7 @@ export class DeliverySecret {
   }
 }
 
-function readSecretFile(file: string, logger: pino.Logger | undefined): string {
+function readSecretFile(file: string): string {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -89,7 +95,6 @@ function readSecretFile(file: string, logger: pino.Logger | undefined): string {
   const secret = text.replace(/\r?\n$/, '');
   const problem = secretProblem(secret);
   if (problem) throw new Error(`broker secret file ${file}: the secret (one line) ${problem}`);
-  privateFiles([file], logger);
   return secret;
 }
 
@@ -97,7 +102,10 @@ function readSecretFile(file: string, logger: pino.Logger | undefined): string {
 function directorySecret(directory: string, logger: pino.Logger | undefined): string {
   const file = join(directory, SECRET_FILE);
   for (let attempt = 1; ; attempt++) {
-    if (statSync(file, { throwIfNoEntry: false })) return readSecretFile(file, logger);
+    if (statSync(file, { throwIfNoEntry: false })) {
+      privateFiles([file], logger);
+      return readSecretFile(file);
+    }
     privateDirectory(directory, logger);
     const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
     const fd = openSync(tmp, 'wx', PRIVATE_FILE_MODE);
