@@ -50,6 +50,14 @@ export interface MeshOptions {
   brokerTlsCertFile?: string;
   /** nats: PEM client key. */
   brokerTlsKeyFile?: string;
+  /**
+   * http: the secret every delivery between mesh processes carries. Default: `broker.secret` in the
+   * local registry's directory (or `$MESH_HOME` with etcd), made on first use; give the same one
+   * to every process of a mesh that spans machines.
+   */
+  brokerSecret?: string;
+  /** http: a file holding the delivery secret (one line), instead of brokerSecret. */
+  brokerSecretFile?: string;
   /** Durable subscriptions: attempts before the dead-letter topic. Default `5`. */
   brokerMaxDeliver?: number;
   /** Durable subscriptions: redelivery after this without an ack. Default `'30s'`. */
@@ -162,6 +170,8 @@ export interface ResolvedOptions {
   brokerTlsCaFile?: string;
   brokerTlsCertFile?: string;
   brokerTlsKeyFile?: string;
+  brokerSecret?: string;
+  brokerSecretFile?: string;
   brokerMaxDeliver: number;
   brokerAckWait: number;
   brokerDlqSuffix: string;
@@ -269,7 +279,7 @@ export const DEFAULT_OPTIONS = Object.freeze({
 const KNOWN = new Set<string>([
   ...Object.keys(DEFAULT_OPTIONS),
   'registryAddress', 'registryTlsCaFile', 'registryTlsCertFile', 'registryTlsKeyFile',
-  'brokerAddress', 'brokerTlsCaFile', 'brokerTlsCertFile', 'brokerTlsKeyFile',
+  'brokerAddress', 'brokerTlsCaFile', 'brokerTlsCertFile', 'brokerTlsKeyFile', 'brokerSecret', 'brokerSecretFile',
   'codecs', 'adminAddress', 'adminToken', 'adminAllowedHosts', 'metricsAddress', 'tlsCertFile', 'tlsKeyFile', 'acmeHosts', 'acmeEmail', 'acmeCache',
   'cors', 'advertise', 'meshHome', 'logFormat', 'accessLog', 'accessLogFormat',
   'protoPath', 'protoFiles',
@@ -382,6 +392,8 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     brokerTlsCaFile: str('brokerTlsCaFile'),
     brokerTlsCertFile: str('brokerTlsCertFile'),
     brokerTlsKeyFile: str('brokerTlsKeyFile'),
+    brokerSecret: str('brokerSecret'),
+    brokerSecretFile: str('brokerSecretFile'),
     brokerMaxDeliver: int('brokerMaxDeliver'),
     brokerAckWait: duration('brokerAckWait'),
     brokerDlqSuffix: str('brokerDlqSuffix') ?? '.dlq',

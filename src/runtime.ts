@@ -10,7 +10,7 @@ import { CodecSet } from './codec/codec.js';
 import { Logging, parseLevel } from './util/log.js';
 import { StatsStore } from './stats/store.js';
 import type { Registry } from './registry/registry.js';
-import { createRegistry } from './registry/create.js';
+import { createRegistry, defaultRegistryDirectory } from './registry/create.js';
 import type { Broker, Message } from './broker/broker.js';
 import { stampMessageHeader } from './broker/context.js';
 import { HEADER_ID } from './transport/headers.js';
@@ -192,7 +192,9 @@ export class Runtime {
     });
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
     // address or TLS file stops the start instead of the first publish. A Broker instance is used as it is.
-    if (options.broker === 'nats' || typeof options.broker !== 'string') this.brokerInstance = this.createBroker();
+    // So does a bad http broker secret (--broker_secret, --broker_secret_file).
+    const httpSecret = options.broker === 'http' && (options.brokerSecret !== undefined || options.brokerSecretFile !== undefined);
+    if (options.broker === 'nats' || httpSecret || typeof options.broker !== 'string') this.brokerInstance = this.createBroker();
     this.state.on('state', (state) => (this.drainingSince = state === 'draining' ? Date.now() : undefined));
   }
 
@@ -252,6 +254,10 @@ export class Runtime {
       advertiseHost: options.advertise?.trim() ? parseAdvertise(options.advertise).host : undefined,
       tls: { caFile: options.brokerTlsCaFile, certFile: options.brokerTlsCertFile, keyFile: options.brokerTlsKeyFile },
       durable: { maxDeliver: options.brokerMaxDeliver, ackWaitMs: options.brokerAckWait, dlqSuffix: options.brokerDlqSuffix, maxAgeMs: options.brokerStreamMaxAge, maxBytes: options.brokerStreamMaxBytes },
+      secret: options.brokerSecret,
+      secretFile: options.brokerSecretFile,
+      // The local registry's directory keeps the http broker's secret; with etcd, $MESH_HOME does.
+      secretDirectory: options.registry === 'etcd' ? defaultRegistryDirectory(options.meshHome) : undefined,
       stats: this.stats,
       logger: this.logging.get('broker'),
     });

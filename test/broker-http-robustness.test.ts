@@ -11,6 +11,7 @@ import pino from 'pino';
 import type { Message } from '../src/broker/broker.js';
 import { HttpBroker } from '../src/broker/http/broker.js';
 import { DELIVERY_PATH, HEADER_FIELD, encodeHeader } from '../src/broker/http/wire.js';
+import { loadSecret, SECRET_FIELD } from '../src/broker/http/secret.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
 import { RegistryValidationError, type Registry } from '../src/registry/registry.js';
@@ -44,10 +45,12 @@ describe('http broker: unknown ids of a batch are reported without breaking the 
       const ready = await peer.waitForOutput(/READY \S+/, 20_000);
       const hostPort = ready.split(' ')[1]!;
       const id = (await registry.getService('topic:crash'))[0]!.nodes[0]!.id;
+      // The secret of the directory the peer shares (its broker.secret).
+      const secret = { [SECRET_FIELD]: loadSecret({ directory: dir.path }).value };
       // One known id and one the endpoint does not know, with a character setHeader refuses.
       const res = await request(`http://${hostPort}${DELIVERY_PATH}?topic=crash&id=${id}&id=%E2%82%AC`, {
         method: 'POST',
-        headers: { [HEADER_FIELD]: encodeHeader({}) },
+        headers: { [HEADER_FIELD]: encodeHeader({}), ...secret },
         body: 'hello',
         headersTimeout: 3000,
         bodyTimeout: 3000,
@@ -57,7 +60,7 @@ describe('http broker: unknown ids of a batch are reported without breaking the 
       await res.body.dump();
       await waitFor(() => peerMessages(peer).length === 1, 2000);
       // a good delivery last: the process handled it, so it outlived the bad batch
-      const marker = await request(`http://${hostPort}${DELIVERY_PATH}?topic=crash&id=${id}`, { method: 'POST', headers: { [HEADER_FIELD]: encodeHeader({}) }, body: 'marker' });
+      const marker = await request(`http://${hostPort}${DELIVERY_PATH}?topic=crash&id=${id}`, { method: 'POST', headers: { [HEADER_FIELD]: encodeHeader({}), ...secret }, body: 'marker' });
       assert.equal(marker.statusCode, 202);
       await marker.body.dump();
       await waitFor(() => peerMessages(peer).length === 2, 2000);

@@ -12,12 +12,15 @@ import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
 import { HttpBroker } from '../src/broker/http/broker.js';
 import { DELIVERY_PATH, HEADER_FIELD, MISSING_FIELD, encodeHeader, decodeHeader } from '../src/broker/http/wire.js';
 import { topicService } from '../src/broker/http/routes.js';
+import { SECRET_FIELD } from '../src/broker/http/secret.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local/index.js';
 import type { Registry, Service } from '../src/registry/registry.js';
 import { freePort, ROOT, sleep, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 
 const silent = pino({ level: 'silent' });
+/** The delivery secret of the brokers whose endpoint the tests post to themselves. */
+const SECRET = 'broker-http-test-secret-0123456789';
 
 /** A logger whose lines the test can read. */
 function capture(): { logger: pino.Logger; lines: () => Array<Record<string, unknown>> } {
@@ -87,7 +90,7 @@ describe('http broker: registration', () => {
     const sub = new HttpBroker({ registry, logger: silent });
     const pub = new HttpBroker({ registry, logger: silent });
     try {
-      const topics = ['café.orders', 'orders.*', 'a..b', `long.${'x'.repeat(300)}`];
+      const topics = ['café.orders', 'orders.*', 'a..b', `long.${'x'.repeat(245)}`]; // over the registry's 200, within the brokers' 256
       const got = new Map<string, ReturnType<typeof collector>>();
       for (const t of topics) {
         const c = collector();
@@ -169,7 +172,7 @@ describe('http broker: registration', () => {
 
 describe('http broker: the delivery endpoint', () => {
   const registry = new MemoryRegistry();
-  const broker = new HttpBroker({ registry, maxMessageBytes: 1024, logger: silent });
+  const broker = new HttpBroker({ registry, maxMessageBytes: 1024, secret: SECRET, logger: silent });
   const c = collector();
   let base = '';
   let id = '';
@@ -186,10 +189,11 @@ describe('http broker: the delivery endpoint', () => {
     id = (await registry.getService('topic:ep'))[0]!.nodes[0]!.id;
   }
 
-  async function post(query: string, init: { method?: string; headers?: Record<string, string>; body?: Uint8Array | string } = {}) {
+  /** A delivery to the endpoint, with the broker's secret unless `secret` says otherwise (null: none). */
+  async function post(query: string, init: { method?: string; headers?: Record<string, string>; body?: Uint8Array | string; secret?: string | null } = {}) {
     const res = await request(`${base}${DELIVERY_PATH}${query}`, {
       method: (init.method ?? 'POST') as 'POST',
-      headers: init.headers,
+      headers: init.secret === null ? init.headers : { [SECRET_FIELD]: init.secret ?? SECRET, ...init.headers },
       body: init.body,
     });
     const text = await res.body.text();
@@ -203,6 +207,20 @@ describe('http broker: the delivery endpoint', () => {
     await waitFor(() => c.got.length === 1);
     assert.deepEqual(c.got[0]!.header, { a: 'b', u: 'ü✓' });
     assert.deepEqual(c.texts(), ['hi']);
+  });
+
+  it('answers 401 without the secret and 403 with another, before looking at anything else', async () => {
+    await setup();
+    const before = c.got.length;
+    const none = await post(`?topic=nope&id=broker-nope`, { secret: null, body: 'x' });
+    assert.equal(none.status, 401);
+    assert.equal(none.text, '{"id":"go.mesh.broker","code":401,"detail":"a broker secret is required (Mesh-Broker-Secret)","status":"Unauthorized"}');
+    const wrong = await post(`?topic=ep&id=${id}`, { secret: `${SECRET}x`, body: 'x' });
+    assert.equal(wrong.status, 403);
+    assert.equal(wrong.text, '{"id":"go.mesh.broker","code":403,"detail":"wrong broker secret","status":"Forbidden"}');
+    assert.equal((await post(`?topic=ep&id=${id}`, { body: 'marker' })).status, 202);
+    await waitFor(() => c.got.length > before);
+    assert.deepEqual(c.texts().slice(before), ['marker']);
   });
 
   it('answers 405 to anything but POST', async () => {
@@ -244,7 +262,7 @@ describe('http broker: the delivery endpoint', () => {
     const stream = Readable.from((function* () {
       for (let i = 0; i < 4; i++) yield Buffer.alloc(512);
     })());
-    const res = await request(`${base}${DELIVERY_PATH}?topic=ep&id=${id}`, { method: 'POST', body: stream }).catch((e: Error) => e);
+    const res = await request(`${base}${DELIVERY_PATH}?topic=ep&id=${id}`, { method: 'POST', headers: { [SECRET_FIELD]: SECRET }, body: stream }).catch((e: Error) => e);
     // the server may cut the upload before the client reads the answer; if it reads one, it is 413
     if (!(res instanceof Error)) {
       assert.equal(res.statusCode, 413);
@@ -440,7 +458,7 @@ describe('http broker: batched deliveries', () => {
 
   it('the endpoint hands a batch to every node named (each subscription of a node its own copy)', async () => {
     const registry = new MemoryRegistry();
-    const broker = new HttpBroker({ registry, logger: silent });
+    const broker = new HttpBroker({ registry, secret: SECRET, logger: silent });
     try {
       const a = collector();
       const b = collector();
@@ -457,7 +475,7 @@ describe('http broker: batched deliveries', () => {
       const post = async (query: string) => {
         const res = await request(`http://${address}:${port}${DELIVERY_PATH}${query}`, {
           method: 'POST',
-          headers: { [HEADER_FIELD]: encodeHeader({ h: '1' }) },
+          headers: { [HEADER_FIELD]: encodeHeader({ h: '1' }), [SECRET_FIELD]: SECRET },
           body: 'both',
         });
         return { status: res.statusCode, missing: res.headers[MISSING_FIELD], text: await res.body.text() };

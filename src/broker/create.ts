@@ -21,6 +21,10 @@ export interface CreateBrokerOptions {
   advertiseHost?: string;
   /** nats: TLS files (--broker_tls_*). */
   tls?: EngineTlsFiles;
+  /** http: the delivery secret itself, or a file holding it; else `broker.secret` of the local registry's directory or of secretDirectory (src/broker/http/secret.ts). */
+  secret?: string;
+  secretFile?: string;
+  secretDirectory?: string;
   /** Durable subscriptions: max deliver, ack wait, dead-letter suffix, stream limits (--broker_max_deliver and the like). */
   durable?: Partial<DurableDefaults>;
   /** Stats of durable topics and consumers. */
@@ -42,6 +46,9 @@ export function createBroker(kind: string, options: CreateBrokerOptions): Broker
         // The local registry's directory keeps durable subscriptions' messages (broker.db).
         durableDirectory: typeof directory === 'string' ? directory : undefined,
         durable: options.durable,
+        secret: options.secret,
+        secretFile: options.secretFile,
+        secretDirectory: options.secretDirectory,
         stats: options.stats,
         logger: options.logger,
       });

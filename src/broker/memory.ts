@@ -13,6 +13,7 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from './broker.js';
+import { checkQueue, checkTopic } from './names.js';
 
 export interface MemoryBrokerOptions {
   /** Logger for handler failures; default: a 'broker' logger of its own. */
@@ -26,19 +27,6 @@ interface MemorySub {
   active: boolean;
 }
 
-
-/** Validates a topic name shared by every backend: a non-empty string without whitespace. */
-export function checkTopic(topic: unknown): asserts topic is string {
-  if (typeof topic !== 'string' || topic === '') throw new TypeError('topic: required');
-  if (/\s/.test(topic)) throw new TypeError(`topic "${topic}": must not contain whitespace`);
-}
-
-/** Validates a queue option: absent, or a non-empty string without whitespace. */
-export function checkQueue(queue: unknown): asserts queue is string | undefined {
-  if (queue === undefined) return;
-  if (typeof queue !== 'string' || queue === '') throw new TypeError('queue: must be a non-empty string');
-  if (/\s/.test(queue)) throw new TypeError(`queue "${queue}": must not contain whitespace`);
-}
 
 /** Validates a message: header a map of strings, body bytes. */
 export function checkMessage(message: Message): void {

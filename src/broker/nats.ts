@@ -26,7 +26,8 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from './broker.js';
-import { checkMessage, checkQueue, checkTopic, invokeHandler } from './memory.js';
+import { checkMessage, invokeHandler } from './memory.js';
+import { checkQueue, checkTopic } from './names.js';
 import { checkDurableDefaults, DurableStats, durableSettings, REPLAY_HEADER, withMessageId, type DurableDefaults } from './durable.js';
 import { JetStreamTopics } from './nats-jetstream.js';
 import type { StatsStore } from '../stats/store.js';

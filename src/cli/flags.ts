@@ -33,6 +33,8 @@ export const FLAG_SPECS = {
   broker_tls_ca_file: { type: 'string', help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
   broker_tls_cert_file: { type: 'string', help: 'nats (TLS required): PEM client certificate' },
   broker_tls_key_file: { type: 'string', help: 'nats (TLS required): PEM client key' },
+  broker_secret: { type: 'string', help: 'http: the secret deliveries between mesh processes carry (default: broker.secret in the registry directory, made on first use); prefer MESH_BROKER_SECRET or --broker_secret_file, as other users can see a command line' },
+  broker_secret_file: { type: 'string', help: 'http: a file holding the delivery secret (one line), for processes on several machines' },
   broker_max_deliver: { type: 'int', help: 'durable subscriptions: attempts before a message goes to the dead-letter topic', default: '5' },
   broker_ack_wait: { type: 'duration', help: 'durable subscriptions: a delivery not acknowledged within this is redelivered', default: '30s' },
   broker_dlq_suffix: { type: 'string', help: 'durable subscriptions: dead-letter topic = topic + this', default: '.dlq' },
@@ -166,6 +168,8 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_secret: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_secret_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   broker_max_deliver: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   broker_ack_wait: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   broker_dlq_suffix: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
@@ -313,6 +317,8 @@ export interface Config {
   broker_tls_ca_file?: string;
   broker_tls_cert_file?: string;
   broker_tls_key_file?: string;
+  broker_secret?: string;
+  broker_secret_file?: string;
   broker_max_deliver: number;
   broker_ack_wait: number;
   broker_dlq_suffix: string;

@@ -29,6 +29,8 @@ export function meshOptionsFromFlags(config: Config): MeshOptions {
     brokerTlsCaFile: config.broker_tls_ca_file,
     brokerTlsCertFile: config.broker_tls_cert_file,
     brokerTlsKeyFile: config.broker_tls_key_file,
+    brokerSecret: config.broker_secret,
+    brokerSecretFile: config.broker_secret_file,
     brokerMaxDeliver: config.broker_max_deliver,
     brokerAckWait: config.broker_ack_wait,
     brokerDlqSuffix: config.broker_dlq_suffix,

@@ -1,13 +1,15 @@
 /**
  * The event handler: `/<topic>/<event>` publishes an Event `{name, id, timestamp, header, data}`
  * (proto/api.proto) as JSON to topic `<namespace>.<topic>`; `data` is the request body, or for GET
- * the query as a JSON object. 200 once the broker took it; 503 when it could not. A request that
+ * the query as a JSON object. 200 once the broker took it; 400 for a topic the brokers' name rule
+ * refuses (src/broker/names.ts); 503 when the broker could not take it. A request that
  * is a CloudEvent (structured or binary mode, src/handlers/cloudevents.ts) is published as that
  * CloudEvent instead.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { MeshError } from '../errors.js';
+import { nameProblem } from '../broker/names.js';
 import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
 import { headerPairs, type PairMap } from './api.js';
@@ -23,6 +25,9 @@ export interface EventMessage {
 }
 
 export async function handleEvent(fe: FrontEnd, target: { topic: string; name: string }, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  // The brokers' one name rule, before the body is read: a 400, not a publish that fails.
+  const problem = nameProblem('topic', target.topic);
+  if (problem) throw new MeshError(fe.errorId, 400, problem);
   const ce = cloudEventMode(req);
   if (ce) {
     const raw = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), Buffer.alloc(0)) : await readBody(req, fe.maxBodyBytes, fe.errorId);

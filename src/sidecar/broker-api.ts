@@ -48,6 +48,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { WebSocketServer, type WebSocket, type RawData } from 'ws';
+import { nameProblem } from '../broker/names.js';
 import { MeshError } from '../errors.js';
 import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
@@ -105,7 +106,7 @@ export function publishHeader(errorId: string, req: IncomingMessage, nowSeconds 
   return header;
 }
 
-/** Validates a topic or queue query value: non-empty, no whitespace, at most 256 characters. */
+/** A topic or queue query value, given once, under the brokers' name rule (src/broker/names.ts); 400 otherwise. */
 function checkName(errorId: string, what: 'topic' | 'queue', params: URLSearchParams, required: boolean): string | undefined {
   const all = params.getAll(what);
   if (all.length === 0) {
@@ -113,11 +114,9 @@ function checkName(errorId: string, what: 'topic' | 'queue', params: URLSearchPa
     return undefined;
   }
   if (all.length > 1) throw new MeshError(errorId, 400, `${what}: given more than once`);
-  const value = all[0]!;
-  if (value === '') throw new MeshError(errorId, 400, `${what}: must not be empty`);
-  if (/\s/.test(value)) throw new MeshError(errorId, 400, `${what}: must not contain whitespace`);
-  if (value.length > 256) throw new MeshError(errorId, 400, `${what}: longer than 256 characters`);
-  return value;
+  const problem = nameProblem(what, all[0]);
+  if (problem) throw new MeshError(errorId, 400, problem);
+  return all[0];
 }
 
 /** The frame format of a subscription from its query: true for format=cloudevents. */

@@ -16,9 +16,11 @@
  *   POST /_mesh/broker?topic=<topic>&id=<node id>[&id=<another node id>...]
  *   Content-Type: application/octet-stream
  *   Mesh-Broker-Header: <the message header as a JSON object of strings, non-ASCII \u-escaped>
+ *   Mesh-Broker-Secret: <the mesh's delivery secret, secret.ts>
  *   <body: the message bytes, raw>
  *
- * Answers: 202 accepted (the handlers run after the answer), 400 bad input, 404 unknown path or
+ * Answers: 202 accepted (the handlers run after the answer), 401 no secret, 403 another secret
+ * (both before anything else is looked at), 400 bad input, 404 unknown path or
  * subscription, 405 not POST, 413 body or header too large; errors are MeshError JSON bodies.
  * Delivery is at most once: no acknowledgement of the handler, no retry except that a queue group
  * message that could not be delivered to one node is tried on another node of the group.
@@ -48,7 +50,8 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from '../broker.js';
-import { checkMessage, checkQueue, checkTopic } from '../memory.js';
+import { checkMessage } from '../memory.js';
+import { checkQueue, checkTopic } from '../names.js';
 import { Receiver } from './receiver.js';
 import { RouteCache } from './routes.js';
 import { Sender } from './sender.js';
@@ -57,6 +60,7 @@ import { decodeHeader, deliveryTo, encodeHeader, MAX_HEADER_BYTES } from './wire
 import { Outbox } from './outbox.js';
 import { checkDurableDefaults, DurableStats, durableSettings, type DurableDefaults } from '../durable.js';
 import type { StatsStore } from '../../stats/store.js';
+import { loadSecret } from './secret.js';
 
 export interface HttpBrokerOptions {
   registry: Registry;
@@ -84,7 +88,16 @@ export interface HttpBrokerOptions {
   durableDirectory?: string;
   /** Durable subscriptions: max deliver, ack wait, dead-letter suffix, max age, max bytes. */
   durable?: Partial<DurableDefaults>;
-  /** Stats of durable topics and consumers. */
+  /**
+   * The delivery secret every delivery carries and the endpoint requires (src/broker/http/secret.ts):
+   * `secret` itself, else `secretFile`, else `broker.secret` of `secretDirectory` (default: the
+   * registry's directory, for the local registry), made when missing; with none of them, a secret
+   * of this process (enough for an in-process registry).
+   */
+  secret?: string;
+  secretFile?: string;
+  secretDirectory?: string;
+  /** Stats of durable topics and consumers, and broker.http.delivery_refused. */
   stats?: StatsStore;
   logger?: pino.Logger;
 }
@@ -118,6 +131,13 @@ export class HttpBroker implements Broker {
     if (refreshMs >= ttlMs) throw new Error('http broker: refreshMs must be shorter than ttlMs');
     // The runtime passes its logger; a broker built on its own logs to stderr at info.
     const logger = (this.logger = options.logger ?? new Logging().get('broker'));
+    const registryDirectory = (registry as { directory?: unknown }).directory;
+    const secret = loadSecret({
+      secret: options.secret,
+      secretFile: options.secretFile,
+      directory: options.secretDirectory ?? (typeof registryDirectory === 'string' ? registryDirectory : undefined),
+      logger,
+    });
     this.subscriptions = new Subscriptions({
       registry,
       ttlMs,
@@ -134,6 +154,8 @@ export class HttpBroker implements Broker {
       maxMessageBytes: this.maxMessageBytes,
       logger,
       subscriptions: this.subscriptions,
+      secret,
+      refused: options.stats?.counter('broker.http.delivery_refused'),
     });
     this.durableDirectory = options.durableDirectory;
     this.durable = checkDurableDefaults(options.durable);
@@ -142,6 +164,7 @@ export class HttpBroker implements Broker {
     this.sender = new Sender({
       deliveryTimeoutMs,
       logger,
+      secret: secret.value,
       deliverLocally: (id, topic, headerValue, body) => {
         const local = this.subscriptions.liveGroup(id, topic);
         if (!local) return false;

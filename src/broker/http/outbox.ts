@@ -16,7 +16,8 @@
  *   published to the topic. Rows older than the max age are dropped.
  */
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
+import { closeSync, openSync } from 'node:fs';
+import { PRIVATE_FILE_MODE, privateDirectory, privateFiles } from '../../util/private-files.js';
 import { join } from 'node:path';
 import type pino from 'pino';
 import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from '../broker.js';
@@ -86,8 +87,12 @@ export class Outbox {
   constructor(private readonly options: OutboxOptions) {
     this.pollMs = options.pollMs ?? 50;
     try {
-      mkdirSync(options.directory, { recursive: true });
-      this.db = new Database(join(options.directory, OUTBOX_FILE));
+      // Private to its user, as the registry's files (src/util/private-files.ts).
+      privateDirectory(options.directory, options.logger);
+      const file = join(options.directory, OUTBOX_FILE);
+      closeSync(openSync(file, 'a', PRIVATE_FILE_MODE));
+      privateFiles([file, `${file}-wal`, `${file}-shm`], options.logger);
+      this.db = new Database(file);
       this.db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
       this.db.pragma('journal_mode = WAL');
       this.db.pragma('synchronous = NORMAL');

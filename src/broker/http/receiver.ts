@@ -7,9 +7,11 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type pino from 'pino';
 import { badRequest, MeshError, methodNotAllowed, notFound, payloadTooLarge } from '../../errors.js';
+import type { Counter } from '../../stats/store.js';
 import { readBody } from '../../http/body.js';
 import { advertisedAddress, formatAddress } from '../../util/address.js';
 import type { SubGroup, Subscriptions } from './subscriptions.js';
+import { SECRET_FIELD, SECRET_HEADER, type DeliverySecret } from './secret.js';
 import { decodeHeader, DELIVERY_PATH, encodeMissing, ERROR_ID, errorText, HEADER_FIELD, MAX_HEADER_BYTES, MISSING_FIELD } from './wire.js';
 
 export interface ReceiverOptions {
@@ -22,11 +24,21 @@ export interface ReceiverOptions {
   logger: pino.Logger;
   /** Who gets the messages delivered. */
   subscriptions: Subscriptions;
+  /** The secret every delivery must carry (secret.ts). */
+  secret: DeliverySecret;
+  /** Counts deliveries refused for a missing or wrong secret. */
+  refused?: Counter;
 }
+
+/** A refused delivery is logged at most this often (the first one at once), with the count since. */
+const REFUSED_LOG_INTERVAL_MS = 60_000;
 
 export class Receiver {
   private server?: Server;
   private node?: { address: string; port: number };
+  /** Refused deliveries not yet logged, and when the last log line was written (performance.now()). */
+  private refusedUnlogged = 0;
+  private refusedLoggedAt?: number;
 
   constructor(private readonly options: ReceiverOptions) {}
 
@@ -92,6 +104,26 @@ export class Receiver {
     res.end(body);
   }
 
+  /** A delivery without the mesh's secret: 401 or 403, counted, logged (rate limited); the body is not read. */
+  private refuse(req: IncomingMessage, res: ServerResponse, reason: 'missing' | 'wrong'): void {
+    this.options.refused?.inc();
+    this.refusedUnlogged++;
+    const now = performance.now();
+    if (this.refusedLoggedAt === undefined || now - this.refusedLoggedAt >= REFUSED_LOG_INTERVAL_MS) {
+      this.options.logger.warn(
+        { reason, from: req.socket.remoteAddress, refused: this.refusedUnlogged },
+        `http broker: refused a delivery ${reason === 'missing' ? 'without' : 'with a wrong'} broker secret (Mesh-Broker-Secret); more are counted in broker.http.delivery_refused and logged at most once a minute`,
+      );
+      this.refusedUnlogged = 0;
+      this.refusedLoggedAt = now;
+    }
+    const err =
+      reason === 'missing'
+        ? new MeshError(ERROR_ID, 401, `a broker secret is required (${SECRET_HEADER})`)
+        : new MeshError(ERROR_ID, 403, 'wrong broker secret');
+    this.fail(res, err, true);
+  }
+
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const { subscriptions, maxMessageBytes } = this.options;
     let url: URL;
@@ -105,6 +137,9 @@ export class Receiver {
       res.setHeader('Allow', 'POST');
       return this.fail(res, methodNotAllowed(ERROR_ID, `method ${req.method} not allowed: use POST`));
     }
+    // Before anything about the subscriptions is looked at: a stranger learns nothing.
+    const auth = this.options.secret.check(req.headers[SECRET_FIELD]);
+    if (auth !== 'ok') return this.refuse(req, res, auth);
     const topic = url.searchParams.get('topic');
     const ids = url.searchParams.getAll('id');
     if (!topic) return this.fail(res, badRequest(ERROR_ID, 'topic: required'));

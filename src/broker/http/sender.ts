@@ -6,6 +6,7 @@
 import { Agent, type Dispatcher } from 'undici';
 import type pino from 'pino';
 import { decodeMissing, DeliveryError, errorText, HEADER_FIELD, MISSING_FIELD, type Delivery } from './wire.js';
+import { SECRET_FIELD } from './secret.js';
 
 /** Queue group: nodes tried at most, per message. */
 const MAX_QUEUE_ATTEMPTS = 3;
@@ -14,6 +15,8 @@ export interface SenderOptions {
   /** Bound on one delivery (connect, send, answer). */
   deliveryTimeoutMs: number;
   logger: pino.Logger;
+  /** The mesh's delivery secret, sent with every delivery (secret.ts). */
+  secret: string;
   /**
    * Hands a queue group's message to a group of this process directly (no HTTP request to
    * ourselves); false when the node is not one of ours.
@@ -119,7 +122,7 @@ export class Sender {
             origin: delivery.origin,
             path: delivery.path,
             method: 'POST',
-            headers: { 'content-type': 'application/octet-stream', [HEADER_FIELD]: headerValue },
+            headers: { 'content-type': 'application/octet-stream', [HEADER_FIELD]: headerValue, [SECRET_FIELD]: this.options.secret },
             body,
           },
           {

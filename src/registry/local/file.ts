@@ -18,6 +18,7 @@
 import Database from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
 import {
+  chmodSync,
   closeSync,
   linkSync,
   openSync,
@@ -30,6 +31,7 @@ import {
   type Stats,
 } from 'node:fs';
 import { SCHEMA, codeOf, prepareStatements, type DB, type Statements } from './schema.js';
+import { PRIVATE_FILE_MODE } from '../../util/private-files.js';
 
 const BUSY_TIMEOUT_MS = 5000;
 /** Marker next to the database: `dev:ino` of the database its -wal and -shm files belong to. */
@@ -178,6 +180,7 @@ function publish(file: string, fill: Fill): boolean {
   try {
     const db = new Database(tmp, { timeout: BUSY_TIMEOUT_MS });
     try {
+      chmodSync(tmp, PRIVATE_FILE_MODE); // before anything is in it; its -wal and -shm follow its mode
       db.pragma('journal_mode = DELETE');
       db.exec(SCHEMA);
       fill(db, prepareStatements(db));
@@ -255,7 +258,7 @@ function withLock<T>(file: string, fn: () => T): T {
   for (;;) {
     let fd: number | undefined;
     try {
-      fd = openSync(lock, 'wx');
+      fd = openSync(lock, 'wx', PRIVATE_FILE_MODE);
     } catch (err) {
       if (codeOf(err) !== 'EEXIST') throw err;
     }
@@ -325,7 +328,7 @@ function readMarker(file: string): FileId | undefined {
 function writeMarker(file: string, id: FileId): void {
   const tmp = `${file}${ID_SUFFIX}.${process.pid}.tmp`;
   try {
-    writeFileSync(tmp, `${id.dev}:${id.ino}\n`);
+    writeFileSync(tmp, `${id.dev}:${id.ino}\n`, { mode: PRIVATE_FILE_MODE });
     renameSync(tmp, `${file}${ID_SUFFIX}`);
   } catch (err) {
     try {

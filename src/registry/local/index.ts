@@ -10,7 +10,7 @@
  * - healing.ts: noticing a deleted, replaced or failing file and reopening it;
  * - watcher.ts: the poll timer and the watchers (data_version, change log, diffs, events).
  */
-import { accessSync, constants, mkdirSync } from 'node:fs';
+import { accessSync, constants } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type pino from 'pino';
 import type { StatsStore } from '../../stats/store.js';
@@ -32,6 +32,7 @@ import { Leases, fillNewFile } from './leases.js';
 import { message } from './schema.js';
 import { LocalStore } from './store.js';
 import { Poller } from './watcher.js';
+import { privateDirectory, privateFiles } from '../../util/private-files.js';
 
 export const LOCAL_DB_FILE = 'registry.db';
 const POLL_MS = 50;
@@ -68,11 +69,14 @@ export class LocalRegistry implements Registry {
     const onInvalid = options.onInvalidRecord ?? invalidRecordSink({});
     this.directory = resolve(directory);
     this.file = join(this.directory, LOCAL_DB_FILE);
+    // The directory and its files belong to one user (0700, 0600): made so, or tightened (logged).
+    // SQLite gives the -wal and -shm files it makes the database file's mode.
     try {
-      mkdirSync(this.directory, { recursive: true });
+      privateDirectory(this.directory, log);
     } catch (err) {
       throw new Error(`registry directory ${this.directory} cannot be created: ${message(err)}`);
     }
+    privateFiles([this.file, `${this.file}-wal`, `${this.file}-shm`, `${this.file}-id`], log);
     try {
       accessSync(this.directory, constants.W_OK);
     } catch (err) {
