@@ -10,7 +10,7 @@ import { createServer, type Server } from 'node:http';
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SignJWT, exportJWK, generateKeyPair, type CryptoKey } from 'jose';
+import { CompactSign, SignJWT, exportJWK, generateKeyPair, type CryptoKey } from 'jose';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
 import { http, listenLoopback, rawHttp, runCli, tempDir, waitFor } from './helpers.js';
@@ -65,6 +65,8 @@ describe('gateway auth: JWT, API keys, rules', () => {
     jwt = jwt.setExpirationTime(opts.exp ?? '5m');
     return jwt.sign(opts.key ?? keys[kid]!.privateKey);
   };
+  /** A token signed by k1 over the payload bytes as given (numbers JSON.stringify cannot write). */
+  const rawSigned = (payload: string) => new CompactSign(Buffer.from(payload)).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).sign(keys.k1!.privateKey);
   const get = (g: GatewayProcess, path: string, headers: Record<string, string> = {}) => http('GET', `${g.url}${path}`, { headers });
   const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
   const lastSeen = () => plain.received[plain.received.length - 1]!;
@@ -151,6 +153,9 @@ describe('gateway auth: JWT, API keys, rules', () => {
       [await token({ aud: 'someone-else' }), 'invalid token: audience not accepted'],
       [await token({ iss: 'https://evil.test' }), 'invalid token: issuer not accepted'],
       ['not-a-jwt', 'invalid token: malformed'],
+      // signed, with a time claim that JSON reads as Infinity: never expires unless refused
+      [await rawSigned(`{"sub":"alice","iss":"${ISSUER}","aud":"${AUDIENCE}","exp":1e400}`), 'invalid token: "exp" is not a finite number'],
+      [await rawSigned(`{"sub":"alice","iss":"${ISSUER}","aud":"${AUDIENCE}","exp":${now + 300},"iat":1e400}`), 'invalid token: "iat" is not a finite number'],
     ];
     for (const [t, detail] of cases) {
       // even on a public route: a credential that is sent must be valid

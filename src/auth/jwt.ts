@@ -19,6 +19,8 @@ export const JWKS_COOLDOWN_MS = 30_000;
 export const JWKS_MAX_AGE_MS = 10 * 60_000;
 export const JWKS_MAX_BYTES = 1024 * 1024;
 const MAX_TOKEN_BYTES = 16 * 1024;
+/** The time claims, NumericDate (RFC 7519 2): finite numbers of seconds when present. */
+const NUMERIC_CLAIMS = ['exp', 'nbf', 'iat'] as const;
 
 /** A token refused: the detail of the 401 (after "invalid token: "). */
 export class TokenError extends Error {}
@@ -145,6 +147,11 @@ export async function verifyJwt(token: string, jwks: JwksSource, options: JwtOpt
     }));
   } catch (err) {
     throw new TokenError(reason(err, kid));
+  }
+  // jose takes any JSON number; 1e400 parses as Infinity and would never expire.
+  for (const claim of NUMERIC_CLAIMS) {
+    const value = payload[claim];
+    if (value !== undefined && !Number.isFinite(value)) throw new TokenError(`"${claim}" is not a finite number`);
   }
   const subject = typeof payload.sub === 'string' && payload.sub !== '' ? payload.sub : undefined;
   if (!subject) throw new TokenError('no "sub" claim');

@@ -21,6 +21,7 @@ import { CorsPolicy } from './cors.js';
 import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit } from './rate-limit.js';
 import type { AccessLog } from './access-log.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
+import { meshTimeoutOf } from '../transport/headers.js';
 import { failSpan, SpanKind, traceOf, type Span } from '../tracing/tracer.js';
 import type { CallContext } from '../util/call-context.js';
 
@@ -148,6 +149,11 @@ export class FrontServer {
       const upgrade = this.options.upgrade;
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
         socket.on('error', () => socket.destroy());
+        const badTimeout = this.badMeshTimeout(req);
+        if (badTimeout) {
+          socket.end(rawErrorResponse(badTimeout));
+          return;
+        }
         try {
           upgrade(req, socket, head);
         } catch (err) {
@@ -231,6 +237,16 @@ export class FrontServer {
     else runtime.context.run(ctx, () => this.serve(req, res, ctx, span));
   }
 
+  /** A 400 for a malformed Mesh-Timeout (the handlers' calls read it: src/handlers/front-end.ts), checked at the door for every request and upgrade. */
+  private badMeshTimeout(req: IncomingMessage): MeshError | undefined {
+    try {
+      meshTimeoutOf(req.headers);
+      return undefined;
+    } catch (err) {
+      return new MeshError(this.options.errorId, 400, (err as Error).message);
+    }
+  }
+
   private startSpan(req: IncomingMessage, parent: ReturnType<typeof parseTraceparent>): Span {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
@@ -301,6 +317,12 @@ export class FrontServer {
       req.resume();
       res.shouldKeepAlive = false;
       sendError(res, new MeshError(this.options.errorId, 431, `more than ${MAX_HEADER_COUNT} header fields`), this.options.errorId);
+      return;
+    }
+    const badTimeout = this.badMeshTimeout(req);
+    if (badTimeout) {
+      req.resume();
+      sendError(res, badTimeout, this.options.errorId);
       return;
     }
     const url = req.url ?? '/';
