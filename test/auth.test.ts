@@ -120,6 +120,26 @@ describe('gateway auth: JWT, API keys, rules', () => {
     assert.equal(lastSeen().headers['mesh-auth-subject'], 'bob');
   });
 
+  it('Mesh-Auth-Subject and Mesh-Auth-Scopes: every byte outside the unreserved set percent-encoded, so no two subjects look the same', async () => {
+    const cases: Array<[string, string, string, string]> = [
+      ['bób', 'read', 'b%C3%B3b', 'read'],
+      ['b%C3%B3b', 'read', 'b%25C3%25B3b', 'read'],
+      ['auth0|42 x@y.z', 'read:all é%', 'auth0%7C42%20x%40y.z', 'read%3Aall %C3%A9%25'],
+      ['A-z_0.9~', 'a b', 'A-z_0.9~', 'a b'],
+    ];
+    for (const [sub, scope, subject, scopes] of cases) {
+      const r = await get(gw, '/plain/echo/call', bearer(await token({ sub, scope })));
+      assert.equal(r.status, 200, r.text);
+      assert.equal(lastSeen().headers['mesh-auth-subject'], subject, sub);
+      assert.equal(lastSeen().headers['mesh-auth-scopes'], scopes, scope);
+      assert.equal(decodeURIComponent(subject), sub);
+    }
+    // a lone surrogate has no UTF-8 form (it would arrive as U+FFFD, as another subject would)
+    const lone = await get(gw, '/plain/echo/call', bearer(await rawSigned(`{"sub":"\\ud800","iss":"${ISSUER}","aud":"${AUDIENCE}","exp":${Math.floor(Date.now() / 1000) + 300}}`)));
+    assert.equal(lone.status, 401);
+    assert.equal(lone.text, unauthorized('invalid token: "sub" is not valid Unicode'));
+  });
+
   it('a public rule: no token needed, and spoofed metadata is removed all the same', async () => {
     const r = await get(gw, '/plain/public/hello', { 'mesh-auth-subject': 'root' });
     assert.equal(r.status, 200, r.text);

@@ -293,9 +293,22 @@ function unnormalized(path: string): boolean {
   return /(^|\/)\.\.?(\/|$)|\/\/|%2e|%2f|%5c|\\/i.test(path);
 }
 
-/** Header values carry printable ASCII; anything else in a subject or scope is percent-encoded. */
-function headerSafe(text: string): string {
-  return /^[\x20-\x7e]*$/.test(text) ? text : encodeURIComponent(text);
+const UNRESERVED = /^[A-Za-z0-9\-._~]*$/;
+
+/**
+ * A subject or a scope as a Mesh-Auth-* header value: every UTF-8 byte outside RFC 3986's
+ * unreserved set (letters, digits, `-` `.` `_` `~`) percent-encoded, `%` included, so one
+ * percent-decoding gives the value back and no two values share an encoding (`bób` is
+ * `b%C3%B3b`, `b%C3%B3b` is `b%25C3%25B3b`).
+ */
+export function encodeAuthValue(text: string): string {
+  if (UNRESERVED.test(text)) return text;
+  let out = '';
+  for (const byte of Buffer.from(text, 'utf8')) {
+    const c = String.fromCharCode(byte);
+    out += UNRESERVED.test(c) ? c : `%${byte < 16 ? '0' : ''}${byte.toString(16).toUpperCase()}`;
+  }
+  return out;
 }
 
 /** Removes headers (lower-case names, or a name prefix) from both req.headers and req.rawHeaders. */
@@ -430,8 +443,8 @@ export class EdgeGuard {
     if (identity) {
       this.identities.set(req, identity);
       setAuthSubject(req, identity.subject);
-      addHeader(req, HEADER_AUTH_SUBJECT, headerSafe(identity.subject));
-      addHeader(req, HEADER_AUTH_SCOPES, headerSafe(identity.scopes.join(' ')));
+      addHeader(req, HEADER_AUTH_SUBJECT, encodeAuthValue(identity.subject));
+      addHeader(req, HEADER_AUTH_SCOPES, identity.scopes.map(encodeAuthValue).join(' '));
       // An API key is for the edge alone: backends never see it.
       if (auth.mode === 'key') removeHeaders(req, (name) => name === 'authorization');
     }

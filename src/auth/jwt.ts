@@ -21,6 +21,7 @@ export const JWKS_MAX_BYTES = 1024 * 1024;
 const MAX_TOKEN_BYTES = 16 * 1024;
 /** The time claims, NumericDate (RFC 7519 2): finite numbers of seconds when present. */
 const NUMERIC_CLAIMS = ['exp', 'nbf', 'iat'] as const;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /** A token refused: the detail of the 401 (after "invalid token: "). */
 export class TokenError extends Error {}
@@ -155,6 +156,8 @@ export async function verifyJwt(token: string, jwks: JwksSource, options: JwtOpt
   }
   const subject = typeof payload.sub === 'string' && payload.sub !== '' ? payload.sub : undefined;
   if (!subject) throw new TokenError('no "sub" claim');
+  // A lone surrogate has no UTF-8 form: it would reach the backend as U+FFFD, like another subject.
+  if (LONE_SURROGATE.test(subject)) throw new TokenError('"sub" is not valid Unicode');
   return { subject, scopes: scopesOf(payload) };
 }
 
