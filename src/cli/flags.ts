@@ -46,7 +46,7 @@ export const FLAG_SPECS = {
   proto_path: { type: 'list', help: 'gRPC: directories of the .proto files of gRPC backends and services, searched for imports in order (comma list; none by default; docs/grpc.md)' },
   proto_files: { type: 'list', help: 'gRPC: the .proto files to load, relative to a --proto_path directory (comma list; default every .proto under --proto_path)' },
   server_protocol: { type: 'string', help: 'framework services: serve the RPC wire (mesh) or gRPC (grpc: the handlers as the unary methods of --proto_path\'s services)', default: 'mesh', choices: ['mesh', 'grpc'] },
-  stream_idle_timeout: { type: 'duration', help: 'proxied answers: how long one may wait for a client that reads nothing (0: no limit)', default: '5m' },
+  stream_idle_timeout: { type: 'duration', help: 'proxied answers: how long a client may read nothing, or a backend send nothing of a body (0: no limit)', default: '5m' },
   max_connections: { type: 'int', help: 'connections each listener holds at once; more are closed at accept (0: no limit)', default: '10000' },
   request_headers_timeout: { type: 'duration', help: 'a request\'s whole header must arrive within this (0: no limit)', default: '10s' },
   request_timeout: { type: 'duration', help: 'a whole request, header and body, must arrive within this (0: no limit)', default: '30s' },
