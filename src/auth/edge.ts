@@ -38,6 +38,10 @@ export interface AuthFlags {
   auth_issuer: string[];
   auth_audience: string[];
   auth_clock_skew: number;
+  /** A JWKS URL's fetch timeout, cooldown for an unknown kid, and refresh age (ms). */
+  auth_jwks_timeout: number;
+  auth_jwks_cooldown: number;
+  auth_jwks_refresh: number;
   auth_keys?: string;
   auth_rules?: string;
   auth_default?: Access;
@@ -139,6 +143,8 @@ export function readAuthSetup(flags: AuthFlags): AuthSetup | undefined {
         throw new AuthSetupError('auth_jwks', where, 'not a valid URL');
       }
       setup.jwksUrl = where;
+      if (!(flags.auth_jwks_timeout > 0)) throw new AuthSetupError('auth_jwks_timeout', String(flags.auth_jwks_timeout), 'must be more than 0 (a fetch needs time)');
+      if (!(flags.auth_jwks_refresh > 0)) throw new AuthSetupError('auth_jwks_refresh', String(flags.auth_jwks_refresh), 'must be more than 0');
     } else setup.jwks = loadJwksFile(where);
   }
   return setup;
@@ -173,7 +179,9 @@ export class EdgeAuth {
     this.reloadFailed = deps.stats.counter('auth.rules.update_failure');
     if (this.mode === 'jwt') {
       const stats = { fetchSuccess: deps.stats.counter('auth.jwks.fetch_success'), fetchFailure: deps.stats.counter('auth.jwks.fetch_failure') };
-      this.jwks = new JwksSource(setup.jwksUrl, stats, deps.log, setup.jwks);
+      const f = setup.flags;
+      const timings = { timeoutMs: f.auth_jwks_timeout, cooldownMs: f.auth_jwks_cooldown, maxAgeMs: f.auth_jwks_refresh };
+      this.jwks = new JwksSource(setup.jwksUrl, stats, deps.log, setup.jwks, timings);
       if (setup.flags.auth_issuer.length === 0 || setup.flags.auth_audience.length === 0) {
         deps.log.warn('--auth=jwt without --auth_issuer or --auth_audience: tokens of any issuer or audience signed by the JWKS are accepted');
       }

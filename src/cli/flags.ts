@@ -91,6 +91,9 @@ export const FLAG_SPECS = {
   auth_issuer: { type: 'list', help: '--auth=jwt: accepted "iss" values (comma list; unset: any)' },
   auth_audience: { type: 'list', help: '--auth=jwt: accepted "aud" values (comma list; unset: any)' },
   auth_clock_skew: { type: 'duration', help: '--auth=jwt: clock skew tolerated on exp and nbf', default: '30s' },
+  auth_jwks_timeout: { type: 'duration', help: '--auth=jwt with a JWKS URL: longest wait for one fetch (a token with a new kid waits for it)', default: '3s' },
+  auth_jwks_cooldown: { type: 'duration', help: '--auth=jwt with a JWKS URL: least time between fetches for a kid not in the keys', default: '30s' },
+  auth_jwks_refresh: { type: 'duration', help: '--auth=jwt with a JWKS URL: keys older than this are fetched again, in the background', default: '10m' },
   auth_keys: { type: 'string', help: '--auth=key: API key file (lines, or .yaml/.json; keys as sha256:HEX or plaintext)' },
   auth_rules: { type: 'string', help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
   auth_default: { type: 'string', help: 'access of a request no rule matches (default authenticated with --auth, public without)', choices: ['deny', 'authenticated', 'public'] },
@@ -197,6 +200,9 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   auth_issuer: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_audience: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_clock_skew: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_jwks_timeout: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_jwks_cooldown: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_jwks_refresh: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_keys: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_rules: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_default: { group: 'auth', commands: ['api', 'sidecar'] },
@@ -373,6 +379,9 @@ export interface Config {
   auth_issuer: string[];
   auth_audience: string[];
   auth_clock_skew: number;
+  auth_jwks_timeout: number;
+  auth_jwks_cooldown: number;
+  auth_jwks_refresh: number;
   auth_keys?: string;
   auth_rules?: string;
   auth_default?: 'deny' | 'authenticated' | 'public';
