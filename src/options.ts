@@ -84,7 +84,7 @@ export interface MeshOptions {
   protoFiles?: string[];
   /** Framework services: `mesh` (the RPC wire) or `grpc` (the handlers as the unary methods of protoPath's services). Default `'mesh'`. */
   serverProtocol?: ServerProtocol;
-  /** Proxied answers: how long one may wait for a client that reads nothing (0: no limit). Default `'5m'`. */
+  /** Proxied answers: how long a client may read nothing, or a backend send nothing of a body (0: no limit). Default `'5m'`. */
   streamIdleTimeout?: Duration;
   /** Connections each listener holds at once (0: no limit). Default `10000`. */
   maxConnections?: number;

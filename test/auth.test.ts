@@ -10,7 +10,7 @@ import { createServer, type Server } from 'node:http';
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SignJWT, exportJWK, generateKeyPair, type CryptoKey } from 'jose';
+import { CompactSign, SignJWT, exportJWK, generateKeyPair, type CryptoKey } from 'jose';
 import { createRegistry } from '../src/registry/create.js';
 import type { Registry } from '../src/registry/registry.js';
 import { http, listenLoopback, rawHttp, runCli, tempDir, waitFor } from './helpers.js';
@@ -65,6 +65,8 @@ describe('gateway auth: JWT, API keys, rules', () => {
     jwt = jwt.setExpirationTime(opts.exp ?? '5m');
     return jwt.sign(opts.key ?? keys[kid]!.privateKey);
   };
+  /** A token signed by k1 over the payload bytes as given (numbers JSON.stringify cannot write). */
+  const rawSigned = (payload: string) => new CompactSign(Buffer.from(payload)).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).sign(keys.k1!.privateKey);
   const get = (g: GatewayProcess, path: string, headers: Record<string, string> = {}) => http('GET', `${g.url}${path}`, { headers });
   const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
   const lastSeen = () => plain.received[plain.received.length - 1]!;
@@ -118,6 +120,26 @@ describe('gateway auth: JWT, API keys, rules', () => {
     assert.equal(lastSeen().headers['mesh-auth-subject'], 'bob');
   });
 
+  it('Mesh-Auth-Subject and Mesh-Auth-Scopes: every byte outside the unreserved set percent-encoded, so no two subjects look the same', async () => {
+    const cases: Array<[string, string, string, string]> = [
+      ['bób', 'read', 'b%C3%B3b', 'read'],
+      ['b%C3%B3b', 'read', 'b%25C3%25B3b', 'read'],
+      ['auth0|42 x@y.z', 'read:all é%', 'auth0%7C42%20x%40y.z', 'read%3Aall %C3%A9%25'],
+      ['A-z_0.9~', 'a b', 'A-z_0.9~', 'a b'],
+    ];
+    for (const [sub, scope, subject, scopes] of cases) {
+      const r = await get(gw, '/plain/echo/call', bearer(await token({ sub, scope })));
+      assert.equal(r.status, 200, r.text);
+      assert.equal(lastSeen().headers['mesh-auth-subject'], subject, sub);
+      assert.equal(lastSeen().headers['mesh-auth-scopes'], scopes, scope);
+      assert.equal(decodeURIComponent(subject), sub);
+    }
+    // a lone surrogate has no UTF-8 form (it would arrive as U+FFFD, as another subject would)
+    const lone = await get(gw, '/plain/echo/call', bearer(await rawSigned(`{"sub":"\\ud800","iss":"${ISSUER}","aud":"${AUDIENCE}","exp":${Math.floor(Date.now() / 1000) + 300}}`)));
+    assert.equal(lone.status, 401);
+    assert.equal(lone.text, unauthorized('invalid token: "sub" is not valid Unicode'));
+  });
+
   it('a public rule: no token needed, and spoofed metadata is removed all the same', async () => {
     const r = await get(gw, '/plain/public/hello', { 'mesh-auth-subject': 'root' });
     assert.equal(r.status, 200, r.text);
@@ -151,6 +173,9 @@ describe('gateway auth: JWT, API keys, rules', () => {
       [await token({ aud: 'someone-else' }), 'invalid token: audience not accepted'],
       [await token({ iss: 'https://evil.test' }), 'invalid token: issuer not accepted'],
       ['not-a-jwt', 'invalid token: malformed'],
+      // signed, with a time claim that JSON reads as Infinity: never expires unless refused
+      [await rawSigned(`{"sub":"alice","iss":"${ISSUER}","aud":"${AUDIENCE}","exp":1e400}`), 'invalid token: "exp" is not a finite number'],
+      [await rawSigned(`{"sub":"alice","iss":"${ISSUER}","aud":"${AUDIENCE}","exp":${now + 300},"iat":1e400}`), 'invalid token: "iat" is not a finite number'],
     ];
     for (const [t, detail] of cases) {
       // even on a public route: a credential that is sent must be valid

@@ -38,6 +38,10 @@ export interface AuthFlags {
   auth_issuer: string[];
   auth_audience: string[];
   auth_clock_skew: number;
+  /** A JWKS URL's fetch timeout, cooldown for an unknown kid, and refresh age (ms). */
+  auth_jwks_timeout: number;
+  auth_jwks_cooldown: number;
+  auth_jwks_refresh: number;
   auth_keys?: string;
   auth_rules?: string;
   auth_default?: Access;
@@ -139,6 +143,8 @@ export function readAuthSetup(flags: AuthFlags): AuthSetup | undefined {
         throw new AuthSetupError('auth_jwks', where, 'not a valid URL');
       }
       setup.jwksUrl = where;
+      if (!(flags.auth_jwks_timeout > 0)) throw new AuthSetupError('auth_jwks_timeout', String(flags.auth_jwks_timeout), 'must be more than 0 (a fetch needs time)');
+      if (!(flags.auth_jwks_refresh > 0)) throw new AuthSetupError('auth_jwks_refresh', String(flags.auth_jwks_refresh), 'must be more than 0');
     } else setup.jwks = loadJwksFile(where);
   }
   return setup;
@@ -173,7 +179,9 @@ export class EdgeAuth {
     this.reloadFailed = deps.stats.counter('auth.rules.update_failure');
     if (this.mode === 'jwt') {
       const stats = { fetchSuccess: deps.stats.counter('auth.jwks.fetch_success'), fetchFailure: deps.stats.counter('auth.jwks.fetch_failure') };
-      this.jwks = new JwksSource(setup.jwksUrl, stats, deps.log, setup.jwks);
+      const f = setup.flags;
+      const timings = { timeoutMs: f.auth_jwks_timeout, cooldownMs: f.auth_jwks_cooldown, maxAgeMs: f.auth_jwks_refresh };
+      this.jwks = new JwksSource(setup.jwksUrl, stats, deps.log, setup.jwks, timings);
       if (setup.flags.auth_issuer.length === 0 || setup.flags.auth_audience.length === 0) {
         deps.log.warn('--auth=jwt without --auth_issuer or --auth_audience: tokens of any issuer or audience signed by the JWKS are accepted');
       }
@@ -289,9 +297,22 @@ export class EdgeAuth {
   }
 }
 
-/** Header values carry printable ASCII; anything else in a subject or scope is percent-encoded. */
-function headerSafe(text: string): string {
-  return /^[\x20-\x7e]*$/.test(text) ? text : encodeURIComponent(text);
+const UNRESERVED = /^[A-Za-z0-9\-._~]*$/;
+
+/**
+ * A subject or a scope as a Mesh-Auth-* header value: every UTF-8 byte outside RFC 3986's
+ * unreserved set (letters, digits, `-` `.` `_` `~`) percent-encoded, `%` included, so one
+ * percent-decoding gives the value back and no two values share an encoding (`bób` is
+ * `b%C3%B3b`, `b%C3%B3b` is `b%25C3%25B3b`).
+ */
+export function encodeAuthValue(text: string): string {
+  if (UNRESERVED.test(text)) return text;
+  let out = '';
+  for (const byte of Buffer.from(text, 'utf8')) {
+    const c = String.fromCharCode(byte);
+    out += UNRESERVED.test(c) ? c : `%${byte < 16 ? '0' : ''}${byte.toString(16).toUpperCase()}`;
+  }
+  return out;
 }
 
 /** Removes headers (lower-case names, or a name prefix) from both req.headers and req.rawHeaders. */
@@ -425,8 +446,8 @@ export class EdgeGuard {
     if (identity) {
       this.identities.set(req, identity);
       setAuthSubject(req, identity.subject);
-      addHeader(req, HEADER_AUTH_SUBJECT, headerSafe(identity.subject));
-      addHeader(req, HEADER_AUTH_SCOPES, headerSafe(identity.scopes.join(' ')));
+      addHeader(req, HEADER_AUTH_SUBJECT, encodeAuthValue(identity.subject));
+      addHeader(req, HEADER_AUTH_SCOPES, identity.scopes.map(encodeAuthValue).join(' '));
       // An API key is for the edge alone: backends never see it.
       if (auth.mode === 'key') removeHeaders(req, (name) => name === 'authorization');
     }

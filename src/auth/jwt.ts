@@ -4,9 +4,10 @@
  * clock skew are checked when configured.
  *
  * The fetched JWKS is cached: it is fetched at start, again in the background once older than
- * JWKS_MAX_AGE_MS, and at once for a key id it does not hold (at most once every
- * JWKS_COOLDOWN_MS). Each fetch is bounded by JWKS_TIMEOUT_MS and JWKS_MAX_BYTES. A failed fetch
- * keeps the keys already known: tokens they signed still verify, a new key id gets 401.
+ * maxAgeMs (--auth_jwks_refresh), and at once for a key id it does not hold (at most once every
+ * cooldownMs, --auth_jwks_cooldown). Each fetch is bounded by timeoutMs (--auth_jwks_timeout) and
+ * JWKS_MAX_BYTES. A failed fetch keeps the keys already known: tokens they signed still verify, a
+ * new key id gets 401.
  */
 import { createLocalJWKSet, decodeProtectedHeader, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 import type { Identity } from './keys.js';
@@ -14,11 +15,13 @@ import type { Counter } from '../stats/store.js';
 import type { Logger } from 'pino';
 
 export const ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'];
-export const JWKS_TIMEOUT_MS = 3000;
-export const JWKS_COOLDOWN_MS = 30_000;
-export const JWKS_MAX_AGE_MS = 10 * 60_000;
+/** The defaults of --auth_jwks_timeout, --auth_jwks_cooldown and --auth_jwks_refresh. */
+export const JWKS_TIMINGS: JwksTimings = { timeoutMs: 3000, cooldownMs: 30_000, maxAgeMs: 10 * 60_000 };
 export const JWKS_MAX_BYTES = 1024 * 1024;
 const MAX_TOKEN_BYTES = 16 * 1024;
+/** The time claims, NumericDate (RFC 7519 2): finite numbers of seconds when present. */
+const NUMERIC_CLAIMS = ['exp', 'nbf', 'iat'] as const;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /** A token refused: the detail of the 401 (after "invalid token: "). */
 export class TokenError extends Error {}
@@ -34,6 +37,15 @@ export function checkJwks(value: unknown): JSONWebKeySet {
   }
   createLocalJWKSet(value as JSONWebKeySet);
   return value as JSONWebKeySet;
+}
+
+export interface JwksTimings {
+  /** Longest wait for one fetch. */
+  timeoutMs: number;
+  /** Least time between fetches for a key id the keys do not hold. */
+  cooldownMs: number;
+  /** Keys older than this are fetched again, in the background. */
+  maxAgeMs: number;
 }
 
 export interface JwksStats {
@@ -53,6 +65,7 @@ export class JwksSource {
     private readonly stats: JwksStats,
     private readonly log: Logger,
     jwks?: JSONWebKeySet,
+    private readonly timings: JwksTimings = JWKS_TIMINGS,
   ) {
     if (jwks) this.setKeys(jwks);
   }
@@ -72,14 +85,14 @@ export class JwksSource {
   readonly getKey: JWTVerifyGetKey = async (header, token) => {
     if (this.url) {
       if (!this.local) await this.refresh();
-      else if (Date.now() - this.fetchedAt > JWKS_MAX_AGE_MS) void this.refresh();
+      else if (Date.now() - this.fetchedAt > this.timings.maxAgeMs) void this.refresh();
     }
     const local = this.local;
     if (!local) throw new TokenError('the JWKS is not available');
     try {
       return await local(header, token);
     } catch (err) {
-      if (!(err instanceof errors.JWKSNoMatchingKey) || !this.url || Date.now() - this.lastAttempt < JWKS_COOLDOWN_MS) throw err;
+      if (!(err instanceof errors.JWKSNoMatchingKey) || !this.url || Date.now() - this.lastAttempt < this.timings.cooldownMs) throw err;
       // A key id not seen yet: the keys may have rotated. Fetch once (bounded), then look again.
       await this.refresh();
       return await this.local!(header, token);
@@ -94,7 +107,7 @@ export class JwksSource {
   private async fetchOnce(): Promise<void> {
     this.lastAttempt = Date.now();
     try {
-      const res = await fetch(this.url!, { signal: AbortSignal.timeout(JWKS_TIMEOUT_MS), headers: { accept: 'application/json' }, redirect: 'error' });
+      const res = await fetch(this.url!, { signal: AbortSignal.timeout(this.timings.timeoutMs), headers: { accept: 'application/json' }, redirect: 'error' });
       if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
       const declared = Number(res.headers.get('content-length'));
       if (declared > JWKS_MAX_BYTES) throw new Error(`larger than ${JWKS_MAX_BYTES} bytes`);
@@ -111,7 +124,7 @@ export class JwksSource {
     } catch (err) {
       this.stats.fetchFailure.inc();
       const e = err as Error;
-      const why = e.name === 'TimeoutError' ? `no answer within ${JWKS_TIMEOUT_MS} ms` : e.cause instanceof Error ? e.cause.message : e.message;
+      const why = e.name === 'TimeoutError' ? `no answer within ${this.timings.timeoutMs} ms` : e.cause instanceof Error ? e.cause.message : e.message;
       this.log.warn({ url: this.url, err: why, keys_kept: this.local !== undefined }, 'JWKS fetch failed');
     }
   }
@@ -146,8 +159,15 @@ export async function verifyJwt(token: string, jwks: JwksSource, options: JwtOpt
   } catch (err) {
     throw new TokenError(reason(err, kid));
   }
+  // jose takes any JSON number; 1e400 parses as Infinity and would never expire.
+  for (const claim of NUMERIC_CLAIMS) {
+    const value = payload[claim];
+    if (value !== undefined && !Number.isFinite(value)) throw new TokenError(`"${claim}" is not a finite number`);
+  }
   const subject = typeof payload.sub === 'string' && payload.sub !== '' ? payload.sub : undefined;
   if (!subject) throw new TokenError('no "sub" claim');
+  // A lone surrogate has no UTF-8 form: it would reach the backend as U+FFFD, like another subject.
+  if (LONE_SURROGATE.test(subject)) throw new TokenError('"sub" is not valid Unicode');
   return { subject, scopes: scopesOf(payload) };
 }
 

@@ -48,7 +48,7 @@ export const FLAG_SPECS = {
   proto_path: { type: 'list', help: 'gRPC: directories of the .proto files of gRPC backends and services, searched for imports in order (comma list; none by default; docs/grpc.md)' },
   proto_files: { type: 'list', help: 'gRPC: the .proto files to load, relative to a --proto_path directory (comma list; default every .proto under --proto_path)' },
   server_protocol: { type: 'string', help: 'framework services: serve the RPC wire (mesh) or gRPC (grpc: the handlers as the unary methods of --proto_path\'s services)', default: 'mesh', choices: ['mesh', 'grpc'] },
-  stream_idle_timeout: { type: 'duration', help: 'proxied answers: how long one may wait for a client that reads nothing (0: no limit)', default: '5m' },
+  stream_idle_timeout: { type: 'duration', help: 'proxied answers: how long a client may read nothing, or a backend send nothing of a body (0: no limit)', default: '5m' },
   max_connections: { type: 'int', help: 'connections each listener holds at once; more are closed at accept (0: no limit)', default: '10000' },
   request_headers_timeout: { type: 'duration', help: 'a request\'s whole header must arrive within this (0: no limit)', default: '10s' },
   request_timeout: { type: 'duration', help: 'a whole request, header and body, must arrive within this (0: no limit)', default: '30s' },
@@ -93,6 +93,9 @@ export const FLAG_SPECS = {
   auth_issuer: { type: 'list', help: '--auth=jwt: accepted "iss" values (comma list; unset: any)' },
   auth_audience: { type: 'list', help: '--auth=jwt: accepted "aud" values (comma list; unset: any)' },
   auth_clock_skew: { type: 'duration', help: '--auth=jwt: clock skew tolerated on exp and nbf', default: '30s' },
+  auth_jwks_timeout: { type: 'duration', help: '--auth=jwt with a JWKS URL: longest wait for one fetch (a token with a new kid waits for it)', default: '3s' },
+  auth_jwks_cooldown: { type: 'duration', help: '--auth=jwt with a JWKS URL: least time between fetches for a kid not in the keys', default: '30s' },
+  auth_jwks_refresh: { type: 'duration', help: '--auth=jwt with a JWKS URL: keys older than this are fetched again, in the background', default: '10m' },
   auth_keys: { type: 'string', help: '--auth=key: API key file (lines, or .yaml/.json; keys as sha256:HEX or plaintext)' },
   auth_rules: { type: 'string', help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
   auth_default: { type: 'string', help: 'access of a request no rule matches (default authenticated with --auth, public without)', choices: ['deny', 'authenticated', 'public'] },
@@ -201,6 +204,9 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   auth_issuer: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_audience: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_clock_skew: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_jwks_timeout: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_jwks_cooldown: { group: 'auth', commands: ['api', 'sidecar'] },
+  auth_jwks_refresh: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_keys: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_rules: { group: 'auth', commands: ['api', 'sidecar'] },
   auth_default: { group: 'auth', commands: ['api', 'sidecar'] },
@@ -379,6 +385,9 @@ export interface Config {
   auth_issuer: string[];
   auth_audience: string[];
   auth_clock_skew: number;
+  auth_jwks_timeout: number;
+  auth_jwks_cooldown: number;
+  auth_jwks_refresh: number;
   auth_keys?: string;
   auth_rules?: string;
   auth_default?: 'deny' | 'authenticated' | 'public';

@@ -180,7 +180,7 @@ export class SidecarOperations implements Operations {
     url.searchParams.set('service', service);
     url.searchParams.set('endpoint', endpoint);
     const headers: Record<string, string> = {};
-    if (opts.timeoutMs && opts.timeoutMs > 0) headers[HEADER_TIMEOUT] = String(opts.timeoutMs);
+    if (opts.timeoutMs && opts.timeoutMs > 0) headers[HEADER_TIMEOUT] = String(Math.max(1, Math.floor(opts.timeoutMs)));
     if (opts.id) headers[HEADER_ID] = opts.id;
     for (const [name, value] of Object.entries(opts.metadata ?? {})) headers[name] = value;
     const ws = await this.openSocket(url, `stream ${service}.${endpoint}`, headers, opts.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES);

@@ -3,7 +3,9 @@
  * `{method, path, header, get, post, body, url}`, the API service answers an API Response
  * `{statusCode, header, body}` which is written as it is (statusCode 0 → 200; Content-Type
  * defaults to application/json). JSON on the wire unless the node's metadata says
- * `content_type: application/protobuf`.
+ * `content_type: application/protobuf`. A JSON answer that has none of the Response fields (a
+ * service that answers its own JSON) is passed through as a 200; one that mixes them with other
+ * keys, or gives a field of the wrong type, is a 502 that says so.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { MeshError, asFrontEndError } from '../errors.js';
@@ -99,6 +101,31 @@ interface ApiResponseMessage {
 
 const NO_BODY = Buffer.alloc(0);
 
+const RESPONSE_FIELDS: ReadonlySet<string> = new Set(['statusCode', 'header', 'body']);
+/** How many of the other keys a 502 names, and how much of each. */
+const NAMED_KEYS = 3;
+const NAMED_KEY_CHARS = 64;
+
+/**
+ * A decoded JSON answer: 'response' (an API Response: an object whose keys are all Response fields,
+ * `{}` included, the JSON of an empty Response), 'plain' (no Response field at all, or not an
+ * object: the service's own JSON), or the reason it is neither.
+ */
+function classifyJsonAnswer(value: unknown): 'response' | 'plain' | string {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return 'plain';
+  const keys = Object.keys(value);
+  const others = keys.filter((k) => !RESPONSE_FIELDS.has(k));
+  if (others.length === keys.length && keys.length > 0) return 'plain';
+  if (others.length > 0) {
+    const named = others.slice(0, NAMED_KEYS).map((k) => JSON.stringify(k.slice(0, NAMED_KEY_CHARS)));
+    return `an object with API Response fields and other keys (${named.join(', ')}${others.length > NAMED_KEYS ? ', ...' : ''})`;
+  }
+  const { header, body } = value as ApiResponseMessage;
+  if (header !== undefined && header !== null && (typeof header !== 'object' || Array.isArray(header))) return `a header that is not an object (${Array.isArray(header) ? 'array' : typeof header})`;
+  if (body !== undefined && body !== null && typeof body !== 'string') return `a body that is not a string (${Array.isArray(body) ? 'array' : typeof body})`;
+  return 'response';
+}
+
 /** `ctx`: the request's call context, when the front end passes it explicitly (else the ambient one). */
 export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), NO_BODY) : await readBody(req, fe.maxBodyBytes, fe.errorId);
@@ -124,6 +151,16 @@ export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     response = codec.decode(answer.body, types.Response) as ApiResponseMessage;
   } catch (err) {
     throw new MeshError(fe.errorId, 502, `${route.service} answered something that is not an API Response: ${(err as Error).message}`);
+  }
+  if (codec === JSON_CODEC) {
+    const kind = classifyJsonAnswer(response);
+    if (kind === 'plain') {
+      // The service's own JSON, byte for byte, under the node's JSON Content-Type.
+      res.writeHead(200, ['Content-Type', answer.contentType || JSON_CODEC.contentType, 'Content-Length', String(answer.body.byteLength)]);
+      res.end(answer.body);
+      return;
+    }
+    if (kind !== 'response') throw new MeshError(fe.errorId, 502, `${route.service} answered ${kind}: not an API Response`);
   }
   const status = response.statusCode ? Number(response.statusCode) : 200;
   if (!Number.isInteger(status) || status < 100 || status > 599) throw new MeshError(fe.errorId, 502, `${route.service} answered statusCode ${status}`);

@@ -1,7 +1,7 @@
 /** What every handler needs to know about the front end it serves (gateway or sidecar). */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Runtime } from '../runtime.js';
-import { HEADER_ID, HEADER_TIMEOUT, endToEndHeaders } from '../transport/headers.js';
+import { HEADER_ID, endToEndHeaders, meshTimeoutOf } from '../transport/headers.js';
 import type { CallOptions } from '../client/client.js';
 import { requestInfo } from '../http/access-log.js';
 import type { CallContext } from '../util/call-context.js';
@@ -20,17 +20,24 @@ export interface FrontEnd {
 /** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout (and its call context, when given). */
 export function callOptionsFrom(req: IncomingMessage, contentType?: string, context?: CallContext): CallOptions {
   const headers = req.headers;
-  const timeoutText = headers[HEADER_TIMEOUT];
-  const timeout = timeoutText === undefined ? NaN : Number(timeoutText);
   const id = headers[HEADER_ID];
   return {
     contentType,
     metadata: endToEndHeaders(headers),
-    timeoutMs: timeout > 0 && timeout < Infinity ? timeout : undefined,
+    timeoutMs: inboundTimeout(headers),
     id: typeof id === 'string' && id !== '' ? id : undefined,
     info: requestInfo(req),
     context,
   };
+}
+
+/** The inbound Mesh-Timeout; a malformed one never gets here (the front server answers it 400: FrontServer). */
+function inboundTimeout(headers: IncomingMessage['headers']): number | undefined {
+  try {
+    return meshTimeoutOf(headers);
+  } catch {
+    return undefined;
+  }
 }
 
 /** The query of a URL as a JSON-ready object: one value → string, several → array. */

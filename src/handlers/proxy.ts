@@ -146,7 +146,14 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
     clearTimeout(this.idleTimer);
     this.idleTimer = undefined;
     this.resume?.();
+    this.armBackendIdle();
   };
+  /**
+   * Runs while the answer's body is read from the host: a host that sends nothing for idleMs
+   * (a body shorter than its Content-Length, held open) is cut. Stopped while the host is paused
+   * for a slow client (idleTimer's case) and once the answer is complete.
+   */
+  private backendTimer?: NodeJS.Timeout;
 
   constructor(
     private readonly res: ServerResponse,
@@ -173,11 +180,23 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
     else this.onError(err); // still waiting for a connection
   }
 
+  private armBackendIdle(): void {
+    if (this.idleMs <= 0 || this.ended || this.done) return;
+    // One timer per answer, pushed back on each chunk (refresh: no new timer per chunk).
+    if (this.backendTimer) this.backendTimer.refresh();
+    else
+      this.backendTimer = setTimeout(() => {
+        this.timedOut = true;
+        this.abort?.(new Error(`the upstream sent nothing of its answer for ${this.idleMs} ms`));
+      }, this.idleMs);
+  }
+
   private finish(result: ForwardResult): void {
     if (this.done) return;
     this.done = true;
     clearTimeout(this.timer);
     clearTimeout(this.idleTimer);
+    clearTimeout(this.backendTimer);
     this.res.off('close', this.onClientGone);
     this.res.off('drain', this.onDrain);
     this.settle(result);
@@ -220,6 +239,7 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
       this.ended = true;
       this.res.end();
     }
+    this.armBackendIdle();
     return true;
   }
 
@@ -230,7 +250,13 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
       this.abort?.(new Error('client went away'));
       return false;
     }
-    if (this.res.write(chunk)) return true;
+    if (this.res.write(chunk)) {
+      this.armBackendIdle();
+      return true;
+    }
+    // Paused for the client: the host is not read meanwhile, so its silence is not its fault.
+    clearTimeout(this.backendTimer);
+    this.backendTimer = undefined;
     this.res.once('drain', this.onDrain);
     // Only while paused: a client that reads nothing must not hold the host's connection forever.
     if (this.idleMs > 0 && !this.idleTimer) {

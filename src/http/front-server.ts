@@ -24,6 +24,7 @@ import { CorsPolicy } from './cors.js';
 import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit } from './rate-limit.js';
 import type { AccessLog } from './access-log.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../util/trace-context.js';
+import { meshTimeoutOf } from '../transport/headers.js';
 import { failSpan, SpanKind, traceOf, type Span } from '../tracing/tracer.js';
 import type { CallContext } from '../util/call-context.js';
 
@@ -155,7 +156,7 @@ export class FrontServer {
       const upgrade = this.options.upgrade;
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
         socket.on('error', () => socket.destroy());
-        const refused = this.normalize(req);
+        const refused = this.normalize(req) ?? this.badMeshTimeout(req);
         if (refused) {
           endRawLingering(socket, rawErrorResponse(refused));
           return;
@@ -244,6 +245,16 @@ export class FrontServer {
     else runtime.context.run(ctx, () => this.serve(req, res, ctx, span));
   }
 
+  /** A 400 for a malformed Mesh-Timeout (the handlers' calls read it: src/handlers/front-end.ts), checked at the door for every request and upgrade. */
+  private badMeshTimeout(req: IncomingMessage): MeshError | undefined {
+    try {
+      meshTimeoutOf(req.headers);
+      return undefined;
+    } catch (err) {
+      return new MeshError(this.options.errorId, 400, (err as Error).message);
+    }
+  }
+
   private startSpan(req: IncomingMessage, parent: ReturnType<typeof parseTraceparent>): Span {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
@@ -317,7 +328,7 @@ export class FrontServer {
       return;
     }
     if (this.cors?.apply(req, res)) return;
-    const refused = this.normalize(req);
+    const refused = this.normalize(req) ?? this.badMeshTimeout(req);
     if (refused) {
       req.resume();
       sendError(res, refused, this.options.errorId);

@@ -14,7 +14,7 @@ import { readBodyThen } from '../http/body.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, tooManyHeaders, type Drainable, type DrainResult, type ServerLimits } from '../http/lifecycle.js';
 import type { StatsStore } from '../stats/store.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
-import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
+import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, meshTimeoutOf } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
 import { ContextStore } from '../util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
@@ -195,8 +195,13 @@ export class RpcServer implements Drainable {
         const what = err instanceof JsonSyntaxError || err instanceof SyntaxError ? 'malformed JSON' : 'malformed request';
         return fail(new MeshError(id, 400, `${what}: ${(err as Error).message}`));
       }
-      const timeoutHeader = Number(headerValue(headers, HEADER_TIMEOUT));
-      const budget = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : (this.options.defaultTimeoutMs ?? 30_000);
+      let inbound: number | undefined;
+      try {
+        inbound = meshTimeoutOf(headers);
+      } catch (err) {
+        return fail(new MeshError(id, 400, (err as Error).message));
+      }
+      const budget = inbound ?? this.options.defaultTimeoutMs ?? 30_000;
       const ctx: HandlerContext = {
         id: headerValue(headers, HEADER_ID) ?? '',
         service: id,

@@ -18,7 +18,7 @@ import { MeshError, toMeshError } from '../errors.js';
 import type { Codec } from '../codec/codec.js';
 import { JsonSyntaxError } from '../codec/json.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../transport/frames.js';
-import { endToEndHeaders, HEADER_ID, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
+import { endToEndHeaders, HEADER_ID, HEADER_STREAM, meshTimeoutOf } from '../transport/headers.js';
 import type { EndpointDefinition, HandlerContext } from './rpc-server.js';
 import type { TraceContext } from '../util/trace-context.js';
 
@@ -80,6 +80,13 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
       given === undefined ? `endpoint ${def.name} is a ${kind} stream: call it with Mesh-Stream: ${kind}` : `Mesh-Stream: ${given} does not match endpoint ${def.name}, a ${kind} stream`,
     );
   }
+  let budget: number;
+  try {
+    budget = meshTimeoutOf(req.headers) ?? 0;
+  } catch (err) {
+    req.resume();
+    throw new MeshError(id, 400, (err as Error).message);
+  }
   if (kind !== 'server') {
     // The request body lasts as long as the stream: take the connection off node's list of
     // requests still being received, whose whole-request timeout (--request_timeout) would cut a
@@ -93,8 +100,6 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
   res.on('close', () => {
     if (!done) abort.abort(new MeshError(id, 499, 'the caller closed the stream', 'Client Closed Request'));
   });
-  const timeoutHeader = Number(headerValue(req, HEADER_TIMEOUT));
-  const budget = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : 0;
   const timer = budget > 0 ? setTimeout(() => abort.abort(new MeshError(id, 504, `stream deadline of ${budget}ms exceeded`)), budget) : undefined;
   const decoder = new FrameDecoder(o.maxMessageBytes, id);
   const decode = (payload: Buffer): unknown => {

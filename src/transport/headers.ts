@@ -1,4 +1,5 @@
-/** Header names: those of the RPC wire protocol (DESIGN section 5), hop-by-hop filtering, canonical capitalisation. */
+/** Header names: those of the RPC wire protocol (DESIGN section 5), hop-by-hop filtering, canonical capitalisation; strict integer header values. */
+import { MAX_DURATION_MS } from '../util/duration.js';
 
 export const HEADER_SERVICE = 'mesh-service';
 export const HEADER_ENDPOINT = 'mesh-endpoint';
@@ -97,4 +98,37 @@ export function endToEndHeaders(headers: Record<string, string | string[] | unde
     out[name] = typeof value === 'string' ? value : value.join(', ');
   }
   return out;
+}
+
+/** The most digits a header integer may have: any 15-digit number is exact in a JS number. */
+const MAX_INTEGER_DIGITS = 15;
+const DIGITS = /^[0-9]+$/;
+
+/**
+ * A header value that is a non-negative integer, read strictly: decimal digits only (as RFC 9110
+ * writes Content-Length), at most 15 of them. Anything else (a sign, `0x10`, `1e3`, `1.5`, spaces
+ * inside, an empty value, a repeated header) is undefined: the caller says no, never guesses.
+ * The one parser of integer header values.
+ */
+export function parseHeaderInteger(value: string | string[] | undefined): number | undefined {
+  if (typeof value !== 'string') return undefined;
+  const text = value.trim();
+  if (text.length > MAX_INTEGER_DIGITS || !DIGITS.test(text)) return undefined;
+  return Number(text);
+}
+
+/**
+ * `Mesh-Timeout` of a request: the budget in milliseconds, undefined when the header is absent or
+ * 0 (no budget given). Throws an Error naming the value when it is not a whole number of
+ * milliseconds; the caller answers 400. A budget longer than a timer can wait is that longest wait.
+ */
+export function meshTimeoutOf(headers: Record<string, string | string[] | undefined>): number | undefined {
+  const value = headers[HEADER_TIMEOUT];
+  if (value === undefined) return undefined;
+  const ms = parseHeaderInteger(value);
+  if (ms === undefined) {
+    const shown = typeof value === 'string' ? JSON.stringify(value.slice(0, 32)) : 'given more than once';
+    throw new Error(`Mesh-Timeout ${shown} is not a whole number of milliseconds`);
+  }
+  return ms === 0 ? undefined : Math.min(ms, MAX_DURATION_MS);
 }

@@ -79,13 +79,19 @@ export function grpcCodeOfHttp(status: number): number {
  * A failure of the connection rather than an answer of the node, told apart by the details
  * grpc-js writes for its own failures (a status the node sends keeps its own details): no
  * connection (refused, unreachable, name not resolved) is a connect failure; a connection or
- * stream that broke is a reset; a deadline that passed on our side is a timeout.
+ * stream that broke is a reset, and so is an answer over the receive limit; a deadline that
+ * passed on our side is a timeout.
  */
 export function transportFailure(err: { code: number; details?: string }, pastDeadline: boolean): TransportError | undefined {
   if (err.code === 4 /* DEADLINE_EXCEEDED */ && pastDeadline) return new TransportError({ kind: 'timeout' }, 'request timed out');
   const details = err.details ?? '';
   if (err.code === 14 /* UNAVAILABLE */ && /^(No connection established|Name resolution failed)/.test(details)) {
     return new TransportError({ kind: 'connect_failure' }, details);
+  }
+  // grpc-js's own limit on what it receives (the transport's maxResponseBytes): the node sent too
+  // much, as a plain HTTP node sending too large a body. Not a quota of the node (429).
+  if (err.code === 8 /* RESOURCE_EXHAUSTED */ && /^Received message larger than max/.test(details)) {
+    return new TransportError({ kind: 'reset' }, `response larger than the receive limit: ${details}`);
   }
   if (/^(Connection dropped|Stream refused by server|Received RST_STREAM|Write error|Write failed)|\b(ECONNRESET|ETIMEDOUT|EPIPE)\b/.test(details)) {
     return new TransportError({ kind: 'reset' }, details);
