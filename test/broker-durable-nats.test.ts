@@ -8,7 +8,7 @@ import pino from 'pino';
 import { NatsBroker } from '../src/broker/nats.js';
 import { MemoryBroker } from '../src/broker/memory.js';
 import { durableContract } from './broker-contract.js';
-import { freePort, tempDir, waitFor } from './helpers.js';
+import { freePort, runCli, tempDir, waitFor } from './helpers.js';
 import { natsServerOrSkip, startNatsServer, type NatsServer } from './nats-server.js';
 
 const silent = pino({ level: 'silent' });
@@ -44,6 +44,42 @@ describe('nats JetStream', { skip: !binary && reason }, () => {
         await b.close();
       },
     };
+  });
+
+  it('mesh dlq list|replay on an empty dead-letter stream: the header and "replayed 0", then the dead letter once there is one', async () => {
+    const broker = new NatsBroker({ address, logger: silent });
+    const flags = ['--registry=memory', '--broker=nats', `--broker_address=${address}`];
+    try {
+      let failing = true;
+      const done: string[] = [];
+      // the durable subscription creates the topic's stream and its (empty) dead-letter stream
+      await broker.subscribe('cli.nats.dlq', (m) => {
+        if (failing) throw new Error('refused');
+        done.push(Buffer.from(m.body).toString());
+      }, { durable: 'worker', maxDeliver: 1 });
+      const empty = await runCli(['dlq', 'list', 'cli.nats.dlq', ...flags]);
+      assert.equal(empty.stderr, '');
+      assert.equal(empty.code, 0);
+      assert.equal(empty.stdout, 'id\tconsumer\tdeliveries\terror\tbody\n');
+      const none = await runCli(['dlq', 'replay', 'cli.nats.dlq', ...flags]);
+      assert.equal(none.stderr, '');
+      assert.equal(none.code, 0);
+      assert.equal(none.stdout, 'replayed 0\n');
+      await broker.publish('cli.nats.dlq', { header: { 'Mesh-Id': 'n-1' }, body: new Uint8Array(Buffer.from('payload')) });
+      await waitFor(async () => (await broker.listDeadLetters('cli.nats.dlq', 10)).length === 1, 10_000);
+      const list = await runCli(['dlq', 'list', 'cli.nats.dlq', ...flags]);
+      assert.equal(list.code, 0, list.stderr);
+      assert.equal(list.stdout, 'id\tconsumer\tdeliveries\terror\tbody\nn-1\tworker\t1\trefused\tpayload\n');
+      failing = false;
+      const replay = await runCli(['dlq', 'replay', 'cli.nats.dlq', ...flags]);
+      assert.equal(replay.code, 0, replay.stderr);
+      assert.equal(replay.stdout, 'replayed 1\n');
+      await waitFor(() => done.length === 1, 10_000);
+      // emptied by the replay (first_seq past last_seq): empty again
+      assert.equal((await runCli(['dlq', 'list', 'cli.nats.dlq', ...flags])).stdout, 'id\tconsumer\tdeliveries\terror\tbody\n');
+    } finally {
+      await broker.close();
+    }
   });
 
   it('says JetStream is off when a durable subscription meets a server without it; plain topics still work', async () => {

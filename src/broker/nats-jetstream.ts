@@ -152,9 +152,11 @@ export class JetStreamTopics {
     const { jsm } = await this.manager();
     const info = await jsm.streams.info(stream);
     const out: Array<{ seq: number; message: Message }> = [];
+    // A stream that never stored a message reports first_seq 0 (and the server refuses seq 0).
+    if (info.state.messages === 0) return out;
     // Deleted (replayed) sequences are holes: skip them, within a bound of lookups.
     let budget = limit + 10_000;
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq && out.length < limit && budget-- > 0; seq++) {
+    for (let seq = Math.max(info.state.first_seq, 1); seq <= info.state.last_seq && out.length < limit && budget-- > 0; seq++) {
       let m;
       try {
         m = await jsm.streams.getMessage(stream, { seq });
