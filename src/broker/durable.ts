@@ -206,6 +206,11 @@ export class DurableStats {
 
   constructor(private readonly store?: StatsStore) {}
 
+  /** Whether there is a stats store to count into. */
+  get enabled(): boolean {
+    return this.store !== undefined;
+  }
+
   topic(topic: string): TopicStats | undefined {
     const store = this.store;
     if (!store) return undefined;

@@ -192,6 +192,8 @@ export class Outbox {
   private readonly running = new Set<Running>();
   /** The pending gauge's last count and trailing re-count per topic and consumer (see pendingCheck). */
   private readonly pendingChecks = new Map<string, { last: number; timer?: NodeJS.Timeout }>();
+  /** Per topic: when its names' pending gauges were last looked at after a publish. */
+  private readonly topicChecks = new Map<string, { last: number; timer?: NodeJS.Timeout }>();
   /** Per topic: when drops were last logged and how many since. */
   private readonly dropLogs = new Map<string, { at: number; count: number }>();
   private readonly pollMs: number;
@@ -291,17 +293,16 @@ export class Outbox {
     const maxBytes = this.options.defaults.maxBytes;
     let dropped = 0;
     // Checked again under the write lock: the last consumer may have gone meanwhile.
-    const consumers = this.db.transaction(() => {
-      const names = this.st.consumerNames.all(topic);
-      if (names.length === 0) return names;
+    const stored = this.db.transaction(() => {
+      if (!this.st.hasConsumers.get(topic)?.n) return false;
       const seq = Number(this.st.insert.run(topic, withId.id, json, buf, Date.now()).lastInsertRowid);
       if (maxBytes > 0) dropped = this.dropOverBudget(topic, seq, maxBytes);
-      return names;
+      return true;
     }).immediate();
-    if (consumers.length === 0) return header;
+    if (!stored) return header;
     this.options.stats.topic(topic)?.published.inc();
     if (dropped > 0) this.dropped(topic, dropped);
-    if (consumers.length <= MAX_PENDING_CHECKS) for (const c of consumers) if (c.name !== DLQ_KEEPER) this.pendingCheck(topic, c.name);
+    this.topicPendingCheck(topic);
     for (const r of this.running) if (r.topic === topic) r.wake();
     return withId.header;
   }
@@ -586,6 +587,33 @@ export class Outbox {
   }
 
   /**
+   * After a publish: the pending gauges of the topic's names, looked at at most once a second per
+   * topic (a publish within the second is looked at at its end).
+   */
+  private topicPendingCheck(topic: string): void {
+    if (!this.options.stats.enabled || this.closed) return;
+    let check = this.topicChecks.get(topic);
+    if (check?.timer) return;
+    if (!check) {
+      if (this.topicChecks.size >= MAX_PENDING_CHECKS) return;
+      this.topicChecks.set(topic, (check = { last: 0 }));
+    }
+    const look = (): void => {
+      check.timer = undefined;
+      if (this.closed) return;
+      check.last = Date.now();
+      try {
+        for (const c of this.st.consumerNames.all(topic)) if (c.name !== DLQ_KEEPER) this.pendingCheck(topic, c.name);
+      } catch (err) {
+        this.options.logger.warn({ topic, error: (err as Error).message }, 'http broker: counting pending messages failed');
+      }
+    };
+    const wait = check.last + PENDING_CHECK_MS - Date.now();
+    if (wait <= 0) look();
+    else (check.timer = setTimeout(look, wait)).unref();
+  }
+
+  /**
    * Sets the consumer's `pending` gauge to its stored rows (not yet acknowledged) for the topic:
    * after a publish to the topic or a poll of its subscription in this process, at most once a
    * second (a check within the second is done at its end), so a stopped consumer's backlog shows.
@@ -620,7 +648,7 @@ export class Outbox {
     clearInterval(this.sweepTimer);
     await Promise.all([...this.running].map((r) => r.stop()));
     this.closed = true;
-    for (const check of this.pendingChecks.values()) clearTimeout(check.timer);
+    for (const check of [...this.pendingChecks.values(), ...this.topicChecks.values()]) clearTimeout(check.timer);
     this.db.close();
   }
 }
