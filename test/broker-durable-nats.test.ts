@@ -82,6 +82,54 @@ describe('nats JetStream', { skip: !binary && reason }, () => {
     }
   });
 
+  it('mesh consumers list|rm on NATS: the topic stream\'s consumers with their pending messages; rm deletes one', async () => {
+    const broker = new NatsBroker({ address, logger: silent });
+    const flags = ['--registry=memory', '--broker=nats', `--broker_address=${address}`];
+    try {
+      await (await broker.subscribe('cli.nats.consumers', () => undefined, { durable: 'billing' })).unsubscribe();
+      const got: string[] = [];
+      const audit = await broker.subscribe('cli.nats.consumers', (m) => void got.push(m.id!), { durable: 'audit' });
+      for (let i = 0; i < 3; i++) await broker.publish('cli.nats.consumers', { header: { 'Mesh-Id': `c-${i}` }, body: new Uint8Array(1) });
+      await waitFor(() => got.length === 3, 10_000);
+      await audit.unsubscribe();
+      await waitFor(async () => (await broker.listConsumers('cli.nats.consumers')).map((c) => `${c.name}:${c.pending}`).join() === 'audit:0,billing:3', 10_000);
+      const list = await runCli(['consumers', 'list', 'cli.nats.consumers', ...flags]);
+      assert.equal(list.stderr, '');
+      assert.equal(list.code, 0);
+      const time = '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z';
+      assert.match(list.stdout, new RegExp(`^name\\tpending\\tlast_active\\naudit\\t0\\t${time}\\nbilling\\t3\\t${time}\\n$`));
+      const rm = await runCli(['consumers', 'rm', 'cli.nats.consumers', 'billing', ...flags]);
+      assert.equal(rm.stderr, '');
+      assert.equal(rm.stdout, 'removed billing\n');
+      assert.deepEqual((await broker.listConsumers('cli.nats.consumers')).map((c) => c.name), ['audit']);
+      const missing = await runCli(['consumers', 'rm', 'cli.nats.consumers', 'billing', ...flags]);
+      assert.equal(missing.code, 1);
+      assert.equal(missing.stderr, 'mesh: consumer billing of topic cli.nats.consumers: not found (404 Not Found)\n');
+      assert.equal((await runCli(['consumers', 'list', 'no.stream.here', ...flags])).stdout, 'name\tpending\tlast_active\n');
+    } finally {
+      await broker.close();
+    }
+  });
+
+  it('caps the consumer names of a topic, and the server removes a name idle past the inactive threshold', async () => {
+    const broker = new NatsBroker({ address, durable: { maxConsumers: 2, inactiveThresholdMs: 1000 }, logger: silent });
+    try {
+      const a = await broker.subscribe('nats.capped', () => undefined, { durable: 'a' });
+      await (await broker.subscribe('nats.capped', () => undefined, { durable: 'b' })).unsubscribe();
+      await assert.rejects(
+        broker.subscribe('nats.capped', () => undefined, { durable: 'c' }),
+        { name: 'DurableLimitError', message: 'topic "nats.capped" has 2 durable consumer names, the most allowed (--broker_max_consumers): remove unused ones with mesh consumers rm nats.capped NAME' },
+      );
+      // a name the topic has is fine; the stopped one goes after the threshold, the running one stays
+      await (await broker.subscribe('nats.capped', () => undefined, { durable: 'b' })).unsubscribe();
+      await waitFor(async () => (await broker.listConsumers('nats.capped')).map((c) => c.name).join() === 'a', 15_000, 100);
+      await broker.subscribe('nats.capped', () => undefined, { durable: 'c' });
+      await a.unsubscribe();
+    } finally {
+      await broker.close();
+    }
+  });
+
   it('says JetStream is off when a durable subscription meets a server without it; plain topics still work', async () => {
     const broker = new NatsBroker({ address: plainAddress, logger: silent });
     try {
