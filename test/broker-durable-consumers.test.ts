@@ -43,6 +43,13 @@ function openWs(url: string): Promise<WebSocket> {
   });
 }
 
+function closeWs(ws: WebSocket): Promise<void> {
+  return new Promise((resolve) => {
+    ws.once('close', () => resolve());
+    ws.close();
+  });
+}
+
 describe('durable names on the embedded broker: storage per message, not per name', () => {
   it('500 names opened and closed through the sidecar, then 300 publishes of 1 KB: 300 messages stored, not 150,000', async () => {
     const home = tempDir('mesh-consumers-fan-');
@@ -51,7 +58,7 @@ describe('durable names on the embedded broker: storage per message, not per nam
       const ws = sc.base.replace(/^http/, 'ws');
       for (let i = 0; i < 500; i += 50) {
         const batch = await Promise.all(Array.from({ length: 50 }, (_, j) => openWs(`${ws}/broker?topic=fan&ack=1&durable=n${i + j}`)));
-        await Promise.all(batch.map((w) => new Promise((resolve) => { w.once('close', resolve); w.close(); })));
+        await Promise.all(batch.map(closeWs));
       }
       const payload = 'x'.repeat(1024);
       const started = process.hrtime.bigint();
@@ -152,7 +159,9 @@ describe('durable names: the cap per topic', () => {
       // a name the topic has, and a new name on another topic, are fine
       const again = await openWs(`${ws}/broker?topic=capped&ack=1&durable=a`);
       const other = await openWs(`${ws}/broker?topic=other&ack=1&durable=c`);
-      for (const w of [a, b, again, other]) w.close();
+      await Promise.all([a, b, again, other].map(closeWs));
+      // the sidecar has let go of every subscription (a running one would register its name again)
+      await waitFor(async () => /subscribers_active: 0\b/.test((await http('GET', `${sc.admin}/stats?filter=sidecar.broker.subscribers_active`)).text), 10_000);
       const rm = await runCli(['consumers', 'rm', 'capped', 'b', `--registry_address=${home.path}`]);
       assert.equal(rm.code, 0, rm.stderr);
       const c = await openWs(`${ws}/broker?topic=capped&ack=1&durable=c`);
