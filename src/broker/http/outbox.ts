@@ -166,7 +166,6 @@ export class Outbox {
     consumer: Database.Statement<[string, string], { cursor: number }>;
     countConsumers: Database.Statement<[string, string], { n: number }>;
     addConsumer: Database.Statement<[string, string, number]>;
-    lastSeq: Database.Statement<[], { seq: number }>;
     touch: Database.Statement<[number, string, string]>;
     insert: Database.Statement<[string, string, string, Buffer, number]>;
     due: Database.Statement<[string, string, number, string, number], { n: number }>;
@@ -227,7 +226,6 @@ export class Outbox {
       consumer: db.prepare('SELECT cursor FROM consumers WHERE topic = ? AND name = ?'),
       countConsumers: db.prepare('SELECT count(*) AS n FROM consumers WHERE topic = ? AND name != ?'),
       addConsumer: db.prepare('INSERT OR IGNORE INTO consumers (topic, name, cursor, active_at) VALUES (?, ?, (SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = \'messages\'), 0)), ?)'),
-      lastSeq: db.prepare("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0) AS seq"),
       touch: cast(db.prepare('UPDATE consumers SET active_at = ? WHERE topic = ? AND name = ?')),
       insert: db.prepare('INSERT INTO messages (topic, id, header, body, published_at) VALUES (?, ?, ?, ?, ?)'),
       due: cast(db.prepare(
