@@ -26,6 +26,7 @@ export type {
 } from './registry/registry.js';
 export type { Broker, Message, MessageHandler, Subscription, SubscribeOptions as BrokerSubscribeOptions } from './broker/broker.js';
 export { BrokerUnavailableError } from './broker/broker.js';
+export { DurableLimitError } from './broker/durable.js';
 export type { Codec } from './codec/codec.js';
 export { apiTypes } from './codec/api-proto.js';
 export type { DrainResult } from './http/lifecycle.js';

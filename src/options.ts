@@ -66,8 +66,12 @@ export interface MeshOptions {
   brokerDlqSuffix?: string;
   /** Durable topics: stored messages older than this are dropped (0: no limit). Default `0`. */
   brokerStreamMaxAge?: Duration;
-  /** Durable topics: bytes stored per topic (embedded broker: per topic and consumer; 0: no limit). Default `0`. */
+  /** Durable topics: bytes stored per topic (0: no limit). Default `0`. */
   brokerStreamMaxBytes?: Size;
+  /** Durable subscriptions: a consumer name no subscriber used for this long is removed with its messages (0: never). Default `'24h'`. */
+  brokerInactiveThreshold?: Duration;
+  /** Durable subscriptions: most consumer names per topic. Default `1000`. */
+  brokerMaxConsumers?: number;
   /** Extra codecs, chosen by their content type (JSON and protobuf are built in). Default `[]`. */
   codecs?: Codec[];
   /** Budget of one outbound call. Default `'5s'`. */
@@ -177,6 +181,8 @@ export interface ResolvedOptions {
   brokerDlqSuffix: string;
   brokerStreamMaxAge: number;
   brokerStreamMaxBytes: number;
+  brokerInactiveThreshold: number;
+  brokerMaxConsumers: number;
   codecs: Codec[];
   clientRequestTimeout: number;
   clientRetries: number;
@@ -248,6 +254,8 @@ export const DEFAULT_OPTIONS = Object.freeze({
   brokerDlqSuffix: '.dlq',
   brokerStreamMaxAge: 0,
   brokerStreamMaxBytes: 0,
+  brokerInactiveThreshold: '24h',
+  brokerMaxConsumers: 1000,
   clientRequestTimeout: '5s',
   clientRetries: 1,
   clientPerTryTimeout: 0,
@@ -399,6 +407,8 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
     brokerDlqSuffix: str('brokerDlqSuffix') ?? '.dlq',
     brokerStreamMaxAge: duration('brokerStreamMaxAge'),
     brokerStreamMaxBytes: size('brokerStreamMaxBytes'),
+    brokerInactiveThreshold: duration('brokerInactiveThreshold'),
+    brokerMaxConsumers: int('brokerMaxConsumers'),
     codecs: [...(codecsValue as Codec[])],
     clientRequestTimeout: duration('clientRequestTimeout'),
     clientRetries: int('clientRetries'),
@@ -489,6 +499,8 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   if (resolved.broker === 'nats' && !resolved.brokerAddress?.trim()) fail('brokerAddress', 'the nats broker needs host:port');
   if (resolved.brokerMaxDeliver < 1 || resolved.brokerMaxDeliver > 1000) fail('brokerMaxDeliver', 'must be from 1 to 1000');
   if (resolved.brokerAckWait < 100 || resolved.brokerAckWait > 3_600_000) fail('brokerAckWait', 'must be from 100ms to 1h');
+  if (resolved.brokerInactiveThreshold !== 0 && resolved.brokerInactiveThreshold < 1000) fail('brokerInactiveThreshold', 'must be 0 (never) or from 1s');
+  if (resolved.brokerMaxConsumers < 1 || resolved.brokerMaxConsumers > 100_000) fail('brokerMaxConsumers', 'must be from 1 to 100000');
   if (resolved.brokerDlqSuffix === '' || /[\s*>]/.test(resolved.brokerDlqSuffix)) fail('brokerDlqSuffix', "must be non-empty, without whitespace, '*' or '>'");
   checkTls(resolved, fail);
   return resolved;

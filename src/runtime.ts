@@ -253,7 +253,7 @@ export class Runtime {
       // advertise may carry a service's port; the broker's endpoint keeps its own.
       advertiseHost: options.advertise?.trim() ? parseAdvertise(options.advertise).host : undefined,
       tls: { caFile: options.brokerTlsCaFile, certFile: options.brokerTlsCertFile, keyFile: options.brokerTlsKeyFile },
-      durable: { maxDeliver: options.brokerMaxDeliver, ackWaitMs: options.brokerAckWait, dlqSuffix: options.brokerDlqSuffix, maxAgeMs: options.brokerStreamMaxAge, maxBytes: options.brokerStreamMaxBytes },
+      durable: { maxDeliver: options.brokerMaxDeliver, ackWaitMs: options.brokerAckWait, dlqSuffix: options.brokerDlqSuffix, maxAgeMs: options.brokerStreamMaxAge, maxBytes: options.brokerStreamMaxBytes, inactiveThresholdMs: options.brokerInactiveThreshold, maxConsumers: options.brokerMaxConsumers },
       secret: options.brokerSecret,
       secretFile: options.brokerSecretFile,
       // The local registry's directory keeps the http broker's secret; with etcd, $MESH_HOME does.

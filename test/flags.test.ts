@@ -62,4 +62,11 @@ test('durable broker flags: defaults, values and bad values', () => {
   bad(['--broker_ack_wait=5ms'], /--broker_ack_wait: must be from 100ms to 1h/);
   bad(['--broker_dlq_suffix=a>'], /--broker_dlq_suffix/);
   bad(['--broker_dlq_suffix='], /--broker_dlq_suffix/);
+  assert.equal(d.broker_inactive_threshold, 86_400_000);
+  assert.equal(d.broker_max_consumers, 1000);
+  const n = parseArgs(['--broker_inactive_threshold=0', '--broker_max_consumers=5'], {}).config;
+  assert.equal(n.broker_inactive_threshold, 0);
+  assert.equal(n.broker_max_consumers, 5);
+  bad(['--broker_inactive_threshold=500ms'], /invalid value "500ms" for flag --broker_inactive_threshold: must be 0 \(never\) or from 1s/);
+  bad(['--broker_max_consumers=0'], /invalid value "0" for flag --broker_max_consumers: must be from 1 to 100000/);
 });

@@ -6,6 +6,7 @@
  * throw or rejection asks for it again after a backoff, and after maxDeliver attempts it goes to
  * the dead-letter topic (src/broker/durable.ts). Every backend passes test/broker-contract.ts.
  */
+import type { ConsumerInfo } from './durable.js';
 
 export interface Message {
   header: Record<string, string>;
@@ -56,6 +57,10 @@ export interface Broker {
   listDeadLetters?(topic: string, limit: number): Promise<Message[]>;
   /** Durable backends: publishes the topic's dead letters to it again (at most limit) and removes them; resolves with the count. */
   replayDeadLetters?(topic: string, limit: number): Promise<number>;
+  /** Durable backends: the durable consumer names of a topic, by name. */
+  listConsumers?(topic: string): Promise<ConsumerInfo[]>;
+  /** Durable backends: removes a consumer name of a topic and what was kept for it; false when the topic has no such name. */
+  removeConsumer?(topic: string, name: string): Promise<boolean>;
 }
 
 /** Thrown when the broker cannot take a message; front ends answer 503. */

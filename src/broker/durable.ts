@@ -51,6 +51,10 @@ export interface DurableDefaults {
   maxAgeMs: number;
   /** Stored bytes per topic before the oldest are dropped (0: no limit); default 0. */
   maxBytes: number;
+  /** A consumer name no subscriber used for this long is removed with what it kept (0: never); default 24 h. */
+  inactiveThresholdMs: number;
+  /** Most durable consumer names per topic; a subscription with a new name over it is refused. Default 1000. */
+  maxConsumers: number;
 }
 
 export const DURABLE_DEFAULTS: Readonly<DurableDefaults> = Object.freeze({
@@ -59,6 +63,8 @@ export const DURABLE_DEFAULTS: Readonly<DurableDefaults> = Object.freeze({
   dlqSuffix: '.dlq',
   maxAgeMs: 0,
   maxBytes: 0,
+  inactiveThresholdMs: 24 * 3_600_000,
+  maxConsumers: 1000,
 });
 
 /** A durable subscription's settings, checked. */
@@ -92,11 +98,35 @@ export function checkDurableDefaults(d: Partial<DurableDefaults> | undefined): D
   if (typeof out.dlqSuffix !== 'string' || out.dlqSuffix === '' || /[\s*>]/.test(out.dlqSuffix)) throw new TypeError(`dlq suffix "${String(out.dlqSuffix)}": must be non-empty, without whitespace, '*' or '>'`);
   if (!(out.maxAgeMs >= 0)) throw new TypeError('stream max age: must be 0 or positive');
   if (!(out.maxBytes >= 0)) throw new TypeError('stream max bytes: must be 0 or positive');
+  if (!(out.inactiveThresholdMs === 0 || (out.inactiveThresholdMs >= 1000 && Number.isFinite(out.inactiveThresholdMs)))) throw new TypeError('consumer inactive threshold: must be 0 (never) or from 1s');
+  if (!Number.isInteger(out.maxConsumers) || out.maxConsumers < 1 || out.maxConsumers > 100_000) throw new TypeError('max consumers: must be an integer from 1 to 100000');
   return out;
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+/** A durable consumer name of a topic, as `mesh consumers list` shows it. */
+export interface ConsumerInfo {
+  name: string;
+  /** Messages kept for it, not yet acknowledged (delivered or not). */
+  pending: number;
+  /** When a subscriber of the name last ran (or it was made), ms since the epoch. */
+  lastActive: number;
+}
+
+/** A subscription with a new durable name to a topic that has maxConsumers of them already. */
+export function tooManyConsumers(topic: string, max: number): Error {
+  return new DurableLimitError(`topic "${topic}" has ${max} durable consumer names, the most allowed (--broker_max_consumers): remove unused ones with mesh consumers rm ${topic} NAME`);
+}
+
+/** A durable subscription refused by a bound (the number of consumer names of a topic). */
+export class DurableLimitError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'DurableLimitError';
+  }
 }
 
 /** Wait before redelivering a nacked message: 100 ms doubling per attempt, capped by the ack wait. */
@@ -175,6 +205,11 @@ export class DurableStats {
   private readonly consumers = new Map<string, ConsumerStats>();
 
   constructor(private readonly store?: StatsStore) {}
+
+  /** Whether there is a stats store to count into. */
+  get enabled(): boolean {
+    return this.store !== undefined;
+  }
 
   topic(topic: string): TopicStats | undefined {
     const store = this.store;

@@ -19,7 +19,7 @@ import { createHash } from 'node:crypto';
 import type { ConsumerMessages, JetStreamClient, JetStreamManager, JsMsg, MsgHdrs, NatsConnection } from 'nats';
 import type pino from 'pino';
 import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from './broker.js';
-import { deadLetter, messageId, nackDelayMs, replayed, runDurable, type DurableDefaults, type DurableSettings, type DurableStats } from './durable.js';
+import { deadLetter, messageId, nackDelayMs, replayed, runDurable, tooManyConsumers, type ConsumerInfo, type DurableDefaults, type DurableSettings, type DurableStats } from './durable.js';
 
 type NatsModule = typeof import('nats');
 
@@ -152,9 +152,11 @@ export class JetStreamTopics {
     const { jsm } = await this.manager();
     const info = await jsm.streams.info(stream);
     const out: Array<{ seq: number; message: Message }> = [];
+    // A stream that never stored a message reports first_seq 0 (and the server refuses seq 0).
+    if (info.state.messages === 0) return out;
     // Deleted (replayed) sequences are holes: skip them, within a bound of lookups.
     let budget = limit + 10_000;
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq && out.length < limit && budget-- > 0; seq++) {
+    for (let seq = Math.max(info.state.first_seq, 1); seq <= info.state.last_seq && out.length < limit && budget-- > 0; seq++) {
       let m;
       try {
         m = await jsm.streams.getMessage(stream, { seq });
@@ -183,6 +185,48 @@ export class JetStreamTopics {
     return n;
   }
 
+  private async hasConsumer(jsm: JetStreamManager, stream: string, topic: string, name: string): Promise<boolean> {
+    try {
+      await jsm.consumers.info(stream, name);
+      return true;
+    } catch (err) {
+      if (/consumer not found/i.test(errorText(err))) return false;
+      throw new BrokerUnavailableError(`nats broker: looking up consumer "${name}" of "${topic}": ${errorText(err)}`);
+    }
+  }
+
+  /** The durable consumers of the topic's stream, by name. */
+  async consumers(topic: string): Promise<ConsumerInfo[]> {
+    const stream = await this.streamOf(topic);
+    if (!stream) return [];
+    const { jsm } = await this.manager();
+    const out: ConsumerInfo[] = [];
+    try {
+      for await (const c of jsm.consumers.list(stream)) {
+        if (c.config.filter_subject && c.config.filter_subject !== topic) continue;
+        // The server's time of the latest delivery or acknowledgement (an ISO time), else its creation.
+        const times = [c.delivered?.last_active, c.ack_floor?.last_active].map((t) => (typeof t === 'string' ? Date.parse(t) : NaN)).filter(Number.isFinite);
+        out.push({ name: c.name, pending: c.num_pending + c.num_ack_pending, lastActive: times.length > 0 ? Math.max(...times) : Date.parse(c.created) });
+      }
+    } catch (err) {
+      throw new BrokerUnavailableError(`nats broker: listing the consumers of "${topic}": ${errorText(err)}`);
+    }
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  /** Deletes a durable consumer of the topic's stream; false when there is none of that name. */
+  async removeConsumer(topic: string, name: string): Promise<boolean> {
+    const stream = await this.streamOf(topic);
+    if (!stream) return false;
+    const { jsm } = await this.manager();
+    try {
+      return await jsm.consumers.delete(stream, name);
+    } catch (err) {
+      if (/consumer not found/i.test(errorText(err))) return false;
+      throw new BrokerUnavailableError(`nats broker: removing consumer "${name}" of "${topic}": ${errorText(err)}`);
+    }
+  }
+
   /** Stops every durable subscription (before the connection closes); unacknowledged messages come again later. */
   async close(): Promise<void> {
     await Promise.all([...this.running].map((stop) => stop()));
@@ -207,6 +251,7 @@ export class JetStreamTopics {
     const dlqTopic = topic + this.options.defaults.dlqSuffix;
     await this.ensureStream(dlqTopic);
     const { jsm, js } = await this.manager();
+    const { inactiveThresholdMs, maxConsumers } = this.options.defaults;
     const config = {
       durable_name: settings.name,
       ack_policy: n.AckPolicy.Explicit,
@@ -215,12 +260,19 @@ export class JetStreamTopics {
       deliver_policy: n.DeliverPolicy.All,
       filter_subject: topic,
       max_ack_pending: 1000,
+      // The server removes the consumer once no subscriber pulled from it for this long.
+      ...(inactiveThresholdMs > 0 ? { inactive_threshold: n.nanos(inactiveThresholdMs) } : {}),
     };
+    if (!(await this.hasConsumer(jsm, stream, topic, settings.name))) {
+      const count = (await jsm.streams.info(stream)).state.consumer_count;
+      if (count >= maxConsumers) throw tooManyConsumers(topic, maxConsumers);
+    }
     try {
       await jsm.consumers.add(stream, config);
     } catch (err) {
       if (!/already in use|already exists/i.test(errorText(err))) throw new BrokerUnavailableError(`nats broker: cannot create consumer "${settings.name}" on "${topic}": ${errorText(err)}`);
-      await jsm.consumers.update(stream, settings.name, { ack_wait: config.ack_wait, max_ack_pending: config.max_ack_pending }).catch((e: unknown) =>
+      const update = { ack_wait: config.ack_wait, max_ack_pending: config.max_ack_pending, ...(config.inactive_threshold ? { inactive_threshold: config.inactive_threshold } : {}) };
+      await jsm.consumers.update(stream, settings.name, update).catch((e: unknown) =>
         this.options.logger.warn({ topic, durable: settings.name, error: errorText(e) }, 'nats broker: cannot update consumer'),
       );
     }

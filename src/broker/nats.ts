@@ -28,7 +28,7 @@ import {
 } from './broker.js';
 import { checkMessage, invokeHandler } from './memory.js';
 import { checkQueue, checkTopic } from './names.js';
-import { checkDurableDefaults, DurableStats, durableSettings, REPLAY_HEADER, withMessageId, type DurableDefaults } from './durable.js';
+import { checkDurableDefaults, DurableStats, durableSettings, REPLAY_HEADER, withMessageId, type ConsumerInfo, type DurableDefaults } from './durable.js';
 import { JetStreamTopics } from './nats-jetstream.js';
 import type { StatsStore } from '../stats/store.js';
 
@@ -291,6 +291,16 @@ export class NatsBroker implements Broker {
   async replayDeadLetters(topic: string, limit: number): Promise<number> {
     checkTopic(topic);
     return this.jetstream.replayDeadLetters(topic, limit, (t, m) => this.publish(t, m));
+  }
+
+  async listConsumers(topic: string): Promise<ConsumerInfo[]> {
+    checkTopic(topic);
+    return this.jetstream.consumers(topic);
+  }
+
+  async removeConsumer(topic: string, name: string): Promise<boolean> {
+    checkTopic(topic);
+    return this.jetstream.removeConsumer(topic, name);
   }
 
   async close(): Promise<void> {

@@ -189,6 +189,22 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         }
         return 0;
       }
+      case 'consumers': {
+        const topic = rest[0];
+        if (noun === 'list' && topic && rest.length === 1) {
+          const consumers = await ops.listConsumers(topic);
+          if (json) io.out(JSON.stringify(consumers.map((c) => ({ name: c.name, pending: c.pending, lastActive: new Date(c.lastActive).toISOString() }))) + '\n');
+          else io.out(['name\tpending\tlast_active', ...consumers.map((c) => `${c.name}\t${c.pending}\t${new Date(c.lastActive).toISOString()}`)].join('\n') + '\n');
+          return 0;
+        }
+        if (noun === 'rm' && topic && rest.length === 2) {
+          const name = rest[1]!;
+          if (!(await ops.removeConsumer(topic, name))) throw new MeshError('go.mesh.cli', 404, `consumer ${name} of topic ${topic}: not found`);
+          io.out(json ? JSON.stringify({ removed: name }) + '\n' : `removed ${name}\n`);
+          return 0;
+        }
+        throw new UsageError('usage: mesh consumers list TOPIC | mesh consumers rm TOPIC NAME');
+      }
       case 'health': {
         const name = noun;
         if (!name) throw new UsageError('usage: mesh health SERVICE');

@@ -39,7 +39,9 @@ export const FLAG_SPECS = {
   broker_ack_wait: { type: 'duration', help: 'durable subscriptions: a delivery not acknowledged within this is redelivered', default: '30s' },
   broker_dlq_suffix: { type: 'string', help: 'durable subscriptions: dead-letter topic = topic + this', default: '.dlq' },
   broker_stream_max_age: { type: 'duration', help: 'durable topics: stored messages older than this are dropped (0: no limit)', default: '0' },
-  broker_stream_max_bytes: { type: 'size', help: 'durable topics: bytes stored per topic (embedded broker: per topic and consumer) before the oldest are dropped (0: no limit)', default: '0' },
+  broker_stream_max_bytes: { type: 'size', help: 'durable topics: bytes stored per topic before the oldest are dropped (0: no limit)', default: '0' },
+  broker_inactive_threshold: { type: 'duration', help: 'durable subscriptions: a consumer name no subscriber used for this long is removed with its messages (0: never)', default: '24h' },
+  broker_max_consumers: { type: 'int', help: 'durable subscriptions: most consumer names per topic', default: '1000' },
   proxy_address: { type: 'string', help: 'run CLI commands through the sidecar at host:port' },
   client_request_timeout: { type: 'duration', help: 'budget of one outbound call', default: '5s' },
   client_retries: { type: 'int', help: 'retries on connect failure, 502, 503, timeout', default: '1' },
@@ -139,11 +141,11 @@ export const FLAG_GROUPS = {
 export type FlagGroup = keyof typeof FLAG_GROUPS;
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'new', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 const SERVE: CommandName[] = ['dev', 'api', 'sidecar', 'proxy'];
-const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health'];
+const PLATFORM: CommandName[] = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'];
 const MESH_PROCESS: CommandName[] = [...SERVE, ...PLATFORM];
 const GATEWAYS: CommandName[] = ['dev', 'api', 'sidecar'];
 
@@ -166,18 +168,20 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   mesh_home: { group: 'registry' },
   register_ttl: { group: 'registry', commands: ['dev', 'sidecar'] },
   register_interval: { group: 'registry', commands: ['dev', 'sidecar'] },
-  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_tls_ca_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_tls_cert_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_tls_key_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
   broker_secret: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
   broker_secret_file: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_max_deliver: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_ack_wait: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_dlq_suffix: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_stream_max_age: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
-  broker_stream_max_bytes: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'] },
+  broker_max_deliver: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_ack_wait: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_dlq_suffix: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_stream_max_age: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_stream_max_bytes: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_inactive_threshold: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
+  broker_max_consumers: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
   proxy_address: { group: 'client', commands: PLATFORM },
   client_request_timeout: { group: 'client', commands: MESH_PROCESS },
   client_retries: { group: 'client', commands: [...SERVE, 'call', 'health'] },
@@ -330,6 +334,8 @@ export interface Config {
   broker_dlq_suffix: string;
   broker_stream_max_age: number;
   broker_stream_max_bytes: number;
+  broker_inactive_threshold: number;
+  broker_max_consumers: number;
   proxy_address?: string;
   client_request_timeout: number;
   client_retries: number;
@@ -630,6 +636,8 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     ['broker_max_deliver', (config.broker_max_deliver as number) >= 1 && (config.broker_max_deliver as number) <= 1000, 'must be from 1 to 1000'],
     ['broker_ack_wait', (config.broker_ack_wait as number) >= 100 && (config.broker_ack_wait as number) <= 3_600_000, 'must be from 100ms to 1h'],
     ['broker_dlq_suffix', !/^$|[\s*>]/.test(config.broker_dlq_suffix as string), "must be non-empty, without whitespace, '*' or '>'"],
+    ['broker_inactive_threshold', (config.broker_inactive_threshold as number) === 0 || (config.broker_inactive_threshold as number) >= 1000, 'must be 0 (never) or from 1s'],
+    ['broker_max_consumers', (config.broker_max_consumers as number) >= 1 && (config.broker_max_consumers as number) <= 100_000, 'must be from 1 to 100000'],
   ];
   for (const [name, ok, why] of durable) {
     if (!ok) throw new FlagError(`invalid value "${values.get(name) ?? ''}" for ${flagLabel(name, fromEnv.has(name))}: ${why}`);

@@ -64,6 +64,13 @@ export const COMMANDS: CommandInfo[] = [
     details: ['Dead letters are messages that failed --broker_max_deliver times; they wait in TOPIC.dlq (see docs/cluster.md, Durable events).'],
     subcommands: ['list', 'replay'],
   },
+  {
+    name: 'consumers',
+    args: 'list TOPIC | rm TOPIC NAME',
+    summary: 'durable consumer names of a topic: list them (pending messages, last active), or remove one',
+    details: ['A name no subscriber used for --broker_inactive_threshold is removed by itself; a topic has at most --broker_max_consumers names (see docs/cluster.md, Durable events).'],
+    subcommands: ['list', 'rm'],
+  },
   { name: 'health', args: 'SERVICE', summary: 'Debug.Health of every node' },
   {
     name: 'new',
@@ -87,7 +94,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'health']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);

@@ -14,6 +14,7 @@ import { Runtime } from '../runtime.js';
 import { mergeVersions, type Service } from '../registry/registry.js';
 import { MeshError, parseErrorBody } from '../errors.js';
 import { parseJson } from '../codec/json.js';
+import type { ConsumerInfo } from '../broker/durable.js';
 
 export interface ReceivedMessage {
   header: Record<string, string>;
@@ -37,6 +38,10 @@ export interface Operations {
   listDeadLetters(topic: string): Promise<ReceivedMessage[]>;
   /** Publishes a durable topic's dead letters to it again (at most DLQ_LIMIT); resolves with the count. */
   replayDeadLetters(topic: string): Promise<number>;
+  /** The durable consumer names of a topic. */
+  listConsumers(topic: string): Promise<ConsumerInfo[]>;
+  /** Removes a durable consumer name of a topic; false when the topic has none of that name. */
+  removeConsumer(topic: string, name: string): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -98,6 +103,18 @@ export class DirectOperations implements Operations {
     const broker = this.runtime.broker;
     if (!broker.replayDeadLetters) throw new MeshError('go.mesh.cli', 400, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
     return broker.replayDeadLetters(topic, DLQ_LIMIT);
+  }
+
+  async listConsumers(topic: string): Promise<ConsumerInfo[]> {
+    const broker = this.runtime.broker;
+    if (!broker.listConsumers) throw new MeshError('go.mesh.cli', 400, `broker ${broker.name}: has no durable consumers (use --broker=http or nats)`);
+    return broker.listConsumers(topic);
+  }
+
+  async removeConsumer(topic: string, name: string): Promise<boolean> {
+    const broker = this.runtime.broker;
+    if (!broker.removeConsumer) throw new MeshError('go.mesh.cli', 400, `broker ${broker.name}: has no durable consumers (use --broker=http or nats)`);
+    return broker.removeConsumer(topic, name);
   }
 
   async close(): Promise<void> {
@@ -248,6 +265,14 @@ export class SidecarOperations implements Operations {
 
   async replayDeadLetters(): Promise<number> {
     throw new MeshError('go.mesh.cli', 400, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+  }
+
+  async listConsumers(): Promise<ConsumerInfo[]> {
+    throw new MeshError('go.mesh.cli', 400, 'mesh consumers: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+  }
+
+  async removeConsumer(): Promise<boolean> {
+    throw new MeshError('go.mesh.cli', 400, 'mesh consumers: not available through a sidecar (run it without --proxy_address, with the broker flags)');
   }
 
   async close(): Promise<void> {}

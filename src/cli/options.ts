@@ -36,6 +36,8 @@ export function meshOptionsFromFlags(config: Config): MeshOptions {
     brokerDlqSuffix: config.broker_dlq_suffix,
     brokerStreamMaxAge: config.broker_stream_max_age,
     brokerStreamMaxBytes: config.broker_stream_max_bytes,
+    brokerInactiveThreshold: config.broker_inactive_threshold,
+    brokerMaxConsumers: config.broker_max_consumers,
     clientRequestTimeout: config.client_request_timeout,
     clientRetries: config.client_retries,
     clientPerTryTimeout: config.client_per_try_timeout,

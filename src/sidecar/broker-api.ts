@@ -54,7 +54,7 @@ import { readBody } from '../http/body.js';
 import { sendJson } from '../http/respond.js';
 import { canonicalHeaderKey, isHopByHop, requestConnectionNamed } from '../transport/headers.js';
 import type { Message, Subscription } from '../broker/broker.js';
-import { ID_HEADER } from '../broker/durable.js';
+import { DurableLimitError, ID_HEADER } from '../broker/durable.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { checkCloudEventRequest, cloudEventMode, messageCloudEvent } from '../handlers/cloudevents.js';
 import type { Counter, Gauge } from '../stats/store.js';
@@ -343,7 +343,8 @@ export class BrokerApi {
           this.connections.delete(conn);
           const detail = (err as Error)?.message ?? String(err);
           fe.runtime.logging.get('sidecar').warn({ topic, queue, err: detail }, 'subscribe failed');
-          if (!socketGone) refuse(new MeshError(fe.errorId, 503, `subscribe to topic ${topic} failed: ${detail}`));
+          // Over the durable names' cap of the topic: the client's to fix (remove unused names), not the broker's.
+          if (!socketGone) refuse(new MeshError(fe.errorId, err instanceof DurableLimitError ? 429 : 503, `subscribe to topic ${topic} failed: ${detail}`));
         },
       );
   }

@@ -58,7 +58,7 @@ import { Sender } from './sender.js';
 import { Subscriptions } from './subscriptions.js';
 import { decodeHeader, deliveryTo, encodeHeader, MAX_HEADER_BYTES } from './wire.js';
 import { Outbox } from './outbox.js';
-import { checkDurableDefaults, DurableStats, durableSettings, type DurableDefaults } from '../durable.js';
+import { checkDurableDefaults, DurableStats, durableSettings, type ConsumerInfo, type DurableDefaults } from '../durable.js';
 import type { StatsStore } from '../../stats/store.js';
 import { loadSecret } from './secret.js';
 
@@ -201,6 +201,16 @@ export class HttpBroker implements Broker {
   async replayDeadLetters(topic: string, limit: number): Promise<number> {
     checkTopic(topic);
     return this.durableOutbox().replayDeadLetters(topic, limit);
+  }
+
+  async listConsumers(topic: string): Promise<ConsumerInfo[]> {
+    checkTopic(topic);
+    return this.durableOutbox().listConsumers(topic);
+  }
+
+  async removeConsumer(topic: string, name: string): Promise<boolean> {
+    checkTopic(topic);
+    return this.durableOutbox().removeConsumer(topic, name);
   }
 
   private durableOutbox(): Outbox {
