@@ -106,8 +106,10 @@ export interface StreamOpenRequest {
   request?: Uint8Array;
   /** End-to-end metadata, the trace context (traceparent, tracestate) included. */
   metadata: Record<string, string>;
-  /** ms from now; 0: no deadline. */
+  /** ms from now; 0: no deadline. What is left of the stream's deadline once the host was chosen. */
   timeoutMs: number;
+  /** The stream's deadline as it was given (ms from its open; 0: none), for the timeout's message (streamTimeout). */
+  givenTimeoutMs: number;
   maxMessageBytes: number;
   lease: UpstreamLease;
   /** Counted by the stream: sent, received, and active.dec() once it is over (openStream counted total and active). */
@@ -353,7 +355,7 @@ export async function openStream(
     throw err;
   }
   if (opener) {
-    const other = opener({ service, endpoint, id, kind: opts.kind, contentType, request: opts.request, metadata: opts.metadata ?? {}, timeoutMs, maxMessageBytes, lease, stats: st });
+    const other = opener({ service, endpoint, id, kind: opts.kind, contentType, request: opts.request, metadata: opts.metadata ?? {}, timeoutMs, givenTimeoutMs: given, maxMessageBytes, lease, stats: st });
     watchSignal(other, opts.signal);
     return other;
   }
