@@ -61,13 +61,13 @@ export function streamStats(stats: StatsStore, service: string): StreamStats {
   return { active: stats.gauge(`${p}active`), total: stats.counter(`${p}total`), sent: stats.counter(`${p}msgs_sent`), received: stats.counter(`${p}msgs_received`) };
 }
 
-/** The error a consumer sees when the stream was cancelled on its side. */
 /** A stream whose deadline passed: `ms` from its open, or undefined: the call it was opened in had none left. */
 export function streamTimeout(service: string, endpoint: string, ms: number | undefined): MeshError {
   const what = ms === undefined ? 'the deadline of the call being served passed before it was opened' : `deadline of ${ms}ms exceeded`;
   return flagged(new MeshError(CLIENT_ID, 504, `stream ${service}.${endpoint}: ${what}`), 'UT');
 }
 
+/** The error a consumer sees when the stream was cancelled on its side. */
 export function cancelledError(id = CLIENT_ID, detail = 'stream cancelled'): MeshError {
   return new MeshError(id, 499, detail, 'Client Closed Request');
 }
