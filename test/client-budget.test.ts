@@ -16,6 +16,7 @@ import { Logging } from '../src/util/log.js';
 import { ClusterManager } from '../src/upstream/cluster-manager.js';
 import { Client } from '../src/client/client.js';
 import { MeshError } from '../src/errors.js';
+import { ContextStore } from '../src/util/call-context.js';
 import { waitFor } from './helpers.js';
 
 const closers: Array<() => Promise<unknown> | void> = [];
@@ -56,14 +57,14 @@ async function backend(): Promise<{ port: number; requests: () => number }> {
   return { port: (server.address() as AddressInfo).port, requests: () => requests };
 }
 
-async function setup(service: string) {
+async function setup(service: string, context?: ContextStore) {
   const b = await backend();
   const registry = new GatedRegistry();
   await registry.register({ name: service, version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'n1', address: '127.0.0.1', port: b.port, metadata: {} }] });
   const stats = new StatsStore();
   const cm = new ClusterManager({ registry, stats, logging: new Logging('off'), lbPolicy: 'round_robin' });
   closers.push(() => cm.close(100));
-  const client = new Client({ selector: cm, requestTimeoutMs: 5000, retries: 1, stats });
+  const client = new Client({ selector: cm, requestTimeoutMs: 5000, retries: 1, stats, context });
   return { b, registry, stats, cm, client };
 }
 
@@ -116,4 +117,21 @@ test('a stream whose deadline the registry lookup spent is not opened; the host 
   assert.ok(err instanceof MeshError, `the stream was opened: ${String(err)}`);
   assert.equal(err.toBody(), JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'stream budget.stream.Say.Stream: deadline of 200ms exceeded', status: 'Gateway Timeout' }));
   assertNothingCharged(s, 'budget.stream');
+});
+
+test('a stream opened in a call being served whose deadline has passed is not opened (was: sent with a 1 ms deadline)', async () => {
+  const context = new ContextStore();
+  const s = await setup('budget.late', context);
+  s.registry.open();
+  const err = await context.run({ deadline: Date.now() - 1 }, () => s.client.stream('budget.late', 'Say.Stream', { kind: 'server', request: Buffer.from('{}') })).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof MeshError, `the stream was opened: ${String(err)}`);
+  assert.equal(
+    err.toBody(),
+    JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'stream budget.late.Say.Stream: the deadline of the call being served passed before it was opened', status: 'Gateway Timeout' }),
+  );
+  assert.equal(s.b.requests(), 0, 'nothing reached the backend');
+  assert.equal(s.cm.clusters().length, 0, 'no host was even looked for');
 });
