@@ -128,17 +128,22 @@ describe('multi-host: a gateway cut off from etcd', { skip: reason ?? false }, (
   it('calls whose budget was spent waiting for the registry are not sent: 504 to the callers, nothing charged to the host', async () => {
     // A gateway that has not called the service yet, with a budget shorter than its etcd reads' (5 s).
     const budgetMs = 1000;
+    const CALLS = 8;
     const gw = await gateway(8090, 9911, [`--client_request_timeout=${budgetMs}ms`]);
     const pid = etcd.proc!.child.pid!;
     process.kill(pid, 'SIGSTOP');
     let calls: Array<Promise<{ status: number; text: string }>> = [];
     try {
-      calls = Array.from({ length: 8 }, () => hello(8090));
-      // The gateway is reading the service from etcd (its cluster is warming) ...
-      await waitFor(async () => (await stat(9911, 'cluster_manager.warming_clusters')) === 1, 10000, 50);
+      calls = Array.from({ length: CALLS }, () => hello(8090));
+      // Every call is in the gateway, which is reading the service from etcd (its cluster is warming) ...
+      await waitFor(
+        async () => (await stat(9911, 'http.gateway.downstream_rq_active')) === CALLS && (await stat(9911, 'cluster_manager.warming_clusters')) === 1,
+        20000,
+        50,
+      );
       const waiting = Date.now();
       // ... and stays so past the calls' budget: a deadline on the gateway's clock, with no event
-      // to wait for; the budget started before `waiting`, so this much time spends it.
+      // to wait for; every budget started before `waiting`, so this much time spends them.
       await waitFor(() => Date.now() - waiting > budgetMs + 250, budgetMs + 5000, 50);
       assert.equal(await stat(9911, 'cluster_manager.warming_clusters'), 1, 'etcd still has not answered');
     } finally {
