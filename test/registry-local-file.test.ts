@@ -334,6 +334,8 @@ describe('local registry: a store that refuses writes keeps the last known view'
     assert.deepEqual((await gateway.registry.listServices()).map((s) => s.name), ['alpha']);
     assert.deepEqual(w.events.filter((e) => e.action === 'delete'), [], 'the watcher reported no expiry');
     assert.equal(gateway.failing(), 1, 'the reader found the store failing at its expiry sweep');
+    // How old the view is: the gauge counts the seconds since the store was last known good.
+    await waitFor(() => gateway.stats.gauge('registry.stale_seconds').value >= 1 && service.stats.gauge('registry.stale_seconds').value >= 1, 5000);
     for (const x of [service, gateway]) {
       const errors = x.lines.filter((l) => l.level === 'error');
       assert.equal(errors.length, 1, `one error line, not one per poll: ${JSON.stringify(x.lines)}`);
@@ -346,6 +348,7 @@ describe('local registry: a store that refuses writes keeps the last known view'
     // ... and once the store takes writes again, its registration is written again by itself.
     assert.ok(chattr('-i', frozen));
     await waitFor(() => service.failing() === 0 && gateway.failing() === 0, 5000);
+    for (const x of [service, gateway]) assert.equal(x.stats.gauge('registry.stale_seconds').value, 0);
     const fresh = new LocalRegistry(dir.path);
     try {
       assert.deepEqual(ids(await fresh.getService('alpha')), ['alpha-1']);

@@ -17,7 +17,8 @@ import { ContextStore, type CallContext } from '../util/call-context.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../tracing/tracer.js';
 import type { StatsStore } from '../stats/store.js';
-import { openStream, type StreamCall, type StreamOpener, type StreamOpenOptions } from './stream.js';
+import { openStream, streamTimeout, type StreamCall, type StreamOpener, type StreamOpenOptions } from './stream.js';
+import { budgetLeft } from './budget.js';
 
 export interface ClientOptions {
   selector: UpstreamSelector;
@@ -143,7 +144,11 @@ export class Client {
     const headers: Record<string, string> = { ...rest, [TRACEPARENT]: formatTraceparent(trace) };
     if (trace.state) headers[TRACESTATE] = trace.state;
     let timeoutMs = opts.timeoutMs;
-    if (timeoutMs === undefined && ctx?.deadline !== undefined && Number.isFinite(ctx.deadline)) timeoutMs = Math.max(1, ctx.deadline - Date.now());
+    if (timeoutMs === undefined && ctx?.deadline !== undefined && Number.isFinite(ctx.deadline)) {
+      timeoutMs = ctx.deadline - Date.now();
+      // The call being served has no time left: nothing is opened.
+      if (timeoutMs <= 0) return Promise.reject(streamTimeout(service, endpoint, undefined));
+    }
     const id = opts.id ?? ctx?.id ?? this.nextId();
     return openStream(this.options.selector, this.options.stats, service, endpoint, id, { maxMessageBytes: this.options.maxMessageBytes, ...opts, metadata: headers, timeoutMs }, this.options.streamFor);
   }
@@ -243,10 +248,13 @@ export class Client {
         opts.info.upstreamHost = lease.target.key;
       }
       if (retries > 0 || hedgeDelay > 0) (tried ??= new Set()).add(lease.target.key);
-      // What is left once a host is chosen (building a cluster takes a moment): the try's budget.
-      const first = startTry(lease, request, Math.max(1, deadline - Date.now()), perTry, this.options.senderFor);
+      // What is left once a host is chosen (building a cluster can wait for the registry): the
+      // try's budget. None left: not sent, the host is not charged, the caller gets its timeout.
+      const left = budgetLeft(lease, deadline);
+      if (left === undefined) break;
+      const first = startTry(lease, request, left, perTry, this.options.senderFor);
       let result: TryResult;
-      if (hedgeDelay > 0 && !hedged && hedgeDelay < remaining) {
+      if (hedgeDelay > 0 && !hedged && hedgeDelay < left) {
         result = await this.hedge(first, service, tried!, hedgeDelay, deadline, perTry, request, () => (hedged = true));
       } else result = await first.result;
 
@@ -298,8 +306,7 @@ export class Client {
     ]);
     clearTimeout(timer);
     if (early) return early;
-    const remaining = deadline - Date.now();
-    if (remaining <= 0) return first.result;
+    if (deadline - Date.now() <= 0) return first.result;
     let lease: UpstreamLease;
     try {
       const options: AcquireOptions = { exclude: tried, retry: true, hedge: true };
@@ -307,6 +314,8 @@ export class Client {
     } catch {
       return first.result; // no other host, or the retry budget is spent: keep waiting on the first
     }
+    const remaining = budgetLeft(lease, deadline);
+    if (remaining === undefined) return first.result;
     markHedged();
     tried.add(lease.target.key);
     const second = startTry(lease, request, remaining, perTry, this.options.senderFor);

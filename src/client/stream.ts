@@ -18,6 +18,7 @@ import type { Counter, Gauge, StatsStore } from '../stats/store.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../transport/frames.js';
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
+import { budgetLeft } from './budget.js';
 
 const CLIENT_ID = 'go.mesh.client';
 /** Bytes of request frames queued for the connection before send() waits (a sidecar stream's socket too). */
@@ -60,6 +61,12 @@ export function streamStats(stats: StatsStore, service: string): StreamStats {
   return { active: stats.gauge(`${p}active`), total: stats.counter(`${p}total`), sent: stats.counter(`${p}msgs_sent`), received: stats.counter(`${p}msgs_received`) };
 }
 
+/** A stream whose deadline passed: `ms` from its open, or undefined: the call it was opened in had none left. */
+export function streamTimeout(service: string, endpoint: string, ms: number | undefined): MeshError {
+  const what = ms === undefined ? 'the deadline of the call being served passed before it was opened' : `deadline of ${ms}ms exceeded`;
+  return flagged(new MeshError(CLIENT_ID, 504, `stream ${service}.${endpoint}: ${what}`), 'UT');
+}
+
 /** The error a consumer sees when the stream was cancelled on its side. */
 export function cancelledError(id = CLIENT_ID, detail = 'stream cancelled'): MeshError {
   return new MeshError(id, 499, detail, 'Client Closed Request');
@@ -99,8 +106,10 @@ export interface StreamOpenRequest {
   request?: Uint8Array;
   /** End-to-end metadata, the trace context (traceparent, tracestate) included. */
   metadata: Record<string, string>;
-  /** ms from now; 0: no deadline. */
+  /** ms from now; 0: no deadline. What is left of the stream's deadline once the host was chosen. */
   timeoutMs: number;
+  /** The stream's deadline as it was given (ms from its open; 0: none), for the timeout's message (streamTimeout). */
+  givenTimeoutMs: number;
   maxMessageBytes: number;
   lease: UpstreamLease;
   /** Counted by the stream: sent, received, and active.dec() once it is over (openStream counted total and active). */
@@ -303,7 +312,17 @@ export async function openStream(
 ): Promise<StreamCall> {
   if (opts.signal?.aborted) throw cancelledError();
   const contentType = opts.contentType ?? 'application/json';
+  const given = opts.timeoutMs && opts.timeoutMs > 0 ? opts.timeoutMs : 0;
+  const deadline = given > 0 ? Date.now() + given : 0;
   const lease = selector.acquireNow?.(service, { address: opts.address }) ?? (await selector.acquire(service, { address: opts.address }));
+  // The deadline counts from the open: a wait for a host (the registry) spends it. None left: not
+  // opened, the host is not charged.
+  let timeoutMs = 0;
+  if (deadline > 0) {
+    const left = budgetLeft(lease, deadline);
+    if (left === undefined) throw streamTimeout(service, endpoint, given);
+    timeoutMs = left;
+  }
   if (opts.info) {
     opts.info.upstreamCluster = service;
     opts.info.upstreamHost = lease.target.key;
@@ -325,7 +344,6 @@ export async function openStream(
   headers[HEADER_ENDPOINT] = endpoint;
   headers[HEADER_ID] = id;
   headers[HEADER_STREAM] = opts.kind;
-  const timeoutMs = opts.timeoutMs && opts.timeoutMs > 0 ? opts.timeoutMs : 0;
   const maxMessageBytes = opts.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   // A node that does not speak the mesh wire (protocol=grpc) opens the stream its own way.
   let opener: StreamOpener | undefined;
@@ -337,7 +355,7 @@ export async function openStream(
     throw err;
   }
   if (opener) {
-    const other = opener({ service, endpoint, id, kind: opts.kind, contentType, request: opts.request, metadata: opts.metadata ?? {}, timeoutMs, maxMessageBytes, lease, stats: st });
+    const other = opener({ service, endpoint, id, kind: opts.kind, contentType, request: opts.request, metadata: opts.metadata ?? {}, timeoutMs, givenTimeoutMs: given, maxMessageBytes, lease, stats: st });
     watchSignal(other, opts.signal);
     return other;
   }
@@ -353,7 +371,7 @@ export async function openStream(
   }
   const call = new WireStreamCall(service, endpoint, contentType, requestBody, abort, lease, st, maxMessageBytes);
   const timer =
-    timeoutMs > 0 ? setTimeout(() => call.fail(flagged(new MeshError(CLIENT_ID, 504, `stream ${service}.${endpoint}: deadline of ${timeoutMs}ms exceeded`), 'UT'), { kind: 'timeout' }), timeoutMs) : undefined;
+    timeoutMs > 0 ? setTimeout(() => call.fail(streamTimeout(service, endpoint, given), { kind: 'timeout' }), timeoutMs) : undefined;
   watchSignal(call, opts.signal);
   let response: Promise<Dispatcher.ResponseData>;
   try {

@@ -41,7 +41,7 @@ export function createRegistry(
       return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home), { stats: opts.stats, logger: opts.logging?.get('registry'), onInvalidRecord });
     case 'etcd':
       if (!addr) throw new Error('registry etcd: --registry_address is required (host:port[,host:port], or https://[user:password@]host:port)');
-      return new EtcdRegistry(addr, { tls: opts.tls, onInvalidRecord });
+      return new EtcdRegistry(addr, { tls: opts.tls, onInvalidRecord, stats: opts.stats, logger: opts.logging?.get('registry') });
     default:
       throw new Error(`unknown registry "${kind}" (use ${REGISTRY_KINDS.join(', ')})`);
   }

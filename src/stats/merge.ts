@@ -29,7 +29,7 @@ export interface StoreSnapshot {
  * and ejections as each process sees them; whether a breaker is open; the registry's state).
  */
 export const NOT_SUMMED_GAUGE =
-  /^(?:server\.(?:uptime|live|version|hot_restart_epoch|concurrency|seconds_until_first_cert_expiring)|cluster_manager\.(?:active|warming)_clusters|registry\.store_failing|sidecar\.app\.registered)$|^cluster\..+\.(?:membership_[a-z_]+|max_host_weight|version|health_check\.healthy|outlier_detection\.ejections_active|circuit_breakers\.[a-z]+\.[a-z_]+_open)$/s;
+  /^(?:server\.(?:uptime|live|version|hot_restart_epoch|concurrency|seconds_until_first_cert_expiring)|cluster_manager\.(?:active|warming)_clusters|registry\.(?:store_failing|stale_seconds)|sidecar\.app\.registered)$|^cluster\..+\.(?:membership_[a-z_]+|max_host_weight|version|health_check\.healthy|outlier_detection\.ejections_active|circuit_breakers\.[a-z]+\.[a-z_]+_open)$/s;
 
 export function snapshotStore(store: StatsStore): StoreSnapshot {
   return {

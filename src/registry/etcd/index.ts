@@ -10,9 +10,11 @@
  *
  * TTL: readers never return a node past its `expiresAt`, so a TTL is honoured to the millisecond
  * whatever etcd's lease granularity. Watchers resynchronise (full read + diff) whenever their
- * watch stream reconnects.
+ * watch stream reconnects, and before they expire anything; while etcd cannot be read they keep
+ * their last view (stale-view.ts: nothing expires, gauge registry.stale_seconds).
  */
 import type { Etcd3 } from 'etcd3';
+import type pino from 'pino';
 import {
   validateService,
   type RegisterOptions,
@@ -29,6 +31,9 @@ import { createEtcdClient, parseEtcdAddress } from './client.js';
 import { EtcdLeases, type Registration } from './leases.js';
 import { EtcdStore } from './store.js';
 import { EtcdWatchers } from './watcher.js';
+import { STALE_SECONDS_STAT, StaleView } from '../stale-view.js';
+import type { StatsStore } from '../../stats/store.js';
+import { Logging } from '../../util/log.js';
 
 export { parseEtcdAddress, type EtcdAddress } from './client.js';
 
@@ -43,6 +48,10 @@ export interface EtcdRegistryOptions {
   tls?: EngineTlsFiles;
   /** Told about stored records that break the registry rules (they are skipped); default: a process warning. */
   onInvalidRecord?: InvalidRecordSink;
+  /** The process's stats store: gauge `registry.stale_seconds` (how old the watchers' view is). */
+  stats?: StatsStore;
+  /** The 'registry' logger; default: one of its own on stderr. */
+  logger?: pino.Logger;
 }
 
 export class EtcdRegistry implements Registry {
@@ -68,7 +77,9 @@ export class EtcdRegistry implements Registry {
     const callTimeoutMs = options.callTimeoutMs ?? 5000;
     const onInvalid = options.onInvalidRecord ?? invalidRecordSink({});
     this.client = createEtcdClient(parsed, tls, callTimeoutMs);
-    this.store = new EtcdStore(this.client, this.prefix, this.hosts, this.secure, onInvalid);
+    const view = new StaleView(options.stats?.gauge(STALE_SECONDS_STAT));
+    const log = options.logger ?? new Logging().get('registry');
+    this.store = new EtcdStore(this.client, this.prefix, this.hosts, this.secure, onInvalid, view, log);
     this.leases = new EtcdLeases(this.store);
     this.store.onRestoreNeeded = () => this.leases.restoreSoon();
     this.watchers = new EtcdWatchers(this.store);
@@ -129,6 +140,7 @@ export class EtcdRegistry implements Registry {
     if (this.store.closed) return;
     this.store.closed = true;
     this.leases.stopTimer();
+    this.store.view.close();
     // Cancel the watch streams before closing the client, or an open stream keeps the process alive.
     await this.watchers.close();
     // Stop keeping leases alive; etcd expires their keys after the lease TTL, as a TTL promises.

@@ -8,9 +8,11 @@
  * it was registered with a TTL. Readers never return a node past its `expiresAt`.
  */
 import type { Etcd3, IKeyValue, IResponseHeader } from 'etcd3';
+import type pino from 'pino';
 import type { Service } from '../registry.js';
 import { byNodeId, byVersion, cloneService } from '../records.js';
 import { MAX_NODES_PER_SERVICE, checkNodesPerService, sanitizeStoredService, shown, type InvalidRecordSink } from '../validate.js';
+import type { StaleView } from '../stale-view.js';
 
 const TXN_MAX_OPS = 100;
 
@@ -98,6 +100,8 @@ export class EtcdStore {
   closed = false;
   /** Our registrations must be written again: etcd came back, or is another cluster. Set by the composer. */
   onRestoreNeeded: () => void = () => undefined;
+  /** When etcd last answered (any response header). */
+  goodAt = Date.now();
 
   constructor(
     readonly client: Etcd3,
@@ -106,7 +110,29 @@ export class EtcdStore {
     /** https:// addresses. */
     readonly secure: boolean,
     readonly onInvalid: InvalidRecordSink,
+    /** The watchers' view: frozen while they cannot read etcd. */
+    readonly view: StaleView,
+    readonly log: pino.Logger,
   ) {}
+
+  /**
+   * A watcher could not read etcd: watchers keep their view as of the last answer (nothing
+   * expires meanwhile). Logged once per stale period.
+   */
+  watchersCutOff(err: unknown): void {
+    if (this.closed || !this.view.freeze(this.goodAt)) return;
+    this.log.warn(
+      { hosts: this.hosts.join(','), err: errorText(err), as_of: new Date(this.view.asOf!).toISOString() },
+      'registry unreachable: keeping the last known view (nothing expires) until it answers again',
+    );
+  }
+
+  /** A watcher read etcd again (and resynchronised). Logged once per stale period. */
+  watchersBack(): void {
+    const seconds = this.view.staleSeconds();
+    if (!this.view.thaw()) return;
+    this.log.info({ hosts: this.hosts.join(','), stale_seconds: seconds }, 'registry reachable again: view resynchronised');
+  }
 
   key(name: string, version: string, nodeId: string): string {
     return `${this.prefix}${enc(name)}/${enc(version)}/${enc(nodeId)}`;
@@ -119,6 +145,7 @@ export class EtcdStore {
   /** Records a response header: tracks the revision and notices a different cluster. */
   noteHeader(header: IResponseHeader | undefined): void {
     if (!header) return;
+    this.goodAt = Date.now();
     const rev = BigInt(header.revision);
     if (this.clusterId !== undefined && header.cluster_id !== this.clusterId) {
       // A new etcd cluster (wiped data): everything we registered is gone there.

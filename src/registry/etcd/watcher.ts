@@ -2,8 +2,14 @@
  * Watching the etcd registry: a prefix watch per watcher, regrouping only the services an event
  * touched, timers for TTL expiry, and a full resynchronisation (read + diff + new watch) whenever
  * the watch stream breaks. Writes wait for watchers still reading their starting state (settle).
+ *
+ * Nothing is expired on this process's clock alone: when a record's TTL runs out the watcher
+ * resynchronises first (a silent watch stream may have missed the refresh). While etcd cannot be
+ * read, the view is kept as of etcd's last answer (the store's StaleView: time stands still, the
+ * gauge registry.stale_seconds rises) and the read is retried; once it works, the full read is the
+ * truth and what etcd no longer holds is dropped.
  */
-import type { IWatchResponse, Watcher as EtcdWatch } from 'etcd3';
+import type { IRangeResponse, IWatchResponse, Watcher as EtcdWatch } from 'etcd3';
 import type { Service, WatchEvent, Watcher } from '../registry.js';
 import { EventQueue, diffVersions } from '../records.js';
 import { decode, group, isLive, type EtcdStore, type StoredRecord } from './store.js';
@@ -122,9 +128,19 @@ class EtcdWatcher {
   private async sync(): Promise<void> {
     const gen = ++this.generation;
     this.dropCurrent();
-    const res = await this.store.client.getAll().prefix(this.keyPrefix).exec();
+    let res: IRangeResponse;
+    try {
+      res = await this.store.client.getAll().prefix(this.keyPrefix).exec();
+    } catch (err) {
+      if (gen !== this.generation || this.stopped) return;
+      // Keep what we know (nothing expires meanwhile) and try again.
+      this.store.watchersCutOff(err);
+      this.retryLater();
+      return;
+    }
     if (gen !== this.generation || this.stopped) return;
     this.store.noteHeader(res.header);
+    this.store.watchersBack();
     this.records = new Map();
     this.keysOf = new Map();
     this.expiryOf = new Map();
@@ -212,7 +228,8 @@ class EtcdWatcher {
    * named services are regrouped: an event costs the size of the services it touched.
    */
   private refresh(names: Set<string> | undefined, revision: string, silent = false): void {
-    const now = Date.now();
+    // While etcd cannot be read, time stands still at its last answer.
+    const now = this.store.view.now();
     const all = names ?? new Set([...this.known.keys(), ...this.keysOf.keys()]);
     for (const name of all) {
       const after = group(this.recordsOf(name), now, this.store.onInvalid).get(name) ?? [];
@@ -247,10 +264,9 @@ class EtcdWatcher {
     this.expiryTimer = setTimeout(() => {
       this.expiryTimer = undefined;
       if (this.stopped) return;
-      const now = Date.now();
-      const names = new Set<string>();
-      for (const [name, at] of this.expiryOf) if (at <= now) names.add(name);
-      this.refresh(names, String(this.lastRev));
+      // Expire only what etcd confirms: read everything again (a full read + a new watch); while
+      // etcd cannot be read nothing expires (refresh's time stands still).
+      void this.start();
     }, Math.max(0, next - Date.now()) + 1);
     this.expiryTimer.unref();
   }

@@ -33,6 +33,7 @@ import { message } from './schema.js';
 import { LocalStore } from './store.js';
 import { Poller } from './watcher.js';
 import { privateDirectory, privateFiles } from '../../util/private-files.js';
+import { STALE_SECONDS_STAT, StaleView } from '../stale-view.js';
 
 export const LOCAL_DB_FILE = 'registry.db';
 const POLL_MS = 50;
@@ -43,7 +44,7 @@ export interface LocalRegistryOptions {
   changeLogKeep?: number;
   /** Watch poll interval in ms (default 50); also how often the file's identity is checked. */
   pollMs?: number;
-  /** The process's stats store: gauge `registry.store_failing` (0/1). */
+  /** The process's stats store: gauges `registry.store_failing` (0/1) and `registry.stale_seconds`. */
   stats?: StatsStore;
   /** The 'registry' logger; default: one of its own on stderr. */
   logger?: pino.Logger;
@@ -89,7 +90,8 @@ export class LocalRegistry implements Registry {
     } catch (err) {
       throw new Error(`registry directory ${this.directory}: cannot open ${this.file}: ${message(err)}`);
     }
-    this.store = new LocalStore(this.file, opened, { changeLogKeep, log, failingGauge, onInvalid });
+    const view = new StaleView(options.stats?.gauge(STALE_SECONDS_STAT));
+    this.store = new LocalStore(this.file, opened, { changeLogKeep, log, failingGauge, view, onInvalid });
     this.leases = new Leases(this.store);
     this.healer = new FileHealer(this.store, this.leases, () => this.poller.kick());
     this.poller = new Poller(this.store, this.leases, pollMs, () => this.healer.maintain(), log);
@@ -186,6 +188,7 @@ export class LocalRegistry implements Registry {
     this.revision();
     this.store.closed = true;
     this.poller.close();
+    this.store.view.close();
     this.leases.clear();
     this.store.db.close();
   }

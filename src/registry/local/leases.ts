@@ -6,7 +6,7 @@
 import type { Service } from '../registry.js';
 import { canonicalJson } from '../records.js';
 import { upsertInto, type DB, type Snapshot, type Statements } from './schema.js';
-import type { Failing, LocalStore } from './store.js';
+import type { LocalStore } from './store.js';
 
 /** How often registrations whose TTL passed are forgotten. */
 const PRUNE_MS = 5_000;
@@ -108,8 +108,7 @@ export class Leases {
     try {
       store.write(() => []);
     } catch (err) {
-      const failing = store.failing as Failing | undefined;
-      if (failing) failing.asOf = Math.min(failing.asOf, Math.max(store.goodAt, first - 1));
+      store.view.backdate(Math.max(store.goodAt, first - 1));
       throw err;
     }
   }

@@ -7,13 +7,14 @@
  *   (table changes, bounded to the last changeLogKeep revisions).
  * - Reads never return expired nodes, and a service with no live nodes is not listed.
  * - A store that cannot be written (read-only, I/O error, disk full, unopenable) is "failing":
- *   readers keep the last known good view (time stands still at the last moment the store was
- *   known good, so nothing expires), writes reject with a clear error, one error line is logged
- *   and the gauge `registry.store_failing` is 1. A write that works again ends it (this process's
+ *   readers keep the last known good view (the StaleView `view`: time stands still at the last
+ *   moment the store was known good, so nothing expires; gauge registry.stale_seconds), writes
+ *   reject with a clear error, one error line is logged and the gauge `registry.store_failing` is 1. A write that works again ends it (this process's
  *   registrations are written again first: StoreHooks.rewrite); healing.ts tries fresh connections.
  */
 import type pino from 'pino';
 import type { Gauge } from '../../stats/store.js';
+import type { StaleView } from '../stale-view.js';
 import { normalizeService, type Endpoint, type Metadata, type Service } from '../registry.js';
 import { byName, byNodeId, byVersion } from '../records.js';
 import {
@@ -37,12 +38,10 @@ export interface Loaded {
 }
 
 /**
- * Set while the store refuses writes. asOf: the time reads use meanwhile (the last moment the
- * store was known good), so nothing expires because nobody could refresh it. detached: the open
+ * Set while the store refuses writes (the store's view is frozen meanwhile). detached: the open
  * connection is not the file at the path (it could not be opened), so nothing is written to it.
  */
 export interface Failing {
-  asOf: number;
   reason: string;
   detached: boolean;
 }
@@ -61,6 +60,8 @@ export interface LocalStoreOptions {
   changeLogKeep: number;
   log: pino.Logger;
   failingGauge: Gauge | undefined;
+  /** What readers see while the store fails: frozen at the last moment it was known good. */
+  view: StaleView;
   onInvalid: InvalidRecordSink;
 }
 
@@ -82,6 +83,7 @@ export class LocalStore {
   hooks: StoreHooks = { rewrite: () => undefined, committed: () => undefined, registrations: () => 0 };
   readonly log: pino.Logger;
   readonly onInvalid: InvalidRecordSink;
+  readonly view: StaleView;
   private readonly changeLogKeep: number;
   private readonly failingGauge: Gauge | undefined;
 
@@ -94,6 +96,7 @@ export class LocalStore {
     this.log = options.log;
     this.failingGauge = options.failingGauge;
     this.onInvalid = options.onInvalid;
+    this.view = options.view;
     this.db = opened.db;
     this.st = opened.st;
     this.fileId = opened.fileId;
@@ -103,7 +106,7 @@ export class LocalStore {
 
   /** The time reads use: now, or while the store is failing the last moment it was known good. */
   viewNow(): number {
-    return this.failing ? this.failing.asOf : Date.now();
+    return this.view.now();
   }
 
   readRevision(): number {
@@ -261,9 +264,7 @@ export class LocalStore {
         this.failing = wasFailing;
         this.markGood();
       } catch {
-        // failing again (markFailing ran): keep the view of when it first failed
-        const now = this.failing as Failing | undefined;
-        if (now) now.asOf = wasFailing.asOf;
+        // failing again (markFailing ran); the view was never thawed: it stays as of when it first failed
       }
     } else this.goodAt = Date.now();
     if (rev > 0) {
@@ -278,7 +279,8 @@ export class LocalStore {
       this.failing.detached ||= detached;
       return;
     }
-    this.failing = { asOf, reason: message(err), detached };
+    this.failing = { reason: message(err), detached };
+    this.view.freeze(asOf);
     this.failingGauge?.set(1);
     this.log.error(
       { path: this.file, err: this.failing.reason },
@@ -290,6 +292,7 @@ export class LocalStore {
     this.goodAt = Date.now();
     if (!this.failing) return;
     this.failing = undefined;
+    this.view.thaw();
     this.failingGauge?.set(0);
     this.log.info({ path: this.file, registrations: this.hooks.registrations() }, "registry store recovered: this process's registrations were written again");
   }

@@ -18,7 +18,7 @@ import { once } from 'node:events';
 import type * as grpc from '@grpc/grpc-js';
 import { MeshError, flagged } from '../../errors.js';
 import { mediaType } from '../../codec/codec.js';
-import { cancelledError, RECEIVE_HIGH_WATER, type StreamCall, type StreamOpenRequest } from '../../client/stream.js';
+import { cancelledError, RECEIVE_HIGH_WATER, streamTimeout, type StreamCall, type StreamOpenRequest } from '../../client/stream.js';
 import type { AttemptOutcome, UpstreamTarget } from '../../upstream/types.js';
 import { TransportError } from '../rpc.js';
 import { streamKindOf, type GrpcMethod } from './protos.js';
@@ -217,7 +217,7 @@ export class GrpcStreamCall implements StreamCall {
     const where = `stream ${this.service} on ${this.target.key}`;
     switch (t.outcome.kind) {
       case 'timeout':
-        return flagged(new MeshError(CLIENT_ID, 504, `stream ${this.service}.${this.endpoint}: deadline of ${this.req.timeoutMs}ms exceeded`), 'UT');
+        return streamTimeout(this.service, this.endpoint, this.req.givenTimeoutMs);
       case 'connect_failure':
         return flagged(new MeshError(CLIENT_ID, 502, `${where}: connection failed: ${t.message}`), 'UF');
       default:
