@@ -13,6 +13,8 @@ import { messageId } from '../broker/durable.js';
 export interface Output {
   out: (text: string) => void;
   err: (text: string) => void;
+  /** Resolves when `out` can take more (see src/cli/output.ts). */
+  drain?: () => Promise<void>;
 }
 
 /** A usage problem in a command's arguments (exit 2). */
@@ -125,6 +127,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
             input: process.stdin,
             maxLineBytes: config.max_body_size,
             out: io.out,
+            drain: io.drain,
           });
         }
         const response = await ops.call(service, endpoint, requestJson);
