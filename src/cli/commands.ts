@@ -9,6 +9,7 @@ import { MeshError } from '../errors.js';
 import { printable } from '../util/text.js';
 import { formatAddress } from '../util/address.js';
 import { messageId } from '../broker/durable.js';
+import { endpointNameProblem } from '../transport/endpoint.js';
 
 export interface Output {
   out: (text: string) => void;
@@ -108,6 +109,8 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       case 'call': {
         const [service, endpoint, ...body] = [noun, ...rest];
         if (!service || !endpoint) throw new UsageError("usage: mesh call SERVICE Endpoint.Method ['{json}']");
+        const badEndpoint = endpointNameProblem(endpoint);
+        if (badEndpoint) throw new UsageError(`call: ${badEndpoint}`);
         const requestJson = body.join(' ').trim() || '{}';
         try {
           parseJson(requestJson);
