@@ -101,7 +101,8 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       case 'deregister': {
         if (noun !== 'service') throw new UsageError(`usage: mesh ${verb} service JSON`);
         const service = parseServiceArg(rest, `${verb} service`);
-        if (verb === 'register') await ops.register(service);
+        // --register_ttl (or MESH_REGISTER_TTL) given: the nodes expire unless registered again; else they stay until deregistered.
+        if (verb === 'register') await ops.register(service, given?.has('register_ttl') ? config.register_ttl : undefined);
         else await ops.deregister(service);
         io.out(json ? '{"status":"ok"}\n' : 'ok\n');
         return 0;
