@@ -18,6 +18,7 @@ import { normalizeService, type Endpoint, type Metadata, type Service } from '..
 import { byName, byNodeId, byVersion } from '../records.js';
 import {
   MAX_NODES_PER_SERVICE,
+  RegistryValidationError,
   checkNodesPerService,
   sanitizeStoredService,
   sanitizeStoredVersion,
@@ -249,6 +250,8 @@ export class LocalStore {
     try {
       rev = tx.immediate();
     } catch (err) {
+      // fn refused the write by the rules (rolled back): the store is fine.
+      if (err instanceof RegistryValidationError) throw err;
       if (!TRANSIENT.test(codeOf(err))) this.markFailing(err, Date.now(), false);
       throw new Error(`registry local (${this.file}): write failed: ${message(err)}`, { cause: err });
     }
