@@ -186,7 +186,8 @@ export class LocalRegistry implements Registry {
     this.store.closed = true;
     this.poller.close();
     this.leases.clear();
-    this.store.db.close();
+    // Closing checkpoints through the -shm mapping: a frozen store's connection is left to the process's exit.
+    if (!this.store.frozen) this.store.db.close();
   }
 
   /** Whether writes are being refused (the gauge registry.store_failing). */
