@@ -18,6 +18,7 @@
 import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { shmWriteProblem } from '../../util/sqlite-shm.js';
 import type pino from 'pino';
 import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from '../broker.js';
 import { deadLetter, DLQ_KEEPER, nackDelayMs, replayed, runDurable, withMessageId, type DurableDefaults, type DurableSettings, type DurableStats } from '../durable.js';
@@ -82,12 +83,18 @@ export class Outbox {
   private readonly dropLogs = new Map<string, { at: number; count: number }>();
   private readonly pollMs: number;
   private closed = false;
+  private readonly file: string;
+  /** Why the -shm file refuses writes, while it does (see sql()). */
+  private shmProblem: string | undefined;
 
   constructor(private readonly options: OutboxOptions) {
     this.pollMs = options.pollMs ?? 50;
+    this.file = join(options.directory, OUTBOX_FILE);
     try {
       mkdirSync(options.directory, { recursive: true });
-      this.db = new Database(join(options.directory, OUTBOX_FILE));
+      const shm = shmWriteProblem(this.file);
+      if (shm) throw shm;
+      this.db = new Database(this.file);
       this.db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
       this.db.pragma('journal_mode = WAL');
       this.db.pragma('synchronous = NORMAL');
@@ -140,10 +147,30 @@ export class Outbox {
     };
   }
 
+  /**
+   * The statements, once the -shm file is known to take writes: SQLite writes through its mapping
+   * of that file on reads too, and into a file that refuses writes (`chattr +i`) that is SIGBUS, not
+   * an error. Throws BrokerUnavailableError then (logged once, and once when it is back).
+   */
+  private sql(): Outbox['st'] {
+    const problem = shmWriteProblem(this.file);
+    if (problem) {
+      if (this.shmProblem === undefined) this.options.logger.error({ path: this.file, error: problem.message }, 'http broker: the durable outbox cannot be used until its -shm file takes writes again');
+      this.shmProblem = problem.message;
+      throw new BrokerUnavailableError(`http broker: durable outbox unavailable: ${problem.message}`);
+    }
+    if (this.shmProblem !== undefined) {
+      this.shmProblem = undefined;
+      this.options.logger.info({ path: this.file }, 'http broker: the durable outbox takes writes again');
+    }
+    return this.st;
+  }
+
   /** Stores the message for every consumer of the topic; returns the header to deliver plainly (with Mesh-Id when stored). */
   store(topic: string, header: Record<string, string>, body: Uint8Array): Record<string, string> {
     if (this.closed) throw new BrokerUnavailableError('http broker: closed');
-    const consumers = this.st.consumers.all(topic);
+    const st = this.sql();
+    const consumers = st.consumers.all(topic);
     if (consumers.length === 0) return header;
     const withId = withMessageId(header);
     const now = Date.now();
@@ -153,7 +180,7 @@ export class Outbox {
     let dropped = 0;
     this.db.transaction(() => {
       for (const c of consumers) {
-        const seq = Number(this.st.insert.run(topic, c.name, withId.id, json, buf, now, now).lastInsertRowid);
+        const seq = Number(st.insert.run(topic, c.name, withId.id, json, buf, now, now).lastInsertRowid);
         if (maxBytes > 0) dropped += this.dropOverBudget(topic, c.name, seq, maxBytes);
       }
     })();
@@ -167,7 +194,7 @@ export class Outbox {
   /** The dead letters of a topic (the `dlq` keeper's rows of `<topic>.dlq`), oldest first. */
   listDeadLetters(topic: string, limit: number): Array<{ seq: number; message: Message }> {
     if (this.closed) throw new BrokerUnavailableError('http broker: closed');
-    return this.st.list.all(topic + this.options.defaults.dlqSuffix, DLQ_KEEPER, limit).map((r) => ({
+    return this.sql().list.all(topic + this.options.defaults.dlqSuffix, DLQ_KEEPER, limit).map((r) => ({
       seq: r.seq,
       message: { header: JSON.parse(r.header) as Record<string, string>, body: new Uint8Array(r.body), id: r.id },
     }));
@@ -178,7 +205,7 @@ export class Outbox {
     let n = 0;
     for (const { seq, message } of this.listDeadLetters(topic, limit)) {
       await this.options.publish(topic, replayed(message));
-      this.st.ack.run(seq);
+      this.sql().ack.run(seq);
       n++;
     }
     return n;
@@ -187,9 +214,9 @@ export class Outbox {
   /** A durable subscription: registers the consumer and handles its due rows until unsubscribed. */
   subscribe(topic: string, handler: MessageHandler, settings: DurableSettings, queue: string | undefined): Subscription {
     if (this.closed) throw new BrokerUnavailableError('http broker: closed');
-    this.st.addConsumer.run(topic, settings.name);
+    this.sql().addConsumer.run(topic, settings.name);
     // Its dead-letter topic keeps what is dead-lettered (for `dlq`, until replayed) even before anyone reads it.
-    this.st.addConsumer.run(topic + this.options.defaults.dlqSuffix, DLQ_KEEPER);
+    this.sql().addConsumer.run(topic + this.options.defaults.dlqSuffix, DLQ_KEEPER);
     const stats = this.options.stats.consumer(settings.name);
     const logger = this.options.logger;
     let active = true;
@@ -209,13 +236,13 @@ export class Outbox {
       } else {
         error = await runDurable(handler, message, topic);
         if (error === undefined) {
-          if (!this.closed) this.st.ack.run(row.seq);
+          if (!this.closed) this.sql().ack.run(row.seq);
           stats?.acked.inc();
           return;
         }
         logger.warn({ topic, durable: settings.name, id: row.id, deliveryCount: row.deliveries, error }, 'http broker: durable handler failed');
         if (row.deliveries < settings.maxDeliver) {
-          if (!this.closed) this.st.nack.run(Date.now() + nackDelayMs(row.deliveries, settings.ackWaitMs), row.seq);
+          if (!this.closed) this.sql().nack.run(Date.now() + nackDelayMs(row.deliveries, settings.ackWaitMs), row.seq);
           return;
         }
       }
@@ -224,10 +251,10 @@ export class Outbox {
         await this.options.publish(dlq, deadLetter(message, topic, settings.name, deliveries, error));
       } catch (err) {
         logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: dead-lettering failed, will retry');
-        if (!this.closed) this.st.nack.run(Date.now() + nackDelayMs(row.deliveries, settings.ackWaitMs), row.seq);
+        if (!this.closed) this.sql().nack.run(Date.now() + nackDelayMs(row.deliveries, settings.ackWaitMs), row.seq);
         return;
       }
-      if (!this.closed) this.st.ack.run(row.seq);
+      if (!this.closed) this.sql().ack.run(row.seq);
       stats?.dead_lettered.inc();
       this.options.stats.topic(topic)?.dead_lettered.inc();
       logger.warn({ topic, durable: settings.name, id: row.id, deliveries, dlq }, 'http broker: message dead-lettered');
@@ -241,11 +268,12 @@ export class Outbox {
       if (room > 0) {
         try {
           const now = Date.now();
-          rows = this.st.claim.all(now + settings.ackWaitMs, topic, settings.name, now, room);
-          if (this.options.defaults.maxAgeMs > 0 && Math.random() < 0.01) this.st.expire.run(now - this.options.defaults.maxAgeMs);
+          rows = this.sql().claim.all(now + settings.ackWaitMs, topic, settings.name, now, room);
+          if (this.options.defaults.maxAgeMs > 0 && Math.random() < 0.01) this.sql().expire.run(now - this.options.defaults.maxAgeMs);
           this.pendingCheck(topic, settings.name);
         } catch (err) {
-          logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: reading the durable outbox failed');
+          // An outbox whose -shm file refuses writes was said once (sql()); the polls go on quietly until it is back.
+          if (this.shmProblem === undefined) logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: reading the durable outbox failed');
         }
       }
       for (const row of rows) {
@@ -299,10 +327,10 @@ export class Outbox {
    * maxBytes, never the message just stored (seq); returns how many were dropped.
    */
   private dropOverBudget(topic: string, consumer: string, seq: number, maxBytes: number): number {
-    let bytes = this.st.bytes.get(topic, consumer)?.n ?? 0;
+    let bytes = this.sql().bytes.get(topic, consumer)?.n ?? 0;
     let n = 0;
     while (bytes > maxBytes) {
-      const row = this.st.dropOldest.get(topic, consumer, seq);
+      const row = this.sql().dropOldest.get(topic, consumer, seq);
       if (!row) break;
       bytes -= row.n;
       n++;
@@ -346,9 +374,9 @@ export class Outbox {
       if (this.closed) return;
       check.last = Date.now();
       try {
-        gauge.set(this.st.pending.get(topic, consumer)?.n ?? 0);
+        gauge.set(this.sql().pending.get(topic, consumer)?.n ?? 0);
       } catch (err) {
-        this.options.logger.warn({ topic, durable: consumer, error: (err as Error).message }, 'http broker: counting pending messages failed');
+        if (this.shmProblem === undefined) this.options.logger.warn({ topic, durable: consumer, error: (err as Error).message }, 'http broker: counting pending messages failed');
       }
     };
     const wait = check.last + PENDING_CHECK_MS - Date.now();
@@ -361,6 +389,7 @@ export class Outbox {
     await Promise.all([...this.running].map((r) => r.stop()));
     this.closed = true;
     for (const check of this.pendingChecks.values()) clearTimeout(check.timer);
-    this.db.close();
+    // Closing checkpoints through the -shm mapping: while it refuses writes the connection is left to the process's exit.
+    if (!shmWriteProblem(this.file)) this.db.close();
   }
 }
