@@ -322,12 +322,24 @@ export interface InvalidRecordReport {
 
 export type InvalidRecordSink = (report: InvalidRecordReport) => void;
 
-/** Where backends report skipped records: a warning log (subsystem registry) and the registry.invalid_record counter. */
+/** Distinct skipped records a sink remembers having logged; past it, it starts over. */
+const LOGGED_RECORDS = 1024;
+
+/**
+ * Where backends report skipped records: a warning log (subsystem registry) and the
+ * registry.invalid_record counter. A record is read again on every change of its service: it is
+ * logged once (per service and problem), and counted every time it is skipped.
+ */
 export function invalidRecordSink(options: { stats?: StatsStore; logging?: Logging; log?: Logger }): InvalidRecordSink {
   const counter = options.stats?.counter(INVALID_RECORD_STAT);
   const log = options.log ?? options.logging?.get('registry');
+  const logged = new Set<string>();
   return (r) => {
     counter?.inc(r.dropped);
+    const key = `${r.backend}\0${r.service}\0${r.problem}`;
+    if (logged.has(key)) return;
+    if (logged.size >= LOGGED_RECORDS) logged.clear();
+    logged.add(key);
     if (log) log.warn({ backend: r.backend, service: r.service, dropped: r.dropped, problem: r.problem }, 'invalid registry record skipped');
     else process.emitWarning(`registry ${r.backend}: invalid record of service ${r.service} skipped (${r.dropped} dropped): ${r.problem}`);
   };
