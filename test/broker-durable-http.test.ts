@@ -13,6 +13,12 @@ import { LocalRegistry } from '../src/registry/local/index.js';
 import { durableContract } from './broker-contract.js';
 import { statName } from '../src/broker/durable.js';
 import { runCli, tempDir, waitFor } from './helpers.js';
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { OUTBOX_FILE } from '../src/broker/http/outbox.js';
+import { BrokerUnavailableError } from '../src/broker/broker.js';
 
 const silent = pino({ level: 'silent' });
 
@@ -264,6 +270,59 @@ describe('Mesh.subscribe with durable options (the framework on the embedded def
       assert.equal(seen.length, 2);
     } finally {
       await mesh.close();
+      dir.cleanup();
+    }
+  });
+});
+
+describe('a broker.db-shm that refuses writes (chattr +i)', () => {
+  /** Making writes fail as root: file modes do not stop root, the immutable flag does. */
+  const chattr = (flag: '+i' | '-i', path: string): boolean => spawnSync('chattr', [flag, path], { stdio: 'pipe' }).status === 0;
+
+  it('publishes are refused with a clear error and the process lives (no SIGBUS); one error line; all resumes when it takes writes', async (t) => {
+    const dir = tempDir('mesh-durable-shm-');
+    const shm = join(dir.path, `${OUTBOX_FILE}-shm`);
+    const lines: Array<{ level: number; msg: string; error?: string }> = [];
+    const logger = pino({ level: 'info' }, new Writable({ write: (chunk: Buffer, _e, cb) => (lines.push(JSON.parse(chunk.toString())), cb()) }));
+    const registry = new LocalRegistry(dir.path);
+    const broker = new HttpBroker({ registry, durableDirectory: dir.path, logger });
+    const got: string[] = [];
+    try {
+      await broker.subscribe('frozen', (m) => void got.push(new TextDecoder().decode(m.body)), { durable: 'd' });
+      await broker.publish('frozen', { header: {}, body: new TextEncoder().encode('one') });
+      await waitFor(() => got.length === 1);
+      assert.ok(existsSync(shm), 'SQLite made its -shm file');
+      if (!chattr('+i', shm)) {
+        console.warn('SKIP: chattr +i is not available here (not root, or the file system has no immutable flag): the broker.db-shm case is NOT TESTED');
+        t.skip('chattr +i is not available here: NOT TESTED');
+        return;
+      }
+      // Before the fix, this write went through SQLite's mapping of the -shm file: SIGBUS, the process gone.
+      await assert.rejects(broker.publish('frozen', { header: {}, body: new TextEncoder().encode('two') }), (err: Error) => {
+        assert.ok(err instanceof BrokerUnavailableError, String(err));
+        assert.match(err.message, /^http broker: durable outbox unavailable: .*broker\.db-shm cannot be written \(EPERM\)/);
+        return true;
+      });
+      await assert.rejects(broker.publish('frozen', { header: {}, body: new TextEncoder().encode('three') }), BrokerUnavailableError);
+      const errors = lines.filter((l) => l.level >= 50);
+      assert.equal(errors.length, 1, JSON.stringify(lines));
+      assert.equal(errors[0]!.msg, 'http broker: the durable outbox cannot be used until its -shm file takes writes again');
+      // Opening the outbox meanwhile is refused clearly, before SQLite maps the file.
+      const other = new HttpBroker({ registry, durableDirectory: dir.path, logger: silent });
+      try {
+        await assert.rejects(other.publish('frozen', { header: {}, body: new Uint8Array(1) }), /cannot open the durable outbox in .*broker\.db-shm cannot be written \(EPERM\)/);
+      } finally {
+        await other.close();
+      }
+      assert.ok(chattr('-i', shm));
+      await broker.publish('frozen', { header: {}, body: new TextEncoder().encode('four') });
+      await waitFor(() => got.length === 2);
+      assert.deepEqual(got, ['one', 'four']);
+      assert.ok(lines.some((l) => l.msg === 'http broker: the durable outbox takes writes again'));
+    } finally {
+      chattr('-i', shm);
+      await broker.close();
+      await registry.close();
       dir.cleanup();
     }
   });

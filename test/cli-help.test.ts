@@ -49,6 +49,7 @@ describe('help metadata', () => {
       if (['queue', 'ack', 'durable'].includes(m[1]!)) assert.ok(commandFlags('subscribe').includes(m[1]!));
       else if (m[1] === 'stream') assert.ok(commandFlags('call').includes('stream') && !commandFlags('list').includes('stream'), 'only mesh call lists --stream');
       else if (m[1] === 'max_body_size') assert.ok(commandFlags('call').includes(m[1]), 'mesh call --stream reads --max_body_size');
+      else if (m[1] === 'register_ttl') assert.ok(commandFlags('register').includes(m[1]) && !commandFlags('deregister').includes(m[1]), 'only mesh register lists --register_ttl');
       else assert.ok(commandFlags('list').includes(m[1]!) && commandFlags('call').includes(m[1]!), `platform commands read --${m[1]}`);
     }
   });

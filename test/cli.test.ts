@@ -125,6 +125,19 @@ describe('CLI bad input', () => {
     assert.equal((await runCli(['list', 'services'], env)).stdout, '');
   });
 
+  it('register: a node with 16 KiB of metadata is accepted, one byte more is refused (exit 2, nothing written)', async () => {
+    // Keys k0..k3 (2 bytes) and values of 4,094 characters: 4 × 4,096 = 16,384 bytes.
+    const record = (extra: number) =>
+      JSON.stringify({ Name: 'go.mesh.srv.heavy', Nodes: [{ Id: 'h1', Address: '127.0.0.1', Port: 1, Metadata: Object.fromEntries([0, 1, 2, 3].map((i) => [`k${i}`, 'x'.repeat(i === 3 ? 4094 + extra : 4094)])) }] });
+    const over = await runCli(['register', 'service', record(1)], env);
+    assert.equal(over.code, 2);
+    assert.equal(over.stderr, 'mesh: register service: Nodes[0].Metadata: 16385 bytes of keys and values, more than the limit of 16384\n');
+    assert.equal((await runCli(['list', 'services'], env)).stdout, '');
+    const at = await runCli(['register', 'service', record(0)], env);
+    assert.equal(at.code, 0, at.stderr);
+    assert.equal((await runCli(['deregister', 'service', record(0)], env)).code, 0);
+  });
+
   it('unknown service is a 404 on stderr, exit 1; --output=json prints the error JSON', async () => {
     const r = await runCli(['call', 'go.mesh.srv.none', 'A.B', '--output=json'], env);
     assert.equal(r.code, 1);

@@ -154,6 +154,32 @@ describe('gRPC backends', () => {
     assert.equal(res.json().message, 'Hello Cy');
   });
 
+  it('/rpc on the gateway and the sidecar takes the full gRPC name, as mesh call does; one rule refuses the same bad names everywhere', async () => {
+    for (const port of [apiPort, sidecarPort]) {
+      for (const field of ['method', 'endpoint']) {
+        const res = await http('POST', `http://127.0.0.1:${port}/rpc`, { headers: JSON_CT, body: JSON.stringify({ service: 'go.mesh.srv.greeter', [field]: 'helloworld.Greeter.SayHello', request: { name: 'Full' } }) });
+        assert.equal(res.status, 200, `${port} ${field}: ${res.text}`);
+        assert.equal(res.json().message, 'Hello Full');
+      }
+      for (const [bad, problem] of [
+        ['SayHello', '"SayHello" is not Endpoint.Method'],
+        ['helloworld..Greeter.SayHello', '"helloworld..Greeter.SayHello" is not Endpoint.Method'],
+        ['Greeter.SayHello.', '"Greeter.SayHello." is not Endpoint.Method'],
+        ['Greeter.Say-Hello', '"Greeter.Say-Hello" is not Endpoint.Method'],
+        [`A.${'b'.repeat(200)}`, 'longer than 200 characters'],
+      ]) {
+        const res = await http('POST', `http://127.0.0.1:${port}/rpc`, { headers: JSON_CT, body: JSON.stringify({ service: 'go.mesh.srv.greeter', method: bad, request: {} }) });
+        assert.equal(res.status, 400, res.text);
+        const id = port === apiPort ? 'go.mesh.api' : 'go.mesh.sidecar';
+        assert.equal(res.text, JSON.stringify({ id, code: 400, detail: `method: ${problem}`, status: 'Bad Request' }));
+        const cli = await runCli(['call', 'go.mesh.srv.greeter', bad, '{}'], env);
+        assert.equal(cli.code, 2);
+        assert.equal(cli.stderr, `mesh: call: ${problem}\n`);
+        assert.equal(cli.stdout, '');
+      }
+    }
+  });
+
   it('the sidecar reaches it', async () => {
     const res = await http('POST', `http://127.0.0.1:${sidecarPort}/greeter/say-hello`, { headers: JSON_CT, body: '{"name":"Di"}' });
     assert.equal(res.status, 200, res.text);

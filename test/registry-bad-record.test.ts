@@ -99,3 +99,48 @@ describe('a bad stored registry record next to a healthy node', () => {
     assert.deepEqual((JSON.parse(get.stdout) as { nodes: Array<{ id: string }> }).nodes.map((n) => n.id), [`go.mesh.api.plain-${plain.port}`]);
   });
 });
+
+describe('an oversize node written into the store: skipped by a watcher, logged once, counted every time', () => {
+  it('one node of 64 × 4,000 characters of metadata: the watch carries only the good nodes; one warning however often the service changes', async () => {
+    const { Writable } = await import('node:stream');
+    const pino = (await import('pino')).default;
+    const { StatsStore } = await import('../src/stats/store.js');
+    const { LocalRegistry } = await import('../src/registry/local/index.js');
+    const { invalidRecordSink, INVALID_RECORD_STAT } = await import('../src/registry/validate.js');
+    const { collect, node, svc } = await import('./registry-contract.js');
+    const dir = tempDir('mesh-oversize-');
+    const lines: Array<{ msg: string; problem?: string }> = [];
+    const log = pino({ level: 'info' }, new Writable({ write: (chunk: Buffer, _e, cb) => (lines.push(JSON.parse(chunk.toString())), cb()) }));
+    const stats = new StatsStore();
+    const registry = new LocalRegistry(dir.path, { onInvalidRecord: invalidRecordSink({ stats, log }) });
+    const w = collect(registry, 'shop');
+    try {
+      await registry.register(svc('shop', '1', [node('good-0', 7000)]));
+      const heavy = Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`k${i}`, 'x'.repeat(4000)]));
+      const db = new Database(join(dir.path, LOCAL_DB_FILE));
+      try {
+        db.transaction(() => {
+          db.prepare(`INSERT OR REPLACE INTO nodes (service, version, id, address, port, metadata, expires_at) VALUES ('shop', '1', 'heavy', '127.0.0.1', 1, ?, NULL)`).run(JSON.stringify(heavy));
+          const rev = (db.prepare(`UPDATE meta SET value = value + 1 WHERE key = 'revision' RETURNING value`).get() as { value: number }).value;
+          db.prepare(`INSERT OR IGNORE INTO changes (revision, service) VALUES (?, 'shop')`).run(rev);
+        })();
+      } finally {
+        db.close();
+      }
+      for (let i = 1; i <= 3; i++) {
+        await registry.register(svc('shop', '1', [node(`good-${i}`, 7000 + i)]));
+        await w.next((e) => e.service.nodes.some((n) => n.id === `good-${i}`));
+      }
+      assert.ok(w.events.every((e) => e.service.nodes.every((n) => n.id !== 'heavy')), 'no event carries the heavy node');
+      assert.deepEqual((await registry.getService('shop'))[0]!.nodes.map((n) => n.id), ['good-0', 'good-1', 'good-2', 'good-3']);
+      const warnings = lines.filter((l) => l.msg === 'invalid registry record skipped');
+      assert.equal(warnings.length, 1, JSON.stringify(warnings));
+      assert.equal(warnings[0]!.problem, 'node "heavy".Metadata: 256182 bytes of keys and values, more than the limit of 16384');
+      assert.ok(stats.counter(INVALID_RECORD_STAT).value >= 3, 'counted on every read');
+    } finally {
+      w.watcher.stop();
+      await registry.close();
+      dir.cleanup();
+    }
+  });
+});

@@ -14,8 +14,10 @@ import {
   type WatchEvent,
 } from '../src/registry/registry.js';
 import {
+  MAX_METADATA_BYTES,
   MAX_NODES_PER_REQUEST,
   MAX_NODES_PER_SERVICE,
+  MAX_SERVICE_BYTES,
   type InvalidRecordReport,
   type InvalidRecordSink,
 } from '../src/registry/validate.js';
@@ -102,6 +104,24 @@ function expectValidationError(bad: unknown): (err: unknown) => boolean {
     assert.equal(err.message, expected);
     return true;
   };
+}
+
+/** A check for assert.rejects: a RegistryValidationError with exactly this message. */
+const refusedWith = (message: string) => (err: unknown) => {
+  assert.ok(err instanceof RegistryValidationError, `expected RegistryValidationError, got ${String(err)}`);
+  assert.equal(err.message, message);
+  return true;
+};
+
+/** Metadata of exactly `bytes` bytes of keys and values: one-letter keys, values of at most 4,095 characters. */
+function metadataOf(bytes: number): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let i = 0; bytes > 0; i++) {
+    const value = Math.min(4095, bytes - 1);
+    out[String.fromCharCode(97 + i)] = 'x'.repeat(value);
+    bytes -= 1 + value;
+  }
+  return out;
 }
 
 export function registryContract(name: string, factory: RegistryFactory): void {
@@ -483,6 +503,86 @@ export function registryContract(name: string, factory: RegistryFactory): void {
         await r.deregister(svc('big', '', [node('n0', 1)]));
         await r.register(svc('big', '3', [node('one-more', 1)]));
       }));
+
+    it(`bounds bytes: a node's metadata at most ${MAX_METADATA_BYTES} bytes, a service at most ${MAX_SERVICE_BYTES} (exactly at the limit accepted, one byte more refused)`, () =>
+      using(async (r) => {
+        // At the limit: keys and values of 16 KiB in all (UTF-8 bytes).
+        await r.register(svc('meta', '', [node('m1', 1, metadataOf(MAX_METADATA_BYTES))]));
+        assert.equal(Object.keys((await r.getService('meta'))[0]!.nodes[0]!.metadata).length, 4);
+        await assert.rejects(
+          r.register(svc('meta', '', [node('m2', 2, metadataOf(MAX_METADATA_BYTES + 1))])),
+          refusedWith(`Nodes[0].Metadata: ${MAX_METADATA_BYTES + 1} bytes of keys and values, more than the limit of ${MAX_METADATA_BYTES}`),
+        );
+        await assert.rejects(
+          r.register(svc('meta', '', [node('m3', 3)], { metadata: metadataOf(MAX_METADATA_BYTES + 1) })),
+          refusedWith(`Metadata: ${MAX_METADATA_BYTES + 1} bytes of keys and values, more than the limit of ${MAX_METADATA_BYTES}`),
+        );
+        // A service of exactly MAX_SERVICE_BYTES: "big" (3 bytes), full nodes of 4 + 9 + 16,384 bytes, one node for the rest.
+        const full = (i: number) => node(`n${String(i).padStart(3, '0')}`, 1 + i, metadataOf(MAX_METADATA_BYTES));
+        const perNode = 4 + 9 + MAX_METADATA_BYTES;
+        const count = Math.floor((MAX_SERVICE_BYTES - 3) / perNode);
+        const rest = MAX_SERVICE_BYTES - 3 - count * perNode;
+        const nodes = Array.from({ length: count }, (_, i) => full(i));
+        const last = (extra: number) => node('p000', 9000, metadataOf(rest - 13 + extra));
+        await assert.rejects(
+          r.register(svc('big', '', [...nodes, last(1)])),
+          refusedWith(`service: service "big" would take ${MAX_SERVICE_BYTES + 1} bytes, more than the limit of ${MAX_SERVICE_BYTES} per service (all versions, nodes and endpoints)`),
+        );
+        await r.register(svc('big', '', [...nodes, last(0)]));
+        assert.equal((await r.getService('big'))[0]!.nodes.length, count + 1);
+        // Refreshing what it has is fine at the limit; growing past it is refused (etcd: see docs, readers cap it).
+        await r.register(svc('big', '', [last(0)]));
+        if (name !== 'etcd') {
+          await assert.rejects(
+            r.register(svc('big', '2', [node('q', 1)])),
+            refusedWith(`service: service "big" would take ${MAX_SERVICE_BYTES + 14} bytes, more than the limit of ${MAX_SERVICE_BYTES} per service (all versions, nodes and endpoints)`),
+          );
+        }
+      }));
+
+    it('a stored node over the byte limits is skipped and reported; so is what is stored past a service\'s limit; watches go on', async (t) => {
+      const probe = await factory({ onInvalidRecord: () => undefined });
+      const raw = probe.writeRaw !== undefined;
+      await probe.cleanup();
+      if (!raw) return t.skip(`${name} only holds records it checked itself`);
+      await using(async (r, under, reports) => {
+        const good = node('good-1', 7001);
+        await r.register(svc('shop', '1', [good]));
+        const w = collect(r);
+        try {
+          // 64 entries of 4,000 characters: within the per-entry rules, 256 KB in all.
+          const heavy = Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`k${i}`, 'x'.repeat(4000)]));
+          await under.writeRaw!({ name: 'shop', version: '1', node: { id: 'heavy', address: '127.0.0.1', port: 2, metadata: heavy } });
+          const good2 = node('good-2', 7002);
+          await r.register(svc('shop', '1', [good2]));
+          const e = await w.next((ev) => ev.service.name === 'shop' && ev.service.nodes.some((n) => n.id === 'good-2'));
+          assert.deepEqual(e.service.nodes.map((n) => n.id), ['good-1', 'good-2']);
+          assert.ok(w.events.every((ev) => ev.service.nodes.every((n) => n.id !== 'heavy')), 'no event carries the heavy node');
+          assert.deepEqual((await r.getService('shop'))[0]!.nodes.map((n) => n.id), ['good-1', 'good-2']);
+          const heavyReport = reports.find((rep) => rep.problem.startsWith('node "heavy"'));
+          assert.ok(heavyReport, JSON.stringify(reports));
+          assert.equal(heavyReport.problem, `node "heavy".Metadata: 256182 bytes of keys and values, more than the limit of ${MAX_METADATA_BYTES}`);
+
+          // A service at its limit, and one more (valid) node written past it: read as its first MAX_SERVICE_BYTES.
+          const perNode = 4 + 9 + MAX_METADATA_BYTES;
+          const count = Math.floor((MAX_SERVICE_BYTES - 3) / perNode);
+          const rest = MAX_SERVICE_BYTES - 3 - count * perNode;
+          const nodes = Array.from({ length: count }, (_, i) => node(`n${String(i).padStart(3, '0')}`, 1 + i, metadataOf(MAX_METADATA_BYTES)));
+          await r.register(svc('big', '', [...nodes, node('p000', 9000, metadataOf(rest - 13))]));
+          reports.length = 0;
+          await under.writeRaw!({ name: 'big', version: '', node: { id: 'z-past', address: '127.0.0.1', port: 3 } });
+          const ids = (await r.getService('big'))[0]!.nodes.map((n) => n.id);
+          assert.equal(ids.length, count + 1);
+          assert.ok(!ids.includes('z-past'));
+          assert.ok(
+            reports.some((rep) => rep.problem === `service: more than ${MAX_SERVICE_BYTES} bytes in the service; 1 node left out`),
+            JSON.stringify(reports),
+          );
+        } finally {
+          w.watcher.stop();
+        }
+      });
+    });
 
     it('a stored record that breaks the rules is skipped and reported; the good nodes of its service stay; watches go on', async (t) => {
       const probe = await factory({ onInvalidRecord: () => undefined });

@@ -360,6 +360,63 @@ describe('local registry: a store that refuses writes keeps the last known view'
   });
 });
 
+describe('local registry: a -shm file that refuses writes (chattr +i) keeps the last view and never kills the process', () => {
+  const dir = tempDir('mesh-registry-shm-');
+  const shm = `${join(dir.path, LOCAL_DB_FILE)}-shm`;
+  const service = instance(dir.path);
+  const gateway = instance(dir.path);
+  after(async () => {
+    chattr('-i', [shm]);
+    await service.registry.close();
+    await gateway.registry.close();
+    dir.cleanup();
+  });
+
+  it('writes refused, readers and watchers keep the view past the TTL, opening refused clearly; all back when it takes writes', async (t) => {
+    const TTL = 1500;
+    await service.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: TTL });
+    const w = collect(gateway.registry);
+    await waitFor(async () => ids(await gateway.registry.getService('alpha')).length === 1);
+    assert.ok(existsSync(shm), 'SQLite made its -shm file');
+    if (!chattr('+i', [shm])) {
+      console.warn('SKIP: chattr +i is not available here (not root, or the file system has no immutable flag): the -shm case is NOT TESTED');
+      t.skip('chattr +i is not available here: NOT TESTED');
+      return;
+    }
+    const frozenAt = Date.now();
+    // Before the fix, this write went through SQLite's mapping of the -shm file: SIGBUS, the process gone.
+    await assert.rejects(service.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: TTL }), (err: Error) => {
+      assert.match(err.message, /^registry local \(.*registry\.db\): store failing, write refused: .*registry\.db-shm cannot be written \(EPERM\)/);
+      return true;
+    });
+    assert.equal(service.failing(), 1);
+    assert.throws(() => new LocalRegistry(dir.path), /cannot open .*registry\.db: .*registry\.db-shm cannot be written \(EPERM\)/);
+
+    // Past the TTL (nobody could refresh): still there, for both, and the watcher reported no expiry.
+    await waitFor(() => Date.now() > frozenAt + TTL + 500, TTL + 2000, 50);
+    assert.deepEqual(ids(await gateway.registry.getService('alpha')), ['alpha-1']);
+    assert.deepEqual(ids(await service.registry.getService('alpha')), ['alpha-1']);
+    assert.deepEqual(w.events.filter((e) => e.action === 'delete'), [], 'the watcher reported no expiry');
+    await waitFor(() => gateway.failing() === 1, 3000);
+    for (const x of [service, gateway]) {
+      const errors = x.lines.filter((l) => l.level === 'error');
+      assert.equal(errors.length, 1, `one error line, not one per poll: ${JSON.stringify(x.lines)}`);
+      assert.match(errors[0]!.msg, /registry store failing/);
+    }
+
+    // It takes writes again: both recover, the service's registration is written again by itself.
+    await assert.rejects(service.registry.register(svc('alpha', '1', [node('alpha-1', 8001)]), { ttlMs: 60_000 }));
+    assert.ok(chattr('-i', [shm]));
+    await waitFor(() => service.failing() === 0 && gateway.failing() === 0, 5000);
+    const fresh = new LocalRegistry(dir.path);
+    try {
+      assert.deepEqual(ids(await fresh.getService('alpha')), ['alpha-1']);
+    } finally {
+      await fresh.close();
+    }
+  });
+});
+
 describe('local registry: the file replaced by something that cannot be opened', () => {
   const dir = tempDir('mesh-registry-dir-');
   const file = join(dir.path, LOCAL_DB_FILE);

@@ -26,6 +26,8 @@ export interface StreamCallArgs {
   /** Longest stdin line accepted (--max_body_size): memory stays bounded. */
   maxLineBytes: number;
   out: (text: string) => void;
+  /** Resolves when the output can take more: the next answer is read only then, so a slow reader slows the stream instead of filling memory. */
+  drain?: () => Promise<void>;
 }
 
 /** One answer as one line: compact JSON, or the text with control characters escaped when it is not JSON. */
@@ -66,7 +68,10 @@ export async function runStreamCall(ops: Operations, args: StreamCallArgs): Prom
         }
       });
     }
-    for await (const message of call) args.out(answerLine(message));
+    for await (const message of call) {
+      args.out(answerLine(message));
+      await args.drain?.();
+    }
     if (inputError) throw inputError;
     return 0;
   } catch (err) {

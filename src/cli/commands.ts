@@ -9,10 +9,13 @@ import { MeshError } from '../errors.js';
 import { printable } from '../util/text.js';
 import { formatAddress } from '../util/address.js';
 import { messageId } from '../broker/durable.js';
+import { endpointNameProblem } from '../transport/endpoint.js';
 
 export interface Output {
   out: (text: string) => void;
   err: (text: string) => void;
+  /** Resolves when `out` can take more (see src/cli/output.ts). */
+  drain?: () => Promise<void>;
 }
 
 /** A usage problem in a command's arguments (exit 2). */
@@ -98,7 +101,8 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       case 'deregister': {
         if (noun !== 'service') throw new UsageError(`usage: mesh ${verb} service JSON`);
         const service = parseServiceArg(rest, `${verb} service`);
-        if (verb === 'register') await ops.register(service);
+        // --register_ttl (or MESH_REGISTER_TTL) given: the nodes expire unless registered again; else they stay until deregistered.
+        if (verb === 'register') await ops.register(service, given?.has('register_ttl') ? config.register_ttl : undefined);
         else await ops.deregister(service);
         io.out(json ? '{"status":"ok"}\n' : 'ok\n');
         return 0;
@@ -106,6 +110,8 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       case 'call': {
         const [service, endpoint, ...body] = [noun, ...rest];
         if (!service || !endpoint) throw new UsageError("usage: mesh call SERVICE Endpoint.Method ['{json}']");
+        const badEndpoint = endpointNameProblem(endpoint);
+        if (badEndpoint) throw new UsageError(`call: ${badEndpoint}`);
         const requestJson = body.join(' ').trim() || '{}';
         try {
           parseJson(requestJson);
@@ -125,6 +131,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
             input: process.stdin,
             maxLineBytes: config.max_body_size,
             out: io.out,
+            drain: io.drain,
           });
         }
         const response = await ops.call(service, endpoint, requestJson);

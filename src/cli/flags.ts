@@ -166,7 +166,7 @@ export const FLAG_HELP: Partial<Record<FlagName, FlagHelp>> = {
   registry_tls_cert_file: { group: 'registry' },
   registry_tls_key_file: { group: 'registry' },
   mesh_home: { group: 'registry' },
-  register_ttl: { group: 'registry', commands: ['dev', 'sidecar'] },
+  register_ttl: { group: 'registry', commands: ['dev', 'sidecar', 'register'] },
   register_interval: { group: 'registry', commands: ['dev', 'sidecar'] },
   broker: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },
   broker_address: { group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] },

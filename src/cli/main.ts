@@ -7,6 +7,7 @@
 import { parseArgs, FlagError, attributeFlagError, didYouMean, type ParsedArgs } from './flags.js';
 import { COMMANDS, allFlagsHelp, commandHelp, findCommand, mainHelp } from './help.js';
 import { packageVersion } from '../admin/build-info.js';
+import { cliOutput, type CliOutput } from './output.js';
 
 export type CommandRunner = (args: ParsedArgs) => Promise<number>;
 
@@ -18,28 +19,27 @@ const SERVER_COMMANDS: Record<string, () => Promise<CommandRunner>> = {
   proxy: async () => (await import('./proxy.js')).runProxy,
 };
 
-const out = (t: string) => process.stdout.write(t);
-const err = (t: string) => process.stderr.write(t);
-
-function unknownCommand(words: string[], candidates: string[]): number {
+function unknownCommand({ err }: CliOutput, words: string[], candidates: string[]): number {
   const hint = didYouMean(words.join(' '), candidates, (c) => `"${c}"`);
   err(`mesh: unknown command "${words.join(' ')}"${hint} (see mesh --help)\n`);
   return 2;
 }
 
 /** `mesh help [TOPIC]` and `--help`: stdout, exit 0; an unknown topic exits 2 with a suggestion. */
-function help(topic: string | undefined): number {
+function help(io: CliOutput, topic: string | undefined): number {
+  const { out } = io;
   if (topic === undefined) out(mainHelp());
   else if (topic === 'flags') out(allFlagsHelp());
   else {
     const command = findCommand(topic);
-    if (!command) return unknownCommand([topic], [...COMMANDS.map((c) => c.name), 'flags']);
+    if (!command) return unknownCommand(io, [topic], [...COMMANDS.map((c) => c.name), 'flags']);
     out(commandHelp(command));
   }
   return 0;
 }
 
-export async function main(argv: string[]): Promise<number> {
+export async function main(argv: string[], io: CliOutput): Promise<number> {
+  const { out, err } = io;
   let args: ParsedArgs;
   try {
     args = parseArgs(argv);
@@ -51,8 +51,8 @@ export async function main(argv: string[]): Promise<number> {
     throw e;
   }
   const [command, sub] = args.positionals;
-  if (args.switches.has('help')) return help(command === 'help' ? sub : command);
-  if (command === 'help') return help(sub);
+  if (args.switches.has('help')) return help(io, command === 'help' ? sub : command);
+  if (command === 'help') return help(io, sub);
   if (args.switches.has('version') || command === 'version') {
     out(`mesh ${packageVersion()}\n`);
     return 0;
@@ -67,7 +67,7 @@ export async function main(argv: string[]): Promise<number> {
     return 2;
   }
   const info = findCommand(command);
-  if (!info) return unknownCommand([command], COMMANDS.map((c) => c.name));
+  if (!info) return unknownCommand(io, [command], COMMANDS.map((c) => c.name));
   if (info.subcommands && (sub === undefined || !info.subcommands.includes(sub))) {
     if (sub === undefined) {
       err(`mesh: usage: mesh ${info.name} ${info.args}\n`);
@@ -85,12 +85,16 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (command === 'new') {
       const { runNewService } = await import('./new-service.js');
-      return runNewService(args.positionals.slice(2), { out, err });
+      return runNewService(args.positionals.slice(2), io);
     }
     const server = SERVER_COMMANDS[command];
-    if (server) return await (await server())(args);
+    if (server) {
+      // A server logs for as long as it runs; its output is not the short commands' output.
+      io.detach();
+      return await (await server())(args);
+    }
     const { runPlatformCommand } = await import('./commands.js');
-    return await runPlatformCommand(args.positionals, args.config, { out, err }, args.given);
+    return await runPlatformCommand(args.positionals, args.config, io, args.given);
   } catch (e) {
     if (e instanceof FlagError) {
       err(`mesh: ${attributeFlagError(e.message, args.fromEnv)}\n`);
@@ -106,14 +110,12 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    // Server commands keep running until a signal; short commands exit with their code.
-    if (code >= 0) process.exitCode = code;
-    if (code >= 0) setImmediate(() => process.exit(code));
-  },
+const io = cliOutput();
+main(process.argv.slice(2), io).then(
+  // Server commands keep running until a signal; short commands exit with their code once their output is written.
+  (code) => (code >= 0 ? io.exit(code) : undefined),
   (e: unknown) => {
-    process.stderr.write(`mesh: ${(e as Error)?.stack ?? String(e)}\n`);
-    process.exit(1);
+    io.err(`mesh: ${(e as Error)?.stack ?? String(e)}\n`);
+    return io.exit(1);
   },
 );

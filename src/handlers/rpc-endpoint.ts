@@ -19,6 +19,7 @@ import type { RpcRoute } from './resolve.js';
 import type { StreamSockets } from './stream.js';
 import { upgradeRefusal } from '../auth/edge.js';
 import { tryParseAddress } from '../util/address.js';
+import { endpointNameProblem } from '../transport/endpoint.js';
 
 export interface RpcCall {
   service: string;
@@ -69,7 +70,8 @@ function rpcTarget(errorId: string, fields: Record<string, unknown>): { service:
   if (typeof service !== 'string' || service.trim() === '') throw new MeshError(errorId, 400, 'service: required');
   const method = fields.method ?? fields.endpoint;
   if (typeof method !== 'string' || method.trim() === '') throw new MeshError(errorId, 400, 'method: required (or endpoint)');
-  if (!/^[A-Za-z_]\w*\.[A-Za-z_]\w*$/.test(method)) throw new MeshError(errorId, 400, `method: "${method}" is not Endpoint.Method`);
+  const problem = endpointNameProblem(method);
+  if (problem) throw new MeshError(errorId, 400, `method: ${problem}`);
   return { service: service.trim(), method };
 }
 

@@ -13,7 +13,7 @@ import {
   type Watcher,
 } from './registry.js';
 import { EventQueue, byVersion, cloneService, diffVersions } from './records.js';
-import { checkNodesPerService, ttlOf, validateDeregister } from './validate.js';
+import { checkNodesPerService, checkServiceBytes, ttlOf, validateDeregister } from './validate.js';
 
 // ---------------------------------------------------------------------------------------------
 // MemoryRegistry
@@ -53,6 +53,7 @@ export class MemoryRegistry implements Registry {
     this.expire();
     const before = this.live(s.name);
     checkNodesPerService(s.name, before.flatMap((v) => v.nodes.map((n) => n.id)), s.nodes.map((n) => n.id));
+    checkServiceBytes(before, s);
     let versions = this.services.get(s.name);
     if (!versions) this.services.set(s.name, (versions = new Map()));
     let stored = versions.get(s.version);

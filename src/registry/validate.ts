@@ -14,11 +14,14 @@
  * - Port: an integer from 1 to 65535.
  * - Metadata (service, node, endpoint): at most MAX_METADATA_ENTRIES entries; keys 1..128
  *   characters, values strings of up to MAX_METADATA_VALUE_LENGTH; no control characters.
+ *   At most MAX_METADATA_BYTES in all (UTF-8 bytes of keys and values): a node is small.
  * - Endpoints: at most MAX_ENDPOINTS; names 1..MAX_NAME_LENGTH of letters, digits, `.`, `-`,
  *   `_`, `:`, `/` (may start with `/` or `_`), same rules; request/response schemas up to
  *   MAX_ENDPOINT_SCHEMA_BYTES of JSON each.
  * - At most MAX_NODES_PER_REQUEST nodes in one registration, MAX_NODES_PER_SERVICE live nodes per
  *   service name (all versions together).
+ * - At most MAX_SERVICE_BYTES per service name, all versions together, counted by serviceBytes
+ *   (the UTF-8 bytes of its strings): a watcher's memory stays proportional to what it routes.
  *
  * A stored record that breaks a rule is skipped piece by piece (sanitizeStoredVersion): a bad
  * node is dropped and its service's good nodes stay; bad metadata entries and endpoints are
@@ -53,6 +56,10 @@ export const MAX_ENDPOINT_SCHEMA_BYTES = 16 * 1024;
 export const MAX_NODES_PER_REQUEST = 1_000;
 /** Live nodes of one service name, all versions together. */
 export const MAX_NODES_PER_SERVICE = 10_000;
+/** The bytes of one metadata map (service, node or endpoint): keys and values, UTF-8. */
+export const MAX_METADATA_BYTES = 16 * 1024;
+/** The bytes of one service name, all versions together (serviceBytes). */
+export const MAX_SERVICE_BYTES = 2 * 1024 * 1024;
 
 /** The counter of stored records (nodes, metadata entries, endpoints, versions) skipped as invalid. */
 export const INVALID_RECORD_STAT = 'registry.invalid_record';
@@ -127,7 +134,66 @@ export function metadataProblem(metadata: unknown): [string, string] | undefined
     const p = metadataEntryProblem(k, v);
     if (p) return [`.${printable(k.slice(0, 64))}`, p];
   }
+  const bytes = metadataBytes(metadata as Metadata);
+  if (bytes > MAX_METADATA_BYTES) return ['', `${bytes} bytes of keys and values, more than the limit of ${MAX_METADATA_BYTES}`];
   return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// sizes: the UTF-8 bytes of a record's strings (ports and JSON punctuation are not counted)
+
+/** The bytes of a metadata map: its keys and values. */
+export function metadataBytes(metadata: Metadata | undefined): number {
+  let n = 0;
+  for (const [k, v] of Object.entries(metadata ?? {})) n += Buffer.byteLength(k) + Buffer.byteLength(String(v));
+  return n;
+}
+
+/** The bytes of a node: id, address and metadata. */
+export function nodeBytes(node: Node): number {
+  return Buffer.byteLength(node.id) + Buffer.byteLength(node.address) + metadataBytes(node.metadata);
+}
+
+function endpointBytes(e: Endpoint): number {
+  const json = (v: unknown) => (v === undefined || v === null ? 0 : Buffer.byteLength(JSON.stringify(v) ?? ''));
+  return Buffer.byteLength(e.name) + json(e.request) + json(e.response) + metadataBytes(e.metadata);
+}
+
+/** The bytes of a version without its nodes: name, version, metadata and endpoints (schemas as JSON). */
+export function versionBytes(service: Service): number {
+  let n = Buffer.byteLength(service.name) + Buffer.byteLength(service.version ?? '') + metadataBytes(service.metadata);
+  for (const e of service.endpoints ?? []) n += endpointBytes(e);
+  return n;
+}
+
+/** The bytes a service name takes, all versions given: each version's own bytes and its nodes'. */
+export function serviceBytes(versions: readonly Service[]): number {
+  let n = 0;
+  for (const v of versions) {
+    n += versionBytes(v);
+    for (const node of v.nodes) n += nodeBytes(node);
+  }
+  return n;
+}
+
+function tooLarge(name: string, bytes: number): string {
+  return `service ${shown(name)} would take ${bytes} bytes, more than the limit of ${MAX_SERVICE_BYTES} per service (all versions, nodes and endpoints)`;
+}
+
+/**
+ * Refuses a registration that would take the service past MAX_SERVICE_BYTES. `existing`: the
+ * service's versions now; the registration replaces its version's own part and its nodes of the
+ * same ids.
+ */
+export function checkServiceBytes(existing: readonly Service[], added: Service): void {
+  const replaced = new Set(added.nodes.map((n) => n.id));
+  let bytes = serviceBytes([added]);
+  for (const v of existing) {
+    const same = (v.version ?? '') === (added.version ?? '');
+    if (!same) bytes += versionBytes(v);
+    for (const node of v.nodes) if (!(same && replaced.has(node.id))) bytes += nodeBytes(node);
+  }
+  if (bytes > MAX_SERVICE_BYTES) fail('service', tooLarge(added.name, bytes));
 }
 
 function metadataEntryProblem(key: string, value: unknown): string | undefined {
@@ -211,6 +277,8 @@ export function validateService(service: Service, requireNodes = true): void {
     const p = nodeProblem(node);
     if (p) fail(`Nodes[${i}]${p[0]}`, p[1]);
   });
+  const bytes = serviceBytes([service]);
+  if (bytes > MAX_SERVICE_BYTES) fail('service', tooLarge(service.name, bytes));
 }
 
 /** Deregister input: a name and node ids are all that matter (a stored record that breaks the rules can still be removed). */
@@ -254,12 +322,24 @@ export interface InvalidRecordReport {
 
 export type InvalidRecordSink = (report: InvalidRecordReport) => void;
 
-/** Where backends report skipped records: a warning log (subsystem registry) and the registry.invalid_record counter. */
+/** Distinct skipped records a sink remembers having logged; past it, it starts over. */
+const LOGGED_RECORDS = 1024;
+
+/**
+ * Where backends report skipped records: a warning log (subsystem registry) and the
+ * registry.invalid_record counter. A record is read again on every change of its service: it is
+ * logged once (per service and problem), and counted every time it is skipped.
+ */
 export function invalidRecordSink(options: { stats?: StatsStore; logging?: Logging; log?: Logger }): InvalidRecordSink {
   const counter = options.stats?.counter(INVALID_RECORD_STAT);
   const log = options.log ?? options.logging?.get('registry');
+  const logged = new Set<string>();
   return (r) => {
     counter?.inc(r.dropped);
+    const key = `${r.backend}\0${r.service}\0${r.problem}`;
+    if (logged.has(key)) return;
+    if (logged.size >= LOGGED_RECORDS) logged.clear();
+    logged.add(key);
     if (log) log.warn({ backend: r.backend, service: r.service, dropped: r.dropped, problem: r.problem }, 'invalid registry record skipped');
     else process.emitWarning(`registry ${r.backend}: invalid record of service ${r.service} skipped (${r.dropped} dropped): ${r.problem}`);
   };
@@ -288,12 +368,16 @@ export function sanitizeStoredVersion(service: Service): { service?: Service; dr
     }
     const out: Metadata = {};
     let count = 0;
+    let bytes = 0;
     for (const [k, v] of Object.entries(md)) {
-      const p = count >= MAX_METADATA_ENTRIES ? `more than ${MAX_METADATA_ENTRIES} entries` : metadataEntryProblem(k, v);
+      let p = count >= MAX_METADATA_ENTRIES ? `more than ${MAX_METADATA_ENTRIES} entries` : metadataEntryProblem(k, v);
+      const size = p ? 0 : Buffer.byteLength(k) + Buffer.byteLength(v as string);
+      if (!p && bytes + size > MAX_METADATA_BYTES) p = `more than ${MAX_METADATA_BYTES} bytes of keys and values`;
       if (p) note(`${field}.${printable(k.slice(0, 64))}`, p);
       else {
         out[k] = v as string;
         count++;
+        bytes += size;
       }
     }
     return out;
@@ -326,6 +410,7 @@ export function sanitizeStoredService(backend: string, name: string, versions: r
   let problem: string | undefined;
   const out: Service[] = [];
   let room = MAX_NODES_PER_SERVICE;
+  let bytesRoom = MAX_SERVICE_BYTES;
   for (const v of versions) {
     const r = sanitizeStoredVersion(v);
     dropped += r.dropped;
@@ -337,6 +422,24 @@ export function sanitizeStoredService(backend: string, name: string, versions: r
       problem ??= `Nodes: more than ${MAX_NODES_PER_SERVICE} nodes in the service; ${over} left out`;
       r.service.nodes = r.service.nodes.slice(0, room);
     }
+    // At most MAX_SERVICE_BYTES of the service are used: its first versions and nodes, the rest left out.
+    let used = versionBytes(r.service);
+    let kept = 0;
+    if (used <= bytesRoom) {
+      for (const node of r.service.nodes) {
+        const size = nodeBytes(node);
+        if (used + size > bytesRoom) break;
+        used += size;
+        kept++;
+      }
+    }
+    if (kept < r.service.nodes.length) {
+      const over = r.service.nodes.length - kept;
+      dropped += over;
+      problem ??= `service: more than ${MAX_SERVICE_BYTES} bytes in the service; ${over} node${over === 1 ? '' : 's'} left out`;
+      r.service.nodes = r.service.nodes.slice(0, kept);
+    }
+    if (kept > 0) bytesRoom -= used;
     room -= r.service.nodes.length;
     if (r.service.nodes.length > 0) out.push(r.service);
   }

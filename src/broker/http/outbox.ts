@@ -32,6 +32,7 @@
 import Database from 'better-sqlite3';
 import { closeSync, openSync } from 'node:fs';
 import { PRIVATE_FILE_MODE, privateDirectory, privateFiles } from '../../util/private-files.js';
+import { shmWriteProblem } from '../../util/sqlite-shm.js';
 import { join } from 'node:path';
 import type pino from 'pino';
 import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from '../broker.js';
@@ -161,7 +162,10 @@ function openSchema(db: Database.Database): void {
 
 export class Outbox {
   private readonly db: Database.Database;
-  private readonly st: {
+  private readonly file: string;
+  /** Why the -shm file refuses writes, while it does (see `st`). */
+  private shmProblem: string | undefined;
+  private readonly statements: {
     hasConsumers: Database.Statement<[string], { n: number }>;
     consumerNames: Database.Statement<[string], { name: string }>;
     consumer: Database.Statement<[string, string], { cursor: number }>;
@@ -209,9 +213,11 @@ export class Outbox {
     try {
       // Private to its user, as the registry's files (src/util/private-files.ts).
       privateDirectory(options.directory, options.logger);
-      const file = join(options.directory, OUTBOX_FILE);
+      const file = (this.file = join(options.directory, OUTBOX_FILE));
       closeSync(openSync(file, 'a', PRIVATE_FILE_MODE));
       privateFiles([file, `${file}-wal`, `${file}-shm`], options.logger);
+      const shm = shmWriteProblem(file);
+      if (shm) throw shm;
       this.db = new Database(file);
       this.db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
       this.db.pragma('journal_mode = WAL');
@@ -225,7 +231,7 @@ export class Outbox {
     }
     const db = this.db;
     const cast = <T>(st: Database.Statement): T => st as unknown as T;
-    this.st = {
+    this.statements = {
       hasConsumers: db.prepare('SELECT EXISTS (SELECT 1 FROM consumers WHERE topic = ?) AS n'),
       consumerNames: db.prepare('SELECT name FROM consumers WHERE topic = ?'),
       consumer: db.prepare('SELECT cursor FROM consumers WHERE topic = ? AND name = ?'),
@@ -286,6 +292,31 @@ export class Outbox {
     }
   }
 
+  /**
+   * The statements, once the -shm file is known to take writes: SQLite writes through its mapping
+   * of that file on reads too, and into a file that refuses writes (`chattr +i`) that is SIGBUS, not
+   * an error. Throws BrokerUnavailableError then (logged once, and once when it is back).
+   */
+  private get st(): Outbox['statements'] {
+    const problem = shmWriteProblem(this.file);
+    if (problem) {
+      if (this.shmProblem === undefined) this.options.logger.error({ path: this.file, error: problem.message }, 'http broker: the durable outbox cannot be used until its -shm file takes writes again');
+      this.shmProblem = problem.message;
+      throw new BrokerUnavailableError(`http broker: durable outbox unavailable: ${problem.message}`);
+    }
+    if (this.shmProblem !== undefined) {
+      this.shmProblem = undefined;
+      this.options.logger.info({ path: this.file }, 'http broker: the durable outbox takes writes again');
+    }
+    return this.statements;
+  }
+
+  /** A transaction of the database, once the -shm file is known to take writes (BEGIN writes through it too). */
+  private transaction<F extends (...args: never[]) => unknown>(fn: F): Database.Transaction<F> {
+    void this.st;
+    return this.db.transaction(fn);
+  }
+
   /** Stores the message once for the consumers of the topic; returns the header to deliver plainly (with Mesh-Id when stored). */
   store(topic: string, header: Record<string, string>, body: Uint8Array): Record<string, string> {
     if (this.closed) throw new BrokerUnavailableError('http broker: closed');
@@ -296,7 +327,7 @@ export class Outbox {
     const maxBytes = this.options.defaults.maxBytes;
     let dropped = 0;
     // Checked again under the write lock: the last consumer may have gone meanwhile.
-    const stored = this.db.transaction(() => {
+    const stored = this.transaction(() => {
       if (!this.st.hasConsumers.get(topic)?.n) return false;
       const seq = Number(this.st.insert.run(topic, withId.id, json, buf, Date.now()).lastInsertRowid);
       if (maxBytes > 0) dropped = this.dropOverBudget(topic, seq, maxBytes);
@@ -327,7 +358,7 @@ export class Outbox {
     for (const { seq, message } of this.listDeadLetters(topic, limit)) {
       await this.options.publish(topic, replayed(message));
       // Listed in order: everything of the keeper before seq was replayed already.
-      this.db.transaction(() => {
+      this.transaction(() => {
         this.st.ack.run(dlq, DLQ_KEEPER, seq);
         this.st.setCursor.run(seq, dlq, DLQ_KEEPER);
         this.st.collectOne.run(seq, dlq, seq, dlq, seq);
@@ -347,7 +378,7 @@ export class Outbox {
   /** Removes a consumer name of a topic and the messages kept only for it; false when it has none of that name. */
   removeConsumer(topic: string, name: string): boolean {
     if (this.closed) throw new BrokerUnavailableError('http broker: closed');
-    return this.db.transaction(() => {
+    return this.transaction(() => {
       if (this.st.removeConsumer.all(topic, name).length === 0) return false;
       this.st.dropInflight.run(topic, name);
       this.st.collect.run(topic, topic);
@@ -362,7 +393,7 @@ export class Outbox {
     try {
       const idle = this.st.idle.all(DLQ_KEEPER, Date.now() - threshold);
       for (const c of idle) {
-        const removed = this.db.transaction(() => {
+        const removed = this.transaction(() => {
           // Checked again under the write lock: a subscriber may have marked it active meanwhile.
           const still = this.st.idle.all(DLQ_KEEPER, Date.now() - threshold).some((x) => x.topic === c.topic && x.name === c.name);
           if (!still) return false;
@@ -381,7 +412,7 @@ export class Outbox {
    */
   private register(topic: string, name: string): void {
     const max = this.options.defaults.maxConsumers;
-    this.db.transaction(() => {
+    this.transaction(() => {
       const now = Date.now();
       if (!this.st.consumer.get(topic, name)) {
         if (name !== DLQ_KEEPER && (this.st.countConsumers.get(topic, DLQ_KEEPER)?.n ?? 0) >= max) throw tooManyConsumers(topic, max);
@@ -400,7 +431,7 @@ export class Outbox {
    */
   private claim(topic: string, name: string, ackWaitMs: number, room: number): Row[] {
     const now = Date.now();
-    return this.db.transaction(() => {
+    return this.transaction(() => {
       let cursor = this.st.consumer.get(topic, name)?.cursor;
       if (cursor === undefined) {
         this.st.addConsumer.run(topic, name, now);
@@ -434,7 +465,7 @@ export class Outbox {
     const inflight = new Set<Promise<void>>();
     const ack = (seq: number): void => {
       if (this.closed) return;
-      this.db.transaction(() => {
+      this.transaction(() => {
         this.st.ack.run(topic, settings.name, seq);
         this.st.collectOne.run(seq, topic, seq, topic, seq);
       })();
@@ -502,7 +533,8 @@ export class Outbox {
           if (this.options.defaults.maxAgeMs > 0 && Math.random() < 0.01) this.st.expire.run(now - this.options.defaults.maxAgeMs);
           this.pendingCheck(topic, settings.name);
         } catch (err) {
-          logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: reading the durable outbox failed');
+          // An outbox whose -shm file refuses writes was said once (st); the polls go on quietly until it is back.
+          if (this.shmProblem === undefined) logger.warn({ topic, durable: settings.name, error: (err as Error).message }, 'http broker: reading the durable outbox failed');
         }
       }
       for (const row of rows) {
@@ -638,7 +670,7 @@ export class Outbox {
       try {
         gauge.set(this.st.pending.get(topic, consumer, topic, topic, consumer)?.n ?? 0);
       } catch (err) {
-        this.options.logger.warn({ topic, durable: consumer, error: (err as Error).message }, 'http broker: counting pending messages failed');
+        if (this.shmProblem === undefined) this.options.logger.warn({ topic, durable: consumer, error: (err as Error).message }, 'http broker: counting pending messages failed');
       }
     };
     const wait = check.last + PENDING_CHECK_MS - Date.now();
@@ -652,6 +684,7 @@ export class Outbox {
     await Promise.all([...this.running].map((r) => r.stop()));
     this.closed = true;
     for (const check of [...this.pendingChecks.values(), ...this.topicChecks.values()]) clearTimeout(check.timer);
-    this.db.close();
+    // Closing checkpoints through the -shm mapping: while it refuses writes the connection is left to the process's exit.
+    if (!shmWriteProblem(this.file)) this.db.close();
   }
 }

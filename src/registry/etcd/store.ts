@@ -15,6 +15,8 @@ import { MAX_NODES_PER_SERVICE, checkNodesPerService, sanitizeStoredService, sho
 import type { StaleView } from '../stale-view.js';
 
 const TXN_MAX_OPS = 100;
+/** Bytes of keys and values in one transaction: under etcd's default request limit (--max-request-bytes, 1.5 MiB). */
+const TXN_MAX_BYTES = 1024 * 1024;
 
 /** A stored record: the service with one node, and its expiry. */
 export interface StoredRecord {
@@ -223,12 +225,24 @@ export class EtcdStore {
     }
   }
 
-  /** Runs the operations in transactions of at most TXN_MAX_OPS. */
+  /** Runs the operations in transactions of at most TXN_MAX_OPS and TXN_MAX_BYTES (one larger put goes alone). */
   async txn(ops: TxnOps): Promise<void> {
-    for (let i = 0; i < ops.length; i += TXN_MAX_OPS) {
-      const res = await this.client.kv.txn({ compare: [], success: ops.slice(i, i + TXN_MAX_OPS), failure: [] });
+    let batch: TxnOps = [];
+    let bytes = 0;
+    const flush = async () => {
+      if (batch.length === 0) return;
+      const res = await this.client.kv.txn({ compare: [], success: batch, failure: [] });
       this.noteHeader(res.header);
+      batch = [];
+      bytes = 0;
+    };
+    for (const op of ops) {
+      const size = (op.request_put?.key?.length ?? 0) + (op.request_put?.value?.length ?? 0) + (op.request_delete_range?.key?.length ?? 0);
+      if (batch.length >= TXN_MAX_OPS || (batch.length > 0 && bytes + size > TXN_MAX_BYTES)) await flush();
+      batch.push(op);
+      bytes += size;
     }
+    await flush();
   }
 
   /** gRPC says only "UNAVAILABLE" when TLS fails; name the likely causes. */

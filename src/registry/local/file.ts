@@ -15,6 +15,7 @@
  *   operations), and the marker is written before the link, so a process that finds a new file
  *   with the old marker can only be looking at a replaced one.
  */
+import { shmWriteProblem } from '../../util/sqlite-shm.js';
 import Database from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
 import {
@@ -144,6 +145,9 @@ function connect(file: string): Opened {
 
 function connectOnce(file: string): Opened {
   let db: DB | undefined;
+  // The open writes (the schema): never through the mapping of a -shm file that refuses writes.
+  const shm = shmWriteProblem(file);
+  if (shm) throw shm;
   try {
     db = new Database(file, { timeout: BUSY_TIMEOUT_MS, fileMustExist: true });
     db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);

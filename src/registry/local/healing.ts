@@ -7,6 +7,7 @@
  * once a write succeeds this process's registrations are written again.
  */
 import { closeQuietly, fileMoved, openDatabase, type Opened } from './file.js';
+import { shmWriteProblem } from '../../util/sqlite-shm.js';
 import type { Leases } from './leases.js';
 import type { LocalStore } from './store.js';
 
@@ -31,6 +32,16 @@ export class FileHealer {
   maintain(): void {
     const store = this.store;
     if (store.closed) return;
+    // A -shm file that refuses writes: failing (writes refused, readers keep the last good view),
+    // and no reopen or rewrite, which would write through its mapping and kill the process.
+    const shm = shmWriteProblem(store.file);
+    if (shm) {
+      store.frozen = true;
+      store.markFailing(shm, Date.now(), true);
+      return;
+    }
+    // Writable again: the recovery below (a fresh connection, our registrations written again) may touch it.
+    store.frozen = false;
     const moved = fileMoved(store.file, store.fileId, store.shmId);
     if (moved === 'unknown') return; // cannot even stat: leave things as they are
     if (!moved && !store.failing) return;

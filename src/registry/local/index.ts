@@ -25,7 +25,7 @@ import {
   type Watcher,
 } from '../registry.js';
 import { canonicalJson, cloneService } from '../records.js';
-import { invalidRecordSink, ttlOf, validateDeregister, type InvalidRecordSink } from '../validate.js';
+import { RegistryValidationError, checkServiceBytes, invalidRecordSink, ttlOf, validateDeregister, type InvalidRecordSink } from '../validate.js';
 import { openDatabase, type Opened } from './file.js';
 import { FileHealer } from './healing.js';
 import { Leases, fillNewFile } from './leases.js';
@@ -113,12 +113,15 @@ export class LocalRegistry implements Registry {
     try {
       this.store.writeChecked((now) => {
         const before = this.store.load(s.name, now).versions;
+        checkServiceBytes(before, s);
         expiresAt = ttl > 0 ? now + ttl : null;
         this.store.upsert(s, expiresAt);
         const after = this.store.load(s.name, now).versions;
         return canonicalJson(before) === canonicalJson(after) ? [] : [s.name];
       });
     } catch (err) {
+      // A registration the rules refuse is not the store's failure: nothing to write on recovery.
+      if (err instanceof RegistryValidationError) throw err;
       // A refresh that failed still says the caller wants its nodes: they are written on recovery.
       // A new registration that failed is not remembered (the caller was told).
       this.leases.remember(s, expiresAt, true);
@@ -190,7 +193,8 @@ export class LocalRegistry implements Registry {
     this.poller.close();
     this.store.view.close();
     this.leases.clear();
-    this.store.db.close();
+    // Closing checkpoints through the -shm mapping: a frozen store's connection is left to the process's exit.
+    if (!this.store.frozen) this.store.db.close();
   }
 
   /** Whether writes are being refused (the gauge registry.store_failing). */

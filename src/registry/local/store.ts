@@ -19,6 +19,7 @@ import { normalizeService, type Endpoint, type Metadata, type Service } from '..
 import { byName, byNodeId, byVersion } from '../records.js';
 import {
   MAX_NODES_PER_SERVICE,
+  RegistryValidationError,
   checkNodesPerService,
   sanitizeStoredService,
   sanitizeStoredVersion,
@@ -78,6 +79,14 @@ export class LocalStore {
   lastRevision = '0';
   closed = false;
   failing: Failing | undefined;
+  /**
+   * The -shm file refuses writes (src/util/sqlite-shm.ts): SQLite is not touched at all, since any
+   * access may write through its mapping and kill the process. Reads answer the last view seen.
+   */
+  frozen = false;
+  /** The last view of each service name read (and of the listing): what reads answer while frozen. */
+  private readonly lastLoads = new Map<string, Loaded>();
+  private lastListing: Service[] = [];
   /** When the store was last known good: opened, written, or swept with nothing expired. */
   goodAt = Date.now();
   hooks: StoreHooks = { rewrite: () => undefined, committed: () => undefined, registrations: () => 0 };
@@ -110,6 +119,7 @@ export class LocalStore {
   }
 
   readRevision(): number {
+    if (this.frozen) return Number(this.lastRevision);
     return this.st.revision.get()?.value ?? 0;
   }
 
@@ -143,6 +153,14 @@ export class LocalStore {
    * registry rules (written by another tool) are skipped node by node and reported.
    */
   load(name: string, now: number): Loaded {
+    if (this.frozen) return this.lastLoads.get(name) ?? { versions: [], nextExpiry: Infinity };
+    const loaded = this.loadRows(name, now);
+    if (loaded.versions.length > 0) this.lastLoads.set(name, loaded);
+    else this.lastLoads.delete(name);
+    return loaded;
+  }
+
+  private loadRows(name: string, now: number): Loaded {
     const nodes = this.st.liveNodes.all({ name, now });
     if (nodes.length === 0) return { versions: [], nextExpiry: Infinity };
     const rows = new Map(this.st.serviceRows.all(name).map((r) => [r.version, r]));
@@ -180,6 +198,12 @@ export class LocalStore {
 
   /** One entry per live service name (its lowest version, no nodes), sorted by name. */
   listServices(): Service[] {
+    if (this.frozen) return this.lastListing;
+    this.lastListing = this.listRows();
+    return this.lastListing;
+  }
+
+  private listRows(): Service[] {
     const rows = this.st.liveServiceRows.all({ now: this.viewNow() });
     const byNameMap = new Map<string, Service>();
     for (const row of rows) {
@@ -212,6 +236,7 @@ export class LocalStore {
 
   /** Refuses a registration that would take the service past MAX_NODES_PER_SERVICE nodes: a count first, the ids only near the limit. */
   checkServiceSize(s: Service): void {
+    if (this.frozen) return; // the write is refused anyway
     const now = Date.now();
     if ((this.st.countLiveNodes.get({ name: s.name, now })?.n ?? 0) + s.nodes.length <= MAX_NODES_PER_SERVICE) return;
     checkNodesPerService(s.name, this.st.liveNodes.all({ name: s.name, now }).map((n) => n.id), s.nodes.map((n) => n.id));
@@ -252,6 +277,8 @@ export class LocalStore {
     try {
       rev = tx.immediate();
     } catch (err) {
+      // fn refused the write by the rules (rolled back): the store is fine.
+      if (err instanceof RegistryValidationError) throw err;
       if (!TRANSIENT.test(codeOf(err))) this.markFailing(err, Date.now(), false);
       throw new Error(`registry local (${this.file}): write failed: ${message(err)}`, { cause: err });
     }

@@ -92,6 +92,8 @@ export class Poller {
     this.ticking = true;
     try {
       this.maintain();
+      // A frozen store (its -shm refuses writes) is not read: the watchers keep their last view.
+      if (this.store.frozen) return;
       if (this.leases.prune(Date.now())) this.stopTimerIfIdle();
       do {
         this.tickAgain = false;
