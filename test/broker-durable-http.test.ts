@@ -310,7 +310,7 @@ describe('a broker.db-shm that refuses writes (chattr +i)', () => {
       // Opening the outbox meanwhile is refused clearly, before SQLite maps the file.
       const other = new HttpBroker({ registry, durableDirectory: dir.path, logger: silent });
       try {
-        await assert.rejects(other.publish('frozen', { header: {}, body: new Uint8Array(1) }), /cannot open the durable outbox in .*broker\.db-shm cannot be written \(EPERM\)/);
+        await assert.rejects(other.publish('frozen', { header: {}, body: new Uint8Array(1) }), /cannot open the durable outbox .*broker\.db: .*broker\.db-shm cannot be written \(EPERM\)/);
       } finally {
         await other.close();
       }
