@@ -120,16 +120,28 @@ describe('http broker: registration', () => {
 
   it('refreshes its registrations before the TTL runs out', async () => {
     const registry = new MemoryRegistry();
+    // The events: each registration of the topic, and a delete of it (what an expiry emits).
+    let registrations = 0;
+    const register = registry.register.bind(registry);
+    registry.register = (service, options) => {
+      if (service.name === 'topic:ttl') registrations++;
+      return register(service, options);
+    };
+    const removed: string[] = [];
+    const watcher = registry.watch((e) => void (e.action === 'delete' && removed.push(e.service.name)), { service: 'topic:ttl' });
     const broker = new HttpBroker({ registry, ttlMs: 300, refreshMs: 80, logger: silent });
     try {
       await broker.subscribe('ttl', () => undefined);
-      // Not an ordering sleep: the case is the state after three TTLs, and a slow machine only makes it stricter.
-      await sleep(900);
+      // Twelve refreshes, 80 ms apart from the subscription on, take at least 960 ms (over three
+      // TTLs): a registration nobody renewed would have expired, and the registry emitted its delete.
+      await waitFor(() => registrations >= 13, 10_000);
       assert.equal((await registry.getService('topic:ttl')).length, 1, 'still registered after three TTLs');
+      assert.deepEqual(removed, [], 'never expired in between');
       // A registration nobody refreshes expires (what a crashed subscriber leaves behind).
       await registry.register(deadNode('gone', 1), { ttlMs: 100 });
       await waitFor(async () => (await registry.getService('topic:t')).length === 0, 2000);
     } finally {
+      watcher.stop();
       await broker.close();
       await registry.close();
     }
