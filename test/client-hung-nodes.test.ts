@@ -117,7 +117,7 @@ test('--client_per_try_timeout and --client_hedge_delay: durations, default 0, a
   assert.throws(() => parseArgs(['--client_hedge_delay=-1s'], {}), (e: Error) => e instanceof FlagError && /--client_hedge_delay/.test(e.message));
 });
 
-test('per-try timeout: with one hung and one healthy node every call succeeds on the healthy node well before the deadline', async () => {
+test('per-try timeout: with one hung and one healthy node every call succeeds on the healthy node, none reaches its deadline', async () => {
   const hung = await hungBackend();
   const good = await healthyBackend('good');
   const rt = runtimeWith('--client_request_timeout=5s', '--client_retries=1', '--client_per_try_timeout=200ms');
@@ -125,12 +125,9 @@ test('per-try timeout: with one hung and one healthy node every call succeeds on
 
   // Round robin alternates: of 4 calls, 2 try the hung node first.
   for (let i = 0; i < 4; i++) {
-    const t0 = Date.now();
     const res = await rt.client.call('hang.a', 'Who.Am', body);
-    const took = Date.now() - t0;
     assert.equal(res.status, 200);
     assert.equal(res.body.toString(), '{"node":"good"}');
-    assert.ok(took < 2_500, `call ${i} took ${took} ms (deadline 5000 ms)`);
   }
   await waitFor(() => hung.heads.length === 2);
   const stat = (name: string) => rt.stats.counter(`cluster.hang.a.${name}`).value;
@@ -183,11 +180,11 @@ test('hedging: an idempotent call is raced on a second host after the hedge dela
   const stat = (name: string) => stats.counter(`cluster.hedge.${name}`).value;
   const hungTries = () => cm.clusters()[0]?.hosts.find((h) => h.port === hung.port)?.stats.rq_total ?? 0;
 
+  // Without the hedge a call that tried the hung node would fail with its 504 (no retries): each
+  // answer from the good node, with no timeout counted, is the hedge at work.
   for (let i = 0; i < 4; i++) {
-    const t0 = Date.now();
     const res = await client.call('hedge', 'Who.Am', body, { idempotent: true });
     assert.equal(res.body.toString(), '{"node":"good"}');
-    assert.ok(Date.now() - t0 < 550, `hedged call took ${Date.now() - t0} ms`);
   }
   assert.equal(hungTries(), 2, 'round robin: 2 of the 4 calls tried the hung node first');
   assert.equal(stat('upstream_rq_hedged'), 2);
@@ -244,13 +241,11 @@ for (const split of [false, true]) {
     let calls = 0;
     const call = async () => {
       calls++;
-      const t0 = Date.now();
       try {
         await client.call(name, 'Who.Am', body);
       } catch {
         failed++;
       }
-      return Date.now() - t0;
     };
     while (!hungHost()?.failedOutlierCheck && calls < 100) await call();
     assert.equal(hungHost()!.failedOutlierCheck, true, `not ejected after ${calls} calls`);
@@ -264,13 +259,14 @@ for (const split of [false, true]) {
     assert.equal(od(split ? 'ejections_detected_consecutive_gateway_failure' : 'ejections_detected_consecutive_local_origin_failure'), 0);
     assert.equal(od('ejections_detected_consecutive_5xx'), 0);
 
-    // Afterwards: no try goes to the hung host, so no call waits on it.
+    // Afterwards: no try goes to the hung host, so no call waits on it (no per-try timeout more).
     const triesAtEjection = hungHost()!.stats.rq_total;
-    const times: number[] = [];
-    for (let i = 0; i < 30; i++) times.push(await call());
+    const perTryTimeouts = stats.counter(`cluster.${name}.upstream_rq_per_try_timeout`).value;
+    assert.equal(perTryTimeouts, 5, 'the five tries that ejected it');
+    for (let i = 0; i < 30; i++) await call();
     assert.equal(failed, 0);
     assert.equal(hungHost()!.stats.rq_total, triesAtEjection);
-    assert.ok(Math.max(...times) < 500, `slowest call after ejection: ${Math.max(...times)} ms`);
+    assert.equal(stats.counter(`cluster.${name}.upstream_rq_per_try_timeout`).value, perTryTimeouts);
   });
 }
 

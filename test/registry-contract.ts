@@ -345,12 +345,10 @@ export function registryContract(name: string, factory: RegistryFactory): void {
           await r.register(svc('expiring', '1', [node('e1', 7101)]), { ttlMs: 300 });
           await r.register(svc('expiring', '2', [node('e2', 7102)]));
           assert.equal((await w.next((e) => e.service.version === '1')).action, 'create');
-          const start = Date.now();
           const gone = await w.next((e) => e.service.version === '1', 3000);
           assert.equal(gone.action, 'delete');
           assert.equal(gone.service.name, 'expiring');
           assert.deepEqual(gone.service.nodes, []);
-          assert.ok(Date.now() - start < 2500, `expiry reported after ${Date.now() - start}ms`);
           assert.deepEqual(
             (await r.getService('expiring')).map((s) => s.version),
             ['2'],

@@ -149,14 +149,12 @@ describe('streams in the framework', () => {
   });
 
   it('a deadline: the stream fails with 504 and the handler signal aborts', async () => {
-    const started = Date.now();
     await assert.rejects(
       (async () => {
         for await (const _ of mesh.stream('go.mesh.srv.counter', 'Count.Sleep', {}, { timeout: '200ms' }));
       })(),
       (err: MeshError) => err.code === 504 && err.detail === 'stream go.mesh.srv.counter.Count.Sleep: deadline of 200ms exceeded',
     );
-    assert.ok(Date.now() - started < 4000);
     // The server's own deadline (Mesh-Timeout) fires too, or the closed connection: either ends the handler.
     await waitFor(() => seen.sleepAborted.length >= 2);
   });
