@@ -1,74 +1,19 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
-import { once } from 'node:events';
-import type { AddressInfo } from 'node:net';
 import { MeshError } from '../src/errors.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import type { Node, Registry, Service, WatchEvent } from '../src/registry/registry.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import { ClusterManager, HOST_APPLY_CHUNK, type ClusterManagerOptions } from '../src/upstream/cluster-manager.js';
+import { HOST_APPLY_CHUNK, type ClusterManager, type ClusterManagerOptions } from '../src/upstream/cluster-manager.js';
 import type { AttemptOutcome, UpstreamLease } from '../src/upstream/types.js';
 import { freePort, waitFor } from './helpers.js';
+import { node, upstreamFixture } from './fixtures/upstream.js';
 
 // ---- fixtures -----------------------------------------------------------------------------
 
-interface Backend {
-  port: number;
-  key: string;
-  hits: number;
-  status: number;
-  delayMs: number;
-  server: Server;
-  close(): Promise<void>;
-}
-
-const backends: Backend[] = [];
-const managers: ClusterManager[] = [];
-after(async () => {
-  await Promise.all(managers.map((m) => m.close()));
-  await Promise.all(backends.map((b) => b.close()));
-});
-
-async function backend(): Promise<Backend> {
-  const b = { hits: 0, status: 200, delayMs: 0 } as Backend;
-  b.server = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      b.hits++;
-      const send = () => {
-        res.writeHead(b.status, { 'content-type': 'application/json' });
-        res.end('{}');
-      };
-      if (b.delayMs > 0) {
-        const timer = setTimeout(send, b.delayMs);
-        res.on('close', () => clearTimeout(timer));
-      } else send();
-    });
-  });
-  b.server.listen(0, '127.0.0.1');
-  await once(b.server, 'listening');
-  b.port = (b.server.address() as AddressInfo).port;
-  b.key = `127.0.0.1:${b.port}`;
-  b.close = async () => {
-    b.server.closeAllConnections();
-    await new Promise<void>((r) => b.server.close(() => r()));
-  };
-  backends.push(b);
-  return b;
-}
-
-function node(id: string, port: number, metadata: Record<string, string> = {}): Node {
-  return { id, address: '127.0.0.1', port, metadata };
-}
-
-function manager(options: Partial<ClusterManagerOptions> = {}): { cm: ClusterManager; stats: StatsStore } {
-  const stats = options.stats ?? new StatsStore();
-  const cm = new ClusterManager({ stats, logging: new Logging('off'), lbPolicy: 'round_robin', ...options });
-  managers.push(cm);
-  return { cm, stats };
-}
+const up = upstreamFixture();
+after(() => up.close());
+const backend = () => up.backend();
+const manager = (options: Partial<ClusterManagerOptions> = {}) => up.manager(options);
 
 function classify(err: unknown): AttemptOutcome {
   const code = (err as { code?: string }).code ?? '';
