@@ -59,9 +59,8 @@ test('consecutive 5xx: the bad host is ejected, traffic moves to the healthy hos
 
   bad.status = 200;
   await waitFor(() => !badHost().failedOutlierCheck, 12_000, 10);
-  const back = Date.now() - ejectedAt;
-  // base ejection time, checked at interval ticks (plus slack for a loaded machine)
-  assert.ok(back >= 2_900 && back < 10_000, `returned after ${back} ms`);
+  // Not before the base ejection time (a lower bound only: timers never fire early).
+  assert.ok(Date.now() - ejectedAt >= 2_900, `returned after ${Date.now() - ejectedAt} ms`);
   assert.equal(stats.gauge('cluster.od.outlier_detection.ejections_active').value, 0);
   for (let i = 0; i < 10; i++) await send(await cm.acquire('od'));
   assert.ok(bad.hits >= badHitsAtEjection + 4, 'traffic returns');
