@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Runs every test/**/*.test.ts with node's own runner (Node 20 does not expand globs itself).
-// Usage: node scripts/run-tests.mjs [substring ...]  (only files whose path contains a substring)
-import { readdirSync, statSync } from 'node:fs';
+// Usage: node scripts/run-tests.mjs [--unit] [substring ...]  (only files whose path contains a substring)
+// --unit: only the unit tier (test/tiers.mjs): no process spawned (test/unit-guard.mjs makes a
+// child_process call fail), no engine addresses in the environment.
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 
@@ -15,8 +17,19 @@ function walk(dir) {
   return out;
 }
 
-const filters = process.argv.slice(2);
-const files = walk('test')
+const args = process.argv.slice(2);
+const unit = args.includes('--unit');
+const filters = args.filter((a) => a !== '--unit');
+let tier;
+if (unit) {
+  tier = (await import('../test/tiers.mjs')).UNIT;
+  const missing = tier.filter((f) => !existsSync(f));
+  if (missing.length > 0) {
+    console.error(`test/tiers.mjs lists files that do not exist: ${missing.join(', ')}`);
+    process.exit(1);
+  }
+}
+const files = (tier ?? walk('test'))
   .filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)))
   .sort();
 if (files.length === 0) {
@@ -35,9 +48,12 @@ const soakMs = soaking && Number.isFinite(soakSeconds) ? Math.max(120000, (soakS
 // its own hooks allow.
 const packaging = files.some((f) => f.endsWith('package.test.ts'));
 const timeoutMs = packaging ? Math.max(soakMs, 15 * 60_000) : soakMs;
+const env = { ...process.env };
+// The unit tier reaches no engine: a unit test that asks for one skips (or fails under MESH_TEST_REQUIRE_ENGINES).
+if (unit) for (const name of Object.keys(env)) if (name.startsWith('MESH_TEST_') && name !== 'MESH_TEST_REQUIRE_ENGINES') delete env[name];
 const result = spawnSync(
   process.execPath,
-  ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeoutMs}`, ...files],
-  { stdio: 'inherit' },
+  ['--import', 'tsx', ...(unit ? ['--import', './test/unit-guard.mjs'] : []), '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeoutMs}`, ...files],
+  { stdio: 'inherit', env },
 );
 process.exit(result.status ?? 1);

@@ -9,7 +9,6 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { request } from 'node:http';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import type { SecureContext } from 'node:tls';
@@ -21,7 +20,7 @@ import { parseAcmeHosts } from '../src/tls/acme/hosts.js';
 import { ChallengeServer } from '../src/tls/acme/challenge-server.js';
 import { checkTlsFlags } from '../src/cli/tls-flags.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
-import { runCli, tempDir, waitFor } from './helpers.js';
+import { http, runCli, tempDir, waitFor } from './helpers.js';
 
 const DAY_MS = 86_400_000;
 
@@ -267,16 +266,10 @@ describe('HTTP-01 challenge listener', () => {
     const logs = logCapture();
     const server = new ChallengeServer({ address: '127.0.0.1:0', challenges, allowed: (h) => h === 'a.example', httpsPort: () => 8443, log: logs.log });
     const bound = await server.listen();
-    const get = (path: string, host: string) =>
-      new Promise<{ status: number; text: string; location?: string }>((resolve, reject) => {
-        request({ host: '127.0.0.1', port: bound.port, path, headers: { host }, agent: false }, (res) => {
-          let text = '';
-          res.on('data', (d: Buffer) => (text += d.toString()));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, text, location: res.headers.location }));
-        })
-          .once('error', reject)
-          .end();
-      });
+    const get = async (path: string, host: string) => {
+      const res = await http('GET', `http://127.0.0.1:${bound.port}${path}`, { headers: { host } });
+      return { status: res.status, text: res.text, location: res.headers.location };
+    };
     try {
       const ok = await get('/.well-known/acme-challenge/tok123', 'a.example');
       assert.deepEqual([ok.status, ok.text], [200, 'tok123.thumbprint']);

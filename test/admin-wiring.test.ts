@@ -5,13 +5,13 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { request } from 'undici';
 import { Runtime } from '../src/runtime.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
 import { Gateway } from '../src/gateway/server.js';
 import type { CertificateInfo } from '../src/admin/context.js';
 import { tempDir } from './helpers.js';
+import { get } from './admin-fixtures.js';
 import { makePair } from './tls-fixtures.js';
 
 function runtimeWith(flags: string[] = []): Runtime {
@@ -19,10 +19,6 @@ function runtimeWith(flags: string[] = []): Runtime {
   return new Runtime(optionsFromFlags(config), { role: 'test' });
 }
 
-async function get(base: string, path: string): Promise<{ status: number; body: string }> {
-  const res = await request(`${base}${path}`);
-  return { status: res.statusCode, body: await res.body.text() };
-}
 
 const ROUTES_HELP = '  /routes: print out currently loaded dynamic HTTP route tables\n';
 

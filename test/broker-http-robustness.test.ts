@@ -7,8 +7,6 @@ import { describe, it, mock } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { request } from 'undici';
-import pino from 'pino';
-import type { Message } from '../src/broker/broker.js';
 import { HttpBroker } from '../src/broker/http/broker.js';
 import { DELIVERY_PATH, HEADER_FIELD, encodeHeader } from '../src/broker/http/wire.js';
 import { loadSecret, SECRET_FIELD } from '../src/broker/http/secret.js';
@@ -16,16 +14,9 @@ import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
 import { RegistryValidationError, type Registry } from '../src/registry/registry.js';
 import Database from 'better-sqlite3';
-import { ROOT, sleep, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { ROOT, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { bytes, collector, httpBrokerPair, msg, silent } from './fixtures/brokers.js';
 
-const silent = pino({ level: 'silent' });
-const bytes = (s: string) => new Uint8Array(Buffer.from(s));
-const msg = (s: string, header: Record<string, string> = {}): Message => ({ header, body: bytes(s) });
-
-function collector() {
-  const got: Message[] = [];
-  return { got, texts: () => got.map((m) => Buffer.from(m.body).toString()), handler: (m: Message) => void got.push(m) };
-}
 
 const FIXTURE = join(ROOT, 'test/fixtures/broker-peer.ts');
 const env = { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import tsx`.trim() };
@@ -116,9 +107,7 @@ describe('http broker: unknown ids of a batch are reported without breaking the 
 
 describe('http broker: the subscriber list is built for all subscribers at once', () => {
   it('one registry node whose id encodeURIComponent rejects does not fail the publish for everyone', async () => {
-    const registry = new MemoryRegistry();
-    const sub = new HttpBroker({ registry, logger: silent });
-    const pub = new HttpBroker({ registry, logger: silent });
+    const { registry, pub, sub, close } = httpBrokerPair();
     try {
       const good = collector();
       await sub.subscribe('t', good.handler);
@@ -131,9 +120,7 @@ describe('http broker: the subscriber list is built for all subscribers at once'
       await pub.publish('t', msg('for the good one'));
       await waitFor(() => good.got.length === 1, 2000);
     } finally {
-      await pub.close();
-      await sub.close();
-      await registry.close();
+      await close();
     }
   });
 });

@@ -8,7 +8,7 @@ import { Readable } from 'node:stream';
 import { join } from 'node:path';
 import { request } from 'undici';
 import pino from 'pino';
-import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
+import { BrokerUnavailableError } from '../src/broker/broker.js';
 import { HttpBroker } from '../src/broker/http/broker.js';
 import { DELIVERY_PATH, HEADER_FIELD, MISSING_FIELD, encodeHeader, decodeHeader } from '../src/broker/http/wire.js';
 import { topicService } from '../src/broker/http/routes.js';
@@ -16,9 +16,9 @@ import { SECRET_FIELD } from '../src/broker/http/secret.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local/index.js';
 import type { Registry, Service } from '../src/registry/registry.js';
-import { freePort, ROOT, sleep, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { freePort, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { bytes, collector, httpBrokerPair, msg, silent } from './fixtures/brokers.js';
 
-const silent = pino({ level: 'silent' });
 /** The delivery secret of the brokers whose endpoint the tests post to themselves. */
 const SECRET = 'broker-http-test-secret-0123456789';
 
@@ -29,13 +29,6 @@ function capture(): { logger: pino.Logger; lines: () => Array<Record<string, unk
   return { logger, lines: () => out.map((s) => JSON.parse(s) as Record<string, unknown>) };
 }
 
-const bytes = (s: string) => new Uint8Array(Buffer.from(s));
-const msg = (s: string, header: Record<string, string> = {}): Message => ({ header, body: bytes(s) });
-
-function collector() {
-  const got: Message[] = [];
-  return { got, texts: () => got.map((m) => Buffer.from(m.body).toString()), handler: (m: Message) => void got.push(m) };
-}
 
 function deadNode(id: string, port: number, queue?: string): Service {
   return {
@@ -86,9 +79,7 @@ describe('http broker: registration', () => {
   });
 
   it('topics and queues the registry name rules refuse are registered under a hashed name and still delivered', async () => {
-    const registry = new MemoryRegistry();
-    const sub = new HttpBroker({ registry, logger: silent });
-    const pub = new HttpBroker({ registry, logger: silent });
+    const { registry, pub, sub, close } = httpBrokerPair();
     try {
       const topics = ['café.orders', 'orders.*', 'a..b', `long.${'x'.repeat(245)}`]; // over the registry's 200, within the brokers' 256
       const got = new Map<string, ReturnType<typeof collector>>();
@@ -112,24 +103,34 @@ describe('http broker: registration', () => {
       // A topic that fits the rules keeps its plain name.
       assert.equal(topicService('orders.created'), 'topic:orders.created');
     } finally {
-      await pub.close();
-      await sub.close();
-      await registry.close();
+      await close();
     }
   });
 
   it('refreshes its registrations before the TTL runs out', async () => {
     const registry = new MemoryRegistry();
+    // The events: each registration of the topic, and a delete of it (what an expiry emits).
+    let registrations = 0;
+    const register = registry.register.bind(registry);
+    registry.register = (service, options) => {
+      if (service.name === 'topic:ttl') registrations++;
+      return register(service, options);
+    };
+    const removed: string[] = [];
+    const watcher = registry.watch((e) => void (e.action === 'delete' && removed.push(e.service.name)), { service: 'topic:ttl' });
     const broker = new HttpBroker({ registry, ttlMs: 300, refreshMs: 80, logger: silent });
     try {
       await broker.subscribe('ttl', () => undefined);
-      // Not an ordering sleep: the case is the state after three TTLs, and a slow machine only makes it stricter.
-      await sleep(900);
+      // Twelve refreshes, 80 ms apart from the subscription on, take at least 960 ms (over three
+      // TTLs): a registration nobody renewed would have expired, and the registry emitted its delete.
+      await waitFor(() => registrations >= 13, 10_000);
       assert.equal((await registry.getService('topic:ttl')).length, 1, 'still registered after three TTLs');
+      assert.deepEqual(removed, [], 'never expired in between');
       // A registration nobody refreshes expires (what a crashed subscriber leaves behind).
       await registry.register(deadNode('gone', 1), { ttlMs: 100 });
       await waitFor(async () => (await registry.getService('topic:t')).length === 0, 2000);
     } finally {
+      watcher.stop();
       await broker.close();
       await registry.close();
     }
@@ -297,10 +298,8 @@ describe('http broker: publishing when things fail', () => {
   });
 
   it('delivers to live broadcast subscribers and logs the dead one', async () => {
-    const registry = new MemoryRegistry();
     const log = capture();
-    const pub = new HttpBroker({ registry, logger: log.logger });
-    const sub = new HttpBroker({ registry, logger: silent });
+    const { registry, pub, sub, close } = httpBrokerPair({ pub: { logger: log.logger } });
     try {
       const c = collector();
       await sub.subscribe('t', c.handler);
@@ -311,9 +310,7 @@ describe('http broker: publishing when things fail', () => {
       assert.ok(warn, 'the failed delivery is logged');
       assert.equal(warn.level, 40);
     } finally {
-      await pub.close();
-      await sub.close();
-      await registry.close();
+      await close();
     }
   });
 
@@ -342,9 +339,7 @@ describe('http broker: publishing when things fail', () => {
   });
 
   it('tries another node of a queue group when one fails', async () => {
-    const registry = new MemoryRegistry();
-    const pub = new HttpBroker({ registry, logger: silent });
-    const sub = new HttpBroker({ registry, logger: silent });
+    const { registry, pub, sub, close } = httpBrokerPair();
     try {
       const c = collector();
       await sub.subscribe('t', c.handler, { queue: 'q' });
@@ -354,9 +349,7 @@ describe('http broker: publishing when things fail', () => {
       await waitFor(() => c.got.length === 20);
       assert.equal(new Set(c.texts()).size, 20);
     } finally {
-      await pub.close();
-      await sub.close();
-      await registry.close();
+      await close();
     }
   });
 });
@@ -514,10 +507,8 @@ describe('http broker: batched deliveries', () => {
   });
 
   it('logs a failed delivery only for the subscriptions of a batch the endpoint did not know', async () => {
-    const registry = new MemoryRegistry();
     const log = capture();
-    const pub = new HttpBroker({ registry, logger: log.logger });
-    const sub = new HttpBroker({ registry, logger: silent });
+    const { registry, pub, sub, close } = httpBrokerPair({ pub: { logger: log.logger } });
     try {
       const c1 = collector();
       const c2 = collector();
@@ -536,9 +527,7 @@ describe('http broker: batched deliveries', () => {
       const warnings = log.lines().filter((l) => l.level === 40);
       assert.deepEqual(warnings.map((l) => l.node), ['broker-ghost']);
     } finally {
-      await pub.close();
-      await sub.close();
-      await registry.close();
+      await close();
     }
   });
 });
@@ -632,10 +621,8 @@ describe('http broker: the subscriber list a publisher keeps', () => {
   });
 
   it('drops a subscriber whose registration expires (a crashed process)', async () => {
-    const registry = new MemoryRegistry();
     const log = capture();
-    const pub = new HttpBroker({ registry, logger: log.logger });
-    const sub = new HttpBroker({ registry, logger: silent });
+    const { registry, pub, sub, close } = httpBrokerPair({ pub: { logger: log.logger } });
     try {
       const c = collector();
       await sub.subscribe('t', c.handler);
@@ -648,9 +635,7 @@ describe('http broker: the subscriber list a publisher keeps', () => {
       await waitFor(() => c.got.length === 2);
       assert.equal(log.lines().slice(linesBefore).filter((l) => l.node === 'broker-crashed').length, 0);
     } finally {
-      await pub.close();
-      await sub.close();
-      await registry.close();
+      await close();
     }
   });
 

@@ -1,7 +1,6 @@
 /** Runs the broker contract against every backend, plus each backend's own cases. */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import pino from 'pino';
 import { BrokerUnavailableError, type Broker } from '../src/broker/broker.js';
 import { MemoryBroker } from '../src/broker/memory.js';
 import { HttpBroker } from '../src/broker/http/broker.js';
@@ -11,9 +10,9 @@ import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local/index.js';
 import { brokerContract } from './broker-contract.js';
 import { engine, freePort, tempDir, waitFor } from './helpers.js';
+import { httpBrokerPair, silent } from './fixtures/brokers.js';
 
 /** Handler failures are logged on purpose in these tests: keep the output clean. */
-const silent = pino({ level: 'silent' });
 
 brokerContract('memory', async () => {
   const broker = new MemoryBroker({ logger: silent });
@@ -25,13 +24,11 @@ brokerContract('http (local registry, two processes\' worth of brokers on one SQ
   // Two registry handles on one directory, as two processes would have.
   const r1 = new LocalRegistry(dir.path);
   const r2 = new LocalRegistry(dir.path);
-  const a = new HttpBroker({ registry: r1, logger: silent });
-  const b = new HttpBroker({ registry: r2, logger: silent });
+  const { pub, sub, close } = httpBrokerPair({ registry: [r1, r2] });
   return {
-    brokers: [a, b],
+    brokers: [pub, sub],
     cleanup: async () => {
-      await a.close();
-      await b.close();
+      await close();
       await r1.close();
       await r2.close();
       dir.cleanup();
@@ -40,17 +37,8 @@ brokerContract('http (local registry, two processes\' worth of brokers on one SQ
 });
 
 brokerContract('http (memory registry)', async () => {
-  const registry = new MemoryRegistry();
-  const a = new HttpBroker({ registry, logger: silent });
-  const b = new HttpBroker({ registry, logger: silent });
-  return {
-    brokers: [a, b],
-    cleanup: async () => {
-      await a.close();
-      await b.close();
-      await registry.close();
-    },
-  };
+  const { pub, sub, close } = httpBrokerPair();
+  return { brokers: [pub, sub], cleanup: close };
 });
 
 const natsAddress = engine('MESH_TEST_NATS_ADDRESS', 'nats');

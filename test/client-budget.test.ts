@@ -6,23 +6,16 @@
  */
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
-import { once } from 'node:events';
-import type { AddressInfo } from 'node:net';
 import { MemoryRegistry } from '../src/registry/memory.js';
 import type { Service } from '../src/registry/registry.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import { ClusterManager } from '../src/upstream/cluster-manager.js';
 import { Client } from '../src/client/client.js';
 import { MeshError } from '../src/errors.js';
 import { ContextStore } from '../src/util/call-context.js';
 import { waitFor } from './helpers.js';
+import { node, upstreamFixture } from './fixtures/upstream.js';
 
-const closers: Array<() => Promise<unknown> | void> = [];
-after(async () => {
-  for (const close of closers.reverse()) await close();
-});
+const up = upstreamFixture();
+after(() => up.close());
 
 /** A registry whose lookups wait until `open()`; `waiting` counts lookups in progress. */
 class GatedRegistry extends MemoryRegistry {
@@ -40,30 +33,11 @@ class GatedRegistry extends MemoryRegistry {
   }
 }
 
-/** A backend that answers 200 to anything and counts the requests that reached it. */
-async function backend(): Promise<{ port: number; requests: () => number }> {
-  let requests = 0;
-  const server: Server = createServer((req, res) => {
-    requests++;
-    req.resume();
-    res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  closers.push(() => {
-    server.closeAllConnections();
-    return new Promise((r) => server.close(r));
-  });
-  return { port: (server.address() as AddressInfo).port, requests: () => requests };
-}
-
 async function setup(service: string, context?: ContextStore) {
-  const b = await backend();
+  const b = await up.backend();
   const registry = new GatedRegistry();
-  await registry.register({ name: service, version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'n1', address: '127.0.0.1', port: b.port, metadata: {} }] });
-  const stats = new StatsStore();
-  const cm = new ClusterManager({ registry, stats, logging: new Logging('off'), lbPolicy: 'round_robin' });
-  closers.push(() => cm.close(100));
+  await registry.register({ name: service, version: '1', metadata: {}, endpoints: [], nodes: [node('n1', b.port)] });
+  const { cm, stats } = up.manager({ registry });
   const client = new Client({ selector: cm, requestTimeoutMs: 5000, retries: 1, stats, context });
   return { b, registry, stats, cm, client };
 }
@@ -72,7 +46,7 @@ async function setup(service: string, context?: ContextStore) {
 const spent = (since: number, ms: number) => waitFor(() => Date.now() - since > ms, ms + 5000, 10);
 
 function assertNothingCharged(s: Awaited<ReturnType<typeof setup>>, service: string): void {
-  assert.equal(s.b.requests(), 0, 'nothing reached the backend');
+  assert.equal(s.b.hits, 0, 'nothing reached the backend');
   const host = s.cm.clusters().find((c) => c.name === service)!.hosts[0]!;
   assert.equal(host.stats.rq_error, 0);
   assert.equal(host.stats.rq_timeout, 0);
@@ -99,7 +73,7 @@ test('a call whose budget the registry lookup spent fails with its 504 without b
   // With the registry answering, the next call goes through.
   const ok = await s.client.call('budget.unary', 'Say.Hello', Buffer.from('{}'), { timeoutMs: 2000 });
   assert.equal(ok.status, 200);
-  assert.equal(s.b.requests(), 1);
+  assert.equal(s.b.hits, 1);
 });
 
 test('a stream whose deadline the registry lookup spent is not opened; the host is not charged', async () => {
@@ -132,6 +106,6 @@ test('a stream opened in a call being served whose deadline has passed is not op
     err.toBody(),
     JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'stream budget.late.Say.Stream: the deadline of the call being served passed before it was opened', status: 'Gateway Timeout' }),
   );
-  assert.equal(s.b.requests(), 0, 'nothing reached the backend');
+  assert.equal(s.b.hits, 0, 'nothing reached the backend');
   assert.equal(s.cm.clusters().length, 0, 'no host was even looked for');
 });

@@ -117,20 +117,18 @@ test('--client_per_try_timeout and --client_hedge_delay: durations, default 0, a
   assert.throws(() => parseArgs(['--client_hedge_delay=-1s'], {}), (e: Error) => e instanceof FlagError && /--client_hedge_delay/.test(e.message));
 });
 
-test('per-try timeout: with one hung and one healthy node every call succeeds on the healthy node well before the deadline', async () => {
+test('per-try timeout: with one hung and one healthy node every call succeeds on the healthy node, none reaches its deadline', async () => {
   const hung = await hungBackend();
   const good = await healthyBackend('good');
-  const rt = runtimeWith('--client_request_timeout=5s', '--client_retries=1', '--client_per_try_timeout=200ms');
+  const rt = runtimeWith('--client_request_timeout=5s', '--client_retries=1', '--client_per_try_timeout=1s');
   await rt.registry.register({ name: 'hang.a', version: '', metadata: {}, endpoints: [], nodes: [node('hung', hung.port), node('good', good.port)] });
 
-  // Round robin alternates: of 4 calls, 2 try the hung node first.
+  // Round robin alternates: of 4 calls, 2 try the hung node first. The per-try timeout (1 s) leaves
+  // a loaded machine time for the healthy node's answer: what is counted is which tries timed out.
   for (let i = 0; i < 4; i++) {
-    const t0 = Date.now();
     const res = await rt.client.call('hang.a', 'Who.Am', body);
-    const took = Date.now() - t0;
     assert.equal(res.status, 200);
     assert.equal(res.body.toString(), '{"node":"good"}');
-    assert.ok(took < 2_500, `call ${i} took ${took} ms (deadline 5000 ms)`);
   }
   await waitFor(() => hung.heads.length === 2);
   const stat = (name: string) => rt.stats.counter(`cluster.hang.a.${name}`).value;
@@ -141,8 +139,8 @@ test('per-try timeout: with one hung and one healthy node every call succeeds on
   assert.equal(hungHost.stats.rq_timeout, 2);
   assert.equal(hungHost.stats.rq_error, 2);
   // Each try carries its own budget in Mesh-Timeout: the per-try timeout, not the call's 5 s.
-  for (const head of hung.heads) assert.match(head, /\r\nmesh-timeout: 200\r\n/i);
-  for (const h of good.headers) assert.ok(Number(h['mesh-timeout']) <= 200, `healthy try got mesh-timeout ${h['mesh-timeout']}`);
+  for (const head of hung.heads) assert.match(head, /\r\nmesh-timeout: 1000\r\n/i);
+  for (const h of good.headers) assert.ok(Number(h['mesh-timeout']) <= 1000, `healthy try got mesh-timeout ${h['mesh-timeout']}`);
 });
 
 test('per-try timeout as a call option; without one a call to the hung node spends the whole budget', async () => {
@@ -183,11 +181,11 @@ test('hedging: an idempotent call is raced on a second host after the hedge dela
   const stat = (name: string) => stats.counter(`cluster.hedge.${name}`).value;
   const hungTries = () => cm.clusters()[0]?.hosts.find((h) => h.port === hung.port)?.stats.rq_total ?? 0;
 
+  // Without the hedge a call that tried the hung node would fail with its 504 (no retries): each
+  // answer from the good node, with no timeout counted, is the hedge at work.
   for (let i = 0; i < 4; i++) {
-    const t0 = Date.now();
     const res = await client.call('hedge', 'Who.Am', body, { idempotent: true });
     assert.equal(res.body.toString(), '{"node":"good"}');
-    assert.ok(Date.now() - t0 < 550, `hedged call took ${Date.now() - t0} ms`);
   }
   assert.equal(hungTries(), 2, 'round robin: 2 of the 4 calls tried the hung node first');
   assert.equal(stat('upstream_rq_hedged'), 2);
@@ -244,13 +242,11 @@ for (const split of [false, true]) {
     let calls = 0;
     const call = async () => {
       calls++;
-      const t0 = Date.now();
       try {
         await client.call(name, 'Who.Am', body);
       } catch {
         failed++;
       }
-      return Date.now() - t0;
     };
     while (!hungHost()?.failedOutlierCheck && calls < 100) await call();
     assert.equal(hungHost()!.failedOutlierCheck, true, `not ejected after ${calls} calls`);
@@ -264,13 +260,14 @@ for (const split of [false, true]) {
     assert.equal(od(split ? 'ejections_detected_consecutive_gateway_failure' : 'ejections_detected_consecutive_local_origin_failure'), 0);
     assert.equal(od('ejections_detected_consecutive_5xx'), 0);
 
-    // Afterwards: no try goes to the hung host, so no call waits on it.
+    // Afterwards: no try goes to the hung host, so no call waits on it (no per-try timeout more).
     const triesAtEjection = hungHost()!.stats.rq_total;
-    const times: number[] = [];
-    for (let i = 0; i < 30; i++) times.push(await call());
+    const perTryTimeouts = stats.counter(`cluster.${name}.upstream_rq_per_try_timeout`).value;
+    assert.equal(perTryTimeouts, 5, 'the five tries that ejected it');
+    for (let i = 0; i < 30; i++) await call();
     assert.equal(failed, 0);
     assert.equal(hungHost()!.stats.rq_total, triesAtEjection);
-    assert.ok(Math.max(...times) < 500, `slowest call after ejection: ${Math.max(...times)} ms`);
+    assert.equal(stats.counter(`cluster.${name}.upstream_rq_per_try_timeout`).value, perTryTimeouts);
   });
 }
 

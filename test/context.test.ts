@@ -6,10 +6,9 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { request } from 'undici';
 import { Mesh, MeshError, type HandlerContext } from '../src/index.js';
 import { MemoryRegistry } from '../src/registry/memory.js';
-import { engine, waitFor } from './helpers.js';
+import { engine, http, waitFor } from './helpers.js';
 import { parseTraceparent } from '../src/util/trace-context.js';
 
 const quiet = { logLevel: 'off', drainDelay: 0, clientRequestTimeout: '30s' } as const;
@@ -31,12 +30,11 @@ function inner(mesh: Mesh, calls: { n: number }) {
 }
 
 async function call(port: number, endpoint: string, headers: Record<string, string>, body: unknown = {}) {
-  const r = await request(`http://127.0.0.1:${port}/`, {
-    method: 'POST',
+  const r = await http('POST', `http://127.0.0.1:${port}/`, {
     headers: { 'content-type': 'application/json', 'mesh-service': 'ctx.outer', 'mesh-endpoint': endpoint, ...headers },
     body: JSON.stringify(body),
   });
-  return { status: r.statusCode, json: (await r.body.json()) as any };
+  return { status: r.status, json: r.json() };
 }
 
 describe('context: a real two-service chain', () => {
@@ -176,13 +174,12 @@ async function brokerCarriesTrace(options: Record<string, unknown>): Promise<voi
       return { spanId: ctx.spanId };
     });
     const { services } = await publisher.start();
-    const r = await request(`http://127.0.0.1:${services[0]!.nodes[0]!.port}/`, {
-      method: 'POST',
+    const r = await http('POST', `http://127.0.0.1:${services[0]!.nodes[0]!.port}/`, {
       headers: { 'content-type': 'application/json', 'mesh-service': 'ctx.publisher', 'mesh-endpoint': 'Pub.Lish', 'mesh-id': 'b-1', traceparent: `00-${TRACE}-${CALLER_SPAN}-01` },
       body: '{}',
     });
-    const answer = (await r.body.json()) as { spanId: string };
-    assert.equal(r.statusCode, 200);
+    const answer = r.json<{ spanId: string }>();
+    assert.equal(r.status, 200);
     await waitFor(() => got.length === 1, 10000);
     const tp = parseTraceparent(got[0]!.header.traceparent);
     assert.equal(tp?.traceId, TRACE);

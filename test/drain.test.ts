@@ -102,7 +102,6 @@ describe('drain on SIGTERM', () => {
     const long = longClient.request({ method: 'POST', path: '/rpc', headers: { 'content-type': 'application/json' }, body: slowCall(1500) });
     await waitFor(async () => (await stat(gw.admin, 'http.gateway.downstream_rq_active')) >= 1);
 
-    const signalled = Date.now();
     const exited = gw.proc.stop('SIGTERM');
     // The health path turns 503 once the drain began (Connection: close is in effect from then).
     const poller = new Client(gw.url);
@@ -119,14 +118,13 @@ describe('drain on SIGTERM', () => {
     await waitFor(() => loops.length > 0).then(() => Promise.all(loops));
     stopped = true;
     const code = await exited;
-    const took = Date.now() - signalled;
     await Promise.all([...clients, longClient, poller].map((c) => c.close().catch(() => undefined)));
 
     assert.deepEqual(failures, []);
     assert.deepEqual(keepAliveAfterDrain, [], 'requests sent after the drain began are answered with connection: close');
     assert.equal(code, 0, gw.proc.output());
-    // Measured: drain_delay (1 s) + the in-flight request (1.5 s, started before the signal), well under the 10 s limit.
-    assert.ok(took < 6000, `shutdown took ${took} ms`);
+    // Every request finished inside the drain: nothing was cut off at the 10 s limit.
+    assert.doesNotMatch(gw.proc.output(), /drain timed out/);
     assert.ok(answered > 50);
     assert.ok(closeAnswers >= 1);
   });
@@ -144,13 +142,10 @@ describe('drain on SIGTERM', () => {
       (err: Error) => err.message,
     );
     await waitFor(async () => (await stat(gw.admin, 'http.gateway.downstream_rq_active')) >= 1);
-    const signalled = Date.now();
     const code = await gw.proc.stop('SIGTERM');
-    const took = Date.now() - signalled;
     assert.equal(code, 1, gw.proc.output());
     assert.match(gw.proc.output(), /drain timed out: 1 request\(s\) on 1 connection\(s\) cut off/);
     assert.notEqual(await slow, 'answered');
-    assert.ok(took < 5000, `shutdown took ${took} ms`);
     await client.close().catch(() => undefined);
   });
 

@@ -103,8 +103,9 @@ describe('gRPC streams from the framework client', () => {
 
   it('the stream timeout is the gRPC deadline: the server sees it, the consumer gets 504 after the messages before it', async () => {
     const got: string[] = [];
+    // 2 s: time for the first message on a loaded machine; the server then holds the stream open.
     const err = await (async () => {
-      for await (const m of mesh.stream<{ message: string }>('go.mesh.srv.g', 'Greeter.Count', { name: 'dl', n: 1, hold: true }, { timeout: '300ms' })) got.push(m.message);
+      for await (const m of mesh.stream<{ message: string }>('go.mesh.srv.g', 'Greeter.Count', { name: 'dl', n: 1, hold: true }, { timeout: '2s' })) got.push(m.message);
     })().then(
       () => assert.fail('the stream ended'),
       (e: unknown) => e as MeshError,
@@ -112,7 +113,7 @@ describe('gRPC streams from the framework client', () => {
     assert.deepEqual(got, ['Hello dl #1']);
     assert.ok(err instanceof MeshError);
     assert.equal(err.code, 504);
-    assert.equal(err.detail, 'stream go.mesh.srv.g.Greeter.Count: deadline of 300ms exceeded');
+    assert.equal(err.detail, 'stream go.mesh.srv.g.Greeter.Count: deadline of 2000ms exceeded');
     await waitFor(() => seen.deadline.includes('dl'));
   });
 

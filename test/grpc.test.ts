@@ -9,7 +9,6 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { request as httpRequest } from 'node:http';
 import protobuf from 'protobufjs';
 import { startProcess, runCli, tempDir, waitFor, freePort, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
 
@@ -111,18 +110,10 @@ describe('gRPC backends', () => {
     const Req = root.lookupType('helloworld.HelloRequest');
     const Reply = root.lookupType('helloworld.HelloReply');
     const body = Buffer.from(Req.encode(Req.create({ name: 'Pb', count: 5 })).finish());
-    const res = await new Promise<{ status: number; type: string; body: Buffer }>((resolve, reject) => {
-      const req = httpRequest(`http://127.0.0.1:${apiPort}/greeter/say-hello`, { method: 'POST', headers: { 'content-type': 'application/protobuf', 'content-length': body.length } }, (r) => {
-        const chunks: Buffer[] = [];
-        r.on('data', (c: Buffer) => chunks.push(c));
-        r.on('end', () => resolve({ status: r.statusCode!, type: String(r.headers['content-type']), body: Buffer.concat(chunks) }));
-      });
-      req.on('error', reject);
-      req.end(body);
-    });
-    assert.equal(res.status, 200, res.body.toString());
-    assert.equal(res.type, 'application/protobuf');
-    const reply = Reply.toObject(Reply.decode(res.body), { longs: String }) as { message: string; count: string };
+    const res = await http('POST', `http://127.0.0.1:${apiPort}/greeter/say-hello`, { headers: { 'content-type': 'application/protobuf' }, body });
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers['content-type'], 'application/protobuf');
+    const reply = Reply.toObject(Reply.decode(res.bytes), { longs: String }) as { message: string; count: string };
     assert.equal(reply.message, 'Hello Pb');
     assert.equal(reply.count, '5');
   });

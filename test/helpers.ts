@@ -198,20 +198,32 @@ export async function listenLoopback(server: import('node:http').Server): Promis
 export interface HttpAnswer {
   status: number;
   headers: IncomingHttpHeaders;
+  /** The header lines as they came: names in their case, repeated ones apart. */
+  rawHeaders: string[];
   text: string;
+  /** The body's bytes (text is their UTF-8 reading). */
+  bytes: Buffer;
   json<T = any>(): T;
+}
+
+export interface HttpOptions {
+  headers?: Record<string, string>;
+  body?: string | Buffer | Uint8Array;
+  /** https: the CA to trust. */
+  ca?: string | Buffer;
+  /** https: the SNI name to send. */
+  servername?: string;
+  /** https: accept any certificate (a test that looks at what the server sends, not at trust). */
+  insecure?: boolean;
+  timeoutMs?: number;
 }
 
 /**
  * The tests' HTTP client: one request on a fresh connection (no pool, so Host and the other
  * headers go exactly as given), the whole answer read. https URLs trust `ca` when given.
- * For bytes no client would write, use rawHttp.
+ * For bytes no client would write, use rawHttp; to read an answer as it streams, node:http itself.
  */
-export function http(
-  method: string,
-  url: string,
-  options: { headers?: Record<string, string>; body?: string | Buffer | Uint8Array; ca?: string | Buffer; timeoutMs?: number } = {},
-): Promise<HttpAnswer> {
+export function http(method: string, url: string, options: HttpOptions = {}): Promise<HttpAnswer> {
   return new Promise((resolve, reject) => {
     const send = url.startsWith('https:') ? httpsRequest : httpRequest;
     const headers = { ...options.headers };
@@ -220,13 +232,19 @@ export function http(
     if (options.body !== undefined && !framed) headers['content-length'] = String(Buffer.byteLength(options.body));
     let answered = false;
     let failure: Error | undefined;
-    const req = send(url, { method, headers, agent: false, ...(options.ca ? { ca: options.ca } : {}) }, (res) => {
+    const tls = {
+      ...(options.ca ? { ca: options.ca } : {}),
+      ...(options.servername !== undefined ? { servername: options.servername } : {}),
+      ...(options.insecure ? { rejectUnauthorized: false } : {}),
+    };
+    const req = send(url, { method, headers, agent: false, ...tls }, (res) => {
       answered = true;
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json: () => JSON.parse(text) });
+        const bytes = Buffer.concat(chunks);
+        const text = bytes.toString('utf8');
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, rawHeaders: res.rawHeaders, text, bytes, json: () => JSON.parse(text) });
       });
       res.on('error', reject);
     });

@@ -268,12 +268,15 @@ export function registryContract(name: string, factory: RegistryFactory): void {
       using(async (r) => {
         const s = svc('refreshed', '1', [node('r1', 6101)]);
         await r.register(s, { ttlMs: 600 });
-        const until = Date.now() + 1500;
-        while (Date.now() < until) {
+        // A witness with the same TTL that nobody refreshes: its expiry is the event that ends the heartbeats.
+        await r.register(svc('witness', '1', [node('w1', 6102)]), { ttlMs: 600 });
+        const deadline = Date.now() + 10_000;
+        while ((await r.getService('witness')).length > 0) {
+          assert.ok(Date.now() < deadline, 'the witness expires');
           await sleep(150); // a heartbeat's pace (not an ordering sleep): refreshes well inside the TTL
           await r.register(s, { ttlMs: 600 });
         }
-        assert.deepEqual(nodeIds(await r.getService('refreshed')), ['r1'], 'alive 1.5s after a 600ms TTL thanks to refreshes');
+        assert.deepEqual(nodeIds(await r.getService('refreshed')), ['r1'], 'alive after the same TTL ran out on the witness, thanks to refreshes');
         await waitFor(async () => (await r.getService('refreshed')).length === 0, 2500);
       }));
 
@@ -342,12 +345,10 @@ export function registryContract(name: string, factory: RegistryFactory): void {
           await r.register(svc('expiring', '1', [node('e1', 7101)]), { ttlMs: 300 });
           await r.register(svc('expiring', '2', [node('e2', 7102)]));
           assert.equal((await w.next((e) => e.service.version === '1')).action, 'create');
-          const start = Date.now();
           const gone = await w.next((e) => e.service.version === '1', 3000);
           assert.equal(gone.action, 'delete');
           assert.equal(gone.service.name, 'expiring');
           assert.deepEqual(gone.service.nodes, []);
-          assert.ok(Date.now() - start < 2500, `expiry reported after ${Date.now() - start}ms`);
           assert.deepEqual(
             (await r.getService('expiring')).map((s) => s.version),
             ['2'],

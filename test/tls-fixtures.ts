@@ -2,7 +2,6 @@
 import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request as httpsRequest } from 'node:https';
 import { connect, type PeerCertificate } from 'node:tls';
 import { join } from 'node:path';
 import { http, PRINTED, startProcess, type HttpAnswer, type RunningProcess } from './helpers.js';
@@ -83,19 +82,8 @@ export function peer(port: number, servername?: string): Promise<Peer> {
 }
 
 /** GET over HTTPS with SNI `servername`, trusting `ca` when given (else not verifying). */
-export function httpsGet(port: number, path: string, options: { servername?: string; ca?: string } = {}): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = httpsRequest(
-      { host: '127.0.0.1', port, path, servername: options.servername, ca: options.ca, rejectUnauthorized: options.ca !== undefined, agent: false },
-      (res) => {
-        let text = '';
-        res.on('data', (d: Buffer) => (text += d.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      },
-    );
-    req.once('error', reject);
-    req.end();
-  });
+export function httpsGet(port: number, path: string, options: { servername?: string; ca?: string } = {}): Promise<HttpAnswer> {
+  return http('GET', `https://127.0.0.1:${port}${path}`, { servername: options.servername, ca: options.ca, insecure: options.ca === undefined });
 }
 
 /** GET over plain HTTP (the admin interface). */

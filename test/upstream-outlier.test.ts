@@ -1,63 +1,20 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
-import { once } from 'node:events';
-import type { AddressInfo } from 'node:net';
 import { MemoryRegistry } from '../src/registry/memory.js';
-import type { Node } from '../src/registry/registry.js';
 import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import { ClusterManager } from '../src/upstream/cluster-manager.js';
 import { DEFAULT_OUTLIER_DETECTION } from '../src/upstream/config.js';
 import { Host } from '../src/upstream/host.js';
 import { OutlierDetector } from '../src/upstream/outlier.js';
 import type { UpstreamLease } from '../src/upstream/types.js';
 import { waitFor } from './helpers.js';
+import { node, upstreamFixture } from './fixtures/upstream.js';
 
-interface Backend {
-  port: number;
-  key: string;
-  hits: number;
-  status: number;
-  server: Server;
-}
-
-const servers: Server[] = [];
-const managers: ClusterManager[] = [];
-const hostsToClose: Host[] = [];
-after(async () => {
-  await Promise.all(managers.map((m) => m.close()));
-  await Promise.all(hostsToClose.map((h) => h.close()));
-  for (const s of servers) {
-    s.closeAllConnections();
-    s.close();
-  }
-});
-
-async function backend(): Promise<Backend> {
-  const b = { hits: 0, status: 200 } as Backend;
-  b.server = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      b.hits++;
-      res.writeHead(b.status, { 'content-type': 'application/json' });
-      res.end('{}');
-    });
-  });
-  b.server.listen(0, '127.0.0.1');
-  await once(b.server, 'listening');
-  b.port = (b.server.address() as AddressInfo).port;
-  b.key = `127.0.0.1:${b.port}`;
-  servers.push(b.server);
-  return b;
-}
+const up = upstreamFixture();
+after(() => up.close());
+const backend = () => up.backend();
 
 const ERR = { kind: 'response', status: 500 } as const;
 const OK = { kind: 'response', status: 200 } as const;
-
-function node(id: string, port: number): Node {
-  return { id, address: '127.0.0.1', port, metadata: {} };
-}
 
 async function send(lease: UpstreamLease): Promise<number> {
   const t0 = Date.now();
@@ -78,15 +35,11 @@ test('consecutive 5xx: the bad host is ejected, traffic moves to the healthy hos
   bad.status = 503;
   const registry = new MemoryRegistry();
   await registry.register({ name: 'od', version: '', metadata: {}, endpoints: [], nodes: [node('good', good.port), node('bad', bad.port)] });
-  const stats = new StatsStore();
-  const cm = new ClusterManager({
+  const { cm, stats } = up.manager({
     registry,
-    stats,
-    logging: new Logging('off'),
     lbPolicy: 'round_robin',
     defaults: { outlierDetection: { consecutive5xx: 3, intervalMs: 100, baseEjectionTimeMs: 3_000 } },
   });
-  managers.push(cm);
   const statuses: number[] = [];
   for (let i = 0; i < 6; i++) statuses.push(await send(await cm.acquire('od')));
   assert.equal(statuses.filter((s) => s === 503).length, 3);
@@ -106,9 +59,8 @@ test('consecutive 5xx: the bad host is ejected, traffic moves to the healthy hos
 
   bad.status = 200;
   await waitFor(() => !badHost().failedOutlierCheck, 12_000, 10);
-  const back = Date.now() - ejectedAt;
-  // base ejection time, checked at interval ticks (plus slack for a loaded machine)
-  assert.ok(back >= 2_900 && back < 10_000, `returned after ${back} ms`);
+  // Not before the base ejection time (a lower bound only: timers never fire early).
+  assert.ok(Date.now() - ejectedAt >= 2_900, `returned after ${Date.now() - ejectedAt} ms`);
   assert.equal(stats.gauge('cluster.od.outlier_detection.ejections_active').value, 0);
   for (let i = 0; i < 10; i++) await send(await cm.acquire('od'));
   assert.ok(bad.hits >= badHitsAtEjection + 4, 'traffic returns');
@@ -121,10 +73,8 @@ test('under concurrent load a backend turning 503 is ejected and, with one retry
   const hosts = [await backend(), await backend(), await backend()];
   const registry = new MemoryRegistry();
   await registry.register({ name: 'load', version: '', metadata: {}, endpoints: [], nodes: hosts.map((b, i) => node(`n${i}`, b.port)) });
-  const cm = new ClusterManager({
+  const { cm } = up.manager({
     registry,
-    stats: new StatsStore(),
-    logging: new Logging('off'),
     lbPolicy: 'least_request',
     // 8 workers may all retry at once: a retry budget of 3 (the default) would open the breaker
     defaults: {
@@ -132,7 +82,6 @@ test('under concurrent load a backend turning 503 is ejected and, with one retry
       circuitBreakers: { default: { maxRetries: 8 } },
     },
   });
-  managers.push(cm);
   let failed = 0;
   let calls = 0;
   let stop = false;
@@ -168,14 +117,11 @@ test('success rate: -1 with too little data, at cluster and host level', async (
   const b = await backend();
   const registry = new MemoryRegistry();
   await registry.register({ name: 'sr', version: '', metadata: {}, endpoints: [], nodes: [node('a', a.port), node('b', b.port)] });
-  const cm = new ClusterManager({
+  const { cm } = up.manager({
     registry,
-    stats: new StatsStore(),
-    logging: new Logging('off'),
     lbPolicy: 'round_robin',
     defaults: { outlierDetection: { intervalMs: 100, successRateRequestVolume: 5 } },
   });
-  managers.push(cm);
   // a gets enough volume for a success rate, b does not; 2 hosts are under the minimum of 5
   const burst = async () => {
     for (let i = 0; i < 10; i++) await send(await cm.acquire('sr', { address: a.key }));
@@ -200,7 +146,7 @@ function fakeHosts(n: number): Host[] {
       { address: '127.0.0.1', port: 40000 + i, nodeId: `n${i}`, hostname: `n${i}`, metadata: {}, weight: 1, zone: '', region: '', canary: false },
       { connections: 1, connectTimeoutMs: 1000, keepAliveTimeoutMs: 1000 },
     );
-    hostsToClose.push(h);
+    up.onClose(() => h.close());
     out.push(h);
   }
   return out;

@@ -1,7 +1,8 @@
 /**
  * Property tests: the gateway's route compiler and table, and the path regexes they share with
  * the proxy config. Random paths and endpoint metadata never throw anything but the documented
- * Error (a route problem), matching never takes long, and RE2 whole-path matching agrees with
+ * Error (a route problem), matching never throws (how long it takes on evil patterns is
+ * router-regex-timing.test.ts's business), and RE2 whole-path matching agrees with
  * JavaScript's RegExp on the syntax both share.
  */
 import { describe, it } from 'node:test';
@@ -10,8 +11,6 @@ import fc from 'fast-check';
 import { buildRoutes, compilePath, RouteTable, splitList } from '../../src/gateway/routes.js';
 import type { Service } from '../../src/registry/registry.js';
 import { compilePathRegex, MAX_REGEX_PATH_LENGTH } from '../../src/util/regex.js';
-
-const BOUND_MS = 50;
 
 /** Pieces of regexes and paths, evil ones included. */
 const REGEX_TOKENS = ['a', 'b', '/', '.', '\\d', '\\w', '\\s', '[a-z]', '[^/]', '(', ')', '(?:', '|', '*', '+', '?', '{2}', '{1,3}', '{2,}', '^', '$', '\\1', '(?=', '(?<n>', '[', ']', '\\', '-', '{', '}', ','];
@@ -24,20 +23,8 @@ const path = fc.oneof(
 );
 const declared = fc.oneof(regexSource, path, fc.constantFrom('/a/{b}', '/a/*', '/{x}/{y}', '/*', '^/(a+)+$', '^/\\d+\\d+\\d+$'));
 
-/** The best of three runs: the match's own cost, without a garbage collection, the first JIT compile or a busy neighbour. */
-function timed<T>(fn: () => T): { value: T; ms: number } {
-  let best = Infinity;
-  let value!: T;
-  for (let i = 0; i < 3; i++) {
-    const t = performance.now();
-    value = fn();
-    best = Math.min(best, performance.now() - t);
-  }
-  return { value, ms: best };
-}
-
 describe('fuzz: route compiler and table', () => {
-  it('compilePath: a matcher, or an Error with a message; matching is quick and total', () => {
+  it('compilePath: a matcher, or an Error with a message; matching is total', () => {
     fc.assert(
       fc.property(declared, fc.array(path, { maxLength: 4 }), (pattern, paths) => {
         let compiled: ReturnType<typeof compilePath>;
@@ -49,8 +36,7 @@ describe('fuzz: route compiler and table', () => {
           return;
         }
         for (const p of paths) {
-          const { value, ms } = timed(() => compiled.matchPath(p));
-          assert.ok(ms < BOUND_MS, `${pattern} on ${p.slice(0, 20)}: ${ms} ms`);
+          const value = compiled.matchPath(p);
           if (value !== undefined) for (const v of Object.values(value)) assert.equal(typeof v, 'string');
           if (compiled.kind === 'regex' && p.length > MAX_REGEX_PATH_LENGTH) assert.equal(value, undefined);
         }
@@ -99,8 +85,7 @@ describe('fuzz: route compiler and table', () => {
         for (const p of problems) assert.equal(typeof p.reason, 'string');
         const table = new RouteTable(routes);
         for (const p of paths) {
-          const { ms } = timed(() => table.match(method, host ?? undefined, p));
-          assert.ok(ms < BOUND_MS * Math.max(1, routes.length));
+          table.match(method, host ?? undefined, p);
         }
         table.dump();
       }),
