@@ -14,7 +14,6 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
 import { flagged, MeshError } from '../errors.js';
-import { rawErrorResponse } from '../http/respond.js';
 import { AUTH_HEADER_PREFIX } from '../transport/headers.js';
 import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../http/rate-limit.js';
 import type { Counter, StatsStore } from '../stats/store.js';
@@ -476,9 +475,4 @@ export class EdgeGuard {
     req.resume();
     throw flagged(new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(policy)} exceeded (rule ${rule.index}): retry after ${decision.retryAfterSec}s`), 'RL');
   }
-}
-
-/** The raw HTTP answer refusing an upgrade (a WebSocket handshake) with error JSON and the challenge. */
-export function upgradeRefusal(err: MeshError): string {
-  return rawErrorResponse(err, err instanceof AuthError && err.challenge ? { 'www-authenticate': err.challenge } : {});
 }

@@ -15,10 +15,10 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
-import { MeshError, toMeshError } from '../errors.js';
+import { MeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
-import { rawErrorResponse, sendJson } from '../http/respond.js';
-import { endRawLingering } from '../http/body.js';
+import { refuseSocket, sendJson } from '../http/respond.js';
+import { targetOf } from '../http/target.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { resolveEventPath, resolveProxyPath, RpcPathResolver, type RpcRoute } from '../handlers/resolve.js';
 import { handleApi } from '../handlers/api.js';
@@ -33,7 +33,7 @@ import type { HandlerName, RouteMatch } from './routes.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import type { FrontRateLimit } from '../http/rate-limit.js';
 import { globsMatcher } from '../util/regex.js';
-import { EdgeGuard, upgradeRefusal, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
+import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
@@ -63,11 +63,6 @@ export interface GatewayOptions {
   corsMaxAgeSec?: number;
   /** Authentication and rules (--auth, --auth_rules; src/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
   auth?: EdgeAuth;
-}
-
-function pathOf(url: string): string {
-  const q = url.indexOf('?');
-  return q === -1 ? url : url.slice(0, q);
 }
 
 function shown(path: string): string {
@@ -134,7 +129,7 @@ export class Gateway {
       handle: (req, res, ctx) => this.handle(req, res, ctx),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
       closeUpgraded: () => this.streams.close(),
-      counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
+      counted: (req) => !(dashboard && isDashboardPath(targetOf(req).path)),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
       authorize: (req, res) => guard.checkRequest(req, res, () => this.authTarget(req)),
@@ -145,8 +140,7 @@ export class Gateway {
 
   /** What the auth rules see of a request: the service and endpoint the handler will call, as handle() resolves them. */
   private authTarget(req: IncomingMessage): EdgeTarget {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
+    const { url, path } = targetOf(req);
     if (path === '/rpc' && this.enableRpc) return { path, call: true };
     if (path === '/' || (this.dashboard && isDashboardPath(path))) return { path };
     const ns = this.namespace;
@@ -208,8 +202,7 @@ export class Gateway {
    * inside it (what they call reads the ambient context).
    */
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
+    const { url, path } = targetOf(req);
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     if (this.dashboard && isDashboardPath(path)) return within(() => this.dashboard!.handle(req, res));
     if (path === '/') return this.root(req, res);
@@ -306,14 +299,13 @@ export class Gateway {
    * (and, keyed by subject, the rate limit after it) first.
    */
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
+    const { url, path } = targetOf(req);
     const checked = (target: EdgeTarget, then: () => void) =>
       this.guard.check(req, undefined, target).then(
         () => {
           if (!this.server.upgradeRateLimited(req, socket, true)) then();
         },
-        (err: unknown) => endRawLingering(socket, upgradeRefusal(toMeshError(err, ERROR_ID))),
+        (err: unknown) => refuseSocket(socket, err, ERROR_ID),
       );
     if (path === '/rpc' && this.enableRpc) {
       checked({ path, call: true }, () => handleRpcStreamUpgrade(this.fe, this.streams, req, socket, head, this.rpcAllowed));
@@ -335,7 +327,7 @@ export class Gateway {
       checked({ path, service: proxied }, () => handleProxyUpgrade(this.fe, proxied, this.server.secure, req, socket, head));
       return;
     }
-    endRawLingering(socket, rawErrorResponse(new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`)));
+    refuseSocket(socket, new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`), ERROR_ID);
   }
 }
 

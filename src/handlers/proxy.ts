@@ -18,10 +18,10 @@ import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
 import { MeshError, asFrontEndError, flagged } from '../errors.js';
 import { requestInfo } from '../http/access-log.js';
-import { rawErrorResponse, sendError } from '../http/respond.js';
+import { endRawLingering, refuseSocket, sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
 import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '../transport/headers.js';
-import { endRawLingering, lingerOnRest, readBody } from '../http/body.js';
+import { lingerOnRest, readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
@@ -456,7 +456,7 @@ function answerHead(res: IncomingMessage, extra: string): string {
  * (--client_request_timeout); an open tunnel may idle.
  */
 export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer): void {
-  const refuse = (err: MeshError) => endRawLingering(socket, rawErrorResponse(err));
+  const refuse = (err: MeshError) => refuseSocket(socket, err, fe.errorId);
   if (upgradesToH2c(req.headers.upgrade)) {
     return refuse(new MeshError(fe.errorId, 400, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
   }

@@ -12,9 +12,9 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import { flagged, MeshError } from '../errors.js';
-import { endRawLingering, lingerOnRest } from './body.js';
-import { normalizeTarget } from './path.js';
-import { rawErrorResponse, sendError, sendJson } from './respond.js';
+import { lingerOnRest } from './body.js';
+import { attachTarget, type RequestTarget } from './target.js';
+import { rawErrorResponse, refuseSocket, sendError, sendJson } from './respond.js';
 import { parseAddress } from '../util/address.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from './lifecycle.js';
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
@@ -156,9 +156,9 @@ export class FrontServer {
       const upgrade = this.options.upgrade;
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
         socket.on('error', () => socket.destroy());
-        const refused = this.normalize(req) ?? this.badMeshTimeout(req);
+        const refused = this.normalize(req, attachTarget(req)) ?? this.badMeshTimeout(req);
         if (refused) {
-          endRawLingering(socket, rawErrorResponse(refused));
+          refuseSocket(socket, refused, this.options.errorId);
           return;
         }
         if (!this.limitAfterAuth && this.upgradeRateLimited(req, socket)) return;
@@ -237,12 +237,13 @@ export class FrontServer {
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
     const runtime = this.options.runtime;
     const headers = req.headers;
+    const target = attachTarget(req);
     const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
-    const span = runtime.tracer ? this.startSpan(req, parent) : undefined;
+    const span = runtime.tracer ? this.startSpan(req, target, parent) : undefined;
     const trace = span ? traceOf(span) : runtime.context.hop(parent);
     const ctx: CallContext = { trace };
-    if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span);
-    else runtime.context.run(ctx, () => this.serve(req, res, ctx, span));
+    if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span, target);
+    else runtime.context.run(ctx, () => this.serve(req, res, ctx, span, target));
   }
 
   /** A 400 for a malformed Mesh-Timeout (the handlers' calls read it: src/handlers/front-end.ts), checked at the door for every request and upgrade. */
@@ -255,10 +256,9 @@ export class FrontServer {
     }
   }
 
-  private startSpan(req: IncomingMessage, parent: ReturnType<typeof parseTraceparent>): Span {
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q === -1 ? url : url.slice(0, q);
+  private startSpan(req: IncomingMessage, target: RequestTarget, parent: ReturnType<typeof parseTraceparent>): Span {
+    // The path as received: the span names what the client sent.
+    const path = target.receivedPath;
     const method = req.method ?? 'GET';
     const host = req.headers.host ?? '';
     const colon = host.lastIndexOf(':');
@@ -273,13 +273,13 @@ export class FrontServer {
       'mesh.front': this.options.statPrefix,
     };
     if (port !== undefined && Number.isInteger(port)) attributes['server.port'] = port;
-    if (q !== -1) attributes['url.query'] = url.slice(q + 1);
+    if (target.query !== undefined) attributes['url.query'] = target.query;
     const agent = req.headers['user-agent'];
     if (agent) attributes['user_agent.original'] = agent;
     return this.options.runtime.tracer!.startSpan(`${method} ${path}`, SpanKind.SERVER, parent, attributes);
   }
 
-  private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined): void {
+  private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined, target: RequestTarget): void {
     const started = performance.now();
     const accessLog = this.accessLog;
     const trace = ctx.trace!;
@@ -328,15 +328,13 @@ export class FrontServer {
       return;
     }
     if (this.cors?.apply(req, res)) return;
-    const refused = this.normalize(req) ?? this.badMeshTimeout(req);
+    const refused = this.normalize(req, target) ?? this.badMeshTimeout(req);
     if (refused) {
       req.resume();
       sendError(res, refused, this.options.errorId);
       return;
     }
-    const url = req.url!;
-    const q = url.indexOf('?');
-    const health = (q === -1 ? url : url.slice(0, q)) === HEALTH_PATH;
+    const health = target.path === HEALTH_PATH;
     // Keyed by subject, the limit needs the auth step's verdict first; otherwise it runs before auth,
     // so a flood of bad credentials costs no verification.
     const limitAfterAuth = this.limitAfterAuth;
@@ -392,18 +390,17 @@ export class FrontServer {
     }
     this.rateLimitOver!.inc();
     const err = new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`);
-    endRawLingering(socket, rawErrorResponse(err, rateLimitHeaders(decision)));
+    refuseSocket(socket, err, this.options.errorId, { headers: rateLimitHeaders(decision) });
     return true;
   }
 
   /**
-   * Rewrites `req.url` to its normal form (src/http/path.ts), so the rate limit, the auth rules,
-   * the route match and the forwarded request all read the same path; a path that cannot be
-   * normalized safely: the 400 to answer.
+   * Rewrites `req.url` to the normal form of its target (src/http/target.ts, parsed once), so the
+   * rate limit, the auth rules, the route match and the forwarded request all read the same path;
+   * a path that cannot be normalized safely: the 400 to answer.
    */
-  private normalize(req: IncomingMessage): MeshError | undefined {
-    const target = normalizeTarget(req.url ?? '/');
-    if ('refused' in target) return new MeshError(this.options.errorId, 400, target.refused);
+  private normalize(req: IncomingMessage, target: RequestTarget): MeshError | undefined {
+    if (target.refused !== undefined) return new MeshError(this.options.errorId, 400, target.refused);
     req.url = target.url;
     return undefined;
   }

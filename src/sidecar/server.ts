@@ -26,10 +26,10 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
-import { MeshError, toMeshError } from '../errors.js';
+import { MeshError } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
-import { rawErrorResponse, sendJson } from '../http/respond.js';
-import { endRawLingering } from '../http/body.js';
+import { refuseSocket, sendJson } from '../http/respond.js';
+import { targetOf } from '../http/target.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
 import { handleRpc } from '../handlers/rpc.js';
@@ -43,7 +43,7 @@ import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import { AppRegistration, type AppOptions } from './health-checker.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
 import type { FrontRateLimit } from '../http/rate-limit.js';
-import { EdgeGuard, upgradeRefusal, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
+import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 
 export const SIDECAR_ERROR_ID = 'go.mesh.sidecar';
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
@@ -67,12 +67,6 @@ export interface SidecarOptions {
   auth?: EdgeAuth;
   /** --sidecar_token: every route but the health path needs `Mesh-Sidecar-Token: <token>`, upgrades included. */
   sidecarToken?: string;
-}
-
-function pathOf(url: string | undefined): string {
-  const u = url ?? '/';
-  const q = u.indexOf('?');
-  return q === -1 ? u : u.slice(0, q);
 }
 
 /** True when the request has no Origin, or its Origin is the sidecar's own or allowed by --cors. */
@@ -140,7 +134,7 @@ export class Sidecar {
       errorId: SIDECAR_ERROR_ID,
       handle: (req, res, ctx) => this.handle(req, res, ctx),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
-      counted: (req) => !(this.dashboard && isDashboardPath(pathOf(req.url))),
+      counted: (req) => !(this.dashboard && isDashboardPath(targetOf(req).path)),
       // Subscriptions end with 1001 once in-flight requests are done, before connections are destroyed.
       closeUpgraded: async () => {
         this.streams.close();
@@ -157,8 +151,7 @@ export class Sidecar {
 
   /** What the auth rules see of a request: the service (and method) the handler will call, or just the path. */
   private authTarget(req: IncomingMessage): EdgeTarget {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
+    const { url, path } = targetOf(req);
     if (path === '/rpc') return { path, call: true };
     if (path === '/' || path === '/registry' || path === '/broker' || (this.dashboard && isDashboardPath(path))) return { path };
     if (this.handler === 'proxy') return { path, service: resolveProxyPath(url, this.fe.namespace)?.service };
@@ -210,7 +203,7 @@ export class Sidecar {
    */
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
     const fe = this.fe;
-    const path = pathOf(req.url);
+    const { url, path } = targetOf(req);
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     const own = path === '/' || path === '/registry' || path === '/rpc' || path === '/broker' || (this.dashboard !== undefined && isDashboardPath(path));
     if ((own || this.handler === 'rpc') && !originAllowed(req, this.runtime.options.cors)) {
@@ -235,7 +228,7 @@ export class Sidecar {
     }
     if (this.dashboard && isDashboardPath(path)) return within(() => this.dashboard!.handle(req, res));
     if (this.handler === 'proxy') {
-      const route = resolveProxyPath(req.url ?? '/', fe.namespace);
+      const route = resolveProxyPath(path, fe.namespace);
       if (!route) {
         req.resume();
         throw new MeshError(fe.errorId, 404, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
@@ -248,7 +241,7 @@ export class Sidecar {
       res.setHeader('allow', 'GET, POST, PUT, PATCH, DELETE');
       throw new MeshError(fe.errorId, 405, `method ${method} not allowed on ${path}`);
     }
-    const route = this.rpcPaths.resolve(req.url ?? '/');
+    const route = this.rpcPaths.resolve(url);
     if (!route) {
       req.resume();
       throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
@@ -259,22 +252,22 @@ export class Sidecar {
 
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const fe = this.fe;
-    const path = pathOf(req.url);
+    const { path } = targetOf(req);
     const refusal = this.hostRefusal(req);
-    if (refusal) return endRawLingering(socket, rawErrorResponse(refusal));
-    const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(req.url ?? '/', fe.namespace) : undefined;
+    if (refusal) return refuseSocket(socket, refusal, fe.errorId);
+    const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(path, fe.namespace) : undefined;
     const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req) : { path };
     this.guard.check(req, undefined, target).then(
       () => {
         if (!this.server.upgradeRateLimited(req, socket, true)) this.upgradeAuthorized(req, socket, head, path);
       },
-      (err: unknown) => endRawLingering(socket, upgradeRefusal(toMeshError(err, fe.errorId))),
+      (err: unknown) => refuseSocket(socket, err, fe.errorId),
     );
   }
 
   private upgradeAuthorized(req: IncomingMessage, socket: Duplex, head: Buffer, path: string): void {
     const fe = this.fe;
-    const refuse = (err: MeshError): void => void socket.end(upgradeRefusal(err));
+    const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
     if (path === '/broker') {
       if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
       return this.broker.upgrade(req, socket, head);
@@ -285,11 +278,11 @@ export class Sidecar {
       return;
     }
     if (this.handler === 'proxy' && path !== '/registry' && path !== '/' && path !== '/rpc') {
-      const route = resolveProxyPath(req.url ?? '/', fe.namespace);
+      const route = resolveProxyPath(path, fe.namespace);
       if (route) return handleProxyUpgrade(fe, route.service, this.secure, req, socket, head);
     }
     const own = path === '/' || path === '/registry' || path === '/rpc' || (this.dashboard !== undefined && isDashboardPath(path));
-    const stream = this.handler === 'rpc' && !own ? this.rpcPaths.resolve(req.url ?? '/') : undefined;
+    const stream = this.handler === 'rpc' && !own ? this.rpcPaths.resolve(path) : undefined;
     if (stream) {
       if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
       void this.streams.upgrade(stream, req, socket, head);
