@@ -1,5 +1,15 @@
 /**
- * The HTTP(S) server under the gateway and the sidecar: TLS (src/tls: files or ACME), CORS, server timeouts,
+ * The request pipeline of every front end (the gateway, the sidecar, `mesh proxy`'s listeners), in
+ * named phases (FrontPhase; docs/architecture.md, "A request's phases"): `accept` (stats, span,
+ * access log) → `target` (the request target parsed once, src/http/target.ts) → `edge` (Host,
+ * header count, CORS, the path's normal form, Mesh-Timeout, the health path, the rate limit) →
+ * `route` (the front end's `route`, decided once) → `auth` (the front end's `authorize`, given the
+ * route) → `handle` (the front end's `handle`, given the route) → `respond` → `log`. An upgrade
+ * passes `accept`, `target`, `edge`, `route` and `handle` (the front end's `upgrade`, which runs
+ * its auth step on the raw socket). A front end is a composition of `route`, `authorize`, `handle`
+ * and `upgrade`; errors are written by src/http/respond.ts, on a response or a raw socket.
+ *
+ * The HTTP(S) server under the front ends: TLS (src/tls: files or ACME), CORS, server timeouts,
  * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/http/access-log.ts), a health-check path that answers
  * 503 while draining, errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts,
  * header count), the normal form of every request path (src/http/path.ts: `req.url` is rewritten
@@ -31,7 +41,15 @@ import type { CallContext } from '../util/call-context.js';
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
 
-export interface FrontServerOptions {
+/** The phases of a request, in order (see the module comment). */
+export const FRONT_PHASES = ['accept', 'target', 'edge', 'route', 'auth', 'handle', 'respond', 'log'] as const;
+export type FrontPhase = (typeof FRONT_PHASES)[number];
+
+/**
+ * `R`: what the front end's `route` decides for a request (once), handed to `authorize`, `handle`
+ * and `upgrade`; undefined without a `route`.
+ */
+export interface FrontServerOptions<R = undefined> {
   runtime: Runtime;
   /** Names the stats (`http.<prefix>.*`) and the logs. */
   statPrefix: string;
@@ -42,7 +60,14 @@ export interface FrontServerOptions {
    * trace): a handler passes it on explicitly, or runs inside it (`runtime.context.within`) where
    * what it calls reads the ambient one.
    */
-  handle: (req: IncomingMessage, res: ServerResponse, ctx: CallContext) => Promise<void>;
+  handle: (req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: R) => Promise<void>;
+  /**
+   * The route phase: what serves the request, decided once from its target (normal form), after
+   * the edge checks; `upgrade` true for an Upgrade request. Without it the route is undefined.
+   */
+  route?: (req: IncomingMessage, target: RequestTarget, upgrade: boolean) => R;
+  /** Called as a request (or upgrade) enters each phase: for tests and debugging only. */
+  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
   /**
    * Asked per request: true when nothing before the handler needs the ambient context (no auth
    * step that can log), so the request is not run inside the runtime's ContextStore and no
@@ -54,7 +79,7 @@ export interface FrontServerOptions {
    * Answers an Upgrade request, once it passed the rate limit (keyed by subject: the handler runs
    * `upgradeRateLimited(req, socket, true)` after its auth step). Nothing is read from `socket` yet.
    */
-  upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+  upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer, route: R) => void;
   /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
   counted?: (req: IncomingMessage) => boolean;
   /**
@@ -81,10 +106,10 @@ export interface FrontServerOptions {
    * end's auth step, src/auth/): a rejection is answered like a handler's error; undefined when
    * the request passed at once (no auth rules), so the handler runs in the same turn.
    */
-  authorize?: (req: IncomingMessage, res: ServerResponse) => Promise<void> | undefined;
+  authorize?: (req: IncomingMessage, res: ServerResponse, route: R) => Promise<void> | undefined;
 }
 
-export class FrontServer {
+export class FrontServer<R = undefined> {
   private server?: Server;
   private lifecycle?: ServerLifecycle;
   /** The request being received on a connection, so a read timeout can answer it. */
@@ -104,8 +129,10 @@ export class FrontServer {
   private readonly cors?: CorsPolicy;
   private readonly rateLimitOk?: Counter;
   private readonly rateLimitOver?: Counter;
+  private readonly onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
 
-  constructor(private readonly options: FrontServerOptions) {
+  constructor(private readonly options: FrontServerOptions<R>) {
+    this.onPhase = options.onPhase;
     const stats = options.runtime.stats;
     const p = `http.${options.statPrefix}.`;
     this.rqTotal = stats.counter(`${p}downstream_rq_total`);
@@ -155,15 +182,23 @@ export class FrontServer {
     if (this.options.upgrade) {
       const upgrade = this.options.upgrade;
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+        const onPhase = this.onPhase;
+        onPhase?.('accept', req);
         socket.on('error', () => socket.destroy());
-        const refused = this.normalize(req, attachTarget(req)) ?? this.badMeshTimeout(req);
+        const target = attachTarget(req);
+        onPhase?.('target', req);
+        onPhase?.('edge', req);
+        const refused = this.normalize(req, target) ?? this.badMeshTimeout(req);
         if (refused) {
           refuseSocket(socket, refused, this.options.errorId);
           return;
         }
         if (!this.limitAfterAuth && this.upgradeRateLimited(req, socket)) return;
         try {
-          upgrade(req, socket, head);
+          onPhase?.('route', req);
+          const route = this.options.route?.(req, target, true) as R;
+          onPhase?.('handle', req);
+          upgrade(req, socket, head, route);
         } catch (err) {
           this.options.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
           socket.destroy();
@@ -236,8 +271,11 @@ export class FrontServer {
    */
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
     const runtime = this.options.runtime;
+    const onPhase = this.onPhase;
+    onPhase?.('accept', req);
     const headers = req.headers;
     const target = attachTarget(req);
+    onPhase?.('target', req);
     const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
     const span = runtime.tracer ? this.startSpan(req, target, parent) : undefined;
     const trace = span ? traceOf(span) : runtime.context.hop(parent);
@@ -306,6 +344,7 @@ export class FrontServer {
         this.rqClass[Math.min(4, Math.max(0, Math.floor(status / 100) - 1))]!.inc();
         this.rqTime.record(ms);
       }
+      this.onPhase?.('log', req);
       if (info) accessLog!.log(req, res, info, ms);
       if (span) {
         const status = res.headersSent ? res.statusCode : 500;
@@ -314,6 +353,9 @@ export class FrontServer {
         span.end();
       }
     });
+    const onPhase = this.onPhase;
+    if (onPhase) res.once('finish', () => onPhase('respond', req));
+    onPhase?.('edge', req);
     const refusal = this.options.refuse?.(req);
     if (refusal) {
       req.resume();
@@ -347,8 +389,15 @@ export class FrontServer {
     }
     // undefined: the request passed without waiting (no auth rules): on to the handler in this turn.
     let authorized: Promise<void> | undefined;
+    let route = undefined as R;
     try {
-      authorized = this.options.authorize?.(req, res);
+      onPhase?.('route', req);
+      route = this.options.route?.(req, target, false) as R;
+      const authorize = this.options.authorize;
+      if (authorize) {
+        onPhase?.('auth', req);
+        authorized = authorize(req, res, route);
+      }
     } catch (err) {
       authorized = Promise.reject(err);
     }
@@ -356,10 +405,14 @@ export class FrontServer {
     if (authorized) {
       handled = authorized.then(() => {
         if (limitAfterAuth && this.rateLimited(req, res)) return;
-        return this.options.handle(req, res, ctx);
+        onPhase?.('handle', req);
+        return this.options.handle(req, res, ctx, route);
       });
     } else if (limitAfterAuth && this.rateLimited(req, res)) return;
-    else handled = this.options.handle(req, res, ctx);
+    else {
+      onPhase?.('handle', req);
+      handled = this.options.handle(req, res, ctx, route);
+    }
     handled.catch((err: unknown) => {
       // The request's trace named here: this may run outside any ambient context (explicitContext).
       if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace.traceId, span_id: trace.spanId }, 'handler failed');

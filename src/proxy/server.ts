@@ -42,7 +42,7 @@ function clusterOf(route: RouteConfig): string {
 
 export class ProxyListener {
   readonly name: string;
-  private readonly server: FrontServer;
+  private readonly server: FrontServer<RouteConfig | undefined>;
   private readonly fe: FrontEnd;
 
   constructor(
@@ -51,12 +51,13 @@ export class ProxyListener {
   ) {
     this.name = config.name;
     this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
-    this.server = new FrontServer({
+    this.server = new FrontServer<RouteConfig | undefined>({
       runtime,
       statPrefix: config.name,
       errorId: ERROR_ID,
-      handle: (req, res, ctx) => this.handle(req, res, ctx),
-      upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+      route: (_req, target) => this.route(target.path),
+      handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
+      upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
       // No auth step, and the proxy handler takes the request's context as an argument.
       explicitContext: () => true,
     });
@@ -91,9 +92,9 @@ export class ProxyListener {
     await this.server.close();
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
+  /** The handle phase: the route the route phase found (`route()`), or 404. */
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: RouteConfig | undefined): Promise<void> {
     const { url, path } = targetOf(req);
-    const route = this.route(path);
     if (!route) {
       req.resume();
       throw flagged(new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
@@ -102,9 +103,8 @@ export class ProxyListener {
     return handleProxy(this.fe, clusterOf(route), this.server.secure, req, res, ctx);
   }
 
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: RouteConfig | undefined): void {
     const { url, path } = targetOf(req);
-    const route = this.route(path);
     if (route) {
       req.url = rewriteUrl(route, url);
       handleProxyUpgrade(this.fe, clusterOf(route), this.server.secure, req, socket, head);
