@@ -15,7 +15,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
-import { MeshError } from '../errors.js';
+import { ERROR_IDS, MeshError, rootMethodNotAllowed } from '../errors.js';
 import { FrontServer, type FrontPhase } from '../http/front-server.js';
 import { refuseSocket, sendJson } from '../http/respond.js';
 import { targetOf, type RequestTarget } from '../http/target.js';
@@ -38,7 +38,7 @@ import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
 /** The `id` of every error the gateway itself writes. */
-export const ERROR_ID = 'go.mesh.api';
+export const ERROR_ID = ERROR_IDS.gateway;
 /** Stats of the gateway's listener: http.gateway.downstream_rq_*. */
 export const STAT_PREFIX = 'gateway';
 
@@ -288,7 +288,7 @@ export class Gateway {
     req.resume();
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
-      throw new MeshError(ERROR_ID, 405, `method ${req.method} not allowed on /: use GET`);
+      throw rootMethodNotAllowed(ERROR_ID, req.method);
     }
     sendJson(res, 200, { version: packageVersion() });
   }

@@ -16,7 +16,7 @@ import type { Dispatcher } from 'undici';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
-import { MeshError, asFrontEndError, flagged } from '../errors.js';
+import { MeshError, asFrontEndError, bodyTooLarge, flagged } from '../errors.js';
 import { requestInfo } from '../http/access-log.js';
 import { endRawLingering, refuseSocket, sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
@@ -328,7 +328,7 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
     // Before any host is contacted (the front server drops the rest of the body: lingerOnRest).
-    throw new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`);
+    throw bodyTooLarge(fe.errorId, limit);
   }
   const kind = bodyKind(req);
   let body: RequestBody;
@@ -386,7 +386,7 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
       req.unpipe(counter);
       if (result.kind === 'error' && !result.responded && !res.headersSent && !res.destroyed) {
         lingerOnRest(req, res, limit);
-        sendError(res, new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`));
+        sendError(res, bodyTooLarge(fe.errorId, limit));
       } else {
         req.resume();
         res.destroy();

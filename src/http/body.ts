@@ -1,6 +1,6 @@
 /** Reading request bodies with a size limit (413 beyond it) and a deadline. */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { MeshError } from '../errors.js';
+import { bodyTooLarge, MeshError } from '../errors.js';
 
 export const DEFAULT_MAX_BODY = 4 * 1024 * 1024;
 
@@ -17,7 +17,7 @@ export function readBodyThen(req: IncomingMessage, limit: number, errorId: strin
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) {
     req.resume();
-    process.nextTick(done, new MeshError(errorId, 413, `request body larger than ${limit} bytes`));
+    process.nextTick(done, bodyTooLarge(errorId, limit));
     return;
   }
   const chunks: Buffer[] = [];
@@ -37,7 +37,7 @@ export function readBodyThen(req: IncomingMessage, limit: number, errorId: strin
     size += chunk.length;
     if (size > limit) {
       req.resume();
-      finish(new MeshError(errorId, 413, `request body larger than ${limit} bytes`));
+      finish(bodyTooLarge(errorId, limit));
       return;
     }
     chunks.push(chunk);

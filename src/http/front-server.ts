@@ -21,7 +21,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
-import { flagged, MeshError } from '../errors.js';
+import { MeshError, rateLimited } from '../errors.js';
 import { lingerOnRest } from './body.js';
 import { attachTarget, type RequestTarget } from './target.js';
 import { rawErrorResponse, refuseSocket, sendError, sendJson } from './respond.js';
@@ -442,7 +442,7 @@ export class FrontServer<R = undefined> {
       return false;
     }
     this.rateLimitOver!.inc();
-    const err = new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`);
+    const err = rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec);
     refuseSocket(socket, err, this.options.errorId, { headers: rateLimitHeaders(decision) });
     return true;
   }
@@ -476,7 +476,7 @@ export class FrontServer<R = undefined> {
     this.rateLimitOver!.inc();
     req.resume();
     for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
-    sendError(res, flagged(new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`), 'RL'), this.options.errorId);
+    sendError(res, rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec), this.options.errorId);
     return true;
   }
 }

@@ -5,11 +5,11 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { MeshError, toMeshError } from '../errors.js';
+import { ERROR_IDS, MeshError, toMeshError } from '../errors.js';
 import { requestInfo } from './access-log.js';
 import { LINGER_BYTES, LINGER_MS } from './body.js';
 
-export function sendError(res: ServerResponse, err: unknown, id = 'go.mesh.server'): void {
+export function sendError(res: ServerResponse, err: unknown, id: string = ERROR_IDS.server): void {
   const e = err instanceof MeshError ? err : toMeshError(err, id);
   if (e.responseFlag !== undefined) requestInfo(res.req)?.addFlag(e.responseFlag);
   const body = e.toBody();

@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
-import { MeshError, flagged } from '../errors.js';
+import { ERROR_IDS, MeshError, flagged } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
 import { refuseSocket } from '../http/respond.js';
 import { targetOf } from '../http/target.js';
@@ -19,7 +19,7 @@ import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import type { ListenerConfig, ProxyConfig, RouteConfig } from './config.js';
 
 /** The `id` of every error the proxy itself writes (no route, no host, upstream failures). */
-export const ERROR_ID = 'go.mesh.proxy';
+export const ERROR_ID = ERROR_IDS.proxy;
 
 function shown(path: string): string {
   return path.length > 200 ? `${path.slice(0, 200)}...` : path;

@@ -26,7 +26,7 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
-import { MeshError } from '../errors.js';
+import { ERROR_IDS, MeshError, originNotAllowed, rootMethodNotAllowed } from '../errors.js';
 import { FrontServer, type FrontPhase } from '../http/front-server.js';
 import { refuseSocket, sendJson } from '../http/respond.js';
 import { targetOf, type RequestTarget } from '../http/target.js';
@@ -45,7 +45,7 @@ import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
 import type { FrontRateLimit } from '../http/rate-limit.js';
 import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 
-export const SIDECAR_ERROR_ID = 'go.mesh.sidecar';
+export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
 export const SIDECAR_DEFAULT_ADDRESS = '127.0.0.1:8081';
 export const SIDECAR_DEFAULT_ADMIN = '127.0.0.1:9902';
@@ -243,7 +243,7 @@ export class Sidecar {
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     if (route.kind !== 'proxy' && !originAllowed(req, this.runtime.options.cors)) {
       req.resume();
-      throw new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`);
+      throw originNotAllowed(fe.errorId, req.headers.origin);
     }
     switch (route.kind) {
       case 'registry':
@@ -256,7 +256,7 @@ export class Sidecar {
         req.resume();
         if (req.method !== 'GET' && req.method !== 'HEAD') {
           res.setHeader('allow', 'GET, HEAD');
-          throw new MeshError(fe.errorId, 405, `method ${req.method} not allowed on /: use GET`);
+          throw rootMethodNotAllowed(fe.errorId, req.method);
         }
         sendJson(res, 200, { version: packageVersion(), handler: this.handler, namespace: fe.namespace });
         return;
@@ -290,7 +290,7 @@ export class Sidecar {
     const { path } = targetOf(req);
     const refusal = this.hostRefusal(req);
     if (refusal) return refuseSocket(socket, refusal, fe.errorId);
-    // Under the proxy handler every upgrade but at /registry, /rpc and / is the app's (the broker's and the dashboard's paths included).
+    // Under the proxy handler the auth rules see the app's service at every path but /registry, /rpc and / (/broker and the dashboard's paths included).
     const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(path, fe.namespace) : undefined;
     const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req, route) : { path };
     this.guard.check(req, undefined, target).then(
@@ -305,18 +305,18 @@ export class Sidecar {
     const fe = this.fe;
     const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
     if (path === '/broker') {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       return this.broker.upgrade(req, socket, head);
     }
     if (path === '/rpc') {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void handleRpcStreamUpgrade(fe, this.streams, req, socket, head);
       return;
     }
     if (proxied) return handleProxyUpgrade(fe, proxied, this.secure, req, socket, head);
     const stream = route.kind === 'call' ? route.call : undefined;
     if (stream) {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void this.streams.upgrade(stream, req, socket, head);
       return;
     }
