@@ -6,7 +6,7 @@
 import { Runtime } from './runtime.js';
 import { resolveOptions, type Duration, type MeshOptions, type ResolvedOptions } from './options.js';
 import { Service, type ServiceOptions } from './server/service.js';
-import { MeshError } from './errors.js';
+import { ERROR_IDS, MeshError } from './errors.js';
 import { parseDuration } from './util/duration.js';
 import { JSON_CODEC } from './codec/codec.js';
 import type { Registry, Service as ServiceRecord } from './registry/registry.js';
@@ -108,9 +108,9 @@ function timeoutOption(timeout: Duration | undefined): number | undefined {
   try {
     ms = typeof timeout === 'number' ? timeout : parseDuration(timeout);
   } catch (err) {
-    throw new MeshError('go.mesh.client', 400, `timeout: ${(err as Error).message}`);
+    throw new MeshError(ERROR_IDS.client, 400, `timeout: ${(err as Error).message}`);
   }
-  if (!(ms >= 0)) throw new MeshError('go.mesh.client', 400, `timeout: must be a non-negative number of ms or a duration (got ${String(timeout)})`);
+  if (!(ms >= 0)) throw new MeshError(ERROR_IDS.client, 400, `timeout: must be a non-negative number of ms or a duration (got ${String(timeout)})`);
   return ms;
 }
 
@@ -193,7 +193,7 @@ export class Mesh {
   async call<TRes = unknown, TReq = unknown>(service: string, endpoint: string, request: TReq, opts: CallOptions = {}): Promise<TRes> {
     const timeoutMs = timeoutOption(opts.timeout);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
-    if (!this.#runtime.codecs.for(contentType)) throw new MeshError('go.mesh.client', 415, `no codec for content type ${contentType}`);
+    if (!this.#runtime.codecs.for(contentType)) throw new MeshError(ERROR_IDS.client, 415, `no codec for content type ${contentType}`);
     return this.#runtime.client.callValue<TRes>(service, endpoint, request, {
       contentType,
       timeoutMs,
@@ -216,11 +216,11 @@ export class Mesh {
     const timeoutMs = timeoutOption(opts.timeout);
     const iterable = request !== null && typeof request === 'object' && (Symbol.asyncIterator in request || Symbol.iterator in request);
     const kind = opts.kind ?? (iterable ? 'bidi' : 'server');
-    if (!isStreamKind(kind)) throw new MeshError('go.mesh.client', 400, `kind: must be server, client or bidi (got ${String(kind)})`);
-    if (kind !== 'server' && !iterable) throw new MeshError('go.mesh.client', 400, `a ${kind} stream takes an iterable of requests`);
+    if (!isStreamKind(kind)) throw new MeshError(ERROR_IDS.client, 400, `kind: must be server, client or bidi (got ${String(kind)})`);
+    if (kind !== 'server' && !iterable) throw new MeshError(ERROR_IDS.client, 400, `a ${kind} stream takes an iterable of requests`);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     const codec = this.#runtime.codecs.for(contentType);
-    if (!codec) throw new MeshError('go.mesh.client', 415, `no codec for content type ${contentType}`);
+    if (!codec) throw new MeshError(ERROR_IDS.client, 415, `no codec for content type ${contentType}`);
     const client = this.#runtime.client;
     const cancel = new AbortController();
     const signal = opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal;
@@ -228,7 +228,7 @@ export class Mesh {
       try {
         return codec.encode(value);
       } catch (err) {
-        throw new MeshError('go.mesh.client', 400, `encoding request: ${(err as Error).message}`);
+        throw new MeshError(ERROR_IDS.client, 400, `encoding request: ${(err as Error).message}`);
       }
     };
     async function* run(): AsyncGenerator<TRes> {
@@ -266,7 +266,7 @@ export class Mesh {
           try {
             value = codec!.decode(payload) as TRes;
           } catch (err) {
-            throw new MeshError('go.mesh.client', 502, `decoding stream message: ${(err as Error).message}`);
+            throw new MeshError(ERROR_IDS.client, 502, `decoding stream message: ${(err as Error).message}`);
           }
           yield value;
         }
@@ -289,7 +289,7 @@ export class Mesh {
       const type = Object.entries(header).find(([k]) => k.toLowerCase() === 'content-type')?.[1];
       if (type === undefined) header['content-type'] = JSON_CODEC.contentType;
       const codec = this.#runtime.codecs.for(type);
-      if (!codec) throw new MeshError('go.mesh.broker', 415, `no codec for content type ${type}`);
+      if (!codec) throw new MeshError(ERROR_IDS.broker, 415, `no codec for content type ${type}`);
       body = codec.encode(value);
     }
     await this.#runtime.publish(topic, { header, body });

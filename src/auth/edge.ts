@@ -13,8 +13,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
-import { flagged, MeshError } from '../errors.js';
-import { rawErrorResponse } from '../http/respond.js';
+import { ERROR_IDS, MeshError, rateLimited } from '../errors.js';
 import { AUTH_HEADER_PREFIX } from '../transport/headers.js';
 import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../http/rate-limit.js';
 import type { Counter, StatsStore } from '../stats/store.js';
@@ -23,7 +22,7 @@ import { KeyStore, sha256, type Identity } from './keys.js';
 import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
 
 /** The `id` of every error JSON written by the auth step. */
-export const AUTH_ERROR_ID = 'go.mesh.auth';
+export const AUTH_ERROR_ID = ERROR_IDS.auth;
 export const HEADER_AUTH_SUBJECT = 'Mesh-Auth-Subject';
 export const HEADER_AUTH_SCOPES = 'Mesh-Auth-Scopes';
 export const HEADER_SIDECAR_TOKEN = 'mesh-sidecar-token';
@@ -474,11 +473,6 @@ export class EdgeGuard {
     }
     this.rateOver.inc();
     req.resume();
-    throw flagged(new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(policy)} exceeded (rule ${rule.index}): retry after ${decision.retryAfterSec}s`), 'RL');
+    throw rateLimited(this.options.errorId, describePolicy(policy), decision.retryAfterSec, rule.index);
   }
-}
-
-/** The raw HTTP answer refusing an upgrade (a WebSocket handshake) with error JSON and the challenge. */
-export function upgradeRefusal(err: MeshError): string {
-  return rawErrorResponse(err, err instanceof AuthError && err.challenge ? { 'www-authenticate': err.challenge } : {});
 }

@@ -5,7 +5,7 @@ import { DirectOperations, SidecarOperations, type Operations } from './operatio
 import { parseJson, stringifyJson, JsonSyntaxError } from '../codec/json.js';
 import { serviceFromInput } from '../registry/input.js';
 import { RegistryValidationError, type Service } from '../registry/registry.js';
-import { MeshError } from '../errors.js';
+import { ERROR_IDS, MeshError } from '../errors.js';
 import { printable } from '../util/text.js';
 import { formatAddress } from '../util/address.js';
 import { messageId } from '../broker/durable.js';
@@ -93,7 +93,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         const name = rest[0];
         if (noun !== 'service' || !name) throw new UsageError('usage: mesh get service NAME');
         const service = await ops.getService(name);
-        if (!service) throw new MeshError('go.mesh.cli', 404, `service ${name}: not found`);
+        if (!service) throw new MeshError(ERROR_IDS.cli, 404, `service ${name}: not found`);
         io.out(json ? JSON.stringify(service) + '\n' : formatService(service));
         return 0;
       }
@@ -206,7 +206,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         }
         if (noun === 'rm' && topic && rest.length === 2) {
           const name = rest[1]!;
-          if (!(await ops.removeConsumer(topic, name))) throw new MeshError('go.mesh.cli', 404, `consumer ${name} of topic ${topic}: not found`);
+          if (!(await ops.removeConsumer(topic, name))) throw new MeshError(ERROR_IDS.cli, 404, `consumer ${name} of topic ${topic}: not found`);
           io.out(json ? JSON.stringify({ removed: name }) + '\n' : `removed ${name}\n`);
           return 0;
         }
@@ -216,7 +216,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         const name = noun;
         if (!name) throw new UsageError('usage: mesh health SERVICE');
         const service = await ops.getService(name);
-        if (!service) throw new MeshError('go.mesh.cli', 404, `service ${name}: not found`);
+        if (!service) throw new MeshError(ERROR_IDS.cli, 404, `service ${name}: not found`);
         const rows: Array<{ node: string; address: string; status: string }> = [];
         for (const node of service.nodes) {
           const address = formatAddress(node.address, node.port);

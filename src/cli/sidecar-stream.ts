@@ -12,12 +12,12 @@
  * the sidecar's call of the backend.
  */
 import WebSocket from 'ws';
-import { MeshError } from '../errors.js';
+import { ERROR_IDS, MeshError } from '../errors.js';
 import { cancelledError, RECEIVE_HIGH_WATER, SEND_HIGH_WATER, type StreamCall } from '../client/stream.js';
 import type { StreamKind } from '../transport/frames.js';
 import { SIDECAR_ERROR_ID } from '../sidecar/server.js';
 
-const CLI_ID = 'go.mesh.cli';
+const CLI_ID = ERROR_IDS.cli;
 
 /** The error a close code stands for; undefined for 1000 (the stream's end). */
 export function closeError(code: number, reason: string, what: string): MeshError | undefined {

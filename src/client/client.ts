@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type pino from 'pino';
-import { MeshError, flagged, parseErrorBody, toMeshError } from '../errors.js';
+import { ERROR_IDS, MeshError, flagged, parseErrorBody, toMeshError } from '../errors.js';
 import type { UpstreamInfo } from '../http/access-log.js';
 import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../codec/codec.js';
 import { sendRpc, TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../transport/rpc.js';
@@ -279,7 +279,7 @@ export class Client {
       lastError = parseErrorBody(response.status, response.body.toString('utf8'));
       if (!RETRIABLE_STATUS.has(response.status)) throw lastError;
     }
-    throw lastError ?? flagged(new MeshError('go.mesh.client', 504, `call ${service}.${endpoint}: timeout after ${budget}ms`), 'UT');
+    throw lastError ?? flagged(new MeshError(ERROR_IDS.client, 504, `call ${service}.${endpoint}: timeout after ${budget}ms`), 'UT');
   }
 
   /**
@@ -347,15 +347,15 @@ export class Client {
     try {
       body = codec.encode(request, opts.requestType);
     } catch (err) {
-      throw new MeshError('go.mesh.client', 400, `encoding request: ${(err as Error).message}`);
+      throw new MeshError(ERROR_IDS.client, 400, `encoding request: ${(err as Error).message}`);
     }
     const res = await this.call(service, endpoint, body, { ...opts, contentType: codec.contentType });
     const resCodec = codecOf(res.contentType || codec.contentType);
-    if (!resCodec) throw new MeshError('go.mesh.client', 502, `unsupported response content type ${mediaType(res.contentType)}`);
+    if (!resCodec) throw new MeshError(ERROR_IDS.client, 502, `unsupported response content type ${mediaType(res.contentType)}`);
     try {
       return resCodec.decode(res.body, opts.responseType) as T;
     } catch (err) {
-      throw toMeshError(new MeshError('go.mesh.client', 502, `decoding response: ${(err as Error).message}`));
+      throw toMeshError(new MeshError(ERROR_IDS.client, 502, `decoding response: ${(err as Error).message}`));
     }
   }
 }
@@ -420,14 +420,14 @@ function startTry(
 function transportToMeshError(err: TransportError, service: string, host: string, budget: number): MeshError {
   switch (err.outcome.kind) {
     case 'timeout':
-      if (err.outcome.perTry) return flagged(new MeshError('go.mesh.client', 504, `call ${service} on ${host}: ${err.message}`), 'UT');
-      return flagged(new MeshError('go.mesh.client', 504, `call ${service} on ${host}: timeout after ${budget}ms`), 'UT');
+      if (err.outcome.perTry) return flagged(new MeshError(ERROR_IDS.client, 504, `call ${service} on ${host}: ${err.message}`), 'UT');
+      return flagged(new MeshError(ERROR_IDS.client, 504, `call ${service} on ${host}: timeout after ${budget}ms`), 'UT');
     case 'connect_failure':
-      return flagged(new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection failed: ${err.message}`), 'UF');
+      return flagged(new MeshError(ERROR_IDS.client, 502, `call ${service} on ${host}: connection failed: ${err.message}`), 'UF');
     case 'reset':
-      return flagged(new MeshError('go.mesh.client', 502, `call ${service} on ${host}: connection reset: ${err.message}`), 'UC');
+      return flagged(new MeshError(ERROR_IDS.client, 502, `call ${service} on ${host}: connection reset: ${err.message}`), 'UC');
     case 'cancelled':
-      return new MeshError('go.mesh.client', 400, `call ${service}: ${err.message}`);
+      return new MeshError(ERROR_IDS.client, 400, `call ${service}: ${err.message}`);
   }
 }
 

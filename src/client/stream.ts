@@ -12,7 +12,7 @@
 import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { MeshError, flagged, parseErrorBody } from '../errors.js';
+import { ERROR_IDS, MeshError, flagged, parseErrorBody } from '../errors.js';
 import type { UpstreamInfo } from '../http/access-log.js';
 import type { Counter, Gauge, StatsStore } from '../stats/store.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../transport/frames.js';
@@ -20,7 +20,7 @@ import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEO
 import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import { budgetLeft } from './budget.js';
 
-const CLIENT_ID = 'go.mesh.client';
+const CLIENT_ID = ERROR_IDS.client;
 /** Bytes of request frames queued for the connection before send() waits (a sidecar stream's socket too). */
 export const SEND_HIGH_WATER = 64 * 1024;
 /** Bytes of response read ahead of the consumer (undici's body buffer; the read-ahead of gRPC and sidecar streams too). */
@@ -68,7 +68,7 @@ export function streamTimeout(service: string, endpoint: string, ms: number | un
 }
 
 /** The error a consumer sees when the stream was cancelled on its side. */
-export function cancelledError(id = CLIENT_ID, detail = 'stream cancelled'): MeshError {
+export function cancelledError(id: string = CLIENT_ID, detail = 'stream cancelled'): MeshError {
   return new MeshError(id, 499, detail, 'Client Closed Request');
 }
 

@@ -18,6 +18,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { MeshError } from '../errors.js';
 import { sendJson } from '../http/respond.js';
+import { targetOf } from '../http/target.js';
 import { packageRoot } from '../util/package-root.js';
 import type { StatsStore } from '../stats/store.js';
 import type { ServerStatsSource } from '../stats/server-stats.js';
@@ -182,9 +183,8 @@ function sendAsset(req: IncomingMessage, res: ServerResponse, asset: LoadedAsset
   res.end(asset.body);
 }
 
-function wantsJson(req: IncomingMessage, url: string): boolean {
-  const q = url.indexOf('?');
-  if (q !== -1 && new URLSearchParams(url.slice(q + 1)).get('format') === 'json') return true;
+function wantsJson(req: IncomingMessage, query: string | undefined): boolean {
+  if (query !== undefined && new URLSearchParams(query).get('format') === 'json') return true;
   if (/application\/json/i.test(String(req.headers.accept ?? ''))) return true;
   return /^application\/json/i.test(String(req.headers['content-type'] ?? ''));
 }
@@ -295,15 +295,13 @@ export class Dashboard {
   /** Answers a path for which isDashboardPath() is true. Errors are thrown as MeshError. */
   handle(req: IncomingMessage, res: ServerResponse): void {
     req.resume();
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q === -1 ? url : url.slice(0, q);
+    const { path, query } = targetOf(req);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
       throw new MeshError(this.options.errorId, 405, `method ${req.method} not allowed on ${path}: use GET`);
     }
     if (path === DASHBOARD_PATH) {
-      if (wantsJson(req, url)) sendJson(res, 200, this.snapshot(), { 'cache-control': 'no-store', vary: 'Accept' });
+      if (wantsJson(req, query)) sendJson(res, 200, this.snapshot(), { 'cache-control': 'no-store', vary: 'Accept' });
       else sendAsset(req, res, load(PAGE), 'no-store');
       return;
     }

@@ -15,10 +15,10 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
-import { MeshError, toMeshError } from '../errors.js';
-import { FrontServer } from '../http/front-server.js';
-import { rawErrorResponse, sendJson } from '../http/respond.js';
-import { endRawLingering } from '../http/body.js';
+import { ERROR_IDS, MeshError, rootMethodNotAllowed } from '../errors.js';
+import { FrontServer, type FrontPhase } from '../http/front-server.js';
+import { refuseSocket, sendJson } from '../http/respond.js';
+import { targetOf, type RequestTarget } from '../http/target.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { resolveEventPath, resolveProxyPath, RpcPathResolver, type RpcRoute } from '../handlers/resolve.js';
 import { handleApi } from '../handlers/api.js';
@@ -29,16 +29,16 @@ import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import { handleSse, StreamSockets, wantsEventStream } from '../handlers/stream.js';
 import { packageVersion } from '../admin/build-info.js';
 import { RegistryRouter } from './router.js';
-import type { HandlerName, RouteMatch } from './routes.js';
+import type { HandlerName } from './routes.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import type { FrontRateLimit } from '../http/rate-limit.js';
 import { globsMatcher } from '../util/regex.js';
-import { EdgeGuard, upgradeRefusal, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
+import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
 /** The `id` of every error the gateway itself writes. */
-export const ERROR_ID = 'go.mesh.api';
+export const ERROR_ID = ERROR_IDS.gateway;
 /** Stats of the gateway's listener: http.gateway.downstream_rq_*. */
 export const STAT_PREFIX = 'gateway';
 
@@ -63,12 +63,27 @@ export interface GatewayOptions {
   corsMaxAgeSec?: number;
   /** Authentication and rules (--auth, --auth_rules; src/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
   auth?: EdgeAuth;
+  /** Called as a request enters each phase of the front server (src/http/front-server.ts): for tests and debugging. */
+  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
 }
 
-function pathOf(url: string): string {
-  const q = url.indexOf('?');
-  return q === -1 ? url : url.slice(0, q);
-}
+/**
+ * What serves a request, decided once per request (the front server's route phase) and read by
+ * the auth step, the handler and the upgrade: the gateway's own paths, or a call, proxy or event
+ * target (from the fixed `--handler`, a registry route, or the api fallback); a target left
+ * undefined names no service (404).
+ */
+export type GatewayRoute =
+  | { kind: 'root' | 'dashboard' | 'rpc-endpoint' | 'none' }
+  /** `stream`: false at the gateway's own paths, where no streaming call (SSE, WebSocket) is served. */
+  | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean }
+  | { kind: 'proxy'; service: string | undefined }
+  | { kind: 'event'; event: { topic: string; name: string } | undefined };
+
+const ROOT: GatewayRoute = { kind: 'root' };
+const DASHBOARD: GatewayRoute = { kind: 'dashboard' };
+const RPC_ENDPOINT: GatewayRoute = { kind: 'rpc-endpoint' };
+const NONE: GatewayRoute = { kind: 'none' };
 
 function shown(path: string): string {
   return path.length > 200 ? `${path.slice(0, 200)}...` : path;
@@ -81,7 +96,7 @@ export class Gateway {
   readonly router?: RegistryRouter;
   readonly dashboard?: Dashboard;
   readonly fe: FrontEnd;
-  private readonly server: FrontServer;
+  private readonly server: FrontServer<GatewayRoute>;
   private readonly address: string;
   private readonly enableRpc: boolean;
   private readonly rpcAllowed?: (service: string) => boolean;
@@ -127,54 +142,82 @@ export class Gateway {
     }
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
-    this.server = new FrontServer({
+    this.server = new FrontServer<GatewayRoute>({
       runtime,
       statPrefix: STAT_PREFIX,
       errorId: ERROR_ID,
-      handle: (req, res, ctx) => this.handle(req, res, ctx),
-      upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+      route: (req, target, upgrade) => this.route(req, target, upgrade),
+      handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
+      upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
+      onPhase: options.onPhase,
       closeUpgraded: () => this.streams.close(),
-      counted: (req) => !(dashboard && isDashboardPath(pathOf(req.url ?? '/'))),
+      counted: (req) => !(dashboard && isDashboardPath(targetOf(req).path)),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
-      authorize: (req, res) => guard.checkRequest(req, res, () => this.authTarget(req)),
+      authorize: (req, res, route) => guard.checkRequest(req, res, () => this.authTarget(req, route)),
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
     });
   }
 
-  /** What the auth rules see of a request: the service and endpoint the handler will call, as handle() resolves them. */
-  private authTarget(req: IncomingMessage): EdgeTarget {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
-    if (path === '/rpc' && this.enableRpc) return { path, call: true };
-    if (path === '/' || (this.dashboard && isDashboardPath(path))) return { path };
+  /**
+   * The route phase: the gateway's own paths first (for an upgrade only /rpc: an upgrade at `/` or
+   * the dashboard can only be proxied), then the handler's target. No streaming call is served at
+   * an own path, nor at /rpc when --enable_rpc=false.
+   */
+  private route(req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
+    const path = target.path;
+    const own = path === '/' || (this.dashboard !== undefined && isDashboardPath(path));
+    if (own && !upgrade) return path === '/' ? ROOT : DASHBOARD;
+    if (path === '/rpc' && this.enableRpc) return RPC_ENDPOINT;
+    const to = this.targetRoute(req, target);
+    if (to.kind === 'call' && (own || path === '/rpc')) to.stream = false;
+    return own && to.kind !== 'proxy' && to.kind !== 'call' ? NONE : to;
+  }
+
+  /** The `--handler`'s target for a path, or the registry router's (one match), the api handler as the fallback. */
+  private targetRoute(req: IncomingMessage, target: RequestTarget): GatewayRoute {
+    const path = target.path;
     const ns = this.namespace;
-    const rpc = () => {
-      const t = this.rpcPaths.resolve(url);
-      return t ? { path, service: t.service, endpoint: t.method } : { path };
-    };
     switch (this.handler) {
       case 'api':
       case 'rpc':
-        return rpc();
+        return { kind: 'call', handler: this.handler, call: this.rpcPaths.resolve(path), stream: true };
       case 'proxy':
-        return { path, service: resolveProxyPath(url, ns)?.service };
-      case 'event': {
-        const t = resolveEventPath(url, ns);
-        return t ? { path, service: t.topic, endpoint: t.name } : { path };
-      }
+        return { kind: 'proxy', service: resolveProxyPath(path, ns)?.service };
+      case 'event':
+        return { kind: 'event', event: resolveEventPath(path, ns) };
       default: {
         const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
-        if (!match) return rpc();
+        if (!match) return { kind: 'call', handler: 'api', call: this.rpcPaths.resolve(path), stream: true };
         const { route } = match;
-        if (route.handler === 'proxy') return { path, service: route.service };
-        if (route.handler === 'event') {
-          const t = resolveEventPath(url, ns) ?? { topic: route.service, name: route.endpoint };
-          return { path, service: t.topic, endpoint: t.name };
+        switch (route.handler) {
+          case 'rpc':
+          case 'api':
+            return { kind: 'call', handler: route.handler, call: { service: route.service, method: route.endpoint }, stream: true };
+          case 'proxy':
+            return { kind: 'proxy', service: route.service };
+          case 'event':
+            return { kind: 'event', event: resolveEventPath(path, ns) ?? { topic: route.service, name: route.endpoint } };
         }
-        return { path, service: route.service, endpoint: route.endpoint };
       }
+    }
+  }
+
+  /** What the auth rules see of a request: the service and endpoint its route calls. */
+  private authTarget(req: IncomingMessage, route: GatewayRoute): EdgeTarget {
+    const path = targetOf(req).path;
+    switch (route.kind) {
+      case 'rpc-endpoint':
+        return { path, call: true };
+      case 'call':
+        return route.call ? { path, service: route.call.service, endpoint: route.call.method } : { path };
+      case 'proxy':
+        return { path, service: route.service };
+      case 'event':
+        return route.event ? { path, service: route.event.topic, endpoint: route.event.name } : { path };
+      default:
+        return { path };
     }
   }
 
@@ -204,67 +247,39 @@ export class Gateway {
   }
 
   /**
-   * The rpc, api and proxy handlers take the request's context as an argument; every other handler runs
-   * inside it (what they call reads the ambient context).
+   * The handle phase. The rpc, api and proxy handlers take the request's context as an argument;
+   * every other handler runs inside it (what they call reads the ambient context).
    */
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
-    if (this.dashboard && isDashboardPath(path)) return within(() => this.dashboard!.handle(req, res));
-    if (path === '/') return this.root(req, res);
-    if (path === '/rpc' && this.enableRpc) return within(() => handleRpcEndpoint(this.fe, req, res, this.rpcAllowed));
-    if (wantsEventStream(req)) {
-      const route = this.streamRoute(req, url, path);
-      if (route) return within(() => handleSse(this.fe, this.streams, route, req, res));
-    }
-    const ns = this.namespace;
-    switch (this.handler) {
-      case 'api':
-        return handleApi(this.fe, this.rpcTarget(req, url, path), req, res, ctx);
-      case 'rpc':
-        return handleRpc(this.fe, this.rpcTarget(req, url, path), req, res, ctx);
-      case 'proxy': {
-        const target = resolveProxyPath(url, ns);
-        if (!target) throw this.noService(req, path);
-        return handleProxy(this.fe, target.service, this.server.secure, req, res, ctx);
+    switch (route.kind) {
+      case 'dashboard':
+        return within(() => this.dashboard!.handle(req, res));
+      case 'root':
+        return this.root(req, res);
+      case 'rpc-endpoint':
+        return within(() => handleRpcEndpoint(this.fe, req, res, this.rpcAllowed));
+      case 'call': {
+        const call = route.call;
+        if (!call) throw this.noService(req, 'use /<service>/<method>');
+        if (route.stream && wantsEventStream(req)) return within(() => handleSse(this.fe, this.streams, call, req, res));
+        return route.handler === 'rpc' ? handleRpc(this.fe, call, req, res, ctx) : handleApi(this.fe, call, req, res, ctx);
       }
-      case 'event': {
-        const target = resolveEventPath(url, ns);
-        if (!target) throw this.noService(req, path, 'use /<topic>/<event>');
-        return within(() => handleEvent(this.fe, target, req, res));
-      }
-      default: {
-        const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
-        if (match) return this.dispatch(match, url, req, res, ctx);
-        return handleApi(this.fe, this.rpcTarget(req, url, path), req, res, ctx);
-      }
-    }
-  }
-
-  /** A matched route: its handler decides, with the declaring service and endpoint. */
-  private dispatch(match: RouteMatch, url: string, req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
-    const { route } = match;
-    const context = this.runtime.context;
-    switch (route.handler) {
-      case 'rpc':
-        return handleRpc(this.fe, { service: route.service, method: route.endpoint }, req, res, ctx);
-      case 'api':
-        return handleApi(this.fe, { service: route.service, method: route.endpoint }, req, res, ctx);
       case 'proxy':
+        if (!route.service) throw this.noService(req);
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx);
-      case 'event':
-        return context.within(ctx, () => handleEvent(this.fe, resolveEventPath(url, this.namespace) ?? { topic: route.service, name: route.endpoint }, req, res));
+      case 'event': {
+        const event = route.event;
+        if (!event) throw this.noService(req, 'use /<topic>/<event>');
+        return within(() => handleEvent(this.fe, event, req, res));
+      }
+      case 'none':
+        throw this.noService(req);
     }
   }
 
-  private rpcTarget(req: IncomingMessage, url: string, path: string) {
-    const target = this.rpcPaths.resolve(url);
-    if (!target) throw this.noService(req, path, 'use /<service>/<method>');
-    return target;
-  }
-
-  private noService(req: IncomingMessage, path: string, hint?: string): MeshError {
+  private noService(req: IncomingMessage, hint?: string): MeshError {
+    const path = targetOf(req).path;
     req.resume();
     return new MeshError(ERROR_ID, 404, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
   }
@@ -273,69 +288,43 @@ export class Gateway {
     req.resume();
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
-      throw new MeshError(ERROR_ID, 405, `method ${req.method} not allowed on /: use GET`);
+      throw rootMethodNotAllowed(ERROR_ID, req.method);
     }
     sendJson(res, 200, { version: packageVersion() });
   }
 
   /**
-   * The service and method of a streaming call at this path (SSE or WebSocket): under the rpc and
-   * api handlers, a route of either, or the fallback; undefined for the proxy and event handlers.
+   * The handle phase of a WebSocket (any Upgrade) request: tunnelled by the proxy handler or a
+   * proxy route (once the node answers 101); a stream at an rpc or api path or at /rpc; refused
+   * otherwise. Each passes the auth step (and, keyed by subject, the rate limit after it) first.
    */
-  private streamRoute(req: IncomingMessage, url: string, path: string): RpcRoute | undefined {
-    if (path === '/' || path === '/rpc' || (this.dashboard && isDashboardPath(path))) return undefined;
-    switch (this.handler) {
-      case 'api':
-      case 'rpc':
-        return this.rpcPaths.resolve(url);
-      case 'proxy':
-      case 'event':
-        return undefined;
-      default: {
-        const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
-        if (!match) return this.rpcPaths.resolve(url);
-        const { route } = match;
-        return route.handler === 'rpc' || route.handler === 'api' ? { service: route.service, method: route.endpoint } : undefined;
-      }
-    }
-  }
-
-  /**
-   * WebSocket (any Upgrade) requests: tunnelled by the proxy handler or a proxy route (once the
-   * node answers 101); streams at an rpc or api path; refused otherwise. Each passes the auth step
-   * (and, keyed by subject, the rate limit after it) first.
-   */
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: GatewayRoute): void {
+    const path = targetOf(req).path;
     const checked = (target: EdgeTarget, then: () => void) =>
       this.guard.check(req, undefined, target).then(
         () => {
           if (!this.server.upgradeRateLimited(req, socket, true)) then();
         },
-        (err: unknown) => endRawLingering(socket, upgradeRefusal(toMeshError(err, ERROR_ID))),
+        (err: unknown) => refuseSocket(socket, err, ERROR_ID),
       );
-    if (path === '/rpc' && this.enableRpc) {
-      checked({ path, call: true }, () => handleRpcStreamUpgrade(this.fe, this.streams, req, socket, head, this.rpcAllowed));
-      return;
+    switch (route.kind) {
+      case 'rpc-endpoint':
+        checked({ path, call: true }, () => handleRpcStreamUpgrade(this.fe, this.streams, req, socket, head, this.rpcAllowed));
+        return;
+      case 'call': {
+        const stream = route.call;
+        if (!stream || !route.stream) break;
+        checked({ path, service: stream.service, endpoint: stream.method }, () => this.streams.upgrade(stream, req, socket, head));
+        return;
+      }
+      case 'proxy': {
+        const service = route.service;
+        if (!service) break;
+        checked({ path, service }, () => handleProxyUpgrade(this.fe, service, this.server.secure, req, socket, head));
+        return;
+      }
     }
-    const stream = this.streamRoute(req, url, path);
-    if (stream) {
-      checked({ path, service: stream.service, endpoint: stream.method }, () => this.streams.upgrade(stream, req, socket, head));
-      return;
-    }
-    let service: string | undefined;
-    if (this.handler === 'proxy') service = resolveProxyPath(url, this.namespace)?.service;
-    else if (!this.handler) {
-      const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
-      if (match?.route.handler === 'proxy') service = match.route.service;
-    }
-    if (service) {
-      const proxied = service;
-      checked({ path, service: proxied }, () => handleProxyUpgrade(this.fe, proxied, this.server.secure, req, socket, head));
-      return;
-    }
-    endRawLingering(socket, rawErrorResponse(new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`)));
+    refuseSocket(socket, new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`), ERROR_ID);
   }
 }
 

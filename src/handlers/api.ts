@@ -13,6 +13,7 @@ import { JSON_CODEC, PROTOBUF_CODEC, codecFor, mediaType } from '../codec/codec.
 import { apiTypes } from '../codec/api-proto.js';
 import { readBody } from '../http/body.js';
 import { sendError } from '../http/respond.js';
+import { targetOf } from '../http/target.js';
 import { canonicalHeaderKey, isHopByHop } from '../transport/headers.js';
 import { callOptionsFrom, type FrontEnd } from './front-end.js';
 import type { CallContext } from '../util/call-context.js';
@@ -77,15 +78,14 @@ export interface ApiRequestMessage {
 }
 
 export function buildApiRequest(req: IncomingMessage, body: Buffer): ApiRequestMessage {
-  const url = req.url ?? '/';
-  const q = url.indexOf('?');
+  const { url, path, query } = targetOf(req);
   const media = mediaType(req.headers['content-type']);
   const text = body.toString('utf8');
   return {
     method: req.method ?? 'GET',
-    path: q === -1 ? url : url.slice(0, q),
+    path,
     header: headerPairs(req),
-    get: q === -1 ? {} : queryPairs(url.slice(q + 1)),
+    get: query === undefined ? {} : queryPairs(query),
     // The form is parsed for convenience; the raw body is always kept as well.
     post: media === 'application/x-www-form-urlencoded' ? queryPairs(text) : {},
     body: text,

@@ -48,7 +48,7 @@ export async function handleEvent(fe: FrontEnd, target: { topic: string; name: s
     id: randomUUID(),
     timestamp: Math.floor(Date.now() / 1000),
     header: headerPairs(req),
-    data: body === undefined ? JSON.stringify(queryObject(req.url ?? '')) : body.toString('utf8'),
+    data: body === undefined ? JSON.stringify(queryObject(req)) : body.toString('utf8'),
   };
   try {
     await fe.runtime.publish(target.topic, {

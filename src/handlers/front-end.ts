@@ -4,6 +4,7 @@ import type { Runtime } from '../runtime.js';
 import { HEADER_ID, endToEndHeaders, meshTimeoutOf } from '../transport/headers.js';
 import type { CallOptions } from '../client/client.js';
 import { requestInfo } from '../http/access-log.js';
+import { targetOf } from '../http/target.js';
 import type { CallContext } from '../util/call-context.js';
 
 export interface FrontEnd {
@@ -40,12 +41,12 @@ function inboundTimeout(headers: IncomingMessage['headers']): number | undefined
   }
 }
 
-/** The query of a URL as a JSON-ready object: one value → string, several → array. */
-export function queryObject(url: string): Record<string, string | string[]> {
-  const q = url.indexOf('?');
+/** The query of a request (src/http/target.ts) as a JSON-ready object: one value → string, several → array. */
+export function queryObject(req: IncomingMessage): Record<string, string | string[]> {
+  const query = targetOf(req).query;
   const out: Record<string, string | string[]> = {};
-  if (q === -1) return out;
-  for (const [k, v] of new URLSearchParams(url.slice(q + 1))) {
+  if (query === undefined) return out;
+  for (const [k, v] of new URLSearchParams(query)) {
     const prev = out[k];
     if (prev === undefined) out[k] = v;
     else if (Array.isArray(prev)) prev.push(v);

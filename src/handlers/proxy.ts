@@ -16,12 +16,12 @@ import type { Dispatcher } from 'undici';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
-import { MeshError, asFrontEndError, flagged } from '../errors.js';
+import { MeshError, asFrontEndError, bodyTooLarge, flagged } from '../errors.js';
 import { requestInfo } from '../http/access-log.js';
-import { rawErrorResponse, sendError } from '../http/respond.js';
+import { endRawLingering, refuseSocket, sendError } from '../http/respond.js';
 import { classifyError } from '../transport/rpc.js';
 import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '../transport/headers.js';
-import { endRawLingering, lingerOnRest, readBody } from '../http/body.js';
+import { lingerOnRest, readBody } from '../http/body.js';
 import type { UpstreamLease } from '../upstream/types.js';
 import type { FrontEnd } from './front-end.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
@@ -328,7 +328,7 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
     // Before any host is contacted (the front server drops the rest of the body: lingerOnRest).
-    throw new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`);
+    throw bodyTooLarge(fe.errorId, limit);
   }
   const kind = bodyKind(req);
   let body: RequestBody;
@@ -386,7 +386,7 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
       req.unpipe(counter);
       if (result.kind === 'error' && !result.responded && !res.headersSent && !res.destroyed) {
         lingerOnRest(req, res, limit);
-        sendError(res, new MeshError(fe.errorId, 413, `request body larger than ${limit} bytes`));
+        sendError(res, bodyTooLarge(fe.errorId, limit));
       } else {
         req.resume();
         res.destroy();
@@ -456,7 +456,7 @@ function answerHead(res: IncomingMessage, extra: string): string {
  * (--client_request_timeout); an open tunnel may idle.
  */
 export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer): void {
-  const refuse = (err: MeshError) => endRawLingering(socket, rawErrorResponse(err));
+  const refuse = (err: MeshError) => refuseSocket(socket, err, fe.errorId);
   if (upgradesToH2c(req.headers.upgrade)) {
     return refuse(new MeshError(fe.errorId, 400, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
   }

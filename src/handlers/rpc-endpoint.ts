@@ -9,15 +9,14 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { MeshError, asFrontEndError, toMeshError } from '../errors.js';
+import { MeshError, asFrontEndError } from '../errors.js';
 import { mediaType } from '../codec/codec.js';
 import { JsonDepthError, parseJson, stringifyJson } from '../codec/json.js';
 import { readBody } from '../http/body.js';
-import { sendBytes, sendError } from '../http/respond.js';
+import { refuseSocket, sendBytes, sendError } from '../http/respond.js';
 import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 import type { StreamSockets } from './stream.js';
-import { upgradeRefusal } from '../auth/edge.js';
 import { tryParseAddress } from '../util/address.js';
 import { endpointNameProblem } from '../transport/endpoint.js';
 
@@ -119,13 +118,13 @@ export async function handleRpcStreamUpgrade(fe: FrontEnd, streams: StreamSocket
   let route: RpcRoute;
   try {
     const fields: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(queryObject(req.url ?? ''))) fields[k.toLowerCase()] = Array.isArray(v) ? v[0] : v;
+    for (const [k, v] of Object.entries(queryObject(req))) fields[k.toLowerCase()] = Array.isArray(v) ? v[0] : v;
     const { service, method } = rpcTarget(fe.errorId, fields);
     if (allowed && !allowed(service)) throw notAllowed(fe.errorId, service);
     fe.authorizeCall?.(req, undefined, service, method);
     route = { service, method };
   } catch (err) {
-    socket.end(upgradeRefusal(toMeshError(err, fe.errorId)));
+    refuseSocket(socket, err, fe.errorId, { linger: false });
     return;
   }
   return streams.upgrade(route, req, socket, head, UNARY_AT_RPC);

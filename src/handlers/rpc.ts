@@ -25,7 +25,7 @@ export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     // A query is the request; a body, if any, is not read.
     req.resume();
     contentType = 'application/json';
-    body = Buffer.from(JSON.stringify(queryObject(req.url ?? '')));
+    body = Buffer.from(JSON.stringify(queryObject(req)));
   } else {
     if (media !== '' && !PASS_THROUGH.has(media)) {
       req.resume();

@@ -28,7 +28,7 @@ import { MeshError, asFrontEndError } from '../errors.js';
 import { mediaType } from '../codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../codec/json.js';
 import { readBody } from '../http/body.js';
-import { drained, rawErrorResponse, sendError } from '../http/respond.js';
+import { drained, refuseSocket, sendError } from '../http/respond.js';
 import type { StreamCall } from '../client/stream.js';
 import { isStreamKind, type StreamKind } from '../transport/frames.js';
 import { TransportError } from '../transport/rpc.js';
@@ -173,7 +173,7 @@ export async function handleSse(fe: FrontEnd, streams: StreamSockets, route: Rpc
     throw kind ? new MeshError(fe.errorId, 406, `endpoint ${route.method} of ${route.service} is a ${kind} stream: text/event-stream serves server streams only (use a WebSocket)`) : notStreaming(fe, route, 406, 'text/event-stream serves server streams only');
   }
   let body: Buffer;
-  if (fromQuery) body = Buffer.from(JSON.stringify(queryObject(req.url ?? '')));
+  if (fromQuery) body = Buffer.from(JSON.stringify(queryObject(req)));
   else {
     const media = mediaType(req.headers['content-type']);
     if (media !== '' && media !== 'application/json') {
@@ -247,7 +247,7 @@ export class StreamSockets {
    */
   async upgrade(route: RpcRoute, req: IncomingMessage, socket: Duplex, head: Buffer, unary = 'no WebSocket endpoint here (a WebSocket serves streaming endpoints only)'): Promise<void> {
     const fe = this.fe;
-    const refuse = (err: MeshError): void => void socket.end(rawErrorResponse(err));
+    const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
     if (this.closed) return refuse(new MeshError(fe.errorId, 503, 'shutting down'));
     if (req.method !== 'GET') return refuse(new MeshError(fe.errorId, 405, 'a WebSocket stream is a GET'));
     if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return refuse(new MeshError(fe.errorId, 400, `upgrade to ${req.headers.upgrade} not supported: use websocket`));

@@ -1,7 +1,6 @@
 /** Reading request bodies with a size limit (413 beyond it) and a deadline. */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Duplex } from 'node:stream';
-import { MeshError } from '../errors.js';
+import { bodyTooLarge, MeshError } from '../errors.js';
 
 export const DEFAULT_MAX_BODY = 4 * 1024 * 1024;
 
@@ -18,7 +17,7 @@ export function readBodyThen(req: IncomingMessage, limit: number, errorId: strin
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) {
     req.resume();
-    process.nextTick(done, new MeshError(errorId, 413, `request body larger than ${limit} bytes`));
+    process.nextTick(done, bodyTooLarge(errorId, limit));
     return;
   }
   const chunks: Buffer[] = [];
@@ -38,7 +37,7 @@ export function readBodyThen(req: IncomingMessage, limit: number, errorId: strin
     size += chunk.length;
     if (size > limit) {
       req.resume();
-      finish(new MeshError(errorId, 413, `request body larger than ${limit} bytes`));
+      finish(bodyTooLarge(errorId, limit));
       return;
     }
     chunks.push(chunk);
@@ -52,7 +51,7 @@ export function readBodyThen(req: IncomingMessage, limit: number, errorId: strin
   req.on('aborted', onAborted);
 }
 
-/** How long, at most, the rest of a refused request body is read and dropped. */
+/** How long, at most, the rest of a refused request body (or what a refused raw connection still sends) is read and dropped. */
 export const LINGER_MS = 2_000;
 /** And how many bytes at most (or 4 × the body limit, when that is more): whichever comes first. */
 export const LINGER_BYTES = 16 * 1024 * 1024;
@@ -89,30 +88,4 @@ export function lingerOnRest(req: IncomingMessage, res: ServerResponse, limit: n
   req.once('end', done);
   req.once('close', done);
   req.resume();
-}
-
-/**
- * Ends a raw connection (an upgrade socket, no ServerResponse) after `answer`, with a lingering
- * close: whatever the client still sends (pipelined requests) is read and dropped, never parsed or
- * forwarded, so the kernel does not reset the connection and discard the answer before the client
- * reads it. Bounded like lingerOnRest: the connection is destroyed once the client closes its side,
- * after LINGER_MS, or past LINGER_BYTES dropped bytes.
- */
-export function endRawLingering(socket: Duplex, answer?: string | Buffer): void {
-  let dropped = 0;
-  const close = () => {
-    clearTimeout(timer);
-    socket.destroy();
-  };
-  const timer = setTimeout(close, LINGER_MS);
-  timer.unref();
-  socket.on('data', (chunk: Buffer) => {
-    dropped += chunk.length;
-    if (dropped > LINGER_BYTES) close();
-  });
-  // The client closed its side: done once the answer is out.
-  socket.once('end', () => (socket.writableFinished ? close() : socket.once('finish', close)));
-  socket.once('close', () => clearTimeout(timer));
-  if (answer === undefined) socket.end();
-  else socket.end(answer);
 }

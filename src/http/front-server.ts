@@ -1,5 +1,15 @@
 /**
- * The HTTP(S) server under the gateway and the sidecar: TLS (src/tls: files or ACME), CORS, server timeouts,
+ * The request pipeline of every front end (the gateway, the sidecar, `mesh proxy`'s listeners), in
+ * named phases (FrontPhase; docs/architecture.md, "A request's phases"): `accept` (stats, span,
+ * access log) → `target` (the request target parsed once, src/http/target.ts) → `edge` (Host,
+ * header count, CORS, the path's normal form, Mesh-Timeout, the health path, the rate limit) →
+ * `route` (the front end's `route`, decided once) → `auth` (the front end's `authorize`, given the
+ * route) → `handle` (the front end's `handle`, given the route) → `respond` → `log`. An upgrade
+ * passes `accept`, `target`, `edge`, `route` and `handle` (the front end's `upgrade`, which runs
+ * its auth step on the raw socket). A front end is a composition of `route`, `authorize`, `handle`
+ * and `upgrade`; errors are written by src/http/respond.ts, on a response or a raw socket.
+ *
+ * The HTTP(S) server under the front ends: TLS (src/tls: files or ACME), CORS, server timeouts,
  * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/http/access-log.ts), a health-check path that answers
  * 503 while draining, errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts,
  * header count), the normal form of every request path (src/http/path.ts: `req.url` is rewritten
@@ -11,10 +21,10 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../runtime.js';
-import { flagged, MeshError } from '../errors.js';
-import { endRawLingering, lingerOnRest } from './body.js';
-import { normalizeTarget } from './path.js';
-import { rawErrorResponse, sendError, sendJson } from './respond.js';
+import { MeshError, rateLimited } from '../errors.js';
+import { lingerOnRest } from './body.js';
+import { attachTarget, type RequestTarget } from './target.js';
+import { rawErrorResponse, refuseSocket, sendError, sendJson } from './respond.js';
 import { parseAddress } from '../util/address.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from './lifecycle.js';
 import type { Counter, Gauge, Histogram } from '../stats/store.js';
@@ -31,7 +41,15 @@ import type { CallContext } from '../util/call-context.js';
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
 
-export interface FrontServerOptions {
+/** The phases of a request, in order (see the module comment). */
+export const FRONT_PHASES = ['accept', 'target', 'edge', 'route', 'auth', 'handle', 'respond', 'log'] as const;
+export type FrontPhase = (typeof FRONT_PHASES)[number];
+
+/**
+ * `R`: what the front end's `route` decides for a request (once), handed to `authorize`, `handle`
+ * and `upgrade`; undefined without a `route`.
+ */
+export interface FrontServerOptions<R = undefined> {
   runtime: Runtime;
   /** Names the stats (`http.<prefix>.*`) and the logs. */
   statPrefix: string;
@@ -42,7 +60,14 @@ export interface FrontServerOptions {
    * trace): a handler passes it on explicitly, or runs inside it (`runtime.context.within`) where
    * what it calls reads the ambient one.
    */
-  handle: (req: IncomingMessage, res: ServerResponse, ctx: CallContext) => Promise<void>;
+  handle: (req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: R) => Promise<void>;
+  /**
+   * The route phase: what serves the request, decided once from its target (normal form), after
+   * the edge checks; `upgrade` true for an Upgrade request. Without it the route is undefined.
+   */
+  route?: (req: IncomingMessage, target: RequestTarget, upgrade: boolean) => R;
+  /** Called as a request (or upgrade) enters each phase: for tests and debugging only. */
+  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
   /**
    * Asked per request: true when nothing before the handler needs the ambient context (no auth
    * step that can log), so the request is not run inside the runtime's ContextStore and no
@@ -54,7 +79,7 @@ export interface FrontServerOptions {
    * Answers an Upgrade request, once it passed the rate limit (keyed by subject: the handler runs
    * `upgradeRateLimited(req, socket, true)` after its auth step). Nothing is read from `socket` yet.
    */
-  upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+  upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer, route: R) => void;
   /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
   counted?: (req: IncomingMessage) => boolean;
   /**
@@ -81,10 +106,10 @@ export interface FrontServerOptions {
    * end's auth step, src/auth/): a rejection is answered like a handler's error; undefined when
    * the request passed at once (no auth rules), so the handler runs in the same turn.
    */
-  authorize?: (req: IncomingMessage, res: ServerResponse) => Promise<void> | undefined;
+  authorize?: (req: IncomingMessage, res: ServerResponse, route: R) => Promise<void> | undefined;
 }
 
-export class FrontServer {
+export class FrontServer<R = undefined> {
   private server?: Server;
   private lifecycle?: ServerLifecycle;
   /** The request being received on a connection, so a read timeout can answer it. */
@@ -104,8 +129,10 @@ export class FrontServer {
   private readonly cors?: CorsPolicy;
   private readonly rateLimitOk?: Counter;
   private readonly rateLimitOver?: Counter;
+  private readonly onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
 
-  constructor(private readonly options: FrontServerOptions) {
+  constructor(private readonly options: FrontServerOptions<R>) {
+    this.onPhase = options.onPhase;
     const stats = options.runtime.stats;
     const p = `http.${options.statPrefix}.`;
     this.rqTotal = stats.counter(`${p}downstream_rq_total`);
@@ -155,15 +182,23 @@ export class FrontServer {
     if (this.options.upgrade) {
       const upgrade = this.options.upgrade;
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+        const onPhase = this.onPhase;
+        onPhase?.('accept', req);
         socket.on('error', () => socket.destroy());
-        const refused = this.normalize(req) ?? this.badMeshTimeout(req);
+        const target = attachTarget(req);
+        onPhase?.('target', req);
+        onPhase?.('edge', req);
+        const refused = this.normalize(req, target) ?? this.badMeshTimeout(req);
         if (refused) {
-          endRawLingering(socket, rawErrorResponse(refused));
+          refuseSocket(socket, refused, this.options.errorId);
           return;
         }
         if (!this.limitAfterAuth && this.upgradeRateLimited(req, socket)) return;
         try {
-          upgrade(req, socket, head);
+          onPhase?.('route', req);
+          const route = this.options.route?.(req, target, true) as R;
+          onPhase?.('handle', req);
+          upgrade(req, socket, head, route);
         } catch (err) {
           this.options.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
           socket.destroy();
@@ -236,13 +271,17 @@ export class FrontServer {
    */
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
     const runtime = this.options.runtime;
+    const onPhase = this.onPhase;
+    onPhase?.('accept', req);
     const headers = req.headers;
+    const target = attachTarget(req);
+    onPhase?.('target', req);
     const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
-    const span = runtime.tracer ? this.startSpan(req, parent) : undefined;
+    const span = runtime.tracer ? this.startSpan(req, target, parent) : undefined;
     const trace = span ? traceOf(span) : runtime.context.hop(parent);
     const ctx: CallContext = { trace };
-    if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span);
-    else runtime.context.run(ctx, () => this.serve(req, res, ctx, span));
+    if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span, target);
+    else runtime.context.run(ctx, () => this.serve(req, res, ctx, span, target));
   }
 
   /** A 400 for a malformed Mesh-Timeout (the handlers' calls read it: src/handlers/front-end.ts), checked at the door for every request and upgrade. */
@@ -255,10 +294,9 @@ export class FrontServer {
     }
   }
 
-  private startSpan(req: IncomingMessage, parent: ReturnType<typeof parseTraceparent>): Span {
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q === -1 ? url : url.slice(0, q);
+  private startSpan(req: IncomingMessage, target: RequestTarget, parent: ReturnType<typeof parseTraceparent>): Span {
+    // The path as received: the span names what the client sent.
+    const path = target.receivedPath;
     const method = req.method ?? 'GET';
     const host = req.headers.host ?? '';
     const colon = host.lastIndexOf(':');
@@ -273,13 +311,13 @@ export class FrontServer {
       'mesh.front': this.options.statPrefix,
     };
     if (port !== undefined && Number.isInteger(port)) attributes['server.port'] = port;
-    if (q !== -1) attributes['url.query'] = url.slice(q + 1);
+    if (target.query !== undefined) attributes['url.query'] = target.query;
     const agent = req.headers['user-agent'];
     if (agent) attributes['user_agent.original'] = agent;
     return this.options.runtime.tracer!.startSpan(`${method} ${path}`, SpanKind.SERVER, parent, attributes);
   }
 
-  private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined): void {
+  private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined, target: RequestTarget): void {
     const started = performance.now();
     const accessLog = this.accessLog;
     const trace = ctx.trace!;
@@ -306,6 +344,7 @@ export class FrontServer {
         this.rqClass[Math.min(4, Math.max(0, Math.floor(status / 100) - 1))]!.inc();
         this.rqTime.record(ms);
       }
+      this.onPhase?.('log', req);
       if (info) accessLog!.log(req, res, info, ms);
       if (span) {
         const status = res.headersSent ? res.statusCode : 500;
@@ -314,6 +353,9 @@ export class FrontServer {
         span.end();
       }
     });
+    const onPhase = this.onPhase;
+    if (onPhase) res.once('finish', () => onPhase('respond', req));
+    onPhase?.('edge', req);
     const refusal = this.options.refuse?.(req);
     if (refusal) {
       req.resume();
@@ -328,15 +370,13 @@ export class FrontServer {
       return;
     }
     if (this.cors?.apply(req, res)) return;
-    const refused = this.normalize(req) ?? this.badMeshTimeout(req);
+    const refused = this.normalize(req, target) ?? this.badMeshTimeout(req);
     if (refused) {
       req.resume();
       sendError(res, refused, this.options.errorId);
       return;
     }
-    const url = req.url!;
-    const q = url.indexOf('?');
-    const health = (q === -1 ? url : url.slice(0, q)) === HEALTH_PATH;
+    const health = target.path === HEALTH_PATH;
     // Keyed by subject, the limit needs the auth step's verdict first; otherwise it runs before auth,
     // so a flood of bad credentials costs no verification.
     const limitAfterAuth = this.limitAfterAuth;
@@ -349,8 +389,15 @@ export class FrontServer {
     }
     // undefined: the request passed without waiting (no auth rules): on to the handler in this turn.
     let authorized: Promise<void> | undefined;
+    let route = undefined as R;
     try {
-      authorized = this.options.authorize?.(req, res);
+      onPhase?.('route', req);
+      route = this.options.route?.(req, target, false) as R;
+      const authorize = this.options.authorize;
+      if (authorize) {
+        onPhase?.('auth', req);
+        authorized = authorize(req, res, route);
+      }
     } catch (err) {
       authorized = Promise.reject(err);
     }
@@ -358,10 +405,14 @@ export class FrontServer {
     if (authorized) {
       handled = authorized.then(() => {
         if (limitAfterAuth && this.rateLimited(req, res)) return;
-        return this.options.handle(req, res, ctx);
+        onPhase?.('handle', req);
+        return this.options.handle(req, res, ctx, route);
       });
     } else if (limitAfterAuth && this.rateLimited(req, res)) return;
-    else handled = this.options.handle(req, res, ctx);
+    else {
+      onPhase?.('handle', req);
+      handled = this.options.handle(req, res, ctx, route);
+    }
     handled.catch((err: unknown) => {
       // The request's trace named here: this may run outside any ambient context (explicitContext).
       if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace.traceId, span_id: trace.spanId }, 'handler failed');
@@ -391,19 +442,18 @@ export class FrontServer {
       return false;
     }
     this.rateLimitOver!.inc();
-    const err = new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`);
-    endRawLingering(socket, rawErrorResponse(err, rateLimitHeaders(decision)));
+    const err = rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec);
+    refuseSocket(socket, err, this.options.errorId, { headers: rateLimitHeaders(decision) });
     return true;
   }
 
   /**
-   * Rewrites `req.url` to its normal form (src/http/path.ts), so the rate limit, the auth rules,
-   * the route match and the forwarded request all read the same path; a path that cannot be
-   * normalized safely: the 400 to answer.
+   * Rewrites `req.url` to the normal form of its target (src/http/target.ts, parsed once), so the
+   * rate limit, the auth rules, the route match and the forwarded request all read the same path;
+   * a path that cannot be normalized safely: the 400 to answer.
    */
-  private normalize(req: IncomingMessage): MeshError | undefined {
-    const target = normalizeTarget(req.url ?? '/');
-    if ('refused' in target) return new MeshError(this.options.errorId, 400, target.refused);
+  private normalize(req: IncomingMessage, target: RequestTarget): MeshError | undefined {
+    if (target.refused !== undefined) return new MeshError(this.options.errorId, 400, target.refused);
     req.url = target.url;
     return undefined;
   }
@@ -426,7 +476,7 @@ export class FrontServer {
     this.rateLimitOver!.inc();
     req.resume();
     for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
-    sendError(res, flagged(new MeshError(this.options.errorId, 429, `rate limit of ${describePolicy(decision.policy)} exceeded: retry after ${decision.retryAfterSec}s`), 'RL'), this.options.errorId);
+    sendError(res, rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec), this.options.errorId);
     return true;
   }
 }

@@ -3,6 +3,8 @@
  * normal form, made once per request before the rate limit, the auth rules, the route match and
  * the forwarded request, so all of them read the path a decoding backend will read.
  *
+ * The target as a whole (path, query, normal form) is parsed once per request by target.ts.
+ *
  * The normal form (RFC 3986 6.2.2): percent-encoded unreserved characters (ALPHA DIGIT - . _ ~)
  * decoded, the hex of every other escape in upper case, dot segments removed (RFC 3986 5.2.4,
  * `%2e` included). What cannot be normalized safely is refused: an encoded `/`, `\` or NUL, an
@@ -94,15 +96,6 @@ export function normalizePath(raw: string): NormalizedPath {
     kept.push(s);
   }
   return { path: `/${kept.join('/')}` };
-}
-
-/** A request target (path and query): its normal form, the query kept as sent, or why it is refused. */
-export function normalizeTarget(url: string): { url: string; path: string } | PathRefusal {
-  const q = url.indexOf('?');
-  const raw = q === -1 ? url : url.slice(0, q);
-  const n = normalizePath(raw);
-  if ('refused' in n) return n;
-  return { url: n.path === raw ? url : q === -1 ? n.path : n.path + url.slice(q), path: n.path };
 }
 
 /** A normalized path fully percent-decoded: one character per byte (a backend's view, as WSGI's PATH_INFO). */

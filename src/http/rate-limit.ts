@@ -16,6 +16,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { parseDuration } from '../util/duration.js';
+import { targetOf } from './target.js';
 
 /** What one bucket allows. */
 export interface RatePolicy {
@@ -201,11 +202,8 @@ export function rateLimitKey(req: IncomingMessage, kind: RateLimitKeyKind): stri
       const subject = authSubjectOf(req);
       return subject === undefined ? clientAddress(req) : `s:${subject}`;
     }
-    case 'route': {
-      const url = req.url ?? '/';
-      const q = url.indexOf('?');
-      return `r:${q === -1 ? url : url.slice(0, q)}`;
-    }
+    case 'route':
+      return `r:${targetOf(req).path}`;
   }
 }
 

@@ -1,9 +1,15 @@
-/** Small helpers to answer HTTP requests with the project's formats. */
+/**
+ * The one writer of answers in the project's formats: error JSON on a ServerResponse
+ * (`sendError`) and on a raw socket with no ServerResponse (`refuseSocket`: a refused upgrade;
+ * `rawErrorResponse`: its bytes), JSON and bytes, and the lingering close of a raw connection.
+ */
 import type { ServerResponse } from 'node:http';
-import { MeshError, toMeshError } from '../errors.js';
+import type { Duplex } from 'node:stream';
+import { ERROR_IDS, MeshError, toMeshError } from '../errors.js';
 import { requestInfo } from './access-log.js';
+import { LINGER_BYTES, LINGER_MS } from './body.js';
 
-export function sendError(res: ServerResponse, err: unknown, id = 'go.mesh.server'): void {
+export function sendError(res: ServerResponse, err: unknown, id: string = ERROR_IDS.server): void {
   const e = err instanceof MeshError ? err : toMeshError(err, id);
   if (e.responseFlag !== undefined) requestInfo(res.req)?.addFlag(e.responseFlag);
   const body = e.toBody();
@@ -45,7 +51,56 @@ export function rawErrorResponse(err: MeshError, headers: Record<string, string>
   const body = err.toBody();
   let extra = '';
   for (const [name, value] of Object.entries(headers)) extra += `${name}: ${value}\r\n`;
+  // An auth refusal's challenge (src/auth: AuthError), as a response gets it from the auth step.
+  const challenge = (err as { challenge?: unknown }).challenge;
+  if (typeof challenge === 'string' && challenge !== '' && headers['www-authenticate'] === undefined) extra += `www-authenticate: ${challenge}\r\n`;
   return `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`;
+}
+
+export interface RefuseSocketOptions {
+  /** Header fields of the answer (lower-case names): Allow, Retry-After and the RateLimit fields. */
+  headers?: Record<string, string>;
+  /**
+   * True: a lingering close (endRawLingering: what the client still sends is read and dropped);
+   * false: the socket is just ended after the answer (a handler that read nothing more). Default true.
+   */
+  linger?: boolean;
+}
+
+/**
+ * Refuses a raw connection (an Upgrade request: nothing was read from the socket yet, and there is
+ * no ServerResponse) with error JSON that closes it. `err` not a MeshError: a 500 with `id`.
+ */
+export function refuseSocket(socket: Duplex, err: unknown, id: string, options: RefuseSocketOptions = {}): void {
+  const answer = rawErrorResponse(err instanceof MeshError ? err : toMeshError(err, id), options.headers);
+  if (options.linger === false) socket.end(answer);
+  else endRawLingering(socket, answer);
+}
+
+/**
+ * Ends a raw connection (an upgrade socket, no ServerResponse) after `answer`, with a lingering
+ * close: whatever the client still sends (pipelined requests) is read and dropped, never parsed or
+ * forwarded, so the kernel does not reset the connection and discard the answer before the client
+ * reads it. Bounded like lingerOnRest (src/http/body.ts): the connection is destroyed once the
+ * client closes its side, after LINGER_MS, or past LINGER_BYTES dropped bytes.
+ */
+export function endRawLingering(socket: Duplex, answer?: string | Buffer): void {
+  let dropped = 0;
+  const close = () => {
+    clearTimeout(timer);
+    socket.destroy();
+  };
+  const timer = setTimeout(close, LINGER_MS);
+  timer.unref();
+  socket.on('data', (chunk: Buffer) => {
+    dropped += chunk.length;
+    if (dropped > LINGER_BYTES) close();
+  });
+  // The client closed its side: done once the answer is out.
+  socket.once('end', () => (socket.writableFinished ? close() : socket.once('finish', close)));
+  socket.once('close', () => clearTimeout(timer));
+  if (answer === undefined) socket.end();
+  else socket.end(answer);
 }
 
 /**

@@ -10,21 +10,16 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
-import { MeshError, flagged } from '../errors.js';
+import { ERROR_IDS, MeshError, flagged } from '../errors.js';
 import { FrontServer } from '../http/front-server.js';
-import { rawErrorResponse } from '../http/respond.js';
-import { endRawLingering } from '../http/body.js';
+import { refuseSocket } from '../http/respond.js';
+import { targetOf } from '../http/target.js';
 import type { FrontEnd } from '../handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
 import type { ListenerConfig, ProxyConfig, RouteConfig } from './config.js';
 
 /** The `id` of every error the proxy itself writes (no route, no host, upstream failures). */
-export const ERROR_ID = 'go.mesh.proxy';
-
-function pathOf(url: string): string {
-  const q = url.indexOf('?');
-  return q === -1 ? url : url.slice(0, q);
-}
+export const ERROR_ID = ERROR_IDS.proxy;
 
 function shown(path: string): string {
   return path.length > 200 ? `${path.slice(0, 200)}...` : path;
@@ -41,13 +36,13 @@ export function rewriteUrl(route: RouteConfig, url: string): string {
 }
 
 /** The target the proxy handler acquires: a static cluster name or a registry service name. */
-function targetOf(route: RouteConfig): string {
+function clusterOf(route: RouteConfig): string {
   return (route.cluster ?? route.service)!;
 }
 
 export class ProxyListener {
   readonly name: string;
-  private readonly server: FrontServer;
+  private readonly server: FrontServer<RouteConfig | undefined>;
   private readonly fe: FrontEnd;
 
   constructor(
@@ -56,12 +51,13 @@ export class ProxyListener {
   ) {
     this.name = config.name;
     this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
-    this.server = new FrontServer({
+    this.server = new FrontServer<RouteConfig | undefined>({
       runtime,
       statPrefix: config.name,
       errorId: ERROR_ID,
-      handle: (req, res, ctx) => this.handle(req, res, ctx),
-      upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+      route: (_req, target) => this.route(target.path),
+      handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
+      upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
       // No auth step, and the proxy handler takes the request's context as an argument.
       explicitContext: () => true,
     });
@@ -96,28 +92,25 @@ export class ProxyListener {
     await this.server.close();
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
-    const route = this.route(path);
+  /** The handle phase: the route the route phase found (`route()`), or 404. */
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: RouteConfig | undefined): Promise<void> {
+    const { url, path } = targetOf(req);
     if (!route) {
       req.resume();
       throw flagged(new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
     }
     req.url = rewriteUrl(route, url);
-    return handleProxy(this.fe, targetOf(route), this.server.secure, req, res, ctx);
+    return handleProxy(this.fe, clusterOf(route), this.server.secure, req, res, ctx);
   }
 
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
-    const route = this.route(path);
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: RouteConfig | undefined): void {
+    const { url, path } = targetOf(req);
     if (route) {
       req.url = rewriteUrl(route, url);
-      handleProxyUpgrade(this.fe, targetOf(route), this.server.secure, req, socket, head);
+      handleProxyUpgrade(this.fe, clusterOf(route), this.server.secure, req, socket, head);
       return;
     }
-    endRawLingering(socket, rawErrorResponse(new MeshError(ERROR_ID, 404, `no route for the upgrade of ${shown(path)} on listener ${this.name}`)));
+    refuseSocket(socket, new MeshError(ERROR_ID, 404, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
   }
 }
 

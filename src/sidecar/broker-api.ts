@@ -51,7 +51,7 @@ import { WebSocketServer, type WebSocket, type RawData } from 'ws';
 import { nameProblem } from '../broker/names.js';
 import { MeshError } from '../errors.js';
 import { readBody } from '../http/body.js';
-import { sendJson } from '../http/respond.js';
+import { refuseSocket, sendJson } from '../http/respond.js';
 import { canonicalHeaderKey, isHopByHop, requestConnectionNamed } from '../transport/headers.js';
 import type { Message, Subscription } from '../broker/broker.js';
 import { DurableLimitError, ID_HEADER } from '../broker/durable.js';
@@ -294,14 +294,9 @@ export class BrokerApi {
   /** WebSocket upgrade on /broker: validates, subscribes, then completes the handshake. */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const fe = this.fe;
-    const refuse = (err: MeshError, extra = '') => {
-      const body = err.toBody();
-      socket.end(
-        `HTTP/1.1 ${err.code} ${err.statusText}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`,
-      );
-    };
+    const refuse = (err: MeshError, headers?: Record<string, string>) => refuseSocket(socket, err, fe.errorId, { headers, linger: false });
     if (this.closed) return refuse(new MeshError(fe.errorId, 503, 'sidecar shutting down'));
-    if (req.method !== 'GET') return refuse(new MeshError(fe.errorId, 405, 'a WebSocket subscription is a GET'), 'allow: GET, POST\r\n');
+    if (req.method !== 'GET') return refuse(new MeshError(fe.errorId, 405, 'a WebSocket subscription is a GET'), { allow: 'GET, POST' });
     if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') {
       return refuse(new MeshError(fe.errorId, 400, `upgrade to ${req.headers.upgrade} not supported on /broker: use websocket`));
     }

@@ -26,12 +26,12 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../runtime.js';
 import type { CallContext } from '../util/call-context.js';
-import { MeshError, toMeshError } from '../errors.js';
-import { FrontServer } from '../http/front-server.js';
-import { rawErrorResponse, sendJson } from '../http/respond.js';
-import { endRawLingering } from '../http/body.js';
+import { ERROR_IDS, MeshError, originNotAllowed, rootMethodNotAllowed } from '../errors.js';
+import { FrontServer, type FrontPhase } from '../http/front-server.js';
+import { refuseSocket, sendJson } from '../http/respond.js';
+import { targetOf, type RequestTarget } from '../http/target.js';
 import type { FrontEnd } from '../handlers/front-end.js';
-import { resolveProxyPath, RpcPathResolver } from '../handlers/resolve.js';
+import { resolveProxyPath, RpcPathResolver, type RpcRoute } from '../handlers/resolve.js';
 import { handleRpc } from '../handlers/rpc.js';
 import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../handlers/rpc-endpoint.js';
 import { handleProxy, handleProxyUpgrade } from '../handlers/proxy.js';
@@ -43,9 +43,9 @@ import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import { AppRegistration, type AppOptions } from './health-checker.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
 import type { FrontRateLimit } from '../http/rate-limit.js';
-import { EdgeGuard, upgradeRefusal, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
+import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../auth/edge.js';
 
-export const SIDECAR_ERROR_ID = 'go.mesh.sidecar';
+export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
 export const SIDECAR_DEFAULT_ADDRESS = '127.0.0.1:8081';
 export const SIDECAR_DEFAULT_ADMIN = '127.0.0.1:9902';
@@ -67,13 +67,26 @@ export interface SidecarOptions {
   auth?: EdgeAuth;
   /** --sidecar_token: every route but the health path needs `Mesh-Sidecar-Token: <token>`, upgrades included. */
   sidecarToken?: string;
+  /** Called as a request enters each phase of the front server (src/http/front-server.ts): for tests and debugging. */
+  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
 }
 
-function pathOf(url: string | undefined): string {
-  const u = url ?? '/';
-  const q = u.indexOf('?');
-  return q === -1 ? u : u.slice(0, q);
-}
+/**
+ * What serves a request, decided once (the front server's route phase): one of the sidecar's own
+ * paths, or the handler's target (undefined: the path names no service, 404).
+ */
+export type SidecarRoute =
+  | { kind: 'registry' | 'rpc-endpoint' | 'broker' | 'root' | 'dashboard' }
+  | { kind: 'proxy'; service: string | undefined }
+  | { kind: 'call'; call: RpcRoute | undefined };
+
+const OWN_ROUTES = new Map<string, SidecarRoute>([
+  ['/registry', { kind: 'registry' }],
+  ['/rpc', { kind: 'rpc-endpoint' }],
+  ['/broker', { kind: 'broker' }],
+  ['/', { kind: 'root' }],
+]);
+const DASHBOARD: SidecarRoute = { kind: 'dashboard' };
 
 /** True when the request has no Origin, or its Origin is the sidecar's own or allowed by --cors. */
 export function originAllowed(req: IncomingMessage, cors: readonly string[]): boolean {
@@ -91,7 +104,7 @@ export class Sidecar {
   readonly fe: FrontEnd;
   readonly handler: SidecarHandler;
   readonly app?: AppRegistration;
-  private readonly server: FrontServer;
+  private readonly server: FrontServer<SidecarRoute>;
   private readonly broker: BrokerApi;
   private readonly streams: StreamSockets;
   private readonly dashboard?: Dashboard;
@@ -134,13 +147,15 @@ export class Sidecar {
     this.broker = new BrokerApi(this.fe);
     this.streams = new StreamSockets(this.fe);
     if (options.app) this.app = new AppRegistration(runtime, options.app);
-    this.server = new FrontServer({
+    this.server = new FrontServer<SidecarRoute>({
       runtime,
       statPrefix: STAT_PREFIX,
       errorId: SIDECAR_ERROR_ID,
-      handle: (req, res, ctx) => this.handle(req, res, ctx),
-      upgrade: (req, socket, head) => this.upgrade(req, socket, head),
-      counted: (req) => !(this.dashboard && isDashboardPath(pathOf(req.url))),
+      route: (_req, target) => this.route(target),
+      handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
+      upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
+      onPhase: options.onPhase,
+      counted: (req) => !(this.dashboard && isDashboardPath(targetOf(req).path)),
       // Subscriptions end with 1001 once in-flight requests are done, before connections are destroyed.
       closeUpgraded: async () => {
         this.streams.close();
@@ -149,21 +164,35 @@ export class Sidecar {
       refuse: (req) => this.hostRefusal(req),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
-      authorize: (req, res) => guard.checkRequest(req, res, () => this.authTarget(req)),
+      authorize: (req, res, route) => guard.checkRequest(req, res, () => this.authTarget(req, route)),
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
     });
   }
 
-  /** What the auth rules see of a request: the service (and method) the handler will call, or just the path. */
-  private authTarget(req: IncomingMessage): EdgeTarget {
-    const url = req.url ?? '/';
-    const path = pathOf(url);
-    if (path === '/rpc') return { path, call: true };
-    if (path === '/' || path === '/registry' || path === '/broker' || (this.dashboard && isDashboardPath(path))) return { path };
-    if (this.handler === 'proxy') return { path, service: resolveProxyPath(url, this.fe.namespace)?.service };
-    const route = this.rpcPaths.resolve(url);
-    return route ? { path, service: route.service, endpoint: route.method } : { path };
+  /** The route phase: an own path, else the handler's target. */
+  private route(target: RequestTarget): SidecarRoute {
+    const path = target.path;
+    const own = OWN_ROUTES.get(path);
+    if (own) return own;
+    if (this.dashboard && isDashboardPath(path)) return DASHBOARD;
+    if (this.handler === 'proxy') return { kind: 'proxy', service: resolveProxyPath(path, this.fe.namespace)?.service };
+    return { kind: 'call', call: this.rpcPaths.resolve(path) };
+  }
+
+  /** What the auth rules see of a request: the service (and method) its route calls, or just the path. */
+  private authTarget(req: IncomingMessage, route: SidecarRoute): EdgeTarget {
+    const path = targetOf(req).path;
+    switch (route.kind) {
+      case 'rpc-endpoint':
+        return { path, call: true };
+      case 'proxy':
+        return { path, service: route.service };
+      case 'call':
+        return route.call ? { path, service: route.call.service, endpoint: route.call.method } : { path };
+      default:
+        return { path };
+    }
   }
 
   get secure(): boolean {
@@ -208,39 +237,37 @@ export class Sidecar {
    * The rpc and proxy paths take the request's context as an argument; every other route runs
    * inside it (what it calls reads the ambient context).
    */
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: SidecarRoute): Promise<void> {
     const fe = this.fe;
-    const path = pathOf(req.url);
+    const path = targetOf(req).path;
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
-    const own = path === '/' || path === '/registry' || path === '/rpc' || path === '/broker' || (this.dashboard !== undefined && isDashboardPath(path));
-    if ((own || this.handler === 'rpc') && !originAllowed(req, this.runtime.options.cors)) {
+    if (route.kind !== 'proxy' && !originAllowed(req, this.runtime.options.cors)) {
       req.resume();
-      throw new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`);
+      throw originNotAllowed(fe.errorId, req.headers.origin);
     }
-    switch (path) {
-      case '/registry':
+    switch (route.kind) {
+      case 'registry':
         return within(() => handleRegistry(fe, req, res));
-      case '/rpc':
+      case 'rpc-endpoint':
         return within(() => handleRpcEndpoint(fe, req, res));
-      case '/broker':
+      case 'broker':
         return within(() => this.broker.handle(req, res));
-      case '/':
+      case 'root':
         req.resume();
         if (req.method !== 'GET' && req.method !== 'HEAD') {
           res.setHeader('allow', 'GET, HEAD');
-          throw new MeshError(fe.errorId, 405, `method ${req.method} not allowed on /: use GET`);
+          throw rootMethodNotAllowed(fe.errorId, req.method);
         }
         sendJson(res, 200, { version: packageVersion(), handler: this.handler, namespace: fe.namespace });
         return;
-    }
-    if (this.dashboard && isDashboardPath(path)) return within(() => this.dashboard!.handle(req, res));
-    if (this.handler === 'proxy') {
-      const route = resolveProxyPath(req.url ?? '/', fe.namespace);
-      if (!route) {
-        req.resume();
-        throw new MeshError(fe.errorId, 404, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
-      }
-      return handleProxy(fe, route.service, this.secure, req, res, ctx);
+      case 'dashboard':
+        return within(() => this.dashboard!.handle(req, res));
+      case 'proxy':
+        if (!route.service) {
+          req.resume();
+          throw new MeshError(fe.errorId, 404, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
+        }
+        return handleProxy(fe, route.service, this.secure, req, res, ctx);
     }
     const method = req.method ?? 'GET';
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
@@ -248,50 +275,48 @@ export class Sidecar {
       res.setHeader('allow', 'GET, POST, PUT, PATCH, DELETE');
       throw new MeshError(fe.errorId, 405, `method ${method} not allowed on ${path}`);
     }
-    const route = this.rpcPaths.resolve(req.url ?? '/');
-    if (!route) {
+    const call = route.call;
+    if (!call) {
       req.resume();
       throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
     }
-    if (wantsEventStream(req)) return within(() => handleSse(fe, this.streams, route, req, res));
-    return handleRpc(fe, route, req, res, ctx);
+    if (wantsEventStream(req)) return within(() => handleSse(fe, this.streams, call, req, res));
+    return handleRpc(fe, call, req, res, ctx);
   }
 
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+  /** The handle phase of an upgrade: the Host check, then the auth step, then upgradeAuthorized. */
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: SidecarRoute): void {
     const fe = this.fe;
-    const path = pathOf(req.url);
+    const { path } = targetOf(req);
     const refusal = this.hostRefusal(req);
-    if (refusal) return endRawLingering(socket, rawErrorResponse(refusal));
-    const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(req.url ?? '/', fe.namespace) : undefined;
-    const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req) : { path };
+    if (refusal) return refuseSocket(socket, refusal, fe.errorId);
+    // Under the proxy handler the auth rules see the app's service at every path but /registry, /rpc and / (/broker and the dashboard's paths included).
+    const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(path, fe.namespace) : undefined;
+    const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req, route) : { path };
     this.guard.check(req, undefined, target).then(
       () => {
-        if (!this.server.upgradeRateLimited(req, socket, true)) this.upgradeAuthorized(req, socket, head, path);
+        if (!this.server.upgradeRateLimited(req, socket, true)) this.upgradeAuthorized(req, socket, head, path, route, proxied?.service);
       },
-      (err: unknown) => endRawLingering(socket, upgradeRefusal(toMeshError(err, fe.errorId))),
+      (err: unknown) => refuseSocket(socket, err, fe.errorId),
     );
   }
 
-  private upgradeAuthorized(req: IncomingMessage, socket: Duplex, head: Buffer, path: string): void {
+  private upgradeAuthorized(req: IncomingMessage, socket: Duplex, head: Buffer, path: string, route: SidecarRoute, proxied: string | undefined): void {
     const fe = this.fe;
-    const refuse = (err: MeshError): void => void socket.end(upgradeRefusal(err));
+    const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
     if (path === '/broker') {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       return this.broker.upgrade(req, socket, head);
     }
     if (path === '/rpc') {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void handleRpcStreamUpgrade(fe, this.streams, req, socket, head);
       return;
     }
-    if (this.handler === 'proxy' && path !== '/registry' && path !== '/' && path !== '/rpc') {
-      const route = resolveProxyPath(req.url ?? '/', fe.namespace);
-      if (route) return handleProxyUpgrade(fe, route.service, this.secure, req, socket, head);
-    }
-    const own = path === '/' || path === '/registry' || path === '/rpc' || (this.dashboard !== undefined && isDashboardPath(path));
-    const stream = this.handler === 'rpc' && !own ? this.rpcPaths.resolve(req.url ?? '/') : undefined;
+    if (proxied) return handleProxyUpgrade(fe, proxied, this.secure, req, socket, head);
+    const stream = route.kind === 'call' ? route.call : undefined;
     if (stream) {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(new MeshError(fe.errorId, 403, `origin ${req.headers.origin} not allowed (allow it with --cors)`));
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void this.streams.upgrade(stream, req, socket, head);
       return;
     }

@@ -4,7 +4,7 @@
  */
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
-import { badRequest, flagged, notFound, serviceUnavailable } from '../errors.js';
+import { ERROR_IDS, badRequest, flagged, notFound, serviceUnavailable } from '../errors.js';
 import type { Counter, Gauge, Histogram, StatsStore } from '../stats/store.js';
 import { CircuitBreakers } from './circuit-breaker.js';
 import type { ResolvedClusterSettings } from './config.js';
@@ -15,7 +15,7 @@ import { candidates, createBalancer, type LoadBalancer } from './load-balancer.j
 import { OutlierDetector } from './outlier.js';
 import type { AcquireOptions, AttemptOutcome, ClusterSnapshot, Priority, UpstreamLease } from './types.js';
 
-export const ERROR_ID = 'go.mesh.client';
+export const ERROR_ID = ERROR_IDS.client;
 
 
 /** A host as the cluster is told about it, plus the health-check path it should get (if any). */

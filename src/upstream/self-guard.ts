@@ -22,7 +22,7 @@
  */
 import { networkInterfaces } from 'node:os';
 import { buildConnector } from 'undici';
-import { MeshError } from '../errors.js';
+import { ERROR_IDS, MeshError } from '../errors.js';
 import type { StatsStore } from '../stats/store.js';
 import { canonicalHost, isLoopbackAddress, isWildcardAddress } from '../http/host-check.js';
 import { hostKey } from './host.js';
@@ -156,7 +156,7 @@ export class SelfGuard {
   private refuse(cluster: Cluster, service: string, key: string, what: string): MeshError {
     this.store.counter(`${cluster.statPrefix}${SELF_REFUSED_STAT}`).inc();
     return new MeshError(
-      'go.mesh.client',
+      ERROR_IDS.client,
       502,
       `service ${service}: node ${key} is this process's own ${what} listener; refusing to forward to itself`,
     );

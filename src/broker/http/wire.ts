@@ -5,6 +5,7 @@
  */
 import type { Node } from '../../registry/registry.js';
 import { formatAddress } from '../../util/address.js';
+import { ERROR_IDS } from '../../errors.js';
 
 export const DELIVERY_PATH = '/_mesh/broker';
 export const HEADER_FIELD = 'mesh-broker-header';
@@ -13,7 +14,7 @@ export const BROADCAST_VERSION = 'broadcast';
 /** Largest encoded message header accepted (bytes of JSON). */
 export const MAX_HEADER_BYTES = 32 * 1024;
 /** Error id of the delivery endpoint's answers. */
-export const ERROR_ID = 'go.mesh.broker';
+export const ERROR_ID = ERROR_IDS.broker;
 /** Node metadata: the subscriber's endpoint takes several `id`s in one delivery (value "1"). */
 export const BATCH_METADATA = 'batch';
 /** Answer header of a batched delivery: the ids (comma-separated) it did not know. */

@@ -16,7 +16,7 @@
  */
 import { once } from 'node:events';
 import type * as grpc from '@grpc/grpc-js';
-import { MeshError, flagged } from '../../errors.js';
+import { ERROR_IDS, MeshError, flagged } from '../../errors.js';
 import { mediaType } from '../../codec/codec.js';
 import { cancelledError, RECEIVE_HIGH_WATER, streamTimeout, type StreamCall, type StreamOpenRequest } from '../../client/stream.js';
 import type { AttemptOutcome, UpstreamTarget } from '../../upstream/types.js';
@@ -25,7 +25,7 @@ import { streamKindOf, type GrpcMethod } from './protos.js';
 import { decodeToJson, encodeJson, JsonShapeError } from './json.js';
 import { meshErrorOfGrpc, transportFailure } from './status.js';
 
-const CLIENT_ID = 'go.mesh.client';
+const CLIENT_ID = ERROR_IDS.client;
 const JSON_TYPE = 'application/json';
 const PROTOBUF_TYPES = new Set(['application/protobuf', 'application/x-protobuf', 'application/grpc+proto']);
 const OK = 0;

@@ -8,7 +8,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
-import { MeshError } from '../../errors.js';
+import { ERROR_IDS, MeshError } from '../../errors.js';
 import { mediaType } from '../../codec/codec.js';
 import type { UpstreamTarget } from '../../upstream/types.js';
 import { TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../rpc.js';
@@ -73,7 +73,7 @@ export class GrpcTransport {
   unary(target: UpstreamTarget, request: RpcRequest, control?: RpcControl): Promise<RpcResponse> {
     const unaryOnly = (m: GrpcMethod): GrpcMethod => {
       const kind = streamKindOf(m);
-      if (kind !== 'unary') throw new MeshError('go.mesh.client', 400, `${m.path} is a ${kind} stream: open it as a stream (a WebSocket, Server-Sent Events, Mesh.stream)`);
+      if (kind !== 'unary') throw new MeshError(ERROR_IDS.client, 400, `${m.path} is a ${kind} stream: open it as a stream (a WebSocket, Server-Sent Events, Mesh.stream)`);
       return m;
     };
     const found = this.method(request.endpoint, target, this.options.schema);
@@ -116,10 +116,10 @@ export class GrpcTransport {
    * A refusal is a MeshError (the client does not count it against the node).
    */
   private resolveMethod(target: UpstreamTarget, endpoint: string, timeoutMs: number, protoError: string): Promise<GrpcMethod> {
-    if (this.options.reflection === false) return Promise.reject(new MeshError('go.mesh.client', 501, protoError));
+    if (this.options.reflection === false) return Promise.reject(new MeshError(ERROR_IDS.client, 501, protoError));
     return this.reflected(target, timeoutMs, protoError).then((schema) => {
       const again = this.method(endpoint, target, schema);
-      if ('error' in again) throw new MeshError('go.mesh.client', 501, `${again.error} (the node's reflection service)`);
+      if ('error' in again) throw new MeshError(ERROR_IDS.client, 501, `${again.error} (the node's reflection service)`);
       return again.method;
     });
   }
@@ -137,7 +137,7 @@ export class GrpcTransport {
       // A node without reflection is remembered for the minute too; a failed connection is not.
       if (err instanceof ReflectionError) {
         const why = err.code === grpc.status.UNIMPLEMENTED ? 'the node offers no reflection service' : err.message;
-        throw new MeshError('go.mesh.client', 501, `${protoError}, and ${why}`);
+        throw new MeshError(ERROR_IDS.client, 501, `${protoError}, and ${why}`);
       }
       this.reflections.delete(key);
       const e = err as grpc.ServiceError;
@@ -158,18 +158,18 @@ export class GrpcTransport {
       try {
         value = request.body.byteLength === 0 ? {} : JSON.parse(Buffer.from(request.body).toString('utf8'));
       } catch (err) {
-        throw new MeshError('go.mesh.client', 400, `request body is not valid JSON: ${(err as Error).message}`);
+        throw new MeshError(ERROR_IDS.client, 400, `request body is not valid JSON: ${(err as Error).message}`);
       }
       try {
         body = Buffer.from(encodeJson(method.requestType, value));
       } catch (err) {
-        if (err instanceof JsonShapeError) throw new MeshError('go.mesh.client', 400, `${method.path}: ${err.message}`);
-        throw new MeshError('go.mesh.client', 400, `${method.path}: encoding the request: ${(err as Error).message}`);
+        if (err instanceof JsonShapeError) throw new MeshError(ERROR_IDS.client, 400, `${method.path}: ${err.message}`);
+        throw new MeshError(ERROR_IDS.client, 400, `${method.path}: encoding the request: ${(err as Error).message}`);
       }
     } else if (PROTOBUF_TYPES.has(type)) {
       body = Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength);
     } else {
-      throw new MeshError('go.mesh.client', 415, `a gRPC backend takes application/json or application/protobuf, not ${type}`);
+      throw new MeshError(ERROR_IDS.client, 415, `a gRPC backend takes application/json or application/protobuf, not ${type}`);
     }
     const asJson = !PROTOBUF_TYPES.has(type);
     const metadata = toMetadata(request.metadata, request.id, request.traceparent, request.tracestate);
