@@ -4,6 +4,7 @@
  * only flags.ts, so help never loads the runtime.
  */
 import { COMMAND_NAMES, FLAG_GROUPS, FLAG_SPECS, flagHelp, type CommandName, type FlagGroup } from './flags.js';
+import type { OptionSpec } from '../options/schema.js';
 
 export interface CommandInfo {
   name: CommandName;
@@ -111,7 +112,7 @@ export function commandNames(): readonly string[] {
   return COMMAND_NAMES;
 }
 
-type Spec = { type: string; help: string; default?: string; choices?: string[] };
+type Spec = OptionSpec;
 
 function specs(): Array<[string, Spec]> {
   return Object.entries(FLAG_SPECS) as Array<[string, Spec]>;
@@ -126,7 +127,7 @@ export function commandFlags(command: CommandName): string[] {
 }
 
 /** The allowed values of a flag for a command (bool flags: true, false). */
-export function flagChoices(name: string, command?: CommandName): string[] | undefined {
+export function flagChoices(name: string, command?: CommandName): readonly string[] | undefined {
   const spec = (FLAG_SPECS as Record<string, Spec>)[name];
   if (!spec) return undefined;
   const own = command ? findCommand(command)?.choices?.[name as keyof typeof FLAG_SPECS] : undefined;
