@@ -174,7 +174,29 @@ function convert(name: string, spec: FlagSpec, raw: string, fromEnv = false): un
   }
 }
 
-export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): ParsedArgs {
+/**
+ * How parseArgs treats the command (the first positional). `command: true` (the `mesh` program):
+ * a flag on the command line that the command does not use is refused (FlagError naming the flag
+ * and the commands that use it), and a MESH_* variable it does not use is ignored. `false`
+ * (runService, whose positionals are its own): every flag is taken.
+ */
+export interface ParseOptions {
+  command?: boolean;
+}
+
+/** The commands that use a flag, as a refusal names them. */
+export function commandsUsing(name: string): readonly CommandName[] {
+  return optionSpec(name)?.commands ?? [];
+}
+
+/** The refusal of a flag the command does not use (exit 2). */
+export function unusedFlagMessage(command: string, flag: string, name: string): string {
+  const users = commandsUsing(name);
+  return `flag ${flag} is not used by mesh ${command} (${users.length === 0 ? 'no command uses it' : `the commands that use it: ${users.join(', ')}`})`;
+}
+
+export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, opts: ParseOptions = {}): ParsedArgs {
+  const onCommandLine: Array<[FlagName, string]> = [];
   const values = new Map<FlagName, string>();
   const given = new Set<FlagName>();
   const fromEnv = new Set<FlagName>();
@@ -203,6 +225,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
       values.set('config', next);
       given.add('config');
       fromEnv.delete('config');
+      onCommandLine.push(['config', '-c']);
       continue;
     }
     const short = SHORT_SWITCHES[arg];
@@ -238,6 +261,20 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env):
     values.set(name, value);
     given.add(name);
     fromEnv.delete(name);
+    onCommandLine.push([name, `--${rawName}`]);
+  }
+
+  const command = positionals[0];
+  if ((opts.command ?? true) && command !== undefined && command !== 'help' && (COMMAND_NAMES as readonly string[]).includes(command)) {
+    for (const [name, flag] of onCommandLine) {
+      if (!commandsUsing(name).includes(command as CommandName) && !switches.has('help')) throw new FlagError(unusedFlagMessage(command, flag, name));
+    }
+    for (const name of fromEnv) {
+      if (commandsUsing(name).includes(command as CommandName)) continue;
+      values.delete(name);
+      given.delete(name);
+      fromEnv.delete(name);
+    }
   }
 
   const config: Record<string, unknown> = {};

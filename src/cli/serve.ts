@@ -19,7 +19,7 @@ export const SERVICE_ADMIN_ADDRESS = '127.0.0.1:0';
 export async function runService(build: (mesh: Mesh) => void | Promise<void>, argv: string[] = process.argv.slice(2)): Promise<Mesh> {
   let mesh: Mesh;
   try {
-    const { config } = parseArgs(argv);
+    const { config } = parseArgs(argv, process.env, { command: false });
     const options = optionsFromFlags(config, { address: config.address, adminAddress: config.admin_address ?? SERVICE_ADMIN_ADDRESS });
     mesh = new Mesh(options, 'service');
   } catch (err) {
