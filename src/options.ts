@@ -17,6 +17,7 @@ import { parseChallengeAddress } from './tls/acme/challenge-server.js';
 import { parseAddress, parseAdvertise } from './util/address.js';
 import { parseSampleRate, parseTracingAddress } from './tracing/config.js';
 import { apiName, optionEntries, outOfRange, type Duration, type OptionKey, type OptionSpec, type SchemaApiOptions, type SchemaResolvedOptions, type Size } from './options/schema.js';
+import { OptionError } from './util/option-error.js';
 
 export type { Duration, Size };
 
@@ -276,12 +277,12 @@ function checkTls(o: ResolvedOptions, fail: (name: string, why: string) => never
   try {
     parseAcmeHosts(o.acmeHosts);
   } catch (err) {
-    fail('acmeHosts', (err as Error).message);
+    fail('acmeHosts', err instanceof OptionError ? `"${err.value}": ${err.reason}` : (err as Error).message);
   }
   try {
     parseChallengeAddress(o.acmeHttpPort);
   } catch (err) {
-    fail('acmeHttpPort', (err as Error).message);
+    fail('acmeHttpPort', err instanceof OptionError ? err.reason : (err as Error).message);
   }
   let url: URL | undefined;
   try {
