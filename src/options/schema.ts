@@ -10,9 +10,10 @@
  * help section), `commands` (the mesh commands that use it: any other command refuses the flag),
  * `api: true` when it is an option of the library (MeshOptions), `apiDefault` when the library's
  * default differs from the flag's (null: none), `help` (one line). Adding an option is one entry
- * here plus the code that reads it. Pure data: no imports but constants.
+ * here plus the code that reads it. Pure data: no imports but constants and the naming of options.
  */
 import { DEFAULT_TRACING_ADDRESS } from '../tracing/config.js';
+import { optionLabel } from '../util/option-error.js';
 
 /** How a value is read: from a flag's text, and (api options) from a MeshOptions value. */
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
@@ -179,14 +180,9 @@ export function envName(key: string): string {
   return `MESH_${key.toUpperCase()}`;
 }
 
-/** The flag of an option: `--client_request_timeout`. */
-export function flagName(key: string): string {
-  return `--${key}`;
-}
-
 /** The API name of an option: client_request_timeout → clientRequestTimeout. */
 export function apiName(key: string): string {
-  return key.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+  return optionLabel(key, 'api');
 }
 
 /** The schema key of an API name: clientRequestTimeout → client_request_timeout. */
