@@ -36,6 +36,7 @@ import { parseAdvertise } from './util/address.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from './http/access-log.js';
 import { ContextStore } from './util/call-context.js';
 import { Tracer } from './tracing/tracer.js';
+import { OptionError } from './util/option-error.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -170,9 +171,10 @@ export class Runtime {
       try {
         this.grpcSchema = loadProtos({ paths: options.protoPath, files: options.protoFiles });
       } catch (err) {
+        if (err instanceof OptionError) throw new OptionError(err.key, `.proto files: ${err.reason}`, err.value);
         throw new Error(`.proto files: ${(err as Error).message}`);
       }
-    } else if (options.protoFiles.length > 0) throw new Error('.proto files: --proto_files needs --proto_path (the directories the files and their imports are found in)');
+    } else if (options.protoFiles.length > 0) throw new OptionError('proto_files', '.proto files: {proto_files} needs {proto_path} (the directories the files and their imports are found in)');
     this.grpc = new GrpcTransport({ schema: this.grpcSchema, maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024), logger: this.logging.get('client') });
     this.client = new Client({
       selector: this.clusters,

@@ -183,7 +183,7 @@ describe('mesh help and version (real processes)', () => {
   });
 
   it('a bad value from the environment names the variable, for the parser and for a command runner', async () => {
-    let r = await runCli(['list', 'services'], { ...env, MESH_CLIENT_RETRIES: 'x' });
+    let r = await runCli(['health', 'go.mesh.srv.x'], { ...env, MESH_CLIENT_RETRIES: 'x' });
     assert.equal(r.code, 2);
     assert.equal(r.stderr, 'mesh: invalid value "x" for MESH_CLIENT_RETRIES (--client_retries): not a non-negative integer\n');
     r = await runCli(['api', '--admin_address=off', '--address=127.0.0.1:0'], { ...env, MESH_NAMESPACE: 'bad ns' });

@@ -224,7 +224,7 @@ describe('etcd over https with a password, and NATS over TLS with client certifi
     assert.notEqual(noKey.code, 0);
     assert.match(noKey.stderr, /--registry_tls_cert_file and --registry_tls_key_file go together/);
 
-    const natsBad = await runCli(['list', 'services', '--registry=memory', '--broker=nats', `--broker_address=tls://127.0.0.1:${natsPort}`, `--broker_tls_ca_file=${join(dir.path, 'missing.pem')}`]);
+    const natsBad = await runCli(['publish', 'secure.topic', 'x', '--registry=memory', '--broker=nats', `--broker_address=tls://127.0.0.1:${natsPort}`, `--broker_tls_ca_file=${join(dir.path, 'missing.pem')}`]);
     assert.notEqual(natsBad.code, 0);
     assert.match(natsBad.stderr, /--broker_tls_ca_file \S+missing\.pem: ENOENT/);
   });

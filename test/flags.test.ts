@@ -17,10 +17,10 @@ test('defaults', () => {
 
 test('flags before and after the command, = and space forms, env', () => {
   const { config, positionals } = parseArgs(
-    ['--registry=memory', 'list', '--client_request_timeout', '1m30s', 'services', '--enable_stats', '--cors=http://a.com,https://b.com:8443'],
+    ['--registry=memory', 'api', '--client_request_timeout', '1m30s', 'services', '--enable_stats', '--cors=http://a.com,https://b.com:8443'],
     { MESH_CLIENT_RETRIES: '3', MESH_REGISTRY: 'etcd' },
   );
-  assert.deepEqual(positionals, ['list', 'services']);
+  assert.deepEqual(positionals, ['api', 'services']);
   assert.equal(config.registry, 'memory'); // command line beats environment
   assert.equal(config.client_request_timeout, 90_000);
   assert.equal(config.client_retries, 3);

@@ -214,7 +214,7 @@ describe('sidecar start-up errors', () => {
       [{ server_name: 'a', server_address: '127.0.0.1:80', register_ttl: 1000, register_interval: 1000 }, false, /--register_interval/],
     ];
     for (const [flags, ttlGiven, re] of cases) {
-      assert.throws(() => appOptionsFromFlags({ ...base, ...flags }, ttlGiven), (err: Error) => err instanceof AppFlagError && re.test(err.message), JSON.stringify(flags));
+      assert.throws(() => appOptionsFromFlags({ ...base, ...flags }, ttlGiven), (err: Error) => err instanceof AppFlagError && re.test(err.format('flag')), JSON.stringify(flags));
     }
     assert.equal(appOptionsFromFlags(base, false), undefined);
     const checked = appOptionsFromFlags({ ...base, server_name: 'a', server_address: '[::1]:80', healthcheck_url: 'http://[::1]:80/h', healthcheck_interval: 300, healthcheck_timeout: 200 }, false)!;

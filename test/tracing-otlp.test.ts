@@ -136,7 +136,7 @@ describe('tracing: settings', () => {
       ['--tracing=jaeger', /flag --tracing: use one of off, otlp/],
     ] as const) {
       for (const command of flag.startsWith('--tracing_address') ? ['api', 'sidecar', 'proxy'] : ['api']) {
-        const r = await runCli([command, '--registry=memory', '--address=127.0.0.1:0', '--admin_address=off', '--tracing=otlp', flag]);
+        const r = await runCli([command, '--registry=memory', ...(command === 'proxy' ? [] : ['--address=127.0.0.1:0']), '--admin_address=off', '--tracing=otlp', flag]);
         assert.equal(r.code, 2, `${command} ${flag}: ${r.stderr}`);
         assert.match(r.stderr, why);
       }

@@ -20,6 +20,8 @@ import type { Counter, StatsStore } from '../stats/store.js';
 import { parseRules, pathKeyOf, ruleJson, ruleMatches, RulesError, type Access, type Resource, type Rule } from './rules.js';
 import { KeyStore, sha256, type Identity } from './keys.js';
 import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
+import { OptionError } from '../util/option-error.js';
+import type { SchemaConfig } from '../options/schema.js';
 
 /** The `id` of every error JSON written by the auth step. */
 export const AUTH_ERROR_ID = ERROR_IDS.auth;
@@ -30,30 +32,13 @@ export const REALM = 'Bearer realm="mesh"';
 
 export type AuthMode = 'off' | 'jwt' | 'key';
 
-/** The auth flags, as the CLI parsed them. */
-export interface AuthFlags {
-  auth: AuthMode;
-  auth_jwks?: string;
-  auth_issuer: string[];
-  auth_audience: string[];
-  auth_clock_skew: number;
-  /** A JWKS URL's fetch timeout, cooldown for an unknown kid, and refresh age (ms). */
-  auth_jwks_timeout: number;
-  auth_jwks_cooldown: number;
-  auth_jwks_refresh: number;
-  auth_keys?: string;
-  auth_rules?: string;
-  auth_default?: Access;
-}
+/** The auth options, as the CLI parsed them (their types come from the option schema). */
+export type AuthFlags = Pick<SchemaConfig, 'auth' | 'auth_jwks' | 'auth_issuer' | 'auth_audience' | 'auth_clock_skew' | 'auth_jwks_timeout' | 'auth_jwks_cooldown' | 'auth_jwks_refresh' | 'auth_keys' | 'auth_rules' | 'auth_default'>;
 
-/** A bad auth flag or file at start: the CLI turns it into a flag error (exit 2). */
-export class AuthSetupError extends Error {
-  constructor(
-    readonly flag: string,
-    readonly value: string,
-    readonly why: string,
-  ) {
-    super(`invalid value "${value}" for flag --${flag}: ${why}`);
+/** A bad auth option or file at start, by the option's schema key: the CLI turns it into a flag error (exit 2). */
+export class AuthSetupError extends OptionError {
+  constructor(key: string, value: string, why: string) {
+    super(key, why, value);
     this.name = 'AuthSetupError';
   }
 }
@@ -119,12 +104,12 @@ export interface AuthSetup {
 /** Checks the auth flags and reads their files; undefined when auth is off and there are no rules. Throws AuthSetupError. */
 export function readAuthSetup(flags: AuthFlags): AuthSetup | undefined {
   const mode = flags.auth;
-  if (flags.auth_jwks !== undefined && mode !== 'jwt') throw new AuthSetupError('auth_jwks', flags.auth_jwks, 'needs --auth=jwt');
-  if (flags.auth_keys !== undefined && mode !== 'key') throw new AuthSetupError('auth_keys', flags.auth_keys, 'needs --auth=key');
-  if (mode === 'jwt' && !flags.auth_jwks) throw new AuthSetupError('auth', mode, '--auth=jwt needs --auth_jwks=FILE|URL');
-  if (mode === 'key' && !flags.auth_keys) throw new AuthSetupError('auth', mode, '--auth=key needs --auth_keys=FILE');
+  if (flags.auth_jwks !== undefined && mode !== 'jwt') throw new AuthSetupError('auth_jwks', flags.auth_jwks, 'needs {auth}=jwt');
+  if (flags.auth_keys !== undefined && mode !== 'key') throw new AuthSetupError('auth_keys', flags.auth_keys, 'needs {auth}=key');
+  if (mode === 'jwt' && !flags.auth_jwks) throw new AuthSetupError('auth', mode, '{auth}=jwt needs {auth_jwks}=FILE|URL');
+  if (mode === 'key' && !flags.auth_keys) throw new AuthSetupError('auth', mode, '{auth}=key needs {auth_keys}=FILE');
   if (mode === 'off' && flags.auth_rules === undefined) {
-    if (flags.auth_default !== undefined) throw new AuthSetupError('auth_default', flags.auth_default, 'needs --auth or --auth_rules');
+    if (flags.auth_default !== undefined) throw new AuthSetupError('auth_default', flags.auth_default, 'needs {auth} or {auth_rules}');
     return undefined;
   }
   const setup: AuthSetup = {
@@ -211,7 +196,7 @@ export class EdgeAuth {
       this.deps.log.info({ rules: rules.length }, 'auth configuration reloaded');
       return true;
     } catch (err) {
-      const why = err instanceof AuthSetupError ? `--${err.flag} ${err.value}: ${err.why}` : (err as Error).message;
+      const why = err instanceof AuthSetupError ? `--${err.key} ${err.value}: ${err.reason}` : (err as Error).message;
       this.lastReloadError = why;
       this.reloadFailed.inc();
       this.deps.log.error({ err: why }, 'auth reload failed: the previous configuration stays');

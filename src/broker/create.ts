@@ -8,6 +8,7 @@ import { NatsBroker } from './nats.js';
 import type { EngineTlsFiles } from '../util/engine-access.js';
 import type { DurableDefaults } from './durable.js';
 import type { StatsStore } from '../stats/store.js';
+import { OptionError } from '../util/option-error.js';
 
 export const BROKER_KINDS = ['http', 'memory', 'nats'] as const;
 export type BrokerKind = (typeof BROKER_KINDS)[number];
@@ -53,7 +54,7 @@ export function createBroker(kind: string, options: CreateBrokerOptions): Broker
         logger: options.logger,
       });
     case 'nats':
-      if (!address) throw new Error('broker nats: an address is required (--broker_address host:port)');
+      if (!address) throw new OptionError('broker_address', 'broker nats: an address is required ({broker_address} host:port)');
       return new NatsBroker({ address, tls: options.tls, durable: options.durable, stats: options.stats, logger: options.logger });
     default:
       throw new Error(`unknown broker "${kind}" (use ${BROKER_KINDS.join(', ')})`);

@@ -11,7 +11,7 @@ export function checkAuthFlags(config: Config): AuthSetup | undefined {
   try {
     return readAuthSetup(config);
   } catch (err) {
-    if (err instanceof AuthSetupError) throw new FlagError(err.message);
+    if (err instanceof AuthSetupError) throw new FlagError(err.format('flag'));
     throw err;
   }
 }

@@ -24,6 +24,7 @@ import { MetricsServer } from '../admin/metrics-server.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin/context.js';
 import { clusterView, mergeClusterViews, type AdminAggregate, type ClusterViewSnapshot, type MergedStats } from '../admin/aggregate.js';
 import { serverLimits } from '../http/lifecycle.js';
+import { errorMessage } from '../util/option-error.js';
 
 /** Set in a worker's environment: its index (0..N-1), kept across restarts. */
 export const WORKER_ENV = 'MESH_CONCURRENCY_WORKER';
@@ -111,14 +112,14 @@ export class WorkerLink {
         try {
           reply({ mesh: 'reply', id: msg.id, data: snapshotOf(runtime, processMetrics, msg.parts) });
         } catch (err) {
-          reply({ mesh: 'reply', id: msg.id, error: (err as Error).message });
+          reply({ mesh: 'reply', id: msg.id, error: errorMessage(err, 'flag') });
         }
         return;
       }
       if (msg.mesh === 'op') {
         runOp(runtime, msg).then(
           () => reply({ mesh: 'reply', id: msg.id }),
-          (err: unknown) => reply({ mesh: 'reply', id: msg.id, error: (err as Error).message }),
+          (err: unknown) => reply({ mesh: 'reply', id: msg.id, error: errorMessage(err, 'flag') }),
         );
       }
     });

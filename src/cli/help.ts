@@ -4,6 +4,7 @@
  * only flags.ts, so help never loads the runtime.
  */
 import { COMMAND_NAMES, FLAG_GROUPS, FLAG_SPECS, flagHelp, type CommandName, type FlagGroup } from './flags.js';
+import type { OptionSpec } from '../options/schema.js';
 
 export interface CommandInfo {
   name: CommandName;
@@ -111,13 +112,13 @@ export function commandNames(): readonly string[] {
   return COMMAND_NAMES;
 }
 
-type Spec = { type: string; help: string; default?: string; choices?: string[] };
+type Spec = OptionSpec;
 
 function specs(): Array<[string, Spec]> {
   return Object.entries(FLAG_SPECS) as Array<[string, Spec]>;
 }
 
-/** The flags listed in a command's help (every command accepts every flag). */
+/** The flags a command uses: those its help lists, and the only ones it accepts. */
 export function commandFlags(command: CommandName): string[] {
   if (!TAKES_FLAGS.has(command)) return [];
   return specs()
@@ -126,7 +127,7 @@ export function commandFlags(command: CommandName): string[] {
 }
 
 /** The allowed values of a flag for a command (bool flags: true, false). */
-export function flagChoices(name: string, command?: CommandName): string[] | undefined {
+export function flagChoices(name: string, command?: CommandName): readonly string[] | undefined {
   const spec = (FLAG_SPECS as Record<string, Spec>)[name];
   if (!spec) return undefined;
   const own = command ? findCommand(command)?.choices?.[name as keyof typeof FLAG_SPECS] : undefined;
@@ -143,6 +144,7 @@ function flagLine(name: string, command?: CommandName): string[] {
   let text = spec.help + (def !== undefined ? ` (default ${def})` : '');
   const choices = spec.type === 'bool' ? undefined : flagChoices(name, command);
   if (choices) text += `; one of ${choices.join(', ')}`;
+  if (!command) text += ` [${flagHelp(name).commands.join(' ')}]`;
   if (head.length <= 34) return [`${head.padEnd(35)}${text}`];
   return [head, `${''.padEnd(35)}${text}`];
 }
@@ -161,7 +163,8 @@ function groupedFlags(names: string[], command?: CommandName): string[] {
 const FLAG_SYNTAX = [
   'Flags go before or after the command, as --name=value or --name value (booleans: --name, --name=false);',
   '--name-with-dashes works too. Each flag can also be set in the environment as MESH_<NAME>',
-  '(MESH_LOG_LEVEL=debug); the command line wins.',
+  '(MESH_LOG_LEVEL=debug); the command line wins. A command refuses a flag it does not use',
+  '(exit 2); a MESH_<NAME> variable it does not use is ignored.',
 ];
 
 /** `mesh --help`, `mesh help`: the commands, one line each, the global flags in short. */
@@ -199,7 +202,7 @@ export function commandHelp(command: CommandInfo): string {
   const flags = commandFlags(command.name);
   if (flags.length > 0) {
     lines.push('', ...FLAG_SYNTAX, ...groupedFlags(flags, command.name));
-    lines.push('', `Every other mesh flag is accepted too ('mesh help flags' lists them all).`);
+    lines.push('', `Other flags are refused ('mesh help flags' lists them all, with the commands that use each).`);
   }
   return lines.join('\n') + '\n';
 }

@@ -8,6 +8,7 @@ import { parseArgs, FlagError, attributeFlagError, didYouMean, type ParsedArgs }
 import { COMMANDS, allFlagsHelp, commandHelp, findCommand, mainHelp } from './help.js';
 import { packageVersion } from '../admin/build-info.js';
 import { cliOutput, type CliOutput } from './output.js';
+import { errorMessage } from '../util/option-error.js';
 
 export type CommandRunner = (args: ParsedArgs) => Promise<number>;
 
@@ -105,7 +106,7 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       err(args.config.output === 'json' ? e.toBody() + '\n' : `mesh: ${e.detail} (${e.code} ${e.statusText})\n`);
       return 1;
     }
-    err(`mesh: ${(e as Error).message}\n`);
+    err(`mesh: ${errorMessage(e, 'flag')}\n`);
     return 1;
   }
 }

@@ -8,6 +8,7 @@ import { parseArgs, FlagError } from './flags.js';
 import { optionsFromFlags } from './options.js';
 import { Mesh } from '../mesh.js';
 import { formatAddress } from '../util/address.js';
+import { errorMessage } from '../util/option-error.js';
 
 /** Services share one machine, so their admin interfaces take a free port unless told otherwise. */
 export const SERVICE_ADMIN_ADDRESS = '127.0.0.1:0';
@@ -19,11 +20,11 @@ export const SERVICE_ADMIN_ADDRESS = '127.0.0.1:0';
 export async function runService(build: (mesh: Mesh) => void | Promise<void>, argv: string[] = process.argv.slice(2)): Promise<Mesh> {
   let mesh: Mesh;
   try {
-    const { config } = parseArgs(argv);
+    const { config } = parseArgs(argv, process.env, { command: false });
     const options = optionsFromFlags(config, { address: config.address, adminAddress: config.admin_address ?? SERVICE_ADMIN_ADDRESS });
     mesh = new Mesh(options, 'service');
   } catch (err) {
-    process.stderr.write(`mesh: ${(err as Error).message}\n`);
+    process.stderr.write(`mesh: ${errorMessage(err, 'flag')}\n`);
     process.exit(err instanceof FlagError ? 2 : 1);
   }
   mesh.installSignalHandlers();
@@ -35,7 +36,7 @@ export async function runService(build: (mesh: Mesh) => void | Promise<void>, ar
       process.stdout.write(`${record.name} listening on ${formatAddress(node.address, node.port)} (node ${node.id})${admin ? `, admin on ${formatAddress(admin.host, admin.port)}` : ''}\n`);
     }
   } catch (err) {
-    process.stderr.write(`mesh: ${(err as Error).message}\n`);
+    process.stderr.write(`mesh: ${errorMessage(err, 'flag')}\n`);
     await mesh.close();
     process.exit(1);
   }

@@ -31,7 +31,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   try {
     app = appOptionsFromFlags(config, args.given.has('register_ttl'));
   } catch (err) {
-    if (err instanceof AppFlagError) throw new FlagError(err.message);
+    if (err instanceof AppFlagError) throw new FlagError(err.format('flag'));
     throw err;
   }
   checkTlsFlags(config);

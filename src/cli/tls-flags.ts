@@ -2,6 +2,7 @@
 import { FlagError, type Config } from './flags.js';
 import { parseAcmeHosts } from '../tls/acme/hosts.js';
 import { parseChallengeAddress } from '../tls/acme/challenge-server.js';
+import { errorMessage } from '../util/option-error.js';
 
 /**
  * Flag checks done before anything starts (exit 2 naming the flag). File problems are found when
@@ -22,7 +23,7 @@ export function checkTlsFlags(config: Config): void {
     parseAcmeHosts(config.acme_hosts);
     parseChallengeAddress(config.acme_http_port);
   } catch (err) {
-    throw new FlagError((err as Error).message);
+    throw new FlagError(errorMessage(err, 'flag'));
   }
   let url: URL;
   try {

@@ -24,6 +24,7 @@ import type { StatsStore } from '../stats/store.js';
 import type { ServerStatsSource } from '../stats/server-stats.js';
 import type { ClusterManagerView, HostSnapshot } from '../upstream/types.js';
 import { processSampler, RequestSeries, type LoopDelay, type ProcessSampler, type StatsWindow, type StatusCounts } from './series.js';
+import { OptionError } from '../util/option-error.js';
 
 export const DASHBOARD_PATH = '/stats';
 export const ASSETS_PATH = '/stats/assets/';
@@ -159,9 +160,9 @@ export function checkAssets(): void {
     try {
       path = source.path();
     } catch (err) {
-      throw new Error(`--enable_stats: dashboard asset not found: ${(err as Error).message} (is the uplot package installed?)`);
+      throw new OptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${(err as Error).message} (is the uplot package installed?)`);
     }
-    if (!existsSync(path)) throw new Error(`--enable_stats: dashboard asset not found: ${path}`);
+    if (!existsSync(path)) throw new OptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${path}`);
   }
 }
 

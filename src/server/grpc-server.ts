@@ -21,6 +21,7 @@ import type { EndpointDefinition, HandlerContext } from './rpc-server.js';
 import { isAsyncIterable, untilAborted, type StreamContext } from './stream-server.js';
 import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../transport/grpc/protos.js';
 import { once } from 'node:events';
+import { OptionError } from '../util/option-error.js';
 
 export interface GrpcServerOptions {
   service: string;
@@ -57,13 +58,13 @@ export class GrpcServer implements Drainable {
     for (const def of endpoints) {
       if (BUILT_IN.has(def.name)) continue;
       const found = options.schema.lookup(def.name);
-      if ('error' in found) throw new Error(`--server_protocol=grpc: endpoint ${def.name} of ${options.service}: ${found.error}`);
+      if ('error' in found) throw new OptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service}: ${found.error}`);
       const m = found.method;
       const kind = streamKindOf(m);
       const wanted = def.stream ?? 'unary';
       if (kind !== wanted) {
         const what = (k: string) => (k === 'unary' ? 'a unary method' : `a ${k} stream`);
-        throw new Error(`--server_protocol=grpc: endpoint ${def.name} of ${options.service} is ${what(wanted)}, but ${m.path} is ${what(kind)}`);
+        throw new OptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service} is ${what(wanted)}, but ${m.path} is ${what(kind)}`);
       }
       const definition = byService.get(m.service) ?? {};
       const impl = impls.get(m.service) ?? {};

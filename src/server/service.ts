@@ -13,6 +13,7 @@ import { GrpcServer } from './grpc-server.js';
 import { isStreamKind, type StreamKind } from '../transport/frames.js';
 import type { StreamContext } from './stream-server.js';
 import { RpcServer, type EndpointDefinition, type Handler, type HandlerContext } from './rpc-server.js';
+import { OptionError } from '../util/option-error.js';
 
 /**
  * A streaming handler: `request` is the one request of a server stream, or the async iterable of
@@ -109,7 +110,7 @@ export class Service {
     let boundPort: number;
     if (grpcMode) {
       const schema = this.runtime.grpcSchema;
-      if (!schema) throw new Error(`--server_protocol=grpc: service ${this.options.name} needs its .proto files (--proto_path)`);
+      if (!schema) throw new OptionError('proto_path', `{server_protocol}=grpc: service ${this.options.name} needs its .proto files ({proto_path})`);
       this.grpcServer = new GrpcServer(
         { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer },
         this.server.listEndpoints(),

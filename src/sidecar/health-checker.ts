@@ -20,6 +20,7 @@ import type { Runtime } from '../runtime.js';
 import type { Service } from '../registry/registry.js';
 import { formatDuration } from '../util/duration.js';
 import { isWildcard, parseAddress, type HostPort } from '../util/address.js';
+import { OptionError } from '../util/option-error.js';
 
 export interface AppOptions {
   name: string;
@@ -34,10 +35,10 @@ export interface AppOptions {
   refreshMs: number;
 }
 
-/** Thrown for inconsistent app flags; the message names the flag. */
-export class AppFlagError extends Error {
-  constructor(message: string) {
-    super(message);
+/** Thrown for inconsistent app options; it carries the option's schema key (OptionError). */
+export class AppFlagError extends OptionError {
+  constructor(key: string, reason: string, value?: string | null) {
+    super(key, reason, value);
     this.name = 'AppFlagError';
   }
 }
@@ -48,11 +49,11 @@ export function parseAppAddress(text: string): HostPort {
   try {
     parsed = parseAddress(text, { target: true });
   } catch (err) {
-    throw new AppFlagError(`invalid value for flag --server_address: ${(err as Error).message} (where other services reach the app)`);
+    throw new AppFlagError('server_address', `${(err as Error).message} (where other services reach the app)`, null);
   }
   const { host, port } = parsed;
   if (isWildcard(host)) {
-    throw new AppFlagError(`invalid value "${text}" for flag --server_address: ${host} is a wildcard, not an address others can call; give the app's reachable host`);
+    throw new AppFlagError('server_address', `${host} is a wildcard, not an address others can call; give the app's reachable host`, text);
   }
   return { host, port };
 }
@@ -63,10 +64,10 @@ export function parseHealthUrl(text: string): URL {
   try {
     url = new URL(text);
   } catch {
-    throw new AppFlagError(`invalid value "${text}" for flag --healthcheck_url: not an absolute URL`);
+    throw new AppFlagError('healthcheck_url', 'not an absolute URL', text);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new AppFlagError(`invalid value "${text}" for flag --healthcheck_url: use http:// or https://`);
+    throw new AppFlagError('healthcheck_url', 'use http:// or https://', text);
   }
   return url;
 }
@@ -91,25 +92,26 @@ export function appOptionsFromFlags(flags: AppFlags, ttlGiven: boolean): AppOpti
   const address = flags.server_address?.trim() || undefined;
   const url = flags.healthcheck_url?.trim() || undefined;
   if (!name && !address) {
-    if (url) throw new AppFlagError('--healthcheck_url needs --server_name and --server_address (the app to register and check)');
+    if (url) throw new AppFlagError('healthcheck_url', '{healthcheck_url} needs {server_name} and {server_address} (the app to register and check)');
     return undefined;
   }
-  if (!name) throw new AppFlagError('--server_address needs --server_name (the name to register the app under)');
-  if (!address) throw new AppFlagError('--server_name needs --server_address (host:port of the app)');
+  if (!name) throw new AppFlagError('server_name', '{server_address} needs {server_name} (the name to register the app under)');
+  if (!address) throw new AppFlagError('server_address', '{server_name} needs {server_address} (host:port of the app)');
   const nameProblem = serviceNameProblem(name);
-  if (nameProblem) throw new AppFlagError(`invalid value for flag --server_name: ${nameProblem}`);
+  if (nameProblem) throw new AppFlagError('server_name', nameProblem, null);
   const hostProblem = addressProblem(parseAppAddress(address).host);
-  if (hostProblem) throw new AppFlagError(`invalid value for flag --server_address: ${hostProblem}`);
+  if (hostProblem) throw new AppFlagError('server_address', hostProblem, null);
   if (url) parseHealthUrl(url);
   const intervalMs = flags.healthcheck_interval;
   const timeoutMs = flags.healthcheck_timeout;
   if (url) {
-    if (!(intervalMs > 0)) throw new AppFlagError('--healthcheck_interval must be greater than 0');
-    if (!(timeoutMs > 0)) throw new AppFlagError('--healthcheck_timeout must be greater than 0');
+    if (!(intervalMs > 0)) throw new AppFlagError('healthcheck_interval', '{healthcheck_interval} must be greater than 0');
+    if (!(timeoutMs > 0)) throw new AppFlagError('healthcheck_timeout', '{healthcheck_timeout} must be greater than 0');
     const ttlMs = ttlGiven ? flags.register_ttl : 3 * intervalMs + timeoutMs;
     if (ttlMs <= intervalMs + timeoutMs) {
       throw new AppFlagError(
-        `--register_ttl (${formatDuration(ttlMs)}) must be longer than --healthcheck_interval plus --healthcheck_timeout (${formatDuration(intervalMs + timeoutMs)}), or the registration lapses between checks`,
+        'register_ttl',
+        `{register_ttl} (${formatDuration(ttlMs)}) must be longer than {healthcheck_interval} plus {healthcheck_timeout} (${formatDuration(intervalMs + timeoutMs)}), or the registration lapses between checks`,
       );
     }
     return { name, address, healthcheckUrl: url, intervalMs, timeoutMs, ttlMs, refreshMs: intervalMs };
@@ -117,7 +119,7 @@ export function appOptionsFromFlags(flags: AppFlags, ttlGiven: boolean): AppOpti
   const ttlMs = flags.register_ttl;
   const refreshMs = flags.register_interval;
   if (ttlMs > 0 && !(refreshMs > 0 && refreshMs < ttlMs)) {
-    throw new AppFlagError(`--register_interval (${formatDuration(refreshMs)}) must be greater than 0 and shorter than --register_ttl (${formatDuration(ttlMs)})`);
+    throw new AppFlagError('register_interval', `{register_interval} (${formatDuration(refreshMs)}) must be greater than 0 and shorter than {register_ttl} (${formatDuration(ttlMs)})`);
   }
   return { name, address, intervalMs, timeoutMs, ttlMs, refreshMs };
 }

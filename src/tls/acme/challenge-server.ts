@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { formatAddress, parseAddress } from '../../util/address.js';
 import { normalizeHost } from './hosts.js';
+import { OptionError } from '../../util/option-error.js';
 
 export const CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
 
@@ -26,7 +27,7 @@ export function parseChallengeAddress(value: string): { host: string; port: numb
   try {
     return parseAddress(value, { barePort: true });
   } catch (err) {
-    throw new Error(`invalid value "${value}" for flag --acme_http_port: ${(err as Error).message} (use PORT or HOST:PORT)`);
+    throw new OptionError('acme_http_port', `${(err as Error).message} (use PORT or HOST:PORT)`, value);
   }
 }
 

@@ -1,5 +1,6 @@
 /** The ACME allow-list (`--acme_hosts`): host-name checks and normalisation. */
 import { isIP } from 'node:net';
+import { OptionError } from '../../util/option-error.js';
 
 /** Lower case, without a trailing dot: how names are compared and cached. */
 export function normalizeHost(name: string): string {
@@ -24,7 +25,7 @@ export function parseAcmeHosts(hosts: readonly string[]): string[] {
   const out: string[] = [];
   for (const raw of hosts) {
     const why = invalidHostReason(raw);
-    if (why) throw new Error(`invalid value "${raw}" for flag --acme_hosts: ${why}`);
+    if (why) throw new OptionError('acme_hosts', why, raw);
     const host = normalizeHost(raw);
     if (!out.includes(host)) out.push(host);
   }

@@ -7,6 +7,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import protobuf from 'protobufjs';
 import type { StreamKind } from '../frames.js';
+import { OptionError } from '../../util/option-error.js';
 
 /** One RPC of a loaded service. */
 export interface GrpcMethod {
@@ -30,9 +31,10 @@ export function streamKindOf(m: GrpcMethod): 'unary' | StreamKind {
 /** Files loaded at most (a --proto_path that points at a whole disk is a mistake, not a schema). */
 const MAX_FILES = 10_000;
 
-export class ProtoLoadError extends Error {
-  constructor(message: string) {
-    super(message);
+/** A .proto file or directory that does not load; by the option's schema key when an option names it (else 'proto_files'). */
+export class ProtoLoadError extends OptionError {
+  constructor(reason: string, key = 'proto_files') {
+    super(key, reason);
     this.name = 'ProtoLoadError';
   }
 }
@@ -123,7 +125,7 @@ export function loadProtos(source: ProtoSource): GrpcSchema {
     } catch {
       // reported below
     }
-    if (!ok) throw new ProtoLoadError(`--proto_path ${d}: not a directory`);
+    if (!ok) throw new ProtoLoadError(`{proto_path} ${d}: not a directory`, 'proto_path');
   }
   const find = (name: string): string | undefined => {
     if (isAbsolute(name)) return existsSync(name) ? name : undefined;
@@ -137,7 +139,7 @@ export function loadProtos(source: ProtoSource): GrpcSchema {
   if (source.files && source.files.length > 0) {
     files = source.files.map((f) => {
       const p = find(f);
-      if (!p) throw new ProtoLoadError(`--proto_files ${f}: not found in ${dirs.join(', ')}`);
+      if (!p) throw new ProtoLoadError(`{proto_files} ${f}: not found in ${dirs.join(', ')}`);
       return p;
     });
   } else {
@@ -150,10 +152,10 @@ export function loadProtos(source: ProtoSource): GrpcSchema {
         if (seen.has(key)) continue; // the first directory that has a file wins, as with protoc -I
         seen.add(key);
         files.push(join(d, rel));
-        if (files.length > MAX_FILES) throw new ProtoLoadError(`--proto_path: more than ${MAX_FILES} .proto files under ${dirs.join(', ')}`);
+        if (files.length > MAX_FILES) throw new ProtoLoadError(`{proto_path}: more than ${MAX_FILES} .proto files under ${dirs.join(', ')}`, 'proto_path');
       }
     }
-    if (files.length === 0) throw new ProtoLoadError(`--proto_path: no .proto file under ${dirs.join(', ')}`);
+    if (files.length === 0) throw new ProtoLoadError(`{proto_path}: no .proto file under ${dirs.join(', ')}`, 'proto_path');
   }
 
   const root = new protobuf.Root();
