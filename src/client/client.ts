@@ -206,13 +206,10 @@ export class Client {
       lastOutcome: undefined,
       hedged: false,
     };
-    return this.run(call);
-  }
-
-  private async run(call: UnaryCall): Promise<CallResult> {
-    const r = await this.send(call, newAttempt(0));
-    if (r.kind === 'response' && r.response.status >= 200 && r.response.status < 300) return r.response;
-    throw callError(r, call);
+    return this.send(call, newAttempt(0)).then((r) => {
+      if (r.kind === 'response' && r.response.status >= 200 && r.response.status < 300) return r.response;
+      throw callError(r, call);
+    });
   }
 
   /** Encodes a value with the codec of contentType (JSON by default), calls, decodes the answer. */

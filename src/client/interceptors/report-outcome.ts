@@ -18,16 +18,11 @@ export const reportOutcome: ClientInterceptor = (next) => (call, attempt) => {
     lease.release({ kind: 'cancelled' }, 0);
     throw err;
   }
-  return result.then(
-    (r) => {
-      lease.release(outcomeOf(r), Date.now() - started);
-      return r;
-    },
-    (err: unknown) => {
-      lease.release({ kind: 'cancelled' }, 0);
-      throw err;
-    },
-  );
+  // The steps below settle with a result and never reject once the try is sent (sendTry).
+  return result.then((r) => {
+    lease.release(outcomeOf(r), Date.now() - started);
+    return r;
+  });
 };
 
 function outcomeOf(r: TryResult): AttemptOutcome {
