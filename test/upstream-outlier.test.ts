@@ -158,8 +158,7 @@ test('success rate: hosts under mean - 1.9 stdev are ejected once enough hosts h
   let now = 1_000;
   const od = new OutlierDetector({
     config: { ...DEFAULT_OUTLIER_DETECTION, successRateRequestVolume: 10, consecutive5xx: 0 },
-    statPrefix: 'cluster.x.',
-    stats,
+    stats: stats.scope('cluster.x.'),
     cluster: 'x',
     hosts: () => hosts,
     onChange: () => {},
@@ -198,8 +197,7 @@ test('max ejection percent allows at least one host; ejection time grows with ea
   let now = 0;
   const od = new OutlierDetector({
     config: { ...DEFAULT_OUTLIER_DETECTION, consecutive5xx: 2, baseEjectionTimeMs: 1_000 },
-    statPrefix: 'cluster.y.',
-    stats,
+    stats: stats.scope('cluster.y.'),
     cluster: 'y',
     hosts: () => hosts,
     onChange: () => {},
@@ -238,8 +236,7 @@ test('consecutive gateway failure and local-origin failure: which results count,
   const make = (prefix: string, config: Partial<typeof DEFAULT_OUTLIER_DETECTION>) =>
     new OutlierDetector({
       config: { ...DEFAULT_OUTLIER_DETECTION, maxEjectionPercent: 100, ...config },
-      statPrefix: `cluster.${prefix}.`,
-      stats,
+      stats: stats.scope(`cluster.${prefix}.`),
       cluster: prefix,
       hosts: () => hosts,
       onChange: () => {},

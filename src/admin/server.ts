@@ -19,12 +19,13 @@ import { renderCerts, secondsUntilFirstExpiring } from './certs.js';
 import { CpuProfiler } from './profiler.js';
 import { hotRestartVersion } from './build-info.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
+import { HTTP_LIFECYCLE_STATS, httpStatPrefix } from '../http/stats.js';
 import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } from '../util/address.js';
 import { compileSearchRegex, type SearchRegex } from '../util/regex.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
 /** Counts requests refused by the Host check. */
-export const HOST_REFUSED_STAT = 'http.admin.downstream_rq_host_refused';
+export const HOST_REFUSED_STAT = `${httpStatPrefix('admin')}downstream_rq_host_refused`;
 /** A header a cross-origin page cannot send without a CORS preflight (which the admin never grants). */
 export const ADMIN_HEADER = 'x-mesh-admin';
 /** Request headers only a browser sends (a tool such as curl sends none of them). */
@@ -126,7 +127,7 @@ export class AdminServer {
     // Over --max_connections Node closes the accepted connection at once and emits 'drop'.
     if (ctx.limits && ctx.limits.maxConnections > 0) this.http.maxConnections = ctx.limits.maxConnections;
     // Created on the first overflow, so /stats shows it only once there is one.
-    this.http.on('drop', () => ctx.stats.counter('http.admin.downstream_cx_overflow').inc());
+    this.http.on('drop', () => ctx.stats.scope(httpStatPrefix('admin')).counter(HTTP_LIFECYCLE_STATS.counters.overflow).inc());
   }
 
   /** The `admin commands are:` list served by / and /help: the endpoints that exist now. */

@@ -16,7 +16,8 @@ import type { JSONWebKeySet } from 'jose';
 import { ERROR_IDS, MeshError, rateLimited } from '../errors.js';
 import { AUTH_HEADER_PREFIX } from '../transport/headers.js';
 import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../http/rate-limit.js';
-import type { Counter, StatsStore } from '../stats/store.js';
+import { declareStats, type Counter, type StatsStore } from '../stats/store.js';
+import { HTTP_AUTH_STATS, HTTP_RATE_LIMIT_STATS, httpStatPrefix } from '../http/stats.js';
 import { parseRules, pathKeyOf, ruleJson, ruleMatches, RulesError, type Access, type Resource, type Rule } from './rules.js';
 import { KeyStore, sha256, type Identity } from './keys.js';
 import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
@@ -356,12 +357,9 @@ export class EdgeGuard {
     private readonly options: EdgeGuardOptions,
   ) {
     this.ruleLimiter = options.rateLimit?.limiter;
-    this.rateOk = options.stats.counter(`http.${options.statPrefix}.ratelimit.ok`);
-    this.rateOver = options.stats.counter(`http.${options.statPrefix}.ratelimit.over_limit`);
-    const p = `http.${options.statPrefix}.auth.`;
-    this.allowed = options.stats.counter(`${p}allowed`);
-    this.denied = options.stats.counter(`${p}denied`);
-    this.unauthenticated = options.stats.counter(`${p}unauthenticated`);
+    const scope = options.stats.scope(httpStatPrefix(options.statPrefix));
+    ({ ok: this.rateOk, overLimit: this.rateOver } = declareStats(scope, HTTP_RATE_LIMIT_STATS));
+    ({ allowed: this.allowed, denied: this.denied, unauthenticated: this.unauthenticated } = declareStats(scope, HTTP_AUTH_STATS));
     if (options.sidecarToken !== undefined) this.tokenHash = sha256(options.sidecarToken);
   }
 

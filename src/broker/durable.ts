@@ -13,7 +13,7 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import type { Message, MessageHandler, SubscribeOptions } from './broker.js';
-import type { Counter, Gauge, StatsStore } from '../stats/store.js';
+import { declareStats, type FamilyStats, type StatsStore } from '../stats/store.js';
 
 /** The message id header: set by the publisher (a random UUID when absent), kept on redelivery. */
 export const ID_HEADER = 'Mesh-Id';
@@ -180,20 +180,19 @@ export function statName(name: string): string {
   return `${safe.slice(0, 32)}_${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
 }
 
-export interface TopicStats {
-  published: Counter;
-  dead_lettered: Counter;
-  /** Stored messages dropped over the byte budget (--broker_stream_max_bytes; embedded broker). */
-  dropped: Counter;
-}
+/** `broker.topic.<topic>.*`; dropped: stored messages dropped over the byte budget (--broker_stream_max_bytes; embedded broker). */
+export const TOPIC_STATS = {
+  counters: { published: 'published', dead_lettered: 'dead_lettered', dropped: 'dropped' },
+} as const;
 
-export interface ConsumerStats {
-  delivered: Counter;
-  acked: Counter;
-  redelivered: Counter;
-  dead_lettered: Counter;
-  pending: Gauge;
-}
+/** `broker.consumer.<name>.*` */
+export const CONSUMER_STATS = {
+  counters: { delivered: 'delivered', acked: 'acked', redelivered: 'redelivered', dead_lettered: 'dead_lettered' },
+  gauges: { pending: 'pending' },
+} as const;
+
+export type TopicStats = FamilyStats<typeof TOPIC_STATS>;
+export type ConsumerStats = FamilyStats<typeof CONSUMER_STATS>;
 
 /**
  * Durable stats: `broker.topic.<topic>.published|dead_lettered|dropped` and
@@ -217,11 +216,7 @@ export class DurableStats {
     let t = this.topics.get(topic);
     if (!t) {
       const name = this.topics.size < MAX_STAT_NAMES ? statName(topic) : 'other';
-      t = {
-        published: store.counter(`broker.topic.${name}.published`),
-        dead_lettered: store.counter(`broker.topic.${name}.dead_lettered`),
-        dropped: store.counter(`broker.topic.${name}.dropped`),
-      };
+      t = declareStats(store.scope(`broker.topic.${name}.`), TOPIC_STATS);
       if (this.topics.size < MAX_STAT_NAMES) this.topics.set(topic, t);
     }
     return t;
@@ -233,14 +228,7 @@ export class DurableStats {
     let c = this.consumers.get(consumer);
     if (!c) {
       const name = this.consumers.size < MAX_STAT_NAMES ? statName(consumer) : 'other';
-      const p = `broker.consumer.${name}`;
-      c = {
-        delivered: store.counter(`${p}.delivered`),
-        acked: store.counter(`${p}.acked`),
-        redelivered: store.counter(`${p}.redelivered`),
-        dead_lettered: store.counter(`${p}.dead_lettered`),
-        pending: store.gauge(`${p}.pending`),
-      };
+      c = declareStats(store.scope(`broker.consumer.${name}.`), CONSUMER_STATS);
       if (this.consumers.size < MAX_STAT_NAMES) this.consumers.set(consumer, c);
     }
     return c;

@@ -14,7 +14,8 @@ import { PassThrough } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { ERROR_IDS, MeshError, flagged, parseErrorBody } from '../errors.js';
 import type { UpstreamInfo } from '../http/access-log.js';
-import type { Counter, Gauge, StatsStore } from '../stats/store.js';
+import { declareStats, type FamilyStats, type StatsStore } from '../stats/store.js';
+import { clusterStatPrefix } from '../upstream/cluster.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../transport/frames.js';
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
@@ -49,16 +50,15 @@ export interface StreamOpenOptions {
 }
 
 /** The per-cluster stream stats (Envoy-style names under cluster.<service>.). */
-export interface StreamStats {
-  active: Gauge;
-  total: Counter;
-  sent: Counter;
-  received: Counter;
-}
+export const STREAM_STATS = {
+  gauges: { active: 'upstream_rq_stream_active' },
+  counters: { total: 'upstream_rq_stream_total', sent: 'upstream_rq_stream_msgs_sent', received: 'upstream_rq_stream_msgs_received' },
+} as const;
+
+export type StreamStats = FamilyStats<typeof STREAM_STATS>;
 
 export function streamStats(stats: StatsStore, service: string): StreamStats {
-  const p = `cluster.${service}.upstream_rq_stream_`;
-  return { active: stats.gauge(`${p}active`), total: stats.counter(`${p}total`), sent: stats.counter(`${p}msgs_sent`), received: stats.counter(`${p}msgs_received`) };
+  return declareStats(stats.scope(clusterStatPrefix(service)), STREAM_STATS);
 }
 
 /** A stream whose deadline passed: `ms` from its open, or undefined: the call it was opened in had none left. */

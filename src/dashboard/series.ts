@@ -11,6 +11,7 @@
  */
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import { Histogram, type Counter, type Gauge, type StatsStore } from '../stats/store.js';
+import { HTTP_DOWNSTREAM_STATS, httpRqClassStat, httpStatPrefix } from '../http/stats.js';
 
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const;
 export type StatusClass = (typeof STATUS_CLASSES)[number];
@@ -112,14 +113,15 @@ export class RequestSeries {
     /** --stats_histograms: windows carry `clusters_latency_ms`. */
     readonly clusterLatency = false,
   ) {
-    const p = (this.statPrefix = `http.${prefix}.`);
+    const scope = stats.scope((this.statPrefix = httpStatPrefix(prefix)));
+    const { counters, gauges, histograms } = HTTP_DOWNSTREAM_STATS;
     // The same objects FrontServer increments (the store hands out one per name).
-    this.total = stats.counter(`${p}downstream_rq_total`);
-    this.classes = STATUS_CLASSES.map((c) => stats.counter(`${p}downstream_rq_${c}`));
-    this.active = stats.gauge(`${p}downstream_rq_active`);
-    this.cxTotal = stats.counter(`${p}downstream_cx_total`);
-    this.cxActive = stats.gauge(`${p}downstream_cx_active`);
-    this.time = stats.histogram(`${p}downstream_rq_time`);
+    this.total = scope.counter(counters.rqTotal);
+    this.classes = STATUS_CLASSES.map((_, i) => scope.counter(httpRqClassStat(i + 1)));
+    this.active = scope.gauge(gauges.rqActive);
+    this.cxTotal = scope.counter(counters.cxTotal);
+    this.cxActive = scope.gauge(gauges.cxActive);
+    this.time = scope.histogram(histograms.rqTime);
     this.lastClasses = this.classes.map((c) => c.value);
     this.lastBuckets = this.time.counts.slice();
     this.lastCount = this.time.count;

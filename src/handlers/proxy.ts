@@ -27,6 +27,8 @@ import type { FrontEnd } from './front-end.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../util/trace-context.js';
 import { failSpan, SpanKind, traceOf } from '../tracing/tracer.js';
 import type { CallContext } from '../util/call-context.js';
+import { compose } from '../client/interceptors/compose.js';
+import { retry } from '../client/interceptors/retry.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
@@ -349,74 +351,112 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
   const headers = forwardedHeaders(req, secure, body.kind !== 'buffered', trace);
   // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
   const retries = body.kind === 'stream' ? 0 : fe.runtime.options.clientRetries;
-  let tried: Set<string> | undefined;
+  const call: ProxyCall = { fe, service, req, res, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req) };
+  const result = await sendProxied(call, 0);
+  if (result.kind === 'failed') sendError(res, result.error);
+}
+
+/** One proxied request, across its tries. */
+interface ProxyCall {
+  readonly fe: FrontEnd;
+  readonly service: string;
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly headers: string[];
+  readonly body: RequestBody;
+  /** Counts a chunked body against `limit` (--max_body_size). */
+  readonly counter: BodyLimit | undefined;
+  readonly limit: number;
+  readonly retries: number;
+  /** Hosts already tried (only when a retry may follow). */
+  tried: Set<string> | undefined;
+  readonly info: ReturnType<typeof requestInfo>;
+}
+
+/** A try answered the client (or there is no one left to answer), or failed before any answer started. */
+type ProxyTry = { kind: 'done' } | { kind: 'failed'; error: MeshError; connectFailure: boolean };
+
+const DONE: ProxyTry = { kind: 'done' };
+
+/**
+ * The proxy's tries under the client's retry interceptor, with the proxy's policy: only a connect
+ * failure is retried, at once, on another host (retries is 0 for a streamed body); the last
+ * failure is the answer.
+ */
+const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
+  retry({
+    retries: (call) => call.retries,
+    attempt: (_call, n) => n,
+    decide: (r) => (r.kind === 'failed' && r.connectFailure ? 'retry' : 'done'),
+    exhausted: (call) => ({ kind: 'failed', error: new MeshError(call.fe.errorId, 502, `proxy to ${call.service} failed`), connectFailure: false }),
+  }),
+]);
+
+/** One try: a host of the service, the request forwarded to it, and its answer streamed to the client. */
+async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
+  const { fe, service, req, res, counter, limit, info } = call;
   const timeoutMs = fe.runtime.options.clientRequestTimeout;
-  const info = requestInfo(req);
-  let lastError: MeshError | undefined;
-  for (let attempt = 0; attempt <= retries; attempt++) {
-    let lease: UpstreamLease;
-    try {
-      const clusters = fe.runtime.clusters;
-      const options = { exclude: tried, retry: attempt > 0 };
-      lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
-    } catch (err) {
-      req.resume();
-      sendError(res, asFrontEndError(err, fe.errorId));
-      return;
-    }
-    const started = Date.now();
-    if (info) {
-      info.upstreamCluster = service;
-      info.upstreamHost = lease.target.key;
-    }
-    if (res.destroyed) {
-      // The client left while a host was being found (a service's first use reads the registry).
-      lease.release({ kind: 'cancelled' }, 0);
-      return;
-    }
-    if (retries > 0) (tried ??= new Set()).add(lease.target.key);
-    const result = await forward(lease.target.dispatcher, req, res, headers, body, timeoutMs, fe.runtime.options.streamIdleTimeout);
-    if (result.kind === 'response') {
-      lease.release(result, Date.now() - started);
-      return;
-    }
-    if (counter?.exceeded) {
-      // Not the host's fault. The host got an aborted request, never the whole body.
-      lease.release({ kind: 'cancelled' }, Date.now() - started);
-      req.unpipe(counter);
-      if (result.kind === 'error' && !result.responded && !res.headersSent && !res.destroyed) {
-        lingerOnRest(req, res, limit);
-        sendError(res, bodyTooLarge(fe.errorId, limit));
-      } else {
-        req.resume();
-        res.destroy();
-      }
-      return;
-    }
-    if (result.clientGone) {
-      // Not the host's fault: no error charged, nothing to answer.
-      lease.release({ kind: 'cancelled' }, Date.now() - started);
-      res.destroy();
-      return;
-    }
-    if (result.responded) {
-      // The answer had started: nothing to do but cut the connection.
-      lease.release({ kind: 'reset' }, Date.now() - started);
-      info?.addFlag(result.timedOut ? 'UT' : 'UC');
-      res.destroy();
-      return;
-    }
-    const failure = classifyError(result.err, result.timedOut);
-    lease.release(failure.outcome, Date.now() - started);
-    if (res.destroyed || res.writableEnded) return; // the client went away
-    const outcome = failure.outcome.kind;
-    lastError =
-      outcome === 'timeout'
-        ? flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
-        : flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
-    if (outcome !== 'connect_failure') break;
+  let lease: UpstreamLease;
+  try {
+    const clusters = fe.runtime.clusters;
+    const options = { exclude: call.tried, retry: attempt > 0 };
+    lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
+  } catch (err) {
+    req.resume();
+    sendError(res, asFrontEndError(err, fe.errorId));
+    return DONE;
   }
-  sendError(res, lastError ?? new MeshError(fe.errorId, 502, `proxy to ${service} failed`));
+  const started = Date.now();
+  if (info) {
+    info.upstreamCluster = service;
+    info.upstreamHost = lease.target.key;
+  }
+  if (res.destroyed) {
+    // The client left while a host was being found (a service's first use reads the registry).
+    lease.release({ kind: 'cancelled' }, 0);
+    return DONE;
+  }
+  if (call.retries > 0) (call.tried ??= new Set()).add(lease.target.key);
+  const result = await forward(lease.target.dispatcher, req, res, call.headers, call.body, timeoutMs, fe.runtime.options.streamIdleTimeout);
+  if (result.kind === 'response') {
+    lease.release(result, Date.now() - started);
+    return DONE;
+  }
+  if (counter?.exceeded) {
+    // Not the host's fault. The host got an aborted request, never the whole body.
+    lease.release({ kind: 'cancelled' }, Date.now() - started);
+    req.unpipe(counter);
+    if (result.kind === 'error' && !result.responded && !res.headersSent && !res.destroyed) {
+      lingerOnRest(req, res, limit);
+      sendError(res, bodyTooLarge(fe.errorId, limit));
+    } else {
+      req.resume();
+      res.destroy();
+    }
+    return DONE;
+  }
+  if (result.clientGone) {
+    // Not the host's fault: no error charged, nothing to answer.
+    lease.release({ kind: 'cancelled' }, Date.now() - started);
+    res.destroy();
+    return DONE;
+  }
+  if (result.responded) {
+    // The answer had started: nothing to do but cut the connection.
+    lease.release({ kind: 'reset' }, Date.now() - started);
+    info?.addFlag(result.timedOut ? 'UT' : 'UC');
+    res.destroy();
+    return DONE;
+  }
+  const failure = classifyError(result.err, result.timedOut);
+  lease.release(failure.outcome, Date.now() - started);
+  if (res.destroyed || res.writableEnded) return DONE; // the client went away
+  const outcome = failure.outcome.kind;
+  const error =
+    outcome === 'timeout'
+      ? flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
+      : flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
+  return { kind: 'failed', error, connectFailure: outcome === 'connect_failure' };
 }
 
 /** Whether an Upgrade header lists h2c (HTTP/2 over cleartext, any version) among its protocols. */

@@ -11,7 +11,8 @@
  */
 import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import type { Counter, StatsStore } from '../stats/store.js';
+import { declareStats, type Counter, type StatsStore } from '../stats/store.js';
+import { HTTP_LIFECYCLE_STATS } from './stats.js';
 
 /**
  * The requests (or connections) in flight: an array with each member's index stored on it, so
@@ -153,9 +154,9 @@ export class ServerLifecycle implements Drainable {
     /** Ends connections the HTTP server no longer tracks (upgraded ones) before they are destroyed. */
     private readonly closeOthers?: () => Promise<void> | void,
   ) {
-    const overflow = stats.stats.counter(`${stats.prefix}downstream_cx_overflow`);
-    this.drainClose = stats.stats.counter(`${stats.prefix}downstream_cx_drain_close`);
-    this.destroyActive = stats.stats.counter(`${stats.prefix}downstream_cx_destroy_active_rq`);
+    const { overflow, drainClose, destroyActive } = declareStats(stats.stats.scope(stats.prefix), HTTP_LIFECYCLE_STATS);
+    this.drainClose = drainClose;
+    this.destroyActive = destroyActive;
     // One more than the limit, so that a request over it is seen (and refused), never truncated.
     server.maxHeadersCount = MAX_HEADER_COUNT + 1;
     // Over the cap Node closes the accepted handle at once (no socket, no file descriptor kept) and emits 'drop'.

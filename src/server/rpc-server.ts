@@ -13,6 +13,7 @@ import { JsonSyntaxError, stringifyJson } from '../codec/json.js';
 import { readBodyThen } from '../http/body.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, tooManyHeaders, type Drainable, type DrainResult, type ServerLimits } from '../http/lifecycle.js';
 import type { StatsStore } from '../stats/store.js';
+import { httpStatPrefix } from '../http/stats.js';
 import { sendBytes, sendError, sendJson } from '../http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, meshTimeoutOf } from '../transport/headers.js';
 import type { Metadata } from '../registry/registry.js';
@@ -79,7 +80,7 @@ export interface RpcServerOptions {
 }
 
 /** The stat prefix of the RPC servers of a process. */
-export const RPC_STAT_PREFIX = 'http.rpc.';
+export const RPC_STAT_PREFIX = httpStatPrefix('rpc');
 
 export class RpcServer implements Drainable {
   private readonly endpoints = new Map<string, EndpointDefinition>();

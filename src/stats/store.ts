@@ -163,7 +163,65 @@ export interface NameFilter {
   test(name: string): boolean;
 }
 
-export class StatsStore {
+/**
+ * A view of the store below a name prefix, as Envoy's Stats::Scope: `store.scope('cluster.a.')`
+ * then `.counter('upstream_rq_total')` is the store's `cluster.a.upstream_rq_total`. Scopes nest
+ * (`scope('cluster.a.').scope('outlier_detection.')`); a scope holds no stats of its own.
+ */
+export interface StatsScope {
+  /** The full prefix of this scope's names (ends with a dot unless empty). */
+  readonly prefix: string;
+  counter(name: string): Counter;
+  gauge(name: string): Gauge;
+  histogram(name: string): Histogram;
+  scope(prefix: string): StatsScope;
+}
+
+/**
+ * A stat family's names, declared once next to the code that owns the family: the key is the
+ * field the code uses, the value the name below the family's scope.
+ */
+export interface StatNames {
+  readonly counters?: Readonly<Record<string, string>>;
+  readonly gauges?: Readonly<Record<string, string>>;
+  readonly histograms?: Readonly<Record<string, string>>;
+}
+
+type Bound<T, V> = T extends Readonly<Record<string, string>> ? { readonly [K in keyof T]: V } : unknown;
+
+/** The stats of a family, one field per declared name. */
+export type FamilyStats<F extends StatNames> = Bound<F['counters'], Counter> & Bound<F['gauges'], Gauge> & Bound<F['histograms'], Histogram>;
+
+/** Creates (or finds) every stat a family declares, in `scope`. */
+export function declareStats<F extends StatNames>(scope: StatsScope, names: F): FamilyStats<F> {
+  const out: Record<string, Counter | Gauge | Histogram> = {};
+  for (const [key, name] of Object.entries(names.counters ?? {})) out[key] = scope.counter(name);
+  for (const [key, name] of Object.entries(names.gauges ?? {})) out[key] = scope.gauge(name);
+  for (const [key, name] of Object.entries(names.histograms ?? {})) out[key] = scope.histogram(name);
+  return out as FamilyStats<F>;
+}
+
+class Scope implements StatsScope {
+  constructor(
+    private readonly store: StatsStore,
+    readonly prefix: string,
+  ) {}
+  counter(name: string): Counter {
+    return this.store.counter(this.prefix + name);
+  }
+  gauge(name: string): Gauge {
+    return this.store.gauge(this.prefix + name);
+  }
+  histogram(name: string): Histogram {
+    return this.store.histogram(this.prefix + name);
+  }
+  scope(prefix: string): StatsScope {
+    return new Scope(this.store, this.prefix + prefix);
+  }
+}
+
+export class StatsStore implements StatsScope {
+  readonly prefix = '';
   private readonly stats = new Map<string, Stat>();
   private readonly histograms = new Map<string, Histogram>();
   private readonly taggedCache = new Map<string, TaggedName>();
@@ -201,6 +259,11 @@ export class StatsStore {
       this.histograms.set(name, h);
     }
     return h;
+  }
+
+  /** The stats whose names start with `prefix` (see StatsScope). */
+  scope(prefix: string): StatsScope {
+    return new Scope(this, prefix);
   }
 
   /** Counters and gauges sorted by name (byte order), optionally filtered. */

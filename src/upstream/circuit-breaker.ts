@@ -14,8 +14,13 @@
  * Gauges `cluster.<name>.circuit_breakers.<priority>.{cx_open,rq_pending_open,rq_open,rq_retry_open}`
  * are 1 while the breaker is at its limit.
  */
-import type { Gauge, StatsStore } from '../stats/store.js';
+import { declareStats, type Gauge, type StatsScope } from '../stats/store.js';
 import type { CircuitBreakerThresholds, Priority } from './types.js';
+
+/** `cluster.<name>.circuit_breakers.<priority>.*` */
+export const CIRCUIT_BREAKER_STATS = {
+  gauges: { cxOpen: 'cx_open', rqPendingOpen: 'rq_pending_open', rqOpen: 'rq_open', rqRetryOpen: 'rq_retry_open' },
+} as const;
 
 export type BreakerLimit = 'max_requests' | 'max_retries' | 'max_pending_requests';
 
@@ -36,19 +41,14 @@ export class CircuitBreakers {
   /** Requests waiting for a connection, cluster-wide (estimated from leases per host). */
   pending = 0;
 
-  constructor(thresholds: Record<Priority, CircuitBreakerThresholds>, statPrefix: string, stats: StatsStore) {
-    const make = (p: Priority): PriorityState => {
-      const prefix = `${statPrefix}circuit_breakers.${p}.`;
-      return {
-        thresholds: thresholds[p],
-        requests: 0,
-        retries: 0,
-        cxOpen: stats.gauge(`${prefix}cx_open`),
-        rqPendingOpen: stats.gauge(`${prefix}rq_pending_open`),
-        rqOpen: stats.gauge(`${prefix}rq_open`),
-        rqRetryOpen: stats.gauge(`${prefix}rq_retry_open`),
-      };
-    };
+  /** `stats`: the cluster's scope (`cluster.<name>.`). */
+  constructor(thresholds: Record<Priority, CircuitBreakerThresholds>, stats: StatsScope) {
+    const make = (p: Priority): PriorityState => ({
+      thresholds: thresholds[p],
+      requests: 0,
+      retries: 0,
+      ...declareStats(stats.scope(`circuit_breakers.${p}.`), CIRCUIT_BREAKER_STATS),
+    });
     this.state = { default: make('default'), high: make('high') };
   }
 

@@ -19,10 +19,10 @@ import { Agent } from 'undici';
 import type { Logger } from 'pino';
 import { flagged, notFound, serviceUnavailable, toMeshError } from '../errors.js';
 import type { Node, Registry, Service, WatchEvent, Watcher } from '../registry/registry.js';
-import { StatsStore, type Counter, type Gauge } from '../stats/store.js';
+import { StatsStore, declareStats, type FamilyStats } from '../stats/store.js';
 import type { Logging } from '../util/log.js';
 import { escapeRegExp } from '../util/regex.js';
-import { Cluster, ERROR_ID, type HostEntry } from './cluster.js';
+import { Cluster, clusterStatPrefix, ERROR_ID, type HostEntry } from './cluster.js';
 import {
   resolveSettings,
   type ClusterManagerDefaults,
@@ -73,6 +73,12 @@ export interface ClusterManagerOptions {
   self?: SelfLookup;
 }
 
+/** `cluster_manager.*` */
+export const CLUSTER_MANAGER_STATS = {
+  gauges: { active: 'active_clusters', warming: 'warming_clusters' },
+  counters: { added: 'cluster_added', removed: 'cluster_removed' },
+} as const;
+
 export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private readonly registry?: Registry;
   private readonly store: StatsStore;
@@ -101,10 +107,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private revision: string;
   private closed = false;
 
-  private readonly sActive: Gauge;
-  private readonly sAdded: Counter;
-  private readonly sRemoved: Counter;
-  private readonly sWarming: Gauge;
+  private readonly s: FamilyStats<typeof CLUSTER_MANAGER_STATS>;
 
   constructor(options: ClusterManagerOptions) {
     this.registry = options.registry;
@@ -124,12 +127,9 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
       pipelining: 1,
       ...(options.self ? { connect: selfRefusingConnector(options.self) } : {}),
     });
-    if (options.self) this.guard = new SelfGuard(options.self, this.store);
+    if (options.self) this.guard = new SelfGuard(options.self);
 
-    this.sActive = this.store.gauge('cluster_manager.active_clusters');
-    this.sAdded = this.store.counter('cluster_manager.cluster_added');
-    this.sRemoved = this.store.counter('cluster_manager.cluster_removed');
-    this.sWarming = this.store.gauge('cluster_manager.warming_clusters');
+    this.s = declareStats(this.store.scope('cluster_manager.'), CLUSTER_MANAGER_STATS);
 
     for (const config of options.staticClusters ?? []) this.addStatic(config);
 
@@ -234,8 +234,8 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     const entries = config.hosts.map((h, i) => staticEntry(config.name, i, h, (m) => this.log.warn({ cluster: config.name }, m)));
     const cluster = this.newCluster(config.name, false, config, this.store);
     this.staticClusters.set(config.name, cluster);
-    this.sAdded.inc();
-    this.sActive.set(this.activeCount());
+    this.s.added.inc();
+    this.s.active.set(this.activeCount());
     const warming = cluster.setHosts(entries).finally(() => this.staticWarming.delete(config.name));
     this.staticWarming.set(config.name, warming);
   }
@@ -249,12 +249,12 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     if (p) return p;
     p = this.create(name).finally(() => {
       this.loading.delete(name);
-      this.sWarming.set(this.loading.size);
+      this.s.warming.set(this.loading.size);
       const c = this.dynamic.get(name);
       if (c && c.hosts().length === 0 && c.rqActive === 0) this.drop(c);
     });
     this.loading.set(name, p);
-    this.sWarming.set(this.loading.size);
+    this.s.warming.set(this.loading.size);
     return p;
   }
 
@@ -268,8 +268,8 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     if (!this.dynamic.has(name)) this.makeRoom(name);
     const cluster = this.newCluster(name, true, undefined, this.store);
     this.dynamic.set(name, cluster);
-    this.sAdded.inc();
-    this.sActive.set(this.activeCount());
+    this.s.added.inc();
+    this.s.active.set(this.activeCount());
     this.log.debug({ cluster: name }, 'cluster added');
     const versions = new Map<string, Node[]>();
     for (const s of found) if (s.nodes.length > 0) versions.set(s.version, s.nodes);
@@ -393,8 +393,8 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     this.applyGeneration.delete(cluster.name);
     void cluster.close(this.closeGraceMs);
     this.removeStats(cluster.name);
-    this.sRemoved.inc();
-    this.sActive.set(this.activeCount());
+    this.s.removed.inc();
+    this.s.active.set(this.activeCount());
   }
 
   /**
@@ -403,7 +403,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
    * families go.
    */
   private removeStats(name: string): void {
-    const prefix = `cluster.${name}.`;
+    const prefix = clusterStatPrefix(name);
     let nested = false;
     for (const other of [...this.staticClusters.keys(), ...this.dynamic.keys()]) {
       if (other.startsWith(`${name}.`)) {

@@ -5,7 +5,7 @@
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { ERROR_IDS, badRequest, flagged, notFound, serviceUnavailable } from '../errors.js';
-import type { Counter, Gauge, Histogram, StatsStore } from '../stats/store.js';
+import { declareStats, type Counter, type FamilyStats, type Histogram, type StatsScope, type StatsStore } from '../stats/store.js';
 import { CircuitBreakers } from './circuit-breaker.js';
 import type { ResolvedClusterSettings } from './config.js';
 import { HealthChecker } from './health-check.js';
@@ -39,36 +39,52 @@ export interface ClusterOptions {
   now?: () => number;
 }
 
-interface ClusterStats {
-  rqTotal: Counter;
-  rqCompleted: Counter;
-  rqClass: Map<number, Counter>;
-  rqTimeout: Counter;
-  rqPerTryTimeout: Counter;
-  rqHedged: Counter;
-  rqRetry: Counter;
-  rqRetryOverflow: Counter;
-  rqPendingOverflow: Counter;
-  rqRxReset: Counter;
-  rqCancelled: Counter;
-  rqActive: Gauge;
-  rqPendingActive: Gauge;
-  cxTotal: Counter;
-  cxActive: Gauge;
-  cxConnectFail: Counter;
-  cxDestroy: Counter;
-  cxNoneHealthy: Counter;
-  membershipTotal: Gauge;
-  membershipHealthy: Gauge;
-  membershipChange: Counter;
-  lbHealthyPanic: Counter;
-}
+/**
+ * `cluster.<name>.*` (the upstream_rq_<N>xx counters are made per class, rqClassStat). Outlier
+ * detection, health checks and circuit breakers declare theirs below this scope.
+ */
+export const CLUSTER_STATS = {
+  counters: {
+    rqTotal: 'upstream_rq_total',
+    rqCompleted: 'upstream_rq_completed',
+    rqTimeout: 'upstream_rq_timeout',
+    rqPerTryTimeout: 'upstream_rq_per_try_timeout',
+    rqHedged: 'upstream_rq_hedged',
+    rqRetry: 'upstream_rq_retry',
+    rqRetryOverflow: 'upstream_rq_retry_overflow',
+    rqPendingOverflow: 'upstream_rq_pending_overflow',
+    rqRxReset: 'upstream_rq_rx_reset',
+    rqCancelled: 'upstream_rq_cancelled',
+    cxTotal: 'upstream_cx_total',
+    cxConnectFail: 'upstream_cx_connect_fail',
+    cxDestroy: 'upstream_cx_destroy',
+    cxNoneHealthy: 'upstream_cx_none_healthy',
+    membershipChange: 'membership_change',
+    lbHealthyPanic: 'lb_healthy_panic',
+  },
+  gauges: {
+    rqActive: 'upstream_rq_active',
+    rqPendingActive: 'upstream_rq_pending_active',
+    cxActive: 'upstream_cx_active',
+    membershipTotal: 'membership_total',
+    membershipHealthy: 'membership_healthy',
+  },
+} as const;
+
+/** `cluster.<name>.upstream_rq_<cls>xx` */
+const rqClassStat = (cls: number): string => `upstream_rq_${cls}xx`;
+
+/** A cluster's stats scope: `cluster.<name>.` */
+export const clusterStatPrefix = (name: string): string => `cluster.${name}.`;
+
+type ClusterStats = FamilyStats<typeof CLUSTER_STATS> & { rqClass: Map<number, Counter> };
 
 export class Cluster {
   readonly name: string;
   readonly addedViaApi: boolean;
   readonly settings: ResolvedClusterSettings;
-  readonly statPrefix: string;
+  /** `cluster.<name>.` */
+  readonly statScope: StatsScope;
   readonly breakers: CircuitBreakers;
   readonly outlier?: OutlierDetector;
   /** Created when the first host needs active checking. */
@@ -89,7 +105,6 @@ export class Cluster {
   private readonly hostMap = new Map<string, Host>();
   private readonly lb: LoadBalancer<Host>;
   private readonly s: ClusterStats;
-  private readonly store: StatsStore;
   private readonly log: Logger;
   private readonly hcLog: Logger;
   private readonly hcDispatcher: Dispatcher;
@@ -102,47 +117,23 @@ export class Cluster {
     this.name = options.name;
     this.addedViaApi = options.addedViaApi;
     this.settings = options.settings;
-    this.store = options.stats;
     this.log = options.log;
     this.hcLog = options.hcLog;
     this.hcDispatcher = options.hcDispatcher;
     this.onIdleEmpty = options.onIdleEmpty;
     this.now = options.now ?? Date.now;
     this.lastUsed = this.now();
-    this.statPrefix = `cluster.${this.name}.`;
-    const p = this.statPrefix;
-    const st = options.stats;
+    const st = (this.statScope = options.stats.scope(clusterStatPrefix(this.name)));
     this.s = {
-      rqTotal: st.counter(`${p}upstream_rq_total`),
-      rqCompleted: st.counter(`${p}upstream_rq_completed`),
-      rqClass: new Map([2, 3, 4, 5].map((c) => [c, st.counter(`${p}upstream_rq_${c}xx`)] as const)),
-      rqTimeout: st.counter(`${p}upstream_rq_timeout`),
-      rqPerTryTimeout: st.counter(`${p}upstream_rq_per_try_timeout`),
-      rqHedged: st.counter(`${p}upstream_rq_hedged`),
-      rqRetry: st.counter(`${p}upstream_rq_retry`),
-      rqRetryOverflow: st.counter(`${p}upstream_rq_retry_overflow`),
-      rqPendingOverflow: st.counter(`${p}upstream_rq_pending_overflow`),
-      rqRxReset: st.counter(`${p}upstream_rq_rx_reset`),
-      rqCancelled: st.counter(`${p}upstream_rq_cancelled`),
-      rqActive: st.gauge(`${p}upstream_rq_active`),
-      rqPendingActive: st.gauge(`${p}upstream_rq_pending_active`),
-      cxTotal: st.counter(`${p}upstream_cx_total`),
-      cxActive: st.gauge(`${p}upstream_cx_active`),
-      cxConnectFail: st.counter(`${p}upstream_cx_connect_fail`),
-      cxDestroy: st.counter(`${p}upstream_cx_destroy`),
-      cxNoneHealthy: st.counter(`${p}upstream_cx_none_healthy`),
-      membershipTotal: st.gauge(`${p}membership_total`),
-      membershipHealthy: st.gauge(`${p}membership_healthy`),
-      membershipChange: st.counter(`${p}membership_change`),
-      lbHealthyPanic: st.counter(`${p}lb_healthy_panic`),
+      ...declareStats(st, CLUSTER_STATS),
+      rqClass: new Map([2, 3, 4, 5].map((c) => [c, st.counter(rqClassStat(c))] as const)),
     };
-    this.rqTime = st.histogram(`${p}upstream_rq_time`);
-    this.breakers = new CircuitBreakers(this.settings.circuitBreakers, p, st);
+    this.rqTime = st.histogram('upstream_rq_time');
+    this.breakers = new CircuitBreakers(this.settings.circuitBreakers, st);
     this.lb = createBalancer<Host>(this.settings.lbPolicy, options.random);
     if (this.settings.outlierDetection) {
       this.outlier = new OutlierDetector({
         config: this.settings.outlierDetection,
-        statPrefix: p,
         stats: st,
         cluster: this.name,
         hosts: () => this.hostList,
@@ -232,8 +223,7 @@ export class Cluster {
       this.healthChecker = new HealthChecker({
         config: this.settings.healthCheck,
         cluster: this.name,
-        statPrefix: this.statPrefix,
-        stats: this.store,
+        stats: this.statScope,
         dispatcher: this.hcDispatcher,
         onChange: () => this.updateMembership(),
         log: this.hcLog,
@@ -350,7 +340,7 @@ export class Cluster {
         else host.stats.rq_success++;
         if (cls >= 1 && cls <= 5) {
           let c = this.s.rqClass.get(cls);
-          if (!c) this.s.rqClass.set(cls, (c = this.store.counter(`${this.statPrefix}upstream_rq_${cls}xx`)));
+          if (!c) this.s.rqClass.set(cls, (c = this.statScope.counter(rqClassStat(cls))));
           c.inc();
         }
         break;

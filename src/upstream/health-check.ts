@@ -11,9 +11,15 @@
  *   count in the host's cx_* / rq_* stats. Timers are unref'd and stopped on close.
  */
 import type { Dispatcher } from 'undici';
-import type { Counter, Gauge, StatsStore } from '../stats/store.js';
+import { declareStats, type FamilyStats, type StatsScope } from '../stats/store.js';
 import type { HealthCheckConfig } from './config.js';
 import type { Host } from './host.js';
+
+/** `cluster.<name>.health_check.*` */
+export const HEALTH_CHECK_STATS = {
+  counters: { attempt: 'attempt', success: 'success', failure: 'failure', networkFailure: 'network_failure' },
+  gauges: { healthy: 'healthy' },
+} as const;
 
 type Logger = { info(obj: object, msg: string): void; debug(obj: object, msg: string): void };
 
@@ -31,9 +37,8 @@ interface Session {
 export interface HealthCheckerOptions {
   config: HealthCheckConfig;
   cluster: string;
-  /** `cluster.<name>.` */
-  statPrefix: string;
-  stats: StatsStore;
+  /** The cluster's scope, `cluster.<name>.`. */
+  stats: StatsScope;
   /** Where check requests go (an undici Agent); not the host's own pool. */
   dispatcher: Dispatcher;
   onChange: () => void;
@@ -49,11 +54,7 @@ export class HealthChecker {
   private readonly cluster: string;
   private closed = false;
 
-  private readonly sAttempt: Counter;
-  private readonly sSuccess: Counter;
-  private readonly sFailure: Counter;
-  private readonly sNetworkFailure: Counter;
-  private readonly sHealthy: Gauge;
+  private readonly s: FamilyStats<typeof HEALTH_CHECK_STATS>;
 
   constructor(options: HealthCheckerOptions) {
     this.config = options.config;
@@ -61,12 +62,7 @@ export class HealthChecker {
     this.onChange = options.onChange;
     this.log = options.log;
     this.cluster = options.cluster;
-    const p = `${options.statPrefix}health_check.`;
-    this.sAttempt = options.stats.counter(`${p}attempt`);
-    this.sSuccess = options.stats.counter(`${p}success`);
-    this.sFailure = options.stats.counter(`${p}failure`);
-    this.sNetworkFailure = options.stats.counter(`${p}network_failure`);
-    this.sHealthy = options.stats.gauge(`${p}healthy`);
+    this.s = declareStats(options.stats.scope('health_check.'), HEALTH_CHECK_STATS);
   }
 
   /** Number of hosts under active checking. */
@@ -148,7 +144,7 @@ export class HealthChecker {
 
   private async check(session: Session): Promise<void> {
     const { host } = session;
-    this.sAttempt.inc();
+    this.s.attempt.inc();
     let ok = false;
     let network = false;
     let detail = '';
@@ -170,10 +166,10 @@ export class HealthChecker {
       detail = err instanceof Error ? (err.name === 'TimeoutError' ? 'timeout' : err.message) : String(err);
     }
     if (session.stopped || this.closed) return;
-    if (ok) this.sSuccess.inc();
+    if (ok) this.s.success.inc();
     else {
-      this.sFailure.inc();
-      if (network) this.sNetworkFailure.inc();
+      this.s.failure.inc();
+      if (network) this.s.networkFailure.inc();
     }
     this.apply(session, ok, detail);
   }
@@ -211,6 +207,6 @@ export class HealthChecker {
   private updateHealthyGauge(): void {
     let n = 0;
     for (const s of this.sessions.values()) if (!s.host.failedActiveHc) n++;
-    this.sHealthy.set(n);
+    this.s.healthy.set(n);
   }
 }

@@ -19,12 +19,30 @@
  * - At most maxEjectionPercent of the hosts are ejected at once, but always at least one host
  *   (so a 2-host cluster can eject its bad host); further detections count ejections_overflow.
  */
-import type { Counter, Gauge, StatsStore } from '../stats/store.js';
+import { declareStats, type FamilyStats, type StatsScope } from '../stats/store.js';
 import type { OutlierDetectionConfig } from './config.js';
 import type { Host } from './host.js';
 import type { AttemptOutcome } from './types.js';
 
 type Logger = { info(obj: object, msg: string): void; debug(obj: object, msg: string): void };
+
+/** `cluster.<name>.outlier_detection.*` */
+export const OUTLIER_STATS = {
+  gauges: { active: 'ejections_active' },
+  counters: {
+    total: 'ejections_total',
+    enforcedTotal: 'ejections_enforced_total',
+    overflow: 'ejections_overflow',
+    detected5xx: 'ejections_detected_consecutive_5xx',
+    enforced5xx: 'ejections_enforced_consecutive_5xx',
+    detectedSr: 'ejections_detected_success_rate',
+    enforcedSr: 'ejections_enforced_success_rate',
+    detectedGw: 'ejections_detected_consecutive_gateway_failure',
+    enforcedGw: 'ejections_enforced_consecutive_gateway_failure',
+    detectedLocal: 'ejections_detected_consecutive_local_origin_failure',
+    enforcedLocal: 'ejections_enforced_consecutive_local_origin_failure',
+  },
+} as const;
 
 export type OutlierReason = 'consecutive_5xx' | 'consecutive_gateway_failure' | 'consecutive_local_origin_failure' | 'success_rate';
 
@@ -33,9 +51,8 @@ export type OutlierResult = Exclude<AttemptOutcome, { kind: 'cancelled' }>;
 
 export interface OutlierDetectorOptions {
   config: OutlierDetectionConfig;
-  /** `cluster.<name>.` */
-  statPrefix: string;
-  stats: StatsStore;
+  /** The cluster's scope, `cluster.<name>.`. */
+  stats: StatsScope;
   cluster: string;
   hosts: () => readonly Host[];
   /** Called whenever a host's outlier flag changes. */
@@ -60,18 +77,7 @@ export class OutlierDetector {
   private timer: NodeJS.Timeout | undefined;
   private active = 0;
 
-  private readonly sActive: Gauge;
-  private readonly sTotal: Counter;
-  private readonly sEnforcedTotal: Counter;
-  private readonly sOverflow: Counter;
-  private readonly sDetected5xx: Counter;
-  private readonly sEnforced5xx: Counter;
-  private readonly sDetectedSr: Counter;
-  private readonly sEnforcedSr: Counter;
-  private readonly sDetectedGw: Counter;
-  private readonly sEnforcedGw: Counter;
-  private readonly sDetectedLocal: Counter;
-  private readonly sEnforcedLocal: Counter;
+  private readonly s: FamilyStats<typeof OUTLIER_STATS>;
 
   constructor(options: OutlierDetectorOptions) {
     this.config = options.config;
@@ -81,20 +87,7 @@ export class OutlierDetector {
     this.now = options.now ?? Date.now;
     this.random = options.random ?? Math.random;
     this.cluster = options.cluster;
-    const p = `${options.statPrefix}outlier_detection.`;
-    const s = options.stats;
-    this.sActive = s.gauge(`${p}ejections_active`);
-    this.sTotal = s.counter(`${p}ejections_total`);
-    this.sEnforcedTotal = s.counter(`${p}ejections_enforced_total`);
-    this.sOverflow = s.counter(`${p}ejections_overflow`);
-    this.sDetected5xx = s.counter(`${p}ejections_detected_consecutive_5xx`);
-    this.sEnforced5xx = s.counter(`${p}ejections_enforced_consecutive_5xx`);
-    this.sDetectedSr = s.counter(`${p}ejections_detected_success_rate`);
-    this.sEnforcedSr = s.counter(`${p}ejections_enforced_success_rate`);
-    this.sDetectedGw = s.counter(`${p}ejections_detected_consecutive_gateway_failure`);
-    this.sEnforcedGw = s.counter(`${p}ejections_enforced_consecutive_gateway_failure`);
-    this.sDetectedLocal = s.counter(`${p}ejections_detected_consecutive_local_origin_failure`);
-    this.sEnforcedLocal = s.counter(`${p}ejections_enforced_consecutive_local_origin_failure`);
+    this.s = declareStats(options.stats.scope('outlier_detection.'), OUTLIER_STATS);
   }
 
   start(): void {
@@ -156,10 +149,10 @@ export class OutlierDetector {
     const c = this.config;
     const [detected, enforced, percent] =
       reason === 'consecutive_5xx'
-        ? [this.sDetected5xx, this.sEnforced5xx, c.enforcingConsecutive5xx]
+        ? [this.s.detected5xx, this.s.enforced5xx, c.enforcingConsecutive5xx]
         : reason === 'consecutive_gateway_failure'
-          ? [this.sDetectedGw, this.sEnforcedGw, c.enforcingConsecutiveGatewayFailure]
-          : [this.sDetectedLocal, this.sEnforcedLocal, c.enforcingConsecutiveLocalOriginFailure];
+          ? [this.s.detectedGw, this.s.enforcedGw, c.enforcingConsecutiveGatewayFailure]
+          : [this.s.detectedLocal, this.s.enforcedLocal, c.enforcingConsecutiveLocalOriginFailure];
     detected.inc();
     if (this.enforce(percent) && this.eject(host, reason)) enforced.inc();
   }
@@ -169,7 +162,7 @@ export class OutlierDetector {
     if (host.failedOutlierCheck) {
       host.failedOutlierCheck = false;
       this.active = Math.max(0, this.active - 1);
-      this.sActive.set(this.active);
+      this.s.active.set(this.active);
     }
   }
 
@@ -196,7 +189,7 @@ export class OutlierDetector {
       }
     }
     if (changed) {
-      this.sActive.set(this.active);
+      this.s.active.set(this.active);
       this.onChange();
     }
 
@@ -222,8 +215,8 @@ export class OutlierDetector {
       this.successRateEjectionThreshold = threshold;
       for (const [h, r] of valid) {
         if (r < threshold) {
-          this.sDetectedSr.inc();
-          if (this.enforce(this.config.enforcingSuccessRate) && this.eject(h, 'success_rate')) this.sEnforcedSr.inc();
+          this.s.detectedSr.inc();
+          if (this.enforce(this.config.enforcingSuccessRate) && this.eject(h, 'success_rate')) this.s.enforcedSr.inc();
         }
       }
     } else {
@@ -248,7 +241,7 @@ export class OutlierDetector {
   private eject(host: Host, reason: OutlierReason): boolean {
     if (host.failedOutlierCheck) return false;
     if (this.active >= this.maxEjections(this.hosts().length)) {
-      this.sOverflow.inc();
+      this.s.overflow.inc();
       this.log?.debug({ cluster: this.cluster, host: host.key, reason }, 'outlier detection: ejection over max_ejection_percent');
       return false;
     }
@@ -260,9 +253,9 @@ export class OutlierDetector {
     const duration = Math.min(base * host.ejections, Math.max(base, this.config.maxEjectionTimeMs));
     host.ejectionEndAt = now + duration;
     this.active++;
-    this.sActive.set(this.active);
-    this.sTotal.inc();
-    this.sEnforcedTotal.inc();
+    this.s.active.set(this.active);
+    this.s.total.inc();
+    this.s.enforcedTotal.inc();
     this.log?.info({ cluster: this.cluster, host: host.key, reason, ejectionMs: duration, ejections: host.ejections }, 'outlier detection: host ejected');
     this.onChange();
     return true;

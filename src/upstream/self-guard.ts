@@ -23,7 +23,6 @@
 import { networkInterfaces } from 'node:os';
 import { buildConnector } from 'undici';
 import { ERROR_IDS, MeshError } from '../errors.js';
-import type { StatsStore } from '../stats/store.js';
 import { canonicalHost, isLoopbackAddress, isWildcardAddress } from '../http/host-check.js';
 import { hostKey } from './host.js';
 import { tryParseAddress } from '../util/address.js';
@@ -111,10 +110,7 @@ export class SelfGuard {
   /** Per host list of a cluster (replaced on every change), the keys of its own-address hosts. */
   private readonly own = new WeakMap<readonly unknown[], { version: number; keys: Map<string, string> }>();
 
-  constructor(
-    private readonly self: SelfLookup,
-    private readonly store: StatsStore,
-  ) {}
+  constructor(private readonly self: SelfLookup) {}
 
   /** cluster.acquire(service, options), never onto one of this process's own addresses. */
   acquire(cluster: Cluster, service: string, options: AcquireOptions): UpstreamLease {
@@ -154,7 +150,7 @@ export class SelfGuard {
   }
 
   private refuse(cluster: Cluster, service: string, key: string, what: string): MeshError {
-    this.store.counter(`${cluster.statPrefix}${SELF_REFUSED_STAT}`).inc();
+    cluster.statScope.counter(SELF_REFUSED_STAT).inc();
     return new MeshError(
       ERROR_IDS.client,
       502,

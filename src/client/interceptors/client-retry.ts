@@ -1,0 +1,51 @@
+/**
+ * The framework client's retry policy (--client_retries): connect failures, resets, per-try
+ * timeouts and 502/503 answers are retried on another host, with backoff (10 ms, 20 ms, 40 ms ...
+ * with jitter, capped at 1 s), while the call's budget lasts. Anything else is final.
+ */
+import type pino from 'pino';
+import { retry, type RetryPolicy } from './retry.js';
+import { EXPIRED, newAttempt, RETRIABLE_STATUS, type Attempt, type ClientInterceptor, type TryResult, type UnaryCall } from './call.js';
+
+export function clientRetry(logger: pino.Logger | undefined): ClientInterceptor {
+  const policy: RetryPolicy<UnaryCall, Attempt, TryResult> = {
+    retries: (call) => call.retries,
+    attempt: (_call, n) => newAttempt(n),
+    deadline: (call) => call.deadline,
+    backoff: backoffMs,
+    exhausted: () => EXPIRED,
+    decide(r, call, n) {
+      switch (r.kind) {
+        case 'refused':
+          return 'done';
+        case 'expired':
+          return 'stop';
+        case 'error': {
+          const failure = r.error;
+          call.lastOutcome = failure.outcome.kind;
+          // Not sent at all (a metadata value the HTTP client refuses): no other host would take it either.
+          if (failure.outcome.kind === 'cancelled') return 'done';
+          const hop = call.logTrace;
+          // An explicit context is not the ambient one the log's mixin reads: name its trace here.
+          if (hop) logger?.debug({ service: call.service, endpoint: call.endpoint, host: r.host, attempt: n, err: failure.message, trace_id: hop.traceId, span_id: hop.spanId }, 'attempt failed');
+          else logger?.debug({ service: call.service, endpoint: call.endpoint, host: r.host, attempt: n, err: failure.message }, 'attempt failed');
+          // The call's own budget is spent; a per-try timeout, connect failure or reset may be retried.
+          return Date.now() >= call.deadline ? 'done' : 'retry';
+        }
+        case 'response': {
+          call.lastOutcome = 'response';
+          const status = r.response.status;
+          if (status >= 200 && status < 300) return 'done';
+          return RETRIABLE_STATUS.has(status) ? 'retry' : 'done';
+        }
+      }
+    },
+  };
+  return retry(policy);
+}
+
+/** 10 ms, 20 ms, 40 ms ... with jitter, capped at 1 s. */
+function backoffMs(attempt: number): number {
+  const base = Math.min(1000, 10 * 2 ** (attempt - 1));
+  return Math.round(base / 2 + Math.random() * (base / 2));
+}

@@ -1,0 +1,33 @@
+/**
+ * Chooses the host of a try (the cluster manager's lease): another host than those tried, any
+ * host after a connect failure, the given node with `address`. Acquire errors (404 unknown
+ * service, 503 no host or circuit open) are final: the call rejects with them. A call whose
+ * budget the choice spent (building a cluster can wait for the registry) is not sent (EXPIRED).
+ */
+import type { AcquireOptions, UpstreamLease, UpstreamSelector } from '../../upstream/types.js';
+import { budgetLeft } from '../budget.js';
+import { EXPIRED, type Attempt, type ClientInterceptor, type ClientSend, type TryResult, type UnaryCall } from './call.js';
+
+export function pickHost(selector: UpstreamSelector): ClientInterceptor {
+  return (next) => (call, attempt) => {
+    const options: AcquireOptions = { exclude: call.tried, retry: attempt.retry > 0, address: call.address, afterConnectFailure: call.lastOutcome === 'connect_failure' };
+    const lease = selector.acquireNow?.(call.service, options);
+    if (lease) return sendOn(next, call, attempt, lease);
+    return selector.acquire(call.service, options).then((l) => sendOn(next, call, attempt, l));
+  };
+}
+
+function sendOn(next: ClientSend, call: UnaryCall, attempt: Attempt, lease: UpstreamLease): Promise<TryResult> {
+  if (call.info) {
+    call.info.upstreamCluster = call.service;
+    call.info.upstreamHost = lease.target.key;
+  }
+  if (call.retries > 0 || call.hedgeDelay > 0) (call.tried ??= new Set()).add(lease.target.key);
+  // What is left once a host is chosen: the try's budget. None left: not sent, the host is not
+  // charged, the caller gets its timeout.
+  const left = budgetLeft(lease, call.deadline);
+  if (left === undefined) return Promise.resolve(EXPIRED);
+  attempt.lease = lease;
+  attempt.left = left;
+  return next(call, attempt);
+}

@@ -1,0 +1,38 @@
+/**
+ * The `http.<stat_prefix>.*` stat family: one HTTP front end's downstream stats (gateway, sidecar,
+ * proxy listeners, the RPC server, admin), their names declared once. The front end's scope is
+ * `store.scope(httpStatPrefix(statPrefix))`.
+ */
+
+/** `http.<stat_prefix>.` */
+export const httpStatPrefix = (statPrefix: string): string => `http.${statPrefix}.`;
+
+/** What every front end counts per request and connection. */
+export const HTTP_DOWNSTREAM_STATS = {
+  counters: {
+    rqTotal: 'downstream_rq_total',
+    cxTotal: 'downstream_cx_total',
+    headerTimeouts: 'downstream_rq_header_timeout',
+    requestTimeouts: 'downstream_rq_timeout',
+  },
+  gauges: { rqActive: 'downstream_rq_active', cxActive: 'downstream_cx_active' },
+  histograms: { rqTime: 'downstream_rq_time' },
+} as const;
+
+/** `downstream_rq_<cls>xx` (cls 1..5) */
+export const httpRqClassStat = (cls: number): string => `downstream_rq_${cls}xx`;
+
+/** The connection lifecycle's (limits and drain). */
+export const HTTP_LIFECYCLE_STATS = {
+  counters: { overflow: 'downstream_cx_overflow', drainClose: 'downstream_cx_drain_close', destroyActive: 'downstream_cx_destroy_active_rq' },
+} as const;
+
+/** `--rate_limit` and the auth rules' rate limits. */
+export const HTTP_RATE_LIMIT_STATS = {
+  counters: { ok: 'ratelimit.ok', overLimit: 'ratelimit.over_limit' },
+} as const;
+
+/** The edge auth step's decisions. */
+export const HTTP_AUTH_STATS = {
+  counters: { allowed: 'auth.allowed', denied: 'auth.denied', unauthenticated: 'auth.unauthenticated' },
+} as const;
