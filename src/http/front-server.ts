@@ -27,7 +27,8 @@ import { attachTarget, type RequestTarget } from './target.js';
 import { rawErrorResponse, refuseSocket, sendError, sendJson } from './respond.js';
 import { parseAddress } from '../util/address.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from './lifecycle.js';
-import type { Counter, Gauge, Histogram } from '../stats/store.js';
+import { declareStats, type Counter, type Gauge, type Histogram } from '../stats/store.js';
+import { HTTP_DOWNSTREAM_STATS, HTTP_RATE_LIMIT_STATS, httpRqClassStat, httpStatPrefix } from './stats.js';
 import { formatDuration } from '../util/duration.js';
 import { tlsEnabled } from '../tls/index.js';
 import { CorsPolicy } from './cors.js';
@@ -134,21 +135,23 @@ export class FrontServer<R = undefined> {
   constructor(private readonly options: FrontServerOptions<R>) {
     this.onPhase = options.onPhase;
     const stats = options.runtime.stats;
-    const p = `http.${options.statPrefix}.`;
-    this.rqTotal = stats.counter(`${p}downstream_rq_total`);
-    this.rqClass = [1, 2, 3, 4, 5].map((c) => stats.counter(`${p}downstream_rq_${c}xx`));
-    this.rqActive = stats.gauge(`${p}downstream_rq_active`);
-    this.cxActive = stats.gauge(`${p}downstream_cx_active`);
-    this.cxTotal = stats.counter(`${p}downstream_cx_total`);
-    this.rqTime = stats.histogram(`${p}downstream_rq_time`);
-    this.headerTimeouts = stats.counter(`${p}downstream_rq_header_timeout`);
-    this.requestTimeouts = stats.counter(`${p}downstream_rq_timeout`);
+    const scope = stats.scope(httpStatPrefix(options.statPrefix));
+    const s = declareStats(scope, HTTP_DOWNSTREAM_STATS);
+    this.rqTotal = s.rqTotal;
+    this.rqClass = [1, 2, 3, 4, 5].map((c) => scope.counter(httpRqClassStat(c)));
+    this.rqActive = s.rqActive;
+    this.cxActive = s.cxActive;
+    this.cxTotal = s.cxTotal;
+    this.rqTime = s.rqTime;
+    this.headerTimeouts = s.headerTimeouts;
+    this.requestTimeouts = s.requestTimeouts;
     this.secure = tlsEnabled(options.runtime.options);
     const origins = options.runtime.options.cors;
     if (origins.length > 0) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
     if (options.rateLimit) {
-      this.rateLimitOk = stats.counter(`${p}ratelimit.ok`);
-      this.rateLimitOver = stats.counter(`${p}ratelimit.over_limit`);
+      const limits = declareStats(scope, HTTP_RATE_LIMIT_STATS);
+      this.rateLimitOk = limits.ok;
+      this.rateLimitOver = limits.overLimit;
     }
     this.accessLog = options.runtime.accessLog;
   }
@@ -206,7 +209,7 @@ export class FrontServer<R = undefined> {
       });
     }
     this.server = server;
-    this.lifecycle = new ServerLifecycle(server, limits, { stats: runtime.stats, prefix: `http.${this.options.statPrefix}.` }, () => this.closeOthers());
+    this.lifecycle = new ServerLifecycle(server, limits, { stats: runtime.stats, prefix: httpStatPrefix(this.options.statPrefix) }, () => this.closeOthers());
     const bound = await listenOn(server, host, port);
     runtime.addDrainable(this.lifecycle);
     runtime.selfAddresses.add(bound.address, bound.port, this.options.statPrefix);
