@@ -270,31 +270,41 @@ function checkAddress(name: string, value: string, fail: (name: string, why: str
 }
 
 function checkTls(o: ResolvedOptions, fail: (name: string, why: string) => never): void {
-  if (o.enableTls && o.enableAcme) fail('enableAcme', 'enableAcme and enableTls are exclusive: use certificate files or ACME, not both');
+  try {
+    checkAcme(o);
+  } catch (err) {
+    if (!(err instanceof OptionError)) throw err;
+    // A refused element of a list is named in the reason: the "(got ...)" of the message shows the whole list.
+    const element = err.value != null && Array.isArray(o[apiName(err.key) as keyof ResolvedOptions]) ? `"${err.value}": ` : '';
+    fail(apiName(err.key), element + err.reasonIn('api'));
+  }
   if (o.enableTls) {
     if (!o.tlsCertFile) fail('tlsCertFile', 'enableTls needs tlsCertFile and tlsKeyFile');
     if (!o.tlsKeyFile) fail('tlsKeyFile', 'enableTls needs tlsCertFile and tlsKeyFile');
   }
+}
+
+/** The ACME options a process is started with (and whether certificate files are used instead). */
+export type AcmeSettings = Pick<ResolvedOptions, 'enableTls' | 'enableAcme' | 'acmeHosts' | 'acmeHttpPort' | 'acmeDirectory' | 'acmeEmail'>;
+
+/**
+ * The checks of the ACME options, shared by resolveOptions and the server commands' flags
+ * (src/cli/tls-flags.ts): an OptionError naming the option by its key, other options as `{key}`.
+ */
+export function checkAcme(o: AcmeSettings): void {
   if (!o.enableAcme) return;
-  if (o.acmeHosts.length === 0) fail('acmeHosts', 'enableAcme needs the host names this server may get certificates for');
-  try {
-    parseAcmeHosts(o.acmeHosts);
-  } catch (err) {
-    fail('acmeHosts', err instanceof OptionError ? `"${err.value}": ${err.reason}` : (err as Error).message);
-  }
-  try {
-    parseChallengeAddress(o.acmeHttpPort);
-  } catch (err) {
-    fail('acmeHttpPort', err instanceof OptionError ? err.reason : (err as Error).message);
-  }
-  let url: URL | undefined;
+  if (o.enableTls) throw new OptionError('enable_acme', '{enable_acme} and {enable_tls} are exclusive: use certificate files or ACME, not both');
+  if (o.acmeHosts.length === 0) throw new OptionError('acme_hosts', '{enable_acme} needs the host names this server may get certificates for');
+  parseAcmeHosts(o.acmeHosts);
+  parseChallengeAddress(o.acmeHttpPort);
+  let url: URL;
   try {
     url = new URL(o.acmeDirectory);
   } catch {
-    fail('acmeDirectory', 'not a URL');
+    throw new OptionError('acme_directory', 'not a URL', o.acmeDirectory);
   }
-  if (url!.protocol !== 'https:') fail('acmeDirectory', 'an ACME directory is served over https (RFC 8555)');
-  if (o.acmeEmail !== undefined && !/^[^@\s]+@[^@\s]+$/.test(o.acmeEmail)) fail('acmeEmail', 'not an e-mail address');
+  if (url.protocol !== 'https:') throw new OptionError('acme_directory', 'an ACME directory is served over https (RFC 8555)', o.acmeDirectory);
+  if (o.acmeEmail !== undefined && !/^[^@\s]+@[^@\s]+$/.test(o.acmeEmail)) throw new OptionError('acme_email', 'not an e-mail address', o.acmeEmail);
 }
 
 const METHODS_OF_REGISTRY = ['register', 'deregister', 'getService', 'listServices', 'watch', 'revision', 'close'] as const;
