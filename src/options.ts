@@ -16,7 +16,7 @@ import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { parseChallengeAddress } from './tls/acme/challenge-server.js';
 import { parseAddress, parseAdvertise } from './util/address.js';
 import { parseSampleRate, parseTracingAddress } from './tracing/config.js';
-import { apiName, optionEntries, outOfRange, type Duration, type OptionKey, type OptionSpec, type SchemaApiOptions, type SchemaResolvedOptions, type Size } from './options/schema.js';
+import { OPTIONS, apiName, optionEntries, outOfRange, type Duration, type OptionKey, type OptionSpec, type SchemaApiOptions, type SchemaResolvedOptions, type Size } from './options/schema.js';
 import { OptionError } from './util/option-error.js';
 
 export type { Duration, Size };
@@ -189,17 +189,17 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   const registryValue = given('registry');
   const registry =
     typeof registryValue === 'string'
-      ? choice<RegistryKind>('registry', ['local', 'memory', 'etcd'])
+      ? choice<RegistryKind>('registry', OPTIONS.registry.choices)
       : isRegistry(registryValue)
         ? registryValue
-        : fail('registry', 'use local, memory, etcd or an object implementing Registry');
+        : fail('registry', `use ${OPTIONS.registry.choices.join(', ')} or an object implementing Registry`);
   const brokerValue = given('broker');
   const broker =
     typeof brokerValue === 'string'
-      ? choice<BrokerKind>('broker', ['http', 'memory', 'nats'])
+      ? choice<BrokerKind>('broker', OPTIONS.broker.choices)
       : isBroker(brokerValue)
         ? brokerValue
-        : fail('broker', 'use http, memory, nats or an object implementing Broker');
+        : fail('broker', `use ${OPTIONS.broker.choices.join(', ')} or an object implementing Broker`);
   const codecsValue = o.codecs ?? [];
   if (!Array.isArray(codecsValue)) fail('codecs', 'must be an array of Codec objects');
   for (const c of codecsValue as unknown[]) {

@@ -10,8 +10,10 @@ import type { StatsStore } from '../stats/store.js';
 import type { Logging } from '../util/log.js';
 import { invalidRecordSink } from './validate.js';
 import { OptionError } from '../util/option-error.js';
+import { OPTIONS } from '../options/schema.js';
 
-export const REGISTRY_KINDS = ['local', 'memory', 'etcd'] as const;
+/** The registry backends: the schema's choices of --registry. */
+export const REGISTRY_KINDS = OPTIONS.registry.choices;
 
 /** The directory the local registry uses when no address is given: $MESH_HOME, else ~/.mesh. */
 export function defaultRegistryDirectory(home?: string): string {
