@@ -11,12 +11,12 @@ import { parseDuration, parseSize } from './util/duration.js';
 import { isLevel, LEVELS, LOG_FORMATS, type Level, type LogFormat } from './util/levels.js';
 import { parseAllowedHosts } from './http/host-check.js';
 import { parseCorsOrigins } from './http/cors.js';
-import { AccessLogFormatError, compileAccessLogFormat } from './http/access-log.js';
+import { compileAccessLogFormat } from './http/access-log.js';
 import { parseAcmeHosts } from './tls/acme/hosts.js';
 import { parseChallengeAddress } from './tls/acme/challenge-server.js';
 import { parseAddress, parseAdvertise } from './util/address.js';
 import { parseSampleRate, parseTracingAddress } from './tracing/config.js';
-import { apiName, optionEntries, outOfRange, type Duration, type OptionKey, type OptionSpec, type SchemaApiOptions, type SchemaResolvedOptions, type Size } from './options/schema.js';
+import { OPTIONS, apiName, optionEntries, outOfRange, type Duration, type OptionKey, type OptionSpec, type SchemaApiOptions, type SchemaResolvedOptions, type Size } from './options/schema.js';
 import { OptionError } from './util/option-error.js';
 
 export type { Duration, Size };
@@ -55,6 +55,26 @@ export interface ResolvedOptions extends Omit<SchemaResolvedOptions, 'registry' 
   /** `'off'` unless given. */
   accessLog: string;
 }
+
+/**
+ * The options whose text has rules of their own beyond the schema's type, choices and range: one
+ * check each, by schema key, used by resolveOptions and by the flag parser (src/cli/flags.ts).
+ * A check takes the value as the schema's type reads it and returns it as the process uses it,
+ * or throws the reason; the front end names the option its own way. Where the flag and the
+ * library differ, the flag parser says so before the check (--log_level takes `warn` for `warning`).
+ */
+export const VALUE_CHECKS = {
+  admin_allowed_hosts: (hosts: readonly string[]): string[] => parseAllowedHosts(hosts),
+  cors: (origins: readonly string[]): string[] => parseCorsOrigins(origins),
+  tracing_address: (url: string): string => (parseTracingAddress(url), url),
+  tracing_sample_rate: (rate: string | number): number => parseSampleRate(rate),
+  log_level: (level: string): Level => {
+    if (!isLevel(level)) throw new Error(`use one of ${LEVELS.join(', ')}`);
+    return level;
+  },
+  access_log_format: (format: string): string => (compileAccessLogFormat(format), format),
+  metrics_address: (address: string): string => (address === 'off' ? address : (parseAddress(address, { what: 'metrics address' }), address)),
+} as const satisfies Partial<Record<OptionKey, (value: never) => unknown>>;
 
 /** A bad option: `invalid option <name>: <why>`. */
 export class OptionsError extends Error {
@@ -169,17 +189,17 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   const registryValue = given('registry');
   const registry =
     typeof registryValue === 'string'
-      ? choice<RegistryKind>('registry', ['local', 'memory', 'etcd'])
+      ? choice<RegistryKind>('registry', OPTIONS.registry.choices)
       : isRegistry(registryValue)
         ? registryValue
-        : fail('registry', 'use local, memory, etcd or an object implementing Registry');
+        : fail('registry', `use ${OPTIONS.registry.choices.join(', ')} or an object implementing Registry`);
   const brokerValue = given('broker');
   const broker =
     typeof brokerValue === 'string'
-      ? choice<BrokerKind>('broker', ['http', 'memory', 'nats'])
+      ? choice<BrokerKind>('broker', OPTIONS.broker.choices)
       : isBroker(brokerValue)
         ? brokerValue
-        : fail('broker', 'use http, memory, nats or an object implementing Broker');
+        : fail('broker', `use ${OPTIONS.broker.choices.join(', ')} or an object implementing Broker`);
   const codecsValue = o.codecs ?? [];
   if (!Array.isArray(codecsValue)) fail('codecs', 'must be an array of Codec objects');
   for (const c of codecsValue as unknown[]) {
@@ -205,42 +225,26 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   const resolved = values as unknown as ResolvedOptions;
 
   // Values whose strings have rules of their own.
-  if (!isLevel(resolved.logLevel)) fail('logLevel', `use one of ${LEVELS.join(', ')}`);
+  const checked = <K extends keyof typeof VALUE_CHECKS>(key: K, run: (check: (typeof VALUE_CHECKS)[K]) => void): void => {
+    try {
+      run(VALUE_CHECKS[key]);
+    } catch (err) {
+      fail(apiName(key), (err as Error).message);
+    }
+  };
+  checked('log_level', (check) => check(resolved.logLevel));
   if (resolved.logFormat !== undefined && !(LOG_FORMATS as readonly string[]).includes(resolved.logFormat)) fail('logFormat', `use one of ${LOG_FORMATS.join(', ')}`);
   if (resolved.accessLog.trim() === '') fail('accessLog', 'use off, stdout or a file path');
-  if (resolved.accessLogFormat !== undefined) {
-    try {
-      compileAccessLogFormat(resolved.accessLogFormat);
-    } catch (err) {
-      if (!(err instanceof AccessLogFormatError)) throw err;
-      fail('accessLogFormat', err.message);
-    }
-  }
-  try {
-    resolved.adminAllowedHosts = parseAllowedHosts(resolved.adminAllowedHosts);
-  } catch (err) {
-    fail('adminAllowedHosts', (err as Error).message);
-  }
-  try {
-    resolved.cors = parseCorsOrigins(resolved.cors);
-  } catch (err) {
-    fail('cors', (err as Error).message);
-  }
-  try {
-    parseTracingAddress(resolved.tracingAddress);
-  } catch (err) {
-    fail('tracingAddress', (err as Error).message);
-  }
+  if (resolved.accessLogFormat !== undefined) checked('access_log_format', (check) => check(resolved.accessLogFormat!));
+  checked('admin_allowed_hosts', (check) => (resolved.adminAllowedHosts = check(resolved.adminAllowedHosts)));
+  checked('cors', (check) => (resolved.cors = check(resolved.cors)));
+  checked('tracing_address', (check) => check(resolved.tracingAddress));
   if (typeof resolved.tracingSampleRate !== 'number') fail('tracingSampleRate', 'must be a number from 0 to 1');
-  try {
-    parseSampleRate(resolved.tracingSampleRate);
-  } catch (err) {
-    fail('tracingSampleRate', (err as Error).message);
-  }
+  checked('tracing_sample_rate', (check) => check(resolved.tracingSampleRate));
   checkAddress('address', resolved.address, fail);
   if (resolved.advertise !== undefined && resolved.advertise.trim() !== '') checkAddress('advertise', resolved.advertise, fail);
   if (resolved.adminAddress !== undefined && resolved.adminAddress !== 'off') checkAddress('adminAddress', resolved.adminAddress, fail);
-  if (resolved.metricsAddress !== undefined && resolved.metricsAddress !== 'off') checkAddress('metricsAddress', resolved.metricsAddress, fail);
+  if (resolved.metricsAddress !== undefined) checked('metrics_address', (check) => check(resolved.metricsAddress!));
   if (resolved.requestTimeout > 0 && resolved.requestHeadersTimeout > resolved.requestTimeout) {
     fail('requestHeadersTimeout', `longer than requestTimeout (${resolved.requestTimeout}ms)`);
   }
@@ -259,7 +263,6 @@ function checkAddress(name: string, value: string, fail: (name: string, why: str
   try {
     if (name === 'advertise') parseAdvertise(value);
     else if (name === 'adminAddress') parseAddress(value, { what: 'admin address' });
-    else if (name === 'metricsAddress') parseAddress(value, { what: 'metrics address' });
     else parseAddress(value);
   } catch (err) {
     fail(name, (err as Error).message);
@@ -267,31 +270,41 @@ function checkAddress(name: string, value: string, fail: (name: string, why: str
 }
 
 function checkTls(o: ResolvedOptions, fail: (name: string, why: string) => never): void {
-  if (o.enableTls && o.enableAcme) fail('enableAcme', 'enableAcme and enableTls are exclusive: use certificate files or ACME, not both');
+  try {
+    checkAcme(o);
+  } catch (err) {
+    if (!(err instanceof OptionError)) throw err;
+    // A refused element of a list is named in the reason: the "(got ...)" of the message shows the whole list.
+    const element = err.value != null && Array.isArray(o[apiName(err.key) as keyof ResolvedOptions]) ? `"${err.value}": ` : '';
+    fail(apiName(err.key), element + err.reasonIn('api'));
+  }
   if (o.enableTls) {
     if (!o.tlsCertFile) fail('tlsCertFile', 'enableTls needs tlsCertFile and tlsKeyFile');
     if (!o.tlsKeyFile) fail('tlsKeyFile', 'enableTls needs tlsCertFile and tlsKeyFile');
   }
+}
+
+/** The ACME options a process is started with (and whether certificate files are used instead). */
+export type AcmeSettings = Pick<ResolvedOptions, 'enableTls' | 'enableAcme' | 'acmeHosts' | 'acmeHttpPort' | 'acmeDirectory' | 'acmeEmail'>;
+
+/**
+ * The checks of the ACME options, shared by resolveOptions and the server commands' flags
+ * (src/cli/tls-flags.ts): an OptionError naming the option by its key, other options as `{key}`.
+ */
+export function checkAcme(o: AcmeSettings): void {
   if (!o.enableAcme) return;
-  if (o.acmeHosts.length === 0) fail('acmeHosts', 'enableAcme needs the host names this server may get certificates for');
-  try {
-    parseAcmeHosts(o.acmeHosts);
-  } catch (err) {
-    fail('acmeHosts', err instanceof OptionError ? `"${err.value}": ${err.reason}` : (err as Error).message);
-  }
-  try {
-    parseChallengeAddress(o.acmeHttpPort);
-  } catch (err) {
-    fail('acmeHttpPort', err instanceof OptionError ? err.reason : (err as Error).message);
-  }
-  let url: URL | undefined;
+  if (o.enableTls) throw new OptionError('enable_acme', '{enable_acme} and {enable_tls} are exclusive: use certificate files or ACME, not both');
+  if (o.acmeHosts.length === 0) throw new OptionError('acme_hosts', '{enable_acme} needs the host names this server may get certificates for');
+  parseAcmeHosts(o.acmeHosts);
+  parseChallengeAddress(o.acmeHttpPort);
+  let url: URL;
   try {
     url = new URL(o.acmeDirectory);
   } catch {
-    fail('acmeDirectory', 'not a URL');
+    throw new OptionError('acme_directory', 'not a URL', o.acmeDirectory);
   }
-  if (url!.protocol !== 'https:') fail('acmeDirectory', 'an ACME directory is served over https (RFC 8555)');
-  if (o.acmeEmail !== undefined && !/^[^@\s]+@[^@\s]+$/.test(o.acmeEmail)) fail('acmeEmail', 'not an e-mail address');
+  if (url.protocol !== 'https:') throw new OptionError('acme_directory', 'an ACME directory is served over https (RFC 8555)', o.acmeDirectory);
+  if (o.acmeEmail !== undefined && !/^[^@\s]+@[^@\s]+$/.test(o.acmeEmail)) throw new OptionError('acme_email', 'not an e-mail address', o.acmeEmail);
 }
 
 const METHODS_OF_REGISTRY = ['register', 'deregister', 'getService', 'listServices', 'watch', 'revision', 'close'] as const;

@@ -164,8 +164,8 @@ describe('etcd over https with a password, and NATS over TLS with client certifi
   });
 
   it('etcd: TLS files with an http:// address, or a certificate without its key, stop the start', () => {
-    assert.throws(() => new EtcdRegistry(`127.0.0.1:${etcdPort}`, { tls: { caFile: pki.ca } }), /--registry_tls_\* files need https:\/\/ addresses/);
-    assert.throws(() => new EtcdRegistry(`https://127.0.0.1:${etcdPort}`, { tls: { certFile: pki.clientCert } }), /--registry_tls_cert_file and --registry_tls_key_file go together/);
+    assert.throws(() => new EtcdRegistry(`127.0.0.1:${etcdPort}`, { tls: { caFile: pki.ca } }), /registry etcd: TLS files \(registryTlsCaFile, registryTlsCertFile, registryTlsKeyFile\) need https:\/\/ addresses/);
+    assert.throws(() => new EtcdRegistry(`https://127.0.0.1:${etcdPort}`, { tls: { certFile: pki.clientCert } }), /registryTlsCertFile and registryTlsKeyFile go together/);
     assert.throws(() => new EtcdRegistry(`https://127.0.0.1:${etcdPort}`, { tls: { caFile: join(dir.path, 'nope.pem') } }), /--registry_tls_ca_file \S+nope\.pem: ENOENT/);
     assert.throws(() => new EtcdRegistry(`https://127.0.0.1:${etcdPort}`, { tls: { caFile: join(dir.path, 'server.ext') } }), /not a PEM file/);
   });
@@ -205,7 +205,7 @@ describe('etcd over https with a password, and NATS over TLS with client certifi
       }
     }
     assert.throws(() => new NatsBroker({ address: `http://127.0.0.1:${natsPort}` }), /scheme http:\/\/ is not nats:\/\/ or tls:\/\//);
-    assert.throws(() => new NatsBroker({ address: `127.0.0.1:${natsPort}`, tls: { keyFile: pki.clientKey } }), /--broker_tls_cert_file and --broker_tls_key_file go together/);
+    assert.throws(() => new NatsBroker({ address: `127.0.0.1:${natsPort}`, tls: { keyFile: pki.clientKey } }), /brokerTlsCertFile and brokerTlsKeyFile go together/);
   });
 
   it('CLI: mesh register / list services against the secured etcd; a bad TLS flag is a clear error at start', async () => {

@@ -8,6 +8,7 @@ import { MemoryRegistry } from '../src/registry/memory.js';
 import { LocalRegistry } from '../src/registry/local/index.js';
 import { EtcdRegistry, parseEtcdAddress } from '../src/registry/etcd/index.js';
 import { tempDir } from './helpers.js';
+import { OptionError } from '../src/util/option-error.js';
 
 function withEnv<T>(name: string, value: string | undefined, fn: () => T): T {
   const old = process.env[name];
@@ -56,8 +57,9 @@ describe('createRegistry', () => {
   });
 
   it('etcd: the address is required; host:port lists get http://', async () => {
-    assert.throws(() => createRegistry('etcd', undefined), /registry etcd: --registry_address is required/);
-    assert.throws(() => createRegistry('etcd', ' '), /registry_address is required/);
+    // An OptionError: the library names the option registryAddress, the CLI --registry_address.
+    assert.throws(() => createRegistry('etcd', undefined), (e: unknown) => e instanceof OptionError && e.key === 'registry_address' && /^registry etcd: registryAddress is required/.test(e.message) && /^registry etcd: --registry_address is required/.test(e.format('flag')));
+    assert.throws(() => createRegistry('etcd', ' '), /registryAddress is required/);
     const r = createRegistry('etcd', '127.0.0.1:1,127.0.0.1:2');
     assert.ok(r instanceof EtcdRegistry);
     assert.deepEqual((r as EtcdRegistry).hosts, ['http://127.0.0.1:1', 'http://127.0.0.1:2']);

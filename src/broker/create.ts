@@ -9,8 +9,10 @@ import type { EngineTlsFiles } from '../util/engine-access.js';
 import type { DurableDefaults } from './durable.js';
 import type { StatsStore } from '../stats/store.js';
 import { OptionError } from '../util/option-error.js';
+import { OPTIONS } from '../options/schema.js';
 
-export const BROKER_KINDS = ['http', 'memory', 'nats'] as const;
+/** The broker backends: the schema's choices of --broker. */
+export const BROKER_KINDS = OPTIONS.broker.choices;
 export type BrokerKind = (typeof BROKER_KINDS)[number];
 
 export interface CreateBrokerOptions {

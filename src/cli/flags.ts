@@ -6,12 +6,8 @@
 import { availableParallelism } from 'node:os';
 import { parseDuration, parseSize } from '../util/duration.js';
 import { parseLevel } from '../util/levels.js';
-import { parseAllowedHosts } from '../http/host-check.js';
-import { parseAddress } from '../util/address.js';
-import { parseCorsOrigins } from '../http/cors.js';
 import { parseRate } from '../http/rate-limit.js';
-import { compileAccessLogFormat } from '../http/access-log.js';
-import { parseSampleRate, parseTracingAddress } from '../tracing/config.js';
+import { VALUE_CHECKS } from '../options.js';
 import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../options/schema.js';
 
 /** The flags: the option schema (src/options/schema.ts), by schema key. */
@@ -282,18 +278,6 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
     const raw = values.get(name) ?? spec.default;
     config[name] = raw === undefined ? (spec.type === 'list' ? [] : undefined) : convert(name, spec, raw, fromEnv.has(name));
   }
-  try {
-    config.admin_allowed_hosts = parseAllowedHosts(config.admin_allowed_hosts as string[]);
-  } catch (err) {
-    throw new FlagError(`invalid value "${(config.admin_allowed_hosts as string[]).join(',')}" for ${flagLabel('admin_allowed_hosts', fromEnv.has('admin_allowed_hosts'))}: ${(err as Error).message}`);
-  }
-  if (config.metrics_address !== 'off') {
-    try {
-      parseAddress(config.metrics_address as string, { what: 'metrics address' });
-    } catch (err) {
-      throw new FlagError(`invalid value "${String(config.metrics_address)}" for ${flagLabel('metrics_address', fromEnv.has('metrics_address'))}: ${(err as Error).message}`);
-    }
-  }
   const check = (name: FlagName, fn: () => void, shownValue = String(config[name])) => {
     try {
       fn();
@@ -301,8 +285,11 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
       throw new FlagError(`invalid value "${shownValue}" for ${flagLabel(name, fromEnv.has(name))}: ${(err as Error).message}`);
     }
   };
+  // The checks shared with the library (VALUE_CHECKS, src/options.ts), in the order of the flag's refusals.
+  check('admin_allowed_hosts', () => (config.admin_allowed_hosts = VALUE_CHECKS.admin_allowed_hosts(config.admin_allowed_hosts as string[])), (config.admin_allowed_hosts as string[]).join(','));
+  check('metrics_address', () => VALUE_CHECKS.metrics_address(config.metrics_address as string));
   check('concurrency', () => (config.concurrency = parseConcurrency(config.concurrency as string)));
-  check('cors', () => (config.cors = parseCorsOrigins(config.cors as string[])), (config.cors as string[]).join(','));
+  check('cors', () => (config.cors = VALUE_CHECKS.cors(config.cors as string[])), (config.cors as string[]).join(','));
   check('rate_limit', () => parseRate(config.rate_limit as string));
   check('rate_limit_burst', () => {
     if (config.rate_limit_burst === 0) throw new Error('must be at least 1 (leave it out for one second\'s worth of --rate_limit)');
@@ -310,31 +297,15 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   check('rpc_allow', () => {
     for (const p of config.rpc_allow as string[]) if (!/^[A-Za-z0-9._*?-]+$/.test(p)) throw new Error(`"${p}" is not a service name glob: letters, digits, . _ - and the wildcards * ?`);
   }, (config.rpc_allow as string[]).join(','));
-  try {
-    parseTracingAddress(config.tracing_address as string);
-  } catch (err) {
-    throw new FlagError(`invalid value "${String(config.tracing_address)}" for ${flagLabel('tracing_address', fromEnv.has('tracing_address'))}: ${(err as Error).message}`);
-  }
-  try {
-    config.tracing_sample_rate = parseSampleRate(config.tracing_sample_rate as string);
-  } catch (err) {
-    throw new FlagError(`invalid value "${String(config.tracing_sample_rate)}" for ${flagLabel('tracing_sample_rate', fromEnv.has('tracing_sample_rate'))}: ${(err as Error).message}`);
-  }
-  try {
-    parseLevel(config.log_level as string);
-  } catch (err) {
-    throw new FlagError(`invalid value "${String(config.log_level)}" for ${flagLabel('log_level', fromEnv.has('log_level'))}: ${(err as Error).message}`);
-  }
+  check('tracing_address', () => VALUE_CHECKS.tracing_address(config.tracing_address as string));
+  check('tracing_sample_rate', () => (config.tracing_sample_rate = VALUE_CHECKS.tracing_sample_rate(config.tracing_sample_rate as string)));
+  // The flag is forgiving where the library is not: parseLevel takes other spellings (warn, fatal,
+  // silent, any case) and refuses junk with its own message before the shared check.
+  check('log_level', () => VALUE_CHECKS.log_level(parseLevel(config.log_level as string)));
   if (config.access_log === '') {
     throw new FlagError(`invalid value "" for ${flagLabel('access_log', fromEnv.has('access_log'))}: use off, stdout or a file path`);
   }
-  if (config.access_log_format !== undefined) {
-    try {
-      compileAccessLogFormat(config.access_log_format as string);
-    } catch (err) {
-      throw new FlagError(`invalid value "${String(config.access_log_format)}" for ${flagLabel('access_log_format', fromEnv.has('access_log_format'))}: ${(err as Error).message}`);
-    }
-  }
+  if (config.access_log_format !== undefined) check('access_log_format', () => VALUE_CHECKS.access_log_format(config.access_log_format as string));
   const headers = config.request_headers_timeout as number;
   const whole = config.request_timeout as number;
   if (whole > 0 && headers > whole) {

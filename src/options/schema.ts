@@ -55,6 +55,9 @@ export interface OptionSpec {
   readonly apiDefault?: string | number | null;
 }
 
+/** The load-balancing policies (`--lb_policy`, a proxy cluster's `lb_policy`); src/upstream/load-balancer.ts implements each. */
+export const LB_POLICIES = ['round_robin', 'random', 'least_request'] as const;
+
 const SERVE = ['dev', 'api', 'sidecar', 'proxy'] as const satisfies readonly CommandName[];
 const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'] as const satisfies readonly CommandName[];
 /** The commands that start a mesh process (the others take no option). */
@@ -97,7 +100,7 @@ export const OPTIONS = {
   request_timeout: { type: 'duration', default: '30s', group: 'limits', commands: SERVE, api: true, help: 'a whole request, header and body, must arrive within this (0: no limit)' },
   drain_delay: { type: 'duration', default: '1s', group: 'limits', commands: SERVE, api: true, help: 'on shutdown: time to keep serving after deregistering, so peers and load balancers stop sending' },
   drain_timeout: { type: 'duration', default: '10s', group: 'limits', commands: SERVE, api: true, help: 'on shutdown: how long in-flight requests may take to finish before they are cut off' },
-  lb_policy: { type: 'string', default: 'round_robin', choices: ['round_robin', 'random', 'least_request'], group: 'client', commands: CALLERS, api: true, help: 'load balancing' },
+  lb_policy: { type: 'string', default: 'round_robin', choices: LB_POLICIES, group: 'client', commands: CALLERS, api: true, help: 'load balancing' },
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
   admin_address: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'admin interface host:port, or off' },

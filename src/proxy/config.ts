@@ -18,6 +18,7 @@ import {
   type StaticHostConfig,
 } from '../upstream/config.js';
 import type { CircuitBreakerThresholds, LbPolicy } from '../upstream/types.js';
+import { LB_POLICIES, OPTIONS } from '../options/schema.js';
 import { compilePathRegex } from '../util/regex.js';
 
 /** The admin interface of `mesh proxy` unless the file or --admin_address says otherwise. */
@@ -223,7 +224,6 @@ function duration(value: unknown, path: Path, positive: boolean): number {
 
 const NAME = /^[A-Za-z0-9_][A-Za-z0-9_-]*$/;
 const CLUSTER_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
-const LB_POLICIES: readonly LbPolicy[] = ['round_robin', 'random', 'least_request'];
 
 function validate(root: unknown, file: string): ProxyConfig {
   if (root === null || root === undefined) throw new FieldError([], 'the file is empty: listeners is required');
@@ -397,7 +397,7 @@ function checkCluster(value: unknown, path: Path): StaticClusterConfig {
 
   // The cluster manager's own checks, so that nothing it would refuse gets past here.
   try {
-    resolveSettings(cluster, undefined, cluster.lbPolicy ?? 'round_robin', false);
+    resolveSettings(cluster, undefined, cluster.lbPolicy ?? OPTIONS.lb_policy.default, false);
   } catch (err) {
     throw new FieldError(path, (err as Error).message);
   }

@@ -9,8 +9,11 @@ import type { EngineTlsFiles } from '../util/engine-access.js';
 import type { StatsStore } from '../stats/store.js';
 import type { Logging } from '../util/log.js';
 import { invalidRecordSink } from './validate.js';
+import { OptionError } from '../util/option-error.js';
+import { OPTIONS } from '../options/schema.js';
 
-export const REGISTRY_KINDS = ['local', 'memory', 'etcd'] as const;
+/** The registry backends: the schema's choices of --registry. */
+export const REGISTRY_KINDS = OPTIONS.registry.choices;
 
 /** The directory the local registry uses when no address is given: $MESH_HOME, else ~/.mesh. */
 export function defaultRegistryDirectory(home?: string): string {
@@ -40,7 +43,7 @@ export function createRegistry(
     case 'local':
       return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home), { stats: opts.stats, logger: opts.logging?.get('registry'), onInvalidRecord });
     case 'etcd':
-      if (!addr) throw new Error('registry etcd: --registry_address is required (host:port[,host:port], or https://[user:password@]host:port)');
+      if (!addr) throw new OptionError('registry_address', 'registry etcd: {registry_address} is required (host:port[,host:port], or https://[user:password@]host:port)');
       return new EtcdRegistry(addr, { tls: opts.tls, onInvalidRecord, stats: opts.stats, logger: opts.logging?.get('registry') });
     default:
       throw new Error(`unknown registry "${kind}" (use ${REGISTRY_KINDS.join(', ')})`);

@@ -3,6 +3,7 @@
  * health checking, with Envoy's defaults unless noted. All times are milliseconds.
  */
 import type { CircuitBreakerThresholds, LbPolicy, Priority } from './types.js';
+import { LB_POLICIES } from '../options/schema.js';
 
 /** Envoy's circuit-breaker defaults: 1024 connections, pending and requests; 3 retries. */
 export const DEFAULT_CIRCUIT_BREAKERS: Readonly<CircuitBreakerThresholds> = Object.freeze({
@@ -188,8 +189,8 @@ export function resolveSettings(
   outlierDefaultOn: boolean,
 ): ResolvedClusterSettings {
   const lbPolicy = own?.lbPolicy ?? defaults?.lbPolicy ?? fallbackLb;
-  if (lbPolicy !== 'round_robin' && lbPolicy !== 'random' && lbPolicy !== 'least_request')
-    throw new Error(`lb_policy: unknown policy "${String(lbPolicy)}" (use round_robin, random, least_request)`);
+  if (!(LB_POLICIES as readonly string[]).includes(lbPolicy))
+    throw new Error(`lb_policy: unknown policy "${String(lbPolicy)}" (use ${LB_POLICIES.join(', ')})`);
 
   const cbDefault = resolveThresholds(
     { ...defaults?.circuitBreakers?.default, ...own?.circuitBreakers?.default },

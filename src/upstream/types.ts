@@ -5,8 +5,10 @@
  */
 
 import type { Dispatcher } from 'undici';
+import type { LB_POLICIES } from '../options/schema.js';
 
-export type LbPolicy = 'round_robin' | 'random' | 'least_request';
+/** A load-balancing policy: one of the schema's LB_POLICIES. */
+export type LbPolicy = (typeof LB_POLICIES)[number];
 
 export type Priority = 'default' | 'high';
 

@@ -28,9 +28,14 @@ export class OptionError extends Error {
     this.message = this.format('api');
   }
 
+  /** The reason alone, with the options it names (`{key}`) written in a style. */
+  reasonIn(style: OptionStyle): string {
+    return this.reason.replace(/\{([a-z0-9_]+)\}/g, (_, k: string) => optionLabel(k, style));
+  }
+
   /** The message with options named as flags (the CLI) or as API options (the library). */
   format(style: OptionStyle): string {
-    const reason = this.reason.replace(/\{([a-z0-9_]+)\}/g, (_, k: string) => optionLabel(k, style));
+    const reason = this.reasonIn(style);
     const name = optionLabel(this.key, style);
     if (this.value === undefined) return reason;
     const shown = this.value === null ? '' : `"${this.value}"`;

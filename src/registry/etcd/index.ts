@@ -34,6 +34,7 @@ import { EtcdWatchers } from './watcher.js';
 import { STALE_SECONDS_STAT, StaleView } from '../stale-view.js';
 import type { StatsStore } from '../../stats/store.js';
 import { Logging } from '../../util/log.js';
+import { OptionError } from '../../util/option-error.js';
 
 export { parseEtcdAddress, type EtcdAddress } from './client.js';
 
@@ -71,7 +72,7 @@ export class EtcdRegistry implements Registry {
     this.hosts = parsed.hosts;
     this.secure = parsed.secure;
     const tls = readEngineTls('registry_tls', options.tls);
-    if (tls && !parsed.secure) throw new Error('registry etcd: --registry_tls_* files need https:// addresses (https://host:2379)');
+    if (tls && !parsed.secure) throw new OptionError('registry_address', 'registry etcd: TLS files ({registry_tls_ca_file}, {registry_tls_cert_file}, {registry_tls_key_file}) need https:// addresses (https://host:2379)');
     const prefix = options.prefix ?? DEFAULT_ETCD_PREFIX;
     this.prefix = prefix.endsWith('/') ? prefix : `${prefix}/`;
     const callTimeoutMs = options.callTimeoutMs ?? 5000;

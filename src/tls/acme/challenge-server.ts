@@ -69,8 +69,8 @@ export class ChallengeServer {
     const server = createServer({ requestTimeout: 10_000, headersTimeout: 10_000 }, (req, res) => answerChallenge(this.options, req, res));
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err: NodeJS.ErrnoException) => {
-        const hint = err.code === 'EACCES' ? ' (ports below 1024 need root or CAP_NET_BIND_SERVICE; or set --acme_http_port and forward port 80 to it)' : '';
-        reject(new Error(`cannot listen on ${host}:${port} for ACME HTTP-01 challenges (--acme_http_port): ${err.code ?? err.message}${hint}`));
+        const hint = err.code === 'EACCES' ? ' (ports below 1024 need root or CAP_NET_BIND_SERVICE; or set {acme_http_port} and forward port 80 to it)' : '';
+        reject(new OptionError('acme_http_port', `cannot listen on ${host}:${port} for ACME HTTP-01 challenges ({acme_http_port}): ${err.code ?? err.message}${hint}`));
       });
       server.listen(port, host, () => resolve());
     });
