@@ -4,10 +4,10 @@
  * Prints milliseconds per render (median wall and CPU time, worst wall time of the timed runs; CPU
  * time is the steadier figure on a busy machine) and the output size, then the process's memory.
  */
-import { StatsStore } from '../src/stats/store.js';
-import { renderJson, renderPrometheus, renderText } from '../src/stats/render.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { renderJson, renderPrometheus, renderText } from '../src/base/stats/render.js';
 import { renderClustersJson, renderClustersText } from '../src/admin/clusters.js';
-import type { ClusterManagerView, ClusterSnapshot, HostSnapshot } from '../src/upstream/types.js';
+import type { ClusterManagerView, ClusterSnapshot, HostSnapshot } from '../src/core/upstream/types.js';
 
 const CLUSTERS = Number(process.argv[2] ?? 1000);
 const HOSTS = Number(process.argv[3] ?? 10);

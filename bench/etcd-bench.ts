@@ -8,11 +8,11 @@
  * Prints one JSON object. Run with --expose-gc:
  *   node --expose-gc --import tsx bench/etcd-bench.ts ADDRESS [services] [nodes] [samples]
  */
-import { EtcdRegistry } from '../src/registry/etcd/index.js';
-import type { Service } from '../src/registry/registry.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import { ClusterManager } from '../src/upstream/cluster-manager.js';
+import { EtcdRegistry } from '../src/engines/registry/etcd/index.js';
+import type { Service } from '../src/engines/registry/registry.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { Logging } from '../src/base/util/log.js';
+import { ClusterManager } from '../src/core/upstream/cluster-manager.js';
 import { median, percentile } from './lib/stats.js';
 
 const address = process.argv[2]!;

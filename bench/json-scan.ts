@@ -4,7 +4,7 @@
  * Expected: the scan well under the parse (about 0.4x structured, 0.02x strings).
  * Run: node --import tsx bench/json-scan.ts (prints one JSON object).
  */
-import { jsonNestingExceeds } from '../src/codec/json.js';
+import { jsonNestingExceeds } from '../src/base/codec/json.js';
 
 const bodies = {
   structured: JSON.stringify({ items: Array.from({ length: 5000 }, (_, i) => ({ id: i, name: `item ${i}`, tags: ['a', 'b'], nested: { x: i * 1.5, s: 'q "u" \\ x' } })) }),

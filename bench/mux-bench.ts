@@ -1,5 +1,5 @@
 /**
- * Microbench of the RPC hop between two mesh processes: the mesh client (dist/src/transport/rpc.js
+ * Microbench of the RPC hop between two mesh processes: the mesh client (dist/src/core/transport/rpc.js
  * sendRpc, the gateway's and sidecar's hot path) against a framework service (dist RpcServer, one
  * endpoint answering a small JSON), over
  *   - h1:  HTTP/1.1, an undici Pool (what mesh uses today),
@@ -9,7 +9,7 @@
  *   - h2mesh: the mesh's h2c client of the prototype (branch perf-h2c-prototype),
  * interleaved in rounds, with the CPU time of the client (process.cpuUsage) and of the server
  * (/proc/<pid>/stat) per call. Reports medians over the rounds. The HTTP/2 modes need a service
- * that serves h2c: the prototype's `Service` option `h2c` (src/transport/h2c-server.ts); without
+ * that serves h2c: the prototype's `Service` option `h2c` (src/core/transport/h2c-server.ts); without
  * it they are left out with a note. Results and decision: RESULTS.md "Multiplexed transport".
  *
  * Usage: node --import tsx bench/mux-bench.ts [rounds=5] [seconds=3] [concurrency=50] [modes=h1,p10]
@@ -23,7 +23,7 @@ import { Pool, H2CClient, type Dispatcher } from 'undici';
 import { cpuMicros, freePort, waitForPort, startProcess, stopAll } from './lib/proc.js';
 
 const dist = new URL('../dist/src/', import.meta.url);
-if (!existsSync(fileURLToPath(new URL('server/rpc-server.js', dist)))) {
+if (!existsSync(fileURLToPath(new URL('framework/server/rpc-server.js', dist)))) {
   console.error('build dist first: npx tsc -p tsconfig.json');
   process.exit(2);
 }
@@ -31,10 +31,10 @@ const load = (p: string) => import(new URL(p, dist).href);
 
 if (process.argv[2] === '--server') {
   const port = Number(process.argv[3]);
-  const { Runtime } = await load('runtime.js');
+  const { Runtime } = await load('process/runtime.js');
   const { parseArgs } = await load('cli/flags.js');
   const { optionsFromFlags } = await load('cli/options.js');
-  const { Service } = await load('server/service.js');
+  const { Service } = await load('framework/server/service.js');
   const args = parseArgs(['--log_level=warning', '--registry=memory']);
   const runtime = new Runtime(optionsFromFlags(args.config), { role: 'mux-bench' });
   runtime.installSignalHandlers();
@@ -47,7 +47,7 @@ if (process.argv[2] === '--server') {
   const seconds = Number(process.argv[3] ?? 3);
   const concurrency = Number(process.argv[4] ?? 50);
   const modes = (process.argv[5] ?? 'h1,p10').split(',');
-  const { sendRpc } = await load('transport/rpc.js');
+  const { sendRpc } = await load('core/transport/rpc.js');
   const port = await freePort();
   const server = startProcess('mux-server', process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--server', String(port)], {});
   await waitForPort(server, port);

@@ -8,8 +8,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LocalRegistry } from '../src/registry/local/index.js';
-import type { Service, WatchEvent } from '../src/registry/registry.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
+import type { Service, WatchEvent } from '../src/engines/registry/registry.js';
 import { median, percentile } from './lib/stats.js';
 
 const SERVICES = Number(process.argv[2] ?? 1000);

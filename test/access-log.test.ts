@@ -10,10 +10,10 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry } from '../src/registry/registry.js';
-import { AccessLogWriter } from '../src/http/access-log.js';
-import { StatsStore } from '../src/stats/store.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry } from '../src/engines/registry/registry.js';
+import { AccessLogWriter } from '../src/base/http/access-log.js';
+import { StatsStore } from '../src/base/stats/store.js';
 import { runCli, tempDir, waitFor } from './helpers.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from './fixtures/gateway-helpers.js';
 

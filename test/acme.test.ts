@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import type { SecureContext } from 'node:tls';
 import pino from 'pino';
-import { StatsStore } from '../src/stats/store.js';
+import { StatsStore } from '../src/base/stats/store.js';
 import { AcmeCache, defaultAcmeCacheDir, directoryKey } from '../src/tls/acme/cache.js';
 import { AcmeManager, renewalTime } from '../src/tls/acme/manager.js';
 import { parseAcmeHosts } from '../src/tls/acme/hosts.js';
@@ -21,7 +21,7 @@ import { ChallengeServer } from '../src/tls/acme/challenge-server.js';
 import { checkTlsFlags } from '../src/cli/tls-flags.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
 import { http, runCli, tempDir, waitFor } from './helpers.js';
-import { OptionError } from '../src/util/option-error.js';
+import { OptionError } from '../src/base/util/option-error.js';
 
 const DAY_MS = 86_400_000;
 

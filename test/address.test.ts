@@ -1,5 +1,5 @@
 /**
- * src/util/address.ts, the one parser and formatter of addresses: every accepted form and its
+ * src/base/util/address.ts, the one parser and formatter of addresses: every accepted form and its
  * meaning, every refused form and its message, format round trips, the wildcard test, the
  * advertised address; then the call sites that used to disagree, end to end on loopback.
  */
@@ -18,16 +18,16 @@ import {
   parseAdvertise,
   type HostPort,
   type ParseAddressOptions,
-} from '../src/util/address.js';
+} from '../src/base/util/address.js';
 import { parseChallengeAddress } from '../src/tls/acme/challenge-server.js';
-import { OptionError } from '../src/util/option-error.js';
-import { parseAppAddress, AppFlagError } from '../src/sidecar/health-checker.js';
+import { OptionError } from '../src/base/util/option-error.js';
+import { parseAppAddress, AppFlagError } from '../src/fronts/sidecar/health-checker.js';
 import { AdminServer } from '../src/admin/server.js';
 import { ServerState } from '../src/admin/context.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { Logging } from '../src/base/util/log.js';
 import { FAKE_VIEW } from './admin-fixtures.js';
-import { resolveOptions, OptionsError } from '../src/options.js';
+import { resolveOptions, OptionsError } from '../src/process/options.js';
 import { waitFor } from './helpers.js';
 
 const LISTEN: ParseAddressOptions = {};
@@ -268,10 +268,10 @@ describe('admin: `:PORT` listens on every interface and warns without a token', 
 
 describe('--advertise=2001:db8::1: the whole address for the broker and for service registration', () => {
   it('a framework service and the http broker of the same runtime register 2001:db8::1', async () => {
-    const { Runtime } = await import('../src/runtime.js');
+    const { Runtime } = await import('../src/process/runtime.js');
     const { parseArgs } = await import('../src/cli/flags.js');
     const { optionsFromFlags } = await import('../src/cli/options.js');
-    const { Service: FrameworkService } = await import('../src/server/service.js');
+    const { Service: FrameworkService } = await import('../src/framework/server/service.js');
     const runtime = new Runtime(
       optionsFromFlags(parseArgs(['--registry=memory', '--broker=http', '--admin_address=off', '--log_level=off', '--advertise=2001:db8::1']).config),
       { role: 'test' },
@@ -291,10 +291,10 @@ describe('--advertise=2001:db8::1: the whole address for the broker and for serv
   });
 
   it('[2001:db8::1]:9000: the service registers port 9000, the broker the host with its own port', async () => {
-    const { Runtime } = await import('../src/runtime.js');
+    const { Runtime } = await import('../src/process/runtime.js');
     const { parseArgs } = await import('../src/cli/flags.js');
     const { optionsFromFlags } = await import('../src/cli/options.js');
-    const { Service: FrameworkService } = await import('../src/server/service.js');
+    const { Service: FrameworkService } = await import('../src/framework/server/service.js');
     const runtime = new Runtime(
       optionsFromFlags(parseArgs(['--registry=memory', '--broker=http', '--admin_address=off', '--log_level=off', '--advertise=[2001:db8::1]:9000']).config),
       { role: 'test' },

@@ -2,9 +2,9 @@
 import { http } from './helpers.js';
 import { AdminServer } from '../src/admin/server.js';
 import { ServerState, type AdminContext } from '../src/admin/context.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import type { ClusterManagerView, ClusterSnapshot } from '../src/upstream/types.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { Logging } from '../src/base/util/log.js';
+import type { ClusterManagerView, ClusterSnapshot } from '../src/core/upstream/types.js';
 
 export const SHA = '0123456789abcdef0123456789abcdef01234567';
 export const STARTED_AT = 1_700_000_000_000;

@@ -8,7 +8,7 @@ import { request } from 'undici';
 import { rawHttp } from './helpers.js';
 import { startAdmin, get, type Running } from './admin-fixtures.js';
 import { AdminServer, HOST_REFUSED_STAT } from '../src/admin/server.js';
-import { canonicalHost, HostCheck, parseAllowedHosts } from '../src/http/host-check.js';
+import { canonicalHost, HostCheck, parseAllowedHosts } from '../src/base/http/host-check.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
 
 const TEXT = 'text/plain; charset=UTF-8';

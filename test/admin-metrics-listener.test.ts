@@ -3,7 +3,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { engine, http } from './helpers.js';
-import { Runtime } from '../src/runtime.js';
+import { Runtime } from '../src/process/runtime.js';
 import { FlagError, parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
 

@@ -5,10 +5,10 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Runtime } from '../src/runtime.js';
+import { Runtime } from '../src/process/runtime.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { Gateway } from '../src/gateway/server.js';
+import { Gateway } from '../src/fronts/gateway/server.js';
 import type { CertificateInfo } from '../src/admin/context.js';
 import { tempDir } from './helpers.js';
 import { get } from './admin-fixtures.js';

@@ -7,7 +7,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import { createRegistry } from '../src/registry/create.js';
+import { createRegistry } from '../src/engines/registry/create.js';
 import { listenLoopback, rawHttp, tempDir } from './helpers.js';
 import { registerPlain, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 

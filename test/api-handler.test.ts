@@ -8,13 +8,13 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { connect } from 'node:net';
 import { once } from 'node:events';
-import { handleApi, headerPairs } from '../src/handlers/api.js';
-import type { FrontEnd } from '../src/handlers/front-end.js';
-import type { CallOptions } from '../src/client/client.js';
-import type { UpstreamTarget } from '../src/upstream/types.js';
-import { sendError } from '../src/http/respond.js';
-import { PROTOBUF_CODEC } from '../src/codec/codec.js';
-import { apiTypes } from '../src/codec/api-proto.js';
+import { handleApi, headerPairs } from '../src/edge/handlers/api.js';
+import type { FrontEnd } from '../src/edge/handlers/front-end.js';
+import type { CallOptions } from '../src/core/client/client.js';
+import type { UpstreamTarget } from '../src/core/upstream/types.js';
+import { sendError } from '../src/base/http/respond.js';
+import { PROTOBUF_CODEC } from '../src/base/codec/codec.js';
+import { apiTypes } from '../src/base/codec/api-proto.js';
 
 const fakeReq = (rawHeaders: string[]) => ({ rawHeaders }) as unknown as IncomingMessage;
 

@@ -9,7 +9,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type ServerResponse } from 'node:http';
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey } from 'jose';
-import { createRegistry } from '../src/registry/create.js';
+import { createRegistry } from '../src/engines/registry/create.js';
 import { http, listenLoopback, runCli, tempDir, waitFor } from './helpers.js';
 import { registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from './fixtures/gateway-helpers.js';
 

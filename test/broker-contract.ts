@@ -6,7 +6,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { Broker, Message } from '../src/broker/broker.js';
+import type { Broker, Message } from '../src/engines/broker/broker.js';
 import { waitFor } from './helpers.js';
 
 export type BrokerFactory = () => Promise<{ brokers: [Broker, Broker]; cleanup(): Promise<void> }>;

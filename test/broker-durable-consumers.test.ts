@@ -11,9 +11,9 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pino from 'pino';
 import WebSocket from 'ws';
-import { HttpBroker } from '../src/broker/http/broker.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
+import { HttpBroker } from '../src/engines/broker/http/broker.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { http, runCli, tempDir, waitFor } from './helpers.js';
 import { refusedHandshake, startSidecar } from './fixtures/sidecar-common.js';
 

@@ -7,9 +7,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import { NatsBroker } from '../src/broker/nats.js';
-import { HttpBroker } from '../src/broker/http/broker.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
+import { NatsBroker } from '../src/engines/broker/nats.js';
+import { HttpBroker } from '../src/engines/broker/http/broker.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
 import { freePort, tempDir, waitFor } from './helpers.js';
 import { killPublisherCase, killSubscriberCase } from './durable-faults.js';
 import { natsServerOrSkip, startNatsServer, type NatsServer } from './nats-server.js';

@@ -6,19 +6,19 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import { HttpBroker } from '../src/broker/http/broker.js';
-import { createBroker } from '../src/broker/create.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
+import { HttpBroker } from '../src/engines/broker/http/broker.js';
+import { createBroker } from '../src/engines/broker/create.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
 import { durableContract } from './broker-contract.js';
-import { statName } from '../src/broker/durable.js';
+import { statName } from '../src/engines/broker/durable.js';
 import { runCli, tempDir, waitFor } from './helpers.js';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { OUTBOX_FILE } from '../src/broker/http/outbox.js';
-import { BrokerUnavailableError } from '../src/broker/broker.js';
+import { OUTBOX_FILE } from '../src/engines/broker/http/outbox.js';
+import { BrokerUnavailableError } from '../src/engines/broker/broker.js';
 
 const silent = pino({ level: 'silent' });
 
@@ -76,7 +76,7 @@ describe('http broker durable subscriptions', () => {
 
 describe('durable stats', () => {
   it('counts published, delivered, acked, redelivered, dead_lettered and pending per topic and consumer', async () => {
-    const { StatsStore } = await import('../src/stats/store.js');
+    const { StatsStore } = await import('../src/base/stats/store.js');
     const stats = new StatsStore();
     const dir = tempDir('mesh-durable-stats-');
     const registry = new LocalRegistry(dir.path);
@@ -115,7 +115,7 @@ describe('durable stats', () => {
 
 describe('the pending gauge (embedded broker)', () => {
   it('rises while the durable consumer is stopped and publishes accumulate, falls to 0 once they are delivered and acked', async () => {
-    const { StatsStore } = await import('../src/stats/store.js');
+    const { StatsStore } = await import('../src/base/stats/store.js');
     const stats = new StatsStore();
     const dir = tempDir('mesh-durable-pending-');
     const registry = new LocalRegistry(dir.path);
@@ -141,7 +141,7 @@ describe('the pending gauge (embedded broker)', () => {
 
 describe('--broker_stream_max_bytes on the embedded outbox', () => {
   it('drops the oldest stored messages of a consumer over the byte budget, counts them, keeps the newest', async () => {
-    const { StatsStore } = await import('../src/stats/store.js');
+    const { StatsStore } = await import('../src/base/stats/store.js');
     const stats = new StatsStore();
     const dir = tempDir('mesh-durable-bytes-');
     const registry = new LocalRegistry(dir.path);
@@ -171,7 +171,7 @@ describe('--broker_stream_max_bytes on the embedded outbox', () => {
   });
 
   it('counts the bytes of a file whose byte counts were lost, and keeps counting across brokers on the file', async () => {
-    const { StatsStore } = await import('../src/stats/store.js');
+    const { StatsStore } = await import('../src/base/stats/store.js');
     const Database = (await import('better-sqlite3')).default;
     const dir = tempDir('mesh-durable-bytes-old-');
     const registry = new LocalRegistry(dir.path);

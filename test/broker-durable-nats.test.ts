@@ -5,8 +5,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import { NatsBroker } from '../src/broker/nats.js';
-import { MemoryBroker } from '../src/broker/memory.js';
+import { NatsBroker } from '../src/engines/broker/nats.js';
+import { MemoryBroker } from '../src/engines/broker/memory.js';
 import { durableContract } from './broker-contract.js';
 import { freePort, runCli, tempDir, waitFor } from './helpers.js';
 import { natsServerOrSkip, startNatsServer, type NatsServer } from './nats-server.js';

@@ -6,8 +6,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import { BrokerUnavailableError, type Message } from '../src/broker/broker.js';
-import { NatsBroker } from '../src/broker/nats.js';
+import { BrokerUnavailableError, type Message } from '../src/engines/broker/broker.js';
+import { NatsBroker } from '../src/engines/broker/nats.js';
 import { createServer, type Socket } from 'node:net';
 import { once } from 'node:events';
 import { freePort, waitFor } from './helpers.js';

@@ -1,13 +1,13 @@
 /**
- * One rule for topic names (src/broker/names.ts), 400 everywhere: a publish (POST /broker), a
+ * One rule for topic names (src/engines/broker/names.ts), 400 everywhere: a publish (POST /broker), a
  * WebSocket subscribe and the event handler refuse the same topics (control characters such as
  * NUL and DEL, whitespace, over 256 characters), and neither the answer nor the logs hold the raw
  * bytes. The brokers themselves throw the same problem.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { MemoryBroker } from '../src/broker/memory.js';
-import { MAX_NAME_LENGTH, nameProblem } from '../src/broker/names.js';
+import { MemoryBroker } from '../src/engines/broker/memory.js';
+import { MAX_NAME_LENGTH, nameProblem } from '../src/engines/broker/names.js';
 import { tempDir, waitFor } from './helpers.js';
 import { http, refusedHandshake, startSidecar, subscribe, type SidecarProcess } from './fixtures/sidecar-common.js';
 import { startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';

@@ -1,13 +1,13 @@
 /** Runs the broker contract against every backend, plus each backend's own cases. */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { BrokerUnavailableError, type Broker } from '../src/broker/broker.js';
-import { MemoryBroker } from '../src/broker/memory.js';
-import { HttpBroker } from '../src/broker/http/broker.js';
-import { NatsBroker } from '../src/broker/nats.js';
-import { createBroker } from '../src/broker/create.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
+import { BrokerUnavailableError, type Broker } from '../src/engines/broker/broker.js';
+import { MemoryBroker } from '../src/engines/broker/memory.js';
+import { HttpBroker } from '../src/engines/broker/http/broker.js';
+import { NatsBroker } from '../src/engines/broker/nats.js';
+import { createBroker } from '../src/engines/broker/create.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
 import { brokerContract } from './broker-contract.js';
 import { engine, freePort, tempDir, waitFor } from './helpers.js';
 import { httpBrokerPair, silent } from './fixtures/brokers.js';

@@ -11,9 +11,9 @@ import { pathToFileURL } from 'node:url';
 import { runCli, tempDir, ROOT, CLI } from './helpers.js';
 import { FLAG_SPECS, FLAG_HELP, COMMAND_NAMES, parseArgs, suggest, editDistance, flagHelp, attributeFlagError } from '../src/cli/flags.js';
 import { COMMANDS, commandFlags, commandHelp, findCommand } from '../src/cli/help.js';
-import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE } from '../src/gateway/server.js';
-import { SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE } from '../src/sidecar/server.js';
-import { PROXY_ADMIN_ADDRESS } from '../src/proxy/config.js';
+import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE } from '../src/fronts/gateway/server.js';
+import { SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE } from '../src/fronts/sidecar/server.js';
+import { PROXY_ADMIN_ADDRESS } from '../src/fronts/proxy/config.js';
 import { API_ADMIN_ADDRESS } from '../src/cli/api.js';
 
 const home = tempDir();

@@ -11,7 +11,7 @@ import { once } from 'node:events';
 import { openSync, closeSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { startProcess, runCli, tempDir, waitFor, sleep, ROOT, CLI, type RunningProcess } from './helpers.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
 
 const SERVICE = join(ROOT, 'test/fixtures/stream-service.ts');
 

@@ -10,9 +10,9 @@ import assert from 'node:assert/strict';
 import { runCli, tempDir, waitFor } from './helpers.js';
 import { findBinary, OwnEtcd } from './fixtures/engines-common.js';
 import { collect } from './registry-contract.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
-import { EtcdRegistry } from '../src/registry/etcd/index.js';
-import type { Registry } from '../src/registry/registry.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
+import { EtcdRegistry } from '../src/engines/registry/etcd/index.js';
+import type { Registry } from '../src/engines/registry/registry.js';
 
 const NAME = 'go.mesh.srv.byhand';
 const record = (id: string, port: number) => JSON.stringify({ Name: NAME, Nodes: [{ Id: id, Address: '127.0.0.1', Port: port }] });

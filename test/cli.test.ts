@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startProcess, runCli, tempDir, waitFor, ROOT, type RunningProcess } from './helpers.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
 

@@ -6,11 +6,11 @@
  */
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import type { Service } from '../src/registry/registry.js';
-import { Client } from '../src/client/client.js';
-import { MeshError } from '../src/errors.js';
-import { ContextStore } from '../src/util/call-context.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import type { Service } from '../src/engines/registry/registry.js';
+import { Client } from '../src/core/client/client.js';
+import { MeshError } from '../src/base/errors.js';
+import { ContextStore } from '../src/base/util/call-context.js';
 import { waitFor } from './helpers.js';
 import { node, upstreamFixture } from './fixtures/upstream.js';
 

@@ -10,16 +10,16 @@ import { createServer as createHttpServer, type IncomingHttpHeaders, type Server
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
-import { Runtime } from '../src/runtime.js';
+import { Runtime } from '../src/process/runtime.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import { ClusterManager } from '../src/upstream/cluster-manager.js';
-import type { OutlierDetectionConfig } from '../src/upstream/config.js';
-import { Client } from '../src/client/client.js';
-import { MeshError } from '../src/errors.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { Logging } from '../src/base/util/log.js';
+import { ClusterManager } from '../src/core/upstream/cluster-manager.js';
+import type { OutlierDetectionConfig } from '../src/core/upstream/config.js';
+import { Client } from '../src/core/client/client.js';
+import { MeshError } from '../src/base/errors.js';
 import { waitFor } from './helpers.js';
 
 const closers: Array<() => Promise<unknown> | void> = [];

@@ -7,11 +7,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { createRegistry } from '../src/registry/create.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import { ClusterManager } from '../src/upstream/cluster-manager.js';
-import { Client } from '../src/client/client.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { Logging } from '../src/base/util/log.js';
+import { ClusterManager } from '../src/core/upstream/cluster-manager.js';
+import { Client } from '../src/core/client/client.js';
 import { ROOT, startProcess, tempDir, waitFor, sleep, type RunningProcess } from './helpers.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');

@@ -13,8 +13,8 @@ import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { parseArgs } from '../src/cli/flags.js';
-import { StatsStore } from '../src/stats/store.js';
-import { mergeProcessFamilies, mergeSnapshots, snapshotStore } from '../src/stats/merge.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { mergeProcessFamilies, mergeSnapshots, snapshotStore } from '../src/base/stats/merge.js';
 import { mergeClusterViews } from '../src/admin/aggregate.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
@@ -335,7 +335,7 @@ clusters:
   });
 });
 
-describe('merge rules (src/stats/merge.ts, src/admin/aggregate.ts)', () => {
+describe('merge rules (src/base/stats/merge.ts, src/admin/aggregate.ts)', () => {
   test('counters sum; activity gauges sum; state gauges take the largest; histograms merge bucket by bucket', () => {
     const a = new StatsStore();
     const b = new StatsStore();

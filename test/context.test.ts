@@ -7,9 +7,9 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Mesh, MeshError, type HandlerContext } from '../src/index.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { engine, http, waitFor } from './helpers.js';
-import { parseTraceparent } from '../src/util/trace-context.js';
+import { parseTraceparent } from '../src/base/util/trace-context.js';
 
 const quiet = { logLevel: 'off', drainDelay: 0, clientRequestTimeout: '30s' } as const;
 const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';

@@ -6,8 +6,8 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry } from '../src/registry/registry.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry } from '../src/engines/registry/registry.js';
 import { tempDir } from './helpers.js';
 import { http, registerPlain, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 

@@ -1,14 +1,14 @@
 /**
- * The `/stats` dashboard (src/dashboard): windows from the StatsStore counters, one sampling timer
+ * The `/stats` dashboard (src/fronts/dashboard): windows from the StatsStore counters, one sampling timer
  * per process, and against a real `mesh api --enable_stats` process: the JSON agrees with admin
  * /stats counters, status classes are what was really sent, the dashboard's own requests and
  * assets are not counted, the page and its assets are served by the process.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Histogram, StatsStore } from '../src/stats/store.js';
-import { MAX_LATENCY_CLUSTERS, ProcessSampler, RequestSeries, bucketQuantile, type ProcessSample } from '../src/dashboard/series.js';
-import { Dashboard, isDashboardPath, type DashboardJson } from '../src/dashboard/dashboard.js';
+import { Histogram, StatsStore } from '../src/base/stats/store.js';
+import { MAX_LATENCY_CLUSTERS, ProcessSampler, RequestSeries, bucketQuantile, type ProcessSample } from '../src/fronts/dashboard/series.js';
+import { Dashboard, isDashboardPath, type DashboardJson } from '../src/fronts/dashboard/dashboard.js';
 import { ServerState } from '../src/admin/context.js';
 import { http } from './fixtures/gateway-helpers.js';
 import { waitFor } from './helpers.js';

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { Client, errors } from 'undici';
 import { PRINTED, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
-import { createRegistry } from '../src/registry/create.js';
+import { createRegistry } from '../src/engines/registry/create.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
 

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Broker } from '../src/broker/broker.js';
+import type { Broker } from '../src/engines/broker/broker.js';
 import { ROOT, startProcess, waitFor } from './helpers.js';
 
 const FIXTURE = join(ROOT, 'test/fixtures/durable-subscriber.ts');

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseDuration, parseSize } from '../src/util/duration.js';
+import { parseDuration, parseSize } from '../src/base/util/duration.js';
 
 test('Go durations', () => {
   assert.equal(parseDuration('300ms'), 300);

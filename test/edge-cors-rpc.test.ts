@@ -1,12 +1,12 @@
 /**
- * CORS (src/http/cors.ts, --cors, --cors_max_age) and the scoped /rpc (--rpc_allow,
+ * CORS (src/base/http/cors.ts, --cors, --cors_max_age) and the scoped /rpc (--rpc_allow,
  * --enable_rpc) on a real gateway on loopback, with exact headers and error JSON.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { FlagError, parseArgs } from '../src/cli/flags.js';
-import { resolveOptions } from '../src/options.js';
-import { globMatcher } from '../src/util/regex.js';
+import { resolveOptions } from '../src/process/options.js';
+import { globMatcher } from '../src/base/util/regex.js';
 import { http } from './helpers.js';
 import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { startEdgeGateway, type EdgeGateway } from './fixtures/edge-gateway.js';

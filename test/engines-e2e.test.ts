@@ -15,7 +15,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { EtcdRegistry } from '../src/registry/etcd/index.js';
+import { EtcdRegistry } from '../src/engines/registry/etcd/index.js';
 import { ROOT, engine, http, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import {
   GATEWAY_LISTENING,

@@ -10,9 +10,9 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { EtcdRegistry } from '../src/registry/etcd/index.js';
-import { NatsBroker } from '../src/broker/nats.js';
-import type { Message } from '../src/broker/broker.js';
+import { EtcdRegistry } from '../src/engines/registry/etcd/index.js';
+import { NatsBroker } from '../src/engines/broker/nats.js';
+import type { Message } from '../src/engines/broker/broker.js';
 import { freePort, runCli, sleep, tempDir, waitFor } from './helpers.js';
 
 /** The path of a binary, or undefined with a loud reason (a failure under MESH_TEST_REQUIRE_ENGINES=1). */

@@ -1,5 +1,5 @@
 /**
- * The error catalogue (src/errors.ts): every error id the project writes itself is a constant of
+ * The error catalogue (src/base/errors.ts): every error id the project writes itself is a constant of
  * ERROR_IDS, not a string literal at the writer; the ids are distinct; the recurring front-end
  * errors are built in one place with their exact bytes.
  */
@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { bodyTooLarge, ERROR_IDS, originNotAllowed, rateLimited, rootMethodNotAllowed } from '../src/errors.js';
+import { bodyTooLarge, ERROR_IDS, originNotAllowed, rateLimited, rootMethodNotAllowed } from '../src/base/errors.js';
 import { ROOT } from './helpers.js';
 
 function sources(dir: string): string[] {
@@ -33,7 +33,7 @@ describe('error catalogue', () => {
     const asId = /new MeshError\(\s*'go\.mesh\.[a-z]+'|(?:ERROR_ID|_ID) = 'go\.mesh\.[a-z]+'|toMeshError\([^)]*'go\.mesh\.[a-z]+'\)/;
     for (const file of sources(join(ROOT, 'src'))) {
       const rel = relative(ROOT, file);
-      if (rel === join('src', 'errors.ts')) continue;
+      if (rel === join('src', 'base', 'errors.ts')) continue;
       readFileSync(file, 'utf8')
         .split('\n')
         .forEach((line, i) => {

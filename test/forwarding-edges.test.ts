@@ -1,22 +1,22 @@
 /**
- * The forwarding hot paths at their edges (src/transport/rpc.ts, src/handlers/proxy.ts, the client):
+ * The forwarding hot paths at their edges (src/core/transport/rpc.ts, src/edge/handlers/proxy.ts, the client):
  * protocol headers never doubled, timeouts that run while a request waits for a connection,
  * clients that go away before or during an answer, bodiless answers with a Content-Length, slow
  * uploads and readers, header bytes beyond ASCII, and metadata the HTTP client refuses.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { MeshError } from '../src/errors.js';
+import { MeshError } from '../src/base/errors.js';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { Pool } from 'undici';
-import { sendRpc, TransportError } from '../src/transport/rpc.js';
-import { Client } from '../src/client/client.js';
-import type { UpstreamLease, UpstreamSelector } from '../src/upstream/types.js';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry } from '../src/registry/registry.js';
+import { sendRpc, TransportError } from '../src/core/transport/rpc.js';
+import { Client } from '../src/core/client/client.js';
+import type { UpstreamLease, UpstreamSelector } from '../src/core/upstream/types.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry } from '../src/engines/registry/registry.js';
 import { PRINTED, sleep, startProcess, tempDir, waitFor, type RunningProcess, readBytes, listenLoopback } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 

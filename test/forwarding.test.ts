@@ -1,17 +1,17 @@
 /**
- * The two forwarding hot paths at the byte level: the RPC transport (src/transport/rpc.ts, what
+ * The two forwarding hot paths at the byte level: the RPC transport (src/core/transport/rpc.ts, what
  * every gateway and sidecar call goes through) against a real node:http server, and the proxy
- * handler (src/handlers/proxy.ts) in a real gateway process: buffered and streamed request bodies,
+ * handler (src/edge/handlers/proxy.ts) in a real gateway process: buffered and streamed request bodies,
  * retries, and response headers passed through as they came.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { Pool } from 'undici';
-import { sendRpc, TransportError } from '../src/transport/rpc.js';
-import { endToEndHeaders } from '../src/transport/headers.js';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry } from '../src/registry/registry.js';
+import { sendRpc, TransportError } from '../src/core/transport/rpc.js';
+import { endToEndHeaders } from '../src/core/transport/headers.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry } from '../src/engines/registry/registry.js';
 import { freePort, tempDir, readBytes, listenLoopback, rawHttp, waitFor } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 

@@ -9,15 +9,15 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
-import { Runtime } from '../src/runtime.js';
+import { Runtime } from '../src/process/runtime.js';
 import { optionsFromFlags } from '../src/cli/options.js';
 import { parseArgs } from '../src/cli/flags.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { Gateway } from '../src/gateway/server.js';
-import { Sidecar } from '../src/sidecar/server.js';
-import { FrontServer } from '../src/http/front-server.js';
-import { sendJson } from '../src/http/respond.js';
-import type { CallContext } from '../src/util/call-context.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { Gateway } from '../src/fronts/gateway/server.js';
+import { Sidecar } from '../src/fronts/sidecar/server.js';
+import { FrontServer } from '../src/edge/front-server.js';
+import { sendJson } from '../src/base/http/respond.js';
+import type { CallContext } from '../src/base/util/call-context.js';
 import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { http } from './helpers.js';
 

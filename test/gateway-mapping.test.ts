@@ -7,14 +7,14 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { Runtime } from '../src/runtime.js';
+import { Runtime } from '../src/process/runtime.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry } from '../src/registry/registry.js';
-import type { Message } from '../src/broker/broker.js';
-import { Service } from '../src/server/service.js';
-import { MeshError } from '../src/errors.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry } from '../src/engines/registry/registry.js';
+import type { Message } from '../src/engines/broker/broker.js';
+import { Service } from '../src/framework/server/service.js';
+import { MeshError } from '../src/base/errors.js';
 import { tempDir, waitFor } from './helpers.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from './fixtures/gateway-helpers.js';
 

@@ -7,13 +7,13 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import WebSocket from 'ws';
-import type { Runtime } from '../src/runtime.js';
-import { Mesh } from '../src/mesh.js';
+import type { Runtime } from '../src/process/runtime.js';
+import { Mesh } from '../src/framework/mesh.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry, Service } from '../src/registry/registry.js';
-import type { Message } from '../src/broker/broker.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry, Service } from '../src/engines/registry/registry.js';
+import type { Message } from '../src/engines/broker/broker.js';
 import { greeterApi, greeterBackend } from '../examples/greeter.js';
 import { tempDir, waitFor } from './helpers.js';
 import {

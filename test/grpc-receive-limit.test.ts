@@ -7,10 +7,10 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { GrpcTransport } from '../src/transport/grpc/transport.js';
-import { loadProtos } from '../src/transport/grpc/protos.js';
-import { TransportError, type RpcRequest } from '../src/transport/rpc.js';
-import type { UpstreamTarget } from '../src/upstream/types.js';
+import { GrpcTransport } from '../src/core/transport/grpc/transport.js';
+import { loadProtos } from '../src/core/transport/grpc/protos.js';
+import { TransportError, type RpcRequest } from '../src/core/transport/rpc.js';
+import type { UpstreamTarget } from '../src/core/upstream/types.js';
 import { startProcess, ROOT, type RunningProcess } from './helpers.js';
 import { PROTOS } from './grpc-fixtures.js';
 

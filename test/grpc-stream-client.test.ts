@@ -12,13 +12,13 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 import { ReflectionService } from '@grpc/reflection';
-import { Mesh } from '../src/mesh.js';
-import { Runtime } from '../src/runtime.js';
-import { MeshError } from '../src/errors.js';
+import { Mesh } from '../src/framework/mesh.js';
+import { Runtime } from '../src/process/runtime.js';
+import { MeshError } from '../src/base/errors.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry } from '../src/registry/registry.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry } from '../src/engines/registry/registry.js';
 import { freePort, tempDir, waitFor, waitForStill } from './helpers.js';
 import { PROTOS } from './grpc-fixtures.js';
 

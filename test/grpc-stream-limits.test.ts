@@ -8,12 +8,12 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { Mesh } from '../src/mesh.js';
-import { MeshError } from '../src/errors.js';
+import { Mesh } from '../src/framework/mesh.js';
+import { MeshError } from '../src/base/errors.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry } from '../src/registry/registry.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry } from '../src/engines/registry/registry.js';
 import { tempDir, waitFor } from './helpers.js';
 import { PROTOS } from './grpc-fixtures.js';
 

@@ -1,10 +1,10 @@
 /**
- * Header names (src/transport/headers.ts): canonicalHeaderKey, Go's CanonicalMIMEHeaderKey rule,
+ * Header names (src/core/transport/headers.ts): canonicalHeaderKey, Go's CanonicalMIMEHeaderKey rule,
  * table-driven. End to end: test/sidecar.test.ts (broker frames) and test/api-handler.test.ts.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { canonicalHeaderKey } from '../src/transport/headers.js';
+import { canonicalHeaderKey } from '../src/core/transport/headers.js';
 
 describe('canonicalHeaderKey', () => {
   // [input, expected]: the expected values are what Go's textproto.CanonicalMIMEHeaderKey returns.

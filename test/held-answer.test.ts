@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
 import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
-import { createRegistry } from '../src/registry/create.js';
+import { createRegistry } from '../src/engines/registry/create.js';
 import { http, tempDir } from './helpers.js';
 import { registerPlain, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 

@@ -1,5 +1,5 @@
 /**
- * Limits of a front server (src/http/lifecycle.ts) on loopback with raw sockets: the connection cap
+ * Limits of a front server (src/base/http/lifecycle.ts) on loopback with raw sockets: the connection cap
  * (--max_connections, downstream_cx_overflow), the header and whole-request read timeouts (408
  * error JSON), the header-count limit (431 error JSON), and the flags' checks.
  */
@@ -10,10 +10,10 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { Runtime } from '../src/runtime.js';
-import { FrontServer } from '../src/http/front-server.js';
-import { readBody } from '../src/http/body.js';
-import { sendJson } from '../src/http/respond.js';
+import { Runtime } from '../src/process/runtime.js';
+import { FrontServer } from '../src/edge/front-server.js';
+import { readBody } from '../src/base/http/body.js';
+import { sendJson } from '../src/base/http/respond.js';
 import { http, tempDir, waitFor } from './helpers.js';
 import { startSidecar } from './fixtures/sidecar-common.js';
 
@@ -194,7 +194,7 @@ test('limit flags: defaults and bad values (exit 2)', () => {
 });
 
 test('the RPC server of a framework service: over --max_connections a connection is closed at once and counted', async () => {
-  const { Service } = await import('../src/server/service.js');
+  const { Service } = await import('../src/framework/server/service.js');
   const runtime = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--drain_delay=0', '--max_connections=1'], {}).config), { role: 'test' });
   try {
     const svc = new Service(runtime, { name: 'go.mesh.srv.capped' });

@@ -1,8 +1,8 @@
-/** Call interceptors: composition order, and the retry interceptor's decisions (src/client/interceptors/). */
+/** Call interceptors: composition order, and the retry interceptor's decisions (src/core/client/interceptors/). */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compose, type CallInterceptor, type Send } from '../src/client/interceptors/compose.js';
-import { retry, type RetryDecision } from '../src/client/interceptors/retry.js';
+import { compose, type CallInterceptor, type Send } from '../src/core/client/interceptors/compose.js';
+import { retry, type RetryDecision } from '../src/core/client/interceptors/retry.js';
 
 type Log = string[];
 

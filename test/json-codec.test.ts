@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { JsonDepthError, MAX_JSON_DEPTH, jsonNestingExceeds, parseJson, stringifyJson } from '../src/codec/json.js';
-import { JSON_CODEC, codecFor, PROTOBUF_CODEC } from '../src/codec/codec.js';
-import { apiTypes } from '../src/codec/api-proto.js';
+import { JsonDepthError, MAX_JSON_DEPTH, jsonNestingExceeds, parseJson, stringifyJson } from '../src/base/codec/json.js';
+import { JSON_CODEC, codecFor, PROTOBUF_CODEC } from '../src/base/codec/codec.js';
+import { apiTypes } from '../src/base/codec/api-proto.js';
 
 test('integers beyond 2^53 survive a round trip', () => {
   const text = '{"id":9007199254740993,"neg":-123456789012345678901,"small":42,"f":1.5,"s":"x\\"y","a":[18446744073709551615,true,null]}';

@@ -6,8 +6,8 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRegistry } from '../src/registry/create.js';
-import { MAX_JSON_DEPTH } from '../src/codec/json.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import { MAX_JSON_DEPTH } from '../src/base/codec/json.js';
 import { tempDir } from './helpers.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, waitForRoutes, type GatewayProcess, type PlainApp } from './fixtures/gateway-helpers.js';
 import { startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';

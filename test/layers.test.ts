@@ -165,21 +165,21 @@ describe('layers (docs/architecture.md)', () => {
 
   it('the check itself finds an import from above, src/ importing examples/, and examples/ importing src/ internals', () => {
     const found = violations(layers, exceptions, [
-      { from: 'src/util/text.ts', to: 'src/cli/flags.ts' },
-      { from: 'src/upstream/cluster.ts', to: 'src/runtime.ts' },
-      { from: 'src/runtime.ts', to: 'src/upstream/cluster.ts' },
-      { from: 'src/gateway/server.ts', to: 'src/gateway/router.ts' },
+      { from: 'src/base/util/text.ts', to: 'src/cli/flags.ts' },
+      { from: 'src/core/upstream/cluster.ts', to: 'src/process/runtime.ts' },
+      { from: 'src/process/runtime.ts', to: 'src/core/upstream/cluster.ts' },
+      { from: 'src/fronts/gateway/server.ts', to: 'src/fronts/gateway/router.ts' },
       { from: 'src/cli/dev.ts', to: 'examples/greeter.ts' },
-      { from: 'examples/greeter-srv.ts', to: 'src/mesh.ts' },
+      { from: 'examples/greeter-srv.ts', to: 'src/framework/mesh.ts' },
       { from: 'examples/greeter-srv.ts', to: 'src/index.ts' },
-      { from: 'src/mesh.ts', to: 'src/cli/serve.ts' },
+      { from: 'src/framework/mesh.ts', to: 'src/cli/serve.ts' },
     ]);
     assert.deepEqual(found, [
-      `src/util/text.ts (layer ${layerOf(layers, 'src/util/text.ts')!.rank}) imports src/cli/flags.ts (layer ${layerOf(layers, 'src/cli/flags.ts')!.rank}), a layer above it`,
-      `src/upstream/cluster.ts (layer ${layerOf(layers, 'src/upstream/cluster.ts')!.rank}) imports src/runtime.ts (layer ${layerOf(layers, 'src/runtime.ts')!.rank}), a layer above it`,
+      `src/base/util/text.ts (layer ${layerOf(layers, 'src/base/util/text.ts')!.rank}) imports src/cli/flags.ts (layer ${layerOf(layers, 'src/cli/flags.ts')!.rank}), a layer above it`,
+      `src/core/upstream/cluster.ts (layer ${layerOf(layers, 'src/core/upstream/cluster.ts')!.rank}) imports src/process/runtime.ts (layer ${layerOf(layers, 'src/process/runtime.ts')!.rank}), a layer above it`,
       'src/cli/dev.ts imports examples/greeter.ts: nothing in src/ imports examples/',
-      'examples/greeter-srv.ts imports src/mesh.ts: examples import only the package entry (src/index.ts) and each other',
-      `src/mesh.ts (layer ${layerOf(layers, 'src/mesh.ts')!.rank}) imports src/cli/serve.ts (layer ${layerOf(layers, 'src/cli/serve.ts')!.rank}), a layer above it`,
+      'examples/greeter-srv.ts imports src/framework/mesh.ts: examples import only the package entry (src/index.ts) and each other',
+      `src/framework/mesh.ts (layer ${layerOf(layers, 'src/framework/mesh.ts')!.rank}) imports src/cli/serve.ts (layer ${layerOf(layers, 'src/cli/serve.ts')!.rank}), a layer above it`,
     ]);
   });
 

@@ -1,5 +1,5 @@
 /**
- * In-flight tracking of ServerLifecycle (src/http/lifecycle.ts) on loopback: requests that finish
+ * In-flight tracking of ServerLifecycle (src/base/http/lifecycle.ts) on loopback: requests that finish
  * in any order leave the count exact, and a drain cuts off exactly the requests still open (and
  * their connections).
  */
@@ -7,8 +7,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, request, Agent, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { ServerLifecycle } from '../src/http/lifecycle.js';
-import { StatsStore } from '../src/stats/store.js';
+import { ServerLifecycle } from '../src/base/http/lifecycle.js';
+import { StatsStore } from '../src/base/stats/store.js';
 import { waitFor } from './helpers.js';
 
 test('requests that finish out of order are counted exactly; a drain cuts off the ones still open', async () => {

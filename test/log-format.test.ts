@@ -9,10 +9,10 @@ import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { Logging, chooseLogFormat, colorEnabled, formatTextLine, type LogFormat } from '../src/util/log.js';
+import { Logging, chooseLogFormat, colorEnabled, formatTextLine, type LogFormat } from '../src/base/util/log.js';
 import { parseArgs, FlagError } from '../src/cli/flags.js';
-import { createRegistry } from '../src/registry/create.js';
-import { LOCAL_DB_FILE } from '../src/registry/local/index.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import { LOCAL_DB_FILE } from '../src/engines/registry/local/index.js';
 import { PRINTED, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { http } from './fixtures/gateway-helpers.js';
 

@@ -6,9 +6,9 @@
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Logging } from '../src/util/log.js';
-import { ContextStore } from '../src/util/call-context.js';
-import { createRegistry } from '../src/registry/create.js';
+import { Logging } from '../src/base/util/log.js';
+import { ContextStore } from '../src/base/util/call-context.js';
+import { createRegistry } from '../src/engines/registry/create.js';
 import { freePort, http, startProcess, tempDir, PRINTED } from './helpers.js';
 
 const FROZEN = new Date(2024, 0, 2, 3, 4, 5, 6).getTime();

@@ -1,6 +1,6 @@
 /**
  * `Mesh-Timeout` is a whole number of milliseconds, read strictly (parseHeaderInteger in
- * src/transport/headers.ts): `0x10`, `1e3`, `1.5`, `-5`, `+5` or two values are a 400 naming the
+ * src/core/transport/headers.ts): `0x10`, `1e3`, `1.5`, `-5`, `+5` or two values are a 400 naming the
  * value, at the edge (a real `mesh api` process, before any backend is called) and at a framework
  * service (unary and streaming endpoints), never a budget guessed from them.
  */
@@ -8,9 +8,9 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
 import { Mesh, type HandlerContext } from '../src/index.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { parseHeaderInteger } from '../src/transport/headers.js';
-import { createRegistry } from '../src/registry/create.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { parseHeaderInteger } from '../src/core/transport/headers.js';
+import { createRegistry } from '../src/engines/registry/create.js';
 import { rawHttp, tempDir } from './helpers.js';
 import { registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from './fixtures/gateway-helpers.js';
 

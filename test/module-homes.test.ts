@@ -62,7 +62,7 @@ function findCycle(keep: (m: string) => boolean): string[] | undefined {
 
 describe('module homes', () => {
   it('the graph is read (sanity)', () => {
-    assert.ok(modules.get('runtime.ts')?.imports.has('tls/acme/provider.ts'));
+    assert.ok(modules.get('process/runtime.ts')?.imports.has('tls/acme/provider.ts'));
     assert.ok(modules.get('tls/acme/manager.ts')?.imports.has('tls/certificate.ts'));
   });
 
@@ -87,9 +87,9 @@ describe('module homes', () => {
   it('registry: no backend imports a sibling backend; shared records live in records.ts', () => {
     // A backend is one file (memory) or one folder (local/, etcd/: a module per part).
     const backends: Record<string, (m: string) => boolean> = {
-      memory: (m) => m === 'registry/memory.ts',
-      local: under('registry/local'),
-      etcd: under('registry/etcd'),
+      memory: (m) => m === 'engines/registry/memory.ts',
+      local: under('engines/registry/local'),
+      etcd: under('engines/registry/etcd'),
     };
     for (const [b, owns] of Object.entries(backends)) {
       const own = [...modules.keys()].filter(owns);
@@ -98,18 +98,18 @@ describe('module homes', () => {
         const others = [...modules.get(m)!.imports].filter((i) => !owns(i) && Object.values(backends).some((o) => o(i)));
         assert.deepEqual(others, [], m);
       }
-      if (b !== 'memory') assert.ok(own.some((m) => modules.get(m)!.imports.has('registry/records.ts')), b);
+      if (b !== 'memory') assert.ok(own.some((m) => modules.get(m)!.imports.has('engines/registry/records.ts')), b);
     }
     for (const [m, { text }] of modules) {
-      if (m === 'registry/records.ts') continue;
+      if (m === 'engines/registry/records.ts') continue;
       assert.doesNotMatch(text, /\bfunction\s+(cloneService|diffVersions|canonicalJson|sameVersion|byVersion|byNodeId|byName)\b|\bclass\s+EventQueue\b/, m);
     }
   });
 
   it('header names and regex escaping each have one function', () => {
     for (const [m, { text }] of modules) {
-      if (m !== 'transport/headers.ts') assert.doesNotMatch(text, /\bfunction\s+canonical\w*(Header|Name)\w*\s*\(\s*name\b/, m);
-      if (m !== 'util/regex.ts') assert.ok(!text.includes('[.*+?^${}()|[\\]\\\\]'), m);
+      if (m !== 'core/transport/headers.ts') assert.doesNotMatch(text, /\bfunction\s+canonical\w*(Header|Name)\w*\s*\(\s*name\b/, m);
+      if (m !== 'base/util/regex.ts') assert.ok(!text.includes('[.*+?^${}()|[\\]\\\\]'), m);
     }
   });
 });

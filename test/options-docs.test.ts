@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { OPTION_DOCS, updateOptionTables } from '../src/cli/options-doc.js';
-import { OPTION_GROUPS, optionEntries } from '../src/options/schema.js';
+import { OPTION_GROUPS, optionEntries } from '../src/base/options/schema.js';
 import { ROOT } from './helpers.js';
 
 describe('generated option tables', () => {

@@ -1,21 +1,21 @@
 /**
- * The option schema (src/options/schema.ts): one entry drives the flag, its MESH_* variable, the
+ * The option schema (src/base/options/schema.ts): one entry drives the flag, its MESH_* variable, the
  * camelCase API option, the help and completion of the commands that use it; a command refuses a
  * flag it does not use (exit 2, naming the commands that use it) and ignores such a variable.
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { OPTIONS, apiName, envName, optionEntries } from '../src/options/schema.js';
+import { OPTIONS, apiName, envName, optionEntries } from '../src/base/options/schema.js';
 import { FlagError, parseArgs } from '../src/cli/flags.js';
 import { commandFlags, commandHelp, findCommand } from '../src/cli/help.js';
 import { completionScript } from '../src/cli/completion.js';
 import { meshOptionsFromFlags } from '../src/cli/options.js';
-import { DEFAULT_OPTIONS, OptionsError, resolveOptions, type MeshOptions } from '../src/options.js';
-import { OptionError, errorMessage } from '../src/util/option-error.js';
+import { DEFAULT_OPTIONS, OptionsError, resolveOptions, type MeshOptions } from '../src/process/options.js';
+import { OptionError, errorMessage } from '../src/base/util/option-error.js';
 import { loadPair } from '../src/tls/files.js';
-import { appOptionsFromFlags } from '../src/sidecar/health-checker.js';
-import { readAuthSetup } from '../src/auth/edge.js';
-import { Mesh } from '../src/mesh.js';
+import { appOptionsFromFlags } from '../src/fronts/sidecar/health-checker.js';
+import { readAuthSetup } from '../src/edge/auth/edge.js';
+import { Mesh } from '../src/framework/mesh.js';
 import { runCli, tempDir } from './helpers.js';
 
 describe('one schema entry drives flag, environment, API option, help and completion', () => {

@@ -8,7 +8,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { connect } from 'node:net';
-import { createRegistry } from '../src/registry/create.js';
+import { createRegistry } from '../src/engines/registry/create.js';
 import { tempDir, waitFor, listenLoopback } from './helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from './fixtures/gateway-helpers.js';
 

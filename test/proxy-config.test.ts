@@ -1,12 +1,12 @@
 /**
- * The configuration file of `mesh proxy` (src/proxy/config.ts): what a valid file becomes, and
+ * The configuration file of `mesh proxy` (src/fronts/proxy/config.ts): what a valid file becomes, and
  * that every kind of mistake is an error naming the file, the line and the field.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseProxyConfig, ProxyConfigError, type ProxyConfig } from '../src/proxy/config.js';
-import { rewriteUrl } from '../src/proxy/server.js';
-import { MAX_REGEX_PATH_LENGTH } from '../src/util/regex.js';
+import { parseProxyConfig, ProxyConfigError, type ProxyConfig } from '../src/fronts/proxy/config.js';
+import { rewriteUrl } from '../src/fronts/proxy/server.js';
+import { MAX_REGEX_PATH_LENGTH } from '../src/base/util/regex.js';
 
 const FULL = `
 admin: { address: 127.0.0.1:9903 }

@@ -10,8 +10,8 @@ import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry } from '../src/registry/registry.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry } from '../src/engines/registry/registry.js';
 import { freePort, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { http, registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 

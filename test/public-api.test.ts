@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { request } from 'undici';
 import { Mesh, MeshError, OptionsError, resolveOptions, type Codec, type MeshOptions } from '../src/index.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { MemoryBroker } from '../src/broker/memory.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { MemoryBroker } from '../src/engines/broker/memory.js';
 import { ROOT, tempDir, waitFor } from './helpers.js';
 
 const quiet = { registry: 'memory', broker: 'memory', logLevel: 'off', drainDelay: 0 } as const;

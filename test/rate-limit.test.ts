@@ -1,5 +1,5 @@
 /**
- * Rate limits (src/http/rate-limit.ts, --rate_limit*): the token bucket on a test clock, the LRU
+ * Rate limits (src/base/http/rate-limit.ts, --rate_limit*): the token bucket on a test clock, the LRU
  * bound, per-call policies, the flags; a real gateway on loopback answering 429 error JSON with
  * Retry-After and the RateLimit fields, counted in http.gateway.ratelimit.*; and a flood from one
  * client address (127.0.0.2; undici 7 takes `localAddress` as a Pool option, not under `connect`)
@@ -12,7 +12,7 @@ import { once } from 'node:events';
 import { Pool } from 'undici';
 import { FlagError, parseArgs } from '../src/cli/flags.js';
 import { frontEdgeFromFlags } from '../src/cli/options.js';
-import { RateLimiter, authSubjectOf, defaultBurst, describePolicy, parseRate, rateLimitHeaders, rateLimitKey, ratePolicy, setAuthSubject } from '../src/http/rate-limit.js';
+import { RateLimiter, authSubjectOf, defaultBurst, describePolicy, parseRate, rateLimitHeaders, rateLimitKey, ratePolicy, setAuthSubject } from '../src/base/http/rate-limit.js';
 import type { IncomingMessage } from 'node:http';
 import { ROOT, http, runCli, tempDir, waitFor } from './helpers.js';
 import { startSidecar } from './fixtures/sidecar-common.js';

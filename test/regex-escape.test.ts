@@ -1,8 +1,8 @@
-/** escapeRegExp (src/util/regex.ts): literal text in a regex, for JavaScript patterns and RE2 alike. */
+/** escapeRegExp (src/base/util/regex.ts): literal text in a regex, for JavaScript patterns and RE2 alike. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { compilePathRegex, escapeRegExp } from '../src/util/regex.js';
+import { compilePathRegex, escapeRegExp } from '../src/base/util/regex.js';
 
 describe('escapeRegExp', () => {
   const table: Array<[string, string]> = [

@@ -9,9 +9,9 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { createRegistry } from '../src/registry/create.js';
-import { LOCAL_DB_FILE } from '../src/registry/local/index.js';
-import type { Registry } from '../src/registry/registry.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import { LOCAL_DB_FILE } from '../src/engines/registry/local/index.js';
+import type { Registry } from '../src/engines/registry/registry.js';
 import { runCli, tempDir, waitFor } from './helpers.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from './fixtures/gateway-helpers.js';
 
@@ -104,9 +104,9 @@ describe('an oversize node written into the store: skipped by a watcher, logged 
   it('one node of 64 × 4,000 characters of metadata: the watch carries only the good nodes; one warning however often the service changes', async () => {
     const { Writable } = await import('node:stream');
     const pino = (await import('pino')).default;
-    const { StatsStore } = await import('../src/stats/store.js');
-    const { LocalRegistry } = await import('../src/registry/local/index.js');
-    const { invalidRecordSink, INVALID_RECORD_STAT } = await import('../src/registry/validate.js');
+    const { StatsStore } = await import('../src/base/stats/store.js');
+    const { LocalRegistry } = await import('../src/engines/registry/local/index.js');
+    const { invalidRecordSink, INVALID_RECORD_STAT } = await import('../src/engines/registry/validate.js');
     const { collect, node, svc } = await import('./registry-contract.js');
     const dir = tempDir('mesh-oversize-');
     const lines: Array<{ msg: string; problem?: string }> = [];

@@ -12,7 +12,7 @@ import {
   type Registry,
   type Service,
   type WatchEvent,
-} from '../src/registry/registry.js';
+} from '../src/engines/registry/registry.js';
 import {
   MAX_METADATA_BYTES,
   MAX_NODES_PER_REQUEST,
@@ -20,7 +20,7 @@ import {
   MAX_SERVICE_BYTES,
   type InvalidRecordReport,
   type InvalidRecordSink,
-} from '../src/registry/validate.js';
+} from '../src/engines/registry/validate.js';
 import { sleep, waitFor } from './helpers.js';
 
 /** A record as another tool may have stored it: one node, any field possibly wrong. */

@@ -3,12 +3,12 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { createRegistry, defaultRegistryDirectory } from '../src/registry/create.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
-import { EtcdRegistry, parseEtcdAddress } from '../src/registry/etcd/index.js';
+import { createRegistry, defaultRegistryDirectory } from '../src/engines/registry/create.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
+import { EtcdRegistry, parseEtcdAddress } from '../src/engines/registry/etcd/index.js';
 import { tempDir } from './helpers.js';
-import { OptionError } from '../src/util/option-error.js';
+import { OptionError } from '../src/base/util/option-error.js';
 
 function withEnv<T>(name: string, value: string | undefined, fn: () => T): T {
   const old = process.env[name];

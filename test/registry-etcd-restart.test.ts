@@ -10,7 +10,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { EtcdRegistry } from '../src/registry/etcd/index.js';
+import { EtcdRegistry } from '../src/engines/registry/etcd/index.js';
 import { collect, node, svc } from './registry-contract.js';
 import { engine, freePort, tempDir, waitFor } from './helpers.js';
 

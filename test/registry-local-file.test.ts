@@ -10,10 +10,10 @@ import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } 
 import { join } from 'node:path';
 import { once } from 'node:events';
 import { Writable } from 'node:stream';
-import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
-import { StatsStore } from '../src/stats/store.js';
-import { Logging } from '../src/util/log.js';
-import type { Service } from '../src/registry/registry.js';
+import { LocalRegistry, LOCAL_DB_FILE } from '../src/engines/registry/local/index.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { Logging } from '../src/base/util/log.js';
+import type { Service } from '../src/engines/registry/registry.js';
 import { collect, node, svc } from './registry-contract.js';
 import { ROOT, startProcess, tempDir, waitFor } from './helpers.js';
 import { http, startGatewayProcess } from './fixtures/gateway-helpers.js';
@@ -151,7 +151,7 @@ describe('local registry: the file deleted ten times in a row under four instanc
  */
 const PEER = `
 const [dir, name] = process.argv.slice(1);
-const { LocalRegistry } = await import(${JSON.stringify(new URL('../src/registry/local/index.ts', import.meta.url).href)});
+const { LocalRegistry } = await import(${JSON.stringify(new URL('../src/engines/registry/local/index.ts', import.meta.url).href)});
 const reg = new LocalRegistry(dir);
 reg.watch((e) => { if (e.action === 'delete') console.log('DELETE ' + e.service.name); });
 let seq = 0;
@@ -486,7 +486,7 @@ describe('local registry: eight processes opening a new directory at the same mo
     // primary forks its workers, or a test starts a gateway and its services together.
     const script = `
       import { existsSync } from 'node:fs';
-      import { LocalRegistry } from ${JSON.stringify(join(ROOT, 'src/registry/local/index.ts'))};
+      import { LocalRegistry } from ${JSON.stringify(join(ROOT, 'src/engines/registry/local/index.ts'))};
       const [dir, name] = process.argv.slice(-2);
       console.log('READY');
       while (!existsSync(dir + '/go')) await new Promise((r) => setImmediate(r));

@@ -10,9 +10,9 @@ import { createInterface } from 'node:readline';
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
-import { createRegistry } from '../src/registry/create.js';
-import type { Service, WatchEvent } from '../src/registry/registry.js';
+import { LocalRegistry, LOCAL_DB_FILE } from '../src/engines/registry/local/index.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Service, WatchEvent } from '../src/engines/registry/registry.js';
 import { collect, node, svc } from './registry-contract.js';
 import { ROOT, tempDir, waitFor } from './helpers.js';
 

@@ -1,5 +1,5 @@
 /**
- * The registry rules themselves (src/registry/validate.ts) beyond the contract: every address the
+ * The registry rules themselves (src/engines/registry/validate.ts) beyond the contract: every address the
  * rules accept makes a plain http://host:port URL (no path, port or login smuggled in), stored
  * records are cut down piece by piece, and text output never carries a raw control character.
  */
@@ -12,13 +12,13 @@ import {
   sanitizeStoredService,
   serviceNameProblem,
   type InvalidRecordReport,
-} from '../src/registry/validate.js';
-import { hostKey } from '../src/upstream/host.js';
-import { hasControlChars, printable } from '../src/util/text.js';
+} from '../src/engines/registry/validate.js';
+import { hostKey } from '../src/core/upstream/host.js';
+import { hasControlChars, printable } from '../src/base/util/text.js';
 import { formatService } from '../src/cli/commands.js';
 import { renderClustersText } from '../src/admin/clusters.js';
-import type { ClusterSnapshot } from '../src/upstream/types.js';
-import type { Service } from '../src/registry/registry.js';
+import type { ClusterSnapshot } from '../src/core/upstream/types.js';
+import type { Service } from '../src/engines/registry/registry.js';
 
 describe('registry rules', () => {
   it('every accepted address is exactly the host of http://host:port', () => {
@@ -134,11 +134,11 @@ describe('text output never holds a raw control character', () => {
 
 describe('the framework Service', () => {
   it('refuses to start under a name or address the registry would refuse, naming the field, and registers nothing', async () => {
-    const { Runtime } = await import('../src/runtime.js');
+    const { Runtime } = await import('../src/process/runtime.js');
     const { parseArgs } = await import('../src/cli/flags.js');
     const { optionsFromFlags } = await import('../src/cli/options.js');
-    const { Service: FrameworkService } = await import('../src/server/service.js');
-    const { RegistryValidationError } = await import('../src/registry/registry.js');
+    const { Service: FrameworkService } = await import('../src/framework/server/service.js');
+    const { RegistryValidationError } = await import('../src/engines/registry/registry.js');
     const runtime = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--admin_address=off', '--log_level=off']).config), { role: 'test' });
     try {
       await assert.rejects(new FrameworkService(runtime, { name: 'greeter\nforged' }).start(), (err: unknown) => {

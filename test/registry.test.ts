@@ -4,9 +4,9 @@ import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { registryContract, type RawRecord } from './registry-contract.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { LocalRegistry, LOCAL_DB_FILE } from '../src/registry/local/index.js';
-import { EtcdRegistry } from '../src/registry/etcd/index.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { LocalRegistry, LOCAL_DB_FILE } from '../src/engines/registry/local/index.js';
+import { EtcdRegistry } from '../src/engines/registry/etcd/index.js';
 import { engine, tempDir } from './helpers.js';
 
 /** JSON text for a stored column, or the value itself when it is already text (possibly not JSON). */

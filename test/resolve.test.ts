@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { resolveRpcPath, resolveProxyPath, resolveEventPath, toCamel } from '../src/handlers/resolve.js';
+import { resolveRpcPath, resolveProxyPath, resolveEventPath, toCamel } from '../src/edge/handlers/resolve.js';
 
 const ns = 'go.mesh.api';
 
@@ -47,7 +47,7 @@ test('event handler mapping', () => {
 });
 
 test('RpcPathResolver remembers answers, ignores the query, and stays bounded', async () => {
-  const { RpcPathResolver } = await import('../src/handlers/resolve.js');
+  const { RpcPathResolver } = await import('../src/edge/handlers/resolve.js');
   const r = new RpcPathResolver('go.mesh.srv', 2);
   const a = r.resolve('/foo/bar?x=1');
   assert.deepEqual(a, { service: 'go.mesh.srv.foo', method: 'Foo.Bar' });

@@ -7,10 +7,10 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { RE2JS } from 're2js';
-import { buildRoutes, RouteTable } from '../src/gateway/routes.js';
-import type { Service } from '../src/registry/registry.js';
-import { parseProxyConfig } from '../src/proxy/config.js';
-import { MAX_REGEX_PATH_LENGTH, MAX_REGEX_PROGRAM_SIZE, compilePathRegex, estimateProgramSize } from '../src/util/regex.js';
+import { buildRoutes, RouteTable } from '../src/fronts/gateway/routes.js';
+import type { Service } from '../src/engines/registry/registry.js';
+import { parseProxyConfig } from '../src/fronts/proxy/config.js';
+import { MAX_REGEX_PATH_LENGTH, MAX_REGEX_PROGRAM_SIZE, compilePathRegex, estimateProgramSize } from '../src/base/util/regex.js';
 
 /**
  * Generous: a quiet machine takes 10-30 ms for the worst of these, and a loaded 2-core CI machine

@@ -6,12 +6,12 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import { RegistryRouter } from '../src/gateway/router.js';
-import { RouteTable, buildRoutes, compilePath, splitList } from '../src/gateway/routes.js';
-import { MAX_REGEX_PATH_LENGTH } from '../src/util/regex.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { createRegistry } from '../src/registry/create.js';
-import type { Registry, Service } from '../src/registry/registry.js';
+import { RegistryRouter } from '../src/fronts/gateway/router.js';
+import { RouteTable, buildRoutes, compilePath, splitList } from '../src/fronts/gateway/routes.js';
+import { MAX_REGEX_PATH_LENGTH } from '../src/base/util/regex.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import type { Registry, Service } from '../src/engines/registry/registry.js';
 import { tempDir, waitFor } from './helpers.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, waitForRoutes, type PlainApp } from './fixtures/gateway-helpers.js';
 

@@ -7,11 +7,11 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { once } from 'node:events';
 import { request } from 'undici';
-import { Runtime } from '../src/runtime.js';
+import { Runtime } from '../src/process/runtime.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
-import { Service } from '../src/server/service.js';
-import { MeshError } from '../src/errors.js';
+import { Service } from '../src/framework/server/service.js';
+import { MeshError } from '../src/base/errors.js';
 import { freePort } from './helpers.js';
 
 function runtimeWith(...flags: string[]): Runtime {

@@ -6,10 +6,10 @@
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { HttpBroker } from '../src/broker/http/broker.js';
-import { LocalRegistry } from '../src/registry/local/index.js';
-import { Logging } from '../src/util/log.js';
-import type { Message } from '../src/broker/broker.js';
+import { HttpBroker } from '../src/engines/broker/http/broker.js';
+import { LocalRegistry } from '../src/engines/registry/local/index.js';
+import { Logging } from '../src/base/util/log.js';
+import type { Message } from '../src/engines/broker/broker.js';
 import { tempDir, waitFor } from './helpers.js';
 import { http, startSidecar, subscribe, type Subscriber } from './fixtures/sidecar-common.js';
 

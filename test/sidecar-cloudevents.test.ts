@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { PRINTED, http, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { refusedHandshake, startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
-import { messageCloudEvent } from '../src/handlers/cloudevents.js';
+import { messageCloudEvent } from '../src/edge/handlers/cloudevents.js';
 
 type Json = Record<string, any>;
 

@@ -9,9 +9,9 @@ import assert from 'node:assert/strict';
 import { runCli, tempDir, waitFor } from './helpers.js';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { createRegistry } from '../src/registry/create.js';
-import { LOCAL_DB_FILE } from '../src/registry/local/index.js';
-import { AppFlagError, appOptionsFromFlags, type AppFlags } from '../src/sidecar/health-checker.js';
+import { createRegistry } from '../src/engines/registry/create.js';
+import { LOCAL_DB_FILE } from '../src/engines/registry/local/index.js';
+import { AppFlagError, appOptionsFromFlags, type AppFlags } from '../src/fronts/sidecar/health-checker.js';
 import { http, startPlainApp, startSidecar, type PlainApp, type SidecarProcess } from './fixtures/sidecar-common.js';
 
 const INTERVAL = 300;

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { WebSocketServer, WebSocket } from 'ws';
 import { SidecarStreamCall, closeError } from '../src/cli/sidecar-stream.js';
-import { MeshError } from '../src/errors.js';
+import { MeshError } from '../src/base/errors.js';
 import { waitFor, waitForStill } from './helpers.js';
 
 const COUNT = 400;

@@ -201,7 +201,7 @@ describe('sidecar', () => {
     assert.equal(first!.Header['Content-Type'], 'application/x-www-form-urlencoded');
     assert.equal(first!.Header['Timestamp'], '1499951537');
     assert.equal(first!.Header['X-Custom'], 'yes');
-    assert.equal(first!.Header['X_trace.id'], '7', "names are canonical as Go writes them (src/transport/headers.ts)");
+    assert.equal(first!.Header['X_trace.id'], '7', "names are canonical as Go writes them (src/core/transport/headers.ts)");
     assert.equal(first!.Header['Authorization'], undefined, 'credentials are not forwarded to subscribers');
     assert.deepEqual([...Buffer.from(second!.Body, 'base64')], [0, 1, 2, 255]);
     assert.ok(Math.abs(Number(second!.Header['Timestamp']) - before1) <= 2);

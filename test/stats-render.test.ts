@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { engine, waitFor } from './helpers.js';
 import { startAdmin, get, STARTED_AT, type Running } from './admin-fixtures.js';
-import { StatsStore, extractTags } from '../src/stats/store.js';
+import { StatsStore, extractTags } from '../src/base/stats/store.js';
 import {
   escapeLabelValue,
   prometheusMetricName,
@@ -13,9 +13,9 @@ import {
   renderPrometheus,
   renderText,
   sanitizeName,
-} from '../src/stats/render.js';
-import { updateServerStats, versionNumber } from '../src/stats/server-stats.js';
-import { ProcessMetrics } from '../src/stats/process-metrics.js';
+} from '../src/base/stats/render.js';
+import { updateServerStats, versionNumber } from '../src/base/stats/server-stats.js';
+import { ProcessMetrics } from '../src/base/stats/process-metrics.js';
 
 /** The standard process families, sorted, as the Prometheus format shows them on Linux. */
 const PROCESS_FAMILIES: Array<[string, 'counter' | 'gauge']> = [

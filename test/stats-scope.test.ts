@@ -1,8 +1,8 @@
 /** Stats scopes: a scope's stats are the store's under the scope's prefix; declared families. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { StatsStore, declareStats } from '../src/stats/store.js';
-import { renderText } from '../src/stats/render.js';
+import { StatsStore, declareStats } from '../src/base/stats/store.js';
+import { renderText } from '../src/base/stats/render.js';
 
 test('a scope hands out the store stat named prefix + suffix, and scopes nest', () => {
   const store = new StatsStore();

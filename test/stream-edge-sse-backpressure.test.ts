@@ -6,7 +6,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { Mesh } from '../src/mesh.js';
+import { Mesh } from '../src/framework/mesh.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { optionsFromFlags } from '../src/cli/options.js';
 import { tempDir, waitForStill } from './helpers.js';

@@ -7,7 +7,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { Mesh, MeshError, type StreamContext } from '../src/index.js';
-import { encodeFrame, FrameDecoder } from '../src/transport/frames.js';
+import { encodeFrame, FrameDecoder } from '../src/core/transport/frames.js';
 import { http, waitFor, waitForStill } from './helpers.js';
 
 const quiet = { registry: 'memory', broker: 'memory', logLevel: 'off', drainDelay: 0, maxBodySize: 1024 } as const;

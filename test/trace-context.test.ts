@@ -7,14 +7,14 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatTraceparent, parseTraceparent, parseTracestate, TraceIds } from '../src/util/trace-context.js';
-import { Runtime } from '../src/runtime.js';
+import { formatTraceparent, parseTraceparent, parseTracestate, TraceIds } from '../src/base/util/trace-context.js';
+import { Runtime } from '../src/process/runtime.js';
 import { optionsFromFlags } from '../src/cli/options.js';
 import { parseArgs } from '../src/cli/flags.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { Gateway } from '../src/gateway/server.js';
-import { Sidecar } from '../src/sidecar/server.js';
-import type { Message } from '../src/broker/broker.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { Gateway } from '../src/fronts/gateway/server.js';
+import { Sidecar } from '../src/fronts/sidecar/server.js';
+import type { Message } from '../src/engines/broker/broker.js';
 import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { http, waitFor } from './helpers.js';
 

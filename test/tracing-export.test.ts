@@ -8,12 +8,12 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { Runtime } from '../src/runtime.js';
+import { Runtime } from '../src/process/runtime.js';
 import { optionsFromFlags } from '../src/cli/options.js';
 import { parseArgs } from '../src/cli/flags.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { Gateway } from '../src/gateway/server.js';
-import { Sidecar } from '../src/sidecar/server.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { Gateway } from '../src/fronts/gateway/server.js';
+import { Sidecar } from '../src/fronts/sidecar/server.js';
 import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { freePort, http, ROOT, startProcess, waitFor, type RunningProcess } from './helpers.js';
 

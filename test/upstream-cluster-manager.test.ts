@@ -1,10 +1,10 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { MeshError } from '../src/errors.js';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import type { Node, Registry, Service, WatchEvent } from '../src/registry/registry.js';
-import { HOST_APPLY_CHUNK, type ClusterManager, type ClusterManagerOptions } from '../src/upstream/cluster-manager.js';
-import type { AttemptOutcome, UpstreamLease } from '../src/upstream/types.js';
+import { MeshError } from '../src/base/errors.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import type { Node, Registry, Service, WatchEvent } from '../src/engines/registry/registry.js';
+import { HOST_APPLY_CHUNK, type ClusterManager, type ClusterManagerOptions } from '../src/core/upstream/cluster-manager.js';
+import type { AttemptOutcome, UpstreamLease } from '../src/core/upstream/types.js';
 import { freePort, waitFor } from './helpers.js';
 import { node, upstreamFixture } from './fixtures/upstream.js';
 

@@ -1,7 +1,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import type { ClusterManager, ClusterManagerOptions } from '../src/upstream/cluster-manager.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import type { ClusterManager, ClusterManagerOptions } from '../src/core/upstream/cluster-manager.js';
 import { waitFor } from './helpers.js';
 import { node, upstreamFixture } from './fixtures/upstream.js';
 

@@ -1,11 +1,11 @@
 /**
- * What a host closes with it (src/upstream/host.ts onClose): a gRPC channel made for the host is
+ * What a host closes with it (src/core/upstream/host.ts onClose): a gRPC channel made for the host is
  * closed once when the host leaves its cluster; one closed some other way is forgotten; a host
  * already closed keeps nothing. And connections reported from outside the pool count in cx_*.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Host, type HostSpec } from '../src/upstream/host.js';
+import { Host, type HostSpec } from '../src/core/upstream/host.js';
 
 const spec: HostSpec = { address: '127.0.0.1', port: 9, nodeId: 'n', hostname: 'n', metadata: {}, weight: 1, zone: '', region: '', canary: false };
 const pool = { connections: 1, connectTimeoutMs: 1000, keepAliveTimeoutMs: 1000 };

@@ -6,10 +6,10 @@ import {
   RoundRobinBalancer,
   candidates,
   type Balanceable,
-} from '../src/upstream/load-balancer.js';
-import { hostKey, parseWeight, specFromNode } from '../src/upstream/host.js';
-import { tryParseAddress } from '../src/util/address.js';
-import { resolveSettings } from '../src/upstream/config.js';
+} from '../src/core/upstream/load-balancer.js';
+import { hostKey, parseWeight, specFromNode } from '../src/core/upstream/host.js';
+import { tryParseAddress } from '../src/base/util/address.js';
+import { resolveSettings } from '../src/core/upstream/config.js';
 
 class H implements Balanceable {
   stats = { rq_active: 0 };

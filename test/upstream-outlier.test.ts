@@ -1,11 +1,11 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { MemoryRegistry } from '../src/registry/memory.js';
-import { StatsStore } from '../src/stats/store.js';
-import { DEFAULT_OUTLIER_DETECTION } from '../src/upstream/config.js';
-import { Host } from '../src/upstream/host.js';
-import { OutlierDetector } from '../src/upstream/outlier.js';
-import type { UpstreamLease } from '../src/upstream/types.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { DEFAULT_OUTLIER_DETECTION } from '../src/core/upstream/config.js';
+import { Host } from '../src/core/upstream/host.js';
+import { OutlierDetector } from '../src/core/upstream/outlier.js';
+import type { UpstreamLease } from '../src/core/upstream/types.js';
 import { waitFor } from './helpers.js';
 import { node, upstreamFixture } from './fixtures/upstream.js';
 

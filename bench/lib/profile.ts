@@ -61,7 +61,7 @@ function sourceMapFor(file: string): SourceMap | null {
   return maps.get(file)!;
 }
 
-/** "src/handlers/rpc.ts:42" for mesh code, "node:internal/… " or a package name otherwise. */
+/** "src/edge/handlers/rpc.ts:42" for mesh code, "node:internal/… " or a package name otherwise. */
 export function locate(frame: CallFrame, root: string): string {
   const url = frame.url;
   if (!url) return '(native)';

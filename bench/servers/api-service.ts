@@ -16,21 +16,21 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { API_SERVICE, BACKEND_SERVICE } from '../lib/payload.js';
 
-type Framework = typeof import('../../src/runtime.js') &
+type Framework = typeof import('../../src/process/runtime.js') &
   typeof import('../../src/cli/flags.js') &
   typeof import('../../src/cli/options.js') &
-  typeof import('../../src/server/service.js') &
-  typeof import('../../src/codec/api-proto.js');
+  typeof import('../../src/framework/server/service.js') &
+  typeof import('../../src/base/codec/api-proto.js');
 
 async function loadFramework(): Promise<Framework> {
   // BENCH_FRAMEWORK_SRC: another build's dist/src/ (the base build of an A/B run).
   const given = process.env.BENCH_FRAMEWORK_SRC;
   if (given && !existsSync(join(given, 'server', 'service.js'))) throw new Error(`BENCH_FRAMEWORK_SRC=${given}: no server/service.js there`);
   const dist = given ? pathToFileURL(join(given, '/')) : new URL('../../dist/src/', import.meta.url);
-  const base = existsSync(fileURLToPath(new URL('server/service.js', dist))) ? dist : new URL('../../src/', import.meta.url);
+  const base = existsSync(fileURLToPath(new URL('framework/server/service.js', dist))) ? dist : new URL('../../src/', import.meta.url);
   const ext = base === dist ? '.js' : '.ts';
   const load = (path: string) => import(new URL(path + ext, base).href) as Promise<Partial<Framework>>;
-  const parts = await Promise.all([load('runtime'), load('cli/flags'), load('cli/options'), load('server/service'), load('codec/api-proto')]);
+  const parts = await Promise.all([load('process/runtime'), load('cli/flags'), load('cli/options'), load('framework/server/service'), load('base/codec/api-proto')]);
   return Object.assign({}, ...parts) as Framework;
 }
 

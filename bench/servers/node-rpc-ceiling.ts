@@ -19,7 +19,7 @@ const EMPTY = Buffer.alloc(0);
 /**
  * BENCH_CEILING_MODE (for experiments): dispatch (default); request: Pool.request() and
  * `for await` over the answer; request-abort: the same plus an AbortController and a setTimeout
- * per request (the shape of src/transport/rpc.ts sendRpc); request-signal: the AbortController
+ * per request (the shape of src/core/transport/rpc.ts sendRpc); request-signal: the AbortController
  * only; request-timer: the timer only.
  */
 const MODE = process.env.BENCH_CEILING_MODE ?? 'dispatch';

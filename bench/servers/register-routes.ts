@@ -6,8 +6,8 @@
  * services and routes as JSON.
  * Usage: node --import tsx bench/servers/register-routes.ts DIR SERVICES ENDPOINTS BACKEND_PORT
  */
-import { LocalRegistry } from '../../src/registry/local/index.js';
-import type { Endpoint, Service } from '../../src/registry/registry.js';
+import { LocalRegistry } from '../../src/engines/registry/local/index.js';
+import type { Endpoint, Service } from '../../src/engines/registry/registry.js';
 
 const dir = process.argv[2]!;
 const services = Number(process.argv[3] ?? 1);

@@ -3,14 +3,14 @@
  * "Concurrency"): what the admin asks of the process that owns the workers, and how the workers'
  * /clusters views merge into one.
  */
-import type { StatsStore } from '../stats/store.js';
-import type { ProcessFamily } from '../stats/process-metrics.js';
-import type { ClusterManagerView, ClusterSnapshot, HostSnapshot } from '../upstream/types.js';
+import type { StatsStore } from '../base/stats/store.js';
+import type { ProcessFamily } from '../base/stats/process-metrics.js';
+import type { ClusterManagerView, ClusterSnapshot, HostSnapshot } from '../core/upstream/types.js';
 import type { CertificateInfo, RouteTableDump } from './context.js';
 
 /** The merged stats of every process. */
 export interface MergedStats {
-  /** A fresh store: every process's counters, gauges and histograms merged (src/stats/merge.ts). */
+  /** A fresh store: every process's counters, gauges and histograms merged (src/base/stats/merge.ts). */
   store: StatsStore;
   /** The process metrics of every process, merged. */
   processFamilies: ProcessFamily[];

@@ -9,7 +9,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { packageRoot } from '../util/package-root.js';
+import { packageRoot } from '../base/util/package-root.js';
 
 export type BuildStatus = 'Clean' | 'Modified';
 export type BuildType = 'RELEASE' | 'DEBUG';

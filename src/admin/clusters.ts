@@ -2,10 +2,10 @@
  * admin /clusters: the cluster manager's clusters and hosts, in Envoy's text layout (one
  * `::`-separated line per fact) and as JSON (`?format=json`). See docs/admin.md.
  */
-import { ChunkedText } from '../stats/render.js';
-import { printable } from '../util/text.js';
-import { formatAddress } from '../util/address.js';
-import type { CircuitBreakerThresholds, ClusterManagerView, ClusterSnapshot, HostSnapshot, HostStatsSnapshot } from '../upstream/types.js';
+import { ChunkedText } from '../base/stats/render.js';
+import { printable } from '../base/util/text.js';
+import { formatAddress } from '../base/util/address.js';
+import type { CircuitBreakerThresholds, ClusterManagerView, ClusterSnapshot, HostSnapshot, HostStatsSnapshot } from '../core/upstream/types.js';
 
 /** Host stats in the order Envoy prints them (counters and gauges merged, sorted by name). */
 const HOST_STATS: ReadonlyArray<keyof HostStatsSnapshot> = [

@@ -2,15 +2,15 @@
  * What the admin interface reads and drives: one process's stats, logging, cluster manager,
  * routes, certificates and server state. The runtime builds one AdminContext per process.
  */
-import type { ServerLimits } from '../http/lifecycle.js';
+import type { ServerLimits } from '../base/http/lifecycle.js';
 import { EventEmitter } from 'node:events';
-import type { StatsStore } from '../stats/store.js';
-import type { ServerStatsSource } from '../stats/server-stats.js';
-import type { Logging } from '../util/log.js';
-import type { ClusterManagerView } from '../upstream/types.js';
+import type { StatsStore } from '../base/stats/store.js';
+import type { ServerStatsSource } from '../base/stats/server-stats.js';
+import type { Logging } from '../base/util/log.js';
+import type { ClusterManagerView } from '../core/upstream/types.js';
 import { buildInfo, type BuildStatus, type BuildType } from './build-info.js';
 import type { CertificateInfo } from '../tls/certificate.js';
-import type { ProcessMetrics } from '../stats/process-metrics.js';
+import type { ProcessMetrics } from '../base/stats/process-metrics.js';
 import type { AdminAggregate } from './aggregate.js';
 
 // Certificates are the TLS layer's (src/tls/certificate.ts); re-exported for the admin API.

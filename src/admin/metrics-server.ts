@@ -5,10 +5,10 @@
  * that changes state. Exact answers are in docs/admin.md ("Metrics listener").
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { renderPrometheus, PROMETHEUS_CONTENT_TYPE } from '../stats/render.js';
-import type { ProcessMetrics } from '../stats/process-metrics.js';
-import { httpServerOptions, listenOn } from '../http/lifecycle.js';
-import { formatAddress, parseAddress, type HostPort } from '../util/address.js';
+import { renderPrometheus, PROMETHEUS_CONTENT_TYPE } from '../base/stats/render.js';
+import type { ProcessMetrics } from '../base/stats/process-metrics.js';
+import { httpServerOptions, listenOn } from '../base/http/lifecycle.js';
+import { formatAddress, parseAddress, type HostPort } from '../base/util/address.js';
 import { refreshServerStats, TEXT } from './server.js';
 import type { AdminContext } from './context.js';
 

@@ -7,21 +7,21 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { isIP } from 'node:net';
 import { tmpdir } from 'node:os';
-import { LEVELS, SUBSYSTEMS, isLevel, type Subsystem } from '../util/log.js';
-import { renderJson, renderPrometheus, renderText, PROMETHEUS_CONTENT_TYPE } from '../stats/render.js';
-import { updateServerStats } from '../stats/server-stats.js';
-import { ProcessMetrics } from '../stats/process-metrics.js';
+import { LEVELS, SUBSYSTEMS, isLevel, type Subsystem } from '../base/util/log.js';
+import { renderJson, renderPrometheus, renderText, PROMETHEUS_CONTENT_TYPE } from '../base/stats/render.js';
+import { updateServerStats } from '../base/stats/server-stats.js';
+import { ProcessMetrics } from '../base/stats/process-metrics.js';
 import type { AdminContext, RouteTableDump } from './context.js';
 import { parseQuery, type Query } from './query.js';
-import { httpServerOptions, listenOn } from '../http/lifecycle.js';
+import { httpServerOptions, listenOn } from '../base/http/lifecycle.js';
 import { renderClustersJson, renderClustersText } from './clusters.js';
 import { renderCerts, secondsUntilFirstExpiring } from './certs.js';
 import { CpuProfiler } from './profiler.js';
 import { hotRestartVersion } from './build-info.js';
-import { ALLOWED_HOSTS_FLAG, HostCheck } from '../http/host-check.js';
-import { HTTP_LIFECYCLE_STATS, httpStatPrefix } from '../http/stats.js';
-import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } from '../util/address.js';
-import { compileSearchRegex, type SearchRegex } from '../util/regex.js';
+import { ALLOWED_HOSTS_FLAG, HostCheck } from '../base/http/host-check.js';
+import { HTTP_LIFECYCLE_STATS, httpStatPrefix } from '../base/http/stats.js';
+import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } from '../base/util/address.js';
+import { compileSearchRegex, type SearchRegex } from '../base/util/regex.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
 /** Counts requests refused by the Host check. */
@@ -79,7 +79,7 @@ export const ROUTES_USAGE =
 
 /**
  * --admin_address / admin.address: `host:port`, `[v6]:port` or `:port` (every interface), as every
- * address (src/util/address.ts); the defaults name 127.0.0.1 explicitly.
+ * address (src/base/util/address.ts); the defaults name 127.0.0.1 explicitly.
  */
 export function parseAdminAddress(address: string): HostPort {
   return parseAddress(address, { what: 'admin address' });
@@ -429,7 +429,7 @@ export class AdminServer {
 
   /**
    * A `filter=` regex, compiled by the linear-time engine (RE2 syntax, bounded length and size:
-   * src/util/regex.ts), or why it is refused. Cached (at most 64, then emptied).
+   * src/base/util/regex.ts), or why it is refused. Cached (at most 64, then emptied).
    */
   private filterRegex(source: string): SearchRegex | Error {
     let re = this.regexCache.get(source);

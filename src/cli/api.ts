@@ -1,11 +1,11 @@
 /** `mesh api`: the API gateway (docs/gateway.md). */
 import { FlagError, type ParsedArgs } from './flags.js';
-import { Runtime } from '../runtime.js';
-import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '../gateway/server.js';
+import { Runtime } from '../process/runtime.js';
+import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '../fronts/gateway/server.js';
 import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
-import { formatAddress } from '../util/address.js';
+import { formatAddress } from '../base/util/address.js';
 import { checkAuthFlags, startAuth } from './auth-flags.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 

@@ -4,8 +4,8 @@
  * process's EdgeAuth: listed by admin /auth_rules, reloaded on SIGHUP.
  */
 import { FlagError, type Config } from './flags.js';
-import type { Runtime } from '../runtime.js';
-import { AuthSetupError, EdgeAuth, readAuthSetup, type AuthSetup } from '../auth/edge.js';
+import type { Runtime } from '../process/runtime.js';
+import { AuthSetupError, EdgeAuth, readAuthSetup, type AuthSetup } from '../edge/auth/edge.js';
 
 export function checkAuthFlags(config: Config): AuthSetup | undefined {
   try {

@@ -4,11 +4,11 @@
  * read from stdin, one JSON message a non-empty line, and stdin's end ends the client's side.
  * SIGINT cancels the stream (the server is told) and exits 130.
  */
-import type { StreamKind } from '../transport/frames.js';
+import type { StreamKind } from '../core/transport/frames.js';
 import type { Operations } from './operations.js';
 import { FlagError } from './flags.js';
-import { parseJson, stringifyJson } from '../codec/json.js';
-import { printable } from '../util/text.js';
+import { parseJson, stringifyJson } from '../base/codec/json.js';
+import { printable } from '../base/util/text.js';
 
 /** Exit code of a stream cancelled by Ctrl-C (128 + SIGINT). */
 export const INTERRUPTED_EXIT = 130;

@@ -2,14 +2,14 @@
 import type { Config } from './flags.js';
 import { FlagError } from './flags.js';
 import { DirectOperations, SidecarOperations, type Operations } from './operations.js';
-import { parseJson, stringifyJson, JsonSyntaxError } from '../codec/json.js';
-import { serviceFromInput } from '../registry/input.js';
-import { RegistryValidationError, type Service } from '../registry/registry.js';
-import { ERROR_IDS, MeshError } from '../errors.js';
-import { printable } from '../util/text.js';
-import { formatAddress } from '../util/address.js';
-import { messageId } from '../broker/durable.js';
-import { endpointNameProblem } from '../transport/endpoint.js';
+import { parseJson, stringifyJson, JsonSyntaxError } from '../base/codec/json.js';
+import { serviceFromInput } from '../engines/registry/input.js';
+import { RegistryValidationError, type Service } from '../engines/registry/registry.js';
+import { ERROR_IDS, MeshError } from '../base/errors.js';
+import { printable } from '../base/util/text.js';
+import { formatAddress } from '../base/util/address.js';
+import { messageId } from '../engines/broker/durable.js';
+import { endpointNameProblem } from '../core/transport/endpoint.js';
 
 export interface Output {
   out: (text: string) => void;

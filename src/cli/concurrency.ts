@@ -5,7 +5,7 @@
  * started from the same command line, sharing the listening port (the primary accepts the
  * connections and hands them out round-robin, node's default on Linux). The primary serves the
  * one admin interface (and --metrics_address): it asks every worker for a snapshot of its stats,
- * clusters, certificates and routes over IPC and merges them (src/stats/merge.ts,
+ * clusters, certificates and routes over IPC and merges them (src/base/stats/merge.ts,
  * src/admin/aggregate.ts); /healthcheck/fail and /healthcheck/ok, /reset_counters, /logging,
  * /quitquitquit and SIGTERM reach every worker. A worker that dies is started again after a
  * backoff and counted in `server.worker_restarts`.
@@ -13,18 +13,18 @@
 import cluster, { type Worker } from 'node:cluster';
 import { FlagError, type Config } from './flags.js';
 import { optionsFromFlags } from './options.js';
-import type { ResolvedOptions } from '../options.js';
-import { exitCodeOf, type Runtime } from '../runtime.js';
-import { Logging, parseLevel, type Subsystem } from '../util/log.js';
-import { StatsStore } from '../stats/store.js';
-import { ProcessMetrics, type ProcessFamily } from '../stats/process-metrics.js';
-import { mergeProcessFamilies, mergeSnapshots, snapshotStore, type StoreSnapshot } from '../stats/merge.js';
+import type { ResolvedOptions } from '../process/options.js';
+import { exitCodeOf, type Runtime } from '../process/runtime.js';
+import { Logging, parseLevel, type Subsystem } from '../base/util/log.js';
+import { StatsStore } from '../base/stats/store.js';
+import { ProcessMetrics, type ProcessFamily } from '../base/stats/process-metrics.js';
+import { mergeProcessFamilies, mergeSnapshots, snapshotStore, type StoreSnapshot } from '../base/stats/merge.js';
 import { AdminServer, refreshServerStats } from '../admin/server.js';
 import { MetricsServer } from '../admin/metrics-server.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin/context.js';
 import { clusterView, mergeClusterViews, type AdminAggregate, type ClusterViewSnapshot, type MergedStats } from '../admin/aggregate.js';
-import { serverLimits } from '../http/lifecycle.js';
-import { errorMessage } from '../util/option-error.js';
+import { serverLimits } from '../base/http/lifecycle.js';
+import { errorMessage } from '../base/util/option-error.js';
 
 /** Set in a worker's environment: its index (0..N-1), kept across restarts. */
 export const WORKER_ENV = 'MESH_CONCURRENCY_WORKER';

@@ -2,12 +2,12 @@
 import { tlsEnabled } from '../tls/index.js';
 import type { ParsedArgs } from './flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
-import { Mesh } from '../mesh.js';
+import { Mesh } from '../framework/mesh.js';
 import { greeterApi, greeterBackend } from '../demo/greeter.js';
-import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../gateway/server.js';
+import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../fronts/gateway/server.js';
 import { checkGatewayFlags } from './api.js';
-import { Sidecar, SIDECAR_NAMESPACE } from '../sidecar/server.js';
-import { formatAddress, isWildcard } from '../util/address.js';
+import { Sidecar, SIDECAR_NAMESPACE } from '../fronts/sidecar/server.js';
+import { formatAddress, isWildcard } from '../base/util/address.js';
 
 export async function runDev(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);

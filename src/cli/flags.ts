@@ -4,13 +4,13 @@
  * A bad value is an error naming the flag (exit 2), never ignored.
  */
 import { availableParallelism } from 'node:os';
-import { parseDuration, parseSize } from '../util/duration.js';
-import { parseLevel } from '../util/levels.js';
-import { parseRate } from '../http/rate-limit.js';
-import { VALUE_CHECKS } from '../options.js';
-import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../options/schema.js';
+import { parseDuration, parseSize } from '../base/util/duration.js';
+import { parseLevel } from '../base/util/levels.js';
+import { parseRate } from '../base/http/rate-limit.js';
+import { VALUE_CHECKS } from '../process/options.js';
+import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../base/options/schema.js';
 
-/** The flags: the option schema (src/options/schema.ts), by schema key. */
+/** The flags: the option schema (src/base/options/schema.ts), by schema key. */
 export const FLAG_SPECS = OPTIONS;
 type FlagSpec = OptionSpec;
 
@@ -285,7 +285,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
       throw new FlagError(`invalid value "${shownValue}" for ${flagLabel(name, fromEnv.has(name))}: ${(err as Error).message}`);
     }
   };
-  // The checks shared with the library (VALUE_CHECKS, src/options.ts), in the order of the flag's refusals.
+  // The checks shared with the library (VALUE_CHECKS, src/process/options.ts), in the order of the flag's refusals.
   check('admin_allowed_hosts', () => (config.admin_allowed_hosts = VALUE_CHECKS.admin_allowed_hosts(config.admin_allowed_hosts as string[])), (config.admin_allowed_hosts as string[]).join(','));
   check('metrics_address', () => VALUE_CHECKS.metrics_address(config.metrics_address as string));
   check('concurrency', () => (config.concurrency = parseConcurrency(config.concurrency as string)));

@@ -4,7 +4,7 @@
  * only flags.ts, so help never loads the runtime.
  */
 import { COMMAND_NAMES, FLAG_GROUPS, FLAG_SPECS, flagHelp, type CommandName, type FlagGroup } from './flags.js';
-import type { OptionSpec } from '../options/schema.js';
+import type { OptionSpec } from '../base/options/schema.js';
 
 export interface CommandInfo {
   name: CommandName;

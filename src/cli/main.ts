@@ -8,7 +8,7 @@ import { parseArgs, FlagError, attributeFlagError, didYouMean, type ParsedArgs }
 import { COMMANDS, allFlagsHelp, commandHelp, findCommand, mainHelp } from './help.js';
 import { packageVersion } from '../admin/build-info.js';
 import { cliOutput, type CliOutput } from './output.js';
-import { errorMessage } from '../util/option-error.js';
+import { errorMessage } from '../base/util/option-error.js';
 
 export type CommandRunner = (args: ParsedArgs) => Promise<number>;
 
@@ -101,7 +101,7 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       err(`mesh: ${attributeFlagError(e.message, args.fromEnv)}\n`);
       return 2;
     }
-    const { MeshError } = await import('../errors.js');
+    const { MeshError } = await import('../base/errors.js');
     if (e instanceof MeshError) {
       err(args.config.output === 'json' ? e.toBody() + '\n' : `mesh: ${e.detail} (${e.code} ${e.statusText})\n`);
       return 1;

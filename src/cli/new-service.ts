@@ -6,9 +6,9 @@
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync, rmSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
-import { serviceNameProblem } from '../registry/validate.js';
+import { serviceNameProblem } from '../engines/registry/validate.js';
 import { packageVersion } from '../admin/build-info.js';
-import { packageRoot } from '../util/package-root.js';
+import { packageRoot } from '../base/util/package-root.js';
 import { FlagError } from './flags.js';
 import { serviceFiles } from './templates/service.js';
 

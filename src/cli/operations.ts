@@ -6,15 +6,15 @@
 import { request } from 'undici';
 import WebSocket from 'ws';
 import type { Config } from './flags.js';
-import { cancelledError, DEFAULT_MAX_MESSAGE_BYTES, type StreamCall, type StreamOpenOptions } from '../client/stream.js';
+import { cancelledError, DEFAULT_MAX_MESSAGE_BYTES, type StreamCall, type StreamOpenOptions } from '../core/client/stream.js';
 import { SidecarStreamCall } from './sidecar-stream.js';
-import { HEADER_ID, HEADER_TIMEOUT } from '../transport/headers.js';
+import { HEADER_ID, HEADER_TIMEOUT } from '../core/transport/headers.js';
 import { optionsFromFlags } from './options.js';
-import { Runtime } from '../runtime.js';
-import { mergeVersions, type Service } from '../registry/registry.js';
-import { ERROR_IDS, MeshError, parseErrorBody } from '../errors.js';
-import { parseJson } from '../codec/json.js';
-import type { ConsumerInfo } from '../broker/durable.js';
+import { Runtime } from '../process/runtime.js';
+import { mergeVersions, type Service } from '../engines/registry/registry.js';
+import { ERROR_IDS, MeshError, parseErrorBody } from '../base/errors.js';
+import { parseJson } from '../base/codec/json.js';
+import type { ConsumerInfo } from '../engines/broker/durable.js';
 
 export interface ReceivedMessage {
   header: Record<string, string>;

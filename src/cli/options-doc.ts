@@ -3,7 +3,7 @@
  * sits between `<!-- options:begin group=GROUP -->` (or `api` for the library's options) and
  * `<!-- options:end -->`, and test/options-docs.test.ts fails when one is out of date.
  */
-import { OPTION_GROUPS, apiName, envName, optionEntries, type OptionGroup, type OptionSpec } from '../options/schema.js';
+import { OPTION_GROUPS, apiName, envName, optionEntries, type OptionGroup, type OptionSpec } from '../base/options/schema.js';
 
 const BEGIN = /<!-- options:begin (group=([a-z]+)|api) -->\n[\s\S]*?<!-- options:end -->/g;
 

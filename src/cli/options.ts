@@ -4,9 +4,9 @@
  * commands and runService build their runtime from optionsFromFlags().
  */
 import type { Config } from './flags.js';
-import { OptionsError, resolveOptions, type MeshOptions, type ResolvedOptions } from '../options.js';
-import { frontRateLimit, type FrontRateLimit } from '../http/rate-limit.js';
-import { apiName, keyOfApiName, optionEntries } from '../options/schema.js';
+import { OptionsError, resolveOptions, type MeshOptions, type ResolvedOptions } from '../process/options.js';
+import { frontRateLimit, type FrontRateLimit } from '../base/http/rate-limit.js';
+import { apiName, keyOfApiName, optionEntries } from '../base/options/schema.js';
 
 /** The flag of an option: `clientRequestTimeout` → `--client_request_timeout`. */
 export function flagOf(option: string): string {

@@ -1,12 +1,12 @@
-/** `mesh proxy -c FILE`: the stand-alone L7 proxy (docs/proxy.md, src/proxy/). */
+/** `mesh proxy -c FILE`: the stand-alone L7 proxy (docs/proxy.md, src/fronts/proxy/). */
 import { FlagError, type ParsedArgs } from './flags.js';
-import { Runtime } from '../runtime.js';
+import { Runtime } from '../process/runtime.js';
 import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
-import { formatAddress } from '../util/address.js';
+import { formatAddress } from '../base/util/address.js';
 import { optionsFromFlags } from './options.js';
-import { loadProxyConfig, PROXY_ADMIN_ADDRESS } from '../proxy/config.js';
-import { Proxy } from '../proxy/server.js';
+import { loadProxyConfig, PROXY_ADMIN_ADDRESS } from '../fronts/proxy/config.js';
+import { Proxy } from '../fronts/proxy/server.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 
 export async function runProxy(args: ParsedArgs): Promise<number> {

@@ -6,9 +6,9 @@
  */
 import { parseArgs, FlagError } from './flags.js';
 import { optionsFromFlags } from './options.js';
-import { Mesh } from '../mesh.js';
-import { formatAddress } from '../util/address.js';
-import { errorMessage } from '../util/option-error.js';
+import { Mesh } from '../framework/mesh.js';
+import { formatAddress } from '../base/util/address.js';
+import { errorMessage } from '../base/util/option-error.js';
 
 /** Services share one machine, so their admin interfaces take a free port unless told otherwise. */
 export const SERVICE_ADMIN_ADDRESS = '127.0.0.1:0';

@@ -12,10 +12,10 @@
  * the sidecar's call of the backend.
  */
 import WebSocket from 'ws';
-import { ERROR_IDS, MeshError } from '../errors.js';
-import { cancelledError, RECEIVE_HIGH_WATER, SEND_HIGH_WATER, type StreamCall } from '../client/stream.js';
-import type { StreamKind } from '../transport/frames.js';
-import { SIDECAR_ERROR_ID } from '../sidecar/server.js';
+import { ERROR_IDS, MeshError } from '../base/errors.js';
+import { cancelledError, RECEIVE_HIGH_WATER, SEND_HIGH_WATER, type StreamCall } from '../core/client/stream.js';
+import type { StreamKind } from '../core/transport/frames.js';
+import { SIDECAR_ERROR_ID } from '../fronts/sidecar/server.js';
 
 const CLI_ID = ERROR_IDS.cli;
 

@@ -1,13 +1,13 @@
-/** `mesh sidecar`: see docs/sidecar.md and src/sidecar/server.ts. */
+/** `mesh sidecar`: see docs/sidecar.md and src/fronts/sidecar/server.ts. */
 import { FlagError, type ParsedArgs } from './flags.js';
-import { Runtime } from '../runtime.js';
-import { formatAddress, parseAddress } from '../util/address.js';
+import { Runtime } from '../process/runtime.js';
+import { formatAddress, parseAddress } from '../base/util/address.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { checkAuthFlags, startAuth } from './auth-flags.js';
-import { AppFlagError, appOptionsFromFlags } from '../sidecar/health-checker.js';
-import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../sidecar/server.js';
+import { AppFlagError, appOptionsFromFlags } from '../fronts/sidecar/health-checker.js';
+import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../fronts/sidecar/server.js';
 
 export async function runSidecar(args: ParsedArgs): Promise<number> {
   const config = args.config;

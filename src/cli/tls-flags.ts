@@ -1,11 +1,11 @@
 /** The TLS and ACME flag checks of the server commands (api, sidecar, proxy): exit 2 naming the flag. */
 import { FlagError, type Config } from './flags.js';
-import { checkAcme } from '../options.js';
-import { errorMessage } from '../util/option-error.js';
+import { checkAcme } from '../process/options.js';
+import { errorMessage } from '../base/util/option-error.js';
 
 /**
  * Flag checks done before anything starts (exit 2 naming the flag): the library's ACME checks
- * (checkAcme, src/options.ts), printed as flags. File problems are found when the provider is
+ * (checkAcme, src/process/options.ts), printed as flags. File problems are found when the provider is
  * built (exit 1 naming the file).
  */
 export function checkTlsFlags(config: Config): void {

@@ -14,7 +14,7 @@ import { basename, dirname, resolve } from 'node:path';
 import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Logger } from 'pino';
 import type { CertificateInfo } from './certificate.js';
-import type { StatsStore } from '../stats/store.js';
+import type { StatsStore } from '../base/stats/store.js';
 import { loadPair, type LoadedPair } from './files.js';
 import type { TlsProvider } from './provider.js';
 

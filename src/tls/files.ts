@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { X509Certificate, createPrivateKey, type KeyObject } from 'node:crypto';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import { certificateInfoFromPem, type CertificateInfo } from './certificate.js';
-import { OptionError } from '../util/option-error.js';
+import { OptionError } from '../base/util/option-error.js';
 
 export interface TlsPair {
   cert: Buffer;

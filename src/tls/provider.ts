@@ -1,5 +1,5 @@
 /**
- * What a front end (src/http/front-server.ts) needs from whoever supplies its certificates:
+ * What a front end (src/edge/front-server.ts) needs from whoever supplies its certificates:
  * files (src/tls/file-store.ts) or ACME (src/tls/acme/provider.ts). One provider per process, shared
  * by every HTTPS listener of that process (`mesh dev` has two).
  */

@@ -1,18 +1,18 @@
 /**
- * Property tests: broker frames. The sidecar's publish input (src/sidecar/broker-api.ts: header
+ * Property tests: broker frames. The sidecar's publish input (src/fronts/sidecar/broker-api.ts: header
  * names, the publish header with its Timestamp, the frame's JSON) and the http broker's header
- * encoding (src/broker/http/wire.ts: Mesh-Broker-Header values, address splitting). Read-only use of
+ * encoding (src/engines/broker/http/wire.ts: Mesh-Broker-Header values, address splitting). Read-only use of
  * their exported functions.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import fc from 'fast-check';
-import { MeshError } from '../../src/errors.js';
-import { canonicalHeaderMap, publishHeader } from '../../src/sidecar/broker-api.js';
-import { canonicalHeaderKey } from '../../src/transport/headers.js';
-import { decodeHeader, encodeHeader } from '../../src/broker/http/wire.js';
-import { parseAddress } from '../../src/util/address.js';
+import { MeshError } from '../../src/base/errors.js';
+import { canonicalHeaderMap, publishHeader } from '../../src/fronts/sidecar/broker-api.js';
+import { canonicalHeaderKey } from '../../src/core/transport/headers.js';
+import { decodeHeader, encodeHeader } from '../../src/engines/broker/http/wire.js';
+import { parseAddress } from '../../src/base/util/address.js';
 
 const headerName = fc.oneof(fc.stringMatching(/^[a-zA-Z0-9-]{1,12}$/), fc.string({ maxLength: 8 }), fc.constantFrom('timestamp', 'Timestamp', 'connection', 'authorization', 'cookie', 'x-a', 'X-A', '__proto__', 'content-type'));
 const headerValue = fc.oneof(fc.string({ maxLength: 16 }), fc.string({ unit: 'binary', maxLength: 8 }), fc.array(fc.string({ maxLength: 5 }), { maxLength: 3 }));

@@ -1,8 +1,8 @@
-/** Property tests: durations and sizes (src/util/duration.ts). */
+/** Property tests: durations and sizes (src/base/util/duration.ts). */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { formatDuration, MAX_DURATION_MS, parseDuration, parseSize } from '../../src/util/duration.js';
+import { formatDuration, MAX_DURATION_MS, parseDuration, parseSize } from '../../src/base/util/duration.js';
 
 /** A plain Error (never a TypeError or a RangeError) that quotes the input. */
 function clearError(fn: () => unknown, what: RegExp): boolean {

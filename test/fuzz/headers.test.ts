@@ -1,8 +1,8 @@
-/** Property tests: wire headers (src/transport/headers.ts). */
+/** Property tests: wire headers (src/core/transport/headers.ts). */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { connectionNamed, endToEndHeaders, isHopByHop, rawNameIs, HEADER_ENDPOINT, HEADER_SERVICE, HEADER_TIMEOUT } from '../../src/transport/headers.js';
+import { connectionNamed, endToEndHeaders, isHopByHop, rawNameIs, HEADER_ENDPOINT, HEADER_SERVICE, HEADER_TIMEOUT } from '../../src/core/transport/headers.js';
 
 const name = fc.oneof(
   fc.constantFrom('connection', 'keep-alive', 'te', 'host', 'content-length', 'content-type', 'x-a', 'x-b', HEADER_SERVICE, HEADER_ENDPOINT, HEADER_TIMEOUT, '__proto__', 'constructor', 'toString'),

@@ -1,10 +1,10 @@
-/** Property tests: JSON bodies (src/codec/json.ts), deep nesting included. */
+/** Property tests: JSON bodies (src/base/codec/json.ts), deep nesting included. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { JsonDepthError, MAX_JSON_DEPTH, jsonNestingExceeds, parseJson, stringifyJson } from '../../src/codec/json.js';
-import { parseRpcCall } from '../../src/handlers/rpc-endpoint.js';
-import { MeshError } from '../../src/errors.js';
+import { JsonDepthError, MAX_JSON_DEPTH, jsonNestingExceeds, parseJson, stringifyJson } from '../../src/base/codec/json.js';
+import { parseRpcCall } from '../../src/edge/handlers/rpc-endpoint.js';
+import { MeshError } from '../../src/base/errors.js';
 
 /** The real nesting depth of a parsed value, iteratively. */
 function depthOf(value: unknown): number {

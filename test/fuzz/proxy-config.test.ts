@@ -1,5 +1,5 @@
 /**
- * Property tests: the `mesh proxy` config file (src/proxy/config.ts). Random YAML and JSON, and
+ * Property tests: the `mesh proxy` config file (src/fronts/proxy/config.ts). Random YAML and JSON, and
  * random objects shaped like a config, give either a config or a ProxyConfigError naming the
  * file; never a TypeError or another crash.
  */
@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { stringify } from 'yaml';
-import { parseProxyConfig, ProxyConfigError } from '../../src/proxy/config.js';
+import { parseProxyConfig, ProxyConfigError } from '../../src/fronts/proxy/config.js';
 
 function check(text: string): void {
   try {

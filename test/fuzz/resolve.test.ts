@@ -1,8 +1,8 @@
-/** Property tests: the path resolver of the gateway and the sidecar (src/handlers/resolve.ts). */
+/** Property tests: the path resolver of the gateway and the sidecar (src/edge/handlers/resolve.ts). */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, pathSegments } from '../../src/handlers/resolve.js';
+import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, pathSegments } from '../../src/edge/handlers/resolve.js';
 
 const NS = 'go.mesh.api';
 const segment = fc.oneof(fc.stringMatching(/^[a-z][a-z0-9-]{0,6}$/), fc.constantFrom('v1', 'v22', '', '-', 'a--b', 'é', '%2F', '..', 'a b', '_x'));

@@ -8,9 +8,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { buildRoutes, compilePath, RouteTable, splitList } from '../../src/gateway/routes.js';
-import type { Service } from '../../src/registry/registry.js';
-import { compilePathRegex, MAX_REGEX_PATH_LENGTH } from '../../src/util/regex.js';
+import { buildRoutes, compilePath, RouteTable, splitList } from '../../src/fronts/gateway/routes.js';
+import type { Service } from '../../src/engines/registry/registry.js';
+import { compilePathRegex, MAX_REGEX_PATH_LENGTH } from '../../src/base/util/regex.js';
 
 /** Pieces of regexes and paths, evil ones included. */
 const REGEX_TOKENS = ['a', 'b', '/', '.', '\\d', '\\w', '\\s', '[a-z]', '[^/]', '(', ')', '(?:', '|', '*', '+', '?', '{2}', '{1,3}', '{2,}', '^', '$', '\\1', '(?=', '(?<n>', '[', ']', '\\', '-', '{', '}', ','];

@@ -1,5 +1,5 @@
 /**
- * The admin's `/stats?filter=` regex runs on the linear-time engine (RE2, src/util/regex.ts): a
+ * The admin's `/stats?filter=` regex runs on the linear-time engine (RE2, src/base/util/regex.ts): a
  * pattern that makes a backtracking engine run for ever answers at once, and the process keeps
  * serving its data plane and its admin meanwhile. A pattern the engine refuses (too long, too
  * large once expanded, backreferences, lookaround) is a 400 that says why. Against a real

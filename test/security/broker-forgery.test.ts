@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { chmodSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { LocalRegistry } from '../../src/registry/local/index.js';
+import { LocalRegistry } from '../../src/engines/registry/local/index.js';
 import { ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
 import { http, startSidecar, subscribe, type SidecarProcess, type Subscriber } from '../fixtures/sidecar-common.js';
 

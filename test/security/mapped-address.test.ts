@@ -7,9 +7,9 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRegistry } from '../../src/registry/create.js';
-import type { Registry } from '../../src/registry/registry.js';
-import { SelfAddresses } from '../../src/upstream/self-guard.js';
+import { createRegistry } from '../../src/engines/registry/create.js';
+import type { Registry } from '../../src/engines/registry/registry.js';
+import { SelfAddresses } from '../../src/core/upstream/self-guard.js';
 import { tempDir } from '../helpers.js';
 import { http, startGatewayProcess, type GatewayProcess } from '../fixtures/gateway-helpers.js';
 

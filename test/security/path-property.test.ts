@@ -1,7 +1,7 @@
 /**
  * Property test: the auth rules and a decoding backend read the same path. For generated paths
  * (percent-encodings of any byte in either case, dot segments plain and encoded, `;`, mixed case,
- * doubled slashes, backslashes, broken escapes), the front ends' normalizer (src/http/path.ts)
+ * doubled slashes, backslashes, broken escapes), the front ends' normalizer (src/base/http/path.ts)
  * either refuses the path, or the rule that matches the normalized path is the rule that matches
  * the path a fully decoding backend routes on: WSGI's PATH_INFO (every escape decoded, dot
  * segments removed), for the path as sent and for the path as forwarded, and a Spring/Tomcat-like
@@ -11,9 +11,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { normalizePath } from '../../src/http/path.js';
-import { parseTarget } from '../../src/http/target.js';
-import { parseRules, ruleMatches } from '../../src/auth/rules.js';
+import { normalizePath } from '../../src/base/http/path.js';
+import { parseTarget } from '../../src/base/http/target.js';
+import { parseRules, ruleMatches } from '../../src/edge/auth/rules.js';
 import { springPath, wsgiPath } from '../fixtures/decoding-backend.js';
 
 /** The rules file, and for each rule the prefix a backend compares (bytes, one character each) and whether case is ignored. */

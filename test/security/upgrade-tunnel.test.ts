@@ -18,8 +18,8 @@ import { createServer as createNetServer, type AddressInfo, type Socket } from '
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import { createRegistry } from '../../src/registry/create.js';
-import type { Registry } from '../../src/registry/registry.js';
+import { createRegistry } from '../../src/engines/registry/create.js';
+import type { Registry } from '../../src/engines/registry/registry.js';
 import { freePort, http, listenLoopback, PRINTED, rawHttp, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
 import { registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from '../fixtures/gateway-helpers.js';
 import { startSidecar, type SidecarProcess } from '../fixtures/sidecar-common.js';

@@ -6,9 +6,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { formatAddress, parseAddress } from '../../util/address.js';
+import { formatAddress, parseAddress } from '../../base/util/address.js';
 import { normalizeHost } from './hosts.js';
-import { OptionError } from '../../util/option-error.js';
+import { OptionError } from '../../base/util/option-error.js';
 
 export const CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
 

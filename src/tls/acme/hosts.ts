@@ -1,6 +1,6 @@
 /** The ACME allow-list (`--acme_hosts`): host-name checks and normalisation. */
 import { isIP } from 'node:net';
-import { OptionError } from '../../util/option-error.js';
+import { OptionError } from '../../base/util/option-error.js';
 
 /** Lower case, without a trailing dot: how names are compared and cached. */
 export function normalizeHost(name: string): string {

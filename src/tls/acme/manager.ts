@@ -14,7 +14,7 @@
  */
 import type { SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import type { Counter, StatsStore } from '../../stats/store.js';
+import type { Counter, StatsStore } from '../../base/stats/store.js';
 import type { CertificateInfo } from '../certificate.js';
 import { checkPair } from '../files.js';
 import type { AcmeCache } from './cache.js';

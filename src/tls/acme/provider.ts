@@ -6,7 +6,7 @@
 import type { AddressInfo } from 'node:net';
 import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Logger } from 'pino';
-import type { StatsStore } from '../../stats/store.js';
+import type { StatsStore } from '../../base/stats/store.js';
 import type { CertificateInfo } from '../certificate.js';
 import type { TlsProvider } from '../provider.js';
 import { AcmeCache } from './cache.js';

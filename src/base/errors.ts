@@ -1,0 +1,151 @@
+/**
+ * The one error shape used on every wire: gateway, sidecar, client and RPC backends.
+ * Key order is part of the contract: {"id","code","detail","status"}.
+ */
+import { STATUS_CODES } from 'node:http';
+
+/**
+ * The catalogue of error ids: the `id` of every error JSON the project writes itself, by the part
+ * that writes it (a backend's own error keeps the id its service chose). Every writer names its
+ * id from here; the status and detail are the writer's.
+ */
+export const ERROR_IDS = {
+  /** The client of every process: calls, budgets, connection failures, codecs, gRPC nodes. */
+  client: 'go.mesh.client',
+  /** The `mesh` command's own operations (through a sidecar, `mesh dlq`, `mesh consumers`). */
+  cli: 'go.mesh.cli',
+  /** A framework server's answer before any service is named (src/framework/server/). */
+  server: 'go.mesh.server',
+  /** `mesh api`, the gateway. */
+  gateway: 'go.mesh.api',
+  /** `mesh sidecar`. */
+  sidecar: 'go.mesh.sidecar',
+  /** `mesh proxy`. */
+  proxy: 'go.mesh.proxy',
+  /** The auth step at the edge (401, 403; src/edge/auth/). */
+  auth: 'go.mesh.auth',
+  /** The http broker's wire and the framework's subscribers. */
+  broker: 'go.mesh.broker',
+} as const;
+
+export type ErrorId = (typeof ERROR_IDS)[keyof typeof ERROR_IDS];
+
+export class MeshError extends Error {
+  readonly id: string;
+  readonly code: number;
+  readonly detail: string;
+  readonly statusText: string;
+  /** True when the error came from a backend's answer (its id is kept by front ends). */
+  fromUpstream = false;
+  /**
+   * Envoy's response flag of this failure for the access log (UH no healthy upstream, UO circuit
+   * breaker, UF connection failure, UT timeout, UC reset, NC unknown service, NR no route), set
+   * where the failure is decided.
+   */
+  responseFlag?: string;
+
+  constructor(id: string, code: number, detail: string, statusText?: string) {
+    super(detail);
+    this.name = 'MeshError';
+    this.id = id;
+    this.code = code;
+    this.detail = detail;
+    this.statusText = statusText ?? statusTextOf(code);
+  }
+
+  /** The status text of the code (`Bad Request`): the `status` of the error JSON. */
+  get status(): string {
+    return this.statusText;
+  }
+
+  toJSON(): { id: string; code: number; detail: string; status: string } {
+    return { id: this.id, code: this.code, detail: this.detail, status: this.statusText };
+  }
+
+  /** The exact bytes written on the wire. */
+  toBody(): string {
+    return JSON.stringify(this.toJSON());
+  }
+}
+
+/** Sets the access log's response flag of an error (see MeshError.responseFlag) and returns it. */
+export function flagged(err: MeshError, flag: string): MeshError {
+  err.responseFlag = flag;
+  return err;
+}
+
+export function statusTextOf(code: number): string {
+  return STATUS_CODES[code] ?? 'Unknown';
+}
+
+export const badRequest = (id: string, detail: string) => new MeshError(id, 400, detail);
+export const notFound = (id: string, detail: string) => new MeshError(id, 404, detail);
+export const methodNotAllowed = (id: string, detail: string) => new MeshError(id, 405, detail);
+export const payloadTooLarge = (id: string, detail: string) => new MeshError(id, 413, detail);
+export const unsupportedMediaType = (id: string, detail: string) => new MeshError(id, 415, detail);
+export const internalError = (id: string, detail: string) => new MeshError(id, 500, detail);
+export const badGateway = (id: string, detail: string) => new MeshError(id, 502, detail);
+export const serviceUnavailable = (id: string, detail: string) => new MeshError(id, 503, detail);
+export const gatewayTimeout = (id: string, detail: string) => new MeshError(id, 504, detail);
+
+/*
+ * The recurring errors of the front ends, each written here once: the status and detail, under
+ * the id of the front end that answers.
+ */
+
+/** 413: a request body over --max_body_size. */
+export const bodyTooLarge = (id: string, limit: number) => new MeshError(id, 413, `request body larger than ${limit} bytes`);
+
+/** 429 (response flag RL): over a rate limit (`policy` as described by src/base/http/rate-limit.ts; `rule`: an auth rule's own limit). */
+export const rateLimited = (id: string, policy: string, retryAfterSec: number, rule?: number) =>
+  flagged(new MeshError(id, 429, `rate limit of ${policy} exceeded${rule === undefined ? '' : ` (rule ${rule})`}: retry after ${retryAfterSec}s`), 'RL');
+
+/** 403: a browser Origin the sidecar does not allow. */
+export const originNotAllowed = (id: string, origin: string | undefined) => new MeshError(id, 403, `origin ${origin} not allowed (allow it with --cors)`);
+
+/** 405 on a front end's `/` (GET and HEAD only; the caller sets Allow). */
+export const rootMethodNotAllowed = (id: string, method: string | undefined) => new MeshError(id, 405, `method ${method} not allowed on /: use GET`);
+
+/**
+ * Parses an error body received from a backend. A body already in the error form is kept as
+ * it is; anything else becomes a go.mesh.client error carrying the body text.
+ */
+export function parseErrorBody(status: number, body: string): MeshError {
+  try {
+    const parsed: unknown = JSON.parse(body);
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) {
+      const o = parsed as Record<string, unknown>;
+      if (typeof o.code === 'number' && typeof o.detail === 'string') {
+        const id = typeof o.id === 'string' ? o.id : ERROR_IDS.client;
+        const code = Number.isInteger(o.code) && o.code >= 100 && o.code <= 599 ? o.code : status;
+        const err = new MeshError(id, code, o.detail, typeof o.status === 'string' ? o.status : undefined);
+        err.fromUpstream = true;
+        return err;
+      }
+    }
+  } catch {
+    // not JSON: fall through
+  }
+  const err = new MeshError(ERROR_IDS.client, status, body);
+  err.fromUpstream = true;
+  return err;
+}
+
+/**
+ * The error a front end sends: a backend's own error as it is, anything raised on the way
+ * (unknown service, no host, timeout) under the front end's id.
+ */
+export function asFrontEndError(err: unknown, id: string): MeshError {
+  const e = toMeshError(err, id);
+  if (e.fromUpstream || e.id === id) return e;
+  const out = new MeshError(id, e.code, e.detail, e.statusText);
+  out.responseFlag = e.responseFlag;
+  return out;
+}
+
+/** Wraps anything thrown into a MeshError; unknown failures are 500s. */
+export function toMeshError(err: unknown, id: string = ERROR_IDS.client): MeshError {
+  if (err instanceof MeshError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new MeshError(id, 500, message);
+}

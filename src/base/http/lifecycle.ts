@@ -1,0 +1,246 @@
+/**
+ * Listening, limits and draining, shared by every HTTP server of the project that takes traffic
+ * (front ends: gateway, sidecar, proxy listeners; the framework's RPC server):
+ * - a connection cap (--max_connections): Node closes a connection over it at accept and emits
+ *   'drop', counted in `http.<prefix>.downstream_cx_overflow`;
+ * - header and whole-request read timeouts (--request_headers_timeout, --request_timeout), checked
+ *   every second;
+ * - a header-count limit (MAX_HEADER_COUNT);
+ * - a drain: every answer carries `Connection: close`, idle keep-alive connections are closed,
+ *   then the listener closes and in-flight requests get up to --drain_timeout before they are cut off.
+ */
+import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { declareStats, type Counter, type StatsStore } from '../stats/store.js';
+import { HTTP_LIFECYCLE_STATS } from './stats.js';
+
+/**
+ * The requests (or connections) in flight: an array with each member's index stored on it, so
+ * adding and removing cost O(1) and leave nothing behind. Not a Set on purpose: a Set that many
+ * short-lived members pass through is rehashed every few dozen adds, and V8 keeps each old table
+ * linked to its successor (for iterators). Once one old table has been promoted to the old
+ * generation and dropped, it still points at its successors and at the members it held, so the
+ * scavenger keeps whole request graphs alive and promotes them until the next full collection.
+ */
+class Tracked<T extends object> {
+  private readonly list: T[] = [];
+  /** Where each member's index is kept (on the member itself). */
+  private readonly slot = Symbol('slot');
+
+  get size(): number {
+    return this.list.length;
+  }
+
+  add(item: T): void {
+    const s = item as unknown as Record<symbol, number | undefined>;
+    if (s[this.slot] !== undefined) return;
+    s[this.slot] = this.list.length;
+    this.list.push(item);
+  }
+
+  delete(item: T): void {
+    const s = item as unknown as Record<symbol, number | undefined>;
+    const i = s[this.slot];
+    if (i === undefined || this.list[i] !== item) return;
+    s[this.slot] = undefined;
+    const last = this.list.pop()!;
+    if (last !== item) {
+      this.list[i] = last;
+      (last as unknown as Record<symbol, number | undefined>)[this.slot] = i;
+    }
+  }
+
+  /** A copy: members may leave while the caller iterates. */
+  items(): T[] {
+    return this.list.slice();
+  }
+}
+
+/** Requests with more header fields than this get 431 (Node would silently drop the extra ones). */
+export const MAX_HEADER_COUNT = 100;
+
+/** How often Node checks the header and request timeouts (its default is 30 s). */
+const TIMEOUT_CHECK_MS = 1000;
+
+/** Idle keep-alive connections are closed after this. */
+const KEEP_ALIVE_MS = 65_000;
+
+/** Listens and resolves with the bound address; a bind error (EADDRINUSE...) rejects. */
+export function listenOn(server: Server, host: string, port: number): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve(server.address() as AddressInfo);
+    });
+  });
+}
+
+/** The limits of one server, from the flags. Durations in ms; 0 means no limit. */
+export interface ServerLimits {
+  maxConnections: number;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  drainTimeoutMs: number;
+}
+
+/** The limits from the resolved options (src/process/options.ts: durations in ms). */
+export function serverLimits(options: { maxConnections: number; requestHeadersTimeout: number; requestTimeout: number; drainTimeout: number }): ServerLimits {
+  return {
+    maxConnections: options.maxConnections,
+    headersTimeoutMs: Math.ceil(options.requestHeadersTimeout),
+    requestTimeoutMs: Math.ceil(options.requestTimeout),
+    drainTimeoutMs: options.drainTimeout,
+  };
+}
+
+/** node:http(s) server options for these limits. */
+export function httpServerOptions(limits: ServerLimits): ServerOptions {
+  return {
+    keepAliveTimeout: KEEP_ALIVE_MS,
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    connectionsCheckingInterval: TIMEOUT_CHECK_MS,
+  };
+}
+
+/** The header-field count of a request when it is over MAX_HEADER_COUNT, else 0. */
+export function tooManyHeaders(req: IncomingMessage): number {
+  const count = req.rawHeaders.length / 2;
+  return count > MAX_HEADER_COUNT ? count : 0;
+}
+
+/** What a drain could not finish: requests still in flight at --drain_timeout, and their connections. */
+export interface DrainResult {
+  requestsCutOff: number;
+  connectionsCutOff: number;
+}
+
+/** Something the runtime drains on shutdown (see Runtime.shutdown). */
+export interface Drainable {
+  /**
+   * From now on every answer carries `Connection: close`. Idle keep-alive connections stay open
+   * until close(): closing one races with a request a peer may be sending on it at that moment
+   * (the peer sees a reset), while a request that arrives on it is simply answered and closed.
+   */
+  beginDrain(): void;
+  /** Stops accepting, waits for in-flight requests up to the drain timeout, then closes the rest. */
+  close(): Promise<DrainResult>;
+}
+
+export interface ServerStatNames {
+  stats: StatsStore;
+  /** `http.<prefix>.`; the counters below are created under it. */
+  prefix: string;
+}
+
+/**
+ * Connection cap, in-flight tracking and the drain of one node:http(s) server. Call request()
+ * for each request the server answers.
+ */
+export class ServerLifecycle implements Drainable {
+  private readonly sockets = new Tracked<Socket>();
+  private readonly responses = new Tracked<ServerResponse>();
+  private readonly waiters: Array<() => void> = [];
+  private draining = false;
+  private closing?: Promise<DrainResult>;
+  private readonly drainClose: Counter;
+  private readonly destroyActive: Counter;
+
+  constructor(
+    private readonly server: Server,
+    private readonly limits: ServerLimits,
+    stats: ServerStatNames,
+    /** Ends connections the HTTP server no longer tracks (upgraded ones) before they are destroyed. */
+    private readonly closeOthers?: () => Promise<void> | void,
+  ) {
+    const { overflow, drainClose, destroyActive } = declareStats(stats.stats.scope(stats.prefix), HTTP_LIFECYCLE_STATS);
+    this.drainClose = drainClose;
+    this.destroyActive = destroyActive;
+    // One more than the limit, so that a request over it is seen (and refused), never truncated.
+    server.maxHeadersCount = MAX_HEADER_COUNT + 1;
+    // Over the cap Node closes the accepted handle at once (no socket, no file descriptor kept) and emits 'drop'.
+    if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
+    server.on('drop', () => overflow.inc());
+    server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+    });
+  }
+
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
+  /** Number of requests being answered. */
+  get inFlight(): number {
+    return this.responses.size;
+  }
+
+  /** Tracks one request until its response closes; while draining its answer closes the connection. */
+  request(res: ServerResponse): void {
+    this.track(res);
+    res.once('close', () => this.untrack(res));
+  }
+
+  /** request() for a caller that listens for the response's 'close' itself and then calls untrack(res). */
+  track(res: ServerResponse): void {
+    this.responses.add(res);
+    if (this.draining) this.closeAfter(res);
+  }
+
+  /** The response of a track()ed request closed. */
+  untrack(res: ServerResponse): void {
+    this.responses.delete(res);
+    if (this.responses.size === 0 && this.waiters.length > 0) for (const w of this.waiters.splice(0)) w();
+  }
+
+  beginDrain(): void {
+    if (this.draining) return;
+    this.draining = true;
+    for (const res of this.responses.items()) this.closeAfter(res);
+  }
+
+  close(): Promise<DrainResult> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private closeAfter(res: ServerResponse): void {
+    if (res.headersSent || !res.shouldKeepAlive) return;
+    res.shouldKeepAlive = false;
+    this.drainClose.inc();
+  }
+
+  private async doClose(): Promise<DrainResult> {
+    this.beginDrain();
+    const server = this.server;
+    const closed = server.listening ? new Promise<void>((r) => server.close(() => r())) : Promise.resolve();
+    server.closeIdleConnections();
+    await this.idle(this.limits.drainTimeoutMs);
+    const cutOff = new Set<Socket>();
+    for (const res of this.responses.items()) if (res.socket) cutOff.add(res.socket as Socket);
+    const result: DrainResult = { requestsCutOff: this.responses.size, connectionsCutOff: cutOff.size };
+    if (cutOff.size > 0) this.destroyActive.inc(cutOff.size);
+    try {
+      await this.closeOthers?.();
+    } finally {
+      server.closeAllConnections();
+      for (const socket of this.sockets.items()) socket.destroy();
+      await closed;
+    }
+    return result;
+  }
+
+  /** Resolves when nothing is in flight, or after timeoutMs. */
+  private idle(timeoutMs: number): Promise<void> {
+    if (this.responses.size === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      this.waiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}

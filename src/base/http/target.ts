@@ -1,0 +1,52 @@
+/**
+ * The request target of a front-end request, parsed once (the front server's `target` phase):
+ * the target as received, its path and query, and the normal form of the path (src/base/http/path.ts).
+ * Everything after that phase (the rate limit's route key, the auth rules, the route, the
+ * handlers, the span and the access log) reads this object instead of splitting `req.url` again.
+ */
+import type { IncomingMessage } from 'node:http';
+import { normalizePath } from './path.js';
+
+export interface RequestTarget {
+  /** The target as received (`req.url` before the front server rewrote it to `url`). */
+  readonly received: string;
+  /** The path as received, without the query. */
+  readonly receivedPath: string;
+  /** The query as received, without `?`; undefined when the target has none. */
+  readonly query: string | undefined;
+  /** The normal form of the target (path and query as sent); the received target when refused. */
+  readonly url: string;
+  /** The normal form of the path; the received path when refused. */
+  readonly path: string;
+  /** Why the path cannot be normalized (the detail of the 400); undefined when it can. */
+  readonly refused: string | undefined;
+}
+
+const TARGET = Symbol('mesh.requestTarget');
+type WithTarget = { [TARGET]?: RequestTarget };
+
+/** Parses a request target (path, query, normal form). */
+export function parseTarget(received: string): RequestTarget {
+  const q = received.indexOf('?');
+  const receivedPath = q === -1 ? received : received.slice(0, q);
+  const query = q === -1 ? undefined : received.slice(q + 1);
+  const n = normalizePath(receivedPath);
+  if ('refused' in n) return { received, receivedPath, query, url: received, path: receivedPath, refused: n.refused };
+  const url = n.path === receivedPath ? received : q === -1 ? n.path : n.path + received.slice(q);
+  return { received, receivedPath, query, url, path: n.path, refused: undefined };
+}
+
+/** Parses the target of `req` and keeps it on the request (the front server, once per request). */
+export function attachTarget(req: IncomingMessage): RequestTarget {
+  const target = parseTarget(req.url ?? '/');
+  (req as WithTarget)[TARGET] = target;
+  return target;
+}
+
+/**
+ * The target of a request: the one its front server parsed; for a request that came another way
+ * (a test, a handler called directly), parsed now from `req.url` and kept.
+ */
+export function targetOf(req: IncomingMessage): RequestTarget {
+  return (req as WithTarget)[TARGET] ?? attachTarget(req);
+}

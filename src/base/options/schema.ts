@@ -1,0 +1,235 @@
+/**
+ * The option schema: every option of a mesh process declared once, by its schema key (snake_case,
+ * the flag's name). From this table come the CLI flags (`--client_request_timeout`) and their
+ * checks, the environment variables (`MESH_CLIENT_REQUEST_TIMEOUT`), the camelCase API options
+ * (`clientRequestTimeout`, MeshOptions) and their TypeScript types, `--help` per command,
+ * completion, and the generated flag tables of docs/ (`npm run docs:options`).
+ *
+ * An entry: `type` (how a value is read), `default` (as the flag writes it), `choices`,
+ * `min`/`max`/`orZero` with `range` (the reason a value out of range is refused), `group` (the
+ * help section), `commands` (the mesh commands that use it: any other command refuses the flag),
+ * `api: true` when it is an option of the library (MeshOptions), `apiDefault` when the library's
+ * default differs from the flag's (null: none), `help` (one line). Adding an option is one entry
+ * here plus the code that reads it. Pure data: no imports but constants and the naming of options.
+ */
+import { DEFAULT_TRACING_ADDRESS } from '../tracing/config.js';
+import { optionLabel } from '../util/option-error.js';
+
+/** How a value is read: from a flag's text, and (api options) from a MeshOptions value. */
+export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
+
+/** The commands of `mesh` (src/cli/help.ts describes each). */
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'new', 'completion', 'help', 'version'] as const;
+export type CommandName = (typeof COMMAND_NAMES)[number];
+
+/** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
+export const OPTION_GROUPS = {
+  command: 'command',
+  listen: 'listen',
+  registry: 'registry',
+  broker: 'broker',
+  client: 'client (outbound calls)',
+  tls: 'TLS and ACME',
+  admin: 'admin interface',
+  auth: 'authentication and authorization',
+  limits: 'limits and drain',
+  logging: 'logging',
+  other: 'other',
+} as const;
+export type OptionGroup = keyof typeof OPTION_GROUPS;
+
+export interface OptionSpec {
+  readonly type: OptionType;
+  readonly help: string;
+  readonly group: OptionGroup;
+  readonly commands: readonly CommandName[];
+  readonly default?: string;
+  readonly choices?: readonly string[];
+  readonly min?: number;
+  readonly max?: number;
+  /** With min: 0 is allowed too (it means "none" or "never"). */
+  readonly orZero?: boolean;
+  /** The reason a value outside min..max is refused. */
+  readonly range?: string;
+  readonly api?: boolean;
+  readonly apiDefault?: string | number | null;
+}
+
+/** The load-balancing policies (`--lb_policy`, a proxy cluster's `lb_policy`); src/core/upstream/load-balancer.ts implements each. */
+export const LB_POLICIES = ['round_robin', 'random', 'least_request'] as const;
+
+const SERVE = ['dev', 'api', 'sidecar', 'proxy'] as const satisfies readonly CommandName[];
+const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'] as const satisfies readonly CommandName[];
+/** The commands that start a mesh process (the others take no option). */
+export const MESH_PROCESS = [...SERVE, ...PLATFORM] as const satisfies readonly CommandName[];
+const GATEWAYS = ['dev', 'api', 'sidecar'] as const satisfies readonly CommandName[];
+const BROKER_USERS = ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] as const satisfies readonly CommandName[];
+const CALLERS = [...SERVE, 'call', 'health'] as const satisfies readonly CommandName[];
+
+export const OPTIONS = {
+  registry: { type: 'string', default: 'local', choices: ['local', 'memory', 'etcd'], group: 'registry', commands: MESH_PROCESS, api: true, help: 'registry backend' },
+  registry_address: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'local: directory of the SQLite registry; etcd: [https://[user:password@]]host:port[,...]' },
+  broker: { type: 'string', default: 'http', choices: ['http', 'memory', 'nats'], group: 'broker', commands: BROKER_USERS, api: true, help: 'broker backend' },
+  registry_tls_ca_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM CA to trust instead of the system roots' },
+  registry_tls_cert_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM client certificate' },
+  registry_tls_key_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM client key' },
+  broker_address: { type: 'string', group: 'broker', commands: BROKER_USERS, api: true, help: 'http: listen host[:port] for deliveries; nats: [nats|tls]://[user:password@]host:port' },
+  broker_tls_ca_file: { type: 'string', group: 'broker', commands: BROKER_USERS, api: true, help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
+  broker_tls_cert_file: { type: 'string', group: 'broker', commands: BROKER_USERS, api: true, help: 'nats (TLS required): PEM client certificate' },
+  broker_tls_key_file: { type: 'string', group: 'broker', commands: BROKER_USERS, api: true, help: 'nats (TLS required): PEM client key' },
+  broker_secret: { type: 'string', group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'], api: true, help: 'http: the secret deliveries between mesh processes carry (default: broker.secret in the registry directory, made on first use); prefer MESH_BROKER_SECRET or --broker_secret_file, as other users can see a command line' },
+  broker_secret_file: { type: 'string', group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'], api: true, help: 'http: a file holding the delivery secret (one line), for processes on several machines' },
+  broker_max_deliver: { type: 'int', default: '5', min: 1, max: 1000, range: 'must be from 1 to 1000', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable subscriptions: attempts before a message goes to the dead-letter topic' },
+  broker_ack_wait: { type: 'duration', default: '30s', min: 100, max: 3_600_000, range: 'must be from 100ms to 1h', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable subscriptions: a delivery not acknowledged within this is redelivered' },
+  broker_dlq_suffix: { type: 'string', default: '.dlq', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable subscriptions: dead-letter topic = topic + this' },
+  broker_stream_max_age: { type: 'duration', default: '0', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable topics: stored messages older than this are dropped (0: no limit)' },
+  broker_stream_max_bytes: { type: 'size', default: '0', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable topics: bytes stored per topic before the oldest are dropped (0: no limit)' },
+  broker_inactive_threshold: { type: 'duration', default: '24h', min: 1000, orZero: true, range: 'must be 0 (never) or from 1s', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable subscriptions: a consumer name no subscriber used for this long is removed with its messages (0: never)' },
+  broker_max_consumers: { type: 'int', default: '1000', min: 1, max: 100_000, range: 'must be from 1 to 100000', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable subscriptions: most consumer names per topic' },
+  proxy_address: { type: 'string', group: 'client', commands: PLATFORM, help: 'run CLI commands through the sidecar at host:port' },
+  client_request_timeout: { type: 'duration', default: '5s', group: 'client', commands: MESH_PROCESS, api: true, help: 'budget of one outbound call' },
+  client_retries: { type: 'int', default: '1', group: 'client', commands: CALLERS, api: true, help: 'retries on connect failure, 502, 503, timeout' },
+  client_per_try_timeout: { type: 'duration', default: '0', group: 'client', commands: CALLERS, api: true, help: 'budget of one try of an outbound call; past it the call is retried on another host (0: a try may use the whole budget)' },
+  client_hedge_delay: { type: 'duration', default: '0', group: 'client', commands: CALLERS, api: true, help: 'idempotent calls: send a second try to another host when the first has not answered after this long (0: no hedging)' },
+  proto_path: { type: 'list', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: directories of the .proto files of gRPC backends and services, searched for imports in order (comma list; none by default; docs/grpc.md)' },
+  proto_files: { type: 'list', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: the .proto files to load, relative to a --proto_path directory (comma list; default every .proto under --proto_path)' },
+  server_protocol: { type: 'string', default: 'mesh', choices: ['mesh', 'grpc'], group: 'listen', commands: ['dev'], api: true, help: 'framework services: serve the RPC wire (mesh) or gRPC (grpc: the handlers as the unary methods of --proto_path\'s services)' },
+  stream_idle_timeout: { type: 'duration', default: '5m', group: 'limits', commands: SERVE, api: true, help: 'proxied answers: how long a client may read nothing, or a backend send nothing of a body (0: no limit)' },
+  max_connections: { type: 'int', default: '10000', group: 'limits', commands: SERVE, api: true, help: 'connections each listener holds at once; more are closed at accept (0: no limit)' },
+  request_headers_timeout: { type: 'duration', default: '10s', group: 'limits', commands: SERVE, api: true, help: 'a request\'s whole header must arrive within this (0: no limit)' },
+  request_timeout: { type: 'duration', default: '30s', group: 'limits', commands: SERVE, api: true, help: 'a whole request, header and body, must arrive within this (0: no limit)' },
+  drain_delay: { type: 'duration', default: '1s', group: 'limits', commands: SERVE, api: true, help: 'on shutdown: time to keep serving after deregistering, so peers and load balancers stop sending' },
+  drain_timeout: { type: 'duration', default: '10s', group: 'limits', commands: SERVE, api: true, help: 'on shutdown: how long in-flight requests may take to finish before they are cut off' },
+  lb_policy: { type: 'string', default: 'round_robin', choices: LB_POLICIES, group: 'client', commands: CALLERS, api: true, help: 'load balancing' },
+  register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
+  register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
+  admin_address: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'admin interface host:port, or off' },
+  admin_token: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'require Authorization: Bearer <token> on the admin interface' },
+  metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: SERVE, api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
+  stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: SERVE, api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
+  tracing: { type: 'string', default: 'off', choices: ['off', 'otlp'], group: 'logging', commands: SERVE, api: true, help: 'otlp: record spans and export them over OTLP/HTTP to --tracing_address; off: none (trace context is still forwarded)' },
+  tracing_address: { type: 'string', default: DEFAULT_TRACING_ADDRESS, group: 'logging', commands: SERVE, api: true, help: 'OTLP/HTTP endpoint of --tracing=otlp (http:// or https:// URL)' },
+  tracing_sample_rate: { type: 'string', default: '1', apiDefault: 1, group: 'logging', commands: SERVE, api: true, help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)' },
+  admin_allowed_hosts: { type: 'list', group: 'admin', commands: SERVE, api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
+  log_level: { type: 'string', default: 'info', group: 'logging', commands: MESH_PROCESS, api: true, help: 'trace, debug, info, warning, error, critical, off' },
+  log_format: { type: 'string', choices: ['text', 'json'], group: 'logging', commands: MESH_PROCESS, api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
+  access_log: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'front ends: access log, one line a request: off, stdout or a file path (reopened on SIGUSR1)' },
+  access_log_format: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'access log format: text with %OPERATOR%s, or json; without it, Envoy\'s default format (docs/observability.md)' },
+  enable_stats: { type: 'bool', default: 'false', group: 'command', commands: GATEWAYS, api: true, help: 'serve /stats (dashboard and JSON)' },
+  enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
+  tls_cert_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM certificate chain' },
+  tls_key_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM private key' },
+  enable_acme: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'obtain certificates by ACME for --acme_hosts' },
+  acme_hosts: { type: 'list', group: 'tls', commands: SERVE, api: true, help: 'host names allowed to get ACME certificates' },
+  acme_directory: { type: 'string', default: 'https://acme-v02.api.letsencrypt.org/directory', group: 'tls', commands: SERVE, api: true, help: 'ACME directory URL' },
+  acme_email: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'ACME account contact' },
+  acme_http_port: { type: 'string', default: '80', group: 'tls', commands: SERVE, api: true, help: 'ACME HTTP-01 challenge listener: PORT (all interfaces) or HOST:PORT' },
+  acme_cache: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'ACME account key and certificates (default $MESH_HOME/acme or ~/.mesh/acme)' },
+  max_body_size: { type: 'size', default: '4MiB', group: 'limits', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'largest request body accepted' },
+  cors: { type: 'list', group: 'listen', commands: GATEWAYS, api: true, help: 'allowed CORS origins: scheme://host[:port] comma list (reflected, with credentials), or * alone (any origin, never credentials)' },
+  cors_max_age: { type: 'int', default: '600', group: 'listen', commands: GATEWAYS, help: 'seconds a browser may cache a CORS preflight answer (Access-Control-Max-Age)' },
+  rate_limit: { type: 'string', default: '0', group: 'limits', commands: GATEWAYS, help: 'requests allowed per client (see --rate_limit_key): N/s, N/m, N/h or N/<duration>, e.g. 100/s; 0 or off: no limit' },
+  rate_limit_burst: { type: 'int', group: 'limits', commands: GATEWAYS, help: 'most requests a client may send at once (token bucket size; default one second\'s worth of --rate_limit, at least 1)' },
+  rate_limit_key: { type: 'string', default: 'address', choices: ['address', 'subject', 'route'], group: 'limits', commands: GATEWAYS, help: 'what one rate limit bucket counts: the client address, the authenticated subject (else the address), or the route (request path)' },
+  rate_limit_max_keys: { type: 'int', default: '100000', min: 1, range: 'must be at least 1', group: 'limits', commands: GATEWAYS, help: 'most rate limit buckets kept; the least recently used is forgotten first' },
+  enable_rpc: { type: 'bool', default: 'true', group: 'command', commands: ['dev', 'api'], help: 'gateway: serve POST /rpc (false: /rpc is a path like any other)' },
+  rpc_allow: { type: 'list', group: 'command', commands: ['dev', 'api'], help: 'gateway: services POST /rpc may call, globs over the name (comma list; * any run of characters, ? one; default all)' },
+  auth: { type: 'string', default: 'off', choices: ['off', 'jwt', 'key'], group: 'auth', commands: ['api', 'sidecar'], help: 'gateway/sidecar: authenticate requests by bearer JWT or API key (docs/security.md)' },
+  auth_jwks: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=jwt: the JWKS (public keys), a file or an http(s) URL (cached, refreshed)' },
+  auth_issuer: { type: 'list', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=jwt: accepted "iss" values (comma list; unset: any)' },
+  auth_audience: { type: 'list', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=jwt: accepted "aud" values (comma list; unset: any)' },
+  auth_clock_skew: { type: 'duration', default: '30s', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=jwt: clock skew tolerated on exp and nbf' },
+  auth_jwks_timeout: { type: 'duration', default: '3s', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=jwt with a JWKS URL: longest wait for one fetch (a token with a new kid waits for it)' },
+  auth_jwks_cooldown: { type: 'duration', default: '30s', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=jwt with a JWKS URL: least time between fetches for a kid not in the keys' },
+  auth_jwks_refresh: { type: 'duration', default: '10m', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=jwt with a JWKS URL: keys older than this are fetched again, in the background' },
+  auth_keys: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=key: API key file (lines, or .yaml/.json; keys as sha256:HEX or plaintext)' },
+  auth_rules: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
+  auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
+  sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
+  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: PLATFORM, help: 'text or json' },
+  address: { type: 'string', apiDefault: '127.0.0.1:0', group: 'listen', commands: GATEWAYS, api: true, help: 'listen address of the server this command starts' },
+  concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
+  sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },
+  advertise: { type: 'string', group: 'listen', commands: ['dev', 'sidecar'], api: true, help: 'address to register instead of the listen address' },
+  namespace: { type: 'string', group: 'command', commands: GATEWAYS, help: 'service namespace of the gateway or sidecar' },
+  handler: { type: 'string', choices: ['api', 'rpc', 'proxy', 'event'], group: 'command', commands: GATEWAYS, help: 'gateway/sidecar handler' },
+  server_name: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: name to register the app under' },
+  server_address: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: host:port of the app' },
+  healthcheck_url: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: URL checked to decide if the app is healthy' },
+  healthcheck_interval: { type: 'duration', default: '10s', group: 'command', commands: ['sidecar'], help: 'sidecar: time between health checks' },
+  healthcheck_timeout: { type: 'duration', default: '2s', group: 'command', commands: ['sidecar'], help: 'sidecar: health check timeout' },
+  stream: { type: 'string', choices: ['server', 'client', 'bidi'], group: 'command', commands: ['call'], help: 'call: a streaming call of this kind instead of a unary call; answers are printed one JSON line each as they arrive, client and bidi requests are read from stdin, one JSON a line (docs/cli.md)' },
+  queue: { type: 'string', group: 'command', commands: ['subscribe'], help: 'subscribe: queue group' },
+  ack: { type: 'bool', default: 'false', group: 'command', commands: ['subscribe'], help: 'subscribe: at least once, under --durable NAME: each message is acknowledged once printed' },
+  durable: { type: 'string', group: 'command', commands: ['subscribe'], help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
+  config: { type: 'string', group: 'command', commands: ['proxy'], help: 'proxy: configuration file' },
+  mesh_home: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
+} as const satisfies Record<string, OptionSpec>;
+
+export type OptionKey = keyof typeof OPTIONS;
+
+/** The spec of a schema key, or undefined for a name that is not one. */
+export function optionSpec(key: string): OptionSpec | undefined {
+  return Object.hasOwn(OPTIONS, key) ? (OPTIONS as Record<string, OptionSpec>)[key] : undefined;
+}
+
+/** Every schema key with its spec, in the table's order. */
+export function optionEntries(): Array<[OptionKey, OptionSpec]> {
+  return Object.entries(OPTIONS) as Array<[OptionKey, OptionSpec]>;
+}
+
+/** The environment variable of an option: MESH_CLIENT_RETRIES for client_retries. */
+export function envName(key: string): string {
+  return `MESH_${key.toUpperCase()}`;
+}
+
+/** The API name of an option: client_request_timeout → clientRequestTimeout. */
+export function apiName(key: string): string {
+  return optionLabel(key, 'api');
+}
+
+/** The schema key of an API name: clientRequestTimeout → client_request_timeout. */
+export function keyOfApiName(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+/** Why a number is outside the option's range, or undefined when it is inside (or the option has none). */
+export function outOfRange(key: string, value: number): string | undefined {
+  const spec = optionSpec(key);
+  if (!spec?.range) return undefined;
+  if (spec.orZero && value === 0) return undefined;
+  if ((spec.min !== undefined && value < spec.min) || (spec.max !== undefined && value > spec.max)) return spec.range;
+  return undefined;
+}
+
+// ---- Types derived from the table --------------------------------------------------------
+
+/** A duration: a Go-syntax string (`300ms`, `1m30s`) or a number of milliseconds. */
+export type Duration = string | number;
+/** A size: a string (`4MiB`, `512KiB`, `1024`) or a number of bytes. */
+export type Size = string | number;
+
+type CamelCase<S extends string> = S extends `${infer H}_${infer T}` ? `${H}${Capitalize<CamelCase<T>>}` : S;
+type Spec<K extends OptionKey> = (typeof OPTIONS)[K];
+type Choice<S> = S extends { choices: readonly (infer C)[] } ? C : string;
+
+/** A value as the API takes it. */
+type ApiValue<S> = S extends { type: 'duration' } ? Duration : S extends { type: 'size' } ? Size : S extends { type: 'int' } ? number : S extends { type: 'bool' } ? boolean : S extends { type: 'list' } ? string[] : Choice<S>;
+/** A value as the flag parser gives it (durations in ms, sizes in bytes). */
+type FlagValue<S> = S extends { type: 'duration' | 'size' | 'int' } ? number : S extends { type: 'bool' } ? boolean : S extends { type: 'list' } ? string[] : Choice<S>;
+
+type ApiKey = { [K in OptionKey]: Spec<K> extends { api: true } ? K : never }[OptionKey];
+/** A flag always has a value after parsing when it has a default (lists: []). */
+type Always = { [K in OptionKey]: Spec<K> extends { default: string } | { type: 'list' } ? K : never }[OptionKey];
+
+/** The camelCase API options of the schema, each optional, typed from its entry. */
+export type SchemaApiOptions = { [K in ApiKey as CamelCase<K>]?: ApiValue<Spec<K>> };
+
+/** The parsed flags, by schema key. */
+export type SchemaConfig = { [K in Always]: FlagValue<Spec<K>> } & { [K in Exclude<OptionKey, Always>]?: FlagValue<Spec<K>> };
+
+/** An API option always has a value once resolved when it has a default of its own (lists: []). */
+type ApiAlways = { [K in OptionKey]: Spec<K> extends { apiDefault: string | number } | { type: 'list' } ? K : Spec<K> extends { apiDefault: null } ? never : Spec<K> extends { default: string } ? K : never }[OptionKey];
+
+/** The API options after resolution, typed from the schema (durations in ms, sizes in bytes). */
+export type SchemaResolvedOptions = { [K in ApiKey & ApiAlways as CamelCase<K>]: FlagValue<Spec<K>> } & { [K in Exclude<ApiKey, ApiAlways> as CamelCase<K>]?: FlagValue<Spec<K>> };

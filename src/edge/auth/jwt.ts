@@ -1,0 +1,206 @@
+/**
+ * Bearer JWTs (`--auth=jwt`, docs/security.md), verified with jose against a JWKS read from a file
+ * or fetched from a URL. Only asymmetric algorithms; `exp` is required; issuer, audience and a
+ * clock skew are checked when configured.
+ *
+ * The fetched JWKS is cached: it is fetched at start, again in the background once older than
+ * maxAgeMs (--auth_jwks_refresh), and at once for a key id it does not hold (at most once every
+ * cooldownMs, --auth_jwks_cooldown). Each fetch is bounded by timeoutMs (--auth_jwks_timeout) and
+ * JWKS_MAX_BYTES. A failed fetch keeps the keys already known: tokens they signed still verify, a
+ * new key id gets 401.
+ */
+import { createLocalJWKSet, decodeProtectedHeader, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
+import type { Identity } from './keys.js';
+import type { Counter } from '../../base/stats/store.js';
+import type { Logger } from 'pino';
+
+export const ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'];
+/** The defaults of --auth_jwks_timeout, --auth_jwks_cooldown and --auth_jwks_refresh. */
+export const JWKS_TIMINGS: JwksTimings = { timeoutMs: 3000, cooldownMs: 30_000, maxAgeMs: 10 * 60_000 };
+export const JWKS_MAX_BYTES = 1024 * 1024;
+const MAX_TOKEN_BYTES = 16 * 1024;
+/** The time claims, NumericDate (RFC 7519 2): finite numbers of seconds when present. */
+const NUMERIC_CLAIMS = ['exp', 'nbf', 'iat'] as const;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** A token refused: the detail of the 401 (after "invalid token: "). */
+export class TokenError extends Error {}
+
+/** Checks a JWKS document: an object with a `keys` list of public, asymmetric keys. */
+export function checkJwks(value: unknown): JSONWebKeySet {
+  if (!value || typeof value !== 'object' || !Array.isArray((value as { keys?: unknown }).keys)) throw new Error('not a JWKS: needs {"keys": [...]}');
+  for (const k of (value as { keys: unknown[] }).keys) {
+    if (!k || typeof k !== 'object') throw new Error('not a JWKS: a key is not an object');
+    const key = k as Record<string, unknown>;
+    if (key.kty === 'oct') throw new Error('the JWKS holds a symmetric (oct) key: only public keys belong there');
+    if (key.d !== undefined) throw new Error(`the JWKS holds a private key${typeof key.kid === 'string' ? ` (kid ${key.kid})` : ''}: publish only public keys`);
+  }
+  createLocalJWKSet(value as JSONWebKeySet);
+  return value as JSONWebKeySet;
+}
+
+export interface JwksTimings {
+  /** Longest wait for one fetch. */
+  timeoutMs: number;
+  /** Least time between fetches for a key id the keys do not hold. */
+  cooldownMs: number;
+  /** Keys older than this are fetched again, in the background. */
+  maxAgeMs: number;
+}
+
+export interface JwksStats {
+  fetchSuccess: Counter;
+  fetchFailure: Counter;
+}
+
+/** The JWKS behind the verifier: fixed (a file) or fetched from a URL and cached. */
+export class JwksSource {
+  private local?: JWTVerifyGetKey;
+  private fetchedAt = 0;
+  private lastAttempt = 0;
+  private inflight?: Promise<void>;
+
+  constructor(
+    private readonly url: string | undefined,
+    private readonly stats: JwksStats,
+    private readonly log: Logger,
+    jwks?: JSONWebKeySet,
+    private readonly timings: JwksTimings = JWKS_TIMINGS,
+  ) {
+    if (jwks) this.setKeys(jwks);
+  }
+
+  /** Replaces the keys (a file read at start or on SIGHUP). */
+  setKeys(jwks: JSONWebKeySet): void {
+    this.local = createLocalJWKSet(jwks);
+    this.fetchedAt = Date.now();
+  }
+
+  /** Fetches now (at start): failures are logged, never thrown. */
+  warm(): Promise<void> {
+    return this.url ? this.refresh() : Promise.resolve();
+  }
+
+  /** The key resolver jose calls. */
+  readonly getKey: JWTVerifyGetKey = async (header, token) => {
+    if (this.url) {
+      if (!this.local) await this.refresh();
+      else if (Date.now() - this.fetchedAt > this.timings.maxAgeMs) void this.refresh();
+    }
+    const local = this.local;
+    if (!local) throw new TokenError('the JWKS is not available');
+    try {
+      return await local(header, token);
+    } catch (err) {
+      if (!(err instanceof errors.JWKSNoMatchingKey) || !this.url || Date.now() - this.lastAttempt < this.timings.cooldownMs) throw err;
+      // A key id not seen yet: the keys may have rotated. Fetch once (bounded), then look again.
+      await this.refresh();
+      return await this.local!(header, token);
+    }
+  };
+
+  private refresh(): Promise<void> {
+    this.inflight ??= this.fetchOnce().finally(() => (this.inflight = undefined));
+    return this.inflight;
+  }
+
+  private async fetchOnce(): Promise<void> {
+    this.lastAttempt = Date.now();
+    try {
+      const res = await fetch(this.url!, { signal: AbortSignal.timeout(this.timings.timeoutMs), headers: { accept: 'application/json' }, redirect: 'error' });
+      if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+      const declared = Number(res.headers.get('content-length'));
+      if (declared > JWKS_MAX_BYTES) throw new Error(`larger than ${JWKS_MAX_BYTES} bytes`);
+      const chunks: Uint8Array[] = [];
+      let size = 0;
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        size += chunk.length;
+        if (size > JWKS_MAX_BYTES) throw new Error(`larger than ${JWKS_MAX_BYTES} bytes`);
+        chunks.push(chunk);
+      }
+      const jwks = checkJwks(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      this.setKeys(jwks);
+      this.stats.fetchSuccess.inc();
+    } catch (err) {
+      this.stats.fetchFailure.inc();
+      const e = err as Error;
+      const why = e.name === 'TimeoutError' ? `no answer within ${this.timings.timeoutMs} ms` : e.cause instanceof Error ? e.cause.message : e.message;
+      this.log.warn({ url: this.url, err: why, keys_kept: this.local !== undefined }, 'JWKS fetch failed');
+    }
+  }
+}
+
+export interface JwtOptions {
+  issuer: string[];
+  audience: string[];
+  clockSkewMs: number;
+}
+
+/** Verifies a bearer token; the identity on success, a TokenError naming why otherwise. */
+export async function verifyJwt(token: string, jwks: JwksSource, options: JwtOptions): Promise<Identity> {
+  if (token.length > MAX_TOKEN_BYTES) throw new TokenError('too large');
+  let alg: unknown;
+  let kid: unknown;
+  try {
+    ({ alg, kid } = decodeProtectedHeader(token));
+  } catch {
+    throw new TokenError('malformed');
+  }
+  if (typeof alg !== 'string' || !ALGORITHMS.includes(alg)) throw new TokenError(`algorithm ${String(alg)} is not allowed`);
+  let payload: JWTPayload;
+  try {
+    ({ payload } = await jwtVerify(token, jwks.getKey, {
+      algorithms: ALGORITHMS,
+      issuer: options.issuer.length ? options.issuer : undefined,
+      audience: options.audience.length ? options.audience : undefined,
+      clockTolerance: Math.round(options.clockSkewMs / 1000),
+      requiredClaims: ['exp'],
+    }));
+  } catch (err) {
+    throw new TokenError(reason(err, kid));
+  }
+  // jose takes any JSON number; 1e400 parses as Infinity and would never expire.
+  for (const claim of NUMERIC_CLAIMS) {
+    const value = payload[claim];
+    if (value !== undefined && !Number.isFinite(value)) throw new TokenError(`"${claim}" is not a finite number`);
+  }
+  const subject = typeof payload.sub === 'string' && payload.sub !== '' ? payload.sub : undefined;
+  if (!subject) throw new TokenError('no "sub" claim');
+  // A lone surrogate has no UTF-8 form: it would reach the backend as U+FFFD, like another subject.
+  if (LONE_SURROGATE.test(subject)) throw new TokenError('"sub" is not valid Unicode');
+  return { subject, scopes: scopesOf(payload) };
+}
+
+/** Scopes from `scope` (space-separated, OAuth 2) or `scp`/`scopes` (a list or a string). */
+function scopesOf(payload: JWTPayload): string[] {
+  for (const claim of ['scope', 'scp', 'scopes']) {
+    const v = payload[claim];
+    if (typeof v === 'string') return v.split(/\s+/).filter((s) => s !== '');
+    if (Array.isArray(v)) return v.filter((s): s is string => typeof s === 'string' && s !== '' && !/\s/.test(s));
+  }
+  return [];
+}
+
+function reason(err: unknown, kid: unknown): string {
+  if (err instanceof TokenError) return err.message;
+  if (err instanceof errors.JWTExpired) return 'expired';
+  if (err instanceof errors.JWTClaimValidationFailed) {
+    switch (err.claim) {
+      case 'iss':
+        return 'issuer not accepted';
+      case 'aud':
+        return 'audience not accepted';
+      case 'nbf':
+        return 'not valid yet';
+      case 'exp':
+        return 'no "exp" claim';
+      default:
+        return `claim "${err.claim}" not accepted`;
+    }
+  }
+  if (err instanceof errors.JWSSignatureVerificationFailed) return 'signature verification failed';
+  if (err instanceof errors.JWKSNoMatchingKey) return typeof kid === 'string' ? `no key with kid "${kid.slice(0, 64)}" in the JWKS` : 'no matching key in the JWKS';
+  if (err instanceof errors.JWKSMultipleMatchingKeys) return 'several keys of the JWKS match: give the token a kid';
+  if (err instanceof errors.JOSEAlgNotAllowed) return 'algorithm not allowed';
+  return 'malformed';
+}

@@ -1,0 +1,485 @@
+/**
+ * The request pipeline of every front end (the gateway, the sidecar, `mesh proxy`'s listeners), in
+ * named phases (FrontPhase; docs/architecture.md, "A request's phases"): `accept` (stats, span,
+ * access log) → `target` (the request target parsed once, src/base/http/target.ts) → `edge` (Host,
+ * header count, CORS, the path's normal form, Mesh-Timeout, the health path, the rate limit) →
+ * `route` (the front end's `route`, decided once) → `auth` (the front end's `authorize`, given the
+ * route) → `handle` (the front end's `handle`, given the route) → `respond` → `log`. An upgrade
+ * passes `accept`, `target`, `edge`, `route` and `handle` (the front end's `upgrade`, which runs
+ * its auth step on the raw socket). A front end is a composition of `route`, `authorize`, `handle`
+ * and `upgrade`; errors are written by src/base/http/respond.ts, on a response or a raw socket.
+ *
+ * The HTTP(S) server under the front ends: TLS (src/tls: files or ACME), CORS, server timeouts,
+ * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/base/http/access-log.ts), a health-check path that answers
+ * 503 while draining, errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts,
+ * header count), the normal form of every request path (src/base/http/path.ts: `req.url` is rewritten
+ * to it before anything reads it, or the request is refused with 400) and the drain the runtime
+ * drives on shutdown.
+ */
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { Duplex } from 'node:stream';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Runtime } from '../process/runtime.js';
+import { MeshError, rateLimited } from '../base/errors.js';
+import { lingerOnRest } from '../base/http/body.js';
+import { attachTarget, type RequestTarget } from '../base/http/target.js';
+import { rawErrorResponse, refuseSocket, sendError, sendJson } from '../base/http/respond.js';
+import { parseAddress } from '../base/util/address.js';
+import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from '../base/http/lifecycle.js';
+import { declareStats, type Counter, type Gauge, type Histogram } from '../base/stats/store.js';
+import { HTTP_DOWNSTREAM_STATS, HTTP_RATE_LIMIT_STATS, httpRqClassStat, httpStatPrefix } from '../base/http/stats.js';
+import { formatDuration } from '../base/util/duration.js';
+import { tlsEnabled } from '../tls/index.js';
+import { CorsPolicy } from '../base/http/cors.js';
+import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit } from '../base/http/rate-limit.js';
+import type { AccessLog } from '../base/http/access-log.js';
+import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../base/util/trace-context.js';
+import { meshTimeoutOf } from '../core/transport/headers.js';
+import { failSpan, SpanKind, traceOf, type Span } from '../base/tracing/tracer.js';
+import type { CallContext } from '../base/util/call-context.js';
+
+/** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
+export const HEALTH_PATH = '/_mesh/health';
+
+/** The phases of a request, in order (see the module comment). */
+export const FRONT_PHASES = ['accept', 'target', 'edge', 'route', 'auth', 'handle', 'respond', 'log'] as const;
+export type FrontPhase = (typeof FRONT_PHASES)[number];
+
+/**
+ * `R`: what the front end's `route` decides for a request (once), handed to `authorize`, `handle`
+ * and `upgrade`; undefined without a `route`.
+ */
+export interface FrontServerOptions<R = undefined> {
+  runtime: Runtime;
+  /** Names the stats (`http.<prefix>.*`) and the logs. */
+  statPrefix: string;
+  /** The `id` of error JSON written by this front end. */
+  errorId: string;
+  /**
+   * Answers a request past the front end's own steps. `ctx` is the request's call context (its
+   * trace): a handler passes it on explicitly, or runs inside it (`runtime.context.within`) where
+   * what it calls reads the ambient one.
+   */
+  handle: (req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: R) => Promise<void>;
+  /**
+   * The route phase: what serves the request, decided once from its target (normal form), after
+   * the edge checks; `upgrade` true for an Upgrade request. Without it the route is undefined.
+   */
+  route?: (req: IncomingMessage, target: RequestTarget, upgrade: boolean) => R;
+  /** Called as a request (or upgrade) enters each phase: for tests and debugging only. */
+  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  /**
+   * Asked per request: true when nothing before the handler needs the ambient context (no auth
+   * step that can log), so the request is not run inside the runtime's ContextStore and no
+   * AsyncLocalStorage is entered for it (on Node 20 entering one turns on promise hooks for the
+   * whole process). The handler then gets the context only as its argument. Default: false.
+   */
+  explicitContext?: (req: IncomingMessage) => boolean;
+  /**
+   * Answers an Upgrade request, once it passed the rate limit (keyed by subject: the handler runs
+   * `upgradeRateLimited(req, socket, true)` after its auth step). Nothing is read from `socket` yet.
+   */
+  upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer, route: R) => void;
+  /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
+  counted?: (req: IncomingMessage) => boolean;
+  /**
+   * On close, after in-flight requests finished (or the drain timeout): ends the upgraded
+   * connections this front end serves itself (the sidecar's broker WebSockets) before every
+   * remaining connection is destroyed.
+   */
+  closeUpgraded?: () => Promise<void> | void;
+  /**
+   * Checked first on every request (health path and CORS preflight included): an error refuses it.
+   * With it, a missing Host is this check's business (node's own 400 is off).
+   */
+  refuse?: (req: IncomingMessage) => MeshError | undefined;
+  /**
+   * `--rate_limit`: checked on every request after the CORS step, except a preflight and the
+   * health path (after `authorize` when keyed by subject); over the limit: 429 error JSON with Retry-After, counted in
+   * `http.<prefix>.ratelimit.over_limit` (allowed: `http.<prefix>.ratelimit.ok`).
+   */
+  rateLimit?: FrontRateLimit;
+  /** `--cors_max_age` in seconds: the Access-Control-Max-Age of a preflight. Default 600. */
+  corsMaxAgeSec?: number;
+  /**
+   * Run before `handle` on every request past the health path and CORS preflights (the front
+   * end's auth step, src/edge/auth/): a rejection is answered like a handler's error; undefined when
+   * the request passed at once (no auth rules), so the handler runs in the same turn.
+   */
+  authorize?: (req: IncomingMessage, res: ServerResponse, route: R) => Promise<void> | undefined;
+}
+
+export class FrontServer<R = undefined> {
+  private server?: Server;
+  private lifecycle?: ServerLifecycle;
+  /** The request being received on a connection, so a read timeout can answer it. */
+  private readonly receiving = new WeakMap<Duplex, ServerResponse>();
+  private readonly headerTimeouts: Counter;
+  private readonly requestTimeouts: Counter;
+  private readonly rqTotal: Counter;
+  private readonly rqClass: Counter[];
+  private readonly rqActive: Gauge;
+  private readonly cxActive: Gauge;
+  private readonly cxTotal: Counter;
+  private readonly rqTime: Histogram;
+  readonly secure: boolean;
+  /** The process's access log (--access_log), or none. */
+  private readonly accessLog?: AccessLog;
+  private detachTls?: () => void;
+  private readonly cors?: CorsPolicy;
+  private readonly rateLimitOk?: Counter;
+  private readonly rateLimitOver?: Counter;
+  private readonly onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+
+  constructor(private readonly options: FrontServerOptions<R>) {
+    this.onPhase = options.onPhase;
+    const stats = options.runtime.stats;
+    const scope = stats.scope(httpStatPrefix(options.statPrefix));
+    const s = declareStats(scope, HTTP_DOWNSTREAM_STATS);
+    this.rqTotal = s.rqTotal;
+    this.rqClass = [1, 2, 3, 4, 5].map((c) => scope.counter(httpRqClassStat(c)));
+    this.rqActive = s.rqActive;
+    this.cxActive = s.cxActive;
+    this.cxTotal = s.cxTotal;
+    this.rqTime = s.rqTime;
+    this.headerTimeouts = s.headerTimeouts;
+    this.requestTimeouts = s.requestTimeouts;
+    this.secure = tlsEnabled(options.runtime.options);
+    const origins = options.runtime.options.cors;
+    if (origins.length > 0) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
+    if (options.rateLimit) {
+      const limits = declareStats(scope, HTTP_RATE_LIMIT_STATS);
+      this.rateLimitOk = limits.ok;
+      this.rateLimitOver = limits.overLimit;
+    }
+    this.accessLog = options.runtime.accessLog;
+  }
+
+  async listen(address: string): Promise<AddressInfo> {
+    const { host, port } = parseAddress(address);
+    const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
+    const runtime = this.options.runtime;
+    const limits = serverLimits(runtime.options);
+    const serverOptions = { ...httpServerOptions(limits), requireHostHeader: this.options.refuse === undefined };
+    // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
+    const tls = this.secure ? this.options.runtime.tls : undefined;
+    await tls?.start();
+    let server: Server;
+    if (tls) {
+      const https = createHttpsServer({ ...tls.serverOptions(), ...serverOptions }, onRequest);
+      tls.attach(https);
+      this.detachTls = () => tls.detach(https);
+      server = https;
+    } else {
+      server = createHttpServer(serverOptions, onRequest);
+    }
+    server.on('connection', (socket: Socket) => {
+      this.cxTotal.inc();
+      this.cxActive.inc();
+      socket.once('close', () => {
+        this.cxActive.dec();
+      });
+    });
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => this.onClientError(err, socket, limits.headersTimeoutMs, limits.requestTimeoutMs));
+    if (this.options.upgrade) {
+      const upgrade = this.options.upgrade;
+      server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+        const onPhase = this.onPhase;
+        onPhase?.('accept', req);
+        socket.on('error', () => socket.destroy());
+        const target = attachTarget(req);
+        onPhase?.('target', req);
+        onPhase?.('edge', req);
+        const refused = this.normalize(req, target) ?? this.badMeshTimeout(req);
+        if (refused) {
+          refuseSocket(socket, refused, this.options.errorId);
+          return;
+        }
+        if (!this.limitAfterAuth && this.upgradeRateLimited(req, socket)) return;
+        try {
+          onPhase?.('route', req);
+          const route = this.options.route?.(req, target, true) as R;
+          onPhase?.('handle', req);
+          upgrade(req, socket, head, route);
+        } catch (err) {
+          this.options.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
+          socket.destroy();
+        }
+      });
+    }
+    this.server = server;
+    this.lifecycle = new ServerLifecycle(server, limits, { stats: runtime.stats, prefix: httpStatPrefix(this.options.statPrefix) }, () => this.closeOthers());
+    const bound = await listenOn(server, host, port);
+    runtime.addDrainable(this.lifecycle);
+    runtime.selfAddresses.add(bound.address, bound.port, this.options.statPrefix);
+    return bound;
+  }
+
+  /**
+   * Drains (answers close their connections), stops accepting, lets in-flight requests finish (up
+   * to --drain_timeout), then closes every connection. Resolves with what was cut off.
+   */
+  async close(): Promise<DrainResult> {
+    const lifecycle = this.lifecycle;
+    if (!lifecycle) return { requestsCutOff: 0, connectionsCutOff: 0 };
+    this.detachTls?.();
+    return lifecycle.close();
+  }
+
+  private async closeOthers(): Promise<void> {
+    await this.options.closeUpgraded?.();
+  }
+
+  /**
+   * A request Node could not read: a read timeout (408), a header block over Node's size limit
+   * (431) or a malformed request (400), answered with error JSON while the socket is writable.
+   */
+  private onClientError(err: NodeJS.ErrnoException, socket: Duplex, headersMs: number, requestMs: number): void {
+    const id = this.options.errorId;
+    const res = this.receiving.get(socket);
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      // Headers complete (a request is being answered): the body was too slow; otherwise the headers were.
+      const error = res
+        ? new MeshError(id, 408, `request not received within ${formatDuration(requestMs)} (--request_timeout)`)
+        : new MeshError(id, 408, `request headers not received within ${formatDuration(headersMs || requestMs)} (--request_headers_timeout)`);
+      (res ? this.requestTimeouts : this.headerTimeouts).inc();
+      if (res && !res.headersSent && socket.writable) {
+        res.shouldKeepAlive = false;
+        sendError(res, error, id);
+        return;
+      }
+      if (!res && socket.writable) {
+        socket.end(rawErrorResponse(error));
+        return;
+      }
+      socket.destroy();
+      return;
+    }
+    if (socket.writable && !res?.headersSent) {
+      const error =
+        err.code === 'HPE_HEADER_OVERFLOW'
+          ? new MeshError(id, 431, 'request header block too large')
+          : new MeshError(id, 400, `malformed request: ${err.code ?? err.message}`);
+      socket.end(rawErrorResponse(error));
+    } else socket.destroy();
+  }
+
+  /**
+   * Each request is a hop of its trace: the caller's trace id (a new trace when no valid
+   * traceparent came) with a span id of its own, the parent of everything the request sends. The
+   * request's handler gets that context (so its calls, messages and log lines carry it): as an
+   * argument, and as the ambient context unless `explicitContext` says no step needs one; with
+   * --tracing=otlp a server span records it.
+   */
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const runtime = this.options.runtime;
+    const onPhase = this.onPhase;
+    onPhase?.('accept', req);
+    const headers = req.headers;
+    const target = attachTarget(req);
+    onPhase?.('target', req);
+    const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
+    const span = runtime.tracer ? this.startSpan(req, target, parent) : undefined;
+    const trace = span ? traceOf(span) : runtime.context.hop(parent);
+    const ctx: CallContext = { trace };
+    if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span, target);
+    else runtime.context.run(ctx, () => this.serve(req, res, ctx, span, target));
+  }
+
+  /** A 400 for a malformed Mesh-Timeout (the handlers' calls read it: src/edge/handlers/front-end.ts), checked at the door for every request and upgrade. */
+  private badMeshTimeout(req: IncomingMessage): MeshError | undefined {
+    try {
+      meshTimeoutOf(req.headers);
+      return undefined;
+    } catch (err) {
+      return new MeshError(this.options.errorId, 400, (err as Error).message);
+    }
+  }
+
+  private startSpan(req: IncomingMessage, target: RequestTarget, parent: ReturnType<typeof parseTraceparent>): Span {
+    // The path as received: the span names what the client sent.
+    const path = target.receivedPath;
+    const method = req.method ?? 'GET';
+    const host = req.headers.host ?? '';
+    const colon = host.lastIndexOf(':');
+    const port = colon > host.lastIndexOf(']') ? Number(host.slice(colon + 1)) : undefined;
+    const attributes: Record<string, string | number> = {
+      'http.request.method': method,
+      'url.path': path,
+      'url.scheme': this.secure ? 'https' : 'http',
+      'server.address': colon > host.lastIndexOf(']') ? host.slice(0, colon) : host,
+      'network.protocol.version': req.httpVersion,
+      'client.address': req.socket.remoteAddress ?? '',
+      'mesh.front': this.options.statPrefix,
+    };
+    if (port !== undefined && Number.isInteger(port)) attributes['server.port'] = port;
+    if (target.query !== undefined) attributes['url.query'] = target.query;
+    const agent = req.headers['user-agent'];
+    if (agent) attributes['user_agent.original'] = agent;
+    return this.options.runtime.tracer!.startSpan(`${method} ${path}`, SpanKind.SERVER, parent, attributes);
+  }
+
+  private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined, target: RequestTarget): void {
+    const started = performance.now();
+    const accessLog = this.accessLog;
+    const trace = ctx.trace!;
+    const info = accessLog?.begin(req, res, trace.traceId);
+    const counted = this.options.counted?.(req) ?? true;
+    if (counted) {
+      this.rqTotal.inc();
+      this.rqActive.inc();
+    }
+    // One 'close' listener per response (below) serves the stats, the access log and the drain.
+    const lifecycle = this.lifecycle;
+    lifecycle?.track(res);
+    const socket = req.socket;
+    this.receiving.set(socket, res);
+    req.once('end', () => this.receiving.get(socket) === res && this.receiving.delete(socket));
+    res.once('close', () => {
+      lifecycle?.untrack(res);
+      if (this.receiving.get(socket) === res) this.receiving.delete(socket);
+      const ms = performance.now() - started;
+      if (counted) {
+        this.rqActive.dec();
+        // Count what was really sent; a response that never started counts as a 5xx.
+        const status = res.headersSent ? res.statusCode : 500;
+        this.rqClass[Math.min(4, Math.max(0, Math.floor(status / 100) - 1))]!.inc();
+        this.rqTime.record(ms);
+      }
+      this.onPhase?.('log', req);
+      if (info) accessLog!.log(req, res, info, ms);
+      if (span) {
+        const status = res.headersSent ? res.statusCode : 500;
+        span.setAttribute('http.response.status_code', status);
+        if (status >= 500) failSpan(span, res.headersSent ? `status ${status}` : 'no response sent', String(status));
+        span.end();
+      }
+    });
+    const onPhase = this.onPhase;
+    if (onPhase) res.once('finish', () => onPhase('respond', req));
+    onPhase?.('edge', req);
+    const refusal = this.options.refuse?.(req);
+    if (refusal) {
+      req.resume();
+      sendError(res, refusal, this.options.errorId);
+      return;
+    }
+    const headerCount = tooManyHeaders(req);
+    if (headerCount > 0) {
+      req.resume();
+      res.shouldKeepAlive = false;
+      sendError(res, new MeshError(this.options.errorId, 431, `more than ${MAX_HEADER_COUNT} header fields`), this.options.errorId);
+      return;
+    }
+    if (this.cors?.apply(req, res)) return;
+    const refused = this.normalize(req, target) ?? this.badMeshTimeout(req);
+    if (refused) {
+      req.resume();
+      sendError(res, refused, this.options.errorId);
+      return;
+    }
+    const health = target.path === HEALTH_PATH;
+    // Keyed by subject, the limit needs the auth step's verdict first; otherwise it runs before auth,
+    // so a flood of bad credentials costs no verification.
+    const limitAfterAuth = this.limitAfterAuth;
+    if (!health && !limitAfterAuth && this.rateLimited(req, res)) return;
+    if (health) {
+      req.resume();
+      const live = this.options.runtime.state.state === 'live';
+      sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
+      return;
+    }
+    // undefined: the request passed without waiting (no auth rules): on to the handler in this turn.
+    let authorized: Promise<void> | undefined;
+    let route = undefined as R;
+    try {
+      onPhase?.('route', req);
+      route = this.options.route?.(req, target, false) as R;
+      const authorize = this.options.authorize;
+      if (authorize) {
+        onPhase?.('auth', req);
+        authorized = authorize(req, res, route);
+      }
+    } catch (err) {
+      authorized = Promise.reject(err);
+    }
+    let handled: Promise<void>;
+    if (authorized) {
+      handled = authorized.then(() => {
+        if (limitAfterAuth && this.rateLimited(req, res)) return;
+        onPhase?.('handle', req);
+        return this.options.handle(req, res, ctx, route);
+      });
+    } else if (limitAfterAuth && this.rateLimited(req, res)) return;
+    else {
+      onPhase?.('handle', req);
+      handled = this.options.handle(req, res, ctx, route);
+    }
+    handled.catch((err: unknown) => {
+      // The request's trace named here: this may run outside any ambient context (explicitContext).
+      if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace.traceId, span_id: trace.spanId }, 'handler failed');
+      // An answer before the whole body arrived (413, a refused request): drop the rest first.
+      lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
+      sendError(res, err, this.options.errorId);
+    });
+  }
+
+  /** Keyed by subject, the rate limit needs the auth step's verdict first (for upgrades too: see upgradeRateLimited). */
+  private get limitAfterAuth(): boolean {
+    return this.options.rateLimit?.key === 'subject' && this.options.authorize !== undefined;
+  }
+
+  /**
+   * The rate limit step of an upgrade (one request, whatever the connection carries later): over
+   * the limit, a 429 error JSON with Retry-After and the RateLimit fields closes the connection
+   * (true). Run by the front server before the `upgrade` handler; keyed by subject (with an auth
+   * step), the handler calls it once its auth step passed, and it is a no-op otherwise.
+   */
+  upgradeRateLimited(req: IncomingMessage, socket: Duplex, afterAuth = false): boolean {
+    const rl = this.options.rateLimit;
+    if (!rl || afterAuth !== this.limitAfterAuth) return false;
+    const decision = rl.limiter.check(rateLimitKey(req, rl.key));
+    if (decision.allowed) {
+      this.rateLimitOk!.inc();
+      return false;
+    }
+    this.rateLimitOver!.inc();
+    const err = rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec);
+    refuseSocket(socket, err, this.options.errorId, { headers: rateLimitHeaders(decision) });
+    return true;
+  }
+
+  /**
+   * Rewrites `req.url` to the normal form of its target (src/base/http/target.ts, parsed once), so the
+   * rate limit, the auth rules, the route match and the forwarded request all read the same path;
+   * a path that cannot be normalized safely: the 400 to answer.
+   */
+  private normalize(req: IncomingMessage, target: RequestTarget): MeshError | undefined {
+    if (target.refused !== undefined) return new MeshError(this.options.errorId, 400, target.refused);
+    req.url = target.url;
+    return undefined;
+  }
+
+  /**
+   * The rate limit step, after CORS (a 429 carries the CORS headers, so a page can read it; a
+   * preflight, answered by the CORS step, takes no token) and before the handler: sets the
+   * RateLimit fields; over the limit answers 429 error JSON with Retry-After (true).
+   */
+  private rateLimited(req: IncomingMessage, res: ServerResponse): boolean {
+    const rl = this.options.rateLimit;
+    if (!rl) return false;
+    const decision = rl.limiter.check(rateLimitKey(req, rl.key));
+    const headers = rateLimitHeaders(decision);
+    if (decision.allowed) {
+      this.rateLimitOk!.inc();
+      for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+      return false;
+    }
+    this.rateLimitOver!.inc();
+    req.resume();
+    for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+    sendError(res, rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec), this.options.errorId);
+    return true;
+  }
+}

@@ -1,0 +1,56 @@
+/** What every handler needs to know about the front end it serves (gateway or sidecar). */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Runtime } from '../../process/runtime.js';
+import { HEADER_ID, endToEndHeaders, meshTimeoutOf } from '../../core/transport/headers.js';
+import type { CallOptions } from '../../core/client/client.js';
+import { requestInfo } from '../../base/http/access-log.js';
+import { targetOf } from '../../base/http/target.js';
+import type { CallContext } from '../../base/util/call-context.js';
+
+export interface FrontEnd {
+  runtime: Runtime;
+  /** go.mesh.api for the gateway, go.mesh.srv for the sidecar (or --namespace). */
+  namespace: string;
+  /** The `id` of error JSON this front end writes. */
+  errorId: string;
+  maxBodyBytes: number;
+  /** Authorizes a call whose service and method only the body or query names (/rpc): throws the 401/403 (src/edge/auth/); `res` undefined for an upgrade. */
+  authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void;
+}
+
+/** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout (and its call context, when given). */
+export function callOptionsFrom(req: IncomingMessage, contentType?: string, context?: CallContext): CallOptions {
+  const headers = req.headers;
+  const id = headers[HEADER_ID];
+  return {
+    contentType,
+    metadata: endToEndHeaders(headers),
+    timeoutMs: inboundTimeout(headers),
+    id: typeof id === 'string' && id !== '' ? id : undefined,
+    info: requestInfo(req),
+    context,
+  };
+}
+
+/** The inbound Mesh-Timeout; a malformed one never gets here (the front server answers it 400: FrontServer). */
+function inboundTimeout(headers: IncomingMessage['headers']): number | undefined {
+  try {
+    return meshTimeoutOf(headers);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The query of a request (src/base/http/target.ts) as a JSON-ready object: one value → string, several → array. */
+export function queryObject(req: IncomingMessage): Record<string, string | string[]> {
+  const query = targetOf(req).query;
+  const out: Record<string, string | string[]> = {};
+  if (query === undefined) return out;
+  for (const [k, v] of new URLSearchParams(query)) {
+    const prev = out[k];
+    if (prev === undefined) out[k] = v;
+    else if (Array.isArray(prev)) prev.push(v);
+    else out[k] = [prev, v];
+  }
+  return out;
+}

@@ -1,0 +1,593 @@
+/**
+ * The proxy handler: a reverse proxy to a node of the service chosen by the cluster manager, with
+ * the full original path and query, streaming both ways, X-Forwarded-For/-Proto/-Host set, and
+ * WebSocket (any Upgrade but h2c) requests tunnelled once the node accepted them with a 101. Talks
+ * plain HTTP to the node.
+ *
+ * Request bodies are bounded by --max_body_size: a Content-Length over it gets 413 before any host
+ * is contacted; a chunked body is counted as it streams, and the byte that crosses the limit is
+ * never sent: the upstream request is aborted (the host sees an incomplete request, never the
+ * whole body) and the client gets 413, or, when the host's answer had already started, a reset
+ * connection (a status can no longer be sent). After a 413 the rest of the upload is read and
+ * dropped, up to another --max_body_size, then the connection is closed.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { request as httpRequest, STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
+import { MeshError, asFrontEndError, bodyTooLarge, flagged } from '../../base/errors.js';
+import { requestInfo } from '../../base/http/access-log.js';
+import { endRawLingering, refuseSocket, sendError } from '../../base/http/respond.js';
+import { classifyError } from '../../core/transport/rpc.js';
+import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '../../core/transport/headers.js';
+import { lingerOnRest, readBody } from '../../base/http/body.js';
+import type { UpstreamLease } from '../../core/upstream/types.js';
+import type { FrontEnd } from './front-end.js';
+import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
+import { failSpan, SpanKind, traceOf } from '../../base/tracing/tracer.js';
+import type { CallContext } from '../../base/util/call-context.js';
+import { compose } from '../../core/client/interceptors/compose.js';
+import { retry } from '../../core/client/interceptors/retry.js';
+
+/**
+ * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
+ * ones (hop-by-hop and `Connection`-named left out, but never the edge's Mesh-Auth-*), the original Host, and X-Forwarded-For,
+ * -Proto and -Host (a front proxy's -Proto and -Host are kept; -For is appended to).
+ */
+function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boolean, trace: TraceContext | undefined): string[] {
+  const headers = req.headers;
+  const out: string[] = [];
+  const named = requestConnectionNamed(headers.connection);
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || isHopByHop(name) || named?.has(name)) continue;
+    if (name === 'x-forwarded-for' || name === 'x-forwarded-proto' || name === 'x-forwarded-host') continue;
+    // The trace headers are this hop's (below): the caller's span is the parent of this hop, not of the backend.
+    if (trace && (name === TRACEPARENT || name === TRACESTATE)) continue;
+    out.push(name, typeof value === 'string' ? value : value.join(', '));
+  }
+  const peer = req.socket.remoteAddress ?? '';
+  const prior = headers['x-forwarded-for'];
+  out.push('x-forwarded-for', prior ? `${Array.isArray(prior) ? prior.join(', ') : prior}, ${peer}` : peer);
+  out.push('x-forwarded-proto', (headers['x-forwarded-proto'] as string | undefined) ?? (secure ? 'https' : 'http'));
+  out.push('x-forwarded-host', (headers['x-forwarded-host'] as string | undefined) ?? headers.host ?? '');
+  if (headers.host) out.push('host', headers.host);
+  if (trace) {
+    out.push(TRACEPARENT, formatTraceparent(trace));
+    if (trace.state !== undefined) out.push(TRACESTATE, trace.state);
+  }
+  // A streamed body keeps the client's framing: undici sends chunked unless it knows the length.
+  if (withLength && headers['content-length'] !== undefined) out.push('content-length', headers['content-length']);
+  return out;
+}
+
+/** This hop's trace: the request's (given, or the ambient context's), or for an upgrade, one of its own. */
+function hopTrace(fe: FrontEnd, req: IncomingMessage, ctx: CallContext | undefined): TraceContext {
+  if (ctx?.trace) return ctx.trace;
+  const context = fe.runtime.context;
+  return context.current?.trace ?? context.hop(parseTraceparent(req.headers[TRACEPARENT], req.headers[TRACESTATE]));
+}
+
+/** Bodies up to this size (by Content-Length) are read first and sent in one write with the headers. */
+const BUFFERED_BODY_MAX = 64 * 1024;
+
+type RequestBody = { kind: 'none' } | { kind: 'buffered'; bytes: Buffer } | { kind: 'stream'; stream: Readable };
+
+/**
+ * Passes a chunked body through until it exceeds limit bytes, then fails (the chunk that crosses
+ * the limit is not passed on) and sets `exceeded`.
+ */
+class BodyLimit extends Transform {
+  private size = 0;
+  exceeded = false;
+  constructor(private readonly limit: number) {
+    super();
+  }
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
+    this.size += chunk.length;
+    if (this.size > this.limit) {
+      this.exceeded = true;
+      done(new Error(`request body larger than ${this.limit} bytes`));
+      return;
+    }
+    done(null, chunk);
+  }
+}
+
+function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
+  const length = req.headers['content-length'];
+  if (req.headers['transfer-encoding'] !== undefined) return 'stream';
+  if (length === undefined || length === '0') return 'none';
+  const n = Number(length);
+  return Number.isInteger(n) && n >= 0 && n <= BUFFERED_BODY_MAX ? 'small' : 'stream';
+}
+
+type ForwardResult =
+  | { kind: 'response'; status: number }
+  | { kind: 'error'; err: unknown; timedOut: boolean; responded: boolean; clientGone: boolean };
+
+const TIMEOUT_MESSAGE = 'timeout waiting for the upstream answer';
+
+/** Statuses whose answers never have a body, whatever Content-Length says (RFC 9110 6.4.1). */
+function bodiless(status: number, head: boolean): boolean {
+  return head || status === 204 || status === 304;
+}
+
+/**
+ * One attempt in flight: the request goes to the host and the answer straight into `res`, through
+ * undici's raw dispatch callbacks (the form its HTTP/1.1 client speaks natively: the response's
+ * raw header list is filtered and handed to writeHead as it is, never parsed into an object).
+ *
+ * Only the wait for the answer's head is bounded by timeoutMs, from the dispatch or, for a streamed
+ * body, from the end of the upload; a body may take as long as it needs. The attempt settles at
+ * once on a timeout or a client that went away while it still waits for a connection (the request
+ * is dropped when it gets one), and a client that goes away later aborts it.
+ */
+class ProxyAttempt implements Dispatcher.DispatchHandler {
+  private abort?: (err?: Error) => void;
+  private resume?: () => void;
+  private timer?: NodeJS.Timeout;
+  private timedOut = false;
+  private clientGone = false;
+  private responded = false;
+  /** The answer was complete at its head (HEAD, 204, 304): anything after it is ignored. */
+  private ended = false;
+  private done = false;
+  private status = 0;
+  private readonly onClientGone = () => {
+    if (this.res.writableFinished) return;
+    this.clientGone = true;
+    const err = new Error('client went away');
+    if (this.abort) this.abort(err);
+    else this.onError(err);
+  };
+  /** Runs while the answer waits for a client that reads nothing (backpressure). */
+  private idleTimer?: NodeJS.Timeout;
+  private readonly onDrain = () => {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
+    this.resume?.();
+    this.armBackendIdle();
+  };
+  /**
+   * Runs while the answer's body is read from the host: a host that sends nothing for idleMs
+   * (a body shorter than its Content-Length, held open) is cut. Stopped while the host is paused
+   * for a slow client (idleTimer's case) and once the answer is complete.
+   */
+  private backendTimer?: NodeJS.Timeout;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly head: boolean,
+    private readonly timeoutMs: number,
+    private readonly idleMs: number,
+    streamedBody: boolean,
+    private readonly settle: (result: ForwardResult) => void,
+  ) {
+    if (!streamedBody) this.startTimer();
+    res.on('close', this.onClientGone);
+  }
+
+  private startTimer(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.onTimeout(), this.timeoutMs);
+  }
+
+  private onTimeout(): void {
+    if (this.responded) return;
+    this.timedOut = true;
+    const err = new Error(TIMEOUT_MESSAGE);
+    if (this.abort) this.abort(err);
+    else this.onError(err); // still waiting for a connection
+  }
+
+  private armBackendIdle(): void {
+    if (this.idleMs <= 0 || this.ended || this.done) return;
+    // One timer per answer, pushed back on each chunk (refresh: no new timer per chunk).
+    if (this.backendTimer) this.backendTimer.refresh();
+    else
+      this.backendTimer = setTimeout(() => {
+        this.timedOut = true;
+        this.abort?.(new Error(`the upstream sent nothing of its answer for ${this.idleMs} ms`));
+      }, this.idleMs);
+  }
+
+  private finish(result: ForwardResult): void {
+    if (this.done) return;
+    this.done = true;
+    clearTimeout(this.timer);
+    clearTimeout(this.idleTimer);
+    clearTimeout(this.backendTimer);
+    this.res.off('close', this.onClientGone);
+    this.res.off('drain', this.onDrain);
+    this.settle(result);
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abort = abort;
+    if (this.timedOut) abort(new Error(TIMEOUT_MESSAGE));
+    else if (this.clientGone || this.res.destroyed) abort(new Error('client went away'));
+  }
+
+  /** A streamed body is sent: the wait for the answer starts now (a slow upload is not a slow host). */
+  onRequestSent(): void {
+    if (!this.timer && !this.done) this.startTimer();
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true; // an interim answer (100 Continue): the final one follows
+    this.responded = true;
+    this.status = statusCode;
+    this.resume = resume;
+    clearTimeout(this.timer);
+    // Hop-by-hop headers, and those the answer's own Connection header names, stay here.
+    let named: Set<string> | undefined;
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      if (rawNameIs(rawHeaders[i]!, 'connection')) {
+        named = connectionNamed(rawHeaders[i + 1]!.toString('latin1')) ?? named;
+      }
+    }
+    const out: string[] = [];
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      const name = rawHeaders[i]!.toString('latin1');
+      const lower = name.toLowerCase();
+      if ((lower !== 'content-length' && isHopByHop(lower)) || named?.has(lower)) continue;
+      out.push(name, rawHeaders[i + 1]!.toString('latin1'));
+    }
+    this.res.writeHead(statusCode, out);
+    if (bodiless(statusCode, this.head)) {
+      // Complete now: undici may still object to a Content-Length that announces no body.
+      this.ended = true;
+      this.res.end();
+    }
+    this.armBackendIdle();
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.ended) return true;
+    if (this.res.destroyed) {
+      this.clientGone = true;
+      this.abort?.(new Error('client went away'));
+      return false;
+    }
+    if (this.res.write(chunk)) {
+      this.armBackendIdle();
+      return true;
+    }
+    // Paused for the client: the host is not read meanwhile, so its silence is not its fault.
+    clearTimeout(this.backendTimer);
+    this.backendTimer = undefined;
+    this.res.once('drain', this.onDrain);
+    // Only while paused: a client that reads nothing must not hold the host's connection forever.
+    if (this.idleMs > 0 && !this.idleTimer) {
+      this.idleTimer = setTimeout(() => {
+        this.clientGone = true;
+        this.abort?.(new Error(`client read nothing for ${this.idleMs} ms`));
+      }, this.idleMs);
+    }
+    return false;
+  }
+
+  onComplete(): void {
+    if (!this.ended) this.res.end();
+    this.finish({ kind: 'response', status: this.status });
+  }
+
+  onError(err: Error): void {
+    if (this.ended) return this.finish({ kind: 'response', status: this.status });
+    this.finish({ kind: 'error', err, timedOut: this.timedOut, responded: this.responded, clientGone: this.clientGone });
+  }
+}
+
+function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, headers: string[], body: RequestBody, timeoutMs: number, idleMs: number): Promise<ForwardResult> {
+  return new Promise<ForwardResult>((resolve) => {
+    const attempt = new ProxyAttempt(res, req.method === 'HEAD', timeoutMs, idleMs, body.kind === 'stream', resolve);
+    try {
+      dispatcher.dispatch(
+        {
+          path: req.url ?? '/',
+          method: (req.method ?? 'GET') as Dispatcher.HttpMethod,
+          headers,
+          body: body.kind === 'buffered' ? body.bytes : body.kind === 'stream' ? body.stream : undefined,
+        },
+        attempt,
+      );
+    } catch (err) {
+      attempt.onError(err as Error);
+    }
+  });
+}
+
+/**
+ * Proxies a request to a node of the service. The backend gets the hop's traceparent; with
+ * --tracing=otlp a client span (named after the method, as OpenTelemetry's HTTP client spans are)
+ * covers the forwarding and is the backend's parent.
+ */
+export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext): Promise<void> {
+  const tracer = fe.runtime.tracer;
+  if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx));
+  const method = req.method ?? 'GET';
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req, ctx), { 'http.request.method': method, 'url.path': q === -1 ? url : url.slice(0, q), 'server.address': service });
+  try {
+    await proxyRequest(fe, service, secure, req, res, traceOf(span));
+  } catch (err) {
+    failSpan(span, (err as Error)?.message ?? String(err));
+    throw err;
+  } finally {
+    const status = res.headersSent ? res.statusCode : 0;
+    if (status > 0) span.setAttribute('http.response.status_code', status);
+    if (status === 0 || status >= 500) failSpan(span, status === 0 ? 'no response' : `status ${status}`, String(status || 'no_response'));
+    span.end();
+  }
+}
+
+async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext): Promise<void> {
+  const limit = fe.maxBodyBytes;
+  const declared = Number(req.headers['content-length']);
+  if (req.headers['content-length'] !== undefined && declared > limit) {
+    // Before any host is contacted (the front server drops the rest of the body: lingerOnRest).
+    throw bodyTooLarge(fe.errorId, limit);
+  }
+  const kind = bodyKind(req);
+  let body: RequestBody;
+  let counter: BodyLimit | undefined;
+  if (kind === 'small') body = { kind: 'buffered', bytes: await readBody(req, BUFFERED_BODY_MAX, fe.errorId) };
+  else if (kind === 'none') body = { kind: 'none' };
+  else if (req.headers['transfer-encoding'] === undefined) body = { kind: 'stream', stream: req }; // Content-Length within the limit: the parser enforces it
+  else {
+    const limited = (counter = new BodyLimit(limit));
+    req.pipe(limited);
+    // pipe() does not pass on a client that goes away mid-upload: end the upstream body with an error too.
+    req.once('error', (err) => limited.destroy(err));
+    req.once('close', () => {
+      if (!req.complete) limited.destroy(new Error('client went away'));
+    });
+    body = { kind: 'stream', stream: limited };
+  }
+  const headers = forwardedHeaders(req, secure, body.kind !== 'buffered', trace);
+  // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
+  const retries = body.kind === 'stream' ? 0 : fe.runtime.options.clientRetries;
+  const call: ProxyCall = { fe, service, req, res, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req) };
+  const result = await sendProxied(call, 0);
+  if (result.kind === 'failed') sendError(res, result.error);
+}
+
+/** One proxied request, across its tries. */
+interface ProxyCall {
+  readonly fe: FrontEnd;
+  readonly service: string;
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly headers: string[];
+  readonly body: RequestBody;
+  /** Counts a chunked body against `limit` (--max_body_size). */
+  readonly counter: BodyLimit | undefined;
+  readonly limit: number;
+  readonly retries: number;
+  /** Hosts already tried (only when a retry may follow). */
+  tried: Set<string> | undefined;
+  readonly info: ReturnType<typeof requestInfo>;
+}
+
+/** A try answered the client (or there is no one left to answer), or failed before any answer started. */
+type ProxyTry = { kind: 'done' } | { kind: 'failed'; error: MeshError; connectFailure: boolean };
+
+const DONE: ProxyTry = { kind: 'done' };
+
+/**
+ * The proxy's tries under the client's retry interceptor, with the proxy's policy: only a connect
+ * failure is retried, at once, on another host (retries is 0 for a streamed body); the last
+ * failure is the answer.
+ */
+const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
+  retry({
+    retries: (call) => call.retries,
+    attempt: (_call, n) => n,
+    decide: (r) => (r.kind === 'failed' && r.connectFailure ? 'retry' : 'done'),
+    exhausted: (call) => ({ kind: 'failed', error: new MeshError(call.fe.errorId, 502, `proxy to ${call.service} failed`), connectFailure: false }),
+  }),
+]);
+
+/** One try: a host of the service, the request forwarded to it, and its answer streamed to the client. */
+async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
+  const { fe, service, req, res, counter, limit, info } = call;
+  const timeoutMs = fe.runtime.options.clientRequestTimeout;
+  let lease: UpstreamLease;
+  try {
+    const clusters = fe.runtime.clusters;
+    const options = { exclude: call.tried, retry: attempt > 0 };
+    lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
+  } catch (err) {
+    req.resume();
+    sendError(res, asFrontEndError(err, fe.errorId));
+    return DONE;
+  }
+  const started = Date.now();
+  if (info) {
+    info.upstreamCluster = service;
+    info.upstreamHost = lease.target.key;
+  }
+  if (res.destroyed) {
+    // The client left while a host was being found (a service's first use reads the registry).
+    lease.release({ kind: 'cancelled' }, 0);
+    return DONE;
+  }
+  if (call.retries > 0) (call.tried ??= new Set()).add(lease.target.key);
+  const result = await forward(lease.target.dispatcher, req, res, call.headers, call.body, timeoutMs, fe.runtime.options.streamIdleTimeout);
+  if (result.kind === 'response') {
+    lease.release(result, Date.now() - started);
+    return DONE;
+  }
+  if (counter?.exceeded) {
+    // Not the host's fault. The host got an aborted request, never the whole body.
+    lease.release({ kind: 'cancelled' }, Date.now() - started);
+    req.unpipe(counter);
+    if (result.kind === 'error' && !result.responded && !res.headersSent && !res.destroyed) {
+      lingerOnRest(req, res, limit);
+      sendError(res, bodyTooLarge(fe.errorId, limit));
+    } else {
+      req.resume();
+      res.destroy();
+    }
+    return DONE;
+  }
+  if (result.clientGone) {
+    // Not the host's fault: no error charged, nothing to answer.
+    lease.release({ kind: 'cancelled' }, Date.now() - started);
+    res.destroy();
+    return DONE;
+  }
+  if (result.responded) {
+    // The answer had started: nothing to do but cut the connection.
+    lease.release({ kind: 'reset' }, Date.now() - started);
+    info?.addFlag(result.timedOut ? 'UT' : 'UC');
+    res.destroy();
+    return DONE;
+  }
+  const failure = classifyError(result.err, result.timedOut);
+  lease.release(failure.outcome, Date.now() - started);
+  if (res.destroyed || res.writableEnded) return DONE; // the client went away
+  const outcome = failure.outcome.kind;
+  const error =
+    outcome === 'timeout'
+      ? flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
+      : flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
+  return { kind: 'failed', error, connectFailure: outcome === 'connect_failure' };
+}
+
+/** Whether an Upgrade header lists h2c (HTTP/2 over cleartext, any version) among its protocols. */
+export function upgradesToH2c(upgrade: string | undefined): boolean {
+  if (upgrade === undefined) return false;
+  for (const token of upgrade.split(',')) {
+    const slash = token.indexOf('/');
+    if ((slash === -1 ? token : token.slice(0, slash)).trim().toLowerCase() === 'h2c') return true;
+  }
+  return false;
+}
+
+/** The head of a node's answer for the client: its status, its end-to-end headers (rawHeaders form), then `extra`. */
+function answerHead(res: IncomingMessage, extra: string): string {
+  const status = res.statusCode ?? 502;
+  let named: Set<string> | undefined;
+  const raw = res.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === 'connection') named = connectionNamed(raw[i + 1]) ?? named;
+  let head = `HTTP/1.1 ${status} ${res.statusMessage || STATUS_CODES[status] || ''}\r\n`;
+  for (let i = 0; i < raw.length; i += 2) {
+    const lower = raw[i]!.toLowerCase();
+    if (isHopByHop(lower) || named?.has(lower)) continue;
+    head += `${raw[i]}: ${raw[i + 1]}\r\n`;
+  }
+  return `${head}${extra}\r\n`;
+}
+
+/**
+ * Proxies an Upgrade request (WebSocket) to a node of the service, on a connection of its own.
+ * Nothing more is read from the client until the node answers. Its `101 Switching Protocols` opens
+ * the tunnel: the answer goes to the client as it came, then bytes flow both ways until either side
+ * closes. Any other answer is passed on (status, end-to-end headers, the body framed by its length
+ * or chunked) with `Connection: close`, and the client connection is closed after it: what the
+ * client sent behind the upgrade request (pipelined requests) is dropped, never forwarded, and must
+ * be sent again on a new connection. `Upgrade: h2c` is refused (400): an HTTP/2 connection would
+ * carry requests the edge never sees. Only the wait for the node's answer is bounded
+ * (--client_request_timeout); an open tunnel may idle.
+ */
+export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer): void {
+  const refuse = (err: MeshError) => refuseSocket(socket, err, fe.errorId);
+  if (upgradesToH2c(req.headers.upgrade)) {
+    return refuse(new MeshError(fe.errorId, 400, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
+  }
+  if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
+    return refuse(new MeshError(fe.errorId, 400, 'an upgrade request carries no body'));
+  }
+  fe.runtime.clusters.acquire(service).then(
+    (lease) => upgradeOn(fe, service, secure, req, socket, head, lease, refuse),
+    (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
+  );
+}
+
+function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, lease: UpstreamLease, refuse: (err: MeshError) => void): void {
+  const started = Date.now();
+  if (socket.destroyed) return lease.release({ kind: 'cancelled' }, 0);
+  /** waiting for the node's answer; answered (its head was passed on); done (lease released, nothing more to answer). */
+  let state: 'waiting' | 'answered' | 'done' = 'waiting';
+  const release = (outcome: Parameters<UpstreamLease['release']>[0]) => {
+    if (state === 'done') return;
+    state = 'done';
+    clearTimeout(timer);
+    socket.off('close', onClientGone);
+    lease.release(outcome, Date.now() - started);
+  };
+  const headers = forwardedHeaders(req, secure, false, hopTrace(fe, req, undefined));
+  headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
+  const timeoutMs = fe.runtime.options.clientRequestTimeout;
+  const upstream = httpRequest({ host: lease.target.address, port: lease.target.port, method: req.method, path: req.url, headers, setHost: false, agent: false });
+  const timer = setTimeout(() => {
+    if (state !== 'waiting') return;
+    release({ kind: 'timeout' });
+    refuse(flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT'));
+    upstream.destroy();
+  }, timeoutMs);
+  const onClientGone = () => {
+    release({ kind: 'cancelled' });
+    upstream.destroy();
+  };
+  socket.once('close', onClientGone);
+  upstream.on('upgrade', (res: IncomingMessage, tunnel: Socket, tunnelHead: Buffer) => {
+    release({ kind: 'response', status: 101 });
+    if (socket.destroyed) return void tunnel.destroy();
+    // The 101 as it came: its Upgrade, Connection and handshake headers are the client's business.
+    let answer = `HTTP/1.1 101 ${res.statusMessage || 'Switching Protocols'}\r\n`;
+    for (let i = 0; i < res.rawHeaders.length; i += 2) answer += `${res.rawHeaders[i]}: ${res.rawHeaders[i + 1]}\r\n`;
+    socket.write(`${answer}\r\n`, 'latin1'); // header bytes as they came (Node read them as latin1)
+    if (tunnelHead.length) socket.write(tunnelHead);
+    if (head.length) tunnel.write(head);
+    tunnel.pipe(socket);
+    socket.pipe(tunnel);
+    tunnel.on('error', () => socket.destroy());
+    tunnel.on('close', () => socket.destroy());
+    socket.on('close', () => tunnel.destroy());
+  });
+  upstream.on('response', (res: IncomingMessage) => {
+    // Not an upgrade: one answer, then the connection closes (nothing behind the request is read).
+    clearTimeout(timer);
+    state = 'answered';
+    const status = res.statusCode ?? 502;
+    const length = res.headers['content-length'];
+    const framing = bodiless(status, req.method === 'HEAD') ? 'none' : length !== undefined ? 'length' : 'chunked';
+    const extra = framing === 'length' ? `content-length: ${length}\r\n` : framing === 'chunked' ? 'transfer-encoding: chunked\r\n' : '';
+    socket.write(answerHead(res, `${extra}connection: close\r\n`), 'latin1');
+    res.on('data', (chunk: Buffer) => {
+      if (framing === 'none') return;
+      if (framing === 'chunked') socket.write(`${chunk.length.toString(16)}\r\n`);
+      if (!socket.write(framing === 'chunked' ? Buffer.concat([chunk, CRLF]) : chunk)) res.pause();
+    });
+    socket.on('drain', () => res.resume());
+    res.on('end', () => {
+      release({ kind: 'response', status });
+      endRawLingering(socket, framing === 'chunked' ? '0\r\n\r\n' : undefined);
+    });
+    res.on('error', () => {
+      release({ kind: 'reset' });
+      socket.destroy();
+    });
+  });
+  upstream.on('error', (err) => {
+    if (state === 'done') return; // the timeout or the client ended it, or the tunnel is open
+    if (state === 'answered') {
+      release({ kind: 'reset' });
+      socket.destroy();
+      return;
+    }
+    const failure = classifyError(err, false);
+    release(failure.outcome);
+    const outcome = failure.outcome.kind;
+    refuse(flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC'));
+  });
+  upstream.end();
+}
+
+const CRLF = Buffer.from('\r\n');

@@ -1,0 +1,334 @@
+/**
+ * `mesh api`: the HTTP entry point (SPEC 1.3, 4.3, 4.4; DESIGN section 6).
+ *
+ * Paths the gateway answers itself, whatever the handler:
+ *   GET /               {"version":"<mesh version>"}
+ *   POST /rpc           call a service directly (SPEC 2.8): those of --rpc_allow (403 for others); off with --enable_rpc=false
+ *   GET /rpc + WebSocket a streaming call, /rpc?service=S&endpoint=E, with the same checks as POST /rpc
+ *   GET /stats          with --enable_stats: the dashboard (src/fronts/dashboard; JSON for Accept: application/json)
+ *   GET /_mesh/health   200 while live, 503 while draining (admin /healthcheck/fail)
+ * Everything else goes to the handler: `--handler=api|rpc|proxy|event`, or by default the
+ * registry router (src/fronts/gateway/router.ts) with the api handler as the fallback.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { Runtime } from '../../process/runtime.js';
+import type { CallContext } from '../../base/util/call-context.js';
+import { ERROR_IDS, MeshError, rootMethodNotAllowed } from '../../base/errors.js';
+import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
+import { refuseSocket, sendJson } from '../../base/http/respond.js';
+import { targetOf, type RequestTarget } from '../../base/http/target.js';
+import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import { resolveEventPath, resolveProxyPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
+import { handleApi } from '../../edge/handlers/api.js';
+import { handleRpc } from '../../edge/handlers/rpc.js';
+import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../../edge/handlers/rpc-endpoint.js';
+import { handleEvent } from '../../edge/handlers/event.js';
+import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
+import { handleSse, StreamSockets, wantsEventStream } from '../../edge/handlers/stream.js';
+import { packageVersion } from '../../admin/build-info.js';
+import { RegistryRouter } from './router.js';
+import type { HandlerName } from './routes.js';
+import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
+import type { FrontRateLimit } from '../../base/http/rate-limit.js';
+import { globsMatcher } from '../../base/util/regex.js';
+import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../../edge/auth/edge.js';
+
+export const DEFAULT_ADDRESS = ':8080';
+export const DEFAULT_NAMESPACE = 'go.mesh.api';
+/** The `id` of every error the gateway itself writes. */
+export const ERROR_ID = ERROR_IDS.gateway;
+/** Stats of the gateway's listener: http.gateway.downstream_rq_*. */
+export const STAT_PREFIX = 'gateway';
+
+export interface GatewayOptions {
+  /** Listen address, `host:port` or `:port` (all interfaces). Default `:8080`. */
+  address?: string;
+  /** Default go.mesh.api. */
+  namespace?: string;
+  /** A fixed handler; undefined: the registry router, falling back to the api handler. */
+  handler?: HandlerName;
+  /** Serve /stats. */
+  enableStats?: boolean;
+  /** Router rebuild coalescing delay (ms). */
+  routerDebounceMs?: number;
+  /** Serve POST /rpc (default true); false: /rpc is a path like any other. */
+  enableRpc?: boolean;
+  /** Globs over the service names /rpc may call (`*` any run of characters, `?` one); default all. */
+  rpcAllow?: string[];
+  /** `--rate_limit`: the limiter of the listener (src/base/http/rate-limit.ts); undefined: no limit. */
+  rateLimit?: FrontRateLimit;
+  /** `--cors_max_age` in seconds. Default 600. */
+  corsMaxAgeSec?: number;
+  /** Authentication and rules (--auth, --auth_rules; src/edge/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
+  auth?: EdgeAuth;
+  /** Called as a request enters each phase of the front server (src/edge/front-server.ts): for tests and debugging. */
+  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+}
+
+/**
+ * What serves a request, decided once per request (the front server's route phase) and read by
+ * the auth step, the handler and the upgrade: the gateway's own paths, or a call, proxy or event
+ * target (from the fixed `--handler`, a registry route, or the api fallback); a target left
+ * undefined names no service (404).
+ */
+export type GatewayRoute =
+  | { kind: 'root' | 'dashboard' | 'rpc-endpoint' | 'none' }
+  /** `stream`: false at the gateway's own paths, where no streaming call (SSE, WebSocket) is served. */
+  | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean }
+  | { kind: 'proxy'; service: string | undefined }
+  | { kind: 'event'; event: { topic: string; name: string } | undefined };
+
+const ROOT: GatewayRoute = { kind: 'root' };
+const DASHBOARD: GatewayRoute = { kind: 'dashboard' };
+const RPC_ENDPOINT: GatewayRoute = { kind: 'rpc-endpoint' };
+const NONE: GatewayRoute = { kind: 'none' };
+
+function shown(path: string): string {
+  return path.length > 200 ? `${path.slice(0, 200)}...` : path;
+}
+
+export class Gateway {
+  readonly namespace: string;
+  private readonly rpcPaths: RpcPathResolver;
+  readonly handler?: HandlerName;
+  readonly router?: RegistryRouter;
+  readonly dashboard?: Dashboard;
+  readonly fe: FrontEnd;
+  private readonly server: FrontServer<GatewayRoute>;
+  private readonly address: string;
+  private readonly enableRpc: boolean;
+  private readonly rpcAllowed?: (service: string) => boolean;
+  private readonly guard: EdgeGuard;
+  private readonly streams: StreamSockets;
+
+  /**
+   * Builds the gateway; its router (when there is one) is a route source of the runtime, listed
+   * by admin /routes.
+   */
+  constructor(
+    private readonly runtime: Runtime,
+    options: GatewayOptions = {},
+  ) {
+    this.namespace = (options.namespace ?? DEFAULT_NAMESPACE).replace(/\.+$/, '') || DEFAULT_NAMESPACE;
+    this.rpcPaths = new RpcPathResolver(this.namespace);
+    this.handler = options.handler;
+    this.address = options.address ?? DEFAULT_ADDRESS;
+    this.enableRpc = options.enableRpc ?? true;
+    const allow = options.rpcAllow ?? [];
+    if (allow.length > 0 && !allow.includes('*')) this.rpcAllowed = globsMatcher(allow);
+    this.guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, errorId: ERROR_ID, rateLimit: options.rateLimit });
+    const guard = this.guard;
+    this.fe = {
+      runtime,
+      namespace: this.namespace,
+      errorId: ERROR_ID,
+      maxBodyBytes: runtime.options.maxBodySize,
+      authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
+    };
+    if (!this.handler) {
+      const router = new RegistryRouter({
+        registry: runtime.registry,
+        namespace: this.namespace,
+        logger: runtime.logging.get('router'),
+        debounceMs: options.routerDebounceMs,
+      });
+      this.router = router;
+      runtime.addRouteSource(() => [router.dump()]);
+    }
+    if (options.enableStats) {
+      this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID, histograms: runtime.options.statsHistograms });
+    }
+    const dashboard = this.dashboard;
+    this.streams = new StreamSockets(this.fe);
+    this.server = new FrontServer<GatewayRoute>({
+      runtime,
+      statPrefix: STAT_PREFIX,
+      errorId: ERROR_ID,
+      route: (req, target, upgrade) => this.route(req, target, upgrade),
+      handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
+      upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
+      onPhase: options.onPhase,
+      closeUpgraded: () => this.streams.close(),
+      counted: (req) => !(dashboard && isDashboardPath(targetOf(req).path)),
+      rateLimit: options.rateLimit,
+      corsMaxAgeSec: options.corsMaxAgeSec,
+      authorize: (req, res, route) => guard.checkRequest(req, res, () => this.authTarget(req, route)),
+      // Without auth nothing before the handler needs the ambient context: handle() decides.
+      explicitContext: () => !guard.enforcing,
+    });
+  }
+
+  /**
+   * The route phase: the gateway's own paths first (for an upgrade only /rpc: an upgrade at `/` or
+   * the dashboard can only be proxied), then the handler's target. No streaming call is served at
+   * an own path, nor at /rpc when --enable_rpc=false.
+   */
+  private route(req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
+    const path = target.path;
+    const own = path === '/' || (this.dashboard !== undefined && isDashboardPath(path));
+    if (own && !upgrade) return path === '/' ? ROOT : DASHBOARD;
+    if (path === '/rpc' && this.enableRpc) return RPC_ENDPOINT;
+    const to = this.targetRoute(req, target);
+    if (to.kind === 'call' && (own || path === '/rpc')) to.stream = false;
+    return own && to.kind !== 'proxy' && to.kind !== 'call' ? NONE : to;
+  }
+
+  /** The `--handler`'s target for a path, or the registry router's (one match), the api handler as the fallback. */
+  private targetRoute(req: IncomingMessage, target: RequestTarget): GatewayRoute {
+    const path = target.path;
+    const ns = this.namespace;
+    switch (this.handler) {
+      case 'api':
+      case 'rpc':
+        return { kind: 'call', handler: this.handler, call: this.rpcPaths.resolve(path), stream: true };
+      case 'proxy':
+        return { kind: 'proxy', service: resolveProxyPath(path, ns)?.service };
+      case 'event':
+        return { kind: 'event', event: resolveEventPath(path, ns) };
+      default: {
+        const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
+        if (!match) return { kind: 'call', handler: 'api', call: this.rpcPaths.resolve(path), stream: true };
+        const { route } = match;
+        switch (route.handler) {
+          case 'rpc':
+          case 'api':
+            return { kind: 'call', handler: route.handler, call: { service: route.service, method: route.endpoint }, stream: true };
+          case 'proxy':
+            return { kind: 'proxy', service: route.service };
+          case 'event':
+            return { kind: 'event', event: resolveEventPath(path, ns) ?? { topic: route.service, name: route.endpoint } };
+        }
+      }
+    }
+  }
+
+  /** What the auth rules see of a request: the service and endpoint its route calls. */
+  private authTarget(req: IncomingMessage, route: GatewayRoute): EdgeTarget {
+    const path = targetOf(req).path;
+    switch (route.kind) {
+      case 'rpc-endpoint':
+        return { path, call: true };
+      case 'call':
+        return route.call ? { path, service: route.call.service, endpoint: route.call.method } : { path };
+      case 'proxy':
+        return { path, service: route.service };
+      case 'event':
+        return route.event ? { path, service: route.event.topic, endpoint: route.event.name } : { path };
+      default:
+        return { path };
+    }
+  }
+
+  /** Builds the first route table, then listens. Resolves with the bound address. */
+  async start(): Promise<AddressInfo> {
+    await this.router?.start();
+    this.dashboard?.start();
+    let bound: AddressInfo;
+    try {
+      bound = await this.server.listen(this.address);
+    } catch (err) {
+      this.router?.stop();
+      this.dashboard?.stop();
+      const e = err as NodeJS.ErrnoException;
+      if (!e.code) throw err;
+      throw new Error(`gateway cannot listen on ${this.address}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.message}`);
+    }
+    this.runtime.onShutdown(() => this.close());
+    return bound;
+  }
+
+  /** Drains the listener (lets in-flight requests finish, up to --drain_timeout), then stops routing. */
+  async close(): Promise<void> {
+    await this.server.close();
+    this.router?.stop();
+    this.dashboard?.stop();
+  }
+
+  /**
+   * The handle phase. The rpc, api and proxy handlers take the request's context as an argument;
+   * every other handler runs inside it (what they call reads the ambient context).
+   */
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
+    const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
+    switch (route.kind) {
+      case 'dashboard':
+        return within(() => this.dashboard!.handle(req, res));
+      case 'root':
+        return this.root(req, res);
+      case 'rpc-endpoint':
+        return within(() => handleRpcEndpoint(this.fe, req, res, this.rpcAllowed));
+      case 'call': {
+        const call = route.call;
+        if (!call) throw this.noService(req, 'use /<service>/<method>');
+        if (route.stream && wantsEventStream(req)) return within(() => handleSse(this.fe, this.streams, call, req, res));
+        return route.handler === 'rpc' ? handleRpc(this.fe, call, req, res, ctx) : handleApi(this.fe, call, req, res, ctx);
+      }
+      case 'proxy':
+        if (!route.service) throw this.noService(req);
+        return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx);
+      case 'event': {
+        const event = route.event;
+        if (!event) throw this.noService(req, 'use /<topic>/<event>');
+        return within(() => handleEvent(this.fe, event, req, res));
+      }
+      case 'none':
+        throw this.noService(req);
+    }
+  }
+
+  private noService(req: IncomingMessage, hint?: string): MeshError {
+    const path = targetOf(req).path;
+    req.resume();
+    return new MeshError(ERROR_ID, 404, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
+  }
+
+  private root(req: IncomingMessage, res: ServerResponse): void {
+    req.resume();
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('allow', 'GET, HEAD');
+      throw rootMethodNotAllowed(ERROR_ID, req.method);
+    }
+    sendJson(res, 200, { version: packageVersion() });
+  }
+
+  /**
+   * The handle phase of a WebSocket (any Upgrade) request: tunnelled by the proxy handler or a
+   * proxy route (once the node answers 101); a stream at an rpc or api path or at /rpc; refused
+   * otherwise. Each passes the auth step (and, keyed by subject, the rate limit after it) first.
+   */
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: GatewayRoute): void {
+    const path = targetOf(req).path;
+    const checked = (target: EdgeTarget, then: () => void) =>
+      this.guard.check(req, undefined, target).then(
+        () => {
+          if (!this.server.upgradeRateLimited(req, socket, true)) then();
+        },
+        (err: unknown) => refuseSocket(socket, err, ERROR_ID),
+      );
+    switch (route.kind) {
+      case 'rpc-endpoint':
+        checked({ path, call: true }, () => handleRpcStreamUpgrade(this.fe, this.streams, req, socket, head, this.rpcAllowed));
+        return;
+      case 'call': {
+        const stream = route.call;
+        if (!stream || !route.stream) break;
+        checked({ path, service: stream.service, endpoint: stream.method }, () => this.streams.upgrade(stream, req, socket, head));
+        return;
+      }
+      case 'proxy': {
+        const service = route.service;
+        if (!service) break;
+        checked({ path, service }, () => handleProxyUpgrade(this.fe, service, this.server.secure, req, socket, head));
+        return;
+      }
+    }
+    refuseSocket(socket, new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`), ERROR_ID);
+  }
+}
+
+/** Human description of the handler, for the start-up line. */
+export function describeHandler(handler: HandlerName | undefined): string {
+  return handler ? `${handler} handler` : 'registry router, api handler fallback';
+}

@@ -1,0 +1,149 @@
+/**
+ * The sidecar's `/registry` (SPEC 2.6, 3.3, 4.2; DESIGN 4):
+ *
+ *   POST|PUT /registry[?ttl=<Go duration>]   register   body: the service as JSON (SPEC 2.6 keys, any case)
+ *   DELETE   /registry                       deregister same body
+ *   GET      /registry?service=NAME          one object, lower-case keys, nodes of every version; 404 when unknown
+ *   GET      /registry                       [{"name": ...}, ...] sorted by name ([] when empty)
+ *
+ * Success of a write: 200 `{}`. Errors are the error JSON (id go.mesh.sidecar): 400 naming the
+ * field (Name, Nodes, Nodes[i].Id|Address|Port, ttl, body not JSON), 413 body too large, 415 a body
+ * that is not declared JSON, 405 other methods, 503 the registry backend failed.
+ *
+ * The body is read raw, never parsed as a form: a POST sent as `application/x-www-form-urlencoded`
+ * (curl -d's default) gets a 415 telling what to send instead of losing its body (micro v1's trap).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { MeshError } from '../../base/errors.js';
+import { isJsonMedia, mediaType } from '../../base/codec/codec.js';
+import { parseJson, stringifyJson } from '../../base/codec/json.js';
+import { readBody } from '../../base/http/body.js';
+import { sendJson } from '../../base/http/respond.js';
+import { serviceFromInput } from '../../engines/registry/input.js';
+import { mergeVersions, RegistryValidationError, type Service } from '../../engines/registry/registry.js';
+import { formatDuration, MAX_DURATION_MS, parseDuration } from '../../base/util/duration.js';
+import type { FrontEnd } from '../../edge/handlers/front-end.js';
+
+const ALLOW = 'GET, HEAD, POST, PUT, DELETE';
+
+/** Parses the `ttl` query parameter (Go duration, > 0) into whole milliseconds; undefined when absent. */
+export function parseTtl(errorId: string, params: URLSearchParams): number | undefined {
+  const all = params.getAll('ttl');
+  if (all.length === 0) return undefined;
+  if (all.length > 1) throw new MeshError(errorId, 400, 'ttl: given more than once');
+  const text = all[0]!;
+  let ms: number;
+  try {
+    ms = parseDuration(text);
+  } catch (err) {
+    if (/longer than/.test((err as Error).message)) throw new MeshError(errorId, 400, `ttl: "${text}" is longer than ${formatDuration(MAX_DURATION_MS)}`);
+    throw new MeshError(errorId, 400, `ttl: invalid duration "${text}" (use a Go duration such as 30s, 1m30s, 500ms; units ns, us, ms, s, m, h)`);
+  }
+  if (!(ms >= 1)) throw new MeshError(errorId, 400, `ttl: "${text}" is under 1ms (leave ttl out for a registration that lasts until deregistered)`);
+  return Math.ceil(ms);
+}
+
+/** Reads and validates a registration body: JSON declared (or no Content-Type), parsed, per SPEC 2.6. */
+export async function readServiceBody(fe: FrontEnd, req: IncomingMessage): Promise<Service> {
+  const media = mediaType(req.headers['content-type']);
+  if (!isJsonMedia(media)) {
+    req.resume();
+    throw new MeshError(
+      fe.errorId,
+      415,
+      `unsupported content type ${media}: send the service as JSON with Content-Type: application/json (curl -d sends a form type; add -H 'Content-Type: application/json')`,
+    );
+  }
+  const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
+  const text = body.toString('utf8');
+  if (text.trim() === '') throw new MeshError(fe.errorId, 400, 'body: required (the service as JSON: {"Name":..,"Nodes":[{"Id":..,"Address":..,"Port":..}]})');
+  let parsed: unknown;
+  try {
+    parsed = parseJson(text);
+  } catch (err) {
+    throw new MeshError(fe.errorId, 400, `body: not valid JSON: ${(err as Error).message}`);
+  }
+  try {
+    return serviceFromInput(parsed);
+  } catch (err) {
+    if (err instanceof RegistryValidationError) throw new MeshError(fe.errorId, 400, err.message);
+    throw err;
+  }
+}
+
+function registryFailure(fe: FrontEnd, what: string, err: unknown): MeshError {
+  if (err instanceof RegistryValidationError) return new MeshError(fe.errorId, 400, err.message);
+  if (err instanceof MeshError) return err;
+  return new MeshError(fe.errorId, 503, `registry unavailable: ${what} failed: ${(err as Error)?.message ?? String(err)}`);
+}
+
+export async function handleRegistry(fe: FrontEnd, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const url = new URL(req.url ?? '/', 'http://sidecar');
+  const method = req.method ?? 'GET';
+  const registry = fe.runtime.registry;
+  const log = fe.runtime.logging.get('sidecar');
+
+  switch (method) {
+    case 'GET':
+    case 'HEAD': {
+      req.resume();
+      const names = url.searchParams.getAll('service');
+      if (names.length > 1) throw new MeshError(fe.errorId, 400, 'service: given more than once');
+      if (names.length === 1) {
+        const name = names[0]!.trim();
+        if (name === '') throw new MeshError(fe.errorId, 400, 'service: must not be empty (leave it out to list every service)');
+        let versions: Service[];
+        try {
+          versions = await registry.getService(name);
+        } catch (err) {
+          throw registryFailure(fe, `looking up ${name}`, err);
+        }
+        const merged = mergeVersions(versions.filter((s) => s.nodes.length > 0));
+        if (!merged) throw new MeshError(fe.errorId, 404, `service ${name}: not found`);
+        sendJson(res, 200, stringifyJson(merged));
+        return;
+      }
+      let list: Service[];
+      try {
+        list = await registry.listServices();
+      } catch (err) {
+        throw registryFailure(fe, 'listing services', err);
+      }
+      const sorted = [...new Set(list.map((s) => s.name))].sort();
+      sendJson(res, 200, JSON.stringify(sorted.map((name) => ({ name }))));
+      return;
+    }
+    case 'POST':
+    case 'PUT': {
+      const ttlMs = parseTtl(fe.errorId, url.searchParams);
+      const service = await readServiceBody(fe, req);
+      try {
+        await registry.register(service, ttlMs ? { ttlMs } : undefined);
+      } catch (err) {
+        throw registryFailure(fe, `registering ${service.name}`, err);
+      }
+      log.info({ service: service.name, nodes: service.nodes.map((n) => n.id), ttlMs }, 'registered through the sidecar');
+      sendJson(res, 200, '{}');
+      return;
+    }
+    case 'DELETE': {
+      if (url.searchParams.has('ttl')) {
+        req.resume();
+        throw new MeshError(fe.errorId, 400, 'ttl: not used by DELETE (it deregisters at once)');
+      }
+      const service = await readServiceBody(fe, req);
+      try {
+        await registry.deregister(service);
+      } catch (err) {
+        throw registryFailure(fe, `deregistering ${service.name}`, err);
+      }
+      log.info({ service: service.name, nodes: service.nodes.map((n) => n.id) }, 'deregistered through the sidecar');
+      sendJson(res, 200, '{}');
+      return;
+    }
+    default:
+      req.resume();
+      res.setHeader('allow', ALLOW);
+      throw new MeshError(fe.errorId, 405, `method ${method} not allowed on /registry: use ${ALLOW}`);
+  }
+}

@@ -1,0 +1,325 @@
+/**
+ * `mesh sidecar` (SPEC 1.2, 4.2; DESIGN 6): registration, RPC, proxy and broker over HTTP and
+ * WebSocket for apps in any language, plus the health-checked registration of one app.
+ *
+ * Routes (exact paths; the query is free):
+ *   GET  /                 {"version":..,"handler":..,"namespace":..}
+ *   *    /registry         registry-api.ts
+ *   POST /rpc              handlers/rpc-endpoint.ts (form fields or JSON)
+ *   GET  /rpc + WebSocket  a streaming call: /rpc?service=S&endpoint=E (handlers/rpc-endpoint.ts, handlers/stream.ts)
+ *   *    /broker           broker-api.ts (POST publish, WebSocket subscribe)
+ *   GET  /stats            the dashboard, src/fronts/dashboard (only with --enable_stats)
+ *   GET  /_mesh/health     200 live / 503 draining (the front server)
+ *   *    anything else     --handler=rpc (default): /<service>/<method> by RPC (SPEC 4.4, namespace
+ *                          go.mesh.srv); --handler=proxy: reverse proxy to <namespace>.<first element>
+ *
+ * A browser request whose Origin is neither the sidecar's own nor allowed by --cors is refused with
+ * 403 on the sidecar's own routes and the rpc handler (CSRF and cross-site WebSocket hijacking of
+ * a sidecar on 127.0.0.1); proxied requests are the app's business and pass.
+ *
+ * Every request and WebSocket upgrade, on every path, first passes the Host check of
+ * src/base/http/host-check.ts (DNS rebinding): a foreign Host gets 403, counted in
+ * `http.sidecar.downstream_rq_host_refused`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { AddressInfo } from 'node:net';
+import type { Runtime } from '../../process/runtime.js';
+import type { CallContext } from '../../base/util/call-context.js';
+import { ERROR_IDS, MeshError, originNotAllowed, rootMethodNotAllowed } from '../../base/errors.js';
+import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
+import { refuseSocket, sendJson } from '../../base/http/respond.js';
+import { targetOf, type RequestTarget } from '../../base/http/target.js';
+import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import { resolveProxyPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
+import { handleRpc } from '../../edge/handlers/rpc.js';
+import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../../edge/handlers/rpc-endpoint.js';
+import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
+import { handleSse, StreamSockets, wantsEventStream } from '../../edge/handlers/stream.js';
+import { packageVersion } from '../../admin/build-info.js';
+import { handleRegistry } from './registry-api.js';
+import { BrokerApi } from './broker-api.js';
+import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
+import { AppRegistration, type AppOptions } from './health-checker.js';
+import { ALLOWED_HOSTS_FLAG, HostCheck } from '../../base/http/host-check.js';
+import type { FrontRateLimit } from '../../base/http/rate-limit.js';
+import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../../edge/auth/edge.js';
+
+export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
+export const SIDECAR_NAMESPACE = 'go.mesh.srv';
+export const SIDECAR_DEFAULT_ADDRESS = '127.0.0.1:8081';
+export const SIDECAR_DEFAULT_ADMIN = '127.0.0.1:9902';
+const STAT_PREFIX = 'sidecar';
+export const SIDECAR_HOST_REFUSED_STAT = `http.${STAT_PREFIX}.downstream_rq_host_refused`;
+
+export type SidecarHandler = 'rpc' | 'proxy';
+
+export interface SidecarOptions {
+  namespace?: string;
+  handler?: SidecarHandler;
+  /** The app to register (and health-check), from --server_name and friends. */
+  app?: AppOptions;
+  /** `--rate_limit`: the limiter of the listener (src/base/http/rate-limit.ts); undefined: no limit. */
+  rateLimit?: FrontRateLimit;
+  /** `--cors_max_age` in seconds. Default 600. */
+  corsMaxAgeSec?: number;
+  /** Authentication and rules (--auth, --auth_rules; src/edge/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
+  auth?: EdgeAuth;
+  /** --sidecar_token: every route but the health path needs `Mesh-Sidecar-Token: <token>`, upgrades included. */
+  sidecarToken?: string;
+  /** Called as a request enters each phase of the front server (src/edge/front-server.ts): for tests and debugging. */
+  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+}
+
+/**
+ * What serves a request, decided once (the front server's route phase): one of the sidecar's own
+ * paths, or the handler's target (undefined: the path names no service, 404).
+ */
+export type SidecarRoute =
+  | { kind: 'registry' | 'rpc-endpoint' | 'broker' | 'root' | 'dashboard' }
+  | { kind: 'proxy'; service: string | undefined }
+  | { kind: 'call'; call: RpcRoute | undefined };
+
+const OWN_ROUTES = new Map<string, SidecarRoute>([
+  ['/registry', { kind: 'registry' }],
+  ['/rpc', { kind: 'rpc-endpoint' }],
+  ['/broker', { kind: 'broker' }],
+  ['/', { kind: 'root' }],
+]);
+const DASHBOARD: SidecarRoute = { kind: 'dashboard' };
+
+/** True when the request has no Origin, or its Origin is the sidecar's own or allowed by --cors. */
+export function originAllowed(req: IncomingMessage, cors: readonly string[]): boolean {
+  const origin = req.headers.origin;
+  if (origin === undefined) return true;
+  if (cors.includes('*') || cors.includes(origin)) return true;
+  try {
+    return new URL(origin).host === req.headers.host;
+  } catch {
+    return false;
+  }
+}
+
+export class Sidecar {
+  readonly fe: FrontEnd;
+  readonly handler: SidecarHandler;
+  readonly app?: AppRegistration;
+  private readonly server: FrontServer<SidecarRoute>;
+  private readonly broker: BrokerApi;
+  private readonly streams: StreamSockets;
+  private readonly dashboard?: Dashboard;
+  private readonly rpcPaths: RpcPathResolver;
+  private readonly hostCheck: HostCheck;
+  private readonly guard: EdgeGuard;
+  private boundHost?: string;
+  private stopping?: Promise<void>;
+
+  constructor(
+    private readonly runtime: Runtime,
+    options: SidecarOptions = {},
+  ) {
+    const meshOptions = runtime.options;
+    this.handler = options.handler ?? 'rpc';
+    const guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, sidecarToken: options.sidecarToken, errorId: SIDECAR_ERROR_ID, rateLimit: options.rateLimit });
+    this.guard = guard;
+    this.fe = {
+      runtime,
+      namespace: options.namespace ?? SIDECAR_NAMESPACE,
+      errorId: SIDECAR_ERROR_ID,
+      maxBodyBytes: meshOptions.maxBodySize,
+      authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
+    };
+    this.rpcPaths = new RpcPathResolver(this.fe.namespace);
+    this.hostCheck = new HostCheck(meshOptions.adminAllowedHosts, () => this.boundHost);
+    if (meshOptions.enableStats) {
+      const subscribers = runtime.stats.gauge('sidecar.broker.subscribers_active');
+      this.dashboard = new Dashboard({
+        stats: runtime.stats,
+        server: runtime.state,
+        clusters: runtime.clusters,
+        prefix: STAT_PREFIX,
+        name: 'mesh sidecar',
+        errorId: SIDECAR_ERROR_ID,
+        extra: { subscribers: () => subscribers.value },
+        histograms: meshOptions.statsHistograms,
+      });
+    }
+    this.broker = new BrokerApi(this.fe);
+    this.streams = new StreamSockets(this.fe);
+    if (options.app) this.app = new AppRegistration(runtime, options.app);
+    this.server = new FrontServer<SidecarRoute>({
+      runtime,
+      statPrefix: STAT_PREFIX,
+      errorId: SIDECAR_ERROR_ID,
+      route: (_req, target) => this.route(target),
+      handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
+      upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
+      onPhase: options.onPhase,
+      counted: (req) => !(this.dashboard && isDashboardPath(targetOf(req).path)),
+      // Subscriptions end with 1001 once in-flight requests are done, before connections are destroyed.
+      closeUpgraded: async () => {
+        this.streams.close();
+        await this.broker.close();
+      },
+      refuse: (req) => this.hostRefusal(req),
+      rateLimit: options.rateLimit,
+      corsMaxAgeSec: options.corsMaxAgeSec,
+      authorize: (req, res, route) => guard.checkRequest(req, res, () => this.authTarget(req, route)),
+      // Without auth nothing before the handler needs the ambient context: handle() decides.
+      explicitContext: () => !guard.enforcing,
+    });
+  }
+
+  /** The route phase: an own path, else the handler's target. */
+  private route(target: RequestTarget): SidecarRoute {
+    const path = target.path;
+    const own = OWN_ROUTES.get(path);
+    if (own) return own;
+    if (this.dashboard && isDashboardPath(path)) return DASHBOARD;
+    if (this.handler === 'proxy') return { kind: 'proxy', service: resolveProxyPath(path, this.fe.namespace)?.service };
+    return { kind: 'call', call: this.rpcPaths.resolve(path) };
+  }
+
+  /** What the auth rules see of a request: the service (and method) its route calls, or just the path. */
+  private authTarget(req: IncomingMessage, route: SidecarRoute): EdgeTarget {
+    const path = targetOf(req).path;
+    switch (route.kind) {
+      case 'rpc-endpoint':
+        return { path, call: true };
+      case 'proxy':
+        return { path, service: route.service };
+      case 'call':
+        return route.call ? { path, service: route.call.service, endpoint: route.call.method } : { path };
+      default:
+        return { path };
+    }
+  }
+
+  get secure(): boolean {
+    return this.server.secure;
+  }
+
+  /** Listens on the address, starts the app registration, and hooks the shutdown. */
+  async start(address: string): Promise<AddressInfo> {
+    const bound = await this.server.listen(address);
+    this.boundHost = bound.address;
+    this.app?.start();
+    this.dashboard?.start();
+    this.runtime.onShutdown(() => this.stop());
+    return bound;
+  }
+
+  /**
+   * Deregisters the app, drains the server (in-flight requests finish, up to --drain_timeout), ends
+   * every subscription with 1001 and closes. On a runtime shutdown the app was already deregistered
+   * and the server drained by the runtime's drain (the state turned draining first).
+   */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      this.dashboard?.stop();
+      await this.app?.stop();
+      await this.server.close();
+      await this.broker.close();
+    })();
+    return this.stopping;
+  }
+
+  /** The 403 of a request whose Host is not this machine's (DNS rebinding), counted; else undefined. */
+  private hostRefusal(req: IncomingMessage): MeshError | undefined {
+    const verdict = this.hostCheck.check(req.headers.host, req.httpVersion);
+    if (verdict === 'allowed') return undefined;
+    this.runtime.stats.counter(SIDECAR_HOST_REFUSED_STAT).inc();
+    const detail = verdict === 'missing' ? 'a Host header is required' : `host ${req.headers.host} is not allowed (allow it with ${ALLOWED_HOSTS_FLAG})`;
+    return new MeshError(this.fe.errorId, 403, detail);
+  }
+
+  /**
+   * The rpc and proxy paths take the request's context as an argument; every other route runs
+   * inside it (what it calls reads the ambient context).
+   */
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: SidecarRoute): Promise<void> {
+    const fe = this.fe;
+    const path = targetOf(req).path;
+    const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
+    if (route.kind !== 'proxy' && !originAllowed(req, this.runtime.options.cors)) {
+      req.resume();
+      throw originNotAllowed(fe.errorId, req.headers.origin);
+    }
+    switch (route.kind) {
+      case 'registry':
+        return within(() => handleRegistry(fe, req, res));
+      case 'rpc-endpoint':
+        return within(() => handleRpcEndpoint(fe, req, res));
+      case 'broker':
+        return within(() => this.broker.handle(req, res));
+      case 'root':
+        req.resume();
+        if (req.method !== 'GET' && req.method !== 'HEAD') {
+          res.setHeader('allow', 'GET, HEAD');
+          throw rootMethodNotAllowed(fe.errorId, req.method);
+        }
+        sendJson(res, 200, { version: packageVersion(), handler: this.handler, namespace: fe.namespace });
+        return;
+      case 'dashboard':
+        return within(() => this.dashboard!.handle(req, res));
+      case 'proxy':
+        if (!route.service) {
+          req.resume();
+          throw new MeshError(fe.errorId, 404, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
+        }
+        return handleProxy(fe, route.service, this.secure, req, res, ctx);
+    }
+    const method = req.method ?? 'GET';
+    if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
+      req.resume();
+      res.setHeader('allow', 'GET, POST, PUT, PATCH, DELETE');
+      throw new MeshError(fe.errorId, 405, `method ${method} not allowed on ${path}`);
+    }
+    const call = route.call;
+    if (!call) {
+      req.resume();
+      throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
+    }
+    if (wantsEventStream(req)) return within(() => handleSse(fe, this.streams, call, req, res));
+    return handleRpc(fe, call, req, res, ctx);
+  }
+
+  /** The handle phase of an upgrade: the Host check, then the auth step, then upgradeAuthorized. */
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: SidecarRoute): void {
+    const fe = this.fe;
+    const { path } = targetOf(req);
+    const refusal = this.hostRefusal(req);
+    if (refusal) return refuseSocket(socket, refusal, fe.errorId);
+    // Under the proxy handler the auth rules see the app's service at every path but /registry, /rpc and / (/broker and the dashboard's paths included).
+    const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(path, fe.namespace) : undefined;
+    const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req, route) : { path };
+    this.guard.check(req, undefined, target).then(
+      () => {
+        if (!this.server.upgradeRateLimited(req, socket, true)) this.upgradeAuthorized(req, socket, head, path, route, proxied?.service);
+      },
+      (err: unknown) => refuseSocket(socket, err, fe.errorId),
+    );
+  }
+
+  private upgradeAuthorized(req: IncomingMessage, socket: Duplex, head: Buffer, path: string, route: SidecarRoute, proxied: string | undefined): void {
+    const fe = this.fe;
+    const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
+    if (path === '/broker') {
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      return this.broker.upgrade(req, socket, head);
+    }
+    if (path === '/rpc') {
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      void handleRpcStreamUpgrade(fe, this.streams, req, socket, head);
+      return;
+    }
+    if (proxied) return handleProxyUpgrade(fe, proxied, this.secure, req, socket, head);
+    const stream = route.kind === 'call' ? route.call : undefined;
+    if (stream) {
+      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      void this.streams.upgrade(stream, req, socket, head);
+      return;
+    }
+    refuse(new MeshError(fe.errorId, 404, `no WebSocket endpoint at ${path} (subscribe at /broker?topic=T${this.handler === 'proxy' ? '; streaming calls at /rpc?service=S&endpoint=E' : '; streaming endpoints at /<service>/<method> and /rpc?service=S&endpoint=E; with --handler=proxy upgrades are proxied to the app'})`));
+  }
+}
