@@ -22,15 +22,22 @@ type Framework = typeof import('../../src/process/runtime.js') &
   typeof import('../../src/framework/server/service.js') &
   typeof import('../../src/base/codec/api-proto.js');
 
+/** The modules the service needs, by layout: today's, and the one before src/ was grouped by part (an older base build). */
+const LAYOUTS = [
+  ['process/runtime', 'cli/flags', 'cli/options', 'framework/server/service', 'base/codec/api-proto'],
+  ['runtime', 'cli/flags', 'cli/options', 'server/service', 'codec/api-proto'],
+] as const;
+
 async function loadFramework(): Promise<Framework> {
-  // BENCH_FRAMEWORK_SRC: another build's dist/src/ (the base build of an A/B run).
+  // BENCH_FRAMEWORK_SRC: another build's dist/src/ (the base build of an A/B run), of either layout.
   const given = process.env.BENCH_FRAMEWORK_SRC;
-  if (given && !existsSync(join(given, 'server', 'service.js'))) throw new Error(`BENCH_FRAMEWORK_SRC=${given}: no server/service.js there`);
   const dist = given ? pathToFileURL(join(given, '/')) : new URL('../../dist/src/', import.meta.url);
-  const base = existsSync(fileURLToPath(new URL('framework/server/service.js', dist))) ? dist : new URL('../../src/', import.meta.url);
-  const ext = base === dist ? '.js' : '.ts';
+  const built = LAYOUTS.find((l) => existsSync(fileURLToPath(new URL(`${l[3]}.js`, dist))));
+  if (given && !built) throw new Error(`BENCH_FRAMEWORK_SRC=${given}: no framework/server/service.js (or server/service.js) there`);
+  const base = built ? dist : new URL('../../src/', import.meta.url);
+  const ext = built ? '.js' : '.ts';
   const load = (path: string) => import(new URL(path + ext, base).href) as Promise<Partial<Framework>>;
-  const parts = await Promise.all([load('process/runtime'), load('cli/flags'), load('cli/options'), load('framework/server/service'), load('base/codec/api-proto')]);
+  const parts = await Promise.all((built ?? LAYOUTS[0]).map(load));
   return Object.assign({}, ...parts) as Framework;
 }
 
