@@ -11,7 +11,7 @@ export { MeshError } from './base/errors.js';
 export type { Service, ServiceOptions, TypedHandler, StreamHandler } from './framework/server/service.js';
 export type { StreamContext } from './framework/server/stream-server.js';
 export type { StreamKind } from './core/transport/frames.js';
-export type { HandlerContext, Handler, EndpointDefinition } from './framework/server/rpc-server.js';
+export type { HandlerContext, Handler, EndpointDefinition } from './framework/server/endpoint.js';
 export type {
   Registry,
   Service as ServiceRecord,

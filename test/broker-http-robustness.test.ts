@@ -12,7 +12,8 @@ import { DELIVERY_PATH, HEADER_FIELD, encodeHeader } from '../src/engines/broker
 import { loadSecret, SECRET_FIELD } from '../src/engines/broker/http/secret.js';
 import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { LocalRegistry, LOCAL_DB_FILE } from '../src/engines/registry/local/index.js';
-import { RegistryValidationError, type Registry } from '../src/engines/registry/registry.js';
+import type { Registry } from '../src/engines/registry/registry.js';
+import { RegistryValidationError } from '../src/engines/registry/validate.js';
 import Database from 'better-sqlite3';
 import { ROOT, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { bytes, collector, httpBrokerPair, msg, silent } from './fixtures/brokers.js';

@@ -100,6 +100,34 @@ export function violations(layers: Layer[], exceptions: Exception[], edges: Edge
   return [...new Set(out)];
 }
 
+/** One import circle among `edges` as its files (the first file again at the end), or undefined when there is none. */
+export function findCycle(edges: Edge[]): string[] | undefined {
+  const next = new Map<string, string[]>();
+  for (const e of edges) next.set(e.from, [...(next.get(e.from) ?? []), e.to]);
+  const done = new Set<string>();
+  const path: string[] = [];
+  const onPath = new Set<string>();
+  const visit = (file: string): string[] | undefined => {
+    if (onPath.has(file)) return [...path.slice(path.indexOf(file)), file];
+    if (done.has(file)) return undefined;
+    path.push(file);
+    onPath.add(file);
+    for (const to of next.get(file) ?? []) {
+      const cycle = visit(to);
+      if (cycle) return cycle;
+    }
+    path.pop();
+    onPath.delete(file);
+    done.add(file);
+    return undefined;
+  };
+  for (const file of [...next.keys()].sort()) {
+    const cycle = visit(file);
+    if (cycle) return cycle;
+  }
+  return undefined;
+}
+
 /** Every module a file imports, as repository paths (relative specifiers only; `.js` resolves to `.ts`). */
 export function importsOf(file: string, text: string): string[] {
   const source = ts.createSourceFile(file, text, ts.ScriptTarget.ES2022, true, ts.ScriptKind.TS);
@@ -181,6 +209,24 @@ describe('layers (docs/architecture.md)', () => {
       'examples/greeter-srv.ts imports src/framework/mesh.ts: examples import only the package entry (src/index.ts) and each other',
       `src/framework/mesh.ts (layer ${layerOf(layers, 'src/framework/mesh.ts')!.rank}) imports src/cli/serve.ts (layer ${layerOf(layers, 'src/cli/serve.ts')!.rank}), a layer above it`,
     ]);
+  });
+
+  it('the imports of src/ have no circle, type-only ones included', () => {
+    const cycle = findCycle(edges.filter((e) => e.from.startsWith('src/') && e.to.startsWith('src/')));
+    assert.equal(cycle, undefined, `an import circle: ${cycle?.join(' -> ')}`);
+  });
+
+  it('the circle check finds a circle and names its files', () => {
+    assert.deepEqual(
+      findCycle([
+        { from: 'src/a.ts', to: 'src/b.ts' },
+        { from: 'src/b.ts', to: 'src/c.ts' },
+        { from: 'src/c.ts', to: 'src/d.ts' },
+        { from: 'src/d.ts', to: 'src/b.ts' },
+      ]),
+      ['src/b.ts', 'src/c.ts', 'src/d.ts', 'src/b.ts'],
+    );
+    assert.equal(findCycle([{ from: 'src/a.ts', to: 'src/b.ts' }, { from: 'src/a.ts', to: 'src/c.ts' }, { from: 'src/c.ts', to: 'src/b.ts' }]), undefined);
   });
 
   it('reads every kind of import, type-only and dynamic ones included', () => {

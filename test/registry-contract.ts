@@ -5,15 +5,10 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import type { Node, Registry, Service, WatchEvent } from '../src/engines/registry/registry.js';
 import {
   RegistryValidationError,
   validateService,
-  type Node,
-  type Registry,
-  type Service,
-  type WatchEvent,
-} from '../src/engines/registry/registry.js';
-import {
   MAX_METADATA_BYTES,
   MAX_NODES_PER_REQUEST,
   MAX_NODES_PER_SERVICE,

@@ -138,7 +138,7 @@ describe('the framework Service', () => {
     const { parseArgs } = await import('../src/cli/flags.js');
     const { optionsFromFlags } = await import('../src/cli/options.js');
     const { Service: FrameworkService } = await import('../src/framework/server/service.js');
-    const { RegistryValidationError } = await import('../src/engines/registry/registry.js');
+    const { RegistryValidationError } = await import('../src/engines/registry/validate.js');
     const runtime = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--admin_address=off', '--log_level=off']).config), { role: 'test' });
     try {
       await assert.rejects(new FrameworkService(runtime, { name: 'greeter\nforged' }).start(), (err: unknown) => {

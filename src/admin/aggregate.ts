@@ -6,7 +6,8 @@
 import type { StatsStore } from '../base/stats/store.js';
 import type { ProcessFamily } from '../base/stats/process-metrics.js';
 import type { ClusterManagerView, ClusterSnapshot, HostSnapshot } from '../core/upstream/types.js';
-import type { CertificateInfo, RouteTableDump } from './context.js';
+import type { CertificateInfo } from '../tls/certificate.js';
+import type { RouteTableDump } from './route-table.js';
 
 /** The merged stats of every process. */
 export interface MergedStats {

@@ -14,7 +14,7 @@ import { Runtime } from '../process/runtime.js';
 import { mergeVersions, type Service } from '../engines/registry/registry.js';
 import { ERROR_IDS, MeshError, parseErrorBody } from '../base/errors.js';
 import { parseJson } from '../base/codec/json.js';
-import type { ConsumerInfo } from '../engines/broker/durable.js';
+import type { ConsumerInfo } from '../engines/broker/broker.js';
 
 export interface ReceivedMessage {
   header: Record<string, string>;

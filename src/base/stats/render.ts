@@ -17,22 +17,11 @@
  *   name, samples sorted by label text; when two stats map to the same family and labels, or to
  *   one family with two types, the first in name order wins and the other is left out.
  */
-import { Histogram, type Stat, type StatKind, type StatsStore } from './store.js';
+import { Histogram, type PrometheusSeries, type Stat, type StatKind, type StatsStore } from './store.js';
 import type { ProcessFamily } from './process-metrics.js';
 
 export const PROMETHEUS_PREFIX = 'mesh_';
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=UTF-8';
-
-/** One stat as the Prometheus format prints it. */
-export interface PrometheusSeries {
-  /** Metric family name, e.g. mesh_cluster_upstream_rq_total. */
-  metric: string;
-  /** Label text without braces, e.g. `cluster_name="greeter"`; "" when there are no labels. */
-  labels: string;
-  kind: StatKind | 'histogram';
-  /** The tag-extracted dotted family the metric came from, e.g. cluster.upstream_rq_total. */
-  family: string;
-}
 
 // ---------------------------------------------------------------- output
 

@@ -6,7 +6,6 @@
  * Tag extraction turns a dotted name into a Prometheus family plus labels, e.g.
  * `cluster.greeter.upstream_rq_total` -> `cluster.upstream_rq_total{cluster_name="greeter"}`.
  */
-import type { PrometheusSeries } from './render.js';
 
 export type StatKind = 'counter' | 'gauge';
 
@@ -122,6 +121,17 @@ export const DEFAULT_TAG_RULES: TagRule[] = [
   // the topic is everything up to the last segment)
   { name: 'broker_topic', regex: /^broker\.topic\.((.+)\.)[^.]+$/s },
 ];
+
+/** One stat as the Prometheus format prints it (prometheusSeries in render.ts); the store caches them by stat name. */
+export interface PrometheusSeries {
+  /** Metric family name, e.g. mesh_cluster_upstream_rq_total. */
+  metric: string;
+  /** Label text without braces, e.g. `cluster_name="greeter"`; "" when there are no labels. */
+  labels: string;
+  kind: StatKind | 'histogram';
+  /** The tag-extracted dotted family the metric came from, e.g. cluster.upstream_rq_total. */
+  family: string;
+}
 
 export interface TaggedName {
   /** The name with tag values taken out (dots kept), e.g. cluster.upstream_rq_total. */

@@ -6,7 +6,6 @@
  * throw or rejection asks for it again after a backoff, and after maxDeliver attempts it goes to
  * the dead-letter topic (src/engines/broker/durable.ts). Every backend passes test/broker-contract.ts.
  */
-import type { ConsumerInfo } from './durable.js';
 
 export interface Message {
   header: Record<string, string>;
@@ -42,6 +41,15 @@ export interface Subscription {
   /** The consumer name of a durable subscription. */
   readonly durable?: string;
   unsubscribe(): Promise<void>;
+}
+
+/** A durable consumer name of a topic, as `mesh consumers list` shows it. */
+export interface ConsumerInfo {
+  name: string;
+  /** Messages kept for it, not yet acknowledged (delivered or not). */
+  pending: number;
+  /** When a subscriber of the name last ran (or it was made), ms since the epoch. */
+  lastActive: number;
 }
 
 export interface Broker {

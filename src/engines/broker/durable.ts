@@ -107,15 +107,6 @@ function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
-/** A durable consumer name of a topic, as `mesh consumers list` shows it. */
-export interface ConsumerInfo {
-  name: string;
-  /** Messages kept for it, not yet acknowledged (delivered or not). */
-  pending: number;
-  /** When a subscriber of the name last ran (or it was made), ms since the epoch. */
-  lastActive: number;
-}
-
 /** A subscription with a new durable name to a topic that has maxConsumers of them already. */
 export function tooManyConsumers(topic: string, max: number): Error {
   return new DurableLimitError(`topic "${topic}" has ${max} durable consumer names, the most allowed (--broker_max_consumers): remove unused ones with mesh consumers rm ${topic} NAME`);

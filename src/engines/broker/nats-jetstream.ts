@@ -18,8 +18,8 @@
 import { createHash } from 'node:crypto';
 import type { ConsumerMessages, JetStreamClient, JetStreamManager, JsMsg, MsgHdrs, NatsConnection } from 'nats';
 import type pino from 'pino';
-import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from './broker.js';
-import { deadLetter, messageId, nackDelayMs, replayed, runDurable, tooManyConsumers, type ConsumerInfo, type DurableDefaults, type DurableSettings, type DurableStats } from './durable.js';
+import { BrokerUnavailableError, type ConsumerInfo, type Message, type MessageHandler, type Subscription } from './broker.js';
+import { deadLetter, messageId, nackDelayMs, replayed, runDurable, tooManyConsumers, type DurableDefaults, type DurableSettings, type DurableStats } from './durable.js';
 
 type NatsModule = typeof import('nats');
 

@@ -21,6 +21,7 @@ import { parseEngineEndpoint, readEngineTls, sharedCredentials, type EngineCrede
 import {
   BrokerUnavailableError,
   type Broker,
+  type ConsumerInfo,
   type Message,
   type MessageHandler,
   type SubscribeOptions,
@@ -28,7 +29,7 @@ import {
 } from './broker.js';
 import { checkMessage, invokeHandler } from './memory.js';
 import { checkQueue, checkTopic } from './names.js';
-import { checkDurableDefaults, DurableStats, durableSettings, REPLAY_HEADER, withMessageId, type ConsumerInfo, type DurableDefaults } from './durable.js';
+import { checkDurableDefaults, DurableStats, durableSettings, REPLAY_HEADER, withMessageId, type DurableDefaults } from './durable.js';
 import { JetStreamTopics } from './nats-jetstream.js';
 import type { StatsStore } from '../../base/stats/store.js';
 

@@ -2,18 +2,17 @@
  * In-process registry. What it shares with the other backends has its own homes: records, diffs,
  * event semantics and delivery in records.ts, validation in validate.ts.
  */
-import {
-  validateService,
-  type Node,
-  type RegisterOptions,
-  type Registry,
-  type Service,
-  type WatchEvent,
-  type WatchOptions,
-  type Watcher,
+import type {
+  Node,
+  RegisterOptions,
+  Registry,
+  Service,
+  WatchEvent,
+  WatchOptions,
+  Watcher,
 } from './registry.js';
 import { EventQueue, byVersion, cloneService, diffVersions } from './records.js';
-import { checkNodesPerService, checkServiceBytes, ttlOf, validateDeregister } from './validate.js';
+import { checkNodesPerService, checkServiceBytes, ttlOf, validateDeregister, validateService } from './validate.js';
 
 // ---------------------------------------------------------------------------------------------
 // MemoryRegistry

@@ -75,9 +75,6 @@ export interface Registry {
   close(): Promise<void>;
 }
 
-// The rules for what may be registered live in validate.ts (one home); re-exported here.
-export { RegistryValidationError, validateService } from './validate.js';
-
 /** Fills the optional fields so every stored record has the full shape. */
 export function normalizeService(service: Partial<Service> & { name: string }): Service {
   return {

@@ -17,7 +17,7 @@ import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
 import { ContextStore } from '../../base/util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../../base/tracing/tracer.js';
-import type { EndpointDefinition, HandlerContext } from './rpc-server.js';
+import type { EndpointDefinition, HandlerContext } from './endpoint.js';
 import { isAsyncIterable, untilAborted, type StreamContext } from './stream-server.js';
 import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../../core/transport/grpc/protos.js';
 import { once } from 'node:events';

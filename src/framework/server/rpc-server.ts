@@ -5,7 +5,6 @@
  */
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Type } from 'protobufjs';
 import type pino from 'pino';
 import { MeshError } from '../../base/errors.js';
 import { JSON_CODEC, codecFor, mediaType, type Codec, type CodecSet } from '../../base/codec/codec.js';
@@ -16,45 +15,11 @@ import type { StatsStore } from '../../base/stats/store.js';
 import { httpStatPrefix } from '../../base/http/stats.js';
 import { sendBytes, sendError, sendJson } from '../../base/http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, meshTimeoutOf } from '../../core/transport/headers.js';
-import type { Metadata } from '../../engines/registry/registry.js';
 import { ContextStore } from '../../base/util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../../base/tracing/tracer.js';
-import type { StreamKind } from '../../core/transport/frames.js';
 import { serveStream } from './stream-server.js';
-
-export interface HandlerContext {
-  id: string;
-  service: string;
-  endpoint: string;
-  /** The caller's end-to-end headers. */
-  metadata: Record<string, string>;
-  /** Epoch ms after which the caller no longer waits. */
-  deadline: number;
-  /** The call's trace id (the caller's, or a new trace when none came). */
-  traceId: string;
-  /** This call's own span id: the parent of the calls and messages the handler sends. */
-  spanId: string;
-}
-
-export type Handler = (request: any, ctx: HandlerContext) => unknown | Promise<unknown>; // eslint-disable-line @typescript-eslint/no-explicit-any -- handlers type their own requests
-
-export interface EndpointDefinition {
-  /** `Endpoint.Method`, e.g. `Say.Hello`. */
-  name: string;
-  handler: Handler;
-  /** Needed to accept and answer application/protobuf. */
-  requestType?: Type;
-  responseType?: Type;
-  /** Endpoint metadata for the gateway router: handler, method, path, host, description; `stream` for streams. */
-  metadata?: Metadata;
-  /**
-   * A streaming endpoint (src/framework/server/stream-server.ts): `server` (the handler returns an async
-   * iterable of answers), `client` (it gets an async iterable of requests and returns one
-   * answer) or `bidi` (both). Absent: a unary call.
-   */
-  stream?: StreamKind;
-}
+import type { EndpointDefinition, HandlerContext } from './endpoint.js';
 
 export interface RpcServerOptions {
   service: string;

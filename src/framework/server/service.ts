@@ -6,13 +6,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Runtime } from '../../process/runtime.js';
-import { validateService, type Metadata, type Service as ServiceRecord } from '../../engines/registry/registry.js';
+import type { Metadata, Service as ServiceRecord } from '../../engines/registry/registry.js';
+import { validateService } from '../../engines/registry/validate.js';
 import { advertisedAddress, parseAddress, parseAdvertise } from '../../base/util/address.js';
 import { serverLimits } from '../../base/http/lifecycle.js';
 import { GrpcServer } from './grpc-server.js';
 import { isStreamKind, type StreamKind } from '../../core/transport/frames.js';
 import type { StreamContext } from './stream-server.js';
-import { RpcServer, type EndpointDefinition, type Handler, type HandlerContext } from './rpc-server.js';
+import { RpcServer } from './rpc-server.js';
+import type { EndpointDefinition, Handler, HandlerContext } from './endpoint.js';
 import { OptionError } from '../../base/util/option-error.js';
 
 /**

@@ -19,7 +19,7 @@ import type { Codec } from '../../base/codec/codec.js';
 import { JsonSyntaxError } from '../../base/codec/json.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../../core/transport/frames.js';
 import { endToEndHeaders, HEADER_ID, HEADER_STREAM, meshTimeoutOf } from '../../core/transport/headers.js';
-import type { EndpointDefinition, HandlerContext } from './rpc-server.js';
+import type { EndpointDefinition, HandlerContext } from './endpoint.js';
 import type { TraceContext } from '../../base/util/trace-context.js';
 
 /** What a streaming handler gets besides its request(s). */

@@ -20,7 +20,8 @@ import { parseJson, stringifyJson } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
 import { sendJson } from '../../base/http/respond.js';
 import { serviceFromInput } from '../../engines/registry/input.js';
-import { mergeVersions, RegistryValidationError, type Service } from '../../engines/registry/registry.js';
+import { mergeVersions, type Service } from '../../engines/registry/registry.js';
+import { RegistryValidationError } from '../../engines/registry/validate.js';
 import { formatDuration, MAX_DURATION_MS, parseDuration } from '../../base/util/duration.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
 

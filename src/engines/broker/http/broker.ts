@@ -45,6 +45,7 @@ import type { Registry } from '../../registry/registry.js';
 import {
   BrokerUnavailableError,
   type Broker,
+  type ConsumerInfo,
   type Message,
   type MessageHandler,
   type SubscribeOptions,
@@ -58,7 +59,7 @@ import { Sender } from './sender.js';
 import { Subscriptions } from './subscriptions.js';
 import { decodeHeader, deliveryTo, encodeHeader, MAX_HEADER_BYTES } from './wire.js';
 import { Outbox } from './outbox.js';
-import { checkDurableDefaults, DurableStats, durableSettings, type ConsumerInfo, type DurableDefaults } from '../durable.js';
+import { checkDurableDefaults, DurableStats, durableSettings, type DurableDefaults } from '../durable.js';
 import type { StatsStore } from '../../../base/stats/store.js';
 import { loadSecret } from './secret.js';
 

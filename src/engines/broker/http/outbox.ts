@@ -35,7 +35,7 @@ import { PRIVATE_FILE_MODE, privateDirectory, privateFiles } from '../../../base
 import { shmWriteProblem } from '../../../base/util/sqlite-shm.js';
 import { join } from 'node:path';
 import type pino from 'pino';
-import { BrokerUnavailableError, type Message, type MessageHandler, type Subscription } from '../broker.js';
+import { BrokerUnavailableError, type ConsumerInfo, type Message, type MessageHandler, type Subscription } from '../broker.js';
 import {
   deadLetter,
   DLQ_KEEPER,
@@ -44,7 +44,6 @@ import {
   runDurable,
   tooManyConsumers,
   withMessageId,
-  type ConsumerInfo,
   type DurableDefaults,
   type DurableSettings,
   type DurableStats,

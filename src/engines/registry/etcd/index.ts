@@ -15,18 +15,17 @@
  */
 import type { Etcd3 } from 'etcd3';
 import type pino from 'pino';
-import {
-  validateService,
-  type RegisterOptions,
-  type Registry,
-  type Service,
-  type WatchEvent,
-  type WatchOptions,
-  type Watcher,
+import type {
+  RegisterOptions,
+  Registry,
+  Service,
+  WatchEvent,
+  WatchOptions,
+  Watcher,
 } from '../registry.js';
 import { readEngineTls, type EngineTlsFiles } from '../../../base/util/engine-access.js';
 import { byName, cloneService } from '../records.js';
-import { invalidRecordSink, ttlOf, validateDeregister, type InvalidRecordSink } from '../validate.js';
+import { invalidRecordSink, ttlOf, validateDeregister, validateService, type InvalidRecordSink } from '../validate.js';
 import { createEtcdClient, parseEtcdAddress } from './client.js';
 import { EtcdLeases, type Registration } from './leases.js';
 import { EtcdStore } from './store.js';

@@ -15,17 +15,16 @@ import { join, resolve } from 'node:path';
 import type pino from 'pino';
 import type { StatsStore } from '../../../base/stats/store.js';
 import { Logging } from '../../../base/util/log.js';
-import {
-  validateService,
-  type RegisterOptions,
-  type Registry,
-  type Service,
-  type WatchEvent,
-  type WatchOptions,
-  type Watcher,
+import type {
+  RegisterOptions,
+  Registry,
+  Service,
+  WatchEvent,
+  WatchOptions,
+  Watcher,
 } from '../registry.js';
 import { canonicalJson, cloneService } from '../records.js';
-import { RegistryValidationError, checkServiceBytes, invalidRecordSink, ttlOf, validateDeregister, type InvalidRecordSink } from '../validate.js';
+import { RegistryValidationError, checkServiceBytes, invalidRecordSink, ttlOf, validateDeregister, validateService, type InvalidRecordSink } from '../validate.js';
 import { openDatabase, type Opened } from './file.js';
 import { FileHealer } from './healing.js';
 import { Leases, fillNewFile } from './leases.js';
