@@ -290,3 +290,31 @@ export async function rawHttp(
   }
   return { raw, head, status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine ?? '')?.[1] ?? 0), headers, body: split === -1 ? '' : text.slice(split + 4) };
 }
+
+/** One import circle among `edges` as its files (the first file again at the end), or undefined when there is none. */
+export function findCycle(edges: Array<{ from: string; to: string }>): string[] | undefined {
+  const next = new Map<string, string[]>();
+  for (const e of edges) next.set(e.from, [...(next.get(e.from) ?? []), e.to]);
+  const done = new Set<string>();
+  const path: string[] = [];
+  const onPath = new Set<string>();
+  const visit = (file: string): string[] | undefined => {
+    if (onPath.has(file)) return [...path.slice(path.indexOf(file)), file];
+    if (done.has(file)) return undefined;
+    path.push(file);
+    onPath.add(file);
+    for (const to of next.get(file) ?? []) {
+      const cycle = visit(to);
+      if (cycle) return cycle;
+    }
+    path.pop();
+    onPath.delete(file);
+    done.add(file);
+    return undefined;
+  };
+  for (const file of [...next.keys()].sort()) {
+    const cycle = visit(file);
+    if (cycle) return cycle;
+  }
+  return undefined;
+}

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, sep } from 'node:path';
 import ts from 'typescript';
-import { ROOT } from './helpers.js';
+import { findCycle, ROOT } from './helpers.js';
 
 interface Layer {
   rank: number;
@@ -98,34 +98,6 @@ export function violations(layers: Layer[], exceptions: Exception[], edges: Edge
     else if (to.rank > from.rank) out.push(`${e.from} (layer ${from.rank}) imports ${e.to} (layer ${to.rank}), a layer above it`);
   }
   return [...new Set(out)];
-}
-
-/** One import circle among `edges` as its files (the first file again at the end), or undefined when there is none. */
-export function findCycle(edges: Edge[]): string[] | undefined {
-  const next = new Map<string, string[]>();
-  for (const e of edges) next.set(e.from, [...(next.get(e.from) ?? []), e.to]);
-  const done = new Set<string>();
-  const path: string[] = [];
-  const onPath = new Set<string>();
-  const visit = (file: string): string[] | undefined => {
-    if (onPath.has(file)) return [...path.slice(path.indexOf(file)), file];
-    if (done.has(file)) return undefined;
-    path.push(file);
-    onPath.add(file);
-    for (const to of next.get(file) ?? []) {
-      const cycle = visit(to);
-      if (cycle) return cycle;
-    }
-    path.pop();
-    onPath.delete(file);
-    done.add(file);
-    return undefined;
-  };
-  for (const file of [...next.keys()].sort()) {
-    const cycle = visit(file);
-    if (cycle) return cycle;
-  }
-  return undefined;
 }
 
 /** Every module a file imports, as repository paths (relative specifiers only; `.js` resolves to `.ts`). */
