@@ -996,7 +996,7 @@ function register(ctx: Ctx): void {
     return;
   }
   const record = JSON.stringify({ Name: BACKEND_SERVICE, Nodes: [{ Id: 'bench-1', Address: '127.0.0.1', Port: ctx.backendPort }] });
-  const r = spawnSync(process.execPath, [ctx.meshMain, 'register', 'service', record, `--registry_address=${ctx.registryDir}`, '--admin_address=off'], {
+  const r = spawnSync(process.execPath, [ctx.meshMain, 'register', 'service', record, `--registry_address=${ctx.registryDir}`], {
     cwd: ROOT,
     env: ctx.env,
     encoding: 'utf8',
