@@ -9,11 +9,10 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { openSync, closeSync, existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { startProcess, runCli, tempDir, waitFor, sleep, ROOT, CLI, type RunningProcess } from './helpers.js';
+import { tempDir, sleep, CLI, type RunningProcess } from './helpers.js';
+import { startStreamService } from './fixtures/stream-service-process.js';
 import { LocalRegistry } from '../src/engines/registry/local/index.js';
 
-const SERVICE = join(ROOT, 'test/fixtures/stream-service.ts');
 
 /**
  * Spawns the CLI with stdout as a pipe read by a slow reader: it takes a pause after each chunk, as
@@ -29,7 +28,7 @@ async function runSlowly(args: string[], env: Record<string, string>, input?: st
   const chunks: Buffer[] = [];
   for await (const chunk of child.stdout) {
     chunks.push(chunk as Buffer);
-    await sleep(5);
+    await sleep(5); // the reader's pace (a slow consumer), not an order: the assertions hold at any pace
   }
   const [code] = await exited;
   return { code: code as number | null, stdout: Buffer.concat(chunks), stderr };
@@ -51,9 +50,7 @@ describe('CLI output on a pipe', () => {
     } finally {
       await registry.close();
     }
-    svc = startProcess(['--import', 'tsx', SERVICE, `--registry_address=${home.path}`, '--log_level=warning'], {}, '');
-    await svc.waitForOutput(/listening on/);
-    await waitFor(async () => (await runCli(['list', 'services'], env)).stdout.includes('go.mesh.srv.streams') || undefined, 10000);
+    svc = await startStreamService(home.path, env);
   });
   after(async () => {
     await svc.stop('SIGKILL');

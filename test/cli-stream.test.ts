@@ -7,10 +7,9 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
-import { startProcess, runCli, tempDir, waitFor, ROOT, CLI, type RunningProcess } from './helpers.js';
+import { runCli, tempDir, waitFor, CLI, type RunningProcess } from './helpers.js';
+import { startStreamService } from './fixtures/stream-service-process.js';
 
-const SERVICE = join(ROOT, 'test/fixtures/stream-service.ts');
 
 /** Runs the CLI with `input` on its stdin; `onStdout` sees stdout as it grows (for signals). */
 function runWithStdin(args: string[], env: Record<string, string>, input: string | undefined, onStdout?: (out: string, child: ChildProcess) => void) {
@@ -23,9 +22,7 @@ describe('mesh call --stream', () => {
   let svc: RunningProcess;
 
   before(async () => {
-    svc = startProcess(['--import', 'tsx', SERVICE, `--registry_address=${home.path}`, '--log_level=warning'], {}, '');
-    await svc.waitForOutput(/listening on/);
-    await waitFor(async () => (await runCli(['list', 'services'], env)).stdout.includes('go.mesh.srv.streams') || undefined, 10000);
+    svc = await startStreamService(home.path, env);
   });
   after(async () => {
     await svc.stop('SIGKILL');
