@@ -44,3 +44,17 @@ export function uriSans(cert: PeerCertificate | undefined): string[] {
   for (const part of san.split(', ')) if (part.startsWith('URI:')) out.push(part.slice(4));
   return out;
 }
+
+/**
+ * The identities of mesh's own callers that are not services: rules name them like services
+ * (`spiffe://<trust_domain>/svc/mesh.api`). A sidecar calls as the app it fronts (its
+ * `--server_name`), or as `mesh.sidecar` when it fronts none.
+ */
+export const CALLER_NAMES = { gateway: 'mesh.api', proxy: 'mesh.proxy', cli: 'mesh.cli', sidecar: 'mesh.sidecar' } as const;
+
+/** The SPIFFE ID a TLS peer presented (its first spiffe:// URI SAN), or undefined (plain, or no certificate). */
+export function peerIdentityOf(socket: unknown): string | undefined {
+  const tlsSocket = socket as { encrypted?: boolean; getPeerCertificate?: () => PeerCertificate };
+  if (!tlsSocket.encrypted || typeof tlsSocket.getPeerCertificate !== 'function') return undefined;
+  return uriSans(tlsSocket.getPeerCertificate()).find((uri) => uri.startsWith('spiffe://'));
+}
