@@ -14,6 +14,7 @@
  */
 import { DEFAULT_TRACING_ADDRESS } from '../tracing/config.js';
 import { optionLabel } from '../util/option-error.js';
+import { LOG_FORMATS } from '../util/levels.js';
 
 /** How a value is read: from a flag's text, and (api options) from a MeshOptions value. */
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
@@ -113,7 +114,7 @@ export const OPTIONS = {
   tracing_sample_rate: { type: 'string', default: '1', apiDefault: 1, group: 'logging', commands: SERVE, api: true, help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)' },
   admin_allowed_hosts: { type: 'list', group: 'admin', commands: SERVE, api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', default: 'info', group: 'logging', commands: MESH_PROCESS, api: true, help: 'trace, debug, info, warning, error, critical, off' },
-  log_format: { type: 'string', choices: ['text', 'json'], group: 'logging', commands: MESH_PROCESS, api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
+  log_format: { type: 'string', choices: LOG_FORMATS, group: 'logging', commands: MESH_PROCESS, api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
   access_log: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'front ends: access log, one line a request: off, stdout or a file path (reopened on SIGUSR1)' },
   access_log_format: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'access log format: text with %OPERATOR%s, or json; without it, Envoy\'s default format (docs/observability.md)' },
   enable_stats: { type: 'bool', default: 'false', group: 'command', commands: GATEWAYS, api: true, help: 'serve /stats (dashboard and JSON)' },
