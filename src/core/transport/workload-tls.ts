@@ -27,8 +27,19 @@ export interface WorkloadTls {
    * roots change; connections already open keep theirs.
    */
   secureContext(): SecureContext;
+  /**
+   * What secureContext() was made of (the chain, the key, the roots), for servers that build
+   * their own context from options (gRPC's). Kept in memory only, like the context.
+   */
+  contextOptions(): WorkloadTlsPems;
   /** Calls `listener` after each replacement; returns what unsubscribes it. */
   onChange(listener: () => void): () => void;
+}
+
+export interface WorkloadTlsPems {
+  readonly cert: string;
+  readonly key: string;
+  readonly ca: readonly string[];
 }
 
 /** The SPIFFE ID of a service in a trust domain. */

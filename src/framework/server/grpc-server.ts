@@ -22,6 +22,8 @@ import { isAsyncIterable, untilAborted, type StreamContext } from './stream-serv
 import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../../core/transport/grpc/protos.js';
 import { once } from 'node:events';
 import { OptionError } from '../../base/util/option-error.js';
+import { WorkloadServerCredentials } from '../../core/transport/grpc/credentials.js';
+import type { WorkloadTls } from '../../core/transport/workload-tls.js';
 
 export interface GrpcServerOptions {
   service: string;
@@ -34,6 +36,12 @@ export interface GrpcServerOptions {
   context?: ContextStore;
   /** Records a server span per call (--tracing=otlp), child of the caller's `traceparent` metadata. */
   tracer?: Tracer;
+  /**
+   * This process's workload certificate: with --mtls=strict the server speaks mutual TLS only
+   * (src/core/transport/grpc/credentials.ts); otherwise plaintext (gRPC cannot share a port
+   * between the two, so permissive serves plain).
+   */
+  workload?: WorkloadTls;
 }
 
 /** Endpoints every framework service has, with no gRPC method of their own. */
@@ -46,6 +54,7 @@ export class GrpcServer implements Drainable {
   private active = 0;
   private contextStore?: ContextStore;
   private closing?: Promise<DrainResult>;
+  private credentials?: WorkloadServerCredentials;
 
   /** Throws when an endpoint has no method of that name and kind in the loaded protos. */
   constructor(
@@ -253,7 +262,14 @@ export class GrpcServer implements Drainable {
 
   listen(host: string, port: number): Promise<number> {
     const target = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-    return new Promise((resolve, reject) => this.server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound))));
+    const workload = this.options.workload;
+    const credentials = workload?.mode === 'strict' ? (this.credentials = new WorkloadServerCredentials(workload)) : grpc.ServerCredentials.createInsecure();
+    return new Promise((resolve, reject) => this.server.bindAsync(target, credentials, (err, bound) => (err ? reject(err) : resolve(bound))));
+  }
+
+  /** True when the server speaks mutual TLS (registered as `mtls=true`). */
+  get mutualTls(): boolean {
+    return this.credentials !== undefined;
   }
 
   beginDrain(): void {
@@ -262,6 +278,7 @@ export class GrpcServer implements Drainable {
 
   /** Stops accepting; in-flight calls get up to the drain timeout, then are cut off. */
   close(): Promise<DrainResult> {
+    this.credentials?.detach();
     this.closing ??= new Promise<DrainResult>((resolve) => {
       let done = false;
       const timer = setTimeout(() => {
