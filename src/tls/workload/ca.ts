@@ -14,7 +14,7 @@
  * sign their own certificates watch this directory, so a rotation reaches them within seconds.
  */
 import { X509Certificate, createPrivateKey } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../../base/util/private-files.js';
@@ -58,10 +58,21 @@ function errnoCode(err: unknown): string {
   return (err as NodeJS.ErrnoException).code ?? (err as Error).message;
 }
 
-/** True when the directory holds a mesh CA (a signer key or trusted roots). */
+/**
+ * True when the directory holds a mesh CA (a signer or a roots directory); false when it is
+ * missing or empty of them. A directory this process cannot read is an error naming --ca_dir.
+ */
 export function caExists(dir: string): boolean {
-  const p = caPaths(dir);
-  return existsSync(p.signerKey) || existsSync(p.signerCert) || (existsSync(p.roots) && readdirSync(p.roots).some((f) => f.endsWith('.pem')));
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (err) {
+    const code = errnoCode(err);
+    if (code === 'ENOENT') return false;
+    if (code === 'ENOTDIR') throw new CaError(`--ca_dir ${dir} is not a directory`);
+    throw new CaError(`cannot read the mesh CA directory ${dir} (${code}): a process that signs its own workload certificate needs read access to --ca_dir; or give it --mtls_cert_file, --mtls_key_file and --mtls_ca_file`);
+  }
+  return names.includes('signer.key') || names.includes('signer.pem') || names.includes('roots');
 }
 
 /** A root's facts from its PEM; `path` is the file it came from. */
