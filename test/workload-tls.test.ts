@@ -19,6 +19,7 @@ import { openWorkloadTls, type OpenedWorkloadTls } from '../src/tls/workload/ind
 import { caPaths, finishRotation, initCa, rotateCa } from '../src/tls/workload/ca.js';
 import { LocalCaSigner } from '../src/tls/workload/signer.js';
 import { createCsr, generateKeyPair, privateKeyPem } from '../src/tls/workload/x509.js';
+import { renderCerts, secondsUntilFirstExpiring } from '../src/admin/certs.js';
 import { tempDir, waitFor } from './helpers.js';
 
 /** A logger whose lines the test reads. */
@@ -240,5 +241,34 @@ describe('workload certificate files from an outside PKI', () => {
     });
     await assert.rejects(openWorkloadTls({ ...base, certFile, caFile: caPaths(caDir).signerCert }), { message: 'mtlsCertFile needs mtlsKeyFile' });
     await assert.rejects(openWorkloadTls({ ...base, certFile, keyFile }), /needs mtlsCaFile/);
+  });
+});
+
+describe('openWorkloadTls refuses bad options', () => {
+  it('a trust domain that is not a SPIFFE trust domain, a ttl under a second', async () => {
+    const tmp = tempDir();
+    cleanups.push(tmp.cleanup);
+    const { log } = capturedLog();
+    const base = { mode: 'strict' as const, trustDomain: 'mesh.local', caDir: join(tmp.path, 'ca'), certTtlMs: 60_000, service: 'go.mesh.srv.a', log };
+    await assert.rejects(openWorkloadTls({ ...base, trustDomain: 'Mesh Local' }), { message: 'invalid option trustDomain: must be lower-case letters, digits, ".", "-" and "_" (a SPIFFE trust domain, e.g. mesh.local) (got "Mesh Local")' });
+    await assert.rejects(openWorkloadTls({ ...base, certTtlMs: 0 }), { message: 'invalid option mtlsCertTtl: must be 1s or more (a certificate is renewed at two thirds of it) (got "0ms")' });
+  });
+});
+
+describe('admin /certs of a workload', () => {
+  it('lists the workload certificate (SPIFFE ID, serial, expiry, days left) and each root as a CA certificate', async () => {
+    const tmp = tempDir();
+    cleanups.push(tmp.cleanup);
+    const { log } = capturedLog();
+    const w = await openWorkloadTls({ mode: 'strict', trustDomain: 'mesh.local', caDir: join(tmp.path, 'ca'), certTtlMs: 3 * 86_400_000, service: 'go.mesh.srv.a', log });
+    cleanups.push(() => w.close());
+    const body = JSON.parse(renderCerts(w.certificates(), Date.now())) as { certificates: Array<{ ca_cert: Array<Record<string, unknown>>; cert_chain: Array<Record<string, unknown>> }> };
+    const [leaf, root] = body.certificates;
+    assert.deepEqual(leaf!.cert_chain[0]!.subject_alt_names, [{ uri: 'spiffe://mesh.local/svc/go.mesh.srv.a' }]);
+    assert.equal(leaf!.cert_chain[0]!.serial_number, w.certificates()[0]!.serialNumber);
+    assert.equal(leaf!.cert_chain[0]!.days_until_expiration, '2');
+    assert.equal(root!.cert_chain.length, 0);
+    assert.equal(root!.ca_cert[0]!.days_until_expiration, '3649');
+    assert.equal(secondsUntilFirstExpiring(w.certificates(), Date.now())! <= 3 * 86_400, true);
   });
 });
