@@ -88,7 +88,7 @@ export const COMMANDS: CommandInfo[] = [
       'init: a new root (ECDSA P-256), or your own root or intermediate with --ca_cert_file and --ca_key_file; an existing CA is never overwritten.',
       'show: each trusted root: SHA-256 fingerprint, subject, expiry. status: the same, exit 1 when one expires within 30 days.',
       'rotate: a new root signs from now on; the old ones stay trusted until rotate --finish (after one --mtls_cert_ttl, every workload certificate is from the new root).',
-      'Whoever can read --ca_dir can issue any identity (see docs/mtls.md).',
+      'Whoever can read --ca_dir can issue any identity (see docs/mesh-ca.md).',
     ],
     subcommands: ['init', 'show', 'rotate', 'status'],
   },

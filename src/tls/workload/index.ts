@@ -2,7 +2,7 @@
  * Workload certificates for mutual TLS between mesh processes (the WorkloadTls of
  * src/core/transport/workload-tls.ts): issued by the local mesh CA in `--ca_dir` (made on first
  * use when the directory holds none), or read from the files of an outside PKI
- * (`--mtls_cert_file`, `--mtls_key_file`, `--mtls_ca_file`). See docs/mtls.md.
+ * (`--mtls_cert_file`, `--mtls_key_file`, `--mtls_ca_file`). See docs/mesh-ca.md.
  */
 import type { Logger } from 'pino';
 import { OptionError } from '../../base/util/option-error.js';
