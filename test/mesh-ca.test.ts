@@ -125,7 +125,7 @@ describe('mesh ca (real CLI processes, checked by openssl)', () => {
     assert.equal(nothing.stdout, 'nothing to remove: only the signing root is trusted\n');
   });
 
-  it('usage errors exit 2: an unknown word, --finish without rotate, a key file without its certificate', async () => {
+  it('usage errors exit 2: an unknown word, --finish without rotate, a key file without its certificate, a bad trust domain', async () => {
     const bad = await runCli(['ca', 'shwo', `--ca_dir=${dir}`]);
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /^mesh: unknown command "ca shwo"/);
@@ -135,6 +135,9 @@ describe('mesh ca (real CLI processes, checked by openssl)', () => {
     const key = await runCli(['ca', 'init', '--ca_key_file=/x.key', `--ca_dir=${join(tmp.path, 'nokey')}`]);
     assert.equal(key.code, 2);
     assert.match(key.stderr, /--ca_key_file needs --ca_cert_file/);
+    const domain = await runCli(['ca', 'init', '--trust_domain=Mesh Local', `--ca_dir=${join(tmp.path, 'domain')}`]);
+    assert.equal(domain.code, 2);
+    assert.equal(domain.stderr, 'mesh: --trust_domain "Mesh Local": must be lower-case letters, digits, ".", "-" and "_" (a SPIFFE trust domain, e.g. mesh.local)\n');
     const none = await runCli(['ca', 'show', `--ca_dir=${join(tmp.path, 'none')}`]);
     assert.equal(none.code, 1);
     assert.equal(none.stderr, `mesh: no mesh CA in ${join(tmp.path, 'none')}: run \`mesh ca init\` (or give --ca_dir)\n`);

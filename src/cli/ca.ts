@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import type { X509Certificate } from 'node:crypto';
 import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';
-import { caExists, defaultCaDir, finishRotation, importCa, initCa, readRoots, readSignerCertificate, rotateCa, CaError, type CaRoot } from '../tls/workload/ca.js';
+import { caExists, defaultCaDir, finishRotation, importCa, initCa, readRoots, readSignerCertificate, rotateCa, trustDomainProblem, CaError, type CaRoot } from '../tls/workload/ca.js';
 
 const DAY_MS = 86_400_000;
 /** `mesh ca status` warns when a certificate expires within this many days. */
@@ -61,6 +61,8 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
   const json = config.output === 'json';
   const dir = defaultCaDir(config.ca_dir, config.mesh_home);
   const now = Date.now();
+  const domainProblem = trustDomainProblem(config.trust_domain);
+  if (domainProblem && (noun === 'init' || noun === 'rotate')) throw new UsageError(`--trust_domain ${JSON.stringify(config.trust_domain)}: ${domainProblem}`);
   if (config.finish && noun !== 'rotate') throw new UsageError(`--finish is for mesh ca rotate (${USAGE})`);
   if ((config.ca_cert_file || config.ca_key_file) && noun !== 'init') throw new UsageError(`--ca_cert_file and --ca_key_file are for mesh ca init (${USAGE})`);
   switch (noun) {

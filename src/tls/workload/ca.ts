@@ -27,6 +27,11 @@ export function defaultCaDir(flag: string | undefined, meshHome: string | undefi
   return join(home, 'ca');
 }
 
+/** Why `trustDomain` is not a SPIFFE trust domain (lower-case letters, digits, '.', '-', '_'), or undefined. */
+export function trustDomainProblem(trustDomain: string): string | undefined {
+  return /^[a-z0-9._-]{1,255}$/.test(trustDomain) ? undefined : 'must be lower-case letters, digits, ".", "-" and "_" (a SPIFFE trust domain, e.g. mesh.local)';
+}
+
 export function caPaths(dir: string) {
   return { dir, roots: join(dir, 'roots'), signerCert: join(dir, 'signer.pem'), signerKey: join(dir, 'signer.key') };
 }

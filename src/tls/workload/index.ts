@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { OptionError } from '../../base/util/option-error.js';
 import type { MtlsMode, WorkloadTls } from '../../core/transport/workload-tls.js';
 import type { CertificateInfo } from '../certificate.js';
-import { caExists, CaError, initCa } from './ca.js';
+import { caExists, CaError, initCa, trustDomainProblem } from './ca.js';
 import { FileWorkloadTls } from './files-source.js';
 import { IssuedWorkloadTls } from './issued.js';
 import { LocalCaSigner } from './signer.js';
@@ -47,8 +47,8 @@ export interface OpenedWorkloadTls extends WorkloadTls {
 
 /** This process's workload certificate source; rejects with an Error naming the flag or file at fault. */
 export async function openWorkloadTls(o: OpenWorkloadTlsOptions): Promise<OpenedWorkloadTls> {
-  // SPIFFE: a trust domain is lower-case letters, digits, '.', '-' and '_'.
-  if (!/^[a-z0-9._-]{1,255}$/.test(o.trustDomain)) throw new OptionError('trust_domain', 'must be lower-case letters, digits, ".", "-" and "_" (a SPIFFE trust domain, e.g. mesh.local)', o.trustDomain);
+  const domainProblem = trustDomainProblem(o.trustDomain);
+  if (domainProblem) throw new OptionError('trust_domain', domainProblem, o.trustDomain);
   if (!(o.certTtlMs >= MIN_CERT_TTL_MS)) throw new OptionError('mtls_cert_ttl', 'must be 1s or more (a certificate is renewed at two thirds of it)', `${o.certTtlMs}ms`);
   if (o.certFile || o.keyFile || o.caFile) {
     return FileWorkloadTls.open(o);

@@ -168,21 +168,24 @@ export class IssuedWorkloadTls implements WorkloadTls {
     this.scheduleRenewal(Math.min(60_000, Math.max(1000, Math.floor(left / 10))));
   }
 
-  /** The CA's files changed: trust the new set of roots at once, and issue again a little later. */
+  /**
+   * The CA's files changed: trust the new set of roots at once (when it differs), and issue again
+   * a little later, from whichever CA signs by then (a rotation, or a signer replaced by hand).
+   */
   private async rootsChanged(): Promise<void> {
     if (this.closed) return;
-    let roots: CaRoot[];
     try {
-      roots = await this.o.signer.roots();
-      if (rootsKey(roots) === rootsKey(this.current.roots)) return;
-      const next = { ...this.build(this.current.chainPem, this.current.keyPem, roots), issuedAt: this.current.issuedAt };
-      if (this.closed) return;
-      this.install(next);
+      const roots = await this.o.signer.roots();
+      if (rootsKey(roots) !== rootsKey(this.current.roots)) {
+        const next = { ...this.build(this.current.chainPem, this.current.keyPem, roots), issuedAt: this.current.issuedAt };
+        if (this.closed) return;
+        this.install(next);
+        this.o.log.info({ roots: roots.map((r) => r.serial) }, `workload certificate: the trusted roots changed (${roots.length} now)`);
+      }
     } catch (err) {
       this.failed(err as Error);
       return;
     }
-    this.o.log.info({ roots: roots.map((r) => r.serial) }, `workload certificate: the trusted roots changed (${roots.length} now)`);
     this.scheduleRenewal(this.o.reissueDelayMs ?? 2 * (this.o.pollMs ?? 5000));
   }
 }

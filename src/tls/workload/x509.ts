@@ -131,11 +131,6 @@ async function authorityKeyIdentifier(issuer: x509.X509Certificate): Promise<x50
   return x509.AuthorityKeyIdentifierExtension.create(issuer.publicKey, false);
 }
 
-/** True when the certificate says it is a CA (basicConstraints cA). */
-export function isCa(cert: NodeX509): boolean {
-  return cert.ca;
-}
-
 /** Splits a PEM bundle into its certificates (anything else in the file is ignored). */
 export function splitPem(text: string): string[] {
   return text.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g)?.map((p) => p + '\n') ?? [];
