@@ -20,7 +20,7 @@ import { caPaths, finishRotation, initCa, rotateCa } from '../src/tls/workload/c
 import { LocalCaSigner } from '../src/tls/workload/signer.js';
 import { createCsr, generateKeyPair, privateKeyPem } from '../src/tls/workload/x509.js';
 import { renderCerts, secondsUntilFirstExpiring } from '../src/admin/certs.js';
-import { tempDir, waitFor } from './helpers.js';
+import { http, tempDir, waitFor } from './helpers.js';
 
 /** A logger whose lines the test reads. */
 function capturedLog(): { log: pino.Logger; lines: Array<{ msg: string; level: number }> } {
@@ -270,5 +270,35 @@ describe('admin /certs of a workload', () => {
     assert.equal(root!.cert_chain.length, 0);
     assert.equal(root!.ca_cert[0]!.days_until_expiration, '3649');
     assert.equal(secondsUntilFirstExpiring(w.certificates(), Date.now())! <= 3 * 86_400, true);
+  });
+});
+
+describe('runtime.openWorkloadTls', () => {
+  it('registers the workload certificate with admin /certs and server.seconds_until_first_cert_expiring, and removes it on shutdown', async () => {
+    const { Runtime } = await import('../src/process/runtime.js');
+    const { parseArgs } = await import('../src/cli/flags.js');
+    const { optionsFromFlags } = await import('../src/cli/options.js');
+    const tmp = tempDir();
+    cleanups.push(tmp.cleanup);
+    const runtime = new Runtime(
+      optionsFromFlags(parseArgs(['api', '--registry=memory', '--admin_address=127.0.0.1:0', '--log_level=off', '--mtls=strict', '--mtls_cert_ttl=2h', `--ca_dir=${join(tmp.path, 'ca')}`]).config),
+      { role: 'test' },
+    );
+    try {
+      const admin = (await runtime.startAdmin('127.0.0.1:0'))!;
+      const workload = await runtime.openWorkloadTls('go.mesh.srv.a');
+      assert.equal(workload.mode, 'strict');
+      const certs = await http('GET', `http://127.0.0.1:${admin.port}/certs`);
+      const body = certs.json() as { certificates: Array<{ ca_cert: Array<Record<string, unknown>>; cert_chain: Array<Record<string, unknown>> }> };
+      assert.equal(body.certificates.length, 2);
+      assert.equal(body.certificates[0]!.cert_chain[0]!.path, 'workload:spiffe://mesh.local/svc/go.mesh.srv.a');
+      assert.equal(body.certificates[1]!.ca_cert.length, 1);
+      const stats = await http('GET', `http://127.0.0.1:${admin.port}/stats?filter=seconds_until_first_cert_expiring`);
+      const seconds = Number(/server\.seconds_until_first_cert_expiring: (\d+)/.exec(stats.text)![1]);
+      assert.ok(seconds > 7000 && seconds <= 7200, stats.text);
+    } finally {
+      await runtime.shutdown();
+    }
+    assert.deepEqual(runtime.certificates(), []);
   });
 });
