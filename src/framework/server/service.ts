@@ -16,6 +16,7 @@ import type { StreamContext } from './stream-server.js';
 import { RpcServer } from './rpc-server.js';
 import type { EndpointDefinition, Handler, HandlerContext } from './endpoint.js';
 import { OptionError } from '../../base/util/option-error.js';
+import type { ServiceAuthz } from '../../edge/auth/authz.js';
 
 /**
  * A streaming handler: `request` is the one request of a server stream, or the async iterable of
@@ -49,6 +50,8 @@ export class Service {
   constructor(
     private readonly runtime: Runtime,
     private readonly options: ServiceOptions,
+    /** @internal the process's authorization (--authz_rules), checked where each call arrives. */
+    private readonly authz?: ServiceAuthz,
   ) {
     this.nodeId = `${options.name}-${randomUUID()}`;
     this.server = new RpcServer({
@@ -61,6 +64,7 @@ export class Service {
       codecs: runtime.codecs,
       context: runtime.context,
       tracer: runtime.tracer,
+      authz,
     });
     runtime.addServiceName(options.name);
     this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
@@ -114,7 +118,7 @@ export class Service {
       const schema = this.runtime.grpcSchema;
       if (!schema) throw new OptionError('proto_path', `{server_protocol}=grpc: service ${this.options.name} needs its .proto files ({proto_path})`);
       this.grpcServer = new GrpcServer(
-        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer },
+        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer, authz: this.authz },
         this.server.listEndpoints(),
       );
       boundPort = await this.grpcServer.listen(host, port);
