@@ -69,8 +69,7 @@ export function parseRuleFile<T>(text: string, json: boolean, spec: RuleFileSpec
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const syntax = doc.errors[0];
   if (syntax) {
-    const pos = syntax.linePos?.[0];
-    throw new RulesError(pos?.line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));
+    throw new RulesError(syntax.linePos?.[0]?.line ?? lines.linePos(syntax.pos[0]).line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));
   }
   const lineAt = (node: unknown) => {
     const range = (node as Node | undefined)?.range;
