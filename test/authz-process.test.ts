@@ -10,9 +10,11 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { PROTOS } from './grpc-fixtures.js';
 import { http, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
+const GRPC_SERVICE = join(ROOT, 'test/fixtures/grpc-framework-service.ts');
 const PRINTED_WHO = /go\.mesh\.srv\.who listening on 127\.0\.0\.1:(\d+) \(node \S+\), admin on 127\.0\.0\.1:(\d+)/;
 
 /** Runs the who service to its exit (a start that fails). */
@@ -99,6 +101,32 @@ describe('authz rules in a service process', () => {
       [`invalid value "${rules}" for flag --authz_rules: line 2: rule 2: caller "go mesh": not a service name glob (letters, digits, ".", "-", "_", ":", "/" and the wildcards * and ?)`],
     );
     assert.equal(who.child.exitCode, null);
+  });
+});
+
+describe('authz rules in a service serving gRPC (--server_protocol=grpc)', () => {
+  const dir = tempDir('mesh-authz-grpc-');
+  let svc: RunningProcess;
+
+  before(async () => {
+    const rules = join(dir.path, 'rules.yaml');
+    writeFileSync(rules, '- { caller: unauthenticated, endpoint: "Greeter.Fail", action: deny }\n');
+    svc = startProcess(['--import', 'tsx', GRPC_SERVICE, `--registry_address=${dir.path}`, '--server_protocol=grpc', `--proto_path=${PROTOS}`, `--authz_rules=${rules}`, '--log_level=warning'], {}, '');
+    await svc.waitForOutput(/go\.mesh\.srv\.fwgreeter listening on/, 20000);
+  });
+  after(async () => {
+    await svc?.stop();
+    dir.cleanup();
+  });
+
+  it('a denied call ends with PERMISSION_DENIED before the handler runs, naming the caller', async () => {
+    const env = { MESH_REGISTRY_ADDRESS: dir.path };
+    const denied = await runCli(['call', 'go.mesh.srv.fwgreeter', 'Greeter.Fail', '{"code":500,"details":"the handler ran"}', '--output=json', `--proto_path=${PROTOS}`], env);
+    assert.equal(denied.code, 1);
+    assert.equal(denied.stderr, '{"id":"helloworld.Greeter","code":403,"detail":"caller unauthenticated may not call go.mesh.srv.fwgreeter Greeter.Fail (denied by rule 1)","status":"Forbidden"}\n');
+    const allowed = await runCli(['call', 'go.mesh.srv.fwgreeter', 'Greeter.SayHello', '{"name":"x"}', '--output=json', `--proto_path=${PROTOS}`], env);
+    assert.equal(allowed.code, 0, allowed.stderr);
+    assert.equal(JSON.parse(allowed.stdout).message, 'Hello x from mesh');
   });
 });
 
