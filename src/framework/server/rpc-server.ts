@@ -19,6 +19,8 @@ import { ContextStore } from '../../base/util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../../base/tracing/tracer.js';
 import { serveStream } from './stream-server.js';
+import { serveMtls } from '../../core/transport/mtls-server.js';
+import type { WorkloadTls } from '../../core/transport/workload-tls.js';
 import type { EndpointDefinition, HandlerContext } from './endpoint.js';
 
 export interface RpcServerOptions {
@@ -42,6 +44,12 @@ export interface RpcServerOptions {
   context?: ContextStore;
   /** Records a server span per call (--tracing=otlp). */
   tracer?: Tracer;
+  /**
+   * This process's workload certificate (--mtls permissive or strict): the server terminates
+   * mutual TLS on its port (src/core/transport/mtls-server.ts); a handler's caller is then
+   * peerIdentityOf(req.socket).
+   */
+  workloadTls?: WorkloadTls;
 }
 
 /** The stat prefix of the RPC servers of a process. */
@@ -51,6 +59,7 @@ export class RpcServer implements Drainable {
   private readonly endpoints = new Map<string, EndpointDefinition>();
   private server?: Server;
   private lifecycle?: ServerLifecycle;
+  private stopMtls?: () => void;
   private readonly context: ContextStore;
 
   constructor(private readonly options: RpcServerOptions) {
@@ -70,6 +79,16 @@ export class RpcServer implements Drainable {
     const server = createServer(httpServerOptions(this.options.limits), (req, res) => void this.onRequest(req, res));
     // Node's own answer to a read timeout (408, no body) is kept: callers are mesh clients.
     this.server = server;
+    const workload = this.options.workloadTls;
+    if (workload && workload.mode !== 'off') {
+      this.stopMtls = serveMtls(server, {
+        workload,
+        service: this.options.service,
+        stats: this.options.stats.scope(RPC_STAT_PREFIX),
+        acceptTimeoutMs: this.options.limits.headersTimeoutMs,
+        log: this.options.logger,
+      });
+    }
     this.lifecycle = new ServerLifecycle(server, this.options.limits, { stats: this.options.stats, prefix: RPC_STAT_PREFIX });
     return listenOn(server, host, port);
   }
@@ -80,6 +99,7 @@ export class RpcServer implements Drainable {
 
   /** Drains (answers close their connections), stops accepting, lets in-flight calls finish (up to the drain timeout). */
   async close(): Promise<DrainResult> {
+    this.stopMtls?.();
     return (await this.lifecycle?.close()) ?? { requestsCutOff: 0, connectionsCutOff: 0 };
   }
 
