@@ -32,6 +32,7 @@ import {
 import { hostKey, parseWeight, specFromNode, type HostSpec } from './host.js';
 import { tryParseAddress } from '../../base/util/address.js';
 import { SelfGuard, selfRefusingConnector, type SelfLookup } from './self-guard.js';
+import type { WorkloadTls } from '../transport/workload-tls.js';
 import type {
   AcquireOptions,
   ClusterManagerView,
@@ -71,6 +72,8 @@ export interface ClusterManagerOptions {
   random?: () => number;
   /** The process's own listening addresses: never forwarded to (self-guard.ts). */
   self?: SelfLookup;
+  /** This process's workload certificate: mutual TLS to the nodes that serve it (mtls.ts). */
+  workloadTls?: WorkloadTls;
 }
 
 /** `cluster_manager.*` */
@@ -91,6 +94,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private readonly random?: () => number;
   private readonly hcDispatcher: Agent;
   private readonly guard?: SelfGuard;
+  private readonly workloadTls?: WorkloadTls;
 
   private readonly staticClusters = new Map<string, Cluster>();
   /** Static clusters whose first health checks are still running. */
@@ -119,6 +123,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     this.maxClusters = Math.max(1, options.maxClusters ?? DEFAULT_MAX_CLUSTERS);
     this.closeGraceMs = options.closeGraceMs ?? 5_000;
     this.random = options.random;
+    this.workloadTls = options.workloadTls;
     // Validate the defaults once, so a bad configuration fails at start, not at first call.
     resolveSettings(undefined, this.defaults, this.lbPolicy, true);
     this.hcDispatcher = new Agent({
@@ -224,6 +229,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
       hcDispatcher: this.hcDispatcher,
       random: this.random,
       onIdleEmpty: addedViaApi ? (c) => this.dropIfIdle(c) : undefined,
+      workloadTls: this.workloadTls,
     });
   }
 

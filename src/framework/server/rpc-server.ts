@@ -19,8 +19,9 @@ import { ContextStore } from '../../base/util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../../base/tracing/tracer.js';
 import { serveStream } from './stream-server.js';
+import { serveMtls } from '../../core/transport/mtls-server.js';
+import { peerIdentityOf, type WorkloadTls } from '../../core/transport/workload-tls.js';
 import type { EndpointDefinition, HandlerContext } from './endpoint.js';
-import { peerIdentityOf } from '../../core/transport/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 
 export interface RpcServerOptions {
@@ -46,6 +47,12 @@ export interface RpcServerOptions {
   tracer?: Tracer;
   /** Who may call whom (--authz_rules): a call it denies gets its 403 before the body is read. */
   authz?: ServiceAuthz;
+  /**
+   * This process's workload certificate (--mtls permissive or strict): the server terminates
+   * mutual TLS on its port (src/core/transport/mtls-server.ts); a handler's caller is then
+   * peerIdentityOf(req.socket).
+   */
+  workloadTls?: WorkloadTls;
 }
 
 /** The stat prefix of the RPC servers of a process. */
@@ -55,6 +62,7 @@ export class RpcServer implements Drainable {
   private readonly endpoints = new Map<string, EndpointDefinition>();
   private server?: Server;
   private lifecycle?: ServerLifecycle;
+  private stopMtls?: () => void;
   private readonly context: ContextStore;
   /** The SPIFFE ID of each TLS connection's peer (undefined: none), read once per connection. */
   private readonly peers = new WeakMap<object, string | undefined>();
@@ -76,6 +84,16 @@ export class RpcServer implements Drainable {
     const server = createServer(httpServerOptions(this.options.limits), (req, res) => void this.onRequest(req, res));
     // Node's own answer to a read timeout (408, no body) is kept: callers are mesh clients.
     this.server = server;
+    const workload = this.options.workloadTls;
+    if (workload && workload.mode !== 'off') {
+      this.stopMtls = serveMtls(server, {
+        workload,
+        service: this.options.service,
+        stats: this.options.stats.scope(RPC_STAT_PREFIX),
+        acceptTimeoutMs: this.options.limits.headersTimeoutMs,
+        log: this.options.logger,
+      });
+    }
     this.lifecycle = new ServerLifecycle(server, this.options.limits, { stats: this.options.stats, prefix: RPC_STAT_PREFIX });
     return listenOn(server, host, port);
   }
@@ -86,6 +104,7 @@ export class RpcServer implements Drainable {
 
   /** Drains (answers close their connections), stops accepting, lets in-flight calls finish (up to the drain timeout). */
   async close(): Promise<DrainResult> {
+    this.stopMtls?.();
     return (await this.lifecycle?.close()) ?? { requestsCutOff: 0, connectionsCutOff: 0 };
   }
 
