@@ -19,7 +19,7 @@ import type { Logger } from 'pino';
 import { ERROR_IDS, MeshError } from '../../base/errors.js';
 import { globMatcher } from '../../base/util/regex.js';
 import { OptionError } from '../../base/util/option-error.js';
-import type { Counter, StatsStore } from '../../base/stats/store.js';
+import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
 import { spiffeIdOf } from '../../core/transport/workload-tls.js';
 import { parseRuleFile, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
@@ -192,7 +192,8 @@ export function readAuthzSetup(flags: AuthzFlags): AuthzSetup | undefined {
 }
 
 export interface ServiceAuthzDeps {
-  stats: StatsStore;
+  /** Where the AUTHZ_STATS are kept (the process's store). */
+  stats: StatsScope;
   log: Logger;
 }
 
@@ -201,10 +202,7 @@ export const MAX_LOGGED_CALLERS = 1024;
 
 /** The stats of the process's authorization. */
 export const AUTHZ_STATS = {
-  allowed: 'authz.allowed',
-  denied: 'authz.denied',
-  updateSuccess: 'authz.rules.update_success',
-  updateFailure: 'authz.rules.update_failure',
+  counters: { allowed: 'authz.allowed', denied: 'authz.denied', updateSuccess: 'authz.rules.update_success', updateFailure: 'authz.rules.update_failure' },
 } as const;
 
 /** How a denial names a caller: its SPIFFE ID, or `unauthenticated`. */
@@ -217,10 +215,7 @@ export class ServiceAuthz {
   private rules: AuthzRule[];
   private loadedAt = new Date();
   private lastReloadError?: string;
-  private readonly allowed: Counter;
-  private readonly denied: Counter;
-  private readonly reloadOk: Counter;
-  private readonly reloadFailed: Counter;
+  private readonly stats: FamilyStats<typeof AUTHZ_STATS>;
   /** The callers whose denial was logged (insertion order: the oldest first). */
   private readonly logged = new Set<string>();
 
@@ -229,10 +224,7 @@ export class ServiceAuthz {
     private readonly deps: ServiceAuthzDeps,
   ) {
     this.rules = setup.rules;
-    this.allowed = deps.stats.counter(AUTHZ_STATS.allowed);
-    this.denied = deps.stats.counter(AUTHZ_STATS.denied);
-    this.reloadOk = deps.stats.counter(AUTHZ_STATS.updateSuccess);
-    this.reloadFailed = deps.stats.counter(AUTHZ_STATS.updateFailure);
+    this.stats = declareStats(deps.stats, AUTHZ_STATS);
   }
 
   /** Decides a call without counting or logging it. */
@@ -247,17 +239,17 @@ export class ServiceAuthz {
   check(caller: string | undefined, service: string, endpoint: string | undefined): MeshError | undefined {
     const decision = this.decide(caller, service, endpoint);
     if (decision.allowed) {
-      this.allowed.inc();
+      this.stats.allowed.inc();
       return undefined;
     }
-    this.denied.inc();
+    this.stats.denied.inc();
     const who = callerName(caller);
     const by = decision.rule !== undefined ? `rule ${decision.rule}` : '--authz_default';
     const what = endpoint !== undefined ? `${service} ${endpoint}` : service;
     if (!this.logged.has(who)) {
       if (this.logged.size >= MAX_LOGGED_CALLERS) this.logged.delete(this.logged.values().next().value!);
       this.logged.add(who);
-      this.deps.log.warn({ caller: who, service, endpoint, rule: decision.rule ?? null }, `call denied by ${by}: further denials of this caller are counted in ${AUTHZ_STATS.denied}, not logged`);
+      this.deps.log.warn({ caller: who, service, endpoint, rule: decision.rule ?? null }, `call denied by ${by}: further denials of this caller are counted in ${AUTHZ_STATS.counters.denied}, not logged`);
     }
     return new MeshError(AUTHZ_ERROR_ID, 403, `caller ${who} may not call ${what} (denied by ${by})`);
   }
@@ -272,13 +264,13 @@ export class ServiceAuthz {
       this.loadedAt = new Date();
       this.lastReloadError = undefined;
       this.logged.clear();
-      this.reloadOk.inc();
+      this.stats.updateSuccess.inc();
       this.deps.log.info({ file: this.setup.file, rules: this.rules.length }, 'authorization rules reloaded');
       return true;
     } catch (err) {
       const why = err instanceof AuthzSetupError ? err.format('flag') : (err as Error).message;
       this.lastReloadError = why;
-      this.reloadFailed.inc();
+      this.stats.updateFailure.inc();
       this.deps.log.error({ err: why }, 'authorization rules reload failed: the previous rules stay');
       return false;
     }
