@@ -22,7 +22,7 @@ import { OptionError } from '../../base/util/option-error.js';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
 import { spiffeIdOf } from '../../core/transport/workload-tls.js';
-import { parseRuleFile, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
+import { MAX_GLOB, parseRuleFile, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
 
 export type AuthzAction = 'allow' | 'deny';
 
@@ -111,7 +111,7 @@ function parseAuthzRule({ index, line, where, raw, fieldLine, text }: RuleFields
 
 /** The matcher of one caller pattern (see the module comment); `bad` makes the error of a pattern that is not one. */
 function callerMatcher(pattern: string, trustDomain: string, bad: (why: string) => Error): (caller: string | undefined) => boolean {
-  if (pattern.length > 256) throw bad('longer than 256 characters');
+  if (pattern.length > MAX_GLOB) throw bad(`longer than ${MAX_GLOB} characters`);
   if (pattern === UNAUTHENTICATED) return (caller) => caller === undefined;
   let glob: string;
   if (pattern.startsWith('spiffe://')) {
