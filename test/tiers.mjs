@@ -50,4 +50,5 @@ export const UNIT = [
   'test/upstream-host-close.test.ts',
   'test/upstream-lb.test.ts',
   'test/upstream-outlier.test.ts',
+  'test/workload-tls.test.ts',
 ];

@@ -32,6 +32,7 @@ import { FileCertificateStore } from '../tls/file-store.js';
 import { parseAcmeHosts } from '../tls/acme/hosts.js';
 import { defaultAcmeCacheDir } from '../tls/acme/cache.js';
 import { AcmeTlsProvider } from '../tls/acme/provider.js';
+import { defaultCaDir, openWorkloadTls, type OpenedWorkloadTls } from '../tls/workload/index.js';
 import { parseAdvertise } from '../base/util/address.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from '../base/http/access-log.js';
 import { ContextStore } from '../base/util/call-context.js';
@@ -444,7 +445,7 @@ export class Runtime {
     if (this.options.mtls === 'off') return Promise.resolve(undefined);
     let opened = this.workloads.get(name);
     if (!opened) {
-      const open = this.setup.openWorkloadTls ?? ((n: string) => this.openOwnWorkloadTls(n));
+      const open = this.setup.openWorkloadTls ?? ((n: string) => this.openWorkloadTls(n));
       opened = open(name).then((workload) => {
         this.callerTls ??= workload;
         return workload;
@@ -461,8 +462,31 @@ export class Runtime {
     return this.callerTls;
   }
 
-  private openOwnWorkloadTls(name: string): Promise<WorkloadTls> {
-    return Promise.reject(new Error(`no workload certificate source for ${name}`));
+  /**
+   * Opens this process's workload certificate for `service` (mutual TLS, src/tls/workload/):
+   * from the mesh CA in --ca_dir (made on first use) or the --mtls_*_file files. Admin /certs
+   * lists it and its roots while it is open; it is closed on shutdown. Rejects with an Error
+   * naming the flag or file at fault.
+   */
+  async openWorkloadTls(service: string): Promise<OpenedWorkloadTls> {
+    const o = this.options;
+    const workload = await openWorkloadTls({
+      mode: o.mtls,
+      trustDomain: o.trustDomain,
+      caDir: defaultCaDir(o.caDir, o.meshHome),
+      certTtlMs: o.mtlsCertTtl,
+      service,
+      certFile: o.mtlsCertFile,
+      keyFile: o.mtlsKeyFile,
+      caFile: o.mtlsCaFile,
+      log: this.logging.get('main'),
+    });
+    const remove = this.addCertificateSource(() => workload.certificates());
+    this.onShutdown(async () => {
+      remove();
+      await workload.close();
+    });
+    return workload;
   }
 
   /** Registers work to do on shutdown; hooks run in reverse order of registration. */
