@@ -142,7 +142,7 @@ describe('mesh help and version (real processes)', () => {
     assert.match(sidecar.stdout, /--server_name/);
     assert.ok(!api.stdout.includes('--server_name') && !api.stdout.includes('--queue') && !api.stdout.includes('--proxy_address'));
     const headings = [...api.stdout.matchAll(/^([A-Za-z][^:\n]*):$/gm)].map((m) => m[1]);
-    assert.deepEqual(headings, ['api', 'listen', 'registry', 'broker', 'client (outbound calls)', 'TLS and ACME', 'admin interface', 'authentication and authorization', 'limits and drain', 'logging']);
+    assert.deepEqual(headings, ['api', 'listen', 'registry', 'broker', 'client (outbound calls)', 'TLS and ACME', 'identity and mutual TLS', 'admin interface', 'authentication and authorization', 'limits and drain', 'logging']);
     const list = await runCli(['help', 'list'], env);
     assert.equal(list.code, 0);
     assert.match(list.stdout, /--proxy_address/);

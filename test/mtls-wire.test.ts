@@ -69,7 +69,7 @@ async function rpcServer(service: string, workload: WorkloadTls | undefined, nam
 /** A caller: a cluster manager over `registry` with this workload certificate, and the client over it. */
 function caller(registry: MemoryRegistry, workload: WorkloadTls | undefined) {
   const stats = new StatsStore();
-  const cm = new ClusterManager({ registry, stats, logging: new Logging('off'), lbPolicy: 'round_robin', workloadTls: workload });
+  const cm = new ClusterManager({ registry, stats, logging: new Logging('off'), lbPolicy: 'round_robin', workloadTls: () => workload });
   const client = new Client({ selector: cm, requestTimeoutMs: 5000, retries: 2, stats });
   closers.push(() => cm.close());
   return { cm, client, stats };

@@ -36,6 +36,7 @@ export const UNIT = [
   'test/layers.test.ts',
   'test/lifecycle-inflight.test.ts',
   'test/module-homes.test.ts',
+  'test/mtls-mesh.test.ts',
   'test/proxy-config.test.ts',
   'test/regex-escape.test.ts',
   'test/registry-create.test.ts',
@@ -51,4 +52,5 @@ export const UNIT = [
   'test/upstream-host-close.test.ts',
   'test/upstream-lb.test.ts',
   'test/upstream-outlier.test.ts',
+  'test/workload-tls.test.ts',
 ];

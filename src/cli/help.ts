@@ -81,6 +81,18 @@ export const COMMANDS: CommandInfo[] = [
   },
   { name: 'health', args: 'SERVICE', summary: 'Debug.Health of every node' },
   {
+    name: 'ca',
+    args: 'init|show|rotate|status',
+    summary: 'the mesh CA in --ca_dir: make it, list its roots, rotate its root, warn before a root expires',
+    details: [
+      'init: a new root (ECDSA P-256), or your own root or intermediate with --ca_cert_file and --ca_key_file; an existing CA is never overwritten.',
+      'show: each trusted root: SHA-256 fingerprint, subject, expiry. status: the same, exit 1 when one expires within 30 days.',
+      'rotate: a new root signs from now on; the old ones stay trusted until rotate --finish (after one --mtls_cert_ttl, every workload certificate is from the new root).',
+      'Whoever can read --ca_dir can issue any identity (see docs/mesh-ca.md).',
+    ],
+    subcommands: ['init', 'show', 'rotate', 'status'],
+  },
+  {
     name: 'new',
     args: 'service NAME [DIR]',
     summary: 'write a new TypeScript service project (NAME: go.mesh.srv.hello or hello)',
@@ -102,7 +114,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);
@@ -173,7 +185,7 @@ export function mainHelp(): string {
   const width = Math.max(...COMMANDS.map((c) => usage(c).length)) + 2;
   const globals = specs()
     .map(([n]) => n)
-    .filter((n) => [...TAKES_FLAGS].every((c) => flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
+    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
   const lines = [
     'usage: mesh <command> [flags]',
     '',

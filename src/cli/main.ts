@@ -88,6 +88,10 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       const { runNewService } = await import('./new-service.js');
       return runNewService(args.positionals.slice(2), io);
     }
+    if (command === 'ca') {
+      const { runCaCommand } = await import('./ca.js');
+      return await runCaCommand(args.positionals, args.config, io);
+    }
     const server = SERVER_COMMANDS[command];
     if (server) {
       // A server logs for as long as it runs; its output is not the short commands' output.

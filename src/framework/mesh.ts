@@ -18,6 +18,7 @@ import { HEADER_ID } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf } from '../base/tracing/tracer.js';
 import { isStreamKind, type StreamKind } from '../core/transport/frames.js';
 import { readAuthzSetup, ServiceAuthz } from '../edge/auth/authz.js';
+import { CALLER_NAMES } from '../core/transport/workload-tls.js';
 
 /** Options of one call (Mesh.call). */
 export interface CallOptions {
@@ -212,6 +213,8 @@ export class Mesh {
     const timeoutMs = timeoutOption(opts.timeout);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     if (!this.#runtime.codecs.for(contentType)) throw new MeshError(ERROR_IDS.client, 415, `no codec for content type ${contentType}`);
+    const identity = this.#callerIdentity();
+    if (identity) await identity;
     return this.#runtime.client.callValue<TRes>(service, endpoint, request, {
       contentType,
       timeoutMs,
@@ -240,6 +243,7 @@ export class Mesh {
     const codec = this.#runtime.codecs.for(contentType);
     if (!codec) throw new MeshError(ERROR_IDS.client, 415, `no codec for content type ${contentType}`);
     const client = this.#runtime.client;
+    const identity = this.#callerIdentity();
     const cancel = new AbortController();
     const signal = opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal;
     const encode = (value: unknown): Uint8Array => {
@@ -250,6 +254,7 @@ export class Mesh {
       }
     };
     async function* run(): AsyncGenerator<TRes> {
+      if (identity) await identity;
       const call = await client.stream(service, endpoint, {
         kind,
         contentType,
@@ -294,6 +299,17 @@ export class Mesh {
     }
     const gen = run();
     return { cancel: () => cancel.abort(), [Symbol.asyncIterator]: () => gen };
+  }
+
+  /**
+   * With --mtls, before the first call: the workload certificate the calls present, opened when
+   * no service of this Mesh opened one yet: the first service's identity, or, for a Mesh without
+   * services, the CLI's (`mesh.cli`, as `mesh call`). Undefined when there is nothing to wait for.
+   */
+  #callerIdentity(): Promise<unknown> | undefined {
+    const runtime = this.#runtime;
+    if (runtime.options.mtls === 'off' || runtime.callerWorkloadTls) return undefined;
+    return runtime.workloadTls(this.#services[0]?.name ?? CALLER_NAMES.cli);
   }
 
   /** Publishes a value (encoded as JSON unless it is bytes, sent as they are) to a topic. */

@@ -19,7 +19,7 @@ import { optionLabel } from '../util/option-error.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'new', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -118,8 +118,14 @@ export const OPTIONS = {
   access_log_format: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'access log format: text with %OPERATOR%s, or json; without it, Envoy\'s default format (docs/observability.md)' },
   enable_stats: { type: 'bool', default: 'false', group: 'command', commands: GATEWAYS, api: true, help: 'serve /stats (dashboard and JSON)' },
   mtls: { type: 'string', default: 'off', choices: ['off', 'permissive', 'strict'], group: 'mtls', commands: MESH_PROCESS, api: true, help: 'mutual TLS between mesh processes: off, permissive (TLS and plain on one port; mTLS to nodes that serve it) or strict (mTLS only)' },
-  trust_domain: { type: 'string', default: 'mesh.local', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'trust domain of the workload identities (spiffe://<trust_domain>/svc/<service>)' },
-  ca_dir: { type: 'string', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'the mesh CA (default $MESH_HOME/ca or ~/.mesh/ca)' },
+  trust_domain: { type: 'string', default: 'mesh.local', group: 'mtls', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'trust domain of the workload identities (spiffe://<trust_domain>/svc/<service>)' },
+  ca_dir: { type: 'string', group: 'mtls', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'the mesh CA (default $MESH_HOME/ca or ~/.mesh/ca)' },
+  mtls_cert_file: { type: 'string', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'an outside PKI (cert-manager, Vault): this process\'s workload certificate, PEM, then any intermediates (with --mtls_key_file and --mtls_ca_file; reloaded when it changes)' },
+  mtls_key_file: { type: 'string', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'an outside PKI: the workload certificate\'s private key, PEM' },
+  mtls_ca_file: { type: 'string', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'an outside PKI: the roots that sign the other workloads\' certificates, PEM' },
+  ca_cert_file: { type: 'string', group: 'mtls', commands: ['ca'], help: 'mesh ca init: bring your own root or intermediate CA: its certificate, PEM, then its issuers up to the root' },
+  ca_key_file: { type: 'string', group: 'mtls', commands: ['ca'], help: 'mesh ca init: the private key of --ca_cert_file, PEM' },
+  finish: { type: 'bool', default: 'false', group: 'command', commands: ['ca'], help: 'mesh ca rotate: end a rotation: stop trusting every root but the one that signs now' },
   mtls_cert_ttl: { type: 'duration', default: '24h', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'lifetime of a workload certificate (renewed at two thirds of it)' },
   authz_rules: { type: 'string', group: 'mtls', commands: ['dev'], api: true, help: 'who may call the framework services of this process: rules from caller identities to services and endpoints, YAML or JSON (first match wins; reloaded on SIGHUP; docs/security.md)' },
   authz_default: { type: 'string', default: 'allow', choices: ['allow', 'deny'], group: 'mtls', commands: ['dev'], api: true, help: 'what a call no --authz_rules rule matches gets (allow by default, so that nothing changes without rules)' },
@@ -153,7 +159,7 @@ export const OPTIONS = {
   auth_rules: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
   sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
-  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: PLATFORM, help: 'text or json' },
+  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca'], help: 'text or json' },
   address: { type: 'string', apiDefault: '127.0.0.1:0', group: 'listen', commands: GATEWAYS, api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
   sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },
@@ -170,7 +176,7 @@ export const OPTIONS = {
   ack: { type: 'bool', default: 'false', group: 'command', commands: ['subscribe'], help: 'subscribe: at least once, under --durable NAME: each message is acknowledged once printed' },
   durable: { type: 'string', group: 'command', commands: ['subscribe'], help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
   config: { type: 'string', group: 'command', commands: ['proxy'], help: 'proxy: configuration file' },
-  mesh_home: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
+  mesh_home: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
 } as const satisfies Record<string, OptionSpec>;
 
 export type OptionKey = keyof typeof OPTIONS;

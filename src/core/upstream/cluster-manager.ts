@@ -72,8 +72,11 @@ export interface ClusterManagerOptions {
   random?: () => number;
   /** The process's own listening addresses: never forwarded to (self-guard.ts). */
   self?: SelfLookup;
-  /** This process's workload certificate: mutual TLS to the nodes that serve it (mtls.ts). */
-  workloadTls?: WorkloadTls;
+  /**
+   * This process's workload certificate, read when a host's pool is made (the process opens it at
+   * start): mutual TLS to the nodes that serve it (mtls.ts). Undefined: plain, as with --mtls=off.
+   */
+  workloadTls?: () => WorkloadTls | undefined;
 }
 
 /** `cluster_manager.*` */
@@ -94,7 +97,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private readonly random?: () => number;
   private readonly hcDispatcher: Agent;
   private readonly guard?: SelfGuard;
-  private readonly workloadTls?: WorkloadTls;
+  private readonly workloadTls?: () => WorkloadTls | undefined;
 
   private readonly staticClusters = new Map<string, Cluster>();
   /** Static clusters whose first health checks are still running. */

@@ -33,7 +33,7 @@ export interface HostPoolOptions {
    * The connector of the host's pool, made when the pool is (mutual TLS: src/core/upstream/mtls.ts).
    * Without it the pool connects plain, with connectTimeoutMs.
    */
-  connector?: (host: Host) => buildConnector.connector;
+  connector?: (host: Host) => buildConnector.connector | undefined;
 }
 
 /** Connection events, forwarded to the cluster's upstream_cx_* stats. */
@@ -159,7 +159,7 @@ export class Host implements UpstreamTarget {
       connections: options.connections,
       pipelining: 1,
       keepAliveTimeout: options.keepAliveTimeoutMs,
-      connect: options.connector ? options.connector(this) : { timeout: options.connectTimeoutMs },
+      connect: options.connector?.(this) ?? { timeout: options.connectTimeoutMs },
     });
     pool.on('connect', () => this.connectionOpened());
     pool.on('disconnect', () => this.connectionClosed());

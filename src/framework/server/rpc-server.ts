@@ -80,11 +80,11 @@ export class RpcServer implements Drainable {
     return [...this.endpoints.values()];
   }
 
-  async listen(host: string, port: number): Promise<AddressInfo> {
+  /** Listens; with a workload certificate (default: the options'), terminates mutual TLS as its mode says. */
+  async listen(host: string, port: number, workload: WorkloadTls | undefined = this.options.workloadTls): Promise<AddressInfo> {
     const server = createServer(httpServerOptions(this.options.limits), (req, res) => void this.onRequest(req, res));
     // Node's own answer to a read timeout (408, no body) is kept: callers are mesh clients.
     this.server = server;
-    const workload = this.options.workloadTls;
     if (workload && workload.mode !== 'off') {
       this.stopMtls = serveMtls(server, {
         workload,

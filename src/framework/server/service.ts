@@ -17,6 +17,7 @@ import { RpcServer } from './rpc-server.js';
 import type { EndpointDefinition, Handler, HandlerContext } from './endpoint.js';
 import { OptionError } from '../../base/util/option-error.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
+import { MTLS_METADATA_KEY, type WorkloadTls } from '../../core/transport/workload-tls.js';
 
 /**
  * A streaming handler: `request` is the one request of a server stream, or the async iterable of
@@ -114,6 +115,7 @@ export class Service {
     if (advertise?.trim()) parseAdvertise(advertise); // a bad value fails before anything listens
     const grpcMode = this.runtime.options.serverProtocol === 'grpc';
     let boundPort: number;
+    let workload: WorkloadTls | undefined;
     if (grpcMode) {
       const schema = this.runtime.grpcSchema;
       if (!schema) throw new OptionError('proto_path', `{server_protocol}=grpc: service ${this.options.name} needs its .proto files ({proto_path})`);
@@ -124,7 +126,9 @@ export class Service {
       boundPort = await this.grpcServer.listen(host, port);
       this.runtime.addDrainable(this.grpcServer);
     } else {
-      boundPort = (await this.server.listen(host, port)).port;
+      // With --mtls, the service's own certificate: its server terminates mutual TLS and its node says so.
+      workload = await this.runtime.workloadTls(this.options.name);
+      boundPort = (await this.server.listen(host, port, workload)).port;
       this.runtime.addDrainable(this.server);
     }
     const advertised = advertisedAddress({ host, port: boundPort }, advertise);
@@ -145,6 +149,7 @@ export class Service {
             ...(grpcServices.length === 1 ? { grpc_service: grpcServices[0]! } : {}),
             registry: this.runtime.registry.name,
             broker: this.runtime.brokerName,
+            ...(workload ? { [MTLS_METADATA_KEY]: 'true' } : {}),
           },
         },
       ],

@@ -1,0 +1,167 @@
+/**
+ * A workload certificate from an outside PKI (cert-manager, Vault): `--mtls_cert_file` (the
+ * certificate, then any intermediates), `--mtls_key_file` and `--mtls_ca_file` (the roots to
+ * trust). The certificate's URI SAN must be a SPIFFE ID of the trust domain. The files are read
+ * again when they change (fs.watch on their directories and a bounded poll); a new set that does
+ * not load keeps the previous context serving and is logged once.
+ */
+import { createPrivateKey, X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { createSecureContext, type SecureContext } from 'node:tls';
+import type { Logger } from 'pino';
+import { OptionError } from '../../base/util/option-error.js';
+import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { certificateInfoFromPem, parseSubjectAltNames, type CertificateInfo } from '../certificate.js';
+import { caRootOf, type CaRoot } from './ca.js';
+import { fileSignature, watchFiles } from './watch.js';
+import { splitPem } from './x509.js';
+
+export interface FilesOptions {
+  mode: MtlsMode;
+  trustDomain: string;
+  service: string;
+  certFile?: string;
+  keyFile?: string;
+  caFile?: string;
+  log: Logger;
+  pollMs?: number;
+}
+
+interface Loaded {
+  spiffeId: string;
+  chainPem: string;
+  context: SecureContext;
+  leaf: CertificateInfo;
+  roots: CaRoot[];
+}
+
+function read(path: string, what: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read the ${what} ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}
+
+/** Reads and checks the three files; every failure is an Error naming the file at fault. */
+export function loadWorkloadFiles(files: { certFile: string; keyFile: string; caFile: string }, trustDomain: string): Loaded {
+  const { certFile, keyFile, caFile } = files;
+  const chainPem = read(certFile, 'workload certificate file');
+  const keyPem = read(keyFile, 'workload key file');
+  const caPem = read(caFile, 'workload CA file');
+  const pems = splitPem(chainPem);
+  if (pems.length === 0) throw new Error(`the workload certificate file ${certFile} holds no PEM certificate`);
+  const leaf = new X509Certificate(pems[0]!);
+  let matches: boolean;
+  try {
+    matches = leaf.checkPrivateKey(createPrivateKey(keyPem));
+  } catch (err) {
+    throw new Error(`the workload key file ${keyFile} holds no usable PEM private key: ${(err as Error).message}`);
+  }
+  if (!matches) throw new Error(`the workload key file ${keyFile} does not match the certificate in ${certFile} (mismatched pair)`);
+  const prefix = `spiffe://${trustDomain}/`;
+  const uris = parseSubjectAltNames(leaf.subjectAltName).flatMap((san) => (san.uri ? [san.uri] : []));
+  const spiffeId = uris.find((uri) => uri.startsWith(prefix));
+  if (!spiffeId) {
+    throw new Error(`the workload certificate ${certFile} has no URI SAN in the trust domain ${trustDomain} (want ${prefix}svc/<service>; it has ${uris.length ? uris.join(', ') : 'no URI SAN'})`);
+  }
+  const caPems = splitPem(caPem);
+  if (caPems.length === 0) throw new Error(`the workload CA file ${caFile} holds no PEM certificate`);
+  const roots = caPems.map((pem) => caRootOf(pem, caFile));
+  let context: SecureContext;
+  try {
+    context = createSecureContext({ cert: pems.join(''), key: keyPem, ca: caPems });
+  } catch (err) {
+    throw new Error(`the workload certificate ${certFile}, key ${keyFile} and CA ${caFile} do not load together: ${(err as Error).message}`);
+  }
+  return { spiffeId, chainPem, context, roots, leaf: certificateInfoFromPem(pems[0]!, certFile) };
+}
+
+export class FileWorkloadTls implements WorkloadTls {
+  readonly mode: MtlsMode;
+  readonly trustDomain: string;
+  private current: Loaded;
+  private readonly listeners = new Set<() => void>();
+  private readonly files: { certFile: string; keyFile: string; caFile: string };
+  private stopWatch?: () => void;
+  /** The files' signature and error of the last bad set reported, so one bad set is logged once. */
+  private lastFailure?: string;
+
+  private constructor(private readonly o: FilesOptions) {
+    if (!o.certFile) throw new OptionError('mtls_cert_file', '{mtls_key_file} and {mtls_ca_file} need {mtls_cert_file}');
+    if (!o.keyFile) throw new OptionError('mtls_key_file', '{mtls_cert_file} needs {mtls_key_file}');
+    if (!o.caFile) throw new OptionError('mtls_ca_file', '{mtls_cert_file} needs {mtls_ca_file} (the roots that sign the other workloads\' certificates)');
+    this.files = { certFile: o.certFile, keyFile: o.keyFile, caFile: o.caFile };
+    this.mode = o.mode;
+    this.trustDomain = o.trustDomain;
+    this.current = loadWorkloadFiles(this.files, o.trustDomain);
+    const expected = spiffeIdOf(o.trustDomain, o.service);
+    if (this.current.spiffeId !== expected) {
+      o.log.warn({ spiffeId: this.current.spiffeId, expected }, `the workload certificate ${o.certFile} names ${this.current.spiffeId}, not ${expected}: callers that check the identity of ${o.service} will refuse it`);
+    }
+  }
+
+  /** Loads the files (a bad one rejects with an Error naming it) and starts watching them. */
+  static async open(o: FilesOptions): Promise<FileWorkloadTls> {
+    const source = new FileWorkloadTls(o);
+    const { certFile, keyFile, caFile } = source.files;
+    source.stopWatch = watchFiles({
+      dirs: [...new Set([dirname(certFile), dirname(keyFile), dirname(caFile)])],
+      signature: () => source.signature(),
+      onChange: () => source.reload(),
+      pollMs: o.pollMs ?? 5000,
+      settleMs: 150,
+    });
+    return source;
+  }
+
+  get spiffeId(): string {
+    return this.current.spiffeId;
+  }
+
+  secureContext(): SecureContext {
+    return this.current.context;
+  }
+
+  onChange(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  certificates(): CertificateInfo[] {
+    return [this.current.leaf, ...this.current.roots.map((r) => ({ ...certificateInfoFromPem(r.pem, r.path), ca: true }))];
+  }
+
+  async close(): Promise<void> {
+    this.stopWatch?.();
+    this.listeners.clear();
+  }
+
+  private signature(): string {
+    return [this.files.certFile, this.files.keyFile, this.files.caFile].map(fileSignature).join('|');
+  }
+
+  /** Reads the files again; installs them when they load and differ, else keeps the current ones. Returns whether it installed. */
+  reload(): boolean {
+    let next: Loaded;
+    try {
+      next = loadWorkloadFiles(this.files, this.o.trustDomain);
+    } catch (err) {
+      const message = (err as Error).message;
+      const id = `${this.signature()}|${message}`;
+      if (this.lastFailure !== id) {
+        this.lastFailure = id;
+        this.o.log.error({ err: message, serving: this.current.leaf.serialNumber }, `workload certificate files did not load; keeping the current certificate (serial ${this.current.leaf.serialNumber})`);
+      }
+      return false;
+    }
+    this.lastFailure = undefined;
+    const same = next.chainPem === this.current.chainPem && next.roots.map((r) => r.fingerprint).join() === this.current.roots.map((r) => r.fingerprint).join();
+    if (same) return false;
+    this.current = next;
+    this.o.log.info({ spiffeId: next.spiffeId, serial: next.leaf.serialNumber, expires: next.leaf.expiration.toISOString() }, `workload certificate reloaded from ${this.files.certFile} (serial ${next.leaf.serialNumber})`);
+    for (const listener of [...this.listeners]) listener();
+    return true;
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * A workload certificate issued to this process by a CertificateSigner (the local mesh CA): a
+ * fresh P-256 key made in the process (never written anywhere), a certificate for
+ * `spiffe://<trust_domain>/svc/<service>`, renewed at two thirds of its lifetime with a new key.
+ * Each renewal, and each change of the CA's roots (a rotation), builds a new SecureContext (the
+ * chain, the key, every trusted root) and tells the onChange listeners; connections already open
+ * keep the context they were made with. After the roots change the certificate is issued again,
+ * a little later, so that peers have picked up the new roots before it is shown to them.
+ */
+import { createSecureContext, type SecureContext } from 'node:tls';
+import type { Logger } from 'pino';
+import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { certificateInfoFromPem, type CertificateInfo } from '../certificate.js';
+import type { CaRoot } from './ca.js';
+import type { CertificateSigner } from './signer.js';
+import { createCsr, generateKeyPair, privateKeyPem } from './x509.js';
+
+export interface IssuedOptions {
+  mode: MtlsMode;
+  trustDomain: string;
+  service: string;
+  signer: CertificateSigner;
+  certTtlMs: number;
+  log: Logger;
+  /** The bounded poll of the CA's files behind fs.watch (ms). Default 5000. */
+  pollMs?: number;
+  /** After the roots change, wait this long before issuing from the (new) signer (ms). Default 2 × pollMs. */
+  reissueDelayMs?: number;
+}
+
+interface Current {
+  chainPem: string;
+  keyPem: string;
+  roots: CaRoot[];
+  context: SecureContext;
+  leaf: CertificateInfo;
+  /** When the certificate was issued (its notBefore is a minute earlier, for clock skew). */
+  issuedAt: number;
+}
+
+function rootsKey(roots: CaRoot[]): string {
+  return roots.map((r) => r.fingerprint).sort().join(',');
+}
+
+export class IssuedWorkloadTls implements WorkloadTls {
+  readonly mode: MtlsMode;
+  readonly trustDomain: string;
+  readonly spiffeId: string;
+  private current!: Current;
+  private readonly listeners = new Set<() => void>();
+  private renewTimer?: NodeJS.Timeout;
+  private renewAt = 0;
+  private stopWatch?: () => void;
+  private closed = false;
+  private lastError?: string;
+  private renewing?: Promise<void>;
+
+  private constructor(private readonly o: IssuedOptions) {
+    this.mode = o.mode;
+    this.trustDomain = o.trustDomain;
+    this.spiffeId = spiffeIdOf(o.trustDomain, o.service);
+  }
+
+  /** Issues the first certificate (errors reject: a CA that cannot be read names --ca_dir) and starts renewing. */
+  static async open(o: IssuedOptions): Promise<IssuedWorkloadTls> {
+    const source = new IssuedWorkloadTls(o);
+    source.current = await source.issue();
+    source.scheduleRenewal();
+    source.stopWatch = o.signer.watch(() => void source.rootsChanged(), { pollMs: o.pollMs ?? 5000 });
+    return source;
+  }
+
+  secureContext(): SecureContext {
+    return this.current.context;
+  }
+
+  onChange(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** The workload certificate and the trusted roots, as admin /certs lists them. */
+  certificates(): CertificateInfo[] {
+    return [this.current.leaf, ...this.current.roots.map((r) => ({ ...certificateInfoFromPem(r.pem, r.path), ca: true }))];
+  }
+
+  /** Issues a new certificate now (what the renewal timer does). */
+  renew(): Promise<void> {
+    if (!this.renewing) {
+      this.renewing = (async () => {
+        try {
+          const next = await this.issue();
+          if (this.closed) return;
+          const previous = this.current.leaf.serialNumber;
+          this.install(next);
+          this.lastError = undefined;
+          this.o.log.info({ spiffeId: this.spiffeId, serial: next.leaf.serialNumber, previous, expires: next.leaf.expiration.toISOString() }, `workload certificate renewed (serial ${next.leaf.serialNumber})`);
+          this.scheduleRenewal();
+        } catch (err) {
+          this.failed(err as Error);
+        } finally {
+          this.renewing = undefined;
+        }
+      })();
+    }
+    return this.renewing;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.renewTimer);
+    this.stopWatch?.();
+    this.listeners.clear();
+  }
+
+  private async issue(): Promise<Current> {
+    const keys = await generateKeyPair();
+    const keyPem = await privateKeyPem(keys.privateKey);
+    const chainPem = await this.o.signer.sign(await createCsr(keys, this.o.service), this.o.service, this.o.certTtlMs);
+    const roots = await this.o.signer.roots();
+    return this.build(chainPem, keyPem, roots);
+  }
+
+  private build(chainPem: string, keyPem: string, roots: CaRoot[]): Current {
+    if (roots.length === 0) throw new Error(`${this.o.signer.description} has no trusted roots`);
+    const context = createSecureContext({ cert: chainPem, key: keyPem, ca: roots.map((r) => r.pem) });
+    return { chainPem, keyPem, roots, context, leaf: certificateInfoFromPem(chainPem, `workload:${this.spiffeId}`), issuedAt: Date.now() };
+  }
+
+  private install(next: Current): void {
+    this.current = next;
+    for (const listener of [...this.listeners]) {
+      try {
+        listener();
+      } catch (err) {
+        this.o.log.error({ err: (err as Error).message }, 'workload certificate: a change listener failed');
+      }
+    }
+  }
+
+  /**
+   * Renews at two thirds of the lifetime from issuance (not from notBefore, which is a minute
+   * back), or after `delayMs` when that is sooner; at least a second away.
+   */
+  private scheduleRenewal(delayMs?: number): void {
+    if (this.closed) return;
+    const { issuedAt, leaf } = this.current;
+    const at = delayMs !== undefined ? Date.now() + delayMs : issuedAt + Math.floor(((leaf.expiration.getTime() - issuedAt) * 2) / 3);
+    // A sooner renewal already planned stands.
+    if (delayMs !== undefined && this.renewTimer && this.renewAt <= at) return;
+    this.renewAt = at;
+    clearTimeout(this.renewTimer);
+    this.renewTimer = setTimeout(() => {
+      this.renewTimer = undefined;
+      void this.renew();
+    }, Math.max(1000, at - Date.now()));
+    this.renewTimer.unref();
+  }
+
+  private failed(err: Error): void {
+    if (this.closed) return;
+    if (this.lastError !== err.message) {
+      this.lastError = err.message;
+      this.o.log.error({ err: err.message, spiffeId: this.spiffeId, expires: this.current.leaf.expiration.toISOString() }, 'workload certificate renewal failed; keeping the current certificate and trying again');
+    }
+    // Try again at a tenth of what is left, between 1 s and 1 min.
+    const left = this.current.leaf.expiration.getTime() - Date.now();
+    this.scheduleRenewal(Math.min(60_000, Math.max(1000, Math.floor(left / 10))));
+  }
+
+  /**
+   * The CA's files changed: trust the new set of roots at once (when it differs), and issue again
+   * a little later, from whichever CA signs by then (a rotation, or a signer replaced by hand).
+   */
+  private async rootsChanged(): Promise<void> {
+    if (this.closed) return;
+    try {
+      const roots = await this.o.signer.roots();
+      if (rootsKey(roots) !== rootsKey(this.current.roots)) {
+        const next = { ...this.build(this.current.chainPem, this.current.keyPem, roots), issuedAt: this.current.issuedAt };
+        if (this.closed) return;
+        this.install(next);
+        this.o.log.info({ roots: roots.map((r) => r.serial) }, `workload certificate: the trusted roots changed (${roots.length} now)`);
+      }
+    } catch (err) {
+      this.failed(err as Error);
+      return;
+    }
+    this.scheduleRenewal(this.o.reissueDelayMs ?? 2 * (this.o.pollMs ?? 5000));
+  }
+}

@@ -1,0 +1,69 @@
+/**
+ * Where a workload certificate is signed. `CertificateSigner` is the seam: the local mesh CA
+ * (`LocalCaSigner`, for processes that can read `--ca_dir`) implements it here; a signing service
+ * reached over the network can implement it too, without the key ever leaving the CA's machine.
+ */
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { X509Certificate } from 'node:crypto';
+import { spiffeIdOf } from '../../core/transport/workload-tls.js';
+import { caPaths, readRoots, readSigner, type CaRoot } from './ca.js';
+import { signWorkload, splitPem } from './x509.js';
+import { fileSignature, watchFiles } from './watch.js';
+
+export interface CertificateSigner {
+  /** Where the certificates come from, for logs and errors (`mesh CA /home/u/.mesh/ca`). */
+  readonly description: string;
+  /**
+   * Signs a certificate for the CSR's key with the identity of `service` in `trustDomain`, valid
+   * for `ttlMs` (or less); resolves with the chain in PEM: the leaf, then any intermediates.
+   */
+  sign(csrPem: string, service: string, ttlMs: number): Promise<string>;
+  /** The roots to trust now (every root during a rotation). */
+  roots(): Promise<CaRoot[]>;
+  /** Calls `onChange` soon after the roots or the signer change; returns what stops it. */
+  watch(onChange: () => void, o: { pollMs: number }): () => void;
+}
+
+/** Signs with the key in the CA directory (read at each signature, so a rotation takes effect at once). */
+export class LocalCaSigner implements CertificateSigner {
+  readonly description: string;
+
+  constructor(
+    readonly dir: string,
+    readonly trustDomain: string,
+  ) {
+    this.description = `mesh CA ${dir}`;
+  }
+
+  async sign(csrPem: string, service: string, ttlMs: number): Promise<string> {
+    const signer = await readSigner(this.dir);
+    const leaf = await signWorkload({ csrPem, spiffeId: spiffeIdOf(this.trustDomain, service), commonName: service, ttlMs, signerCert: signer.cert, signer: signer.key });
+    // The leaf and the intermediates; the root is what the peer already trusts.
+    const intermediates = splitPem(signer.chainPem).filter((pem) => {
+      const cert = new X509Certificate(pem);
+      return !(cert.checkIssued(cert) && cert.verify(cert.publicKey));
+    });
+    return leaf + intermediates.join('');
+  }
+
+  async roots(): Promise<CaRoot[]> {
+    return readRoots(this.dir);
+  }
+
+  watch(onChange: () => void, o: { pollMs: number }): () => void {
+    const p = caPaths(this.dir);
+    const signature = () => {
+      // The roots' names and files, and the signer's files.
+      let names: string;
+      try {
+        names = readdirSync(p.roots).filter((n) => n.endsWith('.pem')).sort().map((n) => `${n}=${fileSignature(join(p.roots, n))}`).join(',');
+      } catch (err) {
+        names = `error:${(err as NodeJS.ErrnoException).code}`;
+      }
+      return `${names}|${fileSignature(p.signerCert)}|${fileSignature(p.signerKey)}`;
+    };
+    return watchFiles({ dirs: [p.dir, p.roots], signature, onChange, pollMs: o.pollMs, settleMs: 100 });
+  }
+}
+

@@ -1,0 +1,137 @@
+/**
+ * The X.509 primitives of the mesh CA and its workload certificates, on @peculiar/x509 over
+ * node's WebCrypto: key pairs, self-signed roots, CSRs, signing a certificate from a CSR, and
+ * turning keys between PEM (what node's TLS takes) and CryptoKeys (what the library signs with).
+ * No ASN.1 is written by hand here.
+ */
+import { createPrivateKey, randomBytes, webcrypto, X509Certificate as NodeX509 } from 'node:crypto';
+import * as x509 from '@peculiar/x509';
+
+// The library's provider is process-wide; setting it to node's WebCrypto is idempotent.
+x509.cryptoProvider.set(webcrypto as unknown as Crypto);
+
+export { x509 };
+
+export const EC_P256 = { name: 'ECDSA', namedCurve: 'P-256' } as const;
+const ECDSA_SHA256 = { name: 'ECDSA', hash: 'SHA-256' } as const;
+
+/** A fresh P-256 key pair (extractable, so node's TLS can be given the private key as PEM). */
+export async function generateKeyPair(): Promise<CryptoKeyPair> {
+  return (await webcrypto.subtle.generateKey(EC_P256, true, ['sign', 'verify'])) as CryptoKeyPair;
+}
+
+/** A positive random 128-bit serial number, lower-case hex. */
+export function randomSerial(): string {
+  const bytes = randomBytes(16);
+  bytes[0] = (bytes[0]! & 0x7f) | 0x10;
+  return bytes.toString('hex');
+}
+
+/** The private key as PKCS#8 PEM. */
+export async function privateKeyPem(key: CryptoKey): Promise<string> {
+  const der = Buffer.from(await webcrypto.subtle.exportKey('pkcs8', key));
+  return `-----BEGIN PRIVATE KEY-----\n${der.toString('base64').replace(/.{64}/g, '$&\n').replace(/\n?$/, '\n')}-----END PRIVATE KEY-----\n`;
+}
+
+/** The signing algorithm for a key (ECDSA P-256/P-384 or RSA), as WebCrypto names it. */
+export interface SigningKey {
+  key: CryptoKey;
+  algorithm: Algorithm | EcdsaParams;
+}
+
+/**
+ * Imports a PEM private key (PKCS#8, SEC1 EC or PKCS#1 RSA) for signing. Throws an Error saying
+ * which kinds are accepted when the key is another kind.
+ */
+export async function importSigningKey(pem: string | Buffer): Promise<SigningKey> {
+  const keyObject = createPrivateKey(pem);
+  const der = keyObject.export({ type: 'pkcs8', format: 'der' });
+  if (keyObject.asymmetricKeyType === 'ec') {
+    const curve = keyObject.asymmetricKeyDetails?.namedCurve;
+    const [namedCurve, hash] = curve === 'prime256v1' ? ['P-256', 'SHA-256'] : curve === 'secp384r1' ? ['P-384', 'SHA-384'] : [];
+    if (!namedCurve) throw new Error(`unsupported EC curve ${curve} (use P-256 or P-384)`);
+    const key = await webcrypto.subtle.importKey('pkcs8', der, { name: 'ECDSA', namedCurve }, false, ['sign']);
+    return { key, algorithm: { name: 'ECDSA', hash } as EcdsaParams };
+  }
+  if (keyObject.asymmetricKeyType === 'rsa') {
+    const key = await webcrypto.subtle.importKey('pkcs8', der, { name: 'RSASSA-PKCS1-v1_5', hash: 'SHA-256' }, false, ['sign']);
+    return { key, algorithm: { name: 'RSASSA-PKCS1-v1_5' } };
+  }
+  throw new Error(`unsupported key type ${keyObject.asymmetricKeyType} (use ECDSA P-256/P-384 or RSA)`);
+}
+
+const DAY_MS = 86_400_000;
+
+/** A self-signed root: CA basic constraints (critical), key usage keyCertSign and cRLSign, key identifiers. */
+export async function createRoot(o: { serial?: string; commonName: string; organization: string; lifetimeMs: number; now?: number }): Promise<{ certPem: string; keyPem: string; serial: string }> {
+  const keys = await generateKeyPair();
+  const now = o.now ?? Date.now();
+  const serial = o.serial ?? randomSerial();
+  const cert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: serial,
+    name: [{ CN: [o.commonName] }, { O: [o.organization] }],
+    notBefore: new Date(now - 60_000),
+    notAfter: new Date(now + o.lifetimeMs),
+    signingAlgorithm: ECDSA_SHA256,
+    keys,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+    ],
+  });
+  return { certPem: cert.toString('pem') + '\n', keyPem: await privateKeyPem(keys.privateKey), serial };
+}
+
+/** The default lifetime of a root made by `mesh ca init` / `rotate`: ten years. */
+export const ROOT_LIFETIME_MS = 3650 * DAY_MS;
+
+/** A CSR for a workload key pair (the signer decides the identity; the CSR proves the key). */
+export async function createCsr(keys: CryptoKeyPair, commonName: string): Promise<string> {
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({ name: [{ CN: [commonName] }], keys, signingAlgorithm: ECDSA_SHA256 });
+  return csr.toString('pem');
+}
+
+/**
+ * Signs a workload certificate for the CSR's key: URI SAN `spiffeId`, serverAuth + clientAuth,
+ * digitalSignature, not a CA; valid from a minute back (clock skew) for `ttlMs`, but never past
+ * the signer's own expiry. Throws when the CSR's signature does not verify.
+ */
+export async function signWorkload(o: { csrPem: string; spiffeId: string; commonName: string; ttlMs: number; signerCert: NodeX509; signer: SigningKey; now?: number }): Promise<string> {
+  const csr = new x509.Pkcs10CertificateRequest(o.csrPem);
+  if (!(await csr.verify())) throw new Error('the certificate request\'s signature does not verify');
+  const issuer = new x509.X509Certificate(o.signerCert.raw);
+  const now = o.now ?? Date.now();
+  const notAfter = Math.min(now + o.ttlMs, issuer.notAfter.getTime());
+  const cert = await x509.X509CertificateGenerator.create({
+    serialNumber: randomSerial(),
+    subject: [{ CN: [o.commonName] }],
+    issuer: issuer.subjectName,
+    notBefore: new Date(now - 60_000),
+    notAfter: new Date(notAfter),
+    signingAlgorithm: o.signer.algorithm,
+    publicKey: csr.publicKey,
+    signingKey: o.signer.key,
+    extensions: [
+      new x509.BasicConstraintsExtension(false, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
+      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth, x509.ExtendedKeyUsage.clientAuth]),
+      new x509.SubjectAlternativeNameExtension([{ type: 'url', value: o.spiffeId }], true),
+      await authorityKeyIdentifier(issuer),
+      await x509.SubjectKeyIdentifierExtension.create(csr.publicKey),
+    ],
+  });
+  return cert.toString('pem') + '\n';
+}
+
+/** The issuer's own subject key identifier when it has one (so chains build by key id), else one made from its key. */
+async function authorityKeyIdentifier(issuer: x509.X509Certificate): Promise<x509.AuthorityKeyIdentifierExtension> {
+  const ski = issuer.getExtension(x509.SubjectKeyIdentifierExtension);
+  if (ski) return new x509.AuthorityKeyIdentifierExtension(ski.keyId, false);
+  return x509.AuthorityKeyIdentifierExtension.create(issuer.publicKey, false);
+}
+
+/** Splits a PEM bundle into its certificates (anything else in the file is ignored). */
+export function splitPem(text: string): string[] {
+  return text.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g)?.map((p) => p + '\n') ?? [];
+}
