@@ -124,7 +124,8 @@ describe('authz over mutual TLS: a rule denies one caller and allows another', (
     });
     const clientOf = (leaf: Leaf) => {
       const stats = new StatsStore();
-      const cm = new ClusterManager({ registry, stats, logging: new Logging('off'), lbPolicy: 'round_robin', workloadTls: testWorkloadTls('strict', leaf, [root.cert]) });
+      const workload = testWorkloadTls('strict', leaf, [root.cert]);
+      const cm = new ClusterManager({ registry, stats, logging: new Logging('off'), lbPolicy: 'round_robin', workloadTls: () => workload });
       closers.push(() => cm.close());
       return new Client({ selector: cm, requestTimeoutMs: 5000, retries: 0, stats });
     };

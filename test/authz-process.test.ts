@@ -11,6 +11,8 @@ import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { PROTOS } from './grpc-fixtures.js';
+import { Mesh } from '../src/framework/mesh.js';
+import { MeshError } from '../src/base/errors.js';
 import { http, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
@@ -101,6 +103,51 @@ describe('authz rules in a service process', () => {
       [`invalid value "${rules}" for flag --authz_rules: line 2: rule 2: caller "go mesh": not a service name glob (letters, digits, ".", "-", "_", ":", "/" and the wildcards * and ?)`],
     );
     assert.equal(who.child.exitCode, null);
+  });
+});
+
+describe('authz over mutual TLS with the mesh CA: a service process, callers with two identities', () => {
+  const dir = tempDir('mesh-authz-e2e-');
+  const ca = join(dir.path, 'ca');
+  const registryDir = join(dir.path, 'registry');
+  const rules = join(dir.path, 'rules.yaml');
+  let who: RunningProcess;
+  let admin: string;
+  const meshes: Mesh[] = [];
+
+  before(async () => {
+    writeFileSync(
+      rules,
+      ['rules:', '  - caller: go.mesh.srv.friend', '    service: go.mesh.srv.who', '    action: allow', '  - caller: "go.mesh.srv.*"', '    service: go.mesh.srv.who', '    endpoint: Who.*', '    action: deny', ''].join('\n'),
+    );
+    who = startProcess(['--import', 'tsx', WHO, `--registry_address=${registryDir}`, '--mtls=strict', `--ca_dir=${ca}`, `--authz_rules=${rules}`, '--log_level=warning', '--log_format=json'], {}, '');
+    const line = await who.waitForOutput(PRINTED_WHO, 20000);
+    admin = `http://127.0.0.1:${PRINTED_WHO.exec(line)![2]}`;
+  });
+  after(async () => {
+    for (const m of meshes) await m.close();
+    await who?.stop();
+    dir.cleanup();
+  });
+
+  /** A caller process's Mesh whose calls present the workload certificate of its service `name`. */
+  const callerAs = (name: string) => {
+    const mesh = new Mesh({ registry: 'local', registryAddress: registryDir, broker: 'memory', mtls: 'strict', caDir: ca, logLevel: 'off', drainDelay: 0 });
+    meshes.push(mesh);
+    mesh.service({ name });
+    return mesh;
+  };
+
+  it('the friend is allowed and its handler sees its SPIFFE ID; the stranger gets 403 naming it', async () => {
+    assert.deepEqual(await callerAs('go.mesh.srv.friend').call('go.mesh.srv.who', 'Who.Peer', {}), { peer: 'spiffe://mesh.local/svc/go.mesh.srv.friend' });
+    await assert.rejects(callerAs('go.mesh.srv.stranger').call('go.mesh.srv.who', 'Who.Peer', {}), (err: unknown) => {
+      assert.ok(err instanceof MeshError);
+      assert.equal(err.toBody(), '{"id":"go.mesh.authz","code":403,"detail":"caller spiffe://mesh.local/svc/go.mesh.srv.stranger may not call go.mesh.srv.who Who.Peer (denied by rule 2)","status":"Forbidden"}');
+      return true;
+    });
+    assert.equal(await statValue(admin, 'authz.allowed'), 1);
+    assert.equal(await statValue(admin, 'authz.denied'), 1);
+    assert.equal(who.output().split('\n').filter((l) => l.includes('"caller":"spiffe://mesh.local/svc/go.mesh.srv.stranger"')).length, 1);
   });
 });
 
