@@ -129,6 +129,8 @@ export const OPTIONS = {
   ca_key_file: { type: 'string', group: 'mtls', commands: ['ca'], help: 'mesh ca init: the private key of --ca_cert_file, PEM' },
   finish: { type: 'bool', default: 'false', group: 'command', commands: ['ca'], help: 'mesh ca rotate: end a rotation: stop trusting every root but the one that signs now' },
   mtls_cert_ttl: { type: 'duration', default: '24h', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'lifetime of a workload certificate (renewed at two thirds of it)' },
+  authz_rules: { type: 'string', group: 'mtls', commands: ['dev'], api: true, help: 'who may call the framework services of this process: rules from caller identities to services and endpoints, YAML or JSON (first match wins; reloaded on SIGHUP; docs/security.md)' },
+  authz_default: { type: 'string', default: 'allow', choices: ['allow', 'deny'], group: 'mtls', commands: ['dev'], api: true, help: 'what a call no --authz_rules rule matches gets (allow by default, so that nothing changes without rules)' },
   enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
   tls_cert_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM certificate chain' },
   tls_key_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM private key' },

@@ -3,7 +3,7 @@
  * stats (SPEC 2.2) and its health flags. Hosts are updated in place when their registry node
  * changes, so their stats survive.
  */
-import { Pool } from 'undici';
+import { Pool, type buildConnector } from 'undici';
 import type { Node } from '../../engines/registry/registry.js';
 import { formatAddress } from '../../base/util/address.js';
 import type { HostSnapshot, HostStatsSnapshot, UpstreamTarget } from './types.js';
@@ -29,6 +29,11 @@ export interface HostPoolOptions {
   connections: number;
   connectTimeoutMs: number;
   keepAliveTimeoutMs: number;
+  /**
+   * The connector of the host's pool, made when the pool is (mutual TLS: src/core/upstream/mtls.ts).
+   * Without it the pool connects plain, with connectTimeoutMs.
+   */
+  connector?: (host: Host) => buildConnector.connector | undefined;
 }
 
 /** Connection events, forwarded to the cluster's upstream_cx_* stats. */
@@ -154,7 +159,7 @@ export class Host implements UpstreamTarget {
       connections: options.connections,
       pipelining: 1,
       keepAliveTimeout: options.keepAliveTimeoutMs,
-      connect: { timeout: options.connectTimeoutMs },
+      connect: options.connector?.(this) ?? { timeout: options.connectTimeoutMs },
     });
     pool.on('connect', () => this.connectionOpened());
     pool.on('disconnect', () => this.connectionClosed());
