@@ -61,6 +61,21 @@ describe('mesh processes with --mtls=strict', () => {
     assert.match(plain.stderr, /service go\.mesh\.srv\.who accepts mutual TLS only \(--mtls=strict\)/);
   });
 
+  test('a sidecar with --mtls=strict calls it as mesh.sidecar; its app-facing listener stays plain HTTP', async () => {
+    const sidecar = startProcess(['sidecar', '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0', '--mtls=strict', ...common()]);
+    procs.push(sidecar);
+    const port = await sidecar.waitForPort(PRINTED.sidecar, 20_000);
+    const admin = `http://127.0.0.1:${await sidecar.waitForPort(PRINTED.sidecarAdmin)}`;
+    const res = await fetch(`http://127.0.0.1:${port}/rpc`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ service: 'go.mesh.srv.who', method: 'Who.Am', request: {} }),
+    });
+    assert.equal(res.status, 200);
+    assert.match(((await res.json()) as { node: string }).node, /^go\.mesh\.srv\.who-/);
+    assert.equal(await stat(admin, 'cluster.go.mesh.srv.who.ssl.handshake'), 1);
+  });
+
   test('a gateway with --mtls=off in front of the strict service gets the 400 and passes it on', async () => {
     const gw = startProcess(['api', '--address=127.0.0.1:0', '--admin_address=off', '--handler=rpc', '--namespace=go.mesh.srv', ...common()]);
     procs.push(gw);
