@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { Mesh } from '../src/framework/mesh.js';
 import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { MeshError } from '../src/base/errors.js';
-import { http, tempDir } from './helpers.js';
+import { http, tempDir, waitFor } from './helpers.js';
 
 const quiet = { logLevel: 'off', drainDelay: 0, broker: 'memory' } as const;
 
@@ -73,5 +73,58 @@ describe('framework to framework', () => {
     assert.deepEqual(await caller.call('go.mesh.srv.orders', 'Order.Get', {}), { order: 1 });
     assert.equal(caller.runtime.stats.counter('cluster.go.mesh.srv.orders.ssl.handshake').value, 1);
     assert.equal((await http('GET', `http://127.0.0.1:${permissivePort}/health`)).status, 200);
+  });
+});
+
+describe('renewal under load', () => {
+  test('certificates of a few seconds, renewed on both sides while calls run: no call fails', async () => {
+    const ca = tempDir('mesh-mtls-ca-');
+    const registry = new MemoryRegistry();
+    const options = { ...quiet, registry, mtls: 'strict', caDir: ca.path, mtlsCertTtl: '3s' } as const;
+    const server = new Mesh(options);
+    server.service({ name: 'go.mesh.srv.renew' }).handle('Echo.Call', (req: { n: number }) => req);
+    await server.start();
+    const caller = new Mesh(options);
+    caller.service({ name: 'go.mesh.srv.renew.caller' });
+    try {
+      assert.deepEqual(await caller.call('go.mesh.srv.renew', 'Echo.Call', { n: 0 }), { n: 0 });
+      const renewals = { server: 0, caller: 0 };
+      server.runtime.callerWorkloadTls!.onChange(() => renewals.server++);
+      caller.runtime.callerWorkloadTls!.onChange(() => renewals.caller++);
+      let stop = false;
+      const failures: unknown[] = [];
+      let done = 0;
+      const worker = async () => {
+        for (let n = 1; !stop; n++) {
+          try {
+            assert.deepEqual(await caller.call('go.mesh.srv.renew', 'Echo.Call', { n }), { n });
+          } catch (err) {
+            failures.push(err);
+          }
+          done++;
+        }
+      };
+      const workers = Array.from({ length: 4 }, worker);
+      // Two renewals on each side: the second happens while connections made after the first are in use.
+      await waitFor(() => renewals.server >= 2 && renewals.caller >= 2, 20_000);
+      const before = done;
+      await waitFor(() => done > before + 20);
+      stop = true;
+      await Promise.all(workers);
+      assert.deepEqual(failures, []);
+      // A new connection now: the server's first certificate has expired (3 s), so the handshake
+      // succeeds only with the renewed one.
+      const late = new Mesh(options);
+      try {
+        assert.deepEqual(await late.call('go.mesh.srv.renew', 'Echo.Call', { n: -1 }), { n: -1 });
+        assert.equal(late.runtime.stats.counter('cluster.go.mesh.srv.renew.ssl.handshake').value, 1);
+      } finally {
+        await late.close();
+      }
+    } finally {
+      await caller.close();
+      await server.close();
+      ca.cleanup();
+    }
   });
 });
