@@ -27,7 +27,16 @@ describe('framework to framework', () => {
 
   before(async () => {
     const payments = mesh('strict');
-    payments.service({ name: 'go.mesh.srv.payments' }).handle('Pay.Charge', () => ({ charged: true }));
+    payments
+      .service({ name: 'go.mesh.srv.payments' })
+      .handle('Pay.Charge', () => ({ charged: true }))
+      .stream(
+        'Pay.History',
+        async function* (req: { n: number }) {
+          for (let i = 0; i < req.n; i++) yield { i };
+        },
+        { kind: 'server' },
+      );
     const started = await payments.start();
     strictPort = started.services[0]!.nodes[0]!.port;
     const orders = mesh('permissive');
@@ -54,6 +63,14 @@ describe('framework to framework', () => {
     assert.equal(caller.runtime.stats.counter('cluster.go.mesh.srv.payments.ssl.handshake').value, 1);
     // A caller with no service of its own presents the CLI's identity; one with a service, its service's.
     assert.equal(caller.runtime.callerWorkloadTls?.spiffeId, 'spiffe://mesh.local/svc/go.mesh.srv.checkout');
+  });
+
+  test('a stream from a strict caller to a strict service runs over mutual TLS', async () => {
+    const caller = mesh('strict');
+    const got: unknown[] = [];
+    for await (const item of caller.stream('go.mesh.srv.payments', 'Pay.History', { n: 3 })) got.push(item);
+    assert.deepEqual(got, [{ i: 0 }, { i: 1 }, { i: 2 }]);
+    assert.equal(caller.runtime.stats.counter('cluster.go.mesh.srv.payments.ssl.handshake').value, 1);
   });
 
   test('a caller with --mtls=off is refused by the strict service with a 400 naming it', async () => {
