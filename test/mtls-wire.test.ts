@@ -219,6 +219,12 @@ describe('the server: permissive', () => {
     const silent = netConnect(port, '127.0.0.1');
     const halfHandshake = netConnect(port, '127.0.0.1', () => halfHandshake.write(Buffer.from([0x16, 0x03, 0x01])));
     await Promise.all([once(silent, 'close'), once(halfHandshake, 'close')]);
+    // A client that resets before its first byte: the server goes on (no unhandled socket error).
+    const reset = netConnect(port, '127.0.0.1', () => reset.resetAndDestroy());
+    await once(reset, 'close');
+    const after = await request(`http://127.0.0.1:${port}/`);
+    assert.equal(after.statusCode, 200);
+    await after.body.dump();
   });
 });
 
