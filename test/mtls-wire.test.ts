@@ -75,13 +75,13 @@ function caller(registry: MemoryRegistry, workload: WorkloadTls | undefined) {
   return { cm, client, stats };
 }
 
-async function registerNode(registry: MemoryRegistry, service: string, id: string, port: number, mtls: boolean) {
+async function registerNode(registry: MemoryRegistry, service: string, id: string, port: number, mtls: boolean, metadata: Record<string, string> = {}) {
   await registry.register({
     name: service,
     version: 'v1',
     metadata: {},
     endpoints: [],
-    nodes: [{ id, address: '127.0.0.1', port, metadata: { protocol: 'mesh', ...(mtls ? { [MTLS_METADATA_KEY]: 'true' } : {}) } }],
+    nodes: [{ id, address: '127.0.0.1', port, metadata: { protocol: 'mesh', ...(mtls ? { [MTLS_METADATA_KEY]: 'true' } : {}), ...metadata } }],
   });
 }
 
@@ -276,6 +276,17 @@ describe('the caller checks the node identity', () => {
     assert.equal(c.stats.counter(`cluster.${PAYMENTS}.upstream_cx_plain_refused`).value, 3);
     assert.equal(c.stats.counter(`cluster.${PAYMENTS}.upstream_cx_total`).value, 0, 'no connection was opened');
     assert.equal(plainNode.hits(), 0);
+  });
+
+  test('a health-checked node that serves mutual TLS is checked over mutual TLS (a plain check would get the 400)', async () => {
+    const registry = new MemoryRegistry();
+    const s = await rpcServer(PAYMENTS, testWorkloadTls('strict', paymentsLeaf, [root.cert]));
+    await registerNode(registry, PAYMENTS, 'p1', s.port, true, { health_check_path: '/health' });
+    const c = caller(registry, testWorkloadTls('strict', callerLeaf, [root.cert]));
+    assert.deepEqual(await c.client.callValue(PAYMENTS, 'Say.Hello', {}), { node: 'node' });
+    assert.equal(c.stats.counter(`cluster.${PAYMENTS}.health_check.success`).value, 1);
+    assert.equal(c.stats.counter(`cluster.${PAYMENTS}.health_check.failure`).value, 0);
+    assert.equal(s.stats.counter('http.rpc.downstream_cx_plain_refused').value, 0);
   });
 
   test('permissive: a node without mtls=true is called plain', async () => {
