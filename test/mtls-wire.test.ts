@@ -69,10 +69,12 @@ async function rpcServer(service: string, workload: WorkloadTls | undefined, nam
 /** A caller: a cluster manager over `registry` with this workload certificate, and the client over it. */
 function caller(registry: MemoryRegistry, workload: WorkloadTls | undefined) {
   const stats = new StatsStore();
-  const cm = new ClusterManager({ registry, stats, logging: new Logging('off'), lbPolicy: 'round_robin', workloadTls: () => workload });
+  const logs: Array<Record<string, unknown>> = [];
+  const logging = new Logging({ level: 'warning', format: 'json', destination: { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) } });
+  const cm = new ClusterManager({ registry, stats, logging, lbPolicy: 'round_robin', workloadTls: () => workload });
   const client = new Client({ selector: cm, requestTimeoutMs: 5000, retries: 2, stats });
   closers.push(() => cm.close());
-  return { cm, client, stats };
+  return { cm, client, stats, logs };
 }
 
 async function registerNode(registry: MemoryRegistry, service: string, id: string, port: number, mtls: boolean, metadata: Record<string, string> = {}) {
@@ -256,6 +258,11 @@ describe('the caller checks the node identity', () => {
     });
     const san = c.stats.counter(`cluster.${PAYMENTS}.ssl.fail_verify_san`);
     assert.equal(san.value, 3, 'each try was refused (retries: 2)');
+    // Logged once for the node, not once per try.
+    const warned = c.logs.filter((l) => l.reason === 'identity');
+    assert.equal(warned.length, 1);
+    assert.equal(warned[0]!.msg, `mutual TLS: node 127.0.0.1:${wrong.port} presented spiffe://mesh.local/svc/go.mesh.srv.orders, not spiffe://mesh.local/svc/${PAYMENTS}`);
+    assert.equal(warned[0]!.expected, `spiffe://mesh.local/svc/${PAYMENTS}`);
     await registerNode(registry, PAYMENTS, 'right', right.port, true);
     await waitFor(() => c.cm.clusters().find((x) => x.name === PAYMENTS)?.hosts.length === 2);
     for (let i = 0; i < 6; i++) assert.deepEqual(await c.client.callValue(PAYMENTS, 'Say.Hello', {}), { node: 'right' });
