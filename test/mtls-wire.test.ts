@@ -69,19 +69,21 @@ async function rpcServer(service: string, workload: WorkloadTls | undefined, nam
 /** A caller: a cluster manager over `registry` with this workload certificate, and the client over it. */
 function caller(registry: MemoryRegistry, workload: WorkloadTls | undefined) {
   const stats = new StatsStore();
-  const cm = new ClusterManager({ registry, stats, logging: new Logging('off'), lbPolicy: 'round_robin', workloadTls: () => workload });
+  const logs: Array<Record<string, unknown>> = [];
+  const logging = new Logging({ level: 'warning', format: 'json', destination: { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) } });
+  const cm = new ClusterManager({ registry, stats, logging, lbPolicy: 'round_robin', workloadTls: () => workload });
   const client = new Client({ selector: cm, requestTimeoutMs: 5000, retries: 2, stats });
   closers.push(() => cm.close());
-  return { cm, client, stats };
+  return { cm, client, stats, logs };
 }
 
-async function registerNode(registry: MemoryRegistry, service: string, id: string, port: number, mtls: boolean) {
+async function registerNode(registry: MemoryRegistry, service: string, id: string, port: number, mtls: boolean, metadata: Record<string, string> = {}) {
   await registry.register({
     name: service,
     version: 'v1',
     metadata: {},
     endpoints: [],
-    nodes: [{ id, address: '127.0.0.1', port, metadata: { protocol: 'mesh', ...(mtls ? { [MTLS_METADATA_KEY]: 'true' } : {}) } }],
+    nodes: [{ id, address: '127.0.0.1', port, metadata: { protocol: 'mesh', ...(mtls ? { [MTLS_METADATA_KEY]: 'true' } : {}), ...metadata } }],
   });
 }
 
@@ -219,6 +221,12 @@ describe('the server: permissive', () => {
     const silent = netConnect(port, '127.0.0.1');
     const halfHandshake = netConnect(port, '127.0.0.1', () => halfHandshake.write(Buffer.from([0x16, 0x03, 0x01])));
     await Promise.all([once(silent, 'close'), once(halfHandshake, 'close')]);
+    // A client that resets before its first byte: the server goes on (no unhandled socket error).
+    const reset = netConnect(port, '127.0.0.1', () => reset.resetAndDestroy());
+    await once(reset, 'close');
+    const after = await request(`http://127.0.0.1:${port}/`);
+    assert.equal(after.statusCode, 200);
+    await after.body.dump();
   });
 });
 
@@ -250,6 +258,11 @@ describe('the caller checks the node identity', () => {
     });
     const san = c.stats.counter(`cluster.${PAYMENTS}.ssl.fail_verify_san`);
     assert.equal(san.value, 3, 'each try was refused (retries: 2)');
+    // Logged once for the node, not once per try.
+    const warned = c.logs.filter((l) => l.reason === 'identity');
+    assert.equal(warned.length, 1);
+    assert.equal(warned[0]!.msg, `mutual TLS: node 127.0.0.1:${wrong.port} presented spiffe://mesh.local/svc/go.mesh.srv.orders, not spiffe://mesh.local/svc/${PAYMENTS}`);
+    assert.equal(warned[0]!.expected, `spiffe://mesh.local/svc/${PAYMENTS}`);
     await registerNode(registry, PAYMENTS, 'right', right.port, true);
     await waitFor(() => c.cm.clusters().find((x) => x.name === PAYMENTS)?.hosts.length === 2);
     for (let i = 0; i < 6; i++) assert.deepEqual(await c.client.callValue(PAYMENTS, 'Say.Hello', {}), { node: 'right' });
@@ -270,6 +283,17 @@ describe('the caller checks the node identity', () => {
     assert.equal(c.stats.counter(`cluster.${PAYMENTS}.upstream_cx_plain_refused`).value, 3);
     assert.equal(c.stats.counter(`cluster.${PAYMENTS}.upstream_cx_total`).value, 0, 'no connection was opened');
     assert.equal(plainNode.hits(), 0);
+  });
+
+  test('a health-checked node that serves mutual TLS is checked over mutual TLS (a plain check would get the 400)', async () => {
+    const registry = new MemoryRegistry();
+    const s = await rpcServer(PAYMENTS, testWorkloadTls('strict', paymentsLeaf, [root.cert]));
+    await registerNode(registry, PAYMENTS, 'p1', s.port, true, { health_check_path: '/health' });
+    const c = caller(registry, testWorkloadTls('strict', callerLeaf, [root.cert]));
+    assert.deepEqual(await c.client.callValue(PAYMENTS, 'Say.Hello', {}), { node: 'node' });
+    assert.equal(c.stats.counter(`cluster.${PAYMENTS}.health_check.success`).value, 1);
+    assert.equal(c.stats.counter(`cluster.${PAYMENTS}.health_check.failure`).value, 0);
+    assert.equal(s.stats.counter('http.rpc.downstream_cx_plain_refused').value, 0);
   });
 
   test('permissive: a node without mtls=true is called plain', async () => {

@@ -100,6 +100,9 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
   });
 
   server.prependListener('connection', (socket: Socket) => {
+    // Until node:http or the TLS socket listens for them, a reset is this listener's to handle.
+    const onError = () => socket.destroy();
+    socket.on('error', onError);
     const timer = setTimeout(() => socket.destroy(), acceptTimeoutMs);
     timer.unref();
     socket.once('close', () => clearTimeout(timer));
@@ -119,6 +122,7 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
         return;
       }
       clearTimeout(timer);
+      socket.removeListener('error', onError);
       serve.call(server, socket);
       socket.resume();
     });

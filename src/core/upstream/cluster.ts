@@ -13,7 +13,7 @@ import { Host, hostKey, type HostConnectionListener, type HostSpec } from './hos
 import { tryParseAddress } from '../../base/util/address.js';
 import { candidates, createBalancer, type LoadBalancer } from './load-balancer.js';
 import { OutlierDetector } from './outlier.js';
-import { mtlsClientStats, mtlsConnector, type MtlsClientStats } from './mtls.js';
+import { mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from './mtls.js';
 import { spiffeIdOf, type WorkloadTls } from '../transport/workload-tls.js';
 import type { AcquireOptions, AttemptOutcome, ClusterSnapshot, Priority, UpstreamLease } from './types.js';
 
@@ -237,6 +237,8 @@ export class Cluster {
         cluster: this.name,
         stats: this.statScope,
         dispatcher: this.hcDispatcher,
+        // A node that serves mutual TLS is checked over mutual TLS, its identity checked too.
+        dispatcherFor: this.workloadTls ? (host) => (servesMtls(host.metadata) && this.workloadTls?.() ? host.checkDispatcher(() => this.mtlsConnector(host)) : undefined) : undefined,
         onChange: () => this.updateMembership(),
         log: this.hcLog,
       });

@@ -94,6 +94,8 @@ export class Host implements UpstreamTarget {
   canary: boolean;
 
   private pool: Pool | undefined;
+  /** The active health checks' connection when they cannot use the shared one (mutual TLS). */
+  private checkPool: Pool | undefined;
   private readonly poolOptions: HostPoolOptions;
   private readonly listener?: HostConnectionListener;
   /** What close() also closes (gRPC channels); undefined once closed. */
@@ -168,6 +170,23 @@ export class Host implements UpstreamTarget {
     return pool;
   }
 
+  /**
+   * A pool of one connection of the host's own for its active health checks, made with
+   * `connector` on first use (a node that serves mutual TLS is checked over it); not the host's
+   * pool, so checks are not counted in its stats. Closed with the host.
+   */
+  checkDispatcher(connector: () => buildConnector.connector | undefined): Pool {
+    if (this.checkPool) return this.checkPool;
+    const options = this.poolOptions;
+    this.checkPool = new Pool(`http://${this.key}`, {
+      connections: 1,
+      pipelining: 1,
+      keepAliveTimeout: 4_000,
+      connect: connector() ?? { timeout: options.connectTimeoutMs },
+    });
+    return this.checkPool;
+  }
+
   /** A connection to the host opened (the pool's, or a gRPC channel's). */
   connectionOpened(): void {
     this.stats.cx_total++;
@@ -224,6 +243,8 @@ export class Host implements UpstreamTarget {
    */
   async close(graceMs = 5_000): Promise<void> {
     const pool = this.pool;
+    // Health checks are disposable: their connection is not waited for.
+    void this.checkPool?.destroy().catch(() => {});
     const hooks = this.closeHooks;
     this.closeHooks = undefined;
     for (const hook of hooks ?? []) {
