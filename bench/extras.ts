@@ -3,12 +3,13 @@
  * and the gateway's event handler), admin /stats and /clusters rendering with 1,000 clusters of 10
  * hosts (bench/admin-render.ts), and the local registry with 10,000 nodes (bench/registry-bench.ts).
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { NotAvailable, cpuMicros, startProcess, type Proc } from './lib/proc.js';
+import { NotAvailable, cpuMicros, freePort, pin, startProcess, waitForPort, type Proc } from './lib/proc.js';
 import { runLoad } from './lib/load.js';
 import { fixed, int, markdownTable, max, median, min } from './lib/stats.js';
-import { startMesh, type Ctx } from './lib/mesh.js';
+import { startMesh, tsxProcess, type Ctx } from './lib/mesh.js';
 
 export interface ExtraTarget {
   label: string;
@@ -333,5 +334,59 @@ export async function runExtras(ctx: Ctx, secondsLeft: number): Promise<ExtraSec
     ctx.log('further rows: registry with 10,000 nodes');
     out.push(await registrySection(ctx));
   }
+  // Opt-in: only when BENCH_ROWS names it.
+  if (rows.includes('handshake')) {
+    ctx.log('further rows: mutual TLS handshake rate');
+    out.push(await handshakeSection(ctx));
+  }
   return out;
+}
+
+// ------------------------------------------------------------------------------------ mutual TLS handshakes
+
+/**
+ * The handshakes a strict framework service sustains (its RPC server's mutual TLS listener): the
+ * API service of the api row, started with --mtls=strict, and a client process opening
+ * connections 16 at a time for 5 s, each closed after its handshake, with and without session
+ * resumption. The service is pinned as the measured process.
+ */
+async function handshakeSection(ctx: Ctx): Promise<ExtraSection> {
+  const title = 'Mutual TLS handshakes (a strict framework service)';
+  if (!existsSync(ctx.meshMain)) return { title, body: 'not available: dist not built' };
+  const caDir = join(ctx.tmp, 'ca-handshake');
+  const init = spawnSync(process.execPath, [ctx.meshMain, 'ca', 'init', `--ca_dir=${caDir}`], { cwd: ctx.root, env: ctx.env, encoding: 'utf8' });
+  if (init.status !== 0) return { title, body: `not available: mesh ca init: ${init.stderr.trim()}` };
+  const port = await freePort();
+  const svc = tsxProcess(ctx, 'bench-api-service-mtls', 'servers/api-service.ts', [
+    `--address=127.0.0.1:${port}`,
+    `--registry_address=${join(ctx.tmp, 'registry-handshake')}`,
+    '--admin_address=off',
+    '--log_level=warning',
+    '--mtls=strict',
+    `--ca_dir=${caDir}`,
+  ]);
+  const rows: string[][] = [];
+  try {
+    await waitForPort(svc, port, 20000);
+    if (ctx.settings.pin) pin([svc.pid], ctx.settings.pin.proxy);
+    for (const mode of ['full', 'resume'] as const) {
+      const before = cpuMicros([svc.pid]) ?? 0;
+      const client = spawnSync(process.execPath, ['--import', 'tsx', join(ctx.root, 'bench/servers/handshaker.ts'), String(port), caDir, join(ctx.root, 'dist'), ctx.settings.quick ? '2' : '5', '16', mode], { cwd: ctx.root, env: { ...process.env, ...ctx.env }, encoding: 'utf8', timeout: 60000 });
+      const used = (cpuMicros([svc.pid]) ?? 0) - before;
+      const r = JSON.parse(client.stdout.trim().split('\n').pop() ?? '{}') as { handshakes?: number; resumed?: number; failed?: number; seconds?: number };
+      if (!r.handshakes || !r.seconds) {
+        rows.push([mode, 'failed', client.stderr.trim().split('\n')[0] ?? '', '', '']);
+        continue;
+      }
+      rows.push([mode === 'full' ? 'full handshake' : 'session resumed', int(r.handshakes / r.seconds), fixed(used / r.handshakes, 1), int(r.resumed ?? 0), int(r.failed ?? 0)]);
+    }
+  } finally {
+    await svc.stop();
+  }
+  const body = [
+    'A framework service with `--mtls=strict` (bench/servers/api-service.ts), pinned as the measured process; a client process (bench/servers/handshaker.ts, identity mesh.cli) opens connections 16 at a time, each closed after its handshake.',
+    '',
+    markdownTable(['connections', 'handshakes/s', 'service CPU µs/handshake', 'resumed', 'failed'], rows),
+  ].join('\n');
+  return { title, body };
 }
