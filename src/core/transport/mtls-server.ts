@@ -71,8 +71,9 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
   // there is served). That listener is taken out, so the socket reaches it only once its first
   // byte said what it speaks; other 'connection' listeners (connection tracking) still see every
   // raw socket.
-  const serve = server.listeners('connection')[0] as ((socket: Socket | TLSSocket) => void) | undefined;
-  if (!serve) throw new Error('serveMtls: the HTTP server has no connection listener');
+  const listeners = server.listeners('connection');
+  if (listeners.length !== 1) throw new Error(`serveMtls: call it on a new HTTP server, before anything else listens for its connections (found ${listeners.length} listeners)`);
+  const serve = listeners[0] as (socket: Socket | TLSSocket) => void;
   server.removeListener('connection', serve);
   const acceptTimeoutMs = options.acceptTimeoutMs > 0 ? options.acceptTimeoutMs : DEFAULT_ACCEPT_TIMEOUT_MS;
 
