@@ -108,21 +108,20 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
     timer.unref();
     socket.once('close', () => clearTimeout(timer));
     socket.once('data', (chunk: Buffer) => {
+      // From here the TLS server's handshake timeout, or node:http's header timeout, bounds it.
+      clearTimeout(timer);
       socket.pause();
       socket.unshift(chunk);
       if (chunk[0] === TLS_HANDSHAKE) {
-        // The TLS server's handshake timeout bounds the rest; the socket is the HTTP server's once secure.
-        clearTimeout(timer);
+        // The socket is the HTTP server's once the handshake is done ('secureConnection').
         tls.emit('connection', socket);
         return;
       }
       if (strict) {
-        clearTimeout(timer);
         s.plainRefused.inc();
         refuseSocket(socket, new MeshError(options.service, 400, `service ${options.service} accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate`), options.service);
         return;
       }
-      clearTimeout(timer);
       socket.removeListener('error', onError);
       serve.call(server, socket);
       socket.resume();
