@@ -69,7 +69,8 @@ async function startBackend(): Promise<{ server: Server; port: number; seen: See
     if (url.endsWith('/cut')) {
       // Promises 1 MB, sends 100 KB, then drops the connection.
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(1024 * 1024) });
-      res.write(Buffer.alloc(100 * 1024, 0x62), () => setTimeout(() => res.socket?.destroy(), 50));
+      // Cut once the 100 KB are with the kernel: they go out before the FIN.
+      res.write(Buffer.alloc(100 * 1024, 0x62), () => res.socket?.destroy());
       return;
     }
     if (url.endsWith('/nm304')) {
@@ -425,6 +426,7 @@ describe('gateway --handler=proxy at its edges', () => {
       const req = httpRequest(`${gw.url}/files/big`, { agent: false }, (r) => {
         let n = 0;
         r.pause();
+        // A reader that starts late (the gateway must hold the answer back, not buffer it): pacing, not ordering.
         setTimeout(() => {
           r.on('data', (c: Buffer) => (n += c.length));
           r.resume();

@@ -12,6 +12,7 @@ export const UNIT = [
   'test/admin-host.test.ts',
   'test/admin.test.ts',
   'test/api-handler.test.ts',
+  'test/authz.test.ts',
   'test/client-budget.test.ts',
   'test/client-hung-nodes.test.ts',
   'test/duration.test.ts',

@@ -20,6 +20,7 @@ import { ClusterManager } from '../core/upstream/cluster-manager.js';
 import type { StaticClusterConfig } from '../core/upstream/config.js';
 import { Client } from '../core/client/client.js';
 import { GrpcTransport } from '../core/transport/grpc/transport.js';
+import { readEngineTls } from '../base/util/engine-access.js';
 import { loadProtos, type GrpcSchema } from '../core/transport/grpc/protos.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin/context.js';
 import { AdminServer } from '../admin/server.js';
@@ -190,7 +191,7 @@ export class Runtime {
         throw new Error(`.proto files: ${(err as Error).message}`);
       }
     } else if (options.protoFiles.length > 0) throw new OptionError('proto_files', '.proto files: {proto_files} needs {proto_path} (the directories the files and their imports are found in)');
-    this.grpc = new GrpcTransport({ schema: this.grpcSchema, maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024), logger: this.logging.get('client') });
+    this.grpc = new GrpcTransport({ schema: this.grpcSchema, maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024), logger: this.logging.get('client'), tlsRoots: readEngineTls('grpc_tls', { caFile: options.grpcTlsCaFile })?.ca, workload: () => this.callerTls });
     this.client = new Client({
       selector: this.clusters,
       requestTimeoutMs: options.clientRequestTimeout,

@@ -14,6 +14,7 @@
  */
 import { DEFAULT_TRACING_ADDRESS } from '../tracing/config.js';
 import { optionLabel } from '../util/option-error.js';
+import { LOG_FORMATS } from '../util/levels.js';
 
 /** How a value is read: from a flag's text, and (api options) from a MeshOptions value. */
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
@@ -94,6 +95,7 @@ export const OPTIONS = {
   client_hedge_delay: { type: 'duration', default: '0', group: 'client', commands: CALLERS, api: true, help: 'idempotent calls: send a second try to another host when the first has not answered after this long (0: no hedging)' },
   proto_path: { type: 'list', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: directories of the .proto files of gRPC backends and services, searched for imports in order (comma list; none by default; docs/grpc.md)' },
   proto_files: { type: 'list', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: the .proto files to load, relative to a --proto_path directory (comma list; default every .proto under --proto_path)' },
+  grpc_tls_ca_file: { type: 'string', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: PEM CA to verify gRPC nodes registered with tls=true (servers outside the mesh with a certificate of their own) instead of the system roots' },
   server_protocol: { type: 'string', default: 'mesh', choices: ['mesh', 'grpc'], group: 'listen', commands: ['dev'], api: true, help: 'framework services: serve the RPC wire (mesh) or gRPC (grpc: the handlers as the unary methods of --proto_path\'s services)' },
   stream_idle_timeout: { type: 'duration', default: '5m', group: 'limits', commands: SERVE, api: true, help: 'proxied answers: how long a client may read nothing, or a backend send nothing of a body (0: no limit)' },
   max_connections: { type: 'int', default: '10000', group: 'limits', commands: SERVE, api: true, help: 'connections each listener holds at once; more are closed at accept (0: no limit)' },
@@ -113,7 +115,7 @@ export const OPTIONS = {
   tracing_sample_rate: { type: 'string', default: '1', apiDefault: 1, group: 'logging', commands: SERVE, api: true, help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)' },
   admin_allowed_hosts: { type: 'list', group: 'admin', commands: SERVE, api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', default: 'info', group: 'logging', commands: MESH_PROCESS, api: true, help: 'trace, debug, info, warning, error, critical, off' },
-  log_format: { type: 'string', choices: ['text', 'json'], group: 'logging', commands: MESH_PROCESS, api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
+  log_format: { type: 'string', choices: LOG_FORMATS, group: 'logging', commands: MESH_PROCESS, api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
   access_log: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'front ends: access log, one line a request: off, stdout or a file path (reopened on SIGUSR1)' },
   access_log_format: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'access log format: text with %OPERATOR%s, or json; without it, Envoy\'s default format (docs/observability.md)' },
   enable_stats: { type: 'bool', default: 'false', group: 'command', commands: GATEWAYS, api: true, help: 'serve /stats (dashboard and JSON)' },
@@ -127,6 +129,8 @@ export const OPTIONS = {
   ca_key_file: { type: 'string', group: 'mtls', commands: ['ca'], help: 'mesh ca init: the private key of --ca_cert_file, PEM' },
   finish: { type: 'bool', default: 'false', group: 'command', commands: ['ca'], help: 'mesh ca rotate: end a rotation: stop trusting every root but the one that signs now' },
   mtls_cert_ttl: { type: 'duration', default: '24h', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'lifetime of a workload certificate (renewed at two thirds of it)' },
+  authz_rules: { type: 'string', group: 'mtls', commands: ['dev'], api: true, help: 'who may call the framework services of this process: rules from caller identities to services and endpoints, YAML or JSON (first match wins; reloaded on SIGHUP; docs/security.md)' },
+  authz_default: { type: 'string', default: 'allow', choices: ['allow', 'deny'], group: 'mtls', commands: ['dev'], api: true, help: 'what a call no --authz_rules rule matches gets (allow by default, so that nothing changes without rules)' },
   enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
   tls_cert_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM certificate chain' },
   tls_key_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM private key' },

@@ -27,8 +27,19 @@ export interface WorkloadTls {
    * roots change; connections already open keep theirs.
    */
   secureContext(): SecureContext;
+  /**
+   * What secureContext() was made of (the chain, the key, the roots), for servers that build
+   * their own context from options (gRPC's). Kept in memory only, like the context.
+   */
+  contextOptions(): WorkloadTlsPems;
   /** Calls `listener` after each replacement; returns what unsubscribes it. */
   onChange(listener: () => void): () => void;
+}
+
+export interface WorkloadTlsPems {
+  readonly cert: string;
+  readonly key: string;
+  readonly ca: readonly string[];
 }
 
 /** The SPIFFE ID of a service in a trust domain. */
@@ -56,5 +67,10 @@ export const CALLER_NAMES = { gateway: 'mesh.api', proxy: 'mesh.proxy', cli: 'me
 export function peerIdentityOf(socket: unknown): string | undefined {
   const tlsSocket = socket as { encrypted?: boolean; getPeerCertificate?: () => PeerCertificate };
   if (!tlsSocket.encrypted || typeof tlsSocket.getPeerCertificate !== 'function') return undefined;
-  return uriSans(tlsSocket.getPeerCertificate()).find((uri) => uri.startsWith('spiffe://'));
+  return spiffeIdOfCertificate(tlsSocket.getPeerCertificate());
+}
+
+/** The SPIFFE ID of a peer certificate (its first spiffe:// URI SAN), or undefined (none, or no certificate). */
+export function spiffeIdOfCertificate(cert: PeerCertificate | undefined): string | undefined {
+  return uriSans(cert).find((uri) => uri.startsWith('spiffe://'));
 }

@@ -116,7 +116,7 @@ export class StreamKinds {
     let failure: MeshError | undefined;
     for (const node of nodes) {
       try {
-        return await this.fe.runtime.grpc.methodKind(route.method, node, timeoutMs);
+        return await this.fe.runtime.grpc.methodKind(route.service, route.method, node, timeoutMs);
       } catch (err) {
         if (!(err instanceof TransportError)) throw asFrontEndError(err, this.fe.errorId);
         const what = `service ${route.service}: the kind of ${route.method} from the reflection service of ${node.key}`;

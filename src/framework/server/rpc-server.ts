@@ -20,8 +20,9 @@ import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '..
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../../base/tracing/tracer.js';
 import { serveStream } from './stream-server.js';
 import { serveMtls } from '../../core/transport/mtls-server.js';
-import type { WorkloadTls } from '../../core/transport/workload-tls.js';
+import { peerIdentityOf, type WorkloadTls } from '../../core/transport/workload-tls.js';
 import type { EndpointDefinition, HandlerContext } from './endpoint.js';
+import type { ServiceAuthz } from '../../edge/auth/authz.js';
 
 export interface RpcServerOptions {
   service: string;
@@ -44,6 +45,8 @@ export interface RpcServerOptions {
   context?: ContextStore;
   /** Records a server span per call (--tracing=otlp). */
   tracer?: Tracer;
+  /** Who may call whom (--authz_rules): a call it denies gets its 403 before the body is read. */
+  authz?: ServiceAuthz;
   /**
    * This process's workload certificate (--mtls permissive or strict): the server terminates
    * mutual TLS on its port (src/core/transport/mtls-server.ts); a handler's caller is then
@@ -61,6 +64,8 @@ export class RpcServer implements Drainable {
   private lifecycle?: ServerLifecycle;
   private stopMtls?: () => void;
   private readonly context: ContextStore;
+  /** The SPIFFE ID of each TLS connection's peer (undefined: none), read once per connection. */
+  private readonly peers = new WeakMap<object, string | undefined>();
 
   constructor(private readonly options: RpcServerOptions) {
     this.context = options.context ?? new ContextStore();
@@ -153,6 +158,12 @@ export class RpcServer implements Drainable {
       if (span) endSpan(span, res.statusCode, err);
     };
     if (!endpointName) return fail(new MeshError(id, 400, 'missing Mesh-Endpoint header'));
+    const peer = this.peerOf(req);
+    const denied = this.options.authz?.check(peer, id, endpointName);
+    if (denied) {
+      req.resume();
+      return fail(denied);
+    }
     const def = this.endpoints.get(endpointName);
     const contentType = headerValue(headers, 'content-type');
     const codec = this.options.codecs ? this.options.codecs.for(contentType) : codecFor(contentType);
@@ -161,7 +172,7 @@ export class RpcServer implements Drainable {
       return fail(new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`));
     }
     if (def?.stream) {
-      this.callStream(req, res, def, codec, trace, span).catch(fail);
+      this.callStream(req, res, def, codec, trace, span, peer).catch(fail);
       return;
     }
     if (headers[HEADER_STREAM] !== undefined) {
@@ -196,6 +207,7 @@ export class RpcServer implements Drainable {
         deadline: Date.now() + budget,
         traceId: trace.traceId,
         spanId: trace.spanId,
+        peer,
       };
       const answer = (result: unknown) => {
         // JSON is written as a string: no intermediate Buffer, the same bytes on the wire (the
@@ -226,8 +238,18 @@ export class RpcServer implements Drainable {
     });
   }
 
+  /** The caller's workload identity: the SPIFFE ID of its certificate, or undefined (a plain connection, or no certificate). */
+  private peerOf(req: IncomingMessage): string | undefined {
+    const socket = req.socket as { encrypted?: boolean };
+    if (!socket.encrypted) return undefined;
+    if (this.peers.has(socket)) return this.peers.get(socket);
+    const peer = peerIdentityOf(socket);
+    this.peers.set(socket, peer);
+    return peer;
+  }
+
   /** A streaming endpoint's call: the whole stream runs inside its call's context. */
-  private async callStream(req: IncomingMessage, res: ServerResponse, def: EndpointDefinition, codec: Codec, trace: TraceContext, span: Span | undefined): Promise<void> {
+  private async callStream(req: IncomingMessage, res: ServerResponse, def: EndpointDefinition, codec: Codec, trace: TraceContext, span: Span | undefined, peer: string | undefined): Promise<void> {
     const id = this.options.service;
     const headers = req.headers;
     if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType)) {
@@ -237,7 +259,7 @@ export class RpcServer implements Drainable {
     // The handler's iteration runs inside the call's context too, so what it calls or publishes
     // carries the call's id, metadata and trace.
     const streamContext = { id: headerValue(headers, HEADER_ID) || undefined, metadata: withoutTrace(endToEndHeaders(headers)), trace };
-    await this.context.run(streamContext, () => serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger, trace }, def, codec, req, res));
+    await this.context.run(streamContext, () => serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger, trace, peer }, def, codec, req, res));
     if (span) endSpan(span, res.statusCode);
   }
 }

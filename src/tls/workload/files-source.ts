@@ -11,7 +11,7 @@ import { dirname } from 'node:path';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
 import { OptionError } from '../../base/util/option-error.js';
-import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf, type MtlsMode, type WorkloadTls, type WorkloadTlsPems } from '../../core/transport/workload-tls.js';
 import { certificateInfoFromPem, parseSubjectAltNames, type CertificateInfo } from '../certificate.js';
 import { caRootOf, type CaRoot } from './ca.js';
 import { fileSignature, watchFiles } from './watch.js';
@@ -31,6 +31,7 @@ export interface FilesOptions {
 interface Loaded {
   spiffeId: string;
   chainPem: string;
+  keyPem: string;
   context: SecureContext;
   leaf: CertificateInfo;
   roots: CaRoot[];
@@ -75,7 +76,7 @@ export function loadWorkloadFiles(files: { certFile: string; keyFile: string; ca
   } catch (err) {
     throw new Error(`the workload certificate ${certFile}, key ${keyFile} and CA ${caFile} do not load together: ${(err as Error).message}`);
   }
-  return { spiffeId, chainPem, context, roots, leaf: certificateInfoFromPem(pems[0]!, certFile) };
+  return { spiffeId, chainPem, keyPem, context, roots, leaf: certificateInfoFromPem(pems[0]!, certFile) };
 }
 
 export class FileWorkloadTls implements WorkloadTls {
@@ -122,6 +123,11 @@ export class FileWorkloadTls implements WorkloadTls {
 
   secureContext(): SecureContext {
     return this.current.context;
+  }
+
+  contextOptions(): WorkloadTlsPems {
+    const c = this.current;
+    return { cert: c.chainPem, key: c.keyPem, ca: c.roots.map((r) => r.pem) };
   }
 
   onChange(listener: () => void): () => void {

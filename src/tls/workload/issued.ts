@@ -9,7 +9,7 @@
  */
 import { createSecureContext, type SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf, type MtlsMode, type WorkloadTls, type WorkloadTlsPems } from '../../core/transport/workload-tls.js';
 import { certificateInfoFromPem, type CertificateInfo } from '../certificate.js';
 import type { CaRoot } from './ca.js';
 import type { CertificateSigner } from './signer.js';
@@ -72,6 +72,11 @@ export class IssuedWorkloadTls implements WorkloadTls {
 
   secureContext(): SecureContext {
     return this.current.context;
+  }
+
+  contextOptions(): WorkloadTlsPems {
+    const c = this.current;
+    return { cert: c.chainPem, key: c.keyPem, ca: c.roots.map((r) => r.pem) };
   }
 
   onChange(listener: () => void): () => void {

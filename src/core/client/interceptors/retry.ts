@@ -31,26 +31,29 @@ export interface RetryPolicy<C, A, R> {
 
 export function retry<C, A, R>(policy: RetryPolicy<C, A, R>): CallInterceptor<C, A, R> {
   const backoff = policy.backoff;
-  return (next) =>
-    async (call, first) => {
-      const retries = policy.retries(call);
-      const deadline = policy.deadline ? policy.deadline(call) : Infinity;
-      let last: R | undefined;
-      for (let n = 0; n <= retries; n++) {
-        if (n > 0 && backoff) {
-          const pause = backoff(n);
-          if (Date.now() + pause >= deadline) break;
-          await sleep(pause);
-        }
-        if (deadline - Date.now() <= 0) break;
-        const result = await next(call, n === 0 ? first : policy.attempt(call, n));
-        const decision = policy.decide(result, call, n);
-        if (decision === 'stop') return last ?? result;
-        last = result;
-        if (decision === 'done') return result;
-      }
-      return last ?? policy.exhausted(call);
+  return (next) => (call, first) => {
+    const retries = policy.retries(call);
+    const deadline = policy.deadline ? policy.deadline(call) : Infinity;
+    if (deadline - Date.now() <= 0) return Promise.resolve(policy.exhausted(call));
+    // The first try is sent in this turn, with no promise of the interceptor's own around it:
+    // the later tries (rare) chain from its result.
+    const decided = (result: R, n: number, last: R | undefined): R | Promise<R> => {
+      const decision = policy.decide(result, call, n);
+      if (decision === 'stop') return last ?? result;
+      if (decision === 'done' || n >= retries) return result;
+      return again(n + 1, result);
     };
+    const again = async (n: number, last: R): Promise<R> => {
+      if (backoff) {
+        const pause = backoff(n);
+        if (Date.now() + pause >= deadline) return last;
+        await sleep(pause);
+      }
+      if (deadline - Date.now() <= 0) return last;
+      return decided(await next(call, policy.attempt(call, n)), n, last);
+    };
+    return next(call, first).then((result) => decided(result, 0, undefined));
+  };
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

@@ -19,6 +19,8 @@ import { reflectionTypes, reflectSchema, ReflectionError } from './reflection.js
 import type { StreamOpener } from '../../client/stream.js';
 import type { StreamKind } from '../frames.js';
 import { GrpcStreamCall } from './stream.js';
+import { ChannelRefused, channelSecurity, type ChannelSecurity } from './credentials.js';
+import { spiffeIdOf, type WorkloadTls } from '../workload-tls.js';
 
 /** Sends one try of a call to one node; the shape of sendRpc without the dispatcher. */
 export type RpcSender = (request: RpcRequest, control: RpcControl) => Promise<RpcResponse>;
@@ -45,6 +47,18 @@ export interface GrpcTransportOptions {
   logger?: pino.Logger;
   /** Ask a node's reflection service for a method the loaded protos do not have. Default true. */
   reflection?: boolean;
+  /** This process's workload certificate (--mtls), once it has one: mutual TLS to nodes with `mtls=true` (credentials.ts). */
+  workload?: () => WorkloadTls | undefined;
+  /** `--grpc_tls_ca_file`'s contents: the roots for nodes with `tls=true`; none: the system's. */
+  tlsRoots?: Buffer;
+}
+
+interface Channel {
+  client: grpc.Client;
+  kind: ChannelSecurity['kind'];
+  /** The workload context an mTLS channel was made with: a renewal replaces the channel. */
+  context?: unknown;
+  forget?: () => void;
 }
 
 export class GrpcTransport {
@@ -52,10 +66,12 @@ export class GrpcTransport {
    * One channel per host (not per address: two clusters that share an address count their own
    * connections), least recently used first.
    */
-  private readonly channels = new Map<UpstreamTarget, { client: grpc.Client; forget?: () => void }>();
+  private readonly channels = new Map<UpstreamTarget, Channel>();
   /** Schemas of the nodes' reflection services, by host key. */
   private readonly reflections = new Map<string, { at: number; schema: Promise<GrpcSchema> }>();
   private reflectionTypes?: ReturnType<typeof reflectionTypes>;
+  /** Hosts whose refusal (strict mode, a plain node) was logged. */
+  private readonly refusedLogged = new WeakSet<object>();
 
   constructor(private readonly options: GrpcTransportOptions) {}
 
@@ -78,7 +94,7 @@ export class GrpcTransport {
     };
     const found = this.method(request.endpoint, target, this.options.schema);
     if ('method' in found) return this.send(target, unaryOnly(found.method), request, control);
-    return this.resolveMethod(target, request.endpoint, request.timeoutMs, found.error).then((m) => this.send(target, unaryOnly(m), request, control));
+    return this.resolveMethod(target, request.service, request.endpoint, request.timeoutMs, found.error).then((m) => this.send(target, unaryOnly(m), request, control));
   }
 
   /** The stream opener of a gRPC node (metadata `protocol=grpc`); undefined for any other node. */
@@ -90,9 +106,9 @@ export class GrpcTransport {
           const found = this.method(request.endpoint, target, this.options.schema);
           if ('method' in found) return found.method;
           // Reflection within the stream's deadline, or 10 s when it has none.
-          return this.resolveMethod(target, request.endpoint, request.timeoutMs > 0 ? request.timeoutMs : 10_000, found.error);
+          return this.resolveMethod(target, request.service, request.endpoint, request.timeoutMs > 0 ? request.timeoutMs : 10_000, found.error);
         },
-        channel: () => this.channel(target),
+        channel: () => this.channel(target, request.service),
         metadata: (metadata, id) => toMetadata(metadata, id),
       });
   }
@@ -103,21 +119,21 @@ export class GrpcTransport {
    * minute per node, deadline timeoutMs). Rejects with a MeshError 501 when neither has the
    * method, or the TransportError of a node that did not answer (connect failure, timeout).
    */
-  methodKind(endpoint: string, node: Pick<UpstreamTarget, 'key' | 'metadata'>, timeoutMs: number): Promise<'unary' | StreamKind> {
+  methodKind(service: string, endpoint: string, node: Pick<UpstreamTarget, 'key' | 'metadata'>, timeoutMs: number): Promise<'unary' | StreamKind> {
     // A method is found with the node's key (its channel, its reflection) and metadata only.
     const target = node as UpstreamTarget;
     const found = this.method(endpoint, target, this.options.schema);
     if ('method' in found) return Promise.resolve(streamKindOf(found.method));
-    return this.resolveMethod(target, endpoint, timeoutMs, found.error).then(streamKindOf);
+    return this.resolveMethod(target, service, endpoint, timeoutMs, found.error).then(streamKindOf);
   }
 
   /**
    * The method of an endpoint the loaded protos do not have, from the node's reflection service.
    * A refusal is a MeshError (the client does not count it against the node).
    */
-  private resolveMethod(target: UpstreamTarget, endpoint: string, timeoutMs: number, protoError: string): Promise<GrpcMethod> {
+  private resolveMethod(target: UpstreamTarget, service: string, endpoint: string, timeoutMs: number, protoError: string): Promise<GrpcMethod> {
     if (this.options.reflection === false) return Promise.reject(new MeshError(ERROR_IDS.client, 501, protoError));
-    return this.reflected(target, timeoutMs, protoError).then((schema) => {
+    return this.reflected(target, service, timeoutMs, protoError).then((schema) => {
       const again = this.method(endpoint, target, schema);
       if ('error' in again) throw new MeshError(ERROR_IDS.client, 501, `${again.error} (the node's reflection service)`);
       return again.method;
@@ -129,11 +145,17 @@ export class GrpcTransport {
    * its lack); a MeshError 501 when the node offers none (a connection failure rejects as a
    * TransportError and is asked again next time).
    */
-  private reflected(target: UpstreamTarget, timeoutMs: number, protoError: string): Promise<GrpcSchema> {
+  private reflected(target: UpstreamTarget, service: string, timeoutMs: number, protoError: string): Promise<GrpcSchema> {
     const key = target.key;
     const cached = this.reflections.get(key);
     if (cached && Date.now() - cached.at < REFLECTION_TTL_MS) return cached.schema;
-    const schema = reflectSchema(this.channel(target), Date.now() + Math.max(1, timeoutMs), (this.reflectionTypes ??= reflectionTypes())).catch((err: unknown) => {
+    let client: grpc.Client;
+    try {
+      client = this.channel(target, service);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const schema = reflectSchema(client, Date.now() + Math.max(1, timeoutMs), (this.reflectionTypes ??= reflectionTypes())).catch((err: unknown) => {
       // A node without reflection is remembered for the minute too; a failed connection is not.
       if (err instanceof ReflectionError) {
         const why = err.code === grpc.status.UNIMPLEMENTED ? 'the node offers no reflection service' : err.message;
@@ -173,7 +195,12 @@ export class GrpcTransport {
     }
     const asJson = !PROTOBUF_TYPES.has(type);
     const metadata = toMetadata(request.metadata, request.id, request.traceparent, request.tracestate);
-    const client = this.channel(target);
+    let client: grpc.Client;
+    try {
+      client = this.channel(target, request.service);
+    } catch (err) {
+      return Promise.reject(err);
+    }
     const started = Date.now();
     return new Promise<RpcResponse>((resolve, reject) => {
       let cancelled: TransportError | undefined;
@@ -232,14 +259,34 @@ export class GrpcTransport {
    * closed, and so is a host's when it leaves its cluster. Its connection is counted in the
    * host's cx_* stats (watchConnections).
    */
-  private channel(target: UpstreamTarget): grpc.Client {
+  private channel(target: UpstreamTarget, service: string): grpc.Client {
     const kept = this.channels.get(target);
-    if (kept) {
+    const workload = this.options.workload?.();
+    if (kept && (kept.kind !== 'mtls' || kept.context === workload?.secureContext())) {
       this.channels.delete(target);
       this.channels.set(target, kept);
       return kept.client;
     }
-    const client = new grpc.Client(target.key, grpc.credentials.createInsecure(), {
+    if (kept) {
+      // The workload certificate was renewed (or the roots changed): calls in flight finish on the old channel.
+      this.channels.delete(target);
+      kept.forget?.();
+      kept.client.close();
+    }
+    let security: ChannelSecurity;
+    try {
+      security = channelSecurity(target.key, target.metadata, workload ? spiffeIdOf(workload.trustDomain, service) : '', { workload, tlsRoots: this.options.tlsRoots });
+    } catch (err) {
+      if (!(err instanceof ChannelRefused)) throw err;
+      // Once per host (it is refused at every call until its registration changes).
+      if (!this.refusedLogged.has(target)) {
+        this.refusedLogged.add(target);
+        this.options.logger?.warn({ host: target.key, service }, err.message);
+      }
+      throw new TransportError({ kind: 'connect_failure' }, err.message);
+    }
+    const client = new grpc.Client(target.key, security.credentials, {
+      ...security.options,
       'grpc.max_receive_message_length': this.options.maxResponseBytes ?? 64 * 1024 * 1024,
       // The mesh client retries, on another host; gRPC's own retries would hide failures from it.
       'grpc.enable_retries': 0,
@@ -248,7 +295,7 @@ export class GrpcTransport {
       'grpc.max_reconnect_backoff_ms': 1000,
     });
     watchConnections(client.getChannel(), target);
-    const entry: { client: grpc.Client; forget?: () => void } = { client };
+    const entry: Channel = { client, kind: security.kind, context: security.kind === 'mtls' ? workload!.secureContext() : undefined };
     this.channels.set(target, entry);
     // A host that already left its cluster keeps its channel here until it is the oldest.
     entry.forget = target.onClose?.(() => {
