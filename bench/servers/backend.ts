@@ -34,7 +34,8 @@ async function serverOf(): Promise<ReturnType<typeof createServer>> {
   const [caDir, dist] = [process.argv[4]!, process.argv[5]!];
   const { openWorkloadTls } = (await import(pathToFileURL(join(dist, 'src/tls/workload/index.js')).href)) as typeof import('../../src/tls/workload/index.js');
   const workload = await openWorkloadTls({ mode: 'strict', trustDomain: 'mesh.local', caDir, certTtlMs: 24 * 3600_000, service: 'go.mesh.srv.bench', log: pino({ level: 'warn' }) });
-  return createHttpsServer({ secureContext: workload.secureContext(), requestCert: true, rejectUnauthorized: true }, handler) as unknown as ReturnType<typeof createServer>;
+  const pems = workload.contextOptions();
+  return createHttpsServer({ cert: pems.cert, key: pems.key, ca: [...pems.ca], requestCert: true, rejectUnauthorized: true }, handler) as unknown as ReturnType<typeof createServer>;
 }
 
 const server = await serverOf();
