@@ -84,28 +84,6 @@ describe('framework to framework', () => {
     assert.equal(r.status, 400);
   });
 
-  test('gRPC nodes are not called in the clear: one that says mtls=true is refused, and in strict mode any', async () => {
-    const grpcNode = (id: string, metadata: Record<string, string>) =>
-      registry.register({ name: 'go.mesh.srv.grpcish', version: id, metadata: {}, endpoints: [], nodes: [{ id, address: '127.0.0.1', port: strictPort, metadata: { protocol: 'grpc', ...metadata } }] });
-    await grpcNode('g1', { mtls: 'true' });
-    await assert.rejects(mesh('permissive').call('go.mesh.srv.grpcish', 'Any.Thing', {}), (err: MeshError) => {
-      assert.equal(err.code, 502);
-      assert.ok(err.message.includes(`mutual TLS: node 127.0.0.1:${strictPort} is a gRPC node; mutual TLS to gRPC nodes is not supported yet, so its identity cannot be checked`), err.message);
-      return true;
-    });
-    await registry.deregister({ name: 'go.mesh.srv.grpcish', version: 'g1', metadata: {}, endpoints: [], nodes: [{ id: 'g1', address: '127.0.0.1', port: strictPort, metadata: {} }] });
-    await grpcNode('g2', {});
-    const strict = mesh('strict');
-    await assert.rejects(strict.call('go.mesh.srv.grpcish', 'Any.Thing', {}), (err: MeshError) => {
-      assert.equal(err.code, 502);
-      assert.ok(err.message.includes('is a gRPC node without mutual TLS; not called in strict mode'), err.message);
-      return true;
-    });
-    await assert.rejects(async () => {
-      for await (const _ of strict.stream('go.mesh.srv.grpcish', 'Any.Stream', {})) break;
-    }, /is a gRPC node without mutual TLS; not called in strict mode/);
-  });
-
   test('a permissive service is called plain by a caller with --mtls=off, and over mutual TLS by the others', async () => {
     assert.deepEqual(await mesh('off').call('go.mesh.srv.orders', 'Order.Get', {}), { order: 1 });
     const caller = mesh('strict');

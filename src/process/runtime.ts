@@ -40,8 +40,6 @@ import { ContextStore } from '../base/util/call-context.js';
 import { Tracer } from '../base/tracing/tracer.js';
 import { OptionError } from '../base/util/option-error.js';
 import type { WorkloadTls } from '../core/transport/workload-tls.js';
-import { grpcRefusal, mtlsRefusedError } from '../core/upstream/mtls.js';
-import { ERROR_IDS, MeshError, flagged } from '../base/errors.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -205,19 +203,8 @@ export class Runtime {
       tracer: this.tracer,
       stats: this.stats,
       maxMessageBytes: options.maxBodySize,
-      senderFor: (target) => {
-        const send = this.grpc.senderFor(target);
-        if (!send || !this.callerTls) return send;
-        const refusal = grpcRefusal(this.callerTls, target.metadata, target.key);
-        return refusal ? () => Promise.reject(mtlsRefusedError(refusal)) : send;
-      },
-      streamFor: (target) => {
-        const open = this.grpc.streamFor(target);
-        if (!open || !this.callerTls) return open;
-        const refusal = grpcRefusal(this.callerTls, target.metadata, target.key);
-        if (refusal) throw flagged(new MeshError(ERROR_IDS.client, 502, refusal), 'UF');
-        return open;
-      },
+      senderFor: (target) => this.grpc.senderFor(target),
+      streamFor: (target) => this.grpc.streamFor(target),
     });
     // A NATS broker connects on first use, so building it is cheap: build it now, so that a bad
     // address or TLS file stops the start instead of the first publish. A Broker instance is used as it is.

@@ -83,24 +83,6 @@ function refused(message: string, cause?: unknown): Error {
   return Object.assign(new Error(message, cause === undefined ? undefined : { cause }), { code: MTLS_REFUSED });
 }
 
-/**
- * Why a node called with gRPC (protocol=grpc: its own channels, not the host's pool) must not be
- * called by a process with this workload certificate, or undefined. Mutual TLS to gRPC nodes is
- * not there yet, so with --mtls a gRPC node that says mtls=true (its identity could not be
- * checked), and in strict mode every gRPC node, is refused rather than called in the clear.
- */
-export function grpcRefusal(workload: WorkloadTls | undefined, metadata: Readonly<Record<string, string>>, key: string): string | undefined {
-  if (!workload || workload.mode === 'off') return undefined;
-  if (servesMtls(metadata)) return `mutual TLS: node ${key} is a gRPC node; mutual TLS to gRPC nodes is not supported yet, so its identity cannot be checked`;
-  if (workload.mode === 'strict') return `mutual TLS: node ${key} is a gRPC node without mutual TLS; not called in strict mode`;
-  return undefined;
-}
-
-/** The error of a connection refused by the mutual TLS checks: the transport counts it as a connect failure (nothing was sent). */
-export function mtlsRefusedError(message: string, cause?: unknown): Error {
-  return refused(message, cause);
-}
-
 /** True when the node says it serves mutual TLS. */
 export function servesMtls(metadata: Readonly<Record<string, string>>): boolean {
   return metadata[MTLS_METADATA_KEY] === 'true';
