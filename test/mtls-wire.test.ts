@@ -23,7 +23,7 @@ import { serveMtls } from '../src/core/transport/mtls-server.js';
 import { MTLS_METADATA_KEY, peerIdentityOf, type MtlsMode, type WorkloadTls } from '../src/core/transport/workload-tls.js';
 import { MeshError } from '../src/base/errors.js';
 import { makePki, testWorkloadTls, type Leaf, type Pki, type TestCa } from './fixtures/pki.js';
-import { waitFor } from './helpers.js';
+import { rawHttp, waitFor } from './helpers.js';
 
 const PAYMENTS = 'go.mesh.srv.payments';
 const CALLER = 'go.mesh.srv.caller';
@@ -147,6 +147,10 @@ describe('the server: strict', () => {
       JSON.stringify({ id: PAYMENTS, code: 400, detail: `service ${PAYMENTS} accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate`, status: 'Bad Request' }),
     );
     assert.equal(s.stats.counter('http.rpc.downstream_cx_plain_refused').value, 1);
+    // The bytes, then the close (a pipelined second request is read and dropped, never served).
+    const body = JSON.stringify({ id: PAYMENTS, code: 400, detail: `service ${PAYMENTS} accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate`, status: 'Bad Request' });
+    const raw = await rawHttp(s.port, 'POST / HTTP/1.1\r\nHost: x\r\nMesh-Endpoint: Say.Hello\r\nContent-Length: 2\r\n\r\n{}GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
+    assert.equal(raw.raw, `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
     assert.equal(s.hits(), 0);
     // A TLS client that trusts the server but has no certificate of its own.
     await assert.rejects(tlsRequest(s.port, undefined), (err: Error & { code?: string }) => {

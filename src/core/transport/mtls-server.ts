@@ -10,8 +10,9 @@
  *   service (strict). The first chunk is put back (unshift) before either sees it.
  * - A connection that sends nothing, or never finishes its handshake, is closed after the
  *   server's header timeout (it is not the HTTP server's yet, so the HTTP timeouts do not see it).
- * - Each new handshake uses the workload's current context: a renewed certificate or a new root
- *   applies to the next connection, and connections already open keep theirs.
+ * - Each new handshake uses the workload's current certificate and roots (tls.Server's
+ *   setSecureContext on each change): a renewed certificate or a new root applies to the next
+ *   connection, and connections already open keep theirs.
  * - The caller's identity is its certificate's SPIFFE ID: peerIdentityOf(req.socket).
  * - `ssl.*` stats under the server's scope, named after Envoy's: handshake, session_reused,
  *   fail_verify_no_cert (no client certificate), fail_verify_error (not signed by a trusted root),
@@ -19,7 +20,7 @@
  */
 import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
-import { createServer as createTlsServer, type SecureContext, type Server as TlsServer, type TLSSocket } from 'node:tls';
+import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { MeshError } from '../../base/errors.js';
 import { refuseSocket } from '../../base/http/respond.js';
@@ -39,9 +40,6 @@ export const MTLS_SERVER_STATS = {
 
 /** The first byte of a TLS record carrying a handshake (a ClientHello). */
 const TLS_HANDSHAKE = 0x16;
-
-/** The session id context of mesh servers (any fixed value: sessions are resumed with the same server). */
-const SESSION_ID_CONTEXT = 'mesh-mtls';
 
 /** Without a header timeout, how long a connection may take to say something and finish its handshake. */
 const DEFAULT_ACCEPT_TIMEOUT_MS = 10_000;
@@ -71,20 +69,29 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
   // there is served). That listener is taken out, so the socket reaches it only once its first
   // byte said what it speaks; other 'connection' listeners (connection tracking) still see every
   // raw socket.
-  const serve = server.listeners('connection')[0] as ((socket: Socket | TLSSocket) => void) | undefined;
-  if (!serve) throw new Error('serveMtls: the HTTP server has no connection listener');
+  const listeners = server.listeners('connection');
+  if (listeners.length !== 1) throw new Error(`serveMtls: call it on a new HTTP server, before anything else listens for its connections (found ${listeners.length} listeners)`);
+  const serve = listeners[0] as (socket: Socket | TLSSocket) => void;
   server.removeListener('connection', serve);
   const acceptTimeoutMs = options.acceptTimeoutMs > 0 ? options.acceptTimeoutMs : DEFAULT_ACCEPT_TIMEOUT_MS;
 
-  const tls = createTlsServer({
-    requestCert: true,
-    rejectUnauthorized: true,
-    handshakeTimeout: acceptTimeoutMs,
-    // A client that names a server (SNI) gets the current context this way too.
-    SNICallback: (_name, cb) => cb(null, withSessionIdContext(workload.secureContext())),
+  const tls = createTlsServer({ requestCert: true, rejectUnauthorized: true, handshakeTimeout: acceptTimeoutMs });
+  // The workload's certificate, key and roots; again after each renewal (or change of roots), for
+  // the next handshakes. The ticket keys are kept, so a session made before a renewal resumes
+  // after it; tls.Server gives the context its session id context (without one, a server that
+  // asks for client certificates cannot resume sessions).
+  const load = () => {
+    const pems = workload.contextOptions();
+    tls.setSecureContext({ cert: pems.cert, key: pems.key, ca: [...pems.ca], ticketKeys: tls.getTicketKeys() });
+  };
+  load();
+  const unsubscribe = workload.onChange(() => {
+    try {
+      load();
+    } catch (err) {
+      options.log?.error({ service: options.service, err: (err as Error).message }, 'mTLS: the renewed certificate cannot be used; the previous one is kept');
+    }
   });
-  useContext(tls, workload.secureContext());
-  const unsubscribe = workload.onChange(() => useContext(tls, workload.secureContext()));
   tls.on('secureConnection', (socket: TLSSocket) => {
     s.handshake.inc();
     if (socket.isSessionReused()) s.sessionReused.inc();
@@ -107,47 +114,24 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
     timer.unref();
     socket.once('close', () => clearTimeout(timer));
     socket.once('data', (chunk: Buffer) => {
+      // From here the TLS server's handshake timeout, or node:http's header timeout, bounds it.
+      clearTimeout(timer);
       socket.pause();
       socket.unshift(chunk);
       if (chunk[0] === TLS_HANDSHAKE) {
-        // The TLS server's handshake timeout bounds the rest; the socket is the HTTP server's once secure.
-        clearTimeout(timer);
+        // The socket is the HTTP server's once the handshake is done ('secureConnection').
         tls.emit('connection', socket);
         return;
       }
       if (strict) {
-        clearTimeout(timer);
         s.plainRefused.inc();
         refuseSocket(socket, new MeshError(options.service, 400, `service ${options.service} accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate`), options.service);
         return;
       }
-      clearTimeout(timer);
       socket.removeListener('error', onError);
       serve.call(server, socket);
       socket.resume();
     });
   });
   return unsubscribe;
-}
-
-/**
- * The context the TLS server gives a connection without SNI: node's tls.Server keeps it in
- * `_sharedCreds` (what setSecureContext() sets from PEM options); the workload hands a built
- * context, so it is put there as it is.
- */
-function useContext(server: TlsServer, context: SecureContext): void {
-  (server as unknown as { _sharedCreds: SecureContext })._sharedCreds = withSessionIdContext(context);
-}
-
-/**
- * A server that asks for client certificates resumes a session only when its context has a
- * session id context (OpenSSL refuses the resumption with an internal error alert otherwise,
- * and the connection fails). node's tls.Server sets one on the contexts it builds; the
- * workload's is built elsewhere, so the same value is set on it here (on the native context,
- * as createSecureContext({ sessionIdContext }) does). Setting it again is harmless.
- */
-function withSessionIdContext(context: SecureContext): SecureContext {
-  const native = (context as unknown as { context?: { setSessionIdContext?: (id: string) => void } }).context;
-  native?.setSessionIdContext?.(SESSION_ID_CONTEXT);
-  return context;
 }

@@ -424,7 +424,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
       this.store.removePrefix(prefix);
       return;
     }
-    const own = new RegExp(`^${escapeRegExp(prefix)}(?:upstream_|membership_|outlier_detection\\.|health_check\\.|circuit_breakers\\.|lb_)`);
+    const own = new RegExp(`^${escapeRegExp(prefix)}(?:upstream_|membership_|outlier_detection\\.|health_check\\.|circuit_breakers\\.|lb_|ssl\\.)`);
     for (const stat of this.store.list({ filter: own })) this.store.removePrefix(stat.name);
     for (const h of this.store.listHistograms({ filter: own })) this.store.removePrefix(h.name);
   }
