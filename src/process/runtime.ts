@@ -275,6 +275,8 @@ export class Runtime {
       // The local registry's directory keeps the http broker's secret; with etcd, $MESH_HOME does.
       secretDirectory: options.registry === 'etcd' ? defaultRegistryDirectory(options.meshHome) : undefined,
       stats: this.stats,
+      // With --mtls, deliveries between processes go over mutual TLS with this process's certificate.
+      workloadTls: () => this.callerTls,
       logger: this.logging.get('broker'),
     });
   }
