@@ -114,8 +114,8 @@ export interface FrontServerOptions<R = undefined> {
    * Terminates mutual TLS with this workload certificate (src/core/transport/mtls-server.ts, as
    * its mode says: permissive or strict) instead of --enable_tls: the sidecar's inbound listener.
    * `service` names it in the 400 a plain caller gets in strict mode. Such a listener is not one
-   * of the process's own addresses for the self-guard: what it serves is forwarded to the app, so
-   * calling it is no loop.
+   * of the process's own addresses for the self-guard (what it serves is forwarded to the app, so
+   * calling it is no loop), and --cors does not apply to it (its callers are mesh processes).
    */
   mtls?: { workload: WorkloadTls; service: string };
 }
@@ -158,7 +158,8 @@ export class FrontServer<R = undefined> {
     this.requestTimeouts = s.requestTimeouts;
     this.secure = options.mtls ? false : tlsEnabled(options.runtime.options);
     const origins = options.runtime.options.cors;
-    if (origins.length > 0) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
+    // --cors is for browsers at the public listeners; a mutual TLS listener's callers are mesh processes.
+    if (origins.length > 0 && !options.mtls) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
     if (options.rateLimit) {
       const limits = declareStats(scope, HTTP_RATE_LIMIT_STATS);
       this.rateLimitOk = limits.ok;
