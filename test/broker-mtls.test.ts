@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:net';
 import { createRegistry } from '../src/engines/registry/create.js';
-import { http, tempDir, waitFor } from './helpers.js';
+import { http, runCli, startProcess, tempDir, waitFor } from './helpers.js';
 import { flushTopic, startSidecar, subscribe, type SidecarProcess, type Subscriber } from './fixtures/sidecar-common.js';
 
 async function stat(admin: string, name: string): Promise<number> {
@@ -98,6 +98,23 @@ describe('http broker deliveries with --mtls', () => {
     const orders = subs[0]!;
     await flushTopic(publisher.base, 'orders', [orders]);
     assert.ok(!orders.bodies().includes('forged'));
+  });
+
+  test('mesh publish and mesh subscribe with --mtls=strict deliver and receive over mutual TLS', async () => {
+    const common = [`--registry_address=${dir.path}`, `--ca_dir=${ca.path}`, '--mtls=strict', '--log_level=warning'];
+    const pub = await runCli(['publish', 'orders', 'from the cli', ...common]);
+    assert.equal(pub.code, 0, pub.stderr);
+    await waitFor(() => subs[0]!.bodies().includes('from the cli'), 10_000);
+    const cli = startProcess(['subscribe', 'shipping', ...common]);
+    try {
+      await cli.waitForOutput(/subscribed to shipping/, 20_000);
+      assert.equal((await topicNode(dir.path, 'shipping')).metadata.mtls, 'true');
+      const r = await http('POST', `${publisher.base}/broker?topic=shipping`, { headers: { 'content-type': 'text/plain' }, body: 'to the cli' });
+      assert.equal(r.status, 200, r.text);
+      await cli.waitForOutput(/^to the cli$/m, 10_000);
+    } finally {
+      await cli.stop();
+    }
   });
 
   test('a strict publisher does not deliver to a plain endpoint; a permissive endpoint takes plain and mTLS deliveries', async () => {
