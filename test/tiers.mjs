@@ -37,6 +37,7 @@ export const UNIT = [
   'test/lifecycle-inflight.test.ts',
   'test/module-homes.test.ts',
   'test/mtls-mesh.test.ts',
+  'test/broker-mtls-library.test.ts',
   'test/proxy-config.test.ts',
   'test/regex-escape.test.ts',
   'test/registry-create.test.ts',
