@@ -64,6 +64,8 @@ export class SidecarInbound {
   private readonly fe: FrontEnd;
   private readonly server: FrontServer;
   private readonly cluster: string;
+  /** The SPIFFE ID of each TLS connection's caller (undefined: none), read once per connection. */
+  private readonly peers = new WeakMap<object, string | undefined>();
 
   constructor(
     runtime: Runtime,
@@ -93,8 +95,13 @@ export class SidecarInbound {
 
   /** The authz verdict, then the caller's identity in place of any the request came with: a denial to answer, or undefined. */
   private admit(req: IncomingMessage): { denied?: MeshError; encrypted: boolean } {
-    const encrypted = (req.socket as { encrypted?: boolean }).encrypted === true;
-    const peer = encrypted ? peerIdentityOf(req.socket) : undefined;
+    const socket = req.socket;
+    const encrypted = (socket as { encrypted?: boolean }).encrypted === true;
+    let peer: string | undefined;
+    if (encrypted) {
+      if (this.peers.has(socket)) peer = this.peers.get(socket);
+      else this.peers.set(socket, (peer = peerIdentityOf(socket)));
+    }
     const endpoint = req.headers[HEADER_ENDPOINT];
     const denied = this.options.authz?.check(peer, this.options.app, typeof endpoint === 'string' ? endpoint : undefined);
     if (denied) return { denied, encrypted };
