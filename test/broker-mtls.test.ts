@@ -92,7 +92,7 @@ describe('http broker deliveries with --mtls', () => {
     const body = 'forged';
     const got = await rawPlain(node.port, `POST /_mesh/broker?topic=orders&id=${encodeURIComponent(node.id)} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/octet-stream\r\nmesh-broker-secret: ${secret}\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
     assert.match(got, /^HTTP\/1\.1 400 Bad Request\r\n/);
-    assert.equal(got.slice(got.indexOf('\r\n\r\n') + 4), '{"id":"the http broker endpoint","code":400,"detail":"service the http broker endpoint accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate","status":"Bad Request"}');
+    assert.equal(got.slice(got.indexOf('\r\n\r\n') + 4), '{"id":"go.mesh.broker","code":400,"detail":"service go.mesh.broker accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate","status":"Bad Request"}');
     assert.ok((await stat(subscriber.admin, 'http.broker.downstream_cx_plain_refused')) >= 1);
     // Everything published after it arrives, and the forged body never did.
     const orders = subs[0]!;

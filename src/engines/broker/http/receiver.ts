@@ -42,8 +42,6 @@ export interface ReceiverOptions {
   tlsStats?: StatsScope;
 }
 
-/** The name a strict endpoint's answer to a plain delivery gives it. */
-const ENDPOINT_NAME = 'the http broker endpoint';
 
 /** A refused delivery is logged at most this often (the first one at once), with the count since. */
 const REFUSED_LOG_INTERVAL_MS = 60_000;
@@ -82,7 +80,7 @@ export class Receiver {
     const workload = this.options.workloadTls?.();
     const mtls = workload !== undefined && workload.mode !== 'off';
     // Before anything else listens for the server's connections (serveMtls takes node:http's own listener).
-    if (mtls) this.stopMtls = serveMtls(server, { workload, service: ENDPOINT_NAME, stats: this.options.tlsStats ?? new StatsStore(), acceptTimeoutMs: 10_000, log: this.options.logger });
+    if (mtls) this.stopMtls = serveMtls(server, { workload, service: ERROR_ID, stats: this.options.tlsStats ?? new StatsStore(), acceptTimeoutMs: 10_000, log: this.options.logger });
     server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
       const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
       if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
