@@ -18,7 +18,9 @@ import { writeFileSync } from 'node:fs';
 import pino from 'pino';
 import { createRegistry } from '../src/engines/registry/create.js';
 import { openWorkloadTls, type OpenedWorkloadTls } from '../src/tls/workload/index.js';
-import { PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { listenLoopback, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { createServer } from 'node:http';
+import WebSocket, { WebSocketServer } from 'ws';
 
 const PYTHON = '/usr/bin/python3';
 const reason = spawnSync(PYTHON, ['-c', 'import http.server'], { encoding: 'utf8' }).status === 0 ? undefined : `${PYTHON} not available`;
@@ -263,6 +265,37 @@ describe('an app behind a sidecar with --mtls', { skip: reason }, () => {
     // An mTLS caller through the same listener is named.
     const res = await tlsPost(inbound, intruder, { 'mesh-endpoint': 'Py.Echo', 'mesh-service': 'go.mesh.srv.pyp', 'mesh-peer-identity': 'spiffe://mesh.local/svc/mesh.cli' });
     assert.deepEqual((JSON.parse(res.text) as Echo).peers, ['spiffe://mesh.local/svc/go.mesh.srv.intruder']);
+  });
+
+  test('a WebSocket through a strict gateway\'s proxy handler reaches an app behind a strict sidecar over mutual TLS', async () => {
+    // The app: a WebSocket server that says who its sidecar said called.
+    const server = createServer((_req, res) => res.end());
+    const wss = new WebSocketServer({ server });
+    wss.on('connection', (socket, req) => socket.send(JSON.stringify({ peer: req.headers['mesh-peer-identity'] ?? null })));
+    const app = await listenLoopback(server);
+    try {
+      const sc = startProcess(['sidecar', '--address=127.0.0.1:0', '--admin_address=off', '--mtls=strict', '--server_name=go.mesh.srv.wsapp', `--server_address=127.0.0.1:${app.port}`, ...common()]);
+      procs.push(sc);
+      await sc.waitForPort(INBOUND, 20_000);
+      const gw = startProcess(['api', '--address=127.0.0.1:0', '--admin_address=off', '--handler=proxy', '--namespace=go.mesh.srv', '--mtls=strict', ...common()]);
+      procs.push(gw);
+      const port = await gw.waitForPort(PRINTED.api, 20_000);
+      const ws = new WebSocket(`ws://127.0.0.1:${port}/wsapp/socket`, { headers: { 'mesh-peer-identity': 'spiffe://mesh.local/svc/go.mesh.srv.admin' } });
+      const first = await new Promise<string>((resolve, reject) => {
+        ws.once('message', (d) => resolve(d.toString()));
+        ws.once('error', reject);
+        ws.once('unexpected-response', (_req, res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => reject(new Error(`upgrade refused: ${res.statusCode} ${body}`)));
+        });
+      });
+      ws.close();
+      assert.deepEqual(JSON.parse(first), { peer: 'spiffe://mesh.local/svc/mesh.api' });
+    } finally {
+      for (const c of wss.clients) c.terminate();
+      await app.close();
+    }
   });
 
   test('--inbound_address and --authz_rules need --mtls and an app', async () => {

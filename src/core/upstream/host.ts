@@ -94,6 +94,9 @@ export class Host implements UpstreamTarget {
   canary: boolean;
 
   private pool: Pool | undefined;
+  /** The pool's connector, made once (undefined: plain); see connector. */
+  private connectorMade = false;
+  private madeConnector: buildConnector.connector | undefined;
   /** The active health checks' connection when they cannot use the shared one (mutual TLS). */
   private checkPool: Pool | undefined;
   private readonly poolOptions: HostPoolOptions;
@@ -161,13 +164,26 @@ export class Host implements UpstreamTarget {
       connections: options.connections,
       pipelining: 1,
       keepAliveTimeout: options.keepAliveTimeoutMs,
-      connect: options.connector?.(this) ?? { timeout: options.connectTimeoutMs },
+      connect: this.connector ?? { timeout: options.connectTimeoutMs },
     });
     pool.on('connect', () => this.connectionOpened());
     pool.on('disconnect', () => this.connectionClosed());
     pool.on('connectionError', () => this.connectionFailed());
     this.pool = pool;
     return pool;
+  }
+
+  /**
+   * How the host's pool connects when it is not plain (mutual TLS: the node's identity checked,
+   * plain nodes refused in strict mode), made once; undefined: plain. Connections made outside the
+   * pool (a proxied upgrade's) use it too.
+   */
+  get connector(): buildConnector.connector | undefined {
+    if (!this.connectorMade) {
+      this.madeConnector = this.poolOptions.connector?.(this);
+      this.connectorMade = true;
+    }
+    return this.madeConnector;
   }
 
   /**

@@ -4,7 +4,7 @@
  * implements it; every outbound call of the gateway, the sidecar and the framework goes through it.
  */
 
-import type { Dispatcher } from 'undici';
+import type { buildConnector, Dispatcher } from 'undici';
 import type { LB_POLICIES } from '../../base/options/schema.js';
 
 /** A load-balancing policy: one of the schema's LB_POLICIES. */
@@ -36,6 +36,12 @@ export interface UpstreamTarget {
    * host's cx_* stats and the max_connections circuit breaker see every connection.
    */
   readonly dispatcher: Dispatcher;
+  /**
+   * How the pool connects when it is not plain (mutual TLS to a node that serves it, with its
+   * identity checked; in strict mode a plain node is refused): a connection made outside the pool
+   * (a proxied upgrade's) goes through it too. Undefined: plain.
+   */
+  readonly connector?: buildConnector.connector;
   /**
    * Connections made outside the pool (a gRPC channel's) report here, so the host's cx_* stats
    * and its cluster's upstream_cx_* count them like the pool's.

@@ -2,7 +2,8 @@
  * The proxy handler: a reverse proxy to a node of the service chosen by the cluster manager, with
  * the full original path and query, streaming both ways, X-Forwarded-For/-Proto/-Host set, and
  * WebSocket (any Upgrade but h2c) requests tunnelled once the node accepted them with a 101. Talks
- * plain HTTP to the node.
+ * HTTP to the node: plain, or over mutual TLS when the node serves it (--mtls; requests through the
+ * host's pool, upgrades through its connector).
  *
  * Request bodies are bounded by --max_body_size: a Content-Length over it gets 413 before any host
  * is contacted; a chunked body is counted as it streams, and the byte that crosses the limit is
@@ -524,7 +525,17 @@ function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: Incoming
   const headers = forwardedHeaders(req, secure, false, hopTrace(fe, req, undefined));
   headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
   const timeoutMs = fe.runtime.options.clientRequestTimeout;
-  const upstream = httpRequest({ host: lease.target.address, port: lease.target.port, method: req.method, path: req.url, headers, setHost: false, agent: false });
+  const target = lease.target;
+  const connector = target.connector;
+  // A node the pool calls over mutual TLS is reached the same way (its identity checked; in strict mode a plain node is refused).
+  const createConnection = connector
+    ? (_options: unknown, oncreate: (err: Error | null, socket: Duplex) => void) => {
+        connector({ hostname: target.address, host: target.key, protocol: 'http:', port: String(target.port), localAddress: null }, (err, socket) => oncreate(err, socket as Duplex));
+        return undefined;
+      }
+    : undefined;
+  // A connection of its own: no agent (`agent: false` would make one, which ignores createConnection).
+  const upstream = httpRequest({ host: target.address, port: target.port, method: req.method, path: req.url, headers, setHost: false, ...(createConnection ? { createConnection: createConnection as never } : { agent: false }) });
   const timer = setTimeout(() => {
     if (state !== 'waiting') return;
     release({ kind: 'timeout' });
