@@ -67,12 +67,12 @@ export async function openWorkloadTls(o: OpenWorkloadTlsOptions): Promise<Opened
   if (domainProblem) throw new OptionError('trust_domain', domainProblem, o.trustDomain);
   if (!(o.certTtlMs >= MIN_CERT_TTL_MS)) throw new OptionError('mtls_cert_ttl', 'must be 1s or more (a certificate is renewed at two thirds of it)', `${o.certTtlMs}ms`);
   if (o.certFile || o.keyFile || o.caFile) {
-    if (o.caServer) throw new OptionError('ca_server', 'takes certificates from mesh ca serve: give it, or {mtls_cert_file}, {mtls_key_file} and {mtls_ca_file}, not both');
+    if (o.caServer) throw new OptionError('ca_server', '{ca_server} takes certificates from mesh ca serve: give it, or {mtls_cert_file}, {mtls_key_file} and {mtls_ca_file}, not both');
     return FileWorkloadTls.open(o);
   }
   if (o.caServer) return openRemote(o, o.caServer);
   for (const key of ['caToken', 'caTokenFile', 'caRootFingerprint', 'caRootFile'] as const) {
-    if (o[key]) throw new OptionError(key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), 'is for certificates from mesh ca serve: give {ca_server} too');
+    if (o[key]) throw new OptionError(key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), `{${key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}} is for certificates from mesh ca serve: give {ca_server} too`);
   }
   if (!caExists(o.caDir)) {
     try {
@@ -114,9 +114,9 @@ async function openRemote(o: OpenWorkloadTlsOptions, server: string): Promise<Op
       throw new OptionError('ca_root_file', 'is not the root of {ca_root_fingerprint}', o.caRootFile);
     }
   }
-  if (!rootFingerprint && !rootPem) throw new OptionError('ca_server', 'needs the CA\'s root pinned: {ca_root_fingerprint}=sha256:… (mesh ca show on the CA\'s machine prints it) or {ca_root_file}');
-  if (o.caToken && o.caTokenFile) throw new OptionError('ca_token', 'give it or {ca_token_file}, not both');
-  if (!o.caToken && !o.caTokenFile) throw new OptionError('ca_server', 'needs a join token for the first certificate: {ca_token} or {ca_token_file} (mesh ca token on the CA\'s machine makes one)');
+  if (!rootFingerprint && !rootPem) throw new OptionError('ca_server', '{ca_server} needs the CA\'s root pinned: {ca_root_fingerprint}=sha256:… (mesh ca show on the CA\'s machine prints it) or {ca_root_file}');
+  if (o.caToken && o.caTokenFile) throw new OptionError('ca_token', 'give {ca_token} or {ca_token_file}, not both');
+  if (!o.caToken && !o.caTokenFile) throw new OptionError('ca_server', '{ca_server} needs a join token for the first certificate: {ca_token} or {ca_token_file} (mesh ca token on the CA\'s machine makes one)');
   const tokenFile = o.caTokenFile;
   const token = (): string | undefined => {
     if (!tokenFile) return o.caToken;

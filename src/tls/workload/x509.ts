@@ -153,7 +153,7 @@ export async function inspectCsr(pem: string): Promise<CsrFacts> {
   if (!pem.includes('-----BEGIN CERTIFICATE REQUEST-----')) throw new Error('not a PEM certificate request (-----BEGIN CERTIFICATE REQUEST-----)');
   const csr = new x509.Pkcs10CertificateRequest(pem);
   const algorithm = csr.publicKey.algorithm as { name: string; namedCurve?: string };
-  const keyKind = algorithm.namedCurve ? `EC ${algorithm.namedCurve}` : algorithm.name;
+  const keyKind = algorithm.namedCurve ? `EC ${algorithm.namedCurve}` : algorithm.name.startsWith('RSA') ? 'RSA' : algorithm.name;
   const requestedNames: string[] = [];
   const extension = csr.getExtension('2.5.29.17');
   if (extension) {
