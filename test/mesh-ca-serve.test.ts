@@ -182,6 +182,22 @@ describe('mesh ca serve (real processes, checked by openssl)', () => {
   });
 });
 
+describe('mesh ca token and mesh ca serve: usage', () => {
+  it('token needs --services (service globs) and a --ttl of at most 168h; --address is for serve; serve needs a CA', async () => {
+    const noServices = await runCli(['ca', 'token'], { MESH_HOME: home });
+    assert.deepEqual([noServices.code, noServices.stderr], [2, "mesh: mesh ca token needs --services: the service names (globs) the token may get certificates for, e.g. --services='go.mesh.srv.*'\n"]);
+    const badGlob = await runCli(['ca', 'token', '--services=go mesh'], { MESH_HOME: home });
+    assert.deepEqual([badGlob.code, badGlob.stderr], [2, 'mesh: --services: "go mesh" is not a service glob (letters, digits, ".", "-", "_", and the wildcards * and ?)\n']);
+    const long = await runCli(['ca', 'token', '--services=a', '--ttl=169h'], { MESH_HOME: home });
+    assert.deepEqual([long.code, long.stderr], [1, 'mesh: --ttl: a join token lives from 1s to 168h (7 days)\n']);
+    const address = await runCli(['ca', 'show', '--address=127.0.0.1:1'], { MESH_HOME: home });
+    assert.equal(address.code, 2);
+    assert.match(address.stderr, /^mesh: --address and --ca_serve_names are for mesh ca serve /);
+    const noCa = await runCli(['ca', 'serve', `--ca_dir=${join(tmp.path, 'none')}`, '--address=127.0.0.1:0'], { MESH_HOME: home });
+    assert.deepEqual([noCa.code, noCa.stderr], [1, `mesh: no mesh CA in ${join(tmp.path, 'none')}: run \`mesh ca init --ca_dir=${join(tmp.path, 'none')}\` first (or point --ca_dir at it)\n`]);
+  });
+});
+
 describe('--ca_server: workload certificates from mesh ca serve', () => {
   /** The fixture process, as a mesh command with --ca_server, no CA directory of its own. */
   function remoteWorkload(extra: string[]): RunningProcess {

@@ -136,7 +136,7 @@ export const OPTIONS = {
   ca_root_file: { type: 'string', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'with --ca_server: the pinned root as a PEM file (instead of, or as well as, --ca_root_fingerprint)' },
   ca_serve_names: { type: 'list', group: 'mtls', commands: ['ca'], help: 'mesh ca serve: DNS names and IP addresses of its certificate, how clients reach it (comma list; default the host of --address)' },
   services: { type: 'list', group: 'command', commands: ['ca'], help: 'mesh ca token: the service names (globs, * and ?) the token may get certificates for (comma list)' },
-  ttl: { type: 'duration', default: '1h', group: 'command', commands: ['ca'], help: 'mesh ca token: how long the token may be used (1s to 720h); renewals do not need it' },
+  ttl: { type: 'duration', default: '1h', group: 'command', commands: ['ca'], help: 'mesh ca token: how long the token may be used (1s to 168h); renewals do not need it' },
   enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
   tls_cert_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM certificate chain' },
   tls_key_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM private key' },

@@ -16,8 +16,8 @@ import { CaError } from './ca.js';
 /** The `typ` of a join token's header, and its issuer. */
 const TOKEN_TYPE = 'mesh-join+jwt';
 const ISSUER = 'mesh ca';
-/** The longest --ttl of a join token: 30 days (a token is for joining; renewals use the certificate). */
-export const MAX_TOKEN_TTL_MS = 30 * 86_400_000;
+/** The longest --ttl of a join token: 7 days (a token is for joining; renewals use the certificate). */
+export const MAX_TOKEN_TTL_MS = 7 * 86_400_000;
 /** A glob of service names: letters, digits, `.`, `-`, `_`, and the wildcards `*` and `?`. */
 const SERVICE_GLOB = /^[A-Za-z0-9._*?-]{1,253}$/;
 
@@ -74,7 +74,7 @@ export async function makeToken(caDir: string, o: { services: readonly string[];
     const problem = serviceGlobProblem(glob);
     if (problem) throw new CaError(`--services: ${problem}`);
   }
-  if (!(o.ttlMs >= 1000 && o.ttlMs <= MAX_TOKEN_TTL_MS)) throw new CaError('--ttl: a join token lives from 1s to 720h (30 days)');
+  if (!(o.ttlMs >= 1000 && o.ttlMs <= MAX_TOKEN_TTL_MS)) throw new CaError('--ttl: a join token lives from 1s to 168h (7 days)');
   const now = Math.floor((o.now ?? Date.now()) / 1000);
   const exp = now + Math.ceil(o.ttlMs / 1000);
   const id = randomBytes(8).toString('hex');
