@@ -9,7 +9,8 @@ import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { request } from 'node:https';
+import { once } from 'node:events';
+import { createServer, request } from 'node:https';
 import { join } from 'node:path';
 import pino from 'pino';
 import { CaServer } from '../src/tls/workload/ca-server.js';
@@ -71,6 +72,26 @@ describe('a process with --ca_server', () => {
     const before = workload.certificates()[0]!.serialNumber;
     await (workload as unknown as { renew(): Promise<void> }).renew();
     assert.notEqual(workload.certificates()[0]!.serialNumber, before);
+  });
+
+  it('refuses a server of the same CA that is not the signing service (another workload\'s certificate), before sending the token', async () => {
+    const { tmp, caDir, token } = await startCa();
+    const keys = await generateKeyPair();
+    const cert = await new LocalCaSigner(caDir, 'mesh.local').sign(await createCsr(keys, 'go.mesh.srv.x'), 'go.mesh.srv.x', 600_000);
+    const seen: Array<string | undefined> = [];
+    const impostor = createServer({ cert, key: await privateKeyPem(keys.privateKey) }, (req, res) => {
+      seen.push(req.headers.authorization);
+      res.end('{}');
+    });
+    impostor.listen(0, '127.0.0.1');
+    await once(impostor, 'listening');
+    cleanups.push(() => impostor.close());
+    const port = (impostor.address() as { port: number }).port;
+    await assert.rejects(
+      openWorkloadTls({ mode: 'strict', trustDomain: 'mesh.local', caDir: join(tmp.path, 'none'), certTtlMs: 3_600_000, service: 'go.mesh.srv.r', caServer: `https://127.0.0.1:${port}`, caToken: token, caRootFile: caPaths(caDir).signerCert, log }),
+      { message: `mesh ca serve https://127.0.0.1:${port}: the server presents spiffe://mesh.local/svc/go.mesh.srv.x, not spiffe://mesh.local/svc/mesh.ca: it is not the signing service` },
+    );
+    assert.deepEqual(seen, []);
   });
 
   it('refuses a renewal whose client certificate names another identity (exact error JSON)', async () => {

@@ -190,7 +190,7 @@ export class RemoteCaSigner implements CertificateSigner {
           ca,
           rejectUnauthorized: true,
           // The identity of the signing service, not a host name: a workload of the same CA cannot pose as it.
-          checkServerIdentity: (_host, cert) => (uriSans(cert).includes(serverId) ? undefined : new Error(`${this.description} presents ${uriSans(cert).join(', ') || 'no SPIFFE ID'}, not ${serverId}`)),
+          checkServerIdentity: (_host, cert) => (uriSans(cert).includes(serverId) ? undefined : new Error(`the server presents ${uriSans(cert).join(', ') || 'no SPIFFE ID'}, not ${serverId}: it is not the signing service`)),
           cert: auth.clientCert?.cert,
           key: auth.clientCert?.key,
           agent: false,
