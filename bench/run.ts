@@ -28,7 +28,7 @@ import { ANSWER, BACKEND_SERVICE, PATH, REQUEST_BODY } from './lib/payload.js';
 import { summarizeProfile, type ProfileSummary } from './lib/profile.js';
 import { runExtras, type ExtraSection } from './extras.js';
 import { runScale, scaleWanted } from './scale.js';
-import { startMesh, tsxProcess, type Ctx, type Settings } from './lib/mesh.js';
+import { startMesh, tsxProcess, type Ctx, type MtlsBackend, type Settings } from './lib/mesh.js';
 
 // ------------------------------------------------------------------------------------ settings
 
@@ -411,6 +411,53 @@ const DEFAULT_ROWS: Row[] = [
 for (const d of DEFAULT_ROWS) {
   const i = ROWS.findIndex((r) => r.id === d.id.replace(/-default$/, ''));
   ROWS.splice(i < 0 ? ROWS.length : i + 1, 0, d);
+}
+
+// Mutual TLS (opt-in: BENCH_ROWS=mesh-rpc,mesh-rpc-mtls,...): the mesh-rpc, mesh-proxy and sidecar
+// rows with --mtls=strict, calling the same backend serving mutual TLS with a certificate of a mesh
+// CA of the run's own (servers/backend.ts --mtls), registered with mtls=true in a registry of its
+// own. Keep-alive on both sides, so handshakes are rare; the targets compare each with its plain row.
+const MTLS_ROWS: Array<[string, string, 'api' | 'sidecar', string[]]> = [
+  ['mesh-rpc', 'mesh-api-rpc', 'api', ['--handler=rpc', '--namespace=go.mesh.srv']],
+  ['mesh-proxy', 'mesh-api-proxy', 'api', ['--handler=proxy', '--namespace=go.mesh.srv']],
+  ['sidecar', 'mesh-sidecar', 'sidecar', []],
+];
+for (const [id, name, command, flags] of MTLS_ROWS) {
+  const plain = ROWS.find((r) => r.id === id)!;
+  ROWS.splice(ROWS.indexOf(plain) + 1, 0, {
+    id: `${id}-mtls`,
+    label: `${plain.label} --mtls=strict`,
+    mesh: true,
+    optIn: true,
+    setup: async (ctx, nodeArgs) => {
+      const b = await mtlsBackend(ctx);
+      const g = await startMesh({ ...ctx, registryDir: b.registryDir }, `${name}-mtls`, command, [...flags, '--mtls=strict', `--ca_dir=${b.caDir}`], nodeArgs);
+      return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [b.proc], own: [g.proc], admin: g.admin, note: 'mutual TLS to the backend (mesh CA certificates, keep-alive)' };
+    },
+  });
+}
+
+/** The backend of the mutual TLS rows, started once: `mesh ca init`, the backend with --mtls, its registration with mtls=true. */
+function mtlsBackend(ctx: Ctx): Promise<MtlsBackend> {
+  ctx.lazy.mtls ??= (async () => {
+    if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
+    const caDir = join(ctx.tmp, 'ca');
+    const registryDir = join(ctx.tmp, 'registry-mtls');
+    mkdirSync(registryDir, { recursive: true });
+    const cli = (args: string[]) => {
+      const r = spawnSync(process.execPath, [ctx.meshMain, ...args], { cwd: ctx.root, env: ctx.env, encoding: 'utf8', timeout: 30000 });
+      if (r.status !== 0) throw new NotAvailable(`mesh ${args[0]} ${args[1]}: ${(r.stderr || r.stdout).trim().split('\n')[0]}`);
+    };
+    cli(['ca', 'init', `--ca_dir=${caDir}`]);
+    const port = await freePort();
+    const proc = tsxProcess(ctx, 'backend-mtls', 'servers/backend.ts', [String(port), '--mtls', caDir, join(ctx.root, 'dist')]);
+    await waitForPort(proc, port);
+    if (ctx.settings.pin) pin([proc.pid], ctx.settings.pin.rest);
+    const record = { Name: BACKEND_SERVICE, Nodes: [{ Id: 'bench-mtls-1', Address: '127.0.0.1', Port: port, Metadata: { mtls: 'true' } }] };
+    cli(['register', 'service', JSON.stringify(record), `--registry_address=${registryDir}`]);
+    return { caDir, registryDir, proc };
+  })();
+  return ctx.lazy.mtls;
 }
 
 // BENCH_MESH_MAIN_BASE=/other/dist/src/cli/main.js: an A/B of two builds in one run. Each mesh row
@@ -837,6 +884,14 @@ function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
     out.push(check("gateway proxy handler, default flags: req/s ÷ stream() floor's ≥ 1", paired(byId.get('mesh-proxy-default'), stream, rps), 1, 'atLeast', 'x', detail('mesh-proxy-default', 'floor-stream', 'rps')));
     out.push(check("gateway api handler, default flags: CPU per request ÷ Node floor's ≤ 0.9", paired(byId.get('mesh-api-default'), floor, (x) => x.cpuUsPerReq), 0.9, 'atMost', 'x', detail('mesh-api-default', 'floor', 'cpu')));
   }
+  // The price of mutual TLS: each front end with --mtls=strict against its plain row (paired rounds).
+  for (const [id] of MTLS_ROWS) {
+    const mtls = byId.get(`${id}-mtls`);
+    if (!mtls) continue;
+    out.push(check(`mutual TLS: ${id} CPU per request with --mtls=strict ÷ plain ≤ 1.2`, paired(mtls, byId.get(id), (x) => x.cpuUsPerReq), 1.2, 'atMost', 'x', detail(`${id}-mtls`, id, 'cpu')));
+    const rate = paired(mtls, byId.get(id), rps);
+    if (Number.isFinite(rate)) out.push({ text: `mutual TLS: ${id} req/s with --mtls=strict ÷ plain: ${rate.toFixed(2)}× (${detail(`${id}-mtls`, id, 'rps')}; no target)` });
+  }
   // The price of the access log: the same gateway with --access_log to a file, against it off (paired rounds).
   const logged = byId.get('mesh-rpc-log');
   const plain = byId.get('mesh-rpc');
@@ -1022,7 +1077,7 @@ async function main(): Promise<void> {
   const backend = startProcess('backend', process.execPath, [...TSX, join(ROOT, 'bench', 'servers', 'backend.ts'), String(backendPort)], { env, cwd: ROOT });
   await waitForPort(backend, backendPort);
   if (settings.pin) pin([backend.pid], settings.pin.rest);
-  const ctx: Ctx = { root: ROOT, tmp, registryDir, env, backendPort, backend, tool, meshMain: MESH_MAIN, settings, log, registered: false };
+  const ctx: Ctx = { root: ROOT, tmp, registryDir, env, backendPort, backend, tool, meshMain: MESH_MAIN, settings, log, registered: false, lazy: {} };
   register(ctx);
   log(ctx.registered ? `backend on :${backendPort}, registered as ${BACKEND_SERVICE}` : `backend on :${backendPort}; registration failed: ${ctx.registerError}`);
 

@@ -38,6 +38,15 @@ export interface Ctx {
   /** Registers the bench backend as a plain node in the local registry (CLI). */
   registered: boolean;
   registerError?: string;
+  /** Started on first use by the rows that need them (the mutual TLS backend), shared by every copy of the context. */
+  lazy: { mtls?: Promise<MtlsBackend> };
+}
+
+/** The backend of the mutual TLS rows: a mesh CA, the backend serving mTLS with its certificate, a registry where it says mtls=true. */
+export interface MtlsBackend {
+  caDir: string;
+  registryDir: string;
+  proc: Proc;
 }
 
 export function tsxProcess(ctx: Ctx, name: string, script: string, args: string[], nodeArgs: string[] = []): Proc {

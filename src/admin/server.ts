@@ -382,7 +382,7 @@ export class AdminServer {
     if (authRules) {
       list.push({
         path: '/auth_rules',
-        help: 'print the loaded authorization rules (--auth_rules) as JSON',
+        help: 'print the loaded authorization rules (--auth_rules, --authz_rules) as JSON',
         mutates: never,
         // One configuration a process: the object itself; several: a list.
         handle: async () => {

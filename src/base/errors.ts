@@ -24,6 +24,8 @@ export const ERROR_IDS = {
   proxy: 'go.mesh.proxy',
   /** The auth step at the edge (401, 403; src/edge/auth/). */
   auth: 'go.mesh.auth',
+  /** Who may call whom, where a call arrives (403; --authz_rules, src/edge/auth/authz.ts). */
+  authz: 'go.mesh.authz',
   /** The http broker's wire and the framework's subscribers. */
   broker: 'go.mesh.broker',
   /** `mesh ca serve`, the mesh CA's signing service (src/tls/workload/ca-server.ts). */

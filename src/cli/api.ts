@@ -1,4 +1,5 @@
 /** `mesh api`: the API gateway (docs/gateway.md). */
+import { CALLER_NAMES } from '../core/transport/workload-tls.js';
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../process/runtime.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '../fronts/gateway/server.js';
@@ -35,6 +36,8 @@ export async function runApi(args: ParsedArgs): Promise<number> {
   try {
     // TLS first: a bad certificate file, ACME cache or challenge port is a start-up error naming it.
     await runtime.startTls();
+    // With --mtls, the gateway's own identity (mesh.api): what its calls to the services present.
+    await runtime.workloadTls(CALLER_NAMES.gateway);
     const gateway = new Gateway(runtime, {
       address: config.address ?? DEFAULT_ADDRESS,
       namespace: config.namespace ?? DEFAULT_NAMESPACE,

@@ -1,11 +1,15 @@
 /**
- * The auth flags of `mesh api` and `mesh sidecar` (docs/security.md): checked and their files read
- * before anything starts (a bad value or file is a flag error, exit 2, naming the line), then the
- * process's EdgeAuth: listed by admin /auth_rules, reloaded on SIGHUP.
+ * The auth flags (docs/security.md): checked and their files read before anything starts (a bad
+ * value or file is a flag error, exit 2, naming the line). `mesh api` and `mesh sidecar`: the
+ * process's EdgeAuth, listed by admin /auth_rules, reloaded on SIGHUP. The processes that serve
+ * framework services (`mesh dev`, runService): the Mesh, which reads --authz_rules.
  */
 import { FlagError, type Config } from './flags.js';
 import type { Runtime } from '../process/runtime.js';
+import type { ResolvedOptions } from '../process/options.js';
 import { AuthSetupError, EdgeAuth, readAuthSetup, type AuthSetup } from '../edge/auth/edge.js';
+import { AuthzSetupError } from '../edge/auth/authz.js';
+import { Mesh } from '../framework/mesh.js';
 
 export function checkAuthFlags(config: Config): AuthSetup | undefined {
   try {
@@ -24,4 +28,14 @@ export async function startAuth(runtime: Runtime, setup: AuthSetup | undefined):
   runtime.onShutdown(auth.reloadOnSighup());
   await auth.start();
   return auth;
+}
+
+/** The Mesh of a process that serves framework services: a bad --authz_rules file or --authz_default is a flag error (exit 2). */
+export function newMesh(options: ResolvedOptions, role: string): Mesh {
+  try {
+    return new Mesh(options, role);
+  } catch (err) {
+    if (err instanceof AuthzSetupError) throw new FlagError(err.format('flag'));
+    throw err;
+  }
 }

@@ -2,7 +2,7 @@
 import { tlsEnabled } from '../tls/index.js';
 import type { ParsedArgs } from './flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
-import { Mesh } from '../framework/mesh.js';
+import { newMesh } from './auth-flags.js';
 import { greeterApi, greeterBackend } from '../demo/greeter.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../fronts/gateway/server.js';
 import { checkGatewayFlags } from './api.js';
@@ -13,7 +13,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
   const config = args.config;
   // mesh dev shows the requests it serves: its access log is on stdout unless --access_log says otherwise.
-  const mesh = new Mesh(optionsFromFlags({ ...config, access_log: config.access_log ?? 'stdout' }), 'dev');
+  const mesh = newMesh(optionsFromFlags({ ...config, access_log: config.access_log ?? 'stdout' }), 'dev');
   const runtime = mesh.runtime;
   runtime.installSignalHandlers();
   try {

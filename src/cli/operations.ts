@@ -3,6 +3,7 @@
  * talks to the registry, broker and services) or through a sidecar (`--proxy_address`), with the
  * same results either way.
  */
+import { CALLER_NAMES } from '../core/transport/workload-tls.js';
 import { request } from 'undici';
 import WebSocket from 'ws';
 import type { Config } from './flags.js';
@@ -73,6 +74,8 @@ export class DirectOperations implements Operations {
   }
 
   async call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string> {
+    // With --mtls, the CLI calls with a certificate of its own identity (mesh.cli).
+    await this.runtime.workloadTls(CALLER_NAMES.cli);
     const res = await this.runtime.client.call(service, endpoint, Buffer.from(requestJson), {
       contentType: 'application/json',
       address,
@@ -80,7 +83,8 @@ export class DirectOperations implements Operations {
     return res.body.toString('utf8');
   }
 
-  stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
+  async stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
+    await this.runtime.workloadTls(CALLER_NAMES.cli);
     return this.runtime.client.stream(service, endpoint, opts);
   }
 

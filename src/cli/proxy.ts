@@ -1,4 +1,5 @@
 /** `mesh proxy -c FILE`: the stand-alone L7 proxy (docs/proxy.md, src/fronts/proxy/). */
+import { CALLER_NAMES } from '../core/transport/workload-tls.js';
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../process/runtime.js';
 import { tlsEnabled } from '../tls/index.js';
@@ -29,6 +30,8 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
   worker?.attach(runtime);
   try {
     await runtime.startTls();
+    // With --mtls, the proxy's own identity (mesh.proxy): what its calls to mesh nodes present.
+    await runtime.workloadTls(CALLER_NAMES.proxy);
     const proxy = new Proxy(runtime, file);
     const admin = await runtime.startAdmin(file.adminAddress ?? PROXY_ADMIN_ADDRESS);
     const bound = await proxy.start();

@@ -6,7 +6,8 @@
  */
 import { parseArgs, FlagError } from './flags.js';
 import { optionsFromFlags } from './options.js';
-import { Mesh } from '../framework/mesh.js';
+import type { Mesh } from '../framework/mesh.js';
+import { newMesh } from './auth-flags.js';
 import { formatAddress } from '../base/util/address.js';
 import { errorMessage } from '../base/util/option-error.js';
 
@@ -22,7 +23,7 @@ export async function runService(build: (mesh: Mesh) => void | Promise<void>, ar
   try {
     const { config } = parseArgs(argv, process.env, { command: false });
     const options = optionsFromFlags(config, { address: config.address, adminAddress: config.admin_address ?? SERVICE_ADMIN_ADDRESS });
-    mesh = new Mesh(options, 'service');
+    mesh = newMesh(options, 'service');
   } catch (err) {
     process.stderr.write(`mesh: ${errorMessage(err, 'flag')}\n`);
     process.exit(err instanceof FlagError ? 2 : 1);

@@ -1,4 +1,5 @@
 /** `mesh sidecar`: see docs/sidecar.md and src/fronts/sidecar/server.ts. */
+import { CALLER_NAMES } from '../core/transport/workload-tls.js';
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../process/runtime.js';
 import { formatAddress, parseAddress } from '../base/util/address.js';
@@ -51,6 +52,8 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   try {
     // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).
     await runtime.startTls();
+    // With --mtls, the sidecar calls as the app it fronts (--server_name), or as mesh.sidecar.
+    await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
     const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
     const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token });
     let bound;

@@ -17,6 +17,8 @@ import { messageHeader, messageTrace } from '../engines/broker/context.js';
 import { HEADER_ID } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf } from '../base/tracing/tracer.js';
 import { isStreamKind, type StreamKind } from '../core/transport/frames.js';
+import { readAuthzSetup, ServiceAuthz } from '../edge/auth/authz.js';
+import { CALLER_NAMES } from '../core/transport/workload-tls.js';
 
 /** Options of one call (Mesh.call). */
 export interface CallOptions {
@@ -118,6 +120,8 @@ export class Mesh {
   readonly #runtime: Runtime;
   readonly #services: Service[] = [];
   readonly #started = new Set<Service>();
+  /** Who may call the services (authzRules); undefined without a rules file. */
+  readonly #authz?: ServiceAuthz;
   #admin?: Promise<{ host: string; port: number } | undefined>;
   #closing = false;
 
@@ -126,7 +130,22 @@ export class Mesh {
    * at once, so a bad engine address or TLS file fails here; nothing listens before start().
    */
   constructor(options: MeshOptions = {}, /** @internal who runs: names the process in logs and admin /server_info */ role = 'library') {
-    this.#runtime = new Runtime(resolveOptions(options), { role });
+    const resolved = resolveOptions(options);
+    // The rules file is read before anything is built: a bad one fails here, naming its line.
+    const authz = readAuthzSetup({ authz_rules: resolved.authzRules, authz_default: resolved.authzDefault, trust_domain: resolved.trustDomain });
+    const runtime = new Runtime(resolved, { role });
+    this.#runtime = runtime;
+    if (authz) {
+      const engine = new ServiceAuthz(authz, { stats: runtime.stats, log: runtime.logging.get('config') });
+      this.#authz = engine;
+      runtime.onShutdown(runtime.addAuthRulesSource(() => [engine.dump()]));
+      runtime.onShutdown(engine.reloadOnSighup());
+    }
+  }
+
+  /** @internal the process's authorization (authzRules), for the parts that take calls besides the services (a sidecar's inbound listener). */
+  get authz(): ServiceAuthz | undefined {
+    return this.#authz;
   }
 
   /** The resolved options (defaults filled in, durations in ms, sizes in bytes). */
@@ -163,7 +182,7 @@ export class Mesh {
   service(options: ServiceOptions): Service {
     if (this.#closing) throw new Error('mesh is closed');
     if (!options || typeof options.name !== 'string' || options.name === '') throw new TypeError('service: a name is required, e.g. { name: "go.mesh.srv.greeter" }');
-    const service = new Service(this.#runtime, options);
+    const service = new Service(this.#runtime, options, this.#authz);
     this.#services.push(service);
     return service;
   }
@@ -194,6 +213,8 @@ export class Mesh {
     const timeoutMs = timeoutOption(opts.timeout);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     if (!this.#runtime.codecs.for(contentType)) throw new MeshError(ERROR_IDS.client, 415, `no codec for content type ${contentType}`);
+    const identity = this.#callerIdentity();
+    if (identity) await identity;
     return this.#runtime.client.callValue<TRes>(service, endpoint, request, {
       contentType,
       timeoutMs,
@@ -222,6 +243,7 @@ export class Mesh {
     const codec = this.#runtime.codecs.for(contentType);
     if (!codec) throw new MeshError(ERROR_IDS.client, 415, `no codec for content type ${contentType}`);
     const client = this.#runtime.client;
+    const identity = this.#callerIdentity();
     const cancel = new AbortController();
     const signal = opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal;
     const encode = (value: unknown): Uint8Array => {
@@ -232,6 +254,7 @@ export class Mesh {
       }
     };
     async function* run(): AsyncGenerator<TRes> {
+      if (identity) await identity;
       const call = await client.stream(service, endpoint, {
         kind,
         contentType,
@@ -276,6 +299,17 @@ export class Mesh {
     }
     const gen = run();
     return { cancel: () => cancel.abort(), [Symbol.asyncIterator]: () => gen };
+  }
+
+  /**
+   * With --mtls, before the first call: the workload certificate the calls present, opened when
+   * no service of this Mesh opened one yet: the first service's identity, or, for a Mesh without
+   * services, the CLI's (`mesh.cli`, as `mesh call`). Undefined when there is nothing to wait for.
+   */
+  #callerIdentity(): Promise<unknown> | undefined {
+    const runtime = this.#runtime;
+    if (runtime.options.mtls === 'off' || runtime.callerWorkloadTls) return undefined;
+    return runtime.workloadTls(this.#services[0]?.name ?? CALLER_NAMES.cli);
   }
 
   /** Publishes a value (encoded as JSON unless it is bytes, sent as they are) to a topic. */

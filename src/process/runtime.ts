@@ -39,6 +39,7 @@ import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLog
 import { ContextStore } from '../base/util/call-context.js';
 import { Tracer } from '../base/tracing/tracer.js';
 import { OptionError } from '../base/util/option-error.js';
+import type { WorkloadTls } from '../core/transport/workload-tls.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -50,6 +51,12 @@ export interface RuntimeOptions {
    * /clusters says `version_info::static`. Default true.
    */
   registryClusters?: boolean;
+  /**
+   * Opens the workload certificate of a name (mutual TLS). Default: openWorkloadTls from the
+   * options (the mesh CA in --ca_dir, or the --mtls_*_file files). Tests give certificates of
+   * their own.
+   */
+  openWorkloadTls?: (name: string) => Promise<WorkloadTls>;
 }
 
 type ShutdownHook = () => Promise<void> | void;
@@ -114,6 +121,10 @@ export class Runtime {
   /** The standard process metrics (event-loop monitor included), built with the first listener that shows them. */
   private processMetricsInstance?: ProcessMetrics;
   private metricsServer?: MetricsServer;
+  /** The workload certificates opened so far, per name (workloadTls()). */
+  private readonly workloads = new Map<string, Promise<WorkloadTls>>();
+  /** What this process's calls present: the first workload certificate opened. */
+  private callerTls?: WorkloadTls;
 
   constructor(
     readonly options: ResolvedOptions,
@@ -168,6 +179,7 @@ export class Runtime {
       // Closed after the drain: the upstream calls still running then serve requests the drain cut off.
       closeGraceMs: 1000,
       self: this.selfAddresses,
+      workloadTls: () => this.callerTls,
     });
     if (options.protoPath.length > 0) {
       try {
@@ -177,7 +189,7 @@ export class Runtime {
         throw new Error(`.proto files: ${(err as Error).message}`);
       }
     } else if (options.protoFiles.length > 0) throw new OptionError('proto_files', '.proto files: {proto_files} needs {proto_path} (the directories the files and their imports are found in)');
-    this.grpc = new GrpcTransport({ schema: this.grpcSchema, maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024), logger: this.logging.get('client'), tlsRoots: readEngineTls('grpc_tls', { caFile: options.grpcTlsCaFile })?.ca });
+    this.grpc = new GrpcTransport({ schema: this.grpcSchema, maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024), logger: this.logging.get('client'), tlsRoots: readEngineTls('grpc_tls', { caFile: options.grpcTlsCaFile })?.ca, workload: () => this.callerTls });
     this.client = new Client({
       selector: this.clusters,
       requestTimeoutMs: options.clientRequestTimeout,
@@ -420,6 +432,35 @@ export class Runtime {
       return new FileCertificateStore({ certFile: options.tlsCertFile!, keyFile: options.tlsKeyFile!, log, stats: this.stats });
     }
     return undefined;
+  }
+
+  /**
+   * The workload certificate of `name` (mutual TLS): a service of this process, or the identity
+   * of a caller that is not a service (CALLER_NAMES: the gateway, the proxy, the sidecar without
+   * an app, the CLI), opened once per name and closed on shutdown; undefined with --mtls=off.
+   * The first one opened is also what this process's calls present. A front end opens its own
+   * before it serves; a service opens its own before it listens (its node then says mtls=true).
+   * Rejects with an Error naming the flag or file at fault.
+   */
+  workloadTls(name: string): Promise<WorkloadTls | undefined> {
+    if (this.options.mtls === 'off') return Promise.resolve(undefined);
+    let opened = this.workloads.get(name);
+    if (!opened) {
+      const open = this.setup.openWorkloadTls ?? ((n: string) => this.openWorkloadTls(n));
+      opened = open(name).then((workload) => {
+        this.callerTls ??= workload;
+        return workload;
+      });
+      // A failed open is not kept: the next start tries again (and fails with the same message).
+      opened.catch(() => this.workloads.delete(name));
+      this.workloads.set(name, opened);
+    }
+    return opened;
+  }
+
+  /** What this process's calls present (the first workload certificate opened), or undefined before any (or with --mtls=off). */
+  get callerWorkloadTls(): WorkloadTls | undefined {
+    return this.callerTls;
   }
 
   /**

@@ -137,6 +137,8 @@ export const OPTIONS = {
   ca_serve_names: { type: 'list', group: 'mtls', commands: ['ca'], help: 'mesh ca serve: DNS names and IP addresses of its certificate, how clients reach it (comma list; default the host of --address)' },
   services: { type: 'list', group: 'command', commands: ['ca'], help: 'mesh ca token: the service names (globs, * and ?) the token may get certificates for (comma list)' },
   ttl: { type: 'duration', default: '1h', group: 'command', commands: ['ca'], help: 'mesh ca token: how long the token may be used (1s to 168h); renewals do not need it' },
+  authz_rules: { type: 'string', group: 'mtls', commands: ['dev'], api: true, help: 'who may call the framework services of this process: rules from caller identities to services and endpoints, YAML or JSON (first match wins; reloaded on SIGHUP; docs/security.md)' },
+  authz_default: { type: 'string', default: 'allow', choices: ['allow', 'deny'], group: 'mtls', commands: ['dev'], api: true, help: 'what a call no --authz_rules rule matches gets (allow by default, so that nothing changes without rules)' },
   enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
   tls_cert_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM certificate chain' },
   tls_key_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM private key' },

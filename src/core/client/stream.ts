@@ -19,6 +19,7 @@ import { clusterStatPrefix } from '../upstream/cluster.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../transport/frames.js';
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
+import { MTLS_REFUSED } from '../upstream/mtls.js';
 import { budgetLeft } from './budget.js';
 
 const CLIENT_ID = ERROR_IDS.client;
@@ -163,7 +164,7 @@ class WireStreamCall implements StreamCall {
     } catch (err) {
       if (!this.failure) {
         const e = err as { code?: string; message?: string };
-        const connect = e.code === 'ECONNREFUSED' || e.code === 'UND_ERR_CONNECT_TIMEOUT';
+        const connect = e.code === 'ECONNREFUSED' || e.code === 'UND_ERR_CONNECT_TIMEOUT' || e.code === MTLS_REFUSED;
         this.outcome = connect ? { kind: 'connect_failure' } : { kind: 'reset' };
         this.failure = flagged(
           new MeshError(CLIENT_ID, 502, `stream ${this.service} on ${this.lease.target.key}: ${connect ? 'connection failed' : 'connection reset'}: ${e.message ?? String(err)}`),

@@ -6,6 +6,7 @@ import type { Dispatcher } from 'undici';
 import type { AttemptOutcome } from '../upstream/types.js';
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_TIMEOUT, rawNameIs } from './headers.js';
 import { TRACEPARENT, TRACESTATE } from '../../base/util/trace-context.js';
+import { MTLS_REFUSED } from '../upstream/mtls.js';
 
 export interface RpcRequest {
   service: string;
@@ -41,7 +42,7 @@ export class TransportError extends Error {
   }
 }
 
-const CONNECT_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT', 'EADDRNOTAVAIL']);
+const CONNECT_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT', 'EADDRNOTAVAIL', MTLS_REFUSED]);
 
 function errorCode(err: unknown): string {
   const e = err as { code?: string; cause?: { code?: string } };

@@ -67,5 +67,10 @@ export const CALLER_NAMES = { gateway: 'mesh.api', proxy: 'mesh.proxy', cli: 'me
 export function peerIdentityOf(socket: unknown): string | undefined {
   const tlsSocket = socket as { encrypted?: boolean; getPeerCertificate?: () => PeerCertificate };
   if (!tlsSocket.encrypted || typeof tlsSocket.getPeerCertificate !== 'function') return undefined;
-  return uriSans(tlsSocket.getPeerCertificate()).find((uri) => uri.startsWith('spiffe://'));
+  return spiffeIdOfCertificate(tlsSocket.getPeerCertificate());
+}
+
+/** The SPIFFE ID of a peer certificate (its first spiffe:// URI SAN), or undefined (none, or no certificate). */
+export function spiffeIdOfCertificate(cert: PeerCertificate | undefined): string | undefined {
+  return uriSans(cert).find((uri) => uri.startsWith('spiffe://'));
 }

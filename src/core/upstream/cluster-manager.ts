@@ -32,6 +32,7 @@ import {
 import { hostKey, parseWeight, specFromNode, type HostSpec } from './host.js';
 import { tryParseAddress } from '../../base/util/address.js';
 import { SelfGuard, selfRefusingConnector, type SelfLookup } from './self-guard.js';
+import type { WorkloadTls } from '../transport/workload-tls.js';
 import type {
   AcquireOptions,
   ClusterManagerView,
@@ -71,6 +72,11 @@ export interface ClusterManagerOptions {
   random?: () => number;
   /** The process's own listening addresses: never forwarded to (self-guard.ts). */
   self?: SelfLookup;
+  /**
+   * This process's workload certificate, read when a host's pool is made (the process opens it at
+   * start): mutual TLS to the nodes that serve it (mtls.ts). Undefined: plain, as with --mtls=off.
+   */
+  workloadTls?: () => WorkloadTls | undefined;
 }
 
 /** `cluster_manager.*` */
@@ -91,6 +97,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private readonly random?: () => number;
   private readonly hcDispatcher: Agent;
   private readonly guard?: SelfGuard;
+  private readonly workloadTls?: () => WorkloadTls | undefined;
 
   private readonly staticClusters = new Map<string, Cluster>();
   /** Static clusters whose first health checks are still running. */
@@ -119,6 +126,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     this.maxClusters = Math.max(1, options.maxClusters ?? DEFAULT_MAX_CLUSTERS);
     this.closeGraceMs = options.closeGraceMs ?? 5_000;
     this.random = options.random;
+    this.workloadTls = options.workloadTls;
     // Validate the defaults once, so a bad configuration fails at start, not at first call.
     resolveSettings(undefined, this.defaults, this.lbPolicy, true);
     this.hcDispatcher = new Agent({
@@ -224,6 +232,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
       hcDispatcher: this.hcDispatcher,
       random: this.random,
       onIdleEmpty: addedViaApi ? (c) => this.dropIfIdle(c) : undefined,
+      workloadTls: this.workloadTls,
     });
   }
 

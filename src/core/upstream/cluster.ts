@@ -2,7 +2,7 @@
  * One cluster: the hosts of one backend service (or of one static cluster), its load balancer,
  * circuit breakers, outlier detector and health checker, and its `cluster.<name>.*` stats.
  */
-import type { Dispatcher } from 'undici';
+import type { Dispatcher, buildConnector } from 'undici';
 import type { Logger } from 'pino';
 import { ERROR_IDS, badRequest, flagged, notFound, serviceUnavailable } from '../../base/errors.js';
 import { declareStats, type Counter, type FamilyStats, type Histogram, type StatsScope, type StatsStore } from '../../base/stats/store.js';
@@ -13,6 +13,8 @@ import { Host, hostKey, type HostConnectionListener, type HostSpec } from './hos
 import { tryParseAddress } from '../../base/util/address.js';
 import { candidates, createBalancer, type LoadBalancer } from './load-balancer.js';
 import { OutlierDetector } from './outlier.js';
+import { mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from './mtls.js';
+import { spiffeIdOf, type WorkloadTls } from '../transport/workload-tls.js';
 import type { AcquireOptions, AttemptOutcome, ClusterSnapshot, Priority, UpstreamLease } from './types.js';
 
 export const ERROR_ID = ERROR_IDS.client;
@@ -37,6 +39,12 @@ export interface ClusterOptions {
   onIdleEmpty?: (cluster: Cluster) => void;
   random?: () => number;
   now?: () => number;
+  /**
+   * This process's workload certificate (--mtls permissive or strict), read when a host's pool is
+   * made: hosts whose node serves mutual TLS are called with it, and must present the cluster's
+   * service identity (mtls.ts).
+   */
+  workloadTls?: () => WorkloadTls | undefined;
 }
 
 /**
@@ -111,6 +119,9 @@ export class Cluster {
   private readonly onIdleEmpty?: (cluster: Cluster) => void;
   private readonly now: () => number;
   private readonly listener: HostConnectionListener;
+  private readonly workloadTls?: () => WorkloadTls | undefined;
+  /** The ssl.* stats, made with the first host that may speak TLS. */
+  private tlsStats?: MtlsClientStats;
   private closing: Promise<void> | undefined;
 
   constructor(options: ClusterOptions) {
@@ -122,6 +133,7 @@ export class Cluster {
     this.hcDispatcher = options.hcDispatcher;
     this.onIdleEmpty = options.onIdleEmpty;
     this.now = options.now ?? Date.now;
+    this.workloadTls = options.workloadTls;
     this.lastUsed = this.now();
     const st = (this.statScope = options.stats.scope(clusterStatPrefix(this.name)));
     this.s = {
@@ -225,6 +237,8 @@ export class Cluster {
         cluster: this.name,
         stats: this.statScope,
         dispatcher: this.hcDispatcher,
+        // A node that serves mutual TLS is checked over mutual TLS, its identity checked too.
+        dispatcherFor: this.workloadTls ? (host) => (servesMtls(host.metadata) && this.workloadTls?.() ? host.checkDispatcher(() => this.mtlsConnector(host)) : undefined) : undefined,
         onChange: () => this.updateMembership(),
         log: this.hcLog,
       });
@@ -239,9 +253,28 @@ export class Cluster {
         connections: this.breakers.poolSize(),
         connectTimeoutMs: this.settings.connectTimeoutMs,
         keepAliveTimeoutMs: this.settings.keepAliveTimeoutMs,
+        connector: this.workloadTls ? (host) => this.mtlsConnector(host) : undefined,
       },
       this.listener,
     );
+  }
+
+  /** The connector of a host's pool under --mtls (the identity it must present is this cluster's service's), or undefined: plain. */
+  private mtlsConnector(host: Host): buildConnector.connector | undefined {
+    const workload = this.workloadTls?.();
+    if (!workload || workload.mode === 'off') return undefined;
+    this.tlsStats ??= mtlsClientStats(this.statScope);
+    return mtlsConnector({
+      workload,
+      expected: spiffeIdOf(workload.trustDomain, this.name),
+      // A static cluster's hosts are not mesh nodes unless they say so.
+      strictApplies: this.addedViaApi,
+      metadata: () => host.metadata,
+      key: host.key,
+      connectTimeoutMs: this.settings.connectTimeoutMs,
+      stats: this.tlsStats,
+      log: this.log,
+    });
   }
 
   private retireHost(host: Host): void {

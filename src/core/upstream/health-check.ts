@@ -41,6 +41,11 @@ export interface HealthCheckerOptions {
   stats: StatsScope;
   /** Where check requests go (an undici Agent); not the host's own pool. */
   dispatcher: Dispatcher;
+  /**
+   * The dispatcher of a host's checks when it is not `dispatcher`: a host that serves mutual TLS
+   * is checked over it (Cluster: a connection of the host's own, with the mTLS connector).
+   */
+  dispatcherFor?: (host: Host) => Dispatcher | undefined;
   onChange: () => void;
   log?: Logger;
 }
@@ -49,6 +54,7 @@ export class HealthChecker {
   readonly config: HealthCheckConfig;
   private readonly sessions = new Map<Host, Session>();
   private readonly dispatcher: Dispatcher;
+  private readonly dispatcherFor?: (host: Host) => Dispatcher | undefined;
   private readonly onChange: () => void;
   private readonly log?: Logger;
   private readonly cluster: string;
@@ -59,6 +65,7 @@ export class HealthChecker {
   constructor(options: HealthCheckerOptions) {
     this.config = options.config;
     this.dispatcher = options.dispatcher;
+    this.dispatcherFor = options.dispatcherFor;
     this.onChange = options.onChange;
     this.log = options.log;
     this.cluster = options.cluster;
@@ -149,7 +156,8 @@ export class HealthChecker {
     let network = false;
     let detail = '';
     try {
-      const res = await this.dispatcher.request({
+      const dispatcher = this.dispatcherFor?.(host) ?? this.dispatcher;
+      const res = await dispatcher.request({
         origin: `http://${host.key}`,
         path: session.path,
         method: 'GET',

@@ -3,7 +3,7 @@
  * stats (SPEC 2.2) and its health flags. Hosts are updated in place when their registry node
  * changes, so their stats survive.
  */
-import { Pool } from 'undici';
+import { Pool, type buildConnector } from 'undici';
 import type { Node } from '../../engines/registry/registry.js';
 import { formatAddress } from '../../base/util/address.js';
 import type { HostSnapshot, HostStatsSnapshot, UpstreamTarget } from './types.js';
@@ -29,6 +29,11 @@ export interface HostPoolOptions {
   connections: number;
   connectTimeoutMs: number;
   keepAliveTimeoutMs: number;
+  /**
+   * The connector of the host's pool, made when the pool is (mutual TLS: src/core/upstream/mtls.ts).
+   * Without it the pool connects plain, with connectTimeoutMs.
+   */
+  connector?: (host: Host) => buildConnector.connector | undefined;
 }
 
 /** Connection events, forwarded to the cluster's upstream_cx_* stats. */
@@ -89,6 +94,8 @@ export class Host implements UpstreamTarget {
   canary: boolean;
 
   private pool: Pool | undefined;
+  /** The active health checks' connection when they cannot use the shared one (mutual TLS). */
+  private checkPool: Pool | undefined;
   private readonly poolOptions: HostPoolOptions;
   private readonly listener?: HostConnectionListener;
   /** What close() also closes (gRPC channels); undefined once closed. */
@@ -154,13 +161,30 @@ export class Host implements UpstreamTarget {
       connections: options.connections,
       pipelining: 1,
       keepAliveTimeout: options.keepAliveTimeoutMs,
-      connect: { timeout: options.connectTimeoutMs },
+      connect: options.connector?.(this) ?? { timeout: options.connectTimeoutMs },
     });
     pool.on('connect', () => this.connectionOpened());
     pool.on('disconnect', () => this.connectionClosed());
     pool.on('connectionError', () => this.connectionFailed());
     this.pool = pool;
     return pool;
+  }
+
+  /**
+   * A pool of one connection of the host's own for its active health checks, made with
+   * `connector` on first use (a node that serves mutual TLS is checked over it); not the host's
+   * pool, so checks are not counted in its stats. Closed with the host.
+   */
+  checkDispatcher(connector: () => buildConnector.connector | undefined): Pool {
+    if (this.checkPool) return this.checkPool;
+    const options = this.poolOptions;
+    this.checkPool = new Pool(`http://${this.key}`, {
+      connections: 1,
+      pipelining: 1,
+      keepAliveTimeout: 4_000,
+      connect: connector() ?? { timeout: options.connectTimeoutMs },
+    });
+    return this.checkPool;
   }
 
   /** A connection to the host opened (the pool's, or a gRPC channel's). */
@@ -219,6 +243,8 @@ export class Host implements UpstreamTarget {
    */
   async close(graceMs = 5_000): Promise<void> {
     const pool = this.pool;
+    // Health checks are disposable: their connection is not waited for.
+    void this.checkPool?.destroy().catch(() => {});
     const hooks = this.closeHooks;
     this.closeHooks = undefined;
     for (const hook of hooks ?? []) {

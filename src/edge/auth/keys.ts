@@ -9,7 +9,7 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { LineCounter, isMap, isSeq, parseDocument, type Node } from 'yaml';
-import { RulesError } from './rules.js';
+import { RulesError } from './rule-file.js';
 
 export interface Identity {
   subject: string;

@@ -4,7 +4,7 @@
  * `public`, `authenticated`, `deny`, or `scopes: [..]` (the credential must hold at least one).
  * YAML or JSON (a `.json` file is held to strict JSON); every error names its line.
  */
-import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Document, type Node } from 'yaml';
+import { parseRuleFile, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
 import { globMatcher } from '../../base/util/regex.js';
 import { ratePolicy, type RatePolicy } from '../../base/http/rate-limit.js';
 import { asciiLower, configuredPath, decodedPath } from '../../base/http/path.js';
@@ -39,19 +39,12 @@ export interface Resource {
   endpoint?: string;
 }
 
-export class RulesError extends Error {
-  constructor(
-    readonly line: number | undefined,
-    readonly why: string,
-  ) {
-    super(line === undefined ? why : `line ${line}: ${why}`);
-    this.name = 'RulesError';
-  }
-}
-
-const MAX_RULES = 10_000;
-const MAX_GLOB = 256;
 const FIELDS = new Set(['name', 'service', 'endpoint', 'path', 'access', 'scopes', 'rate_limit', 'rate_limit_burst', 'ignore_case']);
+const FILE_SPEC: RuleFileSpec = {
+  fields: FIELDS,
+  fieldList: 'service, endpoint, path, ignore_case, access, scopes, rate_limit, rate_limit_burst, name',
+  mappingHint: 'service, endpoint, path, access or scopes',
+};
 
 /** Whether a request path is under a rule's prefix: `/a/` covers `/a/x`; `/a` covers `/a` and `/a/x`, not `/ab`. */
 export function underPrefix(path: string, prefix: string): boolean {
@@ -72,68 +65,12 @@ export function ruleMatches(rule: Rule, r: Resource, key = pathKeyOf(r.path)): b
   return true;
 }
 
-/** The 1-based line of a character offset. */
-export function lineOf(text: string, offset: number): number {
-  let line = 1;
-  for (let i = 0; i < offset && i < text.length; i++) if (text.charCodeAt(i) === 10) line++;
-  return line;
-}
-
 /** Parses a rules file's text; throws a RulesError naming the line. */
 export function parseRules(text: string, json: boolean): Rule[] {
-  if (json) {
-    try {
-      JSON.parse(text);
-    } catch (err) {
-      const message = (err as Error).message;
-      const at = /position (\d+)/.exec(message);
-      throw new RulesError(at ? lineOf(text, Number(at[1])) : undefined, `not valid JSON: ${message.replace(/ in JSON at position \d+.*$/, '')}`);
-    }
-  }
-  const lines = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
-  const syntax = doc.errors[0];
-  if (syntax) {
-    const pos = syntax.linePos?.[0];
-    throw new RulesError(pos?.line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));
-  }
-  const lineAt = (node: unknown) => {
-    const range = (node as Node | undefined)?.range;
-    return range ? lines.linePos(range[0]).line : undefined;
-  };
-  let list: unknown = doc.contents;
-  if (isMap(list)) {
-    const map = list;
-    for (const item of map.items) {
-      const key = String((item.key as { value?: unknown })?.value ?? item.key);
-      if (key !== 'rules') throw new RulesError(lineAt(item.key), `unknown field "${key}" (the file is a list of rules, or {rules: [...]})`);
-    }
-    list = map.get('rules', true);
-  }
-  if (list === null || list === undefined || (isScalar(list) && (list.value === null || list.value === undefined))) return [];
-  if (!isSeq(list)) throw new RulesError(lineAt(list) ?? 1, 'rules: must be a list');
-  if (list.items.length > MAX_RULES) throw new RulesError(lineAt(list), `more than ${MAX_RULES} rules`);
-  return list.items.map((node, i) => parseRule(doc, node, i + 1, lineAt(node) ?? 1, lineAt));
+  return parseRuleFile(text, json, FILE_SPEC, parseRule);
 }
 
-function parseRule(doc: Document, node: unknown, index: number, line: number, lineAt: (n: unknown) => number | undefined): Rule {
-  const where = `rule ${index}`;
-  if (!isMap(node)) throw new RulesError(line, `${where}: must be a mapping (service, endpoint, path, access or scopes)`);
-  const raw = (node.toJSON(doc) ?? {}) as Record<string, unknown>;
-  const fieldLine = (name: string) => {
-    const pair = node.items.find((p) => (p.key as { value?: unknown })?.value === name);
-    return lineAt(pair?.value) ?? lineAt(pair?.key) ?? line;
-  };
-  for (const key of Object.keys(raw)) {
-    if (!FIELDS.has(key)) throw new RulesError(fieldLine(key), `${where}: unknown field "${key}" (use service, endpoint, path, ignore_case, access, scopes, rate_limit, rate_limit_burst, name)`);
-  }
-  const text = (name: string): string | undefined => {
-    const v = raw[name];
-    if (v === undefined || v === null) return undefined;
-    if (typeof v !== 'string' || v === '') throw new RulesError(fieldLine(name), `${where}: ${name} must be a non-empty string`);
-    if (v.length > MAX_GLOB) throw new RulesError(fieldLine(name), `${where}: ${name} longer than ${MAX_GLOB} characters`);
-    return v;
-  };
+function parseRule({ index, line, where, raw, fieldLine, text }: RuleFields): Rule {
   const rule: Rule = { index, line, access: 'deny' };
   rule.name = text('name');
   rule.service = text('service');

@@ -19,6 +19,11 @@ export interface HandlerContext {
   traceId: string;
   /** This call's own span id: the parent of the calls and messages the handler sends. */
   spanId: string;
+  /**
+   * The caller's workload identity: the SPIFFE ID of the certificate it called with over mutual
+   * TLS (`spiffe://<trust_domain>/svc/<caller>`), or undefined for a caller without one (plain).
+   */
+  peer?: string;
 }
 
 export type Handler = (request: any, ctx: HandlerContext) => unknown | Promise<unknown>; // eslint-disable-line @typescript-eslint/no-explicit-any -- handlers type their own requests

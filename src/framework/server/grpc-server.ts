@@ -10,6 +10,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
+import type { PeerCertificate } from 'node:tls';
 import { MeshError, toMeshError } from '../../base/errors.js';
 import type { DrainResult, Drainable } from '../../base/http/lifecycle.js';
 import { decodeToJson, encodeJson, JsonShapeError } from '../../core/transport/grpc/json.js';
@@ -23,7 +24,8 @@ import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../../core/trans
 import { once } from 'node:events';
 import { OptionError } from '../../base/util/option-error.js';
 import { WorkloadServerCredentials } from '../../core/transport/grpc/credentials.js';
-import type { WorkloadTls } from '../../core/transport/workload-tls.js';
+import { spiffeIdOfCertificate, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import type { ServiceAuthz } from '../../edge/auth/authz.js';
 
 export interface GrpcServerOptions {
   service: string;
@@ -42,6 +44,8 @@ export interface GrpcServerOptions {
    * between the two, so permissive serves plain).
    */
   workload?: WorkloadTls;
+  /** Who may call whom (--authz_rules): a call it denies ends with PERMISSION_DENIED before the handler runs. */
+  authz?: ServiceAuthz;
 }
 
 /** Endpoints every framework service has, with no gRPC method of their own. */
@@ -101,7 +105,7 @@ export class GrpcServer implements Drainable {
    * The handler's context of a call (id, metadata, deadline, trace), the call context it runs in
    * and its server span (with tracing on).
    */
-  private callContext(def: EndpointDefinition, call: { metadata: grpc.Metadata; getDeadline(): grpc.Deadline }) {
+  private callContext(def: EndpointDefinition, call: { metadata: grpc.Metadata; getDeadline(): grpc.Deadline; getAuthContext(): { sslPeerCertificate?: PeerCertificate } }) {
     const metadata: Record<string, string> = {};
     for (const [k, v] of Object.entries(call.metadata.getMap())) if (typeof v === 'string') metadata[k] = v;
     const deadline = call.getDeadline();
@@ -123,6 +127,7 @@ export class GrpcServer implements Drainable {
       deadline: at ?? Date.now() + 30_000,
       traceId: trace.traceId,
       spanId: trace.spanId,
+      peer: spiffeIdOfCertificate(call.getAuthContext().sslPeerCertificate),
     };
     const { [TRACEPARENT]: _p, [TRACESTATE]: _s, ...rest } = metadata;
     return { ctx, context, deadline: at, span, run: { id: ctx.id || undefined, deadline: ctx.deadline, metadata: rest, trace } };
@@ -159,6 +164,8 @@ export class GrpcServer implements Drainable {
     this.active++;
     const { ctx, context, run, span } = this.callContext(def, call);
     try {
+      const denied = this.options.authz?.check(ctx.peer, this.options.service, def.name);
+      if (denied) throw denied;
       const request = this.decode(m, call.request);
       const result = await context.run(run, () => def.handler(request, ctx));
       cb(null, this.encode(def, m, result));
@@ -215,6 +222,8 @@ export class GrpcServer implements Drainable {
     }
     const writable = call as grpc.ServerWritableStream<Buffer, Buffer>;
     try {
+      const denied = this.options.authz?.check(ctx.peer, id, def.name);
+      if (denied) throw denied;
       const input = kind === 'server' ? this.decode(m, (call as grpc.ServerWritableStream<Buffer, Buffer>).request) : requests();
       await context.run(run, async () => {
         const out = def.handler(input, streamCtx);

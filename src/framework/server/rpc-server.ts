@@ -19,7 +19,10 @@ import { ContextStore } from '../../base/util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../../base/tracing/tracer.js';
 import { serveStream } from './stream-server.js';
+import { serveMtls } from '../../core/transport/mtls-server.js';
+import { peerIdentityOf, type WorkloadTls } from '../../core/transport/workload-tls.js';
 import type { EndpointDefinition, HandlerContext } from './endpoint.js';
+import type { ServiceAuthz } from '../../edge/auth/authz.js';
 
 export interface RpcServerOptions {
   service: string;
@@ -42,6 +45,14 @@ export interface RpcServerOptions {
   context?: ContextStore;
   /** Records a server span per call (--tracing=otlp). */
   tracer?: Tracer;
+  /** Who may call whom (--authz_rules): a call it denies gets its 403 before the body is read. */
+  authz?: ServiceAuthz;
+  /**
+   * This process's workload certificate (--mtls permissive or strict): the server terminates
+   * mutual TLS on its port (src/core/transport/mtls-server.ts); a handler's caller is then
+   * peerIdentityOf(req.socket).
+   */
+  workloadTls?: WorkloadTls;
 }
 
 /** The stat prefix of the RPC servers of a process. */
@@ -51,7 +62,10 @@ export class RpcServer implements Drainable {
   private readonly endpoints = new Map<string, EndpointDefinition>();
   private server?: Server;
   private lifecycle?: ServerLifecycle;
+  private stopMtls?: () => void;
   private readonly context: ContextStore;
+  /** The SPIFFE ID of each TLS connection's peer (undefined: none), read once per connection. */
+  private readonly peers = new WeakMap<object, string | undefined>();
 
   constructor(private readonly options: RpcServerOptions) {
     this.context = options.context ?? new ContextStore();
@@ -66,10 +80,20 @@ export class RpcServer implements Drainable {
     return [...this.endpoints.values()];
   }
 
-  async listen(host: string, port: number): Promise<AddressInfo> {
+  /** Listens; with a workload certificate (default: the options'), terminates mutual TLS as its mode says. */
+  async listen(host: string, port: number, workload: WorkloadTls | undefined = this.options.workloadTls): Promise<AddressInfo> {
     const server = createServer(httpServerOptions(this.options.limits), (req, res) => void this.onRequest(req, res));
     // Node's own answer to a read timeout (408, no body) is kept: callers are mesh clients.
     this.server = server;
+    if (workload && workload.mode !== 'off') {
+      this.stopMtls = serveMtls(server, {
+        workload,
+        service: this.options.service,
+        stats: this.options.stats.scope(RPC_STAT_PREFIX),
+        acceptTimeoutMs: this.options.limits.headersTimeoutMs,
+        log: this.options.logger,
+      });
+    }
     this.lifecycle = new ServerLifecycle(server, this.options.limits, { stats: this.options.stats, prefix: RPC_STAT_PREFIX });
     return listenOn(server, host, port);
   }
@@ -80,6 +104,7 @@ export class RpcServer implements Drainable {
 
   /** Drains (answers close their connections), stops accepting, lets in-flight calls finish (up to the drain timeout). */
   async close(): Promise<DrainResult> {
+    this.stopMtls?.();
     return (await this.lifecycle?.close()) ?? { requestsCutOff: 0, connectionsCutOff: 0 };
   }
 
@@ -133,6 +158,12 @@ export class RpcServer implements Drainable {
       if (span) endSpan(span, res.statusCode, err);
     };
     if (!endpointName) return fail(new MeshError(id, 400, 'missing Mesh-Endpoint header'));
+    const peer = this.peerOf(req);
+    const denied = this.options.authz?.check(peer, id, endpointName);
+    if (denied) {
+      req.resume();
+      return fail(denied);
+    }
     const def = this.endpoints.get(endpointName);
     const contentType = headerValue(headers, 'content-type');
     const codec = this.options.codecs ? this.options.codecs.for(contentType) : codecFor(contentType);
@@ -141,7 +172,7 @@ export class RpcServer implements Drainable {
       return fail(new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`));
     }
     if (def?.stream) {
-      this.callStream(req, res, def, codec, trace, span).catch(fail);
+      this.callStream(req, res, def, codec, trace, span, peer).catch(fail);
       return;
     }
     if (headers[HEADER_STREAM] !== undefined) {
@@ -176,6 +207,7 @@ export class RpcServer implements Drainable {
         deadline: Date.now() + budget,
         traceId: trace.traceId,
         spanId: trace.spanId,
+        peer,
       };
       const answer = (result: unknown) => {
         // JSON is written as a string: no intermediate Buffer, the same bytes on the wire (the
@@ -206,8 +238,18 @@ export class RpcServer implements Drainable {
     });
   }
 
+  /** The caller's workload identity: the SPIFFE ID of its certificate, or undefined (a plain connection, or no certificate). */
+  private peerOf(req: IncomingMessage): string | undefined {
+    const socket = req.socket as { encrypted?: boolean };
+    if (!socket.encrypted) return undefined;
+    if (this.peers.has(socket)) return this.peers.get(socket);
+    const peer = peerIdentityOf(socket);
+    this.peers.set(socket, peer);
+    return peer;
+  }
+
   /** A streaming endpoint's call: the whole stream runs inside its call's context. */
-  private async callStream(req: IncomingMessage, res: ServerResponse, def: EndpointDefinition, codec: Codec, trace: TraceContext, span: Span | undefined): Promise<void> {
+  private async callStream(req: IncomingMessage, res: ServerResponse, def: EndpointDefinition, codec: Codec, trace: TraceContext, span: Span | undefined, peer: string | undefined): Promise<void> {
     const id = this.options.service;
     const headers = req.headers;
     if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType)) {
@@ -217,7 +259,7 @@ export class RpcServer implements Drainable {
     // The handler's iteration runs inside the call's context too, so what it calls or publishes
     // carries the call's id, metadata and trace.
     const streamContext = { id: headerValue(headers, HEADER_ID) || undefined, metadata: withoutTrace(endToEndHeaders(headers)), trace };
-    await this.context.run(streamContext, () => serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger, trace }, def, codec, req, res));
+    await this.context.run(streamContext, () => serveStream({ service: id, maxMessageBytes: this.options.maxBodyBytes, logger: this.options.logger, trace, peer }, def, codec, req, res));
     if (span) endSpan(span, res.statusCode);
   }
 }

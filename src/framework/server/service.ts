@@ -16,6 +16,8 @@ import type { StreamContext } from './stream-server.js';
 import { RpcServer } from './rpc-server.js';
 import type { EndpointDefinition, Handler, HandlerContext } from './endpoint.js';
 import { OptionError } from '../../base/util/option-error.js';
+import type { ServiceAuthz } from '../../edge/auth/authz.js';
+import { MTLS_METADATA_KEY, type WorkloadTls } from '../../core/transport/workload-tls.js';
 
 /**
  * A streaming handler: `request` is the one request of a server stream, or the async iterable of
@@ -49,6 +51,8 @@ export class Service {
   constructor(
     private readonly runtime: Runtime,
     private readonly options: ServiceOptions,
+    /** @internal the process's authorization (--authz_rules), checked where each call arrives. */
+    private readonly authz?: ServiceAuthz,
   ) {
     this.nodeId = `${options.name}-${randomUUID()}`;
     this.server = new RpcServer({
@@ -61,6 +65,7 @@ export class Service {
       codecs: runtime.codecs,
       context: runtime.context,
       tracer: runtime.tracer,
+      authz,
     });
     runtime.addServiceName(options.name);
     this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
@@ -110,17 +115,23 @@ export class Service {
     if (advertise?.trim()) parseAdvertise(advertise); // a bad value fails before anything listens
     const grpcMode = this.runtime.options.serverProtocol === 'grpc';
     let boundPort: number;
+    let workload: WorkloadTls | undefined;
     if (grpcMode) {
       const schema = this.runtime.grpcSchema;
       if (!schema) throw new OptionError('proto_path', `{server_protocol}=grpc: service ${this.options.name} needs its .proto files ({proto_path})`);
+      // With --mtls=strict the gRPC server serves mutual TLS only (gRPC cannot share a port with plaintext, so permissive serves plain).
+      const own = await this.runtime.workloadTls(this.options.name);
       this.grpcServer = new GrpcServer(
-        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer },
+        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer, authz: this.authz, workload: own },
         this.server.listEndpoints(),
       );
       boundPort = await this.grpcServer.listen(host, port);
+      if (this.grpcServer.mutualTls) workload = own;
       this.runtime.addDrainable(this.grpcServer);
     } else {
-      boundPort = (await this.server.listen(host, port)).port;
+      // With --mtls, the service's own certificate: its server terminates mutual TLS and its node says so.
+      workload = await this.runtime.workloadTls(this.options.name);
+      boundPort = (await this.server.listen(host, port, workload)).port;
       this.runtime.addDrainable(this.server);
     }
     const advertised = advertisedAddress({ host, port: boundPort }, advertise);
@@ -141,6 +152,7 @@ export class Service {
             ...(grpcServices.length === 1 ? { grpc_service: grpcServices[0]! } : {}),
             registry: this.runtime.registry.name,
             broker: this.runtime.brokerName,
+            ...(workload ? { [MTLS_METADATA_KEY]: 'true' } : {}),
           },
         },
       ],

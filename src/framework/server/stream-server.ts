@@ -35,6 +35,8 @@ export interface StreamServeOptions {
   logger?: pino.Logger;
   /** The stream's hop of its trace (the caller runs serveStream inside the call's context). */
   trace: TraceContext;
+  /** The caller's workload identity (ctx.peer). */
+  peer?: string;
 }
 
 function headerValue(req: IncomingMessage, name: string): string | undefined {
@@ -148,6 +150,7 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
     signal,
     traceId: o.trace.traceId,
     spanId: o.trace.spanId,
+    peer: o.peer,
   };
   let input: unknown;
   try {

@@ -47,8 +47,8 @@ export interface GrpcTransportOptions {
   logger?: pino.Logger;
   /** Ask a node's reflection service for a method the loaded protos do not have. Default true. */
   reflection?: boolean;
-  /** This process's workload certificate (--mtls): mutual TLS to nodes with `mtls=true` (credentials.ts). */
-  workload?: WorkloadTls;
+  /** This process's workload certificate (--mtls), once it has one: mutual TLS to nodes with `mtls=true` (credentials.ts). */
+  workload?: () => WorkloadTls | undefined;
   /** `--grpc_tls_ca_file`'s contents: the roots for nodes with `tls=true`; none: the system's. */
   tlsRoots?: Buffer;
 }
@@ -74,11 +74,6 @@ export class GrpcTransport {
   private readonly refusedLogged = new WeakSet<object>();
 
   constructor(private readonly options: GrpcTransportOptions) {}
-
-  /** Calls nodes with `mtls=true` with this workload certificate from now on (the runtime, once it has one). */
-  useWorkload(workload: WorkloadTls | undefined): void {
-    this.options.workload = workload;
-  }
 
   /** The sender of a gRPC node (metadata `protocol=grpc`); undefined for any other node. */
   senderFor(target: UpstreamTarget): RpcSender | undefined {
@@ -266,7 +261,8 @@ export class GrpcTransport {
    */
   private channel(target: UpstreamTarget, service: string): grpc.Client {
     const kept = this.channels.get(target);
-    if (kept && (kept.kind !== 'mtls' || kept.context === this.options.workload?.secureContext())) {
+    const workload = this.options.workload?.();
+    if (kept && (kept.kind !== 'mtls' || kept.context === workload?.secureContext())) {
       this.channels.delete(target);
       this.channels.set(target, kept);
       return kept.client;
@@ -279,7 +275,6 @@ export class GrpcTransport {
     }
     let security: ChannelSecurity;
     try {
-      const workload = this.options.workload;
       security = channelSecurity(target.key, target.metadata, workload ? spiffeIdOf(workload.trustDomain, service) : '', { workload, tlsRoots: this.options.tlsRoots });
     } catch (err) {
       if (!(err instanceof ChannelRefused)) throw err;
@@ -300,7 +295,7 @@ export class GrpcTransport {
       'grpc.max_reconnect_backoff_ms': 1000,
     });
     watchConnections(client.getChannel(), target);
-    const entry: Channel = { client, kind: security.kind, context: security.kind === 'mtls' ? this.options.workload!.secureContext() : undefined };
+    const entry: Channel = { client, kind: security.kind, context: security.kind === 'mtls' ? workload!.secureContext() : undefined };
     this.channels.set(target, entry);
     // A host that already left its cluster keeps its channel here until it is the oldest.
     entry.forget = target.onClose?.(() => {

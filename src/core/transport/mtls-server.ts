@@ -1,0 +1,153 @@
+/**
+ * The server side of mutual TLS between mesh processes: an HTTP server (node:http, listening on
+ * its own port as before) made to terminate mTLS with the process's workload certificate.
+ *
+ * - Every accepted connection is sniffed: its first byte says which protocol it speaks (a TLS
+ *   handshake record starts with 0x16). TLS goes through a TLS server of its own (never
+ *   listening) that requires a client certificate and verifies it against the trusted roots;
+ *   once the handshake is done the TLS socket is handed to the HTTP server. Plain HTTP is handed
+ *   to the HTTP server as it is (permissive), or refused with a 400 error answer naming the
+ *   service (strict). The first chunk is put back (unshift) before either sees it.
+ * - A connection that sends nothing, or never finishes its handshake, is closed after the
+ *   server's header timeout (it is not the HTTP server's yet, so the HTTP timeouts do not see it).
+ * - Each new handshake uses the workload's current context: a renewed certificate or a new root
+ *   applies to the next connection, and connections already open keep theirs.
+ * - The caller's identity is its certificate's SPIFFE ID: peerIdentityOf(req.socket).
+ * - `ssl.*` stats under the server's scope, named after Envoy's: handshake, session_reused,
+ *   fail_verify_no_cert (no client certificate), fail_verify_error (not signed by a trusted root),
+ *   connection_error (any other failed handshake), and downstream_cx_plain_refused (plain HTTP in strict mode).
+ */
+import type { Server } from 'node:http';
+import type { Socket } from 'node:net';
+import { createServer as createTlsServer, type SecureContext, type Server as TlsServer, type TLSSocket } from 'node:tls';
+import type { Logger } from 'pino';
+import { MeshError } from '../../base/errors.js';
+import { refuseSocket } from '../../base/http/respond.js';
+import { declareStats, type StatsScope } from '../../base/stats/store.js';
+import type { WorkloadTls } from './workload-tls.js';
+
+export const MTLS_SERVER_STATS = {
+  counters: {
+    handshake: 'ssl.handshake',
+    sessionReused: 'ssl.session_reused',
+    noCert: 'ssl.fail_verify_no_cert',
+    verifyError: 'ssl.fail_verify_error',
+    connectionError: 'ssl.connection_error',
+    plainRefused: 'downstream_cx_plain_refused',
+  },
+} as const;
+
+/** The first byte of a TLS record carrying a handshake (a ClientHello). */
+const TLS_HANDSHAKE = 0x16;
+
+/** The session id context of mesh servers (any fixed value: sessions are resumed with the same server). */
+const SESSION_ID_CONTEXT = 'mesh-mtls';
+
+/** Without a header timeout, how long a connection may take to say something and finish its handshake. */
+const DEFAULT_ACCEPT_TIMEOUT_MS = 10_000;
+
+export interface MtlsServerOptions {
+  workload: WorkloadTls;
+  /** Names the service in the error answer to a plain caller in strict mode. */
+  service: string;
+  /** The server's stats scope (`http.<prefix>.`): the ssl.* counters are created under it. */
+  stats: StatsScope;
+  /** Bound (ms) on the first byte and the TLS handshake: the server's header timeout. */
+  acceptTimeoutMs: number;
+  log?: Logger;
+}
+
+/**
+ * Makes `server` (a node:http server, before it listens) serve mutual TLS as its workload's mode
+ * says (permissive: TLS and plain on one port; strict: mTLS only). Returns what undoes the
+ * subscription to certificate changes (call it when the server closes).
+ */
+export function serveMtls(server: Server, options: MtlsServerOptions): () => void {
+  const { workload } = options;
+  if (workload.mode === 'off') return () => {};
+  const strict = workload.mode === 'strict';
+  const s = declareStats(options.stats, MTLS_SERVER_STATS);
+  // node:http serves a connection from its 'connection' listener (documented: a socket emitted
+  // there is served). That listener is taken out, so the socket reaches it only once its first
+  // byte said what it speaks; other 'connection' listeners (connection tracking) still see every
+  // raw socket.
+  const serve = server.listeners('connection')[0] as ((socket: Socket | TLSSocket) => void) | undefined;
+  if (!serve) throw new Error('serveMtls: the HTTP server has no connection listener');
+  server.removeListener('connection', serve);
+  const acceptTimeoutMs = options.acceptTimeoutMs > 0 ? options.acceptTimeoutMs : DEFAULT_ACCEPT_TIMEOUT_MS;
+
+  const tls = createTlsServer({
+    requestCert: true,
+    rejectUnauthorized: true,
+    handshakeTimeout: acceptTimeoutMs,
+    // A client that names a server (SNI) gets the current context this way too.
+    SNICallback: (_name, cb) => cb(null, withSessionIdContext(workload.secureContext())),
+  });
+  useContext(tls, workload.secureContext());
+  const unsubscribe = workload.onChange(() => useContext(tls, workload.secureContext()));
+  tls.on('secureConnection', (socket: TLSSocket) => {
+    s.handshake.inc();
+    if (socket.isSessionReused()) s.sessionReused.inc();
+    serve.call(server, socket);
+  });
+  tls.on('tlsClientError', (err: Error & { code?: string }, socket: TLSSocket) => {
+    if (socket.authorizationError) s.verifyError.inc();
+    else if (err.code === 'ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE') s.noCert.inc();
+    else s.connectionError.inc();
+    options.log?.debug({ service: options.service, remote: socket.remoteAddress, err: err.message, reason: socket.authorizationError || err.code }, 'mTLS handshake refused');
+    // A handshake timeout leaves the socket open: it is closed here, as every failed handshake.
+    socket.destroy();
+  });
+
+  server.prependListener('connection', (socket: Socket) => {
+    // Until node:http or the TLS socket listens for them, a reset is this listener's to handle.
+    const onError = () => socket.destroy();
+    socket.on('error', onError);
+    const timer = setTimeout(() => socket.destroy(), acceptTimeoutMs);
+    timer.unref();
+    socket.once('close', () => clearTimeout(timer));
+    socket.once('data', (chunk: Buffer) => {
+      socket.pause();
+      socket.unshift(chunk);
+      if (chunk[0] === TLS_HANDSHAKE) {
+        // The TLS server's handshake timeout bounds the rest; the socket is the HTTP server's once secure.
+        clearTimeout(timer);
+        tls.emit('connection', socket);
+        return;
+      }
+      if (strict) {
+        clearTimeout(timer);
+        s.plainRefused.inc();
+        refuseSocket(socket, new MeshError(options.service, 400, `service ${options.service} accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate`), options.service);
+        return;
+      }
+      clearTimeout(timer);
+      socket.removeListener('error', onError);
+      serve.call(server, socket);
+      socket.resume();
+    });
+  });
+  return unsubscribe;
+}
+
+/**
+ * The context the TLS server gives a connection without SNI: node's tls.Server keeps it in
+ * `_sharedCreds` (what setSecureContext() sets from PEM options); the workload hands a built
+ * context, so it is put there as it is.
+ */
+function useContext(server: TlsServer, context: SecureContext): void {
+  (server as unknown as { _sharedCreds: SecureContext })._sharedCreds = withSessionIdContext(context);
+}
+
+/**
+ * A server that asks for client certificates resumes a session only when its context has a
+ * session id context (OpenSSL refuses the resumption with an internal error alert otherwise,
+ * and the connection fails). node's tls.Server sets one on the contexts it builds; the
+ * workload's is built elsewhere, so the same value is set on it here (on the native context,
+ * as createSecureContext({ sessionIdContext }) does). Setting it again is harmless.
+ */
+function withSessionIdContext(context: SecureContext): SecureContext {
+  const native = (context as unknown as { context?: { setSessionIdContext?: (id: string) => void } }).context;
+  native?.setSessionIdContext?.(SESSION_ID_CONTEXT);
+  return context;
+}

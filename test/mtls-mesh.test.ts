@@ -1,0 +1,147 @@
+/**
+ * Mutual TLS between framework processes, as a user runs them: Mesh instances with --mtls and a
+ * mesh CA of their own (made on first use in a temporary --ca_dir), in process. A service in
+ * strict mode registers mtls=true and is called over mutual TLS by a Mesh in strict or
+ * permissive mode; a Mesh with --mtls=off is refused; a permissive service serves both.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Mesh } from '../src/framework/mesh.js';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { MeshError } from '../src/base/errors.js';
+import { http, tempDir, waitFor } from './helpers.js';
+
+const quiet = { logLevel: 'off', drainDelay: 0, broker: 'memory' } as const;
+
+describe('framework to framework', () => {
+  const ca = tempDir('mesh-mtls-ca-');
+  const registry = new MemoryRegistry();
+  const meshes: Mesh[] = [];
+  const mesh = (mtls: 'off' | 'permissive' | 'strict') => {
+    const m = new Mesh({ ...quiet, registry, mtls, caDir: ca.path });
+    meshes.push(m);
+    return m;
+  };
+  let strictPort = 0;
+  let permissivePort = 0;
+
+  before(async () => {
+    const payments = mesh('strict');
+    payments
+      .service({ name: 'go.mesh.srv.payments' })
+      .handle('Pay.Charge', () => ({ charged: true }))
+      .stream(
+        'Pay.History',
+        async function* (req: { n: number }) {
+          for (let i = 0; i < req.n; i++) yield { i };
+        },
+        { kind: 'server' },
+      );
+    const started = await payments.start();
+    strictPort = started.services[0]!.nodes[0]!.port;
+    const orders = mesh('permissive');
+    orders.service({ name: 'go.mesh.srv.orders' }).handle('Order.Get', () => ({ order: 1 }));
+    permissivePort = (await orders.start()).services[0]!.nodes[0]!.port;
+  });
+  after(async () => {
+    for (const m of meshes) await m.close();
+    ca.cleanup();
+  });
+
+  test('a service with --mtls registers mtls=true', async () => {
+    const [record] = await registry.getService('go.mesh.srv.payments');
+    assert.equal(record!.nodes[0]!.metadata.mtls, 'true');
+  });
+
+  test('a strict and a permissive caller call a strict service over mutual TLS', async () => {
+    const bare = mesh('strict');
+    assert.deepEqual(await bare.call('go.mesh.srv.payments', 'Pay.Charge', {}), { charged: true });
+    assert.equal(bare.runtime.callerWorkloadTls?.spiffeId, 'spiffe://mesh.local/svc/mesh.cli');
+    const caller = mesh('permissive');
+    caller.service({ name: 'go.mesh.srv.checkout' });
+    assert.deepEqual(await caller.call('go.mesh.srv.payments', 'Pay.Charge', {}), { charged: true });
+    assert.equal(caller.runtime.stats.counter('cluster.go.mesh.srv.payments.ssl.handshake').value, 1);
+    // A caller with no service of its own presents the CLI's identity; one with a service, its service's.
+    assert.equal(caller.runtime.callerWorkloadTls?.spiffeId, 'spiffe://mesh.local/svc/go.mesh.srv.checkout');
+  });
+
+  test('a stream from a strict caller to a strict service runs over mutual TLS', async () => {
+    const caller = mesh('strict');
+    const got: unknown[] = [];
+    for await (const item of caller.stream('go.mesh.srv.payments', 'Pay.History', { n: 3 })) got.push(item);
+    assert.deepEqual(got, [{ i: 0 }, { i: 1 }, { i: 2 }]);
+    assert.equal(caller.runtime.stats.counter('cluster.go.mesh.srv.payments.ssl.handshake').value, 1);
+  });
+
+  test('a caller with --mtls=off is refused by the strict service with a 400 naming it', async () => {
+    await assert.rejects(mesh('off').call('go.mesh.srv.payments', 'Pay.Charge', {}), (err: MeshError) => {
+      assert.equal(err.code, 400);
+      assert.equal(err.message, 'service go.mesh.srv.payments accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate');
+      return true;
+    });
+    // Any plain HTTP client sees the same answer; the health path too.
+    const r = await http('GET', `http://127.0.0.1:${strictPort}/health`);
+    assert.equal(r.status, 400);
+  });
+
+  test('a permissive service is called plain by a caller with --mtls=off, and over mutual TLS by the others', async () => {
+    assert.deepEqual(await mesh('off').call('go.mesh.srv.orders', 'Order.Get', {}), { order: 1 });
+    const caller = mesh('strict');
+    assert.deepEqual(await caller.call('go.mesh.srv.orders', 'Order.Get', {}), { order: 1 });
+    assert.equal(caller.runtime.stats.counter('cluster.go.mesh.srv.orders.ssl.handshake').value, 1);
+    assert.equal((await http('GET', `http://127.0.0.1:${permissivePort}/health`)).status, 200);
+  });
+});
+
+describe('renewal under load', () => {
+  test('certificates of a few seconds, renewed on both sides while calls run: no call fails', async () => {
+    const ca = tempDir('mesh-mtls-ca-');
+    const registry = new MemoryRegistry();
+    const options = { ...quiet, registry, mtls: 'strict', caDir: ca.path, mtlsCertTtl: '3s' } as const;
+    const server = new Mesh(options);
+    server.service({ name: 'go.mesh.srv.renew' }).handle('Echo.Call', (req: { n: number }) => req);
+    await server.start();
+    const caller = new Mesh(options);
+    caller.service({ name: 'go.mesh.srv.renew.caller' });
+    try {
+      assert.deepEqual(await caller.call('go.mesh.srv.renew', 'Echo.Call', { n: 0 }), { n: 0 });
+      const renewals = { server: 0, caller: 0 };
+      server.runtime.callerWorkloadTls!.onChange(() => renewals.server++);
+      caller.runtime.callerWorkloadTls!.onChange(() => renewals.caller++);
+      let stop = false;
+      const failures: unknown[] = [];
+      let done = 0;
+      const worker = async () => {
+        for (let n = 1; !stop; n++) {
+          try {
+            assert.deepEqual(await caller.call('go.mesh.srv.renew', 'Echo.Call', { n }), { n });
+          } catch (err) {
+            failures.push(err);
+          }
+          done++;
+        }
+      };
+      const workers = Array.from({ length: 4 }, worker);
+      // Two renewals on each side: the second happens while connections made after the first are in use.
+      await waitFor(() => renewals.server >= 2 && renewals.caller >= 2, 20_000);
+      const before = done;
+      await waitFor(() => done > before + 20);
+      stop = true;
+      await Promise.all(workers);
+      assert.deepEqual(failures, []);
+      // A new connection now: the server's first certificate has expired (3 s), so the handshake
+      // succeeds only with the renewed one.
+      const late = new Mesh(options);
+      try {
+        assert.deepEqual(await late.call('go.mesh.srv.renew', 'Echo.Call', { n: -1 }), { n: -1 });
+        assert.equal(late.runtime.stats.counter('cluster.go.mesh.srv.renew.ssl.handshake').value, 1);
+      } finally {
+        await late.close();
+      }
+    } finally {
+      await caller.close();
+      await server.close();
+      ca.cleanup();
+    }
+  });
+});
