@@ -480,6 +480,11 @@ export class Runtime {
       certFile: o.mtlsCertFile,
       keyFile: o.mtlsKeyFile,
       caFile: o.mtlsCaFile,
+      caServer: o.caServer,
+      caToken: o.caToken,
+      caTokenFile: o.caTokenFile,
+      caRootFingerprint: o.caRootFingerprint,
+      caRootFile: o.caRootFile,
       log: this.logging.get('main'),
     });
     const remove = this.addCertificateSource(() => workload.certificates());

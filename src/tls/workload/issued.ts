@@ -121,7 +121,9 @@ export class IssuedWorkloadTls implements WorkloadTls {
   private async issue(): Promise<Current> {
     const keys = await generateKeyPair();
     const keyPem = await privateKeyPem(keys.privateKey);
-    const chainPem = await this.o.signer.sign(await createCsr(keys, this.o.service), this.o.service, this.o.certTtlMs);
+    // A renewal shows the certificate it replaces (a remote signer authenticates it with that).
+    const current = this.current && { cert: this.current.chainPem, key: this.current.keyPem };
+    const chainPem = await this.o.signer.sign(await createCsr(keys, this.o.service), this.o.service, this.o.certTtlMs, current);
     const roots = await this.o.signer.roots();
     return this.build(chainPem, keyPem, roots);
   }
