@@ -264,3 +264,9 @@ export function resolveSettings(
     keepAliveTimeoutMs: positiveInt(own?.keepAliveTimeoutMs ?? defaults?.keepAliveTimeoutMs, 4_000, 'keepAliveTimeoutMs') || 4_000,
   };
 }
+
+/** Manager defaults that give every cluster's priorities this retry budget (--retry_budget_percent, --retry_budget_min). */
+export function retryBudgetDefaults(percent: number, minConcurrency: number): ClusterManagerDefaults {
+  const retryBudget = { percent, minConcurrency };
+  return { circuitBreakers: { default: { retryBudget }, high: { retryBudget } } };
+}
