@@ -18,7 +18,7 @@ import { tempDir, waitFor } from './helpers.js';
 import { startLoad, type LoadReport, type LoadRequest } from './reliability/load.js';
 
 const SERVICE = 'go.mesh.srv.down';
-const CLIENTS = 32;
+const CLIENTS = 48;
 /** Calls per run: enough for the budget's share to show, short on a shared machine. */
 const CALLS = 800;
 const DOWN = '{"id":"go.mesh.srv.down","code":503,"detail":"down for maintenance","status":"Service Unavailable"}';
@@ -37,15 +37,26 @@ interface Node {
   server: Server;
 }
 
-/** A node of the service that answers every call with 503 and an error body. */
+/**
+ * How long a node takes to fail. Longer than the client's first backoffs (10 ms, 20 ms), so that
+ * most calls have a try in flight and the budget's share (20 % of them) is above its floor of 3
+ * at once: the share, not the floor, is what the run measures.
+ */
+const FAIL_AFTER_MS = 80;
+
+/** A node of the service that answers every call with 503 and an error body, after FAIL_AFTER_MS. */
 async function downNode(): Promise<Node> {
   const n = { hits: 0 } as Node;
   n.server = createServer((req, res) => {
     n.hits++;
     req.resume();
     req.on('end', () => {
-      res.writeHead(503, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(DOWN) });
-      res.end(DOWN);
+      // The node's answer time (fixture), not an ordering.
+      const timer = setTimeout(() => {
+        res.writeHead(503, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(DOWN) });
+        res.end(DOWN);
+      }, FAIL_AFTER_MS);
+      res.on('close', () => clearTimeout(timer));
     });
   });
   await new Promise<void>((r) => n.server.listen(0, '127.0.0.1', () => r()));
