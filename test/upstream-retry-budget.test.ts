@@ -12,6 +12,8 @@ import { RetryBudget, isRetryOverflow } from '../src/core/upstream/retry-budget.
 import { resolveSettings, retryBudgetDefaults } from '../src/core/upstream/config.js';
 import type { UpstreamLease } from '../src/core/upstream/types.js';
 import { node, upstreamFixture } from './fixtures/upstream.js';
+import { startEdgeGateway } from './fixtures/edge-gateway.js';
+import { freePort, http } from './helpers.js';
 
 const up = upstreamFixture();
 after(() => up.close());
@@ -137,4 +139,20 @@ test('a retry the budget refuses is not made: the call answers with the try befo
   assert.equal(stats.counter('cluster.storm.upstream_rq_retry').value, 0);
   assert.equal(stats.counter('cluster.storm.upstream_rq_total').value, 1);
   await registry.close();
+});
+
+test('the proxy handler: a retry the budget refuses is not made, the client gets the failure of the try before it', async () => {
+  // Nothing listens on either port: every connection is refused.
+  const ports = [await freePort(), await freePort()];
+  const gw = await startEdgeGateway(['--handler=proxy', '--client_retries=1', '--retry_budget_percent=1', '--retry_budget_min=0']);
+  up.onClose(() => gw.close());
+  const registry = gw.runtime.registry;
+  await registry.register({ name: 'go.mesh.api.gone', version: '', metadata: {}, endpoints: [], nodes: ports.map((p, i) => node(`n${i}`, p)) });
+  const res = await http('GET', `${gw.url}/gone/x`);
+  assert.equal(res.status, 502);
+  const body = res.json<{ id: string; code: number; detail: string }>();
+  assert.match(body.detail, new RegExp(`^proxy to go\\.mesh\\.api\\.gone on 127\\.0\\.0\\.1:(${ports.join('|')}): `));
+  assert.equal(gw.counter('cluster.go.mesh.api.gone.upstream_rq_retry_overflow'), 1);
+  assert.equal(gw.counter('cluster.go.mesh.api.gone.upstream_rq_retry'), 0);
+  assert.equal(gw.counter('cluster.go.mesh.api.gone.upstream_rq_total'), 1);
 });
