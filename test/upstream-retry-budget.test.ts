@@ -101,6 +101,23 @@ test('a cluster: retries past the budget of its active requests are refused and 
   await registry.close();
 });
 
+test('a caller\'s own budget (a route\'s) replaces the cluster\'s for its retries, under max_retries', async () => {
+  const a = await up.backend();
+  const registry = new MemoryRegistry();
+  await registry.register({ name: 'own', version: '', metadata: {}, endpoints: [], nodes: [node('a', a.port)] });
+  const { cm, stats } = up.manager({ registry, defaults: { circuitBreakers: { default: { maxRetries: 4 } } } });
+  const none = new RetryBudget({ percent: 1, minConcurrency: 0 });
+  await refused(cm.acquire('own', { retry: true, retryBudget: none }), 'circuit breaker open: retry_budget');
+  // The cluster's own budget (20 %, at least 3) lets the same retry through.
+  const held = [await cm.acquire('own', { retry: true })];
+  const wide = new RetryBudget({ percent: 100, minConcurrency: 100 });
+  for (let i = 0; i < 3; i++) held.push(await cm.acquire('own', { retry: true, retryBudget: wide }));
+  await refused(cm.acquire('own', { retry: true, retryBudget: wide }), 'circuit breaker open: max_retries');
+  assert.equal(stats.counter('cluster.own.upstream_rq_retry_overflow').value, 2);
+  for (const l of held) l.release(OK, 1);
+  await registry.close();
+});
+
 test('max_retries stays a ceiling under a budget that would allow more; 0 % leaves max_retries alone', async () => {
   const a = await up.backend();
   const registry = new MemoryRegistry();

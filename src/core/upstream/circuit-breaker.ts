@@ -73,13 +73,16 @@ export class CircuitBreakers {
     return this.state.default.thresholds.maxConnections;
   }
 
-  /** The limit a new request would break, if any. `wouldWait`: the chosen host has no free connection. */
-  check(priority: Priority, retry: boolean, wouldWait: boolean): BreakerLimit | undefined {
+  /**
+   * The limit a new request would break, if any. `wouldWait`: the chosen host has no free
+   * connection. `budget`: a retry budget that replaces the priority's for this retry (a route's).
+   */
+  check(priority: Priority, retry: boolean, wouldWait: boolean, budget?: RetryBudget): BreakerLimit | undefined {
     const s = this.state[priority];
     if (retry) {
       if (s.retries >= s.thresholds.maxRetries) return 'max_retries';
       // Worked out from the requests in flight now, before this retry joins them.
-      if (!s.budget.admits(s.requests, s.retries)) return 'retry_budget';
+      if (!(budget ?? s.budget).admits(s.requests, s.retries)) return 'retry_budget';
     }
     if (s.requests >= s.thresholds.maxRequests) return 'max_requests';
     if (wouldWait && this.pending >= s.thresholds.maxPendingRequests) return 'max_pending_requests';

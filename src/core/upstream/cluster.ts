@@ -323,7 +323,7 @@ export class Cluster {
     const target = host;
     const poolSize = this.breakers.poolSize();
     const waits = target.stats.rq_active >= poolSize;
-    const broken = this.breakers.check(priority, budgeted, waits);
+    const broken = this.breakers.check(priority, budgeted, waits, options.retryBudget);
     if (broken) {
       if (broken === 'max_retries' || broken === 'retry_budget') {
         // Not made: the caller answers with the previous try's result (isRetryOverflow).

@@ -7,7 +7,9 @@
  *
  * This unit holds only the rule; whoever owns the counts asks it. A cluster's circuit breakers
  * (circuit-breaker.ts) ask it for every retry and hedge of the cluster, per priority, with their
- * own counts of active requests and retries.
+ * own counts of active requests and retries. A caller with a budget of its own (a route's) passes
+ * it in AcquireOptions.retryBudget: it replaces the cluster's for that retry, against the same
+ * counts.
  *
  * Unlike Envoy, which ignores max_retries once a budget is set, mesh applies both: the budget
  * scales with the load, and max_retries stays an absolute ceiling on retries at once, so a burst
