@@ -64,10 +64,6 @@ export class CircuitBreakers {
     return this.state[priority].thresholds;
   }
 
-  retryBudget(priority: Priority): RetryBudget {
-    return this.state[priority].budget;
-  }
-
   /** Connections per host pool. */
   poolSize(): number {
     return this.state.default.thresholds.maxConnections;
