@@ -53,5 +53,6 @@ export const UNIT = [
   'test/upstream-host-close.test.ts',
   'test/upstream-lb.test.ts',
   'test/upstream-outlier.test.ts',
+  'test/upstream-retry-budget.test.ts',
   'test/workload-tls.test.ts',
 ];
