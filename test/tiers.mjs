@@ -9,6 +9,7 @@
  */
 export const UNIT = [
   'test/address.test.ts',
+  'test/ca-serve-remote.test.ts',
   'test/admin-host.test.ts',
   'test/admin.test.ts',
   'test/api-handler.test.ts',
@@ -53,5 +54,6 @@ export const UNIT = [
   'test/upstream-host-close.test.ts',
   'test/upstream-lb.test.ts',
   'test/upstream-outlier.test.ts',
+  'test/upstream-retry-budget.test.ts',
   'test/workload-tls.test.ts',
 ];

@@ -17,7 +17,7 @@ import { HEADER_ID } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf } from '../base/tracing/tracer.js';
 import { createBroker } from '../engines/broker/create.js';
 import { ClusterManager } from '../core/upstream/cluster-manager.js';
-import type { StaticClusterConfig } from '../core/upstream/config.js';
+import { retryBudgetDefaults, type StaticClusterConfig } from '../core/upstream/config.js';
 import { Client } from '../core/client/client.js';
 import { GrpcTransport } from '../core/transport/grpc/transport.js';
 import { readEngineTls } from '../base/util/engine-access.js';
@@ -176,6 +176,7 @@ export class Runtime {
       logging: this.logging,
       lbPolicy: options.lbPolicy,
       staticClusters: setup.staticClusters,
+      defaults: retryBudgetDefaults(options.retryBudgetPercent, options.retryBudgetMin),
       // Closed after the drain: the upstream calls still running then serve requests the drain cut off.
       closeGraceMs: 1000,
       self: this.selfAddresses,
@@ -482,6 +483,11 @@ export class Runtime {
       certFile: o.mtlsCertFile,
       keyFile: o.mtlsKeyFile,
       caFile: o.mtlsCaFile,
+      caServer: o.caServer,
+      caToken: o.caToken,
+      caTokenFile: o.caTokenFile,
+      caRootFingerprint: o.caRootFingerprint,
+      caRootFile: o.caRootFile,
       log: this.logging.get('main'),
     });
     const remove = this.addCertificateSource(() => workload.certificates());

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { ERROR_IDS, badRequest, flagged, notFound, serviceUnavailable } from '../../base/errors.js';
 import { declareStats, type Counter, type FamilyStats, type Histogram, type StatsScope, type StatsStore } from '../../base/stats/store.js';
 import { CircuitBreakers } from './circuit-breaker.js';
+import { retryOverflow } from './retry-budget.js';
 import type { ResolvedClusterSettings } from './config.js';
 import { HealthChecker } from './health-check.js';
 import { Host, hostKey, type HostConnectionListener, type HostSpec } from './host.js';
@@ -141,7 +142,7 @@ export class Cluster {
       rqClass: new Map([2, 3, 4, 5].map((c) => [c, st.counter(rqClassStat(c))] as const)),
     };
     this.rqTime = st.histogram('upstream_rq_time');
-    this.breakers = new CircuitBreakers(this.settings.circuitBreakers, st);
+    this.breakers = new CircuitBreakers(this.settings.circuitBreakers, this.settings.retryBudgets, st);
     this.lb = createBalancer<Host>(this.settings.lbPolicy, options.random);
     if (this.settings.outlierDetection) {
       this.outlier = new OutlierDetector({
@@ -322,10 +323,14 @@ export class Cluster {
     const target = host;
     const poolSize = this.breakers.poolSize();
     const waits = target.stats.rq_active >= poolSize;
-    const broken = this.breakers.check(priority, budgeted, waits);
+    const broken = this.breakers.check(priority, budgeted, waits, options.retryBudget);
     if (broken) {
-      if (broken === 'max_retries') this.s.rqRetryOverflow.inc();
-      else this.s.rqPendingOverflow.inc();
+      if (broken === 'max_retries' || broken === 'retry_budget') {
+        // Not made: the caller answers with the previous try's result (isRetryOverflow).
+        this.s.rqRetryOverflow.inc();
+        throw retryOverflow(ERROR_ID, broken);
+      }
+      this.s.rqPendingOverflow.inc();
       throw flagged(serviceUnavailable(ERROR_ID, `circuit breaker open: ${broken}`), 'UO');
     }
     this.breakers.start(priority, budgeted, waits);

@@ -6,6 +6,7 @@
 
 import type { buildConnector, Dispatcher } from 'undici';
 import type { LB_POLICIES } from '../../base/options/schema.js';
+import type { RetryBudget } from './retry-budget.js';
 
 /** A load-balancing policy: one of the schema's LB_POLICIES. */
 export type LbPolicy = (typeof LB_POLICIES)[number];
@@ -80,6 +81,11 @@ export interface AcquireOptions {
    * a node that dies under load does not turn its refused connections into breaker overflows.
    */
   afterConnectFailure?: boolean;
+  /**
+   * A retry budget of the caller's own (a route's) that replaces the cluster's for this retry;
+   * checked against the cluster's active requests and retries, under max_retries as always.
+   */
+  retryBudget?: RetryBudget;
   /** Call this exact node (host:port) instead of load balancing (/rpc `address`). */
   address?: string;
 }

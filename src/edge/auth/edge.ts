@@ -24,6 +24,7 @@ import { KeyStore, sha256, type Identity } from './keys.js';
 import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
 import { OptionError } from '../../base/util/option-error.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
+import { reloadOnSighup } from '../../base/util/sighup.js';
 
 /** The `id` of every error JSON written by the auth step. */
 export const AUTH_ERROR_ID = ERROR_IDS.auth;
@@ -208,9 +209,7 @@ export class EdgeAuth {
 
   /** Reloads on SIGHUP until the returned function is called. */
   reloadOnSighup(): () => void {
-    const onHup = () => void this.reload();
-    process.on('SIGHUP', onHup);
-    return () => process.off('SIGHUP', onHup);
+    return reloadOnSighup(() => this.reload());
   }
 
   /** What admin /auth_rules shows. */

@@ -30,6 +30,7 @@ import { failSpan, SpanKind, traceOf } from '../../base/tracing/tracer.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import { compose } from '../../core/client/interceptors/compose.js';
 import { retry } from '../../core/client/interceptors/retry.js';
+import { isRetryOverflow } from '../../core/upstream/retry-budget.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
@@ -374,21 +375,25 @@ interface ProxyCall {
   readonly info: ReturnType<typeof requestInfo>;
 }
 
-/** A try answered the client (or there is no one left to answer), or failed before any answer started. */
-type ProxyTry = { kind: 'done' } | { kind: 'failed'; error: MeshError; connectFailure: boolean };
+/**
+ * A try answered the client (or there is no one left to answer), failed before any answer
+ * started, or was a retry that max_retries or the retry budget refused (not made).
+ */
+type ProxyTry = { kind: 'done' } | { kind: 'failed'; error: MeshError; connectFailure: boolean } | { kind: 'overflow' };
 
 const DONE: ProxyTry = { kind: 'done' };
+const OVERFLOW: ProxyTry = { kind: 'overflow' };
 
 /**
  * The proxy's tries under the client's retry interceptor, with the proxy's policy: only a connect
  * failure is retried, at once, on another host (retries is 0 for a streamed body); the last
- * failure is the answer.
+ * failure is the answer, also when the retry budget refuses the retry.
  */
 const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
   retry({
     retries: (call) => call.retries,
     attempt: (_call, n) => n,
-    decide: (r) => (r.kind === 'failed' && r.connectFailure ? 'retry' : 'done'),
+    decide: (r) => (r.kind === 'overflow' ? 'stop' : r.kind === 'failed' && r.connectFailure ? 'retry' : 'done'),
     exhausted: (call) => ({ kind: 'failed', error: new MeshError(call.fe.errorId, 502, `proxy to ${call.service} failed`), connectFailure: false }),
   }),
 ]);
@@ -403,6 +408,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
     const options = { exclude: call.tried, retry: attempt > 0 };
     lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
   } catch (err) {
+    if (isRetryOverflow(err)) return OVERFLOW;
     req.resume();
     sendError(res, asFrontEndError(err, fe.errorId));
     return DONE;
