@@ -3,7 +3,7 @@
  * talks to the registry, broker and services) or through a sidecar (`--proxy_address`), with the
  * same results either way.
  */
-import { CALLER_NAMES } from '../core/transport/workload-tls.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 import { request } from 'undici';
 import WebSocket from 'ws';
 import type { Config } from './flags.js';

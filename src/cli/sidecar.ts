@@ -1,5 +1,5 @@
 /** `mesh sidecar`: see docs/sidecar.md and src/fronts/sidecar/server.ts. */
-import { CALLER_NAMES } from '../core/transport/workload-tls.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../process/runtime.js';
 import { formatAddress, parseAddress } from '../base/util/address.js';

@@ -38,8 +38,8 @@ import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../base/util/trace-co
 import { meshTimeoutOf } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf, type Span } from '../base/tracing/tracer.js';
 import type { CallContext } from '../base/util/call-context.js';
-import { serveMtls } from '../core/transport/mtls-server.js';
-import type { WorkloadTls } from '../core/transport/workload-tls.js';
+import { serveMtls } from '../base/mtls/server.js';
+import type { WorkloadTls } from '../base/mtls/workload-tls.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -111,7 +111,7 @@ export interface FrontServerOptions<R = undefined> {
    */
   authorize?: (req: IncomingMessage, res: ServerResponse, route: R) => Promise<void> | undefined;
   /**
-   * Terminates mutual TLS with this workload certificate (src/core/transport/mtls-server.ts, as
+   * Terminates mutual TLS with this workload certificate (src/base/mtls/server.ts, as
    * its mode says: permissive or strict) instead of --enable_tls: the sidecar's inbound listener.
    * `service` names it in the 400 a plain caller gets in strict mode. Such a listener is not one
    * of the process's own addresses for the self-guard (what it serves is forwarded to the app, so

@@ -18,7 +18,7 @@ import { HEADER_ID } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf } from '../base/tracing/tracer.js';
 import { isStreamKind, type StreamKind } from '../core/transport/frames.js';
 import { readAuthzSetup, ServiceAuthz } from '../edge/auth/authz.js';
-import { CALLER_NAMES } from '../core/transport/workload-tls.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 
 /** Options of one call (Mesh.call). */
 export interface CallOptions {

@@ -39,7 +39,7 @@ import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLog
 import { ContextStore } from '../base/util/call-context.js';
 import { Tracer } from '../base/tracing/tracer.js';
 import { OptionError } from '../base/util/option-error.js';
-import type { WorkloadTls } from '../core/transport/workload-tls.js';
+import type { WorkloadTls } from '../base/mtls/workload-tls.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */

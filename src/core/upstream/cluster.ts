@@ -14,8 +14,8 @@ import { Host, hostKey, type HostConnectionListener, type HostSpec } from './hos
 import { tryParseAddress } from '../../base/util/address.js';
 import { candidates, createBalancer, type LoadBalancer } from './load-balancer.js';
 import { OutlierDetector } from './outlier.js';
-import { mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from './mtls.js';
-import { spiffeIdOf, type WorkloadTls } from '../transport/workload-tls.js';
+import { mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from '../../base/mtls/connector.js';
+import { spiffeIdOf, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { AcquireOptions, AttemptOutcome, ClusterSnapshot, Priority, UpstreamLease } from './types.js';
 
 export const ERROR_ID = ERROR_IDS.client;
@@ -43,7 +43,7 @@ export interface ClusterOptions {
   /**
    * This process's workload certificate (--mtls permissive or strict), read when a host's pool is
    * made: hosts whose node serves mutual TLS are called with it, and must present the cluster's
-   * service identity (mtls.ts).
+   * service identity (src/base/mtls/connector.ts).
    */
   workloadTls?: () => WorkloadTls | undefined;
 }

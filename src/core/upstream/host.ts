@@ -30,7 +30,7 @@ export interface HostPoolOptions {
   connectTimeoutMs: number;
   keepAliveTimeoutMs: number;
   /**
-   * The connector of the host's pool, made when the pool is (mutual TLS: src/core/upstream/mtls.ts).
+   * The connector of the host's pool, made when the pool is (mutual TLS: src/base/mtls/connector.ts).
    * Without it the pool connects plain, with connectTimeoutMs.
    */
   connector?: (host: Host) => buildConnector.connector | undefined;

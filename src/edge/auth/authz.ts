@@ -21,7 +21,7 @@ import { globMatcher } from '../../base/util/regex.js';
 import { OptionError } from '../../base/util/option-error.js';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
-import { spiffeIdOf } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
 import { MAX_GLOB, parseRuleFile, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 

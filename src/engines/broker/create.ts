@@ -10,7 +10,7 @@ import type { DurableDefaults } from './durable.js';
 import type { StatsStore } from '../../base/stats/store.js';
 import { OptionError } from '../../base/util/option-error.js';
 import { OPTIONS } from '../../base/options/schema.js';
-import type { WorkloadTls } from '../../core/transport/workload-tls.js';
+import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 
 /** The broker backends: the schema's choices of --broker. */
 export const BROKER_KINDS = OPTIONS.broker.choices;

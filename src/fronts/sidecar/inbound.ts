@@ -4,7 +4,7 @@
  * doing any TLS itself (docs/sidecar.md, "The inbound listener").
  *
  * - Terminates mutual TLS with the sidecar's workload certificate for the app's name
- *   (src/core/transport/mtls-server.ts through the front server): strict refuses plain callers
+ *   (src/base/mtls/server.ts through the front server): strict refuses plain callers
  *   with the 400 naming the app; permissive serves them too.
  * - Checks --authz_rules (src/edge/auth/authz.ts) before anything is forwarded: the caller is the
  *   SPIFFE ID of its certificate (none: `unauthenticated`), the service the app's name, the
@@ -29,7 +29,7 @@ import { refuseSocket } from '../../base/http/respond.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
 import { HEADER_ENDPOINT, HEADER_PEER_IDENTITY } from '../../core/transport/headers.js';
-import { peerIdentityOf, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { peerIdentityOf, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import { addHeader, removeHeaders } from '../../edge/auth/edge.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 import type { StaticClusterConfig } from '../../core/upstream/config.js';

@@ -45,7 +45,7 @@ import { ALLOWED_HOSTS_FLAG, HostCheck } from '../../base/http/host-check.js';
 import type { FrontRateLimit } from '../../base/http/rate-limit.js';
 import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../../edge/auth/edge.js';
 import { SidecarInbound } from './inbound.js';
-import { MTLS_METADATA_KEY, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { MTLS_METADATA_KEY, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 import { advertisedAddress } from '../../base/util/address.js';
 

@@ -28,7 +28,7 @@ import { httpServerOptions, listenOn } from '../../base/http/lifecycle.js';
 import { clientAddress, rateLimitHeaders, RateLimiter, ratePolicy, type RatePolicy } from '../../base/http/rate-limit.js';
 import { sendError, sendJson } from '../../base/http/respond.js';
 import { globsMatcher } from '../../base/util/regex.js';
-import { peerIdentityOf, spiffeIdOf, type WorkloadTlsPems } from '../../core/transport/workload-tls.js';
+import { peerIdentityOf, spiffeIdOf, type WorkloadTlsPems } from '../../base/mtls/workload-tls.js';
 import { caExists, CaError, caRootOf, type CaRoot } from './ca.js';
 import { IssuedWorkloadTls } from './issued.js';
 import { LocalCaSigner } from './signer.js';

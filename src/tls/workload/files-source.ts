@@ -11,7 +11,7 @@ import { dirname } from 'node:path';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
 import { OptionError } from '../../base/util/option-error.js';
-import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import { HeldWorkloadTls, type HeldCertificate } from './held.js';
 import { certificateInfoFromPem, parseSubjectAltNames } from '../certificate.js';
 import { caRootOf } from './ca.js';

@@ -5,7 +5,7 @@
  */
 import type { SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import type { WorkloadTlsPems } from '../../core/transport/workload-tls.js';
+import type { WorkloadTlsPems } from '../../base/mtls/workload-tls.js';
 import { certificateInfoFromPem, type CertificateInfo } from '../certificate.js';
 import type { CaRoot } from './ca.js';
 

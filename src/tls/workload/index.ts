@@ -1,6 +1,6 @@
 /**
  * Workload certificates for mutual TLS between mesh processes (the WorkloadTls of
- * src/core/transport/workload-tls.ts): issued by the local mesh CA in `--ca_dir` (made on first
+ * src/base/mtls/workload-tls.ts): issued by the local mesh CA in `--ca_dir` (made on first
  * use when the directory holds none), or read from the files of an outside PKI
  * (`--mtls_cert_file`, `--mtls_key_file`, `--mtls_ca_file`), or asked of the CA's signing service
  * on another machine (`--ca_server`, src/tls/workload/remote-signer.ts). See docs/mesh-ca.md and
@@ -10,7 +10,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { OptionError } from '../../base/util/option-error.js';
-import type { MtlsMode, WorkloadTls } from '../../core/transport/workload-tls.js';
+import type { MtlsMode, WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { CertificateInfo } from '../certificate.js';
 import { caExists, CaError, initCa, trustDomainProblem } from './ca.js';
 import { FileWorkloadTls } from './files-source.js';

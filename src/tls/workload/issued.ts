@@ -9,7 +9,7 @@
  */
 import { createSecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import { HeldWorkloadTls, type HeldCertificate } from './held.js';
 import { certificateInfoFromPem } from '../certificate.js';
 import type { CaRoot } from './ca.js';

@@ -21,7 +21,7 @@ import { request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
 import { connect, type DetailedPeerCertificate, type PeerCertificate } from 'node:tls';
 import type { Logger } from 'pino';
-import { spiffeIdOf, uriSans } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf, uriSans } from '../../base/mtls/workload-tls.js';
 import { caRootOf, type CaRoot } from './ca.js';
 import { CA_SERVER_SERVICE, CERTIFICATE_PATH, ROOTS_PATH } from './ca-server.js';
 import type { CertificateSigner, CurrentCertificate } from './signer.js';

@@ -6,7 +6,7 @@
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { X509Certificate } from 'node:crypto';
-import { spiffeIdOf } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
 import { caPaths, readRoots, readSigner, type CaRoot } from './ca.js';
 import { signWorkload, splitPem } from './x509.js';
 import { fileSignature, watchFiles } from './watch.js';

@@ -62,8 +62,8 @@ import { Outbox } from './outbox.js';
 import { checkDurableDefaults, DurableStats, durableSettings, type DurableDefaults } from '../durable.js';
 import { StatsStore } from '../../../base/stats/store.js';
 import { loadSecret } from './secret.js';
-import type { WorkloadTls } from '../../../core/transport/workload-tls.js';
-import { mtlsClientStats } from '../../../core/upstream/mtls.js';
+import type { WorkloadTls } from '../../../base/mtls/workload-tls.js';
+import { mtlsClientStats } from '../../../base/mtls/connector.js';
 
 export interface HttpBrokerOptions {
   registry: Registry;

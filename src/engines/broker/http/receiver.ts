@@ -12,8 +12,8 @@ import { readBody } from '../../../base/http/body.js';
 import { advertisedAddress, formatAddress } from '../../../base/util/address.js';
 import type { SubGroup, Subscriptions } from './subscriptions.js';
 import { SECRET_FIELD, SECRET_HEADER, type DeliverySecret } from './secret.js';
-import { serveMtls } from '../../../core/transport/mtls-server.js';
-import type { WorkloadTls } from '../../../core/transport/workload-tls.js';
+import { serveMtls } from '../../../base/mtls/server.js';
+import type { WorkloadTls } from '../../../base/mtls/workload-tls.js';
 import { StatsStore, type StatsScope } from '../../../base/stats/store.js';
 import { decodeHeader, DELIVERY_PATH, encodeMissing, ERROR_ID, errorText, HEADER_FIELD, MAX_HEADER_BYTES, MISSING_FIELD } from './wire.js';
 
@@ -33,7 +33,7 @@ export interface ReceiverOptions {
   refused?: Counter;
   /**
    * The process's workload certificate (--mtls permissive or strict), read when the endpoint
-   * starts listening: the endpoint then terminates mutual TLS (src/core/transport/mtls-server.ts;
+   * starts listening: the endpoint then terminates mutual TLS (src/base/mtls/server.ts;
    * strict refuses plain deliveries) and its subscriptions say mtls=true. The secret is still
    * checked on every delivery.
    */

@@ -7,8 +7,8 @@ import { Agent, type Dispatcher } from 'undici';
 import type pino from 'pino';
 import { decodeMissing, DeliveryError, errorText, HEADER_FIELD, MISSING_FIELD, type Delivery } from './wire.js';
 import { SECRET_FIELD } from './secret.js';
-import type { WorkloadTls } from '../../../core/transport/workload-tls.js';
-import { MTLS_REFUSED, mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from '../../../core/upstream/mtls.js';
+import type { WorkloadTls } from '../../../base/mtls/workload-tls.js';
+import { MTLS_REFUSED, mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from '../../../base/mtls/connector.js';
 import { StatsStore } from '../../../base/stats/store.js';
 
 /** What the mutual TLS connector reads of an endpoint's node: only such nodes go through it. */

@@ -4,7 +4,7 @@
  * handing a message to the handlers (each of a broadcast group's, one of a queue group's, round
  * robin).
  */
-import { MTLS_METADATA_KEY } from '../../../core/transport/workload-tls.js';
+import { MTLS_METADATA_KEY } from '../../../base/mtls/workload-tls.js';
 import { randomUUID } from 'node:crypto';
 import type pino from 'pino';
 import type { Node, Registry, Service } from '../../registry/registry.js';

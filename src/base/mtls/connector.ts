@@ -19,8 +19,8 @@
 import type { PeerCertificate, SecureContext } from 'node:tls';
 import { buildConnector } from 'undici';
 import type { Logger } from 'pino';
-import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
-import { MTLS_METADATA_KEY, uriSans, type WorkloadTls } from '../transport/workload-tls.js';
+import { declareStats, type FamilyStats, type StatsScope } from '../stats/store.js';
+import { MTLS_METADATA_KEY, uriSans, type WorkloadTls } from './workload-tls.js';
 
 /** `cluster.<name>.*`: the client's TLS stats, named after Envoy's. */
 export const MTLS_CLIENT_STATS = {
