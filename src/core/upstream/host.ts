@@ -22,6 +22,8 @@ export interface HostSpec {
   zone: string;
   region: string;
   canary: boolean;
+  /** The registry's Version of the node ('' when none, or for a static host). */
+  version?: string;
 }
 
 export interface HostPoolOptions {
@@ -92,6 +94,8 @@ export class Host implements UpstreamTarget {
   zone: string;
   region: string;
   canary: boolean;
+  /** The registry's Version of the node ('' when none). */
+  version: string;
 
   private pool: Pool | undefined;
   /** The active health checks' connection when they cannot use the shared one (mutual TLS). */
@@ -142,6 +146,7 @@ export class Host implements UpstreamTarget {
     this.zone = spec.zone;
     this.region = spec.region;
     this.canary = spec.canary;
+    this.version = spec.version ?? '';
     // Checked now (throws TypeError: Invalid URL), so a host that cannot be reached is refused
     // when it is added, not on its first request.
     new URL(`http://${this.key}`);
@@ -227,6 +232,7 @@ export class Host implements UpstreamTarget {
     this.zone = spec.zone;
     this.region = spec.region;
     this.canary = spec.canary;
+    this.version = spec.version ?? '';
   }
 
   healthy(): boolean {

@@ -15,6 +15,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { compilePathRegex } from '../../base/util/regex.js';
+import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
 import { LineCounter, isMap, isScalar, isSeq, parseAllDocuments, type Node, type Pair } from 'yaml';
 
 export type RouteHandler = 'api' | 'rpc' | 'proxy';
@@ -283,8 +284,16 @@ function parseBackend(at: At): BackendRefSpec {
   if (f.has('port')) integer(f.get('port')!.at, 1, 65535);
   if (f.has('namespace')) text(f.get('namespace')!.at, 253);
   if (!f.has('name')) throw at.error('name is required (a mesh service)');
-  const ref: BackendRefSpec = { name: text(f.get('name')!.at, 253), weight: f.has('weight') ? integer(f.get('weight')!.at, 0, LIMITS.weight) : 1 };
-  if (f.has('version')) ref.version = text(f.get('version')!.at, 256);
+  const nameAt = f.get('name')!.at;
+  const ref: BackendRefSpec = { name: text(nameAt, 253), weight: f.has('weight') ? integer(f.get('weight')!.at, 0, LIMITS.weight) : 1 };
+  const bad = serviceNameProblem(ref.name);
+  if (bad) throw nameAt.error(`not a mesh service name: ${bad}`);
+  if (f.has('version')) {
+    const vAt = f.get('version')!.at;
+    ref.version = text(vAt, 256);
+    const badVersion = versionProblem(ref.version);
+    if (badVersion) throw vAt.error(`not a registry version: ${badVersion}`);
+  }
   return ref;
 }
 

@@ -10,7 +10,7 @@ import { EXPIRED, type Attempt, type ClientInterceptor, type ClientSend, type Tr
 
 export function pickHost(selector: UpstreamSelector): ClientInterceptor {
   return (next) => (call, attempt) => {
-    const options: AcquireOptions = { exclude: call.tried, retry: attempt.retry > 0, address: call.address, afterConnectFailure: call.lastOutcome === 'connect_failure' };
+    const options: AcquireOptions = { exclude: call.tried, retry: attempt.retry > 0, address: call.address, version: call.version, afterConnectFailure: call.lastOutcome === 'connect_failure' };
     const lease = selector.acquireNow?.(call.service, options);
     if (lease) return sendOn(next, call, attempt, lease);
     return selector.acquire(call.service, options).then((l) => sendOn(next, call, attempt, l));
