@@ -271,6 +271,8 @@ export class Gateway {
     let bound: AddressInfo;
     try {
       bound = await this.server.listen(this.address);
+      const listener = { name: STAT_PREFIX, address: bound.address, port: bound.port };
+      this.runtime.onShutdown(this.runtime.addListenerSource(() => [listener]));
     } catch (err) {
       this.router?.stop();
       this.routes?.stop();
