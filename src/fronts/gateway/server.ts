@@ -184,7 +184,8 @@ export class Gateway {
 
   /**
    * The route phase: the gateway's own paths first (for an upgrade only /rpc: an upgrade at `/` or
-   * the dashboard can only be proxied), then the handler's target. No streaming call is served at
+   * the dashboard can only be proxied), then the route file's first matching route, then the
+   * handler's target. No streaming call is served at
    * an own path, nor at /rpc when --enable_rpc=false.
    */
   private route(req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
@@ -192,7 +193,7 @@ export class Gateway {
     const own = path === '/' || (this.dashboard !== undefined && isDashboardPath(path));
     if (own && !upgrade) return path === '/' ? ROOT : DASHBOARD;
     if (path === '/rpc' && this.enableRpc) return RPC_ENDPOINT;
-    const to = (this.routes && !own && path !== '/rpc' && this.fileRoute(req, target)) || this.targetRoute(req, target);
+    const to = (this.routes && this.fileRoute(req, target)) || this.targetRoute(req, target);
     if (to.kind === 'call' && (own || path === '/rpc')) to.stream = false;
     return own && to.kind !== 'proxy' && to.kind !== 'call' ? NONE : to;
   }
