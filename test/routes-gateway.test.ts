@@ -73,6 +73,19 @@ spec:
       matches: [{path: {value: /m}}]
       backendRefs: [{name: ${SERVICE}, version: v1}]
 ---
+${HEAD}metadata: {name: web}
+spec:
+  handler: proxy
+  hostnames: [web.example.com]
+  rules:
+    - backendRefs: [{name: ${SERVICE}, version: v2}]
+---
+${HEAD}metadata: {name: api}
+spec:
+  rules:
+    - matches: [{path: {value: /shop}}]
+      backendRefs: [{name: ${SERVICE}, version: v2}]
+---
 ${HEAD}metadata: {name: limits}
 spec:
   handler: rpc
@@ -149,6 +162,20 @@ describe('mesh api --routes', () => {
     assert.equal((await appOf(pool, '/m/echo/x?canary=2')).app, 'one');
   });
 
+  it("a route's handler: proxy (by host) and api (the default without --handler), to the route's version", async () => {
+    const web = await http('GET', `${gw.url}/any/path?q=1`, { headers: { host: 'web.example.com' } });
+    assert.equal(web.status, 200);
+    assert.equal(web.json().app, 'two');
+    assert.equal(web.json().url, '/any/path?q=1');
+    assert.equal(two.received.at(-1)?.kind, 'http');
+    const shop = await http('GET', `${gw.url}/shop/cart/list?item=3`);
+    assert.equal(shop.status, 201);
+    assert.equal(shop.headers['x-plain'], 'yes');
+    assert.equal(shop.json().app, 'two');
+    assert.equal(shop.json().endpoint, 'Cart.List');
+    assert.equal(shop.json().request.path, '/shop/cart/list');
+  });
+
   it('a request no route matches goes to the registry router and handlers as without the file', async () => {
     const res = await http('POST', `${gw.url}/plain/hello`, { body: '{}', headers: { 'content-type': 'application/json' } });
     assert.equal(res.status, 201);
@@ -183,7 +210,7 @@ describe('mesh api --routes', () => {
       const routes = (await http('GET', `${g.admin}/routes?route_config_name=${encodeURIComponent(`file:${routesFile}`)}`, auth)).json<any[]>();
       assert.equal(routes.length, 1);
       assert.match(routes[0].version_info, /^[0-9a-f]{16}$/);
-      assert.deepEqual(routes[0].route_table_dump.routes.map((r: { name: string }) => r.name), ['split', 'matches', 'limits']);
+      assert.deepEqual(routes[0].route_table_dump.routes.map((r: { name: string }) => r.name), ['split', 'matches', 'web', 'api', 'limits']);
 
       const dump = await http('GET', `${g.admin}/config_dump`, auth);
       assert.equal(dump.status, 200);
