@@ -181,6 +181,7 @@ describe('mesh api --routes', () => {
     assert.equal(res.status, 201);
     assert.equal(res.json().app, 'plain');
     assert.equal(res.json().endpoint, 'Plain.Hello');
+    assert.ok(gw.proc.output().includes(`(namespace go.mesh.api, registry router, api handler fallback, 5 routes from ${routesFile})\n`), gw.proc.output());
   });
 
   it('timeouts.request: 504 error JSON; a version without a node: 503; every weight 0: 500', async () => {

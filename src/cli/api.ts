@@ -53,7 +53,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     const bound = await gateway.start();
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const lines = [
-      `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})`,
+      `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)}${gateway.routes ? `, ${gateway.routes.routes.length} route${gateway.routes.routes.length === 1 ? '' : 's'} from ${config.routes}` : ''})`,
       adminLine(admin),
     ];
     if (worker) worker.ready(runtime, lines);
