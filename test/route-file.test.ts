@@ -188,6 +188,24 @@ spec:
     assert.equal(hostOf('[::1]:80'), '[::1]');
   });
 
+  it('every kind of path is found whatever its first segment: exact /, prefixes, regexes, the / prefix', () => {
+    const t2 = table(`${HEAD}metadata: {name: f}
+spec:
+  rules:
+    - {name: root, matches: [{path: {type: Exact, value: /}}], backendRefs: [{name: root}]}
+    - {name: shop, matches: [{path: {value: /shop/cart}}], backendRefs: [{name: shop}]}
+    - {name: re, matches: [{path: {type: RegularExpression, value: "/(shop|x)/re"}}], backendRefs: [{name: re}]}
+    - {name: all, matches: [{path: {value: /}}], backendRefs: [{name: all}]}
+`);
+    const name = (path: string) => t2.match(req(path))?.rule.name;
+    assert.equal(name('/'), 'root');
+    assert.equal(name('/shop/cart/1'), 'shop');
+    assert.equal(name('/shop/re'), 're');
+    assert.equal(name('/x/re'), 're');
+    assert.equal(name('/shop'), 'all');
+    assert.equal(name('/other'), 'all');
+  });
+
   it('a rule names itself for stats; the choice follows the weights', () => {
     assert.equal(t.match(req('/a/b'))?.rule.name, 'exact');
     assert.equal(t.match(req('/h', { host: 'x.example.org' }))?.rule.name, 'hosts-0');

@@ -14,6 +14,12 @@
  *   4. the order in the file (route, then rule, then match).
  * Regular expressions run on RE2 (linear time, src/base/util/regex.ts) and match the whole path,
  * header value or parameter value.
+ *
+ * The scan only looks at entries that can match the path's first segment: an Exact or PathPrefix
+ * path names its first segment (`/shop/cart` → `shop`), so the entries are also kept per first
+ * segment (with the regex and `/` entries, in the same order), and a request scans the list of its
+ * path's first segment. MAX_BUCKETED bounds what those lists may hold; past it every request
+ * scans every entry.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { compilePathRegex } from '../../base/util/regex.js';
@@ -44,7 +50,12 @@ interface ValueTest {
   test: Test;
 }
 
+/** Most entries the per-segment lists hold in all (the regex and `/` entries are in every list). */
+export const MAX_BUCKETED = 100_000;
+
 interface Entry {
+  /** The first segment every path this entry matches has; undefined: any (regex, `/` prefix). */
+  first: string | undefined;
   route: RouteSpec;
   rule: RuleSpec;
   /** undefined: any host. */
@@ -63,6 +74,18 @@ function valueTest(m: ValueMatchSpec): ValueTest {
   }
   const re = compilePathRegex(m.value);
   return { name: m.name, test: (v) => re.test(v) };
+}
+
+/** The first segment of a path in normal form: `/shop/cart` → `shop`, `/` → ``. */
+function firstSegment(path: string): string {
+  const slash = path.indexOf('/', 1);
+  return slash < 0 ? path.slice(1) : path.slice(1, slash);
+}
+
+function firstOf(match: MatchSpec): string | undefined {
+  const { type, value } = match.path;
+  if (type === 'RegularExpression' || (type === 'PathPrefix' && value === '/')) return undefined;
+  return firstSegment(value);
 }
 
 function pathTest(match: MatchSpec): { test: Test; rank: number[] } {
@@ -108,6 +131,10 @@ function compare(a: Entry, b: Entry): number {
 
 export class CompiledRoutes {
   private readonly entries: Entry[] = [];
+  /** Per first segment: the entries that may match a path starting with it, in precedence order. */
+  private readonly byFirst = new Map<string, Entry[]>();
+  /** The entries that may match any path: what a path whose first segment no entry names scans. */
+  private readonly generic: Entry[];
   /** True when some entry matches on a query parameter (else the query is never parsed). */
   private readonly needsQuery: boolean;
 
@@ -130,6 +157,7 @@ export class CompiledRoutes {
           for (const hostname of hostnames) {
             const host = hostTest(hostname);
             this.entries.push({
+              first: firstOf(match),
               route,
               rule,
               host: host.test,
@@ -146,6 +174,12 @@ export class CompiledRoutes {
     }
     this.entries.sort(compare);
     this.needsQuery = this.entries.some((e) => e.query.length > 0);
+    this.generic = this.entries.filter((e) => e.first === undefined);
+    const firsts = new Set<string>();
+    for (const e of this.entries) if (e.first !== undefined) firsts.add(e.first);
+    if (firsts.size * this.generic.length + this.entries.length <= MAX_BUCKETED) {
+      for (const first of firsts) this.byFirst.set(first, this.entries.filter((e) => e.first === undefined || e.first === first));
+    } else this.generic = this.entries;
   }
 
   get size(): number {
@@ -157,7 +191,8 @@ export class CompiledRoutes {
     const host = hostOf(req.host);
     let params: URLSearchParams | undefined;
     if (this.needsQuery && req.query) params = new URLSearchParams(req.query);
-    for (const e of this.entries) {
+    const entries = this.byFirst.get(firstSegment(req.path)) ?? this.generic;
+    for (const e of entries) {
       if (e.host && (host === undefined || !e.host(host))) continue;
       if (e.method !== undefined && e.method !== req.method) continue;
       if (!e.path(req.path)) continue;
