@@ -415,7 +415,8 @@ for (const d of DEFAULT_ROWS) {
 
 // A route file (opt-in: BENCH_ROWS=mesh-rpc,mesh-rpc-routes100): the mesh-rpc gateway with
 // --routes=FILE of 100 HTTPRoute documents where the request matches only the last one tried (99
-// longer path prefixes are tried first), against mesh-rpc without a file (paired rounds).
+// longer path prefixes under the same first segment, /bench/nomatch-NNN, are tried first), against
+// mesh-rpc without a file (paired rounds).
 ROWS.splice(ROWS.findIndex((r) => r.id === 'mesh-rpc') + 1, 0, {
   id: 'mesh-rpc-routes100',
   label: 'mesh api --handler=rpc --routes=FILE (100 routes, the last matches)',
@@ -425,7 +426,7 @@ ROWS.splice(ROWS.findIndex((r) => r.id === 'mesh-rpc') + 1, 0, {
     const file = join(ctx.tmp, 'routes100.yaml');
     const route = (name: string, prefix: string) =>
       `apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: ${name}}\nspec:\n  rules:\n    - matches: [{path: {type: PathPrefix, value: ${prefix}}}]\n      backendRefs: [{name: ${BACKEND_SERVICE}}]\n`;
-    const docs = Array.from({ length: 99 }, (_, i) => route(`r${i}`, `/nomatch-${String(i).padStart(3, '0')}`));
+    const docs = Array.from({ length: 99 }, (_, i) => route(`r${i}`, `/bench/nomatch-${String(i).padStart(3, '0')}`));
     docs.push(route('bench', '/bench'));
     writeFileSync(file, docs.join('---\n'));
     const g = await startMesh(ctx, 'mesh-api-rpc-routes100', 'api', ['--handler=rpc', '--namespace=go.mesh.srv', `--routes=${file}`], nodeArgs);

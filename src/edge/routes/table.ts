@@ -196,8 +196,8 @@ export class CompiledRoutes {
       if (e.host && (host === undefined || !e.host(host))) continue;
       if (e.method !== undefined && e.method !== req.method) continue;
       if (!e.path(req.path)) continue;
-      if (!e.headers.every((h) => matchHeader(req.headers[h.name], h.test))) continue;
-      if (!e.query.every((q) => matchQuery(params, q))) continue;
+      if (e.headers.length > 0 && !headersMatch(e.headers, req.headers)) continue;
+      if (e.query.length > 0 && !queryMatch(e.query, params)) continue;
       return { route: e.route, rule: e.rule, backend: this.pick(e.rule.backendRefs) };
     }
     return undefined;
@@ -220,12 +220,20 @@ export class CompiledRoutes {
   }
 }
 
-function matchHeader(value: string | string[] | undefined, test: Test): boolean {
-  if (value === undefined) return false;
-  return test(Array.isArray(value) ? value.join(', ') : value);
+/** Every header test passes (a repeated header is tested as its values joined by `, `). */
+function headersMatch(tests: readonly ValueTest[], headers: IncomingHttpHeaders): boolean {
+  for (const h of tests) {
+    const value = headers[h.name];
+    if (value === undefined || !h.test(Array.isArray(value) ? value.join(', ') : value)) return false;
+  }
+  return true;
 }
 
-function matchQuery(params: URLSearchParams | undefined, q: ValueTest): boolean {
-  const value = params?.get(q.name);
-  return value !== null && value !== undefined && q.test(value);
+/** Every query parameter test passes, on the parameter's first value. */
+function queryMatch(tests: readonly ValueTest[], params: URLSearchParams | undefined): boolean {
+  for (const q of tests) {
+    const value = params?.get(q.name);
+    if (value === null || value === undefined || !q.test(value)) return false;
+  }
+  return true;
 }
