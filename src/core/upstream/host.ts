@@ -22,6 +22,8 @@ export interface HostSpec {
   zone: string;
   region: string;
   canary: boolean;
+  /** The registry's Version of the node ('' when none, or for a static host). */
+  version?: string;
 }
 
 export interface HostPoolOptions {
@@ -92,6 +94,8 @@ export class Host implements UpstreamTarget {
   zone: string;
   region: string;
   canary: boolean;
+  /** The registry's Version of the node ('' when none). */
+  version: string;
 
   private pool: Pool | undefined;
   /** The pool's connector, made once (undefined: plain); see connector. */
@@ -145,6 +149,7 @@ export class Host implements UpstreamTarget {
     this.zone = spec.zone;
     this.region = spec.region;
     this.canary = spec.canary;
+    this.version = spec.version ?? '';
     // Checked now (throws TypeError: Invalid URL), so a host that cannot be reached is refused
     // when it is added, not on its first request.
     new URL(`http://${this.key}`);
@@ -243,6 +248,7 @@ export class Host implements UpstreamTarget {
     this.zone = spec.zone;
     this.region = spec.region;
     this.canary = spec.canary;
+    this.version = spec.version ?? '';
   }
 
   healthy(): boolean {
