@@ -14,6 +14,7 @@ import { declareStats, type FamilyStats, type StatsScope } from '../../base/stat
 import { fileSignature, watchFiles } from '../../tls/workload/watch.js';
 import { loadRouteFile, type RouteSpec } from './file.js';
 import { CompiledRoutes } from './table.js';
+import { reloadOnSighup } from '../../base/util/sighup.js';
 
 export const ROUTE_FILE_STATS = {
   counters: { updateSuccess: 'routes.update_success', updateFailure: 'routes.update_failure' },
@@ -39,7 +40,6 @@ export class LiveRoutes {
   private lastError: string | undefined;
   private readonly stats: FamilyStats<typeof ROUTE_FILE_STATS>;
   private stopWatch?: () => void;
-  private readonly onHup = () => void this.reload();
 
   /** Loads the file; throws its RouteFileError. */
   constructor(private readonly options: LiveRoutesOptions) {
@@ -52,11 +52,11 @@ export class LiveRoutes {
   start(): void {
     if (this.stopWatch) return;
     const file = this.options.file;
-    process.on('SIGHUP', this.onHup);
+    const unhup = reloadOnSighup(() => this.reload());
     const unwatch = watchFiles({ dirs: [dirname(file)], signature: () => fileSignature(file), onChange: () => void this.reload(), pollMs: this.options.pollMs ?? 2000, settleMs: this.options.settleMs ?? 50 });
     this.stopWatch = () => {
       unwatch();
-      process.off('SIGHUP', this.onHup);
+      unhup();
     };
   }
 
