@@ -37,8 +37,10 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
     const bound = await proxy.start();
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const lines = bound.map(({ name, address }) => {
-      const routes = proxy.listeners.find((l) => l.name === name)!.config.routes.length;
-      return `mesh proxy listener ${name} on ${scheme}://${formatAddress(address.address, address.port)} (${routes} route${routes === 1 ? '' : 's'})`;
+      const listener = proxy.listeners.find((l) => l.name === name)!;
+      const routes = listener.config.routes.length;
+      const fromFile = listener.routes ? `, ${listener.routes.routes.length} from ${listener.config.routeFile}` : '';
+      return `mesh proxy listener ${name} on ${scheme}://${formatAddress(address.address, address.port)} (${routes} route${routes === 1 ? '' : 's'}${fromFile})`;
     });
     lines.push(adminLine(admin));
     lines.push(`mesh proxy ready: ${file.clusters.length} static cluster${file.clusters.length === 1 ? '' : 's'}, ${file.usesRegistry ? 'registry services' : 'no registry'}`);

@@ -76,7 +76,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     const workload = await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
     const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
     const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup) } : undefined;
-    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions });
+    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
     let bound;
     try {
       bound = await sidecar.start(address);
@@ -86,7 +86,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     }
     const scheme = sidecar.secure ? 'https' : 'http';
     const lines = [
-      `mesh sidecar listening on ${scheme}://${formatAddress(bound.address, bound.port)} (handler ${handler}, namespace ${namespace})`,
+      `mesh sidecar listening on ${scheme}://${formatAddress(bound.address, bound.port)} (handler ${handler}, namespace ${namespace}${sidecar.routes ? `, ${routeCount(sidecar.routes.routes.length)} from ${config.routes}` : ''})`,
       adminLine(admin),
     ];
     if (app) {
@@ -105,4 +105,8 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
     await runtime.shutdown();
     throw err;
   }
+}
+
+function routeCount(n: number): string {
+  return `${n} route${n === 1 ? '' : 's'}`;
 }

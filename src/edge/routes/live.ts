@@ -12,7 +12,7 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import { fileSignature, watchFiles } from '../../tls/workload/watch.js';
-import { loadRouteFile, type RouteSpec } from './file.js';
+import { loadRouteFile, type RouteFile, type RouteSpec } from './file.js';
 import { CompiledRoutes } from './table.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 
@@ -31,6 +31,8 @@ export interface LiveRoutesOptions {
   pollMs?: number;
   /** Wait after a change event before reading the file (ms). Default 50. */
   settleMs?: number;
+  /** What the front end refuses in a file it cannot serve (throws a RouteFileError), at start and on each reload. */
+  check?: (file: RouteFile) => void;
 }
 
 export class LiveRoutes {
@@ -44,7 +46,7 @@ export class LiveRoutes {
   /** Loads the file; throws its RouteFileError. */
   constructor(private readonly options: LiveRoutesOptions) {
     this.stats = declareStats(options.stats, ROUTE_FILE_STATS);
-    this.table = new CompiledRoutes(loadRouteFile(options.file), options.random);
+    this.table = new CompiledRoutes(this.load(), options.random);
     this.stats.active.set(this.table.size);
   }
 
@@ -73,7 +75,7 @@ export class LiveRoutes {
     const { file, log } = this.options;
     let next: CompiledRoutes;
     try {
-      const parsed = loadRouteFile(file);
+      const parsed = this.load();
       if (parsed.version === this.table.source.version) {
         this.lastError = undefined;
         return true;
@@ -93,6 +95,12 @@ export class LiveRoutes {
     this.stats.active.set(next.size);
     log.info({ file, routes: next.size, version: next.source.version }, 'route file reloaded');
     return true;
+  }
+
+  private load(): RouteFile {
+    const parsed = loadRouteFile(this.options.file);
+    this.options.check?.(parsed);
+    return parsed;
   }
 
   get routes(): readonly RouteSpec[] {

@@ -5,6 +5,7 @@
  * (`listeners[0].routes[1].cluster`). Unknown keys are errors, never ignored.
  */
 import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { LineCounter, isMap, isScalar, parseDocument, type Document } from 'yaml';
 import { parseDuration } from '../../base/util/duration.js';
 import { formatAddress, parseAddress, tryParseAddress } from '../../base/util/address.js';
@@ -46,6 +47,11 @@ export interface ListenerConfig {
   name: string;
   address: string;
   routes: RouteConfig[];
+  /**
+   * `route_file`: a file of Gateway API HTTPRoute documents (src/edge/routes/), as an absolute path
+   * (the file's own is relative to the configuration's directory); matched before `routes`.
+   */
+  routeFile?: string;
   /** True when a route of this listener names a registry service. */
   usesRegistry: boolean;
 }
@@ -262,7 +268,8 @@ function validate(root: unknown, file: string): ProxyConfig {
   const addresses = new Map<string, string>();
   list(top.listeners, ['listeners'], true).forEach((l, i) => {
     const path: Path = ['listeners', i];
-    const obj = map(l, path, ['name', 'address', 'routes'], ['name', 'address', 'routes']);
+    const obj = map(l, path, ['name', 'address', 'routes', 'route_file'], ['name', 'address']);
+    if (obj.routes === undefined && obj.route_file === undefined) throw new FieldError([...path, 'routes'], 'required (or route_file)');
     const name = str(obj.name, [...path, 'name']);
     if (!NAME.test(name)) throw new FieldError([...path, 'name'], `"${name}": use letters, digits, _ and - (it names the stats http.<name>.*)`);
     if (listenerNames.has(name)) throw new FieldError([...path, 'name'], `listener "${name}" is defined twice`);
@@ -272,8 +279,10 @@ function validate(root: unknown, file: string): ProxyConfig {
     const key = formatAddress(bound.host, bound.port);
     if (bound.port !== 0 && addresses.has(key)) throw new FieldError([...path, 'address'], `${addr} is also the address of listener "${addresses.get(key)}"`);
     addresses.set(key, name);
-    const routes = list(obj.routes, [...path, 'routes'], true).map((r, j) => checkRoute(r, [...path, 'routes', j], clusterNames));
-    listeners.push({ name, address: addr, routes, usesRegistry: routes.some((r) => r.service !== undefined) });
+    const routes = obj.routes === undefined ? [] : list(obj.routes, [...path, 'routes'], true).map((r, j) => checkRoute(r, [...path, 'routes', j], clusterNames));
+    // A route file's backend that is not a cluster of this file is a registry service (and a reload may add one).
+    const routeFile = obj.route_file === undefined ? undefined : resolve(dirname(file), str(obj.route_file, [...path, 'route_file']));
+    listeners.push({ name, address: addr, routes, routeFile, usesRegistry: routeFile !== undefined || routes.some((r) => r.service !== undefined) });
   });
 
   return { file, adminAddress, listeners, clusters, usesRegistry: listeners.some((l) => l.usesRegistry) };

@@ -13,6 +13,10 @@
  *   *    anything else     --handler=rpc (default): /<service>/<method> by RPC (SPEC 4.4, namespace
  *                          go.mesh.srv); --handler=proxy: reverse proxy to <namespace>.<first element>
  *
+ * With --routes=FILE (docs/routing.md), a request at any path but the sidecar's own is first
+ * matched against the route file: a match goes to the route's backend (service, version, weight)
+ * with its timeouts, by the route's handler (default --handler); no match: as above.
+ *
  * A browser request whose Origin is neither the sidecar's own nor allowed by --cors is refused with
  * 403 on the sidecar's own routes and the rpc handler (CSRF and cross-site WebSocket hijacking of
  * a sidecar on 127.0.0.1); proxied requests are the app's business and pass.
@@ -48,6 +52,11 @@ import { SidecarInbound } from './inbound.js';
 import { MTLS_METADATA_KEY, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 import { advertisedAddress } from '../../base/util/address.js';
+import type { RoutePolicy } from '../../edge/handlers/front-end.js';
+import { handleApi } from '../../edge/handlers/api.js';
+import { resolveRpcPath } from '../../edge/handlers/resolve.js';
+import { LiveRoutes } from '../../edge/routes/live.js';
+import { chooseFileRoute } from '../../edge/routes/choose.js';
 
 export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
@@ -78,6 +87,10 @@ export interface SidecarOptions {
    * its own address. The runtime needs the app's static cluster (inboundCluster).
    */
   inbound?: SidecarInboundOptions;
+  /** --routes: the route file for the app's outbound calls (src/edge/routes/), matched before the handler. */
+  routesFile?: string;
+  /** Backend choice of the route file (tests); default Math.random. */
+  routesRandom?: () => number;
 }
 
 export interface SidecarInboundOptions {
@@ -97,8 +110,12 @@ export interface SidecarInboundOptions {
  */
 export type SidecarRoute =
   | { kind: 'registry' | 'rpc-endpoint' | 'broker' | 'root' | 'dashboard' }
-  | { kind: 'proxy'; service: string | undefined }
-  | { kind: 'call'; call: RpcRoute | undefined };
+  /** `policy`: set when a route of the route file chose the backend (its version and timeouts). */
+  | { kind: 'proxy'; service: string | undefined; policy?: RoutePolicy }
+  /** `handler`: api only for a route file's `handler: api`. */
+  | { kind: 'call'; call: RpcRoute | undefined; handler?: 'api' | 'rpc'; policy?: RoutePolicy }
+  /** A route of the route file whose backends all weigh 0: 500, as on the gateway. */
+  | { kind: 'no-backend'; route: string };
 
 const OWN_ROUTES = new Map<string, SidecarRoute>([
   ['/registry', { kind: 'registry' }],
@@ -124,6 +141,8 @@ export class Sidecar {
   readonly fe: FrontEnd;
   readonly handler: SidecarHandler;
   readonly app?: AppRegistration;
+  /** --routes: the route file, matched before the handler. */
+  readonly routes?: LiveRoutes;
   private readonly server: FrontServer<SidecarRoute>;
   private readonly broker: BrokerApi;
   private readonly streams: StreamSockets;
@@ -154,6 +173,14 @@ export class Sidecar {
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
     };
     this.rpcPaths = new RpcPathResolver(this.fe.namespace);
+    if (options.routesFile !== undefined) {
+      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom });
+      this.routes = routes;
+      runtime.addRouteSource(() => {
+        const d = routes.dump();
+        return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
+      });
+    }
     this.hostCheck = new HostCheck(meshOptions.adminAllowedHosts, () => this.boundHost);
     if (meshOptions.enableStats) {
       const subscribers = runtime.stats.gauge('sidecar.broker.subscribers_active');
@@ -179,7 +206,7 @@ export class Sidecar {
       runtime,
       statPrefix: STAT_PREFIX,
       errorId: SIDECAR_ERROR_ID,
-      route: (_req, target) => this.route(target),
+      route: (req, target) => this.route(req, target),
       handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
       upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
       onPhase: options.onPhase,
@@ -198,14 +225,30 @@ export class Sidecar {
     });
   }
 
-  /** The route phase: an own path, else the handler's target. */
-  private route(target: RequestTarget): SidecarRoute {
+  /** The route phase: an own path, else the route file's first matching route, else the handler's target. */
+  private route(req: IncomingMessage, target: RequestTarget): SidecarRoute {
     const path = target.path;
     const own = OWN_ROUTES.get(path);
     if (own) return own;
     if (this.dashboard && isDashboardPath(path)) return DASHBOARD;
+    const file = this.routes && this.fileRoute(req, target);
+    if (file) return file;
     if (this.handler === 'proxy') return { kind: 'proxy', service: resolveProxyPath(path, this.fe.namespace)?.service };
     return { kind: 'call', call: this.rpcPaths.resolve(path) };
+  }
+
+  /**
+   * The route file's answer (the table is read once: a reload swaps it for later requests only):
+   * the backend sent by the route's handler (default --handler), or undefined when no route matches.
+   */
+  private fileRoute(req: IncomingMessage, target: RequestTarget): SidecarRoute | undefined {
+    const answer = chooseFileRoute(this.routes!.table, req, target);
+    if (!answer) return undefined;
+    if (answer.kind === 'no-backend') return answer;
+    const handler = answer.handler ?? this.handler;
+    if (handler === 'proxy') return { kind: 'proxy', service: answer.service, policy: answer.policy };
+    const method = resolveRpcPath(target.path, this.fe.namespace)?.method;
+    return { kind: 'call', handler, call: method ? { service: answer.service, method } : undefined, policy: answer.policy };
   }
 
   /** What the auth rules see of a request: the service (and method) its route calls, or just the path. */
@@ -248,6 +291,7 @@ export class Sidecar {
       at = { address: advertised.host, port: advertised.port, metadata: { [MTLS_METADATA_KEY]: 'true' } };
     }
     this.app?.start(at);
+    this.routes?.start();
     this.dashboard?.start();
     this.runtime.onShutdown(() => this.stop());
     return bound;
@@ -261,6 +305,7 @@ export class Sidecar {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       this.dashboard?.stop();
+      this.routes?.stop();
       await this.app?.stop();
       await this.server.close();
       await this.inbound?.close();
@@ -312,7 +357,10 @@ export class Sidecar {
           req.resume();
           throw new MeshError(fe.errorId, 404, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
         }
-        return handleProxy(fe, route.service, this.secure, req, res, ctx);
+        return handleProxy(fe, route.service, this.secure, req, res, ctx, route.policy);
+      case 'no-backend':
+        req.resume();
+        throw new MeshError(fe.errorId, 500, `route ${route.route}: every backend has weight 0`);
     }
     const method = req.method ?? 'GET';
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
@@ -325,8 +373,9 @@ export class Sidecar {
       req.resume();
       throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
     }
-    if (wantsEventStream(req)) return within(() => handleSse(fe, this.streams, call, req, res));
-    return handleRpc(fe, call, req, res, ctx);
+    // Streams are not served by routes (as on the gateway): a routed call is a unary one.
+    if (!route.policy && wantsEventStream(req)) return within(() => handleSse(fe, this.streams, call, req, res));
+    return route.handler === 'api' ? handleApi(fe, call, req, res, ctx, route.policy) : handleRpc(fe, call, req, res, ctx, route.policy);
   }
 
   /** The handle phase of an upgrade: the Host check, then the auth step, then upgradeAuthorized. */
@@ -336,17 +385,19 @@ export class Sidecar {
     const refusal = this.hostRefusal(req);
     if (refusal) return refuseSocket(socket, refusal, fe.errorId);
     // Under the proxy handler the auth rules see the app's service at every path but /registry, /rpc and / (/broker and the dashboard's paths included).
-    const proxied = this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(path, fe.namespace) : undefined;
+    // A proxy route of the route file sends the upgrade to its backend (and version).
+    const routed = route.kind === 'proxy' && route.policy ? { service: route.service!, version: route.policy.version } : undefined;
+    const proxied = routed ?? (this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(path, fe.namespace) : undefined);
     const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req, route) : { path };
     this.guard.check(req, undefined, target).then(
       () => {
-        if (!this.server.upgradeRateLimited(req, socket, true)) this.upgradeAuthorized(req, socket, head, path, route, proxied?.service);
+        if (!this.server.upgradeRateLimited(req, socket, true)) this.upgradeAuthorized(req, socket, head, path, route, proxied?.service, routed?.version);
       },
       (err: unknown) => refuseSocket(socket, err, fe.errorId),
     );
   }
 
-  private upgradeAuthorized(req: IncomingMessage, socket: Duplex, head: Buffer, path: string, route: SidecarRoute, proxied: string | undefined): void {
+  private upgradeAuthorized(req: IncomingMessage, socket: Duplex, head: Buffer, path: string, route: SidecarRoute, proxied: string | undefined, version?: string): void {
     const fe = this.fe;
     const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
     if (path === '/broker') {
@@ -358,8 +409,9 @@ export class Sidecar {
       void handleRpcStreamUpgrade(fe, this.streams, req, socket, head);
       return;
     }
-    if (proxied) return handleProxyUpgrade(fe, proxied, this.secure, req, socket, head);
-    const stream = route.kind === 'call' ? route.call : undefined;
+    if (proxied) return handleProxyUpgrade(fe, proxied, this.secure, req, socket, head, version);
+    // A call route of the route file serves no stream (as on the gateway).
+    const stream = route.kind === 'call' && !route.policy ? route.call : undefined;
     if (stream) {
       if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void this.streams.upgrade(stream, req, socket, head);
