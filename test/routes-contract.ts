@@ -239,6 +239,15 @@ export function routesContract(name: string, start: StartFront): void {
       assert.equal((await ask('GET', '/c/exact')).app, 'v2');
     });
 
+    it('admin /listeners and /config_dump show the listener the routes are served on', async () => {
+      const port = Number(new URL(front.url).port);
+      const text = (await http('GET', `${front.admin}/listeners`)).text;
+      assert.match(text, new RegExp(`^\\S+::127\\.0\\.0\\.1:${port}$`, 'm'), text);
+      const dump = (await http('GET', `${front.admin}/config_dump`)).json<{ configs: Array<{ '@type': string; listeners?: Array<{ address: string }> }> }>();
+      const listeners = dump.configs.find((c) => c['@type'] === 'mesh.listeners')?.listeners ?? [];
+      assert.ok(listeners.some((l) => l.address === `127.0.0.1:${port}`), JSON.stringify(listeners));
+    });
+
     it('admin /routes shows the file with its version', async () => {
       writeAtomically(routesFile, routesText(0, 100));
       await waitFor(async () => {

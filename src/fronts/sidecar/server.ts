@@ -290,6 +290,9 @@ export class Sidecar {
       const advertised = advertisedAddress({ host: inbound.address, port: inbound.port }, this.inboundOptions.advertise);
       at = { address: advertised.host, port: advertised.port, metadata: { [MTLS_METADATA_KEY]: 'true' } };
     }
+    const listeners = [{ name: STAT_PREFIX, address: bound.address, port: bound.port }];
+    if (this.inboundBound) listeners.push({ name: `${STAT_PREFIX}_inbound`, address: this.inboundBound.address, port: this.inboundBound.port });
+    this.runtime.onShutdown(this.runtime.addListenerSource(() => listeners));
     this.app?.start(at);
     this.routes?.start();
     this.dashboard?.start();
