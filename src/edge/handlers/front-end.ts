@@ -16,6 +16,11 @@ export interface FrontEnd {
   maxBodyBytes: number;
   /** Authorizes a call whose service and method only the body or query names (/rpc): throws the 401/403 (src/edge/auth/); `res` undefined for an upgrade. */
   authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void;
+  /**
+   * The route file's answer for a call at /rpc (the sidecar's --routes): the service and policy
+   * to call with, undefined when no route matches; throws the error of a route it cannot serve.
+   */
+  routeCall?: (req: IncomingMessage, service: string, method: string) => { service: string; policy: RoutePolicy } | undefined;
 }
 
 /**

@@ -91,11 +91,13 @@ export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res:
   }
   const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
   const call = parseRpcCall(fe.errorId, req.headers['content-type'], body);
+  const routed = fe.routeCall?.(req, call.service, call.method);
+  if (routed) call.service = routed.service;
   if (allowed && !allowed(call.service)) throw notAllowed(fe.errorId, call.service);
   fe.authorizeCall?.(req, res, call.service, call.method);
   try {
     const answer = await fe.runtime.client.call(call.service, call.method, call.request, {
-      ...callOptionsFrom(req),
+      ...callOptionsFrom(req, undefined, undefined, routed?.policy),
       contentType: 'application/json',
       address: call.address,
     });

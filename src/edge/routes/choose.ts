@@ -20,7 +20,7 @@ export function routePolicy(version: string | undefined, rule: { requestTimeoutM
 }
 
 /** The first route of `table` matching the request (a backend chosen by weight); undefined: none matches. */
-export function chooseFileRoute(table: CompiledRoutes, req: IncomingMessage, target: RequestTarget): FileRouteAnswer | undefined {
+export function chooseFileRoute(table: CompiledRoutes, req: IncomingMessage, target: Pick<RequestTarget, 'path' | 'query'>): FileRouteAnswer | undefined {
   const choice = table.match({ method: req.method ?? 'GET', host: req.headers.host, path: target.path, query: target.query, headers: req.headers });
   if (!choice) return undefined;
   const backend = choice.backend;

@@ -171,6 +171,7 @@ export class Sidecar {
       errorId: SIDECAR_ERROR_ID,
       maxBodyBytes: meshOptions.maxBodySize,
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
+      routeCall: (req, service, method) => this.rpcCallRoute(req, service, method),
     };
     this.rpcPaths = new RpcPathResolver(this.fe.namespace);
     if (options.routesFile !== undefined) {
@@ -249,6 +250,19 @@ export class Sidecar {
     if (handler === 'proxy') return { kind: 'proxy', service: answer.service, policy: answer.policy };
     const method = resolveRpcPath(target.path, this.fe.namespace)?.method;
     return { kind: 'call', handler, call: method ? { service: answer.service, method } : undefined, policy: answer.policy };
+  }
+
+  /**
+   * The route file's answer for a call at /rpc: the call is matched as a POST to
+   * `/rpc/<service>/<method>` with the request's host, headers and query; a match calls the
+   * route's backend (whatever its handler) with its version and timeouts.
+   */
+  private rpcCallRoute(req: IncomingMessage, service: string, method: string): { service: string; policy: RoutePolicy } | undefined {
+    if (!this.routes) return undefined;
+    const answer = chooseFileRoute(this.routes.table, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query });
+    if (!answer) return undefined;
+    if (answer.kind === 'no-backend') throw new MeshError(this.fe.errorId, 500, `route ${answer.route}: every backend has weight 0`);
+    return { service: answer.service, policy: answer.policy };
   }
 
   /** What the auth rules see of a request: the service (and method) its route calls, or just the path. */
