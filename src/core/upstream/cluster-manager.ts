@@ -100,6 +100,8 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
   private readonly workloadTls?: () => WorkloadTls | undefined;
 
   private readonly staticClusters = new Map<string, Cluster>();
+  /** Each static cluster's configuration as JSON: what replaceStatic compares. */
+  private readonly staticConfigs = new Map<string, string>();
   /** Static clusters whose first health checks are still running. */
   private readonly staticWarming = new Map<string, Promise<void>>();
   private readonly dynamic = new Map<string, Cluster>();
@@ -218,6 +220,31 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     await this.hcDispatcher.destroy().catch(() => {});
   }
 
+  /**
+   * Replaces the static clusters (`mesh proxy`'s reload): a cluster whose configuration is the
+   * same stays as it is (its hosts, health and stats); a changed one is built anew under the same
+   * name and the old one closes once its requests are done (up to the close grace); a cluster
+   * no longer configured closes the same way and its stats go. Requests acquire from the new
+   * set as soon as this returns.
+   */
+  replaceStatic(configs: readonly StaticClusterConfig[]): void {
+    const wanted = new Map(configs.map((c) => [c.name, c]));
+    for (const [name, old] of [...this.staticClusters]) {
+      const next = wanted.get(name);
+      if (next && JSON.stringify(next) === this.staticConfigs.get(name)) continue;
+      this.staticClusters.delete(name);
+      this.staticConfigs.delete(name);
+      this.staticWarming.delete(name);
+      void old.close(this.closeGraceMs);
+      if (!next) {
+        this.removeStats(name);
+        this.s.removed.inc();
+      }
+    }
+    for (const config of configs) if (!this.staticClusters.has(config.name)) this.addStatic(config);
+    this.s.active.set(this.activeCount());
+  }
+
   // ---- internals ----------------------------------------------------------------------------
 
   private newCluster(name: string, addedViaApi: boolean, config: StaticClusterConfig | undefined, stats: StatsStore): Cluster {
@@ -243,6 +270,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     const entries = config.hosts.map((h, i) => staticEntry(config.name, i, h, (m) => this.log.warn({ cluster: config.name }, m)));
     const cluster = this.newCluster(config.name, false, config, this.store);
     this.staticClusters.set(config.name, cluster);
+    this.staticConfigs.set(config.name, JSON.stringify(config));
     this.s.added.inc();
     this.s.active.set(this.activeCount());
     const warming = cluster.setHosts(entries).finally(() => this.staticWarming.delete(config.name));

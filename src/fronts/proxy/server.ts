@@ -20,7 +20,16 @@ import { refuseSocket } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
-import type { ListenerConfig, ProxyConfig, RouteConfig } from './config.js';
+import { loadProxyConfig, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
+import { dirname } from 'node:path';
+import { declareStats, type FamilyStats } from '../../base/stats/store.js';
+import { fileSignature, watchFiles } from '../../tls/workload/watch.js';
+import { reloadOnSighup } from '../../base/util/sighup.js';
+
+/** Reloads of the configuration file (as Envoy's `listener_manager.lds.update_*`). */
+export const PROXY_CONFIG_STATS = {
+  counters: { updateSuccess: 'proxy.config.update_success', updateFailure: 'proxy.config.update_failure' },
+} as const;
 import { LiveRoutes } from '../../edge/routes/live.js';
 import { RouteFileError, type RouteFile } from '../../edge/routes/file.js';
 import { chooseFileRoute, type FileRouteAnswer } from '../../edge/routes/choose.js';
@@ -59,22 +68,27 @@ function clusterOf(route: RouteConfig): string {
   return (route.cluster ?? route.service)!;
 }
 
+/** What a listener routes by, swapped whole by a reload: its configuration and its route file, live. */
+interface ListenerState {
+  config: ListenerConfig;
+  /** `route_file`: matched before the listener's `routes`. */
+  routes?: LiveRoutes;
+}
+
 export class ProxyListener {
   readonly name: string;
   private readonly server: FrontServer<ProxyRoute>;
   private readonly fe: FrontEnd;
-  /** `route_file`: matched before the listener's `routes`. */
-  readonly routes?: LiveRoutes;
+  private state: ListenerState;
+  private listening = false;
 
   constructor(
     private readonly runtime: Runtime,
-    readonly config: ListenerConfig,
+    config: ListenerConfig,
   ) {
     this.name = config.name;
     this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
-    if (config.routeFile !== undefined) {
-      this.routes = new LiveRoutes({ file: config.routeFile, stats: runtime.stats, log: runtime.logging.get('router'), check: onlyProxyHandler });
-    }
+    this.state = { config, routes: this.liveRoutes(config.routeFile) };
     this.server = new FrontServer<ProxyRoute>({
       runtime,
       statPrefix: config.name,
@@ -87,17 +101,50 @@ export class ProxyListener {
     });
   }
 
+  get config(): ListenerConfig {
+    return this.state.config;
+  }
+
+  get routes(): LiveRoutes | undefined {
+    return this.state.routes;
+  }
+
+  private liveRoutes(file: string | undefined): LiveRoutes | undefined {
+    if (file === undefined) return undefined;
+    return new LiveRoutes({ file, stats: this.runtime.stats, log: this.runtime.logging.get('router'), check: onlyProxyHandler });
+  }
+
+  /**
+   * The state a new configuration of this listener (same address) gives: the route file kept
+   * when it is the same file (it reloads itself), else loaded now (throws its RouteFileError).
+   */
+  prepare(config: ListenerConfig): ListenerState {
+    const current = this.state;
+    return { config, routes: config.routeFile === current.config.routeFile ? current.routes : this.liveRoutes(config.routeFile) };
+  }
+
+  /** Swaps in a prepared state: the next request routes by it; a request already routed keeps its route. */
+  swap(next: ListenerState): void {
+    const old = this.state;
+    this.state = next;
+    if (old.routes !== next.routes) {
+      old.routes?.stop();
+      if (this.listening) next.routes?.start();
+    }
+  }
+
   /** The route file's first matching route (the table read once), else the first of `routes` matching the path. */
   private routeOf(req: IncomingMessage, target: RequestTarget): ProxyRoute {
-    const file = this.routes && chooseFileRoute(this.routes.table, req, target);
+    const state = this.state;
+    const file = state.routes && chooseFileRoute(state.routes.table, req, target);
     if (file) return file;
-    const route = this.route(target.path);
+    const route = this.route(target.path, state.config);
     return route && { kind: 'config', route };
   }
 
   /** The first route matching the path, in file order. */
-  route(path: string): RouteConfig | undefined {
-    for (const r of this.config.routes) if (r.matches(path)) return r;
+  route(path: string, config = this.state.config): RouteConfig | undefined {
+    for (const r of config.routes) if (r.matches(path)) return r;
     return undefined;
   }
 
@@ -120,6 +167,7 @@ export class ProxyListener {
   async listen(): Promise<AddressInfo> {
     try {
       const bound = await this.server.listen(this.config.address);
+      this.listening = true;
       this.routes?.start();
       return bound;
     } catch (err) {
@@ -172,13 +220,60 @@ export class ProxyListener {
  */
 export class Proxy {
   readonly listeners: ProxyListener[];
+  private readonly stats: FamilyStats<typeof PROXY_CONFIG_STATS>;
+  private lastError: string | undefined;
+  private stopWatch?: () => void;
 
   constructor(
     private readonly runtime: Runtime,
-    config: ProxyConfig,
+    private config: ProxyConfig,
+    private readonly watch: { pollMs?: number; settleMs?: number } = {},
   ) {
     this.listeners = config.listeners.map((l) => new ProxyListener(runtime, l));
+    this.stats = declareStats(runtime.stats, PROXY_CONFIG_STATS);
     runtime.addRouteSource(() => this.listeners.flatMap((l) => l.dump()));
+  }
+
+  /**
+   * Reads the file again (SIGHUP, a change of the file): the static clusters are replaced
+   * (replaceStatic) and each listener's routes and route file swapped, when every listener keeps
+   * its name and address; else, or when the file has an error, the running configuration stays,
+   * the reason is logged (once until it changes) and counted. True when the file is in use.
+   */
+  reload(): boolean {
+    const file = this.config.file;
+    let next: ProxyConfig;
+    let states: ReturnType<ProxyListener['prepare']>[];
+    try {
+      next = loadProxyConfig(file);
+      states = this.prepare(next);
+    } catch (err) {
+      const why = (err as Error).message;
+      this.stats.updateFailure.inc();
+      if (why !== this.lastError) this.runtime.logging.get('config').error({ err: why }, 'proxy config reload failed: the running configuration stays');
+      this.lastError = why;
+      return false;
+    }
+    this.runtime.clusters.replaceStatic(next.clusters);
+    this.listeners.forEach((l, i) => l.swap(states[i]!));
+    this.config = next;
+    this.lastError = undefined;
+    this.stats.updateSuccess.inc();
+    this.runtime.logging.get('config').info({ file }, 'proxy config reloaded');
+    return true;
+  }
+
+  /** Each listener's next state; throws when a listener is added, removed, renamed or moved, or the registry is newly needed. */
+  private prepare(next: ProxyConfig): ReturnType<ProxyListener['prepare']>[] {
+    const running = this.listeners.map((l) => l.name).join(', ');
+    const wanted = next.listeners.map((l) => l.name).join(', ');
+    if (running !== wanted) throw new Error(`${next.file}: the listeners (${wanted}) are not the running ones (${running}): adding, removing or renaming a listener needs a restart`);
+    next.listeners.forEach((l, i) => {
+      const was = this.listeners[i]!.config.address;
+      if (l.address !== was) throw new Error(`${next.file}: listener ${l.name} moves from ${was} to ${l.address}: changing a listener's address needs a restart`);
+    });
+    if (next.usesRegistry && !this.config.usesRegistry) throw new Error(`${next.file}: a route now names a registry service (or a listener a route_file), and the proxy started without the registry: that needs a restart`);
+    return this.listeners.map((l, i) => l.prepare(next.listeners[i]!));
   }
 
   /** Opens every listener (all or none). Resolves with their bound addresses, in file order. */
@@ -197,11 +292,20 @@ export class Proxy {
     const listeners = bound.map(({ name, address }) => ({ name, address: address.address, port: address.port }));
     this.runtime.onShutdown(this.runtime.addListenerSource(() => listeners));
     this.runtime.onShutdown(() => this.close());
+    const file = this.config.file;
+    const unhup = reloadOnSighup(() => this.reload());
+    const unwatch = watchFiles({ dirs: [dirname(file)], signature: () => fileSignature(file), onChange: () => void this.reload(), pollMs: this.watch.pollMs ?? 2000, settleMs: this.watch.settleMs ?? 50 });
+    this.stopWatch = () => {
+      unwatch();
+      unhup();
+    };
     return bound;
   }
 
   /** Stops accepting and lets in-flight requests finish. */
   async close(): Promise<void> {
+    this.stopWatch?.();
+    this.stopWatch = undefined;
     await Promise.all(this.listeners.map((l) => l.close()));
   }
 }
