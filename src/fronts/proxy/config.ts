@@ -64,6 +64,8 @@ export interface ProxyConfig {
   clusters: StaticClusterConfig[];
   /** True when any route names a registry service: the cluster manager then watches the registry. */
   usesRegistry: boolean;
+  /** The file's text as read (what a reload compares). */
+  text?: string;
 }
 
 type Path = Array<string | number>;
@@ -133,7 +135,7 @@ export function parseProxyConfig(text: string, file: string): ProxyConfig {
     throw new ProxyConfigError(file, '', `invalid YAML: ${(err as Error).message}`);
   }
   try {
-    return validate(value, file);
+    return { ...validate(value, file), text };
   } catch (err) {
     if (!(err instanceof FieldError)) throw err;
     throw new ProxyConfigError(file, fieldName(err.path), err.problem, positionOf(doc, lineCounter, err.path, err.atKey));

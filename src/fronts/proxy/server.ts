@@ -20,7 +20,8 @@ import { refuseSocket } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
-import { loadProxyConfig, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
+import { readFileSync } from 'node:fs';
+import { parseProxyConfig, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
 import { dirname } from 'node:path';
 import { declareStats, type FamilyStats } from '../../base/stats/store.js';
 import { fileSignature, watchFiles } from '../../tls/workload/watch.js';
@@ -223,6 +224,8 @@ export class Proxy {
   private readonly stats: FamilyStats<typeof PROXY_CONFIG_STATS>;
   private lastError: string | undefined;
   private stopWatch?: () => void;
+  /** The text of the file last read (in use, or refused: lastError). */
+  private text: string | undefined;
 
   constructor(
     private readonly runtime: Runtime,
@@ -231,6 +234,7 @@ export class Proxy {
   ) {
     this.listeners = config.listeners.map((l) => new ProxyListener(runtime, l));
     this.stats = declareStats(runtime.stats, PROXY_CONFIG_STATS);
+    this.text = config.text;
     runtime.addRouteSource(() => this.listeners.flatMap((l) => l.dump()));
   }
 
@@ -245,10 +249,15 @@ export class Proxy {
     let next: ProxyConfig;
     let states: ReturnType<ProxyListener['prepare']>[];
     try {
-      next = loadProxyConfig(file);
+      // The watch fires on any change in the directory: a text already tried changes nothing.
+      const text = readFileSync(file, 'utf8');
+      if (text === this.text) return this.lastError === undefined;
+      this.text = text;
+      next = parseProxyConfig(text, file);
       states = this.prepare(next);
     } catch (err) {
       const why = (err as Error).message;
+      if ((err as NodeJS.ErrnoException).code) this.text = undefined; // unreadable: try again at the next event
       this.stats.updateFailure.inc();
       if (why !== this.lastError) this.runtime.logging.get('config').error({ err: why }, 'proxy config reload failed: the running configuration stays');
       this.lastError = why;
