@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Pool } from 'undici';
-import { startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { http, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 
 function writeAtomically(file: string, text: string): void {
@@ -96,5 +96,21 @@ ${clusters}`;
     await waitFor(async () => (await statValue(admin, 'proxy.config.update_failure')) >= 2, 10000);
     assert.deepEqual(await app(), { status: 200, app: 'two' });
     assert.match(proc.output(), /listener ingress moves from 127\.0\.0\.1:0 to 127\.0\.0\.1:1: changing a listener's address needs a restart/);
+  });
+});
+
+describe('mesh proxy: a route_file it cannot serve', () => {
+  it('a route whose handler is not proxy is refused at start, naming the file and the route (exit 1)', async () => {
+    const dir = tempDir('mesh-proxy-route-file-');
+    try {
+      writeFileSync(join(dir.path, 'bad.yaml'), 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  handler: rpc\n  rules:\n    - backendRefs: [{name: backend}]\n');
+      const file = join(dir.path, 'proxy.yaml');
+      writeFileSync(file, 'listeners:\n  - name: ingress\n    address: 127.0.0.1:0\n    route_file: bad.yaml\nclusters:\n  - {name: backend, hosts: ["127.0.0.1:9"]}\n');
+      const res = await runCli(['proxy', '-c', file, '--admin_address=off', `--registry_address=${dir.path}`]);
+      assert.equal(res.code, 1);
+      assert.equal(res.stderr.trim().split('\n').pop(), `mesh: ${join(dir.path, 'bad.yaml')} line 1: HTTPRoute r spec.handler: mesh proxy forwards HTTP only: use proxy (or leave it out), not rpc`);
+    } finally {
+      dir.cleanup();
+    }
   });
 });
