@@ -36,6 +36,7 @@ export const UNIT = [
   'test/layers.test.ts',
   'test/lifecycle-inflight.test.ts',
   'test/module-homes.test.ts',
+  'test/mtls-coverage.test.ts',
   'test/mtls-mesh.test.ts',
   'test/proxy-config.test.ts',
   'test/regex-escape.test.ts',
