@@ -81,6 +81,24 @@ describe('mesh dev: strict mutual TLS by default', () => {
     assert.match(stats.text, /^http\.rpc\.ssl\.handshake: [1-9]\d*\n$/);
   });
 
+  it('admin /certs lists the workload certificate of each identity with its days left; mesh ca status finds the root valid', async () => {
+    const certs = await http('GET', `http://127.0.0.1:${dev.admin}/certs`);
+    const entries = certs.json<{ certificates: Array<{ ca_cert: Array<{ days_until_expiration: string }>; cert_chain: Array<{ path: string; subject_alt_names: Array<{ uri?: string }>; days_until_expiration: string }> }> }>().certificates;
+    const workloads = entries.flatMap((e) => e.cert_chain).filter((c) => c.path.startsWith('workload:'));
+    assert.deepEqual(workloads.map((c) => c.path).sort(), ['go.mesh.api.greeter', 'go.mesh.srv.greeter', 'mesh.api'].map((n) => `workload:spiffe://mesh.local/svc/${n}`));
+    for (const c of workloads) {
+      assert.deepEqual(c.subject_alt_names, [{ uri: c.path.slice('workload:'.length) }]);
+      // --mtls_cert_ttl=24h: less than one whole day left.
+      assert.equal(c.days_until_expiration, '0');
+    }
+    // The root (listed with each workload certificate): ten years.
+    const roots = entries.flatMap((e) => e.ca_cert).map((c) => c.days_until_expiration);
+    assert.ok(roots.length > 0 && roots.every((d) => d === '3649'), roots.join());
+    const status = await runCli(['ca', 'status'], dev.env);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, /\tyes\nok: every root is valid for 30 days or more\n$/);
+  });
+
   it("a plain curl to a greeter service's own port is refused; mesh call --mtls=off too", async () => {
     const port = await greeterPort(dev.env);
     const body = JSON.stringify({ id: GREETER, code: 400, detail: `service ${GREETER} accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate`, status: 'Bad Request' });
