@@ -25,7 +25,7 @@ function defaultText(d: string | number | null | undefined): string {
 export function groupTable(group: OptionGroup): string {
   const rows = optionEntries()
     .filter(([, spec]) => spec.group === group)
-    .map(([key, spec]) => `| \`--${key}\` | \`${envName(key)}\` | ${valueText(spec)} | ${defaultText(spec.default)}${spec.commandDefaults ? ` (${cell(commandDefaultsText(spec))})` : ''} | ${spec.commands.join(', ')} | ${cell(spec.help)} |`);
+    .map(([key, spec]) => `| \`--${key}\` | \`${envName(key)}\` | ${valueText(spec)} | ${defaultText(spec.default)}${spec.commandDefaults ? ` (${cell(commandDefaultsText(spec, code))})` : ''} | ${spec.commands.join(', ')} | ${cell(spec.help)} |`);
   return ['| Flag | Variable | Value | Default | Commands | What |', '|---|---|---|---|---|---|', ...rows].join('\n');
 }
 

@@ -220,12 +220,12 @@ export function commandDefault(spec: OptionSpec, command: CommandName | undefine
  * The commands with a default of their own, grouped by value, as help and the docs print them after
  * the option's default: `dev: strict; call, health: permissive` (empty: none).
  */
-export function commandDefaultsText(spec: OptionSpec): string {
+export function commandDefaultsText(spec: OptionSpec, show: (value: string) => string = (v) => v): string {
   const byValue = new Map<string, string[]>();
   for (const [command, value] of Object.entries(spec.commandDefaults ?? {}) as Array<[CommandName, string]>) {
     byValue.set(value, [...(byValue.get(value) ?? []), command]);
   }
-  return [...byValue].map(([value, commands]) => `${commands.join(', ')}: ${value}`).join('; ');
+  return [...byValue].map(([value, commands]) => `${commands.join(', ')}: ${show(value)}`).join('; ');
 }
 
 /** Why a number is outside the option's range, or undefined when it is inside (or the option has none). */
