@@ -170,3 +170,20 @@ describe('mesh dev --mtls=off', () => {
     assert.equal(existsSync(join(dir.path, 'ca')), false);
   });
 });
+
+it('mesh dev: a CA it cannot use stops the start, saying how to run the demo without mutual TLS; not when --mtls was given', async () => {
+  const dir = tempDir('mesh-dev-badca-');
+  try {
+    const file = join(dir.path, 'not-a-dir');
+    writeFileSync(file, 'x');
+    const flags = [...DEV_FLAGS, '--registry=memory', `--ca_dir=${file}`];
+    const byDefault = await runCli(flags, { MESH_HOME: dir.path });
+    assert.equal(byDefault.code, 1);
+    assert.equal(byDefault.stderr.split('\n').filter((l) => l.startsWith('mesh: ')).join('\n'), `mesh: --ca_dir ${file} is not a directory (mesh dev runs with --mtls=strict unless told otherwise; --mtls=off runs the demo without mutual TLS)`);
+    const given = await runCli([...flags, '--mtls=strict'], { MESH_HOME: dir.path });
+    assert.equal(given.code, 1);
+    assert.equal(given.stderr.split('\n').filter((l) => l.startsWith('mesh: ')).join('\n'), `mesh: --ca_dir ${file} is not a directory`);
+  } finally {
+    dir.cleanup();
+  }
+});

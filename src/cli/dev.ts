@@ -9,6 +9,7 @@ import { checkGatewayFlags } from './api.js';
 import { Sidecar, SIDECAR_NAMESPACE } from '../fronts/sidecar/server.js';
 import { formatAddress, isWildcard } from '../base/util/address.js';
 import { CALLER_NAMES } from '../core/transport/workload-tls.js';
+import { errorMessage } from '../base/util/option-error.js';
 import { defaultCaDir } from '../tls/workload/index.js';
 import type { ResolvedOptions } from '../process/options.js';
 
@@ -41,7 +42,13 @@ export async function runDev(args: ParsedArgs): Promise<number> {
     // With --mtls (strict by default here), the gateway's identity is opened first: it is what
     // every call of this one process presents (the gateway's, the sidecar's and the API greeter's),
     // while each service serves its own.
-    await runtime.workloadTls(CALLER_NAMES.gateway);
+    try {
+      await runtime.workloadTls(CALLER_NAMES.gateway);
+    } catch (err) {
+      // The user may not know the demo uses a CA at all: say why it needs one, and how not to.
+      if (args.given.has('mtls')) throw err;
+      throw new Error(`${errorMessage(err, 'flag')} (mesh dev runs with --mtls=strict unless told otherwise; --mtls=off runs the demo without mutual TLS)`);
+    }
     const backend = greeterBackend(mesh);
     const api = greeterApi(mesh);
     await backend.start();
