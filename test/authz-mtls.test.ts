@@ -19,7 +19,7 @@ import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { ClusterManager } from '../src/core/upstream/cluster-manager.js';
 import { Client } from '../src/core/client/client.js';
 import { RpcServer } from '../src/framework/server/rpc-server.js';
-import { MTLS_METADATA_KEY, type MtlsMode } from '../src/core/transport/workload-tls.js';
+import { MTLS_METADATA_KEY, type MtlsMode } from '../src/base/mtls/workload-tls.js';
 import { MeshError } from '../src/base/errors.js';
 import { readAuthzSetup, ServiceAuthz } from '../src/edge/auth/authz.js';
 import { makePki, testWorkloadTls, TEST_TRUST_DOMAIN, type Leaf, type Pki, type TestCa } from './fixtures/pki.js';

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { Pool } from 'undici';
 import { sendRpc, TransportError } from '../src/core/transport/rpc.js';
-import { endToEndHeaders } from '../src/core/transport/headers.js';
+import { endToEndHeaders, requestConnectionNamed } from '../src/core/transport/headers.js';
 import { createRegistry } from '../src/engines/registry/create.js';
 import type { Registry } from '../src/engines/registry/registry.js';
 import { freePort, tempDir, readBytes, listenLoopback, rawHttp, waitFor } from './helpers.js';
@@ -161,6 +161,12 @@ describe('endToEndHeaders', () => {
 
   it('a plain Connection: keep-alive names nothing else', () => {
     assert.deepEqual(endToEndHeaders({ connection: 'Keep-Alive', 'x-a': '1' }), { 'x-a': '1' });
+  });
+
+  it('Connection never names the edge\'s own headers away: Mesh-Auth-* and Mesh-Peer-Identity', () => {
+    const headers = { connection: 'keep-alive, Mesh-Peer-Identity, Mesh-Auth-Subject, X-Hop', 'mesh-peer-identity': 'spiffe://mesh.local/svc/a', 'mesh-auth-subject': 'bob', 'x-hop': 'dropped' };
+    assert.deepEqual(endToEndHeaders(headers), { 'mesh-peer-identity': 'spiffe://mesh.local/svc/a', 'mesh-auth-subject': 'bob' });
+    assert.deepEqual([...requestConnectionNamed(headers.connection)!], ['keep-alive', 'x-hop']);
   });
 });
 

@@ -132,6 +132,12 @@ describe('proxy config: a valid file', () => {
     assert.deepEqual(c.clusters[0]!.outlierDetection, {});
   });
 
+  it('circuit_breakers: a retry budget per priority in Envoy\'s shape', () => {
+    const breakers = '    circuit_breakers:\n      default: { max_retries: 50, retry_budget: { budget_percent: 12.5, min_retry_concurrency: 1 } }\n      high: { retry_budget: { budget_percent: 0 } }\n';
+    const c = parse(withRoute('      - match: { prefix: / }\n        cluster: backend', `${MIN_CLUSTER}${breakers}`));
+    assert.deepEqual(c.clusters[0]!.circuitBreakers, { default: { maxRetries: 50, retryBudget: { percent: 12.5, minConcurrency: 1 } }, high: { retryBudget: { percent: 0 } } });
+  });
+
   it('outlier_detection: consecutive gateway and local-origin failures, split_external_local_origin_errors', () => {
     const od = [
       '    outlier_detection:',
@@ -203,6 +209,9 @@ describe('proxy config: mistakes are start-up errors naming file, line and field
     refused(cluster('    hosts: [127.0.0.1:80]\n    lb_policy: fastest\n'), /clusters\[0\]\.lb_policy: "fastest": use round_robin, random, least_request/);
     refused(cluster('    hosts: [127.0.0.1:80]\n    panic_threshold: 150\n'), /clusters\[0\]\.panic_threshold: must be from 0 to 100/);
     refused(cluster('    hosts: [127.0.0.1:80]\n    circuit_breakers: { default: { max_connections: 0 } }\n'), /circuit_breakers\.default\.max_connections: must be from 1/);
+    refused(cluster('    hosts: [127.0.0.1:80]\n    circuit_breakers: { default: { retry_budget: { budget_percent: 101 } } }\n'), /circuit_breakers\.default\.retry_budget\.budget_percent: must be from 0 to 100, not 101/);
+    refused(cluster('    hosts: [127.0.0.1:80]\n    circuit_breakers: { high: { retry_budget: { min_retry_concurrency: -1 } } }\n'), /circuit_breakers\.high\.retry_budget\.min_retry_concurrency: must be from 0 to/);
+    refused(cluster('    hosts: [127.0.0.1:80]\n    circuit_breakers: { default: { retry_budget: { percent: 20 } } }\n'), /circuit_breakers\.default\.retry_budget.*percent/);
     refused(cluster('    hosts: [127.0.0.1:80]\n    health_check: { interval: 1s }\n'), /clusters\[0\]\.health_check\.path: required/);
     refused(cluster('    hosts: [127.0.0.1:80]\n    health_check: { path: healthz }\n'), /clusters\[0\]\.health_check\.path: "healthz": must start with \//);
   });

@@ -9,6 +9,7 @@
  */
 export const UNIT = [
   'test/address.test.ts',
+  'test/ca-serve-remote.test.ts',
   'test/admin-host.test.ts',
   'test/admin.test.ts',
   'test/api-handler.test.ts',
@@ -38,6 +39,7 @@ export const UNIT = [
   'test/module-homes.test.ts',
   'test/mtls-coverage.test.ts',
   'test/mtls-mesh.test.ts',
+  'test/broker-mtls-library.test.ts',
   'test/proxy-config.test.ts',
   'test/regex-escape.test.ts',
   'test/registry-create.test.ts',
@@ -53,5 +55,6 @@ export const UNIT = [
   'test/upstream-host-close.test.ts',
   'test/upstream-lb.test.ts',
   'test/upstream-outlier.test.ts',
+  'test/upstream-retry-budget.test.ts',
   'test/workload-tls.test.ts',
 ];

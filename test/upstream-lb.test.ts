@@ -154,7 +154,7 @@ test('host keys, host:port parsing and weights', () => {
 
 test('settings: defaults and validation', () => {
   const reg = resolveSettings(undefined, undefined, 'round_robin', true);
-  assert.deepEqual(reg.circuitBreakers.default, { maxConnections: 1024, maxPendingRequests: 1024, maxRequests: 1024, maxRetries: 3 });
+  assert.deepEqual(reg.circuitBreakers.default, { maxConnections: 1024, maxPendingRequests: 1024, maxRequests: 1024, maxRetries: 1024 });
   assert.deepEqual(reg.circuitBreakers.high, reg.circuitBreakers.default);
   assert.equal(reg.outlierDetection?.consecutive5xx, 5);
   assert.equal(reg.outlierDetection?.intervalMs, 10_000);

@@ -76,10 +76,11 @@ test('under concurrent load a backend turning 503 is ejected and, with one retry
   const { cm } = up.manager({
     registry,
     lbPolicy: 'least_request',
-    // 8 workers may all retry at once: a retry budget of 3 (the default) would open the breaker
+    // 8 workers may all retry at once: neither max_retries nor the retry budget (at least 3 at
+    // once) may refuse a retry here: the test is about ejection.
     defaults: {
       outlierDetection: { consecutive5xx: 5, intervalMs: 200, baseEjectionTimeMs: 30_000 },
-      circuitBreakers: { default: { maxRetries: 8 } },
+      circuitBreakers: { default: { maxRetries: 8, retryBudget: { percent: 0 } } },
     },
   });
   let failed = 0;

@@ -28,6 +28,8 @@ export const ERROR_IDS = {
   authz: 'go.mesh.authz',
   /** The http broker's wire and the framework's subscribers. */
   broker: 'go.mesh.broker',
+  /** `mesh ca serve`, the mesh CA's signing service (src/tls/workload/ca-server.ts). */
+  ca: 'go.mesh.ca',
 } as const;
 
 export type ErrorId = (typeof ERROR_IDS)[keyof typeof ERROR_IDS];

@@ -8,7 +8,7 @@ import { FlagError, type Config } from './flags.js';
 import type { Runtime } from '../process/runtime.js';
 import type { ResolvedOptions } from '../process/options.js';
 import { AuthSetupError, EdgeAuth, readAuthSetup, type AuthSetup } from '../edge/auth/edge.js';
-import { AuthzSetupError } from '../edge/auth/authz.js';
+import { AuthzSetupError, readAuthzSetup, ServiceAuthz, type AuthzSetup } from '../edge/auth/authz.js';
 import { Mesh } from '../framework/mesh.js';
 
 export function checkAuthFlags(config: Config): AuthSetup | undefined {
@@ -38,4 +38,23 @@ export function newMesh(options: ResolvedOptions, role: string): Mesh {
     if (err instanceof AuthzSetupError) throw new FlagError(err.format('flag'));
     throw err;
   }
+}
+
+/** The authz flags of a process that is not a Mesh (`mesh sidecar`): checked and the file read before anything starts (exit 2 naming the line). */
+export function checkAuthzFlags(config: Config): AuthzSetup | undefined {
+  try {
+    return readAuthzSetup(config);
+  } catch (err) {
+    if (err instanceof AuthzSetupError) throw new FlagError(err.format('flag'));
+    throw err;
+  }
+}
+
+/** The process's ServiceAuthz (undefined without rules), shown by admin /auth_rules and reloaded on SIGHUP until shutdown. */
+export function startAuthz(runtime: Runtime, setup: AuthzSetup | undefined): ServiceAuthz | undefined {
+  if (!setup) return undefined;
+  const authz = new ServiceAuthz(setup, { stats: runtime.stats, log: runtime.logging.get('config') });
+  runtime.onShutdown(runtime.addAuthRulesSource(() => [authz.dump()]));
+  runtime.onShutdown(authz.reloadOnSighup());
+  return authz;
 }

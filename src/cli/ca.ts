@@ -1,19 +1,26 @@
 /**
- * `mesh ca init|show|rotate|status`: the mesh CA in `--ca_dir` (src/tls/workload/ca.ts). Text
- * output is tab-separated with a header row, as the other commands print tables; `--output=json`
- * prints one JSON document. `status` exits 1 when a root (or the signer) expires within 30 days.
+ * `mesh ca init|show|rotate|status|token|serve`: the mesh CA in `--ca_dir` (src/tls/workload/ca.ts).
+ * Text output is tab-separated with a header row, as the other commands print tables;
+ * `--output=json` prints one JSON document. `status` exits 1 when a root (or the signer) expires
+ * within 30 days. `token` prints a join token (src/tls/workload/token.ts); `serve` runs the
+ * signing service (src/tls/workload/ca-server.ts) until SIGINT or SIGTERM.
  */
 import { readFileSync } from 'node:fs';
 import type { X509Certificate } from 'node:crypto';
 import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';
+import { CaServer, DEFAULT_CA_SERVE_ADDRESS } from '../tls/workload/ca-server.js';
+import { makeToken, serviceGlobProblem } from '../tls/workload/token.js';
+import { Logging } from '../base/util/log.js';
+import { parseAddress } from '../base/util/address.js';
+import { MIN_CERT_TTL_MS } from '../tls/workload/index.js';
 import { caExists, defaultCaDir, finishRotation, importCa, initCa, readRoots, readSignerCertificate, rotateCa, trustDomainProblem, CaError, type CaRoot } from '../tls/workload/ca.js';
 
 const DAY_MS = 86_400_000;
 /** `mesh ca status` warns when a certificate expires within this many days. */
 export const EXPIRY_WARNING_DAYS = 30;
 
-const USAGE = 'usage: mesh ca init [--ca_cert_file=FILE --ca_key_file=FILE] | mesh ca show | mesh ca rotate [--finish] | mesh ca status';
+const USAGE = 'usage: mesh ca init [--ca_cert_file=FILE --ca_key_file=FILE] | mesh ca show | mesh ca rotate [--finish] | mesh ca status | mesh ca token --services=GLOBS [--ttl=1h] | mesh ca serve [--address=HOST:PORT] [--ca_serve_names=NAMES]';
 
 function iso(d: Date): string {
   return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
@@ -65,6 +72,9 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
   if (domainProblem && (noun === 'init' || noun === 'rotate')) throw new UsageError(`--trust_domain ${JSON.stringify(config.trust_domain)}: ${domainProblem}`);
   if (config.finish && noun !== 'rotate') throw new UsageError(`--finish is for mesh ca rotate (${USAGE})`);
   if ((config.ca_cert_file || config.ca_key_file) && noun !== 'init') throw new UsageError(`--ca_cert_file and --ca_key_file are for mesh ca init (${USAGE})`);
+  if ((config.address !== undefined || config.ca_serve_names.length > 0) && noun !== 'serve') throw new UsageError(`--address and --ca_serve_names are for mesh ca serve (${USAGE})`);
+  if (config.services.length > 0 && noun !== 'token') throw new UsageError(`--services and --ttl are for mesh ca token (${USAGE})`);
+  if (domainProblem && (noun === 'token' || noun === 'serve')) throw new UsageError(`--trust_domain ${JSON.stringify(config.trust_domain)}: ${domainProblem}`);
   switch (noun) {
     case 'init': {
       let result;
@@ -124,7 +134,41 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
       }
       return 0;
     }
+    case 'token': {
+      if (config.services.length === 0) throw new UsageError('mesh ca token needs --services: the service names (globs) the token may get certificates for, e.g. --services=\'go.mesh.srv.*\'');
+      for (const glob of config.services) {
+        const problem = serviceGlobProblem(glob);
+        if (problem) throw new UsageError(`--services: ${problem}`);
+      }
+      if (!caExists(dir)) throw new CaError(`no mesh CA in ${dir}: run \`mesh ca init\` (or give --ca_dir)`);
+      const t = await makeToken(dir, { services: config.services, trustDomain: config.trust_domain, ttlMs: config.ttl });
+      if (json) io.out(JSON.stringify({ token: t.token, id: t.id, services: t.services, expires: iso(t.expires) }) + '\n');
+      else io.out(t.token + '\n');
+      return 0;
+    }
+    case 'serve':
+      return serve(dir, config, io);
     default:
       throw new UsageError(USAGE);
   }
+}
+
+/** `mesh ca serve`: runs the signing service until SIGINT or SIGTERM; resolves with 0. */
+async function serve(dir: string, config: Config, io: Output): Promise<number> {
+  const listen = parseAddress(config.address ?? DEFAULT_CA_SERVE_ADDRESS, { what: '--address' });
+  if (!(config.mtls_cert_ttl >= MIN_CERT_TTL_MS)) throw new UsageError('--mtls_cert_ttl: must be 1s or more (a certificate is renewed at two thirds of it)');
+  const host = listen.host;
+  // The names clients reach it at: given, else the listen host (and localhost with a loopback one).
+  const names = config.ca_serve_names.length > 0 ? config.ca_serve_names : host === '0.0.0.0' || host === '::' ? [] : [host, ...(host === '127.0.0.1' || host === '::1' ? ['localhost'] : [])];
+  const log = new Logging({ level: 'info' }).get('main');
+  const server = await CaServer.start({ caDir: dir, trustDomain: config.trust_domain, host, port: listen.port, names, certTtlMs: config.mtls_cert_ttl, log });
+  const root = server.signingRoot();
+  const pin = root ? `sha256:${root.fingerprint.replace(/:/g, '').toLowerCase()}` : 'unknown';
+  io.out(`mesh ca serve listening on https://${host.includes(':') ? `[${host}]` : host}:${server.port} as spiffe://${config.trust_domain}/svc/mesh.ca (names: ${names.join(', ') || 'none'}; clients pin --ca_root_fingerprint=${pin})\n`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  await server.close();
+  return 0;
 }

@@ -8,7 +8,7 @@ import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../fronts/gateway/s
 import { checkGatewayFlags } from './api.js';
 import { Sidecar, SIDECAR_NAMESPACE } from '../fronts/sidecar/server.js';
 import { formatAddress, isWildcard } from '../base/util/address.js';
-import { CALLER_NAMES } from '../core/transport/workload-tls.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 import { errorMessage } from '../base/util/option-error.js';
 import { defaultCaDir } from '../tls/workload/index.js';
 import type { ResolvedOptions } from '../process/options.js';

@@ -82,15 +82,16 @@ export const COMMANDS: CommandInfo[] = [
   { name: 'health', args: 'SERVICE', summary: 'Debug.Health of every node' },
   {
     name: 'ca',
-    args: 'init|show|rotate|status',
-    summary: 'the mesh CA in --ca_dir: make it, list its roots, rotate its root, warn before a root expires',
+    args: 'init|show|rotate|status|token|serve',
+    summary: 'the mesh CA in --ca_dir: make it, list its roots, rotate its root, warn before a root expires, serve certificates to other machines',
     details: [
       'init: a new root (ECDSA P-256), or your own root or intermediate with --ca_cert_file and --ca_key_file; an existing CA is never overwritten.',
       'show: each trusted root: SHA-256 fingerprint, subject, expiry. status: the same, exit 1 when one expires within 30 days.',
       'rotate: a new root signs from now on; the old ones stay trusted until rotate --finish (after one --mtls_cert_ttl, every workload certificate is from the new root).',
-      'Whoever can read --ca_dir can issue any identity (see docs/mesh-ca.md).',
+      'token: a join token for --services (globs) valid --ttl (default 1h). serve: the signing service at --address (default 127.0.0.1:9943) for processes started with --ca_server, --ca_token and --ca_root_fingerprint.',
+      'Whoever can read --ca_dir can issue any identity (see docs/mesh-ca.md and docs/mesh-ca-multi-host.md).',
     ],
-    subcommands: ['init', 'show', 'rotate', 'status'],
+    subcommands: ['init', 'show', 'rotate', 'status', 'token', 'serve'],
   },
   {
     name: 'new',

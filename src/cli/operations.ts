@@ -3,8 +3,8 @@
  * talks to the registry, broker and services) or through a sidecar (`--proxy_address`), with the
  * same results either way.
  */
-import { CALLER_NAMES } from '../core/transport/workload-tls.js';
-import { servesMtls } from '../core/upstream/mtls.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
+import { servesMtls } from '../base/mtls/connector.js';
 import { request } from 'undici';
 import WebSocket from 'ws';
 import type { Config } from './flags.js';
@@ -104,10 +104,14 @@ export class DirectOperations implements Operations {
   }
 
   async publish(topic: string, body: Buffer, header: Record<string, string>): Promise<void> {
+    // With --mtls, the http broker's deliveries go over mutual TLS with the CLI's certificate.
+    await this.runtime.workloadTls(CALLER_NAMES.cli);
     await this.runtime.publish(topic, { header, body });
   }
 
   async subscribe(topic: string, queue: string | undefined, onMessage: (m: ReceivedMessage) => void, _onEnd?: (reason: string) => void, durable?: string): Promise<() => Promise<void>> {
+    // With --mtls, the http broker's endpoint serves mutual TLS with the CLI's certificate.
+    await this.runtime.workloadTls(CALLER_NAMES.cli);
     const sub = await this.runtime.broker.subscribe(topic, (m) => onMessage({ header: m.header, body: Buffer.from(m.body) }), durable ? { queue, durable } : { queue });
     return () => sub.unsubscribe();
   }

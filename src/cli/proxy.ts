@@ -1,5 +1,5 @@
 /** `mesh proxy -c FILE`: the stand-alone L7 proxy (docs/proxy.md, src/fronts/proxy/). */
-import { CALLER_NAMES } from '../core/transport/workload-tls.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../process/runtime.js';
 import { tlsEnabled } from '../tls/index.js';

@@ -1,13 +1,14 @@
 /** `mesh sidecar`: see docs/sidecar.md and src/fronts/sidecar/server.ts. */
-import { CALLER_NAMES } from '../core/transport/workload-tls.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 import { FlagError, type ParsedArgs } from './flags.js';
 import { Runtime } from '../process/runtime.js';
 import { formatAddress, parseAddress } from '../base/util/address.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
-import { checkAuthFlags, startAuth } from './auth-flags.js';
-import { AppFlagError, appOptionsFromFlags } from '../fronts/sidecar/health-checker.js';
+import { checkAuthFlags, checkAuthzFlags, startAuth, startAuthz } from './auth-flags.js';
+import { inboundCluster } from '../fronts/sidecar/inbound.js';
+import { AppFlagError, appOptionsFromFlags, parseAppAddress } from '../fronts/sidecar/health-checker.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../fronts/sidecar/server.js';
 
 export async function runSidecar(args: ParsedArgs): Promise<number> {
@@ -37,6 +38,24 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   }
   checkTlsFlags(config);
   const authSetup = checkAuthFlags(config);
+  // With --mtls and an app, the app is registered at the sidecar's inbound listener (mutual TLS, --authz_rules).
+  const mtls = config.mtls ?? 'off';
+  const inbound = mtls !== 'off' && app !== undefined;
+  const authzSetup = checkAuthzFlags(config);
+  if (!inbound) {
+    const needs = mtls === 'off' ? '--mtls=permissive or --mtls=strict' : '--server_name and --server_address';
+    if (config.inbound_address !== undefined) throw new FlagError(`flag --inbound_address needs ${needs} (the inbound listener terminates mutual TLS for the app)`);
+    if (authzSetup) throw new FlagError(`flag --authz_rules needs ${needs} on a sidecar (the rules are checked on the inbound listener of the app)`);
+  }
+  const appAddress = app ? parseAppAddress(app.address) : undefined;
+  const inboundAddress = config.inbound_address ?? (appAddress ? formatAddress(appAddress.host, 0) : '');
+  if (inbound) {
+    try {
+      parseAddress(inboundAddress);
+    } catch (err) {
+      throw new FlagError(`invalid value "${inboundAddress}" for flag --inbound_address: ${(err as Error).message}`);
+    }
+  }
   if (config.sidecar_token !== undefined && config.sidecar_token.length < 16) {
     throw new FlagError('invalid value for flag --sidecar_token: use at least 16 characters (e.g. openssl rand -hex 32)');
   }
@@ -46,20 +65,23 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
   if (isPrimaryOf(config)) return runPrimary({ role: 'sidecar', config, defaultAdminAddress: SIDECAR_DEFAULT_ADMIN, adminLine, adminLineIndex: 1 });
   const worker = WorkerLink.join(config);
-  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar' });
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined });
   runtime.installSignalHandlers();
   worker?.attach(runtime);
   try {
     // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).
     await runtime.startTls();
     // With --mtls, the sidecar calls as the app it fronts (--server_name), or as mesh.sidecar.
-    await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
+    // The same certificate is presented by the inbound listener.
+    const workload = await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
     const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
-    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token });
+    const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup) } : undefined;
+    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions });
     let bound;
     try {
       bound = await sidecar.start(address);
     } catch (err) {
+      if (sidecar.inboundBound === undefined && /--inbound_address/.test((err as Error).message)) throw err;
       throw new Error(`cannot listen on ${address}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
     }
     const scheme = sidecar.secure ? 'https' : 'http';
@@ -73,6 +95,8 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
           ? `app ${app.name} at ${app.address}: checked at ${app.healthcheckUrl} every ${config.healthcheck_interval}ms (timeout ${app.timeoutMs}ms)`
           : `app ${app.name} at ${app.address}: registered (no health check)`,
       );
+      const ib = sidecar.inboundBound;
+      if (ib) lines.push(`inbound listening on ${formatAddress(ib.address, ib.port)} for ${app.name} (mutual TLS, --mtls=${mtls}${inboundOptions?.authz ? ', --authz_rules' : ''})`);
     }
     if (worker) worker.ready(runtime, lines);
     else process.stdout.write(lines.join('\n') + '\n');

@@ -38,6 +38,8 @@ import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../base/util/trace-co
 import { meshTimeoutOf } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf, type Span } from '../base/tracing/tracer.js';
 import type { CallContext } from '../base/util/call-context.js';
+import { serveMtls } from '../base/mtls/server.js';
+import type { WorkloadTls } from '../base/mtls/workload-tls.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -108,6 +110,14 @@ export interface FrontServerOptions<R = undefined> {
    * the request passed at once (no auth rules), so the handler runs in the same turn.
    */
   authorize?: (req: IncomingMessage, res: ServerResponse, route: R) => Promise<void> | undefined;
+  /**
+   * Terminates mutual TLS with this workload certificate (src/base/mtls/server.ts, as
+   * its mode says: permissive or strict) instead of --enable_tls: the sidecar's inbound listener.
+   * `service` names it in the 400 a plain caller gets in strict mode. Such a listener is not one
+   * of the process's own addresses for the self-guard (what it serves is forwarded to the app, so
+   * calling it is no loop), and --cors does not apply to it (its callers are mesh processes).
+   */
+  mtls?: { workload: WorkloadTls; service: string };
 }
 
 export class FrontServer<R = undefined> {
@@ -127,6 +137,7 @@ export class FrontServer<R = undefined> {
   /** The process's access log (--access_log), or none. */
   private readonly accessLog?: AccessLog;
   private detachTls?: () => void;
+  private stopMtls?: () => void;
   private readonly cors?: CorsPolicy;
   private readonly rateLimitOk?: Counter;
   private readonly rateLimitOver?: Counter;
@@ -145,9 +156,10 @@ export class FrontServer<R = undefined> {
     this.rqTime = s.rqTime;
     this.headerTimeouts = s.headerTimeouts;
     this.requestTimeouts = s.requestTimeouts;
-    this.secure = tlsEnabled(options.runtime.options);
+    this.secure = options.mtls ? false : tlsEnabled(options.runtime.options);
     const origins = options.runtime.options.cors;
-    if (origins.length > 0) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
+    // --cors is for browsers at the public listeners; a mutual TLS listener's callers are mesh processes.
+    if (origins.length > 0 && !options.mtls) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
     if (options.rateLimit) {
       const limits = declareStats(scope, HTTP_RATE_LIMIT_STATS);
       this.rateLimitOk = limits.ok;
@@ -173,6 +185,9 @@ export class FrontServer<R = undefined> {
       server = https;
     } else {
       server = createHttpServer(serverOptions, onRequest);
+      const mtls = this.options.mtls;
+      // Before anything else listens for the server's connections (serveMtls takes node:http's own listener).
+      if (mtls) this.stopMtls = serveMtls(server, { workload: mtls.workload, service: mtls.service, stats: runtime.stats.scope(httpStatPrefix(this.options.statPrefix)), acceptTimeoutMs: limits.headersTimeoutMs, log: runtime.logging.get('http') });
     }
     server.on('connection', (socket: Socket) => {
       this.cxTotal.inc();
@@ -212,7 +227,7 @@ export class FrontServer<R = undefined> {
     this.lifecycle = new ServerLifecycle(server, limits, { stats: runtime.stats, prefix: httpStatPrefix(this.options.statPrefix) }, () => this.closeOthers());
     const bound = await listenOn(server, host, port);
     runtime.addDrainable(this.lifecycle);
-    runtime.selfAddresses.add(bound.address, bound.port, this.options.statPrefix);
+    if (!this.options.mtls) runtime.selfAddresses.add(bound.address, bound.port, this.options.statPrefix);
     return bound;
   }
 
@@ -224,6 +239,7 @@ export class FrontServer<R = undefined> {
     const lifecycle = this.lifecycle;
     if (!lifecycle) return { requestsCutOff: 0, connectionsCutOff: 0 };
     this.detachTls?.();
+    this.stopMtls?.();
     return lifecycle.close();
   }
 

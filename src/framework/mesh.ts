@@ -18,7 +18,7 @@ import { HEADER_ID } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf } from '../base/tracing/tracer.js';
 import { isStreamKind, type StreamKind } from '../core/transport/frames.js';
 import { readAuthzSetup, ServiceAuthz } from '../edge/auth/authz.js';
-import { CALLER_NAMES } from '../core/transport/workload-tls.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 
 /** Options of one call (Mesh.call). */
 export interface CallOptions {
@@ -302,7 +302,7 @@ export class Mesh {
   }
 
   /**
-   * With --mtls, before the first call: the workload certificate the calls present, opened when
+   * With --mtls, before the first call, publish or subscription: the workload certificate the calls (and the http broker) present, opened when
    * no service of this Mesh opened one yet: the first service's identity, or, for a Mesh without
    * services, the CLI's (`mesh.cli`, as `mesh call`). Undefined when there is nothing to wait for.
    */
@@ -326,6 +326,8 @@ export class Mesh {
       if (!codec) throw new MeshError(ERROR_IDS.broker, 415, `no codec for content type ${type}`);
       body = codec.encode(value);
     }
+    // With --mtls, the http broker delivers over mutual TLS with this process's certificate.
+    await this.#callerIdentity();
     await this.#runtime.publish(topic, { header, body });
   }
 
@@ -335,6 +337,8 @@ export class Mesh {
    */
   async subscribe<T = unknown>(topic: string, handler: EventHandler<T>, opts: MeshSubscribeOptions = {}): Promise<Subscription> {
     const log = this.#runtime.logging.get('broker');
+    // With --mtls, the http broker's endpoint (started by the first subscription) serves mutual TLS with this process's certificate.
+    await this.#callerIdentity();
     return this.#runtime.broker.subscribe(
       topic,
       async (message, received) => {

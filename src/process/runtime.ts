@@ -17,7 +17,7 @@ import { HEADER_ID } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf } from '../base/tracing/tracer.js';
 import { createBroker } from '../engines/broker/create.js';
 import { ClusterManager } from '../core/upstream/cluster-manager.js';
-import type { StaticClusterConfig } from '../core/upstream/config.js';
+import { retryBudgetDefaults, type StaticClusterConfig } from '../core/upstream/config.js';
 import { Client } from '../core/client/client.js';
 import { GrpcTransport } from '../core/transport/grpc/transport.js';
 import { readEngineTls } from '../base/util/engine-access.js';
@@ -39,7 +39,7 @@ import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLog
 import { ContextStore } from '../base/util/call-context.js';
 import { Tracer } from '../base/tracing/tracer.js';
 import { OptionError } from '../base/util/option-error.js';
-import type { WorkloadTls } from '../core/transport/workload-tls.js';
+import type { WorkloadTls } from '../base/mtls/workload-tls.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -176,6 +176,7 @@ export class Runtime {
       logging: this.logging,
       lbPolicy: options.lbPolicy,
       staticClusters: setup.staticClusters,
+      defaults: retryBudgetDefaults(options.retryBudgetPercent, options.retryBudgetMin),
       // Closed after the drain: the upstream calls still running then serve requests the drain cut off.
       closeGraceMs: 1000,
       self: this.selfAddresses,
@@ -275,6 +276,8 @@ export class Runtime {
       // The local registry's directory keeps the http broker's secret; with etcd, $MESH_HOME does.
       secretDirectory: options.registry === 'etcd' ? defaultRegistryDirectory(options.meshHome) : undefined,
       stats: this.stats,
+      // With --mtls, deliveries between processes go over mutual TLS with this process's certificate.
+      workloadTls: () => this.callerTls,
       logger: this.logging.get('broker'),
     });
   }
@@ -480,6 +483,11 @@ export class Runtime {
       certFile: o.mtlsCertFile,
       keyFile: o.mtlsKeyFile,
       caFile: o.mtlsCaFile,
+      caServer: o.caServer,
+      caToken: o.caToken,
+      caTokenFile: o.caTokenFile,
+      caRootFingerprint: o.caRootFingerprint,
+      caRootFile: o.caRootFile,
       log: this.logging.get('main'),
     });
     const remove = this.addCertificateSource(() => workload.certificates());

@@ -79,12 +79,13 @@ describe('backend faults under load through the gateway', () => {
         // retried (--client_retries=1) on another node, and Who.Am is an idempotent read. The
         // registry still lists the dead node (its registration has not expired), so new requests
         // keep being sent to it until outlier detection ejects it: those are retried too.
-        // Retries are capped, as in Envoy, at 3 concurrent retries per cluster (max_retries), but a
-        // retry after a refused connection (nothing was sent) is not counted against the cap, so
-        // only the requests in flight when the node died (reset) use it. Bound here: at most one
-        // per client, CONCURRENCY; the test below asserts the lossless case without pauses.
+        // Retries are capped by the retry budget (at least 3 at once; 20 % of the requests in
+        // flight), but a retry after a refused connection (nothing was sent) is not counted against
+        // it, so only the requests in flight when the node died (reset) use it. A retry over the
+        // budget is not made: the call answers with its reset, a 502. Bound here: at most one per
+        // client, CONCURRENCY; the test below asserts the lossless case without pauses.
         assert.ok(lost <= CONCURRENCY, `requests lost when a node was killed: ${lost} ${JSON.stringify(afterKill.failures)} ${JSON.stringify(load.counts())}`);
-        for (const kind of Object.keys(afterKill.failures)) assert.equal(kind, 'status:503', 'only retry-overflow 503s, no reset reaching the client');
+        for (const kind of Object.keys(afterKill.failures)) assert.equal(kind, 'status:502', 'only the resets of retries over the budget, answered by the gateway');
 
         // Restart on the same port: the gateway's host (same address) serves again. The old
         // registration and the new one share the address; traffic must reach the new process.

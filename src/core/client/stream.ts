@@ -19,7 +19,7 @@ import { clusterStatPrefix } from '../upstream/cluster.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../transport/frames.js';
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
-import { MTLS_REFUSED } from '../upstream/mtls.js';
+import { MTLS_REFUSED } from '../../base/mtls/connector.js';
 import { budgetLeft } from './budget.js';
 
 const CLIENT_ID = ERROR_IDS.client;

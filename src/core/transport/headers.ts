@@ -71,15 +71,27 @@ export function connectionNamed(connection: string | string[] | undefined): Set<
 export const AUTH_HEADER_PREFIX = 'mesh-auth-';
 
 /**
+ * The caller's workload identity (`spiffe://...`) a sidecar gives the app behind it, from the
+ * certificate the caller presented on the sidecar's inbound listener. Only that sidecar sets it:
+ * one that arrives from outside is removed (src/fronts/sidecar/inbound.ts, src/edge/auth/edge.ts).
+ */
+export const HEADER_PEER_IDENTITY = 'mesh-peer-identity';
+
+/** The headers only a mesh edge sets (Mesh-Auth-*, Mesh-Peer-Identity): a `Connection` header can never name them away. */
+export function isEdgeSetHeader(name: string): boolean {
+  return name.startsWith(AUTH_HEADER_PREFIX) || name === HEADER_PEER_IDENTITY;
+}
+
+/**
  * The header names a request's `Connection` header removes from what is forwarded: those it lists
- * (connectionNamed), except the edge's own `Mesh-Auth-*`. The edge sets those on the request after
- * removing the client's, so a nomination can only ever name the edge's: a client cannot strip the
- * identity the edge gives it. (X-Forwarded-* and the trace headers a hop sets are added after the
+ * (connectionNamed), except the edge's own `Mesh-Auth-*` and `Mesh-Peer-Identity` (isEdgeSetHeader).
+ * The edge sets those on the request after removing the client's, so a nomination can only ever
+ * name the edge's: a client cannot strip the identity the edge gives it. (X-Forwarded-* and the trace headers a hop sets are added after the
  * removal, so nothing can nominate them away either.)
  */
 export function requestConnectionNamed(connection: string | string[] | undefined): Set<string> | undefined {
   const named = connectionNamed(connection);
-  if (named) for (const name of named) if (name.startsWith(AUTH_HEADER_PREFIX)) named.delete(name);
+  if (named) for (const name of named) if (isEdgeSetHeader(name)) named.delete(name);
   return named;
 }
 

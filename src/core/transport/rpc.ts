@@ -6,7 +6,7 @@ import type { Dispatcher } from 'undici';
 import type { AttemptOutcome } from '../upstream/types.js';
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_TIMEOUT, rawNameIs } from './headers.js';
 import { TRACEPARENT, TRACESTATE } from '../../base/util/trace-context.js';
-import { MTLS_REFUSED } from '../upstream/mtls.js';
+import { MTLS_REFUSED } from '../../base/mtls/connector.js';
 
 export interface RpcRequest {
   service: string;

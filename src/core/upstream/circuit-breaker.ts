@@ -3,6 +3,8 @@
  *
  * - max_requests: active requests of the priority; checked when a host is acquired.
  * - max_retries: active retry attempts of the priority; checked when a retry is acquired.
+ * - retry_budget: active retries as a share of the priority's active requests, with a floor
+ *   (retry-budget.ts); checked after max_retries, which stays an absolute ceiling.
  * - max_pending_requests: requests waiting for a connection. A host's pool has
  *   max_connections connections carrying one request each, so a host with more leases than
  *   connections has the excess waiting; the cluster keeps the sum and refuses a request that would
@@ -12,26 +14,30 @@
  *   active connections reach it.
  *
  * Gauges `cluster.<name>.circuit_breakers.<priority>.{cx_open,rq_pending_open,rq_open,rq_retry_open}`
- * are 1 while the breaker is at its limit.
+ * are 1 while the breaker is at its limit; `remaining_retries` is how many more retries may start
+ * now (the lower of max_retries's and the budget's room), as Envoy's with track_remaining.
  */
 import { declareStats, type Gauge, type StatsScope } from '../../base/stats/store.js';
 import type { CircuitBreakerThresholds, Priority } from './types.js';
+import { RetryBudget, type RetryBudgetConfig } from './retry-budget.js';
 
 /** `cluster.<name>.circuit_breakers.<priority>.*` */
 export const CIRCUIT_BREAKER_STATS = {
-  gauges: { cxOpen: 'cx_open', rqPendingOpen: 'rq_pending_open', rqOpen: 'rq_open', rqRetryOpen: 'rq_retry_open' },
+  gauges: { cxOpen: 'cx_open', rqPendingOpen: 'rq_pending_open', rqOpen: 'rq_open', rqRetryOpen: 'rq_retry_open', remainingRetries: 'remaining_retries' },
 } as const;
 
-export type BreakerLimit = 'max_requests' | 'max_retries' | 'max_pending_requests';
+export type BreakerLimit = 'max_requests' | 'max_retries' | 'retry_budget' | 'max_pending_requests';
 
 interface PriorityState {
   thresholds: CircuitBreakerThresholds;
+  budget: RetryBudget;
   requests: number;
   retries: number;
   cxOpen: Gauge;
   rqPendingOpen: Gauge;
   rqOpen: Gauge;
   rqRetryOpen: Gauge;
+  remainingRetries: Gauge;
 }
 
 export const PRIORITIES: readonly Priority[] = ['default', 'high'];
@@ -42,14 +48,16 @@ export class CircuitBreakers {
   pending = 0;
 
   /** `stats`: the cluster's scope (`cluster.<name>.`). */
-  constructor(thresholds: Record<Priority, CircuitBreakerThresholds>, stats: StatsScope) {
+  constructor(thresholds: Record<Priority, CircuitBreakerThresholds>, budgets: Record<Priority, RetryBudgetConfig>, stats: StatsScope) {
     const make = (p: Priority): PriorityState => ({
       thresholds: thresholds[p],
+      budget: new RetryBudget(budgets[p]),
       requests: 0,
       retries: 0,
       ...declareStats(stats.scope(`circuit_breakers.${p}.`), CIRCUIT_BREAKER_STATS),
     });
     this.state = { default: make('default'), high: make('high') };
+    for (const p of PRIORITIES) this.refresh(this.state[p]);
   }
 
   thresholds(priority: Priority): CircuitBreakerThresholds {
@@ -61,10 +69,17 @@ export class CircuitBreakers {
     return this.state.default.thresholds.maxConnections;
   }
 
-  /** The limit a new request would break, if any. `wouldWait`: the chosen host has no free connection. */
-  check(priority: Priority, retry: boolean, wouldWait: boolean): BreakerLimit | undefined {
+  /**
+   * The limit a new request would break, if any. `wouldWait`: the chosen host has no free
+   * connection. `budget`: a retry budget that replaces the priority's for this retry (a route's).
+   */
+  check(priority: Priority, retry: boolean, wouldWait: boolean, budget?: RetryBudget): BreakerLimit | undefined {
     const s = this.state[priority];
-    if (retry && s.retries >= s.thresholds.maxRetries) return 'max_retries';
+    if (retry) {
+      if (s.retries >= s.thresholds.maxRetries) return 'max_retries';
+      // Worked out from the requests in flight now, before this retry joins them.
+      if (!(budget ?? s.budget).admits(s.requests, s.retries)) return 'retry_budget';
+    }
     if (s.requests >= s.thresholds.maxRequests) return 'max_requests';
     if (wouldWait && this.pending >= s.thresholds.maxPendingRequests) return 'max_pending_requests';
     return undefined;
@@ -98,8 +113,11 @@ export class CircuitBreakers {
   private refresh(s: PriorityState): void {
     const rqOpen = s.requests >= s.thresholds.maxRequests ? 1 : 0;
     if (s.rqOpen.value !== rqOpen) s.rqOpen.set(rqOpen);
-    const retryOpen = s.retries >= s.thresholds.maxRetries ? 1 : 0;
+    const retryLimit = Math.min(s.thresholds.maxRetries, s.budget.limit(s.requests));
+    const retryOpen = s.retries >= retryLimit ? 1 : 0;
     if (s.rqRetryOpen.value !== retryOpen) s.rqRetryOpen.set(retryOpen);
+    const remaining = Math.max(0, retryLimit - s.retries);
+    if (s.remainingRetries.value !== remaining) s.remainingRetries.set(remaining);
     for (const p of PRIORITIES) {
       const st = this.state[p];
       const pendingOpen = this.pending >= st.thresholds.maxPendingRequests ? 1 : 0;

@@ -32,7 +32,7 @@ import {
 import { hostKey, parseWeight, specFromNode, type HostSpec } from './host.js';
 import { tryParseAddress } from '../../base/util/address.js';
 import { SelfGuard, selfRefusingConnector, type SelfLookup } from './self-guard.js';
-import type { WorkloadTls } from '../transport/workload-tls.js';
+import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type {
   AcquireOptions,
   ClusterManagerView,
@@ -74,7 +74,7 @@ export interface ClusterManagerOptions {
   self?: SelfLookup;
   /**
    * This process's workload certificate, read when a host's pool is made (the process opens it at
-   * start): mutual TLS to the nodes that serve it (mtls.ts). Undefined: plain, as with --mtls=off.
+   * start): mutual TLS to the nodes that serve it (src/base/mtls/connector.ts). Undefined: plain, as with --mtls=off.
    */
   workloadTls?: () => WorkloadTls | undefined;
 }

@@ -7,14 +7,15 @@ import type { Logger } from 'pino';
 import { ERROR_IDS, badRequest, flagged, notFound, serviceUnavailable } from '../../base/errors.js';
 import { declareStats, type Counter, type FamilyStats, type Histogram, type StatsScope, type StatsStore } from '../../base/stats/store.js';
 import { CircuitBreakers } from './circuit-breaker.js';
+import { retryOverflow } from './retry-budget.js';
 import type { ResolvedClusterSettings } from './config.js';
 import { HealthChecker } from './health-check.js';
 import { Host, hostKey, type HostConnectionListener, type HostSpec } from './host.js';
 import { tryParseAddress } from '../../base/util/address.js';
 import { candidates, createBalancer, type LoadBalancer } from './load-balancer.js';
 import { OutlierDetector } from './outlier.js';
-import { mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from './mtls.js';
-import { spiffeIdOf, type WorkloadTls } from '../transport/workload-tls.js';
+import { mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from '../../base/mtls/connector.js';
+import { spiffeIdOf, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { AcquireOptions, AttemptOutcome, ClusterSnapshot, Priority, UpstreamLease } from './types.js';
 
 export const ERROR_ID = ERROR_IDS.client;
@@ -42,7 +43,7 @@ export interface ClusterOptions {
   /**
    * This process's workload certificate (--mtls permissive or strict), read when a host's pool is
    * made: hosts whose node serves mutual TLS are called with it, and must present the cluster's
-   * service identity (mtls.ts).
+   * service identity (src/base/mtls/connector.ts).
    */
   workloadTls?: () => WorkloadTls | undefined;
 }
@@ -143,7 +144,7 @@ export class Cluster {
       rqClass: new Map([2, 3, 4, 5].map((c) => [c, st.counter(rqClassStat(c))] as const)),
     };
     this.rqTime = st.histogram('upstream_rq_time');
-    this.breakers = new CircuitBreakers(this.settings.circuitBreakers, st);
+    this.breakers = new CircuitBreakers(this.settings.circuitBreakers, this.settings.retryBudgets, st);
     this.lb = createBalancer<Host>(this.settings.lbPolicy, options.random);
     if (this.settings.outlierDetection) {
       this.outlier = new OutlierDetector({
@@ -325,10 +326,14 @@ export class Cluster {
     const target = host;
     const poolSize = this.breakers.poolSize();
     const waits = target.stats.rq_active >= poolSize;
-    const broken = this.breakers.check(priority, budgeted, waits);
+    const broken = this.breakers.check(priority, budgeted, waits, options.retryBudget);
     if (broken) {
-      if (broken === 'max_retries') this.s.rqRetryOverflow.inc();
-      else this.s.rqPendingOverflow.inc();
+      if (broken === 'max_retries' || broken === 'retry_budget') {
+        // Not made: the caller answers with the previous try's result (isRetryOverflow).
+        this.s.rqRetryOverflow.inc();
+        throw retryOverflow(ERROR_ID, broken);
+      }
+      this.s.rqPendingOverflow.inc();
       throw flagged(serviceUnavailable(ERROR_ID, `circuit breaker open: ${broken}`), 'UO');
     }
     this.breakers.start(priority, budgeted, waits);

@@ -4,16 +4,25 @@
  */
 import type { CircuitBreakerThresholds, LbPolicy, Priority } from './types.js';
 import { LB_POLICIES } from '../../base/options/schema.js';
+import { checkRetryBudget, DEFAULT_RETRY_BUDGET, type RetryBudgetConfig } from './retry-budget.js';
 
-/** Envoy's circuit-breaker defaults: 1024 connections, pending and requests; 3 retries. */
+/**
+ * Envoy's circuit-breaker defaults, 1024 connections, pending and requests, but for max_retries:
+ * Envoy's 3 is a fixed limit for a cluster without a retry budget. mesh gives every cluster a
+ * budget (20 %, at least 3: retry-budget.ts) and keeps max_retries as a ceiling above it, as high
+ * as max_requests, so that by default the budget decides.
+ */
 export const DEFAULT_CIRCUIT_BREAKERS: Readonly<CircuitBreakerThresholds> = Object.freeze({
   maxConnections: 1024,
   maxPendingRequests: 1024,
   maxRequests: 1024,
-  maxRetries: 3,
+  maxRetries: 1024,
 });
 
-export type CircuitBreakersConfig = Partial<Record<Priority, Partial<CircuitBreakerThresholds>>>;
+/** One priority's breakers as configured: the thresholds and the retry budget, each field optional. */
+export type PriorityBreakersConfig = Partial<CircuitBreakerThresholds> & { retryBudget?: Partial<RetryBudgetConfig> };
+
+export type CircuitBreakersConfig = Partial<Record<Priority, PriorityBreakersConfig>>;
 
 export interface OutlierDetectionConfig {
   /** How often success rates are computed and ejected hosts are checked for return. Default 10s. */
@@ -154,6 +163,7 @@ export interface ClusterManagerDefaults extends ClusterSettings {}
 export interface ResolvedClusterSettings {
   lbPolicy: LbPolicy;
   circuitBreakers: Record<Priority, CircuitBreakerThresholds>;
+  retryBudgets: Record<Priority, RetryBudgetConfig>;
   outlierDetection?: OutlierDetectionConfig;
   healthCheck: HealthCheckConfig;
   /** True when the cluster configured health checking itself (path given). */
@@ -202,6 +212,11 @@ export function resolveSettings(
     DEFAULT_CIRCUIT_BREAKERS,
     'circuitBreakers.high',
   );
+  const budget = (p: Priority): RetryBudgetConfig =>
+    checkRetryBudget(
+      { ...DEFAULT_RETRY_BUDGET, ...defaults?.circuitBreakers?.[p]?.retryBudget, ...own?.circuitBreakers?.[p]?.retryBudget },
+      `circuitBreakers.${p}.retryBudget`,
+    );
 
   let outlierDetection: OutlierDetectionConfig | undefined;
   const ownOd = own?.outlierDetection;
@@ -240,6 +255,7 @@ export function resolveSettings(
   return {
     lbPolicy,
     circuitBreakers: { default: cbDefault, high: cbHigh },
+    retryBudgets: { default: budget('default'), high: budget('high') },
     outlierDetection,
     healthCheck,
     healthCheckConfigured: healthCheck.path !== undefined,
@@ -247,4 +263,10 @@ export function resolveSettings(
     connectTimeoutMs: positiveInt(own?.connectTimeoutMs ?? defaults?.connectTimeoutMs, 5_000, 'connectTimeoutMs') || 5_000,
     keepAliveTimeoutMs: positiveInt(own?.keepAliveTimeoutMs ?? defaults?.keepAliveTimeoutMs, 4_000, 'keepAliveTimeoutMs') || 4_000,
   };
+}
+
+/** Manager defaults that give every cluster's priorities this retry budget (--retry_budget_percent, --retry_budget_min). */
+export function retryBudgetDefaults(percent: number, minConcurrency: number): ClusterManagerDefaults {
+  const retryBudget = { percent, minConcurrency };
+  return { circuitBreakers: { default: { retryBudget }, high: { retryBudget } } };
 }

@@ -7,7 +7,7 @@ import { Pool, type buildConnector } from 'undici';
 import type { Node } from '../../engines/registry/registry.js';
 import { formatAddress } from '../../base/util/address.js';
 import type { HostSnapshot, HostStatsSnapshot, UpstreamTarget } from './types.js';
-import { servesMtls } from './mtls.js';
+import { servesMtls } from '../../base/mtls/connector.js';
 
 export const MIN_WEIGHT = 1;
 export const MAX_WEIGHT = 100;
@@ -31,7 +31,7 @@ export interface HostPoolOptions {
   connectTimeoutMs: number;
   keepAliveTimeoutMs: number;
   /**
-   * The connector of the host's pool, made when the pool is (mutual TLS: src/core/upstream/mtls.ts).
+   * The connector of the host's pool, made when the pool is (mutual TLS: src/base/mtls/connector.ts).
    * Without it the pool connects plain, with connectTimeoutMs.
    */
   connector?: (host: Host) => buildConnector.connector | undefined;
@@ -95,6 +95,9 @@ export class Host implements UpstreamTarget {
   canary: boolean;
 
   private pool: Pool | undefined;
+  /** The pool's connector, made once (undefined: plain); see connector. */
+  private connectorMade = false;
+  private madeConnector: buildConnector.connector | undefined;
   /** The active health checks' connection when they cannot use the shared one (mutual TLS). */
   private checkPool: Pool | undefined;
   private readonly poolOptions: HostPoolOptions;
@@ -162,13 +165,26 @@ export class Host implements UpstreamTarget {
       connections: options.connections,
       pipelining: 1,
       keepAliveTimeout: options.keepAliveTimeoutMs,
-      connect: options.connector?.(this) ?? { timeout: options.connectTimeoutMs },
+      connect: this.connector ?? { timeout: options.connectTimeoutMs },
     });
     pool.on('connect', () => this.connectionOpened());
     pool.on('disconnect', () => this.connectionClosed());
     pool.on('connectionError', () => this.connectionFailed());
     this.pool = pool;
     return pool;
+  }
+
+  /**
+   * How the host's pool connects when it is not plain (mutual TLS: the node's identity checked,
+   * plain nodes refused in strict mode), made once; undefined: plain. Connections made outside the
+   * pool (a proxied upgrade's) use it too.
+   */
+  get connector(): buildConnector.connector | undefined {
+    if (!this.connectorMade) {
+      this.madeConnector = this.poolOptions.connector?.(this);
+      this.connectorMade = true;
+    }
+    return this.madeConnector;
   }
 
   /**

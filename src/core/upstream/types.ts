@@ -4,8 +4,9 @@
  * implements it; every outbound call of the gateway, the sidecar and the framework goes through it.
  */
 
-import type { Dispatcher } from 'undici';
+import type { buildConnector, Dispatcher } from 'undici';
 import type { LB_POLICIES } from '../../base/options/schema.js';
+import type { RetryBudget } from './retry-budget.js';
 
 /** A load-balancing policy: one of the schema's LB_POLICIES. */
 export type LbPolicy = (typeof LB_POLICIES)[number];
@@ -36,6 +37,12 @@ export interface UpstreamTarget {
    * host's cx_* stats and the max_connections circuit breaker see every connection.
    */
   readonly dispatcher: Dispatcher;
+  /**
+   * How the pool connects when it is not plain (mutual TLS to a node that serves it, with its
+   * identity checked; in strict mode a plain node is refused): a connection made outside the pool
+   * (a proxied upgrade's) goes through it too. Undefined: plain.
+   */
+  readonly connector?: buildConnector.connector;
   /**
    * Connections made outside the pool (a gRPC channel's) report here, so the host's cx_* stats
    * and its cluster's upstream_cx_* count them like the pool's.
@@ -74,6 +81,11 @@ export interface AcquireOptions {
    * a node that dies under load does not turn its refused connections into breaker overflows.
    */
   afterConnectFailure?: boolean;
+  /**
+   * A retry budget of the caller's own (a route's) that replaces the cluster's for this retry;
+   * checked against the cluster's active requests and retries, under max_retries as always.
+   */
+  retryBudget?: RetryBudget;
   /** Call this exact node (host:port) instead of load balancing (/rpc `address`). */
   address?: string;
 }

@@ -21,8 +21,9 @@ import { globMatcher } from '../../base/util/regex.js';
 import { OptionError } from '../../base/util/option-error.js';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
-import { spiffeIdOf } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
 import { MAX_GLOB, parseRuleFile, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
+import { reloadOnSighup } from '../../base/util/sighup.js';
 
 export type AuthzAction = 'allow' | 'deny';
 
@@ -278,9 +279,7 @@ export class ServiceAuthz {
 
   /** Reloads on SIGHUP until the returned function is called. */
   reloadOnSighup(): () => void {
-    const onHup = () => void this.reload();
-    process.on('SIGHUP', onHup);
-    return () => process.off('SIGHUP', onHup);
+    return reloadOnSighup(() => this.reload());
   }
 
   /** The loaded rules, for an admin dump. */

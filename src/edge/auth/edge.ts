@@ -14,7 +14,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
 import { ERROR_IDS, MeshError, rateLimited } from '../../base/errors.js';
-import { AUTH_HEADER_PREFIX } from '../../core/transport/headers.js';
+import { isEdgeSetHeader } from '../../core/transport/headers.js';
 import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../../base/http/rate-limit.js';
 import { declareStats, type Counter, type StatsStore } from '../../base/stats/store.js';
 import { HTTP_AUTH_STATS, HTTP_RATE_LIMIT_STATS, httpStatPrefix } from '../../base/http/stats.js';
@@ -24,6 +24,7 @@ import { KeyStore, sha256, type Identity } from './keys.js';
 import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
 import { OptionError } from '../../base/util/option-error.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
+import { reloadOnSighup } from '../../base/util/sighup.js';
 
 /** The `id` of every error JSON written by the auth step. */
 export const AUTH_ERROR_ID = ERROR_IDS.auth;
@@ -208,9 +209,7 @@ export class EdgeAuth {
 
   /** Reloads on SIGHUP until the returned function is called. */
   reloadOnSighup(): () => void {
-    const onHup = () => void this.reload();
-    process.on('SIGHUP', onHup);
-    return () => process.off('SIGHUP', onHup);
+    return reloadOnSighup(() => this.reload());
   }
 
   /** What admin /auth_rules shows. */
@@ -301,11 +300,11 @@ export function encodeAuthValue(text: string): string {
   return out;
 }
 
-/** Removes headers (lower-case names, or a name prefix) from both req.headers and req.rawHeaders. */
-/** Headers only the edge sets: the caller's own are removed from every request, auth on or off. */
-const isEdgeHeader = (name: string): boolean => name.startsWith(AUTH_HEADER_PREFIX) || name === HEADER_SIDECAR_TOKEN;
+/** Headers only the edge sets (Mesh-Auth-*, Mesh-Peer-Identity), and the sidecar token: the caller's own are removed from every request, auth on or off. */
+const isEdgeHeader = (name: string): boolean => isEdgeSetHeader(name) || name === HEADER_SIDECAR_TOKEN;
 
-function removeHeaders(req: IncomingMessage, drop: (lower: string) => boolean): void {
+/** Removes the headers whose lower-case name `drop` picks from both req.headers and req.rawHeaders. */
+export function removeHeaders(req: IncomingMessage, drop: (lower: string) => boolean): void {
   let found = false;
   for (const name in req.headers) {
     if (drop(name)) {
@@ -321,7 +320,8 @@ function removeHeaders(req: IncomingMessage, drop: (lower: string) => boolean): 
   raw.push(...kept);
 }
 
-function addHeader(req: IncomingMessage, name: string, value: string): void {
+/** Adds a header to both req.headers and req.rawHeaders (after removeHeaders took out any of that name). */
+export function addHeader(req: IncomingMessage, name: string, value: string): void {
   req.headers[name.toLowerCase()] = value;
   req.rawHeaders.push(name, value);
 }

@@ -2,7 +2,8 @@
  * The proxy handler: a reverse proxy to a node of the service chosen by the cluster manager, with
  * the full original path and query, streaming both ways, X-Forwarded-For/-Proto/-Host set, and
  * WebSocket (any Upgrade but h2c) requests tunnelled once the node accepted them with a 101. Talks
- * plain HTTP to the node.
+ * HTTP to the node: plain, or over mutual TLS when the node serves it (--mtls; requests through the
+ * host's pool, upgrades through its connector).
  *
  * Request bodies are bounded by --max_body_size: a Content-Length over it gets 413 before any host
  * is contacted; a chunked body is counted as it streams, and the byte that crosses the limit is
@@ -29,6 +30,7 @@ import { failSpan, SpanKind, traceOf } from '../../base/tracing/tracer.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import { compose } from '../../core/client/interceptors/compose.js';
 import { retry } from '../../core/client/interceptors/retry.js';
+import { isRetryOverflow } from '../../core/upstream/retry-budget.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
@@ -373,21 +375,25 @@ interface ProxyCall {
   readonly info: ReturnType<typeof requestInfo>;
 }
 
-/** A try answered the client (or there is no one left to answer), or failed before any answer started. */
-type ProxyTry = { kind: 'done' } | { kind: 'failed'; error: MeshError; connectFailure: boolean };
+/**
+ * A try answered the client (or there is no one left to answer), failed before any answer
+ * started, or was a retry that max_retries or the retry budget refused (not made).
+ */
+type ProxyTry = { kind: 'done' } | { kind: 'failed'; error: MeshError; connectFailure: boolean } | { kind: 'overflow' };
 
 const DONE: ProxyTry = { kind: 'done' };
+const OVERFLOW: ProxyTry = { kind: 'overflow' };
 
 /**
  * The proxy's tries under the client's retry interceptor, with the proxy's policy: only a connect
  * failure is retried, at once, on another host (retries is 0 for a streamed body); the last
- * failure is the answer.
+ * failure is the answer, also when the retry budget refuses the retry.
  */
 const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
   retry({
     retries: (call) => call.retries,
     attempt: (_call, n) => n,
-    decide: (r) => (r.kind === 'failed' && r.connectFailure ? 'retry' : 'done'),
+    decide: (r) => (r.kind === 'overflow' ? 'stop' : r.kind === 'failed' && r.connectFailure ? 'retry' : 'done'),
     exhausted: (call) => ({ kind: 'failed', error: new MeshError(call.fe.errorId, 502, `proxy to ${call.service} failed`), connectFailure: false }),
   }),
 ]);
@@ -402,6 +408,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
     const options = { exclude: call.tried, retry: attempt > 0 };
     lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
   } catch (err) {
+    if (isRetryOverflow(err)) return OVERFLOW;
     req.resume();
     sendError(res, asFrontEndError(err, fe.errorId));
     return DONE;
@@ -524,7 +531,17 @@ function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: Incoming
   const headers = forwardedHeaders(req, secure, false, hopTrace(fe, req, undefined));
   headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
   const timeoutMs = fe.runtime.options.clientRequestTimeout;
-  const upstream = httpRequest({ host: lease.target.address, port: lease.target.port, method: req.method, path: req.url, headers, setHost: false, agent: false });
+  const target = lease.target;
+  const connector = target.connector;
+  // A node the pool calls over mutual TLS is reached the same way (its identity checked; in strict mode a plain node is refused).
+  const createConnection = connector
+    ? (_options: unknown, oncreate: (err: Error | null, socket: Duplex) => void) => {
+        connector({ hostname: target.address, host: target.key, protocol: 'http:', port: String(target.port), localAddress: null }, (err, socket) => oncreate(err, socket as Duplex));
+        return undefined;
+      }
+    : undefined;
+  // A connection of its own: no agent (`agent: false` would make one, which ignores createConnection).
+  const upstream = httpRequest({ host: target.address, port: target.port, method: req.method, path: req.url, headers, setHost: false, ...(createConnection ? { createConnection: createConnection as never } : { agent: false }) });
   const timer = setTimeout(() => {
     if (state !== 'waiting') return;
     release({ kind: 'timeout' });

@@ -10,6 +10,7 @@ import type { DurableDefaults } from './durable.js';
 import type { StatsStore } from '../../base/stats/store.js';
 import { OptionError } from '../../base/util/option-error.js';
 import { OPTIONS } from '../../base/options/schema.js';
+import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 
 /** The broker backends: the schema's choices of --broker. */
 export const BROKER_KINDS = OPTIONS.broker.choices;
@@ -32,6 +33,8 @@ export interface CreateBrokerOptions {
   durable?: Partial<DurableDefaults>;
   /** Stats of durable topics and consumers. */
   stats?: StatsStore;
+  /** http: the process's workload certificate (--mtls): deliveries over mutual TLS. */
+  workloadTls?: () => WorkloadTls | undefined;
   logger?: pino.Logger;
 }
 
@@ -53,6 +56,7 @@ export function createBroker(kind: string, options: CreateBrokerOptions): Broker
         secretFile: options.secretFile,
         secretDirectory: options.secretDirectory,
         stats: options.stats,
+        workloadTls: options.workloadTls,
         logger: options.logger,
       });
     case 'nats':

@@ -24,7 +24,7 @@ import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../../core/trans
 import { once } from 'node:events';
 import { OptionError } from '../../base/util/option-error.js';
 import { WorkloadServerCredentials } from '../../core/transport/grpc/credentials.js';
-import { spiffeIdOfCertificate, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { spiffeIdOfCertificate, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 
 export interface GrpcServerOptions {

@@ -19,8 +19,8 @@ import { ContextStore } from '../../base/util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf, type Span, type Tracer } from '../../base/tracing/tracer.js';
 import { serveStream } from './stream-server.js';
-import { serveMtls } from '../../core/transport/mtls-server.js';
-import { peerIdentityOf, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { serveMtls } from '../../base/mtls/server.js';
+import { peerIdentityOf, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { EndpointDefinition, HandlerContext } from './endpoint.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 
@@ -49,7 +49,7 @@ export interface RpcServerOptions {
   authz?: ServiceAuthz;
   /**
    * This process's workload certificate (--mtls permissive or strict): the server terminates
-   * mutual TLS on its port (src/core/transport/mtls-server.ts); a handler's caller is then
+   * mutual TLS on its port (src/base/mtls/server.ts); a handler's caller is then
    * peerIdentityOf(req.socket).
    */
   workloadTls?: WorkloadTls;

@@ -17,7 +17,7 @@ import { RpcServer } from './rpc-server.js';
 import type { EndpointDefinition, Handler, HandlerContext } from './endpoint.js';
 import { OptionError } from '../../base/util/option-error.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
-import { MTLS_METADATA_KEY, type WorkloadTls } from '../../core/transport/workload-tls.js';
+import { MTLS_METADATA_KEY, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 
 /**
  * A streaming handler: `request` is the one request of a server stream, or the async iterable of

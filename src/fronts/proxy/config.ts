@@ -13,6 +13,7 @@ import {
   resolveSettings,
   type CircuitBreakersConfig,
   type HealthCheckConfig,
+  type PriorityBreakersConfig,
   type OutlierDetectionConfig,
   type StaticClusterConfig,
   type StaticHostConfig,
@@ -20,6 +21,7 @@ import {
 import type { CircuitBreakerThresholds, LbPolicy } from '../../core/upstream/types.js';
 import { LB_POLICIES, OPTIONS } from '../../base/options/schema.js';
 import { compilePathRegex } from '../../base/util/regex.js';
+import type { RetryBudgetConfig } from '../../core/upstream/retry-budget.js';
 
 /** The admin interface of `mesh proxy` unless the file or --admin_address says otherwise. */
 export const PROXY_ADMIN_ADDRESS = '127.0.0.1:9903';
@@ -416,13 +418,26 @@ function checkBreakers(value: unknown, path: Path): CircuitBreakersConfig {
   const out: CircuitBreakersConfig = {};
   for (const priority of ['default', 'high'] as const) {
     if (obj[priority] === undefined) continue;
-    const p = map(obj[priority], [...path, priority], BREAKER_KEYS.map(([k]) => k));
-    const t: Partial<CircuitBreakerThresholds> = {};
+    const p = map(obj[priority], [...path, priority], [...BREAKER_KEYS.map(([k]) => k), 'retry_budget']);
+    const t: PriorityBreakersConfig = {};
     for (const [key, field, min] of BREAKER_KEYS) {
       if (p[key] !== undefined) t[field] = int(p[key], [...path, priority, key], min, 1_000_000_000);
     }
+    if (p.retry_budget !== undefined) t.retryBudget = checkRetryBudget(p.retry_budget, [...path, priority, 'retry_budget']);
     out[priority] = t;
   }
+  return out;
+}
+
+/** Envoy's retry_budget, with budget_percent a plain number: `{ budget_percent: 20, min_retry_concurrency: 3 }`. */
+function checkRetryBudget(value: unknown, path: Path): Partial<RetryBudgetConfig> {
+  const obj = map(value, path, ['budget_percent', 'min_retry_concurrency']);
+  const out: Partial<RetryBudgetConfig> = {};
+  if (obj.budget_percent !== undefined) {
+    out.percent = num(obj.budget_percent, [...path, 'budget_percent'], 0);
+    if (out.percent > 100) throw new FieldError([...path, 'budget_percent'], `must be from 0 to 100, not ${out.percent}`);
+  }
+  if (obj.min_retry_concurrency !== undefined) out.minConcurrency = int(obj.min_retry_concurrency, [...path, 'min_retry_concurrency'], 0, 1_000_000_000);
   return out;
 }
 

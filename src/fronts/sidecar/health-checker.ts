@@ -19,7 +19,7 @@ import { Agent, request } from 'undici';
 import type { Runtime } from '../../process/runtime.js';
 import type { Service } from '../../engines/registry/registry.js';
 import { formatDuration } from '../../base/util/duration.js';
-import { isWildcard, parseAddress, type HostPort } from '../../base/util/address.js';
+import { formatAddress, isWildcard, parseAddress, type HostPort } from '../../base/util/address.js';
 import { OptionError } from '../../base/util/option-error.js';
 
 export interface AppOptions {
@@ -126,6 +126,13 @@ export function appOptionsFromFlags(flags: AppFlags, ttlGiven: boolean): AppOpti
 
 export type AppHealth = 'unknown' | 'healthy' | 'unhealthy';
 
+/** Where the app is registered when it is not at its own address (the sidecar's inbound listener). */
+export interface RegisteredNode {
+  address: string;
+  port: number;
+  metadata: Record<string, string>;
+}
+
 export class AppRegistration {
   readonly nodeId: string;
   private readonly record: Service;
@@ -169,8 +176,13 @@ export class AppRegistration {
     return { health: this.health, registered: this.registered };
   }
 
-  /** Starts registering (and checking). Returns at once; the first check runs in the background. */
-  start(): void {
+  /**
+   * Starts registering (and checking). Returns at once; the first check runs in the background.
+   * `at`: the node to register instead of the app's own address (the sidecar's inbound listener,
+   * with its metadata); the health checks still go to the app.
+   */
+  start(at?: RegisteredNode): void {
+    if (at) this.record.nodes[0] = { id: this.nodeId, address: at.address, port: at.port, metadata: { ...at.metadata } };
     this.unhookFail = this.runtime.state.onFail(() => this.enqueue(() => this.doDeregister('draining')));
     this.unhookOk = this.runtime.state.onOk(() => {
       if (!this.url || this.health === 'healthy') return this.enqueue(() => this.doRegister('live again'));
@@ -263,7 +275,8 @@ export class AppRegistration {
     try {
       await this.runtime.registry.register(this.record, { ttlMs: this.options.ttlMs });
       if (!this.registered || why) {
-        this.log.info({ app: this.options.name, node: this.nodeId, address: this.options.address, ttl: formatDuration(this.options.ttlMs), why }, 'app registered');
+        const node = this.record.nodes[0]!;
+        this.log.info({ app: this.options.name, node: this.nodeId, address: formatAddress(node.address, node.port), ttl: formatDuration(this.options.ttlMs), why }, 'app registered');
       }
       this.registered = true;
       this.stats.registered.set(1);

@@ -44,6 +44,10 @@ import { AppRegistration, type AppOptions } from './health-checker.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../../base/http/host-check.js';
 import type { FrontRateLimit } from '../../base/http/rate-limit.js';
 import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../../edge/auth/edge.js';
+import { SidecarInbound } from './inbound.js';
+import { MTLS_METADATA_KEY, type WorkloadTls } from '../../base/mtls/workload-tls.js';
+import type { ServiceAuthz } from '../../edge/auth/authz.js';
+import { advertisedAddress } from '../../base/util/address.js';
 
 export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
@@ -69,6 +73,22 @@ export interface SidecarOptions {
   sidecarToken?: string;
   /** Called as a request enters each phase of the front server (src/edge/front-server.ts): for tests and debugging. */
   onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  /**
+   * With --mtls and an app: the inbound listener (inbound.ts) the app is registered at instead of
+   * its own address. The runtime needs the app's static cluster (inboundCluster).
+   */
+  inbound?: SidecarInboundOptions;
+}
+
+export interface SidecarInboundOptions {
+  /** --inbound_address: host:port to listen on. */
+  address: string;
+  /** --advertise: what to register instead of the bound address. */
+  advertise?: string;
+  /** The sidecar's workload certificate for the app. */
+  workload: WorkloadTls;
+  /** --authz_rules, checked on every call that arrives there. */
+  authz?: ServiceAuthz;
 }
 
 /**
@@ -111,6 +131,10 @@ export class Sidecar {
   private readonly rpcPaths: RpcPathResolver;
   private readonly hostCheck: HostCheck;
   private readonly guard: EdgeGuard;
+  private readonly inbound?: SidecarInbound;
+  private readonly inboundOptions?: SidecarInboundOptions;
+  /** Where the inbound listener listens (once started). */
+  inboundBound?: AddressInfo;
   private boundHost?: string;
   private stopping?: Promise<void>;
 
@@ -147,6 +171,10 @@ export class Sidecar {
     this.broker = new BrokerApi(this.fe);
     this.streams = new StreamSockets(this.fe);
     if (options.app) this.app = new AppRegistration(runtime, options.app);
+    if (options.app && options.inbound) {
+      this.inboundOptions = options.inbound;
+      this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload: options.inbound.workload, authz: options.inbound.authz });
+    }
     this.server = new FrontServer<SidecarRoute>({
       runtime,
       statPrefix: STAT_PREFIX,
@@ -199,11 +227,27 @@ export class Sidecar {
     return this.server.secure;
   }
 
-  /** Listens on the address, starts the app registration, and hooks the shutdown. */
+  /**
+   * Listens on the address (and the inbound listener on its own), starts the app registration (at
+   * the inbound listener's address, with mtls=true, when there is one), and hooks the shutdown.
+   */
   async start(address: string): Promise<AddressInfo> {
     const bound = await this.server.listen(address);
     this.boundHost = bound.address;
-    this.app?.start();
+    let at;
+    if (this.inbound && this.inboundOptions) {
+      let inbound: AddressInfo;
+      try {
+        inbound = await this.inbound.listen(this.inboundOptions.address);
+      } catch (err) {
+        await this.server.close();
+        throw new Error(`cannot listen on ${this.inboundOptions.address} (--inbound_address): ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      }
+      this.inboundBound = inbound;
+      const advertised = advertisedAddress({ host: inbound.address, port: inbound.port }, this.inboundOptions.advertise);
+      at = { address: advertised.host, port: advertised.port, metadata: { [MTLS_METADATA_KEY]: 'true' } };
+    }
+    this.app?.start(at);
     this.dashboard?.start();
     this.runtime.onShutdown(() => this.stop());
     return bound;
@@ -219,6 +263,7 @@ export class Sidecar {
       this.dashboard?.stop();
       await this.app?.stop();
       await this.server.close();
+      await this.inbound?.close();
       await this.broker.close();
     })();
     return this.stopping;

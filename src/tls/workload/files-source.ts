@@ -11,9 +11,10 @@ import { dirname } from 'node:path';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
 import { OptionError } from '../../base/util/option-error.js';
-import { spiffeIdOf, type MtlsMode, type WorkloadTls, type WorkloadTlsPems } from '../../core/transport/workload-tls.js';
-import { certificateInfoFromPem, parseSubjectAltNames, type CertificateInfo } from '../certificate.js';
-import { caRootOf, type CaRoot } from './ca.js';
+import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../base/mtls/workload-tls.js';
+import { HeldWorkloadTls, type HeldCertificate } from './held.js';
+import { certificateInfoFromPem, parseSubjectAltNames } from '../certificate.js';
+import { caRootOf } from './ca.js';
 import { fileSignature, watchFiles } from './watch.js';
 import { splitPem } from './x509.js';
 
@@ -28,13 +29,8 @@ export interface FilesOptions {
   pollMs?: number;
 }
 
-interface Loaded {
+interface Loaded extends HeldCertificate {
   spiffeId: string;
-  chainPem: string;
-  keyPem: string;
-  context: SecureContext;
-  leaf: CertificateInfo;
-  roots: CaRoot[];
 }
 
 function read(path: string, what: string): string {
@@ -79,17 +75,16 @@ export function loadWorkloadFiles(files: { certFile: string; keyFile: string; ca
   return { spiffeId, chainPem, keyPem, context, roots, leaf: certificateInfoFromPem(pems[0]!, certFile) };
 }
 
-export class FileWorkloadTls implements WorkloadTls {
+export class FileWorkloadTls extends HeldWorkloadTls<Loaded> implements WorkloadTls {
   readonly mode: MtlsMode;
   readonly trustDomain: string;
-  private current: Loaded;
-  private readonly listeners = new Set<() => void>();
   private readonly files: { certFile: string; keyFile: string; caFile: string };
   private stopWatch?: () => void;
   /** The files' signature and error of the last bad set reported, so one bad set is logged once. */
   private lastFailure?: string;
 
   private constructor(private readonly o: FilesOptions) {
+    super(o.log);
     if (!o.certFile) throw new OptionError('mtls_cert_file', '{mtls_key_file} and {mtls_ca_file} need {mtls_cert_file}');
     if (!o.keyFile) throw new OptionError('mtls_key_file', '{mtls_cert_file} needs {mtls_key_file}');
     if (!o.caFile) throw new OptionError('mtls_ca_file', '{mtls_cert_file} needs {mtls_ca_file} (the roots that sign the other workloads\' certificates)');
@@ -121,27 +116,10 @@ export class FileWorkloadTls implements WorkloadTls {
     return this.current.spiffeId;
   }
 
-  secureContext(): SecureContext {
-    return this.current.context;
-  }
-
-  contextOptions(): WorkloadTlsPems {
-    const c = this.current;
-    return { cert: c.chainPem, key: c.keyPem, ca: c.roots.map((r) => r.pem) };
-  }
-
-  onChange(listener: () => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
-  certificates(): CertificateInfo[] {
-    return [this.current.leaf, ...this.current.roots.map((r) => ({ ...certificateInfoFromPem(r.pem, r.path), ca: true }))];
-  }
 
   async close(): Promise<void> {
     this.stopWatch?.();
-    this.listeners.clear();
+    this.forgetListeners();
   }
 
   private signature(): string {
@@ -165,9 +143,8 @@ export class FileWorkloadTls implements WorkloadTls {
     this.lastFailure = undefined;
     const same = next.chainPem === this.current.chainPem && next.roots.map((r) => r.fingerprint).join() === this.current.roots.map((r) => r.fingerprint).join();
     if (same) return false;
-    this.current = next;
     this.o.log.info({ spiffeId: next.spiffeId, serial: next.leaf.serialNumber, expires: next.leaf.expiration.toISOString() }, `workload certificate reloaded from ${this.files.certFile} (serial ${next.leaf.serialNumber})`);
-    for (const listener of [...this.listeners]) listener();
+    this.install(next);
     return true;
   }
 }

@@ -7,10 +7,11 @@
  * keep the context they were made with. After the roots change the certificate is issued again,
  * a little later, so that peers have picked up the new roots before it is shown to them.
  */
-import { createSecureContext, type SecureContext } from 'node:tls';
+import { createSecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import { spiffeIdOf, type MtlsMode, type WorkloadTls, type WorkloadTlsPems } from '../../core/transport/workload-tls.js';
-import { certificateInfoFromPem, type CertificateInfo } from '../certificate.js';
+import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../base/mtls/workload-tls.js';
+import { HeldWorkloadTls, type HeldCertificate } from './held.js';
+import { certificateInfoFromPem } from '../certificate.js';
 import type { CaRoot } from './ca.js';
 import type { CertificateSigner } from './signer.js';
 import { createCsr, generateKeyPair, privateKeyPem } from './x509.js';
@@ -28,12 +29,7 @@ export interface IssuedOptions {
   reissueDelayMs?: number;
 }
 
-interface Current {
-  chainPem: string;
-  keyPem: string;
-  roots: CaRoot[];
-  context: SecureContext;
-  leaf: CertificateInfo;
+interface Current extends HeldCertificate {
   /** When the certificate was issued (its notBefore is a minute earlier, for clock skew). */
   issuedAt: number;
 }
@@ -42,12 +38,10 @@ function rootsKey(roots: CaRoot[]): string {
   return roots.map((r) => r.fingerprint).sort().join(',');
 }
 
-export class IssuedWorkloadTls implements WorkloadTls {
+export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements WorkloadTls {
   readonly mode: MtlsMode;
   readonly trustDomain: string;
   readonly spiffeId: string;
-  private current!: Current;
-  private readonly listeners = new Set<() => void>();
   private renewTimer?: NodeJS.Timeout;
   private renewAt = 0;
   private stopWatch?: () => void;
@@ -56,6 +50,7 @@ export class IssuedWorkloadTls implements WorkloadTls {
   private renewing?: Promise<void>;
 
   private constructor(private readonly o: IssuedOptions) {
+    super(o.log);
     this.mode = o.mode;
     this.trustDomain = o.trustDomain;
     this.spiffeId = spiffeIdOf(o.trustDomain, o.service);
@@ -68,25 +63,6 @@ export class IssuedWorkloadTls implements WorkloadTls {
     source.scheduleRenewal();
     source.stopWatch = o.signer.watch(() => void source.rootsChanged(), { pollMs: o.pollMs ?? 5000 });
     return source;
-  }
-
-  secureContext(): SecureContext {
-    return this.current.context;
-  }
-
-  contextOptions(): WorkloadTlsPems {
-    const c = this.current;
-    return { cert: c.chainPem, key: c.keyPem, ca: c.roots.map((r) => r.pem) };
-  }
-
-  onChange(listener: () => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
-  /** The workload certificate and the trusted roots, as admin /certs lists them. */
-  certificates(): CertificateInfo[] {
-    return [this.current.leaf, ...this.current.roots.map((r) => ({ ...certificateInfoFromPem(r.pem, r.path), ca: true }))];
   }
 
   /** Issues a new certificate now (what the renewal timer does). */
@@ -115,13 +91,15 @@ export class IssuedWorkloadTls implements WorkloadTls {
     this.closed = true;
     clearTimeout(this.renewTimer);
     this.stopWatch?.();
-    this.listeners.clear();
+    this.forgetListeners();
   }
 
   private async issue(): Promise<Current> {
     const keys = await generateKeyPair();
     const keyPem = await privateKeyPem(keys.privateKey);
-    const chainPem = await this.o.signer.sign(await createCsr(keys, this.o.service), this.o.service, this.o.certTtlMs);
+    // A renewal shows the certificate it replaces (a remote signer authenticates it with that).
+    const current = this.current && { cert: this.current.chainPem, key: this.current.keyPem };
+    const chainPem = await this.o.signer.sign(await createCsr(keys, this.o.service), this.o.service, this.o.certTtlMs, current);
     const roots = await this.o.signer.roots();
     return this.build(chainPem, keyPem, roots);
   }
@@ -130,17 +108,6 @@ export class IssuedWorkloadTls implements WorkloadTls {
     if (roots.length === 0) throw new Error(`${this.o.signer.description} has no trusted roots`);
     const context = createSecureContext({ cert: chainPem, key: keyPem, ca: roots.map((r) => r.pem) });
     return { chainPem, keyPem, roots, context, leaf: certificateInfoFromPem(chainPem, `workload:${this.spiffeId}`), issuedAt: Date.now() };
-  }
-
-  private install(next: Current): void {
-    this.current = next;
-    for (const listener of [...this.listeners]) {
-      try {
-        listener();
-      } catch (err) {
-        this.o.log.error({ err: (err as Error).message }, 'workload certificate: a change listener failed');
-      }
-    }
   }
 
   /**

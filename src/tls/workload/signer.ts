@@ -6,7 +6,7 @@
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { X509Certificate } from 'node:crypto';
-import { spiffeIdOf } from '../../core/transport/workload-tls.js';
+import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
 import { caPaths, readRoots, readSigner, type CaRoot } from './ca.js';
 import { signWorkload, splitPem } from './x509.js';
 import { fileSignature, watchFiles } from './watch.js';
@@ -17,28 +17,38 @@ export interface CertificateSigner {
   /**
    * Signs a certificate for the CSR's key with the identity of `service` in `trustDomain`, valid
    * for `ttlMs` (or less); resolves with the chain in PEM: the leaf, then any intermediates.
+   * `current` is the certificate (chain) and key the process holds now, when it renews: a remote
+   * signer authenticates the renewal with it (a local one has no use for it).
    */
-  sign(csrPem: string, service: string, ttlMs: number): Promise<string>;
+  sign(csrPem: string, service: string, ttlMs: number, current?: CurrentCertificate): Promise<string>;
   /** The roots to trust now (every root during a rotation). */
   roots(): Promise<CaRoot[]>;
   /** Calls `onChange` soon after the roots or the signer change; returns what stops it. */
   watch(onChange: () => void, o: { pollMs: number }): () => void;
 }
 
+/** A workload's certificate chain and private key, in PEM. */
+export interface CurrentCertificate {
+  cert: string;
+  key: string;
+}
+
 /** Signs with the key in the CA directory (read at each signature, so a rotation takes effect at once). */
 export class LocalCaSigner implements CertificateSigner {
   readonly description: string;
 
+  /** `altNames`: DNS names and IP addresses added to every certificate it signs (a server's, reached by name). */
   constructor(
     readonly dir: string,
     readonly trustDomain: string,
+    private readonly o: { altNames?: readonly string[] } = {},
   ) {
     this.description = `mesh CA ${dir}`;
   }
 
   async sign(csrPem: string, service: string, ttlMs: number): Promise<string> {
     const signer = await readSigner(this.dir);
-    const leaf = await signWorkload({ csrPem, spiffeId: spiffeIdOf(this.trustDomain, service), commonName: service, ttlMs, signerCert: signer.cert, signer: signer.key });
+    const leaf = await signWorkload({ csrPem, spiffeId: spiffeIdOf(this.trustDomain, service), commonName: service, ttlMs, signerCert: signer.cert, signer: signer.key, altNames: this.o.altNames });
     // The leaf and the intermediates; the root is what the peer already trusts.
     const intermediates = splitPem(signer.chainPem).filter((pem) => {
       const cert = new X509Certificate(pem);

@@ -5,6 +5,7 @@
  * No ASN.1 is written by hand here.
  */
 import { createPrivateKey, randomBytes, webcrypto, X509Certificate as NodeX509 } from 'node:crypto';
+import { isIP } from 'node:net';
 import * as x509 from '@peculiar/x509';
 
 // The library's provider is process-wide; setting it to node's WebCrypto is idempotent.
@@ -93,11 +94,12 @@ export async function createCsr(keys: CryptoKeyPair, commonName: string): Promis
 }
 
 /**
- * Signs a workload certificate for the CSR's key: URI SAN `spiffeId`, serverAuth + clientAuth,
+ * Signs a workload certificate for the CSR's key: URI SAN `spiffeId` (and `altNames`: DNS names
+ * and IP addresses, for a server reached by name), serverAuth + clientAuth,
  * digitalSignature, not a CA; valid from a minute back (clock skew) for `ttlMs`, but never past
  * the signer's own expiry. Throws when the CSR's signature does not verify.
  */
-export async function signWorkload(o: { csrPem: string; spiffeId: string; commonName: string; ttlMs: number; signerCert: NodeX509; signer: SigningKey; now?: number }): Promise<string> {
+export async function signWorkload(o: { csrPem: string; spiffeId: string; commonName: string; ttlMs: number; signerCert: NodeX509; signer: SigningKey; now?: number; altNames?: readonly string[] }): Promise<string> {
   const csr = new x509.Pkcs10CertificateRequest(o.csrPem);
   if (!(await csr.verify())) throw new Error('the certificate request\'s signature does not verify');
   const issuer = new x509.X509Certificate(o.signerCert.raw);
@@ -116,7 +118,7 @@ export async function signWorkload(o: { csrPem: string; spiffeId: string; common
       new x509.BasicConstraintsExtension(false, undefined, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
       new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth, x509.ExtendedKeyUsage.clientAuth]),
-      new x509.SubjectAlternativeNameExtension([{ type: 'url', value: o.spiffeId }], true),
+      new x509.SubjectAlternativeNameExtension([{ type: 'url', value: o.spiffeId }, ...(o.altNames ?? []).map(altName)], true),
       await authorityKeyIdentifier(issuer),
       await x509.SubjectKeyIdentifierExtension.create(csr.publicKey),
     ],
@@ -124,11 +126,48 @@ export async function signWorkload(o: { csrPem: string; spiffeId: string; common
   return cert.toString('pem') + '\n';
 }
 
+/** A DNS name or an IP address (v4 or v6) as a SAN entry. */
+function altName(name: string): { type: 'ip' | 'dns'; value: string } {
+  return isIP(name) ? { type: 'ip', value: name } : { type: 'dns', value: name };
+}
+
 /** The issuer's own subject key identifier when it has one (so chains build by key id), else one made from its key. */
 async function authorityKeyIdentifier(issuer: x509.X509Certificate): Promise<x509.AuthorityKeyIdentifierExtension> {
   const ski = issuer.getExtension(x509.SubjectKeyIdentifierExtension);
   if (ski) return new x509.AuthorityKeyIdentifierExtension(ski.keyId, false);
   return x509.AuthorityKeyIdentifierExtension.create(issuer.publicKey, false);
+}
+
+/** What a signing service checks in a CSR before it signs: the key's kind and the names it asks for. */
+export interface CsrFacts {
+  /** `EC P-256`, `EC P-384`, `RSA`, …: the kind of the CSR's public key. */
+  keyKind: string;
+  /** The subject alternative names it requests (`URI:spiffe://…`, `DNS:…`, `IP:…`). */
+  requestedNames: string[];
+  /** True when its signature verifies with its own key (proof that the requester holds the key). */
+  signatureValid: boolean;
+}
+
+/** Parses a PEM CSR (PKCS#10); throws an Error when it is not one. */
+export async function inspectCsr(pem: string): Promise<CsrFacts> {
+  if (!pem.includes('-----BEGIN CERTIFICATE REQUEST-----')) throw new Error('not a PEM certificate request (-----BEGIN CERTIFICATE REQUEST-----)');
+  const csr = new x509.Pkcs10CertificateRequest(pem);
+  const algorithm = csr.publicKey.algorithm as { name: string; namedCurve?: string };
+  const keyKind = algorithm.namedCurve ? `EC ${algorithm.namedCurve}` : algorithm.name.startsWith('RSA') ? 'RSA' : algorithm.name;
+  const requestedNames: string[] = [];
+  const extension = csr.getExtension('2.5.29.17');
+  if (extension) {
+    const san = new x509.SubjectAlternativeNameExtension(extension.rawData);
+    const kinds: Record<string, string> = { url: 'URI', dns: 'DNS', ip: 'IP', email: 'email' };
+    for (const name of san.names.toJSON()) requestedNames.push(`${kinds[name.type] ?? name.type}:${name.value}`);
+  }
+  let signatureValid: boolean;
+  try {
+    signatureValid = await csr.verify();
+  } catch {
+    signatureValid = false;
+  }
+  return { keyKind, requestedNames, signatureValid };
 }
 
 /** Splits a PEM bundle into its certificates (anything else in the file is ignored). */

@@ -77,7 +77,12 @@ export type TryResult =
   /** The node's transport refused the call before sending it: final, not the host's fault. */
   | { kind: 'refused'; error: MeshError; host: string }
   /** Not sent: the call's budget was spent before it could be. */
-  | { kind: 'expired' };
+  | { kind: 'expired' }
+  /**
+   * A retry not made: max_retries or the cluster's retry budget refused it. The call answers with
+   * its previous try's result.
+   */
+  | { kind: 'overflow'; error: MeshError };
 
 export const EXPIRED: TryResult = { kind: 'expired' };
 
@@ -92,6 +97,7 @@ export function callError(r: TryResult, call: UnaryCall): MeshError {
     case 'response':
       return parseErrorBody(r.response.status, r.response.body.toString('utf8'));
     case 'refused':
+    case 'overflow':
       return r.error;
     case 'error':
       return transportToMeshError(r.error, call.service, r.host, call.budget);

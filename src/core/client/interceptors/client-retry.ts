@@ -1,7 +1,9 @@
 /**
  * The framework client's retry policy (--client_retries): connect failures, resets, per-try
  * timeouts and 502/503 answers are retried on another host, with backoff (10 ms, 20 ms, 40 ms ...
- * with jitter, capped at 1 s), while the call's budget lasts. Anything else is final.
+ * with jitter, capped at 1 s), while the call's budget lasts. Anything else is final. A retry
+ * that max_retries or the cluster's retry budget refuses is not made: the call answers with the
+ * try before it.
  */
 import type pino from 'pino';
 import { retry, type RetryPolicy } from './retry.js';
@@ -19,6 +21,7 @@ export function clientRetry(logger: pino.Logger | undefined): ClientInterceptor 
         case 'refused':
           return 'done';
         case 'expired':
+        case 'overflow':
           return 'stop';
         case 'error': {
           const failure = r.error;

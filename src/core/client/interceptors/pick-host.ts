@@ -1,20 +1,33 @@
 /**
  * Chooses the host of a try (the cluster manager's lease): another host than those tried, any
  * host after a connect failure, the given node with `address`. Acquire errors (404 unknown
- * service, 503 no host or circuit open) are final: the call rejects with them. A call whose
- * budget the choice spent (building a cluster can wait for the registry) is not sent (EXPIRED).
+ * service, 503 no host or circuit open) are final: the call rejects with them, except a retry
+ * that max_retries or the retry budget refuses: that retry is not made (an `overflow` result),
+ * and the call answers with the try before it. A call whose budget the choice spent (building a
+ * cluster can wait for the registry) is not sent (EXPIRED).
  */
 import type { AcquireOptions, UpstreamLease, UpstreamSelector } from '../../upstream/types.js';
+import { isRetryOverflow } from '../../upstream/retry-budget.js';
 import { budgetLeft } from '../budget.js';
 import { EXPIRED, type Attempt, type ClientInterceptor, type ClientSend, type TryResult, type UnaryCall } from './call.js';
 
 export function pickHost(selector: UpstreamSelector): ClientInterceptor {
   return (next) => (call, attempt) => {
     const options: AcquireOptions = { exclude: call.tried, retry: attempt.retry > 0, address: call.address, afterConnectFailure: call.lastOutcome === 'connect_failure' };
-    const lease = selector.acquireNow?.(call.service, options);
+    let lease: UpstreamLease | undefined;
+    try {
+      lease = selector.acquireNow?.(call.service, options);
+    } catch (err) {
+      return notPicked(err);
+    }
     if (lease) return sendOn(next, call, attempt, lease);
-    return selector.acquire(call.service, options).then((l) => sendOn(next, call, attempt, l));
+    return selector.acquire(call.service, options).then((l) => sendOn(next, call, attempt, l), notPicked);
   };
+}
+
+/** A refused retry is an `overflow` result; any other acquire error rejects the call. */
+function notPicked(err: unknown): Promise<TryResult> {
+  return isRetryOverflow(err) ? Promise.resolve({ kind: 'overflow', error: err }) : Promise.reject(err);
 }
 
 function sendOn(next: ClientSend, call: UnaryCall, attempt: Attempt, lease: UpstreamLease): Promise<TryResult> {

@@ -16,7 +16,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { PeerCertificate } from 'node:tls';
-import { MTLS_METADATA_KEY, uriSans, type WorkloadTls } from '../workload-tls.js';
+import { MTLS_METADATA_KEY, uriSans, type WorkloadTls } from '../../../base/mtls/workload-tls.js';
 
 /** Node metadata: a gRPC node outside the mesh that serves TLS with a certificate of its own. */
 export const GRPC_TLS_KEY = 'tls';

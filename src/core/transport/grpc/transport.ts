@@ -20,7 +20,7 @@ import type { StreamOpener } from '../../client/stream.js';
 import type { StreamKind } from '../frames.js';
 import { GrpcStreamCall } from './stream.js';
 import { ChannelRefused, channelSecurity, type ChannelSecurity } from './credentials.js';
-import { spiffeIdOf, type WorkloadTls } from '../workload-tls.js';
+import { spiffeIdOf, type WorkloadTls } from '../../../base/mtls/workload-tls.js';
 
 /** Sends one try of a call to one node; the shape of sendRpc without the dispatcher. */
 export type RpcSender = (request: RpcRequest, control: RpcControl) => Promise<RpcResponse>;

@@ -60,8 +60,10 @@ import { Subscriptions } from './subscriptions.js';
 import { decodeHeader, deliveryTo, encodeHeader, MAX_HEADER_BYTES } from './wire.js';
 import { Outbox } from './outbox.js';
 import { checkDurableDefaults, DurableStats, durableSettings, type DurableDefaults } from '../durable.js';
-import type { StatsStore } from '../../../base/stats/store.js';
+import { StatsStore } from '../../../base/stats/store.js';
 import { loadSecret } from './secret.js';
+import type { WorkloadTls } from '../../../base/mtls/workload-tls.js';
+import { mtlsClientStats } from '../../../base/mtls/connector.js';
 
 export interface HttpBrokerOptions {
   registry: Registry;
@@ -98,8 +100,14 @@ export interface HttpBrokerOptions {
   secret?: string;
   secretFile?: string;
   secretDirectory?: string;
-  /** Stats of durable topics and consumers, and broker.http.delivery_refused. */
+  /** Stats of durable topics and consumers, broker.http.delivery_refused, and the mutual TLS ones (`broker.http.ssl.*` of deliveries, `http.broker.ssl.*` of the endpoint). */
   stats?: StatsStore;
+  /**
+   * The process's workload certificate (--mtls), read when the endpoint starts listening and at
+   * each delivery: deliveries between processes that have one go over mutual TLS (receiver.ts,
+   * sender.ts). The delivery secret is checked as without it.
+   */
+  workloadTls?: () => WorkloadTls | undefined;
   logger?: pino.Logger;
 }
 
@@ -139,6 +147,7 @@ export class HttpBroker implements Broker {
       directory: options.secretDirectory ?? (typeof registryDirectory === 'string' ? registryDirectory : undefined),
       logger,
     });
+    const tlsStore = options.stats ?? new StatsStore();
     this.subscriptions = new Subscriptions({
       registry,
       ttlMs,
@@ -157,6 +166,8 @@ export class HttpBroker implements Broker {
       subscriptions: this.subscriptions,
       secret,
       refused: options.stats?.counter('broker.http.delivery_refused'),
+      workloadTls: options.workloadTls,
+      tlsStats: tlsStore.scope('http.broker.'),
     });
     this.durableDirectory = options.durableDirectory;
     this.durable = checkDurableDefaults(options.durable);
@@ -166,6 +177,8 @@ export class HttpBroker implements Broker {
       deliveryTimeoutMs,
       logger,
       secret: secret.value,
+      workloadTls: options.workloadTls,
+      tlsStats: mtlsClientStats(tlsStore.scope('broker.http.')),
       deliverLocally: (id, topic, headerValue, body) => {
         const local = this.subscriptions.liveGroup(id, topic);
         if (!local) return false;

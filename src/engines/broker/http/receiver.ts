@@ -12,6 +12,9 @@ import { readBody } from '../../../base/http/body.js';
 import { advertisedAddress, formatAddress } from '../../../base/util/address.js';
 import type { SubGroup, Subscriptions } from './subscriptions.js';
 import { SECRET_FIELD, SECRET_HEADER, type DeliverySecret } from './secret.js';
+import { serveMtls } from '../../../base/mtls/server.js';
+import type { WorkloadTls } from '../../../base/mtls/workload-tls.js';
+import { StatsStore, type StatsScope } from '../../../base/stats/store.js';
 import { decodeHeader, DELIVERY_PATH, encodeMissing, ERROR_ID, errorText, HEADER_FIELD, MAX_HEADER_BYTES, MISSING_FIELD } from './wire.js';
 
 export interface ReceiverOptions {
@@ -28,14 +31,25 @@ export interface ReceiverOptions {
   secret: DeliverySecret;
   /** Counts deliveries refused for a missing or wrong secret. */
   refused?: Counter;
+  /**
+   * The process's workload certificate (--mtls permissive or strict), read when the endpoint
+   * starts listening: the endpoint then terminates mutual TLS (src/base/mtls/server.ts;
+   * strict refuses plain deliveries) and its subscriptions say mtls=true. The secret is still
+   * checked on every delivery.
+   */
+  workloadTls?: () => WorkloadTls | undefined;
+  /** Where the endpoint's ssl.* and downstream_cx_plain_refused stats go (`http.broker.`). */
+  tlsStats?: StatsScope;
 }
+
 
 /** A refused delivery is logged at most this often (the first one at once), with the count since. */
 const REFUSED_LOG_INTERVAL_MS = 60_000;
 
 export class Receiver {
   private server?: Server;
-  private node?: { address: string; port: number };
+  private node?: { address: string; port: number; mtls: boolean };
+  private stopMtls?: () => void;
   /** Refused deliveries not yet logged, and when the last log line was written (performance.now()). */
   private refusedUnlogged = 0;
   private refusedLoggedAt?: number;
@@ -43,7 +57,7 @@ export class Receiver {
   constructor(private readonly options: ReceiverOptions) {}
 
   /** The registered address of the endpoint (once it listens). */
-  get endpoint(): { address: string; port: number } | undefined {
+  get endpoint(): { address: string; port: number; mtls: boolean } | undefined {
     return this.node;
   }
 
@@ -63,6 +77,10 @@ export class Receiver {
         }
       },
     );
+    const workload = this.options.workloadTls?.();
+    const mtls = workload !== undefined && workload.mode !== 'off';
+    // Before anything else listens for the server's connections (serveMtls takes node:http's own listener).
+    if (mtls) this.stopMtls = serveMtls(server, { workload, service: ERROR_ID, stats: this.options.tlsStats ?? new StatsStore(), acceptTimeoutMs: 10_000, log: this.options.logger });
     server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
       const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
       if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
@@ -76,12 +94,13 @@ export class Receiver {
     const bound = server.address() as AddressInfo;
     this.server = server;
     const { host, port } = advertisedAddress({ host: listenHost, port: bound.port }, this.options.advertise);
-    this.node = { address: host, port };
+    this.node = { address: host, port, mtls };
   }
 
   /** Closes the server and every connection (the caller waits for a listen() under way first). */
   async close(): Promise<void> {
     const server = this.server;
+    this.stopMtls?.();
     if (server) {
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -7,6 +7,12 @@ import { Agent, type Dispatcher } from 'undici';
 import type pino from 'pino';
 import { decodeMissing, DeliveryError, errorText, HEADER_FIELD, MISSING_FIELD, type Delivery } from './wire.js';
 import { SECRET_FIELD } from './secret.js';
+import type { WorkloadTls } from '../../../base/mtls/workload-tls.js';
+import { MTLS_REFUSED, mtlsClientStats, mtlsConnector, servesMtls, type MtlsClientStats } from '../../../base/mtls/connector.js';
+import { StatsStore } from '../../../base/stats/store.js';
+
+/** What the mutual TLS connector reads of an endpoint's node: only such nodes go through it. */
+const MTLS_NODE = Object.freeze({ mtls: 'true' });
 
 /** Queue group: nodes tried at most, per message. */
 const MAX_QUEUE_ATTEMPTS = 3;
@@ -22,6 +28,15 @@ export interface SenderOptions {
    * ourselves); false when the node is not one of ours.
    */
   deliverLocally: (nodeId: string, topic: string, headerValue: string, body: Buffer) => boolean;
+  /**
+   * The process's workload certificate (--mtls), read at each delivery: an endpoint whose node says
+   * mtls=true is delivered to over mutual TLS with it, and must present a certificate of the mesh
+   * CA for a workload of the trust domain (a subscription's node names no service to check
+   * against). With --mtls=strict an endpoint without mtls=true gets nothing.
+   */
+  workloadTls?: () => WorkloadTls | undefined;
+  /** The deliveries' ssl.* and upstream_cx_plain_refused stats (`broker.http.`). */
+  tlsStats?: MtlsClientStats;
 }
 
 function shuffle<T>(items: T[]): T[] {
@@ -35,6 +50,8 @@ function shuffle<T>(items: T[]): T[] {
 
 export class Sender {
   private readonly agent: Agent;
+  /** The pool of mutual TLS deliveries, made on first use for the workload of the time. */
+  private mtls?: { workload: WorkloadTls; agent: Agent };
 
   constructor(private readonly options: SenderOptions) {
     this.agent = new Agent({
@@ -78,6 +95,41 @@ export class Sender {
   /** Closes the pool. */
   async close(): Promise<void> {
     await this.agent.close().catch(() => undefined);
+    await this.mtls?.agent.close().catch(() => undefined);
+  }
+
+  /**
+   * The pool a delivery goes through: the mutual TLS one for an endpoint that serves it (when this
+   * process has a workload certificate), else the plain one; with --mtls=strict a plain endpoint
+   * is refused (an Error with code MTLS_REFUSED, counted).
+   */
+  private dispatcherFor(delivery: Delivery): Agent {
+    const workload = this.options.workloadTls?.();
+    if (!workload || workload.mode === 'off') return this.agent;
+    const stats = this.options.tlsStats;
+    if (!servesMtls(delivery.nodes[0]!.metadata ?? {})) {
+      if (workload.mode !== 'strict') return this.agent;
+      stats?.plainRefused.inc();
+      throw Object.assign(new Error('mutual TLS: the subscriber endpoint does not serve mutual TLS (no mtls=true in its registry metadata); not delivered to in strict mode'), { code: MTLS_REFUSED });
+    }
+    if (this.mtls?.workload !== workload) {
+      void this.mtls?.agent.close().catch(() => undefined);
+      const timeout = this.options.deliveryTimeoutMs;
+      const domain = `spiffe://${workload.trustDomain}/`;
+      const connect = mtlsConnector({
+        workload,
+        expected: `a workload of ${domain}`,
+        accepts: (id) => id.startsWith(domain),
+        strictApplies: true,
+        metadata: () => MTLS_NODE,
+        key: 'subscriber endpoint',
+        connectTimeoutMs: timeout,
+        stats: stats ?? mtlsClientStats(new StatsStore()),
+        log: this.options.logger,
+      });
+      this.mtls = { workload, agent: new Agent({ connect, headersTimeout: timeout, bodyTimeout: timeout, keepAliveTimeout: 4_000, connections: 64 }) };
+    }
+    return this.mtls.agent;
   }
 
   /** Delivers to one node: directly when it is a subscription of this process, else over HTTP. */
@@ -117,7 +169,7 @@ export class Sender {
         finish(err);
       }, timeoutMs);
       try {
-        this.agent.dispatch(
+        this.dispatcherFor(delivery).dispatch(
           {
             origin: delivery.origin,
             path: delivery.path,

@@ -4,6 +4,7 @@
  * handing a message to the handlers (each of a broadcast group's, one of a queue group's, round
  * robin).
  */
+import { MTLS_METADATA_KEY } from '../../../base/mtls/workload-tls.js';
 import { randomUUID } from 'node:crypto';
 import type pino from 'pino';
 import type { Node, Registry, Service } from '../../registry/registry.js';
@@ -53,7 +54,7 @@ export interface SubscriptionsOptions {
   closeTimeoutMs: number;
   logger: pino.Logger;
   /** The registered address of the subscriber endpoint (set once it listens). */
-  endpoint: () => { address: string; port: number } | undefined;
+  endpoint: () => { address: string; port: number; mtls: boolean } | undefined;
   /** A topic's subscribers changed here (its registry node was added or removed). */
   changed: (topic: string) => void;
 }
@@ -176,6 +177,8 @@ export class Subscriptions {
   private serviceOf(group: SubGroup): Service {
     const node = this.options.endpoint()!;
     const metadata: Record<string, string> = { broker: 'http', topic: group.topic, [BATCH_METADATA]: '1' };
+    // The endpoint serves mutual TLS: publishers deliver to it over mutual TLS.
+    if (node.mtls) metadata[MTLS_METADATA_KEY] = 'true';
     if (group.queue !== undefined) metadata.queue = group.queue;
     return {
       name: topicService(group.topic),

@@ -19,8 +19,8 @@
 import type { PeerCertificate, SecureContext } from 'node:tls';
 import { buildConnector } from 'undici';
 import type { Logger } from 'pino';
-import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
-import { MTLS_METADATA_KEY, uriSans, type WorkloadTls } from '../transport/workload-tls.js';
+import { declareStats, type FamilyStats, type StatsScope } from '../stats/store.js';
+import { MTLS_METADATA_KEY, uriSans, type WorkloadTls } from './workload-tls.js';
 
 /** `cluster.<name>.*`: the client's TLS stats, named after Envoy's. */
 export const MTLS_CLIENT_STATS = {
@@ -66,8 +66,10 @@ const IDENTITY_CODE = 'ERR_MESH_MTLS_IDENTITY';
 
 export interface MtlsConnectorOptions {
   workload: WorkloadTls;
-  /** The SPIFFE ID the node must present: spiffeIdOf(trust domain, the service called). */
+  /** The SPIFFE ID the node must present: spiffeIdOf(trust domain, the service called). With `accepts`, what messages say it must present. */
   expected: string;
+  /** Instead of `expected` exactly: the SPIFFE IDs the node may present (the http broker: any workload of the trust domain). */
+  accepts?: (id: string) => boolean;
   /** False: a node without mtls=true is called plain even in strict mode (static clusters: not mesh nodes). */
   strictApplies: boolean;
   /** The node's metadata now (read at each new connection). */
@@ -101,7 +103,7 @@ export function mtlsConnector(options: MtlsConnectorOptions): buildConnector.con
   };
   const checkServerIdentity = (_host: string, cert: PeerCertificate): Error | undefined => {
     const ids = uriSans(cert).filter((u) => u.startsWith('spiffe://'));
-    if (ids.includes(expected)) return undefined;
+    if (options.accepts ? ids.some(options.accepts) : ids.includes(expected)) return undefined;
     const presented = ids.length > 0 ? ids.join(', ') : 'no SPIFFE ID';
     return Object.assign(new Error(`mutual TLS: node ${key} presented ${presented}, not ${expected}`), { code: IDENTITY_CODE });
   };

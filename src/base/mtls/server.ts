@@ -22,9 +22,9 @@ import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
-import { MeshError } from '../../base/errors.js';
-import { refuseSocket } from '../../base/http/respond.js';
-import { declareStats, type StatsScope } from '../../base/stats/store.js';
+import { MeshError } from '../errors.js';
+import { refuseSocket } from '../http/respond.js';
+import { declareStats, type StatsScope } from '../stats/store.js';
 import type { WorkloadTls } from './workload-tls.js';
 
 export const MTLS_SERVER_STATS = {
