@@ -81,6 +81,23 @@ describe('mesh dev: strict mutual TLS by default', () => {
     assert.match(stats.text, /^http\.rpc\.ssl\.handshake: [1-9]\d*\n$/);
   });
 
+  it('mesh subscribe (permissive by default) gets what the strict demo publishes through its sidecar, and what mesh publish sends', async () => {
+    const sidecar = await dev.proc.waitForPort(/sidecar: +http:\/\/\S+:(\d+) /);
+    const topic = 'go.mesh.topic.devmtls';
+    const sub = startProcess(['subscribe', topic], dev.env);
+    try {
+      await sub.waitForOutput(/subscribed to go\.mesh\.topic\.devmtls/, 20_000);
+      const published = await curl(['-XPOST', `127.0.0.1:${sidecar}/broker?topic=${topic}`, '-H', 'content-type: application/json', '-d', '{"from":"sidecar"}']);
+      assert.equal(published.stdout, '{}');
+      await sub.waitForOutput(/^\{"from":"sidecar"\}$/m, 20_000);
+      const cli = await runCli(['publish', topic, '{"from":"cli"}'], dev.env);
+      assert.equal(cli.code, 0, cli.stderr);
+      await sub.waitForOutput(/^\{"from":"cli"\}$/m, 20_000);
+    } finally {
+      await sub.stop();
+    }
+  });
+
   it('admin /certs lists the workload certificate of each identity with its days left; mesh ca status finds the root valid', async () => {
     const certs = await http('GET', `http://127.0.0.1:${dev.admin}/certs`);
     const entries = certs.json<{ certificates: Array<{ ca_cert: Array<{ days_until_expiration: string }>; cert_chain: Array<{ path: string; subject_alt_names: Array<{ uri?: string }>; days_until_expiration: string }> }> }>().certificates;
