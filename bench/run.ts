@@ -413,6 +413,27 @@ for (const d of DEFAULT_ROWS) {
   ROWS.splice(i < 0 ? ROWS.length : i + 1, 0, d);
 }
 
+// A route file (opt-in: BENCH_ROWS=mesh-rpc,mesh-rpc-routes100): the mesh-rpc gateway with
+// --routes=FILE of 100 HTTPRoute documents where the request matches only the last one tried (99
+// longer path prefixes under the same first segment, /bench/nomatch-NNN, are tried first), against
+// mesh-rpc without a file (paired rounds).
+ROWS.splice(ROWS.findIndex((r) => r.id === 'mesh-rpc') + 1, 0, {
+  id: 'mesh-rpc-routes100',
+  label: 'mesh api --handler=rpc --routes=FILE (100 routes, the last matches)',
+  mesh: true,
+  optIn: true,
+  setup: async (ctx, nodeArgs) => {
+    const file = join(ctx.tmp, 'routes100.yaml');
+    const route = (name: string, prefix: string) =>
+      `apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: ${name}}\nspec:\n  rules:\n    - matches: [{path: {type: PathPrefix, value: ${prefix}}}]\n      backendRefs: [{name: ${BACKEND_SERVICE}}]\n`;
+    const docs = Array.from({ length: 99 }, (_, i) => route(`r${i}`, `/bench/nomatch-${String(i).padStart(3, '0')}`));
+    docs.push(route('bench', '/bench'));
+    writeFileSync(file, docs.join('---\n'));
+    const g = await startMesh(ctx, 'mesh-api-rpc-routes100', 'api', ['--handler=rpc', '--namespace=go.mesh.srv', `--routes=${file}`], nodeArgs);
+    return { url: `http://127.0.0.1:${g.port}${PATH}`, measured: [g.proc], behind: [ctx.backend], own: [g.proc], admin: g.admin, note: '100 routes in the file; the request matches the last one tried' };
+  },
+});
+
 // Mutual TLS (opt-in: BENCH_ROWS=mesh-rpc,mesh-rpc-mtls,...): the mesh-rpc, mesh-proxy and sidecar
 // rows with --mtls=strict, calling the same backend serving mutual TLS with a certificate of a mesh
 // CA of the run's own (servers/backend.ts --mtls), registered with mtls=true in a registry of its
@@ -891,6 +912,11 @@ function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
     out.push(check(`mutual TLS: ${id} CPU per request with --mtls=strict ÷ plain ≤ 1.2`, paired(mtls, byId.get(id), (x) => x.cpuUsPerReq), 1.2, 'atMost', 'x', detail(`${id}-mtls`, id, 'cpu')));
     const rate = paired(mtls, byId.get(id), rps);
     if (Number.isFinite(rate)) out.push({ text: `mutual TLS: ${id} req/s with --mtls=strict ÷ plain: ${rate.toFixed(2)}× (${detail(`${id}-mtls`, id, 'rps')}; no target)` });
+  }
+  // The price of a route file of 100 routes whose last one matches, against no file (paired rounds).
+  const routed = byId.get('mesh-rpc-routes100');
+  if (routed && byId.get('mesh-rpc')) {
+    out.push(check('route file: gateway rpc req/s with 100 routes (the last matches) ÷ no file ≥ 0.9', paired(routed, byId.get('mesh-rpc'), rps), 0.9, 'atLeast', 'x', detail('mesh-rpc-routes100', 'mesh-rpc', 'rps')));
   }
   // The price of the access log: the same gateway with --access_log to a file, against it off (paired rounds).
   const logged = byId.get('mesh-rpc-log');

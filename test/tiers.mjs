@@ -9,6 +9,9 @@
  */
 export const UNIT = [
   'test/address.test.ts',
+  'test/route-file.test.ts',
+  'test/route-file-reload.test.ts',
+  'test/admin-config-dump.test.ts',
   'test/ca-serve-remote.test.ts',
   'test/admin-host.test.ts',
   'test/admin.test.ts',

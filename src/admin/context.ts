@@ -13,6 +13,7 @@ import type { CertificateInfo } from '../tls/certificate.js';
 import type { ProcessMetrics } from '../base/stats/process-metrics.js';
 import type { AdminAggregate } from './aggregate.js';
 import type { RouteTableDump } from './route-table.js';
+import type { ListenerInfo } from './config-dump.js';
 
 // Certificates are the TLS layer's (src/tls/certificate.ts); re-exported for the admin API.
 export type { CertificateInfo, SubjectAltName } from '../tls/certificate.js';
@@ -129,6 +130,11 @@ export interface AdminContext {
    * in the help, only while it says true). Absent: as long as `routes` is set.
    */
   hasRoutes?: () => boolean;
+  /** The front ends' listening sockets, read at each request; /listeners exists while hasListeners says true. */
+  listeners?: () => ListenerInfo[];
+  hasListeners?: () => boolean;
+  /** /config_dump's options section (secrets left out: src/admin/config-dump.ts); absent: no /config_dump. */
+  options?: () => Record<string, unknown>;
   /** The loaded auth configurations (rules), read at each request; /auth_rules exists while hasAuthRules says true. */
   authRules?: () => unknown[] | Promise<unknown[]>;
   hasAuthRules?: () => boolean;

@@ -16,6 +16,7 @@ import { parseQuery, type Query } from './query.js';
 import { httpServerOptions, listenOn } from '../base/http/lifecycle.js';
 import { renderClustersJson, renderClustersText } from './clusters.js';
 import { renderCerts, secondsUntilFirstExpiring } from './certs.js';
+import { renderConfigDump, renderListenersJson, renderListenersText } from './config-dump.js';
 import { CpuProfiler } from './profiler.js';
 import { hotRestartVersion } from './build-info.js';
 import { ALLOWED_HOSTS_FLAG, HostCheck } from '../base/http/host-check.js';
@@ -66,6 +67,7 @@ const never = () => false;
 
 export const STATS_USAGE = 'usage: /stats?format=(json|prometheus|text)\n\n';
 export const CLUSTERS_USAGE = 'usage: /clusters?format=(json|text)\n\n';
+export const LISTENERS_USAGE = 'usage: /listeners?format=(json|text)\n\n';
 export const CPUPROFILER_USAGE = '?enable=<y|n>\n';
 export const LOGGING_USAGE =
   'usage: /logging?<name>=<level> (change single level)\n' +
@@ -390,6 +392,33 @@ export class AdminServer {
           return { status: 200, body: `${JSON.stringify(all.length === 1 ? all[0] : all, null, 2)}\n`, contentType: JSON_TYPE };
         },
         available: ctx.hasAuthRules,
+      });
+    }
+    const listeners = ctx.listeners;
+    if (listeners) {
+      list.push({
+        path: '/listeners',
+        help: 'print listener info',
+        mutates: never,
+        handle: (q) => {
+          const format = q.get('format');
+          if (q.size > 1 || (q.size === 1 && format === undefined) || (format !== undefined && format !== 'text' && format !== 'json')) return text(400, LISTENERS_USAGE);
+          return format === 'json' ? { status: 200, body: renderListenersJson(listeners()), contentType: JSON_TYPE } : text(200, renderListenersText(listeners()));
+        },
+        available: ctx.hasListeners,
+      });
+    }
+    const options = ctx.options;
+    if (options) {
+      list.push({
+        path: '/config_dump',
+        help: 'dump the current configuration (options without secrets, routes, clusters, listeners) as JSON',
+        mutates: never,
+        handle: async () => ({
+          status: 200,
+          contentType: JSON_TYPE,
+          body: renderConfigDump({ options: options(), routes: ctx.routes?.() ?? [], clusters: ctx.clusters?.clusters() ?? [], listeners: ctx.listeners?.() ?? [] }),
+        }),
       });
     }
     const aggregate = ctx.aggregate;

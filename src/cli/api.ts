@@ -30,7 +30,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
   if (isPrimaryOf(config)) return runPrimary({ role: 'api', config, defaultAdminAddress: API_ADMIN_ADDRESS, adminLine, adminLineIndex: 1 });
   const worker = WorkerLink.join(config);
-  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'api' });
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'api', flags: config });
   runtime.installSignalHandlers();
   worker?.attach(runtime);
   try {
@@ -42,6 +42,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
       address: config.address ?? DEFAULT_ADDRESS,
       namespace: config.namespace ?? DEFAULT_NAMESPACE,
       handler: config.handler,
+      routesFile: config.routes,
       enableStats: config.enable_stats,
       enableRpc: config.enable_rpc,
       rpcAllow: config.rpc_allow,
@@ -52,7 +53,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     const bound = await gateway.start();
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const lines = [
-      `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)})`,
+      `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)}${gateway.routes ? `, ${gateway.routes.routes.length} route${gateway.routes.routes.length === 1 ? '' : 's'} from ${config.routes}` : ''})`,
       adminLine(admin),
     ];
     if (worker) worker.ready(runtime, lines);

@@ -33,6 +33,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       address: config.address ?? DEFAULT_ADDRESS,
       namespace: config.namespace ?? DEFAULT_NAMESPACE,
       handler: config.handler,
+      routesFile: config.routes,
       enableStats: config.enable_stats,
       enableRpc: config.enable_rpc,
       rpcAllow: config.rpc_allow,

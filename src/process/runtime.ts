@@ -25,6 +25,7 @@ import { loadProtos, type GrpcSchema } from '../core/transport/grpc/protos.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin/context.js';
 import { AdminServer } from '../admin/server.js';
 import { MetricsServer } from '../admin/metrics-server.js';
+import { effectiveOptions, type ListenerInfo } from '../admin/config-dump.js';
 import { ProcessMetrics } from '../base/stats/process-metrics.js';
 import { serverLimits, type Drainable, type DrainResult } from '../base/http/lifecycle.js';
 import { SelfAddresses } from '../core/upstream/self-guard.js';
@@ -57,6 +58,8 @@ export interface RuntimeOptions {
    * their own.
    */
   openWorkloadTls?: (name: string) => Promise<WorkloadTls>;
+  /** The parsed command line by schema key (a CLI process): admin /config_dump shows the options the library does not have from it. */
+  flags?: Readonly<Record<string, unknown>>;
 }
 
 type ShutdownHook = () => Promise<void> | void;
@@ -111,6 +114,7 @@ export class Runtime {
   /** The TLS provider once built; null when the process serves no TLS. */
   private tlsProvider?: TlsProvider | null;
   private readonly routeSources = new Sources<RouteTableDump>();
+  private readonly listenerSources = new Sources<ListenerInfo>();
   private readonly certificateSources = new Sources<CertificateInfo>();
   private readonly authRuleSources = new Sources<unknown>();
   private readonly shutdownHooks: ShutdownHook[] = [];
@@ -297,6 +301,9 @@ export class Runtime {
       // Read at each request: a source registered after the admin started is listed too.
       routes: () => this.routeSources.read(),
       hasRoutes: () => this.routeSources.size > 0,
+      listeners: () => this.listenerSources.read(),
+      hasListeners: () => this.listenerSources.size > 0,
+      options: () => effectiveOptions(this.setup.role, this.options, this.setup.flags),
       certs: () => this.certificateSources.read(),
       authRules: () => this.authRuleSources.read(),
       hasAuthRules: () => this.authRuleSources.size > 0,
@@ -360,6 +367,11 @@ export class Runtime {
    */
   addRouteSource(read: () => RouteTableDump[]): () => void {
     return this.routeSources.add(read);
+  }
+
+  /** Registers listening sockets (the gateway's): admin /listeners lists them while one is registered. Returns the removal. */
+  addListenerSource(read: () => ListenerInfo[]): () => void {
+    return this.listenerSources.add(read);
   }
 
   /** Registers the loaded auth configuration (src/edge/auth/): admin /auth_rules shows it while one is registered. Returns the removal. */

@@ -182,6 +182,7 @@ export const OPTIONS = {
   advertise: { type: 'string', group: 'listen', commands: ['dev', 'sidecar'], api: true, help: 'address to register instead of the listen address' },
   namespace: { type: 'string', group: 'command', commands: GATEWAYS, help: 'service namespace of the gateway or sidecar' },
   handler: { type: 'string', choices: ['api', 'rpc', 'proxy', 'event'], group: 'command', commands: GATEWAYS, help: 'gateway/sidecar handler' },
+  routes: { type: 'string', group: 'command', commands: ['dev', 'api'], help: 'gateway: route file of Gateway API HTTPRoute documents, YAML or JSON (weighted versions, matches on path, method, headers and query, timeouts); reloaded on SIGHUP and when the file changes (docs/routing.md)' },
   server_name: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: name to register the app under' },
   server_address: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: host:port of the app' },
   healthcheck_url: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: URL checked to decide if the app is healthy' },

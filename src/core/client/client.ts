@@ -81,10 +81,14 @@ export interface CallOptions {
    * what remains of the deadline of the call being served, if any.
    */
   timeoutMs?: number;
+  /** Replaces the client's request timeout (--client_request_timeout) for this call; timeoutMs still shortens it. */
+  budgetMs?: number;
   /** Request id (Mesh-Id); default the id of the call being served, else a new one. */
   id?: string;
   /** Call this node (host:port) directly instead of load balancing. */
   address?: string;
+  /** Only the nodes of this registry Version of the service (a route's backend); none: 503. */
+  version?: string;
   /** Overrides the client's retry count for this call. */
   retries?: number;
   /** Overrides the client's per-try budget for this call (0: a try may use the whole budget). */
@@ -179,12 +183,13 @@ export class Client {
     if (ctx?.metadata) metadata = metadata ? { ...ctx.metadata, ...metadata } : ctx.metadata;
     // The parent: this hop's own span; outside any, a traceparent of the metadata.
     const parent = ctx?.trace ?? (metadata?.[TRACEPARENT] !== undefined ? parseTraceparent(metadata[TRACEPARENT], metadata[TRACESTATE]) : undefined);
-    const budget = Math.min(this.options.requestTimeoutMs, timeoutMs ?? Infinity);
+    const budget = Math.min(opts.budgetMs ?? this.options.requestTimeoutMs, timeoutMs ?? Infinity);
     const call: UnaryCall = {
       service,
       endpoint,
       body,
       address: opts.address,
+      version: opts.version,
       encodeFor: opts.encodeFor,
       info: opts.info,
       logTrace: opts.context?.trace,

@@ -326,6 +326,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     for (const v of order) {
       for (const node of versions.get(v)!) {
         const spec = specFromNode(node, (m) => this.log.warn({ cluster: name }, m));
+        spec.version = v;
         const path = node.metadata?.[HEALTH_CHECK_PATH_KEY];
         out.push({ spec, healthCheckPath: path ? path : undefined });
       }

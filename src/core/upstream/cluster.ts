@@ -313,11 +313,16 @@ export class Cluster {
       // Only a node of the service: a public front end must not become a way to reach any host.
       if (!host) throw notFound(ERROR_ID, `service ${service}: no node at ${options.address}`);
     } else {
-      const set = candidates(this.hostList, this.settings.panicThresholdPercent, options.exclude, this.healthyList);
+      const version = options.version;
+      // A version (a route's backend): the hosts of that version only, with their own panic threshold.
+      const all = version === undefined ? this.hostList : this.hostList.filter((h) => h.version === version);
+      const healthy = version === undefined ? this.healthyList : this.healthyList.filter((h) => h.version === version);
+      const set = candidates(all, this.settings.panicThresholdPercent, options.exclude, healthy);
       if (set.panic) this.s.lbHealthyPanic.inc();
       host = this.lb.pick(set.hosts);
       if (!host) {
         this.s.cxNoneHealthy.inc();
+        if (version !== undefined && all.length === 0) throw flagged(serviceUnavailable(ERROR_ID, `service ${service}: no host of version ${version}`), 'UH');
         throw flagged(serviceUnavailable(ERROR_ID, `service ${service}: no healthy upstream`), 'UH');
       }
       // A hedge goes to another host or not at all.

@@ -23,6 +23,8 @@ export interface HostSpec {
   zone: string;
   region: string;
   canary: boolean;
+  /** The registry's Version of the node ('' when none, or for a static host). */
+  version?: string;
 }
 
 export interface HostPoolOptions {
@@ -93,6 +95,8 @@ export class Host implements UpstreamTarget {
   zone: string;
   region: string;
   canary: boolean;
+  /** The registry's Version of the node ('' when none). */
+  version: string;
 
   private pool: Pool | undefined;
   /** The pool's connector, made once (undefined: plain); see connector. */
@@ -146,6 +150,7 @@ export class Host implements UpstreamTarget {
     this.zone = spec.zone;
     this.region = spec.region;
     this.canary = spec.canary;
+    this.version = spec.version ?? '';
     // Checked now (throws TypeError: Invalid URL), so a host that cannot be reached is refused
     // when it is added, not on its first request.
     new URL(`http://${this.key}`);
@@ -244,6 +249,7 @@ export class Host implements UpstreamTarget {
     this.zone = spec.zone;
     this.region = spec.region;
     this.canary = spec.canary;
+    this.version = spec.version ?? '';
   }
 
   healthy(): boolean {

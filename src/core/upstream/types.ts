@@ -88,6 +88,11 @@ export interface AcquireOptions {
   retryBudget?: RetryBudget;
   /** Call this exact node (host:port) instead of load balancing (/rpc `address`). */
   address?: string;
+  /**
+   * Only the hosts of this registry Version of the service (a route's backendRef `version`): the
+   * load balancer picks among them, and none is a 503. Ignored with `address`.
+   */
+  version?: string;
 }
 
 export interface UpstreamSelector {

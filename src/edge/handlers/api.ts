@@ -15,7 +15,7 @@ import { readBody } from '../../base/http/body.js';
 import { sendError } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import { canonicalHeaderKey, isHopByHop } from '../../core/transport/headers.js';
-import { callOptionsFrom, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, type FrontEnd, type RoutePolicy } from './front-end.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import type { RpcRoute } from './resolve.js';
 
@@ -126,13 +126,16 @@ function classifyJsonAnswer(value: unknown): 'response' | 'plain' | string {
   return 'response';
 }
 
-/** `ctx`: the request's call context, when the front end passes it explicitly (else the ambient one). */
-export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext): Promise<void> {
+/**
+ * `ctx`: the request's call context, when the front end passes it explicitly (else the ambient
+ * one); `policy`: what a route of the route file adds (a version, timeouts).
+ */
+export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), NO_BODY) : await readBody(req, fe.maxBodyBytes, fe.errorId);
   const message = buildApiRequest(req, body);
   const types = apiTypes();
   // callOptionsFrom returns a fresh object: extend it rather than copy it.
-  const options = callOptionsFrom(req, undefined, ctx);
+  const options = callOptionsFrom(req, undefined, ctx, policy);
   options.encodeFor = (target) =>
     target.metadata.content_type === 'application/protobuf'
       ? { contentType: PROTOBUF_CODEC.contentType, body: PROTOBUF_CODEC.encode(message, types.Request) }

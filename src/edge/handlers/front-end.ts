@@ -18,11 +18,27 @@ export interface FrontEnd {
   authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void;
 }
 
-/** Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout (and its call context, when given). */
-export function callOptionsFrom(req: IncomingMessage, contentType?: string, context?: CallContext): CallOptions {
+/**
+ * What a route of a route file (src/edge/routes/) adds to how a handler sends a request: the
+ * backend's registry version and the route's timeouts.
+ */
+export interface RoutePolicy {
+  /** Only the nodes of this version of the service. */
+  version?: string;
+  /** `timeouts.request` (ms): the whole call, in place of --client_request_timeout (an inbound Mesh-Timeout still shortens it). */
+  requestTimeoutMs?: number;
+  /** `timeouts.backendRequest` (ms): each try. */
+  tryTimeoutMs?: number;
+}
+
+/**
+ * Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout (and
+ * its call context, and its route's policy, when given).
+ */
+export function callOptionsFrom(req: IncomingMessage, contentType?: string, context?: CallContext, policy?: RoutePolicy): CallOptions {
   const headers = req.headers;
   const id = headers[HEADER_ID];
-  return {
+  const options: CallOptions = {
     contentType,
     metadata: endToEndHeaders(headers),
     timeoutMs: inboundTimeout(headers),
@@ -30,6 +46,12 @@ export function callOptionsFrom(req: IncomingMessage, contentType?: string, cont
     info: requestInfo(req),
     context,
   };
+  if (policy) {
+    options.version = policy.version;
+    options.budgetMs = policy.requestTimeoutMs;
+    options.perTryTimeoutMs = policy.tryTimeoutMs;
+  }
+  return options;
 }
 
 /** The inbound Mesh-Timeout; a malformed one never gets here (the front server answers it 400: FrontServer). */

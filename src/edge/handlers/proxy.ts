@@ -24,7 +24,7 @@ import { classifyError } from '../../core/transport/rpc.js';
 import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '../../core/transport/headers.js';
 import { lingerOnRest, readBody } from '../../base/http/body.js';
 import type { UpstreamLease } from '../../core/upstream/types.js';
-import type { FrontEnd } from './front-end.js';
+import type { FrontEnd, RoutePolicy } from './front-end.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf } from '../../base/tracing/tracer.js';
 import type { CallContext } from '../../base/util/call-context.js';
@@ -307,15 +307,15 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
  * --tracing=otlp a client span (named after the method, as OpenTelemetry's HTTP client spans are)
  * covers the forwarding and is the backend's parent.
  */
-export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext): Promise<void> {
+export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const tracer = fe.runtime.tracer;
-  if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx));
+  if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx), policy);
   const method = req.method ?? 'GET';
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req, ctx), { 'http.request.method': method, 'url.path': q === -1 ? url : url.slice(0, q), 'server.address': service });
   try {
-    await proxyRequest(fe, service, secure, req, res, traceOf(span));
+    await proxyRequest(fe, service, secure, req, res, traceOf(span), policy);
   } catch (err) {
     failSpan(span, (err as Error)?.message ?? String(err));
     throw err;
@@ -327,7 +327,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
   }
 }
 
-async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext): Promise<void> {
+async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext, policy?: RoutePolicy): Promise<void> {
   const limit = fe.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
@@ -353,7 +353,9 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
   const headers = forwardedHeaders(req, secure, body.kind !== 'buffered', trace);
   // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
   const retries = body.kind === 'stream' ? 0 : fe.runtime.options.clientRetries;
-  const call: ProxyCall = { fe, service, req, res, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req) };
+  // A route's timeouts: each try waits for the answer's head at most backendRequest, else request, else --client_request_timeout.
+  const timeoutMs = policy?.tryTimeoutMs ?? policy?.requestTimeoutMs ?? fe.runtime.options.clientRequestTimeout;
+  const call: ProxyCall = { fe, service, version: policy?.version, timeoutMs, req, res, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req) };
   const result = await sendProxied(call, 0);
   if (result.kind === 'failed') sendError(res, result.error);
 }
@@ -362,6 +364,10 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
 interface ProxyCall {
   readonly fe: FrontEnd;
   readonly service: string;
+  /** Only the nodes of this registry version (a route's backend). */
+  readonly version: string | undefined;
+  /** The wait for each try's answer head (ms). */
+  readonly timeoutMs: number;
   readonly req: IncomingMessage;
   readonly res: ServerResponse;
   readonly headers: string[];
@@ -401,11 +407,11 @@ const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
 /** One try: a host of the service, the request forwarded to it, and its answer streamed to the client. */
 async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   const { fe, service, req, res, counter, limit, info } = call;
-  const timeoutMs = fe.runtime.options.clientRequestTimeout;
+  const timeoutMs = call.timeoutMs;
   let lease: UpstreamLease;
   try {
     const clusters = fe.runtime.clusters;
-    const options = { exclude: call.tried, retry: attempt > 0 };
+    const options = { exclude: call.tried, retry: attempt > 0, version: call.version };
     lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
   } catch (err) {
     if (isRetryOverflow(err)) return OVERFLOW;
@@ -502,7 +508,7 @@ function answerHead(res: IncomingMessage, extra: string): string {
  * carry requests the edge never sees. Only the wait for the node's answer is bounded
  * (--client_request_timeout); an open tunnel may idle.
  */
-export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer): void {
+export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, version?: string): void {
   const refuse = (err: MeshError) => refuseSocket(socket, err, fe.errorId);
   if (upgradesToH2c(req.headers.upgrade)) {
     return refuse(new MeshError(fe.errorId, 400, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
@@ -510,7 +516,7 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
   if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
     return refuse(new MeshError(fe.errorId, 400, 'an upgrade request carries no body'));
   }
-  fe.runtime.clusters.acquire(service).then(
+  fe.runtime.clusters.acquire(service, { version }).then(
     (lease) => upgradeOn(fe, service, secure, req, socket, head, lease, refuse),
     (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
   );

@@ -10,14 +10,17 @@ import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
 import { sendBytes, sendError } from '../../base/http/respond.js';
-import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, queryObject, type FrontEnd, type RoutePolicy } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 import type { CallContext } from '../../base/util/call-context.js';
 
 const PASS_THROUGH = new Set(['application/json', 'application/protobuf', 'application/x-protobuf', 'application/proto']);
 
-/** `ctx`: the request's call context, when the front end passes it explicitly (else the ambient one). */
-export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext): Promise<void> {
+/**
+ * `ctx`: the request's call context, when the front end passes it explicitly (else the ambient
+ * one); `policy`: what a route of the route file adds (a version, timeouts).
+ */
+export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const media = mediaType(req.headers['content-type']);
   let contentType: string;
   let body: Uint8Array;
@@ -39,7 +42,7 @@ export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     else if (contentType === 'application/json' && jsonNestingExceeds(body)) throw new MeshError(fe.errorId, 400, `body: ${new JsonDepthError().message}`);
   }
   try {
-    const answer = await fe.runtime.client.call(route.service, route.method, body, callOptionsFrom(req, contentType, ctx));
+    const answer = await fe.runtime.client.call(route.service, route.method, body, callOptionsFrom(req, contentType, ctx, policy));
     sendBytes(res, 200, contentType, answer.body);
   } catch (err) {
     sendError(res, asFrontEndError(err, fe.errorId));

@@ -7,8 +7,10 @@
  *   GET /rpc + WebSocket a streaming call, /rpc?service=S&endpoint=E, with the same checks as POST /rpc
  *   GET /stats          with --enable_stats: the dashboard (src/fronts/dashboard; JSON for Accept: application/json)
  *   GET /_mesh/health   200 while live, 503 while draining (admin /healthcheck/fail)
- * Everything else goes to the handler: `--handler=api|rpc|proxy|event`, or by default the
- * registry router (src/fronts/gateway/router.ts) with the api handler as the fallback.
+ * Everything else goes to the route file's first matching route (`--routes=FILE`,
+ * src/edge/routes/: a backend chosen by weight, sent by the route's handler), else to the handler:
+ * `--handler=api|rpc|proxy|event`, or by default the registry router
+ * (src/fronts/gateway/router.ts) with the api handler as the fallback.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -20,8 +22,11 @@ import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
-import { resolveEventPath, resolveProxyPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
+import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
 import { handleApi } from '../../edge/handlers/api.js';
+import type { RoutePolicy } from '../../edge/handlers/front-end.js';
+import { LiveRoutes } from '../../edge/routes/live.js';
+import type { RouteHandler } from '../../edge/routes/file.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
 import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../../edge/handlers/rpc-endpoint.js';
 import { handleEvent } from '../../edge/handlers/event.js';
@@ -65,6 +70,10 @@ export interface GatewayOptions {
   auth?: EdgeAuth;
   /** Called as a request enters each phase of the front server (src/edge/front-server.ts): for tests and debugging. */
   onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  /** `--routes`: the route file (loaded by the constructor: a bad file throws its RouteFileError). */
+  routesFile?: string;
+  /** Backend choice of the route file (tests); default Math.random. */
+  routesRandom?: () => number;
 }
 
 /**
@@ -76,8 +85,11 @@ export interface GatewayOptions {
 export type GatewayRoute =
   | { kind: 'root' | 'dashboard' | 'rpc-endpoint' | 'none' }
   /** `stream`: false at the gateway's own paths, where no streaming call (SSE, WebSocket) is served. */
-  | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean }
-  | { kind: 'proxy'; service: string | undefined }
+  /** `policy`: set when a route of the route file chose the backend (its version and timeouts). */
+  | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean; policy?: RoutePolicy }
+  | { kind: 'proxy'; service: string | undefined; policy?: RoutePolicy }
+  /** A route of the route file whose backends all weigh 0: 500, as the Gateway API says. */
+  | { kind: 'no-backend'; route: string }
   | { kind: 'event'; event: { topic: string; name: string } | undefined };
 
 const ROOT: GatewayRoute = { kind: 'root' };
@@ -94,6 +106,8 @@ export class Gateway {
   private readonly rpcPaths: RpcPathResolver;
   readonly handler?: HandlerName;
   readonly router?: RegistryRouter;
+  /** `--routes`: the route file, matched before the handler or the registry router. */
+  readonly routes?: LiveRoutes;
   readonly dashboard?: Dashboard;
   readonly fe: FrontEnd;
   private readonly server: FrontServer<GatewayRoute>;
@@ -120,6 +134,14 @@ export class Gateway {
     if (allow.length > 0 && !allow.includes('*')) this.rpcAllowed = globsMatcher(allow);
     this.guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, errorId: ERROR_ID, rateLimit: options.rateLimit });
     const guard = this.guard;
+    if (options.routesFile !== undefined) {
+      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom });
+      this.routes = routes;
+      runtime.addRouteSource(() => {
+        const d = routes.dump();
+        return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
+      });
+    }
     this.fe = {
       runtime,
       namespace: this.namespace,
@@ -162,7 +184,8 @@ export class Gateway {
 
   /**
    * The route phase: the gateway's own paths first (for an upgrade only /rpc: an upgrade at `/` or
-   * the dashboard can only be proxied), then the handler's target. No streaming call is served at
+   * the dashboard can only be proxied), then the route file's first matching route, then the
+   * handler's target. No streaming call is served at
    * an own path, nor at /rpc when --enable_rpc=false.
    */
   private route(req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
@@ -170,9 +193,29 @@ export class Gateway {
     const own = path === '/' || (this.dashboard !== undefined && isDashboardPath(path));
     if (own && !upgrade) return path === '/' ? ROOT : DASHBOARD;
     if (path === '/rpc' && this.enableRpc) return RPC_ENDPOINT;
-    const to = this.targetRoute(req, target);
+    const to = (this.routes && this.fileRoute(req, target)) || this.targetRoute(req, target);
     if (to.kind === 'call' && (own || path === '/rpc')) to.stream = false;
     return own && to.kind !== 'proxy' && to.kind !== 'call' ? NONE : to;
+  }
+
+  /**
+   * The route file's answer: the first matching route's backend (chosen by weight), sent by the
+   * route's handler (`spec.handler`, else --handler when it is api, rpc or proxy, else api).
+   * Undefined when no route matches: the request goes where it would without the file. The table
+   * is read once here: a reload swaps it for later requests only.
+   */
+  private fileRoute(req: IncomingMessage, target: RequestTarget): GatewayRoute | undefined {
+    const path = target.path;
+    const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path, query: target.query, headers: req.headers });
+    if (!choice) return undefined;
+    const backend = choice.backend;
+    if (!backend) return { kind: 'no-backend', route: choice.route.name };
+    const rule = choice.rule;
+    const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined };
+    const handler: RouteHandler = choice.route.handler ?? (this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api');
+    if (handler === 'proxy') return { kind: 'proxy', service: backend.name, policy };
+    const method = resolveRpcPath(path, this.namespace)?.method;
+    return { kind: 'call', handler, call: method ? { service: backend.name, method } : undefined, stream: false, policy };
   }
 
   /** The `--handler`'s target for a path, or the registry router's (one match), the api handler as the fallback. */
@@ -224,12 +267,16 @@ export class Gateway {
   /** Builds the first route table, then listens. Resolves with the bound address. */
   async start(): Promise<AddressInfo> {
     await this.router?.start();
+    this.routes?.start();
     this.dashboard?.start();
     let bound: AddressInfo;
     try {
       bound = await this.server.listen(this.address);
+      const listener = { name: STAT_PREFIX, address: bound.address, port: bound.port };
+      this.runtime.onShutdown(this.runtime.addListenerSource(() => [listener]));
     } catch (err) {
       this.router?.stop();
+      this.routes?.stop();
       this.dashboard?.stop();
       const e = err as NodeJS.ErrnoException;
       if (!e.code) throw err;
@@ -243,6 +290,7 @@ export class Gateway {
   async close(): Promise<void> {
     await this.server.close();
     this.router?.stop();
+    this.routes?.stop();
     this.dashboard?.stop();
   }
 
@@ -263,11 +311,14 @@ export class Gateway {
         const call = route.call;
         if (!call) throw this.noService(req, 'use /<service>/<method>');
         if (route.stream && wantsEventStream(req)) return within(() => handleSse(this.fe, this.streams, call, req, res));
-        return route.handler === 'rpc' ? handleRpc(this.fe, call, req, res, ctx) : handleApi(this.fe, call, req, res, ctx);
+        return route.handler === 'rpc' ? handleRpc(this.fe, call, req, res, ctx, route.policy) : handleApi(this.fe, call, req, res, ctx, route.policy);
       }
       case 'proxy':
         if (!route.service) throw this.noService(req);
-        return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx);
+        return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
+      case 'no-backend':
+        req.resume();
+        throw new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`);
       case 'event': {
         const event = route.event;
         if (!event) throw this.noService(req, 'use /<topic>/<event>');
@@ -320,7 +371,7 @@ export class Gateway {
       case 'proxy': {
         const service = route.service;
         if (!service) break;
-        checked({ path, service }, () => handleProxyUpgrade(this.fe, service, this.server.secure, req, socket, head));
+        checked({ path, service }, () => handleProxyUpgrade(this.fe, service, this.server.secure, req, socket, head, route.policy?.version));
         return;
       }
     }

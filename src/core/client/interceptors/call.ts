@@ -16,6 +16,8 @@ export interface UnaryCall {
   readonly body: Uint8Array;
   /** Call this node (host:port) only. */
   readonly address: string | undefined;
+  /** Only the nodes of this registry Version (CallOptions.version). */
+  readonly version: string | undefined;
   /** Encodes the request for the chosen node (CallOptions.encodeFor). */
   readonly encodeFor: ((target: UpstreamTarget) => { contentType: string; body: Uint8Array }) | undefined;
   /** The access log's record of the inbound request: told the cluster and the host of each try. */

@@ -30,7 +30,7 @@ async function hedge(next: ClientSend, selector: UpstreamSelector, call: UnaryCa
   if (call.deadline - Date.now() <= 0) return first;
   let lease: UpstreamLease;
   try {
-    const options: AcquireOptions = { exclude: call.tried, retry: true, hedge: true };
+    const options: AcquireOptions = { exclude: call.tried, retry: true, hedge: true, version: call.version };
     lease = selector.acquireNow?.(call.service, options) ?? (await selector.acquire(call.service, options));
   } catch {
     return first; // no other host, or the retry budget is spent: keep waiting on the first

@@ -13,7 +13,7 @@ import { EXPIRED, type Attempt, type ClientInterceptor, type ClientSend, type Tr
 
 export function pickHost(selector: UpstreamSelector): ClientInterceptor {
   return (next) => (call, attempt) => {
-    const options: AcquireOptions = { exclude: call.tried, retry: attempt.retry > 0, address: call.address, afterConnectFailure: call.lastOutcome === 'connect_failure' };
+    const options: AcquireOptions = { exclude: call.tried, retry: attempt.retry > 0, address: call.address, version: call.version, afterConnectFailure: call.lastOutcome === 'connect_failure' };
     let lease: UpstreamLease | undefined;
     try {
       lease = selector.acquireNow?.(call.service, options);

@@ -1,0 +1,433 @@
+/**
+ * The route file (`--routes=FILE`): Kubernetes Gateway API `HTTPRoute` documents, YAML or JSON,
+ * several documents per file (docs/routing.md). This module parses and validates a file's text
+ * into plain route objects; src/edge/routes/table.ts compiles them and matches requests.
+ *
+ * - Every field of HTTPRoute (gateway.networking.k8s.io/v1) is known. Fields that mean nothing
+ *   to mesh (`parentRefs`, `status`, most of `metadata`, a backend's `group`, `namespace`, `port`)
+ *   are accepted and ignored; fields mesh does not do yet (`filters`, `retry`,
+ *   `sessionPersistence`) refuse the file with "not supported yet" naming the field; a field the
+ *   Gateway API does not have is refused. Mesh's own fields: `spec.handler` and a backend's
+ *   `version`.
+ * - Every error is a RouteFileError naming the file, the line, and the route and rule
+ *   (`routes.yaml line 12: HTTPRoute canary rules[0].backendRefs[1].weight: ...`).
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
+import { compilePathRegex } from '../../base/util/regex.js';
+import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
+import { LineCounter, isMap, isScalar, isSeq, parseAllDocuments, type Node, type Pair } from 'yaml';
+
+export type RouteHandler = 'api' | 'rpc' | 'proxy';
+export const ROUTE_HANDLERS: readonly RouteHandler[] = ['api', 'rpc', 'proxy'];
+
+export type PathMatchType = 'Exact' | 'PathPrefix' | 'RegularExpression';
+export type ValueMatchType = 'Exact' | 'RegularExpression';
+
+export interface PathMatchSpec {
+  type: PathMatchType;
+  value: string;
+}
+
+export interface ValueMatchSpec {
+  type: ValueMatchType;
+  /** A header's name in lower case; a query parameter's as written. */
+  name: string;
+  value: string;
+}
+
+export interface MatchSpec {
+  path: PathMatchSpec;
+  /** Upper case; undefined: any method. */
+  method?: string;
+  headers: ValueMatchSpec[];
+  queryParams: ValueMatchSpec[];
+}
+
+export interface BackendRefSpec {
+  /** A mesh service's registry name. */
+  name: string;
+  /** The registry's Version of the nodes to send to; undefined: any node of the service. */
+  version?: string;
+  /** 0 to 1,000,000; default 1. */
+  weight: number;
+}
+
+export interface RuleSpec {
+  /** The rule's stats name: its `name`, else `<route>-<index>`. */
+  name: string;
+  index: number;
+  line: number;
+  /** At least one (an absent `matches` is one match of every path). */
+  matches: MatchSpec[];
+  backendRefs: BackendRefSpec[];
+  /** `timeouts.request` in ms; undefined or 0: no bound of the route's own. */
+  requestTimeoutMs?: number;
+  /** `timeouts.backendRequest` in ms: each try. */
+  backendRequestTimeoutMs?: number;
+}
+
+export interface RouteSpec {
+  name: string;
+  /** metadata.namespace as written (not used to find services). */
+  namespace?: string;
+  line: number;
+  /** Lower case; empty: any host. `*.example.com` matches any host under example.com. */
+  hostnames: string[];
+  /** Mesh's `spec.handler`; undefined: the front end's default. */
+  handler?: RouteHandler;
+  rules: RuleSpec[];
+}
+
+export interface RouteFile {
+  file: string;
+  /** A hash of the file's content: what admin /config_dump shows as the routes' version. */
+  version: string;
+  routes: RouteSpec[];
+}
+
+export class RouteFileError extends Error {
+  constructor(
+    readonly file: string,
+    readonly line: number | undefined,
+    readonly why: string,
+  ) {
+    super(`${file}${line === undefined ? '' : ` line ${line}`}: ${why}`);
+    this.name = 'RouteFileError';
+  }
+}
+
+/** Bounds of the Gateway API's own schema (and of a file). */
+export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000 } as const;
+
+const API_VERSIONS = new Set(['gateway.networking.k8s.io/v1', 'gateway.networking.k8s.io/v1beta1']);
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
+const TOP = new Set(['apiVersion', 'kind', 'metadata', 'spec', 'status']);
+const METADATA = new Set(['name', 'namespace', 'labels', 'annotations', 'uid', 'resourceVersion', 'generation', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'finalizers', 'ownerReferences', 'managedFields', 'generateName', 'selfLink']);
+const SPEC = new Set(['parentRefs', 'hostnames', 'rules', 'handler']);
+const RULE = new Set(['name', 'matches', 'filters', 'backendRefs', 'timeouts', 'retry', 'sessionPersistence']);
+const MATCH = new Set(['path', 'headers', 'queryParams', 'method']);
+const PATH = new Set(['type', 'value']);
+const VALUE_MATCH = new Set(['type', 'name', 'value']);
+const BACKEND = new Set(['group', 'kind', 'name', 'namespace', 'port', 'weight', 'filters', 'version']);
+const TIMEOUTS = new Set(['request', 'backendRequest']);
+/** Gateway API fields mesh does not do yet: a route that uses one is refused, never half-served. */
+const NOT_YET = new Set(['filters', 'retry', 'sessionPersistence']);
+
+/** metadata.name and a rule's name: a DNS subdomain (RFC 1123), as Kubernetes checks them. */
+const DNS_NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
+/** A hostname of `hostnames`: RFC 1123 labels, optionally `*.` first. */
+const HOSTNAME = /^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const HEADER_NAME = /^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$/;
+/** The Gateway API's Duration: up to four number+unit parts, `1h30m`, `500ms`, `0s`. */
+const DURATION = /^([0-9]{1,5}(h|m|s|ms)){1,4}$/;
+const UNIT_MS: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1 };
+
+/** The Gateway API's Duration in ms; undefined when the text is not one. */
+export function parseGatewayDuration(text: string): number | undefined {
+  if (!DURATION.test(text)) return undefined;
+  let ms = 0;
+  for (const m of text.matchAll(/([0-9]+)(ms|h|m|s)/g)) ms += Number(m[1]) * UNIT_MS[m[2]!]!;
+  return ms;
+}
+
+/** Where the walk is: the route and the field path, for messages. */
+class At {
+  constructor(
+    private readonly file: string,
+    private readonly lines: LineCounter,
+    readonly route: string,
+    readonly path: string,
+    readonly node: Node | null | undefined,
+    private readonly fallbackLine: number | undefined,
+  ) {}
+
+  get line(): number | undefined {
+    const range = this.node?.range;
+    return range ? this.lines.linePos(range[0]).line : this.fallbackLine;
+  }
+
+  /** The same place under another field. */
+  child(key: string | number, node: Node | null | undefined, keyNode?: Node | null): At {
+    const path = typeof key === 'number' ? `${this.path}[${key}]` : this.path === '' ? key : `${this.path}.${key}`;
+    const anchor = node ?? keyNode;
+    const line = anchor?.range ? this.lines.linePos(anchor.range[0]).line : this.line;
+    return new At(this.file, this.lines, this.route, path, node, line);
+  }
+
+  named(route: string): At {
+    return new At(this.file, this.lines, route, this.path, this.node, this.line);
+  }
+
+  error(why: string): RouteFileError {
+    const where = [this.route, this.path].filter((s) => s !== '').join(' ');
+    return new RouteFileError(this.file, this.line, where === '' ? why : `${where}: ${why}`);
+  }
+}
+
+/** The fields of a mapping, each known to `allowed`; anything else is an error. */
+function fields(at: At, allowed: ReadonlySet<string>, what: string): Map<string, { at: At; node: Node | null }> {
+  const node = at.node;
+  if (!isMap(node)) throw at.error(`must be a mapping (${what})`);
+  const out = new Map<string, { at: At; node: Node | null }>();
+  for (const pair of node.items as Pair<Node, Node | null>[]) {
+    const keyNode = pair.key;
+    const key = isScalar(keyNode) ? keyNode.value : undefined;
+    if (typeof key !== 'string') throw at.child('', keyNode).error('a key must be a string');
+    const child = at.child(key, pair.value, keyNode);
+    if (!allowed.has(key)) throw child.error(`unknown field "${key}" (${what} has no such field)`);
+    out.set(key, { at: child, node: pair.value });
+  }
+  return out;
+}
+
+function text(at: At, max: number = LIMITS.text): string {
+  const node = at.node;
+  if (!isScalar(node) || typeof node.value !== 'string') throw at.error('must be a string');
+  const value = node.value;
+  if (value === '') throw at.error('must not be empty');
+  if (value.length > max) throw at.error(`longer than ${max} characters`);
+  return value;
+}
+
+function list(at: At, max: number): At[] {
+  const node = at.node;
+  if (node === null || node === undefined || (isScalar(node) && node.value === null)) return [];
+  if (!isSeq(node)) throw at.error('must be a list');
+  if (node.items.length > max) throw at.error(`more than ${max} entries`);
+  return (node.items as (Node | null)[]).map((item, i) => at.child(i, item));
+}
+
+function integer(at: At, min: number, max: number): number {
+  const node = at.node;
+  if (!isScalar(node) || typeof node.value !== 'number' || !Number.isInteger(node.value) || node.value < min || node.value > max) {
+    throw at.error(`must be an integer from ${min} to ${max}`);
+  }
+  return node.value;
+}
+
+function notYet(f: Map<string, { at: At; node: Node | null }>): void {
+  for (const [key, { at, node }] of f) {
+    const empty = node === null || (isSeq(node) && node.items.length === 0) || (isMap(node) && node.items.length === 0);
+    if (NOT_YET.has(key) && !empty) throw at.error(`${key} is not supported yet`);
+  }
+}
+
+/** A regular expression the table will compile (RE2, bounded): refused here, with its line. */
+function regex(at: At, source: string): void {
+  try {
+    compilePathRegex(source);
+  } catch (err) {
+    throw at.error((err as Error).message);
+  }
+}
+
+function parsePath(at: At): PathMatchSpec {
+  const f = fields(at, PATH, 'an HTTPPathMatch');
+  const type = f.has('type') ? text(f.get('type')!.at) : 'PathPrefix';
+  if (type !== 'Exact' && type !== 'PathPrefix' && type !== 'RegularExpression') throw f.get('type')!.at.error(`must be Exact, PathPrefix or RegularExpression, not ${JSON.stringify(type)}`);
+  const value = f.has('value') ? text(f.get('value')!.at) : '/';
+  const vAt = f.get('value')?.at ?? at;
+  if (type !== 'RegularExpression') {
+    if (!value.startsWith('/')) throw vAt.error('must start with /');
+    if (/[\s?#]/.test(value) || value.includes('//') || /(^|\/)\.\.?(\/|$)/.test(value)) throw vAt.error('must be a path in normal form (no white space, ?, #, //, . or .. segments)');
+  } else regex(vAt, value);
+  return { type, value };
+}
+
+function parseValueMatches(at: At, max: number, header: boolean): ValueMatchSpec[] {
+  const out: ValueMatchSpec[] = [];
+  const seen = new Set<string>();
+  for (const item of list(at, max)) {
+    const f = fields(item, VALUE_MATCH, header ? 'an HTTPHeaderMatch' : 'an HTTPQueryParamMatch');
+    const type = f.has('type') ? text(f.get('type')!.at) : 'Exact';
+    if (type !== 'Exact' && type !== 'RegularExpression') throw f.get('type')!.at.error(`must be Exact or RegularExpression, not ${JSON.stringify(type)}`);
+    if (!f.has('name')) throw item.error('name is required');
+    if (!f.has('value')) throw item.error('value is required');
+    const nameAt = f.get('name')!.at;
+    let name = text(nameAt, 256);
+    if (!HEADER_NAME.test(name)) throw nameAt.error(`${JSON.stringify(name)} is not a valid ${header ? 'header' : 'parameter'} name`);
+    if (header) name = name.toLowerCase();
+    if (seen.has(name)) throw nameAt.error(`${JSON.stringify(name)} is matched twice`);
+    seen.add(name);
+    const vAt = f.get('value')!.at;
+    const value = text(vAt);
+    if (type === 'RegularExpression') regex(vAt, value);
+    out.push({ type, name, value });
+  }
+  return out;
+}
+
+function parseMatch(at: At): MatchSpec {
+  const f = fields(at, MATCH, 'an HTTPRouteMatch');
+  const match: MatchSpec = {
+    path: f.has('path') ? parsePath(f.get('path')!.at) : { type: 'PathPrefix', value: '/' },
+    headers: f.has('headers') ? parseValueMatches(f.get('headers')!.at, LIMITS.headers, true) : [],
+    queryParams: f.has('queryParams') ? parseValueMatches(f.get('queryParams')!.at, LIMITS.queryParams, false) : [],
+  };
+  if (f.has('method')) {
+    const mAt = f.get('method')!.at;
+    const method = text(mAt, 16);
+    if (!METHODS.has(method)) throw mAt.error(`must be one of ${[...METHODS].join(', ')}, not ${JSON.stringify(method)}`);
+    match.method = method;
+  }
+  return match;
+}
+
+function parseBackend(at: At): BackendRefSpec {
+  const f = fields(at, BACKEND, 'an HTTPBackendRef');
+  notYet(f);
+  const group = f.get('group');
+  if (group && !(isScalar(group.node) && (group.node.value === '' || group.node.value === 'core'))) throw group.at.error('must be "" (a mesh service)');
+  const kind = f.get('kind');
+  if (kind && text(kind.at) !== 'Service') throw kind.at.error('must be Service');
+  if (f.has('port')) integer(f.get('port')!.at, 1, 65535);
+  if (f.has('namespace')) text(f.get('namespace')!.at, 253);
+  if (!f.has('name')) throw at.error('name is required (a mesh service)');
+  const nameAt = f.get('name')!.at;
+  const ref: BackendRefSpec = { name: text(nameAt, 253), weight: f.has('weight') ? integer(f.get('weight')!.at, 0, LIMITS.weight) : 1 };
+  const bad = serviceNameProblem(ref.name);
+  if (bad) throw nameAt.error(`not a mesh service name: ${bad}`);
+  if (f.has('version')) {
+    const vAt = f.get('version')!.at;
+    ref.version = text(vAt, 256);
+    const badVersion = versionProblem(ref.version);
+    if (badVersion) throw vAt.error(`not a registry version: ${badVersion}`);
+  }
+  return ref;
+}
+
+function duration(at: At): number {
+  const node = at.node;
+  const raw = isScalar(node) && typeof node.value === 'string' ? node.value : undefined;
+  const ms = raw === undefined ? undefined : parseGatewayDuration(raw);
+  if (ms === undefined) throw at.error('must be a Gateway API duration such as 500ms, 10s or 1m30s');
+  return ms;
+}
+
+function parseRule(at: At, route: string, index: number, line: number): RuleSpec {
+  const f = fields(at, RULE, 'an HTTPRouteRule');
+  notYet(f);
+  let name = `${route}-${index}`;
+  if (f.has('name')) {
+    const nAt = f.get('name')!.at;
+    name = text(nAt, 253);
+    if (!DNS_NAME.test(name)) throw nAt.error(`${JSON.stringify(name)} is not a valid name (lower case letters, digits, - and .)`);
+  }
+  const matchList = f.has('matches') ? list(f.get('matches')!.at, LIMITS.matches).map(parseMatch) : [];
+  const matches = matchList.length > 0 ? matchList : [{ path: { type: 'PathPrefix' as const, value: '/' }, headers: [], queryParams: [] }];
+  const backendRefs = f.has('backendRefs') ? list(f.get('backendRefs')!.at, LIMITS.backendRefs).map(parseBackend) : [];
+  if (backendRefs.length === 0) throw (f.get('backendRefs')?.at ?? at).error('backendRefs: at least one backend is needed');
+  const rule: RuleSpec = { name, index, line, matches, backendRefs };
+  if (f.has('timeouts')) {
+    const t = fields(f.get('timeouts')!.at, TIMEOUTS, 'HTTPRouteTimeouts');
+    if (t.has('request')) rule.requestTimeoutMs = duration(t.get('request')!.at);
+    if (t.has('backendRequest')) {
+      const bAt = t.get('backendRequest')!.at;
+      rule.backendRequestTimeoutMs = duration(bAt);
+      if (rule.requestTimeoutMs && rule.backendRequestTimeoutMs > rule.requestTimeoutMs) throw bAt.error('must not be longer than timeouts.request');
+    }
+  }
+  return rule;
+}
+
+/** metadata.name when it is a plain string, so that errors before it is checked can name the route. */
+function peekName(node: Node | null | undefined): string | undefined {
+  if (!isMap(node)) return undefined;
+  const meta = node.get('metadata', true);
+  const name = isMap(meta) ? meta.get('name') : undefined;
+  return typeof name === 'string' && DNS_NAME.test(name) ? name : undefined;
+}
+
+function parseRoute(bare: At): RouteSpec {
+  const peeked = peekName(bare.node);
+  const doc = peeked === undefined ? bare : bare.named(`HTTPRoute ${peeked}`);
+  const top = fields(doc, TOP, 'an HTTPRoute');
+  const apiVersion = top.get('apiVersion');
+  if (!apiVersion) throw doc.error('apiVersion is required (gateway.networking.k8s.io/v1)');
+  const version = text(apiVersion.at);
+  if (!API_VERSIONS.has(version)) throw apiVersion.at.error(`must be gateway.networking.k8s.io/v1, not ${JSON.stringify(version)}`);
+  const kind = top.get('kind');
+  if (!kind) throw doc.error('kind is required (HTTPRoute)');
+  const kindText = text(kind.at);
+  if (kindText !== 'HTTPRoute') throw kind.at.error(`must be HTTPRoute, not ${JSON.stringify(kindText)}`);
+  const meta = top.get('metadata');
+  if (!meta) throw doc.error('metadata.name is required');
+  const m = fields(meta.at, METADATA, 'ObjectMeta');
+  if (!m.has('name')) throw meta.at.error('name is required');
+  const nAt = m.get('name')!.at;
+  const name = text(nAt, 253);
+  if (!DNS_NAME.test(name)) throw nAt.error(`${JSON.stringify(name)} is not a valid name (lower case letters, digits, - and .)`);
+  const at = bare.named(`HTTPRoute ${name}`);
+  const route: RouteSpec = { name, line: doc.line ?? 1, hostnames: [], rules: [] };
+  if (m.has('namespace')) route.namespace = text(m.get('namespace')!.at, 63);
+  const specEntry = top.get('spec');
+  if (!specEntry) throw at.error('spec is required');
+  const spec = fields(specEntry.at.named(at.route), SPEC, 'an HTTPRouteSpec');
+  if (spec.has('hostnames')) {
+    for (const h of list(spec.get('hostnames')!.at, LIMITS.hostnames)) {
+      const host = text(h, 253);
+      if (!HOSTNAME.test(host)) throw h.error(`${JSON.stringify(host)} is not a hostname (lower case, optionally *. first; no port, no IP address)`);
+      route.hostnames.push(host);
+    }
+  }
+  if (spec.has('handler')) {
+    const hAt = spec.get('handler')!.at;
+    const handler = text(hAt, 16);
+    if (!(ROUTE_HANDLERS as readonly string[]).includes(handler)) throw hAt.error(`must be ${ROUTE_HANDLERS.join(', ')}, not ${JSON.stringify(handler)}`);
+    route.handler = handler as RouteHandler;
+  }
+  const rules = spec.has('rules') ? list(spec.get('rules')!.at, LIMITS.rules) : [];
+  if (rules.length === 0) throw (spec.get('rules')?.at ?? at).error('rules: at least one rule is needed');
+  const names = new Set<string>();
+  rules.forEach((r, i) => {
+    const rule = parseRule(r, name, i, r.line ?? route.line);
+    if (names.has(rule.name)) throw r.error(`rule name ${JSON.stringify(rule.name)} is used twice`);
+    names.add(rule.name);
+    route.rules.push(rule);
+  });
+  return route;
+}
+
+/** Parses a route file's text; throws a RouteFileError naming the file and line. */
+export function parseRouteFile(textContent: string, file: string): RouteFile {
+  const lines = new LineCounter();
+  const docs = parseAllDocuments(textContent, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  const list = Array.isArray(docs) ? docs : [];
+  if (!Array.isArray(docs)) throw new RouteFileError(file, undefined, 'not a YAML or JSON file');
+  const routes: RouteSpec[] = [];
+  const seen = new Map<string, number>();
+  for (const doc of list) {
+    const syntax = doc.errors[0];
+    if (syntax) {
+      const line = syntax.linePos?.[0]?.line ?? lines.linePos(syntax.pos[0]).line;
+      throw new RouteFileError(file, line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));
+    }
+    const contents = doc.contents as Node | null;
+    if (contents === null || (isScalar(contents) && contents.value === null)) continue; // an empty document (`---` at the end)
+    if (routes.length >= LIMITS.routes) throw new RouteFileError(file, undefined, `more than ${LIMITS.routes} routes`);
+    const route = parseRoute(new At(file, lines, '', '', contents, 1));
+    const before = seen.get(route.name);
+    if (before !== undefined) throw new RouteFileError(file, route.line, `HTTPRoute ${route.name}: the name is used twice (first at line ${before})`);
+    seen.set(route.name, route.line);
+    routes.push(route);
+  }
+  return { file, version: createHash('sha256').update(textContent).digest('hex').slice(0, 16), routes };
+}
+
+/** Largest route file read. */
+export const MAX_ROUTE_FILE_BYTES = 4 * 1024 * 1024;
+
+/** Reads and parses a route file; throws a RouteFileError (a file that cannot be read included). */
+export function loadRouteFile(file: string): RouteFile {
+  let content: string;
+  try {
+    const size = statSync(file).size;
+    if (size > MAX_ROUTE_FILE_BYTES) throw new Error(`larger than ${MAX_ROUTE_FILE_BYTES} bytes`);
+    content = readFileSync(file, 'utf8');
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    throw new RouteFileError(file, undefined, `cannot read: ${e.code === 'ENOENT' ? 'no such file' : e.message}`);
+  }
+  return parseRouteFile(content, file);
+}

@@ -1,0 +1,107 @@
+/**
+ * A front end's route file, live: loaded at start (an error there is a start-up error), read
+ * again on SIGHUP and when the file changes (fs.watch on its directory plus a bounded poll,
+ * src/tls/workload/watch.ts). A good new file replaces the compiled table in one assignment, so a
+ * request that read the table keeps it and the next one gets the new one; a bad new file keeps
+ * the old table, is logged once (until the file changes again) and counted.
+ *
+ * Stats: `routes.update_success`, `routes.update_failure` (as Envoy's `rds.<name>.update_*`), and
+ * the gauge `routes.active` (routes of the table in use).
+ */
+import { dirname } from 'node:path';
+import type { Logger } from 'pino';
+import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
+import { fileSignature, watchFiles } from '../../tls/workload/watch.js';
+import { loadRouteFile, type RouteSpec } from './file.js';
+import { CompiledRoutes } from './table.js';
+import { reloadOnSighup } from '../../base/util/sighup.js';
+
+export const ROUTE_FILE_STATS = {
+  counters: { updateSuccess: 'routes.update_success', updateFailure: 'routes.update_failure' },
+  gauges: { active: 'routes.active' },
+} as const;
+
+export interface LiveRoutesOptions {
+  file: string;
+  stats: StatsScope;
+  log: Logger;
+  /** Backend choice (tests); default Math.random. */
+  random?: () => number;
+  /** The bounded poll behind fs.watch (ms). Default 2000. */
+  pollMs?: number;
+  /** Wait after a change event before reading the file (ms). Default 50. */
+  settleMs?: number;
+}
+
+export class LiveRoutes {
+  /** The table in use: read once per request. */
+  table: CompiledRoutes;
+  private loadedAt = new Date();
+  private lastError: string | undefined;
+  private readonly stats: FamilyStats<typeof ROUTE_FILE_STATS>;
+  private stopWatch?: () => void;
+
+  /** Loads the file; throws its RouteFileError. */
+  constructor(private readonly options: LiveRoutesOptions) {
+    this.stats = declareStats(options.stats, ROUTE_FILE_STATS);
+    this.table = new CompiledRoutes(loadRouteFile(options.file), options.random);
+    this.stats.active.set(this.table.size);
+  }
+
+  /** Reloads on SIGHUP and when the file changes, until stop(). */
+  start(): void {
+    if (this.stopWatch) return;
+    const file = this.options.file;
+    const unhup = reloadOnSighup(() => this.reload());
+    const unwatch = watchFiles({ dirs: [dirname(file)], signature: () => fileSignature(file), onChange: () => void this.reload(), pollMs: this.options.pollMs ?? 2000, settleMs: this.options.settleMs ?? 50 });
+    this.stopWatch = () => {
+      unwatch();
+      unhup();
+    };
+  }
+
+  stop(): void {
+    this.stopWatch?.();
+    this.stopWatch = undefined;
+  }
+
+  /**
+   * Reads the file again. An unchanged file (same content hash) changes nothing; a bad one keeps
+   * the table in use. True when the table in use is the file's content.
+   */
+  reload(): boolean {
+    const { file, log } = this.options;
+    let next: CompiledRoutes;
+    try {
+      const parsed = loadRouteFile(file);
+      if (parsed.version === this.table.source.version) {
+        this.lastError = undefined;
+        return true;
+      }
+      next = new CompiledRoutes(parsed, this.options.random);
+    } catch (err) {
+      const why = (err as Error).message;
+      this.stats.updateFailure.inc();
+      if (why !== this.lastError) log.error({ err: why }, 'route file reload failed: the previous routes stay');
+      this.lastError = why;
+      return false;
+    }
+    this.table = next;
+    this.loadedAt = new Date();
+    this.lastError = undefined;
+    this.stats.updateSuccess.inc();
+    this.stats.active.set(next.size);
+    log.info({ file, routes: next.size, version: next.source.version }, 'route file reloaded');
+    return true;
+  }
+
+  get routes(): readonly RouteSpec[] {
+    return this.table.source.routes;
+  }
+
+  /** For admin /routes and /config_dump: the routes with their source and version. */
+  dump(): { file: string; version: string; loaded_at: string; last_reload_error: string | null; routes: RouteSpec[] } {
+    const source = this.table.source;
+    return { file: source.file, version: source.version, loaded_at: this.loadedAt.toISOString(), last_reload_error: this.lastError ?? null, routes: source.routes };
+  }
+}

@@ -1,0 +1,225 @@
+/**
+ * The route file (src/edge/routes/file.ts) and its matcher (src/edge/routes/table.ts): the
+ * HTTPRoute shape, every kind of error (naming the file, the line, the route and the rule, exact
+ * message), precedence, path/method/header/query matches and the weighted choice.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { parseGatewayDuration, parseRouteFile, RouteFileError } from '../src/edge/routes/file.js';
+import { CompiledRoutes, hostOf, type RouteRequest } from '../src/edge/routes/table.js';
+
+const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n';
+
+function error(text: string): string {
+  try {
+    parseRouteFile(text, 'routes.yaml');
+  } catch (err) {
+    assert.ok(err instanceof RouteFileError, String(err));
+    return err.message;
+  }
+  assert.fail('the file was accepted');
+}
+
+function table(text: string, random?: () => number): CompiledRoutes {
+  return new CompiledRoutes(parseRouteFile(text, 'routes.yaml'), random);
+}
+
+function req(path: string, more: Partial<RouteRequest> = {}): RouteRequest {
+  const q = path.indexOf('?');
+  return { method: 'GET', host: 'example.com', path: q < 0 ? path : path.slice(0, q), query: q < 0 ? undefined : path.slice(q + 1), headers: {}, ...more };
+}
+
+describe('route file: parsing', () => {
+  it('reads a full HTTPRoute, with defaults, several documents, and ignored fields', () => {
+    const file = parseRouteFile(
+      `${HEAD}metadata:
+  name: greeter
+  namespace: default
+  labels: {team: a}
+spec:
+  parentRefs:
+    - name: gw
+  hostnames: [api.example.com, "*.example.org"]
+  handler: rpc
+  rules:
+    - name: canary
+      matches:
+        - path: {type: PathPrefix, value: /greeter}
+          method: POST
+          headers: [{name: X-Tester, value: yes}]
+          queryParams: [{type: RegularExpression, name: debug, value: "[01]"}]
+      backendRefs:
+        - {name: go.mesh.srv.greeter, version: v1, weight: 90, port: 8080, kind: Service, group: ""}
+        - {name: go.mesh.srv.greeter, version: v2, weight: 10}
+      timeouts: {request: 1m30s, backendRequest: 1m0s0ms}
+---
+{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "json"}, "spec": {"rules": [{"backendRefs": [{"name": "x"}]}]}}
+---
+`,
+      'routes.yaml',
+    );
+    assert.equal(file.routes.length, 2);
+    assert.match(file.version, /^[0-9a-f]{16}$/);
+    const [a, b] = file.routes;
+    assert.deepEqual(a, {
+      name: 'greeter',
+      namespace: 'default',
+      line: 1,
+      hostnames: ['api.example.com', '*.example.org'],
+      handler: 'rpc',
+      rules: [
+        {
+          name: 'canary',
+          index: 0,
+          line: 13,
+          matches: [{ path: { type: 'PathPrefix', value: '/greeter' }, method: 'POST', headers: [{ type: 'Exact', name: 'x-tester', value: 'yes' }], queryParams: [{ type: 'RegularExpression', name: 'debug', value: '[01]' }] }],
+          backendRefs: [
+            { name: 'go.mesh.srv.greeter', version: 'v1', weight: 90 },
+            { name: 'go.mesh.srv.greeter', version: 'v2', weight: 10 },
+          ],
+          requestTimeoutMs: 90_000,
+          backendRequestTimeoutMs: 60_000,
+        },
+      ],
+    });
+    assert.deepEqual(b!.rules[0], { name: 'json-0', index: 0, line: 24, matches: [{ path: { type: 'PathPrefix', value: '/' }, headers: [], queryParams: [] }], backendRefs: [{ name: 'x', weight: 1 }] });
+    assert.equal(b!.line, 24);
+  });
+
+  it('Gateway API durations', () => {
+    assert.equal(parseGatewayDuration('1h30m'), 5_400_000);
+    assert.equal(parseGatewayDuration('500ms'), 500);
+    assert.equal(parseGatewayDuration('0s'), 0);
+    assert.equal(parseGatewayDuration('1.5s'), undefined);
+    assert.equal(parseGatewayDuration('10'), undefined);
+  });
+
+  it('every kind of error names the file, the line, the route and the rule', () => {
+    const route = (rules: string) => `${HEAD}metadata: {name: r}\nspec:\n  rules:\n${rules}`;
+    assert.equal(error('a: [\n'), 'routes.yaml line 2: Flow sequence in block collection must be sufficiently indented and end with a ]');
+    assert.equal(error(`${HEAD}metadata: {name: r}\nspec: {}\nextra: 1\n`), 'routes.yaml line 5: HTTPRoute r extra: unknown field "extra" (an HTTPRoute has no such field)');
+    assert.equal(error('apiVersion: v1\nkind: HTTPRoute\n'), 'routes.yaml line 1: apiVersion: must be gateway.networking.k8s.io/v1, not "v1"');
+    assert.equal(error('apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\n'), 'routes.yaml line 2: kind: must be HTTPRoute, not "GRPCRoute"');
+    assert.equal(error(`${HEAD}metadata: {name: Bad_Name}\n`), 'routes.yaml line 3: metadata.name: "Bad_Name" is not a valid name (lower case letters, digits, - and .)');
+    assert.equal(error(`${HEAD}metadata: {name: r}\n`), 'routes.yaml line 1: HTTPRoute r: spec is required');
+    assert.equal(error(route('    - backendRefs: [{name: a}]\n      bogus: 1\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].bogus: unknown field "bogus" (an HTTPRouteRule has no such field)');
+    assert.equal(error(route('    - backendRefs: [{name: a}]\n      filters: [{type: RequestHeaderModifier}]\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].filters: filters is not supported yet');
+    assert.equal(error(route('    - backendRefs: [{name: a}]\n      retry: {attempts: 2}\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].retry: retry is not supported yet');
+    assert.equal(error(route('    - backendRefs: [{name: a, filters: [{type: RequestMirror}]}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs[0].filters: filters is not supported yet');
+    assert.equal(error(route('    - backendRefs: [{name: a, weight: -1}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs[0].weight: must be an integer from 0 to 1000000');
+    assert.equal(error(route('    - backendRefs: []\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs: backendRefs: at least one backend is needed');
+    assert.equal(error(route('    - matches: [{path: {type: Exact, value: /a}}]\n      backendRefs: [{weight: 1}]\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].backendRefs[0]: name is required (a mesh service)');
+    assert.equal(error(route('    - matches: [{path: {type: Glob, value: /a}}]\n      backendRefs: [{name: a}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].path.type: must be Exact, PathPrefix or RegularExpression, not "Glob"');
+    assert.equal(error(route('    - matches: [{path: {type: Exact, value: a}}]\n      backendRefs: [{name: a}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].path.value: must start with /');
+    assert.equal(
+      error(route('    - matches: [{path: {type: RegularExpression, value: "/(a)\\\\1"}}]\n      backendRefs: [{name: a}]\n')),
+      'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].path.value: invalid regex "/(a)\\\\1": invalid escape sequence: `\\1` (RE2 syntax: no backreferences, lookahead or lookbehind)',
+    );
+    assert.equal(error(route('    - matches: [{method: FETCH}]\n      backendRefs: [{name: a}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].method: must be one of GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE, PATCH, not "FETCH"');
+    assert.equal(error(route('    - matches: [{headers: [{name: "a b", value: x}]}]\n      backendRefs: [{name: a}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].headers[0].name: "a b" is not a valid header name');
+    assert.equal(error(route('    - backendRefs: [{name: a}]\n      timeouts: {request: 1.5s}\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].timeouts.request: must be a Gateway API duration such as 500ms, 10s or 1m30s');
+    assert.equal(error(route('    - backendRefs: [{name: a}]\n      timeouts: {request: 1s, backendRequest: 2s}\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].timeouts.backendRequest: must not be longer than timeouts.request');
+    assert.equal(error(`${HEAD}metadata: {name: r}\nspec:\n  handler: event\n  rules: [{backendRefs: [{name: a}]}]\n`), 'routes.yaml line 5: HTTPRoute r spec.handler: must be api, rpc, proxy, not "event"');
+    assert.equal(error(`${HEAD}metadata: {name: r}\nspec:\n  hostnames: ["a.com:80"]\n  rules: [{backendRefs: [{name: a}]}]\n`), 'routes.yaml line 5: HTTPRoute r spec.hostnames[0]: "a.com:80" is not a hostname (lower case, optionally *. first; no port, no IP address)');
+    const one = `${HEAD}metadata: {name: r}\nspec: {rules: [{backendRefs: [{name: a}]}]}\n`;
+    assert.equal(error(`${one}---\n${one}`), 'routes.yaml line 6: HTTPRoute r: the name is used twice (first at line 1)');
+    assert.equal(error('{"apiVersion": "gateway.networking.k8s.io/v1",\n "kind": "HTTPRoute",\n "metadata": {"name": "r"},\n "spec": {"rules": [{"backendRefs": [{"name": "a", "wieght": 1}]}]}}\n'), 'routes.yaml line 4: HTTPRoute r spec.rules[0].backendRefs[0].wieght: unknown field "wieght" (an HTTPBackendRef has no such field)');
+  });
+});
+
+describe('route file: matching', () => {
+  const file = `${HEAD}metadata: {name: paths}
+spec:
+  rules:
+    - name: exact
+      matches: [{path: {type: Exact, value: /a/b}}]
+      backendRefs: [{name: exact}]
+    - name: prefix
+      matches: [{path: {type: PathPrefix, value: /a/}}]
+      backendRefs: [{name: prefix}]
+    - name: regex
+      matches: [{path: {type: RegularExpression, value: "/a/[0-9]+"}}]
+      backendRefs: [{name: regex}]
+    - name: method
+      matches: [{path: {value: /m}, method: POST}]
+      backendRefs: [{name: post}]
+    - name: header
+      matches: [{path: {value: /m}, headers: [{name: X-Tester, value: ann}]}, {path: {value: /m}, headers: [{type: RegularExpression, name: x-user, value: "b.*"}]}]
+      backendRefs: [{name: header}]
+    - name: query
+      matches: [{path: {value: /m}, queryParams: [{name: v, value: "2"}]}]
+      backendRefs: [{name: query}]
+---
+${HEAD}metadata: {name: hosts}
+spec:
+  hostnames: ["*.example.org", "exact.example.org"]
+  rules:
+    - matches: [{path: {value: /h}}]
+      backendRefs: [{name: hosted}]
+`;
+  const t = table(file);
+  const service = (r: RouteRequest) => t.match(r)?.backend?.name;
+
+  it('paths: exact, then regex, then the longest prefix element by element', () => {
+    assert.equal(service(req('/a/b')), 'exact');
+    assert.equal(service(req('/a/12')), 'regex');
+    assert.equal(service(req('/a/12/x')), 'prefix');
+    assert.equal(service(req('/a')), 'prefix');
+    assert.equal(service(req('/ab')), undefined);
+    assert.equal(service(req('/')), undefined);
+  });
+
+  it('method, header (exact and regex, names in any case) and query parameter', () => {
+    assert.equal(service(req('/m', { method: 'POST' })), 'post');
+    assert.equal(service(req('/m', { headers: { 'x-tester': 'ann' } })), 'header');
+    assert.equal(service(req('/m', { headers: { 'x-tester': 'Ann' } })), undefined);
+    assert.equal(service(req('/m', { headers: { 'x-user': 'bob' } })), 'header');
+    assert.equal(service(req('/m', { headers: { 'x-user': 'abob' } })), undefined);
+    assert.equal(service(req('/m?v=2')), 'query');
+    assert.equal(service(req('/m?v=3')), undefined);
+    assert.equal(service(req('/m', { method: 'POST', headers: { 'x-tester': 'ann' } })), 'post');
+  });
+
+  it('hostnames: exact, wildcards (never the bare domain), ports ignored', () => {
+    assert.equal(service(req('/h', { host: 'exact.example.org:8080' })), 'hosted');
+    assert.equal(service(req('/h', { host: 'A.B.Example.org' })), 'hosted');
+    assert.equal(service(req('/h', { host: 'example.org' })), undefined);
+    assert.equal(service(req('/h', { host: undefined })), undefined);
+    assert.equal(hostOf('[::1]:80'), '[::1]');
+  });
+
+  it('every kind of path is found whatever its first segment: exact /, prefixes, regexes, the / prefix', () => {
+    const t2 = table(`${HEAD}metadata: {name: f}
+spec:
+  rules:
+    - {name: root, matches: [{path: {type: Exact, value: /}}], backendRefs: [{name: root}]}
+    - {name: shop, matches: [{path: {value: /shop/cart}}], backendRefs: [{name: shop}]}
+    - {name: re, matches: [{path: {type: RegularExpression, value: "/(shop|x)/re"}}], backendRefs: [{name: re}]}
+    - {name: all, matches: [{path: {value: /}}], backendRefs: [{name: all}]}
+`);
+    const name = (path: string) => t2.match(req(path))?.rule.name;
+    assert.equal(name('/'), 'root');
+    assert.equal(name('/shop/cart/1'), 'shop');
+    assert.equal(name('/shop/re'), 're');
+    assert.equal(name('/x/re'), 're');
+    assert.equal(name('/shop'), 'all');
+    assert.equal(name('/other'), 'all');
+  });
+
+  it('a rule names itself for stats; the choice follows the weights', () => {
+    assert.equal(t.match(req('/a/b'))?.rule.name, 'exact');
+    assert.equal(t.match(req('/h', { host: 'x.example.org' }))?.rule.name, 'hosts-0');
+    const split = `${HEAD}metadata: {name: s}\nspec: {rules: [{backendRefs: [{name: g, version: v1, weight: 90}, {name: g, version: v2, weight: 10}, {name: g, version: v3, weight: 0}]}]}\n`;
+    let r = 0;
+    const seq = table(split, () => r);
+    const at = (x: number) => ((r = x), seq.match(req('/'))?.backend?.version);
+    assert.equal(at(0), 'v1');
+    assert.equal(at(0.899), 'v1');
+    assert.equal(at(0.9), 'v2');
+    assert.equal(at(0.9999), 'v2');
+    const zero = table(`${HEAD}metadata: {name: z}\nspec: {rules: [{backendRefs: [{name: g, weight: 0}]}]}\n`);
+    const choice = zero.match(req('/'));
+    assert.equal(choice?.rule.name, 'z-0');
+    assert.equal(choice?.backend, undefined);
+  });
+});
