@@ -26,6 +26,10 @@ import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, ty
 import { handleApi } from '../../edge/handlers/api.js';
 import type { RoutePolicy } from '../../edge/handlers/front-end.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
+import { RouteEffectsCache, redirectLocation, rewritePath, type RuleEffects } from '../../edge/routes/effects.js';
+import { MirrorSender } from '../../edge/handlers/mirror.js';
+import { requestInfo } from '../../base/http/access-log.js';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { RouteHandler } from '../../edge/routes/file.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
 import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../../edge/handlers/rpc-endpoint.js';
@@ -89,7 +93,9 @@ export type GatewayRoute =
   | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean; policy?: RoutePolicy }
   | { kind: 'proxy'; service: string | undefined; policy?: RoutePolicy }
   /** A route of the route file whose backends all weigh 0: 500, as the Gateway API says. */
-  | { kind: 'no-backend'; route: string }
+  | { kind: 'no-backend'; route: string; policy?: RoutePolicy }
+  /** A route of the route file with a RequestRedirect: answered here. */
+  | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
   | { kind: 'event'; event: { topic: string; name: string } | undefined };
 
 const ROOT: GatewayRoute = { kind: 'root' };
@@ -108,6 +114,8 @@ export class Gateway {
   readonly router?: RegistryRouter;
   /** `--routes`: the route file, matched before the handler or the registry router. */
   readonly routes?: LiveRoutes;
+  /** The route file's rules at work: their stats, faults and filters. */
+  private readonly effects?: RouteEffectsCache;
   readonly dashboard?: Dashboard;
   readonly fe: FrontEnd;
   private readonly server: FrontServer<GatewayRoute>;
@@ -135,8 +143,10 @@ export class Gateway {
     this.guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, errorId: ERROR_ID, rateLimit: options.rateLimit });
     const guard = this.guard;
     if (options.routesFile !== undefined) {
-      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom });
+      const defaultHandler: RouteHandler = this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api';
+      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler });
       this.routes = routes;
+      this.effects = new RouteEffectsCache(runtime.stats);
       runtime.addRouteSource(() => {
         const d = routes.dump();
         return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
@@ -147,6 +157,7 @@ export class Gateway {
       namespace: this.namespace,
       errorId: ERROR_ID,
       maxBodyBytes: runtime.options.maxBodySize,
+      mirrors: this.routes ? new MirrorSender(runtime.clusters, runtime.options.clientRequestTimeout) : undefined,
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
     };
     if (!this.handler) {
@@ -208,13 +219,24 @@ export class Gateway {
     const path = target.path;
     const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path, query: target.query, headers: req.headers });
     if (!choice) return undefined;
-    const backend = choice.backend;
-    if (!backend) return { kind: 'no-backend', route: choice.route.name };
     const rule = choice.rule;
-    const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined };
+    const effects = this.effects!.of(choice);
+    const redirect = rule.filters.redirect;
+    if (redirect) {
+      const location = redirectLocation(redirect, choice.match, { secure: this.server.secure, host: req.headers.host, path, query: target.query });
+      return { kind: 'redirect', status: redirect.statusCode, location, policy: { effects } };
+    }
+    const backend = choice.backend;
+    if (!backend) return { kind: 'no-backend', route: choice.route.name, policy: { effects } };
+    const rewrite = rule.filters.rewrite?.path;
+    const sentPath = rewrite ? rewritePath(path, rewrite, choice.match) : path;
+    const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined, effects };
     const handler: RouteHandler = choice.route.handler ?? (this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api');
-    if (handler === 'proxy') return { kind: 'proxy', service: backend.name, policy };
-    const method = resolveRpcPath(path, this.namespace)?.method;
+    if (handler === 'proxy') {
+      if (rewrite || rule.filters.rewrite?.hostname !== undefined) policy.path = target.query === undefined ? sentPath : `${sentPath}?${target.query}`;
+      return { kind: 'proxy', service: backend.name, policy };
+    }
+    const method = resolveRpcPath(sentPath, this.namespace)?.method;
     return { kind: 'call', handler, call: method ? { service: backend.name, method } : undefined, stream: false, policy };
   }
 
@@ -299,6 +321,8 @@ export class Gateway {
    * every other handler runs inside it (what they call reads the ambient context).
    */
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
+    const effects = 'policy' in route ? route.policy?.effects : undefined;
+    if (effects) await this.routeStart(req, res, effects);
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     switch (route.kind) {
       case 'dashboard':
@@ -316,6 +340,11 @@ export class Gateway {
       case 'proxy':
         if (!route.service) throw this.noService(req);
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
+      case 'redirect':
+        req.resume();
+        res.writeHead(route.status, { location: route.location, 'content-length': '0' });
+        res.end();
+        return;
       case 'no-backend':
         req.resume();
         throw new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`);
@@ -326,6 +355,22 @@ export class Gateway {
       }
       case 'none':
         throw this.noService(req);
+    }
+  }
+
+  /**
+   * A route file's rule takes the request: counted in its stats, named in the access log, then
+   * its fault (a delay, then an abort answered as error JSON with the fault's status) is drawn.
+   */
+  private async routeStart(req: IncomingMessage, res: ServerResponse, effects: RuleEffects): Promise<void> {
+    effects.count(res);
+    const info = requestInfo(req);
+    if (info) info.routeName = effects.rule.name;
+    const fault = effects.drawFault();
+    if (fault.delayMs > 0) await delay(fault.delayMs);
+    if (fault.abortStatus !== undefined) {
+      req.resume();
+      throw new MeshError(ERROR_ID, fault.abortStatus, `fault injected by route ${effects.rule.name}`);
     }
   }
 

@@ -1,0 +1,186 @@
+/**
+ * What a matched rule of a route file does to a request besides choosing its backend: its
+ * per-route stats, its retry budget, its faults (delays and aborts drawn per request), its header
+ * modifiers, its URL rewrite and redirect, and its mirrors. One RuleEffects per (rule, host the
+ * route matched), built once and kept while the rule's table is in use (RouteEffectsCache).
+ *
+ * Stats, below `vhost.<host>.route.<rule>.` (`<host>`: the route's hostname that matched, `*`
+ * for a route without hostnames; `<rule>`: the rule's name):
+ *   rq_total, rq_1xx ... rq_5xx (answers by class), retry, retry_overflow (retries the budget or
+ *   max_retries refused), fault.delays_injected, fault.aborts_injected, mirror.sent,
+ *   mirror.dropped (over the cap of mirrors in flight, or a streamed body), mirror.failed.
+ */
+import type { ServerResponse } from 'node:http';
+import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
+import { RetryBudget } from '../../core/upstream/retry-budget.js';
+import type { HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
+import type { RouteChoice } from './table.js';
+
+export const ROUTE_STATS = {
+  counters: {
+    requests: 'rq_total',
+    rq1xx: 'rq_1xx',
+    rq2xx: 'rq_2xx',
+    rq3xx: 'rq_3xx',
+    rq4xx: 'rq_4xx',
+    rq5xx: 'rq_5xx',
+    retry: 'retry',
+    retryOverflow: 'retry_overflow',
+    delays: 'fault.delays_injected',
+    aborts: 'fault.aborts_injected',
+    mirrorSent: 'mirror.sent',
+    mirrorDropped: 'mirror.dropped',
+    mirrorFailed: 'mirror.failed',
+  },
+} as const;
+
+export type RouteStats = FamilyStats<typeof ROUTE_STATS>;
+
+/** What the fault draw decided for one request. */
+export interface FaultDraw {
+  delayMs: number;
+  abortStatus: number | undefined;
+}
+
+const NO_FAULT: FaultDraw = { delayMs: 0, abortStatus: undefined };
+
+export class RuleEffects {
+  readonly stats: RouteStats;
+  /** The rule's own retry budget (`retry.budget`), in place of the cluster's. */
+  readonly budget: RetryBudget | undefined;
+  private readonly byClass: readonly RouteStats['requests'][];
+
+  constructor(
+    readonly rule: RuleSpec,
+    scope: StatsScope,
+    private readonly random: () => number,
+  ) {
+    this.stats = declareStats(scope, ROUTE_STATS);
+    const s = this.stats;
+    this.byClass = [s.rq1xx, s.rq1xx, s.rq2xx, s.rq3xx, s.rq4xx, s.rq5xx];
+    const b = rule.retry?.budget;
+    this.budget = b ? new RetryBudget(b) : undefined;
+  }
+
+  /** Counts the request, and its answer's class once it is sent. */
+  count(res: ServerResponse): void {
+    this.stats.requests.inc();
+    res.once('close', () => {
+      if (res.headersSent) this.byClass[Math.min(5, Math.floor(res.statusCode / 100))]?.inc();
+    });
+  }
+
+  /** Draws this request's faults (each by its percentage), counting what is injected. */
+  drawFault(): FaultDraw {
+    const fault = this.rule.fault;
+    if (!fault) return NO_FAULT;
+    let delayMs = 0;
+    let abortStatus: number | undefined;
+    if (fault.delay && this.random() * 100 < fault.delay.percentage) {
+      delayMs = fault.delay.ms;
+      this.stats.delays.inc();
+    }
+    if (fault.abort && this.random() * 100 < fault.abort.percentage) {
+      abortStatus = fault.abort.status;
+      this.stats.aborts.inc();
+    }
+    return delayMs === 0 && abortStatus === undefined ? NO_FAULT : { delayMs, abortStatus };
+  }
+
+  /** The request headers sent upstream (undici's flat list) after the RequestHeaderModifier and the URLRewrite's hostname. */
+  requestHeaders(flat: string[]): string[] {
+    const mod = this.rule.filters.requestHeaders;
+    const host = this.rule.filters.rewrite?.hostname;
+    let out = mod ? modifyHeaders(flat, mod) : flat;
+    if (host !== undefined) out = modifyHeaders(out, { set: [['host', host]], add: [], remove: [] });
+    return out;
+  }
+
+  /** The answer's headers (flat, as written to the client) after the ResponseHeaderModifier. */
+  responseHeaders(): ((flat: string[]) => string[]) | undefined {
+    const mod = this.rule.filters.responseHeaders;
+    return mod ? (flat) => modifyHeaders(flat, mod) : undefined;
+  }
+
+  /** Request metadata (rpc and api routes) after the RequestHeaderModifier. */
+  metadata(metadata: Record<string, string>): Record<string, string> {
+    const mod = this.rule.filters.requestHeaders;
+    if (!mod) return metadata;
+    const out = { ...metadata };
+    for (const name of mod.remove) delete out[name];
+    for (const [name, value] of mod.set) out[name] = value;
+    for (const [name, value] of mod.add) out[name] = out[name] === undefined ? value : `${out[name]}, ${value}`;
+    return out;
+  }
+}
+
+/**
+ * A flat header list with a modifier applied, names compared in any case: `remove` drops every
+ * value of a name, `set` replaces them with one, `add` appends one more (after the others).
+ */
+export function modifyHeaders(flat: string[], mod: HeaderModifierSpec): string[] {
+  const drop = new Set<string>(mod.remove);
+  for (const [name] of mod.set) drop.add(name);
+  const out: string[] = [];
+  for (let i = 0; i < flat.length; i += 2) if (!drop.has(flat[i]!.toLowerCase())) out.push(flat[i]!, flat[i + 1]!);
+  for (const [name, value] of mod.set) out.push(name, value);
+  for (const [name, value] of mod.add) out.push(name, value);
+  return out;
+}
+
+/** The path after a ReplaceFullPath or ReplacePrefixMatch (the match's PathPrefix replaced). */
+export function rewritePath(path: string, modifier: { type: 'ReplacePrefixMatch' | 'ReplaceFullPath'; value: string }, match: MatchSpec): string {
+  if (modifier.type === 'ReplaceFullPath') return modifier.value;
+  const raw = match.path.value;
+  const prefix = raw.length > 1 && raw.endsWith('/') ? raw.slice(0, -1) : raw;
+  const rest = prefix === '/' ? path : path.slice(prefix.length);
+  let replaced = modifier.value;
+  if (replaced.endsWith('/') && rest.startsWith('/')) replaced = replaced.slice(0, -1);
+  const out = replaced + rest;
+  return out === '' ? '/' : out;
+}
+
+/** The Location of a RequestRedirect: the request's scheme, host, port and path unless the filter sets them; the query kept. */
+export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined }): string {
+  const scheme = redirect.scheme ?? (req.secure ? 'https' : 'http');
+  let host = req.host ?? 'localhost';
+  let port: number | undefined;
+  const hostPort = /^(\[[^\]]*\]|[^:]*)(?::([0-9]+))?$/.exec(host);
+  if (hostPort) {
+    host = hostPort[1]!;
+    port = hostPort[2] === undefined ? undefined : Number(hostPort[2]);
+  }
+  if (redirect.hostname !== undefined) host = redirect.hostname;
+  if (redirect.port !== undefined) port = redirect.port;
+  else if (redirect.scheme !== undefined) port = undefined; // a new scheme: its well-known port
+  if ((scheme === 'http' && port === 80) || (scheme === 'https' && port === 443)) port = undefined;
+  const path = redirect.path ? rewritePath(req.path, redirect.path, match) : req.path;
+  return `${scheme}://${host}${port === undefined ? '' : `:${port}`}${path}${req.query === undefined ? '' : `?${req.query}`}`;
+}
+
+/** The stat name of a host: as written, `*` for a route without hostnames. */
+function vhostName(hostname: string | undefined): string {
+  return hostname ?? '*';
+}
+
+/**
+ * The RuleEffects of the rules in use, made on first use: by rule (weakly, so that a reloaded
+ * table's old rules go with it), then by the host that matched.
+ */
+export class RouteEffectsCache {
+  private readonly byRule = new WeakMap<RuleSpec, Map<string, RuleEffects>>();
+
+  constructor(
+    private readonly stats: StatsScope,
+    private readonly random: () => number = Math.random,
+  ) {}
+
+  of(choice: RouteChoice): RuleEffects {
+    let byHost = this.byRule.get(choice.rule);
+    if (!byHost) this.byRule.set(choice.rule, (byHost = new Map()));
+    const vhost = vhostName(choice.hostname);
+    let effects = byHost.get(vhost);
+    if (!effects) byHost.set(vhost, (effects = new RuleEffects(choice.rule, this.stats.scope(`vhost.${vhost}.route.${choice.rule.name}.`), this.random)));
+    return effects;
+  }
+}
