@@ -61,6 +61,10 @@ spec:
       backendRefs: [{name: go.mesh.srv.echo}]
       filters:
         - {type: RequestMirror, requestMirror: {backendRef: {name: go.mesh.srv.shadow}}}
+    - name: delayed
+      matches: [{path: {value: /delayed}}]
+      backendRefs: [{name: go.mesh.srv.echo}]
+      fault: {delay: {fixedDelay: 1ms, percentage: 100}}
     - name: storm
       matches: [{path: {value: /storm}}]
       backendRefs: [{name: go.mesh.srv.down}]
@@ -95,6 +99,7 @@ async function stats(admin: string, prefix: string): Promise<Record<string, numb
 describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats', () => {
   const dir = tempDir('mesh-route-filters-');
   const routesFile = join(dir.path, 'routes.yaml');
+  const rulesFile = join(dir.path, 'rules.yaml');
   let registry: Registry;
   let echo: PlainApp;
   let shadow: PlainApp;
@@ -109,7 +114,8 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     await registerPlain(registry, 'go.mesh.srv.shadow', shadow.port);
     await registerPlain(registry, 'go.mesh.srv.down', down.port);
     writeFileSync(routesFile, ROUTES);
-    gw = await startGatewayProcess(dir.path, [`--routes=${routesFile}`]);
+    writeFileSync(rulesFile, 'rules:\n  - {path: /old/secret, access: deny}\n  - {path: /new/, access: deny}\n');
+    gw = await startGatewayProcess(dir.path, [`--routes=${routesFile}`, `--auth_rules=${rulesFile}`]);
     pool = new Pool(gw.url, { connections: 16 });
   });
 
@@ -166,6 +172,25 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     assert.equal(a.headers.host, 'backend.internal');
     assert.equal(JSON.parse((await http('GET', `${gw.url}/old`)).text).url, '/new');
     assert.equal(JSON.parse((await http('GET', `${gw.url}/full/any/thing?y=2`)).text).url, '/exact?y=2');
+  });
+
+  it('auth rules see the path as the client sent it (normalized), before the rewrite', async () => {
+    const denied = await http('GET', `${gw.url}/old/x/../secret/a`);
+    assert.equal(denied.status, 403);
+    const before = echo.received.length;
+    // /new/ is denied, but the client asked for /old/ok: allowed, and the backend gets /new/ok.
+    const allowed = await http('GET', `${gw.url}/old/ok`);
+    assert.equal(allowed.status, 200);
+    assert.equal(echo.received.length, before + 1);
+    assert.equal(echo.received[before]!.url, '/new/ok');
+  });
+
+  it('a delay fault is counted and the request then served', async () => {
+    for (let i = 0; i < 3; i++) assert.equal((await http('GET', `${gw.url}/delayed`)).status, 200);
+    const s = await stats(gw.admin, 'vhost.*.route.delayed.');
+    assert.equal(s['fault.delays_injected'], 3);
+    assert.equal(s['fault.aborts_injected'], 0);
+    assert.equal(s.rq_2xx, 3);
   });
 
   it('redirect answers exactly, without a backend', async () => {
