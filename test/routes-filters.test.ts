@@ -9,7 +9,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Pool } from 'undici';
 import { createRegistry } from '../src/engines/registry/create.js';
@@ -100,6 +100,7 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
   const dir = tempDir('mesh-route-filters-');
   const routesFile = join(dir.path, 'routes.yaml');
   const rulesFile = join(dir.path, 'rules.yaml');
+  const logFile = join(dir.path, 'access.log');
   let registry: Registry;
   let echo: PlainApp;
   let shadow: PlainApp;
@@ -115,7 +116,7 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     await registerPlain(registry, 'go.mesh.srv.down', down.port);
     writeFileSync(routesFile, ROUTES);
     writeFileSync(rulesFile, 'rules:\n  - {path: /old/secret, access: deny}\n  - {path: /new/, access: deny}\n');
-    gw = await startGatewayProcess(dir.path, [`--routes=${routesFile}`, `--auth_rules=${rulesFile}`]);
+    gw = await startGatewayProcess(dir.path, [`--routes=${routesFile}`, `--auth_rules=${rulesFile}`, `--access_log=${logFile}`, '--access_log_format=%ROUTE_NAME% %REQ(:PATH)% %RESPONSE_CODE%']);
     pool = new Pool(gw.url, { connections: 16 });
   });
 
@@ -191,6 +192,16 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     assert.equal(s['fault.delays_injected'], 3);
     assert.equal(s['fault.aborts_injected'], 0);
     assert.equal(s.rq_2xx, 3);
+  });
+
+  it("the access log names the rule (%ROUTE_NAME%), '-' for a request no route served", async () => {
+    assert.equal((await http('GET', `${gw.url}/full/log-me`)).status, 200);
+    assert.equal((await http('GET', `${gw.url}/nowhere/log-me`)).status, 404);
+    const lines = await waitFor(() => {
+      const got = readFileSync(logFile, 'utf8').split('\n').filter((l) => l.includes('/log-me'));
+      return got.length === 2 ? got : undefined;
+    });
+    assert.deepEqual(lines.sort(), ['- /nowhere/log-me 404', 'full /full/log-me 200']);
   });
 
   it('redirect answers exactly, without a backend', async () => {
