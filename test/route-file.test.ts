@@ -178,8 +178,9 @@ describe('route file: retry, fault and filters', () => {
   });
 
   it('what only a proxy route does is refused on an rpc or api route', () => {
-    const text = route('    - backendRefs: [{name: a}]\n      retry: {attempts: 1}\n', 'rpc');
-    assert.throws(() => checkHandlers(parseRouteFile(text, 'routes.yaml'), 'proxy'), { message: "routes.yaml line 7: HTTPRoute r spec.rules[0].retry needs a proxy route (handler: proxy); this route's handler is rpc" });
+    const text = route('    - backendRefs: [{name: a}]\n      filters: [{type: ResponseHeaderModifier, responseHeaderModifier: {remove: [Server]}}]\n', 'rpc');
+    assert.throws(() => checkHandlers(parseRouteFile(text, 'routes.yaml'), 'proxy'), { message: "routes.yaml line 7: HTTPRoute r spec.rules[0].filters: a ResponseHeaderModifier needs a proxy route (handler: proxy); this route's handler is rpc" });
+    checkHandlers(parseRouteFile(route('    - backendRefs: [{name: a}]\n      retry: {attempts: 1}\n', 'rpc'), 'routes.yaml'), 'api');
     const mirror = `${HEAD}metadata: {name: m}\nspec:\n  rules:\n    - backendRefs: [{name: a}]\n      filters: [{type: RequestMirror, requestMirror: {backendRef: {name: b}}}]\n`;
     assert.throws(() => checkHandlers(parseRouteFile(mirror, 'routes.yaml'), 'api'), { message: "routes.yaml line 6: HTTPRoute m spec.rules[0].filters: a RequestMirror needs a proxy route (handler: proxy); this route's handler is api" });
     checkHandlers(parseRouteFile(mirror, 'routes.yaml'), 'proxy');

@@ -73,6 +73,23 @@ spec:
       matches: [{path: {value: /retried}}]
       backendRefs: [{name: go.mesh.srv.down}]
       retry: {attempts: 2, codes: [503], backoff: 1ms}
+---
+${HEAD}metadata: {name: calls}
+spec:
+  handler: rpc
+  rules:
+    - name: rpc-storm
+      matches: [{path: {value: /rpcstorm}}]
+      backendRefs: [{name: go.mesh.srv.down}]
+      retry: {attempts: 3, codes: [503], budget: {percent: 1, min: 0}}
+    - name: rpc-retried
+      matches: [{path: {value: /rpcretried}}]
+      backendRefs: [{name: go.mesh.srv.down}]
+      retry: {attempts: 2, codes: [503]}
+    - name: rpc-once
+      matches: [{path: {value: /rpconce}}]
+      backendRefs: [{name: go.mesh.srv.down}]
+      retry: {attempts: 2, codes: [500]}
 `;
 
 /** A node that answers every request 503 and counts them. */
@@ -253,5 +270,23 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     const retried = await stats(gw.admin, 'vhost.*.route.retried.');
     assert.equal(retried.retry, 10);
     assert.equal(retried.retry_overflow, 0);
+  });
+
+  it("an rpc route's retries go through the client's retries: its codes, its budget (counted)", async () => {
+    const call = (path: string) => http('POST', `${gw.url}${path}/say/hello`, { body: '{}', headers: { 'content-type': 'application/json' } });
+    let at = down.count();
+    for (let i = 0; i < 4; i++) assert.equal((await call('/rpcstorm')).status, 503);
+    assert.equal(down.count() - at, 4);
+    at = down.count();
+    for (let i = 0; i < 4; i++) assert.equal((await call('/rpcretried')).status, 503);
+    assert.equal(down.count() - at, 12);
+    at = down.count();
+    // 503 is not among this route's codes: no retry.
+    for (let i = 0; i < 4; i++) assert.equal((await call('/rpconce')).status, 503);
+    assert.equal(down.count() - at, 4);
+    const storm = await stats(gw.admin, 'vhost.*.route.rpc-storm.');
+    assert.deepEqual([storm.retry, storm.retry_overflow, storm.rq_5xx], [0, 4, 4]);
+    const retried = await stats(gw.admin, 'vhost.*.route.rpc-retried.');
+    assert.deepEqual([retried.retry, retried.retry_overflow], [8, 0]);
   });
 });

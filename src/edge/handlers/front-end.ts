@@ -58,7 +58,15 @@ export function callOptionsFrom(req: IncomingMessage, contentType?: string, cont
     options.version = policy.version;
     options.budgetMs = policy.requestTimeoutMs;
     options.perTryTimeoutMs = policy.tryTimeoutMs;
-    if (policy.effects && options.metadata) options.metadata = policy.effects.metadata(options.metadata);
+    const effects = policy.effects;
+    if (effects) {
+      if (options.metadata) options.metadata = effects.metadata(options.metadata);
+      const retry = effects.rule.retry;
+      if (retry) {
+        options.retries = retry.attempts;
+        options.retryRules = effects.retryRules;
+      }
+    }
   }
   return options;
 }

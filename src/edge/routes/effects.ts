@@ -13,6 +13,7 @@
 import type { ServerResponse } from 'node:http';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import { RetryBudget } from '../../core/upstream/retry-budget.js';
+import type { RetryRules } from '../../core/client/interceptors/call.js';
 import type { HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
 import type { RouteChoice } from './table.js';
 
@@ -49,6 +50,8 @@ export class RuleEffects {
   /** The rule's own retry budget (`retry.budget`), in place of the cluster's. */
   readonly budget: RetryBudget | undefined;
   private readonly byClass: readonly RouteStats['requests'][];
+  /** The rule's `retry` for the framework client (rpc and api routes). */
+  readonly retryRules: RetryRules | undefined;
 
   constructor(
     readonly rule: RuleSpec,
@@ -60,6 +63,8 @@ export class RuleEffects {
     this.byClass = [s.rq1xx, s.rq1xx, s.rq2xx, s.rq3xx, s.rq4xx, s.rq5xx];
     const b = rule.retry?.budget;
     this.budget = b ? new RetryBudget(b) : undefined;
+    const retry = rule.retry;
+    this.retryRules = retry && { codes: retry.codes, backoffMs: retry.backoffMs, budget: this.budget, retried: () => s.retry.inc(), overflowed: () => s.retryOverflow.inc() };
   }
 
   /** Counts the request, and its answer's class once it is sent. */

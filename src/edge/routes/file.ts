@@ -675,9 +675,8 @@ export function parseRouteFile(textContent: string, file: string): RouteFile {
 }
 
 /**
- * What only a proxy route does: retries with their codes and backoff, answer header changes, a
- * new Host, mirrors (the rpc and api handlers call methods through the framework client, which
- * retries as --client_retries says). Throws a RouteFileError for the first rule of a route whose
+ * What only a proxy route does: answer header changes, a new Host, mirrors (the rpc and api
+ * handlers call methods through the framework client, whose answers and hosts are its own). Throws a RouteFileError for the first rule of a route whose
  * handler (its own, else `defaultHandler`) is not proxy and that asks for one of these.
  */
 export function checkHandlers(parsed: RouteFile, defaultHandler: RouteHandler): void {
@@ -686,7 +685,7 @@ export function checkHandlers(parsed: RouteFile, defaultHandler: RouteHandler): 
     if (handler === 'proxy') continue;
     for (const rule of route.rules) {
       const f = rule.filters;
-      const what = rule.retry ? 'retry' : f.responseHeaders ? 'filters: a ResponseHeaderModifier' : f.rewrite?.hostname ? "filters: a URLRewrite's hostname" : f.mirrors.length > 0 ? 'filters: a RequestMirror' : undefined;
+      const what = f.responseHeaders ? 'filters: a ResponseHeaderModifier' : f.rewrite?.hostname ? "filters: a URLRewrite's hostname" : f.mirrors.length > 0 ? 'filters: a RequestMirror' : undefined;
       if (what) throw new RouteFileError(parsed.file, rule.line, `HTTPRoute ${route.name} spec.rules[${rule.index}].${what} needs a proxy route (handler: proxy); this route's handler is ${handler}`);
     }
   }
