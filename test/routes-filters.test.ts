@@ -86,6 +86,12 @@ spec:
       matches: [{path: {value: /rpcretried}}]
       backendRefs: [{name: go.mesh.srv.down}]
       retry: {attempts: 2, codes: [503]}
+    - name: rpc-headers
+      matches: [{path: {value: /rpchdr}}]
+      backendRefs: [{name: go.mesh.srv.echo}]
+      filters:
+        - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Set, value: one}], remove: [X-Drop]}}
+        - {type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /svc/greet/hello}}}
     - name: rpc-once
       matches: [{path: {value: /rpconce}}]
       backendRefs: [{name: go.mesh.srv.down}]
@@ -270,6 +276,16 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     const retried = await stats(gw.admin, 'vhost.*.route.retried.');
     assert.equal(retried.retry, 10);
     assert.equal(retried.retry_overflow, 0);
+  });
+
+  it('on an rpc route, the header modifier reaches the backend and the rewritten path names the method', async () => {
+    const before = echo.received.length;
+    const res = await http('POST', `${gw.url}/rpchdr/say/hi`, { body: '{}', headers: { 'content-type': 'application/json', 'X-Set': 'old', 'X-Drop': 'gone' } });
+    assert.equal(res.status, 200);
+    assert.equal(res.json().endpoint, 'Greet.Hello');
+    const got = echo.received[before]!;
+    assert.equal(got.headers['x-set'], 'one');
+    assert.equal(got.headers['x-drop'], undefined);
   });
 
   it("an rpc route's retries go through the client's retries: its codes, its budget (counted)", async () => {

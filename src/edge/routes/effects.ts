@@ -10,7 +10,10 @@
  *   max_retries refused), fault.delays_injected, fault.aborts_injected, mirror.sent,
  *   mirror.dropped (over the cap of mirrors in flight, or a streamed body), mirror.failed.
  */
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { setTimeout as delay } from 'node:timers/promises';
+import { MeshError } from '../../base/errors.js';
+import { requestInfo } from '../../base/http/access-log.js';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import { RetryBudget } from '../../core/upstream/retry-budget.js';
 import type { RetryRules } from '../../core/client/interceptors/call.js';
@@ -65,6 +68,23 @@ export class RuleEffects {
     this.budget = b ? new RetryBudget(b) : undefined;
     const retry = rule.retry;
     this.retryRules = retry && { codes: retry.codes, backoffMs: retry.backoffMs, budget: this.budget, retried: () => s.retry.inc(), overflowed: () => s.retryOverflow.inc() };
+  }
+
+  /**
+   * The rule takes the request (before its handler): counted, named in the access log
+   * (%ROUTE_NAME%), then its fault drawn: a delay, then an abort thrown as a MeshError of the
+   * fault's status (the front end's error JSON, with `errorId`).
+   */
+  async begin(req: IncomingMessage, res: ServerResponse, errorId: string): Promise<void> {
+    this.count(res);
+    const info = requestInfo(req);
+    if (info) info.routeName = this.rule.name;
+    const fault = this.drawFault();
+    if (fault.delayMs > 0) await delay(fault.delayMs);
+    if (fault.abortStatus !== undefined) {
+      req.resume();
+      throw new MeshError(errorId, fault.abortStatus, `fault injected by route ${this.rule.name}`);
+    }
   }
 
   /** Counts the request, and its answer's class once it is sent. */

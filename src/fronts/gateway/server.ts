@@ -26,10 +26,8 @@ import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, ty
 import { handleApi } from '../../edge/handlers/api.js';
 import type { RoutePolicy } from '../../edge/handlers/front-end.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
-import { RouteEffectsCache, redirectLocation, rewritePath, type RuleEffects } from '../../edge/routes/effects.js';
+import { RouteEffectsCache, redirectLocation, rewritePath } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
-import { requestInfo } from '../../base/http/access-log.js';
-import { setTimeout as delay } from 'node:timers/promises';
 import type { RouteHandler } from '../../edge/routes/file.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
 import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../../edge/handlers/rpc-endpoint.js';
@@ -322,7 +320,7 @@ export class Gateway {
    */
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
     const effects = 'policy' in route ? route.policy?.effects : undefined;
-    if (effects) await this.routeStart(req, res, effects);
+    if (effects) await effects.begin(req, res, ERROR_ID);
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     switch (route.kind) {
       case 'dashboard':
@@ -355,22 +353,6 @@ export class Gateway {
       }
       case 'none':
         throw this.noService(req);
-    }
-  }
-
-  /**
-   * A route file's rule takes the request: counted in its stats, named in the access log, then
-   * its fault (a delay, then an abort answered as error JSON with the fault's status) is drawn.
-   */
-  private async routeStart(req: IncomingMessage, res: ServerResponse, effects: RuleEffects): Promise<void> {
-    effects.count(res);
-    const info = requestInfo(req);
-    if (info) info.routeName = effects.rule.name;
-    const fault = effects.drawFault();
-    if (fault.delayMs > 0) await delay(fault.delayMs);
-    if (fault.abortStatus !== undefined) {
-      req.resume();
-      throw new MeshError(ERROR_ID, fault.abortStatus, `fault injected by route ${effects.rule.name}`);
     }
   }
 
