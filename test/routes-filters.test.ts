@@ -175,6 +175,9 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     assert.equal(s['fault.aborts_injected'], counts[418]);
     assert.equal(s.rq_4xx, counts[418]);
     assert.equal(s['fault.delays_injected'], 0);
+    // Prometheus: the host and the rule are labels.
+    const prom = (await http('GET', `${gw.admin}/stats/prometheus`)).text;
+    assert.ok(prom.includes(`mesh_vhost_route_rq_total{route_name="fault",virtual_host_name="*"} 2000\n`), prom.split('\n').filter((l) => l.includes('vhost')).join('\n'));
   });
 
   it('header modifiers reach the backend as set; the answer gets its own', async () => {
