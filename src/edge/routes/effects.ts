@@ -17,7 +17,8 @@ import { requestInfo } from '../../base/http/access-log.js';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import { RetryBudget } from '../../core/upstream/retry-budget.js';
 import type { RetryRules } from '../../core/client/interceptors/call.js';
-import type { HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
+import type { BackendRefSpec, HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
+import type { RoutePolicy } from '../handlers/front-end.js';
 import type { RouteChoice } from './table.js';
 
 export const ROUTE_STATS = {
@@ -181,6 +182,34 @@ export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: 
   if ((scheme === 'http' && port === 80) || (scheme === 'https' && port === 443)) port = undefined;
   const path = redirect.path ? rewritePath(req.path, redirect.path, match) : req.path;
   return `${scheme}://${host}${port === undefined ? '' : `:${port}`}${path}${req.query === undefined ? '' : `?${req.query}`}`;
+}
+
+/** What a matched rule makes of a request (routeAction). */
+export type RouteAction =
+  /** A RequestRedirect: answered at once, with an empty body. */
+  | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
+  /** Every backend weighs 0: 500. */
+  | { kind: 'no-backend'; policy: RoutePolicy }
+  /** Sent to the backend; `path`: the path after the rule's URLRewrite (what an rpc or api path mapping reads). */
+  | { kind: 'send'; backend: BackendRefSpec; path: string; policy: RoutePolicy };
+
+/**
+ * A matched rule applied to a request, the same on every front end: its redirect, or its backend
+ * with the policy the handler follows (version, timeouts, effects, and with a URLRewrite the path
+ * and query sent). `req.path` is the request's path in normal form, `req.query` its query.
+ */
+export function routeAction(choice: RouteChoice, effects: RuleEffects, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined }): RouteAction {
+  const rule = choice.rule;
+  const redirect = rule.filters.redirect;
+  if (redirect) return { kind: 'redirect', status: redirect.statusCode, location: redirectLocation(redirect, choice.match, req), policy: { effects } };
+  const backend = choice.backend;
+  if (!backend) return { kind: 'no-backend', policy: { effects } };
+  const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined, effects };
+  const rewrite = rule.filters.rewrite?.path;
+  if (!rewrite) return { kind: 'send', backend, path: req.path, policy };
+  const path = rewritePath(req.path, rewrite, choice.match);
+  policy.path = req.query === undefined ? path : `${path}?${req.query}`;
+  return { kind: 'send', backend, path, policy };
 }
 
 /** The stat name of a host: as written, `*` for a route without hostnames. */

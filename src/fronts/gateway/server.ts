@@ -26,7 +26,7 @@ import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, ty
 import { handleApi } from '../../edge/handlers/api.js';
 import type { RoutePolicy } from '../../edge/handlers/front-end.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
-import { RouteEffectsCache, redirectLocation, rewritePath } from '../../edge/routes/effects.js';
+import { RouteEffectsCache, routeAction } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteHandler } from '../../edge/routes/file.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
@@ -217,24 +217,13 @@ export class Gateway {
     const path = target.path;
     const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path, query: target.query, headers: req.headers });
     if (!choice) return undefined;
-    const rule = choice.rule;
-    const effects = this.effects!.of(choice);
-    const redirect = rule.filters.redirect;
-    if (redirect) {
-      const location = redirectLocation(redirect, choice.match, { secure: this.server.secure, host: req.headers.host, path, query: target.query });
-      return { kind: 'redirect', status: redirect.statusCode, location, policy: { effects } };
-    }
-    const backend = choice.backend;
-    if (!backend) return { kind: 'no-backend', route: choice.route.name, policy: { effects } };
-    const rewrite = rule.filters.rewrite?.path;
-    const sentPath = rewrite ? rewritePath(path, rewrite, choice.match) : path;
-    const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined, effects };
+    const action = routeAction(choice, this.effects!.of(choice), { secure: this.server.secure, host: req.headers.host, path, query: target.query });
+    if (action.kind === 'redirect') return action;
+    if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, policy: action.policy };
+    const { backend, policy } = action;
     const handler: RouteHandler = choice.route.handler ?? (this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api');
-    if (handler === 'proxy') {
-      if (rewrite || rule.filters.rewrite?.hostname !== undefined) policy.path = target.query === undefined ? sentPath : `${sentPath}?${target.query}`;
-      return { kind: 'proxy', service: backend.name, policy };
-    }
-    const method = resolveRpcPath(sentPath, this.namespace)?.method;
+    if (handler === 'proxy') return { kind: 'proxy', service: backend.name, policy };
+    const method = resolveRpcPath(action.path, this.namespace)?.method;
     return { kind: 'call', handler, call: method ? { service: backend.name, method } : undefined, stream: false, policy };
   }
 
