@@ -79,8 +79,8 @@ export interface RetrySpec {
   attempts: number;
   /** Answer statuses that are retried (proxy routes); empty: only failures to connect. */
   codes: number[];
-  /** Pause before each retry (ms); 0: at once. */
-  backoffMs: number;
+  /** Pause before each retry (ms); undefined: the handler's own (none on a proxy route, the client's backoff on rpc and api routes). */
+  backoffMs?: number;
   /** Mesh's `budget`: at most `percent` % of the active requests to the service may be retries, at least `min` at once. */
   budget?: { percent: number; minConcurrency: number };
 }
@@ -418,7 +418,7 @@ function percentage(at: At): number {
 
 function parseRetry(at: At): RetrySpec {
   const f = fields(at, RETRY, 'an HTTPRouteRetry');
-  const retry: RetrySpec = { attempts: f.has('attempts') ? integer(f.get('attempts')!.at, 0, LIMITS.retryAttempts) : 1, codes: [], backoffMs: 0 };
+  const retry: RetrySpec = { attempts: f.has('attempts') ? integer(f.get('attempts')!.at, 0, LIMITS.retryAttempts) : 1, codes: [] };
   if (f.has('codes')) {
     for (const c of list(f.get('codes')!.at, 32)) {
       const code = integer(c, 400, 599);
@@ -427,8 +427,8 @@ function parseRetry(at: At): RetrySpec {
   }
   if (f.has('backoff')) {
     const bAt = f.get('backoff')!.at;
-    retry.backoffMs = duration(bAt);
-    if (retry.backoffMs > LIMITS.retryBackoffMs) throw bAt.error(`must be at most ${LIMITS.retryBackoffMs / 1000}s`);
+    const backoffMs = (retry.backoffMs = duration(bAt));
+    if (backoffMs > LIMITS.retryBackoffMs) throw bAt.error(`must be at most ${LIMITS.retryBackoffMs / 1000}s`);
   }
   if (f.has('budget')) {
     const b = fields(f.get('budget')!.at, BUDGET, "mesh's retry budget");

@@ -19,8 +19,8 @@ import type { CallInterceptor, Send } from './compose.js';
 export interface RetryRules {
   /** Statuses retried, in place of 502 and 503. */
   readonly codes: readonly number[];
-  /** Pause before each retry (ms), in place of the client's backoff. */
-  readonly backoffMs: number;
+  /** Pause before each retry (ms), in place of the client's backoff; undefined: the client's. */
+  readonly backoffMs: number | undefined;
   readonly budget: RetryBudget | undefined;
   /** Counts a retry sent to a host. */
   readonly retried?: () => void;
