@@ -74,18 +74,23 @@ export class RuleEffects {
   /**
    * The rule takes the request (before its handler): counted, named in the access log
    * (%ROUTE_NAME%), then its fault drawn: a delay, then an abort thrown as a MeshError of the
-   * fault's status (the front end's error JSON, with `errorId`).
+   * fault's status (the front end's error JSON, with `errorId`). A promise only when a delay
+   * was drawn.
    */
-  async begin(req: IncomingMessage, res: ServerResponse, errorId: string): Promise<void> {
+  begin(req: IncomingMessage, res: ServerResponse, errorId: string): Promise<void> | undefined {
     this.count(res);
     const info = requestInfo(req);
     if (info) info.routeName = this.rule.name;
     const fault = this.drawFault();
-    if (fault.delayMs > 0) await delay(fault.delayMs);
-    if (fault.abortStatus !== undefined) {
-      req.resume();
-      throw new MeshError(errorId, fault.abortStatus, `fault injected by route ${this.rule.name}`);
-    }
+    if (fault.delayMs > 0) return delay(fault.delayMs).then(() => this.abort(req, fault, errorId));
+    this.abort(req, fault, errorId);
+    return undefined;
+  }
+
+  private abort(req: IncomingMessage, fault: FaultDraw, errorId: string): void {
+    if (fault.abortStatus === undefined) return;
+    req.resume();
+    throw new MeshError(errorId, fault.abortStatus, `fault injected by route ${this.rule.name}`);
   }
 
   /** Counts the request, and its answer's class once it is sent. */

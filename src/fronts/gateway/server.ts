@@ -309,7 +309,8 @@ export class Gateway {
    */
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
     const effects = 'policy' in route ? route.policy?.effects : undefined;
-    if (effects) await effects.begin(req, res, ERROR_ID);
+    const started = effects?.begin(req, res, ERROR_ID);
+    if (started) await started;
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     switch (route.kind) {
       case 'dashboard':
