@@ -11,6 +11,7 @@ export const UNIT = [
   'test/address.test.ts',
   'test/route-file.test.ts',
   'test/route-file-reload.test.ts',
+  'test/route-mirror.test.ts',
   'test/admin-config-dump.test.ts',
   'test/ca-serve-remote.test.ts',
   'test/admin-host.test.ts',
