@@ -155,6 +155,12 @@ describe('mesh help and version (real processes)', () => {
     assert.match(call.stdout, /--stream string +call: a streaming call of this kind instead of a unary call;.*; one of server, client, bidi/);
     const flags = await runCli(['help', 'flags'], env);
     for (const name of Object.keys(FLAG_SPECS)) assert.match(flags.stdout, new RegExp(`^  --${name}\\b`, 'm'));
+    // A command's own default (--mtls: strict for dev, permissive for call and health) in its help; all of them in help flags.
+    const mtlsDefault = (out: string) => /^  --mtls string +.*\(default ([^)]*)\)/m.exec(out)?.[1];
+    assert.equal(mtlsDefault(call.stdout), 'permissive');
+    assert.equal(mtlsDefault((await runCli(['help', 'dev'], env)).stdout), 'strict');
+    assert.equal(mtlsDefault((await runCli(['help', 'api'], env)).stdout), 'off');
+    assert.equal(mtlsDefault(flags.stdout), 'off; dev: strict; call, health, publish, subscribe: permissive');
   });
 
   it('version, -v, --version exit 0 with the version', async () => {

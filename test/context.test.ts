@@ -84,8 +84,9 @@ describe('context: a real two-service chain', () => {
     assert.equal(seen.ctx.id, 'chain-1');
     assert.equal(seen.ctx.metadata['x-tenant'], 'acme');
     // The remaining budget, not the client's 30 s: the outer deadline, give or take the time on
-    // the wire (Mesh-Timeout is relative: the inner hop counts from when it got the call).
-    assert.ok(seen.ctx.deadline <= outer.deadline + 50, `inner deadline ${seen.ctx.deadline} well after outer ${outer.deadline}`);
+    // the wire (Mesh-Timeout is relative: the inner hop counts from when it got the call, which on
+    // a loaded machine can be a good part of a second later).
+    assert.ok(seen.ctx.deadline <= outer.deadline + 1000, `inner deadline ${seen.ctx.deadline} well after outer ${outer.deadline}`);
     assert.ok(seen.ctx.deadline > outer.deadline - 2000, 'about what remained');
     assert.ok(outer.deadline <= Date.now() + 4000 && outer.deadline >= sent + 4000 - 50);
     // Trace: the caller's trace id; the outer hop's own span as the parent; the state forwarded.

@@ -178,6 +178,8 @@ describe('dashboard series', () => {
       zone: '',
       canary: false,
       successRate,
+      // The second host's node serves mutual TLS.
+      mtls: port === 2,
     });
     const breakers = { maxConnections: 1, maxPendingRequests: 1, maxRequests: 1, maxRetries: 1 };
     const clusters = Array.from({ length: 130 }, (_, i) => ({
@@ -215,6 +217,9 @@ describe('dashboard series', () => {
     const c0 = s.clusters[0]!;
     assert.equal(c0.hosts_total, 3);
     assert.equal(c0.hosts_healthy, 2);
+    // The mTLS coverage of each cluster: hosts whose node serves mutual TLS (the page shows "1/3 mTLS").
+    assert.equal(c0.hosts_mtls, 1);
+    assert.equal(s.clusters[1]!.hosts_mtls, 0);
     assert.deepEqual(
       c0.hosts.map((h) => [h.address, h.health, h.healthy, h.success_rate, h.success_rate_source]),
       [

@@ -70,3 +70,20 @@ test('durable broker flags: defaults, values and bad values', () => {
   bad(['--broker_inactive_threshold=500ms'], /invalid value "500ms" for flag --broker_inactive_threshold: must be 0 \(never\) or from 1s/);
   bad(['--broker_max_consumers=0'], /invalid value "0" for flag --broker_max_consumers: must be from 1 to 100000/);
 });
+
+test('a command default of its own: --mtls is strict for mesh dev, permissive for call, health, publish and subscribe, off elsewhere; a flag or MESH_MTLS wins', () => {
+  const mtls = (argv: string[], env: NodeJS.ProcessEnv = {}) => parseArgs(argv, env).config.mtls;
+  assert.equal(mtls(['dev']), 'strict');
+  assert.equal(mtls(['call', 'go.mesh.srv.greeter', 'Say.Hello']), 'permissive');
+  assert.equal(mtls(['health', 'go.mesh.srv.greeter']), 'permissive');
+  assert.equal(mtls(['publish', 't', 'm']), 'permissive');
+  assert.equal(mtls(['subscribe', 't']), 'permissive');
+  for (const command of ['api', 'sidecar', 'proxy', 'list', 'get', 'dlq', 'consumers']) assert.equal(mtls([command]), 'off', command);
+  assert.equal(mtls([]), 'off');
+  // runService's flags have no command: the option's own default.
+  assert.equal(parseArgs(['dev'], {}, { command: false }).config.mtls, 'off');
+  assert.equal(mtls(['dev', '--mtls=off']), 'off');
+  assert.equal(mtls(['dev'], { MESH_MTLS: 'permissive' }), 'permissive');
+  assert.equal(mtls(['call', 'x', 'Y.z'], { MESH_MTLS: 'off' }), 'off');
+  assert.throws(() => parseArgs(['dev', '--mtls=on'], {}), (e: Error) => e instanceof FlagError && e.message === 'invalid value "on" for flag --mtls: use one of off, permissive, strict');
+});

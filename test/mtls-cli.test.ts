@@ -58,7 +58,10 @@ describe('mesh processes with --mtls=strict', () => {
     const ok = await runCli(['call', 'go.mesh.srv.who', 'Who.Am', '{}', '--mtls=strict', ...common()]);
     assert.equal(ok.code, 0, ok.stderr);
     assert.match(ok.stdout, /"node": ?"go\.mesh\.srv\.who-/);
-    const plain = await runCli(['call', 'go.mesh.srv.who', 'Who.Am', '{}', ...common()]);
+    // mesh call's own default is --mtls=permissive: it calls a node that says mtls=true with its certificate.
+    const byDefault = await runCli(['call', 'go.mesh.srv.who', 'Who.Am', '{}', ...common()]);
+    assert.equal(byDefault.code, 0, byDefault.stderr);
+    const plain = await runCli(['call', 'go.mesh.srv.who', 'Who.Am', '{}', '--mtls=off', ...common()]);
     assert.notEqual(plain.code, 0);
     assert.match(plain.stderr, /service go\.mesh\.srv\.who accepts mutual TLS only \(--mtls=strict\)/);
   });

@@ -9,7 +9,9 @@ import assert from 'node:assert/strict';
 import { Mesh } from '../src/framework/mesh.js';
 import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { MeshError } from '../src/base/errors.js';
+import { X509Certificate } from 'node:crypto';
 import { http, tempDir, waitFor } from './helpers.js';
+import { finishRotation, rotateCa } from '../src/tls/workload/ca.js';
 
 const quiet = { logLevel: 'off', drainDelay: 0, broker: 'memory' } as const;
 
@@ -135,6 +137,65 @@ describe('renewal under load', () => {
       try {
         assert.deepEqual(await late.call('go.mesh.srv.renew', 'Echo.Call', { n: -1 }), { n: -1 });
         assert.equal(late.runtime.stats.counter('cluster.go.mesh.srv.renew.ssl.handshake').value, 1);
+      } finally {
+        await late.close();
+      }
+    } finally {
+      await caller.close();
+      await server.close();
+      ca.cleanup();
+    }
+  });
+});
+
+describe('a CA rotation under load', () => {
+  test('rotate, every workload reissued from the new root, the old root dropped: no call fails, and a newcomer trusting only the new root is served', async () => {
+    const ca = tempDir('mesh-mtls-ca-');
+    const registry = new MemoryRegistry();
+    const options = { ...quiet, registry, mtls: 'strict', caDir: ca.path } as const;
+    const server = new Mesh(options);
+    server.service({ name: 'go.mesh.srv.rotate' }).handle('Echo.Call', (req: { n: number }) => req);
+    await server.start();
+    const caller = new Mesh(options);
+    caller.service({ name: 'go.mesh.srv.rotate.caller' });
+    try {
+      assert.deepEqual(await caller.call('go.mesh.srv.rotate', 'Echo.Call', { n: 0 }), { n: 0 });
+      const changes = { server: 0, caller: 0 };
+      server.runtime.callerWorkloadTls!.onChange(() => changes.server++);
+      caller.runtime.callerWorkloadTls!.onChange(() => changes.caller++);
+      let stop = false;
+      const failures: unknown[] = [];
+      let done = 0;
+      const worker = async () => {
+        for (let n = 1; !stop; n++) {
+          try {
+            assert.deepEqual(await caller.call('go.mesh.srv.rotate', 'Echo.Call', { n }), { n });
+          } catch (err) {
+            failures.push(err);
+          }
+          done++;
+        }
+      };
+      const workers = Array.from({ length: 4 }, worker);
+      const newRoot = await rotateCa(ca.path, { trustDomain: 'mesh.local' });
+      // Each side: the new root trusted beside the old (one change), then a certificate from the new root (another).
+      await waitFor(() => changes.server >= 2 && changes.caller >= 2, 30_000);
+      const issuer = (m: Mesh) => new X509Certificate(m.runtime.callerWorkloadTls!.contextOptions().cert).verify(new X509Certificate(newRoot.pem).publicKey);
+      assert.ok(issuer(server) && issuer(caller), 'both workloads hold a certificate of the new root');
+      const afterReissue = done;
+      await waitFor(() => done > afterReissue + 20);
+      finishRotation(ca.path);
+      await waitFor(() => changes.server >= 3 && changes.caller >= 3, 30_000);
+      const afterFinish = done;
+      await waitFor(() => done > afterFinish + 20);
+      stop = true;
+      await Promise.all(workers);
+      assert.deepEqual(failures, []);
+      // A new process: it trusts only the new root, and the server's certificate is of it.
+      const late = new Mesh(options);
+      try {
+        assert.deepEqual(await late.call('go.mesh.srv.rotate', 'Echo.Call', { n: -1 }), { n: -1 });
+        assert.deepEqual(late.runtime.callerWorkloadTls!.contextOptions().ca, [newRoot.pem]);
       } finally {
         await late.close();
       }

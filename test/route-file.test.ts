@@ -5,7 +5,8 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseGatewayDuration, parseRouteFile, RouteFileError } from '../src/edge/routes/file.js';
+import { checkHandlers, parseGatewayDuration, parseRouteFile, RouteFileError } from '../src/edge/routes/file.js';
+import { modifyHeaders, redirectLocation, rewritePath } from '../src/edge/routes/effects.js';
 import { CompiledRoutes, hostOf, type RouteRequest } from '../src/edge/routes/table.js';
 
 const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n';
@@ -79,10 +80,11 @@ spec:
           ],
           requestTimeoutMs: 90_000,
           backendRequestTimeoutMs: 60_000,
+          filters: { mirrors: [] },
         },
       ],
     });
-    assert.deepEqual(b!.rules[0], { name: 'json-0', index: 0, line: 24, matches: [{ path: { type: 'PathPrefix', value: '/' }, headers: [], queryParams: [] }], backendRefs: [{ name: 'x', weight: 1 }] });
+    assert.deepEqual(b!.rules[0], { name: 'json-0', index: 0, line: 24, matches: [{ path: { type: 'PathPrefix', value: '/' }, headers: [], queryParams: [] }], backendRefs: [{ name: 'x', weight: 1 }], filters: { mirrors: [] } });
     assert.equal(b!.line, 24);
   });
 
@@ -103,11 +105,8 @@ spec:
     assert.equal(error(`${HEAD}metadata: {name: Bad_Name}\n`), 'routes.yaml line 3: metadata.name: "Bad_Name" is not a valid name (lower case letters, digits, - and .)');
     assert.equal(error(`${HEAD}metadata: {name: r}\n`), 'routes.yaml line 1: HTTPRoute r: spec is required');
     assert.equal(error(route('    - backendRefs: [{name: a}]\n      bogus: 1\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].bogus: unknown field "bogus" (an HTTPRouteRule has no such field)');
-    assert.equal(error(route('    - backendRefs: [{name: a}]\n      filters: [{type: RequestHeaderModifier}]\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].filters: filters is not supported yet');
-    assert.equal(error(route('    - backendRefs: [{name: a}]\n      retry: {attempts: 2}\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].retry: retry is not supported yet');
-    assert.equal(error(route('    - backendRefs: [{name: a, filters: [{type: RequestMirror}]}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs[0].filters: filters is not supported yet');
     assert.equal(error(route('    - backendRefs: [{name: a, weight: -1}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs[0].weight: must be an integer from 0 to 1000000');
-    assert.equal(error(route('    - backendRefs: []\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs: backendRefs: at least one backend is needed');
+    assert.equal(error(route('    - backendRefs: []\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs: backendRefs: at least one backend is needed (or a RequestRedirect filter)');
     assert.equal(error(route('    - matches: [{path: {type: Exact, value: /a}}]\n      backendRefs: [{weight: 1}]\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].backendRefs[0]: name is required (a mesh service)');
     assert.equal(error(route('    - matches: [{path: {type: Glob, value: /a}}]\n      backendRefs: [{name: a}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].path.type: must be Exact, PathPrefix or RegularExpression, not "Glob"');
     assert.equal(error(route('    - matches: [{path: {type: Exact, value: a}}]\n      backendRefs: [{name: a}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].path.value: must start with /');
@@ -124,6 +123,84 @@ spec:
     const one = `${HEAD}metadata: {name: r}\nspec: {rules: [{backendRefs: [{name: a}]}]}\n`;
     assert.equal(error(`${one}---\n${one}`), 'routes.yaml line 6: HTTPRoute r: the name is used twice (first at line 1)');
     assert.equal(error('{"apiVersion": "gateway.networking.k8s.io/v1",\n "kind": "HTTPRoute",\n "metadata": {"name": "r"},\n "spec": {"rules": [{"backendRefs": [{"name": "a", "wieght": 1}]}]}}\n'), 'routes.yaml line 4: HTTPRoute r spec.rules[0].backendRefs[0].wieght: unknown field "wieght" (an HTTPBackendRef has no such field)');
+  });
+});
+
+describe('route file: retry, fault and filters', () => {
+  const route = (rules: string, handler = 'proxy') => `${HEAD}metadata: {name: r}\nspec:\n  handler: ${handler}\n  rules:\n${rules}`;
+
+  it('reads retry (with the budget), fault and every filter', () => {
+    const file = parseRouteFile(
+      route(`    - matches: [{path: {value: /a}}]
+      backendRefs: [{name: a}]
+      retry: {attempts: 2, codes: [503, 502, 503], backoff: 100ms, budget: {percent: 25, min: 1}}
+      fault: {delay: {fixedDelay: 1s, percentage: 10}, abort: {httpStatus: 503, percentage: 0.5}}
+      filters:
+        - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-A, value: "1"}], add: [{name: X-B, value: ""}], remove: [X-C]}}
+        - {type: ResponseHeaderModifier, responseHeaderModifier: {remove: [Server]}}
+        - {type: URLRewrite, urlRewrite: {hostname: b.example, path: {type: ReplacePrefixMatch, replacePrefixMatch: /b}}}
+        - {type: RequestMirror, requestMirror: {backendRef: {name: shadow, port: 80}}}
+    - matches: [{path: {type: Exact, value: /old}}]
+      filters: [{type: RequestRedirect, requestRedirect: {port: 8443, path: {type: ReplaceFullPath, replaceFullPath: /new}}}]
+`),
+      'routes.yaml',
+    );
+    const [a, b] = file.routes[0]!.rules;
+    assert.deepEqual(a!.retry, { attempts: 2, codes: [503, 502], backoffMs: 100, budget: { percent: 25, minConcurrency: 1 } });
+    assert.deepEqual(a!.fault, { delay: { ms: 1000, percentage: 10 }, abort: { status: 503, percentage: 0.5 } });
+    assert.deepEqual(a!.filters, {
+      requestHeaders: { set: [['x-a', '1']], add: [['x-b', '']], remove: ['x-c'] },
+      responseHeaders: { set: [], add: [], remove: ['server'] },
+      rewrite: { hostname: 'b.example', path: { type: 'ReplacePrefixMatch', value: '/b' } },
+      mirrors: ['shadow'],
+    });
+    assert.deepEqual(b!.backendRefs, []);
+    assert.deepEqual(b!.filters, { redirect: { statusCode: 302, port: 8443, path: { type: 'ReplaceFullPath', value: '/new' } }, mirrors: [] });
+  });
+
+  it('errors name the line and the field', () => {
+    const r = (rule: string) => error(route(`    - backendRefs: [{name: a}]\n${rule}`));
+    assert.equal(r('      filters: [{type: RequestHeaderModifier}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0]: requestHeaderModifier is required with type RequestHeaderModifier');
+    assert.equal(r('      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Connection, value: close}]}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestHeaderModifier.set[0].name: Connection cannot be modified (a hop-by-hop header, or the request\'s framing; URLRewrite sets the host)');
+    assert.equal(r('      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {remove: [Mesh-Auth-Subject]}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestHeaderModifier.remove[0]: Mesh-Auth-Subject cannot be modified (only the mesh edge sets it)');
+    assert.equal(r('      filters: [{type: ResponseHeaderModifier, responseHeaderModifier: {set: [{name: Mesh-Peer-Identity, value: x}]}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].responseHeaderModifier.set[0].name: Mesh-Peer-Identity cannot be modified (only the mesh edge sets it)');
+    assert.equal(r('      filters: [{type: ExtensionRef, extensionRef: {name: x}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].type: ExtensionRef is not supported');
+    assert.equal(r('      filters: [{type: RequestRedirect, requestRedirect: {statusCode: 307}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestRedirect.statusCode: must be 301 or 302');
+    assert.equal(r('      filters: [{type: RequestMirror, requestMirror: {backendRef: {name: b}, percent: 10}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestMirror.percent: percent is not supported yet (every request is mirrored)');
+    assert.equal(r('      filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replacePrefixMatch: /x}}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].urlRewrite.path.replacePrefixMatch: replacePrefixMatch does not go with type ReplaceFullPath');
+    assert.equal(error(route('    - matches: [{path: {type: Exact, value: /a}}]\n      backendRefs: [{name: a}]\n      filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /x}}}]\n')), 'routes.yaml line 9: HTTPRoute r spec.rules[0].filters: ReplacePrefixMatch needs every match of the rule to be a PathPrefix');
+    assert.equal(r('      retry: {attempts: 11}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].retry.attempts: must be an integer from 0 to 10');
+    assert.equal(r('      retry: {codes: [200]}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].retry.codes[0]: must be an integer from 400 to 599');
+    assert.equal(r('      retry: {budget: {percent: 120}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].retry.budget.percent: must be a number from 0 to 100');
+    assert.equal(r('      fault: {abort: {httpStatus: 503}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].fault.abort: percentage is required');
+    assert.equal(r('      fault: {delay: {fixedDelay: 2m, percentage: 5}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].fault.delay.fixedDelay: must be at most 60s');
+    assert.equal(error(route('    - backendRefs: [{name: a, filters: [{type: RequestMirror}]}]\n')), "routes.yaml line 7: HTTPRoute r spec.rules[0].backendRefs[0].filters: a backend's filters are not supported yet (put them on the rule)");
+  });
+
+  it('what only a proxy route does is refused on an rpc or api route', () => {
+    const text = route('    - backendRefs: [{name: a}]\n      filters: [{type: ResponseHeaderModifier, responseHeaderModifier: {remove: [Server]}}]\n', 'rpc');
+    assert.throws(() => checkHandlers(parseRouteFile(text, 'routes.yaml'), 'proxy'), { message: "routes.yaml line 7: HTTPRoute r spec.rules[0].filters: a ResponseHeaderModifier needs a proxy route (handler: proxy); this route's handler is rpc" });
+    checkHandlers(parseRouteFile(route('    - backendRefs: [{name: a}]\n      retry: {attempts: 1}\n', 'rpc'), 'routes.yaml'), 'api');
+    const mirror = `${HEAD}metadata: {name: m}\nspec:\n  rules:\n    - backendRefs: [{name: a}]\n      filters: [{type: RequestMirror, requestMirror: {backendRef: {name: b}}}]\n`;
+    assert.throws(() => checkHandlers(parseRouteFile(mirror, 'routes.yaml'), 'api'), { message: "routes.yaml line 6: HTTPRoute m spec.rules[0].filters: a RequestMirror needs a proxy route (handler: proxy); this route's handler is api" });
+    checkHandlers(parseRouteFile(mirror, 'routes.yaml'), 'proxy');
+  });
+
+  it('rewrites, redirects and header changes', () => {
+    const prefix = (value: string) => ({ path: { type: 'PathPrefix' as const, value }, headers: [], queryParams: [] });
+    const swap = (value: string) => ({ type: 'ReplacePrefixMatch' as const, value });
+    assert.equal(rewritePath('/old/a', swap('/new'), prefix('/old')), '/new/a');
+    assert.equal(rewritePath('/old', swap('/new'), prefix('/old/')), '/new');
+    assert.equal(rewritePath('/old/a', swap('/'), prefix('/old')), '/a');
+    assert.equal(rewritePath('/old', swap('/'), prefix('/old')), '/');
+    assert.equal(rewritePath('/a/b', swap('/x'), prefix('/')), '/x/a/b');
+    assert.equal(rewritePath('/a/b', { type: 'ReplaceFullPath', value: '/f' }, prefix('/a')), '/f');
+    const req = { secure: false, host: 'shop.example:8080', path: '/old/a', query: 'q=1' };
+    assert.equal(redirectLocation({ statusCode: 302 }, prefix('/old'), req), 'http://shop.example:8080/old/a?q=1');
+    assert.equal(redirectLocation({ statusCode: 301, scheme: 'https' }, prefix('/old'), req), 'https://shop.example/old/a?q=1');
+    assert.equal(redirectLocation({ statusCode: 301, scheme: 'https', port: 443, hostname: 'b.example', path: swap('/n') }, prefix('/old'), req), 'https://b.example/n/a?q=1');
+    assert.equal(redirectLocation({ statusCode: 302, port: 9000 }, prefix('/old'), { ...req, host: '[::1]:8080', query: undefined }), 'http://[::1]:9000/old/a');
+    assert.deepEqual(modifyHeaders(['Host', 'h', 'X-A', '1', 'x-a', '2', 'X-B', 'b', 'X-C', 'c'], { set: [['x-a', 'new']], add: [['x-b', 'more']], remove: ['x-c'] }), ['Host', 'h', 'X-B', 'b', 'x-a', 'new', 'x-b', 'more']);
   });
 });
 

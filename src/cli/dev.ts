@@ -8,6 +8,17 @@ import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway } from '../fronts/gateway/s
 import { checkGatewayFlags } from './api.js';
 import { Sidecar, SIDECAR_NAMESPACE } from '../fronts/sidecar/server.js';
 import { formatAddress, isWildcard } from '../base/util/address.js';
+import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
+import { errorMessage } from '../base/util/option-error.js';
+import { defaultCaDir } from '../tls/workload/index.js';
+import type { ResolvedOptions } from '../process/options.js';
+
+/** The banner's line on mutual TLS: the mode, where the certificates come from, how to change it. */
+export function mtlsLine(o: Pick<ResolvedOptions, 'mtls' | 'caDir' | 'meshHome' | 'mtlsCertFile'>): string {
+  if (o.mtls === 'off') return 'mTLS:     off (--mtls=strict: the services accept only callers with a mesh certificate)';
+  const from = o.mtlsCertFile !== undefined ? `--mtls_cert_file ${o.mtlsCertFile}` : `the mesh CA in ${defaultCaDir(o.caDir, o.meshHome)}`;
+  return `mTLS:     ${o.mtls}, certificates from ${from} (--mtls=off turns it off)`;
+}
 
 export async function runDev(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
@@ -29,6 +40,16 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       ...frontEdgeFromFlags(config),
     });
     const admin = await runtime.startAdmin('127.0.0.1:9901');
+    // With --mtls (strict by default here), the gateway's identity is opened first: it is what
+    // every call of this one process presents (the gateway's, the sidecar's and the API greeter's),
+    // while each service serves its own.
+    try {
+      await runtime.workloadTls(CALLER_NAMES.gateway);
+    } catch (err) {
+      // The user may not know the demo uses a CA at all: say why it needs one, and how not to.
+      if (args.given.has('mtls')) throw err;
+      throw new Error(`${errorMessage(err, 'flag')} (mesh dev runs with --mtls=strict unless told otherwise; --mtls=off runs the demo without mutual TLS)`);
+    }
     const backend = greeterBackend(mesh);
     const api = greeterApi(mesh);
     await backend.start();
@@ -59,6 +80,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
         `  services: go.mesh.srv.greeter, go.mesh.api.greeter`,
         `  gateway:  ${gatewayUrl} (listening on ${formatAddress(bound.address, bound.port)})`,
         ...sidecarLines,
+        `  ${mtlsLine(runtime.options)}`,
         admin ? `  admin:    http://${formatAddress(admin.host, admin.port)}/help` : '  admin:    off',
         '',
         'Try, in another terminal:',

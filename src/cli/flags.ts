@@ -8,7 +8,7 @@ import { parseDuration, parseSize } from '../base/util/duration.js';
 import { parseLevel } from '../base/util/levels.js';
 import { parseRate } from '../base/http/rate-limit.js';
 import { VALUE_CHECKS } from '../process/options.js';
-import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../base/options/schema.js';
+import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, commandDefault, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../base/options/schema.js';
 
 /** The flags: the option schema (src/base/options/schema.ts), by schema key. */
 export const FLAG_SPECS = OPTIONS;
@@ -261,7 +261,8 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   }
 
   const command = positionals[0];
-  if ((opts.command ?? true) && command !== undefined && command !== 'help' && (COMMAND_NAMES as readonly string[]).includes(command)) {
+  const known = (opts.command ?? true) && command !== undefined && command !== 'help' && (COMMAND_NAMES as readonly string[]).includes(command);
+  if (known) {
     for (const [name, flag] of onCommandLine) {
       if (!commandsUsing(name).includes(command as CommandName) && !switches.has('help')) throw new FlagError(unusedFlagMessage(command, flag, name));
     }
@@ -275,7 +276,8 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
 
   const config: Record<string, unknown> = {};
   for (const [name, spec] of Object.entries(FLAG_SPECS) as Array<[FlagName, FlagSpec]>) {
-    const raw = values.get(name) ?? spec.default;
+    // A command may have a default of its own (mesh dev: --mtls=strict).
+    const raw = values.get(name) ?? commandDefault(spec, known ? (command as CommandName) : undefined);
     config[name] = raw === undefined ? (spec.type === 'list' ? [] : undefined) : convert(name, spec, raw, fromEnv.has(name));
   }
   const check = (name: FlagName, fn: () => void, shownValue = String(config[name])) => {

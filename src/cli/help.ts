@@ -4,7 +4,7 @@
  * only flags.ts, so help never loads the runtime.
  */
 import { COMMAND_NAMES, FLAG_GROUPS, FLAG_SPECS, flagHelp, type CommandName, type FlagGroup } from './flags.js';
-import type { OptionSpec } from '../base/options/schema.js';
+import { commandDefault, commandDefaultsText, type OptionSpec } from '../base/options/schema.js';
 
 export interface CommandInfo {
   name: CommandName;
@@ -152,9 +152,9 @@ export function flagChoices(name: string, command?: CommandName): readonly strin
 function flagLine(name: string, command?: CommandName): string[] {
   const spec = (FLAG_SPECS as Record<string, Spec>)[name]!;
   const info = command ? findCommand(command) : undefined;
-  const def = info?.defaults?.[name as keyof typeof FLAG_SPECS] ?? spec.default;
+  const def = info?.defaults?.[name as keyof typeof FLAG_SPECS] ?? commandDefault(spec, command);
   const head = `  --${name}${spec.type === 'bool' ? '' : ` ${spec.type}`}`;
-  let text = spec.help + (def !== undefined ? ` (default ${def})` : '');
+  let text = spec.help + (def !== undefined ? ` (default ${def}${!command && spec.commandDefaults ? `; ${commandDefaultsText(spec)}` : ''})` : '');
   const choices = spec.type === 'bool' ? undefined : flagChoices(name, command);
   if (choices) text += `; one of ${choices.join(', ')}`;
   if (!command) text += ` [${flagHelp(name).commands.join(' ')}]`;
@@ -196,7 +196,7 @@ export function mainHelp(): string {
     'global flags (every command that talks to the mesh):',
     ...globals.map((n) => {
       const spec = (FLAG_SPECS as Record<string, Spec>)[n]!;
-      return `  --${n.padEnd(24)} ${spec.choices ? spec.choices.join('|') : spec.type}${spec.default !== undefined ? ` (default ${spec.default})` : ''}`;
+      return `  --${n.padEnd(24)} ${spec.choices ? spec.choices.join('|') : spec.type}${spec.default !== undefined ? ` (default ${spec.default}${spec.commandDefaults ? `; ${commandDefaultsText(spec)}` : ''})` : ''}`;
     }),
     '',
     'switches: -h, --help; -v, --version; --hot-restart-version',

@@ -4,6 +4,7 @@
  * same results either way.
  */
 import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
+import { servesMtls } from '../base/mtls/connector.js';
 import { request } from 'undici';
 import WebSocket from 'ws';
 import type { Config } from './flags.js';
@@ -73,9 +74,23 @@ export class DirectOperations implements Operations {
     return this.runtime.registry.deregister(service);
   }
 
-  async call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string> {
-    // With --mtls, the CLI calls with a certificate of its own identity (mesh.cli).
+  /**
+   * With --mtls, the CLI calls with a certificate of its own identity (mesh.cli): in strict mode
+   * always; in permissive mode (the default of `mesh call` and `mesh health`) when a node of
+   * `service` serves mutual TLS, so that calling a plain mesh neither needs nor makes a mesh CA.
+   */
+  private async callerIdentity(service: string): Promise<void> {
+    const mode = this.runtime.options.mtls;
+    if (mode === 'off') return;
+    if (mode === 'permissive') {
+      const records = await this.runtime.registry.getService(service);
+      if (!records.some((r) => r.nodes.some((n) => servesMtls(n.metadata)))) return;
+    }
     await this.runtime.workloadTls(CALLER_NAMES.cli);
+  }
+
+  async call(service: string, endpoint: string, requestJson: string, address?: string): Promise<string> {
+    await this.callerIdentity(service);
     const res = await this.runtime.client.call(service, endpoint, Buffer.from(requestJson), {
       contentType: 'application/json',
       address,
@@ -84,7 +99,7 @@ export class DirectOperations implements Operations {
   }
 
   async stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
-    await this.runtime.workloadTls(CALLER_NAMES.cli);
+    await this.callerIdentity(service);
     return this.runtime.client.stream(service, endpoint, opts);
   }
 

@@ -3,7 +3,7 @@
  * sits between `<!-- options:begin group=GROUP -->` (or `api` for the library's options) and
  * `<!-- options:end -->`, and test/options-docs.test.ts fails when one is out of date.
  */
-import { OPTION_GROUPS, apiName, envName, optionEntries, type OptionGroup, type OptionSpec } from '../base/options/schema.js';
+import { OPTION_GROUPS, apiName, commandDefaultsText, envName, optionEntries, type OptionGroup, type OptionSpec } from '../base/options/schema.js';
 
 const BEGIN = /<!-- options:begin (group=([a-z]+)|api) -->\n[\s\S]*?<!-- options:end -->/g;
 
@@ -25,7 +25,7 @@ function defaultText(d: string | number | null | undefined): string {
 export function groupTable(group: OptionGroup): string {
   const rows = optionEntries()
     .filter(([, spec]) => spec.group === group)
-    .map(([key, spec]) => `| \`--${key}\` | \`${envName(key)}\` | ${valueText(spec)} | ${defaultText(spec.default)} | ${spec.commands.join(', ')} | ${cell(spec.help)} |`);
+    .map(([key, spec]) => `| \`--${key}\` | \`${envName(key)}\` | ${valueText(spec)} | ${defaultText(spec.default)}${spec.commandDefaults ? ` (${cell(commandDefaultsText(spec, code))})` : ''} | ${spec.commands.join(', ')} | ${cell(spec.help)} |`);
   return ['| Flag | Variable | Value | Default | Commands | What |', '|---|---|---|---|---|---|', ...rows].join('\n');
 }
 

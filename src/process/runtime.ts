@@ -65,6 +65,17 @@ export interface RuntimeOptions {
 type ShutdownHook = () => Promise<void> | void;
 
 /** Functions registered with the runtime, called in registration order; each add returns its removal. */
+/** The same certificate listed by several sources (the mesh roots behind each workload certificate) once. */
+function uniqueCertificates(certs: CertificateInfo[]): CertificateInfo[] {
+  const seen = new Set<string>();
+  return certs.filter((c) => {
+    const key = `${c.path}\n${c.serialNumber}`;
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}
+
 class Sources<T> {
   private readonly entries = new Set<{ read: () => T[] }>();
 
@@ -304,7 +315,7 @@ export class Runtime {
       listeners: () => this.listenerSources.read(),
       hasListeners: () => this.listenerSources.size > 0,
       options: () => effectiveOptions(this.setup.role, this.options, this.setup.flags),
-      certs: () => this.certificateSources.read(),
+      certs: () => this.certificates(),
       authRules: () => this.authRuleSources.read(),
       hasAuthRules: () => this.authRuleSources.size > 0,
       server: this.state,
@@ -333,7 +344,7 @@ export class Runtime {
     const metrics = new MetricsServer({
       stats: this.stats,
       logging: this.logging,
-      certs: () => this.certificateSources.read(),
+      certs: () => this.certificates(),
       server: this.state,
       limits: serverLimits(this.options),
       processMetrics: this.processMetrics(),
@@ -395,7 +406,7 @@ export class Runtime {
 
   /** The loaded certificates now (what admin /certs lists). */
   certificates(): CertificateInfo[] {
-    return this.certificateSources.read();
+    return uniqueCertificates(this.certificateSources.read());
   }
 
   /** Registers loaded certificates (the TLS provider): admin /certs lists them. Returns the removal. */

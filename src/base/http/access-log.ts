@@ -35,6 +35,8 @@ export interface UpstreamInfo {
 export class RequestInfo implements UpstreamInfo {
   upstreamHost?: string;
   upstreamCluster?: string;
+  /** The name of the route file's rule that served the request (%ROUTE_NAME%). */
+  routeName?: string;
   flags = 0;
   bytesReceived = 0;
   bytesSent = 0;
@@ -171,6 +173,8 @@ function operator(name: string, arg: string | undefined): Field | undefined {
       return noArg((e: AccessLogEntry) => addressOf(e.req.socket.localAddress, e.req.socket.localPort));
     case 'TRACE_ID':
       return noArg((e: AccessLogEntry) => e.info.traceId);
+    case 'ROUTE_NAME':
+      return noArg((e: AccessLogEntry) => e.info.routeName);
   }
   return undefined;
 }
@@ -185,6 +189,7 @@ function addressOf(host: string | undefined, port: number | undefined): string |
 export const ACCESS_LOG_OPERATORS = [
   'START_TIME', 'REQ(X)', 'REQ(X?Y)', 'RESP(X)', 'PROTOCOL', 'RESPONSE_CODE', 'RESPONSE_FLAGS', 'BYTES_RECEIVED', 'BYTES_SENT',
   'DURATION', 'UPSTREAM_HOST', 'UPSTREAM_CLUSTER', 'DOWNSTREAM_REMOTE_ADDRESS', 'DOWNSTREAM_LOCAL_ADDRESS', 'TRACE_ID',
+  'ROUTE_NAME',
 ];
 
 /** The fields of `--access_log_format=json`, in order: one JSON object per line. */

@@ -9,7 +9,8 @@
  * `min`/`max`/`orZero` with `range` (the reason a value out of range is refused), `group` (the
  * help section), `commands` (the mesh commands that use it: any other command refuses the flag),
  * `api: true` when it is an option of the library (MeshOptions), `apiDefault` when the library's
- * default differs from the flag's (null: none), `help` (one line). Adding an option is one entry
+ * default differs from the flag's (null: none), `commandDefaults` (a command's own default, shown
+ * by its help and the docs' tables), `help` (one line). Adding an option is one entry
  * here plus the code that reads it. Pure data: no imports but constants and the naming of options.
  */
 import { DEFAULT_TRACING_ADDRESS } from '../tracing/config.js';
@@ -55,6 +56,8 @@ export interface OptionSpec {
   readonly range?: string;
   readonly api?: boolean;
   readonly apiDefault?: string | number | null;
+  /** The default of some commands when it differs from `default` (e.g. `mesh dev` runs the demo with --mtls=strict). */
+  readonly commandDefaults?: Partial<Record<CommandName, string>>;
 }
 
 /** The load-balancing policies (`--lb_policy`, a proxy cluster's `lb_policy`); src/core/upstream/load-balancer.ts implements each. */
@@ -121,7 +124,7 @@ export const OPTIONS = {
   access_log: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'front ends: access log, one line a request: off, stdout or a file path (reopened on SIGUSR1)' },
   access_log_format: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'access log format: text with %OPERATOR%s, or json; without it, Envoy\'s default format (docs/observability.md)' },
   enable_stats: { type: 'bool', default: 'false', group: 'command', commands: GATEWAYS, api: true, help: 'serve /stats (dashboard and JSON)' },
-  mtls: { type: 'string', default: 'off', choices: ['off', 'permissive', 'strict'], group: 'mtls', commands: MESH_PROCESS, api: true, help: 'mutual TLS between mesh processes: off, permissive (TLS and plain on one port; mTLS to nodes that serve it) or strict (mTLS only)' },
+  mtls: { type: 'string', default: 'off', commandDefaults: { dev: 'strict', call: 'permissive', health: 'permissive', publish: 'permissive', subscribe: 'permissive' }, choices: ['off', 'permissive', 'strict'], group: 'mtls', commands: MESH_PROCESS, api: true, help: 'mutual TLS between mesh processes: off, permissive (TLS and plain on one port; mTLS to nodes that serve it) or strict (mTLS only)' },
   trust_domain: { type: 'string', default: 'mesh.local', group: 'mtls', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'trust domain of the workload identities (spiffe://<trust_domain>/svc/<service>)' },
   ca_dir: { type: 'string', group: 'mtls', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'the mesh CA (default $MESH_HOME/ca or ~/.mesh/ca)' },
   mtls_cert_file: { type: 'string', group: 'mtls', commands: MESH_PROCESS, api: true, help: 'an outside PKI (cert-manager, Vault): this process\'s workload certificate, PEM, then any intermediates (with --mtls_key_file and --mtls_ca_file; reloaded when it changes)' },
@@ -218,6 +221,23 @@ export function apiName(key: string): string {
 /** The schema key of an API name: clientRequestTimeout → client_request_timeout. */
 export function keyOfApiName(name: string): string {
   return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+/** The default of an option for a command: its own (commandDefaults), else the option's. */
+export function commandDefault(spec: OptionSpec, command: CommandName | undefined): string | undefined {
+  return (command !== undefined ? spec.commandDefaults?.[command] : undefined) ?? spec.default;
+}
+
+/**
+ * The commands with a default of their own, grouped by value, as help and the docs print them after
+ * the option's default: `dev: strict; call, health: permissive` (empty: none).
+ */
+export function commandDefaultsText(spec: OptionSpec, show: (value: string) => string = (v) => v): string {
+  const byValue = new Map<string, string[]>();
+  for (const [command, value] of Object.entries(spec.commandDefaults ?? {}) as Array<[CommandName, string]>) {
+    byValue.set(value, [...(byValue.get(value) ?? []), command]);
+  }
+  return [...byValue].map(([value, commands]) => `${commands.join(', ')}: ${show(value)}`).join('; ');
 }
 
 /** Why a number is outside the option's range, or undefined when it is inside (or the option has none). */

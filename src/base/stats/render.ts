@@ -186,6 +186,7 @@ const HELP: Record<string, string> = {
   'cluster.upstream_cx_connect_fail': 'Upstream connection failures',
   'cluster.membership_total': 'Hosts in the cluster',
   'cluster.membership_healthy': 'Healthy hosts in the cluster',
+  'cluster.membership_mtls': 'Hosts in the cluster whose node serves mutual TLS (mtls=true)',
   'cluster.outlier_detection.ejections_active': 'Hosts currently ejected by outlier detection',
   'cluster.outlier_detection.ejections_total': 'Ejections by outlier detection',
   'cluster.health_check.attempt': 'Active health check attempts',

@@ -117,6 +117,10 @@ export const DEFAULT_TAG_RULES: TagRule[] = [
   { name: 'listener_address', regex: /^listener\.((.+?)\.)(?:downstream_|http\.|ssl\.|no_filter_chain_match)/s },
   // server.worker.<index>.downstream_rq_total -> server.worker.downstream_rq_total{worker_id="<index>"} (--concurrency)
   { name: 'worker_id', regex: /^server\.worker\.((\d+)\.)/ },
+  // vhost.<host>.route.<rule>.rq_total -> vhost.route.rq_total{route_name="<rule>",virtual_host_name="<host>"}
+  // (a route file's per-route stats: the last `.route.` ends the host, names with dots come out whole)
+  { name: 'route_name', regex: /^vhost\..+\.route\.((.+?)\.)(?:rq_total|rq_\dxx|retry|retry_overflow|fault\.[a-z_]+|mirror\.[a-z]+)$/s },
+  { name: 'virtual_host_name', regex: /^vhost\.((.+)\.)route\.[^]+$/s },
   // broker.topic.<topic>.published -> broker.topic.published{broker_topic="<topic>"} (topics have dots:
   // the topic is everything up to the last segment)
   { name: 'broker_topic', regex: /^broker\.topic\.((.+)\.)[^.]+$/s },

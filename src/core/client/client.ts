@@ -19,7 +19,7 @@ import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE } from '..
 import type { Tracer } from '../../base/tracing/tracer.js';
 import type { StatsStore } from '../../base/stats/store.js';
 import { openStream, streamTimeout, type StreamCall, type StreamOpener, type StreamOpenOptions } from './stream.js';
-import { callError, newAttempt, type ClientInterceptor, type ClientSend, type UnaryCall } from './interceptors/call.js';
+import { callError, newAttempt, type ClientInterceptor, type ClientSend, type RetryRules, type UnaryCall } from './interceptors/call.js';
 import { compose } from './interceptors/compose.js';
 import { clientRetry } from './interceptors/client-retry.js';
 import { pickHost } from './interceptors/pick-host.js';
@@ -91,6 +91,8 @@ export interface CallOptions {
   version?: string;
   /** Overrides the client's retry count for this call. */
   retries?: number;
+  /** A route's retry rules: the statuses retried, the pause, the retry budget, counters. */
+  retryRules?: RetryRules;
   /** Overrides the client's per-try budget for this call (0: a try may use the whole budget). */
   perTryTimeoutMs?: number;
   /**
@@ -204,6 +206,7 @@ export class Client {
       budget,
       deadline: Date.now() + budget,
       retries: opts.retries ?? this.options.retries,
+      retryRules: opts.retryRules,
       perTry: opts.perTryTimeoutMs ?? this.options.perTryTimeoutMs ?? 0,
       // A call to a given node has nowhere else to go: no hedge.
       hedgeDelay: opts.idempotent === true && opts.address === undefined ? (opts.hedgeDelayMs ?? this.options.hedgeDelayMs ?? 0) : 0,

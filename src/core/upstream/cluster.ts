@@ -77,6 +77,8 @@ export const CLUSTER_STATS = {
     cxActive: 'upstream_cx_active',
     membershipTotal: 'membership_total',
     membershipHealthy: 'membership_healthy',
+    /** Hosts whose node serves mutual TLS (says mtls=true): a process with --mtls calls them over it. */
+    membershipMtls: 'membership_mtls',
   },
 } as const;
 
@@ -290,6 +292,7 @@ export class Cluster {
     this.healthyList = this.hostList.filter((h) => h.healthy());
     this.s.membershipTotal.set(this.hostList.length);
     this.s.membershipHealthy.set(this.healthyList.length);
+    this.s.membershipMtls.set(this.hostList.filter((h) => servesMtls(h.metadata)).length);
   }
 
   /**

@@ -7,6 +7,7 @@ import { Pool, type buildConnector } from 'undici';
 import type { Node } from '../../engines/registry/registry.js';
 import { formatAddress } from '../../base/util/address.js';
 import type { HostSnapshot, HostStatsSnapshot, UpstreamTarget } from './types.js';
+import { servesMtls } from '../../base/mtls/connector.js';
 
 export const MIN_WEIGHT = 1;
 export const MAX_WEIGHT = 100;
@@ -303,6 +304,7 @@ export class Host implements UpstreamTarget {
       zone: this.zone,
       canary: this.canary,
       successRate: this.successRate,
+      mtls: servesMtls(this.metadata),
     };
   }
 }

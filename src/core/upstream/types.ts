@@ -134,6 +134,8 @@ export interface HostSnapshot {
   canary: boolean;
   /** 0..100, or -1 when the last interval had too little data. */
   successRate: number;
+  /** The node serves mutual TLS (says mtls=true): a process with --mtls calls it over mutual TLS. */
+  mtls?: boolean;
 }
 
 export interface CircuitBreakerThresholds {

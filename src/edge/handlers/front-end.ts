@@ -6,6 +6,8 @@ import type { CallOptions } from '../../core/client/client.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { targetOf } from '../../base/http/target.js';
 import type { CallContext } from '../../base/util/call-context.js';
+import type { MirrorSender } from './mirror.js';
+import type { RuleEffects } from '../routes/effects.js';
 
 export interface FrontEnd {
   runtime: Runtime;
@@ -14,6 +16,8 @@ export interface FrontEnd {
   /** The `id` of error JSON this front end writes. */
   errorId: string;
   maxBodyBytes: number;
+  /** Sends a route's RequestMirror copies (bounded); none: copies are dropped and counted. */
+  mirrors?: MirrorSender;
   /** Authorizes a call whose service and method only the body or query names (/rpc): throws the 401/403 (src/edge/auth/); `res` undefined for an upgrade. */
   authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void;
   /**
@@ -34,6 +38,10 @@ export interface RoutePolicy {
   requestTimeoutMs?: number;
   /** `timeouts.backendRequest` (ms): each try. */
   tryTimeoutMs?: number;
+  /** The rule's stats, retries, filters and faults (src/edge/routes/effects.ts). */
+  effects?: RuleEffects;
+  /** The path and query sent to the backend after the rule's URLRewrite; undefined: as received. */
+  path?: string;
 }
 
 /**
@@ -55,6 +63,15 @@ export function callOptionsFrom(req: IncomingMessage, contentType?: string, cont
     options.version = policy.version;
     options.budgetMs = policy.requestTimeoutMs;
     options.perTryTimeoutMs = policy.tryTimeoutMs;
+    const effects = policy.effects;
+    if (effects) {
+      if (options.metadata) options.metadata = effects.metadata(options.metadata);
+      const retry = effects.rule.retry;
+      if (retry) {
+        options.retries = retry.attempts;
+        options.retryRules = effects.retryRules;
+      }
+    }
   }
   return options;
 }

@@ -25,6 +25,7 @@ import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '
 import { lingerOnRest, readBody } from '../../base/http/body.js';
 import type { UpstreamLease } from '../../core/upstream/types.js';
 import type { FrontEnd, RoutePolicy } from './front-end.js';
+import type { RuleEffects } from '../routes/effects.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf } from '../../base/tracing/tracer.js';
 import type { CallContext } from '../../base/util/call-context.js';
@@ -107,7 +108,16 @@ function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
 
 type ForwardResult =
   | { kind: 'response'; status: number }
-  | { kind: 'error'; err: unknown; timedOut: boolean; responded: boolean; clientGone: boolean };
+  /** retryStatus: the node answered this status, which is retried: its answer was dropped, never sent to the client. */
+  | { kind: 'error'; err: unknown; timedOut: boolean; responded: boolean; clientGone: boolean; retryStatus?: number };
+
+/** What a try does with the node's answer head besides passing it on. */
+interface AnswerPolicy {
+  /** A status this try drops for a retry (a route's `retry.codes`, on a try that is not the last). */
+  retryStatus?: (status: number) => boolean;
+  /** The route's ResponseHeaderModifier. */
+  responseHeaders?: (flat: string[]) => string[];
+}
 
 const TIMEOUT_MESSAGE = 'timeout waiting for the upstream answer';
 
@@ -137,6 +147,7 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
   private ended = false;
   private done = false;
   private status = 0;
+  private retryStatus: number | undefined;
   private readonly onClientGone = () => {
     if (this.res.writableFinished) return;
     this.clientGone = true;
@@ -166,6 +177,7 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
     private readonly idleMs: number,
     streamedBody: boolean,
     private readonly settle: (result: ForwardResult) => void,
+    private readonly answer: AnswerPolicy | undefined,
   ) {
     if (!streamedBody) this.startTimer();
     res.on('close', this.onClientGone);
@@ -219,6 +231,13 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     if (statusCode < 200) return true; // an interim answer (100 Continue): the final one follows
+    if (this.answer?.retryStatus?.(statusCode)) {
+      // Dropped for a retry: nothing of it reaches the client.
+      this.retryStatus = statusCode;
+      clearTimeout(this.timer);
+      this.abort?.(new Error(`answered ${statusCode}`));
+      return false;
+    }
     this.responded = true;
     this.status = statusCode;
     this.resume = resume;
@@ -237,7 +256,7 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
       if ((lower !== 'content-length' && isHopByHop(lower)) || named?.has(lower)) continue;
       out.push(name, rawHeaders[i + 1]!.toString('latin1'));
     }
-    this.res.writeHead(statusCode, out);
+    this.res.writeHead(statusCode, this.answer?.responseHeaders ? this.answer.responseHeaders(out) : out);
     if (bodiless(statusCode, this.head)) {
       // Complete now: undici may still object to a Content-Length that announces no body.
       this.ended = true;
@@ -279,17 +298,17 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
 
   onError(err: Error): void {
     if (this.ended) return this.finish({ kind: 'response', status: this.status });
-    this.finish({ kind: 'error', err, timedOut: this.timedOut, responded: this.responded, clientGone: this.clientGone });
+    this.finish({ kind: 'error', err, timedOut: this.timedOut, responded: this.responded, clientGone: this.clientGone, retryStatus: this.retryStatus });
   }
 }
 
-function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, headers: string[], body: RequestBody, timeoutMs: number, idleMs: number): Promise<ForwardResult> {
+function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, path: string, headers: string[], body: RequestBody, timeoutMs: number, idleMs: number, answer?: AnswerPolicy): Promise<ForwardResult> {
   return new Promise<ForwardResult>((resolve) => {
-    const attempt = new ProxyAttempt(res, req.method === 'HEAD', timeoutMs, idleMs, body.kind === 'stream', resolve);
+    const attempt = new ProxyAttempt(res, req.method === 'HEAD', timeoutMs, idleMs, body.kind === 'stream', resolve, answer);
     try {
       dispatcher.dispatch(
         {
-          path: req.url ?? '/',
+          path,
           method: (req.method ?? 'GET') as Dispatcher.HttpMethod,
           headers,
           body: body.kind === 'buffered' ? body.bytes : body.kind === 'stream' ? body.stream : undefined,
@@ -350,12 +369,24 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
     });
     body = { kind: 'stream', stream: limited };
   }
-  const headers = forwardedHeaders(req, secure, body.kind !== 'buffered', trace);
-  // A streamed body can be sent once only; otherwise a refused connection is retried on another host.
-  const retries = body.kind === 'stream' ? 0 : fe.runtime.options.clientRetries;
+  const route = policy?.effects;
+  const forwarded = forwardedHeaders(req, secure, body.kind !== 'buffered', trace);
+  const headers = route ? route.requestHeaders(forwarded) : forwarded;
+  const path = policy?.path ?? req.url ?? '/';
+  const retry = route?.rule.retry;
+  // A streamed body can be sent once only; otherwise a refused connection (and a route's retry codes) is retried on another host.
+  const retries = body.kind === 'stream' ? 0 : (retry?.attempts ?? fe.runtime.options.clientRetries);
   // A route's timeouts: each try waits for the answer's head at most backendRequest, else request, else --client_request_timeout.
   const timeoutMs = policy?.tryTimeoutMs ?? policy?.requestTimeoutMs ?? fe.runtime.options.clientRequestTimeout;
-  const call: ProxyCall = { fe, service, version: policy?.version, timeoutMs, req, res, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req) };
+  const mirrors = route?.rule.filters.mirrors;
+  if (route && mirrors && mirrors.length > 0) {
+    if (body.kind === 'stream' || !fe.mirrors) for (const _ of mirrors) route.stats.mirrorDropped.inc();
+    else fe.mirrors.send(mirrors, { method: req.method ?? 'GET', path, headers, body: body.kind === 'buffered' ? body.bytes : undefined }, route.stats);
+  }
+  const call: ProxyCall = {
+    fe, service, version: policy?.version, timeoutMs, req, res, path, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req),
+    route, codes: retry?.codes ?? [], backoffMs: retry?.backoffMs ?? 0, responseHeaders: route?.responseHeaders(),
+  };
   const result = await sendProxied(call, 0);
   if (result.kind === 'failed') sendError(res, result.error);
 }
@@ -370,6 +401,8 @@ interface ProxyCall {
   readonly timeoutMs: number;
   readonly req: IncomingMessage;
   readonly res: ServerResponse;
+  /** The path and query sent (a route's URLRewrite applied). */
+  readonly path: string;
   readonly headers: string[];
   readonly body: RequestBody;
   /** Counts a chunked body against `limit` (--max_body_size). */
@@ -379,28 +412,38 @@ interface ProxyCall {
   /** Hosts already tried (only when a retry may follow). */
   tried: Set<string> | undefined;
   readonly info: ReturnType<typeof requestInfo>;
+  /** The route's rule (its stats and retry budget), when a route file's route sent the request. */
+  readonly route: RuleEffects | undefined;
+  /** Answer statuses retried (a route's retry.codes). */
+  readonly codes: readonly number[];
+  /** Pause before each retry (a route's retry.backoff). */
+  readonly backoffMs: number;
+  readonly responseHeaders: ((flat: string[]) => string[]) | undefined;
 }
 
 /**
  * A try answered the client (or there is no one left to answer), failed before any answer
  * started, or was a retry that max_retries or the retry budget refused (not made).
  */
-type ProxyTry = { kind: 'done' } | { kind: 'failed'; error: MeshError; connectFailure: boolean } | { kind: 'overflow' };
+type ProxyTry = { kind: 'done' } | { kind: 'failed'; error: MeshError; retriable: boolean } | { kind: 'overflow' };
 
 const DONE: ProxyTry = { kind: 'done' };
 const OVERFLOW: ProxyTry = { kind: 'overflow' };
 
 /**
- * The proxy's tries under the client's retry interceptor, with the proxy's policy: only a connect
- * failure is retried, at once, on another host (retries is 0 for a streamed body); the last
- * failure is the answer, also when the retry budget refuses the retry.
+ * The proxy's tries under the client's retry interceptor, with the proxy's policy: a connect
+ * failure is retried on another host (retries is 0 for a streamed body), and so is an answer
+ * whose status a route's retry.codes name (after the route's backoff); the last failure is the
+ * answer, also when the retry budget refuses the retry (an answer dropped for a retry is then
+ * error JSON with its status).
  */
 const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
   retry({
     retries: (call) => call.retries,
     attempt: (_call, n) => n,
-    decide: (r) => (r.kind === 'overflow' ? 'stop' : r.kind === 'failed' && r.connectFailure ? 'retry' : 'done'),
-    exhausted: (call) => ({ kind: 'failed', error: new MeshError(call.fe.errorId, 502, `proxy to ${call.service} failed`), connectFailure: false }),
+    decide: (r) => (r.kind === 'overflow' ? 'stop' : r.kind === 'failed' && r.retriable ? 'retry' : 'done'),
+    exhausted: (call) => ({ kind: 'failed', error: new MeshError(call.fe.errorId, 502, `proxy to ${call.service} failed`), retriable: false }),
+    backoff: (_n, call) => call.backoffMs,
   }),
 ]);
 
@@ -411,15 +454,19 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   let lease: UpstreamLease;
   try {
     const clusters = fe.runtime.clusters;
-    const options = { exclude: call.tried, retry: attempt > 0, version: call.version };
+    const options = { exclude: call.tried, retry: attempt > 0, version: call.version, retryBudget: call.route?.budget };
     lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
   } catch (err) {
-    if (isRetryOverflow(err)) return OVERFLOW;
+    if (isRetryOverflow(err)) {
+      call.route?.stats.retryOverflow.inc();
+      return OVERFLOW;
+    }
     req.resume();
     sendError(res, asFrontEndError(err, fe.errorId));
     return DONE;
   }
   const started = Date.now();
+  if (attempt > 0) call.route?.stats.retry.inc();
   if (info) {
     info.upstreamCluster = service;
     info.upstreamHost = lease.target.key;
@@ -430,7 +477,10 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
     return DONE;
   }
   if (call.retries > 0) (call.tried ??= new Set()).add(lease.target.key);
-  const result = await forward(lease.target.dispatcher, req, res, call.headers, call.body, timeoutMs, fe.runtime.options.streamIdleTimeout);
+  const codes = call.codes;
+  const answer: AnswerPolicy | undefined =
+    call.responseHeaders || (codes.length > 0 && attempt < call.retries) ? { responseHeaders: call.responseHeaders, retryStatus: attempt < call.retries && codes.length > 0 ? (status) => codes.includes(status) : undefined } : undefined;
+  const result = await forward(lease.target.dispatcher, req, res, call.path, call.headers, call.body, timeoutMs, fe.runtime.options.streamIdleTimeout, answer);
   if (result.kind === 'response') {
     lease.release(result, Date.now() - started);
     return DONE;
@@ -461,6 +511,10 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
     res.destroy();
     return DONE;
   }
+  if (result.retryStatus !== undefined && !res.destroyed) {
+    lease.release({ kind: 'response', status: result.retryStatus }, Date.now() - started);
+    return { kind: 'failed', error: new MeshError(fe.errorId, result.retryStatus, `proxy to ${service} on ${lease.target.key}: answered ${result.retryStatus}`), retriable: true };
+  }
   const failure = classifyError(result.err, result.timedOut);
   lease.release(failure.outcome, Date.now() - started);
   if (res.destroyed || res.writableEnded) return DONE; // the client went away
@@ -469,7 +523,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
     outcome === 'timeout'
       ? flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
       : flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
-  return { kind: 'failed', error, connectFailure: outcome === 'connect_failure' };
+  return { kind: 'failed', error, retriable: outcome === 'connect_failure' };
 }
 
 /** Whether an Upgrade header lists h2c (HTTP/2 over cleartext, any version) among its protocols. */

@@ -5,10 +5,10 @@
  *
  * - Every field of HTTPRoute (gateway.networking.k8s.io/v1) is known. Fields that mean nothing
  *   to mesh (`parentRefs`, `status`, most of `metadata`, a backend's `group`, `namespace`, `port`)
- *   are accepted and ignored; fields mesh does not do yet (`filters`, `retry`,
- *   `sessionPersistence`) refuse the file with "not supported yet" naming the field; a field the
- *   Gateway API does not have is refused. Mesh's own fields: `spec.handler` and a backend's
- *   `version`.
+ *   are accepted and ignored; what mesh does not do yet (`sessionPersistence`, a backend's
+ *   `filters`, a mirror's `percent`) refuses the file with "not supported yet" naming the field;
+ *   a field the Gateway API does not have is refused. Mesh's own fields: `spec.handler`, a
+ *   backend's `version`, a rule's `fault` and its `retry.budget`.
  * - Every error is a RouteFileError naming the file, the line, and the route and rule
  *   (`routes.yaml line 12: HTTPRoute canary rules[0].backendRefs[1].weight: ...`).
  */
@@ -16,6 +16,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
+import { isEdgeSetHeader, isHopByHop } from '../../core/transport/headers.js';
 import { LineCounter, isMap, isScalar, isSeq, parseAllDocuments, type Node, type Pair } from 'yaml';
 
 export type RouteHandler = 'api' | 'rpc' | 'proxy';
@@ -65,6 +66,57 @@ export interface RuleSpec {
   requestTimeoutMs?: number;
   /** `timeouts.backendRequest` in ms: each try. */
   backendRequestTimeoutMs?: number;
+  /** `retry`: the route's own retries (and mesh's retry budget). */
+  retry?: RetrySpec;
+  /** Mesh's `fault`: delays and aborts injected for testing. */
+  fault?: FaultSpec;
+  /** `filters`, by kind (each kind at most once, as the Gateway API says; mirrors several). */
+  filters: FiltersSpec;
+}
+
+export interface RetrySpec {
+  /** Retries after the first try (the Gateway API's `attempts`). */
+  attempts: number;
+  /** Answer statuses that are retried (proxy routes); empty: only failures to connect. */
+  codes: number[];
+  /** Pause before each retry (ms); undefined: the handler's own (none on a proxy route, the client's backoff on rpc and api routes). */
+  backoffMs?: number;
+  /** Mesh's `budget`: at most `percent` % of the active requests to the service may be retries, at least `min` at once. */
+  budget?: { percent: number; minConcurrency: number };
+}
+
+export interface FaultSpec {
+  delay?: { ms: number; percentage: number };
+  abort?: { status: number; percentage: number };
+}
+
+export interface HeaderModifierSpec {
+  /** Names in lower case. */
+  set: Array<[string, string]>;
+  add: Array<[string, string]>;
+  remove: string[];
+}
+
+export interface RewriteSpec {
+  hostname?: string;
+  path?: { type: 'ReplacePrefixMatch' | 'ReplaceFullPath'; value: string };
+}
+
+export interface RedirectSpec {
+  scheme?: 'http' | 'https';
+  hostname?: string;
+  port?: number;
+  path?: { type: 'ReplacePrefixMatch' | 'ReplaceFullPath'; value: string };
+  statusCode: 301 | 302;
+}
+
+export interface FiltersSpec {
+  requestHeaders?: HeaderModifierSpec;
+  responseHeaders?: HeaderModifierSpec;
+  rewrite?: RewriteSpec;
+  redirect?: RedirectSpec;
+  /** Services that get a copy of each request. */
+  mirrors: string[];
 }
 
 export interface RouteSpec {
@@ -98,21 +150,41 @@ export class RouteFileError extends Error {
 }
 
 /** Bounds of the Gateway API's own schema (and of a file). */
-export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000 } as const;
+export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000 } as const;
 
 const API_VERSIONS = new Set(['gateway.networking.k8s.io/v1', 'gateway.networking.k8s.io/v1beta1']);
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
 const TOP = new Set(['apiVersion', 'kind', 'metadata', 'spec', 'status']);
 const METADATA = new Set(['name', 'namespace', 'labels', 'annotations', 'uid', 'resourceVersion', 'generation', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'finalizers', 'ownerReferences', 'managedFields', 'generateName', 'selfLink']);
 const SPEC = new Set(['parentRefs', 'hostnames', 'rules', 'handler']);
-const RULE = new Set(['name', 'matches', 'filters', 'backendRefs', 'timeouts', 'retry', 'sessionPersistence']);
+const RULE = new Set(['name', 'matches', 'filters', 'backendRefs', 'timeouts', 'retry', 'sessionPersistence', 'fault']);
 const MATCH = new Set(['path', 'headers', 'queryParams', 'method']);
 const PATH = new Set(['type', 'value']);
 const VALUE_MATCH = new Set(['type', 'name', 'value']);
 const BACKEND = new Set(['group', 'kind', 'name', 'namespace', 'port', 'weight', 'filters', 'version']);
 const TIMEOUTS = new Set(['request', 'backendRequest']);
 /** Gateway API fields mesh does not do yet: a route that uses one is refused, never half-served. */
-const NOT_YET = new Set(['filters', 'retry', 'sessionPersistence']);
+const NOT_YET = new Set(['sessionPersistence']);
+const RETRY = new Set(['attempts', 'codes', 'backoff', 'budget']);
+const BUDGET = new Set(['percent', 'min']);
+const FAULT = new Set(['delay', 'abort']);
+const FAULT_DELAY = new Set(['fixedDelay', 'percentage']);
+const FAULT_ABORT = new Set(['httpStatus', 'percentage']);
+const FILTER = new Set(['type', 'requestHeaderModifier', 'responseHeaderModifier', 'urlRewrite', 'requestRedirect', 'requestMirror', 'extensionRef', 'cors', 'externalAuth']);
+const FILTER_FIELD: Record<string, string> = {
+  RequestHeaderModifier: 'requestHeaderModifier',
+  ResponseHeaderModifier: 'responseHeaderModifier',
+  URLRewrite: 'urlRewrite',
+  RequestRedirect: 'requestRedirect',
+  RequestMirror: 'requestMirror',
+};
+const HEADER_MODIFIER = new Set(['set', 'add', 'remove']);
+const HEADER_VALUE = new Set(['name', 'value']);
+const REWRITE = new Set(['hostname', 'path']);
+const REDIRECT = new Set(['scheme', 'hostname', 'path', 'port', 'statusCode']);
+const PATH_MODIFIER = new Set(['type', 'replaceFullPath', 'replacePrefixMatch']);
+const MIRROR = new Set(['backendRef', 'percent', 'fraction']);
+const MIRROR_REF = new Set(['group', 'kind', 'name', 'namespace', 'port', 'version']);
 
 /** metadata.name and a rule's name: a DNS subdomain (RFC 1123), as Kubernetes checks them. */
 const DNS_NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
@@ -277,6 +349,8 @@ function parseMatch(at: At): MatchSpec {
 function parseBackend(at: At): BackendRefSpec {
   const f = fields(at, BACKEND, 'an HTTPBackendRef');
   notYet(f);
+  const own = f.get('filters');
+  if (own && isSeq(own.node) && own.node.items.length > 0) throw own.at.error("a backend's filters are not supported yet (put them on the rule)");
   const group = f.get('group');
   if (group && !(isScalar(group.node) && (group.node.value === '' || group.node.value === 'core'))) throw group.at.error('must be "" (a mesh service)');
   const kind = f.get('kind');
@@ -317,8 +391,13 @@ function parseRule(at: At, route: string, index: number, line: number): RuleSpec
   const matchList = f.has('matches') ? list(f.get('matches')!.at, LIMITS.matches).map(parseMatch) : [];
   const matches = matchList.length > 0 ? matchList : [{ path: { type: 'PathPrefix' as const, value: '/' }, headers: [], queryParams: [] }];
   const backendRefs = f.has('backendRefs') ? list(f.get('backendRefs')!.at, LIMITS.backendRefs).map(parseBackend) : [];
-  if (backendRefs.length === 0) throw (f.get('backendRefs')?.at ?? at).error('backendRefs: at least one backend is needed');
-  const rule: RuleSpec = { name, index, line, matches, backendRefs };
+  const filters = f.has('filters') ? parseFilters(f.get('filters')!.at) : { mirrors: [] };
+  if (backendRefs.length === 0 && !filters.redirect) throw (f.get('backendRefs')?.at ?? at).error('backendRefs: at least one backend is needed (or a RequestRedirect filter)');
+  const prefixed = filters.rewrite?.path?.type === 'ReplacePrefixMatch' || filters.redirect?.path?.type === 'ReplacePrefixMatch';
+  if (prefixed && matches.some((m) => m.path.type !== 'PathPrefix')) throw f.get('filters')!.at.error('ReplacePrefixMatch needs every match of the rule to be a PathPrefix');
+  const rule: RuleSpec = { name, index, line, matches, backendRefs, filters };
+  if (f.has('retry')) rule.retry = parseRetry(f.get('retry')!.at);
+  if (f.has('fault')) rule.fault = parseFault(f.get('fault')!.at);
   if (f.has('timeouts')) {
     const t = fields(f.get('timeouts')!.at, TIMEOUTS, 'HTTPRouteTimeouts');
     if (t.has('request')) rule.requestTimeoutMs = duration(t.get('request')!.at);
@@ -329,6 +408,186 @@ function parseRule(at: At, route: string, index: number, line: number): RuleSpec
     }
   }
   return rule;
+}
+
+function percentage(at: At): number {
+  const node = at.node;
+  if (!isScalar(node) || typeof node.value !== 'number' || !Number.isFinite(node.value) || node.value < 0 || node.value > 100) throw at.error('must be a number from 0 to 100');
+  return node.value;
+}
+
+function parseRetry(at: At): RetrySpec {
+  const f = fields(at, RETRY, 'an HTTPRouteRetry');
+  const retry: RetrySpec = { attempts: f.has('attempts') ? integer(f.get('attempts')!.at, 0, LIMITS.retryAttempts) : 1, codes: [] };
+  if (f.has('codes')) {
+    for (const c of list(f.get('codes')!.at, 32)) {
+      const code = integer(c, 400, 599);
+      if (!retry.codes.includes(code)) retry.codes.push(code);
+    }
+  }
+  if (f.has('backoff')) {
+    const bAt = f.get('backoff')!.at;
+    const backoffMs = (retry.backoffMs = duration(bAt));
+    if (backoffMs > LIMITS.retryBackoffMs) throw bAt.error(`must be at most ${LIMITS.retryBackoffMs / 1000}s`);
+  }
+  if (f.has('budget')) {
+    const b = fields(f.get('budget')!.at, BUDGET, "mesh's retry budget");
+    retry.budget = {
+      percent: b.has('percent') ? percentage(b.get('percent')!.at) : 20,
+      minConcurrency: b.has('min') ? integer(b.get('min')!.at, 0, 1_000_000) : 3,
+    };
+  }
+  return retry;
+}
+
+function parseFault(at: At): FaultSpec {
+  const f = fields(at, FAULT, "mesh's fault");
+  const fault: FaultSpec = {};
+  if (f.has('delay')) {
+    const dAt = f.get('delay')!.at;
+    const d = fields(dAt, FAULT_DELAY, 'a fault delay');
+    if (!d.has('fixedDelay')) throw dAt.error('fixedDelay is required');
+    if (!d.has('percentage')) throw dAt.error('percentage is required');
+    const ms = duration(d.get('fixedDelay')!.at);
+    if (ms > LIMITS.faultDelayMs) throw d.get('fixedDelay')!.at.error(`must be at most ${LIMITS.faultDelayMs / 1000}s`);
+    fault.delay = { ms, percentage: percentage(d.get('percentage')!.at) };
+  }
+  if (f.has('abort')) {
+    const aAt = f.get('abort')!.at;
+    const a = fields(aAt, FAULT_ABORT, 'a fault abort');
+    if (!a.has('httpStatus')) throw aAt.error('httpStatus is required');
+    if (!a.has('percentage')) throw aAt.error('percentage is required');
+    fault.abort = { status: integer(a.get('httpStatus')!.at, 400, 599), percentage: percentage(a.get('percentage')!.at) };
+  }
+  return fault;
+}
+
+/** A header a modifier may touch: not hop-by-hop (the connection's), not one only a mesh edge sets. */
+function modifiableHeader(at: At): string {
+  const name = text(at, 256);
+  if (!HEADER_NAME.test(name)) throw at.error(`${JSON.stringify(name)} is not a valid header name`);
+  const lower = name.toLowerCase();
+  if (isHopByHop(lower) || lower === 'host' || lower === 'content-length') throw at.error(`${name} cannot be modified (a hop-by-hop header, or the request's framing; URLRewrite sets the host)`);
+  if (isEdgeSetHeader(lower)) throw at.error(`${name} cannot be modified (only the mesh edge sets it)`);
+  return lower;
+}
+
+function headerValues(at: At): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (const item of list(at, LIMITS.headers)) {
+    const f = fields(item, HEADER_VALUE, 'an HTTPHeader');
+    if (!f.has('name')) throw item.error('name is required');
+    if (!f.has('value')) throw item.error('value is required');
+    const name = modifiableHeader(f.get('name')!.at);
+    const vAt = f.get('value')!.at;
+    const value = isScalar(vAt.node) && vAt.node.value === '' ? '' : text(vAt);
+    if (/[\r\n\0]/.test(value)) throw vAt.error('must not hold a line break or NUL');
+    if (out.some(([n]) => n === name)) throw f.get('name')!.at.error(`${name} is named twice`);
+    out.push([name, value]);
+  }
+  return out;
+}
+
+function parseHeaderModifier(at: At): HeaderModifierSpec {
+  const f = fields(at, HEADER_MODIFIER, 'an HTTPHeaderFilter');
+  return {
+    set: f.has('set') ? headerValues(f.get('set')!.at) : [],
+    add: f.has('add') ? headerValues(f.get('add')!.at) : [],
+    remove: f.has('remove') ? list(f.get('remove')!.at, LIMITS.headers).map(modifiableHeader) : [],
+  };
+}
+
+function parsePathModifier(at: At): { type: 'ReplacePrefixMatch' | 'ReplaceFullPath'; value: string } {
+  const f = fields(at, PATH_MODIFIER, 'an HTTPPathModifier');
+  if (!f.has('type')) throw at.error('type is required (ReplaceFullPath or ReplacePrefixMatch)');
+  const tAt = f.get('type')!.at;
+  const type = text(tAt);
+  if (type !== 'ReplaceFullPath' && type !== 'ReplacePrefixMatch') throw tAt.error(`must be ReplaceFullPath or ReplacePrefixMatch, not ${JSON.stringify(type)}`);
+  const key = type === 'ReplaceFullPath' ? 'replaceFullPath' : 'replacePrefixMatch';
+  for (const k of f.keys()) if (k !== 'type' && k !== key) throw f.get(k)!.at.error(`${k} does not go with type ${type}`);
+  if (!f.has(key)) throw at.error(`${key} is required`);
+  const vAt = f.get(key)!.at;
+  const value = text(vAt, 1024);
+  if (!value.startsWith('/') || /[\s?#]/.test(value)) throw vAt.error('must be a path starting with / (no white space, ? or #)');
+  return { type, value };
+}
+
+function hostnameField(at: At): string {
+  const host = text(at, 253);
+  if (!HOSTNAME.test(host) || host.startsWith('*')) throw at.error(`${JSON.stringify(host)} is not a hostname (lower case, no port)`);
+  return host;
+}
+
+function parseFilters(at: At): FiltersSpec {
+  const out: FiltersSpec = { mirrors: [] };
+  const seen = new Set<string>();
+  for (const item of list(at, LIMITS.filters)) {
+    const f = fields(item, FILTER, 'an HTTPRouteFilter');
+    if (!f.has('type')) throw item.error('type is required');
+    const tAt = f.get('type')!.at;
+    const type = text(tAt, 64);
+    const key = FILTER_FIELD[type];
+    if (type === 'ExtensionRef' || type === 'CORS' || type === 'ExternalAuth') throw tAt.error(`${type} is not supported`);
+    if (!key) throw tAt.error(`must be one of ${Object.keys(FILTER_FIELD).join(', ')}, not ${JSON.stringify(type)}`);
+    for (const k of f.keys()) if (k !== 'type' && k !== key) throw f.get(k)!.at.error(`${k} does not go with type ${type}`);
+    if (!f.has(key)) throw item.error(`${key} is required with type ${type}`);
+    if (type !== 'RequestMirror' && seen.has(type)) throw tAt.error(`${type} is given twice`);
+    seen.add(type);
+    const vAt = f.get(key)!.at;
+    switch (type) {
+      case 'RequestHeaderModifier':
+        out.requestHeaders = parseHeaderModifier(vAt);
+        break;
+      case 'ResponseHeaderModifier':
+        out.responseHeaders = parseHeaderModifier(vAt);
+        break;
+      case 'URLRewrite': {
+        const r = fields(vAt, REWRITE, 'an HTTPURLRewriteFilter');
+        out.rewrite = {};
+        if (r.has('hostname')) out.rewrite.hostname = hostnameField(r.get('hostname')!.at);
+        if (r.has('path')) out.rewrite.path = parsePathModifier(r.get('path')!.at);
+        break;
+      }
+      case 'RequestRedirect': {
+        const r = fields(vAt, REDIRECT, 'an HTTPRequestRedirectFilter');
+        const redirect: RedirectSpec = { statusCode: 302 };
+        if (r.has('scheme')) {
+          const sAt = r.get('scheme')!.at;
+          const scheme = text(sAt, 8);
+          if (scheme !== 'http' && scheme !== 'https') throw sAt.error(`must be http or https, not ${JSON.stringify(scheme)}`);
+          redirect.scheme = scheme;
+        }
+        if (r.has('hostname')) redirect.hostname = hostnameField(r.get('hostname')!.at);
+        if (r.has('port')) redirect.port = integer(r.get('port')!.at, 1, 65535);
+        if (r.has('path')) redirect.path = parsePathModifier(r.get('path')!.at);
+        if (r.has('statusCode')) {
+          const sAt = r.get('statusCode')!.at;
+          const code = integer(sAt, 300, 399);
+          if (code !== 301 && code !== 302) throw sAt.error('must be 301 or 302');
+          redirect.statusCode = code;
+        }
+        out.redirect = redirect;
+        break;
+      }
+      case 'RequestMirror': {
+        const m = fields(vAt, MIRROR, 'an HTTPRequestMirrorFilter');
+        for (const k of ['percent', 'fraction']) if (m.has(k)) throw m.get(k)!.at.error(`${k} is not supported yet (every request is mirrored)`);
+        if (!m.has('backendRef')) throw vAt.error('backendRef is required');
+        const ref = fields(m.get('backendRef')!.at, MIRROR_REF, 'a BackendObjectReference');
+        if (ref.has('version')) throw ref.get('version')!.at.error('a mirror goes to any node of the service (version is not supported here)');
+        if (!ref.has('name')) throw m.get('backendRef')!.at.error('name is required (a mesh service)');
+        const nAt = ref.get('name')!.at;
+        const name = text(nAt, 253);
+        const bad = serviceNameProblem(name);
+        if (bad) throw nAt.error(`not a mesh service name: ${bad}`);
+        if (out.mirrors.length >= LIMITS.mirrors) throw item.error(`more than ${LIMITS.mirrors} mirrors`);
+        out.mirrors.push(name);
+        break;
+      }
+    }
+  }
+  if (out.redirect && (out.rewrite || out.mirrors.length > 0 || out.requestHeaders)) throw at.error('RequestRedirect answers the request itself: it cannot go with URLRewrite, RequestHeaderModifier or RequestMirror');
+  return out;
 }
 
 /** metadata.name when it is a plain string, so that errors before it is checked can name the route. */
@@ -413,6 +672,23 @@ export function parseRouteFile(textContent: string, file: string): RouteFile {
     routes.push(route);
   }
   return { file, version: createHash('sha256').update(textContent).digest('hex').slice(0, 16), routes };
+}
+
+/**
+ * What only a proxy route does: answer header changes, a new Host, mirrors (the rpc and api
+ * handlers call methods through the framework client, whose answers and hosts are its own). Throws a RouteFileError for the first rule of a route whose
+ * handler (its own, else `defaultHandler`) is not proxy and that asks for one of these.
+ */
+export function checkHandlers(parsed: RouteFile, defaultHandler: RouteHandler): void {
+  for (const route of parsed.routes) {
+    const handler = route.handler ?? defaultHandler;
+    if (handler === 'proxy') continue;
+    for (const rule of route.rules) {
+      const f = rule.filters;
+      const what = f.responseHeaders ? 'filters: a ResponseHeaderModifier' : f.rewrite?.hostname ? "filters: a URLRewrite's hostname" : f.mirrors.length > 0 ? 'filters: a RequestMirror' : undefined;
+      if (what) throw new RouteFileError(parsed.file, rule.line, `HTTPRoute ${route.name} spec.rules[${rule.index}].${what} needs a proxy route (handler: proxy); this route's handler is ${handler}`);
+    }
+  }
 }
 
 /** Largest route file read. */

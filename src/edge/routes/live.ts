@@ -12,7 +12,7 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import { fileSignature, watchFiles } from '../../tls/workload/watch.js';
-import { loadRouteFile, type RouteFile, type RouteSpec } from './file.js';
+import { checkHandlers, loadRouteFile, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
 import { CompiledRoutes } from './table.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 
@@ -25,6 +25,8 @@ export interface LiveRoutesOptions {
   file: string;
   stats: StatsScope;
   log: Logger;
+  /** The handler of a route without `spec.handler`: what only a proxy route does is refused on others (checkHandlers). */
+  defaultHandler?: RouteHandler;
   /** Backend choice (tests); default Math.random. */
   random?: () => number;
   /** The bounded poll behind fs.watch (ms). Default 2000. */
@@ -48,6 +50,13 @@ export class LiveRoutes {
     this.stats = declareStats(options.stats, ROUTE_FILE_STATS);
     this.table = new CompiledRoutes(this.load(), options.random);
     this.stats.active.set(this.table.size);
+  }
+
+  private load(): RouteFile {
+    const parsed = loadRouteFile(this.options.file);
+    if (this.options.defaultHandler) checkHandlers(parsed, this.options.defaultHandler);
+    this.options.check?.(parsed);
+    return parsed;
   }
 
   /** Reloads on SIGHUP and when the file changes, until stop(). */
@@ -95,12 +104,6 @@ export class LiveRoutes {
     this.stats.active.set(next.size);
     log.info({ file, routes: next.size, version: next.source.version }, 'route file reloaded');
     return true;
-  }
-
-  private load(): RouteFile {
-    const parsed = loadRouteFile(this.options.file);
-    this.options.check?.(parsed);
-    return parsed;
   }
 
   get routes(): readonly RouteSpec[] {

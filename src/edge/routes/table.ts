@@ -41,6 +41,10 @@ export interface RouteChoice {
   route: RouteSpec;
   rule: RuleSpec;
   backend: BackendRefSpec | undefined;
+  /** The match of the rule that matched (a PathPrefix rewrite replaces its prefix). */
+  match: MatchSpec;
+  /** The hostname of the route that matched (as written, `*.example.com` included); undefined: a route without hostnames. */
+  hostname: string | undefined;
 }
 
 type Test = (value: string) => boolean;
@@ -58,6 +62,8 @@ interface Entry {
   first: string | undefined;
   route: RouteSpec;
   rule: RuleSpec;
+  hostname: string | undefined;
+  match: MatchSpec;
   /** undefined: any host. */
   host: ((host: string) => boolean) | undefined;
   path: Test;
@@ -160,6 +166,8 @@ export class CompiledRoutes {
               first: firstOf(match),
               route,
               rule,
+              hostname,
+              match,
               host: host.test,
               path: path.test,
               method: match.method,
@@ -198,12 +206,13 @@ export class CompiledRoutes {
       if (!e.path(req.path)) continue;
       if (e.headers.length > 0 && !headersMatch(e.headers, req.headers)) continue;
       if (e.query.length > 0 && !queryMatch(e.query, params)) continue;
-      return { route: e.route, rule: e.rule, backend: this.pick(e.rule.backendRefs) };
+      return { route: e.route, rule: e.rule, backend: this.pick(e.rule.backendRefs), hostname: e.hostname, match: e.match };
     }
     return undefined;
   }
 
   private pick(refs: readonly BackendRefSpec[]): BackendRefSpec | undefined {
+    if (refs.length === 0) return undefined;
     if (refs.length === 1) return refs[0]!.weight > 0 ? refs[0] : undefined;
     let total = 0;
     for (const r of refs) total += r.weight;

@@ -203,7 +203,7 @@
         const row = document.createElement('tr');
         row.dataset.cluster = c.name;
         if (i === 0) row.className = 'cluster-first';
-        td(row, i === 0 ? `${c.name} (${c.hosts_healthy}/${c.hosts_total} healthy)` : '');
+        td(row, i === 0 ? `${c.name} (${c.hosts_healthy}/${c.hosts_total} healthy${c.hosts_mtls > 0 ? `, ${c.hosts_mtls}/${c.hosts_total} mTLS` : ''})` : '');
         if (!h) {
           td(row, 'no hosts', 'empty').colSpan = 7;
         } else {

@@ -79,6 +79,8 @@ export interface ClusterJson {
   name: string;
   hosts_total: number;
   hosts_healthy: number;
+  /** Hosts whose node serves mutual TLS: the cluster's mTLS coverage, over hosts_total. */
+  hosts_mtls: number;
   hosts: HostJson[];
 }
 
@@ -228,6 +230,7 @@ function clustersJson(view: ClusterManagerView | undefined): { clusters: Cluster
     name: c.name,
     hosts_total: c.hosts.length,
     hosts_healthy: c.hosts.filter((h) => !h.failedActiveHc && !h.failedOutlierCheck).length,
+    hosts_mtls: c.hosts.filter((h) => h.mtls === true).length,
     hosts: c.hosts.slice(0, MAX_HOSTS).map(hostJson),
   }));
   return { clusters, total: all.length };

@@ -26,6 +26,8 @@ import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, ty
 import { handleApi } from '../../edge/handlers/api.js';
 import type { RoutePolicy } from '../../edge/handlers/front-end.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
+import { RouteEffectsCache, routeAction } from '../../edge/routes/effects.js';
+import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteHandler } from '../../edge/routes/file.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
 import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../../edge/handlers/rpc-endpoint.js';
@@ -89,7 +91,9 @@ export type GatewayRoute =
   | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean; policy?: RoutePolicy }
   | { kind: 'proxy'; service: string | undefined; policy?: RoutePolicy }
   /** A route of the route file whose backends all weigh 0: 500, as the Gateway API says. */
-  | { kind: 'no-backend'; route: string }
+  | { kind: 'no-backend'; route: string; policy?: RoutePolicy }
+  /** A route of the route file with a RequestRedirect: answered here. */
+  | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
   | { kind: 'event'; event: { topic: string; name: string } | undefined };
 
 const ROOT: GatewayRoute = { kind: 'root' };
@@ -108,6 +112,8 @@ export class Gateway {
   readonly router?: RegistryRouter;
   /** `--routes`: the route file, matched before the handler or the registry router. */
   readonly routes?: LiveRoutes;
+  /** The route file's rules at work: their stats, faults and filters. */
+  private readonly effects?: RouteEffectsCache;
   readonly dashboard?: Dashboard;
   readonly fe: FrontEnd;
   private readonly server: FrontServer<GatewayRoute>;
@@ -135,8 +141,10 @@ export class Gateway {
     this.guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, errorId: ERROR_ID, rateLimit: options.rateLimit });
     const guard = this.guard;
     if (options.routesFile !== undefined) {
-      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom });
+      const defaultHandler: RouteHandler = this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api';
+      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler });
       this.routes = routes;
+      this.effects = new RouteEffectsCache(runtime.stats);
       runtime.addRouteSource(() => {
         const d = routes.dump();
         return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
@@ -147,6 +155,7 @@ export class Gateway {
       namespace: this.namespace,
       errorId: ERROR_ID,
       maxBodyBytes: runtime.options.maxBodySize,
+      mirrors: this.routes ? new MirrorSender(runtime.clusters, runtime.options.clientRequestTimeout) : undefined,
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
     };
     if (!this.handler) {
@@ -208,13 +217,13 @@ export class Gateway {
     const path = target.path;
     const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path, query: target.query, headers: req.headers });
     if (!choice) return undefined;
-    const backend = choice.backend;
-    if (!backend) return { kind: 'no-backend', route: choice.route.name };
-    const rule = choice.rule;
-    const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined };
+    const action = routeAction(choice, this.effects!.of(choice), { secure: this.server.secure, host: req.headers.host, path, query: target.query });
+    if (action.kind === 'redirect') return action;
+    if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, policy: action.policy };
+    const { backend, policy } = action;
     const handler: RouteHandler = choice.route.handler ?? (this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api');
     if (handler === 'proxy') return { kind: 'proxy', service: backend.name, policy };
-    const method = resolveRpcPath(path, this.namespace)?.method;
+    const method = resolveRpcPath(action.path, this.namespace)?.method;
     return { kind: 'call', handler, call: method ? { service: backend.name, method } : undefined, stream: false, policy };
   }
 
@@ -299,6 +308,9 @@ export class Gateway {
    * every other handler runs inside it (what they call reads the ambient context).
    */
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
+    const effects = 'policy' in route ? route.policy?.effects : undefined;
+    const started = effects?.begin(req, res, ERROR_ID);
+    if (started) await started;
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     switch (route.kind) {
       case 'dashboard':
@@ -316,6 +328,11 @@ export class Gateway {
       case 'proxy':
         if (!route.service) throw this.noService(req);
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
+      case 'redirect':
+        req.resume();
+        res.writeHead(route.status, { location: route.location, 'content-length': '0' });
+        res.end();
+        return;
       case 'no-backend':
         req.resume();
         throw new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`);

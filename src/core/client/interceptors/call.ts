@@ -6,9 +6,27 @@
 import { ERROR_IDS, MeshError, flagged, parseErrorBody } from '../../../base/errors.js';
 import type { RpcControl, RpcResponse, TransportError } from '../../transport/rpc.js';
 import type { AttemptOutcome, UpstreamLease, UpstreamTarget } from '../../upstream/types.js';
+import type { RetryBudget } from '../../upstream/retry-budget.js';
 import type { TraceContext } from '../../../base/util/trace-context.js';
 import type { UpstreamInfo } from '../../../base/http/access-log.js';
 import type { CallInterceptor, Send } from './compose.js';
+
+/**
+ * A caller's own retry rules for a call (a route file's `retry`): which answer statuses are
+ * retried, the pause before each retry, the retry budget that replaces the cluster's, and
+ * counters of the retries made and refused.
+ */
+export interface RetryRules {
+  /** Statuses retried, in place of 502 and 503. */
+  readonly codes: readonly number[];
+  /** Pause before each retry (ms), in place of the client's backoff; undefined: the client's. */
+  readonly backoffMs: number | undefined;
+  readonly budget: RetryBudget | undefined;
+  /** Counts a retry sent to a host. */
+  readonly retried?: () => void;
+  /** Counts a retry the budget or max_retries refused. */
+  readonly overflowed?: () => void;
+}
 
 export interface UnaryCall {
   readonly service: string;
@@ -40,6 +58,8 @@ export interface UnaryCall {
   readonly budget: number;
   readonly deadline: number;
   readonly retries: number;
+  /** A route's own retry rules (CallOptions.retryRules); undefined: the client's. */
+  readonly retryRules: RetryRules | undefined;
   /** The budget of one try (0: what is left of the call's). */
   readonly perTry: number;
   /** 0: not hedged. */

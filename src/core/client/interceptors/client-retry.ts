@@ -1,7 +1,8 @@
 /**
  * The framework client's retry policy (--client_retries): connect failures, resets, per-try
  * timeouts and 502/503 answers are retried on another host, with backoff (10 ms, 20 ms, 40 ms ...
- * with jitter, capped at 1 s), while the call's budget lasts. Anything else is final. A retry
+ * with jitter, capped at 1 s), while the call's budget lasts; a call with retry rules of its own
+ * (a route's: CallOptions.retryRules) retries its statuses with its pause instead. Anything else is final. A retry
  * that max_retries or the cluster's retry budget refuses is not made: the call answers with the
  * try before it.
  */
@@ -14,7 +15,7 @@ export function clientRetry(logger: pino.Logger | undefined): ClientInterceptor 
     retries: (call) => call.retries,
     attempt: (_call, n) => newAttempt(n),
     deadline: (call) => call.deadline,
-    backoff: backoffMs,
+    backoff: (n, call) => call.retryRules?.backoffMs ?? backoffMs(n),
     exhausted: () => EXPIRED,
     decide(r, call, n) {
       switch (r.kind) {
@@ -39,7 +40,8 @@ export function clientRetry(logger: pino.Logger | undefined): ClientInterceptor 
           call.lastOutcome = 'response';
           const status = r.response.status;
           if (status >= 200 && status < 300) return 'done';
-          return RETRIABLE_STATUS.has(status) ? 'retry' : 'done';
+          const codes = call.retryRules?.codes;
+          return (codes ? codes.includes(status) : RETRIABLE_STATUS.has(status)) ? 'retry' : 'done';
         }
       }
     },

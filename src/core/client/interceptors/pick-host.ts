@@ -13,21 +13,27 @@ import { EXPIRED, type Attempt, type ClientInterceptor, type ClientSend, type Tr
 
 export function pickHost(selector: UpstreamSelector): ClientInterceptor {
   return (next) => (call, attempt) => {
-    const options: AcquireOptions = { exclude: call.tried, retry: attempt.retry > 0, address: call.address, version: call.version, afterConnectFailure: call.lastOutcome === 'connect_failure' };
+    const rules = call.retryRules;
+    const options: AcquireOptions = { exclude: call.tried, retry: attempt.retry > 0, address: call.address, version: call.version, afterConnectFailure: call.lastOutcome === 'connect_failure', retryBudget: rules?.budget };
     let lease: UpstreamLease | undefined;
     try {
       lease = selector.acquireNow?.(call.service, options);
     } catch (err) {
-      return notPicked(err);
+      return notPicked(err, call);
     }
     if (lease) return sendOn(next, call, attempt, lease);
-    return selector.acquire(call.service, options).then((l) => sendOn(next, call, attempt, l), notPicked);
+    return selector.acquire(call.service, options).then(
+      (l) => sendOn(next, call, attempt, l),
+      (err: unknown) => notPicked(err, call),
+    );
   };
 }
 
 /** A refused retry is an `overflow` result; any other acquire error rejects the call. */
-function notPicked(err: unknown): Promise<TryResult> {
-  return isRetryOverflow(err) ? Promise.resolve({ kind: 'overflow', error: err }) : Promise.reject(err);
+function notPicked(err: unknown, call: UnaryCall): Promise<TryResult> {
+  if (!isRetryOverflow(err)) return Promise.reject(err);
+  call.retryRules?.overflowed?.();
+  return Promise.resolve({ kind: 'overflow', error: err });
 }
 
 function sendOn(next: ClientSend, call: UnaryCall, attempt: Attempt, lease: UpstreamLease): Promise<TryResult> {
@@ -36,6 +42,7 @@ function sendOn(next: ClientSend, call: UnaryCall, attempt: Attempt, lease: Upst
     call.info.upstreamHost = lease.target.key;
   }
   if (call.retries > 0 || call.hedgeDelay > 0) (call.tried ??= new Set()).add(lease.target.key);
+  if (attempt.retry > 0) call.retryRules?.retried?.();
   // What is left once a host is chosen: the try's budget. None left: not sent, the host is not
   // charged, the caller gets its timeout.
   const left = budgetLeft(lease, call.deadline);

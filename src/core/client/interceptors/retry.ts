@@ -23,8 +23,8 @@ export interface RetryPolicy<C, A, R> {
   decide(result: R, call: C, n: number): RetryDecision;
   /** The result when no try was made (the deadline had passed). */
   exhausted(call: C): R;
-  /** The pause before retry n (n ≥ 1), ms; none: retries go at once. */
-  backoff?(n: number): number;
+  /** The pause before retry n (n ≥ 1), ms; none or 0: retries go at once. */
+  backoff?(n: number, call: C): number;
   /** Epoch ms after which no try starts and no pause ends; none: no deadline. */
   deadline?(call: C): number;
 }
@@ -45,9 +45,11 @@ export function retry<C, A, R>(policy: RetryPolicy<C, A, R>): CallInterceptor<C,
     };
     const again = async (n: number, last: R): Promise<R> => {
       if (backoff) {
-        const pause = backoff(n);
-        if (Date.now() + pause >= deadline) return last;
-        await sleep(pause);
+        const pause = backoff(n, call);
+        if (pause > 0) {
+          if (Date.now() + pause >= deadline) return last;
+          await sleep(pause);
+        }
       }
       if (deadline - Date.now() <= 0) return last;
       return decided(await next(call, policy.attempt(call, n)), n, last);

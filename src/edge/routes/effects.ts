@@ -1,0 +1,245 @@
+/**
+ * What a matched rule of a route file does to a request besides choosing its backend: its
+ * per-route stats, its retry budget, its faults (delays and aborts drawn per request), its header
+ * modifiers, its URL rewrite and redirect, and its mirrors. One RuleEffects per (rule, host the
+ * route matched), built once and kept while the rule's table is in use (RouteEffectsCache).
+ *
+ * Stats, below `vhost.<host>.route.<rule>.` (`<host>`: the route's hostname that matched, `*`
+ * for a route without hostnames; `<rule>`: the rule's name):
+ *   rq_total, rq_1xx ... rq_5xx (answers by class), retry, retry_overflow (retries the budget or
+ *   max_retries refused), fault.delays_injected, fault.aborts_injected, mirror.sent,
+ *   mirror.dropped (over the cap of mirrors in flight, or a streamed body), mirror.failed.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { setTimeout as delay } from 'node:timers/promises';
+import { MeshError } from '../../base/errors.js';
+import { requestInfo } from '../../base/http/access-log.js';
+import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
+import { RetryBudget } from '../../core/upstream/retry-budget.js';
+import type { RetryRules } from '../../core/client/interceptors/call.js';
+import type { BackendRefSpec, HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
+import type { RoutePolicy } from '../handlers/front-end.js';
+import type { RouteChoice } from './table.js';
+
+export const ROUTE_STATS = {
+  counters: {
+    requests: 'rq_total',
+    rq1xx: 'rq_1xx',
+    rq2xx: 'rq_2xx',
+    rq3xx: 'rq_3xx',
+    rq4xx: 'rq_4xx',
+    rq5xx: 'rq_5xx',
+    retry: 'retry',
+    retryOverflow: 'retry_overflow',
+    delays: 'fault.delays_injected',
+    aborts: 'fault.aborts_injected',
+    mirrorSent: 'mirror.sent',
+    mirrorDropped: 'mirror.dropped',
+    mirrorFailed: 'mirror.failed',
+  },
+} as const;
+
+export type RouteStats = FamilyStats<typeof ROUTE_STATS>;
+
+/** What the fault draw decided for one request. */
+export interface FaultDraw {
+  delayMs: number;
+  abortStatus: number | undefined;
+}
+
+const NO_FAULT: FaultDraw = { delayMs: 0, abortStatus: undefined };
+
+export class RuleEffects {
+  readonly stats: RouteStats;
+  /** The rule's own retry budget (`retry.budget`), in place of the cluster's. */
+  readonly budget: RetryBudget | undefined;
+  private readonly byClass: readonly RouteStats['requests'][];
+  /** The rule's `retry` for the framework client (rpc and api routes). */
+  readonly retryRules: RetryRules | undefined;
+
+  constructor(
+    readonly rule: RuleSpec,
+    scope: StatsScope,
+    private readonly random: () => number,
+  ) {
+    this.stats = declareStats(scope, ROUTE_STATS);
+    const s = this.stats;
+    this.byClass = [s.rq1xx, s.rq1xx, s.rq2xx, s.rq3xx, s.rq4xx, s.rq5xx];
+    const b = rule.retry?.budget;
+    this.budget = b ? new RetryBudget(b) : undefined;
+    const retry = rule.retry;
+    this.retryRules = retry && { codes: retry.codes, backoffMs: retry.backoffMs, budget: this.budget, retried: () => s.retry.inc(), overflowed: () => s.retryOverflow.inc() };
+  }
+
+  /**
+   * The rule takes the request (before its handler): counted, named in the access log
+   * (%ROUTE_NAME%), then its fault drawn: a delay, then an abort thrown as a MeshError of the
+   * fault's status (the front end's error JSON, with `errorId`). A promise only when a delay
+   * was drawn.
+   */
+  begin(req: IncomingMessage, res: ServerResponse, errorId: string): Promise<void> | undefined {
+    this.count(res);
+    const info = requestInfo(req);
+    if (info) info.routeName = this.rule.name;
+    const fault = this.drawFault();
+    if (fault.delayMs > 0) return delay(fault.delayMs).then(() => this.abort(req, fault, errorId));
+    this.abort(req, fault, errorId);
+    return undefined;
+  }
+
+  private abort(req: IncomingMessage, fault: FaultDraw, errorId: string): void {
+    if (fault.abortStatus === undefined) return;
+    req.resume();
+    throw new MeshError(errorId, fault.abortStatus, `fault injected by route ${this.rule.name}`);
+  }
+
+  /** Counts the request, and its answer's class once it is sent. */
+  count(res: ServerResponse): void {
+    this.stats.requests.inc();
+    res.once('close', () => {
+      if (res.headersSent) this.byClass[Math.min(5, Math.floor(res.statusCode / 100))]?.inc();
+    });
+  }
+
+  /** Draws this request's faults (each by its percentage), counting what is injected. */
+  drawFault(): FaultDraw {
+    const fault = this.rule.fault;
+    if (!fault) return NO_FAULT;
+    let delayMs = 0;
+    let abortStatus: number | undefined;
+    if (fault.delay && this.random() * 100 < fault.delay.percentage) {
+      delayMs = fault.delay.ms;
+      this.stats.delays.inc();
+    }
+    if (fault.abort && this.random() * 100 < fault.abort.percentage) {
+      abortStatus = fault.abort.status;
+      this.stats.aborts.inc();
+    }
+    return delayMs === 0 && abortStatus === undefined ? NO_FAULT : { delayMs, abortStatus };
+  }
+
+  /** The request headers sent upstream (undici's flat list) after the RequestHeaderModifier and the URLRewrite's hostname. */
+  requestHeaders(flat: string[]): string[] {
+    const mod = this.rule.filters.requestHeaders;
+    const host = this.rule.filters.rewrite?.hostname;
+    let out = mod ? modifyHeaders(flat, mod) : flat;
+    if (host !== undefined) out = modifyHeaders(out, { set: [['host', host]], add: [], remove: [] });
+    return out;
+  }
+
+  /** The answer's headers (flat, as written to the client) after the ResponseHeaderModifier. */
+  responseHeaders(): ((flat: string[]) => string[]) | undefined {
+    const mod = this.rule.filters.responseHeaders;
+    return mod ? (flat) => modifyHeaders(flat, mod) : undefined;
+  }
+
+  /** Request metadata (rpc and api routes) after the RequestHeaderModifier. */
+  metadata(metadata: Record<string, string>): Record<string, string> {
+    const mod = this.rule.filters.requestHeaders;
+    if (!mod) return metadata;
+    const out = { ...metadata };
+    for (const name of mod.remove) delete out[name];
+    for (const [name, value] of mod.set) out[name] = value;
+    for (const [name, value] of mod.add) out[name] = out[name] === undefined ? value : `${out[name]}, ${value}`;
+    return out;
+  }
+}
+
+/**
+ * A flat header list with a modifier applied, names compared in any case: `remove` drops every
+ * value of a name, `set` replaces them with one, `add` appends one more (after the others).
+ */
+export function modifyHeaders(flat: string[], mod: HeaderModifierSpec): string[] {
+  const drop = new Set<string>(mod.remove);
+  for (const [name] of mod.set) drop.add(name);
+  const out: string[] = [];
+  for (let i = 0; i < flat.length; i += 2) if (!drop.has(flat[i]!.toLowerCase())) out.push(flat[i]!, flat[i + 1]!);
+  for (const [name, value] of mod.set) out.push(name, value);
+  for (const [name, value] of mod.add) out.push(name, value);
+  return out;
+}
+
+/** The path after a ReplaceFullPath or ReplacePrefixMatch (the match's PathPrefix replaced). */
+export function rewritePath(path: string, modifier: { type: 'ReplacePrefixMatch' | 'ReplaceFullPath'; value: string }, match: MatchSpec): string {
+  if (modifier.type === 'ReplaceFullPath') return modifier.value;
+  const raw = match.path.value;
+  const prefix = raw.length > 1 && raw.endsWith('/') ? raw.slice(0, -1) : raw;
+  const rest = prefix === '/' ? path : path.slice(prefix.length);
+  let replaced = modifier.value;
+  if (replaced.endsWith('/') && rest.startsWith('/')) replaced = replaced.slice(0, -1);
+  const out = replaced + rest;
+  return out === '' ? '/' : out;
+}
+
+/** The Location of a RequestRedirect: the request's scheme, host, port and path unless the filter sets them; the query kept. */
+export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined }): string {
+  const scheme = redirect.scheme ?? (req.secure ? 'https' : 'http');
+  let host = req.host ?? 'localhost';
+  let port: number | undefined;
+  const hostPort = /^(\[[^\]]*\]|[^:]*)(?::([0-9]+))?$/.exec(host);
+  if (hostPort) {
+    host = hostPort[1]!;
+    port = hostPort[2] === undefined ? undefined : Number(hostPort[2]);
+  }
+  if (redirect.hostname !== undefined) host = redirect.hostname;
+  if (redirect.port !== undefined) port = redirect.port;
+  else if (redirect.scheme !== undefined) port = undefined; // a new scheme: its well-known port
+  if ((scheme === 'http' && port === 80) || (scheme === 'https' && port === 443)) port = undefined;
+  const path = redirect.path ? rewritePath(req.path, redirect.path, match) : req.path;
+  return `${scheme}://${host}${port === undefined ? '' : `:${port}`}${path}${req.query === undefined ? '' : `?${req.query}`}`;
+}
+
+/** What a matched rule makes of a request (routeAction). */
+export type RouteAction =
+  /** A RequestRedirect: answered at once, with an empty body. */
+  | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
+  /** Every backend weighs 0: 500. */
+  | { kind: 'no-backend'; policy: RoutePolicy }
+  /** Sent to the backend; `path`: the path after the rule's URLRewrite (what an rpc or api path mapping reads). */
+  | { kind: 'send'; backend: BackendRefSpec; path: string; policy: RoutePolicy };
+
+/**
+ * A matched rule applied to a request, the same on every front end: its redirect, or its backend
+ * with the policy the handler follows (version, timeouts, effects, and with a URLRewrite the path
+ * and query sent). `req.path` is the request's path in normal form, `req.query` its query.
+ */
+export function routeAction(choice: RouteChoice, effects: RuleEffects, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined }): RouteAction {
+  const rule = choice.rule;
+  const redirect = rule.filters.redirect;
+  if (redirect) return { kind: 'redirect', status: redirect.statusCode, location: redirectLocation(redirect, choice.match, req), policy: { effects } };
+  const backend = choice.backend;
+  if (!backend) return { kind: 'no-backend', policy: { effects } };
+  const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined, effects };
+  const rewrite = rule.filters.rewrite?.path;
+  if (!rewrite) return { kind: 'send', backend, path: req.path, policy };
+  const path = rewritePath(req.path, rewrite, choice.match);
+  policy.path = req.query === undefined ? path : `${path}?${req.query}`;
+  return { kind: 'send', backend, path, policy };
+}
+
+/** The stat name of a host: as written, `*` for a route without hostnames. */
+function vhostName(hostname: string | undefined): string {
+  return hostname ?? '*';
+}
+
+/**
+ * The RuleEffects of the rules in use, made on first use: by rule (weakly, so that a reloaded
+ * table's old rules go with it), then by the host that matched.
+ */
+export class RouteEffectsCache {
+  private readonly byRule = new WeakMap<RuleSpec, Map<string, RuleEffects>>();
+
+  constructor(
+    private readonly stats: StatsScope,
+    private readonly random: () => number = Math.random,
+  ) {}
+
+  of(choice: RouteChoice): RuleEffects {
+    let byHost = this.byRule.get(choice.rule);
+    if (!byHost) this.byRule.set(choice.rule, (byHost = new Map()));
+    const vhost = vhostName(choice.hostname);
+    let effects = byHost.get(vhost);
+    if (!effects) byHost.set(vhost, (effects = new RuleEffects(choice.rule, this.stats.scope(`vhost.${vhost}.route.${choice.rule.name}.`), this.random)));
+    return effects;
+  }
+}
