@@ -94,6 +94,28 @@ spec:
       matches: [{path: {value: /zero}}]
       backendRefs: [{name: ${SERVICE}, weight: 0}]
 ---
+${HEAD}metadata: {name: effects}
+spec:
+  handler: proxy
+  rules:
+    - name: rewrite
+      matches: [{path: {value: /old}}]
+      filters:
+        - type: URLRewrite
+          urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /c/new}}
+        - type: RequestHeaderModifier
+          requestHeaderModifier: {set: [{name: X-Env, value: canary}]}
+      backendRefs: [{name: ${SERVICE}, version: v2}]
+    - name: moved
+      matches: [{path: {value: /moved}}]
+      filters:
+        - type: RequestRedirect
+          requestRedirect: {statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /c}}
+    - name: broken
+      matches: [{path: {value: /broken}}]
+      backendRefs: [{name: ${SERVICE}, version: v1}]
+      fault: {abort: {httpStatus: 503, percentage: 100}}
+---
 ${swap(v1, v2)}`;
 
 interface App {
@@ -107,7 +129,7 @@ async function startApp(name: string): Promise<App> {
   const server: Server = createServer((req, res) => {
     req.resume();
     if (req.url?.startsWith('/slow')) return void held.push(res);
-    const text = JSON.stringify({ app: name, method: req.method, url: req.url });
+    const text = JSON.stringify({ app: name, method: req.method, url: req.url, ...(req.headers['x-env'] ? { env: req.headers['x-env'] } : {}) });
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
     res.end(text);
   });
@@ -127,7 +149,7 @@ async function register(registry: Registry, name: string, version: string, port:
 }
 
 async function statValue(admin: string, name: string): Promise<number> {
-  const res = await http('GET', `${admin}/stats?format=json&filter=${encodeURIComponent(`^${name.replace(/\./g, '\\.')}$`)}`);
+  const res = await http('GET', `${admin}/stats?format=json&filter=${encodeURIComponent(`^${name.replace(/[.*]/g, '\\$&')}$`)}`);
   return (res.json<{ stats: Array<{ name: string; value: number }> }>().stats ?? []).find((s) => s.name === name)?.value ?? 0;
 }
 
@@ -215,6 +237,19 @@ export function routesContract(name: string, start: StartFront): void {
       await Promise.all(Array.from({ length: 8 }, worker));
       const share = (counts.v2 ?? 0) / ((counts.v1 ?? 0) + (counts.v2 ?? 0));
       assert.ok(Math.abs(share - 0.25) <= 0.05, `v2 share ${share} (${JSON.stringify(counts)})`);
+    });
+
+    it('filters and faults: a URL rewrite with a header set, a redirect, an abort, counted per route', async () => {
+      const res = await pool.request({ method: 'GET', path: '/old/a?q=1' });
+      assert.deepEqual(await res.body.json(), { app: 'v2', method: 'GET', url: '/c/new/a?q=1', env: 'canary' });
+      const moved = await pool.request({ method: 'GET', path: '/moved/x?y=2' });
+      await moved.body.dump();
+      assert.equal(moved.statusCode, 301);
+      assert.equal(moved.headers.location, `${front.url}/c/x?y=2`);
+      const broken = await ask('GET', '/broken');
+      assert.deepEqual(broken, { status: 503, code: 503, detail: 'fault injected by route broken' });
+      assert.equal(await statValue(front.admin, 'vhost.*.route.broken.fault.aborts_injected'), 1);
+      await waitFor(async () => (await statValue(front.admin, 'vhost.*.route.rewrite.rq_2xx')) === 1);
     });
 
     it('a route timeout answers 504; a version with no node 503; a rule whose backends weigh 0 500', async () => {

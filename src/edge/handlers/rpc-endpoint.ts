@@ -92,7 +92,12 @@ export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res:
   const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
   const call = parseRpcCall(fe.errorId, req.headers['content-type'], body);
   const routed = fe.routeCall?.(req, call.service, call.method);
-  if (routed) call.service = routed.service;
+  if (routed) {
+    call.service = routed.service;
+    // The rule takes the call: its stats, access log name and fault.
+    const started = routed.policy.effects?.begin(req, res, fe.errorId);
+    if (started) await started;
+  }
   if (allowed && !allowed(call.service)) throw notAllowed(fe.errorId, call.service);
   fe.authorizeCall?.(req, res, call.service, call.method);
   try {

@@ -1,29 +1,41 @@
 /**
- * What a front end other than the gateway (the sidecar, `mesh proxy`) does with a route file's
- * match: the route's backend and the policy its handler sends the request with. One home for
- * the step from a RouteChoice to a RoutePolicy, so every front end applies a route the same way.
+ * What a front end other than the gateway (the sidecar, `mesh proxy`) does with a route file:
+ * match the request, apply the matched rule (routeAction: its redirect, or its backend with the
+ * policy the handler follows), and begin the rule before the handler (its stats, access log
+ * name and fault). The gateway does the same steps in its own route phase.
  */
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RequestTarget } from '../../base/http/target.js';
 import type { RoutePolicy } from '../handlers/front-end.js';
 import type { RouteHandler } from './file.js';
 import type { CompiledRoutes } from './table.js';
+import { routeAction, type RouteEffectsCache } from './effects.js';
 
-/** A route matched: its backend (service), its handler, its policy; or a route whose backends all weigh 0. */
+/** A route matched: its backend and handler, a redirect, or a rule whose backends all weigh 0. */
 export type FileRouteAnswer =
-  | { kind: 'backend'; route: string; service: string; handler: RouteHandler | undefined; policy: RoutePolicy }
-  | { kind: 'no-backend'; route: string };
+  /** `path`: the path after the rule's URLRewrite (what an rpc or api path mapping reads). */
+  | { kind: 'backend'; route: string; service: string; handler: RouteHandler | undefined; path: string; policy: RoutePolicy }
+  | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
+  | { kind: 'no-backend'; route: string; policy: RoutePolicy };
 
-/** The policy a rule gives the request that goes to `version` (its timeouts; 0 is no bound of its own). */
-export function routePolicy(version: string | undefined, rule: { requestTimeoutMs?: number; backendRequestTimeoutMs?: number }): RoutePolicy {
-  return { version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined };
-}
-
-/** The first route of `table` matching the request (a backend chosen by weight); undefined: none matches. */
-export function chooseFileRoute(table: CompiledRoutes, req: IncomingMessage, target: Pick<RequestTarget, 'path' | 'query'>): FileRouteAnswer | undefined {
+/** The first route of `table` matching the request, applied; undefined: none matches. */
+export function chooseFileRoute(table: CompiledRoutes, effects: RouteEffectsCache, secure: boolean, req: IncomingMessage, target: Pick<RequestTarget, 'path' | 'query'>): FileRouteAnswer | undefined {
   const choice = table.match({ method: req.method ?? 'GET', host: req.headers.host, path: target.path, query: target.query, headers: req.headers });
   if (!choice) return undefined;
-  const backend = choice.backend;
-  if (!backend) return { kind: 'no-backend', route: choice.route.name };
-  return { kind: 'backend', route: choice.route.name, service: backend.name, handler: choice.route.handler, policy: routePolicy(backend.version, choice.rule) };
+  const action = routeAction(choice, effects.of(choice), { secure, host: req.headers.host, path: target.path, query: target.query });
+  if (action.kind === 'redirect') return action;
+  if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, policy: action.policy };
+  return { kind: 'backend', route: choice.route.name, service: action.backend.name, handler: choice.route.handler, path: action.path, policy: action.policy };
+}
+
+/** The rule takes the request before its handler (stats, access log name, fault): a promise only when a delay was drawn. */
+export function beginRule(policy: RoutePolicy | undefined, req: IncomingMessage, res: ServerResponse, errorId: string): Promise<void> | undefined {
+  return policy?.effects?.begin(req, res, errorId);
+}
+
+/** A RequestRedirect's answer: the status and Location, an empty body. */
+export function sendRedirect(req: IncomingMessage, res: ServerResponse, redirect: { status: number; location: string }): void {
+  req.resume();
+  res.writeHead(redirect.status, { location: redirect.location, 'content-length': '0' });
+  res.end();
 }

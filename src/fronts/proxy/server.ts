@@ -33,7 +33,9 @@ export const PROXY_CONFIG_STATS = {
 } as const;
 import { LiveRoutes } from '../../edge/routes/live.js';
 import { RouteFileError, type RouteFile } from '../../edge/routes/file.js';
-import { chooseFileRoute, type FileRouteAnswer } from '../../edge/routes/choose.js';
+import { beginRule, chooseFileRoute, sendRedirect, type FileRouteAnswer } from '../../edge/routes/choose.js';
+import { RouteEffectsCache } from '../../edge/routes/effects.js';
+import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteTableDump } from '../../admin/route-table.js';
 import type { RequestTarget } from '../../base/http/target.js';
 
@@ -82,13 +84,16 @@ export class ProxyListener {
   private readonly fe: FrontEnd;
   private state: ListenerState;
   private listening = false;
+  /** The route files' rules at work: their stats, faults and filters. */
+  private readonly effects: RouteEffectsCache;
 
   constructor(
     private readonly runtime: Runtime,
     config: ListenerConfig,
   ) {
     this.name = config.name;
-    this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize };
+    this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize, mirrors: new MirrorSender(runtime.clusters, runtime.options.clientRequestTimeout) };
+    this.effects = new RouteEffectsCache(runtime.stats);
     this.state = { config, routes: this.liveRoutes(config.routeFile) };
     this.server = new FrontServer<ProxyRoute>({
       runtime,
@@ -137,7 +142,7 @@ export class ProxyListener {
   /** The route file's first matching route (the table read once), else the first of `routes` matching the path. */
   private routeOf(req: IncomingMessage, target: RequestTarget): ProxyRoute {
     const state = this.state;
-    const file = state.routes && chooseFileRoute(state.routes.table, req, target);
+    const file = state.routes && chooseFileRoute(state.routes.table, this.effects, this.server.secure, req, target);
     if (file) return file;
     const route = this.route(target.path, state.config);
     return route && { kind: 'config', route };
@@ -190,10 +195,14 @@ export class ProxyListener {
       req.resume();
       throw flagged(new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
     }
+    const started = route.kind === 'config' ? undefined : beginRule(route.policy, req, res, ERROR_ID);
+    if (started) await started;
     switch (route.kind) {
       case 'config':
         req.url = rewriteUrl(route.route, url);
         return handleProxy(this.fe, clusterOf(route.route), this.server.secure, req, res, ctx);
+      case 'redirect':
+        return sendRedirect(req, res, route);
       case 'backend':
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
       case 'no-backend':
@@ -210,6 +219,7 @@ export class ProxyListener {
       return;
     }
     if (route?.kind === 'backend') return handleProxyUpgrade(this.fe, route.service, this.server.secure, req, socket, head, route.policy.version);
+    if (route?.kind === 'redirect') return refuseSocket(socket, new MeshError(ERROR_ID, 400, `route redirects to ${route.location}: an upgrade does not follow a redirect`), ERROR_ID);
     if (route?.kind === 'no-backend') return refuseSocket(socket, new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`), ERROR_ID);
     refuseSocket(socket, new MeshError(ERROR_ID, 404, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
   }

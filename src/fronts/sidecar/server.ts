@@ -56,7 +56,9 @@ import type { RoutePolicy } from '../../edge/handlers/front-end.js';
 import { handleApi } from '../../edge/handlers/api.js';
 import { resolveRpcPath } from '../../edge/handlers/resolve.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
-import { chooseFileRoute } from '../../edge/routes/choose.js';
+import { beginRule, chooseFileRoute, sendRedirect } from '../../edge/routes/choose.js';
+import { RouteEffectsCache } from '../../edge/routes/effects.js';
+import { MirrorSender } from '../../edge/handlers/mirror.js';
 
 export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
@@ -115,7 +117,9 @@ export type SidecarRoute =
   /** `handler`: api only for a route file's `handler: api`. */
   | { kind: 'call'; call: RpcRoute | undefined; handler?: 'api' | 'rpc'; policy?: RoutePolicy }
   /** A route of the route file whose backends all weigh 0: 500, as on the gateway. */
-  | { kind: 'no-backend'; route: string };
+  | { kind: 'no-backend'; route: string; policy: RoutePolicy }
+  /** A route of the route file with a RequestRedirect: answered here. */
+  | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy };
 
 const OWN_ROUTES = new Map<string, SidecarRoute>([
   ['/registry', { kind: 'registry' }],
@@ -143,6 +147,8 @@ export class Sidecar {
   readonly app?: AppRegistration;
   /** --routes: the route file, matched before the handler. */
   readonly routes?: LiveRoutes;
+  /** The route file's rules at work: their stats, faults and filters. */
+  private readonly effects?: RouteEffectsCache;
   private readonly server: FrontServer<SidecarRoute>;
   private readonly broker: BrokerApi;
   private readonly streams: StreamSockets;
@@ -163,6 +169,15 @@ export class Sidecar {
   ) {
     const meshOptions = runtime.options;
     this.handler = options.handler ?? 'rpc';
+    if (options.routesFile !== undefined) {
+      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler: this.handler });
+      this.routes = routes;
+      this.effects = new RouteEffectsCache(runtime.stats);
+      runtime.addRouteSource(() => {
+        const d = routes.dump();
+        return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
+      });
+    }
     const guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, sidecarToken: options.sidecarToken, errorId: SIDECAR_ERROR_ID, rateLimit: options.rateLimit });
     this.guard = guard;
     this.fe = {
@@ -170,18 +185,11 @@ export class Sidecar {
       namespace: options.namespace ?? SIDECAR_NAMESPACE,
       errorId: SIDECAR_ERROR_ID,
       maxBodyBytes: meshOptions.maxBodySize,
+      mirrors: this.routes ? new MirrorSender(runtime.clusters, meshOptions.clientRequestTimeout) : undefined,
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
       routeCall: (req, service, method) => this.rpcCallRoute(req, service, method),
     };
     this.rpcPaths = new RpcPathResolver(this.fe.namespace);
-    if (options.routesFile !== undefined) {
-      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom });
-      this.routes = routes;
-      runtime.addRouteSource(() => {
-        const d = routes.dump();
-        return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
-      });
-    }
     this.hostCheck = new HostCheck(meshOptions.adminAllowedHosts, () => this.boundHost);
     if (meshOptions.enableStats) {
       const subscribers = runtime.stats.gauge('sidecar.broker.subscribers_active');
@@ -243,12 +251,11 @@ export class Sidecar {
    * the backend sent by the route's handler (default --handler), or undefined when no route matches.
    */
   private fileRoute(req: IncomingMessage, target: RequestTarget): SidecarRoute | undefined {
-    const answer = chooseFileRoute(this.routes!.table, req, target);
-    if (!answer) return undefined;
-    if (answer.kind === 'no-backend') return answer;
+    const answer = chooseFileRoute(this.routes!.table, this.effects!, this.secure, req, target);
+    if (!answer || answer.kind !== 'backend') return answer;
     const handler = answer.handler ?? this.handler;
     if (handler === 'proxy') return { kind: 'proxy', service: answer.service, policy: answer.policy };
-    const method = resolveRpcPath(target.path, this.fe.namespace)?.method;
+    const method = resolveRpcPath(answer.path, this.fe.namespace)?.method;
     return { kind: 'call', handler, call: method ? { service: answer.service, method } : undefined, policy: answer.policy };
   }
 
@@ -259,9 +266,10 @@ export class Sidecar {
    */
   private rpcCallRoute(req: IncomingMessage, service: string, method: string): { service: string; policy: RoutePolicy } | undefined {
     if (!this.routes) return undefined;
-    const answer = chooseFileRoute(this.routes.table, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query });
+    const answer = chooseFileRoute(this.routes.table, this.effects!, this.secure, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query });
     if (!answer) return undefined;
     if (answer.kind === 'no-backend') throw new MeshError(this.fe.errorId, 500, `route ${answer.route}: every backend has weight 0`);
+    if (answer.kind === 'redirect') throw new MeshError(this.fe.errorId, 500, `a call at /rpc cannot follow a redirect (route to ${answer.location})`);
     return { service: answer.service, policy: answer.policy };
   }
 
@@ -348,6 +356,8 @@ export class Sidecar {
     const fe = this.fe;
     const path = targetOf(req).path;
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
+    const started = 'policy' in route ? beginRule(route.policy, req, res, fe.errorId) : undefined;
+    if (started) await started;
     if (route.kind !== 'proxy' && !originAllowed(req, this.runtime.options.cors)) {
       req.resume();
       throw originNotAllowed(fe.errorId, req.headers.origin);
@@ -378,6 +388,8 @@ export class Sidecar {
       case 'no-backend':
         req.resume();
         throw new MeshError(fe.errorId, 500, `route ${route.route}: every backend has weight 0`);
+      case 'redirect':
+        return sendRedirect(req, res, route);
     }
     const method = req.method ?? 'GET';
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
