@@ -29,14 +29,15 @@ async function runtimeChecks(config: Config, given: ReadonlySet<string>): Promis
   let ops: DirectOperations;
   try {
     // The findings say what is wrong; the runtime's own warnings (registry unreachable…) would repeat them.
-    ops = new DirectOperations(given.has('log_level') ? config : { ...config, log_level: 'error' });
+    // The broker secret file is checked by checkBroker: one that cannot be read would stop the runtime, and every other check with it.
+    ops = new DirectOperations({ ...config, broker_secret_file: undefined, log_level: given.has('log_level') ? config.log_level : 'error' });
   } catch (err) {
     return [{ level: 'error', check: 'options', message: errorOf(err) }];
   }
   try {
     const registry = await checkRegistry(ops, registryName(config), CHECK_TIMEOUT_MS);
     const nodes = registry.services ? await checkNodes(ops, registry.services, CHECK_TIMEOUT_MS) : [];
-    const broker = await checkBroker(ops, CHECK_TIMEOUT_MS);
+    const broker = await checkBroker(ops, config.broker_secret_file, CHECK_TIMEOUT_MS);
     return [...registry.findings, ...nodes, ...broker];
   } finally {
     await ops.close().catch(() => {});

@@ -6,18 +6,20 @@ import { readFileSync, statSync } from 'node:fs';
 import type { DirectOperations } from '../operations.js';
 import { errorOf, within, type Finding } from './finding.js';
 
-export async function checkBroker(ops: DirectOperations, timeoutMs: number): Promise<Finding[]> {
+/** `secretFile`: --broker_secret_file (the runtime of `ops` is built without it, so that the other checks run when it cannot be read). */
+export async function checkBroker(ops: DirectOperations, secretFile: string | undefined, timeoutMs: number): Promise<Finding[]> {
   const o = ops.runtime.options;
   if (o.broker === 'nats') {
     try {
       await within(ops.runtime.broker.connect(), timeoutMs);
     } catch (err) {
-      return [{ level: 'error', check: 'broker', message: `nats ${o.brokerAddress ?? ''} cannot be reached: ${errorOf(err)}`.replace('nats  ', 'nats ') }];
+      const e = errorOf(err); // the nats broker's errors name it and its address
+      return [{ level: 'error', check: 'broker', message: e.startsWith('nats ') ? e : `nats ${o.brokerAddress ?? ''}: ${e}` }];
     }
     return [];
   }
-  if (o.broker === 'http' && o.brokerSecretFile !== undefined) {
-    const file = o.brokerSecretFile;
+  if (o.broker === 'http' && secretFile !== undefined) {
+    const file = secretFile;
     try {
       readFileSync(file);
     } catch (err) {
