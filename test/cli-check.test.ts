@@ -10,6 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { freePort, runCli, startProcess, tempDir, ROOT } from './helpers.js';
+import { findBinary, OwnEtcd, OwnNats } from './fixtures/engines-common.js';
 import { ALL_WELL } from '../src/cli/check/finding.js';
 import { NODE_EOL } from '../src/cli/check/node-version.js';
 
@@ -127,6 +128,27 @@ describe('mesh check (real CLI processes)', () => {
       r.stderr,
     );
     assert.equal(r.code, 0);
+  });
+
+  const etcdBin = findBinary('etcd');
+  const natsBin = findBinary('nats-server');
+  it('etcd and NATS that answer: nothing found; a NATS that does not: an error, exit 1', { skip: (!etcdBin || !natsBin) && 'no etcd or nats-server binary' }, async () => {
+    const etcd = await OwnEtcd.onLoopback(etcdBin!);
+    const nats = await OwnNats.onLoopback(natsBin!);
+    try {
+      await Promise.all([etcd.start(join(tmp.path, 'etcd-data')), nats.start()]);
+      const flags = ['--registry=etcd', `--registry_address=${etcd.address}`, '--broker=nats'];
+      const env = { MESH_HOME: join(tmp.path, 'engines') };
+      const ok = await runCli(['check', ...flags, `--broker_address=${nats.address}`], env);
+      assert.equal(ok.stdout, text(withNode([])), ok.stderr);
+      assert.equal(ok.code, 0);
+      const port = await freePort();
+      const down = await runCli(['check', ...flags, `--broker_address=127.0.0.1:${port}`], env);
+      assert.equal(down.stdout, text(withNode([`error: broker: nats broker: cannot connect to 127.0.0.1:${port}: CONNECTION_REFUSED`])), down.stderr);
+      assert.equal(down.code, 1);
+    } finally {
+      await Promise.all([etcd.kill(), nats.kill()]);
+    }
   });
 
   it('takes no argument, and no flag it does not use', async () => {
