@@ -1,7 +1,7 @@
 /** `mesh check`: the mesh CA's roots and signer, and a --tls_cert_file, close to expiry. */
-import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { caExists } from '../../tls/workload/ca.js';
+import { certificateInfoFromPem, type CertificateInfo } from '../../tls/certificate.js';
 import { caExpiryWarnings, expiryWarning } from '../../tls/workload/ca-expiry.js';
 import type { Finding } from './finding.js';
 
@@ -17,13 +17,13 @@ export function checkCa(dir: string, now: number): Finding[] {
 
 /** The first certificate of a PEM file (a served chain starts with the leaf). */
 export function checkCertFile(file: string, now: number): Finding[] {
-  let cert: X509Certificate;
+  let cert: CertificateInfo;
   try {
-    cert = new X509Certificate(readFileSync(file));
+    cert = certificateInfoFromPem(readFileSync(file), file);
   } catch (err) {
     return [{ level: 'error', check: 'certificates', message: `--tls_cert_file ${file}: cannot read a certificate: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` }];
   }
-  const notAfter = new Date(cert.validTo);
+  const notAfter = cert.expiration;
   const w = expiryWarning(`--tls_cert_file ${file}`, notAfter, now, 'renew it');
   if (!w) return [];
   return [{ level: notAfter.getTime() <= now ? 'error' : 'warning', check: 'certificates', message: w }];
