@@ -78,6 +78,27 @@ describe('mesh check (real CLI processes)', () => {
     assert.equal(r.code, 0);
   });
 
+  it("the mesh CA's signing key readable by others: an error, exit 1; its directory open: a warning", async () => {
+    const home = join(tmp.path, 'cakey');
+    const init = await runCli(['ca', 'init'], { MESH_HOME: home });
+    assert.equal(init.code, 0, init.stderr);
+    const ca = join(home, 'ca');
+    chmodSync(ca, 0o755);
+    chmodSync(join(ca, 'signer.key'), 0o640);
+    const r = await runCli(['check'], { MESH_HOME: home });
+    assert.equal(
+      r.stdout,
+      text(
+        withNode([
+          `error: files: ${ca}/signer.key is 0640: other users can read the mesh CA's signing key and issue any identity: chmod 600 ${ca}/signer.key`,
+          `warning: files: ${ca} is 0755, open to other users: chmod 700 ${ca}`,
+        ]),
+      ),
+      r.stderr,
+    );
+    assert.equal(r.code, 1);
+  });
+
   it('an unreachable etcd: an error, exit 1', async () => {
     const port = await freePort();
     const r = await runCli(['check', '--registry=etcd', `--registry_address=127.0.0.1:${port}`, '--output=json'], { MESH_HOME: join(tmp.path, 'etcd') });

@@ -10,7 +10,7 @@ import { defaultRegistryDirectory } from '../engines/registry/create.js';
 import { defaultCaDir } from '../tls/workload/ca.js';
 import { errorOf, formatFindings, type Finding } from './check/finding.js';
 import { checkNodeVersion } from './check/node-version.js';
-import { checkFileModes } from './check/files.js';
+import { checkCaModes, checkFileModes } from './check/files.js';
 import { checkCa, checkCertFile } from './check/certificates.js';
 import { checkRegistry } from './check/registry.js';
 import { checkNodes } from './check/nodes.js';
@@ -50,11 +50,14 @@ export async function collectFindings(config: Config, given: ReadonlySet<string>
   const home = defaultRegistryDirectory(config.mesh_home);
   findings.push(...checkFileModes(home));
   if (config.registry === 'local' && config.registry_address && config.registry_address !== home) findings.push(...checkFileModes(config.registry_address));
-  findings.push(...checkCa(defaultCaDir(config.ca_dir, config.mesh_home), now));
+  const caDir = defaultCaDir(config.ca_dir, config.mesh_home);
+  findings.push(...checkCaModes(caDir), ...checkCa(caDir, now));
   if (config.tls_cert_file) findings.push(...checkCertFile(config.tls_cert_file, now));
   findings.push(...(await runtimeChecks(config, given)));
   const order = (f: Finding) => (f.level === 'error' ? 0 : 1);
-  return findings.sort((a, b) => order(a) - order(b));
+  // The CA directory under $MESH_HOME is seen by both file checks: one line for it.
+  const unique = [...new Map(findings.map((f) => [f.message, f])).values()];
+  return unique.sort((a, b) => order(a) - order(b));
 }
 
 /** Runs `mesh check`; resolves with the exit code. */
