@@ -14,21 +14,12 @@ import { makeToken, serviceGlobProblem } from '../tls/workload/token.js';
 import { Logging } from '../base/util/log.js';
 import { parseAddress } from '../base/util/address.js';
 import { MIN_CERT_TTL_MS } from '../tls/workload/index.js';
+import { EXPIRY_WARNING_DAYS, caExpiryWarnings, daysLeft, iso } from '../tls/workload/ca-expiry.js';
 import { caExists, defaultCaDir, finishRotation, importCa, initCa, readRoots, readSignerCertificate, rotateCa, trustDomainProblem, CaError, type CaRoot } from '../tls/workload/ca.js';
 
-const DAY_MS = 86_400_000;
-/** `mesh ca status` warns when a certificate expires within this many days. */
-export const EXPIRY_WARNING_DAYS = 30;
+export { EXPIRY_WARNING_DAYS };
 
 const USAGE = 'usage: mesh ca init [--ca_cert_file=FILE --ca_key_file=FILE] | mesh ca show | mesh ca rotate [--finish] | mesh ca status | mesh ca token --services=GLOBS [--ttl=1h] | mesh ca serve [--address=HOST:PORT] [--ca_serve_names=NAMES]';
-
-function iso(d: Date): string {
-  return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
-}
-
-function daysLeft(d: Date, now: number): number {
-  return Math.floor((d.getTime() - now) / DAY_MS);
-}
 
 function rootJson(r: CaRoot, signer: X509Certificate | undefined, now: number) {
   return {
@@ -101,16 +92,7 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
         else io.out(`ca_dir ${dir}\n` + rootsTable(roots, signer, now));
         return 0;
       }
-      const warnings: string[] = [];
-      const check = (what: string, notAfter: Date) => {
-        const days = daysLeft(notAfter, now);
-        if (notAfter.getTime() <= now) warnings.push(`${what} has expired (${iso(notAfter)})`);
-        else if (days < EXPIRY_WARNING_DAYS) warnings.push(`${what} expires in ${days} days (${iso(notAfter)}), within ${EXPIRY_WARNING_DAYS}: rotate it (mesh ca rotate)`);
-      };
-      for (const r of roots) check(`root ${r.serial}`, r.notAfter);
-      if (signer && !roots.some((r) => r.cert.raw.equals(signer.raw))) check(`signing CA ${signer.serialNumber.toLowerCase()}`, new Date(signer.validTo));
-      if (roots.length === 0) warnings.push(`no trusted root in ${dir}/roots`);
-      if (!signer) warnings.push(`no signing certificate in ${dir}/signer.pem`);
+      const warnings = caExpiryWarnings(dir, now);
       if (json) io.out(JSON.stringify({ caDir: dir, ok: warnings.length === 0, warnings, roots: roots.map((r) => rootJson(r, signer, now)) }) + '\n');
       else io.out(rootsTable(roots, signer, now) + (warnings.length ? warnings.map((w) => `warning: ${w}\n`).join('') : `ok: every root is valid for ${EXPIRY_WARNING_DAYS} days or more\n`));
       return warnings.length === 0 ? 0 : 1;

@@ -94,6 +94,15 @@ export const COMMANDS: CommandInfo[] = [
     subcommands: ['init', 'show', 'rotate', 'status', 'token', 'serve'],
   },
   {
+    name: 'check',
+    args: '',
+    summary: 'what is wrong with this mesh: one line per error or warning; exit 1 on an error',
+    details: [
+      'Checks the registry (read and write), the broker (nats: connects; http: --broker_secret_file), each node (Debug.Health within 3s; a service with no healthy node is an error),',
+      'the modes of $MESH_HOME (0700 directory, 0600 files), the mesh CA in --ca_dir and --tls_cert_file (expiring within 30 days), and the Node.js version (past its end of life: a warning).',
+    ],
+  },
+  {
     name: 'new',
     args: 'service NAME [DIR]',
     summary: 'write a new TypeScript service project (NAME: go.mesh.srv.hello or hello)',
@@ -115,7 +124,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);

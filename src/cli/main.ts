@@ -92,6 +92,11 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       const { runCaCommand } = await import('./ca.js');
       return await runCaCommand(args.positionals, args.config, io);
     }
+    if (command === 'check') {
+      if (args.positionals.length > 1) throw new FlagError(`mesh check takes no argument (got "${args.positionals[1]}")`);
+      const { runCheck } = await import('./check.js');
+      return await runCheck(args.config, args.given, io);
+    }
     const server = SERVER_COMMANDS[command];
     if (server) {
       // A server logs for as long as it runs; its output is not the short commands' output.

@@ -51,7 +51,8 @@ export interface Operations {
 export const DLQ_LIMIT = 10_000;
 
 export class DirectOperations implements Operations {
-  private readonly runtime: Runtime;
+  /** The runtime the commands use (`mesh check` reads its registry and broker). */
+  readonly runtime: Runtime;
 
   constructor(config: Config) {
     this.runtime = new Runtime(optionsFromFlags(config), { role: 'cli' });

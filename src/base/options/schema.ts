@@ -21,7 +21,7 @@ import { LOG_FORMATS } from '../util/levels.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -66,7 +66,7 @@ export const LB_POLICIES = ['round_robin', 'random', 'least_request'] as const;
 const SERVE = ['dev', 'api', 'sidecar', 'proxy'] as const satisfies readonly CommandName[];
 const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'] as const satisfies readonly CommandName[];
 /** The commands that start a mesh process (the others take no option). */
-export const MESH_PROCESS = [...SERVE, ...PLATFORM] as const satisfies readonly CommandName[];
+export const MESH_PROCESS = [...SERVE, ...PLATFORM, 'check'] as const satisfies readonly CommandName[];
 const GATEWAYS = ['dev', 'api', 'sidecar'] as const satisfies readonly CommandName[];
 const BROKER_USERS = ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] as const satisfies readonly CommandName[];
 const CALLERS = [...SERVE, 'call', 'health'] as const satisfies readonly CommandName[];
@@ -74,16 +74,16 @@ const CALLERS = [...SERVE, 'call', 'health'] as const satisfies readonly Command
 export const OPTIONS = {
   registry: { type: 'string', default: 'local', choices: ['local', 'memory', 'etcd'], group: 'registry', commands: MESH_PROCESS, api: true, help: 'registry backend' },
   registry_address: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'local: directory of the SQLite registry; etcd: [https://[user:password@]]host:port[,...]' },
-  broker: { type: 'string', default: 'http', choices: ['http', 'memory', 'nats'], group: 'broker', commands: BROKER_USERS, api: true, help: 'broker backend' },
+  broker: { type: 'string', default: 'http', choices: ['http', 'memory', 'nats'], group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'broker backend' },
   registry_tls_ca_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM CA to trust instead of the system roots' },
   registry_tls_cert_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM client certificate' },
   registry_tls_key_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM client key' },
-  broker_address: { type: 'string', group: 'broker', commands: BROKER_USERS, api: true, help: 'http: listen host[:port] for deliveries; nats: [nats|tls]://[user:password@]host:port' },
-  broker_tls_ca_file: { type: 'string', group: 'broker', commands: BROKER_USERS, api: true, help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
-  broker_tls_cert_file: { type: 'string', group: 'broker', commands: BROKER_USERS, api: true, help: 'nats (TLS required): PEM client certificate' },
-  broker_tls_key_file: { type: 'string', group: 'broker', commands: BROKER_USERS, api: true, help: 'nats (TLS required): PEM client key' },
-  broker_secret: { type: 'string', group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'], api: true, help: 'http: the secret deliveries between mesh processes carry (default: broker.secret in the registry directory, made on first use); prefer MESH_BROKER_SECRET or --broker_secret_file, as other users can see a command line' },
-  broker_secret_file: { type: 'string', group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq'], api: true, help: 'http: a file holding the delivery secret (one line), for processes on several machines' },
+  broker_address: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'http: listen host[:port] for deliveries; nats: [nats|tls]://[user:password@]host:port' },
+  broker_tls_ca_file: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
+  broker_tls_cert_file: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'nats (TLS required): PEM client certificate' },
+  broker_tls_key_file: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'nats (TLS required): PEM client key' },
+  broker_secret: { type: 'string', group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'check'], api: true, help: 'http: the secret deliveries between mesh processes carry (default: broker.secret in the registry directory, made on first use); prefer MESH_BROKER_SECRET or --broker_secret_file, as other users can see a command line' },
+  broker_secret_file: { type: 'string', group: 'broker', commands: ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'check'], api: true, help: 'http: a file holding the delivery secret (one line), for processes on several machines' },
   broker_max_deliver: { type: 'int', default: '5', min: 1, max: 1000, range: 'must be from 1 to 1000', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable subscriptions: attempts before a message goes to the dead-letter topic' },
   broker_ack_wait: { type: 'duration', default: '30s', min: 100, max: 3_600_000, range: 'must be from 100ms to 1h', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable subscriptions: a delivery not acknowledged within this is redelivered' },
   broker_dlq_suffix: { type: 'string', default: '.dlq', group: 'broker', commands: BROKER_USERS, api: true, help: 'durable subscriptions: dead-letter topic = topic + this' },
@@ -146,7 +146,7 @@ export const OPTIONS = {
   authz_rules: { type: 'string', group: 'mtls', commands: ['dev', 'sidecar'], api: true, help: 'who may call the framework services of this process (or, on a sidecar with --mtls, its app): rules from caller identities to services and endpoints, YAML or JSON (first match wins; reloaded on SIGHUP; docs/security.md)' },
   authz_default: { type: 'string', default: 'allow', choices: ['allow', 'deny'], group: 'mtls', commands: ['dev', 'sidecar'], api: true, help: 'what a call no --authz_rules rule matches gets (allow by default, so that nothing changes without rules)' },
   enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
-  tls_cert_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM certificate chain' },
+  tls_cert_file: { type: 'string', group: 'tls', commands: [...SERVE, 'check'], api: true, help: 'PEM certificate chain' },
   tls_key_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM private key' },
   enable_acme: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'obtain certificates by ACME for --acme_hosts' },
   acme_hosts: { type: 'list', group: 'tls', commands: SERVE, api: true, help: 'host names allowed to get ACME certificates' },
@@ -175,7 +175,7 @@ export const OPTIONS = {
   auth_rules: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
   sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
-  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca'], help: 'text or json' },
+  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check'], help: 'text or json' },
   address: { type: 'string', apiDefault: '127.0.0.1:0', group: 'listen', commands: [...GATEWAYS, 'ca'], api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
   sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },

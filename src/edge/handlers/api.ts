@@ -15,7 +15,8 @@ import { readBody } from '../../base/http/body.js';
 import { sendError } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import { canonicalHeaderKey, isHopByHop } from '../../core/transport/headers.js';
-import { callOptionsFrom, type FrontEnd, type RoutePolicy } from './front-end.js';
+import { callOptionsFrom, type FrontEnd } from './front-end.js';
+import type { RoutePolicy } from '../routes/effects.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import type { RpcRoute } from './resolve.js';
 

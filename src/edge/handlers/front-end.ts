@@ -7,7 +7,7 @@ import { requestInfo } from '../../base/http/access-log.js';
 import { targetOf } from '../../base/http/target.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import type { MirrorSender } from './mirror.js';
-import type { RuleEffects } from '../routes/effects.js';
+import type { RoutePolicy } from '../routes/effects.js';
 
 export interface FrontEnd {
   runtime: Runtime;
@@ -31,19 +31,6 @@ export interface FrontEnd {
  * What a route of a route file (src/edge/routes/) adds to how a handler sends a request: the
  * backend's registry version and the route's timeouts.
  */
-export interface RoutePolicy {
-  /** Only the nodes of this version of the service. */
-  version?: string;
-  /** `timeouts.request` (ms): the whole call, in place of --client_request_timeout (an inbound Mesh-Timeout still shortens it). */
-  requestTimeoutMs?: number;
-  /** `timeouts.backendRequest` (ms): each try. */
-  tryTimeoutMs?: number;
-  /** The rule's stats, retries, filters and faults (src/edge/routes/effects.ts). */
-  effects?: RuleEffects;
-  /** The path and query sent to the backend after the rule's URLRewrite; undefined: as received. */
-  path?: string;
-}
-
 /**
  * Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout (and
  * its call context, and its route's policy, when given).

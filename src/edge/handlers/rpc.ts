@@ -10,7 +10,8 @@ import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
 import { sendBytes, sendError } from '../../base/http/respond.js';
-import { callOptionsFrom, queryObject, type FrontEnd, type RoutePolicy } from './front-end.js';
+import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import type { RoutePolicy } from '../routes/effects.js';
 import type { RpcRoute } from './resolve.js';
 import type { CallContext } from '../../base/util/call-context.js';
 

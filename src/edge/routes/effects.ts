@@ -18,8 +18,20 @@ import { declareStats, type FamilyStats, type StatsScope } from '../../base/stat
 import { RetryBudget } from '../../core/upstream/retry-budget.js';
 import type { RetryRules } from '../../core/client/interceptors/call.js';
 import type { BackendRefSpec, HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
-import type { RoutePolicy } from '../handlers/front-end.js';
 import type { RouteChoice } from './table.js';
+
+export interface RoutePolicy {
+  /** Only the nodes of this version of the service. */
+  version?: string;
+  /** `timeouts.request` (ms): the whole call, in place of --client_request_timeout (an inbound Mesh-Timeout still shortens it). */
+  requestTimeoutMs?: number;
+  /** `timeouts.backendRequest` (ms): each try. */
+  tryTimeoutMs?: number;
+  /** The rule's stats, retries, filters and faults (src/edge/routes/effects.ts). */
+  effects?: RuleEffects;
+  /** The path and query sent to the backend after the rule's URLRewrite; undefined: as received. */
+  path?: string;
+}
 
 export const ROUTE_STATS = {
   counters: {

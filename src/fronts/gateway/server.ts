@@ -24,7 +24,7 @@ import { targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
 import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
 import { handleApi } from '../../edge/handlers/api.js';
-import type { RoutePolicy } from '../../edge/handlers/front-end.js';
+import type { RoutePolicy } from '../../edge/routes/effects.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
 import { RouteEffectsCache, routeAction } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
