@@ -6,10 +6,9 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RequestTarget } from '../../base/http/target.js';
-import type { RoutePolicy } from '../handlers/front-end.js';
 import type { RouteHandler } from './file.js';
 import type { CompiledRoutes } from './table.js';
-import { routeAction, type RouteEffectsCache } from './effects.js';
+import { routeAction, type RouteEffectsCache, type RoutePolicy } from './effects.js';
 
 /** A route matched: its backend and handler, a redirect, or a rule whose backends all weigh 0. */
 export type FileRouteAnswer =

@@ -52,12 +52,11 @@ import { SidecarInbound } from './inbound.js';
 import { MTLS_METADATA_KEY, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 import { advertisedAddress } from '../../base/util/address.js';
-import type { RoutePolicy } from '../../edge/handlers/front-end.js';
 import { handleApi } from '../../edge/handlers/api.js';
 import { resolveRpcPath } from '../../edge/handlers/resolve.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
 import { beginRule, chooseFileRoute, sendRedirect } from '../../edge/routes/choose.js';
-import { RouteEffectsCache } from '../../edge/routes/effects.js';
+import { RouteEffectsCache, type RoutePolicy } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 
 export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
