@@ -122,7 +122,7 @@ export const DEFAULT_OPTIONS: Readonly<MeshOptions> = Object.freeze(
   Object.fromEntries(API_OPTIONS.map(([, name, spec]) => [name, apiDefault(spec)]).filter(([, v]) => v !== undefined)) as MeshOptions,
 );
 
-const KNOWN = new Set<string>([...API_OPTIONS.map(([, name]) => name), 'codecs']);
+const KNOWN = new Set<string>([...API_OPTIONS.map(([, name]) => name), 'codecs', 'tracingExport']);
 
 const show = (v: unknown): string => {
   if (typeof v === 'string') return JSON.stringify(v);
@@ -222,9 +222,11 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
 
   const values: Record<string, unknown> = { registry, broker, codecs: [...(codecsValue as Codec[])] };
   // The OTEL_* variables fill what was not given (an explicit option wins); not read with tracing: 'off'.
-  const otel = o.tracing === 'off' ? undefined : readOtelEnv(process.env);
+  // Options resolved once already (a Mesh built from a CLI's options) keep what they found.
+  const again = o.tracingExport as TracingExport | undefined;
+  const otel = o.tracing === 'off' || again ? undefined : readOtelEnv(process.env);
   const protocol = otel?.protocol ?? 'http/protobuf';
-  values.tracingExport = { protocol, headers: otel?.headers ?? {}, resource: otel?.resource ?? {}, parentBased: otel?.parentBased ?? true } satisfies TracingExport;
+  values.tracingExport = again ?? { protocol, headers: otel?.headers ?? {}, resource: otel?.resource ?? {}, parentBased: otel?.parentBased ?? true } satisfies TracingExport;
   if (otel) {
     if (o.tracing === undefined && otel.tracing !== undefined) values.tracing = otel.tracing;
     if (o.tracingAddress === undefined) values.tracingAddress = otel.endpoint ?? (otel.protocol ? DEFAULT_OTLP_ENDPOINTS[protocol] : undefined);
