@@ -9,7 +9,7 @@ import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { http, PRINTED, ROOT, runCli, startProcess, waitFor, type RunningProcess } from './helpers.js';
+import { http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import type { ReceivedSpan } from './fixtures/otlp-receiver.js';
 
 const RECEIVER = join(ROOT, 'test/fixtures/otlp-receiver.ts');
@@ -80,6 +80,30 @@ describe('tracing: the OTEL_* variables', () => {
     assert.equal(server.name, 'GET /otel/probe');
     const metadata = (await http('GET', `${receiver.base}/headers`)).json() as Record<string, string>;
     assert.equal(metadata['x-tenant'], 'grpc-tenant');
+  });
+
+  it('a framework service process (runService) reads them too: its server span carries OTEL_SERVICE_NAME; a malformed one exits 2', async () => {
+    const receiver = await startReceiver();
+    const dir = tempDir();
+    try {
+      const registry = `--registry_address=${dir.path}`;
+      const srv = startProcess([join(ROOT, 'dist/examples/greeter-srv.js'), registry, '--log_level=warning', '--drain_delay=0s'], // always_on: the span is recorded whatever the caller's traceparent says (mesh call, tracing off, may send flags 00).
+        { MESH_TRACING: '', OTEL_EXPORTER_OTLP_ENDPOINT: receiver.base, OTEL_SERVICE_NAME: 'greeter-backend', OTEL_TRACES_SAMPLER: 'always_on' }, '');
+      procs.push(srv);
+      await srv.waitForPort(/listening on \S+:(\d+) \(node/, 15000);
+      const r = await runCli(['call', 'go.mesh.srv.greeter', 'Say.Hello', '{"name":"otel"}', registry]);
+      assert.equal(r.code, 0, r.stderr);
+      const server = await waitFor(async () => (await spansOf(receiver.base)).find((s) => s.kind === 2), 20000);
+      assert.equal(server.name, 'go.mesh.srv.greeter/Say.Hello');
+      assert.equal(server.resource['service.name'], 'greeter-backend');
+      const refused = startProcess([join(ROOT, 'dist/examples/greeter-srv.js'), registry], { MESH_TRACING: '', OTEL_TRACES_EXPORTER: 'zipkin' }, '');
+      procs.push(refused);
+      await waitFor(() => (refused.child.exitCode !== null ? true : undefined), 15000);
+      assert.equal(refused.child.exitCode, 2, refused.output());
+      assert.match(refused.output(), /invalid value "zipkin" for OTEL_TRACES_EXPORTER: use otlp or none/);
+    } finally {
+      dir.cleanup();
+    }
   });
 
   it('OTEL_TRACES_SAMPLER=always_off sends nothing (checked after the drain, which exports what is queued)', async () => {

@@ -319,7 +319,8 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   }, (config.rpc_allow as string[]).join(','));
   check('tracing_address', () => VALUE_CHECKS.tracing_address(config.tracing_address as string));
   check('tracing_sample_rate', () => (config.tracing_sample_rate = VALUE_CHECKS.tracing_sample_rate(config.tracing_sample_rate as string)));
-  if (known && commandsUsing('tracing').includes(command as CommandName)) tracingFromOtelEnv(config, given, env);
+  // A command that traces, or the flags of a framework service's process (runService: no command).
+  if ((known && commandsUsing('tracing').includes(command as CommandName)) || opts.command === false) tracingFromOtelEnv(config, given, env);
   // The flag is forgiving where the library is not: parseLevel takes other spellings (warn, fatal,
   // silent, any case) and refuses junk with its own message before the shared check.
   check('log_level', () => VALUE_CHECKS.log_level(parseLevel(config.log_level as string)));
