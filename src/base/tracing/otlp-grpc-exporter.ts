@@ -32,7 +32,9 @@ export class OtlpGrpcTraceExporter implements SpanExporter {
   constructor(private readonly options: GrpcExporterOptions) {
     const require = createRequire(import.meta.url);
     this.grpc = require('@grpc/grpc-js') as typeof GrpcJs;
-    this.serializer = (require('@opentelemetry/otlp-transformer') as { ProtobufTraceSerializer: Serializer }).ProtobufTraceSerializer;
+    // The serializer of the OTLP/HTTP exporter's own dependency (resolved from it: the same version, the same encoding).
+    const fromExporter = createRequire(require.resolve('@opentelemetry/exporter-trace-otlp-proto'));
+    this.serializer = (fromExporter('@opentelemetry/otlp-transformer') as { ProtobufTraceSerializer: Serializer }).ProtobufTraceSerializer;
     const url = new URL(options.url);
     const credentials = url.protocol === 'https:' ? this.grpc.credentials.createSsl() : this.grpc.credentials.createInsecure();
     this.client = new this.grpc.Client(url.host, credentials);
