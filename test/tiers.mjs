@@ -25,6 +25,7 @@ export const UNIT = [
   'test/edge-cors-rpc.test.ts',
   'test/error-catalogue.test.ts',
   'test/flags.test.ts',
+  'test/otel-env.test.ts',
   'test/front-context.test.ts',
   'test/front-phases.test.ts',
   'test/fuzz/broker.test.ts',

@@ -74,7 +74,8 @@ describe('tracing: one request through gateway, API service and backend (three p
     };
     const edge = one(byParent(CALLER), 'the gateway server span, child of the caller');
     assert.equal(edge.kind, KIND.server);
-    assert.equal(edge.name, 'GET /greeter/say/hello');
+    assert.equal(edge.name, 'GET /greeter/say/hello', '{method} {http.route}');
+    assert.equal(edge.attributes['http.route'], '/greeter/say/hello');
     assert.equal(edge.attributes['http.request.method'], 'GET');
     assert.equal(edge.attributes['url.path'], '/greeter/say/hello');
     assert.equal(edge.attributes['http.response.status_code'], 200);

@@ -8,6 +8,7 @@ import { parseDuration, parseSize } from '../base/util/duration.js';
 import { parseLevel } from '../base/util/levels.js';
 import { parseRate } from '../base/http/rate-limit.js';
 import { VALUE_CHECKS } from '../process/options.js';
+import { OtelEnvError, readOtelEnv } from '../base/tracing/otel-env.js';
 import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, commandDefault, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../base/options/schema.js';
 
 /** The flags: the option schema (src/base/options/schema.ts), by schema key. */
@@ -98,6 +99,23 @@ export function parseConcurrency(raw: string): number {
   if (raw === 'auto') return Math.min(MAX_CONCURRENCY, availableParallelism());
   if (!/^\d+$/.test(raw) || Number(raw) < 1 || Number(raw) > MAX_CONCURRENCY) throw new Error(`use a number of worker processes from 1 to ${MAX_CONCURRENCY}, or auto`);
   return Number(raw);
+}
+
+/**
+ * The OTEL_* variables (src/base/tracing/otel-env.ts) of a command that traces: checked here (a
+ * malformed one is a FlagError naming it, exit 2), and the tracing flags that were not given are
+ * left unset so that the process options take them from the variables (a flag wins over OTEL_*,
+ * which wins over the defaults). With --tracing=off given the variables are not read.
+ */
+function tracingFromOtelEnv(config: Record<string, unknown>, given: ReadonlySet<FlagName>, env: NodeJS.ProcessEnv): void {
+  if (given.has('tracing') && config.tracing === 'off') return;
+  try {
+    readOtelEnv(env);
+  } catch (err) {
+    if (err instanceof OtelEnvError) throw new FlagError(err.message);
+    throw err;
+  }
+  for (const name of ['tracing', 'tracing_address', 'tracing_sample_rate'] as const) if (!given.has(name)) config[name] = undefined;
 }
 
 export class FlagError extends Error {
@@ -301,6 +319,8 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   }, (config.rpc_allow as string[]).join(','));
   check('tracing_address', () => VALUE_CHECKS.tracing_address(config.tracing_address as string));
   check('tracing_sample_rate', () => (config.tracing_sample_rate = VALUE_CHECKS.tracing_sample_rate(config.tracing_sample_rate as string)));
+  // A command that traces, or the flags of a framework service's process (runService: no command).
+  if ((known && commandsUsing('tracing').includes(command as CommandName)) || opts.command === false) tracingFromOtelEnv(config, given, env);
   // The flag is forgiving where the library is not: parseLevel takes other spellings (warn, fatal,
   // silent, any case) and refuses junk with its own message before the shared check.
   check('log_level', () => VALUE_CHECKS.log_level(parseLevel(config.log_level as string)));

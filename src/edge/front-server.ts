@@ -23,7 +23,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../process/runtime.js';
 import { MeshError, rateLimited } from '../base/errors.js';
 import { lingerOnRest } from '../base/http/body.js';
-import { attachTarget, type RequestTarget } from '../base/http/target.js';
+import { attachTarget, routeOf, type RequestTarget } from '../base/http/target.js';
 import { rawErrorResponse, refuseSocket, sendError, sendJson } from '../base/http/respond.js';
 import { parseAddress } from '../base/util/address.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from '../base/http/lifecycle.js';
@@ -118,6 +118,15 @@ export interface FrontServerOptions<R = undefined> {
    * calling it is no loop), and --cors does not apply to it (its callers are mesh processes).
    */
   mtls?: { workload: WorkloadTls; service: string };
+}
+
+/** The methods of the HTTP semantic conventions; any other is `_OTHER` (and names its span `HTTP`). */
+const HTTP_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
+
+/** The method part of a server span's name (HTTP semantic conventions). */
+function spanMethod(req: IncomingMessage): string {
+  const method = req.method ?? 'GET';
+  return HTTP_METHODS.has(method) ? method : 'HTTP';
 }
 
 export class FrontServer<R = undefined> {
@@ -314,9 +323,10 @@ export class FrontServer<R = undefined> {
   }
 
   private startSpan(req: IncomingMessage, target: RequestTarget, parent: ReturnType<typeof parseTraceparent>): Span {
-    // The path as received: the span names what the client sent.
+    // The path as received: the span says what the client sent.
     const path = target.receivedPath;
-    const method = req.method ?? 'GET';
+    const received = req.method ?? 'GET';
+    const method = HTTP_METHODS.has(received) ? received : '_OTHER';
     const host = req.headers.host ?? '';
     const colon = host.lastIndexOf(':');
     const port = colon > host.lastIndexOf(']') ? Number(host.slice(colon + 1)) : undefined;
@@ -329,11 +339,13 @@ export class FrontServer<R = undefined> {
       'client.address': req.socket.remoteAddress ?? '',
       'mesh.front': this.options.statPrefix,
     };
+    if (method !== received) attributes['http.request.method_original'] = received;
     if (port !== undefined && Number.isInteger(port)) attributes['server.port'] = port;
     if (target.query !== undefined) attributes['url.query'] = target.query;
     const agent = req.headers['user-agent'];
     if (agent) attributes['user_agent.original'] = agent;
-    return this.options.runtime.tracer!.startSpan(`${method} ${path}`, SpanKind.SERVER, parent, attributes);
+    // Named `{method}` until the handler tells the route (updated when the answer is sent).
+    return this.options.runtime.tracer!.startSpan(spanMethod(req), SpanKind.SERVER, parent, attributes);
   }
 
   private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined, target: RequestTarget): void {
@@ -368,6 +380,10 @@ export class FrontServer<R = undefined> {
       if (span) {
         const status = res.headersSent ? res.statusCode : 500;
         span.setAttribute('http.response.status_code', status);
+        // HTTP semantic conventions: `{method} {http.route}` when a route is known, else `{method}`.
+        const route = status === 404 ? undefined : routeOf(req);
+        if (route !== undefined) span.setAttribute('http.route', route);
+        span.updateName(route === undefined ? spanMethod(req) : `${spanMethod(req)} ${route}`);
         if (status >= 500) failSpan(span, res.headersSent ? `status ${status}` : 'no response sent', String(status));
         span.end();
       }

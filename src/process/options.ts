@@ -16,6 +16,7 @@ import { parseAcmeHosts } from '../tls/acme/hosts.js';
 import { parseChallengeAddress } from '../tls/acme/challenge-server.js';
 import { parseAddress, parseAdvertise } from '../base/util/address.js';
 import { parseSampleRate, parseTracingAddress } from '../base/tracing/config.js';
+import { DEFAULT_OTLP_ENDPOINTS, readOtelEnv, type OtlpProtocol } from '../base/tracing/otel-env.js';
 import { OPTIONS, apiName, optionEntries, outOfRange, type Duration, type OptionKey, type OptionSpec, type SchemaApiOptions, type SchemaResolvedOptions, type Size } from '../base/options/schema.js';
 import { OptionError } from '../base/util/option-error.js';
 
@@ -54,6 +55,16 @@ export interface ResolvedOptions extends Omit<SchemaResolvedOptions, 'registry' 
   tracingSampleRate: number;
   /** `'off'` unless given. */
   accessLog: string;
+  /** How spans are exported with tracing on, beyond tracingAddress (from the OTEL_* variables, src/base/tracing/otel-env.ts). */
+  tracingExport: TracingExport;
+}
+
+/** What the OTEL_* variables add to the tracing options. */
+export interface TracingExport {
+  protocol: OtlpProtocol;
+  headers: Record<string, string>;
+  resource: Record<string, string>;
+  parentBased: boolean;
 }
 
 /**
@@ -111,7 +122,7 @@ export const DEFAULT_OPTIONS: Readonly<MeshOptions> = Object.freeze(
   Object.fromEntries(API_OPTIONS.map(([, name, spec]) => [name, apiDefault(spec)]).filter(([, v]) => v !== undefined)) as MeshOptions,
 );
 
-const KNOWN = new Set<string>([...API_OPTIONS.map(([, name]) => name), 'codecs']);
+const KNOWN = new Set<string>([...API_OPTIONS.map(([, name]) => name), 'codecs', 'tracingExport']);
 
 const show = (v: unknown): string => {
   if (typeof v === 'string') return JSON.stringify(v);
@@ -210,6 +221,18 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   }
 
   const values: Record<string, unknown> = { registry, broker, codecs: [...(codecsValue as Codec[])] };
+  // The OTEL_* variables fill what was not given (an explicit option wins); not read with tracing: 'off'.
+  // Options resolved once already (a Mesh built from a CLI's options) keep what they found.
+  const again = o.tracingExport as TracingExport | undefined;
+  const otel = o.tracing === 'off' || again ? undefined : readOtelEnv(process.env);
+  const protocol = otel?.protocol ?? 'http/protobuf';
+  values.tracingExport = again ?? { protocol, headers: otel?.headers ?? {}, resource: otel?.resource ?? {}, parentBased: otel?.parentBased ?? true } satisfies TracingExport;
+  if (otel) {
+    if (o.tracing === undefined && otel.tracing !== undefined) values.tracing = otel.tracing;
+    if (o.tracingAddress === undefined) values.tracingAddress = otel.endpoint ?? (otel.protocol ? DEFAULT_OTLP_ENDPOINTS[protocol] : undefined);
+    if (o.tracingSampleRate === undefined && otel.sampleRate !== undefined) values.tracingSampleRate = otel.sampleRate;
+  }
+  for (const key of ['tracingAddress', 'tracingSampleRate'] as const) if (values[key] === undefined) delete values[key];
   for (const [, name, spec] of API_OPTIONS) {
     if (name in values) continue;
     if (name === 'tracingSampleRate') values[name] = given(name);

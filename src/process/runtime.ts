@@ -153,6 +153,10 @@ export class Runtime {
       const tracer = new Tracer({
         address: options.tracingAddress,
         sampleRate: options.tracingSampleRate,
+        protocol: options.tracingExport.protocol,
+        headers: options.tracingExport.headers,
+        resource: options.tracingExport.resource,
+        parentBased: options.tracingExport.parentBased,
         serviceName: () => this.tracingServiceName,
         stats: this.stats,
         onExportError: (err) => log.warn({ err: err.message, address: options.tracingAddress }, 'span export failed; spans are dropped until the receiver answers'),

@@ -50,3 +50,20 @@ export function attachTarget(req: IncomingMessage): RequestTarget {
 export function targetOf(req: IncomingMessage): RequestTarget {
   return (req as WithTarget)[TARGET] ?? attachTarget(req);
 }
+
+const ROUTE = Symbol('mesh.httpRoute');
+type WithRoute = { [ROUTE]?: string };
+
+/**
+ * Marks the route a handler resolved the request to (the `http.route` of its server span): the
+ * path of a service's method for the rpc and api handlers. A request answered 404 (no such
+ * service or method) keeps no route, so the names of spans stay as few as the methods served.
+ */
+export function setRoute(req: IncomingMessage, route: string): void {
+  (req as WithRoute)[ROUTE] = route;
+}
+
+/** The route setRoute marked, if any. */
+export function routeOf(req: IncomingMessage): string | undefined {
+  return (req as WithRoute)[ROUTE];
+}

@@ -1,6 +1,6 @@
 /**
  * Distributed tracing with the OpenTelemetry SDK (--tracing=otlp): spans exported in batches over
- * OTLP/HTTP (protobuf) to --tracing_address. Built by the runtime only when tracing is on; with
+ * OTLP/HTTP (protobuf) or OTLP/gRPC to --tracing_address (or the OTEL_* variables: otel-env.ts). Built by the runtime only when tracing is on; with
  * it off no tracer exists and the hot path pays one branch (`runtime.tracer?.`).
  *
  * Exporting never slows or fails a request: ending a span only queues it. The queue is bounded
@@ -16,6 +16,8 @@ import type { ReadableSpan, SpanExporter, SpanProcessor } from '@opentelemetry/s
 import type { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
 import type { Counter, StatsStore } from '../stats/store.js';
 import type { TraceContext } from '../util/trace-context.js';
+import type { OtlpProtocol } from './otel-env.js';
+import { OtlpGrpcTraceExporter } from './otlp-grpc-exporter.js';
 
 export type { Span };
 
@@ -63,10 +65,18 @@ const BATCH_DELAY_MS = 1000;
 const EXPORT_TIMEOUT_MS = 5000;
 
 export interface TracerOptions {
-  /** The OTLP/HTTP endpoint (checked: parseTracingAddress). */
+  /** The OTLP endpoint (checked: parseTracingAddress). */
   address: string;
+  /** OTLP over HTTP (protobuf) or gRPC. Default http/protobuf. */
+  protocol?: OtlpProtocol;
+  /** Sent with every export request (HTTP headers, gRPC metadata). */
+  headers?: Record<string, string>;
+  /** Attributes of the process's resource (OTEL_RESOURCE_ATTRIBUTES); a service.name here wins over serviceName. */
+  resource?: Record<string, string>;
   /** Share of new traces recorded, 0 to 1. */
   sampleRate: number;
+  /** A trace that came with a traceparent follows its sampled flag (default true); false: sampleRate decides every trace. */
+  parentBased?: boolean;
   /** The `service.name` of the process's resource, read when the first span starts (services are added before). */
   serviceName: () => string;
   stats: StatsStore;
@@ -163,7 +173,10 @@ export class Tracer {
   private sdk(): OtelTracer {
     if (this.tracer) return this.tracer;
     const { sdk, resources, exporter: otlp } = this.otel;
-    const exporter = new CountingExporter(new otlp.OTLPTraceExporter({ url: this.options.address, timeoutMillis: EXPORT_TIMEOUT_MS }), (count, ok, err) => {
+    const { address: url, headers = {} } = this.options;
+    const inner: SpanExporter =
+      this.options.protocol === 'grpc' ? new OtlpGrpcTraceExporter({ url, headers, timeoutMillis: EXPORT_TIMEOUT_MS }) : new otlp.OTLPTraceExporter({ url, headers, timeoutMillis: EXPORT_TIMEOUT_MS });
+    const exporter = new CountingExporter(inner, (count, ok, err) => {
       if (this.processor) this.processor.pending = Math.max(0, this.processor.pending - count);
       if (ok) {
         this.exported.inc(count);
@@ -177,9 +190,10 @@ export class Tracer {
     const batch = new sdk.BatchSpanProcessor(exporter, { maxQueueSize: MAX_QUEUE, maxExportBatchSize: MAX_BATCH, scheduledDelayMillis: BATCH_DELAY_MS, exportTimeoutMillis: EXPORT_TIMEOUT_MS + 1000 });
     this.processor = new BoundedProcessor(batch, this.dropped);
     const rate = this.options.sampleRate;
+    const root = rate >= 1 ? new sdk.AlwaysOnSampler() : rate <= 0 ? new sdk.AlwaysOffSampler() : new sdk.TraceIdRatioBasedSampler(rate);
     this.provider = new sdk.BasicTracerProvider({
-      resource: resources.resourceFromAttributes({ 'service.name': this.options.serviceName() }),
-      sampler: new sdk.ParentBasedSampler({ root: new sdk.TraceIdRatioBasedSampler(rate) }),
+      resource: resources.resourceFromAttributes({ 'service.name': this.options.serviceName(), ...this.options.resource }),
+      sampler: this.options.parentBased === false ? root : new sdk.ParentBasedSampler({ root }),
       spanProcessors: [this.processor],
     });
     this.tracer = this.provider.getTracer('mesh');

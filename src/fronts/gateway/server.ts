@@ -20,7 +20,7 @@ import type { CallContext } from '../../base/util/call-context.js';
 import { ERROR_IDS, MeshError, rootMethodNotAllowed } from '../../base/errors.js';
 import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
-import { targetOf, type RequestTarget } from '../../base/http/target.js';
+import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
 import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
 import { handleApi } from '../../edge/handlers/api.js';
@@ -322,6 +322,7 @@ export class Gateway {
       case 'call': {
         const call = route.call;
         if (!call) throw this.noService(req, 'use /<service>/<method>');
+        setRoute(req, targetOf(req).path);
         if (route.stream && wantsEventStream(req)) return within(() => handleSse(this.fe, this.streams, call, req, res));
         return route.handler === 'rpc' ? handleRpc(this.fe, call, req, res, ctx, route.policy) : handleApi(this.fe, call, req, res, ctx, route.policy);
       }

@@ -33,7 +33,7 @@ import type { CallContext } from '../../base/util/call-context.js';
 import { ERROR_IDS, MeshError, originNotAllowed, rootMethodNotAllowed } from '../../base/errors.js';
 import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
-import { targetOf, type RequestTarget } from '../../base/http/target.js';
+import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
 import { resolveProxyPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
@@ -401,6 +401,7 @@ export class Sidecar {
       req.resume();
       throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
     }
+    setRoute(req, targetOf(req).path);
     // Streams are not served by routes (as on the gateway): a routed call is a unary one.
     if (!route.policy && wantsEventStream(req)) return within(() => handleSse(fe, this.streams, call, req, res));
     return route.handler === 'api' ? handleApi(fe, call, req, res, ctx, route.policy) : handleRpc(fe, call, req, res, ctx, route.policy);
