@@ -10,6 +10,11 @@ import { Mesh, MeshError } from '../src/index.js';
 import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { extractTags } from '../src/base/stats/store.js';
 import { http, waitFor } from './helpers.js';
+import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
+import { Runtime } from '../src/process/runtime.js';
+import { Gateway } from '../src/fronts/gateway/server.js';
+import { parseArgs } from '../src/cli/flags.js';
+import { optionsFromFlags } from '../src/cli/options.js';
 
 const quiet = { logLevel: 'off', drainDelay: 0, registry: new MemoryRegistry(), broker: 'memory', adminAddress: '127.0.0.1:0' } as const;
 const PREFIX = 'service.shop.orders.endpoint.';
@@ -130,5 +135,56 @@ describe('--stats_endpoints off (the default)', () => {
     assert.ok(!all.includes('.endpoint.'), all);
     const prom = (await http('GET', `${admin}/stats/prometheus`)).text;
     assert.ok(!prom.includes('mesh_service_endpoint'));
+  });
+});
+
+describe('--stats_endpoints on a gateway: the registry router per route', () => {
+  let app: PlainApp;
+  let runtime: Runtime;
+  let pool: Pool;
+  let admin = '';
+  const GW = 'service.gateway.endpoint.';
+  const post = async (path: string) => {
+    const res = await pool.request({ method: 'POST', path, headers: { 'content-type': 'application/json' }, body: '{}' });
+    await res.body.dump();
+    return res.statusCode;
+  };
+
+  before(async () => {
+    app = await startPlainApp();
+    const registry = new MemoryRegistry();
+    await registerPlain(registry, 'go.mesh.api.plain', app.port, [
+      { name: 'Plain.Hello', metadata: { handler: 'rpc', path: '/hello' } },
+      { name: 'Plain.Fail', metadata: { handler: 'rpc', path: '/fail' } },
+    ]);
+    const flags = ['--broker=memory', '--log_level=off', '--drain_delay=0', '--admin_address=127.0.0.1:0', '--client_retries=0', '--stats_endpoints'];
+    runtime = new Runtime(optionsFromFlags(parseArgs(flags, {}).config, { registry }), { role: 'api' });
+    const gw = new Gateway(runtime, { address: '127.0.0.1:0', namespace: 'go.mesh.api' });
+    const bound = await gw.start();
+    admin = `http://127.0.0.1:${(await runtime.startAdmin('off'))!.port}`;
+    pool = new Pool(`http://127.0.0.1:${bound.port}`, { connections: 8 });
+  });
+  after(async () => {
+    await pool.close();
+    await runtime.shutdown();
+    await app.close();
+  });
+
+  it('counts each route by status with its latency; unmatched paths in one _other family', async () => {
+    assert.equal(await post('/hello'), 200);
+    assert.equal(await post('/hello'), 200);
+    assert.equal(await post('/fail'), 422);
+    for (let i = 0; i < 1000; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => post(`/nowhere${i + j}/${Math.random().toString(36).slice(2)}`)));
+    await waitFor(async () => (await statsOf(admin, GW)).get(`${GW}_other.rq_total`) === 1000 || undefined);
+    const stats = await statsOf(admin, GW);
+    assert.equal(stats.get(`${GW}go.mesh.api.plain/Plain.Hello.rq_total`), 2);
+    assert.equal(stats.get(`${GW}go.mesh.api.plain/Plain.Hello.rq_code_200`), 2);
+    assert.equal(stats.get(`${GW}go.mesh.api.plain/Plain.Fail.rq_4xx`), 1);
+    assert.equal(stats.get(`${GW}go.mesh.api.plain/Plain.Fail.rq_code_422`), 1);
+    const families = new Set([...stats.keys()].map((k) => extractTags(k).tags.find(([t]) => t === 'endpoint')?.[1]));
+    assert.deepEqual([...families].sort(), ['_other', 'go.mesh.api.plain/Plain.Fail', 'go.mesh.api.plain/Plain.Hello']);
+    const prom = (await http('GET', `${admin}/stats/prometheus`)).text;
+    assert.ok(prom.includes('mesh_service_endpoint_rq_total{endpoint="go.mesh.api.plain/Plain.Hello",service="gateway"} 2\n'), prom);
+    assert.ok(prom.includes('mesh_service_endpoint_rq_time_count{endpoint="go.mesh.api.plain/Plain.Hello",service="gateway"} 2\n'));
   });
 });

@@ -67,10 +67,12 @@ export class EndpointStats {
     this.scope = root.scope(endpointStatPrefix(service));
   }
 
-  /** Gives `name` stats of its own (its stats exist, at zero, from now on). */
-  declare(name: string): void {
-    if (name === OTHER_ENDPOINT || this.families.has(name)) return;
-    this.families.set(name, new EndpointFamily(this.scope.scope(`${name}.`)));
+  /** Gives `name` stats of its own (its stats exist, at zero, from now on) and answers them. */
+  declare(name: string): EndpointFamily {
+    if (name === OTHER_ENDPOINT) return this.of(undefined);
+    let family = this.families.get(name);
+    if (!family) this.families.set(name, (family = new EndpointFamily(this.scope.scope(`${name}.`))));
+    return family;
   }
 
   of(name: string | undefined): EndpointFamily {

@@ -119,7 +119,7 @@ export const DEFAULT_TAG_RULES: TagRule[] = [
   { name: 'worker_id', regex: /^server\.worker\.((\d+)\.)/ },
   // vhost.<host>.route.<rule>.rq_total -> vhost.route.rq_total{route_name="<rule>",virtual_host_name="<host>"}
   // (a route file's per-route stats: the last `.route.` ends the host, names with dots come out whole)
-  { name: 'route_name', regex: /^vhost\..+\.route\.((.+?)\.)(?:rq_total|rq_\dxx|retry|retry_overflow|fault\.[a-z_]+|mirror\.[a-z]+)$/s },
+  { name: 'route_name', regex: /^vhost\..+\.route\.((.+?)\.)(?:rq_total|rq_\dxx|rq_time|retry|retry_overflow|fault\.[a-z_]+|mirror\.[a-z]+)$/s },
   { name: 'virtual_host_name', regex: /^vhost\.((.+)\.)route\.[^]+$/s },
   // service.<service>.endpoint.<Endpoint.Method>.rq_total -> service.endpoint.rq_total{endpoint=,service=}
   // (--stats_endpoints, endpoint-stats.ts: the first `.endpoint.` ends the service, names with dots
