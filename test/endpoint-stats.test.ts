@@ -9,7 +9,9 @@ import { Pool } from 'undici';
 import { Mesh, MeshError } from '../src/index.js';
 import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { extractTags } from '../src/base/stats/store.js';
-import { http, waitFor } from './helpers.js';
+import { http, tempDir, waitFor } from './helpers.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { Runtime } from '../src/process/runtime.js';
 import { Gateway } from '../src/fronts/gateway/server.js';
@@ -186,5 +188,39 @@ describe('--stats_endpoints on a gateway: the registry router per route', () => 
     const prom = (await http('GET', `${admin}/stats/prometheus`)).text;
     assert.ok(prom.includes('mesh_service_endpoint_rq_total{endpoint="go.mesh.api.plain/Plain.Hello",service="gateway"} 2\n'), prom);
     assert.ok(prom.includes('mesh_service_endpoint_rq_time_count{endpoint="go.mesh.api.plain/Plain.Hello",service="gateway"} 2\n'));
+  });
+});
+
+describe('--stats_endpoints on a gateway with a route file', () => {
+  it("a rule's stats stay its vhost stats, with an rq_time histogram labelled route_name", async () => {
+    const app = await startPlainApp();
+    const dir = tempDir();
+    const file = join(dir.path, 'routes.yaml');
+    writeFileSync(
+      file,
+      `apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: shop}\nspec:\n  handler: rpc\n  rules:\n    - name: hello\n      matches: [{path: {type: Exact, value: /hi}}]\n      backendRefs: [{name: go.mesh.srv.plain}]\n`,
+    );
+    const registry = new MemoryRegistry();
+    await registerPlain(registry, 'go.mesh.srv.plain', app.port);
+    const flags = ['--broker=memory', '--log_level=off', '--drain_delay=0', '--admin_address=127.0.0.1:0', '--client_retries=0', '--stats_endpoints'];
+    const runtime = new Runtime(optionsFromFlags(parseArgs(flags, {}).config, { registry }), { role: 'api' });
+    try {
+      const gw = new Gateway(runtime, { address: '127.0.0.1:0', namespace: 'go.mesh.api', routesFile: file });
+      const bound = await gw.start();
+      const admin = `http://127.0.0.1:${(await runtime.startAdmin('off'))!.port}`;
+      const res = await http('POST', `http://127.0.0.1:${bound.port}/hi/Plain.Hello`, { headers: { 'content-type': 'application/json' }, body: '{}' });
+      assert.equal(res.status, 404, res.text); // /hi/... is not /hi: no rule
+      const hit = await http('POST', `http://127.0.0.1:${bound.port}/hi`, { headers: { 'content-type': 'application/json' }, body: '{}' });
+      assert.equal(hit.status, 200, hit.text);
+      await waitFor(async () => (await http('GET', `${admin}/stats/prometheus`)).text.includes('mesh_vhost_route_rq_time_count{route_name="hello",virtual_host_name="*"} 1\n') || undefined);
+      const stats = await statsOf(admin, 'vhost.*.route.hello.');
+      assert.equal(stats.get('vhost.*.route.hello.rq_total'), 1);
+      // nothing duplicated below service.gateway for a rule's request
+      assert.equal([...(await statsOf(admin, 'service.gateway.endpoint.')).keys()].filter((k) => k.includes('hello')).length, 0);
+    } finally {
+      await runtime.shutdown();
+      await app.close();
+      dir.cleanup();
+    }
   });
 });
