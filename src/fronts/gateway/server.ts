@@ -119,7 +119,8 @@ export class Gateway {
   /**
    * --stats_endpoints: the registry router's per-route stats, as the endpoints of the service
    * `gateway` (`service.gateway.endpoint.<service>/<Endpoint.Method>.`; a path no route
-   * matches: `_other`). A route file's rules count under their own `vhost.` stats.
+   * matches, and with --handler, which has no routes, every request: `_other`). A route file's
+   * rules count under their own `vhost.` stats.
    */
   private readonly routeStats?: EndpointStats;
   readonly dashboard?: Dashboard;
@@ -174,9 +175,9 @@ export class Gateway {
         debounceMs: options.routerDebounceMs,
       });
       this.router = router;
-      if (runtime.options.statsEndpoints) this.routeStats = new EndpointStats(runtime.stats, STAT_PREFIX);
       runtime.addRouteSource(() => [router.dump()]);
     }
+    if (runtime.options.statsEndpoints) this.routeStats = new EndpointStats(runtime.stats, STAT_PREFIX);
     if (options.enableStats) {
       this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID, histograms: runtime.options.statsHistograms });
     }
@@ -243,11 +244,11 @@ export class Gateway {
     switch (this.handler) {
       case 'api':
       case 'rpc':
-        return { kind: 'call', handler: this.handler, call: this.rpcPaths.resolve(path), stream: true };
+        return { kind: 'call', handler: this.handler, call: this.rpcPaths.resolve(path), stream: true, stat: this.routeStats?.of(undefined) };
       case 'proxy':
-        return { kind: 'proxy', service: resolveProxyPath(path, ns)?.service };
+        return { kind: 'proxy', service: resolveProxyPath(path, ns)?.service, stat: this.routeStats?.of(undefined) };
       case 'event':
-        return { kind: 'event', event: resolveEventPath(path, ns) };
+        return { kind: 'event', event: resolveEventPath(path, ns), stat: this.routeStats?.of(undefined) };
       default: {
         const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
         if (!match) return { kind: 'call', handler: 'api', call: this.rpcPaths.resolve(path), stream: true, stat: this.routeStats?.of(undefined) };
