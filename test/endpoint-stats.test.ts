@@ -12,6 +12,7 @@ import { extractTags } from '../src/base/stats/store.js';
 import { http, tempDir, waitFor } from './helpers.js';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { PROTOS } from './grpc-fixtures.js';
 import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { Runtime } from '../src/process/runtime.js';
 import { Gateway } from '../src/fronts/gateway/server.js';
@@ -219,6 +220,35 @@ describe('--stats_endpoints on a gateway with a route file', () => {
       await runtime.shutdown();
       await app.close();
       dir.cleanup();
+    }
+  });
+});
+
+describe('--stats_endpoints on a framework service serving gRPC', () => {
+  it('counts each method by the HTTP status of its outcome', async () => {
+    const registry = new MemoryRegistry();
+    const grpcOpts = { logLevel: 'off', drainDelay: 0, registry, broker: 'memory', protoPath: [PROTOS], clientRetries: 0 } as const;
+    const server = new Mesh({ ...grpcOpts, adminAddress: '127.0.0.1:0', serverProtocol: 'grpc', statsEndpoints: true });
+    const client = new Mesh(grpcOpts);
+    const svc = server.service({ name: 'go.mesh.srv.fwgreeter' });
+    svc.handle('Greeter.SayHello', (req: { name: string }) => ({ message: `Hello ${req.name}` }));
+    svc.handle('Greeter.Fail', (req: { code: number; details: string }) => {
+      throw new MeshError('go.mesh.srv.fwgreeter', req.code, req.details);
+    });
+    try {
+      const started = await server.start();
+      const admin = `http://127.0.0.1:${started.admin!.port}`;
+      const prefix = 'service.go.mesh.srv.fwgreeter.endpoint.';
+      assert.equal((await client.call<{ message: string }>('go.mesh.srv.fwgreeter', 'Greeter.SayHello', { name: 'a' })).message, 'Hello a');
+      await assert.rejects(client.call('go.mesh.srv.fwgreeter', 'Greeter.Fail', { code: 404, details: 'no' }), (err: MeshError) => err.code === 404);
+      await waitFor(async () => (await statsOf(admin, prefix)).get(`${prefix}Greeter.Fail.rq_total`) === 1 || undefined);
+      const stats = await statsOf(admin, prefix);
+      assert.equal(stats.get(`${prefix}Greeter.SayHello.rq_code_200`), 1);
+      assert.equal(stats.get(`${prefix}Greeter.Fail.rq_code_404`), 1);
+      assert.equal(stats.get(`${prefix}Greeter.Fail.rq_4xx`), 1);
+    } finally {
+      await client.close();
+      await server.close();
     }
   });
 });
