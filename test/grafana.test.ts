@@ -1,5 +1,5 @@
 /**
- * deploy/grafana/mesh.json against a real Prometheus server: a real `mesh api --stats_histograms`
+ * deploy/grafana/mesh.json against a real Prometheus server: a real `mesh api --stats_histograms --stats_endpoints`
  * in front of a backend with two services (two clusters; one answers 500 five times in a row, so
  * outlier detection ejects its host), a real `prometheus` process (Debian's; MESH_TEST_PROMETHEUS or
  * `command -v prometheus`) scraping the admin's /stats/prometheus every second, and then every
@@ -141,7 +141,7 @@ describe('the dashboard on a real Prometheus scraping a real mesh api --stats_hi
 
   before(async () => {
     if (!PROMETHEUS) return;
-    setup = await startStatsGateway(['--stats_histograms']);
+    setup = await startStatsGateway(['--stats_histograms', '--stats_endpoints']);
     await registerPlain(setup.registry, OTHER, setup.backend.port);
     // Both clusters exist before the first scrape that counts (a cluster appears on its first call).
     await waitFor(async () => (await drive(setup.gw.url, OTHER_PATH, 1))[0] === 200, 10_000, 100);

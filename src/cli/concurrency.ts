@@ -254,7 +254,7 @@ class Primary implements AdminAggregate {
         ...(this.setup.config.auth !== 'off' || this.setup.config.auth_rules !== undefined ? { authRules: () => this.authRules(), hasAuthRules: () => true } : {}),
         token: options.adminToken,
         allowedHosts: options.adminAllowedHosts,
-        histograms: options.statsHistograms,
+        histograms: options.statsHistograms || options.statsEndpoints,
         limits,
         processMetrics: this.processMetrics,
         aggregate: this,
@@ -270,7 +270,7 @@ class Primary implements AdminAggregate {
         server: this.state,
         limits,
         processMetrics: this.processMetrics,
-        histograms: options.statsHistograms,
+        histograms: options.statsHistograms || options.statsEndpoints,
         aggregate: this,
       });
       this.closers.push(() => metrics.close());

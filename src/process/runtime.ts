@@ -325,7 +325,7 @@ export class Runtime {
       server: this.state,
       token: this.options.adminToken,
       allowedHosts: this.options.adminAllowedHosts,
-      histograms: this.options.statsHistograms,
+      histograms: this.options.statsHistograms || this.options.statsEndpoints,
       limits: serverLimits(this.options),
       processMetrics: this.processMetrics(),
       quit: async () => {
@@ -352,7 +352,7 @@ export class Runtime {
       server: this.state,
       limits: serverLimits(this.options),
       processMetrics: this.processMetrics(),
-      histograms: this.options.statsHistograms,
+      histograms: this.options.statsHistograms || this.options.statsEndpoints,
     });
     this.metricsServer = metrics;
     const bound = await metrics.listen(address);

@@ -119,8 +119,15 @@ export const DEFAULT_TAG_RULES: TagRule[] = [
   { name: 'worker_id', regex: /^server\.worker\.((\d+)\.)/ },
   // vhost.<host>.route.<rule>.rq_total -> vhost.route.rq_total{route_name="<rule>",virtual_host_name="<host>"}
   // (a route file's per-route stats: the last `.route.` ends the host, names with dots come out whole)
-  { name: 'route_name', regex: /^vhost\..+\.route\.((.+?)\.)(?:rq_total|rq_\dxx|retry|retry_overflow|fault\.[a-z_]+|mirror\.[a-z]+)$/s },
+  { name: 'route_name', regex: /^vhost\..+\.route\.((.+?)\.)(?:rq_total|rq_\dxx|rq_time|retry|retry_overflow|fault\.[a-z_]+|mirror\.[a-z]+)$/s },
   { name: 'virtual_host_name', regex: /^vhost\.((.+)\.)route\.[^]+$/s },
+  // service.<service>.endpoint.<Endpoint.Method>.rq_total -> service.endpoint.rq_total{endpoint=,service=}
+  // (--stats_endpoints, endpoint-stats.ts: the first `.endpoint.` ends the service, names with dots
+  // come out whole); then rq_2xx -> rq_xx{response_code_class="2"}, rq_code_404 -> rq_code{response_code="404"}
+  { name: 'endpoint', regex: /^service\..+?\.endpoint\.((.+)\.)rq_(?:total|\dxx|code_\d{3}|time)$/s },
+  { name: 'service', regex: /^service\.((.+?)\.)endpoint\.rq_(?:total|\dxx|code_\d{3}|time)$/s },
+  { name: 'response_code_class', regex: /^service\.endpoint\.rq_(\d)xx$/ },
+  { name: 'response_code', regex: /^service\.endpoint\.rq_code(_(\d{3}))$/ },
   // broker.topic.<topic>.published -> broker.topic.published{broker_topic="<topic>"} (topics have dots:
   // the topic is everything up to the last segment)
   { name: 'broker_topic', regex: /^broker\.topic\.((.+)\.)[^.]+$/s },

@@ -8,13 +8,14 @@
  * for a route without hostnames; `<rule>`: the rule's name):
  *   rq_total, rq_1xx ... rq_5xx (answers by class), retry, retry_overflow (retries the budget or
  *   max_retries refused), fault.delays_injected, fault.aborts_injected, mirror.sent,
- *   mirror.dropped (over the cap of mirrors in flight, or a streamed body), mirror.failed.
+ *   mirror.dropped (over the cap of mirrors in flight, or a streamed body), mirror.failed;
+ *   with --stats_endpoints also rq_time, the latency histogram (ms, until the answer is sent).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as delay } from 'node:timers/promises';
 import { MeshError } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
-import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
+import { declareStats, type FamilyStats, type Histogram, type StatsScope } from '../../base/stats/store.js';
 import { RetryBudget } from '../../core/upstream/retry-budget.js';
 import type { RetryRules } from '../../core/client/interceptors/call.js';
 import type { BackendRefSpec, HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
@@ -68,13 +69,17 @@ export class RuleEffects {
   private readonly byClass: readonly RouteStats['requests'][];
   /** The rule's `retry` for the framework client (rpc and api routes). */
   readonly retryRules: RetryRules | undefined;
+  /** --stats_endpoints: the rule's latency histogram (`rq_time`); unset, no time is taken. */
+  private readonly time: Histogram | undefined;
 
   constructor(
     readonly rule: RuleSpec,
     scope: StatsScope,
     private readonly random: () => number,
+    latency = false,
   ) {
     this.stats = declareStats(scope, ROUTE_STATS);
+    this.time = latency ? scope.histogram('rq_time') : undefined;
     const s = this.stats;
     this.byClass = [s.rq1xx, s.rq1xx, s.rq2xx, s.rq3xx, s.rq4xx, s.rq5xx];
     const b = rule.retry?.budget;
@@ -108,8 +113,12 @@ export class RuleEffects {
   /** Counts the request, and its answer's class once it is sent. */
   count(res: ServerResponse): void {
     this.stats.requests.inc();
+    const time = this.time;
+    const start = time ? performance.now() : 0;
     res.once('close', () => {
-      if (res.headersSent) this.byClass[Math.min(5, Math.floor(res.statusCode / 100))]?.inc();
+      if (!res.headersSent) return;
+      this.byClass[Math.min(5, Math.floor(res.statusCode / 100))]?.inc();
+      time?.record(performance.now() - start);
     });
   }
 
@@ -244,6 +253,8 @@ export class RouteEffectsCache {
   constructor(
     private readonly stats: StatsScope,
     private readonly random: () => number = Math.random,
+    /** --stats_endpoints: each rule also keeps its latency histogram. */
+    private readonly latency = false,
   ) {}
 
   of(choice: RouteChoice): RuleEffects {
@@ -251,7 +262,7 @@ export class RouteEffectsCache {
     if (!byHost) this.byRule.set(choice.rule, (byHost = new Map()));
     const vhost = vhostName(choice.hostname);
     let effects = byHost.get(vhost);
-    if (!effects) byHost.set(vhost, (effects = new RuleEffects(choice.rule, this.stats.scope(`vhost.${vhost}.route.${choice.rule.name}.`), this.random)));
+    if (!effects) byHost.set(vhost, (effects = new RuleEffects(choice.rule, this.stats.scope(`vhost.${vhost}.route.${choice.rule.name}.`), this.random, this.latency)));
     return effects;
   }
 }

@@ -26,6 +26,7 @@ import { OptionError } from '../../base/util/option-error.js';
 import { WorkloadServerCredentials } from '../../core/transport/grpc/credentials.js';
 import { spiffeIdOfCertificate, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
+import type { EndpointStats } from '../../base/stats/endpoint-stats.js';
 
 export interface GrpcServerOptions {
   service: string;
@@ -46,6 +47,11 @@ export interface GrpcServerOptions {
   workload?: WorkloadTls;
   /** Who may call whom (--authz_rules): a call it denies ends with PERMISSION_DENIED before the handler runs. */
   authz?: ServiceAuthz;
+  /**
+   * Per-endpoint stats (--stats_endpoints): each call counted under its endpoint with the HTTP
+   * status of its outcome (200, or its error's) and its time. Unset: nothing kept per call.
+   */
+  endpointStats?: EndpointStats;
 }
 
 /** Endpoints every framework service has, with no gRPC method of their own. */
@@ -154,14 +160,16 @@ export class GrpcServer implements Drainable {
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
 
-  private statusOf(def: EndpointDefinition, err: unknown): { code: number; details: string } {
+  private statusOf(def: EndpointDefinition, err: unknown): { code: number; details: string; http: number } {
     const e = toMeshError(err, this.options.service);
     if (e.code >= 500 && e.code !== 504) this.options.logger?.warn({ endpoint: def.name, err: e.detail }, 'gRPC handler failed');
-    return { code: grpcCodeOfHttp(e.code), details: e.detail };
+    return { code: grpcCodeOfHttp(e.code), details: e.detail, http: e.code };
   }
 
   private async unary(def: EndpointDefinition, m: GrpcMethod, call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>): Promise<void> {
     this.active++;
+    const family = this.options.endpointStats?.of(def.name);
+    const start = family ? performance.now() : 0;
     const { ctx, context, run, span } = this.callContext(def, call);
     try {
       const denied = this.options.authz?.check(ctx.peer, this.options.service, def.name);
@@ -170,10 +178,12 @@ export class GrpcServer implements Drainable {
       const result = await context.run(run, () => def.handler(request, ctx));
       cb(null, this.encode(def, m, result));
       endSpan(span, grpc.status.OK);
+      family?.record(200, performance.now() - start);
     } catch (err) {
       const status = this.statusOf(def, err);
       cb(status);
       endSpan(span, status.code, status.details);
+      family?.record(status.http, performance.now() - start);
     } finally {
       this.active--;
     }
@@ -198,8 +208,10 @@ export class GrpcServer implements Drainable {
     const abort = new AbortController();
     const signal = abort.signal;
     let finished = false;
+    const family = this.options.endpointStats?.of(def.name);
+    const start = family ? performance.now() : 0;
     const { ctx, context, deadline, run, span } = this.callContext(def, call);
-    let status: { code: number; details: string } = { code: grpc.status.OK, details: '' };
+    let status: { code: number; details: string; http: number } = { code: grpc.status.OK, details: '', http: 200 };
     const onCancel = () => {
       if (finished) return;
       const past = deadline !== undefined && Date.now() >= deadline;
@@ -259,9 +271,10 @@ export class GrpcServer implements Drainable {
     } finally {
       if (signal.aborted) {
         const reason = signal.reason as MeshError;
-        status = { code: reason.code === 504 ? grpc.status.DEADLINE_EXCEEDED : grpc.status.CANCELLED, details: reason.detail };
+        status = { code: reason.code === 504 ? grpc.status.DEADLINE_EXCEEDED : grpc.status.CANCELLED, details: reason.detail, http: reason.code };
       }
       endSpan(span, status.code, status.details);
+      family?.record(status.http, performance.now() - start);
       finished = true;
       clearTimeout(timer);
       call.off('cancelled', onCancel);

@@ -12,6 +12,7 @@ import { JsonSyntaxError, stringifyJson } from '../../base/codec/json.js';
 import { readBodyThen } from '../../base/http/body.js';
 import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, tooManyHeaders, type Drainable, type DrainResult, type ServerLimits } from '../../base/http/lifecycle.js';
 import type { StatsStore } from '../../base/stats/store.js';
+import type { EndpointStats } from '../../base/stats/endpoint-stats.js';
 import { httpStatPrefix } from '../../base/http/stats.js';
 import { sendBytes, sendError, sendJson } from '../../base/http/respond.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, meshTimeoutOf } from '../../core/transport/headers.js';
@@ -53,6 +54,11 @@ export interface RpcServerOptions {
    * peerIdentityOf(req.socket).
    */
   workloadTls?: WorkloadTls;
+  /**
+   * Per-endpoint stats (--stats_endpoints): each call is counted, by status, with its time, under
+   * its endpoint when handled here, under `_other` otherwise. Unset: nothing is kept per call.
+   */
+  endpointStats?: EndpointStats;
 }
 
 /** The stat prefix of the RPC servers of a process. */
@@ -74,6 +80,7 @@ export class RpcServer implements Drainable {
   handle(def: EndpointDefinition): void {
     if (!/^[A-Za-z_][\w]*\.[A-Za-z_][\w]*$/.test(def.name)) throw new Error(`invalid endpoint name "${def.name}" (use Endpoint.Method)`);
     this.endpoints.set(def.name, def);
+    this.options.endpointStats?.declare(def.name);
   }
 
   listEndpoints(): EndpointDefinition[] {
@@ -147,6 +154,11 @@ export class RpcServer implements Drainable {
     const headers = req.headers;
     const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
     const endpointName = headerValue(headers, HEADER_ENDPOINT);
+    if (this.options.endpointStats) {
+      const family = this.options.endpointStats.of(endpointName);
+      const start = performance.now();
+      res.once('finish', () => family.record(res.statusCode, performance.now() - start));
+    }
     const span = this.options.tracer?.startSpan(`${id}/${endpointName ?? 'unknown'}`, SpanKind.SERVER, parent, {
       'rpc.system': 'mesh',
       'rpc.service': id,

@@ -10,6 +10,7 @@ import type { Metadata, Service as ServiceRecord } from '../../engines/registry/
 import { validateService } from '../../engines/registry/validate.js';
 import { advertisedAddress, parseAddress, parseAdvertise } from '../../base/util/address.js';
 import { serverLimits } from '../../base/http/lifecycle.js';
+import { EndpointStats } from '../../base/stats/endpoint-stats.js';
 import { GrpcServer } from './grpc-server.js';
 import { isStreamKind, type StreamKind } from '../../core/transport/frames.js';
 import type { StreamContext } from './stream-server.js';
@@ -47,6 +48,8 @@ export class Service {
   private refreshTimer?: NodeJS.Timeout;
   private registered = false;
   private stopped = false;
+  /** --stats_endpoints: this service's per-endpoint stats (shared by its RPC or gRPC server). */
+  private readonly endpointStats?: EndpointStats;
 
   constructor(
     private readonly runtime: Runtime,
@@ -55,6 +58,7 @@ export class Service {
     private readonly authz?: ServiceAuthz,
   ) {
     this.nodeId = `${options.name}-${randomUUID()}`;
+    this.endpointStats = runtime.options.statsEndpoints ? new EndpointStats(runtime.stats, options.name) : undefined;
     this.server = new RpcServer({
       service: options.name,
       maxBodyBytes: runtime.options.maxBodySize,
@@ -66,6 +70,7 @@ export class Service {
       context: runtime.context,
       tracer: runtime.tracer,
       authz,
+      endpointStats: this.endpointStats,
     });
     runtime.addServiceName(options.name);
     this.server.handle({ name: 'Debug.Health', handler: () => ({ status: 'ok' }) });
@@ -122,7 +127,7 @@ export class Service {
       // With --mtls=strict the gRPC server serves mutual TLS only (gRPC cannot share a port with plaintext, so permissive serves plain).
       const own = await this.runtime.workloadTls(this.options.name);
       this.grpcServer = new GrpcServer(
-        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer, authz: this.authz, workload: own },
+        { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer, authz: this.authz, workload: own, endpointStats: this.endpointStats },
         this.server.listEndpoints(),
       );
       boundPort = await this.grpcServer.listen(host, port);

@@ -12,6 +12,7 @@
  * `--handler=api|rpc|proxy|event`, or by default the registry router
  * (src/fronts/gateway/router.ts) with the api handler as the fallback.
  */
+import { EndpointStats, type EndpointFamily } from '../../base/stats/endpoint-stats.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -88,13 +89,14 @@ export type GatewayRoute =
   | { kind: 'root' | 'dashboard' | 'rpc-endpoint' | 'none' }
   /** `stream`: false at the gateway's own paths, where no streaming call (SSE, WebSocket) is served. */
   /** `policy`: set when a route of the route file chose the backend (its version and timeouts). */
-  | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean; policy?: RoutePolicy }
-  | { kind: 'proxy'; service: string | undefined; policy?: RoutePolicy }
+  /** `stat`: the registry router's route stats (--stats_endpoints). */
+  | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean; policy?: RoutePolicy; stat?: EndpointFamily }
+  | { kind: 'proxy'; service: string | undefined; policy?: RoutePolicy; stat?: EndpointFamily }
   /** A route of the route file whose backends all weigh 0: 500, as the Gateway API says. */
   | { kind: 'no-backend'; route: string; policy?: RoutePolicy }
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
-  | { kind: 'event'; event: { topic: string; name: string } | undefined };
+  | { kind: 'event'; event: { topic: string; name: string } | undefined; stat?: EndpointFamily };
 
 const ROOT: GatewayRoute = { kind: 'root' };
 const DASHBOARD: GatewayRoute = { kind: 'dashboard' };
@@ -114,6 +116,13 @@ export class Gateway {
   readonly routes?: LiveRoutes;
   /** The route file's rules at work: their stats, faults and filters. */
   private readonly effects?: RouteEffectsCache;
+  /**
+   * --stats_endpoints: the registry router's per-route stats, as the endpoints of the service
+   * `gateway` (`service.gateway.endpoint.<service>/<Endpoint.Method>.`; a path no route
+   * matches, and with --handler, which has no routes, every request: `_other`). A route file's
+   * rules count under their own `vhost.` stats.
+   */
+  private readonly routeStats?: EndpointStats;
   readonly dashboard?: Dashboard;
   readonly fe: FrontEnd;
   private readonly server: FrontServer<GatewayRoute>;
@@ -144,7 +153,7 @@ export class Gateway {
       const defaultHandler: RouteHandler = this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api';
       const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler });
       this.routes = routes;
-      this.effects = new RouteEffectsCache(runtime.stats);
+      this.effects = new RouteEffectsCache(runtime.stats, undefined, runtime.options.statsEndpoints);
       runtime.addRouteSource(() => {
         const d = routes.dump();
         return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
@@ -168,6 +177,7 @@ export class Gateway {
       this.router = router;
       runtime.addRouteSource(() => [router.dump()]);
     }
+    if (runtime.options.statsEndpoints) this.routeStats = new EndpointStats(runtime.stats, STAT_PREFIX);
     if (options.enableStats) {
       this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID, histograms: runtime.options.statsHistograms });
     }
@@ -234,23 +244,24 @@ export class Gateway {
     switch (this.handler) {
       case 'api':
       case 'rpc':
-        return { kind: 'call', handler: this.handler, call: this.rpcPaths.resolve(path), stream: true };
+        return { kind: 'call', handler: this.handler, call: this.rpcPaths.resolve(path), stream: true, stat: this.routeStats?.of(undefined) };
       case 'proxy':
-        return { kind: 'proxy', service: resolveProxyPath(path, ns)?.service };
+        return { kind: 'proxy', service: resolveProxyPath(path, ns)?.service, stat: this.routeStats?.of(undefined) };
       case 'event':
-        return { kind: 'event', event: resolveEventPath(path, ns) };
+        return { kind: 'event', event: resolveEventPath(path, ns), stat: this.routeStats?.of(undefined) };
       default: {
         const match = this.router!.match(req.method ?? 'GET', req.headers.host, path);
-        if (!match) return { kind: 'call', handler: 'api', call: this.rpcPaths.resolve(path), stream: true };
+        if (!match) return { kind: 'call', handler: 'api', call: this.rpcPaths.resolve(path), stream: true, stat: this.routeStats?.of(undefined) };
         const { route } = match;
+        const stat = this.routeStats?.declare(`${route.service}/${route.endpoint}`);
         switch (route.handler) {
           case 'rpc':
           case 'api':
-            return { kind: 'call', handler: route.handler, call: { service: route.service, method: route.endpoint }, stream: true };
+            return { kind: 'call', handler: route.handler, call: { service: route.service, method: route.endpoint }, stream: true, stat };
           case 'proxy':
-            return { kind: 'proxy', service: route.service };
+            return { kind: 'proxy', service: route.service, stat };
           case 'event':
-            return { kind: 'event', event: resolveEventPath(path, ns) ?? { topic: route.service, name: route.endpoint } };
+            return { kind: 'event', event: resolveEventPath(path, ns) ?? { topic: route.service, name: route.endpoint }, stat };
         }
       }
     }
@@ -309,6 +320,11 @@ export class Gateway {
    */
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
     const effects = 'policy' in route ? route.policy?.effects : undefined;
+    const stat = 'stat' in route ? route.stat : undefined;
+    if (stat) {
+      const start = performance.now();
+      res.once('close', () => res.headersSent && stat.record(res.statusCode, performance.now() - start));
+    }
     const started = effects?.begin(req, res, ERROR_ID);
     if (started) await started;
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
