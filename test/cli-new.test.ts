@@ -37,6 +37,27 @@ describe('mesh new service', () => {
   const tmp = tempDir('mesh-new-');
   after(() => tmp.cleanup());
 
+  it('--mesh=PATH: the project depends on that checkout; a path that is no checkout nor tarball is refused, nothing written', async () => {
+    const r = await mesh(['new', 'service', 'local', '--mesh=' + ROOT], tmp.path);
+    assert.equal(r.code, 0, r.stderr);
+    const p = JSON.parse(readFileSync(join(tmp.path, 'local/package.json'), 'utf8'));
+    assert.deepEqual(p.dependencies, { '@mesh-platform/mesh': `file:${ROOT}` });
+
+    const notMesh = join(tmp.path, 'not-mesh');
+    mkdirSync(notMesh);
+    writeFileSync(join(notMesh, 'package.json'), '{"name":"mesh"}');
+    writeFileSync(join(tmp.path, 'notes.txt'), 'x');
+    for (const [given, why] of [
+      [notMesh, `${notMesh} is not a checkout of @mesh-platform/mesh (its package.json names another package or is missing)`],
+      ['notes.txt', `${join(tmp.path, 'notes.txt')} is neither a directory nor a .tgz tarball of npm pack`],
+      ['gone.tgz', `${join(tmp.path, 'gone.tgz')} does not exist (give a checkout of @mesh-platform/mesh or a tarball of npm pack)`],
+    ] as const) {
+      const refused = await mesh(['new', 'service', 'refused', `--mesh=${given}`], tmp.path);
+      assert.deepEqual(refused, { code: 2, stdout: '', stderr: `mesh: invalid value "${given}" for flag --mesh: ${why}\n` });
+      assert.equal(existsSync(join(tmp.path, 'refused')), false);
+    }
+  });
+
   it('writes a ready TypeScript project for a short name; its own test passes', async () => {
     const r = await mesh(['new', 'service', 'hello'], tmp.path);
     assert.equal(r.code, 0, r.stderr);

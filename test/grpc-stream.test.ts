@@ -8,11 +8,15 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
+import { readFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { startProcess, runCli, tempDir, waitFor, http, ROOT, PRINTED, type RunningProcess } from './helpers.js';
 import { PROTOS } from './grpc-fixtures.js';
 import { openWs, refusal, sse } from './fixtures/stream-clients.js';
 import { startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
 
+const run = promisify(execFile);
 const GREETER = join(ROOT, 'test/fixtures/grpc-greeter.ts');
 const reply = (message: string) => `{"message":"${message}","count":"0","mood":"MOOD_UNSPECIFIED","tags":[],"server":"s","mesh_id":"","x_trace":""}`;
 
@@ -53,6 +57,14 @@ describe('gRPC streams at the edge', () => {
     // GET with the query as the request (integer fields take strings of digits).
     const g = await sse(`${base}/greeter/count?name=Q&n=1`, 'GET');
     assert.equal(g.text, `data: ${reply('Hello Q #1')}\n\n`);
+  });
+
+  it('docs/grpc.md\'s curl of a server stream, run as written, prints the messages as SSE', async () => {
+    const doc = readFileSync(join(ROOT, 'docs/grpc.md'), 'utf8');
+    const line = doc.split('\n').find((l) => l.startsWith("curl -N -H 'accept: text/event-stream'"));
+    assert.ok(line, 'docs/grpc.md has the SSE curl sample');
+    const { stdout } = await run('sh', ['-c', line.replace('localhost:8080', base.replace('http://', ''))], { timeout: 20_000 });
+    assert.equal(stdout, [1, 2, 3].map((i) => `data: ${reply(`Hello Ann #${i}`)}\n\n`).join(''));
   });
 
   it('a WebSocket client gets the server stream through mesh api; the end closes with 1000', async () => {

@@ -86,6 +86,14 @@ function shellCommands(markdown: string): ReadmeCommand[] {
   return commands;
 }
 
+/** A README comment of what a command prints as a regular expression: PORT any port, `(...)` any parenthesis. */
+function saidPattern(comment: string): string {
+  return comment
+    .split(/(PORT|\(\.\.\.\))/)
+    .map((part) => (part === 'PORT' ? '\\d+' : part === '(...)' ? '\\([^)\\n]+\\)' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+    .join('');
+}
+
 /** `sh -c COMMAND` in its own process group, so a stop ends npm, its shell and the node it starts alike. */
 function startShell(command: string, cwd: string, env: NodeJS.ProcessEnv): RunningProcess {
   const child = spawn('sh', ['-c', command], { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -214,6 +222,46 @@ describe('the installable package', { timeout: SLOW }, () => {
     await run(tsc, ['-p', 'tsconfig.json'], { cwd: app });
   });
 
+  it('the README\'s service, in a project made by `npm init -y`, builds and runs with the README\'s commands', { timeout: 5 * 60_000 }, async () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Writing a service'), readme.indexOf('Without flags, build'));
+    const commands = shellCommands(section);
+    assert.deepEqual(
+      commands.map((c) => c.command),
+      ['npm init -y', 'npm pkg set type=module', 'npm install @mesh-platform/mesh', 'npm install --save-dev typescript @types/node', 'npx tsc --module nodenext --target es2022 --strict --types node greeter.ts', 'node greeter.js'],
+    );
+    const fresh = join(tmp.path, 'fresh');
+    mkdirSync(fresh);
+    writeFileSync(join(fresh, 'greeter.ts'), /```ts\n([\s\S]*?)```/.exec(section)![1]!);
+    const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT' && !k.startsWith('npm_')));
+    env.MESH_HOME = join(tmp.path, 'fresh-home');
+    env.MESH_LOG_LEVEL = 'warning';
+    const sh = (command: string) => run('sh', ['-c', command], { cwd: fresh, env, timeout: 60_000, maxBuffer: 16 * 1024 * 1024 });
+    const tscCommand = commands[4]!.command;
+    // Both `npm install`s, done already: the app's node_modules (the package, typescript, @types/node).
+    symlinkSync('../app/node_modules', join(fresh, 'node_modules'), 'dir');
+    for (const { command, comment } of commands) {
+      if (command.startsWith('npm install')) continue;
+      if (command === 'npm pkg set type=module') {
+        // Without it, the trap the README warns of: CommonJS refuses the top-level await.
+        const refused = await sh(tscCommand).then(
+          () => '',
+          (err: { stdout: string }) => err.stdout,
+        );
+        assert.match(refused, /greeter\.ts\(\d+,\d+\): error TS1309: /);
+      }
+      if (command.startsWith('node ')) {
+        const service = startShell(`${command} --registry_address=${join(tmp.path, 'fresh-registry')} --admin_address=127.0.0.1:0`, fresh, env);
+        processes.push(service);
+        await service.waitForOutput(new RegExp(`${saidPattern(comment)}\\n`), 30_000);
+        await service.stop();
+        continue;
+      }
+      await sh(command);
+    }
+    assert.equal((JSON.parse(readFileSync(join(fresh, 'package.json'), 'utf8')) as { type?: string }).type, 'module');
+  });
+
   it('runs the service and answers through the installed mesh api and mesh call', { timeout: 5 * 60_000 }, async () => {
     const flags = [`--registry_address=${registryDir}`, '--log_level=error'];
     const service = startProcess([join(app, 'out/service.js'), ...flags, '--admin_address=off'], {}, '');
@@ -292,10 +340,7 @@ describe('the installable package', { timeout: SLOW }, () => {
         const admin = await freePort();
         const service = startShell(`${command} -- --admin_address=127.0.0.1:${admin}`, hello, env);
         processes.push(service);
-        const said = comment
-          .split(/(PORT|\(\.\.\.\))/)
-          .map((part) => (part === 'PORT' ? '\\d+' : part === '(...)' ? '\\([^)\\n]+\\)' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
-          .join('');
+        const said = saidPattern(comment);
         assert.match(await service.waitForOutput(new RegExp(`${said}\\n`), 30_000), new RegExp(`, admin on 127\\.0\\.0\\.1:${admin}\\n$`));
         continue;
       }
@@ -326,6 +371,21 @@ describe('the installable package', { timeout: SLOW }, () => {
       if (command === 'npx mesh list services') assert.match(stdout, /^go\.mesh\.srv\.hello$/m);
       if (command === 'npm test') assert.match(stdout, /^# pass 2\n# fail 0\n/m);
     }
+  });
+
+  it('`mesh new service --mesh=TARBALL`: the project depends on the tarball, installs it offline and type-checks with it', { timeout: SLOW }, async () => {
+    const bin = join(app, 'node_modules/.bin/mesh');
+    await run(bin, ['new', 'service', 'offline', `--mesh=${tarball}`], { cwd: app });
+    const dir = join(app, 'offline');
+    const p = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    assert.deepEqual(p.dependencies, { '@mesh-platform/mesh': `file:${tarball}` });
+    // Offline: everything comes from the tarball and the npm cache the first install filled. No
+    // install scripts (the native build is the first install's business): the type-check needs none.
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT' && !k.startsWith('npm_')));
+    await run(NPM, ['install', '--offline', '--ignore-scripts', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, env, maxBuffer: 64 * 1024 * 1024, timeout: SLOW });
+    const installed = JSON.parse(readFileSync(join(dir, 'node_modules/@mesh-platform/mesh/package.json'), 'utf8')) as { version: string };
+    assert.equal(installed.version, (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version);
+    await run(join(dir, 'node_modules/.bin/tsc'), ['--noEmit', '-p', 'tsconfig.json'], { cwd: dir });
   });
 
   it('publint and attw (ESM only: node16 from ESM and bundler) pass on the tarball', async () => {

@@ -6,7 +6,7 @@ import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE, Gateway, describeHandler } from '..
 import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
-import { formatAddress } from '../base/util/address.js';
+import { formatAddress, isLoopback } from '../base/util/address.js';
 import { checkAuthFlags, startAuth } from './auth-flags.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 
@@ -19,6 +19,11 @@ export function checkGatewayFlags(args: ParsedArgs): void {
   if (config.namespace !== undefined && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?$/.test(config.namespace)) {
     throw new FlagError(`invalid value "${config.namespace}" for flag --namespace: use dot-separated names like go.mesh.api`);
   }
+}
+
+/** --rpc_allow unset or a bare `*`: /rpc may call any service. */
+function rpcOpenToAll(allow: readonly string[] | undefined): boolean {
+  return allow === undefined || allow.length === 0 || allow.includes('*');
 }
 
 export async function runApi(args: ParsedArgs): Promise<number> {
@@ -51,6 +56,13 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     });
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
     const bound = await gateway.start();
+    // Said once (by the only process, or the first worker): /rpc reaches every service from outside this machine.
+    if ((worker?.index ?? 0) === 0 && config.enable_rpc && rpcOpenToAll(config.rpc_allow) && !isLoopback(bound.address)) {
+      runtime.logging.get('gateway').warn(
+        { address: formatAddress(bound.address, bound.port) },
+        'POST /rpc may call every service and the gateway listens beyond loopback: list the services it may call with --rpc_allow (or --enable_rpc=false)',
+      );
+    }
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const lines = [
       `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)}${gateway.routes ? `, ${gateway.routes.routes.length} route${gateway.routes.routes.length === 1 ? '' : 's'} from ${config.routes}` : ''})`,

@@ -104,11 +104,12 @@ export const COMMANDS: CommandInfo[] = [
   },
   {
     name: 'new',
-    args: 'service NAME [DIR]',
+    args: 'service NAME [DIR] [--mesh=PATH|TARBALL]',
     summary: 'write a new TypeScript service project (NAME: go.mesh.srv.hello or hello)',
     details: [
       'NAME without a dot becomes go.mesh.srv.NAME; DIR defaults to ./<last part of NAME> and must not exist or be empty.',
       'The project depends on @mesh-platform/mesh; its README says how to build, start and call it.',
+      '--mesh=PATH|TARBALL: depend on that checkout or npm pack tarball instead (file:, the absolute path).',
     ],
     subcommands: ['service'],
   },
@@ -124,7 +125,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);
@@ -195,7 +196,7 @@ export function mainHelp(): string {
   const width = Math.max(...COMMANDS.map((c) => usage(c).length)) + 2;
   const globals = specs()
     .map(([n]) => n)
-    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
+    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || c === 'new' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
   const lines = [
     'usage: mesh <command> [flags]',
     '',

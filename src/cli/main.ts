@@ -86,7 +86,7 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
     }
     if (command === 'new') {
       const { runNewService } = await import('./new-service.js');
-      return runNewService(args.positionals.slice(2), io);
+      return runNewService(args.positionals.slice(2), io, args.config.mesh);
     }
     if (command === 'ca') {
       const { runCaCommand } = await import('./ca.js');

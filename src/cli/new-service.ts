@@ -14,6 +14,7 @@ import { serviceFiles } from './templates/service.js';
 
 export const NEW_SERVICE_USAGE = 'usage: mesh new service NAME [DIR]   (NAME: go.mesh.srv.hello, or hello for go.mesh.srv.hello)';
 export const DEFAULT_NAMESPACE = 'go.mesh.srv';
+const PACKAGE_NAME = '@mesh-platform/mesh';
 
 /** Versions of the generated devDependencies (this package's own, so the project builds like it does). */
 const FALLBACK_DEV = { typescript: '~5.9.2', '@types/node': '^20.19.0' };
@@ -44,8 +45,30 @@ function devVersions(): { typescript: string; '@types/node': string } {
   }
 }
 
+/**
+ * `--mesh=PATH|TARBALL`: the dependency on a checkout of this package (a directory whose
+ * package.json names it) or on a tarball of `npm pack`, as a `file:` specifier with the absolute path.
+ */
+function localMesh(given: string, cwd: string): string {
+  const path = resolve(cwd, given);
+  const st = statSync(path, { throwIfNoEntry: false });
+  if (!st) throw new FlagError(`invalid value "${given}" for flag --mesh: ${path} does not exist (give a checkout of ${PACKAGE_NAME} or a tarball of npm pack)`);
+  if (st.isDirectory()) {
+    let name: unknown;
+    try {
+      name = (JSON.parse(readFileSync(join(path, 'package.json'), 'utf8')) as { name?: unknown }).name;
+    } catch {
+      name = undefined;
+    }
+    if (name !== PACKAGE_NAME) throw new FlagError(`invalid value "${given}" for flag --mesh: ${path} is not a checkout of ${PACKAGE_NAME} (its package.json names another package or is missing)`);
+  } else if (!/\.(tgz|tar\.gz)$/.test(path)) {
+    throw new FlagError(`invalid value "${given}" for flag --mesh: ${path} is neither a directory nor a .tgz tarball of npm pack`);
+  }
+  return `file:${path}`;
+}
+
 /** Works out the name, directory and files, or throws a FlagError (nothing is written). */
-export function planNewService(args: string[], cwd = process.cwd()): NewServicePlan {
+export function planNewService(args: string[], cwd = process.cwd(), mesh?: string): NewServicePlan {
   const [rawName, rawDir, ...extra] = args;
   if (!rawName) throw new FlagError(NEW_SERVICE_USAGE);
   if (extra.length > 0) throw new FlagError(`new service takes NAME and DIR only (got "${extra.join(' ')}"); ${NEW_SERVICE_USAGE}`);
@@ -72,7 +95,7 @@ export function planNewService(args: string[], cwd = process.cwd()): NewServiceP
     packageName,
     endpoint: `${pascal(short)}.Call`,
     path: short,
-    meshVersion: `^${packageVersion()}`,
+    meshVersion: mesh === undefined ? `^${packageVersion()}` : localMesh(mesh, cwd),
     typescriptVersion: dev.typescript,
     typesNodeVersion: dev['@types/node'],
   });
@@ -95,8 +118,8 @@ export function writeNewService(plan: NewServicePlan): void {
   }
 }
 
-export function runNewService(args: string[], io: { out: (t: string) => void; err: (t: string) => void }): number {
-  const plan = planNewService(args);
+export function runNewService(args: string[], io: { out: (t: string) => void; err: (t: string) => void }, mesh?: string): number {
+  const plan = planNewService(args, process.cwd(), mesh);
   writeNewService(plan);
   const rel = relative(process.cwd(), plan.dir) || '.';
   io.out(

@@ -163,6 +163,7 @@ export const OPTIONS = {
   rate_limit_key: { type: 'string', default: 'address', choices: ['address', 'subject', 'route'], group: 'limits', commands: GATEWAYS, help: 'what one rate limit bucket counts: the client address, the authenticated subject (else the address), or the route (request path)' },
   rate_limit_max_keys: { type: 'int', default: '100000', min: 1, range: 'must be at least 1', group: 'limits', commands: GATEWAYS, help: 'most rate limit buckets kept; the least recently used is forgotten first' },
   enable_rpc: { type: 'bool', default: 'true', group: 'command', commands: ['dev', 'api'], help: 'gateway: serve POST /rpc (false: /rpc is a path like any other)' },
+  mesh: { type: 'string', group: 'command', commands: ['new'], help: 'new service: the project depends on this checkout (a directory) or packed tarball (npm pack) of @mesh-platform/mesh instead of the registry version' },
   rpc_allow: { type: 'list', group: 'command', commands: ['dev', 'api'], help: 'gateway: services POST /rpc may call, globs over the name (comma list; * any run of characters, ? one; default all)' },
   auth: { type: 'string', default: 'off', choices: ['off', 'jwt', 'key'], group: 'auth', commands: ['api', 'sidecar'], help: 'gateway/sidecar: authenticate requests by bearer JWT or API key (docs/security.md)' },
   auth_jwks: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=jwt: the JWKS (public keys), a file or an http(s) URL (cached, refreshed)' },

@@ -125,6 +125,27 @@ export function openDatabase(file: string, fill: Fill): Opened {
   }
 }
 
+/** The native build missing or built for another Node.js: what better-sqlite3's loader throws then. */
+const MISSING_BUILD = /Could not locate the bindings file|NODE_MODULE_VERSION|ERR_DLOPEN_FAILED/;
+
+/**
+ * better-sqlite3's constructor, whose first call loads the native build: when that build is
+ * missing (npm 11 runs no install script it was not allowed to) or made for another Node.js, one
+ * line that says what to run instead of the loader's list of paths tried.
+ */
+function newDatabase(file: string, options: Database.Options): DB {
+  try {
+    return new Database(file, options);
+  } catch (err) {
+    const text = `${(err as { code?: string }).code ?? ''} ${(err as Error).message}`;
+    if (!MISSING_BUILD.test(text)) throw err;
+    throw new Error(
+      `the embedded registry needs better-sqlite3's native build, which is missing or was built for another Node.js (${process.version}): run \`npm rebuild better-sqlite3\` in the project that installed it (npm 11 runs its build only when allowed: \`npm install --allow-scripts=better-sqlite3\`)`,
+      { cause: err },
+    );
+  }
+}
+
 /**
  * A connection to the file at the path, which must exist (never created here: see publish).
  * SQLite does not call its busy handler everywhere: several processes opening a file at once (one
@@ -149,7 +170,7 @@ function connectOnce(file: string): Opened {
   const shm = shmWriteProblem(file);
   if (shm) throw shm;
   try {
-    db = new Database(file, { timeout: BUSY_TIMEOUT_MS, fileMustExist: true });
+    db = newDatabase(file, { timeout: BUSY_TIMEOUT_MS, fileMustExist: true });
     db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
     if (db.pragma('journal_mode', { simple: true }) !== 'wal') db.pragma('journal_mode = WAL');
     db.pragma('synchronous = NORMAL');
@@ -182,7 +203,7 @@ function connectOnce(file: string): Opened {
 function publish(file: string, fill: Fill): boolean {
   const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
   try {
-    const db = new Database(tmp, { timeout: BUSY_TIMEOUT_MS });
+    const db = newDatabase(tmp, { timeout: BUSY_TIMEOUT_MS });
     try {
       chmodSync(tmp, PRIVATE_FILE_MODE); // before anything is in it; its -wal and -shm follow its mode
       db.pragma('journal_mode = DELETE');
