@@ -450,6 +450,7 @@ for (const [id, name, command, flags] of MTLS_ROWS) {
     label: `${plain.label} --mtls=strict`,
     mesh: true,
     optIn: true,
+    profile: true,
     setup: async (ctx, nodeArgs) => {
       const b = await mtlsBackend(ctx);
       const g = await startMesh({ ...ctx, registryDir: b.registryDir }, `${name}-mtls`, command, [...flags, '--mtls=strict', `--ca_dir=${b.caDir}`], nodeArgs);
