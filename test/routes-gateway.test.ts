@@ -263,7 +263,7 @@ describe('mesh api --routes', () => {
           );
           inflight.add(one);
           void one.finally(() => inflight.delete(one));
-          await new Promise((r) => setTimeout(r, 5));
+          await new Promise((r) => setTimeout(r, 5)); // pacing: about 200 requests a second, not an ordering
         }
         await Promise.all(inflight);
       })();
