@@ -206,3 +206,77 @@ describe('a CA rotation under load', () => {
     }
   });
 });
+
+describe('turning mutual TLS on for a running mesh', () => {
+  test('plain → permissive → strict, a node and a caller at a time, while calls run: no call fails', async () => {
+    const ca = tempDir('mesh-mtls-ca-');
+    // Each process its own registry handle on one shared embedded registry (closing a Mesh closes its handle).
+    const dir = tempDir('mesh-mtls-registry-');
+    const registry = new Mesh({ ...quiet, registry: 'local', registryAddress: dir.path }).runtime.registry;
+    const meshOf = (mtls: 'off' | 'permissive' | 'strict') => new Mesh({ ...quiet, registry: 'local', registryAddress: dir.path, mtls, caDir: ca.path });
+    // A node that leaves keeps serving for a while after it deregistered (--drain_delay), as in production: callers see it go first.
+    const serve = async (mtls: 'off' | 'permissive' | 'strict') => {
+      const m = new Mesh({ ...quiet, registry: 'local', registryAddress: dir.path, mtls, caDir: ca.path, drainDelay: '2s' });
+      m.service({ name: 'go.mesh.srv.migrate' }).handle('Echo.Call', (req: { n: number }) => req);
+      await m.start();
+      return m;
+    };
+    const nodes = async () => (await registry.getService('go.mesh.srv.migrate')).flatMap((s) => s.nodes);
+    let server = await serve('off');
+    let caller = meshOf('off');
+    const failures: unknown[] = [];
+    let done = 0;
+    let stop = false;
+    const worker = async () => {
+      for (let n = 1; !stop; n++) {
+        try {
+          assert.deepEqual(await caller.call('go.mesh.srv.migrate', 'Echo.Call', { n }), { n });
+        } catch (err) {
+          failures.push(err);
+        }
+        done++;
+      }
+    };
+    const workers = Array.from({ length: 4 }, worker);
+    const calls = async (more: number) => {
+      const from = done;
+      await waitFor(() => done >= from + more, 20_000);
+    };
+    try {
+      await calls(20);
+      // Each service node in turn: a permissive node joins, the plain one leaves.
+      const permissive = await serve('permissive');
+      await waitFor(async () => (await nodes()).some((n) => n.metadata.mtls === 'true'));
+      await server.close();
+      server = permissive;
+      await calls(50);
+      // Each caller in turn: a permissive caller (mutual TLS to the node that serves it) replaces the plain one.
+      const old = caller;
+      caller = meshOf('permissive');
+      await calls(50);
+      await old.close();
+      // Then strict: a strict node joins, the permissive one leaves; then the callers go strict.
+      const strict = await serve('strict');
+      await waitFor(async () => (await nodes()).length === 2);
+      await server.close();
+      server = strict;
+      await calls(50);
+      const permissiveCaller = caller;
+      caller = meshOf('strict');
+      await calls(50);
+      await permissiveCaller.close();
+      stop = true;
+      await Promise.all(workers);
+      assert.deepEqual(failures, []);
+      assert.equal(caller.runtime.stats.counter('cluster.go.mesh.srv.migrate.ssl.handshake').value >= 1, true);
+    } finally {
+      stop = true;
+      await Promise.all(workers);
+      await caller.close();
+      await server.close();
+      await registry.close();
+      ca.cleanup();
+      dir.cleanup();
+    }
+  });
+});
