@@ -88,15 +88,15 @@ export class Host implements UpstreamTarget {
   readonly key: string;
   readonly address: string;
   readonly port: number;
-  nodeId: string;
-  hostname: string;
-  metadata: Record<string, string>;
-  weight: number;
-  zone: string;
-  region: string;
-  canary: boolean;
+  nodeId!: string;
+  hostname!: string;
+  metadata!: Record<string, string>;
+  weight!: number;
+  zone!: string;
+  region!: string;
+  canary!: boolean;
   /** The registry's Version of the node ('' when none). */
-  version: string;
+  version!: string;
 
   private pool: Pool | undefined;
   /** The pool's connector, made once (undefined: plain); see connector. */
@@ -143,14 +143,7 @@ export class Host implements UpstreamTarget {
     this.address = spec.address;
     this.port = spec.port;
     this.key = hostKey(spec.address, spec.port);
-    this.nodeId = spec.nodeId;
-    this.hostname = spec.hostname;
-    this.metadata = spec.metadata;
-    this.weight = spec.weight;
-    this.zone = spec.zone;
-    this.region = spec.region;
-    this.canary = spec.canary;
-    this.version = spec.version ?? '';
+    this.update(spec);
     // Checked now (throws TypeError: Invalid URL), so a host that cannot be reached is refused
     // when it is added, not on its first request.
     new URL(`http://${this.key}`);
@@ -240,7 +233,7 @@ export class Host implements UpstreamTarget {
     };
   }
 
-  /** Takes the node's new metadata without touching stats or health. */
+  /** Takes the node's fields (at construction, and its new metadata later) without touching stats or health. */
   update(spec: HostSpec): void {
     this.nodeId = spec.nodeId;
     this.hostname = spec.hostname;
