@@ -15,6 +15,34 @@ import { finishRotation, rotateCa } from '../src/tls/workload/ca.js';
 
 const quiet = { logLevel: 'off', drainDelay: 0, broker: 'memory' } as const;
 
+/** Four callers making `call` in a loop until stopped: how many calls were made, and the failures. */
+function callLoop(call: (n: number) => Promise<void>) {
+  const failures: unknown[] = [];
+  let done = 0;
+  let stopped = false;
+  const worker = async () => {
+    for (let n = 1; !stopped; n++) {
+      try {
+        await call(n);
+      } catch (err) {
+        failures.push(err);
+      }
+      done++;
+    }
+  };
+  const workers = Array.from({ length: 4 }, worker);
+  return {
+    failures,
+    get done() {
+      return done;
+    },
+    async stop() {
+      stopped = true;
+      await Promise.all(workers);
+    },
+  };
+}
+
 describe('framework to framework', () => {
   const ca = tempDir('mesh-mtls-ca-');
   const registry = new MemoryRegistry();
@@ -110,27 +138,15 @@ describe('renewal under load', () => {
       const renewals = { server: 0, caller: 0 };
       server.runtime.callerWorkloadTls!.onChange(() => renewals.server++);
       caller.runtime.callerWorkloadTls!.onChange(() => renewals.caller++);
-      let stop = false;
-      const failures: unknown[] = [];
-      let done = 0;
-      const worker = async () => {
-        for (let n = 1; !stop; n++) {
-          try {
-            assert.deepEqual(await caller.call('go.mesh.srv.renew', 'Echo.Call', { n }), { n });
-          } catch (err) {
-            failures.push(err);
-          }
-          done++;
-        }
-      };
-      const workers = Array.from({ length: 4 }, worker);
+      const load = callLoop(async (n) => {
+        assert.deepEqual(await caller.call('go.mesh.srv.renew', 'Echo.Call', { n }), { n });
+      });
       // Two renewals on each side: the second happens while connections made after the first are in use.
       await waitFor(() => renewals.server >= 2 && renewals.caller >= 2, 20_000);
-      const before = done;
-      await waitFor(() => done > before + 20);
-      stop = true;
-      await Promise.all(workers);
-      assert.deepEqual(failures, []);
+      const before = load.done;
+      await waitFor(() => load.done > before + 20);
+      await load.stop();
+      assert.deepEqual(load.failures, []);
       // A new connection now: the server's first certificate has expired (3 s), so the handshake
       // succeeds only with the renewed one.
       const late = new Mesh(options);
@@ -163,34 +179,22 @@ describe('a CA rotation under load', () => {
       const changes = { server: 0, caller: 0 };
       server.runtime.callerWorkloadTls!.onChange(() => changes.server++);
       caller.runtime.callerWorkloadTls!.onChange(() => changes.caller++);
-      let stop = false;
-      const failures: unknown[] = [];
-      let done = 0;
-      const worker = async () => {
-        for (let n = 1; !stop; n++) {
-          try {
-            assert.deepEqual(await caller.call('go.mesh.srv.rotate', 'Echo.Call', { n }), { n });
-          } catch (err) {
-            failures.push(err);
-          }
-          done++;
-        }
-      };
-      const workers = Array.from({ length: 4 }, worker);
+      const load = callLoop(async (n) => {
+        assert.deepEqual(await caller.call('go.mesh.srv.rotate', 'Echo.Call', { n }), { n });
+      });
       const newRoot = await rotateCa(ca.path, { trustDomain: 'mesh.local' });
       // Each side: the new root trusted beside the old (one change), then a certificate from the new root (another).
       await waitFor(() => changes.server >= 2 && changes.caller >= 2, 30_000);
       const issuer = (m: Mesh) => new X509Certificate(m.runtime.callerWorkloadTls!.contextOptions().cert).verify(new X509Certificate(newRoot.pem).publicKey);
       assert.ok(issuer(server) && issuer(caller), 'both workloads hold a certificate of the new root');
-      const afterReissue = done;
-      await waitFor(() => done > afterReissue + 20);
+      const afterReissue = load.done;
+      await waitFor(() => load.done > afterReissue + 20);
       finishRotation(ca.path);
       await waitFor(() => changes.server >= 3 && changes.caller >= 3, 30_000);
-      const afterFinish = done;
-      await waitFor(() => done > afterFinish + 20);
-      stop = true;
-      await Promise.all(workers);
-      assert.deepEqual(failures, []);
+      const afterFinish = load.done;
+      await waitFor(() => load.done > afterFinish + 20);
+      await load.stop();
+      assert.deepEqual(load.failures, []);
       // A new process: it trusts only the new root, and the server's certificate is of it.
       const late = new Mesh(options);
       try {
@@ -224,23 +228,12 @@ describe('turning mutual TLS on for a running mesh', () => {
     const nodes = async () => (await registry.getService('go.mesh.srv.migrate')).flatMap((s) => s.nodes);
     let server = await serve('off');
     let caller = meshOf('off');
-    const failures: unknown[] = [];
-    let done = 0;
-    let stop = false;
-    const worker = async () => {
-      for (let n = 1; !stop; n++) {
-        try {
-          assert.deepEqual(await caller.call('go.mesh.srv.migrate', 'Echo.Call', { n }), { n });
-        } catch (err) {
-          failures.push(err);
-        }
-        done++;
-      }
-    };
-    const workers = Array.from({ length: 4 }, worker);
+    const load = callLoop(async (n) => {
+      assert.deepEqual(await caller.call('go.mesh.srv.migrate', 'Echo.Call', { n }), { n });
+    });
     const calls = async (more: number) => {
-      const from = done;
-      await waitFor(() => done >= from + more, 20_000);
+      const from = load.done;
+      await waitFor(() => load.done >= from + more, 20_000);
     };
     try {
       await calls(20);
@@ -265,13 +258,11 @@ describe('turning mutual TLS on for a running mesh', () => {
       caller = meshOf('strict');
       await calls(50);
       await permissiveCaller.close();
-      stop = true;
-      await Promise.all(workers);
-      assert.deepEqual(failures, []);
+      await load.stop();
+      assert.deepEqual(load.failures, []);
       assert.equal(caller.runtime.stats.counter('cluster.go.mesh.srv.migrate.ssl.handshake').value >= 1, true);
     } finally {
-      stop = true;
-      await Promise.all(workers);
+      await load.stop();
       await caller.close();
       await server.close();
       await registry.close();
