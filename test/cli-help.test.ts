@@ -160,7 +160,7 @@ describe('mesh help and version (real processes)', () => {
     assert.equal(mtlsDefault(call.stdout), 'permissive');
     assert.equal(mtlsDefault((await runCli(['help', 'dev'], env)).stdout), 'strict');
     assert.equal(mtlsDefault((await runCli(['help', 'api'], env)).stdout), 'off');
-    assert.equal(mtlsDefault(flags.stdout), 'off; dev: strict; call, health, publish, subscribe: permissive');
+    assert.equal(mtlsDefault(flags.stdout), 'off; dev: strict; call, health, check, publish, subscribe: permissive');
   });
 
   it('version, -v, --version exit 0 with the version', async () => {

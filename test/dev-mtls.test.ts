@@ -72,6 +72,9 @@ describe('mesh dev: strict mutual TLS by default', () => {
     assert.match(health.stdout, /^node\taddress\tstatus\ngo\.mesh\.srv\.greeter-\S+\t127\.0\.0\.1:\d+\tok\n$/);
     const list = await runCli(['list', 'services'], dev.env);
     assert.equal(list.stdout, 'go.mesh.api.greeter\ngo.mesh.srv.greeter\n');
+    // mesh check calls the strict demo's nodes with a mesh certificate: no node or service is reported.
+    const check = await runCli(['check'], dev.env);
+    assert.doesNotMatch(check.stdout, /^(error|warning): (nodes|services):/m, check.stdout);
     const hello = await curl([`127.0.0.1:${dev.gateway}/greeter/say/hello?name=John`]);
     assert.equal(hello.stdout, '{"message":"Hello John"}');
     const rpc = await curl(['-XPOST', `127.0.0.1:${dev.gateway}/rpc`, '-H', 'content-type: application/json', '-d', '{"service":"go.mesh.srv.greeter","method":"Say.Hello","request":{"name":"John"}}']);
