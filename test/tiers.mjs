@@ -10,6 +10,7 @@
 export const UNIT = [
   'test/address.test.ts',
   'test/check-findings.test.ts',
+  'test/deploy-manifests.test.ts',
   'test/route-file.test.ts',
   'test/route-file-reload.test.ts',
   'test/route-mirror.test.ts',
