@@ -177,7 +177,7 @@ describe('deploy/: the image entrypoint, the probes and the preStop drain as pro
       const res = await http('GET', `${local}/registry?service=go.mesh.srv.billing`);
       return res.status === 200 ? (res.json() as { nodes: Array<{ address: string; port: number }> }).nodes : undefined;
     }, 30000);
-    assert.deepEqual(nodes.map((n) => [n.address, n.port]), [['127.0.0.1', appPort]]);
+    assert.deepEqual(nodes!.map((n) => [n.address, n.port]), [['127.0.0.1', appPort]]);
     const call = await http('POST', `${local}/billing/charge`, { headers: JSON_HEADERS, body: '{}' });
     assert.deepEqual([call.status, call.text, calls], [200, '{"charged":true}', 1]);
 

@@ -5,13 +5,14 @@
  * /usr/local/bin/mesh (where `npm install -g` puts it) rewritten to this tree's built CLI. verify
  * exits 0 on an unknown key or a bad value and only prints a warning, so a unit passes when it
  * exits 0 and prints nothing. A broken copy shows both ways of failing. The units are not started
- * (that needs systemd as PID 1 and root); their stop settings are checked against the drain.
+ * (that needs systemd as PID 1 and root); their stop settings are checked against the drain. The
+ * sysusers file that makes their user is applied to an empty root directory.
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { CLI, ROOT, binary, tempDir } from './helpers.js';
 
 const SYSTEMD = join(ROOT, 'deploy/systemd');
@@ -61,6 +62,16 @@ describe('deploy/systemd', { skip: !analyze && 'systemd-analyze not available' }
       assert.equal(missing.code, 1, missing.output);
       assert.match(missing.output, /\/usr\/local\/bin\/mesh is not executable/);
     }
+  });
+
+  it('mesh.conf makes the user the units run as, with /var/lib/mesh as its home (systemd-sysusers into an empty root)', (t) => {
+    const sysusers = join(dirname(analyze!), 'systemd-sysusers');
+    if (!existsSync(sysusers)) return t.skip(`no ${sysusers}`);
+    const root = join(dir.path, 'root');
+    mkdirSync(join(root, 'etc'), { recursive: true });
+    const r = spawnSync(sysusers, [`--root=${root}`, '-'], { input: readFileSync(join(SYSTEMD, 'mesh.conf')), encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(readFileSync(join(root, 'etc/passwd'), 'utf8'), /^mesh:x:\d+:\d+:mesh service mesh:\/var\/lib\/mesh:\/usr\/sbin\/nologin$/m);
   });
 
   it('hardened, run as the mesh user with /var/lib/mesh as MESH_HOME, stopped by SIGTERM with time for the whole drain', () => {
