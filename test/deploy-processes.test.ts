@@ -3,7 +3,8 @@
  * here: the image's entrypoint (deploy/entrypoint.sh in a read-only copy of the image's /app, laid
  * out by the Dockerfile's COPY instructions, as a user that cannot write it, with /var/lib/mesh and
  * /tmp on writable directories) starts the gateway and the sidecar with their manifests' args and
- * environment (ports rewritten to free loopback ones, etcd and NATS our own); then the manifests'
+ * environment (ports rewritten to free loopback ones, etcd and NATS our own), and the gateway as
+ * `docker run` would start it (the Dockerfile's CMD and ENV, the local registry); then the manifests'
  * readiness and liveness probes, the image's HEALTHCHECK and the preStop drain run as the kubelet
  * and Docker would run them; SIGTERM ends each process with exit code 0 and nothing cut off.
  *
@@ -12,7 +13,7 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, statSync, existsSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createServer } from 'node:http';
@@ -20,7 +21,7 @@ import { once } from 'node:events';
 import { ROOT, http, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { OwnEtcd, OwnNats, findBinary } from './fixtures/engines-common.js';
 import { DOCKERFILE, find, loadManifests, parseDockerfile, podSpec } from './fixtures/deploy.js';
-import { containerRun, execInImage, httpProbe, imageCopy, startEntrypoint, type ContainerRun, type ImageCopy } from './fixtures/deploy-run.js';
+import { containerRun, dockerDefault, execInImage, httpProbe, imageCopy, startEntrypoint, type ContainerRun, type ImageCopy } from './fixtures/deploy-run.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
 const manifests = loadManifests();
@@ -80,6 +81,33 @@ describe('deploy/: the image entrypoint, the probes and the preStop drain as pro
     assert.equal(code, 78, proc.output());
     assert.match(proc.output(), new RegExp(`^mesh: cannot create MESH_HOME=${run.env.MESH_HOME}: mount a writable volume there \\(the root file system is read-only\\)$`, 'm'));
     assert.doesNotMatch(proc.output(), /listening/);
+  });
+
+  it('docker run with the image defaults (CMD, ENV, the local registry in the /var/lib/mesh volume): healthy, then docker stop exits 0', async (t) => {
+    t.diagnostic(`runs as ${image.who}`);
+    // A named volume starts as a copy of the image's /var/lib/mesh: 0700, the mesh user's.
+    const volume = join(image.state, 'docker');
+    mkdirSync(volume, { mode: 0o700 });
+    image.own(volume);
+    const run = await containerRun(dockerDefault(), manifests, image, { volume });
+    assert.equal(run.env.MESH_HOME, volume);
+    assert.equal(run.args[0], 'api');
+    const before = image.snapshot();
+    const proc = startEntrypoint(image, run);
+    procs.push(proc);
+    await proc.waitForOutput(/mesh api listening on/, 30000);
+    const healthy = await execInImage(image, run, healthcheck);
+    assert.equal(healthy.code, 0, healthy.output);
+    const ready = await http('GET', run.url(9102, '/ready'));
+    assert.deepEqual([ready.status, ready.text], [200, 'LIVE\n']);
+    assert.equal((await http('GET', run.url(8080, '/rpc'))).status, 405);
+    const code = await proc.stop('SIGTERM');
+    assert.equal(code, 0, proc.output());
+    // Read-only root: nothing changed in /app; the local registry (SQLite) is in the volume, private.
+    assert.deepEqual(image.snapshot(), before);
+    assert.equal(statSync(volume).mode & 0o777, 0o700);
+    assert.equal(statSync(join(volume, 'registry.db')).mode & 0o777, 0o600);
+    assert.doesNotMatch(proc.output(), /open to other users|"level":(40|50|60)|"level":"(warn|error|fatal)"/);
   });
 
   it('gateway: ready and alive once up; the preStop drain turns /ready to 503 while a call in flight finishes; SIGTERM exits 0', async (t) => {
