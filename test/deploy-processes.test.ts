@@ -103,6 +103,12 @@ describe('deploy/: the image entrypoint, the probes and the preStop drain as pro
     assert.equal((await http('GET', run.url(8080, '/rpc'))).status, 405);
     const code = await proc.stop('SIGTERM');
     assert.equal(code, 0, proc.output());
+    // Stopped: the HEALTHCHECK fails, saying why; so does an admin address it cannot use.
+    const down = await execInImage(image, run, healthcheck);
+    assert.equal(down.code, 1, down.output);
+    assert.match(down.output, /^probe: connect ECONNREFUSED 127\.0\.0\.1:\d+$/m);
+    const off = await execInImage(image, { ...run, env: { ...run.env, MESH_ADMIN_ADDRESS: 'off' } }, healthcheck);
+    assert.deepEqual([off.code, off.output], [1, 'probe: MESH_ADMIN_ADDRESS=off: expected host:port of the admin interface\n']);
     // Read-only root: nothing changed in /app; the local registry (SQLite) is in the volume, private.
     assert.deepEqual(image.snapshot(), before);
     assert.equal(statSync(volume).mode & 0o777, 0o700);
