@@ -137,6 +137,8 @@ export class AppRegistration {
   readonly nodeId: string;
   private readonly record: Service;
   private health: AppHealth = 'unknown';
+  /** Why the last check failed (undefined after a healthy one). */
+  private reason?: string;
   private registered = false;
   private stopped = false;
   private timer?: NodeJS.Timeout;
@@ -172,8 +174,8 @@ export class AppRegistration {
   }
 
   /** The current view, for logs and tests. */
-  get state(): { health: AppHealth; registered: boolean } {
-    return { health: this.health, registered: this.registered };
+  get state(): { health: AppHealth; registered: boolean; reason?: string } {
+    return { health: this.health, registered: this.registered, reason: this.reason };
   }
 
   /**
@@ -224,6 +226,7 @@ export class AppRegistration {
     if (this.stopped) return;
     const before = this.health;
     this.health = healthy.ok ? 'healthy' : 'unhealthy';
+    this.reason = healthy.ok ? undefined : healthy.reason;
     if (healthy.ok) {
       if (before !== 'healthy') this.log.info({ app: this.options.name, url: this.url!.href }, 'app is healthy');
       if (this.runtime.state.state === 'live') await this.enqueue(() => this.doRegister(before !== 'healthy' ? 'healthy' : undefined));
