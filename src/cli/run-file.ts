@@ -34,6 +34,8 @@ export class RunFileError extends FlagError {
 export interface FileApp extends RunApp {
   /** The `sidecar:` options as flags; `given` says which were set. */
   sidecar: ParsedArgs;
+  /** Names a problem found later (the sidecar's own checks) by the file, line and field. */
+  locate: (flag: string | undefined) => string;
 }
 
 /** Parses the file's text; `file` names it in errors and its directory is the base of `dir`. */
@@ -123,7 +125,12 @@ export function parseRunFile(text: string, file: string): FileApp[] {
     const dirText = scalarText('dir');
     const dir = dirText === undefined ? base : resolve(base, dirText);
 
-    return { name, command, port, healthPath, env, dir, sidecar: sidecarOptions(field('sidecar'), `${where2}.sidecar`, file, lineAt) };
+    const sidecarNode = field('sidecar');
+    const locate = (flag: string | undefined) => {
+      const pair = flag !== undefined && isMap(sidecarNode) ? sidecarNode.items.find((p) => keyOf(p.key).replace(/-/g, '_') === flag) : undefined;
+      return pair ? `${file}: line ${lineAt(pair.value ?? pair.key)}: ${where2}.sidecar.${flag}` : `${file}: line ${lineAt(node)}: ${where2}`;
+    };
+    return { name, command, port, healthPath, env, dir, sidecar: sidecarOptions(sidecarNode, `${where2}.sidecar`, file, lineAt), locate };
   });
 }
 

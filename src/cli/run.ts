@@ -39,7 +39,7 @@ interface Unit extends Prepared {
 
 export async function runRun(args: ParsedArgs): Promise<number> {
   const { config } = args;
-  const apps: Array<RunApp & { sidecar?: ParsedArgs }> = config.file !== undefined ? appsOfFile(args) : [appOfFlags(args)];
+  const apps: Array<RunApp & { sidecar?: ParsedArgs; locate?: (flag: string | undefined) => string }> = config.file !== undefined ? appsOfFile(args) : [appOfFlags(args)];
 
   // Everything is checked before anything starts (exit 2 naming the flag or the file's line).
   const prepared: Prepared[] = [];
@@ -57,7 +57,8 @@ export async function runRun(args: ParsedArgs): Promise<number> {
     try {
       plan = planSidecar(merged as Config, args.given.has('register_ttl') || Boolean(own?.given.has('register_ttl')));
     } catch (err) {
-      if (err instanceof FlagError && apps.length > 1) throw new FlagError(`app ${app.name}: ${err.message}`);
+      // From a file: the app's line, or the line of the sidecar option named.
+      if (err instanceof FlagError && app.locate) throw new FlagError(`${app.locate(/\bflag --([a-z0-9_]+)/.exec(err.message)?.[1])}: ${err.message}`);
       throw err;
     }
     prepared.push({ app, port, token, plan });
