@@ -92,6 +92,13 @@ describe('mesh run: the docs samples', () => {
     await proc.waitForOutput(new RegExp(`^\\[go\\.mesh\\.srv\\.hello\\] listening on ${port}$`, 'm'));
     const [node] = await waitFor(async () => ((await w.nodes('go.mesh.srv.hello')).length === 1 ? w.nodes('go.mesh.srv.hello') : undefined), 10000);
     assert.deepEqual({ address: node!.address, port: node!.port }, { address: '127.0.0.1', port });
+    // What the docs show it prints (ports, pids and times vary).
+    for (const line of docBlock('mesh run: go.mesh.srv.hello: mesh sidecar').trimEnd().split('\n')) {
+      assert.match(proc.output(), new RegExp(`^${line.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/\d{4,5}/g, '\\d+')}$`, 'm'));
+    }
+    // The checks before the app has started are no warning (mesh run's own says when it is slow).
+    const untilHealthy = proc.output().slice(0, at(proc.output(), /"msg":"app is healthy"/));
+    assert.doesNotMatch(untilHealthy, /"level":"warning"/);
 
     const call = docCommand('mesh call go.mesh.srv.hello');
     const r = await runCli(call.args, w.env);
@@ -171,6 +178,16 @@ describe('mesh run: the app ends, or never becomes healthy', () => {
       proc = undefined;
     });
   }
+
+  it('SIGINT is passed on after the app is deregistered: an app it kills gives 130', async () => {
+    proc = startProcess(['run', '--name=go.mesh.srv.interrupted', '--', process.execPath, 'node-app.mjs'], w.env, undefined, w.dir);
+    await waitFor(async () => (await w.nodes('go.mesh.srv.interrupted')).length === 1, 10000);
+    assert.equal(await proc.stop('SIGINT'), 130);
+    const out = proc.output();
+    assert.ok(at(out, /"msg":"app deregistered"/) < at(out, /go\.mesh\.srv\.interrupted killed by SIGINT \(status 130\)/), out);
+    assert.deepEqual(await w.nodes('go.mesh.srv.interrupted'), []);
+    proc = undefined;
+  });
 
   it('an app that never answers 200 is not registered; a warning says so; SIGTERM kills it: 143', async () => {
     proc = startProcess(['run', '--name=go.mesh.srv.sick', '--', process.execPath, 'node-app.mjs'], { ...w.env, HEALTH: '503' }, undefined, w.dir);

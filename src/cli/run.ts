@@ -61,6 +61,8 @@ export async function runRun(args: ParsedArgs): Promise<number> {
       if (err instanceof FlagError && app.locate) throw new FlagError(`${app.locate(/\bflag --([a-z0-9_]+)/.exec(err.message)?.[1])}: ${err.message}`);
       throw err;
     }
+    // The app is only starting: run's own warning (watchHealth) says when it is slow to answer.
+    if (plan.app) plan.app.quietStart = true;
     prepared.push({ app, port, token, plan });
   }
 

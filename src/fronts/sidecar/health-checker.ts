@@ -33,6 +33,11 @@ export interface AppOptions {
   ttlMs: number;
   /** How often the registration is refreshed when there is no health URL. */
   refreshMs: number;
+  /**
+   * The checks before the first healthy answer are logged at debug, not as a warning (mesh run: the
+   * app is starting; it says itself when the app is slow to become healthy).
+   */
+  quietStart?: boolean;
 }
 
 /** Thrown for inconsistent app options; it carries the option's schema key (OptionError). */
@@ -231,7 +236,11 @@ export class AppRegistration {
       if (before !== 'healthy') this.log.info({ app: this.options.name, url: this.url!.href }, 'app is healthy');
       if (this.runtime.state.state === 'live') await this.enqueue(() => this.doRegister(before !== 'healthy' ? 'healthy' : undefined));
     } else {
-      if (before !== 'unhealthy') this.log.warn({ app: this.options.name, url: this.url!.href, reason: healthy.reason }, 'app is unhealthy');
+      if (before !== 'unhealthy') {
+        const fields = { app: this.options.name, url: this.url!.href, reason: healthy.reason };
+        if (before === 'unknown' && this.options.quietStart) this.log.debug(fields, 'app is not healthy yet');
+        else this.log.warn(fields, 'app is unhealthy');
+      }
       await this.enqueue(() => this.doDeregister(`unhealthy: ${healthy.reason}`));
     }
     if (this.stopped) return;
