@@ -43,8 +43,12 @@ export async function runRun(args: ParsedArgs): Promise<number> {
 
   // Everything is checked before anything starts (exit 2 naming the flag or the file's line).
   const prepared: Prepared[] = [];
+  const taken = new Set(apps.map((a) => a.port));
   for (const app of apps) {
-    const port = app.port === 'auto' ? await freeLoopbackPort() : app.port;
+    let port = app.port;
+    // A free port for each app, never one another app of the file has or got.
+    while (port === 'auto' || (app.port === 'auto' && taken.has(port))) port = await freeLoopbackPort();
+    taken.add(port);
     const own = app.sidecar;
     const merged = { ...config } as Record<string, unknown>;
     if (own) for (const key of own.given) merged[key] = own.config[key];
