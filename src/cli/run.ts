@@ -1,7 +1,7 @@
 /**
  * `mesh run [flags] -- COMMAND...` and `mesh run -f FILE` (docs/run.md): apps and their sidecars as
  * one unit. For each app, in this process: a sidecar (built as `mesh sidecar` builds it,
- * src/cli/sidecar.ts) that registers the app once its health path answers 200; then the app, with
+ * src/cli/sidecar.ts) that registers the app once its health path answers 2xx; then the app, with
  * MESH_SIDECAR (the sidecar's URL), MESH_SIDECAR_TOKEN (the token the sidecar requires; one is
  * made when --sidecar_token is not given) and PORT in its environment, its output prefixed with
  * `[NAME] `. SIGINT or SIGTERM: each app is deregistered, --drain_delay passes, the signal is passed
@@ -66,7 +66,8 @@ export async function runRun(args: ParsedArgs): Promise<number> {
       throw err;
     }
     // The app is only starting: run's own warning (watchHealth) says when it is slow to answer.
-    if (plan.app) plan.app.quietStart = true;
+    // Any 2xx is healthy, as health paths of web frameworks answer 204 as often as 200.
+    if (plan.app) Object.assign(plan.app, { quietStart: true, any2xx: true });
     prepared.push({ app, port, token, plan });
   }
 
@@ -153,7 +154,7 @@ function watchHealth(u: Unit): () => void {
       clearInterval(timer);
       return;
     }
-    log.warn({ app: u.app.name, url, for: formatDuration(Date.now() - since), reason: state.reason }, `app ${u.app.name} is not healthy yet (no 200 from ${url}): not registered`);
+    log.warn({ app: u.app.name, url, for: formatDuration(Date.now() - since), reason: state.reason }, `app ${u.app.name} is not healthy yet (no 2xx answer from ${url}): not registered`);
   }, every);
   timer.unref();
   return () => clearInterval(timer);

@@ -211,7 +211,7 @@ export const OPTIONS = withRun({
   mesh_home: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
   name: { type: 'string', group: 'command', commands: ['run'], help: 'run: the service name the app is registered under' },
   app_port: { type: 'string', default: 'auto', group: 'command', commands: ['run'], help: 'run: the port the app listens on, given to it as PORT (auto: a free port)' },
-  health_path: { type: 'string', default: '/health', group: 'command', commands: ['run'], help: 'run: the path on the app that answers 200 when it is healthy; the app is registered once it does (off: registered at start, no check)' },
+  health_path: { type: 'string', default: '/health', group: 'command', commands: ['run'], help: 'run: the path on the app that answers 2xx when it is healthy; the app is registered once it does (off: registered at start, no check)' },
   file: { type: 'string', group: 'command', commands: ['run'], help: 'run: a YAML file of apps to run, each with its sidecar (-f FILE; docs/run.md)' },
 } as const satisfies Record<string, OptionSpec>);
 

@@ -38,6 +38,8 @@ export interface AppOptions {
    * app is starting; it says itself when the app is slow to become healthy).
    */
   quietStart?: boolean;
+  /** Any 2xx answer is healthy (mesh run), not only 200 (the sidecar's --healthcheck_url). */
+  any2xx?: boolean;
 }
 
 /** Thrown for inconsistent app options; it carries the option's schema key (OptionError). */
@@ -265,7 +267,7 @@ export class AppRegistration {
       });
       await res.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
       if (controller.signal.aborted) throw new Error('timeout');
-      if (res.statusCode === 200) {
+      if (res.statusCode === 200 || (this.options.any2xx && res.statusCode >= 200 && res.statusCode < 300)) {
         this.stats.success.inc();
         return { ok: true };
       }
