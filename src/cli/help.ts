@@ -46,7 +46,7 @@ export const COMMANDS: CommandInfo[] = [
   },
   {
     name: 'run',
-    args: '--name=NAME [flags] -- COMMAND... | mesh run -f FILE',
+    args: '--name=NAME -- COMMAND... | -f FILE',
     summary: 'run an app with its own sidecar: registered once its health path answers, logs prefixed, signals passed on',
     details: [
       'The app gets MESH_SIDECAR (the sidecar URL), MESH_SIDECAR_TOKEN and PORT; the command runs without a shell. Exits with the app\'s status.',
