@@ -158,12 +158,13 @@ describe('mesh run: the docs samples', () => {
   });
 });
 
-/** A Node app: /health answers `health` (200 or 503); /exit/N exits with N; /kill kills itself with SIGKILL. */
+/** A Node app: /health answers HEALTH (default 200), /set-health/N changes it; /exit/N exits with N; /kill kills itself with SIGKILL. */
 const NODE_APP = `
 import { createServer } from 'node:http';
-const health = Number(process.env.HEALTH ?? 200);
+let health = Number(process.env.HEALTH ?? 200);
 createServer((req, res) => {
   if (req.url === '/health') return res.writeHead(health).end();
+  if (req.url.startsWith('/set-health/')) { health = Number(req.url.slice(12)); return res.end(); }
   if (req.url.startsWith('/exit/')) { res.end(); setImmediate(() => process.exit(Number(req.url.slice(6)))); return; }
   if (req.url === '/kill') { res.end(); setImmediate(() => process.kill(process.pid, 'SIGKILL')); return; }
   res.end('{}');
@@ -180,6 +181,20 @@ describe('mesh run: the app ends, or never becomes healthy', () => {
   after(async () => {
     await killAll(proc);
     await w.cleanup();
+  });
+
+  it('an app that stops answering 2xx is deregistered, and registered again when it answers again', async () => {
+    proc = startProcess(['run', '--name=go.mesh.srv.flaky', '--', process.execPath, 'node-app.mjs'], w.env, undefined, w.dir);
+    const port = await proc.waitForPort(/PORT=(\d+)\)/);
+    const registered = async (yes: boolean) => waitFor(async () => (await w.nodes('go.mesh.srv.flaky')).length === (yes ? 1 : 0), 10000);
+    await registered(true);
+    await fetch(`http://127.0.0.1:${port}/set-health/500`);
+    await registered(false);
+    await fetch(`http://127.0.0.1:${port}/set-health/200`);
+    await registered(true);
+    assert.equal(await proc.stop('SIGTERM'), 143);
+    assert.deepEqual(await w.nodes('go.mesh.srv.flaky'), []);
+    proc = undefined;
   });
 
   for (const [trigger, status] of [['/exit/3', 3], ['/kill', 137]] as const) {
