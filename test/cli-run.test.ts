@@ -183,6 +183,12 @@ describe('mesh run: the app ends, or never becomes healthy', () => {
     await w.cleanup();
   });
 
+  it('a program that is not there: 127, as a shell says, and the sidecar stops', async () => {
+    const r = await runCli(['run', '--name=go.mesh.srv.missing', '--', join(w.dir, 'no-such-program')], w.env);
+    assert.match(r.stdout, /^mesh run: go\.mesh\.srv\.missing could not be started: \S+no-such-program: ENOENT \(status 127\)$/m);
+    assert.equal(r.code, 127);
+  });
+
   it('an app that stops answering 2xx is deregistered, and registered again when it answers again', async () => {
     proc = startProcess(['run', '--name=go.mesh.srv.flaky', '--', process.execPath, 'node-app.mjs'], w.env, undefined, w.dir);
     const port = await proc.waitForPort(/PORT=(\d+)\)/);
