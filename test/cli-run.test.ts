@@ -221,6 +221,9 @@ describe('mesh run: the app ends, or never becomes healthy', () => {
     // A health path that answers 204 is healthy too (any 2xx).
     proc = startProcess(['run', '--name=go.mesh.srv.interrupted', '--', process.execPath, 'node-app.mjs'], { ...w.env, HEALTH: '204' }, undefined, w.dir);
     await waitFor(async () => (await w.nodes('go.mesh.srv.interrupted')).length === 1, 10000);
+    // A Node app on one mesh run line: mesh call reaches it through the registry.
+    const r = await runCli(['call', 'go.mesh.srv.interrupted', 'Node.Call', '{}'], w.env);
+    assert.deepEqual([r.code, r.stdout, r.stderr], [0, '{}\n', '']);
     assert.equal(await proc.stop('SIGINT'), 130);
     const out = proc.output();
     assert.ok(at(out, /"msg":"app deregistered"/) < at(out, /go\.mesh\.srv\.interrupted killed by SIGINT \(status 130\)/), out);
