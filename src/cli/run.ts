@@ -14,11 +14,10 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { formatDuration } from '../base/util/duration.js';
 import { FlagError, type Config, type ParsedArgs } from './flags.js';
-import { planSidecar, sidecarRuntime, startSidecar, type SidecarPlan } from './sidecar.js';
+import { planSidecar, sidecarRuntime, startSidecar, type SidecarPlan, type StartedSidecar } from './sidecar.js';
 import { parseRunFile } from './run-file.js';
 import { AppProcess, appNameProblem, describeExit, freeLoopbackPort, parseAppPort, parseHealthPath, type AppExit, type RunApp } from './run-app.js';
 import type { Runtime } from '../process/runtime.js';
-import type { StartedSidecar } from './sidecar.js';
 
 const USAGE = 'usage: mesh run --name=NAME [flags] -- COMMAND [ARG...], or mesh run -f FILE';
 
