@@ -87,10 +87,11 @@ export interface RunningProcess {
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
 }
 
-/** Starts `node dist/src/cli/main.js ...args` (or another script; '' for node's own args) as a real process. */
-export function startProcess(args: string[], env: Record<string, string> = {}, script = CLI): RunningProcess {
+/** Starts `node dist/src/cli/main.js ...args` (or another script; '' for node's own args) as a real process, in `cwd` (default the current directory). */
+export function startProcess(args: string[], env: Record<string, string> = {}, script = CLI, cwd?: string): RunningProcess {
   const child = spawn(process.execPath, script ? [script, ...args] : args, {
     env: { ...process.env, ...env },
+    cwd,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

@@ -8,6 +8,7 @@
  * regex engine), runs with the full suite only.
  */
 export const UNIT = [
+  'test/line-prefixer.test.ts',
   'test/address.test.ts',
   'test/check-findings.test.ts',
   'test/deploy-manifests.test.ts',

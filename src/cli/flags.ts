@@ -135,10 +135,14 @@ export interface ParsedArgs {
   switches: Set<string>;
   /** Flags whose value came from the environment (MESH_<NAME>), not from the command line. */
   fromEnv: Set<FlagName>;
+  /** The arguments after `--`, as given (mesh run's command); undefined without `--`. */
+  rest?: string[];
 }
 
 const SWITCHES = new Set(['help', 'version', 'hot-restart-version', 'h']);
 const SHORT_SWITCHES: Record<string, string> = { '-h': 'help', '-v': 'version' };
+/** Short flags that take a value: mesh proxy -c FILE, mesh run -f FILE. */
+const SHORT_VALUES: Record<string, { name: FlagName; what: string }> = { '-c': { name: 'config', what: 'the configuration file' }, '-f': { name: 'file', what: 'the file of apps' } };
 
 /** How an error names a flag: `flag --client_retries`, or `MESH_CLIENT_RETRIES (--client_retries)` when the environment set it. */
 export function flagLabel(name: string, fromEnv: boolean): string {
@@ -216,6 +220,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   const fromEnv = new Set<FlagName>();
   const switches = new Set<string>();
   const positionals: string[] = [];
+  let rest: string[] | undefined;
 
   // Environment first; the command line wins.
   for (const name of Object.keys(FLAG_SPECS) as FlagName[]) {
@@ -230,16 +235,18 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === '--') {
-      positionals.push(...argv.slice(i + 1));
+      rest = argv.slice(i + 1);
+      positionals.push(...rest);
       break;
     }
-    if (arg === '-c') {
+    const shortValue = SHORT_VALUES[arg];
+    if (shortValue) {
       const next = argv[++i];
-      if (next === undefined) throw new FlagError('flag -c needs a value (the configuration file)');
-      values.set('config', next);
-      given.add('config');
-      fromEnv.delete('config');
-      onCommandLine.push(['config', '-c']);
+      if (next === undefined) throw new FlagError(`flag ${arg} needs a value (${shortValue.what})`);
+      values.set(shortValue.name, next);
+      given.add(shortValue.name);
+      fromEnv.delete(shortValue.name);
+      onCommandLine.push([shortValue.name, arg]);
       continue;
     }
     const short = SHORT_SWITCHES[arg];
@@ -342,6 +349,6 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   if (/^$|[\s*>]/.test(config.broker_dlq_suffix as string)) {
     throw new FlagError(`invalid value "${values.get('broker_dlq_suffix') ?? ''}" for ${flagLabel('broker_dlq_suffix', fromEnv.has('broker_dlq_suffix'))}: must be non-empty, without whitespace, '*' or '>'`);
   }
-  return { config: config as unknown as Config, positionals, given, switches, fromEnv };
+  return { config: config as unknown as Config, positionals, given, switches, fromEnv, rest };
 }
 

@@ -45,6 +45,17 @@ export const COMMANDS: CommandInfo[] = [
     choices: { handler: ['rpc', 'proxy'] },
   },
   {
+    name: 'run',
+    args: '--name=NAME -- COMMAND... | -f FILE',
+    summary: 'run an app with its own sidecar: registered once its health path answers, logs prefixed, signals passed on',
+    details: [
+      'The app gets MESH_SIDECAR (the sidecar URL), MESH_SIDECAR_TOKEN and PORT; the command runs without a shell. Exits with the app\'s status.',
+      '-f FILE: several apps from a YAML file, each with its sidecar (see docs/run.md).',
+    ],
+    defaults: { namespace: 'go.mesh.srv', handler: 'rpc', access_log: 'off' },
+    choices: { handler: ['rpc', 'proxy'] },
+  },
+  {
     name: 'proxy',
     args: '-c FILE',
     summary: 'the stand-alone L7 proxy: listeners, routes, clusters (admin 127.0.0.1:9903)',
@@ -125,7 +136,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);

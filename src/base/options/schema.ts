@@ -21,7 +21,7 @@ import { LOG_FORMATS } from '../util/levels.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'run', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -71,7 +71,20 @@ const GATEWAYS = ['dev', 'api', 'sidecar'] as const satisfies readonly CommandNa
 const BROKER_USERS = ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] as const satisfies readonly CommandName[];
 const CALLERS = [...SERVE, 'call', 'health'] as const satisfies readonly CommandName[];
 
-export const OPTIONS = {
+/**
+ * `mesh run` starts a sidecar for its app in the same process: it takes every option of `mesh sidecar`
+ * but those it sets itself from --name, --app_port and --health_path (and --concurrency: one
+ * process). withRun adds `run` to the commands of those options.
+ */
+const NOT_RUN = new Set(['server_name', 'server_address', 'healthcheck_url', 'concurrency']);
+function withRun<T extends Record<string, OptionSpec>>(options: T): T {
+  for (const [key, spec] of Object.entries(options)) {
+    if (spec.commands.includes('sidecar') && !spec.commands.includes('run') && !NOT_RUN.has(key)) (spec as { commands: readonly CommandName[] }).commands = [...spec.commands, 'run'];
+  }
+  return options;
+}
+
+export const OPTIONS = withRun({
   registry: { type: 'string', default: 'local', choices: ['local', 'memory', 'etcd'], group: 'registry', commands: MESH_PROCESS, api: true, help: 'registry backend' },
   registry_address: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'local: directory of the SQLite registry; etcd: [https://[user:password@]]host:port[,...]' },
   broker: { type: 'string', default: 'http', choices: ['http', 'memory', 'nats'], group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'broker backend' },
@@ -111,7 +124,7 @@ export const OPTIONS = {
   lb_policy: { type: 'string', default: 'round_robin', choices: LB_POLICIES, group: 'client', commands: CALLERS, api: true, help: 'load balancing' },
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
-  admin_address: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'admin interface host:port, or off' },
+  admin_address: { type: 'string', commandDefaults: { run: 'off' }, group: 'admin', commands: SERVE, api: true, help: 'admin interface host:port, or off' },
   admin_token: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'require Authorization: Bearer <token> on the admin interface' },
   metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: SERVE, api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
   stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: SERVE, api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
@@ -178,7 +191,7 @@ export const OPTIONS = {
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
   sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
   output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check'], help: 'text or json' },
-  address: { type: 'string', apiDefault: '127.0.0.1:0', group: 'listen', commands: [...GATEWAYS, 'ca'], api: true, help: 'listen address of the server this command starts' },
+  address: { type: 'string', apiDefault: '127.0.0.1:0', commandDefaults: { run: '127.0.0.1:0' }, group: 'listen', commands: [...GATEWAYS, 'ca'], api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
   sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },
   advertise: { type: 'string', group: 'listen', commands: ['dev', 'sidecar'], api: true, help: 'address to register instead of the listen address' },
@@ -188,7 +201,7 @@ export const OPTIONS = {
   server_name: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: name to register the app under' },
   server_address: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: host:port of the app' },
   healthcheck_url: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: URL checked to decide if the app is healthy' },
-  healthcheck_interval: { type: 'duration', default: '10s', group: 'command', commands: ['sidecar'], help: 'sidecar: time between health checks' },
+  healthcheck_interval: { type: 'duration', default: '10s', commandDefaults: { run: '2s' }, group: 'command', commands: ['sidecar'], help: 'sidecar: time between health checks' },
   healthcheck_timeout: { type: 'duration', default: '2s', group: 'command', commands: ['sidecar'], help: 'sidecar: health check timeout' },
   stream: { type: 'string', choices: ['server', 'client', 'bidi'], group: 'command', commands: ['call'], help: 'call: a streaming call of this kind instead of a unary call; answers are printed one JSON line each as they arrive, client and bidi requests are read from stdin, one JSON a line (docs/cli.md)' },
   queue: { type: 'string', group: 'command', commands: ['subscribe'], help: 'subscribe: queue group' },
@@ -196,7 +209,11 @@ export const OPTIONS = {
   durable: { type: 'string', group: 'command', commands: ['subscribe'], help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
   config: { type: 'string', group: 'command', commands: ['proxy'], help: 'proxy: configuration file' },
   mesh_home: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
-} as const satisfies Record<string, OptionSpec>;
+  name: { type: 'string', group: 'command', commands: ['run'], help: 'run: the service name the app is registered under' },
+  app_port: { type: 'string', default: 'auto', group: 'command', commands: ['run'], help: 'run: the port the app listens on, given to it as PORT (auto: a free port)' },
+  health_path: { type: 'string', default: '/health', group: 'command', commands: ['run'], help: 'run: the path on the app that answers 2xx when it is healthy; the app is registered once it does (off: registered at start, no check)' },
+  file: { type: 'string', group: 'command', commands: ['run'], help: 'run: a YAML file of apps to run, each with its sidecar (-f FILE; docs/run.md)' },
+} as const satisfies Record<string, OptionSpec>);
 
 export type OptionKey = keyof typeof OPTIONS;
 
