@@ -7,7 +7,7 @@ import type { Config } from './flags.js';
 import { OptionsError, resolveOptions, type MeshOptions, type ResolvedOptions } from '../process/options.js';
 import cluster from 'node:cluster';
 import { frontRatePolicy, type FrontRateLimit } from '../base/http/rate-limit.js';
-import { DEFAULT_STORE_TIMEOUT_MS, MemoryRateLimitStore, SharedRateLimitStore, type BucketBackend, type RateLimitFailureMode } from '../base/http/rate-limit-store.js';
+import { MemoryRateLimitStore, SharedRateLimitStore, type BucketBackend, type RateLimitFailureMode } from '../base/http/rate-limit-store.js';
 import { RedisBuckets } from '../engines/ratelimit/redis.js';
 import { PrimaryBuckets } from './rate-limit-ipc.js';
 import type { Runtime } from '../process/runtime.js';
@@ -67,7 +67,7 @@ export function rateLimitFromFlags(config: Config, runtime: Runtime): FrontRateL
     return { store, key, policy };
   }
   const backend: BucketBackend = local
-    ? new PrimaryBuckets(DEFAULT_STORE_TIMEOUT_MS)
+    ? new PrimaryBuckets(config.rate_limit_store_timeout)
     : new RedisBuckets({ address: config.rate_limit_store, tls: { caFile: config.rate_limit_store_tls_ca_file, certFile: config.rate_limit_store_tls_cert_file, keyFile: config.rate_limit_store_tls_key_file } });
   const store = new SharedRateLimitStore({
     backend,
@@ -75,6 +75,7 @@ export function rateLimitFromFlags(config: Config, runtime: Runtime): FrontRateL
     stats: runtime.stats,
     log: runtime.logging.get('http'),
     maxKeys: config.rate_limit_max_keys,
+    timeoutMs: config.rate_limit_store_timeout,
   });
   runtime.onShutdown(() => store.close());
   runtime.addRateLimitSource(() => [store.status()]);

@@ -11,15 +11,17 @@
  *   before a window may be spent inside it: over any window, N processes may let through at most
  *   N × allowance more than the bucket alone would.
  *
- * A take never hangs: a call to the store that does not answer within `timeoutMs`, or fails, is a
- * store error, and `--rate_limit_failure_mode` decides: `open` allows the request, `closed` refuses
- * it (503). The first error of an outage is logged (and counted in `rate_limit.store.outages`), the
- * end of it too; while the store is down it is asked again at most once per backoff (100 ms doubling
- * to 2 s), the other takes go straight to the failure mode.
+ * A take never hangs: a call to the store that does not answer within `timeoutMs`
+ * (`--rate_limit_store_timeout`), or fails, is a store error, and `--rate_limit_failure_mode`
+ * decides: `open` allows the request, `closed` refuses it (503). Three failed calls in a row make
+ * an outage, logged once (and counted in `rate_limit.store.outages`), its end too; while the store
+ * is down it is asked again at most once per backoff (100 ms doubling to 2 s), the other takes go
+ * straight to the failure mode.
  *
- * Stats (`rate_limit.<kind>.*`, kind = address, subject, route or rule): `allowed`, `limited`,
- * `store_errors` (decided by the failure mode), `store_latency` (ms, one per call to a shared
- * store); `rate_limit.store.round_trips` counts the calls.
+ * Stats (`rate_limit.<kind>.*`, kind = address, subject, route or rule): `allowed`, `limited`
+ * (every decision, the failure mode's too), `store_errors` (the decisions the failure mode made),
+ * `store_latency` (ms, one per call to a shared store); `rate_limit.store.round_trips` counts the
+ * calls, `rate_limit.store.outages` the outages.
  */
 import type { Logger } from 'pino';
 import type { Counter, Histogram, StatsScope } from '../stats/store.js';
@@ -34,6 +36,8 @@ export const DEFAULT_STORE_TIMEOUT_MS = 100;
 const MAX_IN_FLIGHT = 1024;
 const FIRST_PROBE_MS = 100;
 const MAX_PROBE_MS = 2000;
+/** Failed calls in a row that make an outage (logged, counted, the store asked once per backoff). */
+const OUTAGE_AFTER = 3;
 
 /** Buckets kept elsewhere: hands out up to `want` tokens of a key's bucket at once. */
 export interface BucketBackend {
@@ -141,6 +145,8 @@ export class SharedRateLimitStore implements RateLimitStore {
   private nextProbe = 0;
   private probeMs = FIRST_PROBE_MS;
   private lastError = '';
+  /** Calls failed in a row: an outage starts at OUTAGE_AFTER (one late answer under load is not one). */
+  private failures = 0;
 
   constructor(options: SharedRateLimitStoreOptions) {
     this.backend = options.backend;
@@ -223,15 +229,16 @@ export class SharedRateLimitStore implements RateLimitStore {
 
   private failed(kind: string, policy: RatePolicy): RateDecision {
     this.stats.of(kind).storeErrors.inc();
-    if (this.failureMode === 'open') return { ...decisionOf(policy, true, policy.burst), storeDown: true };
-    return { ...decisionOf(policy, false, 0), retryAfterSec: 1, storeDown: true };
+    if (this.failureMode === 'open') return this.stats.count(kind, { ...decisionOf(policy, true, policy.burst), storeDown: true });
+    return this.stats.count(kind, { ...decisionOf(policy, false, 0), retryAfterSec: 1, storeDown: true });
   }
 
   private failing(err: unknown): void {
+    this.lastError = err instanceof Error ? err.message : String(err);
+    if (++this.failures < OUTAGE_AFTER) return;
     const now = performance.now();
     this.nextProbe = now + this.probeMs;
     this.probeMs = Math.min(MAX_PROBE_MS, this.probeMs * 2);
-    this.lastError = err instanceof Error ? err.message : String(err);
     if (this.down) return;
     this.down = true;
     this.since = Date.now();
@@ -240,6 +247,7 @@ export class SharedRateLimitStore implements RateLimitStore {
   }
 
   private recovered(): void {
+    this.failures = 0;
     this.probeMs = FIRST_PROBE_MS;
     if (!this.down) return;
     this.down = false;

@@ -135,7 +135,7 @@ export class RateLimiter implements RateLimitStore {
   /**
    * Takes up to `want` whole tokens at once from the bucket of `key` (what a shared store hands a
    * worker as its local allowance): `granted` (0..want), the tokens left, and when none was left,
-   * the milliseconds until one is there.
+   * the milliseconds until `want` are there.
    */
   grant(key: string, policy: RatePolicy, want: number): BucketGrant {
     const now = this.now();
@@ -155,7 +155,7 @@ export class RateLimiter implements RateLimitStore {
     this.buckets.set(id, bucket);
     const granted = Math.max(0, Math.min(want, Math.floor(bucket.tokens + 1e-9)));
     bucket.tokens -= granted;
-    return { granted, tokens: bucket.tokens, retryMs: granted > 0 ? 0 : ((1 - bucket.tokens) / policy.ratePerSec) * 1000 };
+    return { granted, tokens: bucket.tokens, retryMs: granted > 0 ? 0 : ((want - bucket.tokens) / policy.ratePerSec) * 1000 };
   }
 }
 
@@ -165,7 +165,7 @@ export interface BucketGrant {
   granted: number;
   /** Tokens left in the bucket (a fraction too). */
   tokens: number;
-  /** Nothing granted: milliseconds until one token is there; else 0. */
+  /** Nothing granted: milliseconds until `want` tokens are there (when asking again is worth it); else 0. */
   retryMs: number;
 }
 

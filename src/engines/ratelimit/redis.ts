@@ -15,7 +15,7 @@ import type { BucketBackend } from '../../base/http/rate-limit-store.js';
 import type { BucketGrant, RatePolicy } from '../../base/http/rate-limit.js';
 import { readEngineTls, redactAddress, type EngineTlsFiles } from '../../base/util/engine-access.js';
 
-/** KEYS[1] the bucket; ARGV rate (tokens/ms), burst, want. Returns {granted, tokens (string), retry ms}. */
+/** KEYS[1] the bucket; ARGV rate (tokens/ms), burst, want. Returns {granted, tokens (string), ms until `want` are there when none was granted}. */
 const SCRIPT = `
 local now_t = redis.call('TIME')
 local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)
@@ -36,7 +36,7 @@ tokens = tokens - granted
 redis.call('HSET', KEYS[1], 't', tostring(tokens), 'at', tostring(now))
 redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate) + 1000)
 local retry = 0
-if granted == 0 then retry = math.ceil((1 - tokens) / rate) end
+if granted == 0 then retry = math.ceil((want - tokens) / rate) end
 return {granted, tostring(tokens), retry}
 `;
 const SHA = createHash('sha1').update(SCRIPT).digest('hex');
@@ -87,6 +87,8 @@ export class RedisBuckets implements BucketBackend {
   readonly address: string;
   private readonly client: Client;
   private closed = false;
+  /** Settles on the next 'ready' of the client: one listener however many grants wait. */
+  private readyWait?: Promise<void>;
 
   constructor(options: RedisBucketsOptions) {
     const parsed = parseRedisAddress(options.address);
@@ -114,13 +116,27 @@ export class RedisBuckets implements BucketBackend {
     });
   }
 
+  private whenReady(): Promise<void> {
+    this.readyWait ??= new Promise((resolve) =>
+      this.client.once('ready', () => {
+        this.readyWait = undefined;
+        resolve();
+      }),
+    );
+    return this.readyWait;
+  }
+
   /** Whether the client holds a connection now. */
   get ready(): boolean {
     return this.client.isReady;
   }
 
   async grant(key: string, policy: RatePolicy, want: number): Promise<BucketGrant> {
-    if (!this.client.isReady) throw new Error(`not connected to ${this.address}`);
+    // Connecting (at start, or again after a loss): the answer may still come within the store's timeout.
+    if (!this.client.isReady) {
+      if (!this.client.isOpen) throw new Error(`not connected to ${this.address}`);
+      await this.whenReady();
+    }
     const args = { keys: [`mesh:rl:${policy.name}:${key}`], arguments: [String(policy.ratePerSec / 1000), String(policy.burst), String(want)] };
     let reply: unknown;
     try {
@@ -140,7 +156,7 @@ export class RedisBuckets implements BucketBackend {
       timer = setTimeout(() => reject(new Error(`${this.address}: no answer within ${timeoutMs}ms`)), timeoutMs);
     });
     try {
-      if (!this.client.isReady) await Promise.race([new Promise((resolve) => this.client.once('ready', resolve)), late]);
+      if (!this.client.isReady) await Promise.race([this.whenReady(), late]);
       await Promise.race([this.client.ping(), late]);
     } finally {
       clearTimeout(timer);
