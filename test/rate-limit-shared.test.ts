@@ -1,11 +1,12 @@
 /**
  * Shared rate limits (--rate_limit_store, src/base/http/rate-limit-store.ts), with real processes on
  * loopback: the workers of `mesh api --concurrency=2` share one budget (through the primary); bad
- * --rate_limit_store values exit 2. Redis: test/rate-limit-redis.test.ts, test/rate-limit-redis-outage.test.ts.
+ * --rate_limit_store values exit 2; `mesh check` finds a Redis store that does not answer. Redis: test/rate-limit-redis.test.ts, test/rate-limit-redis-outage.test.ts.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { http, runCli } from './helpers.js';
+import { freePort, http, runCli, tempDir } from './helpers.js';
+import { REDIS_ADDRESS, redisAnswers, skipUnless } from './fixtures/redis.js';
 import { startGateway, stat } from './fixtures/rate-limit-load.js';
 
 describe('one budget per gateway, whatever --concurrency is', () => {
@@ -53,3 +54,24 @@ describe('bad --rate_limit_store values', () => {
   });
 });
 
+
+describe('mesh check and the rate limit store', () => {
+  it('a Redis store that does not answer is an error (exit 1); one that answers is no finding', async () => {
+    const home = tempDir('mesh-check-rl-');
+    try {
+      const port = await freePort();
+      const down = await runCli(['check', '--registry=memory', '--output=json', `--rate_limit_store=redis://127.0.0.1:${port}`], { MESH_HOME: home.path });
+      assert.equal(down.code, 1, down.stdout + down.stderr);
+      const findings = JSON.parse(down.stdout) as Array<{ level: string; check: string; message: string }>;
+      assert.deepEqual(
+        findings.filter((f) => f.check === 'rate_limit_store'),
+        [{ level: 'error', check: 'rate_limit_store', message: `redis://127.0.0.1:${port} unreachable: no answer within 3000ms (connect ECONNREFUSED 127.0.0.1:${port}) (requests then follow --rate_limit_failure_mode)` }],
+      );
+      if (skipUnless(await redisAnswers(REDIS_ADDRESS), `Redis at ${REDIS_ADDRESS} (MESH_TEST_REDIS_ADDRESS)`)) return;
+      const up = await runCli(['check', '--registry=memory', '--output=json', `--rate_limit_store=redis://${REDIS_ADDRESS}`], { MESH_HOME: home.path });
+      assert.deepEqual((JSON.parse(up.stdout) as Array<{ check: string }>).filter((f) => f.check === 'rate_limit_store'), []);
+    } finally {
+      home.cleanup();
+    }
+  });
+});

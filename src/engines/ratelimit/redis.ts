@@ -87,6 +87,8 @@ export class RedisBuckets implements BucketBackend {
   readonly address: string;
   private readonly client: Client;
   private closed = false;
+  /** The client's last connection error, for messages. */
+  private lastError = '';
   /** Settles on the next 'ready' of the client: one listener however many grants wait. */
   private readyWait?: Promise<void>;
 
@@ -105,7 +107,7 @@ export class RedisBuckets implements BucketBackend {
       },
     });
     // Errors surface through the calls (and the store's outage log); the client reconnects itself.
-    this.client.on('error', () => undefined);
+    this.client.on('error', (err: Error) => (this.lastError = err.message || (err as NodeJS.ErrnoException).code || String(err)));
     this.connect();
   }
 
@@ -153,7 +155,7 @@ export class RedisBuckets implements BucketBackend {
   async ping(timeoutMs: number): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${this.address}: no answer within ${timeoutMs}ms`)), timeoutMs);
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs}ms${this.lastError ? ` (${this.lastError})` : ''}`)), timeoutMs);
     });
     try {
       if (!this.client.isReady) await Promise.race([this.whenReady(), late]);
