@@ -10,6 +10,7 @@
 export const UNIT = [
   'test/line-prefixer.test.ts',
   'test/address.test.ts',
+  'test/rate-limit-store.test.ts',
   'test/check-findings.test.ts',
   'test/deploy-manifests.test.ts',
   'test/route-file.test.ts',

@@ -7,6 +7,8 @@ import { availableParallelism } from 'node:os';
 import { parseDuration, parseSize } from '../base/util/duration.js';
 import { parseLevel } from '../base/util/levels.js';
 import { parseRate } from '../base/http/rate-limit.js';
+import { parseRedisAddress } from '../engines/ratelimit/redis.js';
+import { redactAddress } from '../base/util/engine-access.js';
 import { VALUE_CHECKS } from '../process/options.js';
 import { OtelEnvError, readOtelEnv } from '../base/tracing/otel-env.js';
 import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, commandDefault, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../base/options/schema.js';
@@ -321,6 +323,14 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   check('rate_limit_burst', () => {
     if (config.rate_limit_burst === 0) throw new Error('must be at least 1 (leave it out for one second\'s worth of --rate_limit)');
   });
+  check('rate_limit_store', () => {
+    const tlsFiles = config.rate_limit_store_tls_ca_file ?? config.rate_limit_store_tls_cert_file ?? config.rate_limit_store_tls_key_file;
+    if (config.rate_limit_store === 'local') {
+      if (tlsFiles !== undefined) throw new Error('the --rate_limit_store_tls_* files are for a rediss:// store');
+      return;
+    }
+    if (!parseRedisAddress(config.rate_limit_store as string).tls && tlsFiles !== undefined) throw new Error('the --rate_limit_store_tls_* files need rediss:// (TLS)');
+  }, redactAddress(String(config.rate_limit_store)));
   check('rpc_allow', () => {
     for (const p of config.rpc_allow as string[]) if (!/^[A-Za-z0-9._*?-]+$/.test(p)) throw new Error(`"${p}" is not a service name glob: letters, digits, . _ - and the wildcards * ?`);
   }, (config.rpc_allow as string[]).join(','));

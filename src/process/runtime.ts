@@ -128,6 +128,7 @@ export class Runtime {
   private readonly listenerSources = new Sources<ListenerInfo>();
   private readonly certificateSources = new Sources<CertificateInfo>();
   private readonly authRuleSources = new Sources<unknown>();
+  private readonly rateLimitSources = new Sources<unknown>();
   private readonly shutdownHooks: ShutdownHook[] = [];
   private readonly drainables: Drainable[] = [];
   private shuttingDown?: Promise<DrainResult>;
@@ -322,6 +323,8 @@ export class Runtime {
       certs: () => this.certificates(),
       authRules: () => this.authRuleSources.read(),
       hasAuthRules: () => this.authRuleSources.size > 0,
+      rateLimits: () => this.rateLimitSources.read(),
+      hasRateLimits: () => this.rateLimitSources.size > 0,
       server: this.state,
       token: this.options.adminToken,
       allowedHosts: this.options.adminAllowedHosts,
@@ -401,6 +404,16 @@ export class Runtime {
 
   hasRouteTables(): boolean {
     return this.routeSources.size > 0;
+  }
+
+  /** Registers a rate limit store's state (src/base/http/rate-limit-store.ts): admin /rate_limits shows it while one is registered. Returns the removal. */
+  addRateLimitSource(read: () => unknown[]): () => void {
+    return this.rateLimitSources.add(read);
+  }
+
+  /** The rate limit stores' states now (what admin /rate_limits shows). */
+  rateLimits(): unknown[] {
+    return this.rateLimitSources.read();
   }
 
   /** The loaded auth configurations now (what admin /auth_rules lists). */
