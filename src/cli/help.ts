@@ -114,6 +114,17 @@ export const COMMANDS: CommandInfo[] = [
     subcommands: ['service'],
   },
   {
+    name: 'envoy',
+    args: 'bootstrap --xds_address=HOST:PORT',
+    summary: 'print an Envoy bootstrap that takes listeners, routes, clusters and endpoints from mesh xds',
+    details: [
+      'bootstrap: YAML (--output=json: JSON) for envoy -c FILE: node --node_id and --node_cluster, ADS over gRPC to --xds_address (cluster xds_cluster),',
+      'Envoy\'s admin interface on --admin_address (default 127.0.0.1:9905, clear of mesh\'s own; off: none); TLS with --xds_tls_ca_file, mutual TLS with --xds_tls_cert_file and --xds_tls_key_file (see docs/xds.md).',
+    ],
+    defaults: { admin_address: '127.0.0.1:9905' },
+    subcommands: ['bootstrap'],
+  },
+  {
     name: 'completion',
     args: 'bash|zsh',
     summary: 'print a shell completion script',
@@ -125,7 +136,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'envoy']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);
@@ -196,7 +207,7 @@ export function mainHelp(): string {
   const width = Math.max(...COMMANDS.map((c) => usage(c).length)) + 2;
   const globals = specs()
     .map(([n]) => n)
-    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || c === 'new' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
+    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || c === 'new' || c === 'envoy' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
   const lines = [
     'usage: mesh <command> [flags]',
     '',

@@ -92,6 +92,10 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       const { runCaCommand } = await import('./ca.js');
       return await runCaCommand(args.positionals, args.config, io);
     }
+    if (command === 'envoy') {
+      const { runEnvoyCommand } = await import('./envoy.js');
+      return runEnvoyCommand(args.positionals, args.config, io);
+    }
     if (command === 'check') {
       if (args.positionals.length > 1) throw new FlagError(`mesh check takes no argument (got "${args.positionals[1]}")`);
       const { runCheck } = await import('./check.js');

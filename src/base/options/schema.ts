@@ -21,7 +21,7 @@ import { LOG_FORMATS } from '../util/levels.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'envoy', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -111,7 +111,7 @@ export const OPTIONS = {
   lb_policy: { type: 'string', default: 'round_robin', choices: LB_POLICIES, group: 'client', commands: CALLERS, api: true, help: 'load balancing' },
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
-  admin_address: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'admin interface host:port, or off' },
+  admin_address: { type: 'string', group: 'admin', commands: [...SERVE, 'envoy'], api: true, help: 'admin interface host:port, or off' },
   admin_token: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'require Authorization: Bearer <token> on the admin interface' },
   metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: SERVE, api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
   stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: SERVE, api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
@@ -177,7 +177,7 @@ export const OPTIONS = {
   auth_rules: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
   sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
-  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check'], help: 'text or json' },
+  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check', 'envoy'], help: 'text or json' },
   address: { type: 'string', apiDefault: '127.0.0.1:0', group: 'listen', commands: [...GATEWAYS, 'ca'], api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
   sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },
@@ -195,6 +195,14 @@ export const OPTIONS = {
   ack: { type: 'bool', default: 'false', group: 'command', commands: ['subscribe'], help: 'subscribe: at least once, under --durable NAME: each message is acknowledged once printed' },
   durable: { type: 'string', group: 'command', commands: ['subscribe'], help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
   config: { type: 'string', group: 'command', commands: ['proxy'], help: 'proxy: configuration file' },
+  xds_address: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: host:port of the xDS server (mesh xds --address) Envoy takes its configuration from' },
+  node_id: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: the node id Envoy presents to the xDS server (default this machine\'s host name)' },
+  node_cluster: { type: 'string', default: 'envoy', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: the node cluster Envoy presents to the xDS server' },
+  xds_tls_ca_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: connect to the xDS server over TLS, its certificate checked against this PEM CA file (a path on Envoy\'s machine)' },
+  xds_tls_cert_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap, mutual TLS: Envoy\'s certificate chain, PEM (with --xds_tls_key_file and --xds_tls_ca_file)' },
+  xds_tls_key_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap, mutual TLS: the private key of --xds_tls_cert_file, PEM' },
+  xds_tls_server_name: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap with TLS: the name sent as SNI (default the host of --xds_address when it is a name)' },
+  xds_tls_san: { type: 'list', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap with TLS: the names the xDS server\'s certificate must carry one of: spiffe:// URIs, IP addresses or DNS names (comma list; default --xds_tls_server_name, else the host of --xds_address)' },
   mesh_home: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
 } as const satisfies Record<string, OptionSpec>;
 

@@ -1,0 +1,130 @@
+/**
+ * `mesh envoy bootstrap`: what it prints (YAML, or JSON with --output=json) decodes as Envoy's
+ * `envoy.config.bootstrap.v3.Bootstrap` with the full Envoy protos, in proto3 JSON ("5s"
+ * durations, "@type" Anys, as `envoy -c` reads it), and passes the protos' validate.rules; TLS
+ * options put the files where Envoy reads them; a flag mistake exits 2 with the flag named.
+ */
+import { before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { parse } from 'yaml';
+import { runCli } from './helpers.js';
+import { EnvoyProtos } from './fixtures/envoy-validate.js';
+
+const BOOTSTRAP = 'envoy.config.bootstrap.v3.Bootstrap';
+const TLS = 'envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext';
+type Json = Record<string, any>;
+
+async function bootstrap(...flags: string[]): Promise<{ text: string; value: Json }> {
+  const r = await runCli(['envoy', 'bootstrap', ...flags]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stderr, '');
+  return { text: r.stdout, value: flags.includes('--output=json') ? JSON.parse(r.stdout) : parse(r.stdout) };
+}
+
+describe('mesh envoy bootstrap', () => {
+  let protos: EnvoyProtos;
+  before(async () => {
+    protos = await EnvoyProtos.load();
+  });
+
+  it('YAML by default: decodes as a Bootstrap, passes validate.rules, ADS to the address given', async () => {
+    const { text, value } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', '--node_cluster=edge');
+    assert.doesNotMatch(text, /[&*]a\d/, 'no YAML anchors or aliases');
+    assert.deepEqual(protos.check(BOOTSTRAP, value), []);
+    const b = protos.type(BOOTSTRAP).toObject(protos.decode(BOOTSTRAP, value), { enums: String, longs: Number, defaults: false }) as Json;
+    assert.deepEqual(b.node, { id: 'edge-1', cluster: 'edge' });
+    assert.deepEqual(b.admin.address.socket_address, { address: '127.0.0.1', port_value: 9905 });
+    assert.deepEqual(b.dynamic_resources.ads_config, { api_type: 'GRPC', transport_api_version: 'V3', grpc_services: [{ envoy_grpc: { cluster_name: 'xds_cluster' } }] });
+    for (const k of ['cds_config', 'lds_config']) assert.deepEqual(b.dynamic_resources[k], { ads: {}, resource_api_version: 'V3' }, k);
+    const [cluster] = b.static_resources.clusters;
+    assert.equal(cluster.name, 'xds_cluster');
+    assert.equal(cluster.type, 'STATIC', 'an IP address: no DNS');
+    assert.deepEqual(cluster.connect_timeout, { seconds: 5, nanos: 0 }, '"5s" is a Duration of 5 seconds');
+    assert.deepEqual(cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address, { address: '127.0.0.1', port_value: 18000 });
+    const options = cluster.typed_extension_protocol_options['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'];
+    assert.equal(options.type_url, 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions');
+    const http = protos.type('envoy.extensions.upstreams.http.v3.HttpProtocolOptions');
+    assert.deepEqual(http.toObject(http.decode(options.value)), { explicit_http_config: { http2_protocol_options: {} } }, 'gRPC needs HTTP/2');
+    assert.equal(cluster.transport_socket, undefined, 'plain without --xds_tls_ca_file');
+  });
+
+  it('--output=json: the same bootstrap as JSON; a host name is STRICT_DNS; --admin_address=off leaves admin out', async () => {
+    const { value } = await bootstrap('--xds_address=xds.mesh.internal:18000', '--admin_address=off', '--output=json');
+    assert.deepEqual(protos.check(BOOTSTRAP, value), []);
+    assert.equal(value.admin, undefined);
+    assert.equal(value.static_resources.clusters[0].type, 'STRICT_DNS');
+    const yaml = await bootstrap('--xds_address=xds.mesh.internal:18000', '--admin_address=off');
+    assert.deepEqual(yaml.value, value);
+    assert.ok(typeof value.node.id === 'string' && value.node.id.length > 0, 'node id defaults to the host name');
+  });
+
+  it('TLS and mutual TLS: the UpstreamTlsContext decodes and validates, with the files and names where Envoy reads them', async () => {
+    const { value } = await bootstrap(
+      '--xds_address=xds.mesh.internal:18000',
+      '--xds_tls_ca_file=/etc/envoy/mesh-ca.pem',
+      '--xds_tls_cert_file=/etc/envoy/envoy.pem',
+      '--xds_tls_key_file=/etc/envoy/envoy-key.pem',
+      '--xds_tls_san=spiffe://mesh.local/svc/mesh.xds,10.0.0.7',
+    );
+    assert.deepEqual(protos.check(BOOTSTRAP, value), []);
+    const socket = protos.type(BOOTSTRAP).toObject(protos.decode(BOOTSTRAP, value), { enums: String, defaults: false }).static_resources.clusters[0].transport_socket;
+    assert.equal(socket.name, 'envoy.transport_sockets.tls');
+    assert.equal(socket.typed_config.type_url, `type.googleapis.com/${TLS}`);
+    const tls = protos.type(TLS).toObject(protos.type(TLS).decode(socket.typed_config.value), { enums: String, defaults: false });
+    assert.deepEqual(tls, {
+      sni: 'xds.mesh.internal',
+      common_tls_context: {
+        alpn_protocols: ['h2'],
+        tls_certificates: [{ certificate_chain: { filename: '/etc/envoy/envoy.pem' }, private_key: { filename: '/etc/envoy/envoy-key.pem' } }],
+        validation_context: {
+          trusted_ca: { filename: '/etc/envoy/mesh-ca.pem' },
+          match_typed_subject_alt_names: [
+            { san_type: 'URI', matcher: { exact: 'spiffe://mesh.local/svc/mesh.xds' } },
+            { san_type: 'IP_ADDRESS', matcher: { exact: '10.0.0.7' } },
+          ],
+        },
+      },
+    });
+    // TLS only (no client certificate), to an IP address: no SNI, the IP checked as the certificate's name.
+    const plain = (await bootstrap('--xds_address=10.0.0.7:18000', '--xds_tls_ca_file=/etc/envoy/mesh-ca.pem', '--output=json')).value;
+    assert.deepEqual(protos.check(BOOTSTRAP, plain), []);
+    const t = plain.static_resources.clusters[0].transport_socket.typed_config;
+    assert.equal(t.sni, undefined);
+    assert.equal(t.common_tls_context.tls_certificates, undefined);
+    assert.deepEqual(t.common_tls_context.validation_context.match_typed_subject_alt_names, [{ san_type: 'IP_ADDRESS', matcher: { exact: '10.0.0.7' } }]);
+  });
+
+  it('a broken bootstrap fails the check (so the passing ones mean something)', async () => {
+    const { value } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', '--output=json');
+    const broken = structuredClone(value);
+    broken.static_resources.clusters[0].connect_timeout = '0s';
+    broken.dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name = '';
+    assert.deepEqual(protos.check(BOOTSTRAP, broken).map((v) => `${v.path} ${v.rule}`).sort(), [
+      'dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name string.min_len',
+      'static_resources.clusters[0].connect_timeout duration.gt',
+    ]);
+    const misspelt = structuredClone(value);
+    misspelt.dynamic_resources.ads_config.transport_api_versoin = 'V3';
+    assert.match(protos.check(BOOTSTRAP, misspelt)[0]!.message, /ads_config\.transport_api_versoin: no such field/);
+  });
+
+  it('flag mistakes exit 2 with the flag named, and print nothing on stdout', async () => {
+    const cases: Array<[string[], string]> = [
+      [['envoy'], 'mesh: usage: mesh envoy bootstrap --xds_address=HOST:PORT\n'],
+      [['envoy', 'bootstrap'], 'mesh: mesh envoy bootstrap needs --xds_address: where mesh xds listens, e.g. --xds_address=127.0.0.1:18000 (usage: mesh envoy bootstrap --xds_address=HOST:PORT [--node_id=ID] [--node_cluster=NAME] [--admin_address=HOST:PORT|off] [--xds_tls_ca_file=FILE [--xds_tls_cert_file=FILE --xds_tls_key_file=FILE]])\n'],
+      [['envoy', 'bootstrap', '--xds_address=xds'], 'mesh: invalid --xds_address "xds" (use host:port)\n'],
+      [['envoy', 'bootstrap', '--xds_address=127.0.0.1:0'], 'mesh: invalid --xds_address "127.0.0.1:0": port out of range (1 to 65535)\n'],
+      [['envoy', 'bootstrap', '--xds_address=a:1', '--admin_address=nowhere'], 'mesh: invalid --admin_address "nowhere" (use host:port)\n'],
+      [['envoy', 'bootstrap', '--xds_address=a:1', '--xds_tls_cert_file=c.pem'], 'mesh: --xds_tls_cert_file needs --xds_tls_key_file (its private key)\n'],
+      [['envoy', 'bootstrap', '--xds_address=a:1', '--xds_tls_cert_file=c.pem', '--xds_tls_key_file=k.pem'], "mesh: --xds_tls_cert_file needs --xds_tls_ca_file (the CA that signs the xDS server's certificate; TLS is on with it)\n"],
+      [['envoy', 'bootstrap', '--xds_address=a:1', '--node_id='], 'mesh: --node_id: must not be empty\n'],
+      [['envoy', 'bootstrap', '--xds_address=a:1', 'extra'], 'mesh: mesh envoy bootstrap: unexpected argument "extra" (usage: mesh envoy bootstrap --xds_address=HOST:PORT [--node_id=ID] [--node_cluster=NAME] [--admin_address=HOST:PORT|off] [--xds_tls_ca_file=FILE [--xds_tls_cert_file=FILE --xds_tls_key_file=FILE]])\n'],
+      [['envoy', 'bootstrap', '--xds_address=a:1', '--registry=memory'], 'mesh: flag --registry is not used by mesh envoy (the commands that use it: dev, api, sidecar, proxy, list, get, register, deregister, call, publish, subscribe, dlq, consumers, health, check)\n'],
+      [['list', 'services', '--xds_address=a:1'], 'mesh: flag --xds_address is not used by mesh list (the commands that use it: envoy)\n'],
+    ];
+    for (const [args, stderr] of cases) {
+      const r = await runCli(args);
+      assert.deepEqual({ code: r.code, stdout: r.stdout, stderr: r.stderr }, { code: 2, stdout: '', stderr }, args.join(' '));
+    }
+  });
+});
