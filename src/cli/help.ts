@@ -51,6 +51,13 @@ export const COMMANDS: CommandInfo[] = [
     details: ['Listeners, routes and clusters come from the YAML or JSON file (see docs/proxy.md); the file may set the admin address.'],
     defaults: { admin_address: '127.0.0.1:9903', access_log: 'off' },
   },
+  {
+    name: 'xds',
+    args: '',
+    summary: 'the xDS control plane: the registry as Envoy xDS v3 over ADS, for Envoy and proxyless gRPC (default 127.0.0.1:18000, admin 127.0.0.1:9904)',
+    details: ['Serves clusters, endpoints, listeners and routes of every registry service (see docs/xds.md).'],
+    defaults: { address: '127.0.0.1:18000', admin_address: '127.0.0.1:9904' },
+  },
   { name: 'list', args: 'services', summary: 'service names, one per line', subcommands: ['services'] },
   { name: 'get', args: 'service NAME', summary: 'one service: nodes and endpoints', subcommands: ['service'] },
   {
@@ -136,7 +143,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'envoy']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);

@@ -18,6 +18,7 @@ const SERVER_COMMANDS: Record<string, () => Promise<CommandRunner>> = {
   api: async () => (await import('./api.js')).runApi,
   sidecar: async () => (await import('./sidecar.js')).runSidecar,
   proxy: async () => (await import('./proxy.js')).runProxy,
+  xds: async () => (await import('./xds.js')).runXds,
 };
 
 function unknownCommand({ err }: CliOutput, words: string[], candidates: string[]): number {

@@ -21,7 +21,7 @@ import { LOG_FORMATS } from '../util/levels.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'envoy', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -66,7 +66,7 @@ export const LB_POLICIES = ['round_robin', 'random', 'least_request'] as const;
 const SERVE = ['dev', 'api', 'sidecar', 'proxy'] as const satisfies readonly CommandName[];
 const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'] as const satisfies readonly CommandName[];
 /** The commands that start a mesh process (the others take no option). */
-export const MESH_PROCESS = [...SERVE, ...PLATFORM, 'check'] as const satisfies readonly CommandName[];
+export const MESH_PROCESS = [...SERVE, ...PLATFORM, 'check', 'xds'] as const satisfies readonly CommandName[];
 const GATEWAYS = ['dev', 'api', 'sidecar'] as const satisfies readonly CommandName[];
 const BROKER_USERS = ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] as const satisfies readonly CommandName[];
 const CALLERS = [...SERVE, 'call', 'health'] as const satisfies readonly CommandName[];
@@ -95,8 +95,8 @@ export const OPTIONS = {
   client_request_timeout: { type: 'duration', default: '5s', group: 'client', commands: MESH_PROCESS, api: true, help: 'budget of one outbound call' },
   client_retries: { type: 'int', default: '1', group: 'client', commands: CALLERS, api: true, help: 'retries on connect failure, 502, 503, timeout' },
   client_per_try_timeout: { type: 'duration', default: '0', group: 'client', commands: CALLERS, api: true, help: 'budget of one try of an outbound call; past it the call is retried on another host (0: a try may use the whole budget)' },
-  retry_budget_percent: { type: 'int', default: '20', min: 0, max: 100, range: 'must be from 0 to 100', group: 'client', commands: CALLERS, api: true, help: 'retry budget: retries at once, as a share (%) of a cluster\'s active requests, for every retry (--client_retries, the proxy handler\'s, hedges); past it a retry is not made (upstream_rq_retry_overflow); 0: no budget' },
-  retry_budget_min: { type: 'int', default: '3', min: 0, max: 1_000_000, range: 'must be from 0 to 1000000', group: 'client', commands: CALLERS, api: true, help: 'retry budget: retries allowed at once whatever the load' },
+  retry_budget_percent: { type: 'int', default: '20', min: 0, max: 100, range: 'must be from 0 to 100', group: 'client', commands: [...CALLERS, 'xds'], api: true, help: 'retry budget: retries at once, as a share (%) of a cluster\'s active requests, for every retry (--client_retries, the proxy handler\'s, hedges); past it a retry is not made (upstream_rq_retry_overflow); 0: no budget' },
+  retry_budget_min: { type: 'int', default: '3', min: 0, max: 1_000_000, range: 'must be from 0 to 1000000', group: 'client', commands: [...CALLERS, 'xds'], api: true, help: 'retry budget: retries allowed at once whatever the load' },
   client_hedge_delay: { type: 'duration', default: '0', group: 'client', commands: CALLERS, api: true, help: 'idempotent calls: send a second try to another host when the first has not answered after this long (0: no hedging)' },
   proto_path: { type: 'list', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: directories of the .proto files of gRPC backends and services, searched for imports in order (comma list; none by default; docs/grpc.md)' },
   proto_files: { type: 'list', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: the .proto files to load, relative to a --proto_path directory (comma list; default every .proto under --proto_path)' },
@@ -108,18 +108,18 @@ export const OPTIONS = {
   request_timeout: { type: 'duration', default: '30s', group: 'limits', commands: SERVE, api: true, help: 'a whole request, header and body, must arrive within this (0: no limit)' },
   drain_delay: { type: 'duration', default: '1s', group: 'limits', commands: SERVE, api: true, help: 'on shutdown: time to keep serving after deregistering, so peers and load balancers stop sending' },
   drain_timeout: { type: 'duration', default: '10s', group: 'limits', commands: SERVE, api: true, help: 'on shutdown: how long in-flight requests may take to finish before they are cut off' },
-  lb_policy: { type: 'string', default: 'round_robin', choices: LB_POLICIES, group: 'client', commands: CALLERS, api: true, help: 'load balancing' },
+  lb_policy: { type: 'string', default: 'round_robin', choices: LB_POLICIES, group: 'client', commands: [...CALLERS, 'xds'], api: true, help: 'load balancing' },
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
-  admin_address: { type: 'string', group: 'admin', commands: [...SERVE, 'envoy'], api: true, help: 'admin interface host:port, or off' },
-  admin_token: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'require Authorization: Bearer <token> on the admin interface' },
-  metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: SERVE, api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
-  stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: SERVE, api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
+  admin_address: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'envoy'], api: true, help: 'admin interface host:port, or off' },
+  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'require Authorization: Bearer <token> on the admin interface' },
+  metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
+  stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
   stats_endpoints: { type: 'bool', default: 'false', group: 'admin', commands: ['dev', 'api'], api: true, help: 'per-endpoint stats: requests, answers by status and a latency histogram for each endpoint of a framework service and each route of the gateway (service.<name>.endpoint.<endpoint>.*; undeclared names in one _other family); prints the latency histograms as --stats_histograms does' },
   tracing: { type: 'string', default: 'off', choices: ['off', 'otlp'], group: 'logging', commands: SERVE, api: true, help: 'otlp: record spans and export them over OTLP to --tracing_address; off: none (trace context is still forwarded); when not given, the OTEL_* variables decide (docs/observability.md)' },
   tracing_address: { type: 'string', default: DEFAULT_TRACING_ADDRESS, group: 'logging', commands: SERVE, api: true, help: 'OTLP endpoint of --tracing=otlp (http:// or https:// URL); when not given, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT' },
   tracing_sample_rate: { type: 'string', default: '1', apiDefault: 1, group: 'logging', commands: SERVE, api: true, help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)' },
-  admin_allowed_hosts: { type: 'list', group: 'admin', commands: SERVE, api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
+  admin_allowed_hosts: { type: 'list', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', default: 'info', group: 'logging', commands: MESH_PROCESS, api: true, help: 'trace, debug, info, warning, error, critical, off' },
   log_format: { type: 'string', choices: LOG_FORMATS, group: 'logging', commands: MESH_PROCESS, api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
   access_log: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'front ends: access log, one line a request: off, stdout or a file path (reopened on SIGUSR1)' },
@@ -146,9 +146,9 @@ export const OPTIONS = {
   inbound_address: { type: 'string', group: 'mtls', commands: ['sidecar'], help: 'sidecar with --mtls and --server_name: host:port of the inbound listener, which terminates mutual TLS for the app and is registered in its place (default the host of --server_address, a free port)' },
   authz_rules: { type: 'string', group: 'mtls', commands: ['dev', 'sidecar'], api: true, help: 'who may call the framework services of this process (or, on a sidecar with --mtls, its app): rules from caller identities to services and endpoints, YAML or JSON (first match wins; reloaded on SIGHUP; docs/security.md)' },
   authz_default: { type: 'string', default: 'allow', choices: ['allow', 'deny'], group: 'mtls', commands: ['dev', 'sidecar'], api: true, help: 'what a call no --authz_rules rule matches gets (allow by default, so that nothing changes without rules)' },
-  enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
-  tls_cert_file: { type: 'string', group: 'tls', commands: [...SERVE, 'check'], api: true, help: 'PEM certificate chain' },
-  tls_key_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM private key' },
+  enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: [...SERVE, 'xds'], api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
+  tls_cert_file: { type: 'string', group: 'tls', commands: [...SERVE, 'check', 'xds'], api: true, help: 'PEM certificate chain' },
+  tls_key_file: { type: 'string', group: 'tls', commands: [...SERVE, 'xds'], api: true, help: 'PEM private key' },
   enable_acme: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'obtain certificates by ACME for --acme_hosts' },
   acme_hosts: { type: 'list', group: 'tls', commands: SERVE, api: true, help: 'host names allowed to get ACME certificates' },
   acme_directory: { type: 'string', default: 'https://acme-v02.api.letsencrypt.org/directory', group: 'tls', commands: SERVE, api: true, help: 'ACME directory URL' },
@@ -178,7 +178,7 @@ export const OPTIONS = {
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
   sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
   output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check', 'envoy'], help: 'text or json' },
-  address: { type: 'string', apiDefault: '127.0.0.1:0', group: 'listen', commands: [...GATEWAYS, 'ca'], api: true, help: 'listen address of the server this command starts' },
+  address: { type: 'string', apiDefault: '127.0.0.1:0', group: 'listen', commands: [...GATEWAYS, 'ca', 'xds'], api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
   sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },
   advertise: { type: 'string', group: 'listen', commands: ['dev', 'sidecar'], api: true, help: 'address to register instead of the listen address' },
