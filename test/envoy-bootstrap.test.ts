@@ -119,7 +119,7 @@ describe('mesh envoy bootstrap', () => {
       [['envoy', 'bootstrap', '--xds_address=a:1', '--xds_tls_cert_file=c.pem', '--xds_tls_key_file=k.pem'], "mesh: --xds_tls_cert_file needs --xds_tls_ca_file (the CA that signs the xDS server's certificate; TLS is on with it)\n"],
       [['envoy', 'bootstrap', '--xds_address=a:1', '--node_id='], 'mesh: --node_id: must not be empty\n'],
       [['envoy', 'bootstrap', '--xds_address=a:1', 'extra'], 'mesh: mesh envoy bootstrap: unexpected argument "extra" (usage: mesh envoy bootstrap --xds_address=HOST:PORT [--node_id=ID] [--node_cluster=NAME] [--admin_address=HOST:PORT|off] [--xds_tls_ca_file=FILE [--xds_tls_cert_file=FILE --xds_tls_key_file=FILE]])\n'],
-      [['envoy', 'bootstrap', '--xds_address=a:1', '--registry=memory'], 'mesh: flag --registry is not used by mesh envoy (the commands that use it: dev, api, sidecar, proxy, list, get, register, deregister, call, publish, subscribe, dlq, consumers, health, check)\n'],
+      [['envoy', 'bootstrap', '--xds_address=a:1', '--queue=q'], 'mesh: flag --queue is not used by mesh envoy (the commands that use it: subscribe)\n'],
       [['list', 'services', '--xds_address=a:1'], 'mesh: flag --xds_address is not used by mesh list (the commands that use it: envoy)\n'],
     ];
     for (const [args, stderr] of cases) {
