@@ -24,6 +24,7 @@ export const UNIT = [
   'test/client-hung-nodes.test.ts',
   'test/duration.test.ts',
   'test/envoy-validate.test.ts',
+  'test/xds-envoy-validate.test.ts',
   'test/endpoint-stats.test.ts',
   'test/edge-cors-rpc.test.ts',
   'test/error-catalogue.test.ts',
