@@ -7,19 +7,33 @@
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { parse } from 'yaml';
-import { runCli } from './helpers.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { runCli, tempDir } from './helpers.js';
 import { EnvoyProtos } from './fixtures/envoy-validate.js';
 
 const BOOTSTRAP = 'envoy.config.bootstrap.v3.Bootstrap';
 const TLS = 'envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext';
 type Json = Record<string, any>;
 
-async function bootstrap(...flags: string[]): Promise<{ text: string; value: Json }> {
+async function bootstrap(...flags: string[]): Promise<{ text: string; value: Json; stderr: string }> {
   const r = await runCli(['envoy', 'bootstrap', ...flags]);
   assert.equal(r.code, 0, r.stderr);
-  assert.equal(r.stderr, '');
-  return { text: r.stdout, value: flags.includes('--output=json') ? JSON.parse(r.stdout) : parse(r.stdout) };
+  return { text: r.stdout, value: flags.includes('--output=json') ? JSON.parse(r.stdout) : parse(r.stdout), stderr: r.stderr };
 }
+
+const ROUTES = `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: hello}
+spec:
+  rules:
+    - matches: [{path: {value: /hello}}]
+      backendRefs:
+        - {name: go.mesh.srv.hello, version: v1, weight: 90}
+        - {name: go.mesh.srv.hello, version: v2, weight: 10}
+      timeouts: {request: 2s}
+      retry: {attempts: 2, codes: [503]}
+`;
 
 describe('mesh envoy bootstrap', () => {
   let protos: EnvoyProtos;
@@ -28,7 +42,8 @@ describe('mesh envoy bootstrap', () => {
   });
 
   it('YAML by default: decodes as a Bootstrap, passes validate.rules, ADS to the address given', async () => {
-    const { text, value } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', '--node_cluster=edge');
+    const { text, value, stderr } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', '--node_cluster=edge');
+    assert.equal(stderr, '');
     assert.doesNotMatch(text, /[&*]a\d/, 'no YAML anchors or aliases');
     assert.deepEqual(protos.check(BOOTSTRAP, value), []);
     const b = protos.type(BOOTSTRAP).toObject(protos.decode(BOOTSTRAP, value), { enums: String, longs: Number, defaults: false }) as Json;
@@ -94,6 +109,37 @@ describe('mesh envoy bootstrap', () => {
     assert.deepEqual(t.common_tls_context.validation_context.match_typed_subject_alt_names, [{ san_type: 'IP_ADDRESS', matcher: { exact: '10.0.0.7' } }]);
   });
 
+  it('--routes: an HTTP listener with the route file\'s routes, in the bootstrap; clusters (not listeners) over ADS', async () => {
+    const dir = tempDir();
+    try {
+      const file = join(dir.path, 'routes.yaml');
+      writeFileSync(file, ROUTES);
+      const { value, stderr } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', `--routes=${file}`, '--listener_address=127.0.0.1:10000');
+      assert.equal(stderr, 'mesh: warning: HTTPRoute hello rule hello-0: backendRefs name versions (go.mesh.srv.hello v1, go.mesh.srv.hello v2), but the clusters have no version subsets: Envoy sends to any node of the service\n');
+      assert.deepEqual(protos.check(BOOTSTRAP, value), []);
+      assert.equal(value.dynamic_resources.lds_config, undefined, 'the listener is the bootstrap\'s own');
+      assert.deepEqual(value.dynamic_resources.cds_config, { ads: {}, resource_api_version: 'V3' });
+      const [listener] = value.static_resources.listeners;
+      assert.deepEqual(listener.address, { socket_address: { address: '127.0.0.1', port_value: 10000 } });
+      const hcm = listener.filter_chains[0].filters[0].typed_config;
+      const [route] = hcm.route_config.virtual_hosts[0].routes;
+      assert.deepEqual(route.match, { path_separated_prefix: '/hello' });
+      assert.deepEqual(route.route.weighted_clusters.clusters.map((c: Json) => [c.name, c.weight.value]), [['go.mesh.srv.hello', 90], ['go.mesh.srv.hello', 10]]);
+      assert.deepEqual(route.route.timeout, { seconds: 2, nanos: 0 });
+      const defaultAddress = (await bootstrap('--xds_address=127.0.0.1:18000', `--routes=${file}`, '--output=json')).value;
+      assert.deepEqual(defaultAddress.static_resources.listeners[0].address, { socket_address: { address: '0.0.0.0', port_value: 10000 } });
+      // A route file mesh would refuse is refused here too, with its line; exit 1 as mesh api.
+      const bad = join(dir.path, 'bad.yaml');
+      writeFileSync(bad, ROUTES.replace('weight: 10', 'weight: -1'));
+      const r = await runCli(['envoy', 'bootstrap', '--xds_address=127.0.0.1:18000', `--routes=${bad}`]);
+      assert.equal(r.code, 1);
+      assert.equal(r.stdout, '');
+      assert.match(r.stderr, new RegExp(`^mesh: ${bad.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} line 9: .*weight`));
+    } finally {
+      dir.cleanup();
+    }
+  });
+
   it('a broken bootstrap fails the check (so the passing ones mean something)', async () => {
     const { value } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', '--output=json');
     const broken = structuredClone(value);
@@ -111,15 +157,16 @@ describe('mesh envoy bootstrap', () => {
   it('flag mistakes exit 2 with the flag named, and print nothing on stdout', async () => {
     const cases: Array<[string[], string]> = [
       [['envoy'], 'mesh: usage: mesh envoy bootstrap --xds_address=HOST:PORT\n'],
-      [['envoy', 'bootstrap'], 'mesh: mesh envoy bootstrap needs --xds_address: where mesh xds listens, e.g. --xds_address=127.0.0.1:18000 (usage: mesh envoy bootstrap --xds_address=HOST:PORT [--node_id=ID] [--node_cluster=NAME] [--admin_address=HOST:PORT|off] [--xds_tls_ca_file=FILE [--xds_tls_cert_file=FILE --xds_tls_key_file=FILE]])\n'],
+      [['envoy', 'bootstrap'], 'mesh: mesh envoy bootstrap needs --xds_address: where mesh xds listens, e.g. --xds_address=127.0.0.1:18000 (usage: mesh envoy bootstrap --xds_address=HOST:PORT [--node_id=ID] [--node_cluster=NAME] [--admin_address=HOST:PORT|off] [--routes=FILE [--listener_address=HOST:PORT]] [--xds_tls_ca_file=FILE [--xds_tls_cert_file=FILE --xds_tls_key_file=FILE]])\n'],
       [['envoy', 'bootstrap', '--xds_address=xds'], 'mesh: invalid --xds_address "xds" (use host:port)\n'],
       [['envoy', 'bootstrap', '--xds_address=127.0.0.1:0'], 'mesh: invalid --xds_address "127.0.0.1:0": port out of range (1 to 65535)\n'],
       [['envoy', 'bootstrap', '--xds_address=a:1', '--admin_address=nowhere'], 'mesh: invalid --admin_address "nowhere" (use host:port)\n'],
       [['envoy', 'bootstrap', '--xds_address=a:1', '--xds_tls_cert_file=c.pem'], 'mesh: --xds_tls_cert_file needs --xds_tls_key_file (its private key)\n'],
       [['envoy', 'bootstrap', '--xds_address=a:1', '--xds_tls_cert_file=c.pem', '--xds_tls_key_file=k.pem'], "mesh: --xds_tls_cert_file needs --xds_tls_ca_file (the CA that signs the xDS server's certificate; TLS is on with it)\n"],
       [['envoy', 'bootstrap', '--xds_address=a:1', '--node_id='], 'mesh: --node_id: must not be empty\n'],
-      [['envoy', 'bootstrap', '--xds_address=a:1', 'extra'], 'mesh: mesh envoy bootstrap: unexpected argument "extra" (usage: mesh envoy bootstrap --xds_address=HOST:PORT [--node_id=ID] [--node_cluster=NAME] [--admin_address=HOST:PORT|off] [--xds_tls_ca_file=FILE [--xds_tls_cert_file=FILE --xds_tls_key_file=FILE]])\n'],
+      [['envoy', 'bootstrap', '--xds_address=a:1', 'extra'], 'mesh: mesh envoy bootstrap: unexpected argument "extra" (usage: mesh envoy bootstrap --xds_address=HOST:PORT [--node_id=ID] [--node_cluster=NAME] [--admin_address=HOST:PORT|off] [--routes=FILE [--listener_address=HOST:PORT]] [--xds_tls_ca_file=FILE [--xds_tls_cert_file=FILE --xds_tls_key_file=FILE]])\n'],
       [['envoy', 'bootstrap', '--xds_address=a:1', '--queue=q'], 'mesh: flag --queue is not used by mesh envoy (the commands that use it: subscribe)\n'],
+      [['envoy', 'bootstrap', '--xds_address=a:1', '--listener_address=:10000'], "mesh: --listener_address is for --routes (the route file of Envoy's HTTP listener)\n"],
       [['list', 'services', '--xds_address=a:1'], 'mesh: flag --xds_address is not used by mesh list (the commands that use it: envoy)\n'],
     ];
     for (const [args, stderr] of cases) {

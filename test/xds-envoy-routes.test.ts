@@ -63,14 +63,6 @@ spec:
           urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}
     - matches: [{path: {value: /gone}}]
       backendRefs: [{name: go.mesh.srv.gone, weight: 0}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: greeter-rpc}
-spec:
-  handler: rpc
-  rules:
-    - backendRefs: [{name: go.mesh.srv.greeter}]
 `;
 
 const brief = (vs: Violation[]) => vs.map((v) => `${v.path} ${v.rule}: ${v.message}`);
@@ -81,16 +73,31 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
   before(async () => {
     envoy = await EnvoyProtos.load();
   });
-  const built = () => envoyRoutes(parseRouteFile(FILE, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 } });
+  const built = (rds = true) => envoyRoutes(parseRouteFile(FILE, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 }, rds });
 
-  it('both decode with the full Envoy protos and pass validate.rules; what cannot be expressed is listed', () => {
-    const { listener, routeConfiguration, skipped } = built();
+  it('both decode with the full Envoy protos and pass validate.rules, the routes over RDS or inline; what Envoy does differently is said', () => {
+    const { listener, routeConfiguration, warnings } = built();
     assert.deepEqual(brief(envoy.check('envoy.config.listener.v3.Listener', listener)), []);
     assert.deepEqual(brief(envoy.check('envoy.config.route.v3.RouteConfiguration', routeConfiguration)), []);
-    assert.deepEqual(skipped, [
-      'HTTPRoute shop rule checkout: retry.budget (Envoy\'s retry budget is the cluster\'s, from mesh\'s cluster settings)',
-      'HTTPRoute greeter-rpc: handler rpc (mesh\'s HTTP to RPC mapping) has no Envoy route; use handler: proxy',
+    const inline = built(false);
+    assert.deepEqual(brief(envoy.check('envoy.config.listener.v3.Listener', inline.listener)), []);
+    const hcm = (inline.listener as Json).filter_chains[0].filters[0].typed_config;
+    assert.equal(hcm.rds, undefined);
+    assert.deepEqual(hcm.route_config, inline.routeConfiguration);
+    assert.deepEqual(warnings, [
+      "HTTPRoute shop rule checkout: retry.budget is not per route in Envoy (its retry budget is the cluster's, from mesh's cluster settings)",
+      'HTTPRoute shop rule checkout: backendRefs name versions (go.mesh.srv.checkout v1, go.mesh.srv.checkout v2), but the clusters have no version subsets: Envoy sends to any node of the service',
     ]);
+    const withSubsets = envoyRoutes(parseRouteFile(FILE, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 }, versionSubsets: true });
+    assert.equal(withSubsets.warnings.length, 1);
+  });
+
+  it('a route of the rpc or api handler refuses the file, as mesh proxy does', () => {
+    const rpc = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: greeter-rpc}\nspec:\n  handler: rpc\n  rules:\n    - backendRefs: [{name: go.mesh.srv.greeter}]\n';
+    assert.throws(() => envoyRoutes(parseRouteFile(rpc, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 } }), {
+      name: 'RouteFileError',
+      message: 'routes.yaml line 1: HTTPRoute greeter-rpc spec.handler: Envoy forwards HTTP only: use proxy (or leave it out), not rpc',
+    });
   });
 
   it('the listener: RDS over ADS, the fault filter before the router, the Host port ignored', () => {

@@ -127,8 +127,9 @@ export const COMMANDS: CommandInfo[] = [
     details: [
       'bootstrap: YAML (--output=json: JSON) for envoy -c FILE: node --node_id and --node_cluster, ADS over gRPC to --xds_address (cluster xds_cluster),',
       'Envoy\'s admin interface on --admin_address (default 127.0.0.1:9905, clear of mesh\'s own; off: none); TLS with --xds_tls_ca_file, mutual TLS with --xds_tls_cert_file and --xds_tls_key_file (see docs/xds.md).',
+      'With --routes=FILE (HTTPRoute documents, as mesh api\'s), an HTTP listener on --listener_address (default :10000) with its routes; the clusters and endpoints they name come from mesh xds.',
     ],
-    defaults: { admin_address: '127.0.0.1:9905' },
+    defaults: { admin_address: '127.0.0.1:9905', listener_address: ':10000' },
     subcommands: ['bootstrap'],
   },
   {

@@ -5,7 +5,8 @@
  *
  * - `node`: the id and cluster Envoy presents to the control plane (mesh xds logs a NACK with the id);
  * - `dynamic_resources`: listeners (LDS) and clusters (CDS) over ADS, gRPC, transport v3; routes
- *   and endpoints then come over the same stream, as the listeners and clusters ask for them;
+ *   and endpoints then come over the same stream, as the listeners and clusters ask for them
+ *   (with listeners of its own, from a route file, only clusters and endpoints);
  * - `static_resources`: the one cluster Envoy needs before it has any, `xds_cluster`, the xDS
  *   server: HTTP/2 (gRPC), STATIC for an IP address, STRICT_DNS for a name, TCP keepalive, and
  *   TLS when a CA is given (the server's certificate checked against it and its name; mutual TLS
@@ -43,6 +44,12 @@ export interface EnvoyBootstrapOptions {
   /** Envoy's admin interface; undefined: none. */
   admin?: HostPort;
   tls?: XdsTlsFiles;
+  /**
+   * Listeners of the bootstrap itself (the HTTP listener of a route file, src/xds/envoy-routes.ts).
+   * With them, listeners are not taken over ADS (mesh xds serves API listeners, for proxyless gRPC
+   * clients, which Envoy does not take).
+   */
+  listeners?: readonly Record<string, unknown>[];
 }
 
 /** The bootstrap, as proto3 JSON (print it as JSON or YAML). */
@@ -67,9 +74,9 @@ export function envoyBootstrap(o: EnvoyBootstrapOptions): Record<string, unknown
     dynamic_resources: {
       ads_config: { api_type: 'GRPC', transport_api_version: 'V3', grpc_services: [{ envoy_grpc: { cluster_name: XDS_CLUSTER_NAME } }] },
       cds_config: ads,
-      lds_config: ads,
+      ...(o.listeners ? {} : { lds_config: ads }),
     },
-    static_resources: { clusters: [xdsCluster] },
+    static_resources: { ...(o.listeners ? { listeners: o.listeners } : {}), clusters: [xdsCluster] },
   };
   if (o.admin) bootstrap.admin = { address: socketAddress(o.admin) };
   return bootstrap;

@@ -1,7 +1,8 @@
 /**
  * A route file (src/edge/routes/file.ts: Gateway API HTTPRoute documents) as Envoy resources: an
- * HTTP Listener whose HttpConnectionManager takes its routes over ADS (RDS), and the
- * RouteConfiguration it names. Pure: plain objects in the shape of Envoy v3 messages, as
+ * HTTP Listener whose HttpConnectionManager holds the RouteConfiguration (or, with `rds`, takes
+ * it over ADS by name), and that RouteConfiguration. `mesh envoy bootstrap --routes` puts the
+ * listener in the bootstrap; the clusters and endpoints it names come from mesh xds. Pure: plain objects in the shape of Envoy v3 messages, as
  * resources.ts builds them (field names of Envoy's .proto files, Anys with "@type").
  *
  * Matching as mesh's own table matches (src/edge/routes/table.ts, `inOrder()`): Envoy picks a
@@ -25,13 +26,14 @@
  *   `host_rewrite_literal` and `prefix_rewrite` / `regex_rewrite`, RequestRedirect → `redirect`,
  *   RequestMirror → `request_mirror_policies`; mesh's `fault` → the fault filter's per-route
  *   HTTPFault (the listener then has the fault filter before the router).
- * Not expressible, and so left out and listed in `skipped`: routes whose handler is `api` or
- * `rpc` (mesh's own HTTP → RPC mapping), and a retry `budget` (Envoy's retry budget is the
- * cluster's circuit breaker, resources.ts).
+ * Envoy forwards HTTP: a route whose handler is `api` or `rpc` (mesh's own HTTP → RPC mapping)
+ * refuses the file, as `mesh proxy` does. What Envoy does differently is said in `warnings`: a
+ * retry `budget` (Envoy's is the cluster's circuit breaker, resources.ts), and a backend's
+ * `version` while the clusters have no version subsets (`versionSubsets: false`).
  */
 import type { HostPort } from '../base/util/address.js';
 import { escapeRegExp } from '../base/util/regex.js';
-import type { MatchSpec, RouteFile, RouteSpec, RuleSpec, ValueMatchSpec } from '../edge/routes/file.js';
+import { RouteFileError, type MatchSpec, type RouteFile, type RouteSpec, type RuleSpec, type ValueMatchSpec } from '../edge/routes/file.js';
 import { CompiledRoutes } from '../edge/routes/table.js';
 import { duration, HTTP_CONNECTION_MANAGER_TYPE_URL, ROUTER_TYPE_URL, type Message } from './resources.js';
 
@@ -59,28 +61,32 @@ export interface EnvoyRoutesOptions {
   listenerName?: string;
   /** The RouteConfiguration's name; default `mesh_routes`. */
   routeConfigName?: string;
+  /** True when the clusters have subsets by version (VERSION_SUBSETS), so that a backend's version is honoured. */
+  versionSubsets?: boolean;
+  /** Take the routes over RDS (ADS) instead of inline in the listener; default false. */
+  rds?: boolean;
 }
 
 export interface EnvoyRoutes {
   listener: Message;
   routeConfiguration: Message;
-  /** What the file asks for that these resources do not do, one line each (route and rule named). */
-  skipped: string[];
+  /** What Envoy does differently from mesh with this file, one line each (route and rule named). */
+  warnings: string[];
 }
 
 export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes {
   const listenerName = o.listenerName ?? 'mesh_http';
   const routeConfigName = o.routeConfigName ?? 'mesh_routes';
-  const skipped: string[] = [];
-  const served = file.routes.filter((r) => {
-    if (r.handler === 'api' || r.handler === 'rpc') {
-      skipped.push(`HTTPRoute ${r.name}: handler ${r.handler} (mesh's HTTP to RPC mapping) has no Envoy route; use handler: proxy`);
-      return false;
+  const warnings: string[] = [];
+  for (const r of file.routes) {
+    if (r.handler !== undefined && r.handler !== 'proxy') throw new RouteFileError(file.file, r.line, `HTTPRoute ${r.name} spec.handler: Envoy forwards HTTP only: use proxy (or leave it out), not ${r.handler}`);
+    for (const rule of r.rules) {
+      if (rule.retry?.budget) warnings.push(`HTTPRoute ${r.name} rule ${rule.name}: retry.budget is not per route in Envoy (its retry budget is the cluster's, from mesh's cluster settings)`);
+      const versioned = rule.backendRefs.filter((b) => b.version !== undefined);
+      if (versioned.length > 0 && !o.versionSubsets) warnings.push(`HTTPRoute ${r.name} rule ${rule.name}: backendRefs name versions (${versioned.map((b) => `${b.name} ${b.version}`).join(', ')}), but the clusters have no version subsets: Envoy sends to any node of the service`);
     }
-    for (const rule of r.rules) if (rule.retry?.budget) skipped.push(`HTTPRoute ${r.name} rule ${rule.name}: retry.budget (Envoy's retry budget is the cluster's, from mesh's cluster settings)`);
-    return true;
-  });
-  const entries = new CompiledRoutes({ ...file, routes: served }).inOrder();
+  }
+  const entries = new CompiledRoutes(file).inOrder();
   const hostnames = [...new Set(entries.map((e) => e.hostname).filter((h): h is string => h !== undefined))];
   const virtualHosts = [...hostnames, undefined].map((domain) => {
     // A rule listed under several hostnames that cover this one is tried once, at its first place.
@@ -88,6 +94,7 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
     const covered = entries.filter((e) => covers(e.hostname, domain) && !seen.has(e.match) && seen.add(e.match));
     return { name: domain ?? 'any', domains: [domain ?? '*'], routes: covered.map((e) => route(e.route, e.rule, e.match)) };
   });
+  const routeConfiguration: Message = { name: routeConfigName, virtual_hosts: virtualHosts.filter((v) => v.routes.length > 0 || v.domains[0] === '*') };
   const faults = entries.some((e) => e.rule.fault);
   const httpFilters: Message[] = [];
   if (faults) httpFilters.push({ name: FAULT_FILTER, typed_config: { '@type': FAULT_TYPE_URL } });
@@ -104,7 +111,7 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
               '@type': HTTP_CONNECTION_MANAGER_TYPE_URL,
               stat_prefix: listenerName,
               strip_any_host_port: true,
-              rds: { config_source: ADS, route_config_name: routeConfigName },
+              ...(o.rds ? { rds: { config_source: ADS, route_config_name: routeConfigName } } : { route_config: routeConfiguration }),
               http_filters: httpFilters,
             },
           },
@@ -112,7 +119,7 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
       },
     ],
   };
-  return { listener, routeConfiguration: { name: routeConfigName, virtual_hosts: virtualHosts.filter((v) => v.routes.length > 0 || v.domains[0] === '*') }, skipped };
+  return { listener, routeConfiguration, warnings };
 }
 
 /** True when a request for `domain` (a virtual host's; undefined: `*`) may match an entry of `hostname`. */
