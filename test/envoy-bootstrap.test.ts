@@ -31,8 +31,8 @@ spec:
       backendRefs:
         - {name: go.mesh.srv.hello, version: v1, weight: 90}
         - {name: go.mesh.srv.hello, version: v2, weight: 10}
-      timeouts: {request: 2s}
-      retry: {attempts: 2, codes: [503]}
+      timeouts: {request: 2s, backendRequest: 250ms}
+      retry: {attempts: 2, codes: [503], backoff: 100ms}
 `;
 
 describe('mesh envoy bootstrap', () => {
@@ -45,8 +45,8 @@ describe('mesh envoy bootstrap', () => {
     const { text, value, stderr } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', '--node_cluster=edge');
     assert.equal(stderr, '');
     assert.doesNotMatch(text, /[&*]a\d/, 'no YAML anchors or aliases');
-    assert.deepEqual(protos.check(BOOTSTRAP, value), []);
-    const b = protos.type(BOOTSTRAP).toObject(protos.decode(BOOTSTRAP, value), { enums: String, longs: Number, defaults: false }) as Json;
+    assert.deepEqual(protos.check(BOOTSTRAP, value, 'json'), []);
+    const b = protos.type(BOOTSTRAP).toObject(protos.decode(BOOTSTRAP, value, 'json'), { enums: String, longs: Number, defaults: false }) as Json;
     assert.deepEqual(b.node, { id: 'edge-1', cluster: 'edge' });
     assert.deepEqual(b.admin.address.socket_address, { address: '127.0.0.1', port_value: 9905 });
     assert.deepEqual(b.dynamic_resources.ads_config, { api_type: 'GRPC', transport_api_version: 'V3', grpc_services: [{ envoy_grpc: { cluster_name: 'xds_cluster' } }] });
@@ -65,7 +65,7 @@ describe('mesh envoy bootstrap', () => {
 
   it('--output=json: the same bootstrap as JSON; a host name is STRICT_DNS; --admin_address=off leaves admin out', async () => {
     const { value } = await bootstrap('--xds_address=xds.mesh.internal:18000', '--admin_address=off', '--output=json');
-    assert.deepEqual(protos.check(BOOTSTRAP, value), []);
+    assert.deepEqual(protos.check(BOOTSTRAP, value, 'json'), []);
     assert.equal(value.admin, undefined);
     assert.equal(value.static_resources.clusters[0].type, 'STRICT_DNS');
     const yaml = await bootstrap('--xds_address=xds.mesh.internal:18000', '--admin_address=off');
@@ -81,8 +81,8 @@ describe('mesh envoy bootstrap', () => {
       '--xds_tls_key_file=/etc/envoy/envoy-key.pem',
       '--xds_tls_san=spiffe://mesh.local/svc/mesh.xds,10.0.0.7',
     );
-    assert.deepEqual(protos.check(BOOTSTRAP, value), []);
-    const socket = protos.type(BOOTSTRAP).toObject(protos.decode(BOOTSTRAP, value), { enums: String, defaults: false }).static_resources.clusters[0].transport_socket;
+    assert.deepEqual(protos.check(BOOTSTRAP, value, 'json'), []);
+    const socket = protos.type(BOOTSTRAP).toObject(protos.decode(BOOTSTRAP, value, 'json'), { enums: String, defaults: false }).static_resources.clusters[0].transport_socket;
     assert.equal(socket.name, 'envoy.transport_sockets.tls');
     assert.equal(socket.typed_config.type_url, `type.googleapis.com/${TLS}`);
     const tls = protos.type(TLS).toObject(protos.type(TLS).decode(socket.typed_config.value), { enums: String, defaults: false });
@@ -102,7 +102,7 @@ describe('mesh envoy bootstrap', () => {
     });
     // TLS only (no client certificate), to an IP address: no SNI, the IP checked as the certificate's name.
     const plain = (await bootstrap('--xds_address=10.0.0.7:18000', '--xds_tls_ca_file=/etc/envoy/mesh-ca.pem', '--output=json')).value;
-    assert.deepEqual(protos.check(BOOTSTRAP, plain), []);
+    assert.deepEqual(protos.check(BOOTSTRAP, plain, 'json'), []);
     const t = plain.static_resources.clusters[0].transport_socket.typed_config;
     assert.equal(t.sni, undefined);
     assert.equal(t.common_tls_context.tls_certificates, undefined);
@@ -116,7 +116,7 @@ describe('mesh envoy bootstrap', () => {
       writeFileSync(file, ROUTES);
       const { value, stderr } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', `--routes=${file}`, '--listener_address=127.0.0.1:10000');
       assert.equal(stderr, 'mesh: warning: HTTPRoute hello rule hello-0: backendRefs name versions (go.mesh.srv.hello v1, go.mesh.srv.hello v2), but the clusters have no version subsets: Envoy sends to any node of the service\n');
-      assert.deepEqual(protos.check(BOOTSTRAP, value), []);
+      assert.deepEqual(protos.check(BOOTSTRAP, value, 'json'), []);
       assert.equal(value.dynamic_resources.lds_config, undefined, 'the listener is the bootstrap\'s own');
       assert.deepEqual(value.dynamic_resources.cds_config, { ads: {}, resource_api_version: 'V3' });
       const [listener] = value.static_resources.listeners;
@@ -124,8 +124,9 @@ describe('mesh envoy bootstrap', () => {
       const hcm = listener.filter_chains[0].filters[0].typed_config;
       const [route] = hcm.route_config.virtual_hosts[0].routes;
       assert.deepEqual(route.match, { path_separated_prefix: '/hello' });
-      assert.deepEqual(route.route.weighted_clusters.clusters.map((c: Json) => [c.name, c.weight.value]), [['go.mesh.srv.hello', 90], ['go.mesh.srv.hello', 10]]);
-      assert.deepEqual(route.route.timeout, { seconds: 2, nanos: 0 });
+      assert.deepEqual(route.route.weighted_clusters.clusters.map((c: Json) => [c.name, c.weight]), [['go.mesh.srv.hello', 90], ['go.mesh.srv.hello', 10]]);
+      assert.equal(route.route.timeout, '2s', 'proto3 JSON, as Envoy reads a bootstrap');
+      assert.equal(route.route.retry_policy.num_retries, 2);
       const defaultAddress = (await bootstrap('--xds_address=127.0.0.1:18000', `--routes=${file}`, '--output=json')).value;
       assert.deepEqual(defaultAddress.static_resources.listeners[0].address, { socket_address: { address: '0.0.0.0', port_value: 10000 } });
       // A route file mesh would refuse is refused here too, with its line; exit 1 as mesh api.
@@ -145,13 +146,17 @@ describe('mesh envoy bootstrap', () => {
     const broken = structuredClone(value);
     broken.static_resources.clusters[0].connect_timeout = '0s';
     broken.dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name = '';
-    assert.deepEqual(protos.check(BOOTSTRAP, broken).map((v) => `${v.path} ${v.rule}`).sort(), [
+    assert.deepEqual(protos.check(BOOTSTRAP, broken, 'json').map((v) => `${v.path} ${v.rule}`).sort(), [
       'dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name string.min_len',
       'static_resources.clusters[0].connect_timeout duration.gt',
     ]);
+    // Envoy reads a bootstrap as proto3 JSON: a duration or a wrapper in the object form is refused.
+    const objectForm = structuredClone(value);
+    objectForm.static_resources.clusters[0].connect_timeout = { seconds: 5 };
+    assert.match(protos.check(BOOTSTRAP, objectForm, 'json')[0]!.message, /static_resources\.clusters\[0\]\.connect_timeout: must be a string of seconds/);
     const misspelt = structuredClone(value);
     misspelt.dynamic_resources.ads_config.transport_api_versoin = 'V3';
-    assert.match(protos.check(BOOTSTRAP, misspelt)[0]!.message, /ads_config\.transport_api_versoin: no such field/);
+    assert.match(protos.check(BOOTSTRAP, misspelt, 'json')[0]!.message, /ads_config\.transport_api_versoin: no such field/);
   });
 
   it('flag mistakes exit 2 with the flag named, and print nothing on stdout', async () => {

@@ -167,6 +167,19 @@ describe('Envoy validate.rules check', () => {
     }
   });
 
+  it('form json is proto3 JSON only, as Envoy reads a bootstrap: the object forms of durations, wrappers and Anys are refused', () => {
+    assert.deepEqual(protos.check(CLUSTER, edsCluster(), 'json'), []);
+    const cases: Array<[unknown, RegExp]> = [
+      [{ ...edsCluster(), connect_timeout: { seconds: 1 } }, /connect_timeout: must be a string of seconds/],
+      [{ ...edsCluster(), per_connection_buffer_limit_bytes: { value: 1024 } }, /per_connection_buffer_limit_bytes: must be a plain uint32/],
+      [{ ...edsCluster(), transport_socket: { name: 't', typed_config: { type_url: ROUTER, value: '' } } }, /transport_socket\.typed_config: must be an object with "@type"/],
+    ];
+    for (const [value, re] of cases) {
+      assert.match(protos.check(CLUSTER, value, 'json')[0]?.message ?? '', re);
+      assert.equal(protos.check(CLUSTER, value).length, 0, 'the object form is fine for a control plane\'s messages');
+    }
+  });
+
   it('reads the object form a control plane builds: {seconds, nanos}, wrappers as objects, Any as {type_url, value}', () => {
     const router = protos.type('envoy.extensions.filters.http.router.v3.Router');
     const value = router.encode(router.fromObject({ suppress_envoy_headers: true })).finish();

@@ -92,6 +92,19 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     assert.equal(withSubsets.warnings.length, 1);
   });
 
+  it('form json (a bootstrap\'s): durations as "2.5s", wrappers as plain numbers; Envoy refuses the object form there', () => {
+    const json = envoyRoutes(parseRouteFile(FILE, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 }, form: 'json' });
+    assert.deepEqual(brief(envoy.check('envoy.config.listener.v3.Listener', json.listener, 'json')), []);
+    const checkout = (json.routeConfiguration as Json).virtual_hosts[0].routes[0];
+    assert.equal(checkout.route.timeout, '10s');
+    assert.deepEqual(checkout.route.retry_policy.per_try_timeout, '2.5s');
+    assert.deepEqual(checkout.route.retry_policy.retry_back_off, { base_interval: '0.1s' });
+    assert.equal(checkout.route.retry_policy.num_retries, 2);
+    assert.deepEqual(checkout.route.weighted_clusters.clusters.map((c: Json) => c.weight), [90, 10]);
+    assert.equal(checkout.typed_per_filter_config['envoy.filters.http.fault'].delay.fixed_delay, '2s');
+    assert.match(envoy.check('envoy.config.listener.v3.Listener', built(false).listener, 'json')[0]!.message, /must be a string of seconds|must be a plain uint32/);
+  });
+
   it('a route of the rpc or api handler refuses the file, as mesh proxy does', () => {
     const rpc = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: greeter-rpc}\nspec:\n  handler: rpc\n  rules:\n    - backendRefs: [{name: go.mesh.srv.greeter}]\n';
     assert.throws(() => envoyRoutes(parseRouteFile(rpc, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 } }), {

@@ -65,6 +65,29 @@ export interface EnvoyRoutesOptions {
   versionSubsets?: boolean;
   /** Take the routes over RDS (ADS) instead of inline in the listener; default false. */
   rds?: boolean;
+  /**
+   * `object` (default): durations as {seconds, nanos} and wrappers as {value}, as resources.ts
+   * builds what mesh xds encodes; `json`: proto3 JSON ("2.5s", plain numbers), as a bootstrap
+   * file has them (Envoy refuses the object form there).
+   */
+  form?: 'object' | 'json';
+}
+
+/** How durations and wrapped numbers are written (EnvoyRoutesOptions.form). */
+interface Shape {
+  duration(ms: number): unknown;
+  u32(n: number): unknown;
+}
+
+const OBJECT_SHAPE: Shape = { duration, u32: (n) => ({ value: n }) };
+const JSON_SHAPE: Shape = { duration: durationJson, u32: (n) => n };
+
+/** Milliseconds as a proto3 JSON Duration: 2500 → "2.5s", 100 → "0.1s". */
+export function durationJson(ms: number): string {
+  const ns = BigInt(Math.round(ms * 1e6));
+  const seconds = ns / 1_000_000_000n;
+  const frac = (ns % 1_000_000_000n).toString().padStart(9, '0').replace(/0+$/, '');
+  return `${seconds}${frac ? `.${frac}` : ''}s`;
 }
 
 export interface EnvoyRoutes {
@@ -78,6 +101,7 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
   const listenerName = o.listenerName ?? 'mesh_http';
   const routeConfigName = o.routeConfigName ?? 'mesh_routes';
   const warnings: string[] = [];
+  const shape = o.form === 'json' ? JSON_SHAPE : OBJECT_SHAPE;
   for (const r of file.routes) {
     if (r.handler !== undefined && r.handler !== 'proxy') throw new RouteFileError(file.file, r.line, `HTTPRoute ${r.name} spec.handler: Envoy forwards HTTP only: use proxy (or leave it out), not ${r.handler}`);
     for (const rule of r.rules) {
@@ -92,7 +116,7 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
     // A rule listed under several hostnames that cover this one is tried once, at its first place.
     const seen = new Set<MatchSpec>();
     const covered = entries.filter((e) => covers(e.hostname, domain) && !seen.has(e.match) && seen.add(e.match));
-    return { name: domain ?? 'any', domains: [domain ?? '*'], routes: covered.map((e) => route(e.route, e.rule, e.match)) };
+    return { name: domain ?? 'any', domains: [domain ?? '*'], routes: covered.map((e) => route(e.route, e.rule, e.match, shape)) };
   });
   const routeConfiguration: Message = { name: routeConfigName, virtual_hosts: virtualHosts.filter((v) => v.routes.length > 0 || v.domains[0] === '*') };
   const faults = entries.some((e) => e.rule.fault);
@@ -133,7 +157,7 @@ function covers(hostname: string | undefined, domain: string | undefined): boole
   return name.length > suffix.length && name.endsWith(suffix);
 }
 
-function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec): Message {
+function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Message {
   const out: Message = { name: `${r.name}/${rule.name}`, match: routeMatch(m) };
   const f = rule.filters;
   if (f.requestHeaders) {
@@ -146,7 +170,7 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec): Message {
     if (add.length) out.response_headers_to_add = add;
     if (f.responseHeaders.remove.length) out.response_headers_to_remove = f.responseHeaders.remove;
   }
-  if (rule.fault) out.typed_per_filter_config = { [FAULT_FILTER]: fault(rule) };
+  if (rule.fault) out.typed_per_filter_config = { [FAULT_FILTER]: fault(rule, shape) };
   if (f.redirect) {
     const d = f.redirect;
     const redirect: Message = { response_code: d.statusCode === 301 ? 'MOVED_PERMANENTLY' : 'FOUND' };
@@ -168,13 +192,13 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec): Message {
     action.weighted_clusters = {
       clusters: live.map((b) => ({
         name: b.name,
-        weight: { value: b.weight },
+        weight: shape.u32(b.weight),
         ...(b.version !== undefined ? { metadata_match: endpointVersionMetadata(b.version) } : {}),
       })),
     };
   }
-  if (rule.requestTimeoutMs !== undefined) action.timeout = duration(rule.requestTimeoutMs);
-  const retry = retryPolicy(rule);
+  if (rule.requestTimeoutMs !== undefined) action.timeout = shape.duration(rule.requestTimeoutMs);
+  const retry = retryPolicy(rule, shape);
   if (retry) action.retry_policy = retry;
   if (f.mirrors.length) action.request_mirror_policies = f.mirrors.map((cluster) => ({ cluster }));
   if (f.rewrite?.hostname) action.host_rewrite_literal = f.rewrite.hostname;
@@ -223,24 +247,24 @@ function pathRewrite(p: { type: 'ReplacePrefixMatch' | 'ReplaceFullPath'; value:
   return { prefix_rewrite: p.value };
 }
 
-function retryPolicy(rule: RuleSpec): Message | undefined {
+function retryPolicy(rule: RuleSpec, shape: Shape): Message | undefined {
   const r = rule.retry;
   if (!r && rule.backendRequestTimeoutMs === undefined) return undefined;
   const policy: Message = {};
   if (r) {
     policy.retry_on = ['connect-failure', 'refused-stream', 'reset', ...(r.codes.length ? ['retriable-status-codes'] : [])].join(',');
-    policy.num_retries = { value: r.attempts };
+    policy.num_retries = shape.u32(r.attempts);
     if (r.codes.length) policy.retriable_status_codes = r.codes;
-    if (r.backoffMs !== undefined && r.backoffMs > 0) policy.retry_back_off = { base_interval: duration(r.backoffMs) };
-  } else policy.num_retries = { value: 0 };
-  if (rule.backendRequestTimeoutMs !== undefined && rule.backendRequestTimeoutMs > 0) policy.per_try_timeout = duration(rule.backendRequestTimeoutMs);
+    if (r.backoffMs !== undefined && r.backoffMs > 0) policy.retry_back_off = { base_interval: shape.duration(r.backoffMs) };
+  } else policy.num_retries = shape.u32(0);
+  if (rule.backendRequestTimeoutMs !== undefined && rule.backendRequestTimeoutMs > 0) policy.per_try_timeout = shape.duration(rule.backendRequestTimeoutMs);
   return policy;
 }
 
-function fault(rule: RuleSpec): Message {
+function fault(rule: RuleSpec, shape: Shape): Message {
   const f = rule.fault!;
   const out: Message = { '@type': FAULT_TYPE_URL };
-  if (f.delay && f.delay.ms > 0) out.delay = { fixed_delay: duration(f.delay.ms), percentage: percent(f.delay.percentage) };
+  if (f.delay && f.delay.ms > 0) out.delay = { fixed_delay: shape.duration(f.delay.ms), percentage: percent(f.delay.percentage) };
   if (f.abort) out.abort = { http_status: f.abort.status, percentage: percent(f.abort.percentage) };
   return out;
 }
