@@ -7,9 +7,10 @@
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { parse } from 'yaml';
-import { writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { runCli, tempDir } from './helpers.js';
+import { spawnSync } from 'node:child_process';
+import { CLI, ROOT, runCli, tempDir } from './helpers.js';
 import { EnvoyProtos } from './fixtures/envoy-validate.js';
 
 const BOOTSTRAP = 'envoy.config.bootstrap.v3.Bootstrap';
@@ -177,6 +178,43 @@ describe('mesh envoy bootstrap', () => {
     for (const [args, stderr] of cases) {
       const r = await runCli(args);
       assert.deepEqual({ code: r.code, stdout: r.stdout, stderr: r.stderr }, { code: 2, stdout: '', stderr }, args.join(' '));
+    }
+  });
+
+  it('the samples of the docs\' Envoy section run as written, print what the docs show, and what they write passes the check', () => {
+    // The section lives in docs/xds.md, or on its own in docs/xds-envoy.md.
+    const doc = ['docs/xds.md', 'docs/xds-envoy.md'].map((f) => join(ROOT, f)).filter((f) => existsSync(f)).map((f) => readFileSync(f, 'utf8')).find((t) => t.includes('\n## Envoy\n'));
+    assert.ok(doc, 'a doc with the "## Envoy" section');
+    const section = doc.slice(doc.indexOf('\n## Envoy\n')).split(/\n## (?!Envoy\n)/)[0]!;
+    const blocks = [...section.matchAll(/(<!-- sample: not run: [^>]+ -->\n)?```(\w+)\n([\s\S]*?)```/g)].map((m) => ({ notRun: !!m[1], lang: m[2]!, text: m[3]! }));
+    const dir = tempDir();
+    try {
+      mkdirSync(join(dir.path, 'bin'));
+      writeFileSync(join(dir.path, 'bin/mesh'), `#!/bin/sh\nexec "${process.execPath}" "${CLI}" "$@"\n`);
+      chmodSync(join(dir.path, 'bin/mesh'), 0o755);
+      let ran = 0;
+      blocks.forEach((b, i) => {
+        if (b.lang !== 'sh') return;
+        if (b.notRun) {
+          assert.match(b.text, /\benvoy -c\b/, 'only the blocks that need Envoy are not run');
+          return;
+        }
+        const r = spawnSync('bash', ['-e', '-c', b.text], { cwd: dir.path, env: { ...process.env, PATH: `${join(dir.path, 'bin')}:${process.env.PATH}` }, encoding: 'utf8' });
+        assert.equal(r.status, 0, `${b.text}\n${r.stderr}`);
+        assert.equal(r.stderr, '', b.text);
+        const next = blocks[i + 1];
+        if (!/>\s*\S+\.yaml\s*$/.test(b.text.trim())) {
+          assert.equal(next?.lang, 'yaml', 'a command that prints is followed by what it prints');
+          assert.equal(r.stdout, next!.text, 'the docs show what it prints');
+        }
+        ran++;
+      });
+      assert.equal(ran, 4, 'the bootstrap, the edge, the sidecar and the TLS samples');
+      for (const file of ['envoy.yaml', 'sidecar.yaml', 'envoy-tls.yaml']) {
+        assert.deepEqual(protos.check(BOOTSTRAP, parse(readFileSync(join(dir.path, file), 'utf8')), 'json'), [], file);
+      }
+    } finally {
+      dir.cleanup();
     }
   });
 });
