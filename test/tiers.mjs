@@ -10,6 +10,7 @@
 export const UNIT = [
   'test/address.test.ts',
   'test/xds-protos.test.ts',
+  'test/xds-server.test.ts',
   'test/check-findings.test.ts',
   'test/route-file.test.ts',
   'test/route-file-reload.test.ts',
