@@ -7,37 +7,16 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import protobuf from 'protobufjs';
-import { ROOT } from './helpers.js';
+import { EnvoyProtos } from './fixtures/envoy-validate.js';
 import { buildSnapshot, RESOURCE_KINDS, SNAPSHOT_FIELD, TYPE_URLS, type Message, type XdsInput } from '../src/xds/resources.js';
 import { XdsProtos, versionOf } from '../src/xds/protos.js';
 import { encodeSnapshot } from '../src/xds/source.js';
 import { resolveSettings } from '../src/core/upstream/config.js';
 
-const DEPS = join(ROOT, 'node_modules/@grpc/grpc-js-xds/deps');
-
-/** The full Envoy protos, with their imports (validate, xds, udpa, googleapis). */
+/** The full Envoy protos, with their imports (validate, xds, udpa, googleapis): test/fixtures/envoy-validate.ts loads them. */
 export function fullEnvoyRoot(): protobuf.Root {
-  // descriptor.proto (the validate annotations import it) is protobufjs's own copy.
-  const include = [...['envoy-api', 'googleapis', 'protoc-gen-validate', 'xds'].map((d) => join(DEPS, d)), join(ROOT, 'node_modules/protobufjs')];
-  const root = new protobuf.Root();
-  root.resolvePath = (_origin, target) => include.map((i) => join(i, target)).find((p) => existsSync(p)) ?? target;
-  root.loadSync(
-    [
-      'envoy/service/discovery/v3/ads.proto',
-      'envoy/config/cluster/v3/cluster.proto',
-      'envoy/config/endpoint/v3/endpoint.proto',
-      'envoy/config/listener/v3/listener.proto',
-      'envoy/config/route/v3/route.proto',
-      'envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto',
-      'envoy/extensions/filters/http/router/v3/router.proto',
-    ],
-    { keepCase: true },
-  );
-  root.resolveAll();
-  return root;
+  return EnvoyProtos.loadSync().root;
 }
 
 const typeOfUrl = (root: protobuf.Root, url: string) => root.lookupType(url.slice(url.lastIndexOf('/') + 1));
