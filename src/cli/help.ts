@@ -123,7 +123,7 @@ export const COMMANDS: CommandInfo[] = [
   {
     name: 'envoy',
     args: 'bootstrap --xds_address=HOST:PORT',
-    summary: 'print an Envoy bootstrap that takes listeners, routes, clusters and endpoints from mesh xds',
+    summary: 'print an Envoy bootstrap that takes its clusters and endpoints (and listeners) from mesh xds',
     details: [
       'bootstrap: YAML (--output=json: JSON) for envoy -c FILE: node --node_id and --node_cluster, ADS over gRPC to --xds_address (cluster xds_cluster),',
       'Envoy\'s admin interface on --admin_address (default 127.0.0.1:9905, clear of mesh\'s own; off: none); TLS with --xds_tls_ca_file, mutual TLS with --xds_tls_cert_file and --xds_tls_key_file (see docs/xds.md).',

@@ -198,7 +198,7 @@ export const OPTIONS = {
   xds_address: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: host:port of the xDS server (mesh xds --address) Envoy takes its configuration from' },
   node_id: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: the node id Envoy presents to the xDS server (default this machine\'s host name)' },
   node_cluster: { type: 'string', default: 'envoy', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: the node cluster Envoy presents to the xDS server' },
-  listener_address: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap --routes: where Envoy\'s HTTP listener listens (default :10000, every interface)' },
+  listener_address: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap --routes: where Envoy\'s HTTP listener listens' },
   xds_tls_ca_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: connect to the xDS server over TLS, its certificate checked against this PEM CA file (a path on Envoy\'s machine)' },
   xds_tls_cert_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap, mutual TLS: Envoy\'s certificate chain, PEM (with --xds_tls_key_file and --xds_tls_ca_file)' },
   xds_tls_key_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap, mutual TLS: the private key of --xds_tls_cert_file, PEM' },
