@@ -5,6 +5,7 @@
  */
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import protobuf from 'protobufjs';
 import { EnvoyDecodeError, EnvoyProtos, type Violation } from './fixtures/envoy-validate.js';
 
 const CLUSTER = 'envoy.config.cluster.v3.Cluster';
@@ -189,5 +190,23 @@ describe('Envoy validate.rules check', () => {
     (l.filter_chains[0]!.filters[0]!.typed_config as Record<string, unknown>).http_filters = [{ name: 'envoy.filters.http.router', typed_config: { type_url: ROUTER, value: Buffer.from(value) } }];
     assert.deepEqual(protos.check(LISTENER, l), []);
     assert.deepEqual(brief(protos.check(CLUSTER, { ...c, connect_timeout: { seconds: 0, nanos: 0 } })), ['connect_timeout duration.gt']);
+  });
+
+  it('runs on every Envoy message type (an empty one) without throwing, and finds what an empty one lacks', () => {
+    let types = 0;
+    let violations = 0;
+    const walk = (ns: protobuf.NamespaceBase) => {
+      for (const o of ns.nestedArray) {
+        if (o instanceof protobuf.Type && o.fullName.startsWith('.envoy.')) {
+          violations += protos.check(o.fullName.slice(1), {}, 'json').length;
+          types++;
+        }
+        if (o instanceof protobuf.Namespace) walk(o);
+      }
+    };
+    walk(protos.root);
+    assert.ok(types > 1000, `${types} types`);
+    assert.ok(violations > 500, `${violations} violations in empty messages`);
+    assert.deepEqual(brief(protos.check(CLUSTER, {})), ['name string.min_len']);
   });
 });
