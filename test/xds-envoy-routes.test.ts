@@ -102,7 +102,7 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     assert.equal(checkout.route.retry_policy.num_retries, 2);
     assert.deepEqual(checkout.route.weighted_clusters.clusters.map((c: Json) => c.weight), [90, 10]);
     assert.equal(checkout.typed_per_filter_config['envoy.filters.http.fault'].delay.fixed_delay, '2s');
-    assert.match(envoy.check('envoy.config.listener.v3.Listener', built(false).listener, 'json')[0]!.message, /must be a string of seconds|must be a plain uint32/);
+    assert.match(envoy.check('envoy.config.listener.v3.Listener', built(false).listener, 'json')[0]!.message, /must be a string of seconds|must be a plain (uint32|bool)/);
   });
 
   it('a route of the rpc or api handler refuses the file, as mesh proxy does', () => {
@@ -120,6 +120,7 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     const hcm = l.filter_chains[0].filters[0].typed_config;
     assert.deepEqual(hcm.rds, { config_source: { ads: {}, resource_api_version: 'V3' }, route_config_name: 'mesh_routes' });
     assert.equal(hcm.strip_any_host_port, true);
+    assert.deepEqual([hcm.normalize_path, hcm.merge_slashes, hcm.path_with_escaped_slashes_action], [{ value: true }, true, 'REJECT_REQUEST'], 'paths in their normal form, as mesh');
     assert.deepEqual(hcm.http_filters.map((f: Json) => f.name), ['envoy.filters.http.fault', 'envoy.filters.http.router']);
   });
 

@@ -10,7 +10,8 @@
  * takes its first route that matches. So each hostname of the file is one virtual host holding,
  * in mesh's precedence order, its own rules, then those of the wildcards that cover it, then those
  * of the routes without hostnames; `*` holds the routes without hostnames. The port of the Host is
- * ignored (`strip_any_host_port`), as mesh ignores it.
+ * ignored (`strip_any_host_port`), as mesh ignores it, and paths are matched in their normal form
+ * (dot segments removed, escaped slashes refused), as mesh matches them.
  *
  * Each rule and match becomes a Route:
  *   path Exact → `path`; PathPrefix → `path_separated_prefix` (element by element, `/` → `prefix`);
@@ -77,10 +78,11 @@ export interface EnvoyRoutesOptions {
 interface Shape {
   duration(ms: number): unknown;
   u32(n: number): unknown;
+  bool(b: boolean): unknown;
 }
 
-const OBJECT_SHAPE: Shape = { duration, u32: (n) => ({ value: n }) };
-const JSON_SHAPE: Shape = { duration: durationJson, u32: (n) => n };
+const OBJECT_SHAPE: Shape = { duration, u32: (n) => ({ value: n }), bool: (b) => ({ value: b }) };
+const JSON_SHAPE: Shape = { duration: durationJson, u32: (n) => n, bool: (b) => b };
 
 /** Milliseconds as a proto3 JSON Duration: 2500 → "2.5s", 100 → "0.1s". */
 export function durationJson(ms: number): string {
@@ -135,6 +137,10 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
               '@type': HTTP_CONNECTION_MANAGER_TYPE_URL,
               stat_prefix: listenerName,
               strip_any_host_port: true,
+              // Paths as mesh matches them: dot segments removed, escaped slashes refused (mesh refuses `//` too; Envoy merges it).
+              normalize_path: shape.bool(true),
+              merge_slashes: true,
+              path_with_escaped_slashes_action: 'REJECT_REQUEST',
               ...(o.rds ? { rds: { config_source: ADS, route_config_name: routeConfigName } } : { route_config: routeConfiguration }),
               http_filters: httpFilters,
             },
