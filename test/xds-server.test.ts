@@ -66,6 +66,14 @@ describe('the ADS server of mesh xds', () => {
       const more = await probe.request(TYPE_URLS.route, ['alpha', 'beta']);
       assert.equal(more.resources.length, 2);
       assert.equal(probe.responses.length, count + 1);
+      // Names dropped (as a client going away drops them all): no answer. The clusters named
+      // after a wildcard: none either (the wildcard held them).
+      probe.send(TYPE_URLS.route, ['beta']);
+      probe.send(TYPE_URLS.route, []);
+      probe.send(TYPE_URLS.listener, ['alpha']);
+      const again = await probe.request(TYPE_URLS.endpoint, ['alpha']);
+      assert.equal(again.resources.length, 1);
+      assert.equal(probe.responses.length, count + 2);
       assert.equal(stat('xds.clients_connected'), 1);
     } finally {
       probe.close();

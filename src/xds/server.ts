@@ -2,8 +2,8 @@
  * The Aggregated Discovery Service of `mesh xds` (Envoy xDS v3, state of the world) on
  * @grpc/grpc-js: `envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources`.
  *
- * Per stream and per type URL it keeps the names the client subscribed to (none named on a
- * cluster or listener request: every one, the wildcard), the version and nonce last sent and the
+ * Per stream and per type URL it keeps the names the client subscribed to (none named in the
+ * first cluster or listener request, or `*`: every one, the wildcard), the version and nonce last sent and the
  * version last accepted. A version is the content hash of the resources that client gets
  * (protos.ts versionOf), so it is the same in every process and across restarts. A request whose
  * response_nonce is not the last one sent is stale and ignored; one with the last nonce and an
@@ -67,6 +67,7 @@ class AdsStream {
     }
     let state = this.types.get(kind);
     if (state && req.response_nonce && req.response_nonce !== state.sentNonce) return; // stale: a newer response is on its way
+    const first = !state;
     if (!state) this.types.set(kind, (state = {}));
     if (req.response_nonce && req.response_nonce === state.sentNonce) {
       if (req.error_detail) {
@@ -84,12 +85,18 @@ class AdsStream {
       }
     }
     const names = req.resource_names.filter((n) => n !== '*');
-    const wildcard = WILDCARD_KINDS.has(kind) && (names.length === 0 || req.resource_names.includes('*'));
+    // The wildcard: `*` named, or (clusters, listeners) no name in the first request of the type
+    // or while subscribed to it. A client that named resources and then names none has
+    // unsubscribed from all of them, and gets an empty answer.
+    const wildcard =
+      WILDCARD_KINDS.has(kind) && (req.resource_names.includes('*') || (names.length === 0 && (first || state.names === undefined)));
     const before = state.names;
     state.names = wildcard ? undefined : new Set(names);
-    const subscriptionChanged = !sameNames(before, state.names);
-    // A first request (no nonce) always gets an answer; later ones when what they ask for changed.
-    this.push(kind, !req.response_nonce || subscriptionChanged);
+    // A first request (no nonce) always gets an answer; later ones when they ask for more than
+    // before (a name added, or the wildcard). One that only drops names gets none (the client
+    // forgets those itself; a client going away drops all its names before it closes).
+    const more = before !== undefined && (state.names === undefined || [...state.names].some((n) => !before.has(n)));
+    if (!req.response_nonce || more) this.push(kind, true);
   }
 
   /** Sends the kind's resources when their version for this client differs from the last sent (or `force`). */
@@ -122,13 +129,6 @@ class AdsStream {
     }
     return out;
   }
-}
-
-function sameNames(a: Set<string> | undefined, b: Set<string> | undefined): boolean {
-  if (a === undefined || b === undefined) return a === b;
-  if (a.size !== b.size) return false;
-  for (const n of a) if (!b.has(n)) return false;
-  return true;
 }
 
 export interface XdsServerOptions {

@@ -66,18 +66,18 @@ export const LB_POLICIES = ['round_robin', 'random', 'least_request'] as const;
 const SERVE = ['dev', 'api', 'sidecar', 'proxy'] as const satisfies readonly CommandName[];
 const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'] as const satisfies readonly CommandName[];
 /** The commands that start a mesh process (the others take no option). */
-export const MESH_PROCESS = [...SERVE, ...PLATFORM, 'check', 'xds'] as const satisfies readonly CommandName[];
+export const MESH_PROCESS = [...SERVE, ...PLATFORM, 'check'] as const satisfies readonly CommandName[];
 const GATEWAYS = ['dev', 'api', 'sidecar'] as const satisfies readonly CommandName[];
 const BROKER_USERS = ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] as const satisfies readonly CommandName[];
 const CALLERS = [...SERVE, 'call', 'health'] as const satisfies readonly CommandName[];
 
 export const OPTIONS = {
-  registry: { type: 'string', default: 'local', choices: ['local', 'memory', 'etcd'], group: 'registry', commands: MESH_PROCESS, api: true, help: 'registry backend' },
-  registry_address: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'local: directory of the SQLite registry; etcd: [https://[user:password@]]host:port[,...]' },
+  registry: { type: 'string', default: 'local', choices: ['local', 'memory', 'etcd'], group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'registry backend' },
+  registry_address: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'local: directory of the SQLite registry; etcd: [https://[user:password@]]host:port[,...]' },
   broker: { type: 'string', default: 'http', choices: ['http', 'memory', 'nats'], group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'broker backend' },
-  registry_tls_ca_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM CA to trust instead of the system roots' },
-  registry_tls_cert_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM client certificate' },
-  registry_tls_key_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM client key' },
+  registry_tls_ca_file: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'etcd over https://: PEM CA to trust instead of the system roots' },
+  registry_tls_cert_file: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'etcd over https://: PEM client certificate' },
+  registry_tls_key_file: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'etcd over https://: PEM client key' },
   broker_address: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'http: listen host[:port] for deliveries; nats: [nats|tls]://[user:password@]host:port' },
   broker_tls_ca_file: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
   broker_tls_cert_file: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'nats (TLS required): PEM client certificate' },
@@ -120,8 +120,8 @@ export const OPTIONS = {
   tracing_address: { type: 'string', default: DEFAULT_TRACING_ADDRESS, group: 'logging', commands: SERVE, api: true, help: 'OTLP endpoint of --tracing=otlp (http:// or https:// URL); when not given, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT' },
   tracing_sample_rate: { type: 'string', default: '1', apiDefault: 1, group: 'logging', commands: SERVE, api: true, help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)' },
   admin_allowed_hosts: { type: 'list', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
-  log_level: { type: 'string', default: 'info', group: 'logging', commands: MESH_PROCESS, api: true, help: 'trace, debug, info, warning, error, critical, off' },
-  log_format: { type: 'string', choices: LOG_FORMATS, group: 'logging', commands: MESH_PROCESS, api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
+  log_level: { type: 'string', default: 'info', group: 'logging', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'trace, debug, info, warning, error, critical, off' },
+  log_format: { type: 'string', choices: LOG_FORMATS, group: 'logging', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
   access_log: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'front ends: access log, one line a request: off, stdout or a file path (reopened on SIGUSR1)' },
   access_log_format: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'access log format: text with %OPERATOR%s, or json; without it, Envoy\'s default format (docs/observability.md)' },
   enable_stats: { type: 'bool', default: 'false', group: 'command', commands: GATEWAYS, api: true, help: 'serve /stats (dashboard and JSON)' },
@@ -204,7 +204,7 @@ export const OPTIONS = {
   xds_tls_key_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap, mutual TLS: the private key of --xds_tls_cert_file, PEM' },
   xds_tls_server_name: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap with TLS: the name sent as SNI (default the host of --xds_address when it is a name)' },
   xds_tls_san: { type: 'list', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap with TLS: the names the xDS server\'s certificate must carry one of: spiffe:// URIs, IP addresses or DNS names (comma list; default --xds_tls_server_name, else the host of --xds_address)' },
-  mesh_home: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
+  mesh_home: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds', 'ca'], api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
 } as const satisfies Record<string, OptionSpec>;
 
 export type OptionKey = keyof typeof OPTIONS;
