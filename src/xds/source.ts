@@ -46,6 +46,8 @@ export class XdsSource {
   private timer?: NodeJS.Timeout;
   private refreshing?: Promise<void>;
   private closed = false;
+  /** The last read of the registry failed (said once until one works). */
+  private failing = false;
   private current?: EncodedSnapshot;
   /** Per service name, its four resources as messages and encoded. */
   private readonly built = new Map<string, { messages: Record<ResourceKind, Message>; encoded: Record<ResourceKind, EncodedResource> }>();
@@ -80,15 +82,23 @@ export class XdsSource {
     if (this.timer) clearTimeout(this.timer);
   }
 
-  private schedule(): void {
+  /** Reads the dirty services after the debounce; after a failed read, every second until one works (said once). */
+  private schedule(delayMs = this.o.debounceMs ?? 100): void {
     if (this.closed || this.timer) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      void this.refresh().catch((err: Error) => {
-        this.o.log.warn({ err: err.message }, 'xDS: reading the registry failed; retrying');
-        this.schedule();
-      });
-    }, this.o.debounceMs ?? 100);
+      void this.refresh().then(
+        () => {
+          if (this.failing) this.o.log.info('xDS: reading the registry works again');
+          this.failing = false;
+        },
+        (err: Error) => {
+          if (!this.failing) this.o.log.warn({ err: err.message }, 'xDS: reading the registry failed; serving the last snapshot and retrying every second');
+          this.failing = true;
+          this.schedule(1_000);
+        },
+      );
+    }, delayMs);
     this.timer.unref?.();
   }
 
