@@ -16,7 +16,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../base/stats/store.js';
 import { RESOURCE_KINDS, SNAPSHOT_FIELD, TYPE_URLS, kindOfTypeUrl, type ResourceKind } from './resources.js';
-import { versionOf, type DiscoveryRequest, type DiscoveryResponse, type EncodedResource, type XdsProtos } from './protos.js';
+import { versionOf, type DiscoveryRequest, type EncodedResource, type XdsProtos } from './protos.js';
 import type { EncodedSnapshot, XdsSource } from './source.js';
 
 export const ADS_METHOD_PATH = '/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources';
@@ -102,7 +102,7 @@ class AdsStream {
     const names = req.resource_names.filter((n) => n !== '*');
     // The wildcard: `*` named, or (clusters, listeners) no name in the first request of the type
     // or while subscribed to it. A client that named resources and then names none has
-    // unsubscribed from all of them, and gets an empty answer.
+    // unsubscribed from all of them.
     const wildcard =
       WILDCARD_KINDS.has(kind) && (req.resource_names.includes('*') || (names.length === 0 && (first || state.names === undefined)));
     const before = state.names;
