@@ -165,3 +165,41 @@ describe('the ADS server of mesh xds', () => {
     }
   });
 });
+
+describe('mesh xds when the registry cannot be read', () => {
+  it('serves the last snapshot, says so once, and pushes the change once a read works', async () => {
+    const inner = new MemoryRegistry();
+    const state = { failing: false, reads: 0 };
+    // The registry as a backend that is down: its watch still reports, its reads fail.
+    const registry = Object.assign(Object.create(inner) as MemoryRegistry, {
+      getService: async (name: string) => {
+        state.reads++;
+        if (state.failing) throw new Error('registry unreachable');
+        return inner.getService(name);
+      },
+    });
+    const lines: string[] = [];
+    const logging = new Logging({ level: 'info', format: 'json', destination: { write: (l: string) => void lines.push(l) } as never });
+    const plane = new XdsControlPlane({ registry, settings: resolveSettings(undefined, undefined, 'round_robin', true), stats: new StatsStore(), log: logging.get('server') });
+    await inner.register(svc('one', [['o1', 1001]]));
+    const probe = new AdsProbe(`127.0.0.1:${await plane.start('127.0.0.1', 0)}`, 'probe-down');
+    try {
+      const cds = await probe.request(TYPE_URLS.cluster);
+      assert.equal(cds.resources.length, 1);
+      probe.send(TYPE_URLS.cluster, []);
+      state.failing = true;
+      const reads = state.reads;
+      await inner.register(svc('two', [['t1', 2001]]));
+      await waitFor(() => state.reads >= reads + 3, 10_000); // the first read and two retries failed
+      assert.equal(lines.filter((l) => l.includes('reading the registry failed')).length, 1);
+      const push = probe.next(TYPE_URLS.cluster);
+      state.failing = false;
+      assert.equal((await push).resources.length, 2);
+      await waitFor(() => lines.some((l) => l.includes('reading the registry works again')));
+    } finally {
+      probe.close();
+      await plane.close();
+      await inner.close();
+    }
+  });
+});

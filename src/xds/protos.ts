@@ -99,6 +99,21 @@ export class XdsProtos {
     return this.response.encode(this.response.fromObject(response)).finish();
   }
 
+  /**
+   * A response in two parts, concatenated on the wire (protobuf merges them): the body (the
+   * resources, their type, the control plane), the same for every client that gets this version,
+   * so encoded once; and the head (version and nonce), per response.
+   */
+  encodeResponseBody(typeUrl: string, resources: readonly EncodedResource[]): Buffer {
+    // Only the fields of the part: a field of the other, even empty, would be written and override it.
+    const body = { type_url: typeUrl, resources: resources.map((r) => r.any), control_plane: { identifier: 'mesh' } };
+    return Buffer.from(this.response.encode(this.response.fromObject(body)).finish());
+  }
+
+  encodeResponseHead(version: string, nonce: string): Buffer {
+    return Buffer.from(this.response.encode(this.response.fromObject({ version_info: version, nonce })).finish());
+  }
+
   decodeResponse(bytes: Uint8Array): DiscoveryResponse {
     return this.response.toObject(this.response.decode(bytes), { defaults: true, arrays: true }) as DiscoveryResponse;
   }

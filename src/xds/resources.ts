@@ -79,22 +79,27 @@ const u32 = (value: number) => ({ value: Math.max(0, Math.min(0xffffffff, Math.f
 const ADS = { ads: {}, resource_api_version: 'V3' };
 
 export function buildSnapshot(input: XdsInput): XdsSnapshot {
-  const byName = new Map<string, Node[]>();
-  for (const s of input.services) {
-    const nodes = byName.get(s.name) ?? [];
-    nodes.push(...s.nodes);
-    byName.set(s.name, nodes);
-  }
+  const byName = new Map<string, Service[]>();
+  for (const s of input.services) byName.set(s.name, [...(byName.get(s.name) ?? []), s]);
   const snapshot: XdsSnapshot = { clusters: new Map(), endpoints: new Map(), listeners: new Map(), routes: new Map() };
   for (const name of [...byName.keys()].sort()) {
-    const nodes = dedupe(byName.get(name)!);
-    if (nodes.length === 0) continue;
-    snapshot.clusters.set(name, buildCluster(name, nodes, input.settings));
-    snapshot.endpoints.set(name, buildLoadAssignment(name, nodes));
-    snapshot.listeners.set(name, buildApiListener(name));
-    snapshot.routes.set(name, buildRouteConfiguration(name));
+    const built = buildServiceResources(name, byName.get(name)!, input.settings);
+    if (!built) continue;
+    for (const kind of RESOURCE_KINDS) snapshot[SNAPSHOT_FIELD[kind]].set(name, built[kind]);
   }
   return snapshot;
+}
+
+/** The four resources of one service from its live versions; undefined when it has no node. */
+export function buildServiceResources(name: string, versions: readonly Service[], settings: ResolvedClusterSettings): Record<ResourceKind, Message> | undefined {
+  const nodes = dedupe(versions.flatMap((v) => v.nodes));
+  if (nodes.length === 0) return undefined;
+  return {
+    cluster: buildCluster(name, nodes, settings),
+    endpoint: buildLoadAssignment(name, nodes),
+    listener: buildApiListener(name),
+    route: buildRouteConfiguration(name),
+  };
 }
 
 /** Nodes by id, one per address:port (two versions may list the same process; a client refuses duplicates). */

@@ -16,7 +16,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../base/stats/store.js';
 import { RESOURCE_KINDS, SNAPSHOT_FIELD, TYPE_URLS, kindOfTypeUrl, type ResourceKind } from './resources.js';
-import { versionOf, type DiscoveryRequest, type DiscoveryResponse, type EncodedResource, type XdsProtos } from './protos.js';
+import { versionOf, type DiscoveryRequest, type EncodedResource, type XdsProtos } from './protos.js';
 import type { EncodedSnapshot, XdsSource } from './source.js';
 
 export const ADS_METHOD_PATH = '/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources';
@@ -46,7 +46,22 @@ interface TypeState {
   nackLogged?: string;
 }
 
-type AdsCall = grpc.ServerDuplexStream<DiscoveryRequest, DiscoveryResponse>;
+/** A response as written: its head (version, nonce) and its body, shared by the clients of that version. */
+interface OutgoingResponse {
+  version: string;
+  nonce: string;
+  body: Buffer;
+}
+
+type AdsCall = grpc.ServerDuplexStream<DiscoveryRequest, OutgoingResponse>;
+
+interface Selection {
+  version: string;
+  resources: EncodedResource[];
+}
+
+/** Response bodies and selections kept for reuse, per snapshot; past this many the oldest go. */
+const MAX_CACHED_BODIES = 64;
 
 class AdsStream {
   nodeId = '';
@@ -87,7 +102,7 @@ class AdsStream {
     const names = req.resource_names.filter((n) => n !== '*');
     // The wildcard: `*` named, or (clusters, listeners) no name in the first request of the type
     // or while subscribed to it. A client that named resources and then names none has
-    // unsubscribed from all of them, and gets an empty answer.
+    // unsubscribed from all of them.
     const wildcard =
       WILDCARD_KINDS.has(kind) && (req.resource_names.includes('*') || (names.length === 0 && (first || state.names === undefined)));
     const before = state.names;
@@ -104,30 +119,12 @@ class AdsStream {
     const state = this.types.get(kind);
     const snapshot = this.server.snapshot();
     if (!state || !snapshot) return;
-    const resources = this.resourcesOf(snapshot, kind, state);
-    const version = state.names === undefined ? snapshot.versions[kind] : versionOf(resources);
+    const { version, resources } = this.server.selection(snapshot, kind, state.names);
     if (!force && version === state.sentVersion) return;
     state.sentVersion = version;
     state.sentNonce = String(++this.nonce);
     this.server.stats.pushes.inc();
-    this.call.write({
-      version_info: version,
-      resources: resources.map((r) => r.any),
-      type_url: TYPE_URLS[kind],
-      nonce: state.sentNonce,
-      control_plane: { identifier: 'mesh' },
-    });
-  }
-
-  private resourcesOf(snapshot: EncodedSnapshot, kind: ResourceKind, state: TypeState): EncodedResource[] {
-    const all = snapshot.resources[kind];
-    if (state.names === undefined) return [...all.values()];
-    const out: EncodedResource[] = [];
-    for (const name of [...state.names].sort()) {
-      const r = all.get(name);
-      if (r) out.push(r);
-    }
-    return out;
+    this.call.write({ version, nonce: state.sentNonce, body: this.server.responseBody(kind, version, resources) });
   }
 }
 
@@ -144,6 +141,10 @@ export class XdsServer {
   readonly log: Logger;
   private readonly server: grpc.Server;
   private readonly streams = new Set<AdsStream>();
+  /** Encoded response bodies of the current snapshot by kind and version (many clients get the same). */
+  private readonly bodies = new Map<string, Buffer>();
+  /** Subscriptions' resources and versions of the current snapshot, by kind and names. */
+  private readonly selections = new Map<string, Selection>();
   private readonly unsubscribe: () => void;
   private closing?: Promise<void>;
 
@@ -159,7 +160,7 @@ export class XdsServer {
         responseStream: true,
         requestSerialize: (r: DiscoveryRequest) => Buffer.from(protos.encodeRequest(r)),
         requestDeserialize: (b: Buffer) => protos.decodeRequest(b),
-        responseSerialize: (r: DiscoveryResponse) => Buffer.from(protos.encodeResponse(r)),
+        responseSerialize: (r: OutgoingResponse) => Buffer.concat([protos.encodeResponseHead(r.version, r.nonce), r.body]),
         responseDeserialize: (b: Buffer) => protos.decodeResponse(b),
       },
     };
@@ -225,7 +226,44 @@ export class XdsServer {
     call.on('close', done);
   }
 
+  /**
+   * What a client subscribed to `names` (undefined: the wildcard) gets of `kind` now, and its
+   * version. Computed once per snapshot for each set of names (clients of one kind ask alike).
+   */
+  selection(snapshot: EncodedSnapshot, kind: ResourceKind, names: ReadonlySet<string> | undefined): Selection {
+    const all = snapshot.resources[kind];
+    if (names === undefined) return { version: snapshot.versions[kind], resources: [...all.values()] };
+    const sorted = [...names].sort();
+    const key = `${kind}\n${sorted.join('\n')}`;
+    let found = this.selections.get(key);
+    if (!found) {
+      const resources: EncodedResource[] = [];
+      for (const name of sorted) {
+        const r = all.get(name);
+        if (r) resources.push(r);
+      }
+      found = { version: versionOf(resources), resources };
+      if (this.selections.size >= MAX_CACHED_BODIES) this.selections.delete(this.selections.keys().next().value!);
+      this.selections.set(key, found);
+    }
+    return found;
+  }
+
+  /** The body of a response of `kind` at `version` (the resources of that version), encoded once. */
+  responseBody(kind: ResourceKind, version: string, resources: readonly EncodedResource[]): Buffer {
+    const key = `${kind}\n${version}`;
+    let body = this.bodies.get(key);
+    if (!body) {
+      if (this.bodies.size >= MAX_CACHED_BODIES) this.bodies.delete(this.bodies.keys().next().value!);
+      body = this.o.protos.encodeResponseBody(TYPE_URLS[kind], resources);
+      this.bodies.set(key, body);
+    }
+    return body;
+  }
+
   private onSnapshot(snapshot: EncodedSnapshot): void {
+    this.bodies.clear();
+    this.selections.clear();
     this.countResources(snapshot);
     for (const stream of this.streams) for (const kind of RESOURCE_KINDS) stream.push(kind);
   }

@@ -1,13 +1,13 @@
 /**
  * The resources of `mesh xds`, kept current from the registry: reads every service once, then
  * watches the registry and, a short debounce after a change (~100 ms), reads the services that
- * changed, rebuilds the snapshot (resources.ts) and encodes it (protos.ts). Listeners are told of
- * each new snapshot; the server pushes what changed.
+ * changed and builds (resources.ts) and encodes (protos.ts) their resources again. Listeners
+ * are told of each new snapshot; the server pushes what changed.
  */
 import type { Registry, Service, Watcher } from '../engines/registry/registry.js';
 import type { ResolvedClusterSettings } from '../core/upstream/config.js';
 import type { Logger } from 'pino';
-import { buildSnapshot, RESOURCE_KINDS, SNAPSHOT_FIELD, type Message, type ResourceKind, type XdsSnapshot } from './resources.js';
+import { buildServiceResources, RESOURCE_KINDS, SNAPSHOT_FIELD, type Message, type ResourceKind, type XdsSnapshot } from './resources.js';
 import { versionOf, type EncodedResource, type XdsProtos } from './protos.js';
 
 /** The snapshot as served: each kind's resources by name, encoded, and the version of all of them. */
@@ -18,18 +18,13 @@ export interface EncodedSnapshot {
   readonly versions: Record<ResourceKind, string>;
 }
 
-export function encodeSnapshot(protos: XdsProtos, messages: XdsSnapshot, previous?: EncodedSnapshot): EncodedSnapshot {
+/** A whole snapshot encoded at once (the source encodes service by service; tests compare both ways). */
+export function encodeSnapshot(protos: XdsProtos, messages: XdsSnapshot): EncodedSnapshot {
   const resources = {} as Record<ResourceKind, Map<string, EncodedResource>>;
   const versions = {} as Record<ResourceKind, string>;
   for (const kind of RESOURCE_KINDS) {
     const out = new Map<string, EncodedResource>();
-    const before = previous?.messages[SNAPSHOT_FIELD[kind]];
-    for (const [name, message] of messages[SNAPSHOT_FIELD[kind]]) {
-      // The builder returns new objects each time; an unchanged service's resource is reused.
-      const old = before?.get(name);
-      const reused = old === message ? previous!.resources[kind].get(name) : undefined;
-      out.set(name, reused ?? protos.encodeResource(kind, name, message));
-    }
+    for (const [name, message] of messages[SNAPSHOT_FIELD[kind]]) out.set(name, protos.encodeResource(kind, name, message));
     resources[kind] = out;
     versions[kind] = versionOf([...out.values()]);
   }
@@ -46,15 +41,16 @@ export interface XdsSourceOptions {
 }
 
 export class XdsSource {
-  private readonly services = new Map<string, Service[]>();
   private readonly dirty = new Set<string>();
   private watcher?: Watcher;
   private timer?: NodeJS.Timeout;
   private refreshing?: Promise<void>;
   private closed = false;
+  /** The last read of the registry failed (said once until one works). */
+  private failing = false;
   private current?: EncodedSnapshot;
-  /** Per service name, its four messages, reused while its record is the same. */
-  private readonly built = new Map<string, { key: string; messages: Record<ResourceKind, Message> }>();
+  /** Per service name, its four resources as messages and encoded. */
+  private readonly built = new Map<string, { messages: Record<ResourceKind, Message>; encoded: Record<ResourceKind, EncodedResource> }>();
   private readonly listeners = new Set<(snapshot: EncodedSnapshot) => void>();
 
   constructor(private readonly o: XdsSourceOptions) {}
@@ -86,15 +82,23 @@ export class XdsSource {
     if (this.timer) clearTimeout(this.timer);
   }
 
-  private schedule(): void {
+  /** Reads the dirty services after the debounce; after a failed read, every second until one works (said once). */
+  private schedule(delayMs = this.o.debounceMs ?? 100): void {
     if (this.closed || this.timer) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      void this.refresh().catch((err: Error) => {
-        this.o.log.warn({ err: err.message }, 'xDS: reading the registry failed; retrying');
-        this.schedule();
-      });
-    }, this.o.debounceMs ?? 100);
+      void this.refresh().then(
+        () => {
+          if (this.failing) this.o.log.info('xDS: reading the registry works again');
+          this.failing = false;
+        },
+        (err: Error) => {
+          if (!this.failing) this.o.log.warn({ err: err.message }, 'xDS: reading the registry failed; serving the last snapshot and retrying every second');
+          this.failing = true;
+          this.schedule(1_000);
+        },
+      );
+    }, delayMs);
     this.timer.unref?.();
   }
 
@@ -114,41 +118,45 @@ export class XdsSource {
   private async doRefresh(): Promise<void> {
     const names = [...this.dirty];
     this.dirty.clear();
+    let read: (readonly [string, Service[]])[];
     try {
-      const read = await Promise.all(names.map(async (name) => [name, await this.o.registry.getService(name)] as const));
-      for (const [name, versions] of read) {
-        if (versions.length === 0) this.services.delete(name);
-        else this.services.set(name, versions);
-      }
+      read = await Promise.all(names.map(async (name) => [name, await this.o.registry.getService(name)] as const));
     } catch (err) {
       for (const n of names) this.dirty.add(n);
       throw err;
     }
     if (this.closed) return;
-    const all = [...this.services.values()].flat();
-    const messages = this.reuse(buildSnapshot({ services: all, settings: this.o.settings }));
-    const next = encodeSnapshot(this.o.protos, messages, this.current);
+    // Only the services that changed are built and encoded again.
+    for (const [name, versions] of read) {
+      const messages = buildServiceResources(name, versions, this.o.settings);
+      if (!messages) {
+        this.built.delete(name);
+        continue;
+      }
+      const encoded = {} as Record<ResourceKind, EncodedResource>;
+      for (const kind of RESOURCE_KINDS) encoded[kind] = this.o.protos.encodeResource(kind, name, messages[kind]);
+      this.built.set(name, { messages, encoded });
+    }
+    const next = this.assemble();
     const changed = !this.current || RESOURCE_KINDS.some((k) => next.versions[k] !== this.current!.versions[k]);
     this.current = next;
     if (changed) for (const fn of this.listeners) fn(next);
   }
 
-  /** The messages of services whose resources did not change are the previous objects, so encoding reuses their bytes. */
-  private reuse(snapshot: XdsSnapshot): XdsSnapshot {
-    const seen = new Set<string>();
-    for (const name of snapshot.clusters.keys()) {
-      seen.add(name);
-      const messages = {} as Record<ResourceKind, Message>;
-      for (const kind of RESOURCE_KINDS) messages[kind] = snapshot[SNAPSHOT_FIELD[kind]].get(name)!;
-      const key = JSON.stringify(messages);
-      const old = this.built.get(name);
-      if (old && old.key === key) {
-        for (const kind of RESOURCE_KINDS) snapshot[SNAPSHOT_FIELD[kind]].set(name, old.messages[kind]);
-      } else {
-        this.built.set(name, { key, messages });
+  /** The snapshot of every service built so far, by name. */
+  private assemble(): EncodedSnapshot {
+    const messages: XdsSnapshot = { clusters: new Map(), endpoints: new Map(), listeners: new Map(), routes: new Map() };
+    const resources = {} as Record<ResourceKind, Map<string, EncodedResource>>;
+    for (const kind of RESOURCE_KINDS) resources[kind] = new Map();
+    for (const name of [...this.built.keys()].sort()) {
+      const b = this.built.get(name)!;
+      for (const kind of RESOURCE_KINDS) {
+        messages[SNAPSHOT_FIELD[kind]].set(name, b.messages[kind]);
+        resources[kind].set(name, b.encoded[kind]);
       }
     }
-    for (const name of [...this.built.keys()]) if (!seen.has(name)) this.built.delete(name);
-    return snapshot;
+    const versions = {} as Record<ResourceKind, string>;
+    for (const kind of RESOURCE_KINDS) versions[kind] = versionOf([...resources[kind].values()]);
+    return { messages, resources, versions };
   }
 }
