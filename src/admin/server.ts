@@ -380,33 +380,22 @@ export class AdminServer {
         handle: (q) => this.stats(q, 'prometheus'),
       },
     ];
-    const authRules = ctx.authRules;
-    if (authRules) {
+    // One configuration a process: the object itself; several (--concurrency): a list.
+    const jsonOfProcesses = (path: string, help: string, read: (() => unknown[] | Promise<unknown[]>) | undefined, available: (() => boolean) | undefined): void => {
+      if (!read) return;
       list.push({
-        path: '/auth_rules',
-        help: 'print the loaded authorization rules (--auth_rules, --authz_rules) as JSON',
-        mutates: never,
-        // One configuration a process: the object itself; several: a list.
-        handle: async () => {
-          const all = await authRules();
-          return { status: 200, body: `${JSON.stringify(all.length === 1 ? all[0] : all, null, 2)}\n`, contentType: JSON_TYPE };
-        },
-        available: ctx.hasAuthRules,
-      });
-    }
-    const rateLimits = ctx.rateLimits;
-    if (rateLimits) {
-      list.push({
-        path: '/rate_limits',
-        help: 'print the rate limit store (--rate_limit_store): its kind, address, state (up or down) and since when, as JSON',
+        path,
+        help,
         mutates: never,
         handle: async () => {
-          const all = await rateLimits();
+          const all = await read();
           return { status: 200, body: `${JSON.stringify(all.length === 1 ? all[0] : all, null, 2)}\n`, contentType: JSON_TYPE };
         },
-        available: ctx.hasRateLimits,
+        available,
       });
-    }
+    };
+    jsonOfProcesses('/auth_rules', 'print the loaded authorization rules (--auth_rules, --authz_rules) as JSON', ctx.authRules, ctx.hasAuthRules);
+    jsonOfProcesses('/rate_limits', 'print the rate limit store (--rate_limit_store): its kind, address, state (up or down) and since when, as JSON', ctx.rateLimits, ctx.hasRateLimits);
     const listeners = ctx.listeners;
     if (listeners) {
       list.push({
