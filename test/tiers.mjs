@@ -9,6 +9,7 @@
  */
 export const UNIT = [
   'test/address.test.ts',
+  'test/reuse-port.test.ts',
   'test/check-findings.test.ts',
   'test/route-file.test.ts',
   'test/route-file-reload.test.ts',

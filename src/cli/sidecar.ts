@@ -65,7 +65,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
   if (isPrimaryOf(config)) return runPrimary({ role: 'sidecar', config, defaultAdminAddress: SIDECAR_DEFAULT_ADMIN, adminLine, adminLineIndex: 1 });
   const worker = WorkerLink.join(config);
-  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined });
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined, reusePort: worker?.reusePort });
   runtime.installSignalHandlers();
   worker?.attach(runtime);
   try {

@@ -13,6 +13,7 @@ import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'nod
 import type { AddressInfo, Socket } from 'node:net';
 import { declareStats, type Counter, type StatsStore } from '../stats/store.js';
 import { HTTP_LIFECYCLE_STATS } from './stats.js';
+import type { ReusePortListening } from './reuse-port.js';
 
 /**
  * The requests (or connections) in flight: an array with each member's index stored on it, so
@@ -65,8 +66,12 @@ const TIMEOUT_CHECK_MS = 1000;
 /** Idle keep-alive connections are closed after this. */
 const KEEP_ALIVE_MS = 65_000;
 
-/** Listens and resolves with the bound address; a bind error (EADDRINUSE...) rejects. */
-export function listenOn(server: Server, host: string, port: number): Promise<AddressInfo> {
+/**
+ * Listens and resolves with the bound address; a bind error (EADDRINUSE...) rejects. With
+ * `reusePort` (a worker of --concurrency where Node has it), the socket is this process's own.
+ */
+export function listenOn(server: Server, host: string, port: number, reusePort?: ReusePortListening): Promise<AddressInfo> {
+  if (reusePort) return reusePort.listen(server, host, port);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
