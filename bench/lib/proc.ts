@@ -288,6 +288,16 @@ export function rssKiB(pid: number): number | undefined {
   }
 }
 
+/** Peak resident set size of one process in KiB (VmHWM of /proc/<pid>/status), undefined when unknown. */
+export function peakRssKiB(pid: number): number | undefined {
+  try {
+    const m = /^VmHWM:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * command + args wrapped in `sh -c 'ulimit -n …; exec …'`: the child's soft limit of open files
  * raised to `want` (or to the hard limit when that is lower), for processes holding thousands of

@@ -35,7 +35,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
   if (isPrimaryOf(config)) return runPrimary({ role: 'api', config, defaultAdminAddress: API_ADMIN_ADDRESS, adminLine, adminLineIndex: 1 });
   const worker = WorkerLink.join(config);
-  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'api', flags: config });
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'api', flags: config, reusePort: worker?.reusePort });
   runtime.installSignalHandlers();
   worker?.attach(runtime);
   try {

@@ -2,8 +2,11 @@
  * `--concurrency=N|auto` of `mesh api`, `mesh sidecar` and `mesh proxy` (docs/architecture.md,
  * "Concurrency"). With N above 1 the command's process becomes the primary of a node:cluster:
  * it forks N workers, each a whole runtime (registry watch, cluster manager, front listeners)
- * started from the same command line, sharing the listening port (the primary accepts the
- * connections and hands them out round-robin, node's default on Linux). The primary serves the
+ * started from the same command line, sharing the listening port: on Linux with Node 22.12 or later
+ * each worker binds it with reusePort and the kernel spreads the connections (worker 0 starts
+ * first, and the ports its port-0 listens got are given to the others: src/base/http/reuse-port.ts);
+ * elsewhere the primary accepts the connections and hands them out round-robin (node's default on
+ * Linux). The primary serves the
  * one admin interface (and --metrics_address): it asks every worker for a snapshot of its stats,
  * clusters, certificates and routes over IPC and merges them (src/base/stats/merge.ts,
  * src/admin/aggregate.ts); /healthcheck/fail and /healthcheck/ok, /reset_counters, /logging,
@@ -25,10 +28,15 @@ import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin
 import { clusterView, mergeClusterViews, type AdminAggregate, type ClusterViewSnapshot, type MergedStats } from '../admin/aggregate.js';
 import { serverLimits } from '../base/http/lifecycle.js';
 import { errorMessage } from '../base/util/option-error.js';
+import { parseSharedPorts, ReusePortListening, reusePortSupported, type SharedPort } from '../base/http/reuse-port.js';
 import { servePrimaryBuckets } from './rate-limit-ipc.js';
 
 /** Set in a worker's environment: its index (0..N-1), kept across restarts. */
 export const WORKER_ENV = 'MESH_CONCURRENCY_WORKER';
+/** Set in a worker's environment when it listens with reusePort: the ports to share (JSON SharedPort[]). */
+export const REUSE_PORT_ENV = 'MESH_CONCURRENCY_REUSE_PORT';
+/** Gauge of the primary: 1 when the workers listen with reusePort, 0 when the primary accepts for them. */
+export const REUSE_PORT_STAT = 'server.concurrency_reuse_port';
 /** Counter of the workers started again after they died. */
 export const WORKER_RESTARTS_STAT = 'server.worker_restarts';
 /** Per worker, the requests its front listeners received: `server.worker.<index>.downstream_rq_total`. */
@@ -57,7 +65,7 @@ type ToWorker =
   | { mesh: 'snapshot'; id: number; parts: Part[] }
   | { mesh: 'op'; id: number; op: Op; name?: string; level?: string }
   | { mesh: 'shutdown' };
-type FromWorker = { mesh: 'ready'; lines: string[]; hasRoutes: boolean } | { mesh: 'reply'; id: number; data?: WorkerSnapshot; error?: string };
+type FromWorker = { mesh: 'ready'; lines: string[]; hasRoutes: boolean; ports?: SharedPort[] } | { mesh: 'reply'; id: number; data?: WorkerSnapshot; error?: string };
 
 const isMeshMessage = (m: unknown): m is { mesh: string } => typeof m === 'object' && m !== null && typeof (m as { mesh?: unknown }).mesh === 'string';
 
@@ -80,12 +88,17 @@ export function isPrimaryOf(config: Config): boolean {
  * (the single-process path is then unchanged).
  */
 export class WorkerLink {
-  private constructor(readonly index: number) {}
+  private constructor(
+    readonly index: number,
+    /** Set when the front listeners bind with reusePort (the primary decided: REUSE_PORT_ENV). */
+    readonly reusePort?: ReusePortListening,
+  ) {}
 
   static join(config: Config): WorkerLink | undefined {
     const raw = process.env[WORKER_ENV];
     if (config.concurrency <= 1 || !cluster.isWorker || raw === undefined || !/^\d+$/.test(raw)) return undefined;
-    return new WorkerLink(Number(raw));
+    const shared = process.env[REUSE_PORT_ENV];
+    return new WorkerLink(Number(raw), shared === undefined ? undefined : new ReusePortListening(parseSharedPorts(shared)));
   }
 
   /** The worker's options: the command line's, without the admin and metrics listeners (the primary serves them). */
@@ -129,7 +142,7 @@ export class WorkerLink {
 
   /** Tells the primary the worker serves; `lines` are what the command prints once bound. */
   ready(runtime: Runtime, lines: string[]): void {
-    process.send!({ mesh: 'ready', lines, hasRoutes: runtime.hasRouteTables() } satisfies FromWorker);
+    process.send!({ mesh: 'ready', lines, hasRoutes: runtime.hasRouteTables(), ports: this.reusePort?.ports() } satisfies FromWorker);
   }
 }
 
@@ -224,12 +237,17 @@ class Primary implements AdminAggregate {
   /** What worker 0 printed once bound. */
   private firstLines: string[] = [];
   private stoppingNow = false;
+  /** The workers bind the port themselves with reusePort (else the primary accepts for them). */
+  readonly reusePort = reusePortSupported();
+  /** With reusePort: the ports worker 0's port-0 listens got, given to every worker forked after it. */
+  private sharedPorts?: SharedPort[];
 
   constructor(private readonly setup: PrimarySetup) {
     this.concurrency = setup.config.concurrency;
     this.options = optionsFromFlags(setup.config);
     this.log_ = new Logging({ level: parseLevel(this.options.logLevel), format: this.options.logFormat });
     this.own.gauge('server.concurrency').set(this.concurrency);
+    this.own.gauge(REUSE_PORT_STAT).set(this.reusePort ? 1 : 0);
     this.own.counter(WORKER_RESTARTS_STAT);
     this.state.onFail(() => (this.stoppingNow ? undefined : this.broadcast('fail')));
     this.state.onOk(() => this.broadcast('ok'));
@@ -289,23 +307,23 @@ class Primary implements AdminAggregate {
     if (this.setup.config.rate_limit_store === 'local') this.closers.push(servePrimaryBuckets(this.setup.config.rate_limit_max_keys));
     cluster.on('exit', (worker, code, signal) => this.exited(worker, code, signal));
     const started = new Promise<string[]>((resolve, reject) => (this.starting = { resolve, reject }));
-    for (let i = 0; i < this.concurrency; i++) {
-      const slot: WorkerSlot = { index: i, ready: false, startedAt: 0, quickDeaths: 0 };
-      this.slots.push(slot);
-      this.fork(slot);
-    }
+    for (let i = 0; i < this.concurrency; i++) this.slots.push({ index: i, ready: false, startedAt: 0, quickDeaths: 0 });
+    // With reusePort worker 0 binds first; the others follow once its ports are known (a port 0 is shared).
+    for (const slot of this.reusePort ? this.slots.slice(0, 1) : this.slots) this.fork(slot);
     const lines = await started;
     this.starting = undefined;
     const out = [...lines];
     out[this.setup.adminLineIndex] = this.setup.adminLine(admin);
-    out.push(`mesh ${this.setup.role} concurrency ${this.concurrency} (worker pids ${this.workers().map((w) => w.pid).join(' ')})`);
+    out.push(
+      `mesh ${this.setup.role} concurrency ${this.concurrency} (worker pids ${this.workers().map((w) => w.pid).join(' ')}; ${this.reusePort ? 'each worker listens with reusePort' : 'the primary accepts the connections'})`,
+    );
     process.stdout.write(out.join('\n') + '\n');
   }
 
   private fork(slot: WorkerSlot): void {
     slot.ready = false;
     slot.startedAt = Date.now();
-    const worker = cluster.fork({ [WORKER_ENV]: String(slot.index) });
+    const worker = cluster.fork({ [WORKER_ENV]: String(slot.index), ...(this.reusePort ? { [REUSE_PORT_ENV]: JSON.stringify(this.sharedPorts ?? []) } : {}) });
     slot.worker = worker;
     worker.on('message', (m: unknown) => {
       if (!isMeshMessage(m)) return;
@@ -317,6 +335,10 @@ class Primary implements AdminAggregate {
         if (this.state.state === 'draining' && !this.stoppingNow) void this.request(worker, { mesh: 'op', id: 0, op: 'fail' });
         if (this.stoppingNow) worker.send({ mesh: 'shutdown' } satisfies ToWorker);
         if (slot.index === 0) this.firstLines = msg.lines;
+        if (this.reusePort && this.sharedPorts === undefined) {
+          this.sharedPorts = msg.ports ?? [];
+          for (const other of this.slots.slice(1)) this.fork(other);
+        }
         if (this.starting && this.slots.every((s) => s.ready)) this.starting.resolve(this.firstLines);
       } else if (msg.mesh === 'reply') {
         const p = this.pending.get(msg.id);

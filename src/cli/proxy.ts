@@ -25,7 +25,7 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
     return runPrimary({ role: 'proxy', config, defaultAdminAddress: file.adminAddress ?? PROXY_ADMIN_ADDRESS, adminLine, adminLineIndex: file.listeners.length });
   }
   const worker = WorkerLink.join(config);
-  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry });
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry, reusePort: worker?.reusePort });
   runtime.installSignalHandlers();
   worker?.attach(runtime);
   try {

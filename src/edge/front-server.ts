@@ -235,7 +235,7 @@ export class FrontServer<R = undefined> {
     }
     this.server = server;
     this.lifecycle = new ServerLifecycle(server, limits, { stats: runtime.stats, prefix: httpStatPrefix(this.options.statPrefix) }, () => this.closeOthers());
-    const bound = await listenOn(server, host, port);
+    const bound = await listenOn(server, host, port, runtime.setup.reusePort);
     runtime.addDrainable(this.lifecycle);
     if (!this.options.mtls) runtime.selfAddresses.add(bound.address, bound.port, this.options.statPrefix);
     return bound;

@@ -29,6 +29,7 @@ import { MetricsServer } from '../admin/metrics-server.js';
 import { effectiveOptions, type ListenerInfo } from '../admin/config-dump.js';
 import { ProcessMetrics } from '../base/stats/process-metrics.js';
 import { serverLimits, type Drainable, type DrainResult } from '../base/http/lifecycle.js';
+import type { ReusePortListening } from '../base/http/reuse-port.js';
 import { SelfAddresses } from '../core/upstream/self-guard.js';
 import type { TlsProvider } from '../tls/provider.js';
 import { FileCertificateStore } from '../tls/file-store.js';
@@ -61,6 +62,8 @@ export interface RuntimeOptions {
   openWorkloadTls?: (name: string) => Promise<WorkloadTls>;
   /** The parsed command line by schema key (a CLI process): admin /config_dump shows the options the library does not have from it. */
   flags?: Readonly<Record<string, unknown>>;
+  /** A worker of --concurrency whose front listeners bind with reusePort, each its own socket (src/cli/concurrency.ts). */
+  reusePort?: ReusePortListening;
 }
 
 type ShutdownHook = () => Promise<void> | void;

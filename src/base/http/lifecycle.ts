@@ -13,6 +13,7 @@ import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'nod
 import type { AddressInfo, Socket } from 'node:net';
 import { declareStats, type Counter, type StatsStore } from '../stats/store.js';
 import { HTTP_LIFECYCLE_STATS } from './stats.js';
+import type { ReusePortListening } from './reuse-port.js';
 
 /**
  * The requests (or connections) in flight: an array with each member's index stored on it, so
@@ -59,14 +60,21 @@ class Tracked<T extends object> {
 /** Requests with more header fields than this get 431 (Node would silently drop the extra ones). */
 export const MAX_HEADER_COUNT = 100;
 
+/** node:http's default maxHeadersCount: the header fields it parses at most. */
+const NODE_MAX_HEADERS_COUNT = 2000;
+
 /** How often Node checks the header and request timeouts (its default is 30 s). */
 const TIMEOUT_CHECK_MS = 1000;
 
 /** Idle keep-alive connections are closed after this. */
 const KEEP_ALIVE_MS = 65_000;
 
-/** Listens and resolves with the bound address; a bind error (EADDRINUSE...) rejects. */
-export function listenOn(server: Server, host: string, port: number): Promise<AddressInfo> {
+/**
+ * Listens and resolves with the bound address; a bind error (EADDRINUSE...) rejects. With
+ * `reusePort` (a worker of --concurrency where Node has it), the socket is this process's own.
+ */
+export function listenOn(server: Server, host: string, port: number, reusePort?: ReusePortListening): Promise<AddressInfo> {
+  if (reusePort) return reusePort.listen(server, host, port);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
@@ -157,8 +165,11 @@ export class ServerLifecycle implements Drainable {
     const { overflow, drainClose, destroyActive } = declareStats(stats.stats.scope(stats.prefix), HTTP_LIFECYCLE_STATS);
     this.drainClose = drainClose;
     this.destroyActive = destroyActive;
-    // One more than the limit, so that a request over it is seen (and refused), never truncated.
-    server.maxHeadersCount = MAX_HEADER_COUNT + 1;
+    // Node's own default bound (2000 fields; the header size limit bounds the parse too), well above
+    // MAX_HEADER_COUNT, so that a request over the limit reaches tooManyHeaders (431 naming the count)
+    // on every Node: from Node 23 on the parser refuses a request over maxHeadersCount itself
+    // (HPE_HEADER_OVERFLOW, which reads as a header block too large); Node 20 drops the extra fields.
+    server.maxHeadersCount = NODE_MAX_HEADERS_COUNT;
     // Over the cap Node closes the accepted handle at once (no socket, no file descriptor kept) and emits 'drop'.
     if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
     server.on('drop', () => overflow.inc());

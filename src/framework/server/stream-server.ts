@@ -13,6 +13,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { drained } from '../../base/http/respond.js';
+import { keepPastRequestTimeout } from '../../base/http/long-request.js';
 import type pino from 'pino';
 import { MeshError, toMeshError } from '../../base/errors.js';
 import type { Codec } from '../../base/codec/codec.js';
@@ -89,13 +90,9 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
     req.resume();
     throw new MeshError(id, 400, (err as Error).message);
   }
-  if (kind !== 'server') {
-    // The request body lasts as long as the stream: take the connection off node's list of
-    // requests still being received, whose whole-request timeout (--request_timeout) would cut a
-    // long stream off. It goes back on the list with the connection's next request; drain and
-    // shutdown track sockets themselves (src/base/http/lifecycle.ts).
-    (req.socket as unknown as { parser?: { remove?: () => void } }).parser?.remove?.();
-  }
+  // The request body lasts as long as the stream: the whole-request timeout (--request_timeout)
+  // must not cut it off.
+  if (kind !== 'server') keepPastRequestTimeout(req, res);
   const abort = new AbortController();
   const signal = abort.signal;
   let done = false;
