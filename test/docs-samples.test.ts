@@ -1,0 +1,438 @@
+/**
+ * The samples of the README and docs/, run as written.
+ *
+ * The rule, for every file in COVERED: a fenced shell block (```sh, ```bash, ```shell, ```console,
+ * or ``` with no language whose lines start with `$ `) that starts a process or calls the mesh (a
+ * command `mesh`, `npx`, `curl`, `grpcurl`, `node`, `npm`, `python`/`python3`, `tsx`, also after
+ * `VAR=x`, a pipe, `&&`, `$(`, `<(`) is either
+ *   - run by a scenario below (named by a piece of text found in that block only), or
+ *   - run by another test file, named in ELSEWHERE (which must mention the doc), or
+ *   - marked on the line just before its fence with `<!-- sample: not run: REASON -->` (a reason
+ *     is required: a Kubernetes cluster, a public DNS name, a second machine...).
+ * The first test fails, naming file:line, for any block that is none of these, and for any
+ * scenario step or ELSEWHERE entry whose text no longer finds exactly one block.
+ * Blocks left alone: output (what a command prints: ``` with no `$ ` lines, `json`), diagrams
+ * (`mermaid`), and code in other languages. Config blocks: a ```yaml block with `kind: HTTPRoute`
+ * is parsed by the real route file loader (dist/), a ```yaml block with `listeners:` by the real
+ * proxy config loader; one that is a fragment (no `kind:`/`listeners:`) is left alone.
+ *
+ * How a block runs: in a scenario (one per doc section, one at a time: the docs use fixed ports
+ * such as 8080, 8081, 9901, 10000), with bash, in a fresh directory holding symlinks to the
+ * checkout's files (so `examples/...`, `dist/...` resolve and files the sample writes stay there),
+ * with HOME and MESH_HOME fresh temporary directories, and a PATH whose `mesh` runs this tree's
+ * dist/src/cli/main.js. Shims on that PATH: `npx mesh ...` is that `mesh`, `npx tsx|tsc` the
+ * checkout's (or the project's) own; `npm start` in the checkout is `mesh dev` (what its script
+ * runs after the build) and `npm run build` there does nothing (the suite runs after a build).
+ * A command ending with `&`, or one a step lists in `bg`, runs in the background until the end of
+ * the scenario (its process group is then stopped); the next command waits until it is ready:
+ * every port its command line names answers, or, without one, it printed `listening on` (what
+ * every mesh server and service prints once bound and registered). Other commands run in order,
+ * `bash -e -o pipefail`, and must exit 0 (or the step's `exit`). A transcript block (`$ ` lines)
+ * runs each `$` command and compares what it prints with the lines under it. Steps may assert
+ * more of the output (`expect`).
+ */
+import { describe, it, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { CLI, ROOT, tempDir, waitFor } from './helpers.js';
+
+/** The files the rule holds for. */
+const COVERED = ['README.md', 'docs/routing.md'];
+
+const MARK = /^<!-- sample: not run: (\S.*\S) -->$/;
+const SHELL = new Set(['sh', 'bash', 'shell', 'console', '']);
+const STARTS = /(?:^|[|&;(]\s*|\$\(\s*|<\(\s*)(?:\w+=\S*\s+)*(?:mesh|npx|curl|grpcurl|node|npm|python3?|tsx)(?:\s|$)/;
+
+interface Block {
+  file: string;
+  /** 1-based line of the opening fence. */
+  line: number;
+  lang: string;
+  body: string;
+  marked?: string;
+}
+
+function blocksOf(file: string): Block[] {
+  const lines = readFileSync(join(ROOT, file), 'utf8').split('\n');
+  const blocks: Block[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^```(\S*)\s*$/.exec(lines[i]!);
+    if (!open) continue;
+    const start = i;
+    const body: string[] = [];
+    for (i++; i < lines.length && !/^```\s*$/.test(lines[i]!); i++) body.push(lines[i]!);
+    const mark = start > 0 ? MARK.exec(lines[start - 1]!.trim()) : null;
+    blocks.push({ file, line: start + 1, lang: open[1]!, body: body.join('\n') + '\n', ...(mark ? { marked: mark[1]! } : {}) });
+  }
+  return blocks;
+}
+
+/** A shell block's commands: continuation lines joined, heredocs kept whole, comment lines dropped. */
+function commandsOf(block: Block): string[] {
+  const lines = block.body.split('\n');
+  if (block.lang === '' || block.lang === 'console') return lines.filter((l) => l.startsWith('$ ')).map((l) => l.slice(2));
+  const commands: string[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    let line = lines[i]!;
+    if (line.trim() === '' || line.trimStart().startsWith('#')) continue;
+    while (line.endsWith('\\') && i + 1 < lines.length) line += '\n' + lines[++i]!;
+    const heredoc = /<<-?\s*'?(\w+)'?/.exec(line);
+    if (heredoc) {
+      while (i + 1 < lines.length && lines[i + 1]!.trim() !== heredoc[1]) line += '\n' + lines[++i]!;
+      if (i + 1 < lines.length) line += '\n' + lines[++i]!;
+    }
+    commands.push(line);
+  }
+  return commands;
+}
+
+/** The part of a command line that bash sees as code: the trailing `# comment` of its first line cut off (quotes respected). */
+function withoutComment(command: string): string {
+  const [first, ...rest] = command.split('\n');
+  let quote = '';
+  for (let i = 0; i < first!.length; i++) {
+    const c = first![i]!;
+    if (quote) {
+      if (c === quote) quote = '';
+    } else if (c === "'" || c === '"') quote = c;
+    else if (c === '#' && (i === 0 || /\s/.test(first![i - 1]!))) return [first!.slice(0, i).trimEnd(), ...rest].join('\n');
+  }
+  return command;
+}
+
+const isShell = (b: Block) => SHELL.has(b.lang);
+const startsProcess = (b: Block) => isShell(b) && commandsOf(b).some((c) => STARTS.test(withoutComment(c).split('\n')[0]!));
+
+interface Step {
+  /** Text found in exactly one block of the scenario's file. */
+  at: string;
+  /** Commands (by their start) run in the background although the doc runs them in the foreground (a server the doc leaves running). */
+  bg?: string[];
+  /** Ports a background command must answer on before the next command, when its command line names none. */
+  ports?: number[];
+  /** The exit status of the block's foreground commands (default 0). */
+  exit?: number;
+  /** Patterns the output (stdout and stderr of its commands, background ones until ready) must match. */
+  expect?: RegExp[];
+  /** Text found in exactly one output block of the file: each of its lines (but `...`) is a line of the output. */
+  shows?: string;
+}
+
+interface Scenario {
+  file: string;
+  name: string;
+  steps: Step[];
+  /** Commands, not from the doc, run first: what the doc's prose says is there (a file, a built tree). */
+  prepare?: string[];
+  /** Commands, not from the doc, run in the background first: what the doc's prose says is running. */
+  running?: string[];
+  /** Commands, not from the doc, run last: what the doc's prose says then answers. */
+  then?: Array<{ command: string; expect: RegExp }>;
+}
+
+/** Blocks run by another test file, which must mention the doc. */
+const ELSEWHERE: Array<{ file: string; at: string; by: string }> = [
+  { file: 'README.md', at: 'npm pkg set type=module', by: 'test/package.test.ts' },
+  { file: 'README.md', at: 'npx tsc --module nodenext', by: 'test/package.test.ts' },
+];
+
+const SCENARIOS: Scenario[] = [
+  {
+    file: 'README.md',
+    name: 'Try it: the demo, called with mesh, curl and the admin interface',
+    running: ['npm start'],
+    steps: [
+      {
+        at: 'npx mesh list services',
+        expect: [/^go\.mesh\.api\.greeter\ngo\.mesh\.srv\.greeter\n/, /"msg": "Hello John"/, /\{"message":"Hello John"\}/, /\{"msg":"Hello John"\}/, /cluster\.go\.mesh\.srv\.greeter|go\.mesh\.srv\.greeter::/, /# TYPE /],
+      },
+    ],
+  },
+  {
+    file: 'docs/routing.md',
+    name: 'The gateway with a route file says how many routes it read',
+    prepare: [commandFrom('docs/routing.md', "cat > routes.yaml <<'EOF'")],
+    steps: [{ at: 'mesh api --routes=routes.yaml\n', bg: ['mesh api'], shows: 'mesh api listening on http://0.0.0.0:8080 (namespace go.mesh.api, registry router, api handler fallback, 1 route' }],
+  },
+  {
+    file: 'docs/routing.md',
+    name: 'A canary by weight: two versions, a route file, the gateway and its stats',
+    steps: [
+      { at: 'VERSION=v1 npx tsx examples/greeter-version.ts &' },
+      { at: "cat > routes.yaml <<'EOF'", expect: [/^\{"msg":"Hello Ann from v[12]"\}$/m] },
+      { at: 'for i in $(seq 100); do curl -s -o /dev/null localhost:8080/hello', expect: [/rq_total/] },
+      { at: "curl -s 'localhost:9901/stats?filter=^vhost'", expect: [/vhost\.\S+\.route\.hello-0\.rq_total: 10[01]/] },
+    ],
+  },
+  {
+    file: 'docs/routing.md',
+    name: 'The sidecar routes outbound calls by a route file',
+    running: ['VERSION=v1 npx tsx examples/greeter-version.ts', 'VERSION=v2 npx tsx examples/greeter-version.ts'],
+    steps: [{ at: "cat > outbound.yaml <<'EOF'", expect: [/^(\{"msg":"Hello Ann from v2"\}){2}$/m] }],
+  },
+  {
+    file: 'docs/routing.md',
+    name: 'A proxy in front of two web servers: header match and canary',
+    steps: [{ at: "cat > web-routes.yaml <<'EOF'", expect: [/v2\nv1\n\s+\d+ v1\n\s+\d+ v2\n$/] }],
+  },
+];
+
+// ---- running ----
+
+interface Env {
+  dir: string;
+  env: NodeJS.ProcessEnv;
+}
+
+function makeEnv(root: string): Env {
+  const bin = join(root, 'bin');
+  const dir = join(root, 'work');
+  const home = join(root, 'home');
+  for (const d of [bin, dir, home, join(root, 'mesh-home')]) mkdirSync(d, { recursive: true });
+  for (const entry of readdirSync(ROOT)) if (entry !== '.git') symlinkSync(join(ROOT, entry), join(dir, entry));
+  const realNpm = (name: string) => {
+    for (const p of (process.env.PATH ?? '').split(':')) {
+      try {
+        readFileSync(join(p, name));
+        return join(p, name);
+      } catch {
+        // not in this directory
+      }
+    }
+    return name;
+  };
+  const shims: Record<string, string> = {
+    mesh: `exec "${process.execPath}" "${CLI}" "$@"`,
+    npx: [
+      'case "$1" in',
+      '  mesh) shift; exec mesh "$@" ;;',
+      `  tsx|tsc) t=$1; shift; if [ -x "node_modules/.bin/$t" ]; then exec "node_modules/.bin/$t" "$@"; fi; exec "${ROOT}/node_modules/.bin/$t" "$@" ;;`,
+      'esac',
+      `exec "${realNpm('npx')}" "$@"`,
+    ].join('\n'),
+    npm: [
+      `if [ "$(pwd -P)" = "${ROOT}" ] || [ "$(readlink package.json)" = "${join(ROOT, 'package.json')}" ]; then`,
+      '  case "$*" in',
+      '    start) exec mesh dev ;;',
+      '    "run build") exit 0 ;;',
+      '  esac',
+      'fi',
+      `exec "${realNpm('npm')}" "$@"`,
+    ].join('\n'),
+    node: `exec "${process.execPath}" "$@"`,
+  };
+  for (const [name, body] of Object.entries(shims)) {
+    writeFileSync(join(bin, name), `#!/bin/sh\n${body}\n`);
+    chmodSync(join(bin, name), 0o755);
+  }
+  const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT' && !k.startsWith('npm_') && !k.startsWith('MESH_')));
+  env.PATH = `${bin}:${process.env.PATH ?? ''}`;
+  env.HOME = home;
+  env.MESH_HOME = join(root, 'mesh-home');
+  return { dir, env };
+}
+
+interface Background {
+  command: string;
+  child: ChildProcess;
+  output: () => string;
+}
+
+function startBackground(command: string, at: Env): Background {
+  const child = spawn('bash', ['-c', command], { cwd: at.dir, env: at.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  return { command, child, output: () => out };
+}
+
+async function stopBackground(bg: Background): Promise<void> {
+  if (bg.child.exitCode !== null || bg.child.signalCode !== null) return;
+  const exited = once(bg.child, 'exit');
+  const group = (signal: NodeJS.Signals) => {
+    try {
+      process.kill(-bg.child.pid!, signal);
+    } catch {
+      // the group is gone
+    }
+  };
+  group('SIGTERM');
+  const timer = setTimeout(() => group('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+  // What the shell left behind in the group (npx's node, a server) goes too.
+  group('SIGKILL');
+}
+
+const answers = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => (socket.destroy(), resolve(true)));
+    socket.once('error', () => resolve(false));
+  });
+
+/** The ports a command line names: host:port, localhost:port, `http.server PORT`. */
+function portsOf(command: string): number[] {
+  const ports = new Set<number>();
+  for (const m of withoutComment(command).matchAll(/(?:(?:localhost|127\.0\.0\.1|0\.0\.0\.0)?:|http\.server\s+)(\d{4,5})\b/g)) ports.add(Number(m[1]));
+  return [...ports];
+}
+
+async function ready(bg: Background, ports: number[]): Promise<void> {
+  const exitedEarly = () => {
+    if (bg.child.exitCode !== null) throw new Error(`\`${bg.command}\` exited (${bg.child.exitCode}) before it was ready:\n${bg.output()}`);
+  };
+  await waitFor(async () => {
+    exitedEarly();
+    if (ports.length > 0) return (await Promise.all(ports.map(answers))).every(Boolean) || undefined;
+    return /listening on|listener \S+ on|is running/.test(bg.output()) || undefined;
+  }, 30_000).catch((err: Error) => {
+    throw new Error(`${err.message}: \`${bg.command}\` not ready (ports ${ports.join(', ') || 'none'}):\n${bg.output()}`);
+  });
+}
+
+function runForeground(script: string, at: Env): Promise<{ code: number | null; out: string }> {
+  const child = spawn('bash', ['-e', '-o', 'pipefail', '-c', script], { cwd: at.dir, env: at.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+  return once(child, 'exit').then(([code]) => (clearTimeout(timer), { code: code as number | null, out }));
+}
+
+/** The command of a doc's block that starts with `start` (a heredoc whole): what a scenario prepares from another section. */
+function commandFrom(file: string, start: string): string {
+  const command = commandsOf(findBlock(file, start)).find((c) => c.startsWith(start));
+  assert.ok(command, `${file}: no command starts with ${start}`);
+  return command;
+}
+
+function findBlock(file: string, at: string): Block {
+  const found = blocksOf(file).filter((b) => b.body.includes(at));
+  assert.equal(found.length, 1, `${file}: "${at}" should be in exactly one block, found ${found.length}`);
+  return found[0]!;
+}
+
+async function runScenario(scenario: Scenario, root: string): Promise<void> {
+  const at = makeEnv(root);
+  const background: Background[] = [];
+  const startAndWait = async (command: string, ports: number[]) => {
+    const bg = startBackground(command, at);
+    background.push(bg);
+    await ready(bg, ports);
+    return bg.output();
+  };
+  try {
+    for (const command of scenario.prepare ?? []) {
+      const { code, out } = await runForeground(command, at);
+      assert.equal(code, 0, `${command}: ${out}`);
+    }
+    for (const command of scenario.running ?? []) await startAndWait(command, portsOf(command));
+    for (const step of scenario.steps) {
+      const block = findBlock(scenario.file, step.at);
+      const where = `${block.file}:${block.line}`;
+      if (!isShell(block)) throw new Error(`${where}: not a shell block`);
+      const transcript = block.lang === '' || block.lang === 'console';
+      if (transcript) {
+        const lines = block.body.split('\n');
+        for (let i = 0; i < lines.length; i++) {
+          if (!lines[i]!.startsWith('$ ')) continue;
+          const shown: string[] = [];
+          for (let j = i + 1; j < lines.length && !lines[j]!.startsWith('$ '); j++) shown.push(lines[j]!);
+          const { out } = await runForeground(lines[i]!.slice(2), at);
+          assert.equal(out.trimEnd(), shown.join('\n').trimEnd(), `${where}: ${lines[i]}`);
+        }
+        continue;
+      }
+      let foreground: string[] = [];
+      let output = '';
+      const flush = async () => {
+        if (foreground.length === 0) return;
+        const { code, out } = await runForeground(foreground.join('\n'), at);
+        foreground = [];
+        output += out;
+        assert.equal(code, step.exit ?? 0, `${where}: exit status ${code}, output:\n${out}`);
+      };
+      for (const command of commandsOf(block)) {
+        const code = withoutComment(command);
+        const trailingAmp = /[^&]&\s*$/.test(code);
+        if (trailingAmp || step.bg?.some((b) => code.startsWith(b))) {
+          await flush();
+          const text = trailingAmp ? code.replace(/&\s*$/, '') : code;
+          output += await startAndWait(text, [...portsOf(text), ...(step.ports ?? [])]);
+        } else foreground.push(command);
+      }
+      await flush();
+      for (const re of step.expect ?? []) assert.match(output, re, `${where}: output`);
+      if (step.shows) {
+        const shown = findBlock(scenario.file, step.shows);
+        const lines = new Set(output.split('\n'));
+        for (const line of shown.body.trimEnd().split('\n')) {
+          if (line.trim() !== '...') assert.ok(lines.has(line), `${shown.file}:${shown.line}: "${line}" not in the output of ${where}:\n${output}`);
+        }
+      }
+    }
+    for (const { command, expect } of scenario.then ?? []) {
+      const { code, out } = await runForeground(command, at);
+      assert.equal(code, 0, `${command}: ${out}`);
+      assert.match(out, expect, command);
+    }
+  } finally {
+    for (const bg of background.reverse()) await stopBackground(bg);
+  }
+}
+
+// ---- the tests ----
+
+describe('docs samples', () => {
+  const tmp = tempDir('mesh-docs-samples-');
+  after(() => tmp.cleanup());
+
+  it('every shell block of the covered files that starts a process or calls the mesh is run by a test or says why not', () => {
+    const run = new Set<string>();
+    for (const s of SCENARIOS) for (const step of s.steps) {
+      const b = findBlock(s.file, step.at);
+      run.add(`${b.file}:${b.line}`);
+    }
+    for (const e of ELSEWHERE) {
+      const b = findBlock(e.file, e.at);
+      assert.ok(readFileSync(join(ROOT, e.by), 'utf8').includes(e.file), `${e.by} should mention ${e.file}`);
+      run.add(`${b.file}:${b.line}`);
+    }
+    const missing: string[] = [];
+    for (const file of COVERED) {
+      for (const b of blocksOf(file)) {
+        if (!startsProcess(b) || b.marked || run.has(`${b.file}:${b.line}`)) continue;
+        missing.push(`${b.file}:${b.line}: ${b.body.split('\n')[0]}`);
+      }
+    }
+    assert.deepEqual(missing, [], `blocks neither run by a test nor marked <!-- sample: not run: REASON -->:\n${missing.join('\n')}`);
+  });
+
+  it('config blocks load with the real loaders', async () => {
+    const { parseRouteFile } = (await import(join(ROOT, 'dist/src/edge/routes/file.js'))) as { parseRouteFile: (text: string, file: string) => unknown };
+    const { parseProxyConfig } = (await import(join(ROOT, 'dist/src/fronts/proxy/config.js'))) as { parseProxyConfig: (text: string, file: string) => unknown };
+    let checked = 0;
+    for (const file of COVERED) {
+      for (const b of blocksOf(file)) {
+        if (b.lang !== 'yaml' || b.marked) continue;
+        const where = `${b.file}:${b.line}`;
+        if (/^kind: HTTPRoute/m.test(b.body)) assert.doesNotThrow(() => parseRouteFile(b.body, where), where);
+        else if (/^listeners:/m.test(b.body)) assert.doesNotThrow(() => parseProxyConfig(b.body, where), where);
+        else continue;
+        checked++;
+      }
+    }
+    assert.ok(checked > 0);
+  });
+
+  for (const [i, scenario] of SCENARIOS.entries()) {
+    it(`${scenario.file}: ${scenario.name}`, { timeout: 120_000 }, async () => {
+      await runScenario(scenario, join(tmp.path, String(i)));
+    });
+  }
+});
