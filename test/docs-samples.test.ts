@@ -41,10 +41,10 @@ import { once } from 'node:events';
 import { CLI, ROOT, tempDir, waitFor } from './helpers.js';
 
 /** The files the rule holds for. */
-const COVERED = ['README.md', 'docs/routing.md'];
+const COVERED = ['README.md', 'docs/routing.md', 'docs/gateway.md', 'docs/cli.md', 'docs/sidecar.md', 'docs/zero-trust.md', 'docs/security.md', 'docs/proxy.md', 'docs/admin.md', 'docs/grpc.md'];
 
 const MARK = /^<!-- sample: not run: (\S.*\S) -->$/;
-const SHELL = new Set(['sh', 'bash', 'shell', 'console', '']);
+const SHELL = new Set(['sh', 'bash', 'shell', 'zsh', 'console', '']);
 const STARTS = /(?:^|[|&;(]\s*|\$\(\s*|<\(\s*)(?:\w+=\S*\s+)*(?:mesh|npx|curl|grpcurl|node|npm|python3?|tsx)(?:\s|$)/;
 
 interface Block {
@@ -116,9 +116,22 @@ interface Step {
   ports?: number[];
   /** The exit status of the block's foreground commands (default 0). */
   exit?: number;
-  /** Patterns the output (stdout and stderr of its commands, background ones until ready) must match. */
+  /** Patterns the stdout of its foreground commands must match. */
   expect?: RegExp[];
-  /** Text found in exactly one output block of the file: each of its lines (but `...`) is a line of the output. */
+  /** Patterns all its output must match (stdout and stderr, of background commands until ready too). */
+  expectAll?: RegExp[];
+  /** The block's background commands are alternatives: each is stopped once ready, before the next starts. */
+  alternatives?: boolean;
+  /**
+   * A transcript's output lines that may come or not (a warning that depends on the machine), and
+   * the doc's lines such a line stands in for when it comes (the `ok:` line of a check).
+   */
+  ignore?: { line: RegExp; replaces?: RegExp };
+  /** Placeholders of the block and what the test puts there. */
+  replace?: Array<[string, string]>;
+  /** Each foreground command runs in a fresh directory of its own (the block shows alternatives). */
+  separately?: boolean;
+  /** Text found in exactly one output block of the file: each of its lines (but `...`) is a line of the output (stdout and stderr, of background commands until ready too). */
   shows?: string;
 }
 
@@ -136,11 +149,94 @@ interface Scenario {
 
 /** Blocks run by another test file, which must mention the doc. */
 const ELSEWHERE: Array<{ file: string; at: string; by: string }> = [
+  { file: 'docs/cli.md', at: 'node /path/to/checkout/dist/src/cli/main.js version', by: 'test/cli-anywhere.test.ts' },
   { file: 'README.md', at: 'npm pkg set type=module', by: 'test/package.test.ts' },
   { file: 'README.md', at: 'npx tsc --module nodenext', by: 'test/package.test.ts' },
 ];
 
 const SCENARIOS: Scenario[] = [
+  {
+    file: 'docs/cli.md',
+    name: 'Mistakes: what the CLI prints for each',
+    steps: [
+      { at: "$ mesh deregister service '{\"Name\":\"a\"}' --register_ttl=2s" },
+      { at: '$ mesh ap\n' },
+    ],
+  },
+  {
+    file: 'docs/cli.md',
+    name: 'A full disk under the output',
+    prepare: [`mesh register service '{"Name":"foo","Nodes":[{"Id":"foo-1","Address":"127.0.0.1","Port":9090}]}'`],
+    steps: [{ at: '$ mesh get service foo > /dev/full' }],
+  },
+  {
+    file: 'docs/cli.md',
+    name: 'Registering by hand',
+    steps: [{ at: "mesh register service --register_ttl=30s '{\"Name\":\"go.mesh.srv.foo\"" }],
+    then: [{ command: 'mesh list services', expect: /^$/ }],
+  },
+  {
+    file: 'docs/cli.md',
+    name: 'Streaming calls, directly and through a sidecar',
+    steps: [{ at: "mesh call --stream=server go.mesh.api.counter Count.Up '{\"to\":3}'", expect: [/^\{"n":1\}\n\{"n":2\}\n\{"n":3\}\n\{"echo":"hello"\}\n\{"echo":"world"\}\n\{"n":1\}\n\{"n":2\}\n$/] }],
+  },
+  {
+    file: 'docs/cli.md',
+    name: 'mesh check on a fresh mesh',
+    // On Node.js 20 (past its end of life) the check adds its warning about that.
+    steps: [{ at: '$ mesh check\nok: no problem found', ignore: { line: /^warning: node_version: /, replaces: /^ok: / } }],
+  },
+  {
+    file: 'docs/cli.md',
+    name: 'Shell completion, bash and zsh',
+    steps: [{ at: 'source <(mesh completion bash)' }, { at: 'source <(mesh completion zsh)' }],
+    then: [{ command: 'grep -c mesh ~/.local/share/bash-completion/completions/mesh ~/.zfunc/_mesh', expect: /completions\/mesh:[1-9]\d*\n.*_mesh:[1-9]/ }],
+  },
+  {
+    file: 'docs/cli.md',
+    name: 'mesh new service',
+    steps: [
+      { at: 'mesh new service hello                  # go.mesh.srv.hello in ./hello', expect: [/created go\.mesh\.srv\.hello in hello/, /created go\.mesh\.srv\.billing in billing/, /created acme\.orders in \S*src\/orders/] },
+      {
+        at: 'mesh new service hello --mesh=/path/to/checkout',
+        replace: [['/path/to/checkout', ROOT], ['/path/to/', '$HOME/']],
+        separately: true,
+        expect: [/created go\.mesh\.srv\.hello in hello/],
+      },
+    ],
+    prepare: ['touch "$HOME/mesh-platform-mesh-0.1.0.tgz"'],
+    then: [{ command: 'grep -h @mesh-platform/mesh sample-*/hello/package.json', expect: new RegExp(`"@mesh-platform/mesh": "file:${ROOT}",?\\n.*"@mesh-platform/mesh": "file:/.*/mesh-platform-mesh-0\\.1\\.0\\.tgz"`) }],
+  },
+  {
+    file: 'docs/gateway.md',
+    name: 'Try it: the demo through the gateway',
+    steps: [{ at: "npm start          # mesh dev: the greeter services, the gateway on :8080", bg: ['npm start'], expect: [/^\{"message":"Hello John"\}\{"msg":"Hello John"\}$/m] }],
+  },
+  {
+    file: 'docs/gateway.md',
+    name: 'The gateway on its own, as it says at start',
+    steps: [
+      {
+        at: 'mesh api --address=127.0.0.1:9000 --handler=rpc --namespace=go.mesh.srv',
+        bg: ['mesh api'],
+        alternatives: true,
+        shows: 'mesh api listening on http://0.0.0.0:8080 (namespace go.mesh.api, registry router, api handler fallback)\nmesh api admin',
+        expectAll: [/^mesh api listening on http:\/\/127\.0\.0\.1:9000 \(namespace go\.mesh\.srv, rpc handler\)$/m],
+      },
+    ],
+  },
+  {
+    file: 'docs/gateway.md',
+    name: 'Admin /routes dumps the route table',
+    running: ['mesh dev'],
+    steps: [{ at: "curl '127.0.0.1:9901/routes?route_config_name=go.mesh.api'", expect: [/"route_config_name": "go\.mesh\.api",/, /"route_table_dump": \[/] }],
+  },
+  {
+    file: 'docs/gateway.md',
+    name: 'Streaming endpoints: Server-Sent Events with curl, WebSocket from Node.js',
+    steps: [{ at: 'npx tsx examples/counter.ts &        # go.mesh.api.counter', expect: [/^data: \{"n":1\}\n\ndata: \{"n":2\}\n\ndata: \{"n":3\}\n\n/m] }],
+    then: [{ command: `${saved('docs/gateway.md', "new WebSocket('ws://127.0.0.1:8080/counter/echo/chat')", 'chat.mjs')}\nnode chat.mjs`, expect: /^\{"echo":"hello"\}\n\{"echo":"world"\}\nclosed 1000 \n$/ }],
+  },
   {
     file: 'README.md',
     name: 'Try it: the demo, called with mesh, curl and the admin interface',
@@ -192,7 +288,7 @@ function makeEnv(root: string): Env {
   const bin = join(root, 'bin');
   const dir = join(root, 'work');
   const home = join(root, 'home');
-  for (const d of [bin, dir, home, join(root, 'mesh-home')]) mkdirSync(d, { recursive: true });
+  for (const d of [bin, dir, home]) mkdirSync(d, { recursive: true });
   for (const entry of readdirSync(ROOT)) if (entry !== '.git') symlinkSync(join(ROOT, entry), join(dir, entry));
   const realNpm = (name: string) => {
     for (const p of (process.env.PATH ?? '').split(':')) {
@@ -295,13 +391,15 @@ async function ready(bg: Background, ports: number[]): Promise<void> {
   });
 }
 
-function runForeground(script: string, at: Env): Promise<{ code: number | null; out: string }> {
-  const child = spawn('bash', ['-e', '-o', 'pipefail', '-c', script], { cwd: at.dir, env: at.env, stdio: ['ignore', 'pipe', 'pipe'] });
+/** Runs a script to its end: its exit status, its stdout, and stdout and stderr as they came. */
+function runForeground(script: string, at: Env, shell = 'bash'): Promise<{ code: number | null; stdout: string; out: string }> {
+  const child = spawn(shell, ['-e', '-o', 'pipefail', '-c', script], { cwd: at.dir, env: at.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
   let out = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stdout.on('data', (d: Buffer) => ((stdout += d.toString()), (out += d.toString())));
   child.stderr.on('data', (d: Buffer) => (out += d.toString()));
   const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-  return once(child, 'exit').then(([code]) => (clearTimeout(timer), { code: code as number | null, out }));
+  return once(child, 'exit').then(([code]) => (clearTimeout(timer), { code: code as number | null, stdout, out }));
 }
 
 /** The command of a doc's block that starts with `start` (a heredoc whole): what a scenario prepares from another section. */
@@ -309,6 +407,11 @@ function commandFrom(file: string, start: string): string {
   const command = commandsOf(findBlock(file, start)).find((c) => c.startsWith(start));
   assert.ok(command, `${file}: no command starts with ${start}`);
   return command;
+}
+
+/** A command that saves a doc's code block as a file (what the doc says to save it as). */
+function saved(file: string, at: string, name: string): string {
+  return `cat > ${name} <<'SAMPLE_EOF'\n${findBlock(file, at).body}SAMPLE_EOF`;
 }
 
 function findBlock(file: string, at: string): Block {
@@ -344,42 +447,54 @@ async function runScenario(scenario: Scenario, root: string): Promise<void> {
           const shown: string[] = [];
           for (let j = i + 1; j < lines.length && !lines[j]!.startsWith('$ '); j++) shown.push(lines[j]!);
           const { out } = await runForeground(lines[i]!.slice(2), at);
-          assert.equal(out.trimEnd(), shown.join('\n').trimEnd(), `${where}: ${lines[i]}`);
+          const printed = out.split('\n').filter((l) => !step.ignore?.line.test(l));
+          const replaced = printed.length < out.split('\n').length;
+          const expected = shown.filter((l) => !(replaced && step.ignore?.replaces?.test(l)));
+          assert.equal(printed.join('\n').trimEnd(), expected.join('\n').trimEnd(), `${where}: ${lines[i]}`);
         }
         continue;
       }
       let foreground: string[] = [];
       let output = '';
+      let shown = '';
+      const shell = block.lang === 'zsh' ? 'zsh' : 'bash';
       const flush = async () => {
         if (foreground.length === 0) return;
-        const { code, out } = await runForeground(foreground.join('\n'), at);
+        const scripts = step.separately ? foreground.map((c, n) => `mkdir -p sample-${n} && cd sample-${n}\n${c}`) : [foreground.join('\n')];
         foreground = [];
-        output += out;
-        assert.equal(code, step.exit ?? 0, `${where}: exit status ${code}, output:\n${out}`);
+        for (const script of scripts) {
+          const { code, stdout, out } = await runForeground(script, at, shell);
+          output += stdout;
+          shown += out;
+          assert.equal(code, step.exit ?? 0, `${where}: exit status ${code}, output:\n${out}`);
+        }
       };
-      for (const command of commandsOf(block)) {
+      for (const written of commandsOf(block)) {
+        const command = (step.replace ?? []).reduce((c, [from, to]) => c.replaceAll(from, to), written);
         const code = withoutComment(command);
         const trailingAmp = /[^&]&\s*$/.test(code);
         if (trailingAmp || step.bg?.some((b) => code.startsWith(b))) {
           await flush();
           const text = trailingAmp ? code.replace(/&\s*$/, '') : code;
-          output += await startAndWait(text, [...portsOf(text), ...(step.ports ?? [])]);
+          shown += await startAndWait(text, [...portsOf(text), ...(step.ports ?? [])]);
+          if (step.alternatives) await stopBackground(background.pop()!);
         } else foreground.push(command);
       }
       await flush();
-      for (const re of step.expect ?? []) assert.match(output, re, `${where}: output`);
+      for (const re of step.expect ?? []) assert.match(output, re, `${where}: stdout; all output:\n${shown}`);
+      for (const re of step.expectAll ?? []) assert.match(shown, re, `${where}: output`);
       if (step.shows) {
-        const shown = findBlock(scenario.file, step.shows);
-        const lines = new Set(output.split('\n'));
-        for (const line of shown.body.trimEnd().split('\n')) {
-          if (line.trim() !== '...') assert.ok(lines.has(line), `${shown.file}:${shown.line}: "${line}" not in the output of ${where}:\n${output}`);
+        const block = findBlock(scenario.file, step.shows);
+        const lines = new Set(shown.split('\n'));
+        for (const line of block.body.trimEnd().split('\n')) {
+          if (line.trim() !== '...') assert.ok(lines.has(line), `${block.file}:${block.line}: "${line}" not in the output of ${where}:\n${shown}`);
         }
       }
     }
     for (const { command, expect } of scenario.then ?? []) {
-      const { code, out } = await runForeground(command, at);
+      const { code, stdout, out } = await runForeground(command, at);
       assert.equal(code, 0, `${command}: ${out}`);
-      assert.match(out, expect, command);
+      assert.match(stdout, expect, `${command}: ${out}`);
     }
   } finally {
     for (const bg of background.reverse()) await stopBackground(bg);
