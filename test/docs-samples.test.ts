@@ -25,8 +25,9 @@
  * runs after the build) and `npm run build` there does nothing (the suite runs after a build).
  * A command ending with `&`, or one a step lists in `bg`, runs in the background until the end of
  * the scenario (its process group is then stopped); the next command waits until it is ready:
- * every port its command line names answers, or, without one, it printed `listening on` (what
- * every mesh server and service prints once bound and registered). Other commands run in order,
+ * a mesh process (the CLI, a service) printed `listening on` (what every mesh server and service
+ * prints once bound and registered); another (a python or node app) answers on every port its
+ * command line names (or the step lists). Other commands run in order,
  * `bash -e -o pipefail`, and must exit 0 (or the step's `exit`). A transcript block (`$ ` lines)
  * runs each `$` command and compares what it prints with the lines under it. Steps may assert
  * more of the output (`expect`).
@@ -141,8 +142,8 @@ interface Scenario {
   steps: Step[];
   /** Commands, not from the doc, run first: what the doc's prose says is there (a file, a built tree). */
   prepare?: string[];
-  /** Commands, not from the doc, run in the background first: what the doc's prose says is running. */
-  running?: string[];
+  /** Commands, not from the doc, run in the background first: what the doc's prose says is running (ready as a step's are, or once `ports` answer). */
+  running?: Array<string | { command: string; ports: number[] }>;
   /** Commands, not from the doc, run last: what the doc's prose says then answers. */
   then?: Array<{ command: string; expect: RegExp }>;
 }
@@ -155,6 +156,66 @@ const ELSEWHERE: Array<{ file: string; at: string; by: string }> = [
 ];
 
 const SCENARIOS: Scenario[] = [
+  {
+    file: 'docs/sidecar.md',
+    name: 'Try it: the demo\'s sidecar',
+    steps: [
+      {
+        at: 'npm start            # mesh dev also starts a sidecar',
+        bg: ['npm start'],
+        expect: [/^\[\{"name":"go\.mesh\.api\.greeter"\},\{"name":"go\.mesh\.srv\.greeter"\}\]\{"msg":"Hello John"\}go\.mesh\.api\.greeter\ngo\.mesh\.srv\.greeter\n$/],
+      },
+    ],
+  },
+  {
+    file: 'docs/sidecar.md',
+    name: 'A sidecar on its own, as it says at start',
+    steps: [{ at: 'mesh sidecar --address=:8081                    # all interfaces', bg: ['mesh sidecar'], alternatives: true, shows: 'app go.mesh.srv.billing at 127.0.0.1:9090: checked at' }],
+  },
+  {
+    file: 'docs/sidecar.md',
+    name: 'A plain app behind the sidecar',
+    prepare: [saved('docs/sidecar.md', '// app.mjs: node app.mjs', 'app.mjs')],
+    running: [{ command: 'node app.mjs', ports: [9090] }, 'mesh sidecar'],
+    steps: [{ at: "curl -XPOST 'localhost:8081/registry?ttl=30s'", expect: [/\{"said":\{"hi":1\}\}$/] }],
+  },
+  {
+    file: 'docs/sidecar.md',
+    name: 'POST /rpc, JSON and form fields',
+    running: ['mesh dev'],
+    steps: [{ at: 'curl -XPOST localhost:8081/rpc -d service=go.mesh.srv.greeter', expect: [/^\{"msg":"Hello John"\}\{"msg":"Hello John"\}$/] }],
+  },
+  {
+    file: 'docs/sidecar.md',
+    name: 'Streaming endpoints through the sidecar: SSE and WebSockets',
+    steps: [{ at: "curl -N -H 'accept: text/event-stream' 'localhost:8081/counter/count/up?to=2'", expect: [/^data: \{"n":1\}\n\ndata: \{"n":2\}\n\n\{"echo":"hi"\}\nclosed 1000\n\{"n":1\}\n\{"n":2\}\nclosed 1000\n$/] }],
+  },
+  {
+    file: 'docs/sidecar.md',
+    name: 'Publishing through the sidecar, plain and CloudEvents',
+    running: ['mesh sidecar'],
+    steps: [{ at: "curl -XPOST 'localhost:8081/broker?topic=orders' -H 'Timestamp: 1499951537'" }, { at: "-H 'ce-specversion: 1.0' -H 'ce-id: ord-1'" }],
+  },
+  {
+    file: 'docs/sidecar.md',
+    name: 'An app in Python behind a sidecar with mutual TLS',
+    prepare: [saved('docs/sidecar.md', '# who_app.py: python3 who_app.py', 'who_app.py')],
+    steps: [
+      {
+        at: 'python3 who_app.py &',
+        ports: [9090],
+        exit: 1,
+        expect: [/^\{\n {2}"caller": "spiffe:\/\/mesh\.local\/svc\/mesh\.cli"\n\}\n$/],
+        expectAll: [/^mesh: service go\.mesh\.srv\.who accepts mutual TLS only \(--mtls=strict\): call it with a mesh workload certificate \(400 Bad Request\)$/m],
+      },
+    ],
+  },
+  {
+    file: 'docs/sidecar.md',
+    name: 'The CLI through a sidecar',
+    running: ['npx tsx examples/greeter-srv.ts', 'npx tsx examples/counter.ts', 'mesh sidecar'],
+    steps: [{ at: 'mesh --proxy_address=127.0.0.1:8081 list services        # GET /registry', bg: ['mesh --proxy_address=127.0.0.1:8081 subscribe'] }],
+  },
   {
     file: 'docs/cli.md',
     name: 'Mistakes: what the CLI prints for each',
@@ -356,8 +417,9 @@ async function stopBackground(bg: Background): Promise<void> {
       // the group is gone
     }
   };
+  // The scenario is over: no drain is awaited (each process's own tests cover that).
   group('SIGTERM');
-  const timer = setTimeout(() => group('SIGKILL'), 10_000);
+  const timer = setTimeout(() => group('SIGKILL'), 2000);
   await exited;
   clearTimeout(timer);
   // What the shell left behind in the group (npx's node, a server) goes too.
@@ -378,14 +440,17 @@ function portsOf(command: string): number[] {
   return [...ports];
 }
 
+/** A command that runs mesh (its CLI, a service of the examples, a service built from a doc): it says when it is ready. */
+const MESH_PROCESS = /(?:^|\s)(?:mesh|npm start|\S*main\.js|\S*examples\/\S+|greeter\.js)(?:\s|$)/;
+
 async function ready(bg: Background, ports: number[]): Promise<void> {
   const exitedEarly = () => {
     if (bg.child.exitCode !== null) throw new Error(`\`${bg.command}\` exited (${bg.child.exitCode}) before it was ready:\n${bg.output()}`);
   };
   await waitFor(async () => {
     exitedEarly();
-    if (ports.length > 0) return (await Promise.all(ports.map(answers))).every(Boolean) || undefined;
-    return /listening on|listener \S+ on|is running/.test(bg.output()) || undefined;
+    if (MESH_PROCESS.test(bg.command)) return /listening on|listener \S+ on|is running|subscribed to/.test(bg.output()) || undefined;
+    return (await Promise.all(ports.map(answers))).every(Boolean) || undefined;
   }, 30_000).catch((err: Error) => {
     throw new Error(`${err.message}: \`${bg.command}\` not ready (ports ${ports.join(', ') || 'none'}):\n${bg.output()}`);
   });
@@ -434,7 +499,7 @@ async function runScenario(scenario: Scenario, root: string): Promise<void> {
       const { code, out } = await runForeground(command, at);
       assert.equal(code, 0, `${command}: ${out}`);
     }
-    for (const command of scenario.running ?? []) await startAndWait(command, portsOf(command));
+    await Promise.all((scenario.running ?? []).map((r) => (typeof r === 'string' ? startAndWait(r, portsOf(r)) : startAndWait(r.command, r.ports))));
     for (const step of scenario.steps) {
       const block = findBlock(scenario.file, step.at);
       const where = `${block.file}:${block.line}`;
@@ -497,7 +562,7 @@ async function runScenario(scenario: Scenario, root: string): Promise<void> {
       assert.match(stdout, expect, `${command}: ${out}`);
     }
   } finally {
-    for (const bg of background.reverse()) await stopBackground(bg);
+    await Promise.all(background.map(stopBackground));
   }
 }
 
