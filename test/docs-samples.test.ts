@@ -22,7 +22,8 @@
  * with HOME and MESH_HOME fresh temporary directories, and a PATH whose `mesh` runs this tree's
  * dist/src/cli/main.js. Shims on that PATH: `npx mesh ...` is that `mesh`, `npx tsx|tsc` the
  * checkout's (or the project's) own; `npm start` in the checkout is `mesh dev` (what its script
- * runs after the build) and `npm run build` there does nothing (the suite runs after a build).
+ * runs after the build), and `npm install` and `npm run build` there do nothing (the suite runs
+ * in an installed and built checkout).
  * A command ending with `&`, or one a step lists in `bg`, runs in the background until the end of
  * the scenario (its process group is then stopped); the next command waits until it is ready:
  * a mesh process (the CLI, a service) printed `listening on` (what every mesh server and service
@@ -109,7 +110,7 @@ const isShell = (b: Block) => SHELL.has(b.lang);
 const startsProcess = (b: Block) => isShell(b) && commandsOf(b).some((c) => STARTS.test(withoutComment(c).split('\n')[0]!));
 
 interface Step {
-  /** Text found in exactly one block of the scenario's file. */
+  /** Text found in exactly one block of the scenario's file (or the whole text of one block). */
   at: string;
   /** Commands (by their start) run in the background although the doc runs them in the foreground (a server the doc leaves running). */
   bg?: string[];
@@ -132,6 +133,8 @@ interface Step {
   replace?: Array<[string, string]>;
   /** Each foreground command runs in a fresh directory of its own (the block shows alternatives). */
   separately?: boolean;
+  /** In a session: what the step's background processes print once up, awaited before the next block. */
+  waitFor?: RegExp[];
   /** Text found in exactly one output block of the file: each of its lines (but `...`) is a line of the output (stdout and stderr, of background commands until ready too). */
   shows?: string;
 }
@@ -140,6 +143,12 @@ interface Scenario {
   file: string;
   name: string;
   steps: Step[];
+  /**
+   * The doc is one shell session (its samples use `export` and job numbers, `kill %1`): every
+   * block runs in one bash, in order, as typed at a prompt; a step's `waitFor` patterns are what
+   * the reader waits to see (the background processes' listening lines) before the next block.
+   */
+  session?: boolean;
   /** Commands, not from the doc, run first: what the doc's prose says is there (a file, a built tree). */
   prepare?: string[];
   /** Commands, not from the doc, run in the background first: what the doc's prose says is running (ready as a step's are, or once `ports` answer). */
@@ -156,6 +165,40 @@ const ELSEWHERE: Array<{ file: string; at: string; by: string }> = [
 ];
 
 const SCENARIOS: Scenario[] = [
+  {
+    file: 'docs/zero-trust.md',
+    name: 'Zero trust in five minutes, as one shell session',
+    session: true,
+    steps: [
+      { at: 'export MESH_HOME=$(mktemp -d)', expect: [/^made a mesh CA in \S+\/ca\nserial\tfingerprint\tsubject\texpires\tdays_left\tsigns\n[0-9a-f]+\t[0-9A-F:]+\tCN=mesh root CA /m] },
+      {
+        at: 'node --import tsx examples/greeter-srv.ts --mtls=permissive',
+        waitFor: [/^mesh api admin on http:\/\/127\.0\.0\.1:9901$/m, /^go\.mesh\.api\.greeter listening on 127\.0\.0\.1:9091 \(node \S+\), admin on 127\.0\.0\.1:9912$/m, /^go\.mesh\.srv\.greeter listening on 127\.0\.0\.1:9090 \(node \S+\), admin on 127\.0\.0\.1:9911$/m],
+      },
+      { at: "curl -s 'localhost:8080/greeter/say/hello?name=John'\nnpx mesh get service go.mesh.srv.greeter", expect: [/^\{"message":"Hello John"\}service  go\.mesh\.srv\.greeter$/m, /\t127\.0\.0\.1\t9090\tbroker=http,mtls=true,protocol=mesh,registry=local,transport=http$/m] },
+      { at: "curl -s 'localhost:9901/stats?filter=membership_(mtls|total)'", expect: [/^\{"msg":"Hello John"\}http\.rpc\.downstream_cx_plain_refused: 0\nhttp\.rpc\.ssl\.handshake: 1\ncluster\.go\.mesh\.api\.greeter\.membership_mtls: 1\ncluster\.go\.mesh\.api\.greeter\.membership_total: 1\n/m] },
+      {
+        at: 'kill $SRV $API $GW; wait',
+        waitFor: [/^mesh api admin on http:\/\/127\.0\.0\.1:9901$/m, /^go\.mesh\.api\.greeter listening on 127\.0\.0\.1:9091 /m, /^go\.mesh\.srv\.greeter listening on 127\.0\.0\.1:9090 /m],
+      },
+      { at: "name=John'\ncurl -s 127.0.0.1:9090/", expect: [/^\{"message":"Hello John"\}\{"id":"go\.mesh\.srv\.greeter","code":400,"detail":"service go\.mesh\.srv\.greeter accepts mutual TLS only \(--mtls=strict\): call it with a mesh workload certificate","status":"Bad Request"\}/m] },
+      { at: 'openssl s_client -connect 127.0.0.1:9090 </dev/null', expect: [/^X509v3 Subject Alternative Name: critical\n {4}URI:spiffe:\/\/mesh\.local\/svc\/go\.mesh\.srv\.greeter\n.*alert certificate required/m] },
+      { at: "npx mesh call go.mesh.srv.greeter Say.Hello '{\"name\":\"John\"}'", expect: [/^\{\n {2}"msg": "Hello John"\n\}\n/m] },
+      { at: 'cat > "$MESH_HOME/rules.yaml"', waitFor: [/^go\.mesh\.srv\.greeter listening on 127\.0\.0\.1:9090 /m] },
+      {
+        at: "curl -s 'localhost:9911/stats?filter=^authz'",
+        expect: [
+          /^\{"message":"Hello John"\}/,
+          /\{"id":"go\.mesh\.authz","code":403,"detail":"caller spiffe:\/\/mesh\.local\/svc\/mesh\.api may not call go\.mesh\.srv\.greeter Say\.Hello \(denied by rule 3\)","status":"Forbidden"\}/m,
+          /^mesh: caller spiffe:\/\/mesh\.local\/svc\/mesh\.cli may not call go\.mesh\.srv\.greeter Say\.Hello \(denied by rule 3\) \(403 Forbidden\)$/m,
+          /^node\taddress\tstatus\ngo\.mesh\.srv\.greeter-\S+\t127\.0\.0\.1:9090\tok\n/m,
+          /^authz\.allowed: 2\nauthz\.denied: 2\n/m,
+        ],
+      },
+      { at: 'curl -s localhost:9911/certs', expect: [/"path": "workload:spiffe:\/\/mesh\.local\/svc\/go\.mesh\.srv\.greeter"/] },
+      { at: "curl -s 'localhost:9911/stats?filter=ssl'\n", expect: [/^http\.rpc\.ssl\.handshake: \d+$/m, /^cluster\.go\.mesh\.srv\.greeter\.membership_mtls: 1$/m] },
+    ],
+  },
   {
     file: 'docs/sidecar.md',
     name: 'Try it: the demo\'s sidecar',
@@ -375,7 +418,7 @@ function makeEnv(root: string): Env {
       `if [ "$(pwd -P)" = "${ROOT}" ] || [ "$(readlink package.json)" = "${join(ROOT, 'package.json')}" ]; then`,
       '  case "$*" in',
       '    start) exec mesh dev ;;',
-      '    "run build") exit 0 ;;',
+      '    "run build"|install) exit 0 ;;',
       '  esac',
       'fi',
       `exec "${realNpm('npm')}" "$@"`,
@@ -390,6 +433,7 @@ function makeEnv(root: string): Env {
   env.PATH = `${bin}:${process.env.PATH ?? ''}`;
   env.HOME = home;
   env.MESH_HOME = join(root, 'mesh-home');
+  env.TMPDIR = home;
   return { dir, env };
 }
 
@@ -399,8 +443,8 @@ interface Background {
   output: () => string;
 }
 
-function startBackground(command: string, at: Env): Background {
-  const child = spawn('bash', ['-c', command], { cwd: at.dir, env: at.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+function startBackground(command: string, at: Env, stdin = false): Background {
+  const child = spawn('bash', ['-c', command], { cwd: at.dir, env: at.env, detached: true, stdio: [stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
@@ -480,13 +524,43 @@ function saved(file: string, at: string, name: string): string {
 }
 
 function findBlock(file: string, at: string): Block {
-  const found = blocksOf(file).filter((b) => b.body.includes(at));
+  let found = blocksOf(file).filter((b) => b.body.includes(at));
+  // Text that is a whole block and part of others names the whole one.
+  if (found.length > 1) found = found.filter((b) => b.body.trim() === at.trim());
   assert.equal(found.length, 1, `${file}: "${at}" should be in exactly one block, found ${found.length}`);
   return found[0]!;
 }
 
+/** A session scenario: the blocks typed into one bash, one after the other. */
+async function runSession(scenario: Scenario, at: Env): Promise<void> {
+  const bash = startBackground('bash -s', at, true);
+  try {
+    let seen = 0;
+    for (const [i, step] of scenario.steps.entries()) {
+      const block = findBlock(scenario.file, step.at);
+      const where = `${block.file}:${block.line}`;
+      const mark = `__sample_step_${i}_done__`;
+      bash.child.stdin!.write(`${block.body}echo; echo ${mark}\n`);
+      const patterns = [new RegExp(`^${mark}$`, 'm'), ...(step.waitFor ?? [])];
+      await waitFor(() => {
+        if (bash.child.exitCode !== null) throw new Error(`the session's bash exited (${bash.child.exitCode})`);
+        return patterns.every((re) => re.test(bash.output().slice(seen))) || undefined;
+      }, 30_000).catch((err: Error) => {
+        throw new Error(`${where}: ${err.message}; waiting for ${patterns.join(', ')} in:\n${bash.output().slice(seen)}`);
+      });
+      const output = bash.output().slice(seen);
+      seen = bash.output().length;
+      for (const re of [...(step.expect ?? []), ...(step.expectAll ?? [])]) assert.match(output, re, `${where}: output`);
+    }
+  } finally {
+    bash.child.stdin!.end();
+    await stopBackground(bash);
+  }
+}
+
 async function runScenario(scenario: Scenario, root: string): Promise<void> {
   const at = makeEnv(root);
+  if (scenario.session) return runSession(scenario, at);
   const background: Background[] = [];
   const startAndWait = async (command: string, ports: number[]) => {
     const bg = startBackground(command, at);
