@@ -133,7 +133,7 @@ interface Step {
   replace?: Array<[string, string]>;
   /** Each foreground command runs in a fresh directory of its own (the block shows alternatives). */
   separately?: boolean;
-  /** In a session: what the step's background processes print once up, awaited before the next block. */
+  /** In a session: what the step's background processes print once up, awaited after them (before the next command). */
   waitFor?: RegExp[];
   /** Text found in exactly one output block of the file: each of its lines (but `...`) is a line of the output (stdout and stderr, of background commands until ready too). */
   shows?: string;
@@ -165,6 +165,59 @@ const ELSEWHERE: Array<{ file: string; at: string; by: string }> = [
 ];
 
 const SCENARIOS: Scenario[] = [
+  {
+    file: 'docs/security.md',
+    name: 'The worked example of rules: API keys, scopes, a deny, a reload',
+    session: true,
+    prepare: [saved('docs/security.md', '  - name: greetings are public', 'rules.yaml'), saved('docs/security.md', 'alice-key-0123456789abcdef alice read,admin', 'keys.txt')],
+    steps: [
+      {
+        at: 'mesh api --auth=key --auth_keys=keys.txt --auth_rules=rules.yaml &',
+        waitFor: [/^mesh api admin on /m],
+        expect: [
+          /\{"id":"go\.mesh\.auth","code":401,"detail":"an API key is required \(Authorization: Bearer <key>\)","status":"Unauthorized"\}/,
+          /\{"id":"go\.mesh\.auth","code":403,"detail":"access to go\.mesh\.api\.greeter Admin\.Reset needs scope admin \(rule 2\)","status":"Forbidden"\}/,
+          /"name": "greetings are public"/,
+        ],
+      },
+    ],
+  },
+  {
+    file: 'docs/security.md',
+    name: 'How paths are matched: the worked example\'s deny, encoded',
+    prepare: [saved('docs/security.md', '  - name: greetings are public', 'rules.yaml'), saved('docs/security.md', 'alice-key-0123456789abcdef alice read,admin', 'keys.txt')],
+    running: ['mesh api --auth=key --auth_keys=keys.txt --auth_rules=rules.yaml'],
+    steps: [
+      {
+        at: 'curl -s localhost:8080/%69nternal/x',
+        expect: [/^(\{"id":"go\.mesh\.auth","code":403,"detail":"access to go\.mesh\.api\.internal Internal\.X denied by rule 3","status":"Forbidden"\}){2}\{"id":"go\.mesh\.api","code":400,"detail":"invalid path: \\";\\" \(path parameters\) is refused","status":"Bad Request"\}\{"id":"go\.mesh\.api","code":400,"detail":"invalid path: an encoded \\"\/\\" \(%2F\) is refused","status":"Bad Request"\}$/],
+      },
+    ],
+  },
+  {
+    file: 'docs/security.md',
+    name: 'Upgrade: h2c is refused',
+    running: ['mesh api --handler=proxy'],
+    steps: [{ at: 'curl -si --http2 localhost:8080/greeter/', shows: 'HTTP/1.1 400 Bad Request\ncontent-type: application/json\ncontent-length: 171' }],
+  },
+  {
+    file: 'docs/security.md',
+    name: 'Who may call whom, tried with the demo',
+    session: true,
+    steps: [
+      {
+        at: 'mesh dev --authz_rules=rules.yaml &',
+        waitFor: [/^mesh dev is running/m],
+        expect: [
+          /^\{\n {2}"msg": "Hello John"\n\}$/m,
+          /^mesh: caller spiffe:\/\/mesh\.local\/svc\/mesh\.cli may not call go\.mesh\.srv\.greeter Debug\.Health \(denied by rule 2\) \(403 Forbidden\)$/m,
+          /\{"message":"Hello John"\}/,
+          /authz\.allowed: 3\nauthz\.denied: 1\n/,
+          /"name": "the CLI may say hello, and nothing else"/,
+        ],
+      },
+    ],
+  },
   {
     file: 'docs/zero-trust.md',
     name: 'Zero trust in five minutes, as one shell session',
@@ -540,14 +593,23 @@ async function runSession(scenario: Scenario, at: Env): Promise<void> {
       const block = findBlock(scenario.file, step.at);
       const where = `${block.file}:${block.line}`;
       const mark = `__sample_step_${i}_done__`;
-      bash.child.stdin!.write(`${block.body}echo; echo ${mark}\n`);
-      const patterns = [new RegExp(`^${mark}$`, 'm'), ...(step.waitFor ?? [])];
-      await waitFor(() => {
-        if (bash.child.exitCode !== null) throw new Error(`the session's bash exited (${bash.child.exitCode})`);
-        return patterns.every((re) => re.test(bash.output().slice(seen))) || undefined;
-      }, 30_000).catch((err: Error) => {
-        throw new Error(`${where}: ${err.message}; waiting for ${patterns.join(', ')} in:\n${bash.output().slice(seen)}`);
-      });
+      const seeing = async (patterns: RegExp[]) =>
+        waitFor(() => {
+          if (bash.child.exitCode !== null) throw new Error(`the session's bash exited (${bash.child.exitCode})`);
+          return patterns.every((re) => re.test(bash.output().slice(seen))) || undefined;
+        }, 30_000).catch((err: Error) => {
+          throw new Error(`${where}: ${err.message}; waiting for ${patterns.join(', ')} in:\n${bash.output().slice(seen)}`);
+        });
+      // Typed a command at a time: after the background ones, the reader waits for what they print.
+      const commands = commandsOf(block);
+      for (const [n, command] of commands.entries()) {
+        bash.child.stdin!.write(`${command}\n`);
+        const background = /[^&]&\s*$/.test(withoutComment(command));
+        const nextIsBackground = n + 1 < commands.length && /[^&]&\s*$/.test(withoutComment(commands[n + 1]!));
+        if (background && !nextIsBackground && step.waitFor) await seeing(step.waitFor);
+      }
+      bash.child.stdin!.write(`echo; echo ${mark}\n`);
+      await seeing([new RegExp(`^${mark}$`, 'm'), ...(step.waitFor ?? [])]);
       const output = bash.output().slice(seen);
       seen = bash.output().length;
       for (const re of [...(step.expect ?? []), ...(step.expectAll ?? [])]) assert.match(output, re, `${where}: output`);
@@ -560,6 +622,10 @@ async function runSession(scenario: Scenario, at: Env): Promise<void> {
 
 async function runScenario(scenario: Scenario, root: string): Promise<void> {
   const at = makeEnv(root);
+  for (const command of scenario.prepare ?? []) {
+    const { code, out } = await runForeground(command, at);
+    assert.equal(code, 0, `${command}: ${out}`);
+  }
   if (scenario.session) return runSession(scenario, at);
   const background: Background[] = [];
   const startAndWait = async (command: string, ports: number[]) => {
@@ -569,10 +635,6 @@ async function runScenario(scenario: Scenario, root: string): Promise<void> {
     return bg.output();
   };
   try {
-    for (const command of scenario.prepare ?? []) {
-      const { code, out } = await runForeground(command, at);
-      assert.equal(code, 0, `${command}: ${out}`);
-    }
     await Promise.all((scenario.running ?? []).map((r) => (typeof r === 'string' ? startAndWait(r, portsOf(r)) : startAndWait(r.command, r.ports))));
     for (const step of scenario.steps) {
       const block = findBlock(scenario.file, step.at);
@@ -624,7 +686,7 @@ async function runScenario(scenario: Scenario, root: string): Promise<void> {
       for (const re of step.expectAll ?? []) assert.match(shown, re, `${where}: output`);
       if (step.shows) {
         const block = findBlock(scenario.file, step.shows);
-        const lines = new Set(shown.split('\n'));
+        const lines = new Set(shown.replace(/\r/g, '').split('\n'));
         for (const line of block.body.trimEnd().split('\n')) {
           if (line.trim() !== '...') assert.ok(lines.has(line), `${block.file}:${block.line}: "${line}" not in the output of ${where}:\n${shown}`);
         }
