@@ -166,6 +166,29 @@ const ELSEWHERE: Array<{ file: string; at: string; by: string }> = [
 
 const SCENARIOS: Scenario[] = [
   {
+    file: 'docs/proxy.md',
+    name: 'A proxy in front of two backends, and its /routes',
+    running: [
+      { command: `node -e "require('node:http').createServer((req, res) => res.end(req.url)).listen(9001, '127.0.0.1')"`, ports: [9001] },
+      { command: `node -e "require('node:http').createServer((req, res) => res.end(req.url)).listen(9002, '127.0.0.1')"`, ports: [9002] },
+    ],
+    steps: [
+      {
+        at: "cat > proxy.yaml <<'EOF'\nlisteners:\n  - name: ingress\n    address: 127.0.0.1:10000\n    routes:",
+        bg: ['mesh proxy'],
+        expect: [/^\/usersversion_info::static$/m, /backend::127\.0\.0\.1:9001::/, /backend::127\.0\.0\.1:9002::/],
+        expectAll: [/^mesh proxy listener ingress on http:\/\/127\.0\.0\.1:10000 \(1 route\)$/m, /^mesh proxy admin on http:\/\/127\.0\.0\.1:9903$/m, /^mesh proxy ready: 1 static cluster, no registry$/m],
+      },
+      { at: "curl '127.0.0.1:9903/routes?route_config_name=ingress'", expect: [/"route_config_name": ?"ingress"/, /"version_info": ?"static"/] },
+    ],
+  },
+  {
+    file: 'docs/admin.md',
+    name: '/config_dump, read with jq',
+    running: ['mesh dev'],
+    steps: [{ at: "curl -s localhost:9901/config_dump | jq '.configs[0].options.client_request_timeout'", expect: [/^5000\n$/] }],
+  },
+  {
     file: 'docs/security.md',
     name: 'The worked example of rules: API keys, scopes, a deny, a reload',
     session: true,
