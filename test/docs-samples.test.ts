@@ -164,7 +164,47 @@ const ELSEWHERE: Array<{ file: string; at: string; by: string }> = [
   { file: 'README.md', at: 'npx tsc --module nodenext', by: 'test/package.test.ts' },
 ];
 
+/**
+ * docs/grpc.md's server: its framework service serving gRPC with the stream handlers of "Serving
+ * streams", saved as greeter.ts, its types stripped into greeter.js; the .proto of the page in
+ * protos/helloworld.proto.
+ */
+const GRPC_SERVER = [
+  `mkdir -p protos && ${saved('docs/grpc.md', 'service Greeter {', 'protos/helloworld.proto')}`,
+  `cat > greeter.ts <<'SAMPLE_EOF'\n${findBlock('docs/grpc.md', "svc.handle('Greeter.SayHello'").body.replace(/\n\}\);\n$/, `\n${findBlock('docs/grpc.md', "svc.stream('Greeter.Count'").body}});\n`)}SAMPLE_EOF`,
+  'node_modules/.bin/esbuild greeter.ts --outfile=greeter.js --log-level=warning',
+];
+
 const SCENARIOS: Scenario[] = [
+  {
+    file: 'docs/grpc.md',
+    name: 'A framework service serving gRPC, reached by the gateway (unary, SSE, WebSocket) and mesh call',
+    prepare: GRPC_SERVER,
+    steps: [
+      { at: 'node greeter.js --server_protocol=grpc --proto_path=./protos', bg: ['node greeter.js'] },
+      {
+        at: "mesh api --proto_path=./protos --handler=rpc --namespace=go.mesh.srv\ncurl -N",
+        bg: ['mesh api'],
+        expect: [/^data: \{"message":"Hello Ann #1"\}\n\ndata: \{"message":"Hello Ann #2"\}\n\ndata: \{"message":"Hello Ann #3"\}\n\n\{"message":"Hello Ann"\}\n\{"message":"Hello Bob"\}\n$/],
+      },
+      { at: "mesh call --proto_path=./protos --stream=server go.mesh.srv.greeter Greeter.Count", expect: [/^\{"message":"Hello Ann #1"\}\n\{"message":"Hello Ann #2"\}\n\{"message":"Hello Ann #3"\}\n$/] },
+    ],
+  },
+  {
+    file: 'docs/grpc.md',
+    name: 'A gRPC server registered by hand, called by mesh call, the gateway and /rpc',
+    prepare: GRPC_SERVER,
+    running: ['node greeter.js --server_protocol=grpc --proto_path=./protos --address=127.0.0.1:50051 --registry=memory --admin_address=off'],
+    steps: [
+      {
+        at: `mesh register service '{"Name":"go.mesh.srv.greeter","Nodes":[{"Id":"greeter-1","Address":"127.0.0.1","Port":50051,"Metadata":{"protocol":"grpc"}}]}'\nmesh call`,
+        bg: ['mesh api'],
+        expect: [/^ok\n\{\n {2}"message": "Hello Ann"\n\}\n\{"message":"Hello Ann"\}$/],
+      },
+      { at: "mesh register service --register_ttl=30s '{\"Name\":\"go.mesh.srv.greeter\"" },
+      { at: '"method":"helloworld.Greeter.SayHello"', expect: [/^\{"message":"Hello Ann"\}$/] },
+    ],
+  },
   {
     file: 'docs/proxy.md',
     name: 'A proxy in front of two backends, and its /routes',
