@@ -504,7 +504,7 @@ interface Env {
   env: NodeJS.ProcessEnv;
 }
 
-function makeEnv(root: string): Env {
+function makeEnv(root: string, shared: string): Env {
   const bin = join(root, 'bin');
   const dir = join(root, 'work');
   const home = join(root, 'home');
@@ -549,7 +549,8 @@ function makeEnv(root: string): Env {
   env.PATH = `${bin}:${process.env.PATH ?? ''}`;
   env.HOME = home;
   env.MESH_HOME = join(root, 'mesh-home');
-  env.TMPDIR = home;
+  // Shared by the scenarios: tsx keeps its compiled files there.
+  env.TMPDIR = shared;
   return { dir, env };
 }
 
@@ -567,23 +568,24 @@ function startBackground(command: string, at: Env, stdin = false): Background {
   return { command, child, output: () => out };
 }
 
+/**
+ * Ends a background command and everything it started (its process group): the scenario is over,
+ * so no drain is awaited (the processes' own tests cover that). Waits until the group is gone, so
+ * the next scenario finds the documented ports free.
+ */
 async function stopBackground(bg: Background): Promise<void> {
-  if (bg.child.exitCode !== null || bg.child.signalCode !== null) return;
-  const exited = once(bg.child, 'exit');
-  const group = (signal: NodeJS.Signals) => {
+  const group = (signal: NodeJS.Signals | 0) => {
     try {
       process.kill(-bg.child.pid!, signal);
+      return true;
     } catch {
-      // the group is gone
+      return false;
     }
   };
-  // The scenario is over: no drain is awaited (each process's own tests cover that).
-  group('SIGTERM');
-  const timer = setTimeout(() => group('SIGKILL'), 2000);
-  await exited;
-  clearTimeout(timer);
-  // What the shell left behind in the group (npx's node, a server) goes too.
   group('SIGKILL');
+  if (bg.child.exitCode === null && bg.child.signalCode === null) await once(bg.child, 'exit');
+  // A member reparented to a PID 1 that does not reap stays a zombie: give up on it after a while.
+  await waitFor(() => !group(0) || undefined, 5000).catch(() => undefined);
 }
 
 const answers = (port: number) =>
@@ -683,8 +685,8 @@ async function runSession(scenario: Scenario, at: Env): Promise<void> {
   }
 }
 
-async function runScenario(scenario: Scenario, root: string): Promise<void> {
-  const at = makeEnv(root);
+async function runScenario(scenario: Scenario, root: string, shared: string): Promise<void> {
+  const at = makeEnv(root, shared);
   for (const command of scenario.prepare ?? []) {
     const { code, out } = await runForeground(command, at);
     assert.equal(code, 0, `${command}: ${out}`);
@@ -769,6 +771,8 @@ async function runScenario(scenario: Scenario, root: string): Promise<void> {
 
 describe('docs samples', () => {
   const tmp = tempDir('mesh-docs-samples-');
+  const shared = join(tmp.path, 'tmp');
+  mkdirSync(shared);
   after(() => tmp.cleanup());
 
   it('every shell block of the covered files that starts a process or calls the mesh is run by a test or says why not', () => {
@@ -811,7 +815,7 @@ describe('docs samples', () => {
 
   for (const [i, scenario] of SCENARIOS.entries()) {
     it(`${scenario.file}: ${scenario.name}`, { timeout: 120_000 }, async () => {
-      await runScenario(scenario, join(tmp.path, String(i)));
+      await runScenario(scenario, join(tmp.path, String(i)), shared);
     });
   }
 });
