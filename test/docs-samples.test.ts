@@ -63,6 +63,8 @@ const COVERED = [
   'docs/dashboard.md',
   'docs/protocol.md',
   'docs/upstream.md',
+  'docs/cluster.md',
+  'docs/mesh-ca-multi-host.md',
 ];
 
 const MARK = /^<!-- sample: not run: (\S.*\S) -->$/;
@@ -196,6 +198,22 @@ const GRPC_SERVER = [
 ];
 
 const SCENARIOS: Scenario[] = [
+  {
+    file: 'docs/cluster.md',
+    name: 'A broker secret of its own',
+    steps: [{ at: '(umask 077; head -c 32 /dev/urandom | base64 > mesh-broker.secret)', bg: ['mesh sidecar'] }],
+    then: [{ command: 'stat -c %a mesh-broker.secret', expect: /^600\n$/ }],
+  },
+  {
+    file: 'docs/mesh-ca-multi-host.md',
+    name: 'The CA\'s signing service, a join token and a sidecar that pins the root',
+    session: true,
+    steps: [
+      { at: 'mesh ca serve --address=127.0.0.1:9943 &', waitFor: [/^mesh ca serve listening on https:\/\/127\.0\.0\.1:9943 as spiffe:\/\/mesh\.local\/svc\/mesh\.ca \(names: 127\.0\.0\.1, localhost; clients pin --ca_root_fingerprint=sha256:[0-9a-f]{64}\)$/m] },
+      { at: "mesh ca token --services='go.mesh.srv.*' --ttl=1h > token" },
+      { at: 'FINGERPRINT=$(mesh ca show', bg: ['mesh sidecar'], waitFor: [/^mesh sidecar listening on /m], expect: [/^inbound listening on 127\.0\.0\.1:\d+ for go\.mesh\.srv\.payments \(mutual TLS, --mtls=strict\)$/m] },
+    ],
+  },
   {
     file: 'docs/observability.md',
     name: 'A bad access log format',
@@ -708,10 +726,13 @@ async function runSession(scenario: Scenario, at: Env): Promise<void> {
         });
       // Typed a command at a time: after the background ones, the reader waits for what they print.
       const commands = commandsOf(block);
-      for (const [n, command] of commands.entries()) {
+      for (const [n, typed] of commands.entries()) {
+        // A server the doc leaves running in its terminal runs in the background here.
+        const command = step.bg?.some((b) => typed.startsWith(b)) ? `${withoutComment(typed)} &` : typed;
         bash.child.stdin!.write(`${command}\n`);
         const background = /[^&]&\s*$/.test(withoutComment(command));
-        const nextIsBackground = n + 1 < commands.length && /[^&]&\s*$/.test(withoutComment(commands[n + 1]!));
+        const next = commands[n + 1];
+        const nextIsBackground = next !== undefined && (/[^&]&\s*$/.test(withoutComment(next)) || (step.bg?.some((b) => next.startsWith(b)) ?? false));
         if (background && !nextIsBackground && step.waitFor) await seeing(step.waitFor);
       }
       bash.child.stdin!.write(`echo; echo ${mark}\n`);
