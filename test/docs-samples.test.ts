@@ -11,27 +11,31 @@
  *     is required: a Kubernetes cluster, a public DNS name, a second machine...).
  * The first test fails, naming file:line, for any block that is none of these, and for any
  * scenario step or ELSEWHERE entry whose text no longer finds exactly one block.
- * Blocks left alone: output (what a command prints: ``` with no `$ ` lines, `json`), diagrams
- * (`mermaid`), and code in other languages. Config blocks: a ```yaml block with `kind: HTTPRoute`
- * is parsed by the real route file loader (dist/), a ```yaml block with `listeners:` by the real
- * proxy config loader; one that is a fragment (no `kind:`/`listeners:`) is left alone.
+ * Blocks left alone by the rule: output (what a command prints: ``` with no `$ ` lines, `json`),
+ * diagrams (`mermaid`), and code (`ts`, `js`, `python`, `proto`): a code sample the doc says to
+ * save and run is saved and run by its scenario (`saved`), and the README's and docs/api.md's
+ * TypeScript is type-checked against the packed package by test/package.test.ts. Config blocks:
+ * a ```yaml block with `kind: HTTPRoute` is parsed by the real route file loader (dist/), one with
+ * `listeners:` by the real proxy config loader; a fragment (neither) is left alone.
  *
  * How a block runs: in a scenario (one per doc section, one at a time: the docs use fixed ports
- * such as 8080, 8081, 9901, 10000), with bash, in a fresh directory holding symlinks to the
- * checkout's files (so `examples/...`, `dist/...` resolve and files the sample writes stay there),
- * with HOME and MESH_HOME fresh temporary directories, and a PATH whose `mesh` runs this tree's
- * dist/src/cli/main.js. Shims on that PATH: `npx mesh ...` is that `mesh`, `npx tsx|tsc` the
- * checkout's (or the project's) own; `npm start` in the checkout is `mesh dev` (what its script
- * runs after the build), and `npm install` and `npm run build` there do nothing (the suite runs
- * in an installed and built checkout).
- * A command ending with `&`, or one a step lists in `bg`, runs in the background until the end of
- * the scenario (its process group is then stopped); the next command waits until it is ready:
- * a mesh process (the CLI, a service) printed `listening on` (what every mesh server and service
- * prints once bound and registered); another (a python or node app) answers on every port its
- * command line names (or the step lists). Other commands run in order,
- * `bash -e -o pipefail`, and must exit 0 (or the step's `exit`). A transcript block (`$ ` lines)
- * runs each `$` command and compares what it prints with the lines under it. Steps may assert
- * more of the output (`expect`).
+ * such as 8080, 8081, 9901, 10000, as written), with bash, in a fresh directory holding symlinks
+ * to the checkout's files (so `examples/...`, `dist/...` resolve and files the sample writes stay
+ * there), with HOME and MESH_HOME fresh temporary directories, and a PATH whose `mesh` runs this
+ * tree's dist/src/cli/main.js. Shims on that PATH: `npx mesh ...` is that `mesh`, `npx tsx|tsc`
+ * the checkout's (or the project's) own; `npm start` in the checkout is `mesh dev` (what its
+ * script runs after the build), and `npm install` and `npm run build` there do nothing (the suite
+ * runs in an installed and built checkout).
+ * A command ending with `&`, or one a step lists in `bg` (a server the doc leaves running in its
+ * terminal), runs in the background until the end of the scenario (then its process group is
+ * killed); the next command waits until it is ready: a mesh process (the CLI, a service) printed
+ * `listening on` (what every mesh server and service prints once bound and registered); another
+ * (a python or node app) answers on every port its command line names (or the step lists).
+ * Other commands run in order, `bash -e -o pipefail`, and must exit 0 (or the step's `exit`).
+ * A transcript block (`$ ` lines) runs each `$` command and compares what it prints with the
+ * lines under it. A doc written as one shell session (`export`, `kill %1`, `$SRV`) runs as one
+ * (`session`): its blocks typed into one bash in order, waiting after background commands for
+ * what they print. Steps assert the output the doc shows (`expect`, `expectAll`, `shows`).
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -561,9 +565,11 @@ const SCENARIOS: Scenario[] = [
 interface Env {
   dir: string;
   env: NodeJS.ProcessEnv;
+  /** The background commands running now, of every scenario: killed if the test process ends first. */
+  live: Set<Background>;
 }
 
-function makeEnv(root: string, shared: string): Env {
+function makeEnv(root: string, shared: string, live: Set<Background>): Env {
   const bin = join(root, 'bin');
   const dir = join(root, 'work');
   const home = join(root, 'home');
@@ -610,13 +616,14 @@ function makeEnv(root: string, shared: string): Env {
   env.MESH_HOME = join(root, 'mesh-home');
   // Shared by the scenarios: tsx keeps its compiled files there.
   env.TMPDIR = shared;
-  return { dir, env };
+  return { dir, env, live };
 }
 
 interface Background {
   command: string;
   child: ChildProcess;
   output: () => string;
+  live: Set<Background>;
 }
 
 function startBackground(command: string, at: Env, stdin = false): Background {
@@ -624,7 +631,18 @@ function startBackground(command: string, at: Env, stdin = false): Background {
   let out = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  return { command, child, output: () => out };
+  const bg = { command, child, output: () => out, live: at.live };
+  at.live.add(bg);
+  return bg;
+}
+
+function killGroup(bg: Background, signal: NodeJS.Signals | 0): boolean {
+  try {
+    process.kill(-bg.child.pid!, signal);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -633,18 +651,11 @@ function startBackground(command: string, at: Env, stdin = false): Background {
  * the next scenario finds the documented ports free.
  */
 async function stopBackground(bg: Background): Promise<void> {
-  const group = (signal: NodeJS.Signals | 0) => {
-    try {
-      process.kill(-bg.child.pid!, signal);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  group('SIGKILL');
+  killGroup(bg, 'SIGKILL');
   if (bg.child.exitCode === null && bg.child.signalCode === null) await once(bg.child, 'exit');
   // A member reparented to a PID 1 that does not reap stays a zombie: give up on it after a while.
-  await waitFor(() => !group(0) || undefined, 5000).catch(() => undefined);
+  await waitFor(() => !killGroup(bg, 0) || undefined, 5000).catch(() => undefined);
+  bg.live.delete(bg);
 }
 
 const answers = (port: number) =>
@@ -747,8 +758,8 @@ async function runSession(scenario: Scenario, at: Env): Promise<void> {
   }
 }
 
-async function runScenario(scenario: Scenario, root: string, shared: string): Promise<void> {
-  const at = makeEnv(root, shared);
+async function runScenario(scenario: Scenario, root: string, shared: string, live: Set<Background>): Promise<void> {
+  const at = makeEnv(root, shared, live);
   for (const command of scenario.prepare ?? []) {
     const { code, out } = await runForeground(command, at);
     assert.equal(code, 0, `${command}: ${out}`);
@@ -835,6 +846,19 @@ describe('docs samples', () => {
   const tmp = tempDir('mesh-docs-samples-');
   const shared = join(tmp.path, 'tmp');
   mkdirSync(shared);
+  // A scenario's servers hold the documented ports: if this process ends before it stops them (a
+  // timeout, Ctrl-C), they go with it rather than fail the next tests that need those ports.
+  const live = new Set<Background>();
+  const killAll = () => {
+    for (const bg of live) killGroup(bg, 'SIGKILL');
+  };
+  process.once('exit', killAll);
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      killAll();
+      process.exit(1);
+    });
+  }
   after(() => tmp.cleanup());
 
   it('every shell block of the covered files that starts a process or calls the mesh is run by a test or says why not', () => {
@@ -877,7 +901,7 @@ describe('docs samples', () => {
 
   for (const [i, scenario] of SCENARIOS.entries()) {
     it(`${scenario.file}: ${scenario.name}`, { timeout: 120_000 }, async () => {
-      await runScenario(scenario, join(tmp.path, String(i)), shared);
+      await runScenario(scenario, join(tmp.path, String(i)), shared, live);
     });
   }
 });
