@@ -7,6 +7,7 @@ import { tmpdir, cpus, availableParallelism, totalmem, release, loadavg } from '
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { spawnSync } from 'node:child_process';
+import { connect } from 'node:net';
 import {
   NotAvailable,
   commandExists,
@@ -99,6 +100,8 @@ export interface Target {
   pinAsProxy?: Proc[];
   /** Not pinned (the --concurrency pair: its workers must be free to use every CPU). */
   noPin?: boolean;
+  /** After the rounds, before its processes stop: a sentence added to the row's note (e.g. a stat read from its admin). */
+  after?: () => Promise<string>;
 }
 
 interface Row {
@@ -434,6 +437,55 @@ ROWS.splice(ROWS.findIndex((r) => r.id === 'mesh-rpc') + 1, 0, {
   },
 });
 
+// Rate limits (opt-in: BENCH_ROWS=mesh-rpc,mesh-rpc-ratelimit,mesh-rpc-ratelimit-primary,mesh-rpc-ratelimit-redis):
+// the mesh-rpc gateway with a limit no request reaches (--rate_limit=100000000/s, one key: the
+// load generator's address), its buckets in the process's memory, in the --concurrency primary
+// (two workers, unpinned: compare with mesh-rpc-c2), or in Redis (BENCH_REDIS_ADDRESS, default the
+// tests' 127.0.0.1:63790; `not available` when nothing answers there). The note gives the round
+// trips to the store per 1,000 requests (rate_limit.store.round_trips ÷ requests served).
+const RATE_LIMIT_ROWS: Array<[string, string, string[], boolean]> = [
+  ['mesh-rpc-ratelimit', 'buckets in memory', [], false],
+  ['mesh-rpc-ratelimit-primary', 'buckets in the --concurrency=2 primary (unpinned)', ['--concurrency=2'], true],
+  ['mesh-rpc-ratelimit-redis', 'buckets in Redis', [`--rate_limit_store=redis://${process.env.BENCH_REDIS_ADDRESS ?? '127.0.0.1:63790'}`], false],
+];
+for (const [id, what, flags, noPin] of RATE_LIMIT_ROWS.reverse()) {
+  ROWS.splice(ROWS.findIndex((r) => r.id === 'mesh-rpc') + 1, 0, {
+    id,
+    label: `mesh api --handler=rpc --rate_limit=100000000/s, ${what}`,
+    mesh: true,
+    optIn: true,
+    setup: async (ctx, nodeArgs) => {
+      const redis = flags.find((f) => f.startsWith('--rate_limit_store='));
+      if (redis) {
+        const [host, port] = redis.slice('--rate_limit_store=redis://'.length).split(':');
+        const ok = await new Promise<boolean>((resolve) => {
+          const socket = connect({ host, port: Number(port) }, () => (socket.end(), resolve(true)));
+          socket.on('error', () => resolve(false));
+        });
+        if (!ok) throw new NotAvailable(`no Redis at ${redis.slice('--rate_limit_store='.length)} (BENCH_REDIS_ADDRESS)`);
+      }
+      const g = await startMesh(ctx, `mesh-api-rpc-${id}`, 'api', ['--handler=rpc', '--namespace=go.mesh.srv', '--rate_limit=100000000/s', ...flags], nodeArgs);
+      const stat = async (name: string) => {
+        const text = await (await fetch(`http://127.0.0.1:${g.admin}/stats?filter=${encodeURIComponent(`^${name.replace(/\./g, '\\.')}$`)}`)).text();
+        return Number(new RegExp(`: (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+      };
+      return {
+        url: `http://127.0.0.1:${g.port}${PATH}`,
+        measured: [g.proc],
+        behind: [ctx.backend],
+        own: [g.proc],
+        admin: g.admin,
+        noPin,
+        note: `every request takes a token (${what}); none is refused`,
+        after: async () => {
+          const [trips, served] = [await stat('rate_limit.store.round_trips'), await stat('rate_limit.address.allowed')];
+          return served > 0 ? `${((trips * 1000) / served).toFixed(1)} round trips to the store per 1,000 requests (${trips} for ${served})` : 'no request counted';
+        },
+      };
+    },
+  });
+}
+
 // Mutual TLS (opt-in: BENCH_ROWS=mesh-rpc,mesh-rpc-mtls,...): the mesh-rpc, mesh-proxy and sidecar
 // rows with --mtls=strict, calling the same backend serving mutual TLS with a certificate of a mesh
 // CA of the run's own (servers/backend.ts --mtls), registered with mtls=true in a registry of its
@@ -664,6 +716,15 @@ async function measureRows(ctx: Ctx, rows: Row[]): Promise<RowResult[]> {
       }
     }
   } finally {
+    for (const l of live) {
+      if (!l.target.after || l.result.status !== 'ok') continue;
+      try {
+        const more = await l.target.after();
+        l.result.note = l.result.note ? `${l.result.note}; ${more}` : more;
+      } catch (err) {
+        ctx.log(`  ${l.row.id}: after the rounds: ${(err as Error).message}`);
+      }
+    }
     await Promise.all(live.flatMap((l) => l.target.own.map((p) => p.stop())));
   }
   return results;

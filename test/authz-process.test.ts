@@ -202,6 +202,6 @@ describe('a bad authz flag or rules file stops the start: exit 2', () => {
   it('commands that take no calls refuse the flags', async () => {
     const r = await runCli(['api', '--authz_rules=x.yaml']);
     assert.equal(r.code, 2);
-    assert.equal(r.stderr, 'mesh: flag --authz_rules is not used by mesh api (the commands that use it: dev, sidecar)\n');
+    assert.equal(r.stderr, 'mesh: flag --authz_rules is not used by mesh api (the commands that use it: dev, sidecar, run)\n');
   });
 });

@@ -14,6 +14,7 @@ import { COMMANDS, commandFlags, commandHelp, findCommand } from '../src/cli/hel
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE } from '../src/fronts/gateway/server.js';
 import { SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE } from '../src/fronts/sidecar/server.js';
 import { PROXY_ADMIN_ADDRESS } from '../src/fronts/proxy/config.js';
+import { ENVOY_ADMIN_ADDRESS, ENVOY_LISTENER_ADDRESS } from '../src/cli/envoy.js';
 import { API_ADMIN_ADDRESS } from '../src/cli/api.js';
 
 const home = tempDir();
@@ -65,6 +66,8 @@ describe('help metadata', () => {
     assert.equal(d('sidecar').admin_address, SIDECAR_DEFAULT_ADMIN);
     assert.equal(d('sidecar').namespace, SIDECAR_NAMESPACE);
     assert.equal(d('proxy').admin_address, PROXY_ADMIN_ADDRESS);
+    assert.equal(d('envoy').admin_address, ENVOY_ADMIN_ADDRESS);
+    assert.equal(d('envoy').listener_address, ENVOY_LISTENER_ADDRESS);
   });
 });
 

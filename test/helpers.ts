@@ -5,7 +5,7 @@ import { join, resolve } from 'node:path';
 import { connect, createServer } from 'node:net';
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 
 export const ROOT = resolve(import.meta.dirname, '..');
@@ -87,10 +87,11 @@ export interface RunningProcess {
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
 }
 
-/** Starts `node dist/src/cli/main.js ...args` (or another script; '' for node's own args) as a real process. */
-export function startProcess(args: string[], env: Record<string, string> = {}, script = CLI): RunningProcess {
+/** Starts `node dist/src/cli/main.js ...args` (or another script; '' for node's own args) as a real process, in `cwd` (default the current directory). */
+export function startProcess(args: string[], env: Record<string, string> = {}, script = CLI, cwd?: string): RunningProcess {
   const child = spawn(process.execPath, script ? [script, ...args] : args, {
     env: { ...process.env, ...env },
+    cwd,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -168,6 +169,22 @@ export function engine(envVar: string, what: string): string | undefined {
   const value = process.env[envVar];
   if (value) return value;
   const reason = `${what} not available: set ${envVar} (CI's .ci/run starts it)`;
+  if (process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${reason}`);
+  console.warn(`SKIP: ${reason}`);
+  return undefined;
+}
+
+/**
+ * A program the test runs: the path in `envVar` (CI's .ci/run exports it), else `name` on PATH;
+ * undefined with a loud reason when absent, so the caller can skip (with
+ * MESH_TEST_REQUIRE_ENGINES=1, a failure instead). `install` says how to get it.
+ */
+export function binary(envVar: string, name: string, install: string): string | undefined {
+  const fromEnv = process.env[envVar];
+  if (fromEnv) return fromEnv;
+  const found = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' }).stdout.trim();
+  if (found) return found;
+  const reason = `${name} not available: set ${envVar} or ${install}`;
   if (process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${reason}`);
   console.warn(`SKIP: ${reason}`);
   return undefined;

@@ -58,8 +58,8 @@ describe('one schema entry drives flag, environment, API option, help and comple
 
 describe('a command refuses a flag it does not use and ignores such a variable', () => {
   it('parseArgs: the flag named as given, and the commands that use it', () => {
-    assert.throws(() => parseArgs(['deregister', 'service', '{}', '--register_ttl=2s'], {}), (e: unknown) => e instanceof FlagError && e.exitCode === 2 && e.message === 'flag --register_ttl is not used by mesh deregister (the commands that use it: dev, sidecar, register)');
-    assert.throws(() => parseArgs(['--enable-stats', 'list', 'services'], {}), { message: 'flag --enable-stats is not used by mesh list (the commands that use it: dev, api, sidecar)' });
+    assert.throws(() => parseArgs(['deregister', 'service', '{}', '--register_ttl=2s'], {}), (e: unknown) => e instanceof FlagError && e.exitCode === 2 && e.message === 'flag --register_ttl is not used by mesh deregister (the commands that use it: dev, sidecar, register, run)');
+    assert.throws(() => parseArgs(['--enable-stats', 'list', 'services'], {}), { message: 'flag --enable-stats is not used by mesh list (the commands that use it: dev, api, sidecar, run)' });
     assert.throws(() => parseArgs(['api', '-c', 'x.yaml'], {}), { message: 'flag -c is not used by mesh api (the commands that use it: proxy)' });
     assert.throws(() => parseArgs(['new', 'service', 'x', '--registry=memory'], {}), /flag --registry is not used by mesh new \(the commands that use it: dev, api, sidecar, proxy, list, get, /);
     assert.equal(parseArgs(['register', 'service', '{}', '--register_ttl=2s'], {}).config.register_ttl, 2000);
@@ -82,7 +82,7 @@ describe('a command refuses a flag it does not use and ignores such a variable',
   it('mesh: exit 2 with the exact line, nothing on stdout; an unused variable changes nothing', async () => {
     let r = await runCli(['deregister', 'service', '{"Name":"a"}', '--register_ttl=2s'], { MESH_REGISTRY_ADDRESS: home.path });
     assert.equal(r.code, 2);
-    assert.equal(r.stderr, 'mesh: flag --register_ttl is not used by mesh deregister (the commands that use it: dev, sidecar, register)\n');
+    assert.equal(r.stderr, 'mesh: flag --register_ttl is not used by mesh deregister (the commands that use it: dev, sidecar, register, run)\n');
     assert.equal(r.stdout, '');
     r = await runCli(['list', 'services'], { MESH_REGISTRY_ADDRESS: home.path, MESH_CLIENT_RETRIES: 'x', MESH_REGISTER_TTL: 'soon' });
     assert.equal(r.stderr, '');

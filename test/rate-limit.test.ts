@@ -11,7 +11,8 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { Pool } from 'undici';
 import { FlagError, parseArgs } from '../src/cli/flags.js';
-import { frontEdgeFromFlags } from '../src/cli/options.js';
+import { frontEdgeFromFlags, optionsFromFlags } from '../src/cli/options.js';
+import { Runtime } from '../src/process/runtime.js';
 import { RateLimiter, authSubjectOf, defaultBurst, describePolicy, parseRate, rateLimitHeaders, rateLimitKey, ratePolicy, setAuthSubject } from '../src/base/http/rate-limit.js';
 import type { IncomingMessage } from 'node:http';
 import { ROOT, http, runCli, tempDir, waitFor } from './helpers.js';
@@ -127,11 +128,16 @@ describe('the token bucket', () => {
   it('flags: defaults, and bad values are FlagErrors (exit 2)', async () => {
     const d = parseArgs([], {}).config;
     assert.deepEqual([d.rate_limit, d.rate_limit_burst, d.rate_limit_key, d.rate_limit_max_keys], ['0', undefined, 'address', 100000]);
-    assert.equal(frontEdgeFromFlags(d).rateLimit, undefined);
-    const on = frontEdgeFromFlags(parseArgs(['--rate_limit=6000/m', '--rate_limit_key=route', '--rate_limit_max_keys=7'], {}).config).rateLimit!;
-    assert.deepEqual(on.limiter.policy, { name: 'default', ratePerSec: 100, burst: 100 });
-    assert.equal(on.limiter.maxKeys, 7);
-    assert.equal(on.key, 'route');
+    const runtime = new Runtime(optionsFromFlags(d), { role: 'test' });
+    try {
+      assert.equal(frontEdgeFromFlags(d, runtime).rateLimit, undefined);
+      const on = frontEdgeFromFlags(parseArgs(['--rate_limit=6000/m', '--rate_limit_key=route', '--rate_limit_max_keys=7'], {}).config, runtime).rateLimit!;
+      assert.deepEqual(on.policy, { name: 'default', ratePerSec: 100, burst: 100 });
+      assert.equal(on.store.kind, 'memory');
+      assert.equal(on.key, 'route');
+    } finally {
+      await runtime.shutdown();
+    }
     for (const [flag, message] of [
       ['--rate_limit=100', 'invalid value "100" for flag --rate_limit: use N/s, N/m, N/h or N/<duration> (e.g. 100/s), or 0 for no limit'],
       ['--rate_limit_burst=0', 'invalid value "0" for flag --rate_limit_burst: must be at least 1 (leave it out for one second\'s worth of --rate_limit)'],
@@ -150,7 +156,7 @@ describe('rate limits on a real gateway', () => {
   it('a burst over the limit gets 429 error JSON with Retry-After and RateLimit fields; refills with time; counted', async () => {
     const c = clock();
     const policy = ratePolicy('1/m', 3)!;
-    const gw = await startEdgeGateway([], { rateLimit: { limiter: new RateLimiter({ policy, now: c.now }), key: 'address' } });
+    const gw = await startEdgeGateway([], { rateLimit: { store: new RateLimiter({ policy, now: c.now }), key: 'address', policy } });
     try {
       for (let i = 2; i >= 0; i--) {
         const ok = await http('GET', `${gw.url}/`);

@@ -8,8 +8,13 @@
  * regex engine), runs with the full suite only.
  */
 export const UNIT = [
+  'test/line-prefixer.test.ts',
   'test/address.test.ts',
+  'test/rate-limit-store.test.ts',
+  'test/xds-protos.test.ts',
+  'test/xds-server.test.ts',
   'test/check-findings.test.ts',
+  'test/deploy-manifests.test.ts',
   'test/route-file.test.ts',
   'test/route-file-reload.test.ts',
   'test/route-mirror.test.ts',
@@ -22,6 +27,10 @@ export const UNIT = [
   'test/client-budget.test.ts',
   'test/client-hung-nodes.test.ts',
   'test/duration.test.ts',
+  'test/envoy-validate.test.ts',
+  'test/xds-envoy-validate.test.ts',
+  'test/xds-envoy-routes.test.ts',
+  'test/xds-envoy-ads.test.ts',
   'test/endpoint-stats.test.ts',
   'test/edge-cors-rpc.test.ts',
   'test/error-catalogue.test.ts',

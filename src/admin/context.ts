@@ -138,6 +138,9 @@ export interface AdminContext {
   /** The loaded auth configurations (rules), read at each request; /auth_rules exists while hasAuthRules says true. */
   authRules?: () => unknown[] | Promise<unknown[]>;
   hasAuthRules?: () => boolean;
+  /** The rate limit stores (src/base/http/rate-limit-store.ts), read at each request; /rate_limits exists while hasRateLimits says true. */
+  rateLimits?: () => unknown[] | Promise<unknown[]>;
+  hasRateLimits?: () => boolean;
   /** Loaded certificates, read at each request. */
   certs?: () => CertificateInfo[];
   server: ServerState;

@@ -394,6 +394,19 @@ export class AdminServer {
         available: ctx.hasAuthRules,
       });
     }
+    const rateLimits = ctx.rateLimits;
+    if (rateLimits) {
+      list.push({
+        path: '/rate_limits',
+        help: 'print the rate limit store (--rate_limit_store): its kind, address, state (up or down) and since when, as JSON',
+        mutates: never,
+        handle: async () => {
+          const all = await rateLimits();
+          return { status: 200, body: `${JSON.stringify(all.length === 1 ? all[0] : all, null, 2)}\n`, contentType: JSON_TYPE };
+        },
+        available: ctx.hasRateLimits,
+      });
+    }
     const listeners = ctx.listeners;
     if (listeners) {
       list.push({

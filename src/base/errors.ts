@@ -104,6 +104,9 @@ export const bodyTooLarge = (id: string, limit: number) => new MeshError(id, 413
 export const rateLimited = (id: string, policy: string, retryAfterSec: number, rule?: number) =>
   flagged(new MeshError(id, 429, `rate limit of ${policy} exceeded${rule === undefined ? '' : ` (rule ${rule})`}: retry after ${retryAfterSec}s`), 'RL');
 
+/** 503 (response flag RLSE): the shared rate limit store cannot answer and --rate_limit_failure_mode is closed. */
+export const rateLimitStoreDown = (id: string) => flagged(new MeshError(id, 503, 'rate limit store unavailable (--rate_limit_failure_mode=closed): retry later'), 'RLSE');
+
 /** 403: a browser Origin the sidecar does not allow. */
 export const originNotAllowed = (id: string, origin: string | undefined) => new MeshError(id, 403, `origin ${origin} not allowed (allow it with --cors)`);
 

@@ -15,6 +15,7 @@ import { checkCa, checkCertFile } from './check/certificates.js';
 import { checkRegistry } from './check/registry.js';
 import { checkNodes } from './check/nodes.js';
 import { checkBroker } from './check/broker.js';
+import { checkRateLimitStore } from './check/rate-limit-store.js';
 
 /** How long the registry, the broker and each node get to answer. */
 export const CHECK_TIMEOUT_MS = 3000;
@@ -53,6 +54,7 @@ export async function collectFindings(config: Config, given: ReadonlySet<string>
   const caDir = defaultCaDir(config.ca_dir, config.mesh_home);
   findings.push(...checkCaModes(caDir), ...checkCa(caDir, now));
   if (config.tls_cert_file) findings.push(...checkCertFile(config.tls_cert_file, now));
+  findings.push(...(await checkRateLimitStore(config, CHECK_TIMEOUT_MS)));
   findings.push(...(await runtimeChecks(config, given)));
   const order = (f: Finding) => (f.level === 'error' ? 0 : 1);
   // The CA directory under $MESH_HOME is seen by both file checks: one line for it.

@@ -25,6 +25,7 @@ import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin
 import { clusterView, mergeClusterViews, type AdminAggregate, type ClusterViewSnapshot, type MergedStats } from '../admin/aggregate.js';
 import { serverLimits } from '../base/http/lifecycle.js';
 import { errorMessage } from '../base/util/option-error.js';
+import { servePrimaryBuckets } from './rate-limit-ipc.js';
 
 /** Set in a worker's environment: its index (0..N-1), kept across restarts. */
 export const WORKER_ENV = 'MESH_CONCURRENCY_WORKER';
@@ -39,7 +40,7 @@ const FIRST_BACKOFF_MS = 100;
 const MAX_BACKOFF_MS = 10_000;
 const CRASH_WINDOW_MS = 10_000;
 
-type Part = 'stats' | 'clusters' | 'certs' | 'routes' | 'auth';
+type Part = 'stats' | 'clusters' | 'certs' | 'routes' | 'auth' | 'rateLimits';
 type Op = 'fail' | 'ok' | 'reset' | 'logging';
 
 interface WorkerSnapshot {
@@ -49,6 +50,7 @@ interface WorkerSnapshot {
   certs?: CertificateInfo[];
   routes?: RouteTableDump[];
   auth?: unknown[];
+  rateLimits?: unknown[];
 }
 
 type ToWorker =
@@ -142,6 +144,7 @@ function snapshotOf(runtime: Runtime, processMetrics: ProcessMetrics, parts: Par
   if (parts.includes('certs')) out.certs = runtime.certificates();
   if (parts.includes('routes')) out.routes = runtime.routeTables();
   if (parts.includes('auth')) out.auth = runtime.authRules();
+  if (parts.includes('rateLimits')) out.rateLimits = runtime.rateLimits();
   return out;
 }
 
@@ -252,6 +255,9 @@ class Primary implements AdminAggregate {
         hasRoutes: () => this.hasRoutes,
         // --auth or --auth_rules: every worker loads them; /auth_rules shows worker 0's.
         ...(this.setup.config.auth !== 'off' || this.setup.config.auth_rules !== undefined ? { authRules: () => this.authRules(), hasAuthRules: () => true } : {}),
+        // The rate limit store: worker 0's view of it (with the local store, the workers draw from this primary).
+        rateLimits: () => this.rateLimits(),
+        hasRateLimits: () => true,
         token: options.adminToken,
         allowedHosts: options.adminAllowedHosts,
         histograms: options.statsHistograms || options.statsEndpoints,
@@ -279,6 +285,8 @@ class Primary implements AdminAggregate {
 
     // Structured clone over IPC: Dates (certificates) and non-finite numbers survive.
     cluster.setupPrimary({ serialization: 'advanced' });
+    // One rate limit budget for all the workers: they draw from the primary's buckets (src/cli/rate-limit-ipc.ts).
+    if (this.setup.config.rate_limit_store === 'local') this.closers.push(servePrimaryBuckets(this.setup.config.rate_limit_max_keys));
     cluster.on('exit', (worker, code, signal) => this.exited(worker, code, signal));
     const started = new Promise<string[]>((resolve, reject) => (this.starting = { resolve, reject }));
     for (let i = 0; i < this.concurrency; i++) {
@@ -413,6 +421,11 @@ class Primary implements AdminAggregate {
   async authRules(): Promise<unknown[]> {
     const first = this.readyWorkers()[0];
     return first ? ((await this.request(first.worker, { mesh: 'snapshot', id: 0, parts: ['auth'] }))?.auth ?? []) : [];
+  }
+
+  async rateLimits(): Promise<unknown[]> {
+    const first = this.readyWorkers()[0];
+    return first ? ((await this.request(first.worker, { mesh: 'snapshot', id: 0, parts: ['rateLimits'] }))?.rateLimits ?? []) : [];
   }
 
   async routes(): Promise<RouteTableDump[]> {

@@ -7,6 +7,8 @@ import { availableParallelism } from 'node:os';
 import { parseDuration, parseSize } from '../base/util/duration.js';
 import { parseLevel } from '../base/util/levels.js';
 import { parseRate } from '../base/http/rate-limit.js';
+import { parseRedisAddress } from '../engines/ratelimit/redis.js';
+import { redactAddress } from '../base/util/engine-access.js';
 import { VALUE_CHECKS } from '../process/options.js';
 import { OtelEnvError, readOtelEnv } from '../base/tracing/otel-env.js';
 import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, commandDefault, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../base/options/schema.js';
@@ -135,10 +137,14 @@ export interface ParsedArgs {
   switches: Set<string>;
   /** Flags whose value came from the environment (MESH_<NAME>), not from the command line. */
   fromEnv: Set<FlagName>;
+  /** The arguments after `--`, as given (mesh run's command); undefined without `--`. */
+  rest?: string[];
 }
 
 const SWITCHES = new Set(['help', 'version', 'hot-restart-version', 'h']);
 const SHORT_SWITCHES: Record<string, string> = { '-h': 'help', '-v': 'version' };
+/** Short flags that take a value: mesh proxy -c FILE, mesh run -f FILE. */
+const SHORT_VALUES: Record<string, { name: FlagName; what: string }> = { '-c': { name: 'config', what: 'the configuration file' }, '-f': { name: 'file', what: 'the file of apps' } };
 
 /** How an error names a flag: `flag --client_retries`, or `MESH_CLIENT_RETRIES (--client_retries)` when the environment set it. */
 export function flagLabel(name: string, fromEnv: boolean): string {
@@ -216,6 +222,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   const fromEnv = new Set<FlagName>();
   const switches = new Set<string>();
   const positionals: string[] = [];
+  let rest: string[] | undefined;
 
   // Environment first; the command line wins.
   for (const name of Object.keys(FLAG_SPECS) as FlagName[]) {
@@ -230,16 +237,18 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === '--') {
-      positionals.push(...argv.slice(i + 1));
+      rest = argv.slice(i + 1);
+      positionals.push(...rest);
       break;
     }
-    if (arg === '-c') {
+    const shortValue = SHORT_VALUES[arg];
+    if (shortValue) {
       const next = argv[++i];
-      if (next === undefined) throw new FlagError('flag -c needs a value (the configuration file)');
-      values.set('config', next);
-      given.add('config');
-      fromEnv.delete('config');
-      onCommandLine.push(['config', '-c']);
+      if (next === undefined) throw new FlagError(`flag ${arg} needs a value (${shortValue.what})`);
+      values.set(shortValue.name, next);
+      given.add(shortValue.name);
+      fromEnv.delete(shortValue.name);
+      onCommandLine.push([shortValue.name, arg]);
       continue;
     }
     const short = SHORT_SWITCHES[arg];
@@ -314,6 +323,14 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   check('rate_limit_burst', () => {
     if (config.rate_limit_burst === 0) throw new Error('must be at least 1 (leave it out for one second\'s worth of --rate_limit)');
   });
+  check('rate_limit_store', () => {
+    const tlsFiles = config.rate_limit_store_tls_ca_file ?? config.rate_limit_store_tls_cert_file ?? config.rate_limit_store_tls_key_file;
+    if (config.rate_limit_store === 'local') {
+      if (tlsFiles !== undefined) throw new Error('the --rate_limit_store_tls_* files are for a rediss:// store');
+      return;
+    }
+    if (!parseRedisAddress(config.rate_limit_store as string).tls && tlsFiles !== undefined) throw new Error('the --rate_limit_store_tls_* files need rediss:// (TLS)');
+  }, redactAddress(String(config.rate_limit_store)));
   check('rpc_allow', () => {
     for (const p of config.rpc_allow as string[]) if (!/^[A-Za-z0-9._*?-]+$/.test(p)) throw new Error(`"${p}" is not a service name glob: letters, digits, . _ - and the wildcards * ?`);
   }, (config.rpc_allow as string[]).join(','));
@@ -342,6 +359,6 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   if (/^$|[\s*>]/.test(config.broker_dlq_suffix as string)) {
     throw new FlagError(`invalid value "${values.get('broker_dlq_suffix') ?? ''}" for ${flagLabel('broker_dlq_suffix', fromEnv.has('broker_dlq_suffix'))}: must be non-empty, without whitespace, '*' or '>'`);
   }
-  return { config: config as unknown as Config, positionals, given, switches, fromEnv };
+  return { config: config as unknown as Config, positionals, given, switches, fromEnv, rest };
 }
 

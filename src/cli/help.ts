@@ -45,11 +45,29 @@ export const COMMANDS: CommandInfo[] = [
     choices: { handler: ['rpc', 'proxy'] },
   },
   {
+    name: 'run',
+    args: '--name=NAME -- COMMAND... | -f FILE',
+    summary: 'run an app with its own sidecar: registered once its health path answers, logs prefixed, signals passed on',
+    details: [
+      'The app gets MESH_SIDECAR (the sidecar URL), MESH_SIDECAR_TOKEN and PORT; the command runs without a shell. Exits with the app\'s status.',
+      '-f FILE: several apps from a YAML file, each with its sidecar (see docs/run.md).',
+    ],
+    defaults: { namespace: 'go.mesh.srv', handler: 'rpc', access_log: 'off' },
+    choices: { handler: ['rpc', 'proxy'] },
+  },
+  {
     name: 'proxy',
     args: '-c FILE',
     summary: 'the stand-alone L7 proxy: listeners, routes, clusters (admin 127.0.0.1:9903)',
     details: ['Listeners, routes and clusters come from the YAML or JSON file (see docs/proxy.md); the file may set the admin address.'],
     defaults: { admin_address: '127.0.0.1:9903', access_log: 'off' },
+  },
+  {
+    name: 'xds',
+    args: '',
+    summary: 'the xDS control plane: the registry as Envoy xDS v3 over ADS, for Envoy and proxyless gRPC (default 127.0.0.1:18000, admin 127.0.0.1:9904)',
+    details: ['Serves clusters, endpoints, listeners and routes of every registry service (see docs/xds.md).'],
+    defaults: { address: '127.0.0.1:18000', admin_address: '127.0.0.1:9904' },
   },
   { name: 'list', args: 'services', summary: 'service names, one per line', subcommands: ['services'] },
   { name: 'get', args: 'service NAME', summary: 'one service: nodes and endpoints', subcommands: ['service'] },
@@ -114,6 +132,18 @@ export const COMMANDS: CommandInfo[] = [
     subcommands: ['service'],
   },
   {
+    name: 'envoy',
+    args: 'bootstrap --xds_address=HOST:PORT',
+    summary: 'print an Envoy bootstrap that takes its clusters and endpoints (and listeners) from mesh xds',
+    details: [
+      'bootstrap: YAML (--output=json: JSON) for envoy -c FILE: node --node_id and --node_cluster, ADS over gRPC to --xds_address (cluster xds_cluster),',
+      'Envoy\'s admin interface on --admin_address (default 127.0.0.1:9905, clear of mesh\'s own; off: none); TLS with --xds_tls_ca_file, mutual TLS with --xds_tls_cert_file and --xds_tls_key_file (see docs/xds.md).',
+      'With --routes=FILE (HTTPRoute documents, as mesh api\'s), an HTTP listener on --listener_address (default :10000) with its routes; the clusters and endpoints they name come from mesh xds.',
+    ],
+    defaults: { admin_address: '127.0.0.1:9905', listener_address: ':10000' },
+    subcommands: ['bootstrap'],
+  },
+  {
     name: 'completion',
     args: 'bash|zsh',
     summary: 'print a shell completion script',
@@ -125,7 +155,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);
@@ -196,7 +226,7 @@ export function mainHelp(): string {
   const width = Math.max(...COMMANDS.map((c) => usage(c).length)) + 2;
   const globals = specs()
     .map(([n]) => n)
-    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || c === 'new' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
+    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || c === 'new' || c === 'envoy' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
   const lines = [
     'usage: mesh <command> [flags]',
     '',

@@ -18,6 +18,8 @@ const SERVER_COMMANDS: Record<string, () => Promise<CommandRunner>> = {
   api: async () => (await import('./api.js')).runApi,
   sidecar: async () => (await import('./sidecar.js')).runSidecar,
   proxy: async () => (await import('./proxy.js')).runProxy,
+  run: async () => (await import('./run.js')).runRun,
+  xds: async () => (await import('./xds.js')).runXds,
 };
 
 function unknownCommand({ err }: CliOutput, words: string[], candidates: string[]): number {
@@ -91,6 +93,10 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
     if (command === 'ca') {
       const { runCaCommand } = await import('./ca.js');
       return await runCaCommand(args.positionals, args.config, io);
+    }
+    if (command === 'envoy') {
+      const { runEnvoyCommand } = await import('./envoy.js');
+      return runEnvoyCommand(args.positionals, args.config, io);
     }
     if (command === 'check') {
       if (args.positionals.length > 1) throw new FlagError(`mesh check takes no argument (got "${args.positionals[1]}")`);

@@ -5,7 +5,12 @@
  */
 import type { Config } from './flags.js';
 import { OptionsError, resolveOptions, type MeshOptions, type ResolvedOptions } from '../process/options.js';
-import { frontRateLimit, type FrontRateLimit } from '../base/http/rate-limit.js';
+import cluster from 'node:cluster';
+import { frontRatePolicy, type FrontRateLimit } from '../base/http/rate-limit.js';
+import { MemoryRateLimitStore, SharedRateLimitStore, type BucketBackend, type RateLimitFailureMode } from '../base/http/rate-limit-store.js';
+import { RedisBuckets } from '../engines/ratelimit/redis.js';
+import { PrimaryBuckets } from './rate-limit-ipc.js';
+import type { Runtime } from '../process/runtime.js';
 import { apiName, keyOfApiName, optionEntries } from '../base/options/schema.js';
 
 /** The flag of an option: `clientRequestTimeout` → `--client_request_timeout`. */
@@ -40,10 +45,39 @@ export function optionsFromFlags(config: Config, overrides: MeshOptions = {}): R
   }
 }
 
-/** The edge options every front end (gateway, sidecar) takes from the flags: its rate limit and CORS max age. */
-export function frontEdgeFromFlags(config: Config): { rateLimit?: FrontRateLimit; corsMaxAgeSec: number } {
-  return {
-    rateLimit: frontRateLimit({ rate: config.rate_limit, burst: config.rate_limit_burst, key: config.rate_limit_key, maxKeys: config.rate_limit_max_keys }),
-    corsMaxAgeSec: config.cors_max_age,
-  };
+/** The edge options every front end (gateway, sidecar) takes from the flags: its rate limits and CORS max age. */
+export function frontEdgeFromFlags(config: Config, runtime: Runtime): { rateLimit?: FrontRateLimit; corsMaxAgeSec: number } {
+  return { rateLimit: rateLimitFromFlags(config, runtime), corsMaxAgeSec: config.cors_max_age };
+}
+
+/**
+ * The rate limits of `--rate_limit*` and their store (`--rate_limit_store`), one per process, closed
+ * with the runtime: the process's memory; a worker of `--concurrency` draws from its primary's
+ * buckets; `redis://` from Redis's. Undefined when nothing is limited and the store is the process's
+ * own (the auth rules' limits then keep their buckets themselves).
+ */
+export function rateLimitFromFlags(config: Config, runtime: Runtime): FrontRateLimit | undefined {
+  const { policy, key } = frontRatePolicy({ rate: config.rate_limit, burst: config.rate_limit_burst, key: config.rate_limit_key });
+  const worker = config.concurrency > 1 && cluster.isWorker;
+  const local = config.rate_limit_store === 'local';
+  if (local && !worker) {
+    if (!policy) return undefined;
+    const store = new MemoryRateLimitStore({ policy, maxKeys: config.rate_limit_max_keys, stats: runtime.stats });
+    runtime.addRateLimitSource(() => [store.status()]);
+    return { store, key, policy };
+  }
+  const backend: BucketBackend = local
+    ? new PrimaryBuckets(config.rate_limit_store_timeout)
+    : new RedisBuckets({ address: config.rate_limit_store, tls: { caFile: config.rate_limit_store_tls_ca_file, certFile: config.rate_limit_store_tls_cert_file, keyFile: config.rate_limit_store_tls_key_file } });
+  const store = new SharedRateLimitStore({
+    backend,
+    failureMode: config.rate_limit_failure_mode as RateLimitFailureMode,
+    stats: runtime.stats,
+    log: runtime.logging.get('http'),
+    maxKeys: config.rate_limit_max_keys,
+    timeoutMs: config.rate_limit_store_timeout,
+  });
+  runtime.onShutdown(() => store.close());
+  runtime.addRateLimitSource(() => [store.status()]);
+  return { store, key, policy };
 }

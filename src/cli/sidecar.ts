@@ -1,20 +1,41 @@
-/** `mesh sidecar`: see docs/sidecar.md and src/fronts/sidecar/server.ts. */
+/**
+ * `mesh sidecar`: see docs/sidecar.md and src/fronts/sidecar/server.ts. planSidecar and
+ * startSidecar build one sidecar from the flags; `mesh run` (src/cli/run.ts) starts its apps'
+ * sidecars with them too.
+ */
+import type { AddressInfo } from 'node:net';
 import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
-import { FlagError, type ParsedArgs } from './flags.js';
+import { FlagError, type Config, type ParsedArgs } from './flags.js';
 import { Runtime } from '../process/runtime.js';
-import { formatAddress, parseAddress } from '../base/util/address.js';
+import { formatAddress, parseAddress, type HostPort } from '../base/util/address.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { checkAuthFlags, checkAuthzFlags, startAuth, startAuthz } from './auth-flags.js';
 import { inboundCluster } from '../fronts/sidecar/inbound.js';
-import { AppFlagError, appOptionsFromFlags, parseAppAddress } from '../fronts/sidecar/health-checker.js';
+import { AppFlagError, appOptionsFromFlags, parseAppAddress, type AppOptions } from '../fronts/sidecar/health-checker.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../fronts/sidecar/server.js';
 
-export async function runSidecar(args: ParsedArgs): Promise<number> {
-  const config = args.config;
+/** A sidecar's settings, checked: what planSidecar found in the flags. */
+export interface SidecarPlan {
+  config: Config;
+  handler: SidecarHandler;
+  address: string;
+  namespace: string;
+  app?: AppOptions;
+  appAddress?: HostPort;
+  /** With --mtls and an app: the app is registered at the inbound listener. */
+  inbound: boolean;
+  inboundAddress: string;
+  authSetup: ReturnType<typeof checkAuthFlags>;
+  authzSetup: ReturnType<typeof checkAuthzFlags>;
+}
 
-  // Everything that can be checked before starting anything: exit 2 naming the flag.
+/**
+ * Everything that can be checked before starting anything: a FlagError (exit 2) naming the flag.
+ * `ttlGiven`: --register_ttl was given explicitly.
+ */
+export function planSidecar(config: Config, ttlGiven: boolean): SidecarPlan {
   const handler = (config.handler ?? 'rpc') as string;
   if (handler !== 'rpc' && handler !== 'proxy') {
     throw new FlagError(`invalid value "${handler}" for flag --handler: the sidecar serves rpc (the default) or proxy`);
@@ -31,7 +52,7 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   }
   let app;
   try {
-    app = appOptionsFromFlags(config, args.given.has('register_ttl'));
+    app = appOptionsFromFlags(config, ttlGiven);
   } catch (err) {
     if (err instanceof AppFlagError) throw new FlagError(err.format('flag'));
     throw err;
@@ -59,24 +80,40 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   if (config.sidecar_token !== undefined && config.sidecar_token.length < 16) {
     throw new FlagError('invalid value for flag --sidecar_token: use at least 16 characters (e.g. openssl rand -hex 32)');
   }
+  return { config, handler, address, namespace, app, appAddress, inbound, inboundAddress, authSetup, authzSetup };
+}
 
-  const adminLine = (admin: { host: string; port: number } | undefined) =>
-    admin ? `admin listening on http://${formatAddress(admin.host, admin.port)}` : 'admin off';
-  // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
-  if (isPrimaryOf(config)) return runPrimary({ role: 'sidecar', config, defaultAdminAddress: SIDECAR_DEFAULT_ADMIN, adminLine, adminLineIndex: 1 });
-  const worker = WorkerLink.join(config);
-  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined });
-  runtime.installSignalHandlers();
-  worker?.attach(runtime);
+/** The runtime of a sidecar (with the app's static cluster when the app is behind the inbound listener). */
+export function sidecarRuntime(plan: SidecarPlan, worker?: WorkerLink): Runtime {
+  const { config, inbound, app, appAddress } = plan;
+  return new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined });
+}
+
+export interface StartedSidecar {
+  sidecar: Sidecar;
+  bound: AddressInfo;
+  /** http(s)://host:port of the sidecar's listener. */
+  url: string;
+  /** What `mesh sidecar` prints once started (listener, admin, app, inbound). */
+  lines: string[];
+}
+
+/**
+ * Starts the sidecar of the plan in the runtime: TLS, the admin (`defaultAdmin` unless
+ * --admin_address), the listener and the app's registration. On an error the runtime is shut down.
+ */
+export async function startSidecar(plan: SidecarPlan, runtime: Runtime, defaultAdmin = SIDECAR_DEFAULT_ADMIN): Promise<StartedSidecar> {
+  const { config, handler, namespace, app, inbound, inboundAddress, authSetup, authzSetup, address } = plan;
+  const mtls = config.mtls ?? 'off';
   try {
     // TLS first: a missing, unreadable or mismatched file (or a bad ACME set-up) is a start-up error naming it (exit 1).
     await runtime.startTls();
     // With --mtls, the sidecar calls as the app it fronts (--server_name), or as mesh.sidecar.
     // The same certificate is presented by the inbound listener.
     const workload = await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
-    const admin = await runtime.startAdmin(SIDECAR_DEFAULT_ADMIN);
+    const admin = await runtime.startAdmin(defaultAdmin);
     const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup) } : undefined;
-    const sidecar = new Sidecar(runtime, { namespace, handler: handler as SidecarHandler, app, ...frontEdgeFromFlags(config), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
+    const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
     let bound;
     try {
       bound = await sidecar.start(address);
@@ -85,10 +122,8 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
       throw new Error(`cannot listen on ${address}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
     }
     const scheme = sidecar.secure ? 'https' : 'http';
-    const lines = [
-      `mesh sidecar listening on ${scheme}://${formatAddress(bound.address, bound.port)} (handler ${handler}, namespace ${namespace}${sidecar.routes ? `, ${routeCount(sidecar.routes.routes.length)} from ${config.routes}` : ''})`,
-      adminLine(admin),
-    ];
+    const url = `${scheme}://${formatAddress(bound.address, bound.port)}`;
+    const lines = [`mesh sidecar listening on ${url} (handler ${handler}, namespace ${namespace}${sidecar.routes ? `, ${routeCount(sidecar.routes.routes.length)} from ${config.routes}` : ''})`, adminLine(admin)];
     if (app) {
       lines.push(
         app.healthcheckUrl
@@ -98,13 +133,30 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
       const ib = sidecar.inboundBound;
       if (ib) lines.push(`inbound listening on ${formatAddress(ib.address, ib.port)} for ${app.name} (mutual TLS, --mtls=${mtls}${inboundOptions?.authz ? ', --authz_rules' : ''})`);
     }
-    if (worker) worker.ready(runtime, lines);
-    else process.stdout.write(lines.join('\n') + '\n');
-    return -1;
+    return { sidecar, bound, url, lines };
   } catch (err) {
     await runtime.shutdown();
     throw err;
   }
+}
+
+function adminLine(admin: { host: string; port: number } | undefined): string {
+  return admin ? `admin listening on http://${formatAddress(admin.host, admin.port)}` : 'admin off';
+}
+
+export async function runSidecar(args: ParsedArgs): Promise<number> {
+  const config = args.config;
+  const plan = planSidecar(config, args.given.has('register_ttl'));
+  // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
+  if (isPrimaryOf(config)) return runPrimary({ role: 'sidecar', config, defaultAdminAddress: SIDECAR_DEFAULT_ADMIN, adminLine, adminLineIndex: 1 });
+  const worker = WorkerLink.join(config);
+  const runtime = sidecarRuntime(plan, worker);
+  runtime.installSignalHandlers();
+  worker?.attach(runtime);
+  const { lines } = await startSidecar(plan, runtime);
+  if (worker) worker.ready(runtime, lines);
+  else process.stdout.write(lines.join('\n') + '\n');
+  return -1;
 }
 
 function routeCount(n: number): string {

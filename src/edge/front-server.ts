@@ -21,7 +21,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../process/runtime.js';
-import { MeshError, rateLimited } from '../base/errors.js';
+import { MeshError, rateLimited, rateLimitStoreDown } from '../base/errors.js';
 import { lingerOnRest } from '../base/http/body.js';
 import { attachTarget, routeOf, type RequestTarget } from '../base/http/target.js';
 import { rawErrorResponse, refuseSocket, sendError, sendJson } from '../base/http/respond.js';
@@ -32,7 +32,7 @@ import { HTTP_DOWNSTREAM_STATS, HTTP_RATE_LIMIT_STATS, httpRqClassStat, httpStat
 import { formatDuration } from '../base/util/duration.js';
 import { tlsEnabled } from '../tls/index.js';
 import { CorsPolicy } from '../base/http/cors.js';
-import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit } from '../base/http/rate-limit.js';
+import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit, type RateDecision } from '../base/http/rate-limit.js';
 import type { AccessLog } from '../base/http/access-log.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../base/util/trace-context.js';
 import { meshTimeoutOf } from '../core/transport/headers.js';
@@ -169,7 +169,7 @@ export class FrontServer<R = undefined> {
     const origins = options.runtime.options.cors;
     // --cors is for browsers at the public listeners; a mutual TLS listener's callers are mesh processes.
     if (origins.length > 0 && !options.mtls) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
-    if (options.rateLimit) {
+    if (options.rateLimit?.policy) {
       const limits = declareStats(scope, HTTP_RATE_LIMIT_STATS);
       this.rateLimitOk = limits.ok;
       this.rateLimitOver = limits.overLimit;
@@ -220,16 +220,17 @@ export class FrontServer<R = undefined> {
           refuseSocket(socket, refused, this.options.errorId);
           return;
         }
-        if (!this.limitAfterAuth && this.upgradeRateLimited(req, socket)) return;
-        try {
-          onPhase?.('route', req);
-          const route = this.options.route?.(req, target, true) as R;
-          onPhase?.('handle', req);
-          upgrade(req, socket, head, route);
-        } catch (err) {
-          this.options.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
-          socket.destroy();
-        }
+        this.upgradeRateLimited(req, socket, false, () => {
+          try {
+            onPhase?.('route', req);
+            const route = this.options.route?.(req, target, true) as R;
+            onPhase?.('handle', req);
+            upgrade(req, socket, head, route);
+          } catch (err) {
+            this.options.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
+            socket.destroy();
+          }
+        });
       });
     }
     this.server = server;
@@ -415,13 +416,28 @@ export class FrontServer<R = undefined> {
     // Keyed by subject, the limit needs the auth step's verdict first; otherwise it runs before auth,
     // so a flood of bad credentials costs no verification.
     const limitAfterAuth = this.limitAfterAuth;
-    if (!health && !limitAfterAuth && this.rateLimited(req, res)) return;
+    if (!health && !limitAfterAuth) {
+      const limited = this.rateLimited(req, res);
+      if (limited === true) return;
+      if (limited !== false) {
+        // A shared store had to be asked (src/base/http/rate-limit-store.ts): on once it answered.
+        void limited.then((stop) => stop || this.pass(req, res, ctx, target, false));
+        return;
+      }
+    }
     if (health) {
       req.resume();
       const live = this.options.runtime.state.state === 'live';
       sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
       return;
     }
+    this.pass(req, res, ctx, target, limitAfterAuth);
+  }
+
+  /** The request past the rate limit (unless `limitAfterAuth`): route, auth, the limit keyed by subject, the handler. */
+  private pass(req: IncomingMessage, res: ServerResponse, ctx: CallContext, target: RequestTarget, limitAfterAuth: boolean): void {
+    const onPhase = this.onPhase;
+    const trace = ctx.trace!;
     // undefined: the request passed without waiting (no auth rules): on to the handler in this turn.
     let authorized: Promise<void> | undefined;
     let route = undefined as R;
@@ -436,18 +452,22 @@ export class FrontServer<R = undefined> {
     } catch (err) {
       authorized = Promise.reject(err);
     }
-    let handled: Promise<void>;
-    if (authorized) {
-      handled = authorized.then(() => {
-        if (limitAfterAuth && this.rateLimited(req, res)) return;
-        onPhase?.('handle', req);
-        return this.options.handle(req, res, ctx, route);
-      });
-    } else if (limitAfterAuth && this.rateLimited(req, res)) return;
-    else {
+    const handle = (): Promise<void> => {
       onPhase?.('handle', req);
-      handled = this.options.handle(req, res, ctx, route);
-    }
+      return this.options.handle(req, res, ctx, route);
+    };
+    // undefined: refused by the rate limit (answered).
+    const limitThenHandle = (): Promise<void> | undefined => {
+      if (!limitAfterAuth) return handle();
+      const limited = this.rateLimited(req, res);
+      if (limited === true) return undefined;
+      if (limited === false) return handle();
+      return limited.then((stop) => (stop ? undefined : handle()));
+    };
+    let handled: Promise<void> | undefined;
+    if (authorized) handled = authorized.then(limitThenHandle);
+    else handled = limitThenHandle();
+    if (!handled) return;
     handled.catch((err: unknown) => {
       // The request's trace named here: this may run outside any ambient context (explicitContext).
       if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace.traceId, span_id: trace.spanId }, 'handler failed');
@@ -464,22 +484,36 @@ export class FrontServer<R = undefined> {
 
   /**
    * The rate limit step of an upgrade (one request, whatever the connection carries later): over
-   * the limit, a 429 error JSON with Retry-After and the RateLimit fields closes the connection
-   * (true). Run by the front server before the `upgrade` handler; keyed by subject (with an auth
-   * step), the handler calls it once its auth step passed, and it is a no-op otherwise.
+   * the limit, a 429 error JSON with Retry-After and the RateLimit fields closes the connection;
+   * otherwise `next` runs (at once, or once a shared store answered). Run by the front server before
+   * the `upgrade` handler; keyed by subject (with an auth step), the handler calls it once its auth
+   * step passed, and it only runs `next` otherwise.
    */
-  upgradeRateLimited(req: IncomingMessage, socket: Duplex, afterAuth = false): boolean {
+  upgradeRateLimited(req: IncomingMessage, socket: Duplex, afterAuth: boolean, next: () => void): void {
     const rl = this.options.rateLimit;
-    if (!rl || afterAuth !== this.limitAfterAuth) return false;
-    const decision = rl.limiter.check(rateLimitKey(req, rl.key));
+    if (!rl?.policy || afterAuth !== this.limitAfterAuth) return next();
+    const answer = (decision: RateDecision): void => {
+      if (this.counted(decision)) return next();
+      refuseSocket(socket, this.refusal(decision), this.options.errorId, { headers: decision.storeDown ? { 'retry-after': '1' } : rateLimitHeaders(decision) });
+    };
+    const decision = rl.store.take(rateLimitKey(req, rl.key), rl.policy, rl.key);
+    if (decision instanceof Promise) void decision.then(answer);
+    else answer(decision);
+  }
+
+  /** Counts a decision of the front end's own limit: true when the request goes on. */
+  private counted(decision: RateDecision): boolean {
     if (decision.allowed) {
       this.rateLimitOk!.inc();
-      return false;
+      return true;
     }
     this.rateLimitOver!.inc();
-    const err = rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec);
-    refuseSocket(socket, err, this.options.errorId, { headers: rateLimitHeaders(decision) });
-    return true;
+    return false;
+  }
+
+  /** The error of a refused decision: 429, or 503 when the shared store is down (failure mode closed). */
+  private refusal(decision: RateDecision): MeshError {
+    return decision.storeDown ? rateLimitStoreDown(this.options.errorId) : rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec);
   }
 
   /**
@@ -498,20 +532,19 @@ export class FrontServer<R = undefined> {
    * preflight, answered by the CORS step, takes no token) and before the handler: sets the
    * RateLimit fields; over the limit answers 429 error JSON with Retry-After (true).
    */
-  private rateLimited(req: IncomingMessage, res: ServerResponse): boolean {
+  private rateLimited(req: IncomingMessage, res: ServerResponse): boolean | Promise<boolean> {
     const rl = this.options.rateLimit;
-    if (!rl) return false;
-    const decision = rl.limiter.check(rateLimitKey(req, rl.key));
-    const headers = rateLimitHeaders(decision);
-    if (decision.allowed) {
-      this.rateLimitOk!.inc();
-      for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
-      return false;
-    }
-    this.rateLimitOver!.inc();
-    req.resume();
+    if (!rl?.policy) return false;
+    const decision = rl.store.take(rateLimitKey(req, rl.key), rl.policy, rl.key);
+    return decision instanceof Promise ? decision.then((d) => this.answerLimit(req, res, d)) : this.answerLimit(req, res, decision);
+  }
+
+  private answerLimit(req: IncomingMessage, res: ServerResponse, decision: RateDecision): boolean {
+    const headers = decision.storeDown ? (decision.allowed ? {} : { 'retry-after': '1' }) : rateLimitHeaders(decision);
     for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
-    sendError(res, rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec), this.options.errorId);
+    if (this.counted(decision)) return false;
+    req.resume();
+    sendError(res, this.refusal(decision), this.options.errorId);
     return true;
   }
 }

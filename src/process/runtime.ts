@@ -18,6 +18,7 @@ import { failSpan, SpanKind, traceOf } from '../base/tracing/tracer.js';
 import { createBroker } from '../engines/broker/create.js';
 import { ClusterManager } from '../core/upstream/cluster-manager.js';
 import { retryBudgetDefaults, type StaticClusterConfig } from '../core/upstream/config.js';
+import type { ClusterManagerView } from '../core/upstream/types.js';
 import { Client } from '../core/client/client.js';
 import { GrpcTransport } from '../core/transport/grpc/transport.js';
 import { readEngineTls } from '../base/util/engine-access.js';
@@ -128,6 +129,7 @@ export class Runtime {
   private readonly listenerSources = new Sources<ListenerInfo>();
   private readonly certificateSources = new Sources<CertificateInfo>();
   private readonly authRuleSources = new Sources<unknown>();
+  private readonly rateLimitSources = new Sources<unknown>();
   private readonly shutdownHooks: ShutdownHook[] = [];
   private readonly drainables: Drainable[] = [];
   private shuttingDown?: Promise<DrainResult>;
@@ -305,14 +307,15 @@ export class Runtime {
    * Serves the admin interface at the adminAddress option (or the role's default; `off` disables
    * it). Resolves with the bound address, or undefined when disabled.
    */
-  async startAdmin(defaultAddress: string): Promise<{ host: string; port: number } | undefined> {
+  async startAdmin(defaultAddress: string, views: { clusters?: ClusterManagerView } = {}): Promise<{ host: string; port: number } | undefined> {
     await this.startMetrics();
     const address = this.options.adminAddress ?? defaultAddress;
     if (address === 'off') return undefined;
     const admin = new AdminServer({
       stats: this.stats,
       logging: this.logging,
-      clusters: this.clusters,
+      // `views.clusters`: a process whose clusters are not its cluster manager's (mesh xds: the ones it serves).
+      clusters: views.clusters ?? this.clusters,
       // Read at each request: a source registered after the admin started is listed too.
       routes: () => this.routeSources.read(),
       hasRoutes: () => this.routeSources.size > 0,
@@ -322,6 +325,8 @@ export class Runtime {
       certs: () => this.certificates(),
       authRules: () => this.authRuleSources.read(),
       hasAuthRules: () => this.authRuleSources.size > 0,
+      rateLimits: () => this.rateLimitSources.read(),
+      hasRateLimits: () => this.rateLimitSources.size > 0,
       server: this.state,
       token: this.options.adminToken,
       allowedHosts: this.options.adminAllowedHosts,
@@ -401,6 +406,16 @@ export class Runtime {
 
   hasRouteTables(): boolean {
     return this.routeSources.size > 0;
+  }
+
+  /** Registers a rate limit store's state (src/base/http/rate-limit-store.ts): admin /rate_limits shows it while one is registered. Returns the removal. */
+  addRateLimitSource(read: () => unknown[]): () => void {
+    return this.rateLimitSources.add(read);
+  }
+
+  /** The rate limit stores' states now (what admin /rate_limits shows). */
+  rateLimits(): unknown[] {
+    return this.rateLimitSources.read();
   }
 
   /** The loaded auth configurations now (what admin /auth_rules lists). */

@@ -17,7 +17,7 @@ import type { Logger } from 'pino';
 import type { Counter } from '../stats/store.js';
 
 /** Envoy's response flags that mesh sets, in the order they are printed. */
-export const RESPONSE_FLAGS = ['UH', 'UF', 'UO', 'NR', 'NC', 'UT', 'UC', 'DC', 'RL'] as const;
+export const RESPONSE_FLAGS = ['UH', 'UF', 'UO', 'NR', 'NC', 'UT', 'UC', 'DC', 'RL', 'RLSE'] as const;
 export type ResponseFlag = (typeof RESPONSE_FLAGS)[number];
 const FLAG_BIT: Record<string, number> = Object.fromEntries(RESPONSE_FLAGS.map((f, i) => [f, 1 << i]));
 

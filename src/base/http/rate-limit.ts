@@ -42,6 +42,8 @@ export interface RateDecision {
   readonly resetSec: number;
   /** Refused: seconds (rounded up, at least 1) until one token is there. 0 when allowed. */
   readonly retryAfterSec: number;
+  /** The shared store could not answer: allowed (failure mode open) or refused with a 503 (closed). */
+  readonly storeDown?: boolean;
 }
 
 const UNITS: Record<string, number> = { s: 1000, sec: 1000, second: 1000, m: 60_000, min: 60_000, minute: 60_000, h: 3_600_000, hour: 3_600_000 };
@@ -100,7 +102,8 @@ export interface RateLimiterOptions {
   now?: () => number;
 }
 
-export class RateLimiter {
+export class RateLimiter implements RateLimitStore {
+  readonly kind = 'memory';
   readonly policy: RatePolicy;
   readonly maxKeys: number;
   private readonly now: () => number;
@@ -120,6 +123,21 @@ export class RateLimiter {
 
   /** Takes one token from the bucket of `key` under `policy` (default: the limiter's). */
   check(key: string, policy: RatePolicy = this.policy): RateDecision {
+    const { granted, tokens } = this.grant(key, policy, 1);
+    return decisionOf(policy, granted === 1, tokens);
+  }
+
+  /** The RateLimitStore of one process: check(). */
+  take(key: string, policy: RatePolicy): RateDecision {
+    return this.check(key, policy);
+  }
+
+  /**
+   * Takes up to `want` whole tokens at once from the bucket of `key` (what a shared store hands a
+   * worker as its local allowance): `granted` (0..want), the tokens left, and when none was left,
+   * the milliseconds until `want` are there.
+   */
+  grant(key: string, policy: RatePolicy, want: number): BucketGrant {
     const now = this.now();
     const id = policy === this.policy ? key : `${policy.name}\u0000${key}`;
     let bucket = this.buckets.get(id);
@@ -135,17 +153,63 @@ export class RateLimiter {
       }
     }
     this.buckets.set(id, bucket);
-    const allowed = bucket.tokens >= 1;
-    if (allowed) bucket.tokens -= 1;
-    const toFull = (policy.burst - bucket.tokens) / policy.ratePerSec;
-    return {
-      allowed,
-      policy,
-      remaining: Math.floor(bucket.tokens),
-      resetSec: Math.ceil(toFull - 1e-9),
-      retryAfterSec: allowed ? 0 : Math.max(1, Math.ceil((1 - bucket.tokens) / policy.ratePerSec - 1e-9)),
-    };
+    const granted = Math.max(0, Math.min(want, Math.floor(bucket.tokens + 1e-9)));
+    bucket.tokens -= granted;
+    return { granted, tokens: bucket.tokens, retryMs: granted > 0 ? 0 : ((want - bucket.tokens) / policy.ratePerSec) * 1000 };
   }
+}
+
+/** What a bucket handed out at once (RateLimiter.grant, and the shared stores' buckets). */
+export interface BucketGrant {
+  /** Whole tokens taken. */
+  granted: number;
+  /** Tokens left in the bucket (a fraction too). */
+  tokens: number;
+  /** Nothing granted: milliseconds until `want` tokens are there (when asking again is worth it); else 0. */
+  retryMs: number;
+}
+
+/** The decision of a take under `policy` with `tokens` left in the bucket afterwards. */
+export function decisionOf(policy: RatePolicy, allowed: boolean, tokens: number): RateDecision {
+  const toFull = (policy.burst - tokens) / policy.ratePerSec;
+  return {
+    allowed,
+    policy,
+    remaining: Math.max(0, Math.floor(tokens)),
+    resetSec: Math.max(0, Math.ceil(toFull - 1e-9)),
+    retryAfterSec: allowed ? 0 : Math.max(1, Math.ceil((1 - tokens) / policy.ratePerSec - 1e-9)),
+  };
+}
+
+/**
+ * Where the buckets of a front end's rate limits live (`--rate_limit_store`): the process's memory
+ * (a RateLimiter), the primary of `--concurrency` (its workers draw from it over IPC), or Redis
+ * (every instance draws from one bucket). `take` answers at once when it can (the memory store
+ * always; a shared store while its local allowance lasts), else with a promise that settles within
+ * the store's timeout: a take never hangs.
+ */
+export interface RateLimitStore {
+  /** `memory`, `primary` or `redis`. */
+  readonly kind: string;
+  /** One request of `key` (its kind, `address`, `subject`, `route` or `rule`, names its stats). */
+  take(key: string, policy: RatePolicy, kind: string): RateDecision | Promise<RateDecision>;
+  /** What admin /rate_limits shows. */
+  status?(): RateLimitStoreStatus;
+  close?(): Promise<void> | void;
+}
+
+/** The state of a shared store (admin /rate_limits). */
+export interface RateLimitStoreStatus {
+  store: string;
+  address?: string;
+  state: 'up' | 'down';
+  /** ISO time of the last change of state. */
+  since: string;
+  failure_mode?: 'open' | 'closed';
+  /** Local allowance: tokens one process takes from the shared bucket at once. */
+  allowance?: string;
+  outages?: number;
+  round_trips?: number;
 }
 
 /** A policy's name as a structured-field String (RFC 8941): printable ASCII, `"` and `\` escaped. */
@@ -207,19 +271,22 @@ export function rateLimitKey(req: IncomingMessage, kind: RateLimitKeyKind): stri
   }
 }
 
-/** A front end's rate limit: the limiter and what keys its buckets. */
+/**
+ * A front end's rate limits: the store of its buckets (shared with the auth rules' own limits),
+ * what keys them, and `--rate_limit`'s policy (undefined: no limit of the front end's own).
+ */
 export interface FrontRateLimit {
-  limiter: RateLimiter;
+  store: RateLimitStore;
   key: RateLimitKeyKind;
+  policy?: RatePolicy;
 }
 
-/** The rate limit of the `--rate_limit*` options, or undefined when off. Throws naming the problem. */
-export function frontRateLimit(options: { rate?: string; burst?: number; key?: string; maxKeys?: number }): FrontRateLimit | undefined {
+/** `--rate_limit`'s policy and key kind (undefined policy: off). Throws naming the problem. */
+export function frontRatePolicy(options: { rate?: string; burst?: number; key?: string }): { policy?: RatePolicy; key: RateLimitKeyKind } {
   const policy = ratePolicy(options.rate, options.burst);
-  if (!policy) return undefined;
   const key = (options.key ?? 'address') as RateLimitKeyKind;
   if (!RATE_LIMIT_KEYS.includes(key)) throw new Error(`rate limit key "${key}": use ${RATE_LIMIT_KEYS.join(', ')}`);
-  return { limiter: new RateLimiter({ policy, maxKeys: options.maxKeys }), key };
+  return { policy, key };
 }
 
 /** `100/s (burst 100)`: a policy as the 429's detail names it. */

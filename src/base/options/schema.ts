@@ -21,7 +21,7 @@ import { LOG_FORMATS } from '../util/levels.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'new', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'run', 'envoy', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -71,13 +71,26 @@ const GATEWAYS = ['dev', 'api', 'sidecar'] as const satisfies readonly CommandNa
 const BROKER_USERS = ['dev', 'api', 'sidecar', 'publish', 'subscribe', 'dlq', 'consumers'] as const satisfies readonly CommandName[];
 const CALLERS = [...SERVE, 'call', 'health'] as const satisfies readonly CommandName[];
 
-export const OPTIONS = {
-  registry: { type: 'string', default: 'local', choices: ['local', 'memory', 'etcd'], group: 'registry', commands: MESH_PROCESS, api: true, help: 'registry backend' },
-  registry_address: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'local: directory of the SQLite registry; etcd: [https://[user:password@]]host:port[,...]' },
+/**
+ * `mesh run` starts a sidecar for its app in the same process: it takes every option of `mesh sidecar`
+ * but those it sets itself from --name, --app_port and --health_path (and --concurrency: one
+ * process). withRun adds `run` to the commands of those options.
+ */
+const NOT_RUN = new Set(['server_name', 'server_address', 'healthcheck_url', 'concurrency']);
+function withRun<T extends Record<string, OptionSpec>>(options: T): T {
+  for (const [key, spec] of Object.entries(options)) {
+    if (spec.commands.includes('sidecar') && !spec.commands.includes('run') && !NOT_RUN.has(key)) (spec as { commands: readonly CommandName[] }).commands = [...spec.commands, 'run'];
+  }
+  return options;
+}
+
+export const OPTIONS = withRun({
+  registry: { type: 'string', default: 'local', choices: ['local', 'memory', 'etcd'], group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'registry backend' },
+  registry_address: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'local: directory of the SQLite registry; etcd: [https://[user:password@]]host:port[,...]' },
   broker: { type: 'string', default: 'http', choices: ['http', 'memory', 'nats'], group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'broker backend' },
-  registry_tls_ca_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM CA to trust instead of the system roots' },
-  registry_tls_cert_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM client certificate' },
-  registry_tls_key_file: { type: 'string', group: 'registry', commands: MESH_PROCESS, api: true, help: 'etcd over https://: PEM client key' },
+  registry_tls_ca_file: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'etcd over https://: PEM CA to trust instead of the system roots' },
+  registry_tls_cert_file: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'etcd over https://: PEM client certificate' },
+  registry_tls_key_file: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'etcd over https://: PEM client key' },
   broker_address: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'http: listen host[:port] for deliveries; nats: [nats|tls]://[user:password@]host:port' },
   broker_tls_ca_file: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'nats (TLS required): PEM CA to trust instead of the system roots' },
   broker_tls_cert_file: { type: 'string', group: 'broker', commands: [...BROKER_USERS, 'check'], api: true, help: 'nats (TLS required): PEM client certificate' },
@@ -95,8 +108,8 @@ export const OPTIONS = {
   client_request_timeout: { type: 'duration', default: '5s', group: 'client', commands: MESH_PROCESS, api: true, help: 'budget of one outbound call' },
   client_retries: { type: 'int', default: '1', group: 'client', commands: CALLERS, api: true, help: 'retries on connect failure, 502, 503, timeout' },
   client_per_try_timeout: { type: 'duration', default: '0', group: 'client', commands: CALLERS, api: true, help: 'budget of one try of an outbound call; past it the call is retried on another host (0: a try may use the whole budget)' },
-  retry_budget_percent: { type: 'int', default: '20', min: 0, max: 100, range: 'must be from 0 to 100', group: 'client', commands: CALLERS, api: true, help: 'retry budget: retries at once, as a share (%) of a cluster\'s active requests, for every retry (--client_retries, the proxy handler\'s, hedges); past it a retry is not made (upstream_rq_retry_overflow); 0: no budget' },
-  retry_budget_min: { type: 'int', default: '3', min: 0, max: 1_000_000, range: 'must be from 0 to 1000000', group: 'client', commands: CALLERS, api: true, help: 'retry budget: retries allowed at once whatever the load' },
+  retry_budget_percent: { type: 'int', default: '20', min: 0, max: 100, range: 'must be from 0 to 100', group: 'client', commands: [...CALLERS, 'xds'], api: true, help: 'retry budget: retries at once, as a share (%) of a cluster\'s active requests, for every retry (--client_retries, the proxy handler\'s, hedges); past it a retry is not made (upstream_rq_retry_overflow); 0: no budget' },
+  retry_budget_min: { type: 'int', default: '3', min: 0, max: 1_000_000, range: 'must be from 0 to 1000000', group: 'client', commands: [...CALLERS, 'xds'], api: true, help: 'retry budget: retries allowed at once whatever the load' },
   client_hedge_delay: { type: 'duration', default: '0', group: 'client', commands: CALLERS, api: true, help: 'idempotent calls: send a second try to another host when the first has not answered after this long (0: no hedging)' },
   proto_path: { type: 'list', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: directories of the .proto files of gRPC backends and services, searched for imports in order (comma list; none by default; docs/grpc.md)' },
   proto_files: { type: 'list', group: 'client', commands: ['dev', 'api', 'sidecar', 'proxy', 'call'], api: true, help: 'gRPC: the .proto files to load, relative to a --proto_path directory (comma list; default every .proto under --proto_path)' },
@@ -108,20 +121,20 @@ export const OPTIONS = {
   request_timeout: { type: 'duration', default: '30s', group: 'limits', commands: SERVE, api: true, help: 'a whole request, header and body, must arrive within this (0: no limit)' },
   drain_delay: { type: 'duration', default: '1s', group: 'limits', commands: SERVE, api: true, help: 'on shutdown: time to keep serving after deregistering, so peers and load balancers stop sending' },
   drain_timeout: { type: 'duration', default: '10s', group: 'limits', commands: SERVE, api: true, help: 'on shutdown: how long in-flight requests may take to finish before they are cut off' },
-  lb_policy: { type: 'string', default: 'round_robin', choices: LB_POLICIES, group: 'client', commands: CALLERS, api: true, help: 'load balancing' },
+  lb_policy: { type: 'string', default: 'round_robin', choices: LB_POLICIES, group: 'client', commands: [...CALLERS, 'xds'], api: true, help: 'load balancing' },
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
-  admin_address: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'admin interface host:port, or off' },
-  admin_token: { type: 'string', group: 'admin', commands: SERVE, api: true, help: 'require Authorization: Bearer <token> on the admin interface' },
-  metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: SERVE, api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
-  stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: SERVE, api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
+  admin_address: { type: 'string', commandDefaults: { run: 'off' }, group: 'admin', commands: [...SERVE, 'xds', 'envoy'], api: true, help: 'admin interface host:port, or off' },
+  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'require Authorization: Bearer <token> on the admin interface' },
+  metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
+  stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
   stats_endpoints: { type: 'bool', default: 'false', group: 'admin', commands: ['dev', 'api'], api: true, help: 'per-endpoint stats: requests, answers by status and a latency histogram for each endpoint of a framework service and each route of the gateway (service.<name>.endpoint.<endpoint>.*; undeclared names in one _other family); prints the latency histograms as --stats_histograms does' },
   tracing: { type: 'string', default: 'off', choices: ['off', 'otlp'], group: 'logging', commands: SERVE, api: true, help: 'otlp: record spans and export them over OTLP to --tracing_address; off: none (trace context is still forwarded); when not given, the OTEL_* variables decide (docs/observability.md)' },
   tracing_address: { type: 'string', default: DEFAULT_TRACING_ADDRESS, group: 'logging', commands: SERVE, api: true, help: 'OTLP endpoint of --tracing=otlp (http:// or https:// URL); when not given, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT' },
   tracing_sample_rate: { type: 'string', default: '1', apiDefault: 1, group: 'logging', commands: SERVE, api: true, help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)' },
-  admin_allowed_hosts: { type: 'list', group: 'admin', commands: SERVE, api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
-  log_level: { type: 'string', default: 'info', group: 'logging', commands: MESH_PROCESS, api: true, help: 'trace, debug, info, warning, error, critical, off' },
-  log_format: { type: 'string', choices: LOG_FORMATS, group: 'logging', commands: MESH_PROCESS, api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
+  admin_allowed_hosts: { type: 'list', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
+  log_level: { type: 'string', default: 'info', group: 'logging', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'trace, debug, info, warning, error, critical, off' },
+  log_format: { type: 'string', choices: LOG_FORMATS, group: 'logging', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
   access_log: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'front ends: access log, one line a request: off, stdout or a file path (reopened on SIGUSR1)' },
   access_log_format: { type: 'string', group: 'logging', commands: SERVE, api: true, help: 'access log format: text with %OPERATOR%s, or json; without it, Envoy\'s default format (docs/observability.md)' },
   enable_stats: { type: 'bool', default: 'false', group: 'command', commands: GATEWAYS, api: true, help: 'serve /stats (dashboard and JSON)' },
@@ -146,9 +159,9 @@ export const OPTIONS = {
   inbound_address: { type: 'string', group: 'mtls', commands: ['sidecar'], help: 'sidecar with --mtls and --server_name: host:port of the inbound listener, which terminates mutual TLS for the app and is registered in its place (default the host of --server_address, a free port)' },
   authz_rules: { type: 'string', group: 'mtls', commands: ['dev', 'sidecar'], api: true, help: 'who may call the framework services of this process (or, on a sidecar with --mtls, its app): rules from caller identities to services and endpoints, YAML or JSON (first match wins; reloaded on SIGHUP; docs/security.md)' },
   authz_default: { type: 'string', default: 'allow', choices: ['allow', 'deny'], group: 'mtls', commands: ['dev', 'sidecar'], api: true, help: 'what a call no --authz_rules rule matches gets (allow by default, so that nothing changes without rules)' },
-  enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
-  tls_cert_file: { type: 'string', group: 'tls', commands: [...SERVE, 'check'], api: true, help: 'PEM certificate chain' },
-  tls_key_file: { type: 'string', group: 'tls', commands: SERVE, api: true, help: 'PEM private key' },
+  enable_tls: { type: 'bool', default: 'false', group: 'tls', commands: [...SERVE, 'xds'], api: true, help: 'serve HTTPS with --tls_cert_file and --tls_key_file' },
+  tls_cert_file: { type: 'string', group: 'tls', commands: [...SERVE, 'check', 'xds'], api: true, help: 'PEM certificate chain' },
+  tls_key_file: { type: 'string', group: 'tls', commands: [...SERVE, 'xds'], api: true, help: 'PEM private key' },
   enable_acme: { type: 'bool', default: 'false', group: 'tls', commands: SERVE, api: true, help: 'obtain certificates by ACME for --acme_hosts' },
   acme_hosts: { type: 'list', group: 'tls', commands: SERVE, api: true, help: 'host names allowed to get ACME certificates' },
   acme_directory: { type: 'string', default: 'https://acme-v02.api.letsencrypt.org/directory', group: 'tls', commands: SERVE, api: true, help: 'ACME directory URL' },
@@ -162,6 +175,12 @@ export const OPTIONS = {
   rate_limit_burst: { type: 'int', group: 'limits', commands: GATEWAYS, help: 'most requests a client may send at once (token bucket size; default one second\'s worth of --rate_limit, at least 1)' },
   rate_limit_key: { type: 'string', default: 'address', choices: ['address', 'subject', 'route'], group: 'limits', commands: GATEWAYS, help: 'what one rate limit bucket counts: the client address, the authenticated subject (else the address), or the route (request path)' },
   rate_limit_max_keys: { type: 'int', default: '100000', min: 1, range: 'must be at least 1', group: 'limits', commands: GATEWAYS, help: 'most rate limit buckets kept; the least recently used is forgotten first' },
+  rate_limit_store: { type: 'string', default: 'local', group: 'limits', commands: [...GATEWAYS, 'check'], help: 'where the rate limit buckets live: local (this process; the workers of --concurrency share the primary\'s), or redis://[:password@]host:port[/db] (rediss:// for TLS): one budget across every instance using it' },
+  rate_limit_store_tls_ca_file: { type: 'string', group: 'limits', commands: [...GATEWAYS, 'check'], help: 'rediss://: PEM CA to trust instead of the system roots' },
+  rate_limit_store_tls_cert_file: { type: 'string', group: 'limits', commands: [...GATEWAYS, 'check'], help: 'rediss://: PEM client certificate' },
+  rate_limit_store_tls_key_file: { type: 'string', group: 'limits', commands: [...GATEWAYS, 'check'], help: 'rediss://: PEM client key' },
+  rate_limit_store_timeout: { type: 'duration', default: '100ms', min: 1, max: 10_000, range: 'must be from 1ms to 10s', group: 'limits', commands: GATEWAYS, help: 'the longest a request waits for the shared rate limit store; past it --rate_limit_failure_mode decides' },
+  rate_limit_failure_mode: { type: 'string', default: 'open', choices: ['open', 'closed'], group: 'limits', commands: GATEWAYS, help: 'the shared rate limit store does not answer (within --rate_limit_store_timeout): open allows the request, closed refuses it (503)' },
   enable_rpc: { type: 'bool', default: 'true', group: 'command', commands: ['dev', 'api'], help: 'gateway: serve POST /rpc (false: /rpc is a path like any other)' },
   mesh: { type: 'string', group: 'command', commands: ['new'], help: 'new service: the project depends on this checkout (a directory) or packed tarball (npm pack) of @mesh-platform/mesh instead of the registry version' },
   rpc_allow: { type: 'list', group: 'command', commands: ['dev', 'api'], help: 'gateway: services POST /rpc may call, globs over the name (comma list; * any run of characters, ? one; default all)' },
@@ -177,26 +196,40 @@ export const OPTIONS = {
   auth_rules: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
   sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
-  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check'], help: 'text or json' },
-  address: { type: 'string', apiDefault: '127.0.0.1:0', group: 'listen', commands: [...GATEWAYS, 'ca'], api: true, help: 'listen address of the server this command starts' },
+  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check', 'envoy'], help: 'text or json' },
+  address: { type: 'string', apiDefault: '127.0.0.1:0', commandDefaults: { run: '127.0.0.1:0' }, group: 'listen', commands: [...GATEWAYS, 'ca', 'xds'], api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
   sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },
   advertise: { type: 'string', group: 'listen', commands: ['dev', 'sidecar'], api: true, help: 'address to register instead of the listen address' },
   namespace: { type: 'string', group: 'command', commands: GATEWAYS, help: 'service namespace of the gateway or sidecar' },
   handler: { type: 'string', choices: ['api', 'rpc', 'proxy', 'event'], group: 'command', commands: GATEWAYS, help: 'gateway/sidecar handler' },
-  routes: { type: 'string', group: 'command', commands: ['dev', 'api', 'sidecar'], help: 'gateway and sidecar: route file of Gateway API HTTPRoute documents, YAML or JSON (weighted versions, matches on path, method, headers and query, timeouts); reloaded on SIGHUP and when the file changes (docs/routing.md)' },
+  routes: { type: 'string', group: 'command', commands: ['dev', 'api', 'sidecar', 'envoy'], help: 'gateway and sidecar: route file of Gateway API HTTPRoute documents, YAML or JSON (weighted versions, matches on path, method, headers and query, timeouts); reloaded on SIGHUP and when the file changes (docs/routing.md); mesh envoy bootstrap: the routes of Envoy\'s HTTP listener' },
   server_name: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: name to register the app under' },
   server_address: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: host:port of the app' },
   healthcheck_url: { type: 'string', group: 'command', commands: ['sidecar'], help: 'sidecar: URL checked to decide if the app is healthy' },
-  healthcheck_interval: { type: 'duration', default: '10s', group: 'command', commands: ['sidecar'], help: 'sidecar: time between health checks' },
+  healthcheck_interval: { type: 'duration', default: '10s', commandDefaults: { run: '2s' }, group: 'command', commands: ['sidecar'], help: 'sidecar: time between health checks' },
   healthcheck_timeout: { type: 'duration', default: '2s', group: 'command', commands: ['sidecar'], help: 'sidecar: health check timeout' },
   stream: { type: 'string', choices: ['server', 'client', 'bidi'], group: 'command', commands: ['call'], help: 'call: a streaming call of this kind instead of a unary call; answers are printed one JSON line each as they arrive, client and bidi requests are read from stdin, one JSON a line (docs/cli.md)' },
   queue: { type: 'string', group: 'command', commands: ['subscribe'], help: 'subscribe: queue group' },
   ack: { type: 'bool', default: 'false', group: 'command', commands: ['subscribe'], help: 'subscribe: at least once, under --durable NAME: each message is acknowledged once printed' },
   durable: { type: 'string', group: 'command', commands: ['subscribe'], help: 'subscribe --ack: the durable consumer name (messages are kept for it while it is not running)' },
   config: { type: 'string', group: 'command', commands: ['proxy'], help: 'proxy: configuration file' },
-  mesh_home: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'ca'], api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
-} as const satisfies Record<string, OptionSpec>;
+  xds_address: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: host:port of the xDS server (mesh xds --address) Envoy takes its configuration from' },
+  node_id: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: the node id Envoy presents to the xDS server (default this machine\'s host name)' },
+  node_cluster: { type: 'string', default: 'envoy', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: the node cluster Envoy presents to the xDS server' },
+  listener_address: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap --routes: where Envoy\'s HTTP listener listens' },
+  xds_tls_ca_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: connect to the xDS server over TLS, its certificate checked against this PEM CA file (a path on Envoy\'s machine)' },
+  xds_tls_cert_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap, mutual TLS: Envoy\'s certificate chain, PEM (with --xds_tls_key_file and --xds_tls_ca_file)' },
+  xds_tls_key_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap, mutual TLS: the private key of --xds_tls_cert_file, PEM' },
+  xds_tls_server_name: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap with TLS: the name sent as SNI (default the host of --xds_address when it is a name)' },
+  xds_tls_san: { type: 'list', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap with TLS: the names the xDS server\'s certificate must carry one of: spiffe:// URIs, IP addresses or DNS names (comma list; default --xds_tls_server_name, else the host of --xds_address)' },
+  mesh_home: { type: 'string', group: 'registry', commands: [...MESH_PROCESS, 'xds', 'ca'], api: true, help: 'state directory (default $MESH_HOME or ~/.mesh)' },
+
+  name: { type: 'string', group: 'command', commands: ['run'], help: 'run: the service name the app is registered under' },
+  app_port: { type: 'string', default: 'auto', group: 'command', commands: ['run'], help: 'run: the port the app listens on, given to it as PORT (auto: a free port)' },
+  health_path: { type: 'string', default: '/health', group: 'command', commands: ['run'], help: 'run: the path on the app that answers 2xx when it is healthy; the app is registered once it does (off: registered at start, no check)' },
+  file: { type: 'string', group: 'command', commands: ['run'], help: 'run: a YAML file of apps to run, each with its sidecar (-f FILE; docs/run.md)' },
+} as const satisfies Record<string, OptionSpec>);
 
 export type OptionKey = keyof typeof OPTIONS;
 

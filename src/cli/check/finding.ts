@@ -3,7 +3,7 @@ export type Level = 'error' | 'warning';
 
 export interface Finding {
   level: Level;
-  /** The check that found it: registry, broker, nodes, files, certificates, node_version. */
+  /** The check that found it: registry, broker, nodes, files, certificates, node_version, rate_limit_store. */
   check: string;
   message: string;
 }

@@ -13,9 +13,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
-import { ERROR_IDS, MeshError, rateLimited } from '../../base/errors.js';
+import { ERROR_IDS, MeshError, rateLimited, rateLimitStoreDown } from '../../base/errors.js';
 import { isEdgeSetHeader } from '../../core/transport/headers.js';
-import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit } from '../../base/http/rate-limit.js';
+import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit, type RateDecision, type RateLimitStore } from '../../base/http/rate-limit.js';
 import { declareStats, type Counter, type StatsStore } from '../../base/stats/store.js';
 import { HTTP_AUTH_STATS, HTTP_RATE_LIMIT_STATS, httpStatPrefix } from '../../base/http/stats.js';
 import { parseRules, pathKeyOf, ruleJson, ruleMatches, type Access, type Resource, type Rule } from './rules.js';
@@ -348,8 +348,8 @@ export class EdgeGuard {
   private readonly unauthenticated: Counter;
   private readonly tokenHash?: Buffer;
   private readonly identities = new WeakMap<IncomingMessage, Identity>();
-  /** The buckets of rules with a rate_limit: the front end's limiter, or one of the guard's own (made when first needed). */
-  private ruleLimiter?: RateLimiter;
+  /** The buckets of rules with a rate_limit: the front end's store, or a limiter of the guard's own (made when first needed). */
+  private ruleLimiter?: RateLimitStore;
   private readonly rateOk: Counter;
   private readonly rateOver: Counter;
 
@@ -357,7 +357,7 @@ export class EdgeGuard {
     private readonly auth: EdgeAuth | undefined,
     private readonly options: EdgeGuardOptions,
   ) {
-    this.ruleLimiter = options.rateLimit?.limiter;
+    this.ruleLimiter = options.rateLimit?.store;
     const scope = options.stats.scope(httpStatPrefix(options.statPrefix));
     ({ ok: this.rateOk, overLimit: this.rateOver } = declareStats(scope, HTTP_RATE_LIMIT_STATS));
     ({ allowed: this.allowed, denied: this.denied, unauthenticated: this.unauthenticated } = declareStats(scope, HTTP_AUTH_STATS));
@@ -387,7 +387,7 @@ export class EdgeGuard {
    */
   async check(req: IncomingMessage, res: ServerResponse | undefined, target: EdgeTarget): Promise<void> {
     try {
-      this.limit(req, res, await this.run(req, target));
+      await this.limit(req, res, await this.run(req, target));
     } catch (err) {
       if (err instanceof AuthError) {
         (err.code === 401 ? this.unauthenticated : this.denied).inc();
@@ -398,13 +398,16 @@ export class EdgeGuard {
     }
   }
 
-  /** /rpc, once the body (or an upgrade's query) named the service and method. Throws like check(). */
-  authorizeCall(req: IncomingMessage, res: ServerResponse | undefined, service: string, endpoint: string): void {
+  /**
+   * /rpc, once the body (or an upgrade's query) named the service and method. Throws like check();
+   * a promise when the rule's rate limit had to ask a shared store.
+   */
+  authorizeCall(req: IncomingMessage, res: ServerResponse | undefined, service: string, endpoint: string): void | Promise<void> {
     if (!this.auth) return;
     try {
       const rule = this.auth.decide(this.identities.get(req), { path: '/rpc', service, endpoint });
       this.allowed.inc();
-      this.limit(req, res, rule);
+      return this.limit(req, res, rule);
     } catch (err) {
       if (err instanceof AuthError) {
         (err.code === 401 ? this.unauthenticated : this.denied).inc();
@@ -445,18 +448,24 @@ export class EdgeGuard {
    * (the front end's `--rate_limit_key`, else the address), on top of `--rate_limit`. Over it: 429
    * with Retry-After and the RateLimit fields, counted with the front end's rate limit stats.
    */
-  private limit(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule | undefined): void {
+  private limit(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule | undefined): void | Promise<void> {
     const policy = rule?.rateLimit;
     if (!policy) return;
     this.ruleLimiter ??= new RateLimiter({ policy });
-    const decision = this.ruleLimiter.check(rateLimitKey(req, this.options.rateLimit?.key ?? 'address'), policy);
-    if (res && !res.headersSent) for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
+    const decision = this.ruleLimiter.take(rateLimitKey(req, this.options.rateLimit?.key ?? 'address'), policy, 'rule');
+    if (decision instanceof Promise) return decision.then((d) => this.answer(req, res, rule!, d));
+    this.answer(req, res, rule!, decision);
+  }
+
+  private answer(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule, decision: RateDecision): void {
+    if (res && !res.headersSent) for (const [k, v] of Object.entries(decision.storeDown ? (decision.allowed ? {} : { 'retry-after': '1' }) : rateLimitHeaders(decision))) res.setHeader(k, v);
     if (decision.allowed) {
       this.rateOk.inc();
       return;
     }
     this.rateOver.inc();
     req.resume();
-    throw rateLimited(this.options.errorId, describePolicy(policy), decision.retryAfterSec, rule.index);
+    if (decision.storeDown) throw rateLimitStoreDown(this.options.errorId);
+    throw rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec, rule.index);
   }
 }

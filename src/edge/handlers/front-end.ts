@@ -19,7 +19,7 @@ export interface FrontEnd {
   /** Sends a route's RequestMirror copies (bounded); none: copies are dropped and counted. */
   mirrors?: MirrorSender;
   /** Authorizes a call whose service and method only the body or query names (/rpc): throws the 401/403 (src/edge/auth/); `res` undefined for an upgrade. */
-  authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void;
+  authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void | Promise<void>;
   /**
    * The route file's answer for a call at /rpc (the sidecar's --routes): the service and policy
    * to call with, undefined when no route matches; throws the error of a route it cannot serve.

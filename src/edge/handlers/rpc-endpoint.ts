@@ -99,7 +99,8 @@ export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res:
     if (started) await started;
   }
   if (allowed && !allowed(call.service)) throw notAllowed(fe.errorId, call.service);
-  fe.authorizeCall?.(req, res, call.service, call.method);
+  const authorized = fe.authorizeCall?.(req, res, call.service, call.method);
+  if (authorized) await authorized;
   try {
     const answer = await fe.runtime.client.call(call.service, call.method, call.request, {
       ...callOptionsFrom(req, undefined, undefined, routed?.policy),
@@ -128,7 +129,8 @@ export async function handleRpcStreamUpgrade(fe: FrontEnd, streams: StreamSocket
     for (const [k, v] of Object.entries(queryObject(req))) fields[k.toLowerCase()] = Array.isArray(v) ? v[0] : v;
     const { service, method } = rpcTarget(fe.errorId, fields);
     if (allowed && !allowed(service)) throw notAllowed(fe.errorId, service);
-    fe.authorizeCall?.(req, undefined, service, method);
+    const authorized = fe.authorizeCall?.(req, undefined, service, method);
+    if (authorized) await authorized;
     route = { service, method };
   } catch (err) {
     refuseSocket(socket, err, fe.errorId, { linger: false });

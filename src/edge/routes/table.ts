@@ -194,6 +194,15 @@ export class CompiledRoutes {
     return this.source.routes.length;
   }
 
+  /**
+   * Every (route, rule, match, hostname) in the order the matcher tries them: what a data plane
+   * that takes routes first-match-wins (Envoy, src/xds/envoy-routes.ts) needs to match as this
+   * table does.
+   */
+  inOrder(): Array<{ route: RouteSpec; rule: RuleSpec; match: MatchSpec; hostname: string | undefined }> {
+    return this.entries.map(({ route, rule, match, hostname }) => ({ route, rule, match, hostname }));
+  }
+
   /** The first matching entry's route and rule, with a backend chosen by weight; undefined: no route matches. */
   match(req: RouteRequest): RouteChoice | undefined {
     const host = hostOf(req.host);

@@ -387,9 +387,7 @@ export class Gateway {
     const path = targetOf(req).path;
     const checked = (target: EdgeTarget, then: () => void) =>
       this.guard.check(req, undefined, target).then(
-        () => {
-          if (!this.server.upgradeRateLimited(req, socket, true)) then();
-        },
+        () => this.server.upgradeRateLimited(req, socket, true, then),
         (err: unknown) => refuseSocket(socket, err, ERROR_ID),
       );
     switch (route.kind) {

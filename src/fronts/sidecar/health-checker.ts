@@ -33,6 +33,13 @@ export interface AppOptions {
   ttlMs: number;
   /** How often the registration is refreshed when there is no health URL. */
   refreshMs: number;
+  /**
+   * The checks before the first healthy answer are logged at debug, not as a warning (mesh run: the
+   * app is starting; it says itself when the app is slow to become healthy).
+   */
+  quietStart?: boolean;
+  /** Any 2xx answer is healthy (mesh run), not only 200 (the sidecar's --healthcheck_url). */
+  any2xx?: boolean;
 }
 
 /** Thrown for inconsistent app options; it carries the option's schema key (OptionError). */
@@ -137,6 +144,8 @@ export class AppRegistration {
   readonly nodeId: string;
   private readonly record: Service;
   private health: AppHealth = 'unknown';
+  /** Why the last check failed (undefined after a healthy one). */
+  private reason?: string;
   private registered = false;
   private stopped = false;
   private timer?: NodeJS.Timeout;
@@ -172,8 +181,8 @@ export class AppRegistration {
   }
 
   /** The current view, for logs and tests. */
-  get state(): { health: AppHealth; registered: boolean } {
-    return { health: this.health, registered: this.registered };
+  get state(): { health: AppHealth; registered: boolean; reason?: string } {
+    return { health: this.health, registered: this.registered, reason: this.reason };
   }
 
   /**
@@ -224,11 +233,16 @@ export class AppRegistration {
     if (this.stopped) return;
     const before = this.health;
     this.health = healthy.ok ? 'healthy' : 'unhealthy';
+    this.reason = healthy.ok ? undefined : healthy.reason;
     if (healthy.ok) {
       if (before !== 'healthy') this.log.info({ app: this.options.name, url: this.url!.href }, 'app is healthy');
       if (this.runtime.state.state === 'live') await this.enqueue(() => this.doRegister(before !== 'healthy' ? 'healthy' : undefined));
     } else {
-      if (before !== 'unhealthy') this.log.warn({ app: this.options.name, url: this.url!.href, reason: healthy.reason }, 'app is unhealthy');
+      if (before !== 'unhealthy') {
+        const fields = { app: this.options.name, url: this.url!.href, reason: healthy.reason };
+        if (before === 'unknown' && this.options.quietStart) this.log.debug(fields, 'app is not healthy yet');
+        else this.log.warn(fields, 'app is unhealthy');
+      }
       await this.enqueue(() => this.doDeregister(`unhealthy: ${healthy.reason}`));
     }
     if (this.stopped) return;
@@ -253,7 +267,7 @@ export class AppRegistration {
       });
       await res.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
       if (controller.signal.aborted) throw new Error('timeout');
-      if (res.statusCode === 200) {
+      if (res.statusCode === 200 || (this.options.any2xx && res.statusCode >= 200 && res.statusCode < 300)) {
         this.stats.success.inc();
         return { ok: true };
       }

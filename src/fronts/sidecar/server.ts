@@ -419,9 +419,7 @@ export class Sidecar {
     const proxied = routed ?? (this.handler === 'proxy' && path !== '/registry' && path !== '/rpc' && path !== '/' ? resolveProxyPath(path, fe.namespace) : undefined);
     const target = proxied ? { path, service: proxied.service } : this.handler === 'rpc' || path === '/rpc' ? this.authTarget(req, route) : { path };
     this.guard.check(req, undefined, target).then(
-      () => {
-        if (!this.server.upgradeRateLimited(req, socket, true)) this.upgradeAuthorized(req, socket, head, path, route, proxied?.service, routed?.version);
-      },
+      () => this.server.upgradeRateLimited(req, socket, true, () => this.upgradeAuthorized(req, socket, head, path, route, proxied?.service, routed?.version)),
       (err: unknown) => refuseSocket(socket, err, fe.errorId),
     );
   }

@@ -1,0 +1,58 @@
+/** `mesh xds`: the registry served as Envoy xDS v3 over ADS (docs/xds.md, src/xds/). */
+import { readFileSync } from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
+import { FlagError, type ParsedArgs } from './flags.js';
+import { Runtime } from '../process/runtime.js';
+import { optionsFromFlags } from './options.js';
+import { formatAddress, parseAddress } from '../base/util/address.js';
+import { resolveSettings, retryBudgetDefaults } from '../core/upstream/config.js';
+import { XdsControlPlane } from '../xds/control-plane.js';
+
+/** Where `mesh xds` serves ADS unless --address says otherwise. */
+export const XDS_ADDRESS = '127.0.0.1:18000';
+/** The admin interface of `mesh xds` unless --admin_address says otherwise. */
+export const XDS_ADMIN_ADDRESS = '127.0.0.1:9904';
+
+export async function runXds(args: ParsedArgs): Promise<number> {
+  const config = args.config;
+  if (args.positionals.length > 1) throw new FlagError(`xds takes no arguments (got "${args.positionals.slice(1).join(' ')}")`);
+  let listen;
+  try {
+    listen = parseAddress(config.address ?? XDS_ADDRESS);
+  } catch (err) {
+    throw new FlagError(`--address: ${(err as Error).message}`);
+  }
+  if (config.enable_tls && (!config.tls_cert_file || !config.tls_key_file)) throw new FlagError('--enable_tls needs --tls_cert_file and --tls_key_file');
+  const runtime = new Runtime(optionsFromFlags(config), { role: 'xds', flags: config, registryClusters: false });
+  runtime.installSignalHandlers();
+  try {
+    const options = runtime.options;
+    const settings = resolveSettings(undefined, retryBudgetDefaults(options.retryBudgetPercent, options.retryBudgetMin), options.lbPolicy, true);
+    let credentials: grpc.ServerCredentials | undefined;
+    if (config.enable_tls) {
+      const read = (flag: string, path: string) => {
+        try {
+          return readFileSync(path);
+        } catch (err) {
+          throw new Error(`--${flag}: cannot read ${path}: ${(err as Error).message}`);
+        }
+      };
+      credentials = grpc.ServerCredentials.createSsl(null, [{ cert_chain: read('tls_cert_file', config.tls_cert_file!), private_key: read('tls_key_file', config.tls_key_file!) }], false);
+    }
+    const plane = new XdsControlPlane({ registry: runtime.registry, settings, stats: runtime.stats, log: runtime.logging.get('server'), credentials });
+    runtime.onShutdown(() => plane.close());
+    const port = await plane.start(listen.host, listen.port);
+    const admin = await runtime.startAdmin(XDS_ADMIN_ADDRESS, { clusters: plane.clustersView() });
+    const snapshot = plane.snapshot!;
+    process.stdout.write(
+      [
+        `mesh xds listening on ${credentials ? 'grpcs' : 'grpc'}://${formatAddress(listen.host, port)} (ADS, ${snapshot.resources.cluster.size} cluster${snapshot.resources.cluster.size === 1 ? '' : 's'} from the ${runtime.registry.name} registry)`,
+        admin ? `mesh xds admin on http://${formatAddress(admin.host, admin.port)}` : 'mesh xds admin off',
+      ].join('\n') + '\n',
+    );
+  } catch (err) {
+    await runtime.shutdown();
+    throw err;
+  }
+  return -1; // keep running until a signal or /quitquitquit
+}

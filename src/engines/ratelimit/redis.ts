@@ -1,0 +1,173 @@
+/**
+ * The Redis (or Valkey) rate limit store of `--rate_limit_store=redis://…` (docs/gateway.md "Rate
+ * limits"): one token bucket per key in a Redis hash (`mesh:rl:<policy>:<key>`, fields `t` tokens
+ * and `at` its time in ms, expiring once it would be full again), taken from atomically by a Lua
+ * script on Redis's own clock, so that every instance draws from the same bucket whatever its
+ * clock. The script is called by its SHA (EVALSHA) and sent whole (EVAL) when the server does not
+ * know it yet (NOSCRIPT, as after a restart).
+ *
+ * The client reconnects by itself (backoff from 50 ms doubling to 2 s) and queues nothing while
+ * disconnected: a grant then fails at once and the store's failure mode decides.
+ */
+import { createHash } from 'node:crypto';
+import { createClient } from 'redis';
+import type { BucketBackend } from '../../base/http/rate-limit-store.js';
+import type { BucketGrant, RatePolicy } from '../../base/http/rate-limit.js';
+import { readEngineTls, redactAddress, type EngineTlsFiles } from '../../base/util/engine-access.js';
+
+/** KEYS[1] the bucket; ARGV rate (tokens/ms), burst, want. Returns {granted, tokens (string), ms until `want` are there when none was granted}. */
+const SCRIPT = `
+local now_t = redis.call('TIME')
+local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local want = tonumber(ARGV[3])
+local b = redis.call('HMGET', KEYS[1], 't', 'at')
+local tokens = tonumber(b[1])
+local at = tonumber(b[2])
+if tokens == nil or at == nil then
+  tokens = burst
+  at = now
+end
+if now > at then tokens = math.min(burst, tokens + (now - at) * rate) end
+local granted = math.min(want, math.floor(tokens + 1e-9))
+if granted < 0 then granted = 0 end
+tokens = tokens - granted
+redis.call('HSET', KEYS[1], 't', tostring(tokens), 'at', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate) + 1000)
+local retry = 0
+if granted == 0 then retry = math.ceil((want - tokens) / rate) end
+return {granted, tostring(tokens), retry}
+`;
+const SHA = createHash('sha1').update(SCRIPT).digest('hex');
+const DEFAULT_PORT = 6379;
+
+/** A `--rate_limit_store` value taken apart. */
+export interface RedisAddress {
+  /** The URL for the client, credentials included. */
+  url: string;
+  tls: boolean;
+  /** `redis://host:port/db` without credentials. */
+  shown: string;
+}
+
+/**
+ * Parses `redis://[[user]:password@]host[:port][/db]` or `rediss://…` (TLS). Throws naming the
+ * problem; the password never appears in a message.
+ */
+export function parseRedisAddress(text: string): RedisAddress {
+  const m = /^(rediss?):\/\//i.exec(text);
+  if (!m) throw new Error('use local, or redis://[:password@]host:port[/db] (rediss:// for TLS)');
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new Error(`invalid address "${redactAddress(text)}" (use redis://[:password@]host:port[/db])`);
+  }
+  if (!url.hostname) throw new Error(`invalid address "${redactAddress(text)}": no host (use redis://[:password@]host:port[/db])`);
+  if (url.search || url.hash) throw new Error(`invalid address "${redactAddress(text)}": no query or fragment (use redis://[:password@]host:port[/db])`);
+  const db = url.pathname.replace(/^\//, '');
+  if (db !== '' && !/^\d{1,2}$/.test(db)) throw new Error(`invalid database "${db}" in "${redactAddress(text)}": a number, e.g. redis://host:6379/0`);
+  const port = url.port === '' ? DEFAULT_PORT : Number(url.port);
+  if (!(port >= 1 && port <= 65535)) throw new Error(`invalid port in "${redactAddress(text)}"`);
+  const scheme = m[1]!.toLowerCase();
+  return { url: text, tls: scheme === 'rediss', shown: `${scheme}://${url.hostname}:${port}${db === '' ? '' : `/${db}`}` };
+}
+
+export interface RedisBucketsOptions {
+  address: string;
+  /** --rate_limit_store_tls_*: for rediss:// (a CA file replaces the system's roots). */
+  tls?: EngineTlsFiles;
+}
+
+type Client = ReturnType<typeof createClient>;
+
+export class RedisBuckets implements BucketBackend {
+  readonly kind = 'redis';
+  readonly address: string;
+  private readonly client: Client;
+  private closed = false;
+  /** The client's last connection error, for messages. */
+  private lastError = '';
+  /** Settles on the next 'ready' of the client: one listener however many grants wait. */
+  private readyWait?: Promise<void>;
+
+  constructor(options: RedisBucketsOptions) {
+    const parsed = parseRedisAddress(options.address);
+    this.address = parsed.shown;
+    const files = readEngineTls('rate_limit_store_tls', options.tls);
+    if (files && !parsed.tls) throw new Error('--rate_limit_store_tls_* files need a rediss:// address');
+    this.client = createClient({
+      url: parsed.url,
+      disableOfflineQueue: true,
+      socket: {
+        connectTimeout: 1000,
+        reconnectStrategy: (retries: number) => Math.min(2000, 50 * 2 ** Math.min(retries, 6)),
+        ...(parsed.tls ? { tls: true as const, ...(files?.ca ? { ca: files.ca } : {}), ...(files?.cert ? { cert: files.cert, key: files.key } : {}) } : {}),
+      },
+    });
+    // Errors surface through the calls (and the store's outage log); the client reconnects itself.
+    this.client.on('error', (err: Error) => (this.lastError = err.message || (err as NodeJS.ErrnoException).code || String(err)));
+    this.connect();
+  }
+
+  private connect(): void {
+    this.client.connect().catch(() => {
+      // A first connection that failed for good: try again later (the store counts the failures meanwhile).
+      if (!this.closed) setTimeout(() => !this.closed && !this.client.isOpen && this.connect(), 1000).unref();
+    });
+  }
+
+  private whenReady(): Promise<void> {
+    this.readyWait ??= new Promise((resolve) =>
+      this.client.once('ready', () => {
+        this.readyWait = undefined;
+        resolve();
+      }),
+    );
+    return this.readyWait;
+  }
+
+  /** Whether the client holds a connection now. */
+  get ready(): boolean {
+    return this.client.isReady;
+  }
+
+  async grant(key: string, policy: RatePolicy, want: number): Promise<BucketGrant> {
+    // Connecting (at start, or again after a loss): the answer may still come within the store's timeout.
+    if (!this.client.isReady) {
+      if (!this.client.isOpen) throw new Error(`not connected to ${this.address}`);
+      await this.whenReady();
+    }
+    const args = { keys: [`mesh:rl:${policy.name}:${key}`], arguments: [String(policy.ratePerSec / 1000), String(policy.burst), String(want)] };
+    let reply: unknown;
+    try {
+      reply = await this.client.evalSha(SHA, args);
+    } catch (err) {
+      if (!/NOSCRIPT/.test((err as Error).message)) throw err;
+      reply = await this.client.eval(SCRIPT, args);
+    }
+    const [granted, tokens, retry] = reply as [number, string, number];
+    return { granted: Number(granted), tokens: Number(tokens), retryMs: Number(retry) };
+  }
+
+  /** PING within `timeoutMs` (mesh check). */
+  async ping(timeoutMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs}ms${this.lastError ? ` (${this.lastError})` : ''}`)), timeoutMs);
+    });
+    try {
+      if (!this.client.isReady) await Promise.race([this.whenReady(), late]);
+      await Promise.race([this.client.ping(), late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.client.isOpen) await this.client.close().catch(() => undefined);
+    else this.client.destroy();
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * One xDS control plane: the registry's resources (source.ts) served over ADS (server.ts), with
+ * the clusters it serves as an admin view. `mesh xds` builds one from its runtime; tests build
+ * one around any registry.
+ */
+import type * as grpc from '@grpc/grpc-js';
+import type { Registry } from '../engines/registry/registry.js';
+import type { ResolvedClusterSettings } from '../core/upstream/config.js';
+import type { ClusterManagerView } from '../core/upstream/types.js';
+import type { StatsScope } from '../base/stats/store.js';
+import type { Logger } from 'pino';
+import { XdsProtos } from './protos.js';
+import { XdsSource, type EncodedSnapshot } from './source.js';
+import { XdsServer } from './server.js';
+import { xdsClustersView } from './clusters-view.js';
+
+export interface XdsControlPlaneOptions {
+  registry: Registry;
+  settings: ResolvedClusterSettings;
+  stats: StatsScope;
+  log: Logger;
+  credentials?: grpc.ServerCredentials;
+  /** Delay between a registry change and the push. Default 100 ms. */
+  debounceMs?: number;
+}
+
+export class XdsControlPlane {
+  readonly protos = new XdsProtos();
+  readonly source: XdsSource;
+  private server?: XdsServer;
+
+  constructor(private readonly o: XdsControlPlaneOptions) {
+    this.source = new XdsSource({ registry: o.registry, settings: o.settings, protos: this.protos, log: o.log, debounceMs: o.debounceMs });
+  }
+
+  /** Reads the registry, then serves; resolves with the bound port. */
+  async start(host: string, port: number): Promise<number> {
+    await this.source.start();
+    this.server = new XdsServer({ source: this.source, protos: this.protos, stats: this.o.stats, log: this.o.log, credentials: this.o.credentials });
+    return this.server.listen(host, port);
+  }
+
+  get snapshot(): EncodedSnapshot | undefined {
+    return this.source.snapshot;
+  }
+
+  /** Streams open now. */
+  get clients(): number {
+    return this.server?.clients ?? 0;
+  }
+
+  clustersView(): ClusterManagerView {
+    return xdsClustersView(this.source, this.o.settings);
+  }
+
+  async close(): Promise<void> {
+    this.source.close();
+    await this.server?.close();
+  }
+}

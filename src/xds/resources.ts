@@ -1,0 +1,242 @@
+/**
+ * What mesh serves over xDS, as plain objects in the shape of Envoy v3 messages (field names as
+ * in Envoy's .proto files; `google.protobuf.Any` fields as objects with an `@type`): pure
+ * functions from the registry's services and the registry clusters' settings. Encoding is
+ * protos.ts's job; serving, server.ts's.
+ *
+ * Per service `S` (all its versions together, as mesh's own clusters see them):
+ * - a Cluster `S` of type EDS (endpoints over ADS), with the load-balancing policy, circuit
+ *   breakers, outlier detection, active health check and panic threshold of mesh's clusters;
+ * - a ClusterLoadAssignment `S`: one locality per region/zone of its nodes, each node an endpoint
+ *   with its weight and health; a locality weighs the sum of its endpoints' weights;
+ * - an API Listener `S` for proxyless gRPC clients (`xds:///S`): an HttpConnectionManager that
+ *   takes its routes over ADS (RDS) and ends in the router filter;
+ * - a RouteConfiguration `S`: one virtual host for the domain `S`, every request to cluster `S`.
+ */
+import type { Node, Service } from '../engines/registry/registry.js';
+import type { ResolvedClusterSettings } from '../core/upstream/config.js';
+import { parseWeight } from '../core/upstream/host.js';
+import { HEALTH_CHECK_PATH_KEY } from '../core/upstream/cluster-manager.js';
+import { byNodeId } from '../engines/registry/records.js';
+
+const PREFIX = 'type.googleapis.com/';
+export const TYPE_URLS = {
+  cluster: `${PREFIX}envoy.config.cluster.v3.Cluster`,
+  endpoint: `${PREFIX}envoy.config.endpoint.v3.ClusterLoadAssignment`,
+  listener: `${PREFIX}envoy.config.listener.v3.Listener`,
+  route: `${PREFIX}envoy.config.route.v3.RouteConfiguration`,
+} as const;
+export const HTTP_CONNECTION_MANAGER_TYPE_URL = `${PREFIX}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager`;
+export const ROUTER_TYPE_URL = `${PREFIX}envoy.extensions.filters.http.router.v3.Router`;
+
+/** The four kinds of resource, by the names the stats and snapshots use. */
+export type ResourceKind = keyof typeof TYPE_URLS;
+export const RESOURCE_KINDS = Object.keys(TYPE_URLS) as ResourceKind[];
+
+/** The kind a type URL names, or undefined for a type mesh does not serve. */
+export function kindOfTypeUrl(typeUrl: string): ResourceKind | undefined {
+  return RESOURCE_KINDS.find((k) => TYPE_URLS[k] === typeUrl);
+}
+
+/** An Envoy message as a plain object (snake_case fields, enums by name, Any as `{ '@type', ... }`). */
+export type Message = Record<string, unknown>;
+
+export interface XdsInput {
+  /** Every live version of every service (a name may appear once per version). */
+  services: readonly Service[];
+  /** The settings of mesh's registry clusters (src/core/upstream/config.ts resolveSettings). */
+  settings: ResolvedClusterSettings;
+}
+
+export interface XdsSnapshot {
+  clusters: Map<string, Message>;
+  endpoints: Map<string, Message>;
+  listeners: Map<string, Message>;
+  routes: Map<string, Message>;
+}
+
+/** Snapshot field of each kind. */
+export const SNAPSHOT_FIELD: Record<ResourceKind, keyof XdsSnapshot> = {
+  cluster: 'clusters',
+  endpoint: 'endpoints',
+  listener: 'listeners',
+  route: 'routes',
+};
+
+/** A node's `health` metadata → Envoy's HealthStatus; a node without one is HEALTHY (it is live in the registry). */
+const HEALTH: Record<string, string> = { healthy: 'HEALTHY', unhealthy: 'UNHEALTHY', draining: 'DRAINING', degraded: 'DEGRADED' };
+export const HEALTH_METADATA_KEY = 'health';
+
+const LB_POLICY: Record<string, string> = { round_robin: 'ROUND_ROBIN', least_request: 'LEAST_REQUEST', random: 'RANDOM' };
+
+/** Milliseconds as a google.protobuf.Duration. */
+export function duration(ms: number): { seconds: number; nanos: number } {
+  const seconds = Math.floor(ms / 1000);
+  return { seconds, nanos: Math.round((ms - seconds * 1000) * 1e6) };
+}
+
+const u32 = (value: number) => ({ value: Math.max(0, Math.min(0xffffffff, Math.floor(value))) });
+const ADS = { ads: {}, resource_api_version: 'V3' };
+
+export function buildSnapshot(input: XdsInput): XdsSnapshot {
+  const byName = new Map<string, Service[]>();
+  for (const s of input.services) byName.set(s.name, [...(byName.get(s.name) ?? []), s]);
+  const snapshot: XdsSnapshot = { clusters: new Map(), endpoints: new Map(), listeners: new Map(), routes: new Map() };
+  for (const name of [...byName.keys()].sort()) {
+    const built = buildServiceResources(name, byName.get(name)!, input.settings);
+    if (!built) continue;
+    for (const kind of RESOURCE_KINDS) snapshot[SNAPSHOT_FIELD[kind]].set(name, built[kind]);
+  }
+  return snapshot;
+}
+
+/** The four resources of one service from its live versions; undefined when it has no node. */
+export function buildServiceResources(name: string, versions: readonly Service[], settings: ResolvedClusterSettings): Record<ResourceKind, Message> | undefined {
+  const nodes = dedupe(versions.flatMap((v) => v.nodes));
+  if (nodes.length === 0) return undefined;
+  return {
+    cluster: buildCluster(name, nodes, settings),
+    endpoint: buildLoadAssignment(name, nodes),
+    listener: buildApiListener(name),
+    route: buildRouteConfiguration(name),
+  };
+}
+
+/** Nodes by id, one per address:port (two versions may list the same process; a client refuses duplicates). */
+function dedupe(nodes: Node[]): Node[] {
+  const seen = new Set<string>();
+  return [...nodes].sort(byNodeId).filter((n) => {
+    const key = `${n.address}\n${n.port}`;
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}
+
+export function buildCluster(name: string, nodes: readonly Node[], settings: ResolvedClusterSettings): Message {
+  const cluster: Message = {
+    name,
+    type: 'EDS',
+    eds_cluster_config: { eds_config: ADS, service_name: name },
+    connect_timeout: duration(settings.connectTimeoutMs),
+    lb_policy: LB_POLICY[settings.lbPolicy] ?? 'ROUND_ROBIN',
+    circuit_breakers: {
+      thresholds: (['default', 'high'] as const).map((p) => {
+        const t = settings.circuitBreakers[p];
+        const budget = settings.retryBudgets[p];
+        return {
+          priority: p === 'default' ? 'DEFAULT' : 'HIGH',
+          max_connections: u32(t.maxConnections),
+          max_pending_requests: u32(t.maxPendingRequests),
+          max_requests: u32(t.maxRequests),
+          max_retries: u32(t.maxRetries),
+          ...(budget.percent > 0 ? { retry_budget: { budget_percent: { value: budget.percent }, min_retry_concurrency: u32(budget.minConcurrency) } } : {}),
+        };
+      }),
+    },
+    common_lb_config: { healthy_panic_threshold: { value: settings.panicThresholdPercent } },
+  };
+  const od = settings.outlierDetection;
+  if (od) {
+    cluster.outlier_detection = {
+      consecutive_5xx: u32(od.consecutive5xx),
+      interval: duration(od.intervalMs),
+      base_ejection_time: duration(od.baseEjectionTimeMs),
+      max_ejection_percent: u32(Math.min(100, od.maxEjectionPercent)),
+      enforcing_consecutive_5xx: u32(Math.min(100, od.enforcingConsecutive5xx)),
+      enforcing_success_rate: u32(Math.min(100, od.enforcingSuccessRate)),
+      success_rate_minimum_hosts: u32(od.successRateMinimumHosts),
+      success_rate_request_volume: u32(od.successRateRequestVolume),
+      success_rate_stdev_factor: u32(Math.round(od.successRateStdevFactor * 1000)),
+      consecutive_gateway_failure: u32(od.consecutiveGatewayFailure),
+      enforcing_consecutive_gateway_failure: u32(Math.min(100, od.enforcingConsecutiveGatewayFailure)),
+      split_external_local_origin_errors: od.splitExternalLocalOriginErrors,
+      consecutive_local_origin_failure: u32(od.consecutiveLocalOriginFailure),
+      enforcing_consecutive_local_origin_failure: u32(Math.min(100, od.enforcingConsecutiveLocalOriginFailure)),
+      max_ejection_time: duration(od.maxEjectionTimeMs),
+    };
+  }
+  const path = healthCheckPath(nodes, settings);
+  if (path !== undefined) {
+    const hc = settings.healthCheck;
+    cluster.health_checks = [
+      {
+        timeout: duration(hc.timeoutMs),
+        interval: duration(hc.intervalMs),
+        unhealthy_threshold: u32(hc.unhealthyThreshold),
+        healthy_threshold: u32(hc.healthyThreshold),
+        http_health_check: {
+          path,
+          ...(hc.host ? { host: hc.host } : {}),
+          expected_statuses: hc.expectedStatuses.map(([start, end]) => ({ start, end })),
+        },
+      },
+    ];
+  }
+  return cluster;
+}
+
+/**
+ * The path the cluster's active health check GETs: the settings' own, else the one every node
+ * that names one (`health_check_path` metadata) agrees on. Envoy checks a cluster with one path;
+ * nodes that disagree get none (mesh's own clusters check each node at its own path).
+ */
+function healthCheckPath(nodes: readonly Node[], settings: ResolvedClusterSettings): string | undefined {
+  if (settings.healthCheck.path !== undefined) return settings.healthCheck.path;
+  const paths = new Set(nodes.map((n) => n.metadata?.[HEALTH_CHECK_PATH_KEY]).filter((p): p is string => !!p));
+  if (paths.size !== 1) return undefined;
+  const [p] = paths;
+  return p!.startsWith('/') ? p : `/${p}`;
+}
+
+export function buildLoadAssignment(name: string, nodes: readonly Node[]): Message {
+  const localities = new Map<string, { region: string; zone: string; endpoints: Message[]; weight: number }>();
+  for (const n of nodes) {
+    const region = n.metadata?.region ?? '';
+    const zone = n.metadata?.zone ?? '';
+    const key = `${region}\n${zone}`;
+    let locality = localities.get(key);
+    if (!locality) localities.set(key, (locality = { region, zone, endpoints: [], weight: 0 }));
+    const weight = parseWeight(n.metadata?.weight);
+    locality.weight += weight;
+    const health = n.metadata?.[HEALTH_METADATA_KEY];
+    locality.endpoints.push({
+      endpoint: { address: { socket_address: { address: n.address, port_value: n.port } }, hostname: n.id },
+      health_status: health === undefined ? 'HEALTHY' : (HEALTH[health] ?? 'UNKNOWN'),
+      load_balancing_weight: u32(weight),
+    });
+  }
+  const keys = [...localities.keys()].sort();
+  return {
+    cluster_name: name,
+    endpoints: keys.map((k) => {
+      const l = localities.get(k)!;
+      return {
+        locality: { region: l.region, zone: l.zone },
+        lb_endpoints: l.endpoints,
+        load_balancing_weight: u32(l.weight),
+      };
+    }),
+  };
+}
+
+export function buildApiListener(name: string): Message {
+  return {
+    name,
+    api_listener: {
+      api_listener: {
+        '@type': HTTP_CONNECTION_MANAGER_TYPE_URL,
+        stat_prefix: name,
+        rds: { config_source: ADS, route_config_name: name },
+        http_filters: [{ name: 'envoy.filters.http.router', typed_config: { '@type': ROUTER_TYPE_URL } }],
+      },
+    },
+  };
+}
+
+export function buildRouteConfiguration(name: string): Message {
+  return {
+    name,
+    virtual_hosts: [{ name, domains: [name], routes: [{ name: 'default', match: { prefix: '' }, route: { cluster: name } }] }],
+  };
+}

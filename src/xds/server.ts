@@ -1,0 +1,274 @@
+/**
+ * The Aggregated Discovery Service of `mesh xds` (Envoy xDS v3, state of the world) on
+ * @grpc/grpc-js: `envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources`.
+ *
+ * Per stream and per type URL it keeps the names the client subscribed to (none named in the
+ * first cluster or listener request, or `*`: every one, the wildcard), the version and nonce last sent and the
+ * version last accepted. A version is the content hash of the resources that client gets
+ * (protos.ts versionOf), so it is the same in every process and across restarts. A request whose
+ * response_nonce is not the last one sent is stale and ignored; one with the last nonce and an
+ * error_detail is a NACK: the client keeps its last accepted version, the server logs it once
+ * (node id, type, version, error) and counts `xds.nacks`, and sends that type again only when its
+ * content changes. A new snapshot (source.ts) is pushed to every stream, only the types whose
+ * version for that client changed.
+ */
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import { declareStats, type FamilyStats, type StatsScope } from '../base/stats/store.js';
+import { RESOURCE_KINDS, SNAPSHOT_FIELD, TYPE_URLS, kindOfTypeUrl, type ResourceKind } from './resources.js';
+import { versionOf, type DiscoveryRequest, type EncodedResource, type XdsProtos } from './protos.js';
+import type { EncodedSnapshot, XdsSource } from './source.js';
+
+export const ADS_METHOD_PATH = '/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources';
+
+/** The server's stats, below the `xds.` scope. */
+export const XDS_STATS = {
+  gauges: {
+    clientsConnected: 'clients_connected',
+    clusters: 'resources.clusters',
+    endpoints: 'resources.endpoints',
+    listeners: 'resources.listeners',
+    routes: 'resources.routes',
+  },
+  counters: { pushes: 'pushes', acks: 'acks', nacks: 'nacks', streams: 'streams_total' },
+} as const;
+
+/** Kinds whose empty subscription means every resource (Envoy's wildcard). */
+const WILDCARD_KINDS: ReadonlySet<ResourceKind> = new Set(['cluster', 'listener']);
+
+interface TypeState {
+  /** undefined: the wildcard (every resource of the kind). */
+  names?: Set<string>;
+  sentVersion?: string;
+  sentNonce?: string;
+  ackedVersion?: string;
+  /** The version whose NACK was last logged (a NACK is logged once per version). */
+  nackLogged?: string;
+}
+
+/** A response as written: its head (version, nonce) and its body, shared by the clients of that version. */
+interface OutgoingResponse {
+  version: string;
+  nonce: string;
+  body: Buffer;
+}
+
+type AdsCall = grpc.ServerDuplexStream<DiscoveryRequest, OutgoingResponse>;
+
+interface Selection {
+  version: string;
+  resources: EncodedResource[];
+}
+
+/** Response bodies and selections kept for reuse, per snapshot; past this many the oldest go. */
+const MAX_CACHED_BODIES = 64;
+
+class AdsStream {
+  nodeId = '';
+  private nonce = 0;
+  readonly types = new Map<ResourceKind, TypeState>();
+
+  constructor(
+    readonly call: AdsCall,
+    private readonly server: XdsServer,
+  ) {}
+
+  onRequest(req: DiscoveryRequest): void {
+    if (req.node?.id) this.nodeId = req.node.id;
+    const kind = kindOfTypeUrl(req.type_url);
+    if (!kind) {
+      this.server.log.debug({ node: this.nodeId, type_url: req.type_url }, 'xDS: request for a type this server does not serve; ignored');
+      return;
+    }
+    let state = this.types.get(kind);
+    if (state && req.response_nonce && req.response_nonce !== state.sentNonce) return; // stale: a newer response is on its way
+    const first = !state;
+    if (!state) this.types.set(kind, (state = {}));
+    if (req.response_nonce && req.response_nonce === state.sentNonce) {
+      if (req.error_detail) {
+        this.server.stats.nacks.inc();
+        if (state.nackLogged !== state.sentVersion) {
+          state.nackLogged = state.sentVersion;
+          this.server.log.warn(
+            { node: this.nodeId, type_url: req.type_url, version: state.sentVersion, accepted_version: req.version_info, error: req.error_detail.message ?? '' },
+            `xDS client ${this.nodeId} rejected ${kind} version ${state.sentVersion ?? ''}: ${req.error_detail.message ?? ''}`,
+          );
+        }
+      } else {
+        this.server.stats.acks.inc();
+        state.ackedVersion = req.version_info;
+      }
+    }
+    const names = req.resource_names.filter((n) => n !== '*');
+    // The wildcard: `*` named, or (clusters, listeners) no name in the first request of the type
+    // or while subscribed to it. A client that named resources and then names none has
+    // unsubscribed from all of them.
+    const wildcard =
+      WILDCARD_KINDS.has(kind) && (req.resource_names.includes('*') || (names.length === 0 && (first || state.names === undefined)));
+    const before = state.names;
+    state.names = wildcard ? undefined : new Set(names);
+    // A first request (no nonce) always gets an answer; later ones when they ask for more than
+    // before (a name added, or the wildcard). One that only drops names gets none (the client
+    // forgets those itself; a client going away drops all its names before it closes).
+    const more = before !== undefined && (state.names === undefined || [...state.names].some((n) => !before.has(n)));
+    if (!req.response_nonce || more) this.push(kind, true);
+  }
+
+  /** Sends the kind's resources when their version for this client differs from the last sent (or `force`). */
+  push(kind: ResourceKind, force = false): void {
+    const state = this.types.get(kind);
+    const snapshot = this.server.snapshot();
+    if (!state || !snapshot) return;
+    const { version, resources } = this.server.selection(snapshot, kind, state.names);
+    if (!force && version === state.sentVersion) return;
+    state.sentVersion = version;
+    state.sentNonce = String(++this.nonce);
+    this.server.stats.pushes.inc();
+    this.call.write({ version, nonce: state.sentNonce, body: this.server.responseBody(kind, version, resources) });
+  }
+}
+
+export interface XdsServerOptions {
+  source: XdsSource;
+  protos: XdsProtos;
+  stats: StatsScope;
+  log: Logger;
+  credentials?: grpc.ServerCredentials;
+}
+
+export class XdsServer {
+  readonly stats: FamilyStats<typeof XDS_STATS>;
+  readonly log: Logger;
+  private readonly server: grpc.Server;
+  private readonly streams = new Set<AdsStream>();
+  /** Encoded response bodies of the current snapshot by kind and version (many clients get the same). */
+  private readonly bodies = new Map<string, Buffer>();
+  /** Subscriptions' resources and versions of the current snapshot, by kind and names. */
+  private readonly selections = new Map<string, Selection>();
+  private readonly unsubscribe: () => void;
+  private closing?: Promise<void>;
+
+  constructor(private readonly o: XdsServerOptions) {
+    this.log = o.log;
+    this.stats = declareStats(o.stats.scope('xds.'), XDS_STATS);
+    this.server = new grpc.Server({ 'grpc.keepalive_permit_without_calls': 1 });
+    const protos = o.protos;
+    const definition: grpc.ServiceDefinition = {
+      StreamAggregatedResources: {
+        path: ADS_METHOD_PATH,
+        requestStream: true,
+        responseStream: true,
+        requestSerialize: (r: DiscoveryRequest) => Buffer.from(protos.encodeRequest(r)),
+        requestDeserialize: (b: Buffer) => protos.decodeRequest(b),
+        responseSerialize: (r: OutgoingResponse) => Buffer.concat([protos.encodeResponseHead(r.version, r.nonce), r.body]),
+        responseDeserialize: (b: Buffer) => protos.decodeResponse(b),
+      },
+    };
+    this.server.addService(definition, { StreamAggregatedResources: (call: AdsCall) => this.onStream(call) });
+    this.unsubscribe = o.source.onSnapshot((s) => this.onSnapshot(s));
+    const first = o.source.snapshot;
+    if (first) this.countResources(first);
+  }
+
+  snapshot(): EncodedSnapshot | undefined {
+    return this.o.source.snapshot;
+  }
+
+  /** Streams open now. */
+  get clients(): number {
+    return this.streams.size;
+  }
+
+  listen(host: string, port: number): Promise<number> {
+    const target = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+    const credentials = this.o.credentials ?? grpc.ServerCredentials.createInsecure();
+    return new Promise((resolve, reject) => this.server.bindAsync(target, credentials, (err, bound) => (err ? reject(err) : resolve(bound))));
+  }
+
+  /** Ends every stream (clients reconnect elsewhere), then stops the server. */
+  close(): Promise<void> {
+    this.closing ??= new Promise<void>((resolve) => {
+      this.unsubscribe();
+      for (const s of this.streams) s.call.end();
+      const timer = setTimeout(() => this.server.forceShutdown(), 2_000);
+      timer.unref?.();
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+    return this.closing;
+  }
+
+  private onStream(call: AdsCall): void {
+    const stream = new AdsStream(call, this);
+    this.streams.add(stream);
+    this.stats.streams.inc();
+    this.stats.clientsConnected.set(this.streams.size);
+    const done = () => {
+      if (!this.streams.delete(stream)) return;
+      this.stats.clientsConnected.set(this.streams.size);
+    };
+    call.on('data', (req: DiscoveryRequest) => {
+      try {
+        stream.onRequest(req);
+      } catch (err) {
+        this.log.error({ err: (err as Error).message, node: stream.nodeId }, 'xDS: a request failed');
+        call.emit('error', { code: grpc.status.INTERNAL, details: (err as Error).message });
+      }
+    });
+    call.on('end', () => {
+      done();
+      call.end();
+    });
+    call.on('cancelled', done);
+    call.on('error', done);
+    call.on('close', done);
+  }
+
+  /**
+   * What a client subscribed to `names` (undefined: the wildcard) gets of `kind` now, and its
+   * version. Computed once per snapshot for each set of names (clients of one kind ask alike).
+   */
+  selection(snapshot: EncodedSnapshot, kind: ResourceKind, names: ReadonlySet<string> | undefined): Selection {
+    const all = snapshot.resources[kind];
+    if (names === undefined) return { version: snapshot.versions[kind], resources: [...all.values()] };
+    const sorted = [...names].sort();
+    const key = `${kind}\n${sorted.join('\n')}`;
+    let found = this.selections.get(key);
+    if (!found) {
+      const resources: EncodedResource[] = [];
+      for (const name of sorted) {
+        const r = all.get(name);
+        if (r) resources.push(r);
+      }
+      found = { version: versionOf(resources), resources };
+      if (this.selections.size >= MAX_CACHED_BODIES) this.selections.delete(this.selections.keys().next().value!);
+      this.selections.set(key, found);
+    }
+    return found;
+  }
+
+  /** The body of a response of `kind` at `version` (the resources of that version), encoded once. */
+  responseBody(kind: ResourceKind, version: string, resources: readonly EncodedResource[]): Buffer {
+    const key = `${kind}\n${version}`;
+    let body = this.bodies.get(key);
+    if (!body) {
+      if (this.bodies.size >= MAX_CACHED_BODIES) this.bodies.delete(this.bodies.keys().next().value!);
+      body = this.o.protos.encodeResponseBody(TYPE_URLS[kind], resources);
+      this.bodies.set(key, body);
+    }
+    return body;
+  }
+
+  private onSnapshot(snapshot: EncodedSnapshot): void {
+    this.bodies.clear();
+    this.selections.clear();
+    this.countResources(snapshot);
+    for (const stream of this.streams) for (const kind of RESOURCE_KINDS) stream.push(kind);
+  }
+
+  private countResources(snapshot: EncodedSnapshot): void {
+    for (const kind of RESOURCE_KINDS) this.stats[SNAPSHOT_FIELD[kind]].set(snapshot.resources[kind].size);
+  }
+}

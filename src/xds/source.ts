@@ -1,0 +1,162 @@
+/**
+ * The resources of `mesh xds`, kept current from the registry: reads every service once, then
+ * watches the registry and, a short debounce after a change (~100 ms), reads the services that
+ * changed and builds (resources.ts) and encodes (protos.ts) their resources again. Listeners
+ * are told of each new snapshot; the server pushes what changed.
+ */
+import type { Registry, Service, Watcher } from '../engines/registry/registry.js';
+import type { ResolvedClusterSettings } from '../core/upstream/config.js';
+import type { Logger } from 'pino';
+import { buildServiceResources, RESOURCE_KINDS, SNAPSHOT_FIELD, type Message, type ResourceKind, type XdsSnapshot } from './resources.js';
+import { versionOf, type EncodedResource, type XdsProtos } from './protos.js';
+
+/** The snapshot as served: each kind's resources by name, encoded, and the version of all of them. */
+export interface EncodedSnapshot {
+  readonly messages: XdsSnapshot;
+  readonly resources: Record<ResourceKind, Map<string, EncodedResource>>;
+  /** The version of each kind's full set (what a wildcard subscriber gets). */
+  readonly versions: Record<ResourceKind, string>;
+}
+
+/** A whole snapshot encoded at once (the source encodes service by service; tests compare both ways). */
+export function encodeSnapshot(protos: XdsProtos, messages: XdsSnapshot): EncodedSnapshot {
+  const resources = {} as Record<ResourceKind, Map<string, EncodedResource>>;
+  const versions = {} as Record<ResourceKind, string>;
+  for (const kind of RESOURCE_KINDS) {
+    const out = new Map<string, EncodedResource>();
+    for (const [name, message] of messages[SNAPSHOT_FIELD[kind]]) out.set(name, protos.encodeResource(kind, name, message));
+    resources[kind] = out;
+    versions[kind] = versionOf([...out.values()]);
+  }
+  return { messages, resources, versions };
+}
+
+export interface XdsSourceOptions {
+  registry: Registry;
+  settings: ResolvedClusterSettings;
+  protos: XdsProtos;
+  log: Logger;
+  /** Delay between a registry change and the rebuild. Default 100 ms. */
+  debounceMs?: number;
+}
+
+export class XdsSource {
+  private readonly dirty = new Set<string>();
+  private watcher?: Watcher;
+  private timer?: NodeJS.Timeout;
+  private refreshing?: Promise<void>;
+  private closed = false;
+  /** The last read of the registry failed (said once until one works). */
+  private failing = false;
+  private current?: EncodedSnapshot;
+  /** Per service name, its four resources as messages and encoded. */
+  private readonly built = new Map<string, { messages: Record<ResourceKind, Message>; encoded: Record<ResourceKind, EncodedResource> }>();
+  private readonly listeners = new Set<(snapshot: EncodedSnapshot) => void>();
+
+  constructor(private readonly o: XdsSourceOptions) {}
+
+  /** Reads the registry and starts watching it; resolves with the first snapshot. */
+  async start(): Promise<EncodedSnapshot> {
+    this.watcher = this.o.registry.watch((event) => {
+      this.dirty.add(event.service.name);
+      this.schedule();
+    });
+    await this.watcher.ready;
+    for (const s of await this.o.registry.listServices()) this.dirty.add(s.name);
+    await this.refresh();
+    return this.current!;
+  }
+
+  get snapshot(): EncodedSnapshot | undefined {
+    return this.current;
+  }
+
+  onSnapshot(fn: (snapshot: EncodedSnapshot) => void): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  close(): void {
+    this.closed = true;
+    this.watcher?.stop();
+    if (this.timer) clearTimeout(this.timer);
+  }
+
+  /** Reads the dirty services after the debounce; after a failed read, every second until one works (said once). */
+  private schedule(delayMs = this.o.debounceMs ?? 100): void {
+    if (this.closed || this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.refresh().then(
+        () => {
+          if (this.failing) this.o.log.info('xDS: reading the registry works again');
+          this.failing = false;
+        },
+        (err: Error) => {
+          if (!this.failing) this.o.log.warn({ err: err.message }, 'xDS: reading the registry failed; serving the last snapshot and retrying every second');
+          this.failing = true;
+          this.schedule(1_000);
+        },
+      );
+    }, delayMs);
+    this.timer.unref?.();
+  }
+
+  /** Reads the dirty services, rebuilds and announces the snapshot. One at a time. */
+  private async refresh(): Promise<void> {
+    while (this.refreshing) await this.refreshing;
+    if (this.closed) return;
+    const run = this.doRefresh();
+    this.refreshing = run;
+    try {
+      await run;
+    } finally {
+      this.refreshing = undefined;
+    }
+  }
+
+  private async doRefresh(): Promise<void> {
+    const names = [...this.dirty];
+    this.dirty.clear();
+    let read: (readonly [string, Service[]])[];
+    try {
+      read = await Promise.all(names.map(async (name) => [name, await this.o.registry.getService(name)] as const));
+    } catch (err) {
+      for (const n of names) this.dirty.add(n);
+      throw err;
+    }
+    if (this.closed) return;
+    // Only the services that changed are built and encoded again.
+    for (const [name, versions] of read) {
+      const messages = buildServiceResources(name, versions, this.o.settings);
+      if (!messages) {
+        this.built.delete(name);
+        continue;
+      }
+      const encoded = {} as Record<ResourceKind, EncodedResource>;
+      for (const kind of RESOURCE_KINDS) encoded[kind] = this.o.protos.encodeResource(kind, name, messages[kind]);
+      this.built.set(name, { messages, encoded });
+    }
+    const next = this.assemble();
+    const changed = !this.current || RESOURCE_KINDS.some((k) => next.versions[k] !== this.current!.versions[k]);
+    this.current = next;
+    if (changed) for (const fn of this.listeners) fn(next);
+  }
+
+  /** The snapshot of every service built so far, by name. */
+  private assemble(): EncodedSnapshot {
+    const messages: XdsSnapshot = { clusters: new Map(), endpoints: new Map(), listeners: new Map(), routes: new Map() };
+    const resources = {} as Record<ResourceKind, Map<string, EncodedResource>>;
+    for (const kind of RESOURCE_KINDS) resources[kind] = new Map();
+    for (const name of [...this.built.keys()].sort()) {
+      const b = this.built.get(name)!;
+      for (const kind of RESOURCE_KINDS) {
+        messages[SNAPSHOT_FIELD[kind]].set(name, b.messages[kind]);
+        resources[kind].set(name, b.encoded[kind]);
+      }
+    }
+    const versions = {} as Record<ResourceKind, string>;
+    for (const kind of RESOURCE_KINDS) versions[kind] = versionOf([...resources[kind].values()]);
+    return { messages, resources, versions };
+  }
+}

@@ -1,0 +1,205 @@
+/**
+ * The ADS protocol of mesh's xDS server, in process (a memory registry, the server on port 0, a
+ * raw ADS stream): state of the world per type, wildcard for clusters and listeners, named
+ * subscriptions for endpoints and routes, ACK and NACK by nonce, stale nonces ignored, and a
+ * registry change pushed only to the types whose version changed.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { MemoryRegistry } from '../src/engines/registry/memory.js';
+import { XdsControlPlane } from '../src/xds/control-plane.js';
+import { TYPE_URLS } from '../src/xds/resources.js';
+import { resolveSettings } from '../src/core/upstream/config.js';
+import { StatsStore } from '../src/base/stats/store.js';
+import { Logging } from '../src/base/util/log.js';
+import type { Service } from '../src/engines/registry/registry.js';
+import { AdsProbe } from './fixtures/xds-clients.js';
+import { waitFor } from './helpers.js';
+
+const svc = (name: string, nodes: Array<[string, number, Record<string, string>?]>): Service => ({
+  name,
+  version: '1',
+  metadata: {},
+  endpoints: [],
+  nodes: nodes.map(([id, port, metadata]) => ({ id, address: '127.0.0.1', port, metadata: metadata ?? {} })),
+});
+
+describe('the ADS server of mesh xds', () => {
+  const registry = new MemoryRegistry();
+  const stats = new StatsStore();
+  const lines: string[] = [];
+  const logging = new Logging({ level: 'info', format: 'json', destination: { write: (l: string) => void lines.push(l) } as never });
+  const plane = new XdsControlPlane({ registry, settings: resolveSettings(undefined, undefined, 'round_robin', true), stats, log: logging.get('server') });
+  let address = '';
+  const stat = (name: string) => stats.list().find((s) => s.name === name)?.value ?? 0;
+
+  before(async () => {
+    await registry.register(svc('alpha', [['a1', 1001]]));
+    await registry.register(svc('beta', [['b1', 2001]]));
+    address = `127.0.0.1:${await plane.start('127.0.0.1', 0)}`;
+  });
+  after(async () => {
+    await plane.close();
+    await registry.close();
+  });
+
+  it('clusters and listeners by wildcard, endpoints and routes by name; an ACK gets no answer', async () => {
+    const probe = new AdsProbe(address, 'probe-1');
+    try {
+      const cds = await probe.request(TYPE_URLS.cluster);
+      assert.equal(cds.type_url, TYPE_URLS.cluster);
+      assert.equal(cds.resources.length, 2);
+      assert.ok(cds.resources.every((r) => r.type_url === TYPE_URLS.cluster));
+      const lds = await probe.request(TYPE_URLS.listener);
+      assert.equal(lds.resources.length, 2);
+      const eds = await probe.request(TYPE_URLS.endpoint, ['beta', 'missing']);
+      assert.equal(eds.resources.length, 1);
+      const cla = probe.protos.root.lookupType('envoy.config.endpoint.v3.ClusterLoadAssignment').decode(eds.resources[0]!.value) as unknown as { cluster_name: string };
+      assert.equal(cla.cluster_name, 'beta');
+      const rds = await probe.request(TYPE_URLS.route, ['alpha']);
+      assert.equal(rds.resources.length, 1);
+      assert.notEqual(eds.version_info, rds.version_info);
+
+      // ACKs of all four, then a new subscription: its answer is the only one.
+      for (const t of [TYPE_URLS.cluster, TYPE_URLS.listener, TYPE_URLS.endpoint]) probe.send(t, t === TYPE_URLS.endpoint ? ['beta', 'missing'] : []);
+      const count = probe.responses.length;
+      const more = await probe.request(TYPE_URLS.route, ['alpha', 'beta']);
+      assert.equal(more.resources.length, 2);
+      assert.equal(probe.responses.length, count + 1);
+      // Names dropped (as a client going away drops them all): no answer. The clusters named
+      // after a wildcard: none either (the wildcard held them).
+      probe.send(TYPE_URLS.route, ['beta']);
+      probe.send(TYPE_URLS.route, []);
+      probe.send(TYPE_URLS.listener, ['alpha']);
+      const again = await probe.request(TYPE_URLS.endpoint, ['alpha']);
+      assert.equal(again.resources.length, 1);
+      assert.equal(probe.responses.length, count + 2);
+      assert.equal(stat('xds.clients_connected'), 1);
+    } finally {
+      probe.close();
+    }
+    await waitFor(() => stat('xds.clients_connected') === 0);
+  });
+
+  it('a registry change pushes only the types whose version changed, to the streams that see them', async () => {
+    const probe = new AdsProbe(address, 'probe-2');
+    try {
+      const cds = await probe.request(TYPE_URLS.cluster);
+      const eds = await probe.request(TYPE_URLS.endpoint, ['alpha']);
+      await probe.request(TYPE_URLS.route, ['beta']);
+      for (const t of [TYPE_URLS.cluster, TYPE_URLS.route]) probe.send(t, t === TYPE_URLS.route ? ['beta'] : []);
+      probe.send(TYPE_URLS.endpoint, ['alpha']);
+      const count = probe.responses.length;
+
+      // A node of alpha changes its weight: alpha's endpoints change, nothing else.
+      const push = probe.next(TYPE_URLS.endpoint);
+      await registry.register(svc('alpha', [['a1', 1001, { weight: '5' }]]));
+      const pushed = await push;
+      assert.notEqual(pushed.version_info, eds.version_info);
+      probe.send(TYPE_URLS.endpoint, ['alpha']);
+      // A new service: a new cluster (wildcard) and no endpoint push (not subscribed).
+      const cdsPush = probe.next(TYPE_URLS.cluster);
+      await registry.register(svc('gamma', [['g1', 3001]]));
+      const cds2 = await cdsPush;
+      assert.notEqual(cds2.version_info, cds.version_info);
+      assert.equal(cds2.resources.length, 3);
+      assert.deepEqual(
+        probe.responses.slice(count).map((r) => r.type_url),
+        [TYPE_URLS.endpoint, TYPE_URLS.cluster],
+      );
+    } finally {
+      probe.close();
+    }
+  });
+
+  it('a NACK keeps the accepted version: counted, logged once with the node id and error, not resent until the content changes', async () => {
+    const probe = new AdsProbe(address, 'probe-nack');
+    try {
+      const nacks = stat('xds.nacks');
+      const first = await probe.request(TYPE_URLS.endpoint, ['alpha']);
+      probe.send(TYPE_URLS.endpoint, ['alpha']); // ACK
+      const push = probe.next(TYPE_URLS.endpoint);
+      await registry.register(svc('alpha', [['a1', 1001, { weight: '6' }]]));
+      const rejected = await push;
+      const count = probe.responses.length;
+      probe.send(TYPE_URLS.endpoint, ['alpha'], { ...rejected, version_info: first.version_info }, 'weight 6 is too heavy');
+      await waitFor(() => stat('xds.nacks') === nacks + 1);
+      // A stale nonce (the first response's) is ignored, NACK or not.
+      probe.send(TYPE_URLS.endpoint, ['alpha'], first, 'stale');
+      // The same rejected content is not sent again: the next endpoint answer is for the next change.
+      const next = probe.next(TYPE_URLS.endpoint);
+      await registry.register(svc('alpha', [['a1', 1001, { weight: '7' }]]));
+      const changed = await next;
+      assert.notEqual(changed.version_info, rejected.version_info);
+      assert.equal(probe.responses.length, count + 1);
+      assert.equal(stat('xds.nacks'), nacks + 1);
+      const logged = lines.filter((l) => l.includes('weight 6 is too heavy'));
+      assert.equal(logged.length, 1);
+      const entry = JSON.parse(logged[0]!) as Record<string, unknown>;
+      assert.equal(entry.level, 'warning');
+      assert.equal(entry.node, 'probe-nack');
+      assert.equal(entry.version, rejected.version_info);
+      assert.equal(entry.accepted_version, first.version_info);
+      assert.equal(entry.msg, `xDS client probe-nack rejected endpoint version ${rejected.version_info}: weight 6 is too heavy`);
+    } finally {
+      probe.close();
+    }
+  });
+
+  it('a service whose last node goes leaves every kind; a type mesh does not serve is ignored', async () => {
+    const probe = new AdsProbe(address, 'probe-3');
+    try {
+      const cds = await probe.request(TYPE_URLS.cluster);
+      const names = () => cds.resources.length;
+      assert.equal(names(), 3);
+      probe.send(TYPE_URLS.cluster, []);
+      probe.send('type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret', ['x']);
+      const push = probe.next(TYPE_URLS.cluster);
+      await registry.deregister(svc('gamma', [['g1', 3001]]));
+      assert.equal((await push).resources.length, 2);
+      assert.ok(probe.responses.every((r) => r.type_url === TYPE_URLS.cluster));
+      assert.equal(stat('xds.resources.clusters'), 2);
+      assert.equal(stat('xds.resources.routes'), 2);
+    } finally {
+      probe.close();
+    }
+  });
+});
+
+describe('mesh xds when the registry cannot be read', () => {
+  it('serves the last snapshot, says so once, and pushes the change once a read works', async () => {
+    const inner = new MemoryRegistry();
+    const state = { failing: false, reads: 0 };
+    // The registry as a backend that is down: its watch still reports, its reads fail.
+    const registry = Object.assign(Object.create(inner) as MemoryRegistry, {
+      getService: async (name: string) => {
+        state.reads++;
+        if (state.failing) throw new Error('registry unreachable');
+        return inner.getService(name);
+      },
+    });
+    const lines: string[] = [];
+    const logging = new Logging({ level: 'info', format: 'json', destination: { write: (l: string) => void lines.push(l) } as never });
+    const plane = new XdsControlPlane({ registry, settings: resolveSettings(undefined, undefined, 'round_robin', true), stats: new StatsStore(), log: logging.get('server') });
+    await inner.register(svc('one', [['o1', 1001]]));
+    const probe = new AdsProbe(`127.0.0.1:${await plane.start('127.0.0.1', 0)}`, 'probe-down');
+    try {
+      const cds = await probe.request(TYPE_URLS.cluster);
+      assert.equal(cds.resources.length, 1);
+      probe.send(TYPE_URLS.cluster, []);
+      state.failing = true;
+      const reads = state.reads;
+      await inner.register(svc('two', [['t1', 2001]]));
+      await waitFor(() => state.reads >= reads + 3, 10_000); // the first read and two retries failed
+      assert.equal(lines.filter((l) => l.includes('reading the registry failed')).length, 1);
+      const push = probe.next(TYPE_URLS.cluster);
+      state.failing = false;
+      assert.equal((await push).resources.length, 2);
+      await waitFor(() => lines.some((l) => l.includes('reading the registry works again')));
+    } finally {
+      probe.close();
+      await plane.close();
+      await inner.close();
+    }
+  });
+});
