@@ -47,7 +47,9 @@ const soakMs = soaking && Number.isFinite(soakSeconds) ? Math.max(120000, (soakS
 // at hand: minutes on a loaded machine) and builds, tests and runs a generated project: 15 min, as
 // its own hooks allow.
 const packaging = files.some((f) => f.endsWith('package.test.ts'));
-const timeoutMs = packaging ? Math.max(soakMs, 15 * 60_000) : soakMs;
+// The docs' samples run one scenario at a time (they use the documented fixed ports): 10 min.
+const samples = files.some((f) => f.endsWith('docs-samples.test.ts'));
+const timeoutMs = packaging ? Math.max(soakMs, 15 * 60_000) : samples ? Math.max(soakMs, 10 * 60_000) : soakMs;
 const env = { ...process.env };
 // The unit tier reaches no engine: a unit test that asks for one skips (or fails under MESH_TEST_REQUIRE_ENGINES).
 if (unit) for (const name of Object.keys(env)) if (name.startsWith('MESH_TEST_') && name !== 'MESH_TEST_REQUIRE_ENGINES') delete env[name];

@@ -7,7 +7,7 @@ import { http } from './fixtures/gateway-helpers.js';
 it('mesh dev: the three-tier example and /rpc answer through the gateway it starts', async () => {
   const dir = tempDir('mesh-dev-');
   // MESH_HOME too: mesh dev makes its mesh CA there (--mtls=strict by default).
-  const dev = startProcess(['dev', '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0', `--registry_address=${dir.path}`, '--log_level=warning'], { MESH_HOME: dir.path });
+  const dev = startProcess(['dev', '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0', '--sidecar_address=127.0.0.1:0', `--registry_address=${dir.path}`, '--log_level=warning'], { MESH_HOME: dir.path });
   try {
     await dev.waitForOutput(/Ctrl-C stops everything/, 15000);
     const port = await dev.waitForPort(/gateway: +\S+ \(listening on \S+:(\d+)\)/);
