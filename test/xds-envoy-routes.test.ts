@@ -147,8 +147,8 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     assert.deepEqual(checkout!.route, {
       weighted_clusters: {
         clusters: [
-          { name: 'go.mesh.srv.checkout', weight: { value: 90 }, metadata_match: { filter_metadata: { 'envoy.lb': { version: 'v1' } } } },
-          { name: 'go.mesh.srv.checkout', weight: { value: 10 }, metadata_match: { filter_metadata: { 'envoy.lb': { version: 'v2' } } } },
+          { name: 'go.mesh.srv.checkout', weight: { value: 90 }, metadata_match: endpointVersionMetadata('v1') },
+          { name: 'go.mesh.srv.checkout', weight: { value: 10 }, metadata_match: endpointVersionMetadata('v2') },
         ],
       },
       timeout: { seconds: 10, nanos: 0 },

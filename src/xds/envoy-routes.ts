@@ -47,12 +47,18 @@ export const VERSION_METADATA = { filter: 'envoy.lb', key: 'version' } as const;
 /**
  * What a cluster needs for versioned backends to reach only their version: subsets by `version`
  * (Cluster.lb_subset_config), with each endpoint's version in its metadata (`endpointVersionMetadata`).
+ * A route without a version (no metadata_match) takes any endpoint (the top-level ANY_ENDPOINT);
+ * a route to a version no endpoint has gets none (the selector's NO_FALLBACK: Envoy answers 503).
  */
-export const VERSION_SUBSETS: Message = { fallback_policy: 'NO_FALLBACK', subset_selectors: [{ keys: [VERSION_METADATA.key] }] };
+export const VERSION_SUBSETS: Message = { fallback_policy: 'ANY_ENDPOINT', subset_selectors: [{ keys: [VERSION_METADATA.key], fallback_policy: 'NO_FALLBACK' }] };
 
-/** An endpoint's LbEndpoint.metadata for the version of its node. */
-export function endpointVersionMetadata(version: string): Message {
-  return { filter_metadata: { [VERSION_METADATA.filter]: { [VERSION_METADATA.key]: version } } };
+/**
+ * An endpoint's LbEndpoint.metadata (or a route's metadata_match) for a version: `object` (default),
+ * the google.protobuf.Struct as protobufjs encodes it (its bundled Struct names fields in camelCase); `json`, as a bootstrap file has it.
+ */
+export function endpointVersionMetadata(version: string, form: 'object' | 'json' = 'object'): Message {
+  const struct = form === 'json' ? { [VERSION_METADATA.key]: version } : { fields: { [VERSION_METADATA.key]: { stringValue: version } } };
+  return { filter_metadata: { [VERSION_METADATA.filter]: struct } };
 }
 
 export interface EnvoyRoutesOptions {
@@ -76,13 +82,14 @@ export interface EnvoyRoutesOptions {
 
 /** How durations and wrapped numbers are written (EnvoyRoutesOptions.form). */
 interface Shape {
+  form: 'object' | 'json';
   duration(ms: number): unknown;
   u32(n: number): unknown;
   bool(b: boolean): unknown;
 }
 
-const OBJECT_SHAPE: Shape = { duration, u32: (n) => ({ value: n }), bool: (b) => ({ value: b }) };
-const JSON_SHAPE: Shape = { duration: durationJson, u32: (n) => n, bool: (b) => b };
+const OBJECT_SHAPE: Shape = { form: 'object', duration, u32: (n) => ({ value: n }), bool: (b) => ({ value: b }) };
+const JSON_SHAPE: Shape = { form: 'json', duration: durationJson, u32: (n) => n, bool: (b) => b };
 
 /** Milliseconds as a proto3 JSON Duration: 2500 → "2.5s", 100 → "0.1s". */
 export function durationJson(ms: number): string {
@@ -199,7 +206,7 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Messag
       clusters: live.map((b) => ({
         name: b.name,
         weight: shape.u32(b.weight),
-        ...(b.version !== undefined ? { metadata_match: endpointVersionMetadata(b.version) } : {}),
+        ...(b.version !== undefined ? { metadata_match: endpointVersionMetadata(b.version, shape.form) } : {}),
       })),
     };
   }
