@@ -35,6 +35,9 @@ spec:
       backendRefs: [{name: go.mesh.srv.cart, weight: 90}, {name: go.mesh.srv.cart-canary, weight: 10}]
       timeouts: {request: 5s}
       retry: {attempts: 2, codes: [503]}
+    - name: web-next
+      matches: [{path: {value: /next}}]
+      backendRefs: [{name: go.mesh.srv.web, version: 2.0.0}]
     - name: web
       matches: [{path: {value: /}}]
       backendRefs: [{name: go.mesh.srv.web}]
@@ -71,6 +74,7 @@ describe('mesh xds --routes: Envoy\'s HTTP listener and routes over ADS', () => 
     for (const name of ['go.mesh.srv.cart', 'go.mesh.srv.cart-canary', 'go.mesh.srv.web', 'go.mesh.srv.unrouted']) {
       await registry.register({ name, version: '1.0.0', metadata: {}, endpoints: [], nodes: [{ id: `${name}-0`, address: '127.0.0.1', port: p++, metadata: { zone: 'a' } }] });
     }
+    await registry.register({ name: 'go.mesh.srv.web', version: '2.0.0', metadata: {}, endpoints: [], nodes: [{ id: 'go.mesh.srv.web-next', address: '127.0.0.1', port: p++, metadata: { zone: 'a' } }] });
     plane = new XdsControlPlane({
       registry,
       settings: resolveSettings(undefined, undefined, 'round_robin', true),
@@ -126,6 +130,24 @@ describe('mesh xds --routes: Envoy\'s HTTP listener and routes over ADS', () => 
     const eds = await probe.request(TYPE_URLS.endpoint, named);
     valid(eds.resources, TYPE_URLS.endpoint);
     assert.equal(eds.resources.length, named.length, 'every routed cluster has its endpoints');
+  });
+
+  it('a versioned backend reaches its version: the route matches the version, the cluster has subsets by it, the endpoints carry it', async () => {
+    const rds = probe.responses.filter((r) => r.type_url === TYPE_URLS.route).at(-1)!;
+    const rc = decode('envoy.config.route.v3.RouteConfiguration', rds.resources[0]!.value);
+    const next = rc.virtual_hosts[0].routes.find((r: Json) => r.name === 'shop/web-next');
+    const [weighted] = next.route.weighted_clusters.clusters;
+    assert.equal(weighted.name, 'go.mesh.srv.web');
+    assert.deepEqual(weighted.metadata_match.filter_metadata['envoy.lb'].fields.version, { stringValue: '2.0.0' });
+
+    const cds = probe.responses.filter((r) => r.type_url === TYPE_URLS.cluster).at(-1)!;
+    const web = cds.resources.map((r) => decode('envoy.config.cluster.v3.Cluster', r.value)).find((c) => c.name === 'go.mesh.srv.web')!;
+    assert.deepEqual(web.lb_subset_config, { fallback_policy: 'ANY_ENDPOINT', subset_selectors: [{ keys: ['version'], fallback_policy: 'NO_FALLBACK' }] });
+
+    const eds = probe.responses.filter((r) => r.type_url === TYPE_URLS.endpoint).at(-1)!;
+    const cla = eds.resources.map((r) => decode('envoy.config.endpoint.v3.ClusterLoadAssignment', r.value)).find((c) => c.cluster_name === 'go.mesh.srv.web')!;
+    const versions = cla.endpoints.flatMap((l: Json) => l.lb_endpoints.map((e: Json) => [e.endpoint.address.socket_address.port_value, e.metadata.filter_metadata['envoy.lb'].fields.version.stringValue]));
+    assert.deepEqual(versions.map(([, v]: [number, string]) => v).sort(), ['1.0.0', '2.0.0']);
   });
 
   it('a proxyless client subscribed to every listener gets the API listeners too', async () => {

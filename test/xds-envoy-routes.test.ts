@@ -8,8 +8,8 @@ import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { EnvoyProtos, type Violation } from './fixtures/envoy-validate.js';
 import { parseRouteFile } from '../src/edge/routes/file.js';
-import { envoyRoutes, VERSION_SUBSETS, endpointVersionMetadata } from '../src/xds/envoy-routes.js';
-import { buildCluster } from '../src/xds/resources.js';
+import { envoyRoutes } from '../src/xds/envoy-routes.js';
+import { buildCluster, endpointVersionMetadata, VERSION_SUBSETS } from '../src/xds/resources.js';
 import { resolveSettings } from '../src/core/upstream/config.js';
 
 const FILE = `

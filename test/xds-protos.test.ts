@@ -234,6 +234,7 @@ describe('xDS resources decode with the full Envoy protos', () => {
     assert.deepEqual(od.success_rate_stdev_factor, { value: 1500 });
     assert.equal(od.split_external_local_origin_errors, true);
     assert.deepEqual(od.interval, { seconds: 2, nanos: 500_000_000 });
+    assert.deepEqual(cluster.lb_subset_config, { fallback_policy: 'ANY_ENDPOINT', subset_selectors: [{ keys: ['version'], fallback_policy: 'NO_FALLBACK' }] });
     const [hc] = cluster.health_checks as Message[];
     assert.deepEqual(hc!.http_health_check, { path: '/health', host: 'svc.local', expected_statuses: [{ start: 200, end: 300 }] });
 
@@ -249,8 +250,15 @@ describe('xDS resources decode with the full Envoy protos', () => {
       ['eu/eu-2', 1, 'DRAINING'],
       ['us/us-1', 100, 'DEGRADED'],
     ]);
+    const versionOf_ = (e: Message) => ((e.metadata as Message | undefined)?.filter_metadata as Record<string, { fields: { version: { stringValue: string } } }> | undefined)?.['envoy.lb']?.fields.version.stringValue;
+    assert.deepEqual(
+      (cla.endpoints as Array<{ lb_endpoints: Message[] }>).flatMap((l) => l.lb_endpoints.map(versionOf_)),
+      ['1.0.0', '1.0.0', '1.0.0', '2.0.0'],
+      'each endpoint carries the version it was registered with',
+    );
     const other = snapshot.endpoints.get('go.mesh.srv.other')!;
     assert.equal((other.endpoints as Array<{ lb_endpoints: Message[] }>)[0]!.lb_endpoints[0]!.health_status, 'UNKNOWN');
+    assert.equal((other.endpoints as Array<{ lb_endpoints: Message[] }>)[0]!.lb_endpoints[0]!.metadata, undefined, 'no version, no metadata');
   });
 
   it('versions are content hashes: the same content built twice has the same versions; a change moves only its kind', () => {

@@ -32,7 +32,7 @@ export interface XdsRouteFileOptions {
 /** Loads the file (throws its RouteFileError), serves it, and reloads it until stop(). */
 export function serveRouteFile(o: XdsRouteFileOptions): { stop(): void } {
   const build = (file: RouteFile): EnvoyRoutes =>
-    envoyRoutes(file, { address: o.address, listenerName: ENVOY_LISTENER_NAME, routeConfigName: ENVOY_ROUTE_CONFIG_NAME, rds: true, versionSubsets: false });
+    envoyRoutes(file, { address: o.address, listenerName: ENVOY_LISTENER_NAME, routeConfigName: ENVOY_ROUTE_CONFIG_NAME, rds: true, versionSubsets: true });
   const serve = (file: RouteFile) => {
     const routes = build(file);
     for (const w of routes.warnings) o.log.warn({ file: file.file }, `route file: ${w}`);
