@@ -212,8 +212,8 @@ describe('mesh envoy bootstrap', () => {
         }
         ran++;
       });
-      assert.equal(ran, 4, 'the bootstrap, the edge, the sidecar and the TLS samples');
-      for (const file of ['envoy.yaml', 'sidecar.yaml', 'envoy-tls.yaml']) {
+      assert.equal(ran, 5, 'the bootstrap, the edge (routes served by mesh xds, and in the bootstrap), the sidecar and the TLS samples');
+      for (const file of ['envoy.yaml', 'envoy-routes.yaml', 'sidecar.yaml', 'envoy-tls.yaml']) {
         assert.deepEqual(protos.check(BOOTSTRAP, parse(readFileSync(join(dir.path, file), 'utf8')), 'json'), [], file);
       }
     } finally {
