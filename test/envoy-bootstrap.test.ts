@@ -116,7 +116,7 @@ describe('mesh envoy bootstrap', () => {
       const file = join(dir.path, 'routes.yaml');
       writeFileSync(file, ROUTES);
       const { value, stderr } = await bootstrap('--xds_address=127.0.0.1:18000', '--node_id=edge-1', `--routes=${file}`, '--listener_address=127.0.0.1:10000');
-      assert.equal(stderr, 'mesh: warning: HTTPRoute hello rule hello-0: backendRefs name versions (go.mesh.srv.hello v1, go.mesh.srv.hello v2), but the clusters have no version subsets: Envoy sends to any node of the service\n');
+      assert.equal(stderr, '', 'versions are honoured: mesh xds serves clusters with subsets by version');
       assert.deepEqual(protos.check(BOOTSTRAP, value, 'json'), []);
       assert.equal(value.dynamic_resources.lds_config, undefined, 'the listener is the bootstrap\'s own');
       assert.deepEqual(value.dynamic_resources.cds_config, { ads: {}, resource_api_version: 'V3' });
@@ -126,6 +126,10 @@ describe('mesh envoy bootstrap', () => {
       const [route] = hcm.route_config.virtual_hosts[0].routes;
       assert.deepEqual(route.match, { path_separated_prefix: '/hello' });
       assert.deepEqual(route.route.weighted_clusters.clusters.map((c: Json) => [c.name, c.weight]), [['go.mesh.srv.hello', 90], ['go.mesh.srv.hello', 10]]);
+      assert.deepEqual(route.route.weighted_clusters.clusters.map((c: Json) => c.metadata_match), [
+        { filter_metadata: { 'envoy.lb': { version: 'v1' } } },
+        { filter_metadata: { 'envoy.lb': { version: 'v2' } } },
+      ], 'the version to match, in proto3 JSON');
       assert.equal(route.route.timeout, '2s', 'proto3 JSON, as Envoy reads a bootstrap');
       assert.equal(route.route.retry_policy.num_retries, 2);
       const defaultAddress = (await bootstrap('--xds_address=127.0.0.1:18000', `--routes=${file}`, '--output=json')).value;
@@ -208,8 +212,8 @@ describe('mesh envoy bootstrap', () => {
         }
         ran++;
       });
-      assert.equal(ran, 4, 'the bootstrap, the edge, the sidecar and the TLS samples');
-      for (const file of ['envoy.yaml', 'sidecar.yaml', 'envoy-tls.yaml']) {
+      assert.equal(ran, 5, 'the bootstrap, the edge (routes served by mesh xds, and in the bootstrap), the sidecar and the TLS samples');
+      for (const file of ['envoy.yaml', 'envoy-routes.yaml', 'sidecar.yaml', 'envoy-tls.yaml']) {
         assert.deepEqual(protos.check(BOOTSTRAP, parse(readFileSync(join(dir.path, file), 'utf8')), 'json'), [], file);
       }
     } finally {

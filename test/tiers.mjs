@@ -32,6 +32,7 @@ export const UNIT = [
   'test/xds-envoy-validate.test.ts',
   'test/xds-envoy-routes.test.ts',
   'test/xds-envoy-ads.test.ts',
+  'test/xds-envoy-route-file.test.ts',
   'test/endpoint-stats.test.ts',
   'test/edge-cors-rpc.test.ts',
   'test/error-catalogue.test.ts',

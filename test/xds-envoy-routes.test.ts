@@ -8,8 +8,8 @@ import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { EnvoyProtos, type Violation } from './fixtures/envoy-validate.js';
 import { parseRouteFile } from '../src/edge/routes/file.js';
-import { envoyRoutes, VERSION_SUBSETS, endpointVersionMetadata } from '../src/xds/envoy-routes.js';
-import { buildCluster } from '../src/xds/resources.js';
+import { envoyRoutes } from '../src/xds/envoy-routes.js';
+import { buildCluster, endpointVersionMetadata, VERSION_SUBSETS } from '../src/xds/resources.js';
 import { resolveSettings } from '../src/core/upstream/config.js';
 
 const FILE = `
@@ -147,8 +147,8 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     assert.deepEqual(checkout!.route, {
       weighted_clusters: {
         clusters: [
-          { name: 'go.mesh.srv.checkout', weight: { value: 90 }, metadata_match: { filter_metadata: { 'envoy.lb': { version: 'v1' } } } },
-          { name: 'go.mesh.srv.checkout', weight: { value: 10 }, metadata_match: { filter_metadata: { 'envoy.lb': { version: 'v2' } } } },
+          { name: 'go.mesh.srv.checkout', weight: { value: 90 }, metadata_match: endpointVersionMetadata('v1') },
+          { name: 'go.mesh.srv.checkout', weight: { value: 10 }, metadata_match: endpointVersionMetadata('v2') },
         ],
       },
       timeout: { seconds: 10, nanos: 0 },

@@ -13,6 +13,8 @@ import { buildSnapshot, RESOURCE_KINDS, SNAPSHOT_FIELD, TYPE_URLS, type Message,
 import { XdsProtos, versionOf } from '../src/xds/protos.js';
 import { encodeSnapshot } from '../src/xds/source.js';
 import { resolveSettings } from '../src/core/upstream/config.js';
+import { envoyRoutes } from '../src/xds/envoy-routes.js';
+import { parseRouteFile } from '../src/edge/routes/file.js';
 
 /** The full Envoy protos, with their imports (validate, xds, udpa, googleapis): test/fixtures/envoy-validate.ts loads them. */
 export function fullEnvoyRoot(): protobuf.Root {
@@ -48,8 +50,11 @@ function compare(root: protobuf.Root, type: protobuf.Type, meant: Message, got: 
       continue;
     }
     assert.notEqual(got[key], undefined, `${at}: missing after decoding with the full protos`);
-    const values = field.repeated ? (value as unknown[]) : [value];
-    const decoded = field.repeated ? (got[key] as unknown[]) : [got[key]];
+    // A map: its entries by key, in key order on both sides.
+    const entries = (o: unknown) => Object.entries(o as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1));
+    if (field.map) assert.deepEqual(entries(got[key]).map(([k]) => k), entries(value).map(([k]) => k), `${at}: keys`);
+    const values = field.repeated ? (value as unknown[]) : field.map ? entries(value).map(([, v]) => v) : [value];
+    const decoded = field.repeated ? (got[key] as unknown[]) : field.map ? entries(got[key]).map(([, v]) => v) : [got[key]];
     assert.equal(decoded.length, values.length, `${at}: count`);
     values.forEach((v, i) => {
       const d = decoded[i];
@@ -102,6 +107,85 @@ function richInput(): XdsInput {
   };
 }
 
+/** A route file that uses every field envoy-routes.ts writes (mesh xds --routes serves its listener and routes). */
+const ROUTE_FILE = `
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: shop}
+spec:
+  hostnames: [shop.example.com, "*.example.com"]
+  rules:
+    - name: checkout
+      matches:
+        - path: {type: PathPrefix, value: /checkout/}
+          method: POST
+          headers: [{name: X-Tester, value: ann}]
+          queryParams: [{type: RegularExpression, name: v, value: "[0-9]+"}]
+      backendRefs:
+        - {name: go.mesh.srv.checkout, version: v1, weight: 90}
+        - {name: go.mesh.srv.checkout, version: v2, weight: 10}
+      timeouts: {request: 10s, backendRequest: 2500ms}
+      retry: {attempts: 2, codes: [502, 503], backoff: 100ms, budget: {percent: 20, min: 3}}
+      filters:
+        - type: RequestHeaderModifier
+          requestHeaderModifier: {set: [{name: X-Env, value: canary}], add: [{name: X-Seen, value: "1"}], remove: [X-Debug]}
+        - type: ResponseHeaderModifier
+          responseHeaderModifier: {set: [{name: Cache-Control, value: no-store}]}
+      fault: {delay: {fixedDelay: 2s, percentage: 10}, abort: {httpStatus: 503, percentage: 0.5}}
+    - name: old
+      matches: [{path: {value: /old}}]
+      filters:
+        - type: RequestRedirect
+          requestRedirect: {scheme: https, hostname: shop.example.com, statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: any-host}
+spec:
+  rules:
+    - matches: [{path: {type: Exact, value: /health}}]
+      backendRefs: [{name: go.mesh.srv.health}]
+    - matches: [{path: {type: RegularExpression, value: "/items/[0-9]+"}}]
+      backendRefs: [{name: go.mesh.srv.items}]
+      filters:
+        - type: URLRewrite
+          urlRewrite: {hostname: items.internal, path: {type: ReplaceFullPath, replaceFullPath: /item}}
+        - type: RequestMirror
+          requestMirror: {backendRef: {name: go.mesh.srv.items-shadow}}
+    - matches: [{path: {value: /api}}]
+      backendRefs: [{name: go.mesh.srv.api}]
+      filters:
+        - type: URLRewrite
+          urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}
+    - matches: [{path: {value: /gone}}]
+      backendRefs: [{name: go.mesh.srv.gone, weight: 0}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: more}
+spec:
+  rules:
+    - matches: [{path: {value: /r2}}]
+      filters:
+        - type: RequestRedirect
+          requestRedirect: {port: 8443, statusCode: 302, path: {type: ReplaceFullPath, replaceFullPath: /x}}
+    - matches: [{path: {value: /r3}}]
+      filters:
+        - type: RequestRedirect
+          requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}
+    - matches: [{path: {value: /r4}, headers: [{type: RegularExpression, name: x-a, value: 'a.*'}], queryParams: [{name: q, value: '1'}]}]
+      backendRefs: [{name: go.mesh.srv.web}]
+      timeouts: {backendRequest: 1s}
+    - matches: [{path: {value: /r5}}]
+      backendRefs: [{name: go.mesh.srv.web}]
+      retry: {attempts: 1}
+    - matches: [{path: {value: /r6}}]
+      backendRefs: [{name: go.mesh.srv.web}]
+      filters:
+        - type: URLRewrite
+          urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /v2}}
+`;
+
 describe('xDS resources decode with the full Envoy protos', () => {
   const root = fullEnvoyRoot();
   const protos = new XdsProtos();
@@ -122,6 +206,20 @@ describe('xDS resources decode with the full Envoy protos', () => {
     assert.ok(checked > 100, `only ${checked} fields compared`);
   });
 
+  it('the HTTP listener and routes of a route file (over RDS and inline): same fields, same values, nothing else', () => {
+    const file = parseRouteFile(ROUTE_FILE, 'routes.yaml');
+    let checked = 0;
+    for (const rds of [true, false]) {
+      const { listener, routeConfiguration } = envoyRoutes(file, { address: { host: '0.0.0.0', port: 10000 }, rds, versionSubsets: true });
+      for (const [kind, message] of [['listener', listener], ['route', routeConfiguration]] as const) {
+        const full = typeOfUrl(root, TYPE_URLS[kind]);
+        const got = full.toObject(full.decode(protos.encode(kind, message)), { enums: String, longs: Number });
+        checked += compare(root, full, message, got, `${kind} (rds ${rds})`);
+      }
+    }
+    assert.ok(checked > 300, `only ${checked} fields compared`);
+  });
+
   it('the settings show where Envoy reads them', () => {
     const snapshot = buildSnapshot(richInput());
     const cluster = snapshot.clusters.get('go.mesh.srv.greeter')!;
@@ -136,6 +234,7 @@ describe('xDS resources decode with the full Envoy protos', () => {
     assert.deepEqual(od.success_rate_stdev_factor, { value: 1500 });
     assert.equal(od.split_external_local_origin_errors, true);
     assert.deepEqual(od.interval, { seconds: 2, nanos: 500_000_000 });
+    assert.deepEqual(cluster.lb_subset_config, { fallback_policy: 'ANY_ENDPOINT', subset_selectors: [{ keys: ['version'], fallback_policy: 'NO_FALLBACK' }] });
     const [hc] = cluster.health_checks as Message[];
     assert.deepEqual(hc!.http_health_check, { path: '/health', host: 'svc.local', expected_statuses: [{ start: 200, end: 300 }] });
 
@@ -151,8 +250,15 @@ describe('xDS resources decode with the full Envoy protos', () => {
       ['eu/eu-2', 1, 'DRAINING'],
       ['us/us-1', 100, 'DEGRADED'],
     ]);
+    const versionOf_ = (e: Message) => ((e.metadata as Message | undefined)?.filter_metadata as Record<string, { fields: { version: { stringValue: string } } }> | undefined)?.['envoy.lb']?.fields.version.stringValue;
+    assert.deepEqual(
+      (cla.endpoints as Array<{ lb_endpoints: Message[] }>).flatMap((l) => l.lb_endpoints.map(versionOf_)),
+      ['1.0.0', '1.0.0', '1.0.0', '2.0.0'],
+      'each endpoint carries the version it was registered with',
+    );
     const other = snapshot.endpoints.get('go.mesh.srv.other')!;
     assert.equal((other.endpoints as Array<{ lb_endpoints: Message[] }>)[0]!.lb_endpoints[0]!.health_status, 'UNKNOWN');
+    assert.equal((other.endpoints as Array<{ lb_endpoints: Message[] }>)[0]!.lb_endpoints[0]!.metadata, undefined, 'no version, no metadata');
   });
 
   it('versions are content hashes: the same content built twice has the same versions; a change moves only its kind', () => {

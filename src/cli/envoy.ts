@@ -36,7 +36,7 @@ export function runEnvoyCommand(positionals: string[], config: Config, io: Outpu
   if (config.routes !== undefined) {
     const listen = address(config.listener_address ?? ENVOY_LISTENER_ADDRESS, '--listener_address', false);
     // A file that cannot be read or is wrong throws its RouteFileError (file, line, field): exit 1, as mesh api.
-    const routes = envoyRoutes(loadRouteFile(config.routes), { address: listen, form: 'json' });
+    const routes = envoyRoutes(loadRouteFile(config.routes), { address: listen, form: 'json', versionSubsets: true });
     listeners = [routes.listener];
     for (const w of routes.warnings) io.err(`mesh: warning: ${w}\n`);
   } else if (config.listener_address !== undefined) throw new UsageError('--listener_address is for --routes (the route file of Envoy\'s HTTP listener)');

@@ -7,6 +7,8 @@ import { optionsFromFlags } from './options.js';
 import { formatAddress, parseAddress } from '../base/util/address.js';
 import { resolveSettings, retryBudgetDefaults } from '../core/upstream/config.js';
 import { XdsControlPlane } from '../xds/control-plane.js';
+import { ENVOY_LISTENER_ADDRESS } from './envoy.js';
+import { ENVOY_LISTENER_NAME } from '../xds/route-file.js';
 
 /** Where `mesh xds` serves ADS unless --address says otherwise. */
 export const XDS_ADDRESS = '127.0.0.1:18000';
@@ -22,6 +24,14 @@ export async function runXds(args: ParsedArgs): Promise<number> {
   } catch (err) {
     throw new FlagError(`--address: ${(err as Error).message}`);
   }
+  let routes: { file: string; address: ReturnType<typeof parseAddress> } | undefined;
+  if (config.routes !== undefined) {
+    try {
+      routes = { file: config.routes, address: parseAddress(config.listener_address ?? ENVOY_LISTENER_ADDRESS, { target: false, what: '--listener_address' }) };
+    } catch (err) {
+      throw new FlagError((err as Error).message);
+    }
+  } else if (config.listener_address !== undefined) throw new FlagError("--listener_address is for --routes (where the Envoy HTTP listener of the route file listens)");
   if (config.enable_tls && (!config.tls_cert_file || !config.tls_key_file)) throw new FlagError('--enable_tls needs --tls_cert_file and --tls_key_file');
   const runtime = new Runtime(optionsFromFlags(config), { role: 'xds', flags: config, registryClusters: false });
   runtime.installSignalHandlers();
@@ -39,7 +49,7 @@ export async function runXds(args: ParsedArgs): Promise<number> {
       };
       credentials = grpc.ServerCredentials.createSsl(null, [{ cert_chain: read('tls_cert_file', config.tls_cert_file!), private_key: read('tls_key_file', config.tls_key_file!) }], false);
     }
-    const plane = new XdsControlPlane({ registry: runtime.registry, settings, stats: runtime.stats, log: runtime.logging.get('server'), credentials });
+    const plane = new XdsControlPlane({ registry: runtime.registry, settings, stats: runtime.stats, log: runtime.logging.get('server'), credentials, routes });
     runtime.onShutdown(() => plane.close());
     const port = await plane.start(listen.host, listen.port);
     const admin = await runtime.startAdmin(XDS_ADMIN_ADDRESS, { clusters: plane.clustersView() });
@@ -47,6 +57,7 @@ export async function runXds(args: ParsedArgs): Promise<number> {
     process.stdout.write(
       [
         `mesh xds listening on ${credentials ? 'grpcs' : 'grpc'}://${formatAddress(listen.host, port)} (ADS, ${snapshot.resources.cluster.size} cluster${snapshot.resources.cluster.size === 1 ? '' : 's'} from the ${runtime.registry.name} registry)`,
+        ...(routes ? [`mesh xds serves Envoy listener ${ENVOY_LISTENER_NAME} on ${formatAddress(routes.address.host, routes.address.port)} with the routes of ${routes.file}`] : []),
         admin ? `mesh xds admin on http://${formatAddress(admin.host, admin.port)}` : 'mesh xds admin off',
       ].join('\n') + '\n',
     );

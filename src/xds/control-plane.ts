@@ -1,6 +1,7 @@
 /**
- * One xDS control plane: the registry's resources (source.ts) served over ADS (server.ts), with
- * the clusters it serves as an admin view. `mesh xds` builds one from its runtime; tests build
+ * One xDS control plane: the registry's resources (source.ts), and with a route file Envoy's
+ * HTTP listener and routes (route-file.ts), served over ADS (server.ts), with the clusters it
+ * serves as an admin view. `mesh xds` builds one from its runtime; tests build
  * one around any registry.
  */
 import type * as grpc from '@grpc/grpc-js';
@@ -13,6 +14,7 @@ import { XdsProtos } from './protos.js';
 import { XdsSource, type EncodedSnapshot } from './source.js';
 import { XdsServer } from './server.js';
 import { xdsClustersView } from './clusters-view.js';
+import { serveRouteFile, type XdsRouteFileOptions } from './route-file.js';
 
 export interface XdsControlPlaneOptions {
   registry: Registry;
@@ -22,12 +24,15 @@ export interface XdsControlPlaneOptions {
   credentials?: grpc.ServerCredentials;
   /** Delay between a registry change and the push. Default 100 ms. */
   debounceMs?: number;
+  /** A route file served as Envoy's HTTP listener and its routes (reloaded when it changes). */
+  routes?: Pick<XdsRouteFileOptions, 'file' | 'address' | 'pollMs' | 'settleMs'>;
 }
 
 export class XdsControlPlane {
   readonly protos = new XdsProtos();
   readonly source: XdsSource;
   private server?: XdsServer;
+  private routes?: { stop(): void };
 
   constructor(private readonly o: XdsControlPlaneOptions) {
     this.source = new XdsSource({ registry: o.registry, settings: o.settings, protos: this.protos, log: o.log, debounceMs: o.debounceMs });
@@ -35,7 +40,14 @@ export class XdsControlPlane {
 
   /** Reads the registry, then serves; resolves with the bound port. */
   async start(host: string, port: number): Promise<number> {
-    await this.source.start();
+    // The route file first: one Envoy cannot take refuses the start (its RouteFileError).
+    if (this.o.routes) this.routes = serveRouteFile({ ...this.o.routes, source: this.source, stats: this.o.stats, log: this.o.log });
+    try {
+      await this.source.start();
+    } catch (err) {
+      this.routes?.stop();
+      throw err;
+    }
     this.server = new XdsServer({ source: this.source, protos: this.protos, stats: this.o.stats, log: this.o.log, credentials: this.o.credentials });
     return this.server.listen(host, port);
   }
@@ -54,6 +66,7 @@ export class XdsControlPlane {
   }
 
   async close(): Promise<void> {
+    this.routes?.stop();
     this.source.close();
     await this.server?.close();
   }

@@ -18,8 +18,8 @@
  *   RegularExpression → `safe_regex` (RE2, the whole path, as mesh); method → a `:method` header
  *   match; headers and query parameters → `headers` and `query_parameters` (exact or safe_regex);
  *   backendRefs → `cluster` (one backend, no version) or `weighted_clusters` (the weights as
- *   written; a backend's `version` as the endpoint metadata `envoy.lb` `version`, which Envoy's
- *   subset load balancer reads: see VERSION_SUBSETS); every weight 0 → a 500 answer, as mesh;
+ *   written; a backend's `version` as the `metadata_match` `envoy.lb` `version`, which Envoy's
+ *   subset load balancer matches on the endpoints' metadata: resources.ts VERSION_SUBSETS); every weight 0 → a 500 answer, as mesh;
  *   `timeouts.request` → `timeout`; `timeouts.backendRequest` → `retry_policy.per_try_timeout`;
  *   `retry` → `retry_policy` (`attempts` → `num_retries`, `codes` → `retriable_status_codes`,
  *   `backoff` → `retry_back_off`; connect failures and resets are always retried);
@@ -30,30 +30,17 @@
  * Envoy forwards HTTP: a route whose handler is `api` or `rpc` (mesh's own HTTP → RPC mapping)
  * refuses the file, as `mesh proxy` does. What Envoy does differently is said in `warnings`: a
  * retry `budget` (Envoy's is the cluster's circuit breaker, resources.ts), and a backend's
- * `version` while the clusters have no version subsets (`versionSubsets: false`).
+ * `version` when the clusters have no version subsets (`versionSubsets: false`; mesh xds's have).
  */
 import type { HostPort } from '../base/util/address.js';
 import { escapeRegExp } from '../base/util/regex.js';
 import { RouteFileError, type MatchSpec, type RouteFile, type RouteSpec, type RuleSpec, type ValueMatchSpec } from '../edge/routes/file.js';
 import { CompiledRoutes } from '../edge/routes/table.js';
-import { duration, HTTP_CONNECTION_MANAGER_TYPE_URL, ROUTER_TYPE_URL, type Message } from './resources.js';
+import { duration, endpointVersionMetadata, HTTP_CONNECTION_MANAGER_TYPE_URL, ROUTER_TYPE_URL, type Message } from './resources.js';
 
 const FAULT_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault';
 const FAULT_FILTER = 'envoy.filters.http.fault';
 const ADS = { ads: {}, resource_api_version: 'V3' };
-
-/** The endpoint metadata namespace and key a versioned backend is matched on. */
-export const VERSION_METADATA = { filter: 'envoy.lb', key: 'version' } as const;
-/**
- * What a cluster needs for versioned backends to reach only their version: subsets by `version`
- * (Cluster.lb_subset_config), with each endpoint's version in its metadata (`endpointVersionMetadata`).
- */
-export const VERSION_SUBSETS: Message = { fallback_policy: 'NO_FALLBACK', subset_selectors: [{ keys: [VERSION_METADATA.key] }] };
-
-/** An endpoint's LbEndpoint.metadata for the version of its node. */
-export function endpointVersionMetadata(version: string): Message {
-  return { filter_metadata: { [VERSION_METADATA.filter]: { [VERSION_METADATA.key]: version } } };
-}
 
 export interface EnvoyRoutesOptions {
   /** Where Envoy listens for HTTP. */
@@ -62,7 +49,10 @@ export interface EnvoyRoutesOptions {
   listenerName?: string;
   /** The RouteConfiguration's name; default `mesh_routes`. */
   routeConfigName?: string;
-  /** True when the clusters have subsets by version (VERSION_SUBSETS), so that a backend's version is honoured. */
+  /**
+   * True when the clusters have subsets by version (resources.ts VERSION_SUBSETS, as mesh xds
+   * serves them), so that a backend's version is honoured; false says so in `warnings`.
+   */
   versionSubsets?: boolean;
   /** Take the routes over RDS (ADS) instead of inline in the listener; default false. */
   rds?: boolean;
@@ -76,13 +66,14 @@ export interface EnvoyRoutesOptions {
 
 /** How durations and wrapped numbers are written (EnvoyRoutesOptions.form). */
 interface Shape {
+  form: 'object' | 'json';
   duration(ms: number): unknown;
   u32(n: number): unknown;
   bool(b: boolean): unknown;
 }
 
-const OBJECT_SHAPE: Shape = { duration, u32: (n) => ({ value: n }), bool: (b) => ({ value: b }) };
-const JSON_SHAPE: Shape = { duration: durationJson, u32: (n) => n, bool: (b) => b };
+const OBJECT_SHAPE: Shape = { form: 'object', duration, u32: (n) => ({ value: n }), bool: (b) => ({ value: b }) };
+const JSON_SHAPE: Shape = { form: 'json', duration: durationJson, u32: (n) => n, bool: (b) => b };
 
 /** Milliseconds as a proto3 JSON Duration: 2500 → "2.5s", 100 → "0.1s". */
 export function durationJson(ms: number): string {
@@ -199,7 +190,7 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Messag
       clusters: live.map((b) => ({
         name: b.name,
         weight: shape.u32(b.weight),
-        ...(b.version !== undefined ? { metadata_match: endpointVersionMetadata(b.version) } : {}),
+        ...(b.version !== undefined ? { metadata_match: endpointVersionMetadata(b.version, shape.form) } : {}),
       })),
     };
   }

@@ -6,9 +6,10 @@
  *
  * Per service `S` (all its versions together, as mesh's own clusters see them):
  * - a Cluster `S` of type EDS (endpoints over ADS), with the load-balancing policy, circuit
- *   breakers, outlier detection, active health check and panic threshold of mesh's clusters;
+ *   breakers, outlier detection, active health check and panic threshold of mesh's clusters, and
+ *   subsets by version (VERSION_SUBSETS: what an Envoy route to one version of S needs);
  * - a ClusterLoadAssignment `S`: one locality per region/zone of its nodes, each node an endpoint
- *   with its weight and health; a locality weighs the sum of its endpoints' weights;
+ *   with its weight, health and version (its metadata); a locality weighs the sum of its endpoints' weights;
  * - an API Listener `S` for proxyless gRPC clients (`xds:///S`): an HttpConnectionManager that
  *   takes its routes over ADS (RDS) and ends in the router filter;
  * - a RouteConfiguration `S`: one virtual host for the domain `S`, every request to cluster `S`.
@@ -75,6 +76,25 @@ export function duration(ms: number): { seconds: number; nanos: number } {
   return { seconds, nanos: Math.round((ms - seconds * 1000) * 1e6) };
 }
 
+/** The endpoint metadata namespace and key a versioned backend is matched on. */
+export const VERSION_METADATA = { filter: 'envoy.lb', key: 'version' } as const;
+/**
+ * What a cluster needs for versioned backends to reach only their version: subsets by `version`
+ * (Cluster.lb_subset_config), with each endpoint's version in its metadata (`endpointVersionMetadata`).
+ * A route without a version (no metadata_match) takes any endpoint (the top-level ANY_ENDPOINT);
+ * a route to a version no endpoint has gets none (the selector's NO_FALLBACK: Envoy answers 503).
+ */
+export const VERSION_SUBSETS: Message = { fallback_policy: 'ANY_ENDPOINT', subset_selectors: [{ keys: [VERSION_METADATA.key], fallback_policy: 'NO_FALLBACK' }] };
+
+/**
+ * An endpoint's LbEndpoint.metadata (or a route's metadata_match) for a version: `object` (default),
+ * the google.protobuf.Struct as protobufjs encodes it (its bundled Struct names fields in camelCase); `json`, as a bootstrap file has it.
+ */
+export function endpointVersionMetadata(version: string, form: 'object' | 'json' = 'object'): Message {
+  const struct = form === 'json' ? { [VERSION_METADATA.key]: version } : { fields: { [VERSION_METADATA.key]: { stringValue: version } } };
+  return { filter_metadata: { [VERSION_METADATA.filter]: struct } };
+}
+
 const u32 = (value: number) => ({ value: Math.max(0, Math.min(0xffffffff, Math.floor(value))) });
 const ADS = { ads: {}, resource_api_version: 'V3' };
 
@@ -92,7 +112,7 @@ export function buildSnapshot(input: XdsInput): XdsSnapshot {
 
 /** The four resources of one service from its live versions; undefined when it has no node. */
 export function buildServiceResources(name: string, versions: readonly Service[], settings: ResolvedClusterSettings): Record<ResourceKind, Message> | undefined {
-  const nodes = dedupe(versions.flatMap((v) => v.nodes));
+  const nodes = dedupe(versions.flatMap((v) => v.nodes.map((n) => ({ ...n, version: v.version }))));
   if (nodes.length === 0) return undefined;
   return {
     cluster: buildCluster(name, nodes, settings),
@@ -102,8 +122,11 @@ export function buildServiceResources(name: string, versions: readonly Service[]
   };
 }
 
+/** A node with the version of the service it was registered with. */
+export type VersionedNode = Node & { version?: string };
+
 /** Nodes by id, one per address:port (two versions may list the same process; a client refuses duplicates). */
-function dedupe(nodes: Node[]): Node[] {
+function dedupe(nodes: VersionedNode[]): VersionedNode[] {
   const seen = new Set<string>();
   return [...nodes].sort(byNodeId).filter((n) => {
     const key = `${n.address}\n${n.port}`;
@@ -135,6 +158,7 @@ export function buildCluster(name: string, nodes: readonly Node[], settings: Res
       }),
     },
     common_lb_config: { healthy_panic_threshold: { value: settings.panicThresholdPercent } },
+    lb_subset_config: VERSION_SUBSETS,
   };
   const od = settings.outlierDetection;
   if (od) {
@@ -189,7 +213,7 @@ function healthCheckPath(nodes: readonly Node[], settings: ResolvedClusterSettin
   return p!.startsWith('/') ? p : `/${p}`;
 }
 
-export function buildLoadAssignment(name: string, nodes: readonly Node[]): Message {
+export function buildLoadAssignment(name: string, nodes: readonly VersionedNode[]): Message {
   const localities = new Map<string, { region: string; zone: string; endpoints: Message[]; weight: number }>();
   for (const n of nodes) {
     const region = n.metadata?.region ?? '';
@@ -204,6 +228,7 @@ export function buildLoadAssignment(name: string, nodes: readonly Node[]): Messa
       endpoint: { address: { socket_address: { address: n.address, port_value: n.port } }, hostname: n.id },
       health_status: health === undefined ? 'HEALTHY' : (HEALTH[health] ?? 'UNKNOWN'),
       load_balancing_weight: u32(weight),
+      ...(n.version ? { metadata: endpointVersionMetadata(n.version) } : {}),
     });
   }
   const keys = [...localities.keys()].sort();

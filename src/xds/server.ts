@@ -10,7 +10,9 @@
  * error_detail is a NACK: the client keeps its last accepted version, the server logs it once
  * (node id, type, version, error) and counts `xds.nacks`, and sends that type again only when its
  * content changes. A new snapshot (source.ts) is pushed to every stream, only the types whose
- * version for that client changed.
+ * version for that client changed. An Envoy (node user_agent_name `envoy`) subscribed to every
+ * listener gets the listeners it can serve (source.ts envoyListeners), not the API listeners of
+ * proxyless gRPC clients.
  */
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
@@ -63,8 +65,13 @@ interface Selection {
 /** Response bodies and selections kept for reuse, per snapshot; past this many the oldest go. */
 const MAX_CACHED_BODIES = 64;
 
+/** The user_agent_name Envoy sends in its node. */
+export const ENVOY_USER_AGENT = 'envoy';
+
 class AdsStream {
   nodeId = '';
+  /** The client said it is Envoy (its first request's node). */
+  envoy = false;
   private nonce = 0;
   readonly types = new Map<ResourceKind, TypeState>();
 
@@ -75,6 +82,7 @@ class AdsStream {
 
   onRequest(req: DiscoveryRequest): void {
     if (req.node?.id) this.nodeId = req.node.id;
+    if (req.node?.user_agent_name) this.envoy = req.node.user_agent_name === ENVOY_USER_AGENT;
     const kind = kindOfTypeUrl(req.type_url);
     if (!kind) {
       this.server.log.debug({ node: this.nodeId, type_url: req.type_url }, 'xDS: request for a type this server does not serve; ignored');
@@ -119,7 +127,8 @@ class AdsStream {
     const state = this.types.get(kind);
     const snapshot = this.server.snapshot();
     if (!state || !snapshot) return;
-    const { version, resources } = this.server.selection(snapshot, kind, state.names);
+    const { version, resources } =
+      this.envoy && kind === 'listener' && state.names === undefined ? snapshot.envoyListeners : this.server.selection(snapshot, kind, state.names);
     if (!force && version === state.sentVersion) return;
     state.sentVersion = version;
     state.sentNonce = String(++this.nonce);

@@ -1,8 +1,10 @@
 /**
  * The resources of `mesh xds`, kept current from the registry: reads every service once, then
  * watches the registry and, a short debounce after a change (~100 ms), reads the services that
- * changed and builds (resources.ts) and encodes (protos.ts) their resources again. Listeners
- * are told of each new snapshot; the server pushes what changed.
+ * changed and builds (resources.ts) and encodes (protos.ts) their resources again. Resources
+ * that are not the registry's (the Envoy HTTP listener and routes of a route file) are set with
+ * `setExtra` and served beside them. Listeners are told of each new snapshot; the server pushes
+ * what changed.
  */
 import type { Registry, Service, Watcher } from '../engines/registry/registry.js';
 import type { ResolvedClusterSettings } from '../core/upstream/config.js';
@@ -16,6 +18,12 @@ export interface EncodedSnapshot {
   readonly resources: Record<ResourceKind, Map<string, EncodedResource>>;
   /** The version of each kind's full set (what a wildcard subscriber gets). */
   readonly versions: Record<ResourceKind, string>;
+  /**
+   * What an Envoy subscribed to every listener gets: the listeners it can serve (those with an
+   * address, from `setExtra`), not the API listeners of proxyless clients (Envoy takes those from
+   * its bootstrap only and skips them over LDS, logging each).
+   */
+  readonly envoyListeners: { version: string; resources: EncodedResource[] };
 }
 
 /** A whole snapshot encoded at once (the source encodes service by service; tests compare both ways). */
@@ -28,7 +36,7 @@ export function encodeSnapshot(protos: XdsProtos, messages: XdsSnapshot): Encode
     resources[kind] = out;
     versions[kind] = versionOf([...out.values()]);
   }
-  return { messages, resources, versions };
+  return { messages, resources, versions, envoyListeners: { version: versionOf([]), resources: [] } };
 }
 
 export interface XdsSourceOptions {
@@ -52,6 +60,8 @@ export class XdsSource {
   /** Per service name, its four resources as messages and encoded. */
   private readonly built = new Map<string, { messages: Record<ResourceKind, Message>; encoded: Record<ResourceKind, EncodedResource> }>();
   private readonly listeners = new Set<(snapshot: EncodedSnapshot) => void>();
+  /** Resources that are not the registry's, by kind and name (setExtra). */
+  private extra: Partial<Record<ResourceKind, Map<string, { message: Message; encoded: EncodedResource }>>> = {};
 
   constructor(private readonly o: XdsSourceOptions) {}
 
@@ -74,6 +84,24 @@ export class XdsSource {
   onSnapshot(fn: (snapshot: EncodedSnapshot) => void): () => void {
     this.listeners.add(fn);
     return () => this.listeners.delete(fn);
+  }
+
+  /**
+   * Serves these resources besides the registry's, in place of the last ones set (a name of the
+   * registry's wins). Encodes them first: a message the protos cannot encode throws and changes
+   * nothing. Announces the snapshot when a version moved.
+   */
+  setExtra(resources: Partial<Record<ResourceKind, ReadonlyMap<string, Message>>>): void {
+    const next: typeof this.extra = {};
+    for (const kind of RESOURCE_KINDS) {
+      const given = resources[kind];
+      if (!given) continue;
+      const out = new Map<string, { message: Message; encoded: EncodedResource }>();
+      for (const [name, message] of given) out.set(name, { message, encoded: this.o.protos.encodeResource(kind, name, message) });
+      next[kind] = out;
+    }
+    this.extra = next;
+    if (this.current) this.announce(this.assemble());
   }
 
   close(): void {
@@ -137,13 +165,16 @@ export class XdsSource {
       for (const kind of RESOURCE_KINDS) encoded[kind] = this.o.protos.encodeResource(kind, name, messages[kind]);
       this.built.set(name, { messages, encoded });
     }
-    const next = this.assemble();
+    this.announce(this.assemble());
+  }
+
+  private announce(next: EncodedSnapshot): void {
     const changed = !this.current || RESOURCE_KINDS.some((k) => next.versions[k] !== this.current!.versions[k]);
     this.current = next;
     if (changed) for (const fn of this.listeners) fn(next);
   }
 
-  /** The snapshot of every service built so far, by name. */
+  /** The snapshot of every service built so far, by name, and the extra resources. */
   private assemble(): EncodedSnapshot {
     const messages: XdsSnapshot = { clusters: new Map(), endpoints: new Map(), listeners: new Map(), routes: new Map() };
     const resources = {} as Record<ResourceKind, Map<string, EncodedResource>>;
@@ -155,8 +186,17 @@ export class XdsSource {
         resources[kind].set(name, b.encoded[kind]);
       }
     }
+    const envoyListeners: EncodedResource[] = [];
+    for (const kind of RESOURCE_KINDS) {
+      for (const [name, e] of this.extra[kind] ?? []) {
+        if (resources[kind].has(name)) continue;
+        messages[SNAPSHOT_FIELD[kind]].set(name, e.message);
+        resources[kind].set(name, e.encoded);
+        if (kind === 'listener') envoyListeners.push(e.encoded);
+      }
+    }
     const versions = {} as Record<ResourceKind, string>;
     for (const kind of RESOURCE_KINDS) versions[kind] = versionOf([...resources[kind].values()]);
-    return { messages, resources, versions };
+    return { messages, resources, versions, envoyListeners: { version: versionOf(envoyListeners), resources: envoyListeners } };
   }
 }

@@ -35,6 +35,8 @@ export interface LiveRoutesOptions {
   settleMs?: number;
   /** What the front end refuses in a file it cannot serve (throws a RouteFileError), at start and on each reload. */
   check?: (file: RouteFile) => void;
+  /** Told of each new file put in use by a reload (not of the first load). */
+  onReload?: (file: RouteFile) => void;
 }
 
 export class LiveRoutes {
@@ -103,6 +105,7 @@ export class LiveRoutes {
     this.stats.updateSuccess.inc();
     this.stats.active.set(next.size);
     log.info({ file, routes: next.size, version: next.source.version }, 'route file reloaded');
+    this.options.onReload?.(next.source);
     return true;
   }
 
