@@ -142,9 +142,9 @@ export interface ParsedArgs {
 }
 
 const SWITCHES = new Set(['help', 'version', 'hot-restart-version', 'h']);
-const SHORT_SWITCHES: Record<string, string> = { '-h': 'help', '-v': 'version' };
+const SHORT_SWITCHES = new Map<string, string>([['-h', 'help'], ['-v', 'version']]);
 /** Short flags that take a value: mesh proxy -c FILE, mesh run -f FILE. */
-const SHORT_VALUES: Record<string, { name: FlagName; what: string }> = { '-c': { name: 'config', what: 'the configuration file' }, '-f': { name: 'file', what: 'the file of apps' } };
+const SHORT_VALUES = new Map<string, { name: FlagName; what: string }>([['-c', { name: 'config', what: 'the configuration file' }], ['-f', { name: 'file', what: 'the file of apps' }]]);
 
 /** How an error names a flag: `flag --client_retries`, or `MESH_CLIENT_RETRIES (--client_retries)` when the environment set it. */
 export function flagLabel(name: string, fromEnv: boolean): string {
@@ -241,7 +241,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
       positionals.push(...rest);
       break;
     }
-    const shortValue = SHORT_VALUES[arg];
+    const shortValue = SHORT_VALUES.get(arg);
     if (shortValue) {
       const next = argv[++i];
       if (next === undefined) throw new FlagError(`flag ${arg} needs a value (${shortValue.what})`);
@@ -251,7 +251,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
       onCommandLine.push([shortValue.name, arg]);
       continue;
     }
-    const short = SHORT_SWITCHES[arg];
+    const short = SHORT_SWITCHES.get(arg);
     if (short) {
       switches.add(short);
       continue;

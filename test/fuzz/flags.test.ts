@@ -52,5 +52,7 @@ describe('fuzz: flags', () => {
 describe('flags: names of Object.prototype members', () => {
   it('are unknown flags', () => {
     for (const a of ['--constructor=1', '--__proto__=x', '--hasOwnProperty=1', '--toString=x']) assert.throws(() => parseArgs([a], {}), FlagError, a);
+    // Bare words are positionals, whatever Object.prototype has under that name (a short-flag table once took valueOf for -f).
+    for (const a of ['valueOf', 'toString', 'constructor', '__proto__']) assert.deepEqual(parseArgs([a, ''], {}).positionals, [a, ''], a);
   });
 });
