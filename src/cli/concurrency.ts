@@ -325,6 +325,8 @@ class Primary implements AdminAggregate {
     slot.startedAt = Date.now();
     const worker = cluster.fork({ [WORKER_ENV]: String(slot.index), ...(this.reusePort ? { [REUSE_PORT_ENV]: JSON.stringify(this.sharedPorts ?? []) } : {}) });
     slot.worker = worker;
+    // A send to a worker that is going away fails on its channel: logged, never an uncaught error of the primary.
+    worker.on('error', (err: Error) => this.log().warn({ worker: slot.index, worker_pid: worker.process.pid, err: err.message }, 'worker channel error'));
     worker.on('message', (m: unknown) => {
       if (!isMeshMessage(m)) return;
       const msg = m as FromWorker;
