@@ -130,8 +130,8 @@ describe('the token bucket', () => {
     assert.deepEqual([d.rate_limit, d.rate_limit_burst, d.rate_limit_key, d.rate_limit_max_keys], ['0', undefined, 'address', 100000]);
     const runtime = new Runtime(optionsFromFlags(d), { role: 'test' });
     try {
-      assert.equal(frontEdgeFromFlags(d, runtime).rateLimit, undefined);
-      const on = frontEdgeFromFlags(parseArgs(['--rate_limit=6000/m', '--rate_limit_key=route', '--rate_limit_max_keys=7'], {}).config, runtime).rateLimit!;
+      assert.equal(frontEdgeFromFlags(d, runtime, { role: 'api', namespace: 'go.mesh.api' }).rateLimit, undefined);
+      const on = frontEdgeFromFlags(parseArgs(['--rate_limit=6000/m', '--rate_limit_key=route', '--rate_limit_max_keys=7'], {}).config, runtime, { role: 'api', namespace: 'go.mesh.api' }).rateLimit!;
       assert.deepEqual(on.policy, { name: 'default', ratePerSec: 100, burst: 100 });
       assert.equal(on.store.kind, 'memory');
       assert.equal(on.key, 'route');

@@ -51,7 +51,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
       enableStats: config.enable_stats,
       enableRpc: config.enable_rpc,
       rpcAllow: config.rpc_allow,
-      ...frontEdgeFromFlags(config, runtime),
+      ...frontEdgeFromFlags(config, runtime, { role: 'api', namespace: config.namespace ?? DEFAULT_NAMESPACE }),
       auth: await startAuth(runtime, authSetup),
     });
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);

@@ -113,7 +113,7 @@ export async function startSidecar(plan: SidecarPlan, runtime: Runtime, defaultA
     const workload = await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
     const admin = await runtime.startAdmin(defaultAdmin);
     const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup) } : undefined;
-    const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
+    const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime, { role: 'sidecar', namespace }), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
     let bound;
     try {
       bound = await sidecar.start(address);
