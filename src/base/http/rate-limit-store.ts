@@ -24,6 +24,7 @@
  * calls, `rate_limit.store.outages` the outages.
  */
 import type { Logger } from 'pino';
+import { withTimeout } from '../util/timeout.js';
 import type { Counter, Histogram, StatsScope } from '../stats/store.js';
 import { decisionOf, RateLimiter, type BucketGrant, type RateDecision, type RateLimitStore, type RateLimitStoreStatus, type RatePolicy } from './rate-limit.js';
 
@@ -83,8 +84,8 @@ export class MemoryRateLimitStore implements RateLimitStore {
   private readonly buckets: RateLimiter;
   private readonly stats: RateLimitStats;
 
-  constructor(options: { policy: RatePolicy; maxKeys?: number; stats: StatsScope }) {
-    this.buckets = new RateLimiter({ policy: options.policy, maxKeys: options.maxKeys });
+  constructor(options: { policy: RatePolicy; maxKeys?: number; stats: StatsScope; now?: () => number }) {
+    this.buckets = new RateLimiter({ policy: options.policy, maxKeys: options.maxKeys, now: options.now });
     this.stats = new RateLimitStats(options.stats);
   }
 
@@ -216,21 +217,14 @@ export class SharedRateLimitStore implements RateLimitStore {
     this.inFlight++;
     this.stats.roundTrips.inc();
     const started = this.now();
-    let timer: NodeJS.Timeout | undefined;
     try {
-      const grant = await Promise.race([
-        this.backend.grant(key, policy, this.allowance(policy)),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`no answer within ${this.timeoutMs}ms`)), timeoutMs);
-        }),
-      ]);
+      const grant = await withTimeout(this.backend.grant(key, policy, this.allowance(policy)), timeoutMs, `no answer within ${this.timeoutMs}ms`);
       this.stats.of(kind).latency.record(this.now() - started);
       local.tokens += grant.granted;
       local.shared = grant.tokens;
       local.emptyUntil = grant.granted > 0 ? 0 : this.now() + Math.max(1, grant.retryMs);
       this.recovered();
     } finally {
-      clearTimeout(timer);
       this.inFlight--;
     }
   }

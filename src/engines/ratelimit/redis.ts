@@ -14,6 +14,7 @@ import { createHash } from 'node:crypto';
 import { createClient } from 'redis';
 import type { BucketBackend } from '../../base/http/rate-limit-store.js';
 import type { BucketGrant, RatePolicy } from '../../base/http/rate-limit.js';
+import { withTimeout } from '../../base/util/timeout.js';
 import { readEngineTls, redactAddress, type EngineTlsFiles } from '../../base/util/engine-access.js';
 
 /** KEYS[1] the bucket; ARGV rate (tokens/ms), burst, want. Returns {granted, tokens (string), ms until `want` are there when none was granted}. */
@@ -175,16 +176,11 @@ export class RedisBuckets implements BucketBackend {
 
   /** PING within `timeoutMs` (mesh check). */
   async ping(timeoutMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs}ms${this.lastError ? ` (${this.lastError})` : ''}`)), timeoutMs);
-    });
-    try {
-      if (!this.client.isReady) await Promise.race([this.whenReady(), late]);
-      await Promise.race([this.client.ping(), late]);
-    } finally {
-      clearTimeout(timer);
-    }
+    const pong = async () => {
+      if (!this.client.isReady) await this.whenReady();
+      await this.client.ping();
+    };
+    await withTimeout(pong(), timeoutMs, () => `no answer within ${timeoutMs}ms${this.lastError ? ` (${this.lastError})` : ''}`);
   }
 
   /** At once: the commands still queued (a Redis that takes them but does not answer) are dropped, not waited for. */
