@@ -376,5 +376,9 @@ describe('a rule with its own rate limit', () => {
     for (let i = 0; i < 5; i++) assert.equal((await http('GET', `${gw.url}/other/costly/run`)).status, 201);
     const shown = (await http('GET', `${gw.admin}/auth_rules`)).json<{ rules: Array<Record<string, unknown>> }>();
     assert.deepEqual(shown.rules[0]!.rate_limit, { per_second: 1 / 3600, burst: 2 });
+    // Without --rate_limit the rules' buckets are the guard's own store, counted as a shared store's are.
+    const stats = (await http('GET', `${gw.admin}/stats?filter=${encodeURIComponent('^rate_limit\\.rule\\.')}`)).text;
+    assert.match(stats, /^rate_limit\.rule\.allowed: 2$/m, stats);
+    assert.match(stats, /^rate_limit\.rule\.limited: 1$/m, stats);
   });
 });

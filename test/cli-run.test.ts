@@ -245,6 +245,96 @@ describe('mesh run: the app ends, or never becomes healthy', () => {
   });
 });
 
+/** Whether the process is gone (a zombie not reaped yet counts as gone). */
+function gone(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return true;
+  }
+  try {
+    return /^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return true;
+  }
+}
+
+describe('mesh run: what the app leaves, signals, environment', () => {
+  let w: World;
+  let proc: RunningProcess | undefined;
+  before(() => {
+    w = world();
+    writeFileSync(join(w.dir, 'node-app.mjs'), NODE_APP);
+  });
+  after(async () => {
+    await killAll(proc);
+    await w.cleanup();
+  });
+
+  it('an app that exits and leaves a child behind in its group: the child is killed', async () => {
+    const r = await runCli(['run', '--name=go.mesh.srv.leaver', '--health_path=off', '--', 'sh', '-c', 'sleep 1000 & echo "child $!"; exit 3'], w.env);
+    assert.equal(r.code, 3, r.stdout + r.stderr);
+    const child = Number(/^\[go\.mesh\.srv\.leaver\] child (\d+)$/m.exec(r.stdout)?.[1]);
+    assert.ok(child > 0, r.stdout);
+    try {
+      await waitFor(() => gone(child), 5000);
+    } finally {
+      if (!gone(child)) process.kill(child, 'SIGKILL');
+    }
+  });
+
+  for (const [signal, status] of [['SIGHUP', 129], ['SIGQUIT', 131]] as const) {
+    it(`${signal} is passed on as SIGTERM is: the app is deregistered and stopped (${status})`, async () => {
+      proc = startProcess(['run', '--name=go.mesh.srv.hangup', '--drain_delay=0', '--', process.execPath, 'node-app.mjs'], w.env, undefined, w.dir);
+      const pid = Number(await proc.waitForPort(/started \S+ node-app\.mjs \(pid (\d+),/));
+      await waitFor(async () => (await w.nodes('go.mesh.srv.hangup')).length === 1, 10000);
+      assert.equal(await proc.stop(signal), status);
+      assert.match(proc.output(), new RegExp(`go\\.mesh\\.srv\\.hangup killed by ${signal} \\(status ${status}\\)`));
+      assert.ok(gone(pid));
+      assert.deepEqual(await w.nodes('go.mesh.srv.hangup'), []);
+      proc = undefined;
+    });
+  }
+
+  it("the app gets no MESH_* variable of mesh run's but MESH_SIDECAR and MESH_SIDECAR_TOKEN, unless the file's env sets one; with -f a token per app", async () => {
+    const env = { ...w.env, MESH_ADMIN_TOKEN: 'admin-secret', MESH_SOMETHING_ELSE: 'x', MESH_SIDECAR_TOKEN: 'run-token-of-mesh-run' };
+    const printEnv = ['sh', '-c', 'env | grep ^MESH_ | sort'];
+    const one = await runCli(['run', '--name=go.mesh.srv.env', '--health_path=off', '--', ...printEnv], env);
+    assert.equal(one.code, 0, one.stdout + one.stderr);
+    const vars = (name: string, out: string) => [...out.matchAll(new RegExp(`^\\[${name.replace(/\./g, '\\.')}\\] (MESH_[A-Z_]+)=(.*)$`, 'gm'))].map((m) => [m[1]!, m[2]!]);
+    const oneVars = vars('go.mesh.srv.env', one.stdout);
+    assert.deepEqual(oneVars.map(([k]) => k), ['MESH_SIDECAR', 'MESH_SIDECAR_TOKEN']);
+    // One app on the command line: MESH_SIDECAR_TOKEN of mesh run is its sidecar's --sidecar_token.
+    assert.equal(oneVars[1]![1], 'run-token-of-mesh-run');
+
+    const file = join(w.dir, 'env-apps.yaml');
+    const app = (name: string, extra: string) => `  - name: ${name}\n    health_path: off\n    command: [sh, -c, 'env | grep ^MESH_ | sort']\n${extra}`;
+    writeFileSync(file, `apps:\n${app('go.mesh.srv.enva', '    env:\n      MESH_ADMIN_TOKEN: given\n')}${app('go.mesh.srv.envb', '')}${app('go.mesh.srv.envc', '    sidecar:\n      sidecar_token: token-of-app-c-0123\n')}`);
+    const many = await runCli(['run', '-f', file], env);
+    assert.equal(many.code, 0, many.stdout + many.stderr);
+    const a = Object.fromEntries(vars('go.mesh.srv.enva', many.stdout));
+    const b = Object.fromEntries(vars('go.mesh.srv.envb', many.stdout));
+    const c = Object.fromEntries(vars('go.mesh.srv.envc', many.stdout));
+    assert.deepEqual(Object.keys(a), ['MESH_ADMIN_TOKEN', 'MESH_SIDECAR', 'MESH_SIDECAR_TOKEN']);
+    assert.equal(a.MESH_ADMIN_TOKEN, 'given');
+    assert.deepEqual(Object.keys(b), ['MESH_SIDECAR', 'MESH_SIDECAR_TOKEN']);
+    assert.match(a.MESH_SIDECAR_TOKEN!, /^[0-9a-f]{64}$/);
+    assert.match(b.MESH_SIDECAR_TOKEN!, /^[0-9a-f]{64}$/);
+    assert.notEqual(a.MESH_SIDECAR_TOKEN, b.MESH_SIDECAR_TOKEN);
+    assert.equal(c.MESH_SIDECAR_TOKEN, 'token-of-app-c-0123');
+  });
+
+  it('a program spawn refuses at once (an argument over the kernel\'s limit): 126, the sidecar deregistered and stopped, no stack trace', async () => {
+    const file = join(w.dir, 'huge-arg.yaml');
+    writeFileSync(file, `apps:\n  - name: go.mesh.srv.huge\n    health_path: off\n    command: [sh, -c, '${'x'.repeat(200_000)}']\n`);
+    const r = await runCli(['run', '-f', file], w.env);
+    assert.match(r.stdout, /^mesh run: go\.mesh\.srv\.huge could not be started: sh: E2BIG \(status 126\)$/m, r.stdout + r.stderr);
+    assert.doesNotMatch(r.stderr, /\n\s+at /);
+    assert.equal(r.code, 126);
+    assert.deepEqual(await w.nodes('go.mesh.srv.huge'), []);
+  });
+});
+
 describe('mesh run: errors exit 2 before anything starts', () => {
   let w: World;
   before(() => (w = world()));
@@ -277,6 +367,9 @@ describe('mesh run: errors exit 2 before anything starts', () => {
     ['a flag that is not run\'s', 'apps:\n  - name: a\n    command: [x]\n    sidecar:\n      server_name: b\n', 'line 5: apps[0] (a).sidecar.server_name: not an option of mesh run (the commands that use it: sidecar)'],
     ['a bad sidecar value', 'apps:\n  - name: a\n    command: [x]\n    sidecar:\n      handler: api\n', 'line 5: apps[0] (a).sidecar.handler: invalid value "api" for flag --handler: the sidecar serves rpc (the default) or proxy'],
     ['not YAML', 'apps:\n  - name: [a\n', 'line 3: not valid YAML: '],
+    ['a NUL in the command', 'apps:\n  - name: a\n    command: [x, "a\\0b"]\n', 'line 3: apps[0] (a).command: contains a NUL character (\\0), which no program or argument can hold'],
+    ['a NUL in the env', 'apps:\n  - name: a\n    command: [x]\n    env:\n      K: "v\\0"\n', 'line 5: apps[0] (a).env.K: contains a NUL character (\\0), which no variable can hold'],
+    ['a NUL in the dir', 'apps:\n  - name: a\n    command: [x]\n    dir: "d\\0"\n', 'line 4: apps[0] (a).dir: contains a NUL character (\\0), which no path can hold'],
   ];
   for (const [what, text, message] of cases) {
     it(`a file with ${what}`, async () => {

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { spawnSync } from 'node:child_process';
-import { http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
+import { freePort, http, PRINTED, ROOT, runCli, startProcess, tempDir, waitFor, type RunningProcess } from './helpers.js';
 import { parseArgs } from '../src/cli/flags.js';
 import { StatsStore } from '../src/base/stats/store.js';
 import { mergeProcessFamilies, mergeSnapshots, snapshotStore } from '../src/base/stats/merge.js';
@@ -269,6 +269,23 @@ describe('mesh api --concurrency=2: reload signals reach the workers', () => {
     await waitFor(async () => (await stat(admin, 'auth.rules.update_success')) === 2, 10000);
     assert.match((await http('GET', `${admin}/auth_rules`)).text, /deny/);
     for (let i = 0; i < 4; i++) assert.equal((await http('GET', `${url}/who/am`, { headers: { connection: 'close' } })).status, 403);
+  });
+});
+
+describe('mesh api --concurrency=2 on a port another mesh api --concurrency=2 holds', () => {
+  test('the second exits 1 with the start-up error, instead of sharing the port (reusePort)', async () => {
+    const port = await freePort();
+    const flags = ['api', '--concurrency=2', `--address=127.0.0.1:${port}`, '--admin_address=off', '--registry=memory', '--log_level=warning'];
+    const first = startProcess(flags);
+    try {
+      await first.waitForOutput(/mesh api concurrency 2 \(worker pids/, 20000);
+      const second = await runCli(flags);
+      assert.equal(second.code, 1, second.stdout + second.stderr);
+      assert.match(second.stderr, new RegExp(`^mesh: gateway cannot listen on 127\\.0\\.0\\.1:${port}: address already in use$`, 'm'));
+      assert.equal(second.stdout, '');
+    } finally {
+      await first.stop('SIGKILL');
+    }
   });
 });
 

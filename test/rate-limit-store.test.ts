@@ -18,11 +18,14 @@ class TestBackend implements BucketBackend {
   readonly address = 'test';
   readonly buckets = new RateLimiter({ policy: ratePolicy('1/s')! });
   calls = 0;
-  mode: 'ok' | 'fail' | 'hang' = 'ok';
+  mode: 'ok' | 'fail' | 'hang' | 'held' = 'ok';
+  /** mode 'held': the grants wait here until the test answers them. */
+  readonly held: Array<(grant: BucketGrant) => void> = [];
   async grant(key: string, policy: RatePolicy, want: number): Promise<BucketGrant> {
     this.calls++;
     if (this.mode === 'fail') throw new Error('connection refused');
     if (this.mode === 'hang') return new Promise<never>(() => undefined);
+    if (this.mode === 'held') return new Promise<BucketGrant>((resolve) => this.held.push(resolve));
     return this.buckets.grant(key, policy, want);
   }
   close(): void {}
@@ -34,11 +37,11 @@ function logger() {
   return { lines, log: { error: at('error'), info: at('info'), warn: at('warn') } as never };
 }
 
-function store(failureMode: RateLimitFailureMode, timeoutMs = 50) {
+function store(failureMode: RateLimitFailureMode, timeoutMs = 50, now?: () => number) {
   const backend = new TestBackend();
   const stats = new StatsStore();
   const { lines, log } = logger();
-  const s = new SharedRateLimitStore({ backend, failureMode, stats, log, maxKeys: 100, timeoutMs });
+  const s = new SharedRateLimitStore({ backend, failureMode, stats, log, maxKeys: 100, timeoutMs, ...(now ? { now } : {}) });
   return { backend, stats, lines, store: s };
 }
 
@@ -133,6 +136,46 @@ describe('the shared store', () => {
     assert.equal(stats.counter('rate_limit.subject.store_errors').value, 1);
     // One late answer is not an outage.
     assert.equal(s.status().state, 'up');
+  });
+});
+
+describe('the shared store: bounded calls and waits', () => {
+  it('down, once the backoff has passed: one probe goes out, the takes meanwhile keep to the failure mode', async () => {
+    let clock = 0;
+    const { backend, store: s } = store('open', 50, () => clock);
+    const policy = ratePolicy('1/h', 1)!; // allowance 1: every take asks
+    backend.mode = 'fail';
+    for (let i = 0; i < 3; i++) await settle(s.take(`k${i}`, policy, 'route'));
+    assert.equal(s.status().state, 'down');
+    assert.equal(backend.calls, 3);
+    clock += 10_000; // past any backoff
+    backend.mode = 'hang';
+    const takes = Array.from({ length: 50 }, (_, i) => s.take(`p${i}`, policy, 'route'));
+    assert.equal(backend.calls, 4);
+    // All but the probe are decided at once.
+    assert.equal(takes.filter((d) => d instanceof Promise).length, 1);
+    assert.ok(takes.every((d) => d instanceof Promise || d.storeDown === true));
+    await Promise.all(takes.map(settle));
+  });
+
+  it('a take waits for the store until its deadline in all: past it, waiting on the grants of others, it is decided by the failure mode without asking again', async () => {
+    let clock = 0;
+    const { backend, store: s } = store('closed', 5000, () => clock);
+    const policy = ratePolicy('1/h', 5)!; // allowance 1
+    backend.mode = 'held';
+    const [a, b, c] = [s.take('k', policy, 'route'), s.take('k', policy, 'route'), s.take('k', policy, 'route')];
+    assert.equal(backend.calls, 1);
+    backend.held.shift()!({ granted: 1, tokens: 4, retryMs: 0 });
+    assert.equal((await settle(a)).allowed, true);
+    // b asks next; c waits for it.
+    await waitFor(() => backend.held.length === 1);
+    clock = 6000; // past the deadline of b and c
+    backend.held.shift()!({ granted: 1, tokens: 3, retryMs: 0 });
+    assert.equal((await settle(b)).allowed, true);
+    const late = await settle(c);
+    assert.equal(late.allowed, false);
+    assert.equal(late.storeDown, true);
+    assert.equal(backend.calls, 2);
   });
 });
 

@@ -14,6 +14,8 @@ import { FlagError, parseArgs } from '../src/cli/flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from '../src/cli/options.js';
 import { Runtime } from '../src/process/runtime.js';
 import { RateLimiter, authSubjectOf, defaultBurst, describePolicy, parseRate, rateLimitHeaders, rateLimitKey, ratePolicy, setAuthSubject } from '../src/base/http/rate-limit.js';
+import { MemoryRateLimitStore } from '../src/base/http/rate-limit-store.js';
+import { StatsStore } from '../src/base/stats/store.js';
 import type { IncomingMessage } from 'node:http';
 import { ROOT, http, runCli, tempDir, waitFor } from './helpers.js';
 import { startSidecar } from './fixtures/sidecar-common.js';
@@ -130,8 +132,8 @@ describe('the token bucket', () => {
     assert.deepEqual([d.rate_limit, d.rate_limit_burst, d.rate_limit_key, d.rate_limit_max_keys], ['0', undefined, 'address', 100000]);
     const runtime = new Runtime(optionsFromFlags(d), { role: 'test' });
     try {
-      assert.equal(frontEdgeFromFlags(d, runtime).rateLimit, undefined);
-      const on = frontEdgeFromFlags(parseArgs(['--rate_limit=6000/m', '--rate_limit_key=route', '--rate_limit_max_keys=7'], {}).config, runtime).rateLimit!;
+      assert.equal(frontEdgeFromFlags(d, runtime, { role: 'api', namespace: 'go.mesh.api' }).rateLimit, undefined);
+      const on = frontEdgeFromFlags(parseArgs(['--rate_limit=6000/m', '--rate_limit_key=route', '--rate_limit_max_keys=7'], {}).config, runtime, { role: 'api', namespace: 'go.mesh.api' }).rateLimit!;
       assert.deepEqual(on.policy, { name: 'default', ratePerSec: 100, burst: 100 });
       assert.equal(on.store.kind, 'memory');
       assert.equal(on.key, 'route');
@@ -156,7 +158,7 @@ describe('rate limits on a real gateway', () => {
   it('a burst over the limit gets 429 error JSON with Retry-After and RateLimit fields; refills with time; counted', async () => {
     const c = clock();
     const policy = ratePolicy('1/m', 3)!;
-    const gw = await startEdgeGateway([], { rateLimit: { store: new RateLimiter({ policy, now: c.now }), key: 'address', policy } });
+    const gw = await startEdgeGateway([], { rateLimit: { store: new MemoryRateLimitStore({ policy, now: c.now, stats: new StatsStore() }), key: 'address', policy } });
     try {
       for (let i = 2; i >= 0; i--) {
         const ok = await http('GET', `${gw.url}/`);

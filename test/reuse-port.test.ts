@@ -7,7 +7,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:net';
-import { parseSharedPorts, ReusePortListening, reusePortSupported } from '../src/base/http/reuse-port.js';
+import { parseSharedPorts, probeListen, ReusePortListening, reusePortSupported } from '../src/base/http/reuse-port.js';
 
 const close = (s: Server) => new Promise<void>((resolve) => s.close(() => resolve()));
 
@@ -57,5 +57,19 @@ describe('ReusePortListening', { skip: reusePortSupported() ? false : `reusePort
     } finally {
       await Promise.all([a1, a2, b1, b2].filter((s) => s.listening).map(close));
     }
+  });
+});
+
+describe('probeListen', () => {
+  test('a port another server holds (with reusePort where Node has it): EADDRINUSE; once it is closed: free', async () => {
+    const holder = createServer();
+    await new ReusePortListening([]).listen(holder, '127.0.0.1', 0);
+    const port = (holder.address() as { port: number }).port;
+    try {
+      assert.equal((await probeListen('127.0.0.1', port))?.code, 'EADDRINUSE');
+    } finally {
+      await close(holder);
+    }
+    assert.equal(await probeListen('127.0.0.1', port), undefined);
   });
 });

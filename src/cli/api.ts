@@ -33,7 +33,11 @@ export async function runApi(args: ParsedArgs): Promise<number> {
   const adminLine = (admin: { host: string; port: number } | undefined) =>
     admin ? `mesh api admin on http://${formatAddress(admin.host, admin.port)}` : 'mesh api admin off';
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
-  if (isPrimaryOf(config)) return runPrimary({ role: 'api', config, defaultAdminAddress: API_ADMIN_ADDRESS, adminLine, adminLineIndex: 1 });
+  if (isPrimaryOf(config)) {
+    const address = config.address ?? DEFAULT_ADDRESS;
+    const listens = [{ address, error: (e: NodeJS.ErrnoException) => `gateway cannot listen on ${address}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.message}` }];
+    return runPrimary({ role: 'api', config, defaultAdminAddress: API_ADMIN_ADDRESS, adminLine, adminLineIndex: 1, listens });
+  }
   const worker = WorkerLink.join(config);
   const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'api', flags: config, reusePort: worker?.reusePort });
   runtime.installSignalHandlers();
@@ -51,7 +55,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
       enableStats: config.enable_stats,
       enableRpc: config.enable_rpc,
       rpcAllow: config.rpc_allow,
-      ...frontEdgeFromFlags(config, runtime),
+      ...frontEdgeFromFlags(config, runtime, { role: 'api', namespace: config.namespace ?? DEFAULT_NAMESPACE }),
       auth: await startAuth(runtime, authSetup),
     });
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);

@@ -28,7 +28,8 @@ import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin
 import { clusterView, mergeClusterViews, type AdminAggregate, type ClusterViewSnapshot, type MergedStats } from '../admin/aggregate.js';
 import { serverLimits } from '../base/http/lifecycle.js';
 import { errorMessage } from '../base/util/option-error.js';
-import { parseSharedPorts, ReusePortListening, reusePortSupported, type SharedPort } from '../base/http/reuse-port.js';
+import { parseSharedPorts, probeListen, ReusePortListening, reusePortSupported, type SharedPort } from '../base/http/reuse-port.js';
+import { parseAddress } from '../base/util/address.js';
 import { servePrimaryBuckets } from './rate-limit-ipc.js';
 
 /** Set in a worker's environment: its index (0..N-1), kept across restarts. */
@@ -189,6 +190,8 @@ export interface PrimarySetup {
   adminLine: (admin: { host: string; port: number } | undefined) => string;
   /** Index of that line in what a worker prints once bound. */
   adminLineIndex: number;
+  /** The addresses the workers listen on (host:port), and the start-up error when one is taken. */
+  listens: Array<{ address: string; error: (err: NodeJS.ErrnoException) => string }>;
 }
 
 interface WorkerSlot {
@@ -301,6 +304,14 @@ class Primary implements AdminAggregate {
       await metrics.listen(options.metricsAddress);
     }
 
+    // A port another process holds is the start-up error it is without --concurrency (with
+    // reusePort the workers would share it silently with whatever holds it).
+    for (const { address, error } of this.setup.listens) {
+      const { host, port } = parseAddress(address);
+      if (port === 0) continue;
+      const err = await probeListen(host, port);
+      if (err) throw new Error(error(err));
+    }
     // Structured clone over IPC: Dates (certificates) and non-finite numbers survive.
     cluster.setupPrimary({ serialization: 'advanced' });
     // One rate limit budget for all the workers: they draw from the primary's buckets (src/cli/rate-limit-ipc.ts).
@@ -325,6 +336,8 @@ class Primary implements AdminAggregate {
     slot.startedAt = Date.now();
     const worker = cluster.fork({ [WORKER_ENV]: String(slot.index), ...(this.reusePort ? { [REUSE_PORT_ENV]: JSON.stringify(this.sharedPorts ?? []) } : {}) });
     slot.worker = worker;
+    // A send to a worker that is going away fails on its channel: logged, never an uncaught error of the primary.
+    worker.on('error', (err: Error) => this.log().warn({ worker: slot.index, worker_pid: worker.process.pid, err: err.message }, 'worker channel error'));
     worker.on('message', (m: unknown) => {
       if (!isMeshMessage(m)) return;
       const msg = m as FromWorker;

@@ -37,7 +37,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       enableStats: config.enable_stats,
       enableRpc: config.enable_rpc,
       rpcAllow: config.rpc_allow,
-      ...frontEdgeFromFlags(config, runtime),
+      ...frontEdgeFromFlags(config, runtime, { role: 'api', namespace: config.namespace ?? DEFAULT_NAMESPACE }),
     });
     const admin = await runtime.startAdmin('127.0.0.1:9901');
     // With --mtls (strict by default here), the gateway's identity is opened first: it is what

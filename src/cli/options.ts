@@ -8,7 +8,7 @@ import { OptionsError, resolveOptions, type MeshOptions, type ResolvedOptions } 
 import cluster from 'node:cluster';
 import { frontRatePolicy, type FrontRateLimit } from '../base/http/rate-limit.js';
 import { MemoryRateLimitStore, SharedRateLimitStore, type BucketBackend, type RateLimitFailureMode } from '../base/http/rate-limit-store.js';
-import { RedisBuckets } from '../engines/ratelimit/redis.js';
+import { RedisBuckets, type RedisFront } from '../engines/ratelimit/redis.js';
 import { PrimaryBuckets } from './rate-limit-ipc.js';
 import type { Runtime } from '../process/runtime.js';
 import { apiName, keyOfApiName, optionEntries } from '../base/options/schema.js';
@@ -46,17 +46,17 @@ export function optionsFromFlags(config: Config, overrides: MeshOptions = {}): R
 }
 
 /** The edge options every front end (gateway, sidecar) takes from the flags: its rate limits and CORS max age. */
-export function frontEdgeFromFlags(config: Config, runtime: Runtime): { rateLimit?: FrontRateLimit; corsMaxAgeSec: number } {
-  return { rateLimit: rateLimitFromFlags(config, runtime), corsMaxAgeSec: config.cors_max_age };
+export function frontEdgeFromFlags(config: Config, runtime: Runtime, front: RedisFront): { rateLimit?: FrontRateLimit; corsMaxAgeSec: number } {
+  return { rateLimit: rateLimitFromFlags(config, runtime, front), corsMaxAgeSec: config.cors_max_age };
 }
 
 /**
  * The rate limits of `--rate_limit*` and their store (`--rate_limit_store`), one per process, closed
  * with the runtime: the process's memory; a worker of `--concurrency` draws from its primary's
  * buckets; `redis://` from Redis's. Undefined when nothing is limited and the store is the process's
- * own (the auth rules' limits then keep their buckets themselves).
+ * own (the auth rules' limits then keep their buckets themselves). `front` names the buckets in Redis.
  */
-export function rateLimitFromFlags(config: Config, runtime: Runtime): FrontRateLimit | undefined {
+export function rateLimitFromFlags(config: Config, runtime: Runtime, front: RedisFront): FrontRateLimit | undefined {
   const { policy, key } = frontRatePolicy({ rate: config.rate_limit, burst: config.rate_limit_burst, key: config.rate_limit_key });
   const worker = config.concurrency > 1 && cluster.isWorker;
   const local = config.rate_limit_store === 'local';
@@ -68,7 +68,7 @@ export function rateLimitFromFlags(config: Config, runtime: Runtime): FrontRateL
   }
   const backend: BucketBackend = local
     ? new PrimaryBuckets(config.rate_limit_store_timeout)
-    : new RedisBuckets({ address: config.rate_limit_store, tls: { caFile: config.rate_limit_store_tls_ca_file, certFile: config.rate_limit_store_tls_cert_file, keyFile: config.rate_limit_store_tls_key_file } });
+    : new RedisBuckets({ address: config.rate_limit_store, front, tls: { caFile: config.rate_limit_store_tls_ca_file, certFile: config.rate_limit_store_tls_cert_file, keyFile: config.rate_limit_store_tls_key_file } });
   const store = new SharedRateLimitStore({
     backend,
     failureMode: config.rate_limit_failure_mode as RateLimitFailureMode,

@@ -22,7 +22,11 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
     admin ? `mesh proxy admin on http://${formatAddress(admin.host, admin.port)}` : 'mesh proxy admin off';
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
   if (isPrimaryOf(config)) {
-    return runPrimary({ role: 'proxy', config, defaultAdminAddress: file.adminAddress ?? PROXY_ADMIN_ADDRESS, adminLine, adminLineIndex: file.listeners.length });
+    const listens = file.listeners.map((l) => ({
+      address: l.address,
+      error: (e: NodeJS.ErrnoException) => `listener ${l.name} cannot listen on ${l.address}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.code === 'EADDRNOTAVAIL' ? 'address not available' : e.message}`,
+    }));
+    return runPrimary({ role: 'proxy', config, defaultAdminAddress: file.adminAddress ?? PROXY_ADMIN_ADDRESS, adminLine, adminLineIndex: file.listeners.length, listens });
   }
   const worker = WorkerLink.join(config);
   const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'proxy', staticClusters: file.clusters, registryClusters: file.usesRegistry, reusePort: worker?.reusePort });

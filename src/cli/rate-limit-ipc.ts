@@ -25,11 +25,8 @@ export function servePrimaryBuckets(maxKeys: number): () => void {
     // A worker runs the same command line: a malformed ask is a bug, answered with nothing granted.
     const valid = typeof m.key === 'string' && p && typeof p.name === 'string' && p.ratePerSec > 0 && p.burst >= 1 && Number.isSafeInteger(m.want) && m.want >= 1;
     const grant = valid ? buckets.grant(m.key, { name: p.name, ratePerSec: p.ratePerSec, burst: p.burst }, m.want) : { granted: 0, tokens: 0, retryMs: 1000 };
-    try {
-      worker.send({ mesh: 'rl-granted', id: m.id, grant } satisfies Answer);
-    } catch {
-      // The worker is gone.
-    }
+    // A worker gone (or going) gets no answer: a send on a closed channel would be an 'error' on the worker.
+    if (worker.isConnected()) worker.send({ mesh: 'rl-granted', id: m.id, grant } satisfies Answer, undefined, () => undefined);
   };
   cluster.on('message', onMessage);
   return () => {

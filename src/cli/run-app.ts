@@ -74,25 +74,36 @@ export function describeExit(exit: AppExit): string {
 /** The running app. */
 export class AppProcess {
   readonly exited: Promise<AppExit>;
-  private readonly child: ChildProcess;
+  /** Undefined when spawn itself threw (an argument it refuses): a start error. */
+  private readonly child?: ChildProcess;
 
   constructor(app: RunApp, env: NodeJS.ProcessEnv, out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr) {
     const [program, ...args] = app.command;
     // A process group of its own (detached): the signals passed on reach what the app starts too
     // (a shell script's children), and a Ctrl-C in the terminal reaches mesh run alone, which
     // deregisters the app before passing it on.
-    this.child = spawn(program!, args, { env, cwd: app.dir, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let child: ChildProcess;
+    try {
+      child = spawn(program!, args, { env, cwd: app.dir, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    } catch (e) {
+      // Refused before any process (e.g. ERR_INVALID_ARG_VALUE): a start failure as a shell says.
+      this.exited = Promise.resolve({ status: 126, code: null, signal: null, startError: `${program}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}` });
+      return;
+    }
+    this.child = child;
     const prefix = `[${app.name}] `;
-    const streams = [this.child.stdout!, this.child.stderr!];
-    this.child.stdout!.pipe(new LinePrefixer(prefix)).pipe(out, { end: false });
-    this.child.stderr!.pipe(new LinePrefixer(prefix)).pipe(err, { end: false });
+    const streams = [child.stdout!, child.stderr!];
+    child.stdout!.pipe(new LinePrefixer(prefix)).pipe(out, { end: false });
+    child.stderr!.pipe(new LinePrefixer(prefix)).pipe(err, { end: false });
     this.exited = new Promise<AppExit>((resolve) => {
-      this.child.once('error', (e: NodeJS.ErrnoException) => {
+      child.once('error', (e: NodeJS.ErrnoException) => {
         // Only a start failure: once running, errors come as the exit.
-        if (this.child.pid === undefined) resolve({ status: e.code === 'ENOENT' ? 127 : 126, code: null, signal: null, startError: `${program}: ${e.code ?? e.message}` });
+        if (child.pid === undefined) resolve({ status: e.code === 'ENOENT' ? 127 : 126, code: null, signal: null, startError: `${program}: ${e.code ?? e.message}` });
       });
-      this.child.once('exit', (code, signal) => {
+      child.once('exit', (code, signal) => {
         const status = signal ? 128 + (constants.signals[signal] ?? 0) : (code ?? 0);
+        // What the app started and left behind in its group goes with it.
+        killGroup(child.pid!, 'SIGKILL');
         // The last lines of its output, unless something it started still holds the pipes.
         const ended = Promise.all(streams.map((s) => (s.readableEnded || s.destroyed ? undefined : once(s, 'close').catch(() => undefined))));
         const cap = new Promise((r) => setTimeout(r, 1000).unref());
@@ -105,17 +116,21 @@ export class AppProcess {
   }
 
   get pid(): number | undefined {
-    return this.child.pid;
+    return this.child?.pid;
   }
 
   /** Sends the signal to the app's process group (nothing once it has exited). */
   signal(signal: NodeJS.Signals): void {
-    const pid = this.child.pid;
-    if (pid === undefined || this.child.exitCode !== null || this.child.signalCode !== null) return;
-    try {
-      process.kill(-pid, signal);
-    } catch {
-      // Already gone.
-    }
+    const pid = this.child?.pid;
+    if (pid === undefined || this.child!.exitCode !== null || this.child!.signalCode !== null) return;
+    killGroup(pid, signal);
+  }
+}
+
+function killGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // Already gone (ESRCH).
   }
 }

@@ -97,6 +97,7 @@ export function parseRunFile(text: string, file: string): FileApp[] {
     if (!isSeq(commandNode)) return atApp('command', 'must be a list: the program and its arguments (e.g. [python3, app.py]); it is run without a shell');
     const command = commandNode.items.map((c) => (isScalar(c) && (typeof c.value === 'string' || typeof c.value === 'number') ? String(c.value) : atApp('command', 'each element must be a string')));
     if (command.length === 0 || command[0] === '') atApp('command', 'must name the program to run');
+    if (command.some((c) => c.includes('\0'))) atApp('command', 'contains a NUL character (\\0), which no program or argument can hold');
 
     const portText = scalarText('port') ?? 'auto';
     const port = parseAppPort(portText);
@@ -120,9 +121,11 @@ export function parseRunFile(text: string, file: string): FileApp[] {
         const v = item.value;
         if (!isScalar(v) || v.value === null || typeof v.value === 'object') fail(v ?? item.key, `${where2}.env.${key}: must be a string, a number or a boolean`);
         env[key] = String((v as { value: unknown }).value);
+        if (env[key].includes('\0')) fail(v, `${where2}.env.${key}: contains a NUL character (\\0), which no variable can hold`);
       }
     }
     const dirText = scalarText('dir');
+    if (dirText?.includes('\0')) atApp('dir', 'contains a NUL character (\\0), which no path can hold');
     const dir = dirText === undefined ? base : resolve(base, dirText);
 
     const sidecarNode = field('sidecar');

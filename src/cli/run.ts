@@ -4,9 +4,10 @@
  * src/cli/sidecar.ts) that registers the app once its health path answers 2xx; then the app, with
  * MESH_SIDECAR (the sidecar's URL), MESH_SIDECAR_TOKEN (the token the sidecar requires; one is
  * made when --sidecar_token is not given) and PORT in its environment, its output prefixed with
- * `[NAME] `. SIGINT or SIGTERM: each app is deregistered, --drain_delay passes, the signal is passed
- * on, and once the app has exited its sidecar drains and stops; a second signal kills the apps.
- * An app that exits by itself is deregistered and its sidecar stopped. The exit status is the app's
+ * `[NAME] `, without mesh run's own MESH_* variables. SIGINT, SIGTERM, SIGHUP or SIGQUIT: each app
+ * is deregistered, --drain_delay passes, the signal is passed on, and once the app has exited its
+ * sidecar drains and stops; a second signal kills the apps. An app that exits by itself (or cannot
+ * be started) is deregistered and its sidecar stopped. The exit status is the app's
  * (128 + the signal's number when a signal killed it); with -f, the first app's in the file that
  * failed, else 0.
  */
@@ -18,6 +19,9 @@ import { planSidecar, sidecarRuntime, startSidecar, type SidecarPlan, type Start
 import { parseRunFile } from './run-file.js';
 import { AppProcess, appNameProblem, describeExit, freeLoopbackPort, parseAppPort, parseHealthPath, type AppExit, type RunApp } from './run-app.js';
 import type { Runtime } from '../process/runtime.js';
+
+/** The signals mesh run passes on to its apps (after deregistering them). */
+const STOP_SIGNALS: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'];
 
 const USAGE = 'usage: mesh run --name=NAME [flags] -- COMMAND [ARG...], or mesh run -f FILE';
 
@@ -51,7 +55,9 @@ export async function runRun(args: ParsedArgs): Promise<number> {
     const own = app.sidecar;
     const merged = { ...config } as Record<string, unknown>;
     if (own) for (const key of own.given) merged[key] = own.config[key];
-    const token = (merged.sidecar_token as string | undefined) ?? randomBytes(32).toString('hex');
+    // With -f each app has a token of its own (one app cannot call through another's sidecar), unless its sidecar options set one.
+    const ownToken = config.file !== undefined ? (own?.given.has('sidecar_token') ? (own.config.sidecar_token as string | undefined) : undefined) : (merged.sidecar_token as string | undefined);
+    const token = ownToken ?? randomBytes(32).toString('hex');
     merged.sidecar_token = token;
     merged.server_name = app.name;
     merged.server_address = `127.0.0.1:${port}`;
@@ -97,20 +103,28 @@ export async function runRun(args: ParsedArgs): Promise<number> {
     process.stdout.write(`mesh run: ${signal}: deregistering, then passing ${signal} on\n`);
     for (const u of units) void stopUnit(u, signal);
   };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  // A closed terminal (SIGHUP) or SIGQUIT stops the apps too, instead of leaving them running.
+  for (const s of STOP_SIGNALS) process.on(s, onSignal);
 
   await Promise.all(units.map((u) => runUnit(u)));
-  process.removeListener('SIGINT', onSignal);
-  process.removeListener('SIGTERM', onSignal);
+  for (const s of STOP_SIGNALS) process.removeListener(s, onSignal);
   if (units.length === 1) return units[0]!.exit!.status;
   return units.find((u) => u.exit!.status !== 0)?.exit!.status ?? 0;
+}
+
+/**
+ * mesh run's environment without its own MESH_* settings (a store's password, the admin token, the
+ * broker's secret): the app gets those only from the file's env. MESH_SIDECAR and MESH_SIDECAR_TOKEN
+ * are set for it.
+ */
+export function appEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(env).filter(([key]) => !key.startsWith('MESH_')));
 }
 
 /** Starts the app and waits until it has exited and its sidecar has stopped. */
 async function runUnit(u: Unit): Promise<void> {
   const { app, port, token, started, runtime } = u;
-  const env = { ...process.env, ...app.env, MESH_SIDECAR: started.url, MESH_SIDECAR_TOKEN: token, PORT: String(port) };
+  const env = { ...appEnvironment(process.env), ...app.env, MESH_SIDECAR: started.url, MESH_SIDECAR_TOKEN: token, PORT: String(port) };
   const proc = new AppProcess(app, env);
   u.process = proc;
   process.stdout.write(`mesh run: ${app.name}: started ${app.command.join(' ')} (pid ${proc.pid ?? 'none'}, PORT=${port})\n`);

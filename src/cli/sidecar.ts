@@ -113,7 +113,7 @@ export async function startSidecar(plan: SidecarPlan, runtime: Runtime, defaultA
     const workload = await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
     const admin = await runtime.startAdmin(defaultAdmin);
     const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup) } : undefined;
-    const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
+    const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime, { role: 'sidecar', namespace }), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
     let bound;
     try {
       bound = await sidecar.start(address);
@@ -148,7 +148,11 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   const config = args.config;
   const plan = planSidecar(config, args.given.has('register_ttl'));
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
-  if (isPrimaryOf(config)) return runPrimary({ role: 'sidecar', config, defaultAdminAddress: SIDECAR_DEFAULT_ADMIN, adminLine, adminLineIndex: 1 });
+  if (isPrimaryOf(config)) {
+    const listens = [{ address: plan.address, error: (e: NodeJS.ErrnoException) => `cannot listen on ${plan.address}: ${e.code ?? e.message}` }];
+    if (plan.inbound) listens.push({ address: plan.inboundAddress, error: (e) => `cannot listen on ${plan.inboundAddress} (--inbound_address): ${e.code ?? e.message}` });
+    return runPrimary({ role: 'sidecar', config, defaultAdminAddress: SIDECAR_DEFAULT_ADMIN, adminLine, adminLineIndex: 1, listens });
+  }
   const worker = WorkerLink.join(config);
   const runtime = sidecarRuntime(plan, worker);
   runtime.installSignalHandlers();

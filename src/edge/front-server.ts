@@ -494,7 +494,7 @@ export class FrontServer<R = undefined> {
     if (!rl?.policy || afterAuth !== this.limitAfterAuth) return next();
     const answer = (decision: RateDecision): void => {
       if (this.counted(decision)) return next();
-      refuseSocket(socket, this.refusal(decision), this.options.errorId, { headers: decision.storeDown ? { 'retry-after': '1' } : rateLimitHeaders(decision) });
+      refuseSocket(socket, this.refusal(decision), this.options.errorId, { headers: rateLimitHeaders(decision) });
     };
     const decision = rl.store.take(rateLimitKey(req, rl.key), rl.policy, rl.key);
     if (decision instanceof Promise) void decision.then(answer);
@@ -540,8 +540,8 @@ export class FrontServer<R = undefined> {
   }
 
   private answerLimit(req: IncomingMessage, res: ServerResponse, decision: RateDecision): boolean {
-    const headers = decision.storeDown ? (decision.allowed ? {} : { 'retry-after': '1' }) : rateLimitHeaders(decision);
-    for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
+    // A shared store's answer may come after the request was answered otherwise (a timeout, a closed connection).
+    if (!res.headersSent) for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
     if (this.counted(decision)) return false;
     req.resume();
     sendError(res, this.refusal(decision), this.options.errorId);

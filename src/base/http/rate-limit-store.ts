@@ -11,9 +11,9 @@
  *   before a window may be spent inside it: over any window, N processes may let through at most
  *   N × allowance more than the bucket alone would.
  *
- * A take never hangs: a call to the store that does not answer within `timeoutMs`
- * (`--rate_limit_store_timeout`), or fails, is a store error, and `--rate_limit_failure_mode`
- * decides: `open` allows the request, `closed` refuses it (503). Three failed calls in a row make
+ * A take never hangs: a take that has no answer within `timeoutMs` (`--rate_limit_store_timeout`)
+ * in all (its own call to the store, or the calls of other takes of its key it waits for), or whose
+ * call fails, is a store error, and `--rate_limit_failure_mode` decides: `open` allows the request, `closed` refuses it (503). Three failed calls in a row make
  * an outage, logged once (and counted in `rate_limit.store.outages`), its end too; while the store
  * is down it is asked again at most once per backoff (100 ms doubling to 2 s), the other takes go
  * straight to the failure mode.
@@ -24,6 +24,7 @@
  * calls, `rate_limit.store.outages` the outages.
  */
 import type { Logger } from 'pino';
+import { withTimeout } from '../util/timeout.js';
 import type { Counter, Histogram, StatsScope } from '../stats/store.js';
 import { decisionOf, RateLimiter, type BucketGrant, type RateDecision, type RateLimitStore, type RateLimitStoreStatus, type RatePolicy } from './rate-limit.js';
 
@@ -83,8 +84,8 @@ export class MemoryRateLimitStore implements RateLimitStore {
   private readonly buckets: RateLimiter;
   private readonly stats: RateLimitStats;
 
-  constructor(options: { policy: RatePolicy; maxKeys?: number; stats: StatsScope }) {
-    this.buckets = new RateLimiter({ policy: options.policy, maxKeys: options.maxKeys });
+  constructor(options: { policy: RatePolicy; maxKeys?: number; stats: StatsScope; now?: () => number }) {
+    this.buckets = new RateLimiter({ policy: options.policy, maxKeys: options.maxKeys, now: options.now });
     this.stats = new RateLimitStats(options.stats);
   }
 
@@ -111,7 +112,7 @@ interface Local {
   tokens: number;
   /** What the shared bucket had left at the last grant. */
   shared: number;
-  /** The shared bucket was empty: not asked again before this (performance.now()). */
+  /** The shared bucket was empty: not asked again before this (the store's clock). */
   emptyUntil: number;
   /** A grant in flight: later takes of the key wait for it instead of asking too. */
   pending?: Promise<void>;
@@ -127,6 +128,8 @@ export interface SharedRateLimitStoreOptions {
   timeoutMs?: number;
   /** Tokens taken at once; default allowanceOf(policy). */
   allowance?: (policy: RatePolicy) => number;
+  /** The clock (ms, monotonic); default performance.now. */
+  now?: () => number;
 }
 
 export class SharedRateLimitStore implements RateLimitStore {
@@ -138,6 +141,7 @@ export class SharedRateLimitStore implements RateLimitStore {
   private readonly maxKeys: number;
   private readonly timeoutMs: number;
   private readonly allowance: (policy: RatePolicy) => number;
+  private readonly now: () => number;
   private readonly locals = new Map<string, Local>();
   private inFlight = 0;
   private down = false;
@@ -157,6 +161,7 @@ export class SharedRateLimitStore implements RateLimitStore {
     this.maxKeys = Math.max(1, options.maxKeys);
     this.timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
     this.allowance = options.allowance ?? allowanceOf;
+    this.now = options.now ?? (() => performance.now());
   }
 
   take(key: string, policy: RatePolicy, kind: string): RateDecision | Promise<RateDecision> {
@@ -169,23 +174,27 @@ export class SharedRateLimitStore implements RateLimitStore {
       while (this.locals.size >= this.maxKeys) this.locals.delete(this.locals.keys().next().value as string);
     }
     this.locals.set(id, local);
-    return this.takeLocal(id, local, key, policy, kind);
+    return this.takeLocal(id, local, key, policy, kind, this.now() + this.timeoutMs);
   }
 
-  private takeLocal(id: string, local: Local, key: string, policy: RatePolicy, kind: string): RateDecision | Promise<RateDecision> {
+  /** `deadline`: a take waits for the store (grants of others in flight, its own) until then at most. */
+  private takeLocal(id: string, local: Local, key: string, policy: RatePolicy, kind: string, deadline: number): RateDecision | Promise<RateDecision> {
     if (local.tokens >= 1) {
       local.tokens -= 1;
       return this.stats.count(kind, decisionOf(policy, true, Math.min(policy.burst, local.tokens + local.shared)));
     }
-    const now = performance.now();
+    const now = this.now();
     if (now < local.emptyUntil) {
       const d = decisionOf(policy, false, 0);
       return this.stats.count(kind, { ...d, retryAfterSec: Math.max(1, Math.ceil((local.emptyUntil - now) / 1000 - 1e-9)) });
     }
+    if (now >= deadline) return this.failed(kind, policy);
     if (this.down && now < this.nextProbe) return this.failed(kind, policy);
-    if (local.pending) return local.pending.then(() => this.takeLocal(id, local, key, policy, kind));
+    if (local.pending) return local.pending.then(() => this.takeLocal(id, local, key, policy, kind, deadline));
     if (this.inFlight >= MAX_IN_FLIGHT) return this.failed(kind, policy);
-    const fetched = this.fetch(local, key, policy, kind);
+    // Down: this call is the probe of the backoff; the other takes keep to the failure mode meanwhile.
+    if (this.down) this.nextProbe = now + this.probeMs;
+    const fetched = this.fetch(local, key, policy, kind, deadline - now);
     local.pending = fetched.then(
       () => undefined,
       () => undefined,
@@ -193,7 +202,7 @@ export class SharedRateLimitStore implements RateLimitStore {
     return fetched.then(
       () => {
         local.pending = undefined;
-        return this.takeLocal(id, local, key, policy, kind);
+        return this.takeLocal(id, local, key, policy, kind, deadline);
       },
       (err: unknown) => {
         local.pending = undefined;
@@ -203,26 +212,19 @@ export class SharedRateLimitStore implements RateLimitStore {
     );
   }
 
-  /** One grant from the backend within the timeout: the local allowance of the key refilled. */
-  private async fetch(local: Local, key: string, policy: RatePolicy, kind: string): Promise<void> {
+  /** One grant from the backend within `timeoutMs`: the local allowance of the key refilled. */
+  private async fetch(local: Local, key: string, policy: RatePolicy, kind: string, timeoutMs: number): Promise<void> {
     this.inFlight++;
     this.stats.roundTrips.inc();
-    const started = performance.now();
-    let timer: NodeJS.Timeout | undefined;
+    const started = this.now();
     try {
-      const grant = await Promise.race([
-        this.backend.grant(key, policy, this.allowance(policy)),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`no answer within ${this.timeoutMs}ms`)), this.timeoutMs);
-        }),
-      ]);
-      this.stats.of(kind).latency.record(performance.now() - started);
+      const grant = await withTimeout(this.backend.grant(key, policy, this.allowance(policy)), timeoutMs, `no answer within ${this.timeoutMs}ms`);
+      this.stats.of(kind).latency.record(this.now() - started);
       local.tokens += grant.granted;
       local.shared = grant.tokens;
-      local.emptyUntil = grant.granted > 0 ? 0 : performance.now() + Math.max(1, grant.retryMs);
+      local.emptyUntil = grant.granted > 0 ? 0 : this.now() + Math.max(1, grant.retryMs);
       this.recovered();
     } finally {
-      clearTimeout(timer);
       this.inFlight--;
     }
   }
@@ -236,7 +238,7 @@ export class SharedRateLimitStore implements RateLimitStore {
   private failing(err: unknown): void {
     this.lastError = err instanceof Error ? err.message : String(err);
     if (++this.failures < OUTAGE_AFTER) return;
-    const now = performance.now();
+    const now = this.now();
     this.nextProbe = now + this.probeMs;
     this.probeMs = Math.min(MAX_PROBE_MS, this.probeMs * 2);
     if (this.down) return;

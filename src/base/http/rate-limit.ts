@@ -102,8 +102,7 @@ export interface RateLimiterOptions {
   now?: () => number;
 }
 
-export class RateLimiter implements RateLimitStore {
-  readonly kind = 'memory';
+export class RateLimiter {
   readonly policy: RatePolicy;
   readonly maxKeys: number;
   private readonly now: () => number;
@@ -125,11 +124,6 @@ export class RateLimiter implements RateLimitStore {
   check(key: string, policy: RatePolicy = this.policy): RateDecision {
     const { granted, tokens } = this.grant(key, policy, 1);
     return decisionOf(policy, granted === 1, tokens);
-  }
-
-  /** The RateLimitStore of one process: check(). */
-  take(key: string, policy: RatePolicy): RateDecision {
-    return this.check(key, policy);
   }
 
   /**
@@ -183,7 +177,7 @@ export function decisionOf(policy: RatePolicy, allowed: boolean, tokens: number)
 
 /**
  * Where the buckets of a front end's rate limits live (`--rate_limit_store`): the process's memory
- * (a RateLimiter), the primary of `--concurrency` (its workers draw from it over IPC), or Redis
+ * (MemoryRateLimitStore), the primary of `--concurrency` (its workers draw from it over IPC), or Redis
  * (every instance draws from one bucket). `take` answers at once when it can (the memory store
  * always; a shared store while its local allowance lasts), else with a promise that settles within
  * the store's timeout: a take never hangs.
@@ -220,9 +214,11 @@ function sfString(s: string): string {
 /**
  * The RateLimit fields of a decision: `RateLimit-Policy` (quota `q` = the burst, window `w` =
  * seconds to refill an empty bucket, at least 1) and `RateLimit` (`r` remaining, `t` seconds until
- * full); a refusal adds `Retry-After`.
+ * full); a refusal adds `Retry-After`. A decision of the failure mode (the shared store down) has
+ * no bucket to describe: none, or `Retry-After: 1` when refused.
  */
 export function rateLimitHeaders(d: RateDecision): Record<string, string> {
+  if (d.storeDown) return d.allowed ? {} : { 'retry-after': '1' };
   const name = sfString(d.policy.name);
   const window = Math.max(1, Math.ceil(d.policy.burst / d.policy.ratePerSec - 1e-9));
   const headers: Record<string, string> = {

@@ -8,7 +8,7 @@
  * A port 0 is shared too: the first worker binds it and reports the ports it got (ports()); the
  * others (and every worker started again) are given that list and bind the same ports.
  */
-import type { Server } from 'node:net';
+import { createServer, type Server } from 'node:net';
 import type { AddressInfo } from 'node:net';
 
 /** A listen on port 0 and the port it got: the n-th such listen on a host matches the n-th in another worker. */
@@ -24,6 +24,20 @@ export function reusePortSupported(platform: string = process.platform, version:
   if (major === 22) return minor >= 12;
   if (major === 23) return minor >= 1;
   return major > 23;
+}
+
+/**
+ * Whether host:port can be bound by this process alone: a plain listen (no reusePort), closed at
+ * once. Resolves with the bind error (EADDRINUSE: another process holds the port, even one that
+ * listens with reusePort itself), or undefined. The `--concurrency` primary checks its ports so,
+ * before its workers bind them with reusePort: else a second instance would share the port silently.
+ */
+export function probeListen(host: string, port: number): Promise<NodeJS.ErrnoException | undefined> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', (err: NodeJS.ErrnoException) => resolve(err));
+    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve(undefined)));
+  });
 }
 
 /** Parses the list of shared ports a worker is given (JSON); throws on anything else. */

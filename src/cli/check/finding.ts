@@ -1,3 +1,5 @@
+import { withTimeout } from '../../base/util/timeout.js';
+
 /** What a check of `mesh check` finds: an error (exit 1) or a warning, one line each. */
 export type Level = 'error' | 'warning';
 
@@ -25,9 +27,5 @@ export function errorOf(err: unknown): string {
 
 /** Rejects after `ms` with "no answer within …" when `p` has not settled. */
 export function within<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms / 1000}s`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+  return withTimeout(p, ms, `no answer within ${ms / 1000}s`);
 }

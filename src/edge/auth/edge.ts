@@ -15,7 +15,8 @@ import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
 import { ERROR_IDS, MeshError, rateLimited, rateLimitStoreDown } from '../../base/errors.js';
 import { isEdgeSetHeader } from '../../core/transport/headers.js';
-import { describePolicy, RateLimiter, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit, type RateDecision, type RateLimitStore } from '../../base/http/rate-limit.js';
+import { MemoryRateLimitStore } from '../../base/http/rate-limit-store.js';
+import { describePolicy, rateLimitHeaders, rateLimitKey, setAuthSubject, type FrontRateLimit, type RateDecision, type RateLimitStore } from '../../base/http/rate-limit.js';
 import { declareStats, type Counter, type StatsStore } from '../../base/stats/store.js';
 import { HTTP_AUTH_STATS, HTTP_RATE_LIMIT_STATS, httpStatPrefix } from '../../base/http/stats.js';
 import { parseRules, pathKeyOf, ruleJson, ruleMatches, type Access, type Resource, type Rule } from './rules.js';
@@ -451,14 +452,14 @@ export class EdgeGuard {
   private limit(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule | undefined): void | Promise<void> {
     const policy = rule?.rateLimit;
     if (!policy) return;
-    this.ruleLimiter ??= new RateLimiter({ policy });
+    this.ruleLimiter ??= new MemoryRateLimitStore({ policy, stats: this.options.stats });
     const decision = this.ruleLimiter.take(rateLimitKey(req, this.options.rateLimit?.key ?? 'address'), policy, 'rule');
     if (decision instanceof Promise) return decision.then((d) => this.answer(req, res, rule!, d));
     this.answer(req, res, rule!, decision);
   }
 
   private answer(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule, decision: RateDecision): void {
-    if (res && !res.headersSent) for (const [k, v] of Object.entries(decision.storeDown ? (decision.allowed ? {} : { 'retry-after': '1' }) : rateLimitHeaders(decision))) res.setHeader(k, v);
+    if (res && !res.headersSent) for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
     if (decision.allowed) {
       this.rateOk.inc();
       return;

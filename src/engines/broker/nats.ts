@@ -17,6 +17,7 @@ let natsModule: NatsModule | undefined;
 const nats = (): NatsModule => (natsModule ??= createRequire(import.meta.url)('nats') as NatsModule);
 import type pino from 'pino';
 import { Logging } from '../../base/util/log.js';
+import { withTimeout } from '../../base/util/timeout.js';
 import { parseEngineEndpoint, readEngineTls, sharedCredentials, type EngineCredentials, type EngineTls, type EngineTlsFiles } from '../../base/util/engine-access.js';
 import {
   BrokerUnavailableError,
@@ -60,14 +61,6 @@ function errorText(err: unknown): string {
 }
 
 /** Rejects after ms; the timer never holds the process open. */
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const t = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: timed out after ${ms} ms`)), ms);
-    timer.unref();
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
-}
 
 export class NatsBroker implements Broker {
   readonly name = 'nats';
@@ -268,7 +261,7 @@ export class NatsBroker implements Broker {
     // Make sure the server has the subscription before we say it exists, so a publish that
     // follows (from any connection) reaches it. While disconnected it is sent on reconnect.
     if (this.connected) {
-      await withTimeout(nc.flush(), this.timeoutMs, 'nats broker: confirming subscription').catch((err: unknown) => {
+      await withTimeout(nc.flush(), this.timeoutMs, `nats broker: confirming subscription: timed out after ${this.timeoutMs} ms`).catch((err: unknown) => {
         this.logger.warn({ topic, queue, error: errorText(err) }, 'nats broker: subscription not confirmed yet');
       });
     }

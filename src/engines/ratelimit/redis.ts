@@ -1,7 +1,8 @@
 /**
  * The Redis (or Valkey) rate limit store of `--rate_limit_store=redis://…` (docs/gateway.md "Rate
- * limits"): one token bucket per key in a Redis hash (`mesh:rl:<policy>:<key>`, fields `t` tokens
- * and `at` its time in ms, expiring once it would be full again), taken from atomically by a Lua
+ * limits"): one token bucket per key in a Redis hash, fields `t` tokens and `at` its time in ms,
+ * expiring once it would be full again, named by `bucketKey` (whose front, which policy at which
+ * rate and burst, the client key hashed), taken from atomically by a Lua
  * script on Redis's own clock, so that every instance draws from the same bucket whatever its
  * clock. The script is called by its SHA (EVALSHA) and sent whole (EVAL) when the server does not
  * know it yet (NOSCRIPT, as after a restart).
@@ -13,6 +14,7 @@ import { createHash } from 'node:crypto';
 import { createClient } from 'redis';
 import type { BucketBackend } from '../../base/http/rate-limit-store.js';
 import type { BucketGrant, RatePolicy } from '../../base/http/rate-limit.js';
+import { withTimeout } from '../../base/util/timeout.js';
 import { readEngineTls, redactAddress, type EngineTlsFiles } from '../../base/util/engine-access.js';
 
 /** KEYS[1] the bucket; ARGV rate (tokens/ms), burst, want. Returns {granted, tokens (string), ms until `want` are there when none was granted}. */
@@ -74,8 +76,27 @@ export function parseRedisAddress(text: string): RedisAddress {
   return { url: text, tls: scheme === 'rediss', shown: `${scheme}://${url.hostname}:${port}${db === '' ? '' : `/${db}`}` };
 }
 
+/**
+ * The Redis key of a bucket: `mesh:rl:<role>:<namespace>:<policy>:<rate per s>:<burst>:<sha256 of
+ * the client key, 32 hex>`. Fronts of another role or namespace, or with another rate or burst, on
+ * the same Redis keep buckets of their own; the replicas of one front share theirs. The client key
+ * (an address, a subject, a path) is hashed: a key of bounded length, whatever the client sends.
+ */
+export function bucketKey(front: RedisFront, policy: RatePolicy, key: string): string {
+  const hash = createHash('sha256').update(key).digest('hex').slice(0, 32);
+  return `mesh:rl:${front.role}:${front.namespace}:${policy.name}:${policy.ratePerSec}:${policy.burst}:${hash}`;
+}
+
+/** The front whose buckets these are: `api` or `sidecar`, and its --namespace. */
+export interface RedisFront {
+  role: string;
+  namespace: string;
+}
+
 export interface RedisBucketsOptions {
   address: string;
+  /** Whose buckets (mesh check, which takes none, gives none). */
+  front?: RedisFront;
   /** --rate_limit_store_tls_*: for rediss:// (a CA file replaces the system's roots). */
   tls?: EngineTlsFiles;
 }
@@ -86,6 +107,7 @@ export class RedisBuckets implements BucketBackend {
   readonly kind = 'redis';
   readonly address: string;
   private readonly client: Client;
+  private readonly front: RedisFront;
   private closed = false;
   /** The client's last connection error, for messages. */
   private lastError = '';
@@ -95,6 +117,7 @@ export class RedisBuckets implements BucketBackend {
   constructor(options: RedisBucketsOptions) {
     const parsed = parseRedisAddress(options.address);
     this.address = parsed.shown;
+    this.front = options.front ?? { role: 'check', namespace: '-' };
     const files = readEngineTls('rate_limit_store_tls', options.tls);
     if (files && !parsed.tls) throw new Error('--rate_limit_store_tls_* files need a rediss:// address');
     this.client = createClient({
@@ -139,7 +162,7 @@ export class RedisBuckets implements BucketBackend {
       if (!this.client.isOpen) throw new Error(`not connected to ${this.address}`);
       await this.whenReady();
     }
-    const args = { keys: [`mesh:rl:${policy.name}:${key}`], arguments: [String(policy.ratePerSec / 1000), String(policy.burst), String(want)] };
+    const args = { keys: [bucketKey(this.front, policy, key)], arguments: [String(policy.ratePerSec / 1000), String(policy.burst), String(want)] };
     let reply: unknown;
     try {
       reply = await this.client.evalSha(SHA, args);
@@ -153,21 +176,16 @@ export class RedisBuckets implements BucketBackend {
 
   /** PING within `timeoutMs` (mesh check). */
   async ping(timeoutMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs}ms${this.lastError ? ` (${this.lastError})` : ''}`)), timeoutMs);
-    });
-    try {
-      if (!this.client.isReady) await Promise.race([this.whenReady(), late]);
-      await Promise.race([this.client.ping(), late]);
-    } finally {
-      clearTimeout(timer);
-    }
+    const pong = async () => {
+      if (!this.client.isReady) await this.whenReady();
+      await this.client.ping();
+    };
+    await withTimeout(pong(), timeoutMs, () => `no answer within ${timeoutMs}ms${this.lastError ? ` (${this.lastError})` : ''}`);
   }
 
+  /** At once: the commands still queued (a Redis that takes them but does not answer) are dropped, not waited for. */
   async close(): Promise<void> {
     this.closed = true;
-    if (this.client.isOpen) await this.client.close().catch(() => undefined);
-    else this.client.destroy();
+    this.client.destroy();
   }
 }
