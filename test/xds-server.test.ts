@@ -203,3 +203,92 @@ describe('mesh xds when the registry cannot be read', () => {
     }
   });
 });
+
+describe('mesh xds with a client that stops reading', () => {
+  // Big responses (a service of 1,000 nodes with long ids: ~150 kB of endpoints) fill the HTTP/2 window and the
+  // client's buffer after a few pushes; the pushes after that wait for the write in flight.
+  const big = (n0Port: number): Service => ({
+    name: 'big',
+    version: '1',
+    metadata: {},
+    endpoints: [],
+    nodes: Array.from({ length: 1000 }, (_, i) => ({ id: i === 0 ? 'n0' : `n${i}-${'x'.repeat(120)}`, address: `10.0.${i >> 8}.${i & 255}`, port: i === 0 ? n0Port : 8000, metadata: {} })),
+  });
+  /** The port of node n0 in an endpoint response. */
+  const portOf = (probe: AdsProbe, r: { resources: Array<{ value: Uint8Array }> }) => {
+    const cla = probe.protos.root.lookupType('envoy.config.endpoint.v3.ClusterLoadAssignment').decode(r.resources[0]!.value) as unknown as {
+      endpoints: Array<{ lb_endpoints: Array<{ endpoint: { hostname: string; address: { socket_address: { port_value: number } } } }> }>;
+    };
+    return cla.endpoints[0]!.lb_endpoints.find((e) => e.endpoint.hostname === 'n0')!.endpoint.address.socket_address.port_value;
+  };
+  const setUp = async (writeStallMs?: number) => {
+    const registry = new MemoryRegistry();
+    const stats = new StatsStore();
+    const lines: string[] = [];
+    const logging = new Logging({ level: 'info', format: 'json', destination: { write: (l: string) => void lines.push(l) } as never });
+    const plane = new XdsControlPlane({ registry, settings: resolveSettings(undefined, undefined, 'round_robin', true), stats, log: logging.get('server'), debounceMs: 1, limits: { writeStallMs } });
+    await registry.register(big(1));
+    const address = `127.0.0.1:${await plane.start('127.0.0.1', 0)}`;
+    const stat = (name: string) => stats.list().find((s) => s.name === name)?.value ?? 0;
+    /** Changes the registry and waits for the snapshot that has the change. */
+    const change = async (port: number) => {
+      const next = new Promise<void>((resolve) => {
+        const off = plane.source.onSnapshot(() => {
+          off();
+          resolve();
+        });
+      });
+      await registry.register(big(port));
+      await next;
+    };
+    return { registry, plane, address, stat, change, lines, close: async () => (await plane.close(), await registry.close()) };
+  };
+
+  it('pushes to it wait for the write in flight and go out coalesced: one response held, the latest state when it reads again', { timeout: 30_000 }, async () => {
+    const s = await setUp();
+    const probe = new AdsProbe(s.address, 'probe-slow');
+    try {
+      await probe.request(TYPE_URLS.endpoint, ['big']);
+      probe.send(TYPE_URLS.endpoint, ['big']); // ACK
+      probe.pause();
+      for (let w = 2; w <= 60; w++) await s.change(w);
+      // 59 changes: a handful written (what the window and the client's buffer took), the rest
+      // coalesced into the one pending push.
+      assert.ok(s.stat('xds.pushes_coalesced') >= 30, `coalesced ${s.stat('xds.pushes_coalesced')}`);
+      assert.ok(s.stat('xds.pushes') <= 30, `pushes ${s.stat('xds.pushes')}`);
+      probe.resume();
+      const latest = await waitFor(() => {
+        const last = probe.responses.at(-1);
+        return last && portOf(probe, last) === 60 ? last : undefined;
+      });
+      assert.equal(portOf(probe, latest), 60);
+    } finally {
+      probe.close();
+      await s.close();
+    }
+  });
+
+  it('a response unwritten for writeStallMs ends its stream with RESOURCE_EXHAUSTED; other clients carry on', { timeout: 30_000 }, async () => {
+    const s = await setUp(1_000);
+    const slow = new AdsProbe(s.address, 'probe-stuck');
+    const reader = new AdsProbe(s.address, 'probe-reader');
+    try {
+      await slow.request(TYPE_URLS.endpoint, ['big']);
+      await reader.request(TYPE_URLS.endpoint, ['big']);
+      slow.pause();
+      // Changes until the pushes to it wait for longer than writeStallMs (its window and buffer
+      // take ~18 of these responses); the reader keeps up.
+      for (let w = 2; s.stat('xds.streams_stalled') === 0; w++) await s.change(w);
+      const status = await slow.status;
+      assert.equal(status.code, 8); // RESOURCE_EXHAUSTED
+      assert.equal(s.stat('xds.clients_connected'), 1);
+      assert.equal(s.lines.filter((l) => l.includes('xDS client probe-stuck read no response for 1000 ms')).length, 1);
+      await s.change(999);
+      await waitFor(() => reader.responses.some((r) => portOf(reader, r) === 999));
+    } finally {
+      slow.close();
+      reader.close();
+      await s.close();
+    }
+  });
+});

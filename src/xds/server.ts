@@ -15,6 +15,8 @@
  * proxyless gRPC clients.
  */
 import * as grpc from '@grpc/grpc-js';
+import * as http2 from 'node:http2';
+import type { Http2Stream } from 'node:http2';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../base/stats/store.js';
 import { RESOURCE_KINDS, SNAPSHOT_FIELD, TYPE_URLS, kindOfTypeUrl, type ResourceKind } from './resources.js';
@@ -32,7 +34,14 @@ export const XDS_STATS = {
     listeners: 'resources.listeners',
     routes: 'resources.routes',
   },
-  counters: { pushes: 'pushes', acks: 'acks', nacks: 'nacks', streams: 'streams_total' },
+  counters: {
+    pushes: 'pushes',
+    acks: 'acks',
+    nacks: 'nacks',
+    streams: 'streams_total',
+    pushesCoalesced: 'pushes_coalesced',
+    streamsStalled: 'streams_stalled',
+  },
 } as const;
 
 /** Kinds whose empty subscription means every resource (Envoy's wildcard). */
@@ -68,12 +77,24 @@ const MAX_CACHED_BODIES = 64;
 /** The user_agent_name Envoy sends in its node. */
 export const ENVOY_USER_AGENT = 'envoy';
 
+/** How long one response may stay unwritten (the client does not read) before its stream is ended. */
+const WRITE_STALL_MS = 30_000;
+
 class AdsStream {
   nodeId = '';
   /** The client said it is Envoy (its first request's node). */
   envoy = false;
   private nonce = 0;
   readonly types = new Map<ResourceKind, TypeState>();
+  /** A response is being written (its write has not completed): later pushes wait in `pending`. */
+  private writing?: NodeJS.Timeout;
+  /**
+   * The kinds to push once the write in flight completes (true: even at the version last sent),
+   * each sent then at the snapshot of that moment: a client that reads slowly gets the latest
+   * state, never a queue of the states in between (at most one response per stream is held).
+   */
+  private readonly pending = new Map<ResourceKind, boolean>();
+  private closed = false;
 
   constructor(
     readonly call: AdsCall,
@@ -126,24 +147,59 @@ class AdsStream {
   push(kind: ResourceKind, force = false): void {
     const state = this.types.get(kind);
     const snapshot = this.server.snapshot();
-    if (!state || !snapshot) return;
+    if (!state || !snapshot || this.closed) return;
     const { version, resources } =
       this.envoy && kind === 'listener' && state.names === undefined ? snapshot.envoyListeners : this.server.selection(snapshot, kind, state.names);
+    if (!force && version === state.sentVersion && !this.pending.has(kind)) return;
+    if (this.writing) {
+      this.server.stats.pushesCoalesced.inc();
+      this.pending.set(kind, force || (this.pending.get(kind) ?? false));
+      return;
+    }
     if (!force && version === state.sentVersion) return;
     state.sentVersion = version;
     state.sentNonce = String(++this.nonce);
     this.server.stats.pushes.inc();
-    this.call.write({ version, nonce: state.sentNonce, body: this.server.responseBody(kind, version, resources) });
+    this.writing = setTimeout(() => this.server.stalled(this), this.server.writeStallMs);
+    this.writing.unref?.();
+    this.call.write({ version, nonce: state.sentNonce, body: this.server.responseBody(kind, version, resources) }, () => this.written());
+  }
+
+  /** The write in flight completed: the pending kinds go out, one write at a time. */
+  private written(): void {
+    clearTimeout(this.writing);
+    this.writing = undefined;
+    for (const [kind, force] of this.pending) {
+      this.pending.delete(kind);
+      this.push(kind, force);
+      if (this.writing) return;
+    }
+  }
+
+  /** The stream is gone: nothing more is written. */
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.writing);
+    this.writing = undefined;
+    this.pending.clear();
   }
 }
 
-export interface XdsServerOptions {
+interface XdsServerOptionsBase {
   source: XdsSource;
   protos: XdsProtos;
   stats: StatsScope;
   log: Logger;
   credentials?: grpc.ServerCredentials;
 }
+
+/** The server's bounds on what its clients may hold or send. */
+export interface XdsServerLimits {
+  /** How long one response may stay unwritten before the stream ends with RESOURCE_EXHAUSTED. Default 30 s. */
+  writeStallMs?: number;
+}
+
+export type XdsServerOptions = XdsServerOptionsBase & XdsServerLimits;
 
 export class XdsServer {
   readonly stats: FamilyStats<typeof XDS_STATS>;
@@ -177,6 +233,24 @@ export class XdsServer {
     this.unsubscribe = o.source.onSnapshot((s) => this.onSnapshot(s));
     const first = o.source.snapshot;
     if (first) this.countResources(first);
+  }
+
+  get writeStallMs(): number {
+    return this.o.writeStallMs ?? WRITE_STALL_MS;
+  }
+
+  /**
+   * A response stayed unwritten for writeStallMs (the client stopped reading): the stream ends
+   * with RESOURCE_EXHAUSTED (an HTTP/2 reset, ENHANCE_YOUR_CALM, as the status could only follow the
+   * unread data), and what it held is freed. The client may reconnect.
+   */
+  stalled(stream: AdsStream): void {
+    if (!this.streams.delete(stream)) return;
+    stream.close();
+    this.stats.streamsStalled.inc();
+    this.stats.clientsConnected.set(this.streams.size);
+    this.log.warn({ node: stream.nodeId }, `xDS client ${stream.nodeId} read no response for ${this.writeStallMs} ms; its stream is ended (RESOURCE_EXHAUSTED)`);
+    resetStream(stream.call, `the client read no response for ${this.writeStallMs} ms`);
   }
 
   snapshot(): EncodedSnapshot | undefined {
@@ -215,6 +289,7 @@ export class XdsServer {
     this.stats.streams.inc();
     this.stats.clientsConnected.set(this.streams.size);
     const done = () => {
+      stream.close();
       if (!this.streams.delete(stream)) return;
       this.stats.clientsConnected.set(this.streams.size);
     };
@@ -280,4 +355,16 @@ export class XdsServer {
   private countResources(snapshot: EncodedSnapshot): void {
     for (const kind of RESOURCE_KINDS) this.stats[SNAPSHOT_FIELD[kind]].set(snapshot.resources[kind].size);
   }
+}
+
+/**
+ * Ends a stream whose client does not read: its status as RESOURCE_EXHAUSTED for a client that
+ * reads again, and the HTTP/2 stream reset with ENHANCE_YOUR_CALM (what gRPC clients read as
+ * RESOURCE_EXHAUSTED), as trailers would wait behind the unread data. grpc-js has no public way to
+ * reset a server stream: its HTTP/2 stream is reached through the call's internals when they are there.
+ */
+function resetStream(call: AdsCall, details: string): void {
+  call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details });
+  const h2 = (call as unknown as { call?: { stream?: Http2Stream } }).call?.stream;
+  if (h2 && typeof h2.close === 'function' && !h2.closed) h2.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
 }
