@@ -292,3 +292,120 @@ describe('mesh xds with a client that stops reading', () => {
     }
   });
 });
+
+describe('mesh xds with nodes it cannot serve and services it cannot build', () => {
+  const registry = new MemoryRegistry();
+  const stats = new StatsStore();
+  const lines: string[] = [];
+  const logging = new Logging({ level: 'info', format: 'json', destination: { write: (l: string) => void lines.push(l) } as never });
+  const plane = new XdsControlPlane({ registry, settings: resolveSettings(undefined, undefined, 'round_robin', true), stats, log: logging.get('server'), debounceMs: 1 });
+  const stat = (name: string) => stats.list().find((s) => s.name === name)?.value ?? 0;
+  const withNodes = (name: string, nodes: Array<{ id: string; address: string; port: number; metadata?: Record<string, string> }>): Service => ({
+    name,
+    version: '1',
+    metadata: {},
+    endpoints: [],
+    nodes: nodes.map((n) => ({ metadata: {}, ...n })),
+  });
+  /** Changes the registry and waits for the snapshot that has the change. */
+  const change = async (fn: () => Promise<unknown>) => {
+    const next = new Promise<void>((resolve) => {
+      const off = plane.source.onSnapshot(() => {
+        off();
+        resolve();
+      });
+    });
+    await fn();
+    await next;
+  };
+  const encode = plane.protos.encodeResource.bind(plane.protos);
+  const failing = new Set<string>();
+  let address = '';
+
+  before(async () => {
+    // A service whose resources cannot be encoded (as a bug would) at start: the start goes on.
+    plane.protos.encodeResource = (kind, name, message) => {
+      if (failing.has(name)) throw new Error(`cannot encode ${name}`);
+      return encode(kind, name, message);
+    };
+    failing.add('boom');
+    await registry.register(withNodes('boom', [{ id: 'x1', address: '127.0.0.1', port: 4001 }]));
+    await registry.register(withNodes('fine', [{ id: 'f1', address: '127.0.0.1', port: 4002 }]));
+    address = `127.0.0.1:${await plane.start('127.0.0.1', 0)}`;
+  });
+  after(async () => {
+    await plane.close();
+    await registry.close();
+  });
+
+  it('a node registered by host name is left out (warned once, counted in xds.skipped_nodes); the others are served', async () => {
+    const probe = new AdsProbe(address, 'probe-names');
+    try {
+      await change(() =>
+        registry.register(
+          withNodes('mixed', [
+            { id: 'ip', address: '127.0.0.1', port: 5001 },
+            { id: 'named', address: 'backend.invalid', port: 5002 },
+          ]),
+        ),
+      );
+      const eds = await probe.request(TYPE_URLS.endpoint, ['mixed']);
+      const cla = probe.protos.root.lookupType('envoy.config.endpoint.v3.ClusterLoadAssignment').decode(eds.resources[0]!.value) as unknown as {
+        endpoints: Array<{ lb_endpoints: Array<{ endpoint: { hostname: string } }> }>;
+      };
+      assert.deepEqual(cla.endpoints.flatMap((l) => l.lb_endpoints.map((e) => e.endpoint.hostname)), ['ip']);
+      assert.equal(stat('xds.skipped_nodes'), 1);
+      // The service changes, the node stays: not warned again.
+      await change(() =>
+        registry.register(
+          withNodes('mixed', [
+            { id: 'ip', address: '127.0.0.1', port: 5001, metadata: { zone: 'z' } },
+            { id: 'named', address: 'backend.invalid', port: 5002 },
+          ]),
+        ),
+      );
+      const warned = lines.filter((l) => l.includes('node named of service mixed left out'));
+      assert.equal(warned.length, 1);
+      assert.equal(JSON.parse(warned[0]!).msg, 'xDS: node named of service mixed left out: its address backend.invalid is not an IP address (Envoy and gRPC clients take IP addresses only in endpoints)');
+      // A service with only such nodes is not served (nothing changes); gone, a node is no longer counted.
+      await registry.register(withNodes('named-only', [{ id: 'n', address: 'db.invalid', port: 5003 }]));
+      await waitFor(() => stat('xds.skipped_nodes') === 2);
+      assert.equal(plane.snapshot!.resources.cluster.has('named-only'), false);
+      await registry.deregister(withNodes('mixed', [{ id: 'named', address: 'backend.invalid', port: 5002 }]));
+      await waitFor(() => stat('xds.skipped_nodes') === 1);
+    } finally {
+      probe.close();
+    }
+  });
+
+  it('a service whose resources cannot be built keeps its last ones (logged with its name, xds.build_errors); the others go on', async () => {
+    // At start: boom failed, fine is served.
+    assert.equal(stat('xds.build_errors'), 1);
+    assert.ok(plane.snapshot!.resources.cluster.has('fine'));
+    assert.equal(plane.snapshot!.resources.cluster.has('boom'), false);
+    assert.equal(lines.filter((l) => l.includes('building the resources of service boom failed')).length, 1);
+    // boom builds, then fails at its next change: its last resources stay, in the same batch as a change of fine.
+    failing.delete('boom');
+    await change(() => registry.register(withNodes('boom', [{ id: 'x1', address: '127.0.0.1', port: 4001, metadata: { zone: 'a' } }])));
+    const served = plane.snapshot!.resources.endpoint.get('boom');
+    assert.ok(served);
+    failing.add('boom');
+    await change(async () => {
+      await registry.register(withNodes('boom', [{ id: 'x1', address: '127.0.0.1', port: 4001, metadata: { zone: 'b' } }]));
+      await registry.register(withNodes('fine', [{ id: 'f2', address: '127.0.0.1', port: 4003 }]));
+    });
+    await waitFor(() => plane.snapshot!.resources.endpoint.get('fine') && stat('xds.build_errors') === 2);
+    assert.equal(plane.snapshot!.resources.endpoint.get('boom'), served);
+    const probe = new AdsProbe(address, 'probe-build');
+    try {
+      const eds = await probe.request(TYPE_URLS.endpoint, ['boom', 'fine']);
+      assert.equal(eds.resources.length, 2); // boom (its last) and fine
+    } finally {
+      probe.close();
+    }
+    assert.equal(lines.filter((l) => l.includes('reading the registry failed')).length, 0);
+    const entry = JSON.parse(lines.filter((l) => l.includes('building the resources of service boom failed')).at(-1)!) as Record<string, unknown>;
+    assert.equal(entry.service, 'boom');
+    assert.equal(entry.msg, 'xDS: building the resources of service boom failed (serving its last ones): cannot encode boom');
+  });
+});

@@ -37,7 +37,7 @@ export class XdsControlPlane {
   private routes?: { stop(): void };
 
   constructor(private readonly o: XdsControlPlaneOptions) {
-    this.source = new XdsSource({ registry: o.registry, settings: o.settings, protos: this.protos, log: o.log, debounceMs: o.debounceMs });
+    this.source = new XdsSource({ registry: o.registry, settings: o.settings, protos: this.protos, log: o.log, stats: o.stats, debounceMs: o.debounceMs });
   }
 
   /** Reads the registry, then serves; resolves with the bound port. */
