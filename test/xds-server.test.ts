@@ -409,3 +409,88 @@ describe('mesh xds with nodes it cannot serve and services it cannot build', () 
     assert.equal(entry.msg, 'xDS: building the resources of service boom failed (serving its last ones): cannot encode boom');
   });
 });
+
+describe('mesh xds bounds what its clients send', () => {
+  const registry = new MemoryRegistry();
+  const stats = new StatsStore();
+  const lines: string[] = [];
+  const logging = new Logging({ level: 'info', format: 'json', destination: { write: (l: string) => void lines.push(l) } as never });
+  const plane = new XdsControlPlane({
+    registry,
+    settings: resolveSettings(undefined, undefined, 'round_robin', true),
+    stats,
+    log: logging.get('server'),
+    limits: { maxNamesPerType: 3, maxStreams: 2 },
+  });
+  const stat = (name: string) => stats.list().find((s) => s.name === name)?.value ?? 0;
+  let address = '';
+
+  before(async () => {
+    await registry.register(svc('alpha', [['a1', 1001]]));
+    address = `127.0.0.1:${await plane.start('127.0.0.1', 0)}`;
+  });
+  after(async () => {
+    await plane.close();
+    await registry.close();
+  });
+
+  it('more names than the limit in one subscription: RESOURCE_EXHAUSTED, logged with the node id', async () => {
+    const probe = new AdsProbe(address, 'probe-many');
+    try {
+      await probe.request(TYPE_URLS.endpoint, ['a', 'b', 'c']);
+      probe.send(TYPE_URLS.endpoint, ['a', 'b', 'c', 'd']);
+      const status = await probe.status;
+      assert.deepEqual({ code: status.code, details: status.details }, { code: 8, details: '4 endpoint names in one subscription, more than the limit of 3' });
+      assert.ok(lines.some((l) => JSON.parse(l).msg === 'xDS client probe-many: 4 endpoint names in one subscription, more than the limit of 3; its stream is ended (RESOURCE_EXHAUSTED)'));
+      await waitFor(() => stat('xds.clients_connected') === 0);
+    } finally {
+      probe.close();
+    }
+  });
+
+  it('a request over 1 MiB: RESOURCE_EXHAUSTED from gRPC, nothing kept', async () => {
+    const probe = new AdsProbe(address, 'probe-big');
+    try {
+      probe.send(TYPE_URLS.endpoint, ['x'.repeat(1024 * 1024 + 1)]);
+      const status = await probe.status;
+      assert.equal(status.code, 8);
+      assert.match(status.details, /larger than max/);
+    } finally {
+      probe.close();
+    }
+  });
+
+  it('a stream past the limit is refused with RESOURCE_EXHAUSTED; the limit is said once', async () => {
+    const open = [new AdsProbe(address, 'p1'), new AdsProbe(address, 'p2')];
+    const refused = [new AdsProbe(address, 'p3'), new AdsProbe(address, 'p4')];
+    try {
+      for (const p of open) await p.request(TYPE_URLS.cluster);
+      for (const p of refused) p.send(TYPE_URLS.cluster, []);
+      for (const p of refused) {
+        const status = await p.status;
+        assert.deepEqual({ code: status.code, details: status.details }, { code: 8, details: 'this control plane serves 2 streams at most' });
+      }
+      assert.equal(stat('xds.clients_connected'), 2);
+      assert.equal(lines.filter((l) => l.includes('streams open, the limit')).length, 1);
+    } finally {
+      for (const p of [...open, ...refused]) p.close();
+    }
+    await waitFor(() => stat('xds.clients_connected') === 0);
+  });
+
+  it('a node id is logged printable and at most 256 characters', async () => {
+    const id = `evil\n${'n'.repeat(1000)}`;
+    const probe = new AdsProbe(address, id);
+    try {
+      const eds = await probe.request(TYPE_URLS.endpoint, ['alpha']);
+      probe.send(TYPE_URLS.endpoint, ['alpha'], eds, 'no\nthanks');
+      await waitFor(() => lines.some((l) => l.includes('rejected endpoint')));
+      const entry = JSON.parse(lines.find((l) => l.includes('rejected endpoint'))!) as { node: string; msg: string; error: string };
+      assert.equal(entry.node, `evil\\x0a${'n'.repeat(256 - 'evil\\x0a'.length)}…`);
+      assert.equal(entry.error, 'no\\x0athanks');
+      assert.ok(!entry.msg.includes('\n'));
+    } finally {
+      probe.close();
+    }
+  });
+});

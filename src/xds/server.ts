@@ -16,6 +16,8 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import * as http2 from 'node:http2';
+import { createHash } from 'node:crypto';
+import { printable } from '../base/util/text.js';
 import type { Http2Stream } from 'node:http2';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../base/stats/store.js';
@@ -79,6 +81,23 @@ export const ENVOY_USER_AGENT = 'envoy';
 
 /** How long one response may stay unwritten (the client does not read) before its stream is ended. */
 const WRITE_STALL_MS = 30_000;
+/** The largest request a client may send (a DiscoveryRequest names resources; 1 MiB is thousands of names). */
+export const MAX_REQUEST_BYTES = 1024 * 1024;
+/** Resource names one stream may subscribe to, per type; more ends the stream with RESOURCE_EXHAUSTED. */
+const MAX_NAMES_PER_TYPE = 10_000;
+/** Streams served at once; one more is refused with RESOURCE_EXHAUSTED. */
+const MAX_STREAMS = 10_000;
+/** A node id as logged: printable, at most this long. */
+const MAX_LOGGED_NODE_ID = 256;
+/** HTTP/2 pings to an idle client, and how long its answer may take before the connection is dropped. */
+const KEEPALIVE_TIME_MS = 60_000;
+const KEEPALIVE_TIMEOUT_MS = 20_000;
+
+/** A client-supplied node id as it goes into logs: control characters escaped, cut to 256 characters. */
+export function loggedNodeId(id: string): string {
+  const text = printable(id);
+  return text.length > MAX_LOGGED_NODE_ID ? `${text.slice(0, MAX_LOGGED_NODE_ID)}…` : text;
+}
 
 class AdsStream {
   nodeId = '';
@@ -102,15 +121,19 @@ class AdsStream {
   ) {}
 
   onRequest(req: DiscoveryRequest): void {
-    if (req.node?.id) this.nodeId = req.node.id;
+    if (req.node?.id) this.nodeId = loggedNodeId(req.node.id);
     if (req.node?.user_agent_name) this.envoy = req.node.user_agent_name === ENVOY_USER_AGENT;
     const kind = kindOfTypeUrl(req.type_url);
     if (!kind) {
-      this.server.log.debug({ node: this.nodeId, type_url: req.type_url }, 'xDS: request for a type this server does not serve; ignored');
+      this.server.log.debug({ node: this.nodeId, type_url: printable(req.type_url) }, 'xDS: request for a type this server does not serve; ignored');
       return;
     }
     let state = this.types.get(kind);
     if (state && req.response_nonce && req.response_nonce !== state.sentNonce) return; // stale: a newer response is on its way
+    if (req.resource_names.length > this.server.maxNamesPerType) {
+      this.server.refuse(this, `${req.resource_names.length} ${kind} names in one subscription, more than the limit of ${this.server.maxNamesPerType}`);
+      return;
+    }
     const first = !state;
     if (!state) this.types.set(kind, (state = {}));
     if (req.response_nonce && req.response_nonce === state.sentNonce) {
@@ -118,9 +141,10 @@ class AdsStream {
         this.server.stats.nacks.inc();
         if (state.nackLogged !== state.sentVersion) {
           state.nackLogged = state.sentVersion;
+          const error = printable(req.error_detail.message ?? '');
           this.server.log.warn(
-            { node: this.nodeId, type_url: req.type_url, version: state.sentVersion, accepted_version: req.version_info, error: req.error_detail.message ?? '' },
-            `xDS client ${this.nodeId} rejected ${kind} version ${state.sentVersion ?? ''}: ${req.error_detail.message ?? ''}`,
+            { node: this.nodeId, type_url: req.type_url, version: state.sentVersion, accepted_version: printable(req.version_info), error },
+            `xDS client ${this.nodeId} rejected ${kind} version ${state.sentVersion ?? ''}: ${error}`,
           );
         }
       } else {
@@ -193,8 +217,12 @@ interface XdsServerOptionsBase {
   credentials?: grpc.ServerCredentials;
 }
 
-/** The server's bounds on what its clients may hold or send. */
+/** The server's bounds on what its clients may hold or send (defaults above; tests set them low). */
 export interface XdsServerLimits {
+  /** Resource names per type per stream. Default 10,000. */
+  maxNamesPerType?: number;
+  /** Streams at once. Default 10,000. */
+  maxStreams?: number;
   /** How long one response may stay unwritten before the stream ends with RESOURCE_EXHAUSTED. Default 30 s. */
   writeStallMs?: number;
 }
@@ -212,11 +240,18 @@ export class XdsServer {
   private readonly selections = new Map<string, Selection>();
   private readonly unsubscribe: () => void;
   private closing?: Promise<void>;
+  /** New streams are being refused (the limit was said). */
+  private atStreamLimit = false;
 
   constructor(private readonly o: XdsServerOptions) {
     this.log = o.log;
     this.stats = declareStats(o.stats.scope('xds.'), XDS_STATS);
-    this.server = new grpc.Server({ 'grpc.keepalive_permit_without_calls': 1 });
+    this.server = new grpc.Server({
+      'grpc.keepalive_permit_without_calls': 1,
+      'grpc.keepalive_time_ms': KEEPALIVE_TIME_MS,
+      'grpc.keepalive_timeout_ms': KEEPALIVE_TIMEOUT_MS,
+      'grpc.max_receive_message_length': MAX_REQUEST_BYTES,
+    });
     const protos = o.protos;
     const definition: grpc.ServiceDefinition = {
       StreamAggregatedResources: {
@@ -233,6 +268,19 @@ export class XdsServer {
     this.unsubscribe = o.source.onSnapshot((s) => this.onSnapshot(s));
     const first = o.source.snapshot;
     if (first) this.countResources(first);
+  }
+
+  get maxNamesPerType(): number {
+    return this.o.maxNamesPerType ?? MAX_NAMES_PER_TYPE;
+  }
+
+  /** Ends a stream that asked for more than the server holds for one client: RESOURCE_EXHAUSTED, logged. */
+  refuse(stream: AdsStream, why: string): void {
+    this.log.warn({ node: stream.nodeId }, `xDS client ${stream.nodeId}: ${why}; its stream is ended (RESOURCE_EXHAUSTED)`);
+    this.streams.delete(stream);
+    stream.close();
+    this.stats.clientsConnected.set(this.streams.size);
+    stream.call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: why });
   }
 
   get writeStallMs(): number {
@@ -284,6 +332,15 @@ export class XdsServer {
   }
 
   private onStream(call: AdsCall): void {
+    const maxStreams = this.o.maxStreams ?? MAX_STREAMS;
+    if (this.streams.size >= maxStreams) {
+      // Said once each time the limit is reached (clients retry: not once per refused stream).
+      if (!this.atStreamLimit) this.log.warn(`xDS: ${maxStreams} streams open, the limit; new ones are refused (RESOURCE_EXHAUSTED)`);
+      this.atStreamLimit = true;
+      call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: `this control plane serves ${maxStreams} streams at most` });
+      return;
+    }
+    this.atStreamLimit = false;
     const stream = new AdsStream(call, this);
     this.streams.add(stream);
     this.stats.streams.inc();
@@ -318,7 +375,8 @@ export class XdsServer {
     const all = snapshot.resources[kind];
     if (names === undefined) return { version: snapshot.versions[kind], resources: [...all.values()] };
     const sorted = [...names].sort();
-    const key = `${kind}\n${sorted.join('\n')}`;
+    // Keyed by a hash of the names: a cache entry is small however many names a client sends.
+    const key = `${kind}\n${createHash('sha256').update(sorted.join('\n')).digest('base64')}`;
     let found = this.selections.get(key);
     if (!found) {
       const resources: EncodedResource[] = [];
