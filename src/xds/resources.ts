@@ -98,7 +98,7 @@ export function endpointVersionMetadata(version: string, form: 'object' | 'json'
 
 const u32 = (value: number) => ({ value: Math.max(0, Math.min(0xffffffff, Math.floor(value))) });
 /** The ConfigSource of a resource taken over the same ADS stream (v3). */
-export const ADS_CONFIG_SOURCE: Readonly<Message> = Object.freeze({ ads: {}, resource_api_version: 'V3' });
+export const ADS_CONFIG_SOURCE: Readonly<Message> = Object.freeze({ ads: Object.freeze({}), resource_api_version: 'V3' });
 const ADS = ADS_CONFIG_SOURCE;
 
 /**
@@ -232,11 +232,14 @@ export function buildCluster(name: string, nodes: readonly Node[], settings: Res
  * with none unchecked, so nodes that disagree, or one with no path, get no health check.
  */
 function healthCheckPath(nodes: readonly Node[], settings: ResolvedClusterSettings): string | undefined {
-  const paths = new Set(nodes.map((n) => n.metadata?.[HEALTH_CHECK_PATH_KEY] || settings.healthCheck.path || ''));
-  if (paths.size !== 1) return undefined;
+  const paths = new Set(
+    nodes.map((n) => {
+      const p = n.metadata?.[HEALTH_CHECK_PATH_KEY] || settings.healthCheck.path || '';
+      return p && !p.startsWith('/') ? `/${p}` : p;
+    }),
+  );
   const [p] = paths;
-  if (!p) return undefined;
-  return p.startsWith('/') ? p : `/${p}`;
+  return paths.size === 1 && p ? p : undefined;
 }
 
 export function buildLoadAssignment(name: string, nodes: readonly VersionedNode[], notes?: Pick<BuildNotes, 'warn'>): Message {
