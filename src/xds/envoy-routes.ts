@@ -192,6 +192,9 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Messag
         weight: shape.u32(b.weight),
         ...(b.version !== undefined ? { metadata_match: endpointVersionMetadata(b.version, shape.form) } : {}),
       })),
+      // Deprecated in v3 (recent Envoys sum the weights), but older ones take 100 when it is unset
+      // and refuse weights that do not add up to it.
+      total_weight: shape.u32(live.reduce((sum, b) => sum + b.weight, 0)),
     };
   }
   if (rule.requestTimeoutMs !== undefined) action.timeout = shape.duration(rule.requestTimeoutMs);

@@ -77,6 +77,8 @@ export class XdsSource {
    */
   private readonly notes = new Map<string, { said: Set<string>; skipped: number }>();
   private readonly stats: FamilyStats<typeof XDS_SOURCE_STATS>;
+  /** The registry's resources a route file's of the same kind and name replaces (said once each). */
+  private shadowed = new Set<string>();
 
   constructor(private readonly o: XdsSourceOptions) {
     this.stats = declareStats(o.stats.scope('xds.'), XDS_SOURCE_STATS);
@@ -104,8 +106,8 @@ export class XdsSource {
   }
 
   /**
-   * Serves these resources besides the registry's, in place of the last ones set (a name of the
-   * registry's wins). Encodes them first: a message the protos cannot encode throws and changes
+   * Serves these resources besides the registry's, in place of the last ones set (they win over a
+   * registry resource of the same kind and name, said once). Encodes them first: a message the protos cannot encode throws and changes
    * nothing. Announces the snapshot when a version moved.
    */
   setExtra(resources: Partial<Record<ResourceKind, ReadonlyMap<string, Message>>>): void {
@@ -234,14 +236,23 @@ export class XdsSource {
       }
     }
     const envoyListeners: EncodedResource[] = [];
+    const shadowed = new Set<string>();
     for (const kind of RESOURCE_KINDS) {
       for (const [name, e] of this.extra[kind] ?? []) {
-        if (resources[kind].has(name)) continue;
+        // The route file's own wins over a registry service of the same name (its API listener or routes).
+        if (resources[kind].has(name)) {
+          const key = `${kind} ${name}`;
+          shadowed.add(key);
+          if (!this.shadowed.has(key)) {
+            this.o.log.warn({ service: name, kind }, `xDS: the ${kind} of registry service ${name} is not served: the route file's ${kind} of that name is`);
+          }
+        }
         messages[SNAPSHOT_FIELD[kind]].set(name, e.message);
         resources[kind].set(name, e.encoded);
         if (kind === 'listener') envoyListeners.push(e.encoded);
       }
     }
+    this.shadowed = shadowed;
     const versions = {} as Record<ResourceKind, string>;
     for (const kind of RESOURCE_KINDS) versions[kind] = versionOf([...resources[kind].values()]);
     return { messages, resources, versions, envoyListeners: { version: versionOf(envoyListeners), resources: envoyListeners } };
