@@ -177,6 +177,10 @@ describe('mesh envoy bootstrap', () => {
       [['envoy', 'bootstrap', '--xds_address=a:1', 'extra'], 'mesh: mesh envoy bootstrap: unexpected argument "extra" (usage: mesh envoy bootstrap --xds_address=HOST:PORT [--node_id=ID] [--node_cluster=NAME] [--admin_address=HOST:PORT|off] [--routes=FILE [--listener_address=HOST:PORT]] [--xds_tls_ca_file=FILE [--xds_tls_cert_file=FILE --xds_tls_key_file=FILE]])\n'],
       [['envoy', 'bootstrap', '--xds_address=a:1', '--queue=q'], 'mesh: flag --queue is not used by mesh envoy (the commands that use it: subscribe)\n'],
       [['envoy', 'bootstrap', '--xds_address=a:1', '--listener_address=:10000'], "mesh: --listener_address is for --routes (the route file of Envoy's HTTP listener)\n"],
+      [
+        ['envoy', 'bootstrap', '--xds_address=a:1', '--routes=routes.yaml', '--listener_address=edge.internal:10000'],
+        'mesh: invalid --listener_address "edge.internal:10000": Envoy listens on an IP address, not a host name (e.g. 0.0.0.0:10000 for every address, 127.0.0.1:10000 for this machine only)\n',
+      ],
       [['list', 'services', '--xds_address=a:1'], 'mesh: flag --xds_address is not used by mesh list (the commands that use it: envoy)\n'],
     ];
     for (const [args, stderr] of cases) {

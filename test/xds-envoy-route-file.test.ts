@@ -188,4 +188,27 @@ describe('mesh xds --routes: Envoy\'s HTTP listener and routes over ADS', () => 
     assert.equal(probe.responses.filter((r) => r.type_url === TYPE_URLS.route).length, rdsCount + 1);
     assert.equal(decode('envoy.config.route.v3.RouteConfiguration', fixed.resources[0]!.value).virtual_hosts[0].routes[0].match.path_separated_prefix, '/trolley');
   });
+
+  it('registry services named as the route file\'s listener and routes do not replace them (said once); their clusters are served', async () => {
+    const routesBefore = plane.snapshot!.resources.route.get('mesh_routes');
+    const listenerBefore = plane.snapshot!.resources.listener.get('mesh_http');
+    for (const [i, name] of ['mesh_http', 'mesh_routes'].entries()) {
+      await registry.register({ name, version: '1', metadata: {}, endpoints: [], nodes: [{ id: `${name}-0`, address: '127.0.0.1', port: 7100 + i, metadata: {} }] });
+    }
+    await waitFor(() => plane.snapshot!.resources.cluster.has('mesh_routes') || undefined);
+    assert.ok(plane.snapshot!.resources.cluster.has('mesh_http'));
+    assert.equal(plane.snapshot!.resources.route.get('mesh_routes'), routesBefore);
+    assert.equal(plane.snapshot!.resources.listener.get('mesh_http'), listenerBefore);
+    const edge2 = new AdsProbe(`127.0.0.1:${port}`, 'edge-2', undefined, 'envoy');
+    const lds = await edge2.request(TYPE_URLS.listener).finally(() => edge2.close());
+    assert.deepEqual(lds.resources.map((r) => decode('envoy.config.listener.v3.Listener', r.value).address), [{ socket_address: { address: '0.0.0.0', port_value: 10000 } }]);
+    // A change of those services: still not said again.
+    await registry.register({ name: 'mesh_http', version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'mesh_http-0', address: '127.0.0.1', port: 7100, metadata: { zone: 'b' } }] });
+    await waitFor(() => (plane.snapshot!.messages.endpoints.get('mesh_http') as Json)?.endpoints?.[0]?.locality?.zone === 'b' || undefined);
+    const said = lines.map((l) => JSON.parse(l).msg as string).filter((m) => m.includes('is not served: the route file'));
+    assert.deepEqual(said.sort(), [
+      "xDS: the listener of registry service mesh_http is not served: the route file's listener of that name is",
+      "xDS: the route of registry service mesh_routes is not served: the route file's route of that name is",
+    ]);
+  });
 });

@@ -101,6 +101,7 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     assert.deepEqual(checkout.route.retry_policy.retry_back_off, { base_interval: '0.1s' });
     assert.equal(checkout.route.retry_policy.num_retries, 2);
     assert.deepEqual(checkout.route.weighted_clusters.clusters.map((c: Json) => c.weight), [90, 10]);
+    assert.equal(checkout.route.weighted_clusters.total_weight, 100);
     assert.equal(checkout.typed_per_filter_config['envoy.filters.http.fault'].delay.fixed_delay, '2s');
     assert.match(envoy.check('envoy.config.listener.v3.Listener', built(false).listener, 'json')[0]!.message, /must be a string of seconds|must be a plain (uint32|bool)/);
   });
@@ -150,6 +151,7 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
           { name: 'go.mesh.srv.checkout', weight: { value: 90 }, metadata_match: endpointVersionMetadata('v1') },
           { name: 'go.mesh.srv.checkout', weight: { value: 10 }, metadata_match: endpointVersionMetadata('v2') },
         ],
+        total_weight: { value: 100 },
       },
       timeout: { seconds: 10, nanos: 0 },
       retry_policy: {

@@ -48,4 +48,16 @@ describe('mesh xds over TLS', () => {
     assert.equal(r.code, 2);
     assert.equal(r.stderr, 'mesh: --enable_tls needs --tls_cert_file and --tls_key_file\n');
   });
+
+  it('--listener_address with a host name: exit 2 (Envoy listens on IP addresses)', async () => {
+    const r = await runCli(['xds', '--address=127.0.0.1:0', '--routes=routes.yaml', '--listener_address=localhost:10000'], { MESH_HOME: home.path });
+    assert.deepEqual(
+      { code: r.code, stdout: r.stdout, stderr: r.stderr },
+      {
+        code: 2,
+        stdout: '',
+        stderr: 'mesh: invalid --listener_address "localhost:10000": Envoy listens on an IP address, not a host name (e.g. 0.0.0.0:10000 for every address, 127.0.0.1:10000 for this machine only)\n',
+      },
+    );
+  });
 });

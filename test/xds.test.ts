@@ -2,8 +2,9 @@
  * `mesh xds` as a real process, with a real proxyless gRPC client: @grpc/grpc-js-xds in this
  * process, bootstrapped at the control plane, calls `xds:///go.mesh.srv.greeter`, a framework
  * service that serves gRPC (`--server_protocol=grpc`). The client follows nodes added and
- * removed and shifts traffic by locality weight; a resource it rejects (an endpoint whose address
- * is a host name: gRPC wants IPs in EDS) is counted and logged with its node id; the versions
+ * removed and shifts traffic by locality weight; a node registered by host name is left out, not
+ * sent (gRPC rejects a whole endpoint set for it); a resource it rejects (a cluster balancing at
+ * random: gRPC balances round robin) is counted and logged with its node id; the versions
  * are the same across two restarts of the server for the same registry content; admin /clusters
  * and /stats say what is served.
  */
@@ -126,21 +127,56 @@ describe('mesh xds with a proxyless gRPC client (@grpc/grpc-js-xds)', () => {
     assert.ok(lightShare > 0.7 && lightShare < 0.9, `weights 4:1, light got ${lightShare}`);
   });
 
-  it('a resource the client rejects is counted in xds.nacks and logged with its node id and error; other services keep working', async () => {
-    const nacksBefore = (await statValue(admin, 'xds.nacks')) ?? 0;
-    await registry.register({ name: 'go.mesh.srv.byname', version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'n1', address: 'backend.invalid', port: 9, metadata: {} }] });
+  it('a node registered by host name is left out (xds.skipped_nodes, warned once): the client reaches the other nodes of its service', async () => {
+    const ip = await greeterServer('by-ip');
+    cleanup.push(() => ip.close());
+    const record: Service = {
+      name: 'go.mesh.srv.byname',
+      version: '1',
+      metadata: {},
+      endpoints: [],
+      nodes: [
+        { id: 'n1', address: 'backend.invalid', port: 9, metadata: {} },
+        { id: 'n2', address: '127.0.0.1', port: ip.port, metadata: {} },
+      ],
+    };
+    await registry.register(record);
     const client = greeterClient('xds:///go.mesh.srv.byname');
     cleanup.push(() => client.close());
-    await assert.rejects(client.sayHello('x', 2_000));
-    await waitFor(async () => ((await statValue(admin, 'xds.nacks')) ?? 0) > nacksBefore, 15_000);
-    const line = await xds.waitForOutput(new RegExp(`xDS client ${CLIENT_NODE} rejected endpoint version [0-9a-f]{16}: .*address is not a valid IPv4 or IPv6 address: backend\\.invalid`));
-    assert.ok(line);
-    // The rejected version is not retried: the same NACK is logged once.
-    assert.equal(xds.output().split('\n').filter((l) => l.includes('address is not a valid')).length, 1);
+    assert.equal((await waitFor(() => client.sayHello('x'), 15_000)).server, 'by-ip');
+    assert.equal(await statValue(admin, 'xds.skipped_nodes'), 1);
+    assert.equal((await statValue(admin, 'xds.nacks')) ?? 0, 0);
+    await xds.waitForOutput(/node n1 of service go\.mesh\.srv\.byname left out: its address backend\.invalid is not an IP address/);
+    assert.equal(xds.output().split('\n').filter((l) => l.includes('node n1 of service go.mesh.srv.byname left out')).length, 1);
+    await registry.deregister(record);
+    await waitFor(async () => (await statValue(admin, 'xds.skipped_nodes')) === 0, 15_000);
+  });
+
+  it('a resource the client rejects (a load-balancing policy gRPC does not implement) is counted in xds.nacks and logged once with its node id and error', async () => {
+    // A second control plane over the same registry, balancing at random: gRPC balances round robin only.
+    const port = await freePort();
+    const random = startProcess(['xds', `--registry_address=${home.path}`, `--address=127.0.0.1:${port}`, '--admin_address=127.0.0.1:0', '--log_format=text', '--lb_policy=random'], { MESH_HOME: home.path });
+    const bootstrap = join(home.path, 'xds-bootstrap-random.json');
+    writeFileSync(bootstrap, xdsBootstrap(`127.0.0.1:${port}`, 'random-client'));
+    const randomClients = xdsClientProcess(bootstrap);
+    try {
+      await random.waitForOutput(/mesh xds listening on grpc:\/\/127\.0\.0\.1:\d+/);
+      const randomAdmin = `http://127.0.0.1:${await random.waitForPort(/mesh xds admin on http:\/\/\S+:(\d+)/)}`;
+      const client = randomClients.greeter('xds:///go.mesh.srv.greeter');
+      await assert.rejects(client.sayHello('x', 2_000));
+      await waitFor(async () => ((await statValue(randomAdmin, 'xds.nacks')) ?? 0) > 0, 15_000);
+      await random.waitForOutput(/xDS client random-client rejected cluster version [0-9a-f]{16}: .*unsupported lb_policy: RANDOM/);
+      // The rejected version is not resent: the NACK is logged once.
+      assert.equal(random.output().split('\n').filter((l) => l.includes('unsupported lb_policy')).length, 1);
+      client.close();
+    } finally {
+      await randomClients.stop();
+      await random.stop();
+    }
+    // The round-robin control plane's clients were never concerned.
     const greeter = greeterClient('xds:///go.mesh.srv.greeter');
     cleanup.push(() => greeter.close());
     assert.equal((await waitFor(() => greeter.sayHello('still'), 15_000)).server, 'b');
-    await registry.deregister({ name: 'go.mesh.srv.byname', version: '1', metadata: {}, endpoints: [], nodes: [{ id: 'n1', address: 'backend.invalid', port: 9, metadata: {} }] });
   });
 
   it('admin /stats and /clusters say what is served', async () => {

@@ -5,6 +5,7 @@
  * given are paths on Envoy's machine, so they are not read.
  */
 import { hostname } from 'node:os';
+import { isIP } from 'node:net';
 import { stringify } from 'yaml';
 import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';
@@ -34,7 +35,13 @@ export function runEnvoyCommand(positionals: string[], config: Config, io: Outpu
   if (!config.node_cluster.trim()) throw new UsageError('--node_cluster: must not be empty');
   let listeners: Array<Record<string, unknown>> | undefined;
   if (config.routes !== undefined) {
-    const listen = address(config.listener_address ?? ENVOY_LISTENER_ADDRESS, '--listener_address', false);
+    let listen: HostPort;
+    try {
+      listen = parseListenerAddress(config.listener_address ?? ENVOY_LISTENER_ADDRESS);
+    } catch (err) {
+      if (err instanceof AddressError) throw new UsageError(err.message);
+      throw err;
+    }
     // A file that cannot be read or is wrong throws its RouteFileError (file, line, field): exit 1, as mesh api.
     const routes = envoyRoutes(loadRouteFile(config.routes), { address: listen, form: 'json', versionSubsets: true });
     listeners = [routes.listener];
@@ -43,6 +50,19 @@ export function runEnvoyCommand(positionals: string[], config: Config, io: Outpu
   const bootstrap = envoyBootstrap({ xds, admin, nodeId, nodeCluster: config.node_cluster, tls: tlsFiles(config), listeners });
   io.out(config.output === 'json' ? JSON.stringify(bootstrap, null, 2) + '\n' : stringify(bootstrap, { aliasDuplicateObjects: false }));
   return 0;
+}
+
+/**
+ * `--listener_address` (mesh envoy bootstrap, mesh xds --routes): where Envoy's HTTP listener
+ * binds, an IP address and a port. Envoy binds listeners to IP addresses and resolves no name, so
+ * a host name is refused here rather than by Envoy. Throws an AddressError.
+ */
+export function parseListenerAddress(text: string): HostPort {
+  const a = parseAddress(text, { target: false, what: '--listener_address' });
+  if (isIP(a.host) === 0) {
+    throw new AddressError(`invalid --listener_address "${text}": Envoy listens on an IP address, not a host name (e.g. 0.0.0.0:${a.port} for every address, 127.0.0.1:${a.port} for this machine only)`);
+  }
+  return a;
 }
 
 function address(text: string, flag: string, target = true): HostPort {

@@ -7,7 +7,7 @@ import { optionsFromFlags } from './options.js';
 import { formatAddress, parseAddress } from '../base/util/address.js';
 import { resolveSettings, retryBudgetDefaults } from '../core/upstream/config.js';
 import { XdsControlPlane } from '../xds/control-plane.js';
-import { ENVOY_LISTENER_ADDRESS } from './envoy.js';
+import { ENVOY_LISTENER_ADDRESS, parseListenerAddress } from './envoy.js';
 import { ENVOY_LISTENER_NAME } from '../xds/route-file.js';
 
 /** Where `mesh xds` serves ADS unless --address says otherwise. */
@@ -27,7 +27,7 @@ export async function runXds(args: ParsedArgs): Promise<number> {
   let routes: { file: string; address: ReturnType<typeof parseAddress> } | undefined;
   if (config.routes !== undefined) {
     try {
-      routes = { file: config.routes, address: parseAddress(config.listener_address ?? ENVOY_LISTENER_ADDRESS, { target: false, what: '--listener_address' }) };
+      routes = { file: config.routes, address: parseListenerAddress(config.listener_address ?? ENVOY_LISTENER_ADDRESS) };
     } catch (err) {
       throw new FlagError((err as Error).message);
     }

@@ -15,6 +15,7 @@
  */
 import { isIP } from 'node:net';
 import type { HostPort } from '../base/util/address.js';
+import { ADS_CONFIG_SOURCE } from './resources.js';
 
 /** The name of the static cluster that reaches the xDS server. */
 export const XDS_CLUSTER_NAME = 'xds_cluster';
@@ -54,7 +55,7 @@ export interface EnvoyBootstrapOptions {
 
 /** The bootstrap, as proto3 JSON (print it as JSON or YAML). */
 export function envoyBootstrap(o: EnvoyBootstrapOptions): Record<string, unknown> {
-  const ads = { ads: {}, resource_api_version: 'V3' };
+  const ads = ADS_CONFIG_SOURCE;
   const xdsCluster: Record<string, unknown> = {
     name: XDS_CLUSTER_NAME,
     type: isIP(o.xds.host) ? 'STATIC' : 'STRICT_DNS',

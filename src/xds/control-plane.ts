@@ -12,7 +12,7 @@ import type { StatsScope } from '../base/stats/store.js';
 import type { Logger } from 'pino';
 import { XdsProtos } from './protos.js';
 import { XdsSource, type EncodedSnapshot } from './source.js';
-import { XdsServer } from './server.js';
+import { XdsServer, type XdsServerLimits } from './server.js';
 import { xdsClustersView } from './clusters-view.js';
 import { serveRouteFile, type XdsRouteFileOptions } from './route-file.js';
 
@@ -26,6 +26,8 @@ export interface XdsControlPlaneOptions {
   debounceMs?: number;
   /** A route file served as Envoy's HTTP listener and its routes (reloaded when it changes). */
   routes?: Pick<XdsRouteFileOptions, 'file' | 'address' | 'pollMs' | 'settleMs'>;
+  /** The server's bounds on its clients (defaults in server.ts; tests set them low). */
+  limits?: XdsServerLimits;
 }
 
 export class XdsControlPlane {
@@ -35,7 +37,7 @@ export class XdsControlPlane {
   private routes?: { stop(): void };
 
   constructor(private readonly o: XdsControlPlaneOptions) {
-    this.source = new XdsSource({ registry: o.registry, settings: o.settings, protos: this.protos, log: o.log, debounceMs: o.debounceMs });
+    this.source = new XdsSource({ registry: o.registry, settings: o.settings, protos: this.protos, log: o.log, stats: o.stats, debounceMs: o.debounceMs });
   }
 
   /** Reads the registry, then serves; resolves with the bound port. */
@@ -48,7 +50,7 @@ export class XdsControlPlane {
       this.routes?.stop();
       throw err;
     }
-    this.server = new XdsServer({ source: this.source, protos: this.protos, stats: this.o.stats, log: this.o.log, credentials: this.o.credentials });
+    this.server = new XdsServer({ source: this.source, protos: this.protos, stats: this.o.stats, log: this.o.log, credentials: this.o.credentials, ...this.o.limits });
     return this.server.listen(host, port);
   }
 

@@ -36,11 +36,11 @@ import type { HostPort } from '../base/util/address.js';
 import { escapeRegExp } from '../base/util/regex.js';
 import { RouteFileError, type MatchSpec, type RouteFile, type RouteSpec, type RuleSpec, type ValueMatchSpec } from '../edge/routes/file.js';
 import { CompiledRoutes } from '../edge/routes/table.js';
-import { duration, endpointVersionMetadata, HTTP_CONNECTION_MANAGER_TYPE_URL, ROUTER_TYPE_URL, type Message } from './resources.js';
+import { ADS_CONFIG_SOURCE, duration, endpointVersionMetadata, HTTP_CONNECTION_MANAGER_TYPE_URL, ROUTER_TYPE_URL, type Message } from './resources.js';
 
 const FAULT_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault';
 const FAULT_FILTER = 'envoy.filters.http.fault';
-const ADS = { ads: {}, resource_api_version: 'V3' };
+const ADS = ADS_CONFIG_SOURCE;
 
 export interface EnvoyRoutesOptions {
   /** Where Envoy listens for HTTP. */
@@ -192,6 +192,9 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Messag
         weight: shape.u32(b.weight),
         ...(b.version !== undefined ? { metadata_match: endpointVersionMetadata(b.version, shape.form) } : {}),
       })),
+      // Deprecated in v3 (recent Envoys sum the weights), but older ones take 100 when it is unset
+      // and refuse weights that do not add up to it.
+      total_weight: shape.u32(live.reduce((sum, b) => sum + b.weight, 0)),
     };
   }
   if (rule.requestTimeoutMs !== undefined) action.timeout = shape.duration(rule.requestTimeoutMs);

@@ -16,7 +16,8 @@
  */
 import type { Node, Service } from '../engines/registry/registry.js';
 import type { ResolvedClusterSettings } from '../core/upstream/config.js';
-import { parseWeight } from '../core/upstream/host.js';
+import { isIP } from 'node:net';
+import { specFromNode } from '../core/upstream/host.js';
 import { HEALTH_CHECK_PATH_KEY } from '../core/upstream/cluster-manager.js';
 import { byNodeId } from '../engines/registry/records.js';
 
@@ -96,27 +97,51 @@ export function endpointVersionMetadata(version: string, form: 'object' | 'json'
 }
 
 const u32 = (value: number) => ({ value: Math.max(0, Math.min(0xffffffff, Math.floor(value))) });
-const ADS = { ads: {}, resource_api_version: 'V3' };
+/** The ConfigSource of a resource taken over the same ADS stream (v3). */
+export const ADS_CONFIG_SOURCE: Readonly<Message> = Object.freeze({ ads: Object.freeze({}), resource_api_version: 'V3' });
+const ADS = ADS_CONFIG_SOURCE;
 
-export function buildSnapshot(input: XdsInput): XdsSnapshot {
+/**
+ * What building a service's resources says about its nodes: a node left out (its address is not an
+ * IP address: Envoy and gRPC take IPs only in endpoints, and reject the whole set for one that is
+ * not), or a metadata value corrected (a weight out of range).
+ */
+export interface BuildNotes {
+  skipped(node: VersionedNode, reason: string): void;
+  warn(message: string): void;
+}
+
+export function buildSnapshot(input: XdsInput, notes?: BuildNotes): XdsSnapshot {
   const byName = new Map<string, Service[]>();
   for (const s of input.services) byName.set(s.name, [...(byName.get(s.name) ?? []), s]);
   const snapshot: XdsSnapshot = { clusters: new Map(), endpoints: new Map(), listeners: new Map(), routes: new Map() };
   for (const name of [...byName.keys()].sort()) {
-    const built = buildServiceResources(name, byName.get(name)!, input.settings);
+    const built = buildServiceResources(name, byName.get(name)!, input.settings, notes);
     if (!built) continue;
     for (const kind of RESOURCE_KINDS) snapshot[SNAPSHOT_FIELD[kind]].set(name, built[kind]);
   }
   return snapshot;
 }
 
-/** The four resources of one service from its live versions; undefined when it has no node. */
-export function buildServiceResources(name: string, versions: readonly Service[], settings: ResolvedClusterSettings): Record<ResourceKind, Message> | undefined {
-  const nodes = dedupe(versions.flatMap((v) => v.nodes.map((n) => ({ ...n, version: v.version }))));
+/**
+ * The four resources of one service from its live versions; undefined when it has no node with an
+ * IP address (a node registered by host name is left out and told to `notes`).
+ */
+export function buildServiceResources(
+  name: string,
+  versions: readonly Service[],
+  settings: ResolvedClusterSettings,
+  notes?: BuildNotes,
+): Record<ResourceKind, Message> | undefined {
+  const nodes = dedupe(versions.flatMap((v) => v.nodes.map((n) => ({ ...n, version: v.version })))).filter((n) => {
+    if (isIP(n.address) !== 0) return true;
+    notes?.skipped(n, `its address ${n.address} is not an IP address (Envoy and gRPC clients take IP addresses only in endpoints)`);
+    return false;
+  });
   if (nodes.length === 0) return undefined;
   return {
     cluster: buildCluster(name, nodes, settings),
-    endpoint: buildLoadAssignment(name, nodes),
+    endpoint: buildLoadAssignment(name, nodes, notes),
     listener: buildApiListener(name),
     route: buildRouteConfiguration(name),
   };
@@ -201,31 +226,35 @@ export function buildCluster(name: string, nodes: readonly Node[], settings: Res
 }
 
 /**
- * The path the cluster's active health check GETs: the settings' own, else the one every node
- * that names one (`health_check_path` metadata) agrees on. Envoy checks a cluster with one path;
- * nodes that disagree get none (mesh's own clusters check each node at its own path).
+ * The path the cluster's active health check GETs: the one every node is checked at (its
+ * `health_check_path` metadata, else the settings' path), when they all agree. Envoy checks a
+ * cluster with one path; mesh's own clusters check each node at its own path and leave a node
+ * with none unchecked, so nodes that disagree, or one with no path, get no health check.
  */
 function healthCheckPath(nodes: readonly Node[], settings: ResolvedClusterSettings): string | undefined {
-  if (settings.healthCheck.path !== undefined) return settings.healthCheck.path;
-  const paths = new Set(nodes.map((n) => n.metadata?.[HEALTH_CHECK_PATH_KEY]).filter((p): p is string => !!p));
-  if (paths.size !== 1) return undefined;
+  const paths = new Set(
+    nodes.map((n) => {
+      const p = n.metadata?.[HEALTH_CHECK_PATH_KEY] || settings.healthCheck.path || '';
+      return p && !p.startsWith('/') ? `/${p}` : p;
+    }),
+  );
   const [p] = paths;
-  return p!.startsWith('/') ? p : `/${p}`;
+  return paths.size === 1 && p ? p : undefined;
 }
 
-export function buildLoadAssignment(name: string, nodes: readonly VersionedNode[]): Message {
+export function buildLoadAssignment(name: string, nodes: readonly VersionedNode[], notes?: Pick<BuildNotes, 'warn'>): Message {
   const localities = new Map<string, { region: string; zone: string; endpoints: Message[]; weight: number }>();
   for (const n of nodes) {
-    const region = n.metadata?.region ?? '';
-    const zone = n.metadata?.zone ?? '';
+    // Weight, zone, region and hostname as mesh's own clusters read them.
+    const spec = specFromNode(n, (m) => notes?.warn(`service ${name}: ${m}`));
+    const { region, zone, weight } = spec;
     const key = `${region}\n${zone}`;
     let locality = localities.get(key);
     if (!locality) localities.set(key, (locality = { region, zone, endpoints: [], weight: 0 }));
-    const weight = parseWeight(n.metadata?.weight);
     locality.weight += weight;
     const health = n.metadata?.[HEALTH_METADATA_KEY];
     locality.endpoints.push({
-      endpoint: { address: { socket_address: { address: n.address, port_value: n.port } }, hostname: n.id },
+      endpoint: { address: { socket_address: { address: n.address, port_value: n.port } }, hostname: spec.hostname },
       health_status: health === undefined ? 'HEALTHY' : (HEALTH[health] ?? 'UNKNOWN'),
       load_balancing_weight: u32(weight),
       ...(n.version ? { metadata: endpointVersionMetadata(n.version) } : {}),

@@ -15,6 +15,10 @@
  * proxyless gRPC clients.
  */
 import * as grpc from '@grpc/grpc-js';
+import * as http2 from 'node:http2';
+import { createHash } from 'node:crypto';
+import { printable } from '../base/util/text.js';
+import type { Http2Stream } from 'node:http2';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../base/stats/store.js';
 import { RESOURCE_KINDS, SNAPSHOT_FIELD, TYPE_URLS, kindOfTypeUrl, type ResourceKind } from './resources.js';
@@ -32,7 +36,14 @@ export const XDS_STATS = {
     listeners: 'resources.listeners',
     routes: 'resources.routes',
   },
-  counters: { pushes: 'pushes', acks: 'acks', nacks: 'nacks', streams: 'streams_total' },
+  counters: {
+    pushes: 'pushes',
+    acks: 'acks',
+    nacks: 'nacks',
+    streams: 'streams_total',
+    pushesCoalesced: 'pushes_coalesced',
+    streamsStalled: 'streams_stalled',
+  },
 } as const;
 
 /** Kinds whose empty subscription means every resource (Envoy's wildcard). */
@@ -68,12 +79,41 @@ const MAX_CACHED_BODIES = 64;
 /** The user_agent_name Envoy sends in its node. */
 export const ENVOY_USER_AGENT = 'envoy';
 
+/** How long one response may stay unwritten (the client does not read) before its stream is ended. */
+const WRITE_STALL_MS = 30_000;
+/** The largest request a client may send (a DiscoveryRequest names resources; 1 MiB is thousands of names). */
+export const MAX_REQUEST_BYTES = 1024 * 1024;
+/** Resource names one stream may subscribe to, per type; more ends the stream with RESOURCE_EXHAUSTED. */
+const MAX_NAMES_PER_TYPE = 10_000;
+/** Streams served at once; one more is refused with RESOURCE_EXHAUSTED. */
+const MAX_STREAMS = 10_000;
+/** A node id as logged: printable, at most this long. */
+const MAX_LOGGED_NODE_ID = 256;
+/** HTTP/2 pings to an idle client, and how long its answer may take before the connection is dropped. */
+const KEEPALIVE_TIME_MS = 60_000;
+const KEEPALIVE_TIMEOUT_MS = 20_000;
+
+/** A client-supplied node id as it goes into logs: control characters escaped, cut to 256 characters. */
+export function loggedNodeId(id: string): string {
+  const text = printable(id);
+  return text.length > MAX_LOGGED_NODE_ID ? `${text.slice(0, MAX_LOGGED_NODE_ID)}…` : text;
+}
+
 class AdsStream {
   nodeId = '';
   /** The client said it is Envoy (its first request's node). */
   envoy = false;
   private nonce = 0;
   readonly types = new Map<ResourceKind, TypeState>();
+  /** A response is being written (its write has not completed): later pushes wait in `pending`. */
+  private writing?: NodeJS.Timeout;
+  /**
+   * The kinds to push once the write in flight completes (true: even at the version last sent),
+   * each sent then at the snapshot of that moment: a client that reads slowly gets the latest
+   * state, never a queue of the states in between (at most one response per stream is held).
+   */
+  private readonly pending = new Map<ResourceKind, boolean>();
+  private closed = false;
 
   constructor(
     readonly call: AdsCall,
@@ -81,15 +121,19 @@ class AdsStream {
   ) {}
 
   onRequest(req: DiscoveryRequest): void {
-    if (req.node?.id) this.nodeId = req.node.id;
+    if (req.node?.id) this.nodeId = loggedNodeId(req.node.id);
     if (req.node?.user_agent_name) this.envoy = req.node.user_agent_name === ENVOY_USER_AGENT;
     const kind = kindOfTypeUrl(req.type_url);
     if (!kind) {
-      this.server.log.debug({ node: this.nodeId, type_url: req.type_url }, 'xDS: request for a type this server does not serve; ignored');
+      this.server.log.debug({ node: this.nodeId, type_url: printable(req.type_url) }, 'xDS: request for a type this server does not serve; ignored');
       return;
     }
     let state = this.types.get(kind);
     if (state && req.response_nonce && req.response_nonce !== state.sentNonce) return; // stale: a newer response is on its way
+    if (req.resource_names.length > this.server.maxNamesPerType) {
+      this.server.refuse(this, `${req.resource_names.length} ${kind} names in one subscription, more than the limit of ${this.server.maxNamesPerType}`);
+      return;
+    }
     const first = !state;
     if (!state) this.types.set(kind, (state = {}));
     if (req.response_nonce && req.response_nonce === state.sentNonce) {
@@ -97,9 +141,10 @@ class AdsStream {
         this.server.stats.nacks.inc();
         if (state.nackLogged !== state.sentVersion) {
           state.nackLogged = state.sentVersion;
+          const error = printable(req.error_detail.message ?? '');
           this.server.log.warn(
-            { node: this.nodeId, type_url: req.type_url, version: state.sentVersion, accepted_version: req.version_info, error: req.error_detail.message ?? '' },
-            `xDS client ${this.nodeId} rejected ${kind} version ${state.sentVersion ?? ''}: ${req.error_detail.message ?? ''}`,
+            { node: this.nodeId, type_url: req.type_url, version: state.sentVersion, accepted_version: printable(req.version_info), error },
+            `xDS client ${this.nodeId} rejected ${kind} version ${state.sentVersion ?? ''}: ${error}`,
           );
         }
       } else {
@@ -126,24 +171,63 @@ class AdsStream {
   push(kind: ResourceKind, force = false): void {
     const state = this.types.get(kind);
     const snapshot = this.server.snapshot();
-    if (!state || !snapshot) return;
+    if (!state || !snapshot || this.closed) return;
     const { version, resources } =
       this.envoy && kind === 'listener' && state.names === undefined ? snapshot.envoyListeners : this.server.selection(snapshot, kind, state.names);
+    if (!force && version === state.sentVersion && !this.pending.has(kind)) return;
+    if (this.writing) {
+      this.server.stats.pushesCoalesced.inc();
+      this.pending.set(kind, force || (this.pending.get(kind) ?? false));
+      return;
+    }
     if (!force && version === state.sentVersion) return;
     state.sentVersion = version;
     state.sentNonce = String(++this.nonce);
     this.server.stats.pushes.inc();
-    this.call.write({ version, nonce: state.sentNonce, body: this.server.responseBody(kind, version, resources) });
+    this.writing = setTimeout(() => this.server.stalled(this), this.server.writeStallMs);
+    this.writing.unref?.();
+    this.call.write({ version, nonce: state.sentNonce, body: this.server.responseBody(kind, version, resources) }, () => this.written());
+  }
+
+  /** The write in flight completed: the pending kinds go out, one write at a time. */
+  private written(): void {
+    clearTimeout(this.writing);
+    this.writing = undefined;
+    for (const [kind, force] of this.pending) {
+      this.pending.delete(kind);
+      this.push(kind, force);
+      if (this.writing) return;
+    }
+  }
+
+  /** The stream is gone: nothing more is written. */
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.writing);
+    this.writing = undefined;
+    this.pending.clear();
   }
 }
 
-export interface XdsServerOptions {
+interface XdsServerOptionsBase {
   source: XdsSource;
   protos: XdsProtos;
   stats: StatsScope;
   log: Logger;
   credentials?: grpc.ServerCredentials;
 }
+
+/** The server's bounds on what its clients may hold or send (defaults above; tests set them low). */
+export interface XdsServerLimits {
+  /** Resource names per type per stream. Default 10,000. */
+  maxNamesPerType?: number;
+  /** Streams at once. Default 10,000. */
+  maxStreams?: number;
+  /** How long one response may stay unwritten before the stream ends with RESOURCE_EXHAUSTED. Default 30 s. */
+  writeStallMs?: number;
+}
+
+export type XdsServerOptions = XdsServerOptionsBase & XdsServerLimits;
 
 export class XdsServer {
   readonly stats: FamilyStats<typeof XDS_STATS>;
@@ -156,11 +240,18 @@ export class XdsServer {
   private readonly selections = new Map<string, Selection>();
   private readonly unsubscribe: () => void;
   private closing?: Promise<void>;
+  /** New streams are being refused (the limit was said). */
+  private atStreamLimit = false;
 
   constructor(private readonly o: XdsServerOptions) {
     this.log = o.log;
     this.stats = declareStats(o.stats.scope('xds.'), XDS_STATS);
-    this.server = new grpc.Server({ 'grpc.keepalive_permit_without_calls': 1 });
+    this.server = new grpc.Server({
+      'grpc.keepalive_permit_without_calls': 1,
+      'grpc.keepalive_time_ms': KEEPALIVE_TIME_MS,
+      'grpc.keepalive_timeout_ms': KEEPALIVE_TIMEOUT_MS,
+      'grpc.max_receive_message_length': MAX_REQUEST_BYTES,
+    });
     const protos = o.protos;
     const definition: grpc.ServiceDefinition = {
       StreamAggregatedResources: {
@@ -177,6 +268,37 @@ export class XdsServer {
     this.unsubscribe = o.source.onSnapshot((s) => this.onSnapshot(s));
     const first = o.source.snapshot;
     if (first) this.countResources(first);
+  }
+
+  get maxNamesPerType(): number {
+    return this.o.maxNamesPerType ?? MAX_NAMES_PER_TYPE;
+  }
+
+  /** Ends a stream that asked for more than the server holds for one client: RESOURCE_EXHAUSTED, logged. */
+  refuse(stream: AdsStream, why: string): void {
+    this.log.warn({ node: stream.nodeId }, `xDS client ${stream.nodeId}: ${why}; its stream is ended (RESOURCE_EXHAUSTED)`);
+    this.streams.delete(stream);
+    stream.close();
+    this.stats.clientsConnected.set(this.streams.size);
+    stream.call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: why });
+  }
+
+  get writeStallMs(): number {
+    return this.o.writeStallMs ?? WRITE_STALL_MS;
+  }
+
+  /**
+   * A response stayed unwritten for writeStallMs (the client stopped reading): the stream ends
+   * with RESOURCE_EXHAUSTED (an HTTP/2 reset, ENHANCE_YOUR_CALM, as the status could only follow the
+   * unread data), and what it held is freed. The client may reconnect.
+   */
+  stalled(stream: AdsStream): void {
+    if (!this.streams.delete(stream)) return;
+    stream.close();
+    this.stats.streamsStalled.inc();
+    this.stats.clientsConnected.set(this.streams.size);
+    this.log.warn({ node: stream.nodeId }, `xDS client ${stream.nodeId} read no response for ${this.writeStallMs} ms; its stream is ended (RESOURCE_EXHAUSTED)`);
+    resetStream(stream.call, `the client read no response for ${this.writeStallMs} ms`);
   }
 
   snapshot(): EncodedSnapshot | undefined {
@@ -210,11 +332,21 @@ export class XdsServer {
   }
 
   private onStream(call: AdsCall): void {
+    const maxStreams = this.o.maxStreams ?? MAX_STREAMS;
+    if (this.streams.size >= maxStreams) {
+      // Said once each time the limit is reached (clients retry: not once per refused stream).
+      if (!this.atStreamLimit) this.log.warn(`xDS: ${maxStreams} streams open, the limit; new ones are refused (RESOURCE_EXHAUSTED)`);
+      this.atStreamLimit = true;
+      call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: `this control plane serves ${maxStreams} streams at most` });
+      return;
+    }
+    this.atStreamLimit = false;
     const stream = new AdsStream(call, this);
     this.streams.add(stream);
     this.stats.streams.inc();
     this.stats.clientsConnected.set(this.streams.size);
     const done = () => {
+      stream.close();
       if (!this.streams.delete(stream)) return;
       this.stats.clientsConnected.set(this.streams.size);
     };
@@ -243,7 +375,8 @@ export class XdsServer {
     const all = snapshot.resources[kind];
     if (names === undefined) return { version: snapshot.versions[kind], resources: [...all.values()] };
     const sorted = [...names].sort();
-    const key = `${kind}\n${sorted.join('\n')}`;
+    // Keyed by a hash of the names: a cache entry is small however many names a client sends.
+    const key = `${kind}\n${createHash('sha256').update(sorted.join('\n')).digest('base64')}`;
     let found = this.selections.get(key);
     if (!found) {
       const resources: EncodedResource[] = [];
@@ -280,4 +413,16 @@ export class XdsServer {
   private countResources(snapshot: EncodedSnapshot): void {
     for (const kind of RESOURCE_KINDS) this.stats[SNAPSHOT_FIELD[kind]].set(snapshot.resources[kind].size);
   }
+}
+
+/**
+ * Ends a stream whose client does not read: its status as RESOURCE_EXHAUSTED for a client that
+ * reads again, and the HTTP/2 stream reset with ENHANCE_YOUR_CALM (what gRPC clients read as
+ * RESOURCE_EXHAUSTED), as trailers would wait behind the unread data. grpc-js has no public way to
+ * reset a server stream: its HTTP/2 stream is reached through the call's internals when they are there.
+ */
+function resetStream(call: AdsCall, details: string): void {
+  call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details });
+  const h2 = (call as unknown as { call?: { stream?: Http2Stream } }).call?.stream;
+  if (h2 && typeof h2.close === 'function' && !h2.closed) h2.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
 }

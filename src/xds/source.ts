@@ -9,6 +9,8 @@
 import type { Registry, Service, Watcher } from '../engines/registry/registry.js';
 import type { ResolvedClusterSettings } from '../core/upstream/config.js';
 import type { Logger } from 'pino';
+import { declareStats, type FamilyStats, type StatsScope } from '../base/stats/store.js';
+import { printable } from '../base/util/text.js';
 import { buildServiceResources, RESOURCE_KINDS, SNAPSHOT_FIELD, type Message, type ResourceKind, type XdsSnapshot } from './resources.js';
 import { versionOf, type EncodedResource, type XdsProtos } from './protos.js';
 
@@ -39,11 +41,18 @@ export function encodeSnapshot(protos: XdsProtos, messages: XdsSnapshot): Encode
   return { messages, resources, versions, envoyListeners: { version: versionOf([]), resources: [] } };
 }
 
+/** The source's stats, below the `xds.` scope. */
+export const XDS_SOURCE_STATS = {
+  gauges: { skippedNodes: 'skipped_nodes' },
+  counters: { buildErrors: 'build_errors' },
+} as const;
+
 export interface XdsSourceOptions {
   registry: Registry;
   settings: ResolvedClusterSettings;
   protos: XdsProtos;
   log: Logger;
+  stats: StatsScope;
   /** Delay between a registry change and the rebuild. Default 100 ms. */
   debounceMs?: number;
 }
@@ -62,8 +71,18 @@ export class XdsSource {
   private readonly listeners = new Set<(snapshot: EncodedSnapshot) => void>();
   /** Resources that are not the registry's, by kind and name (setExtra). */
   private extra: Partial<Record<ResourceKind, Map<string, { message: Message; encoded: EncodedResource }>>> = {};
+  /**
+   * Per service, what its last build said (nodes left out, values corrected), each said once while
+   * it stays so; and how many of its nodes were left out.
+   */
+  private readonly notes = new Map<string, { said: Set<string>; skipped: number }>();
+  private readonly stats: FamilyStats<typeof XDS_SOURCE_STATS>;
+  /** The registry's resources a route file's of the same kind and name replaces (said once each). */
+  private shadowed = new Set<string>();
 
-  constructor(private readonly o: XdsSourceOptions) {}
+  constructor(private readonly o: XdsSourceOptions) {
+    this.stats = declareStats(o.stats.scope('xds.'), XDS_SOURCE_STATS);
+  }
 
   /** Reads the registry and starts watching it; resolves with the first snapshot. */
   async start(): Promise<EncodedSnapshot> {
@@ -87,8 +106,8 @@ export class XdsSource {
   }
 
   /**
-   * Serves these resources besides the registry's, in place of the last ones set (a name of the
-   * registry's wins). Encodes them first: a message the protos cannot encode throws and changes
+   * Serves these resources besides the registry's, in place of the last ones set (they win over a
+   * registry resource of the same kind and name, said once). Encodes them first: a message the protos cannot encode throws and changes
    * nothing. Announces the snapshot when a version moved.
    */
   setExtra(resources: Partial<Record<ResourceKind, ReadonlyMap<string, Message>>>): void {
@@ -155,17 +174,47 @@ export class XdsSource {
     }
     if (this.closed) return;
     // Only the services that changed are built and encoded again.
-    for (const [name, versions] of read) {
-      const messages = buildServiceResources(name, versions, this.o.settings);
+    for (const [name, versions] of read) this.build(name, versions);
+    this.stats.skippedNodes.set([...this.notes.values()].reduce((sum, n) => sum + n.skipped, 0));
+    this.announce(this.assemble());
+  }
+
+  /**
+   * Builds and encodes one service's resources. One that fails (a bug, or a value the protos cannot
+   * encode) keeps its last built resources, is logged with its name and counted in
+   * `xds.build_errors`, and is built again at its next change; the other services go on.
+   */
+  private build(name: string, versions: Service[]): void {
+    const said = new Set<string>();
+    let skipped = 0;
+    const before = this.notes.get(name)?.said;
+    const say = (message: string, fields: Record<string, unknown>) => {
+      said.add(message);
+      if (!before?.has(message)) this.o.log.warn({ service: name, ...fields }, `xDS: ${message}`);
+    };
+    try {
+      const messages = buildServiceResources(name, versions, this.o.settings, {
+        skipped: (node, reason) => {
+          skipped++;
+          say(`node ${node.id} of service ${name} left out: ${reason}`, { node: node.id, address: node.address });
+        },
+        warn: (message) => say(message, {}),
+      });
       if (!messages) {
         this.built.delete(name);
-        continue;
+      } else {
+        const encoded = {} as Record<ResourceKind, EncodedResource>;
+        for (const kind of RESOURCE_KINDS) encoded[kind] = this.o.protos.encodeResource(kind, name, messages[kind]);
+        this.built.set(name, { messages, encoded });
       }
-      const encoded = {} as Record<ResourceKind, EncodedResource>;
-      for (const kind of RESOURCE_KINDS) encoded[kind] = this.o.protos.encodeResource(kind, name, messages[kind]);
-      this.built.set(name, { messages, encoded });
+    } catch (err) {
+      this.stats.buildErrors.inc();
+      const message = printable((err as Error).message ?? String(err));
+      this.o.log.error({ service: name, err: message }, `xDS: building the resources of service ${name} failed (serving its last ones): ${message}`);
+      return;
     }
-    this.announce(this.assemble());
+    if (said.size > 0 || skipped > 0) this.notes.set(name, { said, skipped });
+    else this.notes.delete(name);
   }
 
   private announce(next: EncodedSnapshot): void {
@@ -187,14 +236,23 @@ export class XdsSource {
       }
     }
     const envoyListeners: EncodedResource[] = [];
+    const shadowed = new Set<string>();
     for (const kind of RESOURCE_KINDS) {
       for (const [name, e] of this.extra[kind] ?? []) {
-        if (resources[kind].has(name)) continue;
+        // The route file's own wins over a registry service of the same name (its API listener or routes).
+        if (resources[kind].has(name)) {
+          const key = `${kind} ${name}`;
+          shadowed.add(key);
+          if (!this.shadowed.has(key)) {
+            this.o.log.warn({ service: name, kind }, `xDS: the ${kind} of registry service ${name} is not served: the route file's ${kind} of that name is`);
+          }
+        }
         messages[SNAPSHOT_FIELD[kind]].set(name, e.message);
         resources[kind].set(name, e.encoded);
         if (kind === 'listener') envoyListeners.push(e.encoded);
       }
     }
+    this.shadowed = shadowed;
     const versions = {} as Record<ResourceKind, string>;
     for (const kind of RESOURCE_KINDS) versions[kind] = versionOf([...resources[kind].values()]);
     return { messages, resources, versions, envoyListeners: { version: versionOf(envoyListeners), resources: envoyListeners } };
