@@ -11,59 +11,9 @@ import { parseRouteFile } from '../src/edge/routes/file.js';
 import { envoyRoutes } from '../src/xds/envoy-routes.js';
 import { buildCluster, endpointVersionMetadata, VERSION_SUBSETS } from '../src/xds/resources.js';
 import { resolveSettings } from '../src/core/upstream/config.js';
+import { SHOP_ROUTE_FILE } from './fixtures/xds-route-file.js';
 
-const FILE = `
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: shop}
-spec:
-  hostnames: [shop.example.com, "*.example.com"]
-  rules:
-    - name: checkout
-      matches:
-        - path: {type: PathPrefix, value: /checkout/}
-          method: POST
-          headers: [{name: X-Tester, value: ann}]
-          queryParams: [{type: RegularExpression, name: v, value: "[0-9]+"}]
-      backendRefs:
-        - {name: go.mesh.srv.checkout, version: v1, weight: 90}
-        - {name: go.mesh.srv.checkout, version: v2, weight: 10}
-      timeouts: {request: 10s, backendRequest: 2500ms}
-      retry: {attempts: 2, codes: [502, 503], backoff: 100ms, budget: {percent: 20, min: 3}}
-      filters:
-        - type: RequestHeaderModifier
-          requestHeaderModifier: {set: [{name: X-Env, value: canary}], add: [{name: X-Seen, value: "1"}], remove: [X-Debug]}
-        - type: ResponseHeaderModifier
-          responseHeaderModifier: {set: [{name: Cache-Control, value: no-store}]}
-      fault: {delay: {fixedDelay: 2s, percentage: 10}, abort: {httpStatus: 503, percentage: 0.5}}
-    - name: old
-      matches: [{path: {value: /old}}]
-      filters:
-        - type: RequestRedirect
-          requestRedirect: {scheme: https, hostname: shop.example.com, statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: any-host}
-spec:
-  rules:
-    - matches: [{path: {type: Exact, value: /health}}]
-      backendRefs: [{name: go.mesh.srv.health}]
-    - matches: [{path: {type: RegularExpression, value: "/items/[0-9]+"}}]
-      backendRefs: [{name: go.mesh.srv.items}]
-      filters:
-        - type: URLRewrite
-          urlRewrite: {hostname: items.internal, path: {type: ReplaceFullPath, replaceFullPath: /item}}
-        - type: RequestMirror
-          requestMirror: {backendRef: {name: go.mesh.srv.items-shadow}}
-    - matches: [{path: {value: /api}}]
-      backendRefs: [{name: go.mesh.srv.api}]
-      filters:
-        - type: URLRewrite
-          urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}
-    - matches: [{path: {value: /gone}}]
-      backendRefs: [{name: go.mesh.srv.gone, weight: 0}]
-`;
+const FILE = SHOP_ROUTE_FILE;
 
 const brief = (vs: Violation[]) => vs.map((v) => `${v.path} ${v.rule}: ${v.message}`);
 type Json = Record<string, any>;
