@@ -259,16 +259,20 @@ describe('a long stream on a server with a short --request_timeout', () => {
   const mesh = new Mesh({ ...quiet, requestTimeout: '400ms', requestHeadersTimeout: '200ms' });
 
   before(async () => {
-    mesh.service({ name: 'go.mesh.srv.slowchat' }).stream(
+    const svc = mesh.service({ name: 'go.mesh.srv.slowchat' });
+    svc.handle('Echo.Once', (req: unknown) => req);
+    svc.stream(
       'Echo.Chat',
       async function* (reqs: AsyncIterable<{ say: string }>) {
         for await (const r of reqs) yield { echo: r.say };
       },
       { kind: 'bidi' },
     );
-    await mesh.start();
+    const { services } = await mesh.start();
+    port = services[0]!.nodes[0]!.port;
   });
   after(() => mesh.close());
+  let port = 0;
 
   it('a bidi stream whose requests last longer than the whole-request timeout is not cut off', async () => {
     let answered!: () => void;
@@ -286,6 +290,17 @@ describe('a long stream on a server with a short --request_timeout', () => {
       answered();
     }
     assert.deepEqual(got, [{ echo: 'one' }, { echo: 'two' }]);
+  });
+
+  it('the exemption is for streams only: a slow plain body on the same server is still cut with 408', async () => {
+    // The stream above made the server ignore the request timeout for the sockets that carry a stream;
+    // a slowloris body on another connection must not profit from it.
+    const socket = connect(port, '127.0.0.1');
+    let received = '';
+    socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
+    socket.write('POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nMesh-Service: go.mesh.srv.slowchat\r\nMesh-Endpoint: Echo.Once\r\nContent-Length: 100\r\n\r\n{');
+    await new Promise((r) => socket.once('close', r));
+    assert.match(received, /^HTTP\/1\.1 408 /);
   });
 });
 
