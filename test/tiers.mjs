@@ -46,6 +46,7 @@ export const UNIT = [
   'test/fuzz/duration.test.ts',
   'test/fuzz/flags.test.ts',
   'test/fuzz/headers.test.ts',
+  'test/fuzz/header-names.test.ts',
   'test/fuzz/json.test.ts',
   'test/fuzz/proxy-config.test.ts',
   'test/fuzz/resolve.test.ts',

@@ -8,6 +8,7 @@ import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 import { FlagError, type Config, type ParsedArgs } from './flags.js';
 import { Runtime } from '../process/runtime.js';
 import { formatAddress, parseAddress, type HostPort } from '../base/util/address.js';
+import { serviceNameProblem } from '../engines/registry/validate.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
@@ -77,6 +78,10 @@ export function planSidecar(config: Config, ttlGiven: boolean): SidecarPlan {
       throw new FlagError(`invalid value "${inboundAddress}" for flag --inbound_address: ${(err as Error).message}`);
     }
   }
+  for (const name of config.inbound_auth_callers) {
+    const problem = serviceNameProblem(name);
+    if (problem) throw new FlagError(`invalid value ${JSON.stringify(name)} for flag --inbound_auth_callers: ${problem}`);
+  }
   if (config.sidecar_token !== undefined && config.sidecar_token.length < 16) {
     throw new FlagError('invalid value for flag --sidecar_token: use at least 16 characters (e.g. openssl rand -hex 32)');
   }
@@ -112,7 +117,7 @@ export async function startSidecar(plan: SidecarPlan, runtime: Runtime, defaultA
     // The same certificate is presented by the inbound listener.
     const workload = await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
     const admin = await runtime.startAdmin(defaultAdmin);
-    const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup) } : undefined;
+    const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup), authCallers: config.inbound_auth_callers } : undefined;
     const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime, { role: 'sidecar', namespace }), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
     let bound;
     try {

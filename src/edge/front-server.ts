@@ -40,6 +40,7 @@ import { failSpan, SpanKind, traceOf, type Span } from '../base/tracing/tracer.j
 import type { CallContext } from '../base/util/call-context.js';
 import { serveMtls } from '../base/mtls/server.js';
 import type { WorkloadTls } from '../base/mtls/workload-tls.js';
+import { HeaderNameFilter } from './filters/header-names.js';
 
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
 export const HEALTH_PATH = '/_mesh/health';
@@ -118,6 +119,11 @@ export interface FrontServerOptions<R = undefined> {
    * calling it is no loop), and --cors does not apply to it (its callers are mesh processes).
    */
   mtls?: { workload: WorkloadTls; service: string };
+  /**
+   * True when this request's caller may assert an end user: its `Mesh-Auth-Subject` and
+   * `Mesh-Auth-Scopes` are kept (src/edge/filters/header-names.ts). Default: never, they are removed.
+   */
+  trustsAuthHeaders?: (req: IncomingMessage) => boolean;
 }
 
 /** The methods of the HTTP semantic conventions; any other is `_OTHER` (and names its span `HTTP`). */
@@ -151,6 +157,7 @@ export class FrontServer<R = undefined> {
   private readonly rateLimitOk?: Counter;
   private readonly rateLimitOver?: Counter;
   private readonly onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  private readonly headerNames: HeaderNameFilter;
 
   constructor(private readonly options: FrontServerOptions<R>) {
     this.onPhase = options.onPhase;
@@ -175,6 +182,7 @@ export class FrontServer<R = undefined> {
       this.rateLimitOver = limits.overLimit;
     }
     this.accessLog = options.runtime.accessLog;
+    this.headerNames = new HeaderNameFilter({ policy: options.runtime.options.headersWithUnderscores, stats: scope, errorId: options.errorId, trustsAuthHeaders: options.trustsAuthHeaders });
   }
 
   async listen(address: string): Promise<AddressInfo> {
@@ -215,7 +223,7 @@ export class FrontServer<R = undefined> {
         const target = attachTarget(req);
         onPhase?.('target', req);
         onPhase?.('edge', req);
-        const refused = this.normalize(req, target) ?? this.badMeshTimeout(req);
+        const refused = this.headerNames.apply(req) ?? this.normalize(req, target) ?? this.badMeshTimeout(req);
         if (refused) {
           refuseSocket(socket, refused, this.options.errorId);
           return;
@@ -403,6 +411,12 @@ export class FrontServer<R = undefined> {
       req.resume();
       res.shouldKeepAlive = false;
       sendError(res, new MeshError(this.options.errorId, 431, `more than ${MAX_HEADER_COUNT} header fields`), this.options.errorId);
+      return;
+    }
+    const badName = this.headerNames.apply(req);
+    if (badName) {
+      req.resume();
+      sendError(res, badName, this.options.errorId);
       return;
     }
     if (this.cors?.apply(req, res)) return;

@@ -13,10 +13,13 @@
  * - Each new handshake uses the workload's current certificate and roots (tls.Server's
  *   setSecureContext on each change): a renewed certificate or a new root applies to the next
  *   connection, and connections already open keep theirs.
- * - The caller's identity is its certificate's SPIFFE ID: peerIdentityOf(req.socket).
+ * - The caller's identity is its certificate's SPIFFE ID: peerIdentityOf(req.socket). A certificate
+ *   with no valid SPIFFE ID of the workload's trust domain (spiffeIdProblem) is answered 403 and
+ *   closed, in either mode: it is never served as a plain caller.
  * - `ssl.*` stats under the server's scope, named after Envoy's: handshake, session_reused,
  *   fail_verify_no_cert (no client certificate), fail_verify_error (not signed by a trusted root),
- *   connection_error (any other failed handshake), and downstream_cx_plain_refused (plain HTTP in strict mode).
+ *   fail_verify_san (no valid SPIFFE ID of the trust domain), connection_error (any other failed
+ *   handshake), and downstream_cx_plain_refused (plain HTTP in strict mode).
  */
 import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
@@ -25,7 +28,7 @@ import type { Logger } from 'pino';
 import { MeshError } from '../errors.js';
 import { refuseSocket } from '../http/respond.js';
 import { declareStats, type StatsScope } from '../stats/store.js';
-import type { WorkloadTls } from './workload-tls.js';
+import { peerIdentityProblem, type WorkloadTls } from './workload-tls.js';
 
 export const MTLS_SERVER_STATS = {
   counters: {
@@ -35,6 +38,7 @@ export const MTLS_SERVER_STATS = {
     verifyError: 'ssl.fail_verify_error',
     connectionError: 'ssl.connection_error',
     plainRefused: 'downstream_cx_plain_refused',
+    badIdentity: 'ssl.fail_verify_san',
   },
 } as const;
 
@@ -95,6 +99,15 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
   tls.on('secureConnection', (socket: TLSSocket) => {
     s.handshake.inc();
     if (socket.isSessionReused()) s.sessionReused.inc();
+    // A certificate of the mesh's CA that the CA would never issue (no SPIFFE ID, another trust
+    // domain, an ID not in the specification's form): refused, in either mode, never taken as plain.
+    const problem = peerIdentityProblem(socket.getPeerCertificate(), workload.trustDomain);
+    if (problem) {
+      s.badIdentity.inc();
+      options.log?.warn({ service: options.service, remote: socket.remoteAddress, reason: problem }, 'mTLS caller refused: its certificate has no valid identity');
+      refuseSocket(socket, new MeshError(options.service, 403, `service ${options.service} refuses this client certificate: ${problem}`), options.service);
+      return;
+    }
     serve.call(server, socket);
   });
   tls.on('tlsClientError', (err: Error & { code?: string }, socket: TLSSocket) => {

@@ -112,6 +112,46 @@ export function endToEndHeaders(headers: Record<string, string | string[] | unde
   return out;
 }
 
+/**
+ * A header name as CGI-style backends read it (CGI's `HTTP_*` variables: Python WSGI, PHP, Rack,
+ * many Go and Java adapters): case folded and `_` read as `-`, so `Mesh_Auth_Subject`,
+ * `MESH-AUTH-SUBJECT` and `mesh-auth-subject` are one name. Lower case in, lower case out.
+ */
+export function foldHeaderName(lower: string): string {
+  return lower.includes('_') ? lower.replaceAll('_', '-') : lower;
+}
+
+/** Folded names the mesh sets or reads on a request (beyond the prefixes of MESH_HEADER_PREFIXES). */
+const MESH_HEADER_NAMES: ReadonlySet<string> = new Set([
+  'content-length',
+  'content-type',
+  'transfer-encoding',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'user-agent',
+  'if-none-match',
+  'access-control-request-method',
+  'access-control-request-headers',
+]);
+/**
+ * Prefixes of folded names the mesh sets or reads: its own (`Mesh-*`: the wire protocol, the
+ * edge's identity headers, the sidecar token, the broker's), the admin's `X-Mesh-Admin`, the
+ * forwarding headers it sets (`X-Forwarded-*`), gRPC's and the WebSocket handshake's.
+ */
+const MESH_HEADER_PREFIXES = ['mesh-', 'x-mesh-', 'x-forwarded-', 'grpc-', 'sec-websocket-'] as const;
+
+/**
+ * Whether a folded header name (foldHeaderName) is one the mesh sets or reads: a client's header
+ * spelled with `_` that folds to one of these is never passed on, whatever
+ * --headers_with_underscores says, since a CGI-style backend would read it as the mesh's own.
+ */
+export function isMeshHeaderName(folded: string): boolean {
+  if (MESH_HEADER_NAMES.has(folded)) return true;
+  for (const prefix of MESH_HEADER_PREFIXES) if (folded.startsWith(prefix)) return true;
+  return false;
+}
+
 /** The most digits a header integer may have: any 15-digit number is exact in a JS number. */
 const MAX_INTEGER_DIGITS = 15;
 const DIGITS = /^[0-9]+$/;

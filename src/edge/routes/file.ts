@@ -16,7 +16,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
-import { isEdgeSetHeader, isHopByHop } from '../../core/transport/headers.js';
+import { foldHeaderName, isEdgeSetHeader, isHopByHop, isMeshHeaderName } from '../../core/transport/headers.js';
 import { LineCounter, isMap, isScalar, isSeq, parseAllDocuments, type Node, type Pair } from 'yaml';
 
 export type RouteHandler = 'api' | 'rpc' | 'proxy';
@@ -468,7 +468,10 @@ function modifiableHeader(at: At): string {
   if (!HEADER_NAME.test(name)) throw at.error(`${JSON.stringify(name)} is not a valid header name`);
   const lower = name.toLowerCase();
   if (isHopByHop(lower) || lower === 'host' || lower === 'content-length') throw at.error(`${name} cannot be modified (a hop-by-hop header, or the request's framing; URLRewrite sets the host)`);
-  if (isEdgeSetHeader(lower)) throw at.error(`${name} cannot be modified (only the mesh edge sets it)`);
+  // Compared as CGI-style backends read names (`_` as `-`): Mesh_Auth_Subject is Mesh-Auth-Subject to them.
+  const folded = foldHeaderName(lower);
+  if (isEdgeSetHeader(folded)) throw at.error(`${name} cannot be modified (only the mesh edge sets it)`);
+  if (folded !== lower && isMeshHeaderName(folded)) throw at.error(`${name} cannot be modified (backends read it as ${folded}, a header the mesh sets or reads)`);
   return lower;
 }
 

@@ -11,7 +11,9 @@
  *   endpoint the `Mesh-Endpoint` of an RPC call (other requests have none). A denied call gets
  *   the 403 error JSON of the framework's servers; the app never sees it.
  * - Removes any `Mesh-Peer-Identity` the request came with and sets the caller's (none for a caller
- *   without a certificate); a `Connection` header cannot name it away (isEdgeSetHeader).
+ *   without a certificate); a `Connection` header cannot name it away (isEdgeSetHeader). Keeps
+ *   `Mesh-Auth-Subject` and `Mesh-Auth-Scopes` only from the callers of --inbound_auth_callers (the
+ *   gateway's identity by default): the front server's header step removes everyone else's.
  * - Forwards the request as it is (the RPC wire's `POST /` with Mesh-Service and Mesh-Endpoint, or
  *   anything a proxying caller sends, WebSocket upgrades included) to the app on its
  *   --server_address, with the proxy handler (src/edge/handlers/proxy.ts): streamed both ways,
@@ -58,6 +60,11 @@ export interface InboundOptions {
   workload: WorkloadTls;
   /** --authz_rules; undefined: every call is allowed. */
   authz?: ServiceAuthz;
+  /**
+   * --inbound_auth_callers: the SPIFFE IDs whose `Mesh-Auth-Subject` and `Mesh-Auth-Scopes` reach
+   * the app (the gateway's by default); every other caller's, a plain caller's included, are removed.
+   */
+  authCallers: ReadonlySet<string>;
 }
 
 export class SidecarInbound {
@@ -80,6 +87,10 @@ export class SidecarInbound {
       mtls: { workload: options.workload, service: options.app },
       handle: (req, res, ctx) => this.handle(req, res, ctx),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
+      trustsAuthHeaders: (req) => {
+        const peer = this.peerOf(req.socket);
+        return peer !== undefined && options.authCallers.has(peer);
+      },
       // Nothing before the handler reads the ambient context.
       explicitContext: () => true,
     });
@@ -97,17 +108,22 @@ export class SidecarInbound {
   private admit(req: IncomingMessage): { denied?: MeshError; encrypted: boolean } {
     const socket = req.socket;
     const encrypted = (socket as { encrypted?: boolean }).encrypted === true;
-    let peer: string | undefined;
-    if (encrypted) {
-      if (this.peers.has(socket)) peer = this.peers.get(socket);
-      else this.peers.set(socket, (peer = peerIdentityOf(socket)));
-    }
+    const peer = this.peerOf(socket);
     const endpoint = req.headers[HEADER_ENDPOINT];
     const denied = this.options.authz?.check(peer, this.options.app, typeof endpoint === 'string' ? endpoint : undefined);
     if (denied) return { denied, encrypted };
     removeHeaders(req, (name) => name === HEADER_PEER_IDENTITY);
     if (peer !== undefined) addHeader(req, PEER_IDENTITY_HEADER, peer);
     return { encrypted };
+  }
+
+  /** The SPIFFE ID of the connection's caller (undefined: plain, or none), read once per connection. */
+  private peerOf(socket: object): string | undefined {
+    if ((socket as { encrypted?: boolean }).encrypted !== true) return undefined;
+    if (this.peers.has(socket)) return this.peers.get(socket);
+    const peer = peerIdentityOf(socket);
+    this.peers.set(socket, peer);
+    return peer;
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {

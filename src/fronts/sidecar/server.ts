@@ -49,7 +49,7 @@ import { ALLOWED_HOSTS_FLAG, HostCheck } from '../../base/http/host-check.js';
 import type { FrontRateLimit } from '../../base/http/rate-limit.js';
 import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../../edge/auth/edge.js';
 import { SidecarInbound } from './inbound.js';
-import { MTLS_METADATA_KEY, type WorkloadTls } from '../../base/mtls/workload-tls.js';
+import { CALLER_NAMES, MTLS_METADATA_KEY, spiffeIdOf, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 import { advertisedAddress } from '../../base/util/address.js';
 import { handleApi } from '../../edge/handlers/api.js';
@@ -103,6 +103,8 @@ export interface SidecarInboundOptions {
   workload: WorkloadTls;
   /** --authz_rules, checked on every call that arrives there. */
   authz?: ServiceAuthz;
+  /** --inbound_auth_callers: the service names whose Mesh-Auth-* reach the app. Default `mesh.api`. */
+  authCallers?: readonly string[];
 }
 
 /**
@@ -208,7 +210,9 @@ export class Sidecar {
     if (options.app) this.app = new AppRegistration(runtime, options.app);
     if (options.app && options.inbound) {
       this.inboundOptions = options.inbound;
-      this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload: options.inbound.workload, authz: options.inbound.authz });
+      const workload = options.inbound.workload;
+      const authCallers = new Set((options.inbound.authCallers ?? [CALLER_NAMES.gateway]).map((name) => spiffeIdOf(workload.trustDomain, name)));
+      this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers });
     }
     this.server = new FrontServer<SidecarRoute>({
       runtime,
