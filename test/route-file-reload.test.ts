@@ -17,7 +17,7 @@ const route = (version: string) =>
   `apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {rules: [{backendRefs: [{name: svc, version: ${version}}]}]}\n`;
 
 describe('live route file', () => {
-  it('swaps on a good file, keeps the table on a bad one (counted, logged once)', () => {
+  it('swaps on a good file, keeps the table on a bad one (counted, logged once)', async () => {
     const dir = tempDir('mesh-routes-live-');
     try {
       const file = join(dir.path, 'routes.yaml');
@@ -30,12 +30,12 @@ describe('live route file', () => {
       const first = live.table;
       assert.equal(first.match(req)?.backend?.version, 'v1');
 
-      assert.equal(live.reload(), true); // unchanged: nothing happens
+      assert.equal(await live.reload(), true); // unchanged: nothing happens
       assert.equal(live.table, first);
       assert.equal(stats.counter('routes.update_success').value, 0);
 
       writeFileSync(file, route('v2'));
-      assert.equal(live.reload(), true);
+      assert.equal(await live.reload(), true);
       assert.notEqual(live.table, first);
       assert.equal(live.table.match(req)?.backend?.version, 'v2');
       assert.equal(first.match(req)?.backend?.version, 'v1'); // what a request read stays
@@ -43,8 +43,8 @@ describe('live route file', () => {
 
       const good = live.table;
       writeFileSync(file, route('v 3'));
-      assert.equal(live.reload(), false);
-      assert.equal(live.reload(), false);
+      assert.equal(await live.reload(), false);
+      assert.equal(await live.reload(), false);
       assert.equal(live.table, good);
       assert.equal(stats.counter('routes.update_failure').value, 2);
       const failed = lines.filter((l) => l.includes('route file reload failed'));

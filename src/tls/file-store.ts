@@ -6,16 +6,19 @@
  * files as a fallback where watching is unreliable (network filesystems, some containers). A change
  * reloads the pair: if the new pair is valid, every listener gets it with `setSecureContext` and new
  * connections see the new certificate; if it is not (a half-written file, a key that does not match),
- * the previous pair keeps serving and the problem is logged. A pair caught half-way through being
- * replaced (the certificate written, the key not yet) is checked again shortly before it is reported.
+ * the previous pair keeps serving and the problem is logged. Both files are read once they have
+ * settled (readSettled, src/tls/workload/watch.ts: two reads in a row agree, neither is empty), so
+ * a pair caught half-way through being rewritten (the certificate written, the key not yet) is read
+ * again; a pair that still does not match is checked again shortly before it is reported.
  */
-import { statSync, watch, type FSWatcher, type Stats } from 'node:fs';
+import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Logger } from 'pino';
 import type { CertificateInfo } from './certificate.js';
 import type { StatsStore } from '../base/stats/store.js';
-import { loadPair, type LoadedPair } from './files.js';
+import { checkPair, loadPair, type LoadedPair } from './files.js';
+import { fileSignature, readSettled, serialized, type SettleOptions } from './workload/watch.js';
 import type { TlsProvider } from './provider.js';
 
 export interface FileStoreOptions {
@@ -25,20 +28,13 @@ export interface FileStoreOptions {
   stats: StatsStore;
   /** Period of the stat fallback (ms). Default 2000. */
   pollMs?: number;
-  /** Wait after a change event before reading, so writes can finish (ms). Default 150. */
+  /** Wait after a change event before reading, and between the reads that must agree (ms). Default 150. */
   settleMs?: number;
+  /** Most reads of one settled read (default 10); `onRead` is told of each (tests). */
+  maxReads?: SettleOptions['maxReads'];
+  onRead?: SettleOptions['onRead'];
   /** Second look at an invalid pair before reporting it (ms). Default 1000. */
   retryMs?: number;
-}
-
-function signature(path: string): string {
-  let st: Stats;
-  try {
-    st = statSync(path);
-  } catch (err) {
-    return `error:${(err as NodeJS.ErrnoException).code ?? 'unknown'}`;
-  }
-  return `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
 }
 
 export class FileCertificateStore implements TlsProvider {
@@ -57,6 +53,9 @@ export class FileCertificateStore implements TlsProvider {
   private closed = false;
   private readonly reloadOk;
   private readonly reloadFailed;
+  /** Reloads one at a time (serialized); `second` of the call that queued it. */
+  private second = false;
+  private readonly reloadSerial = serialized(() => this.reloadOnce(this.second));
 
   /** Loads the pair at once: a missing, unreadable or mismatched file throws an Error naming it. */
   constructor(private readonly options: FileStoreOptions) {
@@ -130,7 +129,7 @@ export class FileCertificateStore implements TlsProvider {
   }
 
   private signature(): string {
-    return `${signature(this.certFile)}|${signature(this.keyFile)}`;
+    return `${fileSignature(this.certFile)}|${fileSignature(this.keyFile)}`;
   }
 
   /** A change was seen: read the files once writes have settled. */
@@ -138,24 +137,35 @@ export class FileCertificateStore implements TlsProvider {
     if (this.closed || this.settleTimer) return;
     this.settleTimer = setTimeout(() => {
       this.settleTimer = undefined;
-      this.reload(false);
+      void this.reload(false);
     }, this.options.settleMs ?? 150);
     this.settleTimer.unref();
   }
 
-  /** Reads the pair; installs it when valid and new. `second` is the delayed second look at a bad pair. */
-  reload(second: boolean): boolean {
+  /**
+   * Reads the pair once settled (reloads run one at a time); installs it when valid and new.
+   * `second` is the delayed second look at a bad pair.
+   */
+  reload(second: boolean): Promise<boolean> {
+    this.second = second;
+    return this.reloadSerial();
+  }
+
+  private async reloadOnce(second: boolean): Promise<boolean> {
     if (this.closed) return false;
     this.lastSignature = this.signature();
+    const { certFile, keyFile } = this.options;
     let next: LoadedPair;
     try {
-      next = loadPair(this.options.certFile, this.options.keyFile);
+      const [cert, key] = await readSettled([certFile, keyFile], { settleMs: this.options.settleMs ?? 150, maxReads: this.options.maxReads, onRead: this.options.onRead });
+      if (this.closed) return false;
+      next = checkPair(cert!, key!, { certFile, keyFile });
     } catch (err) {
       const message = (err as Error).message;
       if (!second) {
         // Perhaps caught half-way through a replacement: look again before complaining.
         clearTimeout(this.retryTimer);
-        this.retryTimer = setTimeout(() => this.reload(true), this.options.retryMs ?? 1000);
+        this.retryTimer = setTimeout(() => void this.reload(true), this.options.retryMs ?? 1000);
         this.retryTimer.unref();
         return false;
       }
