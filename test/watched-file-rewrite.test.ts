@@ -23,6 +23,10 @@ import { EdgeAuth, readAuthSetup, type AuthFlags } from '../src/edge/auth/edge.j
 import { ServiceAuthz, readAuthzSetup } from '../src/edge/auth/authz.js';
 import { StatsStore } from '../src/base/stats/store.js';
 import { readSettled, SettledReadError } from '../src/tls/workload/watch.js';
+import { FileCertificateStore } from '../src/tls/file-store.js';
+import { createRoot } from '../src/tls/workload/x509.js';
+import { connect, createServer as createTlsServer } from 'node:tls';
+import type { AddressInfo } from 'node:net';
 import { startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { tempDir, waitFor } from './helpers.js';
 
@@ -294,6 +298,52 @@ describe('watched files rewritten in place', () => {
     assert.match(String(authz.dump().last_reload_error), /is empty/);
     assert.equal(authz.decide(undefined, 'b', 'X.Y').allowed, false);
     assert.equal(authz.decide(undefined, 'a', 'X.Y').allowed, true);
+  });
+
+  it('--enable_tls: a certificate rewritten before its key is not taken as a mismatched pair; an empty one keeps the served pair', async () => {
+    const certFile = join(dir.path, 'tls.crt');
+    const keyFile = join(dir.path, 'tls.key');
+    const pair = (serial: string) => createRoot({ serial, commonName: 'localhost', organization: 'mesh test', lifetimeMs: 86_400_000 });
+    const [a, b] = await Promise.all([pair('0a'), pair('0b')]);
+    writeFileSync(certFile, a.certPem);
+    writeFileSync(keyFile, a.keyPem);
+    const stats = new StatsStore();
+    // The certificate's reads write the key: it lands after the certificate was read once.
+    let keyNext: string | undefined;
+    const onRead = () => {
+      if (keyNext === undefined) return;
+      writeFileSync(keyFile, keyNext);
+      keyNext = undefined;
+    };
+    // No second look at a bad pair within the test (retryMs): the settled read alone must get it right.
+    const store = new FileCertificateStore({ certFile, keyFile, log: pino({ level: 'silent' }), stats, pollMs: 60_000, settleMs: 20, retryMs: 600_000, onRead });
+    const server = createTlsServer(store.serverOptions(), (socket) => socket.end());
+    store.attach(server);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const served = () =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect({ host: '127.0.0.1', port: (server.address() as AddressInfo).port, rejectUnauthorized: false }, () => {
+          resolve(socket.getPeerCertificate().serialNumber.toLowerCase());
+          socket.destroy();
+        });
+        socket.on('error', reject);
+      });
+    try {
+      await store.start();
+      assert.equal(await served(), '0a');
+      keyNext = b.keyPem;
+      writeFileSync(certFile, b.certPem);
+      await waitFor(() => stats.counter('tls.file_reload_success').value === 1 || stats.counter('tls.file_reload_failure').value > 0, 10_000);
+      assert.equal(stats.counter('tls.file_reload_failure').value, 0);
+      assert.equal(await served(), '0b');
+      writeFileSync(certFile, '');
+      assert.equal(await store.reload(true), false);
+      assert.equal(stats.counter('tls.file_reload_failure').value, 1);
+      assert.equal(await served(), '0b');
+    } finally {
+      await store.close();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 
   it('readSettled: a file still changing after maxReads reads is given up; a missing file says so', async () => {

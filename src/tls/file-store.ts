@@ -53,9 +53,13 @@ export class FileCertificateStore implements TlsProvider {
   private closed = false;
   private readonly reloadOk;
   private readonly reloadFailed;
-  /** Reloads one at a time (serialized); `second` of the call that queued it. */
+  /** Reloads one at a time (serialized); the next run is a second look when a call since the last start asked for one. */
   private second = false;
-  private readonly reloadSerial = serialized(() => this.reloadOnce(this.second));
+  private readonly reloadSerial = serialized(() => {
+    const second = this.second;
+    this.second = false;
+    return this.reloadOnce(second);
+  });
 
   /** Loads the pair at once: a missing, unreadable or mismatched file throws an Error naming it. */
   constructor(private readonly options: FileStoreOptions) {
@@ -147,7 +151,7 @@ export class FileCertificateStore implements TlsProvider {
    * `second` is the delayed second look at a bad pair.
    */
   reload(second: boolean): Promise<boolean> {
-    this.second = second;
+    this.second ||= second;
     return this.reloadSerial();
   }
 
