@@ -8,6 +8,7 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
 import { appendFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -24,7 +25,10 @@ import { ServiceAuthz, readAuthzSetup } from '../src/edge/auth/authz.js';
 import { StatsStore } from '../src/base/stats/store.js';
 import { readSettled, SettledReadError } from '../src/tls/workload/watch.js';
 import { FileCertificateStore } from '../src/tls/file-store.js';
-import { createRoot } from '../src/tls/workload/x509.js';
+import { createCsr, createRoot, generateKeyPair, privateKeyPem } from '../src/tls/workload/x509.js';
+import { FileWorkloadTls } from '../src/tls/workload/files-source.js';
+import { caPaths, initCa } from '../src/tls/workload/ca.js';
+import { LocalCaSigner } from '../src/tls/workload/signer.js';
 import { connect, createServer as createTlsServer } from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import { startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
@@ -343,6 +347,43 @@ describe('watched files rewritten in place', () => {
     } finally {
       await store.close();
       await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('--mtls_cert_file: a workload certificate rewritten before its key is read again with the new key, never refused as a mismatched pair', async () => {
+    const caDir = join(dir.path, 'pki');
+    await initCa(caDir, { trustDomain: 'mesh.local' });
+    const issue = async () => {
+      const keys = await generateKeyPair();
+      const cert = await new LocalCaSigner(caDir, 'mesh.local').sign(await createCsr(keys, 'go.mesh.srv.files'), 'go.mesh.srv.files', 3_600_000);
+      return { cert, key: await privateKeyPem(keys.privateKey), serial: new X509Certificate(cert).serialNumber.toLowerCase() };
+    };
+    const [one, two] = [await issue(), await issue()];
+    const certFile = join(dir.path, 'workload.crt');
+    const keyFile = join(dir.path, 'workload.key');
+    writeFileSync(certFile, one.cert);
+    writeFileSync(keyFile, one.key);
+    const errors: string[] = [];
+    const log = pino({ level: 'error' }, new Writable({ write: (c, _e, cb) => (errors.push(String(c)), cb()) }));
+    let keyNext: string | undefined;
+    const onRead = () => {
+      if (keyNext === undefined) return;
+      writeFileSync(keyFile, keyNext);
+      keyNext = undefined;
+    };
+    const source = await FileWorkloadTls.open({ mode: 'strict', trustDomain: 'mesh.local', service: 'go.mesh.srv.files', certFile, keyFile, caFile: caPaths(caDir).signerCert, log, pollMs: 60_000, settle: { settleMs: 20, onRead } });
+    try {
+      assert.equal(source.certificates()[0]!.serialNumber, one.serial);
+      keyNext = two.key;
+      writeFileSync(certFile, two.cert);
+      await waitFor(() => source.certificates()[0]!.serialNumber === two.serial || errors.length > 0, 10_000);
+      assert.deepEqual(errors, []);
+      writeFileSync(keyFile, '');
+      assert.equal(await source.reload(), false);
+      assert.match(errors.join(''), /workload\.key: is empty/);
+      assert.equal(source.certificates()[0]!.serialNumber, two.serial);
+    } finally {
+      await source.close();
     }
   });
 

@@ -1,9 +1,10 @@
 /**
  * `--enable_tls`: the certificate and key files, reloaded when they change, without a restart.
  *
- * Changes are noticed two ways: `fs.watch` on the directories holding the files (which also sees
- * a file replaced by rename, or a Kubernetes-style symlink swap), and a periodic `stat` of both
- * files as a fallback where watching is unreliable (network filesystems, some containers). A change
+ * Changes are noticed two ways (watchFiles, src/tls/workload/watch.ts): `fs.watch` on the
+ * directories holding the files (which also sees a file replaced by rename, or a Kubernetes-style
+ * symlink swap), and a periodic `stat` of both files as a fallback where watching is unreliable
+ * (network filesystems, some containers). A change
  * reloads the pair: if the new pair is valid, every listener gets it with `setSecureContext` and new
  * connections see the new certificate; if it is not (a half-written file, a key that does not match),
  * the previous pair keeps serving and the problem is logged. Both files are read once they have
@@ -11,14 +12,13 @@
  * a pair caught half-way through being rewritten (the certificate written, the key not yet) is read
  * again; a pair that still does not match is checked again shortly before it is reported.
  */
-import { watch, type FSWatcher } from 'node:fs';
-import { basename, dirname, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Logger } from 'pino';
 import type { CertificateInfo } from './certificate.js';
 import type { StatsStore } from '../base/stats/store.js';
 import { checkPair, loadPair, type LoadedPair } from './files.js';
-import { fileSignature, readSettled, serialized, type SettleOptions } from './workload/watch.js';
+import { fileSignature, readSettled, serialized, watchFiles, type SettleOptions } from './workload/watch.js';
 import type { TlsProvider } from './provider.js';
 
 export interface FileStoreOptions {
@@ -42,9 +42,7 @@ export class FileCertificateStore implements TlsProvider {
   readonly keyFile: string;
   private current: LoadedPair;
   private readonly servers = new Set<TlsServer>();
-  private readonly watchers: FSWatcher[] = [];
-  private pollTimer?: NodeJS.Timeout;
-  private settleTimer?: NodeJS.Timeout;
+  private stopWatch?: () => void;
   private retryTimer?: NodeJS.Timeout;
   private lastSignature: string;
   /** The bytes of the last invalid pair reported, so one bad pair is logged once. */
@@ -99,51 +97,24 @@ export class FileCertificateStore implements TlsProvider {
   async start(): Promise<void> {
     if (this.started || this.closed) return;
     this.started = true;
-    const dirs = new Map<string, Set<string>>();
-    for (const file of [this.certFile, this.keyFile]) {
-      const dir = dirname(file);
-      if (!dirs.has(dir)) dirs.set(dir, new Set());
-      dirs.get(dir)!.add(basename(file));
-    }
-    for (const [dir, names] of dirs) {
-      try {
-        const w = watch(dir, { persistent: false }, (_event, filename) => {
-          // filename can be null on some platforms; symlink swaps (..data) change other names.
-          if (!filename || names.has(filename.toString()) || filename.toString().startsWith('..')) this.changed();
-        });
-        w.on('error', () => w.close());
-        this.watchers.push(w);
-      } catch {
-        // The stat fallback below still notices changes.
-      }
-    }
-    this.pollTimer = setInterval(() => {
-      if (this.signature() !== this.lastSignature) this.changed();
-    }, this.options.pollMs ?? 2000);
-    this.pollTimer.unref();
+    this.stopWatch = watchFiles({
+      dirs: [...new Set([dirname(this.certFile), dirname(this.keyFile)])],
+      signature: () => this.signature(),
+      onChange: () => void this.reload(false),
+      pollMs: this.options.pollMs ?? 2000,
+      settleMs: this.options.settleMs ?? 150,
+    });
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const w of this.watchers.splice(0)) w.close();
-    clearInterval(this.pollTimer);
-    clearTimeout(this.settleTimer);
+    this.stopWatch?.();
     clearTimeout(this.retryTimer);
     this.servers.clear();
   }
 
   private signature(): string {
     return `${fileSignature(this.certFile)}|${fileSignature(this.keyFile)}`;
-  }
-
-  /** A change was seen: read the files once writes have settled. */
-  private changed(): void {
-    if (this.closed || this.settleTimer) return;
-    this.settleTimer = setTimeout(() => {
-      this.settleTimer = undefined;
-      void this.reload(false);
-    }, this.options.settleMs ?? 150);
-    this.settleTimer.unref();
   }
 
   /**
