@@ -1,7 +1,8 @@
 /**
  * A live route file (src/edge/routes/live.ts), in process: a good new file replaces the table in
  * one assignment (what a request already read stays as it was), an unchanged one changes nothing,
- * a bad one keeps the table, counted each time and logged once until the error changes.
+ * a bad one keeps the table, counted each time and logged once until the error changes; an empty
+ * one is refused, a comment alone is a file of no routes.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -51,6 +52,16 @@ describe('live route file', () => {
       assert.equal(failed.length, 1);
       assert.match(failed[0]!, /line 4: HTTPRoute r spec\.rules\[0\]\.backendRefs\[0\]\.version: not a registry version/);
       assert.equal(live.dump().last_reload_error, JSON.parse(failed[0]!).err);
+
+      // An empty file is refused (a file being rewritten, not "no routes"); a comment alone says "no routes".
+      writeFileSync(file, '');
+      assert.equal(await live.reload(), false);
+      assert.equal(live.table, good);
+      assert.equal(live.dump().last_reload_error, `${file}: is empty: an empty file is refused on a reload (write the configuration in full, or an explicitly empty one)`);
+      writeFileSync(file, '# no routes\n');
+      assert.equal(await live.reload(), true);
+      assert.equal(live.table.size, 0);
+      assert.equal(stats.gauge('routes.active').value, 0);
     } finally {
       dir.cleanup();
     }
