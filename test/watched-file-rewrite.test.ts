@@ -20,6 +20,7 @@ import { parseArgs } from '../src/cli/flags.js';
 import { MemoryRegistry } from '../src/engines/registry/memory.js';
 import { loadProxyConfig } from '../src/fronts/proxy/config.js';
 import { Proxy } from '../src/fronts/proxy/server.js';
+import { Gateway } from '../src/fronts/gateway/server.js';
 import { EdgeAuth, readAuthSetup, type AuthFlags } from '../src/edge/auth/edge.js';
 import { ServiceAuthz, readAuthzSetup } from '../src/edge/auth/authz.js';
 import { StatsStore } from '../src/base/stats/store.js';
@@ -31,7 +32,7 @@ import { caPaths, initCa } from '../src/tls/workload/ca.js';
 import { LocalCaSigner } from '../src/tls/workload/signer.js';
 import { connect, createServer as createTlsServer } from 'node:tls';
 import type { AddressInfo } from 'node:net';
-import { startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
+import { registerPlain, startPlainApp, type PlainApp } from './fixtures/gateway-helpers.js';
 import { tempDir, waitFor } from './helpers.js';
 
 /**
@@ -181,6 +182,35 @@ describe('watched files rewritten in place', () => {
       assert.deepEqual(live.routes.map((r) => r.name), ['a', 'b']);
     } finally {
       await px.close();
+    }
+  });
+
+  it('mesh api --routes: a route file truncated and written in parts under load: no 404, the full new table in the end', async () => {
+    const routes = join(dir.path, 'gateway-routes.yaml');
+    const file = (service: string) => routeFile(service).map((part) => part.replace('spec:\n', 'spec:\n  handler: proxy\n'));
+    writeFileSync(routes, file('go.mesh.srv.one').join(''));
+    const registry = new MemoryRegistry();
+    await registerPlain(registry, 'go.mesh.srv.one', one.port);
+    await registerPlain(registry, 'go.mesh.srv.two', two.port);
+    const runtime = new Runtime(optionsFromFlags(parseArgs(['--broker=memory', '--log_level=off', '--drain_delay=0', '--admin_address=off', '--client_retries=0'], {}).config, { registry }), { role: 'api' });
+    const rw = rewriter(routes);
+    const gw = new Gateway(runtime, { address: '127.0.0.1:0', routesFile: routes, routesSettle: { settleMs: 20, onRead: rw.onRead } });
+    const bound = await gw.start();
+    const pool = new Pool(`http://127.0.0.1:${bound.port}`, { connections: 4 });
+    const traffic = load(pool, ['/a/x', '/b/x']);
+    try {
+      await traffic.until(() => traffic.apps.get('/a/x') === 'one' && traffic.apps.get('/b/x') === 'one');
+      const served = traffic.served;
+      rw.start(file('go.mesh.srv.two'));
+      await traffic.until(() => runtime.stats.counter('routes.update_success').value === 1);
+      await traffic.until(() => traffic.served > served + 20 && traffic.apps.get('/a/x') === 'two' && traffic.apps.get('/b/x') === 'two');
+      assert.ok(rw.reads >= 4);
+      assert.equal(runtime.stats.counter('routes.update_failure').value, 0);
+      assert.equal(runtime.stats.gauge('routes.active').value, 2);
+    } finally {
+      await traffic.stop();
+      await pool.close();
+      await runtime.shutdown();
     }
   });
 
