@@ -196,7 +196,7 @@ describe('ServiceAuthz: counted, logged once per caller with a bounded memory, r
     assert.equal(lines().length, before + 1);
   });
 
-  it('reload: a good file replaces the rules; a bad one keeps them, logged and kept in the dump', () => {
+  it('reload: a good file replaces the rules; a bad one keeps them, logged and kept in the dump', async () => {
     const file = join(dir.path, 'reload.yaml');
     writeFileSync(file, '- { caller: unauthenticated, action: deny }\n');
     const stats = new StatsStore();
@@ -204,10 +204,10 @@ describe('ServiceAuthz: counted, logged once per caller with a bounded memory, r
     const authz = new ServiceAuthz(readAuthzSetup({ authz_rules: file, authz_default: 'allow', trust_domain: TD })!, { stats, log });
     assert.equal(authz.decide(undefined, 's', 'A.B').allowed, false);
     writeFileSync(file, '- { caller: unauthenticated, action: allow }\n');
-    assert.equal(authz.reload(), true);
+    assert.equal(await authz.reload(), true);
     assert.equal(authz.decide(undefined, 's', 'A.B').allowed, true);
     writeFileSync(file, '- { caller: unauthenticated, action: maybe }\n');
-    assert.equal(authz.reload(), false);
+    assert.equal(await authz.reload(), false);
     assert.equal(authz.decide(undefined, 's', 'A.B').allowed, true);
     assert.equal(stats.counter('authz.rules.update_success').value, 1);
     assert.equal(stats.counter('authz.rules.update_failure').value, 1);

@@ -87,6 +87,18 @@ describe('module homes', () => {
     }
   });
 
+  it('watched files: only src/tls/workload/watch.ts watches a file and reads one once settled', () => {
+    for (const [m, { text }] of modules) {
+      if (m === 'tls/workload/watch.ts') continue;
+      assert.doesNotMatch(text, /import\s*\{[^}]*\bwatch\b[^}]*\}\s*from\s*'node:fs'|\bfs\.watch\(|\bwatchFile\(/, m);
+      assert.doesNotMatch(text, /\bfunction\s+(readSettled|fileSignature|watchFiles)\b/, m);
+    }
+    // Every reload of a watched file reads through readSettled.
+    for (const m of ['edge/routes/live.ts', 'fronts/proxy/server.ts', 'edge/auth/edge.ts', 'edge/auth/authz.ts', 'tls/file-store.ts', 'tls/workload/files-source.ts']) {
+      assert.match(modules.get(m)!.text, /\breadSettled\(/, m);
+    }
+  });
+
   it('header names and regex escaping each have one function', () => {
     for (const [m, { text }] of modules) {
       if (m !== 'core/transport/headers.ts') assert.doesNotMatch(text, /\bfunction\s+canonical\w*(Header|Name)\w*\s*\(\s*name\b/, m);

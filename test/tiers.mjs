@@ -20,6 +20,7 @@ export const UNIT = [
   'test/deploy-manifests.test.ts',
   'test/route-file.test.ts',
   'test/route-file-reload.test.ts',
+  'test/watched-file-rewrite.test.ts',
   'test/route-mirror.test.ts',
   'test/admin-config-dump.test.ts',
   'test/ca-serve-remote.test.ts',

@@ -1,21 +1,24 @@
 /**
  * `--enable_tls`: the certificate and key files, reloaded when they change, without a restart.
  *
- * Changes are noticed two ways: `fs.watch` on the directories holding the files (which also sees
- * a file replaced by rename, or a Kubernetes-style symlink swap), and a periodic `stat` of both
- * files as a fallback where watching is unreliable (network filesystems, some containers). A change
+ * Changes are noticed two ways (watchFiles, src/tls/workload/watch.ts): `fs.watch` on the
+ * directories holding the files (which also sees a file replaced by rename, or a Kubernetes-style
+ * symlink swap), and a periodic `stat` of both files as a fallback where watching is unreliable
+ * (network filesystems, some containers). A change
  * reloads the pair: if the new pair is valid, every listener gets it with `setSecureContext` and new
  * connections see the new certificate; if it is not (a half-written file, a key that does not match),
- * the previous pair keeps serving and the problem is logged. A pair caught half-way through being
- * replaced (the certificate written, the key not yet) is checked again shortly before it is reported.
+ * the previous pair keeps serving and the problem is logged. Both files are read once they have
+ * settled (readSettled, src/tls/workload/watch.ts: two reads in a row agree, neither is empty), so
+ * a pair caught half-way through being rewritten (the certificate written, the key not yet) is read
+ * again; a pair that still does not match is checked again shortly before it is reported.
  */
-import { statSync, watch, type FSWatcher, type Stats } from 'node:fs';
-import { basename, dirname, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import type { Server as TlsServer, TlsOptions } from 'node:tls';
 import type { Logger } from 'pino';
 import type { CertificateInfo } from './certificate.js';
 import type { StatsStore } from '../base/stats/store.js';
-import { loadPair, type LoadedPair } from './files.js';
+import { checkPair, loadPair, type LoadedPair } from './files.js';
+import { fileSignature, readSettled, serialized, watchFiles, type SettleOptions } from './workload/watch.js';
 import type { TlsProvider } from './provider.js';
 
 export interface FileStoreOptions {
@@ -25,20 +28,13 @@ export interface FileStoreOptions {
   stats: StatsStore;
   /** Period of the stat fallback (ms). Default 2000. */
   pollMs?: number;
-  /** Wait after a change event before reading, so writes can finish (ms). Default 150. */
+  /** Wait after a change event before reading, and between the reads that must agree (ms). Default 150. */
   settleMs?: number;
+  /** Most reads of one settled read (default 10); `onRead` is told of each (tests). */
+  maxReads?: SettleOptions['maxReads'];
+  onRead?: SettleOptions['onRead'];
   /** Second look at an invalid pair before reporting it (ms). Default 1000. */
   retryMs?: number;
-}
-
-function signature(path: string): string {
-  let st: Stats;
-  try {
-    st = statSync(path);
-  } catch (err) {
-    return `error:${(err as NodeJS.ErrnoException).code ?? 'unknown'}`;
-  }
-  return `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
 }
 
 export class FileCertificateStore implements TlsProvider {
@@ -46,9 +42,7 @@ export class FileCertificateStore implements TlsProvider {
   readonly keyFile: string;
   private current: LoadedPair;
   private readonly servers = new Set<TlsServer>();
-  private readonly watchers: FSWatcher[] = [];
-  private pollTimer?: NodeJS.Timeout;
-  private settleTimer?: NodeJS.Timeout;
+  private stopWatch?: () => void;
   private retryTimer?: NodeJS.Timeout;
   private lastSignature: string;
   /** The bytes of the last invalid pair reported, so one bad pair is logged once. */
@@ -57,6 +51,13 @@ export class FileCertificateStore implements TlsProvider {
   private closed = false;
   private readonly reloadOk;
   private readonly reloadFailed;
+  /** Reloads one at a time (serialized); the next run is a second look when a call since the last start asked for one. */
+  private second = false;
+  private readonly reloadSerial = serialized(() => {
+    const second = this.second;
+    this.second = false;
+    return this.reloadOnce(second);
+  });
 
   /** Loads the pair at once: a missing, unreadable or mismatched file throws an Error naming it. */
   constructor(private readonly options: FileStoreOptions) {
@@ -96,66 +97,50 @@ export class FileCertificateStore implements TlsProvider {
   async start(): Promise<void> {
     if (this.started || this.closed) return;
     this.started = true;
-    const dirs = new Map<string, Set<string>>();
-    for (const file of [this.certFile, this.keyFile]) {
-      const dir = dirname(file);
-      if (!dirs.has(dir)) dirs.set(dir, new Set());
-      dirs.get(dir)!.add(basename(file));
-    }
-    for (const [dir, names] of dirs) {
-      try {
-        const w = watch(dir, { persistent: false }, (_event, filename) => {
-          // filename can be null on some platforms; symlink swaps (..data) change other names.
-          if (!filename || names.has(filename.toString()) || filename.toString().startsWith('..')) this.changed();
-        });
-        w.on('error', () => w.close());
-        this.watchers.push(w);
-      } catch {
-        // The stat fallback below still notices changes.
-      }
-    }
-    this.pollTimer = setInterval(() => {
-      if (this.signature() !== this.lastSignature) this.changed();
-    }, this.options.pollMs ?? 2000);
-    this.pollTimer.unref();
+    this.stopWatch = watchFiles({
+      dirs: [...new Set([dirname(this.certFile), dirname(this.keyFile)])],
+      signature: () => this.signature(),
+      onChange: () => void this.reload(false),
+      pollMs: this.options.pollMs ?? 2000,
+      settleMs: this.options.settleMs ?? 150,
+    });
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const w of this.watchers.splice(0)) w.close();
-    clearInterval(this.pollTimer);
-    clearTimeout(this.settleTimer);
+    this.stopWatch?.();
     clearTimeout(this.retryTimer);
     this.servers.clear();
   }
 
   private signature(): string {
-    return `${signature(this.certFile)}|${signature(this.keyFile)}`;
+    return `${fileSignature(this.certFile)}|${fileSignature(this.keyFile)}`;
   }
 
-  /** A change was seen: read the files once writes have settled. */
-  private changed(): void {
-    if (this.closed || this.settleTimer) return;
-    this.settleTimer = setTimeout(() => {
-      this.settleTimer = undefined;
-      this.reload(false);
-    }, this.options.settleMs ?? 150);
-    this.settleTimer.unref();
+  /**
+   * Reads the pair once settled (reloads run one at a time); installs it when valid and new.
+   * `second` is the delayed second look at a bad pair.
+   */
+  reload(second: boolean): Promise<boolean> {
+    this.second ||= second;
+    return this.reloadSerial();
   }
 
-  /** Reads the pair; installs it when valid and new. `second` is the delayed second look at a bad pair. */
-  reload(second: boolean): boolean {
+  private async reloadOnce(second: boolean): Promise<boolean> {
     if (this.closed) return false;
     this.lastSignature = this.signature();
+    const { certFile, keyFile } = this.options;
     let next: LoadedPair;
     try {
-      next = loadPair(this.options.certFile, this.options.keyFile);
+      const [cert, key] = await readSettled([certFile, keyFile], { settleMs: this.options.settleMs ?? 150, maxReads: this.options.maxReads, onRead: this.options.onRead });
+      if (this.closed) return false;
+      next = checkPair(cert!, key!, { certFile, keyFile });
     } catch (err) {
       const message = (err as Error).message;
       if (!second) {
         // Perhaps caught half-way through a replacement: look again before complaining.
         clearTimeout(this.retryTimer);
-        this.retryTimer = setTimeout(() => this.reload(true), this.options.retryMs ?? 1000);
+        this.retryTimer = setTimeout(() => void this.reload(true), this.options.retryMs ?? 1000);
         this.retryTimer.unref();
         return false;
       }

@@ -10,8 +10,8 @@
  *
  * `decideAuthz` is the engine, a pure function of (rules, default, caller, service, endpoint), for
  * every place a call arrives (the framework's servers, a sidecar's inbound listener).
- * `ServiceAuthz` is a process's part: the rules of its file (reloaded on SIGHUP: a bad file keeps
- * the old rules), the stats `authz.allowed` and `authz.denied`, and the log of denials, once per
+ * `ServiceAuthz` is a process's part: the rules of its file (reloaded on SIGHUP once the file has
+ * settled: a bad or empty file keeps the old rules), the stats `authz.allowed` and `authz.denied`, and the log of denials, once per
  * caller.
  */
 import { readFileSync } from 'node:fs';
@@ -24,6 +24,7 @@ import type { SchemaConfig } from '../../base/options/schema.js';
 import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
 import { MAX_GLOB, parseRuleFile, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
+import { readSettled, serialized, SettledReadError, type SettleOptions } from '../../tls/workload/watch.js';
 
 export type AuthzAction = 'allow' | 'deny';
 
@@ -158,12 +159,13 @@ export class AuthzSetupError extends OptionError {
 }
 
 /** Reads and parses the rules file. Throws AuthzSetupError naming the file and the line. */
-export function loadAuthzRules(file: string, trustDomain: string): AuthzRule[] {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new AuthzSetupError('authz_rules', file, `cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+export function loadAuthzRules(file: string, trustDomain: string, text?: string): AuthzRule[] {
+  if (text === undefined) {
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      throw new AuthzSetupError('authz_rules', file, `cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
   }
   try {
     return parseAuthzRules(text, /\.json$/i.test(file), trustDomain);
@@ -196,6 +198,8 @@ export interface ServiceAuthzDeps {
   /** Where the AUTHZ_STATS are kept (the process's store). */
   stats: StatsScope;
   log: Logger;
+  /** How a reload reads the file (src/tls/workload/watch.ts readSettled). */
+  settle?: SettleOptions;
 }
 
 /** Most callers whose denial was logged that a process remembers; past it the oldest is forgotten (and logged again when denied again). */
@@ -219,6 +223,8 @@ export class ServiceAuthz {
   private readonly stats: FamilyStats<typeof AUTHZ_STATS>;
   /** The callers whose denial was logged (insertion order: the oldest first). */
   private readonly logged = new Set<string>();
+  /** Reloads one at a time (src/tls/workload/watch.ts serialized). */
+  private readonly reloadSerial = serialized(() => this.reloadOnce());
 
   constructor(
     private readonly setup: AuthzSetup,
@@ -256,12 +262,26 @@ export class ServiceAuthz {
   }
 
   /**
-   * Reads the rules file again. A file with an error changes nothing: the old rules stay, and the
-   * error is logged and kept (dump()). Callers denied before are logged again under the new rules.
+   * Reads the rules file again once it has settled (a file being rewritten is not taken
+   * half-written; an empty file is refused). A file with an error changes nothing: the old rules
+   * stay, and the error is logged and kept (dump()). Callers denied before are logged again under
+   * the new rules.
    */
-  reload(): boolean {
+  reload(): Promise<boolean> {
+    return this.reloadSerial();
+  }
+
+  private async reloadOnce(): Promise<boolean> {
+    const file = this.setup.file;
     try {
-      this.rules = loadAuthzRules(this.setup.file, this.setup.trustDomain);
+      let text: string;
+      try {
+        text = (await readSettled([file], this.deps.settle))[0]!.toString('utf8');
+      } catch (err) {
+        if (err instanceof SettledReadError) throw new AuthzSetupError('authz_rules', file, err.reason);
+        throw err;
+      }
+      this.rules = loadAuthzRules(file, this.setup.trustDomain, text);
       this.loadedAt = new Date();
       this.lastReloadError = undefined;
       this.logged.clear();

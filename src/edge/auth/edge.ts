@@ -2,7 +2,8 @@
  * Authentication and authorization at the edge (the gateway and the sidecar; docs/security.md).
  *
  * `EdgeAuth` is the process's part, built once from the flags: the credential check (bearer JWT or
- * API key), the rules (reloaded on SIGHUP: a bad file keeps the old rules) and the admin dump.
+ * API key), the rules (reloaded on SIGHUP once the files have settled: a bad or empty file keeps
+ * the old rules) and the admin dump.
  * `EdgeGuard` is a front end's part, one step run before its handler on every request and
  * upgrade: the sidecar token, the removal of spoofed `Mesh-Auth-*` headers (always, auth on or
  * off), the credential, then the first matching rule. Its stats are
@@ -26,6 +27,7 @@ import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
 import { OptionError } from '../../base/util/option-error.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
+import { readSettled, serialized, SettledReadError, type SettleOptions } from '../../tls/workload/watch.js';
 
 /** The `id` of every error JSON written by the auth step. */
 export const AUTH_ERROR_ID = ERROR_IDS.auth;
@@ -66,8 +68,7 @@ function readText(flag: string, file: string): string {
   }
 }
 
-function loadRules(file: string): Rule[] {
-  const text = readText('auth_rules', file);
+function loadRules(file: string, text = readText('auth_rules', file)): Rule[] {
   try {
     return parseRules(text, /\.json$/i.test(file));
   } catch (err) {
@@ -76,8 +77,7 @@ function loadRules(file: string): Rule[] {
   }
 }
 
-function loadKeys(file: string): KeyStore {
-  const text = readText('auth_keys', file);
+function loadKeys(file: string, text = readText('auth_keys', file)): KeyStore {
   try {
     return KeyStore.parse(text, file);
   } catch (err) {
@@ -86,8 +86,7 @@ function loadKeys(file: string): KeyStore {
   }
 }
 
-function loadJwksFile(file: string): JSONWebKeySet {
-  const text = readText('auth_jwks', file);
+function loadJwksFile(file: string, text = readText('auth_jwks', file)): JSONWebKeySet {
   try {
     return checkJwks(JSON.parse(text));
   } catch (err) {
@@ -141,6 +140,18 @@ export function readAuthSetup(flags: AuthFlags): AuthSetup | undefined {
 export interface EdgeAuthDeps {
   stats: StatsStore;
   log: Logger;
+  /** How a reload reads the files (src/tls/workload/watch.ts readSettled). */
+  settle?: SettleOptions;
+}
+
+/** A file of a reload, read once settled (readSettled); a file that is not is an AuthSetupError of its flag. */
+async function readSettledText(key: string, file: string, settle: SettleOptions | undefined): Promise<string> {
+  try {
+    return (await readSettled([file], settle))[0]!.toString('utf8');
+  } catch (err) {
+    if (err instanceof SettledReadError) throw new AuthSetupError(key, file, err.reason);
+    throw err;
+  }
 }
 
 /** The process's authentication and rules (see the module comment). */
@@ -154,6 +165,8 @@ export class EdgeAuth {
   private lastReloadError?: string;
   private readonly reloadOk: Counter;
   private readonly reloadFailed: Counter;
+  /** Reloads one at a time (src/tls/workload/watch.ts serialized). */
+  private readonly reloadSerial = serialized(() => this.reloadOnce());
 
   constructor(
     private readonly setup: AuthSetup,
@@ -182,15 +195,22 @@ export class EdgeAuth {
   }
 
   /**
-   * Reads the rules file again (and the key file, and a JWKS file). A file with an error changes
-   * nothing: the old rules stay and the error is logged and kept for admin /auth_rules.
+   * Reads the rules file again (and the key file, and a JWKS file), each once it has settled (a
+   * file being rewritten is not taken half-written; an empty file is refused). A file with an
+   * error changes nothing: the old rules and keys stay and the error is logged and kept for
+   * admin /auth_rules.
    */
-  reload(): boolean {
+  reload(): Promise<boolean> {
+    return this.reloadSerial();
+  }
+
+  private async reloadOnce(): Promise<boolean> {
     const flags = this.setup.flags;
+    const settle = this.deps.settle;
     try {
-      const rules = flags.auth_rules !== undefined ? loadRules(flags.auth_rules) : this.rules;
-      const keys = flags.auth_keys !== undefined ? loadKeys(flags.auth_keys) : this.keys;
-      const jwks = this.mode === 'jwt' && !this.setup.jwksUrl ? loadJwksFile(flags.auth_jwks!) : undefined;
+      const rules = flags.auth_rules !== undefined ? loadRules(flags.auth_rules, await readSettledText('auth_rules', flags.auth_rules, settle)) : this.rules;
+      const keys = flags.auth_keys !== undefined ? loadKeys(flags.auth_keys, await readSettledText('auth_keys', flags.auth_keys, settle)) : this.keys;
+      const jwks = this.mode === 'jwt' && !this.setup.jwksUrl ? loadJwksFile(flags.auth_jwks!, await readSettledText('auth_jwks', flags.auth_jwks!, settle)) : undefined;
       this.rules = rules;
       this.keys = keys;
       if (jwks) this.jwks?.setKeys(jwks);

@@ -1,9 +1,11 @@
 /**
  * A front end's route file, live: loaded at start (an error there is a start-up error), read
- * again on SIGHUP and when the file changes (fs.watch on its directory plus a bounded poll,
- * src/tls/workload/watch.ts). A good new file replaces the compiled table in one assignment, so a
- * request that read the table keeps it and the next one gets the new one; a bad new file keeps
- * the old table, is logged once (until the file changes again) and counted.
+ * again on SIGHUP and when the file changes (fs.watch on its directory plus a bounded poll), once
+ * its content has settled (readSettled: a file rewritten in place is never taken half-written, and
+ * an empty file is refused; src/tls/workload/watch.ts). A good new file replaces the compiled
+ * table in one assignment, so a request that read the table keeps it and the next one gets the
+ * new one; a bad new file keeps the old table, is logged once (until the error changes) and
+ * counted.
  *
  * Stats: `routes.update_success`, `routes.update_failure` (as Envoy's `rds.<name>.update_*`), and
  * the gauge `routes.active` (routes of the table in use).
@@ -11,8 +13,8 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
-import { fileSignature, watchFiles } from '../../tls/workload/watch.js';
-import { checkHandlers, loadRouteFile, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
+import { fileSignature, DEFAULT_SETTLE_MS, readSettled, serialized, SettledReadError, watchFiles, type SettleOptions } from '../../tls/workload/watch.js';
+import { checkHandlers, loadRouteFile, MAX_ROUTE_FILE_BYTES, parseRouteFile, RouteFileError, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
 import { CompiledRoutes } from './table.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 
@@ -21,7 +23,8 @@ export const ROUTE_FILE_STATS = {
   gauges: { active: 'routes.active' },
 } as const;
 
-export interface LiveRoutesOptions {
+/** `settleMs` is the wait after a change event and between the reads that must agree (default 50). */
+export interface LiveRoutesOptions extends SettleOptions {
   file: string;
   stats: StatsScope;
   log: Logger;
@@ -31,8 +34,6 @@ export interface LiveRoutesOptions {
   random?: () => number;
   /** The bounded poll behind fs.watch (ms). Default 2000. */
   pollMs?: number;
-  /** Wait after a change event before reading the file (ms). Default 50. */
-  settleMs?: number;
   /** What the front end refuses in a file it cannot serve (throws a RouteFileError), at start and on each reload. */
   check?: (file: RouteFile) => void;
   /** Told of each new file put in use by a reload (not of the first load). */
@@ -46,6 +47,8 @@ export class LiveRoutes {
   private lastError: string | undefined;
   private readonly stats: FamilyStats<typeof ROUTE_FILE_STATS>;
   private stopWatch?: () => void;
+  /** Reloads one at a time (src/tls/workload/watch.ts serialized). */
+  private readonly reloadSerial = serialized(() => this.reloadOnce());
 
   /** Loads the file; throws its RouteFileError. */
   constructor(private readonly options: LiveRoutesOptions) {
@@ -55,7 +58,10 @@ export class LiveRoutes {
   }
 
   private load(): RouteFile {
-    const parsed = loadRouteFile(this.options.file);
+    return this.check(loadRouteFile(this.options.file));
+  }
+
+  private check(parsed: RouteFile): RouteFile {
     if (this.options.defaultHandler) checkHandlers(parsed, this.options.defaultHandler);
     this.options.check?.(parsed);
     return parsed;
@@ -66,7 +72,7 @@ export class LiveRoutes {
     if (this.stopWatch) return;
     const file = this.options.file;
     const unhup = reloadOnSighup(() => this.reload());
-    const unwatch = watchFiles({ dirs: [dirname(file)], signature: () => fileSignature(file), onChange: () => void this.reload(), pollMs: this.options.pollMs ?? 2000, settleMs: this.options.settleMs ?? 50 });
+    const unwatch = watchFiles({ dirs: [dirname(file)], signature: () => fileSignature(file), onChange: () => void this.reload(), pollMs: this.options.pollMs ?? 2000, settleMs: this.options.settleMs ?? DEFAULT_SETTLE_MS });
     this.stopWatch = () => {
       unwatch();
       unhup();
@@ -79,14 +85,26 @@ export class LiveRoutes {
   }
 
   /**
-   * Reads the file again. An unchanged file (same content hash) changes nothing; a bad one keeps
-   * the table in use. True when the table in use is the file's content.
+   * Reads the file again once it has settled (reloads run one at a time). An unchanged file (same
+   * content hash) changes nothing; a bad, empty or still changing one keeps the table in use.
+   * True when the table in use is the file's content.
    */
-  reload(): boolean {
+  reload(): Promise<boolean> {
+    return this.reloadSerial();
+  }
+
+  private async reloadOnce(): Promise<boolean> {
     const { file, log } = this.options;
     let next: CompiledRoutes;
     try {
-      const parsed = this.load();
+      let text: string;
+      try {
+        text = (await readSettled([file], { ...this.options, maxBytes: MAX_ROUTE_FILE_BYTES }))[0]!.toString('utf8');
+      } catch (err) {
+        if (!(err instanceof SettledReadError)) throw err;
+        throw new RouteFileError(file, undefined, err.reason);
+      }
+      const parsed = this.check(parseRouteFile(text, file));
       if (parsed.version === this.table.source.version) {
         this.lastError = undefined;
         return true;

@@ -27,6 +27,7 @@ import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, ty
 import { handleApi } from '../../edge/handlers/api.js';
 import type { RoutePolicy } from '../../edge/routes/effects.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
+import type { SettleOptions } from '../../tls/workload/watch.js';
 import { RouteEffectsCache, routeAction } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteHandler } from '../../edge/routes/file.js';
@@ -77,6 +78,8 @@ export interface GatewayOptions {
   routesFile?: string;
   /** Backend choice of the route file (tests); default Math.random. */
   routesRandom?: () => number;
+  /** How a change of the route file is read (tests; src/tls/workload/watch.ts readSettled); default 50 ms between reads. */
+  routesSettle?: SettleOptions;
 }
 
 /**
@@ -151,7 +154,7 @@ export class Gateway {
     const guard = this.guard;
     if (options.routesFile !== undefined) {
       const defaultHandler: RouteHandler = this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api';
-      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler });
+      const routes = new LiveRoutes({ ...options.routesSettle, file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler });
       this.routes = routes;
       this.effects = new RouteEffectsCache(runtime.stats, undefined, runtime.options.statsEndpoints);
       runtime.addRouteSource(() => {

@@ -20,11 +20,10 @@ import { refuseSocket } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
-import { readFileSync } from 'node:fs';
 import { parseProxyConfig, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
 import { dirname } from 'node:path';
 import { declareStats, type FamilyStats } from '../../base/stats/store.js';
-import { fileSignature, watchFiles } from '../../tls/workload/watch.js';
+import { DEFAULT_SETTLE_MS, fileSignature, readSettled, serialized, SettledReadError, watchFiles, type SettleOptions } from '../../tls/workload/watch.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 
 /** Reloads of the configuration file (as Envoy's `listener_manager.lds.update_*`). */
@@ -38,6 +37,9 @@ import { RouteEffectsCache } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteTableDump } from '../../admin/route-table.js';
 import type { RequestTarget } from '../../base/http/target.js';
+
+/** How the proxy notices and reads its files (its own and the route files): the poll behind fs.watch (ms, default 2000) and the settled read. */
+export type ProxyWatchOptions = { pollMs?: number } & SettleOptions;
 
 /** What serves a request: a route of the listener's `routes`, one of its route file, or none (404). */
 type ProxyRoute = { kind: 'config'; route: RouteConfig } | FileRouteAnswer | undefined;
@@ -90,6 +92,7 @@ export class ProxyListener {
   constructor(
     private readonly runtime: Runtime,
     config: ListenerConfig,
+    private readonly watch: ProxyWatchOptions = {},
   ) {
     this.name = config.name;
     this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize, mirrors: new MirrorSender(runtime.clusters, runtime.options.clientRequestTimeout) };
@@ -117,7 +120,7 @@ export class ProxyListener {
 
   private liveRoutes(file: string | undefined): LiveRoutes | undefined {
     if (file === undefined) return undefined;
-    return new LiveRoutes({ file, stats: this.runtime.stats, log: this.runtime.logging.get('router'), check: onlyProxyHandler });
+    return new LiveRoutes({ ...this.watch, file, stats: this.runtime.stats, log: this.runtime.logging.get('router'), check: onlyProxyHandler });
   }
 
   /**
@@ -240,34 +243,42 @@ export class Proxy {
   constructor(
     private readonly runtime: Runtime,
     private config: ProxyConfig,
-    private readonly watch: { pollMs?: number; settleMs?: number } = {},
+    private readonly watch: ProxyWatchOptions = {},
   ) {
-    this.listeners = config.listeners.map((l) => new ProxyListener(runtime, l));
+    this.listeners = config.listeners.map((l) => new ProxyListener(runtime, l, watch));
     this.stats = declareStats(runtime.stats, PROXY_CONFIG_STATS);
     this.text = config.text;
     runtime.addRouteSource(() => this.listeners.flatMap((l) => l.dump()));
   }
 
+  /** Reloads one at a time (src/tls/workload/watch.ts serialized). */
+  private readonly reloadSerial = serialized(() => this.reloadOnce());
+
   /**
-   * Reads the file again (SIGHUP, a change of the file): the static clusters are replaced
-   * (replaceStatic) and each listener's routes and route file swapped, when every listener keeps
-   * its name and address; else, or when the file has an error, the running configuration stays,
-   * the reason is logged (once until it changes) and counted. True when the file is in use.
+   * Reads the file again (SIGHUP, a change of the file) once it has settled (readSettled: never
+   * half-written, an empty file refused): the static clusters are replaced (replaceStatic) and
+   * each listener's routes and route file swapped, when every listener keeps its name and
+   * address; else, or when the file has an error, the running configuration stays, the reason is
+   * logged (once until it changes) and counted. True when the file is in use.
    */
-  reload(): boolean {
+  reload(): Promise<boolean> {
+    return this.reloadSerial();
+  }
+
+  private async reloadOnce(): Promise<boolean> {
     const file = this.config.file;
     let next: ProxyConfig;
     let states: ReturnType<ProxyListener['prepare']>[];
     try {
       // The watch fires on any change in the directory: a text already tried changes nothing.
-      const text = readFileSync(file, 'utf8');
+      const text = (await readSettled([file], this.watch))[0]!.toString('utf8');
       if (text === this.text) return this.lastError === undefined;
       this.text = text;
       next = parseProxyConfig(text, file);
       states = this.prepare(next);
     } catch (err) {
       const why = (err as Error).message;
-      if ((err as NodeJS.ErrnoException).code) this.text = undefined; // unreadable: try again at the next event
+      if (err instanceof SettledReadError) this.text = undefined; // unreadable, empty or changing: try again at the next event
       this.stats.updateFailure.inc();
       if (why !== this.lastError) this.runtime.logging.get('config').error({ err: why }, 'proxy config reload failed: the running configuration stays');
       this.lastError = why;
@@ -313,7 +324,7 @@ export class Proxy {
     this.runtime.onShutdown(() => this.close());
     const file = this.config.file;
     const unhup = reloadOnSighup(() => this.reload());
-    const unwatch = watchFiles({ dirs: [dirname(file)], signature: () => fileSignature(file), onChange: () => void this.reload(), pollMs: this.watch.pollMs ?? 2000, settleMs: this.watch.settleMs ?? 50 });
+    const unwatch = watchFiles({ dirs: [dirname(file)], signature: () => fileSignature(file), onChange: () => void this.reload(), pollMs: this.watch.pollMs ?? 2000, settleMs: this.watch.settleMs ?? DEFAULT_SETTLE_MS });
     this.stopWatch = () => {
       unwatch();
       unhup();

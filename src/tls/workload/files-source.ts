@@ -2,8 +2,9 @@
  * A workload certificate from an outside PKI (cert-manager, Vault): `--mtls_cert_file` (the
  * certificate, then any intermediates), `--mtls_key_file` and `--mtls_ca_file` (the roots to
  * trust). The certificate's URI SAN must be a SPIFFE ID of the trust domain. The files are read
- * again when they change (fs.watch on their directories and a bounded poll); a new set that does
- * not load keeps the previous context serving and is logged once.
+ * again when they change (fs.watch on their directories and a bounded poll), once they have
+ * settled (readSettled: a certificate written before its key is read again, an empty file is
+ * refused); a new set that does not load keeps the previous context serving and is logged once.
  */
 import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -15,7 +16,7 @@ import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../base/mtls/wor
 import { HeldWorkloadTls, type HeldCertificate } from './held.js';
 import { certificateInfoFromPem, parseSubjectAltNames } from '../certificate.js';
 import { caRootOf } from './ca.js';
-import { fileSignature, watchFiles } from './watch.js';
+import { fileSignature, readSettled, serialized, watchFiles, type SettleOptions } from './watch.js';
 import { splitPem } from './x509.js';
 
 export interface FilesOptions {
@@ -27,6 +28,8 @@ export interface FilesOptions {
   caFile?: string;
   log: Logger;
   pollMs?: number;
+  /** The settled read of a reload (settleMs default 150). */
+  settle?: SettleOptions;
 }
 
 interface Loaded extends HeldCertificate {
@@ -41,12 +44,15 @@ function read(path: string, what: string): string {
   }
 }
 
-/** Reads and checks the three files; every failure is an Error naming the file at fault. */
-export function loadWorkloadFiles(files: { certFile: string; keyFile: string; caFile: string }, trustDomain: string): Loaded {
+/**
+ * Reads and checks the three files (or checks their `texts`, read already: certificate, key, CA);
+ * every failure is an Error naming the file at fault.
+ */
+export function loadWorkloadFiles(files: { certFile: string; keyFile: string; caFile: string }, trustDomain: string, texts?: readonly string[]): Loaded {
   const { certFile, keyFile, caFile } = files;
-  const chainPem = read(certFile, 'workload certificate file');
-  const keyPem = read(keyFile, 'workload key file');
-  const caPem = read(caFile, 'workload CA file');
+  const chainPem = texts?.[0] ?? read(certFile, 'workload certificate file');
+  const keyPem = texts?.[1] ?? read(keyFile, 'workload key file');
+  const caPem = texts?.[2] ?? read(caFile, 'workload CA file');
   const pems = splitPem(chainPem);
   if (pems.length === 0) throw new Error(`the workload certificate file ${certFile} holds no PEM certificate`);
   const leaf = new X509Certificate(pems[0]!);
@@ -82,6 +88,8 @@ export class FileWorkloadTls extends HeldWorkloadTls<Loaded> implements Workload
   private stopWatch?: () => void;
   /** The files' signature and error of the last bad set reported, so one bad set is logged once. */
   private lastFailure?: string;
+  /** Reloads one at a time (serialized). */
+  private readonly reloadSerial = serialized(() => this.reloadOnce());
 
   private constructor(private readonly o: FilesOptions) {
     super(o.log);
@@ -105,9 +113,9 @@ export class FileWorkloadTls extends HeldWorkloadTls<Loaded> implements Workload
     source.stopWatch = watchFiles({
       dirs: [...new Set([dirname(certFile), dirname(keyFile), dirname(caFile)])],
       signature: () => source.signature(),
-      onChange: () => source.reload(),
+      onChange: () => void source.reload(),
       pollMs: o.pollMs ?? 5000,
-      settleMs: 150,
+      settleMs: o.settle?.settleMs ?? 150,
     });
     return source;
   }
@@ -126,11 +134,20 @@ export class FileWorkloadTls extends HeldWorkloadTls<Loaded> implements Workload
     return [this.files.certFile, this.files.keyFile, this.files.caFile].map(fileSignature).join('|');
   }
 
-  /** Reads the files again; installs them when they load and differ, else keeps the current ones. Returns whether it installed. */
-  reload(): boolean {
+  /**
+   * Reads the files again once settled (reloads run one at a time); installs them when they load
+   * and differ, else keeps the current ones. Returns whether it installed.
+   */
+  reload(): Promise<boolean> {
+    return this.reloadSerial();
+  }
+
+  private async reloadOnce(): Promise<boolean> {
     let next: Loaded;
     try {
-      next = loadWorkloadFiles(this.files, this.o.trustDomain);
+      const { certFile, keyFile, caFile } = this.files;
+      const texts = await readSettled([certFile, keyFile, caFile], { settleMs: 150, ...this.o.settle });
+      next = loadWorkloadFiles(this.files, this.o.trustDomain, texts.map((b) => b.toString('utf8')));
     } catch (err) {
       const message = (err as Error).message;
       const id = `${this.signature()}|${message}`;
