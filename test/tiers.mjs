@@ -11,6 +11,7 @@ export const UNIT = [
   'test/line-prefixer.test.ts',
   'test/address.test.ts',
   'test/rate-limit-store.test.ts',
+  'test/rate-limit-store-down-stats.test.ts',
   'test/rate-limit-ipc.test.ts',
   'test/xds-protos.test.ts',
   'test/xds-server.test.ts',
