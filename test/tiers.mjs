@@ -10,6 +10,7 @@
 export const UNIT = [
   'test/line-prefixer.test.ts',
   'test/address.test.ts',
+  'test/run-ports.test.ts',
   'test/rate-limit-store.test.ts',
   'test/rate-limit-store-down-stats.test.ts',
   'test/rate-limit-ipc.test.ts',
