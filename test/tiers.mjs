@@ -65,6 +65,7 @@ export const UNIT = [
   'test/proxy-config.test.ts',
   'test/regex-escape.test.ts',
   'test/registry-create.test.ts',
+  'test/registry-etcd-silent.test.ts',
   'test/registry-validate.test.ts',
   'test/resolve.test.ts',
   'test/rpc.test.ts',
