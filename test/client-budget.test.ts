@@ -112,7 +112,25 @@ test('a stream whose deadline the registry lookup spent is not opened; the host 
   const err = await settled;
   assert.ok(err instanceof MeshError, `the stream was opened: ${String(err)}`);
   assert.equal(err.toBody(), JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'stream budget.stream.Say.Stream: deadline of 200ms exceeded', status: 'Gateway Timeout' }));
+  await waitFor(() => s.stats.counter('cluster.budget.stream.upstream_rq_cancelled').value === 1);
   assertNothingCharged(s, 'budget.stream');
+});
+
+test('a stream waiting for a registry lookup that does not answer fails at its deadline, while the lookup still waits', async () => {
+  const s = await setup('budget.hungstream');
+  let settled: unknown;
+  void s.client.stream('budget.hungstream', 'Say.Stream', { kind: 'server', request: Buffer.from('{}'), timeoutMs: 200 }).then(
+    () => (settled = 'opened'),
+    (err: unknown) => (settled = err),
+  );
+  // Bounded generously to catch a stream that waits for the lookup (the registry never answers here).
+  await waitFor(() => settled !== undefined, 10_000);
+  assert.equal(s.registry.waiting, 1, 'the lookup still waits: the stream did not');
+  assert.ok(settled instanceof MeshError, String(settled));
+  assert.equal(settled.toBody(), JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'stream budget.hungstream.Say.Stream: deadline of 200ms exceeded', status: 'Gateway Timeout' }));
+  s.registry.open();
+  await waitFor(() => s.stats.counter('cluster.budget.hungstream.upstream_rq_cancelled').value === 1);
+  assertNothingCharged(s, 'budget.hungstream');
 });
 
 test('a stream opened in a call being served whose deadline has passed is not opened (was: sent with a 1 ms deadline)', async () => {
