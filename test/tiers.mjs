@@ -30,6 +30,7 @@ export const UNIT = [
   'test/api-handler.test.ts',
   'test/authz.test.ts',
   'test/client-budget.test.ts',
+  'test/gateway-registry-hung.test.ts',
   'test/client-hung-nodes.test.ts',
   'test/duration.test.ts',
   'test/envoy-validate.test.ts',
