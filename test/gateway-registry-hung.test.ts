@@ -7,7 +7,7 @@
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Service } from '../src/engines/registry/registry.js';
-import { http, waitFor } from './helpers.js';
+import { http, rawHttp, waitFor } from './helpers.js';
 import { startEdgeGateway, type EdgeGateway } from './fixtures/edge-gateway.js';
 
 /** Makes every registry lookup of the gateway wait forever; returns how many are waiting. */
@@ -54,5 +54,16 @@ describe('a gateway whose registry lookups hang', () => {
     assert.equal(waiting(), 1);
     assert.equal((res as { status: number }).status, 504);
     assert.equal((res as { text: string }).text, '{"id":"go.mesh.api","code":504,"detail":"proxy to go.mesh.api.hung: timeout after 300ms","status":"Gateway Timeout"}');
+  });
+
+  it('--handler=proxy, an upgrade (WebSocket) to a service never called: 504 at --client_request_timeout, the connection closed', async () => {
+    const gw = await startEdgeGateway(['--handler=proxy', '--client_request_timeout=300ms']);
+    gateways.push(gw);
+    const waiting = hangLookups(gw);
+    // rawHttp gives up (throws) after 10 s: a gateway that waits for the lookup.
+    const res = await rawHttp(gw.port, 'GET /hung/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+    assert.equal(waiting(), 1);
+    assert.equal(res.status, 504);
+    assert.equal(res.body, '{"id":"go.mesh.api","code":504,"detail":"proxy to go.mesh.api.hung: timeout after 300ms","status":"Gateway Timeout"}');
   });
 });

@@ -578,8 +578,10 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
   if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
     return refuse(new MeshError(fe.errorId, 400, 'an upgrade request carries no body'));
   }
-  fe.runtime.clusters.acquire(service, { version }).then(
-    (lease) => upgradeOn(fe, service, secure, req, socket, head, lease, refuse),
+  // The wait for a host (a service's first registry lookup) is bounded as the wait for the answer.
+  const timeoutMs = fe.runtime.options.clientRequestTimeout;
+  leaseWithin(fe.runtime.clusters.acquire(service, { version }), Date.now() + timeoutMs).then(
+    (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(flagged(new MeshError(fe.errorId, 504, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'))),
     (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
   );
 }
