@@ -15,6 +15,9 @@ import { node, upstreamFixture } from './fixtures/upstream.js';
 import { startEdgeGateway } from './fixtures/edge-gateway.js';
 import { freePort, http } from './helpers.js';
 import { get, startAdmin } from './admin-fixtures.js';
+import { renderClustersText } from '../src/admin/clusters.js';
+import { xdsClustersView } from '../src/xds/clusters-view.js';
+import type { XdsSource } from '../src/xds/source.js';
 
 const up = upstreamFixture();
 after(() => up.close());
@@ -208,4 +211,15 @@ test('admin /clusters: max_retries is the retries allowed now, the budget\'s cei
   for (const l of leases) l.release(OK, 1);
   assert.equal(await breakerLines(), expected(3, 2));
   await registry.close();
+});
+
+test('mesh xds /clusters: max_retries of a served cluster is an idle cluster\'s, 3 with the default budget; the budget off: max_retries', () => {
+  const source = { snapshot: { versions: { cluster: '7' }, messages: { endpoints: new Map([['svc', { endpoints: [] }]]) } } } as unknown as XdsSource;
+  const lines = (settings: ReturnType<typeof resolveSettings>) =>
+    renderClustersText(xdsClustersView(source, settings))
+      .toString()
+      .split('\n')
+      .filter((l) => l.includes('max_retries'));
+  assert.deepEqual(lines(resolveSettings(undefined, undefined, 'round_robin', true)), ['svc::default_priority::max_retries::3', 'svc::high_priority::max_retries::3']);
+  assert.deepEqual(lines(resolveSettings(undefined, retryBudgetDefaults(0, 3), 'round_robin', true)), ['svc::default_priority::max_retries::1024', 'svc::high_priority::max_retries::1024']);
 });

@@ -42,9 +42,16 @@ interface PriorityState {
 
 export const PRIORITIES: readonly Priority[] = ['default', 'high'];
 
-/** The lower of max_retries and the retry budget's limit at the priority's requests in flight. */
+/**
+ * Retries allowed at once with `active` requests in flight: the lower of max_retries and the retry
+ * budget's limit (max_retries alone with the budget off). What admin /clusters shows as max_retries.
+ */
+export function retryLimit(maxRetries: number, budget: RetryBudget, active: number): number {
+  return Math.min(maxRetries, budget.limit(active));
+}
+
 function retryLimitOf(s: PriorityState): number {
-  return Math.min(s.thresholds.maxRetries, s.budget.limit(s.requests));
+  return retryLimit(s.thresholds.maxRetries, s.budget, s.requests);
 }
 
 export class CircuitBreakers {
