@@ -69,11 +69,33 @@ test('a call whose budget the registry lookup spent fails with its 504 without b
   const err = await settled;
   assert.ok(err instanceof MeshError, String(err));
   assert.equal(err.toBody(), JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'call budget.unary.Say.Hello: timeout after 200ms', status: 'Gateway Timeout' }));
+  // The host the lookup found after the call's budget ended is given back as cancelled.
+  await waitFor(() => s.stats.counter('cluster.budget.unary.upstream_rq_cancelled').value === 1);
   assertNothingCharged(s, 'budget.unary');
   // With the registry answering, the next call goes through.
   const ok = await s.client.call('budget.unary', 'Say.Hello', Buffer.from('{}'), { timeoutMs: 2000 });
   assert.equal(ok.status, 200);
   assert.equal(s.b.hits, 1);
+});
+
+test('a call waiting for a registry lookup that does not answer gets its 504 when its budget ends, while the lookup still waits', async () => {
+  const s = await setup('budget.hung');
+  let settled: unknown;
+  void s.client.call('budget.hung', 'Say.Hello', Buffer.from('{}'), { timeoutMs: 200 }).then(
+    () => (settled = 'answered'),
+    (err: unknown) => (settled = err),
+  );
+  // Bounded generously to catch a call that waits for the lookup (the registry never answers here).
+  await waitFor(() => settled !== undefined, 10_000);
+  assert.equal(s.registry.waiting, 1, 'the lookup still waits: the call did not');
+  assert.ok(settled instanceof MeshError, String(settled));
+  assert.equal(settled.toBody(), JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'call budget.hung.Say.Hello: timeout after 200ms', status: 'Gateway Timeout' }));
+  assert.equal(settled.responseFlag, 'UT');
+  // The lookup answers at last: its host is given back untouched, the next call goes through.
+  s.registry.open();
+  await waitFor(() => s.stats.counter('cluster.budget.hung.upstream_rq_cancelled').value === 1);
+  assertNothingCharged(s, 'budget.hung');
+  assert.equal((await s.client.call('budget.hung', 'Say.Hello', Buffer.from('{}'), { timeoutMs: 2000 })).status, 200);
 });
 
 test('a stream whose deadline the registry lookup spent is not opened; the host is not charged', async () => {
@@ -90,7 +112,25 @@ test('a stream whose deadline the registry lookup spent is not opened; the host 
   const err = await settled;
   assert.ok(err instanceof MeshError, `the stream was opened: ${String(err)}`);
   assert.equal(err.toBody(), JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'stream budget.stream.Say.Stream: deadline of 200ms exceeded', status: 'Gateway Timeout' }));
+  await waitFor(() => s.stats.counter('cluster.budget.stream.upstream_rq_cancelled').value === 1);
   assertNothingCharged(s, 'budget.stream');
+});
+
+test('a stream waiting for a registry lookup that does not answer fails at its deadline, while the lookup still waits', async () => {
+  const s = await setup('budget.hungstream');
+  let settled: unknown;
+  void s.client.stream('budget.hungstream', 'Say.Stream', { kind: 'server', request: Buffer.from('{}'), timeoutMs: 200 }).then(
+    () => (settled = 'opened'),
+    (err: unknown) => (settled = err),
+  );
+  // Bounded generously to catch a stream that waits for the lookup (the registry never answers here).
+  await waitFor(() => settled !== undefined, 10_000);
+  assert.equal(s.registry.waiting, 1, 'the lookup still waits: the stream did not');
+  assert.ok(settled instanceof MeshError, String(settled));
+  assert.equal(settled.toBody(), JSON.stringify({ id: 'go.mesh.client', code: 504, detail: 'stream budget.hungstream.Say.Stream: deadline of 200ms exceeded', status: 'Gateway Timeout' }));
+  s.registry.open();
+  await waitFor(() => s.stats.counter('cluster.budget.hungstream.upstream_rq_cancelled').value === 1);
+  assertNothingCharged(s, 'budget.hungstream');
 });
 
 test('a stream opened in a call being served whose deadline has passed is not opened (was: sent with a 1 ms deadline)', async () => {

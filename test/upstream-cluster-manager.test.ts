@@ -112,7 +112,7 @@ test('round robin honours weights over 100 acquires; real requests reach both ba
     [b.port, 1, 'b'],
   ]);
   assert.deepEqual(snap.outlier, { successRateAverage: -1, successRateEjectionThreshold: -1 });
-  assert.deepEqual(snap.circuitBreakers.default, { maxConnections: 1024, maxPendingRequests: 1024, maxRequests: 1024, maxRetries: 1024 });
+  assert.deepEqual(snap.circuitBreakers.default, { maxConnections: 1024, maxPendingRequests: 1024, maxRequests: 1024, maxRetries: 3 });
   assert.equal(cm.versionInfo(), registry.revision());
   await registry.close();
 });
@@ -276,7 +276,7 @@ test('circuit breakers: max_requests and max_retries fail fast with 503 and coun
   const snap = cm.clusters()[0]!;
   assert.equal(snap.circuitBreakers.default.maxRequests, 2);
   assert.equal(snap.circuitBreakers.high.maxRequests, 1);
-  assert.equal(snap.circuitBreakers.high.maxRetries, 1024);
+  assert.equal(snap.circuitBreakers.high.maxRetries, 3); // the retry budget's minimum, the retries allowed now (max_retries 1024 above it)
   await registry.close();
 });
 

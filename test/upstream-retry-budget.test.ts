@@ -14,6 +14,10 @@ import type { UpstreamLease } from '../src/core/upstream/types.js';
 import { node, upstreamFixture } from './fixtures/upstream.js';
 import { startEdgeGateway } from './fixtures/edge-gateway.js';
 import { freePort, http } from './helpers.js';
+import { get, startAdmin } from './admin-fixtures.js';
+import { renderClustersText } from '../src/admin/clusters.js';
+import { xdsClustersView } from '../src/xds/clusters-view.js';
+import type { XdsSource } from '../src/xds/source.js';
 
 const up = upstreamFixture();
 after(() => up.close());
@@ -172,4 +176,50 @@ test('the proxy handler: a retry the budget refuses is not made, the client gets
   assert.equal(gw.counter('cluster.go.mesh.api.gone.upstream_rq_retry_overflow'), 1);
   assert.equal(gw.counter('cluster.go.mesh.api.gone.upstream_rq_retry'), 0);
   assert.equal(gw.counter('cluster.go.mesh.api.gone.upstream_rq_total'), 1);
+});
+
+test('admin /clusters: max_retries is the retries allowed now, the budget\'s ceiling under max_retries (3 on an idle cluster, as Envoy\'s)', async () => {
+  const a = await up.backend();
+  const registry = new MemoryRegistry();
+  await registry.register({ name: 'shown', version: '', metadata: {}, endpoints: [], nodes: [node('a', a.port)] });
+  const { cm } = up.manager({ registry, defaults: { circuitBreakers: { high: { maxRetries: 2 } } } });
+  const admin = await startAdmin({ clusters: cm });
+  up.onClose(() => admin.close());
+  const breakerLines = async () =>
+    (await get(admin.base, '/clusters')).body
+      .split('\n')
+      .filter((l) => /^shown::(default|high)_priority::/.test(l))
+      .join('\n');
+  const expected = (defaultRetries: number, highRetries: number) =>
+    'shown::default_priority::max_connections::1024\n' +
+    'shown::default_priority::max_pending_requests::1024\n' +
+    'shown::default_priority::max_requests::1024\n' +
+    `shown::default_priority::max_retries::${defaultRetries}\n` +
+    'shown::high_priority::max_connections::1024\n' +
+    'shown::high_priority::max_pending_requests::1024\n' +
+    'shown::high_priority::max_requests::1024\n' +
+    `shown::high_priority::max_retries::${highRetries}`;
+  // The cluster is built on first use; nothing in flight: the budget's minimum, 3 (high: its max_retries 2 is lower).
+  (await cm.acquire('shown')).release(OK, 1);
+  assert.equal(await breakerLines(), expected(3, 2));
+  // 25 requests in flight: 20 % of them, 5.
+  const leases: UpstreamLease[] = [];
+  for (let i = 0; i < 25; i++) leases.push(await cm.acquire('shown'));
+  assert.equal(await breakerLines(), expected(5, 2));
+  const json = JSON.parse((await get(admin.base, '/clusters?format=json')).body);
+  assert.deepEqual(json.cluster_statuses[0].circuit_breakers.thresholds.map((t: { max_retries: number }) => t.max_retries), [5, 2]);
+  for (const l of leases) l.release(OK, 1);
+  assert.equal(await breakerLines(), expected(3, 2));
+  await registry.close();
+});
+
+test('mesh xds /clusters: max_retries of a served cluster is an idle cluster\'s, 3 with the default budget; the budget off: max_retries', () => {
+  const source = { snapshot: { versions: { cluster: '7' }, messages: { endpoints: new Map([['svc', { endpoints: [] }]]) } } } as unknown as XdsSource;
+  const lines = (settings: ReturnType<typeof resolveSettings>) =>
+    renderClustersText(xdsClustersView(source, settings))
+      .toString()
+      .split('\n')
+      .filter((l) => l.includes('max_retries'));
+  assert.deepEqual(lines(resolveSettings(undefined, undefined, 'round_robin', true)), ['svc::default_priority::max_retries::3', 'svc::high_priority::max_retries::3']);
+  assert.deepEqual(lines(resolveSettings(undefined, retryBudgetDefaults(0, 3), 'round_robin', true)), ['svc::default_priority::max_retries::1024', 'svc::high_priority::max_retries::1024']);
 });

@@ -44,8 +44,10 @@ function plain(value: unknown): unknown {
 /**
  * The effective options of a process: for each schema option its command uses (every library
  * option when the role is not a command), the value from `flags` (the parsed command line, by
- * schema key) for an option the library does not have, else from `resolved` (the process's
- * options, by API name). Secrets are left out; passwords in URLs are redacted. Sorted by key.
+ * schema key) when it has one, else from `resolved` (the process's options, by API name). The
+ * command line wins: a CLI process resolves its library options from it, except `--address`, the
+ * listen address of its front end, which the library options keep at their default.
+ * Secrets are left out; passwords in URLs are redacted. Sorted by key.
  */
 export function effectiveOptions(role: string, resolved: object, flags?: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const command = (COMMAND_NAMES as readonly string[]).includes(role) ? (role as CommandName) : undefined;
@@ -55,8 +57,8 @@ export function effectiveOptions(role: string, resolved: object, flags?: Readonl
     if (isSecretOption(key)) continue;
     if (command ? !spec.commands.includes(command) : !spec.api) continue;
     const name = apiName(key);
-    if (spec.api && Object.hasOwn(values, name)) out[key] = plain(values[name]);
-    else if (flags && Object.hasOwn(flags, key)) out[key] = plain(flags[key]);
+    if (flags && flags[key] !== undefined) out[key] = plain(flags[key]);
+    else if (spec.api && Object.hasOwn(values, name)) out[key] = plain(values[name]);
     else out[key] = null;
   }
   return out;

@@ -39,7 +39,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     return runPrimary({ role: 'api', config, defaultAdminAddress: API_ADMIN_ADDRESS, adminLine, adminLineIndex: 1, listens });
   }
   const worker = WorkerLink.join(config);
-  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'api', flags: config, reusePort: worker?.reusePort });
+  const runtime = new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'api', flags: { ...config, address: config.address ?? DEFAULT_ADDRESS }, reusePort: worker?.reusePort });
   runtime.installSignalHandlers();
   worker?.attach(runtime);
   try {

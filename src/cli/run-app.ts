@@ -44,15 +44,73 @@ export function parseHealthPath(text: string): string | undefined | { problem: s
   return text;
 }
 
-/** A port that was free a moment ago on 127.0.0.1 (the app listens on it a moment later). */
-export async function freeLoopbackPort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
+/**
+ * A port of 127.0.0.1 this process listens on until `release`: while it is held, no other listener
+ * gets it, neither by asking for it nor by binding port 0 (the sidecars of mesh run).
+ */
+export interface HeldPort {
+  readonly port: number;
+  release(): Promise<void>;
+}
+
+/** Holds 127.0.0.1:`port` (0: a free port); undefined when the port is in use (or cannot be had). */
+export async function holdLoopbackPort(port = 0): Promise<HeldPort | undefined> {
+  // A connection meanwhile (the sidecar's first health check) is closed at once, as a refused one would be.
+  const server = createServer((socket) => socket.destroy());
+  server.listen({ port, host: '127.0.0.1' });
+  try {
+    await Promise.race([once(server, 'listening'), once(server, 'error').then(([err]) => Promise.reject(err as Error))]);
+  } catch {
+    return undefined;
+  }
   const address = server.address();
-  await new Promise<void>((r) => server.close(() => r()));
   if (typeof address !== 'object' || address === null) throw new Error('no free port on 127.0.0.1');
-  return address.port;
+  return { port: address.port, release: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+/**
+ * The ports of mesh run's apps, in order: a fixed port as given, `auto` a free port never one
+ * another app has or got. Each is held (`hold`, by default a listener on 127.0.0.1; a fixed port
+ * only when it is free) until the caller releases `held`: mesh run does so once every sidecar has
+ * bound its ports and before the apps start, so a sidecar's port 0 cannot be an app's port.
+ */
+export async function holdAppPorts(
+  ports: ReadonlyArray<number | 'auto'>,
+  hold: (port: number) => Promise<HeldPort | undefined> = holdLoopbackPort,
+): Promise<{ ports: number[]; held: HeldPort[] }> {
+  const taken = new Set(ports.filter((p): p is number => p !== 'auto'));
+  const held: HeldPort[] = [];
+  const skipped: HeldPort[] = [];
+  const chosen: number[] = [];
+  try {
+    for (const p of ports) {
+      if (p !== 'auto') {
+        const h = await hold(p);
+        if (h) held.push(h);
+        chosen.push(p);
+        continue;
+      }
+      for (;;) {
+        const h = await hold(0);
+        if (!h) throw new Error('no free port on 127.0.0.1');
+        // A port another app has: kept until the choice is made, so it is not handed out again.
+        if (taken.has(h.port)) {
+          skipped.push(h);
+          continue;
+        }
+        taken.add(h.port);
+        held.push(h);
+        chosen.push(h.port);
+        break;
+      }
+    }
+  } catch (err) {
+    await Promise.all(held.map((h) => h.release()));
+    throw err;
+  } finally {
+    await Promise.all(skipped.map((h) => h.release()));
+  }
+  return { ports: chosen, held };
 }
 
 /** How an app ended: its exit code, or the signal that killed it (status 128 + its number). */

@@ -17,7 +17,7 @@ import { formatDuration } from '../base/util/duration.js';
 import { FlagError, type Config, type ParsedArgs } from './flags.js';
 import { planSidecar, sidecarRuntime, startSidecar, type SidecarPlan, type StartedSidecar } from './sidecar.js';
 import { parseRunFile } from './run-file.js';
-import { AppProcess, appNameProblem, describeExit, freeLoopbackPort, parseAppPort, parseHealthPath, type AppExit, type RunApp } from './run-app.js';
+import { AppProcess, appNameProblem, describeExit, holdAppPorts, parseAppPort, parseHealthPath, type AppExit, type RunApp } from './run-app.js';
 import type { Runtime } from '../process/runtime.js';
 
 /** The signals mesh run passes on to its apps (after deregistering them). */
@@ -42,16 +42,51 @@ interface Unit extends Prepared {
 
 export async function runRun(args: ParsedArgs): Promise<number> {
   const { config } = args;
-  const apps: Array<RunApp & { sidecar?: ParsedArgs; locate?: (flag: string | undefined) => string }> = config.file !== undefined ? appsOfFile(args) : [appOfFlags(args)];
+  const apps: AppOfRun[] = config.file !== undefined ? appsOfFile(args) : [appOfFlags(args)];
 
-  // Everything is checked before anything starts (exit 2 naming the flag or the file's line).
+  // The apps' ports, held until every sidecar has bound its own (port 0): no sidecar gets an app's port.
+  const appPorts = await holdAppPorts(apps.map((a) => a.port));
+  const units: Unit[] = [];
+  try {
+    units.push(...(await startSidecars(args, apps, appPorts.ports)));
+  } finally {
+    await Promise.all(appPorts.held.map((h) => h.release()));
+  }
+
+  const killAll = () => units.forEach((u) => u.process?.signal('SIGKILL'));
+  // Whatever ends this process, the apps do not outlive it.
+  process.on('exit', killAll);
+  let signalled = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (signalled) {
+      process.stdout.write(`mesh run: ${signal} again: killing the apps\n`);
+      killAll();
+      return;
+    }
+    signalled = true;
+    process.stdout.write(`mesh run: ${signal}: deregistering, then passing ${signal} on\n`);
+    for (const u of units) void stopUnit(u, signal);
+  };
+  // A closed terminal (SIGHUP) or SIGQUIT stops the apps too, instead of leaving them running.
+  for (const s of STOP_SIGNALS) process.on(s, onSignal);
+
+  await Promise.all(units.map((u) => runUnit(u)));
+  for (const s of STOP_SIGNALS) process.removeListener(s, onSignal);
+  if (units.length === 1) return units[0]!.exit!.status;
+  return units.find((u) => u.exit!.status !== 0)?.exit!.status ?? 0;
+}
+
+type AppOfRun = RunApp & { sidecar?: ParsedArgs; locate?: (flag: string | undefined) => string };
+
+/**
+ * The sidecars of the apps, started in order, each for its app at `ports[i]`. Everything is checked
+ * before anything starts (exit 2 naming the flag or the file's line).
+ */
+async function startSidecars(args: ParsedArgs, apps: AppOfRun[], ports: number[]): Promise<Unit[]> {
+  const { config } = args;
   const prepared: Prepared[] = [];
-  const taken = new Set(apps.map((a) => a.port));
-  for (const app of apps) {
-    let port = app.port;
-    // A free port for each app, never one another app of the file has or got.
-    while (port === 'auto' || (app.port === 'auto' && taken.has(port))) port = await freeLoopbackPort();
-    taken.add(port);
+  for (const [i, app] of apps.entries()) {
+    const port = ports[i]!;
     const own = app.sidecar;
     const merged = { ...config } as Record<string, unknown>;
     if (own) for (const key of own.given) merged[key] = own.config[key];
@@ -88,28 +123,7 @@ export async function runRun(args: ParsedArgs): Promise<number> {
     await Promise.all(units.map((u) => u.runtime.shutdown()));
     throw err;
   }
-
-  const killAll = () => units.forEach((u) => u.process?.signal('SIGKILL'));
-  // Whatever ends this process, the apps do not outlive it.
-  process.on('exit', killAll);
-  let signalled = false;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (signalled) {
-      process.stdout.write(`mesh run: ${signal} again: killing the apps\n`);
-      killAll();
-      return;
-    }
-    signalled = true;
-    process.stdout.write(`mesh run: ${signal}: deregistering, then passing ${signal} on\n`);
-    for (const u of units) void stopUnit(u, signal);
-  };
-  // A closed terminal (SIGHUP) or SIGQUIT stops the apps too, instead of leaving them running.
-  for (const s of STOP_SIGNALS) process.on(s, onSignal);
-
-  await Promise.all(units.map((u) => runUnit(u)));
-  for (const s of STOP_SIGNALS) process.removeListener(s, onSignal);
-  if (units.length === 1) return units[0]!.exit!.status;
-  return units.find((u) => u.exit!.status !== 0)?.exit!.status ?? 0;
+  return units;
 }
 
 /**

@@ -91,7 +91,8 @@ export function planSidecar(config: Config, ttlGiven: boolean): SidecarPlan {
 /** The runtime of a sidecar (with the app's static cluster when the app is behind the inbound listener). */
 export function sidecarRuntime(plan: SidecarPlan, worker?: WorkerLink): Runtime {
   const { config, inbound, app, appAddress } = plan;
-  return new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined, reusePort: worker?.reusePort });
+  // The command line, with the listen address in use, is what admin /config_dump shows.
+  return new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', flags: { ...config, address: plan.address }, staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined, reusePort: worker?.reusePort });
 }
 
 export interface StartedSidecar {

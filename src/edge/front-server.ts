@@ -100,7 +100,7 @@ export interface FrontServerOptions<R = undefined> {
   /**
    * `--rate_limit`: checked on every request after the CORS step, except a preflight and the
    * health path (after `authorize` when keyed by subject); over the limit: 429 error JSON with Retry-After, counted in
-   * `http.<prefix>.ratelimit.over_limit` (allowed: `http.<prefix>.ratelimit.ok`).
+   * `http.<prefix>.ratelimit.over_limit` (allowed: `http.<prefix>.ratelimit.ok`; the shared store down: `ratelimit.error`).
    */
   rateLimit?: FrontRateLimit;
   /** `--cors_max_age` in seconds: the Access-Control-Max-Age of a preflight. Default 600. */
@@ -156,6 +156,7 @@ export class FrontServer<R = undefined> {
   private readonly cors?: CorsPolicy;
   private readonly rateLimitOk?: Counter;
   private readonly rateLimitOver?: Counter;
+  private readonly rateLimitError?: Counter;
   private readonly onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
   private readonly headerNames: HeaderNameFilter;
 
@@ -180,6 +181,7 @@ export class FrontServer<R = undefined> {
       const limits = declareStats(scope, HTTP_RATE_LIMIT_STATS);
       this.rateLimitOk = limits.ok;
       this.rateLimitOver = limits.overLimit;
+      this.rateLimitError = limits.error;
     }
     this.accessLog = options.runtime.accessLog;
     this.headerNames = new HeaderNameFilter({ policy: options.runtime.options.headersWithUnderscores, stats: scope, errorId: options.errorId, trustsAuthHeaders: options.trustsAuthHeaders });
@@ -515,13 +517,17 @@ export class FrontServer<R = undefined> {
     else answer(decision);
   }
 
-  /** Counts a decision of the front end's own limit: true when the request goes on. */
+  /**
+   * Counts a decision of the front end's own limit: true when the request goes on. A decision of
+   * the failure mode (the shared store down) is an `error`; a refused one is not `over_limit`.
+   */
   private counted(decision: RateDecision): boolean {
+    if (decision.storeDown) this.rateLimitError!.inc();
     if (decision.allowed) {
       this.rateLimitOk!.inc();
       return true;
     }
-    this.rateLimitOver!.inc();
+    if (!decision.storeDown) this.rateLimitOver!.inc();
     return false;
   }
 

@@ -5,6 +5,8 @@
  */
 import type { ClusterManagerView, ClusterSnapshot, HostSnapshot } from '../core/upstream/types.js';
 import type { ResolvedClusterSettings } from '../core/upstream/config.js';
+import { retryLimit } from '../core/upstream/circuit-breaker.js';
+import { RetryBudget } from '../core/upstream/retry-budget.js';
 import type { XdsSource } from './source.js';
 
 interface LbEndpointMessage {
@@ -18,6 +20,9 @@ interface LocalityMessage {
 }
 
 export function xdsClustersView(source: XdsSource, settings: ResolvedClusterSettings): ClusterManagerView {
+  // No traffic: max_retries is what a cluster with nothing in flight allows (the retry budget's minimum, under max_retries).
+  const idle = (p: 'default' | 'high') => ({ ...settings.circuitBreakers[p], maxRetries: retryLimit(settings.circuitBreakers[p].maxRetries, new RetryBudget(settings.retryBudgets[p]), 0) });
+  const circuitBreakers = { default: idle('default'), high: idle('high') };
   return {
     versionInfo: () => source.snapshot?.versions.cluster ?? '',
     clusters: (): ClusterSnapshot[] => {
@@ -26,7 +31,7 @@ export function xdsClustersView(source: XdsSource, settings: ResolvedClusterSett
       return [...snapshot.messages.endpoints].map(([name, cla]) => ({
         name,
         addedViaApi: false,
-        circuitBreakers: settings.circuitBreakers,
+        circuitBreakers,
         hosts: (cla.endpoints as LocalityMessage[]).flatMap((l) => l.lb_endpoints.map((e) => host(l, e))),
       }));
     },

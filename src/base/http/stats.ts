@@ -27,9 +27,13 @@ export const HTTP_LIFECYCLE_STATS = {
   counters: { overflow: 'downstream_cx_overflow', drainClose: 'downstream_cx_drain_close', destroyActive: 'downstream_cx_destroy_active_rq' },
 } as const;
 
-/** `--rate_limit` and the auth rules' rate limits. */
+/**
+ * `--rate_limit` and the auth rules' rate limits. As Envoy's rate limit filter: `over_limit` the
+ * 429s, `error` the requests the shared store could not decide (the failure mode did: refused with
+ * a 503 when closed, allowed and also in `ok` when open).
+ */
 export const HTTP_RATE_LIMIT_STATS = {
-  counters: { ok: 'ratelimit.ok', overLimit: 'ratelimit.over_limit' },
+  counters: { ok: 'ratelimit.ok', overLimit: 'ratelimit.over_limit', error: 'ratelimit.error' },
 } as const;
 
 /** The edge auth step's decisions. */

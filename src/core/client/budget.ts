@@ -7,6 +7,34 @@
 import type { UpstreamLease } from '../upstream/types.js';
 
 /**
+ * Waits for a host being chosen (`pending`) no longer than the call's budget (`deadline`, epoch
+ * ms): the lease, or undefined once the budget is spent while the choice still waits (a service's
+ * first lookup in a registry that does not answer). A lease that comes after that is released as
+ * cancelled, an error after that is dropped: the caller has had its timeout.
+ */
+export function leaseWithin(pending: Promise<UpstreamLease>, deadline: number): Promise<UpstreamLease | undefined> {
+  return new Promise((resolve, reject) => {
+    let late = false;
+    const timer = setTimeout(() => {
+      late = true;
+      resolve(undefined);
+    }, Math.max(0, deadline - Date.now()));
+    pending.then(
+      (lease) => {
+        if (late) return lease.release({ kind: 'cancelled' }, 0);
+        clearTimeout(timer);
+        resolve(lease);
+      },
+      (err: unknown) => {
+        if (late) return;
+        clearTimeout(timer);
+        reject(err as Error);
+      },
+    );
+  });
+}
+
+/**
  * Milliseconds left before `deadline` (epoch ms), at least 1; undefined when none are left, and
  * then `lease` has been released as cancelled: the caller fails with its timeout without sending.
  */

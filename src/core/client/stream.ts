@@ -20,7 +20,7 @@ import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamK
 import { HEADER_ENDPOINT, HEADER_ID, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT } from '../transport/headers.js';
 import type { AttemptOutcome, UpstreamLease, UpstreamSelector, UpstreamTarget } from '../upstream/types.js';
 import { MTLS_REFUSED } from '../../base/mtls/connector.js';
-import { budgetLeft } from './budget.js';
+import { budgetLeft, leaseWithin } from './budget.js';
 
 const CLIENT_ID = ERROR_IDS.client;
 /** Bytes of request frames queued for the connection before send() waits (a sidecar stream's socket too). */
@@ -315,9 +315,11 @@ export async function openStream(
   const contentType = opts.contentType ?? 'application/json';
   const given = opts.timeoutMs && opts.timeoutMs > 0 ? opts.timeoutMs : 0;
   const deadline = given > 0 ? Date.now() + given : 0;
-  const lease = selector.acquireNow?.(service, { address: opts.address }) ?? (await selector.acquire(service, { address: opts.address }));
-  // The deadline counts from the open: a wait for a host (the registry) spends it. None left: not
-  // opened, the host is not charged.
+  // The deadline counts from the open: a wait for a host (the registry) spends it, and ends with it.
+  // None left: not opened, the host is not charged.
+  const pending = selector.acquireNow?.(service, { address: opts.address }) ?? selector.acquire(service, { address: opts.address });
+  const lease = pending instanceof Promise ? await (deadline > 0 ? leaseWithin(pending, deadline) : pending) : pending;
+  if (!lease) throw streamTimeout(service, endpoint, given);
   let timeoutMs = 0;
   if (deadline > 0) {
     const left = budgetLeft(lease, deadline);

@@ -42,6 +42,18 @@ interface PriorityState {
 
 export const PRIORITIES: readonly Priority[] = ['default', 'high'];
 
+/**
+ * Retries allowed at once with `active` requests in flight: the lower of max_retries and the retry
+ * budget's limit (max_retries alone with the budget off). What admin /clusters shows as max_retries.
+ */
+export function retryLimit(maxRetries: number, budget: RetryBudget, active: number): number {
+  return Math.min(maxRetries, budget.limit(active));
+}
+
+function retryLimitOf(s: PriorityState): number {
+  return retryLimit(s.thresholds.maxRetries, s.budget, s.requests);
+}
+
 export class CircuitBreakers {
   private readonly state: Record<Priority, PriorityState>;
   /** Requests waiting for a connection, cluster-wide (estimated from leases per host). */
@@ -62,6 +74,16 @@ export class CircuitBreakers {
 
   thresholds(priority: Priority): CircuitBreakerThresholds {
     return this.state[priority].thresholds;
+  }
+
+  /**
+   * Retries allowed at once now: the lower of max_retries and the retry budget's limit at the
+   * requests in flight (max_retries alone with the budget off). Admin /clusters shows it as the
+   * priority's max_retries, as Envoy shows a budget's current ceiling: 3 (the budget's minimum)
+   * on an idle cluster with the defaults.
+   */
+  retryLimit(priority: Priority): number {
+    return retryLimitOf(this.state[priority]);
   }
 
   /** Connections per host pool. */
@@ -113,7 +135,7 @@ export class CircuitBreakers {
   private refresh(s: PriorityState): void {
     const rqOpen = s.requests >= s.thresholds.maxRequests ? 1 : 0;
     if (s.rqOpen.value !== rqOpen) s.rqOpen.set(rqOpen);
-    const retryLimit = Math.min(s.thresholds.maxRetries, s.budget.limit(s.requests));
+    const retryLimit = retryLimitOf(s);
     const retryOpen = s.retries >= retryLimit ? 1 : 0;
     if (s.rqRetryOpen.value !== retryOpen) s.rqRetryOpen.set(retryOpen);
     const remaining = Math.max(0, retryLimit - s.retries);

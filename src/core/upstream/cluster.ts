@@ -423,8 +423,9 @@ export class Cluster {
       name: this.name,
       addedViaApi: this.addedViaApi,
       circuitBreakers: {
-        default: { ...this.breakers.thresholds('default') },
-        high: { ...this.breakers.thresholds('high') },
+        // max_retries as the retries allowed now (the retry budget's ceiling under max_retries), as Envoy's /clusters.
+        default: { ...this.breakers.thresholds('default'), maxRetries: this.breakers.retryLimit('default') },
+        high: { ...this.breakers.thresholds('high'), maxRetries: this.breakers.retryLimit('high') },
       },
       hosts: this.hostList.map((h) => h.snapshot()),
     };

@@ -373,6 +373,7 @@ export class EdgeGuard {
   private ruleLimiter?: RateLimitStore;
   private readonly rateOk: Counter;
   private readonly rateOver: Counter;
+  private readonly rateError: Counter;
 
   constructor(
     private readonly auth: EdgeAuth | undefined,
@@ -380,7 +381,7 @@ export class EdgeGuard {
   ) {
     this.ruleLimiter = options.rateLimit?.store;
     const scope = options.stats.scope(httpStatPrefix(options.statPrefix));
-    ({ ok: this.rateOk, overLimit: this.rateOver } = declareStats(scope, HTTP_RATE_LIMIT_STATS));
+    ({ ok: this.rateOk, overLimit: this.rateOver, error: this.rateError } = declareStats(scope, HTTP_RATE_LIMIT_STATS));
     ({ allowed: this.allowed, denied: this.denied, unauthenticated: this.unauthenticated } = declareStats(scope, HTTP_AUTH_STATS));
     if (options.sidecarToken !== undefined) this.tokenHash = sha256(options.sidecarToken);
   }
@@ -480,11 +481,13 @@ export class EdgeGuard {
 
   private answer(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule, decision: RateDecision): void {
     if (res && !res.headersSent) for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
+    // A decision of the failure mode (the shared store down) is an `error`, a refused one not `over_limit`.
+    if (decision.storeDown) this.rateError.inc();
     if (decision.allowed) {
       this.rateOk.inc();
       return;
     }
-    this.rateOver.inc();
+    if (!decision.storeDown) this.rateOver.inc();
     req.resume();
     if (decision.storeDown) throw rateLimitStoreDown(this.options.errorId);
     throw rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec, rule.index);

@@ -33,6 +33,7 @@ import type { CallContext } from '../../base/util/call-context.js';
 import { compose } from '../../core/client/interceptors/compose.js';
 import { retry } from '../../core/client/interceptors/retry.js';
 import { isRetryOverflow } from '../../core/upstream/retry-budget.js';
+import { leaseWithin } from '../../core/client/budget.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
@@ -452,11 +453,12 @@ const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
 async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   const { fe, service, req, res, counter, limit, info } = call;
   const timeoutMs = call.timeoutMs;
-  let lease: UpstreamLease;
+  let lease: UpstreamLease | undefined;
   try {
     const clusters = fe.runtime.clusters;
     const options = { exclude: call.tried, retry: attempt > 0, version: call.version, retryBudget: call.route?.budget };
-    lease = clusters.acquireNow(service, options) ?? (await clusters.acquire(service, options));
+    // The wait for a host (a service's first registry lookup) is bounded by the try's timeout too.
+    lease = clusters.acquireNow(service, options) ?? (await leaseWithin(clusters.acquire(service, options), Date.now() + timeoutMs));
   } catch (err) {
     if (isRetryOverflow(err)) {
       call.route?.stats.retryOverflow.inc();
@@ -464,6 +466,11 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
     }
     req.resume();
     sendError(res, asFrontEndError(err, fe.errorId));
+    return DONE;
+  }
+  if (!lease) {
+    req.resume();
+    sendError(res, flagged(new MeshError(fe.errorId, 504, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'));
     return DONE;
   }
   const started = Date.now();
@@ -571,8 +578,10 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
   if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
     return refuse(new MeshError(fe.errorId, 400, 'an upgrade request carries no body'));
   }
-  fe.runtime.clusters.acquire(service, { version }).then(
-    (lease) => upgradeOn(fe, service, secure, req, socket, head, lease, refuse),
+  // The wait for a host (a service's first registry lookup) is bounded as the wait for the answer.
+  const timeoutMs = fe.runtime.options.clientRequestTimeout;
+  leaseWithin(fe.runtime.clusters.acquire(service, { version }), Date.now() + timeoutMs).then(
+    (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(flagged(new MeshError(fe.errorId, 504, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'))),
     (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
   );
 }

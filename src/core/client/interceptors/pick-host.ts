@@ -3,12 +3,13 @@
  * host after a connect failure, the given node with `address`. Acquire errors (404 unknown
  * service, 503 no host or circuit open) are final: the call rejects with them, except a retry
  * that max_retries or the retry budget refuses: that retry is not made (an `overflow` result),
- * and the call answers with the try before it. A call whose budget the choice spent (building a
- * cluster can wait for the registry) is not sent (EXPIRED).
+ * and the call answers with the try before it. The choice waits no longer than the call's budget
+ * (building a cluster can wait for the registry): a call whose budget it spent is not sent
+ * (EXPIRED, the caller's 504), whether the host comes later or not at all.
  */
 import type { AcquireOptions, UpstreamLease, UpstreamSelector } from '../../upstream/types.js';
 import { isRetryOverflow } from '../../upstream/retry-budget.js';
-import { budgetLeft } from '../budget.js';
+import { budgetLeft, leaseWithin } from '../budget.js';
 import { EXPIRED, type Attempt, type ClientInterceptor, type ClientSend, type TryResult, type UnaryCall } from './call.js';
 
 export function pickHost(selector: UpstreamSelector): ClientInterceptor {
@@ -22,8 +23,9 @@ export function pickHost(selector: UpstreamSelector): ClientInterceptor {
       return notPicked(err, call);
     }
     if (lease) return sendOn(next, call, attempt, lease);
-    return selector.acquire(call.service, options).then(
-      (l) => sendOn(next, call, attempt, l),
+    // The wait for a host (a service's first registry lookup) ends with the call's budget.
+    return leaseWithin(selector.acquire(call.service, options), call.deadline).then(
+      (l) => (l ? sendOn(next, call, attempt, l) : EXPIRED),
       (err: unknown) => notPicked(err, call),
     );
   };

@@ -6,7 +6,8 @@
  * - store.ts: the key layout, reads and writes, decoding and grouping records, response headers;
  * - leases.ts: TTL leases, keep-alive, expiring our own records, writing them again after etcd
  *   restarts, comes back or turns out to be another cluster;
- * - watcher.ts: prefix watches, regrouping, expiry timers, re-watch after a broken stream.
+ * - watcher.ts: prefix watches, regrouping, expiry timers, re-watch after a broken stream;
+ * - contact.ts: while watching, etcd asked after a silence, so a cut link shows within seconds.
  *
  * TTL: readers never return a node past its `expiresAt`, so a TTL is honoured to the millisecond
  * whatever etcd's lease granularity. Watchers resynchronise (full read + diff) whenever their

@@ -13,6 +13,7 @@ import type { IRangeResponse, IWatchResponse, Watcher as EtcdWatch } from 'etcd3
 import type { Service, WatchEvent, Watcher } from '../registry.js';
 import { EventQueue, diffVersions } from '../records.js';
 import { decode, group, isLive, type EtcdStore, type StoredRecord } from './store.js';
+import { EtcdContact } from './contact.js';
 
 /** The watchers of one registry and the queue that delivers their events. */
 export class EtcdWatchers {
@@ -20,17 +21,25 @@ export class EtcdWatchers {
   /** Watchers still reading their initial state: writes wait for them so they see every change. */
   private readonly settling = new Set<Promise<void>>();
   private readonly events = new EventQueue();
+  /** Asks etcd when it has been silent, while there are watchers (contact.ts). */
+  private readonly contact: EtcdContact;
 
-  constructor(private readonly store: EtcdStore) {}
+  constructor(private readonly store: EtcdStore) {
+    this.contact = new EtcdContact(store, () => {
+      for (const w of this.watchers) w.resync();
+    });
+  }
 
   add(onEvent: (event: WatchEvent) => void, service: string | undefined): Watcher {
     const w = new EtcdWatcher(this.store, this.events, onEvent, service);
     this.watchers.add(w);
+    this.contact.start();
     const ready = w.start().finally(() => this.settling.delete(ready));
     this.settling.add(ready);
     return {
       stop: () => {
         this.watchers.delete(w);
+        if (this.watchers.size === 0) this.contact.stop();
         void w.stop();
       },
       ready: ready.catch(() => undefined),
@@ -44,6 +53,7 @@ export class EtcdWatchers {
 
   /** Cancels the watch streams (an open one keeps the process alive), waiting up to a second. */
   async close(): Promise<void> {
+    this.contact.stop();
     const stopping = [...this.watchers].map((w) => w.stop());
     this.watchers.clear();
     let timer: NodeJS.Timeout | undefined;
@@ -84,6 +94,12 @@ class EtcdWatcher {
     } catch {
       this.retryLater();
     }
+  }
+
+  /** Reads etcd afresh and watches again (etcd answered after a silence: the stream may have missed events). */
+  resync(): void {
+    if (this.stopped || this.store.closed) return;
+    this.start().catch(() => undefined);
   }
 
   /** Stops events at once; resolves when the etcd watch is cancelled. */
