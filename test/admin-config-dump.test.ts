@@ -10,7 +10,7 @@ import { optionEntries } from '../src/base/options/schema.js';
 describe('admin /config_dump', () => {
   it('secrets are known by name; a file holding one is a path and stays', () => {
     const secrets = optionEntries().map(([key]) => key).filter(isSecretOption).sort();
-    assert.deepEqual(secrets, ['admin_token', 'broker_secret', 'ca_token', 'sidecar_token']);
+    assert.deepEqual(secrets, ['admin_token', 'broker_secret', 'ca_token', 'sidecar_token', 'xds_token']);
     assert.equal(isSecretOption('broker_secret_file'), false);
     assert.equal(isSecretOption('rate_limit_key'), false);
   });

@@ -3,6 +3,7 @@
  * command, as `--name=value` or `--name value`, and from the environment as MESH_<NAME>.
  * A bad value is an error naming the flag (exit 2), never ignored.
  */
+import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { parseDuration, parseSize } from '../base/util/duration.js';
 import { parseLevel } from '../base/util/levels.js';
@@ -118,6 +119,35 @@ function tracingFromOtelEnv(config: Record<string, unknown>, given: ReadonlySet<
     throw err;
   }
   for (const name of ['tracing', 'tracing_address', 'tracing_sample_rate'] as const) if (!given.has(name)) config[name] = undefined;
+}
+
+/**
+ * The options that name a file holding a secret (`fileOf` in the schema: --admin_token_file for
+ * --admin_token): each file given is read once, its trailing newlines dropped, and its content
+ * becomes the secret option's value, as if given (so the secret never is on the command line).
+ * Giving both, or a file that cannot be read, is empty or has more than one line, is a FlagError.
+ */
+function secretsFromFiles(config: Record<string, unknown>, given: Set<FlagName>, fromEnv: ReadonlySet<FlagName>): void {
+  for (const [name, spec] of optionEntries()) {
+    const target = spec.fileOf as FlagName | undefined;
+    const path = config[name];
+    if (target === undefined || typeof path !== 'string') continue;
+    if (given.has(target)) throw new FlagError(`give ${flagLabel(target, fromEnv.has(target)).replace(/^flag /, '')} or ${flagLabel(name, fromEnv.has(name)).replace(/^flag /, '')}, not both`);
+    const fail = (why: string): never => {
+      throw new FlagError(`invalid value "${path}" for ${flagLabel(name, fromEnv.has(name))}: ${why}`);
+    };
+    let text = '';
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (err) {
+      fail(`cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+    text = text.replace(/[\r\n]+$/, '');
+    if (text === '') fail(`the file is empty (it should hold --${target})`);
+    if (/[\r\n]/.test(text)) fail(`the file has more than one line (it should hold --${target} alone)`);
+    config[target] = text;
+    given.add(target);
+  }
 }
 
 export class FlagError extends Error {
@@ -307,6 +337,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
     const raw = values.get(name) ?? commandDefault(spec, known ? (command as CommandName) : undefined);
     config[name] = raw === undefined ? (spec.type === 'list' ? [] : undefined) : convert(name, spec, raw, fromEnv.has(name));
   }
+  if (!switches.has('help')) secretsFromFiles(config, given, fromEnv);
   const check = (name: FlagName, fn: () => void, shownValue = String(config[name])) => {
     try {
       fn();
