@@ -9,7 +9,7 @@ import { parseDuration, parseSize } from '../base/util/duration.js';
 import { parseLevel } from '../base/util/levels.js';
 import { parseRate } from '../base/http/rate-limit.js';
 import { parseRedisAddress } from '../engines/ratelimit/redis.js';
-import { redactAddress } from '../base/util/engine-access.js';
+import { redactUrl } from '../base/util/redact.js';
 import { VALUE_CHECKS } from '../process/options.js';
 import { OtelEnvError, readOtelEnv } from '../base/tracing/otel-env.js';
 import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, commandDefault, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../base/options/schema.js';
@@ -191,7 +191,7 @@ export function attributeFlagError(message: string, fromEnv: ReadonlySet<string>
 
 function convert(name: string, spec: FlagSpec, raw: string, fromEnv = false): unknown {
   const fail = (why: string): never => {
-    throw new FlagError(`invalid value "${raw}" for ${flagLabel(name, fromEnv)}: ${why}`);
+    throw new FlagError(`invalid value "${redactUrl(raw)}" for ${flagLabel(name, fromEnv)}: ${why}`);
   };
   switch (spec.type) {
     case 'string':
@@ -342,7 +342,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
     try {
       fn();
     } catch (err) {
-      throw new FlagError(`invalid value "${shownValue}" for ${flagLabel(name, fromEnv.has(name))}: ${(err as Error).message}`);
+      throw new FlagError(`invalid value "${redactUrl(shownValue)}" for ${flagLabel(name, fromEnv.has(name))}: ${(err as Error).message}`);
     }
   };
   // The checks shared with the library (VALUE_CHECKS, src/process/options.ts), in the order of the flag's refusals.
@@ -361,7 +361,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
       return;
     }
     if (!parseRedisAddress(config.rate_limit_store as string).tls && tlsFiles !== undefined) throw new Error('the --rate_limit_store_tls_* files need rediss:// (TLS)');
-  }, redactAddress(String(config.rate_limit_store)));
+  }, redactUrl(String(config.rate_limit_store)));
   check('rpc_allow', () => {
     for (const p of config.rpc_allow as string[]) if (!/^[A-Za-z0-9._*?-]+$/.test(p)) throw new Error(`"${p}" is not a service name glob: letters, digits, . _ - and the wildcards * ?`);
   }, (config.rpc_allow as string[]).join(','));
