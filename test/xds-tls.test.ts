@@ -147,7 +147,7 @@ describe('mesh xds admitting only its clients: mutual TLS and a token from a fil
     assert.ok(!xds.output().includes(TOKEN));
   });
 
-  it('--xds_tls_client_ca_file without --enable_tls, a token file that is empty or missing, and a token given twice: exit 2', async () => {
+  it('--xds_tls_client_ca_file without --enable_tls, a token file that is empty or missing, a token given twice or too short: exit 2', async () => {
     const empty = join(home.path, 'empty');
     writeFileSync(empty, '\n');
     const cases: Array<[string[], string]> = [
@@ -155,6 +155,7 @@ describe('mesh xds admitting only its clients: mutual TLS and a token from a fil
       [[`--xds_token_file=${empty}`], `mesh: invalid value "${empty}" for flag --xds_token_file: the file is empty (it should hold --xds_token)\n`],
       [['--xds_token_file=/nonexistent/token'], 'mesh: invalid value "/nonexistent/token" for flag --xds_token_file: cannot read it (ENOENT)\n'],
       [['--xds_token=abc', `--xds_token_file=${empty}`], 'mesh: give --xds_token or --xds_token_file, not both\n'],
+      [['--xds_token=short-token'], 'mesh: invalid value for flag --xds_token: use at least 16 characters (e.g. openssl rand -hex 32)\n'],
     ];
     for (const [flags, stderr] of cases) {
       const r = await runCli(['xds', '--address=127.0.0.1:0', '--admin_address=off', ...flags], { MESH_HOME: home.path });

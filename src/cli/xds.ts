@@ -33,6 +33,7 @@ export async function runXds(args: ParsedArgs): Promise<number> {
     }
   } else if (config.listener_address !== undefined) throw new FlagError("--listener_address is for --routes (where the Envoy HTTP listener of the route file listens)");
   if (config.enable_tls && (!config.tls_cert_file || !config.tls_key_file)) throw new FlagError('--enable_tls needs --tls_cert_file and --tls_key_file');
+  if (config.xds_token !== undefined && config.xds_token.length < 16) throw new FlagError('invalid value for flag --xds_token: use at least 16 characters (e.g. openssl rand -hex 32)');
   if (config.xds_tls_client_ca_file !== undefined && !config.enable_tls) throw new FlagError('--xds_tls_client_ca_file needs --enable_tls (mutual TLS is TLS)');
   const runtime = new Runtime(optionsFromFlags(config), { role: 'xds', flags: config, registryClusters: false });
   runtime.installSignalHandlers();
