@@ -132,6 +132,7 @@ class AdsStream {
   ) {}
 
   onRequest(req: DiscoveryRequest): void {
+    if (this.closed) return; // refused or ended: what the client still sends is not read
     const id = req.node?.id;
     if (this.server.nodeAllowed) {
       // The first request must name an admitted node; a later one may leave the node out, not change it.
