@@ -60,7 +60,7 @@ export interface OptionSpec {
   readonly commandDefaults?: Partial<Record<CommandName, string>>;
   /**
    * This option names a file that holds the value of the option `fileOf` (a secret, kept off the
-   * command line): read once at start, one trailing newline dropped; not given with that option.
+   * command line): read once at start, trailing newlines dropped, one line; not given with that option.
    */
   readonly fileOf?: string;
 }
