@@ -151,6 +151,10 @@ describe('ACME manager (fake issuer)', () => {
       assert.equal(existsSync(cache.certPath('evil.example')), false);
       assert.equal(stats.counter('acme.sni_refused').value, 2);
       assert.equal(logs.text().match(/refused TLS handshake for \\"evil.example\\"/g)?.length, 1, logs.text());
+      // A client's name is logged cut to 256 characters.
+      await assert.rejects(sni(m, `${'n'.repeat(1000)}.example`), /not in --acme_hosts/);
+      assert.ok(logs.text().includes(`${'n'.repeat(256)}…(+752)`), logs.text().slice(-600));
+      assert.ok(!logs.text().includes('n'.repeat(257)));
     } finally {
       dir.cleanup();
     }

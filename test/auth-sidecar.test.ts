@@ -1,11 +1,13 @@
 /**
- * `mesh sidecar --sidecar_token` as a real process: every route but the health path needs
- * `Mesh-Sidecar-Token`, WebSocket subscriptions included; the CLI sends it from MESH_SIDECAR_TOKEN;
- * the token never reaches a backend.
+ * `mesh sidecar --sidecar_token_file` as a real process: every route but the health path needs
+ * `Mesh-Sidecar-Token`, WebSocket subscriptions included; the CLI sends it from MESH_SIDECAR_TOKEN
+ * or --sidecar_token_file; the token never reaches a backend, nor the sidecar's command line.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import WebSocket from 'ws';
 import { runCli, tempDir } from './helpers.js';
 import { http, postJson, refusedHandshake, startSidecar, type SidecarProcess } from './fixtures/sidecar-common.js';
@@ -18,8 +20,11 @@ describe('sidecar token', () => {
   const home = tempDir('mesh-sidecar-token-');
   let sc: SidecarProcess;
 
+  const tokenFile = join(home.path, 'sidecar.token');
+
   before(async () => {
-    sc = await startSidecar(home.path, [`--sidecar_token=${TOKEN}`]);
+    writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
+    sc = await startSidecar(home.path, [`--sidecar_token_file=${tokenFile}`]);
   });
   after(async () => {
     await sc?.stop();
@@ -67,5 +72,14 @@ describe('sidecar token', () => {
     const refused = await runCli(['list', 'services', addr], { MESH_SIDECAR_TOKEN: '' });
     assert.notEqual(refused.code, 0);
     assert.match(refused.stderr, /a sidecar token is required/);
+    const fromFile = await runCli(['list', 'services', addr, `--sidecar_token_file=${tokenFile}`], { MESH_SIDECAR_TOKEN: '' });
+    assert.equal(fromFile.code, 0, fromFile.stderr);
+    assert.match(fromFile.stdout, /go\.mesh\.srv\.tok/);
+  });
+
+  it('the token is not on the sidecar\'s command line', { skip: process.platform !== 'linux' }, () => {
+    const cmdline = readFileSync(`/proc/${sc.proc.child.pid}/cmdline`, 'utf8');
+    assert.ok(cmdline.includes(`--sidecar_token_file=${tokenFile}`));
+    assert.ok(!cmdline.includes(TOKEN));
   });
 });

@@ -194,6 +194,9 @@ describe('ServiceAuthz: counted, logged once per caller with a bounded memory, r
     assert.equal(lines().length, before + 1);
     authz.check(id(`bad.${MAX_LOGGED_CALLERS - 1}`), 'go.mesh.srv.a', 'A.B');
     assert.equal(lines().length, before + 1);
+    // The endpoint is the caller's text: logged cut to 256 characters, then escaped.
+    authz.check(id('bad.long'), 'go.mesh.srv.a', `E.\u001b${'x'.repeat(5000)}`);
+    assert.equal(lines().at(-1)!.endpoint, `E.\\x1b${'x'.repeat(253)}…(+4747)`);
   });
 
   it('reload: a good file replaces the rules; a bad one keeps them, logged and kept in the dump', async () => {

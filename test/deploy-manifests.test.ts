@@ -55,6 +55,23 @@ describe('deploy/kubernetes', () => {
     assert.deepEqual(engines.data, { MESH_REGISTRY: 'etcd', MESH_REGISTRY_ADDRESS: 'etcd:2379', MESH_BROKER: 'nats', MESH_BROKER_ADDRESS: 'nats://nats:4222' });
   });
 
+  it('no secret is an arg: the admin token and engine passwords come from optional Secrets, as MESH_* variables', () => {
+    const secretFlag = /^--[a-z_]*(token|secret|password)(=|$)/;
+    for (const d of manifests.filter((m) => m.kind === 'Deployment')) {
+      for (const c of podSpec(d).containers) {
+        for (const a of c.args ?? []) assert.doesNotMatch(a, secretFlag, `${d.metadata.name}/${c.name}`);
+        for (const a of c.args ?? []) assert.doesNotMatch(a, /:\/\/[^/@\s]*:[^/@\s]*@/, `${d.metadata.name}/${c.name}: a password in a URL`);
+        for (const e of c.env ?? []) if (e.valueFrom?.secretKeyRef) assert.equal(e.valueFrom.secretKeyRef.optional, true, e.name);
+        for (const ref of c.envFrom ?? []) if (ref.secretRef) assert.equal(ref.secretRef.optional, true);
+      }
+    }
+    const gateway = podSpec(find(manifests, 'Deployment', 'mesh-gateway')).containers[0]!;
+    assert.deepEqual(gateway.env?.find((e) => e.name === 'MESH_ADMIN_TOKEN')?.valueFrom?.secretKeyRef, { name: 'mesh-admin', key: 'token', optional: true });
+    for (const c of [gateway, podSpec(find(manifests, 'Deployment', 'billing')).containers[1]!]) {
+      assert.deepEqual(c.envFrom?.map((r) => r.secretRef?.name ?? r.configMapRef?.name), ['mesh-engines', 'mesh-engine-credentials'], c.name);
+    }
+  });
+
   for (const m of manifests) {
     it(`${m.file}: ${m.kind} ${m.metadata.name} is valid against the Kubernetes schema`, () => {
       validateManifest(m);

@@ -74,6 +74,19 @@ describe('deploy/systemd', { skip: !analyze && 'systemd-analyze not available' }
     assert.match(readFileSync(join(root, 'etc/passwd'), 'utf8'), /^mesh:x:\d+:\d+:mesh service mesh:\/var\/lib\/mesh:\/usr\/sbin\/nologin$/m);
   });
 
+  it('no secret on ExecStart: the admin and sidecar tokens are systemd credentials, read by their _file options', () => {
+    for (const [unit, credential, variable] of [
+      ['mesh-gateway.service', 'admin-token:/etc/mesh/admin-token', 'MESH_ADMIN_TOKEN_FILE=%d/admin-token'],
+      ['mesh-sidecar@.service', 'sidecar-token:/etc/mesh/sidecar-%i.token', 'MESH_SIDECAR_TOKEN_FILE=%d/sidecar-token'],
+    ] as const) {
+      const service = section(readFileSync(join(SYSTEMD, unit), 'utf8'), 'Service');
+      const exec = service.find(([k]) => k === 'ExecStart')![1];
+      assert.doesNotMatch(exec, /--[a-z_]*(token|secret|password)=|:\/\/[^/@\s]*:[^/@\s]*@/, unit);
+      assert.ok(service.some(([k, v]) => k === 'LoadCredential' && v === credential), unit);
+      assert.ok(service.some(([k, v]) => k === 'Environment' && v === variable), unit);
+    }
+  });
+
   it('hardened, run as the mesh user with /var/lib/mesh as MESH_HOME, stopped by SIGTERM with time for the whole drain', () => {
     for (const unit of UNITS) {
       const text = readFileSync(join(SYSTEMD, unit), 'utf8');

@@ -5,6 +5,7 @@
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
 import { OPTIONS, apiName, envName, optionEntries } from '../src/base/options/schema.js';
 import { FlagError, parseArgs } from '../src/cli/flags.js';
 import { commandFlags, commandHelp, findCommand } from '../src/cli/help.js';
@@ -15,6 +16,7 @@ import { OptionError, errorMessage } from '../src/base/util/option-error.js';
 import { loadPair } from '../src/tls/files.js';
 import { appOptionsFromFlags } from '../src/fronts/sidecar/health-checker.js';
 import { readAuthSetup } from '../src/edge/auth/edge.js';
+import { isSecretOption } from '../src/admin/config-dump.js';
 import { Mesh } from '../src/framework/mesh.js';
 import { runCli, tempDir } from './helpers.js';
 
@@ -108,5 +110,36 @@ describe('errors below the CLI carry the option by its schema key', () => {
     assert.throws(() => new Mesh({ registry: 'memory', broker: 'memory', protoFiles: ['a.proto'] }), (e: unknown) => e instanceof OptionError && e.key === 'proto_files' && e.message === '.proto files: protoFiles needs protoPath (the directories the files and their imports are found in)');
     const auth = parseArgs(['api', '--auth=jwt'], {}).config;
     assert.throws(() => readAuthSetup(auth), (e: unknown) => e instanceof OptionError && e.key === 'auth' && e.format('flag') === 'invalid value "jwt" for flag --auth: --auth=jwt needs --auth_jwks=FILE|URL');
+  });
+});
+
+describe('secret options and their files', () => {
+  it('every secret option has a file form for the same commands (fileOf), or one of its own', () => {
+    const entries = new Map(optionEntries());
+    for (const [key] of optionEntries().filter(([k]) => isSecretOption(k))) {
+      const file = entries.get(`${key}_file`);
+      assert.ok(file, `--${key} has no --${key}_file`);
+      if (key === 'broker_secret' || key === 'ca_token') continue; // read at each use, by their own code
+      assert.equal(file.fileOf, key, `--${key}_file`);
+      assert.deepEqual([...file.commands].sort(), [...entries.get(key)!.commands].sort(), `--${key}_file`);
+    }
+    for (const [key, spec] of optionEntries()) if (spec.fileOf !== undefined) assert.ok(isSecretOption(spec.fileOf) && entries.get(spec.fileOf)?.type === 'string', key);
+  });
+
+  it('a file form gives its option the file\'s first line, from a flag or MESH_*_FILE', () => {
+    const dir = tempDir('mesh-secret-file-');
+    try {
+      const file = `${dir.path}/token`;
+      writeFileSync(file, 'tok-0123456789abcdef\r\n\n');
+      const flag = parseArgs(['api', `--admin_token_file=${file}`], {});
+      assert.equal(flag.config.admin_token, 'tok-0123456789abcdef');
+      assert.ok(flag.given.has('admin_token'));
+      assert.equal(parseArgs(['sidecar'], { MESH_SIDECAR_TOKEN_FILE: file }).config.sidecar_token, 'tok-0123456789abcdef');
+      assert.throws(() => parseArgs(['xds', '--xds_token=x'], { MESH_XDS_TOKEN_FILE: file }), (e: unknown) => e instanceof FlagError && e.message === 'give --xds_token or MESH_XDS_TOKEN_FILE (--xds_token_file), not both');
+      // --help reads no file.
+      assert.equal(parseArgs(['api', '--help', '--admin_token_file=/nonexistent'], {}).config.admin_token, undefined);
+    } finally {
+      dir.cleanup();
+    }
   });
 });

@@ -37,9 +37,9 @@ describe('bad --rate_limit_store values', () => {
   it('exit 2 with a message naming the flag (the password never shown)', async () => {
     for (const [value, message] of [
       ['memcached://127.0.0.1:11211', 'invalid value "memcached://127.0.0.1:11211" for flag --rate_limit_store: use local, or redis://[:password@]host:port[/db] (rediss:// for TLS)'],
-      ['redis://:secret@127.0.0.1:99999', 'invalid value "redis://:***@127.0.0.1:99999" for flag --rate_limit_store: invalid address "redis://:***@127.0.0.1:99999" (use redis://[:password@]host:port[/db])'],
+      ['redis://:secret@127.0.0.1:99999', 'invalid value "redis://REDACTED@127.0.0.1:99999" for flag --rate_limit_store: invalid address "redis://REDACTED@127.0.0.1:99999" (use redis://[:password@]host:port[/db])'],
       ['redis://127.0.0.1:6379/x', 'invalid value "redis://127.0.0.1:6379/x" for flag --rate_limit_store: invalid database "x" in "redis://127.0.0.1:6379/x": a number, e.g. redis://host:6379/0'],
-      ['redis://127.0.0.1:6379?db=1', 'invalid value "redis://127.0.0.1:6379?db=1" for flag --rate_limit_store: invalid address "redis://127.0.0.1:6379?db=1": no query or fragment (use redis://[:password@]host:port[/db])'],
+      ['redis://127.0.0.1:6379?db=1', 'invalid value "redis://127.0.0.1:6379?db=REDACTED" for flag --rate_limit_store: invalid address "redis://127.0.0.1:6379?db=REDACTED": no query or fragment (use redis://[:password@]host:port[/db])'],
     ] as const) {
       const cli = await runCli(['api', `--rate_limit_store=${value}`]);
       assert.equal(cli.code, 2, value);

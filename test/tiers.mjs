@@ -16,6 +16,8 @@ export const UNIT = [
   'test/rate-limit-ipc.test.ts',
   'test/xds-protos.test.ts',
   'test/xds-server.test.ts',
+  'test/xds-admission.test.ts',
+  'test/admin-log-text.test.ts',
   'test/xds-resources.test.ts',
   'test/reuse-port.test.ts',
   'test/check-findings.test.ts',

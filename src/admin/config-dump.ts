@@ -3,12 +3,13 @@
  * its listeners in Envoy's shapes.
  *
  * /config_dump holds the effective options (every option of the option schema that the process's
- * command uses, with its value, secrets left out: see isSecretOption and redactUserinfo), the
+ * command uses, with its value, secrets left out: see isSecretOption and redactUrl), the
  * route tables with their source and version (what /routes lists), the clusters (names, where
  * they come from, their hosts) and the listeners.
  */
 import { apiName, optionEntries, type CommandName, COMMAND_NAMES } from '../base/options/schema.js';
 import { formatAddress } from '../base/util/address.js';
+import { redactUrl } from '../base/util/redact.js';
 import type { ClusterSnapshot } from '../core/upstream/types.js';
 import type { RouteTableDump } from './route-table.js';
 
@@ -28,14 +29,10 @@ export function isSecretOption(key: string): boolean {
   return /(^|_)(token|secret|password)$/.test(key);
 }
 
-/** `nats://user:pass@host:4222` → `nats://[redacted]@host:4222` (every URL of a comma list). */
-export function redactUserinfo(value: string): string {
-  return value.replace(/([a-z][a-z0-9+.-]*:\/\/)[^/@,\s]*@/gi, '$1[redacted]@');
-}
 
 function plain(value: unknown): unknown {
   if (value === undefined) return null;
-  if (typeof value === 'string') return redactUserinfo(value);
+  if (typeof value === 'string') return redactUrl(value);
   if (typeof value === 'number' || typeof value === 'boolean' || value === null) return value;
   if (Array.isArray(value)) return value.map(plain);
   return '(set in code)';
@@ -47,7 +44,7 @@ function plain(value: unknown): unknown {
  * schema key) when it has one, else from `resolved` (the process's options, by API name). The
  * command line wins: a CLI process resolves its library options from it, except `--address`, the
  * listen address of its front end, which the library options keep at their default.
- * Secrets are left out; passwords in URLs are redacted. Sorted by key.
+ * Secrets are left out; URLs are redacted (redactUrl). Sorted by key.
  */
 export function effectiveOptions(role: string, resolved: object, flags?: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const command = (COMMAND_NAMES as readonly string[]).includes(role) ? (role as CommandName) : undefined;

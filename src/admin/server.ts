@@ -23,6 +23,7 @@ import { ALLOWED_HOSTS_FLAG, HostCheck } from '../base/http/host-check.js';
 import { HTTP_LIFECYCLE_STATS, httpStatPrefix } from '../base/http/stats.js';
 import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } from '../base/util/address.js';
 import { compileSearchRegex, type SearchRegex } from '../base/util/regex.js';
+import { clientText } from '../base/util/text.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
 /** Counts requests refused by the Host check. */
@@ -59,6 +60,11 @@ interface Endpoint {
   /** Whether the endpoint exists now (checked at each request); absent: always. */
   available?: () => boolean;
 }
+
+/** A request's URL as logged: at most this many characters of it (client text: cut, then escaped). */
+const MAX_LOGGED_URL = 1024;
+/** A request header as logged (client text: cut, then escaped); absent stays absent. */
+const loggedHeader = (v: string | string[] | undefined): string | undefined => (v === undefined ? undefined : clientText(String(v)));
 
 const ok = (): AdminReply => ({ status: 200, body: 'OK\n' });
 const text = (status: number, body: string | Buffer): AdminReply => ({ status, body });
@@ -212,20 +218,20 @@ export class AdminServer {
     const query = parseQuery(q < 0 ? '' : url.slice(q + 1));
     const mutates = endpoint.mutates(query);
     if (mutates && this.crossSite(req)) {
-      this.log().warn({ path, origin: req.headers.origin, site: req.headers['sec-fetch-site'] }, 'admin refused a cross-site request');
+      this.log().warn({ path, origin: loggedHeader(req.headers.origin), site: loggedHeader(req.headers['sec-fetch-site']) }, 'admin refused a cross-site request');
       return this.write(res, text(403, `Forbidden: ${path} changes state and refuses cross-site requests.\n`));
     }
     if (mutates && this.simpleBrowserRequest(req)) {
-      this.log().warn({ path, origin: req.headers.origin, site: req.headers['sec-fetch-site'] }, 'admin refused a simple browser request');
+      this.log().warn({ path, origin: loggedHeader(req.headers.origin), site: loggedHeader(req.headers['sec-fetch-site']) }, 'admin refused a simple browser request');
       return this.write(res, text(403, `Forbidden: ${path} changes state; a browser request must carry the header "X-Mesh-Admin: 1".\n`));
     }
     const marker = mutates && !this.tokenDigest ? FORWARDING_MARKERS.find((h) => req.headers[h.toLowerCase()] !== undefined) : undefined;
     if (marker !== undefined) {
-      this.log().warn({ path, header: marker, forwardedFor: req.headers['x-forwarded-for'] }, 'admin refused a forwarded request');
+      this.log().warn({ path, header: marker, forwardedFor: loggedHeader(req.headers['x-forwarded-for']) }, 'admin refused a forwarded request');
       return this.write(res, text(403, `Forbidden: ${path} changes state and refuses forwarded requests (${marker}); set --admin_token to manage this process through a proxy.\n`));
     }
-    if (mutates) this.log().info({ method, url }, 'admin operation');
-    else this.log().debug({ method, url }, 'admin request');
+    if (mutates) this.log().info({ method, url: clientText(url, MAX_LOGGED_URL) }, 'admin operation');
+    else this.log().debug({ method, url: clientText(url, MAX_LOGGED_URL) }, 'admin request');
     const reply = await endpoint.handle(query);
     this.write(res, reply);
   }

@@ -3,12 +3,13 @@
  * command, as `--name=value` or `--name value`, and from the environment as MESH_<NAME>.
  * A bad value is an error naming the flag (exit 2), never ignored.
  */
+import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { parseDuration, parseSize } from '../base/util/duration.js';
 import { parseLevel } from '../base/util/levels.js';
 import { parseRate } from '../base/http/rate-limit.js';
 import { parseRedisAddress } from '../engines/ratelimit/redis.js';
-import { redactAddress } from '../base/util/engine-access.js';
+import { redactUrl } from '../base/util/redact.js';
 import { VALUE_CHECKS } from '../process/options.js';
 import { OtelEnvError, readOtelEnv } from '../base/tracing/otel-env.js';
 import { COMMAND_NAMES, MESH_PROCESS, OPTIONS, OPTION_GROUPS, commandDefault, envName, optionEntries, optionSpec, outOfRange, type CommandName, type OptionGroup, type OptionSpec, type SchemaConfig } from '../base/options/schema.js';
@@ -120,6 +121,35 @@ function tracingFromOtelEnv(config: Record<string, unknown>, given: ReadonlySet<
   for (const name of ['tracing', 'tracing_address', 'tracing_sample_rate'] as const) if (!given.has(name)) config[name] = undefined;
 }
 
+/**
+ * The options that name a file holding a secret (`fileOf` in the schema: --admin_token_file for
+ * --admin_token): each file given is read once, its trailing newlines dropped, and its content
+ * becomes the secret option's value, as if given (so the secret never is on the command line).
+ * Giving both, or a file that cannot be read, is empty or has more than one line, is a FlagError.
+ */
+function secretsFromFiles(config: Record<string, unknown>, given: Set<FlagName>, fromEnv: ReadonlySet<FlagName>): void {
+  for (const [name, spec] of optionEntries()) {
+    const target = spec.fileOf as FlagName | undefined;
+    const path = config[name];
+    if (target === undefined || typeof path !== 'string') continue;
+    if (given.has(target)) throw new FlagError(`give ${flagLabel(target, fromEnv.has(target)).replace(/^flag /, '')} or ${flagLabel(name, fromEnv.has(name)).replace(/^flag /, '')}, not both`);
+    const fail = (why: string): never => {
+      throw new FlagError(`invalid value "${path}" for ${flagLabel(name, fromEnv.has(name))}: ${why}`);
+    };
+    let text = '';
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (err) {
+      fail(`cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+    text = text.replace(/[\r\n]+$/, '');
+    if (text === '') fail(`the file is empty (it should hold --${target})`);
+    if (/[\r\n]/.test(text)) fail(`the file has more than one line (it should hold --${target} alone)`);
+    config[target] = text;
+    given.add(target);
+  }
+}
+
 export class FlagError extends Error {
   readonly exitCode = 2;
   constructor(message: string) {
@@ -161,7 +191,7 @@ export function attributeFlagError(message: string, fromEnv: ReadonlySet<string>
 
 function convert(name: string, spec: FlagSpec, raw: string, fromEnv = false): unknown {
   const fail = (why: string): never => {
-    throw new FlagError(`invalid value "${raw}" for ${flagLabel(name, fromEnv)}: ${why}`);
+    throw new FlagError(`invalid value "${redactUrl(raw)}" for ${flagLabel(name, fromEnv)}: ${why}`);
   };
   switch (spec.type) {
     case 'string':
@@ -307,11 +337,12 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
     const raw = values.get(name) ?? commandDefault(spec, known ? (command as CommandName) : undefined);
     config[name] = raw === undefined ? (spec.type === 'list' ? [] : undefined) : convert(name, spec, raw, fromEnv.has(name));
   }
+  if (!switches.has('help')) secretsFromFiles(config, given, fromEnv);
   const check = (name: FlagName, fn: () => void, shownValue = String(config[name])) => {
     try {
       fn();
     } catch (err) {
-      throw new FlagError(`invalid value "${shownValue}" for ${flagLabel(name, fromEnv.has(name))}: ${(err as Error).message}`);
+      throw new FlagError(`invalid value "${redactUrl(shownValue)}" for ${flagLabel(name, fromEnv.has(name))}: ${(err as Error).message}`);
     }
   };
   // The checks shared with the library (VALUE_CHECKS, src/process/options.ts), in the order of the flag's refusals.
@@ -330,7 +361,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
       return;
     }
     if (!parseRedisAddress(config.rate_limit_store as string).tls && tlsFiles !== undefined) throw new Error('the --rate_limit_store_tls_* files need rediss:// (TLS)');
-  }, redactAddress(String(config.rate_limit_store)));
+  }, redactUrl(String(config.rate_limit_store)));
   check('rpc_allow', () => {
     for (const p of config.rpc_allow as string[]) if (!/^[A-Za-z0-9._*?-]+$/.test(p)) throw new Error(`"${p}" is not a service name glob: letters, digits, . _ - and the wildcards * ?`);
   }, (config.rpc_allow as string[]).join(','));

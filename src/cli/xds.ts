@@ -33,6 +33,8 @@ export async function runXds(args: ParsedArgs): Promise<number> {
     }
   } else if (config.listener_address !== undefined) throw new FlagError("--listener_address is for --routes (where the Envoy HTTP listener of the route file listens)");
   if (config.enable_tls && (!config.tls_cert_file || !config.tls_key_file)) throw new FlagError('--enable_tls needs --tls_cert_file and --tls_key_file');
+  if (config.xds_token !== undefined && config.xds_token.length < 16) throw new FlagError('invalid value for flag --xds_token: use at least 16 characters (e.g. openssl rand -hex 32)');
+  if (config.xds_tls_client_ca_file !== undefined && !config.enable_tls) throw new FlagError('--xds_tls_client_ca_file needs --enable_tls (mutual TLS is TLS)');
   const runtime = new Runtime(optionsFromFlags(config), { role: 'xds', flags: config, registryClusters: false });
   runtime.installSignalHandlers();
   try {
@@ -47,9 +49,11 @@ export async function runXds(args: ParsedArgs): Promise<number> {
           throw new Error(`--${flag}: cannot read ${path}: ${(err as Error).message}`);
         }
       };
-      credentials = grpc.ServerCredentials.createSsl(null, [{ cert_chain: read('tls_cert_file', config.tls_cert_file!), private_key: read('tls_key_file', config.tls_key_file!) }], false);
+      const clientCa = config.xds_tls_client_ca_file !== undefined ? read('xds_tls_client_ca_file', config.xds_tls_client_ca_file) : null;
+      if (clientCa && !clientCa.includes('-----BEGIN CERTIFICATE-----')) throw new FlagError(`--xds_tls_client_ca_file: ${config.xds_tls_client_ca_file} holds no PEM certificate`);
+      credentials = grpc.ServerCredentials.createSsl(clientCa, [{ cert_chain: read('tls_cert_file', config.tls_cert_file!), private_key: read('tls_key_file', config.tls_key_file!) }], clientCa !== null);
     }
-    const plane = new XdsControlPlane({ registry: runtime.registry, settings, stats: runtime.stats, log: runtime.logging.get('server'), credentials, routes });
+    const plane = new XdsControlPlane({ registry: runtime.registry, settings, stats: runtime.stats, log: runtime.logging.get('server'), credentials, routes, admission: { token: config.xds_token, nodeIds: config.xds_node_ids } });
     runtime.onShutdown(() => plane.close());
     const port = await plane.start(listen.host, listen.port);
     const admin = await runtime.startAdmin(XDS_ADMIN_ADDRESS, { clusters: plane.clustersView() });

@@ -5,6 +5,7 @@
  * (addRouteSource, addCertificateSource); the admin reads the sources at each request, so the
  * order in which a process builds its parts does not matter.
  */
+import { redactUrl } from '../base/util/redact.js';
 import type { ResolvedOptions } from './options.js';
 import { CodecSet } from '../base/codec/codec.js';
 import { Logging, parseLevel } from '../base/util/log.js';
@@ -164,7 +165,7 @@ export class Runtime {
         parentBased: options.tracingExport.parentBased,
         serviceName: () => this.tracingServiceName,
         stats: this.stats,
-        onExportError: (err) => log.warn({ err: err.message, address: options.tracingAddress }, 'span export failed; spans are dropped until the receiver answers'),
+        onExportError: (err) => log.warn({ err: redactUrl(err.message), address: redactUrl(options.tracingAddress) }, 'span export failed; spans are dropped until the receiver answers'),
       });
       this.tracer = tracer;
       // Registered first, so it runs last: the spans of the drain are exported too.

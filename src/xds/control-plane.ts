@@ -12,7 +12,7 @@ import type { StatsScope } from '../base/stats/store.js';
 import type { Logger } from 'pino';
 import { XdsProtos } from './protos.js';
 import { XdsSource, type EncodedSnapshot } from './source.js';
-import { XdsServer, type XdsServerLimits } from './server.js';
+import { XdsServer, type XdsAdmission, type XdsServerLimits } from './server.js';
 import { xdsClustersView } from './clusters-view.js';
 import { serveRouteFile, type XdsRouteFileOptions } from './route-file.js';
 
@@ -28,6 +28,8 @@ export interface XdsControlPlaneOptions {
   routes?: Pick<XdsRouteFileOptions, 'file' | 'address' | 'pollMs' | 'settleMs'>;
   /** The server's bounds on its clients (defaults in server.ts; tests set them low). */
   limits?: XdsServerLimits;
+  /** Who may open a stream (a token, node ids); default anyone. */
+  admission?: XdsAdmission;
 }
 
 export class XdsControlPlane {
@@ -50,7 +52,7 @@ export class XdsControlPlane {
       this.routes?.stop();
       throw err;
     }
-    this.server = new XdsServer({ source: this.source, protos: this.protos, stats: this.o.stats, log: this.o.log, credentials: this.o.credentials, ...this.o.limits });
+    this.server = new XdsServer({ source: this.source, protos: this.protos, stats: this.o.stats, log: this.o.log, credentials: this.o.credentials, admission: this.o.admission, ...this.o.limits });
     return this.server.listen(host, port);
   }
 

@@ -13,11 +13,18 @@
  * version for that client changed. An Envoy (node user_agent_name `envoy`) subscribed to every
  * listener gets the listeners it can serve (source.ts envoyListeners), not the API listeners of
  * proxyless gRPC clients.
+ *
+ * Admission (docs/xds.md, Admitting only your clients): with a token, a stream whose metadata
+ * lacks `authorization: Bearer <token>` ends at once with UNAUTHENTICATED; with node ids, a
+ * stream whose node id (first request, and any later one) matches none ends with
+ * PERMISSION_DENIED. Refusals are counted (`xds.streams_refused`) and logged at most once per
+ * REFUSAL_LOG_MS. Client text in log lines goes through clientText (cut, then escaped).
  */
 import * as grpc from '@grpc/grpc-js';
 import * as http2 from 'node:http2';
-import { createHash } from 'node:crypto';
-import { printable } from '../base/util/text.js';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { clientText } from '../base/util/text.js';
+import { globsMatcher } from '../base/util/regex.js';
 import type { Http2Stream } from 'node:http2';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../base/stats/store.js';
@@ -43,6 +50,7 @@ export const XDS_STATS = {
     streams: 'streams_total',
     pushesCoalesced: 'pushes_coalesced',
     streamsStalled: 'streams_stalled',
+    streamsRefused: 'streams_refused',
   },
 } as const;
 
@@ -87,20 +95,23 @@ export const MAX_REQUEST_BYTES = 1024 * 1024;
 const MAX_NAMES_PER_TYPE = 10_000;
 /** Streams served at once; one more is refused with RESOURCE_EXHAUSTED. */
 const MAX_STREAMS = 10_000;
-/** A node id as logged: printable, at most this long. */
-const MAX_LOGGED_NODE_ID = 256;
+/** A NACK's error as logged: at most this many characters of it (node ids and other client text: clientText's 256). */
+const MAX_LOGGED_ERROR = 1024;
+/** Refused streams are logged at most once in this time (the next line counts those left out). */
+const REFUSAL_LOG_MS = 10_000;
 /** HTTP/2 pings to an idle client, and how long its answer may take before the connection is dropped. */
 const KEEPALIVE_TIME_MS = 60_000;
 const KEEPALIVE_TIMEOUT_MS = 20_000;
 
-/** A client-supplied node id as it goes into logs: control characters escaped, cut to 256 characters. */
+/** A client-supplied node id as it goes into logs: cut to 256 characters, control characters escaped. */
 export function loggedNodeId(id: string): string {
-  const text = printable(id);
-  return text.length > MAX_LOGGED_NODE_ID ? `${text.slice(0, MAX_LOGGED_NODE_ID)}…` : text;
+  return clientText(id);
 }
 
 class AdsStream {
   nodeId = '';
+  /** The node id as the client sent it (first request), checked against the allow-list. */
+  private rawNodeId?: string;
   /** The client said it is Envoy (its first request's node). */
   envoy = false;
   private nonce = 0;
@@ -121,11 +132,29 @@ class AdsStream {
   ) {}
 
   onRequest(req: DiscoveryRequest): void {
-    if (req.node?.id) this.nodeId = loggedNodeId(req.node.id);
+    if (this.closed) return; // refused or ended: what the client still sends is not read
+    const id = req.node?.id;
+    if (this.server.nodeAllowed) {
+      // The first request must name an admitted node; a later one may leave the node out, not change it.
+      let why: string | undefined;
+      if (this.rawNodeId === undefined) {
+        if (!id) why = 'the first request names no node id';
+        else if (!this.server.nodeAllowed(id)) why = `node id "${loggedNodeId(id)}" is not in --xds_node_ids`;
+      } else if (id && id !== this.rawNodeId) why = `the node id changed from "${this.nodeId}" to "${loggedNodeId(id)}"`;
+      if (why !== undefined) {
+        if (id) this.nodeId = loggedNodeId(id);
+        this.server.deny(this, grpc.status.PERMISSION_DENIED, why);
+        return;
+      }
+    }
+    if (id && id !== this.rawNodeId) {
+      this.rawNodeId = id;
+      this.nodeId = loggedNodeId(id);
+    }
     if (req.node?.user_agent_name) this.envoy = req.node.user_agent_name === ENVOY_USER_AGENT;
     const kind = kindOfTypeUrl(req.type_url);
     if (!kind) {
-      this.server.log.debug({ node: this.nodeId, type_url: printable(req.type_url) }, 'xDS: request for a type this server does not serve; ignored');
+      this.server.log.debug({ node: this.nodeId, type_url: clientText(req.type_url) }, 'xDS: request for a type this server does not serve; ignored');
       return;
     }
     let state = this.types.get(kind);
@@ -141,9 +170,9 @@ class AdsStream {
         this.server.stats.nacks.inc();
         if (state.nackLogged !== state.sentVersion) {
           state.nackLogged = state.sentVersion;
-          const error = printable(req.error_detail.message ?? '');
+          const error = clientText(req.error_detail.message ?? '', MAX_LOGGED_ERROR);
           this.server.log.warn(
-            { node: this.nodeId, type_url: req.type_url, version: state.sentVersion, accepted_version: printable(req.version_info), error },
+            { node: this.nodeId, type_url: req.type_url, version: state.sentVersion, accepted_version: clientText(req.version_info), error },
             `xDS client ${this.nodeId} rejected ${kind} version ${state.sentVersion ?? ''}: ${error}`,
           );
         }
@@ -227,7 +256,15 @@ export interface XdsServerLimits {
   writeStallMs?: number;
 }
 
-export type XdsServerOptions = XdsServerOptionsBase & XdsServerLimits;
+/** Who may open a stream (docs/xds.md, Admitting only your clients); nothing given: anyone. */
+export interface XdsAdmission {
+  /** The bearer token every stream's metadata must carry (`authorization: Bearer <token>`). */
+  token?: string;
+  /** The node ids (globs: `*`, `?`) a stream's node must match. */
+  nodeIds?: readonly string[];
+}
+
+export type XdsServerOptions = XdsServerOptionsBase & XdsServerLimits & { admission?: XdsAdmission };
 
 export class XdsServer {
   readonly stats: FamilyStats<typeof XDS_STATS>;
@@ -242,10 +279,19 @@ export class XdsServer {
   private closing?: Promise<void>;
   /** New streams are being refused (the limit was said). */
   private atStreamLimit = false;
+  /** The node id check of --xds_node_ids; undefined: every node is admitted. */
+  readonly nodeAllowed?: (id: string) => boolean;
+  private readonly tokenDigest?: Buffer;
+  /** When a refusal was last logged, and how many were refused since without a line. */
+  private refusalLoggedAt = -Infinity;
+  private refusalsUnlogged = 0;
 
   constructor(private readonly o: XdsServerOptions) {
     this.log = o.log;
     this.stats = declareStats(o.stats.scope('xds.'), XDS_STATS);
+    const admission = o.admission ?? {};
+    if (admission.nodeIds && admission.nodeIds.length > 0) this.nodeAllowed = globsMatcher(admission.nodeIds);
+    if (admission.token !== undefined) this.tokenDigest = digest(admission.token);
     this.server = new grpc.Server({
       'grpc.keepalive_permit_without_calls': 1,
       'grpc.keepalive_time_ms': KEEPALIVE_TIME_MS,
@@ -281,6 +327,31 @@ export class XdsServer {
     stream.close();
     this.stats.clientsConnected.set(this.streams.size);
     stream.call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: why });
+  }
+
+  /**
+   * Ends a stream the admission refuses (UNAUTHENTICATED: no or another token; PERMISSION_DENIED:
+   * a node id not admitted): counted, and logged unless a refusal was logged within REFUSAL_LOG_MS.
+   */
+  deny(stream: AdsStream | undefined, code: grpc.status, why: string, call = stream?.call): void {
+    this.stats.streamsRefused.inc();
+    const now = performance.now();
+    if (now - this.refusalLoggedAt >= REFUSAL_LOG_MS) {
+      const more = this.refusalsUnlogged;
+      this.refusalLoggedAt = now;
+      this.refusalsUnlogged = 0;
+      const status = code === grpc.status.UNAUTHENTICATED ? 'UNAUTHENTICATED' : 'PERMISSION_DENIED';
+      this.log.warn(
+        { node: stream?.nodeId || undefined, reason: why, ...(more > 0 ? { refused_unlogged: more } : {}) },
+        `xDS: a stream was refused (${status}): ${why}${more > 0 ? ` (and ${more} more since the last line)` : ''}`,
+      );
+    } else this.refusalsUnlogged++;
+    if (stream) {
+      this.streams.delete(stream);
+      stream.close();
+      this.stats.clientsConnected.set(this.streams.size);
+    }
+    call?.emit('error', { code, details: code === grpc.status.UNAUTHENTICATED ? 'this control plane needs a bearer token (authorization metadata)' : 'this control plane does not admit this node' });
   }
 
   get writeStallMs(): number {
@@ -341,6 +412,14 @@ export class XdsServer {
       return;
     }
     this.atStreamLimit = false;
+    if (this.tokenDigest) {
+      const given = call.metadata.get('authorization');
+      const m = given.length === 1 && typeof given[0] === 'string' ? /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(given[0]) : null;
+      if (!m || !timingSafeEqual(digest(m[1]!), this.tokenDigest)) {
+        this.deny(undefined, grpc.status.UNAUTHENTICATED, given.length === 0 ? 'no bearer token in its metadata' : 'its bearer token is not this control plane\'s', call);
+        return;
+      }
+    }
     const stream = new AdsStream(call, this);
     this.streams.add(stream);
     this.stats.streams.inc();
@@ -421,6 +500,10 @@ export class XdsServer {
  * RESOURCE_EXHAUSTED), as trailers would wait behind the unread data. grpc-js has no public way to
  * reset a server stream: its HTTP/2 stream is reached through the call's internals when they are there.
  */
+function digest(token: string): Buffer {
+  return createHash('sha256').update(token).digest();
+}
+
 function resetStream(call: AdsCall, details: string): void {
   call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details });
   const h2 = (call as unknown as { call?: { stream?: Http2Stream } }).call?.stream;

@@ -58,6 +58,11 @@ export interface OptionSpec {
   readonly apiDefault?: string | number | null;
   /** The default of some commands when it differs from `default` (e.g. `mesh dev` runs the demo with --mtls=strict). */
   readonly commandDefaults?: Partial<Record<CommandName, string>>;
+  /**
+   * This option names a file that holds the value of the option `fileOf` (a secret, kept off the
+   * command line): read once at start, trailing newlines dropped, one line; not given with that option.
+   */
+  readonly fileOf?: string;
 }
 
 /** The load-balancing policies (`--lb_policy`, a proxy cluster's `lb_policy`); src/core/upstream/load-balancer.ts implements each. */
@@ -126,7 +131,8 @@ export const OPTIONS = withRun({
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
   admin_address: { type: 'string', commandDefaults: { run: 'off' }, group: 'admin', commands: [...SERVE, 'xds', 'envoy'], api: true, help: 'admin interface host:port, or off' },
-  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'require Authorization: Bearer <token> on the admin interface' },
+  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'require Authorization: Bearer <token> on the admin interface (prefer --admin_token_file or MESH_ADMIN_TOKEN: other users can see a command line)' },
+  admin_token_file: { type: 'string', group: 'admin', commands: [...SERVE, 'xds'], fileOf: 'admin_token', help: 'a file holding --admin_token (read at start; trailing newlines dropped)' },
   metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
   stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
   stats_endpoints: { type: 'bool', default: 'false', group: 'admin', commands: ['dev', 'api'], api: true, help: 'per-endpoint stats: requests, answers by status and a latency histogram for each endpoint of a framework service and each route of the gateway (service.<name>.endpoint.<endpoint>.*; undeclared names in one _other family); prints the latency histograms as --stats_histograms does' },
@@ -197,7 +203,8 @@ export const OPTIONS = withRun({
   auth_keys: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: '--auth=key: API key file (lines, or .yaml/.json; keys as sha256:HEX or plaintext)' },
   auth_rules: { type: 'string', group: 'auth', commands: ['api', 'sidecar'], help: 'authorization rules file (YAML or JSON; first match wins; reloaded on SIGHUP)' },
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
-  sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it' },
+  sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it (prefer --sidecar_token_file or MESH_SIDECAR_TOKEN: other users can see a command line)' },
+  sidecar_token_file: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], fileOf: 'sidecar_token', help: 'a file holding --sidecar_token (read at start; trailing newlines dropped)' },
   output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check', 'envoy'], help: 'text or json' },
   address: { type: 'string', apiDefault: '127.0.0.1:0', commandDefaults: { run: '127.0.0.1:0' }, group: 'listen', commands: [...GATEWAYS, 'ca', 'xds'], api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
@@ -219,6 +226,10 @@ export const OPTIONS = withRun({
   xds_address: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: host:port of the xDS server (mesh xds --address) Envoy takes its configuration from' },
   node_id: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: the node id Envoy presents to the xDS server (default this machine\'s host name)' },
   node_cluster: { type: 'string', default: 'envoy', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: the node cluster Envoy presents to the xDS server' },
+  xds_token: { type: 'string', group: 'command', commands: ['xds'], help: 'mesh xds: admit only ADS streams whose gRPC metadata carries authorization: Bearer <token> (prefer --xds_token_file or MESH_XDS_TOKEN: other users can see a command line)' },
+  xds_token_file: { type: 'string', group: 'command', commands: ['xds'], fileOf: 'xds_token', help: 'mesh xds: a file holding --xds_token (read at start; trailing newlines dropped)' },
+  xds_node_ids: { type: 'list', group: 'command', commands: ['xds'], help: 'mesh xds: admit only ADS streams whose node id is one of these (comma list; * any run of characters, ? one)' },
+  xds_tls_client_ca_file: { type: 'string', group: 'command', commands: ['xds'], help: 'mesh xds --enable_tls: mutual TLS: admit only clients whose certificate this PEM CA file signs' },
   listener_address: { type: 'string', group: 'command', commands: ['envoy', 'xds'], help: 'mesh envoy bootstrap --routes, mesh xds --routes: where Envoy\'s HTTP listener listens (default :10000)' },
   xds_tls_ca_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap: connect to the xDS server over TLS, its certificate checked against this PEM CA file (a path on Envoy\'s machine)' },
   xds_tls_cert_file: { type: 'string', group: 'command', commands: ['envoy'], help: 'mesh envoy bootstrap, mutual TLS: Envoy\'s certificate chain, PEM (with --xds_tls_key_file and --xds_tls_ca_file)' },

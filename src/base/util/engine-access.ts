@@ -6,6 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { OptionError } from './option-error.js';
+import { redactUrl } from './redact.js';
 
 /** PEM files named by flags. */
 export interface EngineTlsFiles {
@@ -68,10 +69,10 @@ export function parseEngineEndpoint(text: string, defaults: { scheme: string; po
   try {
     url = new URL(hasScheme ? text : `${defaults.scheme}://${text}`);
   } catch {
-    throw new Error(`${what}: invalid address "${redactAddress(text)}" (use host:port)`);
+    throw new Error(`${what}: invalid address "${redactUrl(text)}" (use host:port)`);
   }
   if (!url.hostname || (url.pathname !== '' && url.pathname !== '/') || url.search || url.hash) {
-    throw new Error(`${what}: invalid address "${redactAddress(text)}" (use host:port or scheme://host:port)`);
+    throw new Error(`${what}: invalid address "${redactUrl(text)}" (use host:port or scheme://host:port)`);
   }
   // URL drops a port equal to its scheme's default (http://h:80): take the written one back.
   const port = url.port || /:(\d{1,5})\/?$/.exec(text)?.[1] || String(defaults.port);
@@ -97,7 +98,3 @@ export function sharedCredentials(endpoints: EngineEndpoint[], what: string): En
   return first;
 }
 
-/** The address as it may be shown: `user:password@` becomes `user:***@`. */
-export function redactAddress(text: string): string {
-  return text.replace(/(\/\/[^/@\s]*?):[^/@\s]*@/g, '$1:***@');
-}

@@ -4,6 +4,7 @@
  * prints them its own way: the CLI as flags (`--client_request_timeout`), the library as API
  * option names (`clientRequestTimeout`, the default message).
  */
+import { redactUrl } from './redact.js';
 
 export type OptionStyle = 'flag' | 'api';
 
@@ -38,7 +39,7 @@ export class OptionError extends Error {
     const reason = this.reasonIn(style);
     const name = optionLabel(this.key, style);
     if (this.value === undefined) return reason;
-    const shown = this.value === null ? '' : `"${this.value}"`;
+    const shown = this.value === null ? '' : `"${redactUrl(this.value)}"`;
     if (style === 'flag') return `invalid value ${shown}${shown ? ' ' : ''}for flag ${name}: ${reason}`;
     return `invalid option ${name}: ${reason}${shown ? ` (got ${shown})` : ''}`;
   }

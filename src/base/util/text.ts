@@ -21,3 +21,20 @@ export function printable(text: string): string {
     return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`;
   });
 }
+
+/** How much of one piece of client text a log line holds, unless the caller says otherwise. */
+export const CLIENT_TEXT_MAX = 256;
+
+/**
+ * Text a client sent, as it goes into a log line: cut to `max` characters first (never between
+ * the halves of a surrogate pair), then escaped as `printable` does, then `…(+N)` when N
+ * characters were left out. However much the client sent, the result is at most 6 × `max`
+ * characters plus the marker (an escape is at most 6), and the work is bounded the same way.
+ */
+export function clientText(text: string, max = CLIENT_TEXT_MAX): string {
+  if (text.length <= max) return printable(text);
+  let cut = text.slice(0, max);
+  const last = cut.charCodeAt(cut.length - 1);
+  if (last >= 0xd800 && last <= 0xdbff) cut = cut.slice(0, -1);
+  return `${printable(cut)}…(+${text.length - cut.length})`;
+}

@@ -14,6 +14,7 @@
  * settled: a bad or empty file keeps the old rules), the stats `authz.allowed` and `authz.denied`, and the log of denials, once per
  * caller.
  */
+import { clientText } from '../../base/util/text.js';
 import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { ERROR_IDS, MeshError } from '../../base/errors.js';
@@ -256,7 +257,7 @@ export class ServiceAuthz {
     if (!this.logged.has(who)) {
       if (this.logged.size >= MAX_LOGGED_CALLERS) this.logged.delete(this.logged.values().next().value!);
       this.logged.add(who);
-      this.deps.log.warn({ caller: who, service, endpoint, rule: decision.rule ?? null }, `call denied by ${by}: further denials of this caller are counted in ${AUTHZ_STATS.counters.denied}, not logged`);
+      this.deps.log.warn({ caller: clientText(who), service: clientText(service), endpoint: endpoint === undefined ? undefined : clientText(endpoint), rule: decision.rule ?? null }, `call denied by ${by}: further denials of this caller are counted in ${AUTHZ_STATS.counters.denied}, not logged`);
     }
     return new MeshError(AUTHZ_ERROR_ID, 403, `caller ${who} may not call ${what} (denied by ${by})`);
   }

@@ -8,11 +8,15 @@
  * cooldownMs, --auth_jwks_cooldown). Each fetch is bounded by timeoutMs (--auth_jwks_timeout) and
  * JWKS_MAX_BYTES. A failed fetch keeps the keys already known: tokens they signed still verify, a
  * new key id gets 401.
+ *
+ * A URL with a user and password (`https://user:pw@idp/jwks`) is fetched without them, with
+ * `Authorization: Basic` carrying them; logs show the URL redacted (redactUrl).
  */
 import { createLocalJWKSet, decodeProtectedHeader, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 import type { Identity } from './keys.js';
 import type { Counter } from '../../base/stats/store.js';
 import type { Logger } from 'pino';
+import { redactUrl } from '../../base/util/redact.js';
 
 export const ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'];
 /** The defaults of --auth_jwks_timeout, --auth_jwks_cooldown and --auth_jwks_refresh. */
@@ -59,6 +63,9 @@ export class JwksSource {
   private fetchedAt = 0;
   private lastAttempt = 0;
   private inflight?: Promise<void>;
+  /** What is fetched: the URL without its user information, which goes into `headers` instead. */
+  private readonly fetchUrl?: string;
+  private readonly headers: Record<string, string> = { accept: 'application/json' };
 
   constructor(
     private readonly url: string | undefined,
@@ -68,6 +75,16 @@ export class JwksSource {
     private readonly timings: JwksTimings = JWKS_TIMINGS,
   ) {
     if (jwks) this.setKeys(jwks);
+    if (url) {
+      const parsed = new URL(url);
+      if (parsed.username || parsed.password) {
+        const credentials = `${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`;
+        this.headers.authorization = `Basic ${Buffer.from(credentials, 'utf8').toString('base64')}`;
+        parsed.username = '';
+        parsed.password = '';
+      }
+      this.fetchUrl = parsed.href;
+    }
   }
 
   /** Replaces the keys (a file read at start or on SIGHUP). */
@@ -107,7 +124,7 @@ export class JwksSource {
   private async fetchOnce(): Promise<void> {
     this.lastAttempt = Date.now();
     try {
-      const res = await fetch(this.url!, { signal: AbortSignal.timeout(this.timings.timeoutMs), headers: { accept: 'application/json' }, redirect: 'error' });
+      const res = await fetch(this.fetchUrl!, { signal: AbortSignal.timeout(this.timings.timeoutMs), headers: this.headers, redirect: 'error' });
       if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
       const declared = Number(res.headers.get('content-length'));
       if (declared > JWKS_MAX_BYTES) throw new Error(`larger than ${JWKS_MAX_BYTES} bytes`);
@@ -125,7 +142,7 @@ export class JwksSource {
       this.stats.fetchFailure.inc();
       const e = err as Error;
       const why = e.name === 'TimeoutError' ? `no answer within ${this.timings.timeoutMs} ms` : e.cause instanceof Error ? e.cause.message : e.message;
-      this.log.warn({ url: this.url, err: why, keys_kept: this.local !== undefined }, 'JWKS fetch failed');
+      this.log.warn({ url: redactUrl(this.url!), err: redactUrl(why), keys_kept: this.local !== undefined }, 'JWKS fetch failed');
     }
   }
 }

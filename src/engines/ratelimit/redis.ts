@@ -15,7 +15,8 @@ import { createClient } from 'redis';
 import type { BucketBackend } from '../../base/http/rate-limit-store.js';
 import type { BucketGrant, RatePolicy } from '../../base/http/rate-limit.js';
 import { withTimeout } from '../../base/util/timeout.js';
-import { readEngineTls, redactAddress, type EngineTlsFiles } from '../../base/util/engine-access.js';
+import { readEngineTls, type EngineTlsFiles } from '../../base/util/engine-access.js';
+import { redactUrl } from '../../base/util/redact.js';
 
 /** KEYS[1] the bucket; ARGV rate (tokens/ms), burst, want. Returns {granted, tokens (string), ms until `want` are there when none was granted}. */
 const SCRIPT = `
@@ -64,14 +65,14 @@ export function parseRedisAddress(text: string): RedisAddress {
   try {
     url = new URL(text);
   } catch {
-    throw new Error(`invalid address "${redactAddress(text)}" (use redis://[:password@]host:port[/db])`);
+    throw new Error(`invalid address "${redactUrl(text)}" (use redis://[:password@]host:port[/db])`);
   }
-  if (!url.hostname) throw new Error(`invalid address "${redactAddress(text)}": no host (use redis://[:password@]host:port[/db])`);
-  if (url.search || url.hash) throw new Error(`invalid address "${redactAddress(text)}": no query or fragment (use redis://[:password@]host:port[/db])`);
+  if (!url.hostname) throw new Error(`invalid address "${redactUrl(text)}": no host (use redis://[:password@]host:port[/db])`);
+  if (url.search || url.hash) throw new Error(`invalid address "${redactUrl(text)}": no query or fragment (use redis://[:password@]host:port[/db])`);
   const db = url.pathname.replace(/^\//, '');
-  if (db !== '' && !/^\d{1,2}$/.test(db)) throw new Error(`invalid database "${db}" in "${redactAddress(text)}": a number, e.g. redis://host:6379/0`);
+  if (db !== '' && !/^\d{1,2}$/.test(db)) throw new Error(`invalid database "${db}" in "${redactUrl(text)}": a number, e.g. redis://host:6379/0`);
   const port = url.port === '' ? DEFAULT_PORT : Number(url.port);
-  if (!(port >= 1 && port <= 65535)) throw new Error(`invalid port in "${redactAddress(text)}"`);
+  if (!(port >= 1 && port <= 65535)) throw new Error(`invalid port in "${redactUrl(text)}"`);
   const scheme = m[1]!.toLowerCase();
   return { url: text, tls: scheme === 'rediss', shown: `${scheme}://${url.hostname}:${port}${db === '' ? '' : `/${db}`}` };
 }

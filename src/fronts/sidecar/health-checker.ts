@@ -13,6 +13,7 @@
  * - While the admin says draining (/healthcheck/fail) the node is withdrawn and not registered
  *   again until /healthcheck/ok. On shutdown it is deregistered.
  */
+import { redactUrl } from '../../base/util/redact.js';
 import { addressProblem, serviceNameProblem } from '../../engines/registry/validate.js';
 import { randomUUID } from 'node:crypto';
 import { Agent, request } from 'undici';
@@ -235,7 +236,7 @@ export class AppRegistration {
     this.health = healthy.ok ? 'healthy' : 'unhealthy';
     this.reason = healthy.ok ? undefined : healthy.reason;
     if (healthy.ok) {
-      if (before !== 'healthy') this.log.info({ app: this.options.name, url: this.url!.href }, 'app is healthy');
+      if (before !== 'healthy') this.log.info({ app: this.options.name, url: redactUrl(this.url!.href) }, 'app is healthy');
       if (this.runtime.state.state === 'live') await this.enqueue(() => this.doRegister(before !== 'healthy' ? 'healthy' : undefined));
     } else {
       if (before !== 'unhealthy') {

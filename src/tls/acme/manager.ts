@@ -12,6 +12,7 @@
  *   keep connecting cannot make the process hammer the CA or burn its rate limits.
  * - A client that sends no SNI (an IP address in the URL) gets the first allowed name's certificate.
  */
+import { clientText } from '../../base/util/text.js';
 import type { SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
 import type { Counter, StatsStore } from '../../base/stats/store.js';
@@ -272,6 +273,6 @@ export class AcmeManager {
     if (last !== undefined && now - last < 60_000) return;
     if (this.refusedLogged.size >= 1000) this.refusedLogged.clear();
     this.refusedLogged.set(host, now);
-    this.options.log.warn({ host }, `acme: refused TLS handshake for "${host || '(no name)'}": not in --acme_hosts, no certificate ordered`);
+    this.options.log.warn({ host: clientText(host) }, `acme: refused TLS handshake for "${clientText(host) || '(no name)'}": not in --acme_hosts, no certificate ordered`);
   }
 }

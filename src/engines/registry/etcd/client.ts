@@ -5,7 +5,8 @@
  */
 import { createRequire } from 'node:module';
 import type { Etcd3, IOptions } from 'etcd3';
-import { parseEngineEndpoint, redactAddress, sharedCredentials, type EngineCredentials, type EngineTls } from '../../../base/util/engine-access.js';
+import { parseEngineEndpoint, sharedCredentials, type EngineCredentials, type EngineTls } from '../../../base/util/engine-access.js';
+import { redactUrl } from '../../../base/util/redact.js';
 
 // etcd3 (and the gRPC stack under it) is loaded only by a process that uses etcd: it costs half
 // a second of start-up, which every short CLI command would otherwise pay.
@@ -28,7 +29,7 @@ export function parseEtcdAddress(address: string): EtcdAddress {
     .split(',')
     .map((h) => h.trim())
     .filter((h) => h !== '');
-  if (parts.length === 0) throw new Error(`${what}: invalid address "${redactAddress(address)}" (use host:port[,host:port])`);
+  if (parts.length === 0) throw new Error(`${what}: invalid address "${redactUrl(address)}" (use host:port[,host:port])`);
   const endpoints = parts.map((h) => parseEngineEndpoint(h, { scheme: 'http', port: 2379 }, what));
   for (const e of endpoints) {
     if (e.scheme !== 'http' && e.scheme !== 'https') throw new Error(`${what}: address scheme ${e.scheme}:// is not http:// or https://`);
