@@ -200,6 +200,11 @@ describe('route file: retry, fault and filters', () => {
     assert.equal(redirectLocation({ statusCode: 301, scheme: 'https' }, prefix('/old'), req), 'https://shop.example/old/a?q=1');
     assert.equal(redirectLocation({ statusCode: 301, scheme: 'https', port: 443, hostname: 'b.example', path: swap('/n') }, prefix('/old'), req), 'https://b.example/n/a?q=1');
     assert.equal(redirectLocation({ statusCode: 302, port: 9000 }, prefix('/old'), { ...req, host: '[::1]:8080', query: undefined }), 'http://[::1]:9000/old/a');
+    for (const host of ['evil.example/x?', 'a@evil.example', '', undefined, 'a b', 'x:8o', 'x:65536', '[::1', '[evil]', '::1', '-a.example', `${'a'.repeat(64)}.example`]) {
+      assert.equal(redirectLocation({ statusCode: 302 }, prefix('/old'), { ...req, host }), undefined, String(host));
+      assert.equal(redirectLocation({ statusCode: 302, hostname: 'b.example', port: 1 }, prefix('/old'), { ...req, host }), undefined, String(host));
+    }
+    assert.equal(redirectLocation({ statusCode: 302 }, prefix('/old'), { ...req, host: 'x:' }), 'http://x/old/a?q=1');
     assert.deepEqual(modifyHeaders(['Host', 'h', 'X-A', '1', 'x-a', '2', 'X-B', 'b', 'X-C', 'c'], { set: [['x-a', 'new']], add: [['x-b', 'more']], remove: ['x-c'] }), ['Host', 'h', 'X-B', 'b', 'x-a', 'new', 'x-b', 'more']);
   });
 });
