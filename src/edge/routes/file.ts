@@ -14,6 +14,7 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
+import { normalizePath } from '../../base/http/path.js';
 import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
 import { isEdgeSetHeader, isHopByHop } from '../../core/transport/headers.js';
@@ -509,6 +510,9 @@ function parsePathModifier(at: At): { type: 'ReplacePrefixMatch' | 'ReplaceFullP
   const vAt = f.get(key)!.at;
   const value = text(vAt, 1024);
   if (!value.startsWith('/') || /[\s?#]/.test(value)) throw vAt.error('must be a path starting with / (no white space, ? or #)');
+  const normal = normalizePath(value);
+  if ('refused' in normal) throw vAt.error(`must be a path in normal form: ${normal.refused.replace(/^invalid path: /, '')}`);
+  if (normal.path !== value) throw vAt.error(`must be a path in normal form: write ${JSON.stringify(normal.path)}`);
   return { type, value };
 }
 
