@@ -19,6 +19,7 @@ export const UNIT = [
   'test/check-findings.test.ts',
   'test/deploy-manifests.test.ts',
   'test/route-file.test.ts',
+  'test/config-yaml.test.ts',
   'test/route-file-reload.test.ts',
   'test/route-mirror.test.ts',
   'test/admin-config-dump.test.ts',

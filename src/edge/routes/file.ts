@@ -18,7 +18,8 @@ import { normalizePath } from '../../base/http/path.js';
 import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
 import { isEdgeSetHeader, isHopByHop } from '../../core/transport/headers.js';
-import { LineCounter, isMap, isScalar, isSeq, parseAllDocuments, type Node, type Pair } from 'yaml';
+import { LineCounter, isMap, isScalar, isSeq, type Node, type Pair } from 'yaml';
+import { parseConfigDocuments } from '../../base/util/config-yaml.js';
 
 export type RouteHandler = 'api' | 'rpc' | 'proxy';
 export const ROUTE_HANDLERS: readonly RouteHandler[] = ['api', 'rpc', 'proxy'];
@@ -655,7 +656,7 @@ function parseRoute(bare: At): RouteSpec {
 /** Parses a route file's text; throws a RouteFileError naming the file and line. */
 export function parseRouteFile(textContent: string, file: string): RouteFile {
   const lines = new LineCounter();
-  const docs = parseAllDocuments(textContent, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  const docs = parseConfigDocuments(textContent, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const list = Array.isArray(docs) ? docs : [];
   if (!Array.isArray(docs)) throw new RouteFileError(file, undefined, 'not a YAML or JSON file');
   const routes: RouteSpec[] = [];
