@@ -51,6 +51,7 @@ export const UNIT = [
   'test/fuzz/proxy-config.test.ts',
   'test/fuzz/resolve.test.ts',
   'test/fuzz/router.test.ts',
+  'test/fuzz/route-index.test.ts',
   'test/grpc-stream-client.test.ts',
   'test/grpc-stream-limits.test.ts',
   'test/headers.test.ts',
