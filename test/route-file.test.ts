@@ -314,6 +314,11 @@ spec:
     assert.equal(service(req('/h', { host: 'example.org' })), undefined);
     assert.equal(service(req('/h', { host: undefined })), undefined);
     assert.equal(hostOf('[::1]:80'), '[::1]');
+    // A Host that is not host[:port] matches no route with hostnames.
+    for (const host of ['a@exact.example.org', 'x.example.org/y?', 'x.example.org:80/', '']) {
+      assert.equal(hostOf(host), undefined, host);
+      assert.equal(service(req('/h', { host })), undefined, host);
+    }
   });
 
   it('every kind of path is found whatever its first segment: exact /, prefixes, regexes, the / prefix', () => {

@@ -30,6 +30,7 @@
  * holds only the regexes requests reach.
  */
 import type { IncomingHttpHeaders } from 'node:http';
+import { splitHostHeader } from '../../base/http/host-check.js';
 import { compilePathRegex, literalPrefix, type PathRegex } from '../../base/util/regex.js';
 import type { BackendRefSpec, MatchSpec, RouteFile, RouteSpec, RuleSpec, ValueMatchSpec } from './file.js';
 
@@ -130,18 +131,12 @@ function hostTest(hostname: string | undefined): { test: ((host: string) => bool
   return { test: (h) => h === hostname, rank: [0, 0] };
 }
 
-/** The Host header's name, lower case, without its port. */
+/**
+ * The Host header's name, lower case, without its port; undefined when there is none or it is not
+ * host[:port] (splitHostHeader: `a@evil.example` matches no route with hostnames).
+ */
 export function hostOf(header: string | undefined): string | undefined {
-  if (header === undefined || header === '') return undefined;
-  let host = header;
-  if (host.startsWith('[')) {
-    const end = host.indexOf(']');
-    host = end < 0 ? host : host.slice(0, end + 1);
-  } else {
-    const colon = host.lastIndexOf(':');
-    if (colon >= 0) host = host.slice(0, colon);
-  }
-  return host.toLowerCase();
+  return splitHostHeader(header)?.host.toLowerCase();
 }
 
 function compare(a: Entry, b: Entry): number {
