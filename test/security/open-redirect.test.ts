@@ -52,6 +52,13 @@ describe('a redirect never copies a Host that is not host[:port] into Location',
     });
   }
 
+  it('a WebSocket upgrade with Host: a@evil.example at the redirect → 400 error JSON, the connection closed', async () => {
+    const res = await rawHttp(gw.port, 'GET /old/a HTTP/1.1\r\nHost: a@evil.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+    assert.equal(res.status, 400, res.raw);
+    assert.equal(res.headers.location, undefined);
+    assert.match(JSON.parse(res.body).detail, /^invalid Host "a@evil\.example": /);
+  });
+
   it('HTTP/1.0 without Host → 400 (no Location made up)', async () => {
     const res = await get(gw.port, '', '1.0');
     assert.equal(res.status, 400, res.raw);
