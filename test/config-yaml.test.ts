@@ -41,6 +41,7 @@ describe('configuration files nested too deeply', () => {
       const head = `apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: ${deep}\n`;
       assert.equal(message(() => parseRouteFile(head, 'routes.yaml')), `routes.yaml line 3: nested deeper than ${MAX_CONFIG_DEPTH} levels`);
       assert.equal(message(() => parseRules(`rules:\n  - path: /a\n    scopes: ${deep}\n`, false)), 'line 3: nested deeper than 64 levels');
+      if (style === 'JSON') assert.equal(message(() => parseRules(`{"rules": [\n{"path": "/a",\n "scopes": ${deep}}]}`, true)), 'line 3: nested deeper than 64 levels');
       assert.equal(message(() => KeyStore.parse(`- key: 0123456789abcdef0123\n  scopes: []\n  subject: ${deep}\n`, 'keys.yaml')), 'line 3: nested deeper than 64 levels');
       assert.match(message(() => parseProxyConfig(`admin:\n  address: 127.0.0.1:0\nlisteners: ${deep}\n`, 'proxy.yaml')), /^proxy config proxy\.yaml:3:\d+: invalid YAML: nested deeper than 64 levels$/);
       assert.equal(message(() => parseRunFile(`apps:\n  - name: a\n    env: ${deep}\n`, 'run.yaml')), 'run.yaml: line 3: not valid YAML: nested deeper than 64 levels');
