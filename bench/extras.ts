@@ -334,12 +334,46 @@ export async function runExtras(ctx: Ctx, secondsLeft: number): Promise<ExtraSec
     ctx.log('further rows: registry with 10,000 nodes');
     out.push(await registrySection(ctx));
   }
-  // Opt-in: only when BENCH_ROWS names it.
+  // Opt-in: only when BENCH_ROWS names them.
+  if (rows.includes('route-regex')) {
+    ctx.log('further rows: route file of 10,000 regex rules');
+    out.push(await routeRegexSection(ctx));
+  }
   if (rows.includes('handshake')) {
     ctx.log('further rows: mutual TLS handshake rate');
     out.push(await handshakeSection(ctx));
   }
   return out;
+}
+
+// ------------------------------------------------------------------------------------ route file regexes
+
+/**
+ * A route file of 10,000 RegularExpression rules against one of 10 (bench/route-regex.ts, in one
+ * process, no HTTP): load time and heap, and the CPU of one match, hit and miss, in alternating
+ * rounds of the same run, with the ratio of the large table to the small one.
+ */
+async function routeRegexSection(ctx: Ctx): Promise<ExtraSection> {
+  const title = 'Route file: 10,000 regex rules against 10 (route-regex)';
+  const r = await runNode(ctx, ['--expose-gc', '--import', 'tsx', join(ctx.root, 'bench', 'route-regex.ts'), '10000'], 180000);
+  if (r.code !== 0) return { title, body: `failed (exit ${r.code}): ${(r.err || r.out).split('\n').slice(-3).join(' ')}` };
+  type T = { rules: number; parseMs: number; compileMs: number; heapMiB: number; hitUs: number; missUs: number };
+  const j = JSON.parse(r.out.trim().split('\n').pop()!) as { small: T; large: T; ratio: { hit: number; miss: number } };
+  const row = (t: T) => [int(t.rules), `${fixed(t.parseMs, 0)} ms`, `${fixed(t.compileMs, 1)} ms`, `${fixed(t.heapMiB, 1)} MiB`, `${fixed(t.hitUs, 2)} µs`, `${fixed(t.missUs, 2)} µs`];
+  return {
+    title,
+    body: [
+      '`node --expose-gc --import tsx bench/route-regex.ts 10000`: rules `/svc<r>-<k>/items/[0-9]+(/[a-z]+)?`, 16 per route; hit: the last rule; miss: its prefix, another path. CPU per match: best of 7 alternating rounds of 2,000 matches.',
+      '',
+      markdownTable(['rules', 'parse', 'compile', 'heap', 'hit', 'miss'], [row(j.small), row(j.large)]),
+      '',
+      `10,000 rules against 10: hit ${fixed(j.ratio.hit, 2)}×, miss ${fixed(j.ratio.miss, 2)}×.`,
+    ].join('\n'),
+    targets: [
+      { label: 'route file, 10,000 regex rules: one match, hit (µs) ≤ 1,000 µs', actual: j.large.hitUs, target: 1000, kind: 'atMost', unit: 'µs' },
+      { label: 'route file, 10,000 regex rules: one match, miss (µs) ≤ 1,000 µs', actual: j.large.missUs, target: 1000, kind: 'atMost', unit: 'µs' },
+    ],
+  };
 }
 
 // ------------------------------------------------------------------------------------ mutual TLS handshakes

@@ -105,4 +105,13 @@ describe('module homes', () => {
       if (m !== 'base/util/regex.ts') assert.ok(!text.includes('[.*+?^${}()|[\\]\\\\]'), m);
     }
   });
+
+  it('configuration YAML is parsed in one place, with its nesting bound (base/util/config-yaml.ts)', () => {
+    for (const [m, { text }] of modules) {
+      if (m === 'base/util/config-yaml.ts') continue;
+      const fromYaml = [...text.matchAll(/import\s*(?:type\s*)?\{([^}]*)\}\s*from\s*'yaml'/g)].map((x) => x[1]!);
+      for (const names of fromYaml) assert.doesNotMatch(names, /\b(parse|parseDocument|parseAllDocuments|Parser|Lexer|Composer)\b/, m);
+      assert.doesNotMatch(text, /import\s+\w+\s+from\s*'yaml'|import\s*\*\s*as\s+\w+\s+from\s*'yaml'/, m);
+    }
+  });
 });

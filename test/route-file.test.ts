@@ -5,6 +5,8 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { normalizePath } from '../src/base/http/path.js';
 import { checkHandlers, parseGatewayDuration, parseRouteFile, RouteFileError } from '../src/edge/routes/file.js';
 import { modifyHeaders, redirectLocation, rewritePath } from '../src/edge/routes/effects.js';
 import { CompiledRoutes, hostOf, type RouteRequest } from '../src/edge/routes/table.js';
@@ -173,6 +175,25 @@ describe('route file: retry, fault and filters', () => {
     assert.equal(r('      filters: [{type: RequestMirror, requestMirror: {backendRef: {name: b}, percent: 10}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestMirror.percent: percent is not supported yet (every request is mirrored)');
     assert.equal(r('      filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replacePrefixMatch: /x}}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].urlRewrite.path.replacePrefixMatch: replacePrefixMatch does not go with type ReplaceFullPath');
     assert.equal(error(route('    - matches: [{path: {type: Exact, value: /a}}]\n      backendRefs: [{name: a}]\n      filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /x}}}]\n')), 'routes.yaml line 9: HTTPRoute r spec.rules[0].filters: ReplacePrefixMatch needs every match of the rule to be a PathPrefix');
+    const target = (where: string, value: string) =>
+      r(
+        where === 'redirect'
+          ? `      filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: "${value}"}}}]\n`
+          : `      filters: [{type: URLRewrite, urlRewrite: {path: {type: ${where === 'full' ? 'ReplaceFullPath, replaceFullPath' : 'ReplacePrefixMatch, replacePrefixMatch'}: "${value}"}}}]\n`,
+      );
+    const field = { full: 'urlRewrite.path.replaceFullPath', prefix: 'urlRewrite.path.replacePrefixMatch', redirect: 'requestRedirect.path.replaceFullPath' };
+    for (const where of ['full', 'prefix', 'redirect'] as const) {
+      const at = `routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].${field[where]}: must be a path in normal form: `;
+      assert.equal(target(where, '/a/../internal'), `${at}write "/internal"`);
+      assert.equal(target(where, '//evil.example/x'), `${at}an empty segment ("//") is refused`);
+      assert.equal(target(where, '/a%2Fb'), `${at}an encoded "/" (%2F) is refused`);
+      assert.equal(target(where, '/%2e%2e/internal'), `${at}".." climbs above the root`);
+      assert.equal(target(where, '/a/./b'), `${at}write "/a/b"`);
+      assert.equal(target(where, '/%7euser/%c3%a9'), `${at}write "/~user/%C3%A9"`);
+      assert.equal(target(where, '/a;b'), `${at}";" (path parameters) is refused`);
+      assert.equal(target(where, '/a%5Cb'), `${at}an encoded backslash (%5C) is refused`);
+      assert.equal(target(where, '/a%00'), `${at}an encoded NUL (%00) is refused`);
+    }
     assert.equal(r('      retry: {attempts: 11}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].retry.attempts: must be an integer from 0 to 10');
     assert.equal(r('      retry: {codes: [200]}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].retry.codes[0]: must be an integer from 400 to 599');
     assert.equal(r('      retry: {budget: {percent: 120}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].retry.budget.percent: must be a number from 0 to 100');
@@ -204,7 +225,37 @@ describe('route file: retry, fault and filters', () => {
     assert.equal(redirectLocation({ statusCode: 301, scheme: 'https' }, prefix('/old'), req), 'https://shop.example/old/a?q=1');
     assert.equal(redirectLocation({ statusCode: 301, scheme: 'https', port: 443, hostname: 'b.example', path: swap('/n') }, prefix('/old'), req), 'https://b.example/n/a?q=1');
     assert.equal(redirectLocation({ statusCode: 302, port: 9000 }, prefix('/old'), { ...req, host: '[::1]:8080', query: undefined }), 'http://[::1]:9000/old/a');
+    for (const host of ['evil.example/x?', 'a@evil.example', '', undefined, 'a b', 'x:8o', 'x:65536', '[::1', '[evil]', '::1', '-a.example', `${'a'.repeat(64)}.example`]) {
+      assert.equal(redirectLocation({ statusCode: 302 }, prefix('/old'), { ...req, host }), undefined, String(host));
+      assert.equal(redirectLocation({ statusCode: 302, hostname: 'b.example', port: 1 }, prefix('/old'), { ...req, host }), undefined, String(host));
+    }
+    assert.equal(redirectLocation({ statusCode: 302 }, prefix('/old'), { ...req, host: 'x:' }), 'http://x/old/a?q=1');
     assert.deepEqual(modifyHeaders(['Host', 'h', 'X-A', '1', 'x-a', '2', 'X-B', 'b', 'X-C', 'c'], { set: [['x-a', 'new']], add: [['x-b', 'more']], remove: ['x-c'] }), ['Host', 'h', 'X-B', 'b', 'x-a', 'new', 'x-b', 'more']);
+  });
+});
+
+describe('route file: rewritten paths stay in normal form', () => {
+  it('ReplacePrefixMatch of a normal replacement on a normal path matched by its prefix never makes // or a dot segment', () => {
+    // Segments made of what could turn into dot segments or empty ones when joined carelessly.
+    const segment = fc.array(fc.constantFrom('.', '..', 'a', 'b.', '.c', '%2E', '%41', '~', '-'), { minLength: 0, maxLength: 3 }).map((parts) => parts.join(''));
+    const normal = fc
+      .tuple(fc.array(segment, { minLength: 0, maxLength: 4 }), fc.boolean())
+      .map(([segments, slash]) => normalizePath(`/${segments.join('/')}${slash && segments.length > 0 ? '/' : ''}`))
+      .filter((n): n is { path: string } => 'path' in n)
+      .map((n) => n.path);
+    fc.assert(
+      fc.property(normal, normal, normal, (prefixValue, replacement, tail) => {
+        const prefix = prefixValue.length > 1 && prefixValue.endsWith('/') ? prefixValue.slice(0, -1) : prefixValue;
+        const path = prefix === '/' ? tail : tail === '/' ? prefix : `${prefix}${tail}`;
+        const request = normalizePath(path);
+        fc.pre('path' in request && request.path === path);
+        const match = { path: { type: 'PathPrefix' as const, value: prefixValue }, headers: [], queryParams: [] };
+        const out = rewritePath(path, { type: 'ReplacePrefixMatch', value: replacement }, match);
+        const again = normalizePath(out);
+        assert.ok('path' in again && again.path === out, `${path} with ${prefixValue} → ${replacement}: ${out} is not in normal form`);
+      }),
+      { numRuns: 2000 },
+    );
   });
 });
 
@@ -267,6 +318,11 @@ spec:
     assert.equal(service(req('/h', { host: 'example.org' })), undefined);
     assert.equal(service(req('/h', { host: undefined })), undefined);
     assert.equal(hostOf('[::1]:80'), '[::1]');
+    // A Host that is not host[:port] matches no route with hostnames.
+    for (const host of ['a@exact.example.org', 'x.example.org/y?', 'x.example.org:80/', '']) {
+      assert.equal(hostOf(host), undefined, host);
+      assert.equal(service(req('/h', { host })), undefined, host);
+    }
   });
 
   it('every kind of path is found whatever its first segment: exact /, prefixes, regexes, the / prefix', () => {

@@ -12,7 +12,8 @@
  * A problem is a RunFileError naming the file, the line and the field.
  */
 import { dirname, resolve } from 'node:path';
-import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Node, type YAMLMap } from 'yaml';
+import { LineCounter, isMap, isScalar, isSeq, type Node, type YAMLMap } from 'yaml';
+import { parseConfigDocument } from '../base/util/config-yaml.js';
 import { FlagError, parseArgs, type ParsedArgs } from './flags.js';
 import { appNameProblem, parseAppPort, parseHealthPath, type RunApp } from './run-app.js';
 
@@ -41,7 +42,7 @@ export interface FileApp extends RunApp {
 /** Parses the file's text; `file` names it in errors and its directory is the base of `dir`. */
 export function parseRunFile(text: string, file: string): FileApp[] {
   const lines = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  const doc = parseConfigDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const lineAt = (node: unknown) => {
     const range = (node as Node | undefined)?.range;
     return range ? lines.linePos(range[0]).line : undefined;

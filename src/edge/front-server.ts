@@ -237,6 +237,8 @@ export class FrontServer<R = undefined> {
             onPhase?.('handle', req);
             upgrade(req, socket, head, route);
           } catch (err) {
+            // A refusal of the route phase (a redirect's bad Host: 400) is answered as on a request.
+            if (err instanceof MeshError) return refuseSocket(socket, err, this.options.errorId);
             this.options.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
             socket.destroy();
           }

@@ -54,6 +54,41 @@ export function canonicalHost(text: string): string | undefined {
   return host;
 }
 
+/** A Host header's host and port, as splitHostHeader reads them. */
+export interface HostHeader {
+  /** A DNS name or IPv4 address as sent (case kept), or an IPv6 address in brackets. */
+  host: string;
+  /** The port's digits; undefined when none is given (`host` or `host:`). */
+  port: number | undefined;
+}
+
+/** One DNS label or an IPv4 part: letters, digits, `-`, `_`; at most 63 characters. */
+const LABEL = /^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$/;
+
+/**
+ * A Host header read strictly as an RFC 3986 authority without userinfo: a DNS name (labels of
+ * letters, digits, `-` and `_`, at most 253 characters, one trailing dot allowed) or an IPv4
+ * address, or an IPv6 address in brackets; then optionally `:` and a port of digits, at most
+ * 65535. Undefined for anything else: empty, a user (`a@b`), a path, query or fragment character,
+ * spaces, percent escapes, a bare IPv6 address. What a Host must be before it is copied anywhere
+ * (a redirect's Location) or checked against a list (HostCheck).
+ */
+export function splitHostHeader(header: string | undefined): HostHeader | undefined {
+  if (header === undefined) return undefined;
+  const m = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::([0-9]{0,5}))?$/.exec(header);
+  if (!m) return undefined;
+  const host = m[1]!;
+  if (host.startsWith('[')) {
+    if (isIP(host.slice(1, -1)) !== 6) return undefined;
+  } else {
+    const name = host.endsWith('.') ? host.slice(0, -1) : host;
+    if (name.length === 0 || name.length > 253 || !name.split('.').every((l) => LABEL.test(l))) return undefined;
+  }
+  const port = m[2] === undefined || m[2] === '' ? undefined : Number(m[2]);
+  if (port !== undefined && port > 65535) return undefined;
+  return { host, port };
+}
+
 /** 127.0.0.0/8, ::1 and IPv4-mapped loopback (src/base/util/address.ts isLoopback). */
 export const isLoopbackAddress = isLoopback;
 
@@ -127,8 +162,8 @@ export class HostCheck {
   }
 
   private decide(header: string): 'allowed' | 'refused' {
-    const m = /^(\[[^\]]*\]|[^:[\]]*)(?::\d{0,5})?$/.exec(header);
-    const host = m ? canonicalHost(m[1]!) : undefined;
+    const parts = splitHostHeader(header);
+    const host = parts ? canonicalHost(parts.host) : undefined;
     if (host === undefined) return 'refused';
     if (host === 'localhost' || isLoopbackAddress(host)) return 'allowed';
     if (isIP(host) !== 0) {

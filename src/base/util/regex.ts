@@ -175,6 +175,67 @@ export function compilePathRegex(source: string): PathRegex {
   };
 }
 
+/**
+ * The literal text every string a regex matches as a whole (compilePathRegex) starts with:
+ * `/svc/items/[0-9]+` → `/svc/items/`, `/a\\.b[cd]` → `/a.b`. Read up to the first character
+ * with a meaning (a class, group, alternation, escape of a letter or digit, anchor); a literal a
+ * quantifier may apply to (`/ab*`, `/ab?`, `/ab{0,2}`, `/ab+`, `/ab(?i)*`) or before an anchor
+ * is left out (`/a/(b|c)` → `/a`), and a pattern with an
+ * alternation outside any group (`/a|/b`), or that starts with a group or flags (`(?i)/a`), has
+ * none (``). A leading `^` is skipped (the whole string is matched anyway). Conservative: any
+ * string the regex matches starts with it; it serves as an index of many regexes.
+ */
+export function literalPrefix(source: string): string {
+  if (topLevelAlternation(source)) return '';
+  let out = '';
+  let i = source.startsWith('^') ? 1 : 0;
+  for (; i < source.length; i++) {
+    const c = source[i]!;
+    if (c === '\\') {
+      const next = source[i + 1];
+      if (next === undefined || /[0-9A-Za-z]/.test(next) || next.charCodeAt(0) > 0x7e) break;
+      out += next;
+      i++;
+      continue;
+    }
+    if ('.+*?()|[]{}^$'.includes(c)) {
+      // A quantifier applies to the last literal: it may be absent (or repeated), so it goes; so
+      // does it before a group (flags such as `(?i)` make no operand: `b(?i)*` repeats the `b`)
+      // and an anchor.
+      if ('*?+{(^$'.includes(c)) out = out.slice(0, -1);
+      break;
+    }
+    out += c;
+  }
+  return out;
+}
+
+/** True when `source` has a `|` outside every group and class (the prefix of one side says nothing of the other). */
+function topLevelAlternation(source: string): boolean {
+  let depth = 0;
+  for (let i = 0; i < source.length; i++) {
+    const c = source[i];
+    if (c === '\\') i++;
+    else if (c === '[') {
+      // Skip the class: a `]` first in it (or after `^`) is literal.
+      let j = i + 1;
+      if (source[j] === '^') j++;
+      if (source[j] === ']') j++;
+      for (; j < source.length && source[j] !== ']'; j++) {
+        if (source[j] === '\\') j++;
+        else if (source[j] === '[' && source[j + 1] === ':') {
+          const end = source.indexOf(':]', j + 2);
+          if (end > 0) j = end + 1;
+        }
+      }
+      i = j;
+    } else if (c === '(') depth++;
+    else if (c === ')') depth = Math.max(0, depth - 1);
+    else if (c === '|' && depth === 0) return true;
+  }
+  return false;
+}
+
 /** A compiled outside regex searched anywhere in a name (anchor it with `^...$` for the whole name). */
 export interface SearchRegex {
   readonly source: string;

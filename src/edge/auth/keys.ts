@@ -8,7 +8,8 @@
  * key → {subject, scopes}; any other name → lines of `KEY [SUBJECT [SCOPE,SCOPE...]]`, `#` comments.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { LineCounter, isMap, isSeq, parseDocument, type Node } from 'yaml';
+import { LineCounter, isMap, isSeq, type Node } from 'yaml';
+import { parseConfigDocument } from '../../base/util/config-yaml.js';
 import { RulesError } from './rule-file.js';
 
 export interface Identity {
@@ -75,7 +76,7 @@ export class KeyStore {
     };
     if (/\.(ya?ml|json)$/i.test(fileName)) {
       const lines = new LineCounter();
-      const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+      const doc = parseConfigDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
       const syntax = doc.errors[0];
       if (syntax) throw new RulesError(syntax.linePos?.[0]?.line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));
       const lineAt = (node: unknown) => {

@@ -4,7 +4,8 @@
  * The edge's `--auth_rules` (rules.ts) and the services' `--authz_rules` (authz.ts) read their
  * files with it; each parses the fields of a rule its own way.
  */
-import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Node } from 'yaml';
+import { LineCounter, isMap, isScalar, isSeq, type Node } from 'yaml';
+import { parseConfigDocument } from '../../base/util/config-yaml.js';
 
 export class RulesError extends Error {
   constructor(
@@ -66,7 +67,7 @@ export function parseRuleFile<T>(text: string, json: boolean, spec: RuleFileSpec
     }
   }
   const lines = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  const doc = parseConfigDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const syntax = doc.errors[0];
   if (syntax) {
     throw new RulesError(syntax.linePos?.[0]?.line ?? lines.linePos(syntax.pos[0]).line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));

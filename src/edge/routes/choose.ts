@@ -18,10 +18,11 @@ export type FileRouteAnswer =
   | { kind: 'no-backend'; route: string; policy: RoutePolicy };
 
 /** The first route of `table` matching the request, applied; undefined: none matches. */
-export function chooseFileRoute(table: CompiledRoutes, effects: RouteEffectsCache, secure: boolean, req: IncomingMessage, target: Pick<RequestTarget, 'path' | 'query'>): FileRouteAnswer | undefined {
+/** `errorId`: the front end's, for the 400 of a redirect whose request's Host is not a host[:port]. */
+export function chooseFileRoute(table: CompiledRoutes, effects: RouteEffectsCache, secure: boolean, req: IncomingMessage, target: Pick<RequestTarget, 'path' | 'query'>, errorId: string): FileRouteAnswer | undefined {
   const choice = table.match({ method: req.method ?? 'GET', host: req.headers.host, path: target.path, query: target.query, headers: req.headers });
   if (!choice) return undefined;
-  const action = routeAction(choice, effects.of(choice), { secure, host: req.headers.host, path: target.path, query: target.query });
+  const action = routeAction(choice, effects.of(choice), { secure, host: req.headers.host, path: target.path, query: target.query, errorId });
   if (action.kind === 'redirect') return action;
   if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, policy: action.policy };
   return { kind: 'backend', route: choice.route.name, service: action.backend.name, handler: choice.route.handler, path: action.path, policy: action.policy };

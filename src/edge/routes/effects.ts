@@ -15,6 +15,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as delay } from 'node:timers/promises';
 import { MeshError } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
+import { splitHostHeader } from '../../base/http/host-check.js';
 import { declareStats, type FamilyStats, type Histogram, type StatsScope } from '../../base/stats/store.js';
 import { RetryBudget } from '../../core/upstream/retry-budget.js';
 import type { RetryRules } from '../../core/client/interceptors/call.js';
@@ -192,16 +193,18 @@ export function rewritePath(path: string, modifier: { type: 'ReplacePrefixMatch'
   return out === '' ? '/' : out;
 }
 
-/** The Location of a RequestRedirect: the request's scheme, host, port and path unless the filter sets them; the query kept. */
-export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined }): string {
+/**
+ * The Location of a RequestRedirect: the request's scheme, host, port and path unless the filter
+ * sets them; the query kept. Undefined when the request's Host is not a host[:port]
+ * (splitHostHeader: no user, path, query or fragment, not empty): the client chose it, and it
+ * would be copied into the Location.
+ */
+export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined }): string | undefined {
   const scheme = redirect.scheme ?? (req.secure ? 'https' : 'http');
-  let host = req.host ?? 'localhost';
-  let port: number | undefined;
-  const hostPort = /^(\[[^\]]*\]|[^:]*)(?::([0-9]+))?$/.exec(host);
-  if (hostPort) {
-    host = hostPort[1]!;
-    port = hostPort[2] === undefined ? undefined : Number(hostPort[2]);
-  }
+  const authority = splitHostHeader(req.host);
+  if (!authority) return undefined;
+  let host = authority.host;
+  let port = authority.port;
   if (redirect.hostname !== undefined) host = redirect.hostname;
   if (redirect.port !== undefined) port = redirect.port;
   else if (redirect.scheme !== undefined) port = undefined; // a new scheme: its well-known port
@@ -224,10 +227,14 @@ export type RouteAction =
  * with the policy the handler follows (version, timeouts, effects, and with a URLRewrite the path
  * and query sent). `req.path` is the request's path in normal form, `req.query` its query.
  */
-export function routeAction(choice: RouteChoice, effects: RuleEffects, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined }): RouteAction {
+export function routeAction(choice: RouteChoice, effects: RuleEffects, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined; errorId: string }): RouteAction {
   const rule = choice.rule;
   const redirect = rule.filters.redirect;
-  if (redirect) return { kind: 'redirect', status: redirect.statusCode, location: redirectLocation(redirect, choice.match, req), policy: { effects } };
+  if (redirect) {
+    const location = redirectLocation(redirect, choice.match, req);
+    if (location === undefined) throw badRedirectHost(req.host, req.errorId);
+    return { kind: 'redirect', status: redirect.statusCode, location, policy: { effects } };
+  }
   const backend = choice.backend;
   if (!backend) return { kind: 'no-backend', policy: { effects } };
   const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined, effects };
@@ -236,6 +243,12 @@ export function routeAction(choice: RouteChoice, effects: RuleEffects, req: { se
   const path = rewritePath(req.path, rewrite, choice.match);
   policy.path = req.query === undefined ? path : `${path}?${req.query}`;
   return { kind: 'send', backend, path, policy };
+}
+
+/** The 400 of a redirect whose request's Host is not a host[:port]. */
+function badRedirectHost(host: string | undefined, errorId: string): MeshError {
+  const shown = host === undefined ? 'missing' : JSON.stringify(host.length > 100 ? `${host.slice(0, 100)}...` : host);
+  return new MeshError(errorId, 400, `invalid Host ${shown}: a redirect needs the request's Host to be host[:port] (a name, IPv4 or [IPv6] address; no user, path, query or fragment)`);
 }
 
 /** The stat name of a host: as written, `*` for a route without hostnames. */

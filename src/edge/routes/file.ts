@@ -14,10 +14,12 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
+import { normalizePath } from '../../base/http/path.js';
 import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
 import { foldHeaderName, isEdgeSetHeader, isHopByHop, isMeshHeaderName } from '../../core/transport/headers.js';
-import { LineCounter, isMap, isScalar, isSeq, parseAllDocuments, type Node, type Pair } from 'yaml';
+import { LineCounter, isMap, isScalar, isSeq, type Node, type Pair } from 'yaml';
+import { parseConfigDocuments } from '../../base/util/config-yaml.js';
 
 export type RouteHandler = 'api' | 'rpc' | 'proxy';
 export const ROUTE_HANDLERS: readonly RouteHandler[] = ['api', 'rpc', 'proxy'];
@@ -512,6 +514,9 @@ function parsePathModifier(at: At): { type: 'ReplacePrefixMatch' | 'ReplaceFullP
   const vAt = f.get(key)!.at;
   const value = text(vAt, 1024);
   if (!value.startsWith('/') || /[\s?#]/.test(value)) throw vAt.error('must be a path starting with / (no white space, ? or #)');
+  const normal = normalizePath(value);
+  if ('refused' in normal) throw vAt.error(`must be a path in normal form: ${normal.refused.replace(/^invalid path: /, '')}`);
+  if (normal.path !== value) throw vAt.error(`must be a path in normal form: write ${JSON.stringify(normal.path)}`);
   return { type, value };
 }
 
@@ -654,7 +659,7 @@ function parseRoute(bare: At): RouteSpec {
 /** Parses a route file's text; throws a RouteFileError naming the file and line. */
 export function parseRouteFile(textContent: string, file: string): RouteFile {
   const lines = new LineCounter();
-  const docs = parseAllDocuments(textContent, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  const docs = parseConfigDocuments(textContent, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const list = Array.isArray(docs) ? docs : [];
   if (!Array.isArray(docs)) throw new RouteFileError(file, undefined, 'not a YAML or JSON file');
   const routes: RouteSpec[] = [];

@@ -15,14 +15,23 @@
  * Regular expressions run on RE2 (linear time, src/base/util/regex.ts) and match the whole path,
  * header value or parameter value.
  *
- * The scan only looks at entries that can match the path's first segment: an Exact or PathPrefix
- * path names its first segment (`/shop/cart` → `shop`), so the entries are also kept per first
- * segment (with the regex and `/` entries, in the same order), and a request scans the list of its
- * path's first segment. MAX_BUCKETED bounds what those lists may hold; past it every request
- * scans every entry.
+ * The scan only looks at entries that can match the path, in the same order:
+ *   - an Exact or PathPrefix path names its first segment (`/shop/cart` → `shop`), so those
+ *     entries are kept per first segment (with the `/` prefixes, in order), and a request takes
+ *     the list of its path's first segment. MAX_BUCKETED bounds what those lists may hold; past it
+ *     every request takes every such entry.
+ *   - a RegularExpression path has a literal prefix every path it matches starts with
+ *     (`/svc/items/[0-9]+` → `/svc/items/`; literalPrefix, src/base/util/regex.ts), so those
+ *     entries are indexed by it, and a request takes the entries of the prefixes its path starts
+ *     with (one lookup per distinct prefix length); a regex without one (``) is taken always.
+ * The two lists are merged by precedence order, so the first match is the one a scan of every
+ * entry would find. A regex is compiled when a request first reaches it (the parser compiled each
+ * once to check it): a table of 10,000 regex rules costs a request what a small one does, and
+ * holds only the regexes requests reach.
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import { compilePathRegex } from '../../base/util/regex.js';
+import { splitHostHeader } from '../../base/http/host-check.js';
+import { compilePathRegex, literalPrefix, type PathRegex } from '../../base/util/regex.js';
 import type { BackendRefSpec, MatchSpec, RouteFile, RouteSpec, RuleSpec, ValueMatchSpec } from './file.js';
 
 /** What a request offers to the matcher. */
@@ -58,8 +67,12 @@ interface ValueTest {
 export const MAX_BUCKETED = 100_000;
 
 interface Entry {
+  /** Its place in the precedence order. */
+  order: number;
   /** The first segment every path this entry matches has; undefined: any (regex, `/` prefix). */
   first: string | undefined;
+  /** A RegularExpression path's literal prefix; undefined: not a regex. */
+  regexPrefix: string | undefined;
   route: RouteSpec;
   rule: RuleSpec;
   hostname: string | undefined;
@@ -73,13 +86,18 @@ interface Entry {
   rank: number[];
 }
 
+/** A regex's test, compiled on its first use (the parser has checked that it compiles). */
+function lazyRegex(source: string): Test {
+  let re: PathRegex | undefined;
+  return (v) => (re ??= compilePathRegex(source)).test(v);
+}
+
 function valueTest(m: ValueMatchSpec): ValueTest {
   if (m.type === 'Exact') {
     const want = m.value;
     return { name: m.name, test: (v) => v === want };
   }
-  const re = compilePathRegex(m.value);
-  return { name: m.name, test: (v) => re.test(v) };
+  return { name: m.name, test: lazyRegex(m.value) };
 }
 
 /** The first segment of a path in normal form: `/shop/cart` → `shop`, `/` → ``. */
@@ -97,10 +115,7 @@ function firstOf(match: MatchSpec): string | undefined {
 function pathTest(match: MatchSpec): { test: Test; rank: number[] } {
   const { type, value } = match.path;
   if (type === 'Exact') return { test: (p) => p === value, rank: [0, -value.length] };
-  if (type === 'RegularExpression') {
-    const re = compilePathRegex(value);
-    return { test: (p) => re.test(p), rank: [1, -value.length] };
-  }
+  if (type === 'RegularExpression') return { test: lazyRegex(value), rank: [1, -value.length] };
   // Element by element: `/a` and `/a/` match /a, /a/ and /a/b, never /ab.
   const prefix = value.length > 1 && value.endsWith('/') ? value.slice(0, -1) : value;
   if (prefix === '/') return { test: () => true, rank: [2, -1] };
@@ -116,18 +131,12 @@ function hostTest(hostname: string | undefined): { test: ((host: string) => bool
   return { test: (h) => h === hostname, rank: [0, 0] };
 }
 
-/** The Host header's name, lower case, without its port. */
+/**
+ * The Host header's name, lower case, without its port; undefined when there is none or it is not
+ * host[:port] (splitHostHeader: `a@evil.example` matches no route with hostnames).
+ */
 export function hostOf(header: string | undefined): string | undefined {
-  if (header === undefined || header === '') return undefined;
-  let host = header;
-  if (host.startsWith('[')) {
-    const end = host.indexOf(']');
-    host = end < 0 ? host : host.slice(0, end + 1);
-  } else {
-    const colon = host.lastIndexOf(':');
-    if (colon >= 0) host = host.slice(0, colon);
-  }
-  return host.toLowerCase();
+  return splitHostHeader(header)?.host.toLowerCase();
 }
 
 function compare(a: Entry, b: Entry): number {
@@ -135,12 +144,18 @@ function compare(a: Entry, b: Entry): number {
   return 0;
 }
 
+const NONE: readonly Entry[] = [];
+
 export class CompiledRoutes {
   private readonly entries: Entry[] = [];
-  /** Per first segment: the entries that may match a path starting with it, in precedence order. */
+  /** Per first segment: the Exact and PathPrefix entries that may match a path starting with it, in precedence order. */
   private readonly byFirst = new Map<string, Entry[]>();
-  /** The entries that may match any path: what a path whose first segment no entry names scans. */
+  /** The Exact and PathPrefix entries that may match any path: what a path whose first segment no entry names takes. */
   private readonly generic: Entry[];
+  /** The RegularExpression entries by literal prefix, each list in precedence order. */
+  private readonly byPrefix = new Map<string, Entry[]>();
+  /** The lengths of those prefixes, shortest first. */
+  private readonly prefixLengths: number[];
   /** True when some entry matches on a query parameter (else the query is never parsed). */
   private readonly needsQuery: boolean;
 
@@ -163,7 +178,9 @@ export class CompiledRoutes {
           for (const hostname of hostnames) {
             const host = hostTest(hostname);
             this.entries.push({
+              order: 0,
               first: firstOf(match),
+              regexPrefix: match.path.type === 'RegularExpression' ? literalPrefix(match.path.value) : undefined,
               route,
               rule,
               hostname,
@@ -181,13 +198,28 @@ export class CompiledRoutes {
       }
     }
     this.entries.sort(compare);
+    this.entries.forEach((e, i) => (e.order = i));
     this.needsQuery = this.entries.some((e) => e.query.length > 0);
-    this.generic = this.entries.filter((e) => e.first === undefined);
+    const plain = this.entries.filter((e) => e.regexPrefix === undefined);
+    for (const e of this.entries) {
+      if (e.regexPrefix === undefined) continue;
+      const list = this.byPrefix.get(e.regexPrefix);
+      if (list) list.push(e);
+      else this.byPrefix.set(e.regexPrefix, [e]);
+    }
+    this.prefixLengths = [...new Set([...this.byPrefix.keys()].map((p) => p.length))].sort((a, b) => a - b);
+    this.generic = plain.filter((e) => e.first === undefined);
     const firsts = new Set<string>();
-    for (const e of this.entries) if (e.first !== undefined) firsts.add(e.first);
-    if (firsts.size * this.generic.length + this.entries.length <= MAX_BUCKETED) {
-      for (const first of firsts) this.byFirst.set(first, this.entries.filter((e) => e.first === undefined || e.first === first));
-    } else this.generic = this.entries;
+    for (const e of plain) if (e.first !== undefined) firsts.add(e.first);
+    if (firsts.size * this.generic.length + plain.length <= MAX_BUCKETED) {
+      const lists = new Map<string, Entry[]>();
+      for (const first of firsts) lists.set(first, []);
+      for (const e of plain) {
+        if (e.first === undefined) for (const list of lists.values()) list.push(e);
+        else lists.get(e.first)!.push(e);
+      }
+      for (const [first, list] of lists) this.byFirst.set(first, list);
+    } else this.generic = plain;
   }
 
   get size(): number {
@@ -208,8 +240,11 @@ export class CompiledRoutes {
     const host = hostOf(req.host);
     let params: URLSearchParams | undefined;
     if (this.needsQuery && req.query) params = new URLSearchParams(req.query);
-    const entries = this.byFirst.get(firstSegment(req.path)) ?? this.generic;
-    for (const e of entries) {
+    const plain = this.byFirst.get(firstSegment(req.path)) ?? this.generic;
+    const regex = this.regexCandidates(req.path);
+    // The two lists merged by precedence order.
+    for (let i = 0, j = 0; i < plain.length || j < regex.length; ) {
+      const e = j >= regex.length || (i < plain.length && plain[i]!.order < regex[j]!.order) ? plain[i++]! : regex[j++]!;
       if (e.host && (host === undefined || !e.host(host))) continue;
       if (e.method !== undefined && e.method !== req.method) continue;
       if (!e.path(req.path)) continue;
@@ -218,6 +253,24 @@ export class CompiledRoutes {
       return { route: e.route, rule: e.rule, backend: this.pick(e.rule.backendRefs), hostname: e.hostname, match: e.match };
     }
     return undefined;
+  }
+
+  /** The regex entries whose literal prefix `path` starts with, in precedence order. */
+  private regexCandidates(path: string): readonly Entry[] {
+    let out: Entry[] | undefined;
+    let merged = false;
+    for (const length of this.prefixLengths) {
+      if (length > path.length) break;
+      const list = this.byPrefix.get(length === 0 ? '' : path.slice(0, length));
+      if (!list) continue;
+      if (!out) out = list;
+      else {
+        out = out.concat(list);
+        merged = true;
+      }
+    }
+    if (merged) out!.sort((a, b) => a.order - b.order);
+    return out ?? NONE;
   }
 
   private pick(refs: readonly BackendRefSpec[]): BackendRefSpec | undefined {

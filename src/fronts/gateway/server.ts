@@ -230,7 +230,7 @@ export class Gateway {
     const path = target.path;
     const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path, query: target.query, headers: req.headers });
     if (!choice) return undefined;
-    const action = routeAction(choice, this.effects!.of(choice), { secure: this.server.secure, host: req.headers.host, path, query: target.query });
+    const action = routeAction(choice, this.effects!.of(choice), { secure: this.server.secure, host: req.headers.host, path, query: target.query, errorId: ERROR_ID });
     if (action.kind === 'redirect') return action;
     if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, policy: action.policy };
     const { backend, policy } = action;

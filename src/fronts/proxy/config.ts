@@ -6,7 +6,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { LineCounter, isMap, isScalar, parseDocument, type Document } from 'yaml';
+import { LineCounter, isMap, isScalar, type Document } from 'yaml';
+import { parseConfigDocument } from '../../base/util/config-yaml.js';
 import { parseDuration } from '../../base/util/duration.js';
 import { formatAddress, parseAddress, tryParseAddress } from '../../base/util/address.js';
 import { parseAdminAddress } from '../../admin/server.js';
@@ -121,7 +122,7 @@ export function loadProxyConfig(file: string): ProxyConfig {
 /** Parses and checks configuration text (YAML 1.2 or JSON); `file` names it in errors. */
 export function parseProxyConfig(text: string, file: string): ProxyConfig {
   const lineCounter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: true });
+  const doc = parseConfigDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: true });
   const syntax = doc.errors[0];
   if (syntax) {
     const pos = syntax.linePos?.[0];

@@ -145,7 +145,7 @@ export class ProxyListener {
   /** The route file's first matching route (the table read once), else the first of `routes` matching the path. */
   private routeOf(req: IncomingMessage, target: RequestTarget): ProxyRoute {
     const state = this.state;
-    const file = state.routes && chooseFileRoute(state.routes.table, this.effects, this.server.secure, req, target);
+    const file = state.routes && chooseFileRoute(state.routes.table, this.effects, this.server.secure, req, target, ERROR_ID);
     if (file) return file;
     const route = this.route(target.path, state.config);
     return route && { kind: 'config', route };

@@ -254,7 +254,7 @@ export class Sidecar {
    * the backend sent by the route's handler (default --handler), or undefined when no route matches.
    */
   private fileRoute(req: IncomingMessage, target: RequestTarget): SidecarRoute | undefined {
-    const answer = chooseFileRoute(this.routes!.table, this.effects!, this.secure, req, target);
+    const answer = chooseFileRoute(this.routes!.table, this.effects!, this.secure, req, target, this.fe.errorId);
     if (!answer || answer.kind !== 'backend') return answer;
     const handler = answer.handler ?? this.handler;
     if (handler === 'proxy') return { kind: 'proxy', service: answer.service, policy: answer.policy };
@@ -269,7 +269,7 @@ export class Sidecar {
    */
   private rpcCallRoute(req: IncomingMessage, service: string, method: string): { service: string; policy: RoutePolicy } | undefined {
     if (!this.routes) return undefined;
-    const answer = chooseFileRoute(this.routes.table, this.effects!, this.secure, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query });
+    const answer = chooseFileRoute(this.routes.table, this.effects!, this.secure, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query }, this.fe.errorId);
     if (!answer) return undefined;
     if (answer.kind === 'no-backend') throw new MeshError(this.fe.errorId, 500, `route ${answer.route}: every backend has weight 0`);
     if (answer.kind === 'redirect') throw new MeshError(this.fe.errorId, 500, `a call at /rpc cannot follow a redirect (route to ${answer.location})`);
