@@ -1,49 +1,51 @@
 /**
  * The request pipeline of every front end (the gateway, the sidecar, `mesh proxy`'s listeners), in
  * named phases (FrontPhase; docs/architecture.md, "A request's phases"): `accept` (stats, span,
- * access log) → `target` (the request target parsed once, src/base/http/target.ts) → `edge` (Host,
- * header count, CORS, the path's normal form, Mesh-Timeout, the health path, the rate limit) →
- * `route` (the front end's `route`, decided once) → `auth` (the front end's `authorize`, given the
- * route) → `handle` (the front end's `handle`, given the route) → `respond` → `log`. An upgrade
- * passes `accept`, `target`, `edge`, `route` and `handle` (the front end's `upgrade`, which runs
- * its auth step on the raw socket). A front end is a composition of `route`, `authorize`, `handle`
- * and `upgrade`; errors are written by src/base/http/respond.ts, on a response or a raw socket.
+ * access log) → `target` (the request target parsed once, src/base/http/target.ts) → `edge` →
+ * `route` → `auth` → `handle` → `respond` → `log`. From `edge` on, a request passes a chain of
+ * filters (src/edge/filters/: the Host check, the header count and names, CORS, the path's normal
+ * form, Mesh-Timeout, the health path, the rate limit, the route, the auth step), composed once per
+ * front end from its parts in the order of src/edge/filters/chains.ts, and then the front end's
+ * `handle`; an upgrade passes its own chain, then the front end's `upgrade` (which runs its auth
+ * step on the raw socket). A front end is a composition of `route`, `authorize`, `handle` and
+ * `upgrade`; errors are written by src/base/http/respond.ts, on a response or a raw socket.
  *
- * The HTTP(S) server under the front ends: TLS (src/tls: files or ACME), CORS, server timeouts,
- * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/base/http/access-log.ts), a health-check path that answers
- * 503 while draining, errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts,
- * header count), the normal form of every request path (src/base/http/path.ts: `req.url` is rewritten
- * to it before anything reads it, or the request is refused with 400) and the drain the runtime
- * drives on shutdown.
- */
+ * The HTTP(S) server under the front ends: TLS (src/tls: files or ACME), server timeouts,
+ * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/base/http/access-log.ts),
+ * errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts) and the drain the
+ * runtime drives on shutdown. */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Runtime } from '../process/runtime.js';
-import { MeshError, rateLimited, rateLimitStoreDown } from '../base/errors.js';
+import { MeshError } from '../base/errors.js';
 import { lingerOnRest } from '../base/http/body.js';
 import { attachTarget, routeOf, type RequestTarget } from '../base/http/target.js';
-import { rawErrorResponse, refuseSocket, sendError, sendJson } from '../base/http/respond.js';
+import { rawErrorResponse, refuseSocket, sendError } from '../base/http/respond.js';
 import { parseAddress } from '../base/util/address.js';
-import { httpServerOptions, listenOn, MAX_HEADER_COUNT, ServerLifecycle, serverLimits, tooManyHeaders, type DrainResult } from '../base/http/lifecycle.js';
+import { httpServerOptions, listenOn, ServerLifecycle, serverLimits, type DrainResult } from '../base/http/lifecycle.js';
 import { declareStats, type Counter, type Gauge, type Histogram } from '../base/stats/store.js';
-import { HTTP_DOWNSTREAM_STATS, HTTP_RATE_LIMIT_STATS, httpRqClassStat, httpStatPrefix } from '../base/http/stats.js';
+import { HTTP_DOWNSTREAM_STATS, httpRqClassStat, httpStatPrefix } from '../base/http/stats.js';
 import { formatDuration } from '../base/util/duration.js';
 import { tlsEnabled } from '../tls/index.js';
 import { CorsPolicy } from '../base/http/cors.js';
-import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit, type RateDecision } from '../base/http/rate-limit.js';
+import { rateLimitHeaders, type FrontRateLimit, type RateDecision } from '../base/http/rate-limit.js';
 import type { AccessLog } from '../base/http/access-log.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE } from '../base/util/trace-context.js';
-import { meshTimeoutOf } from '../core/transport/headers.js';
 import { failSpan, SpanKind, traceOf, type Span } from '../base/tracing/tracer.js';
 import type { CallContext } from '../base/util/call-context.js';
 import { serveMtls } from '../base/mtls/server.js';
 import type { WorkloadTls } from '../base/mtls/workload-tls.js';
 import { HeaderNameFilter } from './filters/header-names.js';
+import { compose } from '../base/util/compose.js';
+import type { EdgeExchange, EdgeStep } from './filters/filter.js';
+import { requestChain, upgradeChain } from './filters/chains.js';
+import { FrontLimiter } from './filters/rate-limit.js';
+import { HEALTH_PATH } from './filters/health.js';
 
-/** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail). */
-export const HEALTH_PATH = '/_mesh/health';
+/** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail; src/edge/filters/health.ts). */
+export { HEALTH_PATH };
 
 /** The phases of a request, in order (see the module comment). */
 export const FRONT_PHASES = ['accept', 'target', 'edge', 'route', 'auth', 'handle', 'respond', 'log'] as const;
@@ -153,12 +155,12 @@ export class FrontServer<R = undefined> {
   private readonly accessLog?: AccessLog;
   private detachTls?: () => void;
   private stopMtls?: () => void;
-  private readonly cors?: CorsPolicy;
-  private readonly rateLimitOk?: Counter;
-  private readonly rateLimitOver?: Counter;
-  private readonly rateLimitError?: Counter;
   private readonly onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
-  private readonly headerNames: HeaderNameFilter;
+  /** --rate_limit, shared by the request and upgrade chains. */
+  private readonly limiter?: FrontLimiter;
+  /** The edge's filters and the handler, composed once (src/edge/filters/chains.ts). */
+  private readonly requestStep: EdgeStep<R>;
+  private readonly upgradeStep?: EdgeStep<R>;
 
   constructor(private readonly options: FrontServerOptions<R>) {
     this.onPhase = options.onPhase;
@@ -174,17 +176,47 @@ export class FrontServer<R = undefined> {
     this.headerTimeouts = s.headerTimeouts;
     this.requestTimeouts = s.requestTimeouts;
     this.secure = options.mtls ? false : tlsEnabled(options.runtime.options);
-    const origins = options.runtime.options.cors;
-    // --cors is for browsers at the public listeners; a mutual TLS listener's callers are mesh processes.
-    if (origins.length > 0 && !options.mtls) this.cors = new CorsPolicy(origins, options.corsMaxAgeSec);
-    if (options.rateLimit?.policy) {
-      const limits = declareStats(scope, HTTP_RATE_LIMIT_STATS);
-      this.rateLimitOk = limits.ok;
-      this.rateLimitOver = limits.overLimit;
-      this.rateLimitError = limits.error;
-    }
     this.accessLog = options.runtime.accessLog;
-    this.headerNames = new HeaderNameFilter({ policy: options.runtime.options.headersWithUnderscores, stats: scope, errorId: options.errorId, trustsAuthHeaders: options.trustsAuthHeaders });
+    const rl = options.rateLimit;
+    if (rl?.policy) this.limiter = new FrontLimiter({ ...rl, policy: rl.policy }, scope, options.errorId);
+    const origins = options.runtime.options.cors;
+    const onPhase = this.onPhase;
+    const parts = {
+      errorId: options.errorId,
+      refuse: options.refuse,
+      headerNames: new HeaderNameFilter({ policy: options.runtime.options.headersWithUnderscores, stats: scope, errorId: options.errorId, trustsAuthHeaders: options.trustsAuthHeaders }),
+      // --cors is for browsers at the public listeners; a mutual TLS listener's callers are mesh processes.
+      cors: origins.length > 0 && !options.mtls ? new CorsPolicy(origins, options.corsMaxAgeSec) : undefined,
+      isLive: () => options.runtime.state.state === 'live',
+      limiter: this.limiter,
+      limitAfterAuth: this.limitAfterAuth,
+      route: options.route,
+      authorize: options.authorize,
+      onPhase,
+    };
+    const handle: EdgeStep<R> = (ex) => {
+      onPhase?.('handle', ex.req);
+      let handled: Promise<void>;
+      try {
+        handled = options.handle(ex.req, ex.res!, ex.ctx!, ex.route);
+      } catch (err) {
+        return ex.fail(err);
+      }
+      handled.catch((err: unknown) => ex.fail(err));
+    };
+    this.requestStep = compose(handle, requestChain(parts));
+    const upgrade = options.upgrade;
+    if (upgrade) {
+      const upgradeStep: EdgeStep<R> = (ex) => {
+        onPhase?.('handle', ex.req);
+        try {
+          upgrade(ex.req, ex.upgrade!.socket, ex.upgrade!.head, ex.route);
+        } catch (err) {
+          ex.fail(err);
+        }
+      };
+      this.upgradeStep = compose(upgradeStep, upgradeChain(parts));
+    }
   }
 
   async listen(address: string): Promise<AddressInfo> {
@@ -216,8 +248,8 @@ export class FrontServer<R = undefined> {
       });
     });
     server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => this.onClientError(err, socket, limits.headersTimeoutMs, limits.requestTimeoutMs));
-    if (this.options.upgrade) {
-      const upgrade = this.options.upgrade;
+    const upgradeStep = this.upgradeStep;
+    if (upgradeStep) {
       server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
         const onPhase = this.onPhase;
         onPhase?.('accept', req);
@@ -225,24 +257,7 @@ export class FrontServer<R = undefined> {
         const target = attachTarget(req);
         onPhase?.('target', req);
         onPhase?.('edge', req);
-        const refused = this.headerNames.apply(req) ?? this.normalize(req, target) ?? this.badMeshTimeout(req);
-        if (refused) {
-          refuseSocket(socket, refused, this.options.errorId);
-          return;
-        }
-        this.upgradeRateLimited(req, socket, false, () => {
-          try {
-            onPhase?.('route', req);
-            const route = this.options.route?.(req, target, true) as R;
-            onPhase?.('handle', req);
-            upgrade(req, socket, head, route);
-          } catch (err) {
-            // A refusal of the route phase (a redirect's bad Host: 400) is answered as on a request.
-            if (err instanceof MeshError) return refuseSocket(socket, err, this.options.errorId);
-            this.options.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
-            socket.destroy();
-          }
-        });
+        upgradeStep(new UpgradeExchange<R>(req, target, socket, head, this.options.errorId, this.options.runtime));
       });
     }
     this.server = server;
@@ -325,16 +340,6 @@ export class FrontServer<R = undefined> {
     else runtime.context.run(ctx, () => this.serve(req, res, ctx, span, target));
   }
 
-  /** A 400 for a malformed Mesh-Timeout (the handlers' calls read it: src/edge/handlers/front-end.ts), checked at the door for every request and upgrade. */
-  private badMeshTimeout(req: IncomingMessage): MeshError | undefined {
-    try {
-      meshTimeoutOf(req.headers);
-      return undefined;
-    } catch (err) {
-      return new MeshError(this.options.errorId, 400, (err as Error).message);
-    }
-  }
-
   private startSpan(req: IncomingMessage, target: RequestTarget, parent: ReturnType<typeof parseTraceparent>): Span {
     // The path as received: the span says what the client sent.
     const path = target.receivedPath;
@@ -404,95 +409,22 @@ export class FrontServer<R = undefined> {
     const onPhase = this.onPhase;
     if (onPhase) res.once('finish', () => onPhase('respond', req));
     onPhase?.('edge', req);
-    const refusal = this.options.refuse?.(req);
-    if (refusal) {
-      req.resume();
-      sendError(res, refusal, this.options.errorId);
-      return;
-    }
-    const headerCount = tooManyHeaders(req);
-    if (headerCount > 0) {
-      req.resume();
-      res.shouldKeepAlive = false;
-      sendError(res, new MeshError(this.options.errorId, 431, `more than ${MAX_HEADER_COUNT} header fields`), this.options.errorId);
-      return;
-    }
-    const badName = this.headerNames.apply(req);
-    if (badName) {
-      req.resume();
-      sendError(res, badName, this.options.errorId);
-      return;
-    }
-    if (this.cors?.apply(req, res)) return;
-    const refused = this.normalize(req, target) ?? this.badMeshTimeout(req);
-    if (refused) {
-      req.resume();
-      sendError(res, refused, this.options.errorId);
-      return;
-    }
-    const health = target.path === HEALTH_PATH;
-    // Keyed by subject, the limit needs the auth step's verdict first; otherwise it runs before auth,
-    // so a flood of bad credentials costs no verification.
-    const limitAfterAuth = this.limitAfterAuth;
-    if (!health && !limitAfterAuth) {
-      const limited = this.rateLimited(req, res);
-      if (limited === true) return;
-      if (limited !== false) {
-        // A shared store had to be asked (src/base/http/rate-limit-store.ts): on once it answered.
-        void limited.then((stop) => stop || this.pass(req, res, ctx, target, false));
-        return;
-      }
-    }
-    if (health) {
-      req.resume();
-      const live = this.options.runtime.state.state === 'live';
-      sendJson(res, live ? 200 : 503, live ? '{"status":"ok"}' : '{"status":"draining"}');
-      return;
-    }
-    this.pass(req, res, ctx, target, limitAfterAuth);
+    this.requestStep(new RequestExchange<R>(req, res, target, ctx, this));
   }
 
-  /** The request past the rate limit (unless `limitAfterAuth`): route, auth, the limit keyed by subject, the handler. */
-  private pass(req: IncomingMessage, res: ServerResponse, ctx: CallContext, target: RequestTarget, limitAfterAuth: boolean): void {
-    const onPhase = this.onPhase;
-    const trace = ctx.trace!;
-    // undefined: the request passed without waiting (no auth rules): on to the handler in this turn.
-    let authorized: Promise<void> | undefined;
-    let route = undefined as R;
-    try {
-      onPhase?.('route', req);
-      route = this.options.route?.(req, target, false) as R;
-      const authorize = this.options.authorize;
-      if (authorize) {
-        onPhase?.('auth', req);
-        authorized = authorize(req, res, route);
-      }
-    } catch (err) {
-      authorized = Promise.reject(err);
-    }
-    const handle = (): Promise<void> => {
-      onPhase?.('handle', req);
-      return this.options.handle(req, res, ctx, route);
-    };
-    // undefined: refused by the rate limit (answered).
-    const limitThenHandle = (): Promise<void> | undefined => {
-      if (!limitAfterAuth) return handle();
-      const limited = this.rateLimited(req, res);
-      if (limited === true) return undefined;
-      if (limited === false) return handle();
-      return limited.then((stop) => (stop ? undefined : handle()));
-    };
-    let handled: Promise<void> | undefined;
-    if (authorized) handled = authorized.then(limitThenHandle);
-    else handled = limitThenHandle();
-    if (!handled) return;
-    handled.catch((err: unknown) => {
-      // The request's trace named here: this may run outside any ambient context (explicitContext).
-      if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace.traceId, span_id: trace.spanId }, 'handler failed');
-      // An answer before the whole body arrived (413, a refused request): drop the rest first.
-      lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
-      sendError(res, err, this.options.errorId);
-    });
+  /** The `id` of this front end's error JSON. */
+  get errorId(): string {
+    return this.options.errorId;
+  }
+
+  /** A request's failure past the edge (a handler's error, a rejected auth step): logged unless a MeshError, then answered. */
+  failRequest(req: IncomingMessage, res: ServerResponse, ctx: CallContext | undefined, err: unknown): void {
+    // The request's trace named here: this may run outside any ambient context (explicitContext).
+    const trace = ctx?.trace;
+    if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace?.traceId, span_id: trace?.spanId }, 'handler failed');
+    // An answer before the whole body arrived (413, a refused request): drop the rest first.
+    lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
+    sendError(res, err, this.options.errorId);
   }
 
   /** Keyed by subject, the rate limit needs the auth step's verdict first (for upgrades too: see upgradeRateLimited). */
@@ -508,65 +440,69 @@ export class FrontServer<R = undefined> {
    * step passed, and it only runs `next` otherwise.
    */
   upgradeRateLimited(req: IncomingMessage, socket: Duplex, afterAuth: boolean, next: () => void): void {
-    const rl = this.options.rateLimit;
-    if (!rl?.policy || afterAuth !== this.limitAfterAuth) return next();
+    const limiter = this.limiter;
+    if (!limiter || afterAuth !== this.limitAfterAuth) return next();
     const answer = (decision: RateDecision): void => {
-      if (this.counted(decision)) return next();
-      refuseSocket(socket, this.refusal(decision), this.options.errorId, { headers: rateLimitHeaders(decision) });
+      if (limiter.counted(decision)) return next();
+      refuseSocket(socket, limiter.refusal(decision), this.options.errorId, { headers: rateLimitHeaders(decision) });
     };
-    const decision = rl.store.take(rateLimitKey(req, rl.key), rl.policy, rl.key);
+    const decision = limiter.take(req);
     if (decision instanceof Promise) void decision.then(answer);
     else answer(decision);
   }
+}
 
-  /**
-   * Counts a decision of the front end's own limit: true when the request goes on. A decision of
-   * the failure mode (the shared store down) is an `error`; a refused one is not `over_limit`.
-   */
-  private counted(decision: RateDecision): boolean {
-    if (decision.storeDown) this.rateLimitError!.inc();
-    if (decision.allowed) {
-      this.rateLimitOk!.inc();
-      return true;
-    }
-    if (!decision.storeDown) this.rateLimitOver!.inc();
-    return false;
+/** A request at the edge (src/edge/filters/filter.ts): answered on its response. */
+class RequestExchange<R> implements EdgeExchange<R> {
+  route = undefined as R;
+  readonly upgrade = undefined;
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly target: RequestTarget,
+    readonly ctx: CallContext,
+    private readonly server: FrontServer<R>,
+  ) {}
+
+  refuse(err: MeshError): void {
+    this.req.resume();
+    sendError(this.res, err, this.server.errorId);
   }
 
-  /** The error of a refused decision: 429, or 503 when the shared store is down (failure mode closed). */
-  private refusal(decision: RateDecision): MeshError {
-    return decision.storeDown ? rateLimitStoreDown(this.options.errorId) : rateLimited(this.options.errorId, describePolicy(decision.policy), decision.retryAfterSec);
+  fail(err: unknown): void {
+    // Always after the turn that read the request (as a rejected promise is answered): its parser
+    // has finished with a bodiless request by then, so the rest of the body is not waited for.
+    queueMicrotask(() => this.server.failRequest(this.req, this.res, this.ctx, err));
+  }
+}
+
+/** An upgrade request at the edge: answered on its raw socket. */
+class UpgradeExchange<R> implements EdgeExchange<R> {
+  route = undefined as R;
+  readonly res = undefined;
+  readonly ctx = undefined;
+  readonly upgrade: { socket: Duplex; head: Buffer };
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly target: RequestTarget,
+    socket: Duplex,
+    head: Buffer,
+    private readonly errorId: string,
+    private readonly runtime: Runtime,
+  ) {
+    this.upgrade = { socket, head };
   }
 
-  /**
-   * Rewrites `req.url` to the normal form of its target (src/base/http/target.ts, parsed once), so the
-   * rate limit, the auth rules, the route match and the forwarded request all read the same path;
-   * a path that cannot be normalized safely: the 400 to answer.
-   */
-  private normalize(req: IncomingMessage, target: RequestTarget): MeshError | undefined {
-    if (target.refused !== undefined) return new MeshError(this.options.errorId, 400, target.refused);
-    req.url = target.url;
-    return undefined;
+  refuse(err: MeshError, headers?: Record<string, string>): void {
+    refuseSocket(this.upgrade.socket, err, this.errorId, headers ? { headers } : {});
   }
 
-  /**
-   * The rate limit step, after CORS (a 429 carries the CORS headers, so a page can read it; a
-   * preflight, answered by the CORS step, takes no token) and before the handler: sets the
-   * RateLimit fields; over the limit answers 429 error JSON with Retry-After (true).
-   */
-  private rateLimited(req: IncomingMessage, res: ServerResponse): boolean | Promise<boolean> {
-    const rl = this.options.rateLimit;
-    if (!rl?.policy) return false;
-    const decision = rl.store.take(rateLimitKey(req, rl.key), rl.policy, rl.key);
-    return decision instanceof Promise ? decision.then((d) => this.answerLimit(req, res, d)) : this.answerLimit(req, res, decision);
-  }
-
-  private answerLimit(req: IncomingMessage, res: ServerResponse, decision: RateDecision): boolean {
-    // A shared store's answer may come after the request was answered otherwise (a timeout, a closed connection).
-    if (!res.headersSent) for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
-    if (this.counted(decision)) return false;
-    req.resume();
-    sendError(res, this.refusal(decision), this.options.errorId);
-    return true;
+  fail(err: unknown): void {
+    // A refusal past the edge (a redirect's bad Host: 400) is answered as on a request.
+    if (err instanceof MeshError) return this.refuse(err);
+    this.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
+    this.upgrade.socket.destroy();
   }
 }

@@ -24,6 +24,7 @@ import { MeshError } from '../../base/errors.js';
 import { declareStats, type Counter, type StatsScope } from '../../base/stats/store.js';
 import { foldHeaderName, HEADER_ENDPOINT, HEADER_ID, HEADER_PEER_IDENTITY, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT, isEdgeSetHeader, isMeshHeaderName } from '../../core/transport/headers.js';
 import { removeHeaders } from '../auth/edge.js';
+import type { EdgeFilter } from './filter.js';
 
 /** The values of --headers_with_underscores. */
 export const UNDERSCORE_POLICIES = ['allow', 'drop', 'reject'] as const;
@@ -101,3 +102,12 @@ function repeated(raw: string[], lower: string): boolean {
   return false;
 }
 
+
+/** The step of a chain: a refusal answers the request. */
+export function headerNames<R>(filter: HeaderNameFilter): EdgeFilter<R> {
+  return (next) => (ex) => {
+    const refused = filter.apply(ex.req);
+    if (refused) return ex.refuse(refused);
+    next(ex);
+  };
+}

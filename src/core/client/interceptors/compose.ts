@@ -6,6 +6,8 @@
  * call object and per-try state in the attempt object, not in closures.
  */
 
+import { compose as composeLayers } from '../../../base/util/compose.js';
+
 /** Sends `call` as `attempt` (the try it starts with); resolves with its result. */
 export type Send<C, A, R> = (call: C, attempt: A) => Promise<R>;
 
@@ -14,7 +16,5 @@ export type CallInterceptor<C, A, R> = (next: Send<C, A, R>) => Send<C, A, R>;
 
 /** `terminal` wrapped by `interceptors`, the first one outermost (it sees the call first). */
 export function compose<C, A, R>(terminal: Send<C, A, R>, interceptors: ReadonlyArray<CallInterceptor<C, A, R>>): Send<C, A, R> {
-  let send = terminal;
-  for (let i = interceptors.length - 1; i >= 0; i--) send = interceptors[i]!(send);
-  return send;
+  return composeLayers(terminal, interceptors);
 }

@@ -1,0 +1,12 @@
+/** The Host check of the sidecar's app-facing listener (src/base/http/host-check.ts): first on every request, a refusal answers it. */
+import type { MeshError } from '../../base/errors.js';
+import type { IncomingMessage } from 'node:http';
+import type { EdgeFilter } from './filter.js';
+
+export function hostCheck<R>(refuse: (req: IncomingMessage) => MeshError | undefined): EdgeFilter<R> {
+  return (next) => (ex) => {
+    const refusal = refuse(ex.req);
+    if (refusal) return ex.refuse(refusal);
+    next(ex);
+  };
+}
