@@ -23,6 +23,7 @@ export const UNIT = [
   'test/route-mirror.test.ts',
   'test/admin-config-dump.test.ts',
   'test/ca-serve-remote.test.ts',
+  'test/ca-serve-flood.test.ts',
   'test/admin-host.test.ts',
   'test/admin.test.ts',
   'test/api-handler.test.ts',

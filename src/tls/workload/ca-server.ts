@@ -14,12 +14,14 @@
  *
  * The identity comes from NAME, never from the CSR (a CSR that asks for another name is refused);
  * the lifetime is the CSR's `ttl_ms` bounded by --mtls_cert_ttl. Refusals are error JSON
- * (id go.mesh.ca). Bodies are bounded, requests timed out, and each client address rate limited.
+ * (id go.mesh.ca). Bodies are bounded, handshakes and requests timed out, connections capped (in
+ * all and per client address), and each client address rate limited.
  * Each issuance is logged (service, serial, token id or renewal; never the token).
  */
 import { X509Certificate } from 'node:crypto';
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { ERROR_IDS, MeshError, rateLimited } from '../../base/errors.js';
@@ -46,6 +48,11 @@ export const MAX_REQUEST_BODY = 64 * 1024;
 /** Requests per second from one client address (and the burst). */
 const RATE = '10/s';
 const BURST = 20;
+/** How long a connection may take to finish its TLS handshake (ms), by default. */
+export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
+/** The most connections held at once, and from one client address. */
+const MAX_CONNECTIONS = 1000;
+export const MAX_CONNECTIONS_PER_CLIENT = 32;
 /** A service name as it goes into a SPIFFE ID: letters, digits, '.', '-', '_'. */
 const SERVICE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/;
 
@@ -61,6 +68,40 @@ export interface CaServerOptions {
   log: Logger;
   /** The poll behind the watch of the CA directory (ms). Default 5000. */
   pollMs?: number;
+  /** How long a connection may take to finish its TLS handshake (ms). Default DEFAULT_HANDSHAKE_TIMEOUT_MS. */
+  handshakeTimeoutMs?: number;
+}
+
+/**
+ * Closes at once a connection from an address that holds MAX_CONNECTIONS_PER_CLIENT already, so
+ * one client's silent connections cannot fill the server's MAX_CONNECTIONS. The map holds only
+ * addresses with a connection open (at most MAX_CONNECTIONS entries).
+ */
+function capConnectionsPerClient(server: Server, log: Logger): void {
+  const open = new Map<string, number>();
+  // The addresses told about (once while they stay at the cap).
+  const warned = new Set<string>();
+  server.prependListener('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? '';
+    const count = open.get(address) ?? 0;
+    if (count >= MAX_CONNECTIONS_PER_CLIENT) {
+      if (!warned.has(address)) {
+        warned.add(address);
+        log.warn({ client: address }, `mesh ca serve: ${address} holds ${MAX_CONNECTIONS_PER_CLIENT} connections, the most from one client address; closing its further connections at once`);
+      }
+      socket.destroy();
+      return;
+    }
+    open.set(address, count + 1);
+    socket.once('close', () => {
+      const left = (open.get(address) ?? 1) - 1;
+      if (left > 0) open.set(address, left);
+      else {
+        open.delete(address);
+        warned.delete(address);
+      }
+    });
+  });
 }
 
 /** The root a chain ends in, from `roots`: what the server sends last, for clients that pinned it. */
@@ -140,11 +181,13 @@ export class CaServer {
         // A client certificate is asked for, not required: a renewal shows one, a join shows a token.
         requestCert: true,
         rejectUnauthorized: false,
+        handshakeTimeout: o.handshakeTimeoutMs ?? DEFAULT_HANDSHAKE_TIMEOUT_MS,
         ...httpServerOptions({ maxConnections: 0, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, drainTimeoutMs: 0 }),
       },
       (req, res) => handler(req, res),
     );
-    server.maxConnections = 1000;
+    server.maxConnections = MAX_CONNECTIONS;
+    capConnectionsPerClient(server, o.log);
     server.on('tlsClientError', () => {});
     let address;
     try {
