@@ -24,6 +24,7 @@ export const UNIT = [
   'test/admin-config-dump.test.ts',
   'test/ca-serve-remote.test.ts',
   'test/ca-serve-flood.test.ts',
+  'test/ca-serve-revoke.test.ts',
   'test/admin-host.test.ts',
   'test/admin.test.ts',
   'test/api-handler.test.ts',

@@ -47,8 +47,13 @@ export class LocalCaSigner implements CertificateSigner {
   }
 
   async sign(csrPem: string, service: string, ttlMs: number): Promise<string> {
+    return this.signJoined(csrPem, service, ttlMs);
+  }
+
+  /** `sign`, recording the join (the signing service's certificates: src/tls/workload/x509.ts JoinFacts). */
+  async signJoined(csrPem: string, service: string, ttlMs: number, join?: { joinedAt: number; token: string; chain?: string }): Promise<string> {
     const signer = await readSigner(this.dir);
-    const leaf = await signWorkload({ csrPem, spiffeId: spiffeIdOf(this.trustDomain, service), commonName: service, ttlMs, signerCert: signer.cert, signer: signer.key, altNames: this.o.altNames });
+    const leaf = await signWorkload({ csrPem, spiffeId: spiffeIdOf(this.trustDomain, service), commonName: service, ttlMs, signerCert: signer.cert, signer: signer.key, altNames: this.o.altNames, join });
     // The leaf and the intermediates; the root is what the peer already trusts.
     const intermediates = splitPem(signer.chainPem).filter((pem) => {
       const cert = new X509Certificate(pem);
