@@ -25,6 +25,7 @@ export const UNIT = [
   'test/ca-serve-remote.test.ts',
   'test/ca-serve-flood.test.ts',
   'test/ca-serve-revoke.test.ts',
+  'test/workload-renewal-outage.test.ts',
   'test/admin-host.test.ts',
   'test/admin.test.ts',
   'test/api-handler.test.ts',

@@ -534,6 +534,7 @@ export class Runtime {
       caRootFingerprint: o.caRootFingerprint,
       caRootFile: o.caRootFile,
       log: this.logging.get('main'),
+      stats: this.stats,
     });
     const remove = this.addCertificateSource(() => workload.certificates());
     this.onShutdown(async () => {

@@ -31,7 +31,7 @@ import { clientAddress, rateLimitHeaders, RateLimiter, ratePolicy, type RatePoli
 import { sendError, sendJson } from '../../base/http/respond.js';
 import { globsMatcher } from '../../base/util/regex.js';
 import { peerIdentityOf, spiffeIdOf, type WorkloadTlsPems } from '../../base/mtls/workload-tls.js';
-import { caExists, CaError, caRootOf, type CaRoot } from './ca.js';
+import { caExists, CaError, caRootOf, readRoots, readSignerCertificate, type CaRoot } from './ca.js';
 import { IssuedWorkloadTls } from './issued.js';
 import { LocalCaSigner } from './signer.js';
 import { ensureTokenKey, TokenError, verifyToken } from './token.js';
@@ -319,7 +319,9 @@ export class CaServer {
     const socket = req.socket as TLSSocket;
     const peer = socket.getPeerCertificate?.();
     if (peer && Object.keys(peer).length > 0) {
-      if (!socket.authorized) throw caError(401, `the TLS client certificate is not trusted (${String(socket.authorizationError)}): renew with a certificate from this CA, or send a join token`);
+      if (!socket.authorized && !(String(socket.authorizationError) === 'CERT_HAS_EXPIRED' && this.issuedHere(peer.raw))) {
+        throw caError(401, `the TLS client certificate is not trusted (${String(socket.authorizationError)}): renew with a certificate from this CA, or send a join token`);
+      }
       const identity = peerIdentityOf(socket);
       if (identity !== spiffeId) throw caError(403, `the TLS client certificate is ${identity ?? 'no SPIFFE ID'}: it renews that identity only, not ${spiffeId}`);
       const serial = peer.serialNumber.toLowerCase().replace(/^0+(?=.)/, '');
@@ -334,6 +336,25 @@ export class CaServer {
       return { renewal: true, join: facts };
     }
     throw caError(401, 'no join token: send "Authorization: Bearer <token>" (mesh ca token), or renew with a certificate from this CA as the TLS client certificate');
+  }
+
+  /**
+   * True when `der` (a certificate past its notAfter) was signed by this CA: by a trusted root or
+   * the signer, itself still valid. An expired certificate still renews (a process that outlived
+   * a CA outage), within --ca_join_lifetime of its join, which authenticate checks next.
+   */
+  private issuedHere(der: Buffer): boolean {
+    let leaf: X509Certificate;
+    try {
+      leaf = new X509Certificate(der);
+    } catch {
+      return false;
+    }
+    if (leaf.ca) return false;
+    const signer = readSignerCertificate(this.o.caDir);
+    const issuers = [...readRoots(this.o.caDir).map((r) => r.cert), ...(signer ? [signer] : [])];
+    const now = Date.now();
+    return issuers.some((issuer) => new Date(issuer.validTo).getTime() > now && leaf.checkIssued(issuer) && leaf.verify(issuer.publicKey));
   }
 
   /** The revocation that refuses `subject`; a revocation list that cannot be used refuses everything (500). */

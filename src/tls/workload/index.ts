@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 import { OptionError } from '../../base/util/option-error.js';
 import type { MtlsMode, WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { CertificateInfo } from '../certificate.js';
+import type { StatsScope } from '../../base/stats/store.js';
 import { caExists, CaError, initCa, trustDomainProblem } from './ca.js';
 import { FileWorkloadTls } from './files-source.js';
 import { IssuedWorkloadTls } from './issued.js';
@@ -52,6 +53,8 @@ export interface OpenWorkloadTlsOptions {
   pollMs?: number;
   /** After the CA's roots change, wait this long before issuing from the new signer (ms). Default 2 × pollMs. */
   reissueDelayMs?: number;
+  /** Where the renewals are counted (mtls.cert_renewed, mtls.cert_renewal_failed). */
+  stats?: StatsScope;
 }
 
 export interface OpenedWorkloadTls extends WorkloadTls {

@@ -11,8 +11,9 @@
  * A service whose chain does not end at a trusted root is refused.
  *
  * The first certificate is asked for with the join token (`--ca_token` or `--ca_token_file`, read
- * at each use); a renewal presents the current certificate as the TLS client certificate instead,
- * so a token only has to live until the first certificate. The trust bundle each answer carries
+ * at each use); a renewal presents the current certificate as the TLS client certificate instead
+ * (an expired one too: the service renews it within --ca_join_lifetime of the join, so a process
+ * outlives a CA outage without its token), so a token only has to live until the first certificate. The trust bundle each answer carries
  * replaces the roots, and is polled (`GET /v1/roots`) every `bundlePollMs`, so a CA rotation
  * reaches remote machines.
  */
@@ -82,7 +83,8 @@ export class RemoteCaSigner implements CertificateSigner {
   async sign(csrPem: string, service: string, ttlMs: number, current?: CurrentCertificate): Promise<string> {
     const body = JSON.stringify({ service, csr: csrPem, ttl_ms: ttlMs });
     let answer: { chain?: unknown; roots?: unknown };
-    if (current && new Date(new X509Certificate(splitPem(current.cert)[0]!).validTo).getTime() > Date.now()) {
+    // An expired certificate is shown too: the service renews it within --ca_join_lifetime of its join (a CA outage outlived).
+    if (current) {
       try {
         answer = await this.call('POST', CERTIFICATE_PATH, body, { clientCert: current });
       } catch (err) {
