@@ -89,7 +89,7 @@ const renew = async (ask: (s: string, a: { held: Held }) => Promise<Answer>, ser
 
 describe('mesh ca serve: a join lasts --ca_join_lifetime', () => {
   it('records the join in each certificate, copies it on renewal, and refuses a renewal once the join is older than --ca_join_lifetime (401)', async () => {
-    const { token, tokenId, ask } = await startCa(4000);
+    const { token, tokenId, ask } = await startCa(10_000);
     const before = Date.now();
     const joined = await ask('go.mesh.srv.a', { token });
     assert.equal(joined.status, 200, joined.detail);
@@ -108,11 +108,12 @@ describe('mesh ca serve: a join lasts --ca_join_lifetime', () => {
     // Past the join's lifetime: refused, whatever certificate of the chain is shown.
     const refused = await waitFor(async () => {
       const a = await ask('go.mesh.srv.a', { held });
-      return a.status === 200 ? undefined : a;
-    }, 15_000);
-    assert.ok(Date.now() - facts.joinedAt > 4000);
+      // (A 429 of the service's rate limit is not the answer waited for.)
+      return a.status === 200 || a.status === 429 ? undefined : a;
+    }, 30_000, 500);
+    assert.ok(Date.now() - facts.joinedAt > 10_000);
     const at = new Date(facts.joinedAt).toISOString().replace(/\.\d{3}Z$/, 'Z');
-    assert.deepEqual(refused, { status: 401, detail: `the certificate's join (${at}, join token ${tokenId}) is older than --ca_join_lifetime (4s): join again with a new token (mesh ca token)` });
+    assert.deepEqual(refused, { status: 401, detail: `the certificate's join (${at}, join token ${tokenId}) is older than --ca_join_lifetime (10s): join again with a new token (mesh ca token)` });
     // A new join (with a valid token) starts a new chain.
     const again = await ask('go.mesh.srv.a', { token });
     assert.equal(again.status, 200, again.detail);
@@ -153,7 +154,7 @@ describe('mesh ca revoke: the signing service consults the revocation list', () 
       const a = await ask('go.mesh.srv.a', { token });
       // The revocation time is to the millisecond: a join in the same one counts as before it.
       return a.status === 200 ? a.held : undefined;
-    });
+    }, 5000, 200);
     await renew(ask, 'go.mesh.srv.a', fresh);
   });
 

@@ -533,6 +533,7 @@ export class Runtime {
       caTokenFile: o.caTokenFile,
       caRootFingerprint: o.caRootFingerprint,
       caRootFile: o.caRootFile,
+      bundlePollMs: o.caBundlePoll,
       log: this.logging.get('main'),
       stats: this.stats,
     });

@@ -131,6 +131,7 @@ async function openRemote(o: OpenWorkloadTlsOptions, server: string): Promise<Op
   };
   if (tokenFile && token() === undefined) throw new OptionError('ca_token_file', 'cannot be read, or is empty', tokenFile);
   const pollMs = o.bundlePollMs ?? DEFAULT_BUNDLE_POLL_MS;
+  if (!(pollMs >= 100)) throw new OptionError('ca_bundle_poll', 'must be 100ms or more (how often the trust bundle is fetched from mesh ca serve)', `${pollMs}ms`);
   const signer = new RemoteCaSigner({ server: url.origin, trustDomain: o.trustDomain, token, rootFingerprint, rootPem, log: o.log });
   return IssuedWorkloadTls.open({ ...o, signer, pollMs, reissueDelayMs: o.reissueDelayMs ?? 2 * pollMs });
 }

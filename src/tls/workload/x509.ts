@@ -84,6 +84,36 @@ export async function createRoot(o: { serial?: string; commonName: string; organ
   return { certPem: cert.toString('pem') + '\n', keyPem: await privateKeyPem(keys.privateKey), serial };
 }
 
+/**
+ * A cross certificate for a rotation: the new root's subject and key (and key identifier), issued
+ * by the CA that signed until now. Sent after a certificate of the new root, it lets a peer that
+ * trusts only the old root (a process that has not fetched the new trust bundle yet, or pinned the
+ * old root) check that certificate: leaf ← new root's key ← old root. Valid while both are.
+ */
+export async function crossCertify(o: { rootPem: string; issuerCert: NodeX509; issuer: SigningKey; now?: number }): Promise<string> {
+  const root = new x509.X509Certificate(o.rootPem);
+  const issuer = new x509.X509Certificate(o.issuerCert.raw);
+  const now = o.now ?? Date.now();
+  const ski = root.getExtension(x509.SubjectKeyIdentifierExtension);
+  const cert = await x509.X509CertificateGenerator.create({
+    serialNumber: randomSerial(),
+    subject: root.subjectName,
+    issuer: issuer.subjectName,
+    notBefore: new Date(now - 60_000),
+    notAfter: new Date(Math.min(root.notAfter.getTime(), issuer.notAfter.getTime())),
+    signingAlgorithm: o.issuer.algorithm,
+    publicKey: root.publicKey,
+    signingKey: o.issuer.key,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+      await authorityKeyIdentifier(issuer),
+      ski ? new x509.SubjectKeyIdentifierExtension(ski.keyId) : await x509.SubjectKeyIdentifierExtension.create(root.publicKey),
+    ],
+  });
+  return cert.toString('pem') + '\n';
+}
+
 /** The default lifetime of a root made by `mesh ca init` / `rotate`: ten years. */
 export const ROOT_LIFETIME_MS = 3650 * DAY_MS;
 
