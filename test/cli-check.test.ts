@@ -2,7 +2,8 @@
  * `mesh check` as a real CLI process against a temporary MESH_HOME: a healthy mesh (a framework
  * service answering Debug.Health) passes, and each planted fault is reported with its exact line:
  * a registry directory others can read, an unreachable etcd, a service whose only node does not
- * answer, a CA root and a --tls_cert_file expiring within 30 days, a Node.js past its end of life.
+ * answer, a CA root and a --tls_cert_file expiring within 30 days, a Node.js past its end of life,
+ * and a check that cannot get its own workload certificate (not reported as the nodes' fault).
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -127,6 +128,26 @@ describe('mesh check (real CLI processes)', () => {
       r.stderr,
     );
     assert.equal(r.code, 1);
+  });
+
+  it('a check that cannot get its own workload certificate (mesh ca serve unreachable) says so, not "no healthy node" for a strict service that answers', async () => {
+    const home = join(tmp.path, 'ca-cut');
+    const who = startProcess(['--import', 'tsx', WHO, `--mesh_home=${home}`, '--register_ttl=30s', '--log_level=warning', '--mtls=strict'], {}, '');
+    try {
+      await who.waitForOutput(/listening on/);
+      const port = await freePort();
+      const cut = [`--ca_server=https://127.0.0.1:${port}`, '--ca_token=t', `--ca_root_fingerprint=sha256:${'0'.repeat(64)}`];
+      const r = await runCli(['check', ...cut, '--output=json'], { MESH_HOME: home });
+      assert.equal(r.code, 1, r.stderr);
+      const findings = JSON.parse(r.stdout) as Array<{ level: string; check: string; message: string }>;
+      assert.ok(!findings.some((f) => /no healthy node|does not answer/.test(f.message)), r.stdout);
+      const mtls = findings.filter((f) => f.check === 'mtls');
+      assert.equal(mtls.length, 1, r.stdout);
+      assert.equal(mtls[0]!.level, 'error');
+      assert.match(mtls[0]!.message, new RegExp(`^cannot check the nodes of go\\.mesh\\.srv\\.who: this check has no workload certificate of its own \\(mesh\\.cli\\) to call them over mutual TLS: .*127\\.0\\.0\\.1:${port}.*ECONNREFUSED`));
+    } finally {
+      await who.stop('SIGKILL');
+    }
   });
 
   it('a mesh CA root expiring in 20 days and a --tls_cert_file expiring in 10: warnings', async () => {

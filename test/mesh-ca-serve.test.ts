@@ -6,6 +6,7 @@
  * name, its own identity. A process that has no CA directory, started with --ca_server, gets its
  * workload certificate from the service (openssl s_client sees the SPIFFE ID, chained to the
  * root) and renews it over mutual TLS once its token is gone; a wrong pinned root is refused.
+ * `mesh ca revoke --token=ID` makes the running service refuse that token at once.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -195,6 +196,31 @@ describe('mesh ca token and mesh ca serve: usage', () => {
     assert.match(address.stderr, /^mesh: --address and --ca_serve_names are for mesh ca serve /);
     const noCa = await runCli(['ca', 'serve', `--ca_dir=${join(tmp.path, 'none')}`, '--address=127.0.0.1:0'], { MESH_HOME: home });
     assert.deepEqual([noCa.code, noCa.stderr], [1, `mesh: no mesh CA in ${join(tmp.path, 'none')}: run \`mesh ca init --ca_dir=${join(tmp.path, 'none')}\` first (or point --ca_dir at it)\n`]);
+  });
+});
+
+describe('mesh ca revoke', () => {
+  it('revokes a join token by its id: the running service refuses it at once (401); usage errors exit 2', async () => {
+    const made = await runCli(['ca', 'token', '--services=go.mesh.srv.*', '--ttl=1h', '--output=json'], { MESH_HOME: home });
+    const other = JSON.parse(made.stdout) as { token: string; id: string };
+    const csr = opensslCsr('revoked');
+    assert.equal((await post(port, signBody('go.mesh.srv.r', csr), bearer(other.token))).status, 200);
+    const revoked = await runCli(['ca', 'revoke', `--token=${other.id}`], { MESH_HOME: home });
+    assert.deepEqual([revoked.code, revoked.stdout], [0, `revoked join token ${other.id}: joins with it, and every certificate that joined with it\nmesh ca serve refuses its renewals from now on; certificates already issued stay valid until they expire (--mtls_cert_ttl at most)\n`]);
+    const refused = await post(port, signBody('go.mesh.srv.r', csr), bearer(other.token));
+    assert.equal(refused.status, 401);
+    assert.match(refused.text, new RegExp(`"detail":"join token ${other.id} was revoked at \\S+Z: make a new one with mesh ca token"`));
+    // The other token still joins.
+    assert.equal((await post(port, signBody('go.mesh.srv.r', csr), bearer(token))).status, 200);
+
+    const none = await runCli(['ca', 'revoke'], { MESH_HOME: home });
+    assert.equal(none.code, 2);
+    assert.match(none.stderr, /^mesh: mesh ca revoke takes one of --serial, --service or --token /);
+    const bad = await runCli(['ca', 'revoke', '--serial=xyz'], { MESH_HOME: home });
+    assert.deepEqual([bad.code, bad.stderr], [2, 'mesh: --serial: "xyz" is not a certificate serial (hex, as mesh ca serve logs it)\n']);
+    const elsewhere = await runCli(['ca', 'show', '--token=0123456789abcdef'], { MESH_HOME: home });
+    assert.equal(elsewhere.code, 2);
+    assert.match(elsewhere.stderr, /^mesh: --serial, --service and --token are for mesh ca revoke /);
   });
 });
 

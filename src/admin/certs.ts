@@ -24,6 +24,20 @@ function details(cert: CertificateInfo, now: number) {
     days_until_expiration: String(cert.daysUntilExpiration ?? daysUntil(cert.expiration, now)),
     valid_from: timestamp(cert.validFrom),
     expiration_time: timestamp(cert.expiration),
+    ...(cert.renewal ? { renewal: renewalDetails(cert.renewal) } : {}),
+  };
+}
+
+/** A workload certificate's renewal: `state` ok or failing, since when, the last error, the failures since the last success. */
+function renewalDetails(r: NonNullable<CertificateInfo['renewal']>) {
+  // Dates may arrive as strings from a worker (IPC).
+  const at = (d: Date | string | undefined) => (d === undefined ? undefined : timestamp(new Date(d)));
+  return {
+    state: r.state,
+    failures: r.failures,
+    ...(r.failingSince !== undefined ? { failing_since: at(r.failingSince) } : {}),
+    ...(r.lastError !== undefined ? { last_error: r.lastError } : {}),
+    ...(r.lastRenewal !== undefined ? { last_renewal: at(r.lastRenewal) } : {}),
   };
 }
 

@@ -1,8 +1,9 @@
 /**
- * `mesh ca init|show|rotate|status|token|serve`: the mesh CA in `--ca_dir` (src/tls/workload/ca.ts).
+ * `mesh ca init|show|rotate|status|token|revoke|serve`: the mesh CA in `--ca_dir` (src/tls/workload/ca.ts).
  * Text output is tab-separated with a header row, as the other commands print tables;
  * `--output=json` prints one JSON document. `status` exits 1 when a root (or the signer) expires
- * within 30 days. `token` prints a join token (src/tls/workload/token.ts); `serve` runs the
+ * within 30 days. `token` prints a join token (src/tls/workload/token.ts); `revoke` appends to the revocation
+ * list (src/tls/workload/revocation.ts); `serve` runs the
  * signing service (src/tls/workload/ca-server.ts) until SIGINT or SIGTERM.
  */
 import { readFileSync } from 'node:fs';
@@ -11,6 +12,7 @@ import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';
 import { CaServer, DEFAULT_CA_SERVE_ADDRESS } from '../tls/workload/ca-server.js';
 import { makeToken, serviceGlobProblem } from '../tls/workload/token.js';
+import { revocationValue, revoke } from '../tls/workload/revocation.js';
 import { Logging } from '../base/util/log.js';
 import { parseAddress } from '../base/util/address.js';
 import { MIN_CERT_TTL_MS } from '../tls/workload/index.js';
@@ -19,7 +21,7 @@ import { caExists, defaultCaDir, finishRotation, importCa, initCa, readRoots, re
 
 export { EXPIRY_WARNING_DAYS };
 
-const USAGE = 'usage: mesh ca init [--ca_cert_file=FILE --ca_key_file=FILE] | mesh ca show | mesh ca rotate [--finish] | mesh ca status | mesh ca token --services=GLOBS [--ttl=1h] | mesh ca serve [--address=HOST:PORT] [--ca_serve_names=NAMES]';
+const USAGE = 'usage: mesh ca init [--ca_cert_file=FILE --ca_key_file=FILE] | mesh ca show | mesh ca rotate [--finish] | mesh ca status | mesh ca token --services=GLOBS [--ttl=1h] | mesh ca revoke --serial=SERIAL|--service=NAME|--token=ID | mesh ca serve [--address=HOST:PORT] [--ca_serve_names=NAMES] [--ca_join_lifetime=168h]';
 
 function rootJson(r: CaRoot, signer: X509Certificate | undefined, now: number) {
   return {
@@ -65,6 +67,8 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
   if ((config.ca_cert_file || config.ca_key_file) && noun !== 'init') throw new UsageError(`--ca_cert_file and --ca_key_file are for mesh ca init (${USAGE})`);
   if ((config.address !== undefined || config.ca_serve_names.length > 0) && noun !== 'serve') throw new UsageError(`--address and --ca_serve_names are for mesh ca serve (${USAGE})`);
   if (config.services.length > 0 && noun !== 'token') throw new UsageError(`--services and --ttl are for mesh ca token (${USAGE})`);
+  const revocations = (['serial', 'service', 'token'] as const).filter((k) => config[k] !== undefined);
+  if (revocations.length > 0 && noun !== 'revoke') throw new UsageError(`--serial, --service and --token are for mesh ca revoke (${USAGE})`);
   if (domainProblem && (noun === 'token' || noun === 'serve')) throw new UsageError(`--trust_domain ${JSON.stringify(config.trust_domain)}: ${domainProblem}`);
   switch (noun) {
     case 'init': {
@@ -128,6 +132,22 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
       else io.out(t.token + '\n');
       return 0;
     }
+    case 'revoke': {
+      if (revocations.length !== 1) throw new UsageError(`mesh ca revoke takes one of --serial, --service or --token (${USAGE})`);
+      const kind = revocations[0]!;
+      if (!caExists(dir)) throw new CaError(`no mesh CA in ${dir}: run \`mesh ca init\` (or give --ca_dir)`);
+      let value: string;
+      try {
+        value = revocationValue(kind, config[kind]!);
+      } catch (err) {
+        throw new UsageError((err as Error).message);
+      }
+      const r = revoke(dir, kind, value);
+      const what = { serial: `certificate ${r.value} (and, for a join's first certificate, every renewal of that join)`, service: `every certificate of ${r.value} that joined before now`, token: `join token ${r.value}: joins with it, and every certificate that joined with it` }[kind];
+      if (json) io.out(JSON.stringify({ caDir: dir, revoked: { kind, value: r.value, at: iso(new Date(r.at)) } }) + '\n');
+      else io.out(`revoked ${what}\nmesh ca serve refuses its renewals from now on; certificates already issued stay valid until they expire (--mtls_cert_ttl at most)\n`);
+      return 0;
+    }
     case 'serve':
       return serve(dir, config, io);
     default:
@@ -143,7 +163,8 @@ async function serve(dir: string, config: Config, io: Output): Promise<number> {
   // The names clients reach it at: given, else the listen host (and localhost with a loopback one).
   const names = config.ca_serve_names.length > 0 ? config.ca_serve_names : host === '0.0.0.0' || host === '::' ? [] : [host, ...(host === '127.0.0.1' || host === '::1' ? ['localhost'] : [])];
   const log = new Logging({ level: 'info' }).get('main');
-  const server = await CaServer.start({ caDir: dir, trustDomain: config.trust_domain, host, port: listen.port, names, certTtlMs: config.mtls_cert_ttl, log });
+  if (!(config.ca_join_lifetime >= 1000)) throw new UsageError('--ca_join_lifetime: must be 1s or more (how long after its join a process renews without a token)');
+  const server = await CaServer.start({ caDir: dir, trustDomain: config.trust_domain, host, port: listen.port, names, certTtlMs: config.mtls_cert_ttl, joinLifetimeMs: config.ca_join_lifetime, log });
   const root = server.signingRoot();
   const pin = root ? `sha256:${root.fingerprint.replace(/:/g, '').toLowerCase()}` : 'unknown';
   io.out(`mesh ca serve listening on https://${host.includes(':') ? `[${host}]` : host}:${server.port} as spiffe://${config.trust_domain}/svc/mesh.ca (names: ${names.join(', ') || 'none'}; clients pin --ca_root_fingerprint=${pin})\n`);

@@ -100,16 +100,17 @@ export const COMMANDS: CommandInfo[] = [
   { name: 'health', args: 'SERVICE', summary: 'Debug.Health of every node' },
   {
     name: 'ca',
-    args: 'init|show|rotate|status|token|serve',
+    args: 'init|show|rotate|status|token|revoke|serve',
     summary: 'the mesh CA in --ca_dir: make it, list its roots, rotate its root, warn before a root expires, serve certificates to other machines',
     details: [
       'init: a new root (ECDSA P-256), or your own root or intermediate with --ca_cert_file and --ca_key_file; an existing CA is never overwritten.',
       'show: each trusted root: SHA-256 fingerprint, subject, expiry. status: the same, exit 1 when one expires within 30 days.',
       'rotate: a new root signs from now on; the old ones stay trusted until rotate --finish (after one --mtls_cert_ttl, every workload certificate is from the new root).',
-      'token: a join token for --services (globs) valid --ttl (default 1h). serve: the signing service at --address (default 127.0.0.1:9943) for processes started with --ca_server, --ca_token and --ca_root_fingerprint.',
+      'token: a join token for --services (globs) valid --ttl (default 1h). serve: the signing service at --address (default 127.0.0.1:9943) for processes started with --ca_server, --ca_token and --ca_root_fingerprint; a process renews without a token for --ca_join_lifetime (default 168h) after its join.',
+      'revoke: mesh ca serve refuses renewals of a certificate (--serial), of a service (--service) or of what joined with a token, and the token itself (--token=ID).',
       'Whoever can read --ca_dir can issue any identity (see docs/mesh-ca.md and docs/mesh-ca-multi-host.md).',
     ],
-    subcommands: ['init', 'show', 'rotate', 'status', 'token', 'serve'],
+    subcommands: ['init', 'show', 'rotate', 'status', 'token', 'revoke', 'serve'],
   },
   {
     name: 'check',

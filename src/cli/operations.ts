@@ -80,7 +80,7 @@ export class DirectOperations implements Operations {
    * always; in permissive mode (the default of `mesh call` and `mesh health`) when a node of
    * `service` serves mutual TLS, so that calling a plain mesh neither needs nor makes a mesh CA.
    */
-  private async callerIdentity(service: string): Promise<void> {
+  async callerIdentity(service: string): Promise<void> {
     const mode = this.runtime.options.mtls;
     if (mode === 'off') return;
     if (mode === 'permissive') {

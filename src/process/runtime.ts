@@ -534,7 +534,9 @@ export class Runtime {
       caTokenFile: o.caTokenFile,
       caRootFingerprint: o.caRootFingerprint,
       caRootFile: o.caRootFile,
+      bundlePollMs: o.caBundlePoll,
       log: this.logging.get('main'),
+      stats: this.stats,
     });
     const remove = this.addCertificateSource(() => workload.certificates());
     this.onShutdown(async () => {

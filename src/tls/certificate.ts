@@ -25,6 +25,19 @@ export interface CertificateInfo {
   daysUntilExpiration?: number;
   /** True for a CA certificate (listed under `ca_cert` instead of `cert_chain`). */
   ca?: boolean;
+  /** For a workload certificate the process renews itself: how its renewals go. */
+  renewal?: RenewalState;
+}
+
+/** How the renewals of a workload certificate go (admin /certs `renewal`). */
+export interface RenewalState {
+  /** `failing` from a failed renewal until one succeeds. */
+  state: 'ok' | 'failing';
+  /** Failed renewals since the last one that succeeded. */
+  failures: number;
+  failingSince?: Date;
+  lastError?: string;
+  lastRenewal?: Date;
 }
 
 /** Parses node's `subjectAltName` text (`DNS:a.example, IP Address:127.0.0.1, URI:spiffe://x`). */

@@ -231,6 +231,8 @@ const HELP: Record<string, string> = {
   'server.version': 'Numeric form of the server version (major*1000000 + minor*1000 + patch)',
   'server.hot_restart_epoch': 'Hot restart epoch',
   'server.seconds_until_first_cert_expiring': 'Seconds until the first loaded certificate expires',
+  'mtls.cert_renewed': 'Workload certificate renewals that succeeded',
+  'mtls.cert_renewal_failed': 'Workload certificate renewals that failed (each attempt)',
 };
 
 function helpFor(family: string, kind: StatKind | 'histogram'): string {

@@ -1,6 +1,7 @@
 /**
  * `mesh check`: every node of every service answers Debug.Health within a short time (a node that
- * does not is a warning); a service with no node that answers is an error. The http broker's
+ * does not is a warning); a service with no node that answers is an error. With --mtls, a check
+ * that cannot get its own workload certificate (mesh.cli) checks no node and says so, once. The http broker's
  * subscriber entries (`topic:…`) are not services and are skipped.
  */
 import type { DirectOperations } from '../operations.js';
@@ -24,6 +25,8 @@ async function nodeProblem(ops: DirectOperations, service: string, address: stri
 export async function checkNodes(ops: DirectOperations, services: Service[], timeoutMs: number): Promise<Finding[]> {
   const names = [...new Set(services.map((s) => s.name).filter((n) => !n.startsWith('topic:')))].sort();
   const findings: Finding[] = [];
+  let identityError: string | undefined;
+  const unchecked: string[] = [];
   for (const name of names) {
     let nodes: Service['nodes'];
     try {
@@ -32,12 +35,28 @@ export async function checkNodes(ops: DirectOperations, services: Service[], tim
       findings.push({ level: 'error', check: 'registry', message: `cannot read service ${printable(name)}: ${errorOf(err)}` });
       continue;
     }
+    // With --mtls, the check calls as mesh.cli: without that certificate (the CA unreachable) it
+    // cannot tell anything about the nodes, and says so once instead of blaming them.
+    if (identityError === undefined && nodes.length > 0) {
+      try {
+        await within(ops.callerIdentity(name), timeoutMs);
+      } catch (err) {
+        identityError = errorOf(err);
+      }
+    }
+    if (identityError !== undefined) {
+      unchecked.push(printable(name));
+      continue;
+    }
     const problems = await Promise.all(nodes.map((n) => nodeProblem(ops, name, formatAddress(n.address, n.port), timeoutMs)));
     nodes.forEach((n, i) => {
       const p = problems[i];
       if (p) findings.push({ level: 'warning', check: 'nodes', message: `${printable(name)} node ${printable(n.id)} at ${formatAddress(n.address, n.port)} ${p}` });
     });
     if (problems.every((p) => p !== undefined)) findings.push({ level: 'error', check: 'services', message: `${printable(name)} has no healthy node (${nodes.length} registered)` });
+  }
+  if (identityError !== undefined) {
+    findings.push({ level: 'error', check: 'mtls', message: `cannot check the nodes of ${unchecked.join(', ')}: this check has no workload certificate of its own (mesh.cli) to call them over mutual TLS: ${identityError}` });
   }
   return findings;
 }

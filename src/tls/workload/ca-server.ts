@@ -14,12 +14,14 @@
  *
  * The identity comes from NAME, never from the CSR (a CSR that asks for another name is refused);
  * the lifetime is the CSR's `ttl_ms` bounded by --mtls_cert_ttl. Refusals are error JSON
- * (id go.mesh.ca). Bodies are bounded, requests timed out, and each client address rate limited.
+ * (id go.mesh.ca). Bodies are bounded, handshakes and requests timed out, connections capped (in
+ * all and per client address), and each client address rate limited.
  * Each issuance is logged (service, serial, token id or renewal; never the token).
  */
 import { X509Certificate } from 'node:crypto';
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { ERROR_IDS, MeshError, rateLimited } from '../../base/errors.js';
@@ -29,11 +31,14 @@ import { clientAddress, rateLimitHeaders, RateLimiter, ratePolicy, type RatePoli
 import { sendError, sendJson } from '../../base/http/respond.js';
 import { globsMatcher } from '../../base/util/regex.js';
 import { peerIdentityOf, spiffeIdOf, type WorkloadTlsPems } from '../../base/mtls/workload-tls.js';
-import { caExists, CaError, caRootOf, type CaRoot } from './ca.js';
+import { caExists, CaError, caRootOf, readRoots, readSignerCertificate, type CaRoot } from './ca.js';
 import { IssuedWorkloadTls } from './issued.js';
 import { LocalCaSigner } from './signer.js';
 import { ensureTokenKey, TokenError, verifyToken } from './token.js';
-import { inspectCsr, splitPem } from './x509.js';
+import { inspectCsr, joinFactsOf, splitPem } from './x509.js';
+import { RevocationList, type Revocation, type RevocationSubject } from './revocation.js';
+import { iso } from './ca-expiry.js';
+import { formatDuration } from '../../base/util/duration.js';
 
 /** The service name, and so the identity, of the signing service itself: never issued to a workload. */
 export const CA_SERVER_SERVICE = 'mesh.ca';
@@ -46,6 +51,13 @@ export const MAX_REQUEST_BODY = 64 * 1024;
 /** Requests per second from one client address (and the burst). */
 const RATE = '10/s';
 const BURST = 20;
+/** How long a connection may take to finish its TLS handshake (ms), by default. */
+export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
+/** The most connections held at once, and from one client address. */
+const MAX_CONNECTIONS = 1000;
+export const MAX_CONNECTIONS_PER_CLIENT = 32;
+/** How long after its join a process renews without a token, by default: 7 days. */
+export const DEFAULT_JOIN_LIFETIME_MS = 168 * 3_600_000;
 /** A service name as it goes into a SPIFFE ID: letters, digits, '.', '-', '_'. */
 const SERVICE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/;
 
@@ -61,6 +73,50 @@ export interface CaServerOptions {
   log: Logger;
   /** The poll behind the watch of the CA directory (ms). Default 5000. */
   pollMs?: number;
+  /** How long a connection may take to finish its TLS handshake (ms). Default DEFAULT_HANDSHAKE_TIMEOUT_MS. */
+  handshakeTimeoutMs?: number;
+  /** How long after its join a process renews with its certificate alone (ms; --ca_join_lifetime). Default DEFAULT_JOIN_LIFETIME_MS. */
+  joinLifetimeMs?: number;
+}
+
+/** Who asks for a certificate, as `authenticate` found: a join (with a token) or a renewal (with a certificate). */
+interface Asker {
+  token?: string;
+  renewal?: true;
+  /** What the issued certificate records (x509.ts JoinFacts); `chain` is absent for a join (the new serial starts it). */
+  join: { joinedAt: number; token: string; chain?: string };
+}
+
+/**
+ * Closes at once a connection from an address that holds MAX_CONNECTIONS_PER_CLIENT already, so
+ * one client's silent connections cannot fill the server's MAX_CONNECTIONS. The map holds only
+ * addresses with a connection open (at most MAX_CONNECTIONS entries).
+ */
+function capConnectionsPerClient(server: Server, log: Logger): void {
+  const open = new Map<string, number>();
+  // The addresses told about (once while they stay at the cap).
+  const warned = new Set<string>();
+  server.prependListener('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? '';
+    const count = open.get(address) ?? 0;
+    if (count >= MAX_CONNECTIONS_PER_CLIENT) {
+      if (!warned.has(address)) {
+        warned.add(address);
+        log.warn({ client: address }, `mesh ca serve: ${address} holds ${MAX_CONNECTIONS_PER_CLIENT} connections, the most from one client address; closing its further connections at once`);
+      }
+      socket.destroy();
+      return;
+    }
+    open.set(address, count + 1);
+    socket.once('close', () => {
+      const left = (open.get(address) ?? 1) - 1;
+      if (left > 0) open.set(address, left);
+      else {
+        open.delete(address);
+        warned.delete(address);
+      }
+    });
+  });
 }
 
 /** The root a chain ends in, from `roots`: what the server sends last, for clients that pinned it. */
@@ -106,6 +162,7 @@ export class CaServer {
   private readonly limiter: RateLimiter;
   private readonly policy: RatePolicy;
   private readonly signer: LocalCaSigner;
+  private readonly revocations: RevocationList;
   private stopChange?: () => void;
 
   private constructor(
@@ -118,6 +175,7 @@ export class CaServer {
     this.policy = ratePolicy(RATE, BURST, 'mesh ca serve')!;
     this.limiter = new RateLimiter({ policy: this.policy, maxKeys: 10_000 });
     this.signer = new LocalCaSigner(o.caDir, o.trustDomain);
+    this.revocations = new RevocationList(o.caDir);
   }
 
   /** Starts serving; rejects when the CA directory holds no CA or the address cannot be bound. */
@@ -140,11 +198,13 @@ export class CaServer {
         // A client certificate is asked for, not required: a renewal shows one, a join shows a token.
         requestCert: true,
         rejectUnauthorized: false,
+        handshakeTimeout: o.handshakeTimeoutMs ?? DEFAULT_HANDSHAKE_TIMEOUT_MS,
         ...httpServerOptions({ maxConnections: 0, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, drainTimeoutMs: 0 }),
       },
       (req, res) => handler(req, res),
     );
-    server.maxConnections = 1000;
+    server.maxConnections = MAX_CONNECTIONS;
+    capConnectionsPerClient(server, o.log);
     server.on('tlsClientError', () => {});
     let address;
     try {
@@ -209,7 +269,7 @@ export class CaServer {
       let chain: string;
       let roots: CaRoot[];
       try {
-        chain = await this.signer.sign(request.csr, request.service, ttlMs);
+        chain = await this.signer.signJoined(request.csr, request.service, ttlMs, via.join);
         roots = await this.signer.roots();
       } catch (err) {
         this.o.log.error({ err: (err as Error).message, service: request.service }, 'mesh ca serve: cannot sign');
@@ -219,7 +279,12 @@ export class CaServer {
       const spiffeId = spiffeIdOf(this.o.trustDomain, request.service);
       const serial = leaf.serialNumber.toLowerCase();
       const notAfter = new Date(leaf.validTo).toISOString();
-      this.o.log.info({ service: request.service, spiffeId, serial, notAfter, client, ...via }, `issued ${spiffeId} (serial ${serial}) ${via.token ? `with join token ${via.token}` : 'as a renewal (TLS client certificate)'}`);
+      const joinedAt = iso(new Date(via.join.joinedAt));
+      const chainSerial = via.join.chain ?? serial;
+      this.o.log.info(
+        { service: request.service, spiffeId, serial, notAfter, client, token: via.token, renewal: via.renewal, join: chainSerial, joinedAt, joinToken: via.join.token },
+        `issued ${spiffeId} (serial ${serial}) ${via.token ? `with join token ${via.token}` : `as a renewal (TLS client certificate) of join ${chainSerial} (${joinedAt}, join token ${via.join.token})`}`,
+      );
       sendJson(res, 200, { spiffe_id: spiffeId, serial, not_after: notAfter, chain, roots: roots.map((r) => r.pem) });
     } catch (err) {
       const e = err instanceof MeshError ? err : caError(500, (err as Error).message);
@@ -228,8 +293,11 @@ export class CaServer {
     }
   }
 
-  /** Who asks: a join token's id (its globs must match), or a renewal (a client certificate of the same identity). */
-  private async authenticate(req: IncomingMessage, service: string): Promise<{ token?: string; renewal?: true }> {
+  /**
+   * Who asks: a join token (its globs must match, it must not be revoked), or a renewal (a client
+   * certificate of the same identity, from a join younger than --ca_join_lifetime and not revoked).
+   */
+  private async authenticate(req: IncomingMessage, service: string): Promise<Asker> {
     if (service === CA_SERVER_SERVICE) throw caError(403, `${CA_SERVER_SERVICE} is the signing service's own identity: it is never issued to a workload`);
     const spiffeId = spiffeIdOf(this.o.trustDomain, service);
     const authorization = req.headers.authorization;
@@ -243,18 +311,60 @@ export class CaServer {
         if (err instanceof TokenError) throw caError(401, err.message);
         throw err;
       }
+      const revoked = this.revoked({ service, token: token.id });
+      if (revoked) throw caError(401, `join token ${token.id} was revoked at ${iso(new Date(revoked.at))}: make a new one with mesh ca token`);
       if (!globsMatcher(token.services)(service)) throw caError(403, `join token ${token.id} may be used for ${token.services.join(', ')} only, not for ${service}`);
-      return { token: token.id };
+      return { token: token.id, join: { joinedAt: Date.now(), token: token.id } };
     }
     const socket = req.socket as TLSSocket;
     const peer = socket.getPeerCertificate?.();
     if (peer && Object.keys(peer).length > 0) {
-      if (!socket.authorized) throw caError(401, `the TLS client certificate is not trusted (${String(socket.authorizationError)}): renew with a certificate from this CA, or send a join token`);
+      if (!socket.authorized && !(String(socket.authorizationError) === 'CERT_HAS_EXPIRED' && this.issuedHere(peer.raw))) {
+        throw caError(401, `the TLS client certificate is not trusted (${String(socket.authorizationError)}): renew with a certificate from this CA, or send a join token`);
+      }
       const identity = peerIdentityOf(socket);
       if (identity !== spiffeId) throw caError(403, `the TLS client certificate is ${identity ?? 'no SPIFFE ID'}: it renews that identity only, not ${spiffeId}`);
-      return { renewal: true };
+      const serial = peer.serialNumber.toLowerCase().replace(/^0+(?=.)/, '');
+      // A certificate without join facts (issued by a process that reads --ca_dir) joined when it was issued.
+      const facts = joinFactsOf(peer.raw) ?? { joinedAt: new Date(peer.valid_from).getTime() + 60_000, token: 'none', chain: serial };
+      const lifetime = this.o.joinLifetimeMs ?? DEFAULT_JOIN_LIFETIME_MS;
+      if (Date.now() - facts.joinedAt > lifetime) {
+        throw caError(401, `the certificate's join (${iso(new Date(facts.joinedAt))}, join token ${facts.token}) is older than --ca_join_lifetime (${formatDuration(lifetime).replace(/(?<=[hm])0m0s$|(?<=[hm])0s$/, '')}): join again with a new token (mesh ca token)`);
+      }
+      const revoked = this.revoked({ service, serial, chain: facts.chain, token: facts.token, joinedAt: facts.joinedAt });
+      if (revoked) throw caError(403, `certificate ${serial} of ${service} may not be renewed: ${RevocationList.describe(revoked)} (mesh ca revoke); join again with a new token (mesh ca token)`);
+      return { renewal: true, join: facts };
     }
     throw caError(401, 'no join token: send "Authorization: Bearer <token>" (mesh ca token), or renew with a certificate from this CA as the TLS client certificate');
+  }
+
+  /**
+   * True when `der` (a certificate past its notAfter) was signed by this CA: by a trusted root or
+   * the signer, itself still valid. An expired certificate still renews (a process that outlived
+   * a CA outage), within --ca_join_lifetime of its join, which authenticate checks next.
+   */
+  private issuedHere(der: Buffer): boolean {
+    let leaf: X509Certificate;
+    try {
+      leaf = new X509Certificate(der);
+    } catch {
+      return false;
+    }
+    if (leaf.ca) return false;
+    const signer = readSignerCertificate(this.o.caDir);
+    const issuers = [...readRoots(this.o.caDir).map((r) => r.cert), ...(signer ? [signer] : [])];
+    const now = Date.now();
+    return issuers.some((issuer) => new Date(issuer.validTo).getTime() > now && leaf.checkIssued(issuer) && leaf.verify(issuer.publicKey));
+  }
+
+  /** The revocation that refuses `subject`; a revocation list that cannot be used refuses everything (500). */
+  private revoked(subject: RevocationSubject): Revocation | undefined {
+    try {
+      return this.revocations.find(subject);
+    } catch (err) {
+      this.o.log.error({ err: (err as Error).message }, `mesh ca serve: ${(err as Error).message}`);
+      throw caError(500, (err as Error).message);
+    }
   }
 
   /** The CSR: a P-256 key, a valid signature, and no name but this service's SPIFFE ID. */

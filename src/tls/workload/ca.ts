@@ -6,6 +6,10 @@
  *   <ca_dir>/signer.pem           the signing CA certificate, then its issuers up to its root
  *                                 (just the root for a CA made by `mesh ca init`)
  *   <ca_dir>/signer.key           the signing CA's private key (PEM, mode 0600)
+ *   <ca_dir>/cross.pem            during a rotation: the new root certified by the CA that signed
+ *                                 before it (and that CA's intermediates), sent after every
+ *                                 certificate issued, so peers that trust only the old root
+ *                                 still check them; removed by `rotate --finish`
  *
  * The directory is 0700. `initCa` makes a self-signed ECDSA P-256 root (or takes the operator's
  * own root or intermediate, checked) and refuses a directory that already holds a CA. `rotateCa`
@@ -18,7 +22,7 @@ import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../../base/util/private-files.js';
-import { createRoot, importSigningKey, randomSerial, ROOT_LIFETIME_MS, splitPem, type SigningKey } from './x509.js';
+import { createRoot, crossCertify, importSigningKey, randomSerial, ROOT_LIFETIME_MS, splitPem, type SigningKey } from './x509.js';
 
 /** `--ca_dir`, else `$MESH_HOME/ca` (or `--mesh_home`), else `~/.mesh/ca`. */
 export function defaultCaDir(flag: string | undefined, meshHome: string | undefined): string {
@@ -33,7 +37,7 @@ export function trustDomainProblem(trustDomain: string): string | undefined {
 }
 
 export function caPaths(dir: string) {
-  return { dir, roots: join(dir, 'roots'), signerCert: join(dir, 'signer.pem'), signerKey: join(dir, 'signer.key') };
+  return { dir, roots: join(dir, 'roots'), signerCert: join(dir, 'signer.pem'), signerKey: join(dir, 'signer.key'), cross: join(dir, 'cross.pem') };
 }
 
 /** One trusted root as `mesh ca show` and admin /certs list it. */
@@ -269,9 +273,15 @@ export async function rotateCa(dir: string, o: { trustDomain: string; now?: numb
   if (!caExists(dir)) throw new CaError(`no mesh CA in ${dir}: run \`mesh ca init --ca_dir=${dir}\` first`);
   const root = await newRoot(o.trustDomain, o.now);
   const rootPath = join(p.roots, `${root.serial}.pem`);
+  // The new root certified by the signer it replaces (whose key is gone after this).
+  const previous = await readSigner(dir);
+  const cross = await crossCertify({ rootPem: root.certPem, issuerCert: previous.cert, issuer: previous.key, now: o.now });
+  const previousIntermediates = splitPem(previous.chainPem).filter((pem) => !isSelfSigned(new X509Certificate(pem)));
   mkdirSync(p.roots, { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
-  // Trusted first, then the signer: a process never holds a certificate its peers cannot check.
+  // Trusted first, then the cross certificate, then the signer: a process never holds a
+  // certificate its peers cannot check, with the new root or the old ones.
   writePrivate(rootPath, root.certPem, 0o644);
+  writePrivate(p.cross, [cross, ...previousIntermediates, ...readCross(dir)].join(''), 0o644);
   writePrivate(p.signerKey, root.keyPem, PRIVATE_FILE_MODE);
   writePrivate(p.signerCert, root.certPem, 0o644);
   return caRootOf(root.certPem, rootPath);
@@ -298,7 +308,28 @@ export function finishRotation(dir: string): CaRoot[] {
   if (!keep) throw new CaError(`the signer ${p.signerCert} does not chain to any root in ${p.roots}: refusing to remove roots`);
   const removed = roots.filter((r) => r.path !== keep.path);
   for (const r of removed) rmSync(r.path, { force: true });
+  // The cross certificates lead to the roots just removed.
+  rmSync(p.cross, { force: true });
   return removed;
+}
+
+function isSelfSigned(cert: X509Certificate): boolean {
+  return cert.checkIssued(cert) && cert.verify(cert.publicKey);
+}
+
+/**
+ * The cross certificates of a rotation not finished yet (cross.pem), PEMs, still valid; none
+ * without the file. Sent after every certificate issued (LocalCaSigner).
+ */
+export function readCross(dir: string, now = Date.now()): string[] {
+  let text: string;
+  try {
+    text = readFileSync(caPaths(dir).cross, 'utf8');
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return [];
+    throw new CaError(`cannot read the mesh CA's cross certificates ${caPaths(dir).cross} (${errnoCode(err)}): check --ca_dir and its permissions`);
+  }
+  return splitPem(text).filter((pem) => new Date(new X509Certificate(pem).validTo).getTime() > now);
 }
 
 /** The signer's certificate as `mesh ca show` lists it, when readable. */

@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 import { OptionError } from '../../base/util/option-error.js';
 import type { MtlsMode, WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { CertificateInfo } from '../certificate.js';
+import type { StatsScope } from '../../base/stats/store.js';
 import { caExists, CaError, initCa, trustDomainProblem } from './ca.js';
 import { FileWorkloadTls } from './files-source.js';
 import { IssuedWorkloadTls } from './issued.js';
@@ -52,6 +53,8 @@ export interface OpenWorkloadTlsOptions {
   pollMs?: number;
   /** After the CA's roots change, wait this long before issuing from the new signer (ms). Default 2 × pollMs. */
   reissueDelayMs?: number;
+  /** Where the renewals are counted (mtls.cert_renewed, mtls.cert_renewal_failed). */
+  stats?: StatsScope;
 }
 
 export interface OpenedWorkloadTls extends WorkloadTls {
@@ -128,6 +131,7 @@ async function openRemote(o: OpenWorkloadTlsOptions, server: string): Promise<Op
   };
   if (tokenFile && token() === undefined) throw new OptionError('ca_token_file', 'cannot be read, or is empty', tokenFile);
   const pollMs = o.bundlePollMs ?? DEFAULT_BUNDLE_POLL_MS;
+  if (!(pollMs >= 100)) throw new OptionError('ca_bundle_poll', 'must be 100ms or more (how often the trust bundle is fetched from mesh ca serve)', `${pollMs}ms`);
   const signer = new RemoteCaSigner({ server: url.origin, trustDomain: o.trustDomain, token, rootFingerprint, rootPem, log: o.log });
   return IssuedWorkloadTls.open({ ...o, signer, pollMs, reissueDelayMs: o.reissueDelayMs ?? 2 * pollMs });
 }

@@ -9,9 +9,10 @@
  */
 import { createSecureContext } from 'node:tls';
 import type { Logger } from 'pino';
+import type { StatsScope } from '../../base/stats/store.js';
 import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import { HeldWorkloadTls, type HeldCertificate } from './held.js';
-import { certificateInfoFromPem } from '../certificate.js';
+import { certificateInfoFromPem, type CertificateInfo, type RenewalState } from '../certificate.js';
 import type { CaRoot } from './ca.js';
 import type { CertificateSigner } from './signer.js';
 import { createCsr, generateKeyPair, privateKeyPem } from './x509.js';
@@ -27,6 +28,8 @@ export interface IssuedOptions {
   pollMs?: number;
   /** After the roots change, wait this long before issuing from the (new) signer (ms). Default 2 × pollMs. */
   reissueDelayMs?: number;
+  /** Where `mtls.cert_renewed` and `mtls.cert_renewal_failed` are counted. */
+  stats?: StatsScope;
 }
 
 interface Current extends HeldCertificate {
@@ -48,6 +51,11 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
   private closed = false;
   private lastError?: string;
   private renewing?: Promise<void>;
+  private expiryTimer?: NodeJS.Timeout;
+  /** Failed renewals since the last one that succeeded, and when the first of them failed. */
+  private failures = 0;
+  private failingSince?: number;
+  private lastRenewal?: number;
 
   private constructor(private readonly o: IssuedOptions) {
     super(o.log);
@@ -61,6 +69,7 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
     const source = new IssuedWorkloadTls(o);
     source.current = await source.issue();
     source.scheduleRenewal();
+    source.watchExpiry();
     source.stopWatch = o.signer.watch(() => void source.rootsChanged(), { pollMs: o.pollMs ?? 5000 });
     return source;
   }
@@ -74,9 +83,15 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
           if (this.closed) return;
           const previous = this.current.leaf.serialNumber;
           this.install(next);
+          if (this.failures > 0) this.o.log.info({ spiffeId: this.spiffeId, failures: this.failures, since: new Date(this.failingSince!).toISOString() }, `workload certificate renewal succeeded again after ${this.failures} failed attempt(s)`);
           this.lastError = undefined;
+          this.failures = 0;
+          this.failingSince = undefined;
+          this.lastRenewal = Date.now();
+          this.o.stats?.counter('mtls.cert_renewed').inc();
           this.o.log.info({ spiffeId: this.spiffeId, serial: next.leaf.serialNumber, previous, expires: next.leaf.expiration.toISOString() }, `workload certificate renewed (serial ${next.leaf.serialNumber})`);
           this.scheduleRenewal();
+          this.watchExpiry();
         } catch (err) {
           this.failed(err as Error);
         } finally {
@@ -90,8 +105,43 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.renewTimer);
+    clearTimeout(this.expiryTimer);
     this.stopWatch?.();
     this.forgetListeners();
+  }
+
+  /** The workload certificate (with the state of its renewal) and the trusted roots, for admin /certs. */
+  override certificates(): CertificateInfo[] {
+    const [leaf, ...roots] = super.certificates();
+    const renewal: RenewalState = {
+      state: this.failures > 0 ? 'failing' : 'ok',
+      failures: this.failures,
+      ...(this.failingSince !== undefined ? { failingSince: new Date(this.failingSince) } : {}),
+      ...(this.lastError !== undefined ? { lastError: this.lastError } : {}),
+      ...(this.lastRenewal !== undefined ? { lastRenewal: new Date(this.lastRenewal) } : {}),
+    };
+    return [{ ...leaf!, renewal }, ...roots];
+  }
+
+  /**
+   * Logs an error when the certificate held expires (no renewal replaced it in time): peers
+   * refuse it from then on. Set again for each new certificate.
+   */
+  private watchExpiry(): void {
+    clearTimeout(this.expiryTimer);
+    if (this.closed) return;
+    const held = this.current;
+    const left = held.leaf.expiration.getTime() - Date.now();
+    // Past what a timer can wait (24.8 days): looked at again then.
+    this.expiryTimer = setTimeout(() => {
+      if (this.closed || this.current.leaf.serialNumber !== held.leaf.serialNumber) return;
+      if (held.leaf.expiration.getTime() > Date.now()) return this.watchExpiry();
+      this.o.log.error(
+        { spiffeId: this.spiffeId, serial: held.leaf.serialNumber, expired: held.leaf.expiration.toISOString(), failures: this.failures, err: this.lastError },
+        `workload certificate ${this.spiffeId} (serial ${held.leaf.serialNumber}) expired at ${held.leaf.expiration.toISOString()}: peers refuse it until a renewal succeeds${this.lastError ? ` (last renewal error: ${this.lastError})` : ''}`,
+      );
+    }, Math.min(Math.max(0, left) + 10, 2 ** 31 - 1));
+    this.expiryTimer.unref();
   }
 
   private async issue(): Promise<Current> {
@@ -131,6 +181,9 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
 
   private failed(err: Error): void {
     if (this.closed) return;
+    this.failures++;
+    this.failingSince ??= Date.now();
+    this.o.stats?.counter('mtls.cert_renewal_failed').inc();
     if (this.lastError !== err.message) {
       this.lastError = err.message;
       this.o.log.error({ err: err.message, spiffeId: this.spiffeId, expires: this.current.leaf.expiration.toISOString() }, 'workload certificate renewal failed; keeping the current certificate and trying again');

@@ -11,8 +11,9 @@
  * A service whose chain does not end at a trusted root is refused.
  *
  * The first certificate is asked for with the join token (`--ca_token` or `--ca_token_file`, read
- * at each use); a renewal presents the current certificate as the TLS client certificate instead,
- * so a token only has to live until the first certificate. The trust bundle each answer carries
+ * at each use); a renewal presents the current certificate as the TLS client certificate instead
+ * (an expired one too: the service renews it within --ca_join_lifetime of the join, so a process
+ * outlives a CA outage without its token), so a token only has to live until the first certificate. The trust bundle each answer carries
  * replaces the roots, and is polled (`GET /v1/roots`) every `bundlePollMs`, so a CA rotation
  * reaches remote machines.
  */
@@ -82,7 +83,8 @@ export class RemoteCaSigner implements CertificateSigner {
   async sign(csrPem: string, service: string, ttlMs: number, current?: CurrentCertificate): Promise<string> {
     const body = JSON.stringify({ service, csr: csrPem, ttl_ms: ttlMs });
     let answer: { chain?: unknown; roots?: unknown };
-    if (current && new Date(new X509Certificate(splitPem(current.cert)[0]!).validTo).getTime() > Date.now()) {
+    // An expired certificate is shown too: the service renews it within --ca_join_lifetime of its join (a CA outage outlived).
+    if (current) {
       try {
         answer = await this.call('POST', CERTIFICATE_PATH, body, { clientCert: current });
       } catch (err) {
@@ -167,13 +169,46 @@ export class RemoteCaSigner implements CertificateSigner {
       socket.once('timeout', () => socket.destroy(new Error('timed out')));
       socket.once('error', (err) => reject(new Error(`cannot reach ${this.description}: ${err.message}`)));
     });
-    const root = chain.find((c) => c.fingerprint256.replace(/:/g, '').toLowerCase() === fingerprint);
+    const matches = (der: Buffer) => new X509Certificate(der).fingerprint256.replace(/:/g, '').toLowerCase() === fingerprint;
+    // The chain the server presents ends at the root it signs with now; during a rotation the
+    // pinned root may be the other one (an old root, or the new one): then it is in the trust bundle.
+    const root = chain.find((c) => matches(c.raw))?.raw ?? (await this.unverifiedBundle().catch(() => [] as Buffer[])).find(matches);
     if (!root) throw new Error(`${this.description} does not chain to the pinned root sha256:${fingerprint}: refusing it (compare --ca_root_fingerprint with mesh ca show on the CA's machine)`);
-    const pem = pemOf(root.raw);
+    const pem = pemOf(root);
     const cert = new X509Certificate(pem);
     if (!cert.ca || !cert.checkIssued(cert) || !cert.verify(cert.publicKey)) throw new Error(`the pinned root sha256:${fingerprint} that ${this.description} presents is not a self-signed CA certificate`);
     this.pinned = pem;
     return pem;
+  }
+
+  /**
+   * The trust bundle (DER), fetched without checking the server: only to find the root whose
+   * fingerprint is pinned (the fingerprint, not the server, vouches for it). Bounded and timed out.
+   */
+  private unverifiedBundle(): Promise<Buffer[]> {
+    return new Promise((resolve, reject) => {
+      const req = httpsRequest(this.url, { method: 'GET', path: ROOTS_PATH, rejectUnauthorized: false, agent: false, timeout: REQUEST_TIMEOUT_MS }, (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > MAX_ANSWER) req.destroy(new Error(`an answer larger than ${MAX_ANSWER} bytes`));
+          else chunks.push(chunk);
+        });
+        res.on('end', () => {
+          try {
+            const roots = (JSON.parse(Buffer.concat(chunks).toString('utf8')) as { roots?: unknown }).roots;
+            resolve(Array.isArray(roots) ? roots.filter((r): r is string => typeof r === 'string').flatMap((r) => splitPem(r).map((pem) => new X509Certificate(pem).raw)) : []);
+          } catch (err) {
+            reject(err as Error);
+          }
+        });
+        res.on('error', reject);
+      });
+      req.on('timeout', () => req.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)));
+      req.on('error', reject);
+      req.end();
+    });
   }
 
   /** One request, verified against the pinned root and the bundle; resolves with the JSON answer. */

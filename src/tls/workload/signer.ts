@@ -7,7 +7,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { X509Certificate } from 'node:crypto';
 import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
-import { caPaths, readRoots, readSigner, type CaRoot } from './ca.js';
+import { caPaths, readCross, readRoots, readSigner, type CaRoot } from './ca.js';
 import { signWorkload, splitPem } from './x509.js';
 import { fileSignature, watchFiles } from './watch.js';
 
@@ -47,14 +47,20 @@ export class LocalCaSigner implements CertificateSigner {
   }
 
   async sign(csrPem: string, service: string, ttlMs: number): Promise<string> {
+    return this.signJoined(csrPem, service, ttlMs);
+  }
+
+  /** `sign`, recording the join (the signing service's certificates: src/tls/workload/x509.ts JoinFacts). */
+  async signJoined(csrPem: string, service: string, ttlMs: number, join?: { joinedAt: number; token: string; chain?: string }): Promise<string> {
     const signer = await readSigner(this.dir);
-    const leaf = await signWorkload({ csrPem, spiffeId: spiffeIdOf(this.trustDomain, service), commonName: service, ttlMs, signerCert: signer.cert, signer: signer.key, altNames: this.o.altNames });
-    // The leaf and the intermediates; the root is what the peer already trusts.
+    const leaf = await signWorkload({ csrPem, spiffeId: spiffeIdOf(this.trustDomain, service), commonName: service, ttlMs, signerCert: signer.cert, signer: signer.key, altNames: this.o.altNames, join });
+    // The leaf and the intermediates; the root is what the peer already trusts. During a rotation,
+    // the cross certificates too: a peer that trusts only the old root checks the leaf with them.
     const intermediates = splitPem(signer.chainPem).filter((pem) => {
       const cert = new X509Certificate(pem);
       return !(cert.checkIssued(cert) && cert.verify(cert.publicKey));
     });
-    return leaf + intermediates.join('');
+    return leaf + intermediates.join('') + readCross(this.dir).filter((pem) => !intermediates.includes(pem)).join('');
   }
 
   async roots(): Promise<CaRoot[]> {
@@ -71,7 +77,7 @@ export class LocalCaSigner implements CertificateSigner {
       } catch (err) {
         names = `error:${(err as NodeJS.ErrnoException).code}`;
       }
-      return `${names}|${fileSignature(p.signerCert)}|${fileSignature(p.signerKey)}`;
+      return `${names}|${fileSignature(p.signerCert)}|${fileSignature(p.signerKey)}|${fileSignature(p.cross)}`;
     };
     return watchFiles({ dirs: [p.dir, p.roots], signature, onChange, pollMs: o.pollMs, settleMs: 100 });
   }

@@ -84,6 +84,36 @@ export async function createRoot(o: { serial?: string; commonName: string; organ
   return { certPem: cert.toString('pem') + '\n', keyPem: await privateKeyPem(keys.privateKey), serial };
 }
 
+/**
+ * A cross certificate for a rotation: the new root's subject and key (and key identifier), issued
+ * by the CA that signed until now. Sent after a certificate of the new root, it lets a peer that
+ * trusts only the old root (a process that has not fetched the new trust bundle yet, or pinned the
+ * old root) check that certificate: leaf ← new root's key ← old root. Valid while both are.
+ */
+export async function crossCertify(o: { rootPem: string; issuerCert: NodeX509; issuer: SigningKey; now?: number }): Promise<string> {
+  const root = new x509.X509Certificate(o.rootPem);
+  const issuer = new x509.X509Certificate(o.issuerCert.raw);
+  const now = o.now ?? Date.now();
+  const ski = root.getExtension(x509.SubjectKeyIdentifierExtension);
+  const cert = await x509.X509CertificateGenerator.create({
+    serialNumber: randomSerial(),
+    subject: root.subjectName,
+    issuer: issuer.subjectName,
+    notBefore: new Date(now - 60_000),
+    notAfter: new Date(Math.min(root.notAfter.getTime(), issuer.notAfter.getTime())),
+    signingAlgorithm: o.issuer.algorithm,
+    publicKey: root.publicKey,
+    signingKey: o.issuer.key,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+      await authorityKeyIdentifier(issuer),
+      ski ? new x509.SubjectKeyIdentifierExtension(ski.keyId) : await x509.SubjectKeyIdentifierExtension.create(root.publicKey),
+    ],
+  });
+  return cert.toString('pem') + '\n';
+}
+
 /** The default lifetime of a root made by `mesh ca init` / `rotate`: ten years. */
 export const ROOT_LIFETIME_MS = 3650 * DAY_MS;
 
@@ -94,20 +124,59 @@ export async function createCsr(keys: CryptoKeyPair, commonName: string): Promis
 }
 
 /**
+ * What a certificate issued by the signing service (`mesh ca serve`) records of its process's
+ * join, in its subject's organizational unit: `mesh join <when> token <id> first <serial>`
+ * (when it joined, with a join token of that id, and the serial of the join's first certificate).
+ * Each renewal copies it, so the service can bound how long a join renews and refuse a revoked
+ * join. Visible with `openssl x509 -noout -subject`.
+ */
+export interface JoinFacts {
+  /** When the process joined (ms since the epoch). */
+  joinedAt: number;
+  /** The id of the join token it joined with. */
+  token: string;
+  /** The serial of the join's first certificate (lower-case hex). */
+  chain: string;
+}
+
+const JOIN_UNIT = /^mesh join (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3})?Z) token ([0-9a-f]{16}|none) first ([0-9a-f]{1,40})$/;
+
+function joinUnit(f: JoinFacts): string {
+  return `mesh join ${new Date(f.joinedAt).toISOString()} token ${f.token} first ${f.chain}`;
+}
+
+/** The join facts of a certificate (PEM, DER or parsed) issued by the signing service, or undefined when it has none. */
+export function joinFactsOf(cert: NodeX509 | Buffer | string): JoinFacts | undefined {
+  let subject: string;
+  try {
+    subject = (cert instanceof NodeX509 ? cert : new NodeX509(cert)).subject;
+  } catch {
+    return undefined;
+  }
+  for (const line of subject.split('\n')) {
+    const m = line.startsWith('OU=') ? JOIN_UNIT.exec(line.slice(3)) : null;
+    if (m) return { joinedAt: Date.parse(m[1]!), token: m[2]!, chain: m[3]! };
+  }
+  return undefined;
+}
+
+/**
  * Signs a workload certificate for the CSR's key: URI SAN `spiffeId` (and `altNames`: DNS names
  * and IP addresses, for a server reached by name), serverAuth + clientAuth,
  * digitalSignature, not a CA; valid from a minute back (clock skew) for `ttlMs`, but never past
  * the signer's own expiry. Throws when the CSR's signature does not verify.
  */
-export async function signWorkload(o: { csrPem: string; spiffeId: string; commonName: string; ttlMs: number; signerCert: NodeX509; signer: SigningKey; now?: number; altNames?: readonly string[] }): Promise<string> {
+export async function signWorkload(o: { csrPem: string; spiffeId: string; commonName: string; ttlMs: number; signerCert: NodeX509; signer: SigningKey; now?: number; altNames?: readonly string[]; join?: { joinedAt: number; token: string; chain?: string } }): Promise<string> {
   const csr = new x509.Pkcs10CertificateRequest(o.csrPem);
   if (!(await csr.verify())) throw new Error('the certificate request\'s signature does not verify');
   const issuer = new x509.X509Certificate(o.signerCert.raw);
   const now = o.now ?? Date.now();
   const notAfter = Math.min(now + o.ttlMs, issuer.notAfter.getTime());
+  const serialNumber = randomSerial();
   const cert = await x509.X509CertificateGenerator.create({
-    serialNumber: randomSerial(),
-    subject: [{ CN: [o.commonName] }],
+    serialNumber,
+    // A join's first certificate is the chain's own start.
+    subject: [{ CN: [o.commonName] }, ...(o.join ? [{ OU: [joinUnit({ joinedAt: o.join.joinedAt, token: o.join.token, chain: o.join.chain ?? serialNumber })] }] : [])],
     issuer: issuer.subjectName,
     notBefore: new Date(now - 60_000),
     notAfter: new Date(notAfter),
