@@ -105,15 +105,18 @@ describe('secrets: token files, redacted URLs, a JWKS URL with a password', () =
     for (const s of secrets) assert.ok(!cmdline.includes(s), `cmdline holds ${s}`);
   });
 
-  it('a token file missing, empty or of two lines, or with --admin_token: exit 2 naming the flag', async () => {
+  it('a token file missing, empty, of two lines or with white space, or with --admin_token: exit 2 naming the flag', async () => {
     const empty = join(dir.path, 'empty.token');
     writeFileSync(empty, '\n\n');
     const two = join(dir.path, 'two.token');
     writeFileSync(two, 'one\ntwo\n');
+    const spaced = join(dir.path, 'spaced.token');
+    writeFileSync(spaced, 'token with spaces 0123456789\n');
     const cases: Array<[string[], Record<string, string>, string]> = [
       [['--admin_token_file=/nonexistent/admin.token'], {}, 'mesh: invalid value "/nonexistent/admin.token" for flag --admin_token_file: cannot read it (ENOENT)\n'],
       [[`--admin_token_file=${empty}`], {}, `mesh: invalid value "${empty}" for flag --admin_token_file: the file is empty (it should hold --admin_token)\n`],
       [[`--admin_token_file=${two}`], {}, `mesh: invalid value "${two}" for flag --admin_token_file: the file has more than one line (it should hold --admin_token alone)\n`],
+      [[`--admin_token_file=${spaced}`], {}, `mesh: invalid value "${spaced}" for flag --admin_token_file: the file holds white space (a --admin_token has none)\n`],
       [[`--admin_token_file=${tokenFile}`], { MESH_ADMIN_TOKEN: 'x' }, 'mesh: give MESH_ADMIN_TOKEN (--admin_token) or --admin_token_file, not both\n'],
     ];
     for (const [flags, env, stderr] of cases) {

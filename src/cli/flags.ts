@@ -145,6 +145,7 @@ function secretsFromFiles(config: Record<string, unknown>, given: Set<FlagName>,
     text = text.replace(/[\r\n]+$/, '');
     if (text === '') fail(`the file is empty (it should hold --${target})`);
     if (/[\r\n]/.test(text)) fail(`the file has more than one line (it should hold --${target} alone)`);
+    if (/\s/.test(text)) fail(`the file holds white space (a --${target} has none)`);
     config[target] = text;
     given.add(target);
   }

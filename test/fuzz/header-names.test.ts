@@ -20,6 +20,7 @@ const MESH_NAMES = [
   'mesh-auth-subject', 'mesh-auth-scopes', 'mesh-peer-identity', 'mesh-endpoint', 'mesh-service', 'mesh-timeout', 'mesh-id', 'mesh-stream',
   'mesh-sidecar-token', 'mesh-broker-header', 'mesh-broker-secret', 'mesh-topic', 'mesh-event', 'x-mesh-admin', 'x-forwarded-for', 'x-forwarded-proto',
   'x-forwarded-host', 'content-length', 'content-type', 'transfer-encoding', 'proxy-authorization', 'grpc-timeout', 'sec-websocket-key',
+  'sec-fetch-site', 'ce-type', 'ce-specversion',
 ];
 
 /** A spelling of `name` with at least one `_` for a `-`, each letter in either case. */

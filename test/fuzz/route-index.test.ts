@@ -86,6 +86,11 @@ describe('fuzz: the route table index', () => {
     assert.equal(literalPrefix('/ab*'), '/a');
     assert.equal(literalPrefix('/a|/b'), '');
     assert.equal(literalPrefix('(?i)/a'), '');
+    // RE2's quoting hides what the reading sees: no prefix is claimed; nor past ASCII.
+    for (const [source, matching] of [['/x\\Q(\\E|/y', '/y'], ['/a\\Q\\E*', '/'], ['/ab\\Q\\E{0,1}', '/a'], ['/a\u{1F600}?', '/a']] as const) {
+      assert.ok(compilePathRegex(source).test(matching), `${source} matches ${matching}`);
+      assert.ok(matching.startsWith(literalPrefix(source)), `${source}: ${JSON.stringify(literalPrefix(source))}`);
+    }
   });
 
   it('the first match is the one a scan of every entry in precedence order finds', () => {

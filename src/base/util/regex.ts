@@ -182,11 +182,14 @@ export function compilePathRegex(source: string): PathRegex {
  * quantifier may apply to (`/ab*`, `/ab?`, `/ab{0,2}`, `/ab+`, `/ab(?i)*`) or before an anchor
  * is left out (`/a/(b|c)` → `/a`), and a pattern with an
  * alternation outside any group (`/a|/b`), or that starts with a group or flags (`(?i)/a`), has
- * none (``). A leading `^` is skipped (the whole string is matched anyway). Conservative: any
+ * none (``), nor one quoting with `\Q...\E`; the prefix ends before the first character past
+ * ASCII. A leading `^` is skipped (the whole string is matched anyway). Conservative: any
  * string the regex matches starts with it; it serves as an index of many regexes.
  */
 export function literalPrefix(source: string): string {
-  if (topLevelAlternation(source)) return '';
+  // RE2's quoting (`\Q...\E`) can hide a `|` or a `(` from the reading below, and a quantifier
+  // after `\E` applies to the quoted text: no prefix is claimed for it.
+  if (source.includes('\\Q') || topLevelAlternation(source)) return '';
   let out = '';
   let i = source.startsWith('^') ? 1 : 0;
   for (; i < source.length; i++) {
@@ -205,6 +208,8 @@ export function literalPrefix(source: string): string {
       if ('*?+{(^$'.includes(c)) out = out.slice(0, -1);
       break;
     }
+    // A character past ASCII (an astral one is two code units a quantifier takes whole): stop before it.
+    if (c.charCodeAt(0) > 0x7e) break;
     out += c;
   }
   return out;

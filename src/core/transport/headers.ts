@@ -137,9 +137,10 @@ const MESH_HEADER_NAMES: ReadonlySet<string> = new Set([
 /**
  * Prefixes of folded names the mesh sets or reads: its own (`Mesh-*`: the wire protocol, the
  * edge's identity headers, the sidecar token, the broker's), the admin's `X-Mesh-Admin`, the
- * forwarding headers it sets (`X-Forwarded-*`), gRPC's and the WebSocket handshake's.
+ * forwarding headers it sets (`X-Forwarded-*`), gRPC's, the WebSocket handshake's, the fetch
+ * metadata the admin reads (`Sec-Fetch-*`) and the CloudEvents attributes (`ce-*`).
  */
-const MESH_HEADER_PREFIXES = ['mesh-', 'x-mesh-', 'x-forwarded-', 'grpc-', 'sec-websocket-'] as const;
+const MESH_HEADER_PREFIXES = ['mesh-', 'x-mesh-', 'x-forwarded-', 'grpc-', 'sec-websocket-', 'sec-fetch-', 'ce-'] as const;
 
 /**
  * Whether a folded header name (foldHeaderName) is one the mesh sets or reads: a client's header

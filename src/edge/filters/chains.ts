@@ -66,6 +66,7 @@ export function requestChain<R>(p: ChainParts<R>): Array<EdgeFilter<R>> {
 /** The upgrade chain: the checks that apply to an upgrade, the route (then the front end's `upgrade`, which runs its auth step on the socket). */
 export function upgradeChain<R>(p: ChainParts<R>): Array<EdgeFilter<R>> {
   return present<R>([
+    p.refuse && hostCheck(p.refuse),
     headerNames(p.headerNames),
     pathNormalForm(p.errorId),
     meshTimeout(p.errorId),

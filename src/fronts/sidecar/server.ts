@@ -411,12 +411,10 @@ export class Sidecar {
     return route.handler === 'api' ? handleApi(fe, call, req, res, ctx, route.policy) : handleRpc(fe, call, req, res, ctx, route.policy);
   }
 
-  /** The handle phase of an upgrade: the Host check, then the auth step, then upgradeAuthorized. */
+  /** The handle phase of an upgrade (the Host check was the chain's first step): the auth step, then upgradeAuthorized. */
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: SidecarRoute): void {
     const fe = this.fe;
     const { path } = targetOf(req);
-    const refusal = this.hostRefusal(req);
-    if (refusal) return refuseSocket(socket, refusal, fe.errorId);
     // Under the proxy handler the auth rules see the app's service at every path but /registry, /rpc and / (/broker and the dashboard's paths included).
     // A proxy route of the route file sends the upgrade to its backend (and version).
     const routed = route.kind === 'proxy' && route.policy ? { service: route.service!, version: route.policy.version } : undefined;

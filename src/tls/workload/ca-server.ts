@@ -328,6 +328,8 @@ export class CaServer {
       // A certificate without join facts (issued by a process that reads --ca_dir) joined when it was issued.
       const facts = joinFactsOf(peer.raw) ?? { joinedAt: new Date(peer.valid_from).getTime() + 60_000, token: 'none', chain: serial };
       const lifetime = this.o.joinLifetimeMs ?? DEFAULT_JOIN_LIFETIME_MS;
+      // A join time that does not read (never written so by this CA) counts as a join long past.
+      if (!Number.isFinite(facts.joinedAt)) throw caError(401, 'the certificate\'s join record cannot be read: join again with a new token (mesh ca token)');
       if (Date.now() - facts.joinedAt > lifetime) {
         throw caError(401, `the certificate's join (${iso(new Date(facts.joinedAt))}, join token ${facts.token}) is older than --ca_join_lifetime (${formatDuration(lifetime).replace(/(?<=[hm])0m0s$|(?<=[hm])0s$/, '')}): join again with a new token (mesh ca token)`);
       }
