@@ -6,7 +6,7 @@
  * name, its own identity. A process that has no CA directory, started with --ca_server, gets its
  * workload certificate from the service (openssl s_client sees the SPIFFE ID, chained to the
  * root) and renews it over mutual TLS once its token is gone; a wrong pinned root is refused.
- * `mesh ca revoke --token=ID` makes the running service refuse that token at once.
+ * `mesh ca revoke --token_id=ID` makes the running service refuse that token at once.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -205,7 +205,7 @@ describe('mesh ca revoke', () => {
     const other = JSON.parse(made.stdout) as { token: string; id: string };
     const csr = opensslCsr('revoked');
     assert.equal((await post(port, signBody('go.mesh.srv.r', csr), bearer(other.token))).status, 200);
-    const revoked = await runCli(['ca', 'revoke', `--token=${other.id}`], { MESH_HOME: home });
+    const revoked = await runCli(['ca', 'revoke', `--token_id=${other.id}`], { MESH_HOME: home });
     assert.deepEqual([revoked.code, revoked.stdout], [0, `revoked join token ${other.id}: joins with it, and every certificate that joined with it\nmesh ca serve refuses its renewals from now on; certificates already issued stay valid until they expire (--mtls_cert_ttl at most)\n`]);
     const refused = await post(port, signBody('go.mesh.srv.r', csr), bearer(other.token));
     assert.equal(refused.status, 401);
@@ -215,12 +215,12 @@ describe('mesh ca revoke', () => {
 
     const none = await runCli(['ca', 'revoke'], { MESH_HOME: home });
     assert.equal(none.code, 2);
-    assert.match(none.stderr, /^mesh: mesh ca revoke takes one of --serial, --service or --token /);
+    assert.match(none.stderr, /^mesh: mesh ca revoke takes one of --serial, --service or --token_id /);
     const bad = await runCli(['ca', 'revoke', '--serial=xyz'], { MESH_HOME: home });
     assert.deepEqual([bad.code, bad.stderr], [2, 'mesh: --serial: "xyz" is not a certificate serial (hex, as mesh ca serve logs it)\n']);
-    const elsewhere = await runCli(['ca', 'show', '--token=0123456789abcdef'], { MESH_HOME: home });
+    const elsewhere = await runCli(['ca', 'show', '--token_id=0123456789abcdef'], { MESH_HOME: home });
     assert.equal(elsewhere.code, 2);
-    assert.match(elsewhere.stderr, /^mesh: --serial, --service and --token are for mesh ca revoke /);
+    assert.match(elsewhere.stderr, /^mesh: --serial, --service and --token_id are for mesh ca revoke /);
   });
 });
 

@@ -21,7 +21,7 @@ import { caExists, defaultCaDir, finishRotation, importCa, initCa, readRoots, re
 
 export { EXPIRY_WARNING_DAYS };
 
-const USAGE = 'usage: mesh ca init [--ca_cert_file=FILE --ca_key_file=FILE] | mesh ca show | mesh ca rotate [--finish] | mesh ca status | mesh ca token --services=GLOBS [--ttl=1h] | mesh ca revoke --serial=SERIAL|--service=NAME|--token=ID | mesh ca serve [--address=HOST:PORT] [--ca_serve_names=NAMES] [--ca_join_lifetime=168h]';
+const USAGE = 'usage: mesh ca init [--ca_cert_file=FILE --ca_key_file=FILE] | mesh ca show | mesh ca rotate [--finish] | mesh ca status | mesh ca token --services=GLOBS [--ttl=1h] | mesh ca revoke --serial=SERIAL|--service=NAME|--token_id=ID | mesh ca serve [--address=HOST:PORT] [--ca_serve_names=NAMES] [--ca_join_lifetime=168h]';
 
 function rootJson(r: CaRoot, signer: X509Certificate | undefined, now: number) {
   return {
@@ -67,8 +67,8 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
   if ((config.ca_cert_file || config.ca_key_file) && noun !== 'init') throw new UsageError(`--ca_cert_file and --ca_key_file are for mesh ca init (${USAGE})`);
   if ((config.address !== undefined || config.ca_serve_names.length > 0) && noun !== 'serve') throw new UsageError(`--address and --ca_serve_names are for mesh ca serve (${USAGE})`);
   if (config.services.length > 0 && noun !== 'token') throw new UsageError(`--services and --ttl are for mesh ca token (${USAGE})`);
-  const revocations = (['serial', 'service', 'token'] as const).filter((k) => config[k] !== undefined);
-  if (revocations.length > 0 && noun !== 'revoke') throw new UsageError(`--serial, --service and --token are for mesh ca revoke (${USAGE})`);
+  const revocations = (['serial', 'service', 'token_id'] as const).filter((k) => config[k] !== undefined);
+  if (revocations.length > 0 && noun !== 'revoke') throw new UsageError(`--serial, --service and --token_id are for mesh ca revoke (${USAGE})`);
   if (domainProblem && (noun === 'token' || noun === 'serve')) throw new UsageError(`--trust_domain ${JSON.stringify(config.trust_domain)}: ${domainProblem}`);
   switch (noun) {
     case 'init': {
@@ -133,12 +133,13 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
       return 0;
     }
     case 'revoke': {
-      if (revocations.length !== 1) throw new UsageError(`mesh ca revoke takes one of --serial, --service or --token (${USAGE})`);
-      const kind = revocations[0]!;
+      if (revocations.length !== 1) throw new UsageError(`mesh ca revoke takes one of --serial, --service or --token_id (${USAGE})`);
+      const flag = revocations[0]!;
+      const kind = flag === 'token_id' ? 'token' : flag;
       if (!caExists(dir)) throw new CaError(`no mesh CA in ${dir}: run \`mesh ca init\` (or give --ca_dir)`);
       let value: string;
       try {
-        value = revocationValue(kind, config[kind]!);
+        value = revocationValue(kind, config[flag]!);
       } catch (err) {
         throw new UsageError((err as Error).message);
       }

@@ -107,7 +107,7 @@ export const COMMANDS: CommandInfo[] = [
       'show: each trusted root: SHA-256 fingerprint, subject, expiry. status: the same, exit 1 when one expires within 30 days.',
       'rotate: a new root signs from now on; the old ones stay trusted until rotate --finish (after one --mtls_cert_ttl, every workload certificate is from the new root).',
       'token: a join token for --services (globs) valid --ttl (default 1h). serve: the signing service at --address (default 127.0.0.1:9943) for processes started with --ca_server, --ca_token and --ca_root_fingerprint; a process renews without a token for --ca_join_lifetime (default 168h) after its join.',
-      'revoke: mesh ca serve refuses renewals of a certificate (--serial), of a service (--service) or of what joined with a token, and the token itself (--token=ID).',
+      'revoke: mesh ca serve refuses renewals of a certificate (--serial), of a service (--service) or of what joined with a token, and the token itself (--token_id=ID).',
       'Whoever can read --ca_dir can issue any identity (see docs/mesh-ca.md and docs/mesh-ca-multi-host.md).',
     ],
     subcommands: ['init', 'show', 'rotate', 'status', 'token', 'revoke', 'serve'],
