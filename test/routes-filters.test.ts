@@ -151,7 +151,7 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     dir.cleanup();
   });
 
-  it('a fault of 50 % aborts lands within 3 points over 2,000 requests, counted per route', async () => {
+  it('a fault of 50 % aborts lands within 4 points over 2,000 requests, counted per route', async () => {
     const counts: Record<number, number> = {};
     let next = 0;
     const worker = async () => {
@@ -166,7 +166,8 @@ describe('mesh api --routes: filters, retries, faults, mirrors, per-route stats'
     await Promise.all(Array.from({ length: 16 }, worker));
     assert.equal((counts[418] ?? 0) + (counts[200] ?? 0), 2000, JSON.stringify(counts));
     const share = (counts[418] ?? 0) / 2000;
-    assert.ok(Math.abs(share - 0.5) <= 0.03, `aborts: ${share}`);
+    // 4 points: 4.5 standard deviations of 2,000 draws (3 points failed about one run in 300).
+    assert.ok(Math.abs(share - 0.5) <= 0.04, `aborts: ${share}`);
     const s = await waitFor(async () => {
       const got = await stats(gw.admin, 'vhost.*.route.fault.');
       return got.rq_4xx! + got.rq_2xx! === 2000 ? got : undefined;
