@@ -73,18 +73,8 @@ export function estimateProgramSize(source: string): number {
       continue;
     }
     if (c === '[') {
-      // A class is one instruction; skip to its end (a `]` first in the class, or escaped, is literal).
-      let j = i + 1;
-      if (source[j] === '^') j++;
-      if (source[j] === ']') j++;
-      for (; j < source.length && source[j] !== ']'; j++) {
-        if (source[j] === '\\') j++;
-        else if (source[j] === '[' && source[j + 1] === ':') {
-          const end = source.indexOf(':]', j + 2);
-          if (end > 0) j = end + 1;
-        }
-      }
-      i = j;
+      // A class is one instruction.
+      i = classEnd(source, i);
       atom(1);
       continue;
     }
@@ -221,20 +211,8 @@ function topLevelAlternation(source: string): boolean {
   for (let i = 0; i < source.length; i++) {
     const c = source[i];
     if (c === '\\') i++;
-    else if (c === '[') {
-      // Skip the class: a `]` first in it (or after `^`) is literal.
-      let j = i + 1;
-      if (source[j] === '^') j++;
-      if (source[j] === ']') j++;
-      for (; j < source.length && source[j] !== ']'; j++) {
-        if (source[j] === '\\') j++;
-        else if (source[j] === '[' && source[j + 1] === ':') {
-          const end = source.indexOf(':]', j + 2);
-          if (end > 0) j = end + 1;
-        }
-      }
-      i = j;
-    } else if (c === '(') depth++;
+    else if (c === '[') i = classEnd(source, i);
+    else if (c === '(') depth++;
     else if (c === ')') depth = Math.max(0, depth - 1);
     else if (c === '|' && depth === 0) return true;
   }
@@ -294,4 +272,23 @@ export function globMatcher(pattern: string): (name: string) => boolean {
 export function globsMatcher(patterns: readonly string[]): (name: string) => boolean {
   const matchers = patterns.map(globMatcher);
   return (name) => matchers.some((m) => m(name));
+}
+
+/**
+ * The index of the `]` that ends the character class opening at `start` (or the end of the
+ * source): a `]` first in the class (or after `^`), an escaped one, and those of `[:alpha:]` are
+ * part of it.
+ */
+function classEnd(source: string, start: number): number {
+  let j = start + 1;
+  if (source[j] === '^') j++;
+  if (source[j] === ']') j++;
+  for (; j < source.length && source[j] !== ']'; j++) {
+    if (source[j] === '\\') j++;
+    else if (source[j] === '[' && source[j + 1] === ':') {
+      const end = source.indexOf(':]', j + 2);
+      if (end > 0) j = end + 1;
+    }
+  }
+  return j;
 }

@@ -18,6 +18,7 @@
  * reaches remote machines.
  */
 import { X509Certificate } from 'node:crypto';
+import type { ClientRequest, IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
 import { connect, type DetailedPeerCertificate, type PeerCertificate } from 'node:tls';
@@ -187,24 +188,16 @@ export class RemoteCaSigner implements CertificateSigner {
    */
   private unverifiedBundle(): Promise<Buffer[]> {
     return new Promise((resolve, reject) => {
-      const req = httpsRequest(this.url, { method: 'GET', path: ROOTS_PATH, rejectUnauthorized: false, agent: false, timeout: REQUEST_TIMEOUT_MS }, (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > MAX_ANSWER) req.destroy(new Error(`an answer larger than ${MAX_ANSWER} bytes`));
-          else chunks.push(chunk);
-        });
-        res.on('end', () => {
+      const req = httpsRequest(this.url, { method: 'GET', path: ROOTS_PATH, rejectUnauthorized: false, agent: false, timeout: REQUEST_TIMEOUT_MS }, (res) =>
+        readAnswer(req, res, reject, (body) => {
           try {
-            const roots = (JSON.parse(Buffer.concat(chunks).toString('utf8')) as { roots?: unknown }).roots;
+            const roots = (JSON.parse(body.toString('utf8')) as { roots?: unknown }).roots;
             resolve(Array.isArray(roots) ? roots.filter((r): r is string => typeof r === 'string').flatMap((r) => splitPem(r).map((pem) => new X509Certificate(pem).raw)) : []);
           } catch (err) {
             reject(err as Error);
           }
-        });
-        res.on('error', reject);
-      });
+        }),
+      );
       req.on('timeout', () => req.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)));
       req.on('error', reject);
       req.end();
@@ -235,16 +228,9 @@ export class RemoteCaSigner implements CertificateSigner {
             ...(auth.token ? { authorization: `Bearer ${auth.token}` } : {}),
           },
         },
-        (res) => {
-          const chunks: Buffer[] = [];
-          let size = 0;
-          res.on('data', (chunk: Buffer) => {
-            size += chunk.length;
-            if (size > MAX_ANSWER) req.destroy(new Error(`an answer larger than ${MAX_ANSWER} bytes`));
-            else chunks.push(chunk);
-          });
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString('utf8');
+        (res) =>
+          readAnswer(req, res, reject, (body) => {
+            const text = body.toString('utf8');
             let json: Record<string, unknown> | undefined;
             try {
               json = JSON.parse(text) as Record<string, unknown>;
@@ -254,9 +240,7 @@ export class RemoteCaSigner implements CertificateSigner {
             const status = res.statusCode ?? 0;
             if (status >= 200 && status < 300 && json) resolve(json);
             else reject(new SigningServiceError(status, `${this.description} refused: ${typeof json?.detail === 'string' ? json.detail : text.slice(0, 200)} (${status})`));
-          });
-          res.on('error', reject);
-        },
+          }),
       );
       req.on('timeout', () => req.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)));
       req.on('error', (err: NodeJS.ErrnoException) => {
@@ -266,4 +250,17 @@ export class RemoteCaSigner implements CertificateSigner {
       req.end(body);
     });
   }
+}
+
+/** Reads an answer's body, at most MAX_ANSWER bytes (past it the request is destroyed with that error), then `done`. */
+function readAnswer(req: ClientRequest, res: IncomingMessage, fail: (err: Error) => void, done: (body: Buffer) => void): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  res.on('data', (chunk: Buffer) => {
+    size += chunk.length;
+    if (size > MAX_ANSWER) req.destroy(new Error(`an answer larger than ${MAX_ANSWER} bytes`));
+    else chunks.push(chunk);
+  });
+  res.on('end', () => done(Buffer.concat(chunks)));
+  res.on('error', fail);
 }
