@@ -9,36 +9,21 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import pino from 'pino';
 import { openWorkloadTls, type OpenedWorkloadTls } from '../../src/tls/workload/index.js';
-import { PRINTED, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
+import { PRINTED, startProcess, tempDir, type RunningProcess } from '../helpers.js';
+import { mtlsPost, PYTHON, startWsgi } from '../fixtures/wsgi.js';
 
-const PYTHON = '/usr/bin/python3';
 const missing = existsSync(PYTHON) ? undefined : `${PYTHON} (Debian's python3) is absent: the WSGI backend test is SKIPPED`;
 if (missing) {
   if (process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${missing}`);
   console.warn(`SKIP: ${missing}`);
 }
 const INBOUND = /inbound listening on \S+:(\d+) for /;
-
-function post(port: number, cert: string, key: string, ca: readonly string[]): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = httpsRequest(
-      { host: '127.0.0.1', port, method: 'POST', path: '/', cert, key, ca: [...ca], checkServerIdentity: () => undefined, agent: false, headers: { 'content-type': 'application/json', 'content-length': '2', 'mesh-service': 'go.mesh.srv.wsgi', 'mesh-endpoint': 'Py.Echo' } },
-      (res) => {
-        let text = '';
-        res.on('data', (d: Buffer) => (text += d.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      },
-    );
-    req.on('error', reject);
-    req.end('{}');
-  });
-}
+const WIRE = { 'mesh-service': 'go.mesh.srv.wsgi', 'mesh-endpoint': 'Py.Echo' };
 
 describe('a strict inbound listener takes only SPIFFE IDs the mesh CA would issue', { skip: missing }, () => {
   const dir = tempDir('mesh-spiffe-');
@@ -63,13 +48,9 @@ describe('a strict inbound listener takes only SPIFFE IDs the mesh CA would issu
   }
 
   before(async () => {
-    app = spawn(PYTHON, [join(ROOT, 'test/fixtures/wsgi_backend.py')], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    app.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-    const appPort = await waitFor(() => {
-      const m = /listening on (\d+)/.exec(out);
-      return m ? Number(m[1]) : undefined;
-    }, 10_000);
+    const wsgi = await startWsgi();
+    app = wsgi.child;
+    const appPort = wsgi.port;
     const sc = startProcess(['sidecar', '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0', '--mtls=strict', `--ca_dir=${ca.path}`, '--server_name=go.mesh.srv.wsgi', `--server_address=127.0.0.1:${appPort}`, `--registry_address=${dir.path}`, '--log_level=error']);
     procs.push(sc);
     admin = `http://127.0.0.1:${await sc.waitForPort(PRINTED.sidecarAdmin, 20_000)}`;
@@ -99,7 +80,7 @@ describe('a strict inbound listener takes only SPIFFE IDs the mesh CA would issu
       const before = await (await fetch(`${admin}/stats`)).text();
       const count = (text: string) => Number(/^http\.sidecar_inbound\.ssl\.fail_verify_san: (\d+)$/m.exec(text)?.[1] ?? -1);
       const { cert, key } = leaf(sans);
-      const r = await post(inbound, cert, key, good.contextOptions().ca);
+      const r = await mtlsPost(inbound, { cert, key, ca: good.contextOptions().ca }, WIRE);
       assert.equal(r.status, 403, r.text);
       assert.equal(r.text, `{"id":"go.mesh.srv.wsgi","code":403,"detail":"service go.mesh.srv.wsgi refuses this client certificate: ${reason}","status":"Forbidden"}`);
       assert.equal(count(await (await fetch(`${admin}/stats`)).text()), count(before) + 1);
@@ -108,7 +89,7 @@ describe('a strict inbound listener takes only SPIFFE IDs the mesh CA would issu
 
   test('a certificate of the CA\'s own making passes, and the app reads its identity', async () => {
     const pems = good.contextOptions();
-    const r = await post(inbound, pems.cert, pems.key, pems.ca);
+    const r = await mtlsPost(inbound, pems, WIRE);
     assert.equal(r.status, 200, r.text);
     assert.equal((JSON.parse(r.text) as { env: Record<string, string> }).env.HTTP_MESH_PEER_IDENTITY, 'spiffe://mesh.local/svc/go.mesh.srv.good');
   });

@@ -10,18 +10,17 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
-import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import pino from 'pino';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { openWorkloadTls, type OpenedWorkloadTls } from '../../src/tls/workload/index.js';
-import { http, PRINTED, rawHttp, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
+import { http, PRINTED, rawHttp, startProcess, tempDir, type RunningProcess } from '../helpers.js';
+import { mtlsPost, PYTHON, startWsgi } from '../fixtures/wsgi.js';
 import { registerPlain } from '../fixtures/gateway-helpers.js';
 
-const PYTHON = '/usr/bin/python3';
 const missing = existsSync(PYTHON) ? undefined : `${PYTHON} (Debian's python3) is absent: the WSGI backend tests are SKIPPED`;
 if (missing) {
   if (process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error(`MESH_TEST_REQUIRE_ENGINES=1 but ${missing}`);
@@ -34,19 +33,6 @@ const INBOUND = /inbound listening on \S+:(\d+) for /;
 interface Seen {
   path: string;
   env: Record<string, string>;
-}
-
-async function startWsgi(): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(PYTHON, [join(ROOT, 'test/fixtures/wsgi_backend.py')], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  const port = await waitFor(() => {
-    if (child.exitCode !== null) throw new Error(`python exited:\n${out}`);
-    const m = /listening on (\d+)/.exec(out);
-    return m ? Number(m[1]) : undefined;
-  }, 10_000);
-  return { child, port };
 }
 
 async function stat(admin: string, name: string): Promise<number> {
@@ -179,22 +165,7 @@ describe('headers by another name never reach a backend as the mesh\'s own', { s
     let gatewayId: OpenedWorkloadTls;
     let other: OpenedWorkloadTls;
 
-    /** One POST over mutual TLS with a workload's certificate. */
-    function tlsPost(workload: OpenedWorkloadTls, headers: Record<string, string>): Promise<{ status: number; text: string }> {
-      const pems = workload.contextOptions();
-      return new Promise((resolve, reject) => {
-        const req = httpsRequest(
-          { host: '127.0.0.1', port: inbound, method: 'POST', path: '/', cert: pems.cert, key: pems.key, ca: [...pems.ca], checkServerIdentity: () => undefined, agent: false, headers: { 'content-type': 'application/json', 'content-length': '2', ...headers } },
-          (res) => {
-            let text = '';
-            res.on('data', (d: Buffer) => (text += d.toString()));
-            res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-          },
-        );
-        req.on('error', reject);
-        req.end('{}');
-      });
-    }
+    const tlsPost = (workload: OpenedWorkloadTls, headers: Record<string, string>) => mtlsPost(inbound, workload.contextOptions(), headers);
 
     before(async () => {
       const app = await startWsgi();
