@@ -258,7 +258,8 @@ describe('watched files rewritten in place', () => {
       assert.equal(px.stat('proxy.config.update_failure'), 0);
 
       writeFileSync(file, '');
-      await traffic.until(() => px.stat('proxy.config.update_failure') === 1);
+      // At least once: a second change event may read the same empty file again.
+      await traffic.until(() => px.stat('proxy.config.update_failure') >= 1);
       const served = traffic.served;
       await traffic.until(() => traffic.served > served + 20);
       await traffic.stop();
