@@ -29,6 +29,12 @@ if (unit) {
     process.exit(1);
   }
 }
+// Each test file sits in the folder of its part (test/README.md): none directly under test/.
+const flat = walk('test').filter((f) => /^test[\\/][^\\/]+\.test\.ts$/.test(f));
+if (flat.length > 0) {
+  console.error(`test files belong in a folder of test/ (test/README.md), not at its top: ${flat.join(', ')}`);
+  process.exit(1);
+}
 const files = (tier ?? walk('test'))
   .filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)))
   .sort();

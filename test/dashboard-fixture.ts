@@ -1,5 +1,5 @@
 /**
- * Shared by test/dashboard.test.ts and test/browser.test.ts: a real `mesh api --enable_stats`
+ * Shared by test/fronts/dashboard.test.ts and test/fronts/browser.test.ts: a real `mesh api --enable_stats`
  * process (`--handler=rpc`) in front of a plain node:http backend registered by hand in the same
  * local registry, which answers 200 for Echo.Ok and 500 for Echo.Boom; traffic drivers; and admin
  * /stats read back as numbers.

@@ -1,4 +1,4 @@
-/** The durable fault cases shared by the backends (test/broker-durable-faults.test.ts). */
+/** The durable fault cases shared by the backends (test/engines/broker-durable-faults.test.ts). */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';

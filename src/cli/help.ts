@@ -21,7 +21,7 @@ export interface CommandInfo {
   choices?: Partial<Record<keyof typeof FLAG_SPECS, string[]>>;
 }
 
-/** Every command, in the order `mesh --help` lists them. Defaults here are checked against the code by test/cli-help.test.ts. */
+/** Every command, in the order `mesh --help` lists them. Defaults here are checked against the code by test/cli/cli-help.test.ts. */
 export const COMMANDS: CommandInfo[] = [
   {
     name: 'dev',

@@ -1,7 +1,7 @@
 /**
  * The flag tables of docs/ generated from the option schema (`npm run docs:options`): a table
  * sits between `<!-- options:begin group=GROUP -->` (or `api` for the library's options) and
- * `<!-- options:end -->`, and test/options-docs.test.ts fails when one is out of date.
+ * `<!-- options:end -->`, and test/project/options-docs.test.ts fails when one is out of date.
  */
 import { OPTION_GROUPS, apiName, commandDefaultsText, envName, optionEntries, type OptionGroup, type OptionSpec } from '../base/options/schema.js';
 

@@ -75,7 +75,7 @@ export class XdsProtos {
 
   /**
    * The bytes of one resource. A field the reduced protos lack would be dropped silently:
-   * test/xds-protos.test.ts decodes every resource with the full Envoy protos and compares.
+   * test/xds/xds-protos.test.ts decodes every resource with the full Envoy protos and compares.
    */
   encode(kind: ResourceKind, message: Message): Uint8Array {
     const type = this.types[kind];

@@ -1,0 +1,127 @@
+/**
+ * etcd goes away and comes back empty (killed, data wiped, restarted on the same ports): the
+ * registrations this process made (TTL not yet passed, and without TTL) are written again, and
+ * watchers resynchronise with the new cluster. The test runs its OWN etcd (the `etcd` binary on
+ * PATH, which CI installs) on free ports with a temp data dir, so it never touches a shared one.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
+import { EtcdRegistry } from '../../src/engines/registry/etcd/index.js';
+import { collect, node, svc } from '../registry-contract.js';
+import { engine, freePort, tempDir, waitFor } from '../helpers.js';
+
+function findOnPath(bin: string): string | undefined {
+  const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin', '/usr/local/bin'];
+  for (const d of dirs) if (d && existsSync(join(d, bin))) return join(d, bin);
+  return undefined;
+}
+
+const address = engine('MESH_TEST_ETCD_ADDRESS', 'etcd');
+const etcdBin = address ? findOnPath('etcd') : undefined;
+const skip = !address ? 'etcd not available: set MESH_TEST_ETCD_ADDRESS' : !etcdBin ? 'the etcd binary is not on PATH' : false;
+if (address && !etcdBin && process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error('MESH_TEST_REQUIRE_ENGINES=1 but the etcd binary is not on PATH');
+
+class OwnEtcd {
+  private child: ChildProcess | undefined;
+  log = '';
+  constructor(
+    private readonly clientPort: number,
+    private readonly peerPort: number,
+    private readonly metricsPort: number,
+  ) {}
+
+  get address(): string {
+    return `127.0.0.1:${this.clientPort}`;
+  }
+
+  async start(dataDir: string): Promise<void> {
+    const client = `http://127.0.0.1:${this.clientPort}`;
+    const peer = `http://127.0.0.1:${this.peerPort}`;
+    this.child = spawn(
+      etcdBin!,
+      [
+        '--name', 'restart',
+        '--data-dir', dataDir,
+        '--listen-client-urls', client,
+        '--advertise-client-urls', client,
+        '--listen-peer-urls', peer,
+        '--initial-advertise-peer-urls', peer,
+        '--initial-cluster', `restart=${peer}`,
+        '--listen-metrics-urls', `http://127.0.0.1:${this.metricsPort}`,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    this.child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
+    this.child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
+    const child = this.child;
+    await waitFor(async () => {
+      if (child.exitCode !== null) throw new Error(`etcd exited (${child.exitCode}):\n${this.log.slice(-2000)}`);
+      const res = await fetch(`${client}/health`).catch(() => undefined);
+      return res?.ok ?? false;
+    }, 15000, 50);
+  }
+
+  async kill(): Promise<void> {
+    const child = this.child;
+    this.child = undefined;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, 'exit');
+    child.kill('SIGKILL');
+    await exited;
+  }
+}
+
+describe('etcd restart', { skip }, () => {
+  const tmp = tempDir('mesh-etcd-restart-');
+  let etcd: OwnEtcd;
+  const registries: EtcdRegistry[] = [];
+  before(async () => {
+    etcd = new OwnEtcd(await freePort(), await freePort(), await freePort());
+    await etcd.start(join(tmp.path, 'data-1'));
+  });
+  after(async () => {
+    for (const r of registries) await r.close();
+    await etcd?.kill();
+    tmp.cleanup();
+  });
+
+  it('re-registers after etcd comes back empty, and watchers follow the new cluster', async () => {
+    const prefix = `/mesh-restart/${process.pid}/`;
+    const owner = new EtcdRegistry(etcd.address, { prefix, callTimeoutMs: 1000 });
+    const observer = new EtcdRegistry(etcd.address, { prefix, callTimeoutMs: 1000 });
+    registries.push(owner, observer);
+
+    await owner.register(svc('phoenix', '1', [node('ph-1', 9501)]), { ttlMs: 30000 });
+    await owner.register(svc('steady', '1', [node('st-1', 9502)]));
+    await owner.register(svc('brief', '1', [node('br-1', 9503)]), { ttlMs: 300 });
+    assert.equal((await observer.getService('phoenix')).length, 1);
+    const w = collect(observer);
+
+    await etcd.kill();
+    const down = Date.now();
+    // Same ports, empty data: a different cluster that has never seen our keys.
+    await etcd.start(join(tmp.path, 'data-2'));
+    const up = Date.now();
+
+    await waitFor(async () => (await observer.getService('phoenix').catch(() => [])).length === 1, 15000, 100);
+    const back = Date.now();
+    console.log(`etcd restart: down ${up - down} ms; registration found again ${back - up} ms after etcd was back`);
+    assert.deepEqual((await observer.getService('phoenix'))[0]!.nodes.map((n) => n.id), ['ph-1']);
+    await waitFor(async () => (await observer.getService('steady')).length === 1, 5000, 100);
+    assert.deepEqual(await observer.getService('brief'), [], 'an expired registration is not written again');
+    assert.ok(back - up < 10000, `re-registered ${back - up} ms after etcd was back`);
+
+    // The observer's watch follows the new cluster (whose revisions started again from 1).
+    await waitFor(async () => {
+      await owner.register(svc('newcomer', '1', [node('nc-1', 9504)]));
+      return w.events.some((e) => e.service.name === 'newcomer' && e.action === 'create');
+    }, 10000, 300).catch((err: Error) => {
+      throw new Error(`${err.message}; observer events: ${JSON.stringify(w.events.map((e) => [e.action, e.service.name, e.revision]))}`);
+    });
+    w.watcher.stop();
+  });
+});
