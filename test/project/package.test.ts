@@ -6,9 +6,9 @@
  * README run as written; publint and attw on the tarball; the tarball's file list. One pack and one
  * install for the whole file.
  *
- * Slow on purpose: the install compiles better-sqlite3 from source when no prebuilt binary can
- * be fetched (about a minute, more on a loaded machine), so the hooks and tests get generous
- * timeouts. CI has the npm registry; locally the npm cache serves what it can (--prefer-offline).
+ * Slow on purpose (pack, install, builds), so the hooks and tests get generous timeouts. The
+ * install takes better-sqlite3's binary from the checkout's own build as a local prebuild
+ * (withLocalPrebuild) rather than compiling it again. CI has the npm registry; locally the npm cache serves what it can (--prefer-offline).
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -92,6 +92,24 @@ function saidPattern(comment: string): string {
     .split(/(PORT|\(\.\.\.\))/)
     .map((part) => (part === 'PORT' ? '\\d+' : part === '(...)' ? '\\([^)\\n]+\\)' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
     .join('');
+}
+
+/**
+ * The environment of the install, with better-sqlite3's binary for this Node (the checkout's own
+ * build) as a local prebuild: its install script (prebuild-install) takes it as it would take the
+ * prebuilt binary a user downloads, instead of compiling from source, which no test here is about
+ * and which costs minutes on a 2-core machine. Without that build, or for another version, the
+ * install compiles as before.
+ */
+async function withLocalPrebuild(dir: string): Promise<NodeJS.ProcessEnv> {
+  const built = join(ROOT, 'node_modules/better-sqlite3/build/Release/better_sqlite3.node');
+  if (!existsSync(built)) return process.env;
+  const stage = join(dir, 'stage');
+  mkdirSync(join(stage, 'build/Release'), { recursive: true });
+  cpSync(built, join(stage, 'build/Release/better_sqlite3.node'));
+  const name = `better-sqlite3-v${versionOf('better-sqlite3')}-node-v${process.versions.modules}-${process.platform}-${process.arch}.tar.gz`;
+  await run('tar', ['-czf', join(dir, name), '-C', stage, 'build']);
+  return { ...process.env, npm_config_better_sqlite3_local_prebuilds: dir };
 }
 
 /** `sh -c COMMAND` in its own process group, so a stop ends npm, its shell and the node it starts alike. */
@@ -181,7 +199,7 @@ describe('the installable package', { timeout: SLOW }, () => {
       await run(
         NPM,
         ['install', tarball, `typescript@${versionOf('typescript')}`, `@types/node@${versionOf('@types/node')}`, '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'],
-        { cwd: app, maxBuffer: 64 * 1024 * 1024, timeout: SLOW },
+        { cwd: app, env: await withLocalPrebuild(join(tmp.path, 'prebuilds')), maxBuffer: 64 * 1024 * 1024, timeout: SLOW },
       );
     },
     { timeout: SLOW },
