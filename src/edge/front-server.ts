@@ -13,22 +13,21 @@
  * The HTTP(S) server under the front ends: TLS (src/tls: files or ACME), server timeouts,
  * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/base/http/access-log.ts),
  * errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts) and the drain the
- * runtime drives on shutdown. */
+ * process drives on shutdown. */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
-import type { Runtime } from '../process/runtime.js';
+import type { EdgeContext } from './context.js';
 import { MeshError } from '../base/errors.js';
 import { lingerOnRest } from '../base/http/body.js';
 import { attachTarget, routeOf, type RequestTarget } from '../base/http/target.js';
 import { rawErrorResponse, refuseSocket, sendError } from '../base/http/respond.js';
 import { parseAddress } from '../base/util/address.js';
-import { httpServerOptions, listenOn, ServerLifecycle, serverLimits, type DrainResult } from '../base/http/lifecycle.js';
+import { httpServerOptions, listenOn, ServerLifecycle, type DrainResult } from '../base/http/lifecycle.js';
 import { declareStats, type Counter, type Gauge, type Histogram } from '../base/stats/store.js';
 import { HTTP_DOWNSTREAM_STATS, httpRqClassStat, httpStatPrefix } from '../base/http/stats.js';
 import { formatDuration } from '../base/util/duration.js';
-import { tlsEnabled } from '../tls/index.js';
 import { CorsPolicy } from '../base/http/cors.js';
 import { rateLimitHeaders, type FrontRateLimit, type RateDecision } from '../base/http/rate-limit.js';
 import type { AccessLog } from '../base/http/access-log.js';
@@ -56,14 +55,15 @@ export type FrontPhase = (typeof FRONT_PHASES)[number];
  * and `upgrade`; undefined without a `route`.
  */
 export interface FrontServerOptions<R = undefined> {
-  runtime: Runtime;
+  /** The process as the edge sees it (src/edge/context.ts), built once. */
+  edge: EdgeContext;
   /** Names the stats (`http.<prefix>.*`) and the logs. */
   statPrefix: string;
   /** The `id` of error JSON written by this front end. */
   errorId: string;
   /**
    * Answers a request past the front end's own steps. `ctx` is the request's call context (its
-   * trace): a handler passes it on explicitly, or runs inside it (`runtime.context.within`) where
+   * trace): a handler passes it on explicitly, or runs inside it (`edge.context.within`) where
    * what it calls reads the ambient one.
    */
   handle: (req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: R) => Promise<void>;
@@ -76,7 +76,7 @@ export interface FrontServerOptions<R = undefined> {
   onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
   /**
    * Asked per request: true when nothing before the handler needs the ambient context (no auth
-   * step that can log), so the request is not run inside the runtime's ContextStore and no
+   * step that can log), so the request is not run inside the process's ContextStore and no
    * AsyncLocalStorage is entered for it (on Node 20 entering one turns on promise hooks for the
    * whole process). The handler then gets the context only as its argument. Default: false.
    */
@@ -164,7 +164,8 @@ export class FrontServer<R = undefined> {
 
   constructor(private readonly options: FrontServerOptions<R>) {
     this.onPhase = options.onPhase;
-    const stats = options.runtime.stats;
+    const edge = options.edge;
+    const stats = edge.stats;
     const scope = stats.scope(httpStatPrefix(options.statPrefix));
     const s = declareStats(scope, HTTP_DOWNSTREAM_STATS);
     this.rqTotal = s.rqTotal;
@@ -175,19 +176,19 @@ export class FrontServer<R = undefined> {
     this.rqTime = s.rqTime;
     this.headerTimeouts = s.headerTimeouts;
     this.requestTimeouts = s.requestTimeouts;
-    this.secure = options.mtls ? false : tlsEnabled(options.runtime.options);
-    this.accessLog = options.runtime.accessLog;
+    this.secure = options.mtls ? false : edge.settings.tls;
+    this.accessLog = edge.accessLog;
     const rl = options.rateLimit;
     if (rl?.policy) this.limiter = new FrontLimiter({ ...rl, policy: rl.policy }, scope, options.errorId);
-    const origins = options.runtime.options.cors;
+    const origins = edge.settings.corsOrigins;
     const onPhase = this.onPhase;
     const parts = {
       errorId: options.errorId,
       refuse: options.refuse,
-      headerNames: new HeaderNameFilter({ policy: options.runtime.options.headersWithUnderscores, stats: scope, errorId: options.errorId, trustsAuthHeaders: options.trustsAuthHeaders }),
+      headerNames: new HeaderNameFilter({ policy: edge.settings.headersWithUnderscores, stats: scope, errorId: options.errorId, trustsAuthHeaders: options.trustsAuthHeaders }),
       // --cors is for browsers at the public listeners; a mutual TLS listener's callers are mesh processes.
       cors: origins.length > 0 && !options.mtls ? new CorsPolicy(origins, options.corsMaxAgeSec) : undefined,
-      isLive: () => options.runtime.state.state === 'live',
+      isLive: edge.isLive,
       limiter: this.limiter,
       limitAfterAuth: this.limitAfterAuth,
       route: options.route,
@@ -222,11 +223,11 @@ export class FrontServer<R = undefined> {
   async listen(address: string): Promise<AddressInfo> {
     const { host, port } = parseAddress(address);
     const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
-    const runtime = this.options.runtime;
-    const limits = serverLimits(runtime.options);
+    const edge = this.options.edge;
+    const limits = edge.settings.limits;
     const serverOptions = { ...httpServerOptions(limits), requireHostHeader: this.options.refuse === undefined };
     // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
-    const tls = this.secure ? this.options.runtime.tls : undefined;
+    const tls = this.secure ? edge.tls : undefined;
     await tls?.start();
     let server: Server;
     if (tls) {
@@ -238,7 +239,7 @@ export class FrontServer<R = undefined> {
       server = createHttpServer(serverOptions, onRequest);
       const mtls = this.options.mtls;
       // Before anything else listens for the server's connections (serveMtls takes node:http's own listener).
-      if (mtls) this.stopMtls = serveMtls(server, { workload: mtls.workload, service: mtls.service, stats: runtime.stats.scope(httpStatPrefix(this.options.statPrefix)), acceptTimeoutMs: limits.headersTimeoutMs, log: runtime.logging.get('http') });
+      if (mtls) this.stopMtls = serveMtls(server, { workload: mtls.workload, service: mtls.service, stats: edge.stats.scope(httpStatPrefix(this.options.statPrefix)), acceptTimeoutMs: limits.headersTimeoutMs, log: edge.logging.get('http') });
     }
     server.on('connection', (socket: Socket) => {
       this.cxTotal.inc();
@@ -257,14 +258,14 @@ export class FrontServer<R = undefined> {
         const target = attachTarget(req);
         onPhase?.('target', req);
         onPhase?.('edge', req);
-        upgradeStep(new UpgradeExchange<R>(req, target, socket, head, this.options.errorId, this.options.runtime));
+        upgradeStep(new UpgradeExchange<R>(req, target, socket, head, this.options.errorId, edge));
       });
     }
     this.server = server;
-    this.lifecycle = new ServerLifecycle(server, limits, { stats: runtime.stats, prefix: httpStatPrefix(this.options.statPrefix) }, () => this.closeOthers());
-    const bound = await listenOn(server, host, port, runtime.setup.reusePort);
-    runtime.addDrainable(this.lifecycle);
-    if (!this.options.mtls) runtime.selfAddresses.add(bound.address, bound.port, this.options.statPrefix);
+    this.lifecycle = new ServerLifecycle(server, limits, { stats: edge.stats, prefix: httpStatPrefix(this.options.statPrefix) }, () => this.closeOthers());
+    const bound = await listenOn(server, host, port, edge.settings.reusePort);
+    edge.addDrainable(this.lifecycle);
+    if (!this.options.mtls) edge.addSelfAddress(bound.address, bound.port, this.options.statPrefix);
     return bound;
   }
 
@@ -326,18 +327,18 @@ export class FrontServer<R = undefined> {
    * --tracing=otlp a server span records it.
    */
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
-    const runtime = this.options.runtime;
+    const edge = this.options.edge;
     const onPhase = this.onPhase;
     onPhase?.('accept', req);
     const headers = req.headers;
     const target = attachTarget(req);
     onPhase?.('target', req);
     const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
-    const span = runtime.tracer ? this.startSpan(req, target, parent) : undefined;
-    const trace = span ? traceOf(span) : runtime.context.hop(parent);
+    const span = edge.tracer ? this.startSpan(req, target, parent) : undefined;
+    const trace = span ? traceOf(span) : edge.context.hop(parent);
     const ctx: CallContext = { trace };
     if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span, target);
-    else runtime.context.run(ctx, () => this.serve(req, res, ctx, span, target));
+    else edge.context.run(ctx, () => this.serve(req, res, ctx, span, target));
   }
 
   private startSpan(req: IncomingMessage, target: RequestTarget, parent: ReturnType<typeof parseTraceparent>): Span {
@@ -363,7 +364,7 @@ export class FrontServer<R = undefined> {
     const agent = req.headers['user-agent'];
     if (agent) attributes['user_agent.original'] = agent;
     // Named `{method}` until the handler tells the route (updated when the answer is sent).
-    return this.options.runtime.tracer!.startSpan(spanMethod(req), SpanKind.SERVER, parent, attributes);
+    return this.options.edge.tracer!.startSpan(spanMethod(req), SpanKind.SERVER, parent, attributes);
   }
 
   private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined, target: RequestTarget): void {
@@ -421,9 +422,9 @@ export class FrontServer<R = undefined> {
   failRequest(req: IncomingMessage, res: ServerResponse, ctx: CallContext | undefined, err: unknown): void {
     // The request's trace named here: this may run outside any ambient context (explicitContext).
     const trace = ctx?.trace;
-    if (!(err instanceof MeshError)) this.options.runtime.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace?.traceId, span_id: trace?.spanId }, 'handler failed');
+    if (!(err instanceof MeshError)) this.options.edge.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace?.traceId, span_id: trace?.spanId }, 'handler failed');
     // An answer before the whole body arrived (413, a refused request): drop the rest first.
-    lingerOnRest(req, res, this.options.runtime.options.maxBodySize, !this.lifecycle?.isDraining);
+    lingerOnRest(req, res, this.options.edge.settings.maxBodyBytes, !this.lifecycle?.isDraining);
     sendError(res, err, this.options.errorId);
   }
 
@@ -490,7 +491,7 @@ class UpgradeExchange<R> implements EdgeExchange<R> {
     socket: Duplex,
     head: Buffer,
     private readonly errorId: string,
-    private readonly runtime: Runtime,
+    private readonly edge: EdgeContext,
   ) {
     this.upgrade = { socket, head };
   }
@@ -502,7 +503,7 @@ class UpgradeExchange<R> implements EdgeExchange<R> {
   fail(err: unknown): void {
     // A refusal past the edge (a redirect's bad Host: 400) is answered as on a request.
     if (err instanceof MeshError) return this.refuse(err);
-    this.runtime.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
+    this.edge.logging.get('http').warn({ err: (err as Error).message }, 'upgrade failed');
     this.upgrade.socket.destroy();
   }
 }

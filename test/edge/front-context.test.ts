@@ -20,6 +20,7 @@ import { sendJson } from '../../src/base/http/respond.js';
 import type { CallContext } from '../../src/base/util/call-context.js';
 import { registerPlain, startPlainApp, type PlainApp } from '../fixtures/gateway-helpers.js';
 import { http } from '../helpers.js';
+import { edgeContext } from '../../src/edge/context.js';
 
 const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
 const CALLER = '00f067aa0ba902b7';
@@ -47,7 +48,7 @@ describe('front server: the request context as an argument', () => {
     const runtime = runtimeWith(undefined, 'test');
     const seen: Array<{ ctx: CallContext; ambient: CallContext | undefined }> = [];
     const server = new FrontServer({
-      runtime,
+      edge: edgeContext(runtime),
       statPrefix: 'ctx',
       errorId: 'go.mesh.api',
       explicitContext: () => explicit,

@@ -16,13 +16,14 @@ import { readBody } from '../../src/base/http/body.js';
 import { sendJson } from '../../src/base/http/respond.js';
 import { http, tempDir, waitFor } from '../helpers.js';
 import { startSidecar } from '../fixtures/sidecar-common.js';
+import { edgeContext } from '../../src/edge/context.js';
 
 const ID = 'go.mesh.api';
 
 async function startFront(flags: string[]): Promise<{ runtime: Runtime; port: number; counter: (n: string) => number; gauge: (n: string) => number }> {
   const runtime = new Runtime(optionsFromFlags(parseArgs(['--registry=memory', '--broker=memory', '--log_level=off', '--drain_delay=0', ...flags], {}).config), { role: 'test' });
   const front = new FrontServer({
-    runtime,
+    edge: edgeContext(runtime),
     statPrefix: 'limits',
     errorId: ID,
     handle: async (req, res) => {

@@ -43,6 +43,7 @@ import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
 import type { FrontRateLimit } from '../../base/http/rate-limit.js';
 import { globsMatcher } from '../../base/util/regex.js';
 import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../../edge/auth/edge.js';
+import { edgeContext } from '../../edge/context.js';
 
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
@@ -187,7 +188,7 @@ export class Gateway {
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
     this.server = new FrontServer<GatewayRoute>({
-      runtime,
+      edge: edgeContext(runtime),
       statPrefix: STAT_PREFIX,
       errorId: ERROR_ID,
       route: (req, target, upgrade) => this.route(req, target, upgrade),

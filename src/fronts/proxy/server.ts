@@ -37,6 +37,7 @@ import { RouteEffectsCache } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteTableDump } from '../../admin/route-table.js';
 import type { RequestTarget } from '../../base/http/target.js';
+import { edgeContext } from '../../edge/context.js';
 
 /** How the proxy notices and reads its files (its own and the route files): the poll behind fs.watch (ms, default 2000) and the settled read. */
 export type ProxyWatchOptions = { pollMs?: number } & SettleOptions;
@@ -99,7 +100,7 @@ export class ProxyListener {
     this.effects = new RouteEffectsCache(runtime.stats);
     this.state = { config, routes: this.liveRoutes(config.routeFile) };
     this.server = new FrontServer<ProxyRoute>({
-      runtime,
+      edge: edgeContext(runtime),
       statPrefix: config.name,
       errorId: ERROR_ID,
       route: (req, target) => this.routeOf(req, target),

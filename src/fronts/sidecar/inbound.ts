@@ -36,6 +36,7 @@ import { addHeader, removeHeaders } from '../../edge/auth/edge.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 import type { StaticClusterConfig } from '../../core/upstream/config.js';
 import type { HostPort } from '../../base/util/address.js';
+import { edgeContext } from '../../edge/context.js';
 
 /** `http.sidecar_inbound.*`: the listener's request and `ssl.*` stats. */
 export const INBOUND_STAT_PREFIX = 'sidecar_inbound';
@@ -81,7 +82,7 @@ export class SidecarInbound {
     this.cluster = inboundClusterName(options.app);
     this.fe = { runtime, namespace: '', errorId: ERROR_IDS.sidecar, maxBodyBytes: runtime.options.maxBodySize };
     this.server = new FrontServer({
-      runtime,
+      edge: edgeContext(runtime),
       statPrefix: INBOUND_STAT_PREFIX,
       errorId: ERROR_IDS.sidecar,
       mtls: { workload: options.workload, service: options.app },

@@ -58,6 +58,7 @@ import { LiveRoutes } from '../../edge/routes/live.js';
 import { beginRule, chooseFileRoute, sendRedirect } from '../../edge/routes/choose.js';
 import { RouteEffectsCache, type RoutePolicy } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
+import { edgeContext } from '../../edge/context.js';
 
 export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
@@ -215,7 +216,7 @@ export class Sidecar {
       this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers });
     }
     this.server = new FrontServer<SidecarRoute>({
-      runtime,
+      edge: edgeContext(runtime),
       statPrefix: STAT_PREFIX,
       errorId: SIDECAR_ERROR_ID,
       route: (req, target) => this.route(req, target),

@@ -1,0 +1,91 @@
+/**
+ * What the edge of a process hands its front ends, filters and handlers: built once when a front
+ * end is built (edgeContext), from the process's Runtime. Nothing at the edge reads the process's
+ * options per request: the ones the edge uses are read here, once, under one name each
+ * (`EdgeSettings`); the parts (stats, logs, client, clusters, tracer, TLS) are the process's own.
+ * `Runtime` builds a process; the edge sees this.
+ */
+import type { Runtime } from '../process/runtime.js';
+import type { StatsStore } from '../base/stats/store.js';
+import type { Logging } from '../base/util/log.js';
+import type { Tracer } from '../base/tracing/tracer.js';
+import type { ContextStore } from '../base/util/call-context.js';
+import type { AccessLog } from '../base/http/access-log.js';
+import { serverLimits, type Drainable, type ServerLimits } from '../base/http/lifecycle.js';
+import type { UnderscorePolicy } from './filters/header-names.js';
+import type { ReusePortListening } from '../base/http/reuse-port.js';
+import type { Client } from '../core/client/client.js';
+import type { ClusterManager } from '../core/upstream/cluster-manager.js';
+import type { TlsProvider } from '../tls/provider.js';
+import { tlsEnabled } from '../tls/index.js';
+
+/** The options the edge reads, each once, under one name. */
+export interface EdgeSettings {
+  /** --client_request_timeout (ms): the budget of a call the edge sends, and of a proxied request's head. */
+  readonly clientRequestTimeoutMs: number;
+  /** --max_body_size (bytes). */
+  readonly maxBodyBytes: number;
+  /** --cors: the browser origins allowed at the public listeners. */
+  readonly corsOrigins: readonly string[];
+  /** --headers_with_underscores. */
+  readonly headersWithUnderscores: UnderscorePolicy;
+  /** --enable_tls or --enable_acme: the public listeners serve HTTPS. */
+  readonly tls: boolean;
+  /** The connection cap and read timeouts of every listener (--max_connections, --request_*_timeout, --drain_timeout). */
+  readonly limits: ServerLimits;
+  /** A worker of `--concurrency` whose listeners bind with reusePort, each its own socket. */
+  readonly reusePort: ReusePortListening | undefined;
+}
+
+/** The process as the edge sees it. */
+export interface EdgeContext {
+  readonly settings: EdgeSettings;
+  readonly stats: StatsStore;
+  readonly logging: Logging;
+  /** The tracer when tracing is on. */
+  readonly tracer: Tracer | undefined;
+  /** The call context a request runs in (its trace). */
+  readonly context: ContextStore;
+  /** --access_log, or none. */
+  readonly accessLog: AccessLog | undefined;
+  /** The process's TLS provider (built on first use), when `settings.tls`. */
+  readonly tls: TlsProvider | undefined;
+  readonly client: Client;
+  readonly clusters: ClusterManager;
+  /** True while the process serves (false once it drains or health checks were failed). */
+  isLive(): boolean;
+  /** A listener the process drains and closes on shutdown. */
+  addDrainable(server: Drainable): void;
+  /** One of the process's own addresses (a request for it is a loop: the self-guard). */
+  addSelfAddress(address: string, port: number, name: string): void;
+}
+
+/** The edge context of a process: its options read once, its parts lent. */
+export function edgeContext(runtime: Runtime): EdgeContext {
+  const o = runtime.options;
+  const settings: EdgeSettings = {
+    clientRequestTimeoutMs: o.clientRequestTimeout,
+    maxBodyBytes: o.maxBodySize,
+    corsOrigins: o.cors,
+    headersWithUnderscores: o.headersWithUnderscores,
+    tls: tlsEnabled(o),
+    limits: serverLimits(o),
+    reusePort: runtime.setup.reusePort,
+  };
+  return {
+    settings,
+    stats: runtime.stats,
+    logging: runtime.logging,
+    tracer: runtime.tracer,
+    context: runtime.context,
+    accessLog: runtime.accessLog,
+    get tls() {
+      return runtime.tls;
+    },
+    client: runtime.client,
+    clusters: runtime.clusters,
+    isLive: () => runtime.state.state === 'live',
+    addDrainable: (server) => runtime.addDrainable(server),
+    addSelfAddress: (address, port, name) => runtime.selfAddresses.add(address, port, name),
+  };
+}
