@@ -1,6 +1,6 @@
 /** What every handler needs to know about the front end it serves (gateway or sidecar). */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Runtime } from '../../process/runtime.js';
+import type { EdgeContext } from '../context.js';
 import { HEADER_ID, endToEndHeaders, meshTimeoutOf } from '../../core/transport/headers.js';
 import type { CallOptions } from '../../core/client/client.js';
 import { requestInfo } from '../../base/http/access-log.js';
@@ -10,7 +10,8 @@ import type { MirrorSender } from './mirror.js';
 import type { RoutePolicy } from '../routes/effects.js';
 
 export interface FrontEnd {
-  runtime: Runtime;
+  /** The process as the edge sees it (src/edge/context.ts). */
+  edge: EdgeContext;
   /** go.mesh.api for the gateway, go.mesh.srv for the sidecar (or --namespace). */
   namespace: string;
   /** The `id` of error JSON this front end writes. */

@@ -163,12 +163,13 @@ export class Gateway {
         return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
       });
     }
+    const edge = edgeContext(runtime);
     this.fe = {
-      runtime,
+      edge,
       namespace: this.namespace,
       errorId: ERROR_ID,
-      maxBodyBytes: runtime.options.maxBodySize,
-      mirrors: this.routes ? new MirrorSender(runtime.clusters, runtime.options.clientRequestTimeout) : undefined,
+      maxBodyBytes: edge.settings.maxBodyBytes,
+      mirrors: this.routes ? new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) : undefined,
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
     };
     if (!this.handler) {
@@ -188,7 +189,7 @@ export class Gateway {
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
     this.server = new FrontServer<GatewayRoute>({
-      edge: edgeContext(runtime),
+      edge,
       statPrefix: STAT_PREFIX,
       errorId: ERROR_ID,
       route: (req, target, upgrade) => this.route(req, target, upgrade),

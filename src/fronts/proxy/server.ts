@@ -96,11 +96,12 @@ export class ProxyListener {
     private readonly watch: ProxyWatchOptions = {},
   ) {
     this.name = config.name;
-    this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize, mirrors: new MirrorSender(runtime.clusters, runtime.options.clientRequestTimeout) };
+    const edge = edgeContext(runtime);
+    this.fe = { edge, namespace: '', errorId: ERROR_ID, maxBodyBytes: edge.settings.maxBodyBytes, mirrors: new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) };
     this.effects = new RouteEffectsCache(runtime.stats);
     this.state = { config, routes: this.liveRoutes(config.routeFile) };
     this.server = new FrontServer<ProxyRoute>({
-      edge: edgeContext(runtime),
+      edge,
       statPrefix: config.name,
       errorId: ERROR_ID,
       route: (req, target) => this.routeOf(req, target),

@@ -182,12 +182,13 @@ export class Sidecar {
     }
     const guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, sidecarToken: options.sidecarToken, errorId: SIDECAR_ERROR_ID, rateLimit: options.rateLimit });
     this.guard = guard;
+    const edge = edgeContext(runtime);
     this.fe = {
-      runtime,
+      edge,
       namespace: options.namespace ?? SIDECAR_NAMESPACE,
       errorId: SIDECAR_ERROR_ID,
-      maxBodyBytes: meshOptions.maxBodySize,
-      mirrors: this.routes ? new MirrorSender(runtime.clusters, meshOptions.clientRequestTimeout) : undefined,
+      maxBodyBytes: edge.settings.maxBodyBytes,
+      mirrors: this.routes ? new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) : undefined,
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
       routeCall: (req, service, method) => this.rpcCallRoute(req, service, method),
     };
@@ -216,7 +217,7 @@ export class Sidecar {
       this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers });
     }
     this.server = new FrontServer<SidecarRoute>({
-      edge: edgeContext(runtime),
+      edge,
       statPrefix: STAT_PREFIX,
       errorId: SIDECAR_ERROR_ID,
       route: (req, target) => this.route(req, target),
