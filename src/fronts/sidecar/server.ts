@@ -363,7 +363,7 @@ export class Sidecar {
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     const started = 'policy' in route ? beginRule(route.policy, req, res, fe.errorId) : undefined;
     if (started) await started;
-    if (route.kind !== 'proxy' && !originAllowed(req, this.runtime.options.cors)) {
+    if (route.kind !== 'proxy' && !originAllowed(req, this.fe.edge.settings.corsOrigins)) {
       req.resume();
       throw originNotAllowed(fe.errorId, req.headers.origin);
     }
@@ -432,11 +432,11 @@ export class Sidecar {
     const fe = this.fe;
     const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
     if (path === '/broker') {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      if (!originAllowed(req, this.fe.edge.settings.corsOrigins)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       return this.broker.upgrade(req, socket, head);
     }
     if (path === '/rpc') {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      if (!originAllowed(req, this.fe.edge.settings.corsOrigins)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void handleRpcStreamUpgrade(fe, this.streams, req, socket, head);
       return;
     }
@@ -444,7 +444,7 @@ export class Sidecar {
     // A call route of the route file serves no stream (as on the gateway).
     const stream = route.kind === 'call' && !route.policy ? route.call : undefined;
     if (stream) {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      if (!originAllowed(req, this.fe.edge.settings.corsOrigins)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void this.streams.upgrade(stream, req, socket, head);
       return;
     }
