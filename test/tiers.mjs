@@ -24,6 +24,7 @@ export const UNIT = [
   'test/deploy-manifests.test.ts',
   'test/route-file.test.ts',
   'test/config-yaml.test.ts',
+  'test/base/config-reader.test.ts',
   'test/route-file-reload.test.ts',
   'test/watched-file-rewrite.test.ts',
   'test/route-mirror.test.ts',
