@@ -167,6 +167,8 @@ describe("config reader: mesh's files refuse the same things, each in its own fo
     const err = caught(() => parseRules(`- path: /\n  access: !foo public\n`, false));
     assert.ok(err instanceof RulesError);
     assert.equal(err.message, 'line 2: tag !foo is not allowed (plain YAML or JSON values only)');
+    assert.match(caught(() => parseRules('- {path: /, access: public}\n- path: *nope\n', false)).message, /^line 2: Unresolved alias/);
+    assert.equal(caught(() => KeyStore.parse('- key: [\n', 'keys.yaml')).line, 2);
     assert.equal(caught(() => KeyStore.parse(`a: &a {subject: x}\nb: [${Array(101).fill('*a').join(',')}]\n`, 'keys.yaml')).message, `line 2: more than ${MAX_CONFIG_ALIASES} aliases`);
   });
   it('mesh run files', () => {

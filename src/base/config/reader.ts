@@ -192,7 +192,7 @@ export class ConfigDoc {
   /**
    * The values of a node (default: the document), aliases expanded: at most MAX_CONFIG_ALIASES
    * expansions counted the way `yaml` counts them (a billion laughs is refused, not expanded).
-   * Throws a ConfigFileError (without a position: the syntax prefix and yaml's reason).
+   * Throws a ConfigFileError (at the node's position, none for the document: the syntax prefix and yaml's reason).
    */
   toJS(node?: Node | null): unknown {
     try {
@@ -200,8 +200,10 @@ export class ConfigDoc {
       if (node === null) return null;
       return node.toJS(this.doc, { maxAliasCount: MAX_CONFIG_ALIASES });
     } catch (err) {
-      if (!(err instanceof ReferenceError)) throw err;
-      throw ConfigFileError.of(this.style, { file: this.file, problem: `${this.style.syntaxPrefix ?? ''}${err.message}` });
+      // yaml's ReferenceError of an alias expanded too often, or anything else it cannot turn into values.
+      if (!(err instanceof Error) || err instanceof ConfigFileError) throw err;
+      const at = node ? this.positionOf(node) : undefined;
+      throw ConfigFileError.of(this.style, { file: this.file, line: at?.line, col: at?.col, problem: `${this.style.syntaxPrefix ?? ''}${err.message}` });
     }
   }
 
