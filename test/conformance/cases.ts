@@ -34,8 +34,10 @@ export interface Exchange {
   expectedRequest?: { path?: string; host?: string; method?: string; headers?: Record<string, string>; absentHeaders?: string[] };
   /** Headers the echo backend sets on its answer (upstream `BackendSetResponseHeaders`). */
   backendSetResponseHeaders?: Record<string, string>;
-  /** Expected answer; status default 200. A 504 and a 408 count as the same (a timeout), as upstream. */
-  response?: { status?: number; headers?: Record<string, string>; absentHeaders?: string[] };
+  /** Expected answer; status default 200 (a list: any of them). A 504 and a 408 count as the same (a timeout), as upstream. */
+  response?: { status?: number | number[]; headers?: Record<string, string>; absentHeaders?: string[] };
+  /** The upstream retry simulation (echo.ts): added to the query with a fresh `uuid`. */
+  retrySimulation?: Record<string, string>;
   /** The backend whose pod must answer (a 200). */
   backend?: string;
   /** For a redirect status: the `Location` parts (unset parts default to the request's own, as upstream). */
@@ -49,7 +51,7 @@ export interface ConformanceCase {
   name: string;
   /** The upstream manifest. */
   manifest: string;
-  /** The Extended features the case needs (none: a Core case). */
+  /** The Extended features the case needs, the one it tests first (none: a Core case). */
   features: string[];
   /** Why the case cannot run off-cluster. */
   skip?: string;
@@ -58,6 +60,8 @@ export interface ConformanceCase {
   exchanges?: Exchange[];
   /** A weighted-distribution case: the share each backend must get. */
   weights?: Record<string, number>;
+  /** A WebSocket case: a text and a binary message to this path must come back from the backend. */
+  websocket?: { path: string };
 }
 
 const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n';
@@ -828,7 +832,7 @@ ${REQ_MODS}        - {type: RequestMirror, requestMirror: {backendRef: {name: ${
   {
     name: 'HTTPRouteRequestMultipleMirrors',
     manifest: 'httproute-request-multiple-mirrors.yaml',
-    features: ['HTTPRouteRequestMirror', 'HTTPRouteRequestMultipleMirrors'],
+    features: ['HTTPRouteRequestMultipleMirrors', 'HTTPRouteRequestMirror'],
     routes: route(
       'request-multiple-mirrors',
       `  rules:
@@ -990,6 +994,123 @@ ${REQ_MODS}        - {type: RequestMirror, requestMirror: {backendRef: {name: ${
       },
     ],
   },
+  {
+    name: 'HTTPRouteRetry',
+    manifest: 'httproute-retry.yaml',
+    features: ['HTTPRouteRetry'],
+    routes: route(
+      'retries',
+      `  rules:
+    - matches: [{path: {type: PathPrefix, value: /retry/code-500-attempts-3}}]
+      retry: {codes: [500], attempts: 3}
+      backendRefs: [{name: ${V3}}]
+    - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-2}}]
+      retry: {codes: [500, 502, 503, 504], attempts: 2}
+      backendRefs: [{name: ${V3}}]
+`,
+    ),
+    exchanges: [
+      { request: { path: '/retry/code-500-attempts-3' }, retrySimulation: { responseCode: '500', succeedAfter: '2' }, backend: V3 },
+      { request: { path: '/retry/code-500-attempts-3' }, retrySimulation: { responseCode: '500', succeedAfter: '4' }, response: { status: 500 } },
+      { request: { path: '/retry/code-500-attempts-3' }, retrySimulation: { responseCode: '503', succeedAfter: '2' }, response: { status: 503 } },
+      { request: { path: '/retry/code-all-attempts-2' }, retrySimulation: { responseCode: '500', succeedAfter: '1' }, backend: V3 },
+      { request: { path: '/retry/code-all-attempts-2' }, retrySimulation: { responseCode: '500', succeedAfter: '3' }, response: { status: 500 } },
+      { request: { path: '/retry/code-all-attempts-2' }, retrySimulation: { responseCode: '502', succeedAfter: '1' }, backend: V3 },
+      { request: { path: '/retry/code-all-attempts-2' }, retrySimulation: { responseCode: '502', succeedAfter: '3' }, response: { status: 502 } },
+      { request: { path: '/retry/code-all-attempts-2' }, retrySimulation: { responseCode: '503', succeedAfter: '1' }, backend: V3 },
+    ],
+  },
+  {
+    name: 'HTTPRouteRetryConnectionError',
+    manifest: 'httproute-retry-connection-error.yaml',
+    features: ['HTTPRouteRetryConnectionError', 'HTTPRouteRetry'],
+    routes: route(
+      'retries-connection-error',
+      `  rules:
+    - matches: [{path: {type: PathPrefix, value: /retry/no-status-code-attempts-3}}]
+      retry: {attempts: 3}
+      backendRefs: [{name: ${V3}}]
+`,
+    ),
+    exchanges: [
+      { request: { path: '/retry/no-status-code-attempts-3' }, retrySimulation: { succeedAfter: '2' }, backend: V3 },
+      { request: { path: '/retry/no-status-code-attempts-3' }, retrySimulation: { succeedAfter: '4' }, response: { status: [500, 503] } },
+    ],
+  },
+  {
+    name: 'HTTPRouteRetryWithTimeouts',
+    manifest: 'httproute-retry-with-timeouts.yaml',
+    features: ['HTTPRouteRetryBackendTimeout', 'HTTPRouteRetry', 'HTTPRouteBackendTimeout', 'HTTPRouteRequestTimeout'],
+    routes: route(
+      'retries-with-timeouts',
+      `  rules:
+    - matches: [{path: {type: PathPrefix, value: /retry/backend-request-timeout-200ms}}]
+      retry: {attempts: 2}
+      timeouts: {backendRequest: 200ms}
+      backendRefs: [{name: ${V3}}]
+    - matches: [{path: {type: PathPrefix, value: /retry/request-timeout-200ms}}]
+      retry: {codes: [500], attempts: 5}
+      timeouts: {backendRequest: 200ms, request: 400ms}
+      backendRefs: [{name: ${V3}}]
+`,
+    ),
+    exchanges: [
+      { request: { path: '/retry/backend-request-timeout-200ms' }, retrySimulation: { responseCode: '500', succeedAfter: '2', delayRetry: '300ms' }, backend: V3 },
+      { request: { path: '/retry/backend-request-timeout-200ms' }, retrySimulation: { responseCode: '500', succeedAfter: '3', delayRetry: '300ms' }, response: { status: 504 } },
+      { request: { path: '/retry/request-timeout-200ms' }, retrySimulation: { responseCode: '500', succeedAfter: '1' }, backend: V3 },
+      { request: { path: '/retry/request-timeout-200ms' }, retrySimulation: { responseCode: '500', succeedAfter: '4', delayRetry: '100ms' }, response: { status: 504 } },
+    ],
+  },
+  {
+    name: 'HTTPRouteBackendRequestRedirect',
+    manifest: 'httproute-backend-request-redirect.yaml',
+    features: ['HTTPRouteBackendRequestRedirect'],
+    routes: route(
+      'backend-request-redirect',
+      `  rules:
+    - matches: [{path: {type: PathPrefix, value: /full}}]
+      backendRefs:
+        - name: ${V1}
+          filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /redirected-full}}}]
+    - matches: [{path: {type: PathPrefix, value: /prefix}}]
+      backendRefs:
+        - name: ${V1}
+          filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /redirected-prefix}}}]
+`,
+    ),
+    exchanges: [redirectTo('/full/original', { path: '/redirected-full' }), redirectTo('/prefix/original', { path: '/redirected-prefix/original' })],
+  },
+  {
+    name: 'HTTPRouteRequestHeaderModifierBackendWeights',
+    manifest: 'httproute-request-header-modifier-backend-weights.yaml',
+    features: ['HTTPRouteBackendRequestHeaderModification'],
+    routes: route(
+      'request-header-modifier-backend-weights',
+      `  rules:
+    - backendRefs:
+        - name: ${V1}
+          weight: 10
+          filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Backend, value: ${V1}}]}}]
+        - name: ${V2}
+          weight: 10
+          filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Backend, value: ${V2}}]}}]
+`,
+    ),
+    exchanges: [{ request: { path: '/' } }],
+  },
+  {
+    name: 'HTTPRouteBackendProtocolWebSocket',
+    manifest: 'httproute-backend-protocol-websocket.yaml',
+    features: ['HTTPRouteBackendProtocolWebSocket'],
+    routes: route('backend-protocol-ws', `  rules:\n    - backendRefs: [{name: ${V1}}]\n`),
+    websocket: { path: '/ws' },
+  },
+  {
+    name: 'HTTPRouteBackendProtocolH2C',
+    manifest: 'httproute-backend-protocol-h2c.yaml',
+    features: ['HTTPRouteBackendProtocolH2C'],
+    skip: cluster("a Service port's appProtocol (kubernetes.io/h2c); a mesh service's node declares no protocol"),
+  },
   { name: 'HTTPRouteRedirectPortAndScheme', manifest: 'httproute-redirect-port-and-scheme.yaml', features: ['HTTPRoutePortRedirect'], skip: cluster('Gateway listeners on ports 80, 443 and 8080 (GatewayPort8080)') },
   { name: 'HTTPRouteListenerPortMatching', manifest: 'httproute-listener-port-matching.yaml', features: ['HTTPRouteParentRefPort'], skip: cluster('several Gateway listener ports') },
   { name: 'HTTPRouteInvalidParentRefNotMatchingListenerPort', manifest: 'httproute-invalid-parentref-not-matching-listener-port.yaml', features: ['HTTPRouteDestinationPortMatching'], skip: cluster('Gateway listener ports and status conditions') },
@@ -1013,9 +1134,16 @@ const REDIRECT_CODE = 'a redirect statusCode other than 301 or 302 refuses the f
 const PERCENT_MIRROR = "a mirror's percent or fraction refuses the file (every request is mirrored)";
 const BACKEND_FILTERS = "a backendRef's own filters refuse the file (only a rule's filters are supported)";
 const CORS = 'the CORS filter refuses the file';
+const RETRY_RESET = 'a try whose connection the backend closes before answering is not retried (only a failure to connect is)';
+const RETRY_TIMEOUT = 'a try that runs out of timeouts.backendRequest is not retried: the client gets 504';
 const NO_NODE = 'a backendRef to a service with no node answers 404 (service not found) instead of 500';
 
-const REFUSED: Record<string, string> = {
+/** The same on every front (most are files refused at load). */
+const EVERY_FRONT: Record<string, string> = {
+  HTTPRouteRetryConnectionError: RETRY_RESET,
+  HTTPRouteRetryWithTimeouts: RETRY_TIMEOUT,
+  HTTPRouteBackendRequestRedirect: BACKEND_FILTERS,
+  HTTPRouteRequestHeaderModifierBackendWeights: BACKEND_FILTERS,
   HTTPRouteInvalidBackendRefUnknownKind: KIND,
   HTTPRouteNoBackendRefs: NO_BACKENDS,
   HTTPRoute303Redirect: REDIRECT_CODE,
@@ -1030,7 +1158,7 @@ const REFUSED: Record<string, string> = {
 /** The cases that fail today on each front, with why in one line. */
 export const KNOWN_FAILING: Record<FrontName, Record<string, string>> = {
   'mesh api': {
-    ...REFUSED,
+    ...EVERY_FRONT,
     HTTPRouteSimpleSameNamespace: SLASH,
     HTTPRouteExactPathMatching: SLASH,
     HTTPRouteHeaderMatching: SLASH,
@@ -1042,7 +1170,7 @@ export const KNOWN_FAILING: Record<FrontName, Record<string, string>> = {
     HTTPRouteQueryParamMatching: SLASH,
   },
   'mesh sidecar': {
-    ...REFUSED,
+    ...EVERY_FRONT,
     HTTPRouteSimpleSameNamespace: SLASH,
     HTTPRouteExactPathMatching: SLASH,
     HTTPRouteHeaderMatching: SLASH,
@@ -1055,7 +1183,7 @@ export const KNOWN_FAILING: Record<FrontName, Record<string, string>> = {
     HTTPRouteRewriteHost: SIDECAR_HOST,
   },
   'mesh proxy': {
-    ...REFUSED,
+    ...EVERY_FRONT,
     HTTPRouteInvalidNonExistentBackendRef: NO_NODE,
   },
 };

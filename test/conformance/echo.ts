@@ -6,10 +6,16 @@
  * same here. Like the upstream server it also obeys two test controls:
  *  - header `X-Echo-Set-Header: Name:value,Name:value` → those headers are set on the answer;
  *  - query `delay=<duration>` (`500ms`, `1s`) → the answer waits that long.
+ *  - the retry simulation of the upstream retry cases: query `uuid=<id>&succeedAfter=N`, with
+ *    optional `responseCode=C` and `delayRetry=<duration>`: the first N requests with that id
+ *    fail (after `delayRetry`, if given) with status C, or, without `responseCode`, by the
+ *    connection being closed unanswered; the next ones are answered as usual;
+ *  - a WebSocket at any path: every message (text or binary) is sent back as it came.
  * Every request is kept in `received` (the mirror cases look there for their copies).
  */
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { WebSocketServer } from 'ws';
 
 export const ECHO_NAMESPACE = 'gateway-conformance-infra';
 
@@ -68,6 +74,7 @@ function echoOf(req: IncomingMessage, name: string, pod: string): EchoedRequest 
 export async function startEcho(name: string): Promise<EchoBackend> {
   const received: EchoedRequest[] = [];
   const timers = new Set<NodeJS.Timeout>();
+  const attempts = new Map<string, number>();
   let pod = name;
   const server: Server = createServer((req, res) => {
     req.resume();
@@ -75,6 +82,29 @@ export async function startEcho(name: string): Promise<EchoBackend> {
       const echoed = echoOf(req, name, pod);
       received.push(echoed);
       const query = new URL(req.url ?? '/', 'http://echo').searchParams;
+      const uuid = query.get('uuid');
+      const succeedAfter = Number(query.get('succeedAfter') ?? 'NaN');
+      if (uuid && Number.isInteger(succeedAfter)) {
+        const tries = (attempts.get(uuid) ?? 0) + 1;
+        attempts.set(uuid, tries);
+        if (tries <= succeedAfter) {
+          const code = Number(query.get('responseCode') ?? '0');
+          const fail = () => {
+            if (res.destroyed) return;
+            if (!code) return void req.socket.destroy();
+            res.writeHead(code, { 'content-type': 'text/plain' });
+            res.end(`try ${tries} of ${uuid} fails with ${code}`);
+          };
+          const wait = durationMs(query.get('delayRetry') ?? '') ?? 0;
+          if (wait <= 0) return fail();
+          // The slow try is the backend behaviour under test, not a wait of the test.
+          const timer = setTimeout(() => {
+            timers.delete(timer);
+            fail();
+          }, wait);
+          return void timers.add(timer);
+        }
+      }
       const delay = durationMs(query.get('delay') ?? '') ?? 0;
       const answer = () => {
         const text = JSON.stringify(echoed);
@@ -98,6 +128,12 @@ export async function startEcho(name: string): Promise<EchoBackend> {
       timers.add(timer);
     });
   });
+  const wss = new WebSocketServer({ noServer: true });
+  wss.on('connection', (ws) => ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary })));
+  server.on('upgrade', (req, socket, head) => {
+    received.push(echoOf(req, name, pod));
+    wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
+  });
   server.keepAliveTimeout = 1000;
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const port = (server.address() as AddressInfo).port;
@@ -109,6 +145,8 @@ export async function startEcho(name: string): Promise<EchoBackend> {
     received,
     close: async () => {
       for (const t of timers) clearTimeout(t);
+      for (const c of wss.clients) c.terminate();
+      wss.close();
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));
     },
