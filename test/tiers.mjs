@@ -9,7 +9,7 @@
  */
 export const UNIT = [
   'test/cli/line-prefixer.test.ts',
-  'test/fronts/gateway-own-paths.test.ts',
+  'test/fronts/own-paths.test.ts',
   'test/base/address.test.ts',
   'test/cli/run-ports.test.ts',
   'test/engines/rate-limit-store.test.ts',

@@ -46,6 +46,12 @@ import { HEALTH_PATH } from './filters/health.js';
 /** The health-check path of a front end: 200 while live, 503 while draining (admin /healthcheck/fail; src/edge/filters/health.ts). */
 export { HEALTH_PATH };
 
+/** The front ends' own prefix: no route of a route file is matched under it (HEALTH_PATH, VERSION_PATH). */
+export const OWN_PREFIX = '/_mesh/';
+
+/** What a front end answers at `/` without a route file (its version), always. */
+export const VERSION_PATH = '/_mesh/version';
+
 /** The phases of a request, in order (see the module comment). */
 export const FRONT_PHASES = ['accept', 'target', 'edge', 'route', 'auth', 'handle', 'respond', 'log'] as const;
 export type FrontPhase = (typeof FRONT_PHASES)[number];

@@ -1125,8 +1125,6 @@ ${REQ_MODS}        - {type: RequestMirror, requestMirror: {backendRef: {name: ${
 export type FrontName = 'mesh api' | 'mesh sidecar' | 'mesh proxy';
 
 // Why a case fails, in one line (shared by the fronts where the cause is the same).
-const SLASH = 'mesh answers GET / itself (its version JSON) before the route file is consulted';
-const SLASH_POST = 'mesh answers / itself: POST / is 405 before the route file is consulted';
 const SIDECAR_HOST = "the sidecar's Host check answers 403 to a Host other than this machine's names (example.com, rewrite.example)";
 const KIND = 'a backendRef of another group or kind refuses the whole file (upstream: the route stays and its requests get 500)';
 const NO_BACKENDS = 'a rule without backendRefs (and no redirect) refuses the whole file (upstream: its requests get 500)';
@@ -1159,27 +1157,12 @@ const EVERY_FRONT: Record<string, string> = {
 export const KNOWN_FAILING: Record<FrontName, Record<string, string>> = {
   'mesh api': {
     ...EVERY_FRONT,
-    HTTPRouteSimpleSameNamespace: SLASH,
-    HTTPRouteExactPathMatching: SLASH,
-    HTTPRouteHeaderMatching: SLASH,
-    HTTPRouteMatching: SLASH,
-    HTTPRouteMatchingAcrossRoutes: SLASH,
-    HTTPRouteInvalidNonExistentBackendRef: SLASH,
-    HTTPRouteWeight: SLASH,
-    HTTPRouteMethodMatching: SLASH_POST,
-    HTTPRouteQueryParamMatching: SLASH,
+    HTTPRouteInvalidNonExistentBackendRef: NO_NODE,
   },
   'mesh sidecar': {
     ...EVERY_FRONT,
-    HTTPRouteSimpleSameNamespace: SLASH,
-    HTTPRouteExactPathMatching: SLASH,
-    HTTPRouteHeaderMatching: SLASH,
-    HTTPRouteMatching: SLASH,
     HTTPRouteMatchingAcrossRoutes: SIDECAR_HOST,
-    HTTPRouteInvalidNonExistentBackendRef: SLASH,
-    HTTPRouteWeight: SLASH,
-    HTTPRouteMethodMatching: SLASH_POST,
-    HTTPRouteQueryParamMatching: SLASH,
+    HTTPRouteInvalidNonExistentBackendRef: NO_NODE,
     HTTPRouteRewriteHost: SIDECAR_HOST,
   },
   'mesh proxy': {

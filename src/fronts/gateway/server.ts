@@ -22,7 +22,7 @@ import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import { ERROR_IDS, MeshError, rootMethodNotAllowed } from '../../base/errors.js';
-import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
+import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
@@ -106,10 +106,6 @@ export type GatewayRoute =
   | { kind: 'event'; event: { topic: string; name: string } | undefined; stat?: EndpointFamily };
 
 const ROOT: GatewayRoute = { kind: 'root' };
-/** The gateway's own prefix: no route of a route file is matched under it. */
-export const OWN_PREFIX = '/_mesh/';
-/** The version of mesh, always (`/` answers it too when no route file is in use). */
-export const VERSION_PATH = '/_mesh/version';
 const DASHBOARD: GatewayRoute = { kind: 'dashboard' };
 const RPC_ENDPOINT: GatewayRoute = { kind: 'rpc-endpoint' };
 const NONE: GatewayRoute = { kind: 'none' };

@@ -31,7 +31,7 @@ import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import { ERROR_IDS, MeshError, originNotAllowed, rootMethodNotAllowed } from '../../base/errors.js';
-import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
+import { FrontServer, VERSION_PATH, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { FrontEnd } from '../../edge/handlers/front-end.js';
@@ -127,8 +127,9 @@ const OWN_ROUTES = new Map<string, SidecarRoute>([
   ['/registry', { kind: 'registry' }],
   ['/rpc', { kind: 'rpc-endpoint' }],
   ['/broker', { kind: 'broker' }],
-  ['/', { kind: 'root' }],
+  [VERSION_PATH, { kind: 'root' }],
 ]);
+const ROOT: SidecarRoute = { kind: 'root' };
 const DASHBOARD: SidecarRoute = { kind: 'dashboard' };
 
 /** True when the request has no Origin, or its Origin is the sidecar's own or allowed by --cors. */
@@ -239,11 +240,16 @@ export class Sidecar {
     });
   }
 
-  /** The route phase: an own path, else the route file's first matching route, else the handler's target. */
+  /**
+   * The route phase: an own path (`/registry`, `/rpc`, `/broker`, `/_mesh/version`; `/` too without
+   * a route file: with one, `/` is the routes'), else the route file's first matching route, else
+   * the handler's target.
+   */
   private route(req: IncomingMessage, target: RequestTarget): SidecarRoute {
     const path = target.path;
     const own = OWN_ROUTES.get(path);
     if (own) return own;
+    if (path === '/' && !this.routes) return ROOT;
     if (this.dashboard && isDashboardPath(path)) return DASHBOARD;
     const file = this.routes && this.fileRoute(req, target);
     if (file) return file;

@@ -1,8 +1,10 @@
 /**
- * The gateway's own paths and a route file: a route's explicit match wins over `/`, `/rpc` and
- * `/stats`; nothing under `/_mesh/` is ever routed (`/_mesh/health`, `/_mesh/version`); with a route
- * file, a `/` no route matches is not the gateway's (404 from the handler, as any unmatched path);
- * without one, `/` answers the version as before. In process, real HTTP on loopback.
+ * The front ends' own paths and a route file: on the gateway a route's explicit match wins over
+ * `/`, `/rpc` and `/stats`; nothing under `/_mesh/` is ever routed (`/_mesh/health`,
+ * `/_mesh/version`); with a route file, a `/` no route matches is not the gateway's (404 from the
+ * handler, as any unmatched path); without one, `/` answers the version as before. On the sidecar
+ * `/` is the routes' too, while `/registry`, `/broker` and `/rpc` stay the app's API to the mesh.
+ * In process, real HTTP on loopback.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,7 +14,9 @@ import { Runtime } from '../../src/process/runtime.js';
 import { optionsFromFlags } from '../../src/cli/options.js';
 import { parseArgs } from '../../src/cli/flags.js';
 import { MemoryRegistry } from '../../src/engines/registry/memory.js';
-import { Gateway, VERSION_PATH } from '../../src/fronts/gateway/server.js';
+import { Gateway } from '../../src/fronts/gateway/server.js';
+import { Sidecar } from '../../src/fronts/sidecar/server.js';
+import { VERSION_PATH } from '../../src/edge/front-server.js';
 import { packageVersion } from '../../src/admin/build-info.js';
 import { registerPlain, startPlainApp, type PlainApp } from '../fixtures/gateway-helpers.js';
 import { http, tempDir } from '../helpers.js';
@@ -40,7 +44,7 @@ spec:
       backendRefs: [{name: ${SERVICE}}]
 `;
 
-describe('the gateway\'s own paths beside a route file', () => {
+describe('the front ends\' own paths beside a route file', () => {
   const dir = tempDir('mesh-own-paths-');
   let app: PlainApp;
   const running: Runtime[] = [];
@@ -92,6 +96,25 @@ describe('the gateway\'s own paths beside a route file', () => {
     assert.deepEqual([only.status, only.json<{ app: string }>().app], [200, 'web']);
     const version = await http('GET', `${url}${VERSION_PATH}`);
     assert.deepEqual([version.status, version.text], [200, JSON.stringify({ version: packageVersion() })]);
+  });
+
+  it('the sidecar with a route file: `/` is the routes\'; `/registry` and `/_mesh/version` stay the sidecar\'s', async () => {
+    const registry = new MemoryRegistry();
+    await registerPlain(registry, SERVICE, app.port);
+    const file = join(dir.path, 'sidecar-routes.yaml');
+    writeFileSync(file, ROUTES);
+    const all = ['--broker=memory', '--log_level=off', '--drain_delay=0', '--admin_address=off'];
+    const runtime = new Runtime(optionsFromFlags(parseArgs(all, {}).config, { registry }), { role: 'sidecar' });
+    running.push(runtime);
+    const sidecar = new Sidecar(runtime, { handler: 'proxy', routesFile: file });
+    const url = `http://127.0.0.1:${(await sidecar.start('127.0.0.1:0')).port}`;
+    const root = await http('GET', `${url}/`);
+    assert.deepEqual([root.status, root.json<{ app: string }>().app], [200, 'web']);
+    const version = await http('GET', `${url}${VERSION_PATH}`);
+    assert.deepEqual([version.status, version.json<{ version: string; handler: string }>()], [200, { version: packageVersion(), handler: 'proxy', namespace: 'go.mesh.srv' }]);
+    const lookup = await http('GET', `${url}/registry?service=${SERVICE}`);
+    assert.equal(lookup.status, 200);
+    assert.equal(lookup.json<{ name: string }>().name, SERVICE);
   });
 
   it('without a route file, `/` answers the version (GET and HEAD; other methods 405), as `/_mesh/version` does', async () => {
