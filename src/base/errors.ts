@@ -82,15 +82,38 @@ export function statusTextOf(code: number): string {
   return STATUS_CODES[code] ?? 'Unknown';
 }
 
+/*
+ * The status factories: every error the project answers is built by one of these (or by a named
+ * factory below), never with `new MeshError(` at the writer (test/base/error-catalogue-only.test.ts).
+ * `id` is an ERROR_IDS member, or for a framework server's own answers the service's name.
+ */
 export const badRequest = (id: string, detail: string) => new MeshError(id, 400, detail);
+export const unauthorized = (id: string, detail: string) => new MeshError(id, 401, detail);
+export const forbidden = (id: string, detail: string) => new MeshError(id, 403, detail);
 export const notFound = (id: string, detail: string) => new MeshError(id, 404, detail);
 export const methodNotAllowed = (id: string, detail: string) => new MeshError(id, 405, detail);
+export const notAcceptable = (id: string, detail: string) => new MeshError(id, 406, detail);
+export const requestTimeout = (id: string, detail: string) => new MeshError(id, 408, detail);
+export const conflict = (id: string, detail: string) => new MeshError(id, 409, detail);
 export const payloadTooLarge = (id: string, detail: string) => new MeshError(id, 413, detail);
 export const unsupportedMediaType = (id: string, detail: string) => new MeshError(id, 415, detail);
+export const upgradeRequired = (id: string, detail: string) => new MeshError(id, 426, detail);
+export const tooManyRequests = (id: string, detail: string) => new MeshError(id, 429, detail);
+export const headersTooLarge = (id: string, detail: string) => new MeshError(id, 431, detail);
+/** The status text of 499, nginx's "client closed request" (not a registered status). */
+export const CLIENT_CLOSED_REQUEST = 'Client Closed Request';
+/** 499: the caller went away (closed the stream, cancelled the call). */
+export const clientClosed = (id: string, detail: string) => new MeshError(id, 499, detail, CLIENT_CLOSED_REQUEST);
 export const internalError = (id: string, detail: string) => new MeshError(id, 500, detail);
+export const notImplemented = (id: string, detail: string) => new MeshError(id, 501, detail);
 export const badGateway = (id: string, detail: string) => new MeshError(id, 502, detail);
 export const serviceUnavailable = (id: string, detail: string) => new MeshError(id, 503, detail);
 export const gatewayTimeout = (id: string, detail: string) => new MeshError(id, 504, detail);
+/**
+ * An error whose status is decided at run time (a fault's abort status, a status forwarded from
+ * another wire, a gRPC status mapped to HTTP); `statusText` only where the code has none of its own.
+ */
+export const errorWithStatus = (id: string, code: number, detail: string, statusText?: string) => new MeshError(id, code, detail, statusText);
 
 /*
  * The recurring errors of the front ends, each written here once: the status and detail, under

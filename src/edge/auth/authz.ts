@@ -17,7 +17,7 @@
 import { clientText } from '../../base/util/text.js';
 import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
-import { ERROR_IDS, MeshError } from '../../base/errors.js';
+import { ERROR_IDS, forbidden, MeshError } from '../../base/errors.js';
 import { globMatcher } from '../../base/util/regex.js';
 import { OptionError } from '../../base/util/option-error.js';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
@@ -259,7 +259,7 @@ export class ServiceAuthz {
       this.logged.add(who);
       this.deps.log.warn({ caller: clientText(who), service: clientText(service), endpoint: endpoint === undefined ? undefined : clientText(endpoint), rule: decision.rule ?? null }, `call denied by ${by}: further denials of this caller are counted in ${AUTHZ_STATS.counters.denied}, not logged`);
     }
-    return new MeshError(AUTHZ_ERROR_ID, 403, `caller ${who} may not call ${what} (denied by ${by})`);
+    return forbidden(AUTHZ_ERROR_ID, `caller ${who} may not call ${what} (denied by ${by})`);
   }
 
   /**

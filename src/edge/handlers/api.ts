@@ -8,7 +8,7 @@
  * keys, or gives a field of the wrong type, is a 502 that says so.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { MeshError, asFrontEndError } from '../../base/errors.js';
+import { asFrontEndError, badGateway } from '../../base/errors.js';
 import { JSON_CODEC, PROTOBUF_CODEC, codecFor, mediaType } from '../../base/codec/codec.js';
 import { apiTypes } from '../../base/codec/api-proto.js';
 import { readBody } from '../../base/http/body.js';
@@ -154,7 +154,7 @@ export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     if (!codec) throw new Error(`content type ${answer.contentType}`);
     response = codec.decode(answer.body, types.Response) as ApiResponseMessage;
   } catch (err) {
-    throw new MeshError(fe.errorId, 502, `${route.service} answered something that is not an API Response: ${(err as Error).message}`);
+    throw badGateway(fe.errorId, `${route.service} answered something that is not an API Response: ${(err as Error).message}`);
   }
   if (codec === JSON_CODEC) {
     const kind = classifyJsonAnswer(response);
@@ -164,10 +164,10 @@ export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMess
       res.end(answer.body);
       return;
     }
-    if (kind !== 'response') throw new MeshError(fe.errorId, 502, `${route.service} answered ${kind}: not an API Response`);
+    if (kind !== 'response') throw badGateway(fe.errorId, `${route.service} answered ${kind}: not an API Response`);
   }
   const status = response.statusCode ? Number(response.statusCode) : 200;
-  if (!Number.isInteger(status) || status < 100 || status > 599) throw new MeshError(fe.errorId, 502, `${route.service} answered statusCode ${status}`);
+  if (!Number.isInteger(status) || status < 100 || status > 599) throw badGateway(fe.errorId, `${route.service} answered statusCode ${status}`);
   // The answer's headers as a flat list (name, value, name, value...; a name repeats for each of
   // its values) and the body as a string: Node sends the head and the body in one write, with no
   // Buffer copy of the body and no header object to walk.

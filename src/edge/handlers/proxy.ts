@@ -17,7 +17,7 @@ import type { Dispatcher } from 'undici';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
-import { MeshError, asFrontEndError, bodyTooLarge, flagged } from '../../base/errors.js';
+import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, flagged, gatewayTimeout, MeshError } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { endRawLingering, refuseSocket, sendError } from '../../base/http/respond.js';
 import { classifyError } from '../../core/transport/rpc.js';
@@ -444,7 +444,7 @@ const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
     retries: (call) => call.retries,
     attempt: (_call, n) => n,
     decide: (r) => (r.kind === 'overflow' ? 'stop' : r.kind === 'failed' && r.retriable ? 'retry' : 'done'),
-    exhausted: (call) => ({ kind: 'failed', error: new MeshError(call.fe.errorId, 502, `proxy to ${call.service} failed`), retriable: false }),
+    exhausted: (call) => ({ kind: 'failed', error: badGateway(call.fe.errorId, `proxy to ${call.service} failed`), retriable: false }),
     backoff: (_n, call) => call.backoffMs,
   }),
 ]);
@@ -470,7 +470,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   }
   if (!lease) {
     req.resume();
-    sendError(res, flagged(new MeshError(fe.errorId, 504, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'));
+    sendError(res, flagged(gatewayTimeout(fe.errorId, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'));
     return DONE;
   }
   const started = Date.now();
@@ -521,7 +521,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   }
   if (result.retryStatus !== undefined && !res.destroyed) {
     lease.release({ kind: 'response', status: result.retryStatus }, Date.now() - started);
-    return { kind: 'failed', error: new MeshError(fe.errorId, result.retryStatus, `proxy to ${service} on ${lease.target.key}: answered ${result.retryStatus}`), retriable: true };
+    return { kind: 'failed', error: errorWithStatus(fe.errorId, result.retryStatus, `proxy to ${service} on ${lease.target.key}: answered ${result.retryStatus}`), retriable: true };
   }
   const failure = classifyError(result.err, result.timedOut);
   lease.release(failure.outcome, Date.now() - started);
@@ -529,8 +529,8 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   const outcome = failure.outcome.kind;
   const error =
     outcome === 'timeout'
-      ? flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
-      : flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
+      ? flagged(gatewayTimeout(fe.errorId, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
+      : flagged(badGateway(fe.errorId, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
   return { kind: 'failed', error, retriable: outcome === 'connect_failure' };
 }
 
@@ -573,15 +573,15 @@ function answerHead(res: IncomingMessage, extra: string): string {
 export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, version?: string): void {
   const refuse = (err: MeshError) => refuseSocket(socket, err, fe.errorId);
   if (upgradesToH2c(req.headers.upgrade)) {
-    return refuse(new MeshError(fe.errorId, 400, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
+    return refuse(badRequest(fe.errorId, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
   }
   if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
-    return refuse(new MeshError(fe.errorId, 400, 'an upgrade request carries no body'));
+    return refuse(badRequest(fe.errorId, 'an upgrade request carries no body'));
   }
   // The wait for a host (a service's first registry lookup) is bounded as the wait for the answer.
   const timeoutMs = fe.runtime.options.clientRequestTimeout;
   leaseWithin(fe.runtime.clusters.acquire(service, { version }), Date.now() + timeoutMs).then(
-    (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(flagged(new MeshError(fe.errorId, 504, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'))),
+    (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(flagged(gatewayTimeout(fe.errorId, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'))),
     (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
   );
 }
@@ -615,7 +615,7 @@ function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: Incoming
   const timer = setTimeout(() => {
     if (state !== 'waiting') return;
     release({ kind: 'timeout' });
-    refuse(flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT'));
+    refuse(flagged(gatewayTimeout(fe.errorId, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT'));
     upstream.destroy();
   }, timeoutMs);
   const onClientGone = () => {
@@ -672,7 +672,7 @@ function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: Incoming
     const failure = classifyError(err, false);
     release(failure.outcome);
     const outcome = failure.outcome.kind;
-    refuse(flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC'));
+    refuse(flagged(badGateway(fe.errorId, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC'));
   });
   upstream.end();
 }

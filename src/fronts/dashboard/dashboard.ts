@@ -16,7 +16,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { MeshError } from '../../base/errors.js';
+import { methodNotAllowed, notFound } from '../../base/errors.js';
 import { sendJson } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import { packageRoot } from '../../base/util/package-root.js';
@@ -302,7 +302,7 @@ export class Dashboard {
     const { path, query } = targetOf(req);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
-      throw new MeshError(this.options.errorId, 405, `method ${req.method} not allowed on ${path}: use GET`);
+      throw methodNotAllowed(this.options.errorId, `method ${req.method} not allowed on ${path}: use GET`);
     }
     if (path === DASHBOARD_PATH) {
       if (wantsJson(req, query)) sendJson(res, 200, this.snapshot(), { 'cache-control': 'no-store', vary: 'Accept' });
@@ -311,7 +311,7 @@ export class Dashboard {
     }
     const name = path.slice(ASSETS_PATH.length);
     const source = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;
-    if (!source) throw new MeshError(this.options.errorId, 404, `no dashboard asset ${name.slice(0, 100)}`);
+    if (!source) throw notFound(this.options.errorId, `no dashboard asset ${name.slice(0, 100)}`);
     sendAsset(req, res, load(source), 'no-cache');
   }
 }

@@ -18,7 +18,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { ERROR_IDS, MeshError, rootMethodNotAllowed } from '../../base/errors.js';
+import { ERROR_IDS, internalError, MeshError, notFound, rootMethodNotAllowed } from '../../base/errors.js';
 import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
@@ -356,7 +356,7 @@ export class Gateway {
         return;
       case 'no-backend':
         req.resume();
-        throw new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`);
+        throw internalError(ERROR_ID, `route ${route.route}: every backend has weight 0`);
       case 'event': {
         const event = route.event;
         if (!event) throw this.noService(req, 'use /<topic>/<event>');
@@ -370,7 +370,7 @@ export class Gateway {
   private noService(req: IncomingMessage, hint?: string): MeshError {
     const path = targetOf(req).path;
     req.resume();
-    return new MeshError(ERROR_ID, 404, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
+    return notFound(ERROR_ID, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
   }
 
   private root(req: IncomingMessage, res: ServerResponse): void {
@@ -411,7 +411,7 @@ export class Gateway {
         return;
       }
     }
-    refuseSocket(socket, new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`), ERROR_ID);
+    refuseSocket(socket, notFound(ERROR_ID, `no proxy route for the upgrade of ${shown(path)}`), ERROR_ID);
   }
 }
 

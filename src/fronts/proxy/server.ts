@@ -14,7 +14,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { ERROR_IDS, MeshError, flagged } from '../../base/errors.js';
+import { badRequest, ERROR_IDS, flagged, internalError, notFound } from '../../base/errors.js';
 import { FrontServer } from '../../edge/front-server.js';
 import { refuseSocket } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
@@ -197,7 +197,7 @@ export class ProxyListener {
     const { url, path } = targetOf(req);
     if (!route) {
       req.resume();
-      throw flagged(new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
+      throw flagged(notFound(ERROR_ID, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
     }
     const started = route.kind === 'config' ? undefined : beginRule(route.policy, req, res, ERROR_ID);
     if (started) await started;
@@ -211,7 +211,7 @@ export class ProxyListener {
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
       case 'no-backend':
         req.resume();
-        throw new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`);
+        throw internalError(ERROR_ID, `route ${route.route}: every backend has weight 0`);
     }
   }
 
@@ -223,9 +223,9 @@ export class ProxyListener {
       return;
     }
     if (route?.kind === 'backend') return handleProxyUpgrade(this.fe, route.service, this.server.secure, req, socket, head, route.policy.version);
-    if (route?.kind === 'redirect') return refuseSocket(socket, new MeshError(ERROR_ID, 400, `route redirects to ${route.location}: an upgrade does not follow a redirect`), ERROR_ID);
-    if (route?.kind === 'no-backend') return refuseSocket(socket, new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`), ERROR_ID);
-    refuseSocket(socket, new MeshError(ERROR_ID, 404, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
+    if (route?.kind === 'redirect') return refuseSocket(socket, badRequest(ERROR_ID, `route redirects to ${route.location}: an upgrade does not follow a redirect`), ERROR_ID);
+    if (route?.kind === 'no-backend') return refuseSocket(socket, internalError(ERROR_ID, `route ${route.route}: every backend has weight 0`), ERROR_ID);
+    refuseSocket(socket, notFound(ERROR_ID, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
   }
 }
 

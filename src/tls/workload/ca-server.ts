@@ -24,7 +24,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
-import { ERROR_IDS, MeshError, rateLimited } from '../../base/errors.js';
+import { ERROR_IDS, errorWithStatus, MeshError, rateLimited } from '../../base/errors.js';
 import { readBody } from '../../base/http/body.js';
 import { httpServerOptions, listenOn } from '../../base/http/lifecycle.js';
 import { clientAddress, rateLimitHeaders, RateLimiter, ratePolicy, type RatePolicy } from '../../base/http/rate-limit.js';
@@ -135,7 +135,7 @@ function serverTlsOptions(pems: WorkloadTlsPems) {
   return { cert: chain, key: pems.key, ca: [...pems.ca] };
 }
 
-const caError = (code: number, detail: string) => new MeshError(ERROR_IDS.ca, code, detail);
+const caError = (code: number, detail: string) => errorWithStatus(ERROR_IDS.ca, code, detail);
 
 interface SignRequest {
   service: string;
