@@ -50,6 +50,13 @@ export interface Operations {
 /** Dead letters listed or replayed by one `mesh dlq` command. */
 export const DLQ_LIMIT = 10_000;
 
+/** 400: a broker without dead letters or durable consumers (the memory broker). */
+const brokerLacks = (broker: string, what: 'dead letters' | 'durable consumers') => badRequest(ERROR_IDS.cli, `broker ${broker}: has no ${what} (use --broker=http or nats)`);
+
+/** 400: `mesh dlq` and `mesh consumers` reach the broker itself, not a sidecar. */
+const notThroughSidecar = (command: 'dlq' | 'consumers') =>
+  badRequest(ERROR_IDS.cli, `mesh ${command}: not available through a sidecar (run it without --proxy_address, with the broker flags)`);
+
 export class DirectOperations implements Operations {
   /** The runtime the commands use (`mesh check` reads its registry and broker). */
   readonly runtime: Runtime;
@@ -119,25 +126,25 @@ export class DirectOperations implements Operations {
 
   async listDeadLetters(topic: string): Promise<ReceivedMessage[]> {
     const broker = this.runtime.broker;
-    if (!broker.listDeadLetters) throw badRequest(ERROR_IDS.cli, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
+    if (!broker.listDeadLetters) throw brokerLacks(broker.name, 'dead letters');
     return (await broker.listDeadLetters(topic, DLQ_LIMIT)).map((m) => ({ header: m.header, body: Buffer.from(m.body) }));
   }
 
   async replayDeadLetters(topic: string): Promise<number> {
     const broker = this.runtime.broker;
-    if (!broker.replayDeadLetters) throw badRequest(ERROR_IDS.cli, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
+    if (!broker.replayDeadLetters) throw brokerLacks(broker.name, 'dead letters');
     return broker.replayDeadLetters(topic, DLQ_LIMIT);
   }
 
   async listConsumers(topic: string): Promise<ConsumerInfo[]> {
     const broker = this.runtime.broker;
-    if (!broker.listConsumers) throw badRequest(ERROR_IDS.cli, `broker ${broker.name}: has no durable consumers (use --broker=http or nats)`);
+    if (!broker.listConsumers) throw brokerLacks(broker.name, 'durable consumers');
     return broker.listConsumers(topic);
   }
 
   async removeConsumer(topic: string, name: string): Promise<boolean> {
     const broker = this.runtime.broker;
-    if (!broker.removeConsumer) throw badRequest(ERROR_IDS.cli, `broker ${broker.name}: has no durable consumers (use --broker=http or nats)`);
+    if (!broker.removeConsumer) throw brokerLacks(broker.name, 'durable consumers');
     return broker.removeConsumer(topic, name);
   }
 
@@ -284,19 +291,19 @@ export class SidecarOperations implements Operations {
   }
 
   async listDeadLetters(): Promise<ReceivedMessage[]> {
-    throw badRequest(ERROR_IDS.cli, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+    throw notThroughSidecar('dlq');
   }
 
   async replayDeadLetters(): Promise<number> {
-    throw badRequest(ERROR_IDS.cli, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+    throw notThroughSidecar('dlq');
   }
 
   async listConsumers(): Promise<ConsumerInfo[]> {
-    throw badRequest(ERROR_IDS.cli, 'mesh consumers: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+    throw notThroughSidecar('consumers');
   }
 
   async removeConsumer(): Promise<boolean> {
-    throw badRequest(ERROR_IDS.cli, 'mesh consumers: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+    throw notThroughSidecar('consumers');
   }
 
   async close(): Promise<void> {}

@@ -12,7 +12,7 @@
  * the sidecar's call of the backend.
  */
 import WebSocket from 'ws';
-import { badGateway, badRequest, ERROR_IDS, errorWithStatus, internalError, MeshError, payloadTooLarge, serviceUnavailable } from '../base/errors.js';
+import { badGateway, ERROR_IDS, errorWithStatus, internalError, MeshError, payloadTooLarge, serverStreamSend, serviceUnavailable, streamRequestClosed } from '../base/errors.js';
 import { cancelledError, RECEIVE_HIGH_WATER, SEND_HIGH_WATER, type StreamCall } from '../core/client/stream.js';
 import type { StreamKind } from '../core/transport/frames.js';
 import { SIDECAR_ERROR_ID } from '../fronts/sidecar/server.js';
@@ -84,9 +84,9 @@ export class SidecarStreamCall implements StreamCall {
   }
 
   async send(payload: Uint8Array): Promise<void> {
-    if (this.kind === 'server') throw badRequest(CLI_ID, 'a server stream takes its one request at open');
+    if (this.kind === 'server') throw serverStreamSend(CLI_ID);
     if (this.failure) throw this.failure;
-    if (this.done || this.ended) throw badRequest(CLI_ID, 'the request side of the stream is closed');
+    if (this.done || this.ended) throw streamRequestClosed(CLI_ID);
     // An empty frame would end the client's side: a message is never empty (the CLI sends JSON).
     const sent = new Promise<void>((resolve, reject) => this.ws.send(Buffer.from(payload), { binary: false }, (err) => (err ? reject(err) : resolve())));
     sent.catch(() => {});

@@ -6,7 +6,7 @@
 import { Runtime } from '../process/runtime.js';
 import { resolveOptions, type Duration, type MeshOptions, type ResolvedOptions } from '../process/options.js';
 import { Service, type ServiceOptions } from './server/service.js';
-import { badGateway, badRequest, ERROR_IDS, unsupportedMediaType } from '../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, noCodec } from '../base/errors.js';
 import { parseDuration } from '../base/util/duration.js';
 import { JSON_CODEC } from '../base/codec/codec.js';
 import type { Registry, Service as ServiceRecord } from '../engines/registry/registry.js';
@@ -212,7 +212,7 @@ export class Mesh {
   async call<TRes = unknown, TReq = unknown>(service: string, endpoint: string, request: TReq, opts: CallOptions = {}): Promise<TRes> {
     const timeoutMs = timeoutOption(opts.timeout);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
-    if (!this.#runtime.codecs.for(contentType)) throw unsupportedMediaType(ERROR_IDS.client, `no codec for content type ${contentType}`);
+    if (!this.#runtime.codecs.for(contentType)) throw noCodec(ERROR_IDS.client, contentType);
     const identity = this.#callerIdentity();
     if (identity) await identity;
     return this.#runtime.client.callValue<TRes>(service, endpoint, request, {
@@ -241,7 +241,7 @@ export class Mesh {
     if (kind !== 'server' && !iterable) throw badRequest(ERROR_IDS.client, `a ${kind} stream takes an iterable of requests`);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     const codec = this.#runtime.codecs.for(contentType);
-    if (!codec) throw unsupportedMediaType(ERROR_IDS.client, `no codec for content type ${contentType}`);
+    if (!codec) throw noCodec(ERROR_IDS.client, contentType);
     const client = this.#runtime.client;
     const identity = this.#callerIdentity();
     const cancel = new AbortController();
@@ -323,7 +323,7 @@ export class Mesh {
       const type = Object.entries(header).find(([k]) => k.toLowerCase() === 'content-type')?.[1];
       if (type === undefined) header['content-type'] = JSON_CODEC.contentType;
       const codec = this.#runtime.codecs.for(type);
-      if (!codec) throw unsupportedMediaType(ERROR_IDS.broker, `no codec for content type ${type}`);
+      if (!codec) throw noCodec(ERROR_IDS.broker, type);
       body = codec.encode(value);
     }
     // With --mtls, the http broker delivers over mutual TLS with this process's certificate.

@@ -110,4 +110,21 @@ describe('errors from the catalogue only', () => {
     ];
     for (const [err, body] of cases) assert.equal(err.toBody(), body);
   });
+
+  it('the named recurring errors, as written on the wire', () => {
+    const { ERROR_IDS } = errors;
+    assert.equal(errors.noBackend(ERROR_IDS.proxy, 'r1').toBody(), '{"id":"go.mesh.proxy","code":500,"detail":"route r1: every backend has weight 0","status":"Internal Server Error"}');
+    assert.equal(errors.serviceNotFound(ERROR_IDS.cli, 'a').toBody(), '{"id":"go.mesh.cli","code":404,"detail":"service a: not found","status":"Not Found"}');
+    const timeout = errors.proxyTimeout(ERROR_IDS.gateway, 'a on 127.0.0.1:1', 5);
+    assert.equal(timeout.toBody(), '{"id":"go.mesh.api","code":504,"detail":"proxy to a on 127.0.0.1:1: timeout after 5ms","status":"Gateway Timeout"}');
+    assert.equal(timeout.responseFlag, 'UT');
+    const failed = errors.proxyFailed(ERROR_IDS.sidecar, 'a on h:1', 'ECONNREFUSED', 'UF');
+    assert.equal(failed.toBody(), '{"id":"go.mesh.sidecar","code":502,"detail":"proxy to a on h:1: ECONNREFUSED","status":"Bad Gateway"}');
+    assert.equal(failed.responseFlag, 'UF');
+    assert.equal(errors.tooManyHeaderFields('s', 100).detail, 'more than 100 header fields');
+    assert.equal(errors.noCodec(ERROR_IDS.broker, undefined).detail, 'no codec for content type undefined');
+    assert.equal(errors.serverStreamSend(ERROR_IDS.client).detail, 'a server stream takes its one request at open');
+    assert.equal(errors.streamRequestClosed(ERROR_IDS.client).detail, 'the request side of the stream is closed');
+    assert.equal(errors.streamMessageTooLarge(ERROR_IDS.client, 9, 8).toBody(), '{"id":"go.mesh.client","code":413,"detail":"stream message of 9 bytes is larger than 8 bytes","status":"Payload Too Large"}');
+  });
 });

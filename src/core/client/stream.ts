@@ -12,7 +12,7 @@
 import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { badGateway, badRequest, clientClosed, ERROR_IDS, flagged, gatewayTimeout, MeshError, parseErrorBody } from '../../base/errors.js';
+import { badGateway, clientClosed, ERROR_IDS, flagged, gatewayTimeout, MeshError, parseErrorBody, serverStreamSend, streamRequestClosed } from '../../base/errors.js';
 import type { UpstreamInfo } from '../../base/http/access-log.js';
 import { declareStats, type FamilyStats, type StatsStore } from '../../base/stats/store.js';
 import { clusterStatPrefix } from '../upstream/cluster.js';
@@ -214,9 +214,9 @@ class WireStreamCall implements StreamCall {
    */
   async send(payload: Uint8Array): Promise<void> {
     const body = this.requestBody;
-    if (!body) throw badRequest(CLIENT_ID, 'a server stream takes its one request at open');
+    if (!body) throw serverStreamSend(CLIENT_ID);
     if (this.failure) throw this.failure;
-    if (body.writableEnded || body.destroyed) throw badRequest(CLIENT_ID, 'the request side of the stream is closed');
+    if (body.writableEnded || body.destroyed) throw streamRequestClosed(CLIENT_ID);
     this.stats?.sent.inc();
     if (!body.write(encodeFrame(FLAG_MESSAGE, payload))) {
       try {

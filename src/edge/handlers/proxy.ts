@@ -17,7 +17,7 @@ import type { Dispatcher } from 'undici';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
-import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, flagged, gatewayTimeout, MeshError } from '../../base/errors.js';
+import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, MeshError, proxyFailed, proxyTimeout } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { endRawLingering, refuseSocket, sendError } from '../../base/http/respond.js';
 import { classifyError } from '../../core/transport/rpc.js';
@@ -470,7 +470,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   }
   if (!lease) {
     req.resume();
-    sendError(res, flagged(gatewayTimeout(fe.errorId, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'));
+    sendError(res, proxyTimeout(fe.errorId, service, timeoutMs));
     return DONE;
   }
   const started = Date.now();
@@ -529,8 +529,8 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   const outcome = failure.outcome.kind;
   const error =
     outcome === 'timeout'
-      ? flagged(gatewayTimeout(fe.errorId, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
-      : flagged(badGateway(fe.errorId, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
+      ? proxyTimeout(fe.errorId, `${service} on ${lease.target.key}`, timeoutMs)
+      : proxyFailed(fe.errorId, `${service} on ${lease.target.key}`, failure.message, outcome === 'connect_failure' ? 'UF' : 'UC');
   return { kind: 'failed', error, retriable: outcome === 'connect_failure' };
 }
 
@@ -581,7 +581,7 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
   // The wait for a host (a service's first registry lookup) is bounded as the wait for the answer.
   const timeoutMs = fe.runtime.options.clientRequestTimeout;
   leaseWithin(fe.runtime.clusters.acquire(service, { version }), Date.now() + timeoutMs).then(
-    (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(flagged(gatewayTimeout(fe.errorId, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'))),
+    (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(proxyTimeout(fe.errorId, service, timeoutMs))),
     (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
   );
 }
@@ -615,7 +615,7 @@ function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: Incoming
   const timer = setTimeout(() => {
     if (state !== 'waiting') return;
     release({ kind: 'timeout' });
-    refuse(flagged(gatewayTimeout(fe.errorId, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT'));
+    refuse(proxyTimeout(fe.errorId, `${service} on ${lease.target.key}`, timeoutMs));
     upstream.destroy();
   }, timeoutMs);
   const onClientGone = () => {
@@ -672,7 +672,7 @@ function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: Incoming
     const failure = classifyError(err, false);
     release(failure.outcome);
     const outcome = failure.outcome.kind;
-    refuse(flagged(badGateway(fe.errorId, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC'));
+    refuse(proxyFailed(fe.errorId, `${service} on ${lease.target.key}`, failure.message, outcome === 'connect_failure' ? 'UF' : 'UC'));
   });
   upstream.end();
 }

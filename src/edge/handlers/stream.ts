@@ -24,7 +24,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
-import { asFrontEndError, badGateway, badRequest, errorWithStatus, gatewayTimeout, MeshError, methodNotAllowed, notAcceptable, notFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
+import { asFrontEndError, badGateway, badRequest, errorWithStatus, gatewayTimeout, MeshError, methodNotAllowed, notAcceptable, serviceNotFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
 import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
@@ -83,7 +83,7 @@ export class StreamKinds {
       } catch (err) {
         throw serviceUnavailable(this.fe.errorId, `registry: ${(err as Error).message}`);
       }
-      if (versions.length === 0) throw notFound(this.fe.errorId, `service ${route.service}: not found`);
+      if (versions.length === 0) throw serviceNotFound(this.fe.errorId, route.service);
       const kinds = new Map<string, StreamKind>();
       const grpc: GrpcNode[] = [];
       for (const version of versions) {

@@ -11,7 +11,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
 import type { PeerCertificate } from 'node:tls';
-import { badRequest, clientClosed, gatewayTimeout, internalError, MeshError, toMeshError } from '../../base/errors.js';
+import { badRequest, clientClosed, gatewayTimeout, internalError, MeshError, notAsyncIterable, toMeshError } from '../../base/errors.js';
 import type { DrainResult, Drainable } from '../../base/http/lifecycle.js';
 import { decodeToJson, encodeJson, JsonShapeError } from '../../core/transport/grpc/json.js';
 import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
@@ -244,7 +244,7 @@ export class GrpcServer implements Drainable {
           cb!(null, this.encode(def, m, value));
           return;
         }
-        if (!isAsyncIterable(out)) throw internalError(id, `handler of ${def.name} (a ${kind} stream) must return an async iterable (an async generator)`);
+        if (!isAsyncIterable(out)) throw notAsyncIterable(id, def.name, kind);
         const it = out[Symbol.asyncIterator]();
         let done = false;
         try {

@@ -6,7 +6,7 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pino from 'pino';
-import { badRequest, headersTooLarge, internalError, methodNotAllowed, notFound, unsupportedMediaType } from '../../base/errors.js';
+import { badRequest, internalError, methodNotAllowed, notFound, tooManyHeaderFields, unsupportedMediaType } from '../../base/errors.js';
 import { JSON_CODEC, codecFor, mediaType, type Codec, type CodecSet } from '../../base/codec/codec.js';
 import { JsonSyntaxError, stringifyJson } from '../../base/codec/json.js';
 import { readBodyThen } from '../../base/http/body.js';
@@ -121,7 +121,7 @@ export class RpcServer implements Drainable {
     if (tooManyHeaders(req) > 0) {
       req.resume();
       res.shouldKeepAlive = false;
-      sendError(res, headersTooLarge(this.options.service, `more than ${MAX_HEADER_COUNT} header fields`));
+      sendError(res, tooManyHeaderFields(this.options.service, MAX_HEADER_COUNT));
       return;
     }
     if (req.method === 'GET' && (path === '/health' || path.startsWith('/health?'))) {

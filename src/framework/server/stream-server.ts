@@ -15,7 +15,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { drained } from '../../base/http/respond.js';
 import { keepPastRequestTimeout } from '../../base/http/long-request.js';
 import type pino from 'pino';
-import { badRequest, clientClosed, gatewayTimeout, internalError, MeshError, toMeshError } from '../../base/errors.js';
+import { badRequest, clientClosed, gatewayTimeout, internalError, MeshError, notAsyncIterable, toMeshError } from '../../base/errors.js';
 import type { Codec } from '../../base/codec/codec.js';
 import { JsonSyntaxError } from '../../base/codec/json.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../../core/transport/frames.js';
@@ -190,7 +190,7 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
     if (kind === 'client') {
       await write(encode(await untilAborted(Promise.resolve(out), signal)));
     } else {
-      if (!isAsyncIterable(out)) throw internalError(id, `handler of ${def.name} (a ${kind} stream) must return an async iterable (an async generator)`);
+      if (!isAsyncIterable(out)) throw notAsyncIterable(id, def.name, kind);
       const it = out[Symbol.asyncIterator]();
       let finished = false;
       try {

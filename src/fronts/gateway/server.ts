@@ -18,7 +18,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { ERROR_IDS, internalError, MeshError, notFound, rootMethodNotAllowed } from '../../base/errors.js';
+import { ERROR_IDS, MeshError, noBackend, notFound, rootMethodNotAllowed } from '../../base/errors.js';
 import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
@@ -356,7 +356,7 @@ export class Gateway {
         return;
       case 'no-backend':
         req.resume();
-        throw internalError(ERROR_ID, `route ${route.route}: every backend has weight 0`);
+        throw noBackend(ERROR_ID, route.route);
       case 'event': {
         const event = route.event;
         if (!event) throw this.noService(req, 'use /<topic>/<event>');

@@ -14,7 +14,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { badRequest, ERROR_IDS, flagged, internalError, notFound } from '../../base/errors.js';
+import { badRequest, ERROR_IDS, flagged, noBackend, notFound } from '../../base/errors.js';
 import { FrontServer } from '../../edge/front-server.js';
 import { refuseSocket } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
@@ -211,7 +211,7 @@ export class ProxyListener {
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
       case 'no-backend':
         req.resume();
-        throw internalError(ERROR_ID, `route ${route.route}: every backend has weight 0`);
+        throw noBackend(ERROR_ID, route.route);
     }
   }
 
@@ -224,7 +224,7 @@ export class ProxyListener {
     }
     if (route?.kind === 'backend') return handleProxyUpgrade(this.fe, route.service, this.server.secure, req, socket, head, route.policy.version);
     if (route?.kind === 'redirect') return refuseSocket(socket, badRequest(ERROR_ID, `route redirects to ${route.location}: an upgrade does not follow a redirect`), ERROR_ID);
-    if (route?.kind === 'no-backend') return refuseSocket(socket, internalError(ERROR_ID, `route ${route.route}: every backend has weight 0`), ERROR_ID);
+    if (route?.kind === 'no-backend') return refuseSocket(socket, noBackend(ERROR_ID, route.route), ERROR_ID);
     refuseSocket(socket, notFound(ERROR_ID, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
   }
 }

@@ -14,7 +14,7 @@
  * (curl -d's default) gets a 415 telling what to send instead of losing its body (micro v1's trap).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { badRequest, MeshError, methodNotAllowed, notFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
+import { badRequest, MeshError, methodNotAllowed, serviceNotFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
 import { isJsonMedia, mediaType } from '../../base/codec/codec.js';
 import { parseJson, stringifyJson } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
@@ -99,7 +99,7 @@ export async function handleRegistry(fe: FrontEnd, req: IncomingMessage, res: Se
           throw registryFailure(fe, `looking up ${name}`, err);
         }
         const merged = mergeVersions(versions.filter((s) => s.nodes.length > 0));
-        if (!merged) throw notFound(fe.errorId, `service ${name}: not found`);
+        if (!merged) throw serviceNotFound(fe.errorId, name);
         sendJson(res, 200, stringifyJson(merged));
         return;
       }

@@ -30,7 +30,7 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { ERROR_IDS, forbidden, internalError, MeshError, methodNotAllowed, notFound, originNotAllowed, rootMethodNotAllowed } from '../../base/errors.js';
+import { ERROR_IDS, forbidden, internalError, MeshError, methodNotAllowed, noBackend, notFound, originNotAllowed, rootMethodNotAllowed } from '../../base/errors.js';
 import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
@@ -272,7 +272,7 @@ export class Sidecar {
     if (!this.routes) return undefined;
     const answer = chooseFileRoute(this.routes.table, this.effects!, this.secure, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query }, this.fe.errorId);
     if (!answer) return undefined;
-    if (answer.kind === 'no-backend') throw internalError(this.fe.errorId, `route ${answer.route}: every backend has weight 0`);
+    if (answer.kind === 'no-backend') throw noBackend(this.fe.errorId, answer.route);
     if (answer.kind === 'redirect') throw internalError(this.fe.errorId, `a call at /rpc cannot follow a redirect (route to ${answer.location})`);
     return { service: answer.service, policy: answer.policy };
   }
@@ -391,7 +391,7 @@ export class Sidecar {
         return handleProxy(fe, route.service, this.secure, req, res, ctx, route.policy);
       case 'no-backend':
         req.resume();
-        throw internalError(fe.errorId, `route ${route.route}: every backend has weight 0`);
+        throw noBackend(fe.errorId, route.route);
       case 'redirect':
         return sendRedirect(req, res, route);
     }

@@ -16,7 +16,7 @@
  */
 import { once } from 'node:events';
 import type * as grpc from '@grpc/grpc-js';
-import { badGateway, badRequest, ERROR_IDS, flagged, MeshError, payloadTooLarge, unsupportedMediaType } from '../../../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, flagged, grpcContentType, MeshError, serverStreamSend, streamMessageTooLarge, streamRequestClosed } from '../../../base/errors.js';
 import { mediaType } from '../../../base/codec/codec.js';
 import { cancelledError, RECEIVE_HIGH_WATER, streamTimeout, type StreamCall, type StreamOpenRequest } from '../../client/stream.js';
 import type { AttemptOutcome, UpstreamTarget } from '../../upstream/types.js';
@@ -93,7 +93,7 @@ export class GrpcStreamCall implements StreamCall {
   private async start(): Promise<void> {
     try {
       if (!this.asJson && !PROTOBUF_TYPES.has(mediaType(this.req.contentType))) {
-        throw unsupportedMediaType(CLIENT_ID, `a gRPC backend takes application/json or application/protobuf, not ${mediaType(this.req.contentType)}`);
+        throw grpcContentType(CLIENT_ID, mediaType(this.req.contentType));
       }
       const found = this.deps.method();
       const method = found instanceof Promise ? await found : found;
@@ -238,7 +238,7 @@ export class GrpcStreamCall implements StreamCall {
   }
 
   async send(payload: Uint8Array): Promise<void> {
-    if (this.req.kind === 'server') throw badRequest(CLIENT_ID, 'a server stream takes its one request at open');
+    if (this.req.kind === 'server') throw serverStreamSend(CLIENT_ID);
     if (this.failure) throw this.failure;
     // Sent before end(): goes out before the end even while the method is still being looked up.
     const early = !this.endRequested;
@@ -246,7 +246,7 @@ export class GrpcStreamCall implements StreamCall {
     const call = this.call as grpc.ClientWritableStream<Buffer>;
     if (this.failure) throw this.failure;
     if (this.status) throw this.statusError ?? badRequest(CLIENT_ID, 'the stream is over');
-    if (!early || call.writableEnded) throw badRequest(CLIENT_ID, 'the request side of the stream is closed');
+    if (!early || call.writableEnded) throw streamRequestClosed(CLIENT_ID);
     let message: Buffer;
     try {
       message = this.encode(payload);
@@ -312,7 +312,7 @@ export class GrpcStreamCall implements StreamCall {
         if (raw !== null) {
           this.resolveOpened();
           if (raw.byteLength > this.req.maxMessageBytes) {
-            const e = payloadTooLarge(CLIENT_ID, `stream message of ${raw.byteLength} bytes is larger than ${this.req.maxMessageBytes} bytes`);
+            const e = streamMessageTooLarge(CLIENT_ID, raw.byteLength, this.req.maxMessageBytes);
             this.fail(e, { kind: 'reset' });
             throw e;
           }

@@ -8,7 +8,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
-import { badGateway, badRequest, ERROR_IDS, notImplemented, unsupportedMediaType } from '../../../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, grpcContentType, notImplemented } from '../../../base/errors.js';
 import { mediaType } from '../../../base/codec/codec.js';
 import type { UpstreamTarget } from '../../upstream/types.js';
 import { TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../rpc.js';
@@ -191,7 +191,7 @@ export class GrpcTransport {
     } else if (PROTOBUF_TYPES.has(type)) {
       body = Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength);
     } else {
-      throw unsupportedMediaType(ERROR_IDS.client, `a gRPC backend takes application/json or application/protobuf, not ${type}`);
+      throw grpcContentType(ERROR_IDS.client, type);
     }
     const asJson = !PROTOBUF_TYPES.has(type);
     const metadata = toMetadata(request.metadata, request.id, request.traceparent, request.tracestate);
