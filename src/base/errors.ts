@@ -94,7 +94,6 @@ export const notFound = (id: string, detail: string) => new MeshError(id, 404, d
 export const methodNotAllowed = (id: string, detail: string) => new MeshError(id, 405, detail);
 export const notAcceptable = (id: string, detail: string) => new MeshError(id, 406, detail);
 export const requestTimeout = (id: string, detail: string) => new MeshError(id, 408, detail);
-export const conflict = (id: string, detail: string) => new MeshError(id, 409, detail);
 export const payloadTooLarge = (id: string, detail: string) => new MeshError(id, 413, detail);
 export const unsupportedMediaType = (id: string, detail: string) => new MeshError(id, 415, detail);
 export const upgradeRequired = (id: string, detail: string) => new MeshError(id, 426, detail);

@@ -49,7 +49,7 @@ import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { WebSocketServer, type WebSocket, type RawData } from 'ws';
 import { nameProblem } from '../../engines/broker/names.js';
-import { badRequest, errorWithStatus, MeshError, methodNotAllowed, serviceUnavailable, upgradeRequired } from '../../base/errors.js';
+import { badRequest, MeshError, methodNotAllowed, serviceUnavailable, tooManyRequests, upgradeRequired } from '../../base/errors.js';
 import { readBody } from '../../base/http/body.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { canonicalHeaderKey, isHopByHop, requestConnectionNamed } from '../../core/transport/headers.js';
@@ -339,7 +339,7 @@ export class BrokerApi {
           const detail = (err as Error)?.message ?? String(err);
           fe.runtime.logging.get('sidecar').warn({ topic, queue, err: detail }, 'subscribe failed');
           // Over the durable names' cap of the topic: the client's to fix (remove unused names), not the broker's.
-          if (!socketGone) refuse(errorWithStatus(fe.errorId, err instanceof DurableLimitError ? 429 : 503, `subscribe to topic ${topic} failed: ${detail}`));
+          if (!socketGone) refuse((err instanceof DurableLimitError ? tooManyRequests : serviceUnavailable)(fe.errorId, `subscribe to topic ${topic} failed: ${detail}`));
         },
       );
   }
