@@ -22,7 +22,7 @@ import type { EndpointDefinition, HandlerContext } from './endpoint.js';
 import { isAsyncIterable, untilAborted, type StreamContext } from './stream-server.js';
 import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../../core/transport/grpc/protos.js';
 import { once } from 'node:events';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import { WorkloadServerCredentials } from '../../core/transport/grpc/credentials.js';
 import { spiffeIdOfCertificate, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
@@ -77,13 +77,13 @@ export class GrpcServer implements Drainable {
     for (const def of endpoints) {
       if (BUILT_IN.has(def.name)) continue;
       const found = options.schema.lookup(def.name);
-      if ('error' in found) throw new OptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service}: ${found.error}`);
+      if ('error' in found) throw new SchemaOptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service}: ${found.error}`);
       const m = found.method;
       const kind = streamKindOf(m);
       const wanted = def.stream ?? 'unary';
       if (kind !== wanted) {
         const what = (k: string) => (k === 'unary' ? 'a unary method' : `a ${k} stream`);
-        throw new OptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service} is ${what(wanted)}, but ${m.path} is ${what(kind)}`);
+        throw new SchemaOptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service} is ${what(wanted)}, but ${m.path} is ${what(kind)}`);
       }
       const definition = byService.get(m.service) ?? {};
       const impl = impls.get(m.service) ?? {};

@@ -24,7 +24,7 @@ import type { StatsStore } from '../../base/stats/store.js';
 import type { ServerStatsSource } from '../../base/stats/server-stats.js';
 import type { ClusterManagerView, HostSnapshot } from '../../core/upstream/types.js';
 import { processSampler, RequestSeries, type LoopDelay, type ProcessSampler, type StatsWindow, type StatusCounts } from './series.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 
 export const DASHBOARD_PATH = '/stats';
 export const ASSETS_PATH = '/stats/assets/';
@@ -162,9 +162,9 @@ export function checkAssets(): void {
     try {
       path = source.path();
     } catch (err) {
-      throw new OptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${(err as Error).message} (is the uplot package installed?)`);
+      throw new SchemaOptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${(err as Error).message} (is the uplot package installed?)`);
     }
-    if (!existsSync(path)) throw new OptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${path}`);
+    if (!existsSync(path)) throw new SchemaOptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${path}`);
   }
 }
 

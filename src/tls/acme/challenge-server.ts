@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { formatAddress, parseAddress } from '../../base/util/address.js';
 import { normalizeHost } from './hosts.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 
 export const CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
 
@@ -27,7 +27,7 @@ export function parseChallengeAddress(value: string): { host: string; port: numb
   try {
     return parseAddress(value, { barePort: true });
   } catch (err) {
-    throw new OptionError('acme_http_port', `${(err as Error).message} (use PORT or HOST:PORT)`, value);
+    throw new SchemaOptionError('acme_http_port', `${(err as Error).message} (use PORT or HOST:PORT)`, value);
   }
 }
 
@@ -70,7 +70,7 @@ export class ChallengeServer {
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err: NodeJS.ErrnoException) => {
         const hint = err.code === 'EACCES' ? ' (ports below 1024 need root or CAP_NET_BIND_SERVICE; or set {acme_http_port} and forward port 80 to it)' : '';
-        reject(new OptionError('acme_http_port', `cannot listen on ${host}:${port} for ACME HTTP-01 challenges ({acme_http_port}): ${err.code ?? err.message}${hint}`));
+        reject(new SchemaOptionError('acme_http_port', `cannot listen on ${host}:${port} for ACME HTTP-01 challenges ({acme_http_port}): ${err.code ?? err.message}${hint}`));
       });
       server.listen(port, host, () => resolve());
     });
