@@ -23,7 +23,7 @@ import { HTTP_AUTH_STATS, HTTP_RATE_LIMIT_STATS, httpStatPrefix } from '../../ba
 import { parseRules, pathKeyOf, ruleJson, ruleMatches, type Access, type Resource, type Rule } from './rules.js';
 import { RulesError } from './rule-file.js';
 import { KeyStore, sha256, type Identity } from './keys.js';
-import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
+import { checkJwks, JwksSource, JwtError, verifyJwt } from './jwt.js';
 import { SchemaOptionError } from '../../base/util/option-error.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
@@ -266,7 +266,7 @@ export class EdgeAuth {
       const f = this.setup.flags;
       return await verifyJwt(credential, this.jwks!, { issuer: f.auth_issuer, audience: f.auth_audience, clockSkewMs: f.auth_clock_skew });
     } catch (err) {
-      if (err instanceof TokenError) throw new AuthError(401, `invalid token: ${err.message}`, `${REALM}, error="invalid_token"`);
+      if (err instanceof JwtError) throw new AuthError(401, `invalid token: ${err.message}`, `${REALM}, error="invalid_token"`);
       throw err;
     }
   }

@@ -15,7 +15,7 @@ import { readBody } from '../../base/http/body.js';
 import { sendError } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import { canonicalHeaderKey, isHopByHop } from '../../core/transport/headers.js';
-import { callOptionsFrom, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, type EdgeHandlerContext } from './front-end.js';
 import type { RoutePolicy } from '../routes/effects.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import type { RpcRoute } from './resolve.js';
@@ -131,7 +131,7 @@ function classifyJsonAnswer(value: unknown): 'response' | 'plain' | string {
  * `ctx`: the request's call context, when the front end passes it explicitly (else the ambient
  * one); `policy`: what a route of the route file adds (a version, timeouts).
  */
-export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleApi(fe: EdgeHandlerContext, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), NO_BODY) : await readBody(req, fe.maxBodyBytes, fe.errorId);
   const message = buildApiRequest(req, body);
   const types = apiTypes();

@@ -13,7 +13,7 @@ import { nameProblem } from '../../engines/broker/names.js';
 import { readBody } from '../../base/http/body.js';
 import { sendJson } from '../../base/http/respond.js';
 import { headerPairs, type PairMap } from './api.js';
-import { queryObject, type FrontEnd } from './front-end.js';
+import { queryObject, type EdgeHandlerContext } from './front-end.js';
 import { cloudEventMessage, cloudEventMode } from './cloudevents.js';
 
 export interface EventMessage {
@@ -24,7 +24,7 @@ export interface EventMessage {
   data: string;
 }
 
-export async function handleEvent(fe: FrontEnd, target: { topic: string; name: string }, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleEvent(fe: EdgeHandlerContext, target: { topic: string; name: string }, req: IncomingMessage, res: ServerResponse): Promise<void> {
   // The brokers' one name rule, before the body is read: a 400, not a publish that fails.
   const problem = nameProblem('topic', target.topic);
   if (problem) throw badRequest(fe.errorId, problem);

@@ -24,7 +24,7 @@ import { classifyError } from '../../core/transport/rpc.js';
 import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '../../core/transport/headers.js';
 import { lingerOnRest, readBody } from '../../base/http/body.js';
 import type { UpstreamLease } from '../../core/upstream/types.js';
-import type { FrontEnd } from './front-end.js';
+import type { EdgeHandlerContext } from './front-end.js';
 import type { RoutePolicy } from '../routes/effects.js';
 import type { RuleEffects } from '../routes/effects.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
@@ -68,7 +68,7 @@ function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boo
 }
 
 /** This hop's trace: the request's (given, or the ambient context's), or for an upgrade, one of its own. */
-function hopTrace(fe: FrontEnd, req: IncomingMessage, ctx: CallContext | undefined): TraceContext {
+function hopTrace(fe: EdgeHandlerContext, req: IncomingMessage, ctx: CallContext | undefined): TraceContext {
   if (ctx?.trace) return ctx.trace;
   const context = fe.runtime.context;
   return context.current?.trace ?? context.hop(parseTraceparent(req.headers[TRACEPARENT], req.headers[TRACESTATE]));
@@ -328,7 +328,7 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
  * --tracing=otlp a client span (named after the method, as OpenTelemetry's HTTP client spans are)
  * covers the forwarding and is the backend's parent.
  */
-export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleProxy(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const tracer = fe.runtime.tracer;
   if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx), policy);
   const method = req.method ?? 'GET';
@@ -348,7 +348,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
   }
 }
 
-async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext, policy?: RoutePolicy): Promise<void> {
+async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext, policy?: RoutePolicy): Promise<void> {
   const limit = fe.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
@@ -395,7 +395,7 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
 
 /** One proxied request, across its tries. */
 interface ProxyCall {
-  readonly fe: FrontEnd;
+  readonly fe: EdgeHandlerContext;
   readonly service: string;
   /** Only the nodes of this registry version (a route's backend). */
   readonly version: string | undefined;
@@ -570,7 +570,7 @@ function answerHead(res: IncomingMessage, extra: string): string {
  * carry requests the edge never sees. Only the wait for the node's answer is bounded
  * (--client_request_timeout); an open tunnel may idle.
  */
-export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, version?: string): void {
+export function handleProxyUpgrade(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, version?: string): void {
   const refuse = (err: MeshError) => refuseSocket(socket, err, fe.errorId);
   if (upgradesToH2c(req.headers.upgrade)) {
     return refuse(badRequest(fe.errorId, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
@@ -586,7 +586,7 @@ export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolea
   );
 }
 
-function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, lease: UpstreamLease, refuse: (err: MeshError) => void): void {
+function upgradeOn(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, lease: UpstreamLease, refuse: (err: MeshError) => void): void {
   const started = Date.now();
   if (socket.destroyed) return lease.release({ kind: 'cancelled' }, 0);
   /** waiting for the node's answer; answered (its head was passed on); done (lease released, nothing more to answer). */

@@ -14,7 +14,7 @@ import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, parseJson, stringifyJson } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
 import { refuseSocket, sendBytes, sendError } from '../../base/http/respond.js';
-import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, queryObject, type EdgeHandlerContext } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 import type { StreamSockets } from './stream.js';
 import { tryParseAddress } from '../../base/util/address.js';
@@ -83,7 +83,7 @@ function notAllowed(errorId: string, service: string): MeshError {
  * `allowed`: the services /rpc may call (the gateway's `--rpc_allow`); another service is refused
  * with 403 before anything is sent to it.
  */
-export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res: ServerResponse, allowed?: (service: string) => boolean): Promise<void> {
+export async function handleRpcEndpoint(fe: EdgeHandlerContext, req: IncomingMessage, res: ServerResponse, allowed?: (service: string) => boolean): Promise<void> {
   if (req.method !== 'POST') {
     req.resume();
     res.setHeader('allow', 'POST');
@@ -122,7 +122,7 @@ const UNARY_AT_RPC = 'a WebSocket at /rpc opens streaming calls only (call it wi
  * a service not `allowed` or denied by the auth rules, 404 an unknown service or a unary endpoint),
  * otherwise the stream runs on the socket as at the endpoint's path.
  */
-export async function handleRpcStreamUpgrade(fe: FrontEnd, streams: StreamSockets, req: IncomingMessage, socket: Duplex, head: Buffer, allowed?: (service: string) => boolean): Promise<void> {
+export async function handleRpcStreamUpgrade(fe: EdgeHandlerContext, streams: StreamSockets, req: IncomingMessage, socket: Duplex, head: Buffer, allowed?: (service: string) => boolean): Promise<void> {
   let route: RpcRoute;
   try {
     const fields: Record<string, unknown> = {};

@@ -10,7 +10,7 @@ import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
 import { sendBytes, sendError } from '../../base/http/respond.js';
-import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, queryObject, type EdgeHandlerContext } from './front-end.js';
 import type { RoutePolicy } from '../routes/effects.js';
 import type { RpcRoute } from './resolve.js';
 import type { CallContext } from '../../base/util/call-context.js';
@@ -21,7 +21,7 @@ const PASS_THROUGH = new Set(['application/json', 'application/protobuf', 'appli
  * `ctx`: the request's call context, when the front end passes it explicitly (else the ambient
  * one); `policy`: what a route of the route file adds (a version, timeouts).
  */
-export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleRpc(fe: EdgeHandlerContext, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const media = mediaType(req.headers['content-type']);
   let contentType: string;
   let body: Uint8Array;

@@ -34,7 +34,7 @@ import { isStreamKind, type StreamKind } from '../../core/transport/frames.js';
 import { TransportError } from '../../core/transport/rpc.js';
 import { GRPC_PROTOCOL } from '../../core/transport/grpc/transport.js';
 import { hostKey } from '../../core/upstream/host.js';
-import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, queryObject, type EdgeHandlerContext } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 
 /** Bytes queued on a WebSocket before the next message is pulled from the backend. */
@@ -69,7 +69,7 @@ export class StreamKinds {
   private readonly known = new Map<string, { kinds: Map<string, StreamKind>; grpc: GrpcNode[] }>();
   private watcher?: { stop(): void };
 
-  constructor(private readonly fe: FrontEnd) {}
+  constructor(private readonly fe: EdgeHandlerContext) {}
 
   /** The kind of a streaming endpoint; undefined for a unary (or unlisted) one. Unknown service: 404. */
   async of(route: RpcRoute): Promise<StreamKind | undefined> {
@@ -133,7 +133,7 @@ export class StreamKinds {
   }
 }
 
-function notStreaming(fe: FrontEnd, route: RpcRoute, code: number, what: string): MeshError {
+function notStreaming(fe: EdgeHandlerContext, route: RpcRoute, code: number, what: string): MeshError {
   return errorWithStatus(fe.errorId, code, `endpoint ${route.method} of ${route.service} is not a streaming endpoint: ${what}`);
 }
 
@@ -157,7 +157,7 @@ export function sseEvent(payload: Buffer, event?: string): string {
 }
 
 /** Server-Sent Events of a server stream (the request asked for `Accept: text/event-stream`). */
-export async function handleSse(fe: FrontEnd, streams: StreamSockets, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleSse(fe: EdgeHandlerContext, streams: StreamSockets, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const method = req.method ?? 'GET';
   const fromQuery = method === 'GET' || method === 'HEAD' || method === 'DELETE';
   if (fromQuery) req.resume();
@@ -234,7 +234,7 @@ export class StreamSockets {
   /** The endpoint kinds, shared with the SSE handler of the same front end. */
   readonly kinds: StreamKinds;
 
-  constructor(private readonly fe: FrontEnd) {
+  constructor(private readonly fe: EdgeHandlerContext) {
     this.kinds = new StreamKinds(fe);
     const options = { noServer: true, maxPayload: fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
     this.wss = new WebSocketServer(options as ConstructorParameters<typeof WebSocketServer>[0]);

@@ -22,7 +22,7 @@ import { ERROR_IDS, MeshError, noBackend, notFound, rootMethodNotAllowed } from 
 import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
 import { handleApi } from '../../edge/handlers/api.js';
 import type { RoutePolicy } from '../../edge/routes/effects.js';
@@ -128,7 +128,7 @@ export class Gateway {
    */
   private readonly routeStats?: EndpointStats;
   readonly dashboard?: Dashboard;
-  readonly fe: FrontEnd;
+  readonly fe: EdgeHandlerContext;
   private readonly server: FrontServer<GatewayRoute>;
   private readonly address: string;
   private readonly enableRpc: boolean;

@@ -18,7 +18,7 @@ import { badRequest, ERROR_IDS, flagged, noBackend, notFound } from '../../base/
 import { FrontServer } from '../../edge/front-server.js';
 import { refuseSocket } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
 import { parseProxyConfig, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
 import { dirname } from 'node:path';
@@ -84,7 +84,7 @@ interface ListenerState {
 export class ProxyListener {
   readonly name: string;
   private readonly server: FrontServer<ProxyRoute>;
-  private readonly fe: FrontEnd;
+  private readonly fe: EdgeHandlerContext;
   private state: ListenerState;
   private listening = false;
   /** The route files' rules at work: their stats, faults and filters. */

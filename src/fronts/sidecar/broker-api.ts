@@ -55,7 +55,7 @@ import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { canonicalHeaderKey, isHopByHop, requestConnectionNamed } from '../../core/transport/headers.js';
 import type { Message, Subscription } from '../../engines/broker/broker.js';
 import { DurableLimitError, ID_HEADER } from '../../engines/broker/durable.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { checkCloudEventRequest, cloudEventMode, messageCloudEvent } from '../../edge/handlers/cloudevents.js';
 import type { Counter, Gauge } from '../../base/stats/store.js';
 
@@ -228,7 +228,7 @@ export class BrokerApi {
     }
   };
 
-  constructor(private readonly fe: FrontEnd) {
+  constructor(private readonly fe: EdgeHandlerContext) {
     // Frames carry base64 (4/3 of the body) plus headers: keep room for two of the largest.
     this.maxBuffered = Math.max(MAX_BUFFERED_BYTES, Math.ceil(fe.maxBodyBytes * 1.4) * 2);
     // closeTimeout (ws >= 8.18) is not in @types/ws yet: how long a close waits for the client.

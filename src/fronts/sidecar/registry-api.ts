@@ -23,7 +23,7 @@ import { serviceFromInput } from '../../engines/registry/input.js';
 import { mergeVersions, type Service } from '../../engines/registry/registry.js';
 import { RegistryValidationError } from '../../engines/registry/validate.js';
 import { formatDuration, MAX_DURATION_MS, parseDuration } from '../../base/util/duration.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 
 const ALLOW = 'GET, HEAD, POST, PUT, DELETE';
 
@@ -45,7 +45,7 @@ export function parseTtl(errorId: string, params: URLSearchParams): number | und
 }
 
 /** Reads and validates a registration body: JSON declared (or no Content-Type), parsed, per SPEC 2.6. */
-export async function readServiceBody(fe: FrontEnd, req: IncomingMessage): Promise<Service> {
+export async function readServiceBody(fe: EdgeHandlerContext, req: IncomingMessage): Promise<Service> {
   const media = mediaType(req.headers['content-type']);
   if (!isJsonMedia(media)) {
     req.resume();
@@ -71,13 +71,13 @@ export async function readServiceBody(fe: FrontEnd, req: IncomingMessage): Promi
   }
 }
 
-function registryFailure(fe: FrontEnd, what: string, err: unknown): MeshError {
+function registryFailure(fe: EdgeHandlerContext, what: string, err: unknown): MeshError {
   if (err instanceof RegistryValidationError) return badRequest(fe.errorId, err.message);
   if (err instanceof MeshError) return err;
   return serviceUnavailable(fe.errorId, `registry unavailable: ${what} failed: ${(err as Error)?.message ?? String(err)}`);
 }
 
-export async function handleRegistry(fe: FrontEnd, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleRegistry(fe: EdgeHandlerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://sidecar');
   const method = req.method ?? 'GET';
   const registry = fe.runtime.registry;

@@ -34,7 +34,7 @@ import { ERROR_IDS, forbidden, internalError, MeshError, methodNotAllowed, noBac
 import { FrontServer, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { resolveProxyPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
 import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../../edge/handlers/rpc-endpoint.js';
@@ -144,7 +144,7 @@ export function originAllowed(req: IncomingMessage, cors: readonly string[]): bo
 }
 
 export class Sidecar {
-  readonly fe: FrontEnd;
+  readonly fe: EdgeHandlerContext;
   readonly handler: SidecarHandler;
   readonly app?: AppRegistration;
   /** --routes: the route file, matched before the handler. */

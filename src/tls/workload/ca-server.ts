@@ -34,7 +34,7 @@ import { peerIdentityOf, spiffeIdOf, type WorkloadTlsPems } from '../../base/mtl
 import { caExists, CaError, caRootOf, readRoots, readSignerCertificate, type CaRoot } from './ca.js';
 import { IssuedWorkloadTls } from './issued.js';
 import { LocalCaSigner } from './signer.js';
-import { ensureTokenKey, TokenError, verifyToken } from './token.js';
+import { ensureTokenKey, JoinTokenError, verifyToken } from './token.js';
 import { inspectCsr, joinFactsOf, splitPem } from './x509.js';
 import { RevocationList, type Revocation, type RevocationSubject } from './revocation.js';
 import { iso } from './ca-expiry.js';
@@ -308,7 +308,7 @@ export class CaServer {
       try {
         token = await verifyToken(this.o.caDir, m[1]!, this.o.trustDomain);
       } catch (err) {
-        if (err instanceof TokenError) throw caError(401, err.message);
+        if (err instanceof JoinTokenError) throw caError(401, err.message);
         throw err;
       }
       const revoked = this.revoked({ service, token: token.id });
