@@ -34,6 +34,7 @@ import { compose } from '../../core/client/interceptors/compose.js';
 import { retry } from '../../core/client/interceptors/retry.js';
 import { isRetryOverflow } from '../../core/upstream/retry-budget.js';
 import { leaseWithin } from '../../core/client/budget.js';
+import { splitTarget } from '../../base/http/target.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
@@ -332,9 +333,7 @@ export async function handleProxy(fe: EdgeHandlerContext, service: string, secur
   const tracer = fe.runtime.tracer;
   if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx), policy);
   const method = req.method ?? 'GET';
-  const url = req.url ?? '/';
-  const q = url.indexOf('?');
-  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req, ctx), { 'http.request.method': method, 'url.path': q === -1 ? url : url.slice(0, q), 'server.address': service });
+  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req, ctx), { 'http.request.method': method, 'url.path': splitTarget(req.url ?? '/').path, 'server.address': service });
   try {
     await proxyRequest(fe, service, secure, req, res, traceOf(span), policy);
   } catch (err) {

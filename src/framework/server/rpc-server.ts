@@ -15,6 +15,7 @@ import type { StatsStore } from '../../base/stats/store.js';
 import type { EndpointStats } from '../../base/stats/endpoint-stats.js';
 import { httpStatPrefix } from '../../base/http/stats.js';
 import { sendBytes, sendError, sendJson } from '../../base/http/respond.js';
+import { splitTarget } from '../../base/http/target.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, meshTimeoutOf } from '../../core/transport/headers.js';
 import { ContextStore } from '../../base/util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
@@ -131,7 +132,7 @@ export class RpcServer implements Drainable {
     }
     const id = this.options.service;
     if (path !== '/' && !path.startsWith('/?')) {
-      sendError(res, notFound(id, `path ${path.split('?')[0]} not found: RPC calls are POST /`));
+      sendError(res, notFound(id, `path ${splitTarget(path).path} not found: RPC calls are POST /`));
       return;
     }
     if (req.method !== 'POST') {

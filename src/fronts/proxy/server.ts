@@ -17,7 +17,7 @@ import type { CallContext } from '../../base/util/call-context.js';
 import { badRequest, ERROR_IDS, flagged, noBackend, notFound } from '../../base/errors.js';
 import { FrontServer } from '../../edge/front-server.js';
 import { refuseSocket } from '../../base/http/respond.js';
-import { targetOf } from '../../base/http/target.js';
+import { splitTarget, targetOf } from '../../base/http/target.js';
 import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
 import { parseProxyConfig, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
@@ -62,11 +62,9 @@ function shown(path: string): string {
 /** The URL sent upstream: the matched prefix (or exact path) replaced by prefix_rewrite, the query kept. */
 export function rewriteUrl(route: RouteConfig, url: string): string {
   if (route.prefixRewrite === undefined) return url;
-  const q = url.indexOf('?');
-  const path = q === -1 ? url : url.slice(0, q);
-  const query = q === -1 ? '' : url.slice(q);
+  const { path, search } = splitTarget(url);
   const rest = route.match.kind === 'prefix' ? path.slice(route.match.value.length) : '';
-  return route.prefixRewrite + rest + query;
+  return route.prefixRewrite + rest + search;
 }
 
 /** The target the proxy handler acquires: a static cluster name or a registry service name. */

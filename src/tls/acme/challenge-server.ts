@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import { formatAddress, parseAddress } from '../../base/util/address.js';
 import { normalizeHost } from './hosts.js';
 import { SchemaOptionError } from '../../base/util/option-error.js';
+import { splitTarget } from '../../base/http/target.js';
 
 export const CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
 
@@ -34,7 +35,7 @@ export function parseChallengeAddress(value: string): { host: string; port: numb
 /** Answers one request of the challenge listener. Exported for tests and for embedding. */
 export function answerChallenge(options: Omit<ChallengeServerOptions, 'address'>, req: IncomingMessage, res: ServerResponse): void {
   req.resume();
-  const path = (req.url ?? '/').split('?')[0]!;
+  const path = splitTarget(req.url ?? '/').path;
   const hostHeader = req.headers.host ?? '';
   const host = normalizeHost(hostHeader.replace(/:\d+$/, '').replace(/^\[|\]$/g, ''));
   if (path.startsWith(CHALLENGE_PREFIX) && (req.method === 'GET' || req.method === 'HEAD')) {

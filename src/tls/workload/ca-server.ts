@@ -29,6 +29,7 @@ import { readBody } from '../../base/http/body.js';
 import { httpServerOptions, listenOn } from '../../base/http/lifecycle.js';
 import { clientAddress, rateLimitHeaders, RateLimiter, ratePolicy, type RatePolicy } from '../../base/http/rate-limit.js';
 import { sendError, sendJson } from '../../base/http/respond.js';
+import { splitTarget } from '../../base/http/target.js';
 import { globsMatcher } from '../../base/util/regex.js';
 import { peerIdentityOf, spiffeIdOf, type WorkloadTlsPems } from '../../base/mtls/workload-tls.js';
 import { caExists, CaError, caRootOf, readRoots, readSignerCertificate, type CaRoot } from './ca.js';
@@ -246,7 +247,7 @@ export class CaServer {
         for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
         throw e;
       }
-      const path = (req.url ?? '/').split('?')[0];
+      const path = splitTarget(req.url ?? '/').path;
       if (path === ROOTS_PATH) {
         if (req.method !== 'GET' && req.method !== 'HEAD') {
           res.setHeader('allow', 'GET, HEAD');
