@@ -9,6 +9,7 @@
  */
 export const UNIT = [
   'test/cli/line-prefixer.test.ts',
+  'test/fronts/gateway-own-paths.test.ts',
   'test/base/address.test.ts',
   'test/cli/run-ports.test.ts',
   'test/engines/rate-limit-store.test.ts',
@@ -24,6 +25,7 @@ export const UNIT = [
   'test/deploy/deploy-manifests.test.ts',
   'test/edge/route-file.test.ts',
   'test/base/config-yaml.test.ts',
+  'test/base/config-reader.test.ts',
   'test/edge/route-file-reload.test.ts',
   'test/tls/watched-file-rewrite.test.ts',
   'test/edge/route-mirror.test.ts',

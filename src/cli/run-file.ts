@@ -12,8 +12,8 @@
  * A problem is a RunFileError naming the file, the line and the field.
  */
 import { dirname, resolve } from 'node:path';
-import { LineCounter, isMap, isScalar, isSeq, type Node, type YAMLMap } from 'yaml';
-import { parseConfigDocument } from '../base/util/config-yaml.js';
+import { isMap, isScalar, isSeq, type Node, type YAMLMap } from 'yaml';
+import { ConfigFileError, parseConfig, type ConfigErrorStyle } from '../base/config/reader.js';
 import { FlagError, parseArgs, type ParsedArgs } from './flags.js';
 import { appNameProblem, parseAppPort, parseHealthPath, type RunApp } from './run-app.js';
 
@@ -24,10 +24,20 @@ const FIELDS = ['name', 'command', 'port', 'health_path', 'env', 'dir', 'sidecar
 /** Options mesh run sets from an app's own fields: refused under `sidecar:`. */
 const OWN_FIELDS: Record<string, string> = { name: 'name', app_port: 'port', health_path: 'health_path', file: '' };
 
-export class RunFileError extends FlagError {
-  constructor(file: string, line: number | undefined, why: string) {
-    super(`${file}${line === undefined ? '' : `: line ${line}`}: ${why}`);
-    this.name = 'RunFileError';
+/** How a run file's errors are written (src/base/config/reader.ts): `run.yaml: line 3: <problem>`. */
+export const RUN_FILE_ERRORS: ConfigErrorStyle = {
+  name: 'RunFileError',
+  withFile: true,
+  position: 'colon-line',
+  syntaxPrefix: 'not valid YAML: ',
+  readReason: 'code',
+  create: (p) => new RunFileError(p.file, p.line, p.field ? `${p.field}: ${p.problem}` : p.problem, p.code),
+};
+
+/** A problem of a run file: the config reader's one error type, by its name here (mesh run prints it as a flag error, exit 2). */
+export class RunFileError extends ConfigFileError {
+  constructor(file: string, line: number | undefined, why: string, code?: string) {
+    super(RUN_FILE_ERRORS, { file, line, problem: why, code });
   }
 }
 
@@ -41,17 +51,11 @@ export interface FileApp extends RunApp {
 
 /** Parses the file's text; `file` names it in errors and its directory is the base of `dir`. */
 export function parseRunFile(text: string, file: string): FileApp[] {
-  const lines = new LineCounter();
-  const doc = parseConfigDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
-  const lineAt = (node: unknown) => {
-    const range = (node as Node | undefined)?.range;
-    return range ? lines.linePos(range[0]).line : undefined;
-  };
+  const doc = parseConfig(text, { file, style: RUN_FILE_ERRORS });
+  const lineAt = (node: unknown) => doc.lineOf(node);
   const fail = (node: unknown, why: string): never => {
     throw new RunFileError(file, lineAt(node), why);
   };
-  const syntax = doc.errors[0];
-  if (syntax) throw new RunFileError(file, syntax.linePos?.[0]?.line ?? lines.linePos(syntax.pos[0]).line, `not valid YAML: ${syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '')}`);
   const root = doc.contents;
   if (!isMap(root)) return fail(root, 'the file must be a mapping with apps: a list of apps');
   for (const item of root.items) {

@@ -12,11 +12,11 @@
  * failed, else 0.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readConfigFile } from '../base/config/reader.js';
 import { formatDuration } from '../base/util/duration.js';
 import { FlagError, type Config, type ParsedArgs } from './flags.js';
 import { planSidecar, sidecarRuntime, startSidecar, type SidecarPlan, type StartedSidecar } from './sidecar.js';
-import { parseRunFile } from './run-file.js';
+import { parseRunFile, RUN_FILE_ERRORS, RunFileError } from './run-file.js';
 import { AppProcess, appNameProblem, describeExit, holdAppPorts, parseAppPort, parseHealthPath, type AppExit, type RunApp } from './run-app.js';
 import type { Runtime } from '../process/runtime.js';
 
@@ -211,9 +211,16 @@ function appsOfFile(args: ParsedArgs) {
   if (args.rest !== undefined || args.positionals.length > 1) throw new FlagError(`mesh run -f FILE takes no command (each app's command is in the file): ${USAGE}`);
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readConfigFile(file, RUN_FILE_ERRORS);
   } catch (err) {
-    throw new FlagError(`invalid value "${file}" for flag -f: cannot read it: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    if (!(err instanceof RunFileError)) throw err;
+    throw new FlagError(`invalid value "${file}" for flag -f: ${err.problem.replace(/^cannot read: /, 'cannot read it: ')}`);
   }
-  return parseRunFile(text, file);
+  try {
+    return parseRunFile(text, file);
+  } catch (err) {
+    // A problem of the file is one of the flag -f: mesh prints it as a flag error (exit 2).
+    if (err instanceof RunFileError) throw new FlagError(err.message);
+    throw err;
+  }
 }

@@ -18,11 +18,20 @@ import type { Client } from '../core/client/client.js';
 import type { ClusterManager } from '../core/upstream/cluster-manager.js';
 import type { TlsProvider } from '../tls/provider.js';
 import { tlsEnabled } from '../tls/index.js';
+import type { Registry } from '../engines/registry/registry.js';
+import type { Broker, Message } from '../engines/broker/broker.js';
+import type { GrpcTransport } from '../core/transport/grpc/transport.js';
 
 /** The options the edge reads, each once, under one name. */
 export interface EdgeSettings {
   /** --client_request_timeout (ms): the budget of a call the edge sends, and of a proxied request's head. */
   readonly clientRequestTimeoutMs: number;
+  /** --client_retries: the retries of an idempotent proxied request, where its route names none. */
+  readonly clientRetries: number;
+  /** --stream_idle_timeout (ms): a proxied body or stream that sends nothing for this long is cut. */
+  readonly streamIdleTimeoutMs: number;
+  /** --broker_ack_wait (ms): a delivery to a sidecar's subscriber not acknowledged within this is redelivered. */
+  readonly brokerAckWaitMs: number;
   /** --max_body_size (bytes). */
   readonly maxBodyBytes: number;
   /** --cors: the browser origins allowed at the public listeners. */
@@ -52,6 +61,16 @@ export interface EdgeContext {
   readonly tls: TlsProvider | undefined;
   readonly client: Client;
   readonly clusters: ClusterManager;
+  readonly registry: Registry;
+  /** gRPC to nodes with protocol=grpc (a method's kind, for streams at the edge). */
+  readonly grpc: GrpcTransport;
+  /** The process's broker (built on first use). */
+  readonly broker: Broker;
+  /**
+   * Publishes with the trace and Mesh-Id of the call being served (a producer span when tracing is
+   * on); `replaceTrace`: a traceparent in the headers is the caller's and gives way to this hop's.
+   */
+  publish(topic: string, message: Message, replaceTrace?: boolean): Promise<void>;
   /** True while the process serves (false once it drains or health checks were failed). */
   isLive(): boolean;
   /** A listener the process drains and closes on shutdown. */
@@ -65,6 +84,9 @@ export function edgeContext(runtime: Runtime): EdgeContext {
   const o = runtime.options;
   const settings: EdgeSettings = {
     clientRequestTimeoutMs: o.clientRequestTimeout,
+    clientRetries: o.clientRetries,
+    streamIdleTimeoutMs: o.streamIdleTimeout,
+    brokerAckWaitMs: o.brokerAckWait,
     maxBodyBytes: o.maxBodySize,
     corsOrigins: o.cors,
     headersWithUnderscores: o.headersWithUnderscores,
@@ -84,6 +106,12 @@ export function edgeContext(runtime: Runtime): EdgeContext {
     },
     client: runtime.client,
     clusters: runtime.clusters,
+    registry: runtime.registry,
+    grpc: runtime.grpc,
+    get broker() {
+      return runtime.broker;
+    },
+    publish: (topic, message, replaceTrace) => runtime.publish(topic, message, replaceTrace),
     isLive: () => runtime.state.state === 'live',
     addDrainable: (server) => runtime.addDrainable(server),
     addSelfAddress: (address, port, name) => runtime.selfAddresses.add(address, port, name),

@@ -41,7 +41,7 @@ describe('api handler: request and response', () => {
   let answer: { status: number; contentType: string; body: Buffer };
   const calls: Array<{ service: string; endpoint: string; json: string; proto: Uint8Array; opts: CallOptions }> = [];
   const fe = {
-    runtime: {
+    edge: {
       client: {
         call: async (service: string, endpoint: string, _body: Uint8Array, opts: CallOptions) => {
           const json = opts.encodeFor!({ metadata: {} } as unknown as UpstreamTarget);

@@ -87,15 +87,15 @@ describe('module homes', () => {
     }
   });
 
-  it('watched files: only src/tls/workload/watch.ts watches a file and reads one once settled', () => {
+  it('watched files: only src/tls/workload/watch.ts watches a file, only it and base/config/settled.ts read one once settled', () => {
     for (const [m, { text }] of modules) {
-      if (m === 'tls/workload/watch.ts') continue;
+      if (m === 'tls/workload/watch.ts' || m === 'base/config/settled.ts') continue;
       assert.doesNotMatch(text, /import\s*\{[^}]*\bwatch\b[^}]*\}\s*from\s*'node:fs'|\bfs\.watch\(|\bwatchFile\(/, m);
       assert.doesNotMatch(text, /\bfunction\s+(readSettled|fileSignature|watchFiles)\b/, m);
     }
-    // Every reload of a watched file reads through readSettled.
-    for (const m of ['edge/routes/live.ts', 'fronts/proxy/server.ts', 'edge/auth/edge.ts', 'edge/auth/authz.ts', 'tls/file-store.ts', 'tls/workload/files-source.ts']) {
-      assert.match(modules.get(m)!.text, /\breadSettled\(/, m);
+    // Every reload of a watched file reads through readSettled (a configuration file by the config reader's readConfigFileSettled).
+    for (const m of ['edge/routes/live.ts', 'fronts/proxy/server.ts', 'edge/auth/edge.ts', 'edge/auth/authz.ts', 'tls/file-store.ts', 'tls/workload/files-source.ts', 'base/config/reader.ts']) {
+      assert.match(modules.get(m)!.text, /\bread(ConfigFile)?Settled\(/, m);
     }
   });
 

@@ -11,8 +11,15 @@
  * file, no line). So the depth is first estimated on the text itself, in one pass without
  * recursion (nestingEstimate): past PARSE_GUARD levels the text is not parsed at all. Below it the
  * document is parsed, and its depth measured exactly on the nodes (without recursion either).
+ *
+ * The same walk over the nodes holds the other bounds of the document: at most MAX_CONFIG_ALIASES
+ * aliases (`*name`; their expansion is bounded where a document becomes values, reader.ts toJS),
+ * and no tag but the plain ones of YAML's core schema (`!!str`, `!!int`, ...): a custom tag
+ * (`!foo`, `!!binary`, `!!set`) is refused, never read as a string or a Buffer.
+ *
+ * The readers use this through src/base/config/reader.ts (file read, size bound, positions, errors).
  */
-import { Document, LineCounter, YAMLParseError, isMap, isPair, isSeq, parseAllDocuments, parseDocument, type DocumentOptions, type ParseOptions, type SchemaOptions } from 'yaml';
+import { Document, LineCounter, YAMLParseError, isAlias, isMap, isPair, isSeq, type Node, parseAllDocuments, parseDocument, type DocumentOptions, type ParseOptions, type SchemaOptions } from 'yaml';
 
 /** Deepest nesting of mappings and lists a configuration file may have. */
 export const MAX_CONFIG_DEPTH = 64;
@@ -21,6 +28,14 @@ export const MAX_CONFIG_DEPTH = 64;
 const PARSE_GUARD = 2 * MAX_CONFIG_DEPTH;
 
 export const TOO_DEEP = `nested deeper than ${MAX_CONFIG_DEPTH} levels`;
+
+/** Most aliases (`*name`) one document may hold; expanding them is bounded by the same number (reader.ts toJS). */
+export const MAX_CONFIG_ALIASES = 100;
+
+export const TOO_MANY_ALIASES = `more than ${MAX_CONFIG_ALIASES} aliases`;
+
+/** The tags a node may carry: those of YAML's core schema, which JSON's values are. */
+const PLAIN_TAGS = new Set(['str', 'int', 'float', 'bool', 'null', 'map', 'seq'].map((t) => `tag:yaml.org,2002:${t}`));
 
 type Options = ParseOptions & DocumentOptions & SchemaOptions & { lineCounter: LineCounter };
 
@@ -222,20 +237,27 @@ function closeQuote(line: string, from: number, q: string): number {
   return -1;
 }
 
-/** The error of a document nested too deeply, at a 1-based line and column. */
+/** The error of a text nested too deeply, at a 1-based line and column. */
 function tooDeep(lines: LineCounter, offset: number | undefined, at?: { line: number; col: number }): YAMLParseError {
   const err = new YAMLParseError([offset ?? 0, (offset ?? 0) + 1], 'BAD_INDENT', TOO_DEEP);
   err.linePos = [at ?? lines.linePos(offset ?? 0)];
   return err;
 }
 
-/** The first collection of a document deeper than MAX_CONFIG_DEPTH: its offset; undefined: none. */
-function deepestOffset(doc: Document): number | undefined {
+/** The first node of a document past a bound (too deep, one alias too many, a custom tag): its offset and why; undefined: none. */
+function beyondBounds(doc: Document): { offset: number; why: string } | undefined {
   const todo: Array<{ node: unknown; depth: number }> = [{ node: doc.contents, depth: 0 }];
+  let aliases = 0;
   while (todo.length > 0) {
     const { node, depth } = todo.pop()!;
+    if (isAlias(node)) {
+      if (++aliases > MAX_CONFIG_ALIASES) return { offset: node.range?.[0] ?? 0, why: TOO_MANY_ALIASES };
+      continue;
+    }
+    const tag = (node as { tag?: string } | null | undefined)?.tag;
+    if (tag !== undefined && !PLAIN_TAGS.has(tag)) return { offset: (node as Node).range?.[0] ?? 0, why: `tag ${tag.replace(/^tag:yaml\.org,2002:/, '!!')} is not allowed (plain YAML or JSON values only)` };
     if (isMap(node) || isSeq(node)) {
-      if (depth + 1 > MAX_CONFIG_DEPTH) return node.range?.[0] ?? 0;
+      if (depth + 1 > MAX_CONFIG_DEPTH) return { offset: node.range?.[0] ?? 0, why: TOO_DEEP };
       for (let k = node.items.length - 1; k >= 0; k--) {
         const item: unknown = node.items[k];
         if (isPair(item)) {
@@ -246,6 +268,13 @@ function deepestOffset(doc: Document): number | undefined {
     }
   }
   return undefined;
+}
+
+/** The error of a document past a bound, at the node's line and column. */
+function beyond(lines: LineCounter, at: { offset: number; why: string }): YAMLParseError {
+  const err = new YAMLParseError([at.offset, at.offset + 1], 'BAD_INDENT', at.why);
+  err.linePos = [lines.linePos(at.offset)];
+  return err;
 }
 
 /** A document that stands for a text refused before parsing: no contents, the one error. */
@@ -275,8 +304,8 @@ export function parseConfigDocument(text: string, options: Options): Document.Pa
     return refused(options, tooDeep(options.lineCounter, undefined, guess ?? { line: 1, col: 1 }));
   }
   if (doc.errors.length > 0) return doc;
-  const deep = deepestOffset(doc);
-  if (deep !== undefined) doc.errors.unshift(tooDeep(options.lineCounter, deep));
+  const bad = beyondBounds(doc);
+  if (bad !== undefined) doc.errors.unshift(beyond(options.lineCounter, bad));
   return doc;
 }
 
@@ -298,9 +327,9 @@ export function parseConfigDocuments(text: string, options: Options): Document.P
   }
   for (const doc of docs) {
     if (doc.errors.length > 0) return docs;
-    const deep = deepestOffset(doc);
-    if (deep !== undefined) {
-      doc.errors.unshift(tooDeep(options.lineCounter, deep));
+    const bad = beyondBounds(doc);
+    if (bad !== undefined) {
+      doc.errors.unshift(beyond(options.lineCounter, bad));
       return docs;
     }
   }

@@ -15,7 +15,7 @@
  * caller.
  */
 import { clientText } from '../../base/util/text.js';
-import { readFileSync } from 'node:fs';
+import { ConfigFileError, readConfigFile, readConfigFileSettled } from '../../base/config/reader.js';
 import type { Logger } from 'pino';
 import { ERROR_IDS, forbidden, MeshError } from '../../base/errors.js';
 import { globMatcher } from '../../base/util/regex.js';
@@ -23,9 +23,9 @@ import { SchemaOptionError } from '../../base/util/option-error.js';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
 import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
-import { MAX_GLOB, parseRuleFile, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
+import { MAX_GLOB, parseRuleFile, RULES_ERRORS, RULES_RELOAD_ERRORS, RulesError, type RuleFields, type RuleFileSpec } from './rule-file.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
-import { readSettled, serialized, SettledReadError, type SettleOptions } from '../../tls/workload/watch.js';
+import { serialized, type SettleOptions } from '../../tls/workload/watch.js';
 
 export type AuthzAction = 'allow' | 'deny';
 
@@ -163,9 +163,10 @@ export class AuthzSetupError extends SchemaOptionError {
 export function loadAuthzRules(file: string, trustDomain: string, text?: string): AuthzRule[] {
   if (text === undefined) {
     try {
-      text = readFileSync(file, 'utf8');
+      text = readConfigFile(file, RULES_ERRORS);
     } catch (err) {
-      throw new AuthzSetupError('authz_rules', file, `cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      if (err instanceof ConfigFileError) throw new AuthzSetupError('authz_rules', file, err.problem);
+      throw err;
     }
   }
   try {
@@ -199,7 +200,7 @@ export interface ServiceAuthzDeps {
   /** Where the AUTHZ_STATS are kept (the process's store). */
   stats: StatsScope;
   log: Logger;
-  /** How a reload reads the file (src/tls/workload/watch.ts readSettled). */
+  /** How a reload reads the file (src/base/config/reader.ts readConfigFileSettled, by readSettled). */
   settle?: SettleOptions;
 }
 
@@ -277,9 +278,9 @@ export class ServiceAuthz {
     try {
       let text: string;
       try {
-        text = (await readSettled([file], this.deps.settle))[0]!.toString('utf8');
+        text = await readConfigFileSettled(file, RULES_RELOAD_ERRORS, this.deps.settle);
       } catch (err) {
-        if (err instanceof SettledReadError) throw new AuthzSetupError('authz_rules', file, err.reason);
+        if (err instanceof ConfigFileError) throw new AuthzSetupError('authz_rules', file, err.problem);
         throw err;
       }
       this.rules = loadAuthzRules(file, this.setup.trustDomain, text);

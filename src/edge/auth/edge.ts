@@ -9,7 +9,7 @@
  * off), the credential, then the first matching rule. Its stats are
  * `http.<prefix>.auth.{allowed,denied,unauthenticated}`.
  */
-import { readFileSync } from 'node:fs';
+import { ConfigFileError, readConfigFile, readConfigFileSettled } from '../../base/config/reader.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -21,13 +21,13 @@ import { describePolicy, rateLimitHeaders, rateLimitKey, setAuthSubject, type Fr
 import { declareStats, type Counter, type StatsStore } from '../../base/stats/store.js';
 import { HTTP_AUTH_STATS, HTTP_RATE_LIMIT_STATS, httpStatPrefix } from '../../base/http/stats.js';
 import { parseRules, pathKeyOf, ruleJson, ruleMatches, type Access, type Resource, type Rule } from './rules.js';
-import { RulesError } from './rule-file.js';
+import { RULES_ERRORS, RULES_RELOAD_ERRORS, RulesError } from './rule-file.js';
 import { KeyStore, sha256, type Identity } from './keys.js';
 import { checkJwks, JwksSource, JwtError, verifyJwt } from './jwt.js';
 import { SchemaOptionError } from '../../base/util/option-error.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
-import { readSettled, serialized, SettledReadError, type SettleOptions } from '../../tls/workload/watch.js';
+import { serialized, type SettleOptions } from '../../tls/workload/watch.js';
 
 /** The `id` of every error JSON written by the auth step. */
 export const AUTH_ERROR_ID = ERROR_IDS.auth;
@@ -60,11 +60,13 @@ export class AuthError extends MeshError {
   }
 }
 
+/** A file of the auth options, read at start by the config reader; a file that cannot be read is an AuthSetupError of its flag. */
 function readText(flag: string, file: string): string {
   try {
-    return readFileSync(file, 'utf8');
+    return readConfigFile(file, RULES_ERRORS);
   } catch (err) {
-    throw new AuthSetupError(flag, file, `cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    if (err instanceof ConfigFileError) throw new AuthSetupError(flag, file, err.problem);
+    throw err;
   }
 }
 
@@ -140,16 +142,16 @@ export function readAuthSetup(flags: AuthFlags): AuthSetup | undefined {
 export interface EdgeAuthDeps {
   stats: StatsStore;
   log: Logger;
-  /** How a reload reads the files (src/tls/workload/watch.ts readSettled). */
+  /** How a reload reads the files (src/base/config/reader.ts readConfigFileSettled, by readSettled). */
   settle?: SettleOptions;
 }
 
-/** A file of a reload, read once settled (readSettled); a file that is not is an AuthSetupError of its flag. */
+/** A file of a reload, read once settled (readConfigFileSettled, by readSettled); a file that is not is an AuthSetupError of its flag. */
 async function readSettledText(key: string, file: string, settle: SettleOptions | undefined): Promise<string> {
   try {
-    return (await readSettled([file], settle))[0]!.toString('utf8');
+    return await readConfigFileSettled(file, RULES_RELOAD_ERRORS, settle);
   } catch (err) {
-    if (err instanceof SettledReadError) throw new AuthSetupError(key, file, err.reason);
+    if (err instanceof ConfigFileError) throw new AuthSetupError(key, file, err.problem);
     throw err;
   }
 }

@@ -8,9 +8,9 @@
  * key → {subject, scopes}; any other name → lines of `KEY [SUBJECT [SCOPE,SCOPE...]]`, `#` comments.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { LineCounter, isMap, isSeq, type Node } from 'yaml';
-import { parseConfigDocument } from '../../base/util/config-yaml.js';
-import { RulesError } from './rule-file.js';
+import { isMap, isSeq, type Node } from 'yaml';
+import { parseConfig } from '../../base/config/reader.js';
+import { RULES_ERRORS, RulesError } from './rule-file.js';
 
 export interface Identity {
   subject: string;
@@ -75,26 +75,20 @@ export class KeyStore {
       entries.push({ hash, subject: (subject as string | undefined) ?? `key-${hex.slice(0, 12)}`, scopes: list });
     };
     if (/\.(ya?ml|json)$/i.test(fileName)) {
-      const lines = new LineCounter();
-      const doc = parseConfigDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
-      const syntax = doc.errors[0];
-      if (syntax) throw new RulesError(syntax.linePos?.[0]?.line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));
-      const lineAt = (node: unknown) => {
-        const range = (node as Node | undefined)?.range;
-        return range ? lines.linePos(range[0]).line : 1;
-      };
+      const doc = parseConfig(text, { file: fileName, style: RULES_ERRORS });
+      const lineAt = (node: unknown) => doc.lineOf(node) ?? 1;
       const root = doc.contents;
       if (isSeq(root)) {
         for (const item of root.items) {
           if (!isMap(item)) throw new RulesError(lineAt(item), 'each entry must be a mapping {key, subject, scopes}');
-          const o = item.toJSON() as Record<string, unknown>;
+          const o = doc.toJS(item) as Record<string, unknown>;
           for (const k of Object.keys(o)) if (!['key', 'subject', 'scopes'].includes(k)) throw new RulesError(lineAt(item), `unknown field "${k}" (use key, subject, scopes)`);
           add(lineAt(item), o.key, o.subject, o.scopes);
         }
       } else if (isMap(root)) {
         for (const pair of root.items) {
           const key = (pair.key as { value?: unknown })?.value;
-          const value = (pair.value as { toJSON?: () => unknown } | null)?.toJSON?.() ?? null;
+          const value = pair.value === null || pair.value === undefined ? null : (doc.toJS(pair.value as Node) ?? null);
           if (value !== null && (typeof value !== 'object' || Array.isArray(value))) throw new RulesError(lineAt(pair.key), 'the value of a key must be {subject, scopes}');
           const o = (value ?? {}) as Record<string, unknown>;
           for (const k of Object.keys(o)) if (!['subject', 'scopes'].includes(k)) throw new RulesError(lineAt(pair.key), `unknown field "${k}" (use subject, scopes)`);

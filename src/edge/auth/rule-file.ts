@@ -4,16 +4,32 @@
  * The edge's `--auth_rules` (rules.ts) and the services' `--authz_rules` (authz.ts) read their
  * files with it; each parses the fields of a rule its own way.
  */
-import { LineCounter, isMap, isScalar, isSeq, type Node } from 'yaml';
-import { parseConfigDocument } from '../../base/util/config-yaml.js';
+import { isMap, isScalar, isSeq } from 'yaml';
+import { ConfigFileError, parseConfig, type ConfigErrorStyle } from '../../base/config/reader.js';
 
-export class RulesError extends Error {
+/**
+ * How the errors of rules and key files are written (src/base/config/reader.ts): `line 3: <problem>`,
+ * without the file (the option error around it names it: AuthSetupError, AuthzSetupError).
+ */
+export const RULES_ERRORS: ConfigErrorStyle = {
+  name: 'RulesError',
+  withFile: false,
+  position: 'line',
+  readReason: 'code',
+  create: (p) => new RulesError(p.line, p.field ? `${p.field}: ${p.problem}` : p.problem, p.file),
+};
+
+/** The same on a reload, whose settled read says why a file cannot be read in words (`cannot read: no such file`). */
+export const RULES_RELOAD_ERRORS: ConfigErrorStyle = { ...RULES_ERRORS, readReason: 'words' };
+
+/** A problem of a rules or key file: the config reader's one error type, by its name here. */
+export class RulesError extends ConfigFileError {
   constructor(
-    readonly line: number | undefined,
+    line: number | undefined,
     readonly why: string,
+    file = '',
   ) {
-    super(line === undefined ? why : `line ${line}: ${why}`);
-    this.name = 'RulesError';
+    super(RULES_ERRORS, { file, line, problem: why });
   }
 }
 
@@ -21,13 +37,6 @@ export class RulesError extends Error {
 export const MAX_RULES = 10_000;
 /** Longest glob (or other text field) of a rule. */
 export const MAX_GLOB = 256;
-
-/** The 1-based line of a character offset. */
-export function lineOf(text: string, offset: number): number {
-  let line = 1;
-  for (let i = 0; i < offset && i < text.length; i++) if (text.charCodeAt(i) === 10) line++;
-  return line;
-}
 
 /** One rule of a file as its parser sees it: the fields as plain values, and where each is. */
 export interface RuleFields {
@@ -57,25 +66,8 @@ export interface RuleFileSpec {
 
 /** Parses a rules file's text, each rule by `parseRule`; throws a RulesError naming the line. */
 export function parseRuleFile<T>(text: string, json: boolean, spec: RuleFileSpec, parseRule: (rule: RuleFields) => T): T[] {
-  if (json) {
-    try {
-      JSON.parse(text);
-    } catch (err) {
-      const message = (err as Error).message;
-      const at = /position (\d+)/.exec(message);
-      throw new RulesError(at ? lineOf(text, Number(at[1])) : undefined, `not valid JSON: ${message.replace(/ in JSON at position \d+.*$/, '')}`);
-    }
-  }
-  const lines = new LineCounter();
-  const doc = parseConfigDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
-  const syntax = doc.errors[0];
-  if (syntax) {
-    throw new RulesError(syntax.linePos?.[0]?.line ?? lines.linePos(syntax.pos[0]).line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));
-  }
-  const lineAt = (node: unknown) => {
-    const range = (node as Node | undefined)?.range;
-    return range ? lines.linePos(range[0]).line : undefined;
-  };
+  const doc = parseConfig(text, { file: '', style: RULES_ERRORS, json });
+  const lineAt = (node: unknown) => doc.lineOf(node);
   let list: unknown = doc.contents;
   if (isMap(list)) {
     const map = list;
@@ -93,7 +85,7 @@ export function parseRuleFile<T>(text: string, json: boolean, spec: RuleFileSpec
     const line = lineAt(node) ?? 1;
     const where = `rule ${index}`;
     if (!isMap(node)) throw new RulesError(line, `${where}: must be a mapping (${spec.mappingHint})`);
-    const raw = (node.toJSON(doc) ?? {}) as Record<string, unknown>;
+    const raw = (doc.toJS(node) ?? {}) as Record<string, unknown>;
     const fieldLine = (name: string) => {
       const pair = node.items.find((p) => (p.key as { value?: unknown })?.value === name);
       return lineAt(pair?.value) ?? lineAt(pair?.key) ?? line;

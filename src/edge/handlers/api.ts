@@ -143,7 +143,7 @@ export async function handleApi(fe: EdgeHandlerContext, route: RpcRoute, req: In
       : { contentType: JSON_CODEC.contentType, body: JSON_CODEC.encode(message) };
   let answer;
   try {
-    answer = await fe.runtime.client.call(route.service, route.method, NO_BODY, options);
+    answer = await fe.edge.client.call(route.service, route.method, NO_BODY, options);
   } catch (err) {
     sendError(res, asFrontEndError(err, fe.errorId));
     return;

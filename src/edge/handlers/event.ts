@@ -35,7 +35,7 @@ export async function handleEvent(fe: EdgeHandlerContext, target: { topic: strin
     header['mesh-topic'] = target.topic;
     header['mesh-event'] = target.name;
     try {
-      await fe.runtime.broker.publish(target.topic, { header, body: raw });
+      await fe.edge.broker.publish(target.topic, { header, body: raw });
     } catch (err) {
       throw serviceUnavailable(fe.errorId, `publishing to ${target.topic}: ${(err as Error).message}`);
     }
@@ -51,7 +51,7 @@ export async function handleEvent(fe: EdgeHandlerContext, target: { topic: strin
     data: body === undefined ? JSON.stringify(queryObject(req)) : body.toString('utf8'),
   };
   try {
-    await fe.runtime.publish(target.topic, {
+    await fe.edge.publish(target.topic, {
       header: { 'content-type': 'application/json', 'mesh-topic': target.topic, 'mesh-event': target.name, 'mesh-id': event.id },
       body: Buffer.from(JSON.stringify(event)),
     });

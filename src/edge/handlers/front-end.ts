@@ -1,6 +1,6 @@
 /** What every handler needs to know about the front end it serves (gateway or sidecar). */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Runtime } from '../../process/runtime.js';
+import type { EdgeContext } from '../context.js';
 import { HEADER_ID, endToEndHeaders, meshTimeoutOf } from '../../core/transport/headers.js';
 import type { CallOptions } from '../../core/client/client.js';
 import { requestInfo } from '../../base/http/access-log.js';
@@ -14,7 +14,8 @@ import type { RoutePolicy } from '../routes/effects.js';
  * gateway, the sidecar or a proxy listener, each in src/fronts/) as the handler sees it.
  */
 export interface EdgeHandlerContext {
-  runtime: Runtime;
+  /** The process as the edge sees it (src/edge/context.ts). */
+  edge: EdgeContext;
   /** go.mesh.api for the gateway, go.mesh.srv for the sidecar (or --namespace). */
   namespace: string;
   /** The `id` of error JSON this front end writes. */

@@ -71,7 +71,7 @@ function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boo
 /** This hop's trace: the request's (given, or the ambient context's), or for an upgrade, one of its own. */
 function hopTrace(fe: EdgeHandlerContext, req: IncomingMessage, ctx: CallContext | undefined): TraceContext {
   if (ctx?.trace) return ctx.trace;
-  const context = fe.runtime.context;
+  const context = fe.edge.context;
   return context.current?.trace ?? context.hop(parseTraceparent(req.headers[TRACEPARENT], req.headers[TRACESTATE]));
 }
 
@@ -330,7 +330,7 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
  * covers the forwarding and is the backend's parent.
  */
 export async function handleProxy(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
-  const tracer = fe.runtime.tracer;
+  const tracer = fe.edge.tracer;
   if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx), policy);
   const method = req.method ?? 'GET';
   const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req, ctx), { 'http.request.method': method, 'url.path': splitTarget(req.url ?? '/').path, 'server.address': service });
@@ -376,9 +376,9 @@ async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boo
   const path = policy?.path ?? req.url ?? '/';
   const retry = route?.rule.retry;
   // A streamed body can be sent once only; otherwise a refused connection (and a route's retry codes) is retried on another host.
-  const retries = body.kind === 'stream' ? 0 : (retry?.attempts ?? fe.runtime.options.clientRetries);
+  const retries = body.kind === 'stream' ? 0 : (retry?.attempts ?? fe.edge.settings.clientRetries);
   // A route's timeouts: each try waits for the answer's head at most backendRequest, else request, else --client_request_timeout.
-  const timeoutMs = policy?.tryTimeoutMs ?? policy?.requestTimeoutMs ?? fe.runtime.options.clientRequestTimeout;
+  const timeoutMs = policy?.tryTimeoutMs ?? policy?.requestTimeoutMs ?? fe.edge.settings.clientRequestTimeoutMs;
   const mirrors = route?.rule.filters.mirrors;
   if (route && mirrors && mirrors.length > 0) {
     if (body.kind === 'stream' || !fe.mirrors) for (const _ of mirrors) route.stats.mirrorDropped.inc();
@@ -454,7 +454,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   const timeoutMs = call.timeoutMs;
   let lease: UpstreamLease | undefined;
   try {
-    const clusters = fe.runtime.clusters;
+    const clusters = fe.edge.clusters;
     const options = { exclude: call.tried, retry: attempt > 0, version: call.version, retryBudget: call.route?.budget };
     // The wait for a host (a service's first registry lookup) is bounded by the try's timeout too.
     lease = clusters.acquireNow(service, options) ?? (await leaseWithin(clusters.acquire(service, options), Date.now() + timeoutMs));
@@ -487,7 +487,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   const codes = call.codes;
   const answer: AnswerPolicy | undefined =
     call.responseHeaders || (codes.length > 0 && attempt < call.retries) ? { responseHeaders: call.responseHeaders, retryStatus: attempt < call.retries && codes.length > 0 ? (status) => codes.includes(status) : undefined } : undefined;
-  const result = await forward(lease.target.dispatcher, req, res, call.path, call.headers, call.body, timeoutMs, fe.runtime.options.streamIdleTimeout, answer);
+  const result = await forward(lease.target.dispatcher, req, res, call.path, call.headers, call.body, timeoutMs, fe.edge.settings.streamIdleTimeoutMs, answer);
   if (result.kind === 'response') {
     lease.release(result, Date.now() - started);
     return DONE;
@@ -578,8 +578,8 @@ export function handleProxyUpgrade(fe: EdgeHandlerContext, service: string, secu
     return refuse(badRequest(fe.errorId, 'an upgrade request carries no body'));
   }
   // The wait for a host (a service's first registry lookup) is bounded as the wait for the answer.
-  const timeoutMs = fe.runtime.options.clientRequestTimeout;
-  leaseWithin(fe.runtime.clusters.acquire(service, { version }), Date.now() + timeoutMs).then(
+  const timeoutMs = fe.edge.settings.clientRequestTimeoutMs;
+  leaseWithin(fe.edge.clusters.acquire(service, { version }), Date.now() + timeoutMs).then(
     (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(proxyTimeout(fe.errorId, service, timeoutMs))),
     (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
   );
@@ -599,7 +599,7 @@ function upgradeOn(fe: EdgeHandlerContext, service: string, secure: boolean, req
   };
   const headers = forwardedHeaders(req, secure, false, hopTrace(fe, req, undefined));
   headers.push('connection', 'Upgrade', 'upgrade', req.headers.upgrade ?? 'websocket');
-  const timeoutMs = fe.runtime.options.clientRequestTimeout;
+  const timeoutMs = fe.edge.settings.clientRequestTimeoutMs;
   const target = lease.target;
   const connector = target.connector;
   // A node the pool calls over mutual TLS is reached the same way (its identity checked; in strict mode a plain node is refused).

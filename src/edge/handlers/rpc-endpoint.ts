@@ -102,7 +102,7 @@ export async function handleRpcEndpoint(fe: EdgeHandlerContext, req: IncomingMes
   const authorized = fe.authorizeCall?.(req, res, call.service, call.method);
   if (authorized) await authorized;
   try {
-    const answer = await fe.runtime.client.call(call.service, call.method, call.request, {
+    const answer = await fe.edge.client.call(call.service, call.method, call.request, {
       ...callOptionsFrom(req, undefined, undefined, routed?.policy),
       contentType: 'application/json',
       address: call.address,

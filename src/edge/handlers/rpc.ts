@@ -43,7 +43,7 @@ export async function handleRpc(fe: EdgeHandlerContext, route: RpcRoute, req: In
     else if (contentType === 'application/json' && jsonNestingExceeds(body)) throw badRequest(fe.errorId, `body: ${new JsonDepthError().message}`);
   }
   try {
-    const answer = await fe.runtime.client.call(route.service, route.method, body, callOptionsFrom(req, contentType, ctx, policy));
+    const answer = await fe.edge.client.call(route.service, route.method, body, callOptionsFrom(req, contentType, ctx, policy));
     sendBytes(res, 200, contentType, answer.body);
   } catch (err) {
     sendError(res, asFrontEndError(err, fe.errorId));

@@ -75,7 +75,7 @@ export class StreamKinds {
   async of(route: RpcRoute): Promise<StreamKind | undefined> {
     let entry = this.known.get(route.service);
     if (!entry) {
-      const registry = this.fe.runtime.registry;
+      const registry = this.fe.edge.registry;
       this.watcher ??= registry.watch((event) => this.known.delete(event.service?.name));
       let versions;
       try {
@@ -112,11 +112,11 @@ export class StreamKinds {
    * again meanwhile; a node that did not answer is asked again next time.
    */
   private async grpcKind(route: RpcRoute, nodes: GrpcNode[]): Promise<'unary' | StreamKind> {
-    const timeoutMs = this.fe.runtime.options.clientRequestTimeout;
+    const timeoutMs = this.fe.edge.settings.clientRequestTimeoutMs;
     let failure: MeshError | undefined;
     for (const node of nodes) {
       try {
-        return await this.fe.runtime.grpc.methodKind(route.service, route.method, node, timeoutMs);
+        return await this.fe.edge.grpc.methodKind(route.service, route.method, node, timeoutMs);
       } catch (err) {
         if (!(err instanceof TransportError)) throw asFrontEndError(err, this.fe.errorId);
         const what = `service ${route.service}: the kind of ${route.method} from the reflection service of ${node.key}`;
@@ -184,7 +184,7 @@ export async function handleSse(fe: EdgeHandlerContext, streams: StreamSockets, 
     if (body.byteLength === 0) body = Buffer.from('{}');
     else if (jsonNestingExceeds(body)) throw badRequest(fe.errorId, `body: ${new JsonDepthError().message}`);
   }
-  const call = await fe.runtime.client.stream(route.service, route.method, { ...edgeCallOptions(req), kind: 'server', request: body });
+  const call = await fe.edge.client.stream(route.service, route.method, { ...edgeCallOptions(req), kind: 'server', request: body });
   let done = false;
   res.on('close', () => {
     if (!done) call.cancel('the event-stream client went away');
@@ -306,7 +306,7 @@ export class StreamSockets {
         if (started) return fail(badRequest(fe.errorId, 'a server stream takes one request: send it as the first message only'));
         started = true;
         const request = Buffer.isBuffer(data) ? data : Buffer.concat(Array.isArray(data) ? data : [Buffer.from(data)]);
-        fe.runtime.client.stream(route.service, route.method, { ...options, kind, request: request.byteLength === 0 ? Buffer.from('{}') : request }).then((c) => {
+        fe.edge.client.stream(route.service, route.method, { ...options, kind, request: request.byteLength === 0 ? Buffer.from('{}') : request }).then((c) => {
           call = c;
           if (gone) c.cancel('the WebSocket client closed');
           else void pump(c);
@@ -315,7 +315,7 @@ export class StreamSockets {
       return;
     }
     ws.pause();
-    fe.runtime.client.stream(route.service, route.method, { ...options, kind }).then((c) => {
+    fe.edge.client.stream(route.service, route.method, { ...options, kind }).then((c) => {
       call = c;
       if (gone) return c.cancel('the WebSocket client closed');
       ws.on('message', (data: RawData) => {

@@ -13,13 +13,12 @@
  *   (`routes.yaml line 12: HTTPRoute canary rules[0].backendRefs[1].weight: ...`).
  */
 import { createHash } from 'node:crypto';
-import { readFileSync, statSync } from 'node:fs';
 import { normalizePath } from '../../base/http/path.js';
 import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
 import { foldHeaderName, isEdgeSetHeader, isHopByHop, isMeshHeaderName } from '../../core/transport/headers.js';
-import { LineCounter, isMap, isScalar, isSeq, type Node, type Pair } from 'yaml';
-import { parseConfigDocuments } from '../../base/util/config-yaml.js';
+import { isMap, isScalar, isSeq, type Node, type Pair } from 'yaml';
+import { ConfigFileError, MAX_CONFIG_FILE_BYTES, parseConfigAll, readConfigFile, type ConfigDoc, type ConfigErrorStyle } from '../../base/config/reader.js';
 
 export type RouteHandler = 'api' | 'rpc' | 'proxy';
 export const ROUTE_HANDLERS: readonly RouteHandler[] = ['api', 'rpc', 'proxy'];
@@ -140,14 +139,22 @@ export interface RouteFile {
   routes: RouteSpec[];
 }
 
-export class RouteFileError extends Error {
-  constructor(
-    readonly file: string,
-    readonly line: number | undefined,
-    readonly why: string,
-  ) {
-    super(`${file}${line === undefined ? '' : ` line ${line}`}: ${why}`);
-    this.name = 'RouteFileError';
+/** How a route file's errors are written (src/base/config/reader.ts): `routes.yaml line 12: <field>: <problem>`. */
+export const ROUTE_FILE_ERRORS: ConfigErrorStyle = {
+  name: 'RouteFileError',
+  withFile: true,
+  position: 'line',
+  create: (p) => new RouteFileError(p.file, p.line, p.problem, p.field, p.code),
+};
+
+/** A problem of a route file: the config reader's one error type, by its name here. */
+export class RouteFileError extends ConfigFileError {
+  /** The message after the file and line: the field path (the route and rule) and the problem. */
+  readonly why: string;
+
+  constructor(file: string, line: number | undefined, problem: string, field?: string, code?: string) {
+    super(ROUTE_FILE_ERRORS, { file, line, problem, field, code });
+    this.why = field ? `${field}: ${problem}` : problem;
   }
 }
 
@@ -208,8 +215,7 @@ export function parseGatewayDuration(text: string): number | undefined {
 /** Where the walk is: the route and the field path, for messages. */
 class At {
   constructor(
-    private readonly file: string,
-    private readonly lines: LineCounter,
+    private readonly doc: ConfigDoc,
     readonly route: string,
     readonly path: string,
     readonly node: Node | null | undefined,
@@ -217,25 +223,23 @@ class At {
   ) {}
 
   get line(): number | undefined {
-    const range = this.node?.range;
-    return range ? this.lines.linePos(range[0]).line : this.fallbackLine;
+    return this.doc.lineOf(this.node) ?? this.fallbackLine;
   }
 
   /** The same place under another field. */
   child(key: string | number, node: Node | null | undefined, keyNode?: Node | null): At {
     const path = typeof key === 'number' ? `${this.path}[${key}]` : this.path === '' ? key : `${this.path}.${key}`;
     const anchor = node ?? keyNode;
-    const line = anchor?.range ? this.lines.linePos(anchor.range[0]).line : this.line;
-    return new At(this.file, this.lines, this.route, path, node, line);
+    return new At(this.doc, this.route, path, node, this.doc.lineOf(anchor) ?? this.line);
   }
 
   named(route: string): At {
-    return new At(this.file, this.lines, route, this.path, this.node, this.line);
+    return new At(this.doc, route, this.path, this.node, this.line);
   }
 
   error(why: string): RouteFileError {
     const where = [this.route, this.path].filter((s) => s !== '').join(' ');
-    return new RouteFileError(this.file, this.line, where === '' ? why : `${where}: ${why}`);
+    return new RouteFileError(this.doc.file, this.line, why, where);
   }
 }
 
@@ -658,22 +662,14 @@ function parseRoute(bare: At): RouteSpec {
 
 /** Parses a route file's text; throws a RouteFileError naming the file and line. */
 export function parseRouteFile(textContent: string, file: string): RouteFile {
-  const lines = new LineCounter();
-  const docs = parseConfigDocuments(textContent, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
-  const list = Array.isArray(docs) ? docs : [];
-  if (!Array.isArray(docs)) throw new RouteFileError(file, undefined, 'not a YAML or JSON file');
+  const docs = parseConfigAll(textContent, { file, style: ROUTE_FILE_ERRORS, maxBytes: MAX_ROUTE_FILE_BYTES });
   const routes: RouteSpec[] = [];
   const seen = new Map<string, number>();
-  for (const doc of list) {
-    const syntax = doc.errors[0];
-    if (syntax) {
-      const line = syntax.linePos?.[0]?.line ?? lines.linePos(syntax.pos[0]).line;
-      throw new RouteFileError(file, line, syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, ''));
-    }
-    const contents = doc.contents as Node | null;
+  for (const doc of docs) {
+    const contents = doc.contents;
     if (contents === null || (isScalar(contents) && contents.value === null)) continue; // an empty document (`---` at the end)
     if (routes.length >= LIMITS.routes) throw new RouteFileError(file, undefined, `more than ${LIMITS.routes} routes`);
-    const route = parseRoute(new At(file, lines, '', '', contents, 1));
+    const route = parseRoute(new At(doc, '', '', contents, 1));
     const before = seen.get(route.name);
     if (before !== undefined) throw new RouteFileError(file, route.line, `HTTPRoute ${route.name}: the name is used twice (first at line ${before})`);
     seen.set(route.name, route.line);
@@ -699,19 +695,10 @@ export function checkHandlers(parsed: RouteFile, defaultHandler: RouteHandler): 
   }
 }
 
-/** Largest route file read. */
-export const MAX_ROUTE_FILE_BYTES = 4 * 1024 * 1024;
+/** Largest route file read (the config reader's bound). */
+export const MAX_ROUTE_FILE_BYTES = MAX_CONFIG_FILE_BYTES;
 
 /** Reads and parses a route file; throws a RouteFileError (a file that cannot be read included). */
 export function loadRouteFile(file: string): RouteFile {
-  let content: string;
-  try {
-    const size = statSync(file).size;
-    if (size > MAX_ROUTE_FILE_BYTES) throw new Error(`larger than ${MAX_ROUTE_FILE_BYTES} bytes`);
-    content = readFileSync(file, 'utf8');
-  } catch (err) {
-    const e = err as NodeJS.ErrnoException;
-    throw new RouteFileError(file, undefined, `cannot read: ${e.code === 'ENOENT' ? 'no such file' : e.message}`);
-  }
-  return parseRouteFile(content, file);
+  return parseRouteFile(readConfigFile(file, ROUTE_FILE_ERRORS, MAX_ROUTE_FILE_BYTES), file);
 }

@@ -1,7 +1,7 @@
 /**
  * A front end's route file, live: loaded at start (an error there is a start-up error), read
  * again on SIGHUP and when the file changes (fs.watch on its directory plus a bounded poll), once
- * its content has settled (readSettled: a file rewritten in place is never taken half-written, and
+ * its content has settled (readConfigFileSettled, src/base/config/reader.ts, by readSettled: a file rewritten in place is never taken half-written, and
  * an empty file is refused; src/tls/workload/watch.ts). A good new file replaces the compiled
  * table in one assignment, so a request that read the table keeps it and the next one gets the
  * new one; a bad new file keeps the old table, is logged once (until the error changes) and
@@ -13,8 +13,9 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
-import { fileSignature, DEFAULT_SETTLE_MS, readSettled, serialized, SettledReadError, watchFiles, type SettleOptions } from '../../tls/workload/watch.js';
-import { checkHandlers, loadRouteFile, MAX_ROUTE_FILE_BYTES, parseRouteFile, RouteFileError, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
+import { fileSignature, DEFAULT_SETTLE_MS, serialized, watchFiles, type SettleOptions } from '../../tls/workload/watch.js';
+import { readConfigFileSettled } from '../../base/config/reader.js';
+import { checkHandlers, loadRouteFile, MAX_ROUTE_FILE_BYTES, parseRouteFile, ROUTE_FILE_ERRORS, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
 import { CompiledRoutes } from './table.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 
@@ -97,13 +98,7 @@ export class LiveRoutes {
     const { file, log } = this.options;
     let next: CompiledRoutes;
     try {
-      let text: string;
-      try {
-        text = (await readSettled([file], { ...this.options, maxBytes: MAX_ROUTE_FILE_BYTES }))[0]!.toString('utf8');
-      } catch (err) {
-        if (!(err instanceof SettledReadError)) throw err;
-        throw new RouteFileError(file, undefined, err.reason);
-      }
+      const text = await readConfigFileSettled(file, ROUTE_FILE_ERRORS, this.options, MAX_ROUTE_FILE_BYTES);
       const parsed = this.check(parseRouteFile(text, file));
       if (parsed.version === this.table.source.version) {
         this.lastError = undefined;

@@ -1,14 +1,17 @@
 /**
  * `mesh api`: the HTTP entry point (SPEC 1.3, 4.3, 4.4; DESIGN section 6).
  *
- * Paths the gateway answers itself, whatever the handler:
- *   GET /               {"version":"<mesh version>"}
+ * Paths under /_mesh/ are always the gateway's:
+ *   GET /_mesh/health   200 while live, 503 while draining (admin /healthcheck/fail)
+ *   GET /_mesh/version  {"version":"<mesh version>"}
+ * Then the route file's first matching route (`--routes=FILE`, src/edge/routes/: a backend chosen
+ * by weight, sent by the route's handler), over any path (`/`, `/rpc` and `/stats` included). Then
+ * the gateway's own paths:
+ *   GET /               {"version":"<mesh version>"} (without a route file only: with one, `/` is the routes')
  *   POST /rpc           call a service directly (SPEC 2.8): those of --rpc_allow (403 for others); off with --enable_rpc=false
  *   GET /rpc + WebSocket a streaming call, /rpc?service=S&endpoint=E, with the same checks as POST /rpc
  *   GET /stats          with --enable_stats: the dashboard (src/fronts/dashboard; JSON for Accept: application/json)
- *   GET /_mesh/health   200 while live, 503 while draining (admin /healthcheck/fail)
- * Everything else goes to the route file's first matching route (`--routes=FILE`,
- * src/edge/routes/: a backend chosen by weight, sent by the route's handler), else to the handler:
+ * Everything else goes to the handler:
  * `--handler=api|rpc|proxy|event`, or by default the registry router
  * (src/fronts/gateway/router.ts) with the api handler as the fallback.
  */
@@ -103,6 +106,10 @@ export type GatewayRoute =
   | { kind: 'event'; event: { topic: string; name: string } | undefined; stat?: EndpointFamily };
 
 const ROOT: GatewayRoute = { kind: 'root' };
+/** The gateway's own prefix: no route of a route file is matched under it. */
+export const OWN_PREFIX = '/_mesh/';
+/** The version of mesh, always (`/` answers it too when no route file is in use). */
+export const VERSION_PATH = '/_mesh/version';
 const DASHBOARD: GatewayRoute = { kind: 'dashboard' };
 const RPC_ENDPOINT: GatewayRoute = { kind: 'rpc-endpoint' };
 const NONE: GatewayRoute = { kind: 'none' };
@@ -163,12 +170,13 @@ export class Gateway {
         return [{ routeConfigName: `file:${d.file}`, versionInfo: d.version, table: d }];
       });
     }
+    const edge = edgeContext(runtime);
     this.fe = {
-      runtime,
+      edge,
       namespace: this.namespace,
       errorId: ERROR_ID,
-      maxBodyBytes: runtime.options.maxBodySize,
-      mirrors: this.routes ? new MirrorSender(runtime.clusters, runtime.options.clientRequestTimeout) : undefined,
+      maxBodyBytes: edge.settings.maxBodyBytes,
+      mirrors: this.routes ? new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) : undefined,
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
     };
     if (!this.handler) {
@@ -188,7 +196,7 @@ export class Gateway {
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
     this.server = new FrontServer<GatewayRoute>({
-      edge: edgeContext(runtime),
+      edge,
       statPrefix: STAT_PREFIX,
       errorId: ERROR_ID,
       route: (req, target, upgrade) => this.route(req, target, upgrade),
@@ -206,18 +214,24 @@ export class Gateway {
   }
 
   /**
-   * The route phase: the gateway's own paths first (for an upgrade only /rpc: an upgrade at `/` or
-   * the dashboard can only be proxied), then the route file's first matching route, then the
-   * handler's target. No streaming call is served at
-   * an own path, nor at /rpc when --enable_rpc=false.
+   * The route phase: `/_mesh/version` (the health path was answered before), then the route file's
+   * first matching route (a route's explicit match wins over the gateway's own paths; nothing
+   * under /_mesh/ is matched), then the gateway's own paths (for an upgrade only /rpc: an upgrade
+   * at `/` or the dashboard can only be proxied; `/` only without a route file), then the
+   * handler's target. No streaming call is served at an own path, nor at /rpc when
+   * --enable_rpc=false.
    */
   private route(req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
     const path = target.path;
-    const own = path === '/' || (this.dashboard !== undefined && isDashboardPath(path));
-    if (own && !upgrade) return path === '/' ? ROOT : DASHBOARD;
-    if (path === '/rpc' && this.enableRpc) return RPC_ENDPOINT;
-    const to = (this.routes && this.fileRoute(req, target)) || this.targetRoute(req, target);
-    if (to.kind === 'call' && (own || path === '/rpc')) to.stream = false;
+    if (path === VERSION_PATH) return upgrade ? NONE : ROOT;
+    const fromFile = this.routes && !path.startsWith(OWN_PREFIX) ? this.fileRoute(req, target) : undefined;
+    const own = (path === '/' && !this.routes) || (this.dashboard !== undefined && isDashboardPath(path));
+    if (!fromFile) {
+      if (own && !upgrade) return path === '/' ? ROOT : DASHBOARD;
+      if (path === '/rpc' && this.enableRpc) return RPC_ENDPOINT;
+    }
+    const to = fromFile || this.targetRoute(req, target);
+    if (to.kind === 'call' && (own || path === '/' || path === '/rpc')) to.stream = false;
     return own && to.kind !== 'proxy' && to.kind !== 'call' ? NONE : to;
   }
 

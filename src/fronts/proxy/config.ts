@@ -4,10 +4,8 @@
  * ProxyConfigError naming the file, the line and column when known, and the field
  * (`listeners[0].routes[1].cluster`). Unknown keys are errors, never ignored.
  */
-import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { LineCounter, isMap, isScalar, type Document } from 'yaml';
-import { parseConfigDocument } from '../../base/util/config-yaml.js';
+import { ConfigFileError, fieldName, parseConfig, readConfigFile, type ConfigErrorStyle } from '../../base/config/reader.js';
 import { parseDuration } from '../../base/util/duration.js';
 import { formatAddress, parseAddress, tryParseAddress } from '../../base/util/address.js';
 import { parseAdminAddress } from '../../admin/server.js';
@@ -71,17 +69,26 @@ export interface ProxyConfig {
 
 type Path = Array<string | number>;
 
-/** A configuration problem: `<file>[:line:col]: <field>: <problem>`. */
-export class ProxyConfigError extends Error {
+/** How the errors of a proxy config are written (src/base/config/reader.ts): `proxy config <file>[:line:col]: <field>: <problem>`. */
+export const PROXY_CONFIG_ERRORS: ConfigErrorStyle = {
+  name: 'ProxyConfigError',
+  prefix: 'proxy config ',
+  withFile: true,
+  position: 'line-col',
+  syntaxPrefix: 'invalid YAML: ',
+  create: (p) => new ProxyConfigError(p.file, p.field ?? '', p.problem, p.line === undefined ? undefined : { line: p.line, col: p.col ?? 1 }, p.code),
+};
+
+/** A configuration problem: the config reader's one error type, by its name here. */
+export class ProxyConfigError extends ConfigFileError {
   constructor(
-    readonly file: string,
-    readonly field: string,
-    readonly problem: string,
+    file: string,
+    field: string,
+    problem: string,
     readonly position?: { line: number; col: number },
+    code?: string,
   ) {
-    const where = position ? `${file}:${position.line}:${position.col}` : file;
-    super(`proxy config ${where}: ${field ? `${field}: ` : ''}${problem}`);
-    this.name = 'ProxyConfigError';
+    super(PROXY_CONFIG_ERRORS, { file, field, problem, line: position?.line, col: position?.col, code });
   }
 }
 
@@ -97,69 +104,27 @@ class FieldError extends Error {
   }
 }
 
-/** `listeners[0].routes[1].cluster` */
-export function fieldName(path: Path): string {
-  let out = '';
-  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out === '' ? p : `.${p}`;
-  return out;
-}
+/** `listeners[0].routes[1].cluster` (the config reader's). */
+export { fieldName };
 
 // ---- loading ------------------------------------------------------------------------------
 
 /** Reads and checks the file. Throws ProxyConfigError. */
 export function loadProxyConfig(file: string): ProxyConfig {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    const e = err as NodeJS.ErrnoException;
-    const why = e.code === 'ENOENT' ? 'no such file' : e.code === 'EACCES' ? 'permission denied' : e.code === 'EISDIR' ? 'is a directory' : e.message;
-    throw new ProxyConfigError(file, '', `cannot read: ${why}`);
-  }
-  return parseProxyConfig(text, file);
+  return parseProxyConfig(readConfigFile(file, PROXY_CONFIG_ERRORS), file);
 }
 
 /** Parses and checks configuration text (YAML 1.2 or JSON); `file` names it in errors. */
 export function parseProxyConfig(text: string, file: string): ProxyConfig {
-  const lineCounter = new LineCounter();
-  const doc = parseConfigDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: true });
-  const syntax = doc.errors[0];
-  if (syntax) {
-    const pos = syntax.linePos?.[0];
-    const message = syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
-    throw new ProxyConfigError(file, '', `invalid YAML: ${message}`, pos ? { line: pos.line, col: pos.col } : undefined);
-  }
-  let value: unknown;
-  try {
-    value = doc.toJS({ maxAliasCount: 100 });
-  } catch (err) {
-    throw new ProxyConfigError(file, '', `invalid YAML: ${(err as Error).message}`);
-  }
+  const doc = parseConfig(text, { file, style: PROXY_CONFIG_ERRORS });
+  const value = doc.toJS();
   try {
     return { ...validate(value, file), text };
   } catch (err) {
     if (!(err instanceof FieldError)) throw err;
-    throw new ProxyConfigError(file, fieldName(err.path), err.problem, positionOf(doc, lineCounter, err.path, err.atKey));
+    const at = doc.positionAt(err.path, err.atKey);
+    throw new ProxyConfigError(file, fieldName(err.path), err.problem, at && { line: at.line, col: at.col });
   }
-}
-
-/** Line and column of the node at path, or of its nearest ancestor that exists. */
-function positionOf(doc: Document, lines: LineCounter, path: Path, atKey: boolean): { line: number; col: number } | undefined {
-  if (atKey && path.length > 0) {
-    const parent = path.length === 1 ? doc.contents : doc.getIn(path.slice(0, -1), true);
-    if (isMap(parent)) {
-      const last = path[path.length - 1];
-      const pair = parent.items.find((p) => (isScalar(p.key) ? p.key.value : p.key) === last);
-      const range = isScalar(pair?.key) ? pair.key.range : undefined;
-      if (range) return lines.linePos(range[0]);
-    }
-  }
-  for (let n = path.length; n >= 0; n--) {
-    const node = n === 0 ? doc.contents : doc.getIn(path.slice(0, n), true);
-    const range = (node as { range?: [number, number, number] } | null | undefined)?.range;
-    if (range) return lines.linePos(range[0]);
-  }
-  return undefined;
 }
 
 // ---- checking -----------------------------------------------------------------------------

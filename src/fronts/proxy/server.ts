@@ -20,10 +20,11 @@ import { refuseSocket } from '../../base/http/respond.js';
 import { splitTarget, targetOf } from '../../base/http/target.js';
 import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
-import { parseProxyConfig, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
+import { parseProxyConfig, PROXY_CONFIG_ERRORS, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
 import { dirname } from 'node:path';
 import { declareStats, type FamilyStats } from '../../base/stats/store.js';
-import { DEFAULT_SETTLE_MS, fileSignature, readSettled, serialized, SettledReadError, watchFiles, type SettleOptions } from '../../tls/workload/watch.js';
+import { DEFAULT_SETTLE_MS, fileSignature, serialized, watchFiles, type SettleOptions } from '../../tls/workload/watch.js';
+import { ConfigFileError, readConfigFileSettled } from '../../base/config/reader.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 
 /** Reloads of the configuration file (as Envoy's `listener_manager.lds.update_*`). */
@@ -94,11 +95,12 @@ export class ProxyListener {
     private readonly watch: ProxyWatchOptions = {},
   ) {
     this.name = config.name;
-    this.fe = { runtime, namespace: '', errorId: ERROR_ID, maxBodyBytes: runtime.options.maxBodySize, mirrors: new MirrorSender(runtime.clusters, runtime.options.clientRequestTimeout) };
+    const edge = edgeContext(runtime);
+    this.fe = { edge, namespace: '', errorId: ERROR_ID, maxBodyBytes: edge.settings.maxBodyBytes, mirrors: new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) };
     this.effects = new RouteEffectsCache(runtime.stats);
     this.state = { config, routes: this.liveRoutes(config.routeFile) };
     this.server = new FrontServer<ProxyRoute>({
-      edge: edgeContext(runtime),
+      edge,
       statPrefix: config.name,
       errorId: ERROR_ID,
       route: (req, target) => this.routeOf(req, target),
@@ -254,7 +256,7 @@ export class Proxy {
   private readonly reloadSerial = serialized(() => this.reloadOnce());
 
   /**
-   * Reads the file again (SIGHUP, a change of the file) once it has settled (readSettled: never
+   * Reads the file again (SIGHUP, a change of the file) once it has settled (readConfigFileSettled, by readSettled: never
    * half-written, an empty file refused): the static clusters are replaced (replaceStatic) and
    * each listener's routes and route file swapped, when every listener keeps its name and
    * address; else, or when the file has an error, the running configuration stays, the reason is
@@ -270,14 +272,14 @@ export class Proxy {
     let states: ReturnType<ProxyListener['prepare']>[];
     try {
       // The watch fires on any change in the directory: a text already tried changes nothing.
-      const text = (await readSettled([file], this.watch))[0]!.toString('utf8');
+      const text = await readConfigFileSettled(file, PROXY_CONFIG_ERRORS, this.watch);
       if (text === this.text) return this.lastError === undefined;
       this.text = text;
       next = parseProxyConfig(text, file);
       states = this.prepare(next);
     } catch (err) {
       const why = (err as Error).message;
-      if (err instanceof SettledReadError) this.text = undefined; // unreadable, empty or changing: try again at the next event
+      if (err instanceof ConfigFileError && err.code !== undefined) this.text = undefined; // unreadable, empty or changing: try again at the next event
       this.stats.updateFailure.inc();
       if (why !== this.lastError) this.runtime.logging.get('config').error({ err: why }, 'proxy config reload failed: the running configuration stays');
       this.lastError = why;

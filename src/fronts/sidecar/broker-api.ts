@@ -234,7 +234,7 @@ export class BrokerApi {
     // closeTimeout (ws >= 8.18) is not in @types/ws yet: how long a close waits for the client.
     const options = { noServer: true, maxPayload: fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
     this.wss = new WebSocketServer(options as ConstructorParameters<typeof WebSocketServer>[0]);
-    const s = fe.runtime.stats;
+    const s = fe.edge.stats;
     this.stats = {
       published: s.counter('sidecar.broker.published'),
       publishFailed: s.counter('sidecar.broker.publish_failed'),
@@ -281,12 +281,12 @@ export class BrokerApi {
 
   private async publish(topic: string, message: Message): Promise<void> {
     try {
-      await this.fe.runtime.publish(topic, message, true);
+      await this.fe.edge.publish(topic, message, true);
       this.stats.published.inc();
     } catch (err) {
       this.stats.publishFailed.inc();
       const detail = err instanceof MeshError ? err.detail : (err as Error)?.message ?? String(err);
-      this.fe.runtime.logging.get('sidecar').warn({ topic, err: detail }, 'publish failed');
+      this.fe.edge.logging.get('sidecar').warn({ topic, err: detail }, 'publish failed');
       throw serviceUnavailable(this.fe.errorId, `publish to topic ${topic} failed: ${detail}`);
     }
   }
@@ -318,7 +318,7 @@ export class BrokerApi {
     let socketGone = false;
     socket.once('close', () => (socketGone = true));
     this.connections.add(conn);
-    fe.runtime.broker
+    fe.edge.broker
       .subscribe(topic, handler, ack ? { queue, durable: ack.durable } : { queue })
       .then(
         (sub) => {
@@ -337,7 +337,7 @@ export class BrokerApi {
         (err: unknown) => {
           this.connections.delete(conn);
           const detail = (err as Error)?.message ?? String(err);
-          fe.runtime.logging.get('sidecar').warn({ topic, queue, err: detail }, 'subscribe failed');
+          fe.edge.logging.get('sidecar').warn({ topic, queue, err: detail }, 'subscribe failed');
           // Over the durable names' cap of the topic: the client's to fix (remove unused names), not the broker's.
           if (!socketGone) refuse((err instanceof DurableLimitError ? tooManyRequests : serviceUnavailable)(fe.errorId, `subscribe to topic ${topic} failed: ${detail}`));
         },
@@ -348,11 +348,11 @@ export class BrokerApi {
     conn.ws = ws;
     this.stats.subscribersActive.inc();
     this.stats.subscribersTotal.inc();
-    this.fe.runtime.logging.get('sidecar').debug({ conn: conn.id, topic: conn.topic, queue: conn.queue }, 'subscriber connected');
+    this.fe.edge.logging.get('sidecar').debug({ conn: conn.id, topic: conn.topic, queue: conn.queue }, 'subscriber connected');
     ws.on('pong', () => (conn.alive = true));
     ws.on('message', (data: RawData, isBinary: boolean) => this.onClientFrame(conn, data, isBinary));
     ws.on('error', (err) => {
-      this.fe.runtime.logging.get('sidecar').debug({ conn: conn.id, err: err.message }, 'subscriber connection error');
+      this.fe.edge.logging.get('sidecar').debug({ conn: conn.id, err: err.message }, 'subscriber connection error');
       this.release(conn);
     });
     ws.on('close', () => {
@@ -398,7 +398,7 @@ export class BrokerApi {
         : JSON.stringify({ Id: id, MessageId: message.id, Deliveries: message.deliveryCount, Header: canonicalHeaderMap(message.header ?? {}), Body: body.toString('base64') }),
     );
     const done = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => this.answer(conn, id, new Error('not acknowledged within the ack wait')), this.fe.runtime.options.brokerAckWait);
+      const timer = setTimeout(() => this.answer(conn, id, new Error('not acknowledged within the ack wait')), this.fe.edge.settings.brokerAckWaitMs);
       timer.unref();
       a.pending.set(id, { resolve, reject, timer });
     });
@@ -498,7 +498,7 @@ export class BrokerApi {
     if (conn.closing) return;
     this.stats.droppedSlow.inc();
     const ws = conn.ws;
-    this.fe.runtime.logging
+    this.fe.edge.logging
       .get('sidecar')
       .warn({ conn: conn.id, topic: conn.topic, queue: conn.queue, buffered: ws?.bufferedAmount ?? 0, queued: conn.queued }, 'subscriber too slow: dropped');
     this.closeConnection(conn, 1013, 'subscriber too slow: send queue full');
@@ -527,7 +527,7 @@ export class BrokerApi {
     if (!conn.released && conn.sub) {
       const sub = conn.sub;
       conn.released = sub.unsubscribe().catch((err: unknown) => {
-        this.fe.runtime.logging.get('sidecar').warn({ conn: conn.id, topic: conn.topic, err: (err as Error)?.message }, 'unsubscribe failed');
+        this.fe.edge.logging.get('sidecar').warn({ conn: conn.id, topic: conn.topic, err: (err as Error)?.message }, 'unsubscribe failed');
       });
     }
     return conn.released ?? Promise.resolve();

@@ -80,9 +80,10 @@ export class SidecarInbound {
     private readonly options: InboundOptions,
   ) {
     this.cluster = inboundClusterName(options.app);
-    this.fe = { runtime, namespace: '', errorId: ERROR_IDS.sidecar, maxBodyBytes: runtime.options.maxBodySize };
+    const edge = edgeContext(runtime);
+    this.fe = { edge, namespace: '', errorId: ERROR_IDS.sidecar, maxBodyBytes: edge.settings.maxBodyBytes };
     this.server = new FrontServer({
-      edge: edgeContext(runtime),
+      edge,
       statPrefix: INBOUND_STAT_PREFIX,
       errorId: ERROR_IDS.sidecar,
       mtls: { workload: options.workload, service: options.app },

@@ -80,8 +80,8 @@ function registryFailure(fe: EdgeHandlerContext, what: string, err: unknown): Me
 export async function handleRegistry(fe: EdgeHandlerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://sidecar');
   const method = req.method ?? 'GET';
-  const registry = fe.runtime.registry;
-  const log = fe.runtime.logging.get('sidecar');
+  const registry = fe.edge.registry;
+  const log = fe.edge.logging.get('sidecar');
 
   switch (method) {
     case 'GET':

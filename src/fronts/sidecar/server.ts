@@ -182,12 +182,13 @@ export class Sidecar {
     }
     const guard = new EdgeGuard(options.auth, { stats: runtime.stats, statPrefix: STAT_PREFIX, sidecarToken: options.sidecarToken, errorId: SIDECAR_ERROR_ID, rateLimit: options.rateLimit });
     this.guard = guard;
+    const edge = edgeContext(runtime);
     this.fe = {
-      runtime,
+      edge,
       namespace: options.namespace ?? SIDECAR_NAMESPACE,
       errorId: SIDECAR_ERROR_ID,
-      maxBodyBytes: meshOptions.maxBodySize,
-      mirrors: this.routes ? new MirrorSender(runtime.clusters, meshOptions.clientRequestTimeout) : undefined,
+      maxBodyBytes: edge.settings.maxBodyBytes,
+      mirrors: this.routes ? new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) : undefined,
       authorizeCall: (req, res, service, method) => guard.authorizeCall(req, res, service, method),
       routeCall: (req, service, method) => this.rpcCallRoute(req, service, method),
     };
@@ -216,7 +217,7 @@ export class Sidecar {
       this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers });
     }
     this.server = new FrontServer<SidecarRoute>({
-      edge: edgeContext(runtime),
+      edge,
       statPrefix: STAT_PREFIX,
       errorId: SIDECAR_ERROR_ID,
       route: (req, target) => this.route(req, target),
@@ -362,7 +363,7 @@ export class Sidecar {
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     const started = 'policy' in route ? beginRule(route.policy, req, res, fe.errorId) : undefined;
     if (started) await started;
-    if (route.kind !== 'proxy' && !originAllowed(req, this.runtime.options.cors)) {
+    if (route.kind !== 'proxy' && !originAllowed(req, this.fe.edge.settings.corsOrigins)) {
       req.resume();
       throw originNotAllowed(fe.errorId, req.headers.origin);
     }
@@ -431,11 +432,11 @@ export class Sidecar {
     const fe = this.fe;
     const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
     if (path === '/broker') {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      if (!originAllowed(req, this.fe.edge.settings.corsOrigins)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       return this.broker.upgrade(req, socket, head);
     }
     if (path === '/rpc') {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      if (!originAllowed(req, this.fe.edge.settings.corsOrigins)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void handleRpcStreamUpgrade(fe, this.streams, req, socket, head);
       return;
     }
@@ -443,7 +444,7 @@ export class Sidecar {
     // A call route of the route file serves no stream (as on the gateway).
     const stream = route.kind === 'call' && !route.policy ? route.call : undefined;
     if (stream) {
-      if (!originAllowed(req, this.runtime.options.cors)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
+      if (!originAllowed(req, this.fe.edge.settings.corsOrigins)) return refuse(originNotAllowed(fe.errorId, req.headers.origin));
       void this.streams.upgrade(stream, req, socket, head);
       return;
     }
