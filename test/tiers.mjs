@@ -92,4 +92,5 @@ export const UNIT = [
   'test/core/upstream-outlier.test.ts',
   'test/core/upstream-retry-budget.test.ts',
   'test/tls/workload-tls.test.ts',
+  'test/base/error-catalogue-only.test.ts',
 ];

@@ -11,6 +11,7 @@ import { httpServerOptions, listenOn } from '../base/http/lifecycle.js';
 import { formatAddress, parseAddress, type HostPort } from '../base/util/address.js';
 import { refreshServerStats, TEXT } from './server.js';
 import type { AdminContext } from './context.js';
+import { splitTarget } from '../base/http/target.js';
 
 export type MetricsContext = Pick<AdminContext, 'stats' | 'server' | 'certs' | 'logging' | 'limits' | 'histograms' | 'aggregate'> & { processMetrics: ProcessMetrics };
 
@@ -50,9 +51,7 @@ export class MetricsServer {
   }
 
   private serve(req: IncomingMessage, res: ServerResponse): void {
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q < 0 ? url : url.slice(0, q);
+    const path = splitTarget(req.url ?? '/').path;
     if (path !== '/metrics' && path !== '/ready') return this.write(res, 404, 'Not Found\n');
     if (req.method !== 'GET' && req.method !== 'HEAD') return this.write(res, 405, 'Method Not Allowed\n', TEXT, { allow: METRICS_ALLOW });
     if (path === '/ready') {

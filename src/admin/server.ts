@@ -24,6 +24,7 @@ import { HTTP_LIFECYCLE_STATS, httpStatPrefix } from '../base/http/stats.js';
 import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } from '../base/util/address.js';
 import { compileSearchRegex, type SearchRegex } from '../base/util/regex.js';
 import { clientText } from '../base/util/text.js';
+import { splitTarget } from '../base/http/target.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
 /** Counts requests refused by the Host check. */
@@ -181,8 +182,8 @@ export class AdminServer {
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     req.on('error', () => undefined);
     const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    let path = q < 0 ? url : url.slice(0, q);
+    const target = splitTarget(url);
+    let path = target.path;
     if (/^https?:\/\//i.test(path)) {
       // absolute-form request target (a proxy-style request line)
       try {
@@ -215,7 +216,7 @@ export class AdminServer {
     if (method !== 'GET' && method !== 'POST') {
       return this.write(res, { status: 405, body: `Method ${method} not allowed, GET or POST required.`, headers: { Allow: 'GET, POST' } });
     }
-    const query = parseQuery(q < 0 ? '' : url.slice(q + 1));
+    const query = parseQuery(target.search.slice(1));
     const mutates = endpoint.mutates(query);
     if (mutates && this.crossSite(req)) {
       this.log().warn({ path, origin: loggedHeader(req.headers.origin), site: loggedHeader(req.headers['sec-fetch-site']) }, 'admin refused a cross-site request');

@@ -82,15 +82,37 @@ export function statusTextOf(code: number): string {
   return STATUS_CODES[code] ?? 'Unknown';
 }
 
+/*
+ * The status factories: every error the project answers is built by one of these (or by a named
+ * factory below), never with `new MeshError(` at the writer (test/base/error-catalogue-only.test.ts).
+ * `id` is an ERROR_IDS member, or for a framework server's own answers the service's name.
+ */
 export const badRequest = (id: string, detail: string) => new MeshError(id, 400, detail);
+export const unauthorized = (id: string, detail: string) => new MeshError(id, 401, detail);
+export const forbidden = (id: string, detail: string) => new MeshError(id, 403, detail);
 export const notFound = (id: string, detail: string) => new MeshError(id, 404, detail);
 export const methodNotAllowed = (id: string, detail: string) => new MeshError(id, 405, detail);
+export const notAcceptable = (id: string, detail: string) => new MeshError(id, 406, detail);
+export const requestTimeout = (id: string, detail: string) => new MeshError(id, 408, detail);
 export const payloadTooLarge = (id: string, detail: string) => new MeshError(id, 413, detail);
 export const unsupportedMediaType = (id: string, detail: string) => new MeshError(id, 415, detail);
+export const upgradeRequired = (id: string, detail: string) => new MeshError(id, 426, detail);
+export const tooManyRequests = (id: string, detail: string) => new MeshError(id, 429, detail);
+export const headersTooLarge = (id: string, detail: string) => new MeshError(id, 431, detail);
+/** The status text of 499, nginx's "client closed request" (not a registered status). */
+export const CLIENT_CLOSED_REQUEST = 'Client Closed Request';
+/** 499: the caller went away (closed the stream, cancelled the call). */
+export const clientClosed = (id: string, detail: string) => new MeshError(id, 499, detail, CLIENT_CLOSED_REQUEST);
 export const internalError = (id: string, detail: string) => new MeshError(id, 500, detail);
+export const notImplemented = (id: string, detail: string) => new MeshError(id, 501, detail);
 export const badGateway = (id: string, detail: string) => new MeshError(id, 502, detail);
 export const serviceUnavailable = (id: string, detail: string) => new MeshError(id, 503, detail);
 export const gatewayTimeout = (id: string, detail: string) => new MeshError(id, 504, detail);
+/**
+ * An error whose status is decided at run time (a fault's abort status, a status forwarded from
+ * another wire, a gRPC status mapped to HTTP); `statusText` only where the code has none of its own.
+ */
+export const errorWithStatus = (id: string, code: number, detail: string, statusText?: string) => new MeshError(id, code, detail, statusText);
 
 /*
  * The recurring errors of the front ends, each written here once: the status and detail, under
@@ -112,6 +134,40 @@ export const originNotAllowed = (id: string, origin: string | undefined) => new 
 
 /** 405 on a front end's `/` (GET and HEAD only; the caller sets Allow). */
 export const rootMethodNotAllowed = (id: string, method: string | undefined) => new MeshError(id, 405, `method ${method} not allowed on /: use GET`);
+
+/** 500: a route (of a route file) whose every backend has weight 0. */
+export const noBackend = (id: string, route: string) => new MeshError(id, 500, `route ${route}: every backend has weight 0`);
+
+/** 404: a service the registry does not know (the client adds the response flag NC). */
+export const serviceNotFound = (id: string, service: string) => new MeshError(id, 404, `service ${service}: not found`);
+
+/** 504 (response flag UT): a proxied request not answered in time; `to`: the service, or `<service> on <host>`. */
+export const proxyTimeout = (id: string, to: string, timeoutMs: number) => flagged(new MeshError(id, 504, `proxy to ${to}: timeout after ${timeoutMs}ms`), 'UT');
+
+/** 502 (response flag UF: connection failed, UC: reset): a proxied request failed on its host; `to`: `<service> on <host>`. */
+export const proxyFailed = (id: string, to: string, reason: string, flag: 'UF' | 'UC') => flagged(new MeshError(id, 502, `proxy to ${to}: ${reason}`), flag);
+
+/** 431: a request with more header fields than a server takes. */
+export const tooManyHeaderFields = (id: string, max: number) => new MeshError(id, 431, `more than ${max} header fields`);
+
+/** 415: a content type no codec of the process reads. */
+export const noCodec = (id: string, contentType: string | undefined) => new MeshError(id, 415, `no codec for content type ${contentType}`);
+
+/** 415: a call to a gRPC backend in a content type other than JSON or protobuf. */
+export const grpcContentType = (id: string, type: string) => new MeshError(id, 415, `a gRPC backend takes application/json or application/protobuf, not ${type}`);
+
+/** 400: a message sent on a server stream (its one request goes at open). */
+export const serverStreamSend = (id: string) => new MeshError(id, 400, 'a server stream takes its one request at open');
+
+/** 400: a message sent after the request side of a stream ended. */
+export const streamRequestClosed = (id: string) => new MeshError(id, 400, 'the request side of the stream is closed');
+
+/** 413: a stream message over the size limit. */
+export const streamMessageTooLarge = (id: string, bytes: number, max: number) => new MeshError(id, 413, `stream message of ${bytes} bytes is larger than ${max} bytes`);
+
+/** 500: a stream handler that did not return an async iterable. */
+export const notAsyncIterable = (id: string, handler: string, kind: string) =>
+  new MeshError(id, 500, `handler of ${handler} (a ${kind} stream) must return an async iterable (an async generator)`);
 
 /**
  * Parses an error body received from a backend. A body already in the error form is kept as

@@ -6,7 +6,7 @@ import { parseJson, stringifyJson, JsonSyntaxError } from '../base/codec/json.js
 import { serviceFromInput } from '../engines/registry/input.js';
 import type { Service } from '../engines/registry/registry.js';
 import { RegistryValidationError } from '../engines/registry/validate.js';
-import { ERROR_IDS, MeshError } from '../base/errors.js';
+import { ERROR_IDS, MeshError, notFound, serviceNotFound } from '../base/errors.js';
 import { printable } from '../base/util/text.js';
 import { formatAddress } from '../base/util/address.js';
 import { messageId } from '../engines/broker/durable.js';
@@ -94,7 +94,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         const name = rest[0];
         if (noun !== 'service' || !name) throw new UsageError('usage: mesh get service NAME');
         const service = await ops.getService(name);
-        if (!service) throw new MeshError(ERROR_IDS.cli, 404, `service ${name}: not found`);
+        if (!service) throw serviceNotFound(ERROR_IDS.cli, name);
         io.out(json ? JSON.stringify(service) + '\n' : formatService(service));
         return 0;
       }
@@ -207,7 +207,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         }
         if (noun === 'rm' && topic && rest.length === 2) {
           const name = rest[1]!;
-          if (!(await ops.removeConsumer(topic, name))) throw new MeshError(ERROR_IDS.cli, 404, `consumer ${name} of topic ${topic}: not found`);
+          if (!(await ops.removeConsumer(topic, name))) throw notFound(ERROR_IDS.cli, `consumer ${name} of topic ${topic}: not found`);
           io.out(json ? JSON.stringify({ removed: name }) + '\n' : `removed ${name}\n`);
           return 0;
         }
@@ -217,7 +217,7 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
         const name = noun;
         if (!name) throw new UsageError('usage: mesh health SERVICE');
         const service = await ops.getService(name);
-        if (!service) throw new MeshError(ERROR_IDS.cli, 404, `service ${name}: not found`);
+        if (!service) throw serviceNotFound(ERROR_IDS.cli, name);
         const rows: Array<{ node: string; address: string; status: string }> = [];
         for (const node of service.nodes) {
           const address = formatAddress(node.address, node.port);

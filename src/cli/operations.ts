@@ -14,7 +14,7 @@ import { HEADER_ID, HEADER_TIMEOUT } from '../core/transport/headers.js';
 import { optionsFromFlags } from './options.js';
 import { Runtime } from '../process/runtime.js';
 import { mergeVersions, type Service } from '../engines/registry/registry.js';
-import { ERROR_IDS, MeshError, parseErrorBody } from '../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, errorWithStatus, MeshError, parseErrorBody, unsupportedMediaType } from '../base/errors.js';
 import { parseJson } from '../base/codec/json.js';
 import type { ConsumerInfo } from '../engines/broker/broker.js';
 
@@ -49,6 +49,13 @@ export interface Operations {
 
 /** Dead letters listed or replayed by one `mesh dlq` command. */
 export const DLQ_LIMIT = 10_000;
+
+/** 400: a broker without dead letters or durable consumers (the memory broker). */
+const brokerLacks = (broker: string, what: 'dead letters' | 'durable consumers') => badRequest(ERROR_IDS.cli, `broker ${broker}: has no ${what} (use --broker=http or nats)`);
+
+/** 400: `mesh dlq` and `mesh consumers` reach the broker itself, not a sidecar. */
+const notThroughSidecar = (command: 'dlq' | 'consumers') =>
+  badRequest(ERROR_IDS.cli, `mesh ${command}: not available through a sidecar (run it without --proxy_address, with the broker flags)`);
 
 export class DirectOperations implements Operations {
   /** The runtime the commands use (`mesh check` reads its registry and broker). */
@@ -119,25 +126,25 @@ export class DirectOperations implements Operations {
 
   async listDeadLetters(topic: string): Promise<ReceivedMessage[]> {
     const broker = this.runtime.broker;
-    if (!broker.listDeadLetters) throw new MeshError(ERROR_IDS.cli, 400, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
+    if (!broker.listDeadLetters) throw brokerLacks(broker.name, 'dead letters');
     return (await broker.listDeadLetters(topic, DLQ_LIMIT)).map((m) => ({ header: m.header, body: Buffer.from(m.body) }));
   }
 
   async replayDeadLetters(topic: string): Promise<number> {
     const broker = this.runtime.broker;
-    if (!broker.replayDeadLetters) throw new MeshError(ERROR_IDS.cli, 400, `broker ${broker.name}: has no dead letters (use --broker=http or nats)`);
+    if (!broker.replayDeadLetters) throw brokerLacks(broker.name, 'dead letters');
     return broker.replayDeadLetters(topic, DLQ_LIMIT);
   }
 
   async listConsumers(topic: string): Promise<ConsumerInfo[]> {
     const broker = this.runtime.broker;
-    if (!broker.listConsumers) throw new MeshError(ERROR_IDS.cli, 400, `broker ${broker.name}: has no durable consumers (use --broker=http or nats)`);
+    if (!broker.listConsumers) throw brokerLacks(broker.name, 'durable consumers');
     return broker.listConsumers(topic);
   }
 
   async removeConsumer(topic: string, name: string): Promise<boolean> {
     const broker = this.runtime.broker;
-    if (!broker.removeConsumer) throw new MeshError(ERROR_IDS.cli, 400, `broker ${broker.name}: has no durable consumers (use --broker=http or nats)`);
+    if (!broker.removeConsumer) throw brokerLacks(broker.name, 'durable consumers');
     return broker.removeConsumer(topic, name);
   }
 
@@ -173,7 +180,7 @@ export class SidecarOperations implements Operations {
         bodyTimeout: this.timeoutMs,
       });
     } catch (err) {
-      throw new MeshError(ERROR_IDS.cli, 502, `sidecar at ${this.base} not reachable: ${(err as Error).message}`);
+      throw badGateway(ERROR_IDS.cli, `sidecar at ${this.base} not reachable: ${(err as Error).message}`);
     }
     const text = await res.body.text();
     if (res.statusCode < 200 || res.statusCode >= 300) throw parseErrorBody(res.statusCode, text);
@@ -215,7 +222,7 @@ export class SidecarOperations implements Operations {
   /** A WebSocket at the sidecar's `/rpc?service=S&endpoint=E`; the deadline goes as `Mesh-Timeout`. */
   async stream(service: string, endpoint: string, opts: StreamOpenOptions): Promise<StreamCall> {
     const type = opts.contentType ?? 'application/json';
-    if (type !== 'application/json') throw new MeshError(ERROR_IDS.cli, 415, `stream ${service}.${endpoint}: through a sidecar the messages are JSON, not ${type}`);
+    if (type !== 'application/json') throw unsupportedMediaType(ERROR_IDS.cli, `stream ${service}.${endpoint}: through a sidecar the messages are JSON, not ${type}`);
     if (opts.signal?.aborted) throw cancelledError(ERROR_IDS.cli);
     const url = new URL(`${this.base.replace(/^http/, 'ws')}/rpc`);
     url.searchParams.set('service', service);
@@ -236,13 +243,13 @@ export class SidecarOperations implements Operations {
     const ws = new WebSocket(url, { headers: { ...headers, ...this.tokenHeader }, handshakeTimeout: this.timeoutMs || undefined, maxPayload, perMessageDeflate: false });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
-      ws.once('error', (err) => reject(new MeshError(ERROR_IDS.cli, 502, `sidecar at ${this.base} not reachable: ${err.message}`)));
+      ws.once('error', (err) => reject(badGateway(ERROR_IDS.cli, `sidecar at ${this.base} not reachable: ${err.message}`)));
       ws.once('unexpected-response', (_req, res) => {
         // The sidecar's refusal is an error JSON body: keep its detail.
         let text = '';
         res.on('data', (c: Buffer) => (text += c.toString()));
         res.on('end', () => reject(parseErrorBody(res.statusCode ?? 502, text || `${what} refused: ${res.statusCode}`)));
-        res.on('error', () => reject(new MeshError(ERROR_IDS.cli, res.statusCode ?? 502, `${what} refused: ${res.statusCode}`)));
+        res.on('error', () => reject(errorWithStatus(ERROR_IDS.cli, res.statusCode ?? 502, `${what} refused: ${res.statusCode}`)));
       });
     });
     return ws;
@@ -284,19 +291,19 @@ export class SidecarOperations implements Operations {
   }
 
   async listDeadLetters(): Promise<ReceivedMessage[]> {
-    throw new MeshError(ERROR_IDS.cli, 400, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+    throw notThroughSidecar('dlq');
   }
 
   async replayDeadLetters(): Promise<number> {
-    throw new MeshError(ERROR_IDS.cli, 400, 'mesh dlq: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+    throw notThroughSidecar('dlq');
   }
 
   async listConsumers(): Promise<ConsumerInfo[]> {
-    throw new MeshError(ERROR_IDS.cli, 400, 'mesh consumers: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+    throw notThroughSidecar('consumers');
   }
 
   async removeConsumer(): Promise<boolean> {
-    throw new MeshError(ERROR_IDS.cli, 400, 'mesh consumers: not available through a sidecar (run it without --proxy_address, with the broker flags)');
+    throw notThroughSidecar('consumers');
   }
 
   async close(): Promise<void> {}

@@ -12,7 +12,7 @@
  * the sidecar's call of the backend.
  */
 import WebSocket from 'ws';
-import { ERROR_IDS, MeshError } from '../base/errors.js';
+import { badGateway, ERROR_IDS, errorWithStatus, internalError, MeshError, payloadTooLarge, serverStreamSend, serviceUnavailable, streamRequestClosed } from '../base/errors.js';
 import { cancelledError, RECEIVE_HIGH_WATER, SEND_HIGH_WATER, type StreamCall } from '../core/client/stream.js';
 import type { StreamKind } from '../core/transport/frames.js';
 import { SIDECAR_ERROR_ID } from '../fronts/sidecar/server.js';
@@ -22,11 +22,11 @@ const CLI_ID = ERROR_IDS.cli;
 /** The error a close code stands for; undefined for 1000 (the stream's end). */
 export function closeError(code: number, reason: string, what: string): MeshError | undefined {
   if (code === 1000) return undefined;
-  if (code >= 4100 && code <= 4599) return new MeshError(SIDECAR_ERROR_ID, code - 4000, reason || `${what}: closed with ${code}`);
-  if (code === 1009) return new MeshError(SIDECAR_ERROR_ID, 413, reason || `${what}: a message over the size limit`);
-  if (code === 1001) return new MeshError(SIDECAR_ERROR_ID, 503, reason || `${what}: the sidecar is shutting down`);
-  if (code === 1011) return new MeshError(SIDECAR_ERROR_ID, 500, reason || `${what}: internal error of the sidecar`);
-  return new MeshError(CLI_ID, 502, `${what}: the WebSocket closed with ${code}${reason ? ` (${reason})` : ' without an end'}`);
+  if (code >= 4100 && code <= 4599) return errorWithStatus(SIDECAR_ERROR_ID, code - 4000, reason || `${what}: closed with ${code}`);
+  if (code === 1009) return payloadTooLarge(SIDECAR_ERROR_ID, reason || `${what}: a message over the size limit`);
+  if (code === 1001) return serviceUnavailable(SIDECAR_ERROR_ID, reason || `${what}: the sidecar is shutting down`);
+  if (code === 1011) return internalError(SIDECAR_ERROR_ID, reason || `${what}: internal error of the sidecar`);
+  return badGateway(CLI_ID, `${what}: the WebSocket closed with ${code}${reason ? ` (${reason})` : ' without an end'}`);
 }
 
 export class SidecarStreamCall implements StreamCall {
@@ -84,9 +84,9 @@ export class SidecarStreamCall implements StreamCall {
   }
 
   async send(payload: Uint8Array): Promise<void> {
-    if (this.kind === 'server') throw new MeshError(CLI_ID, 400, 'a server stream takes its one request at open');
+    if (this.kind === 'server') throw serverStreamSend(CLI_ID);
     if (this.failure) throw this.failure;
-    if (this.done || this.ended) throw new MeshError(CLI_ID, 400, 'the request side of the stream is closed');
+    if (this.done || this.ended) throw streamRequestClosed(CLI_ID);
     // An empty frame would end the client's side: a message is never empty (the CLI sends JSON).
     const sent = new Promise<void>((resolve, reject) => this.ws.send(Buffer.from(payload), { binary: false }, (err) => (err ? reject(err) : resolve())));
     sent.catch(() => {});
@@ -94,7 +94,7 @@ export class SidecarStreamCall implements StreamCall {
       try {
         await sent;
       } catch {
-        throw this.failure ?? new MeshError(CLI_ID, 502, `${this.what}: the WebSocket closed`);
+        throw this.failure ?? badGateway(CLI_ID, `${this.what}: the WebSocket closed`);
       }
     }
   }

@@ -19,7 +19,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { EdgeContext } from './context.js';
-import { MeshError } from '../base/errors.js';
+import { badRequest, headersTooLarge, MeshError, requestTimeout } from '../base/errors.js';
 import { lingerOnRest } from '../base/http/body.js';
 import { attachTarget, routeOf, type RequestTarget } from '../base/http/target.js';
 import { rawErrorResponse, refuseSocket, sendError } from '../base/http/respond.js';
@@ -301,8 +301,8 @@ export class FrontServer<R = undefined> {
     if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
       // Headers complete (a request is being answered): the body was too slow; otherwise the headers were.
       const error = res
-        ? new MeshError(id, 408, `request not received within ${formatDuration(requestMs)} (--request_timeout)`)
-        : new MeshError(id, 408, `request headers not received within ${formatDuration(headersMs || requestMs)} (--request_headers_timeout)`);
+        ? requestTimeout(id, `request not received within ${formatDuration(requestMs)} (--request_timeout)`)
+        : requestTimeout(id, `request headers not received within ${formatDuration(headersMs || requestMs)} (--request_headers_timeout)`);
       (res ? this.requestTimeouts : this.headerTimeouts).inc();
       if (res && !res.headersSent && socket.writable) {
         res.shouldKeepAlive = false;
@@ -319,8 +319,8 @@ export class FrontServer<R = undefined> {
     if (socket.writable && !res?.headersSent) {
       const error =
         err.code === 'HPE_HEADER_OVERFLOW'
-          ? new MeshError(id, 431, 'request header block too large')
-          : new MeshError(id, 400, `malformed request: ${err.code ?? err.message}`);
+          ? headersTooLarge(id, 'request header block too large')
+          : badRequest(id, `malformed request: ${err.code ?? err.message}`);
       socket.end(rawErrorResponse(error));
     } else socket.destroy();
   }

@@ -6,7 +6,7 @@
 import { Runtime } from '../process/runtime.js';
 import { resolveOptions, type Duration, type MeshOptions, type ResolvedOptions } from '../process/options.js';
 import { Service, type ServiceOptions } from './server/service.js';
-import { ERROR_IDS, MeshError } from '../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, noCodec } from '../base/errors.js';
 import { parseDuration } from '../base/util/duration.js';
 import { JSON_CODEC } from '../base/codec/codec.js';
 import type { Registry, Service as ServiceRecord } from '../engines/registry/registry.js';
@@ -110,9 +110,9 @@ function timeoutOption(timeout: Duration | undefined): number | undefined {
   try {
     ms = typeof timeout === 'number' ? timeout : parseDuration(timeout);
   } catch (err) {
-    throw new MeshError(ERROR_IDS.client, 400, `timeout: ${(err as Error).message}`);
+    throw badRequest(ERROR_IDS.client, `timeout: ${(err as Error).message}`);
   }
-  if (!(ms >= 0)) throw new MeshError(ERROR_IDS.client, 400, `timeout: must be a non-negative number of ms or a duration (got ${String(timeout)})`);
+  if (!(ms >= 0)) throw badRequest(ERROR_IDS.client, `timeout: must be a non-negative number of ms or a duration (got ${String(timeout)})`);
   return ms;
 }
 
@@ -212,7 +212,7 @@ export class Mesh {
   async call<TRes = unknown, TReq = unknown>(service: string, endpoint: string, request: TReq, opts: CallOptions = {}): Promise<TRes> {
     const timeoutMs = timeoutOption(opts.timeout);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
-    if (!this.#runtime.codecs.for(contentType)) throw new MeshError(ERROR_IDS.client, 415, `no codec for content type ${contentType}`);
+    if (!this.#runtime.codecs.for(contentType)) throw noCodec(ERROR_IDS.client, contentType);
     const identity = this.#callerIdentity();
     if (identity) await identity;
     return this.#runtime.client.callValue<TRes>(service, endpoint, request, {
@@ -237,11 +237,11 @@ export class Mesh {
     const timeoutMs = timeoutOption(opts.timeout);
     const iterable = request !== null && typeof request === 'object' && (Symbol.asyncIterator in request || Symbol.iterator in request);
     const kind = opts.kind ?? (iterable ? 'bidi' : 'server');
-    if (!isStreamKind(kind)) throw new MeshError(ERROR_IDS.client, 400, `kind: must be server, client or bidi (got ${String(kind)})`);
-    if (kind !== 'server' && !iterable) throw new MeshError(ERROR_IDS.client, 400, `a ${kind} stream takes an iterable of requests`);
+    if (!isStreamKind(kind)) throw badRequest(ERROR_IDS.client, `kind: must be server, client or bidi (got ${String(kind)})`);
+    if (kind !== 'server' && !iterable) throw badRequest(ERROR_IDS.client, `a ${kind} stream takes an iterable of requests`);
     const contentType = opts.contentType ?? JSON_CODEC.contentType;
     const codec = this.#runtime.codecs.for(contentType);
-    if (!codec) throw new MeshError(ERROR_IDS.client, 415, `no codec for content type ${contentType}`);
+    if (!codec) throw noCodec(ERROR_IDS.client, contentType);
     const client = this.#runtime.client;
     const identity = this.#callerIdentity();
     const cancel = new AbortController();
@@ -250,7 +250,7 @@ export class Mesh {
       try {
         return codec.encode(value);
       } catch (err) {
-        throw new MeshError(ERROR_IDS.client, 400, `encoding request: ${(err as Error).message}`);
+        throw badRequest(ERROR_IDS.client, `encoding request: ${(err as Error).message}`);
       }
     };
     async function* run(): AsyncGenerator<TRes> {
@@ -289,7 +289,7 @@ export class Mesh {
           try {
             value = codec!.decode(payload) as TRes;
           } catch (err) {
-            throw new MeshError(ERROR_IDS.client, 502, `decoding stream message: ${(err as Error).message}`);
+            throw badGateway(ERROR_IDS.client, `decoding stream message: ${(err as Error).message}`);
           }
           yield value;
         }
@@ -323,7 +323,7 @@ export class Mesh {
       const type = Object.entries(header).find(([k]) => k.toLowerCase() === 'content-type')?.[1];
       if (type === undefined) header['content-type'] = JSON_CODEC.contentType;
       const codec = this.#runtime.codecs.for(type);
-      if (!codec) throw new MeshError(ERROR_IDS.broker, 415, `no codec for content type ${type}`);
+      if (!codec) throw noCodec(ERROR_IDS.broker, type);
       body = codec.encode(value);
     }
     // With --mtls, the http broker delivers over mutual TLS with this process's certificate.

@@ -18,7 +18,7 @@ import { parseAddress, parseAdvertise } from '../base/util/address.js';
 import { parseSampleRate, parseTracingAddress } from '../base/tracing/config.js';
 import { DEFAULT_OTLP_ENDPOINTS, readOtelEnv, type OtlpProtocol } from '../base/tracing/otel-env.js';
 import { OPTIONS, apiName, optionEntries, outOfRange, type Duration, type OptionKey, type OptionSpec, type SchemaApiOptions, type SchemaResolvedOptions, type Size } from '../base/options/schema.js';
-import { OptionError } from '../base/util/option-error.js';
+import { SchemaOptionError } from '../base/util/option-error.js';
 
 export type { Duration, Size };
 
@@ -296,7 +296,7 @@ function checkTls(o: ResolvedOptions, fail: (name: string, why: string) => never
   try {
     checkAcme(o);
   } catch (err) {
-    if (!(err instanceof OptionError)) throw err;
+    if (!(err instanceof SchemaOptionError)) throw err;
     // A refused element of a list is named in the reason: the "(got ...)" of the message shows the whole list.
     const element = err.value != null && Array.isArray(o[apiName(err.key) as keyof ResolvedOptions]) ? `"${err.value}": ` : '';
     fail(apiName(err.key), element + err.reasonIn('api'));
@@ -312,22 +312,22 @@ export type AcmeSettings = Pick<ResolvedOptions, 'enableTls' | 'enableAcme' | 'a
 
 /**
  * The checks of the ACME options, shared by resolveOptions and the server commands' flags
- * (src/cli/tls-flags.ts): an OptionError naming the option by its key, other options as `{key}`.
+ * (src/cli/tls-flags.ts): a SchemaOptionError naming the option by its key, other options as `{key}`.
  */
 export function checkAcme(o: AcmeSettings): void {
   if (!o.enableAcme) return;
-  if (o.enableTls) throw new OptionError('enable_acme', '{enable_acme} and {enable_tls} are exclusive: use certificate files or ACME, not both');
-  if (o.acmeHosts.length === 0) throw new OptionError('acme_hosts', '{enable_acme} needs the host names this server may get certificates for');
+  if (o.enableTls) throw new SchemaOptionError('enable_acme', '{enable_acme} and {enable_tls} are exclusive: use certificate files or ACME, not both');
+  if (o.acmeHosts.length === 0) throw new SchemaOptionError('acme_hosts', '{enable_acme} needs the host names this server may get certificates for');
   parseAcmeHosts(o.acmeHosts);
   parseChallengeAddress(o.acmeHttpPort);
   let url: URL;
   try {
     url = new URL(o.acmeDirectory);
   } catch {
-    throw new OptionError('acme_directory', 'not a URL', o.acmeDirectory);
+    throw new SchemaOptionError('acme_directory', 'not a URL', o.acmeDirectory);
   }
-  if (url.protocol !== 'https:') throw new OptionError('acme_directory', 'an ACME directory is served over https (RFC 8555)', o.acmeDirectory);
-  if (o.acmeEmail !== undefined && !/^[^@\s]+@[^@\s]+$/.test(o.acmeEmail)) throw new OptionError('acme_email', 'not an e-mail address', o.acmeEmail);
+  if (url.protocol !== 'https:') throw new SchemaOptionError('acme_directory', 'an ACME directory is served over https (RFC 8555)', o.acmeDirectory);
+  if (o.acmeEmail !== undefined && !/^[^@\s]+@[^@\s]+$/.test(o.acmeEmail)) throw new SchemaOptionError('acme_email', 'not an e-mail address', o.acmeEmail);
 }
 
 const METHODS_OF_REGISTRY = ['register', 'deregister', 'getService', 'listServices', 'watch', 'revision', 'close'] as const;

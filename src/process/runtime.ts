@@ -42,7 +42,7 @@ import { parseAdvertise } from '../base/util/address.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from '../base/http/access-log.js';
 import { ContextStore } from '../base/util/call-context.js';
 import { Tracer } from '../base/tracing/tracer.js';
-import { OptionError } from '../base/util/option-error.js';
+import { SchemaOptionError } from '../base/util/option-error.js';
 import type { WorkloadTls } from '../base/mtls/workload-tls.js';
 
 export interface RuntimeOptions {
@@ -211,10 +211,10 @@ export class Runtime {
       try {
         this.grpcSchema = loadProtos({ paths: options.protoPath, files: options.protoFiles });
       } catch (err) {
-        if (err instanceof OptionError) throw new OptionError(err.key, `.proto files: ${err.reason}`, err.value);
+        if (err instanceof SchemaOptionError) throw new SchemaOptionError(err.key, `.proto files: ${err.reason}`, err.value);
         throw new Error(`.proto files: ${(err as Error).message}`);
       }
-    } else if (options.protoFiles.length > 0) throw new OptionError('proto_files', '.proto files: {proto_files} needs {proto_path} (the directories the files and their imports are found in)');
+    } else if (options.protoFiles.length > 0) throw new SchemaOptionError('proto_files', '.proto files: {proto_files} needs {proto_path} (the directories the files and their imports are found in)');
     this.grpc = new GrpcTransport({ schema: this.grpcSchema, maxResponseBytes: Math.max(options.maxBodySize, 64 * 1024 * 1024), logger: this.logging.get('client'), tlsRoots: readEngineTls('grpc_tls', { caFile: options.grpcTlsCaFile })?.ca, workload: () => this.callerTls });
     this.client = new Client({
       selector: this.clusters,

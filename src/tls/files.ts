@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { X509Certificate, createPrivateKey, type KeyObject } from 'node:crypto';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import { certificateInfoFromPem, type CertificateInfo } from './certificate.js';
-import { OptionError } from '../base/util/option-error.js';
+import { SchemaOptionError } from '../base/util/option-error.js';
 
 export interface TlsPair {
   cert: Buffer;
@@ -64,8 +64,8 @@ export function checkPair(cert: Buffer | string, key: Buffer | string, names: { 
 
 /** Reads and checks the pair named by the flags; a missing, unreadable or mismatched file is an Error naming it. */
 export function loadPair(certFile: string | undefined, keyFile: string | undefined): LoadedPair {
-  if (!certFile) throw new OptionError('tls_cert_file', '{enable_tls} needs {tls_cert_file}');
-  if (!keyFile) throw new OptionError('tls_key_file', '{enable_tls} needs {tls_key_file}');
+  if (!certFile) throw new SchemaOptionError('tls_cert_file', '{enable_tls} needs {tls_cert_file}');
+  if (!keyFile) throw new SchemaOptionError('tls_key_file', '{enable_tls} needs {tls_key_file}');
   const cert = readPem(certFile, 'TLS certificate file');
   const key = readPem(keyFile, 'TLS key file');
   return checkPair(cert, key, { certFile, keyFile });

@@ -20,7 +20,7 @@ import {
   type ParseAddressOptions,
 } from '../../src/base/util/address.js';
 import { parseChallengeAddress } from '../../src/tls/acme/challenge-server.js';
-import { OptionError } from '../../src/base/util/option-error.js';
+import { SchemaOptionError } from '../../src/base/util/option-error.js';
 import { parseAppAddress, AppFlagError } from '../../src/fronts/sidecar/health-checker.js';
 import { AdminServer } from '../../src/admin/server.js';
 import { ServerState } from '../../src/admin/context.js';
@@ -196,7 +196,7 @@ describe('call sites', () => {
   it('--acme_http_port: PORT and :PORT are every interface', () => {
     assert.deepEqual(parseChallengeAddress('80'), { host: '0.0.0.0', port: 80 });
     assert.deepEqual(parseChallengeAddress(':80'), { host: '0.0.0.0', port: 80 });
-    assert.throws(() => parseChallengeAddress('::1:80'), (e: unknown) => e instanceof OptionError && e.key === 'acme_http_port' && /--acme_http_port.*use \[::1\]:80/.test(e.format('flag')));
+    assert.throws(() => parseChallengeAddress('::1:80'), (e: unknown) => e instanceof SchemaOptionError && e.key === 'acme_http_port' && /--acme_http_port.*use \[::1\]:80/.test(e.format('flag')));
   });
 
   it('--server_address (sidecar app): a reachable host, never a wildcard', () => {

@@ -12,7 +12,7 @@ import { commandFlags, commandHelp, findCommand } from '../../src/cli/help.js';
 import { completionScript } from '../../src/cli/completion.js';
 import { meshOptionsFromFlags } from '../../src/cli/options.js';
 import { DEFAULT_OPTIONS, OptionsError, resolveOptions, type MeshOptions } from '../../src/process/options.js';
-import { OptionError, errorMessage } from '../../src/base/util/option-error.js';
+import { SchemaOptionError, errorMessage } from '../../src/base/util/option-error.js';
 import { loadPair } from '../../src/tls/files.js';
 import { appOptionsFromFlags } from '../../src/fronts/sidecar/health-checker.js';
 import { readAuthSetup } from '../../src/edge/auth/edge.js';
@@ -93,23 +93,23 @@ describe('a command refuses a flag it does not use and ignores such a variable',
 });
 
 describe('errors below the CLI carry the option by its schema key', () => {
-  it('OptionError: the CLI prints flags, the library API names', () => {
-    const e = new OptionError('client_request_timeout', 'longer than {client_retries} tries', '9h');
+  it('SchemaOptionError: the CLI prints flags, the library API names', () => {
+    const e = new SchemaOptionError('client_request_timeout', 'longer than {client_retries} tries', '9h');
     assert.equal(e.key, 'client_request_timeout');
     assert.equal(e.format('flag'), 'invalid value "9h" for flag --client_request_timeout: longer than --client_retries tries');
     assert.equal(e.format('api'), 'invalid option clientRequestTimeout: longer than clientRetries tries (got "9h")');
     assert.equal(e.message, e.format('api'));
-    assert.equal(new OptionError('server_address', 'no port', null).format('flag'), 'invalid value for flag --server_address: no port');
+    assert.equal(new SchemaOptionError('server_address', 'no port', null).format('flag'), 'invalid value for flag --server_address: no port');
     assert.equal(errorMessage(new Error('plain'), 'flag'), 'plain');
   });
 
   it('TLS files, the sidecar app and auth name their options by key', () => {
-    assert.throws(() => loadPair(undefined, 'key.pem'), (e: unknown) => e instanceof OptionError && e.key === 'tls_cert_file' && e.format('flag') === '--enable_tls needs --tls_cert_file' && e.message === 'enableTls needs tlsCertFile');
+    assert.throws(() => loadPair(undefined, 'key.pem'), (e: unknown) => e instanceof SchemaOptionError && e.key === 'tls_cert_file' && e.format('flag') === '--enable_tls needs --tls_cert_file' && e.message === 'enableTls needs tlsCertFile');
     const app = { healthcheck_interval: 1000, healthcheck_timeout: 1000, register_ttl: 30_000, register_interval: 10_000 };
-    assert.throws(() => appOptionsFromFlags({ ...app, server_address: '127.0.0.1:9000' }, false), (e: unknown) => e instanceof OptionError && e.key === 'server_name' && e.format('flag') === '--server_address needs --server_name (the name to register the app under)');
-    assert.throws(() => new Mesh({ registry: 'memory', broker: 'memory', protoFiles: ['a.proto'] }), (e: unknown) => e instanceof OptionError && e.key === 'proto_files' && e.message === '.proto files: protoFiles needs protoPath (the directories the files and their imports are found in)');
+    assert.throws(() => appOptionsFromFlags({ ...app, server_address: '127.0.0.1:9000' }, false), (e: unknown) => e instanceof SchemaOptionError && e.key === 'server_name' && e.format('flag') === '--server_address needs --server_name (the name to register the app under)');
+    assert.throws(() => new Mesh({ registry: 'memory', broker: 'memory', protoFiles: ['a.proto'] }), (e: unknown) => e instanceof SchemaOptionError && e.key === 'proto_files' && e.message === '.proto files: protoFiles needs protoPath (the directories the files and their imports are found in)');
     const auth = parseArgs(['api', '--auth=jwt'], {}).config;
-    assert.throws(() => readAuthSetup(auth), (e: unknown) => e instanceof OptionError && e.key === 'auth' && e.format('flag') === 'invalid value "jwt" for flag --auth: --auth=jwt needs --auth_jwks=FILE|URL');
+    assert.throws(() => readAuthSetup(auth), (e: unknown) => e instanceof SchemaOptionError && e.key === 'auth' && e.format('flag') === 'invalid value "jwt" for flag --auth: --auth=jwt needs --auth_jwks=FILE|URL');
   });
 });
 

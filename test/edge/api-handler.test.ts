@@ -9,7 +9,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { connect } from 'node:net';
 import { once } from 'node:events';
 import { handleApi, headerPairs } from '../../src/edge/handlers/api.js';
-import type { FrontEnd } from '../../src/edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../src/edge/handlers/front-end.js';
 import type { CallOptions } from '../../src/core/client/client.js';
 import type { UpstreamTarget } from '../../src/core/upstream/types.js';
 import { sendError } from '../../src/base/http/respond.js';
@@ -56,7 +56,7 @@ describe('api handler: request and response', () => {
     namespace: 'go.mesh.api',
     errorId: 'go.mesh.api',
     maxBodyBytes: 1024,
-  } as unknown as FrontEnd;
+  } as unknown as EdgeHandlerContext;
 
   before(async () => {
     server = createServer((req, res) => {

@@ -8,7 +8,7 @@ import { MemoryRegistry } from '../../src/engines/registry/memory.js';
 import { LocalRegistry } from '../../src/engines/registry/local/index.js';
 import { EtcdRegistry, parseEtcdAddress } from '../../src/engines/registry/etcd/index.js';
 import { tempDir } from '../helpers.js';
-import { OptionError } from '../../src/base/util/option-error.js';
+import { SchemaOptionError } from '../../src/base/util/option-error.js';
 
 function withEnv<T>(name: string, value: string | undefined, fn: () => T): T {
   const old = process.env[name];
@@ -57,8 +57,8 @@ describe('createRegistry', () => {
   });
 
   it('etcd: the address is required; host:port lists get http://', async () => {
-    // An OptionError: the library names the option registryAddress, the CLI --registry_address.
-    assert.throws(() => createRegistry('etcd', undefined), (e: unknown) => e instanceof OptionError && e.key === 'registry_address' && /^registry etcd: registryAddress is required/.test(e.message) && /^registry etcd: --registry_address is required/.test(e.format('flag')));
+    // A SchemaOptionError: the library names the option registryAddress, the CLI --registry_address.
+    assert.throws(() => createRegistry('etcd', undefined), (e: unknown) => e instanceof SchemaOptionError && e.key === 'registry_address' && /^registry etcd: registryAddress is required/.test(e.message) && /^registry etcd: --registry_address is required/.test(e.format('flag')));
     assert.throws(() => createRegistry('etcd', ' '), /registryAddress is required/);
     const r = createRegistry('etcd', '127.0.0.1:1,127.0.0.1:2');
     assert.ok(r instanceof EtcdRegistry);

@@ -21,7 +21,7 @@ import { ChallengeServer } from '../../src/tls/acme/challenge-server.js';
 import { checkTlsFlags } from '../../src/cli/tls-flags.js';
 import { parseArgs, FlagError } from '../../src/cli/flags.js';
 import { http, runCli, tempDir, waitFor } from '../helpers.js';
-import { OptionError } from '../../src/base/util/option-error.js';
+import { SchemaOptionError } from '../../src/base/util/option-error.js';
 
 const DAY_MS = 86_400_000;
 
@@ -293,8 +293,8 @@ describe('HTTP-01 challenge listener', () => {
     const bound = await first.listen();
     try {
       const second = new ChallengeServer({ address: `127.0.0.1:${bound.port}`, challenges: new Map(), allowed: () => false, httpsPort: () => undefined, log: logs.log });
-      // An OptionError: the library names the option acmeHttpPort, the CLI --acme_http_port.
-      await assert.rejects(second.listen(), (e: unknown) => e instanceof OptionError && e.key === 'acme_http_port' && /^cannot listen on 127\.0\.0\.1:\d+ for ACME HTTP-01 challenges \(acmeHttpPort\): EADDRINUSE$/.test(e.message) && /\(--acme_http_port\): EADDRINUSE$/.test(e.format('flag')));
+      // A SchemaOptionError: the library names the option acmeHttpPort, the CLI --acme_http_port.
+      await assert.rejects(second.listen(), (e: unknown) => e instanceof SchemaOptionError && e.key === 'acme_http_port' && /^cannot listen on 127\.0\.0\.1:\d+ for ACME HTTP-01 challenges \(acmeHttpPort\): EADDRINUSE$/.test(e.message) && /\(--acme_http_port\): EADDRINUSE$/.test(e.format('flag')));
     } finally {
       await first.close();
     }

@@ -1,6 +1,6 @@
 /** Reading request bodies with a size limit (413 beyond it) and a deadline. */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { bodyTooLarge, MeshError } from '../errors.js';
+import { badRequest, bodyTooLarge } from '../errors.js';
 
 export const DEFAULT_MAX_BODY = 4 * 1024 * 1024;
 
@@ -43,8 +43,8 @@ export function readBodyThen(req: IncomingMessage, limit: number, errorId: strin
     chunks.push(chunk);
   };
   const onEnd = () => finish();
-  const onError = (err: Error) => finish(new MeshError(errorId, 400, `reading request body: ${err.message}`));
-  const onAborted = () => finish(new MeshError(errorId, 400, 'request aborted'));
+  const onError = (err: Error) => finish(badRequest(errorId, `reading request body: ${err.message}`));
+  const onAborted = () => finish(badRequest(errorId, 'request aborted'));
   req.on('data', onData);
   req.on('end', onEnd);
   req.on('error', onError);

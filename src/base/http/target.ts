@@ -25,14 +25,23 @@ export interface RequestTarget {
 const TARGET = Symbol('mesh.requestTarget');
 type WithTarget = { [TARGET]?: RequestTarget };
 
+/**
+ * A request target (or a URL's path and query, as a handler rewrote it) split at its first `?`:
+ * the path, and the search (the query with its `?`; '' when there is none). The one place a
+ * target's query is split off; everything else calls this or reads targetOf(req).
+ */
+export function splitTarget(target: string): { path: string; search: string } {
+  const q = target.indexOf('?');
+  return q === -1 ? { path: target, search: '' } : { path: target.slice(0, q), search: target.slice(q) };
+}
+
 /** Parses a request target (path, query, normal form). */
 export function parseTarget(received: string): RequestTarget {
-  const q = received.indexOf('?');
-  const receivedPath = q === -1 ? received : received.slice(0, q);
-  const query = q === -1 ? undefined : received.slice(q + 1);
+  const { path: receivedPath, search } = splitTarget(received);
+  const query = search === '' ? undefined : search.slice(1);
   const n = normalizePath(receivedPath);
   if ('refused' in n) return { received, receivedPath, query, url: received, path: receivedPath, refused: n.refused };
-  const url = n.path === receivedPath ? received : q === -1 ? n.path : n.path + received.slice(q);
+  const url = n.path === receivedPath ? received : n.path + search;
   return { received, receivedPath, query, url, path: n.path, refused: undefined };
 }
 

@@ -25,7 +25,7 @@ import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
-import { MeshError } from '../errors.js';
+import { badRequest, forbidden } from '../errors.js';
 import { refuseSocket } from '../http/respond.js';
 import { declareStats, type StatsScope } from '../stats/store.js';
 import { peerIdentityProblem, type WorkloadTls } from './workload-tls.js';
@@ -105,7 +105,7 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
     if (problem) {
       s.badIdentity.inc();
       options.log?.warn({ service: options.service, remote: socket.remoteAddress, reason: problem }, 'mTLS caller refused: its certificate has no valid identity');
-      refuseSocket(socket, new MeshError(options.service, 403, `service ${options.service} refuses this client certificate: ${problem}`), options.service);
+      refuseSocket(socket, forbidden(options.service, `service ${options.service} refuses this client certificate: ${problem}`), options.service);
       return;
     }
     serve.call(server, socket);
@@ -138,7 +138,7 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
       }
       if (strict) {
         s.plainRefused.inc();
-        refuseSocket(socket, new MeshError(options.service, 400, `service ${options.service} accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate`), options.service);
+        refuseSocket(socket, badRequest(options.service, `service ${options.service} accepts mutual TLS only (--mtls=strict): call it with a mesh workload certificate`), options.service);
         return;
       }
       socket.removeListener('error', onError);

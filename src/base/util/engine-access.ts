@@ -5,7 +5,7 @@
  * take them. Passwords never appear in messages: addresses are shown without their credentials.
  */
 import { readFileSync } from 'node:fs';
-import { OptionError } from './option-error.js';
+import { SchemaOptionError } from './option-error.js';
 import { redactUrl } from './redact.js';
 
 /** PEM files named by flags. */
@@ -43,7 +43,7 @@ export interface EngineEndpoint {
 export function readEngineTls(flagPrefix: string, files: EngineTlsFiles | undefined): EngineTls | undefined {
   if (!files || (!files.caFile && !files.certFile && !files.keyFile)) return undefined;
   if (!!files.certFile !== !!files.keyFile) {
-    throw new OptionError(`${flagPrefix}_cert_file`, `{${flagPrefix}_cert_file} and {${flagPrefix}_key_file} go together: give both for a client certificate, or neither`);
+    throw new SchemaOptionError(`${flagPrefix}_cert_file`, `{${flagPrefix}_cert_file} and {${flagPrefix}_key_file} go together: give both for a client certificate, or neither`);
   }
   const read = (flag: string, path: string | undefined): Buffer | undefined => {
     if (!path) return undefined;

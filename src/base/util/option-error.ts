@@ -1,5 +1,5 @@
 /**
- * OptionError: a bad option value found below the front ends. It carries the option's schema key
+ * SchemaOptionError: a bad option value found below the front ends. It carries the option's schema key
  * (`client_request_timeout`) and names other options in its reason as `{key}`; the front end
  * prints them its own way: the CLI as flags (`--client_request_timeout`), the library as API
  * option names (`clientRequestTimeout`, the default message).
@@ -13,7 +13,7 @@ export function optionLabel(key: string, style: OptionStyle): string {
   return style === 'flag' ? `--${key}` : key.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 }
 
-export class OptionError extends Error {
+export class SchemaOptionError extends Error {
   /**
    * `key`: the option's schema key. `reason`: what is wrong, `{other_key}` naming another option.
    * `value`: the value refused (null: refused but not shown; undefined: the reason says it all,
@@ -25,7 +25,7 @@ export class OptionError extends Error {
     readonly value?: string | null,
   ) {
     super('');
-    this.name = 'OptionError';
+    this.name = 'SchemaOptionError';
     this.message = this.format('api');
   }
 
@@ -45,7 +45,7 @@ export class OptionError extends Error {
   }
 }
 
-/** An error's message as a front end prints it: an OptionError in its style, any other as it is. */
+/** An error's message as a front end prints it: a SchemaOptionError in its style, any other as it is. */
 export function errorMessage(err: unknown, style: OptionStyle): string {
-  return err instanceof OptionError ? err.format(style) : (err as Error)?.message ?? String(err);
+  return err instanceof SchemaOptionError ? err.format(style) : (err as Error)?.message ?? String(err);
 }

@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type pino from 'pino';
-import { ERROR_IDS, MeshError, toMeshError } from '../../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, toMeshError } from '../../base/errors.js';
 import type { UpstreamInfo } from '../../base/http/access-log.js';
 import { codecFor, JSON_CODEC, mediaType, type CodecSet } from '../../base/codec/codec.js';
 import type { RpcControl, RpcRequest, RpcResponse } from '../transport/rpc.js';
@@ -233,15 +233,15 @@ export class Client {
     try {
       body = codec.encode(request, opts.requestType);
     } catch (err) {
-      throw new MeshError(ERROR_IDS.client, 400, `encoding request: ${(err as Error).message}`);
+      throw badRequest(ERROR_IDS.client, `encoding request: ${(err as Error).message}`);
     }
     const res = await this.call(service, endpoint, body, { ...opts, contentType: codec.contentType });
     const resCodec = codecOf(res.contentType || codec.contentType);
-    if (!resCodec) throw new MeshError(ERROR_IDS.client, 502, `unsupported response content type ${mediaType(res.contentType)}`);
+    if (!resCodec) throw badGateway(ERROR_IDS.client, `unsupported response content type ${mediaType(res.contentType)}`);
     try {
       return resCodec.decode(res.body, opts.responseType) as T;
     } catch (err) {
-      throw toMeshError(new MeshError(ERROR_IDS.client, 502, `decoding response: ${(err as Error).message}`));
+      throw toMeshError(badGateway(ERROR_IDS.client, `decoding response: ${(err as Error).message}`));
     }
   }
 }

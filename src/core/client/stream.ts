@@ -12,7 +12,7 @@
 import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { ERROR_IDS, MeshError, flagged, parseErrorBody } from '../../base/errors.js';
+import { badGateway, clientClosed, ERROR_IDS, flagged, gatewayTimeout, MeshError, parseErrorBody, serverStreamSend, streamRequestClosed } from '../../base/errors.js';
 import type { UpstreamInfo } from '../../base/http/access-log.js';
 import { declareStats, type FamilyStats, type StatsStore } from '../../base/stats/store.js';
 import { clusterStatPrefix } from '../upstream/cluster.js';
@@ -65,12 +65,12 @@ export function streamStats(stats: StatsStore, service: string): StreamStats {
 /** A stream whose deadline passed: `ms` from its open, or undefined: the call it was opened in had none left. */
 export function streamTimeout(service: string, endpoint: string, ms: number | undefined): MeshError {
   const what = ms === undefined ? 'the deadline of the call being served passed before it was opened' : `deadline of ${ms}ms exceeded`;
-  return flagged(new MeshError(CLIENT_ID, 504, `stream ${service}.${endpoint}: ${what}`), 'UT');
+  return flagged(gatewayTimeout(CLIENT_ID, `stream ${service}.${endpoint}: ${what}`), 'UT');
 }
 
 /** The error a consumer sees when the stream was cancelled on its side. */
 export function cancelledError(id: string = CLIENT_ID, detail = 'stream cancelled'): MeshError {
-  return new MeshError(id, 499, detail, 'Client Closed Request');
+  return clientClosed(id, detail);
 }
 
 /**
@@ -167,7 +167,7 @@ class WireStreamCall implements StreamCall {
         const connect = e.code === 'ECONNREFUSED' || e.code === 'UND_ERR_CONNECT_TIMEOUT' || e.code === MTLS_REFUSED;
         this.outcome = connect ? { kind: 'connect_failure' } : { kind: 'reset' };
         this.failure = flagged(
-          new MeshError(CLIENT_ID, 502, `stream ${this.service} on ${this.lease.target.key}: ${connect ? 'connection failed' : 'connection reset'}: ${e.message ?? String(err)}`),
+          badGateway(CLIENT_ID, `stream ${this.service} on ${this.lease.target.key}: ${connect ? 'connection failed' : 'connection reset'}: ${e.message ?? String(err)}`),
           connect ? 'UF' : 'UC',
         );
       }
@@ -214,9 +214,9 @@ class WireStreamCall implements StreamCall {
    */
   async send(payload: Uint8Array): Promise<void> {
     const body = this.requestBody;
-    if (!body) throw new MeshError(CLIENT_ID, 400, 'a server stream takes its one request at open');
+    if (!body) throw serverStreamSend(CLIENT_ID);
     if (this.failure) throw this.failure;
-    if (body.writableEnded || body.destroyed) throw new MeshError(CLIENT_ID, 400, 'the request side of the stream is closed');
+    if (body.writableEnded || body.destroyed) throw streamRequestClosed(CLIENT_ID);
     this.stats?.sent.inc();
     if (!body.write(encodeFrame(FLAG_MESSAGE, payload))) {
       try {
@@ -266,7 +266,7 @@ class WireStreamCall implements StreamCall {
         this.outcome = { kind: 'response', status: err.code };
         throw err;
       }
-      throw flagged(new MeshError(CLIENT_ID, 502, `stream ${this.service}.${this.endpoint}: the backend closed the stream without an end frame`), 'UC');
+      throw flagged(badGateway(CLIENT_ID, `stream ${this.service}.${this.endpoint}: the backend closed the stream without an end frame`), 'UC');
     } catch (err) {
       if (this.failure) throw this.failure;
       if (err instanceof MeshError) {
@@ -278,7 +278,7 @@ class WireStreamCall implements StreamCall {
         throw err;
       }
       this.outcome = { kind: 'reset' };
-      throw flagged(new MeshError(CLIENT_ID, 502, `stream ${this.service}.${this.endpoint}: connection reset: ${(err as Error).message}`), 'UC');
+      throw flagged(badGateway(CLIENT_ID, `stream ${this.service}.${this.endpoint}: connection reset: ${(err as Error).message}`), 'UC');
     } finally {
       // Left early (break, return, throw in the loop body): the server must hear of it.
       if (!this.ended && !this.failure) this.cancel('the consumer stopped reading');

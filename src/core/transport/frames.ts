@@ -4,7 +4,7 @@
  * one codec-encoded message; flag 0x01 is the end of the stream (the trailer): an empty payload
  * for a stream that ended well, or the error JSON of the protocol.
  */
-import { MeshError } from '../../base/errors.js';
+import { badRequest, MeshError, streamMessageTooLarge } from '../../base/errors.js';
 
 export type StreamKind = 'server' | 'client' | 'bidi';
 export const STREAM_KINDS: readonly StreamKind[] = ['server', 'client', 'bidi'];
@@ -70,8 +70,8 @@ export class FrameDecoder {
       const flags = head[0]!;
       const length = head.readUInt32BE(1);
       let bad: MeshError | undefined;
-      if (flags !== FLAG_MESSAGE && flags !== FLAG_END) bad = new MeshError(this.errorId, 400, `stream frame with unknown flags 0x${flags.toString(16).padStart(2, '0')}`);
-      else if (length > this.maxBytes) bad = new MeshError(this.errorId, 413, `stream message of ${length} bytes is larger than ${this.maxBytes} bytes`);
+      if (flags !== FLAG_MESSAGE && flags !== FLAG_END) bad = badRequest(this.errorId, `stream frame with unknown flags 0x${flags.toString(16).padStart(2, '0')}`);
+      else if (length > this.maxBytes) bad = streamMessageTooLarge(this.errorId, length, this.maxBytes);
       if (bad) {
         this.failure = bad;
         this.buffered = [];

@@ -17,7 +17,7 @@
  */
 import { Agent } from 'undici';
 import type { Logger } from 'pino';
-import { flagged, notFound, serviceUnavailable, toMeshError } from '../../base/errors.js';
+import { flagged, serviceNotFound, serviceUnavailable, toMeshError } from '../../base/errors.js';
 import type { Node, Registry, Service, WatchEvent, Watcher } from '../../engines/registry/registry.js';
 import { StatsStore, declareStats, type FamilyStats } from '../../base/stats/store.js';
 import type { Logging } from '../../base/util/log.js';
@@ -172,7 +172,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
 
   async acquire(service: string, options: AcquireOptions = {}): Promise<UpstreamLease> {
     if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${service}: cluster manager closed`);
-    if (typeof service !== 'string' || service === '') throw flagged(notFound(ERROR_ID, `service ${String(service)}: not found`), 'NC');
+    if (typeof service !== 'string' || service === '') throw flagged(serviceNotFound(ERROR_ID, String(service)), 'NC');
     const fixed = this.staticClusters.get(service);
     if (fixed) {
       const warming = this.staticWarming.get(service);
@@ -186,7 +186,7 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
     }
     if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${service}: cluster manager closed`);
     if (cluster.closed || cluster.hosts().length === 0) {
-      throw flagged(notFound(ERROR_ID, `service ${service}: not found`), 'NC');
+      throw flagged(serviceNotFound(ERROR_ID, service), 'NC');
     }
     return this.pick(cluster, service, options);
   }
@@ -297,10 +297,10 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
 
   private async create(name: string): Promise<Cluster> {
     const registry = this.registry;
-    if (!registry) throw flagged(notFound(ERROR_ID, `service ${name}: not found`), 'NC');
+    if (!registry) throw flagged(serviceNotFound(ERROR_ID, name), 'NC');
     this.dirty.delete(name);
     const found = await this.fetch(name);
-    if (found.length === 0 || found.every((s) => s.nodes.length === 0)) throw flagged(notFound(ERROR_ID, `service ${name}: not found`), 'NC');
+    if (found.length === 0 || found.every((s) => s.nodes.length === 0)) throw flagged(serviceNotFound(ERROR_ID, name), 'NC');
     if (this.closed) throw serviceUnavailable(ERROR_ID, `service ${name}: cluster manager closed`);
     if (!this.dynamic.has(name)) this.makeRoom(name);
     const cluster = this.newCluster(name, true, undefined, this.store);

@@ -22,7 +22,7 @@
  */
 import { networkInterfaces } from 'node:os';
 import { buildConnector } from 'undici';
-import { ERROR_IDS, MeshError } from '../../base/errors.js';
+import { badGateway, ERROR_IDS, MeshError } from '../../base/errors.js';
 import { canonicalHost, isLoopbackAddress, isWildcardAddress } from '../../base/http/host-check.js';
 import { hostKey } from './host.js';
 import { tryParseAddress } from '../../base/util/address.js';
@@ -151,9 +151,8 @@ export class SelfGuard {
 
   private refuse(cluster: Cluster, service: string, key: string, what: string): MeshError {
     cluster.statScope.counter(SELF_REFUSED_STAT).inc();
-    return new MeshError(
+    return badGateway(
       ERROR_IDS.client,
-      502,
       `service ${service}: node ${key} is this process's own ${what} listener; refusing to forward to itself`,
     );
   }

@@ -17,9 +17,9 @@
 import { clientText } from '../../base/util/text.js';
 import { ConfigFileError, readConfigFile, readConfigFileSettled } from '../../base/config/reader.js';
 import type { Logger } from 'pino';
-import { ERROR_IDS, MeshError } from '../../base/errors.js';
+import { ERROR_IDS, forbidden, MeshError } from '../../base/errors.js';
 import { globMatcher } from '../../base/util/regex.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
 import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
@@ -152,7 +152,7 @@ export function decideAuthz(rules: readonly AuthzRule[], defaultAction: AuthzAct
 export type AuthzFlags = Pick<SchemaConfig, 'authz_rules' | 'authz_default' | 'trust_domain'>;
 
 /** A bad authz option or file, by the option's schema key: the CLI prints it as a flag error (exit 2), the library as an option error. */
-export class AuthzSetupError extends OptionError {
+export class AuthzSetupError extends SchemaOptionError {
   constructor(key: string, value: string, why: string) {
     super(key, why, value);
     this.name = 'AuthzSetupError';
@@ -260,7 +260,7 @@ export class ServiceAuthz {
       this.logged.add(who);
       this.deps.log.warn({ caller: clientText(who), service: clientText(service), endpoint: endpoint === undefined ? undefined : clientText(endpoint), rule: decision.rule ?? null }, `call denied by ${by}: further denials of this caller are counted in ${AUTHZ_STATS.counters.denied}, not logged`);
     }
-    return new MeshError(AUTHZ_ERROR_ID, 403, `caller ${who} may not call ${what} (denied by ${by})`);
+    return forbidden(AUTHZ_ERROR_ID, `caller ${who} may not call ${what} (denied by ${by})`);
   }
 
   /**

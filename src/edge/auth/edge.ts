@@ -23,8 +23,8 @@ import { HTTP_AUTH_STATS, HTTP_RATE_LIMIT_STATS, httpStatPrefix } from '../../ba
 import { parseRules, pathKeyOf, ruleJson, ruleMatches, type Access, type Resource, type Rule } from './rules.js';
 import { RULES_ERRORS, RULES_RELOAD_ERRORS, RulesError } from './rule-file.js';
 import { KeyStore, sha256, type Identity } from './keys.js';
-import { checkJwks, JwksSource, TokenError, verifyJwt } from './jwt.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { checkJwks, JwksSource, JwtError, verifyJwt } from './jwt.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import type { SchemaConfig } from '../../base/options/schema.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 import { serialized, type SettleOptions } from '../../tls/workload/watch.js';
@@ -42,7 +42,7 @@ export type AuthMode = 'off' | 'jwt' | 'key';
 export type AuthFlags = Pick<SchemaConfig, 'auth' | 'auth_jwks' | 'auth_issuer' | 'auth_audience' | 'auth_clock_skew' | 'auth_jwks_timeout' | 'auth_jwks_cooldown' | 'auth_jwks_refresh' | 'auth_keys' | 'auth_rules' | 'auth_default'>;
 
 /** A bad auth option or file at start, by the option's schema key: the CLI turns it into a flag error (exit 2). */
-export class AuthSetupError extends OptionError {
+export class AuthSetupError extends SchemaOptionError {
   constructor(key: string, value: string, why: string) {
     super(key, why, value);
     this.name = 'AuthSetupError';
@@ -268,7 +268,7 @@ export class EdgeAuth {
       const f = this.setup.flags;
       return await verifyJwt(credential, this.jwks!, { issuer: f.auth_issuer, audience: f.auth_audience, clockSkewMs: f.auth_clock_skew });
     } catch (err) {
-      if (err instanceof TokenError) throw new AuthError(401, `invalid token: ${err.message}`, `${REALM}, error="invalid_token"`);
+      if (err instanceof JwtError) throw new AuthError(401, `invalid token: ${err.message}`, `${REALM}, error="invalid_token"`);
       throw err;
     }
   }

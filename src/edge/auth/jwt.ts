@@ -28,7 +28,7 @@ const NUMERIC_CLAIMS = ['exp', 'nbf', 'iat'] as const;
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /** A token refused: the detail of the 401 (after "invalid token: "). */
-export class TokenError extends Error {}
+export class JwtError extends Error {}
 
 /** Checks a JWKS document: an object with a `keys` list of public, asymmetric keys. */
 export function checkJwks(value: unknown): JSONWebKeySet {
@@ -105,7 +105,7 @@ export class JwksSource {
       else if (Date.now() - this.fetchedAt > this.timings.maxAgeMs) void this.refresh();
     }
     const local = this.local;
-    if (!local) throw new TokenError('the JWKS is not available');
+    if (!local) throw new JwtError('the JWKS is not available');
     try {
       return await local(header, token);
     } catch (err) {
@@ -153,17 +153,17 @@ export interface JwtOptions {
   clockSkewMs: number;
 }
 
-/** Verifies a bearer token; the identity on success, a TokenError naming why otherwise. */
+/** Verifies a bearer token; the identity on success, a JwtError naming why otherwise. */
 export async function verifyJwt(token: string, jwks: JwksSource, options: JwtOptions): Promise<Identity> {
-  if (token.length > MAX_TOKEN_BYTES) throw new TokenError('too large');
+  if (token.length > MAX_TOKEN_BYTES) throw new JwtError('too large');
   let alg: unknown;
   let kid: unknown;
   try {
     ({ alg, kid } = decodeProtectedHeader(token));
   } catch {
-    throw new TokenError('malformed');
+    throw new JwtError('malformed');
   }
-  if (typeof alg !== 'string' || !ALGORITHMS.includes(alg)) throw new TokenError(`algorithm ${String(alg)} is not allowed`);
+  if (typeof alg !== 'string' || !ALGORITHMS.includes(alg)) throw new JwtError(`algorithm ${String(alg)} is not allowed`);
   let payload: JWTPayload;
   try {
     ({ payload } = await jwtVerify(token, jwks.getKey, {
@@ -174,17 +174,17 @@ export async function verifyJwt(token: string, jwks: JwksSource, options: JwtOpt
       requiredClaims: ['exp'],
     }));
   } catch (err) {
-    throw new TokenError(reason(err, kid));
+    throw new JwtError(reason(err, kid));
   }
   // jose takes any JSON number; 1e400 parses as Infinity and would never expire.
   for (const claim of NUMERIC_CLAIMS) {
     const value = payload[claim];
-    if (value !== undefined && !Number.isFinite(value)) throw new TokenError(`"${claim}" is not a finite number`);
+    if (value !== undefined && !Number.isFinite(value)) throw new JwtError(`"${claim}" is not a finite number`);
   }
   const subject = typeof payload.sub === 'string' && payload.sub !== '' ? payload.sub : undefined;
-  if (!subject) throw new TokenError('no "sub" claim');
+  if (!subject) throw new JwtError('no "sub" claim');
   // A lone surrogate has no UTF-8 form: it would reach the backend as U+FFFD, like another subject.
-  if (LONE_SURROGATE.test(subject)) throw new TokenError('"sub" is not valid Unicode');
+  if (LONE_SURROGATE.test(subject)) throw new JwtError('"sub" is not valid Unicode');
   return { subject, scopes: scopesOf(payload) };
 }
 
@@ -199,7 +199,7 @@ function scopesOf(payload: JWTPayload): string[] {
 }
 
 function reason(err: unknown, kid: unknown): string {
-  if (err instanceof TokenError) return err.message;
+  if (err instanceof JwtError) return err.message;
   if (err instanceof errors.JWTExpired) return 'expired';
   if (err instanceof errors.JWTClaimValidationFailed) {
     switch (err.claim) {

@@ -1,5 +1,5 @@
 /** More header fields than MAX_HEADER_COUNT: 431, and the connection closes after the answer. */
-import { MeshError } from '../../base/errors.js';
+import { tooManyHeaderFields } from '../../base/errors.js';
 import { MAX_HEADER_COUNT, tooManyHeaders } from '../../base/http/lifecycle.js';
 import type { EdgeFilter } from './filter.js';
 
@@ -7,6 +7,6 @@ export function headerCount<R>(errorId: string): EdgeFilter<R> {
   return (next) => (ex) => {
     if (tooManyHeaders(ex.req) === 0) return next(ex);
     if (ex.res) ex.res.shouldKeepAlive = false;
-    ex.refuse(new MeshError(errorId, 431, `more than ${MAX_HEADER_COUNT} header fields`));
+    ex.refuse(tooManyHeaderFields(errorId, MAX_HEADER_COUNT));
   };
 }

@@ -20,7 +20,7 @@
  * backend will read.
  */
 import type { IncomingMessage } from 'node:http';
-import { MeshError } from '../../base/errors.js';
+import { badRequest, MeshError } from '../../base/errors.js';
 import { declareStats, type Counter, type StatsScope } from '../../base/stats/store.js';
 import { foldHeaderName, HEADER_ENDPOINT, HEADER_ID, HEADER_PEER_IDENTITY, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT, isEdgeSetHeader, isMeshHeaderName } from '../../core/transport/headers.js';
 import { removeHeaders } from '../auth/edge.js';
@@ -70,7 +70,7 @@ export class HeaderNameFilter {
       if (name.includes('_')) {
         if (policy === 'reject') {
           this.rejected.inc();
-          return new MeshError(this.options.errorId, 400, `header ${JSON.stringify(name.slice(0, 64))} has _ in its name (--headers_with_underscores=reject)`);
+          return badRequest(this.options.errorId, `header ${JSON.stringify(name.slice(0, 64))} has _ in its name (--headers_with_underscores=reject)`);
         }
         if (policy === 'drop' || isMeshHeaderName(foldHeaderName(name))) (drop ??= new Set()).add(name);
       } else if (isEdgeSetHeader(name)) edgeSet = true;
@@ -85,7 +85,7 @@ export class HeaderNameFilter {
     }
     for (const name of SINGLE_VALUED) {
       if (headers[name] !== undefined && repeated(req.rawHeaders, name)) {
-        return new MeshError(this.options.errorId, 400, `${SPELLING[name]} given more than once`);
+        return badRequest(this.options.errorId, `${SPELLING[name]} given more than once`);
       }
     }
     return undefined;

@@ -8,14 +8,14 @@
  * keys, or gives a field of the wrong type, is a 502 that says so.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { MeshError, asFrontEndError } from '../../base/errors.js';
+import { asFrontEndError, badGateway } from '../../base/errors.js';
 import { JSON_CODEC, PROTOBUF_CODEC, codecFor, mediaType } from '../../base/codec/codec.js';
 import { apiTypes } from '../../base/codec/api-proto.js';
 import { readBody } from '../../base/http/body.js';
 import { sendError } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import { canonicalHeaderKey, isHopByHop } from '../../core/transport/headers.js';
-import { callOptionsFrom, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, type EdgeHandlerContext } from './front-end.js';
 import type { RoutePolicy } from '../routes/effects.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import type { RpcRoute } from './resolve.js';
@@ -131,7 +131,7 @@ function classifyJsonAnswer(value: unknown): 'response' | 'plain' | string {
  * `ctx`: the request's call context, when the front end passes it explicitly (else the ambient
  * one); `policy`: what a route of the route file adds (a version, timeouts).
  */
-export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleApi(fe: EdgeHandlerContext, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), NO_BODY) : await readBody(req, fe.maxBodyBytes, fe.errorId);
   const message = buildApiRequest(req, body);
   const types = apiTypes();
@@ -154,7 +154,7 @@ export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMess
     if (!codec) throw new Error(`content type ${answer.contentType}`);
     response = codec.decode(answer.body, types.Response) as ApiResponseMessage;
   } catch (err) {
-    throw new MeshError(fe.errorId, 502, `${route.service} answered something that is not an API Response: ${(err as Error).message}`);
+    throw badGateway(fe.errorId, `${route.service} answered something that is not an API Response: ${(err as Error).message}`);
   }
   if (codec === JSON_CODEC) {
     const kind = classifyJsonAnswer(response);
@@ -164,10 +164,10 @@ export async function handleApi(fe: FrontEnd, route: RpcRoute, req: IncomingMess
       res.end(answer.body);
       return;
     }
-    if (kind !== 'response') throw new MeshError(fe.errorId, 502, `${route.service} answered ${kind}: not an API Response`);
+    if (kind !== 'response') throw badGateway(fe.errorId, `${route.service} answered ${kind}: not an API Response`);
   }
   const status = response.statusCode ? Number(response.statusCode) : 200;
-  if (!Number.isInteger(status) || status < 100 || status > 599) throw new MeshError(fe.errorId, 502, `${route.service} answered statusCode ${status}`);
+  if (!Number.isInteger(status) || status < 100 || status > 599) throw badGateway(fe.errorId, `${route.service} answered statusCode ${status}`);
   // The answer's headers as a flat list (name, value, name, value...; a name repeats for each of
   // its values) and the body as a string: Node sends the head and the body in one write, with no
   // Buffer copy of the body and no header object to walk.

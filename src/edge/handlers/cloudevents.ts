@@ -19,7 +19,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { MeshError } from '../../base/errors.js';
+import { badRequest } from '../../base/errors.js';
 import { isJsonMedia, mediaType } from '../../base/codec/codec.js';
 import type { Message } from '../../engines/broker/broker.js';
 
@@ -42,13 +42,13 @@ function headerText(value: string | string[] | undefined): string | undefined {
 }
 
 function check(errorId: string, attrs: Record<string, unknown>, where: string): string {
-  if (attrs.specversion !== '1.0') throw new MeshError(errorId, 400, `cloudevents: ${where}specversion must be "1.0"`);
+  if (attrs.specversion !== '1.0') throw badRequest(errorId, `cloudevents: ${where}specversion must be "1.0"`);
   for (const name of REQUIRED) {
     const v = attrs[name];
-    if (typeof v !== 'string' || v === '') throw new MeshError(errorId, 400, `cloudevents: ${where}${name} is required (a non-empty string)`);
+    if (typeof v !== 'string' || v === '') throw badRequest(errorId, `cloudevents: ${where}${name} is required (a non-empty string)`);
   }
   if (attrs.time !== undefined && (typeof attrs.time !== 'string' || !RFC3339.test(attrs.time) || Number.isNaN(Date.parse(attrs.time)))) {
-    throw new MeshError(errorId, 400, `cloudevents: ${where}time must be an RFC 3339 timestamp`);
+    throw badRequest(errorId, `cloudevents: ${where}time must be an RFC 3339 timestamp`);
   }
   return attrs.id as string;
 }
@@ -63,9 +63,9 @@ export function checkCloudEventRequest(errorId: string, mode: CloudEventMode, re
     try {
       parsed = JSON.parse(body.toString('utf8'));
     } catch {
-      throw new MeshError(errorId, 400, 'cloudevents: the body is not valid JSON');
+      throw badRequest(errorId, 'cloudevents: the body is not valid JSON');
     }
-    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new MeshError(errorId, 400, 'cloudevents: the body must be a JSON object');
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw badRequest(errorId, 'cloudevents: the body must be a JSON object');
     return check(errorId, parsed as Record<string, unknown>, '');
   }
   const attrs: Record<string, unknown> = {};

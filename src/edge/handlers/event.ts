@@ -8,12 +8,12 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { MeshError } from '../../base/errors.js';
+import { badRequest, serviceUnavailable } from '../../base/errors.js';
 import { nameProblem } from '../../engines/broker/names.js';
 import { readBody } from '../../base/http/body.js';
 import { sendJson } from '../../base/http/respond.js';
 import { headerPairs, type PairMap } from './api.js';
-import { queryObject, type FrontEnd } from './front-end.js';
+import { queryObject, type EdgeHandlerContext } from './front-end.js';
 import { cloudEventMessage, cloudEventMode } from './cloudevents.js';
 
 export interface EventMessage {
@@ -24,10 +24,10 @@ export interface EventMessage {
   data: string;
 }
 
-export async function handleEvent(fe: FrontEnd, target: { topic: string; name: string }, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleEvent(fe: EdgeHandlerContext, target: { topic: string; name: string }, req: IncomingMessage, res: ServerResponse): Promise<void> {
   // The brokers' one name rule, before the body is read: a 400, not a publish that fails.
   const problem = nameProblem('topic', target.topic);
-  if (problem) throw new MeshError(fe.errorId, 400, problem);
+  if (problem) throw badRequest(fe.errorId, problem);
   const ce = cloudEventMode(req);
   if (ce) {
     const raw = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), Buffer.alloc(0)) : await readBody(req, fe.maxBodyBytes, fe.errorId);
@@ -37,7 +37,7 @@ export async function handleEvent(fe: FrontEnd, target: { topic: string; name: s
     try {
       await fe.edge.broker.publish(target.topic, { header, body: raw });
     } catch (err) {
-      throw new MeshError(fe.errorId, 503, `publishing to ${target.topic}: ${(err as Error).message}`);
+      throw serviceUnavailable(fe.errorId, `publishing to ${target.topic}: ${(err as Error).message}`);
     }
     sendJson(res, 200, JSON.stringify({ id, topic: target.topic, name: target.name }));
     return;
@@ -56,7 +56,7 @@ export async function handleEvent(fe: FrontEnd, target: { topic: string; name: s
       body: Buffer.from(JSON.stringify(event)),
     });
   } catch (err) {
-    throw new MeshError(fe.errorId, 503, `publishing to ${target.topic}: ${(err as Error).message}`);
+    throw serviceUnavailable(fe.errorId, `publishing to ${target.topic}: ${(err as Error).message}`);
   }
   sendJson(res, 200, JSON.stringify({ id: event.id, topic: target.topic, name: event.name }));
 }

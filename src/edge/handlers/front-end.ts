@@ -9,7 +9,11 @@ import type { CallContext } from '../../base/util/call-context.js';
 import type { MirrorSender } from './mirror.js';
 import type { RoutePolicy } from '../routes/effects.js';
 
-export interface FrontEnd {
+/**
+ * The context of the edge's handlers (src/edge/handlers/): the front end a handler serves (the
+ * gateway, the sidecar or a proxy listener, each in src/fronts/) as the handler sees it.
+ */
+export interface EdgeHandlerContext {
   /** The process as the edge sees it (src/edge/context.ts). */
   edge: EdgeContext;
   /** go.mesh.api for the gateway, go.mesh.srv for the sidecar (or --namespace). */

@@ -17,14 +17,14 @@ import type { Dispatcher } from 'undici';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
-import { MeshError, asFrontEndError, bodyTooLarge, flagged } from '../../base/errors.js';
+import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, MeshError, proxyFailed, proxyTimeout } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { endRawLingering, refuseSocket, sendError } from '../../base/http/respond.js';
 import { classifyError } from '../../core/transport/rpc.js';
 import { connectionNamed, isHopByHop, rawNameIs, requestConnectionNamed } from '../../core/transport/headers.js';
 import { lingerOnRest, readBody } from '../../base/http/body.js';
 import type { UpstreamLease } from '../../core/upstream/types.js';
-import type { FrontEnd } from './front-end.js';
+import type { EdgeHandlerContext } from './front-end.js';
 import type { RoutePolicy } from '../routes/effects.js';
 import type { RuleEffects } from '../routes/effects.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
@@ -34,6 +34,7 @@ import { compose } from '../../core/client/interceptors/compose.js';
 import { retry } from '../../core/client/interceptors/retry.js';
 import { isRetryOverflow } from '../../core/upstream/retry-budget.js';
 import { leaseWithin } from '../../core/client/budget.js';
+import { splitTarget } from '../../base/http/target.js';
 
 /**
  * The request headers sent upstream, as undici's flat [name, value, ...] list: the end-to-end
@@ -68,7 +69,7 @@ function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boo
 }
 
 /** This hop's trace: the request's (given, or the ambient context's), or for an upgrade, one of its own. */
-function hopTrace(fe: FrontEnd, req: IncomingMessage, ctx: CallContext | undefined): TraceContext {
+function hopTrace(fe: EdgeHandlerContext, req: IncomingMessage, ctx: CallContext | undefined): TraceContext {
   if (ctx?.trace) return ctx.trace;
   const context = fe.edge.context;
   return context.current?.trace ?? context.hop(parseTraceparent(req.headers[TRACEPARENT], req.headers[TRACESTATE]));
@@ -328,13 +329,11 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
  * --tracing=otlp a client span (named after the method, as OpenTelemetry's HTTP client spans are)
  * covers the forwarding and is the backend's parent.
  */
-export async function handleProxy(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleProxy(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const tracer = fe.edge.tracer;
   if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx), policy);
   const method = req.method ?? 'GET';
-  const url = req.url ?? '/';
-  const q = url.indexOf('?');
-  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req, ctx), { 'http.request.method': method, 'url.path': q === -1 ? url : url.slice(0, q), 'server.address': service });
+  const span = tracer.startSpan(method, SpanKind.CLIENT, hopTrace(fe, req, ctx), { 'http.request.method': method, 'url.path': splitTarget(req.url ?? '/').path, 'server.address': service });
   try {
     await proxyRequest(fe, service, secure, req, res, traceOf(span), policy);
   } catch (err) {
@@ -348,7 +347,7 @@ export async function handleProxy(fe: FrontEnd, service: string, secure: boolean
   }
 }
 
-async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext, policy?: RoutePolicy): Promise<void> {
+async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext, policy?: RoutePolicy): Promise<void> {
   const limit = fe.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
@@ -395,7 +394,7 @@ async function proxyRequest(fe: FrontEnd, service: string, secure: boolean, req:
 
 /** One proxied request, across its tries. */
 interface ProxyCall {
-  readonly fe: FrontEnd;
+  readonly fe: EdgeHandlerContext;
   readonly service: string;
   /** Only the nodes of this registry version (a route's backend). */
   readonly version: string | undefined;
@@ -444,7 +443,7 @@ const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
     retries: (call) => call.retries,
     attempt: (_call, n) => n,
     decide: (r) => (r.kind === 'overflow' ? 'stop' : r.kind === 'failed' && r.retriable ? 'retry' : 'done'),
-    exhausted: (call) => ({ kind: 'failed', error: new MeshError(call.fe.errorId, 502, `proxy to ${call.service} failed`), retriable: false }),
+    exhausted: (call) => ({ kind: 'failed', error: badGateway(call.fe.errorId, `proxy to ${call.service} failed`), retriable: false }),
     backoff: (_n, call) => call.backoffMs,
   }),
 ]);
@@ -470,7 +469,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   }
   if (!lease) {
     req.resume();
-    sendError(res, flagged(new MeshError(fe.errorId, 504, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'));
+    sendError(res, proxyTimeout(fe.errorId, service, timeoutMs));
     return DONE;
   }
   const started = Date.now();
@@ -521,7 +520,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   }
   if (result.retryStatus !== undefined && !res.destroyed) {
     lease.release({ kind: 'response', status: result.retryStatus }, Date.now() - started);
-    return { kind: 'failed', error: new MeshError(fe.errorId, result.retryStatus, `proxy to ${service} on ${lease.target.key}: answered ${result.retryStatus}`), retriable: true };
+    return { kind: 'failed', error: errorWithStatus(fe.errorId, result.retryStatus, `proxy to ${service} on ${lease.target.key}: answered ${result.retryStatus}`), retriable: true };
   }
   const failure = classifyError(result.err, result.timedOut);
   lease.release(failure.outcome, Date.now() - started);
@@ -529,8 +528,8 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   const outcome = failure.outcome.kind;
   const error =
     outcome === 'timeout'
-      ? flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT')
-      : flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC');
+      ? proxyTimeout(fe.errorId, `${service} on ${lease.target.key}`, timeoutMs)
+      : proxyFailed(fe.errorId, `${service} on ${lease.target.key}`, failure.message, outcome === 'connect_failure' ? 'UF' : 'UC');
   return { kind: 'failed', error, retriable: outcome === 'connect_failure' };
 }
 
@@ -570,23 +569,23 @@ function answerHead(res: IncomingMessage, extra: string): string {
  * carry requests the edge never sees. Only the wait for the node's answer is bounded
  * (--client_request_timeout); an open tunnel may idle.
  */
-export function handleProxyUpgrade(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, version?: string): void {
+export function handleProxyUpgrade(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, version?: string): void {
   const refuse = (err: MeshError) => refuseSocket(socket, err, fe.errorId);
   if (upgradesToH2c(req.headers.upgrade)) {
-    return refuse(new MeshError(fe.errorId, 400, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
+    return refuse(badRequest(fe.errorId, 'Upgrade: h2c is refused: an HTTP/2 connection would carry requests past the edge (send HTTP/1.1 requests)'));
   }
   if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
-    return refuse(new MeshError(fe.errorId, 400, 'an upgrade request carries no body'));
+    return refuse(badRequest(fe.errorId, 'an upgrade request carries no body'));
   }
   // The wait for a host (a service's first registry lookup) is bounded as the wait for the answer.
   const timeoutMs = fe.edge.settings.clientRequestTimeoutMs;
   leaseWithin(fe.edge.clusters.acquire(service, { version }), Date.now() + timeoutMs).then(
-    (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(flagged(new MeshError(fe.errorId, 504, `proxy to ${service}: timeout after ${timeoutMs}ms`), 'UT'))),
+    (lease) => (lease ? upgradeOn(fe, service, secure, req, socket, head, lease, refuse) : refuse(proxyTimeout(fe.errorId, service, timeoutMs))),
     (err: unknown) => refuse(asFrontEndError(err, fe.errorId)),
   );
 }
 
-function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, lease: UpstreamLease, refuse: (err: MeshError) => void): void {
+function upgradeOn(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, socket: Duplex, head: Buffer, lease: UpstreamLease, refuse: (err: MeshError) => void): void {
   const started = Date.now();
   if (socket.destroyed) return lease.release({ kind: 'cancelled' }, 0);
   /** waiting for the node's answer; answered (its head was passed on); done (lease released, nothing more to answer). */
@@ -615,7 +614,7 @@ function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: Incoming
   const timer = setTimeout(() => {
     if (state !== 'waiting') return;
     release({ kind: 'timeout' });
-    refuse(flagged(new MeshError(fe.errorId, 504, `proxy to ${service} on ${lease.target.key}: timeout after ${timeoutMs}ms`), 'UT'));
+    refuse(proxyTimeout(fe.errorId, `${service} on ${lease.target.key}`, timeoutMs));
     upstream.destroy();
   }, timeoutMs);
   const onClientGone = () => {
@@ -672,7 +671,7 @@ function upgradeOn(fe: FrontEnd, service: string, secure: boolean, req: Incoming
     const failure = classifyError(err, false);
     release(failure.outcome);
     const outcome = failure.outcome.kind;
-    refuse(flagged(new MeshError(fe.errorId, 502, `proxy to ${service} on ${lease.target.key}: ${failure.message}`), outcome === 'connect_failure' ? 'UF' : 'UC'));
+    refuse(proxyFailed(fe.errorId, `${service} on ${lease.target.key}`, failure.message, outcome === 'connect_failure' ? 'UF' : 'UC'));
   });
   upstream.end();
 }

@@ -9,6 +9,7 @@
  *
  * `-` in a segment becomes CamelCase in the method (`/foo/get-user` → `Foo.GetUser`).
  */
+import { splitTarget } from '../../base/http/target.js';
 
 export interface RpcRoute {
   service: string;
@@ -29,8 +30,7 @@ export function toCamel(segment: string): string {
 
 /** The path's segments, without the query; undefined when a segment is empty or not a name. */
 export function pathSegments(url: string): string[] | undefined {
-  const q = url.indexOf('?');
-  const path = q === -1 ? url : url.slice(0, q);
+  const path = splitTarget(url).path;
   const trimmed = path.replace(/^\/+/, '').replace(/\/+$/, '');
   if (trimmed === '') return [];
   const parts = trimmed.split('/');
@@ -51,8 +51,7 @@ export function resolveRpcPath(url: string, namespace: string): RpcRoute | undef
 
 /** Proxy handler mapping: the first element (or `v1/foo`) names the service; the path is kept. */
 export function resolveProxyPath(url: string, namespace: string): { service: string } | undefined {
-  const q = url.indexOf('?');
-  const parts = (q === -1 ? url : url.slice(0, q)).split('/').filter((p) => p !== '');
+  const parts = splitTarget(url).path.split('/').filter((p) => p !== '');
   const first = parts[0];
   if (!first || !SEGMENT.test(first)) return undefined;
   const second = parts[1];
@@ -82,8 +81,7 @@ export class RpcPathResolver {
 
   /** The route of a URL (the query is ignored); undefined when the path names no method. */
   resolve(url: string): RpcRoute | undefined {
-    const q = url.indexOf('?');
-    const path = q === -1 ? url : url.slice(0, q);
+    const path = splitTarget(url).path;
     let route = this.seen.get(path);
     if (route === undefined) {
       route = resolveRpcPath(path, this.namespace) ?? null;

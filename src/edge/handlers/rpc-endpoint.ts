@@ -9,12 +9,12 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { MeshError, asFrontEndError } from '../../base/errors.js';
+import { asFrontEndError, badRequest, forbidden, MeshError, methodNotAllowed, unsupportedMediaType } from '../../base/errors.js';
 import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, parseJson, stringifyJson } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
 import { refuseSocket, sendBytes, sendError } from '../../base/http/respond.js';
-import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, queryObject, type EdgeHandlerContext } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 import type { StreamSockets } from './stream.js';
 import { tryParseAddress } from '../../base/util/address.js';
@@ -36,15 +36,15 @@ export function parseRpcCall(errorId: string, contentType: string | undefined, b
     try {
       parsed = parseJson(body.toString('utf8') || '{}');
     } catch (err) {
-      if (err instanceof JsonDepthError) throw new MeshError(errorId, 400, `body: ${err.message}`);
-      throw new MeshError(errorId, 400, `malformed JSON body: ${(err as Error).message}`);
+      if (err instanceof JsonDepthError) throw badRequest(errorId, `body: ${err.message}`);
+      throw badRequest(errorId, `malformed JSON body: ${(err as Error).message}`);
     }
-    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new MeshError(errorId, 400, 'body: must be a JSON object');
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw badRequest(errorId, 'body: must be a JSON object');
     for (const [k, v] of Object.entries(parsed)) fields[k.toLowerCase()] = v;
   } else if (media === 'application/x-www-form-urlencoded') {
     for (const [k, v] of new URLSearchParams(body.toString('utf8'))) if (!(k.toLowerCase() in fields)) fields[k.toLowerCase()] = v;
   } else {
-    throw new MeshError(errorId, 415, `unsupported content type ${media}: use application/json or a form`);
+    throw unsupportedMediaType(errorId, `unsupported content type ${media}: use application/json or a form`);
   }
   const { service, method } = rpcTarget(errorId, fields);
   let request: unknown = fields.request ?? {};
@@ -52,42 +52,42 @@ export function parseRpcCall(errorId: string, contentType: string | undefined, b
     try {
       request = request.trim() === '' ? {} : parseJson(request);
     } catch (err) {
-      if (err instanceof JsonDepthError) throw new MeshError(errorId, 400, `request: ${err.message}`);
-      throw new MeshError(errorId, 400, `request: not valid JSON: ${(err as Error).message}`);
+      if (err instanceof JsonDepthError) throw badRequest(errorId, `request: ${err.message}`);
+      throw badRequest(errorId, `request: not valid JSON: ${(err as Error).message}`);
     }
   }
-  if (request === null || typeof request !== 'object' || Array.isArray(request)) throw new MeshError(errorId, 400, 'request: must be a JSON object');
+  if (request === null || typeof request !== 'object' || Array.isArray(request)) throw badRequest(errorId, 'request: must be a JSON object');
   const address = fields.address;
   if (address !== undefined && address !== '' && (typeof address !== 'string' || !tryParseAddress(address, { target: true })))
-    throw new MeshError(errorId, 400, 'address: must be host:port');
+    throw badRequest(errorId, 'address: must be host:port');
   return { service, method, request: Buffer.from(stringifyJson(request)), address: address ? (address as string) : undefined };
 }
 
 /** The service and method named by /rpc's fields (lower-case keys); throws a 400 naming the problem. */
 function rpcTarget(errorId: string, fields: Record<string, unknown>): { service: string; method: string } {
   const service = fields.service;
-  if (typeof service !== 'string' || service.trim() === '') throw new MeshError(errorId, 400, 'service: required');
+  if (typeof service !== 'string' || service.trim() === '') throw badRequest(errorId, 'service: required');
   const method = fields.method ?? fields.endpoint;
-  if (typeof method !== 'string' || method.trim() === '') throw new MeshError(errorId, 400, 'method: required (or endpoint)');
+  if (typeof method !== 'string' || method.trim() === '') throw badRequest(errorId, 'method: required (or endpoint)');
   const problem = endpointNameProblem(method);
-  if (problem) throw new MeshError(errorId, 400, `method: ${problem}`);
+  if (problem) throw badRequest(errorId, `method: ${problem}`);
   return { service: service.trim(), method };
 }
 
 /** The 403 of a service that /rpc may not call (--rpc_allow). */
 function notAllowed(errorId: string, service: string): MeshError {
-  return new MeshError(errorId, 403, `service ${service.length > 200 ? `${service.slice(0, 200)}...` : service} may not be called through /rpc (--rpc_allow)`);
+  return forbidden(errorId, `service ${service.length > 200 ? `${service.slice(0, 200)}...` : service} may not be called through /rpc (--rpc_allow)`);
 }
 
 /**
  * `allowed`: the services /rpc may call (the gateway's `--rpc_allow`); another service is refused
  * with 403 before anything is sent to it.
  */
-export async function handleRpcEndpoint(fe: FrontEnd, req: IncomingMessage, res: ServerResponse, allowed?: (service: string) => boolean): Promise<void> {
+export async function handleRpcEndpoint(fe: EdgeHandlerContext, req: IncomingMessage, res: ServerResponse, allowed?: (service: string) => boolean): Promise<void> {
   if (req.method !== 'POST') {
     req.resume();
     res.setHeader('allow', 'POST');
-    throw new MeshError(fe.errorId, 405, `method ${req.method} not allowed on /rpc: use POST`);
+    throw methodNotAllowed(fe.errorId, `method ${req.method} not allowed on /rpc: use POST`);
   }
   const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
   const call = parseRpcCall(fe.errorId, req.headers['content-type'], body);
@@ -122,7 +122,7 @@ const UNARY_AT_RPC = 'a WebSocket at /rpc opens streaming calls only (call it wi
  * a service not `allowed` or denied by the auth rules, 404 an unknown service or a unary endpoint),
  * otherwise the stream runs on the socket as at the endpoint's path.
  */
-export async function handleRpcStreamUpgrade(fe: FrontEnd, streams: StreamSockets, req: IncomingMessage, socket: Duplex, head: Buffer, allowed?: (service: string) => boolean): Promise<void> {
+export async function handleRpcStreamUpgrade(fe: EdgeHandlerContext, streams: StreamSockets, req: IncomingMessage, socket: Duplex, head: Buffer, allowed?: (service: string) => boolean): Promise<void> {
   let route: RpcRoute;
   try {
     const fields: Record<string, unknown> = {};

@@ -5,12 +5,12 @@
  * Content-Type is the codec's, never copied from the request.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { MeshError, asFrontEndError } from '../../base/errors.js';
+import { asFrontEndError, badRequest, unsupportedMediaType } from '../../base/errors.js';
 import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
 import { sendBytes, sendError } from '../../base/http/respond.js';
-import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, queryObject, type EdgeHandlerContext } from './front-end.js';
 import type { RoutePolicy } from '../routes/effects.js';
 import type { RpcRoute } from './resolve.js';
 import type { CallContext } from '../../base/util/call-context.js';
@@ -21,7 +21,7 @@ const PASS_THROUGH = new Set(['application/json', 'application/protobuf', 'appli
  * `ctx`: the request's call context, when the front end passes it explicitly (else the ambient
  * one); `policy`: what a route of the route file adds (a version, timeouts).
  */
-export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleRpc(fe: EdgeHandlerContext, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const media = mediaType(req.headers['content-type']);
   let contentType: string;
   let body: Uint8Array;
@@ -33,14 +33,14 @@ export async function handleRpc(fe: FrontEnd, route: RpcRoute, req: IncomingMess
   } else {
     if (media !== '' && !PASS_THROUGH.has(media)) {
       req.resume();
-      throw new MeshError(fe.errorId, 415, `unsupported content type ${media}: use application/json or application/protobuf`);
+      throw unsupportedMediaType(fe.errorId, `unsupported content type ${media}: use application/json or application/protobuf`);
     }
     contentType = media === '' || media === 'application/json' ? 'application/json' : 'application/protobuf';
     body = await readBody(req, fe.maxBodyBytes, fe.errorId);
     if (body.byteLength === 0 && contentType === 'application/json') body = Buffer.from('{}');
     // The body passes through undecoded; the service would refuse it anyway: say so here, with a
     // scan, not a parse.
-    else if (contentType === 'application/json' && jsonNestingExceeds(body)) throw new MeshError(fe.errorId, 400, `body: ${new JsonDepthError().message}`);
+    else if (contentType === 'application/json' && jsonNestingExceeds(body)) throw badRequest(fe.errorId, `body: ${new JsonDepthError().message}`);
   }
   try {
     const answer = await fe.edge.client.call(route.service, route.method, body, callOptionsFrom(req, contentType, ctx, policy));

@@ -24,7 +24,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
-import { MeshError, asFrontEndError } from '../../base/errors.js';
+import { asFrontEndError, badGateway, badRequest, errorWithStatus, gatewayTimeout, MeshError, methodNotAllowed, notAcceptable, serviceNotFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
 import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
@@ -34,7 +34,7 @@ import { isStreamKind, type StreamKind } from '../../core/transport/frames.js';
 import { TransportError } from '../../core/transport/rpc.js';
 import { GRPC_PROTOCOL } from '../../core/transport/grpc/transport.js';
 import { hostKey } from '../../core/upstream/host.js';
-import { callOptionsFrom, queryObject, type FrontEnd } from './front-end.js';
+import { callOptionsFrom, queryObject, type EdgeHandlerContext } from './front-end.js';
 import type { RpcRoute } from './resolve.js';
 
 /** Bytes queued on a WebSocket before the next message is pulled from the backend. */
@@ -69,7 +69,7 @@ export class StreamKinds {
   private readonly known = new Map<string, { kinds: Map<string, StreamKind>; grpc: GrpcNode[] }>();
   private watcher?: { stop(): void };
 
-  constructor(private readonly fe: FrontEnd) {}
+  constructor(private readonly fe: EdgeHandlerContext) {}
 
   /** The kind of a streaming endpoint; undefined for a unary (or unlisted) one. Unknown service: 404. */
   async of(route: RpcRoute): Promise<StreamKind | undefined> {
@@ -81,9 +81,9 @@ export class StreamKinds {
       try {
         versions = await registry.getService(route.service);
       } catch (err) {
-        throw new MeshError(this.fe.errorId, 503, `registry: ${(err as Error).message}`);
+        throw serviceUnavailable(this.fe.errorId, `registry: ${(err as Error).message}`);
       }
-      if (versions.length === 0) throw new MeshError(this.fe.errorId, 404, `service ${route.service}: not found`);
+      if (versions.length === 0) throw serviceNotFound(this.fe.errorId, route.service);
       const kinds = new Map<string, StreamKind>();
       const grpc: GrpcNode[] = [];
       for (const version of versions) {
@@ -120,7 +120,7 @@ export class StreamKinds {
       } catch (err) {
         if (!(err instanceof TransportError)) throw asFrontEndError(err, this.fe.errorId);
         const what = `service ${route.service}: the kind of ${route.method} from the reflection service of ${node.key}`;
-        failure ??= err.outcome.kind === 'timeout' ? new MeshError(this.fe.errorId, 504, `${what}: no answer within ${timeoutMs}ms`) : new MeshError(this.fe.errorId, 502, `${what}: ${err.message}`);
+        failure ??= err.outcome.kind === 'timeout' ? gatewayTimeout(this.fe.errorId, `${what}: no answer within ${timeoutMs}ms`) : badGateway(this.fe.errorId, `${what}: ${err.message}`);
       }
     }
     throw failure!;
@@ -133,8 +133,8 @@ export class StreamKinds {
   }
 }
 
-function notStreaming(fe: FrontEnd, route: RpcRoute, code: number, what: string): MeshError {
-  return new MeshError(fe.errorId, code, `endpoint ${route.method} of ${route.service} is not a streaming endpoint: ${what}`);
+function notStreaming(fe: EdgeHandlerContext, route: RpcRoute, code: number, what: string): MeshError {
+  return errorWithStatus(fe.errorId, code, `endpoint ${route.method} of ${route.service} is not a streaming endpoint: ${what}`);
 }
 
 /** Metadata of an edge request without the WebSocket handshake's own headers. */
@@ -157,7 +157,7 @@ export function sseEvent(payload: Buffer, event?: string): string {
 }
 
 /** Server-Sent Events of a server stream (the request asked for `Accept: text/event-stream`). */
-export async function handleSse(fe: FrontEnd, streams: StreamSockets, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleSse(fe: EdgeHandlerContext, streams: StreamSockets, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const method = req.method ?? 'GET';
   const fromQuery = method === 'GET' || method === 'HEAD' || method === 'DELETE';
   if (fromQuery) req.resume();
@@ -170,7 +170,7 @@ export async function handleSse(fe: FrontEnd, streams: StreamSockets, route: Rpc
   }
   if (kind !== 'server') {
     req.resume();
-    throw kind ? new MeshError(fe.errorId, 406, `endpoint ${route.method} of ${route.service} is a ${kind} stream: text/event-stream serves server streams only (use a WebSocket)`) : notStreaming(fe, route, 406, 'text/event-stream serves server streams only');
+    throw kind ? notAcceptable(fe.errorId, `endpoint ${route.method} of ${route.service} is a ${kind} stream: text/event-stream serves server streams only (use a WebSocket)`) : notStreaming(fe, route, 406, 'text/event-stream serves server streams only');
   }
   let body: Buffer;
   if (fromQuery) body = Buffer.from(JSON.stringify(queryObject(req)));
@@ -178,11 +178,11 @@ export async function handleSse(fe: FrontEnd, streams: StreamSockets, route: Rpc
     const media = mediaType(req.headers['content-type']);
     if (media !== '' && media !== 'application/json') {
       req.resume();
-      throw new MeshError(fe.errorId, 415, `unsupported content type ${media}: the request of a stream is application/json`);
+      throw unsupportedMediaType(fe.errorId, `unsupported content type ${media}: the request of a stream is application/json`);
     }
     body = await readBody(req, fe.maxBodyBytes, fe.errorId);
     if (body.byteLength === 0) body = Buffer.from('{}');
-    else if (jsonNestingExceeds(body)) throw new MeshError(fe.errorId, 400, `body: ${new JsonDepthError().message}`);
+    else if (jsonNestingExceeds(body)) throw badRequest(fe.errorId, `body: ${new JsonDepthError().message}`);
   }
   const call = await fe.edge.client.stream(route.service, route.method, { ...edgeCallOptions(req), kind: 'server', request: body });
   let done = false;
@@ -234,7 +234,7 @@ export class StreamSockets {
   /** The endpoint kinds, shared with the SSE handler of the same front end. */
   readonly kinds: StreamKinds;
 
-  constructor(private readonly fe: FrontEnd) {
+  constructor(private readonly fe: EdgeHandlerContext) {
     this.kinds = new StreamKinds(fe);
     const options = { noServer: true, maxPayload: fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
     this.wss = new WebSocketServer(options as ConstructorParameters<typeof WebSocketServer>[0]);
@@ -248,9 +248,9 @@ export class StreamSockets {
   async upgrade(route: RpcRoute, req: IncomingMessage, socket: Duplex, head: Buffer, unary = 'no WebSocket endpoint here (a WebSocket serves streaming endpoints only)'): Promise<void> {
     const fe = this.fe;
     const refuse = (err: MeshError): void => refuseSocket(socket, err, fe.errorId, { linger: false });
-    if (this.closed) return refuse(new MeshError(fe.errorId, 503, 'shutting down'));
-    if (req.method !== 'GET') return refuse(new MeshError(fe.errorId, 405, 'a WebSocket stream is a GET'));
-    if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return refuse(new MeshError(fe.errorId, 400, `upgrade to ${req.headers.upgrade} not supported: use websocket`));
+    if (this.closed) return refuse(serviceUnavailable(fe.errorId, 'shutting down'));
+    if (req.method !== 'GET') return refuse(methodNotAllowed(fe.errorId, 'a WebSocket stream is a GET'));
+    if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return refuse(badRequest(fe.errorId, `upgrade to ${req.headers.upgrade} not supported: use websocket`));
     let kind: StreamKind | undefined;
     try {
       kind = await this.kinds.of(route);
@@ -303,7 +303,7 @@ export class StreamSockets {
     if (kind === 'server') {
       let started = false;
       ws.on('message', (data: RawData) => {
-        if (started) return fail(new MeshError(fe.errorId, 400, 'a server stream takes one request: send it as the first message only'));
+        if (started) return fail(badRequest(fe.errorId, 'a server stream takes one request: send it as the first message only'));
         started = true;
         const request = Buffer.isBuffer(data) ? data : Buffer.concat(Array.isArray(data) ? data : [Buffer.from(data)]);
         fe.edge.client.stream(route.service, route.method, { ...options, kind, request: request.byteLength === 0 ? Buffer.from('{}') : request }).then((c) => {

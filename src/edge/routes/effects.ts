@@ -13,7 +13,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as delay } from 'node:timers/promises';
-import { MeshError } from '../../base/errors.js';
+import { badRequest, errorWithStatus, MeshError } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { splitHostHeader } from '../../base/http/host-check.js';
 import { declareStats, type FamilyStats, type Histogram, type StatsScope } from '../../base/stats/store.js';
@@ -108,7 +108,7 @@ export class RuleEffects {
   private abort(req: IncomingMessage, fault: FaultDraw, errorId: string): void {
     if (fault.abortStatus === undefined) return;
     req.resume();
-    throw new MeshError(errorId, fault.abortStatus, `fault injected by route ${this.rule.name}`);
+    throw errorWithStatus(errorId, fault.abortStatus, `fault injected by route ${this.rule.name}`);
   }
 
   /** Counts the request, and its answer's class once it is sent. */
@@ -248,7 +248,7 @@ export function routeAction(choice: RouteChoice, effects: RuleEffects, req: { se
 /** The 400 of a redirect whose request's Host is not a host[:port]. */
 function badRedirectHost(host: string | undefined, errorId: string): MeshError {
   const shown = host === undefined ? 'missing' : JSON.stringify(host.length > 100 ? `${host.slice(0, 100)}...` : host);
-  return new MeshError(errorId, 400, `invalid Host ${shown}: a redirect needs the request's Host to be host[:port] (a name, IPv4 or [IPv6] address; no user, path, query or fragment)`);
+  return badRequest(errorId, `invalid Host ${shown}: a redirect needs the request's Host to be host[:port] (a name, IPv4 or [IPv6] address; no user, path, query or fragment)`);
 }
 
 /** The stat name of a host: as written, `*` for a route without hostnames. */

@@ -8,7 +8,7 @@ import { NatsBroker } from './nats.js';
 import type { EngineTlsFiles } from '../../base/util/engine-access.js';
 import type { DurableDefaults } from './durable.js';
 import type { StatsStore } from '../../base/stats/store.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import { OPTIONS } from '../../base/options/schema.js';
 import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 
@@ -60,7 +60,7 @@ export function createBroker(kind: string, options: CreateBrokerOptions): Broker
         logger: options.logger,
       });
     case 'nats':
-      if (!address) throw new OptionError('broker_address', 'broker nats: an address is required ({broker_address} host:port)');
+      if (!address) throw new SchemaOptionError('broker_address', 'broker nats: an address is required ({broker_address} host:port)');
       return new NatsBroker({ address, tls: options.tls, durable: options.durable, stats: options.stats, logger: options.logger });
     default:
       throw new Error(`unknown broker "${kind}" (use ${BROKER_KINDS.join(', ')})`);

@@ -9,7 +9,7 @@ import type { EngineTlsFiles } from '../../base/util/engine-access.js';
 import type { StatsStore } from '../../base/stats/store.js';
 import type { Logging } from '../../base/util/log.js';
 import { invalidRecordSink } from './validate.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import { OPTIONS } from '../../base/options/schema.js';
 
 /** The registry backends: the schema's choices of --registry. */
@@ -43,7 +43,7 @@ export function createRegistry(
     case 'local':
       return new LocalRegistry(addr ?? defaultRegistryDirectory(opts.home), { stats: opts.stats, logger: opts.logging?.get('registry'), onInvalidRecord });
     case 'etcd':
-      if (!addr) throw new OptionError('registry_address', 'registry etcd: {registry_address} is required (host:port[,host:port], or https://[user:password@]host:port)');
+      if (!addr) throw new SchemaOptionError('registry_address', 'registry etcd: {registry_address} is required (host:port[,host:port], or https://[user:password@]host:port)');
       return new EtcdRegistry(addr, { tls: opts.tls, onInvalidRecord, stats: opts.stats, logger: opts.logging?.get('registry') });
     default:
       throw new Error(`unknown registry "${kind}" (use ${REGISTRY_KINDS.join(', ')})`);

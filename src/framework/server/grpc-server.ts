@@ -11,7 +11,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
 import type { PeerCertificate } from 'node:tls';
-import { MeshError, toMeshError } from '../../base/errors.js';
+import { badRequest, clientClosed, gatewayTimeout, internalError, MeshError, notAsyncIterable, toMeshError } from '../../base/errors.js';
 import type { DrainResult, Drainable } from '../../base/http/lifecycle.js';
 import { decodeToJson, encodeJson, JsonShapeError } from '../../core/transport/grpc/json.js';
 import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
@@ -22,7 +22,7 @@ import type { EndpointDefinition, HandlerContext } from './endpoint.js';
 import { isAsyncIterable, untilAborted, type StreamContext } from './stream-server.js';
 import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../../core/transport/grpc/protos.js';
 import { once } from 'node:events';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import { WorkloadServerCredentials } from '../../core/transport/grpc/credentials.js';
 import { spiffeIdOfCertificate, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
@@ -77,13 +77,13 @@ export class GrpcServer implements Drainable {
     for (const def of endpoints) {
       if (BUILT_IN.has(def.name)) continue;
       const found = options.schema.lookup(def.name);
-      if ('error' in found) throw new OptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service}: ${found.error}`);
+      if ('error' in found) throw new SchemaOptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service}: ${found.error}`);
       const m = found.method;
       const kind = streamKindOf(m);
       const wanted = def.stream ?? 'unary';
       if (kind !== wanted) {
         const what = (k: string) => (k === 'unary' ? 'a unary method' : `a ${k} stream`);
-        throw new OptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service} is ${what(wanted)}, but ${m.path} is ${what(kind)}`);
+        throw new SchemaOptionError('server_protocol', `{server_protocol}=grpc: endpoint ${def.name} of ${options.service} is ${what(wanted)}, but ${m.path} is ${what(kind)}`);
       }
       const definition = byService.get(m.service) ?? {};
       const impl = impls.get(m.service) ?? {};
@@ -144,7 +144,7 @@ export class GrpcServer implements Drainable {
     try {
       return JSON.parse(decodeToJson(m.requestType, bytes));
     } catch (err) {
-      throw new MeshError(this.options.service, 400, `malformed request: ${(err as Error).message}`);
+      throw badRequest(this.options.service, `malformed request: ${(err as Error).message}`);
     }
   }
 
@@ -155,7 +155,7 @@ export class GrpcServer implements Drainable {
       bytes = encodeJson(m.responseType, value ?? {});
     } catch (err) {
       const why = err instanceof JsonShapeError ? err.message : (err as Error).message;
-      throw new MeshError(this.options.service, 500, `the answer of ${def.name} does not fit ${m.responseType.fullName.replace(/^\./, '')}: ${why}`);
+      throw internalError(this.options.service, `the answer of ${def.name} does not fit ${m.responseType.fullName.replace(/^\./, '')}: ${why}`);
     }
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
@@ -215,7 +215,7 @@ export class GrpcServer implements Drainable {
     const onCancel = () => {
       if (finished) return;
       const past = deadline !== undefined && Date.now() >= deadline;
-      abort.abort(past ? new MeshError(id, 504, 'stream deadline exceeded') : new MeshError(id, 499, 'the caller cancelled the stream', 'Client Closed Request'));
+      abort.abort(past ? gatewayTimeout(id, 'stream deadline exceeded') : clientClosed(id, 'the caller cancelled the stream'));
     };
     call.on('cancelled', onCancel);
     call.on('error', () => {});
@@ -244,7 +244,7 @@ export class GrpcServer implements Drainable {
           cb!(null, this.encode(def, m, value));
           return;
         }
-        if (!isAsyncIterable(out)) throw new MeshError(id, 500, `handler of ${def.name} (a ${kind} stream) must return an async iterable (an async generator)`);
+        if (!isAsyncIterable(out)) throw notAsyncIterable(id, def.name, kind);
         const it = out[Symbol.asyncIterator]();
         let done = false;
         try {

@@ -6,7 +6,7 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pino from 'pino';
-import { MeshError } from '../../base/errors.js';
+import { badRequest, internalError, methodNotAllowed, notFound, tooManyHeaderFields, unsupportedMediaType } from '../../base/errors.js';
 import { JSON_CODEC, codecFor, mediaType, type Codec, type CodecSet } from '../../base/codec/codec.js';
 import { JsonSyntaxError, stringifyJson } from '../../base/codec/json.js';
 import { readBodyThen } from '../../base/http/body.js';
@@ -15,6 +15,7 @@ import type { StatsStore } from '../../base/stats/store.js';
 import type { EndpointStats } from '../../base/stats/endpoint-stats.js';
 import { httpStatPrefix } from '../../base/http/stats.js';
 import { sendBytes, sendError, sendJson } from '../../base/http/respond.js';
+import { splitTarget } from '../../base/http/target.js';
 import { endToEndHeaders, HEADER_ENDPOINT, HEADER_ID, HEADER_STREAM, meshTimeoutOf } from '../../core/transport/headers.js';
 import { ContextStore } from '../../base/util/call-context.js';
 import { parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
@@ -121,7 +122,7 @@ export class RpcServer implements Drainable {
     if (tooManyHeaders(req) > 0) {
       req.resume();
       res.shouldKeepAlive = false;
-      sendError(res, new MeshError(this.options.service, 431, `more than ${MAX_HEADER_COUNT} header fields`));
+      sendError(res, tooManyHeaderFields(this.options.service, MAX_HEADER_COUNT));
       return;
     }
     if (req.method === 'GET' && (path === '/health' || path.startsWith('/health?'))) {
@@ -131,12 +132,12 @@ export class RpcServer implements Drainable {
     }
     const id = this.options.service;
     if (path !== '/' && !path.startsWith('/?')) {
-      sendError(res, new MeshError(id, 404, `path ${path.split('?')[0]} not found: RPC calls are POST /`));
+      sendError(res, notFound(id, `path ${splitTarget(path).path} not found: RPC calls are POST /`));
       return;
     }
     if (req.method !== 'POST') {
       res.setHeader('allow', 'POST');
-      sendError(res, new MeshError(id, 405, `method ${req.method} not allowed: RPC calls are POST /`));
+      sendError(res, methodNotAllowed(id, `method ${req.method} not allowed: RPC calls are POST /`));
       return;
     }
     this.call(req, res);
@@ -169,7 +170,7 @@ export class RpcServer implements Drainable {
       sendError(res, err, id);
       if (span) endSpan(span, res.statusCode, err);
     };
-    if (!endpointName) return fail(new MeshError(id, 400, 'missing Mesh-Endpoint header'));
+    if (!endpointName) return fail(badRequest(id, 'missing Mesh-Endpoint header'));
     const peer = this.peerOf(req);
     const denied = this.options.authz?.check(peer, id, endpointName);
     if (denied) {
@@ -181,7 +182,7 @@ export class RpcServer implements Drainable {
     const codec = this.options.codecs ? this.options.codecs.for(contentType) : codecFor(contentType);
     if (!codec) {
       req.resume();
-      return fail(new MeshError(id, 415, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`));
+      return fail(unsupportedMediaType(id, `unsupported content type ${mediaType(contentType)}: use application/json or application/protobuf`));
     }
     if (def?.stream) {
       this.callStream(req, res, def, codec, trace, span, peer).catch(fail);
@@ -189,26 +190,26 @@ export class RpcServer implements Drainable {
     }
     if (headers[HEADER_STREAM] !== undefined) {
       req.resume();
-      if (!def) return fail(new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`));
-      return fail(new MeshError(id, 400, `endpoint ${endpointName} is not a streaming endpoint: call it without Mesh-Stream`));
+      if (!def) return fail(notFound(id, `endpoint ${endpointName} not found on ${id}`));
+      return fail(badRequest(id, `endpoint ${endpointName} is not a streaming endpoint: call it without Mesh-Stream`));
     }
     readBodyThen(req, this.options.maxBodyBytes, id, (readError, body) => {
       if (readError) return fail(readError);
-      if (!def) return fail(new MeshError(id, 404, `endpoint ${endpointName} not found on ${id}`));
+      if (!def) return fail(notFound(id, `endpoint ${endpointName} not found on ${id}`));
       if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType))
-        return fail(new MeshError(id, 415, `endpoint ${endpointName} does not accept application/protobuf`));
+        return fail(unsupportedMediaType(id, `endpoint ${endpointName} does not accept application/protobuf`));
       let request: unknown;
       try {
         request = codec.decode(body!, def.requestType);
       } catch (err) {
         const what = err instanceof JsonSyntaxError || err instanceof SyntaxError ? 'malformed JSON' : 'malformed request';
-        return fail(new MeshError(id, 400, `${what}: ${(err as Error).message}`));
+        return fail(badRequest(id, `${what}: ${(err as Error).message}`));
       }
       let inbound: number | undefined;
       try {
         inbound = meshTimeoutOf(headers);
       } catch (err) {
-        return fail(new MeshError(id, 400, (err as Error).message));
+        return fail(badRequest(id, (err as Error).message));
       }
       const budget = inbound ?? this.options.defaultTimeoutMs ?? 30_000;
       const ctx: HandlerContext = {
@@ -228,7 +229,7 @@ export class RpcServer implements Drainable {
         try {
           encoded = codec === JSON_CODEC ? stringifyJson(result ?? {}) : codec.encode(result ?? {}, def.responseType);
         } catch (err) {
-          return fail(new MeshError(id, 500, `encoding response: ${(err as Error).message}`));
+          return fail(internalError(id, `encoding response: ${(err as Error).message}`));
         }
         try {
           sendBytes(res, 200, codec.contentType, encoded);
@@ -266,7 +267,7 @@ export class RpcServer implements Drainable {
     const headers = req.headers;
     if (codec.contentType === 'application/protobuf' && (!def.requestType || !def.responseType)) {
       req.resume();
-      throw new MeshError(id, 415, `endpoint ${def.name} does not accept application/protobuf`);
+      throw unsupportedMediaType(id, `endpoint ${def.name} does not accept application/protobuf`);
     }
     // The handler's iteration runs inside the call's context too, so what it calls or publishes
     // carries the call's id, metadata and trace.

@@ -16,7 +16,7 @@ import { isStreamKind, type StreamKind } from '../../core/transport/frames.js';
 import type { StreamContext } from './stream-server.js';
 import { RpcServer } from './rpc-server.js';
 import type { EndpointDefinition, Handler, HandlerContext } from './endpoint.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 import { MTLS_METADATA_KEY, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 
@@ -123,7 +123,7 @@ export class Service {
     let workload: WorkloadTls | undefined;
     if (grpcMode) {
       const schema = this.runtime.grpcSchema;
-      if (!schema) throw new OptionError('proto_path', `{server_protocol}=grpc: service ${this.options.name} needs its .proto files ({proto_path})`);
+      if (!schema) throw new SchemaOptionError('proto_path', `{server_protocol}=grpc: service ${this.options.name} needs its .proto files ({proto_path})`);
       // With --mtls=strict the gRPC server serves mutual TLS only (gRPC cannot share a port with plaintext, so permissive serves plain).
       const own = await this.runtime.workloadTls(this.options.name);
       this.grpcServer = new GrpcServer(

@@ -15,7 +15,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { drained } from '../../base/http/respond.js';
 import { keepPastRequestTimeout } from '../../base/http/long-request.js';
 import type pino from 'pino';
-import { MeshError, toMeshError } from '../../base/errors.js';
+import { badRequest, clientClosed, gatewayTimeout, internalError, MeshError, notAsyncIterable, toMeshError } from '../../base/errors.js';
 import type { Codec } from '../../base/codec/codec.js';
 import { JsonSyntaxError } from '../../base/codec/json.js';
 import { END_OK, encodeFrame, FLAG_END, FLAG_MESSAGE, FrameDecoder, type StreamKind } from '../../core/transport/frames.js';
@@ -77,9 +77,8 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
   const given = headerValue(req, HEADER_STREAM);
   if (given !== kind) {
     req.resume();
-    throw new MeshError(
+    throw badRequest(
       id,
-      400,
       given === undefined ? `endpoint ${def.name} is a ${kind} stream: call it with Mesh-Stream: ${kind}` : `Mesh-Stream: ${given} does not match endpoint ${def.name}, a ${kind} stream`,
     );
   }
@@ -88,7 +87,7 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
     budget = meshTimeoutOf(req.headers) ?? 0;
   } catch (err) {
     req.resume();
-    throw new MeshError(id, 400, (err as Error).message);
+    throw badRequest(id, (err as Error).message);
   }
   // The request body lasts as long as the stream: the whole-request timeout (--request_timeout)
   // must not cut it off.
@@ -97,16 +96,16 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
   const signal = abort.signal;
   let done = false;
   res.on('close', () => {
-    if (!done) abort.abort(new MeshError(id, 499, 'the caller closed the stream', 'Client Closed Request'));
+    if (!done) abort.abort(clientClosed(id, 'the caller closed the stream'));
   });
-  const timer = budget > 0 ? setTimeout(() => abort.abort(new MeshError(id, 504, `stream deadline of ${budget}ms exceeded`)), budget) : undefined;
+  const timer = budget > 0 ? setTimeout(() => abort.abort(gatewayTimeout(id, `stream deadline of ${budget}ms exceeded`)), budget) : undefined;
   const decoder = new FrameDecoder(o.maxMessageBytes, id);
   const decode = (payload: Buffer): unknown => {
     try {
       return codec.decode(payload, def.requestType);
     } catch (err) {
       const what = err instanceof JsonSyntaxError || err instanceof SyntaxError ? 'malformed JSON' : 'malformed request';
-      throw new MeshError(id, 400, `${what}: ${(err as Error).message}`);
+      throw badRequest(id, `${what}: ${(err as Error).message}`);
     }
   };
   // The request body, read only as the handler pulls (no destroy on return: the answer still goes out).
@@ -130,11 +129,11 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
         abort.abort(err);
         throw err;
       }
-      throw new MeshError(id, 499, `the caller closed the stream: ${(err as Error).message}`, 'Client Closed Request');
+      throw clientClosed(id, `the caller closed the stream: ${(err as Error).message}`);
     }
     if (!ended) {
       if (signal.aborted) throw signal.reason;
-      throw new MeshError(id, 499, 'the caller closed the stream before its end frame', 'Client Closed Request');
+      throw clientClosed(id, 'the caller closed the stream before its end frame');
     }
   }
   const ctx: StreamContext = {
@@ -154,7 +153,7 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
     if (kind === 'server') {
       const it = requests();
       const first = await untilAborted(it.next(), signal);
-      if (first.done) throw new MeshError(id, 400, `a server stream takes one request message: none was sent`);
+      if (first.done) throw badRequest(id, `a server stream takes one request message: none was sent`);
       input = first.value;
       // The end frame and anything after it are read and dropped; a cancel still reaches `signal`.
       void (async () => {
@@ -178,7 +177,7 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
     try {
       return encodeFrame(FLAG_MESSAGE, codec.encode(value ?? {}, def.responseType));
     } catch (err) {
-      throw new MeshError(id, 500, `encoding response: ${(err as Error).message}`);
+      throw internalError(id, `encoding response: ${(err as Error).message}`);
     }
   };
   const write = async (frame: Buffer): Promise<void> => {
@@ -191,7 +190,7 @@ export async function serveStream(o: StreamServeOptions, def: EndpointDefinition
     if (kind === 'client') {
       await write(encode(await untilAborted(Promise.resolve(out), signal)));
     } else {
-      if (!isAsyncIterable(out)) throw new MeshError(id, 500, `handler of ${def.name} (a ${kind} stream) must return an async iterable (an async generator)`);
+      if (!isAsyncIterable(out)) throw notAsyncIterable(id, def.name, kind);
       const it = out[Symbol.asyncIterator]();
       let finished = false;
       try {

@@ -16,7 +16,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { MeshError } from '../../base/errors.js';
+import { methodNotAllowed, notFound } from '../../base/errors.js';
 import { sendJson } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import { packageRoot } from '../../base/util/package-root.js';
@@ -24,7 +24,7 @@ import type { StatsStore } from '../../base/stats/store.js';
 import type { ServerStatsSource } from '../../base/stats/server-stats.js';
 import type { ClusterManagerView, HostSnapshot } from '../../core/upstream/types.js';
 import { processSampler, RequestSeries, type LoopDelay, type ProcessSampler, type StatsWindow, type StatusCounts } from './series.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 
 export const DASHBOARD_PATH = '/stats';
 export const ASSETS_PATH = '/stats/assets/';
@@ -162,9 +162,9 @@ export function checkAssets(): void {
     try {
       path = source.path();
     } catch (err) {
-      throw new OptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${(err as Error).message} (is the uplot package installed?)`);
+      throw new SchemaOptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${(err as Error).message} (is the uplot package installed?)`);
     }
-    if (!existsSync(path)) throw new OptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${path}`);
+    if (!existsSync(path)) throw new SchemaOptionError('enable_stats', `{enable_stats}: dashboard asset not found: ${path}`);
   }
 }
 
@@ -302,7 +302,7 @@ export class Dashboard {
     const { path, query } = targetOf(req);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
-      throw new MeshError(this.options.errorId, 405, `method ${req.method} not allowed on ${path}: use GET`);
+      throw methodNotAllowed(this.options.errorId, `method ${req.method} not allowed on ${path}: use GET`);
     }
     if (path === DASHBOARD_PATH) {
       if (wantsJson(req, query)) sendJson(res, 200, this.snapshot(), { 'cache-control': 'no-store', vary: 'Accept' });
@@ -311,7 +311,7 @@ export class Dashboard {
     }
     const name = path.slice(ASSETS_PATH.length);
     const source = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;
-    if (!source) throw new MeshError(this.options.errorId, 404, `no dashboard asset ${name.slice(0, 100)}`);
+    if (!source) throw notFound(this.options.errorId, `no dashboard asset ${name.slice(0, 100)}`);
     sendAsset(req, res, load(source), 'no-cache');
   }
 }

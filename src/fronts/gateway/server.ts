@@ -21,11 +21,11 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { ERROR_IDS, MeshError, rootMethodNotAllowed } from '../../base/errors.js';
+import { ERROR_IDS, MeshError, noBackend, notFound, rootMethodNotAllowed } from '../../base/errors.js';
 import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { resolveEventPath, resolveProxyPath, resolveRpcPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
 import { handleApi } from '../../edge/handlers/api.js';
 import type { RoutePolicy } from '../../edge/routes/effects.js';
@@ -131,7 +131,7 @@ export class Gateway {
    */
   private readonly routeStats?: EndpointStats;
   readonly dashboard?: Dashboard;
-  readonly fe: FrontEnd;
+  readonly fe: EdgeHandlerContext;
   private readonly server: FrontServer<GatewayRoute>;
   private readonly address: string;
   private readonly enableRpc: boolean;
@@ -366,7 +366,7 @@ export class Gateway {
         return;
       case 'no-backend':
         req.resume();
-        throw new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`);
+        throw noBackend(ERROR_ID, route.route);
       case 'event': {
         const event = route.event;
         if (!event) throw this.noService(req, 'use /<topic>/<event>');
@@ -380,7 +380,7 @@ export class Gateway {
   private noService(req: IncomingMessage, hint?: string): MeshError {
     const path = targetOf(req).path;
     req.resume();
-    return new MeshError(ERROR_ID, 404, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
+    return notFound(ERROR_ID, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
   }
 
   private root(req: IncomingMessage, res: ServerResponse): void {
@@ -421,7 +421,7 @@ export class Gateway {
         return;
       }
     }
-    refuseSocket(socket, new MeshError(ERROR_ID, 404, `no proxy route for the upgrade of ${shown(path)}`), ERROR_ID);
+    refuseSocket(socket, notFound(ERROR_ID, `no proxy route for the upgrade of ${shown(path)}`), ERROR_ID);
   }
 }
 

@@ -14,11 +14,11 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { ERROR_IDS, MeshError, flagged } from '../../base/errors.js';
+import { badRequest, ERROR_IDS, flagged, noBackend, notFound } from '../../base/errors.js';
 import { FrontServer } from '../../edge/front-server.js';
 import { refuseSocket } from '../../base/http/respond.js';
-import { targetOf } from '../../base/http/target.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import { splitTarget, targetOf } from '../../base/http/target.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
 import { parseProxyConfig, PROXY_CONFIG_ERRORS, type ListenerConfig, type ProxyConfig, type RouteConfig } from './config.js';
 import { dirname } from 'node:path';
@@ -63,11 +63,9 @@ function shown(path: string): string {
 /** The URL sent upstream: the matched prefix (or exact path) replaced by prefix_rewrite, the query kept. */
 export function rewriteUrl(route: RouteConfig, url: string): string {
   if (route.prefixRewrite === undefined) return url;
-  const q = url.indexOf('?');
-  const path = q === -1 ? url : url.slice(0, q);
-  const query = q === -1 ? '' : url.slice(q);
+  const { path, search } = splitTarget(url);
   const rest = route.match.kind === 'prefix' ? path.slice(route.match.value.length) : '';
-  return route.prefixRewrite + rest + query;
+  return route.prefixRewrite + rest + search;
 }
 
 /** The target the proxy handler acquires: a static cluster name or a registry service name. */
@@ -85,7 +83,7 @@ interface ListenerState {
 export class ProxyListener {
   readonly name: string;
   private readonly server: FrontServer<ProxyRoute>;
-  private readonly fe: FrontEnd;
+  private readonly fe: EdgeHandlerContext;
   private state: ListenerState;
   private listening = false;
   /** The route files' rules at work: their stats, faults and filters. */
@@ -199,7 +197,7 @@ export class ProxyListener {
     const { url, path } = targetOf(req);
     if (!route) {
       req.resume();
-      throw flagged(new MeshError(ERROR_ID, 404, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
+      throw flagged(notFound(ERROR_ID, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
     }
     const started = route.kind === 'config' ? undefined : beginRule(route.policy, req, res, ERROR_ID);
     if (started) await started;
@@ -213,7 +211,7 @@ export class ProxyListener {
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
       case 'no-backend':
         req.resume();
-        throw new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`);
+        throw noBackend(ERROR_ID, route.route);
     }
   }
 
@@ -225,9 +223,9 @@ export class ProxyListener {
       return;
     }
     if (route?.kind === 'backend') return handleProxyUpgrade(this.fe, route.service, this.server.secure, req, socket, head, route.policy.version);
-    if (route?.kind === 'redirect') return refuseSocket(socket, new MeshError(ERROR_ID, 400, `route redirects to ${route.location}: an upgrade does not follow a redirect`), ERROR_ID);
-    if (route?.kind === 'no-backend') return refuseSocket(socket, new MeshError(ERROR_ID, 500, `route ${route.route}: every backend has weight 0`), ERROR_ID);
-    refuseSocket(socket, new MeshError(ERROR_ID, 404, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
+    if (route?.kind === 'redirect') return refuseSocket(socket, badRequest(ERROR_ID, `route redirects to ${route.location}: an upgrade does not follow a redirect`), ERROR_ID);
+    if (route?.kind === 'no-backend') return refuseSocket(socket, noBackend(ERROR_ID, route.route), ERROR_ID);
+    refuseSocket(socket, notFound(ERROR_ID, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
   }
 }
 

@@ -49,13 +49,13 @@ import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { WebSocketServer, type WebSocket, type RawData } from 'ws';
 import { nameProblem } from '../../engines/broker/names.js';
-import { MeshError } from '../../base/errors.js';
+import { badRequest, MeshError, methodNotAllowed, serviceUnavailable, tooManyRequests, upgradeRequired } from '../../base/errors.js';
 import { readBody } from '../../base/http/body.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { canonicalHeaderKey, isHopByHop, requestConnectionNamed } from '../../core/transport/headers.js';
 import type { Message, Subscription } from '../../engines/broker/broker.js';
 import { DurableLimitError, ID_HEADER } from '../../engines/broker/durable.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { checkCloudEventRequest, cloudEventMode, messageCloudEvent } from '../../edge/handlers/cloudevents.js';
 import type { Counter, Gauge } from '../../base/stats/store.js';
 
@@ -100,7 +100,7 @@ export function publishHeader(errorId: string, req: IncomingMessage, nowSeconds 
   if (ts === undefined) header['Timestamp'] = String(nowSeconds);
   else {
     const text = (Array.isArray(ts) ? ts.join(', ') : ts).trim();
-    if (!/^\d{1,15}$/.test(text)) throw new MeshError(errorId, 400, `Timestamp: must be an integer (seconds since the epoch), got "${text.slice(0, 64)}"`);
+    if (!/^\d{1,15}$/.test(text)) throw badRequest(errorId, `Timestamp: must be an integer (seconds since the epoch), got "${text.slice(0, 64)}"`);
     header['Timestamp'] = String(Number(text));
   }
   return header;
@@ -110,12 +110,12 @@ export function publishHeader(errorId: string, req: IncomingMessage, nowSeconds 
 function checkName(errorId: string, what: 'topic' | 'queue', params: URLSearchParams, required: boolean): string | undefined {
   const all = params.getAll(what);
   if (all.length === 0) {
-    if (required) throw new MeshError(errorId, 400, `${what}: required (/broker?${what}=NAME)`);
+    if (required) throw badRequest(errorId, `${what}: required (/broker?${what}=NAME)`);
     return undefined;
   }
-  if (all.length > 1) throw new MeshError(errorId, 400, `${what}: given more than once`);
+  if (all.length > 1) throw badRequest(errorId, `${what}: given more than once`);
   const problem = nameProblem(what, all[0]);
-  if (problem) throw new MeshError(errorId, 400, problem);
+  if (problem) throw badRequest(errorId, problem);
   return all[0];
 }
 
@@ -123,8 +123,8 @@ function checkName(errorId: string, what: 'topic' | 'queue', params: URLSearchPa
 function cloudEventsFormat(errorId: string, params: URLSearchParams): boolean {
   const all = params.getAll('format');
   if (all.length === 0) return false;
-  if (all.length > 1) throw new MeshError(errorId, 400, 'format: given more than once');
-  if (all[0] !== 'cloudevents') throw new MeshError(errorId, 400, `format: must be cloudevents (or absent for mesh frames), got "${all[0]!.slice(0, 32)}"`);
+  if (all.length > 1) throw badRequest(errorId, 'format: given more than once');
+  if (all[0] !== 'cloudevents') throw badRequest(errorId, `format: must be cloudevents (or absent for mesh frames), got "${all[0]!.slice(0, 32)}"`);
   return true;
 }
 
@@ -132,18 +132,18 @@ function cloudEventsFormat(errorId: string, params: URLSearchParams): boolean {
 function ackState(errorId: string, params: URLSearchParams): AckState | undefined {
   const ack = params.get('ack');
   if (ack === null || ack === '0') {
-    for (const p of ['durable', 'max_inflight']) if (params.has(p)) throw new MeshError(errorId, 400, `${p}: only with ack=1`);
+    for (const p of ['durable', 'max_inflight']) if (params.has(p)) throw badRequest(errorId, `${p}: only with ack=1`);
     return undefined;
   }
-  if (ack !== '1') throw new MeshError(errorId, 400, `ack: must be 1 or 0, got "${ack.slice(0, 32)}"`);
+  if (ack !== '1') throw badRequest(errorId, `ack: must be 1 or 0, got "${ack.slice(0, 32)}"`);
   const durable = params.get('durable');
-  if (!durable) throw new MeshError(errorId, 400, 'durable: required with ack=1 (the name the broker keeps messages for)');
-  if (!/^[A-Za-z0-9_-]{1,64}$/.test(durable)) throw new MeshError(errorId, 400, "durable: 1 to 64 letters, digits, '-' or '_'");
+  if (!durable) throw badRequest(errorId, 'durable: required with ack=1 (the name the broker keeps messages for)');
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(durable)) throw badRequest(errorId, "durable: 1 to 64 letters, digits, '-' or '_'");
   const mi = params.get('max_inflight');
   let maxInflight = DEFAULT_MAX_INFLIGHT;
   if (mi !== null) {
     maxInflight = /^\d{1,4}$/.test(mi) ? Number(mi) : NaN;
-    if (!(maxInflight >= 1 && maxInflight <= MAX_MAX_INFLIGHT)) throw new MeshError(errorId, 400, `max_inflight: must be an integer from 1 to ${MAX_MAX_INFLIGHT}`);
+    if (!(maxInflight >= 1 && maxInflight <= MAX_MAX_INFLIGHT)) throw badRequest(errorId, `max_inflight: must be an integer from 1 to ${MAX_MAX_INFLIGHT}`);
   }
   return { durable, maxInflight, next: 0, pending: new Map(), waiters: [] };
 }
@@ -228,7 +228,7 @@ export class BrokerApi {
     }
   };
 
-  constructor(private readonly fe: FrontEnd) {
+  constructor(private readonly fe: EdgeHandlerContext) {
     // Frames carry base64 (4/3 of the body) plus headers: keep room for two of the largest.
     this.maxBuffered = Math.max(MAX_BUFFERED_BYTES, Math.ceil(fe.maxBodyBytes * 1.4) * 2);
     // closeTimeout (ws >= 8.18) is not in @types/ws yet: how long a close waits for the client.
@@ -255,18 +255,18 @@ export class BrokerApi {
       req.resume();
       res.setHeader('upgrade', 'websocket');
       res.setHeader('connection', 'Upgrade');
-      throw new MeshError(fe.errorId, 426, 'GET /broker subscribes over a WebSocket: send Upgrade: websocket (publish with POST)');
+      throw upgradeRequired(fe.errorId, 'GET /broker subscribes over a WebSocket: send Upgrade: websocket (publish with POST)');
     }
     if (req.method !== 'POST') {
       req.resume();
       res.setHeader('allow', 'GET, POST');
-      throw new MeshError(fe.errorId, 405, `method ${req.method} not allowed on /broker: POST publishes, GET with a WebSocket upgrade subscribes`);
+      throw methodNotAllowed(fe.errorId, `method ${req.method} not allowed on /broker: POST publishes, GET with a WebSocket upgrade subscribes`);
     }
     let topic: string;
     let header: Record<string, string>;
     try {
       topic = checkName(fe.errorId, 'topic', url.searchParams, true)!;
-      if (url.searchParams.has('queue')) throw new MeshError(fe.errorId, 400, 'queue: only for subscribing (a published message goes to every queue group)');
+      if (url.searchParams.has('queue')) throw badRequest(fe.errorId, 'queue: only for subscribing (a published message goes to every queue group)');
       header = publishHeader(fe.errorId, req);
     } catch (err) {
       req.resume();
@@ -287,7 +287,7 @@ export class BrokerApi {
       this.stats.publishFailed.inc();
       const detail = err instanceof MeshError ? err.detail : (err as Error)?.message ?? String(err);
       this.fe.edge.logging.get('sidecar').warn({ topic, err: detail }, 'publish failed');
-      throw new MeshError(this.fe.errorId, 503, `publish to topic ${topic} failed: ${detail}`);
+      throw serviceUnavailable(this.fe.errorId, `publish to topic ${topic} failed: ${detail}`);
     }
   }
 
@@ -295,10 +295,10 @@ export class BrokerApi {
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const fe = this.fe;
     const refuse = (err: MeshError, headers?: Record<string, string>) => refuseSocket(socket, err, fe.errorId, { headers, linger: false });
-    if (this.closed) return refuse(new MeshError(fe.errorId, 503, 'sidecar shutting down'));
-    if (req.method !== 'GET') return refuse(new MeshError(fe.errorId, 405, 'a WebSocket subscription is a GET'), { allow: 'GET, POST' });
+    if (this.closed) return refuse(serviceUnavailable(fe.errorId, 'sidecar shutting down'));
+    if (req.method !== 'GET') return refuse(methodNotAllowed(fe.errorId, 'a WebSocket subscription is a GET'), { allow: 'GET, POST' });
     if ((req.headers.upgrade ?? '').toLowerCase() !== 'websocket') {
-      return refuse(new MeshError(fe.errorId, 400, `upgrade to ${req.headers.upgrade} not supported on /broker: use websocket`));
+      return refuse(badRequest(fe.errorId, `upgrade to ${req.headers.upgrade} not supported on /broker: use websocket`));
     }
     const url = new URL(req.url ?? '/', 'http://sidecar');
     let topic: string;
@@ -326,7 +326,7 @@ export class BrokerApi {
           if (socketGone || this.closed || conn.closing) {
             this.release(conn);
             this.connections.delete(conn);
-            if (!socketGone) refuse(new MeshError(fe.errorId, 503, this.closed ? 'sidecar shutting down' : 'subscription ended before the handshake completed'));
+            if (!socketGone) refuse(serviceUnavailable(fe.errorId, this.closed ? 'sidecar shutting down' : 'subscription ended before the handshake completed'));
             return;
           }
           this.wss.handleUpgrade(req, socket, head, (ws) => {
@@ -339,7 +339,7 @@ export class BrokerApi {
           const detail = (err as Error)?.message ?? String(err);
           fe.edge.logging.get('sidecar').warn({ topic, queue, err: detail }, 'subscribe failed');
           // Over the durable names' cap of the topic: the client's to fix (remove unused names), not the broker's.
-          if (!socketGone) refuse(new MeshError(fe.errorId, err instanceof DurableLimitError ? 429 : 503, `subscribe to topic ${topic} failed: ${detail}`));
+          if (!socketGone) refuse((err instanceof DurableLimitError ? tooManyRequests : serviceUnavailable)(fe.errorId, `subscribe to topic ${topic} failed: ${detail}`));
         },
       );
   }

@@ -21,7 +21,7 @@ import type { Runtime } from '../../process/runtime.js';
 import type { Service } from '../../engines/registry/registry.js';
 import { formatDuration } from '../../base/util/duration.js';
 import { formatAddress, isWildcard, parseAddress, type HostPort } from '../../base/util/address.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 
 export interface AppOptions {
   name: string;
@@ -43,8 +43,8 @@ export interface AppOptions {
   any2xx?: boolean;
 }
 
-/** Thrown for inconsistent app options; it carries the option's schema key (OptionError). */
-export class AppFlagError extends OptionError {
+/** Thrown for inconsistent app options; it carries the option's schema key (SchemaOptionError). */
+export class AppFlagError extends SchemaOptionError {
   constructor(key: string, reason: string, value?: string | null) {
     super(key, reason, value);
     this.name = 'AppFlagError';

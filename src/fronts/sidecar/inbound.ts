@@ -28,7 +28,7 @@ import type { CallContext } from '../../base/util/call-context.js';
 import { ERROR_IDS, type MeshError } from '../../base/errors.js';
 import { FrontServer } from '../../edge/front-server.js';
 import { refuseSocket } from '../../base/http/respond.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { handleProxy, handleProxyUpgrade } from '../../edge/handlers/proxy.js';
 import { HEADER_ENDPOINT, HEADER_PEER_IDENTITY } from '../../core/transport/headers.js';
 import { peerIdentityOf, type WorkloadTls } from '../../base/mtls/workload-tls.js';
@@ -69,7 +69,7 @@ export interface InboundOptions {
 }
 
 export class SidecarInbound {
-  private readonly fe: FrontEnd;
+  private readonly fe: EdgeHandlerContext;
   private readonly server: FrontServer;
   private readonly cluster: string;
   /** The SPIFFE ID of each TLS connection's caller (undefined: none), read once per connection. */

@@ -14,7 +14,7 @@
  * (curl -d's default) gets a 415 telling what to send instead of losing its body (micro v1's trap).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { MeshError } from '../../base/errors.js';
+import { badRequest, MeshError, methodNotAllowed, serviceNotFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
 import { isJsonMedia, mediaType } from '../../base/codec/codec.js';
 import { parseJson, stringifyJson } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
@@ -23,7 +23,7 @@ import { serviceFromInput } from '../../engines/registry/input.js';
 import { mergeVersions, type Service } from '../../engines/registry/registry.js';
 import { RegistryValidationError } from '../../engines/registry/validate.js';
 import { formatDuration, MAX_DURATION_MS, parseDuration } from '../../base/util/duration.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 
 const ALLOW = 'GET, HEAD, POST, PUT, DELETE';
 
@@ -31,54 +31,53 @@ const ALLOW = 'GET, HEAD, POST, PUT, DELETE';
 export function parseTtl(errorId: string, params: URLSearchParams): number | undefined {
   const all = params.getAll('ttl');
   if (all.length === 0) return undefined;
-  if (all.length > 1) throw new MeshError(errorId, 400, 'ttl: given more than once');
+  if (all.length > 1) throw badRequest(errorId, 'ttl: given more than once');
   const text = all[0]!;
   let ms: number;
   try {
     ms = parseDuration(text);
   } catch (err) {
-    if (/longer than/.test((err as Error).message)) throw new MeshError(errorId, 400, `ttl: "${text}" is longer than ${formatDuration(MAX_DURATION_MS)}`);
-    throw new MeshError(errorId, 400, `ttl: invalid duration "${text}" (use a Go duration such as 30s, 1m30s, 500ms; units ns, us, ms, s, m, h)`);
+    if (/longer than/.test((err as Error).message)) throw badRequest(errorId, `ttl: "${text}" is longer than ${formatDuration(MAX_DURATION_MS)}`);
+    throw badRequest(errorId, `ttl: invalid duration "${text}" (use a Go duration such as 30s, 1m30s, 500ms; units ns, us, ms, s, m, h)`);
   }
-  if (!(ms >= 1)) throw new MeshError(errorId, 400, `ttl: "${text}" is under 1ms (leave ttl out for a registration that lasts until deregistered)`);
+  if (!(ms >= 1)) throw badRequest(errorId, `ttl: "${text}" is under 1ms (leave ttl out for a registration that lasts until deregistered)`);
   return Math.ceil(ms);
 }
 
 /** Reads and validates a registration body: JSON declared (or no Content-Type), parsed, per SPEC 2.6. */
-export async function readServiceBody(fe: FrontEnd, req: IncomingMessage): Promise<Service> {
+export async function readServiceBody(fe: EdgeHandlerContext, req: IncomingMessage): Promise<Service> {
   const media = mediaType(req.headers['content-type']);
   if (!isJsonMedia(media)) {
     req.resume();
-    throw new MeshError(
+    throw unsupportedMediaType(
       fe.errorId,
-      415,
       `unsupported content type ${media}: send the service as JSON with Content-Type: application/json (curl -d sends a form type; add -H 'Content-Type: application/json')`,
     );
   }
   const body = await readBody(req, fe.maxBodyBytes, fe.errorId);
   const text = body.toString('utf8');
-  if (text.trim() === '') throw new MeshError(fe.errorId, 400, 'body: required (the service as JSON: {"Name":..,"Nodes":[{"Id":..,"Address":..,"Port":..}]})');
+  if (text.trim() === '') throw badRequest(fe.errorId, 'body: required (the service as JSON: {"Name":..,"Nodes":[{"Id":..,"Address":..,"Port":..}]})');
   let parsed: unknown;
   try {
     parsed = parseJson(text);
   } catch (err) {
-    throw new MeshError(fe.errorId, 400, `body: not valid JSON: ${(err as Error).message}`);
+    throw badRequest(fe.errorId, `body: not valid JSON: ${(err as Error).message}`);
   }
   try {
     return serviceFromInput(parsed);
   } catch (err) {
-    if (err instanceof RegistryValidationError) throw new MeshError(fe.errorId, 400, err.message);
+    if (err instanceof RegistryValidationError) throw badRequest(fe.errorId, err.message);
     throw err;
   }
 }
 
-function registryFailure(fe: FrontEnd, what: string, err: unknown): MeshError {
-  if (err instanceof RegistryValidationError) return new MeshError(fe.errorId, 400, err.message);
+function registryFailure(fe: EdgeHandlerContext, what: string, err: unknown): MeshError {
+  if (err instanceof RegistryValidationError) return badRequest(fe.errorId, err.message);
   if (err instanceof MeshError) return err;
-  return new MeshError(fe.errorId, 503, `registry unavailable: ${what} failed: ${(err as Error)?.message ?? String(err)}`);
+  return serviceUnavailable(fe.errorId, `registry unavailable: ${what} failed: ${(err as Error)?.message ?? String(err)}`);
 }
 
-export async function handleRegistry(fe: FrontEnd, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleRegistry(fe: EdgeHandlerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://sidecar');
   const method = req.method ?? 'GET';
   const registry = fe.edge.registry;
@@ -89,10 +88,10 @@ export async function handleRegistry(fe: FrontEnd, req: IncomingMessage, res: Se
     case 'HEAD': {
       req.resume();
       const names = url.searchParams.getAll('service');
-      if (names.length > 1) throw new MeshError(fe.errorId, 400, 'service: given more than once');
+      if (names.length > 1) throw badRequest(fe.errorId, 'service: given more than once');
       if (names.length === 1) {
         const name = names[0]!.trim();
-        if (name === '') throw new MeshError(fe.errorId, 400, 'service: must not be empty (leave it out to list every service)');
+        if (name === '') throw badRequest(fe.errorId, 'service: must not be empty (leave it out to list every service)');
         let versions: Service[];
         try {
           versions = await registry.getService(name);
@@ -100,7 +99,7 @@ export async function handleRegistry(fe: FrontEnd, req: IncomingMessage, res: Se
           throw registryFailure(fe, `looking up ${name}`, err);
         }
         const merged = mergeVersions(versions.filter((s) => s.nodes.length > 0));
-        if (!merged) throw new MeshError(fe.errorId, 404, `service ${name}: not found`);
+        if (!merged) throw serviceNotFound(fe.errorId, name);
         sendJson(res, 200, stringifyJson(merged));
         return;
       }
@@ -130,7 +129,7 @@ export async function handleRegistry(fe: FrontEnd, req: IncomingMessage, res: Se
     case 'DELETE': {
       if (url.searchParams.has('ttl')) {
         req.resume();
-        throw new MeshError(fe.errorId, 400, 'ttl: not used by DELETE (it deregisters at once)');
+        throw badRequest(fe.errorId, 'ttl: not used by DELETE (it deregisters at once)');
       }
       const service = await readServiceBody(fe, req);
       try {
@@ -145,6 +144,6 @@ export async function handleRegistry(fe: FrontEnd, req: IncomingMessage, res: Se
     default:
       req.resume();
       res.setHeader('allow', ALLOW);
-      throw new MeshError(fe.errorId, 405, `method ${method} not allowed on /registry: use ${ALLOW}`);
+      throw methodNotAllowed(fe.errorId, `method ${method} not allowed on /registry: use ${ALLOW}`);
   }
 }

@@ -30,11 +30,11 @@ import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { ERROR_IDS, MeshError, originNotAllowed, rootMethodNotAllowed } from '../../base/errors.js';
+import { ERROR_IDS, forbidden, internalError, MeshError, methodNotAllowed, noBackend, notFound, originNotAllowed, rootMethodNotAllowed } from '../../base/errors.js';
 import { FrontServer, VERSION_PATH, type FrontPhase } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
-import type { FrontEnd } from '../../edge/handlers/front-end.js';
+import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 import { resolveProxyPath, RpcPathResolver, type RpcRoute } from '../../edge/handlers/resolve.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
 import { handleRpcEndpoint, handleRpcStreamUpgrade } from '../../edge/handlers/rpc-endpoint.js';
@@ -145,7 +145,7 @@ export function originAllowed(req: IncomingMessage, cors: readonly string[]): bo
 }
 
 export class Sidecar {
-  readonly fe: FrontEnd;
+  readonly fe: EdgeHandlerContext;
   readonly handler: SidecarHandler;
   readonly app?: AppRegistration;
   /** --routes: the route file, matched before the handler. */
@@ -279,8 +279,8 @@ export class Sidecar {
     if (!this.routes) return undefined;
     const answer = chooseFileRoute(this.routes.table, this.effects!, this.secure, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query }, this.fe.errorId);
     if (!answer) return undefined;
-    if (answer.kind === 'no-backend') throw new MeshError(this.fe.errorId, 500, `route ${answer.route}: every backend has weight 0`);
-    if (answer.kind === 'redirect') throw new MeshError(this.fe.errorId, 500, `a call at /rpc cannot follow a redirect (route to ${answer.location})`);
+    if (answer.kind === 'no-backend') throw noBackend(this.fe.errorId, answer.route);
+    if (answer.kind === 'redirect') throw internalError(this.fe.errorId, `a call at /rpc cannot follow a redirect (route to ${answer.location})`);
     return { service: answer.service, policy: answer.policy };
   }
 
@@ -356,7 +356,7 @@ export class Sidecar {
     if (verdict === 'allowed') return undefined;
     this.runtime.stats.counter(SIDECAR_HOST_REFUSED_STAT).inc();
     const detail = verdict === 'missing' ? 'a Host header is required' : `host ${req.headers.host} is not allowed (allow it with ${ALLOWED_HOSTS_FLAG})`;
-    return new MeshError(this.fe.errorId, 403, detail);
+    return forbidden(this.fe.errorId, detail);
   }
 
   /**
@@ -393,12 +393,12 @@ export class Sidecar {
       case 'proxy':
         if (!route.service) {
           req.resume();
-          throw new MeshError(fe.errorId, 404, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
+          throw notFound(fe.errorId, `path ${path} names no service (the first path element, in namespace ${fe.namespace})`);
         }
         return handleProxy(fe, route.service, this.secure, req, res, ctx, route.policy);
       case 'no-backend':
         req.resume();
-        throw new MeshError(fe.errorId, 500, `route ${route.route}: every backend has weight 0`);
+        throw noBackend(fe.errorId, route.route);
       case 'redirect':
         return sendRedirect(req, res, route);
     }
@@ -406,12 +406,12 @@ export class Sidecar {
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
       req.resume();
       res.setHeader('allow', 'GET, POST, PUT, PATCH, DELETE');
-      throw new MeshError(fe.errorId, 405, `method ${method} not allowed on ${path}`);
+      throw methodNotAllowed(fe.errorId, `method ${method} not allowed on ${path}`);
     }
     const call = route.call;
     if (!call) {
       req.resume();
-      throw new MeshError(fe.errorId, 404, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
+      throw notFound(fe.errorId, `path ${path} names no service and method (use /<service>/<method>, namespace ${fe.namespace})`);
     }
     setRoute(req, targetOf(req).path);
     // Streams are not served by routes (as on the gateway): a routed call is a unary one.
@@ -454,6 +454,6 @@ export class Sidecar {
       void this.streams.upgrade(stream, req, socket, head);
       return;
     }
-    refuse(new MeshError(fe.errorId, 404, `no WebSocket endpoint at ${path} (subscribe at /broker?topic=T${this.handler === 'proxy' ? '; streaming calls at /rpc?service=S&endpoint=E' : '; streaming endpoints at /<service>/<method> and /rpc?service=S&endpoint=E; with --handler=proxy upgrades are proxied to the app'})`));
+    refuse(notFound(fe.errorId, `no WebSocket endpoint at ${path} (subscribe at /broker?topic=T${this.handler === 'proxy' ? '; streaming calls at /rpc?service=S&endpoint=E' : '; streaming endpoints at /<service>/<method> and /rpc?service=S&endpoint=E; with --handler=proxy upgrades are proxied to the app'})`));
   }
 }

@@ -8,7 +8,8 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { formatAddress, parseAddress } from '../../base/util/address.js';
 import { normalizeHost } from './hosts.js';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
+import { splitTarget } from '../../base/http/target.js';
 
 export const CHALLENGE_PREFIX = '/.well-known/acme-challenge/';
 
@@ -27,14 +28,14 @@ export function parseChallengeAddress(value: string): { host: string; port: numb
   try {
     return parseAddress(value, { barePort: true });
   } catch (err) {
-    throw new OptionError('acme_http_port', `${(err as Error).message} (use PORT or HOST:PORT)`, value);
+    throw new SchemaOptionError('acme_http_port', `${(err as Error).message} (use PORT or HOST:PORT)`, value);
   }
 }
 
 /** Answers one request of the challenge listener. Exported for tests and for embedding. */
 export function answerChallenge(options: Omit<ChallengeServerOptions, 'address'>, req: IncomingMessage, res: ServerResponse): void {
   req.resume();
-  const path = (req.url ?? '/').split('?')[0]!;
+  const path = splitTarget(req.url ?? '/').path;
   const hostHeader = req.headers.host ?? '';
   const host = normalizeHost(hostHeader.replace(/:\d+$/, '').replace(/^\[|\]$/g, ''));
   if (path.startsWith(CHALLENGE_PREFIX) && (req.method === 'GET' || req.method === 'HEAD')) {
@@ -70,7 +71,7 @@ export class ChallengeServer {
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err: NodeJS.ErrnoException) => {
         const hint = err.code === 'EACCES' ? ' (ports below 1024 need root or CAP_NET_BIND_SERVICE; or set {acme_http_port} and forward port 80 to it)' : '';
-        reject(new OptionError('acme_http_port', `cannot listen on ${host}:${port} for ACME HTTP-01 challenges ({acme_http_port}): ${err.code ?? err.message}${hint}`));
+        reject(new SchemaOptionError('acme_http_port', `cannot listen on ${host}:${port} for ACME HTTP-01 challenges ({acme_http_port}): ${err.code ?? err.message}${hint}`));
       });
       server.listen(port, host, () => resolve());
     });

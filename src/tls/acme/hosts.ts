@@ -1,6 +1,6 @@
 /** The ACME allow-list (`--acme_hosts`): host-name checks and normalisation. */
 import { isIP } from 'node:net';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 
 /** Lower case, without a trailing dot: how names are compared and cached. */
 export function normalizeHost(name: string): string {
@@ -25,7 +25,7 @@ export function parseAcmeHosts(hosts: readonly string[]): string[] {
   const out: string[] = [];
   for (const raw of hosts) {
     const why = invalidHostReason(raw);
-    if (why) throw new OptionError('acme_hosts', why, raw);
+    if (why) throw new SchemaOptionError('acme_hosts', why, raw);
     const host = normalizeHost(raw);
     if (!out.includes(host)) out.push(host);
   }

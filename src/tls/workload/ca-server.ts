@@ -24,17 +24,18 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
-import { ERROR_IDS, MeshError, rateLimited } from '../../base/errors.js';
+import { ERROR_IDS, errorWithStatus, MeshError, rateLimited } from '../../base/errors.js';
 import { readBody } from '../../base/http/body.js';
 import { httpServerOptions, listenOn } from '../../base/http/lifecycle.js';
 import { clientAddress, rateLimitHeaders, RateLimiter, ratePolicy, type RatePolicy } from '../../base/http/rate-limit.js';
 import { sendError, sendJson } from '../../base/http/respond.js';
+import { splitTarget } from '../../base/http/target.js';
 import { globsMatcher } from '../../base/util/regex.js';
 import { peerIdentityOf, spiffeIdOf, type WorkloadTlsPems } from '../../base/mtls/workload-tls.js';
 import { caExists, CaError, caRootOf, readRoots, readSignerCertificate, type CaRoot } from './ca.js';
 import { IssuedWorkloadTls } from './issued.js';
 import { LocalCaSigner } from './signer.js';
-import { ensureTokenKey, TokenError, verifyToken } from './token.js';
+import { ensureTokenKey, JoinTokenError, verifyToken } from './token.js';
 import { inspectCsr, joinFactsOf, splitPem } from './x509.js';
 import { RevocationList, type Revocation, type RevocationSubject } from './revocation.js';
 import { iso } from './ca-expiry.js';
@@ -135,7 +136,7 @@ function serverTlsOptions(pems: WorkloadTlsPems) {
   return { cert: chain, key: pems.key, ca: [...pems.ca] };
 }
 
-const caError = (code: number, detail: string) => new MeshError(ERROR_IDS.ca, code, detail);
+const caError = (code: number, detail: string) => errorWithStatus(ERROR_IDS.ca, code, detail);
 
 interface SignRequest {
   service: string;
@@ -246,7 +247,7 @@ export class CaServer {
         for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
         throw e;
       }
-      const path = (req.url ?? '/').split('?')[0];
+      const path = splitTarget(req.url ?? '/').path;
       if (path === ROOTS_PATH) {
         if (req.method !== 'GET' && req.method !== 'HEAD') {
           res.setHeader('allow', 'GET, HEAD');
@@ -308,7 +309,7 @@ export class CaServer {
       try {
         token = await verifyToken(this.o.caDir, m[1]!, this.o.trustDomain);
       } catch (err) {
-        if (err instanceof TokenError) throw caError(401, err.message);
+        if (err instanceof JoinTokenError) throw caError(401, err.message);
         throw err;
       }
       const revoked = this.revoked({ service, token: token.id });

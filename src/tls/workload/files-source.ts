@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import type { Logger } from 'pino';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import { spiffeIdOf, type MtlsMode, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import { HeldWorkloadTls, type HeldCertificate } from './held.js';
 import { certificateInfoFromPem, parseSubjectAltNames } from '../certificate.js';
@@ -93,9 +93,9 @@ export class FileWorkloadTls extends HeldWorkloadTls<Loaded> implements Workload
 
   private constructor(private readonly o: FilesOptions) {
     super(o.log);
-    if (!o.certFile) throw new OptionError('mtls_cert_file', '{mtls_key_file} and {mtls_ca_file} need {mtls_cert_file}');
-    if (!o.keyFile) throw new OptionError('mtls_key_file', '{mtls_cert_file} needs {mtls_key_file}');
-    if (!o.caFile) throw new OptionError('mtls_ca_file', '{mtls_cert_file} needs {mtls_ca_file} (the roots that sign the other workloads\' certificates)');
+    if (!o.certFile) throw new SchemaOptionError('mtls_cert_file', '{mtls_key_file} and {mtls_ca_file} need {mtls_cert_file}');
+    if (!o.keyFile) throw new SchemaOptionError('mtls_key_file', '{mtls_cert_file} needs {mtls_key_file}');
+    if (!o.caFile) throw new SchemaOptionError('mtls_ca_file', '{mtls_cert_file} needs {mtls_ca_file} (the roots that sign the other workloads\' certificates)');
     this.files = { certFile: o.certFile, keyFile: o.keyFile, caFile: o.caFile };
     this.mode = o.mode;
     this.trustDomain = o.trustDomain;

@@ -9,7 +9,7 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
-import { OptionError } from '../../base/util/option-error.js';
+import { SchemaOptionError } from '../../base/util/option-error.js';
 import type { MtlsMode, WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { CertificateInfo } from '../certificate.js';
 import type { StatsScope } from '../../base/stats/store.js';
@@ -67,15 +67,15 @@ export interface OpenedWorkloadTls extends WorkloadTls {
 /** This process's workload certificate source; rejects with an Error naming the flag or file at fault. */
 export async function openWorkloadTls(o: OpenWorkloadTlsOptions): Promise<OpenedWorkloadTls> {
   const domainProblem = trustDomainProblem(o.trustDomain);
-  if (domainProblem) throw new OptionError('trust_domain', domainProblem, o.trustDomain);
-  if (!(o.certTtlMs >= MIN_CERT_TTL_MS)) throw new OptionError('mtls_cert_ttl', 'must be 1s or more (a certificate is renewed at two thirds of it)', `${o.certTtlMs}ms`);
+  if (domainProblem) throw new SchemaOptionError('trust_domain', domainProblem, o.trustDomain);
+  if (!(o.certTtlMs >= MIN_CERT_TTL_MS)) throw new SchemaOptionError('mtls_cert_ttl', 'must be 1s or more (a certificate is renewed at two thirds of it)', `${o.certTtlMs}ms`);
   if (o.certFile || o.keyFile || o.caFile) {
-    if (o.caServer) throw new OptionError('ca_server', '{ca_server} takes certificates from mesh ca serve: give it, or {mtls_cert_file}, {mtls_key_file} and {mtls_ca_file}, not both');
+    if (o.caServer) throw new SchemaOptionError('ca_server', '{ca_server} takes certificates from mesh ca serve: give it, or {mtls_cert_file}, {mtls_key_file} and {mtls_ca_file}, not both');
     return FileWorkloadTls.open(o);
   }
   if (o.caServer) return openRemote(o, o.caServer);
   for (const key of ['caToken', 'caTokenFile', 'caRootFingerprint', 'caRootFile'] as const) {
-    if (o[key]) throw new OptionError(key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), `{${key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}} is for certificates from mesh ca serve: give {ca_server} too`);
+    if (o[key]) throw new SchemaOptionError(key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), `{${key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}} is for certificates from mesh ca serve: give {ca_server} too`);
   }
   if (!caExists(o.caDir)) {
     try {
@@ -97,29 +97,29 @@ async function openRemote(o: OpenWorkloadTlsOptions, server: string): Promise<Op
   } catch {
     url = undefined;
   }
-  if (!url || url.protocol !== 'https:' || url.pathname !== '/' || url.search || url.username) throw new OptionError('ca_server', 'must be https://HOST:PORT (the address of mesh ca serve)', server);
+  if (!url || url.protocol !== 'https:' || url.pathname !== '/' || url.search || url.username) throw new SchemaOptionError('ca_server', 'must be https://HOST:PORT (the address of mesh ca serve)', server);
   let rootFingerprint: string | undefined;
   let rootPem: string | undefined;
   if (o.caRootFingerprint) {
     rootFingerprint = normalizeFingerprint(o.caRootFingerprint);
-    if (!rootFingerprint) throw new OptionError('ca_root_fingerprint', 'must be sha256: and the 64 hex digits of the root (as mesh ca show prints it, with or without colons)', o.caRootFingerprint);
+    if (!rootFingerprint) throw new SchemaOptionError('ca_root_fingerprint', 'must be sha256: and the 64 hex digits of the root (as mesh ca show prints it, with or without colons)', o.caRootFingerprint);
   }
   if (o.caRootFile) {
     let text: string;
     try {
       text = readFileSync(o.caRootFile, 'utf8');
     } catch (err) {
-      throw new OptionError('ca_root_file', `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, o.caRootFile);
+      throw new SchemaOptionError('ca_root_file', `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, o.caRootFile);
     }
     rootPem = splitPem(text)[0];
-    if (!rootPem || splitPem(text).length !== 1) throw new OptionError('ca_root_file', 'must hold one PEM certificate: the root of the mesh CA', o.caRootFile);
+    if (!rootPem || splitPem(text).length !== 1) throw new SchemaOptionError('ca_root_file', 'must hold one PEM certificate: the root of the mesh CA', o.caRootFile);
     if (rootFingerprint && new X509Certificate(rootPem).fingerprint256.replace(/:/g, '').toLowerCase() !== rootFingerprint) {
-      throw new OptionError('ca_root_file', 'is not the root of {ca_root_fingerprint}', o.caRootFile);
+      throw new SchemaOptionError('ca_root_file', 'is not the root of {ca_root_fingerprint}', o.caRootFile);
     }
   }
-  if (!rootFingerprint && !rootPem) throw new OptionError('ca_server', '{ca_server} needs the CA\'s root pinned: {ca_root_fingerprint}=sha256:… (mesh ca show on the CA\'s machine prints it) or {ca_root_file}');
-  if (o.caToken && o.caTokenFile) throw new OptionError('ca_token', 'give {ca_token} or {ca_token_file}, not both');
-  if (!o.caToken && !o.caTokenFile) throw new OptionError('ca_server', '{ca_server} needs a join token for the first certificate: {ca_token} or {ca_token_file} (mesh ca token on the CA\'s machine makes one)');
+  if (!rootFingerprint && !rootPem) throw new SchemaOptionError('ca_server', '{ca_server} needs the CA\'s root pinned: {ca_root_fingerprint}=sha256:… (mesh ca show on the CA\'s machine prints it) or {ca_root_file}');
+  if (o.caToken && o.caTokenFile) throw new SchemaOptionError('ca_token', 'give {ca_token} or {ca_token_file}, not both');
+  if (!o.caToken && !o.caTokenFile) throw new SchemaOptionError('ca_server', '{ca_server} needs a join token for the first certificate: {ca_token} or {ca_token_file} (mesh ca token on the CA\'s machine makes one)');
   const tokenFile = o.caTokenFile;
   const token = (): string | undefined => {
     if (!tokenFile) return o.caToken;
@@ -129,9 +129,9 @@ async function openRemote(o: OpenWorkloadTlsOptions, server: string): Promise<Op
       return undefined;
     }
   };
-  if (tokenFile && token() === undefined) throw new OptionError('ca_token_file', 'cannot be read, or is empty', tokenFile);
+  if (tokenFile && token() === undefined) throw new SchemaOptionError('ca_token_file', 'cannot be read, or is empty', tokenFile);
   const pollMs = o.bundlePollMs ?? DEFAULT_BUNDLE_POLL_MS;
-  if (!(pollMs >= 100)) throw new OptionError('ca_bundle_poll', 'must be 100ms or more (how often the trust bundle is fetched from mesh ca serve)', `${pollMs}ms`);
+  if (!(pollMs >= 100)) throw new SchemaOptionError('ca_bundle_poll', 'must be 100ms or more (how often the trust bundle is fetched from mesh ca serve)', `${pollMs}ms`);
   const signer = new RemoteCaSigner({ server: url.origin, trustDomain: o.trustDomain, token, rootFingerprint, rootPem, log: o.log });
   return IssuedWorkloadTls.open({ ...o, signer, pollMs, reissueDelayMs: o.reissueDelayMs ?? 2 * pollMs });
 }

@@ -89,9 +89,9 @@ export async function makeToken(caDir: string, o: { services: readonly string[];
 }
 
 /** Why a token was refused: the detail of the service's 401. */
-export class TokenError extends Error {}
+export class JoinTokenError extends Error {}
 
-/** Checks a token against the CA's key and trust domain; throws a TokenError saying why it is refused. */
+/** Checks a token against the CA's key and trust domain; throws a JoinTokenError saying why it is refused. */
 export async function verifyToken(caDir: string, token: string, trustDomain: string): Promise<JoinToken> {
   let payload;
   try {
@@ -100,15 +100,15 @@ export async function verifyToken(caDir: string, token: string, trustDomain: str
     if (err instanceof joseErrors.JWTExpired) {
       const exp = (err.payload as { exp?: unknown }).exp;
       const when = typeof exp === 'number' ? ` at ${new Date(exp * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z')}` : '';
-      throw new TokenError(`join token expired${when}: make a new one with mesh ca token`);
+      throw new JoinTokenError(`join token expired${when}: make a new one with mesh ca token`);
     }
     if (err instanceof CaError) throw err;
-    throw new TokenError('join token refused: it was not made by this CA (mesh ca token), or it was changed');
+    throw new JoinTokenError('join token refused: it was not made by this CA (mesh ca token), or it was changed');
   }
   const services = payload.svc;
   if (!Array.isArray(services) || services.length === 0 || !services.every((s) => typeof s === 'string' && !serviceGlobProblem(s))) {
-    throw new TokenError('join token refused: it names no services');
+    throw new JoinTokenError('join token refused: it names no services');
   }
-  if (payload.td !== trustDomain) throw new TokenError(`join token refused: it is for the trust domain ${JSON.stringify(payload.td)}, not ${trustDomain}`);
+  if (payload.td !== trustDomain) throw new JoinTokenError(`join token refused: it is for the trust domain ${JSON.stringify(payload.td)}, not ${trustDomain}`);
   return { token, id: String(payload.jti), services: services as string[], expires: new Date((payload.exp as number) * 1000) };
 }

@@ -3,7 +3,7 @@
  * Client.call), its attempts (one object per try) and a try's result; and what a result means
  * for the caller (callError).
  */
-import { ERROR_IDS, MeshError, flagged, parseErrorBody } from '../../../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, flagged, gatewayTimeout, MeshError, parseErrorBody } from '../../../base/errors.js';
 import type { RpcControl, RpcResponse, TransportError } from '../../transport/rpc.js';
 import type { AttemptOutcome, UpstreamLease, UpstreamTarget } from '../../upstream/types.js';
 import type { RetryBudget } from '../../upstream/retry-budget.js';
@@ -124,21 +124,21 @@ export function callError(r: TryResult, call: UnaryCall): MeshError {
     case 'error':
       return transportToMeshError(r.error, call.service, r.host, call.budget);
     case 'expired':
-      return flagged(new MeshError(ERROR_IDS.client, 504, `call ${call.service}.${call.endpoint}: timeout after ${call.budget}ms`), 'UT');
+      return flagged(gatewayTimeout(ERROR_IDS.client, `call ${call.service}.${call.endpoint}: timeout after ${call.budget}ms`), 'UT');
   }
 }
 
 function transportToMeshError(err: TransportError, service: string, host: string, budget: number): MeshError {
   switch (err.outcome.kind) {
     case 'timeout':
-      if (err.outcome.perTry) return flagged(new MeshError(ERROR_IDS.client, 504, `call ${service} on ${host}: ${err.message}`), 'UT');
-      return flagged(new MeshError(ERROR_IDS.client, 504, `call ${service} on ${host}: timeout after ${budget}ms`), 'UT');
+      if (err.outcome.perTry) return flagged(gatewayTimeout(ERROR_IDS.client, `call ${service} on ${host}: ${err.message}`), 'UT');
+      return flagged(gatewayTimeout(ERROR_IDS.client, `call ${service} on ${host}: timeout after ${budget}ms`), 'UT');
     case 'connect_failure':
-      return flagged(new MeshError(ERROR_IDS.client, 502, `call ${service} on ${host}: connection failed: ${err.message}`), 'UF');
+      return flagged(badGateway(ERROR_IDS.client, `call ${service} on ${host}: connection failed: ${err.message}`), 'UF');
     case 'reset':
-      return flagged(new MeshError(ERROR_IDS.client, 502, `call ${service} on ${host}: connection reset: ${err.message}`), 'UC');
+      return flagged(badGateway(ERROR_IDS.client, `call ${service} on ${host}: connection reset: ${err.message}`), 'UC');
     case 'cancelled':
-      return new MeshError(ERROR_IDS.client, 400, `call ${service}: ${err.message}`);
+      return badRequest(ERROR_IDS.client, `call ${service}: ${err.message}`);
   }
 }
 

@@ -7,7 +7,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import protobuf from 'protobufjs';
 import type { StreamKind } from '../frames.js';
-import { OptionError } from '../../../base/util/option-error.js';
+import { SchemaOptionError } from '../../../base/util/option-error.js';
 
 /** One RPC of a loaded service. */
 export interface GrpcMethod {
@@ -32,7 +32,7 @@ export function streamKindOf(m: GrpcMethod): 'unary' | StreamKind {
 const MAX_FILES = 10_000;
 
 /** A .proto file or directory that does not load; by the option's schema key when an option names it (else 'proto_files'). */
-export class ProtoLoadError extends OptionError {
+export class ProtoLoadError extends SchemaOptionError {
   constructor(reason: string, key = 'proto_files') {
     super(key, reason);
     this.name = 'ProtoLoadError';

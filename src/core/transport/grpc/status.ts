@@ -2,7 +2,7 @@
  * gRPC status codes as mesh errors: the HTTP status of each code (the table of docs/grpc.md,
  * after google.rpc.Code's own HTTP mapping) and the error JSON a failed gRPC call becomes.
  */
-import { MeshError } from '../../../base/errors.js';
+import { CLIENT_CLOSED_REQUEST, errorWithStatus, MeshError } from '../../../base/errors.js';
 import { TransportError } from '../rpc.js';
 
 /** gRPC status code → [name, HTTP status]. */
@@ -42,7 +42,7 @@ export function grpcCodeName(code: number): string {
  */
 export function meshErrorOfGrpc(service: string, code: number, details: string): MeshError {
   const http = httpStatusOfGrpc(code);
-  return new MeshError(service, http, details || grpcCodeName(code), http === 499 ? 'Client Closed Request' : undefined);
+  return errorWithStatus(service, http, details || grpcCodeName(code), http === 499 ? CLIENT_CLOSED_REQUEST : undefined);
 }
 
 /** The HTTP status → gRPC status code a framework service answers with when it serves gRPC. */

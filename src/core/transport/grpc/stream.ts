@@ -16,7 +16,7 @@
  */
 import { once } from 'node:events';
 import type * as grpc from '@grpc/grpc-js';
-import { ERROR_IDS, MeshError, flagged } from '../../../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, flagged, grpcContentType, MeshError, serverStreamSend, streamMessageTooLarge, streamRequestClosed } from '../../../base/errors.js';
 import { mediaType } from '../../../base/codec/codec.js';
 import { cancelledError, RECEIVE_HIGH_WATER, streamTimeout, type StreamCall, type StreamOpenRequest } from '../../client/stream.js';
 import type { AttemptOutcome, UpstreamTarget } from '../../upstream/types.js';
@@ -93,14 +93,14 @@ export class GrpcStreamCall implements StreamCall {
   private async start(): Promise<void> {
     try {
       if (!this.asJson && !PROTOBUF_TYPES.has(mediaType(this.req.contentType))) {
-        throw new MeshError(CLIENT_ID, 415, `a gRPC backend takes application/json or application/protobuf, not ${mediaType(this.req.contentType)}`);
+        throw grpcContentType(CLIENT_ID, mediaType(this.req.contentType));
       }
       const found = this.deps.method();
       const method = found instanceof Promise ? await found : found;
       if (this.failure) throw this.failure; // cancelled while reflection answered
       const kind = streamKindOf(method);
-      if (kind === 'unary') throw new MeshError(CLIENT_ID, 400, `${method.path} is a unary method: call it without a stream`);
-      if (kind !== this.req.kind) throw new MeshError(CLIENT_ID, 400, `${method.path} is a ${kind} stream, not a ${this.req.kind} stream`);
+      if (kind === 'unary') throw badRequest(CLIENT_ID, `${method.path} is a unary method: call it without a stream`);
+      if (kind !== this.req.kind) throw badRequest(CLIENT_ID, `${method.path} is a ${kind} stream, not a ${this.req.kind} stream`);
       this.method = method;
       const first = kind === 'server' ? this.encode(this.req.request ?? new Uint8Array(0)) : undefined;
       this.open(method, first);
@@ -131,13 +131,13 @@ export class GrpcStreamCall implements StreamCall {
     try {
       value = payload.byteLength === 0 ? {} : JSON.parse(Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString('utf8'));
     } catch (err) {
-      throw new MeshError(CLIENT_ID, 400, `stream message is not valid JSON: ${(err as Error).message}`);
+      throw badRequest(CLIENT_ID, `stream message is not valid JSON: ${(err as Error).message}`);
     }
     try {
       return Buffer.from(encodeJson(m.requestType, value));
     } catch (err) {
-      if (err instanceof JsonShapeError) throw new MeshError(CLIENT_ID, 400, `${m.path}: ${err.message}`);
-      throw new MeshError(CLIENT_ID, 400, `${m.path}: encoding the request: ${(err as Error).message}`);
+      if (err instanceof JsonShapeError) throw badRequest(CLIENT_ID, `${m.path}: ${err.message}`);
+      throw badRequest(CLIENT_ID, `${m.path}: encoding the request: ${(err as Error).message}`);
     }
   }
 
@@ -219,9 +219,9 @@ export class GrpcStreamCall implements StreamCall {
       case 'timeout':
         return streamTimeout(this.service, this.endpoint, this.req.givenTimeoutMs);
       case 'connect_failure':
-        return flagged(new MeshError(CLIENT_ID, 502, `${where}: connection failed: ${t.message}`), 'UF');
+        return flagged(badGateway(CLIENT_ID, `${where}: connection failed: ${t.message}`), 'UF');
       default:
-        return flagged(new MeshError(CLIENT_ID, 502, `${where}: connection reset: ${t.message}`), 'UC');
+        return flagged(badGateway(CLIENT_ID, `${where}: connection reset: ${t.message}`), 'UC');
     }
   }
 
@@ -238,15 +238,15 @@ export class GrpcStreamCall implements StreamCall {
   }
 
   async send(payload: Uint8Array): Promise<void> {
-    if (this.req.kind === 'server') throw new MeshError(CLIENT_ID, 400, 'a server stream takes its one request at open');
+    if (this.req.kind === 'server') throw serverStreamSend(CLIENT_ID);
     if (this.failure) throw this.failure;
     // Sent before end(): goes out before the end even while the method is still being looked up.
     const early = !this.endRequested;
     if (!this.call) await this.ready;
     const call = this.call as grpc.ClientWritableStream<Buffer>;
     if (this.failure) throw this.failure;
-    if (this.status) throw this.statusError ?? new MeshError(CLIENT_ID, 400, 'the stream is over');
-    if (!early || call.writableEnded) throw new MeshError(CLIENT_ID, 400, 'the request side of the stream is closed');
+    if (this.status) throw this.statusError ?? badRequest(CLIENT_ID, 'the stream is over');
+    if (!early || call.writableEnded) throw streamRequestClosed(CLIENT_ID);
     let message: Buffer;
     try {
       message = this.encode(payload);
@@ -260,7 +260,7 @@ export class GrpcStreamCall implements StreamCall {
       try {
         await once(call, 'drain', { signal: this.abort.signal });
       } catch {
-        throw this.failure ?? this.statusError ?? new MeshError(CLIENT_ID, 400, 'the stream is over');
+        throw this.failure ?? this.statusError ?? badRequest(CLIENT_ID, 'the stream is over');
       }
     }
   }
@@ -312,7 +312,7 @@ export class GrpcStreamCall implements StreamCall {
         if (raw !== null) {
           this.resolveOpened();
           if (raw.byteLength > this.req.maxMessageBytes) {
-            const e = new MeshError(CLIENT_ID, 413, `stream message of ${raw.byteLength} bytes is larger than ${this.req.maxMessageBytes} bytes`);
+            const e = streamMessageTooLarge(CLIENT_ID, raw.byteLength, this.req.maxMessageBytes);
             this.fail(e, { kind: 'reset' });
             throw e;
           }
@@ -321,7 +321,7 @@ export class GrpcStreamCall implements StreamCall {
             try {
               out = Buffer.from(decodeToJson(this.method!.responseType, raw));
             } catch (err) {
-              const e = new MeshError(this.method!.service, 502, `${this.method!.path}: decoding a message: ${(err as Error).message}`);
+              const e = badGateway(this.method!.service, `${this.method!.path}: decoding a message: ${(err as Error).message}`);
               this.fail(e, { kind: 'response', status: 502 });
               throw e;
             }

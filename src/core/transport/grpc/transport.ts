@@ -8,7 +8,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
-import { ERROR_IDS, MeshError } from '../../../base/errors.js';
+import { badGateway, badRequest, ERROR_IDS, grpcContentType, notImplemented } from '../../../base/errors.js';
 import { mediaType } from '../../../base/codec/codec.js';
 import type { UpstreamTarget } from '../../upstream/types.js';
 import { TransportError, type RpcControl, type RpcRequest, type RpcResponse } from '../rpc.js';
@@ -89,7 +89,7 @@ export class GrpcTransport {
   unary(target: UpstreamTarget, request: RpcRequest, control?: RpcControl): Promise<RpcResponse> {
     const unaryOnly = (m: GrpcMethod): GrpcMethod => {
       const kind = streamKindOf(m);
-      if (kind !== 'unary') throw new MeshError(ERROR_IDS.client, 400, `${m.path} is a ${kind} stream: open it as a stream (a WebSocket, Server-Sent Events, Mesh.stream)`);
+      if (kind !== 'unary') throw badRequest(ERROR_IDS.client, `${m.path} is a ${kind} stream: open it as a stream (a WebSocket, Server-Sent Events, Mesh.stream)`);
       return m;
     };
     const found = this.method(request.endpoint, target, this.options.schema);
@@ -132,10 +132,10 @@ export class GrpcTransport {
    * A refusal is a MeshError (the client does not count it against the node).
    */
   private resolveMethod(target: UpstreamTarget, service: string, endpoint: string, timeoutMs: number, protoError: string): Promise<GrpcMethod> {
-    if (this.options.reflection === false) return Promise.reject(new MeshError(ERROR_IDS.client, 501, protoError));
+    if (this.options.reflection === false) return Promise.reject(notImplemented(ERROR_IDS.client, protoError));
     return this.reflected(target, service, timeoutMs, protoError).then((schema) => {
       const again = this.method(endpoint, target, schema);
-      if ('error' in again) throw new MeshError(ERROR_IDS.client, 501, `${again.error} (the node's reflection service)`);
+      if ('error' in again) throw notImplemented(ERROR_IDS.client, `${again.error} (the node's reflection service)`);
       return again.method;
     });
   }
@@ -159,7 +159,7 @@ export class GrpcTransport {
       // A node without reflection is remembered for the minute too; a failed connection is not.
       if (err instanceof ReflectionError) {
         const why = err.code === grpc.status.UNIMPLEMENTED ? 'the node offers no reflection service' : err.message;
-        throw new MeshError(ERROR_IDS.client, 501, `${protoError}, and ${why}`);
+        throw notImplemented(ERROR_IDS.client, `${protoError}, and ${why}`);
       }
       this.reflections.delete(key);
       const e = err as grpc.ServiceError;
@@ -180,18 +180,18 @@ export class GrpcTransport {
       try {
         value = request.body.byteLength === 0 ? {} : JSON.parse(Buffer.from(request.body).toString('utf8'));
       } catch (err) {
-        throw new MeshError(ERROR_IDS.client, 400, `request body is not valid JSON: ${(err as Error).message}`);
+        throw badRequest(ERROR_IDS.client, `request body is not valid JSON: ${(err as Error).message}`);
       }
       try {
         body = Buffer.from(encodeJson(method.requestType, value));
       } catch (err) {
-        if (err instanceof JsonShapeError) throw new MeshError(ERROR_IDS.client, 400, `${method.path}: ${err.message}`);
-        throw new MeshError(ERROR_IDS.client, 400, `${method.path}: encoding the request: ${(err as Error).message}`);
+        if (err instanceof JsonShapeError) throw badRequest(ERROR_IDS.client, `${method.path}: ${err.message}`);
+        throw badRequest(ERROR_IDS.client, `${method.path}: encoding the request: ${(err as Error).message}`);
       }
     } else if (PROTOBUF_TYPES.has(type)) {
       body = Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength);
     } else {
-      throw new MeshError(ERROR_IDS.client, 415, `a gRPC backend takes application/json or application/protobuf, not ${type}`);
+      throw grpcContentType(ERROR_IDS.client, type);
     }
     const asJson = !PROTOBUF_TYPES.has(type);
     const metadata = toMetadata(request.metadata, request.id, request.traceparent, request.tracestate);
@@ -219,7 +219,7 @@ export class GrpcTransport {
               out = asJson ? Buffer.from(decodeToJson(method.responseType, value ?? Buffer.alloc(0))) : (value ?? Buffer.alloc(0));
             } catch (e) {
               // The node answered with bytes that are not the declared message.
-              const m = new MeshError(method.service, 502, `${method.path}: decoding the response: ${(e as Error).message}`);
+              const m = badGateway(method.service, `${method.path}: decoding the response: ${(e as Error).message}`);
               return resolve({ status: 502, contentType: JSON_TYPE, body: Buffer.from(m.toBody()) });
             }
             return resolve({ status: 200, contentType: asJson ? JSON_TYPE : 'application/protobuf', body: out });

@@ -6,7 +6,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pino from 'pino';
-import { badRequest, MeshError, methodNotAllowed, notFound, payloadTooLarge } from '../../../base/errors.js';
+import { badRequest, forbidden, internalError, MeshError, methodNotAllowed, notFound, payloadTooLarge, unauthorized } from '../../../base/errors.js';
 import type { Counter } from '../../../base/stats/store.js';
 import { readBody } from '../../../base/http/body.js';
 import { advertisedAddress, formatAddress } from '../../../base/util/address.js';
@@ -73,7 +73,7 @@ export class Receiver {
           // A bug here must cost one request, not the subscribing process.
           this.options.logger.error({ error: errorText(err) }, 'http broker: delivery endpoint failed');
           if (res.headersSent) res.destroy();
-          else this.fail(res, new MeshError(ERROR_ID, 500, 'delivery endpoint failed'), true);
+          else this.fail(res, internalError(ERROR_ID, 'delivery endpoint failed'), true);
         }
       },
     );
@@ -138,8 +138,8 @@ export class Receiver {
     }
     const err =
       reason === 'missing'
-        ? new MeshError(ERROR_ID, 401, `a broker secret is required (${SECRET_HEADER})`)
-        : new MeshError(ERROR_ID, 403, 'wrong broker secret');
+        ? unauthorized(ERROR_ID, `a broker secret is required (${SECRET_HEADER})`)
+        : forbidden(ERROR_ID, 'wrong broker secret');
     this.fail(res, err, true);
   }
 

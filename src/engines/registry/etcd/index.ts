@@ -34,7 +34,7 @@ import { EtcdWatchers } from './watcher.js';
 import { STALE_SECONDS_STAT, StaleView } from '../stale-view.js';
 import type { StatsStore } from '../../../base/stats/store.js';
 import { Logging } from '../../../base/util/log.js';
-import { OptionError } from '../../../base/util/option-error.js';
+import { SchemaOptionError } from '../../../base/util/option-error.js';
 
 export { parseEtcdAddress, type EtcdAddress } from './client.js';
 
@@ -72,7 +72,7 @@ export class EtcdRegistry implements Registry {
     this.hosts = parsed.hosts;
     this.secure = parsed.secure;
     const tls = readEngineTls('registry_tls', options.tls);
-    if (tls && !parsed.secure) throw new OptionError('registry_address', 'registry etcd: TLS files ({registry_tls_ca_file}, {registry_tls_cert_file}, {registry_tls_key_file}) need https:// addresses (https://host:2379)');
+    if (tls && !parsed.secure) throw new SchemaOptionError('registry_address', 'registry etcd: TLS files ({registry_tls_ca_file}, {registry_tls_cert_file}, {registry_tls_key_file}) need https:// addresses (https://host:2379)');
     const prefix = options.prefix ?? DEFAULT_ETCD_PREFIX;
     this.prefix = prefix.endsWith('/') ? prefix : `${prefix}/`;
     const callTimeoutMs = options.callTimeoutMs ?? 5000;
