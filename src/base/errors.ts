@@ -132,8 +132,8 @@ export const rateLimitStoreDown = (id: string) => flagged(new MeshError(id, 503,
 /** 403: a browser Origin the sidecar does not allow. */
 export const originNotAllowed = (id: string, origin: string | undefined) => new MeshError(id, 403, `origin ${origin} not allowed (allow it with --cors)`);
 
-/** 405 on a front end's `/` (GET and HEAD only; the caller sets Allow). */
-export const rootMethodNotAllowed = (id: string, method: string | undefined) => new MeshError(id, 405, `method ${method} not allowed on /: use GET`);
+/** 405 on a front end's version (`/`, or `/_mesh/version`: GET and HEAD only; the caller sets Allow). */
+export const rootMethodNotAllowed = (id: string, method: string | undefined, path = '/') => new MeshError(id, 405, `method ${method} not allowed on ${path}: use GET`);
 
 /** 500: a route (of a route file) whose every backend has weight 0. */
 export const noBackend = (id: string, route: string) => new MeshError(id, 500, `route ${route}: every backend has weight 0`);

@@ -125,6 +125,7 @@ describe('the front ends\' own paths beside a route file', () => {
       assert.deepEqual([res.status, res.text], [200, expected], path);
       const post = await http('POST', `${url}${path}`, { body: '{}' });
       assert.equal(post.status, 405, path);
+      assert.equal(post.text, `{"id":"go.mesh.api","code":405,"detail":"method POST not allowed on ${path}: use GET","status":"Method Not Allowed"}`);
       assert.equal(post.headers.allow, 'GET, HEAD');
     }
   });

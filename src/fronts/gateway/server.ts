@@ -387,7 +387,7 @@ export class Gateway {
     req.resume();
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
-      throw rootMethodNotAllowed(ERROR_ID, req.method);
+      throw rootMethodNotAllowed(ERROR_ID, req.method, targetOf(req).path);
     }
     sendJson(res, 200, { version: packageVersion() });
   }

@@ -384,7 +384,7 @@ export class Sidecar {
         req.resume();
         if (req.method !== 'GET' && req.method !== 'HEAD') {
           res.setHeader('allow', 'GET, HEAD');
-          throw rootMethodNotAllowed(fe.errorId, req.method);
+          throw rootMethodNotAllowed(fe.errorId, req.method, targetOf(req).path);
         }
         sendJson(res, 200, { version: packageVersion(), handler: this.handler, namespace: fe.namespace });
         return;
