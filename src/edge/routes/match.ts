@@ -22,7 +22,7 @@
  *     src/base/util/regex.ts), so it is kept by that prefix, and a request takes the routes of the
  *     prefixes its path starts with (one lookup per distinct prefix length).
  * The lists are merged by position, so the first match is the one a scan of every route finds. A
- * table of at most SCAN_AT_MOST routes is scanned instead (the index costs more than it saves).
+ * small table (SCAN_AT_MOST) is scanned instead: there the index costs more than it saves.
  */
 import { compilePathRegex, literalPrefix, type PathRegex } from '../../base/util/regex.js';
 
@@ -63,8 +63,12 @@ export interface RouteHit<T> {
 /** Most routes the per-segment lists hold in all (the routes that name no first segment are in every list). */
 export const MAX_BUCKETED = 100_000;
 
-/** A table of at most this many routes is scanned in order rather than indexed. */
-export const SCAN_AT_MOST = 8;
+/**
+ * A table is scanned in order rather than indexed when its routes cost at most this much to try:
+ * 1 each, 4 a regular expression (a scan tests its literal prefix first; the index looks it up).
+ * Measured: the index costs a request about what 16 string tests do.
+ */
+export const SCAN_AT_MOST = 16;
 
 /** The first segment of a path in normal form: `/shop/cart` → `shop`, `/` → ``. */
 export function firstSegment(path: string): string {
@@ -127,7 +131,10 @@ export function templatePath(pattern: string, capture: (path: string) => Params 
 interface Entry<T, C> {
   /** Its position in the table. */
   order: number;
-  path: PathMatch;
+  /** A regular expression's non-empty literal prefix: a path that does not start with it is not tested. */
+  prefix: string | undefined;
+  test: (path: string) => boolean;
+  capture: ((path: string) => Params | undefined) | undefined;
   accepts: ((ctx: C) => boolean) | undefined;
   refine: ((ctx: C) => boolean) | undefined;
   /** The answer of a match that captures nothing (one object per route, not one per match). */
@@ -135,6 +142,8 @@ interface Entry<T, C> {
 }
 
 const NONE: readonly never[] = [];
+/** Past every position (a small integer, as the positions are). */
+const END = 0x3fffffff;
 
 /** An immutable table of compiled routes, in the order given (the source's precedence), and its index. */
 export class RouteMatcher<T, C = undefined> {
@@ -153,29 +162,40 @@ export class RouteMatcher<T, C = undefined> {
   private readonly prefixLengths: number[] = [];
 
   constructor(routes: ReadonlyArray<CompiledRoute<T, C>>) {
-    this.entries = routes.map((r, order) => ({ order, path: r.path, accepts: r.accepts, refine: r.refine, hit: { target: r.target, params: undefined } }));
-    this.scan = this.entries.length <= SCAN_AT_MOST;
+    this.entries = routes.map((r, order) => ({
+      order,
+      prefix: r.path.regexPrefix || undefined,
+      test: r.path.test,
+      capture: r.path.capture,
+      accepts: r.accepts,
+      refine: r.refine,
+      hit: { target: r.target, params: undefined },
+    }));
+    let cost = 0;
+    for (const r of routes) cost += r.path.regexPrefix === undefined ? 1 : 4;
+    this.scan = cost <= SCAN_AT_MOST;
     if (this.scan) return;
-    const plain: Array<Entry<T, C>> = [];
-    for (const e of this.entries) {
-      const { exact, regexPrefix } = e.path;
+    const plain: Array<{ e: Entry<T, C>; first: string | undefined }> = [];
+    routes.forEach((r, i) => {
+      const e = this.entries[i]!;
+      const { exact, regexPrefix, first } = r.path;
       if (exact !== undefined) push(this.exact, exact, e);
       else if (regexPrefix !== undefined) push(this.byPrefix, regexPrefix, e);
-      else plain.push(e);
-    }
+      else plain.push({ e, first });
+    });
     this.prefixLengths = [...new Set([...this.byPrefix.keys()].map((p) => p.length))].sort((a, b) => a - b);
     const firsts = new Set<string>();
-    for (const e of plain) {
-      if (e.path.first === undefined) this.generic.push(e);
-      else firsts.add(e.path.first);
+    for (const { e, first } of plain) {
+      if (first === undefined) this.generic.push(e);
+      else firsts.add(first);
     }
     if (firsts.size * this.generic.length + plain.length <= MAX_BUCKETED) {
       for (const first of firsts) this.byFirst.set(first, []);
-      for (const e of plain) {
-        if (e.path.first === undefined) for (const list of this.byFirst.values()) list.push(e);
-        else this.byFirst.get(e.path.first)!.push(e);
+      for (const { e, first } of plain) {
+        if (first === undefined) for (const list of this.byFirst.values()) list.push(e);
+        else this.byFirst.get(first)!.push(e);
       }
-    } else this.generic = plain;
+    } else this.generic = plain.map((p) => p.e);
   }
 
   get size(): number {
@@ -189,25 +209,39 @@ export class RouteMatcher<T, C = undefined> {
 
   /** The first route whose conditions and path match; path is the URL path without the query. */
   match(path: string, ctx: C): RouteHit<T> | undefined {
-    if (this.scan) {
-      for (const e of this.entries) {
-        const hit = this.try(e, path, ctx, false);
-        if (hit) return hit;
+    return this.scan ? this.scanAll(path, ctx) : this.indexed(path, ctx);
+  }
+
+  /** A small table: every entry in order. */
+  private scanAll(path: string, ctx: C): RouteHit<T> | undefined {
+    const entries = this.entries;
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i]!;
+      if (e.prefix !== undefined && !path.startsWith(e.prefix)) continue;
+      if (e.accepts !== undefined && !e.accepts(ctx)) continue;
+      if (e.capture === undefined) {
+        if (e.test(path) && (e.refine === undefined || e.refine(ctx))) return e.hit;
+      } else {
+        const params = e.capture(path);
+        if (params !== undefined && (e.refine === undefined || e.refine(ctx))) return { target: e.hit.target, params };
       }
-      return undefined;
     }
+    return undefined;
+  }
+
+  /** The entries the index gives for this path, merged by position. */
+  private indexed(path: string, ctx: C): RouteHit<T> | undefined {
     const exact = this.exact.size > 0 ? (this.exact.get(path) ?? NONE) : NONE;
     const plain = this.byFirst.get(firstSegment(path)) ?? this.generic;
     const regex = this.byPrefix.size > 0 ? this.regexCandidates(path) : NONE;
-    // The three lists merged by position.
     for (let i = 0, j = 0, k = 0; ; ) {
-      const a = i < exact.length ? exact[i]!.order : Infinity;
-      const b = j < plain.length ? plain[j]!.order : Infinity;
-      const c = k < regex.length ? regex[k]!.order : Infinity;
+      const a = i < exact.length ? exact[i]!.order : END;
+      const b = j < plain.length ? plain[j]!.order : END;
+      const c = k < regex.length ? regex[k]!.order : END;
       let hit: RouteHit<T> | undefined;
       if (a < b && a < c) hit = this.try(exact[i++]!, path, ctx, true);
       else if (b < c) hit = this.try(plain[j++]!, path, ctx, false);
-      else if (c !== Infinity) hit = this.try(regex[k++]!, path, ctx, false);
+      else if (c !== END) hit = this.try(regex[k++]!, path, ctx, false);
       else return undefined;
       if (hit) return hit;
     }
@@ -215,17 +249,16 @@ export class RouteMatcher<T, C = undefined> {
 
   /** The entry's answer when it matches; `byPath`: found by its exact path (no path test). */
   private try(e: Entry<T, C>, path: string, ctx: C, byPath: boolean): RouteHit<T> | undefined {
-    if (e.accepts && !e.accepts(ctx)) return undefined;
+    if (e.accepts !== undefined && !e.accepts(ctx)) return undefined;
     let params: Params | undefined;
     if (!byPath) {
-      const { capture } = e.path;
-      if (capture) {
-        params = capture(path);
-        if (!params) return undefined;
-      } else if (!e.path.test(path)) return undefined;
+      if (e.capture !== undefined) {
+        params = e.capture(path);
+        if (params === undefined) return undefined;
+      } else if (!e.test(path)) return undefined;
     }
-    if (e.refine && !e.refine(ctx)) return undefined;
-    return params ? { target: e.hit.target, params } : e.hit;
+    if (e.refine !== undefined && !e.refine(ctx)) return undefined;
+    return params === undefined ? e.hit : { target: e.hit.target, params };
   }
 
   /** The regex entries whose literal prefix `path` starts with, in table order. */
