@@ -23,6 +23,7 @@ export const UNIT = [
   'test/check-findings.test.ts',
   'test/deploy-manifests.test.ts',
   'test/route-file.test.ts',
+  'test/edge/route-model.test.ts',
   'test/config-yaml.test.ts',
   'test/route-file-reload.test.ts',
   'test/watched-file-rewrite.test.ts',
