@@ -6,6 +6,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import fc from 'fast-check';
 import { exactPath, prefixPath, regexPath, RouteMatcher, SCAN_AT_MOST, templatePath, type CompiledRoute } from '../../src/edge/routes/match.js';
 import { buildRoutes, compilePath, RouteTable } from '../../src/fronts/gateway/routes.js';
 import { parseRouteFile } from '../../src/edge/routes/file.js';
@@ -138,5 +139,23 @@ describe('route model: one type, one matcher', () => {
       assert.deepEqual(table.match('/api/exact', undefined)?.target.dump, { match: { prefix: '/api' }, cluster: 'b' });
       assert.deepEqual(table.match('/v1/x', undefined)?.target.dump, { match: { regex: '^/v[0-9]+/.*' }, cluster: 'b' });
     }
+  });
+
+  it('any mix of path kinds, in any order, small or large: the first match is the one a scan finds', () => {
+    const segment = fc.constantFrom('a', 'b', 'ab', '1', 'zz');
+    const path = fc.array(segment, { maxLength: 3 }).chain((segs) => fc.boolean().map((slash) => `/${segs.join('/')}${slash && segs.length > 0 ? '/' : ''}`));
+    const route = fc.oneof(
+      path.map((p) => ({ path: exactPath(p), target: `exact ${p}` })),
+      fc.tuple(path, fc.boolean()).map(([p, seg]) => ({ path: prefixPath(p, seg), target: `prefix ${seg} ${p}` })),
+      fc.tuple(path, fc.constantFrom('[0-9]+', '.*', '(/a)?', 'b?')).map(([p, tail]) => ({ path: regexPath(p + tail), target: `regex ${p}${tail}` })),
+      fc.constantFrom('/a/{x}', '/{x}/b', '/ab/*', '/*', '/zz/{x}/a').map((t) => ({ path: templatePath(t, compilePath(t).matchPath), target: `template ${t}` })),
+    );
+    fc.assert(
+      fc.property(fc.array(route, { minLength: 1, maxLength: 30 }), fc.array(path, { minLength: 1, maxLength: 10 }), (routes, paths) => {
+        const table = new RouteMatcher(routes);
+        for (const p of paths) assert.equal(table.match(p, undefined)?.target, scan(routes, p), p);
+      }),
+      { numRuns: 1500 },
+    );
   });
 });
