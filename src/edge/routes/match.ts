@@ -128,17 +128,16 @@ export function templatePath(pattern: string, capture: (path: string) => Params 
   return { exact: undefined, first: /[{}*]/.test(first) ? undefined : first, regexPrefix: undefined, test: (p) => capture(p) !== undefined, capture };
 }
 
-interface Entry<T, C> {
+/** A route as the matcher keeps it; it is also the answer of a match that captures nothing (no object per match). */
+interface Entry<T, C> extends RouteHit<T> {
   /** Its position in the table. */
-  order: number;
+  readonly order: number;
   /** A regular expression's non-empty literal prefix: a path that does not start with it is not tested. */
-  prefix: string | undefined;
-  test: (path: string) => boolean;
-  capture: ((path: string) => Params | undefined) | undefined;
-  accepts: ((ctx: C) => boolean) | undefined;
-  refine: ((ctx: C) => boolean) | undefined;
-  /** The answer of a match that captures nothing (one object per route, not one per match). */
-  hit: RouteHit<T>;
+  readonly prefix: string | undefined;
+  readonly test: (path: string) => boolean;
+  readonly capture: ((path: string) => Params | undefined) | undefined;
+  readonly accepts: ((ctx: C) => boolean) | undefined;
+  readonly refine: ((ctx: C) => boolean) | undefined;
 }
 
 const NONE: readonly never[] = [];
@@ -162,17 +161,12 @@ export class RouteMatcher<T, C = undefined> {
   private readonly prefixLengths: number[] = [];
 
   constructor(routes: ReadonlyArray<CompiledRoute<T, C>>) {
-    this.entries = routes.map((r, order) => ({
-      order,
-      prefix: r.path.regexPrefix || undefined,
-      test: r.path.test,
-      capture: r.path.capture,
-      accepts: r.accepts,
-      refine: r.refine,
-      hit: { target: r.target, params: undefined },
-    }));
     let cost = 0;
-    for (const r of routes) cost += r.path.regexPrefix === undefined ? 1 : 4;
+    this.entries = routes.map((r, order) => {
+      const { regexPrefix, test, capture } = r.path;
+      cost += regexPrefix === undefined ? 1 : 4;
+      return { order, prefix: regexPrefix || undefined, test, capture, accepts: r.accepts, refine: r.refine, target: r.target, params: undefined };
+    });
     this.scan = cost <= SCAN_AT_MOST;
     if (this.scan) return;
     const plain: Array<{ e: Entry<T, C>; first: string | undefined }> = [];
@@ -204,7 +198,7 @@ export class RouteMatcher<T, C = undefined> {
 
   /** The targets in table order. */
   targets(): T[] {
-    return this.entries.map((e) => e.hit.target);
+    return this.entries.map((e) => e.target);
   }
 
   /** The first route whose conditions and path match; path is the URL path without the query. */
@@ -220,10 +214,10 @@ export class RouteMatcher<T, C = undefined> {
       if (e.prefix !== undefined && !path.startsWith(e.prefix)) continue;
       if (e.accepts !== undefined && !e.accepts(ctx)) continue;
       if (e.capture === undefined) {
-        if (e.test(path) && (e.refine === undefined || e.refine(ctx))) return e.hit;
+        if (e.test(path) && (e.refine === undefined || e.refine(ctx))) return e;
       } else {
         const params = e.capture(path);
-        if (params !== undefined && (e.refine === undefined || e.refine(ctx))) return { target: e.hit.target, params };
+        if (params !== undefined && (e.refine === undefined || e.refine(ctx))) return { target: e.target, params };
       }
     }
     return undefined;
@@ -258,7 +252,7 @@ export class RouteMatcher<T, C = undefined> {
       } else if (!e.test(path)) return undefined;
     }
     if (e.refine !== undefined && !e.refine(ctx)) return undefined;
-    return params === undefined ? e.hit : { target: e.hit.target, params };
+    return params === undefined ? e : { target: e.target, params };
   }
 
   /** The regex entries whose literal prefix `path` starts with, in table order. */
