@@ -4,7 +4,7 @@
  * and the CPU of one match (hit: the file's last rule; miss: no rule, under the last rule's own
  * prefix) in microseconds, with the ratio of the large table to the small one, measured in
  * alternating rounds of the same run.
- * In one process, no HTTP: the matcher alone (src/edge/routes/table.ts).
+ * In one process, no HTTP: the matcher alone (src/edge/routes/table.ts on RouteMatcher, src/edge/routes/match.ts).
  * Run: node --import tsx bench/route-regex.ts [rules] (prints one JSON object).
  */
 import { pathToFileURL } from 'node:url';

@@ -24,6 +24,7 @@ export const UNIT = [
   'test/cli/check-findings.test.ts',
   'test/deploy/deploy-manifests.test.ts',
   'test/edge/route-file.test.ts',
+  'test/edge/route-model.test.ts',
   'test/base/config-yaml.test.ts',
   'test/base/config-reader.test.ts',
   'test/edge/route-file-reload.test.ts',

@@ -15,23 +15,16 @@
  * Regular expressions run on RE2 (linear time, src/base/util/regex.ts) and match the whole path,
  * header value or parameter value.
  *
- * The scan only looks at entries that can match the path, in the same order:
- *   - an Exact or PathPrefix path names its first segment (`/shop/cart` → `shop`), so those
- *     entries are kept per first segment (with the `/` prefixes, in order), and a request takes
- *     the list of its path's first segment. MAX_BUCKETED bounds what those lists may hold; past it
- *     every request takes every such entry.
- *   - a RegularExpression path has a literal prefix every path it matches starts with
- *     (`/svc/items/[0-9]+` → `/svc/items/`; literalPrefix, src/base/util/regex.ts), so those
- *     entries are indexed by it, and a request takes the entries of the prefixes its path starts
- *     with (one lookup per distinct prefix length); a regex without one (``) is taken always.
- * The two lists are merged by precedence order, so the first match is the one a scan of every
- * entry would find. A regex is compiled when a request first reaches it (the parser compiled each
- * once to check it): a table of 10,000 regex rules costs a request what a small one does, and
- * holds only the regexes requests reach.
+ * The entries are compiled to the edge's one route model (CompiledRoute, ./match.ts) in that
+ * order and matched by its RouteMatcher, which only looks at the entries that can match the path
+ * (by exact path, first segment, and a regular expression's literal prefix). A regex is compiled
+ * when a request first reaches it (the parser compiled each once to check it): a table of 10,000
+ * regex rules costs a request what a small one does, and holds only the regexes requests reach.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { splitHostHeader } from '../../base/http/host-check.js';
-import { compilePathRegex, literalPrefix, type PathRegex } from '../../base/util/regex.js';
+import { compilePathRegex, type PathRegex } from '../../base/util/regex.js';
+import { exactPath, prefixPath, regexPath, RouteMatcher, type CompiledRoute, type PathMatch } from './match.js';
 import type { BackendRefSpec, MatchSpec, RouteFile, RouteSpec, RuleSpec, ValueMatchSpec } from './file.js';
 
 /** What a request offers to the matcher. */
@@ -63,26 +56,26 @@ interface ValueTest {
   test: Test;
 }
 
-/** Most entries the per-segment lists hold in all (the regex and `/` entries are in every list). */
-export const MAX_BUCKETED = 100_000;
-
-interface Entry {
-  /** Its place in the precedence order. */
-  order: number;
-  /** The first segment every path this entry matches has; undefined: any (regex, `/` prefix). */
-  first: string | undefined;
-  /** A RegularExpression path's literal prefix; undefined: not a regex. */
-  regexPrefix: string | undefined;
+/** What an entry routes to: one (route, rule, match, hostname) of the file. */
+interface FileTarget {
   route: RouteSpec;
   rule: RuleSpec;
-  hostname: string | undefined;
   match: MatchSpec;
-  /** undefined: any host. */
-  host: ((host: string) => boolean) | undefined;
-  path: Test;
-  method: string | undefined;
-  headers: ValueTest[];
-  query: ValueTest[];
+  hostname: string | undefined;
+}
+
+/** What the entries' conditions read of a request, computed once per match. */
+interface FileRequest {
+  /** The Host header's name (hostOf). */
+  host: string | undefined;
+  method: string;
+  headers: IncomingHttpHeaders;
+  /** The query parsed, when some entry matches on a query parameter. */
+  params: URLSearchParams | undefined;
+}
+
+interface Entry {
+  compiled: CompiledRoute<FileTarget, FileRequest>;
   rank: number[];
 }
 
@@ -100,26 +93,13 @@ function valueTest(m: ValueMatchSpec): ValueTest {
   return { name: m.name, test: lazyRegex(m.value) };
 }
 
-/** The first segment of a path in normal form: `/shop/cart` → `shop`, `/` → ``. */
-function firstSegment(path: string): string {
-  const slash = path.indexOf('/', 1);
-  return slash < 0 ? path.slice(1) : path.slice(1, slash);
-}
-
-function firstOf(match: MatchSpec): string | undefined {
+function pathOf(match: MatchSpec): { path: PathMatch; rank: number[] } {
   const { type, value } = match.path;
-  if (type === 'RegularExpression' || (type === 'PathPrefix' && value === '/')) return undefined;
-  return firstSegment(value);
-}
-
-function pathTest(match: MatchSpec): { test: Test; rank: number[] } {
-  const { type, value } = match.path;
-  if (type === 'Exact') return { test: (p) => p === value, rank: [0, -value.length] };
-  if (type === 'RegularExpression') return { test: lazyRegex(value), rank: [1, -value.length] };
+  if (type === 'Exact') return { path: exactPath(value), rank: [0, -value.length] };
+  if (type === 'RegularExpression') return { path: regexPath(value), rank: [1, -value.length] };
   // Element by element: `/a` and `/a/` match /a, /a/ and /a/b, never /ab.
   const prefix = value.length > 1 && value.endsWith('/') ? value.slice(0, -1) : value;
-  if (prefix === '/') return { test: () => true, rank: [2, -1] };
-  return { test: (p) => p.startsWith(prefix) && (p.length === prefix.length || p.charCodeAt(prefix.length) === 47), rank: [2, -prefix.length] };
+  return { path: prefixPath(value, true), rank: [2, prefix === '/' ? -1 : -prefix.length] };
 }
 
 function hostTest(hostname: string | undefined): { test: ((host: string) => boolean) | undefined; rank: number[] } {
@@ -129,6 +109,20 @@ function hostTest(hostname: string | undefined): { test: ((host: string) => bool
     return { test: (h) => h.length > suffix.length && h.endsWith(suffix), rank: [1, -suffix.length] };
   }
   return { test: (h) => h === hostname, rank: [0, 0] };
+}
+
+/** The host and method condition of an entry; undefined: any request. */
+function acceptsOf(host: ((host: string) => boolean) | undefined, method: string | undefined): ((req: FileRequest) => boolean) | undefined {
+  if (host === undefined && method === undefined) return undefined;
+  if (method === undefined) return (req) => req.host !== undefined && host!(req.host);
+  if (host === undefined) return (req) => req.method === method;
+  return (req) => req.host !== undefined && host(req.host) && req.method === method;
+}
+
+/** The header and query parameter condition of an entry; undefined: none. */
+function refineOf(headers: readonly ValueTest[], query: readonly ValueTest[]): ((req: FileRequest) => boolean) | undefined {
+  if (headers.length === 0 && query.length === 0) return undefined;
+  return (req) => (headers.length === 0 || headersMatch(headers, req.headers)) && (query.length === 0 || queryMatch(query, req.params));
 }
 
 /**
@@ -144,18 +138,9 @@ function compare(a: Entry, b: Entry): number {
   return 0;
 }
 
-const NONE: readonly Entry[] = [];
-
 export class CompiledRoutes {
-  private readonly entries: Entry[] = [];
-  /** Per first segment: the Exact and PathPrefix entries that may match a path starting with it, in precedence order. */
-  private readonly byFirst = new Map<string, Entry[]>();
-  /** The Exact and PathPrefix entries that may match any path: what a path whose first segment no entry names takes. */
-  private readonly generic: Entry[];
-  /** The RegularExpression entries by literal prefix, each list in precedence order. */
-  private readonly byPrefix = new Map<string, Entry[]>();
-  /** The lengths of those prefixes, shortest first. */
-  private readonly prefixLengths: number[];
+  /** The entries in precedence order, matched by the edge's one matcher. */
+  private readonly matcher: RouteMatcher<FileTarget, FileRequest>;
   /** True when some entry matches on a query parameter (else the query is never parsed). */
   private readonly needsQuery: boolean;
 
@@ -167,29 +152,22 @@ export class CompiledRoutes {
     readonly source: RouteFile,
     private readonly random: () => number = Math.random,
   ) {
+    const entries: Entry[] = [];
     let order = 0;
+    let needsQuery = false;
     for (const route of source.routes) {
       const hostnames = route.hostnames.length > 0 ? route.hostnames : [undefined];
       for (const rule of route.rules) {
         for (const match of rule.matches) {
-          const path = pathTest(match);
+          const path = pathOf(match);
           const headers = match.headers.map(valueTest);
           const query = match.queryParams.map(valueTest);
+          const refine = refineOf(headers, query);
+          if (query.length > 0) needsQuery = true;
           for (const hostname of hostnames) {
             const host = hostTest(hostname);
-            this.entries.push({
-              order: 0,
-              first: firstOf(match),
-              regexPrefix: match.path.type === 'RegularExpression' ? literalPrefix(match.path.value) : undefined,
-              route,
-              rule,
-              hostname,
-              match,
-              host: host.test,
-              path: path.test,
-              method: match.method,
-              headers,
-              query,
+            entries.push({
+              compiled: { path: path.path, accepts: acceptsOf(host.test, match.method), refine, target: { route, rule, match, hostname } },
               rank: [...host.rank, ...path.rank, match.method ? 0 : 1, -headers.length, -query.length, order],
             });
           }
@@ -197,29 +175,9 @@ export class CompiledRoutes {
         }
       }
     }
-    this.entries.sort(compare);
-    this.entries.forEach((e, i) => (e.order = i));
-    this.needsQuery = this.entries.some((e) => e.query.length > 0);
-    const plain = this.entries.filter((e) => e.regexPrefix === undefined);
-    for (const e of this.entries) {
-      if (e.regexPrefix === undefined) continue;
-      const list = this.byPrefix.get(e.regexPrefix);
-      if (list) list.push(e);
-      else this.byPrefix.set(e.regexPrefix, [e]);
-    }
-    this.prefixLengths = [...new Set([...this.byPrefix.keys()].map((p) => p.length))].sort((a, b) => a - b);
-    this.generic = plain.filter((e) => e.first === undefined);
-    const firsts = new Set<string>();
-    for (const e of plain) if (e.first !== undefined) firsts.add(e.first);
-    if (firsts.size * this.generic.length + plain.length <= MAX_BUCKETED) {
-      const lists = new Map<string, Entry[]>();
-      for (const first of firsts) lists.set(first, []);
-      for (const e of plain) {
-        if (e.first === undefined) for (const list of lists.values()) list.push(e);
-        else lists.get(e.first)!.push(e);
-      }
-      for (const [first, list] of lists) this.byFirst.set(first, list);
-    } else this.generic = plain;
+    entries.sort(compare);
+    this.needsQuery = needsQuery;
+    this.matcher = new RouteMatcher(entries.map((e) => e.compiled));
   }
 
   get size(): number {
@@ -232,45 +190,16 @@ export class CompiledRoutes {
    * table does.
    */
   inOrder(): Array<{ route: RouteSpec; rule: RuleSpec; match: MatchSpec; hostname: string | undefined }> {
-    return this.entries.map(({ route, rule, match, hostname }) => ({ route, rule, match, hostname }));
+    return this.matcher.targets().map(({ route, rule, match, hostname }) => ({ route, rule, match, hostname }));
   }
 
   /** The first matching entry's route and rule, with a backend chosen by weight; undefined: no route matches. */
   match(req: RouteRequest): RouteChoice | undefined {
-    const host = hostOf(req.host);
-    let params: URLSearchParams | undefined;
-    if (this.needsQuery && req.query) params = new URLSearchParams(req.query);
-    const plain = this.byFirst.get(firstSegment(req.path)) ?? this.generic;
-    const regex = this.regexCandidates(req.path);
-    // The two lists merged by precedence order.
-    for (let i = 0, j = 0; i < plain.length || j < regex.length; ) {
-      const e = j >= regex.length || (i < plain.length && plain[i]!.order < regex[j]!.order) ? plain[i++]! : regex[j++]!;
-      if (e.host && (host === undefined || !e.host(host))) continue;
-      if (e.method !== undefined && e.method !== req.method) continue;
-      if (!e.path(req.path)) continue;
-      if (e.headers.length > 0 && !headersMatch(e.headers, req.headers)) continue;
-      if (e.query.length > 0 && !queryMatch(e.query, params)) continue;
-      return { route: e.route, rule: e.rule, backend: this.pick(e.rule.backendRefs), hostname: e.hostname, match: e.match };
-    }
-    return undefined;
-  }
-
-  /** The regex entries whose literal prefix `path` starts with, in precedence order. */
-  private regexCandidates(path: string): readonly Entry[] {
-    let out: Entry[] | undefined;
-    let merged = false;
-    for (const length of this.prefixLengths) {
-      if (length > path.length) break;
-      const list = this.byPrefix.get(length === 0 ? '' : path.slice(0, length));
-      if (!list) continue;
-      if (!out) out = list;
-      else {
-        out = out.concat(list);
-        merged = true;
-      }
-    }
-    if (merged) out!.sort((a, b) => a.order - b.order);
-    return out ?? NONE;
+    const params = this.needsQuery && req.query ? new URLSearchParams(req.query) : undefined;
+    const hit = this.matcher.match(req.path, { host: hostOf(req.host), method: req.method, headers: req.headers, params });
+    if (!hit) return undefined;
+    const { route, rule, hostname, match } = hit.target;
+    return { route, rule, backend: this.pick(rule.backendRefs), hostname, match };
   }
 
   private pick(refs: readonly BackendRefSpec[]): BackendRefSpec | undefined {

@@ -6,7 +6,7 @@
 import type { Logger } from 'pino';
 import type { Registry, Service, Watcher } from '../../engines/registry/registry.js';
 import { byVersion } from '../../engines/registry/records.js';
-import { buildRoutes, inNamespace, RouteTable, type Route, type RouteMatch, type RouteSpec } from './routes.js';
+import { buildRoutes, inNamespace, RouteTable, type RegistryRoute, type RegistryRouteSpec, type RouteMatch } from './routes.js';
 
 export interface RegistryRouterOptions {
   registry: Registry;
@@ -72,7 +72,7 @@ export class RegistryRouter {
     return this.table.match(method, host, path);
   }
 
-  get routes(): readonly Route[] {
+  get routes(): readonly RegistryRoute[] {
     return this.table.routes;
   }
 
@@ -82,7 +82,7 @@ export class RegistryRouter {
   }
 
   /** For admin /routes. */
-  dump(): { routeConfigName: string; versionInfo: string; table: RouteSpec[] } {
+  dump(): { routeConfigName: string; versionInfo: string; table: RegistryRouteSpec[] } {
     return { routeConfigName: this.options.namespace, versionInfo: this.versionInfo, table: this.table.dump() };
   }
 

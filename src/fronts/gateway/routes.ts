@@ -23,6 +23,7 @@
  */
 import type { Service } from '../../engines/registry/registry.js';
 import { compilePathRegex, escapeRegExp } from '../../base/util/regex.js';
+import { exactPath, regexPath, RouteMatcher, templatePath, type CompiledRoute } from '../../edge/routes/match.js';
 
 export type HandlerName = 'api' | 'rpc' | 'proxy' | 'event';
 export type PathKind = 'exact' | 'template' | 'regex';
@@ -30,7 +31,7 @@ export type PathKind = 'exact' | 'template' | 'regex';
 export const HANDLERS: readonly HandlerName[] = ['api', 'rpc', 'proxy', 'event'];
 
 /** One route as admin /routes shows it. */
-export interface RouteSpec {
+export interface RegistryRouteSpec {
   /** The pattern as declared. */
   path: string;
   kind: PathKind;
@@ -44,13 +45,13 @@ export interface RouteSpec {
   endpoint: string;
 }
 
-export interface Route extends RouteSpec {
+export interface RegistryRoute extends RegistryRouteSpec {
   /** Template parameters when the path matches, undefined when it does not. */
   matchPath(path: string): Record<string, string> | undefined;
 }
 
 export interface RouteMatch {
-  route: Route;
+  route: RegistryRoute;
   params: Record<string, string>;
 }
 
@@ -174,7 +175,7 @@ function cmp(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-export function compareRoutes(a: RouteSpec, b: RouteSpec): number {
+export function compareRoutes(a: RegistryRouteSpec, b: RegistryRouteSpec): number {
   return (
     KIND_RANK[a.kind] - KIND_RANK[b.kind] ||
     b.path.length - a.path.length ||
@@ -191,8 +192,8 @@ export function compareRoutes(a: RouteSpec, b: RouteSpec): number {
  * The ordered routes of these services (every version of each; identical routes declared by
  * several versions appear once), and the problems found on the way.
  */
-export function buildRoutes(services: Service[]): { routes: Route[]; problems: RouteProblem[] } {
-  const routes: Route[] = [];
+export function buildRoutes(services: Service[]): { routes: RegistryRoute[]; problems: RouteProblem[] } {
+  const routes: RegistryRoute[] = [];
   const problems: RouteProblem[] = [];
   const seen = new Set<string>();
   for (const service of services) {
@@ -221,7 +222,7 @@ export function buildRoutes(services: Service[]): { routes: Route[]; problems: R
           problems.push({ ...where, path, reason: (err as Error).message });
           continue;
         }
-        const spec: RouteSpec = { path, kind: compiled.kind, methods, hosts, handler, service: service.name, endpoint: endpoint.name };
+        const spec: RegistryRouteSpec = { path, kind: compiled.kind, methods, hosts, handler, service: service.name, endpoint: endpoint.name };
         const key = JSON.stringify(spec);
         if (seen.has(key)) continue;
         seen.add(key);
@@ -250,65 +251,47 @@ export function hostMatches(listed: string, host: { name: string; full: string }
   return host.name === listed;
 }
 
-/** The first segment of a path (`/a/b` → `a`, `/` → ``). */
-function firstSegment(path: string): string {
-  const end = path.indexOf('/', 1);
-  return end < 0 ? path.slice(1) : path.slice(1, end);
+/** What a registry route's conditions read of a request, computed once per match. */
+interface RegistryRequest {
+  /** The method in upper case. */
+  method: string;
+  host: { name: string; full: string };
+}
+
+/** A registry route in the edge's one route model: its path by kind, its methods and hosts as the condition. */
+function compileRoute(r: RegistryRoute): CompiledRoute<RegistryRoute, RegistryRequest> {
+  const path = r.kind === 'exact' ? exactPath(r.path) : r.kind === 'template' ? templatePath(r.path, r.matchPath) : regexPath(r.path, { capture: r.matchPath });
+  const { methods, hosts } = r;
+  const accepts =
+    methods.length === 0 && hosts.length === 0
+      ? undefined
+      : (q: RegistryRequest) => (methods.length === 0 || methods.includes(q.method)) && (hosts.length === 0 || hosts.some((h) => hostMatches(h, q.host)));
+  return { path, accepts, target: r };
 }
 
 /**
- * An immutable, ordered route table. Exact paths are looked up by path; templates whose first
- * segment is a literal (`/users/{id}`) only by the request's first segment, so a request is tried
- * against the templates that can match it, not against every service's; templates starting with a
- * parameter or `*`, and regexes, are tried for every request. The candidates are visited in table
- * order, so the first match is the same as a walk over the whole table.
+ * An immutable, ordered route table, matched by the edge's one matcher (src/edge/routes/match.ts):
+ * exact paths are looked up by path; templates whose first segment is a literal (`/users/{id}`)
+ * only by the request's first segment, regexes by their literal prefix, so a request is tried
+ * against the routes that can match it, not against every service's; templates starting with a
+ * parameter or `*` are tried for every request. The candidates are visited in table order, so
+ * the first match is the same as a walk over the whole table.
  */
 export class RouteTable {
-  /** Exact routes by path, in table order, for a fast first tier. */
-  private readonly exact = new Map<string, Route[]>();
-  /** Templates with a literal first segment, by that segment, in table order (with their position). */
-  private readonly byFirst = new Map<string, Array<{ route: Route; at: number }>>();
-  /** Every other non-exact route, in table order (with its position). */
-  private readonly others: Array<{ route: Route; at: number }> = [];
+  private readonly matcher: RouteMatcher<RegistryRoute, RegistryRequest>;
 
-  constructor(readonly routes: readonly Route[]) {
-    routes.forEach((r, at) => {
-      if (r.kind === 'exact') {
-        const list = this.exact.get(r.path);
-        if (list) list.push(r);
-        else this.exact.set(r.path, [r]);
-        return;
-      }
-      const first = r.kind === 'template' ? firstSegment(r.path) : '';
-      if (r.kind === 'template' && first !== '*' && !PARAM.test(first)) {
-        const list = this.byFirst.get(first);
-        if (list) list.push({ route: r, at });
-        else this.byFirst.set(first, [{ route: r, at }]);
-      } else this.others.push({ route: r, at });
-    });
+  constructor(readonly routes: readonly RegistryRoute[]) {
+    this.matcher = new RouteMatcher(routes.map(compileRoute));
   }
 
   /** The first route for this request; path is the URL path without the query. */
   match(method: string, hostHeader: string | undefined, path: string): RouteMatch | undefined {
-    const host = splitHost(hostHeader);
-    const upper = method.toUpperCase();
-    const accepts = (r: Route) =>
-      (r.methods.length === 0 || r.methods.includes(upper)) && (r.hosts.length === 0 || r.hosts.some((h) => hostMatches(h, host)));
-    for (const r of this.exact.get(path) ?? []) if (accepts(r)) return { route: r, params: {} };
-    const a = this.byFirst.get(firstSegment(path)) ?? [];
-    const b = this.others;
-    // Merge the two lists by table position.
-    for (let i = 0, j = 0; i < a.length || j < b.length; ) {
-      const r = j >= b.length || (i < a.length && a[i]!.at < b[j]!.at) ? a[i++]!.route : b[j++]!.route;
-      if (!accepts(r)) continue;
-      const params = r.matchPath(path);
-      if (params) return { route: r, params };
-    }
-    return undefined;
+    const hit = this.matcher.match(path, { method: method.toUpperCase(), host: splitHost(hostHeader) });
+    return hit && { route: hit.target, params: hit.params ?? {} };
   }
 
   /** What admin /routes shows: the routes in order, without the matchers. */
-  dump(): RouteSpec[] {
+  dump(): RegistryRouteSpec[] {
     return this.routes.map((r) => ({
       path: r.path,
       kind: r.kind,

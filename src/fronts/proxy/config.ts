@@ -21,6 +21,7 @@ import {
 import type { CircuitBreakerThresholds, LbPolicy } from '../../core/upstream/types.js';
 import { LB_POLICIES, OPTIONS } from '../../base/options/schema.js';
 import { compilePathRegex } from '../../base/util/regex.js';
+import { exactPath, prefixPath, regexPath, type PathMatch } from '../../edge/routes/match.js';
 import type { RetryBudgetConfig } from '../../core/upstream/retry-budget.js';
 
 /** The admin interface of `mesh proxy` unless the file or --admin_address says otherwise. */
@@ -36,7 +37,9 @@ export interface RouteConfig {
   service?: string;
   /** Replaces the matched prefix (prefix match) or the whole path (path match). */
   prefixRewrite?: string;
-  /** True when the route matches this path (the URL path without the query). */
+  /** The path compiled in the edge's one route model (src/edge/routes/match.ts): what the listener's RouteMatcher indexes and tests. */
+  path: PathMatch;
+  /** True when the route matches this path (the URL path without the query): `path.test`. */
   matches: (path: string) => boolean;
   /** The route as admin /routes shows it: the file's own keys. */
   dump: Record<string, unknown>;
@@ -272,7 +275,7 @@ function checkRoute(value: unknown, path: Path, clusters: Set<string>): RouteCon
   if (kinds.length !== 1) throw new FieldError([...path, 'match'], 'needs exactly one of prefix, path, regex');
   const kind = kinds[0]!;
   const matchValue = str(m[kind], [...path, 'match', kind]);
-  const matches = compileMatch(kind, matchValue, [...path, 'match', kind]);
+  const compiled = compileMatch(kind, matchValue, [...path, 'match', kind]);
 
   if ((obj.cluster === undefined) === (obj.service === undefined)) throw new FieldError(path, 'needs exactly one of cluster (a static cluster) and service (a registry service)');
   let cluster: string | undefined;
@@ -302,24 +305,24 @@ function checkRoute(value: unknown, path: Path, clusters: Set<string>): RouteCon
   if (cluster !== undefined) dump.cluster = cluster;
   if (service !== undefined) dump.service = service;
   if (prefixRewrite !== undefined) dump.prefix_rewrite = prefixRewrite;
-  return { match: { kind, value: matchValue }, cluster, service, prefixRewrite, matches, dump };
+  return { match: { kind, value: matchValue }, cluster, service, prefixRewrite, path: compiled, matches: compiled.test, dump };
 }
 
-/** The matcher of one route, against the URL path without the query; case-sensitive. */
-function compileMatch(kind: MatchKind, value: string, path: Path): (p: string) => boolean {
+/** The path of one route, against the URL path without the query; case-sensitive. */
+function compileMatch(kind: MatchKind, value: string, path: Path): PathMatch {
   if (kind === 'regex') {
     // RE2 syntax (as Envoy's safe_regex), linear time; matches the whole path: `^/v[0-9]+/.*` for
     // everything under /v1/. A path longer than MAX_REGEX_PATH_LENGTH does not match.
     try {
-      const re = compilePathRegex(value);
-      return (p) => re.test(p);
+      return regexPath(value, { compiled: compilePathRegex(value) });
     } catch (err) {
       throw new FieldError(path, (err as Error).message);
     }
   }
   if (!value.startsWith('/')) throw new FieldError(path, `"${value}": must start with /`);
   if (/[\s?#]/.test(value)) throw new FieldError(path, `"${value}": no white space, ? or # (the query is not matched)`);
-  return kind === 'prefix' ? (p) => p.startsWith(value) : (p) => p === value;
+  // A prefix is a string prefix (`/api` matches /apix too), as Envoy's.
+  return kind === 'prefix' ? prefixPath(value, false) : exactPath(value);
 }
 
 function checkCluster(value: unknown, path: Path): StaticClusterConfig {

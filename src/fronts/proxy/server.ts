@@ -32,6 +32,7 @@ export const PROXY_CONFIG_STATS = {
   counters: { updateSuccess: 'proxy.config.update_success', updateFailure: 'proxy.config.update_failure' },
 } as const;
 import { LiveRoutes } from '../../edge/routes/live.js';
+import { RouteMatcher } from '../../edge/routes/match.js';
 import { RouteFileError, type RouteFile } from '../../edge/routes/file.js';
 import { beginRule, chooseFileRoute, sendRedirect, type FileRouteAnswer } from '../../edge/routes/choose.js';
 import { RouteEffectsCache } from '../../edge/routes/effects.js';
@@ -73,9 +74,16 @@ function clusterOf(route: RouteConfig): string {
   return (route.cluster ?? route.service)!;
 }
 
+/** A listener's `routes` in the edge's one route model (src/edge/routes/match.ts): the first in file order wins. */
+function routeTable(config: ListenerConfig): RouteMatcher<RouteConfig> {
+  return new RouteMatcher(config.routes.map((r) => ({ path: r.path, target: r })));
+}
+
 /** What a listener routes by, swapped whole by a reload: its configuration and its route file, live. */
 interface ListenerState {
   config: ListenerConfig;
+  /** Its `routes` compiled to the edge's one route model, in file order. */
+  table: RouteMatcher<RouteConfig>;
   /** `route_file`: matched before the listener's `routes`. */
   routes?: LiveRoutes;
 }
@@ -98,7 +106,7 @@ export class ProxyListener {
     const edge = edgeContext(runtime);
     this.fe = { edge, namespace: '', errorId: ERROR_ID, maxBodyBytes: edge.settings.maxBodyBytes, mirrors: new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) };
     this.effects = new RouteEffectsCache(runtime.stats);
-    this.state = { config, routes: this.liveRoutes(config.routeFile) };
+    this.state = { config, table: routeTable(config), routes: this.liveRoutes(config.routeFile) };
     this.server = new FrontServer<ProxyRoute>({
       edge,
       statPrefix: config.name,
@@ -130,7 +138,7 @@ export class ProxyListener {
    */
   prepare(config: ListenerConfig): ListenerState {
     const current = this.state;
-    return { config, routes: config.routeFile === current.config.routeFile ? current.routes : this.liveRoutes(config.routeFile) };
+    return { config, table: routeTable(config), routes: config.routeFile === current.config.routeFile ? current.routes : this.liveRoutes(config.routeFile) };
   }
 
   /** Swaps in a prepared state: the next request routes by it; a request already routed keeps its route. */
@@ -148,14 +156,14 @@ export class ProxyListener {
     const state = this.state;
     const file = state.routes && chooseFileRoute(state.routes.table, this.effects, this.server.secure, req, target, ERROR_ID);
     if (file) return file;
-    const route = this.route(target.path, state.config);
+    const route = state.table.match(target.path, undefined)?.target;
     return route && { kind: 'config', route };
   }
 
-  /** The first route matching the path, in file order. */
+  /** The first route of `routes` matching the path, in file order. */
   route(path: string, config = this.state.config): RouteConfig | undefined {
-    for (const r of config.routes) if (r.matches(path)) return r;
-    return undefined;
+    const table = config === this.state.config ? this.state.table : routeTable(config);
+    return table.match(path, undefined)?.target;
   }
 
   /** What admin /routes shows for this listener: its `routes`, then its route file's (`file:<path>`). */
