@@ -135,8 +135,23 @@ export const originNotAllowed = (id: string, origin: string | undefined) => new 
 /** 405 on a front end's version (`/`, or `/_mesh/version`: GET and HEAD only; the caller sets Allow). */
 export const rootMethodNotAllowed = (id: string, method: string | undefined, path = '/') => new MeshError(id, 405, `method ${method} not allowed on ${path}: use GET`);
 
-/** 500: a route (of a route file) whose every backend has weight 0. */
-export const noBackend = (id: string, route: string) => new MeshError(id, 500, `route ${route}: every backend has weight 0`);
+/**
+ * 500: a route (of a route file) with no backend to send to: `why` is what its rule says (every
+ * backend has weight 0, no backendRefs, a backendRef that is not a mesh service), as the Gateway
+ * API answers a rule whose backends cannot be resolved.
+ */
+export const noBackend = (id: string, route: string, why = 'every backend has weight 0') => new MeshError(id, 500, `route ${route}: ${why}`);
+
+/**
+ * The error of a request a route file's route sent: a backend service the registry does not know
+ * (response flag NC) is the route's backend that cannot be resolved, 500 as the Gateway API says
+ * (the same detail; 404 stays the answer of a path that names no service).
+ */
+export function routedError(err: unknown, id: string): MeshError {
+  const e = asFrontEndError(err, id);
+  if (e.fromUpstream || e.responseFlag !== 'NC' || e.code !== 404) return e;
+  return flagged(new MeshError(e.id, 500, e.detail), 'NC');
+}
 
 /** 404: a service the registry does not know (the client adds the response flag NC). */
 export const serviceNotFound = (id: string, service: string) => new MeshError(id, 404, `service ${service}: not found`);

@@ -108,7 +108,6 @@ spec:
     assert.equal(error(`${HEAD}metadata: {name: r}\n`), 'routes.yaml line 1: HTTPRoute r: spec is required');
     assert.equal(error(route('    - backendRefs: [{name: a}]\n      bogus: 1\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].bogus: unknown field "bogus" (an HTTPRouteRule has no such field)');
     assert.equal(error(route('    - backendRefs: [{name: a, weight: -1}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs[0].weight: must be an integer from 0 to 1000000');
-    assert.equal(error(route('    - backendRefs: []\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].backendRefs: backendRefs: at least one backend is needed (or a RequestRedirect filter)');
     assert.equal(error(route('    - matches: [{path: {type: Exact, value: /a}}]\n      backendRefs: [{weight: 1}]\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].backendRefs[0]: name is required (a mesh service)');
     assert.equal(error(route('    - matches: [{path: {type: Glob, value: /a}}]\n      backendRefs: [{name: a}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].path.type: must be Exact, PathPrefix or RegularExpression, not "Glob"');
     assert.equal(error(route('    - matches: [{path: {type: Exact, value: a}}]\n      backendRefs: [{name: a}]\n')), 'routes.yaml line 6: HTTPRoute r spec.rules[0].matches[0].path.value: must start with /');

@@ -8,7 +8,7 @@
  * keys, or gives a field of the wrong type, is a 502 that says so.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { asFrontEndError, badGateway } from '../../base/errors.js';
+import { asFrontEndError, badGateway, routedError } from '../../base/errors.js';
 import { JSON_CODEC, PROTOBUF_CODEC, codecFor, mediaType } from '../../base/codec/codec.js';
 import { apiTypes } from '../../base/codec/api-proto.js';
 import { readBody } from '../../base/http/body.js';
@@ -145,7 +145,7 @@ export async function handleApi(fe: EdgeHandlerContext, route: RpcRoute, req: In
   try {
     answer = await fe.edge.client.call(route.service, route.method, NO_BODY, options);
   } catch (err) {
-    sendError(res, asFrontEndError(err, fe.errorId));
+    sendError(res, policy ? routedError(err, fe.errorId) : asFrontEndError(err, fe.errorId));
     return;
   }
   const codec = codecFor(answer.contentType);

@@ -17,7 +17,7 @@ import type { Dispatcher } from 'undici';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
-import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, MeshError, proxyFailed, proxyTimeout } from '../../base/errors.js';
+import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, MeshError, proxyFailed, proxyTimeout, routedError } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { endRawLingering, refuseSocket, sendError } from '../../base/http/respond.js';
 import { classifyError } from '../../core/transport/rpc.js';
@@ -464,7 +464,8 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
       return OVERFLOW;
     }
     req.resume();
-    sendError(res, asFrontEndError(err, fe.errorId));
+    // A route file's backend the registry does not know is the route's to answer: 500.
+    sendError(res, call.route ? routedError(err, fe.errorId) : asFrontEndError(err, fe.errorId));
     return DONE;
   }
   if (!lease) {

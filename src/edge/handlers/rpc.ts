@@ -5,7 +5,7 @@
  * Content-Type is the codec's, never copied from the request.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { asFrontEndError, badRequest, unsupportedMediaType } from '../../base/errors.js';
+import { asFrontEndError, badRequest, routedError, unsupportedMediaType } from '../../base/errors.js';
 import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
 import { readBody } from '../../base/http/body.js';
@@ -46,6 +46,6 @@ export async function handleRpc(fe: EdgeHandlerContext, route: RpcRoute, req: In
     const answer = await fe.edge.client.call(route.service, route.method, body, callOptionsFrom(req, contentType, ctx, policy));
     sendBytes(res, 200, contentType, answer.body);
   } catch (err) {
-    sendError(res, asFrontEndError(err, fe.errorId));
+    sendError(res, policy ? routedError(err, fe.errorId) : asFrontEndError(err, fe.errorId));
   }
 }

@@ -10,12 +10,12 @@ import type { RouteHandler } from './file.js';
 import type { CompiledRoutes } from './table.js';
 import { routeAction, type RouteEffectsCache, type RoutePolicy } from './effects.js';
 
-/** A route matched: its backend and handler, a redirect, or a rule whose backends all weigh 0. */
+/** A route matched: its backend and handler, a redirect, or a rule with no backend to send to. */
 export type FileRouteAnswer =
   /** `path`: the path after the rule's URLRewrite (what an rpc or api path mapping reads). */
   | { kind: 'backend'; route: string; service: string; handler: RouteHandler | undefined; path: string; policy: RoutePolicy }
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
-  | { kind: 'no-backend'; route: string; policy: RoutePolicy };
+  | { kind: 'no-backend'; route: string; why: string; policy: RoutePolicy };
 
 /** The first route of `table` matching the request, applied; undefined: none matches. */
 /** `errorId`: the front end's, for the 400 of a redirect whose request's Host is not a host[:port]. */
@@ -24,7 +24,7 @@ export function chooseFileRoute(table: CompiledRoutes, effects: RouteEffectsCach
   if (!choice) return undefined;
   const action = routeAction(choice, effects.of(choice), { secure, host: req.headers.host, path: target.path, query: target.query, errorId });
   if (action.kind === 'redirect') return action;
-  if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, policy: action.policy };
+  if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, why: action.why, policy: action.policy };
   return { kind: 'backend', route: choice.route.name, service: action.backend.name, handler: choice.route.handler, path: action.path, policy: action.policy };
 }
 

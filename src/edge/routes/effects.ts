@@ -217,8 +217,8 @@ export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: 
 export type RouteAction =
   /** A RequestRedirect: answered at once, with an empty body. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
-  /** Every backend weighs 0: 500. */
-  | { kind: 'no-backend'; policy: RoutePolicy }
+  /** No backend to send to (every backend weighs 0, the rule has none, the one drawn is not a mesh service): 500, `why` says which. */
+  | { kind: 'no-backend'; why: string; policy: RoutePolicy }
   /** Sent to the backend; `path`: the path after the rule's URLRewrite (what an rpc or api path mapping reads). */
   | { kind: 'send'; backend: BackendRefSpec; path: string; policy: RoutePolicy };
 
@@ -236,7 +236,8 @@ export function routeAction(choice: RouteChoice, effects: RuleEffects, req: { se
     return { kind: 'redirect', status: redirect.statusCode, location, policy: { effects } };
   }
   const backend = choice.backend;
-  if (!backend) return { kind: 'no-backend', policy: { effects } };
+  if (!backend) return { kind: 'no-backend', why: rule.backendRefs.length === 0 ? 'the rule has no backendRefs' : 'every backend has weight 0', policy: { effects } };
+  if (backend.unresolved) return { kind: 'no-backend', why: backend.unresolved, policy: { effects } };
   const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined, effects };
   const rewrite = rule.filters.rewrite?.path;
   if (!rewrite) return { kind: 'send', backend, path: req.path, policy };

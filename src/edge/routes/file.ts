@@ -53,6 +53,11 @@ export interface BackendRefSpec {
   version?: string;
   /** 0 to 1,000,000; default 1. */
   weight: number;
+  /**
+   * Why this backendRef cannot be sent to (another `group` or `kind` than a mesh service): the route
+   * stays and the requests it would take get 500 with this reason, as the Gateway API says.
+   */
+  unresolved?: string;
 }
 
 export interface RuleSpec {
@@ -357,15 +362,21 @@ function parseBackend(at: At): BackendRefSpec {
   notYet(f);
   const own = f.get('filters');
   if (own && isSeq(own.node) && own.node.items.length > 0) throw own.at.error("a backend's filters are not supported yet (put them on the rule)");
-  const group = f.get('group');
-  if (group && !(isScalar(group.node) && (group.node.value === '' || group.node.value === 'core'))) throw group.at.error('must be "" (a mesh service)');
-  const kind = f.get('kind');
-  if (kind && text(kind.at) !== 'Service') throw kind.at.error('must be Service');
+  const groupAt = f.get('group')?.at;
+  // The core group is "" (or `core`): the one field here that may be empty.
+  const group = groupAt && !(isScalar(groupAt.node) && groupAt.node.value === '') ? text(groupAt, 253) : '';
+  const kind = f.has('kind') ? text(f.get('kind')!.at, 63) : 'Service';
   if (f.has('port')) integer(f.get('port')!.at, 1, 65535);
   if (f.has('namespace')) text(f.get('namespace')!.at, 253);
   if (!f.has('name')) throw at.error('name is required (a mesh service)');
   const nameAt = f.get('name')!.at;
-  const ref: BackendRefSpec = { name: text(nameAt, 253), weight: f.has('weight') ? integer(f.get('weight')!.at, 0, LIMITS.weight) : 1 };
+  const weight = f.has('weight') ? integer(f.get('weight')!.at, 0, LIMITS.weight) : 1;
+  if ((group !== '' && group !== 'core') || kind !== 'Service') {
+    // Not a mesh service: the route stays, the share of requests it would take gets 500.
+    const name = text(nameAt, 253);
+    return { name, weight, unresolved: `backend ${JSON.stringify(name.slice(0, 100))} is a ${JSON.stringify(kind.slice(0, 63))} of group ${JSON.stringify(group.slice(0, 100))}, not a mesh service` };
+  }
+  const ref: BackendRefSpec = { name: text(nameAt, 253), weight };
   const bad = serviceNameProblem(ref.name);
   if (bad) throw nameAt.error(`not a mesh service name: ${bad}`);
   if (f.has('version')) {
@@ -398,7 +409,6 @@ function parseRule(at: At, route: string, index: number, line: number): RuleSpec
   const matches = matchList.length > 0 ? matchList : [{ path: { type: 'PathPrefix' as const, value: '/' }, headers: [], queryParams: [] }];
   const backendRefs = f.has('backendRefs') ? list(f.get('backendRefs')!.at, LIMITS.backendRefs).map(parseBackend) : [];
   const filters = f.has('filters') ? parseFilters(f.get('filters')!.at) : { mirrors: [] };
-  if (backendRefs.length === 0 && !filters.redirect) throw (f.get('backendRefs')?.at ?? at).error('backendRefs: at least one backend is needed (or a RequestRedirect filter)');
   const prefixed = filters.rewrite?.path?.type === 'ReplacePrefixMatch' || filters.redirect?.path?.type === 'ReplacePrefixMatch';
   if (prefixed && matches.some((m) => m.path.type !== 'PathPrefix')) throw f.get('filters')!.at.error('ReplacePrefixMatch needs every match of the rule to be a PathPrefix');
   const rule: RuleSpec = { name, index, line, matches, backendRefs, filters };

@@ -100,7 +100,7 @@ export type GatewayRoute =
   | { kind: 'call'; handler: 'api' | 'rpc'; call: RpcRoute | undefined; stream: boolean; policy?: RoutePolicy; stat?: EndpointFamily }
   | { kind: 'proxy'; service: string | undefined; policy?: RoutePolicy; stat?: EndpointFamily }
   /** A route of the route file whose backends all weigh 0: 500, as the Gateway API says. */
-  | { kind: 'no-backend'; route: string; policy?: RoutePolicy }
+  | { kind: 'no-backend'; route: string; why: string; policy?: RoutePolicy }
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
   | { kind: 'event'; event: { topic: string; name: string } | undefined; stat?: EndpointFamily };
@@ -243,7 +243,7 @@ export class Gateway {
     if (!choice) return undefined;
     const action = routeAction(choice, this.effects!.of(choice), { secure: this.server.secure, host: req.headers.host, path, query: target.query, errorId: ERROR_ID });
     if (action.kind === 'redirect') return action;
-    if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, policy: action.policy };
+    if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, why: action.why, policy: action.policy };
     const { backend, policy } = action;
     const handler: RouteHandler = choice.route.handler ?? (this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api');
     if (handler === 'proxy') return { kind: 'proxy', service: backend.name, policy };
@@ -366,7 +366,7 @@ export class Gateway {
         return;
       case 'no-backend':
         req.resume();
-        throw noBackend(ERROR_ID, route.route);
+        throw noBackend(ERROR_ID, route.route, route.why);
       case 'event': {
         const event = route.event;
         if (!event) throw this.noService(req, 'use /<topic>/<event>');

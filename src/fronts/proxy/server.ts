@@ -219,7 +219,7 @@ export class ProxyListener {
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
       case 'no-backend':
         req.resume();
-        throw noBackend(ERROR_ID, route.route);
+        throw noBackend(ERROR_ID, route.route, route.why);
     }
   }
 
@@ -232,7 +232,7 @@ export class ProxyListener {
     }
     if (route?.kind === 'backend') return handleProxyUpgrade(this.fe, route.service, this.server.secure, req, socket, head, route.policy.version);
     if (route?.kind === 'redirect') return refuseSocket(socket, badRequest(ERROR_ID, `route redirects to ${route.location}: an upgrade does not follow a redirect`), ERROR_ID);
-    if (route?.kind === 'no-backend') return refuseSocket(socket, noBackend(ERROR_ID, route.route), ERROR_ID);
+    if (route?.kind === 'no-backend') return refuseSocket(socket, noBackend(ERROR_ID, route.route, route.why), ERROR_ID);
     refuseSocket(socket, notFound(ERROR_ID, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
   }
 }

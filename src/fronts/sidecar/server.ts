@@ -119,7 +119,7 @@ export type SidecarRoute =
   /** `handler`: api only for a route file's `handler: api`. */
   | { kind: 'call'; call: RpcRoute | undefined; handler?: 'api' | 'rpc'; policy?: RoutePolicy }
   /** A route of the route file whose backends all weigh 0: 500, as on the gateway. */
-  | { kind: 'no-backend'; route: string; policy: RoutePolicy }
+  | { kind: 'no-backend'; route: string; why: string; policy: RoutePolicy }
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy };
 
@@ -279,7 +279,7 @@ export class Sidecar {
     if (!this.routes) return undefined;
     const answer = chooseFileRoute(this.routes.table, this.effects!, this.secure, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query }, this.fe.errorId);
     if (!answer) return undefined;
-    if (answer.kind === 'no-backend') throw noBackend(this.fe.errorId, answer.route);
+    if (answer.kind === 'no-backend') throw noBackend(this.fe.errorId, answer.route, answer.why);
     if (answer.kind === 'redirect') throw internalError(this.fe.errorId, `a call at /rpc cannot follow a redirect (route to ${answer.location})`);
     return { service: answer.service, policy: answer.policy };
   }
@@ -398,7 +398,7 @@ export class Sidecar {
         return handleProxy(fe, route.service, this.secure, req, res, ctx, route.policy);
       case 'no-backend':
         req.resume();
-        throw noBackend(fe.errorId, route.route);
+        throw noBackend(fe.errorId, route.route, route.why);
       case 'redirect':
         return sendRedirect(req, res, route);
     }
