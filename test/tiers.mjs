@@ -26,6 +26,7 @@ export const UNIT = [
   'test/edge/route-file.test.ts',
   'test/edge/route-model.test.ts',
   'test/edge/route-unresolved.test.ts',
+  'test/edge/route-status.test.ts',
   'test/base/config-yaml.test.ts',
   'test/base/config-reader.test.ts',
   'test/edge/route-file-reload.test.ts',

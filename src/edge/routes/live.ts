@@ -17,6 +17,7 @@ import { fileSignature, DEFAULT_SETTLE_MS, serialized, watchFiles, type SettleOp
 import { readConfigFileSettled } from '../../base/config/reader.js';
 import { checkHandlers, loadRouteFile, MAX_ROUTE_FILE_BYTES, parseRouteFile, ROUTE_FILE_ERRORS, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
 import { CompiledRoutes } from './table.js';
+import { routeStatus, type RouteStatus } from './status.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 
 export const ROUTE_FILE_STATS = {
@@ -126,9 +127,12 @@ export class LiveRoutes {
     return this.table.source.routes;
   }
 
-  /** For admin /routes and /config_dump: the routes with their source and version. */
-  dump(): { file: string; version: string; loaded_at: string; last_reload_error: string | null; routes: RouteSpec[] } {
+  /**
+   * For admin /routes and /config_dump: the routes with their source and version, and each
+   * route's Gateway API status (./status.ts: from the file; the registry is not asked).
+   */
+  dump(): { file: string; version: string; loaded_at: string; last_reload_error: string | null; routes: RouteSpec[]; status: RouteStatus[] } {
     const source = this.table.source;
-    return { file: source.file, version: source.version, loaded_at: this.loadedAt.toISOString(), last_reload_error: this.lastError ?? null, routes: source.routes };
+    return { file: source.file, version: source.version, loaded_at: this.loadedAt.toISOString(), last_reload_error: this.lastError ?? null, routes: source.routes, status: routeStatus(source) };
   }
 }

@@ -1,0 +1,97 @@
+/**
+ * A route file's routes as a Gateway API controller would write their `status`: per HTTPRoute the
+ * conditions `Accepted` and `ResolvedRefs` (upstream's condition types and reasons,
+ * gateway.networking.k8s.io/v1 RouteConditionType and RouteConditionReason), so that an operator
+ * sees why a rule answers 500 (admin /routes and /config_dump, `mesh check --routes`).
+ *
+ * - `Accepted`: True (reason `Accepted`) for every route of a loaded file: the front end serves it.
+ * - `ResolvedRefs`: False with reason `InvalidKind` for a backendRef of another group or kind than
+ *   a mesh service, `BackendNotFound` for a service the registry does not know (only when the
+ *   caller gives the registry's view: `known`); the message names each rule and backend, the reason
+ *   is the first one's. Else True (reason `ResolvedRefs`).
+ * - A rule with no backendRefs (and no RequestRedirect), or whose backends all weigh 0, leaves
+ *   ResolvedRefs True, as upstream does, and gets a note of its own: its requests answer 500.
+ *
+ * Pure: computed from the parsed file (src/edge/routes/file.ts) and the caller's view of the registry.
+ */
+import type { RouteFile, RouteSpec, RuleSpec } from './file.js';
+
+export type RouteConditionType = 'Accepted' | 'ResolvedRefs';
+export type RouteConditionReason = 'Accepted' | 'ResolvedRefs' | 'InvalidKind' | 'BackendNotFound';
+
+export interface RouteCondition {
+  type: RouteConditionType;
+  status: 'True' | 'False';
+  reason: RouteConditionReason;
+  message: string;
+}
+
+/** A rule that answers 500 although its refs resolve (no backendRefs, every weight 0). */
+export interface RuleNote {
+  rule: string;
+  index: number;
+  line: number;
+  note: string;
+}
+
+export interface RouteStatus {
+  route: string;
+  line: number;
+  conditions: RouteCondition[];
+  /** Only rules with something to say. */
+  rules: RuleNote[];
+}
+
+/**
+ * The registry's view: true when the service is known, false when it is not, undefined when the
+ * caller cannot tell (then nothing is said about it).
+ */
+export type KnownService = (service: string) => boolean | undefined;
+
+/** `rules[2] (nowhere)`: where a message points, as the route file's errors name a rule. */
+export function ruleName(rule: RuleSpec): string {
+  return `rules[${rule.index}] (${rule.name})`;
+}
+
+function unresolvedRefs(route: RouteSpec, known: KnownService | undefined): Array<{ reason: 'InvalidKind' | 'BackendNotFound'; message: string }> {
+  const out: Array<{ reason: 'InvalidKind' | 'BackendNotFound'; message: string }> = [];
+  for (const rule of route.rules) {
+    rule.backendRefs.forEach((ref, i) => {
+      if (ref.unresolved) out.push({ reason: 'InvalidKind', message: `${ruleName(rule)} backendRefs[${i}]: ${ref.unresolved}` });
+      else if (known?.(ref.name) === false) out.push({ reason: 'BackendNotFound', message: `${ruleName(rule)} backendRefs[${i}]: service ${ref.name} is not in the registry` });
+    });
+    for (const mirror of rule.filters.mirrors) {
+      if (known?.(mirror) === false) out.push({ reason: 'BackendNotFound', message: `${ruleName(rule)} RequestMirror: service ${mirror} is not in the registry` });
+    }
+  }
+  return out;
+}
+
+function ruleNote(rule: RuleSpec): string | undefined {
+  if (rule.filters.redirect) return undefined;
+  if (rule.backendRefs.length === 0) return 'no backendRefs (and no RequestRedirect): its requests answer 500';
+  if (rule.backendRefs.every((r) => r.weight === 0)) return 'every backend has weight 0: its requests answer 500';
+  return undefined;
+}
+
+/** The status of each route of `file`, in the file's order. */
+export function routeStatus(file: RouteFile, known?: KnownService): RouteStatus[] {
+  return file.routes.map((route) => {
+    const bad = unresolvedRefs(route, known);
+    const resolved: RouteCondition =
+      bad.length === 0
+        ? { type: 'ResolvedRefs', status: 'True', reason: 'ResolvedRefs', message: known ? 'every backendRef is a mesh service the registry knows' : 'every backendRef is a mesh service' }
+        : { type: 'ResolvedRefs', status: 'False', reason: bad[0]!.reason, message: bad.map((b) => b.message).join('; ') };
+    const rules: RuleNote[] = [];
+    for (const rule of route.rules) {
+      const note = ruleNote(rule);
+      if (note) rules.push({ rule: rule.name, index: rule.index, line: rule.line, note });
+    }
+    return {
+      route: route.name,
+      line: route.line,
+      conditions: [{ type: 'Accepted', status: 'True', reason: 'Accepted', message: 'the route is in use' }, resolved],
+      rules,
+    };
+  });
+}
