@@ -16,6 +16,8 @@ import { checkRegistry } from './check/registry.js';
 import { checkNodes } from './check/nodes.js';
 import { checkBroker } from './check/broker.js';
 import { checkRateLimitStore } from './check/rate-limit-store.js';
+import { checkRoutes } from './check/routes.js';
+import type { Service } from '../engines/registry/registry.js';
 
 /** How long the registry, the broker and each node get to answer. */
 export const CHECK_TIMEOUT_MS = 3000;
@@ -26,20 +28,21 @@ function registryName(config: Config): string {
   return `registry ${config.registry}`;
 }
 
-async function runtimeChecks(config: Config, given: ReadonlySet<string>): Promise<Finding[]> {
+/** `services`: the registry's, when it could be read. */
+async function runtimeChecks(config: Config, given: ReadonlySet<string>): Promise<{ findings: Finding[]; services?: Service[] }> {
   let ops: DirectOperations;
   try {
     // The findings say what is wrong; the runtime's own warnings (registry unreachable…) would repeat them.
     // The broker secret file is checked by checkBroker: one that cannot be read would stop the runtime, and every other check with it.
     ops = new DirectOperations({ ...config, broker_secret_file: undefined, log_level: given.has('log_level') ? config.log_level : 'error' });
   } catch (err) {
-    return [{ level: 'error', check: 'options', message: errorOf(err) }];
+    return { findings: [{ level: 'error', check: 'options', message: errorOf(err) }] };
   }
   try {
     const registry = await checkRegistry(ops, registryName(config), CHECK_TIMEOUT_MS);
     const nodes = registry.services ? await checkNodes(ops, registry.services, CHECK_TIMEOUT_MS) : [];
     const broker = await checkBroker(ops, config.broker_secret_file, CHECK_TIMEOUT_MS);
-    return [...registry.findings, ...nodes, ...broker];
+    return { findings: [...registry.findings, ...nodes, ...broker], services: registry.services };
   } finally {
     await ops.close().catch(() => {});
   }
@@ -55,7 +58,9 @@ export async function collectFindings(config: Config, given: ReadonlySet<string>
   findings.push(...checkCaModes(caDir), ...checkCa(caDir, now));
   if (config.tls_cert_file) findings.push(...checkCertFile(config.tls_cert_file, now));
   findings.push(...(await checkRateLimitStore(config, CHECK_TIMEOUT_MS)));
-  findings.push(...(await runtimeChecks(config, given)));
+  const runtime = await runtimeChecks(config, given);
+  findings.push(...runtime.findings);
+  if (config.routes !== undefined) findings.push(...checkRoutes(config.routes, runtime.services));
   const order = (f: Finding) => (f.level === 'error' ? 0 : 1);
   // The CA directory under $MESH_HOME is seen by both file checks: one line for it.
   const unique = [...new Map(findings.map((f) => [f.message, f])).values()];

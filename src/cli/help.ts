@@ -119,6 +119,7 @@ export const COMMANDS: CommandInfo[] = [
     details: [
       'Checks the registry (read and write), the broker (nats: connects; http: --broker_secret_file), each node (Debug.Health within 3s; a service with no healthy node is an error),',
       'the modes of $MESH_HOME (0700 directory, 0600 files), the mesh CA in --ca_dir and --tls_cert_file (expiring within 30 days), and the Node.js version (past its end of life: a warning).',
+      'With --routes=FILE, the route file: a route whose backendRefs do not resolve (ResolvedRefs False: another kind, a service the registry does not know) is an error, a rule that answers 500 (no backendRefs) a warning.',
     ],
   },
   {

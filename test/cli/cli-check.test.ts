@@ -8,7 +8,7 @@
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { chmodSync } from 'node:fs';
+import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { freePort, runCli, startProcess, tempDir, ROOT } from '../helpers.js';
 import { findBinary, OwnEtcd, OwnNats } from '../fixtures/engines-common.js';
@@ -192,6 +192,46 @@ describe('mesh check (real CLI processes)', () => {
     } finally {
       await Promise.all([etcd.kill(), nats.kill()]);
     }
+  });
+
+  it('--routes: a route whose backendRefs do not resolve is an error naming the rules and backends, a rule without backendRefs a warning; a file a front end would refuse an error', async () => {
+    const home = join(tmp.path, 'routes');
+    const file = join(tmp.path, 'routes.yaml');
+    writeFileSync(
+      file,
+      `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web}
+spec:
+  rules:
+    - name: bucket
+      backendRefs: [{group: storage.example, kind: Bucket, name: photos}]
+    - name: empty
+      matches: [{path: {value: /empty}}]
+    - name: nowhere
+      matches: [{path: {value: /nowhere}}]
+      backendRefs: [{name: go.mesh.srv.nowhere}]
+`,
+    );
+    const r = await runCli(['check', `--routes=${file}`], { MESH_HOME: home });
+    assert.equal(
+      r.stdout,
+      text(
+        withNode([
+          `error: routes: ${file} line 1: HTTPRoute web: ResolvedRefs False (InvalidKind): rules[0] (bucket) backendRefs[0]: backend "photos" is a "Bucket" of group "storage.example", not a mesh service; rules[2] (nowhere) backendRefs[0]: service go.mesh.srv.nowhere is not in the registry`,
+          `warning: routes: ${file} line 8: HTTPRoute web rules[1] (empty): no backendRefs (and no RequestRedirect): its requests answer 500`,
+        ]),
+      ),
+      r.stderr,
+    );
+    assert.equal(r.code, 1);
+    writeFileSync(file, 'kind: HTTPRoute\n');
+    const bad = await runCli(['check', '--output=json', `--routes=${file}`], { MESH_HOME: home });
+    assert.equal(bad.code, 1);
+    assert.deepEqual(
+      (JSON.parse(bad.stdout) as Array<{ check: string }>).filter((f) => f.check === 'routes'),
+      [{ level: 'error', check: 'routes', message: `${file} line 1: apiVersion is required (gateway.networking.k8s.io/v1)` }],
+    );
   });
 
   it('takes no argument, and no flag it does not use', async () => {
