@@ -379,7 +379,7 @@ async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boo
   const retries = body.kind === 'stream' ? 0 : (retry?.attempts ?? fe.edge.settings.clientRetries);
   // A route's timeouts: each try waits for the answer's head at most backendRequest, else request, else --client_request_timeout.
   const timeoutMs = policy?.tryTimeoutMs ?? policy?.requestTimeoutMs ?? fe.edge.settings.clientRequestTimeoutMs;
-  const mirrors = route?.rule.filters.mirrors;
+  const mirrors = route && route.rule.filters.mirrors.length > 0 ? route.drawMirrors() : undefined;
   if (route && mirrors && mirrors.length > 0) {
     if (body.kind === 'stream' || !fe.mirrors) for (const _ of mirrors) route.stats.mirrorDropped.inc();
     else fe.mirrors.send(mirrors, { method: req.method ?? 'GET', path, headers, body: body.kind === 'buffered' ? body.bytes : undefined }, route.stats);
