@@ -163,10 +163,10 @@ export const proxyTimeout = (id: string, to: string, timeoutMs: number) => flagg
 export const proxyFailed = (id: string, to: string, reason: string, flag: 'UF' | 'UC') => flagged(new MeshError(id, 502, `proxy to ${to}: ${reason}`), flag);
 
 /**
- * 503 (response flag UF or UC): a route's retries are spent and every try failed before an answer
- * (a failure to connect, or a connection the host closed or reset); `to`: `<service> on <host>` of the last try.
+ * 503 (response flag UF or UC): a route's retries are spent and the last try failed before an
+ * answer (a failure to connect, or a connection the host closed or reset); `to`: `<service> on <host>` of the last try.
  */
-export const proxyRetriesSpent = (id: string, to: string, reason: string, tries: number, flag: 'UF' | 'UC') => flagged(new MeshError(id, 503, `proxy to ${to}: ${reason} (${tries} tries, none answered)`), flag);
+export const proxyRetriesSpent = (id: string, to: string, reason: string, tries: number, flag: 'UF' | 'UC') => flagged(new MeshError(id, 503, `proxy to ${to}: ${reason} (the last of ${tries} tries)`), flag);
 
 /** 431: a request with more header fields than a server takes. */
 export const tooManyHeaderFields = (id: string, max: number) => new MeshError(id, 431, `more than ${max} header fields`);

@@ -119,7 +119,7 @@ describe('proxy route retries: closed connections and try timeouts', () => {
     const spent = await send(['close', 'close', 'close', 'close']);
     assert.equal(spent.status, 503);
     assert.equal(spent.tries, 4);
-    assert.match(spent.body, /^\{"id":"go\.mesh\.api","code":503,"detail":"proxy to go\.mesh\.srv\.b on 127\.0\.0\.1:\d+: .* \(4 tries, none answered\)","status":"Service Unavailable"\}$/);
+    assert.match(spent.body, /^\{"id":"go\.mesh\.api","code":503,"detail":"proxy to go\.mesh\.srv\.b on 127\.0\.0\.1:\d+: .* \(the last of 4 tries\)","status":"Service Unavailable"\}$/);
     // A small body (held in memory) is sent again as it was, whatever the method.
     const post = await send(['close'], { method: 'POST', body: 'order 1' });
     assert.deepEqual([post.status, post.body, post.tries], [200, 'try 2', 2]);

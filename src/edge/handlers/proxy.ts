@@ -375,7 +375,7 @@ async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boo
   const headers = route ? route.requestHeaders(forwarded) : forwarded;
   const path = policy?.path ?? req.url ?? '/';
   const retry = route?.rule.retry;
-  // A streamed body can be sent once only; otherwise a refused connection (and a route's retry codes) is retried on another host.
+  // A streamed body can be sent once only; otherwise a refused connection (and with a route's retry, its codes, a closed connection and a try timeout) is retried on another host.
   const retries = body.kind === 'stream' ? 0 : (retry?.attempts ?? fe.edge.settings.clientRetries);
   // A route's timeouts: each try waits for the answer's head at most backendRequest, else request, else --client_request_timeout;
   // with `request`, every try (and the pauses between them) ends by its deadline.
