@@ -162,6 +162,12 @@ export const proxyTimeout = (id: string, to: string, timeoutMs: number) => flagg
 /** 502 (response flag UF: connection failed, UC: reset): a proxied request failed on its host; `to`: `<service> on <host>`. */
 export const proxyFailed = (id: string, to: string, reason: string, flag: 'UF' | 'UC') => flagged(new MeshError(id, 502, `proxy to ${to}: ${reason}`), flag);
 
+/**
+ * 503 (response flag UF or UC): a route's retries are spent and the last try failed before an
+ * answer (a failure to connect, or a connection the host closed or reset); `to`: `<service> on <host>` of the last try.
+ */
+export const proxyRetriesSpent = (id: string, to: string, reason: string, tries: number, flag: 'UF' | 'UC') => flagged(new MeshError(id, 503, `proxy to ${to}: ${reason} (the last of ${tries} tries)`), flag);
+
 /** 431: a request with more header fields than a server takes. */
 export const tooManyHeaderFields = (id: string, max: number) => new MeshError(id, 431, `more than ${max} header fields`);
 

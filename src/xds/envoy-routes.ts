@@ -34,7 +34,7 @@
  */
 import type { HostPort } from '../base/util/address.js';
 import { escapeRegExp } from '../base/util/regex.js';
-import { RouteFileError, type MatchSpec, type RouteFile, type RouteSpec, type RuleSpec, type ValueMatchSpec } from '../edge/routes/file.js';
+import { RouteFileError, type MatchSpec, type RedirectStatus, type RouteFile, type RouteSpec, type RuleSpec, type ValueMatchSpec } from '../edge/routes/file.js';
 import { CompiledRoutes } from '../edge/routes/table.js';
 import { ADS_CONFIG_SOURCE, duration, endpointVersionMetadata, HTTP_CONNECTION_MANAGER_TYPE_URL, ROUTER_TYPE_URL, type Message } from './resources.js';
 
@@ -170,7 +170,7 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Messag
   if (rule.fault) out.typed_per_filter_config = { [FAULT_FILTER]: fault(rule, shape) };
   if (f.redirect) {
     const d = f.redirect;
-    const redirect: Message = { response_code: d.statusCode === 301 ? 'MOVED_PERMANENTLY' : 'FOUND' };
+    const redirect: Message = { response_code: REDIRECT_CODES[d.statusCode] };
     if (d.scheme) redirect.scheme_redirect = d.scheme;
     if (d.hostname) redirect.host_redirect = d.hostname;
     if (d.port !== undefined) redirect.port_redirect = d.port;
@@ -200,7 +200,13 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Messag
   if (rule.requestTimeoutMs !== undefined) action.timeout = shape.duration(rule.requestTimeoutMs);
   const retry = retryPolicy(rule, shape);
   if (retry) action.retry_policy = retry;
-  if (f.mirrors.length) action.request_mirror_policies = f.mirrors.map((cluster) => ({ cluster }));
+  if (f.mirrors.length) {
+    action.request_mirror_policies = f.mirrors.map((m) =>
+      m.fraction
+        ? { cluster: m.service, runtime_fraction: { default_value: { numerator: Math.round((m.fraction.numerator / m.fraction.denominator) * 1_000_000), denominator: 'MILLION' } } }
+        : { cluster: m.service },
+    );
+  }
   if (f.rewrite?.hostname) action.host_rewrite_literal = f.rewrite.hostname;
   if (f.rewrite?.path) Object.assign(action, pathRewrite(f.rewrite.path, m, undefined));
   out.route = action;
@@ -234,6 +240,9 @@ function headersToAdd(set: Array<[string, string]>, add: Array<[string, string]>
     ...add.map(([key, value]) => ({ header: { key, value }, append_action: 'APPEND_IF_EXISTS_OR_ADD' })),
   ];
 }
+
+/** Envoy's RedirectAction.response_code of each Gateway API redirect status. */
+const REDIRECT_CODES: Record<RedirectStatus, string> = { 301: 'MOVED_PERMANENTLY', 302: 'FOUND', 303: 'SEE_OTHER', 307: 'TEMPORARY_REDIRECT', 308: 'PERMANENT_REDIRECT' };
 
 /**
  * A URLRewrite or redirect path: ReplaceFullPath replaces the whole path; ReplacePrefixMatch

@@ -10,7 +10,7 @@ import { request as httpRequest } from 'node:http';
 import { renameSync, writeFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import WebSocket from 'ws';
-import { http, waitFor } from '../helpers.js';
+import { http, waitFor, waitForStill } from '../helpers.js';
 import type { ConformanceCase, Exchange } from './cases.js';
 import type { EchoBackend, EchoedRequest } from './echo.js';
 
@@ -215,6 +215,39 @@ async function weighted(front: Front, weights: Record<string, number>): Promise<
   return why;
 }
 
+/**
+ * The mirror-share case: many requests to each path, every one answered by the backend, and the
+ * share copied to the mirror (found by a token in the query) within the tolerance of its percent.
+ */
+async function mirrorShares(front: Front, spec: NonNullable<ConformanceCase['mirrorShares']>, backends: EchoBackend[]): Promise<string | undefined> {
+  for (const { path, mirror, percent } of spec.paths) {
+    const token = randomUUID();
+    let next = 0;
+    let error: string | undefined;
+    const worker = async () => {
+      while (next < spec.requests && !error) {
+        const n = next++;
+        const res = await send(front.url, 'GET', `${path}?mirror-share=${token}&n=${n}`, undefined, {});
+        let pod: unknown;
+        try {
+          pod = (JSON.parse(res.body) as EchoedRequest).pod;
+        } catch {
+          // not the echo's answer: below
+        }
+        if (res.status !== 200 || typeof pod !== 'string' || !pod.startsWith(spec.backend)) error = `GET ${path}: expected 200 from ${spec.backend}, got ${res.status} ${res.body.slice(0, 160)}`;
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, worker));
+    if (error) return error;
+    const to = backends.find((b) => b.name === mirror)!;
+    const copies = () => to.received.filter((r) => r.path.includes(token)).length;
+    // The copies are sent as the requests are answered: counted once no more arrive for 300 ms.
+    const share = ((await waitForStill(copies, { polls: 3, timeoutMs: 10000 })) / spec.requests) * 100;
+    if (Math.abs(share - percent) > spec.tolerance) return `GET ${path}: ${share.toFixed(1)} % of the requests were copied to ${mirror}, expected ${percent} % (± ${spec.tolerance})`;
+  }
+  return undefined;
+}
+
 /** The WebSocket case: a text and a binary message go through the front and come back. */
 async function websocket(front: Front, path: string): Promise<string | undefined> {
   const ws = new WebSocket(`${front.url.replace(/^http/, 'ws')}${path}`);
@@ -269,6 +302,15 @@ export async function runCase(front: Front, routesFile: string, c: ConformanceCa
       why = `request failed: ${(err as Error).message}`;
     }
     if (why) return { ...base, outcome: 'fail', reason: `${describe(x)}: ${why}` };
+  }
+  if (c.mirrorShares) {
+    let why: string | undefined;
+    try {
+      why = await mirrorShares(front, c.mirrorShares, backends);
+    } catch (err) {
+      why = `request failed: ${(err as Error).message}`;
+    }
+    if (why) return { ...base, outcome: 'fail', reason: why };
   }
   return { ...base, outcome: 'pass' };
 }

@@ -153,7 +153,7 @@ describe('route file: retry, fault and filters', () => {
       requestHeaders: { set: [['x-a', '1']], add: [['x-b', '']], remove: ['x-c'] },
       responseHeaders: { set: [], add: [], remove: ['server'] },
       rewrite: { hostname: 'b.example', path: { type: 'ReplacePrefixMatch', value: '/b' } },
-      mirrors: ['shadow'],
+      mirrors: [{ service: 'shadow' }],
     });
     assert.deepEqual(b!.backendRefs, []);
     assert.deepEqual(b!.filters, { redirect: { statusCode: 302, port: 8443, path: { type: 'ReplaceFullPath', value: '/new' } }, mirrors: [] });
@@ -170,8 +170,24 @@ describe('route file: retry, fault and filters', () => {
     assert.equal(r('      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: MESH_PEER-identity, value: x}]}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestHeaderModifier.add[0].name: MESH_PEER-identity cannot be modified (only the mesh edge sets it)');
     assert.equal(r('      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Mesh_Endpoint, value: Admin.Reset}]}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestHeaderModifier.set[0].name: Mesh_Endpoint cannot be modified (backends read it as mesh-endpoint, a header the mesh sets or reads)');
     assert.equal(r('      filters: [{type: ExtensionRef, extensionRef: {name: x}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].type: ExtensionRef is not supported');
-    assert.equal(r('      filters: [{type: RequestRedirect, requestRedirect: {statusCode: 307}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestRedirect.statusCode: must be 301 or 302');
-    assert.equal(r('      filters: [{type: RequestMirror, requestMirror: {backendRef: {name: b}, percent: 10}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestMirror.percent: percent is not supported yet (every request is mirrored)');
+    assert.equal(r('      filters: [{type: RequestRedirect, requestRedirect: {statusCode: 304}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestRedirect.statusCode: must be 301, 302, 303, 307, 308');
+    assert.equal(r('      filters: [{type: RequestRedirect, requestRedirect: {statusCode: 200}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestRedirect.statusCode: must be an integer from 300 to 399');
+    assert.equal(r('      filters: [{type: RequestRedirect, requestRedirect: {statusCode: "307"}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestRedirect.statusCode: must be an integer from 300 to 399');
+    const m = (more: string) => r(`      filters: [{type: RequestMirror, requestMirror: {backendRef: {name: b}, ${more}}}]\n`);
+    const at = 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].requestMirror';
+    assert.equal(m('percent: 101'), `${at}.percent: must be an integer from 0 to 100`);
+    assert.equal(m('percent: -1'), `${at}.percent: must be an integer from 0 to 100`);
+    assert.equal(m('percent: 12.5'), `${at}.percent: must be an integer from 0 to 100`);
+    assert.equal(m('percent: "10"'), `${at}.percent: must be an integer from 0 to 100`);
+    assert.equal(m('percent: 10, fraction: {numerator: 1}'), `${at}.fraction: percent and fraction cannot both be given (one share of the requests)`);
+    assert.equal(m('fraction: {denominator: 10}'), `${at}.fraction: numerator is required`);
+    assert.equal(m('fraction: {numerator: 11, denominator: 10}'), `${at}.fraction.numerator: must not be more than the denominator (10)`);
+    assert.equal(m('fraction: {numerator: 101}'), `${at}.fraction.numerator: must not be more than the denominator (100)`);
+    assert.equal(m('fraction: {numerator: 0, denominator: 0}'), `${at}.fraction.denominator: must be an integer from 1 to 1000000`);
+    assert.equal(m('fraction: {numerator: 1, denominator: 2000000}'), `${at}.fraction.denominator: must be an integer from 1 to 1000000`);
+    assert.equal(m('fraction: {numerator: -1}'), `${at}.fraction.numerator: must be an integer from 0 to 1000000`);
+    assert.equal(m('fraction: {numerator: 1, percent: 2}'), `${at}.fraction.percent: unknown field "percent" (a Fraction has no such field)`);
+    assert.equal(m('fraction: 0.5'), `${at}.fraction: must be a mapping (a Fraction)`);
     assert.equal(r('      filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replacePrefixMatch: /x}}}]\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].filters[0].urlRewrite.path.replacePrefixMatch: replacePrefixMatch does not go with type ReplaceFullPath');
     assert.equal(error(route('    - matches: [{path: {type: Exact, value: /a}}]\n      backendRefs: [{name: a}]\n      filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /x}}}]\n')), 'routes.yaml line 9: HTTPRoute r spec.rules[0].filters: ReplacePrefixMatch needs every match of the rule to be a PathPrefix');
     const target = (where: string, value: string) =>
@@ -199,6 +215,29 @@ describe('route file: retry, fault and filters', () => {
     assert.equal(r('      fault: {abort: {httpStatus: 503}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].fault.abort: percentage is required');
     assert.equal(r('      fault: {delay: {fixedDelay: 2m, percentage: 5}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].fault.delay.fixedDelay: must be at most 60s');
     assert.equal(error(route('    - backendRefs: [{name: a, filters: [{type: RequestMirror}]}]\n')), "routes.yaml line 7: HTTPRoute r spec.rules[0].backendRefs[0].filters: a backend's filters are not supported yet (put them on the rule)");
+  });
+
+  it('reads every redirect status, and a mirror\'s percent or fraction', () => {
+    for (const code of [301, 302, 303, 307, 308]) {
+      const file = parseRouteFile(route(`    - filters: [{type: RequestRedirect, requestRedirect: {statusCode: ${code}}}]\n`), 'routes.yaml');
+      assert.equal(file.routes[0]!.rules[0]!.filters.redirect?.statusCode, code);
+    }
+    const file = parseRouteFile(
+      route(`    - backendRefs: [{name: a}]
+      filters:
+        - {type: RequestMirror, requestMirror: {backendRef: {name: b}, percent: 20}}
+        - {type: RequestMirror, requestMirror: {backendRef: {name: c}, fraction: {numerator: 25, denominator: 50}}}
+        - {type: RequestMirror, requestMirror: {backendRef: {name: d}, fraction: {numerator: 3}}}
+        - {type: RequestMirror, requestMirror: {backendRef: {name: e}, percent: 0}}
+`),
+      'routes.yaml',
+    );
+    assert.deepEqual(file.routes[0]!.rules[0]!.filters.mirrors, [
+      { service: 'b', fraction: { numerator: 20, denominator: 100 } },
+      { service: 'c', fraction: { numerator: 25, denominator: 50 } },
+      { service: 'd', fraction: { numerator: 3, denominator: 100 } },
+      { service: 'e', fraction: { numerator: 0, denominator: 100 } },
+    ]);
   });
 
   it('what only a proxy route does is refused on an rpc or api route', () => {

@@ -137,6 +137,33 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     assert.deepEqual(gone, { name: 'any-host/any-host-3', match: { path_separated_prefix: '/gone' }, direct_response: { status: 500 } }, 'every weight 0: 500, as mesh');
   });
 
+  it("every redirect status on Envoy's response_code; a mirror's percent or fraction as its runtime_fraction", () => {
+    const file = `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r}
+spec:
+  handler: proxy
+  rules:
+${[301, 302, 303, 307, 308].map((code) => `    - matches: [{path: {type: Exact, value: /r${code}}}]\n      filters: [{type: RequestRedirect, requestRedirect: {statusCode: ${code}}}]\n`).join('')}    - matches: [{path: {type: Exact, value: /m}}]
+      backendRefs: [{name: a}]
+      filters:
+        - {type: RequestMirror, requestMirror: {backendRef: {name: b}, percent: 20}}
+        - {type: RequestMirror, requestMirror: {backendRef: {name: c}, fraction: {numerator: 1, denominator: 3}}}
+`;
+    const { routeConfiguration } = envoyRoutes(parseRouteFile(file, 'routes.yaml'), { address: { host: '127.0.0.1', port: 10000 } });
+    assert.deepEqual(brief(envoy.check('envoy.config.route.v3.RouteConfiguration', routeConfiguration)), []);
+    const routes = (routeConfiguration as Json).virtual_hosts[0].routes as Json[];
+    const byPath = (path: string) => routes.find((r) => r.match.path === path)!;
+    assert.deepEqual(
+      [301, 302, 303, 307, 308].map((code) => byPath(`/r${code}`).redirect.response_code),
+      ['MOVED_PERMANENTLY', 'FOUND', 'SEE_OTHER', 'TEMPORARY_REDIRECT', 'PERMANENT_REDIRECT'],
+    );
+    assert.deepEqual(byPath('/m').route.request_mirror_policies, [
+      { cluster: 'b', runtime_fraction: { default_value: { numerator: 200_000, denominator: 'MILLION' } } },
+      { cluster: 'c', runtime_fraction: { default_value: { numerator: 333_333, denominator: 'MILLION' } } },
+    ]);
+  });
+
   it('a versioned backend needs subsets by version on its cluster: the pieces for it pass the check too', () => {
     const cluster = buildCluster('go.mesh.srv.checkout', [], resolveSettings(undefined, undefined, 'round_robin', true));
     assert.deepEqual(brief(envoy.check('envoy.config.cluster.v3.Cluster', { ...cluster, lb_subset_config: VERSION_SUBSETS })), []);

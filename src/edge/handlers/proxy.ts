@@ -17,7 +17,7 @@ import type { Dispatcher } from 'undici';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
-import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, MeshError, proxyFailed, proxyTimeout, routedError } from '../../base/errors.js';
+import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, MeshError, proxyFailed, proxyRetriesSpent, proxyTimeout, routedError } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { endRawLingering, refuseSocket, sendError } from '../../base/http/respond.js';
 import { classifyError } from '../../core/transport/rpc.js';
@@ -375,18 +375,21 @@ async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boo
   const headers = route ? route.requestHeaders(forwarded) : forwarded;
   const path = policy?.path ?? req.url ?? '/';
   const retry = route?.rule.retry;
-  // A streamed body can be sent once only; otherwise a refused connection (and a route's retry codes) is retried on another host.
+  // A streamed body can be sent once only; otherwise a refused connection (and with a route's retry, its codes, a closed connection and a try timeout) is retried on another host.
   const retries = body.kind === 'stream' ? 0 : (retry?.attempts ?? fe.edge.settings.clientRetries);
-  // A route's timeouts: each try waits for the answer's head at most backendRequest, else request, else --client_request_timeout.
+  // A route's timeouts: each try waits for the answer's head at most backendRequest, else request, else --client_request_timeout;
+  // with `request`, every try (and the pauses between them) ends by its deadline.
   const timeoutMs = policy?.tryTimeoutMs ?? policy?.requestTimeoutMs ?? fe.edge.settings.clientRequestTimeoutMs;
-  const mirrors = route?.rule.filters.mirrors;
+  const requestTimeoutMs = policy?.requestTimeoutMs;
+  const deadline = requestTimeoutMs ? Date.now() + requestTimeoutMs : undefined;
+  const mirrors = route && route.rule.filters.mirrors.length > 0 ? route.drawMirrors() : undefined;
   if (route && mirrors && mirrors.length > 0) {
     if (body.kind === 'stream' || !fe.mirrors) for (const _ of mirrors) route.stats.mirrorDropped.inc();
     else fe.mirrors.send(mirrors, { method: req.method ?? 'GET', path, headers, body: body.kind === 'buffered' ? body.bytes : undefined }, route.stats);
   }
   const call: ProxyCall = {
-    fe, service, version: policy?.version, timeoutMs, req, res, path, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req),
-    route, codes: retry?.codes ?? [], backoffMs: retry?.backoffMs ?? 0, responseHeaders: route?.responseHeaders(),
+    fe, service, version: policy?.version, timeoutMs, deadline, requestTimeoutMs, req, res, path, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req),
+    route, codes: retry?.codes ?? [], backoffMs: retry?.backoffMs ?? 0, retryFailures: retry !== undefined, responseHeaders: route?.responseHeaders(),
   };
   const result = await sendProxied(call, 0);
   if (result.kind === 'failed') sendError(res, result.error);
@@ -400,6 +403,9 @@ interface ProxyCall {
   readonly version: string | undefined;
   /** The wait for each try's answer head (ms). */
   readonly timeoutMs: number;
+  /** A route's `timeouts.request`: epoch ms by which every try ends (no try starts after it); undefined: none. */
+  readonly deadline: number | undefined;
+  readonly requestTimeoutMs: number | undefined;
   readonly req: IncomingMessage;
   readonly res: ServerResponse;
   /** The path and query sent (a route's URLRewrite applied). */
@@ -419,6 +425,11 @@ interface ProxyCall {
   readonly codes: readonly number[];
   /** Pause before each retry (a route's retry.backoff). */
   readonly backoffMs: number;
+  /**
+   * A route's `retry`: a try whose connection the host closed or reset before any answer, and a
+   * try that ran out of its own timeout (`timeouts.backendRequest`), are retried too.
+   */
+  readonly retryFailures: boolean;
   readonly responseHeaders: ((flat: string[]) => string[]) | undefined;
 }
 
@@ -434,9 +445,10 @@ const OVERFLOW: ProxyTry = { kind: 'overflow' };
 /**
  * The proxy's tries under the client's retry interceptor, with the proxy's policy: a connect
  * failure is retried on another host (retries is 0 for a streamed body), and so is an answer
- * whose status a route's retry.codes name (after the route's backoff); the last failure is the
- * answer, also when the retry budget refuses the retry (an answer dropped for a retry is then
- * error JSON with its status).
+ * whose status a route's retry.codes name (after the route's backoff) and, with a route's
+ * `retry`, a try the host closed or reset before answering or that ran out of its own timeout;
+ * no try outlasts the route's `timeouts.request`. The last failure is the answer, also when the
+ * retry budget refuses the retry (an answer dropped for a retry is then error JSON with its status).
  */
 const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
   retry({
@@ -445,13 +457,19 @@ const sendProxied = compose<ProxyCall, number, ProxyTry>(proxyTry, [
     decide: (r) => (r.kind === 'overflow' ? 'stop' : r.kind === 'failed' && r.retriable ? 'retry' : 'done'),
     exhausted: (call) => ({ kind: 'failed', error: badGateway(call.fe.errorId, `proxy to ${call.service} failed`), retriable: false }),
     backoff: (_n, call) => call.backoffMs,
+    deadline: (call) => call.deadline ?? Infinity,
   }),
 ]);
 
 /** One try: a host of the service, the request forwarded to it, and its answer streamed to the client. */
 async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   const { fe, service, req, res, counter, limit, info } = call;
-  const timeoutMs = call.timeoutMs;
+  // A try ends by the route's request deadline, whatever its own timeout.
+  const left = call.deadline === undefined ? Infinity : Math.max(1, call.deadline - Date.now());
+  const byDeadline = left < call.timeoutMs;
+  const timeoutMs = byDeadline ? left : call.timeoutMs;
+  /** What a timeout of this try names: the route's whole request when the deadline cut it. */
+  const timeoutShown = byDeadline ? call.requestTimeoutMs! : timeoutMs;
   let lease: UpstreamLease | undefined;
   try {
     const clusters = fe.edge.clusters;
@@ -470,7 +488,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   }
   if (!lease) {
     req.resume();
-    sendError(res, proxyTimeout(fe.errorId, service, timeoutMs));
+    sendError(res, proxyTimeout(fe.errorId, service, timeoutShown));
     return DONE;
   }
   const started = Date.now();
@@ -527,11 +545,18 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   lease.release(failure.outcome, Date.now() - started);
   if (res.destroyed || res.writableEnded) return DONE; // the client went away
   const outcome = failure.outcome.kind;
+  const to = `${service} on ${lease.target.key}`;
+  const flag = outcome === 'connect_failure' ? 'UF' : 'UC';
+  // A route's retry that still fails before any answer: the service is unavailable (503).
   const error =
     outcome === 'timeout'
-      ? proxyTimeout(fe.errorId, `${service} on ${lease.target.key}`, timeoutMs)
-      : proxyFailed(fe.errorId, `${service} on ${lease.target.key}`, failure.message, outcome === 'connect_failure' ? 'UF' : 'UC');
-  return { kind: 'failed', error, retriable: outcome === 'connect_failure' };
+      ? proxyTimeout(fe.errorId, to, timeoutShown)
+      : call.retryFailures && attempt > 0
+        ? proxyRetriesSpent(fe.errorId, to, failure.message, attempt + 1, flag)
+        : proxyFailed(fe.errorId, to, failure.message, flag);
+  // Nothing of an answer was sent to the client, and the body is in memory (a streamed one has no retries): the request can be sent again.
+  const retriable = outcome === 'connect_failure' || (call.retryFailures && (outcome === 'reset' || (outcome === 'timeout' && !byDeadline)));
+  return { kind: 'failed', error, retriable };
 }
 
 /** Whether an Upgrade header lists h2c (HTTP/2 over cleartext, any version) among its protocols. */

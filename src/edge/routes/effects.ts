@@ -140,6 +140,19 @@ export class RuleEffects {
     return delayMs === 0 && abortStatus === undefined ? NO_FAULT : { delayMs, abortStatus };
   }
 
+  /**
+   * The services that get a copy of this request: each mirror of the rule, a mirror with a
+   * `percent` or `fraction` by its own draw (random() below numerator/denominator).
+   */
+  drawMirrors(): string[] {
+    const out: string[] = [];
+    for (const m of this.rule.filters.mirrors) {
+      const f = m.fraction;
+      if (!f || this.random() * f.denominator < f.numerator) out.push(m.service);
+    }
+    return out;
+  }
+
   /** The request headers sent upstream (undici's flat list) after the RequestHeaderModifier and the URLRewrite's hostname. */
   requestHeaders(flat: string[]): string[] {
     const mod = this.rule.filters.requestHeaders;

@@ -6,7 +6,7 @@
  * - Every field of HTTPRoute (gateway.networking.k8s.io/v1) is known. Fields that mean nothing
  *   to mesh (`parentRefs`, `status`, most of `metadata`, a backend's `group`, `namespace`, `port`)
  *   are accepted and ignored; what mesh does not do yet (`sessionPersistence`, a backend's
- *   `filters`, a mirror's `percent`) refuses the file with "not supported yet" naming the field;
+ *   `filters`) refuses the file with "not supported yet" naming the field;
  *   a field the Gateway API does not have is refused. Mesh's own fields: `spec.handler`, a
  *   backend's `version`, a rule's `fault` and its `retry.budget`.
  * - Every error is a RouteFileError naming the file, the line, and the route and rule
@@ -113,7 +113,18 @@ export interface RedirectSpec {
   hostname?: string;
   port?: number;
   path?: { type: 'ReplacePrefixMatch' | 'ReplaceFullPath'; value: string };
-  statusCode: 301 | 302;
+  statusCode: RedirectStatus;
+}
+
+/** The redirect statuses of the Gateway API (default 302). */
+export type RedirectStatus = 301 | 302 | 303 | 307 | 308;
+export const REDIRECT_STATUSES: readonly RedirectStatus[] = [301, 302, 303, 307, 308];
+
+export interface MirrorSpec {
+  /** The service that gets the copies. */
+  service: string;
+  /** The share of requests copied (`percent` is n/100); undefined: every request. */
+  fraction?: { numerator: number; denominator: number };
 }
 
 export interface FiltersSpec {
@@ -121,8 +132,8 @@ export interface FiltersSpec {
   responseHeaders?: HeaderModifierSpec;
   rewrite?: RewriteSpec;
   redirect?: RedirectSpec;
-  /** Services that get a copy of each request. */
-  mirrors: string[];
+  /** Services that get a copy of each request (or of a share of them). */
+  mirrors: MirrorSpec[];
 }
 
 export interface RouteSpec {
@@ -164,7 +175,7 @@ export class RouteFileError extends ConfigFileError {
 }
 
 /** Bounds of the Gateway API's own schema (and of a file). */
-export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000 } as const;
+export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000, fractionDenominator: 1_000_000 } as const;
 
 const API_VERSIONS = new Set(['gateway.networking.k8s.io/v1', 'gateway.networking.k8s.io/v1beta1']);
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
@@ -199,6 +210,7 @@ const REDIRECT = new Set(['scheme', 'hostname', 'path', 'port', 'statusCode']);
 const PATH_MODIFIER = new Set(['type', 'replaceFullPath', 'replacePrefixMatch']);
 const MIRROR = new Set(['backendRef', 'percent', 'fraction']);
 const MIRROR_REF = new Set(['group', 'kind', 'name', 'namespace', 'port', 'version']);
+const FRACTION = new Set(['numerator', 'denominator']);
 
 /** metadata.name and a rule's name: a DNS subdomain (RFC 1123), as Kubernetes checks them. */
 const DNS_NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
@@ -585,16 +597,16 @@ function parseFilters(at: At): FiltersSpec {
         if (r.has('statusCode')) {
           const sAt = r.get('statusCode')!.at;
           const code = integer(sAt, 300, 399);
-          if (code !== 301 && code !== 302) throw sAt.error('must be 301 or 302');
-          redirect.statusCode = code;
+          if (!(REDIRECT_STATUSES as readonly number[]).includes(code)) throw sAt.error(`must be ${REDIRECT_STATUSES.join(', ')}`);
+          redirect.statusCode = code as RedirectStatus;
         }
         out.redirect = redirect;
         break;
       }
       case 'RequestMirror': {
         const m = fields(vAt, MIRROR, 'an HTTPRequestMirrorFilter');
-        for (const k of ['percent', 'fraction']) if (m.has(k)) throw m.get(k)!.at.error(`${k} is not supported yet (every request is mirrored)`);
         if (!m.has('backendRef')) throw vAt.error('backendRef is required');
+        if (m.has('percent') && m.has('fraction')) throw m.get('fraction')!.at.error('percent and fraction cannot both be given (one share of the requests)');
         const ref = fields(m.get('backendRef')!.at, MIRROR_REF, 'a BackendObjectReference');
         if (ref.has('version')) throw ref.get('version')!.at.error('a mirror goes to any node of the service (version is not supported here)');
         if (!ref.has('name')) throw m.get('backendRef')!.at.error('name is required (a mesh service)');
@@ -603,13 +615,27 @@ function parseFilters(at: At): FiltersSpec {
         const bad = serviceNameProblem(name);
         if (bad) throw nAt.error(`not a mesh service name: ${bad}`);
         if (out.mirrors.length >= LIMITS.mirrors) throw item.error(`more than ${LIMITS.mirrors} mirrors`);
-        out.mirrors.push(name);
+        const mirror: MirrorSpec = { service: name };
+        if (m.has('percent')) mirror.fraction = { numerator: integer(m.get('percent')!.at, 0, 100), denominator: 100 };
+        if (m.has('fraction')) mirror.fraction = parseFraction(m.get('fraction')!.at);
+        out.mirrors.push(mirror);
         break;
       }
     }
   }
   if (out.redirect && (out.rewrite || out.mirrors.length > 0 || out.requestHeaders)) throw at.error('RequestRedirect answers the request itself: it cannot go with URLRewrite, RequestHeaderModifier or RequestMirror');
   return out;
+}
+
+/** A mirror's `fraction`: numerator ≤ denominator, denominator above 0 (default 100). */
+function parseFraction(at: At): { numerator: number; denominator: number } {
+  const f = fields(at, FRACTION, 'a Fraction');
+  if (!f.has('numerator')) throw at.error('numerator is required');
+  const denominator = f.has('denominator') ? integer(f.get('denominator')!.at, 1, LIMITS.fractionDenominator) : 100;
+  const nAt = f.get('numerator')!.at;
+  const numerator = integer(nAt, 0, LIMITS.fractionDenominator);
+  if (numerator > denominator) throw nAt.error(`must not be more than the denominator (${denominator})`);
+  return { numerator, denominator };
 }
 
 /** metadata.name when it is a plain string, so that errors before it is checked can name the route. */
