@@ -61,7 +61,7 @@ function unresolvedRefs(route: RouteSpec, known: KnownService | undefined): Arra
       else if (known?.(ref.name) === false) out.push({ reason: 'BackendNotFound', message: `${ruleName(rule)} backendRefs[${i}]: service ${ref.name} is not in the registry` });
     });
     for (const mirror of rule.filters.mirrors) {
-      if (known?.(mirror) === false) out.push({ reason: 'BackendNotFound', message: `${ruleName(rule)} RequestMirror: service ${mirror} is not in the registry` });
+      if (known?.(mirror.service) === false) out.push({ reason: 'BackendNotFound', message: `${ruleName(rule)} RequestMirror: service ${mirror.service} is not in the registry` });
     }
   }
   return out;
