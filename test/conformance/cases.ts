@@ -35,7 +35,9 @@ export interface Exchange {
   /** Headers the echo backend sets on its answer (upstream `BackendSetResponseHeaders`). */
   backendSetResponseHeaders?: Record<string, string>;
   /** Expected answer; status default 200 (a list: any of them). A 504 and a 408 count as the same (a timeout), as upstream. */
-  response?: { status?: number | number[]; headers?: Record<string, string>; absentHeaders?: string[] };
+  response?: { status?: number | number[]; headers?: Record<string, string>; absentHeaders?: string[]; validHeaderValues?: Record<string, string[]> };
+  /** The front answers itself (a CORS preflight): only the status and headers are compared. */
+  answeredByFront?: boolean;
   /** The upstream retry simulation (echo.ts): added to the query with a fresh `uuid`. */
   retrySimulation?: Record<string, string>;
   /** The backend whose pod must answer (a 200). */
@@ -979,18 +981,70 @@ ${REQ_MODS}        - {type: RequestMirror, requestMirror: {backendRef: {name: ${
     name: 'HTTPRouteCORS',
     manifest: 'httproute-cors.yaml',
     features: ['HTTPRouteCORS'],
-    routes: route(
-      'cors-wildcard-methods',
-      `  rules:
+    routes: docs(
+      route(
+        'cors-multiple-origins-methods-headers',
+        `  rules:
+    - matches: [{path: {type: PathPrefix, value: /cors-1}}]
+      filters:
+        - type: CORS
+          cors:
+            allowOrigins: ["https://www.foo.com", "https://*.bar.com"]
+            allowMethods: [GET, OPTIONS]
+            allowHeaders: [x-header-1, x-header-2]
+            exposeHeaders: [x-header-3, x-header-4]
+            allowCredentials: true
+            maxAge: 3600
+      backendRefs: [{name: ${V1}}]
+`,
+      ),
+      route(
+        'cors-wildcard-methods',
+        `  rules:
     - matches: [{path: {type: PathPrefix, value: /cors-2}}]
       filters: [{type: CORS, cors: {allowOrigins: ["https://www.foo.com"], allowMethods: ["*"]}}]
       backendRefs: [{name: ${V1}}]
 `,
+      ),
     ),
     exchanges: [
+      ...['https://www.foo.com', 'https://www.bar.com', 'https://xpto.www.bar.com'].map((origin): Exchange => ({
+        request: { method: 'OPTIONS', path: '/cors-1', headers: { Origin: origin, 'Access-Control-Request-Method': 'GET', 'Access-Control-Request-Headers': 'x-header-1, x-header-2' } },
+        answeredByFront: true,
+        response: {
+          status: [200, 204],
+          validHeaderValues: {
+            'access-control-allow-origin': [origin],
+            'access-control-allow-methods': ['GET, OPTIONS', 'OPTIONS, GET'],
+            'access-control-allow-headers': ['x-header-1, x-header-2', 'x-header-2, x-header-1'],
+            'access-control-expose-headers': ['x-header-3, x-header-4', 'x-header-4, x-header-3'],
+            'access-control-max-age': ['3600'],
+            'access-control-allow-credentials': ['true'],
+          },
+        },
+      })),
       {
-        request: { method: 'OPTIONS', path: '/cors-2', headers: { Origin: 'https://www.foo.com', 'Access-Control-Request-Method': 'GET' } },
-        response: { status: 200, headers: { 'Access-Control-Allow-Origin': 'https://www.foo.com' } },
+        request: { method: 'OPTIONS', path: '/cors-1', headers: { Origin: 'https://foobar.com', 'Access-Control-Request-Method': 'GET' } },
+        answeredByFront: true,
+        response: { status: [200, 204, 403], absentHeaders: ['access-control-allow-origin'] },
+      },
+      ...['https://www.foo.com', 'https://www.bar.com'].map((origin): Exchange => ({
+        request: { path: '/cors-1', headers: { Origin: origin, 'Access-Control-Request-Method': 'GET', 'Access-Control-Request-Headers': 'x-header-1, x-header-2' } },
+        response: { status: [200, 204], headers: { 'Access-Control-Allow-Origin': origin } },
+      })),
+      {
+        request: { path: '/cors-1', headers: { Origin: 'https://foobar.com', 'Access-Control-Request-Method': 'GET' } },
+        response: { absentHeaders: ['access-control-allow-origin'] },
+      },
+      {
+        request: { method: 'OPTIONS', path: '/cors-2', headers: { Origin: 'https://www.foo.com', 'Access-Control-Request-Method': 'POST' } },
+        answeredByFront: true,
+        response: {
+          status: [200, 204],
+          validHeaderValues: { 'access-control-allow-methods': ['POST', '*'] },
+          headers: { 'Access-Control-Allow-Origin': 'https://www.foo.com' },
+          absentHeaders: ['access-control-allow-credentials'],
+        },
       },
     ],
   },
@@ -1128,8 +1182,6 @@ export type FrontName = 'mesh api' | 'mesh sidecar' | 'mesh proxy';
 const SIDECAR_HOST = "the sidecar's Host check answers 403 to a Host other than this machine's names (example.com, rewrite.example)";
 const REDIRECT_CODE = 'a redirect statusCode other than 301 or 302 refuses the file';
 const PERCENT_MIRROR = "a mirror's percent or fraction refuses the file (every request is mirrored)";
-const BACKEND_FILTERS = "a backendRef's own filters refuse the file (only a rule's filters are supported)";
-const CORS = 'the CORS filter refuses the file';
 const RETRY_RESET = 'a try whose connection the backend closes before answering is not retried (only a failure to connect is)';
 const RETRY_TIMEOUT = 'a try that runs out of timeouts.backendRequest is not retried: the client gets 504';
 
@@ -1137,15 +1189,10 @@ const RETRY_TIMEOUT = 'a try that runs out of timeouts.backendRequest is not ret
 const EVERY_FRONT: Record<string, string> = {
   HTTPRouteRetryConnectionError: RETRY_RESET,
   HTTPRouteRetryWithTimeouts: RETRY_TIMEOUT,
-  HTTPRouteBackendRequestRedirect: BACKEND_FILTERS,
-  HTTPRouteRequestHeaderModifierBackendWeights: BACKEND_FILTERS,
   HTTPRoute303Redirect: REDIRECT_CODE,
   HTTPRoute307Redirect: REDIRECT_CODE,
   HTTPRoute308Redirect: REDIRECT_CODE,
   HTTPRouteRequestPercentageMirror: PERCENT_MIRROR,
-  HTTPRouteBackendRequestHeaderModifier: BACKEND_FILTERS,
-  HTTPRouteBackendURLRewrite: BACKEND_FILTERS,
-  HTTPRouteCORS: CORS,
 };
 
 /** The cases that fail today on each front, with why in one line. */
