@@ -973,9 +973,17 @@ ${REQ_MODS}        - {type: RequestMirror, requestMirror: {backendRef: {name: ${
       backendRefs:
         - name: ${V1}
           filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /rewritten-full}}}]
+    - matches: [{path: {type: PathPrefix, value: /prefix}}]
+      backendRefs:
+        - name: ${V1}
+          filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /rewritten-prefix}}}]
 `,
     ),
-    exchanges: [{ request: { path: '/full/x' }, expectedRequest: { path: '/rewritten-full' }, backend: V1 }],
+    exchanges: [
+      { request: { path: '/full/x' }, expectedRequest: { path: '/rewritten-full' }, backend: V1 },
+      { request: { path: '/prefix/one' }, expectedRequest: { path: '/rewritten-prefix/one' }, backend: V1 },
+      { request: { path: '/prefix' }, expectedRequest: { path: '/rewritten-prefix' }, backend: V1 },
+    ],
   },
   {
     name: 'HTTPRouteCORS',
@@ -1003,6 +1011,22 @@ ${REQ_MODS}        - {type: RequestMirror, requestMirror: {backendRef: {name: ${
         `  rules:
     - matches: [{path: {type: PathPrefix, value: /cors-2}}]
       filters: [{type: CORS, cors: {allowOrigins: ["https://www.foo.com"], allowMethods: ["*"]}}]
+      backendRefs: [{name: ${V1}}]
+`,
+      ),
+      route(
+        'cors-wildcard-origin',
+        `  rules:
+    - matches: [{path: {type: PathPrefix, value: /cors-wildcard-origin}}]
+      filters: [{type: CORS, cors: {allowOrigins: ["*"], allowMethods: [PUT], allowCredentials: false}}]
+      backendRefs: [{name: ${V1}}]
+`,
+      ),
+      route(
+        'cors-wildcard-methods-headers-auth',
+        `  rules:
+    - matches: [{path: {type: PathPrefix, value: /cors-wildcard-methods-headers}}]
+      filters: [{type: CORS, cors: {allowOrigins: ["https://other.foo.com"], allowMethods: ["*"], allowHeaders: ["*"], allowCredentials: true}}]
       backendRefs: [{name: ${V1}}]
 `,
       ),
@@ -1045,6 +1069,32 @@ ${REQ_MODS}        - {type: RequestMirror, requestMirror: {backendRef: {name: ${
           headers: { 'Access-Control-Allow-Origin': 'https://www.foo.com' },
           absentHeaders: ['access-control-allow-credentials'],
         },
+      },
+      ...['https://foobar.com', 'https://foobar.com:12345'].map((origin): Exchange => ({
+        request: { method: 'OPTIONS', path: '/cors-wildcard-origin', headers: { Origin: origin, 'Access-Control-Request-Method': 'PUT' } },
+        answeredByFront: true,
+        response: { status: [200, 204], validHeaderValues: { 'access-control-allow-origin': [origin, '*'], 'access-control-allow-methods': ['PUT'] }, absentHeaders: ['access-control-allow-credentials'] },
+      })),
+      ...['https://foobar.com:12345', 'https://foobar.com'].map((origin): Exchange => ({
+        request: { method: 'PUT', path: '/cors-wildcard-origin', headers: { Origin: origin } },
+        response: { status: [200, 204], validHeaderValues: { 'access-control-allow-origin': [origin, '*'] } },
+      })),
+      {
+        request: { method: 'OPTIONS', path: '/cors-wildcard-methods-headers', headers: { Origin: 'https://other.foo.com', 'Access-Control-Request-Method': 'PUT', 'Access-Control-Request-Headers': 'x-header-1, x-header-2' } },
+        answeredByFront: true,
+        response: {
+          status: 200,
+          validHeaderValues: {
+            'access-control-allow-origin': ['https://other.foo.com'],
+            'access-control-allow-methods': ['PUT'],
+            'access-control-allow-headers': ['x-header-1, x-header-2', 'x-header-2, x-header-1'],
+            'access-control-allow-credentials': ['true'],
+          },
+        },
+      },
+      {
+        request: { path: '/cors-wildcard-methods-headers', headers: { Origin: 'https://other.foo.com', Authorization: 'Bearer test' } },
+        response: { validHeaderValues: { 'access-control-allow-origin': ['https://other.foo.com'], 'access-control-allow-credentials': ['true'] } },
       },
     ],
   },

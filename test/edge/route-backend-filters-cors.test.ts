@@ -10,6 +10,11 @@ import { StatsStore } from '../../src/base/stats/store.js';
 import { checkHandlers, parseRouteFile, RouteFileError } from '../../src/edge/routes/file.js';
 import { RouteEffectsCache, routeAction, type RouteAction } from '../../src/edge/routes/effects.js';
 import { CompiledRoutes } from '../../src/edge/routes/table.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { http } from '../helpers.js';
+import { startEdgeGateway } from '../fixtures/edge-gateway.js';
 
 const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n';
 const route = (rules: string, handler = 'proxy') => `${HEAD}metadata: {name: r}\nspec:\n  handler: ${handler}\n  rules:\n${rules}`;
@@ -261,5 +266,39 @@ describe('route file: the CORS filter', () => {
     const res = { setHeader: (n: string, v: unknown) => (set[n] = v), getHeader: (n: string) => set[n], once: () => undefined } as never;
     r.policy.effects!.begin({ headers: {} } as never, res, 'test');
     assert.deepEqual(set, { vary: 'Origin', 'access-control-allow-origin': 'https://app.example' });
+  });
+});
+
+describe('a route\'s CORS on a real gateway with --auth=key', () => {
+  it('the preflight is answered before the auth step; other requests still need their key', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mesh-route-cors-'));
+    const routes = join(dir, 'routes.yaml');
+    writeFileSync(routes, route(`    - matches: [{path: {type: PathPrefix, value: /shop}}]
+      backendRefs: [{name: go.mesh.srv.shop}]
+      filters: [{type: CORS, cors: {allowOrigins: ["https://app.example"], allowMethods: [GET], allowCredentials: true, maxAge: 60}}]
+`));
+    writeFileSync(join(dir, 'keys.txt'), 'alice-key-0123456789abcdef alice read\n');
+    const gw = await startEdgeGateway(['--auth=key', `--auth_keys=${join(dir, 'keys.txt')}`], { routesFile: routes });
+    try {
+      const preflight = await http('OPTIONS', `${gw.url}/shop/cart`, { headers: { origin: 'https://app.example', 'access-control-request-method': 'GET' } });
+      assert.equal(preflight.status, 200);
+      assert.equal(preflight.text, '');
+      assert.equal(preflight.headers['access-control-allow-origin'], 'https://app.example');
+      assert.equal(preflight.headers['access-control-allow-credentials'], 'true');
+      assert.equal(preflight.headers['access-control-allow-methods'], 'GET');
+      assert.equal(preflight.headers['access-control-max-age'], '60');
+      const evil = await http('OPTIONS', `${gw.url}/shop/cart`, { headers: { origin: 'https://evil.example', 'access-control-request-method': 'GET' } });
+      assert.equal(evil.status, 200);
+      assert.equal(evil.headers['access-control-allow-origin'], undefined);
+      assert.equal(evil.headers['access-control-allow-credentials'], undefined);
+      const plain = await http('GET', `${gw.url}/shop/cart`, { headers: { origin: 'https://app.example' } });
+      assert.equal(plain.status, 401, plain.text);
+      const keyed = await http('GET', `${gw.url}/shop/cart`, { headers: { origin: 'https://app.example', authorization: 'Bearer alice-key-0123456789abcdef' } });
+      assert.equal(keyed.status, 500, keyed.text); // past the auth step: the service is not registered
+      assert.equal(keyed.headers['access-control-allow-origin'], 'https://app.example');
+    } finally {
+      await gw.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -206,7 +206,8 @@ export class Gateway {
       counted: (req) => !(dashboard && isDashboardPath(targetOf(req).path)),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
-      authorize: (req, res, route) => guard.checkRequest(req, res, () => this.authTarget(req, route)),
+      // A route's CORS preflight is answered before the auth step, as --cors answers one: a browser sends it without credentials, and it reaches no backend.
+      authorize: (req, res, route) => (route.kind === 'preflight' ? undefined : guard.checkRequest(req, res, () => this.authTarget(req, route))),
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
     });
