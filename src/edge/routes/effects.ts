@@ -1,7 +1,8 @@
 /**
  * What a matched rule of a route file does to a request besides choosing its backend: its
  * per-route stats, its retry budget, its faults (delays and aborts drawn per request), its header
- * modifiers, its URL rewrite and redirect, and its mirrors. One RuleEffects per (rule, host the
+ * modifiers, its URL rewrite and redirect, its mirrors and its CORS; then the picked backend's own
+ * filters (a request's view of the rule: `withRequest`). One RuleEffects per (rule, host the
  * route matched), built once and kept while the rule's table is in use (RouteEffectsCache).
  *
  * Stats, below `vhost.<host>.route.<rule>.` (`<host>`: the route's hostname that matched, `*`
