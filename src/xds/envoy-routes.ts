@@ -25,16 +25,19 @@
  *   `backoff` → `retry_back_off`; connect failures and resets are always retried);
  *   filters: header modifiers → `request_headers_to_*` / `response_headers_to_*`, URLRewrite →
  *   `host_rewrite_literal` and `prefix_rewrite` / `regex_rewrite`, RequestRedirect → `redirect`,
- *   RequestMirror → `request_mirror_policies`; mesh's `fault` → the fault filter's per-route
+ *   RequestMirror → `request_mirror_policies`, a backend's header modifiers → its weighted cluster's (the
+ *   route configuration then has `most_specific_header_mutations_wins`: the backend's last, as mesh);
+ *   mesh's `fault` → the fault filter's per-route
  *   HTTPFault (the listener then has the fault filter before the router).
  * Envoy forwards HTTP: a route whose handler is `api` or `rpc` (mesh's own HTTP → RPC mapping)
- * refuses the file, as `mesh proxy` does. What Envoy does differently is said in `warnings`: a
+ * refuses the file, as `mesh proxy` does; so do the CORS filter and a backend's URLRewrite or
+ * RequestRedirect (not translated). What Envoy does differently is said in `warnings`: a
  * retry `budget` (Envoy's is the cluster's circuit breaker, resources.ts), and a backend's
  * `version` when the clusters have no version subsets (`versionSubsets: false`; mesh xds's have).
  */
 import type { HostPort } from '../base/util/address.js';
 import { escapeRegExp } from '../base/util/regex.js';
-import { RouteFileError, type MatchSpec, type RedirectStatus, type RouteFile, type RouteSpec, type RuleSpec, type ValueMatchSpec } from '../edge/routes/file.js';
+import { RouteFileError, type FiltersSpec, type MatchSpec, type RedirectStatus, type RouteFile, type RouteSpec, type RuleSpec, type ValueMatchSpec } from '../edge/routes/file.js';
 import { CompiledRoutes } from '../edge/routes/table.js';
 import { ADS_CONFIG_SOURCE, duration, endpointVersionMetadata, HTTP_CONNECTION_MANAGER_TYPE_URL, ROUTER_TYPE_URL, type Message } from './resources.js';
 
@@ -98,6 +101,10 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
   for (const r of file.routes) {
     if (r.handler !== undefined && r.handler !== 'proxy') throw new RouteFileError(file.file, r.line, `HTTPRoute ${r.name} spec.handler: Envoy forwards HTTP only: use proxy (or leave it out), not ${r.handler}`);
     for (const rule of r.rules) {
+      const untranslated = rule.filters.cors
+        ? 'filters: CORS'
+        : rule.backendRefs.map((b, i) => (b.filters?.rewrite || b.filters?.redirect ? `backendRefs[${i}].filters: a backend's ${b.filters.rewrite ? 'URLRewrite' : 'RequestRedirect'}` : undefined)).find((w) => w);
+      if (untranslated) throw new RouteFileError(file.file, rule.line, `HTTPRoute ${r.name} spec.rules[${rule.index}].${untranslated} is not translated for Envoy (mesh api, mesh sidecar and mesh proxy serve it)`);
       if (rule.retry?.budget) warnings.push(`HTTPRoute ${r.name} rule ${rule.name}: retry.budget is not per route in Envoy (its retry budget is the cluster's, from mesh's cluster settings)`);
       const versioned = rule.backendRefs.filter((b) => b.version !== undefined);
       if (versioned.length > 0 && !o.versionSubsets) warnings.push(`HTTPRoute ${r.name} rule ${rule.name}: backendRefs name versions (${versioned.map((b) => `${b.name} ${b.version}`).join(', ')}), but the clusters have no version subsets: Envoy sends to any node of the service`);
@@ -112,6 +119,8 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
     return { name: domain ?? 'any', domains: [domain ?? '*'], routes: covered.map((e) => route(e.route, e.rule, e.match, shape)) };
   });
   const routeConfiguration: Message = { name: routeConfigName, virtual_hosts: virtualHosts.filter((v) => v.routes.length > 0 || v.domains[0] === '*') };
+  // A backend's header modifiers apply after its rule's, as mesh applies them (Envoy's default is the route's last).
+  if (file.routes.some((r) => r.rules.some((rule) => rule.backendRefs.some((b) => b.filters)))) routeConfiguration.most_specific_header_mutations_wins = true;
   const faults = entries.some((e) => e.rule.fault);
   const httpFilters: Message[] = [];
   if (faults) httpFilters.push({ name: FAULT_FILTER, typed_config: { '@type': FAULT_TYPE_URL } });
@@ -154,9 +163,8 @@ function covers(hostname: string | undefined, domain: string | undefined): boole
   return name.length > suffix.length && name.endsWith(suffix);
 }
 
-function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Message {
-  const out: Message = { name: `${r.name}/${rule.name}`, match: routeMatch(m) };
-  const f = rule.filters;
+/** A rule's (or a backend's: a ClusterWeight's) header modifiers, on `out`. */
+function headerModifiers(f: FiltersSpec, out: Message): Message {
   if (f.requestHeaders) {
     const add = headersToAdd(f.requestHeaders.set, f.requestHeaders.add);
     if (add.length) out.request_headers_to_add = add;
@@ -167,6 +175,13 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Messag
     if (add.length) out.response_headers_to_add = add;
     if (f.responseHeaders.remove.length) out.response_headers_to_remove = f.responseHeaders.remove;
   }
+  return out;
+}
+
+function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Message {
+  const out: Message = { name: `${r.name}/${rule.name}`, match: routeMatch(m) };
+  const f = rule.filters;
+  headerModifiers(f, out);
   if (rule.fault) out.typed_per_filter_config = { [FAULT_FILTER]: fault(rule, shape) };
   if (f.redirect) {
     const d = f.redirect;
@@ -184,13 +199,15 @@ function route(r: RouteSpec, rule: RuleSpec, m: MatchSpec, shape: Shape): Messag
     return out;
   }
   const action: Message = {};
-  if (rule.backendRefs.length === 1 && rule.backendRefs[0]!.version === undefined) action.cluster = rule.backendRefs[0]!.name;
+  if (rule.backendRefs.length === 1 && rule.backendRefs[0]!.version === undefined && !rule.backendRefs[0]!.filters) action.cluster = rule.backendRefs[0]!.name;
   else {
     action.weighted_clusters = {
       clusters: live.map((b) => ({
         name: b.name,
         weight: shape.u32(b.weight),
         ...(b.version !== undefined ? { metadata_match: endpointVersionMetadata(b.version, shape.form) } : {}),
+        // A backend's own header modifiers, after the route's (Envoy applies a cluster's first, then the route's: the same when they touch other names).
+        ...(b.filters ? headerModifiers(b.filters, {}) : {}),
       })),
       // Deprecated in v3 (recent Envoys sum the weights), but older ones take 100 when it is unset
       // and refuse weights that do not add up to it.

@@ -214,7 +214,7 @@ describe('route file: retry, fault and filters', () => {
     assert.equal(r('      retry: {budget: {percent: 120}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].retry.budget.percent: must be a number from 0 to 100');
     assert.equal(r('      fault: {abort: {httpStatus: 503}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].fault.abort: percentage is required');
     assert.equal(r('      fault: {delay: {fixedDelay: 2m, percentage: 5}}\n'), 'routes.yaml line 8: HTTPRoute r spec.rules[0].fault.delay.fixedDelay: must be at most 60s');
-    assert.equal(error(route('    - backendRefs: [{name: a, filters: [{type: RequestMirror}]}]\n')), "routes.yaml line 7: HTTPRoute r spec.rules[0].backendRefs[0].filters: a backend's filters are not supported yet (put them on the rule)");
+    assert.equal(error(route('    - backendRefs: [{name: a, filters: [{type: RequestMirror}]}]\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].backendRefs[0].filters[0].type: RequestMirror is not supported on a backendRef (put it on the rule)');
   });
 
   it('reads every redirect status, and a mirror\'s percent or fraction', () => {

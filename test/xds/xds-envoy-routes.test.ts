@@ -56,6 +56,33 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     assert.match(envoy.check('envoy.config.listener.v3.Listener', built(false).listener, 'json')[0]!.message, /must be a string of seconds|must be a plain (uint32|bool)/);
   });
 
+  it("a backend's header modifiers go on its weighted cluster (after the route's); CORS and a backend's rewrite or redirect refuse the file", () => {
+    const head = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: b}\nspec:\n  rules:\n';
+    const text = `${head}    - backendRefs:
+        - name: go.mesh.srv.a
+          filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Backend, value: a}], remove: [X-Rule]}}, {type: ResponseHeaderModifier, responseHeaderModifier: {add: [{name: X-By, value: a}]}}]
+      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Rule, value: r}]}}]
+`;
+    const { routeConfiguration } = envoyRoutes(parseRouteFile(text, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 } });
+    assert.deepEqual(brief(envoy.check('envoy.config.route.v3.RouteConfiguration', routeConfiguration)), []);
+    const rc = routeConfiguration as Json;
+    assert.equal(rc.most_specific_header_mutations_wins, true);
+    const r = rc.virtual_hosts[0].routes[0];
+    assert.deepEqual(r.request_headers_to_add, [{ header: { key: 'x-rule', value: 'r' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }]);
+    assert.deepEqual(r.route.weighted_clusters.clusters[0], {
+      name: 'go.mesh.srv.a',
+      weight: { value: 1 },
+      request_headers_to_add: [{ header: { key: 'x-backend', value: 'a' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }],
+      request_headers_to_remove: ['x-rule'],
+      response_headers_to_add: [{ header: { key: 'x-by', value: 'a' }, append_action: 'APPEND_IF_EXISTS_OR_ADD' }],
+    });
+    const refused = (rule: string) => assert.throws(() => envoyRoutes(parseRouteFile(`${head}${rule}`, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 } }), { name: 'RouteFileError' });
+    refused('    - backendRefs: [{name: go.mesh.srv.a}]\n      filters: [{type: CORS, cors: {allowOrigins: ["https://a.example"]}}]\n');
+    assert.throws(() => envoyRoutes(parseRouteFile(`${head}    - backendRefs: [{name: go.mesh.srv.a, filters: [{type: URLRewrite, urlRewrite: {hostname: x.example}}]}]\n`, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 } }), {
+      message: "routes.yaml line 6: HTTPRoute b spec.rules[0].backendRefs[0].filters: a backend's URLRewrite is not translated for Envoy (mesh api, mesh sidecar and mesh proxy serve it)",
+    });
+  });
+
   it('a route of the rpc or api handler refuses the file, as mesh proxy does', () => {
     const rpc = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: greeter-rpc}\nspec:\n  handler: rpc\n  rules:\n    - backendRefs: [{name: go.mesh.srv.greeter}]\n';
     assert.throws(() => envoyRoutes(parseRouteFile(rpc, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 } }), {

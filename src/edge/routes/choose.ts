@@ -15,6 +15,7 @@ export type FileRouteAnswer =
   /** `path`: the path after the rule's URLRewrite (what an rpc or api path mapping reads). */
   | { kind: 'backend'; route: string; service: string; handler: RouteHandler | undefined; path: string; policy: RoutePolicy }
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
+  | { kind: 'preflight'; headers: Array<[string, string]>; policy: RoutePolicy }
   | { kind: 'no-backend'; route: string; why: string; policy: RoutePolicy };
 
 /** The first route of `table` matching the request, applied; undefined: none matches. */
@@ -22,8 +23,8 @@ export type FileRouteAnswer =
 export function chooseFileRoute(table: CompiledRoutes, effects: RouteEffectsCache, secure: boolean, req: IncomingMessage, target: Pick<RequestTarget, 'path' | 'query'>, errorId: string): FileRouteAnswer | undefined {
   const choice = table.match({ method: req.method ?? 'GET', host: req.headers.host, path: target.path, query: target.query, headers: req.headers });
   if (!choice) return undefined;
-  const action = routeAction(choice, effects.of(choice), { secure, host: req.headers.host, path: target.path, query: target.query, errorId });
-  if (action.kind === 'redirect') return action;
+  const action = routeAction(choice, effects.of(choice), { secure, host: req.headers.host, path: target.path, query: target.query, errorId, method: req.method, headers: req.headers });
+  if (action.kind === 'redirect' || action.kind === 'preflight') return action;
   if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, why: action.why, policy: action.policy };
   return { kind: 'backend', route: choice.route.name, service: action.backend.name, handler: choice.route.handler, path: action.path, policy: action.policy };
 }
@@ -37,5 +38,14 @@ export function beginRule(policy: RoutePolicy | undefined, req: IncomingMessage,
 export function sendRedirect(req: IncomingMessage, res: ServerResponse, redirect: { status: number; location: string }): void {
   req.resume();
   res.writeHead(redirect.status, { location: redirect.location, 'content-length': '0' });
+  res.end();
+}
+
+/** A CORS preflight a rule's CORS filter answers: 200, its headers, an empty body. */
+export function sendPreflight(req: IncomingMessage, res: ServerResponse, preflight: { headers: Array<[string, string]> }): void {
+  req.resume();
+  const head: Record<string, string> = { 'content-length': '0' };
+  for (const [name, value] of preflight.headers) head[name] = value;
+  res.writeHead(200, head);
   res.end();
 }

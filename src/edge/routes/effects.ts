@@ -1,7 +1,8 @@
 /**
  * What a matched rule of a route file does to a request besides choosing its backend: its
  * per-route stats, its retry budget, its faults (delays and aborts drawn per request), its header
- * modifiers, its URL rewrite and redirect, and its mirrors. One RuleEffects per (rule, host the
+ * modifiers, its URL rewrite and redirect, its mirrors and its CORS; then the picked backend's own
+ * filters (a request's view of the rule: `withRequest`). One RuleEffects per (rule, host the
  * route matched), built once and kept while the rule's table is in use (RouteEffectsCache).
  *
  * Stats, below `vhost.<host>.route.<rule>.` (`<host>`: the route's hostname that matched, `*`
@@ -19,7 +20,8 @@ import { splitHostHeader } from '../../base/http/host-check.js';
 import { declareStats, type FamilyStats, type Histogram, type StatsScope } from '../../base/stats/store.js';
 import { RetryBudget } from '../../core/upstream/retry-budget.js';
 import type { RetryRules } from '../../core/client/interceptors/call.js';
-import type { BackendRefSpec, HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
+import { routeCorsAnswer } from '../../base/http/cors.js';
+import type { BackendRefSpec, FiltersSpec, HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
 import type { RouteChoice } from './table.js';
 
 export interface RoutePolicy {
@@ -72,6 +74,10 @@ export class RuleEffects {
   readonly retryRules: RetryRules | undefined;
   /** --stats_endpoints: the rule's latency histogram (`rq_time`); unset, no time is taken. */
   private readonly time: Histogram | undefined;
+  /** The filters applied, in order: the rule's, then the picked backend's (a view's, `withRequest`). */
+  private chain: readonly FiltersSpec[];
+  /** The CORS headers of this request's answer (a view's, `withRequest`). */
+  private cors: ReadonlyArray<[string, string]> | undefined;
 
   constructor(
     readonly rule: RuleSpec,
@@ -86,6 +92,8 @@ export class RuleEffects {
     const b = rule.retry?.budget;
     this.budget = b ? new RetryBudget(b) : undefined;
     const retry = rule.retry;
+    this.chain = [rule.filters];
+    this.cors = undefined;
     this.retryRules = retry && { codes: retry.codes, backoffMs: retry.backoffMs, budget: this.budget, retried: () => s.retry.inc(), overflowed: () => s.retryOverflow.inc() };
   }
 
@@ -97,6 +105,7 @@ export class RuleEffects {
    */
   begin(req: IncomingMessage, res: ServerResponse, errorId: string): Promise<void> | undefined {
     this.count(res);
+    if (this.cors) for (const [name, value] of this.cors) setCorsHeader(res, name, value);
     const info = requestInfo(req);
     if (info) info.routeName = this.rule.name;
     const fault = this.drawFault();
@@ -153,31 +162,85 @@ export class RuleEffects {
     return out;
   }
 
-  /** The request headers sent upstream (undici's flat list) after the RequestHeaderModifier and the URLRewrite's hostname. */
+  /**
+   * This rule for one request: the same stats, budget and faults, with the picked backend's
+   * filters applied after the rule's, and the CORS headers of the answer. Itself when there are
+   * neither.
+   */
+  withRequest(backendFilters: FiltersSpec | undefined, cors: ReadonlyArray<[string, string]> | undefined): RuleEffects {
+    if (!backendFilters && !cors) return this;
+    const view = Object.create(this) as RuleEffects;
+    view.chain = backendFilters ? [...this.chain, backendFilters] : this.chain;
+    view.cors = cors;
+    return view;
+  }
+
+  /** The request headers sent upstream (undici's flat list) after each RequestHeaderModifier and URLRewrite's hostname (the rule's, then the backend's). */
   requestHeaders(flat: string[]): string[] {
-    const mod = this.rule.filters.requestHeaders;
-    const host = this.rule.filters.rewrite?.hostname;
-    let out = mod ? modifyHeaders(flat, mod) : flat;
-    if (host !== undefined) out = modifyHeaders(out, { set: [['host', host]], add: [], remove: [] });
+    let out = flat;
+    for (const f of this.chain) {
+      const mod = f.requestHeaders;
+      const host = f.rewrite?.hostname;
+      if (mod) out = modifyHeaders(out, mod);
+      if (host !== undefined) out = modifyHeaders(out, { set: [['host', host]], add: [], remove: [] });
+    }
     return out;
   }
 
-  /** The answer's headers (flat, as written to the client) after the ResponseHeaderModifier. */
+  /** The answer's headers (flat, as written to the client) after each ResponseHeaderModifier, then the CORS headers (which replace the backend's). */
   responseHeaders(): ((flat: string[]) => string[]) | undefined {
-    const mod = this.rule.filters.responseHeaders;
-    return mod ? (flat) => modifyHeaders(flat, mod) : undefined;
+    const mods = this.chain.flatMap((f) => (f.responseHeaders ? [f.responseHeaders] : []));
+    const cors = this.cors;
+    if (mods.length === 0 && !cors) return undefined;
+    return (flat) => {
+      let out = flat;
+      for (const mod of mods) out = modifyHeaders(out, mod);
+      return cors ? withCorsHeaders(out, cors) : out;
+    };
   }
 
-  /** Request metadata (rpc and api routes) after the RequestHeaderModifier. */
+  /** Request metadata (rpc and api routes) after each RequestHeaderModifier. */
   metadata(metadata: Record<string, string>): Record<string, string> {
-    const mod = this.rule.filters.requestHeaders;
-    if (!mod) return metadata;
-    const out = { ...metadata };
-    for (const name of mod.remove) delete out[name];
-    for (const [name, value] of mod.set) out[name] = value;
-    for (const [name, value] of mod.add) out[name] = out[name] === undefined ? value : `${out[name]}, ${value}`;
+    let out = metadata;
+    for (const f of this.chain) {
+      const mod = f.requestHeaders;
+      if (!mod) continue;
+      out = { ...out };
+      for (const name of mod.remove) delete out[name];
+      for (const [name, value] of mod.set) out[name] = value;
+      for (const [name, value] of mod.add) out[name] = out[name] === undefined ? value : `${out[name]}, ${value}`;
+    }
     return out;
   }
+}
+
+/** Sets a CORS header on an answer not yet written (`vary` adds Origin to the names there). */
+function setCorsHeader(res: ServerResponse, name: string, value: string): void {
+  if (name !== 'vary') return void res.setHeader(name, value);
+  const before = res.getHeader('vary');
+  const names = before === undefined ? [] : String(before).split(',').map((v) => v.trim());
+  if (!names.some((v) => v.toLowerCase() === 'origin' || v === '*')) res.setHeader('vary', [...names.filter((v) => v !== ''), value].join(', '));
+}
+
+/**
+ * A proxied answer's headers with the route's CORS headers: the backend's own Access-Control-*
+ * answer headers are dropped (the route's policy is the one in force), Origin is added to its Vary.
+ */
+function withCorsHeaders(flat: string[], cors: ReadonlyArray<[string, string]>): string[] {
+  const out: string[] = [];
+  let vary = false;
+  for (let i = 0; i < flat.length; i += 2) {
+    const lower = flat[i]!.toLowerCase();
+    if (lower.startsWith('access-control-')) continue;
+    let value = flat[i + 1]!;
+    if (lower === 'vary' && cors.some(([n]) => n === 'vary')) {
+      vary = true;
+      if (!value.split(',').some((v) => ['origin', '*'].includes(v.trim().toLowerCase()))) value = `${value}, Origin`;
+    }
+    out.push(flat[i]!, value);
+  }
+  for (const [name, value] of cors) if (name !== 'vary' || !vary) out.push(name, value);
+  return out;
 }
 
 /**
@@ -230,6 +293,8 @@ export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: 
 export type RouteAction =
   /** A RequestRedirect: answered at once, with an empty body. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
+  /** A CORS preflight the rule's CORS filter answers: 200, these headers, an empty body. */
+  | { kind: 'preflight'; headers: Array<[string, string]>; policy: RoutePolicy }
   /** No backend to send to (every backend weighs 0, the rule has none, the one drawn is not a mesh service): 500, `why` says which. */
   | { kind: 'no-backend'; why: string; policy: RoutePolicy }
   /** Sent to the backend; `path`: the path after the rule's URLRewrite (what an rpc or api path mapping reads). */
@@ -240,23 +305,48 @@ export type RouteAction =
  * with the policy the handler follows (version, timeouts, effects, and with a URLRewrite the path
  * and query sent). `req.path` is the request's path in normal form, `req.query` its query.
  */
-export function routeAction(choice: RouteChoice, effects: RuleEffects, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined; errorId: string }): RouteAction {
+export function routeAction(choice: RouteChoice, ruleEffects: RuleEffects, req: RouteActionRequest): RouteAction {
   const rule = choice.rule;
-  const redirect = rule.filters.redirect;
-  if (redirect) {
-    const location = redirectLocation(redirect, choice.match, req);
-    if (location === undefined) throw badRedirectHost(req.host, req.errorId);
-    return { kind: 'redirect', status: redirect.statusCode, location, policy: { effects } };
+  let cors: Array<[string, string]> | undefined;
+  if (rule.filters.cors) {
+    const answer = routeCorsAnswer(rule.filters.cors, req.method, req.headers ?? {});
+    if (answer.preflight) return { kind: 'preflight', headers: answer.headers, policy: { effects: ruleEffects } };
+    if (answer.headers.length > 0) cors = answer.headers;
   }
+  let effects = ruleEffects.withRequest(undefined, cors);
+  const redirect = rule.filters.redirect;
+  if (redirect) return redirectAction(redirect, choice.match, req, effects);
   const backend = choice.backend;
   if (!backend) return { kind: 'no-backend', why: rule.backendRefs.length === 0 ? 'the rule has no backendRefs' : 'every backend has weight 0', policy: { effects } };
   if (backend.unresolved) return { kind: 'no-backend', why: backend.unresolved, policy: { effects } };
+  const own = backend.filters;
+  if (own) {
+    effects = ruleEffects.withRequest(own, cors);
+    if (own.redirect) return redirectAction(own.redirect, choice.match, req, effects);
+  }
   const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined, effects };
-  const rewrite = rule.filters.rewrite?.path;
+  const rewrite = own?.rewrite?.path ?? rule.filters.rewrite?.path;
   if (!rewrite) return { kind: 'send', backend, path: req.path, policy };
   const path = rewritePath(req.path, rewrite, choice.match);
   policy.path = req.query === undefined ? path : `${path}?${req.query}`;
   return { kind: 'send', backend, path, policy };
+}
+
+/** What routeAction reads of a request. `method` and `headers`: for a rule's CORS (absent: no CORS request). */
+export interface RouteActionRequest {
+  secure: boolean;
+  host: string | undefined;
+  path: string;
+  query: string | undefined;
+  errorId: string;
+  method?: string;
+  headers?: IncomingMessage['headers'];
+}
+
+function redirectAction(redirect: RedirectSpec, match: MatchSpec, req: RouteActionRequest, effects: RuleEffects): RouteAction {
+  const location = redirectLocation(redirect, match, req);
+  if (location === undefined) throw badRedirectHost(req.host, req.errorId);
+  return { kind: 'redirect', status: redirect.statusCode, location, policy: { effects } };
 }
 
 /** The 400 of a redirect whose request's Host is not a host[:port]. */

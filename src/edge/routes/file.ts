@@ -5,8 +5,8 @@
  *
  * - Every field of HTTPRoute (gateway.networking.k8s.io/v1) is known. Fields that mean nothing
  *   to mesh (`parentRefs`, `status`, most of `metadata`, a backend's `group`, `namespace`, `port`)
- *   are accepted and ignored; what mesh does not do yet (`sessionPersistence`, a backend's
- *   `filters`) refuses the file with "not supported yet" naming the field;
+ *   are accepted and ignored; what mesh does not do yet (`sessionPersistence`) refuses the file
+ *   with "not supported yet" naming the field;
  *   a field the Gateway API does not have is refused. Mesh's own fields: `spec.handler`, a
  *   backend's `version`, a rule's `fault` and its `retry.budget`.
  * - Every error is a RouteFileError naming the file, the line, and the route and rule
@@ -18,6 +18,7 @@ import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
 import { foldHeaderName, isEdgeSetHeader, isHopByHop, isMeshHeaderName } from '../../core/transport/headers.js';
 import { isMap, isScalar, isSeq, type Node, type Pair } from 'yaml';
+import { corsOriginPattern, type CorsOriginPattern, type RouteCorsSpec } from '../../base/http/cors.js';
 import { ConfigFileError, MAX_CONFIG_FILE_BYTES, parseConfigAll, readConfigFile, type ConfigDoc, type ConfigErrorStyle } from '../../base/config/reader.js';
 
 export type RouteHandler = 'api' | 'rpc' | 'proxy';
@@ -58,6 +59,11 @@ export interface BackendRefSpec {
    * stays and the requests it would take get 500 with this reason, as the Gateway API says.
    */
   unresolved?: string;
+  /**
+   * The backend's own `filters`, applied after the rule's when this backend is picked:
+   * RequestHeaderModifier, ResponseHeaderModifier, URLRewrite, RequestRedirect.
+   */
+  filters?: FiltersSpec;
 }
 
 export interface RuleSpec {
@@ -134,6 +140,8 @@ export interface FiltersSpec {
   redirect?: RedirectSpec;
   /** Services that get a copy of each request (or of a share of them). */
   mirrors: MirrorSpec[];
+  /** `CORS`: preflights answered by mesh, the CORS headers of the answers (src/base/http/cors.ts). */
+  cors?: RouteCorsSpec;
 }
 
 export interface RouteSpec {
@@ -175,7 +183,7 @@ export class RouteFileError extends ConfigFileError {
 }
 
 /** Bounds of the Gateway API's own schema (and of a file). */
-export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000, fractionDenominator: 1_000_000 } as const;
+export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000, fractionDenominator: 1_000_000, corsOrigins: 64, corsMethods: 9, corsHeaders: 64, corsMaxAgeSec: 86_400 } as const;
 
 const API_VERSIONS = new Set(['gateway.networking.k8s.io/v1', 'gateway.networking.k8s.io/v1beta1']);
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
@@ -202,7 +210,11 @@ const FILTER_FIELD: Record<string, string> = {
   URLRewrite: 'urlRewrite',
   RequestRedirect: 'requestRedirect',
   RequestMirror: 'requestMirror',
+  CORS: 'cors',
 };
+/** The filters a backendRef may have (the rest go on the rule). */
+const BACKEND_FILTER_TYPES = new Set(['RequestHeaderModifier', 'ResponseHeaderModifier', 'URLRewrite', 'RequestRedirect']);
+const CORS_FIELDS = new Set(['allowOrigins', 'allowMethods', 'allowHeaders', 'exposeHeaders', 'allowCredentials', 'maxAge']);
 const HEADER_MODIFIER = new Set(['set', 'add', 'remove']);
 const HEADER_VALUE = new Set(['name', 'value']);
 const REWRITE = new Set(['hostname', 'path']);
@@ -372,8 +384,6 @@ function parseMatch(at: At): MatchSpec {
 function parseBackend(at: At): BackendRefSpec {
   const f = fields(at, BACKEND, 'an HTTPBackendRef');
   notYet(f);
-  const own = f.get('filters');
-  if (own && isSeq(own.node) && own.node.items.length > 0) throw own.at.error("a backend's filters are not supported yet (put them on the rule)");
   const groupAt = f.get('group')?.at;
   // The core group is "" (or `core`): the one field here that may be empty.
   const group = groupAt && !(isScalar(groupAt.node) && groupAt.node.value === '') ? text(groupAt, 253) : '';
@@ -389,6 +399,8 @@ function parseBackend(at: At): BackendRefSpec {
     return { name, weight, unresolved: `backend ${JSON.stringify(name.slice(0, 100))} is a ${JSON.stringify(kind.slice(0, 63))} of group ${JSON.stringify(group.slice(0, 100))}, not a mesh service` };
   }
   const ref: BackendRefSpec = { name: text(nameAt, 253), weight };
+  const own = f.get('filters');
+  if (own && !(isSeq(own.node) && own.node.items.length === 0)) ref.filters = parseFilters(own.at, true);
   const bad = serviceNameProblem(ref.name);
   if (bad) throw nameAt.error(`not a mesh service name: ${bad}`);
   if (f.has('version')) {
@@ -419,10 +431,19 @@ function parseRule(at: At, route: string, index: number, line: number): RuleSpec
   }
   const matchList = f.has('matches') ? list(f.get('matches')!.at, LIMITS.matches).map(parseMatch) : [];
   const matches = matchList.length > 0 ? matchList : [{ path: { type: 'PathPrefix' as const, value: '/' }, headers: [], queryParams: [] }];
-  const backendRefs = f.has('backendRefs') ? list(f.get('backendRefs')!.at, LIMITS.backendRefs).map(parseBackend) : [];
+  const backendAts = f.has('backendRefs') ? list(f.get('backendRefs')!.at, LIMITS.backendRefs) : [];
+  const backendRefs = backendAts.map(parseBackend);
   const filters = f.has('filters') ? parseFilters(f.get('filters')!.at) : { mirrors: [] };
-  const prefixed = filters.rewrite?.path?.type === 'ReplacePrefixMatch' || filters.redirect?.path?.type === 'ReplacePrefixMatch';
-  if (prefixed && matches.some((m) => m.path.type !== 'PathPrefix')) throw f.get('filters')!.at.error('ReplacePrefixMatch needs every match of the rule to be a PathPrefix');
+  const prefixed = (s: FiltersSpec) => s.rewrite?.path?.type === 'ReplacePrefixMatch' || s.redirect?.path?.type === 'ReplacePrefixMatch';
+  const notPrefix = matches.some((m) => m.path.type !== 'PathPrefix');
+  if (prefixed(filters) && notPrefix) throw f.get('filters')!.at.error('ReplacePrefixMatch needs every match of the rule to be a PathPrefix');
+  backendRefs.forEach((b, i) => {
+    if (!b.filters) return;
+    const bAt = fields(backendAts[i]!, BACKEND, 'an HTTPBackendRef').get('filters')!.at;
+    if (prefixed(b.filters) && notPrefix) throw bAt.error('ReplacePrefixMatch needs every match of the rule to be a PathPrefix');
+    if (b.filters.rewrite?.path && filters.rewrite?.path) throw bAt.error("a URLRewrite's path is given on the rule too: give it on one of them");
+    if (b.filters.redirect && filters.mirrors.length > 0) throw bAt.error('RequestRedirect answers the request itself: it cannot go with the rule\'s RequestMirror');
+  });
   const rule: RuleSpec = { name, index, line, matches, backendRefs, filters };
   if (f.has('retry')) rule.retry = parseRetry(f.get('retry')!.at);
   if (f.has('fault')) rule.fault = parseFault(f.get('fault')!.at);
@@ -552,7 +573,65 @@ function hostnameField(at: At): string {
   return host;
 }
 
-function parseFilters(at: At): FiltersSpec {
+/** A list of strings of CORS (each at most `max` characters), `*` alone or not at all. */
+function corsList(at: At, max: number, what: string, each: (item: At, value: string) => string): string[] | '*' {
+  const out: string[] = [];
+  const items = list(at, max);
+  for (const item of items) {
+    const value = text(item, 256);
+    if (value === '*') {
+      if (items.length > 1) throw item.error(`* allows every ${what}: give it alone, or list them`);
+      return '*';
+    }
+    const v = each(item, value);
+    if (out.includes(v)) throw item.error(`${JSON.stringify(value)} is listed twice`);
+    out.push(v);
+  }
+  return out;
+}
+
+function corsHeaderName(item: At, value: string): string {
+  if (!HEADER_NAME.test(value)) throw item.error(`${JSON.stringify(value)} is not a valid header name`);
+  return value.toLowerCase();
+}
+
+function parseCors(at: At): RouteCorsSpec {
+  const f = fields(at, CORS_FIELDS, 'an HTTPCORSFilter');
+  const spec: RouteCorsSpec = { origins: [], credentials: false, methods: [], headers: [], expose: [], maxAgeSec: 5 };
+  if (f.has('allowCredentials')) {
+    const cAt = f.get('allowCredentials')!.at;
+    if (!isScalar(cAt.node) || typeof cAt.node.value !== 'boolean') throw cAt.error('must be true or false');
+    spec.credentials = cAt.node.value;
+  }
+  if (f.has('allowOrigins')) {
+    const oAt = f.get('allowOrigins')!.at;
+    const patterns: CorsOriginPattern[] = [];
+    const origins = corsList(oAt, LIMITS.corsOrigins, 'origin', (item, value) => {
+      const p = corsOriginPattern(value);
+      if (!p) throw item.error(`${JSON.stringify(value)} is not an origin: use scheme://host[:port] (http or https, the host in lower case, optionally *. first), or * alone for any`);
+      patterns.push(p);
+      return value;
+    });
+    if (origins === '*' && spec.credentials) throw oAt.error('* with allowCredentials: true would let every site read answers made with its users\' cookies: list the origins');
+    spec.origins = origins === '*' ? '*' : patterns;
+  }
+  if (f.has('allowMethods')) {
+    spec.methods = corsList(f.get('allowMethods')!.at, LIMITS.corsMethods, 'method', (item, value) => {
+      if (!METHODS.has(value)) throw item.error(`must be one of ${[...METHODS].join(', ')} or *, not ${JSON.stringify(value)}`);
+      return value;
+    });
+  }
+  if (f.has('allowHeaders')) spec.headers = corsList(f.get('allowHeaders')!.at, LIMITS.corsHeaders, 'header', corsHeaderName);
+  if (f.has('exposeHeaders')) {
+    const eAt = f.get('exposeHeaders')!.at;
+    spec.expose = corsList(eAt, LIMITS.corsHeaders, 'header', corsHeaderName);
+    if (spec.expose === '*' && spec.credentials) throw eAt.error('* cannot go with allowCredentials: true (browsers then read it as a header named *): list the headers');
+  }
+  if (f.has('maxAge')) spec.maxAgeSec = integer(f.get('maxAge')!.at, 1, LIMITS.corsMaxAgeSec);
+  return spec;
+}
+
+function parseFilters(at: At, onBackend = false): FiltersSpec {
   const out: FiltersSpec = { mirrors: [] };
   const seen = new Set<string>();
   for (const item of list(at, LIMITS.filters)) {
@@ -561,7 +640,8 @@ function parseFilters(at: At): FiltersSpec {
     const tAt = f.get('type')!.at;
     const type = text(tAt, 64);
     const key = FILTER_FIELD[type];
-    if (type === 'ExtensionRef' || type === 'CORS' || type === 'ExternalAuth') throw tAt.error(`${type} is not supported`);
+    if (type === 'ExtensionRef' || type === 'ExternalAuth') throw tAt.error(`${type} is not supported`);
+    if (onBackend && key && !BACKEND_FILTER_TYPES.has(type)) throw tAt.error(`${type} is not supported on a backendRef (put it on the rule)`);
     if (!key) throw tAt.error(`must be one of ${Object.keys(FILTER_FIELD).join(', ')}, not ${JSON.stringify(type)}`);
     for (const k of f.keys()) if (k !== 'type' && k !== key) throw f.get(k)!.at.error(`${k} does not go with type ${type}`);
     if (!f.has(key)) throw item.error(`${key} is required with type ${type}`);
@@ -603,6 +683,9 @@ function parseFilters(at: At): FiltersSpec {
         out.redirect = redirect;
         break;
       }
+      case 'CORS':
+        out.cors = parseCors(vAt);
+        break;
       case 'RequestMirror': {
         const m = fields(vAt, MIRROR, 'an HTTPRequestMirrorFilter');
         if (!m.has('backendRef')) throw vAt.error('backendRef is required');
@@ -724,8 +807,10 @@ export function checkHandlers(parsed: RouteFile, defaultHandler: RouteHandler): 
     const handler = route.handler ?? defaultHandler;
     if (handler === 'proxy') continue;
     for (const rule of route.rules) {
-      const f = rule.filters;
-      const what = f.responseHeaders ? 'filters: a ResponseHeaderModifier' : f.rewrite?.hostname ? "filters: a URLRewrite's hostname" : f.mirrors.length > 0 ? 'filters: a RequestMirror' : undefined;
+      const proxyOnly = (f: FiltersSpec, where: string) =>
+        f.responseHeaders ? `${where}filters: a ResponseHeaderModifier` : f.rewrite?.hostname ? `${where}filters: a URLRewrite's hostname` : f.mirrors.length > 0 ? `${where}filters: a RequestMirror` : undefined;
+      let what = proxyOnly(rule.filters, '');
+      rule.backendRefs.forEach((b, i) => (what ??= b.filters && proxyOnly(b.filters, `backendRefs[${i}].`)));
       if (what) throw new RouteFileError(parsed.file, rule.line, `HTTPRoute ${route.name} spec.rules[${rule.index}].${what} needs a proxy route (handler: proxy); this route's handler is ${handler}`);
     }
   }

@@ -32,6 +32,7 @@ import type { RoutePolicy } from '../../edge/routes/effects.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
 import type { SettleOptions } from '../../tls/workload/watch.js';
 import { RouteEffectsCache, routeAction } from '../../edge/routes/effects.js';
+import { sendPreflight } from '../../edge/routes/choose.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteHandler } from '../../edge/routes/file.js';
 import { handleRpc } from '../../edge/handlers/rpc.js';
@@ -103,6 +104,8 @@ export type GatewayRoute =
   | { kind: 'no-backend'; route: string; why: string; policy?: RoutePolicy }
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
+  /** A CORS preflight a route's CORS filter answers. */
+  | { kind: 'preflight'; headers: Array<[string, string]>; policy: RoutePolicy }
   | { kind: 'event'; event: { topic: string; name: string } | undefined; stat?: EndpointFamily };
 
 const ROOT: GatewayRoute = { kind: 'root' };
@@ -203,7 +206,8 @@ export class Gateway {
       counted: (req) => !(dashboard && isDashboardPath(targetOf(req).path)),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
-      authorize: (req, res, route) => guard.checkRequest(req, res, () => this.authTarget(req, route)),
+      // A route's CORS preflight is answered before the auth step, as --cors answers one: a browser sends it without credentials, and it reaches no backend.
+      authorize: (req, res, route) => (route.kind === 'preflight' ? undefined : guard.checkRequest(req, res, () => this.authTarget(req, route))),
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
     });
@@ -241,8 +245,8 @@ export class Gateway {
     const path = target.path;
     const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path, query: target.query, headers: req.headers });
     if (!choice) return undefined;
-    const action = routeAction(choice, this.effects!.of(choice), { secure: this.server.secure, host: req.headers.host, path, query: target.query, errorId: ERROR_ID });
-    if (action.kind === 'redirect') return action;
+    const action = routeAction(choice, this.effects!.of(choice), { secure: this.server.secure, host: req.headers.host, path, query: target.query, errorId: ERROR_ID, method: req.method, headers: req.headers });
+    if (action.kind === 'redirect' || action.kind === 'preflight') return action;
     if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, why: action.why, policy: action.policy };
     const { backend, policy } = action;
     const handler: RouteHandler = choice.route.handler ?? (this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api');
@@ -364,6 +368,8 @@ export class Gateway {
         res.writeHead(route.status, { location: route.location, 'content-length': '0' });
         res.end();
         return;
+      case 'preflight':
+        return sendPreflight(req, res, route);
       case 'no-backend':
         req.resume();
         throw noBackend(ERROR_ID, route.route, route.why);

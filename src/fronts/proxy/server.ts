@@ -34,7 +34,7 @@ export const PROXY_CONFIG_STATS = {
 import { LiveRoutes } from '../../edge/routes/live.js';
 import { RouteMatcher } from '../../edge/routes/match.js';
 import { RouteFileError, type RouteFile } from '../../edge/routes/file.js';
-import { beginRule, chooseFileRoute, sendRedirect, type FileRouteAnswer } from '../../edge/routes/choose.js';
+import { beginRule, chooseFileRoute, sendPreflight, sendRedirect, type FileRouteAnswer } from '../../edge/routes/choose.js';
 import { RouteEffectsCache } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteTableDump } from '../../admin/route-table.js';
@@ -215,6 +215,8 @@ export class ProxyListener {
         return handleProxy(this.fe, clusterOf(route.route), this.server.secure, req, res, ctx);
       case 'redirect':
         return sendRedirect(req, res, route);
+      case 'preflight':
+        return sendPreflight(req, res, route);
       case 'backend':
         return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
       case 'no-backend':

@@ -55,7 +55,7 @@ import { advertisedAddress } from '../../base/util/address.js';
 import { handleApi } from '../../edge/handlers/api.js';
 import { resolveRpcPath } from '../../edge/handlers/resolve.js';
 import { LiveRoutes } from '../../edge/routes/live.js';
-import { beginRule, chooseFileRoute, sendRedirect } from '../../edge/routes/choose.js';
+import { beginRule, chooseFileRoute, sendPreflight, sendRedirect } from '../../edge/routes/choose.js';
 import { RouteEffectsCache, type RoutePolicy } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 import { edgeContext } from '../../edge/context.js';
@@ -121,7 +121,8 @@ export type SidecarRoute =
   /** A route of the route file whose backends all weigh 0: 500, as on the gateway. */
   | { kind: 'no-backend'; route: string; why: string; policy: RoutePolicy }
   /** A route of the route file with a RequestRedirect: answered here. */
-  | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy };
+  | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
+  | { kind: 'preflight'; headers: Array<[string, string]>; policy: RoutePolicy };
 
 const OWN_ROUTES = new Map<string, SidecarRoute>([
   ['/registry', { kind: 'registry' }],
@@ -234,7 +235,8 @@ export class Sidecar {
       refuse: (req) => this.hostRefusal(req),
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
-      authorize: (req, res, route) => guard.checkRequest(req, res, () => this.authTarget(req, route)),
+      // A route's CORS preflight is answered before the auth step, as --cors answers one: a browser sends it without credentials, and it reaches no backend.
+      authorize: (req, res, route) => (route.kind === 'preflight' ? undefined : guard.checkRequest(req, res, () => this.authTarget(req, route))),
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
     });
@@ -281,6 +283,7 @@ export class Sidecar {
     if (!answer) return undefined;
     if (answer.kind === 'no-backend') throw noBackend(this.fe.errorId, answer.route, answer.why);
     if (answer.kind === 'redirect') throw internalError(this.fe.errorId, `a call at /rpc cannot follow a redirect (route to ${answer.location})`);
+    if (answer.kind === 'preflight') throw internalError(this.fe.errorId, 'a call at /rpc is not a CORS preflight');
     return { service: answer.service, policy: answer.policy };
   }
 
@@ -369,7 +372,8 @@ export class Sidecar {
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
     const started = 'policy' in route ? beginRule(route.policy, req, res, fe.errorId) : undefined;
     if (started) await started;
-    if (route.kind !== 'proxy' && !originAllowed(req, this.fe.edge.settings.corsOrigins)) {
+    // A route's CORS preflight reaches no backend: the route's own CORS answers it.
+    if (route.kind !== 'proxy' && route.kind !== 'preflight' && !originAllowed(req, this.fe.edge.settings.corsOrigins)) {
       req.resume();
       throw originNotAllowed(fe.errorId, req.headers.origin);
     }
@@ -401,6 +405,8 @@ export class Sidecar {
         throw noBackend(fe.errorId, route.route, route.why);
       case 'redirect':
         return sendRedirect(req, res, route);
+      case 'preflight':
+        return sendPreflight(req, res, route);
     }
     const method = req.method ?? 'GET';
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
