@@ -84,7 +84,12 @@ describe('the front ends\' own paths beside a route file', () => {
     assert.deepEqual([health.status, health.text], [200, '{"status":"ok"}']);
     const version = await http('GET', `${url}${VERSION_PATH}`);
     assert.deepEqual([version.status, version.text], [200, JSON.stringify({ version: packageVersion() })]);
-    assert.equal(app.received.filter((r) => r.url.startsWith('/_mesh/')).length, 0, 'nothing under /_mesh/ reached the backend');
+    // Other spellings of the own prefix are taken in their normal form first: none reaches the route's backend as /_mesh/.
+    for (const path of ['/%5Fmesh/version', '/%5fmesh/health', '/x/../_mesh/version', '/_mesh/./version', '/_mesh/%76ersion']) {
+      const res = await http('GET', `${url}${path}`);
+      assert.notEqual(res.json<{ app?: string }>().app, 'web', `${path} was routed`);
+    }
+    assert.equal(app.received.filter((r) => /^\/(_|%5f)mesh\//i.test(r.url)).length, 0, 'nothing under /_mesh/ reached the backend');
   });
 
   it('with a route file, a `/` no route matches is answered as any unmatched path (404), not with the version', async () => {
