@@ -153,6 +153,16 @@ export function routedError(err: unknown, id: string): MeshError {
   return flagged(new MeshError(e.id, 500, e.detail), 'NC');
 }
 
+/** 404 (response flag NR): a listener with routes of its own (`mesh proxy`, a Gateway listener) has none for the path; `what` may name an upgrade. */
+export const noRoute = (id: string, path: string, listener: string, what = '') => flagged(new MeshError(id, 404, `no route for ${what}${path} on listener ${listener}`), 'NR');
+
+/**
+ * 421: over TLS, the request's Host is for another listener than the connection's SNI name (a
+ * Gateway's HTTPS listeners): the client must open a connection for that name.
+ */
+export const misdirectedRequest = (id: string, host: string, sni: string) =>
+  new MeshError(id, 421, `Host ${host} is served on another TLS connection than this one (for ${sni}): open a connection for ${host}`);
+
 /** 404: a service the registry does not know (the client adds the response flag NC). */
 export const serviceNotFound = (id: string, service: string) => new MeshError(id, 404, `service ${service}: not found`);
 

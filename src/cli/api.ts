@@ -7,6 +7,7 @@ import { tlsEnabled } from '../tls/index.js';
 import { checkTlsFlags } from './tls-flags.js';
 import { frontEdgeFromFlags, optionsFromFlags } from './options.js';
 import { formatAddress, isLoopback } from '../base/util/address.js';
+import { parseGatewayPorts } from '../fronts/gateway/listeners.js';
 import { checkAuthFlags, startAuth } from './auth-flags.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
 
@@ -52,6 +53,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
       namespace: config.namespace ?? DEFAULT_NAMESPACE,
       handler: config.handler,
       routesFile: config.routes,
+      gatewayPorts: parseGatewayPorts(config.gateway_ports),
       enableStats: config.enable_stats,
       enableRpc: config.enable_rpc,
       rpcAllow: config.rpc_allow,
@@ -70,6 +72,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const lines = [
       `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)}${gateway.routes ? `, ${gateway.routes.routes.length} route${gateway.routes.routes.length === 1 ? '' : 's'} from ${config.routes}` : ''})`,
+      ...gateway.gatewayPorts.map((p) => `mesh api Gateway port ${p.port} on ${p.url} (${p.listeners.join(', ')})`),
       adminLine(admin),
     ];
     if (worker) worker.ready(runtime, lines);

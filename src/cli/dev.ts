@@ -12,6 +12,7 @@ import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 import { errorMessage } from '../base/util/option-error.js';
 import { defaultCaDir } from '../tls/workload/index.js';
 import type { ResolvedOptions } from '../process/options.js';
+import { parseGatewayPorts } from '../fronts/gateway/listeners.js';
 
 /** The banner's line on mutual TLS: the mode, where the certificates come from, how to change it. */
 export function mtlsLine(o: Pick<ResolvedOptions, 'mtls' | 'caDir' | 'meshHome' | 'mtlsCertFile'>): string {
@@ -34,6 +35,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
       namespace: config.namespace ?? DEFAULT_NAMESPACE,
       handler: config.handler,
       routesFile: config.routes,
+      gatewayPorts: parseGatewayPorts(config.gateway_ports),
       enableStats: config.enable_stats,
       enableRpc: config.enable_rpc,
       rpcAllow: config.rpc_allow,

@@ -13,6 +13,7 @@ import { AddressError, parseAddress, type HostPort } from '../base/util/address.
 import { envoyBootstrap, type XdsTlsFiles } from '../xds/bootstrap.js';
 import { envoyRoutes } from '../xds/envoy-routes.js';
 import { loadRouteFile } from '../edge/routes/file.js';
+import { refuseGateways } from '../edge/routes/live.js';
 
 /** Envoy's admin interface unless --admin_address says otherwise: clear of mesh's own (9901 to 9904). */
 export const ENVOY_ADMIN_ADDRESS = '127.0.0.1:9905';
@@ -43,7 +44,9 @@ export function runEnvoyCommand(positionals: string[], config: Config, io: Outpu
       throw err;
     }
     // A file that cannot be read or is wrong throws its RouteFileError (file, line, field): exit 1, as mesh api.
-    const routes = envoyRoutes(loadRouteFile(config.routes), { address: listen, form: 'json', versionSubsets: true });
+    const file = loadRouteFile(config.routes);
+    refuseGateways(file, 'mesh envoy bootstrap');
+    const routes = envoyRoutes(file, { address: listen, form: 'json', versionSubsets: true });
     listeners = [routes.listener];
     for (const w of routes.warnings) io.err(`mesh: warning: ${w}\n`);
   } else if (config.listener_address !== undefined) throw new UsageError('--listener_address is for --routes (the route file of Envoy\'s HTTP listener)');

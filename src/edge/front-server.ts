@@ -36,6 +36,7 @@ import { failSpan, SpanKind, traceOf, type Span } from '../base/tracing/tracer.j
 import type { CallContext } from '../base/util/call-context.js';
 import { serveMtls } from '../base/mtls/server.js';
 import type { WorkloadTls } from '../base/mtls/workload-tls.js';
+import type { TlsProvider } from '../tls/provider.js';
 import { HeaderNameFilter } from './filters/header-names.js';
 import { compose } from '../base/util/compose.js';
 import type { EdgeExchange, EdgeStep } from './filters/filter.js';
@@ -127,6 +128,8 @@ export interface FrontServerOptions<R = undefined> {
    * calling it is no loop), and --cors does not apply to it (its callers are mesh processes).
    */
   mtls?: { workload: WorkloadTls; service: string };
+  /** Certificates of this listener's own instead of the process's (--enable_tls): a Gateway's HTTPS port. */
+  tls?: TlsProvider;
   /**
    * True when this request's caller may assert an end user: its `Mesh-Auth-Subject` and
    * `Mesh-Auth-Scopes` are kept (src/edge/filters/header-names.ts). Default: never, they are removed.
@@ -182,7 +185,7 @@ export class FrontServer<R = undefined> {
     this.rqTime = s.rqTime;
     this.headerTimeouts = s.headerTimeouts;
     this.requestTimeouts = s.requestTimeouts;
-    this.secure = options.mtls ? false : edge.settings.tls;
+    this.secure = options.mtls ? false : options.tls !== undefined || edge.settings.tls;
     this.accessLog = edge.accessLog;
     const rl = options.rateLimit;
     if (rl?.policy) this.limiter = new FrontLimiter({ ...rl, policy: rl.policy }, scope, options.errorId);
@@ -233,7 +236,7 @@ export class FrontServer<R = undefined> {
     const limits = edge.settings.limits;
     const serverOptions = { ...httpServerOptions(limits), requireHostHeader: this.options.refuse === undefined };
     // TLS: the process's provider (files reloaded on change, or ACME), shared by its listeners.
-    const tls = this.secure ? edge.tls : undefined;
+    const tls = this.options.tls ?? (this.secure ? edge.tls : undefined);
     await tls?.start();
     let server: Server;
     if (tls) {

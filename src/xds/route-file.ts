@@ -45,6 +45,7 @@ export function serveRouteFile(o: XdsRouteFileOptions): { stop(): void } {
     file: o.file,
     stats: o.stats,
     log: o.log,
+    front: 'mesh xds',
     check: (file) => void build(file),
     onReload: (file) => {
       try {

@@ -17,7 +17,9 @@ import { startGatewayProcess } from '../fixtures/gateway-helpers.js';
 import { startSidecar } from '../fixtures/sidecar-common.js';
 import { BACKENDS, CASES, KNOWN_FAILING, type FrontName } from './cases.js';
 import { startEcho, type EchoBackend } from './echo.js';
-import { report, runAll, type Front } from './runner.js';
+import { report, runAll, type Front, type GatewayFront } from './runner.js';
+import { GATEWAY_CASES } from './gateway-cases.js';
+import { makePair } from '../tls-fixtures.js';
 
 const NO_ROUTES = '# no routes\n';
 
@@ -40,6 +42,20 @@ const FRONTS: Record<FrontName, (registryDir: string, routesFile: string) => Pro
     return { name: 'mesh proxy', url, admin, stop: () => proc.stop() };
   },
 };
+
+/** Where a Gateway case's listener ports (as written) listen: any free port. */
+const GATEWAY_PORTS = '--gateway_ports=80=0,443=0,8080=0,8090=0';
+
+/** A Gateway case's own mesh api, its ports read from its start-up lines. */
+function gatewayFront(registryDir: string, routesFile: string, pair: { certFile: string; keyFile: string }): GatewayFront {
+  return async (text) => {
+    writeFileSync(routesFile, text.replaceAll('CERT_FILE', pair.certFile).replaceAll('KEY_FILE', pair.keyFile));
+    const gw = await startGatewayProcess(registryDir, ['--handler=proxy', `--routes=${routesFile}`, GATEWAY_PORTS]);
+    const ports = new Map<number, string>();
+    for (const m of gw.proc.output().matchAll(/mesh api Gateway port ([0-9]+) on (\S+)/g)) ports.set(Number(m[1]), m[2]!);
+    return { name: 'mesh api', url: gw.url, admin: gw.admin, ports, stop: () => gw.stop() };
+  };
+}
 
 const ONLY = process.env.MESH_CONFORMANCE_FRONTS?.split(',').map((s) => s.trim());
 
@@ -69,7 +85,9 @@ describe('Gateway API HTTPRoute conformance', () => {
       writeFileSync(routesFile, NO_ROUTES);
       const front = await FRONTS[name](dir.path, routesFile);
       try {
-        const results = await runAll(front, routesFile, CASES, echoes);
+        const pair = makePair(dir.path, 'gateway-listeners', { cn: 'example.org', sans: 'DNS:example.org,DNS:second-example.org,DNS:*.wildcard.org' });
+        const own = name === 'mesh api' ? gatewayFront(dir.path, join(dir.path, 'gateway-case.yaml'), pair) : undefined;
+        const results = await runAll(front, routesFile, [...CASES, ...GATEWAY_CASES], echoes, own);
         for (const line of report(name, results)) {
           t.diagnostic(line);
         }

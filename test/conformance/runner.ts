@@ -7,6 +7,7 @@
  * (conformance/utils/http CompareRoundTrip). A case passes when every exchange does.
  */
 import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { renameSync, writeFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import WebSocket from 'ws';
@@ -19,8 +20,13 @@ export interface Front {
   /** http://127.0.0.1:PORT where the routes are served. */
   url: string;
   admin: string;
+  /** A Gateway case's front: the URL of each listener port (as the Gateway writes it). */
+  ports?: Map<number, string>;
   stop(): Promise<unknown>;
 }
+
+/** Starts a front for a Gateway case (its file written): mesh api only; undefined elsewhere. */
+export type GatewayFront = (routesText: string) => Promise<Front>;
 
 export type Outcome = 'pass' | 'fail' | 'skip';
 export interface CaseResult {
@@ -36,11 +42,15 @@ interface Answer {
   body: string;
 }
 
-function send(base: string, method: string, path: string, host: string | undefined, headers: Record<string, string>): Promise<Answer> {
+function send(base: string, method: string, path: string, host: string | undefined, headers: Record<string, string>, serverName?: string): Promise<Answer> {
   const url = new URL(base);
+  const tls = url.protocol === 'https:';
+  const request = tls ? httpsRequest : httpRequest;
+  // As upstream's TLS requests: the SNI name is the case's (else the Host), the certificate not verified here (admin /certs shows it).
+  const sni = serverName ?? host?.replace(/:[0-9]+$/, '');
   return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      { host: url.hostname, port: url.port, method, path, headers: { ...headers, ...(host ? { host } : {}) }, agent: false },
+    const req = request(
+      { host: url.hostname, port: url.port, method, path, headers: { ...headers, ...(host ? { host } : {}) }, agent: false, ...(tls ? { servername: sni, rejectUnauthorized: false } : {}) },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
@@ -119,7 +129,9 @@ async function exchange(front: Front, x: Exchange, backends: EchoBackend[]): Pro
   headers['X-Echo-Set-Header'] = Object.entries(x.backendSetResponseHeaders ?? {})
     .map(([k, v]) => `${k}:${v}`)
     .join(',');
-  const res = await send(front.url, method, path, x.request.host, headers);
+  const base = front.ports ? front.ports.get(x.request.port ?? 80) : front.url;
+  if (base === undefined) return `no listener on port ${x.request.port ?? 80}`;
+  const res = await send(base, method, path, x.request.host, headers, x.request.serverName);
   const want = [x.response?.status ?? 200].flat();
   if (!(want.includes(res.status) || (want.some(isTimeout) && isTimeout(res.status)))) return `expected status ${want.join(' or ')}, got ${res.status} ${res.body.slice(0, 160)}`;
   if (x.answeredByFront) return answerHeaders(x, res);
@@ -149,7 +161,7 @@ async function exchange(front: Front, x: Exchange, backends: EchoBackend[]): Pro
   } else if (isRedirect(res.status) && x.redirect) {
     const location = joined(res.headers, 'location');
     if (!location) return 'a redirect without Location';
-    const sent = new URL(front.url);
+    const sent = new URL(base);
     const to = new URL(location, `${sent.protocol}//${x.request.host ?? sent.host}${x.request.path}`);
     const scheme = to.protocol.replace(':', '');
     const want = x.redirect;
@@ -295,11 +307,53 @@ async function websocket(front: Front, path: string): Promise<string | undefined
   }
 }
 
-export async function runCase(front: Front, routesFile: string, c: ConformanceCase, backends: EchoBackend[]): Promise<CaseResult> {
+/** The Accepted condition of each route in admin /routes against the case's `accepted`. */
+async function acceptedConditions(front: Front, want: NonNullable<ConformanceCase['accepted']>): Promise<string | undefined> {
+  type Status = { route: string; conditions: Array<{ type: string; status: string; reason: string; message: string }> };
+  const statuses: Status[] = [];
+  const walk = (v: unknown): void => {
+    if (Array.isArray(v)) return v.forEach(walk);
+    if (v === null || typeof v !== 'object') return;
+    const o = v as Record<string, unknown>;
+    if (typeof o.route === 'string' && Array.isArray(o.conditions)) statuses.push(o as unknown as Status);
+    else Object.values(o).forEach(walk);
+  };
+  walk((await http('GET', `${front.admin}/routes`)).json());
+  for (const [route, w] of Object.entries(want)) {
+    const cond = statuses.find((s) => s.route === route)?.conditions.find((c) => c.type === 'Accepted');
+    if (!cond) return `route ${route}: no Accepted condition in admin /routes`;
+    if (cond.status !== w.status || cond.reason !== w.reason) return `route ${route}: expected Accepted ${w.status} ${w.reason}, got ${cond.status} ${cond.reason} (${cond.message})`;
+  }
+  return undefined;
+}
+
+export async function runCase(front: Front, routesFile: string, c: ConformanceCase, backends: EchoBackend[], gatewayFront?: GatewayFront): Promise<CaseResult> {
   const base = { name: c.name, features: c.features };
   if (c.skip) return { ...base, outcome: 'skip', reason: c.skip };
+  if (c.gateways !== undefined) {
+    if (!gatewayFront) return { ...base, outcome: 'skip', reason: 'Gateway documents are served by mesh api only' };
+    let own: Front;
+    try {
+      own = await gatewayFront(`${c.gateways}---\n${c.routes ?? ''}`);
+    } catch (err) {
+      return { ...base, outcome: 'fail', reason: `mesh api did not start: ${(err as Error).message}` };
+    }
+    try {
+      return await runExchanges(own, c, backends, base);
+    } finally {
+      await own.stop();
+    }
+  }
   const refused = await load(front, routesFile, c.routes ?? '# no routes\n');
   if (refused) return { ...base, outcome: 'fail', reason: refused };
+  return runExchanges(front, c, backends, base);
+}
+
+async function runExchanges(front: Front, c: ConformanceCase, backends: EchoBackend[], base: { name: string; features: string[] }): Promise<CaseResult> {
+  if (c.accepted) {
+    const why = await acceptedConditions(front, c.accepted);
+    if (why) return { ...base, outcome: 'fail', reason: why };
+  }
   if (c.weights) {
     const why = await weighted(front, c.weights);
     return why ? { ...base, outcome: 'fail', reason: why } : { ...base, outcome: 'pass' };
@@ -329,9 +383,9 @@ export async function runCase(front: Front, routesFile: string, c: ConformanceCa
   return { ...base, outcome: 'pass' };
 }
 
-export async function runAll(front: Front, routesFile: string, cases: ConformanceCase[], backends: EchoBackend[]): Promise<CaseResult[]> {
+export async function runAll(front: Front, routesFile: string, cases: ConformanceCase[], backends: EchoBackend[], gatewayFront?: GatewayFront): Promise<CaseResult[]> {
   const out: CaseResult[] = [];
-  for (const c of cases) out.push(await runCase(front, routesFile, c, backends));
+  for (const c of cases) out.push(await runCase(front, routesFile, c, backends, gatewayFront));
   return out;
 }
 

@@ -271,16 +271,16 @@ export function rewritePath(path: string, modifier: { type: 'ReplacePrefixMatch'
 
 /**
  * The Location of a RequestRedirect: the request's scheme, host, port and path unless the filter
- * sets them; the query kept. Undefined when the request's Host is not a host[:port]
+ * sets them (on a Gateway listener the port is the listener's, as the Gateway writes it); the query kept. Undefined when the request's Host is not a host[:port]
  * (splitHostHeader: no user, path, query or fragment, not empty): the client chose it, and it
  * would be copied into the Location.
  */
-export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: { secure: boolean; host: string | undefined; path: string; query: string | undefined }): string | undefined {
+export function redirectLocation(redirect: RedirectSpec, match: MatchSpec, req: { secure: boolean; host: string | undefined; listenerPort?: number; path: string; query: string | undefined }): string | undefined {
   const scheme = redirect.scheme ?? (req.secure ? 'https' : 'http');
   const authority = splitHostHeader(req.host);
   if (!authority) return undefined;
   let host = authority.host;
-  let port = authority.port;
+  let port = req.listenerPort ?? authority.port;
   if (redirect.hostname !== undefined) host = redirect.hostname;
   if (redirect.port !== undefined) port = redirect.port;
   else if (redirect.scheme !== undefined) port = undefined; // a new scheme: its well-known port
@@ -336,6 +336,8 @@ export function routeAction(choice: RouteChoice, ruleEffects: RuleEffects, req: 
 export interface RouteActionRequest {
   secure: boolean;
   host: string | undefined;
+  /** On a Gateway listener: its port as written (a redirect's default port). */
+  listenerPort?: number;
   path: string;
   query: string | undefined;
   errorId: string;

@@ -13,6 +13,7 @@
  *   (`routes.yaml line 12: HTTPRoute canary rules[0].backendRefs[1].weight: ...`).
  */
 import { createHash } from 'node:crypto';
+import { dirname, resolve } from 'node:path';
 import { normalizePath } from '../../base/http/path.js';
 import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
@@ -144,6 +145,42 @@ export interface FiltersSpec {
   cors?: RouteCorsSpec;
 }
 
+/**
+ * A route's `parentRefs` entry: the Gateway (and listener) it attaches to. Read only when the file
+ * holds Gateway documents (src/edge/routes/listeners.ts); otherwise ignored, as before.
+ */
+export interface ParentRefSpec {
+  name: string;
+  /** Default `gateway.networking.k8s.io` / `Gateway`: another kind attaches to nothing mesh serves. */
+  group: string;
+  kind: string;
+  sectionName?: string;
+  port?: number;
+}
+
+export type ListenerProtocol = 'HTTP' | 'HTTPS';
+
+/** A listener of a Gateway document: where mesh api listens besides --address. */
+export interface ListenerSpec {
+  name: string;
+  line: number;
+  /** The port as the Gateway writes it (--gateway_ports may bind another). */
+  port: number;
+  protocol: ListenerProtocol;
+  /** Lower case; `*.example.com` a wildcard; undefined: any host. */
+  hostname?: string;
+  /** HTTPS: the certificate and key files (absolute: relative paths are read from the route file's directory). */
+  tls?: { certFile: string; keyFile: string };
+  /** The route kinds the listener allows (`allowedRoutes.kinds`); default HTTPRoute. */
+  kinds: string[];
+}
+
+export interface GatewaySpec {
+  name: string;
+  line: number;
+  listeners: ListenerSpec[];
+}
+
 export interface RouteSpec {
   name: string;
   /** metadata.namespace as written (not used to find services). */
@@ -154,6 +191,8 @@ export interface RouteSpec {
   /** Mesh's `spec.handler`; undefined: the front end's default. */
   handler?: RouteHandler;
   rules: RuleSpec[];
+  /** `spec.parentRefs` as written (used only with Gateway documents in the file). */
+  parentRefs: ParentRefSpec[];
 }
 
 export interface RouteFile {
@@ -161,6 +200,8 @@ export interface RouteFile {
   /** A hash of the file's content: what admin /config_dump shows as the routes' version. */
   version: string;
   routes: RouteSpec[];
+  /** The file's Gateway documents (served by mesh api only: src/edge/routes/listeners.ts). */
+  gateways: GatewaySpec[];
 }
 
 /** How a route file's errors are written (src/base/config/reader.ts): `routes.yaml line 12: <field>: <problem>`. */
@@ -183,13 +224,23 @@ export class RouteFileError extends ConfigFileError {
 }
 
 /** Bounds of the Gateway API's own schema (and of a file). */
-export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000, fractionDenominator: 1_000_000, corsOrigins: 64, corsMethods: 9, corsHeaders: 64, corsMaxAgeSec: 86_400 } as const;
+export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000, fractionDenominator: 1_000_000, corsOrigins: 64, corsMethods: 9, corsHeaders: 64, corsMaxAgeSec: 86_400, parentRefs: 32, gateways: 16, listeners: 64 } as const;
 
 const API_VERSIONS = new Set(['gateway.networking.k8s.io/v1', 'gateway.networking.k8s.io/v1beta1']);
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
 const TOP = new Set(['apiVersion', 'kind', 'metadata', 'spec', 'status']);
 const METADATA = new Set(['name', 'namespace', 'labels', 'annotations', 'uid', 'resourceVersion', 'generation', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'finalizers', 'ownerReferences', 'managedFields', 'generateName', 'selfLink']);
 const SPEC = new Set(['parentRefs', 'hostnames', 'rules', 'handler']);
+const PARENT_REF = new Set(['group', 'kind', 'namespace', 'name', 'sectionName', 'port']);
+const GATEWAY_SPEC = new Set(['gatewayClassName', 'listeners', 'addresses', 'infrastructure', 'backendTLS', 'allowedListeners']);
+const LISTENER = new Set(['name', 'hostname', 'port', 'protocol', 'tls', 'allowedRoutes']);
+const LISTENER_TLS = new Set(['mode', 'certificateRefs', 'options', 'frontendValidation']);
+const ALLOWED_ROUTES = new Set(['namespaces', 'kinds']);
+const ROUTE_GROUP_KIND = new Set(['group', 'kind']);
+/** `tls.options` of an HTTPS listener: the PEM files, as a Secret's `tls.crt` and `tls.key`. */
+export const LISTENER_CERT_OPTION = 'mesh-platform.dev/cert-file';
+export const LISTENER_KEY_OPTION = 'mesh-platform.dev/key-file';
+const GATEWAY_GROUP = 'gateway.networking.k8s.io';
 const RULE = new Set(['name', 'matches', 'filters', 'backendRefs', 'timeouts', 'retry', 'sessionPersistence', 'fault']);
 const MATCH = new Set(['path', 'headers', 'queryParams', 'method']);
 const PATH = new Set(['type', 'value']);
@@ -381,12 +432,16 @@ function parseMatch(at: At): MatchSpec {
   return match;
 }
 
+/** A `group` field: absent, `dflt`; the core group is "" (or `core`), the one text that may be empty. */
+function apiGroup(entry: { at: At; node: Node | null } | undefined, dflt: string): string {
+  if (!entry) return dflt;
+  return isScalar(entry.node) && entry.node.value === '' ? '' : text(entry.at, 253);
+}
+
 function parseBackend(at: At): BackendRefSpec {
   const f = fields(at, BACKEND, 'an HTTPBackendRef');
   notYet(f);
-  const groupAt = f.get('group')?.at;
-  // The core group is "" (or `core`): the one field here that may be empty.
-  const group = groupAt && !(isScalar(groupAt.node) && groupAt.node.value === '') ? text(groupAt, 253) : '';
+  const group = apiGroup(f.get('group'), '');
   const kind = f.has('kind') ? text(f.get('kind')!.at, 63) : 'Service';
   if (f.has('port')) integer(f.get('port')!.at, 1, 65535);
   if (f.has('namespace')) text(f.get('namespace')!.at, 253);
@@ -729,18 +784,21 @@ function peekName(node: Node | null | undefined): string | undefined {
   return typeof name === 'string' && DNS_NAME.test(name) ? name : undefined;
 }
 
-function parseRoute(bare: At): RouteSpec {
+/** The document's `apiVersion`, `kind` and `metadata.name`, checked; `kind` must be one of `kinds`. */
+function header(bare: At, kinds: readonly string[]): { top: Map<string, { at: At; node: Node | null }>; name: string; m: Map<string, { at: At; node: Node | null }>; doc: At } {
   const peeked = peekName(bare.node);
-  const doc = peeked === undefined ? bare : bare.named(`HTTPRoute ${peeked}`);
-  const top = fields(doc, TOP, 'an HTTPRoute');
+  const peekedKind = peekKind(bare.node);
+  const what = peekedKind === 'Gateway' ? 'Gateway' : 'HTTPRoute';
+  const doc = peeked === undefined ? bare : bare.named(`${what} ${peeked}`);
+  const top = fields(doc, TOP, what === 'Gateway' ? 'a Gateway' : 'an HTTPRoute');
   const apiVersion = top.get('apiVersion');
   if (!apiVersion) throw doc.error('apiVersion is required (gateway.networking.k8s.io/v1)');
   const version = text(apiVersion.at);
   if (!API_VERSIONS.has(version)) throw apiVersion.at.error(`must be gateway.networking.k8s.io/v1, not ${JSON.stringify(version)}`);
   const kind = top.get('kind');
-  if (!kind) throw doc.error('kind is required (HTTPRoute)');
+  if (!kind) throw doc.error(`kind is required (${kinds.join(' or ')})`);
   const kindText = text(kind.at);
-  if (kindText !== 'HTTPRoute') throw kind.at.error(`must be HTTPRoute, not ${JSON.stringify(kindText)}`);
+  if (!kinds.includes(kindText)) throw kind.at.error(`must be ${kinds.join(' or ')}, not ${JSON.stringify(kindText)}`);
   const meta = top.get('metadata');
   if (!meta) throw doc.error('metadata.name is required');
   const m = fields(meta.at, METADATA, 'ObjectMeta');
@@ -748,19 +806,50 @@ function parseRoute(bare: At): RouteSpec {
   const nAt = m.get('name')!.at;
   const name = text(nAt, 253);
   if (!DNS_NAME.test(name)) throw nAt.error(`${JSON.stringify(name)} is not a valid name (lower case letters, digits, - and .)`);
+  return { top, name, m, doc };
+}
+
+function peekKind(node: Node | null | undefined): string | undefined {
+  if (!isMap(node)) return undefined;
+  const kind = node.get('kind');
+  return typeof kind === 'string' ? kind : undefined;
+}
+
+/** A hostname of `hostnames` or a listener's `hostname`. */
+function hostname(h: At): string {
+  const host = text(h, 253);
+  if (!HOSTNAME.test(host)) throw h.error(`${JSON.stringify(host)} is not a hostname (lower case, optionally *. first; no port, no IP address)`);
+  return host;
+}
+
+function parseParentRef(at: At): ParentRefSpec {
+  const f = fields(at, PARENT_REF, 'a ParentReference');
+  if (!f.has('name')) throw at.error('name is required (a Gateway of the file)');
+  const ref: ParentRefSpec = {
+    name: text(f.get('name')!.at, 253),
+    group: apiGroup(f.get('group'), GATEWAY_GROUP),
+    kind: f.has('kind') ? text(f.get('kind')!.at, 63) : 'Gateway',
+  };
+  if (f.has('namespace')) text(f.get('namespace')!.at, 63);
+  if (f.has('sectionName')) {
+    const sAt = f.get('sectionName')!.at;
+    ref.sectionName = text(sAt, 253);
+    if (!DNS_NAME.test(ref.sectionName)) throw sAt.error(`${JSON.stringify(ref.sectionName)} is not a valid listener name`);
+  }
+  if (f.has('port')) ref.port = integer(f.get('port')!.at, 1, 65535);
+  return ref;
+}
+
+function parseRoute(bare: At): RouteSpec {
+  const { top, name, m, doc } = header(bare, ['HTTPRoute', 'Gateway']);
   const at = bare.named(`HTTPRoute ${name}`);
-  const route: RouteSpec = { name, line: doc.line ?? 1, hostnames: [], rules: [] };
+  const route: RouteSpec = { name, line: doc.line ?? 1, hostnames: [], rules: [], parentRefs: [] };
   if (m.has('namespace')) route.namespace = text(m.get('namespace')!.at, 63);
   const specEntry = top.get('spec');
   if (!specEntry) throw at.error('spec is required');
   const spec = fields(specEntry.at.named(at.route), SPEC, 'an HTTPRouteSpec');
-  if (spec.has('hostnames')) {
-    for (const h of list(spec.get('hostnames')!.at, LIMITS.hostnames)) {
-      const host = text(h, 253);
-      if (!HOSTNAME.test(host)) throw h.error(`${JSON.stringify(host)} is not a hostname (lower case, optionally *. first; no port, no IP address)`);
-      route.hostnames.push(host);
-    }
-  }
+  if (spec.has('hostnames')) for (const h of list(spec.get('hostnames')!.at, LIMITS.hostnames)) route.hostnames.push(hostname(h));
+  if (spec.has('parentRefs')) route.parentRefs = list(spec.get('parentRefs')!.at, LIMITS.parentRefs).map(parseParentRef);
   if (spec.has('handler')) {
     const hAt = spec.get('handler')!.at;
     const handler = text(hAt, 16);
@@ -779,14 +868,117 @@ function parseRoute(bare: At): RouteSpec {
   return route;
 }
 
+/** A listener's `tls`: Terminate with the PEM files of `options` (a Secret cannot be read off-cluster). */
+function parseListenerTls(at: At, file: string): { certFile: string; keyFile: string } {
+  const f = fields(at, LISTENER_TLS, 'a GatewayTLSConfig');
+  if (f.has('mode')) {
+    const mAt = f.get('mode')!.at;
+    const mode = text(mAt, 32);
+    if (mode !== 'Terminate') throw mAt.error(`${JSON.stringify(mode)} is not served: mesh terminates TLS (Terminate)`);
+  }
+  const refs = f.get('certificateRefs');
+  if (refs && !(isSeq(refs.node) && refs.node.items.length === 0)) {
+    throw refs.at.error(`a certificateRef names a Kubernetes Secret, which mesh cannot read: give the PEM files in tls.options ${LISTENER_CERT_OPTION} and ${LISTENER_KEY_OPTION}`);
+  }
+  if (f.has('frontendValidation')) throw f.get('frontendValidation')!.at.error('client certificate validation is not supported yet');
+  const optionsAt = f.get('options')?.at;
+  const options = optionsAt ? fields(optionsAt, new Set([LISTENER_CERT_OPTION, LISTENER_KEY_OPTION]), 'tls.options (mesh reads its two file options)') : new Map();
+  const path = (key: string): string => {
+    const entry = options.get(key);
+    if (!entry) throw (optionsAt ?? at).error(`an HTTPS listener needs tls.options ${LISTENER_CERT_OPTION} and ${LISTENER_KEY_OPTION} (PEM files)`);
+    return resolve(dirname(file), text(entry.at));
+  };
+  return { certFile: path(LISTENER_CERT_OPTION), keyFile: path(LISTENER_KEY_OPTION) };
+}
+
+function parseListener(at: At, file: string): ListenerSpec {
+  const f = fields(at, LISTENER, 'a Listener');
+  for (const required of ['name', 'port', 'protocol']) if (!f.has(required)) throw at.error(`${required} is required`);
+  const nAt = f.get('name')!.at;
+  const name = text(nAt, 253);
+  if (!DNS_NAME.test(name)) throw nAt.error(`${JSON.stringify(name)} is not a valid name (lower case letters, digits, - and .)`);
+  const pAt = f.get('protocol')!.at;
+  const protocol = text(pAt, 64);
+  if (protocol !== 'HTTP' && protocol !== 'HTTPS') throw pAt.error(`${JSON.stringify(protocol)} is not served: mesh api serves HTTP and HTTPS listeners`);
+  const listener: ListenerSpec = { name, line: at.line ?? 1, port: integer(f.get('port')!.at, 1, 65535), protocol, kinds: ['HTTPRoute'] };
+  if (f.has('hostname')) listener.hostname = hostname(f.get('hostname')!.at);
+  const tls = f.get('tls');
+  if (protocol === 'HTTPS') {
+    if (!tls) throw at.error(`an HTTPS listener needs tls (with options ${LISTENER_CERT_OPTION} and ${LISTENER_KEY_OPTION})`);
+    listener.tls = parseListenerTls(tls.at, file);
+  } else if (tls) throw tls.at.error('an HTTP listener has no tls (protocol HTTPS terminates TLS)');
+  const allowed = f.get('allowedRoutes');
+  if (allowed) {
+    const a = fields(allowed.at, ALLOWED_ROUTES, 'AllowedRoutes');
+    const kinds = a.get('kinds');
+    if (kinds && !(isSeq(kinds.node) && kinds.node.items.length === 0)) {
+      listener.kinds = list(kinds.at, 8).map((k) => {
+        const g = fields(k, ROUTE_GROUP_KIND, 'a RouteGroupKind');
+        if (!g.has('kind')) throw k.error('kind is required');
+        const g2 = apiGroup(g.get('group'), GATEWAY_GROUP);
+        const kind = text(g.get('kind')!.at, 63);
+        return g2 === GATEWAY_GROUP ? kind : `${g2}/${kind}`;
+      });
+    }
+  }
+  return listener;
+}
+
+function parseGateway(bare: At, file: string): GatewaySpec {
+  const { top, name, doc } = header(bare, ['HTTPRoute', 'Gateway']);
+  const at = bare.named(`Gateway ${name}`);
+  const specEntry = top.get('spec');
+  if (!specEntry) throw at.error('spec is required');
+  const spec = fields(specEntry.at.named(at.route), GATEWAY_SPEC, 'a GatewaySpec');
+  const listenerAts = spec.has('listeners') ? list(spec.get('listeners')!.at, LIMITS.listeners) : [];
+  if (listenerAts.length === 0) throw (spec.get('listeners')?.at ?? at).error('listeners: at least one listener is needed');
+  const listeners: ListenerSpec[] = [];
+  for (const lAt of listenerAts) {
+    const listener = parseListener(lAt, file);
+    if (listeners.some((l) => l.name === listener.name)) throw lAt.error(`listener name ${JSON.stringify(listener.name)} is used twice`);
+    listeners.push(listener);
+  }
+  return { name, line: doc.line ?? 1, listeners };
+}
+
+/**
+ * Listeners of every Gateway of the file that share a port share its server: they must agree on
+ * the protocol, and no two may serve the same hostname (or both none) there.
+ */
+function checkListenerPorts(file: string, gateways: readonly GatewaySpec[]): void {
+  const byPort = new Map<number, Array<{ gateway: string; listener: ListenerSpec }>>();
+  for (const gateway of gateways) {
+    for (const listener of gateway.listeners) {
+      const same = byPort.get(listener.port) ?? [];
+      const where = `Gateway ${gateway.name} listener ${listener.name}`;
+      for (const other of same) {
+        const them = `Gateway ${other.gateway} listener ${other.listener.name}`;
+        if (other.listener.protocol !== listener.protocol) throw new RouteFileError(file, listener.line, `port ${listener.port} is ${other.listener.protocol} for ${them} (line ${other.listener.line}): listeners on one port share one protocol`, where);
+        if (other.listener.hostname === listener.hostname) throw new RouteFileError(file, listener.line, `port ${listener.port} and ${listener.hostname === undefined ? 'no hostname' : `hostname ${listener.hostname}`} are served by ${them} already (line ${other.listener.line})`, where);
+      }
+      same.push({ gateway: gateway.name, listener });
+      byPort.set(listener.port, same);
+    }
+  }
+}
+
 /** Parses a route file's text; throws a RouteFileError naming the file and line. */
 export function parseRouteFile(textContent: string, file: string): RouteFile {
   const docs = parseConfigAll(textContent, { file, style: ROUTE_FILE_ERRORS, maxBytes: MAX_ROUTE_FILE_BYTES });
   const routes: RouteSpec[] = [];
+  const gateways: GatewaySpec[] = [];
   const seen = new Map<string, number>();
   for (const doc of docs) {
     const contents = doc.contents;
     if (contents === null || (isScalar(contents) && contents.value === null)) continue; // an empty document (`---` at the end)
+    if (peekKind(contents) === 'Gateway') {
+      if (gateways.length >= LIMITS.gateways) throw new RouteFileError(file, undefined, `more than ${LIMITS.gateways} Gateways`);
+      const gateway = parseGateway(new At(doc, '', '', contents, 1), file);
+      const before = gateways.find((g) => g.name === gateway.name);
+      if (before) throw new RouteFileError(file, gateway.line, `Gateway ${gateway.name}: the name is used twice (first at line ${before.line})`);
+      gateways.push(gateway);
+      continue;
+    }
     if (routes.length >= LIMITS.routes) throw new RouteFileError(file, undefined, `more than ${LIMITS.routes} routes`);
     const route = parseRoute(new At(doc, '', '', contents, 1));
     const before = seen.get(route.name);
@@ -794,7 +986,8 @@ export function parseRouteFile(textContent: string, file: string): RouteFile {
     seen.set(route.name, route.line);
     routes.push(route);
   }
-  return { file, version: createHash('sha256').update(textContent).digest('hex').slice(0, 16), routes };
+  checkListenerPorts(file, gateways);
+  return { file, version: createHash('sha256').update(textContent).digest('hex').slice(0, 16), routes, gateways };
 }
 
 /**

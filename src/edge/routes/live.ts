@@ -16,8 +16,10 @@ import { declareStats, type FamilyStats, type StatsScope } from '../../base/stat
 import { fileSignature, DEFAULT_SETTLE_MS, serialized, watchFiles, type SettleOptions } from '../../tls/workload/watch.js';
 import { readConfigFileSettled } from '../../base/config/reader.js';
 import { checkHandlers, loadRouteFile, MAX_ROUTE_FILE_BYTES, parseRouteFile, ROUTE_FILE_ERRORS, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
-import { CompiledRoutes } from './table.js';
+import type { CompiledRoutes } from './table.js';
+import { compileTables, type GatewayTables } from './listeners.js';
 import { routeStatus, type RouteStatus } from './status.js';
+import { RouteFileError } from './file.js';
 import { reloadOnSighup } from '../../base/util/sighup.js';
 
 export const ROUTE_FILE_STATS = {
@@ -40,11 +42,18 @@ export interface LiveRoutesOptions extends SettleOptions {
   check?: (file: RouteFile) => void;
   /** Told of each new file put in use by a reload (not of the first load). */
   onReload?: (file: RouteFile) => void;
+  /**
+   * The front end serves Gateway documents (mesh api: src/fronts/gateway/listeners.ts); without,
+   * a file that holds one is refused, naming this front end (`front`).
+   */
+  gateways?: boolean;
+  /** How the front end is named in that refusal; default `this front end`. */
+  front?: string;
 }
 
 export class LiveRoutes {
-  /** The table in use: read once per request. */
-  table: CompiledRoutes;
+  /** The tables in use (the front end's own and each Gateway port's): read once per request. */
+  tables: GatewayTables;
   private loadedAt = new Date();
   private lastError: string | undefined;
   private readonly stats: FamilyStats<typeof ROUTE_FILE_STATS>;
@@ -55,7 +64,7 @@ export class LiveRoutes {
   /** Loads the file; throws its RouteFileError. */
   constructor(private readonly options: LiveRoutesOptions) {
     this.stats = declareStats(options.stats, ROUTE_FILE_STATS);
-    this.table = new CompiledRoutes(this.load(), options.random);
+    this.tables = compileTables(this.load(), options.random);
     this.stats.active.set(this.table.size);
   }
 
@@ -63,7 +72,13 @@ export class LiveRoutes {
     return this.check(loadRouteFile(this.options.file));
   }
 
+  /** The table of the front end's own listener. */
+  get table(): CompiledRoutes {
+    return this.tables.main;
+  }
+
   private check(parsed: RouteFile): RouteFile {
+    if (!this.options.gateways) refuseGateways(parsed, this.options.front ?? 'this front end');
     if (this.options.defaultHandler) checkHandlers(parsed, this.options.defaultHandler);
     this.options.check?.(parsed);
     return parsed;
@@ -97,7 +112,7 @@ export class LiveRoutes {
 
   private async reloadOnce(): Promise<boolean> {
     const { file, log } = this.options;
-    let next: CompiledRoutes;
+    let next: GatewayTables;
     try {
       const text = await readConfigFileSettled(file, ROUTE_FILE_ERRORS, this.options, MAX_ROUTE_FILE_BYTES);
       const parsed = this.check(parseRouteFile(text, file));
@@ -105,7 +120,7 @@ export class LiveRoutes {
         this.lastError = undefined;
         return true;
       }
-      next = new CompiledRoutes(parsed, this.options.random);
+      next = compileTables(parsed, this.options.random);
     } catch (err) {
       const why = (err as Error).message;
       this.stats.updateFailure.inc();
@@ -113,13 +128,13 @@ export class LiveRoutes {
       this.lastError = why;
       return false;
     }
-    this.table = next;
+    this.tables = next;
     this.loadedAt = new Date();
     this.lastError = undefined;
     this.stats.updateSuccess.inc();
-    this.stats.active.set(next.size);
-    log.info({ file, routes: next.size, version: next.source.version }, 'route file reloaded');
-    this.options.onReload?.(next.source);
+    this.stats.active.set(next.main.size);
+    log.info({ file, routes: next.main.size, version: next.main.source.version }, 'route file reloaded');
+    this.options.onReload?.(next.main.source);
     return true;
   }
 
@@ -135,4 +150,10 @@ export class LiveRoutes {
     const source = this.table.source;
     return { file: source.file, version: source.version, loaded_at: this.loadedAt.toISOString(), last_reload_error: this.lastError ?? null, routes: source.routes, status: routeStatus(source) };
   }
+}
+
+/** A file with Gateway documents, given to a front end that does not serve them: its first Gateway is refused. */
+export function refuseGateways(parsed: RouteFile, front: string): void {
+  const gateway = parsed.gateways[0];
+  if (gateway) throw new RouteFileError(parsed.file, gateway.line, `Gateway documents are served by mesh api only; ${front} serves HTTPRoute documents`, `Gateway ${gateway.name}`);
 }

@@ -4,7 +4,9 @@
  * gateway.networking.k8s.io/v1 RouteConditionType and RouteConditionReason), so that an operator
  * sees why a rule answers 500 (admin /routes and /config_dump, `mesh check --routes`).
  *
- * - `Accepted`: True (reason `Accepted`) for every route of a loaded file: the front end serves it.
+ * - `Accepted`: True (reason `Accepted`) for every route of a loaded file: the front end serves it;
+ *   with Gateway documents in the file, a route with `parentRefs` only when it attached to a
+ *   listener, else False with the reason of its first parentRef (./listeners.ts).
  * - `ResolvedRefs`: False with reason `InvalidKind` for a backendRef of another group or kind than
  *   a mesh service, `BackendNotFound` for a service the registry does not know (only when the
  *   caller gives the registry's view: `known`); the message names each rule and backend, the reason
@@ -15,9 +17,10 @@
  * Pure: computed from the parsed file (src/edge/routes/file.ts) and the caller's view of the registry.
  */
 import type { RouteFile, RouteSpec, RuleSpec } from './file.js';
+import { attachRoute, type NotAcceptedReason } from './listeners.js';
 
 export type RouteConditionType = 'Accepted' | 'ResolvedRefs';
-export type RouteConditionReason = 'Accepted' | 'ResolvedRefs' | 'InvalidKind' | 'BackendNotFound';
+export type RouteConditionReason = 'Accepted' | NotAcceptedReason | 'ResolvedRefs' | 'InvalidKind' | 'BackendNotFound';
 
 export interface RouteCondition {
   type: RouteConditionType;
@@ -38,6 +41,8 @@ export interface RouteStatus {
   route: string;
   line: number;
   conditions: RouteCondition[];
+  /** With Gateway documents in the file: the listeners the route is attached to, `<gateway>/<listener>`. */
+  listeners?: string[];
   /** Only rules with something to say. */
   rules: RuleNote[];
 }
@@ -74,6 +79,17 @@ function ruleNote(rule: RuleSpec): string | undefined {
   return undefined;
 }
 
+/** The `Accepted` condition; with Gateways and `parentRefs`, records the route's listeners in `status`. */
+function accepted(route: RouteSpec, file: RouteFile, status: RouteStatus): RouteCondition {
+  const inUse: RouteCondition = { type: 'Accepted', status: 'True', reason: 'Accepted', message: 'the route is in use' };
+  if (file.gateways.length === 0) return inUse;
+  if (route.parentRefs.length === 0) return { ...inUse, message: "the route is in use on the front end's own listener (no parentRefs)" };
+  const { attached, refused } = attachRoute(route, file.gateways);
+  status.listeners = attached.map((a) => `${a.gateway}/${a.listener.name}`);
+  if (attached.length === 0) return { type: 'Accepted', status: 'False', reason: refused[0]!.reason, message: refused.map((r) => r.message).join('; ') };
+  return { ...inUse, message: `the route is in use on ${status.listeners.join(', ')}` };
+}
+
 /** The status of each route of `file`, in the file's order. */
 export function routeStatus(file: RouteFile, known?: KnownService): RouteStatus[] {
   return file.routes.map((route) => {
@@ -87,11 +103,8 @@ export function routeStatus(file: RouteFile, known?: KnownService): RouteStatus[
       const note = ruleNote(rule);
       if (note) rules.push({ rule: rule.name, index: rule.index, line: rule.line, note });
     }
-    return {
-      route: route.name,
-      line: route.line,
-      conditions: [{ type: 'Accepted', status: 'True', reason: 'Accepted', message: 'the route is in use' }, resolved],
-      rules,
-    };
+    const status: RouteStatus = { route: route.name, line: route.line, conditions: [], rules };
+    status.conditions.push(accepted(route, file, status), resolved);
+    return status;
   });
 }

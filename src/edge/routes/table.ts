@@ -146,16 +146,18 @@ export class CompiledRoutes {
 
   /**
    * Compiles a parsed file. Throws an Error only for what parsing cannot see (none today: every
-   * regex was compiled by the parser's rules); `random` chooses backends (default Math.random).
+   * regex was compiled by the parser's rules); `random` chooses backends (default Math.random);
+   * `routes`: the routes of the file this table serves (a Gateway listener's: ./listeners.ts), default all.
    */
   constructor(
     readonly source: RouteFile,
     private readonly random: () => number = Math.random,
+    routes: readonly RouteSpec[] = source.routes,
   ) {
     const entries: Entry[] = [];
     let order = 0;
     let needsQuery = false;
-    for (const route of source.routes) {
+    for (const route of routes) {
       const hostnames = route.hostnames.length > 0 ? route.hostnames : [undefined];
       for (const rule of route.rules) {
         for (const match of rule.matches) {

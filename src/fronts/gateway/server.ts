@@ -14,6 +14,10 @@
  * Everything else goes to the handler:
  * `--handler=api|rpc|proxy|event`, or by default the registry router
  * (src/fronts/gateway/router.ts) with the api handler as the fallback.
+ *
+ * A route file's Gateway documents add listeners (./listeners.ts): there a request is served by
+ * the routes attached to the listener its Host is for (404 when none matches; 421 over TLS when the
+ * Host is for another listener than the SNI name), and by none of the gateway's own paths but /_mesh/.
  */
 import { EndpointStats, type EndpointFamily } from '../../base/stats/endpoint-stats.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -21,8 +25,16 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { ERROR_IDS, MeshError, noBackend, notFound, rootMethodNotAllowed } from '../../base/errors.js';
-import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase } from '../../edge/front-server.js';
+import { ERROR_IDS, MeshError, misdirectedRequest, noBackend, noRoute, notFound, rootMethodNotAllowed } from '../../base/errors.js';
+import type { TLSSocket } from 'node:tls';
+import type { TlsProvider } from '../../tls/provider.js';
+import type { LoadedPair } from '../../tls/files.js';
+import { formatAddress, parseAddress } from '../../base/util/address.js';
+import type { RouteChoice } from '../../edge/routes/table.js';
+import { listenerPorts } from '../../edge/routes/listeners.js';
+import type { ListenerSpec } from '../../edge/routes/file.js';
+import { checkReload, ListenerCertificates, portServerName } from './listeners.js';
+import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase, type FrontServerOptions } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
@@ -85,6 +97,8 @@ export interface GatewayOptions {
   routesRandom?: () => number;
   /** How a change of the route file is read (tests; src/tls/workload/watch.ts readSettled); default 50 ms between reads. */
   routesSettle?: SettleOptions;
+  /** `--gateway_ports`: where a Gateway listener's port (as written) listens; default the same port. */
+  gatewayPorts?: Map<number, number>;
 }
 
 /**
@@ -102,6 +116,10 @@ export type GatewayRoute =
   | { kind: 'proxy'; service: string | undefined; policy?: RoutePolicy; stat?: EndpointFamily }
   /** A route of the route file whose backends all weigh 0: 500, as the Gateway API says. */
   | { kind: 'no-backend'; route: string; why: string; policy?: RoutePolicy }
+  /** A Gateway listener (`listener`) with no route for the request: 404. */
+  | { kind: 'unrouted'; listener: string }
+  /** Over TLS, a Host for another Gateway listener than the SNI name's: 421. */
+  | { kind: 'misdirected'; host: string; sni: string }
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
   /** A CORS preflight a route's CORS filter answers. */
@@ -141,6 +159,15 @@ export class Gateway {
   private readonly rpcAllowed?: (service: string) => boolean;
   private readonly guard: EdgeGuard;
   private readonly streams: StreamSockets;
+  private readonly options: GatewayOptions;
+  /** The servers of the route file's Gateway ports, by the port as written. */
+  private readonly portServers = new Map<number, { server: FrontServer<GatewayRoute>; certs?: ListenerCertificates }>();
+  /** The route file's Gateway ports listening: the port as written, the URL it listens on, its listeners. */
+  readonly gatewayPorts: Array<{ port: number; url: string; listeners: string[] }> = [];
+  /** The Gateway ports and protocols listening (listenerPorts): what a reload may not change. */
+  private startedPorts?: string;
+  /** The certificate pairs of the file a reload is about to put in use (read by its check). */
+  private pendingPairs = new Map<ListenerSpec, LoadedPair>();
 
   /**
    * Builds the gateway; its router (when there is one) is a route source of the runtime, listed
@@ -153,6 +180,7 @@ export class Gateway {
     this.namespace = (options.namespace ?? DEFAULT_NAMESPACE).replace(/\.+$/, '') || DEFAULT_NAMESPACE;
     this.rpcPaths = new RpcPathResolver(this.namespace);
     this.handler = options.handler;
+    this.options = options;
     this.address = options.address ?? DEFAULT_ADDRESS;
     this.enableRpc = options.enableRpc ?? true;
     const allow = options.rpcAllow ?? [];
@@ -161,7 +189,17 @@ export class Gateway {
     const guard = this.guard;
     if (options.routesFile !== undefined) {
       const defaultHandler: RouteHandler = this.handler === 'api' || this.handler === 'rpc' || this.handler === 'proxy' ? this.handler : 'api';
-      const routes = new LiveRoutes({ ...options.routesSettle, file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler });
+      const routes = new LiveRoutes({
+        ...options.routesSettle,
+        file: options.routesFile,
+        stats: runtime.stats,
+        log: runtime.logging.get('router'),
+        random: options.routesRandom,
+        defaultHandler,
+        gateways: true,
+        check: (file) => void (this.pendingPairs = checkReload(file, this.startedPorts)),
+        onReload: () => this.reloadCertificates(),
+      });
       this.routes = routes;
       this.effects = new RouteEffectsCache(runtime.stats, undefined, runtime.options.statsEndpoints);
       runtime.addRouteSource(() => {
@@ -194,23 +232,32 @@ export class Gateway {
     }
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
-    this.server = new FrontServer<GatewayRoute>({
-      edge,
-      statPrefix: STAT_PREFIX,
+    this.server = this.frontServer(STAT_PREFIX, (req, target, upgrade) => this.route(req, target, upgrade));
+  }
+
+  /** A front server of the gateway: its own listener's, or a Gateway port's (with its certificates). */
+  private frontServer(statPrefix: string, route: NonNullable<FrontServerOptions<GatewayRoute>['route']>, tls?: TlsProvider): FrontServer<GatewayRoute> {
+    const guard = this.guard;
+    const dashboard = this.dashboard;
+    const server: FrontServer<GatewayRoute> = new FrontServer<GatewayRoute>({
+      edge: this.fe.edge,
+      statPrefix,
       errorId: ERROR_ID,
-      route: (req, target, upgrade) => this.route(req, target, upgrade),
-      handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
-      upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
-      onPhase: options.onPhase,
+      route,
+      tls,
+      handle: (req, res, ctx, r) => this.handle(req, res, ctx, r, server),
+      upgrade: (req, socket, head, r) => this.upgrade(req, socket, head, r, server),
+      onPhase: this.options.onPhase,
       closeUpgraded: () => this.streams.close(),
       counted: (req) => !(dashboard && isDashboardPath(targetOf(req).path)),
-      rateLimit: options.rateLimit,
-      corsMaxAgeSec: options.corsMaxAgeSec,
+      rateLimit: this.options.rateLimit,
+      corsMaxAgeSec: this.options.corsMaxAgeSec,
       // A route's CORS preflight is answered before the auth step, as --cors answers one: a browser sends it without credentials, and it reaches no backend.
-      authorize: (req, res, route) => (route.kind === 'preflight' ? undefined : guard.checkRequest(req, res, () => this.authTarget(req, route))),
+      authorize: (req, res, r) => (r.kind === 'preflight' ? undefined : guard.checkRequest(req, res, () => this.authTarget(req, r))),
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
     });
+    return server;
   }
 
   /**
@@ -242,10 +289,35 @@ export class Gateway {
    * is read once here: a reload swaps it for later requests only.
    */
   private fileRoute(req: IncomingMessage, target: RequestTarget): GatewayRoute | undefined {
+    const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path: target.path, query: target.query, headers: req.headers });
+    return choice && this.chosen(choice, req, target, this.server.secure);
+  }
+
+  /**
+   * The route phase of a Gateway port (`port` as written): `/_mesh/version`, nothing else under
+   * /_mesh/, then the routes of the listener the Host is for (see the module comment).
+   */
+  private listenerRoute(port: number, secure: boolean, req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
     const path = target.path;
-    const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path, query: target.query, headers: req.headers });
-    if (!choice) return undefined;
-    const action = routeAction(choice, this.effects!.of(choice), { secure: this.server.secure, host: req.headers.host, path, query: target.query, errorId: ERROR_ID, method: req.method, headers: req.headers });
+    if (path === VERSION_PATH) return upgrade ? NONE : ROOT;
+    const listeners = this.routes!.tables.ports.get(port);
+    const host = req.headers.host;
+    const forHost = listeners?.forHost(host);
+    if (secure && listeners) {
+      const sni = (req.socket as TLSSocket).servername;
+      const forSni = listeners.forName(typeof sni === 'string' ? sni.toLowerCase() : undefined);
+      if (forSni !== forHost) return { kind: 'misdirected', host: host ?? '', sni: typeof sni === 'string' ? sni : 'no name' };
+    }
+    const name = forHost ? `${forHost.gateway}/${forHost.listener.name}` : portServerName(port);
+    if (!forHost || path.startsWith(OWN_PREFIX)) return { kind: 'unrouted', listener: name };
+    const choice = forHost.table.match({ method: req.method ?? 'GET', host, path, query: target.query, headers: req.headers });
+    return (choice && this.chosen(choice, req, target, secure, port)) ?? { kind: 'unrouted', listener: name };
+  }
+
+  /** What a route of the file chose serves the request; `port`: the Gateway listener's (a redirect keeps it). */
+  private chosen(choice: RouteChoice, req: IncomingMessage, target: RequestTarget, secure: boolean, port?: number): GatewayRoute {
+    const path = target.path;
+    const action = routeAction(choice, this.effects!.of(choice), { secure, host: req.headers.host, listenerPort: port, path, query: target.query, errorId: ERROR_ID, method: req.method, headers: req.headers });
     if (action.kind === 'redirect' || action.kind === 'preflight') return action;
     if (action.kind === 'no-backend') return { kind: 'no-backend', route: choice.route.name, why: action.why, policy: action.policy };
     const { backend, policy } = action;
@@ -310,9 +382,11 @@ export class Gateway {
     let bound: AddressInfo;
     try {
       bound = await this.server.listen(this.address);
-      const listener = { name: STAT_PREFIX, address: bound.address, port: bound.port };
-      this.runtime.onShutdown(this.runtime.addListenerSource(() => [listener]));
+      const listeners = [{ name: STAT_PREFIX, address: bound.address, port: bound.port }];
+      this.runtime.onShutdown(this.runtime.addListenerSource(() => listeners));
+      await this.listenGatewayPorts(listeners);
     } catch (err) {
+      await Promise.all([...this.portServers.values()].map((p) => p.server.close()));
       this.router?.stop();
       this.routes?.stop();
       this.dashboard?.stop();
@@ -324,9 +398,44 @@ export class Gateway {
     return bound;
   }
 
+  /**
+   * Listens on each port of the route file's Gateway documents, on the host of --address (at the
+   * port --gateway_ports maps it to), and lists each in `listeners` (admin /listeners).
+   */
+  private async listenGatewayPorts(listeners: Array<{ name: string; address: string; port: number }>): Promise<void> {
+    const routes = this.routes;
+    if (!routes) return;
+    const { host } = parseAddress(this.address);
+    const remap = this.options.gatewayPorts ?? new Map<number, number>();
+    for (const [port, plan] of routes.tables.ports) {
+      const name = portServerName(port);
+      const certs = plan.protocol === 'HTTPS' ? new ListenerCertificates(plan, this.pendingPairs) : undefined;
+      const server = this.frontServer(name, (req, target, upgrade) => this.listenerRoute(port, certs !== undefined, req, target, upgrade), certs);
+      this.portServers.set(port, { server, certs });
+      if (certs) this.runtime.onShutdown(this.runtime.addCertificateSource(() => certs.certificates()));
+      const at = formatAddress(host, remap.get(port) ?? port);
+      let bound: AddressInfo;
+      try {
+        bound = await server.listen(at);
+      } catch (err) {
+        const e = err as NodeJS.ErrnoException;
+        throw new Error(`gateway cannot listen on ${at} for the Gateway listeners of port ${port}: ${e.code === 'EADDRINUSE' ? 'address already in use (map the port elsewhere with --gateway_ports)' : e.message}`);
+      }
+      listeners.push({ name, address: bound.address, port: bound.port });
+      this.gatewayPorts.push({ port, url: `${certs ? 'https' : 'http'}://${formatAddress(bound.address, bound.port)}`, listeners: plan.listeners.map((l) => `${l.gateway}/${l.listener.name}`) });
+    }
+    this.startedPorts = listenerPorts(routes.table.source);
+  }
+
+  /** A reload put a new file in use: each HTTPS port presents its listeners' new certificates. */
+  private reloadCertificates(): void {
+    const ports = this.routes!.tables.ports;
+    for (const [port, { certs }] of this.portServers) certs?.update(ports.get(port)!, this.pendingPairs);
+  }
+
   /** Drains the listener (lets in-flight requests finish, up to --drain_timeout), then stops routing. */
   async close(): Promise<void> {
-    await this.server.close();
+    await Promise.all([this.server.close(), ...[...this.portServers.values()].map((p) => p.server.close())]);
     this.router?.stop();
     this.routes?.stop();
     this.dashboard?.stop();
@@ -336,7 +445,7 @@ export class Gateway {
    * The handle phase. The rpc, api and proxy handlers take the request's context as an argument;
    * every other handler runs inside it (what they call reads the ambient context).
    */
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
+  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute, server: FrontServer<GatewayRoute>): Promise<void> {
     const effects = 'policy' in route ? route.policy?.effects : undefined;
     const stat = 'stat' in route ? route.stat : undefined;
     if (stat) {
@@ -362,7 +471,7 @@ export class Gateway {
       }
       case 'proxy':
         if (!route.service) throw this.noService(req);
-        return handleProxy(this.fe, route.service, this.server.secure, req, res, ctx, route.policy);
+        return handleProxy(this.fe, route.service, server.secure, req, res, ctx, route.policy);
       case 'redirect':
         req.resume();
         res.writeHead(route.status, { location: route.location, 'content-length': '0' });
@@ -380,6 +489,12 @@ export class Gateway {
       }
       case 'none':
         throw this.noService(req);
+      case 'unrouted':
+        req.resume();
+        throw noRoute(ERROR_ID, shown(targetOf(req).path), route.listener);
+      case 'misdirected':
+        req.resume();
+        throw misdirectedRequest(ERROR_ID, shown(route.host), shown(route.sni));
     }
   }
 
@@ -403,11 +518,11 @@ export class Gateway {
    * proxy route (once the node answers 101); a stream at an rpc or api path or at /rpc; refused
    * otherwise. Each passes the auth step (and, keyed by subject, the rate limit after it) first.
    */
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: GatewayRoute): void {
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: GatewayRoute, server: FrontServer<GatewayRoute>): void {
     const path = targetOf(req).path;
     const checked = (target: EdgeTarget, then: () => void) =>
       this.guard.check(req, undefined, target).then(
-        () => this.server.upgradeRateLimited(req, socket, true, then),
+        () => server.upgradeRateLimited(req, socket, true, then),
         (err: unknown) => refuseSocket(socket, err, ERROR_ID),
       );
     switch (route.kind) {
@@ -423,9 +538,13 @@ export class Gateway {
       case 'proxy': {
         const service = route.service;
         if (!service) break;
-        checked({ path, service }, () => handleProxyUpgrade(this.fe, service, this.server.secure, req, socket, head, route.policy?.version));
+        checked({ path, service }, () => handleProxyUpgrade(this.fe, service, server.secure, req, socket, head, route.policy?.version));
         return;
       }
+      case 'unrouted':
+        return refuseSocket(socket, noRoute(ERROR_ID, shown(path), route.listener, 'the upgrade of '), ERROR_ID);
+      case 'misdirected':
+        return refuseSocket(socket, misdirectedRequest(ERROR_ID, shown(route.host), shown(route.sni)), ERROR_ID);
     }
     refuseSocket(socket, notFound(ERROR_ID, `no proxy route for the upgrade of ${shown(path)}`), ERROR_ID);
   }

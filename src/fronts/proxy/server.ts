@@ -14,7 +14,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
-import { badRequest, ERROR_IDS, flagged, noBackend, notFound } from '../../base/errors.js';
+import { badRequest, ERROR_IDS, noBackend, noRoute } from '../../base/errors.js';
 import { FrontServer } from '../../edge/front-server.js';
 import { refuseSocket } from '../../base/http/respond.js';
 import { splitTarget, targetOf } from '../../base/http/target.js';
@@ -129,7 +129,7 @@ export class ProxyListener {
 
   private liveRoutes(file: string | undefined): LiveRoutes | undefined {
     if (file === undefined) return undefined;
-    return new LiveRoutes({ ...this.watch, file, stats: this.runtime.stats, log: this.runtime.logging.get('router'), check: onlyProxyHandler });
+    return new LiveRoutes({ ...this.watch, file, stats: this.runtime.stats, log: this.runtime.logging.get('router'), check: onlyProxyHandler, front: 'a mesh proxy listener' });
   }
 
   /**
@@ -205,7 +205,7 @@ export class ProxyListener {
     const { url, path } = targetOf(req);
     if (!route) {
       req.resume();
-      throw flagged(notFound(ERROR_ID, `no route for ${shown(path)} on listener ${this.name}`), 'NR');
+      throw noRoute(ERROR_ID, shown(path), this.name);
     }
     const started = route.kind === 'config' ? undefined : beginRule(route.policy, req, res, ERROR_ID);
     if (started) await started;
@@ -235,7 +235,7 @@ export class ProxyListener {
     if (route?.kind === 'backend') return handleProxyUpgrade(this.fe, route.service, this.server.secure, req, socket, head, route.policy.version);
     if (route?.kind === 'redirect') return refuseSocket(socket, badRequest(ERROR_ID, `route redirects to ${route.location}: an upgrade does not follow a redirect`), ERROR_ID);
     if (route?.kind === 'no-backend') return refuseSocket(socket, noBackend(ERROR_ID, route.route, route.why), ERROR_ID);
-    refuseSocket(socket, notFound(ERROR_ID, `no route for the upgrade of ${shown(path)} on listener ${this.name}`), ERROR_ID);
+    refuseSocket(socket, noRoute(ERROR_ID, shown(path), this.name, 'the upgrade of '), ERROR_ID);
   }
 }
 

@@ -174,7 +174,7 @@ export class Sidecar {
     const meshOptions = runtime.options;
     this.handler = options.handler ?? 'rpc';
     if (options.routesFile !== undefined) {
-      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler: this.handler });
+      const routes = new LiveRoutes({ file: options.routesFile, stats: runtime.stats, log: runtime.logging.get('router'), random: options.routesRandom, defaultHandler: this.handler, front: 'mesh sidecar' });
       this.routes = routes;
       this.effects = new RouteEffectsCache(runtime.stats);
       runtime.addRouteSource(() => {
