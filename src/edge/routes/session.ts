@@ -70,7 +70,8 @@ export class SessionTokens {
   open(name: string, text: string): SessionToken | undefined {
     if (text.length > MAX_TOKEN_CHARS || !/^[A-Za-z0-9_-]+$/.test(text)) return undefined;
     const bytes = Buffer.from(text, 'base64url');
-    if (bytes.length < IV_BYTES + TAG_BYTES + 1) return undefined;
+    // One spelling only: base64url decoding would ignore a trailing part of a character.
+    if (bytes.length < IV_BYTES + TAG_BYTES + 1 || bytes.toString('base64url') !== text) return undefined;
     let plain: Buffer;
     try {
       const decipher = createDecipheriv('aes-256-gcm', this.key, bytes.subarray(0, IV_BYTES));
