@@ -344,7 +344,7 @@ export function routeAction(choice: RouteChoice, ruleEffects: RuleEffects, req: 
   return { kind: 'send', backend, path, policy };
 }
 
-/** What routeAction reads of a request. `method` and `headers`: for a rule's CORS (absent: no CORS request). */
+/** What routeAction reads of a request. `method` and `headers`: for a rule's CORS and session (absent: no CORS request, no session token). */
 export interface RouteActionRequest {
   secure: boolean;
   host: string | undefined;
