@@ -1,7 +1,8 @@
 /**
  * The route file contract: one set of route files (matches on path, method, header and query, a
  * weighted split by version, a timeout, a version with no node, weight 0, the fall-through, a
- * reload by a change of the file and a bad file on SIGHUP) gives the same answers through every
+ * session kept on its node, a reload by a change of the file and a bad file on SIGHUP) gives the
+ * same answers through every
  * front end that takes one: the gateway (`mesh api --routes`), the sidecar (`mesh sidecar
  * --routes`) and `mesh proxy -c FILE` (a listener's `route_file`).
  * Usage: routesContract('gateway', (registryDir, routesFile) => start the front end).
@@ -115,6 +116,16 @@ spec:
       matches: [{path: {value: /broken}}]
       backendRefs: [{name: ${SERVICE}, version: v1}]
       fault: {abort: {httpStatus: 503, percentage: 100}}
+---
+${HEAD}metadata: {name: sticky}
+spec:
+  handler: proxy
+  rules:
+    - matches: [{path: {value: /sticky}}]
+      backendRefs:
+        - {name: ${SERVICE}, version: v1}
+        - {name: ${SERVICE}, version: v2}
+      sessionPersistence: {sessionName: sticky}
 ---
 ${swap(v1, v2)}`;
 
@@ -250,6 +261,31 @@ export function routesContract(name: string, start: StartFront): void {
       assert.deepEqual(broken, { status: 503, code: 503, detail: 'fault injected by route broken' });
       assert.equal(await statValue(front.admin, 'vhost.*.route.broken.fault.aborts_injected'), 1);
       await waitFor(async () => (await statValue(front.admin, 'vhost.*.route.rewrite.rq_2xx')) === 1);
+    });
+
+    it('sessionPersistence: the answer sets the cookie, requests with it stay on one version\'s node, without it or with a tampered one they spread', async () => {
+      const get = async (cookie?: string) => {
+        const res = await pool.request({ method: 'GET', path: '/sticky', headers: cookie ? { cookie } : {} });
+        const body = (await res.body.json()) as { app: string };
+        const set = res.headers['set-cookie'];
+        return { app: body.app, cookie: typeof set === 'string' ? set.slice(0, set.indexOf(';')) : undefined };
+      };
+      const first = await get();
+      assert.match(first.cookie ?? '', /^sticky=[A-Za-z0-9_-]+$/);
+      const spread = new Set<string>();
+      for (let i = 0; i < 20; i++) {
+        const pinned = await get(first.cookie);
+        assert.deepEqual(pinned, { app: first.app, cookie: undefined });
+        const bare = await get();
+        assert.ok(bare.cookie);
+        spread.add(bare.app);
+      }
+      assert.deepEqual([...spread].sort(), ['v1', 'v2']);
+      const token = Buffer.from(first.cookie!.slice('sticky='.length), 'base64url');
+      token[5] = token[5]! ^ 1;
+      const tampered = await get(`sticky=${token.toString('base64url')}`);
+      assert.ok(tampered.cookie && tampered.cookie !== first.cookie, 'a tampered token: a new session');
+      assert.equal((await get(tampered.cookie)).app, tampered.app);
     });
 
     it('a route timeout answers 504; a version with no node 503; a rule whose backends weigh 0 500', async () => {

@@ -34,6 +34,7 @@ export const UNIT = [
   'test/tls/watched-file-rewrite.test.ts',
   'test/edge/route-mirror.test.ts',
   'test/edge/route-proxy-retry.test.ts',
+  'test/edge/route-session.test.ts',
   'test/admin/admin-config-dump.test.ts',
   'test/tls/ca-serve-remote.test.ts',
   'test/tls/ca-serve-flood.test.ts',

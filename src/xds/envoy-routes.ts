@@ -30,8 +30,8 @@
  *   mesh's `fault` → the fault filter's per-route
  *   HTTPFault (the listener then has the fault filter before the router).
  * Envoy forwards HTTP: a route whose handler is `api` or `rpc` (mesh's own HTTP → RPC mapping)
- * refuses the file, as `mesh proxy` does; so do the CORS filter and a backend's URLRewrite or
- * RequestRedirect (not translated). What Envoy does differently is said in `warnings`: a
+ * refuses the file, as `mesh proxy` does; so do the CORS filter, a rule's sessionPersistence and a
+ * backend's URLRewrite or RequestRedirect (not translated). What Envoy does differently is said in `warnings`: a
  * retry `budget` (Envoy's is the cluster's circuit breaker, resources.ts), and a backend's
  * `version` when the clusters have no version subsets (`versionSubsets: false`; mesh xds's have).
  */
@@ -103,7 +103,9 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
     for (const rule of r.rules) {
       const untranslated = rule.filters.cors
         ? 'filters: CORS'
-        : rule.backendRefs.map((b, i) => (b.filters?.rewrite || b.filters?.redirect ? `backendRefs[${i}].filters: a backend's ${b.filters.rewrite ? 'URLRewrite' : 'RequestRedirect'}` : undefined)).find((w) => w);
+        : rule.session
+          ? 'sessionPersistence'
+          : rule.backendRefs.map((b, i) => (b.filters?.rewrite || b.filters?.redirect ? `backendRefs[${i}].filters: a backend's ${b.filters.rewrite ? 'URLRewrite' : 'RequestRedirect'}` : undefined)).find((w) => w);
       if (untranslated) throw new RouteFileError(file.file, rule.line, `HTTPRoute ${r.name} spec.rules[${rule.index}].${untranslated} is not translated for Envoy (mesh api, mesh sidecar and mesh proxy serve it)`);
       if (rule.retry?.budget) warnings.push(`HTTPRoute ${r.name} rule ${rule.name}: retry.budget is not per route in Envoy (its retry budget is the cluster's, from mesh's cluster settings)`);
       const versioned = rule.backendRefs.filter((b) => b.version !== undefined);

@@ -361,6 +361,35 @@ test('exclude: a retry avoids the hosts already tried', async () => {
   await registry.close();
 });
 
+test('prefer: a session\'s host is taken when it is a candidate (the version, not excluded), never a host of another cluster', async () => {
+  const a = await backend();
+  const b = await backend();
+  const c = await backend();
+  const other = await backend();
+  const registry = new MemoryRegistry();
+  await registry.register({ name: 'sp', version: 'v1', metadata: {}, endpoints: [], nodes: [node('a', a.port), node('b', b.port)] });
+  await registry.register({ name: 'sp', version: 'v2', metadata: {}, endpoints: [], nodes: [node('c', c.port)] });
+  await registry.register({ name: 'sp.other', version: 'v1', metadata: {}, endpoints: [], nodes: [node('o', other.port)] });
+  const { cm } = manager({ registry });
+  const keys = async (n: number, options: Parameters<ClusterManager['acquire']>[1]) => {
+    const out: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const l = await cm.acquire('sp', options);
+      out.push(l.target.key);
+      l.release({ kind: 'response', status: 200 }, 1);
+    }
+    return count(out);
+  };
+  assert.deepEqual(await keys(6, { version: 'v1', prefer: { key: b.key, nodeId: 'b' } }), { [b.key]: 6 });
+  // Not the node the session names (another node id at that address), another version, another cluster's host, excluded: balanced.
+  assert.deepEqual(await keys(6, { version: 'v1', prefer: { key: b.key, nodeId: 'b-restarted' } }), { [a.key]: 3, [b.key]: 3 });
+  assert.deepEqual(await keys(6, { version: 'v1', prefer: { key: c.key, nodeId: 'c' } }), { [a.key]: 3, [b.key]: 3 });
+  assert.deepEqual(await keys(6, { version: 'v1', prefer: { key: other.key, nodeId: 'o' } }), { [a.key]: 3, [b.key]: 3 });
+  assert.deepEqual(await keys(4, { version: 'v1', prefer: { key: b.key, nodeId: 'b' }, exclude: new Set([b.key]) }), { [a.key]: 4 });
+  assert.equal(other.hits, 0);
+  await registry.close();
+});
+
 test('cluster bound and nested names: junk names create nothing, old idle clusters go, stats of a.b survive a', async () => {
   const a = await backend();
   const registry = new MemoryRegistry();

@@ -234,10 +234,10 @@ describe('mesh api --routes', () => {
 
   it('a bad file at start: exit 1 naming the file, the line, the route and the rule', async () => {
     const bad = join(dir.path, 'bad.yaml');
-    writeFileSync(bad, `${HEAD}metadata: {name: r}\nspec:\n  rules:\n    - backendRefs: [{name: a}]\n      sessionPersistence: {sessionName: s}\n`);
+    writeFileSync(bad, `${HEAD}metadata: {name: r}\nspec:\n  rules:\n    - backendRefs: [{name: a}]\n      sessionPersistence: {sessionName: s, type: Sticky}\n`);
     const r = await runCli(['api', '--address=127.0.0.1:0', '--admin_address=off', '--registry=memory', `--routes=${bad}`]);
     assert.equal(r.code, 1);
-    assert.equal(r.stderr, `mesh: ${bad} line 7: HTTPRoute r spec.rules[0].sessionPersistence: sessionPersistence is not supported yet\n`);
+    assert.equal(r.stderr, `mesh: ${bad} line 7: HTTPRoute r spec.rules[0].sessionPersistence.type: must be Cookie or Header, not "Sticky"\n`);
   });
 
   it('reload under load: 100/0 to 0/100 with zero failed requests; then only v2 answers; SIGHUP with a bad file keeps the routes', async () => {

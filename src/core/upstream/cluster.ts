@@ -319,7 +319,8 @@ export class Cluster {
       const healthy = version === undefined ? this.healthyList : this.healthyList.filter((h) => h.version === version);
       const set = candidates(all, this.settings.panicThresholdPercent, options.exclude, healthy);
       if (set.panic) this.s.lbHealthyPanic.inc();
-      host = this.lb.pick(set.hosts);
+      const prefer = options.prefer;
+      host = (prefer && set.hosts.find((h) => h.key === prefer.key && h.nodeId === prefer.nodeId && h.healthy() && !options.exclude?.has(h.key))) || this.lb.pick(set.hosts);
       if (!host) {
         this.s.cxNoneHealthy.inc();
         if (version !== undefined && all.length === 0) throw flagged(serviceUnavailable(ERROR_ID, `service ${service}: no host of version ${version}`), 'UH');

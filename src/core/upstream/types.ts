@@ -93,6 +93,12 @@ export interface AcquireOptions {
    * load balancer picks among them, and none is a 503. Ignored with `address`.
    */
   version?: string;
+  /**
+   * The host a route's session is pinned to (its key and node id, src/edge/routes/session.ts):
+   * taken when it is one of this call's candidates (of `version`, healthy, not in `exclude`),
+   * else the load balancer picks as usual. Never a way to reach a host the cluster does not hold.
+   */
+  prefer?: { key: string; nodeId: string };
 }
 
 export interface UpstreamSelector {

@@ -27,6 +27,7 @@ import type { UpstreamLease } from '../../core/upstream/types.js';
 import type { EdgeHandlerContext } from './front-end.js';
 import type { RoutePolicy } from '../routes/effects.js';
 import type { RuleEffects } from '../routes/effects.js';
+import type { SessionCall } from '../routes/session.js';
 import { formatTraceparent, parseTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
 import { failSpan, SpanKind, traceOf } from '../../base/tracing/tracer.js';
 import type { CallContext } from '../../base/util/call-context.js';
@@ -390,6 +391,7 @@ async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boo
   const call: ProxyCall = {
     fe, service, version: policy?.version, timeoutMs, deadline, requestTimeoutMs, req, res, path, headers, body, counter, limit, retries, tried: undefined, info: requestInfo(req),
     route, codes: retry?.codes ?? [], backoffMs: retry?.backoffMs ?? 0, retryFailures: retry !== undefined, responseHeaders: route?.responseHeaders(),
+    session: policy?.session,
   };
   const result = await sendProxied(call, 0);
   if (result.kind === 'failed') sendError(res, result.error);
@@ -431,6 +433,8 @@ interface ProxyCall {
    */
   readonly retryFailures: boolean;
   readonly responseHeaders: ((flat: string[]) => string[]) | undefined;
+  /** A route's sessionPersistence: the node the request's token names, and the answer's token. */
+  readonly session: SessionCall | undefined;
 }
 
 /**
@@ -473,7 +477,7 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   let lease: UpstreamLease | undefined;
   try {
     const clusters = fe.edge.clusters;
-    const options = { exclude: call.tried, retry: attempt > 0, version: call.version, retryBudget: call.route?.budget };
+    const options = { exclude: call.tried, retry: attempt > 0, version: call.version, retryBudget: call.route?.budget, prefer: call.session?.prefer };
     // The wait for a host (a service's first registry lookup) is bounded by the try's timeout too.
     lease = clusters.acquireNow(service, options) ?? (await leaseWithin(clusters.acquire(service, options), Date.now() + timeoutMs));
   } catch (err) {
@@ -504,8 +508,9 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   }
   if (call.retries > 0) (call.tried ??= new Set()).add(lease.target.key);
   const codes = call.codes;
+  const responseHeaders = withSessionHeader(call.responseHeaders, call.session?.answerHeader(lease.target));
   const answer: AnswerPolicy | undefined =
-    call.responseHeaders || (codes.length > 0 && attempt < call.retries) ? { responseHeaders: call.responseHeaders, retryStatus: attempt < call.retries && codes.length > 0 ? (status) => codes.includes(status) : undefined } : undefined;
+    responseHeaders || (codes.length > 0 && attempt < call.retries) ? { responseHeaders, retryStatus: attempt < call.retries && codes.length > 0 ? (status) => codes.includes(status) : undefined } : undefined;
   const result = await forward(lease.target.dispatcher, req, res, call.path, call.headers, call.body, timeoutMs, fe.edge.settings.streamIdleTimeoutMs, answer);
   if (result.kind === 'response') {
     lease.release(result, Date.now() - started);
@@ -557,6 +562,23 @@ async function proxyTry(call: ProxyCall, attempt: number): Promise<ProxyTry> {
   // Nothing of an answer was sent to the client, and the body is in memory (a streamed one has no retries): the request can be sent again.
   const retriable = outcome === 'connect_failure' || (call.retryFailures && (outcome === 'reset' || (outcome === 'timeout' && !byDeadline)));
   return { kind: 'failed', error, retriable };
+}
+
+/**
+ * The answer's headers with a session's token header last (after the route's modifiers and CORS):
+ * a Set-Cookie is one more; a session header replaces the node's own of that name.
+ */
+function withSessionHeader(headers: ((flat: string[]) => string[]) | undefined, token: [string, string] | undefined): ((flat: string[]) => string[]) | undefined {
+  if (!token) return headers;
+  const [name, value] = token;
+  return (flat) => {
+    const out = headers ? headers(flat) : flat;
+    if (name === 'set-cookie') return [...out, name, value];
+    const kept: string[] = [];
+    for (let i = 0; i < out.length; i += 2) if (out[i]!.toLowerCase() !== name) kept.push(out[i]!, out[i + 1]!);
+    kept.push(name, value);
+    return kept;
+  };
 }
 
 /** Whether an Upgrade header lists h2c (HTTP/2 over cleartext, any version) among its protocols. */

@@ -2,7 +2,8 @@
  * What a matched rule of a route file does to a request besides choosing its backend: its
  * per-route stats, its retry budget, its faults (delays and aborts drawn per request), its header
  * modifiers, its URL rewrite and redirect, its mirrors and its CORS; then the picked backend's own
- * filters (a request's view of the rule: `withRequest`). One RuleEffects per (rule, host the
+ * filters (a request's view of the rule: `withRequest`), and its session (./session.ts: the
+ * backend and node a request's session token names). One RuleEffects per (rule, host the
  * route matched), built once and kept while the rule's table is in use (RouteEffectsCache).
  *
  * Stats, below `vhost.<host>.route.<rule>.` (`<host>`: the route's hostname that matched, `*`
@@ -23,6 +24,7 @@ import type { RetryRules } from '../../core/client/interceptors/call.js';
 import { routeCorsAnswer } from '../../base/http/cors.js';
 import type { BackendRefSpec, FiltersSpec, HeaderModifierSpec, MatchSpec, RedirectSpec, RuleSpec } from './file.js';
 import type { RouteChoice } from './table.js';
+import { RuleSession, SessionTokens, type SessionCall } from './session.js';
 
 export interface RoutePolicy {
   /** Only the nodes of this version of the service. */
@@ -35,6 +37,8 @@ export interface RoutePolicy {
   effects?: RuleEffects;
   /** The path and query sent to the backend after the rule's URLRewrite; undefined: as received. */
   path?: string;
+  /** The rule's sessionPersistence (proxy routes): the node the request's token names, the answer's token. */
+  session?: SessionCall;
 }
 
 export const ROUTE_STATS = {
@@ -78,13 +82,17 @@ export class RuleEffects {
   private chain: readonly FiltersSpec[];
   /** The CORS headers of this request's answer (a view's, `withRequest`). */
   private cors: ReadonlyArray<[string, string]> | undefined;
+  /** The rule's sessionPersistence, sealing tokens with the front end's key. */
+  readonly session: RuleSession | undefined;
 
   constructor(
     readonly rule: RuleSpec,
     scope: StatsScope,
     private readonly random: () => number,
     latency = false,
+    tokens?: SessionTokens,
   ) {
+    this.session = rule.session && new RuleSession(rule.session, tokens ?? new SessionTokens());
     this.stats = declareStats(scope, ROUTE_STATS);
     this.time = latency ? scope.histogram('rq_time') : undefined;
     const s = this.stats;
@@ -316,7 +324,10 @@ export function routeAction(choice: RouteChoice, ruleEffects: RuleEffects, req: 
   let effects = ruleEffects.withRequest(undefined, cors);
   const redirect = rule.filters.redirect;
   if (redirect) return redirectAction(redirect, choice.match, req, effects);
-  const backend = choice.backend;
+  // A session's token names the backend (one of the rule's) its first request was sent to.
+  const session = ruleEffects.session;
+  const hit = session && req.headers ? session.find(req.headers, rule.backendRefs) : undefined;
+  const backend = hit?.backend ?? choice.backend;
   if (!backend) return { kind: 'no-backend', why: rule.backendRefs.length === 0 ? 'the rule has no backendRefs' : 'every backend has weight 0', policy: { effects } };
   if (backend.unresolved) return { kind: 'no-backend', why: backend.unresolved, policy: { effects } };
   const own = backend.filters;
@@ -325,6 +336,7 @@ export function routeAction(choice: RouteChoice, ruleEffects: RuleEffects, req: 
     if (own.redirect) return redirectAction(own.redirect, choice.match, req, effects);
   }
   const policy: RoutePolicy = { version: backend.version, requestTimeoutMs: rule.requestTimeoutMs || undefined, tryTimeoutMs: rule.backendRequestTimeoutMs || undefined, effects };
+  if (session) policy.session = session.call(backend, hit, req.secure);
   const rewrite = own?.rewrite?.path ?? rule.filters.rewrite?.path;
   if (!rewrite) return { kind: 'send', backend, path: req.path, policy };
   const path = rewritePath(req.path, rewrite, choice.match);
@@ -332,7 +344,7 @@ export function routeAction(choice: RouteChoice, ruleEffects: RuleEffects, req: 
   return { kind: 'send', backend, path, policy };
 }
 
-/** What routeAction reads of a request. `method` and `headers`: for a rule's CORS (absent: no CORS request). */
+/** What routeAction reads of a request. `method` and `headers`: for a rule's CORS and session (absent: no CORS request, no session token). */
 export interface RouteActionRequest {
   secure: boolean;
   host: string | undefined;
@@ -368,6 +380,8 @@ function vhostName(hostname: string | undefined): string {
  */
 export class RouteEffectsCache {
   private readonly byRule = new WeakMap<RuleSpec, Map<string, RuleEffects>>();
+  /** The key of this front end's session tokens (sessionPersistence), drawn at random: tokens hold for as long as it runs, across reloads. */
+  private readonly tokens = new SessionTokens();
 
   constructor(
     private readonly stats: StatsScope,
@@ -381,7 +395,7 @@ export class RouteEffectsCache {
     if (!byHost) this.byRule.set(choice.rule, (byHost = new Map()));
     const vhost = vhostName(choice.hostname);
     let effects = byHost.get(vhost);
-    if (!effects) byHost.set(vhost, (effects = new RuleEffects(choice.rule, this.stats.scope(`vhost.${vhost}.route.${choice.rule.name}.`), this.random, this.latency)));
+    if (!effects) byHost.set(vhost, (effects = new RuleEffects(choice.rule, this.stats.scope(`vhost.${vhost}.route.${choice.rule.name}.`), this.random, this.latency, this.tokens)));
     return effects;
   }
 }

@@ -5,10 +5,9 @@
  *
  * - Every field of HTTPRoute (gateway.networking.k8s.io/v1) is known. Fields that mean nothing
  *   to mesh (`parentRefs`, `status`, most of `metadata`, a backend's `group`, `namespace`, `port`)
- *   are accepted and ignored; what mesh does not do yet (`sessionPersistence`) refuses the file
- *   with "not supported yet" naming the field;
- *   a field the Gateway API does not have is refused. Mesh's own fields: `spec.handler`, a
- *   backend's `version`, a rule's `fault` and its `retry.budget`.
+ *   are accepted and ignored; a field the Gateway API does not have is refused. Mesh's own
+ *   fields: `spec.handler`, a backend's `version`, a rule's `fault` and its `retry.budget`.
+ *   A rule's `sessionPersistence` is parsed here (SessionSpec) and served by ./session.ts.
  * - Every error is a RouteFileError naming the file, the line, and the route and rule
  *   (`routes.yaml line 12: HTTPRoute canary rules[0].backendRefs[1].weight: ...`).
  */
@@ -85,6 +84,21 @@ export interface RuleSpec {
   fault?: FaultSpec;
   /** `filters`, by kind (each kind at most once, as the Gateway API says; mirrors several). */
   filters: FiltersSpec;
+  /** `sessionPersistence`: a session's requests go to the node its first one went to (./session.ts). */
+  session?: SessionSpec;
+}
+
+/** A rule's `sessionPersistence`, defaults applied. */
+export interface SessionSpec {
+  /** The cookie's name (type Cookie) or the header's, in lower case (type Header); default `session-<rule>`. */
+  name: string;
+  type: 'Cookie' | 'Header';
+  /** `cookieConfig.lifetimeType` (Cookie only; default Session): Permanent gives the cookie a Max-Age. */
+  lifetime: 'Session' | 'Permanent';
+  /** `absoluteTimeout` (ms): the session ends that long after its first request. */
+  absoluteTimeoutMs?: number;
+  /** `idleTimeout` (ms): the session ends when no request of it came for that long. */
+  idleTimeoutMs?: number;
 }
 
 export interface RetrySpec {
@@ -224,7 +238,7 @@ export class RouteFileError extends ConfigFileError {
 }
 
 /** Bounds of the Gateway API's own schema (and of a file). */
-export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000, fractionDenominator: 1_000_000, corsOrigins: 64, corsMethods: 9, corsHeaders: 64, corsMaxAgeSec: 86_400, parentRefs: 32, gateways: 16, listeners: 64 } as const;
+export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000, fractionDenominator: 1_000_000, sessionName: 128, corsOrigins: 64, corsMethods: 9, corsHeaders: 64, corsMaxAgeSec: 86_400, parentRefs: 32, gateways: 16, listeners: 64 } as const;
 
 const API_VERSIONS = new Set(['gateway.networking.k8s.io/v1', 'gateway.networking.k8s.io/v1beta1']);
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
@@ -242,13 +256,13 @@ export const LISTENER_CERT_OPTION = 'mesh-platform.dev/cert-file';
 export const LISTENER_KEY_OPTION = 'mesh-platform.dev/key-file';
 const GATEWAY_GROUP = 'gateway.networking.k8s.io';
 const RULE = new Set(['name', 'matches', 'filters', 'backendRefs', 'timeouts', 'retry', 'sessionPersistence', 'fault']);
+const SESSION = new Set(['sessionName', 'absoluteTimeout', 'idleTimeout', 'type', 'cookieConfig']);
+const COOKIE_CONFIG = new Set(['lifetimeType']);
 const MATCH = new Set(['path', 'headers', 'queryParams', 'method']);
 const PATH = new Set(['type', 'value']);
 const VALUE_MATCH = new Set(['type', 'name', 'value']);
 const BACKEND = new Set(['group', 'kind', 'name', 'namespace', 'port', 'weight', 'filters', 'version']);
 const TIMEOUTS = new Set(['request', 'backendRequest']);
-/** Gateway API fields mesh does not do yet: a route that uses one is refused, never half-served. */
-const NOT_YET = new Set(['sessionPersistence']);
 const RETRY = new Set(['attempts', 'codes', 'backoff', 'budget']);
 const BUDGET = new Set(['percent', 'min']);
 const FAULT = new Set(['delay', 'abort']);
@@ -364,13 +378,6 @@ function integer(at: At, min: number, max: number): number {
   return node.value;
 }
 
-function notYet(f: Map<string, { at: At; node: Node | null }>): void {
-  for (const [key, { at, node }] of f) {
-    const empty = node === null || (isSeq(node) && node.items.length === 0) || (isMap(node) && node.items.length === 0);
-    if (NOT_YET.has(key) && !empty) throw at.error(`${key} is not supported yet`);
-  }
-}
-
 /** A regular expression the table will compile (RE2, bounded): refused here, with its line. */
 function regex(at: At, source: string): void {
   try {
@@ -440,7 +447,6 @@ function apiGroup(entry: { at: At; node: Node | null } | undefined, dflt: string
 
 function parseBackend(at: At): BackendRefSpec {
   const f = fields(at, BACKEND, 'an HTTPBackendRef');
-  notYet(f);
   const group = apiGroup(f.get('group'), '');
   const kind = f.has('kind') ? text(f.get('kind')!.at, 63) : 'Service';
   if (f.has('port')) integer(f.get('port')!.at, 1, 65535);
@@ -477,7 +483,6 @@ function duration(at: At): number {
 
 function parseRule(at: At, route: string, index: number, line: number): RuleSpec {
   const f = fields(at, RULE, 'an HTTPRouteRule');
-  notYet(f);
   let name = `${route}-${index}`;
   if (f.has('name')) {
     const nAt = f.get('name')!.at;
@@ -502,6 +507,7 @@ function parseRule(at: At, route: string, index: number, line: number): RuleSpec
   const rule: RuleSpec = { name, index, line, matches, backendRefs, filters };
   if (f.has('retry')) rule.retry = parseRetry(f.get('retry')!.at);
   if (f.has('fault')) rule.fault = parseFault(f.get('fault')!.at);
+  if (f.has('sessionPersistence')) rule.session = parseSession(f.get('sessionPersistence')!.at, name);
   if (f.has('timeouts')) {
     const t = fields(f.get('timeouts')!.at, TIMEOUTS, 'HTTPRouteTimeouts');
     if (t.has('request')) rule.requestTimeoutMs = duration(t.get('request')!.at);
@@ -512,6 +518,55 @@ function parseRule(at: At, route: string, index: number, line: number): RuleSpec
     }
   }
   return rule;
+}
+
+/** A duration above 0s. */
+function positiveDuration(at: At): number {
+  const ms = duration(at);
+  if (ms === 0) throw at.error('must be longer than 0s');
+  return ms;
+}
+
+function parseSession(at: At, rule: string): SessionSpec {
+  const f = fields(at, SESSION, 'a SessionPersistence');
+  let type: SessionSpec['type'] = 'Cookie';
+  if (f.has('type')) {
+    const tAt = f.get('type')!.at;
+    const t = text(tAt, 16);
+    if (t !== 'Cookie' && t !== 'Header') throw tAt.error(`must be Cookie or Header, not ${JSON.stringify(t)}`);
+    type = t;
+  }
+  const session: SessionSpec = { name: `session-${rule}`, type, lifetime: 'Session' };
+  if (f.has('sessionName')) {
+    const nAt = f.get('sessionName')!.at;
+    const name = text(nAt, LIMITS.sessionName);
+    if (!HEADER_NAME.test(name)) throw nAt.error(`${JSON.stringify(name)} is not a valid ${type === 'Cookie' ? 'cookie' : 'header'} name (letters, digits and !#$%&'*+-.^_\`|~)`);
+    session.name = type === 'Header' ? sessionHeader(nAt, name) : name;
+  }
+  if (f.has('absoluteTimeout')) session.absoluteTimeoutMs = positiveDuration(f.get('absoluteTimeout')!.at);
+  if (f.has('idleTimeout')) session.idleTimeoutMs = positiveDuration(f.get('idleTimeout')!.at);
+  if (f.has('cookieConfig')) {
+    const cAt = f.get('cookieConfig')!.at;
+    if (type === 'Header') throw cAt.error('cookieConfig does not go with type Header');
+    const c = fields(cAt, COOKIE_CONFIG, 'a CookieConfig');
+    if (c.has('lifetimeType')) {
+      const lAt = c.get('lifetimeType')!.at;
+      const lifetime = text(lAt, 16);
+      if (lifetime !== 'Session' && lifetime !== 'Permanent') throw lAt.error(`must be Session or Permanent, not ${JSON.stringify(lifetime)}`);
+      session.lifetime = lifetime;
+    }
+    if (session.lifetime === 'Permanent' && session.absoluteTimeoutMs === undefined) throw cAt.error('absoluteTimeout is required with lifetimeType Permanent (it is the cookie\'s Max-Age)');
+  }
+  return session;
+}
+
+/** A Header session's name, lower case: a header the client may send and the answer may carry. */
+function sessionHeader(at: At, name: string): string {
+  const lower = name.toLowerCase();
+  if (isHopByHop(lower) || ['host', 'content-length', 'cookie', 'set-cookie', 'content-type'].includes(lower)) throw at.error(`${name} cannot be a session header (a header of the request's framing or the connection, or a cookie header)`);
+  const folded = foldHeaderName(lower);
+  if (isEdgeSetHeader(folded) || isMeshHeaderName(folded)) throw at.error(`${name} cannot be a session header (a header the mesh sets or reads)`);
+  return lower;
 }
 
 function percentage(at: At): number {
@@ -991,8 +1046,8 @@ export function parseRouteFile(textContent: string, file: string): RouteFile {
 }
 
 /**
- * What only a proxy route does: answer header changes, a new Host, mirrors (the rpc and api
- * handlers call methods through the framework client, whose answers and hosts are its own). Throws a RouteFileError for the first rule of a route whose
+ * What only a proxy route does: answer header changes, a new Host, mirrors, sessions (the rpc and
+ * api handlers call methods through the framework client, whose answers and hosts are its own). Throws a RouteFileError for the first rule of a route whose
  * handler (its own, else `defaultHandler`) is not proxy and that asks for one of these.
  */
 export function checkHandlers(parsed: RouteFile, defaultHandler: RouteHandler): void {
@@ -1000,6 +1055,13 @@ export function checkHandlers(parsed: RouteFile, defaultHandler: RouteHandler): 
     const handler = route.handler ?? defaultHandler;
     if (handler === 'proxy') continue;
     for (const rule of route.rules) {
+      if (rule.session) {
+        throw new RouteFileError(
+          parsed.file,
+          rule.line,
+          `HTTPRoute ${route.name} spec.rules[${rule.index}].sessionPersistence needs a proxy route (handler: proxy); this route's handler is ${handler}, whose calls go through the framework client: it picks a node per call and gives no answer header for the session's token`,
+        );
+      }
       const proxyOnly = (f: FiltersSpec, where: string) =>
         f.responseHeaders ? `${where}filters: a ResponseHeaderModifier` : f.rewrite?.hostname ? `${where}filters: a URLRewrite's hostname` : f.mirrors.length > 0 ? `${where}filters: a RequestMirror` : undefined;
       let what = proxyOnly(rule.filters, '');
