@@ -410,7 +410,6 @@ export const CASES: ConformanceCase[] = [
   },
   { name: 'HTTPRouteCrossNamespace', manifest: 'httproute-cross-namespace.yaml', features: [], skip: cluster('a route in another namespace than its Gateway') },
   { name: 'HTTPRouteInvalidCrossNamespaceParentRef', manifest: 'httproute-invalid-cross-namespace-parent-ref.yaml', features: [], skip: cluster('namespaces and status conditions') },
-  { name: 'HTTPRouteMultipleGateways', manifest: 'httproute-multiple-gateways.yaml', features: [], skip: cluster('several Gateways') },
   { name: 'HTTPRouteObservedGenerationBump', manifest: 'httproute-observed-generation-bump.yaml', features: [], skip: cluster('status observedGeneration') },
   { name: 'HTTPRouteServiceTypes', manifest: 'httproute-service-types.yaml', features: [], skip: cluster('Kubernetes Service types (headless, manual EndpointSlices)') },
 

@@ -144,6 +144,19 @@ export const GATEWAY_CASES: ConformanceCase[] = [
     accepted: { 'httproute-listener-not-matching-section-name': { status: 'False', reason: 'NoMatchingParent' } },
     exchanges: [notFound('example.com', '/')],
   },
+  {
+    name: 'HTTPRouteMultipleGateways',
+    manifest: 'httproute-multiple-gateways.yaml',
+    features: [],
+    // Upstream each Gateway has an address of its own, both on port 80; mesh api listens on one host, so the second is on 8080.
+    gateways: docs(SAME_NAMESPACE, gateway('all-namespaces', http('http', 8080))),
+    routes: docs(
+      route('multiple-gateways-shared-route', `  parentRefs: [{name: same-namespace}, {name: all-namespaces}]\n  rules:\n${prefixTo('/shared', V1)}`),
+      route('same-namespace-dedicated-route', `  parentRefs: [{name: same-namespace}]\n  rules:\n${prefixTo('/', V2)}`),
+      route('all-namespaces-dedicated-route', `  parentRefs: [{name: all-namespaces}]\n  rules:\n${prefixTo('/', V3)}`),
+    ),
+    exchanges: [to('example.com', '/shared', V1), to('example.com', '/', V2), to('example.com', '/shared', V1, 8080), to('example.com', '/', V3, 8080)],
+  },
   // ---- Extended ----
   {
     name: 'HTTPRouteListenerPortMatching',

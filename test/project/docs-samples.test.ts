@@ -577,6 +577,12 @@ const SCENARIOS: Scenario[] = [
   },
   {
     file: 'docs/routing.md',
+    name: 'Gateway documents: listeners by port and host, a certificate per SNI name, 421',
+    running: ['VERSION=v1 npx tsx examples/greeter-version.ts', 'VERSION=v2 npx tsx examples/greeter-version.ts'],
+    steps: [{ at: "cat > gateway.yaml <<'EOF'", shows: 'mesh api Gateway port 443 on https://127.0.0.1:8443 (edge/shop, edge/blog)' }],
+  },
+  {
+    file: 'docs/routing.md',
     name: 'A proxy in front of two web servers: header match and canary',
     steps: [{ at: "cat > web-routes.yaml <<'EOF'", expect: [/v2\nv1\n\s+\d+ v1\n\s+\d+ v2\n$/] }],
   },
