@@ -232,6 +232,32 @@ spec:
       (JSON.parse(bad.stdout) as Array<{ check: string }>).filter((f) => f.check === 'routes'),
       [{ level: 'error', check: 'routes', message: `${file} line 1: apiVersion is required (gateway.networking.k8s.io/v1)` }],
     );
+    // With Gateway documents: a route that attaches to no listener is an error saying why.
+    writeFileSync(
+      file,
+      `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge}
+spec:
+  listeners: [{name: www, port: 80, protocol: HTTP, hostname: www.example.com}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: shop}
+spec:
+  parentRefs: [{name: edge, sectionName: shop}]
+  rules: [{backendRefs: [{name: go.mesh.srv.shop}]}]
+`,
+    );
+    const gw = await runCli(['check', '--output=json', `--routes=${file}`], { MESH_HOME: home });
+    assert.equal(gw.code, 1);
+    assert.deepEqual(
+      (JSON.parse(gw.stdout) as Array<{ check: string }>).filter((f) => f.check === 'routes'),
+      [
+        { level: 'error', check: 'routes', message: `${file} line 7: HTTPRoute shop: Accepted False (NoMatchingParent): parentRefs[0] (Gateway edge sectionName shop): Gateway edge has no such listener` },
+        { level: 'error', check: 'routes', message: `${file} line 7: HTTPRoute shop: ResolvedRefs False (BackendNotFound): rules[0] (shop-0) backendRefs[0]: service go.mesh.srv.shop is not in the registry` },
+      ],
+    );
   });
 
   it('takes no argument, and no flag it does not use', async () => {
