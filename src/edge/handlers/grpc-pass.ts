@@ -1,0 +1,336 @@
+/**
+ * gRPC calls passed through unchanged (docs/grpc.md, "Native gRPC through the gateway and the
+ * sidecar"): an HTTP/2 request of content type `application/grpc` (`+proto`, `+json`, ...) at
+ * `/<package.Service>/<Method>` goes to a node of the mesh service chosen for it, each call
+ * balanced on its own (not each connection) over one HTTP/2 connection per node. Headers (the
+ * call's metadata), messages, trailers and the status pass as they are; nothing is transcoded.
+ *
+ * - The budget: `grpc-timeout` (or `Mesh-Timeout`, the shorter of the two), sent on to the node as
+ *   what is left of it; past it the call ends DEADLINE_EXCEEDED and the node's stream is reset.
+ * - Cancellation travels both ways: a client that resets its stream resets the node's, and a node
+ *   that resets ends the client's (UNAVAILABLE when no answer had started, else the same reset).
+ * - Retries: only a call that never reached a node (no node could be connected to) is sent to
+ *   another, up to --client_retries; nothing is retried once a byte was sent.
+ * - Flow control is HTTP/2's own, both ways: each side is read only as fast as the other drains.
+ * - Errors before any answer are trailers-only answers with a gRPC status (UNAVAILABLE for no
+ *   node, NOT_FOUND for no service, DEADLINE_EXCEEDED) and a `grpc-message`.
+ *
+ * Plain (h2c) to nodes that serve no TLS; mutual TLS with the workload certificate to a node that
+ * says `mtls=true`, its SPIFFE ID checked; under --mtls=strict no plain node is called.
+ */
+import * as http2 from 'node:http2';
+import type { ClientHttp2Session, ClientHttp2Stream, IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import type { PeerCertificate, TLSSocket } from 'node:tls';
+import type { UpstreamLease, UpstreamTarget, AttemptOutcome } from '../../core/upstream/types.js';
+import type { ClusterManager } from '../../core/upstream/cluster-manager.js';
+import { MTLS_METADATA_KEY, spiffeIdOf, type WorkloadTls } from '../../base/mtls/workload-tls.js';
+import { spiffeIdentityError } from '../../core/transport/grpc/credentials.js';
+import { leaseWithin } from '../../core/client/budget.js';
+import { MeshError } from '../../base/errors.js';
+
+const { NGHTTP2_CANCEL, NGHTTP2_FLAG_END_STREAM, HTTP2_HEADER_STATUS, HTTP2_HEADER_PATH, HTTP2_HEADER_AUTHORITY, HTTP2_HEADER_METHOD, HTTP2_HEADER_SCHEME } = http2.constants;
+
+/** gRPC status codes used here. */
+export const GRPC_CODES = { ok: 0, cancelled: 1, unknown: 2, deadline: 4, notFound: 5, unavailable: 14, internal: 13 } as const;
+
+/** Whether a content type is gRPC's (`application/grpc`, `application/grpc+proto`, ...; not gRPC-Web). */
+export function isGrpcContentType(type: string | undefined): boolean {
+  if (!type) return false;
+  const t = type.toLowerCase();
+  return t === 'application/grpc' || t.startsWith('application/grpc+') || t.startsWith('application/grpc;');
+}
+
+/** A gRPC method path `/<package.Service>/<Method>`: its service and method; undefined for any other path. */
+export function grpcMethodOf(path: string): { service: string; method: string } | undefined {
+  const m = /^\/([A-Za-z_][A-Za-z0-9_.]*)\/([A-Za-z_][A-Za-z0-9_]*)$/.exec(path);
+  return m ? { service: m[1]!, method: m[2]! } : undefined;
+}
+
+const UNITS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000001 };
+
+/** `grpc-timeout` (`100m`, `5S`: up to 8 digits and a unit) in ms; undefined when absent or malformed. */
+export function parseGrpcTimeout(value: string | undefined): number | undefined {
+  if (!value) return undefined;
+  const m = /^([0-9]{1,8})([HMSmun])$/.exec(value);
+  return m ? Number(m[1]) * UNITS[m[2]!]! : undefined;
+}
+
+/** A budget in ms as `grpc-timeout` (milliseconds, at least 1). */
+export function formatGrpcTimeout(ms: number): string {
+  return `${Math.max(1, Math.min(99_999_999, Math.ceil(ms)))}m`;
+}
+
+/** Headers that never cross an HTTP/2 hop (RFC 9113 8.2.2) or that this hop writes itself. */
+const NOT_FORWARDED = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'host', 'grpc-timeout', 'mesh-timeout', 'http2-settings']);
+
+/** The request's headers for the node: its metadata as sent, the pseudo-headers this hop's. */
+function requestHeaders(headers: IncomingHttpHeaders, path: string, authority: string, timeoutMs: number | undefined): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = { [HTTP2_HEADER_METHOD]: 'POST', [HTTP2_HEADER_PATH]: path, [HTTP2_HEADER_AUTHORITY]: authority, [HTTP2_HEADER_SCHEME]: 'http' };
+  for (const name in headers) {
+    if (name.startsWith(':') || NOT_FORWARDED.has(name)) continue;
+    out[name] = headers[name];
+  }
+  if (timeoutMs !== undefined) out['grpc-timeout'] = formatGrpcTimeout(timeoutMs);
+  return out;
+}
+
+/** The node's answer headers for the client: all but the connection-specific ones. */
+function answerHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const name in headers) {
+    if ((name.startsWith(':') && name !== HTTP2_HEADER_STATUS) || NOT_FORWARDED.has(name)) continue;
+    out[name] = headers[name];
+  }
+  return out;
+}
+
+/** `grpc-message` is percent-encoded (the gRPC HTTP/2 protocol): only printable ASCII but `%` as is. */
+export function encodeGrpcMessage(message: string): string {
+  return Buffer.from(message, 'utf8').reduce((s, b) => s + (b >= 0x20 && b <= 0x7e && b !== 0x25 ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`), '');
+}
+
+/**
+ * The HTTP/2 connections to the nodes, one per node (the calls to it multiplexed), closed when the
+ * node leaves its cluster. Counts them in the node's cx_* stats.
+ */
+export class GrpcConnections {
+  private readonly sessions = new Map<string, ClientHttp2Session>();
+  /** Sessions whose connection came up (a stream of one that did not never reached the node). */
+  private readonly connected = new WeakSet<ClientHttp2Session>();
+
+  constructor(private readonly workload: () => WorkloadTls | undefined) {}
+
+  /** The connection to a node (opened on first use); throws when the security settings refuse the node. */
+  session(target: UpstreamTarget, service: string): ClientHttp2Session {
+    const key = target.key;
+    const open = this.sessions.get(key);
+    if (open && !open.closed && !open.destroyed) return open;
+    const workload = this.workload();
+    const strict = workload?.mode === 'strict';
+    const mtls = workload && workload.mode !== 'off' && target.metadata[MTLS_METADATA_KEY] === 'true';
+    if (strict && !mtls) throw Object.assign(new Error(`node ${key} serves no mutual TLS (--mtls=strict)`), { refused: true });
+    const session = mtls
+      ? http2.connect(`https://${target.address}:${target.port}`, {
+          secureContext: workload.secureContext(),
+          ALPNProtocols: ['h2'],
+          servername: undefined,
+          checkServerIdentity: (_host: string, cert: PeerCertificate) => spiffeIdentityError(cert, spiffeIdOf(workload.trustDomain, service), key),
+        })
+      : http2.connect(`http://${target.address}:${target.port}`);
+    target.connectionOpened?.();
+    session.once('connect', () => this.connected.add(session));
+    let forget: (() => void) | undefined;
+    session.once('close', () => {
+      target.connectionClosed?.();
+      forget?.();
+      if (this.sessions.get(key) === session) this.sessions.delete(key);
+    });
+    session.on('error', () => {});
+    // An idle connection is not kept open for ever: it closes after a minute without a stream.
+    session.setTimeout(60_000, () => session.close());
+    forget = target.onClose?.(() => session.close());
+    this.sessions.set(key, session);
+    return session;
+  }
+
+  /** Whether the session's connection came up. */
+  isConnected(session: ClientHttp2Session): boolean {
+    return this.connected.has(session);
+  }
+
+  /** Closes every connection (shutdown): calls in flight finish first. */
+  close(): void {
+    for (const s of this.sessions.values()) s.close();
+    this.sessions.clear();
+  }
+}
+
+export interface GrpcPassOptions {
+  clusters: ClusterManager;
+  connections: GrpcConnections;
+  /** The mesh service to call. */
+  service: string;
+  /** --client_retries: tries after a failure to connect. */
+  retries: number;
+  /** How long to wait for a node when the call has no budget of its own (ms). */
+  acquireTimeoutMs: number;
+  /** The call's end (grpc-timeout, Mesh-Timeout), as a Date.now() time; undefined: none. */
+  deadline?: number;
+  /** Told once with the call's gRPC status (for stats and access logs). */
+  onStatus?: (code: number, host: string | undefined) => void;
+}
+
+/** Answers a call that reached no node: a trailers-only answer with a gRPC status. */
+export function refuseGrpc(stream: ServerHttp2Stream, code: number, message: string): void {
+  if (stream.destroyed || stream.closed) return;
+  if (stream.headersSent) {
+    stream.close(NGHTTP2_CANCEL);
+    return;
+  }
+  stream.respond({ [HTTP2_HEADER_STATUS]: 200, 'content-type': 'application/grpc', 'grpc-status': String(code), 'grpc-message': encodeGrpcMessage(message) }, { endStream: true });
+  // The client's request body, if any, is not wanted.
+  stream.resume();
+}
+
+/**
+ * Passes one gRPC call (`stream`, `headers`: the client's HTTP/2 stream and its headers) through to
+ * a node of `options.service`.
+ */
+export function passGrpcCall(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, options: GrpcPassOptions): void {
+  const path = String(headers[HTTP2_HEADER_PATH] ?? '');
+  const tried = new Set<string>();
+  /** Tries made (a host may be tried again when it is the only one). */
+  let tries = 0;
+  let reported = false;
+  const report = (code: number, host?: string) => {
+    if (reported) return;
+    reported = true;
+    options.onStatus?.(code, host);
+  };
+  const fail = (code: number, message: string, host?: string) => {
+    report(code, host);
+    refuseGrpc(stream, code, message);
+  };
+  const deadline = options.deadline;
+  let deadlineTimer: NodeJS.Timeout | undefined;
+  let upstream: ClientHttp2Stream | undefined;
+  let clientGone = false;
+  stream.once('close', () => {
+    clearTimeout(deadlineTimer);
+    if (!stream.writableFinished || stream.rstCode !== 0) {
+      clientGone = true;
+      if (upstream && !upstream.closed) upstream.close(NGHTTP2_CANCEL);
+    }
+  });
+  if (deadline !== undefined) {
+    deadlineTimer = setTimeout(() => {
+      if (upstream && !upstream.closed) upstream.close(NGHTTP2_CANCEL);
+      fail(GRPC_CODES.deadline, `deadline exceeded (${path})`);
+    }, Math.max(0, deadline - Date.now()));
+  }
+
+  const attempt = (retry: boolean): void => {
+    if (clientGone || reported) return;
+    const clusters = options.clusters;
+    const acquireOptions = { exclude: tried, retry, afterConnectFailure: retry };
+    const waitUntil = deadline ?? Date.now() + options.acquireTimeoutMs;
+    const now = clusters.acquireNow(options.service, acquireOptions);
+    const leased = now ? Promise.resolve(now) : leaseWithin(clusters.acquire(options.service, acquireOptions), waitUntil);
+    leased.then(
+      (lease) => (lease ? send(lease) : fail(GRPC_CODES.unavailable, `${options.service}: no node answered in time`)),
+      (err: unknown) => {
+        const e = err instanceof MeshError ? err : undefined;
+        fail(e?.code === 404 ? GRPC_CODES.notFound : GRPC_CODES.unavailable, e ? e.detail : `${options.service}: ${(err as Error).message}`);
+      },
+    );
+  };
+
+  const send = (lease: UpstreamLease): void => {
+    const target = lease.target;
+    const started = Date.now();
+    let released = false;
+    const release = (outcome: AttemptOutcome) => {
+      if (released) return;
+      released = true;
+      lease.release(outcome, Date.now() - started);
+    };
+    if (clientGone || reported) return release({ kind: 'cancelled' });
+    tried.add(target.key);
+    tries++;
+    let session: ClientHttp2Session;
+    try {
+      session = options.connections.session(target, options.service);
+    } catch (err) {
+      release({ kind: 'cancelled' });
+      return fail(GRPC_CODES.unavailable, `${options.service} on ${target.key}: ${(err as Error).message}`, target.key);
+    }
+    if (options.connections.isConnected(session)) return start(session, target, release);
+    // Nothing of the call is read until the node's connection is up: a node that cannot be
+    // connected to leaves the call whole, to be sent to another.
+    const onConnect = () => {
+      session.off('error', onError);
+      start(session, target, release);
+    };
+    const onError = (err: Error) => {
+      session.off('connect', onConnect);
+      release({ kind: 'connect_failure' });
+      retryOrFail(err.message, target.key);
+    };
+    session.once('connect', onConnect);
+    session.once('error', onError);
+  };
+
+  const start = (session: ClientHttp2Session, target: UpstreamTarget, release: (outcome: AttemptOutcome) => void): void => {
+    if (clientGone || reported) return release({ kind: 'cancelled' });
+    const left = deadline === undefined ? undefined : deadline - Date.now();
+    let up: ClientHttp2Stream;
+    try {
+      up = session.request(requestHeaders(headers, path, String(headers[HTTP2_HEADER_AUTHORITY] ?? options.service), left), { endStream: false });
+    } catch (err) {
+      release({ kind: 'reset' });
+      return fail(GRPC_CODES.unavailable, `${options.service} on ${target.key}: ${(err as Error).message}`, target.key);
+    }
+    upstream = up;
+    let answered = false;
+    let trailers: OutgoingHttpHeaders | undefined;
+    let status: number | undefined;
+    up.on('response', (h: IncomingHttpHeaders, flags: number) => {
+      answered = true;
+      if (stream.destroyed || stream.closed) return;
+      const out = answerHeaders(h);
+      if (flags & NGHTTP2_FLAG_END_STREAM) {
+        // Trailers-only: the status is in these headers.
+        status = Number(h['grpc-status'] ?? GRPC_CODES.unknown);
+        stream.respond(out, { endStream: true });
+        return;
+      }
+      stream.respond(out, { waitForTrailers: true });
+    });
+    up.on('trailers', (t: IncomingHttpHeaders) => {
+      trailers = answerHeaders(t);
+      status = Number(t['grpc-status'] ?? GRPC_CODES.unknown);
+    });
+    stream.on('wantTrailers', () => {
+      stream.sendTrailers(trailers ?? { 'grpc-status': String(GRPC_CODES.internal), 'grpc-message': encodeGrpcMessage('the node sent no status') });
+    });
+    // Messages both ways, with HTTP/2's flow control: pipe() pauses the faster side.
+    up.pipe(stream, { end: true });
+    stream.pipe(up, { end: true });
+    up.once('close', () => {
+      const rst = up.rstCode ?? 0;
+      if (status !== undefined && rst === 0) {
+        release({ kind: 'response', status: status === GRPC_CODES.unavailable ? 503 : 200 });
+        report(status, target.key);
+        return;
+      }
+      if (clientGone) {
+        release({ kind: 'cancelled' });
+        report(GRPC_CODES.cancelled, target.key);
+        return;
+      }
+      if (reported) return release({ kind: 'cancelled' }); // the deadline
+      if (!answered) {
+        release({ kind: 'reset' });
+        return fail(GRPC_CODES.unavailable, `${options.service} on ${target.key}: the node reset the call (code ${rst})`, target.key);
+      }
+      release({ kind: 'reset' });
+      report(GRPC_CODES.unavailable, target.key);
+      if (!stream.closed) stream.close(rst || NGHTTP2_CANCEL);
+    });
+    up.on('error', () => {});
+  };
+
+  const retryOrFail = (why: string, host: string): void => {
+    if (tries <= options.retries) return attempt(true);
+    fail(GRPC_CODES.unavailable, `${options.service}: ${why} (the last of ${tries} tries, on ${host})`, host);
+  };
+
+  stream.on('error', () => {});
+  attempt(false);
+}
+
+/** The TLS socket of a server stream's session, when it is one. */
+export function tlsSocketOf(stream: ServerHttp2Stream): TLSSocket | undefined {
+  const socket = stream.session?.socket as TLSSocket | undefined;
+  return socket && 'encrypted' in socket ? socket : undefined;
+}
