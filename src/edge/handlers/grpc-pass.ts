@@ -95,6 +95,8 @@ export function encodeGrpcMessage(message: string): string {
  */
 export class GrpcConnections {
   private readonly sessions = new Map<string, ClientHttp2Session>();
+  /** The workload context a mutual TLS session was made with: a renewed certificate makes a new one for later calls. */
+  private readonly contexts = new WeakMap<ClientHttp2Session, unknown>();
   /** Sessions whose connection came up (a stream of one that did not never reached the node). */
   private readonly connected = new WeakSet<ClientHttp2Session>();
 
@@ -103,9 +105,12 @@ export class GrpcConnections {
   /** The connection to a node (opened on first use); throws when the security settings refuse the node. */
   session(target: UpstreamTarget, service: string): ClientHttp2Session {
     const key = target.key;
-    const open = this.sessions.get(key);
-    if (open && !open.closed && !open.destroyed) return open;
     const workload = this.workload();
+    const open = this.sessions.get(key);
+    const context = this.contexts.get(open!);
+    if (open && !open.closed && !open.destroyed && (context === undefined || context === workload?.secureContext())) return open;
+    // Calls in flight finish on a replaced session.
+    open?.close();
     const strict = workload?.mode === 'strict';
     const mtls = workload && workload.mode !== 'off' && target.metadata[MTLS_METADATA_KEY] === 'true';
     if (strict && !mtls) throw Object.assign(new Error(`node ${key} serves no mutual TLS (--mtls=strict)`), { refused: true });
@@ -117,6 +122,7 @@ export class GrpcConnections {
           checkServerIdentity: (_host: string, cert: PeerCertificate) => spiffeIdentityError(cert, spiffeIdOf(workload.trustDomain, service), key),
         })
       : http2.connect(`http://${target.address}:${target.port}`);
+    if (mtls) this.contexts.set(session, workload.secureContext());
     target.connectionOpened?.();
     session.once('connect', () => this.connected.add(session));
     let forget: (() => void) | undefined;
