@@ -381,7 +381,7 @@ export class FrontServer<R = undefined> {
     const accessLog = this.accessLog;
     const trace = ctx.trace!;
     const tap = this.options.edge.tap;
-    const info = accessLog?.begin(req, res, trace.traceId, tap.active) ?? tap.begin(req, res, trace.traceId);
+    const info = accessLog ? accessLog.begin(req, res, trace.traceId, tap.active) : tap.active ? tap.begin(req, res, trace.traceId) : undefined;
     const counted = this.options.counted?.(req) ?? true;
     if (counted) {
       this.rqTotal.inc();
