@@ -26,6 +26,9 @@ spec:
     - name: other
       matches: [{path: {type: PathPrefix, value: /other}}]
       backendRefs: [{name: go.mesh.api.plain}]
+    - name: flaky
+      matches: [{path: {type: PathPrefix, value: /flaky}}]
+      backendRefs: [{name: go.mesh.api.flaky}]
 `;
 
 /** An open /tap: its answer, the lines read so far, and its end. */
@@ -59,6 +62,16 @@ function openTap(admin: string, query = '', headers: Record<string, string> = {}
   });
 }
 
+/** A port nothing listens on (bound, then closed). */
+async function closedPort(): Promise<number> {
+  const { createServer } = await import('node:net');
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const port = (server.address() as { port: number }).port;
+  await new Promise<void>((r) => server.close(() => r()));
+  return port;
+}
+
 async function statValue(admin: string, name: string): Promise<number> {
   const res = await http('GET', `${admin}/stats?format=json`);
   const stats = res.json<{ stats: Array<{ name: string; value: number }> }>().stats;
@@ -75,6 +88,9 @@ describe('admin /tap on a real mesh api', () => {
     registry = createRegistry('local', dir.path);
     plain = await startPlainApp('plain');
     await registerPlain(registry, 'go.mesh.api.plain', plain.port);
+    // Two nodes, one refusing connections: a try on it is retried on the other (a retry the tap shows).
+    const flaky = await registerPlain(registry, 'go.mesh.api.flaky', plain.port);
+    await registry.register({ ...flaky, nodes: [...flaky.nodes, { id: 'flaky-down', address: '127.0.0.1', port: await closedPort(), metadata: {} }] });
     const routes = join(dir.path, 'routes.yaml');
     writeFileSync(routes, ROUTES);
     gw = await startGatewayProcess(dir.path, [`--routes=${routes}`, '--tap_redact_headers=X-Api-Key', '--headers_with_underscores=allow']);
@@ -120,6 +136,19 @@ describe('admin /tap on a real mesh api', () => {
       tap.close();
     }
     await waitFor(async () => (await statValue(gw.admin, 'admin.tap.active')) === 0);
+  });
+
+  it('shows the retry of a try that could not connect, and the host that answered', async () => {
+    const tap = await openTap(gw.admin, '?route=flaky');
+    try {
+      // Round robin over two nodes: one of the two requests tries the closed one first.
+      for (let i = 0; i < 2; i++) assert.equal((await http('GET', `${gw.url}/flaky/${i}`)).status, 200);
+      const events = await waitFor(() => (tap.lines().length >= 2 ? tap.lines() : undefined));
+      assert.deepEqual(events.map((e) => e.retries).sort(), [0, 1]);
+      for (const e of events) assert.equal(e.host, `127.0.0.1:${plain.port}`);
+    } finally {
+      tap.close();
+    }
   });
 
   it('redacts Authorization, Cookie, Mesh-Auth-* and --tap_redact_headers in any spelling', async () => {
