@@ -460,6 +460,8 @@ export class AdminServer {
               mutates: always,
               handle: () => text(405, 'streamed\n'),
               stream: (q: Query, req: IncomingMessage, res: ServerResponse) => this.tap(q, req, res),
+              // Only where front ends serve (they list their listeners): a framework service's or mesh xds's admin has nothing to tap.
+              available: ctx.hasListeners,
             },
           ]
         : []),

@@ -301,9 +301,16 @@ describe('admin /tap with --admin_token', () => {
     }
   });
 
-  it('refuses a forwarded or cross-site tap with 403', async () => {
+  it('refuses a cross-site tap with 403 even with the token', async () => {
     const cross = await http('GET', `${gw.admin}/tap`, { headers: { authorization: 'Bearer tap-token', 'sec-fetch-site': 'cross-site' } });
     assert.equal(cross.status, 403);
     assert.equal(cross.text, 'Forbidden: /tap changes state and refuses cross-site requests.\n');
+  });
+
+  it('shutdown ends every tap cleanly: the chunked answer completes', async () => {
+    const tap = await openTap(gw.admin, '', { authorization: 'Bearer tap-token' });
+    const complete = new Promise<boolean>((resolve) => tap.res.on('close', () => resolve(tap.res.complete)));
+    assert.equal(await gw.stop(), 0);
+    assert.equal(await complete, true);
   });
 });
