@@ -460,8 +460,9 @@ export class AdminServer {
               mutates: always,
               handle: () => text(405, 'streamed\n'),
               stream: (q: Query, req: IncomingMessage, res: ServerResponse) => this.tap(q, req, res),
-              // Only where front ends serve (they list their listeners): a framework service's or mesh xds's admin has nothing to tap.
-              available: ctx.hasListeners,
+              // Only where front ends serve (they list their listeners): a framework service's or mesh xds's admin has
+              // nothing to tap. With --concurrency above 1 it exists, to say why it cannot tap the workers (501).
+              available: ctx.hasListeners && !ctx.aggregate ? ctx.hasListeners : undefined,
             },
           ]
         : []),

@@ -3,8 +3,9 @@
  * as the events arrive, one line per request (-o json: the events as JSON lines, each with the
  * admin it came from). The filters are checked here as the admin checks them (a bad one exits 2
  * naming the flag). A stream that ends, or a process that cannot be reached, is said once on
- * stderr and opened again (after 0.5 s, doubling up to 5 s); an admin that refuses the tap (400,
- * 401, 403, 404) is said on stderr and not asked again; the command exits 1 when every admin
+ * stderr and opened again (after 0.5 s, doubling up to 5 s), as is a 502, 503 (too many taps) or
+ * 504; an admin that refuses the tap otherwise (400, 401, 403, 404, 501) is said on stderr and not
+ * asked again; the command exits 1 when every admin
  * refused. Ctrl-C or SIGTERM ends it with 0. Discovery from the registry is not there yet: the
  * registry does not record admin addresses.
  */
@@ -171,8 +172,8 @@ export async function runTap(config: Config, given: ReadonlySet<string>, io: Out
         res.on('data', (d: string) => (body += d.length + body.length <= 4096 ? d : ''));
         res.on('end', () => {
           const detail = printable(body.trim()) || String(res.statusCode);
-          // Too many taps there (503), or any 5xx: perhaps later; any other answer will not change.
-          if ((res.statusCode ?? 0) >= 500) retry(s, `tap refused: ${detail}`);
+          // Too many taps there (503), or a proxy's 502 or 504: perhaps later; any other answer (501 included) will not change.
+          if ([502, 503, 504].includes(res.statusCode ?? 0)) retry(s, `tap refused: ${detail}`);
           else refuse(s, `tap refused (${res.statusCode}): ${detail}`);
         });
         return;
