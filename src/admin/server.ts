@@ -66,7 +66,7 @@ interface Endpoint {
   stream?: (query: Query, req: IncomingMessage, res: ServerResponse) => AdminReply | undefined;
 }
 
-/** The path of the live request stream, whose refusals are counted (TAP_REFUSED_STAT). */
+/** The path of the live request stream, whose refusals are counted (admin.tap.refused). */
 const TAP_PATH = '/tap';
 /** The stats of /tap. */
 export const TAP_STATS = { active: 'admin.tap.active', events: 'admin.tap.events', dropped: 'admin.tap.dropped', refused: 'admin.tap.refused' } as const;
@@ -309,7 +309,7 @@ export class AdminServer {
     stats.active.inc();
     this.taps.add(stream);
     const remote = req.socket.remoteAddress;
-    this.log().info({ filter: Object.fromEntries(query), remote }, 'tap started');
+    this.log().info({ filter: Object.fromEntries([...query].map(([k, v]) => [clientText(k), clientText(v)])), remote }, 'tap started');
     res.once('close', () => {
       stream.stop();
       detach();
