@@ -43,6 +43,7 @@ export const UNIT = [
   'test/tls/workload-renewal-outage.test.ts',
   'test/admin/admin-host.test.ts',
   'test/admin/admin.test.ts',
+  'test/admin/tap-unit.test.ts',
   'test/edge/api-handler.test.ts',
   'test/edge/authz.test.ts',
   'test/core/client-budget.test.ts',

@@ -14,6 +14,7 @@ import type { ProcessMetrics } from '../base/stats/process-metrics.js';
 import type { AdminAggregate } from './aggregate.js';
 import type { RouteTableDump } from './route-table.js';
 import type { ListenerInfo } from './config-dump.js';
+import type { TapHub } from '../base/http/tap.js';
 
 // Certificates are the TLS layer's (src/tls/certificate.ts); re-exported for the admin API.
 export type { CertificateInfo, SubjectAltName } from '../tls/certificate.js';
@@ -156,6 +157,8 @@ export interface AdminContext {
   limits?: ServerLimits;
   /** Standard process metrics of the Prometheus format (absent: the admin makes its own and closes it with itself). */
   processMetrics?: ProcessMetrics;
+  /** The process's tap hub: /tap streams what its front ends publish there; absent: no /tap. */
+  tap?: TapHub;
   /** --stats_histograms: /stats (every format) prints the latency histograms too (default false). */
   histograms?: boolean;
   /**

@@ -25,6 +25,8 @@ import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } fr
 import { compileSearchRegex, type SearchRegex } from '../base/util/regex.js';
 import { clientText } from '../base/util/text.js';
 import { splitTarget } from '../base/http/target.js';
+import { badRequest, ERROR_IDS, notImplemented, serviceUnavailable, type MeshError } from '../base/errors.js';
+import { NDJSON, parseTapQuery, TapStream, type TapStats } from './tap.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
 /** Counts requests refused by the Host check. */
@@ -60,6 +62,18 @@ interface Endpoint {
   handle: (query: Query) => AdminReply | Promise<AdminReply>;
   /** Whether the endpoint exists now (checked at each request); absent: always. */
   available?: () => boolean;
+  /** A streaming answer (/tap): takes the response over, or returns a reply to write instead. */
+  stream?: (query: Query, req: IncomingMessage, res: ServerResponse) => AdminReply | undefined;
+}
+
+/** The path of the live request stream, whose refusals are counted (admin.tap.refused). */
+const TAP_PATH = '/tap';
+/** The stats of /tap. */
+export const TAP_STATS = { active: 'admin.tap.active', events: 'admin.tap.events', dropped: 'admin.tap.dropped', refused: 'admin.tap.refused' } as const;
+
+/** An error JSON reply of the admin (/tap's refusals). */
+function errorReply(err: MeshError, headers?: Record<string, string>): AdminReply {
+  return { status: err.code, body: err.toBody(), contentType: JSON_TYPE, headers };
 }
 
 /** A request's URL as logged: at most this many characters of it (client text: cut, then escaped). */
@@ -116,6 +130,9 @@ export class AdminServer {
   /** The process metrics of the Prometheus format: the context's, or the admin's own (closed with it). */
   private readonly processMetrics: ProcessMetrics;
   private readonly ownsProcessMetrics: boolean;
+  /** The /tap answers open now (ended on close). */
+  private readonly taps = new Set<TapStream>();
+  private readonly tapStats: TapStats | undefined;
 
   constructor(ctx: AdminContext) {
     this.ctx = ctx;
@@ -123,6 +140,7 @@ export class AdminServer {
     this.processMetrics = ctx.processMetrics ?? new ProcessMetrics();
     this.tokenDigest = ctx.token ? digest(ctx.token) : undefined;
     this.hostCheck = new HostCheck(ctx.allowedHosts ?? [], () => this.bound?.host);
+    if (ctx.tap) this.tapStats = { active: ctx.stats.gauge(TAP_STATS.active), events: ctx.stats.counter(TAP_STATS.events), dropped: ctx.stats.counter(TAP_STATS.dropped) };
     const endpoints = this.buildEndpoints().sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
     for (const e of endpoints) this.endpoints.set(e.path, e);
     // A missing Host is answered by the Host check (403), not by node's own 400.
@@ -167,6 +185,8 @@ export class AdminServer {
   async close(): Promise<void> {
     if (this.ownsProcessMetrics) this.processMetrics.close();
     await this.profiler.dispose();
+    // Every tap ends cleanly (its last line written), for at most a second.
+    if (this.taps.size > 0) await Promise.race([Promise.all([...this.taps].map((t) => t.end())), new Promise((r) => setTimeout(r, 1000).unref())]);
     if (!this.http.listening) return;
     const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     this.http.closeAllConnections();
@@ -198,12 +218,15 @@ export class AdminServer {
     if (verdict !== 'allowed') {
       this.ctx.stats.counter(HOST_REFUSED_STAT).inc();
       this.log().warn({ host: req.headers.host, path }, 'admin refused a request for a foreign Host');
+      this.tapRefused(path);
       return this.write(
         res,
         text(403, verdict === 'missing' ? `Host header missing; see ${ALLOWED_HOSTS_FLAG}\n` : `Host "${req.headers.host}" is not allowed; see ${ALLOWED_HOSTS_FLAG}\n`),
       );
     }
     if (this.tokenDigest && !this.authorized(req)) {
+      if (path === TAP_PATH) this.log().warn({ path, authorization: req.headers.authorization === undefined ? 'none' : 'wrong' }, 'admin refused a tap without the admin token');
+      this.tapRefused(path);
       return this.write(res, {
         status: 401,
         body: 'Unauthorized: this admin interface needs "Authorization: Bearer <token>"\n',
@@ -220,19 +243,27 @@ export class AdminServer {
     const mutates = endpoint.mutates(query);
     if (mutates && this.crossSite(req)) {
       this.log().warn({ path, origin: loggedHeader(req.headers.origin), site: loggedHeader(req.headers['sec-fetch-site']) }, 'admin refused a cross-site request');
+      this.tapRefused(path);
       return this.write(res, text(403, `Forbidden: ${path} changes state and refuses cross-site requests.\n`));
     }
     if (mutates && this.simpleBrowserRequest(req)) {
       this.log().warn({ path, origin: loggedHeader(req.headers.origin), site: loggedHeader(req.headers['sec-fetch-site']) }, 'admin refused a simple browser request');
+      this.tapRefused(path);
       return this.write(res, text(403, `Forbidden: ${path} changes state; a browser request must carry the header "X-Mesh-Admin: 1".\n`));
     }
     const marker = mutates && !this.tokenDigest ? FORWARDING_MARKERS.find((h) => req.headers[h.toLowerCase()] !== undefined) : undefined;
     if (marker !== undefined) {
       this.log().warn({ path, header: marker, forwardedFor: loggedHeader(req.headers['x-forwarded-for']) }, 'admin refused a forwarded request');
+      this.tapRefused(path);
       return this.write(res, text(403, `Forbidden: ${path} changes state and refuses forwarded requests (${marker}); set --admin_token to manage this process through a proxy.\n`));
     }
     if (mutates) this.log().info({ method, url: clientText(url, MAX_LOGGED_URL) }, 'admin operation');
     else this.log().debug({ method, url: clientText(url, MAX_LOGGED_URL) }, 'admin request');
+    if (endpoint.stream) {
+      const refusal = endpoint.stream(query, req, res);
+      if (refusal) this.write(res, refusal);
+      return;
+    }
     const reply = await endpoint.handle(query);
     this.write(res, reply);
   }
@@ -248,6 +279,48 @@ export class AdminServer {
     });
     if (reply.afterFlush) res.once('finish', reply.afterFlush);
     res.end(body);
+  }
+
+  /** Counts a refused /tap (admin.tap.refused). */
+  private tapRefused(path: string): void {
+    if (path === TAP_PATH && this.tapStats) this.ctx.stats.counter(TAP_STATS.refused).inc();
+  }
+
+  /**
+   * /tap: checks the parameters (400 naming the bad one), attaches a tap to the process's hub (503
+   * over its cap) and streams NDJSON until the client goes away or the admin closes.
+   */
+  private tap(query: Query, req: IncomingMessage, res: ServerResponse): AdminReply | undefined {
+    const hub = this.ctx.tap!;
+    const stats = this.tapStats!;
+    if (this.ctx.aggregate) {
+      return errorReply(notImplemented(ERROR_IDS.admin, `tap: with --concurrency above 1 the requests are served by the workers, which cannot be tapped yet; tap a process started with --concurrency=1`));
+    }
+    const filter = parseTapQuery(query);
+    if ('parameter' in filter) return errorReply(badRequest(ERROR_IDS.admin, filter.detail));
+    const stream = new TapStream(res, filter, stats);
+    const detach = hub.attach(stream);
+    if (!detach) {
+      stream.stop();
+      this.ctx.stats.counter(TAP_STATS.refused).inc();
+      this.log().warn({ path: TAP_PATH, taps: hub.size }, 'admin refused a tap: too many taps');
+      return errorReply(serviceUnavailable(ERROR_IDS.admin, `too many taps: at most ${hub.maxTaps} at once on this process; retry later`), { 'Retry-After': '1' });
+    }
+    stats.active.inc();
+    this.taps.add(stream);
+    const remote = req.socket.remoteAddress;
+    this.log().info({ filter: Object.fromEntries([...query].map(([k, v]) => [clientText(k), clientText(v)])), remote }, 'tap started');
+    res.once('close', () => {
+      stream.stop();
+      detach();
+      this.taps.delete(stream);
+      stats.active.dec();
+      this.log().info({ remote }, 'tap ended');
+    });
+    req.resume();
+    res.writeHead(200, { 'Content-Type': NDJSON, 'Cache-Control': 'no-cache, max-age=0', 'X-Content-Type-Options': 'nosniff' });
+    res.flushHeaders();
+    return undefined;
   }
 
   private authorized(req: IncomingMessage): boolean {
@@ -378,6 +451,21 @@ export class AdminServer {
           return ok();
         },
       },
+      ...(ctx.tap
+        ? [
+            {
+              path: TAP_PATH,
+              help: 'stream the requests this process serves, one JSON event a line (filters: service, route, path_prefix, method, status, identity, min_duration_ms, sample, rate)',
+              // Privileged: it shows other people's requests; refused cross-site and through a proxy as a mutating request is.
+              mutates: always,
+              handle: () => text(405, 'streamed\n'),
+              stream: (q: Query, req: IncomingMessage, res: ServerResponse) => this.tap(q, req, res),
+              // Only where front ends serve (they list their listeners): a framework service's or mesh xds's admin has
+              // nothing to tap. With --concurrency above 1 it exists, to say why it cannot tap the workers (501).
+              available: ctx.hasListeners && !ctx.aggregate ? ctx.hasListeners : undefined,
+            },
+          ]
+        : []),
       { path: '/server_info', help: 'print server version/status information', mutates: never, handle: () => text(200, this.serverInfo()) },
       { path: '/stats', help: 'print server stats', mutates: never, handle: (q) => this.stats(q, q.get('format')) },
       {

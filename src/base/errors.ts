@@ -30,6 +30,8 @@ export const ERROR_IDS = {
   broker: 'go.mesh.broker',
   /** `mesh ca serve`, the mesh CA's signing service (src/tls/workload/ca-server.ts). */
   ca: 'go.mesh.ca',
+  /** The admin interface's JSON errors (admin /tap). */
+  admin: 'go.mesh.admin',
 } as const;
 
 export type ErrorId = (typeof ERROR_IDS)[keyof typeof ERROR_IDS];

@@ -23,6 +23,7 @@ import { StatsStore } from '../base/stats/store.js';
 import { ProcessMetrics, type ProcessFamily } from '../base/stats/process-metrics.js';
 import { mergeProcessFamilies, mergeSnapshots, snapshotStore, type StoreSnapshot } from '../base/stats/merge.js';
 import { AdminServer, refreshServerStats } from '../admin/server.js';
+import { TapHub } from '../base/http/tap.js';
 import { MetricsServer } from '../admin/metrics-server.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin/context.js';
 import { clusterView, mergeClusterViews, type AdminAggregate, type ClusterViewSnapshot, type MergedStats } from '../admin/aggregate.js';
@@ -285,6 +286,8 @@ class Primary implements AdminAggregate {
         limits,
         processMetrics: this.processMetrics,
         aggregate: this,
+        // The workers serve the requests: /tap exists only to say it cannot tap them yet (501).
+        tap: new TapHub(),
         quit: async () => process.exit(await this.shutdown()),
       });
       this.closers.push(() => server.close());

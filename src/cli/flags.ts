@@ -174,8 +174,8 @@ export interface ParsedArgs {
 
 const SWITCHES = new Set(['help', 'version', 'hot-restart-version', 'h']);
 const SHORT_SWITCHES = new Map<string, string>([['-h', 'help'], ['-v', 'version']]);
-/** Short flags that take a value: mesh proxy -c FILE, mesh run -f FILE. */
-const SHORT_VALUES = new Map<string, { name: FlagName; what: string }>([['-c', { name: 'config', what: 'the configuration file' }], ['-f', { name: 'file', what: 'the file of apps' }]]);
+/** Short flags that take a value: mesh proxy -c FILE, mesh run -f FILE, -o json. */
+const SHORT_VALUES = new Map<string, { name: FlagName; what: string }>([['-c', { name: 'config', what: 'the configuration file' }], ['-f', { name: 'file', what: 'the file of apps' }], ['-o', { name: 'output', what: 'text or json' }]]);
 
 /** How an error names a flag: `flag --client_retries`, or `MESH_CLIENT_RETRIES (--client_retries)` when the environment set it. */
 export function flagLabel(name: string, fromEnv: boolean): string {

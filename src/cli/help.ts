@@ -146,6 +146,17 @@ export const COMMANDS: CommandInfo[] = [
     subcommands: ['bootstrap'],
   },
   {
+    name: 'tap',
+    args: '--admin=HOST:PORT[,HOST:PORT...]',
+    summary: 'watch live requests: the admin /tap streams of one or more processes, merged, one line per request',
+    details: [
+      'Filters: --service (the upstream service), --route, --path (a prefix), --method, --status (2xx..5xx or a code), --identity, --min_duration, --sample (0 to 1).',
+      '--rate caps the events each process sends a second; over it (or while this command cannot keep up) events are dropped and a line on stderr says how many.',
+      '-o json: one JSON event a line, with the admin it came from. A stream that ends is reported and opened again; Ctrl-C or SIGTERM ends the command (exit 0).',
+      'The processes to tap are named with --admin (the registry does not record admin addresses yet). With --admin_token the token is sent (see docs/admin.md, /tap).',
+    ],
+  },
+  {
     name: 'completion',
     args: 'bash|zsh',
     summary: 'print a shell completion script',
@@ -157,7 +168,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy', 'tap']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);
@@ -228,7 +239,7 @@ export function mainHelp(): string {
   const width = Math.max(...COMMANDS.map((c) => usage(c).length)) + 2;
   const globals = specs()
     .map(([n]) => n)
-    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || c === 'new' || c === 'envoy' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
+    .filter((n) => [...TAKES_FLAGS].every((c) => c === 'ca' || c === 'new' || c === 'envoy' || c === 'tap' || flagHelp(n).commands.includes(c)) && !n.endsWith('_file'));
   const lines = [
     'usage: mesh <command> [flags]',
     '',

@@ -98,6 +98,11 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       const { runEnvoyCommand } = await import('./envoy.js');
       return runEnvoyCommand(args.positionals, args.config, io);
     }
+    if (command === 'tap') {
+      if (args.positionals.length > 1) throw new FlagError(`mesh tap takes no argument (got "${args.positionals[1]}"); the processes are named with --admin=HOST:PORT`);
+      const { runTap } = await import('./tap.js');
+      return await runTap(args.config, args.given, io);
+    }
     if (command === 'check') {
       if (args.positionals.length > 1) throw new FlagError(`mesh check takes no argument (got "${args.positionals[1]}")`);
       const { runCheck } = await import('./check.js');

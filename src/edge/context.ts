@@ -11,6 +11,7 @@ import type { Logging } from '../base/util/log.js';
 import type { Tracer } from '../base/tracing/tracer.js';
 import type { ContextStore } from '../base/util/call-context.js';
 import type { AccessLog } from '../base/http/access-log.js';
+import type { TapHub } from '../base/http/tap.js';
 import { serverLimits, type Drainable, type ServerLimits } from '../base/http/lifecycle.js';
 import type { UnderscorePolicy } from './filters/header-names.js';
 import type { ReusePortListening } from '../base/http/reuse-port.js';
@@ -57,6 +58,8 @@ export interface EdgeContext {
   readonly context: ContextStore;
   /** --access_log, or none. */
   readonly accessLog: AccessLog | undefined;
+  /** The process's tap hub (admin /tap): each front end publishes its finished requests there. */
+  readonly tap: TapHub;
   /** The process's TLS provider (built on first use), when `settings.tls`. */
   readonly tls: TlsProvider | undefined;
   readonly client: Client;
@@ -101,6 +104,7 @@ export function edgeContext(runtime: Runtime): EdgeContext {
     tracer: runtime.tracer,
     context: runtime.context,
     accessLog: runtime.accessLog,
+    tap: runtime.tap,
     get tls() {
       return runtime.tls;
     },

@@ -380,7 +380,8 @@ export class FrontServer<R = undefined> {
     const started = performance.now();
     const accessLog = this.accessLog;
     const trace = ctx.trace!;
-    const info = accessLog?.begin(req, res, trace.traceId);
+    const tap = this.options.edge.tap;
+    const info = accessLog ? accessLog.begin(req, res, trace.traceId, tap.active) : tap.active ? tap.begin(req, res, trace.traceId) : undefined;
     const counted = this.options.counted?.(req) ?? true;
     if (counted) {
       this.rqTotal.inc();
@@ -404,7 +405,10 @@ export class FrontServer<R = undefined> {
         this.rqTime.record(ms);
       }
       this.onPhase?.('log', req);
-      if (info) accessLog!.log(req, res, info, ms);
+      if (info) {
+        accessLog?.log(req, res, info, ms);
+        if (tap.active) tap.publish(this.options.statPrefix, req, res, info, ms);
+      }
       if (span) {
         const status = res.headersSent ? res.statusCode : 500;
         span.setAttribute('http.response.status_code', status);

@@ -40,6 +40,7 @@ import { AcmeTlsProvider } from '../tls/acme/provider.js';
 import { defaultCaDir, openWorkloadTls, type OpenedWorkloadTls } from '../tls/workload/index.js';
 import { parseAdvertise } from '../base/util/address.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from '../base/http/access-log.js';
+import { TapHub } from '../base/http/tap.js';
 import { ContextStore } from '../base/util/call-context.js';
 import { Tracer } from '../base/tracing/tracer.js';
 import { SchemaOptionError } from '../base/util/option-error.js';
@@ -120,6 +121,8 @@ export class Runtime {
   readonly codecs: CodecSet;
   /** The front ends' access log (--access_log), or none when off. */
   readonly accessLog?: AccessLog;
+  /** Where the front ends publish their finished requests for admin /tap (src/base/http/tap.ts). */
+  readonly tap: TapHub;
   /** The context of the call being served (Mesh-Id, deadline, metadata, trace), carried across awaits. */
   readonly context = new ContextStore();
   /** The span recorder and exporter (--tracing=otlp); undefined when tracing is off. */
@@ -172,6 +175,7 @@ export class Runtime {
       this.onShutdown(() => tracer.shutdown());
     }
     this.codecs = new CodecSet(options.codecs);
+    this.tap = new TapHub({ redact: options.tapRedactHeaders });
     if (options.accessLog !== 'off') {
       const stats = this.stats;
       let writer: AccessLogWriter;
@@ -337,6 +341,7 @@ export class Runtime {
       histograms: this.options.statsHistograms || this.options.statsEndpoints,
       limits: serverLimits(this.options),
       processMetrics: this.processMetrics(),
+      tap: this.tap,
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },

@@ -77,7 +77,7 @@ describe('suggestions', () => {
     assert.equal(editDistance('ab', 'ba'), 1);
     assert.deepEqual(suggest('registry-adress', Object.keys(FLAG_SPECS)), ['registry_address']);
     assert.deepEqual(suggest('lb-polcy', Object.keys(FLAG_SPECS)), ['lb_policy']);
-    assert.deepEqual(suggest('ap', COMMAND_NAMES), ['api']);
+    assert.deepEqual(suggest('ap', COMMAND_NAMES), ['api', 'tap']);
     assert.deepEqual(suggest('sidecra', COMMAND_NAMES), ['sidecar']);
     assert.deepEqual(suggest('frobnicate', COMMAND_NAMES), []);
     assert.deepEqual(suggest('x'.repeat(500), COMMAND_NAMES), []);
@@ -176,7 +176,7 @@ describe('mesh help and version (real processes)', () => {
 
   it('unknown commands, subcommands, flags and help topics exit 2 with a suggestion and nothing on stdout', async () => {
     const cases: Array<[string[], string]> = [
-      [['ap'], 'mesh: unknown command "ap": did you mean "api"? (see mesh --help)\n'],
+      [['ap'], 'mesh: unknown command "ap": did you mean "api" or "tap"? (see mesh --help)\n'],
       [['list', 'servics'], 'mesh: unknown command "list servics": did you mean "list services"? (usage: mesh list services)\n'],
       [['help', 'sidecra'], 'mesh: unknown command "sidecra": did you mean "sidecar"? (see mesh --help)\n'],
       [['api', '--registry-adress=x'], 'mesh: unknown flag --registry-adress: did you mean --registry_address? (see mesh --help)\n'],

@@ -33,8 +33,14 @@ export interface UpstreamInfo {
 
 /** The per-request record of a front end with an access log (none without one). */
 export class RequestInfo implements UpstreamInfo {
-  upstreamHost?: string;
   upstreamCluster?: string;
+  private host?: string;
+  /** Tries made upstream (each choice of a host is one): retries are tries - 1. */
+  tries = 0;
+  /** performance.now() of the request's start, of the last upstream host chosen, of the answer's first body byte. */
+  readonly startPerf = performance.now();
+  upstreamAt?: number;
+  firstByteAt?: number;
   /** The name of the route file's rule that served the request (%ROUTE_NAME%). */
   routeName?: string;
   flags = 0;
@@ -48,6 +54,17 @@ export class RequestInfo implements UpstreamInfo {
     /** The trace id of the request's hop (W3C trace context). */
     readonly traceId?: string,
   ) {}
+
+  /** The upstream host of the last try; each one set is a try (counted, and timed for a tap). */
+  get upstreamHost(): string | undefined {
+    return this.host;
+  }
+
+  set upstreamHost(host: string | undefined) {
+    this.host = host;
+    this.tries++;
+    this.upstreamAt = performance.now();
+  }
 
   addFlag(flag: string): void {
     this.flags |= FLAG_BIT[flag] ?? 0;
@@ -473,10 +490,11 @@ export class AccessLog {
   ) {}
 
   /** Starts the record of a request; counts its body bytes when the format prints them. */
-  begin(req: IncomingMessage, res: ServerResponse, traceId?: string): RequestInfo {
+  begin(req: IncomingMessage, res: ServerResponse, traceId?: string, tapping = false): RequestInfo {
     const info = new RequestInfo(Date.now(), req.url, traceId);
     attachRequestInfo(req, info);
-    if (this.format.needsBytes) countBytes(req, res, info);
+    // A tap (src/base/http/tap.ts) shows the byte counts whatever the format prints.
+    if (this.format.needsBytes || tapping) countBytes(req, res, info);
     return info;
   }
 
@@ -488,7 +506,7 @@ export class AccessLog {
 }
 
 /** Counts the body bytes received (as the parser hands them over) and sent (as the handler writes them). */
-function countBytes(req: IncomingMessage, res: ServerResponse, info: RequestInfo): void {
+export function countBytes(req: IncomingMessage, res: ServerResponse, info: RequestInfo): void {
   const push = req.push;
   req.push = function (chunk: unknown, encoding?: BufferEncoding) {
     if (chunk !== null && chunk !== undefined) info.bytesReceived += (chunk as { length: number }).length;
@@ -501,10 +519,12 @@ function countBytes(req: IncomingMessage, res: ServerResponse, info: RequestInfo
   const end = res.end;
   const w = res as unknown as { write: (...a: unknown[]) => boolean; end: (...a: unknown[]) => ServerResponse };
   w.write = function (this: ServerResponse, chunk: unknown, encoding?: unknown, cb?: unknown) {
+    info.firstByteAt ??= performance.now();
     if (!head) info.bytesSent += size(chunk, encoding);
     return (write as (...a: unknown[]) => boolean).call(this, chunk, encoding, cb);
   };
   w.end = function (this: ServerResponse, chunk?: unknown, encoding?: unknown, cb?: unknown) {
+    info.firstByteAt ??= performance.now();
     if (!head && typeof chunk !== 'function') info.bytesSent += size(chunk, encoding);
     return (end as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, cb);
   };

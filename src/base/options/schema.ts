@@ -21,7 +21,7 @@ import { LOG_FORMATS } from '../util/levels.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'run', 'envoy', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'run', 'envoy', 'tap', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -131,14 +131,15 @@ export const OPTIONS = withRun({
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
   admin_address: { type: 'string', commandDefaults: { run: 'off' }, group: 'admin', commands: [...SERVE, 'xds', 'envoy'], api: true, help: 'admin interface host:port, or off' },
-  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'require Authorization: Bearer <token> on the admin interface (prefer --admin_token_file or MESH_ADMIN_TOKEN: other users can see a command line)' },
-  admin_token_file: { type: 'string', group: 'admin', commands: [...SERVE, 'xds'], fileOf: 'admin_token', help: 'a file holding --admin_token (read at start; trailing newlines dropped)' },
+  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap'], api: true, help: 'require Authorization: Bearer <token> on the admin interface (mesh tap: the token it sends; prefer --admin_token_file or MESH_ADMIN_TOKEN: other users can see a command line)' },
+  admin_token_file: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap'], fileOf: 'admin_token', help: 'a file holding --admin_token (read at start; trailing newlines dropped)' },
   metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
   stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
   stats_endpoints: { type: 'bool', default: 'false', group: 'admin', commands: ['dev', 'api'], api: true, help: 'per-endpoint stats: requests, answers by status and a latency histogram for each endpoint of a framework service and each route of the gateway (service.<name>.endpoint.<endpoint>.*; undeclared names in one _other family); prints the latency histograms as --stats_histograms does' },
   tracing: { type: 'string', default: 'off', choices: ['off', 'otlp'], group: 'logging', commands: SERVE, api: true, help: 'otlp: record spans and export them over OTLP to --tracing_address; off: none (trace context is still forwarded); when not given, the OTEL_* variables decide (docs/observability.md)' },
   tracing_address: { type: 'string', default: DEFAULT_TRACING_ADDRESS, group: 'logging', commands: SERVE, api: true, help: 'OTLP endpoint of --tracing=otlp (http:// or https:// URL); when not given, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT' },
   tracing_sample_rate: { type: 'string', default: '1', apiDefault: 1, group: 'logging', commands: SERVE, api: true, help: 'share of new traces recorded, 0 to 1 (a trace that came with a traceparent follows its sampled flag)' },
+  tap_redact_headers: { type: 'list', group: 'admin', commands: SERVE, api: true, help: 'admin /tap: header names whose values a tap shows as [redacted], besides Authorization, Proxy-Authorization, Cookie, Set-Cookie and Mesh-Auth-* (comma list; case and _/- ignored)' },
   admin_allowed_hosts: { type: 'list', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'Host names the admin interface and the sidecar answer besides loopback, localhost and their own IP (comma list; *.domain; * turns the check off)' },
   log_level: { type: 'string', default: 'info', group: 'logging', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'trace, debug, info, warning, error, critical, off' },
   log_format: { type: 'string', choices: LOG_FORMATS, group: 'logging', commands: [...MESH_PROCESS, 'xds'], api: true, help: 'logs on stderr: text (one readable line an event) or json (JSON lines); default text when stderr is a terminal, json otherwise' },
@@ -164,7 +165,16 @@ export const OPTIONS = withRun({
   ca_serve_names: { type: 'list', group: 'mtls', commands: ['ca'], help: 'mesh ca serve: DNS names and IP addresses of its certificate, how clients reach it (comma list; default the host of --address)' },
   ca_join_lifetime: { type: 'duration', default: '168h', group: 'mtls', commands: ['ca'], help: 'mesh ca serve: how long after its join (its first certificate, with a join token) a process renews with its certificate alone; after that a renewal needs a new join token (1s to 596h, about 24 days)' },
   serial: { type: 'string', group: 'command', commands: ['ca'], help: 'mesh ca revoke: refuse renewals of the certificate with this serial (with the serial of a join\'s first certificate: every renewal of that join)' },
-  service: { type: 'string', group: 'command', commands: ['ca'], help: 'mesh ca revoke: refuse renewals of every certificate of this service that joined before now' },
+  service: { type: 'string', group: 'command', commands: ['ca', 'tap'], help: 'mesh ca revoke: refuse renewals of every certificate of this service that joined before now; mesh tap: only requests sent to this service (the upstream cluster)' },
+  admin: { type: 'list', group: 'command', commands: ['tap'], help: 'mesh tap: the admin interfaces to tap, HOST:PORT comma list (their streams are merged)' },
+  path: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only requests whose path (normal form) starts with this prefix' },
+  method: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only requests with this method' },
+  status: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only answers of this class (2xx to 5xx) or this status code' },
+  route: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only requests a route file\'s rule of this name served' },
+  identity: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only requests whose caller presented this SPIFFE ID (mutual TLS)' },
+  min_duration: { type: 'duration', group: 'command', commands: ['tap'], help: 'mesh tap: only requests that took at least this long' },
+  sample: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: the share of matching requests shown, 0 to 1 (default 1)' },
+  rate: { type: 'int', default: '100', min: 1, max: 1000, range: 'events a second, 1 to 1000', group: 'command', commands: ['tap'], help: 'mesh tap: the most events a second each process sends (more are dropped and counted)' },
   token_id: { type: 'string', group: 'command', commands: ['ca'], help: 'mesh ca revoke: refuse joins with the join token of this id (mesh ca token --output=json prints it), and renewals of every process that joined with it' },
   services: { type: 'list', group: 'command', commands: ['ca'], help: 'mesh ca token: the service names (globs, * and ?) the token may get certificates for (comma list)' },
   ttl: { type: 'duration', default: '1h', group: 'command', commands: ['ca'], help: 'mesh ca token: how long the token may be used (1s to 168h); renewals do not need it' },
@@ -210,7 +220,7 @@ export const OPTIONS = withRun({
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
   sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it (prefer --sidecar_token_file or MESH_SIDECAR_TOKEN: other users can see a command line)' },
   sidecar_token_file: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], fileOf: 'sidecar_token', help: 'a file holding --sidecar_token (read at start; trailing newlines dropped)' },
-  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check', 'envoy'], help: 'text or json' },
+  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check', 'envoy', 'tap'], help: 'text or json' },
   address: { type: 'string', apiDefault: '127.0.0.1:0', commandDefaults: { run: '127.0.0.1:0' }, group: 'listen', commands: [...GATEWAYS, 'ca', 'xds'], api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
   sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },

@@ -1,0 +1,202 @@
+/**
+ * admin `/tap` (docs/admin.md): a live NDJSON stream of the requests this process's front ends
+ * finish, one JSON event a line, filtered by the query parameters (parseTapQuery), paced by a
+ * rate cap per tap (events over it are dropped and counted, never queued), and dropped rather
+ * than buffered while the reader is slow (socket backpressure). The events come from the
+ * process's tap hub (src/base/http/tap.ts).
+ */
+import type { ServerResponse } from 'node:http';
+import type { TapEvent, TapSink } from '../base/http/tap.js';
+import type { Counter, Gauge } from '../base/stats/store.js';
+import type { Query } from './query.js';
+
+/** The content type of the stream: one JSON object a line. */
+export const NDJSON = 'application/x-ndjson';
+/** Events a second a tap gets when it names no `rate`, and the most it may name. */
+export const DEFAULT_TAP_RATE = 100;
+export const MAX_TAP_RATE = 1000;
+/** How often a tap that dropped events says how many (`{"dropped":N}`). */
+export const DROPPED_REPORT_MS = 1000;
+
+/** The query parameters of /tap, in the order the docs list them. */
+export const TAP_PARAMETERS = ['service', 'route', 'path_prefix', 'method', 'status', 'identity', 'min_duration_ms', 'sample', 'rate'] as const;
+
+/** What a tap takes: every field set must match (absent: any). */
+export interface TapFilter {
+  /** The upstream cluster (service) the request went to. */
+  service?: string;
+  route?: string;
+  pathPrefix?: string;
+  /** Upper case. */
+  method?: string;
+  /** Status range, both ends included: a class (`4xx`: 400..499) or one code. */
+  status?: { min: number; max: number };
+  /** The caller's SPIFFE ID, exactly. */
+  identity?: string;
+  minDurationMs?: number;
+  /** Share of the matching events taken, 0 to 1. */
+  sample: number;
+  /** Events a second, at most. */
+  rate: number;
+}
+
+/** A parameter /tap refuses: its name and why (the 400's detail). */
+export interface TapParameterError {
+  parameter: string;
+  detail: string;
+}
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/** Parses /tap's query; a parameter it does not know, or a bad value, is an error naming it. */
+export function parseTapQuery(q: Query): TapFilter | TapParameterError {
+  const filter: TapFilter = { sample: 1, rate: DEFAULT_TAP_RATE };
+  const bad = (parameter: string, why: string): TapParameterError => ({ parameter, detail: `invalid tap parameter ${parameter}=${JSON.stringify(q.get(parameter) ?? '')}: ${why}` });
+  for (const [name, value] of q) {
+    switch (name) {
+      case 'service':
+      case 'route':
+      case 'identity':
+        if (value === '') return bad(name, 'empty');
+        filter[name] = value;
+        break;
+      case 'path_prefix':
+        if (!value.startsWith('/')) return bad(name, 'a path prefix starts with /');
+        filter.pathPrefix = value;
+        break;
+      case 'method':
+        if (!TOKEN.test(value)) return bad(name, 'not an HTTP method');
+        filter.method = value.toUpperCase();
+        break;
+      case 'status': {
+        const cls = /^([1-5])xx$/i.exec(value);
+        if (cls) filter.status = { min: Number(cls[1]) * 100, max: Number(cls[1]) * 100 + 99 };
+        else if (/^[1-5]\d\d$/.test(value)) filter.status = { min: Number(value), max: Number(value) };
+        else return bad(name, 'use a class 1xx to 5xx or a status code 100 to 599');
+        break;
+      }
+      case 'min_duration_ms': {
+        const n = /^\d+(\.\d+)?$/.test(value) ? Number(value) : NaN;
+        if (!Number.isFinite(n)) return bad(name, 'not a number of milliseconds');
+        filter.minDurationMs = n;
+        break;
+      }
+      case 'sample': {
+        const n = /^(0(\.\d+)?|1(\.0+)?|\.\d+)$/.test(value) ? Number(value) : NaN;
+        if (!Number.isFinite(n)) return bad(name, 'a share from 0 to 1');
+        filter.sample = n;
+        break;
+      }
+      case 'rate': {
+        const n = /^\d+$/.test(value) ? Number(value) : NaN;
+        if (!(n >= 1 && n <= MAX_TAP_RATE)) return bad(name, `events a second, 1 to ${MAX_TAP_RATE}`);
+        filter.rate = n;
+        break;
+      }
+      default:
+        return { parameter: name, detail: `unknown tap parameter ${JSON.stringify(name)}: use ${TAP_PARAMETERS.join(', ')}` };
+    }
+  }
+  return filter;
+}
+
+/** Whether an event matches a filter (the sample not included). */
+export function tapMatches(f: TapFilter, e: TapEvent): boolean {
+  if (f.service !== undefined && e.cluster !== f.service) return false;
+  if (f.route !== undefined && e.route !== f.route) return false;
+  if (f.pathPrefix !== undefined && !e.path.startsWith(f.pathPrefix)) return false;
+  if (f.method !== undefined && e.method.toUpperCase() !== f.method) return false;
+  if (f.status !== undefined && (e.status < f.status.min || e.status > f.status.max)) return false;
+  if (f.identity !== undefined && e.identity !== f.identity) return false;
+  if (f.minDurationMs !== undefined && e.duration_ms < f.minDurationMs) return false;
+  return true;
+}
+
+/** A token bucket of `rate` events a second, holding one second's worth. */
+export class RateCap {
+  private tokens: number;
+  private last: number;
+
+  constructor(
+    private readonly rate: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.tokens = rate;
+    this.last = now();
+  }
+
+  take(): boolean {
+    const t = this.now();
+    this.tokens = Math.min(this.rate, this.tokens + ((t - this.last) * this.rate) / 1000);
+    this.last = t;
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
+  }
+}
+
+export interface TapStats {
+  events: Counter;
+  dropped: Counter;
+  active: Gauge;
+}
+
+/**
+ * One /tap answer: an attached sink that writes the events its filter takes. It never holds more
+ * than the socket's own buffer: while the socket needs a drain, events are dropped (and counted),
+ * as are those over the rate cap; every DROPPED_REPORT_MS a `{"dropped":N}` line says how many
+ * since the last such line (and one more at the end).
+ */
+export class TapStream implements TapSink {
+  private readonly cap: RateCap;
+  private dropped = 0;
+  private readonly timer: NodeJS.Timeout;
+  private ended = false;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly filter: TapFilter,
+    private readonly stats: TapStats,
+    private readonly random: () => number = Math.random,
+  ) {
+    this.cap = new RateCap(filter.rate);
+    this.timer = setInterval(() => this.report(), DROPPED_REPORT_MS);
+    this.timer.unref();
+  }
+
+  deliver(event: TapEvent): void {
+    if (this.ended || !tapMatches(this.filter, event)) return;
+    if (this.filter.sample < 1 && this.random() >= this.filter.sample) return;
+    if (!this.cap.take() || this.res.writableNeedDrain) {
+      this.dropped++;
+      this.stats.dropped.inc();
+      return;
+    }
+    this.res.write(`${JSON.stringify(event)}\n`);
+    this.stats.events.inc();
+  }
+
+  private report(): void {
+    if (this.dropped === 0 || this.ended || this.res.writableNeedDrain) return;
+    this.res.write(`{"dropped":${this.dropped}}\n`);
+    this.dropped = 0;
+  }
+
+  /** Stops taking events (the client went away, or the admin closes). */
+  stop(): void {
+    this.ended = true;
+    clearInterval(this.timer);
+  }
+
+  /** Ends the stream cleanly (shutdown): a last `{"dropped":N}` line if events were dropped since the last one. */
+  end(): Promise<void> {
+    const res = this.res;
+    if (!this.ended) this.report();
+    this.stop();
+    if (res.writableEnded || res.destroyed) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      res.once('close', () => resolve());
+      res.end();
+    });
+  }
+}

@@ -1,0 +1,198 @@
+/**
+ * The tap hub of a process (admin `/tap`, `mesh tap`; docs/admin.md): every front end publishes one
+ * event per finished request here, and each attached tap (a sink with its filter) takes those it
+ * wants. One hub per process, held by the Runtime and lent to the front ends through the
+ * EdgeContext; nothing here is module state.
+ *
+ * With no tap attached, `active` is false and a front end does nothing else: no record is begun,
+ * no event object is built (the front server checks `active` once at a request's start and once
+ * at its end). A request that began before the first tap attached is not seen unless the process
+ * keeps an access log (its record then exists anyway).
+ *
+ * Events carry headers with secrets redacted (REDACTED_HEADERS, any `mesh-auth-*`, and the
+ * names of --tap_redact_headers), compared as the edge compares names: case and `_`/`-` folded.
+ * Bodies are not captured.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { attachRequestInfo, countBytes, RequestInfo } from './access-log.js';
+import { targetOf } from './target.js';
+import { peerIdentityOf } from '../mtls/workload-tls.js';
+
+/** Header names always redacted (folded form: lower case, `_` as `-`). */
+export const REDACTED_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie'] as const;
+/** Any header whose folded name starts with this is redacted (the end user the edge asserts). */
+export const REDACTED_PREFIX = 'mesh-auth-';
+/** What a redacted header's value becomes. */
+export const REDACTED = '[redacted]';
+
+/** One finished request, as a tap sees it (the JSON of one NDJSON line). */
+export interface TapEvent {
+  /** ISO time the request started. */
+  time: string;
+  /** The front end (its stat prefix: gateway, sidecar, sidecar_inbound, a proxy listener's name). */
+  front: string;
+  method: string;
+  authority: string | null;
+  /** The path in its normal form (without the query). */
+  path: string;
+  /** The query as received, or null. */
+  query: string | null;
+  /** What was sent: 0 when no answer started (the client went away, a reset). */
+  status: number;
+  request_headers: Record<string, string>;
+  response_headers: Record<string, string>;
+  bytes_in: number;
+  bytes_out: number;
+  /** Milliseconds from the request's start to the answer's end (or the connection's close). */
+  duration_ms: number;
+  /** Milliseconds from the start: `upstream` (the last upstream host chosen), `first_byte` (the answer's first body byte written). */
+  phases: { upstream_ms: number | null; first_byte_ms: number | null };
+  /** The route file's rule that served it. */
+  route: string | null;
+  /** The upstream cluster (service) and host of the last try. */
+  cluster: string | null;
+  host: string | null;
+  /** Tries after the first. */
+  retries: number;
+  /** Envoy's response flags (UH, UF, UT, ... DC), `-` when none. */
+  response_flags: string;
+  /** The caller's SPIFFE ID (mutual TLS), or null. */
+  identity: string | null;
+  trace_id: string | null;
+}
+
+/** An attached tap: gets every event (it filters and paces on its own). */
+export interface TapSink {
+  deliver(event: TapEvent): void;
+}
+
+/** Folds a header name as the edge does: lower case, `_` as `-`. */
+export function foldHeaderName(name: string): string {
+  return name.toLowerCase().replace(/_/g, '-');
+}
+
+/** Whether a header name is redacted given the configured extra names (folded). */
+export function isRedacted(name: string, extra: ReadonlySet<string>): boolean {
+  const n = foldHeaderName(name);
+  return (REDACTED_HEADERS as readonly string[]).includes(n) || n.startsWith(REDACTED_PREFIX) || extra.has(n);
+}
+
+/** Headers as a flat object of strings (repeated ones joined by `, `), redacted ones replaced. */
+export function redactHeaders(headers: Record<string, unknown>, extra: ReadonlySet<string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    out[name] = isRedacted(name, extra) ? REDACTED : Array.isArray(value) ? value.map(String).join(', ') : String(value);
+  }
+  return out;
+}
+
+/**
+ * The headers of an answer as sent: parsed from the head node wrote (which also holds those given
+ * to writeHead, which getHeaders does not see); getHeaders when no head was written.
+ */
+export function responseHeadersOf(res: ServerResponse): Record<string, unknown> {
+  const head = (res as unknown as { _header?: string | null })._header;
+  if (typeof head !== 'string') return res.getHeaders();
+  const out: Record<string, string | string[]> = {};
+  const lines = head.split('\r\n');
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i]!;
+    const colon = line.indexOf(':');
+    if (colon <= 0) continue;
+    const name = line.slice(0, colon).trim().toLowerCase();
+    const value = line.slice(colon + 1).trim();
+    const had = out[name];
+    out[name] = had === undefined ? value : Array.isArray(had) ? [...had, value] : [had, value];
+  }
+  return out;
+}
+
+export interface TapHubOptions {
+  /** --tap_redact_headers: more header names to redact. */
+  redact?: readonly string[];
+  /** Most taps attached at once (admin /tap answers 503 over it). */
+  maxTaps?: number;
+}
+
+/** Default of TapHubOptions.maxTaps. */
+export const MAX_TAPS = 8;
+
+export class TapHub {
+  /** True while a tap is attached: the one check a front end makes per request without one. */
+  active = false;
+  readonly maxTaps: number;
+  private readonly sinks = new Set<TapSink>();
+  private readonly redact: ReadonlySet<string>;
+
+  constructor(options: TapHubOptions = {}) {
+    this.redact = new Set((options.redact ?? []).map(foldHeaderName));
+    this.maxTaps = options.maxTaps ?? MAX_TAPS;
+  }
+
+  get size(): number {
+    return this.sinks.size;
+  }
+
+  /** Attaches a tap; undefined when maxTaps are attached already. Returns its removal. */
+  attach(sink: TapSink): (() => void) | undefined {
+    if (this.sinks.size >= this.maxTaps) return undefined;
+    this.sinks.add(sink);
+    this.active = true;
+    return () => {
+      this.sinks.delete(sink);
+      this.active = this.sinks.size > 0;
+    };
+  }
+
+  /** A request's record, when a tap is attached and the access log made none (bytes counted). */
+  begin(req: IncomingMessage, res: ServerResponse, traceId: string | undefined): RequestInfo | undefined {
+    if (!this.active) return undefined;
+    const info = new RequestInfo(Date.now(), req.url, traceId);
+    attachRequestInfo(req, info);
+    countBytes(req, res, info);
+    return info;
+  }
+
+  /** A finished request (called from the response's 'close' once `active` said true). */
+  publish(front: string, req: IncomingMessage, res: ServerResponse, info: RequestInfo, durationMs: number): void {
+    if (this.sinks.size === 0) return;
+    // Cut off before the answer was complete, and not for an upstream reason: the client went away (as the access log says).
+    if (!res.writableFinished && info.flags === 0) info.addFlag('DC');
+    const target = targetOf(req);
+    const since = (at: number | undefined): number | null => (at === undefined ? null : round(at - info.startPerf));
+    const event: TapEvent = {
+      time: new Date(info.startMs).toISOString(),
+      front,
+      method: req.method ?? 'GET',
+      authority: req.headers.host ?? null,
+      path: target.path,
+      query: target.query ?? null,
+      status: res.headersSent ? res.statusCode : 0,
+      request_headers: redactHeaders(req.headers, this.redact),
+      response_headers: res.headersSent ? redactHeaders(responseHeadersOf(res), this.redact) : {},
+      bytes_in: info.bytesReceived,
+      bytes_out: info.bytesSent,
+      duration_ms: round(durationMs),
+      phases: { upstream_ms: since(info.upstreamAt), first_byte_ms: since(info.firstByteAt) },
+      route: info.routeName ?? null,
+      cluster: info.upstreamCluster ?? null,
+      host: info.upstreamHost ?? null,
+      retries: Math.max(0, info.tries - 1),
+      response_flags: info.flagText(),
+      identity: peerIdentityOf(req.socket) ?? null,
+      trace_id: info.traceId ?? null,
+    };
+    for (const sink of this.sinks) sink.deliver(event);
+  }
+
+  /** Ends every tap (shutdown): each sink's removal is its own business. */
+  sinksNow(): TapSink[] {
+    return [...this.sinks];
+  }
+}
+
+/** Milliseconds to 0.1 ms. */
+function round(ms: number): number {
+  return Math.round(ms * 10) / 10;
+}

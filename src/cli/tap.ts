@@ -1,0 +1,225 @@
+/**
+ * `mesh tap --admin=HOST:PORT[,...]`: the admin `/tap` streams of one or more processes, merged
+ * as the events arrive, one line per request (-o json: the events as JSON lines, each with the
+ * admin it came from). The filters are checked here as the admin checks them (a bad one exits 2
+ * naming the flag). A stream that ends, or a process that cannot be reached, is said once on
+ * stderr and opened again (after 0.5 s, doubling up to 5 s), as is a 502, 503 (too many taps) or
+ * 504; an admin that refuses the tap otherwise (400, 401, 403, 404, 501) is said on stderr and not
+ * asked again; the command exits 1 when every admin
+ * refused. Ctrl-C or SIGTERM ends it with 0. Discovery from the registry is not there yet: the
+ * registry does not record admin addresses.
+ */
+import { request, type ClientRequest, type IncomingMessage } from 'node:http';
+import type { Config } from './flags.js';
+import { UsageError, type Output } from './commands.js';
+import { parseQuery } from '../admin/query.js';
+import { NDJSON, parseTapQuery } from '../admin/tap.js';
+import type { TapEvent } from '../base/http/tap.js';
+import { formatAddress, parseAddress } from '../base/util/address.js';
+import { printable } from '../base/util/text.js';
+
+/** The flag of each /tap parameter (a refusal names the flag). */
+const FLAG_OF: Record<string, string> = {
+  service: 'service',
+  route: 'route',
+  path_prefix: 'path',
+  method: 'method',
+  status: 'status',
+  identity: 'identity',
+  min_duration_ms: 'min_duration',
+  sample: 'sample',
+  rate: 'rate',
+};
+
+const RETRY_FIRST_MS = 500;
+const RETRY_MAX_MS = 5000;
+
+/** The /tap query string of the flags; a value the admin would refuse is a UsageError naming its flag. */
+export function tapQueryOf(config: Config, given: ReadonlySet<string>): string {
+  const params = new URLSearchParams();
+  const set = (name: string, value: string | number | undefined) => {
+    if (value !== undefined) params.set(name, String(value));
+  };
+  set('service', config.service);
+  set('route', config.route);
+  set('path_prefix', config.path);
+  set('method', config.method);
+  set('status', config.status);
+  set('identity', config.identity);
+  set('min_duration_ms', config.min_duration);
+  set('sample', config.sample);
+  if (given.has('rate')) set('rate', config.rate);
+  const text = params.toString();
+  const parsed = parseTapQuery(parseQuery(text));
+  if ('parameter' in parsed) {
+    const flag = FLAG_OF[parsed.parameter] ?? parsed.parameter;
+    throw new UsageError(`invalid value ${JSON.stringify(params.get(parsed.parameter) ?? '')} for flag --${flag}: ${parsed.detail.replace(/^[^:]*: /, '')}`);
+  }
+  return text === '' ? '' : `?${text}`;
+}
+
+/** One event as a line: `TIME FRONT METHOD PATH STATUS DURATIONms route=… upstream=CLUSTER@HOST trace=…` (then what is set of flags, retries, identity). */
+export function formatTapEvent(e: TapEvent, admin?: string): string {
+  const p = (v: string | null | undefined) => (v === null || v === undefined || v === '' ? '-' : printable(v));
+  const target = e.query === null ? e.path : `${e.path}?${e.query}`;
+  let line = `${e.time} ${p(e.front)} ${p(e.method)} ${p(target)} ${e.status} ${e.duration_ms}ms route=${p(e.route)} upstream=${e.cluster === null && e.host === null ? '-' : `${p(e.cluster)}@${p(e.host)}`} trace=${p(e.trace_id)}`;
+  if (e.response_flags !== '-') line += ` flags=${p(e.response_flags)}`;
+  if (e.retries > 0) line += ` retries=${e.retries}`;
+  if (e.identity !== null) line += ` identity=${p(e.identity)}`;
+  if (admin !== undefined) line += ` admin=${admin}`;
+  return `${line}\n`;
+}
+
+/** The admin addresses of --admin, each as HOST:PORT (a bad one is a UsageError). */
+export function tapAdmins(config: Config): string[] {
+  if (config.admin.length === 0) {
+    throw new UsageError('mesh tap needs --admin=HOST:PORT[,HOST:PORT...]: the admin interfaces to tap (finding them in the registry is not there yet)');
+  }
+  return config.admin.map((a) => {
+    try {
+      const { host, port } = parseAddress(a, { what: 'admin address' });
+      if (port === 0) throw new Error('port 0 names no process');
+      return formatAddress(host === '' || host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host, port);
+    } catch (err) {
+      throw new UsageError(`invalid value "${a}" for flag --admin: ${(err as Error).message}`);
+    }
+  });
+}
+
+interface Source {
+  admin: string;
+  req?: ClientRequest;
+  res?: IncomingMessage;
+  /** The admin refused the tap: not asked again. */
+  refused: boolean;
+  /** Said that it is down (said again only once it was back). */
+  saidDown: boolean;
+  retryMs: number;
+  timer?: NodeJS.Timeout;
+}
+
+/** Runs `mesh tap`; resolves with the exit code once a signal ends it (0) or every admin refused (1). */
+export async function runTap(config: Config, given: ReadonlySet<string>, io: Output, signals: NodeJS.EventEmitter = process): Promise<number> {
+  const admins = tapAdmins(config);
+  const query = tapQueryOf(config, given);
+  const json = config.output === 'json';
+  const several = admins.length > 1;
+  const headers: Record<string, string> = { accept: NDJSON };
+  if (config.admin_token) headers.authorization = `Bearer ${config.admin_token}`;
+  const sources: Source[] = admins.map((admin) => ({ admin, refused: false, saidDown: false, retryMs: RETRY_FIRST_MS }));
+  let stopped = false;
+  let finish: (code: number) => void = () => {};
+  const done = new Promise<number>((resolve) => (finish = resolve));
+  let paused = false;
+
+  const line = (s: Source, text: string): void => {
+    if (text === '') return;
+    let value: Record<string, unknown>;
+    try {
+      value = JSON.parse(text) as Record<string, unknown>;
+    } catch {
+      io.err(`mesh tap: ${s.admin}: not a JSON line: ${printable(text.slice(0, 200))}\n`);
+      return;
+    }
+    if (typeof value.dropped === 'number' && Object.keys(value).length === 1) {
+      io.err(`mesh tap: ${s.admin}: ${value.dropped} events dropped (over --rate, or not read fast enough)\n`);
+      return;
+    }
+    io.out(json ? `${JSON.stringify({ admin: s.admin, ...value })}\n` : formatTapEvent(value as unknown as TapEvent, several ? s.admin : undefined));
+    // A slow stdout: stop reading until it drained (the admins then drop what does not fit, and say so).
+    if (io.drain && !paused && process.stdout.writableNeedDrain) {
+      const drained = io.drain();
+      paused = true;
+      for (const x of sources) x.res?.pause();
+      void drained.then(() => {
+        paused = false;
+        for (const x of sources) x.res?.resume();
+      });
+    }
+  };
+
+  const retry = (s: Source, why: string): void => {
+    s.req = undefined;
+    s.res = undefined;
+    if (stopped || s.refused) return;
+    if (!s.saidDown) io.err(`mesh tap: ${s.admin}: ${why}; trying again\n`);
+    s.saidDown = true;
+    s.timer = setTimeout(() => open(s), s.retryMs);
+    s.retryMs = Math.min(RETRY_MAX_MS, s.retryMs * 2);
+  };
+
+  const refuse = (s: Source, why: string): void => {
+    s.refused = true;
+    io.err(`mesh tap: ${s.admin}: ${why}\n`);
+    if (sources.every((x) => x.refused)) {
+      stopped = true;
+      finish(1);
+    }
+  };
+
+  const open = (s: Source): void => {
+    if (stopped) return;
+    const req = request(`http://${s.admin}/tap${query}`, { headers, agent: false });
+    s.req = req;
+    req.on('error', (err: NodeJS.ErrnoException) => {
+      if (s.req === req) retry(s, `cannot reach the admin (${err.code ?? err.message})`);
+    });
+    req.on('response', (res) => {
+      s.res = res;
+      if (res.statusCode !== 200) {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (body += d.length + body.length <= 4096 ? d : ''));
+        res.on('end', () => {
+          const detail = printable(body.trim()) || String(res.statusCode);
+          // Too many taps there (503), or a proxy's 502 or 504: perhaps later; any other answer (501 included) will not change.
+          if ([502, 503, 504].includes(res.statusCode ?? 0)) retry(s, `tap refused: ${detail}`);
+          else refuse(s, `tap refused (${res.statusCode}): ${detail}`);
+        });
+        return;
+      }
+      io.err(`mesh tap: ${s.admin}: tapping${s.saidDown ? ' again' : ''}\n`);
+      s.saidDown = false;
+      s.retryMs = RETRY_FIRST_MS;
+      if (paused) res.pause();
+      let rest = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => {
+        rest += d;
+        let nl: number;
+        while ((nl = rest.indexOf('\n')) !== -1) {
+          line(s, rest.slice(0, nl));
+          rest = rest.slice(nl + 1);
+        }
+      });
+      res.on('error', () => undefined);
+      res.on('close', () => {
+        if (s.req === req) retry(s, 'the stream ended');
+      });
+    });
+    req.end();
+  };
+
+  const stop = (): void => {
+    if (stopped) return;
+    stopped = true;
+    for (const s of sources) {
+      clearTimeout(s.timer);
+      const req = s.req;
+      s.req = undefined;
+      req?.destroy();
+    }
+    finish(0);
+  };
+  signals.once('SIGINT', stop);
+  signals.once('SIGTERM', stop);
+  for (const s of sources) open(s);
+  const code = await done;
+  signals.removeListener('SIGINT', stop);
+  signals.removeListener('SIGTERM', stop);
+  for (const s of sources) {
+    clearTimeout(s.timer);
+    s.req?.destroy();
+  }
+  return code;
+}
