@@ -12,7 +12,7 @@
  *   lines are dropped and counted. Reopened on request (SIGUSR1), flushed on close.
  */
 import { closeSync, openSync, write as fsWrite } from 'node:fs';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from './front-types.js';
 import type { Logger } from 'pino';
 import type { Counter } from '../stats/store.js';
 
@@ -65,18 +65,18 @@ const INFO = Symbol('mesh.requestInfo');
 type WithInfo = { [INFO]?: RequestInfo };
 
 /** The record of a request, when its front end keeps an access log. */
-export function requestInfo(req: IncomingMessage | undefined): RequestInfo | undefined {
+export function requestInfo(req: FrontRequest | undefined): RequestInfo | undefined {
   return req ? (req as WithInfo)[INFO] : undefined;
 }
 
-export function attachRequestInfo(req: IncomingMessage, info: RequestInfo): void {
+export function attachRequestInfo(req: FrontRequest, info: RequestInfo): void {
   (req as WithInfo)[INFO] = info;
 }
 
 /** What one access log entry is made from. */
 export interface AccessLogEntry {
-  req: IncomingMessage;
-  res: ServerResponse;
+  req: FrontRequest;
+  res: FrontResponse;
   info: RequestInfo;
   durationMs: number;
 }
@@ -473,14 +473,14 @@ export class AccessLog {
   ) {}
 
   /** Starts the record of a request; counts its body bytes when the format prints them. */
-  begin(req: IncomingMessage, res: ServerResponse, traceId?: string): RequestInfo {
+  begin(req: FrontRequest, res: FrontResponse, traceId?: string): RequestInfo {
     const info = new RequestInfo(Date.now(), req.url, traceId);
     attachRequestInfo(req, info);
     if (this.format.needsBytes) countBytes(req, res, info);
     return info;
   }
 
-  log(req: IncomingMessage, res: ServerResponse, info: RequestInfo, durationMs: number): void {
+  log(req: FrontRequest, res: FrontResponse, info: RequestInfo, durationMs: number): void {
     // Cut off before the answer was complete, and not for an upstream reason: the client went away.
     if (!res.writableFinished && info.flags === 0) info.addFlag('DC');
     this.writer.write(this.format.line({ req, res, info, durationMs }));
@@ -488,7 +488,7 @@ export class AccessLog {
 }
 
 /** Counts the body bytes received (as the parser hands them over) and sent (as the handler writes them). */
-function countBytes(req: IncomingMessage, res: ServerResponse, info: RequestInfo): void {
+function countBytes(req: FrontRequest, res: FrontResponse, info: RequestInfo): void {
   const push = req.push;
   req.push = function (chunk: unknown, encoding?: BufferEncoding) {
     if (chunk !== null && chunk !== undefined) info.bytesReceived += (chunk as { length: number }).length;
@@ -499,13 +499,13 @@ function countBytes(req: IncomingMessage, res: ServerResponse, info: RequestInfo
   const head = req.method === 'HEAD';
   const write = res.write;
   const end = res.end;
-  const w = res as unknown as { write: (...a: unknown[]) => boolean; end: (...a: unknown[]) => ServerResponse };
-  w.write = function (this: ServerResponse, chunk: unknown, encoding?: unknown, cb?: unknown) {
+  const w = res as unknown as { write: (...a: unknown[]) => boolean; end: (...a: unknown[]) => FrontResponse };
+  w.write = function (this: FrontResponse, chunk: unknown, encoding?: unknown, cb?: unknown) {
     if (!head) info.bytesSent += size(chunk, encoding);
     return (write as (...a: unknown[]) => boolean).call(this, chunk, encoding, cb);
   };
-  w.end = function (this: ServerResponse, chunk?: unknown, encoding?: unknown, cb?: unknown) {
+  w.end = function (this: FrontResponse, chunk?: unknown, encoding?: unknown, cb?: unknown) {
     if (!head && typeof chunk !== 'function') info.bytesSent += size(chunk, encoding);
-    return (end as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, cb);
+    return (end as (...a: unknown[]) => FrontResponse).call(this, chunk, encoding, cb);
   };
 }

@@ -1,10 +1,11 @@
 /** Reading request bodies with a size limit (413 beyond it) and a deadline. */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { isHttp2Request, isHttp2Response, type FrontRequest, type FrontResponse } from './front-types.js';
+import { constants as h2constants } from 'node:http2';
 import { badRequest, bodyTooLarge } from '../errors.js';
 
 export const DEFAULT_MAX_BODY = 4 * 1024 * 1024;
 
-export function readBody(req: IncomingMessage, limit: number, errorId: string): Promise<Buffer> {
+export function readBody(req: FrontRequest, limit: number, errorId: string): Promise<Buffer> {
   return new Promise((resolve, reject) => readBodyThen(req, limit, errorId, (err, body) => (err ? reject(err) : resolve(body!))));
 }
 
@@ -13,7 +14,7 @@ export function readBody(req: IncomingMessage, limit: number, errorId: string): 
  * costs a hook call per step while an AsyncLocalStorage is in use): `done` is called once, with
  * the error (a MeshError: 413, 400) or the body. Never synchronously.
  */
-export function readBodyThen(req: IncomingMessage, limit: number, errorId: string, done: (err: Error | undefined, body?: Buffer) => void): void {
+export function readBodyThen(req: FrontRequest, limit: number, errorId: string, done: (err: Error | undefined, body?: Buffer) => void): void {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) {
     req.resume();
@@ -65,9 +66,19 @@ export const LINGER_BYTES = 16 * 1024 * 1024;
  * max(4 × limit, LINGER_BYTES) dropped bytes, the connection is closed anyway. `keepOpen: false`
  * (a draining server) leaves the answer's Connection header as it is.
  */
-export function lingerOnRest(req: IncomingMessage, res: ServerResponse, limit: number, keepOpen = true): void {
+export function lingerOnRest(req: FrontRequest, res: FrontResponse, limit: number, keepOpen = true): void {
   if (req.complete || req.destroyed) return;
-  if (keepOpen && !res.headersSent) res.shouldKeepAlive = true;
+  if (isHttp2Request(req)) {
+    // HTTP/2: once the answer is out the stream is reset with NO_ERROR (RFC 9113 8.1), which tells
+    // the client to stop sending; meanwhile what comes is dropped. The session's other streams go on.
+    const stream = req.stream;
+    req.resume();
+    res.once('finish', () => {
+      if (!req.complete && !stream.destroyed) stream.close(h2constants.NGHTTP2_NO_ERROR);
+    });
+    return;
+  }
+  if (keepOpen && !res.headersSent && !isHttp2Response(res)) res.shouldKeepAlive = true;
   const cap = Math.max(4 * limit, LINGER_BYTES);
   let dropped = 0;
   const close = () => {

@@ -16,13 +16,14 @@
  * (src/fronts/gateway/router.ts) with the api handler as the fallback.
  */
 import { EndpointStats, type EndpointFamily } from '../../base/stats/endpoint-stats.js';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
+import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
 import type { CallContext } from '../../base/util/call-context.js';
 import { ERROR_IDS, MeshError, noBackend, notFound, rootMethodNotAllowed } from '../../base/errors.js';
-import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase } from '../../edge/front-server.js';
+import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase, type Http2Settings } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
@@ -69,6 +70,11 @@ export interface GatewayOptions {
   routerDebounceMs?: number;
   /** Serve POST /rpc (default true); false: /rpc is a path like any other. */
   enableRpc?: boolean;
+  /**
+   * `--enable_http2`: serve HTTP/2 as well as HTTP/1.1 on the listener (h2 by ALPN with TLS, h2c by
+   * prior knowledge without); `true` with the default bounds, or the bounds (src/edge/front-server.ts).
+   */
+  http2?: boolean | Http2Settings;
   /** Globs over the service names /rpc may call (`*` any run of characters, `?` one); default all. */
   rpcAllow?: string[];
   /** `--rate_limit`: the limiter of the listener (src/base/http/rate-limit.ts); undefined: no limit. */
@@ -78,7 +84,7 @@ export interface GatewayOptions {
   /** Authentication and rules (--auth, --auth_rules; src/edge/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
   auth?: EdgeAuth;
   /** Called as a request enters each phase of the front server (src/edge/front-server.ts): for tests and debugging. */
-  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  onPhase?: (phase: FrontPhase, req: FrontRequest) => void;
   /** `--routes`: the route file (loaded by the constructor: a bad file throws its RouteFileError). */
   routesFile?: string;
   /** Backend choice of the route file (tests); default Math.random. */
@@ -194,8 +200,9 @@ export class Gateway {
     }
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
-    this.server = new FrontServer<GatewayRoute>({
+    this.server = new FrontServer<GatewayRoute, FrontRequest, FrontResponse>({
       edge,
+      http2: options.http2,
       statPrefix: STAT_PREFIX,
       errorId: ERROR_ID,
       route: (req, target, upgrade) => this.route(req, target, upgrade),
@@ -221,7 +228,7 @@ export class Gateway {
    * handler's target. No streaming call is served at an own path, nor at /rpc when
    * --enable_rpc=false.
    */
-  private route(req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
+  private route(req: FrontRequest, target: RequestTarget, upgrade: boolean): GatewayRoute {
     const path = target.path;
     if (path === VERSION_PATH) return upgrade ? NONE : ROOT;
     const fromFile = this.routes && !path.startsWith(OWN_PREFIX) ? this.fileRoute(req, target) : undefined;
@@ -241,7 +248,7 @@ export class Gateway {
    * Undefined when no route matches: the request goes where it would without the file. The table
    * is read once here: a reload swaps it for later requests only.
    */
-  private fileRoute(req: IncomingMessage, target: RequestTarget): GatewayRoute | undefined {
+  private fileRoute(req: FrontRequest, target: RequestTarget): GatewayRoute | undefined {
     const path = target.path;
     const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path, query: target.query, headers: req.headers });
     if (!choice) return undefined;
@@ -256,7 +263,7 @@ export class Gateway {
   }
 
   /** The `--handler`'s target for a path, or the registry router's (one match), the api handler as the fallback. */
-  private targetRoute(req: IncomingMessage, target: RequestTarget): GatewayRoute {
+  private targetRoute(req: FrontRequest, target: RequestTarget): GatewayRoute {
     const path = target.path;
     const ns = this.namespace;
     switch (this.handler) {
@@ -286,7 +293,7 @@ export class Gateway {
   }
 
   /** What the auth rules see of a request: the service and endpoint its route calls. */
-  private authTarget(req: IncomingMessage, route: GatewayRoute): EdgeTarget {
+  private authTarget(req: FrontRequest, route: GatewayRoute): EdgeTarget {
     const path = targetOf(req).path;
     switch (route.kind) {
       case 'rpc-endpoint':
@@ -336,7 +343,7 @@ export class Gateway {
    * The handle phase. The rpc, api and proxy handlers take the request's context as an argument;
    * every other handler runs inside it (what they call reads the ambient context).
    */
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
+  private async handle(req: FrontRequest, res: FrontResponse, ctx: CallContext, route: GatewayRoute): Promise<void> {
     const effects = 'policy' in route ? route.policy?.effects : undefined;
     const stat = 'stat' in route ? route.stat : undefined;
     if (stat) {
@@ -383,13 +390,13 @@ export class Gateway {
     }
   }
 
-  private noService(req: IncomingMessage, hint?: string): MeshError {
+  private noService(req: FrontRequest, hint?: string): MeshError {
     const path = targetOf(req).path;
     req.resume();
     return notFound(ERROR_ID, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
   }
 
-  private root(req: IncomingMessage, res: ServerResponse): void {
+  private root(req: FrontRequest, res: FrontResponse): void {
     req.resume();
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
