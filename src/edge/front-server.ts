@@ -15,7 +15,7 @@
  * errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts) and the drain the
  * process drives on shutdown. */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { createServer as createHttp2Server, constants as h2constants, type Http2Server, type Http2ServerRequest, type ServerHttp2Session } from 'node:http2';
+import { createServer as createHttp2Server, type Http2Server, type Http2ServerRequest, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import { abortRequest, closeAfterAnswer, isHttp2Request, type FrontRequest, type FrontResponse } from '../base/http/front-types.js';
 import { createServer as createHttpsServer } from 'node:https';
@@ -168,6 +168,23 @@ export const H2_MAX_HEADER_LIST_BYTES = 16 * 1024;
 /** What a client sends first on an HTTP/2 connection (RFC 9113 3.4): h2c by prior knowledge. */
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
+/**
+ * Closes an HTTP/2 connection (GOAWAY) once it was quiet for KEEP_ALIVE_MS with no stream open, as
+ * node:http closes an idle keep-alive connection. A connection with a stream open (an event stream
+ * between two events) is left alone, as an HTTP/1.1 connection with a request in flight; node's own
+ * session timeout would destroy it.
+ */
+function idleClose(session: ServerHttp2Session): void {
+  let open = 0;
+  session.on('stream', (stream: ServerHttp2Stream) => {
+    open++;
+    stream.once('close', () => open--);
+  });
+  session.setTimeout(KEEP_ALIVE_MS, () => {
+    if (open === 0 && !session.closed && !session.destroyed) session.close();
+  });
+}
+
 export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessage, Res extends FrontResponse = ServerResponse> {
   /**
    * The options, as the server calls them: with `Req` only node:http's request, `http2` is off
@@ -175,8 +192,6 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
    */
   private readonly options: FrontServerOptions<R, FrontRequest, FrontResponse>;
   private server?: Server;
-  /** Serves the HTTP/2 connections handed over by the listener (--enable_http2); it does not listen itself. */
-  private h2?: Http2Server;
   private lifecycle?: ServerLifecycle;
   /** The request being received on a connection, so a read timeout can answer it. */
   private readonly receiving = new WeakMap<Duplex, FrontResponse>();
@@ -330,8 +345,8 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
    * The HTTP/2 side (--enable_http2): a node:http2 server that never listens; the listener hands it
    * the connections that speak HTTP/2 (dispatch). Its bounds per connection: the concurrent streams
    * and the header list (SETTINGS), node's defaults for the rest (100 refused streams or 1,000
-   * invalid frames per session end it, 10 MB of session memory), and an idle connection is closed
-   * after the keep-alive timeout of HTTP/1.1.
+   * invalid frames per session end it, 10 MB of session memory), and a connection with no stream
+   * open is closed (GOAWAY) after the keep-alive timeout of HTTP/1.1 (idleClose).
    */
   private http2Server(onRequest: (req: FrontRequest, res: FrontResponse) => void): Http2Server {
     const given = typeof this.options.http2 === 'object' ? this.options.http2 : {};
@@ -347,8 +362,7 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
       },
       onRequest,
     );
-    h2.setTimeout(KEEP_ALIVE_MS);
-    this.h2 = h2;
+    h2.on('session', (session: ServerHttp2Session) => idleClose(session));
     return h2;
   }
 

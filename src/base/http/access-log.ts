@@ -152,7 +152,8 @@ function operator(name: string, arg: string | undefined): Field | undefined {
       if (arg === undefined || arg === '' || arg.includes('?')) return undefined;
       return responseHeader(arg.toLowerCase());
     case 'PROTOCOL':
-      return noArg((e: AccessLogEntry) => `HTTP/${e.req.httpVersion}`);
+      // As Envoy writes it: HTTP/1.1, HTTP/2.
+      return noArg((e: AccessLogEntry) => (e.req.httpVersionMajor === 2 ? 'HTTP/2' : `HTTP/${e.req.httpVersion}`));
     case 'RESPONSE_CODE':
       return noArg((e: AccessLogEntry) => (e.res.headersSent ? e.res.statusCode : 0));
     case 'RESPONSE_FLAGS':
