@@ -17,7 +17,7 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttp2Server, type Http2Server, type Http2ServerRequest, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
-import { abortRequest, closeAfterAnswer, isHttp2Request, type FrontRequest, type FrontResponse } from '../base/http/front-types.js';
+import { abortRequest, closeAfterAnswer, endStreamAfterAnswer, isHttp2Request, type FrontRequest, type FrontResponse } from '../base/http/front-types.js';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
@@ -584,6 +584,7 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
     // HTTP/2: each stream is timed here, its connection being shared.
     const socket = isHttp2Request(req) ? undefined : req.socket;
     const readTimer = socket ? undefined : this.timeStream(req, res);
+    if (isHttp2Request(req)) endStreamAfterAnswer(req);
     if (socket) {
       this.receiving.set(socket, res);
       req.once('end', () => this.receiving.get(socket) === res && this.receiving.delete(socket));

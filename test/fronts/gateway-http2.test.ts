@@ -25,7 +25,7 @@ import type { FrontPhase } from '../../src/edge/front-server.js';
 import type { FrontRequest } from '../../src/base/http/front-types.js';
 import { registerPlain, startPlainApp, type PlainApp } from '../fixtures/gateway-helpers.js';
 import { startEdgeGateway } from '../fixtures/edge-gateway.js';
-import { FRAME, H2_ERROR, headersFrames, indexedStatus, RawH2, requestFields } from '../fixtures/h2-raw.js';
+import { FRAME, H2_ERROR, frame, headersFrames, indexedStatus, RawH2, requestFields } from '../fixtures/h2-raw.js';
 import { http, rawHttp, tempDir } from '../helpers.js';
 
 const SERVICE = 'go.mesh.srv.web';
@@ -338,6 +338,76 @@ describe('mesh api over HTTP/2 (--enable_http2)', () => {
       await raw.until((f) => (f.type === FRAME.RST_STREAM && f.payload.readUInt32BE(0) === H2_ERROR.REFUSED_STREAM) || f.type === FRAME.GOAWAY);
       const handled = plain.phases.slice(before).filter(([p, req]) => p === 'handle' && req.httpVersionMajor === 2 && req.method === 'POST').length;
       assert.ok(handled <= 100, `${handled} streams reached the handler`);
+    } finally {
+      raw.close();
+    }
+    const s = await session(plain.url);
+    try {
+      assert.equal((await overHttp2(s, CASES.find((c) => c.name === 'the health path')!)).status, 200);
+    } finally {
+      s.close();
+    }
+  });
+
+  it('--request_timeout bounds each stream: a body that never ends gets the 408 of HTTP/1.1', async () => {
+    const g = await start(['--request_timeout=1s', '--request_headers_timeout=1s']);
+    // HTTP/1.1: headers, part of a body announced longer, then nothing.
+    const one = await rawHttp(g.port, 'POST /only HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nfirst');
+    const s = await session(g.url);
+    try {
+      const req = s.request({ ':method': 'POST', ':path': '/only', 'content-type': 'text/plain', 'content-length': '100' });
+      req.write('first');
+      const answer = await new Promise<Answer>((resolve) => {
+        const chunks: Buffer[] = [];
+        let head: Answer['headers'] = {};
+        req.on('response', (h) => (head = h as Answer['headers']));
+        req.on('data', (d: Buffer) => chunks.push(d));
+        req.on('close', () => resolve({ status: Number(head[':status']), headers: head, body: Buffer.concat(chunks) }));
+        req.on('error', () => undefined);
+      });
+      assert.equal(one.status, 408);
+      assert.equal(answer.status, 408);
+      assert.equal(answer.body.toString(), one.body);
+      assert.equal(g.runtime.stats.counter('http.gateway.downstream_rq_timeout').value, 2);
+      // The connection goes on.
+      assert.equal((await overHttp2(s, CASES.find((c) => c.name === 'the health path')!)).status, 200);
+    } finally {
+      s.close();
+    }
+  });
+
+  it('an answer sent before the body ended resets the stream with NO_ERROR: the stream does not outlive it', async () => {
+    const s = await session(plain.url);
+    try {
+      const req = s.request({ ':method': 'POST', ':path': '/nope', 'content-type': 'text/plain', 'content-length': '100000' });
+      req.write('first');
+      let status = 0;
+      req.on('response', (h) => (status = Number(h[':status'])));
+      req.resume();
+      await new Promise<void>((resolve) => req.on('close', resolve));
+      assert.equal(status, 404);
+      assert.equal(req.rstCode, 0);
+      assert.equal(plain.runtime.stats.gauge('http.gateway.downstream_rq_active').value, 0);
+    } finally {
+      s.close();
+    }
+  });
+
+  it('streams opened and reset at once, again and again (rapid reset), leave the server serving', async () => {
+    const raw = await RawH2.open(plain.port);
+    try {
+      let id = 1;
+      for (let round = 0; round < 10; round++) {
+        const burst: Buffer[] = [];
+        for (let i = 0; i < 100; i++, id += 2) {
+          burst.push(headersFrames(id, requestFields('POST', '/only', 'localhost', [['content-type', 'text/plain']]), false));
+          burst.push(frame(FRAME.RST_STREAM, 0, id, Buffer.from([0, 0, 0, H2_ERROR.CANCEL])));
+        }
+        raw.send(Buffer.concat(burst));
+      }
+      // The server answers a PING on the same connection once it went through all of that, or it closed the connection.
+      raw.send(frame(FRAME.PING, 0, 0, Buffer.alloc(8)));
+      await raw.until((f) => f.type === FRAME.PING || f.type === FRAME.GOAWAY).catch(() => undefined);
     } finally {
       raw.close();
     }

@@ -1,6 +1,5 @@
 /** Reading request bodies with a size limit (413 beyond it) and a deadline. */
 import { isHttp2Request, isHttp2Response, type FrontRequest, type FrontResponse } from './front-types.js';
-import { constants as h2constants } from 'node:http2';
 import { badRequest, bodyTooLarge } from '../errors.js';
 
 export const DEFAULT_MAX_BODY = 4 * 1024 * 1024;
@@ -69,13 +68,9 @@ export const LINGER_BYTES = 16 * 1024 * 1024;
 export function lingerOnRest(req: FrontRequest, res: FrontResponse, limit: number, keepOpen = true): void {
   if (req.complete || req.destroyed) return;
   if (isHttp2Request(req)) {
-    // HTTP/2: once the answer is out the stream is reset with NO_ERROR (RFC 9113 8.1), which tells
-    // the client to stop sending; meanwhile what comes is dropped. The session's other streams go on.
-    const stream = req.stream;
+    // HTTP/2: what still comes is dropped until the answer is out; then the stream is reset with
+    // NO_ERROR (the front server: endStreamAfterAnswer), which tells the client to stop sending.
     req.resume();
-    res.once('finish', () => {
-      if (!req.complete && !stream.destroyed) stream.close(h2constants.NGHTTP2_NO_ERROR);
-    });
     return;
   }
   if (keepOpen && !res.headersSent && !isHttp2Response(res)) res.shouldKeepAlive = true;
