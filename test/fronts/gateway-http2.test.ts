@@ -13,7 +13,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect as h2connect, type ClientHttp2Session, type OutgoingHttpHeaders } from 'node:http2';
 import { Runtime } from '../../src/process/runtime.js';
@@ -26,7 +26,7 @@ import type { FrontRequest } from '../../src/base/http/front-types.js';
 import { registerPlain, startPlainApp, type PlainApp } from '../fixtures/gateway-helpers.js';
 import { startEdgeGateway } from '../fixtures/edge-gateway.js';
 import { FRAME, H2_ERROR, frame, headersFrames, indexedStatus, RawH2, requestFields } from '../fixtures/h2-raw.js';
-import { http, rawHttp, tempDir } from '../helpers.js';
+import { http, rawHttp, tempDir, waitFor } from '../helpers.js';
 
 const SERVICE = 'go.mesh.srv.web';
 const ORIGIN = 'https://app.example';
@@ -238,6 +238,33 @@ describe('mesh api over HTTP/2 (--enable_http2)', () => {
     } finally {
       s.close();
       await g.close();
+    }
+  });
+
+  it('the access log writes an HTTP/2 request as an HTTP/1.1 one, with its protocol, scheme and client address', async () => {
+    const format = '%PROTOCOL% %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %REQ(:AUTHORITY)% %REQ(:SCHEME)% %DOWNSTREAM_REMOTE_ADDRESS% %BYTES_RECEIVED%';
+    const tlsFlags = tls ? ['--enable_tls', `--tls_cert_file=${dir.path}/cert.pem`, `--tls_key_file=${dir.path}/key.pem`] : [];
+    for (const flags of tls ? [[], tlsFlags] : [[]]) {
+      const file = join(dir.path, `access-${flags.length}.log`);
+      const g = await start([`--access_log=${file}`, `--access_log_format=${format}`, ...flags]);
+      const scheme = flags.length > 0 ? 'https' : 'http';
+      const health = CASES.find((c) => c.name === 'the health path')!;
+      const posted: Case = { name: 'a body', method: 'POST', path: '/nope', headers: { 'content-type': 'text/plain' }, body: 'abc' };
+      await overHttp1(g.url, health);
+      const s = await session(g.url);
+      try {
+        await overHttp2(s, health);
+        await overHttp2(s, posted);
+      } finally {
+        s.close();
+      }
+      await waitFor(() => (existsSync(file) ? readFileSync(file, 'utf8') : '').split('\n').length > 3, 10_000);
+      const lines = readFileSync(file, 'utf8').trimEnd().split('\n');
+      const authority = `127.0.0.1:${g.port}`;
+      assert.match(lines[0]!, new RegExp(`^HTTP/1\\.1 GET /_mesh/health 200 ${authority} ${scheme} 127\\.0\\.0\\.1:\\d+ 0$`));
+      assert.match(lines[1]!, new RegExp(`^HTTP/2 GET /_mesh/health 200 ${authority} ${scheme} 127\\.0\\.0\\.1:\\d+ 0$`));
+      assert.match(lines[2]!, new RegExp(`^HTTP/2 POST /nope 404 ${authority} ${scheme} 127\\.0\\.0\\.1:\\d+ 3$`));
+      await g.runtime.shutdown();
     }
   });
 

@@ -12,7 +12,7 @@
  *   lines are dropped and counted. Reopened on request (SIGUSR1), flushed on close.
  */
 import { closeSync, openSync, write as fsWrite } from 'node:fs';
-import type { FrontRequest, FrontResponse } from './front-types.js';
+import { isHttp2Request, type FrontRequest, type FrontResponse } from './front-types.js';
 import type { Logger } from 'pino';
 import type { Counter } from '../stats/store.js';
 
@@ -32,6 +32,20 @@ export interface UpstreamInfo {
 }
 
 /** The per-request record of a front end with an access log (none without one). */
+/** What a line reads of a request's connection. */
+export interface ConnectionFacts {
+  readonly remoteAddress?: string;
+  readonly remotePort?: number;
+  readonly localAddress?: string;
+  readonly localPort?: number;
+  readonly encrypted?: boolean;
+}
+
+/** The connection of a logged request (see RequestInfo.connection). */
+function connectionOf(e: AccessLogEntry): ConnectionFacts {
+  return e.info.connection ?? (e.req.socket as ConnectionFacts);
+}
+
 export class RequestInfo implements UpstreamInfo {
   upstreamHost?: string;
   upstreamCluster?: string;
@@ -40,6 +54,12 @@ export class RequestInfo implements UpstreamInfo {
   flags = 0;
   bytesReceived = 0;
   bytesSent = 0;
+  /**
+   * An HTTP/2 request's connection, read when it began: a stream loses its session (and its
+   * `socket` the addresses) when it closes, before the line is written. HTTP/1.1: undefined, its
+   * socket is read at the end.
+   */
+  connection?: ConnectionFacts;
   constructor(
     /** Epoch ms of the request's start. */
     readonly startMs: number,
@@ -102,7 +122,7 @@ function requestHeader(name: string): Field {
     case ':authority':
       return (e) => e.req.headers.host;
     case ':scheme':
-      return (e) => ((e.req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http');
+      return (e) => (connectionOf(e).encrypted ? 'https' : 'http');
   }
   return (e) => {
     const v = e.req.headers[name];
@@ -169,9 +189,15 @@ function operator(name: string, arg: string | undefined): Field | undefined {
     case 'UPSTREAM_CLUSTER':
       return noArg((e: AccessLogEntry) => e.info.upstreamCluster);
     case 'DOWNSTREAM_REMOTE_ADDRESS':
-      return noArg((e: AccessLogEntry) => addressOf(e.req.socket.remoteAddress, e.req.socket.remotePort));
+      return noArg((e: AccessLogEntry) => {
+        const c = connectionOf(e);
+        return addressOf(c.remoteAddress, c.remotePort);
+      });
     case 'DOWNSTREAM_LOCAL_ADDRESS':
-      return noArg((e: AccessLogEntry) => addressOf(e.req.socket.localAddress, e.req.socket.localPort));
+      return noArg((e: AccessLogEntry) => {
+        const c = connectionOf(e);
+        return addressOf(c.localAddress, c.localPort);
+      });
     case 'TRACE_ID':
       return noArg((e: AccessLogEntry) => e.info.traceId);
     case 'ROUTE_NAME':
@@ -476,6 +502,10 @@ export class AccessLog {
   /** Starts the record of a request; counts its body bytes when the format prints them. */
   begin(req: FrontRequest, res: FrontResponse, traceId?: string): RequestInfo {
     const info = new RequestInfo(Date.now(), req.url, traceId);
+    if (isHttp2Request(req)) {
+      const s = req.socket as ConnectionFacts;
+      info.connection = { remoteAddress: s.remoteAddress, remotePort: s.remotePort, localAddress: s.localAddress, localPort: s.localPort, encrypted: s.encrypted === true };
+    }
     attachRequestInfo(req, info);
     if (this.format.needsBytes) countBytes(req, res, info);
     return info;
