@@ -17,13 +17,13 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttp2Server, type Http2Server, type Http2ServerRequest, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
-import { abortRequest, closeAfterAnswer, endStreamAfterAnswer, isHttp2Request, type FrontRequest, type FrontResponse } from '../base/http/front-types.js';
+import { abortRequest, closeAfterAnswer, isHttp2Request, type FrontRequest, type FrontResponse } from '../base/http/front-types.js';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { EdgeContext } from './context.js';
 import { badRequest, headersTooLarge, MeshError, requestTimeout } from '../base/errors.js';
-import { lingerOnRest } from '../base/http/body.js';
+import { lingerOnRest, lingerOnStream } from '../base/http/body.js';
 import { attachTarget, routeOf, type RequestTarget } from '../base/http/target.js';
 import { rawErrorResponse, refuseSocket, sendError } from '../base/http/respond.js';
 import { parseAddress } from '../base/util/address.js';
@@ -584,7 +584,7 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
     // HTTP/2: each stream is timed here, its connection being shared.
     const socket = isHttp2Request(req) ? undefined : req.socket;
     const readTimer = socket ? undefined : this.timeStream(req, res);
-    if (isHttp2Request(req)) endStreamAfterAnswer(req);
+    if (isHttp2Request(req)) lingerOnStream(req, this.options.edge.settings.maxBodyBytes);
     if (socket) {
       this.receiving.set(socket, res);
       req.once('end', () => this.receiving.get(socket) === res && this.receiving.delete(socket));

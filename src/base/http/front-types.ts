@@ -9,7 +9,7 @@
  * place that tells the two apart.
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import { constants as h2constants, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
+import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
 
 export type FrontRequest = IncomingMessage | Http2ServerRequest;
 export type FrontResponse = ServerResponse | Http2ServerResponse;
@@ -95,19 +95,4 @@ export function writeChunk(res: FrontResponse, chunk: Buffer | string): boolean 
 export function bodyOfUnknownLength(req: FrontRequest): boolean {
   if (isHttp2Request(req)) return req.headers['content-length'] === undefined && !req.stream.endAfterHeaders;
   return req.headers['transfer-encoding'] !== undefined;
-}
-
-/**
- * An HTTP/2 answer sent in full before its request was (a 404 before the body was read, a 413, a
- * 408): the stream is then reset with NO_ERROR (RFC 9113 8.1), which tells the client to stop
- * sending and frees the stream's slot; otherwise it would stay open (and count against the
- * connection's concurrent streams) for as long as the client keeps its body unfinished. node does
- * it itself only for a body nothing read.
- */
-export function endStreamAfterAnswer(req: Http2ServerRequest): void {
-  const stream = req.stream;
-  // The stream's own 'finish' (its side is sent); the compatibility response's comes with 'close'.
-  stream.once('finish', () => {
-    if (!stream.destroyed && !stream.closed && !req.readableEnded) stream.close(h2constants.NGHTTP2_NO_ERROR);
-  });
 }
