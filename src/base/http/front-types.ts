@@ -2,9 +2,10 @@
  * The request and response a front end answers: node:http's (HTTP/1.1) or node:http2's
  * compatibility objects (an HTTP/2 stream, h2 by ALPN or h2c by prior knowledge). They agree on
  * what the edge reads and writes (headers, url, method, body as a stream, writeHead/setHeader/end)
- * and differ on the connection: an HTTP/2 request has no connection of its own (its `socket` is
- * the session's, shared by every stream: never destroy it, never mark it), no keep-alive to turn
- * off, and its answer carries no connection-specific header (Connection, Keep-Alive,
+ * and differ on the connection: an HTTP/2 request has no connection of its own (its `socket` is a
+ * proxy of the session's, shared by every stream, whose `destroy` resets the stream only, and
+ * which forgets the session's addresses once the stream closed), no keep-alive to turn off, and
+ * its answer carries no connection-specific header (Connection, Keep-Alive,
  * Transfer-Encoding, Upgrade, Proxy-Connection; RFC 9113 8.2.2). The helpers below are the one
  * place that tells the two apart.
  */
