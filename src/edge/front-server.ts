@@ -15,7 +15,7 @@
  * errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts) and the drain the
  * process drives on shutdown. */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { createServer as createHttp2Server, type Http2Server, type Http2ServerRequest, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import { createServer as createHttp2Server, constants as h2constants, type Http2Server, type Http2ServerRequest, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import { abortRequest, closeAfterAnswer, isHttp2Request, type FrontRequest, type FrontResponse } from '../base/http/front-types.js';
 import { createServer as createHttpsServer } from 'node:https';
@@ -390,6 +390,10 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
     const serve = listeners[0] as (socket: Socket) => void;
     server.removeListener(event, serve);
     const toHttp2 = (socket: Socket) => {
+      // node:http's sockets are half-open (it ends its side itself); HTTP/2 has no half-closed
+      // connection: a client that ended its side is gone, and the session must close with it (as
+      // node:http2's own server makes its sockets), or its streams would wait forever.
+      socket.allowHalfOpen = false;
       this.cxHttp2Total.inc();
       this.cxHttp2Active.inc();
       socket.once('close', () => this.cxHttp2Active.dec());
@@ -625,14 +629,21 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
   /**
    * --request_timeout on one HTTP/2 stream: its request (headers and body) received within it, or
    * 408 error JSON (the stream reset when the answer had started), counted in
-   * `downstream_rq_timeout` as on HTTP/1.1. The header timeout has no stream-level meaning (a
+   * `downstream_rq_timeout` as on HTTP/1.1; a request answered already whose body is still not in
+   * has its stream reset with NO_ERROR then (the bound of its lingering close). The header timeout has no stream-level meaning (a
    * stream's headers come in one block; the session's idle timeout bounds a silent connection).
    */
   private timeStream(req: FrontRequest, res: FrontResponse): NodeJS.Timeout | undefined {
     const ms = this.options.edge.settings.limits.requestTimeoutMs;
     if (ms <= 0 || req.complete) return undefined;
     const timer = setTimeout(() => {
-      if (req.complete || res.writableEnded) return;
+      if (req.complete) return;
+      if (res.writableEnded) {
+        // Answered, and the body still not in: the stream is reset (NO_ERROR: the answer stands),
+        // whatever became of the lingering close (lingerOnStream) meanwhile.
+        if (isHttp2Request(req) && !req.stream.destroyed && !req.stream.closed) req.stream.close(h2constants.NGHTTP2_NO_ERROR);
+        return;
+      }
       this.requestTimeouts.inc();
       const error = requestTimeout(this.options.errorId, `request not received within ${formatDuration(ms)} (--request_timeout)`);
       if (res.headersSent) abortRequest(req);
