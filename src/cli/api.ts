@@ -56,6 +56,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
       gatewayPorts: parseGatewayPorts(config.gateway_ports),
       enableStats: config.enable_stats,
       enableRpc: config.enable_rpc,
+      http2: config.enable_http2,
       rpcAllow: config.rpc_allow,
       ...frontEdgeFromFlags(config, runtime, { role: 'api', namespace: config.namespace ?? DEFAULT_NAMESPACE }),
       auth: await startAuth(runtime, authSetup),

@@ -15,16 +15,19 @@
  * errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts) and the drain the
  * process drives on shutdown. */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttp2Server, constants as h2constants, type Http2Server, type Http2ServerRequest, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import type { TLSSocket } from 'node:tls';
+import { abortRequest, closeAfterAnswer, isHttp2Request, type FrontRequest, type FrontResponse } from '../base/http/front-types.js';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import type { EdgeContext } from './context.js';
 import { badRequest, headersTooLarge, MeshError, requestTimeout } from '../base/errors.js';
-import { lingerOnRest } from '../base/http/body.js';
+import { lingerOnRest, lingerOnStream } from '../base/http/body.js';
 import { attachTarget, routeOf, type RequestTarget } from '../base/http/target.js';
 import { rawErrorResponse, refuseSocket, sendError } from '../base/http/respond.js';
 import { parseAddress } from '../base/util/address.js';
-import { httpServerOptions, listenOn, ServerLifecycle, type DrainResult } from '../base/http/lifecycle.js';
+import { httpServerOptions, KEEP_ALIVE_MS, listenOn, NODE_MAX_HEADERS_COUNT, ServerLifecycle, type DrainResult } from '../base/http/lifecycle.js';
 import { declareStats, type Counter, type Gauge, type Histogram } from '../base/stats/store.js';
 import { HTTP_DOWNSTREAM_STATS, httpRqClassStat, httpStatPrefix } from '../base/http/stats.js';
 import { formatDuration } from '../base/util/duration.js';
@@ -61,7 +64,7 @@ export type FrontPhase = (typeof FRONT_PHASES)[number];
  * `R`: what the front end's `route` decides for a request (once), handed to `authorize`, `handle`
  * and `upgrade`; undefined without a `route`.
  */
-export interface FrontServerOptions<R = undefined> {
+export interface FrontServerOptions<R = undefined, Req extends FrontRequest = IncomingMessage, Res extends FrontResponse = ServerResponse> {
   /** The process as the edge sees it (src/edge/context.ts), built once. */
   edge: EdgeContext;
   /** Names the stats (`http.<prefix>.*`) and the logs. */
@@ -73,28 +76,28 @@ export interface FrontServerOptions<R = undefined> {
    * trace): a handler passes it on explicitly, or runs inside it (`edge.context.within`) where
    * what it calls reads the ambient one.
    */
-  handle: (req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: R) => Promise<void>;
+  handle: (req: Req, res: Res, ctx: CallContext, route: R) => Promise<void>;
   /**
    * The route phase: what serves the request, decided once from its target (normal form), after
    * the edge checks; `upgrade` true for an Upgrade request. Without it the route is undefined.
    */
-  route?: (req: IncomingMessage, target: RequestTarget, upgrade: boolean) => R;
+  route?: (req: Req, target: RequestTarget, upgrade: boolean) => R;
   /** Called as a request (or upgrade) enters each phase: for tests and debugging only. */
-  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  onPhase?: (phase: FrontPhase, req: Req) => void;
   /**
    * Asked per request: true when nothing before the handler needs the ambient context (no auth
    * step that can log), so the request is not run inside the process's ContextStore and no
    * AsyncLocalStorage is entered for it (on Node 20 entering one turns on promise hooks for the
    * whole process). The handler then gets the context only as its argument. Default: false.
    */
-  explicitContext?: (req: IncomingMessage) => boolean;
+  explicitContext?: (req: Req) => boolean;
   /**
    * Answers an Upgrade request, once it passed the rate limit (keyed by subject: the handler runs
    * `upgradeRateLimited(req, socket, true)` after its auth step). Nothing is read from `socket` yet.
    */
   upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer, route: R) => void;
   /** Requests for which this returns false are not counted in the stats (the dashboard's own polling). */
-  counted?: (req: IncomingMessage) => boolean;
+  counted?: (req: Req) => boolean;
   /**
    * On close, after in-flight requests finished (or the drain timeout): ends the upgraded
    * connections this front end serves itself (the sidecar's broker WebSockets) before every
@@ -105,7 +108,7 @@ export interface FrontServerOptions<R = undefined> {
    * Checked first on every request (health path and CORS preflight included): an error refuses it.
    * With it, a missing Host is this check's business (node's own 400 is off).
    */
-  refuse?: (req: IncomingMessage) => MeshError | undefined;
+  refuse?: (req: Req) => MeshError | undefined;
   /**
    * `--rate_limit`: checked on every request after the CORS step, except a preflight and the
    * health path (after `authorize` when keyed by subject); over the limit: 429 error JSON with Retry-After, counted in
@@ -119,7 +122,7 @@ export interface FrontServerOptions<R = undefined> {
    * end's auth step, src/edge/auth/): a rejection is answered like a handler's error; undefined when
    * the request passed at once (no auth rules), so the handler runs in the same turn.
    */
-  authorize?: (req: IncomingMessage, res: ServerResponse, route: R) => Promise<void> | undefined;
+  authorize?: (req: Req, res: Res, route: R) => Promise<void> | undefined;
   /**
    * Terminates mutual TLS with this workload certificate (src/base/mtls/server.ts, as
    * its mode says: permissive or strict) instead of --enable_tls: the sidecar's inbound listener.
@@ -134,23 +137,67 @@ export interface FrontServerOptions<R = undefined> {
    * True when this request's caller may assert an end user: its `Mesh-Auth-Subject` and
    * `Mesh-Auth-Scopes` are kept (src/edge/filters/header-names.ts). Default: never, they are removed.
    */
-  trustsAuthHeaders?: (req: IncomingMessage) => boolean;
+  trustsAuthHeaders?: (req: Req) => boolean;
+  /**
+   * Serve HTTP/2 as well as HTTP/1.1 on the same port (`--enable_http2`): `h2` by ALPN with TLS,
+   * h2c by prior knowledge without (docs/gateway.md, "HTTP/2"). Only a front end whose steps and
+   * handlers take both kinds of request (`Req` includes node:http2's) can turn it on; not with
+   * `mtls`.
+   */
+  http2?: Http2ServerRequest extends Req ? Http2Settings | boolean : never
 }
 
 /** The methods of the HTTP semantic conventions; any other is `_OTHER` (and names its span `HTTP`). */
 const HTTP_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
 
 /** The method part of a server span's name (HTTP semantic conventions). */
-function spanMethod(req: IncomingMessage): string {
+function spanMethod(req: FrontRequest): string {
   const method = req.method ?? 'GET';
   return HTTP_METHODS.has(method) ? method : 'HTTP';
 }
 
-export class FrontServer<R = undefined> {
+/** `--enable_http2`'s bounds of a session (defaults: H2_MAX_CONCURRENT_STREAMS, H2_MAX_HEADER_LIST_BYTES). */
+export interface Http2Settings {
+  /** Streams a client may have open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused (RST_STREAM REFUSED_STREAM). */
+  maxConcurrentStreams?: number;
+  /** The decoded header list of a request, at most (SETTINGS_MAX_HEADER_LIST_SIZE, RFC 7541 sizes); more resets the stream. */
+  maxHeaderListBytes?: number;
+}
+
+/** Streams at once per HTTP/2 connection (nginx: 128; Envoy's default is unbounded). */
+export const H2_MAX_CONCURRENT_STREAMS = 100;
+/** node:http's own bound of an HTTP/1.1 header block (16 KiB), as an HTTP/2 header list. */
+export const H2_MAX_HEADER_LIST_BYTES = 16 * 1024;
+/** What a client sends first on an HTTP/2 connection (RFC 9113 3.4): h2c by prior knowledge. */
+const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+
+/**
+ * Closes an HTTP/2 connection (GOAWAY) once it was quiet for KEEP_ALIVE_MS with no stream open, as
+ * node:http closes an idle keep-alive connection. A connection with a stream open (an event stream
+ * between two events) is left alone, as an HTTP/1.1 connection with a request in flight; node's own
+ * session timeout would destroy it.
+ */
+function idleClose(session: ServerHttp2Session): void {
+  let open = 0;
+  session.on('stream', (stream: ServerHttp2Stream) => {
+    open++;
+    stream.once('close', () => open--);
+  });
+  session.setTimeout(KEEP_ALIVE_MS, () => {
+    if (open === 0 && !session.closed && !session.destroyed) session.close();
+  });
+}
+
+export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessage, Res extends FrontResponse = ServerResponse> {
+  /**
+   * The options, as the server calls them: with `Req` only node:http's request, `http2` is off
+   * (its type says so), so only node:http's objects ever reach these callbacks.
+   */
+  private readonly options: FrontServerOptions<R, FrontRequest, FrontResponse>;
   private server?: Server;
   private lifecycle?: ServerLifecycle;
   /** The request being received on a connection, so a read timeout can answer it. */
-  private readonly receiving = new WeakMap<Duplex, ServerResponse>();
+  private readonly receiving = new WeakMap<Duplex, FrontResponse>();
   private readonly headerTimeouts: Counter;
   private readonly requestTimeouts: Counter;
   private readonly rqTotal: Counter;
@@ -158,20 +205,27 @@ export class FrontServer<R = undefined> {
   private readonly rqActive: Gauge;
   private readonly cxActive: Gauge;
   private readonly cxTotal: Counter;
+  private readonly cxHttp1Total: Counter;
+  private readonly cxHttp2Total: Counter;
+  private readonly cxHttp1Active: Gauge;
+  private readonly cxHttp2Active: Gauge;
   private readonly rqTime: Histogram;
   readonly secure: boolean;
   /** The process's access log (--access_log), or none. */
   private readonly accessLog?: AccessLog;
   private detachTls?: () => void;
   private stopMtls?: () => void;
-  private readonly onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  private readonly onPhase?: (phase: FrontPhase, req: FrontRequest) => void;
   /** --rate_limit, shared by the request and upgrade chains. */
   private readonly limiter?: FrontLimiter;
   /** The edge's filters and the handler, composed once (src/edge/filters/chains.ts). */
   private readonly requestStep: EdgeStep<R>;
   private readonly upgradeStep?: EdgeStep<R>;
 
-  constructor(private readonly options: FrontServerOptions<R>) {
+  constructor(given: FrontServerOptions<R, Req, Res>) {
+    const options = given as unknown as FrontServerOptions<R, FrontRequest, FrontResponse>;
+    if (options.http2 && options.mtls) throw new Error('FrontServer: http2 is not served on a mutual TLS listener yet');
+    this.options = options;
     this.onPhase = options.onPhase;
     const edge = options.edge;
     const stats = edge.stats;
@@ -182,6 +236,10 @@ export class FrontServer<R = undefined> {
     this.rqActive = s.rqActive;
     this.cxActive = s.cxActive;
     this.cxTotal = s.cxTotal;
+    this.cxHttp1Total = s.cxHttp1Total;
+    this.cxHttp2Total = s.cxHttp2Total;
+    this.cxHttp1Active = s.cxHttp1Active;
+    this.cxHttp2Active = s.cxHttp2Active;
     this.rqTime = s.rqTime;
     this.headerTimeouts = s.headerTimeouts;
     this.requestTimeouts = s.requestTimeouts;
@@ -220,7 +278,7 @@ export class FrontServer<R = undefined> {
       const upgradeStep: EdgeStep<R> = (ex) => {
         onPhase?.('handle', ex.req);
         try {
-          upgrade(ex.req, ex.upgrade!.socket, ex.upgrade!.head, ex.route);
+          upgrade(ex.upgrade!.req, ex.upgrade!.socket, ex.upgrade!.head, ex.route);
         } catch (err) {
           ex.fail(err);
         }
@@ -231,7 +289,7 @@ export class FrontServer<R = undefined> {
 
   async listen(address: string): Promise<AddressInfo> {
     const { host, port } = parseAddress(address);
-    const onRequest = (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res);
+    const onRequest = (req: FrontRequest, res: FrontResponse) => this.onRequest(req, res);
     const edge = this.options.edge;
     const limits = edge.settings.limits;
     const serverOptions = { ...httpServerOptions(limits), requireHostHeader: this.options.refuse === undefined };
@@ -240,7 +298,9 @@ export class FrontServer<R = undefined> {
     await tls?.start();
     let server: Server;
     if (tls) {
-      const https = createHttpsServer({ ...tls.serverOptions(), ...serverOptions }, onRequest);
+      // With HTTP/2, ALPN offers h2 first; a client that offers neither is served HTTP/1.1 as before.
+      const alpn = this.options.http2 ? { ALPNProtocols: ['h2', 'http/1.1'] } : {};
+      const https = createHttpsServer({ ...tls.serverOptions(), ...serverOptions, ...alpn }, onRequest);
       tls.attach(https);
       this.detachTls = () => tls.detach(https);
       server = https;
@@ -250,6 +310,9 @@ export class FrontServer<R = undefined> {
       // Before anything else listens for the server's connections (serveMtls takes node:http's own listener).
       if (mtls) this.stopMtls = serveMtls(server, { workload: mtls.workload, service: mtls.service, stats: edge.stats.scope(httpStatPrefix(this.options.statPrefix)), acceptTimeoutMs: limits.headersTimeoutMs, log: edge.logging.get('http') });
     }
+    // Before anything else listens for the server's connections (dispatch takes node:http's own listener).
+    const h2 = this.options.http2 ? this.http2Server(onRequest) : undefined;
+    this.dispatch(server, h2, tls !== undefined, limits.headersTimeoutMs || limits.requestTimeoutMs);
     server.on('connection', (socket: Socket) => {
       this.cxTotal.inc();
       this.cxActive.inc();
@@ -271,11 +334,110 @@ export class FrontServer<R = undefined> {
       });
     }
     this.server = server;
-    this.lifecycle = new ServerLifecycle(server, limits, { stats: edge.stats, prefix: httpStatPrefix(this.options.statPrefix) }, () => this.closeOthers());
+    const lifecycle = new ServerLifecycle(server, limits, { stats: edge.stats, prefix: httpStatPrefix(this.options.statPrefix) }, () => this.closeOthers());
+    this.lifecycle = lifecycle;
+    // Each HTTP/2 connection is drained with GOAWAY (its streams finish, no new one starts) and closed with the rest.
+    h2?.on('session', (session: ServerHttp2Session) => lifecycle.addSession(session));
     const bound = await listenOn(server, host, port, edge.settings.reusePort);
     edge.addDrainable(this.lifecycle);
     if (!this.options.mtls) edge.addSelfAddress(bound.address, bound.port, this.options.statPrefix);
     return bound;
+  }
+
+  /**
+   * The HTTP/2 side (--enable_http2): a node:http2 server that never listens; the listener hands it
+   * the connections that speak HTTP/2 (dispatch). Its bounds per connection: the concurrent streams
+   * and the header list (SETTINGS), node's defaults for the rest (100 refused streams or 1,000
+   * invalid frames per session end it, 10 MB of session memory), and a connection with no stream
+   * open is closed (GOAWAY) after the keep-alive timeout of HTTP/1.1 (idleClose).
+   */
+  private http2Server(onRequest: (req: FrontRequest, res: FrontResponse) => void): Http2Server {
+    const given = typeof this.options.http2 === 'object' ? this.options.http2 : {};
+    const h2 = createHttp2Server(
+      {
+        settings: {
+          maxConcurrentStreams: given.maxConcurrentStreams ?? H2_MAX_CONCURRENT_STREAMS,
+          maxHeaderListSize: given.maxHeaderListBytes ?? H2_MAX_HEADER_LIST_BYTES,
+          enablePush: false,
+        },
+        // As node:http's maxHeadersCount (lifecycle.ts): a request over MAX_HEADER_COUNT reaches the edge's 431.
+        maxHeaderListPairs: NODE_MAX_HEADERS_COUNT,
+      },
+      onRequest,
+    );
+    h2.on('session', (session: ServerHttp2Session) => idleClose(session));
+    return h2;
+  }
+
+  /**
+   * Who serves a connection the listener accepted. Without HTTP/2: node:http(s), counted as
+   * HTTP/1.1. With it: over TLS the protocol ALPN chose (`h2`, else HTTP/1.1); in plain text the
+   * first bytes say it: the HTTP/2 preface (prior knowledge) hands the connection to the HTTP/2
+   * server, anything else to node:http as before (so `Upgrade: h2c` still reaches the upgrade
+   * chain, which refuses it). Until those bytes came, `acceptMs` (the header timeout) bounds the wait.
+   */
+  private dispatch(server: Server, h2: Http2Server | undefined, secure: boolean, acceptMs: number): void {
+    const event = secure ? 'secureConnection' : 'connection';
+    const http1 = (socket: Socket) => {
+      this.cxHttp1Total.inc();
+      this.cxHttp1Active.inc();
+      socket.once('close', () => this.cxHttp1Active.dec());
+    };
+    if (!h2) {
+      server.on(event, http1);
+      return;
+    }
+    // node:http(s) serves a connection from its own listener of this event (as serveMtls takes it).
+    const listeners = server.listeners(event);
+    if (listeners.length !== 1) throw new Error(`FrontServer: expected node:http's own '${event}' listener only (found ${listeners.length})`);
+    const serve = listeners[0] as (socket: Socket) => void;
+    server.removeListener(event, serve);
+    const toHttp2 = (socket: Socket) => {
+      // node:http's sockets are half-open (it ends its side itself); HTTP/2 has no half-closed
+      // connection: a client that ended its side is gone, and the session must close with it (as
+      // node:http2's own server makes its sockets), or its streams would wait forever.
+      socket.allowHalfOpen = false;
+      this.cxHttp2Total.inc();
+      this.cxHttp2Active.inc();
+      socket.once('close', () => this.cxHttp2Active.dec());
+      h2.emit('connection', socket);
+    };
+    const toHttp1 = (socket: Socket) => {
+      http1(socket);
+      serve.call(server, socket);
+    };
+    if (secure) {
+      server.on(event, (socket: TLSSocket) => (socket.alpnProtocol === 'h2' ? toHttp2(socket) : toHttp1(socket)));
+      return;
+    }
+    server.on(event, (socket: Socket) => {
+      // Until node:http or the HTTP/2 session listens for them, a reset is this listener's to handle.
+      const onError = () => socket.destroy();
+      socket.on('error', onError);
+      const timer = acceptMs > 0 ? setTimeout(() => socket.destroy(), acceptMs) : undefined;
+      timer?.unref();
+      socket.once('close', () => clearTimeout(timer));
+      let seen: Buffer | undefined;
+      const onData = (chunk: Buffer) => {
+        seen = seen ? Buffer.concat([seen, chunk]) : chunk;
+        const n = Math.min(seen.length, H2_PREFACE.length);
+        const prior = seen.compare(H2_PREFACE, 0, n, 0, n) === 0;
+        if (prior && n < H2_PREFACE.length) return; // a prefix of the preface so far: wait for the rest
+        socket.off('data', onData);
+        clearTimeout(timer);
+        socket.pause();
+        socket.unshift(seen);
+        socket.off('error', onError);
+        if (prior) {
+          // The session reads what was unshifted first, then the socket itself.
+          toHttp2(socket);
+          return;
+        }
+        toHttp1(socket);
+        socket.resume();
+      };
+      socket.on('data', onData);
+    });
   }
 
   /**
@@ -308,7 +470,7 @@ export class FrontServer<R = undefined> {
         : requestTimeout(id, `request headers not received within ${formatDuration(headersMs || requestMs)} (--request_headers_timeout)`);
       (res ? this.requestTimeouts : this.headerTimeouts).inc();
       if (res && !res.headersSent && socket.writable) {
-        res.shouldKeepAlive = false;
+        closeAfterAnswer(res);
         sendError(res, error, id);
         return;
       }
@@ -335,22 +497,57 @@ export class FrontServer<R = undefined> {
    * argument, and as the ambient context unless `explicitContext` says no step needs one; with
    * --tracing=otlp a server span records it.
    */
-  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+  private onRequest(req: FrontRequest, res: FrontResponse): void {
     const edge = this.options.edge;
     const onPhase = this.onPhase;
     onPhase?.('accept', req);
     const headers = req.headers;
+    // HTTP/2: its header list as HTTP/1.1 gives it (no pseudo-header, Host from :authority), or why it is refused.
+    const refused = isHttp2Request(req) ? this.http2Head(req) : undefined;
     const target = attachTarget(req);
     onPhase?.('target', req);
     const parent = parseTraceparent(headers[TRACEPARENT], headers[TRACESTATE]);
     const span = edge.tracer ? this.startSpan(req, target, parent) : undefined;
     const trace = span ? traceOf(span) : edge.context.hop(parent);
     const ctx: CallContext = { trace };
-    if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span, target);
-    else edge.context.run(ctx, () => this.serve(req, res, ctx, span, target));
+    if (this.options.explicitContext?.(req)) this.serve(req, res, ctx, span, target, refused);
+    else edge.context.run(ctx, () => this.serve(req, res, ctx, span, target, refused));
   }
 
-  private startSpan(req: IncomingMessage, target: RequestTarget, parent: ReturnType<typeof parseTraceparent>): Span {
+  /**
+   * An HTTP/2 request's header list made what the edge reads on HTTP/1.1 (RFC 9113 8.3): the
+   * pseudo-headers stay in `req.headers` (node's compatibility object reads its method and path
+   * there) but leave `rawHeaders` (so the header count, the header names step and the forwarded
+   * headers see what HTTP/1.1 has); `:authority` is the Host when none came. A Host that names
+   * another host than `:authority` is refused (as Envoy does), and so is a request with neither
+   * (node:http answers 400 to an HTTP/1.1 request without Host), unless the front end checks Host
+   * itself (`refuse`). nghttp2 has already reset the streams RFC 9113 calls malformed (a
+   * connection-specific header, an upper-case name, a missing or repeated pseudo-header).
+   */
+  private http2Head(req: Http2ServerRequest): MeshError | undefined {
+    const headers = req.headers;
+    const raw = req.rawHeaders;
+    let kept = 0;
+    for (let i = 0; i < raw.length; i += 2) {
+      if (raw[i]!.charCodeAt(0) === 0x3a) continue;
+      raw[kept++] = raw[i]!;
+      raw[kept++] = raw[i + 1]!;
+    }
+    raw.length = kept;
+    const authority = headers[':authority'];
+    const host = headers.host;
+    const id = this.options.errorId;
+    if (req.method === 'CONNECT') return badRequest(id, 'CONNECT is not served over HTTP/2');
+    if (authority !== undefined && authority !== '') {
+      if (host === undefined) {
+        headers.host = authority;
+        raw.push('host', authority);
+      } else if (host.toLowerCase() !== authority.toLowerCase()) return badRequest(id, 'the Host header and :authority name different hosts');
+    } else if ((host === undefined || host === '') && this.options.refuse === undefined) return badRequest(id, 'request has neither :authority nor Host');
+    return undefined;
+  }
+
+  private startSpan(req: FrontRequest, target: RequestTarget, parent: ReturnType<typeof parseTraceparent>): Span {
     // The path as received: the span says what the client sent.
     const path = target.receivedPath;
     const received = req.method ?? 'GET';
@@ -363,7 +560,8 @@ export class FrontServer<R = undefined> {
       'url.path': path,
       'url.scheme': this.secure ? 'https' : 'http',
       'server.address': colon > host.lastIndexOf(']') ? host.slice(0, colon) : host,
-      'network.protocol.version': req.httpVersion,
+      // Semantic conventions: `1.1`, `2`.
+      'network.protocol.version': req.httpVersionMajor === 2 ? '2' : req.httpVersion,
       'client.address': req.socket.remoteAddress ?? '',
       'mesh.front': this.options.statPrefix,
     };
@@ -376,7 +574,7 @@ export class FrontServer<R = undefined> {
     return this.options.edge.tracer!.startSpan(spanMethod(req), SpanKind.SERVER, parent, attributes);
   }
 
-  private serve(req: IncomingMessage, res: ServerResponse, ctx: CallContext, span: Span | undefined, target: RequestTarget): void {
+  private serve(req: FrontRequest, res: FrontResponse, ctx: CallContext, span: Span | undefined, target: RequestTarget, refused: MeshError | undefined): void {
     const started = performance.now();
     const accessLog = this.accessLog;
     const trace = ctx.trace!;
@@ -390,12 +588,19 @@ export class FrontServer<R = undefined> {
     // One 'close' listener per response (below) serves the stats, the access log and the drain.
     const lifecycle = this.lifecycle;
     lifecycle?.track(res);
-    const socket = req.socket;
-    this.receiving.set(socket, res);
-    req.once('end', () => this.receiving.get(socket) === res && this.receiving.delete(socket));
+    // HTTP/1.1: node:http times the reading of a request on its connection (onClientError answers);
+    // HTTP/2: each stream is timed here, its connection being shared.
+    const socket = isHttp2Request(req) ? undefined : req.socket;
+    const readTimer = socket ? undefined : this.timeStream(req, res);
+    if (isHttp2Request(req)) lingerOnStream(req, this.options.edge.settings.maxBodyBytes);
+    if (socket) {
+      this.receiving.set(socket, res);
+      req.once('end', () => this.receiving.get(socket) === res && this.receiving.delete(socket));
+    }
     res.once('close', () => {
       lifecycle?.untrack(res);
-      if (this.receiving.get(socket) === res) this.receiving.delete(socket);
+      clearTimeout(readTimer);
+      if (socket && this.receiving.get(socket) === res) this.receiving.delete(socket);
       const ms = performance.now() - started;
       if (counted) {
         this.rqActive.dec();
@@ -423,7 +628,39 @@ export class FrontServer<R = undefined> {
     const onPhase = this.onPhase;
     if (onPhase) res.once('finish', () => onPhase('respond', req));
     onPhase?.('edge', req);
-    this.requestStep(new RequestExchange<R>(req, res, target, ctx, this));
+    const exchange = new RequestExchange<R>(req, res, target, ctx, this);
+    if (refused) exchange.refuse(refused);
+    else this.requestStep(exchange);
+  }
+
+  /**
+   * --request_timeout on one HTTP/2 stream: its request (headers and body) received within it, or
+   * 408 error JSON (the stream reset when the answer had started), counted in
+   * `downstream_rq_timeout` as on HTTP/1.1; a request answered already whose body is still not in
+   * has its stream reset with NO_ERROR then (the bound of its lingering close). The header timeout has no stream-level meaning (a
+   * stream's headers come in one block; the session's idle timeout bounds a silent connection).
+   */
+  private timeStream(req: FrontRequest, res: FrontResponse): NodeJS.Timeout | undefined {
+    const ms = this.options.edge.settings.limits.requestTimeoutMs;
+    if (ms <= 0 || req.complete) return undefined;
+    const timer = setTimeout(() => {
+      if (req.complete) return;
+      if (res.writableEnded) {
+        // Answered, and the body still not in: the stream is reset (NO_ERROR: the answer stands),
+        // whatever became of the lingering close (lingerOnStream) meanwhile.
+        if (isHttp2Request(req) && !req.stream.destroyed && !req.stream.closed) req.stream.close(h2constants.NGHTTP2_NO_ERROR);
+        return;
+      }
+      this.requestTimeouts.inc();
+      const error = requestTimeout(this.options.errorId, `request not received within ${formatDuration(ms)} (--request_timeout)`);
+      if (res.headersSent) abortRequest(req);
+      else sendError(res, error, this.options.errorId);
+      // The rest of the body is not waited for: the stream is reset once the answer is out (RFC 9113 8.1).
+      lingerOnRest(req, res, this.options.edge.settings.maxBodyBytes, false);
+    }, ms);
+    timer.unref();
+    req.once('end', () => clearTimeout(timer));
+    return timer;
   }
 
   /** The `id` of this front end's error JSON. */
@@ -432,7 +669,7 @@ export class FrontServer<R = undefined> {
   }
 
   /** A request's failure past the edge (a handler's error, a rejected auth step): logged unless a MeshError, then answered. */
-  failRequest(req: IncomingMessage, res: ServerResponse, ctx: CallContext | undefined, err: unknown): void {
+  failRequest(req: FrontRequest, res: FrontResponse, ctx: CallContext | undefined, err: unknown): void {
     // The request's trace named here: this may run outside any ambient context (explicitContext).
     const trace = ctx?.trace;
     if (!(err instanceof MeshError)) this.options.edge.logging.get('http').error({ err: (err as Error)?.stack ?? String(err), trace_id: trace?.traceId, span_id: trace?.spanId }, 'handler failed');
@@ -453,7 +690,7 @@ export class FrontServer<R = undefined> {
    * the `upgrade` handler; keyed by subject (with an auth step), the handler calls it once its auth
    * step passed, and it only runs `next` otherwise.
    */
-  upgradeRateLimited(req: IncomingMessage, socket: Duplex, afterAuth: boolean, next: () => void): void {
+  upgradeRateLimited(req: FrontRequest, socket: Duplex, afterAuth: boolean, next: () => void): void {
     const limiter = this.limiter;
     if (!limiter || afterAuth !== this.limitAfterAuth) return next();
     const answer = (decision: RateDecision): void => {
@@ -472,8 +709,8 @@ class RequestExchange<R> implements EdgeExchange<R> {
   readonly upgrade = undefined;
 
   constructor(
-    readonly req: IncomingMessage,
-    readonly res: ServerResponse,
+    readonly req: FrontRequest,
+    readonly res: FrontResponse,
     readonly target: RequestTarget,
     readonly ctx: CallContext,
     private readonly server: FrontServer<R>,
@@ -496,7 +733,7 @@ class UpgradeExchange<R> implements EdgeExchange<R> {
   route = undefined as R;
   readonly res = undefined;
   readonly ctx = undefined;
-  readonly upgrade: { socket: Duplex; head: Buffer };
+  readonly upgrade: { socket: Duplex; head: Buffer; req: IncomingMessage };
 
   constructor(
     readonly req: IncomingMessage,
@@ -506,7 +743,7 @@ class UpgradeExchange<R> implements EdgeExchange<R> {
     private readonly errorId: string,
     private readonly edge: EdgeContext,
   ) {
-    this.upgrade = { socket, head };
+    this.upgrade = { socket, head, req };
   }
 
   refuse(err: MeshError, headers?: Record<string, string>): void {

@@ -12,7 +12,7 @@
  *   lines are dropped and counted. Reopened on request (SIGUSR1), flushed on close.
  */
 import { closeSync, openSync, write as fsWrite } from 'node:fs';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { isHttp2Request, type FrontRequest, type FrontResponse } from './front-types.js';
 import type { Logger } from 'pino';
 import type { Counter } from '../stats/store.js';
 
@@ -32,6 +32,20 @@ export interface UpstreamInfo {
 }
 
 /** The per-request record of a front end with an access log (none without one). */
+/** What a line reads of a request's connection. */
+export interface ConnectionFacts {
+  readonly remoteAddress?: string;
+  readonly remotePort?: number;
+  readonly localAddress?: string;
+  readonly localPort?: number;
+  readonly encrypted?: boolean;
+}
+
+/** The connection of a logged request (see RequestInfo.connection). */
+function connectionOf(e: AccessLogEntry): ConnectionFacts {
+  return e.info.connection ?? (e.req.socket as ConnectionFacts);
+}
+
 export class RequestInfo implements UpstreamInfo {
   upstreamCluster?: string;
   private host?: string;
@@ -46,6 +60,12 @@ export class RequestInfo implements UpstreamInfo {
   flags = 0;
   bytesReceived = 0;
   bytesSent = 0;
+  /**
+   * An HTTP/2 request's connection, read when it began: a stream loses its session (and its
+   * `socket` the addresses) when it closes, before the line is written. HTTP/1.1: undefined, its
+   * socket is read at the end.
+   */
+  connection?: ConnectionFacts;
   constructor(
     /** Epoch ms of the request's start. */
     readonly startMs: number,
@@ -82,18 +102,18 @@ const INFO = Symbol('mesh.requestInfo');
 type WithInfo = { [INFO]?: RequestInfo };
 
 /** The record of a request, when its front end keeps an access log. */
-export function requestInfo(req: IncomingMessage | undefined): RequestInfo | undefined {
+export function requestInfo(req: FrontRequest | undefined): RequestInfo | undefined {
   return req ? (req as WithInfo)[INFO] : undefined;
 }
 
-export function attachRequestInfo(req: IncomingMessage, info: RequestInfo): void {
+export function attachRequestInfo(req: FrontRequest, info: RequestInfo): void {
   (req as WithInfo)[INFO] = info;
 }
 
 /** What one access log entry is made from. */
 export interface AccessLogEntry {
-  req: IncomingMessage;
-  res: ServerResponse;
+  req: FrontRequest;
+  res: FrontResponse;
   info: RequestInfo;
   durationMs: number;
 }
@@ -119,7 +139,7 @@ function requestHeader(name: string): Field {
     case ':authority':
       return (e) => e.req.headers.host;
     case ':scheme':
-      return (e) => ((e.req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http');
+      return (e) => (connectionOf(e).encrypted ? 'https' : 'http');
   }
   return (e) => {
     const v = e.req.headers[name];
@@ -169,7 +189,8 @@ function operator(name: string, arg: string | undefined): Field | undefined {
       if (arg === undefined || arg === '' || arg.includes('?')) return undefined;
       return responseHeader(arg.toLowerCase());
     case 'PROTOCOL':
-      return noArg((e: AccessLogEntry) => `HTTP/${e.req.httpVersion}`);
+      // As Envoy writes it: HTTP/1.1, HTTP/2.
+      return noArg((e: AccessLogEntry) => (e.req.httpVersionMajor === 2 ? 'HTTP/2' : `HTTP/${e.req.httpVersion}`));
     case 'RESPONSE_CODE':
       return noArg((e: AccessLogEntry) => (e.res.headersSent ? e.res.statusCode : 0));
     case 'RESPONSE_FLAGS':
@@ -185,9 +206,15 @@ function operator(name: string, arg: string | undefined): Field | undefined {
     case 'UPSTREAM_CLUSTER':
       return noArg((e: AccessLogEntry) => e.info.upstreamCluster);
     case 'DOWNSTREAM_REMOTE_ADDRESS':
-      return noArg((e: AccessLogEntry) => addressOf(e.req.socket.remoteAddress, e.req.socket.remotePort));
+      return noArg((e: AccessLogEntry) => {
+        const c = connectionOf(e);
+        return addressOf(c.remoteAddress, c.remotePort);
+      });
     case 'DOWNSTREAM_LOCAL_ADDRESS':
-      return noArg((e: AccessLogEntry) => addressOf(e.req.socket.localAddress, e.req.socket.localPort));
+      return noArg((e: AccessLogEntry) => {
+        const c = connectionOf(e);
+        return addressOf(c.localAddress, c.localPort);
+      });
     case 'TRACE_ID':
       return noArg((e: AccessLogEntry) => e.info.traceId);
     case 'ROUTE_NAME':
@@ -490,15 +517,19 @@ export class AccessLog {
   ) {}
 
   /** Starts the record of a request; counts its body bytes when the format prints them. */
-  begin(req: IncomingMessage, res: ServerResponse, traceId?: string, tapping = false): RequestInfo {
+  begin(req: FrontRequest, res: FrontResponse, traceId?: string, tapping = false): RequestInfo {
     const info = new RequestInfo(Date.now(), req.url, traceId);
+    if (isHttp2Request(req)) {
+      const s = req.socket as ConnectionFacts;
+      info.connection = { remoteAddress: s.remoteAddress, remotePort: s.remotePort, localAddress: s.localAddress, localPort: s.localPort, encrypted: s.encrypted === true };
+    }
     attachRequestInfo(req, info);
     // A tap (src/base/http/tap.ts) shows the byte counts whatever the format prints.
     if (this.format.needsBytes || tapping) countBytes(req, res, info);
     return info;
   }
 
-  log(req: IncomingMessage, res: ServerResponse, info: RequestInfo, durationMs: number): void {
+  log(req: FrontRequest, res: FrontResponse, info: RequestInfo, durationMs: number): void {
     // Cut off before the answer was complete, and not for an upstream reason: the client went away.
     if (!res.writableFinished && info.flags === 0) info.addFlag('DC');
     this.writer.write(this.format.line({ req, res, info, durationMs }));
@@ -506,7 +537,7 @@ export class AccessLog {
 }
 
 /** Counts the body bytes received (as the parser hands them over) and sent (as the handler writes them). */
-export function countBytes(req: IncomingMessage, res: ServerResponse, info: RequestInfo): void {
+export function countBytes(req: FrontRequest, res: FrontResponse, info: RequestInfo): void {
   const push = req.push;
   req.push = function (chunk: unknown, encoding?: BufferEncoding) {
     if (chunk !== null && chunk !== undefined) info.bytesReceived += (chunk as { length: number }).length;
@@ -517,15 +548,15 @@ export function countBytes(req: IncomingMessage, res: ServerResponse, info: Requ
   const head = req.method === 'HEAD';
   const write = res.write;
   const end = res.end;
-  const w = res as unknown as { write: (...a: unknown[]) => boolean; end: (...a: unknown[]) => ServerResponse };
-  w.write = function (this: ServerResponse, chunk: unknown, encoding?: unknown, cb?: unknown) {
+  const w = res as unknown as { write: (...a: unknown[]) => boolean; end: (...a: unknown[]) => FrontResponse };
+  w.write = function (this: FrontResponse, chunk: unknown, encoding?: unknown, cb?: unknown) {
     info.firstByteAt ??= performance.now();
     if (!head) info.bytesSent += size(chunk, encoding);
     return (write as (...a: unknown[]) => boolean).call(this, chunk, encoding, cb);
   };
-  w.end = function (this: ServerResponse, chunk?: unknown, encoding?: unknown, cb?: unknown) {
+  w.end = function (this: FrontResponse, chunk?: unknown, encoding?: unknown, cb?: unknown) {
     info.firstByteAt ??= performance.now();
     if (!head && typeof chunk !== 'function') info.bytesSent += size(chunk, encoding);
-    return (end as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, cb);
+    return (end as (...a: unknown[]) => FrontResponse).call(this, chunk, encoding, cb);
   };
 }

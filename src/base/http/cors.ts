@@ -12,7 +12,7 @@
  *    `Access-Control-Allow-Headers` (the requested headers when each is allowed, else the fixed
  *    list) and `Access-Control-Max-Age` (`--cors_max_age`).
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from './front-types.js';
 
 export const DEFAULT_CORS_MAX_AGE_SEC = 600;
 export const CORS_ALLOW_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS';
@@ -61,7 +61,7 @@ export class CorsPolicy {
   /**
    * Sets the CORS headers of the response; answers a preflight (204). True when it answered.
    */
-  apply(req: IncomingMessage, res: ServerResponse): boolean {
+  apply(req: FrontRequest, res: FrontResponse): boolean {
     const origin = req.headers.origin;
     let allowed = false;
     if (this.any) {
@@ -179,7 +179,7 @@ const NOT_CORS: RouteCorsAnswer = { preflight: false, headers: [] };
  * Only an Origin that matched is reflected; a `*` of methods or headers is reflected from the
  * request only with credentials, and only when it is a list of tokens.
  */
-export function routeCorsAnswer(spec: RouteCorsSpec, method: string | undefined, headers: IncomingMessage['headers']): RouteCorsAnswer {
+export function routeCorsAnswer(spec: RouteCorsSpec, method: string | undefined, headers: FrontRequest['headers']): RouteCorsAnswer {
   const origin = headers.origin;
   if (origin === undefined) return NOT_CORS;
   const requestedMethod = headers['access-control-request-method'];

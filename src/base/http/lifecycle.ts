@@ -9,8 +9,11 @@
  * - a drain: every answer carries `Connection: close`, idle keep-alive connections are closed,
  *   then the listener closes and in-flight requests get up to --drain_timeout before they are cut off.
  */
-import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'node:http';
+import type { Server, ServerOptions } from 'node:http';
+import type { FrontRequest, FrontResponse } from './front-types.js';
 import type { AddressInfo, Socket } from 'node:net';
+import type { ServerHttp2Session } from 'node:http2';
+import { isHttp2Response } from './front-types.js';
 import { declareStats, type Counter, type StatsStore } from '../stats/store.js';
 import { HTTP_LIFECYCLE_STATS } from './stats.js';
 import type { ReusePortListening } from './reuse-port.js';
@@ -61,13 +64,13 @@ class Tracked<T extends object> {
 export const MAX_HEADER_COUNT = 100;
 
 /** node:http's default maxHeadersCount: the header fields it parses at most. */
-const NODE_MAX_HEADERS_COUNT = 2000;
+export const NODE_MAX_HEADERS_COUNT = 2000;
 
 /** How often Node checks the header and request timeouts (its default is 30 s). */
 const TIMEOUT_CHECK_MS = 1000;
 
 /** Idle keep-alive connections are closed after this. */
-const KEEP_ALIVE_MS = 65_000;
+export const KEEP_ALIVE_MS = 65_000;
 
 /**
  * Listens and resolves with the bound address; a bind error (EADDRINUSE...) rejects. With
@@ -113,7 +116,7 @@ export function httpServerOptions(limits: ServerLimits): ServerOptions {
 }
 
 /** The header-field count of a request when it is over MAX_HEADER_COUNT, else 0. */
-export function tooManyHeaders(req: IncomingMessage): number {
+export function tooManyHeaders(req: FrontRequest): number {
   const count = req.rawHeaders.length / 2;
   return count > MAX_HEADER_COUNT ? count : 0;
 }
@@ -148,7 +151,9 @@ export interface ServerStatNames {
  */
 export class ServerLifecycle implements Drainable {
   private readonly sockets = new Tracked<Socket>();
-  private readonly responses = new Tracked<ServerResponse>();
+  private readonly responses = new Tracked<FrontResponse>();
+  /** The HTTP/2 connections (--enable_http2), each a session of streams. */
+  private readonly sessions = new Tracked<ServerHttp2Session>();
   private readonly waiters: Array<() => void> = [];
   private draining = false;
   private closing?: Promise<DrainResult>;
@@ -179,6 +184,22 @@ export class ServerLifecycle implements Drainable {
     });
   }
 
+  /**
+   * An HTTP/2 connection the server serves: while draining it gets GOAWAY (graceful: the streams it
+   * has finish, the client opens new ones on another connection), and is destroyed on close().
+   */
+  addSession(session: ServerHttp2Session): void {
+    this.sessions.add(session);
+    session.once('close', () => this.sessions.delete(session));
+    if (this.draining) this.goAway(session);
+  }
+
+  private goAway(session: ServerHttp2Session): void {
+    if (session.closed || session.destroyed) return;
+    this.drainClose.inc();
+    session.close();
+  }
+
   get isDraining(): boolean {
     return this.draining;
   }
@@ -189,19 +210,19 @@ export class ServerLifecycle implements Drainable {
   }
 
   /** Tracks one request until its response closes; while draining its answer closes the connection. */
-  request(res: ServerResponse): void {
+  request(res: FrontResponse): void {
     this.track(res);
     res.once('close', () => this.untrack(res));
   }
 
   /** request() for a caller that listens for the response's 'close' itself and then calls untrack(res). */
-  track(res: ServerResponse): void {
+  track(res: FrontResponse): void {
     this.responses.add(res);
     if (this.draining) this.closeAfter(res);
   }
 
   /** The response of a track()ed request closed. */
-  untrack(res: ServerResponse): void {
+  untrack(res: FrontResponse): void {
     this.responses.delete(res);
     if (this.responses.size === 0 && this.waiters.length > 0) for (const w of this.waiters.splice(0)) w();
   }
@@ -210,6 +231,7 @@ export class ServerLifecycle implements Drainable {
     if (this.draining) return;
     this.draining = true;
     for (const res of this.responses.items()) this.closeAfter(res);
+    for (const session of this.sessions.items()) this.goAway(session);
   }
 
   close(): Promise<DrainResult> {
@@ -217,8 +239,9 @@ export class ServerLifecycle implements Drainable {
     return this.closing;
   }
 
-  private closeAfter(res: ServerResponse): void {
-    if (res.headersSent || !res.shouldKeepAlive) return;
+  private closeAfter(res: FrontResponse): void {
+    // An HTTP/2 stream closes with its answer; its connection gets GOAWAY (goAway).
+    if (isHttp2Response(res) || res.headersSent || !res.shouldKeepAlive) return;
     res.shouldKeepAlive = false;
     this.drainClose.inc();
   }
@@ -229,14 +252,19 @@ export class ServerLifecycle implements Drainable {
     const closed = server.listening ? new Promise<void>((r) => server.close(() => r())) : Promise.resolve();
     server.closeIdleConnections();
     await this.idle(this.limits.drainTimeoutMs);
-    const cutOff = new Set<Socket>();
-    for (const res of this.responses.items()) if (res.socket) cutOff.add(res.socket as Socket);
+    // Connections: an HTTP/1.1 request's socket, an HTTP/2 stream's session.
+    const cutOff = new Set<object>();
+    for (const res of this.responses.items()) {
+      if (isHttp2Response(res)) cutOff.add(res.stream.session ?? res);
+      else if (res.socket) cutOff.add(res.socket);
+    }
     const result: DrainResult = { requestsCutOff: this.responses.size, connectionsCutOff: cutOff.size };
     if (cutOff.size > 0) this.destroyActive.inc(cutOff.size);
     try {
       await this.closeOthers?.();
     } finally {
       server.closeAllConnections();
+      for (const session of this.sessions.items()) session.destroy();
       for (const socket of this.sockets.items()) socket.destroy();
       await closed;
     }

@@ -14,7 +14,7 @@
  * `RateLimit-Policy: "default";q=<burst>;w=<seconds to refill>` and
  * `RateLimit: "default";r=<remaining>;t=<seconds until full>`), and a 429 carries `Retry-After`.
  */
-import type { IncomingMessage } from 'node:http';
+import type { FrontRequest } from './front-types.js';
 import { parseDuration } from '../util/duration.js';
 import { targetOf } from './target.js';
 
@@ -234,18 +234,18 @@ export function rateLimitHeaders(d: RateDecision): Record<string, string> {
  * (`setAuthSubject`) before the rate limit runs; undefined when the request was not authenticated.
  * A client's own `Mesh-Auth-Subject` header is never read here: the client controls it.
  */
-export function authSubjectOf(req: IncomingMessage): string | undefined {
-  const s = (req as IncomingMessage & { meshAuthSubject?: unknown }).meshAuthSubject;
+export function authSubjectOf(req: FrontRequest): string | undefined {
+  const s = (req as FrontRequest & { meshAuthSubject?: unknown }).meshAuthSubject;
   return typeof s === 'string' && s !== '' ? s : undefined;
 }
 
 /** Records the authenticated subject of a request (the seam the authentication step uses). */
-export function setAuthSubject(req: IncomingMessage, subject: string): void {
-  (req as IncomingMessage & { meshAuthSubject?: string }).meshAuthSubject = subject;
+export function setAuthSubject(req: FrontRequest, subject: string): void {
+  (req as FrontRequest & { meshAuthSubject?: string }).meshAuthSubject = subject;
 }
 
 /** The client's address, IPv4-mapped IPv6 as plain IPv4. */
-export function clientAddress(req: IncomingMessage): string {
+export function clientAddress(req: FrontRequest): string {
   const a = req.socket.remoteAddress ?? '';
   return a.startsWith('::ffff:') && a.includes('.') ? a.slice(7) : a;
 }
@@ -254,7 +254,7 @@ export function clientAddress(req: IncomingMessage): string {
  * The bucket key of a request: its client address; its authenticated subject (`s:<subject>`,
  * else the address); or its path without the query (`r:<path>`, one bucket per path for every client).
  */
-export function rateLimitKey(req: IncomingMessage, kind: RateLimitKeyKind): string {
+export function rateLimitKey(req: FrontRequest, kind: RateLimitKeyKind): string {
   switch (kind) {
     case 'address':
       return clientAddress(req);

@@ -1,15 +1,15 @@
 /**
- * The one writer of answers in the project's formats: error JSON on a ServerResponse
- * (`sendError`) and on a raw socket with no ServerResponse (`refuseSocket`: a refused upgrade;
+ * The one writer of answers in the project's formats: error JSON on a FrontResponse
+ * (`sendError`) and on a raw socket with no FrontResponse (`refuseSocket`: a refused upgrade;
  * `rawErrorResponse`: its bytes), JSON and bytes, and the lingering close of a raw connection.
  */
-import type { ServerResponse } from 'node:http';
+import type { FrontResponse } from './front-types.js';
 import type { Duplex } from 'node:stream';
 import { ERROR_IDS, MeshError, toMeshError } from '../errors.js';
 import { requestInfo } from './access-log.js';
 import { LINGER_BYTES, LINGER_MS } from './body.js';
 
-export function sendError(res: ServerResponse, err: unknown, id: string = ERROR_IDS.server): void {
+export function sendError(res: FrontResponse, err: unknown, id: string = ERROR_IDS.server): void {
   const e = err instanceof MeshError ? err : toMeshError(err, id);
   if (e.responseFlag !== undefined) requestInfo(res.req)?.addFlag(e.responseFlag);
   const body = e.toBody();
@@ -24,7 +24,7 @@ export function sendError(res: ServerResponse, err: unknown, id: string = ERROR_
   res.end(body);
 }
 
-export function sendJson(res: ServerResponse, status: number, value: unknown, extraHeaders: Record<string, string> = {}): void {
+export function sendJson(res: FrontResponse, status: number, value: unknown, extraHeaders: Record<string, string> = {}): void {
   const body = typeof value === 'string' ? value : JSON.stringify(value);
   res.writeHead(status, {
     ...extraHeaders,
@@ -34,7 +34,7 @@ export function sendJson(res: ServerResponse, status: number, value: unknown, ex
   res.end(body);
 }
 
-export function sendBytes(res: ServerResponse, status: number, contentType: string, body: Uint8Array | string): void {
+export function sendBytes(res: FrontResponse, status: number, contentType: string, body: Uint8Array | string): void {
   res.writeHead(status, {
     'content-type': contentType,
     'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength,
@@ -44,7 +44,7 @@ export function sendBytes(res: ServerResponse, status: number, contentType: stri
 
 /**
  * An error JSON answer as raw HTTP/1.1 bytes that close the connection, for a socket with no
- * ServerResponse (a refused upgrade, a request Node could not read). `headers` (lower-case names,
+ * FrontResponse (a refused upgrade, a request Node could not read). `headers` (lower-case names,
  * values without CR or LF) go between Content-Length and Connection: a challenge, Retry-After.
  */
 export function rawErrorResponse(err: MeshError, headers: Record<string, string> = {}): string {
@@ -69,7 +69,7 @@ export interface RefuseSocketOptions {
 
 /**
  * Refuses a raw connection (an Upgrade request: nothing was read from the socket yet, and there is
- * no ServerResponse) with error JSON that closes it. `err` not a MeshError: a 500 with `id`.
+ * no FrontResponse) with error JSON that closes it. `err` not a MeshError: a 500 with `id`.
  */
 export function refuseSocket(socket: Duplex, err: unknown, id: string, options: RefuseSocketOptions = {}): void {
   const answer = rawErrorResponse(err instanceof MeshError ? err : toMeshError(err, id), options.headers);
@@ -78,7 +78,7 @@ export function refuseSocket(socket: Duplex, err: unknown, id: string, options: 
 }
 
 /**
- * Ends a raw connection (an upgrade socket, no ServerResponse) after `answer`, with a lingering
+ * Ends a raw connection (an upgrade socket, no FrontResponse) after `answer`, with a lingering
  * close: whatever the client still sends (pipelined requests) is read and dropped, never parsed or
  * forwarded, so the kernel does not reset the connection and discard the answer before the client
  * reads it. Bounded like lingerOnRest (src/base/http/body.ts): the connection is destroyed once the
@@ -107,7 +107,7 @@ export function endRawLingering(socket: Duplex, answer?: string | Buffer): void 
  * Resolves on the response's next 'drain', or its close: for a writer that waits after write()
  * returned false (a stream's answers). No listener is left behind.
  */
-export function drained(res: ServerResponse): Promise<void> {
+export function drained(res: FrontResponse): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       res.off('drain', done);

@@ -14,8 +14,10 @@ export const HTTP_DOWNSTREAM_STATS = {
     cxTotal: 'downstream_cx_total',
     headerTimeouts: 'downstream_rq_header_timeout',
     requestTimeouts: 'downstream_rq_timeout',
+    cxHttp1Total: 'downstream_cx_http1_total',
+    cxHttp2Total: 'downstream_cx_http2_total',
   },
-  gauges: { rqActive: 'downstream_rq_active', cxActive: 'downstream_cx_active' },
+  gauges: { rqActive: 'downstream_rq_active', cxActive: 'downstream_cx_active', cxHttp1Active: 'downstream_cx_http1_active', cxHttp2Active: 'downstream_cx_http2_active' },
   histograms: { rqTime: 'downstream_rq_time' },
 } as const;
 

@@ -13,7 +13,7 @@
  * names of --tap_redact_headers), compared as the edge compares names: case and `_`/`-` folded.
  * Bodies are not captured.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from './front-types.js';
 import { attachRequestInfo, countBytes, RequestInfo } from './access-log.js';
 import { targetOf } from './target.js';
 import { peerIdentityOf } from '../mtls/workload-tls.js';
@@ -91,7 +91,7 @@ export function redactHeaders(headers: Record<string, unknown>, extra: ReadonlyS
  * The headers of an answer as sent: parsed from the head node wrote (which also holds those given
  * to writeHead, which getHeaders does not see); getHeaders when no head was written.
  */
-export function responseHeadersOf(res: ServerResponse): Record<string, unknown> {
+export function responseHeadersOf(res: FrontResponse): Record<string, unknown> {
   const head = (res as unknown as { _header?: string | null })._header;
   if (typeof head !== 'string') return res.getHeaders();
   const out: Record<string, string | string[]> = {};
@@ -146,7 +146,7 @@ export class TapHub {
   }
 
   /** A request's record, when a tap is attached and the access log made none (bytes counted). */
-  begin(req: IncomingMessage, res: ServerResponse, traceId: string | undefined): RequestInfo | undefined {
+  begin(req: FrontRequest, res: FrontResponse, traceId: string | undefined): RequestInfo | undefined {
     if (!this.active) return undefined;
     const info = new RequestInfo(Date.now(), req.url, traceId);
     attachRequestInfo(req, info);
@@ -155,7 +155,7 @@ export class TapHub {
   }
 
   /** A finished request (called from the response's 'close' once `active` said true). */
-  publish(front: string, req: IncomingMessage, res: ServerResponse, info: RequestInfo, durationMs: number): void {
+  publish(front: string, req: FrontRequest, res: FrontResponse, info: RequestInfo, durationMs: number): void {
     if (this.sinks.size === 0) return;
     // Cut off before the answer was complete, and not for an upstream reason: the client went away (as the access log says).
     if (!res.writableFinished && info.flags === 0) info.addFlag('DC');

@@ -4,7 +4,7 @@
  * Everything after that phase (the rate limit's route key, the auth rules, the route, the
  * handlers, the span and the access log) reads this object instead of splitting `req.url` again.
  */
-import type { IncomingMessage } from 'node:http';
+import type { FrontRequest } from './front-types.js';
 import { normalizePath } from './path.js';
 
 export interface RequestTarget {
@@ -46,7 +46,7 @@ export function parseTarget(received: string): RequestTarget {
 }
 
 /** Parses the target of `req` and keeps it on the request (the front server, once per request). */
-export function attachTarget(req: IncomingMessage): RequestTarget {
+export function attachTarget(req: FrontRequest): RequestTarget {
   const target = parseTarget(req.url ?? '/');
   (req as WithTarget)[TARGET] = target;
   return target;
@@ -56,7 +56,7 @@ export function attachTarget(req: IncomingMessage): RequestTarget {
  * The target of a request: the one its front server parsed; for a request that came another way
  * (a test, a handler called directly), parsed now from `req.url` and kept.
  */
-export function targetOf(req: IncomingMessage): RequestTarget {
+export function targetOf(req: FrontRequest): RequestTarget {
   return (req as WithTarget)[TARGET] ?? attachTarget(req);
 }
 
@@ -68,11 +68,11 @@ type WithRoute = { [ROUTE]?: string };
  * path of a service's method for the rpc and api handlers. A request answered 404 (no such
  * service or method) keeps no route, so the names of spans stay as few as the methods served.
  */
-export function setRoute(req: IncomingMessage, route: string): void {
+export function setRoute(req: FrontRequest, route: string): void {
   (req as WithRoute)[ROUTE] = route;
 }
 
 /** The route setRoute marked, if any. */
-export function routeOf(req: IncomingMessage): string | undefined {
+export function routeOf(req: FrontRequest): string | undefined {
   return (req as WithRoute)[ROUTE];
 }

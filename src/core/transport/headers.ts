@@ -48,8 +48,9 @@ export function canonicalHeaderKey(name: string): string {
   return out;
 }
 
+/** A hop-by-hop header, or an HTTP/2 pseudo-header (`:path`...): neither is forwarded. */
 export function isHopByHop(name: string): boolean {
-  return HOP_BY_HOP.has(name);
+  return HOP_BY_HOP.has(name) || name.charCodeAt(0) === 0x3a;
 }
 
 /** Whether a raw header name (undici's Buffer form) is `lower`, in any case. */
@@ -105,7 +106,7 @@ export function endToEndHeaders(headers: Record<string, string | string[] | unde
   const named = requestConnectionNamed(headers['connection']);
   for (const name in headers) {
     const value = headers[name];
-    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
+    if (value === undefined || isHopByHop(name) || named?.has(name)) continue;
     if (name === HEADER_SERVICE || name === HEADER_ENDPOINT || name === HEADER_TIMEOUT || name === HEADER_STREAM || name === 'content-type') continue;
     out[name] = typeof value === 'string' ? value : value.join(', ');
   }

@@ -10,7 +10,7 @@
  * `http.<prefix>.auth.{allowed,denied,unauthenticated}`.
  */
 import { ConfigFileError, readConfigFile, readConfigFileSettled } from '../../base/config/reader.js';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { JSONWebKeySet } from 'jose';
@@ -252,7 +252,7 @@ export class EdgeAuth {
    * The identity of the request's credential; undefined when it sent none. A credential that is
    * sent but not valid is a 401, whatever the rules say.
    */
-  async authenticate(req: IncomingMessage): Promise<Identity | undefined> {
+  async authenticate(req: FrontRequest): Promise<Identity | undefined> {
     if (this.mode === 'off') return undefined;
     const header = req.headers.authorization;
     if (header === undefined || header.trim() === '') return undefined;
@@ -327,7 +327,7 @@ export function encodeAuthValue(text: string): string {
 const isEdgeHeader = (name: string): boolean => isEdgeSetHeader(name) || name === HEADER_SIDECAR_TOKEN;
 
 /** Removes the headers whose lower-case name `drop` picks from both req.headers and req.rawHeaders. */
-export function removeHeaders(req: IncomingMessage, drop: (lower: string) => boolean): void {
+export function removeHeaders(req: FrontRequest, drop: (lower: string) => boolean): void {
   let found = false;
   for (const name in req.headers) {
     if (drop(name)) {
@@ -344,7 +344,7 @@ export function removeHeaders(req: IncomingMessage, drop: (lower: string) => boo
 }
 
 /** Adds a header to both req.headers and req.rawHeaders (after removeHeaders took out any of that name). */
-export function addHeader(req: IncomingMessage, name: string, value: string): void {
+export function addHeader(req: FrontRequest, name: string, value: string): void {
   req.headers[name.toLowerCase()] = value;
   req.rawHeaders.push(name, value);
 }
@@ -370,7 +370,7 @@ export class EdgeGuard {
   private readonly denied: Counter;
   private readonly unauthenticated: Counter;
   private readonly tokenHash?: Buffer;
-  private readonly identities = new WeakMap<IncomingMessage, Identity>();
+  private readonly identities = new WeakMap<FrontRequest, Identity>();
   /** The buckets of rules with a rate_limit: the front end's store, or a limiter of the guard's own (made when first needed). */
   private ruleLimiter?: RateLimitStore;
   private readonly rateOk: Counter;
@@ -399,7 +399,7 @@ export class EdgeGuard {
    * is undefined (go on at once: no promise, and `target` is never worked out); otherwise check()'s
    * promise.
    */
-  checkRequest(req: IncomingMessage, res: ServerResponse, target: () => EdgeTarget): Promise<void> | undefined {
+  checkRequest(req: FrontRequest, res: FrontResponse, target: () => EdgeTarget): Promise<void> | undefined {
     if (this.auth || this.tokenHash) return this.check(req, res, target());
     removeHeaders(req, isEdgeHeader);
     return undefined;
@@ -409,7 +409,7 @@ export class EdgeGuard {
    * The step before a front end's handler: throws an AuthError (401/403), with the challenge
    * header set on `res` when there is one. The path is already normalized (src/base/http/path.ts).
    */
-  async check(req: IncomingMessage, res: ServerResponse | undefined, target: EdgeTarget): Promise<void> {
+  async check(req: FrontRequest, res: FrontResponse | undefined, target: EdgeTarget): Promise<void> {
     try {
       await this.limit(req, res, await this.run(req, target));
     } catch (err) {
@@ -426,7 +426,7 @@ export class EdgeGuard {
    * /rpc, once the body (or an upgrade's query) named the service and method. Throws like check();
    * a promise when the rule's rate limit had to ask a shared store.
    */
-  authorizeCall(req: IncomingMessage, res: ServerResponse | undefined, service: string, endpoint: string): void | Promise<void> {
+  authorizeCall(req: FrontRequest, res: FrontResponse | undefined, service: string, endpoint: string): void | Promise<void> {
     if (!this.auth) return;
     try {
       const rule = this.auth.decide(this.identities.get(req), { path: '/rpc', service, endpoint });
@@ -441,7 +441,7 @@ export class EdgeGuard {
     }
   }
 
-  private async run(req: IncomingMessage, target: EdgeTarget): Promise<Rule | undefined> {
+  private async run(req: FrontRequest, target: EdgeTarget): Promise<Rule | undefined> {
     if (this.tokenHash) {
       const sent = req.headers[HEADER_SIDECAR_TOKEN];
       const challenge = 'Mesh-Sidecar-Token realm="mesh"';
@@ -472,7 +472,7 @@ export class EdgeGuard {
    * (the front end's `--rate_limit_key`, else the address), on top of `--rate_limit`. Over it: 429
    * with Retry-After and the RateLimit fields, counted with the front end's rate limit stats.
    */
-  private limit(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule | undefined): void | Promise<void> {
+  private limit(req: FrontRequest, res: FrontResponse | undefined, rule: Rule | undefined): void | Promise<void> {
     const policy = rule?.rateLimit;
     if (!policy) return;
     this.ruleLimiter ??= new MemoryRateLimitStore({ policy, stats: this.options.stats });
@@ -481,7 +481,7 @@ export class EdgeGuard {
     this.answer(req, res, rule!, decision);
   }
 
-  private answer(req: IncomingMessage, res: ServerResponse | undefined, rule: Rule, decision: RateDecision): void {
+  private answer(req: FrontRequest, res: FrontResponse | undefined, rule: Rule, decision: RateDecision): void {
     if (res && !res.headersSent) for (const [k, v] of Object.entries(rateLimitHeaders(decision))) res.setHeader(k, v);
     // A decision of the failure mode (the shared store down) is an `error`, a refused one not `over_limit`.
     if (decision.storeDown) this.rateError.inc();

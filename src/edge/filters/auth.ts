@@ -3,12 +3,12 @@
  * handler's error; undefined from `authorize` means the request passed at once (no auth rules), so
  * the next step runs in the same turn.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { EdgeFilter } from './filter.js';
 
-export type Authorize<R> = (req: IncomingMessage, res: ServerResponse, route: R) => Promise<void> | undefined;
+export type Authorize<R> = (req: FrontRequest, res: FrontResponse, route: R) => Promise<void> | undefined;
 
-export function auth<R>(authorize: Authorize<R>, onAuth?: (req: IncomingMessage) => void): EdgeFilter<R> {
+export function auth<R>(authorize: Authorize<R>, onAuth?: (req: FrontRequest) => void): EdgeFilter<R> {
   return (next) => (ex) => {
     onAuth?.(ex.req);
     let passed: Promise<void> | undefined;

@@ -5,7 +5,7 @@
  * an auth step); the order is the same for all. Adding a step: a filter module in this folder and
  * its line here (docs/architecture.md, "A request's phases").
  */
-import type { IncomingMessage } from 'node:http';
+import type { FrontRequest } from '../../base/http/front-types.js';
 import type { MeshError } from '../../base/errors.js';
 import type { CorsPolicy } from '../../base/http/cors.js';
 import type { EdgeFilter } from './filter.js';
@@ -24,7 +24,7 @@ import { auth, type Authorize } from './auth.js';
 export interface ChainParts<R> {
   errorId: string;
   /** The sidecar's Host check. */
-  refuse?: (req: IncomingMessage) => MeshError | undefined;
+  refuse?: (req: FrontRequest) => MeshError | undefined;
   headerNames: HeaderNameFilter;
   /** --cors (not on the mutual TLS listener). */
   cors?: CorsPolicy;
@@ -37,7 +37,7 @@ export interface ChainParts<R> {
   route?: RouteDecision<R>;
   authorize?: Authorize<R>;
   /** Reports the phases (tests and debugging). */
-  onPhase?: (phase: 'route' | 'auth', req: IncomingMessage) => void;
+  onPhase?: (phase: 'route' | 'auth', req: FrontRequest) => void;
 }
 
 /** Keeps the steps a front end has. */
@@ -47,7 +47,7 @@ function present<R>(steps: Array<EdgeFilter<R> | false | undefined>): Array<Edge
 
 /** The request chain: the edge checks, the route, the auth step (then the handler). */
 export function requestChain<R>(p: ChainParts<R>): Array<EdgeFilter<R>> {
-  const phase = (name: 'route' | 'auth') => (p.onPhase ? (req: IncomingMessage) => p.onPhase!(name, req) : undefined);
+  const phase = (name: 'route' | 'auth') => (p.onPhase ? (req: FrontRequest) => p.onPhase!(name, req) : undefined);
   return present<R>([
     p.refuse && hostCheck(p.refuse),
     headerCount(p.errorId),

@@ -11,8 +11,9 @@
  * An upgrade request runs a chain of its own (no response object: the filters answer it on the raw
  * socket through `refuse`), of the same filters where they apply.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { Duplex } from 'node:stream';
+import type { IncomingMessage } from 'node:http';
 import type { MeshError } from '../../base/errors.js';
 import type { RequestTarget } from '../../base/http/target.js';
 import type { CallContext } from '../../base/util/call-context.js';
@@ -20,13 +21,13 @@ import type { Layer } from '../../base/util/compose.js';
 
 /** One request at the edge, as the filters see it. `R`: what the front end's route decides. */
 export interface EdgeExchange<R = unknown> {
-  readonly req: IncomingMessage;
+  readonly req: FrontRequest;
   /** The request target, parsed once (src/base/http/target.ts). */
   readonly target: RequestTarget;
   /** The answer of an HTTP request; undefined for an upgrade (answered on `upgrade.socket`). */
-  readonly res: ServerResponse | undefined;
+  readonly res: FrontResponse | undefined;
   /** An upgrade's connection and what was read past its head. */
-  readonly upgrade: { readonly socket: Duplex; readonly head: Buffer } | undefined;
+  readonly upgrade: { readonly socket: Duplex; readonly head: Buffer; readonly req: IncomingMessage } | undefined;
   /** The request's call context (its trace); an upgrade has none of its own. */
   readonly ctx: CallContext | undefined;
   /** What the route step decided (undefined before it, or without one). */

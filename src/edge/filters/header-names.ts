@@ -19,7 +19,7 @@
  * So the auth rules, the authz rules and the endpoint a call is counted under read what the
  * backend will read.
  */
-import type { IncomingMessage } from 'node:http';
+import type { FrontRequest } from '../../base/http/front-types.js';
 import { badRequest, MeshError } from '../../base/errors.js';
 import { declareStats, type Counter, type StatsScope } from '../../base/stats/store.js';
 import { foldHeaderName, HEADER_ENDPOINT, HEADER_ID, HEADER_PEER_IDENTITY, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT, isEdgeSetHeader, isMeshHeaderName } from '../../core/transport/headers.js';
@@ -47,7 +47,7 @@ export interface HeaderNameFilterOptions {
   /** The `id` of the error JSON of a refusal. */
   errorId: string;
   /** True when this request's caller may assert an end user (`Mesh-Auth-*` kept); default never. */
-  trustsAuthHeaders?: (req: IncomingMessage) => boolean;
+  trustsAuthHeaders?: (req: FrontRequest) => boolean;
 }
 
 export class HeaderNameFilter {
@@ -61,7 +61,7 @@ export class HeaderNameFilter {
   }
 
   /** Applies the step to `req` (headers removed in place); a refusal to answer, or undefined. */
-  apply(req: IncomingMessage): MeshError | undefined {
+  apply(req: FrontRequest): MeshError | undefined {
     const { policy } = this.options;
     const headers = req.headers;
     let drop: Set<string> | undefined;

@@ -6,7 +6,7 @@
  * down and the failure mode is closed. Counted in `http.<prefix>.ratelimit.ok`, `over_limit` (the
  * 429s) and `error` (the requests the shared store could not decide).
  */
-import type { IncomingMessage } from 'node:http';
+import type { FrontRequest } from '../../base/http/front-types.js';
 import type { MeshError } from '../../base/errors.js';
 import { rateLimited, rateLimitStoreDown } from '../../base/errors.js';
 import { describePolicy, rateLimitHeaders, rateLimitKey, type FrontRateLimit, type RateDecision } from '../../base/http/rate-limit.js';
@@ -32,7 +32,7 @@ export class FrontLimiter {
   }
 
   /** Takes a token for `req`: the decision, or a promise of it when a shared store is asked. */
-  take(req: IncomingMessage): RateDecision | Promise<RateDecision> {
+  take(req: FrontRequest): RateDecision | Promise<RateDecision> {
     const rl = this.limit;
     return rl.store.take(rateLimitKey(req, rl.key), rl.policy, rl.key);
   }

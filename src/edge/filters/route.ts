@@ -1,11 +1,11 @@
 /** The route phase: the front end decides once what serves the request, from its target (normal form). */
-import type { IncomingMessage } from 'node:http';
+import type { FrontRequest } from '../../base/http/front-types.js';
 import type { RequestTarget } from '../../base/http/target.js';
 import type { EdgeFilter } from './filter.js';
 
-export type RouteDecision<R> = (req: IncomingMessage, target: RequestTarget, upgrade: boolean) => R;
+export type RouteDecision<R> = (req: FrontRequest, target: RequestTarget, upgrade: boolean) => R;
 
-export function route<R>(decide: RouteDecision<R> | undefined, onRoute?: (req: IncomingMessage) => void): EdgeFilter<R> {
+export function route<R>(decide: RouteDecision<R> | undefined, onRoute?: (req: FrontRequest) => void): EdgeFilter<R> {
   return (next) => (ex) => {
     onRoute?.(ex.req);
     if (decide) {

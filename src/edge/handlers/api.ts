@@ -7,7 +7,7 @@
  * service that answers its own JSON) is passed through as a 200; one that mixes them with other
  * keys, or gives a field of the wrong type, is a 502 that says so.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { writeHeadFlat, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
 import { asFrontEndError, badGateway, routedError } from '../../base/errors.js';
 import { JSON_CODEC, PROTOBUF_CODEC, codecFor, mediaType } from '../../base/codec/codec.js';
 import { apiTypes } from '../../base/codec/api-proto.js';
@@ -34,7 +34,7 @@ function addPair(map: PairMap, key: string, value: string): void {
 }
 
 /** Request headers as pairs, with their canonical capitalisation (Content-Type). */
-export function headerPairs(req: IncomingMessage): PairMap {
+export function headerPairs(req: FrontRequest): PairMap {
   const out: PairMap = {};
   const raw = req.rawHeaders;
   for (let i = 0; i < raw.length; i += 2) {
@@ -78,7 +78,7 @@ export interface ApiRequestMessage {
   url: string;
 }
 
-export function buildApiRequest(req: IncomingMessage, body: Buffer): ApiRequestMessage {
+export function buildApiRequest(req: FrontRequest, body: Buffer): ApiRequestMessage {
   const { url, path, query } = targetOf(req);
   const media = mediaType(req.headers['content-type']);
   const text = body.toString('utf8');
@@ -131,7 +131,7 @@ function classifyJsonAnswer(value: unknown): 'response' | 'plain' | string {
  * `ctx`: the request's call context, when the front end passes it explicitly (else the ambient
  * one); `policy`: what a route of the route file adds (a version, timeouts).
  */
-export async function handleApi(fe: EdgeHandlerContext, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleApi(fe: EdgeHandlerContext, route: RpcRoute, req: FrontRequest, res: FrontResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? (req.resume(), NO_BODY) : await readBody(req, fe.maxBodyBytes, fe.errorId);
   const message = buildApiRequest(req, body);
   const types = apiTypes();
@@ -160,7 +160,7 @@ export async function handleApi(fe: EdgeHandlerContext, route: RpcRoute, req: In
     const kind = classifyJsonAnswer(response);
     if (kind === 'plain') {
       // The service's own JSON, byte for byte, under the node's JSON Content-Type.
-      res.writeHead(200, ['Content-Type', answer.contentType || JSON_CODEC.contentType, 'Content-Length', String(answer.body.byteLength)]);
+      writeHeadFlat(res, 200, ['Content-Type', answer.contentType || JSON_CODEC.contentType, 'Content-Length', String(answer.body.byteLength)]);
       res.end(answer.body);
       return;
     }
@@ -191,6 +191,6 @@ export async function handleApi(fe: EdgeHandlerContext, route: RpcRoute, req: In
   if (!typed) head.push('Content-Type', 'application/json');
   const text = response.body ?? '';
   head.push('Content-Length', String(Buffer.byteLength(text, 'utf8')));
-  res.writeHead(status, head);
+  writeHeadFlat(res, status, head);
   res.end(text, 'utf8');
 }

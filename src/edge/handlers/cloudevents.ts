@@ -17,7 +17,7 @@
  * Out (messageCloudEvent): any broker message as a structured CloudEvent (JSON text), for the
  * sidecar's `format=cloudevents` subscribers; the mapping is the table in docs/sidecar.md.
  */
-import type { IncomingMessage } from 'node:http';
+import type { FrontRequest } from '../../base/http/front-types.js';
 import { randomUUID } from 'node:crypto';
 import { badRequest } from '../../base/errors.js';
 import { isJsonMedia, mediaType } from '../../base/codec/codec.js';
@@ -31,7 +31,7 @@ const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:
 export type CloudEventMode = 'structured' | 'binary';
 
 /** The mode of a request that is a CloudEvent, or undefined for a plain request. */
-export function cloudEventMode(req: IncomingMessage): CloudEventMode | undefined {
+export function cloudEventMode(req: FrontRequest): CloudEventMode | undefined {
   if (mediaType(headerText(req.headers['content-type'])) === STRUCTURED_TYPE) return 'structured';
   if (req.headers['ce-specversion'] !== undefined) return 'binary';
   return undefined;
@@ -57,7 +57,7 @@ function check(errorId: string, attrs: Record<string, unknown>, where: string): 
  * Validates a CloudEvent request and returns its id; throws 400 for an invalid event. `body` is
  * the request body (structured: the event JSON).
  */
-export function checkCloudEventRequest(errorId: string, mode: CloudEventMode, req: IncomingMessage, body: Buffer): string {
+export function checkCloudEventRequest(errorId: string, mode: CloudEventMode, req: FrontRequest, body: Buffer): string {
   if (mode === 'structured') {
     let parsed: unknown;
     try {
@@ -79,7 +79,7 @@ export function checkCloudEventRequest(errorId: string, mode: CloudEventMode, re
  * The broker message header for a CloudEvent request (and its id); throws 400 for an invalid
  * event. `body` is the request body (structured: the event JSON).
  */
-export function cloudEventMessage(errorId: string, mode: CloudEventMode, req: IncomingMessage, body: Buffer): { header: Record<string, string>; id: string } {
+export function cloudEventMessage(errorId: string, mode: CloudEventMode, req: FrontRequest, body: Buffer): { header: Record<string, string>; id: string } {
   const id = checkCloudEventRequest(errorId, mode, req, body);
   if (mode === 'structured') return { header: { 'content-type': String(req.headers['content-type']), 'mesh-id': id }, id };
   const header: Record<string, string> = {};

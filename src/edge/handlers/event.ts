@@ -6,7 +6,7 @@
  * is a CloudEvent (structured or binary mode, src/edge/handlers/cloudevents.ts) is published as that
  * CloudEvent instead.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import { randomUUID } from 'node:crypto';
 import { badRequest, serviceUnavailable } from '../../base/errors.js';
 import { nameProblem } from '../../engines/broker/names.js';
@@ -24,7 +24,7 @@ export interface EventMessage {
   data: string;
 }
 
-export async function handleEvent(fe: EdgeHandlerContext, target: { topic: string; name: string }, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleEvent(fe: EdgeHandlerContext, target: { topic: string; name: string }, req: FrontRequest, res: FrontResponse): Promise<void> {
   // The brokers' one name rule, before the body is read: a 400, not a publish that fails.
   const problem = nameProblem('topic', target.topic);
   if (problem) throw badRequest(fe.errorId, problem);

@@ -1,5 +1,5 @@
 /** What every handler needs to know about the front end it serves (gateway or sidecar). */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { EdgeContext } from '../context.js';
 import { HEADER_ID, endToEndHeaders, meshTimeoutOf } from '../../core/transport/headers.js';
 import type { CallOptions } from '../../core/client/client.js';
@@ -24,12 +24,12 @@ export interface EdgeHandlerContext {
   /** Sends a route's RequestMirror copies (bounded); none: copies are dropped and counted. */
   mirrors?: MirrorSender;
   /** Authorizes a call whose service and method only the body or query names (/rpc): throws the 401/403 (src/edge/auth/); `res` undefined for an upgrade. */
-  authorizeCall?: (req: IncomingMessage, res: ServerResponse | undefined, service: string, method: string) => void | Promise<void>;
+  authorizeCall?: (req: FrontRequest, res: FrontResponse | undefined, service: string, method: string) => void | Promise<void>;
   /**
    * The route file's answer for a call at /rpc (the sidecar's --routes): the service and policy
    * to call with, undefined when no route matches; throws the error of a route it cannot serve.
    */
-  routeCall?: (req: IncomingMessage, service: string, method: string) => { service: string; policy: RoutePolicy } | undefined;
+  routeCall?: (req: FrontRequest, service: string, method: string) => { service: string; policy: RoutePolicy } | undefined;
 }
 
 /**
@@ -40,7 +40,7 @@ export interface EdgeHandlerContext {
  * Call options from an inbound request: its end-to-end headers, request id and Mesh-Timeout (and
  * its call context, and its route's policy, when given).
  */
-export function callOptionsFrom(req: IncomingMessage, contentType?: string, context?: CallContext, policy?: RoutePolicy): CallOptions {
+export function callOptionsFrom(req: FrontRequest, contentType?: string, context?: CallContext, policy?: RoutePolicy): CallOptions {
   const headers = req.headers;
   const id = headers[HEADER_ID];
   const options: CallOptions = {
@@ -69,7 +69,7 @@ export function callOptionsFrom(req: IncomingMessage, contentType?: string, cont
 }
 
 /** The inbound Mesh-Timeout; a malformed one never gets here (the front server answers it 400: FrontServer). */
-function inboundTimeout(headers: IncomingMessage['headers']): number | undefined {
+function inboundTimeout(headers: FrontRequest['headers']): number | undefined {
   try {
     return meshTimeoutOf(headers);
   } catch {
@@ -78,7 +78,7 @@ function inboundTimeout(headers: IncomingMessage['headers']): number | undefined
 }
 
 /** The query of a request (src/base/http/target.ts) as a JSON-ready object: one value → string, several → array. */
-export function queryObject(req: IncomingMessage): Record<string, string | string[]> {
+export function queryObject(req: FrontRequest): Record<string, string | string[]> {
   const query = targetOf(req).query;
   const out: Record<string, string | string[]> = {};
   if (query === undefined) return out;

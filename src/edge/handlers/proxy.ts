@@ -12,9 +12,9 @@
  * connection (a status can no longer be sent). After a 413 the rest of the upload is read and
  * dropped, up to another --max_body_size, then the connection is closed.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { bodyOfUnknownLength, onceDrain, writeChunk, writeHeadFlat, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
 import type { Dispatcher } from 'undici';
-import { request as httpRequest, STATUS_CODES } from 'node:http';
+import { request as httpRequest, STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
 import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, MeshError, proxyFailed, proxyRetriesSpent, proxyTimeout, routedError } from '../../base/errors.js';
@@ -42,7 +42,7 @@ import { splitTarget } from '../../base/http/target.js';
  * ones (hop-by-hop and `Connection`-named left out, but never the edge's Mesh-Auth-*), the original Host, and X-Forwarded-For,
  * -Proto and -Host (a front proxy's -Proto and -Host are kept; -For is appended to).
  */
-function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boolean, trace: TraceContext | undefined): string[] {
+function forwardedHeaders(req: FrontRequest, secure: boolean, withLength: boolean, trace: TraceContext | undefined): string[] {
   const headers = req.headers;
   const out: string[] = [];
   const named = requestConnectionNamed(headers.connection);
@@ -70,7 +70,7 @@ function forwardedHeaders(req: IncomingMessage, secure: boolean, withLength: boo
 }
 
 /** This hop's trace: the request's (given, or the ambient context's), or for an upgrade, one of its own. */
-function hopTrace(fe: EdgeHandlerContext, req: IncomingMessage, ctx: CallContext | undefined): TraceContext {
+function hopTrace(fe: EdgeHandlerContext, req: FrontRequest, ctx: CallContext | undefined): TraceContext {
   if (ctx?.trace) return ctx.trace;
   const context = fe.edge.context;
   return context.current?.trace ?? context.hop(parseTraceparent(req.headers[TRACEPARENT], req.headers[TRACESTATE]));
@@ -102,9 +102,9 @@ class BodyLimit extends Transform {
   }
 }
 
-function bodyKind(req: IncomingMessage): 'none' | 'small' | 'stream' {
+function bodyKind(req: FrontRequest): 'none' | 'small' | 'stream' {
   const length = req.headers['content-length'];
-  if (req.headers['transfer-encoding'] !== undefined) return 'stream';
+  if (bodyOfUnknownLength(req)) return 'stream';
   if (length === undefined || length === '0') return 'none';
   const n = Number(length);
   return Number.isInteger(n) && n >= 0 && n <= BUFFERED_BODY_MAX ? 'small' : 'stream';
@@ -175,7 +175,7 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
   private backendTimer?: NodeJS.Timeout;
 
   constructor(
-    private readonly res: ServerResponse,
+    private readonly res: FrontResponse,
     private readonly head: boolean,
     private readonly timeoutMs: number,
     private readonly idleMs: number,
@@ -260,7 +260,8 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
       if ((lower !== 'content-length' && isHopByHop(lower)) || named?.has(lower)) continue;
       out.push(name, rawHeaders[i + 1]!.toString('latin1'));
     }
-    this.res.writeHead(statusCode, this.answer?.responseHeaders ? this.answer.responseHeaders(out) : out);
+    // On HTTP/2 the node's connection-specific headers are left out (writeHeadFlat).
+    writeHeadFlat(this.res, statusCode, this.answer?.responseHeaders ? this.answer.responseHeaders(out) : out);
     if (bodiless(statusCode, this.head)) {
       // Complete now: undici may still object to a Content-Length that announces no body.
       this.ended = true;
@@ -277,14 +278,14 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
       this.abort?.(new Error('client went away'));
       return false;
     }
-    if (this.res.write(chunk)) {
+    if (writeChunk(this.res, chunk)) {
       this.armBackendIdle();
       return true;
     }
     // Paused for the client: the host is not read meanwhile, so its silence is not its fault.
     clearTimeout(this.backendTimer);
     this.backendTimer = undefined;
-    this.res.once('drain', this.onDrain);
+    onceDrain(this.res, this.onDrain);
     // Only while paused: a client that reads nothing must not hold the host's connection forever.
     if (this.idleMs > 0 && !this.idleTimer) {
       this.idleTimer = setTimeout(() => {
@@ -306,7 +307,7 @@ class ProxyAttempt implements Dispatcher.DispatchHandler {
   }
 }
 
-function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerResponse, path: string, headers: string[], body: RequestBody, timeoutMs: number, idleMs: number, answer?: AnswerPolicy): Promise<ForwardResult> {
+function forward(dispatcher: Dispatcher, req: FrontRequest, res: FrontResponse, path: string, headers: string[], body: RequestBody, timeoutMs: number, idleMs: number, answer?: AnswerPolicy): Promise<ForwardResult> {
   return new Promise<ForwardResult>((resolve) => {
     const attempt = new ProxyAttempt(res, req.method === 'HEAD', timeoutMs, idleMs, body.kind === 'stream', resolve, answer);
     try {
@@ -330,7 +331,7 @@ function forward(dispatcher: Dispatcher, req: IncomingMessage, res: ServerRespon
  * --tracing=otlp a client span (named after the method, as OpenTelemetry's HTTP client spans are)
  * covers the forwarding and is the backend's parent.
  */
-export async function handleProxy(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleProxy(fe: EdgeHandlerContext, service: string, secure: boolean, req: FrontRequest, res: FrontResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const tracer = fe.edge.tracer;
   if (!tracer) return proxyRequest(fe, service, secure, req, res, hopTrace(fe, req, ctx), policy);
   const method = req.method ?? 'GET';
@@ -348,7 +349,7 @@ export async function handleProxy(fe: EdgeHandlerContext, service: string, secur
   }
 }
 
-async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boolean, req: IncomingMessage, res: ServerResponse, trace: TraceContext, policy?: RoutePolicy): Promise<void> {
+async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boolean, req: FrontRequest, res: FrontResponse, trace: TraceContext, policy?: RoutePolicy): Promise<void> {
   const limit = fe.maxBodyBytes;
   const declared = Number(req.headers['content-length']);
   if (req.headers['content-length'] !== undefined && declared > limit) {
@@ -360,7 +361,7 @@ async function proxyRequest(fe: EdgeHandlerContext, service: string, secure: boo
   let counter: BodyLimit | undefined;
   if (kind === 'small') body = { kind: 'buffered', bytes: await readBody(req, BUFFERED_BODY_MAX, fe.errorId) };
   else if (kind === 'none') body = { kind: 'none' };
-  else if (req.headers['transfer-encoding'] === undefined) body = { kind: 'stream', stream: req }; // Content-Length within the limit: the parser enforces it
+  else if (!bodyOfUnknownLength(req)) body = { kind: 'stream', stream: req }; // Content-Length within the limit: the parser (node:http, nghttp2) enforces it
   else {
     const limited = (counter = new BodyLimit(limit));
     req.pipe(limited);
@@ -408,8 +409,8 @@ interface ProxyCall {
   /** A route's `timeouts.request`: epoch ms by which every try ends (no try starts after it); undefined: none. */
   readonly deadline: number | undefined;
   readonly requestTimeoutMs: number | undefined;
-  readonly req: IncomingMessage;
-  readonly res: ServerResponse;
+  readonly req: FrontRequest;
+  readonly res: FrontResponse;
   /** The path and query sent (a route's URLRewrite applied). */
   readonly path: string;
   readonly headers: string[];

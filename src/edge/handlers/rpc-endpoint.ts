@@ -7,7 +7,8 @@
  * that endpoint, served like one at its own path (src/edge/handlers/stream.ts), with the same checks as
  * `POST /rpc`: the services `allowed`, then the auth rules for that service and endpoint.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { Duplex } from 'node:stream';
 import { asFrontEndError, badRequest, forbidden, MeshError, methodNotAllowed, unsupportedMediaType } from '../../base/errors.js';
 import { mediaType } from '../../base/codec/codec.js';
@@ -83,7 +84,7 @@ function notAllowed(errorId: string, service: string): MeshError {
  * `allowed`: the services /rpc may call (the gateway's `--rpc_allow`); another service is refused
  * with 403 before anything is sent to it.
  */
-export async function handleRpcEndpoint(fe: EdgeHandlerContext, req: IncomingMessage, res: ServerResponse, allowed?: (service: string) => boolean): Promise<void> {
+export async function handleRpcEndpoint(fe: EdgeHandlerContext, req: FrontRequest, res: FrontResponse, allowed?: (service: string) => boolean): Promise<void> {
   if (req.method !== 'POST') {
     req.resume();
     res.setHeader('allow', 'POST');

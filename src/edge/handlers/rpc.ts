@@ -4,7 +4,7 @@
  * refused with 400 first); a GET query becomes a JSON object. The answer's
  * Content-Type is the codec's, never copied from the request.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import { asFrontEndError, badRequest, routedError, unsupportedMediaType } from '../../base/errors.js';
 import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
@@ -21,7 +21,7 @@ const PASS_THROUGH = new Set(['application/json', 'application/protobuf', 'appli
  * `ctx`: the request's call context, when the front end passes it explicitly (else the ambient
  * one); `policy`: what a route of the route file adds (a version, timeouts).
  */
-export async function handleRpc(fe: EdgeHandlerContext, route: RpcRoute, req: IncomingMessage, res: ServerResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
+export async function handleRpc(fe: EdgeHandlerContext, route: RpcRoute, req: FrontRequest, res: FrontResponse, ctx?: CallContext, policy?: RoutePolicy): Promise<void> {
   const media = mediaType(req.headers['content-type']);
   let contentType: string;
   let body: Uint8Array;

@@ -21,7 +21,8 @@
  * server stream with 406.
  * Messages pass through undecoded, as JSON; backpressure reaches the backend both ways.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { flushHead, writeChunk, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
+import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { asFrontEndError, badGateway, badRequest, errorWithStatus, gatewayTimeout, MeshError, methodNotAllowed, notAcceptable, serviceNotFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
@@ -43,7 +44,7 @@ const WS_HIGH_WATER = 64 * 1024;
 const CLOSE_GRACE_MS = 2000;
 
 /** True when the request asks for Server-Sent Events. */
-export function wantsEventStream(req: IncomingMessage): boolean {
+export function wantsEventStream(req: FrontRequest): boolean {
   const accept = req.headers.accept;
   return typeof accept === 'string' && accept.toLowerCase().includes('text/event-stream');
 }
@@ -138,7 +139,7 @@ function notStreaming(fe: EdgeHandlerContext, route: RpcRoute, code: number, wha
 }
 
 /** Metadata of an edge request without the WebSocket handshake's own headers. */
-function edgeCallOptions(req: IncomingMessage) {
+function edgeCallOptions(req: FrontRequest) {
   const options = callOptionsFrom(req, 'application/json');
   const metadata = options.metadata;
   if (metadata) for (const name of Object.keys(metadata)) if (name.startsWith('sec-websocket-')) delete metadata[name];
@@ -157,7 +158,7 @@ export function sseEvent(payload: Buffer, event?: string): string {
 }
 
 /** Server-Sent Events of a server stream (the request asked for `Accept: text/event-stream`). */
-export async function handleSse(fe: EdgeHandlerContext, streams: StreamSockets, route: RpcRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleSse(fe: EdgeHandlerContext, streams: StreamSockets, route: RpcRoute, req: FrontRequest, res: FrontResponse): Promise<void> {
   const method = req.method ?? 'GET';
   const fromQuery = method === 'GET' || method === 'HEAD' || method === 'DELETE';
   if (fromQuery) req.resume();
@@ -198,12 +199,12 @@ export async function handleSse(fe: EdgeHandlerContext, streams: StreamSockets, 
   }
   if (res.destroyed) return call.cancel('the event-stream client went away');
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-  res.flushHeaders();
+  flushHead(res);
   try {
     for await (const message of call) {
       // Leaving the loop early cancels the call (StreamCall's iterator).
       if (res.destroyed) return;
-      if (!res.write(sseEvent(message)) && !res.destroyed) await drained(res);
+      if (!writeChunk(res, sseEvent(message)) && !res.destroyed) await drained(res);
     }
     done = true;
     res.end();

@@ -4,7 +4,7 @@
  * policy the handler follows), and begin the rule before the handler (its stats, access log
  * name and fault). The gateway does the same steps in its own route phase.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { RequestTarget } from '../../base/http/target.js';
 import type { RouteHandler } from './file.js';
 import type { CompiledRoutes } from './table.js';
@@ -20,7 +20,7 @@ export type FileRouteAnswer =
 
 /** The first route of `table` matching the request, applied; undefined: none matches. */
 /** `errorId`: the front end's, for the 400 of a redirect whose request's Host is not a host[:port]. */
-export function chooseFileRoute(table: CompiledRoutes, effects: RouteEffectsCache, secure: boolean, req: IncomingMessage, target: Pick<RequestTarget, 'path' | 'query'>, errorId: string): FileRouteAnswer | undefined {
+export function chooseFileRoute(table: CompiledRoutes, effects: RouteEffectsCache, secure: boolean, req: FrontRequest, target: Pick<RequestTarget, 'path' | 'query'>, errorId: string): FileRouteAnswer | undefined {
   const choice = table.match({ method: req.method ?? 'GET', host: req.headers.host, path: target.path, query: target.query, headers: req.headers });
   if (!choice) return undefined;
   const action = routeAction(choice, effects.of(choice), { secure, host: req.headers.host, path: target.path, query: target.query, errorId, method: req.method, headers: req.headers });
@@ -30,19 +30,19 @@ export function chooseFileRoute(table: CompiledRoutes, effects: RouteEffectsCach
 }
 
 /** The rule takes the request before its handler (stats, access log name, fault): a promise only when a delay was drawn. */
-export function beginRule(policy: RoutePolicy | undefined, req: IncomingMessage, res: ServerResponse, errorId: string): Promise<void> | undefined {
+export function beginRule(policy: RoutePolicy | undefined, req: FrontRequest, res: FrontResponse, errorId: string): Promise<void> | undefined {
   return policy?.effects?.begin(req, res, errorId);
 }
 
 /** A RequestRedirect's answer: the status and Location, an empty body. */
-export function sendRedirect(req: IncomingMessage, res: ServerResponse, redirect: { status: number; location: string }): void {
+export function sendRedirect(req: FrontRequest, res: FrontResponse, redirect: { status: number; location: string }): void {
   req.resume();
   res.writeHead(redirect.status, { location: redirect.location, 'content-length': '0' });
   res.end();
 }
 
 /** A CORS preflight a rule's CORS filter answers: 200, its headers, an empty body. */
-export function sendPreflight(req: IncomingMessage, res: ServerResponse, preflight: { headers: Array<[string, string]> }): void {
+export function sendPreflight(req: FrontRequest, res: FrontResponse, preflight: { headers: Array<[string, string]> }): void {
   req.resume();
   const head: Record<string, string> = { 'content-length': '0' };
   for (const [name, value] of preflight.headers) head[name] = value;

@@ -13,7 +13,7 @@
  *   mirror.dropped (over the cap of mirrors in flight, or a streamed body), mirror.failed;
  *   with --stats_endpoints also rq_time, the latency histogram (ms, until the answer is sent).
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import { setTimeout as delay } from 'node:timers/promises';
 import { badRequest, errorWithStatus, MeshError } from '../../base/errors.js';
 import { requestInfo } from '../../base/http/access-log.js';
@@ -111,7 +111,7 @@ export class RuleEffects {
    * fault's status (the front end's error JSON, with `errorId`). A promise only when a delay
    * was drawn.
    */
-  begin(req: IncomingMessage, res: ServerResponse, errorId: string): Promise<void> | undefined {
+  begin(req: FrontRequest, res: FrontResponse, errorId: string): Promise<void> | undefined {
     this.count(res);
     if (this.cors) for (const [name, value] of this.cors) setCorsHeader(res, name, value);
     const info = requestInfo(req);
@@ -122,14 +122,14 @@ export class RuleEffects {
     return undefined;
   }
 
-  private abort(req: IncomingMessage, fault: FaultDraw, errorId: string): void {
+  private abort(req: FrontRequest, fault: FaultDraw, errorId: string): void {
     if (fault.abortStatus === undefined) return;
     req.resume();
     throw errorWithStatus(errorId, fault.abortStatus, `fault injected by route ${this.rule.name}`);
   }
 
   /** Counts the request, and its answer's class once it is sent. */
-  count(res: ServerResponse): void {
+  count(res: FrontResponse): void {
     this.stats.requests.inc();
     const time = this.time;
     const start = time ? performance.now() : 0;
@@ -223,7 +223,7 @@ export class RuleEffects {
 }
 
 /** Sets a CORS header on an answer not yet written (`vary` adds Origin to the names there). */
-function setCorsHeader(res: ServerResponse, name: string, value: string): void {
+function setCorsHeader(res: FrontResponse, name: string, value: string): void {
   if (name !== 'vary') return void res.setHeader(name, value);
   const before = res.getHeader('vary');
   const names = before === undefined ? [] : String(before).split(',').map((v) => v.trim());
@@ -354,7 +354,7 @@ export interface RouteActionRequest {
   query: string | undefined;
   errorId: string;
   method?: string;
-  headers?: IncomingMessage['headers'];
+  headers?: FrontRequest['headers'];
 }
 
 function redirectAction(redirect: RedirectSpec, match: MatchSpec, req: RouteActionRequest, effects: RuleEffects): RouteAction {

@@ -11,7 +11,7 @@
  * /stats prints), counted by FrontServer from the status really sent. Requests to these paths
  * are not counted: the front end passes `!isDashboardPath(path)` as FrontServer's `counted`.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -175,7 +175,7 @@ const PAGE_HEADERS = {
   'referrer-policy': 'no-referrer',
 };
 
-function sendAsset(req: IncomingMessage, res: ServerResponse, asset: LoadedAsset, cache: string): void {
+function sendAsset(req: FrontRequest, res: FrontResponse, asset: LoadedAsset, cache: string): void {
   const headers: Record<string, string | number> = { ...PAGE_HEADERS, 'content-type': asset.type, etag: asset.etag, 'cache-control': cache };
   if (req.headers['if-none-match'] === asset.etag) {
     res.writeHead(304, headers);
@@ -186,7 +186,7 @@ function sendAsset(req: IncomingMessage, res: ServerResponse, asset: LoadedAsset
   res.end(asset.body);
 }
 
-function wantsJson(req: IncomingMessage, query: string | undefined): boolean {
+function wantsJson(req: FrontRequest, query: string | undefined): boolean {
   if (query !== undefined && new URLSearchParams(query).get('format') === 'json') return true;
   if (/application\/json/i.test(String(req.headers.accept ?? ''))) return true;
   return /^application\/json/i.test(String(req.headers['content-type'] ?? ''));
@@ -297,7 +297,7 @@ export class Dashboard {
   }
 
   /** Answers a path for which isDashboardPath() is true. Errors are thrown as MeshError. */
-  handle(req: IncomingMessage, res: ServerResponse): void {
+  handle(req: FrontRequest, res: FrontResponse): void {
     req.resume();
     const { path, query } = targetOf(req);
     if (req.method !== 'GET' && req.method !== 'HEAD') {

@@ -20,7 +20,8 @@
  * Host is for another listener than the SNI name), and by none of the gateway's own paths but /_mesh/.
  */
 import { EndpointStats, type EndpointFamily } from '../../base/stats/endpoint-stats.js';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
+import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
@@ -34,7 +35,7 @@ import type { RouteChoice } from '../../edge/routes/table.js';
 import { listenerPorts } from '../../edge/routes/listeners.js';
 import type { ListenerSpec } from '../../edge/routes/file.js';
 import { checkReload, ListenerCertificates, portServerName } from './listeners.js';
-import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase, type FrontServerOptions } from '../../edge/front-server.js';
+import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase, type FrontServerOptions, type Http2Settings } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
 import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
@@ -81,6 +82,11 @@ export interface GatewayOptions {
   routerDebounceMs?: number;
   /** Serve POST /rpc (default true); false: /rpc is a path like any other. */
   enableRpc?: boolean;
+  /**
+   * `--enable_http2`: serve HTTP/2 as well as HTTP/1.1 on the listener (h2 by ALPN with TLS, h2c by
+   * prior knowledge without); `true` with the default bounds, or the bounds (src/edge/front-server.ts).
+   */
+  http2?: boolean | Http2Settings;
   /** Globs over the service names /rpc may call (`*` any run of characters, `?` one); default all. */
   rpcAllow?: string[];
   /** `--rate_limit`: the limiter of the listener (src/base/http/rate-limit.ts); undefined: no limit. */
@@ -90,7 +96,7 @@ export interface GatewayOptions {
   /** Authentication and rules (--auth, --auth_rules; src/edge/auth/). Without: spoofed Mesh-Auth-* headers are still removed. */
   auth?: EdgeAuth;
   /** Called as a request enters each phase of the front server (src/edge/front-server.ts): for tests and debugging. */
-  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  onPhase?: (phase: FrontPhase, req: FrontRequest) => void;
   /** `--routes`: the route file (loaded by the constructor: a bad file throws its RouteFileError). */
   routesFile?: string;
   /** Backend choice of the route file (tests); default Math.random. */
@@ -236,11 +242,12 @@ export class Gateway {
   }
 
   /** A front server of the gateway: its own listener's, or a Gateway port's (with its certificates). */
-  private frontServer(statPrefix: string, route: NonNullable<FrontServerOptions<GatewayRoute>['route']>, tls?: TlsProvider): FrontServer<GatewayRoute> {
+  private frontServer(statPrefix: string, route: NonNullable<FrontServerOptions<GatewayRoute, FrontRequest, FrontResponse>['route']>, tls?: TlsProvider): FrontServer<GatewayRoute, FrontRequest, FrontResponse> {
     const guard = this.guard;
     const dashboard = this.dashboard;
-    const server: FrontServer<GatewayRoute> = new FrontServer<GatewayRoute>({
+    const server: FrontServer<GatewayRoute, FrontRequest, FrontResponse> = new FrontServer<GatewayRoute, FrontRequest, FrontResponse>({
       edge: this.fe.edge,
+      http2: this.options.http2,
       statPrefix,
       errorId: ERROR_ID,
       route,
@@ -268,7 +275,7 @@ export class Gateway {
    * handler's target. No streaming call is served at an own path, nor at /rpc when
    * --enable_rpc=false.
    */
-  private route(req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
+  private route(req: FrontRequest, target: RequestTarget, upgrade: boolean): GatewayRoute {
     const path = target.path;
     if (path === VERSION_PATH) return upgrade ? NONE : ROOT;
     const fromFile = this.routes && !path.startsWith(OWN_PREFIX) ? this.fileRoute(req, target) : undefined;
@@ -288,7 +295,7 @@ export class Gateway {
    * Undefined when no route matches: the request goes where it would without the file. The table
    * is read once here: a reload swaps it for later requests only.
    */
-  private fileRoute(req: IncomingMessage, target: RequestTarget): GatewayRoute | undefined {
+  private fileRoute(req: FrontRequest, target: RequestTarget): GatewayRoute | undefined {
     const choice = this.routes!.table.match({ method: req.method ?? 'GET', host: req.headers.host, path: target.path, query: target.query, headers: req.headers });
     return choice && this.chosen(choice, req, target, this.server.secure);
   }
@@ -297,7 +304,7 @@ export class Gateway {
    * The route phase of a Gateway port (`port` as written): `/_mesh/version`, nothing else under
    * /_mesh/, then the routes of the listener the Host is for (see the module comment).
    */
-  private listenerRoute(port: number, secure: boolean, req: IncomingMessage, target: RequestTarget, upgrade: boolean): GatewayRoute {
+  private listenerRoute(port: number, secure: boolean, req: FrontRequest, target: RequestTarget, upgrade: boolean): GatewayRoute {
     const path = target.path;
     if (path === VERSION_PATH) return upgrade ? NONE : ROOT;
     const listeners = this.routes!.tables.ports.get(port);
@@ -315,7 +322,7 @@ export class Gateway {
   }
 
   /** What a route of the file chose serves the request; `port`: the Gateway listener's (a redirect keeps it). */
-  private chosen(choice: RouteChoice, req: IncomingMessage, target: RequestTarget, secure: boolean, port?: number): GatewayRoute {
+  private chosen(choice: RouteChoice, req: FrontRequest, target: RequestTarget, secure: boolean, port?: number): GatewayRoute {
     const path = target.path;
     const action = routeAction(choice, this.effects!.of(choice), { secure, host: req.headers.host, listenerPort: port, path, query: target.query, errorId: ERROR_ID, method: req.method, headers: req.headers });
     if (action.kind === 'redirect' || action.kind === 'preflight') return action;
@@ -328,7 +335,7 @@ export class Gateway {
   }
 
   /** The `--handler`'s target for a path, or the registry router's (one match), the api handler as the fallback. */
-  private targetRoute(req: IncomingMessage, target: RequestTarget): GatewayRoute {
+  private targetRoute(req: FrontRequest, target: RequestTarget): GatewayRoute {
     const path = target.path;
     const ns = this.namespace;
     switch (this.handler) {
@@ -358,7 +365,7 @@ export class Gateway {
   }
 
   /** What the auth rules see of a request: the service and endpoint its route calls. */
-  private authTarget(req: IncomingMessage, route: GatewayRoute): EdgeTarget {
+  private authTarget(req: FrontRequest, route: GatewayRoute): EdgeTarget {
     const path = targetOf(req).path;
     switch (route.kind) {
       case 'rpc-endpoint':
@@ -445,7 +452,7 @@ export class Gateway {
    * The handle phase. The rpc, api and proxy handlers take the request's context as an argument;
    * every other handler runs inside it (what they call reads the ambient context).
    */
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: GatewayRoute, server: FrontServer<GatewayRoute>): Promise<void> {
+  private async handle(req: FrontRequest, res: FrontResponse, ctx: CallContext, route: GatewayRoute, server: FrontServer<GatewayRoute, FrontRequest, FrontResponse>): Promise<void> {
     const effects = 'policy' in route ? route.policy?.effects : undefined;
     const stat = 'stat' in route ? route.stat : undefined;
     if (stat) {
@@ -498,13 +505,13 @@ export class Gateway {
     }
   }
 
-  private noService(req: IncomingMessage, hint?: string): MeshError {
+  private noService(req: FrontRequest, hint?: string): MeshError {
     const path = targetOf(req).path;
     req.resume();
     return notFound(ERROR_ID, `path ${shown(path)} names no service${hint ? `: ${hint}` : ''}`);
   }
 
-  private root(req: IncomingMessage, res: ServerResponse): void {
+  private root(req: FrontRequest, res: FrontResponse): void {
     req.resume();
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
@@ -518,7 +525,7 @@ export class Gateway {
    * proxy route (once the node answers 101); a stream at an rpc or api path or at /rpc; refused
    * otherwise. Each passes the auth step (and, keyed by subject, the rate limit after it) first.
    */
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: GatewayRoute, server: FrontServer<GatewayRoute>): void {
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer, route: GatewayRoute, server: FrontServer<GatewayRoute, FrontRequest, FrontResponse>): void {
     const path = targetOf(req).path;
     const checked = (target: EdgeTarget, then: () => void) =>
       this.guard.check(req, undefined, target).then(

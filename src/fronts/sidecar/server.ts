@@ -26,6 +26,7 @@
  * `http.sidecar.downstream_rq_host_refused`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest } from '../../base/http/front-types.js';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../../process/runtime.js';
@@ -277,7 +278,7 @@ export class Sidecar {
    * `/rpc/<service>/<method>` with the request's host, headers and query; a match calls the
    * route's backend (whatever its handler) with its version and timeouts.
    */
-  private rpcCallRoute(req: IncomingMessage, service: string, method: string): { service: string; policy: RoutePolicy } | undefined {
+  private rpcCallRoute(req: FrontRequest, service: string, method: string): { service: string; policy: RoutePolicy } | undefined {
     if (!this.routes) return undefined;
     const answer = chooseFileRoute(this.routes.table, this.effects!, this.secure, req, { path: `/rpc/${service}/${method}`, query: targetOf(req).query }, this.fe.errorId);
     if (!answer) return undefined;
