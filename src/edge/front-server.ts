@@ -131,6 +131,11 @@ export interface FrontServerOptions<R = undefined, Req extends FrontRequest = In
    * calling it is no loop), and --cors does not apply to it (its callers are mesh processes).
    */
   mtls?: { workload: WorkloadTls; service: string };
+  /**
+   * HTTP/2 requests that --request_timeout does not bound (a native gRPC call: a stream may stay
+   * open for as long as its own deadline says).
+   */
+  untimed?: (req: Req) => boolean;
   /** Certificates of this listener's own instead of the process's (--enable_tls): a Gateway's HTTPS port. */
   tls?: TlsProvider;
   /**
@@ -642,7 +647,7 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
    */
   private timeStream(req: FrontRequest, res: FrontResponse): NodeJS.Timeout | undefined {
     const ms = this.options.edge.settings.limits.requestTimeoutMs;
-    if (ms <= 0 || req.complete) return undefined;
+    if (ms <= 0 || req.complete || this.options.untimed?.(req as Req)) return undefined;
     const timer = setTimeout(() => {
       if (req.complete) return;
       if (res.writableEnded) {

@@ -150,6 +150,11 @@ export class Runtime {
   /** What this process's calls present: the first workload certificate opened. */
   private callerTls?: WorkloadTls;
 
+  /** The workload certificate this process calls with (--mtls), once opened; undefined before or without. */
+  get callerWorkload(): WorkloadTls | undefined {
+    return this.callerTls;
+  }
+
   constructor(
     readonly options: ResolvedOptions,
     readonly setup: RuntimeOptions,

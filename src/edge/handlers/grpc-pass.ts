@@ -27,11 +27,12 @@ import { MTLS_METADATA_KEY, spiffeIdOf, type WorkloadTls } from '../../base/mtls
 import { spiffeIdentityError } from '../../core/transport/grpc/credentials.js';
 import { leaseWithin } from '../../core/client/budget.js';
 import { MeshError } from '../../base/errors.js';
+import type { Counter, StatsScope, StatsStore } from '../../base/stats/store.js';
 
 const { NGHTTP2_CANCEL, NGHTTP2_FLAG_END_STREAM, HTTP2_HEADER_STATUS, HTTP2_HEADER_PATH, HTTP2_HEADER_AUTHORITY, HTTP2_HEADER_METHOD, HTTP2_HEADER_SCHEME } = http2.constants;
 
 /** gRPC status codes used here. */
-export const GRPC_CODES = { ok: 0, cancelled: 1, unknown: 2, deadline: 4, notFound: 5, unavailable: 14, internal: 13 } as const;
+export const GRPC_CODES = { ok: 0, cancelled: 1, unknown: 2, deadline: 4, notFound: 5, unimplemented: 12, internal: 13, unavailable: 14 } as const;
 
 /** Whether a content type is gRPC's (`application/grpc`, `application/grpc+proto`, ...; not gRPC-Web). */
 export function isGrpcContentType(type: string | undefined): boolean {
@@ -162,8 +163,22 @@ export interface GrpcPassOptions {
   acquireTimeoutMs: number;
   /** The call's end (grpc-timeout, Mesh-Timeout), as a Date.now() time; undefined: none. */
   deadline?: number;
+  /**
+   * The stream is served through node:http2's compatibility response (the front server's), which
+   * sends its own trailers when the stream wants them: the node's are given to it here.
+   */
+  compatTrailers?: (trailers: OutgoingHttpHeaders) => void;
   /** Told once with the call's gRPC status (for stats and access logs). */
   onStatus?: (code: number, host: string | undefined) => void;
+}
+
+/** Runs a write on a stream that the peer may have reset meanwhile (node throws then): the reset already ended the call. */
+function guarded(write: () => void): void {
+  try {
+    write();
+  } catch {
+    // ERR_HTTP2_INVALID_STREAM, ERR_HTTP2_HEADERS_SENT, ERR_HTTP2_TRAILERS_ALREADY_SENT: nothing left to answer.
+  }
 }
 
 /** Answers a call that reached no node: a trailers-only answer with a gRPC status. */
@@ -173,7 +188,7 @@ export function refuseGrpc(stream: ServerHttp2Stream, code: number, message: str
     stream.close(NGHTTP2_CANCEL);
     return;
   }
-  stream.respond({ [HTTP2_HEADER_STATUS]: 200, 'content-type': 'application/grpc', 'grpc-status': String(code), 'grpc-message': encodeGrpcMessage(message) }, { endStream: true });
+  guarded(() => stream.respond({ [HTTP2_HEADER_STATUS]: 200, 'content-type': 'application/grpc', 'grpc-status': String(code), 'grpc-message': encodeGrpcMessage(message) }, { endStream: true }));
   // The client's request body, if any, is not wanted.
   stream.resume();
 }
@@ -287,18 +302,21 @@ export function passGrpcCall(stream: ServerHttp2Stream, headers: IncomingHttpHea
       if (flags & NGHTTP2_FLAG_END_STREAM) {
         // Trailers-only: the status is in these headers.
         status = Number(h['grpc-status'] ?? GRPC_CODES.unknown);
-        stream.respond(out, { endStream: true });
+        guarded(() => stream.respond(out, { endStream: true }));
         return;
       }
-      stream.respond(out, { waitForTrailers: true });
+      guarded(() => stream.respond(out, { waitForTrailers: true }));
     });
+    const compat = options.compatTrailers;
     up.on('trailers', (t: IncomingHttpHeaders) => {
       trailers = answerHeaders(t);
       status = Number(t['grpc-status'] ?? GRPC_CODES.unknown);
+      compat?.(trailers);
     });
-    stream.on('wantTrailers', () => {
-      stream.sendTrailers(trailers ?? { 'grpc-status': String(GRPC_CODES.internal), 'grpc-message': encodeGrpcMessage('the node sent no status') });
-    });
+    const noStatus = { 'grpc-status': String(GRPC_CODES.internal), 'grpc-message': encodeGrpcMessage('the node sent no status') };
+    // node:http2's compatibility response sends the trailers given to it when the stream wants them; a bare stream, these.
+    if (compat) up.once('end', () => trailers === undefined && compat(noStatus));
+    else stream.on('wantTrailers', () => guarded(() => stream.sendTrailers(trailers ?? noStatus)));
     // Messages both ways, with HTTP/2's flow control: pipe() pauses the faster side.
     up.pipe(stream, { end: true });
     stream.pipe(up, { end: true });
@@ -339,4 +357,42 @@ export function passGrpcCall(stream: ServerHttp2Stream, headers: IncomingHttpHea
 export function tlsSocketOf(stream: ServerHttp2Stream): TLSSocket | undefined {
   const socket = stream.session?.socket as TLSSocket | undefined;
   return socket && 'encrypted' in socket ? socket : undefined;
+}
+
+/** Families of gRPC call stats at most (a caller chooses the method names: the rest count as `_other`). */
+const MAX_GRPC_FAMILIES = 200;
+
+/**
+ * The stats of the calls passed through, as Envoy's gRPC stats filter names them:
+ * `cluster.<mesh service>.grpc.<package.Service>.<Method>.total`, `.success` (status 0),
+ * `.failure`, and `.<status code>` per code; past MAX_GRPC_FAMILIES families, `.grpc._other.`.
+ */
+export class GrpcCallStats {
+  private readonly families = new Map<string, { total: Counter; success: Counter; failure: Counter; scope: StatsScope; codes: Map<number, Counter> }>();
+
+  constructor(private readonly stats: StatsStore) {}
+
+  record(service: string, grpcService: string, method: string, code: number): void {
+    let key = `${service}/${grpcService}/${method}`;
+    let family = this.families.get(key);
+    if (!family) {
+      const other = this.families.size >= MAX_GRPC_FAMILIES;
+      if (other) key = `${service}/_other`;
+      family = this.families.get(key);
+      if (!family) {
+        const scope = this.stats.scope(other ? `cluster.${service}.grpc._other.` : `cluster.${service}.grpc.${grpcService}.${method}.`);
+        family = { total: scope.counter('total'), success: scope.counter('success'), failure: scope.counter('failure'), scope, codes: new Map() };
+        this.families.set(key, family);
+      }
+    }
+    family.total.inc();
+    (code === GRPC_CODES.ok ? family.success : family.failure).inc();
+    if (!Number.isInteger(code) || code < 0 || code > 16) return;
+    let counter = family.codes.get(code);
+    if (!counter) {
+      counter = family.scope.counter(String(code));
+      family.codes.set(code, counter);
+    }
+    counter.inc();
+  }
 }
