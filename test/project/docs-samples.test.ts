@@ -576,6 +576,12 @@ const SCENARIOS: Scenario[] = [
     steps: [{ at: "cat > outbound.yaml <<'EOF'", expect: [/^(\{"msg":"Hello Ann from v2"\}){2}$/m] }],
   },
   {
+    file: 'docs/gateway.md',
+    name: 'HTTP/2 by prior knowledge on the gateway',
+    prepare: [commandFrom('docs/routing.md', "cat > routes.yaml <<'EOF'")],
+    steps: [{ at: 'mesh api --enable_http2 --routes=routes.yaml', bg: ['mesh api'], expect: [/^\{"status":"ok"\} 2$/m] }],
+  },
+  {
     file: 'docs/routing.md',
     name: 'Gateway documents: listeners by port and host, a certificate per SNI name, 421',
     running: ['VERSION=v1 npx tsx examples/greeter-version.ts', 'VERSION=v2 npx tsx examples/greeter-version.ts'],
