@@ -119,7 +119,7 @@ export async function startSidecar(plan: SidecarPlan, runtime: Runtime, defaultA
     const workload = await runtime.workloadTls(app?.name ?? CALLER_NAMES.sidecar);
     const admin = await runtime.startAdmin(defaultAdmin);
     const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup), authCallers: config.inbound_auth_callers } : undefined;
-    const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime, { role: 'sidecar', namespace }), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes });
+    const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime, { role: 'sidecar', namespace }), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes, http2: config.enable_http2 });
     let bound;
     try {
       bound = await sidecar.start(address);

@@ -15,7 +15,8 @@ import assert from 'node:assert/strict';
 import { spawnSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { connect as h2connect, type ClientHttp2Session, type OutgoingHttpHeaders } from 'node:http2';
+import type { ClientHttp2Session } from 'node:http2';
+import { overHttp1, overHttp2, session, view, pick, type Answer, type Case } from '../fixtures/h2-client.js';
 import { Runtime } from '../../src/process/runtime.js';
 import { optionsFromFlags } from '../../src/cli/options.js';
 import { parseArgs } from '../../src/cli/flags.js';
@@ -51,21 +52,7 @@ interface Started {
   entered: (pred: (p: FrontPhase, req: FrontRequest) => boolean) => Promise<void>;
 }
 
-interface Answer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: Buffer;
-}
 
-interface Case {
-  name: string;
-  method: string;
-  path: string;
-  headers?: Record<string, string>;
-  body?: string;
-  /** What is compared: the whole body (error JSON bytes), or a part of a backend's answer. */
-  compare?: (a: Answer) => unknown;
-}
 
 const CASES: Case[] = [
   { name: 'a route to a backend', method: 'GET', path: '/only?x=1', compare: (a) => ({ status: a.status, seen: pick(JSON.parse(a.body.toString()), ['method', 'url']) }) },
@@ -92,47 +79,6 @@ const CASES: Case[] = [
   { name: 'a foreign Host (:authority)', method: 'GET', path: '/nope', headers: { host: 'other.example' } },
   { name: 'too many header fields', method: 'GET', path: '/only', headers: Object.fromEntries(Array.from({ length: 120 }, (_, i) => [`x-h${i}`, 'v'])) },
 ];
-
-function pick(o: Record<string, unknown>, keys: string[]): Record<string, unknown> {
-  return Object.fromEntries(keys.map((k) => [k, o[k]]));
-}
-
-/** What a case compares: by default the status, the content type and the body's bytes. */
-function view(c: Case, a: Answer): unknown {
-  return c.compare ? c.compare(a) : { status: a.status, type: a.headers['content-type'], body: a.body.toString() };
-}
-
-async function overHttp1(base: string, c: Case): Promise<Answer> {
-  const res = await http(c.method, `${base}${c.path}`, { headers: c.headers, body: c.body, insecure: true });
-  return { status: res.status, headers: res.headers, body: res.bytes };
-}
-
-/** One request on `session`; `host` goes as :authority (as a browser sends it), the rest as headers. */
-function overHttp2(session: ClientHttp2Session, c: Case): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const { host, ...rest } = c.headers ?? {};
-    const headers: OutgoingHttpHeaders = { ':method': c.method, ':path': c.path, ...rest };
-    if (host) headers[':authority'] = host;
-    if (c.body !== undefined) headers['content-length'] = String(Buffer.byteLength(c.body));
-    const req = session.request(headers);
-    const chunks: Buffer[] = [];
-    let head: Answer['headers'] = {};
-    req.on('response', (h) => (head = h as Answer['headers']));
-    req.on('data', (d: Buffer) => chunks.push(d));
-    // A 413 may come, and the stream be reset with NO_ERROR, before the whole body went out: the answer stands.
-    req.on('close', () => (head[':status'] === undefined ? reject(new Error(`${c.name}: stream closed without an answer (code ${req.rstCode})`)) : resolve({ status: Number(head[':status']), headers: head, body: Buffer.concat(chunks) })));
-    req.on('error', () => undefined);
-    req.end(c.body);
-  });
-}
-
-function session(url: string): Promise<ClientHttp2Session> {
-  return new Promise((resolve, reject) => {
-    const s = h2connect(url, { rejectUnauthorized: false });
-    s.once('connect', () => resolve(s));
-    s.once('error', reject);
-  });
-}
 
 describe('mesh api over HTTP/2 (--enable_http2)', () => {
   const dir = tempDir('mesh-gateway-h2-');

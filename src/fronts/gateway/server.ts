@@ -20,8 +20,7 @@
  * Host is for another listener than the SNI name), and by none of the gateway's own paths but /_mesh/.
  */
 import { EndpointStats, type EndpointFamily } from '../../base/stats/endpoint-stats.js';
-import { isHttp2Request, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
-import type { Http2ServerResponse } from 'node:http2';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -36,11 +35,7 @@ import type { RouteChoice } from '../../edge/routes/table.js';
 import { listenerPorts } from '../../edge/routes/listeners.js';
 import type { ListenerSpec } from '../../edge/routes/file.js';
 import { checkReload, ListenerCertificates, portServerName } from './listeners.js';
-import { GrpcCallStats, GrpcConnections, grpcMethodOf, isGrpcContentType, parseGrpcTimeout, passGrpcCall, refuseGrpc, GRPC_CODES } from '../../edge/handlers/grpc-pass.js';
-import { GrpcServiceNames, MESH_SERVICE_HEADER } from '../../edge/handlers/grpc-names.js';
-import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
-import { meshTimeoutOf } from '../../core/transport/headers.js';
-import { requestInfo } from '../../base/http/access-log.js';
+import { NativeGrpc, type NativeGrpcCall } from '../../edge/handlers/grpc-native.js';
 import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase, type FrontServerOptions, type Http2Settings } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
@@ -133,7 +128,7 @@ export type GatewayRoute =
   /** Over TLS, a Host for another Gateway listener than the SNI name's: 421. */
   | { kind: 'misdirected'; host: string; sni: string }
   /** A native gRPC call over HTTP/2 (`/<package.Service>/<Method>`): passed through to a node unchanged. */
-  | { kind: 'grpc'; grpcService: string; method: string }
+  | NativeGrpcCall
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
   /** A CORS preflight a route's CORS filter answers. */
@@ -177,7 +172,7 @@ export class Gateway {
   /** The servers of the route file's Gateway ports, by the port as written. */
   private readonly portServers = new Map<number, { server: FrontServer<GatewayRoute>; certs?: ListenerCertificates }>();
   /** Native gRPC (HTTP/2 only): the connections to the nodes, the service names, the stats. */
-  private readonly grpc?: { connections: GrpcConnections; names: GrpcServiceNames; stats: GrpcCallStats };
+  private readonly grpc?: NativeGrpc;
   /** The route file's Gateway ports listening: the port as written, the URL it listens on, its listeners. */
   readonly gatewayPorts: Array<{ port: number; url: string; listeners: string[] }> = [];
   /** The Gateway ports and protocols listening (listenerPorts): what a reload may not change. */
@@ -249,8 +244,8 @@ export class Gateway {
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
     if (options.http2) {
-      this.grpc = { connections: new GrpcConnections(() => runtime.callerWorkload), names: new GrpcServiceNames(runtime.registry), stats: new GrpcCallStats(runtime.stats) };
-      runtime.onShutdown(() => this.grpc?.connections.close());
+      this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload);
+      runtime.onShutdown(() => this.grpc?.close());
     }
     this.server = this.frontServer(STAT_PREFIX, (req, target, upgrade) => this.route(req, target, upgrade));
   }
@@ -271,7 +266,7 @@ export class Gateway {
       onPhase: this.options.onPhase,
       closeUpgraded: () => this.streams.close(),
       // A native gRPC call is bounded by its grpc-timeout, not by --request_timeout.
-      untimed: (req) => this.grpc !== undefined && isGrpcContentType(req.headers['content-type']),
+      untimed: (req) => this.grpc?.untimed(req) ?? false,
       counted: (req) => !(dashboard && isDashboardPath(targetOf(req).path)),
       rateLimit: this.options.rateLimit,
       corsMaxAgeSec: this.options.corsMaxAgeSec,
@@ -294,10 +289,8 @@ export class Gateway {
   private route(req: FrontRequest, target: RequestTarget, upgrade: boolean): GatewayRoute {
     const path = target.path;
     if (path === VERSION_PATH) return upgrade ? NONE : ROOT;
-    if (this.grpc && isHttp2Request(req) && isGrpcContentType(req.headers['content-type'])) {
-      const call = grpcMethodOf(path);
-      if (call) return { kind: 'grpc', grpcService: call.service, method: call.method };
-    }
+    const grpc = this.grpc?.route(req, path);
+    if (grpc) return grpc;
     const fromFile = this.routes && !path.startsWith(OWN_PREFIX) ? this.fileRoute(req, target) : undefined;
     const own = (path === '/' && !this.routes) || (this.dashboard !== undefined && isDashboardPath(path));
     if (!fromFile) {
@@ -523,60 +516,8 @@ export class Gateway {
         req.resume();
         throw misdirectedRequest(ERROR_ID, shown(route.host), shown(route.sni));
       case 'grpc':
-        return this.grpcCall(req, res, route);
+        return this.grpc!.handle(req, res, route);
     }
-  }
-
-  /**
-   * A native gRPC call (docs/grpc.md, "Native gRPC through the gateway"): the mesh service named for
-   * it, the auth step for that service and method, then passed through to one of its nodes. Every
-   * refusal is a gRPC status, never error JSON. Resolves when the call's stream closed.
-   */
-  private async grpcCall(req: FrontRequest, res: FrontResponse, route: { grpcService: string; method: string }): Promise<void> {
-    if (!isHttp2Request(req) || !this.grpc) return;
-    const stream = req.stream;
-    const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.once('close', () => resolve())));
-    const grpc = this.grpc;
-    const headers = req.headers;
-    const named = headers[MESH_SERVICE_HEADER];
-    const service = await grpc.names.resolve(route.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined);
-    const endpoint = `${route.grpcService}.${route.method}`;
-    if (!service) {
-      refuseGrpc(stream, GRPC_CODES.unimplemented, `no mesh service serves ${route.grpcService} (register its nodes with grpc_service=${route.grpcService}, or name the service in :authority or mesh-service)`);
-      return closed;
-    }
-    try {
-      await this.fe.authorizeCall?.(req, res, service, endpoint);
-    } catch (err) {
-      const e = err instanceof MeshError ? err : undefined;
-      refuseGrpc(stream, e ? grpcCodeOfHttp(e.code) : GRPC_CODES.internal, e?.detail ?? 'refused');
-      return closed;
-    }
-    let budget = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
-    let meshTimeout: number | undefined;
-    try {
-      meshTimeout = meshTimeoutOf(headers);
-    } catch {
-      meshTimeout = undefined;
-    }
-    if (meshTimeout !== undefined) budget = budget === undefined ? meshTimeout : Math.min(budget, meshTimeout);
-    const info = requestInfo(req);
-    if (info) info.upstreamCluster = service;
-    const edge = this.fe.edge;
-    passGrpcCall(stream, headers, {
-      clusters: edge.clusters,
-      connections: grpc.connections,
-      service,
-      retries: edge.settings.clientRetries,
-      acquireTimeoutMs: edge.settings.clientRequestTimeoutMs,
-      deadline: budget === undefined ? undefined : Date.now() + budget,
-      compatTrailers: (trailers) => (res as Http2ServerResponse).addTrailers(trailers),
-      onStatus: (code, host) => {
-        if (info && host) info.upstreamHost = host;
-        grpc.stats.record(service, route.grpcService, route.method, code);
-      },
-    });
-    return closed;
   }
 
   private noService(req: FrontRequest, hint?: string): MeshError {

@@ -44,7 +44,8 @@
  * `Content-Type: text/plain` or `application/octet-stream`, `Timestamp`, and `Mesh-Publisher`, the
  * connection's id). A subscriber without a queue does not get its own frames back.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { WebSocketServer, type WebSocket, type RawData } from 'ws';
@@ -88,7 +89,7 @@ export function canonicalHeaderMap(header: Record<string, string>): Record<strin
 }
 
 /** The broker message header for a publish request (throws 400 for a bad Timestamp). */
-export function publishHeader(errorId: string, req: IncomingMessage, nowSeconds = Math.floor(Date.now() / 1000)): Record<string, string> {
+export function publishHeader(errorId: string, req: FrontRequest, nowSeconds = Math.floor(Date.now() / 1000)): Record<string, string> {
   const named = requestConnectionNamed(req.headers.connection);
   const header: Record<string, string> = {};
   for (const [name, value] of Object.entries(req.headers)) {
@@ -248,7 +249,7 @@ export class BrokerApi {
   }
 
   /** Plain HTTP requests to /broker: POST publishes; GET without an upgrade is told to upgrade. */
-  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async handle(req: FrontRequest, res: FrontResponse): Promise<void> {
     const fe = this.fe;
     const url = new URL(req.url ?? '/', 'http://sidecar');
     if (req.method === 'GET' || req.method === 'HEAD') {

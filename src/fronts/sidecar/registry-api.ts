@@ -13,7 +13,7 @@
  * The body is read raw, never parsed as a form: a POST sent as `application/x-www-form-urlencoded`
  * (curl -d's default) gets a 415 telling what to send instead of losing its body (micro v1's trap).
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import { badRequest, MeshError, methodNotAllowed, serviceNotFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
 import { isJsonMedia, mediaType } from '../../base/codec/codec.js';
 import { parseJson, stringifyJson } from '../../base/codec/json.js';
@@ -45,7 +45,7 @@ export function parseTtl(errorId: string, params: URLSearchParams): number | und
 }
 
 /** Reads and validates a registration body: JSON declared (or no Content-Type), parsed, per SPEC 2.6. */
-export async function readServiceBody(fe: EdgeHandlerContext, req: IncomingMessage): Promise<Service> {
+export async function readServiceBody(fe: EdgeHandlerContext, req: FrontRequest): Promise<Service> {
   const media = mediaType(req.headers['content-type']);
   if (!isJsonMedia(media)) {
     req.resume();
@@ -77,7 +77,7 @@ function registryFailure(fe: EdgeHandlerContext, what: string, err: unknown): Me
   return serviceUnavailable(fe.errorId, `registry unavailable: ${what} failed: ${(err as Error)?.message ?? String(err)}`);
 }
 
-export async function handleRegistry(fe: EdgeHandlerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleRegistry(fe: EdgeHandlerContext, req: FrontRequest, res: FrontResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://sidecar');
   const method = req.method ?? 'GET';
   const registry = fe.edge.registry;

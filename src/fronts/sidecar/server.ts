@@ -25,8 +25,10 @@
  * src/base/http/host-check.ts (DNS rebinding): a foreign Host gets 403, counted in
  * `http.sidecar.downstream_rq_host_refused`.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { FrontRequest } from '../../base/http/front-types.js';
+import type { IncomingMessage } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
+import type { Http2Settings } from '../../edge/front-server.js';
+import { NativeGrpc, type NativeGrpcCall } from '../../edge/handlers/grpc-native.js';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../../process/runtime.js';
@@ -84,7 +86,7 @@ export interface SidecarOptions {
   /** --sidecar_token: every route but the health path needs `Mesh-Sidecar-Token: <token>`, upgrades included. */
   sidecarToken?: string;
   /** Called as a request enters each phase of the front server (src/edge/front-server.ts): for tests and debugging. */
-  onPhase?: (phase: FrontPhase, req: IncomingMessage) => void;
+  onPhase?: (phase: FrontPhase, req: FrontRequest) => void;
   /**
    * With --mtls and an app: the inbound listener (inbound.ts) the app is registered at instead of
    * its own address. The runtime needs the app's static cluster (inboundCluster).
@@ -94,6 +96,11 @@ export interface SidecarOptions {
   routesFile?: string;
   /** Backend choice of the route file (tests); default Math.random. */
   routesRandom?: () => number;
+  /**
+   * `--enable_http2`: the listener serves HTTP/2 as well as HTTP/1.1 (h2c by prior knowledge, h2
+   * by ALPN with TLS), and native gRPC calls (docs/grpc.md). Not the inbound listener.
+   */
+  http2?: boolean | Http2Settings;
 }
 
 export interface SidecarInboundOptions {
@@ -123,7 +130,9 @@ export type SidecarRoute =
   | { kind: 'no-backend'; route: string; why: string; policy: RoutePolicy }
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
-  | { kind: 'preflight'; headers: Array<[string, string]>; policy: RoutePolicy };
+  | { kind: 'preflight'; headers: Array<[string, string]>; policy: RoutePolicy }
+  /** A native gRPC call over HTTP/2 (--enable_http2): passed through to a node unchanged. */
+  | NativeGrpcCall;
 
 const OWN_ROUTES = new Map<string, SidecarRoute>([
   ['/registry', { kind: 'registry' }],
@@ -135,7 +144,7 @@ const ROOT: SidecarRoute = { kind: 'root' };
 const DASHBOARD: SidecarRoute = { kind: 'dashboard' };
 
 /** True when the request has no Origin, or its Origin is the sidecar's own or allowed by --cors. */
-export function originAllowed(req: IncomingMessage, cors: readonly string[]): boolean {
+export function originAllowed(req: FrontRequest, cors: readonly string[]): boolean {
   const origin = req.headers.origin;
   if (origin === undefined) return true;
   if (cors.includes('*') || cors.includes(origin)) return true;
@@ -154,7 +163,9 @@ export class Sidecar {
   readonly routes?: LiveRoutes;
   /** The route file's rules at work: their stats, faults and filters. */
   private readonly effects?: RouteEffectsCache;
-  private readonly server: FrontServer<SidecarRoute>;
+  private readonly server: FrontServer<SidecarRoute, FrontRequest, FrontResponse>;
+  /** Native gRPC (--enable_http2). */
+  private readonly grpc?: NativeGrpc;
   private readonly broker: BrokerApi;
   private readonly streams: StreamSockets;
   private readonly dashboard?: Dashboard;
@@ -219,8 +230,15 @@ export class Sidecar {
       const authCallers = new Set((options.inbound.authCallers ?? [CALLER_NAMES.gateway]).map((name) => spiffeIdOf(workload.trustDomain, name)));
       this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers });
     }
-    this.server = new FrontServer<SidecarRoute>({
+    if (options.http2) {
+      this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload);
+      runtime.onShutdown(() => this.grpc?.close());
+    }
+    this.server = new FrontServer<SidecarRoute, FrontRequest, FrontResponse>({
       edge,
+      http2: options.http2,
+      // A native gRPC call is bounded by its grpc-timeout, not by --request_timeout.
+      untimed: (req) => this.grpc?.untimed(req) ?? false,
       statPrefix: STAT_PREFIX,
       errorId: SIDECAR_ERROR_ID,
       route: (req, target) => this.route(req, target),
@@ -248,8 +266,10 @@ export class Sidecar {
    * a route file: with one, `/` is the routes'), else the route file's first matching route, else
    * the handler's target.
    */
-  private route(req: IncomingMessage, target: RequestTarget): SidecarRoute {
+  private route(req: FrontRequest, target: RequestTarget): SidecarRoute {
     const path = target.path;
+    const grpc = this.grpc?.route(req, path);
+    if (grpc) return grpc;
     const own = OWN_ROUTES.get(path);
     if (own) return own;
     if (path === '/' && !this.routes) return ROOT;
@@ -264,7 +284,7 @@ export class Sidecar {
    * The route file's answer (the table is read once: a reload swaps it for later requests only):
    * the backend sent by the route's handler (default --handler), or undefined when no route matches.
    */
-  private fileRoute(req: IncomingMessage, target: RequestTarget): SidecarRoute | undefined {
+  private fileRoute(req: FrontRequest, target: RequestTarget): SidecarRoute | undefined {
     const answer = chooseFileRoute(this.routes!.table, this.effects!, this.secure, req, target, this.fe.errorId);
     if (!answer || answer.kind !== 'backend') return answer;
     const handler = answer.handler ?? this.handler;
@@ -289,7 +309,7 @@ export class Sidecar {
   }
 
   /** What the auth rules see of a request: the service (and method) its route calls, or just the path. */
-  private authTarget(req: IncomingMessage, route: SidecarRoute): EdgeTarget {
+  private authTarget(req: FrontRequest, route: SidecarRoute): EdgeTarget {
     const path = targetOf(req).path;
     switch (route.kind) {
       case 'rpc-endpoint':
@@ -355,7 +375,7 @@ export class Sidecar {
   }
 
   /** The 403 of a request whose Host is not this machine's (DNS rebinding), counted; else undefined. */
-  private hostRefusal(req: IncomingMessage): MeshError | undefined {
+  private hostRefusal(req: FrontRequest): MeshError | undefined {
     const verdict = this.hostCheck.check(req.headers.host, req.httpVersion);
     if (verdict === 'allowed') return undefined;
     this.runtime.stats.counter(SIDECAR_HOST_REFUSED_STAT).inc();
@@ -367,7 +387,7 @@ export class Sidecar {
    * The rpc and proxy paths take the request's context as an argument; every other route runs
    * inside it (what it calls reads the ambient context).
    */
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: SidecarRoute): Promise<void> {
+  private async handle(req: FrontRequest, res: FrontResponse, ctx: CallContext, route: SidecarRoute): Promise<void> {
     const fe = this.fe;
     const path = targetOf(req).path;
     const within = <R>(fn: () => R): R => this.runtime.context.within(ctx, fn);
@@ -408,6 +428,8 @@ export class Sidecar {
         return sendRedirect(req, res, route);
       case 'preflight':
         return sendPreflight(req, res, route);
+      case 'grpc':
+        return this.grpc!.handle(req, res, route);
     }
     const method = req.method ?? 'GET';
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {

@@ -1,0 +1,103 @@
+/**
+ * Native gRPC at a front end that serves HTTP/2 (docs/grpc.md, "Native gRPC through the gateway
+ * and the sidecar"): which requests are native gRPC calls (the route phase), and serving one (the
+ * handle phase): the mesh service named for it (./grpc-names.ts), the auth rules for that service
+ * and method, then the call passed through to a node unchanged (./grpc-pass.ts). Every refusal
+ * is a gRPC status, never error JSON. One per front end: the connections to the nodes, the names
+ * and the stats are its own.
+ */
+import type { Http2ServerResponse } from 'node:http2';
+import { isHttp2Request, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
+import { requestInfo } from '../../base/http/access-log.js';
+import { MeshError } from '../../base/errors.js';
+import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
+import { meshTimeoutOf } from '../../core/transport/headers.js';
+import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
+import type { EdgeHandlerContext } from './front-end.js';
+import { GrpcCallStats, GrpcConnections, grpcMethodOf, isGrpcContentType, parseGrpcTimeout, passGrpcCall, refuseGrpc, GRPC_CODES } from './grpc-pass.js';
+import { GrpcServiceNames, MESH_SERVICE_HEADER } from './grpc-names.js';
+
+/** A native gRPC call the route phase found. */
+export interface NativeGrpcCall {
+  kind: 'grpc';
+  grpcService: string;
+  method: string;
+}
+
+export class NativeGrpc {
+  private readonly connections: GrpcConnections;
+  private readonly names: GrpcServiceNames;
+  private readonly stats: GrpcCallStats;
+
+  constructor(
+    private readonly fe: EdgeHandlerContext,
+    workload: () => WorkloadTls | undefined,
+  ) {
+    this.connections = new GrpcConnections(workload);
+    this.names = new GrpcServiceNames(fe.edge.registry);
+    this.stats = new GrpcCallStats(fe.edge.stats);
+  }
+
+  /** True for a request that may be a native gRPC call (its content type): --request_timeout does not bound it. */
+  untimed(req: FrontRequest): boolean {
+    return isHttp2Request(req) && isGrpcContentType(req.headers['content-type']);
+  }
+
+  /** The call an HTTP/2 request of a gRPC content type at `/<package.Service>/<Method>` is; undefined for any other request. */
+  route(req: FrontRequest, path: string): NativeGrpcCall | undefined {
+    if (!this.untimed(req)) return undefined;
+    const call = grpcMethodOf(path);
+    return call && { kind: 'grpc', grpcService: call.service, method: call.method };
+  }
+
+  /** Serves the call; resolves when its stream closed. */
+  async handle(req: FrontRequest, res: FrontResponse, call: NativeGrpcCall): Promise<void> {
+    if (!isHttp2Request(req)) return;
+    const stream = req.stream;
+    const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.once('close', () => resolve())));
+    const headers = req.headers;
+    const named = headers[MESH_SERVICE_HEADER];
+    const service = await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined);
+    if (!service) {
+      refuseGrpc(stream, GRPC_CODES.unimplemented, `no mesh service serves ${call.grpcService} (register its nodes with grpc_service=${call.grpcService}, or name the service in :authority or mesh-service)`);
+      return closed;
+    }
+    try {
+      await this.fe.authorizeCall?.(req, res, service, `${call.grpcService}.${call.method}`);
+    } catch (err) {
+      const e = err instanceof MeshError ? err : undefined;
+      refuseGrpc(stream, e ? grpcCodeOfHttp(e.code) : GRPC_CODES.internal, e?.detail ?? 'refused');
+      return closed;
+    }
+    let budget = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
+    let meshTimeout: number | undefined;
+    try {
+      meshTimeout = meshTimeoutOf(headers);
+    } catch {
+      meshTimeout = undefined; // a malformed Mesh-Timeout: the grpc-timeout alone
+    }
+    if (meshTimeout !== undefined) budget = budget === undefined ? meshTimeout : Math.min(budget, meshTimeout);
+    const info = requestInfo(req);
+    if (info) info.upstreamCluster = service;
+    const edge = this.fe.edge;
+    passGrpcCall(stream, headers, {
+      clusters: edge.clusters,
+      connections: this.connections,
+      service,
+      retries: edge.settings.clientRetries,
+      acquireTimeoutMs: edge.settings.clientRequestTimeoutMs,
+      deadline: budget === undefined ? undefined : Date.now() + budget,
+      compatTrailers: (trailers) => (res as Http2ServerResponse).addTrailers(trailers),
+      onStatus: (code, host) => {
+        if (info && host) info.upstreamHost = host;
+        this.stats.record(service, call.grpcService, call.method, code);
+      },
+    });
+    return closed;
+  }
+
+  /** Closes the connections to the nodes (shutdown): calls in flight finish first. */
+  close(): void {
+    this.connections.close();
+  }
+}
