@@ -18,7 +18,9 @@ import { StatsStore } from '../../src/base/stats/store.js';
 import { Logging } from '../../src/base/util/log.js';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
-import { GrpcConnections, grpcMethodOf, isGrpcContentType, parseGrpcTimeout, formatGrpcTimeout, encodeGrpcMessage, passGrpcCall } from '../../src/edge/handlers/grpc-pass.js';
+import { Readable, Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { GrpcConnections, GrpcMessageLimit, grpcMethodOf, isGrpcContentType, parseGrpcTimeout, formatGrpcTimeout, encodeGrpcMessage, passGrpcCall } from '../../src/edge/handlers/grpc-pass.js';
 import { freePort, ROOT, startProcess, waitFor, type RunningProcess } from '../helpers.js';
 
 const GREETER = join(ROOT, 'test/fixtures/grpc-greeter.ts');
@@ -59,7 +61,7 @@ describe('gRPC passed through to the nodes unchanged', () => {
       // The service by the test's own metadata header; the gateway and sidecar name it from the registry.
       const service = String(headers['x-test-service'] ?? 'go.mesh.srv.greeter');
       const budget = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
-      passGrpcCall(stream, headers, { clusters: cm, connections, service, retries: 2, acquireTimeoutMs: 2000, deadline: budget === undefined ? undefined : Date.now() + budget, onStatus: (code) => statuses.push(code) });
+      passGrpcCall(stream, headers, { clusters: cm, connections, service, retries: 2, acquireTimeoutMs: 2000, maxMessageBytes: 4096, deadline: budget === undefined ? undefined : Date.now() + budget, onStatus: (code) => statuses.push(code) });
     });
     front.listen(0, '127.0.0.1');
     await once(front, 'listening');
@@ -154,6 +156,36 @@ describe('gRPC passed through to the nodes unchanged', () => {
     await once(call, 'data');
     call.cancel();
     await waitFor(() => /cancelled Count cancel-1/.test(a.output() + b.output()), 5000);
+  });
+
+  it('ends a call whose request message is over the size limit RESOURCE_EXHAUSTED, unary or in a stream', async () => {
+    await assert.rejects(unary(client, 'SayHello', { name: 'x'.repeat(5000) }), (e: grpc.ServiceError) => e.code === grpc.status.RESOURCE_EXHAUSTED && /larger than 4096 bytes/.test(e.details));
+    const collected = new Promise<Reply>((resolve, reject) => {
+      const call = client.Collect((e: grpc.ServiceError | null, r: Reply) => (e ? reject(e) : resolve(r)));
+      call.write({ name: 'small' });
+      call.write({ name: 'y'.repeat(10_000) });
+      call.end();
+    });
+    await assert.rejects(collected, (e: grpc.ServiceError) => e.code === grpc.status.RESOURCE_EXHAUSTED);
+    // Just under the limit passes.
+    assert.equal((await unary(client, 'SayHello', { name: 'z'.repeat(4000) })).message.length, 'Hello '.length + 4000);
+  });
+
+  it('reads message prefixes split across chunks, byte by byte', async () => {
+    const message = (n: number) => {
+      const b = Buffer.alloc(5 + n, 1);
+      b[0] = 0;
+      b.writeUInt32BE(n, 1);
+      return b;
+    };
+    const bytes = Buffer.concat([message(10), message(100), message(3), message(200)]);
+    let tooLarge: number | undefined;
+    let passed = 0;
+    const sink = new Writable({ write: (c: Buffer, _e, cb) => ((passed += c.length), cb()) });
+    await pipeline(Readable.from([...bytes].map((b) => Buffer.from([b]))), new GrpcMessageLimit(150, (n) => (tooLarge = n)), sink);
+    assert.equal(tooLarge, 200);
+    // Every byte before the big message's prefix was complete passed; nothing after it.
+    assert.equal(passed, 5 + 10 + 5 + 100 + 5 + 3 + 4);
   });
 
   it('tries another node when one cannot be connected to; answers UNAVAILABLE and NOT_FOUND when none can be', async () => {

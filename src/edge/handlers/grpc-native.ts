@@ -87,6 +87,7 @@ export class NativeGrpc {
       retries: edge.settings.clientRetries,
       acquireTimeoutMs: edge.settings.clientRequestTimeoutMs,
       deadline: budget === undefined ? undefined : Date.now() + budget,
+      maxMessageBytes: this.fe.maxBodyBytes,
       compatTrailers: (trailers) => (res as Http2ServerResponse).addTrailers(trailers),
       onStatus: (code, host) => {
         if (info && host) info.upstreamHost = host;

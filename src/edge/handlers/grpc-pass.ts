@@ -19,6 +19,7 @@
  * says `mtls=true`, its SPIFFE ID checked; under --mtls=strict no plain node is called.
  */
 import * as http2 from 'node:http2';
+import { Transform, type TransformCallback } from 'node:stream';
 import type { ClientHttp2Session, ClientHttp2Stream, IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import type { UpstreamLease, UpstreamTarget, AttemptOutcome } from '../../core/upstream/types.js';
@@ -32,7 +33,7 @@ import type { Counter, StatsScope, StatsStore } from '../../base/stats/store.js'
 const { NGHTTP2_CANCEL, NGHTTP2_FLAG_END_STREAM, HTTP2_HEADER_STATUS, HTTP2_HEADER_PATH, HTTP2_HEADER_AUTHORITY, HTTP2_HEADER_METHOD, HTTP2_HEADER_SCHEME } = http2.constants;
 
 /** gRPC status codes used here. */
-export const GRPC_CODES = { ok: 0, cancelled: 1, unknown: 2, deadline: 4, notFound: 5, unimplemented: 12, internal: 13, unavailable: 14 } as const;
+export const GRPC_CODES = { ok: 0, cancelled: 1, unknown: 2, deadline: 4, notFound: 5, resourceExhausted: 8, unimplemented: 12, internal: 13, unavailable: 14 } as const;
 
 /** Whether a content type is gRPC's (`application/grpc`, `application/grpc+proto`, ...; not gRPC-Web). */
 export function isGrpcContentType(type: string | undefined): boolean {
@@ -168,6 +169,8 @@ export interface GrpcPassOptions {
    * sends its own trailers when the stream wants them: the node's are given to it here.
    */
   compatTrailers?: (trailers: OutgoingHttpHeaders) => void;
+  /** The largest request message passed on (its length prefix says it); a larger one ends the call RESOURCE_EXHAUSTED. */
+  maxMessageBytes?: number;
   /** Told once with the call's gRPC status (for stats and access logs). */
   onStatus?: (code: number, host: string | undefined) => void;
 }
@@ -319,7 +322,15 @@ export function passGrpcCall(stream: ServerHttp2Stream, headers: IncomingHttpHea
     else stream.on('wantTrailers', () => guarded(() => stream.sendTrailers(trailers ?? noStatus)));
     // Messages both ways, with HTTP/2's flow control: pipe() pauses the faster side.
     up.pipe(stream, { end: true });
-    stream.pipe(up, { end: true });
+    if (options.maxMessageBytes === undefined) stream.pipe(up, { end: true });
+    else {
+      const limit = new GrpcMessageLimit(options.maxMessageBytes, (size) => {
+        stream.unpipe(limit);
+        if (!up.closed) up.close(NGHTTP2_CANCEL);
+        fail(GRPC_CODES.resourceExhausted, `a request message of ${size} bytes is larger than ${options.maxMessageBytes} bytes (--max_body_size)`, target.key);
+      });
+      stream.pipe(limit).pipe(up, { end: true });
+    }
     up.once('close', () => {
       const rst = up.rstCode ?? 0;
       if (status !== undefined && rst === 0) {
@@ -357,6 +368,52 @@ export function passGrpcCall(stream: ServerHttp2Stream, headers: IncomingHttpHea
 export function tlsSocketOf(stream: ServerHttp2Stream): TLSSocket | undefined {
   const socket = stream.session?.socket as TLSSocket | undefined;
   return socket && 'encrypted' in socket ? socket : undefined;
+}
+
+/**
+ * Passes a gRPC request stream on unchanged while reading each message's 5-byte prefix (a flag and
+ * a 32-bit length): a message longer than `max` is not passed on; `tooLarge` is told its length.
+ */
+export class GrpcMessageLimit extends Transform {
+  /** Bytes of the current prefix read so far, and of the current message still to come. */
+  private readonly prefix = Buffer.alloc(5);
+  private prefixRead = 0;
+  private bodyLeft = 0;
+  private stopped = false;
+
+  constructor(
+    private readonly max: number,
+    private readonly tooLarge: (size: number) => void,
+  ) {
+    super();
+  }
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    if (this.stopped) return callback();
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.bodyLeft > 0) {
+        const take = Math.min(this.bodyLeft, chunk.length - at);
+        this.bodyLeft -= take;
+        at += take;
+        continue;
+      }
+      const take = Math.min(5 - this.prefixRead, chunk.length - at);
+      chunk.copy(this.prefix, this.prefixRead, at, at + take);
+      this.prefixRead += take;
+      at += take;
+      if (this.prefixRead < 5) break;
+      this.prefixRead = 0;
+      const size = this.prefix.readUInt32BE(1);
+      if (size > this.max) {
+        this.stopped = true;
+        this.tooLarge(size);
+        return callback();
+      }
+      this.bodyLeft = size;
+    }
+    callback(null, chunk);
+  }
 }
 
 /** Families of gRPC call stats at most (a caller chooses the method names: the rest count as `_other`). */
