@@ -28,6 +28,7 @@ const EVENT: TapEvent = {
   duration_ms: 3.1,
   phases: { upstream_ms: 0.4, first_byte_ms: 2.9 },
   route: 'hello-0',
+  grpc_status: null,
   cluster: 'go.mesh.srv.hello',
   host: '10.0.0.7:8080',
   retries: 0,

@@ -35,14 +35,18 @@ function unary(client: any, method: string, request: object, metadata = new grpc
 interface Front {
   port: number;
   admin: string;
+  proc: RunningProcess;
   stop(): Promise<unknown>;
 }
 
+/** Each call's gRPC status in the access log (stdout). */
+const LOG = ['--access_log=stdout', '--access_log_format=grpc=%GRPC_STATUS% cluster=%UPSTREAM_CLUSTER% path=%REQ(:PATH)%'];
+
 const FRONTS: Record<string, (registryDir: string) => Promise<Front>> = {
-  'mesh api': async (registryDir) => startGatewayProcess(registryDir, ['--enable_http2']),
+  'mesh api': async (registryDir) => startGatewayProcess(registryDir, ['--enable_http2', ...LOG]),
   'mesh sidecar': async (registryDir) => {
-    const sc = await startSidecar(registryDir, ['--enable_http2']);
-    return { port: Number(new URL(sc.base).port), admin: sc.admin, stop: () => sc.stop() };
+    const sc = await startSidecar(registryDir, ['--enable_http2', ...LOG]);
+    return { port: Number(new URL(sc.base).port), admin: sc.admin, proc: sc.proc, stop: () => sc.stop() };
   },
 };
 
@@ -143,6 +147,9 @@ for (const [frontName, startFront] of Object.entries(FRONTS)) describe(`native g
     });
     assert.match(stats, /cluster\.go\.mesh\.srv\.greeter\.grpc\.helloworld\.Greeter\.SayHello\.success: [1-9]/);
     assert.match(stats, /cluster\.go\.mesh\.srv\.greeter\.grpc\.helloworld\.Greeter\.Fail\.failure: 1/);
+    await waitFor(() => /^grpc=6 cluster=go\.mesh\.srv\.greeter path=\/helloworld\.Greeter\/Fail$/m.test(gw.proc.output()));
+    assert.match(gw.proc.output(), /^grpc=0 cluster=go\.mesh\.srv\.greeter path=\/helloworld\.Greeter\/SayHello$/m);
+    await waitFor(() => /^grpc=12 cluster=- path=\/pkg\.Nobody\/Call$/m.test(gw.proc.output()));
     assert.match((await http('GET', `${gw.admin}/stats?filter=downstream_cx_http2_total`)).text, /http\.(gateway|sidecar)\.downstream_cx_http2_total: [1-9]/);
   });
 

@@ -57,6 +57,8 @@ export class RequestInfo implements UpstreamInfo {
   firstByteAt?: number;
   /** The name of the route file's rule that served the request (%ROUTE_NAME%). */
   routeName?: string;
+  /** A native gRPC call's status, as the node (or the front end) ended it (%GRPC_STATUS%). */
+  grpcStatus?: number;
   flags = 0;
   bytesReceived = 0;
   bytesSent = 0;
@@ -219,6 +221,8 @@ function operator(name: string, arg: string | undefined): Field | undefined {
       return noArg((e: AccessLogEntry) => e.info.traceId);
     case 'ROUTE_NAME':
       return noArg((e: AccessLogEntry) => e.info.routeName);
+    case 'GRPC_STATUS':
+      return noArg((e: AccessLogEntry) => e.info.grpcStatus);
   }
   return undefined;
 }
@@ -233,7 +237,7 @@ function addressOf(host: string | undefined, port: number | undefined): string |
 export const ACCESS_LOG_OPERATORS = [
   'START_TIME', 'REQ(X)', 'REQ(X?Y)', 'RESP(X)', 'PROTOCOL', 'RESPONSE_CODE', 'RESPONSE_FLAGS', 'BYTES_RECEIVED', 'BYTES_SENT',
   'DURATION', 'UPSTREAM_HOST', 'UPSTREAM_CLUSTER', 'DOWNSTREAM_REMOTE_ADDRESS', 'DOWNSTREAM_LOCAL_ADDRESS', 'TRACE_ID',
-  'ROUTE_NAME',
+  'ROUTE_NAME', 'GRPC_STATUS',
 ];
 
 /** The fields of `--access_log_format=json`, in order: one JSON object per line. */

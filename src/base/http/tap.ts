@@ -49,6 +49,8 @@ export interface TapEvent {
   phases: { upstream_ms: number | null; first_byte_ms: number | null };
   /** The route file's rule that served it. */
   route: string | null;
+  /** A native gRPC call's status (0 OK ... 16); null for any other request. */
+  grpc_status: number | null;
   /** The upstream cluster (service) and host of the last try. */
   cluster: string | null;
   host: string | null;
@@ -176,6 +178,7 @@ export class TapHub {
       duration_ms: round(durationMs),
       phases: { upstream_ms: since(info.upstreamAt), first_byte_ms: since(info.firstByteAt) },
       route: info.routeName ?? null,
+      grpc_status: info.grpcStatus ?? null,
       cluster: info.upstreamCluster ?? null,
       host: info.upstreamHost ?? null,
       retries: Math.max(0, info.tries - 1),

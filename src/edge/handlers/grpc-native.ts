@@ -58,7 +58,9 @@ export class NativeGrpc {
     const headers = req.headers;
     const named = headers[MESH_SERVICE_HEADER];
     const service = await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined);
+    const info = requestInfo(req);
     if (!service) {
+      if (info) info.grpcStatus = GRPC_CODES.unimplemented;
       refuseGrpc(stream, GRPC_CODES.unimplemented, `no mesh service serves ${call.grpcService} (register its nodes with grpc_service=${call.grpcService}, or name the service in :authority or mesh-service)`);
       return closed;
     }
@@ -66,7 +68,9 @@ export class NativeGrpc {
       await this.fe.authorizeCall?.(req, res, service, `${call.grpcService}.${call.method}`);
     } catch (err) {
       const e = err instanceof MeshError ? err : undefined;
-      refuseGrpc(stream, e ? grpcCodeOfHttp(e.code) : GRPC_CODES.internal, e?.detail ?? 'refused');
+      const code = e ? grpcCodeOfHttp(e.code) : GRPC_CODES.internal;
+      if (info) info.grpcStatus = code;
+      refuseGrpc(stream, code, e?.detail ?? 'refused');
       return closed;
     }
     let budget = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
@@ -77,7 +81,6 @@ export class NativeGrpc {
       meshTimeout = undefined; // a malformed Mesh-Timeout: the grpc-timeout alone
     }
     if (meshTimeout !== undefined) budget = budget === undefined ? meshTimeout : Math.min(budget, meshTimeout);
-    const info = requestInfo(req);
     if (info) info.upstreamCluster = service;
     const edge = this.fe.edge;
     passGrpcCall(stream, headers, {
@@ -90,7 +93,10 @@ export class NativeGrpc {
       maxMessageBytes: this.fe.maxBodyBytes,
       compatTrailers: (trailers) => (res as Http2ServerResponse).addTrailers(trailers),
       onStatus: (code, host) => {
-        if (info && host) info.upstreamHost = host;
+        if (info) {
+          if (host) info.upstreamHost = host;
+          info.grpcStatus = code;
+        }
         this.stats.record(service, call.grpcService, call.method, code);
       },
     });
