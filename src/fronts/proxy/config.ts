@@ -56,6 +56,8 @@ export interface ListenerConfig {
   routeFile?: string;
   /** True when a route of this listener names a registry service. */
   usesRegistry: boolean;
+  /** `http2: true`: the listener serves HTTP/2 as well as HTTP/1.1 (h2c by prior knowledge). */
+  http2: boolean;
 }
 
 export interface ProxyConfig {
@@ -239,7 +241,7 @@ function validate(root: unknown, file: string): ProxyConfig {
   const addresses = new Map<string, string>();
   list(top.listeners, ['listeners'], true).forEach((l, i) => {
     const path: Path = ['listeners', i];
-    const obj = map(l, path, ['name', 'address', 'routes', 'route_file'], ['name', 'address']);
+    const obj = map(l, path, ['name', 'address', 'routes', 'route_file', 'http2'], ['name', 'address']);
     if (obj.routes === undefined && obj.route_file === undefined) throw new FieldError([...path, 'routes'], 'required (or route_file)');
     const name = str(obj.name, [...path, 'name']);
     if (!NAME.test(name)) throw new FieldError([...path, 'name'], `"${name}": use letters, digits, _ and - (it names the stats http.<name>.*)`);
@@ -253,7 +255,8 @@ function validate(root: unknown, file: string): ProxyConfig {
     const routes = obj.routes === undefined ? [] : list(obj.routes, [...path, 'routes'], true).map((r, j) => checkRoute(r, [...path, 'routes', j], clusterNames));
     // A route file's backend that is not a cluster of this file is a registry service (and a reload may add one).
     const routeFile = obj.route_file === undefined ? undefined : resolve(dirname(file), str(obj.route_file, [...path, 'route_file']));
-    listeners.push({ name, address: addr, routes, routeFile, usesRegistry: routeFile !== undefined || routes.some((r) => r.service !== undefined) });
+    const http2 = obj.http2 === undefined ? false : bool(obj.http2, [...path, 'http2']);
+    listeners.push({ name, address: addr, routes, routeFile, http2, usesRegistry: routeFile !== undefined || routes.some((r) => r.service !== undefined) });
   });
 
   return { file, adminAddress, listeners, clusters, usesRegistry: listeners.some((l) => l.usesRegistry) };

@@ -9,7 +9,8 @@
  * reloaded on SIGHUP and when it changes: a match goes to its backend (a cluster of the file or a
  * registry service, and a version) with its timeouts, always by the proxy handler.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Runtime } from '../../process/runtime.js';
@@ -90,7 +91,7 @@ interface ListenerState {
 
 export class ProxyListener {
   readonly name: string;
-  private readonly server: FrontServer<ProxyRoute>;
+  private readonly server: FrontServer<ProxyRoute, FrontRequest, FrontResponse>;
   private readonly fe: EdgeHandlerContext;
   private state: ListenerState;
   private listening = false;
@@ -107,8 +108,9 @@ export class ProxyListener {
     this.fe = { edge, namespace: '', errorId: ERROR_ID, maxBodyBytes: edge.settings.maxBodyBytes, mirrors: new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) };
     this.effects = new RouteEffectsCache(runtime.stats);
     this.state = { config, table: routeTable(config), routes: this.liveRoutes(config.routeFile) };
-    this.server = new FrontServer<ProxyRoute>({
+    this.server = new FrontServer<ProxyRoute, FrontRequest, FrontResponse>({
       edge,
+      http2: config.http2,
       statPrefix: config.name,
       errorId: ERROR_ID,
       route: (req, target) => this.routeOf(req, target),
@@ -152,7 +154,7 @@ export class ProxyListener {
   }
 
   /** The route file's first matching route (the table read once), else the first of `routes` matching the path. */
-  private routeOf(req: IncomingMessage, target: RequestTarget): ProxyRoute {
+  private routeOf(req: FrontRequest, target: RequestTarget): ProxyRoute {
     const state = this.state;
     const file = state.routes && chooseFileRoute(state.routes.table, this.effects, this.server.secure, req, target, ERROR_ID);
     if (file) return file;
@@ -201,7 +203,7 @@ export class ProxyListener {
   }
 
   /** The handle phase: the route the route phase found (`route()`), or 404. */
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext, route: ProxyRoute): Promise<void> {
+  private async handle(req: FrontRequest, res: FrontResponse, ctx: CallContext, route: ProxyRoute): Promise<void> {
     const { url, path } = targetOf(req);
     if (!route) {
       req.resume();
@@ -312,6 +314,7 @@ export class Proxy {
     next.listeners.forEach((l, i) => {
       const was = this.listeners[i]!.config.address;
       if (l.address !== was) throw new Error(`${next.file}: listener ${l.name} moves from ${was} to ${l.address}: changing a listener's address needs a restart`);
+      if (l.http2 !== this.listeners[i]!.config.http2) throw new Error(`${next.file}: listener ${l.name} turns http2 ${l.http2 ? 'on' : 'off'}: that needs a restart`);
     });
     if (next.usesRegistry && !this.config.usesRegistry) throw new Error(`${next.file}: a route now names a registry service (or a listener a route_file), and the proxy started without the registry: that needs a restart`);
     return this.listeners.map((l, i) => l.prepare(next.listeners[i]!));
