@@ -229,7 +229,6 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
 
   constructor(given: FrontServerOptions<R, Req, Res>) {
     const options = given as unknown as FrontServerOptions<R, FrontRequest, FrontResponse>;
-    if (options.http2 && options.mtls) throw new Error('FrontServer: http2 is not served on a mutual TLS listener yet');
     this.options = options;
     this.onPhase = options.onPhase;
     const edge = options.edge;
@@ -311,13 +310,17 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
       server = https;
     } else {
       server = createHttpServer(serverOptions, onRequest);
-      const mtls = this.options.mtls;
-      // Before anything else listens for the server's connections (serveMtls takes node:http's own listener).
-      if (mtls) this.stopMtls = serveMtls(server, { workload: mtls.workload, service: mtls.service, stats: edge.stats.scope(httpStatPrefix(this.options.statPrefix)), acceptTimeoutMs: limits.headersTimeoutMs, log: edge.logging.get('http') });
     }
-    // Before anything else listens for the server's connections (dispatch takes node:http's own listener).
     const h2 = this.options.http2 ? this.http2Server(onRequest) : undefined;
+    const mtls = this.options.mtls;
+    const serveMutualTls = () =>
+      mtls && (this.stopMtls = serveMtls(server, { workload: mtls.workload, service: mtls.service, stats: edge.stats.scope(httpStatPrefix(this.options.statPrefix)), acceptTimeoutMs: limits.headersTimeoutMs, log: edge.logging.get('http'), alpn: h2 ? ['h2', 'http/1.1'] : undefined }));
+    // Each takes the one 'connection' listener there is (node:http's own) before anything else
+    // listens: with HTTP/2 on a mutual TLS listener the dispatch first, then serveMtls hands it the
+    // decrypted connections; without, serveMtls first, and the dispatch only counts connections.
+    if (!h2) serveMutualTls();
     this.dispatch(server, h2, tls !== undefined, limits.headersTimeoutMs || limits.requestTimeoutMs);
+    if (h2) serveMutualTls();
     server.on('connection', (socket: Socket) => {
       this.cxTotal.inc();
       this.cxActive.inc();

@@ -2,6 +2,9 @@
  * The server side of mutual TLS between mesh processes: an HTTP server (node:http, listening on
  * its own port as before) made to terminate mTLS with the process's workload certificate.
  *
+ * - The server's one 'connection' listener is the one served: node:http's own, or the front
+ *   server's HTTP/1.1-or-HTTP/2 dispatch (then ALPN offers `h2` too, and the dispatch reads the
+ *   decrypted preface).
  * - Every accepted connection is sniffed: its first byte says which protocol it speaks (a TLS
  *   handshake record starts with 0x16). TLS goes through a TLS server of its own (never
  *   listening) that requires a client certificate and verifies it against the trusted roots;
@@ -57,6 +60,8 @@ export interface MtlsServerOptions {
   /** Bound (ms) on the first byte and the TLS handshake: the server's header timeout. */
   acceptTimeoutMs: number;
   log?: Logger;
+  /** The protocols offered by ALPN (`['h2', 'http/1.1']` on a listener that serves HTTP/2); none: no ALPN. */
+  alpn?: string[];
 }
 
 /**
@@ -79,7 +84,7 @@ export function serveMtls(server: Server, options: MtlsServerOptions): () => voi
   server.removeListener('connection', serve);
   const acceptTimeoutMs = options.acceptTimeoutMs > 0 ? options.acceptTimeoutMs : DEFAULT_ACCEPT_TIMEOUT_MS;
 
-  const tls = createTlsServer({ requestCert: true, rejectUnauthorized: true, handshakeTimeout: acceptTimeoutMs });
+  const tls = createTlsServer({ requestCert: true, rejectUnauthorized: true, handshakeTimeout: acceptTimeoutMs, ...(options.alpn ? { ALPNProtocols: options.alpn } : {}) });
   // The workload's certificate, key and roots; again after each renewal (or change of roots), for
   // the next handshakes. The ticket keys are kept, so a session made before a renewal resumes
   // after it; tls.Server gives the context its session id context (without one, a server that

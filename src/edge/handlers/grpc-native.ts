@@ -29,9 +29,14 @@ export class NativeGrpc {
   private readonly names: GrpcServiceNames;
   private readonly stats: GrpcCallStats;
 
+  /**
+   * `serviceOf`: the one service every call goes to (the sidecar's inbound listener: its app's
+   * static cluster), else each call's is looked up (./grpc-names.ts).
+   */
   constructor(
     private readonly fe: EdgeHandlerContext,
     workload: () => WorkloadTls | undefined,
+    private readonly serviceOf?: () => string,
   ) {
     this.connections = new GrpcConnections(workload);
     this.names = new GrpcServiceNames(fe.edge.registry);
@@ -57,7 +62,7 @@ export class NativeGrpc {
     const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.once('close', () => resolve())));
     const headers = req.headers;
     const named = headers[MESH_SERVICE_HEADER];
-    const service = await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined);
+    const service = this.serviceOf?.() ?? (await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined));
     const info = requestInfo(req);
     if (!service) {
       if (info) info.grpcStatus = GRPC_CODES.unimplemented;
@@ -101,6 +106,15 @@ export class NativeGrpc {
       },
     });
     return closed;
+  }
+
+  /** Answers a call refused before it was looked at (authorization): its gRPC status. */
+  refuse(req: FrontRequest, err: MeshError): void {
+    if (!isHttp2Request(req)) return;
+    const info = requestInfo(req);
+    const code = grpcCodeOfHttp(err.code);
+    if (info) info.grpcStatus = code;
+    refuseGrpc(req.stream, code, err.detail);
   }
 
   /** Closes the connections to the nodes (shutdown): calls in flight finish first. */

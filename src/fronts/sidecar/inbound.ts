@@ -20,7 +20,10 @@
  *   bounded by --max_body_size and --client_request_timeout, through the static cluster
  *   `inbound|<app name>` (its stats are `cluster.inbound|<app name>.*`).
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import { isHttp2Request, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
+import { NativeGrpc } from '../../edge/handlers/grpc-native.js';
+import type { Http2Settings } from '../../edge/front-server.js';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../../process/runtime.js';
@@ -66,11 +69,18 @@ export interface InboundOptions {
    * the app (the gateway's by default); every other caller's, a plain caller's included, are removed.
    */
   authCallers: ReadonlySet<string>;
+  /**
+   * The sidecar's --enable_http2: the listener serves HTTP/2 too (h2 by ALPN over mutual TLS, h2c
+   * in permissive mode), and a native gRPC call is passed through to the app unchanged.
+   */
+  http2?: boolean | Http2Settings;
 }
 
 export class SidecarInbound {
   private readonly fe: EdgeHandlerContext;
-  private readonly server: FrontServer;
+  private readonly server: FrontServer<undefined, FrontRequest, FrontResponse>;
+  /** Native gRPC to the app (--enable_http2). */
+  private readonly grpc?: NativeGrpc;
   private readonly cluster: string;
   /** The SPIFFE ID of each TLS connection's caller (undefined: none), read once per connection. */
   private readonly peers = new WeakMap<object, string | undefined>();
@@ -82,15 +92,19 @@ export class SidecarInbound {
     this.cluster = inboundClusterName(options.app);
     const edge = edgeContext(runtime);
     this.fe = { edge, namespace: '', errorId: ERROR_IDS.sidecar, maxBodyBytes: edge.settings.maxBodyBytes };
-    this.server = new FrontServer({
+    // The app is called plain (h2c): it is on this machine, and the mutual TLS ends here.
+    if (options.http2) this.grpc = new NativeGrpc(this.fe, () => undefined, () => this.cluster);
+    this.server = new FrontServer<undefined, FrontRequest, FrontResponse>({
       edge,
+      http2: options.http2,
+      untimed: (req) => this.grpc?.untimed(req) ?? false,
       statPrefix: INBOUND_STAT_PREFIX,
       errorId: ERROR_IDS.sidecar,
       mtls: { workload: options.workload, service: options.app },
       handle: (req, res, ctx) => this.handle(req, res, ctx),
       upgrade: (req, socket, head) => this.upgrade(req, socket, head),
       trustsAuthHeaders: (req) => {
-        const peer = this.peerOf(req.socket);
+        const peer = this.peerOf(connectionOf(req));
         return peer !== undefined && options.authCallers.has(peer);
       },
       // Nothing before the handler reads the ambient context.
@@ -107,8 +121,8 @@ export class SidecarInbound {
   }
 
   /** The authz verdict, then the caller's identity in place of any the request came with: a denial to answer, or undefined. */
-  private admit(req: IncomingMessage): { denied?: MeshError; encrypted: boolean } {
-    const socket = req.socket;
+  private admit(req: FrontRequest): { denied?: MeshError; encrypted: boolean } {
+    const socket = connectionOf(req);
     const encrypted = (socket as { encrypted?: boolean }).encrypted === true;
     const peer = this.peerOf(socket);
     const endpoint = req.headers[HEADER_ENDPOINT];
@@ -128,12 +142,15 @@ export class SidecarInbound {
     return peer;
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse, ctx: CallContext): Promise<void> {
+  private async handle(req: FrontRequest, res: FrontResponse, ctx: CallContext): Promise<void> {
+    const grpc = this.grpc?.route(req, req.url ?? '');
     const { denied, encrypted } = this.admit(req);
     if (denied) {
       req.resume();
+      if (grpc) return this.grpc!.refuse(req, denied);
       throw denied;
     }
+    if (grpc) return this.grpc!.handle(req, res, grpc);
     return handleProxy(this.fe, this.cluster, encrypted, req, res, ctx);
   }
 
@@ -142,4 +159,9 @@ export class SidecarInbound {
     if (denied) return refuseSocket(socket, denied, this.fe.errorId);
     handleProxyUpgrade(this.fe, this.cluster, encrypted, req, socket, head);
   }
+}
+
+/** The connection a request came on (for HTTP/2, its session's socket: the TLS socket with the peer's certificate). */
+function connectionOf(req: FrontRequest): object {
+  return isHttp2Request(req) ? (req.stream.session?.socket ?? req.socket) : req.socket;
 }

@@ -228,7 +228,7 @@ export class Sidecar {
       this.inboundOptions = options.inbound;
       const workload = options.inbound.workload;
       const authCallers = new Set((options.inbound.authCallers ?? [CALLER_NAMES.gateway]).map((name) => spiffeIdOf(workload.trustDomain, name)));
-      this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers });
+      this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers, http2: options.http2 });
     }
     if (options.http2) {
       this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload);
