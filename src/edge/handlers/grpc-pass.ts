@@ -238,8 +238,13 @@ export function passGrpcCall(stream: ServerHttp2Stream, headers: IncomingHttpHea
     const clusters = options.clusters;
     const acquireOptions = { exclude: tried, retry, afterConnectFailure: retry };
     const waitUntil = deadline ?? Date.now() + options.acquireTimeoutMs;
-    const now = clusters.acquireNow(options.service, acquireOptions);
-    const leased = now ? Promise.resolve(now) : leaseWithin(clusters.acquire(options.service, acquireOptions), waitUntil);
+    let leased: Promise<UpstreamLease | undefined>;
+    try {
+      const now = clusters.acquireNow(options.service, acquireOptions);
+      leased = now ? Promise.resolve(now) : leaseWithin(clusters.acquire(options.service, acquireOptions), waitUntil);
+    } catch (err) {
+      leased = Promise.reject(err);
+    }
     leased.then(
       (lease) => (lease ? send(lease) : fail(GRPC_CODES.unavailable, `${options.service}: no node answered in time`)),
       (err: unknown) => {
