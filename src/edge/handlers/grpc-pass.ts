@@ -20,6 +20,7 @@
  */
 import * as http2 from 'node:http2';
 import { Transform, type TransformCallback } from 'node:stream';
+import { CONNECTION_SPECIFIC } from '../../base/http/front-types.js';
 import type { ClientHttp2Session, ClientHttp2Stream, IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import type { UpstreamLease, UpstreamTarget, AttemptOutcome } from '../../core/upstream/types.js';
@@ -62,8 +63,11 @@ export function formatGrpcTimeout(ms: number): string {
   return `${Math.max(1, Math.min(99_999_999, Math.ceil(ms)))}m`;
 }
 
-/** Headers that never cross an HTTP/2 hop (RFC 9113 8.2.2) or that this hop writes itself. */
-const NOT_FORWARDED = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'host', 'grpc-timeout', 'mesh-timeout', 'http2-settings']);
+/**
+ * Headers that never cross an HTTP/2 hop (RFC 9113 8.2.2), but `te: trailers`, which gRPC
+ * requires, or that this hop writes itself (Host is `:authority`; the budget is re-encoded).
+ */
+const NOT_FORWARDED: ReadonlySet<string> = new Set([...[...CONNECTION_SPECIFIC].filter((h) => h !== 'te'), 'host', 'grpc-timeout', 'mesh-timeout']);
 
 /** The request's headers for the node: its metadata as sent, the pseudo-headers this hop's. */
 function requestHeaders(headers: IncomingHttpHeaders, path: string, authority: string, timeoutMs: number | undefined): OutgoingHttpHeaders {
