@@ -27,6 +27,18 @@ function rpcOpenToAll(allow: readonly string[] | undefined): boolean {
   return allow === undefined || allow.length === 0 || allow.includes('*');
 }
 
+/**
+ * The gateway's warning at start (`mesh api` and `mesh dev`): POST /rpc may call every service
+ * and the gateway listens beyond loopback. Said once (by the only process, or the first worker).
+ */
+export function warnRpcOpenToAll(runtime: Runtime, config: ParsedArgs['config'], bound: { address: string; port: number }): void {
+  if (!config.enable_rpc || !rpcOpenToAll(config.rpc_allow) || isLoopback(bound.address)) return;
+  runtime.logging.get('gateway').warn(
+    { address: formatAddress(bound.address, bound.port) },
+    'POST /rpc may call every service and the gateway listens beyond loopback: list the services it may call with --rpc_allow (or --enable_rpc=false)',
+  );
+}
+
 export async function runApi(args: ParsedArgs): Promise<number> {
   checkGatewayFlags(args);
   const config = args.config;
@@ -63,13 +75,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
     });
     const admin = await runtime.startAdmin(API_ADMIN_ADDRESS);
     const bound = await gateway.start();
-    // Said once (by the only process, or the first worker): /rpc reaches every service from outside this machine.
-    if ((worker?.index ?? 0) === 0 && config.enable_rpc && rpcOpenToAll(config.rpc_allow) && !isLoopback(bound.address)) {
-      runtime.logging.get('gateway').warn(
-        { address: formatAddress(bound.address, bound.port) },
-        'POST /rpc may call every service and the gateway listens beyond loopback: list the services it may call with --rpc_allow (or --enable_rpc=false)',
-      );
-    }
+    if ((worker?.index ?? 0) === 0) warnRpcOpenToAll(runtime, config, bound);
     const scheme = tlsEnabled(runtime.options) ? 'https' : 'http';
     const lines = [
       `mesh api listening on ${scheme}://${formatAddress(bound.address, bound.port)} (namespace ${gateway.namespace}, ${describeHandler(gateway.handler)}${gateway.routes ? `, ${gateway.routes.routes.length} route${gateway.routes.routes.length === 1 ? '' : 's'} from ${config.routes}` : ''})`,

@@ -13,6 +13,7 @@ import { errorMessage } from '../base/util/option-error.js';
 import { defaultCaDir } from '../tls/workload/index.js';
 import type { ResolvedOptions } from '../process/options.js';
 import { parseGatewayPorts } from '../fronts/gateway/listeners.js';
+import { warnRpcOpenToAll } from './api.js';
 
 /** The banner's line on mutual TLS: the mode, where the certificates come from, how to change it. */
 export function mtlsLine(o: Pick<ResolvedOptions, 'mtls' | 'caDir' | 'meshHome' | 'mtlsCertFile'>): string {
@@ -58,6 +59,7 @@ export async function runDev(args: ParsedArgs): Promise<number> {
     await backend.start();
     await api.start();
     const bound = await gateway.start();
+    warnRpcOpenToAll(runtime, config, bound);
     const gatewayHost = isWildcard(bound.address) ? 'localhost' : bound.address;
     const gatewayUrl = `${tlsEnabled(runtime.options) ? 'https' : 'http'}://${formatAddress(gatewayHost, bound.port)}`;
 

@@ -1,6 +1,7 @@
 /**
- * `mesh api` says at start, in one log line naming --rpc_allow, when POST /rpc may call every
- * service and the gateway listens beyond loopback; not on loopback, nor with --rpc_allow set.
+ * `mesh api` (and `mesh dev`, whose gateway is the same) says at start, in one log line naming
+ * --rpc_allow, when POST /rpc may call every service and the gateway listens beyond loopback; not
+ * on loopback, nor with --rpc_allow set.
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -25,6 +26,14 @@ describe('the gateway warns when /rpc is open to every service on a non-loopback
     const warnings = lines.filter((l) => l.includes('--rpc_allow')).map((l) => JSON.parse(l) as Record<string, unknown>);
     assert.equal(warnings.length, 1, lines.join('\n'));
     assert.deepEqual({ level: warnings[0]!.level, subsystem: warnings[0]!.subsystem, address: warnings[0]!.address, msg: warnings[0]!.msg }, { level: 'warning', subsystem: 'gateway', address: `0.0.0.0:${port}`, msg: WARNING });
+  });
+
+  it('mesh dev on 0.0.0.0 says the same', async () => {
+    const dev = startProcess(['dev', '--address=0.0.0.0:0', '--admin_address=off', '--sidecar_address=127.0.0.1:0', '--mtls=off', `--registry_address=${tmp.path}`, '--log_format=json', '--log_level=info', '--drain_delay=0s']);
+    const port = String(await dev.waitForPort(/listening on 0\.0\.0\.0:(\d+)/, 30_000));
+    assert.equal(await dev.stop(), 0);
+    const warnings = dev.output().split('\n').filter((l) => l.includes('--rpc_allow')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.deepEqual(warnings.map((w) => [w.level, w.address, w.msg]), [['warning', `0.0.0.0:${port}`, WARNING]]);
   });
 
   it('no warning on loopback, nor with --rpc_allow, nor with --enable_rpc=false', async () => {
