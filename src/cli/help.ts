@@ -74,7 +74,7 @@ export const COMMANDS: CommandInfo[] = [
   {
     name: 'register',
     args: 'service JSON',
-    summary: 'register a service ({"Name":..,"Nodes":[{"Id","Address","Port"}]})',
+    summary: 'register a service ({"Name": .., "Nodes": [{"Id", "Address", "Port"}]})',
     details: ['With --register_ttl the nodes expire unless registered again within it; without it they stay until deregistered.'],
     defaults: { register_ttl: 'none' },
     subcommands: ['service'],
@@ -202,6 +202,30 @@ export function flagChoices(name: string, command?: CommandName): readonly strin
   return spec.choices;
 }
 
+/** The width help is written for: a line longer than this is wrapped at a space. */
+export const HELP_WIDTH = 100;
+
+/**
+ * `text` as lines of at most HELP_WIDTH columns: the first starts with `first` (padded to
+ * `indent`), the next ones with `indent` spaces. A word longer than a line stays whole.
+ */
+function wrap(first: string, indent: number, text: string): string[] {
+  const lines: string[] = [];
+  let line = first.padEnd(indent);
+  let empty = true;
+  for (const word of text.split(' ')) {
+    if (!empty && line.length + 1 + word.length > HELP_WIDTH) {
+      lines.push(line);
+      line = ''.padEnd(indent);
+      empty = true;
+    }
+    line += empty ? word : ` ${word}`;
+    empty = false;
+  }
+  lines.push(line);
+  return lines;
+}
+
 function flagLine(name: string, command?: CommandName): string[] {
   const spec = (FLAG_SPECS as Record<string, Spec>)[name]!;
   const info = command ? findCommand(command) : undefined;
@@ -211,8 +235,8 @@ function flagLine(name: string, command?: CommandName): string[] {
   const choices = spec.type === 'bool' ? undefined : flagChoices(name, command);
   if (choices) text += `; one of ${choices.join(', ')}`;
   if (!command) text += ` [${flagHelp(name).commands.join(' ')}]`;
-  if (head.length <= 34) return [`${head.padEnd(35)}${text}`];
-  return [head, `${''.padEnd(35)}${text}`];
+  if (head.length <= 34) return wrap(head, 35, text);
+  return [head, ...wrap('', 35, text)];
 }
 
 function groupedFlags(names: string[], command?: CommandName): string[] {
@@ -226,12 +250,11 @@ function groupedFlags(names: string[], command?: CommandName): string[] {
   return lines;
 }
 
-const FLAG_SYNTAX = [
-  'Flags go before or after the command, as --name=value or --name value (booleans: --name, --name=false);',
-  '--name-with-dashes works too. Each flag can also be set in the environment as MESH_<NAME>',
-  '(MESH_LOG_LEVEL=debug); the command line wins. A command refuses a flag it does not use',
-  '(exit 2); a MESH_<NAME> variable it does not use is ignored.',
-];
+const FLAG_SYNTAX = wrap(
+  '',
+  0,
+  'Flags go before or after the command, as --name=value or --name value (booleans: --name, --name=false); --name-with-dashes works too. Each flag can also be set in the environment as MESH_<NAME> (MESH_LOG_LEVEL=debug); the command line wins. A command refuses a flag it does not use (exit 2); a MESH_<NAME> variable it does not use is ignored.',
+);
 
 /** `mesh --help`, `mesh help`: the commands, one line each, the global flags in short. */
 export function mainHelp(): string {
@@ -244,7 +267,7 @@ export function mainHelp(): string {
     'usage: mesh <command> [flags]',
     '',
     'commands:',
-    ...COMMANDS.map((c) => `  ${usage(c).padEnd(width)} ${c.summary}`),
+    ...COMMANDS.flatMap((c) => wrap(`  ${usage(c)}`, width + 3, c.summary)),
     '',
     'global flags (every command that talks to the mesh):',
     ...globals.map((n) => {
@@ -256,19 +279,19 @@ export function mainHelp(): string {
     '',
     ...FLAG_SYNTAX,
     '',
-    "Run 'mesh <command> --help' (or 'mesh help <command>') for the flags of a command, 'mesh help flags' for every flag.",
+    ...wrap('', 0, "Run 'mesh <command> --help' (or 'mesh help <command>') for the flags of a command, 'mesh help flags' for every flag."),
   ];
   return lines.join('\n') + '\n';
 }
 
 /** `mesh <command> --help`: usage, what it does, its flags grouped. */
 export function commandHelp(command: CommandInfo): string {
-  const lines = [`usage: mesh ${command.name}${command.args ? ` ${command.args}` : ''}${TAKES_FLAGS.has(command.name) ? ' [flags]' : ''}`, '', command.summary];
-  if (command.details) lines.push(...command.details);
+  const lines = [`usage: mesh ${command.name}${command.args ? ` ${command.args}` : ''}${TAKES_FLAGS.has(command.name) ? ' [flags]' : ''}`, '', ...wrap('', 0, command.summary)];
+  if (command.details) lines.push(...command.details.flatMap((d) => wrap('', 0, d)));
   const flags = commandFlags(command.name);
   if (flags.length > 0) {
     lines.push('', ...FLAG_SYNTAX, ...groupedFlags(flags, command.name));
-    lines.push('', `Other flags are refused ('mesh help flags' lists them all, with the commands that use each).`);
+    lines.push('', ...wrap('', 0, `Other flags are refused ('mesh help flags' lists them all, with the commands that use each).`));
   }
   return lines.join('\n') + '\n';
 }

@@ -19,6 +19,8 @@ import { API_ADMIN_ADDRESS } from '../../src/cli/api.js';
 
 const home = tempDir();
 const env = { MESH_REGISTRY_ADDRESS: home.path };
+/** Help as one line per flag: a flag's help wrapped at 100 columns goes on under its start (35 spaces). */
+const unwrapped = (text: string) => text.replace(/\n {35}(?=\S)/g, ' ');
 after(() => home.cleanup());
 
 describe('help metadata', () => {
@@ -115,14 +117,24 @@ describe('parser', () => {
   });
 });
 
+describe('help fits a 100-column terminal', () => {
+  it('no line of mesh --help, a command\'s help or mesh help flags is wider than 100 columns', async () => {
+    for (const args of [['--help'], ['help', 'flags'], ...COMMANDS.map((c) => [c.name, '--help'])]) {
+      const r = await runCli(args, env);
+      const wide = r.stdout.split('\n').filter((l) => l.length > 100);
+      assert.deepEqual(wide, [], `mesh ${args.join(' ')}`);
+    }
+  });
+});
+
 describe('mesh help and version (real processes)', () => {
   it('mesh --help: the commands one line each, the global flags, how to get a command help; -h, help are the same', async () => {
     const r = await runCli(['--help'], env);
     assert.equal(r.code, 0, r.stderr);
-    for (const c of COMMANDS) assert.match(r.stdout, new RegExp(`^  ${c.name}\\b.*${c.summary.slice(0, 20).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`, 'm'));
-    assert.match(r.stdout, /global flags/);
-    assert.match(r.stdout, /^  --registry +local\|memory\|etcd \(default local\)$/m);
-    assert.match(r.stdout, /mesh <command> --help/);
+    for (const c of COMMANDS) assert.match(unwrapped(r.stdout), new RegExp(`^  ${c.name}\\b.*${c.summary.slice(0, 20).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`, 'm'));
+    assert.match(unwrapped(r.stdout), /global flags/);
+    assert.match(unwrapped(r.stdout), /^  --registry +local\|memory\|etcd \(default local\)$/m);
+    assert.match(unwrapped(r.stdout), /mesh <command> --help/);
     assert.ok(!r.stdout.includes('--server_name'), 'no command-specific flags in the main help');
     for (const args of [['-h'], ['help']]) {
       const s = await runCli(args, env);
@@ -137,29 +149,29 @@ describe('mesh help and version (real processes)', () => {
     assert.equal(api.code, 0);
     assert.equal(sidecar.code, 0);
     assert.notEqual(api.stdout, sidecar.stdout);
-    assert.match(api.stdout, /^usage: mesh api \[flags\]$/m);
-    assert.match(api.stdout, /^  --handler string +gateway\/sidecar handler; one of api, rpc, proxy, event$/m);
-    assert.match(api.stdout, /^  --lb_policy string +load balancing \(default round_robin\); one of round_robin, random, least_request$/m);
-    assert.match(api.stdout, /^  --address string +.*\(default :8080\)$/m);
-    assert.match(sidecar.stdout, /^  --handler string +gateway\/sidecar handler \(default rpc\); one of rpc, proxy$/m);
-    assert.match(sidecar.stdout, /^  --address string +.*\(default 127\.0\.0\.1:8081\)$/m);
-    assert.match(sidecar.stdout, /--server_name/);
+    assert.match(unwrapped(api.stdout), /^usage: mesh api \[flags\]$/m);
+    assert.match(unwrapped(api.stdout), /^  --handler string +gateway\/sidecar handler; one of api, rpc, proxy, event$/m);
+    assert.match(unwrapped(api.stdout), /^  --lb_policy string +load balancing \(default round_robin\); one of round_robin, random, least_request$/m);
+    assert.match(unwrapped(api.stdout), /^  --address string +.*\(default :8080\)$/m);
+    assert.match(unwrapped(sidecar.stdout), /^  --handler string +gateway\/sidecar handler \(default rpc\); one of rpc, proxy$/m);
+    assert.match(unwrapped(sidecar.stdout), /^  --address string +.*\(default 127\.0\.0\.1:8081\)$/m);
+    assert.match(unwrapped(sidecar.stdout), /--server_name/);
     assert.ok(!api.stdout.includes('--server_name') && !api.stdout.includes('--queue') && !api.stdout.includes('--proxy_address'));
     const headings = [...api.stdout.matchAll(/^([A-Za-z][^:\n]*):$/gm)].map((m) => m[1]);
     assert.deepEqual(headings, ['api', 'listen', 'registry', 'broker', 'client (outbound calls)', 'TLS and ACME', 'identity and mutual TLS', 'admin interface', 'authentication and authorization', 'limits and drain', 'logging']);
     const list = await runCli(['help', 'list'], env);
     assert.equal(list.code, 0);
-    assert.match(list.stdout, /--proxy_address/);
-    assert.match(list.stdout, /--output string +text or json \(default text\); one of text, json/);
+    assert.match(unwrapped(list.stdout), /--proxy_address/);
+    assert.match(unwrapped(list.stdout), /--output string +text or json \(default text\); one of text, json/);
     assert.ok(!list.stdout.includes('--tls_cert_file') && !list.stdout.includes('--drain_timeout'));
     assert.equal(commandHelp(findCommand('list')!), list.stdout);
     assert.ok(!list.stdout.includes('--stream'));
     const call = await runCli(['help', 'call'], env);
-    assert.match(call.stdout, /--stream string +call: a streaming call of this kind instead of a unary call;.*; one of server, client, bidi/);
+    assert.match(unwrapped(call.stdout), /--stream string +call: a streaming call of this kind instead of a unary call;.*; one of server, client, bidi/);
     const flags = await runCli(['help', 'flags'], env);
-    for (const name of Object.keys(FLAG_SPECS)) assert.match(flags.stdout, new RegExp(`^  --${name}\\b`, 'm'));
+    for (const name of Object.keys(FLAG_SPECS)) assert.match(unwrapped(flags.stdout), new RegExp(`^  --${name}\\b`, 'm'));
     // A command's own default (--mtls: strict for dev, permissive for call and health) in its help; all of them in help flags.
-    const mtlsDefault = (out: string) => /^  --mtls string +.*\(default ([^)]*)\)/m.exec(out)?.[1];
+    const mtlsDefault = (out: string) => /^  --mtls string +.*\(default ([^)]*)\)/m.exec(unwrapped(out))?.[1];
     assert.equal(mtlsDefault(call.stdout), 'permissive');
     assert.equal(mtlsDefault((await runCli(['help', 'dev'], env)).stdout), 'strict');
     assert.equal(mtlsDefault((await runCli(['help', 'api'], env)).stdout), 'off');
@@ -170,7 +182,7 @@ describe('mesh help and version (real processes)', () => {
     for (const args of [['version'], ['-v'], ['--version'], ['api', '--version']]) {
       const r = await runCli(args, env);
       assert.equal(r.code, 0, `${args}: ${r.stderr}`);
-      assert.match(r.stdout, /^mesh \d+\.\d+\.\d+\n$/);
+      assert.match(unwrapped(r.stdout), /^mesh \d+\.\d+\.\d+\n$/);
     }
   });
 
