@@ -32,7 +32,7 @@ const manifests = loadManifests();
 const dockerfile = readFileSync(DOCKERFILE, 'utf8');
 const dockerignore = readFileSync(join(ROOT, '.dockerignore'), 'utf8');
 /** What the package ships (package.json "files"), but the README: the image needs the rest. */
-const shipped = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { files: string[] }).files.filter((f) => f !== 'README.md');
+const shipped = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { files: string[] }).files.filter((f) => f !== 'README.md' && !f.startsWith('!')); // a negation (!dist/src/**/*.map) leaves files out, it names none
 
 const clone = <T>(x: T): T => structuredClone(x);
 
