@@ -335,3 +335,8 @@ export function findCycle(edges: Array<{ from: string; to: string }>): string[] 
   }
   return undefined;
 }
+
+/** `mesh ... --help` as one line per flag: a flag's help wrapped at 100 columns goes on under its start (35 spaces). */
+export function unwrapHelp(text: string): string {
+  return text.replace(/\n {35}(?=\S)/g, ' ');
+}

@@ -8,7 +8,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { pathToFileURL } from 'node:url';
-import { runCli, tempDir, ROOT, CLI } from '../helpers.js';
+import { runCli, tempDir, ROOT, CLI, unwrapHelp } from '../helpers.js';
 import { FLAG_SPECS, FLAG_HELP, COMMAND_NAMES, parseArgs, suggest, editDistance, flagHelp, attributeFlagError } from '../../src/cli/flags.js';
 import { COMMANDS, commandFlags, commandHelp, findCommand } from '../../src/cli/help.js';
 import { DEFAULT_ADDRESS, DEFAULT_NAMESPACE } from '../../src/fronts/gateway/server.js';
@@ -19,8 +19,7 @@ import { API_ADMIN_ADDRESS } from '../../src/cli/api.js';
 
 const home = tempDir();
 const env = { MESH_REGISTRY_ADDRESS: home.path };
-/** Help as one line per flag: a flag's help wrapped at 100 columns goes on under its start (35 spaces). */
-const unwrapped = (text: string) => text.replace(/\n {35}(?=\S)/g, ' ');
+const unwrapped = unwrapHelp;
 after(() => home.cleanup());
 
 describe('help metadata', () => {

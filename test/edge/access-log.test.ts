@@ -14,7 +14,7 @@ import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { AccessLogWriter } from '../../src/base/http/access-log.js';
 import { StatsStore } from '../../src/base/stats/store.js';
-import { runCli, tempDir, waitFor } from '../helpers.js';
+import { runCli, tempDir, unwrapHelp, waitFor } from '../helpers.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from '../fixtures/gateway-helpers.js';
 
 const FORMAT =
@@ -172,6 +172,8 @@ describe('access log: mesh api as a real process', () => {
   it('mesh api --help lists both flags, off by default; mesh dev --help: stdout', async () => {
     const [help, dev] = await Promise.all([runCli(['api', '--help']), runCli(['dev', '--help'])]);
     assert.equal(help.code, 0);
+    help.stdout = unwrapHelp(help.stdout);
+    dev.stdout = unwrapHelp(dev.stdout);
     assert.match(help.stdout, /--access_log string +front ends: access log, one line a request: off, stdout or a file path \(reopened on SIGUSR1\) \(default off\)\n/);
     assert.match(help.stdout, /--access_log_format string +access log format: text with %OPERATOR%s, or json/);
     assert.match(dev.stdout, /--access_log string .*\(default stdout\)\n/);
