@@ -8,10 +8,11 @@
  * know it yet (NOSCRIPT, as after a restart).
  *
  * The client reconnects by itself (backoff from 50 ms doubling to 2 s) and queues nothing while
- * disconnected: a grant then fails at once and the store's failure mode decides.
+ * disconnected: a grant then fails at once and the store's failure mode decides. The client library
+ * is loaded when the first store is made, so a process without one does not carry it.
  */
 import { createHash } from 'node:crypto';
-import { createClient } from 'redis';
+import type { createClient } from 'redis';
 import type { BucketBackend } from '../../base/http/rate-limit-store.js';
 import type { BucketGrant, RatePolicy } from '../../base/http/rate-limit.js';
 import { withTimeout } from '../../base/util/timeout.js';
@@ -107,7 +108,10 @@ type Client = ReturnType<typeof createClient>;
 export class RedisBuckets implements BucketBackend {
   readonly kind = 'redis';
   readonly address: string;
-  private readonly client: Client;
+  /** Undefined until the library is loaded (a few ms after the store is made). */
+  private client?: Client;
+  /** Settles with the client once the library is loaded and the client made. */
+  private readonly opened: Promise<Client>;
   private readonly front: RedisFront;
   private closed = false;
   /** The client's last connection error, for messages. */
@@ -121,30 +125,38 @@ export class RedisBuckets implements BucketBackend {
     this.front = options.front ?? { role: 'check', namespace: '-' };
     const files = readEngineTls('rate_limit_store_tls', options.tls);
     if (files && !parsed.tls) throw new Error('--rate_limit_store_tls_* files need a rediss:// address');
-    this.client = createClient({
-      url: parsed.url,
-      disableOfflineQueue: true,
-      socket: {
-        connectTimeout: 1000,
-        reconnectStrategy: (retries: number) => Math.min(2000, 50 * 2 ** Math.min(retries, 6)),
-        ...(parsed.tls ? { tls: true as const, ...(files?.ca ? { ca: files.ca } : {}), ...(files?.cert ? { cert: files.cert, key: files.key } : {}) } : {}),
-      },
+    const make = (create: typeof createClient): Client => {
+      const client = create({
+        url: parsed.url,
+        disableOfflineQueue: true,
+        socket: {
+          connectTimeout: 1000,
+          reconnectStrategy: (retries: number) => Math.min(2000, 50 * 2 ** Math.min(retries, 6)),
+          ...(parsed.tls ? { tls: true as const, ...(files?.ca ? { ca: files.ca } : {}), ...(files?.cert ? { cert: files.cert, key: files.key } : {}) } : {}),
+        },
+      });
+      // Errors surface through the calls (and the store's outage log); the client reconnects itself.
+      client.on('error', (err: Error) => (this.lastError = err.message || (err as NodeJS.ErrnoException).code || String(err)));
+      return client;
+    };
+    this.opened = import('redis').then(({ createClient: create }) => {
+      const client = make(create);
+      this.client = client;
+      if (!this.closed) this.connect(client);
+      return client;
     });
-    // Errors surface through the calls (and the store's outage log); the client reconnects itself.
-    this.client.on('error', (err: Error) => (this.lastError = err.message || (err as NodeJS.ErrnoException).code || String(err)));
-    this.connect();
   }
 
-  private connect(): void {
-    this.client.connect().catch(() => {
+  private connect(client: Client): void {
+    client.connect().catch(() => {
       // A first connection that failed for good: try again later (the store counts the failures meanwhile).
-      if (!this.closed) setTimeout(() => !this.closed && !this.client.isOpen && this.connect(), 1000).unref();
+      if (!this.closed) setTimeout(() => !this.closed && !client.isOpen && this.connect(client), 1000).unref();
     });
   }
 
-  private whenReady(): Promise<void> {
+  private whenReady(client: Client): Promise<void> {
     this.readyWait ??= new Promise((resolve) =>
-      this.client.once('ready', () => {
+      client.once('ready', () => {
         this.readyWait = undefined;
         resolve();
       }),
@@ -154,22 +166,23 @@ export class RedisBuckets implements BucketBackend {
 
   /** Whether the client holds a connection now. */
   get ready(): boolean {
-    return this.client.isReady;
+    return this.client?.isReady ?? false;
   }
 
   async grant(key: string, policy: RatePolicy, want: number): Promise<BucketGrant> {
     // Connecting (at start, or again after a loss): the answer may still come within the store's timeout.
-    if (!this.client.isReady) {
-      if (!this.client.isOpen) throw new Error(`not connected to ${this.address}`);
-      await this.whenReady();
+    const client = this.client ?? (await this.opened);
+    if (!client.isReady) {
+      if (!client.isOpen) throw new Error(`not connected to ${this.address}`);
+      await this.whenReady(client);
     }
     const args = { keys: [bucketKey(this.front, policy, key)], arguments: [String(policy.ratePerSec / 1000), String(policy.burst), String(want)] };
     let reply: unknown;
     try {
-      reply = await this.client.evalSha(SHA, args);
+      reply = await client.evalSha(SHA, args);
     } catch (err) {
       if (!/NOSCRIPT/.test((err as Error).message)) throw err;
-      reply = await this.client.eval(SCRIPT, args);
+      reply = await client.eval(SCRIPT, args);
     }
     const [granted, tokens, retry] = reply as [number, string, number];
     return { granted: Number(granted), tokens: Number(tokens), retryMs: Number(retry) };
@@ -178,8 +191,9 @@ export class RedisBuckets implements BucketBackend {
   /** PING within `timeoutMs` (mesh check). */
   async ping(timeoutMs: number): Promise<void> {
     const pong = async () => {
-      if (!this.client.isReady) await this.whenReady();
-      await this.client.ping();
+      const client = this.client ?? (await this.opened);
+      if (!client.isReady) await this.whenReady(client);
+      await client.ping();
     };
     await withTimeout(pong(), timeoutMs, () => `no answer within ${timeoutMs}ms${this.lastError ? ` (${this.lastError})` : ''}`);
   }
@@ -187,6 +201,6 @@ export class RedisBuckets implements BucketBackend {
   /** At once: the commands still queued (a Redis that takes them but does not answer) are dropped, not waited for. */
   async close(): Promise<void> {
     this.closed = true;
-    this.client.destroy();
+    this.client?.destroy();
   }
 }

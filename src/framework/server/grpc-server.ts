@@ -23,7 +23,7 @@ import { isAsyncIterable, untilAborted, type StreamContext } from './stream-serv
 import { streamKindOf, type GrpcMethod, type GrpcSchema } from '../../core/transport/grpc/protos.js';
 import { once } from 'node:events';
 import { SchemaOptionError } from '../../base/util/option-error.js';
-import { WorkloadServerCredentials } from '../../core/transport/grpc/credentials.js';
+import { WorkloadServerCredentials } from '../../core/transport/grpc/server-credentials.js';
 import { spiffeIdOfCertificate, type WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { ServiceAuthz } from '../../edge/auth/authz.js';
 import type { EndpointStats } from '../../base/stats/endpoint-stats.js';

@@ -11,7 +11,7 @@ import { validateService } from '../../engines/registry/validate.js';
 import { advertisedAddress, parseAddress, parseAdvertise } from '../../base/util/address.js';
 import { serverLimits } from '../../base/http/lifecycle.js';
 import { EndpointStats } from '../../base/stats/endpoint-stats.js';
-import { GrpcServer } from './grpc-server.js';
+import type { GrpcServer } from './grpc-server.js';
 import { isStreamKind, type StreamKind } from '../../core/transport/frames.js';
 import type { StreamContext } from './stream-server.js';
 import { RpcServer } from './rpc-server.js';
@@ -126,6 +126,8 @@ export class Service {
       if (!schema) throw new SchemaOptionError('proto_path', `{server_protocol}=grpc: service ${this.options.name} needs its .proto files ({proto_path})`);
       // With --mtls=strict the gRPC server serves mutual TLS only (gRPC cannot share a port with plaintext, so permissive serves plain).
       const own = await this.runtime.workloadTls(this.options.name);
+      // Loaded here: a service serving the mesh wire does not carry grpc-js.
+      const { GrpcServer } = await import('./grpc-server.js');
       this.grpcServer = new GrpcServer(
         { service: this.options.name, schema, drainTimeoutMs: this.runtime.options.drainTimeout, maxBodyBytes: this.runtime.options.maxBodySize, logger: this.runtime.logging.get('server'), context: this.runtime.context, tracer: this.runtime.tracer, authz: this.authz, workload: own, endpointStats: this.endpointStats },
         this.server.listEndpoints(),

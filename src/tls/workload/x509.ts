@@ -6,12 +6,18 @@
  */
 import { createPrivateKey, randomBytes, webcrypto, X509Certificate as NodeX509 } from 'node:crypto';
 import { isIP } from 'node:net';
-import * as x509 from '@peculiar/x509';
+import type { AuthorityKeyIdentifierExtension, X509Certificate } from '@peculiar/x509';
 
-// The library's provider is process-wide; setting it to node's WebCrypto is idempotent.
-x509.cryptoProvider.set(webcrypto as unknown as Crypto);
-
-export { x509 };
+/**
+ * The library, loaded at its first use: a process that never signs, issues or inspects a CSR
+ * (most sidecars) does not pay its memory (docs/sidecar.md, "Memory"). Its provider is process-wide;
+ * setting it to node's WebCrypto again is idempotent.
+ */
+async function peculiar(): Promise<typeof import('@peculiar/x509')> {
+  const x509 = await import('@peculiar/x509');
+  x509.cryptoProvider.set(webcrypto as unknown as Crypto);
+  return x509;
+}
 
 export const EC_P256 = { name: 'ECDSA', namedCurve: 'P-256' } as const;
 const ECDSA_SHA256 = { name: 'ECDSA', hash: 'SHA-256' } as const;
@@ -65,6 +71,7 @@ const DAY_MS = 86_400_000;
 
 /** A self-signed root: CA basic constraints (critical), key usage keyCertSign and cRLSign, key identifiers. */
 export async function createRoot(o: { serial?: string; commonName: string; organization: string; lifetimeMs: number; now?: number }): Promise<{ certPem: string; keyPem: string; serial: string }> {
+  const x509 = await peculiar();
   const keys = await generateKeyPair();
   const now = o.now ?? Date.now();
   const serial = o.serial ?? randomSerial();
@@ -91,6 +98,7 @@ export async function createRoot(o: { serial?: string; commonName: string; organ
  * old root) check that certificate: leaf ← new root's key ← old root. Valid while both are.
  */
 export async function crossCertify(o: { rootPem: string; issuerCert: NodeX509; issuer: SigningKey; now?: number }): Promise<string> {
+  const x509 = await peculiar();
   const root = new x509.X509Certificate(o.rootPem);
   const issuer = new x509.X509Certificate(o.issuerCert.raw);
   const now = o.now ?? Date.now();
@@ -119,6 +127,7 @@ export const ROOT_LIFETIME_MS = 3650 * DAY_MS;
 
 /** A CSR for a workload key pair (the signer decides the identity; the CSR proves the key). */
 export async function createCsr(keys: CryptoKeyPair, commonName: string): Promise<string> {
+  const x509 = await peculiar();
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({ name: [{ CN: [commonName] }], keys, signingAlgorithm: ECDSA_SHA256 });
   return csr.toString('pem');
 }
@@ -167,6 +176,7 @@ export function joinFactsOf(cert: NodeX509 | Buffer | string): JoinFacts | undef
  * the signer's own expiry. Throws when the CSR's signature does not verify.
  */
 export async function signWorkload(o: { csrPem: string; spiffeId: string; commonName: string; ttlMs: number; signerCert: NodeX509; signer: SigningKey; now?: number; altNames?: readonly string[]; join?: { joinedAt: number; token: string; chain?: string } }): Promise<string> {
+  const x509 = await peculiar();
   const csr = new x509.Pkcs10CertificateRequest(o.csrPem);
   if (!(await csr.verify())) throw new Error('the certificate request\'s signature does not verify');
   const issuer = new x509.X509Certificate(o.signerCert.raw);
@@ -201,7 +211,8 @@ function altName(name: string): { type: 'ip' | 'dns'; value: string } {
 }
 
 /** The issuer's own subject key identifier when it has one (so chains build by key id), else one made from its key. */
-async function authorityKeyIdentifier(issuer: x509.X509Certificate): Promise<x509.AuthorityKeyIdentifierExtension> {
+async function authorityKeyIdentifier(issuer: X509Certificate): Promise<AuthorityKeyIdentifierExtension> {
+  const x509 = await peculiar();
   const ski = issuer.getExtension(x509.SubjectKeyIdentifierExtension);
   if (ski) return new x509.AuthorityKeyIdentifierExtension(ski.keyId, false);
   return x509.AuthorityKeyIdentifierExtension.create(issuer.publicKey, false);
@@ -219,6 +230,7 @@ export interface CsrFacts {
 
 /** Parses a PEM CSR (PKCS#10); throws an Error when it is not one. */
 export async function inspectCsr(pem: string): Promise<CsrFacts> {
+  const x509 = await peculiar();
   if (!pem.includes('-----BEGIN CERTIFICATE REQUEST-----')) throw new Error('not a PEM certificate request (-----BEGIN CERTIFICATE REQUEST-----)');
   const csr = new x509.Pkcs10CertificateRequest(pem);
   const algorithm = csr.publicKey.algorithm as { name: string; namedCurve?: string };

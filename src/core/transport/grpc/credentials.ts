@@ -1,5 +1,6 @@
 /**
- * Transport security of gRPC, both ways:
+ * Transport security of gRPC, both ways (the serving side's credentials are in
+ * ./server-credentials.ts):
  *
  * - Calling a gRPC node: a node whose registry metadata says `mtls=true` (a mesh process, or
  *   anything holding a mesh certificate) is called with mutual TLS: this process's workload
@@ -7,14 +8,15 @@
  *   was for. A node with `tls=true` (a gRPC server outside the mesh with a certificate of its
  *   own) is called over TLS verified against `--grpc_tls_ca_file` (or the system roots) and its
  *   host name (`tls_server_name` in its metadata, else its address). Any other node is called in
- *   plaintext h2c, except under `--mtls=strict`, which calls no plain node.
+ *   plaintext h2c, except under `--mtls=strict`, which calls no plain node. grpc-js is given
+ *   (`lib`), not imported: a process loads it with its first gRPC call (./transport.ts).
  * - Serving gRPC (`--server_protocol=grpc`) with `--mtls=strict`: mutual TLS with the workload
  *   certificate, a client certificate required and verified against the mesh roots; a renewed
  *   certificate or a new root applies to the next connection. gRPC cannot share one port between
  *   TLS and plaintext, so under `--mtls=permissive` a gRPC service serves plaintext and does not
  *   say `mtls=true`: its callers call it plain.
  */
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import type { PeerCertificate } from 'node:tls';
 import { MTLS_METADATA_KEY, uriSans, type WorkloadTls } from '../../../base/mtls/workload-tls.js';
 
@@ -54,10 +56,10 @@ export function spiffeIdentityError(cert: PeerCertificate | undefined, expected:
  * whose SPIFFE ID is `expected`. Throws ChannelRefused under strict mode for a node that serves
  * no mutual TLS.
  */
-export function channelSecurity(key: string, metadata: Readonly<Record<string, string>>, expected: string, o: ChannelSecurityOptions): ChannelSecurity {
+export function channelSecurity(lib: typeof grpc, key: string, metadata: Readonly<Record<string, string>>, expected: string, o: ChannelSecurityOptions): ChannelSecurity {
   const workload = o.workload && o.workload.mode !== 'off' ? o.workload : undefined;
   if (workload && metadata[MTLS_METADATA_KEY] === 'true') {
-    const credentials = grpc.credentials.createFromSecureContext(workload.secureContext(), {
+    const credentials = lib.credentials.createFromSecureContext(workload.secureContext(), {
       checkServerIdentity: (_host, cert) => spiffeIdentityError(cert, expected, key),
     });
     // The SPIFFE ID is the identity checked; the TLS host name is not (no SNI meaning in the mesh).
@@ -69,34 +71,7 @@ export function channelSecurity(key: string, metadata: Readonly<Record<string, s
   if (metadata[GRPC_TLS_KEY] === 'true') {
     const name = metadata[GRPC_TLS_SERVER_NAME_KEY];
     const options: grpc.ChannelOptions = name ? { 'grpc.ssl_target_name_override': name, 'grpc.default_authority': name } : {};
-    return { credentials: grpc.credentials.createSsl(o.tlsRoots ?? null), options, kind: 'tls' };
+    return { credentials: lib.credentials.createSsl(o.tlsRoots ?? null), options, kind: 'tls' };
   }
-  return { credentials: grpc.credentials.createInsecure(), options: {}, kind: 'plain' };
-}
-
-/**
- * Server credentials from the workload certificate: mutual TLS, a client certificate required
- * and verified against the mesh roots; follows the workload's renewals and root changes.
- */
-export class WorkloadServerCredentials extends grpc.ServerCredentials {
-  private readonly unsubscribe: () => void;
-
-  constructor(private readonly workload: WorkloadTls) {
-    super({ requestCert: true, rejectUnauthorized: true }, contextOptionsOf(workload));
-    this.unsubscribe = workload.onChange(() => this.updateSecureContextOptions(contextOptionsOf(workload)));
-  }
-
-  /** Stops following the workload's changes (the server closed). */
-  detach(): void {
-    this.unsubscribe();
-  }
-
-  _equals(other: grpc.ServerCredentials): boolean {
-    return other === this;
-  }
-}
-
-function contextOptionsOf(workload: WorkloadTls): { cert: string; key: string; ca: string[] } {
-  const pems = workload.contextOptions();
-  return { cert: pems.cert, key: pems.key, ca: [...pems.ca] };
+  return { credentials: lib.credentials.createInsecure(), options: {}, kind: 'plain' };
 }

@@ -3,7 +3,7 @@
  * else v1alpha), for calls whose method the --proto_path files do not have: list the services,
  * fetch the files that define them (with their imports), build the types from the descriptors.
  */
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import 'protobufjs/ext/descriptor/index.js';
 import { GrpcSchema } from './protos.js';
@@ -64,26 +64,26 @@ export function reflectionTypes(): { request: protobuf.Type; response: protobuf.
  * Rejects with ReflectionError (code UNIMPLEMENTED when the node has no reflection service), or
  * with the grpc-js error of a connection that failed.
  */
-export async function reflectSchema(client: grpc.Client, deadline: number, types = reflectionTypes()): Promise<GrpcSchema> {
+export async function reflectSchema(lib: typeof grpc, client: grpc.Client, deadline: number, types = reflectionTypes()): Promise<GrpcSchema> {
   let lastErr: unknown;
   for (const version of ['v1', 'v1alpha']) {
     try {
-      return await reflectWith(client, `/grpc.reflection.${version}.ServerReflection/ServerReflectionInfo`, deadline, types);
+      return await reflectWith(lib, client, `/grpc.reflection.${version}.ServerReflection/ServerReflectionInfo`, deadline, types);
     } catch (err) {
       lastErr = err;
-      if (!(err instanceof ReflectionError) || err.code !== grpc.status.UNIMPLEMENTED) throw err;
+      if (!(err instanceof ReflectionError) || err.code !== lib.status.UNIMPLEMENTED) throw err;
     }
   }
   throw lastErr;
 }
 
-function reflectWith(client: grpc.Client, path: string, deadline: number, types: { request: protobuf.Type; response: protobuf.Type }): Promise<GrpcSchema> {
+function reflectWith(lib: typeof grpc, client: grpc.Client, path: string, deadline: number, types: { request: protobuf.Type; response: protobuf.Type }): Promise<GrpcSchema> {
   return new Promise((resolve, reject) => {
     const call = client.makeBidiStreamRequest<Record<string, string>, ReflectionResponse>(
       path,
       (req) => Buffer.from(types.request.encode(types.request.fromObject(req)).finish()),
       (buf) => types.response.toObject(types.response.decode(buf), { defaults: false, arrays: true }) as ReflectionResponse,
-      new grpc.Metadata(),
+      new lib.Metadata(),
       { deadline },
     );
     const files = new Map<string, Uint8Array>();
@@ -143,7 +143,7 @@ function reflectWith(client: grpc.Client, path: string, deadline: number, types:
     call.on('error', (err: grpc.ServiceError) => {
       if (done) return;
       done = true;
-      reject(err.code === grpc.status.UNIMPLEMENTED ? new ReflectionError(err.details, err.code) : err);
+      reject(err.code === lib.status.UNIMPLEMENTED ? new ReflectionError(err.details, err.code) : err);
     });
     call.on('end', () => {
       if (!done) fail(new ReflectionError('the reflection stream ended early'));

@@ -5,8 +5,11 @@
  * status and mesh error JSON), or a TransportError whose outcome the cluster manager accounts
  * for (connect failure, reset, timeout, cancelled). The client's retries, deadlines, load
  * balancing and outlier detection therefore treat a gRPC node like any other.
+ *
+ * grpc-js is loaded with the first call to a gRPC node, so a process that never makes one (most
+ * sidecars) does not carry it.
  */
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import type pino from 'pino';
 import { badGateway, badRequest, ERROR_IDS, grpcContentType, notImplemented } from '../../../base/errors.js';
 import { mediaType } from '../../../base/codec/codec.js';
@@ -73,12 +76,29 @@ export class GrpcTransport {
   /** Hosts whose refusal (strict mode, a plain node) was logged. */
   private readonly refusedLogged = new WeakSet<object>();
 
+  /** grpc-js, once loaded (loaded()). */
+  private lib?: typeof grpc;
+  private loading?: Promise<typeof grpc>;
+
   constructor(private readonly options: GrpcTransportOptions) {}
+
+  /** Runs `then` with grpc-js loaded: at once when it is, else once its import settled. */
+  private loaded<T>(then: (lib: typeof grpc) => T | Promise<T>): T | Promise<T> {
+    if (this.lib) return then(this.lib);
+    this.loading ??= import('@grpc/grpc-js').then((lib) => (this.lib = lib));
+    return this.loading.then(then);
+  }
+
+  /** grpc-js, for the code that runs only after loaded(). */
+  private get grpc(): typeof grpc {
+    if (!this.lib) throw new Error('grpc-js is not loaded yet');
+    return this.lib;
+  }
 
   /** The sender of a gRPC node (metadata `protocol=grpc`); undefined for any other node. */
   senderFor(target: UpstreamTarget): RpcSender | undefined {
     if (target.metadata.protocol !== GRPC_PROTOCOL) return undefined;
-    return (request, control) => this.unary(target, request, control);
+    return (request, control) => Promise.resolve(this.loaded(() => this.unary(target, request, control)));
   }
 
   /**
@@ -102,14 +122,16 @@ export class GrpcTransport {
     if (target.metadata.protocol !== GRPC_PROTOCOL) return undefined;
     return (request) =>
       new GrpcStreamCall(request, target, {
-        method: () => {
-          const found = this.method(request.endpoint, target, this.options.schema);
-          if ('method' in found) return found.method;
-          // Reflection within the stream's deadline, or 10 s when it has none.
-          return this.resolveMethod(target, request.service, request.endpoint, request.timeoutMs > 0 ? request.timeoutMs : 10_000, found.error);
-        },
+        // The method is found first, and grpc-js loaded meanwhile: channel() and metadata() come after.
+        method: () =>
+          this.loaded(() => {
+            const found = this.method(request.endpoint, target, this.options.schema);
+            if ('method' in found) return found.method;
+            // Reflection within the stream's deadline, or 10 s when it has none.
+            return this.resolveMethod(target, request.service, request.endpoint, request.timeoutMs > 0 ? request.timeoutMs : 10_000, found.error);
+          }),
         channel: () => this.channel(target, request.service),
-        metadata: (metadata, id) => toMetadata(metadata, id),
+        metadata: (metadata, id) => toMetadata(this.grpc, metadata, id),
       });
   }
 
@@ -124,7 +146,7 @@ export class GrpcTransport {
     const target = node as UpstreamTarget;
     const found = this.method(endpoint, target, this.options.schema);
     if ('method' in found) return Promise.resolve(streamKindOf(found.method));
-    return this.resolveMethod(target, service, endpoint, timeoutMs, found.error).then(streamKindOf);
+    return Promise.resolve(this.loaded(() => this.resolveMethod(target, service, endpoint, timeoutMs, found.error))).then(streamKindOf);
   }
 
   /**
@@ -155,15 +177,16 @@ export class GrpcTransport {
     } catch (err) {
       return Promise.reject(err);
     }
-    const schema = reflectSchema(client, Date.now() + Math.max(1, timeoutMs), (this.reflectionTypes ??= reflectionTypes())).catch((err: unknown) => {
+    const lib = this.grpc;
+    const schema = reflectSchema(lib, client, Date.now() + Math.max(1, timeoutMs), (this.reflectionTypes ??= reflectionTypes())).catch((err: unknown) => {
       // A node without reflection is remembered for the minute too; a failed connection is not.
       if (err instanceof ReflectionError) {
-        const why = err.code === grpc.status.UNIMPLEMENTED ? 'the node offers no reflection service' : err.message;
+        const why = err.code === lib.status.UNIMPLEMENTED ? 'the node offers no reflection service' : err.message;
         throw notImplemented(ERROR_IDS.client, `${protoError}, and ${why}`);
       }
       this.reflections.delete(key);
       const e = err as grpc.ServiceError;
-      throw transportFailure(e, e.code === grpc.status.DEADLINE_EXCEEDED) ?? new TransportError({ kind: 'reset' }, `reflection: ${e.details ?? String(err)}`);
+      throw transportFailure(e, e.code === lib.status.DEADLINE_EXCEEDED) ?? new TransportError({ kind: 'reset' }, `reflection: ${e.details ?? String(err)}`);
     });
     this.reflections.delete(key);
     this.reflections.set(key, { at: Date.now(), schema });
@@ -194,7 +217,7 @@ export class GrpcTransport {
       throw grpcContentType(ERROR_IDS.client, type);
     }
     const asJson = !PROTOBUF_TYPES.has(type);
-    const metadata = toMetadata(request.metadata, request.id, request.traceparent, request.tracestate);
+    const metadata = toMetadata(this.grpc, request.metadata, request.id, request.traceparent, request.tracestate);
     let client: grpc.Client;
     try {
       client = this.channel(target, request.service);
@@ -275,7 +298,7 @@ export class GrpcTransport {
     }
     let security: ChannelSecurity;
     try {
-      security = channelSecurity(target.key, target.metadata, workload ? spiffeIdOf(workload.trustDomain, service) : '', { workload, tlsRoots: this.options.tlsRoots });
+      security = channelSecurity(this.grpc, target.key, target.metadata, workload ? spiffeIdOf(workload.trustDomain, service) : '', { workload, tlsRoots: this.options.tlsRoots });
     } catch (err) {
       if (!(err instanceof ChannelRefused)) throw err;
       // Once per host (it is refused at every call until its registration changes).
@@ -285,7 +308,7 @@ export class GrpcTransport {
       }
       throw new TransportError({ kind: 'connect_failure' }, err.message);
     }
-    const client = new grpc.Client(target.key, security.credentials, {
+    const client = new this.grpc.Client(target.key, security.credentials, {
       ...security.options,
       'grpc.max_receive_message_length': this.options.maxResponseBytes ?? 64 * 1024 * 1024,
       // The mesh client retries, on another host; gRPC's own retries would hide failures from it.
@@ -294,7 +317,7 @@ export class GrpcTransport {
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 1000,
     });
-    watchConnections(client.getChannel(), target);
+    watchConnections(this.grpc, client.getChannel(), target);
     const entry: Channel = { client, kind: security.kind, context: security.kind === 'mtls' ? workload!.secureContext() : undefined };
     this.channels.set(target, entry);
     // A host that already left its cluster keeps its channel here until it is the oldest.
@@ -327,8 +350,8 @@ export class GrpcTransport {
  * polling): READY is a connection opened, leaving READY one closed, CONNECTING → TRANSIENT_FAILURE
  * a connection that failed. SHUTDOWN (the channel closed) ends the watch.
  */
-function watchConnections(channel: ReturnType<grpc.Client['getChannel']>, target: UpstreamTarget): void {
-  const { READY, CONNECTING, TRANSIENT_FAILURE, SHUTDOWN } = grpc.connectivityState;
+function watchConnections(lib: typeof grpc, channel: ReturnType<grpc.Client['getChannel']>, target: UpstreamTarget): void {
+  const { READY, CONNECTING, TRANSIENT_FAILURE, SHUTDOWN } = lib.connectivityState;
   let state = channel.getConnectivityState(false);
   const watch = (): void =>
     channel.watchConnectivityState(state, Infinity, (err?: Error) => {
@@ -348,8 +371,8 @@ function watchConnections(channel: ReturnType<grpc.Client['getChannel']>, target
  * The call's metadata: the caller's end-to-end headers that gRPC allows, the request id and the
  * trace context (given apart, or as `traceparent`/`tracestate` of the metadata).
  */
-function toMetadata(given: Record<string, string> | undefined, id: string, traceparent?: string, tracestate?: string): grpc.Metadata {
-  const md = new grpc.Metadata();
+function toMetadata(lib: typeof grpc, given: Record<string, string> | undefined, id: string, traceparent?: string, tracestate?: string): grpc.Metadata {
+  const md = new lib.Metadata();
   if (given) {
     for (const name in given) {
       const key = name.toLowerCase();
