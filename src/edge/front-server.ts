@@ -220,6 +220,25 @@ function closeOnRapidReset(session: ServerHttp2Session): void {
   });
 }
 
+/**
+ * A stream whose answer waits on a client that reads nothing (its flow-control window shut: the
+ * data written is never sent) is reset with CANCEL once nothing moved on it for `ms`
+ * (--stream_idle_timeout), as the proxy handler cuts such a client off; otherwise the stream, its
+ * answer and its connection (never idle with a stream open: idleClose) would be held for as long
+ * as the client likes. node:http2 fires a stream's timeout only when no frame of it was read or
+ * sent for `ms`, so a slow reader is not cut; a stream with nothing to send (an event stream
+ * between two events, a body still coming) is left alone.
+ */
+function resetStalled(session: ServerHttp2Session, ms: number): void {
+  if (ms <= 0) return;
+  session.on('stream', (stream: ServerHttp2Stream) => {
+    stream.setTimeout(ms, () => {
+      const stalled = stream.writableLength > 0 || (stream.writableEnded && !stream.writableFinished);
+      if (stalled && !stream.closed && !stream.destroyed) stream.close(h2constants.NGHTTP2_CANCEL);
+    });
+  });
+}
+
 export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessage, Res extends FrontResponse = ServerResponse> {
   /**
    * The options, as the server calls them: with `Req` only node:http's request, `http2` is off
@@ -386,7 +405,8 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
    * defaults for the rest (100 refused streams or 1,000 invalid frames per session end it, 10 MB
    * of session memory; nghttp2's limits on CONTINUATION frames, SETTINGS entries and queued
    * SETTINGS and PING acknowledgements), and a connection with no stream open is closed (GOAWAY)
-   * after the keep-alive timeout of HTTP/1.1 (idleClose).
+   * after the keep-alive timeout of HTTP/1.1 (idleClose). Per stream: an answer the client reads
+   * nothing of for --stream_idle_timeout is reset (resetStalled).
    */
   private http2Server(onRequest: (req: FrontRequest, res: FrontResponse) => void): Http2Server {
     const given = typeof this.options.http2 === 'object' ? this.options.http2 : {};
@@ -405,6 +425,7 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
     h2.on('session', (session: ServerHttp2Session) => {
       idleClose(session);
       closeOnRapidReset(session);
+      resetStalled(session, this.options.edge.settings.streamIdleTimeoutMs);
     });
     return h2;
   }

@@ -366,6 +366,25 @@ describe('HTTP/2 attacks on mesh api --enable_http2', () => {
     assert.ok(rssBytes(pid) - rssBefore < BIG_BYTES / 2, `memory grew by ${rssBytes(pid) - rssBefore} bytes`);
   });
 
+  it('a stream that never reads an answer of the gateway\'s own (not proxied) is reset with CANCEL after --stream_idle_timeout', async () => {
+    const activeBefore = await stat(gw.admin, 'http.gateway.downstream_rq_active');
+    const raw = await RawH2.open(gw.port, false, [[SETTING.INITIAL_WINDOW_SIZE, 0]]);
+    try {
+      raw.send(headersFrames(1, requestFields('GET', '/_mesh/health', 'localhost'), true));
+      assert.equal(indexedStatus(await raw.answer(1)), 200);
+      const reset = await raw.until((f) => f.stream === 1 && f.type === FRAME.RST_STREAM);
+      assert.equal(errorCode(reset), H2_ERROR.CANCEL);
+      assert.equal(raw.frames.filter((f) => f.stream === 1 && f.type === FRAME.DATA).length, 0);
+      // The connection goes on: a window opened, the next answer comes whole.
+      raw.send(Buffer.concat([settingsFrame([[SETTING.INITIAL_WINDOW_SIZE, 65_535]]), headersFrames(3, requestFields('GET', '/_mesh/health', 'localhost'), true)]));
+      assert.equal(indexedStatus(await raw.answer(3)), 200);
+      await raw.until((f) => f.stream === 3 && f.type === FRAME.DATA && (f.flags & FLAG.END_STREAM) !== 0);
+    } finally {
+      raw.close();
+    }
+    await waitFor(async () => (await stat(gw.admin, 'http.gateway.downstream_rq_active')) === activeBefore);
+  });
+
   it('h2c smuggling: HTTP/1.1 Upgrade: h2c through a proxied path is refused, in every spelling; the backend that would accept it sees nothing', async () => {
     const before = backend.seen.length;
     for (const [connection, upgrade] of [
