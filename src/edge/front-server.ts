@@ -174,7 +174,7 @@ export const H2_MAX_CONCURRENT_STREAMS = 100;
 /** node:http's own bound of an HTTP/1.1 header block (16 KiB), as an HTTP/2 header list. */
 export const H2_MAX_HEADER_LIST_BYTES = 16 * 1024;
 /**
- * Streams a client may reset before their answer ended, per HTTP/2 connection, while they are at
+ * Streams a client may reset before their answer started, per HTTP/2 connection, while they are at
  * least half of the streams it opened (as Envoy's premature-reset check); past that the connection
  * is closed with GOAWAY ENHANCE_YOUR_CALM (closeOnRapidReset).
  */
@@ -204,7 +204,7 @@ function idleClose(session: ServerHttp2Session): void {
  * server a request's work each (the edge's steps, a proxied call started) while the
  * concurrent-stream cap never binds. nghttp2's own limit (a burst of 1,000 resets, then 33 a
  * second) lets ten times as many through as this: once H2_MAX_RESET_STREAMS streams were reset
- * by the client before their answer ended and they are at least half of those it opened, the
+ * by the client before their answer started and they are at least half of those it opened, the
  * connection is destroyed with GOAWAY ENHANCE_YOUR_CALM. 'aborted' is emitted as the RST_STREAM
  * is read, so the streams behind it in the same read are not served.
  */
@@ -214,8 +214,12 @@ function closeOnRapidReset(session: ServerHttp2Session): void {
   session.on('stream', (stream: ServerHttp2Stream) => {
     opened++;
     stream.once('aborted', () => {
+      // Only the client's resets of streams not answered yet: the front end's own resets (a
+      // destroyed answer, a gRPC call's reset passed on) come once the answer started, or by destroy.
+      if (stream.destroyed || stream.headersSent) return;
       reset++;
-      if (reset >= H2_MAX_RESET_STREAMS && reset * 2 >= opened && !session.destroyed) session.destroy(undefined, h2constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      // With an error, or node takes the code for NO_ERROR (destroy's first argument defaults to it).
+      if (reset >= H2_MAX_RESET_STREAMS && reset * 2 >= opened && !session.destroyed) session.destroy(new Error('HTTP/2 rapid reset'), h2constants.NGHTTP2_ENHANCE_YOUR_CALM);
     });
   });
 }
