@@ -2,7 +2,7 @@
  * HTTP/2 attacks against a real `mesh api --enable_http2` on loopback (h2c by prior knowledge),
  * proxying to a node:http backend, each with a bound (docs/gateway.md, "HTTP/2 limits"): rapid
  * reset (GOAWAY ENHANCE_YOUR_CALM after H2_MAX_RESET_STREAMS, the gateway's CPU time bounded),
- * CONTINUATION floods, an HPACK bomb and huge header values, SETTINGS, PING and WINDOW_UPDATE
+ * more streams at once than allowed, CONTINUATION floods, an HPACK bomb and huge header values, SETTINGS, PING and WINDOW_UPDATE
  * floods and a window overflowed, a stream that never reads its answer (--stream_idle_timeout),
  * h2c smuggling through a proxied path to a backend that would accept it, and malformed
  * pseudo-headers (RFC 9113 8.3: the stream reset with PROTOCOL_ERROR, the connection goes on).
@@ -20,7 +20,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pino from 'pino';
 import { createRegistry } from '../../src/engines/registry/create.js';
-import { H2_MAX_RESET_STREAMS } from '../../src/edge/front-server.js';
+import { H2_MAX_CONCURRENT_STREAMS, H2_MAX_RESET_STREAMS } from '../../src/edge/front-server.js';
 import { openWorkloadTls, type OpenedWorkloadTls } from '../../src/tls/workload/index.js';
 import { registerPlain, startGatewayProcess, type GatewayProcess } from '../fixtures/gateway-helpers.js';
 import { FLAG, FRAME, H2_ERROR, blockFrames, errorCode, frame, headerBlock, headersFrames, hpack, indexedStatus, RawH2, requestFields, SETTING, settingsFrame, windowUpdate, type Frame } from '../fixtures/h2-raw.js';
@@ -197,6 +197,23 @@ describe('HTTP/2 attacks on mesh api --enable_http2', () => {
     } finally {
       raw.close();
     }
+  });
+
+  it('1,000 streams opened at once (none ending): 100 reach the edge, the connection is closed', async () => {
+    const rqBefore = await stat(gw.admin, 'http.gateway.downstream_rq_total');
+    const raw = await RawH2.open(gw.port);
+    try {
+      const streams: Buffer[] = [];
+      for (let i = 0; i < 1000; i++) streams.push(headersFrames(1 + 2 * i, requestFields('POST', '/web/open', 'localhost', [['content-type', 'text/plain']]), false));
+      raw.send(Buffer.concat(streams));
+      await raw.ended();
+      assert.ok(goaway(raw), 'GOAWAY sent');
+    } finally {
+      raw.close();
+    }
+    const served = (await stat(gw.admin, 'http.gateway.downstream_rq_total')) - rqBefore;
+    assert.ok(served <= H2_MAX_CONCURRENT_STREAMS, `${served} requests reached the edge`);
+    assert.equal(await healthOnNewConnection(gw.port), 200);
   });
 
   it('a CONTINUATION flood (a header block that never ends) closes the connection; memory does not grow; others are served', async () => {
