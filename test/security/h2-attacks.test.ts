@@ -325,6 +325,24 @@ describe('HTTP/2 attacks on mesh api --enable_http2', () => {
     });
   }
 
+  it('a SETTINGS or PING flood from a client that reads every acknowledgement costs bounded CPU', async () => {
+    for (const bytes of [frame(FRAME.SETTINGS, 0, 0), frame(FRAME.PING, 0, 0, Buffer.alloc(8))]) {
+      const cpuBefore = cpuMs(pid);
+      const raw = await RawH2.open(gw.port);
+      try {
+        flood(raw, bytes, 50_000);
+        raw.send(frame(FRAME.PING, 0, 0, Buffer.from('last-one')));
+        // Served to the end, or closed (nghttp2 may still find too many acknowledgements queued).
+        await raw.until((f) => f.type === FRAME.PING && (f.flags & FLAG.ACK) !== 0 && f.payload.toString() === 'last-one', 30_000).catch(() => raw.ended());
+      } finally {
+        raw.close();
+      }
+      const spent = cpuMs(pid) - cpuBefore;
+      assert.ok(spent <= 2000, `${spent} ms of CPU for 50,000 frames of type ${bytes[3]}`);
+    }
+    assert.equal(await healthOnNewConnection(gw.port), 200);
+  });
+
   it('a SETTINGS frame of 100 parameters ends the connection with GOAWAY ENHANCE_YOUR_CALM', async () => {
     const raw = await RawH2.open(gw.port);
     try {
