@@ -29,7 +29,7 @@ export interface EdgeSettings {
   readonly clientRequestTimeoutMs: number;
   /** --client_retries: the retries of an idempotent proxied request, where its route names none. */
   readonly clientRetries: number;
-  /** --stream_idle_timeout (ms): a proxied body or stream that sends nothing for this long is cut. */
+  /** --stream_idle_timeout (ms): a proxied body or stream that sends nothing for this long is cut; an HTTP/2 answer the client reads nothing of for this long is reset. */
   readonly streamIdleTimeoutMs: number;
   /** --broker_ack_wait (ms): a delivery to a sidecar's subscriber not acknowledged within this is redelivered. */
   readonly brokerAckWaitMs: number;

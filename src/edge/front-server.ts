@@ -173,6 +173,12 @@ export interface Http2Settings {
 export const H2_MAX_CONCURRENT_STREAMS = 100;
 /** node:http's own bound of an HTTP/1.1 header block (16 KiB), as an HTTP/2 header list. */
 export const H2_MAX_HEADER_LIST_BYTES = 16 * 1024;
+/**
+ * Streams a client may reset before their answer started, per HTTP/2 connection, while they are at
+ * least half of the streams it opened (as Envoy's premature-reset check); past that the connection
+ * is closed with GOAWAY ENHANCE_YOUR_CALM (closeOnRapidReset).
+ */
+export const H2_MAX_RESET_STREAMS = 100;
 /** What a client sends first on an HTTP/2 connection (RFC 9113 3.4): h2c by prior knowledge. */
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
@@ -190,6 +196,50 @@ function idleClose(session: ServerHttp2Session): void {
   });
   session.setTimeout(KEEP_ALIVE_MS, () => {
     if (open === 0 && !session.closed && !session.destroyed) session.close();
+  });
+}
+
+/**
+ * Rapid reset (CVE-2023-44487): a client that opens streams and resets them at once costs the
+ * server a request's work each (the edge's steps, a proxied call started) while the
+ * concurrent-stream cap never binds. nghttp2's own limit (a burst of 1,000 resets, then 33 a
+ * second) lets ten times as many through as this: once H2_MAX_RESET_STREAMS streams were reset
+ * by the client before their answer started and they are at least half of those it opened, the
+ * connection is destroyed with GOAWAY ENHANCE_YOUR_CALM. 'aborted' is emitted as the RST_STREAM
+ * is read, so the streams behind it in the same read are not served.
+ */
+function closeOnRapidReset(session: ServerHttp2Session): void {
+  let opened = 0;
+  let reset = 0;
+  session.on('stream', (stream: ServerHttp2Stream) => {
+    opened++;
+    stream.once('aborted', () => {
+      // Only the client's resets of streams not answered yet: the front end's own resets (a
+      // destroyed answer, a gRPC call's reset passed on) come once the answer started, or by destroy.
+      if (stream.destroyed || stream.headersSent) return;
+      reset++;
+      // With an error, or node takes the code for NO_ERROR (destroy's first argument defaults to it).
+      if (reset >= H2_MAX_RESET_STREAMS && reset * 2 >= opened && !session.destroyed) session.destroy(new Error('HTTP/2 rapid reset'), h2constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    });
+  });
+}
+
+/**
+ * A stream whose answer waits on a client that reads nothing (its flow-control window shut: the
+ * data written is never sent) is reset with CANCEL once nothing moved on it for `ms`
+ * (--stream_idle_timeout), as the proxy handler cuts such a client off; otherwise the stream, its
+ * answer and its connection (never idle with a stream open: idleClose) would be held for as long
+ * as the client likes. node:http2 fires a stream's timeout only when no frame of it was read or
+ * sent for `ms`, so a slow reader is not cut; a stream with nothing to send (an event stream
+ * between two events, a body still coming) is left alone.
+ */
+function resetStalled(session: ServerHttp2Session, ms: number): void {
+  if (ms <= 0) return;
+  session.on('stream', (stream: ServerHttp2Stream) => {
+    stream.setTimeout(ms, () => {
+      const stalled = stream.writableLength > 0 || (stream.writableEnded && !stream.writableFinished);
+      if (stalled && !stream.closed && !stream.destroyed) stream.close(h2constants.NGHTTP2_CANCEL);
+    });
   });
 }
 
@@ -355,9 +405,12 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
   /**
    * The HTTP/2 side (--enable_http2): a node:http2 server that never listens; the listener hands it
    * the connections that speak HTTP/2 (dispatch). Its bounds per connection: the concurrent streams
-   * and the header list (SETTINGS), node's defaults for the rest (100 refused streams or 1,000
-   * invalid frames per session end it, 10 MB of session memory), and a connection with no stream
-   * open is closed (GOAWAY) after the keep-alive timeout of HTTP/1.1 (idleClose).
+   * and the header list (SETTINGS), streams reset by the client (closeOnRapidReset), node's
+   * defaults for the rest (100 refused streams or 1,000 invalid frames per session end it, 10 MB
+   * of session memory; nghttp2's limits on CONTINUATION frames, SETTINGS entries and queued
+   * SETTINGS and PING acknowledgements), and a connection with no stream open is closed (GOAWAY)
+   * after the keep-alive timeout of HTTP/1.1 (idleClose). Per stream: an answer the client reads
+   * nothing of for --stream_idle_timeout is reset (resetStalled).
    */
   private http2Server(onRequest: (req: FrontRequest, res: FrontResponse) => void): Http2Server {
     const given = typeof this.options.http2 === 'object' ? this.options.http2 : {};
@@ -373,7 +426,11 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
       },
       onRequest,
     );
-    h2.on('session', (session: ServerHttp2Session) => idleClose(session));
+    h2.on('session', (session: ServerHttp2Session) => {
+      idleClose(session);
+      closeOnRapidReset(session);
+      resetStalled(session, this.options.edge.settings.streamIdleTimeoutMs);
+    });
     return h2;
   }
 
