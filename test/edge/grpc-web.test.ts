@@ -10,6 +10,10 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { tempDir } from '../helpers.js';
+import { startEdgeGateway } from '../fixtures/edge-gateway.js';
 import { checkGrpcWebRequest, decodeGrpcWebText, grpcHeadersOf, grpcWebFrame, grpcWebFrames, grpcWebModeOf, GrpcWebRefusal, GrpcWebStream, trailersFrame, type GrpcWebCall } from '../../src/edge/handlers/grpc-web.js';
 
 function refusal(code: number, message: string): (err: unknown) => boolean {
@@ -116,6 +120,41 @@ describe('gRPC-Web framing', () => {
       assert.equal(requestBody?.toString(), 'request');
     } finally {
       server.close();
+    }
+  });
+});
+
+describe('gRPC-Web at an in-process gateway: refusals and CORS', () => {
+  it('answers the auth step and the rules of the method as gRPC statuses in headers; the preflight allows the gRPC-Web headers', async () => {
+    const dir = tempDir('mesh-grpc-web-auth-');
+    writeFileSync(join(dir.path, 'keys.txt'), 'k-0123456789abcdef web read\n');
+    writeFileSync(join(dir.path, 'rules.yaml'), 'rules:\n  - service: go.mesh.srv.greeter\n    endpoint: helloworld.Greeter.Fail\n    access: deny\n');
+    const gw = await startEdgeGateway(['--auth=key', `--auth_keys=${join(dir.path, 'keys.txt')}`, `--auth_rules=${join(dir.path, 'rules.yaml')}`, '--cors=https://app.example.com']);
+    try {
+      // A node nobody listens on: the calls below are refused before any node is asked.
+      await gw.runtime.registry.register({ name: 'go.mesh.srv.greeter', version: 'v1', metadata: {}, endpoints: [], nodes: [{ id: 'n', address: '127.0.0.1', port: 9, metadata: { protocol: 'grpc', grpc_service: 'helloworld.Greeter' } }] });
+      const post = (method: string, headers: Record<string, string> = {}) =>
+        fetch(`${gw.url}/helloworld.Greeter/${method}`, { method: 'POST', headers: { 'content-type': 'application/grpc-web+proto', origin: 'https://app.example.com', ...headers }, body: grpcWebFrame(0, Buffer.alloc(0)) });
+      const anonymous = await post('SayHello');
+      assert.equal(anonymous.status, 200);
+      assert.equal(anonymous.headers.get('grpc-status'), '16');
+      assert.equal(anonymous.headers.get('content-type'), 'application/grpc-web+proto');
+      assert.equal(anonymous.headers.get('access-control-allow-origin'), 'https://app.example.com');
+      assert.equal(anonymous.headers.get('access-control-expose-headers'), 'Retry-After, RateLimit, RateLimit-Policy, Grpc-Status, Grpc-Message');
+      assert.equal((await anonymous.arrayBuffer()).byteLength, 0);
+      const denied = await post('Fail', { authorization: 'Bearer k-0123456789abcdef' });
+      assert.equal(denied.headers.get('grpc-status'), '7');
+      assert.equal(gw.counter('cluster.go.mesh.srv.greeter.upstream_rq_total'), 0);
+      const preflight = await fetch(`${gw.url}/helloworld.Greeter/SayHello`, {
+        method: 'OPTIONS',
+        headers: { origin: 'https://app.example.com', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type,x-grpc-web,x-user-agent,grpc-timeout' },
+      });
+      assert.equal(preflight.status, 204);
+      assert.equal(preflight.headers.get('access-control-allow-headers'), 'content-type, x-grpc-web, x-user-agent, grpc-timeout');
+      assert.equal(preflight.headers.get('access-control-allow-origin'), 'https://app.example.com');
+    } finally {
+      await gw.close();
+      dir.cleanup();
     }
   });
 });
