@@ -7,7 +7,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
+import { createServer, request } from 'node:http';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { writeFileSync } from 'node:fs';
@@ -121,6 +121,28 @@ describe('gRPC-Web framing', () => {
     } finally {
       server.close();
     }
+  });
+
+  it('closes with CANCEL when the client left before the answer started (while its request was read)', async () => {
+    const call: GrpcWebCall = { kind: 'grpc-web', grpcService: 's.S', method: 'M', text: false, format: 'proto' };
+    const closed = new Promise<number>((resolve) => {
+      const server = createServer((req, res) => {
+        req.on('error', () => {});
+        res.once('close', () => {
+          const stream = new GrpcWebStream(req, res, call, Buffer.alloc(0));
+          stream.once('close', () => {
+            server.close();
+            resolve(stream.rstCode);
+          });
+        });
+      });
+      server.listen(0, '127.0.0.1', () => {
+        const client = request({ port: (server.address() as AddressInfo).port, host: '127.0.0.1', method: 'POST', headers: { 'content-length': '100' } });
+        client.on('error', () => {});
+        client.write('abc', () => client.destroy());
+      });
+    });
+    assert.equal(await closed, 8);
   });
 });
 

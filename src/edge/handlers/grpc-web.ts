@@ -197,6 +197,12 @@ export class GrpcWebStream extends Duplex {
     this.on('pipe', (source: NodeJS.ReadableStream) => (this.upstream = source));
     if (body.length > 0) this.push(body);
     this.push(null);
+    if (res.destroyed) {
+      // The client went away while the request was read.
+      this.rstCode = NGHTTP2_CANCEL;
+      process.nextTick(() => this.destroy());
+      return;
+    }
     res.once('close', () => {
       if (this.destroyed) return;
       if (!res.writableFinished) {
