@@ -36,6 +36,7 @@ export const UNIT = [
   'test/edge/route-proxy-retry.test.ts',
   'test/edge/route-session.test.ts',
   'test/edge/grpc-names.test.ts',
+  'test/edge/grpc-web.test.ts',
   'test/admin/admin-config-dump.test.ts',
   'test/tls/ca-serve-remote.test.ts',
   'test/tls/ca-serve-flood.test.ts',

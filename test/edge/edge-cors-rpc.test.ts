@@ -36,7 +36,7 @@ describe('CORS', () => {
   it('* : Access-Control-Allow-Origin: * on every answer, never credentials, no Vary', async () => {
     const res = await http('GET', `${any.url}/`, { headers: { origin: 'http://evil.example', cookie: 'a=b' } });
     assert.equal(res.status, 200);
-    assert.deepEqual(corsOf(res.headers), { 'access-control-allow-origin': '*', 'access-control-expose-headers': 'Retry-After, RateLimit, RateLimit-Policy' });
+    assert.deepEqual(corsOf(res.headers), { 'access-control-allow-origin': '*', 'access-control-expose-headers': 'Retry-After, RateLimit, RateLimit-Policy, Grpc-Status, Grpc-Message' });
     const noOrigin = await http('GET', `${any.url}/`);
     assert.deepEqual(corsOf(noOrigin.headers), { 'access-control-allow-origin': '*' });
     const pre = await http('OPTIONS', `${any.url}/greeter/say/hello`, {
@@ -58,7 +58,7 @@ describe('CORS', () => {
     assert.deepEqual(corsOf(ok.headers), {
       'access-control-allow-origin': 'https://b.example:8443',
       'access-control-allow-credentials': 'true',
-      'access-control-expose-headers': 'Retry-After, RateLimit, RateLimit-Policy',
+      'access-control-expose-headers': 'Retry-After, RateLimit, RateLimit-Policy, Grpc-Status, Grpc-Message',
       vary: 'Origin',
     });
     for (const origin of ['http://evil.example', 'https://b.example', 'http://a.example.evil.example', 'null']) {
@@ -89,7 +89,7 @@ describe('CORS', () => {
     const odd = await http('OPTIONS', `${listed.url}/rpc`, {
       headers: { origin: 'http://a.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type, x-secret' },
     });
-    assert.equal(odd.headers['access-control-allow-headers'], 'Accept, Accept-Language, Content-Language, Content-Type, Authorization, X-Requested-With, Traceparent, Tracestate');
+    assert.equal(odd.headers['access-control-allow-headers'], 'Accept, Accept-Language, Content-Language, Content-Type, Authorization, X-Requested-With, Traceparent, Tracestate, X-Grpc-Web, X-User-Agent, Grpc-Timeout');
     const evil = await http('OPTIONS', `${listed.url}/rpc`, { headers: { origin: 'http://evil.example', 'access-control-request-method': 'POST' } });
     assert.equal(evil.status, 204);
     assert.deepEqual(corsOf(evil.headers), { vary: 'Origin' });

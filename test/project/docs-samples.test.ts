@@ -199,6 +199,8 @@ const ELSEWHERE: Array<{ file: string; at: string; by: string; every?: boolean }
   { file: 'docs/cli.md', at: 'node /path/to/checkout/dist/src/cli/main.js version', by: 'test/cli/cli-anywhere.test.ts' },
   { file: 'README.md', at: 'npm pkg set type=module', by: 'test/project/package.test.ts' },
   { file: 'README.md', at: 'npx tsc --module nodenext', by: 'test/project/package.test.ts' },
+  // The gRPC-Web example, its page opened in chromium.
+  { file: 'docs/grpc.md', at: 'npx tsx examples/grpc-web/service.ts', by: 'test/fronts/grpc-web-browser.test.ts' },
 ];
 
 /**

@@ -16,10 +16,13 @@ import type { FrontRequest, FrontResponse } from './front-types.js';
 
 export const DEFAULT_CORS_MAX_AGE_SEC = 600;
 export const CORS_ALLOW_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS';
-/** The request headers a cross-origin page may send (besides the CORS-safelisted ones), and any `Mesh-*` header. */
-export const CORS_ALLOW_HEADERS = ['Accept', 'Accept-Language', 'Content-Language', 'Content-Type', 'Authorization', 'X-Requested-With', 'Traceparent', 'Tracestate'];
-/** Response headers a cross-origin page may read besides the safelisted ones. */
-export const CORS_EXPOSE_HEADERS = 'Retry-After, RateLimit, RateLimit-Policy';
+/**
+ * The request headers a cross-origin page may send (besides the CORS-safelisted ones), and any
+ * `Mesh-*` header; gRPC-Web clients send `X-Grpc-Web`, `X-User-Agent` and `Grpc-Timeout`.
+ */
+export const CORS_ALLOW_HEADERS = ['Accept', 'Accept-Language', 'Content-Language', 'Content-Type', 'Authorization', 'X-Requested-With', 'Traceparent', 'Tracestate', 'X-Grpc-Web', 'X-User-Agent', 'Grpc-Timeout'];
+/** Response headers a cross-origin page may read besides the safelisted ones (a gRPC-Web call's status when it comes as headers). */
+export const CORS_EXPOSE_HEADERS = 'Retry-After, RateLimit, RateLimit-Policy, Grpc-Status, Grpc-Message';
 
 const ALLOWED_HEADER_SET = new Set(CORS_ALLOW_HEADERS.map((h) => h.toLowerCase()));
 

@@ -6,7 +6,7 @@
  * is a gRPC status, never error JSON. One per front end: the connections to the nodes, the names
  * and the stats are its own.
  */
-import type { Http2ServerResponse } from 'node:http2';
+import type { Http2ServerResponse, IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http2';
 import { isHttp2Request, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { MeshError } from '../../base/errors.js';
@@ -14,7 +14,7 @@ import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
 import { meshTimeoutOf } from '../../core/transport/headers.js';
 import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { EdgeHandlerContext } from './front-end.js';
-import { GrpcCallStats, GrpcConnections, grpcMethodOf, isGrpcContentType, parseGrpcTimeout, passGrpcCall, refuseGrpc, GRPC_CODES } from './grpc-pass.js';
+import { GrpcCallStats, GrpcConnections, grpcMethodOf, type GrpcDownstream, isGrpcContentType, parseGrpcTimeout, passGrpcCall, refuseGrpc, GRPC_CODES } from './grpc-pass.js';
 import { GrpcServiceNames, MESH_SERVICE_HEADER } from './grpc-names.js';
 
 /** A native gRPC call the route phase found. */
@@ -58,9 +58,16 @@ export class NativeGrpc {
   /** Serves the call; resolves when its stream closed. */
   async handle(req: FrontRequest, res: FrontResponse, call: NativeGrpcCall): Promise<void> {
     if (!isHttp2Request(req)) return;
-    const stream = req.stream;
+    return this.serve(req, res, req.stream, req.headers, call, (trailers) => (res as Http2ServerResponse).addTrailers(trailers));
+  }
+
+  /**
+   * Serves a call answered on `stream` (the request's HTTP/2 stream, or one that acts as it: a
+   * gRPC-Web call, ./grpc-web.ts), `headers` its gRPC headers; resolves when `stream` closed.
+   * `compatTrailers`: see GrpcPassOptions.
+   */
+  async serve(req: FrontRequest, res: FrontResponse, stream: GrpcDownstream, headers: IncomingHttpHeaders, call: { grpcService: string; method: string }, compatTrailers?: (trailers: OutgoingHttpHeaders) => void): Promise<void> {
     const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.once('close', () => resolve())));
-    const headers = req.headers;
     const named = headers[MESH_SERVICE_HEADER];
     const service = this.serviceOf?.() ?? (await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined));
     const info = requestInfo(req);
@@ -96,7 +103,7 @@ export class NativeGrpc {
       acquireTimeoutMs: edge.settings.clientRequestTimeoutMs,
       deadline: budget === undefined ? undefined : Date.now() + budget,
       maxMessageBytes: this.fe.maxBodyBytes,
-      compatTrailers: (trailers) => (res as Http2ServerResponse).addTrailers(trailers),
+      compatTrailers,
       onStatus: (code, host) => {
         if (info) {
           if (host) info.upstreamHost = host;

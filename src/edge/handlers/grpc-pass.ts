@@ -19,7 +19,7 @@
  * says `mtls=true`, its SPIFFE ID checked; under --mtls=strict no plain node is called.
  */
 import * as http2 from 'node:http2';
-import { Transform, type TransformCallback } from 'node:stream';
+import { Transform, type Duplex, type TransformCallback } from 'node:stream';
 import { CONNECTION_SPECIFIC } from '../../base/http/front-types.js';
 import type { ClientHttp2Session, ClientHttp2Stream, IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
@@ -34,7 +34,7 @@ import type { Counter, StatsScope, StatsStore } from '../../base/stats/store.js'
 const { NGHTTP2_CANCEL, NGHTTP2_FLAG_END_STREAM, HTTP2_HEADER_STATUS, HTTP2_HEADER_PATH, HTTP2_HEADER_AUTHORITY, HTTP2_HEADER_METHOD, HTTP2_HEADER_SCHEME } = http2.constants;
 
 /** gRPC status codes used here. */
-export const GRPC_CODES = { ok: 0, cancelled: 1, unknown: 2, deadline: 4, notFound: 5, resourceExhausted: 8, unimplemented: 12, internal: 13, unavailable: 14 } as const;
+export const GRPC_CODES = { ok: 0, cancelled: 1, unknown: 2, invalidArgument: 3, deadline: 4, notFound: 5, resourceExhausted: 8, unimplemented: 12, internal: 13, unavailable: 14 } as const;
 
 /** Whether a content type is gRPC's (`application/grpc`, `application/grpc+proto`, ...; not gRPC-Web). */
 export function isGrpcContentType(type: string | undefined): boolean {
@@ -179,6 +179,12 @@ export interface GrpcPassOptions {
   onStatus?: (code: number, host: string | undefined) => void;
 }
 
+/**
+ * What a call is answered on: the client's HTTP/2 stream, or a stream that acts as one (a gRPC-Web
+ * call over HTTP/1.1 or HTTP/2, ./grpc-web.ts).
+ */
+export type GrpcDownstream = Duplex & Pick<ServerHttp2Stream, 'respond' | 'sendTrailers' | 'close' | 'closed' | 'headersSent' | 'rstCode'>;
+
 /** Runs a write on a stream that the peer may have reset meanwhile (node throws then): the reset already ended the call. */
 function guarded(write: () => void): void {
   try {
@@ -189,7 +195,7 @@ function guarded(write: () => void): void {
 }
 
 /** Answers a call that reached no node: a trailers-only answer with a gRPC status. */
-export function refuseGrpc(stream: ServerHttp2Stream, code: number, message: string): void {
+export function refuseGrpc(stream: GrpcDownstream, code: number, message: string): void {
   if (stream.destroyed || stream.closed) return;
   if (stream.headersSent) {
     stream.close(NGHTTP2_CANCEL);
@@ -204,7 +210,7 @@ export function refuseGrpc(stream: ServerHttp2Stream, code: number, message: str
  * Passes one gRPC call (`stream`, `headers`: the client's HTTP/2 stream and its headers) through to
  * a node of `options.service`.
  */
-export function passGrpcCall(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, options: GrpcPassOptions): void {
+export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeaders, options: GrpcPassOptions): void {
   const path = String(headers[HTTP2_HEADER_PATH] ?? '');
   const tried = new Set<string>();
   /** Tries made (a host may be tried again when it is the only one). */

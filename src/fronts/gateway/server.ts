@@ -36,6 +36,7 @@ import { listenerPorts } from '../../edge/routes/listeners.js';
 import type { ListenerSpec } from '../../edge/routes/file.js';
 import { checkReload, ListenerCertificates, portServerName } from './listeners.js';
 import { NativeGrpc, type NativeGrpcCall } from '../../edge/handlers/grpc-native.js';
+import { GrpcWeb, type GrpcWebCall } from '../../edge/handlers/grpc-web.js';
 import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase, type FrontServerOptions, type Http2Settings } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
@@ -129,6 +130,8 @@ export type GatewayRoute =
   | { kind: 'misdirected'; host: string; sni: string }
   /** A native gRPC call over HTTP/2 (`/<package.Service>/<Method>`): passed through to a node unchanged. */
   | NativeGrpcCall
+  /** A gRPC-Web call (HTTP/1.1 or HTTP/2): served as a native call by the gRPC-Web translation. */
+  | GrpcWebCall
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
   /** A CORS preflight a route's CORS filter answers. */
@@ -173,6 +176,8 @@ export class Gateway {
   private readonly portServers = new Map<number, { server: FrontServer<GatewayRoute>; certs?: ListenerCertificates }>();
   /** Native gRPC (HTTP/2 only): the connections to the nodes, the service names, the stats. */
   private readonly grpc?: NativeGrpc;
+  /** gRPC-Web (HTTP/1.1 and HTTP/2), served as native gRPC calls (by `grpc` itself with --enable_http2). */
+  private readonly grpcWeb: GrpcWeb;
   /** The route file's Gateway ports listening: the port as written, the URL it listens on, its listeners. */
   readonly gatewayPorts: Array<{ port: number; url: string; listeners: string[] }> = [];
   /** The Gateway ports and protocols listening (listenerPorts): what a reload may not change. */
@@ -243,10 +248,10 @@ export class Gateway {
     }
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
-    if (options.http2) {
-      this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload);
-      runtime.onShutdown(() => this.grpc?.close());
-    }
+    const grpcNodes = new NativeGrpc(this.fe, () => runtime.callerWorkload);
+    runtime.onShutdown(() => grpcNodes.close());
+    if (options.http2) this.grpc = grpcNodes;
+    this.grpcWeb = new GrpcWeb(grpcNodes, this.fe.maxBodyBytes, ERROR_ID);
     this.server = this.frontServer(STAT_PREFIX, (req, target, upgrade) => this.route(req, target, upgrade));
   }
 
@@ -271,7 +276,12 @@ export class Gateway {
       rateLimit: this.options.rateLimit,
       corsMaxAgeSec: this.options.corsMaxAgeSec,
       // A route's CORS preflight is answered before the auth step, as --cors answers one: a browser sends it without credentials, and it reaches no backend.
-      authorize: (req, res, r) => (r.kind === 'preflight' ? undefined : guard.checkRequest(req, res, () => this.authTarget(req, r))),
+      authorize: (req, res, r) => {
+        if (r.kind === 'preflight') return undefined;
+        const checked = guard.checkRequest(req, res, () => this.authTarget(req, r));
+        // A gRPC-Web call's refusal is answered by its handler, as a gRPC status.
+        return r.kind === 'grpc-web' && checked ? checked.catch((err: unknown) => void (r.refused = err)) : checked;
+      },
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
     });
@@ -289,7 +299,7 @@ export class Gateway {
   private route(req: FrontRequest, target: RequestTarget, upgrade: boolean): GatewayRoute {
     const path = target.path;
     if (path === VERSION_PATH) return upgrade ? NONE : ROOT;
-    const grpc = this.grpc?.route(req, path);
+    const grpc = this.grpc?.route(req, path) ?? this.grpcWeb.route(req, path);
     if (grpc) return grpc;
     const fromFile = this.routes && !path.startsWith(OWN_PREFIX) ? this.fileRoute(req, target) : undefined;
     const own = (path === '/' && !this.routes) || (this.dashboard !== undefined && isDashboardPath(path));
@@ -517,6 +527,8 @@ export class Gateway {
         throw misdirectedRequest(ERROR_ID, shown(route.host), shown(route.sni));
       case 'grpc':
         return this.grpc!.handle(req, res, route);
+      case 'grpc-web':
+        return this.grpcWeb.handle(req, res, route);
     }
   }
 
