@@ -16,6 +16,8 @@ import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { EdgeHandlerContext } from './front-end.js';
 import { GrpcCallStats, GrpcConnections, grpcMethodOf, isGrpcContentType, parseGrpcTimeout, passGrpcCall, refuseGrpc, GRPC_CODES } from './grpc-pass.js';
 import { GrpcServiceNames, MESH_SERVICE_HEADER } from './grpc-names.js';
+import { GrpcMirror } from './grpc-mirror.js';
+import type { CompiledGrpcRoutes } from '../routes/grpc-route.js';
 
 /** A native gRPC call the route phase found. */
 export interface NativeGrpcCall {
@@ -28,19 +30,23 @@ export class NativeGrpc {
   private readonly connections: GrpcConnections;
   private readonly names: GrpcServiceNames;
   private readonly stats: GrpcCallStats;
+  private readonly mirror: GrpcMirror;
 
   /**
    * `serviceOf`: the one service every call goes to (the sidecar's inbound listener: its app's
-   * static cluster), else each call's is looked up (./grpc-names.ts).
+   * static cluster), else each call's is looked up (./grpc-names.ts). `routes`: the route file's
+   * GRPCRoutes in use (src/edge/routes/grpc-route.ts), tried before either.
    */
   constructor(
     private readonly fe: EdgeHandlerContext,
     workload: () => WorkloadTls | undefined,
     private readonly serviceOf?: () => string,
+    private readonly routes?: () => CompiledGrpcRoutes | undefined,
   ) {
     this.connections = new GrpcConnections(workload);
     this.names = new GrpcServiceNames(fe.edge.registry);
     this.stats = new GrpcCallStats(fe.edge.stats);
+    this.mirror = new GrpcMirror(fe.edge.clusters, this.connections, fe.edge.stats, fe.edge.settings.clientRequestTimeoutMs);
   }
 
   /** True for a request that may be a native gRPC call (its content type): --request_timeout does not bound it. */
@@ -60,10 +66,18 @@ export class NativeGrpc {
     if (!isHttp2Request(req)) return;
     const stream = req.stream;
     const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.once('close', () => resolve())));
-    const headers = req.headers;
-    const named = headers[MESH_SERVICE_HEADER];
-    const service = this.serviceOf?.() ?? (await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined));
+    let headers = req.headers;
     const info = requestInfo(req);
+    const routed = this.routes?.()?.match({ path: `/${call.grpcService}/${call.method}`, authority: headers[':authority'] as string | undefined, headers });
+    if (routed && (routed.kind === 'unavailable' || !(await this.names.exists(routed.service)))) {
+      // A GRPCRoute whose backend cannot be called: UNAVAILABLE, as the Gateway API says.
+      if (info) info.grpcStatus = GRPC_CODES.unavailable;
+      refuseGrpc(stream, GRPC_CODES.unavailable, routed.kind === 'unavailable' ? routed.message : `route ${routed.route}: service ${routed.service}: not found`);
+      return closed;
+    }
+    const named = headers[MESH_SERVICE_HEADER];
+    const service = routed?.service ?? this.serviceOf?.() ?? (await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined));
+    if (routed) headers = routed.requestHeaders;
     if (!service) {
       if (info) info.grpcStatus = GRPC_CODES.unimplemented;
       refuseGrpc(stream, GRPC_CODES.unimplemented, `no mesh service serves ${call.grpcService} (register its nodes with grpc_service=${call.grpcService}, or name the service in :authority or mesh-service)`);
@@ -97,6 +111,9 @@ export class NativeGrpc {
       deadline: budget === undefined ? undefined : Date.now() + budget,
       maxMessageBytes: this.fe.maxBodyBytes,
       compatTrailers: (trailers) => (res as Http2ServerResponse).addTrailers(trailers),
+      version: routed?.version,
+      answerHeaders: routed?.responseHeaders,
+      tap: routed && routed.mirrors.length > 0 ? this.mirror.tap(routed.mirrors, headers) : undefined,
       onStatus: (code, host) => {
         if (info) {
           if (host) info.upstreamHost = host;

@@ -244,7 +244,7 @@ export class Gateway {
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
     if (options.http2) {
-      this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload);
+      this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload, undefined, () => this.routes?.tables.grpc);
       runtime.onShutdown(() => this.grpc?.close());
     }
     this.server = this.frontServer(STAT_PREFIX, (req, target, upgrade) => this.route(req, target, upgrade));
