@@ -1,5 +1,6 @@
 /**
- * GRPCRoute documents in `--routes=FILE` at the gateway and the sidecar (docs/routing.md,
+ * GRPCRoute documents in `--routes=FILE` at the gateway and the sidecar, and in a `mesh proxy`
+ * listener's `route_file` (`http2: true`) (docs/routing.md,
  * "GRPCRoute"): a @grpc/grpc-js client calls helloworld.Greeter through the front, whose route
  * file sends each call by its method and metadata to a mesh service (and version), changes the
  * metadata the node gets and the headers the client gets, copies calls to a shadow service, and
@@ -10,12 +11,12 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
-import { http, ROOT, tempDir, waitFor, type RunningProcess } from '../helpers.js';
+import { http, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
 import { startGatewayProcess } from '../fixtures/gateway-helpers.js';
 import { startSidecar } from '../fixtures/sidecar-common.js';
 
@@ -94,6 +95,15 @@ const FRONTS: Record<string, (registryDir: string, file: string) => Promise<Fron
   'mesh sidecar': async (registryDir, file) => {
     const sc = await startSidecar(registryDir, ['--enable_http2', `--routes=${file}`]);
     return { port: sc.port, admin: sc.admin, proc: sc.proc, stop: () => sc.stop() };
+  },
+  'mesh proxy': async (registryDir, file) => {
+    const config = join(dirname(file), 'proxy.yaml');
+    writeFileSync(config, `listeners:\n  - {name: ingress, address: 127.0.0.1:0, http2: true, route_file: ${file}}\n`);
+    const proc = startProcess(['proxy', '-c', config, `--registry_address=${registryDir}`, '--admin_address=127.0.0.1:0', '--log_level=warning']);
+    await proc.waitForOutput(/mesh proxy ready/, 15000);
+    const url = new URL(/mesh proxy listener ingress on (\S+)/.exec(proc.output())![1]!);
+    const admin = /mesh proxy admin on (\S+)/.exec(proc.output())![1]!;
+    return { port: Number(url.port), admin, proc, stop: () => proc.stop() };
   },
 };
 
@@ -179,6 +189,11 @@ for (const [frontName, startFront] of Object.entries(FRONTS)) describe(`GRPCRout
     writeFileSync(file, routes({ v1: 1, v2: 0 }, false));
     await waitFor(async () => (await unary(client, 'SayHello', { name: 'Ann' })).reply.server === 'a', 15000);
     for (let i = 0; i < 4; i++) assert.equal((await unary(client, 'SayHello', { name: 'Ann' })).reply.server, 'a');
+    if (frontName === 'mesh proxy') {
+      // No rule for Slow now: the listener's own routes, as without GRPCRoutes (it has none: 404, which gRPC reads as UNIMPLEMENTED).
+      await assert.rejects(unary(client, 'Slow', { ms: 0 }), (e: grpc.ServiceError) => e.code === grpc.status.UNIMPLEMENTED && e.details === 'Received HTTP status code 404');
+      return;
+    }
     // No rule for Slow now: the nodes that serve helloworld.Greeter (a and b), not the slow rule's c.
     for (let i = 0; i < 4; i++) assert.notEqual((await unary(client, 'Slow', { ms: 0 })).reply.server, 'c');
     const md = new grpc.Metadata();

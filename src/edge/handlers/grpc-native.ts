@@ -17,13 +17,15 @@ import type { EdgeHandlerContext } from './front-end.js';
 import { GrpcCallStats, GrpcConnections, grpcMethodOf, isGrpcContentType, parseGrpcTimeout, passGrpcCall, refuseGrpc, GRPC_CODES } from './grpc-pass.js';
 import { GrpcServiceNames, MESH_SERVICE_HEADER } from './grpc-names.js';
 import { GrpcMirror } from './grpc-mirror.js';
-import type { CompiledGrpcRoutes } from '../routes/grpc-route.js';
+import type { CompiledGrpcRoutes, GrpcRouteAnswer } from '../routes/grpc-route.js';
 
 /** A native gRPC call the route phase found. */
 export interface NativeGrpcCall {
   kind: 'grpc';
   grpcService: string;
   method: string;
+  /** The GRPCRoute the route phase matched already (`mesh proxy`: only such calls are native). */
+  routed?: GrpcRouteAnswer;
 }
 
 export class NativeGrpc {
@@ -68,7 +70,7 @@ export class NativeGrpc {
     const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.once('close', () => resolve())));
     let headers = req.headers;
     const info = requestInfo(req);
-    const routed = this.routes?.()?.match({ path: `/${call.grpcService}/${call.method}`, authority: headers[':authority'] as string | undefined, headers });
+    const routed = call.routed ?? this.routes?.()?.match({ path: `/${call.grpcService}/${call.method}`, authority: headers[':authority'] as string | undefined, headers });
     if (routed && (routed.kind === 'unavailable' || !(await this.names.exists(routed.service)))) {
       // A GRPCRoute whose backend cannot be called: UNAVAILABLE, as the Gateway API says.
       if (info) info.grpcStatus = GRPC_CODES.unavailable;
