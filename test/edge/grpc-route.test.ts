@@ -8,6 +8,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseRouteFile, RouteFileError } from '../../src/edge/routes/file.js';
 import { CompiledGrpcRoutes, modifyHeaderObject, type GrpcRouteAnswer } from '../../src/edge/routes/grpc-route.js';
+import { routeStatus } from '../../src/edge/routes/status.js';
 
 const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: g}\n';
 
@@ -223,5 +224,28 @@ filters:
       'x-a': '1, 2, 3',
       'set-cookie': ['a=1', 'b=2'],
     });
+  });
+});
+
+describe('GRPCRoute: status', () => {
+  it('reports Accepted and ResolvedRefs, and the rules whose calls answer UNAVAILABLE', () => {
+    const file = parseRouteFile(rule('backendRefs: [{name: go.mesh.srv.greeter}, {name: go.mesh.srv.gone}]\nfilters: [{type: RequestMirror, requestMirror: {backendRef: {name: go.mesh.srv.shadow}}}]') + '    - backendRefs: [{name: go.mesh.srv.greeter, weight: 0}]\n', 'routes.yaml');
+    assert.deepEqual(routeStatus(file, (s) => s === 'go.mesh.srv.greeter'), [
+      {
+        kind: 'GRPCRoute',
+        route: 'g',
+        line: 1,
+        conditions: [
+          { type: 'Accepted', status: 'True', reason: 'Accepted', message: "the route is in use for native gRPC calls on the front end's own listener" },
+          {
+            type: 'ResolvedRefs',
+            status: 'False',
+            reason: 'BackendNotFound',
+            message: 'rules[0] (g-0) backendRefs[1]: service go.mesh.srv.gone is not in the registry; rules[0] (g-0) RequestMirror: service go.mesh.srv.shadow is not in the registry',
+          },
+        ],
+        rules: [{ rule: 'g-1', index: 1, line: 8, note: 'every backend has weight 0: its calls answer UNAVAILABLE' }],
+      },
+    ]);
   });
 });
