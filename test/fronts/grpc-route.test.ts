@@ -65,6 +65,11 @@ spec:
         - method: {service: helloworld.Greeter, method: SayHello}
           headers: [{name: x-tester, value: ann}]
       backendRefs: [{name: go.mesh.srv.other}]
+    - name: static
+      matches:
+        - method: {service: helloworld.Greeter, method: SayHello}
+          headers: [{name: x-static, value: "yes"}]
+      backendRefs: [{name: static-c}]
     - name: canary
       matches: [{method: {service: helloworld.Greeter, method: SayHello}}]
       backendRefs:
@@ -90,15 +95,16 @@ interface Front {
   stop(): Promise<unknown>;
 }
 
-const FRONTS: Record<string, (registryDir: string, file: string) => Promise<Front>> = {
+const FRONTS: Record<string, (registryDir: string, file: string, cPort: number) => Promise<Front>> = {
   'mesh api': async (registryDir, file) => startGatewayProcess(registryDir, ['--enable_http2', `--routes=${file}`]),
   'mesh sidecar': async (registryDir, file) => {
     const sc = await startSidecar(registryDir, ['--enable_http2', `--routes=${file}`]);
     return { port: sc.port, admin: sc.admin, proc: sc.proc, stop: () => sc.stop() };
   },
-  'mesh proxy': async (registryDir, file) => {
+  'mesh proxy': async (registryDir, file, cPort) => {
     const config = join(dirname(file), 'proxy.yaml');
-    writeFileSync(config, `listeners:\n  - {name: ingress, address: 127.0.0.1:0, http2: true, route_file: ${file}}\n`);
+    // A static cluster of the proxy's file is a backend too.
+    writeFileSync(config, `listeners:\n  - {name: ingress, address: 127.0.0.1:0, http2: true, route_file: ${file}}\nclusters:\n  - {name: static-c, hosts: ["127.0.0.1:${cPort}"]}\n`);
     const proc = startProcess(['proxy', '-c', config, `--registry_address=${registryDir}`, '--admin_address=127.0.0.1:0', '--log_level=warning']);
     await proc.waitForOutput(/mesh proxy ready/, 15000);
     const url = new URL(/mesh proxy listener ingress on (\S+)/.exec(proc.output())![1]!);
@@ -124,7 +130,7 @@ for (const [frontName, startFront] of Object.entries(FRONTS)) describe(`GRPCRout
     await registry.register({ name: 'go.mesh.srv.other', version: 'v1', metadata: {}, endpoints: [], nodes: [at('c', false)] });
     await registry.register({ name: 'go.mesh.srv.shadow', version: 'v1', metadata: {}, endpoints: [], nodes: [at('shadow', false)] });
     writeFileSync(file, routes({ v1: 0, v2: 1 }, true));
-    front = await startFront(join(dir.path, 'registry'), file);
+    front = await startFront(join(dir.path, 'registry'), file, nodes.c!.port);
     client = new Greeter(`127.0.0.1:${front.port}`, grpc.credentials.createInsecure());
   });
 
@@ -170,6 +176,13 @@ for (const [frontName, startFront] of Object.entries(FRONTS)) describe(`GRPCRout
       return /grpc_mirror\.sent: 7/.test(text) ? text : undefined;
     });
     assert.match(stats, /grpc_mirror\.dropped: 0/);
+  });
+
+  it(frontName === 'mesh proxy' ? 'sends a call to a static cluster of the proxy' : 'answers UNAVAILABLE for a backend that is no service of the registry', async () => {
+    const md = new grpc.Metadata();
+    md.set('x-static', 'yes');
+    if (frontName === 'mesh proxy') return assert.equal((await unary(client, 'SayHello', { name: 'Ann' }, md)).reply.server, 'c');
+    await assert.rejects(unary(client, 'SayHello', { name: 'Ann' }, md), (e: grpc.ServiceError) => e.code === grpc.status.UNAVAILABLE && e.details === 'route greeter: service static-c: not found');
   });
 
   it('answers UNAVAILABLE for a backend the registry does not have', async () => {

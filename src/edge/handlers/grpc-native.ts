@@ -71,7 +71,8 @@ export class NativeGrpc {
     let headers = req.headers;
     const info = requestInfo(req);
     const routed = call.routed ?? this.routes?.()?.match({ path: `/${call.grpcService}/${call.method}`, authority: headers[':authority'] as string | undefined, headers });
-    if (routed && (routed.kind === 'unavailable' || !(await this.names.exists(routed.service)))) {
+    // A backend is a cluster the front end has (a static one of mesh proxy's included), else a service of the registry.
+    if (routed && (routed.kind === 'unavailable' || (!this.fe.edge.clusters.cluster(routed.service) && !(await this.names.exists(routed.service))))) {
       // A GRPCRoute whose backend cannot be called: UNAVAILABLE, as the Gateway API says.
       if (info) info.grpcStatus = GRPC_CODES.unavailable;
       refuseGrpc(stream, GRPC_CODES.unavailable, routed.kind === 'unavailable' ? routed.message : `route ${routed.route}: service ${routed.service}: not found`);
