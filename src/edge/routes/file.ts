@@ -977,16 +977,21 @@ function parseRoute(bare: At): RouteSpec {
     if (!(ROUTE_HANDLERS as readonly string[]).includes(handler)) throw hAt.error(`must be ${ROUTE_HANDLERS.join(', ')}, not ${JSON.stringify(handler)}`);
     route.handler = handler as RouteHandler;
   }
+  route.rules = parseRules(spec, at, name, route.line, parseRule);
+  return route;
+}
+
+/** `spec.rules`: at least one, each parsed by `parse`, their names unique. */
+function parseRules<R extends { name: string }>(spec: Map<string, { at: At }>, at: At, route: string, line: number, parse: (at: At, route: string, index: number, line: number) => R): R[] {
   const rules = spec.has('rules') ? list(spec.get('rules')!.at, LIMITS.rules) : [];
   if (rules.length === 0) throw (spec.get('rules')?.at ?? at).error('rules: at least one rule is needed');
   const names = new Set<string>();
-  rules.forEach((r, i) => {
-    const rule = parseRule(r, name, i, r.line ?? route.line);
+  return rules.map((r, i) => {
+    const rule = parse(r, route, i, r.line ?? line);
     if (names.has(rule.name)) throw r.error(`rule name ${JSON.stringify(rule.name)} is used twice`);
     names.add(rule.name);
-    route.rules.push(rule);
+    return rule;
   });
-  return route;
 }
 
 function parseGrpcMethod(at: At): GrpcMethodMatchSpec {
@@ -1035,15 +1040,7 @@ function parseGrpcRoute(bare: At): GrpcRouteSpec {
   const spec = fields(specEntry.at.named(at.route), GRPC_SPEC, 'a GRPCRouteSpec');
   if (spec.has('hostnames')) for (const h of list(spec.get('hostnames')!.at, LIMITS.hostnames)) route.hostnames.push(hostname(h));
   if (spec.has('parentRefs')) list(spec.get('parentRefs')!.at, LIMITS.parentRefs).forEach(parseParentRef);
-  const rules = spec.has('rules') ? list(spec.get('rules')!.at, LIMITS.rules) : [];
-  if (rules.length === 0) throw (spec.get('rules')?.at ?? at).error('rules: at least one rule is needed');
-  const names = new Set<string>();
-  rules.forEach((r, i) => {
-    const rule = parseGrpcRule(r, name, i, r.line ?? route.line);
-    if (names.has(rule.name)) throw r.error(`rule name ${JSON.stringify(rule.name)} is used twice`);
-    names.add(rule.name);
-    route.rules.push(rule);
-  });
+  route.rules = parseRules(spec, at, name, route.line, parseGrpcRule);
   return route;
 }
 
