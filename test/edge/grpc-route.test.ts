@@ -249,3 +249,115 @@ describe('GRPCRoute: status', () => {
     ]);
   });
 });
+
+/** Two upstream conformance cases (conformance/tests/grpcroute-*.yaml of kubernetes-sigs/gateway-api), their manifests as written: which backend each call reaches; `-` where upstream expects UNIMPLEMENTED (no route). */
+describe('GRPCRoute: upstream conformance cases, matched', () => {
+  const ECHO = '/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho';
+  const backendOf = (t: CompiledGrpcRoutes, path: string, headers: Record<string, string> = {}) => {
+    const a = call(t, path, headers);
+    return a?.kind === 'backend' ? a.service : '-';
+  };
+
+  it('GRPCExactMethodMatching', () => {
+    const t = table(`apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata:
+  name: exact-matching
+  namespace: gateway-conformance-infra
+spec:
+  parentRefs:
+  - name: same-namespace
+  rules:
+  - matches:
+    - method:
+        service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho
+        method: Echo
+    backendRefs:
+    - name: grpc-infra-backend-v1
+      port: 8080
+  - matches:
+    - method:
+        service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho
+        method: EchoTwo
+    backendRefs:
+    - name: grpc-infra-backend-v2
+      port: 8080`);
+    assert.equal(backendOf(t, `${ECHO}/Echo`), 'grpc-infra-backend-v1');
+    assert.equal(backendOf(t, `${ECHO}/EchoTwo`), 'grpc-infra-backend-v2');
+    assert.equal(backendOf(t, `${ECHO}/EchoThree`), '-');
+  });
+
+  it('GRPCRouteHeaderMatching', () => {
+    const t = table(`apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata:
+  name: grpc-header-matching
+  namespace: gateway-conformance-infra
+spec:
+  parentRefs:
+  - name: same-namespace
+  rules:
+  # Matches "version: one"
+  - matches:
+    - headers:
+      - name: version
+        value: one
+    backendRefs:
+    - name: grpc-infra-backend-v1
+      port: 8080
+  # Matches "version: two"
+  - matches:
+    - headers:
+      - name: version
+        value: two
+    backendRefs:
+    - name: grpc-infra-backend-v2
+      port: 8080
+  # Matches "version: two" AND "color: orange"
+  - matches:
+    - headers:
+      - name: version
+        value: two
+      - name: color
+        value: orange
+    backendRefs:
+    - name: grpc-infra-backend-v1
+      port: 8080
+  # Matches "color: blue" OR "color: green"
+  - matches:
+    - headers:
+      - name: color
+        value: blue
+    - headers:
+      - name: color
+        value: green
+    backendRefs:
+    - name: grpc-infra-backend-v1
+      port: 8080
+  # Matches "color: red" OR "color: yellow"
+  - matches:
+    - headers:
+      - name: color
+        value: red
+    - headers:
+      - name: color
+        value: yellow
+    backendRefs:
+    - name: grpc-infra-backend-v2
+      port: 8080`);
+    const cases: Array<[Record<string, string>, string]> = [
+      [{ version: 'one' }, 'grpc-infra-backend-v1'],
+      [{ version: 'two' }, 'grpc-infra-backend-v2'],
+      [{ version: 'two', color: 'orange' }, 'grpc-infra-backend-v1'],
+      [{ version: 'two', color: 'blue' }, 'grpc-infra-backend-v2'],
+      [{ color: 'orange' }, '-'],
+      [{ 'some-other-header': 'one' }, '-'],
+      [{ color: 'blue' }, 'grpc-infra-backend-v1'],
+      [{ color: 'green' }, 'grpc-infra-backend-v1'],
+      [{ color: 'red' }, 'grpc-infra-backend-v2'],
+      [{ color: 'yellow' }, 'grpc-infra-backend-v2'],
+      [{ color: 'purple' }, '-'],
+    ];
+    for (const [headers, want] of cases) assert.equal(backendOf(t, `${ECHO}/Echo`, headers), want, JSON.stringify(headers));
+  });
+});
