@@ -7,7 +7,9 @@
  *
  * A listener's `route_file` (Gateway API HTTPRoute documents, src/edge/routes/) is matched first,
  * reloaded on SIGHUP and when it changes: a match goes to its backend (a cluster of the file or a
- * registry service, and a version) with its timeouts, always by the proxy handler.
+ * registry service, and a version) with its timeouts, always by the proxy handler. On a listener
+ * with `http2: true`, a native gRPC call that a GRPCRoute of the file takes is passed through by
+ * NativeGrpc (src/edge/handlers/grpc-native.ts) instead; any other call is routed as any request.
  */
 import type { IncomingMessage } from 'node:http';
 import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
