@@ -1,5 +1,5 @@
 /**
- * A GRPCRoute's RequestMirror (docs/routing.md, "GRPCRoute"): a copy of a native gRPC call sent
+ * A GRPCRoute's RequestMirror (docs/routing.md, "GRPCRoute: native gRPC calls"): a copy of a native gRPC call sent
  * to a node of another service, fire and forget. Only a call whose request is one message is
  * copied (unary and server-streaming calls), once the client has sent all of it, with the headers
  * the primary got; the copy's answer is read and dropped, and never delays or changes the

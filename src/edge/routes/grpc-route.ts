@@ -1,6 +1,7 @@
 /**
- * A route file's GRPCRoute documents compiled for native gRPC calls (docs/routing.md, "GRPCRoute";
- * src/edge/routes/file.ts parses them): one entry per (route, rule, match, hostname), ordered once
+ * A route file's GRPCRoute documents compiled for native gRPC calls (docs/routing.md, "GRPCRoute:
+ * native gRPC calls"; src/edge/routes/file.ts parses them): one entry per (route, rule, match,
+ * hostname), ordered once
  * by the Gateway API's GRPCRoute precedence, matched per call by the edge's one RouteMatcher on the
  * call's path (`/<package.Service>/<Method>`), then one backend of the rule drawn by weight. Pure:
  * no I/O.

@@ -203,30 +203,26 @@ export class CompiledRoutes {
     const hit = this.matcher.match(req.path, { host: hostOf(req.host), method: req.method, headers: req.headers, params });
     if (!hit) return undefined;
     const { route, rule, hostname, match } = hit.target;
-    return { route, rule, backend: this.pick(rule.backendRefs), hostname, match };
-  }
-
-  private pick(refs: readonly BackendRefSpec[]): BackendRefSpec | undefined {
-    return pickBackend(refs, this.random);
+    return { route, rule, backend: pickBackend(rule.backendRefs, this.random), hostname, match };
   }
 }
 
 /** One of a rule's backends, drawn by weight; undefined when there is none or every weight is 0. */
 export function pickBackend(refs: readonly BackendRefSpec[], random: () => number): BackendRefSpec | undefined {
-    if (refs.length === 0) return undefined;
-    if (refs.length === 1) return refs[0]!.weight > 0 ? refs[0] : undefined;
-    let total = 0;
-    for (const r of refs) total += r.weight;
-    if (total === 0) return undefined;
-    let at = random() * total;
-    let last: BackendRefSpec | undefined;
-    for (const r of refs) {
-      if (r.weight === 0) continue;
-      if (at < r.weight) return r;
-      at -= r.weight;
-      last = r;
-    }
-    return last;
+  if (refs.length === 0) return undefined;
+  if (refs.length === 1) return refs[0]!.weight > 0 ? refs[0] : undefined;
+  let total = 0;
+  for (const r of refs) total += r.weight;
+  if (total === 0) return undefined;
+  let at = random() * total;
+  let last: BackendRefSpec | undefined;
+  for (const r of refs) {
+    if (r.weight === 0) continue;
+    if (at < r.weight) return r;
+    at -= r.weight;
+    last = r;
+  }
+  return last;
 }
 
 /** Every header test passes (a repeated header is tested as its values joined by `, `). */
