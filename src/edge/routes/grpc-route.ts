@@ -1,10 +1,9 @@
 /**
  * A route file's GRPCRoute documents compiled for native gRPC calls (docs/routing.md, "GRPCRoute:
  * native gRPC calls"; src/edge/routes/file.ts parses them): one entry per (route, rule, match,
- * hostname), ordered once
- * by the Gateway API's GRPCRoute precedence, matched per call by the edge's one RouteMatcher on the
- * call's path (`/<package.Service>/<Method>`), then one backend of the rule drawn by weight. Pure:
- * no I/O.
+ * hostname), ordered once by the Gateway API's GRPCRoute precedence, matched per call by the
+ * edge's one RouteMatcher on the call's path (`/<package.Service>/<Method>`), then one backend of
+ * the rule drawn by weight. Pure: no I/O.
  *
  * Precedence:
  *   1. the host (`:authority` without its port): an exact hostname, then wildcards (the longer
