@@ -24,6 +24,7 @@ export const UNIT = [
   'test/cli/check-findings.test.ts',
   'test/deploy/deploy-manifests.test.ts',
   'test/edge/route-file.test.ts',
+  'test/edge/grpc-route.test.ts',
   'test/edge/route-backend-filters-cors.test.ts',
   'test/edge/route-model.test.ts',
   'test/edge/route-unresolved.test.ts',

@@ -31,7 +31,7 @@
  *   HTTPFault (the listener then has the fault filter before the router).
  * Envoy forwards HTTP: a route whose handler is `api` or `rpc` (mesh's own HTTP → RPC mapping)
  * refuses the file, as `mesh proxy` does; so do the CORS filter, a rule's sessionPersistence and a
- * backend's URLRewrite or RequestRedirect (not translated). What Envoy does differently is said in `warnings`: a
+ * backend's URLRewrite or RequestRedirect, and GRPCRoute documents (not translated). What Envoy does differently is said in `warnings`: a
  * retry `budget` (Envoy's is the cluster's circuit breaker, resources.ts), and a backend's
  * `version` when the clusters have no version subsets (`versionSubsets: false`; mesh xds's have).
  */
@@ -98,6 +98,8 @@ export function envoyRoutes(file: RouteFile, o: EnvoyRoutesOptions): EnvoyRoutes
   const routeConfigName = o.routeConfigName ?? 'mesh_routes';
   const warnings: string[] = [];
   const shape = o.form === 'json' ? JSON_SHAPE : OBJECT_SHAPE;
+  const grpc = file.grpcRoutes[0];
+  if (grpc) throw new RouteFileError(file.file, grpc.line, 'is not translated for Envoy (mesh api, mesh sidecar and mesh proxy serve GRPCRoute documents)', `GRPCRoute ${grpc.name}`);
   for (const r of file.routes) {
     if (r.handler !== undefined && r.handler !== 'proxy') throw new RouteFileError(file.file, r.line, `HTTPRoute ${r.name} spec.handler: Envoy forwards HTTP only: use proxy (or leave it out), not ${r.handler}`);
     for (const rule of r.rules) {

@@ -104,7 +104,7 @@ spec:
     assert.equal(error('a: [\n'), 'routes.yaml line 2: Flow sequence in block collection must be sufficiently indented and end with a ]');
     assert.equal(error(`${HEAD}metadata: {name: r}\nspec: {}\nextra: 1\n`), 'routes.yaml line 5: HTTPRoute r extra: unknown field "extra" (an HTTPRoute has no such field)');
     assert.equal(error('apiVersion: v1\nkind: HTTPRoute\n'), 'routes.yaml line 1: apiVersion: must be gateway.networking.k8s.io/v1, not "v1"');
-    assert.equal(error('apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\n'), 'routes.yaml line 2: kind: must be HTTPRoute or Gateway, not "GRPCRoute"');
+    assert.equal(error('apiVersion: gateway.networking.k8s.io/v1\nkind: TCPRoute\n'), 'routes.yaml line 2: kind: must be HTTPRoute, GRPCRoute or Gateway, not "TCPRoute"');
     assert.equal(error(`${HEAD}metadata: {name: Bad_Name}\n`), 'routes.yaml line 3: metadata.name: "Bad_Name" is not a valid name (lower case letters, digits, - and .)');
     assert.equal(error(`${HEAD}metadata: {name: r}\n`), 'routes.yaml line 1: HTTPRoute r: spec is required');
     assert.equal(error(route('    - backendRefs: [{name: a}]\n      bogus: 1\n')), 'routes.yaml line 7: HTTPRoute r spec.rules[0].bogus: unknown field "bogus" (an HTTPRouteRule has no such field)');

@@ -113,4 +113,18 @@ describe('mesh proxy: a route_file it cannot serve', () => {
       dir.cleanup();
     }
   });
+
+  it('a GRPCRoute on a listener without http2 is refused at start: native gRPC calls are HTTP/2', async () => {
+    const dir = tempDir('mesh-proxy-route-file-');
+    try {
+      writeFileSync(join(dir.path, 'grpc.yaml'), 'apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: greeter}\nspec:\n  rules:\n    - backendRefs: [{name: backend}]\n');
+      const file = join(dir.path, 'proxy.yaml');
+      writeFileSync(file, 'listeners:\n  - name: ingress\n    address: 127.0.0.1:0\n    route_file: grpc.yaml\nclusters:\n  - {name: backend, hosts: ["127.0.0.1:9"]}\n');
+      const res = await runCli(['proxy', '-c', file, '--admin_address=off', `--registry_address=${dir.path}`]);
+      assert.equal(res.code, 1);
+      assert.equal(res.stderr.trim().split('\n').pop(), `mesh: ${join(dir.path, 'grpc.yaml')} line 1: GRPCRoute greeter: native gRPC calls reach listener ingress only with http2: true (GRPCRoute serves HTTP/2 calls)`);
+    } finally {
+      dir.cleanup();
+    }
+  });
 });

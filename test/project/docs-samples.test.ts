@@ -927,7 +927,7 @@ describe('docs samples', () => {
       for (const b of blocksOf(file)) {
         if (b.lang !== 'yaml' || b.marked) continue;
         const where = `${b.file}:${b.line}`;
-        if (/^kind: HTTPRoute/m.test(b.body)) assert.doesNotThrow(() => parseRouteFile(b.body, where), where);
+        if (/^kind: (HTTPRoute|GRPCRoute)/m.test(b.body)) assert.doesNotThrow(() => parseRouteFile(b.body, where), where);
         else if (/^listeners:/m.test(b.body)) assert.doesNotThrow(() => parseProxyConfig(b.body, where), where);
         else continue;
         checked++;

@@ -91,6 +91,14 @@ describe('route file → Envoy Listener and RouteConfiguration', () => {
     });
   });
 
+  it('a GRPCRoute refuses the file: it is not translated', () => {
+    const grpc = 'apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: greeter}\nspec:\n  rules:\n    - backendRefs: [{name: go.mesh.srv.greeter}]\n';
+    assert.throws(() => envoyRoutes(parseRouteFile(grpc, 'routes.yaml'), { address: { host: '0.0.0.0', port: 10000 } }), {
+      name: 'RouteFileError',
+      message: 'routes.yaml line 1: GRPCRoute greeter: is not translated for Envoy (mesh api, mesh sidecar and mesh proxy serve GRPCRoute documents)',
+    });
+  });
+
   it('the listener: RDS over ADS, the fault filter before the router, the Host port ignored', () => {
     const l = built().listener as Json;
     assert.equal(l.name, 'mesh_http');

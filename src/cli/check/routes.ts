@@ -24,14 +24,14 @@ export function checkRoutes(file: string, services: readonly Service[] | undefin
   for (const status of routeStatus(parsed, names ? (service) => names.has(service) : undefined)) {
     const accepted = status.conditions.find((c) => c.type === 'Accepted');
     if (accepted?.status === 'False') {
-      found.push({ level: 'error', check: 'routes', message: `${file} line ${status.line}: HTTPRoute ${status.route}: Accepted False (${accepted.reason}): ${accepted.message}` });
+      found.push({ level: 'error', check: 'routes', message: `${file} line ${status.line}: ${status.kind ?? 'HTTPRoute'} ${status.route}: Accepted False (${accepted.reason}): ${accepted.message}` });
     }
     const resolved = status.conditions.find((c) => c.type === 'ResolvedRefs');
     if (resolved?.status === 'False') {
-      found.push({ level: 'error', check: 'routes', message: `${file} line ${status.line}: HTTPRoute ${status.route}: ResolvedRefs False (${resolved.reason}): ${resolved.message}` });
+      found.push({ level: 'error', check: 'routes', message: `${file} line ${status.line}: ${status.kind ?? 'HTTPRoute'} ${status.route}: ResolvedRefs False (${resolved.reason}): ${resolved.message}` });
     }
     for (const r of status.rules) {
-      found.push({ level: 'warning', check: 'routes', message: `${file} line ${r.line}: HTTPRoute ${status.route} rules[${r.index}] (${r.rule}): ${r.note}` });
+      found.push({ level: 'warning', check: 'routes', message: `${file} line ${r.line}: ${status.kind ?? 'HTTPRoute'} ${status.route} rules[${r.index}] (${r.rule}): ${r.note}` });
     }
   }
   return found;

@@ -40,7 +40,8 @@ export class GrpcServiceNames {
     return (await this.byGrpcService()).get(grpcService);
   }
 
-  private async exists(name: string): Promise<boolean> {
+  /** Whether the registry has the service (a known answer is kept REFRESH_MS). */
+  async exists(name: string): Promise<boolean> {
     const at = this.known.get(name);
     if (at !== undefined && this.now() - at < REFRESH_MS) return true;
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$/.test(name)) return false;

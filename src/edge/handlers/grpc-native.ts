@@ -16,31 +16,39 @@ import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { EdgeHandlerContext } from './front-end.js';
 import { GrpcCallStats, GrpcConnections, grpcMethodOf, type GrpcDownstream, isGrpcContentType, parseGrpcTimeout, passGrpcCall, refuseGrpc, GRPC_CODES } from './grpc-pass.js';
 import { GrpcServiceNames, MESH_SERVICE_HEADER } from './grpc-names.js';
+import { GrpcMirror } from './grpc-mirror.js';
+import type { CompiledGrpcRoutes, GrpcRouteAnswer } from '../routes/grpc-route.js';
 
 /** A native gRPC call the route phase found. */
 export interface NativeGrpcCall {
   kind: 'grpc';
   grpcService: string;
   method: string;
+  /** The GRPCRoute the route phase matched already (`mesh proxy`: only such calls are native). */
+  routed?: GrpcRouteAnswer;
 }
 
 export class NativeGrpc {
   private readonly connections: GrpcConnections;
   private readonly names: GrpcServiceNames;
   private readonly stats: GrpcCallStats;
+  private readonly mirror: GrpcMirror;
 
   /**
    * `serviceOf`: the one service every call goes to (the sidecar's inbound listener: its app's
-   * static cluster), else each call's is looked up (./grpc-names.ts).
+   * static cluster), else each call's is looked up (./grpc-names.ts). `routes`: the route file's
+   * GRPCRoutes in use (src/edge/routes/grpc-route.ts), tried before either.
    */
   constructor(
     private readonly fe: EdgeHandlerContext,
     workload: () => WorkloadTls | undefined,
     private readonly serviceOf?: () => string,
+    private readonly routes?: () => CompiledGrpcRoutes | undefined,
   ) {
     this.connections = new GrpcConnections(workload);
     this.names = new GrpcServiceNames(fe.edge.registry);
     this.stats = new GrpcCallStats(fe.edge.stats);
+    this.mirror = new GrpcMirror(fe.edge.clusters, this.connections, fe.edge.stats, fe.edge.settings.clientRequestTimeoutMs);
   }
 
   /** True for a request that may be a native gRPC call (its content type): --request_timeout does not bound it. */
@@ -66,11 +74,20 @@ export class NativeGrpc {
    * gRPC-Web call, ./grpc-web.ts), `headers` its gRPC headers; resolves when `stream` closed.
    * `compatTrailers`: see GrpcPassOptions.
    */
-  async serve(req: FrontRequest, res: FrontResponse, stream: GrpcDownstream, headers: IncomingHttpHeaders, call: { grpcService: string; method: string }, compatTrailers?: (trailers: OutgoingHttpHeaders) => void): Promise<void> {
+  async serve(req: FrontRequest, res: FrontResponse, stream: GrpcDownstream, headers: IncomingHttpHeaders, call: Pick<NativeGrpcCall, 'grpcService' | 'method' | 'routed'>, compatTrailers?: (trailers: OutgoingHttpHeaders) => void): Promise<void> {
     const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.once('close', () => resolve())));
-    const named = headers[MESH_SERVICE_HEADER];
-    const service = this.serviceOf?.() ?? (await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined));
     const info = requestInfo(req);
+    const routed = call.routed ?? this.routes?.()?.match({ path: `/${call.grpcService}/${call.method}`, authority: headers[':authority'] as string | undefined, headers });
+    // A backend is a cluster the front end has (a static one of mesh proxy's included), else a service of the registry.
+    if (routed && (routed.kind === 'unavailable' || (!this.fe.edge.clusters.cluster(routed.service) && !(await this.names.exists(routed.service))))) {
+      // A GRPCRoute whose backend cannot be called: UNAVAILABLE, as the Gateway API says.
+      if (info) info.grpcStatus = GRPC_CODES.unavailable;
+      refuseGrpc(stream, GRPC_CODES.unavailable, routed.kind === 'unavailable' ? routed.message : `route ${routed.route}: service ${routed.service}: not found`);
+      return closed;
+    }
+    const named = headers[MESH_SERVICE_HEADER];
+    const service = routed?.service ?? this.serviceOf?.() ?? (await this.names.resolve(call.grpcService, headers[':authority'] as string | undefined, typeof named === 'string' ? named : undefined));
+    if (routed) headers = routed.requestHeaders;
     if (!service) {
       if (info) info.grpcStatus = GRPC_CODES.unimplemented;
       refuseGrpc(stream, GRPC_CODES.unimplemented, `no mesh service serves ${call.grpcService} (register its nodes with grpc_service=${call.grpcService}, or name the service in :authority or mesh-service)`);
@@ -104,6 +121,9 @@ export class NativeGrpc {
       deadline: budget === undefined ? undefined : Date.now() + budget,
       maxMessageBytes: this.fe.maxBodyBytes,
       compatTrailers,
+      version: routed?.version,
+      answerHeaders: routed?.responseHeaders,
+      tap: routed && routed.mirrors.length > 0 ? this.mirror.tap(routed.mirrors, headers) : undefined,
       onStatus: (code, host) => {
         if (info) {
           if (host) info.upstreamHost = host;

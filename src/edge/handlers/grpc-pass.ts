@@ -70,7 +70,7 @@ export function formatGrpcTimeout(ms: number): string {
 const NOT_FORWARDED: ReadonlySet<string> = new Set([...[...CONNECTION_SPECIFIC].filter((h) => h !== 'te'), 'host', 'grpc-timeout', 'mesh-timeout']);
 
 /** The request's headers for the node: its metadata as sent, the pseudo-headers this hop's. */
-function requestHeaders(headers: IncomingHttpHeaders, path: string, authority: string, timeoutMs: number | undefined): OutgoingHttpHeaders {
+export function requestHeaders(headers: IncomingHttpHeaders, path: string, authority: string, timeoutMs: number | undefined): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = { [HTTP2_HEADER_METHOD]: 'POST', [HTTP2_HEADER_PATH]: path, [HTTP2_HEADER_AUTHORITY]: authority, [HTTP2_HEADER_SCHEME]: 'http' };
   for (const name in headers) {
     if (name.startsWith(':') || NOT_FORWARDED.has(name)) continue;
@@ -177,6 +177,12 @@ export interface GrpcPassOptions {
   maxMessageBytes?: number;
   /** Told once with the call's gRPC status (for stats and access logs). */
   onStatus?: (code: number, host: string | undefined) => void;
+  /** Only the nodes of this registry version of the service (a GRPCRoute's backendRef). */
+  version?: string;
+  /** Changes the node's answer headers (not its trailers) before the client gets them (a GRPCRoute's ResponseHeaderModifier). */
+  answerHeaders?: (headers: OutgoingHttpHeaders) => void;
+  /** Told each chunk of the request as it goes to the node, then undefined at its end (a GRPCRoute's RequestMirror). */
+  tap?: (chunk: Buffer | undefined) => void;
 }
 
 /**
@@ -246,7 +252,7 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
   const attempt = (retry: boolean): void => {
     if (clientGone || reported) return;
     const clusters = options.clusters;
-    const acquireOptions = { exclude: tried, retry, afterConnectFailure: retry };
+    const acquireOptions = { exclude: tried, retry, afterConnectFailure: retry, version: options.version };
     const waitUntil = deadline ?? Date.now() + options.acquireTimeoutMs;
     let leased: Promise<UpstreamLease | undefined>;
     try {
@@ -317,6 +323,7 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       answered = true;
       if (stream.destroyed || stream.closed) return;
       const out = answerHeaders(h);
+      options.answerHeaders?.(out);
       if (flags & NGHTTP2_FLAG_END_STREAM) {
         // Trailers-only: the status is in these headers.
         status = Number(h['grpc-status'] ?? GRPC_CODES.unknown);
@@ -337,14 +344,15 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
     else stream.on('wantTrailers', () => guarded(() => stream.sendTrailers(trailers ?? noStatus)));
     // Messages both ways, with HTTP/2's flow control: pipe() pauses the faster side.
     up.pipe(stream, { end: true });
-    if (options.maxMessageBytes === undefined) stream.pipe(up, { end: true });
+    const sink = options.tap ? tapInto(options.tap, up) : up;
+    if (options.maxMessageBytes === undefined) stream.pipe(sink, { end: true });
     else {
       const limit = new GrpcMessageLimit(options.maxMessageBytes, (size) => {
         stream.unpipe(limit);
         if (!up.closed) up.close(NGHTTP2_CANCEL);
         fail(GRPC_CODES.resourceExhausted, `a request message of ${size} bytes is larger than ${options.maxMessageBytes} bytes (--max_body_size)`, target.key);
       });
-      stream.pipe(limit).pipe(up, { end: true });
+      stream.pipe(limit).pipe(sink, { end: true });
     }
     up.once('close', () => {
       const rst = up.rstCode ?? 0;
@@ -377,6 +385,22 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
 
   stream.on('error', () => {});
   attempt(false);
+}
+
+/** A stream that passes what is written to it on to `into`, telling `tap` each chunk and the end (undefined). */
+function tapInto(tap: (chunk: Buffer | undefined) => void, into: NodeJS.WritableStream): Transform {
+  const t = new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      tap(chunk);
+      callback(null, chunk);
+    },
+    flush(callback) {
+      tap(undefined);
+      callback();
+    },
+  });
+  t.pipe(into, { end: true });
+  return t;
 }
 
 /** The TLS socket of a server stream's session, when it is one. */

@@ -209,11 +209,50 @@ export interface RouteSpec {
   parentRefs: ParentRefSpec[];
 }
 
+/** A GRPCRoute match's `method`: Exact (service and method names) or RegularExpression (RE2, each whole). */
+export interface GrpcMethodMatchSpec {
+  type: ValueMatchType;
+  /** The gRPC service (`helloworld.Greeter`); undefined: any. */
+  service?: string;
+  /** The method (`SayHello`); undefined: any. */
+  method?: string;
+}
+
+export interface GrpcMatchSpec {
+  /** undefined: any service and method. */
+  method?: GrpcMethodMatchSpec;
+  headers: ValueMatchSpec[];
+}
+
+export interface GrpcRuleSpec {
+  /** Its `name`, else `<route>-<index>`. */
+  name: string;
+  index: number;
+  line: number;
+  /** At least one (an absent `matches` is one match of every call). */
+  matches: GrpcMatchSpec[];
+  backendRefs: BackendRefSpec[];
+  /** RequestHeaderModifier, ResponseHeaderModifier, RequestMirror only. */
+  filters: FiltersSpec;
+}
+
+/** A GRPCRoute document: native gRPC calls (src/edge/routes/grpc-route.ts). */
+export interface GrpcRouteSpec {
+  name: string;
+  namespace?: string;
+  line: number;
+  /** Lower case; empty: any host. */
+  hostnames: string[];
+  rules: GrpcRuleSpec[];
+}
+
 export interface RouteFile {
   file: string;
   /** A hash of the file's content: what admin /config_dump shows as the routes' version. */
   version: string;
   routes: RouteSpec[];
+  /** The file's GRPCRoute documents (native gRPC calls at the gateway and the sidecar). */
+  grpcRoutes: GrpcRouteSpec[];
   /** The file's Gateway documents (served by mesh api only: src/edge/routes/listeners.ts). */
   gateways: GatewaySpec[];
 }
@@ -240,6 +279,8 @@ export class RouteFileError extends ConfigFileError {
 /** Bounds of the Gateway API's own schema (and of a file). */
 export const LIMITS = { routes: 1000, hostnames: 16, rules: 16, matches: 64, backendRefs: 16, headers: 16, queryParams: 16, text: 4096, weight: 1_000_000, filters: 16, mirrors: 4, retryAttempts: 10, retryBackoffMs: 10_000, faultDelayMs: 60_000, fractionDenominator: 1_000_000, sessionName: 128, corsOrigins: 64, corsMethods: 9, corsHeaders: 64, corsMaxAgeSec: 86_400, parentRefs: 32, gateways: 16, listeners: 64 } as const;
 
+/** The kinds of document a route file holds. */
+const DOCUMENT_KINDS = ['HTTPRoute', 'GRPCRoute', 'Gateway'];
 const API_VERSIONS = new Set(['gateway.networking.k8s.io/v1', 'gateway.networking.k8s.io/v1beta1']);
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH']);
 const TOP = new Set(['apiVersion', 'kind', 'metadata', 'spec', 'status']);
@@ -279,6 +320,28 @@ const FILTER_FIELD: Record<string, string> = {
 };
 /** The filters a backendRef may have (the rest go on the rule). */
 const BACKEND_FILTER_TYPES = new Set(['RequestHeaderModifier', 'ResponseHeaderModifier', 'URLRewrite', 'RequestRedirect']);
+
+/** What a route kind's filters may be: the fields of a filter, its types (type → field) and those a backendRef may have. */
+interface FilterGrammar {
+  what: string;
+  fields: ReadonlySet<string>;
+  types: Record<string, string>;
+  backendTypes: ReadonlySet<string>;
+}
+const HTTP_FILTERS: FilterGrammar = { what: 'an HTTPRouteFilter', fields: FILTER, types: FILTER_FIELD, backendTypes: BACKEND_FILTER_TYPES };
+const GRPC_FILTERS: FilterGrammar = {
+  what: 'a GRPCRouteFilter',
+  fields: new Set(['type', 'requestHeaderModifier', 'responseHeaderModifier', 'requestMirror', 'extensionRef']),
+  types: { RequestHeaderModifier: 'requestHeaderModifier', ResponseHeaderModifier: 'responseHeaderModifier', RequestMirror: 'requestMirror' },
+  backendTypes: new Set(['RequestHeaderModifier', 'ResponseHeaderModifier']),
+};
+const GRPC_SPEC = new Set(['parentRefs', 'hostnames', 'rules']);
+const GRPC_RULE = new Set(['name', 'matches', 'filters', 'backendRefs', 'sessionPersistence']);
+const GRPC_MATCH = new Set(['method', 'headers']);
+const GRPC_METHOD = new Set(['type', 'service', 'method']);
+/** The Gateway API's checks of an Exact GRPCMethodMatch. */
+const GRPC_SERVICE_NAME = /^\.?[A-Za-z_][A-Za-z_0-9]*(\.[A-Za-z_][A-Za-z_0-9]*)*$/;
+const GRPC_METHOD_NAME = /^[A-Za-z_][A-Za-z_0-9]*$/;
 const CORS_FIELDS = new Set(['allowOrigins', 'allowMethods', 'allowHeaders', 'exposeHeaders', 'allowCredentials', 'maxAge']);
 const HEADER_MODIFIER = new Set(['set', 'add', 'remove']);
 const HEADER_VALUE = new Set(['name', 'value']);
@@ -400,11 +463,11 @@ function parsePath(at: At): PathMatchSpec {
   return { type, value };
 }
 
-function parseValueMatches(at: At, max: number, header: boolean): ValueMatchSpec[] {
+function parseValueMatches(at: At, max: number, header: boolean, what = header ? 'an HTTPHeaderMatch' : 'an HTTPQueryParamMatch'): ValueMatchSpec[] {
   const out: ValueMatchSpec[] = [];
   const seen = new Set<string>();
   for (const item of list(at, max)) {
-    const f = fields(item, VALUE_MATCH, header ? 'an HTTPHeaderMatch' : 'an HTTPQueryParamMatch');
+    const f = fields(item, VALUE_MATCH, what);
     const type = f.has('type') ? text(f.get('type')!.at) : 'Exact';
     if (type !== 'Exact' && type !== 'RegularExpression') throw f.get('type')!.at.error(`must be Exact or RegularExpression, not ${JSON.stringify(type)}`);
     if (!f.has('name')) throw item.error('name is required');
@@ -445,8 +508,8 @@ function apiGroup(entry: { at: At; node: Node | null } | undefined, dflt: string
   return isScalar(entry.node) && entry.node.value === '' ? '' : text(entry.at, 253);
 }
 
-function parseBackend(at: At): BackendRefSpec {
-  const f = fields(at, BACKEND, 'an HTTPBackendRef');
+function parseBackend(at: At, grammar: FilterGrammar = HTTP_FILTERS): BackendRefSpec {
+  const f = fields(at, BACKEND, grammar === HTTP_FILTERS ? 'an HTTPBackendRef' : 'a GRPCBackendRef');
   const group = apiGroup(f.get('group'), '');
   const kind = f.has('kind') ? text(f.get('kind')!.at, 63) : 'Service';
   if (f.has('port')) integer(f.get('port')!.at, 1, 65535);
@@ -461,7 +524,7 @@ function parseBackend(at: At): BackendRefSpec {
   }
   const ref: BackendRefSpec = { name: text(nameAt, 253), weight };
   const own = f.get('filters');
-  if (own && !(isSeq(own.node) && own.node.items.length === 0)) ref.filters = parseFilters(own.at, true);
+  if (own && !(isSeq(own.node) && own.node.items.length === 0)) ref.filters = parseFilters(own.at, true, grammar);
   const bad = serviceNameProblem(ref.name);
   if (bad) throw nameAt.error(`not a mesh service name: ${bad}`);
   if (f.has('version')) {
@@ -481,18 +544,20 @@ function duration(at: At): number {
   return ms;
 }
 
+/** A rule's `name`: a DNS subdomain. */
+function ruleName(at: At): string {
+  const name = text(at, 253);
+  if (!DNS_NAME.test(name)) throw at.error(`${JSON.stringify(name)} is not a valid name (lower case letters, digits, - and .)`);
+  return name;
+}
+
 function parseRule(at: At, route: string, index: number, line: number): RuleSpec {
   const f = fields(at, RULE, 'an HTTPRouteRule');
-  let name = `${route}-${index}`;
-  if (f.has('name')) {
-    const nAt = f.get('name')!.at;
-    name = text(nAt, 253);
-    if (!DNS_NAME.test(name)) throw nAt.error(`${JSON.stringify(name)} is not a valid name (lower case letters, digits, - and .)`);
-  }
+  const name = f.has('name') ? ruleName(f.get('name')!.at) : `${route}-${index}`;
   const matchList = f.has('matches') ? list(f.get('matches')!.at, LIMITS.matches).map(parseMatch) : [];
   const matches = matchList.length > 0 ? matchList : [{ path: { type: 'PathPrefix' as const, value: '/' }, headers: [], queryParams: [] }];
   const backendAts = f.has('backendRefs') ? list(f.get('backendRefs')!.at, LIMITS.backendRefs) : [];
-  const backendRefs = backendAts.map(parseBackend);
+  const backendRefs = backendAts.map((b) => parseBackend(b));
   const filters = f.has('filters') ? parseFilters(f.get('filters')!.at) : { mirrors: [] };
   const prefixed = (s: FiltersSpec) => s.rewrite?.path?.type === 'ReplacePrefixMatch' || s.redirect?.path?.type === 'ReplacePrefixMatch';
   const notPrefix = matches.some((m) => m.path.type !== 'PathPrefix');
@@ -741,18 +806,18 @@ function parseCors(at: At): RouteCorsSpec {
   return spec;
 }
 
-function parseFilters(at: At, onBackend = false): FiltersSpec {
+function parseFilters(at: At, onBackend = false, grammar: FilterGrammar = HTTP_FILTERS): FiltersSpec {
   const out: FiltersSpec = { mirrors: [] };
   const seen = new Set<string>();
   for (const item of list(at, LIMITS.filters)) {
-    const f = fields(item, FILTER, 'an HTTPRouteFilter');
+    const f = fields(item, grammar.fields, grammar.what);
     if (!f.has('type')) throw item.error('type is required');
     const tAt = f.get('type')!.at;
     const type = text(tAt, 64);
-    const key = FILTER_FIELD[type];
+    const key = grammar.types[type];
     if (type === 'ExtensionRef' || type === 'ExternalAuth') throw tAt.error(`${type} is not supported`);
-    if (onBackend && key && !BACKEND_FILTER_TYPES.has(type)) throw tAt.error(`${type} is not supported on a backendRef (put it on the rule)`);
-    if (!key) throw tAt.error(`must be one of ${Object.keys(FILTER_FIELD).join(', ')}, not ${JSON.stringify(type)}`);
+    if (onBackend && key && !grammar.backendTypes.has(type)) throw tAt.error(`${type} is not supported on a backendRef (put it on the rule)`);
+    if (!key) throw tAt.error(`must be one of ${Object.keys(grammar.types).join(', ')}, not ${JSON.stringify(type)}`);
     for (const k of f.keys()) if (k !== 'type' && k !== key) throw f.get(k)!.at.error(`${k} does not go with type ${type}`);
     if (!f.has(key)) throw item.error(`${key} is required with type ${type}`);
     if (type !== 'RequestMirror' && seen.has(type)) throw tAt.error(`${type} is given twice`);
@@ -843,17 +908,18 @@ function peekName(node: Node | null | undefined): string | undefined {
 function header(bare: At, kinds: readonly string[]): { top: Map<string, { at: At; node: Node | null }>; name: string; m: Map<string, { at: At; node: Node | null }>; doc: At } {
   const peeked = peekName(bare.node);
   const peekedKind = peekKind(bare.node);
-  const what = peekedKind === 'Gateway' ? 'Gateway' : 'HTTPRoute';
+  const what = peekedKind === 'Gateway' || peekedKind === 'GRPCRoute' ? peekedKind : 'HTTPRoute';
   const doc = peeked === undefined ? bare : bare.named(`${what} ${peeked}`);
-  const top = fields(doc, TOP, what === 'Gateway' ? 'a Gateway' : 'an HTTPRoute');
+  const top = fields(doc, TOP, what === 'HTTPRoute' ? 'an HTTPRoute' : `a ${what}`);
   const apiVersion = top.get('apiVersion');
   if (!apiVersion) throw doc.error('apiVersion is required (gateway.networking.k8s.io/v1)');
   const version = text(apiVersion.at);
-  if (!API_VERSIONS.has(version)) throw apiVersion.at.error(`must be gateway.networking.k8s.io/v1, not ${JSON.stringify(version)}`);
+  // GRPCRoute was never v1beta1.
+  if (!API_VERSIONS.has(version) || (what === 'GRPCRoute' && version !== 'gateway.networking.k8s.io/v1')) throw apiVersion.at.error(`must be gateway.networking.k8s.io/v1, not ${JSON.stringify(version)}`);
   const kind = top.get('kind');
-  if (!kind) throw doc.error(`kind is required (${kinds.join(' or ')})`);
+  if (!kind) throw doc.error(`kind is required (${kinds.slice(0, -1).join(', ')} or ${kinds.at(-1)})`);
   const kindText = text(kind.at);
-  if (!kinds.includes(kindText)) throw kind.at.error(`must be ${kinds.join(' or ')}, not ${JSON.stringify(kindText)}`);
+  if (!kinds.includes(kindText)) throw kind.at.error(`must be ${kinds.slice(0, -1).join(', ')} or ${kinds.at(-1)}, not ${JSON.stringify(kindText)}`);
   const meta = top.get('metadata');
   if (!meta) throw doc.error('metadata.name is required');
   const m = fields(meta.at, METADATA, 'ObjectMeta');
@@ -896,7 +962,7 @@ function parseParentRef(at: At): ParentRefSpec {
 }
 
 function parseRoute(bare: At): RouteSpec {
-  const { top, name, m, doc } = header(bare, ['HTTPRoute', 'Gateway']);
+  const { top, name, m, doc } = header(bare, DOCUMENT_KINDS);
   const at = bare.named(`HTTPRoute ${name}`);
   const route: RouteSpec = { name, line: doc.line ?? 1, hostnames: [], rules: [], parentRefs: [] };
   if (m.has('namespace')) route.namespace = text(m.get('namespace')!.at, 63);
@@ -911,15 +977,70 @@ function parseRoute(bare: At): RouteSpec {
     if (!(ROUTE_HANDLERS as readonly string[]).includes(handler)) throw hAt.error(`must be ${ROUTE_HANDLERS.join(', ')}, not ${JSON.stringify(handler)}`);
     route.handler = handler as RouteHandler;
   }
+  route.rules = parseRules(spec, at, name, route.line, parseRule);
+  return route;
+}
+
+/** `spec.rules`: at least one, each parsed by `parse`, their names unique. */
+function parseRules<R extends { name: string }>(spec: Map<string, { at: At }>, at: At, route: string, line: number, parse: (at: At, route: string, index: number, line: number) => R): R[] {
   const rules = spec.has('rules') ? list(spec.get('rules')!.at, LIMITS.rules) : [];
   if (rules.length === 0) throw (spec.get('rules')?.at ?? at).error('rules: at least one rule is needed');
   const names = new Set<string>();
-  rules.forEach((r, i) => {
-    const rule = parseRule(r, name, i, r.line ?? route.line);
+  return rules.map((r, i) => {
+    const rule = parse(r, route, i, r.line ?? line);
     if (names.has(rule.name)) throw r.error(`rule name ${JSON.stringify(rule.name)} is used twice`);
     names.add(rule.name);
-    route.rules.push(rule);
+    return rule;
   });
+}
+
+function parseGrpcMethod(at: At): GrpcMethodMatchSpec {
+  const f = fields(at, GRPC_METHOD, 'a GRPCMethodMatch');
+  const type = f.has('type') ? text(f.get('type')!.at) : 'Exact';
+  if (type !== 'Exact' && type !== 'RegularExpression') throw f.get('type')!.at.error(`must be Exact or RegularExpression, not ${JSON.stringify(type)}`);
+  if (!f.has('service') && !f.has('method')) throw at.error('service or method is required (one or both)');
+  const out: GrpcMethodMatchSpec = { type };
+  for (const key of ['service', 'method'] as const) {
+    const entry = f.get(key);
+    if (!entry) continue;
+    const value = text(entry.at, 1024);
+    if (type === 'RegularExpression') regex(entry.at, value);
+    else if (!(key === 'service' ? GRPC_SERVICE_NAME : GRPC_METHOD_NAME).test(value)) {
+      throw entry.at.error(`${JSON.stringify(value)} is not a gRPC ${key} name (${key === 'service' ? 'package.Service: letters, digits and _, parts joined by .' : 'letters, digits and _, not a digit first'})`);
+    }
+    out[key] = value;
+  }
+  return out;
+}
+
+function parseGrpcMatch(at: At): GrpcMatchSpec {
+  const f = fields(at, GRPC_MATCH, 'a GRPCRouteMatch');
+  const match: GrpcMatchSpec = { headers: f.has('headers') ? parseValueMatches(f.get('headers')!.at, LIMITS.headers, true, 'a GRPCHeaderMatch') : [] };
+  if (f.has('method')) match.method = parseGrpcMethod(f.get('method')!.at);
+  return match;
+}
+
+function parseGrpcRule(at: At, route: string, index: number, line: number): GrpcRuleSpec {
+  const f = fields(at, GRPC_RULE, 'a GRPCRouteRule');
+  if (f.has('sessionPersistence')) throw f.get('sessionPersistence')!.at.error('is not supported on a GRPCRoute (each call is balanced on its own)');
+  const name = f.has('name') ? ruleName(f.get('name')!.at) : `${route}-${index}`;
+  const matchList = f.has('matches') ? list(f.get('matches')!.at, LIMITS.matches).map(parseGrpcMatch) : [];
+  const backendRefs = f.has('backendRefs') ? list(f.get('backendRefs')!.at, LIMITS.backendRefs).map((b) => parseBackend(b, GRPC_FILTERS)) : [];
+  const filters = f.has('filters') ? parseFilters(f.get('filters')!.at, false, GRPC_FILTERS) : { mirrors: [] };
+  return { name, index, line, matches: matchList.length > 0 ? matchList : [{ headers: [] }], backendRefs, filters };
+}
+
+function parseGrpcRoute(bare: At): GrpcRouteSpec {
+  const { top, name, m, doc } = header(bare, DOCUMENT_KINDS);
+  const at = bare.named(`GRPCRoute ${name}`);
+  const route: GrpcRouteSpec = { name, line: doc.line ?? 1, hostnames: [], rules: [] };
+  if (m.has('namespace')) route.namespace = text(m.get('namespace')!.at, 63);
+  const specEntry = top.get('spec');
+  if (!specEntry) throw at.error('spec is required');
+  const spec = fields(specEntry.at.named(at.route), GRPC_SPEC, 'a GRPCRouteSpec');
+  if (spec.has('hostnames')) for (const h of list(spec.get('hostnames')!.at, LIMITS.hostnames)) route.hostnames.push(hostname(h));
+  if (spec.has('parentRefs')) list(spec.get('parentRefs')!.at, LIMITS.parentRefs).forEach(parseParentRef);
+  route.rules = parseRules(spec, at, name, route.line, parseGrpcRule);
   return route;
 }
 
@@ -980,7 +1101,7 @@ function parseListener(at: At, file: string): ListenerSpec {
 }
 
 function parseGateway(bare: At, file: string): GatewaySpec {
-  const { top, name, doc } = header(bare, ['HTTPRoute', 'Gateway']);
+  const { top, name, doc } = header(bare, DOCUMENT_KINDS);
   const at = bare.named(`Gateway ${name}`);
   const specEntry = top.get('spec');
   if (!specEntry) throw at.error('spec is required');
@@ -1022,6 +1143,7 @@ export function parseRouteFile(textContent: string, file: string): RouteFile {
   const docs = parseConfigAll(textContent, { file, style: ROUTE_FILE_ERRORS, maxBytes: MAX_ROUTE_FILE_BYTES });
   const routes: RouteSpec[] = [];
   const gateways: GatewaySpec[] = [];
+  const grpcRoutes: GrpcRouteSpec[] = [];
   const seen = new Map<string, number>();
   for (const doc of docs) {
     const contents = doc.contents;
@@ -1034,7 +1156,14 @@ export function parseRouteFile(textContent: string, file: string): RouteFile {
       gateways.push(gateway);
       continue;
     }
-    if (routes.length >= LIMITS.routes) throw new RouteFileError(file, undefined, `more than ${LIMITS.routes} routes`);
+    if (routes.length + grpcRoutes.length >= LIMITS.routes) throw new RouteFileError(file, undefined, `more than ${LIMITS.routes} routes`);
+    if (peekKind(contents) === 'GRPCRoute') {
+      const route = parseGrpcRoute(new At(doc, '', '', contents, 1));
+      const before = grpcRoutes.find((r) => r.name === route.name);
+      if (before) throw new RouteFileError(file, route.line, `GRPCRoute ${route.name}: the name is used twice (first at line ${before.line})`);
+      grpcRoutes.push(route);
+      continue;
+    }
     const route = parseRoute(new At(doc, '', '', contents, 1));
     const before = seen.get(route.name);
     if (before !== undefined) throw new RouteFileError(file, route.line, `HTTPRoute ${route.name}: the name is used twice (first at line ${before})`);
@@ -1042,7 +1171,7 @@ export function parseRouteFile(textContent: string, file: string): RouteFile {
     routes.push(route);
   }
   checkListenerPorts(file, gateways);
-  return { file, version: createHash('sha256').update(textContent).digest('hex').slice(0, 16), routes, gateways };
+  return { file, version: createHash('sha256').update(textContent).digest('hex').slice(0, 16), routes, grpcRoutes, gateways };
 }
 
 /**

@@ -19,6 +19,7 @@
  */
 import type { GatewaySpec, ListenerSpec, ListenerProtocol, ParentRefSpec, RouteFile, RouteSpec } from './file.js';
 import { CompiledRoutes, hostOf } from './table.js';
+import { CompiledGrpcRoutes } from './grpc-route.js';
 
 const GATEWAY_GROUP = 'gateway.networking.k8s.io';
 
@@ -145,6 +146,8 @@ export interface GatewayTables {
   main: CompiledRoutes;
   /** By the port as the Gateway writes it; empty without Gateways. */
   ports: Map<number, PortListeners>;
+  /** The file's GRPCRoutes: native gRPC calls at the process's own listener (parentRefs ignored). */
+  grpc: CompiledGrpcRoutes;
 }
 
 /** The route as a listener serves it: its hostnames intersected. */
@@ -154,7 +157,8 @@ function onListener(route: RouteSpec, hostnames: string[]): RouteSpec {
 
 /** Compiles a file: without Gateways every route is the main listener's (parentRefs ignored). */
 export function compileTables(file: RouteFile, random?: () => number): GatewayTables {
-  if (file.gateways.length === 0) return { main: new CompiledRoutes(file, random), ports: new Map() };
+  const grpc = new CompiledGrpcRoutes(file.grpcRoutes, random);
+  if (file.gateways.length === 0) return { main: new CompiledRoutes(file, random), ports: new Map(), grpc };
   const main = new CompiledRoutes(file, random, file.routes.filter((r) => r.parentRefs.length === 0));
   const perListener = new Map<ListenerSpec, RouteSpec[]>();
   for (const route of file.routes) {
@@ -174,7 +178,7 @@ export function compileTables(file: RouteFile, random?: () => number): GatewayTa
   }
   const ports = new Map<number, PortListeners>();
   for (const [port, tables] of byPort) ports.set(port, new PortListeners(port, tables[0]!.listener.protocol, tables));
-  return { main, ports };
+  return { main, ports, grpc };
 }
 
 /** The ports (as written) and their protocols, in order: what a reload may not change. */

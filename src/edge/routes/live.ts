@@ -15,7 +15,7 @@ import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../../base/stats/store.js';
 import { fileSignature, DEFAULT_SETTLE_MS, serialized, watchFiles, type SettleOptions } from '../../tls/workload/watch.js';
 import { readConfigFileSettled } from '../../base/config/reader.js';
-import { checkHandlers, loadRouteFile, MAX_ROUTE_FILE_BYTES, parseRouteFile, ROUTE_FILE_ERRORS, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
+import { checkHandlers, loadRouteFile, MAX_ROUTE_FILE_BYTES, parseRouteFile, ROUTE_FILE_ERRORS, type GrpcRouteSpec, type RouteFile, type RouteHandler, type RouteSpec } from './file.js';
 import type { CompiledRoutes } from './table.js';
 import { compileTables, type GatewayTables } from './listeners.js';
 import { routeStatus, type RouteStatus } from './status.js';
@@ -143,12 +143,13 @@ export class LiveRoutes {
   }
 
   /**
-   * For admin /routes and /config_dump: the routes with their source and version, and each
+   * For admin /routes and /config_dump: the routes (and GRPCRoutes) with their source and version, and each
    * route's Gateway API status (./status.ts: from the file; the registry is not asked).
    */
-  dump(): { file: string; version: string; loaded_at: string; last_reload_error: string | null; routes: RouteSpec[]; status: RouteStatus[] } {
+  dump(): { file: string; version: string; loaded_at: string; last_reload_error: string | null; routes: RouteSpec[]; grpc_routes?: GrpcRouteSpec[]; status: RouteStatus[] } {
     const source = this.table.source;
-    return { file: source.file, version: source.version, loaded_at: this.loadedAt.toISOString(), last_reload_error: this.lastError ?? null, routes: source.routes, status: routeStatus(source) };
+    const grpc = source.grpcRoutes.length > 0 ? { grpc_routes: source.grpcRoutes } : {};
+    return { file: source.file, version: source.version, loaded_at: this.loadedAt.toISOString(), last_reload_error: this.lastError ?? null, routes: source.routes, ...grpc, status: routeStatus(source) };
   }
 }
 

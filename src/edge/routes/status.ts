@@ -4,6 +4,8 @@
  * gateway.networking.k8s.io/v1 RouteConditionType and RouteConditionReason), so that an operator
  * sees why a rule answers 500 (admin /routes and /config_dump, `mesh check --routes`).
  *
+ * A GRPCRoute gets the same two conditions (`kind: GRPCRoute` in its status).
+ *
  * - `Accepted`: True (reason `Accepted`) for every route of a loaded file: the front end serves it;
  *   with Gateway documents in the file, a route with `parentRefs` only when it attached to a
  *   listener, else False with the reason of its first parentRef (./listeners.ts).
@@ -16,7 +18,7 @@
  *
  * Pure: computed from the parsed file (src/edge/routes/file.ts) and the caller's view of the registry.
  */
-import type { RouteFile, RouteSpec, RuleSpec } from './file.js';
+import type { GrpcRouteSpec, RouteFile, RouteSpec, RuleSpec } from './file.js';
 import { attachRoute, type NotAcceptedReason } from './listeners.js';
 
 export type RouteConditionType = 'Accepted' | 'ResolvedRefs';
@@ -38,6 +40,8 @@ export interface RuleNote {
 }
 
 export interface RouteStatus {
+  /** Set for a GRPCRoute (else the route is an HTTPRoute). */
+  kind?: 'GRPCRoute';
   route: string;
   line: number;
   conditions: RouteCondition[];
@@ -54,11 +58,11 @@ export interface RouteStatus {
 export type KnownService = (service: string) => boolean | undefined;
 
 /** `rules[2] (nowhere)`: where a message points, as the route file's errors name a rule. */
-export function ruleName(rule: RuleSpec): string {
+export function ruleName(rule: Pick<RuleSpec, 'index' | 'name'>): string {
   return `rules[${rule.index}] (${rule.name})`;
 }
 
-function unresolvedRefs(route: RouteSpec, known: KnownService | undefined): Array<{ reason: 'InvalidKind' | 'BackendNotFound'; message: string }> {
+function unresolvedRefs(route: RouteSpec | GrpcRouteSpec, known: KnownService | undefined): Array<{ reason: 'InvalidKind' | 'BackendNotFound'; message: string }> {
   const out: Array<{ reason: 'InvalidKind' | 'BackendNotFound'; message: string }> = [];
   for (const rule of route.rules) {
     rule.backendRefs.forEach((ref, i) => {
@@ -90,14 +94,32 @@ function accepted(route: RouteSpec, file: RouteFile, status: RouteStatus): Route
   return { ...inUse, message: `the route is in use on ${status.listeners.join(', ')}` };
 }
 
-/** The status of each route of `file`, in the file's order. */
+function resolvedRefs(route: RouteSpec | GrpcRouteSpec, known: KnownService | undefined): RouteCondition {
+  const bad = unresolvedRefs(route, known);
+  return bad.length === 0
+    ? { type: 'ResolvedRefs', status: 'True', reason: 'ResolvedRefs', message: known ? 'every backendRef is a mesh service the registry knows' : 'every backendRef is a mesh service' }
+    : { type: 'ResolvedRefs', status: 'False', reason: bad[0]!.reason, message: bad.map((b) => b.message).join('; ') };
+}
+
+/**
+ * A GRPCRoute's status: Accepted (its native gRPC calls are served at the front end's own
+ * listener; parentRefs are not read), ResolvedRefs as an HTTPRoute's, and a note for a rule whose
+ * calls answer UNAVAILABLE although its refs resolve.
+ */
+function grpcRouteStatus(route: GrpcRouteSpec, known: KnownService | undefined): RouteStatus {
+  const rules: RuleNote[] = [];
+  for (const rule of route.rules) {
+    const note = rule.backendRefs.length === 0 ? 'no backendRefs: its calls answer UNAVAILABLE' : rule.backendRefs.every((r) => r.weight === 0) ? 'every backend has weight 0: its calls answer UNAVAILABLE' : undefined;
+    if (note) rules.push({ rule: rule.name, index: rule.index, line: rule.line, note });
+  }
+  const accepted: RouteCondition = { type: 'Accepted', status: 'True', reason: 'Accepted', message: "the route is in use for native gRPC calls on the front end's own listener" };
+  return { kind: 'GRPCRoute', route: route.name, line: route.line, conditions: [accepted, resolvedRefs(route, known)], rules };
+}
+
+/** The status of each route of `file`, in the file's order: its HTTPRoutes, then its GRPCRoutes. */
 export function routeStatus(file: RouteFile, known?: KnownService): RouteStatus[] {
-  return file.routes.map((route) => {
-    const bad = unresolvedRefs(route, known);
-    const resolved: RouteCondition =
-      bad.length === 0
-        ? { type: 'ResolvedRefs', status: 'True', reason: 'ResolvedRefs', message: known ? 'every backendRef is a mesh service the registry knows' : 'every backendRef is a mesh service' }
-        : { type: 'ResolvedRefs', status: 'False', reason: bad[0]!.reason, message: bad.map((b) => b.message).join('; ') };
+  const http = file.routes.map((route) => {
+    const resolved = resolvedRefs(route, known);
     const rules: RuleNote[] = [];
     for (const rule of route.rules) {
       const note = ruleNote(rule);
@@ -107,4 +129,5 @@ export function routeStatus(file: RouteFile, known?: KnownService): RouteStatus[
     status.conditions.push(accepted(route, file, status), resolved);
     return status;
   });
+  return [...http, ...file.grpcRoutes.map((route) => grpcRouteStatus(route, known))];
 }

@@ -51,7 +51,7 @@ export interface RouteChoice {
 
 type Test = (value: string) => boolean;
 
-interface ValueTest {
+export interface ValueTest {
   name: string;
   test: Test;
 }
@@ -85,7 +85,8 @@ function lazyRegex(source: string): Test {
   return (v) => (re ??= compilePathRegex(source)).test(v);
 }
 
-function valueTest(m: ValueMatchSpec): ValueTest {
+/** A header's or query parameter's test (a regex compiled on first use). */
+export function valueTest(m: ValueMatchSpec): ValueTest {
   if (m.type === 'Exact') {
     const want = m.value;
     return { name: m.name, test: (v) => v === want };
@@ -102,7 +103,8 @@ function pathOf(match: MatchSpec): { path: PathMatch; rank: number[] } {
   return { path: prefixPath(value, true), rank: [2, prefix === '/' ? -1 : -prefix.length] };
 }
 
-function hostTest(hostname: string | undefined): { test: ((host: string) => boolean) | undefined; rank: number[] } {
+/** A route hostname's test (undefined: any host) and its precedence rank: exact, then wildcards (longer first), then none. */
+export function hostTest(hostname: string | undefined): { test: ((host: string) => boolean) | undefined; rank: number[] } {
   if (hostname === undefined) return { test: undefined, rank: [2, 0] };
   if (hostname.startsWith('*.')) {
     const suffix = hostname.slice(1); // `.example.com`
@@ -201,29 +203,30 @@ export class CompiledRoutes {
     const hit = this.matcher.match(req.path, { host: hostOf(req.host), method: req.method, headers: req.headers, params });
     if (!hit) return undefined;
     const { route, rule, hostname, match } = hit.target;
-    return { route, rule, backend: this.pick(rule.backendRefs), hostname, match };
-  }
-
-  private pick(refs: readonly BackendRefSpec[]): BackendRefSpec | undefined {
-    if (refs.length === 0) return undefined;
-    if (refs.length === 1) return refs[0]!.weight > 0 ? refs[0] : undefined;
-    let total = 0;
-    for (const r of refs) total += r.weight;
-    if (total === 0) return undefined;
-    let at = this.random() * total;
-    let last: BackendRefSpec | undefined;
-    for (const r of refs) {
-      if (r.weight === 0) continue;
-      if (at < r.weight) return r;
-      at -= r.weight;
-      last = r;
-    }
-    return last;
+    return { route, rule, backend: pickBackend(rule.backendRefs, this.random), hostname, match };
   }
 }
 
+/** One of a rule's backends, drawn by weight; undefined when there is none or every weight is 0. */
+export function pickBackend(refs: readonly BackendRefSpec[], random: () => number): BackendRefSpec | undefined {
+  if (refs.length === 0) return undefined;
+  if (refs.length === 1) return refs[0]!.weight > 0 ? refs[0] : undefined;
+  let total = 0;
+  for (const r of refs) total += r.weight;
+  if (total === 0) return undefined;
+  let at = random() * total;
+  let last: BackendRefSpec | undefined;
+  for (const r of refs) {
+    if (r.weight === 0) continue;
+    if (at < r.weight) return r;
+    at -= r.weight;
+    last = r;
+  }
+  return last;
+}
+
 /** Every header test passes (a repeated header is tested as its values joined by `, `). */
-function headersMatch(tests: readonly ValueTest[], headers: IncomingHttpHeaders): boolean {
+export function headersMatch(tests: readonly ValueTest[], headers: IncomingHttpHeaders): boolean {
   for (const h of tests) {
     const value = headers[h.name];
     if (value === undefined || !h.test(Array.isArray(value) ? value.join(', ') : value)) return false;

@@ -248,7 +248,7 @@ export class Gateway {
     }
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
-    const grpcNodes = new NativeGrpc(this.fe, () => runtime.callerWorkload);
+    const grpcNodes = new NativeGrpc(this.fe, () => runtime.callerWorkload, undefined, () => this.routes?.tables.grpc);
     runtime.onShutdown(() => grpcNodes.close());
     if (options.http2) this.grpc = grpcNodes;
     this.grpcWeb = new GrpcWeb(grpcNodes, this.fe.maxBodyBytes, ERROR_ID);

@@ -7,7 +7,9 @@
  *
  * A listener's `route_file` (Gateway API HTTPRoute documents, src/edge/routes/) is matched first,
  * reloaded on SIGHUP and when it changes: a match goes to its backend (a cluster of the file or a
- * registry service, and a version) with its timeouts, always by the proxy handler.
+ * registry service, and a version) with its timeouts, always by the proxy handler. On a listener
+ * with `http2: true`, a native gRPC call that a GRPCRoute of the file takes is passed through by
+ * NativeGrpc (src/edge/handlers/grpc-native.ts) instead; any other call is routed as any request.
  */
 import type { IncomingMessage } from 'node:http';
 import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
@@ -41,18 +43,25 @@ import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteTableDump } from '../../admin/route-table.js';
 import type { RequestTarget } from '../../base/http/target.js';
 import { edgeContext } from '../../edge/context.js';
+import { NativeGrpc, type NativeGrpcCall } from '../../edge/handlers/grpc-native.js';
 
 /** How the proxy notices and reads its files (its own and the route files): the poll behind fs.watch (ms, default 2000) and the settled read. */
 export type ProxyWatchOptions = { pollMs?: number } & SettleOptions;
 
-/** What serves a request: a route of the listener's `routes`, one of its route file, or none (404). */
-type ProxyRoute = { kind: 'config'; route: RouteConfig } | FileRouteAnswer | undefined;
+/** What serves a request: a route of the listener's `routes`, one of its route file (a GRPCRoute's native gRPC call included), or none (404). */
+type ProxyRoute = { kind: 'config'; route: RouteConfig } | FileRouteAnswer | NativeGrpcCall | undefined;
 
 /** The proxy forwards HTTP only: a route file's `spec.handler` may only be `proxy`. */
 function onlyProxyHandler(file: RouteFile): void {
   for (const r of file.routes) {
     if (r.handler !== undefined && r.handler !== 'proxy') throw new RouteFileError(file.file, r.line, `HTTPRoute ${r.name} spec.handler: mesh proxy forwards HTTP only: use proxy (or leave it out), not ${r.handler}`);
   }
+}
+
+/** GRPCRoutes serve native gRPC calls, which are HTTP/2: a listener without `http2: true` gets none. */
+function grpcNeedsHttp2(file: RouteFile, listener: string): void {
+  const route = file.grpcRoutes[0];
+  if (route) throw new RouteFileError(file.file, route.line, `native gRPC calls reach listener ${listener} only with http2: true (GRPCRoute serves HTTP/2 calls)`, `GRPCRoute ${route.name}`);
 }
 
 /** The `id` of every error the proxy itself writes (no route, no host, upstream failures). */
@@ -97,6 +106,8 @@ export class ProxyListener {
   private listening = false;
   /** The route files' rules at work: their stats, faults and filters. */
   private readonly effects: RouteEffectsCache;
+  /** An http2 listener's native gRPC calls that a GRPCRoute of its route file takes. */
+  private readonly grpc?: NativeGrpc;
 
   constructor(
     private readonly runtime: Runtime,
@@ -107,7 +118,8 @@ export class ProxyListener {
     const edge = edgeContext(runtime);
     this.fe = { edge, namespace: '', errorId: ERROR_ID, maxBodyBytes: edge.settings.maxBodyBytes, mirrors: new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) };
     this.effects = new RouteEffectsCache(runtime.stats);
-    this.state = { config, table: routeTable(config), routes: this.liveRoutes(config.routeFile) };
+    this.state = { config, table: routeTable(config), routes: this.liveRoutes(config.routeFile, config.http2) };
+    if (config.http2) this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload);
     this.server = new FrontServer<ProxyRoute, FrontRequest, FrontResponse>({
       edge,
       http2: config.http2,
@@ -116,6 +128,8 @@ export class ProxyListener {
       route: (req, target) => this.routeOf(req, target),
       handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
       upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
+      // A native gRPC call is bounded by its grpc-timeout, not by --request_timeout.
+      untimed: (req) => this.grpc?.untimed(req) ?? false,
       // No auth step, and the proxy handler takes the request's context as an argument.
       explicitContext: () => true,
     });
@@ -129,9 +143,13 @@ export class ProxyListener {
     return this.state.routes;
   }
 
-  private liveRoutes(file: string | undefined): LiveRoutes | undefined {
+  private liveRoutes(file: string | undefined, http2: boolean): LiveRoutes | undefined {
     if (file === undefined) return undefined;
-    return new LiveRoutes({ ...this.watch, file, stats: this.runtime.stats, log: this.runtime.logging.get('router'), check: onlyProxyHandler, front: 'a mesh proxy listener' });
+    const check = (parsed: RouteFile) => {
+      onlyProxyHandler(parsed);
+      if (!http2) grpcNeedsHttp2(parsed, this.name);
+    };
+    return new LiveRoutes({ ...this.watch, file, stats: this.runtime.stats, log: this.runtime.logging.get('router'), check, front: 'a mesh proxy listener' });
   }
 
   /**
@@ -140,7 +158,7 @@ export class ProxyListener {
    */
   prepare(config: ListenerConfig): ListenerState {
     const current = this.state;
-    return { config, table: routeTable(config), routes: config.routeFile === current.config.routeFile ? current.routes : this.liveRoutes(config.routeFile) };
+    return { config, table: routeTable(config), routes: config.routeFile === current.config.routeFile ? current.routes : this.liveRoutes(config.routeFile, config.http2) };
   }
 
   /** Swaps in a prepared state: the next request routes by it; a request already routed keeps its route. */
@@ -156,6 +174,9 @@ export class ProxyListener {
   /** The route file's first matching route (the table read once), else the first of `routes` matching the path. */
   private routeOf(req: FrontRequest, target: RequestTarget): ProxyRoute {
     const state = this.state;
+    const grpc = state.routes && this.grpc?.route(req, target.path);
+    const routed = grpc && state.routes!.tables.grpc.match({ path: target.path, authority: req.headers[':authority'] as string | undefined, headers: req.headers });
+    if (grpc && routed) return { ...grpc, routed };
     const file = state.routes && chooseFileRoute(state.routes.table, this.effects, this.server.secure, req, target, ERROR_ID);
     if (file) return file;
     const route = state.table.match(target.path, undefined)?.target;
@@ -200,6 +221,7 @@ export class ProxyListener {
   async close(): Promise<void> {
     this.routes?.stop();
     await this.server.close();
+    this.grpc?.close();
   }
 
   /** The handle phase: the route the route phase found (`route()`), or 404. */
@@ -209,6 +231,7 @@ export class ProxyListener {
       req.resume();
       throw noRoute(ERROR_ID, shown(path), this.name);
     }
+    if (route.kind === 'grpc') return this.grpc!.handle(req, res, route);
     const started = route.kind === 'config' ? undefined : beginRule(route.policy, req, res, ERROR_ID);
     if (started) await started;
     switch (route.kind) {

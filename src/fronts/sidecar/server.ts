@@ -231,7 +231,7 @@ export class Sidecar {
       this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers, http2: options.http2 });
     }
     if (options.http2) {
-      this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload);
+      this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload, undefined, () => this.routes?.tables.grpc);
       runtime.onShutdown(() => this.grpc?.close());
     }
     this.server = new FrontServer<SidecarRoute, FrontRequest, FrontResponse>({
