@@ -9,6 +9,7 @@ import { COMMANDS, allFlagsHelp, commandHelp, findCommand, mainHelp } from './he
 import { packageVersion } from '../admin/build-info.js';
 import { cliOutput, type CliOutput } from './output.js';
 import { errorMessage } from '../base/util/option-error.js';
+import { OPTIONS } from '../base/options/schema.js';
 
 export type CommandRunner = (args: ParsedArgs) => Promise<number>;
 
@@ -110,6 +111,11 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
     }
     const server = SERVER_COMMANDS[command];
     if (server) {
+      // Before anything starts: the process may be replaced by itself with a smaller young generation.
+      if ((OPTIONS.semi_space_mb.commands as readonly string[]).includes(command)) {
+        const { sizeYoungGeneration } = await import('./heap-size.js');
+        sizeYoungGeneration(args.config.semi_space_mb as number);
+      }
       // A server logs for as long as it runs; its output is not the short commands' output.
       io.detach();
       return await (await server())(args);
