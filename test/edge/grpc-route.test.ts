@@ -6,21 +6,14 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseRouteFile, RouteFileError } from '../../src/edge/routes/file.js';
+import { parseRouteFile } from '../../src/edge/routes/file.js';
 import { CompiledGrpcRoutes, modifyHeaderObject, type GrpcRouteAnswer } from '../../src/edge/routes/grpc-route.js';
 import { routeStatus } from '../../src/edge/routes/status.js';
+import { routeFileError } from '../fixtures/route-file-error.js';
 
 const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: g}\n';
 
-function error(text: string): string {
-  try {
-    parseRouteFile(text, 'routes.yaml');
-  } catch (err) {
-    assert.ok(err instanceof RouteFileError, String(err));
-    return err.message;
-  }
-  assert.fail('the file was accepted');
-}
+const error = routeFileError;
 
 /** A GRPCRoute of one rule. */
 function rule(body: string): string {

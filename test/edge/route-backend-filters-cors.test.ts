@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { corsOriginAllowed, routeCorsAnswer, type RouteCorsSpec } from '../../src/base/http/cors.js';
 import { StatsStore } from '../../src/base/stats/store.js';
-import { checkHandlers, parseRouteFile, RouteFileError } from '../../src/edge/routes/file.js';
+import { checkHandlers, parseRouteFile } from '../../src/edge/routes/file.js';
 import { RouteEffectsCache, routeAction, type RouteAction } from '../../src/edge/routes/effects.js';
 import { CompiledRoutes } from '../../src/edge/routes/table.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,19 +15,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { http } from '../helpers.js';
 import { startEdgeGateway } from '../fixtures/edge-gateway.js';
+import { routeFileError } from '../fixtures/route-file-error.js';
 
 const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n';
 const route = (rules: string, handler = 'proxy') => `${HEAD}metadata: {name: r}\nspec:\n  handler: ${handler}\n  rules:\n${rules}`;
 
-function error(text: string): string {
-  try {
-    parseRouteFile(text, 'routes.yaml');
-  } catch (err) {
-    assert.ok(err instanceof RouteFileError, String(err));
-    return err.message;
-  }
-  assert.fail('the file was accepted');
-}
+const error = routeFileError;
 
 /** The rule's action for one request, `random` drawing the backend. */
 function act(text: string, request: { path?: string; method?: string; headers?: Record<string, string> } = {}, random = () => 0): RouteAction {

@@ -7,21 +7,14 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { normalizePath } from '../../src/base/http/path.js';
-import { checkHandlers, parseGatewayDuration, parseRouteFile, RouteFileError } from '../../src/edge/routes/file.js';
+import { checkHandlers, parseGatewayDuration, parseRouteFile } from '../../src/edge/routes/file.js';
 import { modifyHeaders, redirectLocation, rewritePath } from '../../src/edge/routes/effects.js';
 import { CompiledRoutes, hostOf, type RouteRequest } from '../../src/edge/routes/table.js';
+import { routeFileError } from '../fixtures/route-file-error.js';
 
 const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n';
 
-function error(text: string): string {
-  try {
-    parseRouteFile(text, 'routes.yaml');
-  } catch (err) {
-    assert.ok(err instanceof RouteFileError, String(err));
-    return err.message;
-  }
-  assert.fail('the file was accepted');
-}
+const error = routeFileError;
 
 function table(text: string, random?: () => number): CompiledRoutes {
   return new CompiledRoutes(parseRouteFile(text, 'routes.yaml'), random);

@@ -7,9 +7,10 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkHandlers, parseRouteFile, RouteFileError, type RuleSpec } from '../../src/edge/routes/file.js';
+import { checkHandlers, parseRouteFile, type RuleSpec } from '../../src/edge/routes/file.js';
 import { cookieValues, RuleSession, SessionTokens, type SessionToken } from '../../src/edge/routes/session.js';
 import { envoyRoutes } from '../../src/xds/envoy-routes.js';
+import { routeFileError } from '../fixtures/route-file-error.js';
 
 const HEAD = 'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n';
 
@@ -22,15 +23,7 @@ function rule(session: string): RuleSpec {
   return parseRouteFile(route(session), 'routes.yaml').routes[0]!.rules[0]!;
 }
 
-function error(text: string): string {
-  try {
-    parseRouteFile(text, 'routes.yaml');
-  } catch (err) {
-    assert.ok(err instanceof RouteFileError, String(err));
-    return err.message;
-  }
-  assert.fail('the file was accepted');
-}
+const error = routeFileError;
 
 describe('sessionPersistence: the route file', () => {
   it('reads every field, with the defaults (Cookie, Session lifetime, session-<rule>)', () => {
