@@ -17,6 +17,9 @@ import { BACKEND_SERVICE, PATH, REQUEST_BODY } from './lib/payload.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const MAIN = process.env.BENCH_MESH_MAIN ?? join(ROOT, 'dist/src/cli/main.js');
+/** The Node that runs the mesh processes (default this one) and, for another Node, the better_sqlite3.node built for it. */
+const MESH_NODE = process.env.BENCH_COST_NODE ?? process.execPath;
+const MESH_NODE_SQLITE = process.env.BENCH_COST_NODE_SQLITE;
 const QUICK = process.env.BENCH_QUICK === '1';
 const RATES = (process.env.BENCH_COST_RATES ?? (QUICK ? '200' : '100,1000,5000')).split(',').map(Number).filter((n) => n > 0);
 const SECONDS = parseSeconds(process.env.BENCH_COST_SECONDS, QUICK ? 3 : 10);
@@ -65,9 +68,10 @@ function registryDir(id: string): string {
 /** A mesh server command as a user starts it (default flags but ports, registry and log level), on a free port. */
 async function meshServer(name: string, command: 'sidecar' | 'api', registry: string, flags: string[]): Promise<{ proc: Proc; port: number }> {
   const port = await freePort();
-  const proc = startProcess(name, process.execPath, [MAIN, command, `--address=127.0.0.1:${port}`, '--admin_address=127.0.0.1:0', `--registry_address=${registry}`, '--log_level=warning', ...flags], {
+  const preload = MESH_NODE_SQLITE ? ['--require', join(ROOT, 'bench/servers/sqlite-addon.cjs')] : [];
+  const proc = startProcess(name, MESH_NODE, [...preload, MAIN, command, `--address=127.0.0.1:${port}`, '--admin_address=127.0.0.1:0', `--registry_address=${registry}`, '--log_level=warning', ...flags], {
     cwd: ROOT,
-    env: { MESH_HOME: tmp },
+    env: { MESH_HOME: tmp, ...(MESH_NODE_SQLITE ? { BENCH_SQLITE_ADDON: MESH_NODE_SQLITE } : {}) },
   });
   await waitForPort(proc, port, 30_000);
   return { proc, port };
@@ -318,7 +322,7 @@ function report(results: Measured[]): string {
   return [
     '# The cost of a sidecar',
     '',
-    `Made by \`npm run bench:cost\` on ${new Date().toISOString().slice(0, 10)}: ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, Linux ${release()}, Node ${process.version}; ${SECONDS} s per rate after a ${WARMUP} s warm-up, open loop (latency from when each request was due), one process per program on loopback, not pinned.`,
+    `Made by \`npm run bench:cost\` on ${new Date().toISOString().slice(0, 10)}: ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, Linux ${release()}, mesh processes on Node ${spawnSync(MESH_NODE, ['--version'], { encoding: 'utf8' }).stdout.trim()}; ${SECONDS} s per rate after a ${WARMUP} s warm-up, open loop (latency from when each request was due), one process per program on loopback, not pinned.`,
     '',
     'Memory columns: resident set of each mesh process in MiB, idle (after one request) / median / peak under the load. CPU: user + system time of each mesh process per answered request, in µs. "Added": the path\'s latency minus the direct path\'s of the same kind at the same rate.',
     '',
