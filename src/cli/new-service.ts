@@ -122,6 +122,10 @@ export function runNewService(args: string[], io: { out: (t: string) => void; er
   const plan = planNewService(args, process.cwd(), mesh);
   writeNewService(plan);
   const rel = relative(process.cwd(), plan.dir) || '.';
+  if (mesh === undefined) {
+    // The package is not on the npm registry yet: the dependency just written cannot install from there.
+    io.err(`mesh new service: ${PACKAGE_NAME} is not on the npm registry yet, so npm install in ${rel} answers E404 for it; run again with --mesh=PATH|TARBALL (a built checkout of mesh, or the tarball npm pack writes in one)\n`);
+  }
   io.out(
     [
       `created ${plan.name} in ${rel}:`,
