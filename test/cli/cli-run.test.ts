@@ -131,6 +131,21 @@ describe('mesh run: the docs samples', () => {
     proc = undefined;
   });
 
+  it('Ctrl-C (SIGINT) stops the Python app of the docs quietly: status 0, no traceback; its health checks are not logged', async () => {
+    const { args } = docCommand('mesh run --name=go.mesh.srv.hello');
+    proc = startProcess(args, w.env, undefined, w.dir);
+    await proc.waitForOutput(/"msg":"app registered"/);
+    // A call after the health checks: its line in the app's log comes after theirs, had they any.
+    const call = docCommand('mesh call go.mesh.srv.hello');
+    assert.equal((await runCli(call.args, w.env)).code, 0);
+    await proc.waitForOutput(/^\[go\.mesh\.srv\.hello\] "POST \/ HTTP\/1\.1" 200 -$/m);
+    assert.equal(await proc.stop('SIGINT'), 0);
+    const out = proc.output();
+    assert.match(out, /mesh run: go\.mesh\.srv\.hello exited with status 0/);
+    assert.doesNotMatch(out, /Traceback|KeyboardInterrupt|GET \/health/);
+    proc = undefined;
+  });
+
   it('-f: the Python and the Node app, the Node app calling through its sidecar with MESH_SIDECAR_TOKEN', async () => {
     const { args } = docCommand('mesh run -f mesh-apps.yaml');
     proc = startProcess(args, w.env, undefined, w.dir);
