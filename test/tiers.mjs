@@ -10,6 +10,7 @@
 export const UNIT = [
   'test/cli/line-prefixer.test.ts',
   'test/cli/heap-size.test.ts',
+  'test/base/listen-error.test.ts',
   'test/fronts/own-paths.test.ts',
   'test/base/address.test.ts',
   'test/cli/run-ports.test.ts',

@@ -10,6 +10,7 @@ import { formatAddress, isLoopback } from '../base/util/address.js';
 import { parseGatewayPorts } from '../fronts/gateway/listeners.js';
 import { checkAuthFlags, startAuth } from './auth-flags.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
+import { listenFailure } from '../base/util/listen-error.js';
 
 /** The admin interface of `mesh api` unless --admin_address says otherwise. */
 export const API_ADMIN_ADDRESS = '127.0.0.1:9901';
@@ -48,7 +49,7 @@ export async function runApi(args: ParsedArgs): Promise<number> {
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
   if (isPrimaryOf(config)) {
     const address = config.address ?? DEFAULT_ADDRESS;
-    const listens = [{ address, error: (e: NodeJS.ErrnoException) => `gateway cannot listen on ${address}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.message}` }];
+    const listens = [{ address, error: (e: NodeJS.ErrnoException) => `gateway cannot listen on ${address}: ${listenFailure(e, address, '--address')}` }];
     return runPrimary({ role: 'api', config, defaultAdminAddress: API_ADMIN_ADDRESS, adminLine, adminLineIndex: 1, listens });
   }
   const worker = WorkerLink.join(config);

@@ -9,6 +9,7 @@ import { optionsFromFlags } from './options.js';
 import { loadProxyConfig, PROXY_ADMIN_ADDRESS } from '../fronts/proxy/config.js';
 import { Proxy } from '../fronts/proxy/server.js';
 import { isPrimaryOf, runPrimary, WorkerLink } from './concurrency.js';
+import { listenFailure } from '../base/util/listen-error.js';
 
 export async function runProxy(args: ParsedArgs): Promise<number> {
   const config = args.config;
@@ -24,7 +25,7 @@ export async function runProxy(args: ParsedArgs): Promise<number> {
   if (isPrimaryOf(config)) {
     const listens = file.listeners.map((l) => ({
       address: l.address,
-      error: (e: NodeJS.ErrnoException) => `listener ${l.name} cannot listen on ${l.address}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.code === 'EADDRNOTAVAIL' ? 'address not available' : e.message}`,
+      error: (e: NodeJS.ErrnoException) => `listener ${l.name} cannot listen on ${l.address}: ${listenFailure(e, l.address, 'address in its configuration')}`,
     }));
     return runPrimary({ role: 'proxy', config, defaultAdminAddress: file.adminAddress ?? PROXY_ADMIN_ADDRESS, adminLine, adminLineIndex: file.listeners.length, listens });
   }

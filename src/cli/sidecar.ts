@@ -16,6 +16,7 @@ import { checkAuthFlags, checkAuthzFlags, startAuth, startAuthz } from './auth-f
 import { inboundCluster } from '../fronts/sidecar/inbound.js';
 import { AppFlagError, appOptionsFromFlags, parseAppAddress, type AppOptions } from '../fronts/sidecar/health-checker.js';
 import { Sidecar, SIDECAR_DEFAULT_ADDRESS, SIDECAR_DEFAULT_ADMIN, SIDECAR_NAMESPACE, type SidecarHandler } from '../fronts/sidecar/server.js';
+import { listenFailure } from '../base/util/listen-error.js';
 
 /** A sidecar's settings, checked: what planSidecar found in the flags. */
 export interface SidecarPlan {
@@ -120,13 +121,8 @@ export async function startSidecar(plan: SidecarPlan, runtime: Runtime, defaultA
     const admin = await runtime.startAdmin(defaultAdmin);
     const inboundOptions = inbound && workload ? { address: inboundAddress, advertise: config.advertise, workload, authz: startAuthz(runtime, authzSetup), authCallers: config.inbound_auth_callers } : undefined;
     const sidecar = new Sidecar(runtime, { namespace, handler, app, ...frontEdgeFromFlags(config, runtime, { role: 'sidecar', namespace }), auth: await startAuth(runtime, authSetup), sidecarToken: config.sidecar_token, inbound: inboundOptions, routesFile: config.routes, http2: config.enable_http2 });
-    let bound;
-    try {
-      bound = await sidecar.start(address);
-    } catch (err) {
-      if (sidecar.inboundBound === undefined && /--inbound_address/.test((err as Error).message)) throw err;
-      throw new Error(`cannot listen on ${address}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-    }
+    // A listener that cannot bind says which, why, and the flag to change.
+    const bound = await sidecar.start(address);
     const scheme = sidecar.secure ? 'https' : 'http';
     const url = `${scheme}://${formatAddress(bound.address, bound.port)}`;
     const lines = [`mesh sidecar listening on ${url} (handler ${handler}, namespace ${namespace}${sidecar.routes ? `, ${routeCount(sidecar.routes.routes.length)} from ${config.routes}` : ''})`, adminLine(admin)];
@@ -155,8 +151,8 @@ export async function runSidecar(args: ParsedArgs): Promise<number> {
   const plan = planSidecar(config, args.given.has('register_ttl'));
   // --concurrency above 1: this process runs the workers and the admin (src/cli/concurrency.ts).
   if (isPrimaryOf(config)) {
-    const listens = [{ address: plan.address, error: (e: NodeJS.ErrnoException) => `cannot listen on ${plan.address}: ${e.code ?? e.message}` }];
-    if (plan.inbound) listens.push({ address: plan.inboundAddress, error: (e) => `cannot listen on ${plan.inboundAddress} (--inbound_address): ${e.code ?? e.message}` });
+    const listens = [{ address: plan.address, error: (e: NodeJS.ErrnoException) => `sidecar cannot listen on ${plan.address}: ${listenFailure(e, plan.address, '--address')}` }];
+    if (plan.inbound) listens.push({ address: plan.inboundAddress, error: (e) => `inbound listener cannot listen on ${plan.inboundAddress}: ${listenFailure(e, plan.inboundAddress, '--inbound_address')}` });
     return runPrimary({ role: 'sidecar', config, defaultAdminAddress: SIDECAR_DEFAULT_ADMIN, adminLine, adminLineIndex: 1, listens });
   }
   const worker = WorkerLink.join(config);

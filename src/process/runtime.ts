@@ -45,6 +45,7 @@ import { ContextStore } from '../base/util/call-context.js';
 import { Tracer } from '../base/tracing/tracer.js';
 import { SchemaOptionError } from '../base/util/option-error.js';
 import type { WorkloadTls } from '../base/mtls/workload-tls.js';
+import { listenFailure } from '../base/util/listen-error.js';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -351,7 +352,14 @@ export class Runtime {
         process.exit(exitCodeOf(await this.shutdown()));
       },
     });
-    const bound = await admin.listen(address);
+    let bound: { host: string; port: number };
+    try {
+      bound = await admin.listen(address);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      if (!e.code) throw err;
+      throw new SchemaOptionError('admin_address', `admin cannot listen on ${address}: ${listenFailure(e, address, '{admin_address}')}`);
+    }
     this.selfAddresses.add(bound.host, bound.port, 'admin');
     this.onShutdown(() => admin.close());
     return bound;
@@ -374,7 +382,14 @@ export class Runtime {
       histograms: this.options.statsHistograms || this.options.statsEndpoints,
     });
     this.metricsServer = metrics;
-    const bound = await metrics.listen(address);
+    let bound: { host: string; port: number };
+    try {
+      bound = await metrics.listen(address);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      if (!e.code) throw err;
+      throw new SchemaOptionError('metrics_address', `metrics listener cannot listen on ${address}: ${listenFailure(e, address, '{metrics_address}')}`);
+    }
     this.selfAddresses.add(bound.host, bound.port, 'metrics');
     this.onShutdown(() => metrics.close());
   }

@@ -374,7 +374,8 @@ describe('Gateway documents: mesh api start-up', () => {
         const taken = /mesh api Gateway port 80 on http:\/\/127\.0\.0\.1:([0-9]+)/.exec(holder.proc.output())![1];
         const clash = await runCli([...common, `--gateway_ports=80=${taken}`]);
         assert.equal(clash.code, 1);
-        assert.match(clash.stderr, new RegExp(`gateway cannot listen on 127\\.0\\.0\\.1:${taken} for the Gateway listeners of port 80: address already in use \\(map the port elsewhere with --gateway_ports\\)`));
+        // Who holds the port (the first gateway), and the flag to change.
+        assert.match(clash.stderr, new RegExp(`gateway cannot listen on 127\\.0\\.0\\.1:${taken} for the Gateway listeners of port 80: address already in use: mesh api \\(pid ${holder.proc.child.pid}\\) listens on port ${taken}; stop it, or give another mapping of port 80 in --gateway_ports\n`));
       } finally {
         await holder.stop();
       }

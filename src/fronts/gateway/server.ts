@@ -63,6 +63,7 @@ import type { FrontRateLimit } from '../../base/http/rate-limit.js';
 import { globsMatcher } from '../../base/util/regex.js';
 import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../../edge/auth/edge.js';
 import { edgeContext } from '../../edge/context.js';
+import { listenFailure } from '../../base/util/listen-error.js';
 
 export const DEFAULT_ADDRESS = ':8080';
 export const DEFAULT_NAMESPACE = 'go.mesh.api';
@@ -422,7 +423,7 @@ export class Gateway {
       this.dashboard?.stop();
       const e = err as NodeJS.ErrnoException;
       if (!e.code) throw err;
-      throw new Error(`gateway cannot listen on ${this.address}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.message}`);
+      throw new Error(`gateway cannot listen on ${this.address}: ${listenFailure(e, this.address, '--address')}`);
     }
     this.runtime.onShutdown(() => this.close());
     return bound;
@@ -449,7 +450,7 @@ export class Gateway {
         bound = await server.listen(at);
       } catch (err) {
         const e = err as NodeJS.ErrnoException;
-        throw new Error(`gateway cannot listen on ${at} for the Gateway listeners of port ${port}: ${e.code === 'EADDRINUSE' ? 'address already in use (map the port elsewhere with --gateway_ports)' : e.message}`);
+        throw new Error(`gateway cannot listen on ${at} for the Gateway listeners of port ${port}: ${listenFailure(e, at, `mapping of port ${port} in --gateway_ports`)}`);
       }
       listeners.push({ name, address: bound.address, port: bound.port });
       this.gatewayPorts.push({ port, url: `${certs ? 'https' : 'http'}://${formatAddress(bound.address, bound.port)}`, listeners: plan.listeners.map((l) => `${l.gateway}/${l.listener.name}`) });

@@ -44,6 +44,7 @@ import type { RouteTableDump } from '../../admin/route-table.js';
 import type { RequestTarget } from '../../base/http/target.js';
 import { edgeContext } from '../../edge/context.js';
 import { NativeGrpc, type NativeGrpcCall } from '../../edge/handlers/grpc-native.js';
+import { listenFailure } from '../../base/util/listen-error.js';
 
 /** How the proxy notices and reads its files (its own and the route files): the poll behind fs.watch (ms, default 2000) and the settled read. */
 export type ProxyWatchOptions = { pollMs?: number } & SettleOptions;
@@ -213,8 +214,7 @@ export class ProxyListener {
       return bound;
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
-      const why = e.code === 'EADDRINUSE' ? 'address already in use' : e.code === 'EADDRNOTAVAIL' ? 'address not available' : e.message;
-      throw new Error(`listener ${this.name} cannot listen on ${this.config.address}: ${why}`);
+      throw new Error(`listener ${this.name} cannot listen on ${this.config.address}: ${listenFailure(e, this.config.address, 'address in its configuration')}`);
     }
   }
 

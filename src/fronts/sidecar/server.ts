@@ -62,6 +62,7 @@ import { beginRule, chooseFileRoute, sendPreflight, sendRedirect } from '../../e
 import { RouteEffectsCache, type RoutePolicy } from '../../edge/routes/effects.js';
 import { MirrorSender } from '../../edge/handlers/mirror.js';
 import { edgeContext } from '../../edge/context.js';
+import { listenFailure } from '../../base/util/listen-error.js';
 
 export const SIDECAR_ERROR_ID = ERROR_IDS.sidecar;
 export const SIDECAR_NAMESPACE = 'go.mesh.srv';
@@ -332,7 +333,14 @@ export class Sidecar {
    * the inbound listener's address, with mtls=true, when there is one), and hooks the shutdown.
    */
   async start(address: string): Promise<AddressInfo> {
-    const bound = await this.server.listen(address);
+    let bound: AddressInfo;
+    try {
+      bound = await this.server.listen(address);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      if (!e.code) throw err;
+      throw new Error(`sidecar cannot listen on ${address}: ${listenFailure(e, address, '--address')}`);
+    }
     this.boundHost = bound.address;
     let at;
     if (this.inbound && this.inboundOptions) {
@@ -341,7 +349,7 @@ export class Sidecar {
         inbound = await this.inbound.listen(this.inboundOptions.address);
       } catch (err) {
         await this.server.close();
-        throw new Error(`cannot listen on ${this.inboundOptions.address} (--inbound_address): ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        throw new Error(`inbound listener cannot listen on ${this.inboundOptions.address}: ${listenFailure(err as NodeJS.ErrnoException, this.inboundOptions.address, '--inbound_address')}`);
       }
       this.inboundBound = inbound;
       const advertised = advertisedAddress({ host: inbound.address, port: inbound.port }, this.inboundOptions.advertise);
