@@ -251,7 +251,12 @@ describe('the installable package', { timeout: SLOW }, () => {
     );
     const fresh = join(tmp.path, 'fresh');
     mkdirSync(fresh);
-    writeFileSync(join(fresh, 'greeter.ts'), /```ts\n([\s\S]*?)```/.exec(section)![1]!);
+    const sample = /```ts\n([\s\S]*?)```/.exec(section)![1]!;
+    // It runs beside the demo (npm start) in one mesh: no name of the demo's services.
+    const demo = [...readFileSync(join(ROOT, 'src/demo/greeter.ts'), 'utf8').matchAll(/name: '([^']+)'/g)].map((m) => m[1]!);
+    assert.ok(demo.length > 0);
+    for (const name of demo) assert.ok(!sample.includes(`'${name}'`), `the README's service uses ${name}, a service of the demo`);
+    writeFileSync(join(fresh, 'greeter.ts'), sample);
     const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_TEST_CONTEXT' && !k.startsWith('npm_')));
     env.MESH_HOME = join(tmp.path, 'fresh-home');
     env.MESH_LOG_LEVEL = 'warning';
