@@ -102,46 +102,46 @@ describe('mesh run: the docs samples', () => {
   });
 
   it('a Python app joins with one line; mesh call reaches it; SIGTERM deregisters first and exits with its status', async () => {
-    const { args } = docCommand('mesh run --name=go.mesh.srv.hello');
+    const { args } = docCommand('mesh run --name=go.mesh.srv.python');
     proc = startProcess(args, w.env, undefined, w.dir);
     const port = await proc.waitForPort(/started python3 app\.py \(pid \d+, PORT=(\d+)\)/);
-    await proc.waitForOutput(new RegExp(`^\\[go\\.mesh\\.srv\\.hello\\] listening on ${port}$`, 'm'));
-    const [node] = await waitFor(async () => ((await w.nodes('go.mesh.srv.hello')).length === 1 ? w.nodes('go.mesh.srv.hello') : undefined), 10000);
+    await proc.waitForOutput(new RegExp(`^\\[go\\.mesh\\.srv\\.python\\] listening on ${port}$`, 'm'));
+    const [node] = await waitFor(async () => ((await w.nodes('go.mesh.srv.python')).length === 1 ? w.nodes('go.mesh.srv.python') : undefined), 10000);
     assert.deepEqual({ address: node!.address, port: node!.port }, { address: '127.0.0.1', port });
     // What the docs show it prints (ports, pids and times vary).
-    for (const line of docBlock('mesh run: go.mesh.srv.hello: mesh sidecar').trimEnd().split('\n')) {
+    for (const line of docBlock('mesh run: go.mesh.srv.python: mesh sidecar').trimEnd().split('\n')) {
       assert.match(proc.output(), new RegExp(`^${line.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/\d{4,5}/g, '\\d+')}$`, 'm'));
     }
     // The checks before the app has started are no warning (mesh run's own says when it is slow).
     const untilHealthy = proc.output().slice(0, at(proc.output(), /"msg":"app is healthy"/));
     assert.doesNotMatch(untilHealthy, /"level":"warning"/);
 
-    const call = docCommand('mesh call go.mesh.srv.hello');
+    const call = docCommand('mesh call go.mesh.srv.python');
     const r = await runCli(call.args, w.env);
     assert.equal(r.stderr, '');
     assert.equal(r.stdout, call.expected);
     assert.equal(r.code, 0);
     // The app's request log, prefixed.
-    await proc.waitForOutput(/^\[go\.mesh\.srv\.hello\] "POST \/ HTTP\/1\.1" 200 -$/m);
+    await proc.waitForOutput(/^\[go\.mesh\.srv\.python\] "POST \/ HTTP\/1\.1" 200 -$/m);
 
     assert.equal(await proc.stop('SIGTERM'), 0);
     const out = proc.output();
-    assert.ok(at(out, /"msg":"app deregistered"/) < at(out, /mesh run: go\.mesh\.srv\.hello exited with status 0/), out);
-    assert.deepEqual(await w.nodes('go.mesh.srv.hello'), []);
+    assert.ok(at(out, /"msg":"app deregistered"/) < at(out, /mesh run: go\.mesh\.srv\.python exited with status 0/), out);
+    assert.deepEqual(await w.nodes('go.mesh.srv.python'), []);
     proc = undefined;
   });
 
   it('Ctrl-C (SIGINT) stops the Python app of the docs quietly: status 0, no traceback; its health checks are not logged', async () => {
-    const { args } = docCommand('mesh run --name=go.mesh.srv.hello');
+    const { args } = docCommand('mesh run --name=go.mesh.srv.python');
     proc = startProcess(args, w.env, undefined, w.dir);
     await proc.waitForOutput(/"msg":"app registered"/);
     // A call after the health checks: its line in the app's log comes after theirs, had they any.
-    const call = docCommand('mesh call go.mesh.srv.hello');
+    const call = docCommand('mesh call go.mesh.srv.python');
     assert.equal((await runCli(call.args, w.env)).code, 0);
-    await proc.waitForOutput(/^\[go\.mesh\.srv\.hello\] "POST \/ HTTP\/1\.1" 200 -$/m);
+    await proc.waitForOutput(/^\[go\.mesh\.srv\.python\] "POST \/ HTTP\/1\.1" 200 -$/m);
     assert.equal(await proc.stop('SIGINT'), 0);
     const out = proc.output();
-    assert.match(out, /mesh run: go\.mesh\.srv\.hello exited with status 0/);
+    assert.match(out, /mesh run: go\.mesh\.srv\.python exited with status 0/);
     assert.doesNotMatch(out, /Traceback|KeyboardInterrupt|GET \/health/);
     proc = undefined;
   });
@@ -149,8 +149,8 @@ describe('mesh run: the docs samples', () => {
   it('-f: the Python and the Node app, the Node app calling through its sidecar with MESH_SIDECAR_TOKEN', async () => {
     const { args } = docCommand('mesh run -f mesh-apps.yaml');
     proc = startProcess(args, w.env, undefined, w.dir);
-    await waitFor(async () => (await w.nodes('go.mesh.srv.hello')).length === 1 && (await w.nodes('go.mesh.srv.relay')).length === 1, 10000);
-    await proc.waitForOutput(/^\[go\.mesh\.srv\.hello\] listening on \d+$/m);
+    await waitFor(async () => (await w.nodes('go.mesh.srv.python')).length === 1 && (await w.nodes('go.mesh.srv.relay')).length === 1, 10000);
+    await proc.waitForOutput(/^\[go\.mesh\.srv\.python\] listening on \d+$/m);
     await proc.waitForOutput(/^\[go\.mesh\.srv\.relay\] listening on \d+$/m);
 
     const call = docCommand('mesh call go.mesh.srv.relay');
@@ -166,8 +166,8 @@ describe('mesh run: the docs samples', () => {
     assert.equal(await proc.stop('SIGTERM'), 0);
     const out = proc.output();
     assert.ok(at(out, /"app":"go\.mesh\.srv\.relay"[^\n]*"msg":"app deregistered"/) < at(out, /^\[go\.mesh\.srv\.relay\] stopping$/m), out);
-    assert.match(out, /mesh run: go\.mesh\.srv\.hello exited with status 0/);
-    assert.deepEqual(await w.nodes('go.mesh.srv.hello'), []);
+    assert.match(out, /mesh run: go\.mesh\.srv\.python exited with status 0/);
+    assert.deepEqual(await w.nodes('go.mesh.srv.python'), []);
     assert.deepEqual(await w.nodes('go.mesh.srv.relay'), []);
     proc = undefined;
   });

@@ -187,8 +187,8 @@ interface Scenario {
 
 /** Blocks run by another test file, which must mention the doc (`every`: each block with that text). */
 const ELSEWHERE: Array<{ file: string; at: string; by: string; every?: boolean }> = [
-  { file: 'docs/run.md', at: 'mesh run --name=go.mesh.srv.hello -- python3 app.py', by: 'test/cli/cli-run.test.ts', every: true },
-  { file: 'docs/run.md', at: "mesh call go.mesh.srv.hello Hello.Say '{\"name\":\"Ada\"}'", by: 'test/cli/cli-run.test.ts' },
+  { file: 'docs/run.md', at: 'mesh run --name=go.mesh.srv.python -- python3 app.py', by: 'test/cli/cli-run.test.ts', every: true },
+  { file: 'docs/run.md', at: "mesh call go.mesh.srv.python Hello.Say '{\"name\":\"Ada\"}'", by: 'test/cli/cli-run.test.ts' },
   { file: 'docs/run.md', at: 'mesh run -f mesh-apps.yaml', by: 'test/cli/cli-run.test.ts' },
   { file: 'docs/run.md', at: "mesh call go.mesh.srv.relay Relay.Call '{}'", by: 'test/cli/cli-run.test.ts' },
   // The walk-through, with its fixed ports rewritten to free ones.
