@@ -69,6 +69,17 @@ export interface RuntimeOptions {
   reusePort?: ReusePortListening;
 }
 
+/** Binds the listener of an address option; a bind error names the listener, who holds the address and the option to change. */
+async function bindOption<T>(key: 'admin_address' | 'metrics_address', what: string, address: string, listen: () => Promise<T>): Promise<T> {
+  try {
+    return await listen();
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    if (!e.code) throw err;
+    throw new SchemaOptionError(key, `${what} cannot listen on ${address}: ${listenFailure(e, address, `{${key}}`)}`);
+  }
+}
+
 type ShutdownHook = () => Promise<void> | void;
 
 /** Functions registered with the runtime, called in registration order; each add returns its removal. */
@@ -352,14 +363,7 @@ export class Runtime {
         process.exit(exitCodeOf(await this.shutdown()));
       },
     });
-    let bound: { host: string; port: number };
-    try {
-      bound = await admin.listen(address);
-    } catch (err) {
-      const e = err as NodeJS.ErrnoException;
-      if (!e.code) throw err;
-      throw new SchemaOptionError('admin_address', `admin cannot listen on ${address}: ${listenFailure(e, address, '{admin_address}')}`);
-    }
+    const bound = await bindOption('admin_address', 'admin', address, () => admin.listen(address));
     this.selfAddresses.add(bound.host, bound.port, 'admin');
     this.onShutdown(() => admin.close());
     return bound;
@@ -382,14 +386,7 @@ export class Runtime {
       histograms: this.options.statsHistograms || this.options.statsEndpoints,
     });
     this.metricsServer = metrics;
-    let bound: { host: string; port: number };
-    try {
-      bound = await metrics.listen(address);
-    } catch (err) {
-      const e = err as NodeJS.ErrnoException;
-      if (!e.code) throw err;
-      throw new SchemaOptionError('metrics_address', `metrics listener cannot listen on ${address}: ${listenFailure(e, address, '{metrics_address}')}`);
-    }
+    const bound = await bindOption('metrics_address', 'metrics listener', address, () => metrics.listen(address));
     this.selfAddresses.add(bound.host, bound.port, 'metrics');
     this.onShutdown(() => metrics.close());
   }
