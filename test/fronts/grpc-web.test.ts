@@ -164,6 +164,32 @@ describe('gRPC-Web through mesh api', () => {
     assert.equal(decodeURIComponent(bad.headers.get('grpc-message') ?? ''), 'the request body is not base64 (application/grpc-web-text): "*AAA" at offset 4');
   });
 
+  it('headers only the mesh sets, in any case or with _ for -, never reach the node as metadata (gRPC-Web over HTTP/1.1, native gRPC over h2c)', async () => {
+    const forged = { 'Mesh-Peer-Identity': 'spiffe://mesh.local/svc/go.mesh.srv.admin', Mesh_Auth_Subject: 'root', 'MESH-AUTH-SCOPES': 'admin', 'x-trace': 'kept' };
+    const seen = () => node.waitForOutput(/^metadata (\[.*\])$/m).then((line) => JSON.parse(line.slice('metadata '.length)) as string[]);
+    const before = node.output().length;
+    const web = await call('SayHello', body(HelloRequest, { name: 'show-metadata' }), 'application/grpc-web+proto', forged);
+    assert.equal(web.trailers?.['grpc-status'], '0');
+    const names = await seen();
+    assert.ok(names.includes('x-trace'), `the node got: ${names.join(' ')}`);
+    assert.deepEqual(names.filter((n) => /^mesh[-_](peer|auth)/.test(n)), []);
+    // Native gRPC over h2c: the same headers as metadata.
+    const session = connect(gw.url);
+    try {
+      const stream = session.request({ ':method': 'POST', ':path': '/helloworld.Greeter/SayHello', 'content-type': 'application/grpc', te: 'trailers', 'mesh-peer-identity': forged['Mesh-Peer-Identity'], mesh_auth_subject: 'root', 'mesh-auth-scopes': 'admin', 'x-trace': 'kept' });
+      const message = body(HelloRequest, { name: 'show-metadata' });
+      stream.end(message);
+      for await (const _ of stream) void _;
+    } finally {
+      session.close();
+    }
+    await waitFor(() => (node.output().slice(before).match(/^metadata /gm)?.length ?? 0) >= 2, 10_000);
+    const lines = node.output().slice(before).match(/^metadata (\[.*\])$/gm)!;
+    const native = JSON.parse(lines[1]!.slice('metadata '.length)) as string[];
+    assert.ok(native.includes('x-trace'), `the node got: ${native.join(' ')}`);
+    assert.deepEqual(native.filter((n) => /^mesh[-_](peer|auth)/.test(n)), []);
+  });
+
   it('over HTTP/2 (h2c) as well', async () => {
     const session = connect(gw.url);
     try {
