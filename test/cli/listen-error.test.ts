@@ -4,6 +4,9 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { portHolder } from '../../src/base/util/listen-error.js';
 import { PRINTED, runCli, startProcess, tempDir, type RunningProcess } from '../helpers.js';
 
 describe('a listen address in use', { skip: process.platform !== 'linux' && 'reads /proc' }, () => {
@@ -41,5 +44,18 @@ describe('a listen address in use', { skip: process.platform !== 'linux' && 'rea
     const r = await runCli(['api', `--address=127.0.0.1:${front}`, '--admin_address=off', ...common], { MESH_HOME: dir.path });
     assert.equal(r.code, 1);
     assert.match(r.stderr, new RegExp(`^mesh: gateway cannot listen on 127\\.0\\.0\\.1:${front}: ${held(front, '--address').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`, 'm'));
+  });
+
+  it('a holder whose command line carries a terminal escape is named without it', async () => {
+    const child = spawn(process.execPath, ['-e', "require('net').createServer().listen(0, '127.0.0.1', function () { console.log(this.address().port) })"], { argv0: 'evil\x1b[2J\nname', stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      const [chunk] = (await once(child.stdout!, 'data')) as [Buffer];
+      const holder = portHolder(Number(chunk.toString().trim()));
+      assert.equal(holder?.pid, child.pid);
+      assert.doesNotMatch(holder!.command, /[\x00-\x1f\x7f]/);
+      assert.match(holder!.command, /^evil.*name$/);
+    } finally {
+      child.kill();
+    }
   });
 });

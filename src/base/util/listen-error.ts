@@ -6,6 +6,7 @@
  */
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { basename } from 'node:path';
+import { printable } from './text.js';
 
 /** The process that listens on TCP `port` (any local address), when /proc shows it to this user. */
 export function portHolder(port: number, proc = '/proc'): { pid: number; command: string } | undefined {
@@ -60,8 +61,9 @@ function commandOf(cmdline: string): string {
     return 'a process';
   }
   const script = argv.findIndex((a, i) => i > 0 && !a.startsWith('-') && (/\/cli\/main\.js$/.test(a) || basename(a) === 'mesh'));
-  if (script > 0 && argv[script + 1] && !argv[script + 1]!.startsWith('-')) return `mesh ${argv[script + 1]}`;
-  return argv[0] ? basename(argv[0]) : 'a process';
+  // Another process's words, printed in our message: no control character passes (printable).
+  if (script > 0 && argv[script + 1] && !argv[script + 1]!.startsWith('-')) return `mesh ${printable(argv[script + 1]!)}`;
+  return argv[0] ? printable(basename(argv[0])) : 'a process';
 }
 
 /**
