@@ -15,6 +15,7 @@ import {
   MAX_SERVICE_BYTES,
   type InvalidRecordReport,
   type InvalidRecordSink,
+  PROCESS_SERVICE,
 } from '../src/engines/registry/validate.js';
 import { sleep, waitFor } from './helpers.js';
 
@@ -375,6 +376,27 @@ export function registryContract(name: string, factory: RegistryFactory): void {
           only.watcher.stop();
           probe.watcher.stop();
           all.watcher.stop();
+        }
+      }));
+
+    it(`a reserved name (${PROCESS_SERVICE}, the process records) is stored and read by name, but never listed nor reported to a watch of every service`, () =>
+      using(async (r) => {
+        const all = collect(r);
+        const named = collect(r, PROCESS_SERVICE);
+        try {
+          await r.register(svc(PROCESS_SERVICE, '', [node('vm-42-abcdef', 9901, { kind: 'api', pid: '42' })]));
+          await r.register(svc('after', '1', [node('a1', 7301)]));
+          assert.equal((await named.next()).service.name, PROCESS_SERVICE);
+          await all.next((e) => e.service.name === 'after');
+          assert.ok(all.events.every((e) => e.service.name !== PROCESS_SERVICE), 'no event of the reserved name for a watch of every service');
+          const [record] = await r.getService(PROCESS_SERVICE);
+          assert.deepEqual(record!.nodes.map((n) => [n.id, n.port, n.metadata.kind]), [['vm-42-abcdef', 9901, 'api']]);
+          assert.deepEqual((await r.listServices()).map((x) => x.name), ['after']);
+          await r.deregister(svc(PROCESS_SERVICE, '', [node('vm-42-abcdef', 9901)]));
+          assert.deepEqual(await r.getService(PROCESS_SERVICE), []);
+        } finally {
+          all.watcher.stop();
+          named.watcher.stop();
         }
       }));
 

@@ -48,6 +48,7 @@ export const UNIT = [
   'test/admin/admin-host.test.ts',
   'test/admin/admin.test.ts',
   'test/admin/tap-unit.test.ts',
+  'test/cli/ps-unit.test.ts',
   'test/edge/api-handler.test.ts',
   'test/edge/authz.test.ts',
   'test/core/client-budget.test.ts',

@@ -147,6 +147,12 @@ export interface AdminContext {
   server: ServerState;
   /** Drains, deregisters and exits 0. Called after `OK\n` of /quitquitquit has been flushed. */
   quit: () => Promise<void>;
+  /**
+   * This process's id in the registry's process records: `/quitquitquit?process=ID` quits only
+   * when it is this one (`mesh stop`: a record that outlived its process names an admin port
+   * another process may hold now).
+   */
+  processId?: string;
   /** --admin_token: every request then needs `Authorization: Bearer <token>`. */
   token?: string;
   /** --admin_allowed_hosts: Host names answered besides loopback, localhost and the own IP (`*`: all). */

@@ -3,6 +3,7 @@
  * with Envoy's text-era endpoints over one process's AdminContext. Decisions and exact bodies are
  * in docs/admin.md.
  */
+import { printable } from '../base/util/text.js';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { isIP } from 'node:net';
@@ -428,12 +429,16 @@ export class AdminServer {
         path: '/quitquitquit',
         help: 'exit the server',
         mutates: always,
-        handle: () => ({
+        handle: (q) => {
+          const asked = q.get('process');
+          if (asked !== undefined && asked !== ctx.processId) return text(409, `this is process ${ctx.processId ?? '(none)'}, not ${printable(asked).slice(0, 128)}: not quitting\n`);
+          return {
           ...ok(),
           afterFlush: () => {
             ctx.quit().catch((err: unknown) => this.log().error({ err }, 'quit failed'));
           },
-        }),
+          };
+        },
       },
       {
         path: '/ready',

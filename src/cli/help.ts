@@ -147,13 +147,30 @@ export const COMMANDS: CommandInfo[] = [
   },
   {
     name: 'tap',
-    args: '--admin=HOST:PORT[,HOST:PORT...]',
+    args: '[--admin=HOST:PORT[,HOST:PORT...]]',
     summary: 'watch live requests: the admin /tap streams of one or more processes, merged, one line per request',
     details: [
       'Filters: --service (the upstream service), --route, --path (a prefix), --method, --status (2xx..5xx or a code), --identity, --min_duration, --sample (0 to 1).',
       '--rate caps the events each process sends a second; over it (or while this command cannot keep up) events are dropped and a line on stderr says how many.',
       '-o json: one JSON event a line, with the admin it came from. A stream that ends is reported and opened again; Ctrl-C or SIGTERM ends the command (exit 0).',
-      'The processes to tap are named with --admin (the registry does not record admin addresses yet). With --admin_token the token is sent (see docs/admin.md, /tap).',
+      'The processes to tap: --admin, else every process this registry records (see mesh ps). With --admin_token the token is sent (see docs/admin.md, /tap).',
+    ],
+  },
+  {
+    name: 'ps',
+    args: '',
+    summary: 'the mesh processes of this registry: id, kind, name, pid, host, admin, uptime, mutual TLS mode, listeners',
+    details: [
+      'Every process that serves an admin interface (dev, api, sidecar, run, proxy, xds) records itself in the registry while it runs; -o json: the records as JSON.',
+      'A process killed without a chance to clean up stays listed until its record expires (30 s).',
+    ],
+  },
+  {
+    name: 'stop',
+    args: 'ID|NAME|KIND|PID',
+    summary: 'stop one mesh process of this registry (see mesh ps): it drains and exits, and the command waits until its record is gone',
+    details: [
+      'Asks the process\'s admin interface to quit (POST /quitquitquit); with --admin_token the token is sent. A NAME, KIND or PID that names several processes is refused: name one by its ID.',
     ],
   },
   {
@@ -168,7 +185,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy', 'tap']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy', 'tap', 'ps', 'stop']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);

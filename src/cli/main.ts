@@ -99,8 +99,12 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       const { runEnvoyCommand } = await import('./envoy.js');
       return runEnvoyCommand(args.positionals, args.config, io);
     }
+    if (command === 'ps' || command === 'stop') {
+      const { runPs, runStop } = await import('./ps.js');
+      return await (command === 'ps' ? runPs : runStop)(args.positionals, args.config, io);
+    }
     if (command === 'tap') {
-      if (args.positionals.length > 1) throw new FlagError(`mesh tap takes no argument (got "${args.positionals[1]}"); the processes are named with --admin=HOST:PORT`);
+      if (args.positionals.length > 1) throw new FlagError(`mesh tap takes no argument (got "${args.positionals[1]}"); the processes are named with --admin=HOST:PORT, or found in the registry`);
       const { runTap } = await import('./tap.js');
       return await runTap(args.config, args.given, io);
     }

@@ -93,7 +93,7 @@ export function planSidecar(config: Config, ttlGiven: boolean): SidecarPlan {
 export function sidecarRuntime(plan: SidecarPlan, worker?: WorkerLink): Runtime {
   const { config, inbound, app, appAddress } = plan;
   // The command line, with the listen address in use, is what admin /config_dump shows.
-  return new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', flags: { ...config, address: plan.address }, staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined, reusePort: worker?.reusePort });
+  return new Runtime(worker ? worker.options(config) : optionsFromFlags(config), { role: 'sidecar', flags: { ...config, address: plan.address }, staticClusters: inbound ? [inboundCluster(app!.name, appAddress!)] : undefined, reusePort: worker?.reusePort, processName: app?.name });
 }
 
 export interface StartedSidecar {

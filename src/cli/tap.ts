@@ -6,8 +6,8 @@
  * stderr and opened again (after 0.5 s, doubling up to 5 s), as is a 502, 503 (too many taps) or
  * 504; an admin that refuses the tap otherwise (400, 401, 403, 404, 501) is said on stderr and not
  * asked again; the command exits 1 when every admin
- * refused. Ctrl-C or SIGTERM ends it with 0. Discovery from the registry is not there yet: the
- * registry does not record admin addresses.
+ * refused. Ctrl-C or SIGTERM ends it with 0. Without --admin, the processes are those the
+ * registry records when the command starts (src/cli/ps.ts).
  */
 import { request, type ClientRequest, type IncomingMessage } from 'node:http';
 import type { Config } from './flags.js';
@@ -70,10 +70,13 @@ export function formatTapEvent(e: TapEvent, admin?: string): string {
   return `${line}\n`;
 }
 
-/** The admin addresses of --admin, each as HOST:PORT (a bad one is a UsageError). */
-export function tapAdmins(config: Config): string[] {
+/** The admin addresses of --admin, each as HOST:PORT (a bad one is a UsageError); none given: every process the registry records (src/cli/ps.ts). */
+export async function tapAdmins(config: Config, io: Pick<Output, 'err'>): Promise<string[]> {
   if (config.admin.length === 0) {
-    throw new UsageError('mesh tap needs --admin=HOST:PORT[,HOST:PORT...]: the admin interfaces to tap (finding them in the registry is not there yet)');
+    const { processAdmins } = await import('./ps.js');
+    const found = await processAdmins(config, io);
+    if (found.length === 0) throw new UsageError('mesh tap: no mesh process is recorded in this registry (see mesh ps); name the admin interfaces with --admin=HOST:PORT[,HOST:PORT...]');
+    return found;
   }
   return config.admin.map((a) => {
     try {
@@ -100,7 +103,7 @@ interface Source {
 
 /** Runs `mesh tap`; resolves with the exit code once a signal ends it (0) or every admin refused (1). */
 export async function runTap(config: Config, given: ReadonlySet<string>, io: Output, signals: NodeJS.EventEmitter = process): Promise<number> {
-  const admins = tapAdmins(config);
+  const admins = await tapAdmins(config, io);
   const query = tapQueryOf(config, given);
   const json = config.output === 'json';
   const several = admins.length > 1;

@@ -38,7 +38,9 @@ import { parseAcmeHosts } from '../tls/acme/hosts.js';
 import { defaultAcmeCacheDir } from '../tls/acme/cache.js';
 import { AcmeTlsProvider } from '../tls/acme/provider.js';
 import { defaultCaDir, openWorkloadTls, type OpenedWorkloadTls } from '../tls/workload/index.js';
-import { parseAdvertise } from '../base/util/address.js';
+import { advertisedAddress, formatAddress, parseAdvertise } from '../base/util/address.js';
+import { newProcessId, ProcessRecorder, type ProcessRecord } from '../engines/registry/processes.js';
+import { packageVersion } from '../admin/build-info.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from '../base/http/access-log.js';
 import { TapHub } from '../base/http/tap.js';
 import { ContextStore } from '../base/util/call-context.js';
@@ -46,6 +48,7 @@ import { Tracer } from '../base/tracing/tracer.js';
 import { SchemaOptionError } from '../base/util/option-error.js';
 import type { WorkloadTls } from '../base/mtls/workload-tls.js';
 import { listenFailure } from '../base/util/listen-error.js';
+import { hostname } from 'node:os';
 
 export interface RuntimeOptions {
   /** Who is running: names the process in logs and server_info. */
@@ -67,6 +70,8 @@ export interface RuntimeOptions {
   flags?: Readonly<Record<string, unknown>>;
   /** A worker of --concurrency whose front listeners bind with reusePort, each its own socket (src/cli/concurrency.ts). */
   reusePort?: ReusePortListening;
+  /** The service this process speaks for (a sidecar's app): `mesh ps` shows it. */
+  processName?: string;
 }
 
 /** Binds the listener of an address option; a bind error names the listener, who holds the address and the option to change. */
@@ -123,6 +128,8 @@ export class Runtime {
   readonly state = new ServerState();
   /** Addresses this process listens on (admin, front listeners): never forwarded to. */
   readonly selfAddresses = new SelfAddresses();
+  /** This process's id in its registry record (src/engines/registry/processes.ts). */
+  readonly processId = newProcessId();
   readonly clusters: ClusterManager;
   readonly client: Client;
   /** Calls to nodes with metadata `protocol=grpc` (docs/grpc.md). */
@@ -329,6 +336,32 @@ export class Runtime {
   }
 
   /**
+   * Records this process in the registry (src/engines/registry/processes.ts) with its admin at
+   * `admin`, until the shutdown: `mesh ps`, `mesh stop` and `mesh tap` find it there.
+   */
+  private async recordProcess(admin: { host: string; port: number }): Promise<void> {
+    const advertised = advertisedAddress(admin);
+    const started = this.state.startedAt;
+    const version = packageVersion();
+    const read = (): ProcessRecord => ({
+      id: this.processId,
+      kind: this.setup.role,
+      name: this.setup.processName ?? '',
+      pid: process.pid,
+      host: hostname(),
+      admin: { address: advertised.host, port: advertised.port },
+      startedMs: started,
+      mtls: this.options.mtls,
+      listeners: this.selfAddresses.list().map((l) => `${l.what}=${formatAddress(l.host, l.port)}`),
+      version,
+    });
+    const recorder = new ProcessRecorder(this.registry, read, this.logging.get('registry'));
+    this.selfAddresses.onAdd(() => void recorder.changed());
+    this.onShutdown(() => recorder.stop());
+    await recorder.start();
+  }
+
+  /**
    * Serves the admin interface at the adminAddress option (or the role's default; `off` disables
    * it). Resolves with the bound address, or undefined when disabled.
    */
@@ -359,6 +392,7 @@ export class Runtime {
       limits: serverLimits(this.options),
       processMetrics: this.processMetrics(),
       tap: this.tap,
+      processId: this.processId,
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },
@@ -366,6 +400,7 @@ export class Runtime {
     const bound = await bindOption('admin_address', 'admin', address, () => admin.listen(address));
     this.selfAddresses.add(bound.host, bound.port, 'admin');
     this.onShutdown(() => admin.close());
+    if (this.setup.role !== 'cli') await this.recordProcess(bound);
     return bound;
   }
 

@@ -457,6 +457,24 @@ describe('admin server', () => {
       await q.close();
     }
   });
+
+  test('/quitquitquit?process=ID quits only when ID is this process (mesh stop and a stale record)', async () => {
+    const q = await startAdmin({ processId: 'vm-42-abcdef' });
+    try {
+      const other = await get(q.base, '/quitquitquit?process=vm-7-000000', { method: 'POST' });
+      assert.equal(other.status, 409);
+      assert.equal(other.body, 'this is process vm-42-abcdef, not vm-7-000000: not quitting\n');
+      const forged = await get(q.base, '/quitquitquit?process=%1B%5B2J', { method: 'POST' });
+      assert.equal(forged.body, 'this is process vm-42-abcdef, not \\x1b[2J: not quitting\n');
+      assert.equal(q.quitCalls, 0);
+      const own = await get(q.base, '/quitquitquit?process=vm-42-abcdef', { method: 'POST' });
+      assert.equal(own.status, 200);
+      assert.equal(own.body, 'OK\n');
+      await waitFor(() => q.quitCalls === 1);
+    } finally {
+      await q.close();
+    }
+  });
 });
 
 describe('admin server options', () => {

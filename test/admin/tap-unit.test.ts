@@ -199,10 +199,10 @@ describe('mesh tap: lines and flags', () => {
     );
   });
 
-  it('the flags become the query; a bad one names its flag', () => {
+  it('the flags become the query; a bad one names its flag', async () => {
     const parsed = parseArgs(['tap', '--admin=127.0.0.1:9901,[::1]:9902', '--path=/a', '--status=5xx', '--min_duration=250ms', '--rate=10', '--method=GET']);
     assert.equal(tapQueryOf(parsed.config, parsed.given), '?path_prefix=%2Fa&method=GET&status=5xx&min_duration_ms=250&rate=10');
-    assert.deepEqual(tapAdmins(parsed.config), ['127.0.0.1:9901', '[::1]:9902']);
+    assert.deepEqual(await tapAdmins(parsed.config, { err: () => {} }), ['127.0.0.1:9901', '[::1]:9902']);
     const bad = parseArgs(['tap', '--admin=127.0.0.1:9901', '--sample=2']);
     assert.throws(() => tapQueryOf(bad.config, bad.given), /invalid value "2" for flag --sample: a share from 0 to 1/);
   });

@@ -21,7 +21,7 @@ import { LOG_FORMATS } from '../util/levels.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'run', 'envoy', 'tap', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'run', 'envoy', 'tap', 'ps', 'stop', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -69,7 +69,7 @@ export interface OptionSpec {
 export const LB_POLICIES = ['round_robin', 'random', 'least_request'] as const;
 
 const SERVE = ['dev', 'api', 'sidecar', 'proxy'] as const satisfies readonly CommandName[];
-const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'] as const satisfies readonly CommandName[];
+const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ps', 'stop', 'tap'] as const satisfies readonly CommandName[];
 /** The commands that start a mesh process (the others take no option). */
 export const MESH_PROCESS = [...SERVE, ...PLATFORM, 'check'] as const satisfies readonly CommandName[];
 const GATEWAYS = ['dev', 'api', 'sidecar'] as const satisfies readonly CommandName[];
@@ -132,8 +132,8 @@ export const OPTIONS = withRun({
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
   admin_address: { type: 'string', commandDefaults: { run: 'off' }, group: 'admin', commands: [...SERVE, 'xds', 'envoy'], api: true, help: 'admin interface host:port, or off' },
-  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap'], api: true, help: 'require Authorization: Bearer <token> on the admin interface (mesh tap: the token it sends; prefer --admin_token_file or MESH_ADMIN_TOKEN: other users can see a command line)' },
-  admin_token_file: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap'], fileOf: 'admin_token', help: 'a file holding --admin_token (read at start; trailing newlines dropped)' },
+  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap', 'stop'], api: true, help: 'require Authorization: Bearer <token> on the admin interface (mesh tap: the token it sends; prefer --admin_token_file or MESH_ADMIN_TOKEN: other users can see a command line)' },
+  admin_token_file: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap', 'stop'], fileOf: 'admin_token', help: 'a file holding --admin_token (read at start; trailing newlines dropped)' },
   metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
   stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
   stats_endpoints: { type: 'bool', default: 'false', group: 'admin', commands: ['dev', 'api'], api: true, help: 'per-endpoint stats: requests, answers by status and a latency histogram for each endpoint of a framework service and each route of the gateway (service.<name>.endpoint.<endpoint>.*; undeclared names in one _other family); prints the latency histograms as --stats_histograms does' },
@@ -222,7 +222,7 @@ export const OPTIONS = withRun({
   auth_default: { type: 'string', choices: ['deny', 'authenticated', 'public'], group: 'auth', commands: ['api', 'sidecar'], help: 'access of a request no rule matches (default authenticated with --auth, public without)' },
   sidecar_token: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], help: 'sidecar: every route but the health path needs Mesh-Sidecar-Token: <token>; CLI commands with --proxy_address send it (prefer --sidecar_token_file or MESH_SIDECAR_TOKEN: other users can see a command line)' },
   sidecar_token_file: { type: 'string', group: 'auth', commands: ['sidecar', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health'], fileOf: 'sidecar_token', help: 'a file holding --sidecar_token (read at start; trailing newlines dropped)' },
-  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check', 'envoy', 'tap'], help: 'text or json' },
+  output: { type: 'string', default: 'text', choices: ['text', 'json'], group: 'command', commands: [...PLATFORM, 'ca', 'check', 'envoy'], help: 'text or json' },
   address: { type: 'string', apiDefault: '127.0.0.1:0', commandDefaults: { run: '127.0.0.1:0' }, group: 'listen', commands: [...GATEWAYS, 'ca', 'xds'], api: true, help: 'listen address of the server this command starts' },
   concurrency: { type: 'string', default: '1', group: 'listen', commands: ['api', 'sidecar', 'proxy'], help: 'api, sidecar, proxy: worker processes sharing the listening port, 1 to 256, or auto (one per CPU); one admin interface shows their stats summed' },
   sidecar_address: { type: 'string', default: '127.0.0.1:8081', group: 'listen', commands: ['dev'], help: 'dev: listen address of its sidecar' },

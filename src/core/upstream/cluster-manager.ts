@@ -15,6 +15,7 @@
  * - `address` (the /rpc field) picks that node of the service; an address that is not a node of
  *   the service is a 404, so a public gateway cannot be used to reach arbitrary hosts.
  */
+import { isListedService } from '../../engines/registry/validate.js';
 import { Agent } from 'undici';
 import type { Logger } from 'pino';
 import { flagged, serviceNotFound, serviceUnavailable, toMeshError } from '../../base/errors.js';
@@ -297,7 +298,8 @@ export class ClusterManager implements UpstreamSelector, ClusterManagerView {
 
   private async create(name: string): Promise<Cluster> {
     const registry = this.registry;
-    if (!registry) throw flagged(serviceNotFound(ERROR_ID, name), 'NC');
+    // A reserved name (mesh's own records: the processes' admin addresses) is never a destination.
+    if (!registry || !isListedService(name)) throw flagged(serviceNotFound(ERROR_ID, name), 'NC');
     this.dirty.delete(name);
     const found = await this.fetch(name);
     if (found.length === 0 || found.every((s) => s.nodes.length === 0)) throw flagged(serviceNotFound(ERROR_ID, name), 'NC');

@@ -31,7 +31,7 @@ import type { Cluster } from './cluster.js';
 
 export const SELF_REFUSED_STAT = 'upstream_cx_self_refused';
 
-interface Listening {
+export interface Listening {
   host: string;
   port: number;
   what: string;
@@ -48,7 +48,18 @@ export interface SelfLookup {
 export class SelfAddresses implements SelfLookup {
   private readonly listening: Listening[] = [];
   private readonly ports = new Set<number>();
+  private readonly added: (() => void)[] = [];
   version = 0;
+
+  /** The listeners, in the order they were bound. */
+  list(): readonly Listening[] {
+    return this.listening;
+  }
+
+  /** Calls `fn` after each listener added (the process record: src/engines/registry/processes.ts). */
+  onAdd(fn: () => void): void {
+    this.added.push(fn);
+  }
 
   /** Records a bound listener (`what` names it in errors: admin, sidecar, api, a proxy listener). */
   add(host: string, port: number, what: string): void {
@@ -57,6 +68,7 @@ export class SelfAddresses implements SelfLookup {
     this.listening.push({ host: canonical, port, what });
     this.ports.add(port);
     this.version++;
+    for (const fn of this.added) fn();
   }
 
   lookup(address: string, port: number): string | undefined {

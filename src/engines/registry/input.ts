@@ -5,7 +5,7 @@
  */
 import type { Endpoint, Metadata, Node, Service } from './registry.js';
 import { printable } from '../../base/util/text.js';
-import { MAX_ENDPOINTS, MAX_NODES_PER_REQUEST, RegistryValidationError, validateService } from './validate.js';
+import { MAX_ENDPOINTS, MAX_NODES_PER_REQUEST, RegistryValidationError, reservedServiceProblem, validateService } from './validate.js';
 
 function lowerKeys(value: unknown, field: string): Record<string, unknown> {
   if (!value || typeof value !== 'object' || Array.isArray(value)) throw new RegistryValidationError(`${field}: must be a JSON object`);
@@ -41,6 +41,8 @@ function optionalString(value: unknown, field: string): string {
 export function serviceFromInput(input: unknown, options: { requireNodes?: boolean } = {}): Service {
   const o = lowerKeys(input, 'body');
   if (typeof o.name !== 'string' || o.name.trim() === '') throw new RegistryValidationError('Name: required (a non-empty string)');
+  const reserved = reservedServiceProblem(o.name.trim());
+  if (reserved) throw new RegistryValidationError(`Name: ${reserved}`);
   if (o.nodes !== undefined && o.nodes !== null && !Array.isArray(o.nodes)) throw new RegistryValidationError('Nodes: must be an array');
   // Counted before anything else is looked at, so a huge request costs nothing more.
   if (Array.isArray(o.nodes) && o.nodes.length > MAX_NODES_PER_REQUEST)

@@ -12,7 +12,7 @@ import type {
   Watcher,
 } from './registry.js';
 import { EventQueue, byVersion, cloneService, diffVersions } from './records.js';
-import { checkNodesPerService, checkServiceBytes, ttlOf, validateDeregister, validateService } from './validate.js';
+import { checkNodesPerService, checkServiceBytes, isListedService, listedEvents, ttlOf, validateDeregister, validateService } from './validate.js';
 
 // ---------------------------------------------------------------------------------------------
 // MemoryRegistry
@@ -94,6 +94,7 @@ export class MemoryRegistry implements Registry {
     this.expire();
     const out: Service[] = [];
     for (const name of [...this.services.keys()].sort()) {
+      if (!isListedService(name)) continue;
       const first = this.live(name)[0];
       if (first) out.push({ ...first, nodes: [] });
     }
@@ -102,7 +103,7 @@ export class MemoryRegistry implements Registry {
 
   watch(onEvent: (event: WatchEvent) => void, options?: WatchOptions): Watcher {
     this.checkOpen();
-    const w: MemoryWatcher = { fn: onEvent, service: options?.service, stopped: false };
+    const w: MemoryWatcher = { fn: listedEvents(onEvent, options?.service), service: options?.service, stopped: false };
     this.watchers.add(w);
     this.schedule();
     return {

@@ -5,7 +5,11 @@
  *
  * - Service name: 1..MAX_NAME_LENGTH of letters, digits, `.`, `-`, `_`, `:`, `/`, starting with
  *   a letter or a digit. Never `..` (a path segment), `//` (a URL) or `::` (the admin text
- *   separator) — so no whitespace, control character, path escape or URL.
+ *   separator) — so no whitespace, control character, path escape or URL. The one exception is
+ *   a reserved name (RESERVED_SERVICES, starting with `_`): mesh's own records (the process
+ *   records of ./processes.ts). Every backend stores it, but leaves it out of listServices and
+ *   of watches that name no service (isListedService); the doors refuse it
+ *   (reservedServiceProblem), and no front calls it (the cluster manager).
  * - Version: empty, or 1..MAX_VERSION_LENGTH of the same characters and `+`, same rules.
  * - Node id: 1..MAX_NODE_ID_LENGTH of the same characters and `@`, same rules.
  * - Address: an IPv4 address (dotted quad, no leading zeros), an IPv6 address WITHOUT brackets
@@ -90,7 +94,37 @@ function identifierProblem(value: unknown, what: string, re: RegExp, max: number
   return undefined;
 }
 
+/** Where mesh's processes record themselves (./processes.ts). */
+export const PROCESS_SERVICE = '_mesh.process';
+/** Service names only mesh itself writes: valid for the backends, refused at every door. */
+export const RESERVED_SERVICES: ReadonlySet<string> = new Set([PROCESS_SERVICE]);
+
+/** False for a reserved name: listServices and watches of every service leave it out. */
+export function isListedService(name: string): boolean {
+  return !RESERVED_SERVICES.has(name);
+}
+
+/**
+ * The refusal of a reserved name at a door (the sidecar's /registry, `mesh register`, a framework
+ * service): only mesh writes these records.
+ */
+export function reservedServiceProblem(name: unknown): string | undefined {
+  return typeof name === 'string' && RESERVED_SERVICES.has(name) ? `${shown(name)} is reserved: mesh's processes record themselves under it` : undefined;
+}
+
+/**
+ * Wraps a watch callback so that events of a reserved name reach only a watch of that name
+ * (every backend's watch: they are not listed).
+ */
+export function listedEvents<E extends { service: { name: string } }>(onEvent: (event: E) => void, watched: string | undefined): (event: E) => void {
+  if (watched !== undefined) return onEvent;
+  return (event) => {
+    if (isListedService(event.service.name)) onEvent(event);
+  };
+}
+
 export function serviceNameProblem(name: unknown): string | undefined {
+  if (typeof name === 'string' && RESERVED_SERVICES.has(name)) return undefined;
   return identifierProblem(name, 'a valid service name', SERVICE_NAME_RE, MAX_NAME_LENGTH, 'letters, digits, ".", "-", "_", ":", "/", starting with a letter or a digit');
 }
 

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Runtime } from '../../process/runtime.js';
 import type { Metadata, Service as ServiceRecord } from '../../engines/registry/registry.js';
-import { validateService } from '../../engines/registry/validate.js';
+import { RegistryValidationError, reservedServiceProblem, validateService } from '../../engines/registry/validate.js';
 import { advertisedAddress, parseAddress, parseAdvertise } from '../../base/util/address.js';
 import { serverLimits } from '../../base/http/lifecycle.js';
 import { EndpointStats } from '../../base/stats/endpoint-stats.js';
@@ -115,6 +115,8 @@ export class Service {
   async start(): Promise<ServiceRecord> {
     // The registry's rules, checked before anything listens: a bad name fails here, naming the field.
     validateService({ name: this.options.name, version: this.options.version ?? 'latest', metadata: { ...this.options.metadata }, endpoints: [], nodes: [] }, false);
+    const reserved = reservedServiceProblem(this.options.name);
+    if (reserved) throw new RegistryValidationError(`Name: ${reserved}`);
     const { host, port } = parseAddress(this.options.address ?? this.runtime.options.address);
     const advertise = this.options.advertise ?? this.runtime.options.advertise;
     if (advertise?.trim()) parseAdvertise(advertise); // a bad value fails before anything listens

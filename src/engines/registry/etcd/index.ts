@@ -26,7 +26,7 @@ import type {
 } from '../registry.js';
 import { readEngineTls, type EngineTlsFiles } from '../../../base/util/engine-access.js';
 import { byName, cloneService } from '../records.js';
-import { invalidRecordSink, ttlOf, validateDeregister, validateService, type InvalidRecordSink } from '../validate.js';
+import { invalidRecordSink, isListedService, listedEvents, ttlOf, validateDeregister, validateService, type InvalidRecordSink } from '../validate.js';
 import { createEtcdClient, parseEtcdAddress } from './client.js';
 import { EtcdLeases, type Registration } from './leases.js';
 import { EtcdStore } from './store.js';
@@ -124,13 +124,13 @@ export class EtcdRegistry implements Registry {
   async listServices(): Promise<Service[]> {
     this.checkOpen();
     const out: Service[] = [];
-    for (const versions of (await this.store.listServices()).values()) out.push({ ...versions[0]!, nodes: [] });
+    for (const versions of (await this.store.listServices()).values()) if (isListedService(versions[0]!.name)) out.push({ ...versions[0]!, nodes: [] });
     return out.sort(byName);
   }
 
   watch(onEvent: (event: WatchEvent) => void, options?: WatchOptions): Watcher {
     this.checkOpen();
-    return this.watchers.add(onEvent, options?.service);
+    return this.watchers.add(listedEvents(onEvent, options?.service), options?.service);
   }
 
   revision(): string {

@@ -24,7 +24,7 @@ import type {
   Watcher,
 } from '../registry.js';
 import { canonicalJson, cloneService } from '../records.js';
-import { RegistryValidationError, checkServiceBytes, invalidRecordSink, ttlOf, validateDeregister, validateService, type InvalidRecordSink } from '../validate.js';
+import { RegistryValidationError, checkServiceBytes, invalidRecordSink, isListedService, listedEvents, ttlOf, validateDeregister, validateService, type InvalidRecordSink } from '../validate.js';
 import { openDatabase, type Opened } from './file.js';
 import { FileHealer } from './healing.js';
 import { Leases, fillNewFile } from './leases.js';
@@ -163,13 +163,13 @@ export class LocalRegistry implements Registry {
     this.checkOpen();
     this.healer.maintain();
     this.leases.sweep();
-    return this.store.listServices();
+    return this.store.listServices().filter((s) => isListedService(s.name));
   }
 
   watch(onEvent: (event: WatchEvent) => void, options?: WatchOptions): Watcher {
     this.checkOpen();
     this.healer.maintain();
-    return this.poller.add(onEvent, options?.service);
+    return this.poller.add(listedEvents(onEvent, options?.service), options?.service);
   }
 
   revision(): string {
