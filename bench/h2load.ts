@@ -27,6 +27,8 @@ export interface H2loadRun {
   failed: number;
   errored: number;
   timeout: number;
+  /** Answers with a 2xx status ("status codes:"). */
+  status2xx: number;
   non2xx: number;
   rps: number;
   p50ms: number;
@@ -71,6 +73,7 @@ export function parseH2load(out: string, log: string): H2loadRun {
     failed: Number(rq[5]),
     errored: Number(rq[6]),
     timeout: Number(rq[7]),
+    status2xx: Number(st[1]),
     non2xx: Number(st[2]) + Number(st[3]) + Number(st[4]),
     rps: Number(fin[1]),
     p50ms: times.length ? percentile(times, 50) : NaN,
