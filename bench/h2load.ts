@@ -197,6 +197,7 @@ export async function h2loadSection(ctx: Ctx): Promise<ExtraSection> {
     for (const l of legs) await check(l);
     ctx.log(`h2load rows: ${legs.length} legs answer; warming up`);
     for (const l of legs) if (s.warmup > 0) await h2load(ctx, l, s.warmup);
+    const maxOther = Number(process.env.BENCH_MAX_OTHER ?? 50);
     const rounds = new Map<string, LegRound[]>(legs.map((l) => [l.id, []]));
     const failed = new Map<string, string>();
     for (let i = 0; i < s.rounds; i++) {
@@ -205,7 +206,13 @@ export async function h2loadSection(ctx: Ctx): Promise<ExtraSection> {
         if (failed.has(l.id)) continue;
         await h2load(ctx, l, 1);
         try {
-          rounds.get(l.id)!.push(await round(ctx, l, s.duration));
+          // As the main table: a round disturbed by other processes is measured again once, the quieter kept.
+          let r = await round(ctx, l, s.duration);
+          if (r.foreignPct > maxOther) {
+            const again = await round(ctx, l, s.duration);
+            if (again.foreignPct < r.foreignPct) r = again;
+          }
+          rounds.get(l.id)!.push(r);
         } catch (err) {
           failed.set(l.id, (err as Error).message);
         }
@@ -243,7 +250,7 @@ export async function h2loadSection(ctx: Ctx): Promise<ExtraSection> {
     ];
     for (const t of ratios) ctx.log(`h2load rows: ${t.slice(2)}`);
     const body = [
-      `h2load ${h2loadVersion()}, POST \`${REQUEST_BODY}\` to \`${PATH}\` (the backend's JSON back): the h2 legs \`-c ${conns} -m ${streams}\` (${conns * streams} streams in flight), the HTTP/1.1 leg \`--h1 -c ${conns * streams} -m 1\`; ${s.rounds} round(s) of ${s.duration} s per leg, interleaved, each after 1 s of h2load of its own. The gateway is \`mesh api --enable_http2 --handler=proxy --namespace=go.mesh.srv\` (with \`--enable_tls\` and a certificate made for the run for TLS); the HTTP/1.1 leg loads the h2c gateway's process. CPU: the measured process (pinned like the main table's proxies when pinning is on). Ratios: medians of per-round ratios.`,
+      `h2load ${h2loadVersion()}, POST \`${REQUEST_BODY}\` to \`${PATH}\` (the backend's JSON back): the h2 legs \`-c ${conns} -m ${streams}\` (${conns * streams} streams in flight), the HTTP/1.1 leg \`--h1 -c ${conns * streams} -m 1\`; ${s.rounds} round(s) of ${s.duration} s per leg, interleaved, each after 1 s of h2load of its own; a round during which other processes used more than ${maxOther}% of a CPU is measured again once and the quieter one kept. The gateway is \`mesh api --enable_http2 --handler=proxy --namespace=go.mesh.srv\` (with \`--enable_tls\` and a certificate made for the run for TLS); the HTTP/1.1 leg loads the h2c gateway's process. CPU: the measured process (pinned like the main table's proxies when pinning is on). Ratios: medians of per-round ratios.`,
       '',
       table,
       '',
