@@ -10,6 +10,7 @@ import { NotAvailable, cpuMicros, freePort, pin, startProcess, waitForPort, type
 import { runLoad } from './lib/load.js';
 import { fixed, int, markdownTable, max, median, min } from './lib/stats.js';
 import { startMesh, tsxProcess, type Ctx } from './lib/mesh.js';
+import { h2loadSection } from './h2load.js';
 
 export interface ExtraTarget {
   label: string;
@@ -342,6 +343,10 @@ export async function runExtras(ctx: Ctx, secondsLeft: number): Promise<ExtraSec
   if (rows.includes('handshake')) {
     ctx.log('further rows: mutual TLS handshake rate');
     out.push(await handshakeSection(ctx));
+  }
+  if (rows.includes('h2load')) {
+    ctx.log('further rows: HTTP/2 with h2load');
+    out.push(await h2loadSection(ctx));
   }
   return out;
 }
