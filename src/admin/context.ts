@@ -2,6 +2,7 @@
  * What the admin interface reads and drives: one process's stats, logging, cluster manager,
  * routes, certificates and server state. The runtime builds one AdminContext per process.
  */
+import type { TrafficReport } from './traffic.js';
 import type { ServerLimits } from '../base/http/lifecycle.js';
 import { EventEmitter } from 'node:events';
 import type { StatsStore } from '../base/stats/store.js';
@@ -153,6 +154,8 @@ export interface AdminContext {
    * another process may hold now).
    */
   processId?: string;
+  /** admin /traffic (src/admin/traffic.ts): absent, no such path. */
+  traffic?: () => TrafficReport;
   /** --admin_token: every request then needs `Authorization: Bearer <token>`. */
   token?: string;
   /** --admin_allowed_hosts: Host names answered besides loopback, localhost and the own IP (`*`: all). */

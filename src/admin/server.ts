@@ -494,6 +494,15 @@ export class AdminServer {
         available,
       });
     };
+    const traffic = ctx.traffic;
+    if (traffic) {
+      list.push({
+        path: '/traffic',
+        help: 'print what this process sent to each service it calls (answers by class, latency buckets, hosts over mutual TLS) as JSON, for mesh stat and mesh edges',
+        mutates: never,
+        handle: () => ({ status: 200, body: `${JSON.stringify(traffic())}\n`, contentType: JSON_TYPE }),
+      });
+    }
     jsonOfProcesses('/auth_rules', 'print the loaded authorization rules (--auth_rules, --authz_rules) as JSON', ctx.authRules, ctx.hasAuthRules);
     jsonOfProcesses('/rate_limits', 'print the rate limit store (--rate_limit_store): its kind, address, state (up or down) and since when, as JSON', ctx.rateLimits, ctx.hasRateLimits);
     const listeners = ctx.listeners;

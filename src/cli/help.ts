@@ -174,6 +174,22 @@ export const COMMANDS: CommandInfo[] = [
     ],
   },
   {
+    name: 'stat',
+    args: 'services',
+    summary: 'per service: requests, requests a second, success rate, p50/p95/p99 and the share over mutual TLS, from the processes\' own counters',
+    details: [
+      'Reads admin /traffic of every process mesh ps lists (or of --admin) twice, --window apart (default 10s; 0: since each process started); -o json: the rows as JSON.',
+      'The percentiles are the upper bounds of the latency buckets that hold them (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500 ms...).',
+    ],
+    subcommands: ['services'],
+  },
+  {
+    name: 'edges',
+    args: '',
+    summary: 'who calls whom: caller → service, with requests, requests a second, success rate, p99 and the share over mutual TLS',
+    details: ['The caller is a process\'s service (a sidecar\'s app) or its kind (api, proxy...); read as mesh stat reads (--window, --admin, -o json).'],
+  },
+  {
     name: 'completion',
     args: 'bash|zsh',
     summary: 'print a shell completion script',
@@ -185,7 +201,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy', 'tap', 'ps', 'stop']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy', 'tap', 'ps', 'stop', 'stat', 'edges']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);

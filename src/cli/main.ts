@@ -99,6 +99,10 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       const { runEnvoyCommand } = await import('./envoy.js');
       return runEnvoyCommand(args.positionals, args.config, io);
     }
+    if (command === 'stat' || command === 'edges') {
+      const { runStat, runEdges } = await import('./stat.js');
+      return await (command === 'stat' ? runStat : runEdges)(args.positionals, args.config, io);
+    }
     if (command === 'ps' || command === 'stop') {
       const { runPs, runStop } = await import('./ps.js');
       return await (command === 'ps' ? runPs : runStop)(args.positionals, args.config, io);

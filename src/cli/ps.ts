@@ -16,6 +16,7 @@ import { processOfNode, PROCESS_TTL_MS, type ProcessRecord } from '../engines/re
 import { PROCESS_SERVICE } from '../engines/registry/validate.js';
 import { formatAddress } from '../base/util/address.js';
 import { printable } from '../base/util/text.js';
+import { formatTable } from './table.js';
 
 /** The processes the registry records (sorted by kind, name, id); the records skipped are said on stderr. */
 export async function recordedProcesses(ops: Operations, io: Pick<Output, 'err'>): Promise<ProcessRecord[]> {
@@ -59,9 +60,7 @@ export function formatProcesses(processes: readonly ProcessRecord[], now: number
     p(r.mtls),
     p(r.listeners.join(',')),
   ]);
-  const table = [[...COLUMNS], ...rows];
-  const widths = COLUMNS.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
-  return table.map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ') + '\n').join('');
+  return formatTable(COLUMNS, rows);
 }
 
 /** One process in `mesh ps -o json`. */

@@ -75,7 +75,7 @@ export async function tapAdmins(config: Config, io: Pick<Output, 'err'>): Promis
   if (config.admin.length === 0) {
     const { processAdmins } = await import('./ps.js');
     const found = await processAdmins(config, io);
-    if (found.length === 0) throw new UsageError('mesh tap: no mesh process is recorded in this registry (see mesh ps); name the admin interfaces with --admin=HOST:PORT[,HOST:PORT...]');
+    if (found.length === 0) throw new UsageError('no mesh process is recorded in this registry (see mesh ps); name the admin interfaces with --admin=HOST:PORT[,HOST:PORT...]');
     return found;
   }
   return config.admin.map((a) => {

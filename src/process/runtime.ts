@@ -41,6 +41,7 @@ import { defaultCaDir, openWorkloadTls, type OpenedWorkloadTls } from '../tls/wo
 import { advertisedAddress, formatAddress, parseAdvertise } from '../base/util/address.js';
 import { newProcessId, ProcessRecorder, type ProcessRecord } from '../engines/registry/processes.js';
 import { packageVersion } from '../admin/build-info.js';
+import { trafficReport } from '../admin/traffic.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from '../base/http/access-log.js';
 import { TapHub } from '../base/http/tap.js';
 import { ContextStore } from '../base/util/call-context.js';
@@ -393,6 +394,7 @@ export class Runtime {
       processMetrics: this.processMetrics(),
       tap: this.tap,
       processId: this.processId,
+      traffic: () => trafficReport({ id: this.processId, kind: this.setup.role, name: this.setup.processName ?? '', mtls: this.options.mtls, started_ms: this.state.startedAt }, this.stats, views.clusters ?? this.clusters),
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },

@@ -85,7 +85,7 @@ describe('mesh tap', () => {
   it('bad flags exit 2 naming the flag; no --admin exits 2', async () => {
     const none = await runCli(['tap', '--registry=memory']);
     assert.equal(none.code, 2);
-    assert.match(none.stderr, /mesh tap: no mesh process is recorded in this registry \(see mesh ps\)/);
+    assert.match(none.stderr, /^mesh: no mesh process is recorded in this registry \(see mesh ps\); name the admin interfaces with --admin=HOST:PORT/);
     const status = await runCli(['tap', '--admin=127.0.0.1:1', '--status=6xx']);
     assert.equal(status.code, 2);
     assert.equal(status.stderr, 'mesh: invalid value "6xx" for flag --status: use a class 1xx to 5xx or a status code 100 to 599\n');

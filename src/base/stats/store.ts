@@ -44,6 +44,24 @@ export class Gauge {
 }
 
 /**
+ * Quantile q (0..1) of per-bucket counts of Histogram.BOUNDS (the last is the overflow): the upper
+ * bound of the bucket holding it, the first non-empty bucket for q = 0; twice the last bound for
+ * the overflow bucket; NaN when empty. Also used on the difference of two readings (`mesh stat`).
+ */
+export function bucketQuantile(counts: readonly number[], q: number): number {
+  let count = 0;
+  for (const c of counts) count += c;
+  if (count === 0) return NaN;
+  const rank = q * count;
+  let seen = 0;
+  for (let i = 0; i < counts.length; i++) {
+    seen += counts[i]!;
+    if (seen > 0 && seen >= rank) return Histogram.BOUNDS[i] ?? Histogram.BOUNDS[Histogram.BOUNDS.length - 1]! * 2;
+  }
+  return NaN;
+}
+
+/**
  * A small fixed-bucket latency histogram (milliseconds): bounded memory (one count per bucket),
  * nothing kept per sample. Values above the last bound go to an overflow bucket.
  */
@@ -69,14 +87,7 @@ export class Histogram {
    * twice the last bound for the overflow bucket; NaN when empty.
    */
   quantile(q: number): number {
-    if (this.count === 0) return NaN;
-    const rank = q * this.count;
-    let seen = 0;
-    for (let i = 0; i < this.counts.length; i++) {
-      seen += this.counts[i]!;
-      if (seen > 0 && seen >= rank) return Histogram.BOUNDS[i] ?? Histogram.BOUNDS[Histogram.BOUNDS.length - 1]! * 2;
-    }
-    return NaN;
+    return bucketQuantile(this.counts, q);
   }
   reset(): void {
     this.counts.fill(0);

@@ -1,0 +1,58 @@
+/** `mesh stat` and `mesh edges` without processes: a /traffic answer checked, two readings' difference, a row's rates and buckets. */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { flowsOf, formatEdges, parseTraffic, rowOf } from '../../src/cli/stat.js';
+import type { TrafficReport } from '../../src/admin/traffic.js';
+import { Histogram } from '../../src/base/stats/store.js';
+
+const buckets = (at: Record<number, number>) => Array.from({ length: Histogram.BOUNDS.length + 1 }, (_, i) => at[i] ?? 0);
+
+function report(id: string, lat: { ok: number; fail: number; counts: number[] }, mtls = { hosts: 2, hosts_mtls: 1 }): TrafficReport {
+  return {
+    process: { id, kind: 'sidecar', name: 'go.mesh.srv.web', mtls: 'strict', started_ms: 1 },
+    latency_bounds_ms: Histogram.BOUNDS,
+    clusters: [{ name: 'go.mesh.srv.orders', rq_2xx: lat.ok, rq_3xx: 0, rq_4xx: 0, rq_5xx: lat.fail, ...mtls, latency_counts: lat.counts }],
+  };
+}
+
+describe('mesh stat', () => {
+  it('takes the difference of two readings of one process; a counter that went down leaves the service out', () => {
+    const before = report('p1', { ok: 10, fail: 0, counts: buckets({ 2: 10 }) });
+    const after = report('p1', { ok: 28, fail: 2, counts: buckets({ 2: 20, 8: 10 }) });
+    assert.deepEqual(flowsOf(before, after), [{ from: 'go.mesh.srv.web', to: 'go.mesh.srv.orders', answered: 20, failed: 2, mtls: 10, latency: buckets({ 2: 10, 8: 10 }) }]);
+    assert.deepEqual(flowsOf(after, before), []);
+    // Another process at the same admin address: its counters are since its start.
+    assert.equal(flowsOf(before, report('p2', { ok: 3, fail: 0, counts: buckets({ 0: 3 }) }))[0]!.answered, 3);
+  });
+
+  it('a row: requests a second, success, the buckets holding p50/p95/p99, the mutual TLS share', () => {
+    const flows = flowsOf(undefined, report('p1', { ok: 95, fail: 5, counts: buckets({ 2: 90, 8: 9, 16: 1 }) }));
+    assert.deepEqual(rowOf(flows, 10), { answered: 100, rps: 10, success: 0.95, p50: 2, p95: 250, p99: 250, mtls: 0.5 });
+    const none = rowOf([], 10);
+    assert.deepEqual([none.answered, none.rps, Number.isNaN(none.success), Number.isNaN(none.p99), Number.isNaN(none.mtls)], [0, 0, true, true, true]);
+    assert.equal(
+      formatEdges([['go.mesh.srv.web', 'go.mesh.srv.orders', rowOf(flows, 10)], ['api', 'x\u001b[2J', none]]),
+      'FROM             TO                  REQUESTS  RPS   SUCCESS  P99    MTLS\n' +
+        'go.mesh.srv.web  go.mesh.srv.orders  100       10.0  95.0%    250ms  50.0%\n' +
+        'api              x\\x1b[2J            0         0.0   -        -      -\n',
+    );
+  });
+
+  it('a /traffic answer that is not a report is refused, field by field', () => {
+    const good = report('p1', { ok: 1, fail: 0, counts: buckets({ 0: 1 }) });
+    assert.deepEqual(parseTraffic(JSON.stringify(good)), good);
+    const broken = (mutate: (r: any) => void) => {
+      const r = JSON.parse(JSON.stringify(good));
+      mutate(r);
+      return parseTraffic(JSON.stringify(r));
+    };
+    assert.equal(parseTraffic('not json'), undefined);
+    assert.equal(parseTraffic('null'), undefined);
+    assert.equal(broken((r) => (r.latency_bounds_ms = [1, 2])), undefined);
+    assert.equal(broken((r) => (r.clusters[0].rq_5xx = -1)), undefined);
+    assert.equal(broken((r) => (r.clusters[0].rq_2xx = '7')), undefined);
+    assert.equal(broken((r) => r.clusters[0].latency_counts.pop()), undefined);
+    assert.equal(broken((r) => (r.process.kind = 7)), undefined);
+    assert.equal(broken((r) => (r.clusters = {})), undefined);
+  });
+});

@@ -1,0 +1,124 @@
+/**
+ * `mesh stat services` and `mesh edges` against a real `mesh api` in front of a backend with known
+ * latencies and failures: the counts, success rates and percentile buckets exactly (since the
+ * process started, --window=0), a window that counts only what happened in it, admin /traffic's
+ * shape, and an admin that answers something else left out.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createRegistry } from '../../src/engines/registry/create.js';
+import type { Registry } from '../../src/engines/registry/registry.js';
+import { http, runCli, startProcess, tempDir } from '../helpers.js';
+import { registerPlain, startGatewayProcess, type GatewayProcess } from '../fixtures/gateway-helpers.js';
+
+/** A backend: /slow answers after 150 ms (a latency bucket of 250 ms), /fail answers 500, the rest at once. */
+async function latencyBackend(): Promise<{ server: Server; port: number }> {
+  const server = createServer((req, res) => {
+    const answer = () => {
+      res.writeHead(req.url?.endsWith('/fail') ? 500 : 200, { 'content-type': 'text/plain' });
+      res.end('ok');
+    };
+    if (req.url?.endsWith('/slow')) setTimeout(answer, 150); // the latency under test, not an ordering
+    else answer();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return { server, port: (server.address() as AddressInfo).port };
+}
+
+describe('mesh stat services and mesh edges', () => {
+  const dir = tempDir();
+  const reg = () => `--registry_address=${dir.path}`;
+  let registry: Registry;
+  let backend: { server: Server; port: number };
+  let api: GatewayProcess;
+
+  before(async () => {
+    registry = createRegistry('local', dir.path);
+    backend = await latencyBackend();
+    await registerPlain(registry, 'go.mesh.api.lat', backend.port);
+    await registerPlain(registry, 'go.mesh.api.bad', backend.port);
+    api = await startGatewayProcess(dir.path, ['--handler=proxy']);
+    for (let i = 0; i < 90; i++) assert.equal((await http('GET', `${api.url}/lat/fast`)).status, 200);
+    await Promise.all(Array.from({ length: 10 }, async () => assert.equal((await http('GET', `${api.url}/lat/slow`)).status, 200)));
+    for (let i = 0; i < 5; i++) assert.equal((await http('GET', `${api.url}/bad/fail`)).status, 500);
+  });
+
+  after(async () => {
+    await api?.stop();
+    backend?.server.close();
+    await registry?.close();
+    dir.cleanup();
+  });
+
+  it('admin /traffic: per service, the answers by class and the latency buckets', async () => {
+    const res = await http('GET', `${api.admin}/traffic`);
+    assert.equal(res.status, 200);
+    assert.equal(res.headers['content-type'], 'application/json');
+    const report = res.json();
+    assert.deepEqual(Object.keys(report), ['process', 'latency_bounds_ms', 'clusters']);
+    assert.equal(report.process.kind, 'api');
+    assert.deepEqual(report.latency_bounds_ms, [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000]);
+    const lat = report.clusters.find((c: { name: string }) => c.name === 'go.mesh.api.lat');
+    assert.deepEqual([lat.rq_2xx, lat.rq_5xx, lat.hosts, lat.hosts_mtls], [100, 0, 1, 0]);
+    assert.equal(lat.latency_counts.reduce((a: number, b: number) => a + b, 0), 100);
+    assert.equal(lat.latency_counts[8], 10, `the 10 slow answers in the 100..250 ms bucket: ${lat.latency_counts}`);
+  });
+
+  it('mesh stat services --window=0: requests, success rate and percentile buckets since the process started', async () => {
+    const r = await runCli(['stat', 'services', reg(), '--window=0', '-o', 'json']);
+    assert.equal(r.code, 0, r.stderr);
+    const rows = JSON.parse(r.stdout) as Array<Record<string, number | string | null>>;
+    assert.deepEqual(rows.map((x) => x.service), ['go.mesh.api.bad', 'go.mesh.api.lat']);
+    const [bad, lat] = rows;
+    assert.deepEqual([bad!.requests, bad!.success, bad!.mtls], [5, 0, 0]);
+    assert.deepEqual([lat!.requests, lat!.success, lat!.p95_ms, lat!.p99_ms, lat!.mtls], [100, 1, 250, 250, 0]);
+    assert.ok((lat!.p50_ms as number) <= 25, `p50 ${lat!.p50_ms}`);
+    const text = await runCli(['stat', 'services', reg(), '--window=0']);
+    const lines = text.stdout.split('\n');
+    assert.match(lines[0]!, /^SERVICE +REQUESTS +RPS +SUCCESS +P50 +P95 +P99 +MTLS$/);
+    assert.match(lines[1]!, /^go\.mesh\.api\.bad +5 +\d+\.\d +0\.0% +\S+ +\S+ +\S+ +0\.0%$/);
+    assert.match(lines[2]!, /^go\.mesh\.api\.lat +100 +\d+\.\d +100\.0% +\d+(\.\d)?ms +250ms +250ms +0\.0%$/);
+  });
+
+  it('mesh edges --window=0: caller → service', async () => {
+    const r = await runCli(['edges', reg(), '--window=0']);
+    assert.equal(r.code, 0, r.stderr);
+    const lines = r.stdout.split('\n');
+    assert.match(lines[0]!, /^FROM +TO +REQUESTS +RPS +SUCCESS +P99 +MTLS$/);
+    assert.match(lines[1]!, /^api +go\.mesh\.api\.bad +5 +\S+ +0\.0% +\S+ +0\.0%$/);
+    assert.match(lines[2]!, /^api +go\.mesh\.api\.lat +100 +\S+ +100\.0% +250ms +0\.0%$/);
+  });
+
+  it('a window counts only the requests in it', async () => {
+    const stat = startProcess(['stat', 'services', reg(), '--window=3s', '-o', 'json']);
+    await stat.waitForOutput(/mesh: sampling 1 process\(es\) for 3 s\n/);
+    for (let i = 0; i < 20; i++) await http('GET', `${api.url}/lat/fast`);
+    // SIGCONT changes nothing: stop() then only waits for the command to finish its window.
+    assert.equal(await stat.stop('SIGCONT'), 0);
+    const rows = JSON.parse(stat.output().split('\n').find((l) => l.startsWith('['))!) as Array<Record<string, number | string>>;
+    const lat = rows.find((x) => x.service === 'go.mesh.api.lat')!;
+    assert.equal(lat.requests, 20);
+    assert.ok((lat.rps as number) > 4 && (lat.rps as number) <= 20 / 3, `rps ${lat.rps}`);
+    assert.equal(rows.find((x) => x.service === 'go.mesh.api.bad')!.requests, 0);
+  });
+
+  it('attacker: an admin that answers something else, or nothing, is said and left out', async () => {
+    const liar = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"process":{"id":"x","kind":"api","name":"\u001b[2J","mtls":"off","started_ms":1},"latency_bounds_ms":[1],"clusters":[]}');
+    });
+    await new Promise<void>((r) => liar.listen(0, '127.0.0.1', () => r()));
+    const liarAddress = `127.0.0.1:${(liar.address() as AddressInfo).port}`;
+    try {
+      const r = await runCli(['stat', 'services', `--admin=${new URL(api.admin).host},${liarAddress},127.0.0.1:1`, '--window=0', '-o', 'json']);
+      assert.equal(r.code, 0, r.stderr);
+      assert.ok(r.stderr.includes(`mesh: ${liarAddress}: /traffic did not answer a traffic report: left out\n`), r.stderr);
+      assert.match(r.stderr, /mesh: 127\.0\.0\.1:1: cannot read \/traffic \(.*\): left out\n/);
+      assert.deepEqual((JSON.parse(r.stdout) as Array<{ service: string }>).map((x) => x.service), ['go.mesh.api.bad', 'go.mesh.api.lat']);
+    } finally {
+      liar.close();
+    }
+  });
+});
