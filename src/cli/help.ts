@@ -157,6 +157,15 @@ export const COMMANDS: CommandInfo[] = [
     ],
   },
   {
+    name: 'top',
+    args: '[--admin=HOST:PORT[,HOST:PORT...]]',
+    summary: 'the busiest paths, live: requests per service, method and path since it started, with success rate and best, worst and last duration, drawn again in place',
+    details: [
+      'Reads the /tap streams of every process mesh ps lists (or of --admin), with mesh tap\'s filters (--service, --path, --method, --status...); --interval: how often the table is drawn (default 1s).',
+      'It counts what the taps send: at most --rate events a second from each process (default 100); more are dropped there, and a line on stderr says so.',
+    ],
+  },
+  {
     name: 'ps',
     args: '',
     summary: 'the mesh processes of this registry: id, kind, name, pid, host, admin, uptime, mutual TLS mode, listeners',
@@ -201,7 +210,7 @@ export const COMMANDS: CommandInfo[] = [
 ];
 
 /** Commands that start a mesh process, and so take mesh flags. */
-const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy', 'tap', 'ps', 'stop', 'stat', 'edges']);
+const TAKES_FLAGS = new Set<CommandName>(['dev', 'api', 'sidecar', 'run', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'envoy', 'tap', 'top', 'ps', 'stop', 'stat', 'edges']);
 
 export function findCommand(name: string | undefined): CommandInfo | undefined {
   return COMMANDS.find((c) => c.name === name);

@@ -107,6 +107,11 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       const { runPs, runStop } = await import('./ps.js');
       return await (command === 'ps' ? runPs : runStop)(args.positionals, args.config, io);
     }
+    if (command === 'top') {
+      if (args.positionals.length > 1) throw new FlagError(`mesh top takes no argument (got "${args.positionals[1]}")`);
+      const { runTop } = await import('./top.js');
+      return await runTop(args.config, args.given, io);
+    }
     if (command === 'tap') {
       if (args.positionals.length > 1) throw new FlagError(`mesh tap takes no argument (got "${args.positionals[1]}"); the processes are named with --admin=HOST:PORT, or found in the registry`);
       const { runTap } = await import('./tap.js');

@@ -101,14 +101,33 @@ interface Source {
   timer?: NodeJS.Timeout;
 }
 
-/** Runs `mesh tap`; resolves with the exit code once a signal ends it (0) or every admin refused (1). */
-export async function runTap(config: Config, given: ReadonlySet<string>, io: Output, signals: NodeJS.EventEmitter = process): Promise<number> {
-  const admins = await tapAdmins(config, io);
-  const query = tapQueryOf(config, given);
-  const json = config.output === 'json';
-  const several = admins.length > 1;
+/** What tapStreams takes. */
+export interface TapStreamsOptions {
+  admins: readonly string[];
+  /** The /tap query string (tapQueryOf). */
+  query: string;
+  adminToken?: string;
+  io: Pick<Output, 'err'>;
+  /**
+   * One event of one admin (a JSON object, not the `{"dropped":N}` reports: those are said on
+   * stderr). A promise returned: every stream pauses until it settles (a slow reader).
+   */
+  onEvent: (admin: string, event: Record<string, unknown>) => Promise<void> | void;
+  signals?: NodeJS.EventEmitter;
+  /** What starts each line on stderr (default `mesh tap`). */
+  label?: string;
+}
+
+/**
+ * The /tap streams of the admins, merged as the events arrive; resolves with the exit code once a
+ * signal ends it (0) or every admin refused (1). The stream handling of `mesh tap` and `mesh top`.
+ */
+export async function tapStreams(o: TapStreamsOptions): Promise<number> {
+  const { admins, query, io } = o;
+  const signals = o.signals ?? process;
+  const label = o.label ?? 'mesh tap';
   const headers: Record<string, string> = { accept: NDJSON };
-  if (config.admin_token) headers.authorization = `Bearer ${config.admin_token}`;
+  if (o.adminToken) headers.authorization = `Bearer ${o.adminToken}`;
   const sources: Source[] = admins.map((admin) => ({ admin, refused: false, saidDown: false, retryMs: RETRY_FIRST_MS }));
   let stopped = false;
   let finish: (code: number) => void = () => {};
@@ -121,17 +140,16 @@ export async function runTap(config: Config, given: ReadonlySet<string>, io: Out
     try {
       value = JSON.parse(text) as Record<string, unknown>;
     } catch {
-      io.err(`mesh tap: ${s.admin}: not a JSON line: ${printable(text.slice(0, 200))}\n`);
+      io.err(`${label}: ${s.admin}: not a JSON line: ${printable(text.slice(0, 200))}\n`);
       return;
     }
     if (typeof value.dropped === 'number' && Object.keys(value).length === 1) {
-      io.err(`mesh tap: ${s.admin}: ${value.dropped} events dropped (over --rate, or not read fast enough)\n`);
+      io.err(`${label}: ${s.admin}: ${value.dropped} events dropped (over --rate, or not read fast enough)\n`);
       return;
     }
-    io.out(json ? `${JSON.stringify({ admin: s.admin, ...value })}\n` : formatTapEvent(value as unknown as TapEvent, several ? s.admin : undefined));
-    // A slow stdout: stop reading until it drained (the admins then drop what does not fit, and say so).
-    if (io.drain && !paused && process.stdout.writableNeedDrain) {
-      const drained = io.drain();
+    const drained = o.onEvent(s.admin, value);
+    // A slow reader: stop reading until it caught up (the admins then drop what does not fit, and say so).
+    if (drained && !paused) {
       paused = true;
       for (const x of sources) x.res?.pause();
       void drained.then(() => {
@@ -145,7 +163,7 @@ export async function runTap(config: Config, given: ReadonlySet<string>, io: Out
     s.req = undefined;
     s.res = undefined;
     if (stopped || s.refused) return;
-    if (!s.saidDown) io.err(`mesh tap: ${s.admin}: ${why}; trying again\n`);
+    if (!s.saidDown) io.err(`${label}: ${s.admin}: ${why}; trying again\n`);
     s.saidDown = true;
     s.timer = setTimeout(() => open(s), s.retryMs);
     s.retryMs = Math.min(RETRY_MAX_MS, s.retryMs * 2);
@@ -153,7 +171,7 @@ export async function runTap(config: Config, given: ReadonlySet<string>, io: Out
 
   const refuse = (s: Source, why: string): void => {
     s.refused = true;
-    io.err(`mesh tap: ${s.admin}: ${why}\n`);
+    io.err(`${label}: ${s.admin}: ${why}\n`);
     if (sources.every((x) => x.refused)) {
       stopped = true;
       finish(1);
@@ -181,7 +199,7 @@ export async function runTap(config: Config, given: ReadonlySet<string>, io: Out
         });
         return;
       }
-      io.err(`mesh tap: ${s.admin}: tapping${s.saidDown ? ' again' : ''}\n`);
+      io.err(`${label}: ${s.admin}: tapping${s.saidDown ? ' again' : ''}\n`);
       s.saidDown = false;
       s.retryMs = RETRY_FIRST_MS;
       if (paused) res.pause();
@@ -225,4 +243,24 @@ export async function runTap(config: Config, given: ReadonlySet<string>, io: Out
     s.req?.destroy();
   }
   return code;
+}
+
+/** Runs `mesh tap`; resolves with the exit code once a signal ends it (0) or every admin refused (1). */
+export async function runTap(config: Config, given: ReadonlySet<string>, io: Output, signals: NodeJS.EventEmitter = process): Promise<number> {
+  const admins = await tapAdmins(config, io);
+  const query = tapQueryOf(config, given);
+  const json = config.output === 'json';
+  const several = admins.length > 1;
+  return tapStreams({
+    admins,
+    query,
+    adminToken: config.admin_token,
+    io,
+    signals,
+    onEvent: (admin, value) => {
+      io.out(json ? `${JSON.stringify({ admin, ...value })}\n` : formatTapEvent(value as unknown as TapEvent, several ? admin : undefined));
+      // A slow stdout: wait until it drained.
+      return io.drain && process.stdout.writableNeedDrain ? io.drain() : undefined;
+    },
+  });
 }

@@ -1,7 +1,8 @@
-/** `mesh stat` and `mesh edges` without processes: a /traffic answer checked, two readings' difference, a row's rates and buckets. */
+/** `mesh stat`, `mesh edges` and `mesh top` without processes: a /traffic answer checked, two readings' difference, a row's rates and buckets, top's counts. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { flowsOf, formatEdges, parseTraffic, rowOf } from '../../src/cli/stat.js';
+import { TopTable } from '../../src/cli/top.js';
 import type { TrafficReport } from '../../src/admin/traffic.js';
 import { Histogram } from '../../src/base/stats/store.js';
 
@@ -54,5 +55,28 @@ describe('mesh stat', () => {
     assert.equal(broken((r) => r.clusters[0].latency_counts.pop()), undefined);
     assert.equal(broken((r) => (r.process.kind = 7)), undefined);
     assert.equal(broken((r) => (r.clusters = {})), undefined);
+  });
+});
+
+describe('mesh top', () => {
+  it('counts per service, method and path; failures are no answer, a 5xx or a gRPC status; past the bound one (other) row', () => {
+    const top = new TopTable(2);
+    const event = (path: string, status: number, ms: number, extra: Record<string, unknown> = {}) => ({ method: 'GET', path, status, duration_ms: ms, cluster: 'go.mesh.srv.a', grpc_status: null, ...extra });
+    assert.equal(top.add(event('/a', 200, 3)), true);
+    top.add(event('/a', 503, 9));
+    top.add(event('/a', 200, 1));
+    top.add(event('/b', 200, 2, { grpc_status: 14 }));
+    top.add(event('/c', 0, 5));
+    top.add(event('/d', 200, 7));
+    assert.equal(top.add({ method: 'GET', path: '/x', status: '200', duration_ms: 1 }), false);
+    assert.equal(
+      top.render(10),
+      'SERVICE        METHOD  PATH     COUNT  SUCCESS  BEST  WORST  LAST\n' +
+        'go.mesh.srv.a  GET     /a       3      66.6%    1ms   9ms    1ms\n' +
+        '-              -       (other)  2      50.0%    5ms   7ms    7ms\n' +
+        'go.mesh.srv.a  GET     /b       1      0.0%     2ms   2ms    2ms\n',
+    );
+    assert.equal(top.total, 6);
+    assert.equal(top.render(1).split('\n').length, 3);
   });
 });

@@ -63,7 +63,8 @@ describe('mesh stat services and mesh edges', () => {
     const lat = report.clusters.find((c: { name: string }) => c.name === 'go.mesh.api.lat');
     assert.deepEqual([lat.rq_2xx, lat.rq_5xx, lat.hosts, lat.hosts_mtls], [100, 0, 1, 0]);
     assert.equal(lat.latency_counts.reduce((a: number, b: number) => a + b, 0), 100);
-    assert.equal(lat.latency_counts[8], 10, `the 10 slow answers in the 100..250 ms bucket: ${lat.latency_counts}`);
+    // The 10 slow answers (150 ms) are in the 100..250 ms bucket (a fast one delayed by a loaded machine may join them).
+    assert.ok(lat.latency_counts[8] >= 10 && lat.latency_counts.slice(0, 8).reduce((a: number, b: number) => a + b, 0) >= 80, `${lat.latency_counts}`);
   });
 
   it('mesh stat services --window=0: requests, success rate and percentile buckets since the process started', async () => {

@@ -21,7 +21,7 @@ import { LOG_FORMATS } from '../util/levels.js';
 export type OptionType = 'string' | 'bool' | 'int' | 'duration' | 'size' | 'list';
 
 /** The commands of `mesh` (src/cli/help.ts describes each). */
-export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'run', 'envoy', 'tap', 'ps', 'stop', 'stat', 'edges', 'completion', 'help', 'version'] as const;
+export const COMMAND_NAMES = ['dev', 'api', 'sidecar', 'proxy', 'list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ca', 'check', 'xds', 'new', 'run', 'envoy', 'tap', 'top', 'ps', 'stop', 'stat', 'edges', 'completion', 'help', 'version'] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 
 /** The sections of `mesh <command> --help` and of the docs' flag tables, in the order they are printed. */
@@ -69,7 +69,7 @@ export interface OptionSpec {
 export const LB_POLICIES = ['round_robin', 'random', 'least_request'] as const;
 
 const SERVE = ['dev', 'api', 'sidecar', 'proxy'] as const satisfies readonly CommandName[];
-const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ps', 'stop', 'tap', 'stat', 'edges'] as const satisfies readonly CommandName[];
+const PLATFORM = ['list', 'get', 'register', 'deregister', 'call', 'publish', 'subscribe', 'dlq', 'consumers', 'health', 'ps', 'stop', 'tap', 'top', 'stat', 'edges'] as const satisfies readonly CommandName[];
 /** The commands that start a mesh process (the others take no option). */
 export const MESH_PROCESS = [...SERVE, ...PLATFORM, 'check'] as const satisfies readonly CommandName[];
 const GATEWAYS = ['dev', 'api', 'sidecar'] as const satisfies readonly CommandName[];
@@ -132,8 +132,8 @@ export const OPTIONS = withRun({
   register_ttl: { type: 'duration', default: '30s', group: 'registry', commands: ['dev', 'sidecar', 'register'], api: true, help: 'TTL of a service registration' },
   register_interval: { type: 'duration', default: '10s', group: 'registry', commands: ['dev', 'sidecar'], api: true, help: 'how often a service registers again' },
   admin_address: { type: 'string', commandDefaults: { run: 'off' }, group: 'admin', commands: [...SERVE, 'xds', 'envoy'], api: true, help: 'admin interface host:port, or off' },
-  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap', 'stop', 'stat', 'edges'], api: true, help: 'require Authorization: Bearer <token> on the admin interface (mesh tap: the token it sends; prefer --admin_token_file or MESH_ADMIN_TOKEN: other users can see a command line)' },
-  admin_token_file: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap', 'stop', 'stat', 'edges'], fileOf: 'admin_token', help: 'a file holding --admin_token (read at start; trailing newlines dropped)' },
+  admin_token: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap', 'top', 'stop', 'stat', 'edges'], api: true, help: 'require Authorization: Bearer <token> on the admin interface (mesh tap: the token it sends; prefer --admin_token_file or MESH_ADMIN_TOKEN: other users can see a command line)' },
+  admin_token_file: { type: 'string', group: 'admin', commands: [...SERVE, 'xds', 'tap', 'top', 'stop', 'stat', 'edges'], fileOf: 'admin_token', help: 'a file holding --admin_token (read at start; trailing newlines dropped)' },
   metrics_address: { type: 'string', default: 'off', apiDefault: null, group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'read-only listener for scrapers and probes (GET /metrics, GET /ready; no Host check) host:port, or off' },
   stats_histograms: { type: 'bool', default: 'false', group: 'admin', commands: [...SERVE, 'xds'], api: true, help: 'print the latency histograms in admin /stats (text quantiles, JSON, Prometheus buckets) and the metrics listener; the --enable_stats dashboard also draws per-cluster p50/p99' },
   stats_endpoints: { type: 'bool', default: 'false', group: 'admin', commands: ['dev', 'api'], api: true, help: 'per-endpoint stats: requests, answers by status and a latency histogram for each endpoint of a framework service and each route of the gateway (service.<name>.endpoint.<endpoint>.*; undeclared names in one _other family); prints the latency histograms as --stats_histograms does' },
@@ -166,17 +166,18 @@ export const OPTIONS = withRun({
   ca_serve_names: { type: 'list', group: 'mtls', commands: ['ca'], help: 'mesh ca serve: DNS names and IP addresses of its certificate, how clients reach it (comma list; default the host of --address)' },
   ca_join_lifetime: { type: 'duration', default: '168h', group: 'mtls', commands: ['ca'], help: 'mesh ca serve: how long after its join (its first certificate, with a join token) a process renews with its certificate alone; after that a renewal needs a new join token (1s to 596h, about 24 days)' },
   serial: { type: 'string', group: 'command', commands: ['ca'], help: 'mesh ca revoke: refuse renewals of the certificate with this serial (with the serial of a join\'s first certificate: every renewal of that join)' },
-  service: { type: 'string', group: 'command', commands: ['ca', 'tap'], help: 'mesh ca revoke: refuse renewals of every certificate of this service that joined before now; mesh tap: only requests sent to this service (the upstream cluster)' },
-  admin: { type: 'list', group: 'command', commands: ['tap', 'stat', 'edges'], help: 'mesh tap, stat and edges: the admin interfaces to read, HOST:PORT comma list (default: every process mesh ps lists)' },
+  service: { type: 'string', group: 'command', commands: ['ca', 'tap', 'top'], help: 'mesh ca revoke: refuse renewals of every certificate of this service that joined before now; mesh tap: only requests sent to this service (the upstream cluster)' },
+  admin: { type: 'list', group: 'command', commands: ['tap', 'top', 'stat', 'edges'], help: 'mesh tap, top, stat and edges: the admin interfaces to read, HOST:PORT comma list (default: every process mesh ps lists)' },
+  interval: { type: 'duration', default: '1s', group: 'command', commands: ['top'], help: 'mesh top: how often the table is drawn again (at least 100ms)' },
   window: { type: 'duration', default: '10s', group: 'command', commands: ['stat', 'edges'], help: 'mesh stat and edges: how long to count (0: since each process started)' },
-  path: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only requests whose path (normal form) starts with this prefix' },
-  method: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only requests with this method' },
-  status: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only answers of this class (2xx to 5xx) or this status code' },
-  route: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only requests a route file\'s rule of this name served' },
-  identity: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: only requests whose caller presented this SPIFFE ID (mutual TLS)' },
-  min_duration: { type: 'duration', group: 'command', commands: ['tap'], help: 'mesh tap: only requests that took at least this long' },
-  sample: { type: 'string', group: 'command', commands: ['tap'], help: 'mesh tap: the share of matching requests shown, 0 to 1 (default 1)' },
-  rate: { type: 'int', default: '100', min: 1, max: 1000, range: 'events a second, 1 to 1000', group: 'command', commands: ['tap'], help: 'mesh tap: the most events a second each process sends (more are dropped and counted)' },
+  path: { type: 'string', group: 'command', commands: ['tap', 'top'], help: 'mesh tap: only requests whose path (normal form) starts with this prefix' },
+  method: { type: 'string', group: 'command', commands: ['tap', 'top'], help: 'mesh tap: only requests with this method' },
+  status: { type: 'string', group: 'command', commands: ['tap', 'top'], help: 'mesh tap: only answers of this class (2xx to 5xx) or this status code' },
+  route: { type: 'string', group: 'command', commands: ['tap', 'top'], help: 'mesh tap: only requests a route file\'s rule of this name served' },
+  identity: { type: 'string', group: 'command', commands: ['tap', 'top'], help: 'mesh tap: only requests whose caller presented this SPIFFE ID (mutual TLS)' },
+  min_duration: { type: 'duration', group: 'command', commands: ['tap', 'top'], help: 'mesh tap: only requests that took at least this long' },
+  sample: { type: 'string', group: 'command', commands: ['tap', 'top'], help: 'mesh tap: the share of matching requests shown, 0 to 1 (default 1)' },
+  rate: { type: 'int', default: '100', min: 1, max: 1000, range: 'events a second, 1 to 1000', group: 'command', commands: ['tap', 'top'], help: 'mesh tap: the most events a second each process sends (more are dropped and counted)' },
   token_id: { type: 'string', group: 'command', commands: ['ca'], help: 'mesh ca revoke: refuse joins with the join token of this id (mesh ca token --output=json prints it), and renewals of every process that joined with it' },
   services: { type: 'list', group: 'command', commands: ['ca'], help: 'mesh ca token: the service names (globs, * and ?) the token may get certificates for (comma list)' },
   ttl: { type: 'duration', default: '1h', group: 'command', commands: ['ca'], help: 'mesh ca token: how long the token may be used (1s to 168h); renewals do not need it' },
