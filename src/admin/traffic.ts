@@ -1,8 +1,9 @@
 /**
  * admin `/traffic` (docs/admin.md): what this process sent to each service it calls, as counters a
- * reader takes the difference of (`mesh stat services`, `mesh edges`: src/cli/stat.ts). Per upstream
+ * reader takes the difference of (`mesh stat`, `mesh edges`: src/cli/stat.ts). Per upstream
  * cluster: the answers by status class, the latency buckets of Histogram.BOUNDS, and how many of its
- * hosts this process calls over mutual TLS. One JSON object; nothing is computed per request.
+ * hosts this process calls over mutual TLS; per route file rule, the answers by class and (with
+ * --stats_endpoints) its latency buckets. One JSON object; nothing is computed per request.
  */
 import { Histogram, type StatsStore } from '../base/stats/store.js';
 import type { ClusterManagerView } from '../core/upstream/types.js';
@@ -31,17 +32,44 @@ export interface ClusterTraffic {
   latency_counts: number[];
 }
 
+/** A route file's rule (`vhost.<host>.route.<rule>.*`, src/edge/routes/effects.ts). */
+export interface RouteTraffic {
+  /** The route's hostname that matched (`*`: a route without hostnames). */
+  host: string;
+  rule: string;
+  rq_1xx: number;
+  rq_2xx: number;
+  rq_3xx: number;
+  rq_4xx: number;
+  rq_5xx: number;
+  /** The rule's latency buckets with --stats_endpoints; null without. */
+  latency_counts: number[] | null;
+}
+
 export interface TrafficReport {
   process: TrafficProcess;
   latency_bounds_ms: readonly number[];
   clusters: ClusterTraffic[];
+  routes: RouteTraffic[];
 }
+
+/** `vhost.<host>.route.<rule>.rq_total`: a rule's name has no dot, a host may. */
+const ROUTE_TOTAL = /^vhost\.(.+)\.route\.([^.]+)\.rq_total$/;
 
 /** The report now, from the stats store and the cluster manager's view. */
 export function trafficReport(process: TrafficProcess, stats: StatsStore, clusters: ClusterManagerView): TrafficReport {
-  const inClusters = { test: (name: string) => name.startsWith('cluster.') };
-  const values = new Map(stats.list({ filter: inClusters }).map((s) => [s.name, s.value] as const));
-  const histograms = new Map(stats.listHistograms({ filter: inClusters }).map((h) => [h.name, h] as const));
+  const mine = { test: (name: string) => name.startsWith('cluster.') || name.startsWith('vhost.') };
+  const values = new Map(stats.list({ filter: mine }).map((s) => [s.name, s.value] as const));
+  const histograms = new Map(stats.listHistograms({ filter: mine }).map((h) => [h.name, h] as const));
+  const routes: RouteTraffic[] = [];
+  for (const name of values.keys()) {
+    const m = ROUTE_TOTAL.exec(name);
+    if (!m) continue;
+    const scope = name.slice(0, -'rq_total'.length);
+    const at = (stat: string) => values.get(scope + stat) ?? 0;
+    const h = histograms.get(`${scope}rq_time`);
+    routes.push({ host: m[1]!, rule: m[2]!, rq_1xx: at('rq_1xx'), rq_2xx: at('rq_2xx'), rq_3xx: at('rq_3xx'), rq_4xx: at('rq_4xx'), rq_5xx: at('rq_5xx'), latency_counts: h ? [...h.counts] : null });
+  }
   const calls = process.mtls !== 'off';
   return {
     process,
@@ -60,5 +88,6 @@ export function trafficReport(process: TrafficProcess, stats: StatsStore, cluste
         latency_counts: h ? [...h.counts] : new Array<number>(Histogram.BOUNDS.length + 1).fill(0),
       };
     }),
+    routes,
   };
 }

@@ -28,6 +28,8 @@ export interface Flow {
   /** Answers sent over mutual TLS (estimated: answered × the share of hosts called over it). */
   mtls: number;
   latency: number[];
+  /** False: no latency was measured (a route file's rule without --stats_endpoints). */
+  timed?: boolean;
 }
 
 export interface Row {
@@ -43,6 +45,7 @@ export interface Row {
 }
 
 const CLASSES = ['rq_2xx', 'rq_3xx', 'rq_4xx', 'rq_5xx'] as const;
+const ROUTE_CLASSES = ['rq_1xx', ...CLASSES] as const;
 const MAX_REPORT_BYTES = 4 * 1024 * 1024;
 
 /** A /traffic answer checked field by field; undefined when it is not one. */
@@ -55,12 +58,17 @@ export function parseTraffic(text: string): TrafficReport | undefined {
   }
   const o = v as TrafficReport;
   const count = (x: unknown) => typeof x === 'number' && Number.isFinite(x) && x >= 0;
+  const buckets = (x: unknown) => Array.isArray(x) && x.length === Histogram.BOUNDS.length + 1 && x.every(count);
   if (!o || typeof o !== 'object' || !o.process || typeof o.process.kind !== 'string' || typeof o.process.name !== 'string' || typeof o.process.id !== 'string') return undefined;
   if (!count(o.process.started_ms) || !Array.isArray(o.clusters)) return undefined;
   if (!Array.isArray(o.latency_bounds_ms) || o.latency_bounds_ms.length !== Histogram.BOUNDS.length || o.latency_bounds_ms.some((b, i) => b !== Histogram.BOUNDS[i])) return undefined;
   for (const c of o.clusters) {
     if (!c || typeof c.name !== 'string' || !CLASSES.every((k) => count(c[k])) || !count(c.hosts) || !count(c.hosts_mtls)) return undefined;
-    if (!Array.isArray(c.latency_counts) || c.latency_counts.length !== Histogram.BOUNDS.length + 1 || !c.latency_counts.every(count)) return undefined;
+    if (!buckets(c.latency_counts)) return undefined;
+  }
+  if (!Array.isArray(o.routes)) return undefined;
+  for (const r of o.routes) {
+    if (!r || typeof r.host !== 'string' || typeof r.rule !== 'string' || !ROUTE_CLASSES.every((k) => count(r[k])) || (r.latency_counts !== null && !buckets(r.latency_counts))) return undefined;
   }
   return o;
 }
@@ -87,6 +95,22 @@ export function flowsOf(before: TrafficReport | undefined, after: TrafficReport)
   return flows;
 }
 
+/** The route file rules of one process between two reports of it, as flows from the rule's host to the rule (no mutual TLS share). */
+export function routeFlowsOf(before: TrafficReport | undefined, after: TrafficReport): Flow[] {
+  const key = (r: { host: string; rule: string }) => JSON.stringify([r.host, r.rule]);
+  const earlier = new Map((before?.process.id === after.process.id ? before.routes : []).map((r) => [key(r), r] as const));
+  const flows: Flow[] = [];
+  for (const r of after.routes) {
+    const b = earlier.get(key(r));
+    const answered = ROUTE_CLASSES.reduce((n, k) => n + r[k] - (b ? b[k] : 0), 0);
+    const failed = r.rq_5xx - (b?.rq_5xx ?? 0);
+    const latency = r.latency_counts ? r.latency_counts.map((n, i) => n - (b?.latency_counts?.[i] ?? 0)) : new Array<number>(Histogram.BOUNDS.length + 1).fill(0);
+    if (answered < 0 || failed < 0 || latency.some((n) => n < 0)) continue;
+    flows.push({ from: r.host, to: r.rule, answered, failed, mtls: 0, latency, timed: r.latency_counts !== null });
+  }
+  return flows;
+}
+
 /** One row of the flows given, over `seconds`. */
 export function rowOf(flows: readonly Flow[], seconds: number): Row {
   const latency = new Array<number>(Histogram.BOUNDS.length + 1).fill(0);
@@ -99,13 +123,14 @@ export function rowOf(flows: readonly Flow[], seconds: number): Row {
     mtls += f.mtls;
     f.latency.forEach((n, i) => (latency[i]! += n));
   }
+  const timed = flows.some((f) => f.timed !== false);
   return {
     answered,
     rps: seconds > 0 ? answered / seconds : NaN,
     success: answered > 0 ? (answered - failed) / answered : NaN,
-    p50: bucketQuantile(latency, 0.5),
-    p95: bucketQuantile(latency, 0.95),
-    p99: bucketQuantile(latency, 0.99),
+    p50: timed ? bucketQuantile(latency, 0.5) : NaN,
+    p95: timed ? bucketQuantile(latency, 0.95) : NaN,
+    p99: timed ? bucketQuantile(latency, 0.99) : NaN,
     mtls: answered > 0 ? mtls / answered : NaN,
   };
 }
@@ -169,8 +194,8 @@ async function readTraffic(admin: string, config: Config, io: Pick<Output, 'err'
   }
 }
 
-/** The flows of every process over --window (0: since each started), and the seconds they cover. */
-async function sample(config: Config, io: Pick<Output, 'err'>): Promise<{ flows: Flow[]; seconds: number }> {
+/** The flows (`of` a process's two reports) of every process over --window (0: since each started), and the seconds they cover. */
+async function sample(config: Config, io: Pick<Output, 'err'>, of: (before: TrafficReport | undefined, after: TrafficReport) => Flow[] = flowsOf): Promise<{ flows: Flow[]; seconds: number }> {
   const admins = await tapAdmins(config, io);
   const windowMs = config.window as number;
   const readAll = () => Promise.all(admins.map((a) => readTraffic(a, config, io)));
@@ -181,7 +206,7 @@ async function sample(config: Config, io: Pick<Output, 'err'>): Promise<{ flows:
     let seconds = 0;
     for (const r of first) {
       if (!r) continue;
-      flows.push(...flowsOf(undefined, r));
+      flows.push(...of(undefined, r));
       seconds = Math.max(seconds, (now - r.process.started_ms) / 1000);
     }
     return { flows, seconds };
@@ -193,14 +218,30 @@ async function sample(config: Config, io: Pick<Output, 'err'>): Promise<{ flows:
   const seconds = (Date.now() - started) / 1000;
   const flows: Flow[] = [];
   second.forEach((r, i) => {
-    if (r && first[i]) flows.push(...flowsOf(first[i], r));
+    if (r && first[i]) flows.push(...of(first[i], r));
   });
   return { flows, seconds };
 }
 
-/** `mesh stat services`. */
+/** `mesh stat routes`: per route file rule (and the host it matched). */
+async function statRoutes(config: Config, io: Output): Promise<number> {
+  const { flows, seconds } = await sample(config, io, routeFlowsOf);
+  const rows = grouped(flows, (f) => JSON.stringify([f.to, f.from])).map(([key, fs]) => {
+    const [rule, host] = JSON.parse(key) as [string, string];
+    return [rule, host, rowOf(fs, seconds)] as [string, string, Row];
+  });
+  if (config.output === 'json') {
+    io.out(JSON.stringify(rows.map(([route, host, r]) => ({ route, host, requests: r.answered, rps: json(r.rps), success: json(r.success), p50_ms: json(r.p50), p95_ms: json(r.p95), p99_ms: json(r.p99) }))) + '\n');
+  } else {
+    io.out(formatTable(['ROUTE', 'HOST', 'REQUESTS', 'RPS', 'SUCCESS', 'P50', 'P95', 'P99'], rows.map(([route, host, r]) => [printable(route), printable(host), String(r.answered), rate(r.rps), pct(r.success), ms(r.p50), ms(r.p95), ms(r.p99)])));
+  }
+  return 0;
+}
+
+/** `mesh stat services|routes`. */
 export async function runStat(positionals: string[], config: Config, io: Output): Promise<number> {
-  if (positionals.length > 2) throw new UsageError(`mesh stat services takes no further argument (got "${printable(positionals[2]!)}")`);
+  if (positionals.length > 2) throw new UsageError(`mesh stat ${positionals[1]} takes no further argument (got "${printable(positionals[2]!)}")`);
+  if (positionals[1] === 'routes') return statRoutes(config, io);
   const { flows, seconds } = await sample(config, io);
   const rows = grouped(flows, (f) => f.to).map(([name, fs]) => [name, rowOf(fs, seconds)] as [string, Row]);
   if (config.output === 'json') {

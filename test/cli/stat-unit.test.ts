@@ -13,6 +13,7 @@ function report(id: string, lat: { ok: number; fail: number; counts: number[] },
     process: { id, kind: 'sidecar', name: 'go.mesh.srv.web', mtls: 'strict', started_ms: 1 },
     latency_bounds_ms: Histogram.BOUNDS,
     clusters: [{ name: 'go.mesh.srv.orders', rq_2xx: lat.ok, rq_3xx: 0, rq_4xx: 0, rq_5xx: lat.fail, ...mtls, latency_counts: lat.counts }],
+    routes: [{ host: 'shop.example', rule: 'checkout', rq_1xx: 0, rq_2xx: lat.ok, rq_3xx: 0, rq_4xx: 0, rq_5xx: lat.fail, latency_counts: null }],
   };
 }
 

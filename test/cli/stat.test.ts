@@ -8,6 +8,8 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { http, runCli, startProcess, tempDir } from '../helpers.js';
@@ -57,7 +59,8 @@ describe('mesh stat services and mesh edges', () => {
     assert.equal(res.status, 200);
     assert.equal(res.headers['content-type'], 'application/json');
     const report = res.json();
-    assert.deepEqual(Object.keys(report), ['process', 'latency_bounds_ms', 'clusters']);
+    assert.deepEqual(Object.keys(report), ['process', 'latency_bounds_ms', 'clusters', 'routes']);
+    assert.deepEqual(report.routes, []);
     assert.equal(report.process.kind, 'api');
     assert.deepEqual(report.latency_bounds_ms, [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000]);
     const lat = report.clusters.find((c: { name: string }) => c.name === 'go.mesh.api.lat');
@@ -103,6 +106,35 @@ describe('mesh stat services and mesh edges', () => {
     assert.equal(lat.requests, 20);
     assert.ok((lat.rps as number) > 4 && (lat.rps as number) <= 20 / 3, `rps ${lat.rps}`);
     assert.equal(rows.find((x) => x.service === 'go.mesh.api.bad')!.requests, 0);
+  });
+
+  it('mesh stat routes: per route file rule, with percentiles only when the rule is timed (--stats_endpoints)', async () => {
+    const file = join(dir.path, 'routes.yaml');
+    writeFileSync(
+      file,
+      'apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web}\nspec:\n  handler: proxy\n  rules:\n' +
+        '    - name: slowpath\n      matches: [{path: {value: /r/slow}}]\n      backendRefs: [{name: go.mesh.api.lat}]\n' +
+        '    - name: failing\n      matches: [{path: {value: /r/fail}}]\n      backendRefs: [{name: go.mesh.api.bad}]\n',
+    );
+    for (const extra of [[], ['--stats_endpoints']]) {
+      const g = await startGatewayProcess(dir.path, [`--routes=${file}`, ...extra]);
+      try {
+        for (let i = 0; i < 4; i++) assert.equal((await http('GET', `${g.url}/r/slow`)).status, 200);
+        for (let i = 0; i < 2; i++) assert.equal((await http('GET', `${g.url}/r/fail`)).status, 500);
+        const r = await runCli(['stat', 'routes', `--admin=${new URL(g.admin).host}`, '--window=0', '-o', 'json']);
+        assert.equal(r.code, 0, r.stderr);
+        const timed = extra.length > 0;
+        assert.deepEqual(JSON.parse(r.stdout), [
+          { route: 'failing', host: '*', requests: 2, rps: JSON.parse(r.stdout)[0].rps, success: 0, p50_ms: timed ? JSON.parse(r.stdout)[0].p50_ms : null, p95_ms: timed ? JSON.parse(r.stdout)[0].p95_ms : null, p99_ms: timed ? JSON.parse(r.stdout)[0].p99_ms : null },
+          { route: 'slowpath', host: '*', requests: 4, rps: JSON.parse(r.stdout)[1].rps, success: 1, p50_ms: timed ? 250 : null, p95_ms: timed ? 250 : null, p99_ms: timed ? 250 : null },
+        ]);
+        const text = await runCli(['stat', 'routes', `--admin=${new URL(g.admin).host}`, '--window=0']);
+        assert.match(text.stdout, /^ROUTE +HOST +REQUESTS +RPS +SUCCESS +P50 +P95 +P99\nfailing +\* +2 +\S+ +0\.0% /);
+        if (!timed) assert.match(text.stdout, /\nslowpath +\* +4 +\S+ +100\.0% +- +- +-\n$/);
+      } finally {
+        await g.stop();
+      }
+    }
   });
 
   it('attacker: an admin that answers something else, or nothing, is said and left out', async () => {
