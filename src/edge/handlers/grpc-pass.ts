@@ -244,6 +244,8 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
   const report = (code: number, host?: string) => {
     if (reported) return;
     reported = true;
+    // The call's status is known: the deadline no longer ends it.
+    clearTimeout(deadlineTimer);
     options.onStatus?.(code, host);
   };
   const fail = (code: number, message: string, host?: string) => {
@@ -406,6 +408,8 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
         status = Number(h['grpc-status'] ?? GRPC_CODES.unknown);
         if (retryAfter(status, out)) return;
         forwarded = true;
+        // Told now, not when the node's stream closes: the client's answer may close first (the access log's status).
+        report(status, target.key);
         guarded(() => stream.respond(out, { endStream: true }));
         return;
       }
@@ -418,6 +422,7 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       if (held && retryAfter(status, { ...held, ...answerHeaders(t) })) return;
       forwardHeld();
       trailers = answerHeaders(t);
+      report(status, target.key);
       compat?.(trailers);
     });
     if (compat) up.once('end', () => !abandoned && trailers === undefined && compat(noStatus));
