@@ -21,6 +21,7 @@ import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { http, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
 import { startGatewayProcess, type GatewayProcess } from '../fixtures/gateway-helpers.js';
+import { grpcWebFrame, grpcWebFrames } from '../../src/edge/handlers/grpc-web.js';
 
 const GREETER = join(ROOT, 'test/fixtures/grpc-greeter.ts');
 const def = protoLoader.loadSync(join(ROOT, 'test/fixtures/grpc/greeter.proto'), { keepCase: true, longs: String, enums: String, defaults: true });
@@ -97,6 +98,8 @@ describe('native gRPC: retries on a status (--grpc_retry_on) through mesh api --
     await service('collect', [['bad', pBad], ['ok', pOk]]);
     await service('deadline', [['bad', pBad], ['ok', pOk]]);
     await service('late', [['bad', pBad], ['ok', pOk]]);
+    await service('headers', [['bad', pBad], ['ok', pOk]]);
+    await service('web', [['bad', pBad], ['ok', pOk]]);
     gw = await startGatewayProcess(join(dir.path, 'registry'), ['--enable_http2']);
     client = new Greeter(`127.0.0.1:${gw.port}`, grpc.credentials.createInsecure());
   });
@@ -124,6 +127,49 @@ describe('native gRPC: retries on a status (--grpc_retry_on) through mesh api --
     assert.equal(await methodStat('retry', 'SayHello', 'total'), 4);
     assert.equal(await methodStat('retry', 'SayHello', 'success'), 4);
     assert.equal(await methodStat('retry', 'SayHello', '14'), 0);
+  });
+
+  it('a node that answers headers, then UNAVAILABLE in trailers, no message: tried again, its headers never reach the client', async () => {
+    const before = lines(bad, /^status bad 14 SayHello$/).length;
+    const seen: Array<{ from: unknown; outcome: Outcome }> = [];
+    for (let i = 0; i < 2; i++) {
+      seen.push(
+        await new Promise((resolve) => {
+          let from: unknown;
+          const call = client.SayHello({ name: `h${i}` }, metadata('headers', { 'x-headers-first': '1' }), (err: grpc.ServiceError | null, reply: Reply) =>
+            resolve({ from, outcome: err ? { ok: false, code: err.code, details: err.details } : { ok: true, reply } }),
+          );
+          call.on('metadata', (md: grpc.Metadata) => (from = md.get('x-from')[0]));
+        }),
+      );
+    }
+    for (const { from, outcome } of seen) {
+      assert.ok(outcome.ok && outcome.reply.server === 'ok', JSON.stringify(outcome));
+      assert.equal(from, undefined);
+    }
+    await waitFor(() => lines(bad, /^status bad 14 SayHello$/).length - before === 1 || undefined);
+    assert.equal(await retries('headers'), 1);
+  });
+
+  it('a gRPC-Web call (HTTP/1.1) is tried again the same way', async () => {
+    const answers: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      // HelloRequest { name: "W" }: field 1, length 1.
+      const res = await fetch(`${gw.url}/helloworld.Greeter/SayHello`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/grpc-web+proto', 'x-grpc-web': '1', 'mesh-service': 'go.mesh.srv.web' },
+        body: grpcWebFrame(0, Buffer.from([0x0a, 0x01, 0x57])),
+      });
+      assert.equal(res.status, 200);
+      assert.equal(res.headers.get('grpc-status'), null);
+      const frames = grpcWebFrames(Buffer.from(await res.arrayBuffer()));
+      assert.equal(frames.length, 2);
+      // HelloReply: message "Hello W" (field 1, tag 0x0a), server "ok" (field 5, tag 0x2a).
+      assert.match(frames[0]!.payload.toString('latin1'), /^\n\x07Hello W[^]*\x2a\x02ok/);
+      answers.push(frames[1]!.payload.toString('latin1').trim());
+    }
+    assert.deepEqual(answers.map((a) => /grpc-status:0/.test(a)), [true, true]);
+    assert.equal(await retries('web'), 1);
   });
 
   it('INVALID_ARGUMENT is not tried again; UNAVAILABLE is, up to --client_retries, then the node\'s status stands', async () => {
