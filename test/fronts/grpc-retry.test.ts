@@ -22,6 +22,7 @@ import type { Registry } from '../../src/engines/registry/registry.js';
 import { http, ROOT, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
 import { startGatewayProcess, type GatewayProcess } from '../fixtures/gateway-helpers.js';
 import { grpcWebFrame, grpcWebFrames } from '../../src/edge/handlers/grpc-web.js';
+import { startSidecar, type SidecarProcess } from '../fixtures/sidecar-common.js';
 
 const GREETER = join(ROOT, 'test/fixtures/grpc-greeter.ts');
 const def = protoLoader.loadSync(join(ROOT, 'test/fixtures/grpc/greeter.proto'), { keepCase: true, longs: String, enums: String, defaults: true });
@@ -254,6 +255,52 @@ describe('native gRPC: retries on a status (--grpc_retry_on) through mesh api --
     assert.ok(m, line);
     assert.equal(m[1], trace);
     assert.notEqual(m[2], '00f067aa0ba902b7');
+  });
+});
+
+describe('native gRPC through mesh sidecar --enable_http2: retried on UNAVAILABLE, the node\'s traceparent this hop\'s', () => {
+  const dir = tempDir('mesh-grpc-retry-sidecar-');
+  let bad: RunningProcess;
+  let ok: RunningProcess;
+  let registry: Registry;
+  let sc: SidecarProcess;
+  let client: any;
+
+  before(async () => {
+    bad = startProcess(['--import', 'tsx', GREETER, '--label=bad', '--status=14'], {}, '');
+    ok = startProcess(['--import', 'tsx', GREETER, '--label=ok'], {}, '');
+    const re = /listening on 127\.0\.0\.1:(\d+)/;
+    const [pBad, pOk] = await Promise.all([bad.waitForPort(re), ok.waitForPort(re)]);
+    registry = createRegistry('local', join(dir.path, 'registry'));
+    await registry.register({ name: 'go.mesh.srv.retry', version: 'v1', metadata: {}, endpoints: [], nodes: [{ id: 'bad', address: '127.0.0.1', port: pBad, metadata: { protocol: 'grpc' } }, { id: 'ok', address: '127.0.0.1', port: pOk, metadata: { protocol: 'grpc' } }] });
+    sc = await startSidecar(join(dir.path, 'registry'), ['--enable_http2']);
+    client = new Greeter(`127.0.0.1:${new URL(sc.base).port}`, grpc.credentials.createInsecure());
+  });
+
+  after(async () => {
+    client?.close();
+    await sc?.stop();
+    await Promise.all([bad, ok].map((p) => p?.stop('SIGKILL')));
+    await registry?.close();
+    dir.cleanup();
+  });
+
+  it('both calls answer OK from the good node, one of them after a retry; the node gets the client\'s trace under the sidecar\'s span', async () => {
+    const trace = '7bf92f3577b34da6a3ce929d0e0e4739';
+    for (let i = 0; i < 2; i++) {
+      const got = await unary(client, 'SayHello', { name: 'c' }, metadata('retry', { traceparent: `00-${trace}-00f067aa0ba902b7-01`, 'x-show': '1' }));
+      assert.ok(got.ok && got.reply.server === 'ok', JSON.stringify(got));
+    }
+    const text = (await http('GET', `${sc.admin}/stats?filter=${encodeURIComponent('^cluster\\.go\\.mesh\\.srv\\.retry\\.upstream_rq_retry$')}`)).text;
+    assert.match(text, /^cluster\.go\.mesh\.srv\.retry\.upstream_rq_retry: 1$/m);
+    const parents = await waitFor(() => {
+      const got = ok.output().match(/^traceparent ok \S+$/gm);
+      return got && got.length === 2 ? got : undefined;
+    });
+    for (const line of parents) {
+      const m = /^traceparent ok 00-([0-9a-f]{32})-([0-9a-f]{16})-01$/.exec(line);
+      assert.ok(m && m[1] === trace && m[2] !== '00f067aa0ba902b7', line);
+    }
   });
 });
 
