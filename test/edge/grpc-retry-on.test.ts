@@ -77,6 +77,25 @@ describe('RequestHold', () => {
     assert.equal(hold.whole(), undefined);
   });
 
+  it('forget(): nothing held any more, the request still passed on whole', async () => {
+    const hold = new RequestHold();
+    const got: Buffer[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _e, cb) {
+        got.push(chunk);
+        cb();
+      },
+    });
+    const source = new PassThrough();
+    const done = pipeline(source, hold, sink);
+    source.write(Buffer.from('ab'));
+    hold.forget();
+    source.end(Buffer.from('cd'));
+    await done;
+    assert.equal(Buffer.concat(got).toString(), 'abcd');
+    assert.equal(hold.whole(), undefined);
+  });
+
   it('drops the copy past its bound (64 KiB by default), the request still passed on whole', async () => {
     assert.equal(HOLD_BYTES, 65536);
     const exact = await through([Buffer.alloc(40_000, 1), Buffer.alloc(HOLD_BYTES - 40_000, 2)]);

@@ -379,6 +379,7 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       const out = held;
       held = undefined;
       forwarded = true;
+      hold?.forget();
       guarded(() => stream.respond(out, { waitForTrailers: true }));
     };
     /**

@@ -38,6 +38,11 @@ export class RequestHold extends Transform {
     callback();
   }
 
+  /** Drops the copy (the answer reached the client: no retry any more); the request still passes on. */
+  forget(): void {
+    this.chunks = undefined;
+  }
+
   /** The whole request, when the client ended it within the bound. */
   whole(): Buffer | undefined {
     return this.ended && this.chunks ? Buffer.concat(this.chunks) : undefined;
