@@ -152,6 +152,16 @@ describe('native gRPC: retries on a status (--grpc_retry_on) through mesh api --
     assert.equal(await retries('headers'), 1);
   });
 
+  it('headers followed by nothing are held back a moment only: a stream that waits gets them, no message needed', async () => {
+    const call = client.Count({ name: 'wait', n: 0, hold: true }, metadata('stream', { 'x-headers-first': '1' }));
+    call.on('error', () => {});
+    let got: grpc.Metadata | undefined;
+    call.on('metadata', (md: grpc.Metadata) => (got = md));
+    const md = await waitFor(() => got);
+    assert.match(String(md.get('x-from')[0]), /^ok2?$/);
+    call.cancel();
+  });
+
   it('a gRPC-Web call (HTTP/1.1) is tried again the same way', async () => {
     const answers: string[] = [];
     for (let i = 0; i < 2; i++) {

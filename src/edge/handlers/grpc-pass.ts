@@ -33,7 +33,7 @@ import { leaseWithin } from '../../core/client/budget.js';
 import { MeshError } from '../../base/errors.js';
 import type { Counter, StatsScope, StatsStore } from '../../base/stats/store.js';
 import { formatTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
-import { RequestHold } from './grpc-retry.js';
+import { HOLD_HEADERS_MS, RequestHold } from './grpc-retry.js';
 
 const { NGHTTP2_CANCEL, NGHTTP2_FLAG_END_STREAM, HTTP2_HEADER_STATUS, HTTP2_HEADER_PATH, HTTP2_HEADER_AUTHORITY, HTTP2_HEADER_METHOD, HTTP2_HEADER_SCHEME } = http2.constants;
 
@@ -374,7 +374,9 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
     /** This try was dropped for a retry: nothing more of it is passed on. */
     let abandoned = false;
     let status: number | undefined;
+    let heldTimer: NodeJS.Timeout | undefined;
     const forwardHeld = () => {
+      clearTimeout(heldTimer);
       if (!held) return;
       const out = held;
       held = undefined;
@@ -392,6 +394,7 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       if (body === undefined || (deadline !== undefined && deadline <= Date.now())) return false;
       abandoned = true;
       held = undefined;
+      clearTimeout(heldTimer);
       again = body;
       dropped = { answer, code, host: target.key };
       release({ kind: 'response', status: code === GRPC_CODES.unavailable ? 503 : 200 });
@@ -415,8 +418,9 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
         return;
       }
       held = out;
-      // Held until a message or the trailers come, while a status may still be retried.
+      // Held until a message or the trailers come (HOLD_HEADERS_MS at most), while a status may still be retried.
       if (retryOn.length === 0 || hold?.whole() === undefined || tries > options.retries) forwardHeld();
+      else heldTimer = setTimeout(forwardHeld, HOLD_HEADERS_MS);
     });
     up.on('trailers', (t: IncomingHttpHeaders) => {
       status = Number(t['grpc-status'] ?? GRPC_CODES.unknown);
@@ -455,6 +459,7 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
     }
     up.once('close', () => {
       stream.off('drain', onDrain);
+      clearTimeout(heldTimer);
       if (abandoned) return;
       const rst = up.rstCode ?? 0;
       if (status !== undefined && rst === 0) {

@@ -7,6 +7,13 @@
  */
 import { Transform, type TransformCallback } from 'node:stream';
 
+/**
+ * The longest a node's answer headers are held back (while its call may still be retried) when
+ * neither a message nor the trailers follow them: then they go to the client, and the call is not
+ * retried any more (a stream whose node answers headers, then waits, is not kept from its client).
+ */
+export const HOLD_HEADERS_MS = 250;
+
 /** The largest request a front holds for a retry (bytes of the call's body, its messages with their prefixes). */
 export const HOLD_BYTES = 64 * 1024;
 
