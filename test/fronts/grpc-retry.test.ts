@@ -14,6 +14,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -302,6 +303,63 @@ describe('native gRPC through mesh sidecar --enable_http2: retried on UNAVAILABL
       assert.ok(got.ok && got.reply.server === 'ok', JSON.stringify(got));
     }
     const text = (await http('GET', `${sc.admin}/stats?filter=${encodeURIComponent('^cluster\\.go\\.mesh\\.srv\\.retry\\.upstream_rq_retry$')}`)).text;
+    assert.match(text, /^cluster\.go\.mesh\.srv\.retry\.upstream_rq_retry: 1$/m);
+    const parents = await waitFor(() => {
+      const got = ok.output().match(/^traceparent ok \S+$/gm);
+      return got && got.length === 2 ? got : undefined;
+    });
+    for (const line of parents) {
+      const m = /^traceparent ok 00-([0-9a-f]{32})-([0-9a-f]{16})-01$/.exec(line);
+      assert.ok(m && m[1] === trace && m[2] !== '00f067aa0ba902b7', line);
+    }
+  });
+});
+
+describe('native gRPC through mesh proxy (a GRPCRoute, http2: true): retried on UNAVAILABLE, the node\'s traceparent this hop\'s', () => {
+  const dir = tempDir('mesh-grpc-retry-proxy-');
+  let bad: RunningProcess;
+  let ok: RunningProcess;
+  let registry: Registry;
+  let proxy: RunningProcess;
+  let admin = '';
+  let client: any;
+
+  before(async () => {
+    bad = startProcess(['--import', 'tsx', GREETER, '--label=bad', '--status=14'], {}, '');
+    ok = startProcess(['--import', 'tsx', GREETER, '--label=ok'], {}, '');
+    const re = /listening on 127\.0\.0\.1:(\d+)/;
+    const [pBad, pOk] = await Promise.all([bad.waitForPort(re), ok.waitForPort(re)]);
+    registry = createRegistry('local', join(dir.path, 'registry'));
+    await registry.register({ name: 'go.mesh.srv.retry', version: 'v1', metadata: {}, endpoints: [], nodes: [{ id: 'bad', address: '127.0.0.1', port: pBad, metadata: { protocol: 'grpc' } }, { id: 'ok', address: '127.0.0.1', port: pOk, metadata: { protocol: 'grpc' } }] });
+    const file = join(dir.path, 'routes.yaml');
+    writeFileSync(file, 'apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: greeter}\nspec:\n  rules:\n    - matches: [{method: {service: helloworld.Greeter}}]\n      backendRefs: [{name: go.mesh.srv.retry}]\n');
+    const config = join(dir.path, 'proxy.yaml');
+    writeFileSync(config, `listeners:\n  - {name: ingress, address: 127.0.0.1:0, http2: true, route_file: ${file}}\n`);
+    proxy = startProcess(['proxy', '-c', config, `--registry_address=${join(dir.path, 'registry')}`, '--admin_address=127.0.0.1:0', '--log_level=warning']);
+    await proxy.waitForOutput(/mesh proxy ready/, 15000);
+    const url = new URL(/mesh proxy listener ingress on (\S+)/.exec(proxy.output())![1]!);
+    admin = /mesh proxy admin on (\S+)/.exec(proxy.output())![1]!;
+    client = new Greeter(`127.0.0.1:${url.port}`, grpc.credentials.createInsecure());
+  });
+
+  after(async () => {
+    client?.close();
+    await proxy?.stop();
+    await Promise.all([bad, ok].map((p) => p?.stop('SIGKILL')));
+    await registry?.close();
+    dir.cleanup();
+  });
+
+  it('both calls answer OK from the good node, one of them after a retry; the node gets the client\'s trace under the proxy\'s span', async () => {
+    const trace = '8bf92f3577b34da6a3ce929d0e0e4730';
+    for (let i = 0; i < 2; i++) {
+      const md = new grpc.Metadata();
+      md.set('traceparent', `00-${trace}-00f067aa0ba902b7-01`);
+      md.set('x-show', '1');
+      const got = await unary(client, 'SayHello', { name: 'p' }, md);
+      assert.ok(got.ok && got.reply.server === 'ok', JSON.stringify(got));
+    }
+    const text = (await http('GET', `${admin}/stats?filter=${encodeURIComponent('^cluster\\.go\\.mesh\\.srv\\.retry\\.upstream_rq_retry$')}`)).text;
     assert.match(text, /^cluster\.go\.mesh\.srv\.retry\.upstream_rq_retry: 1$/m);
     const parents = await waitFor(() => {
       const got = ok.output().match(/^traceparent ok \S+$/gm);
