@@ -1,5 +1,5 @@
 /**
- * --grpc_retry_on (docs/grpc.md, "Retries"): the names a flag and the library take, the codes
+ * --grpc_retry_on (docs/grpc.md, "Retries of native gRPC calls"): the names a flag and the library take, the codes
  * they are, the refusals (the flag's, the library's); and RequestHold, the copy of a request a
  * retry sends again: whole only once the client ended its side, dropped past its bound.
  */

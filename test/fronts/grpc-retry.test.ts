@@ -1,6 +1,7 @@
 /**
- * Native gRPC calls tried again after a node's status (--grpc_retry_on, docs/grpc.md "Retries"),
- * through `mesh api --enable_http2` with its default --client_retries=1: an @grpc/grpc-js client
+ * Native gRPC calls tried again after a node's status (--grpc_retry_on, docs/grpc.md "Retries of native gRPC calls"),
+ * through `mesh api --enable_http2` (and `mesh sidecar`, `mesh proxy` with a GRPCRoute) with the
+ * default --client_retries=1: an @grpc/grpc-js client
  * calls plain @grpc/grpc-js nodes (test/fixtures/grpc-greeter.ts), one of which answers every
  * SayHello and Collect with UNAVAILABLE (`--status=14`). Retried only when safe: a status of the
  * list, before any message of the answer, the whole request held (64 KiB at most), within the

@@ -1,5 +1,5 @@
 /**
- * Retries of a native gRPC call on a gRPC status (docs/grpc.md, "Retries"): which statuses are
+ * Retries of a native gRPC call on a gRPC status (docs/grpc.md, "Retries of native gRPC calls"): which statuses are
  * retried is --grpc_retry_on (src/core/transport/grpc/retry-on.ts); here, the copy of the request a
  * retry sends again (RequestHold). A call is retried only when it is safe to: its node answered
  * one of those statuses before any message of the answer reached the client, and the front holds

@@ -1,5 +1,5 @@
 /**
- * --grpc_retry_on (docs/grpc.md, "Retries"): the gRPC statuses after which a front tries a native
+ * --grpc_retry_on (docs/grpc.md, "Retries of native gRPC calls"): the gRPC statuses after which a front tries a native
  * gRPC call again on another node, named as Envoy's `retry-on` names them for gRPC. The option is
  * checked here (the process's options and the flags share the check); the edge retries
  * (src/edge/handlers/grpc-pass.ts).
