@@ -40,6 +40,7 @@ export const UNIT = [
   'test/edge/route-session.test.ts',
   'test/edge/grpc-names.test.ts',
   'test/edge/grpc-web.test.ts',
+  'test/edge/grpc-retry-on.test.ts',
   'test/admin/admin-config-dump.test.ts',
   'test/tls/ca-serve-remote.test.ts',
   'test/tls/ca-serve-flood.test.ts',

@@ -351,6 +351,7 @@ export function parseArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, 
   check('metrics_address', () => VALUE_CHECKS.metrics_address(config.metrics_address as string));
   check('concurrency', () => (config.concurrency = parseConcurrency(config.concurrency as string)));
   check('cors', () => (config.cors = VALUE_CHECKS.cors(config.cors as string[])), (config.cors as string[]).join(','));
+  check('grpc_retry_on', () => (config.grpc_retry_on = VALUE_CHECKS.grpc_retry_on(config.grpc_retry_on as string[])), (config.grpc_retry_on as string[]).join(','));
   check('rate_limit', () => parseRate(config.rate_limit as string));
   check('rate_limit_burst', () => {
     if (config.rate_limit_burst === 0) throw new Error('must be at least 1 (leave it out for one second\'s worth of --rate_limit)');

@@ -22,6 +22,7 @@ import { tlsEnabled } from '../tls/index.js';
 import type { Registry } from '../engines/registry/registry.js';
 import type { Broker, Message } from '../engines/broker/broker.js';
 import type { GrpcTransport } from '../core/transport/grpc/transport.js';
+import { grpcRetryCodes } from '../core/transport/grpc/retry-on.js';
 
 /** The options the edge reads, each once, under one name. */
 export interface EdgeSettings {
@@ -29,6 +30,8 @@ export interface EdgeSettings {
   readonly clientRequestTimeoutMs: number;
   /** --client_retries: the retries of an idempotent proxied request, where its route names none. */
   readonly clientRetries: number;
+  /** --grpc_retry_on: the gRPC statuses a native gRPC call is tried again for, when safe (src/edge/handlers/grpc-retry.ts). */
+  readonly grpcRetryOn: readonly number[];
   /** --stream_idle_timeout (ms): a proxied body or stream that sends nothing for this long is cut; an HTTP/2 answer the client reads nothing of for this long is reset. */
   readonly streamIdleTimeoutMs: number;
   /** --broker_ack_wait (ms): a delivery to a sidecar's subscriber not acknowledged within this is redelivered. */
@@ -88,6 +91,7 @@ export function edgeContext(runtime: Runtime): EdgeContext {
   const settings: EdgeSettings = {
     clientRequestTimeoutMs: o.clientRequestTimeout,
     clientRetries: o.clientRetries,
+    grpcRetryOn: grpcRetryCodes(o.grpcRetryOn),
     streamIdleTimeoutMs: o.streamIdleTimeout,
     brokerAckWaitMs: o.brokerAckWait,
     maxBodyBytes: o.maxBodySize,

@@ -11,6 +11,7 @@ import { parseDuration, parseSize } from '../base/util/duration.js';
 import { isLevel, LEVELS, LOG_FORMATS, type Level, type LogFormat } from '../base/util/levels.js';
 import { parseAllowedHosts } from '../base/http/host-check.js';
 import { parseCorsOrigins } from '../base/http/cors.js';
+import { checkGrpcRetryOn } from '../core/transport/grpc/retry-on.js';
 import { compileAccessLogFormat } from '../base/http/access-log.js';
 import { parseAcmeHosts } from '../tls/acme/hosts.js';
 import { parseChallengeAddress } from '../tls/acme/challenge-server.js';
@@ -77,6 +78,7 @@ export interface TracingExport {
 export const VALUE_CHECKS = {
   admin_allowed_hosts: (hosts: readonly string[]): string[] => parseAllowedHosts(hosts),
   cors: (origins: readonly string[]): string[] => parseCorsOrigins(origins),
+  grpc_retry_on: (names: readonly string[]): string[] => checkGrpcRetryOn(names),
   tracing_address: (url: string): string => (parseTracingAddress(url), url),
   tracing_sample_rate: (rate: string | number): number => parseSampleRate(rate),
   log_level: (level: string): Level => {
@@ -102,13 +104,14 @@ export class OptionsError extends Error {
 }
 
 /** An API option's default as MeshOptions writes it: numbers for counts and for a zero duration or size. */
-function apiDefault(spec: OptionSpec): string | number | boolean | undefined {
+function apiDefault(spec: OptionSpec): string | string[] | number | boolean | undefined {
   if (spec.apiDefault !== undefined) return spec.apiDefault ?? undefined;
   const d = spec.default;
   if (d === undefined) return undefined;
   if (spec.type === 'int') return Number(d);
   if (spec.type === 'bool') return d === 'true';
   if ((spec.type === 'duration' || spec.type === 'size') && d === '0') return 0;
+  if (spec.type === 'list') return d.split(',');
   return d;
 }
 
@@ -261,6 +264,7 @@ export function resolveOptions(options: MeshOptions = {}): ResolvedOptions {
   if (resolved.accessLogFormat !== undefined) checked('access_log_format', (check) => check(resolved.accessLogFormat!));
   checked('admin_allowed_hosts', (check) => (resolved.adminAllowedHosts = check(resolved.adminAllowedHosts)));
   checked('cors', (check) => (resolved.cors = check(resolved.cors)));
+  checked('grpc_retry_on', (check) => (resolved.grpcRetryOn = check(resolved.grpcRetryOn)));
   checked('tracing_address', (check) => check(resolved.tracingAddress));
   if (typeof resolved.tracingSampleRate !== 'number') fail('tracingSampleRate', 'must be a number from 0 to 1');
   checked('tracing_sample_rate', (check) => check(resolved.tracingSampleRate));

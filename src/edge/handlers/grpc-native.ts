@@ -10,7 +10,10 @@ import type { Http2ServerResponse, IncomingHttpHeaders, OutgoingHttpHeaders } fr
 import { isHttp2Request, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { MeshError } from '../../base/errors.js';
-import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
+import { grpcCodeName, grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
+import { failSpan, SpanKind, traceOf } from '../../base/tracing/tracer.js';
+import type { CallContext } from '../../base/util/call-context.js';
+import { hopTrace } from './proxy.js';
 import { meshTimeoutOf } from '../../core/transport/headers.js';
 import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { EdgeHandlerContext } from './front-end.js';
@@ -63,18 +66,19 @@ export class NativeGrpc {
     return call && { kind: 'grpc', grpcService: call.service, method: call.method };
   }
 
-  /** Serves the call; resolves when its stream closed. */
-  async handle(req: FrontRequest, res: FrontResponse, call: NativeGrpcCall): Promise<void> {
+  /** Serves the call (`ctx`: the request's, its trace); resolves when its stream closed. */
+  async handle(req: FrontRequest, res: FrontResponse, call: NativeGrpcCall, ctx?: CallContext): Promise<void> {
     if (!isHttp2Request(req)) return;
-    return this.serve(req, res, req.stream, req.headers, call, (trailers) => (res as Http2ServerResponse).addTrailers(trailers));
+    return this.serve(req, res, req.stream, req.headers, call, (trailers) => (res as Http2ServerResponse).addTrailers(trailers), ctx);
   }
 
   /**
    * Serves a call answered on `stream` (the request's HTTP/2 stream, or one that acts as it: a
    * gRPC-Web call, ./grpc-web.ts), `headers` its gRPC headers; resolves when `stream` closed.
-   * `compatTrailers`: see GrpcPassOptions.
+   * `compatTrailers`: see GrpcPassOptions. `ctx`: the request's context (its trace: the node's
+   * `traceparent` is this hop's, or with --tracing=otlp the client span's that covers the call).
    */
-  async serve(req: FrontRequest, res: FrontResponse, stream: GrpcDownstream, headers: IncomingHttpHeaders, call: Pick<NativeGrpcCall, 'grpcService' | 'method' | 'routed'>, compatTrailers?: (trailers: OutgoingHttpHeaders) => void): Promise<void> {
+  async serve(req: FrontRequest, res: FrontResponse, stream: GrpcDownstream, headers: IncomingHttpHeaders, call: Pick<NativeGrpcCall, 'grpcService' | 'method' | 'routed'>, compatTrailers?: (trailers: OutgoingHttpHeaders) => void, ctx?: CallContext): Promise<void> {
     const closed = new Promise<void>((resolve) => (stream.closed ? resolve() : stream.once('close', () => resolve())));
     const info = requestInfo(req);
     const routed = call.routed ?? this.routes?.()?.match({ path: `/${call.grpcService}/${call.method}`, authority: headers[':authority'] as string | undefined, headers });
@@ -112,11 +116,22 @@ export class NativeGrpc {
     if (meshTimeout !== undefined) budget = budget === undefined ? meshTimeout : Math.min(budget, meshTimeout);
     if (info) info.upstreamCluster = service;
     const edge = this.fe.edge;
+    // A client span (OpenTelemetry's RPC conventions) covers the call to the nodes, retries included, and is their parent.
+    const hop = hopTrace(this.fe, req, ctx);
+    const span = edge.tracer?.startSpan(`${call.grpcService}/${call.method}`, SpanKind.CLIENT, hop, {
+      'rpc.system': 'grpc',
+      'rpc.service': call.grpcService,
+      'rpc.method': call.method,
+      'server.address': service,
+    });
     passGrpcCall(stream, headers, {
       clusters: edge.clusters,
       connections: this.connections,
       service,
       retries: edge.settings.clientRetries,
+      retryOn: edge.settings.grpcRetryOn,
+      trace: span ? traceOf(span) : hop,
+      onRetry: () => this.stats.retried(service, call.grpcService, call.method),
       acquireTimeoutMs: edge.settings.clientRequestTimeoutMs,
       deadline: budget === undefined ? undefined : Date.now() + budget,
       maxMessageBytes: this.fe.maxBodyBytes,
@@ -130,6 +145,11 @@ export class NativeGrpc {
           info.grpcStatus = code;
         }
         this.stats.record(service, call.grpcService, call.method, code);
+        if (span) {
+          span.setAttribute('rpc.grpc.status_code', code);
+          if (code !== GRPC_CODES.ok) failSpan(span, grpcCodeName(code), String(code));
+          span.end();
+        }
       },
     });
     return closed;

@@ -9,8 +9,10 @@
  *   what is left of it; past it the call ends DEADLINE_EXCEEDED and the node's stream is reset.
  * - Cancellation travels both ways: a client that resets its stream resets the node's, and a node
  *   that resets ends the client's (UNAVAILABLE when no answer had started, else the same reset).
- * - Retries: only a call that never reached a node (no node could be connected to) is sent to
- *   another, up to --client_retries; nothing is retried once a byte was sent.
+ * - Retries, up to --client_retries: a call that never reached a node (no node could be connected
+ *   to) is sent to another; and a call whose node answered a status of --grpc_retry_on before any
+ *   message, whose whole request the front holds (./grpc-retry.ts), is sent again to another.
+ *   Nothing is retried once a message of the answer (or its headers) reached the client.
  * - Flow control is HTTP/2's own, both ways: each side is read only as fast as the other drains.
  * - Errors before any answer are trailers-only answers with a gRPC status (UNAVAILABLE for no
  *   node, NOT_FOUND for no service, DEADLINE_EXCEEDED) and a `grpc-message`.
@@ -30,6 +32,8 @@ import { spiffeIdentityError } from '../../core/transport/grpc/credentials.js';
 import { leaseWithin } from '../../core/client/budget.js';
 import { MeshError } from '../../base/errors.js';
 import type { Counter, StatsScope, StatsStore } from '../../base/stats/store.js';
+import { formatTraceparent, TRACEPARENT, TRACESTATE, type TraceContext } from '../../base/util/trace-context.js';
+import { HOLD_HEADERS_MS, RequestHold } from './grpc-retry.js';
 
 const { NGHTTP2_CANCEL, NGHTTP2_FLAG_END_STREAM, HTTP2_HEADER_STATUS, HTTP2_HEADER_PATH, HTTP2_HEADER_AUTHORITY, HTTP2_HEADER_METHOD, HTTP2_HEADER_SCHEME } = http2.constants;
 
@@ -69,14 +73,23 @@ export function formatGrpcTimeout(ms: number): string {
  */
 const NOT_FORWARDED: ReadonlySet<string> = new Set([...[...CONNECTION_SPECIFIC].filter((h) => h !== 'te'), 'host', 'grpc-timeout', 'mesh-timeout']);
 
-/** The request's headers for the node: its metadata as sent, the pseudo-headers this hop's. */
-export function requestHeaders(headers: IncomingHttpHeaders, path: string, authority: string, timeoutMs: number | undefined): OutgoingHttpHeaders {
+/**
+ * The request's headers for the node: its metadata as sent, the pseudo-headers this hop's, and
+ * with `trace` the trace context this hop's (`traceparent`, `tracestate`: the node's parent is this
+ * hop, not the client).
+ */
+export function requestHeaders(headers: IncomingHttpHeaders, path: string, authority: string, timeoutMs: number | undefined, trace?: TraceContext): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = { [HTTP2_HEADER_METHOD]: 'POST', [HTTP2_HEADER_PATH]: path, [HTTP2_HEADER_AUTHORITY]: authority, [HTTP2_HEADER_SCHEME]: 'http' };
   for (const name in headers) {
     if (name.startsWith(':') || NOT_FORWARDED.has(name)) continue;
+    if (trace && (name === TRACEPARENT || name === TRACESTATE)) continue;
     out[name] = headers[name];
   }
   if (timeoutMs !== undefined) out['grpc-timeout'] = formatGrpcTimeout(timeoutMs);
+  if (trace) {
+    out[TRACEPARENT] = formatTraceparent(trace);
+    if (trace.state !== undefined) out[TRACESTATE] = trace.state;
+  }
   return out;
 }
 
@@ -162,8 +175,14 @@ export interface GrpcPassOptions {
   connections: GrpcConnections;
   /** The mesh service to call. */
   service: string;
-  /** --client_retries: tries after a failure to connect. */
+  /** --client_retries: tries after a failure to connect, or after a status of `retryOn`. */
   retries: number;
+  /** The gRPC statuses a call is tried again on another node for, when that is safe (--grpc_retry_on; ./grpc-retry.ts); none by default. */
+  retryOn?: readonly number[];
+  /** Told of each retry after a status: the status and the node that answered it. */
+  onRetry?: (code: number, host: string) => void;
+  /** This hop's trace context, sent to the node as its `traceparent` metadata in place of the client's. */
+  trace?: TraceContext;
   /** How long to wait for a node when the call has no budget of its own (ms). */
   acquireTimeoutMs: number;
   /** The call's end (grpc-timeout, Mesh-Timeout), as a Date.now() time; undefined: none. */
@@ -225,6 +244,8 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
   const report = (code: number, host?: string) => {
     if (reported) return;
     reported = true;
+    // The call's status is known: the deadline no longer ends it.
+    clearTimeout(deadlineTimer);
     options.onStatus?.(code, host);
   };
   const fail = (code: number, message: string, host?: string) => {
@@ -235,11 +256,28 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
   let deadlineTimer: NodeJS.Timeout | undefined;
   let upstream: ClientHttp2Stream | undefined;
   let clientGone = false;
+  /** The client's request went to a node (piped): a later try sends the held copy (`again`). */
+  let piped = false;
+  /** The copy of the request kept for a retry after a status (./grpc-retry.ts); none when no status is retried. */
+  let hold: RequestHold | undefined;
+  /** The whole request, sent again by a retry after a status. */
+  let again: Buffer | undefined;
+  /** The answer of the node last dropped for a retry (its status as a trailers-only answer): what the client gets when no retry can be made. */
+  let dropped: { answer: OutgoingHttpHeaders; code: number; host: string } | undefined;
+  /** The trailers of the answer passed on. */
+  let trailers: OutgoingHttpHeaders | undefined;
+  const retryOn = options.retryOn ?? [];
+  const compat = options.compatTrailers;
+  const noStatus = { 'grpc-status': String(GRPC_CODES.internal), 'grpc-message': encodeGrpcMessage('the node sent no status') };
+  // node:http2's compatibility response sends the trailers given to it when the stream wants them; a bare stream, these.
+  if (!compat) stream.on('wantTrailers', () => guarded(() => stream.sendTrailers(trailers ?? noStatus)));
   stream.once('close', () => {
     clearTimeout(deadlineTimer);
     if (!stream.writableFinished || stream.rstCode !== 0) {
       clientGone = true;
       if (upstream && !upstream.closed) upstream.close(NGHTTP2_CANCEL);
+      // Gone while no node had the call (a node being found or connected to): cancelled.
+      else report(GRPC_CODES.cancelled);
     }
   });
   if (deadline !== undefined) {
@@ -249,10 +287,20 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
     }, Math.max(0, deadline - Date.now()));
   }
 
-  const attempt = (retry: boolean): void => {
+  /** Answers with the status of the node whose answer was dropped for a retry that could not be made. */
+  const answerDropped = (): void => {
+    const d = dropped!;
+    report(d.code, d.host);
+    if (stream.destroyed || stream.closed || stream.headersSent) return;
+    guarded(() => stream.respond(d.answer, { endStream: true }));
+    stream.resume();
+  };
+
+  /** `afterStatus`: a retry after a node's status (counted against the retry budget), not after a failure to connect. */
+  const attempt = (retry: boolean, afterStatus = false): void => {
     if (clientGone || reported) return;
     const clusters = options.clusters;
-    const acquireOptions = { exclude: tried, retry, afterConnectFailure: retry, version: options.version };
+    const acquireOptions = { exclude: tried, retry, afterConnectFailure: retry && !afterStatus, version: options.version };
     const waitUntil = deadline ?? Date.now() + options.acquireTimeoutMs;
     let leased: Promise<UpstreamLease | undefined>;
     try {
@@ -262,8 +310,10 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       leased = Promise.reject(err);
     }
     leased.then(
-      (lease) => (lease ? send(lease) : fail(GRPC_CODES.unavailable, `${options.service}: no node answered in time`)),
+      (lease) => (lease ? send(lease) : afterStatus ? answerDropped() : fail(GRPC_CODES.unavailable, `${options.service}: no node answered in time`)),
       (err: unknown) => {
+        // A retry after a status that cannot be made (the retry budget, no node): the node's answer stands.
+        if (afterStatus) return answerDropped();
         const e = err instanceof MeshError ? err : undefined;
         fail(e?.code === 404 ? GRPC_CODES.notFound : GRPC_CODES.unavailable, e ? e.detail : `${options.service}: ${(err as Error).message}`);
       },
@@ -310,15 +360,48 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
     const left = deadline === undefined ? undefined : deadline - Date.now();
     let up: ClientHttp2Stream;
     try {
-      up = session.request(requestHeaders(headers, path, String(headers[HTTP2_HEADER_AUTHORITY] ?? options.service), left), { endStream: false });
+      up = session.request(requestHeaders(headers, path, String(headers[HTTP2_HEADER_AUTHORITY] ?? options.service), left, options.trace), { endStream: false });
     } catch (err) {
       release({ kind: 'reset' });
       return fail(GRPC_CODES.unavailable, `${options.service} on ${target.key}: ${(err as Error).message}`, target.key);
     }
     upstream = up;
     let answered = false;
-    let trailers: OutgoingHttpHeaders | undefined;
+    /** Something of this try's answer reached the client (its headers at least): it is never retried. */
+    let forwarded = false;
+    /** The node's answer headers, held back while the answer may still be retried (no message yet). */
+    let held: OutgoingHttpHeaders | undefined;
+    /** This try was dropped for a retry: nothing more of it is passed on. */
+    let abandoned = false;
     let status: number | undefined;
+    let heldTimer: NodeJS.Timeout | undefined;
+    const forwardHeld = () => {
+      clearTimeout(heldTimer);
+      if (!held) return;
+      const out = held;
+      held = undefined;
+      forwarded = true;
+      hold?.forget();
+      guarded(() => stream.respond(out, { waitForTrailers: true }));
+    };
+    /**
+     * Drops this try's answer and tries another node, when it is safe: a status of --grpc_retry_on,
+     * nothing of the answer passed on, the whole request held, tries and time left.
+     */
+    const retryAfter = (code: number, answer: OutgoingHttpHeaders): boolean => {
+      if (!retryOn.includes(code) || forwarded || clientGone || reported || tries > options.retries) return false;
+      const body = hold?.whole();
+      if (body === undefined || (deadline !== undefined && deadline <= Date.now())) return false;
+      abandoned = true;
+      held = undefined;
+      clearTimeout(heldTimer);
+      again = body;
+      dropped = { answer, code, host: target.key };
+      release({ kind: 'response', status: code === GRPC_CODES.unavailable ? 503 : 200 });
+      options.onRetry?.(code, target.key);
+      attempt(true, true);
+      return true;
+    };
     up.on('response', (h: IncomingHttpHeaders, flags: number) => {
       answered = true;
       if (stream.destroyed || stream.closed) return;
@@ -327,34 +410,57 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       if (flags & NGHTTP2_FLAG_END_STREAM) {
         // Trailers-only: the status is in these headers.
         status = Number(h['grpc-status'] ?? GRPC_CODES.unknown);
+        if (retryAfter(status, out)) return;
+        forwarded = true;
+        // Told now, not when the node's stream closes: the client's answer may close first (the access log's status).
+        report(status, target.key);
         guarded(() => stream.respond(out, { endStream: true }));
         return;
       }
-      guarded(() => stream.respond(out, { waitForTrailers: true }));
+      held = out;
+      // Held until a message or the trailers come (HOLD_HEADERS_MS at most), while a status may still be retried.
+      if (retryOn.length === 0 || hold?.whole() === undefined || tries > options.retries) forwardHeld();
+      else heldTimer = setTimeout(forwardHeld, HOLD_HEADERS_MS);
     });
-    const compat = options.compatTrailers;
     up.on('trailers', (t: IncomingHttpHeaders) => {
-      trailers = answerHeaders(t);
       status = Number(t['grpc-status'] ?? GRPC_CODES.unknown);
+      if (held && retryAfter(status, { ...held, ...answerHeaders(t) })) return;
+      forwardHeld();
+      trailers = answerHeaders(t);
+      report(status, target.key);
       compat?.(trailers);
     });
-    const noStatus = { 'grpc-status': String(GRPC_CODES.internal), 'grpc-message': encodeGrpcMessage('the node sent no status') };
-    // node:http2's compatibility response sends the trailers given to it when the stream wants them; a bare stream, these.
-    if (compat) up.once('end', () => trailers === undefined && compat(noStatus));
-    else stream.on('wantTrailers', () => guarded(() => stream.sendTrailers(trailers ?? noStatus)));
-    // Messages both ways, with HTTP/2's flow control: pipe() pauses the faster side.
-    up.pipe(stream, { end: true });
-    const sink = options.tap ? tapInto(options.tap, up) : up;
-    if (options.maxMessageBytes === undefined) stream.pipe(sink, { end: true });
-    else {
-      const limit = new GrpcMessageLimit(options.maxMessageBytes, (size) => {
-        stream.unpipe(limit);
-        if (!up.closed) up.close(NGHTTP2_CANCEL);
-        fail(GRPC_CODES.resourceExhausted, `a request message of ${size} bytes is larger than ${options.maxMessageBytes} bytes (--max_body_size)`, target.key);
-      });
-      stream.pipe(limit).pipe(sink, { end: true });
+    if (compat) up.once('end', () => !abandoned && trailers === undefined && compat(noStatus));
+    // Messages to the client, with HTTP/2's flow control: the node is read as fast as the client takes it.
+    const onDrain = () => up.resume();
+    stream.on('drain', onDrain);
+    up.on('data', (chunk: Buffer) => {
+      if (abandoned) return;
+      forwardHeld();
+      if (!stream.write(chunk)) up.pause();
+    });
+    up.once('end', () => !abandoned && stream.end());
+    if (piped) {
+      // A retry after a status: the request held, whole.
+      up.end(again);
+    } else {
+      piped = true;
+      let source: NodeJS.ReadableStream = stream;
+      if (options.maxMessageBytes !== undefined) {
+        const limit = new GrpcMessageLimit(options.maxMessageBytes, (size) => {
+          stream.unpipe(limit);
+          if (upstream && !upstream.closed) upstream.close(NGHTTP2_CANCEL);
+          fail(GRPC_CODES.resourceExhausted, `a request message of ${size} bytes is larger than ${options.maxMessageBytes} bytes (--max_body_size)`, target.key);
+        });
+        source = stream.pipe(limit);
+      }
+      if (retryOn.length > 0 && options.retries > 0) source = source.pipe((hold = new RequestHold()));
+      source.pipe(options.tap ? tapInto(options.tap, up) : up, { end: true });
     }
     up.once('close', () => {
+      stream.off('drain', onDrain);
+      clearTimeout(heldTimer);
+      if (abandoned) return;
       const rst = up.rstCode ?? 0;
       if (status !== undefined && rst === 0) {
         release({ kind: 'response', status: status === GRPC_CODES.unavailable ? 503 : 200 });
@@ -367,7 +473,7 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
         return;
       }
       if (reported) return release({ kind: 'cancelled' }); // the deadline
-      if (!answered) {
+      if (!answered || !forwarded) {
         release({ kind: 'reset' });
         return fail(GRPC_CODES.unavailable, `${options.service} on ${target.key}: the node reset the call (code ${rst})`, target.key);
       }
@@ -461,14 +567,15 @@ const MAX_GRPC_FAMILIES = 200;
 /**
  * The stats of the calls passed through, as Envoy's gRPC stats filter names them:
  * `cluster.<mesh service>.grpc.<package.Service>.<Method>.total`, `.success` (status 0),
- * `.failure`, and `.<status code>` per code; past MAX_GRPC_FAMILIES families, `.grpc._other.`.
+ * `.failure`, and `.<status code>` per code; `.retry`, the tries made again after a node's status
+ * (--grpc_retry_on); past MAX_GRPC_FAMILIES families, `.grpc._other.`.
  */
 export class GrpcCallStats {
-  private readonly families = new Map<string, { total: Counter; success: Counter; failure: Counter; scope: StatsScope; codes: Map<number, Counter> }>();
+  private readonly families = new Map<string, { total: Counter; success: Counter; failure: Counter; retry: Counter; scope: StatsScope; codes: Map<number, Counter> }>();
 
   constructor(private readonly stats: StatsStore) {}
 
-  record(service: string, grpcService: string, method: string, code: number): void {
+  private family(service: string, grpcService: string, method: string) {
     let key = `${service}/${grpcService}/${method}`;
     let family = this.families.get(key);
     if (!family) {
@@ -477,10 +584,16 @@ export class GrpcCallStats {
       family = this.families.get(key);
       if (!family) {
         const scope = this.stats.scope(other ? `cluster.${service}.grpc._other.` : `cluster.${service}.grpc.${grpcService}.${method}.`);
-        family = { total: scope.counter('total'), success: scope.counter('success'), failure: scope.counter('failure'), scope, codes: new Map() };
+        family = { total: scope.counter('total'), success: scope.counter('success'), failure: scope.counter('failure'), retry: scope.counter('retry'), scope, codes: new Map() };
         this.families.set(key, family);
       }
     }
+    return family;
+  }
+
+  /** A call ended with `code`. */
+  record(service: string, grpcService: string, method: string, code: number): void {
+    const family = this.family(service, grpcService, method);
     family.total.inc();
     (code === GRPC_CODES.ok ? family.success : family.failure).inc();
     if (!Number.isInteger(code) || code < 0 || code > 16) return;
@@ -490,5 +603,10 @@ export class GrpcCallStats {
       family.codes.set(code, counter);
     }
     counter.inc();
+  }
+
+  /** A call was tried again after a node's status. */
+  retried(service: string, grpcService: string, method: string): void {
+    this.family(service, grpcService, method).retry.inc();
   }
 }

@@ -18,6 +18,7 @@ import { abortRequest, flushHead, onceDrain, writeChunk, type FrontRequest, type
 import { readBody } from '../../base/http/body.js';
 import { requestInfo } from '../../base/http/access-log.js';
 import { MeshError } from '../../base/errors.js';
+import type { CallContext } from '../../base/util/call-context.js';
 import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
 import { GRPC_CODES, grpcMethodOf, refuseGrpc } from './grpc-pass.js';
 import type { NativeGrpc } from './grpc-native.js';
@@ -311,8 +312,8 @@ export class GrpcWeb {
     return call && { kind: 'grpc-web', grpcService: call.service, method: call.method, text: mode.text, format: mode.format };
   }
 
-  /** Serves the call; resolves when its answer closed. */
-  async handle(req: FrontRequest, res: FrontResponse, call: GrpcWebCall): Promise<void> {
+  /** Serves the call (`ctx`: the request's, its trace); resolves when its answer closed. */
+  async handle(req: FrontRequest, res: FrontResponse, call: GrpcWebCall, ctx?: CallContext): Promise<void> {
     if (call.refused !== undefined) {
       const e = call.refused instanceof MeshError ? call.refused : undefined;
       return this.refuse(req, res, call, new GrpcWebRefusal(e ? grpcCodeOfHttp(e.code) : GRPC_CODES.internal, e?.detail ?? 'refused'));
@@ -324,7 +325,7 @@ export class GrpcWeb {
       if (!(err instanceof GrpcWebRefusal)) throw err;
       return this.refuse(req, res, call, err);
     }
-    return this.native.serve(req, res, new GrpcWebStream(req, res, call, body), grpcHeadersOf(req, call), call);
+    return this.native.serve(req, res, new GrpcWebStream(req, res, call, body), grpcHeadersOf(req, call), call, undefined, ctx);
   }
 
   /** Answers the call with a gRPC status, no node asked. */

@@ -70,7 +70,7 @@ function forwardedHeaders(req: FrontRequest, secure: boolean, withLength: boolea
 }
 
 /** This hop's trace: the request's (given, or the ambient context's), or for an upgrade, one of its own. */
-function hopTrace(fe: EdgeHandlerContext, req: FrontRequest, ctx: CallContext | undefined): TraceContext {
+export function hopTrace(fe: EdgeHandlerContext, req: FrontRequest, ctx: CallContext | undefined): TraceContext {
   if (ctx?.trace) return ctx.trace;
   const context = fe.edge.context;
   return context.current?.trace ?? context.hop(parseTraceparent(req.headers[TRACEPARENT], req.headers[TRACESTATE]));

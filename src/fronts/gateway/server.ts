@@ -527,9 +527,9 @@ export class Gateway {
         req.resume();
         throw misdirectedRequest(ERROR_ID, shown(route.host), shown(route.sni));
       case 'grpc':
-        return this.grpc!.handle(req, res, route);
+        return this.grpc!.handle(req, res, route, ctx);
       case 'grpc-web':
-        return this.grpcWeb.handle(req, res, route);
+        return this.grpcWeb.handle(req, res, route, ctx);
     }
   }
 

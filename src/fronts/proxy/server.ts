@@ -231,7 +231,7 @@ export class ProxyListener {
       req.resume();
       throw noRoute(ERROR_ID, shown(path), this.name);
     }
-    if (route.kind === 'grpc') return this.grpc!.handle(req, res, route);
+    if (route.kind === 'grpc') return this.grpc!.handle(req, res, route, ctx);
     const started = route.kind === 'config' ? undefined : beginRule(route.policy, req, res, ERROR_ID);
     if (started) await started;
     switch (route.kind) {

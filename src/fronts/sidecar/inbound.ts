@@ -150,7 +150,7 @@ export class SidecarInbound {
       if (grpc) return this.grpc!.refuse(req, denied);
       throw denied;
     }
-    if (grpc) return this.grpc!.handle(req, res, grpc);
+    if (grpc) return this.grpc!.handle(req, res, grpc, ctx);
     return handleProxy(this.fe, this.cluster, encrypted, req, res, ctx);
   }
 

@@ -437,7 +437,7 @@ export class Sidecar {
       case 'preflight':
         return sendPreflight(req, res, route);
       case 'grpc':
-        return this.grpc!.handle(req, res, route);
+        return this.grpc!.handle(req, res, route, ctx);
     }
     const method = req.method ?? 'GET';
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
