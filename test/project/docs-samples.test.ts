@@ -567,7 +567,16 @@ const SCENARIOS: Scenario[] = [
     steps: [
       { at: 'VERSION=v1 npx tsx examples/greeter-version.ts &' },
       { at: "cat > routes.yaml <<'EOF'", expect: [/^\{"msg":"Hello Ann from v[12]"\}$/m] },
-      { at: 'for i in $(seq 100); do curl -s -o /dev/null localhost:8080/hello', expect: [/rq_total/] },
+      {
+        at: 'npx mesh get service go.mesh.srv.canary',
+        expect: [
+          /^service {2}go\.mesh\.srv\.canary\n\nversion v1\n\nID\tAddress\tPort\tMetadata\ngo\.mesh\.srv\.canary-\S+\t127\.0\.0\.1\t\d+\t\S+\n\nversion v2\n\nID\tAddress\tPort\tMetadata\ngo\.mesh\.srv\.canary-\S+\t127\.0\.0\.1\t\d+\t\S+\n\nEndpoint: Debug\.Health\n\nEndpoint: Say\.Hello\n$/,
+        ],
+      },
+      {
+        at: 'for i in $(seq 100); do curl -s -o /dev/null localhost:8080/hello',
+        expect: [/^(go\.mesh\.srv\.canary::127\.0\.0\.1:\d+::rq_error::0\ngo\.mesh\.srv\.canary::127\.0\.0\.1:\d+::rq_total::\d+\ngo\.mesh\.srv\.canary::127\.0\.0\.1:\d+::version::v[12]\n){2}$/, /::version::v1\n/, /::version::v2\n/],
+      },
       { at: "curl -s 'localhost:9901/stats?filter=^vhost'", expect: [/vhost\.\S+\.route\.hello-0\.rq_total: 10[01]/] },
     ],
   },
