@@ -81,6 +81,7 @@ export const UNIT = [
   'test/edge/headers.test.ts',
   'test/core/json-codec.test.ts',
   'test/project/layers.test.ts',
+  'test/project/node-versions.test.ts',
   'test/fronts/lifecycle-inflight.test.ts',
   'test/project/module-homes.test.ts',
   'test/tls/mtls-coverage.test.ts',

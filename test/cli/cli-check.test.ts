@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { freePort, runCli, startProcess, tempDir, ROOT } from '../helpers.js';
 import { findBinary, OwnEtcd, OwnNats } from '../fixtures/engines-common.js';
 import { ALL_WELL } from '../../src/cli/check/finding.js';
-import { NODE_EOL } from '../../src/cli/check/node-version.js';
+import { NODE_EOL, nodeAdvice } from '../../src/cli/check/node-version.js';
 
 const tmp = tempDir('mesh-check-');
 after(() => tmp.cleanup());
@@ -24,7 +24,7 @@ function nodeLine(): string | undefined {
   const major = Number(process.versions.node.split('.')[0]);
   const eol = NODE_EOL[major];
   if (eol === undefined || Date.parse(`${eol}T00:00:00Z`) > Date.now()) return undefined;
-  return `warning: node_version: Node.js ${process.version} reached its end of life on ${eol}: use Node.js 22 or 24`;
+  return `warning: node_version: Node.js ${process.version} reached its end of life on ${eol} (mesh still supports it): ${nodeAdvice(Date.now())}`;
 }
 const NODE_LINE = nodeLine();
 const withNode = (lines: string[]) => [...lines.filter((l) => l.startsWith('error: ')), ...(NODE_LINE ? [NODE_LINE] : []), ...lines.filter((l) => l.startsWith('warning: '))];
@@ -67,7 +67,7 @@ describe('mesh check (real CLI processes)', () => {
   it('Node.js 20 is past its end of life: a warning, not an error (exit 0)', { skip: process.versions.node.startsWith('20.') ? false : 'runs on Node.js 20' }, async () => {
     const r = await runCli(['check', '--output=json'], { MESH_HOME: join(tmp.path, 'node') });
     assert.equal(r.code, 0, r.stderr);
-    assert.deepEqual(JSON.parse(r.stdout), [{ level: 'warning', check: 'node_version', message: `Node.js ${process.version} reached its end of life on 2026-04-30: use Node.js 22 or 24` }]);
+    assert.deepEqual(JSON.parse(r.stdout), [{ level: 'warning', check: 'node_version', message: `Node.js ${process.version} reached its end of life on 2026-04-30 (mesh still supports it): use Node.js 24 (recommended) or 22` }]);
   });
 
   it('a registry directory other users can read: a warning', async () => {
