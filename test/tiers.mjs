@@ -14,6 +14,7 @@ export const UNIT = [
   'test/fronts/own-paths.test.ts',
   'test/base/address.test.ts',
   'test/cli/run-ports.test.ts',
+  'test/cli/run-mtls.test.ts',
   'test/engines/rate-limit-store.test.ts',
   'test/engines/rate-limit-store-down-stats.test.ts',
   'test/engines/rate-limit-ipc.test.ts',
