@@ -13,7 +13,8 @@ import { SidecarStreamCall } from './sidecar-stream.js';
 import { HEADER_ID, HEADER_TIMEOUT } from '../core/transport/headers.js';
 import { optionsFromFlags } from './options.js';
 import { Runtime } from '../process/runtime.js';
-import { byVersion, mergeVersions, type Service } from '../engines/registry/registry.js';
+import { mergeVersions, type Service } from '../engines/registry/registry.js';
+import { byVersion } from '../engines/registry/records.js';
 import { badGateway, badRequest, ERROR_IDS, errorWithStatus, MeshError, parseErrorBody, unsupportedMediaType } from '../base/errors.js';
 import { parseJson } from '../base/codec/json.js';
 import type { ConsumerInfo } from '../engines/broker/broker.js';
@@ -80,7 +81,7 @@ export class DirectOperations implements Operations {
   }
 
   async getServiceVersions(name: string): Promise<Service[]> {
-    return byVersion(await this.runtime.registry.getService(name));
+    return [...(await this.runtime.registry.getService(name))].sort(byVersion);
   }
 
   register(service: Service, ttlMs?: number): Promise<void> {

@@ -86,11 +86,6 @@ export function normalizeService(service: Partial<Service> & { name: string }): 
   };
 }
 
-/** A service's records (one per Version) sorted by version, byte order: the order its versions are shown in. */
-export function byVersion(versions: readonly Service[]): Service[] {
-  return [...versions].sort((a, b) => (a.version < b.version ? -1 : a.version > b.version ? 1 : 0));
-}
-
 /** Merges all versions of a service into one record (nodes of every version), as GET /registry?service= does. */
 export function mergeVersions(versions: Service[]): Service | undefined {
   if (versions.length === 0) return undefined;
