@@ -3,7 +3,8 @@
  * service answering Debug.Health) passes, and each planted fault is reported with its exact line:
  * a registry directory others can read, an unreachable etcd, a service whose only node does not
  * answer, a CA root and a --tls_cert_file expiring within 30 days, a Node.js past its end of life,
- * and a check that cannot get its own workload certificate (not reported as the nodes' fault).
+ * a check that cannot get its own workload certificate (not reported as the nodes' fault), and a
+ * plain node next to one that serves mutual TLS.
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -128,6 +129,27 @@ describe('mesh check (real CLI processes)', () => {
       r.stderr,
     );
     assert.equal(r.code, 1);
+  });
+
+  it('a plain node in a mesh whose other node serves mutual TLS: one warning naming the service and the node, exit 0', async () => {
+    const home = join(tmp.path, 'mixed');
+    const strict = startProcess(['--import', 'tsx', WHO, `--mesh_home=${home}`, '--register_ttl=30s', '--log_level=warning', '--mtls=strict'], {}, '');
+    let plain: ReturnType<typeof startProcess> | undefined;
+    try {
+      await strict.waitForOutput(/listening on/);
+      plain = startProcess(['--import', 'tsx', WHO, `--mesh_home=${home}`, '--register_ttl=30s', '--log_level=warning', '--mtls=off'], {}, '');
+      const [, port, id] = /listening on 127\.0\.0\.1:(\d+) \(node (\S+)\)/.exec(await plain.waitForOutput(/listening on 127\.0\.0\.1:\d+ \(node \S+\)/))!;
+      const r = await runCli(['check'], { MESH_HOME: home });
+      assert.equal(
+        r.stdout,
+        text(withNode([`warning: mtls: go.mesh.srv.who node ${id} at 127.0.0.1:${port} does not serve mutual TLS, while 1 node of the mesh does: callers with --mtls=strict (as mesh dev's gateway) do not call it (502); start it with --mtls=strict (mesh run: --mtls=strict)`])),
+        r.stderr,
+      );
+      assert.equal(r.code, 0);
+    } finally {
+      await plain?.stop('SIGKILL');
+      await strict.stop('SIGKILL');
+    }
   });
 
   it('a check that cannot get its own workload certificate (mesh ca serve unreachable) says so, not "no healthy node" for a strict service that answers', async () => {
