@@ -50,6 +50,7 @@ export const REGISTRY_CLUSTER: ClusterSnapshot = {
       zone: 'eu-west-1a',
       canary: false,
       successRate: 71.4,
+      version: 'v1',
     },
     {
       address: '10.0.0.2',
@@ -63,6 +64,7 @@ export const REGISTRY_CLUSTER: ClusterSnapshot = {
       zone: 'eu-west-1b',
       canary: true,
       successRate: -1,
+      version: 'v2',
     },
   ],
 };

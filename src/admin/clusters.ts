@@ -69,7 +69,8 @@ function clusterText(c: ClusterSnapshot, out: ChunkedText): void {
       `${hp}region::${printable(h.region)}\n` +
       `${hp}zone::${printable(h.zone)}\n` +
       `${hp}canary::${h.canary}\n` +
-      `${hp}success_rate::${num(h.successRate)}\n`;
+      `${hp}success_rate::${num(h.successRate)}\n` +
+      `${hp}version::${printable(h.version ?? '')}\n`;
     out.add(lines);
   }
 }
@@ -78,7 +79,8 @@ function clusterText(c: ClusterSnapshot, out: ChunkedText): void {
  * The text form: `version_info::<v>` first, then per cluster: outlier lines (only with outlier
  * detection), the four thresholds of `default_priority` then `high_priority`, `added_via_api`,
  * then per host its stats sorted by name, hostname, health_flags, weight, region, zone, canary,
- * success_rate. Every line ends with `\n`; names and host fields never hold a raw control
+ * success_rate, and last mesh's own `version` (the registry Version the host serves, empty for a
+ * static host): after Envoy's lines, in their form, so a reader of Envoy's layout is not disturbed. Every line ends with `\n`; names and host fields never hold a raw control
  * character (printable escapes them), so no value can forge a line.
  */
 export function renderClustersText(view: ClusterManagerView | undefined): Buffer {
@@ -144,7 +146,8 @@ function hostJson(h: HostSnapshot): string {
     `      "region": ${q(h.region)},\n` +
     `      "zone": ${q(h.zone)}\n` +
     '     },\n' +
-    `     "canary": ${h.canary}\n` +
+    `     "canary": ${h.canary},\n` +
+    `     "version": ${q(h.version ?? '')}\n` +
     '    }'
   );
 }
@@ -176,7 +179,7 @@ function clusterJson(c: ClusterSnapshot, out: ChunkedText): void {
 /**
  * The JSON form, shaped like Envoy's `Clusters` proto (`cluster_statuses`, `host_statuses`,
  * 64-bit stat values as strings, enums as names) plus `version_info`, the outlier
- * `success_rate_average`, host `canary`, and every field printed even when it has its default
+ * `success_rate_average`, host `canary` and `version`, and every field printed even when it has its default
  * value (`-1` success rates included); 1-space indent and a trailing newline, as Envoy prints
  * protobuf JSON.
  */

@@ -14,6 +14,7 @@ import { checkCaModes, checkFileModes } from './check/files.js';
 import { checkCa, checkCertFile } from './check/certificates.js';
 import { checkRegistry } from './check/registry.js';
 import { checkNodes } from './check/nodes.js';
+import { checkPlainNodes, mtlsCensus } from './check/mtls.js';
 import { checkBroker } from './check/broker.js';
 import { checkRateLimitStore } from './check/rate-limit-store.js';
 import { checkRoutes } from './check/routes.js';
@@ -41,8 +42,10 @@ async function runtimeChecks(config: Config, given: ReadonlySet<string>): Promis
   try {
     const registry = await checkRegistry(ops, registryName(config), CHECK_TIMEOUT_MS);
     const nodes = registry.services ? await checkNodes(ops, registry.services, CHECK_TIMEOUT_MS) : [];
+    // A registry that cannot be read is reported above (by checkRegistry or checkNodes), once.
+    const plain = registry.services ? checkPlainNodes(await mtlsCensus(ops.runtime.registry, CHECK_TIMEOUT_MS).catch(() => ({ mtls: [], plain: [] }))) : [];
     const broker = await checkBroker(ops, config.broker_secret_file, CHECK_TIMEOUT_MS);
-    return { findings: [...registry.findings, ...nodes, ...broker], services: registry.services };
+    return { findings: [...registry.findings, ...nodes, ...plain, ...broker], services: registry.services };
   } finally {
     await ops.close().catch(() => {});
   }

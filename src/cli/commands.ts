@@ -4,7 +4,7 @@ import { FlagError } from './flags.js';
 import { DirectOperations, SidecarOperations, type Operations } from './operations.js';
 import { parseJson, stringifyJson, JsonSyntaxError } from '../base/codec/json.js';
 import { serviceFromInput } from '../engines/registry/input.js';
-import type { Service } from '../engines/registry/registry.js';
+import { mergeVersions, type Service } from '../engines/registry/registry.js';
 import { RegistryValidationError } from '../engines/registry/validate.js';
 import { ERROR_IDS, MeshError, notFound, serviceNotFound } from '../base/errors.js';
 import { printable } from '../base/util/text.js';
@@ -44,20 +44,29 @@ function parseServiceArg(args: string[], what: string): Service {
   }
 }
 
-/** The text form of `mesh get service`; every registry string goes through printable (no raw control characters). */
-export function formatService(service: Service): string {
+/**
+ * The text form of `mesh get service`: the name, then per registry Version (in the order given,
+ * by version) its `version` line and its own nodes, then the endpoints of every version (each name
+ * once). Every registry string goes through printable (no raw control characters).
+ */
+export function formatService(versions: readonly Service[]): string {
   const p = printable;
-  const lines = [`service  ${p(service.name)}`, ''];
-  if (service.version) lines.push(`version ${p(service.version)}`, '');
-  lines.push('ID\tAddress\tPort\tMetadata');
-  for (const n of service.nodes) {
-    const meta = Object.entries(n.metadata ?? {})
-      .sort(([a], [b]) => (a < b ? -1 : 1))
-      .map(([k, v]) => `${p(k)}=${p(v)}`)
-      .join(',');
-    lines.push(`${p(n.id)}\t${p(n.address)}\t${n.port}\t${meta}`);
+  const lines = [`service  ${p(versions[0]?.name ?? '')}`, ''];
+  const endpoints: Service['endpoints'] = [];
+  for (const [i, service] of versions.entries()) {
+    if (i > 0) lines.push('');
+    if (service.version) lines.push(`version ${p(service.version)}`, '');
+    lines.push('ID\tAddress\tPort\tMetadata');
+    for (const n of service.nodes) {
+      const meta = Object.entries(n.metadata ?? {})
+        .sort(([a], [b]) => (a < b ? -1 : 1))
+        .map(([k, v]) => `${p(k)}=${p(v)}`)
+        .join(',');
+      lines.push(`${p(n.id)}\t${p(n.address)}\t${n.port}\t${meta}`);
+    }
+    for (const e of service.endpoints ?? []) if (!endpoints.some((x) => x.name === e.name)) endpoints.push(e);
   }
-  for (const e of service.endpoints ?? []) {
+  for (const e of endpoints) {
     lines.push('', `Endpoint: ${p(e.name)}`);
     const meta = Object.entries(e.metadata ?? {}).map(([k, v]) => `${p(k)}=${p(v)}`);
     if (meta.length) lines.push(`Metadata: ${meta.join(',')}`);
@@ -93,9 +102,10 @@ export async function runPlatformCommand(positionals: string[], config: Config, 
       case 'get': {
         const name = rest[0];
         if (noun !== 'service' || !name) throw new UsageError('usage: mesh get service NAME');
-        const service = await ops.getService(name);
+        const versions = await ops.getServiceVersions(name);
+        const service = mergeVersions(versions);
         if (!service) throw serviceNotFound(ERROR_IDS.cli, name);
-        io.out(json ? JSON.stringify(service) + '\n' : formatService(service));
+        io.out(json ? JSON.stringify(service) + '\n' : formatService(versions));
         return 0;
       }
       case 'register':

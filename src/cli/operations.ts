@@ -14,6 +14,7 @@ import { HEADER_ID, HEADER_TIMEOUT } from '../core/transport/headers.js';
 import { optionsFromFlags } from './options.js';
 import { Runtime } from '../process/runtime.js';
 import { mergeVersions, type Service } from '../engines/registry/registry.js';
+import { byVersion } from '../engines/registry/records.js';
 import { badGateway, badRequest, ERROR_IDS, errorWithStatus, MeshError, parseErrorBody, unsupportedMediaType } from '../base/errors.js';
 import { parseJson } from '../base/codec/json.js';
 import type { ConsumerInfo } from '../engines/broker/broker.js';
@@ -26,6 +27,11 @@ export interface ReceivedMessage {
 export interface Operations {
   listServices(): Promise<string[]>;
   getService(name: string): Promise<Service | undefined>;
+  /**
+   * The service's records, one per registry Version, sorted by version: each with its own nodes.
+   * Through a sidecar, whose `/registry?service=` merges the versions, the one merged record.
+   */
+  getServiceVersions(name: string): Promise<Service[]>;
   register(service: Service, ttlMs?: number): Promise<void>;
   deregister(service: Service): Promise<void>;
   /** Calls an endpoint with a JSON request; resolves with the response body text. */
@@ -72,6 +78,10 @@ export class DirectOperations implements Operations {
 
   async getService(name: string): Promise<Service | undefined> {
     return mergeVersions(await this.runtime.registry.getService(name));
+  }
+
+  async getServiceVersions(name: string): Promise<Service[]> {
+    return [...(await this.runtime.registry.getService(name))].sort(byVersion);
   }
 
   register(service: Service, ttlMs?: number): Promise<void> {
@@ -201,6 +211,11 @@ export class SidecarOperations implements Operations {
       if (err instanceof MeshError && err.code === 404) return undefined;
       throw err;
     }
+  }
+
+  async getServiceVersions(name: string): Promise<Service[]> {
+    const merged = await this.getService(name);
+    return merged ? [merged] : [];
   }
 
   async register(service: Service, ttlMs?: number): Promise<void> {

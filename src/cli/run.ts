@@ -9,7 +9,7 @@
  * sidecar drains and stops; a second signal kills the apps. An app that exits by itself (or cannot
  * be started) is deregistered and its sidecar stopped. The exit status is the app's
  * (128 + the signal's number when a signal killed it); with -f, the first app's in the file that
- * failed, else 0.
+ * failed, else 0. Without --mtls, the apps take the mesh's mutual TLS mode (src/cli/run-mtls.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { readConfigFile } from '../base/config/reader.js';
@@ -19,6 +19,7 @@ import { planSidecar, sidecarRuntime, startSidecar, type SidecarPlan, type Start
 import { parseRunFile, RUN_FILE_ERRORS, RunFileError } from './run-file.js';
 import { AppProcess, appNameProblem, describeExit, holdAppPorts, parseAppPort, parseHealthPath, type AppExit, type RunApp } from './run-app.js';
 import type { Runtime } from '../process/runtime.js';
+import { meshMtls, type MtlsMode } from './run-mtls.js';
 
 /** The signals mesh run passes on to its apps (after deregistering them). */
 const STOP_SIGNALS: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'];
@@ -48,7 +49,14 @@ export async function runRun(args: ParsedArgs): Promise<number> {
   const appPorts = await holdAppPorts(apps.map((a) => a.port));
   const units: Unit[] = [];
   try {
-    units.push(...(await startSidecars(args, apps, appPorts.ports)));
+    // Without --mtls, the apps join the mesh with its mutual TLS (src/cli/run-mtls.ts).
+    let mtls: MtlsMode | undefined;
+    if (!args.given.has('mtls') && apps.some((a) => !a.sidecar?.given.has('mtls'))) {
+      const found = await meshMtls(args.config, apps.map((a) => a.name));
+      if (found.line) process.stdout.write(`mesh run: ${found.line}\n`);
+      mtls = found.mode;
+    }
+    units.push(...(await startSidecars(args, apps, appPorts.ports, mtls)));
   } finally {
     await Promise.all(appPorts.held.map((h) => h.release()));
   }
@@ -82,13 +90,15 @@ type AppOfRun = RunApp & { sidecar?: ParsedArgs; locate?: (flag: string | undefi
  * The sidecars of the apps, started in order, each for its app at `ports[i]`. Everything is checked
  * before anything starts (exit 2 naming the flag or the file's line).
  */
-async function startSidecars(args: ParsedArgs, apps: AppOfRun[], ports: number[]): Promise<Unit[]> {
+async function startSidecars(args: ParsedArgs, apps: AppOfRun[], ports: number[], meshMode: MtlsMode | undefined): Promise<Unit[]> {
   const { config } = args;
   const prepared: Prepared[] = [];
   for (const [i, app] of apps.entries()) {
     const port = ports[i]!;
     const own = app.sidecar;
     const merged = { ...config } as Record<string, unknown>;
+    // The mesh's mode, unless the app's own sidecar options say.
+    if (meshMode !== undefined) merged.mtls = meshMode;
     if (own) for (const key of own.given) merged[key] = own.config[key];
     // With -f each app has a token of its own (one app cannot call through another's sidecar), unless its sidecar options set one.
     const ownToken = config.file !== undefined ? (own?.given.has('sidecar_token') ? (own.config.sidecar_token as string | undefined) : undefined) : (merged.sidecar_token as string | undefined);

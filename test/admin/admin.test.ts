@@ -71,6 +71,7 @@ go.mesh.srv.greeter::10.0.0.1:8080::region::eu-west
 go.mesh.srv.greeter::10.0.0.1:8080::zone::eu-west-1a
 go.mesh.srv.greeter::10.0.0.1:8080::canary::false
 go.mesh.srv.greeter::10.0.0.1:8080::success_rate::71.4
+go.mesh.srv.greeter::10.0.0.1:8080::version::v1
 go.mesh.srv.greeter::10.0.0.2:8080::cx_active::0
 go.mesh.srv.greeter::10.0.0.2:8080::cx_connect_fail::4
 go.mesh.srv.greeter::10.0.0.2:8080::cx_total::4
@@ -86,6 +87,7 @@ go.mesh.srv.greeter::10.0.0.2:8080::region::eu-west
 go.mesh.srv.greeter::10.0.0.2:8080::zone::eu-west-1b
 go.mesh.srv.greeter::10.0.0.2:8080::canary::true
 go.mesh.srv.greeter::10.0.0.2:8080::success_rate::-1
+go.mesh.srv.greeter::10.0.0.2:8080::version::v2
 static_backend::default_priority::max_connections::1024
 static_backend::default_priority::max_pending_requests::1024
 static_backend::default_priority::max_requests::1024
@@ -110,6 +112,7 @@ static_backend::127.0.0.1:9000::region::
 static_backend::127.0.0.1:9000::zone::
 static_backend::127.0.0.1:9000::canary::false
 static_backend::127.0.0.1:9000::success_rate::-1
+static_backend::127.0.0.1:9000::version::
 `;
 
 const cb = (priority: string, c: number, p: number, r: number, t: number) => ({
@@ -148,6 +151,7 @@ const CLUSTERS_JSON = {
           hostname: 'node-1',
           locality: { region: 'eu-west', zone: 'eu-west-1a' },
           canary: false,
+          version: 'v1',
         },
         {
           address: { socket_address: { protocol: 'TCP', address: '10.0.0.2', port_value: 8080 } },
@@ -158,6 +162,7 @@ const CLUSTERS_JSON = {
           hostname: 'node-2',
           locality: { region: 'eu-west', zone: 'eu-west-1b' },
           canary: true,
+          version: 'v2',
         },
       ],
     },
@@ -175,6 +180,7 @@ const CLUSTERS_JSON = {
           hostname: '',
           locality: { region: '', zone: '' },
           canary: false,
+          version: '',
         },
       ],
     },

@@ -3,7 +3,8 @@
  * service answering Debug.Health) passes, and each planted fault is reported with its exact line:
  * a registry directory others can read, an unreachable etcd, a service whose only node does not
  * answer, a CA root and a --tls_cert_file expiring within 30 days, a Node.js past its end of life,
- * and a check that cannot get its own workload certificate (not reported as the nodes' fault).
+ * a check that cannot get its own workload certificate (not reported as the nodes' fault), and a
+ * plain node next to one that serves mutual TLS.
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,7 +14,7 @@ import { join } from 'node:path';
 import { freePort, runCli, startProcess, tempDir, ROOT } from '../helpers.js';
 import { findBinary, OwnEtcd, OwnNats } from '../fixtures/engines-common.js';
 import { ALL_WELL } from '../../src/cli/check/finding.js';
-import { NODE_EOL } from '../../src/cli/check/node-version.js';
+import { NODE_EOL, nodeAdvice } from '../../src/cli/check/node-version.js';
 
 const tmp = tempDir('mesh-check-');
 after(() => tmp.cleanup());
@@ -24,7 +25,7 @@ function nodeLine(): string | undefined {
   const major = Number(process.versions.node.split('.')[0]);
   const eol = NODE_EOL[major];
   if (eol === undefined || Date.parse(`${eol}T00:00:00Z`) > Date.now()) return undefined;
-  return `warning: node_version: Node.js ${process.version} reached its end of life on ${eol}: use Node.js 22 or 24`;
+  return `warning: node_version: Node.js ${process.version} reached its end of life on ${eol} (mesh still supports it): ${nodeAdvice(Date.now())}`;
 }
 const NODE_LINE = nodeLine();
 const withNode = (lines: string[]) => [...lines.filter((l) => l.startsWith('error: ')), ...(NODE_LINE ? [NODE_LINE] : []), ...lines.filter((l) => l.startsWith('warning: '))];
@@ -67,7 +68,7 @@ describe('mesh check (real CLI processes)', () => {
   it('Node.js 20 is past its end of life: a warning, not an error (exit 0)', { skip: process.versions.node.startsWith('20.') ? false : 'runs on Node.js 20' }, async () => {
     const r = await runCli(['check', '--output=json'], { MESH_HOME: join(tmp.path, 'node') });
     assert.equal(r.code, 0, r.stderr);
-    assert.deepEqual(JSON.parse(r.stdout), [{ level: 'warning', check: 'node_version', message: `Node.js ${process.version} reached its end of life on 2026-04-30: use Node.js 22 or 24` }]);
+    assert.deepEqual(JSON.parse(r.stdout), [{ level: 'warning', check: 'node_version', message: `Node.js ${process.version} reached its end of life on 2026-04-30 (mesh still supports it): use Node.js 24 (recommended) or 22` }]);
   });
 
   it('a registry directory other users can read: a warning', async () => {
@@ -128,6 +129,27 @@ describe('mesh check (real CLI processes)', () => {
       r.stderr,
     );
     assert.equal(r.code, 1);
+  });
+
+  it('a plain node in a mesh whose other node serves mutual TLS: one warning naming the service and the node, exit 0', async () => {
+    const home = join(tmp.path, 'mixed');
+    const strict = startProcess(['--import', 'tsx', WHO, `--mesh_home=${home}`, '--register_ttl=30s', '--log_level=warning', '--mtls=strict'], {}, '');
+    let plain: ReturnType<typeof startProcess> | undefined;
+    try {
+      await strict.waitForOutput(/listening on/);
+      plain = startProcess(['--import', 'tsx', WHO, `--mesh_home=${home}`, '--register_ttl=30s', '--log_level=warning', '--mtls=off'], {}, '');
+      const [, port, id] = /listening on 127\.0\.0\.1:(\d+) \(node (\S+)\)/.exec(await plain.waitForOutput(/listening on 127\.0\.0\.1:\d+ \(node \S+\)/))!;
+      const r = await runCli(['check'], { MESH_HOME: home });
+      assert.equal(
+        r.stdout,
+        text(withNode([`warning: mtls: go.mesh.srv.who node ${id} at 127.0.0.1:${port} does not serve mutual TLS, while 1 node of the mesh does: callers with --mtls=strict (as mesh dev's gateway) do not call it (502); start it with --mtls=strict (mesh run: --mtls=strict)`])),
+        r.stderr,
+      );
+      assert.equal(r.code, 0);
+    } finally {
+      await plain?.stop('SIGKILL');
+      await strict.stop('SIGKILL');
+    }
   });
 
   it('a check that cannot get its own workload certificate (mesh ca serve unreachable) says so, not "no healthy node" for a strict service that answers', async () => {

@@ -186,6 +186,60 @@ createServer((req, res) => {
 }).listen(Number(process.env.PORT), '127.0.0.1', () => console.log('up'));
 `;
 
+describe("mesh run: the mesh's mutual TLS (docs/run.md, Mutual TLS)", () => {
+  let w: World;
+  let who: RunningProcess | undefined;
+  let proc: RunningProcess | undefined;
+  before(() => (w = world()));
+  after(async () => {
+    await killAll(proc);
+    await who?.stop('SIGKILL');
+    await w.cleanup();
+  });
+
+  it('in a strict mesh, an app run without --mtls joins with --mtls=strict and a strict caller reaches it; one run with --mtls=off is plain, refused by a strict caller, and mesh check names it', async () => {
+    // The strict mesh: a framework service with --mtls=strict (it makes the mesh CA in $MESH_HOME/ca), as mesh dev's are.
+    who = startProcess(['--import', 'tsx', join(ROOT, 'test/fixtures/who-service.ts'), '--mtls=strict', '--register_ttl=30s', '--log_level=warning'], w.env, '');
+    await who.waitForOutput(/listening on/);
+    const ca = join(w.env.MESH_HOME!, 'ca');
+
+    proc = startProcess(['run', '--name=go.mesh.srv.python', '--', 'python3', 'app.py'], w.env, undefined, w.dir);
+    await proc.waitForOutput(/"msg":"app registered"/);
+    assert.ok(`\n${proc.output()}`.includes(`\nmesh run: mTLS strict, as the mesh's: its 1 node serves mutual TLS; certificates from the mesh CA in ${ca} (--mtls=off runs the app without)\n`), proc.output());
+    assert.match(proc.output(), /^mesh run: go\.mesh\.srv\.python: inbound listening on 127\.0\.0\.1:\d+ for go\.mesh\.srv\.python \(mutual TLS, --mtls=strict\)$/m);
+    const [node] = await w.registry.getService('go.mesh.srv.python').then((v) => v.flatMap((s) => s.nodes));
+    assert.equal(node!.metadata.mtls, 'true');
+    // A strict caller (as mesh dev's gateway is) calls it over mutual TLS.
+    const strict = await runCli(['call', '--mtls=strict', 'go.mesh.srv.python', 'Hello.Say', '{"name":"Ada"}', '--output=json'], w.env);
+    assert.equal(strict.stderr, '');
+    assert.deepEqual(JSON.parse(strict.stdout), { msg: 'Hello Ada', endpoint: 'Hello.Say' });
+    assert.equal(await proc.stop('SIGTERM'), 0);
+    proc = undefined;
+
+    // --mtls=off: plain, as before; a strict caller refuses it and mesh check names the node.
+    proc = startProcess(['run', '--mtls=off', '--name=go.mesh.srv.python', '--', 'python3', 'app.py'], w.env, undefined, w.dir);
+    await proc.waitForOutput(/"msg":"app registered"/);
+    assert.doesNotMatch(proc.output(), /mesh run: mTLS/);
+    const [plain] = await w.registry.getService('go.mesh.srv.python').then((v) => v.flatMap((s) => s.nodes));
+    assert.equal(plain!.metadata.mtls, undefined);
+    const refused = await runCli(['call', '--mtls=strict', 'go.mesh.srv.python', 'Hello.Say', '{}'], w.env);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /does not serve mutual TLS \(no mtls=true in its registry metadata\); not called in strict mode/);
+    const check = await runCli(['check', '--output=json'], w.env);
+    const findings = (JSON.parse(check.stdout) as Array<{ level: string; check: string; message: string }>).filter((f) => f.check === 'mtls');
+    assert.deepEqual(findings, [
+      {
+        level: 'warning',
+        check: 'mtls',
+        message: `go.mesh.srv.python node ${plain!.id} at 127.0.0.1:${plain!.port} does not serve mutual TLS, while 1 node of the mesh does: callers with --mtls=strict (as mesh dev's gateway) do not call it (502); start it with --mtls=strict (mesh run: --mtls=strict)`,
+      },
+    ]);
+    assert.equal(check.code, 0, check.stdout);
+    assert.equal(await proc.stop('SIGTERM'), 0);
+    proc = undefined;
+  });
+});
+
 describe('mesh run: the app ends, or never becomes healthy', () => {
   let w: World;
   let proc: RunningProcess | undefined;

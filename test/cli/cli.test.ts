@@ -153,6 +153,28 @@ describe('CLI bad input', () => {
     assert.equal((await runCli(['list', 'services'], env)).stdout, '');
   });
 
+  it('get service: two versions of one service, each listed with its own nodes (exact text)', async () => {
+    const v2 = '{"Name":"go.mesh.srv.canary","Version":"v2","Endpoints":[{"Name":"Say.Hello"}],"Nodes":[{"Id":"canary-2","Address":"127.0.0.1","Port":9002}]}';
+    const v1 = '{"Name":"go.mesh.srv.canary","Version":"v1","Endpoints":[{"Name":"Say.Hello"}],"Nodes":[{"Id":"canary-1a","Address":"127.0.0.1","Port":9001},{"Id":"canary-1b","Address":"127.0.0.1","Port":9003}]}';
+    for (const svc of [v2, v1]) assert.equal((await runCli(['register', 'service', svc], env)).stdout, 'ok\n');
+    try {
+      const t = await runCli(['get', 'service', 'go.mesh.srv.canary'], env);
+      assert.equal(t.code, 0, t.stderr);
+      assert.equal(
+        t.stdout,
+        'service  go.mesh.srv.canary\n\n' +
+          'version v1\n\nID\tAddress\tPort\tMetadata\ncanary-1a\t127.0.0.1\t9001\t\ncanary-1b\t127.0.0.1\t9003\t\n\n' +
+          'version v2\n\nID\tAddress\tPort\tMetadata\ncanary-2\t127.0.0.1\t9002\t\n\n' +
+          'Endpoint: Say.Hello\n',
+      );
+      // --output=json keeps its one-record shape: the nodes of every version.
+      const j = JSON.parse((await runCli(['get', 'service', 'go.mesh.srv.canary', '--output=json'], env)).stdout) as { nodes: Array<{ id: string }> };
+      assert.deepEqual(j.nodes.map((n) => n.id), ['canary-1a', 'canary-1b', 'canary-2']);
+    } finally {
+      for (const svc of [v1, v2]) await runCli(['deregister', 'service', svc], env);
+    }
+  });
+
   it('a registry directory that cannot be written is a clear error', async () => {
     const file = join(home.path, 'a-file');
     writeFileSync(file, 'x');

@@ -119,7 +119,7 @@ describe('deploy/Dockerfile (parsed; no container engine here builds it)', () =>
   const { global, stages } = parseDockerfile(dockerfile);
 
   it('two stages from the same Node.js version: a full build image and a slim runtime one', () => {
-    assert.deepEqual(global.map((i) => i.args), ['NODE_VERSION=22']);
+    assert.deepEqual(global.map((i) => i.args), ['NODE_VERSION=24']);
     assert.deepEqual(stages.map((s) => [s.from, s.name]), [
       ['node:${NODE_VERSION}-bookworm', 'build'],
       ['node:${NODE_VERSION}-bookworm-slim', 'runtime'],

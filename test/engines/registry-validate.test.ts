@@ -93,13 +93,13 @@ describe('text output never holds a raw control character', () => {
   });
 
   it('mesh get service and admin /clusters print stored strings escaped, one line per fact', () => {
-    const text = formatService({
+    const text = formatService([{
       name: 'a\nservice  forged',
       version: '1\r',
       metadata: {},
       endpoints: [{ name: 'E\n', metadata: { k: 'v\n' } }],
       nodes: [{ id: 'n\n1', address: '127.0.0.1', port: 1, metadata: { z: '\u001b[2J' } }],
-    });
+    }]);
     assert.equal(hasControlChars(text.replace(/[\n\t]/g, '')), false);
     assert.equal(text.split('\n').length, 'service  x\n\nversion x\n\nID\tAddress\tPort\tMetadata\nrow\n\nEndpoint: x\nMetadata: x\n'.split('\n').length);
     assert.match(text, /^service {2}a\\x0aservice {2}forged\n/);
@@ -124,6 +124,7 @@ describe('text output never holds a raw control character', () => {
           zone: 'z\u0000',
           canary: false,
           successRate: -1,
+          version: 'v\n1',
         },
       ],
     };

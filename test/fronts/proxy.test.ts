@@ -259,6 +259,7 @@ clusters:
       `${h}zone::`,
       `${h}canary::false`,
       `${h}success_rate::-1`,
+      `${h}version::`,
     ]);
     for (const name of ['a', 'b', 'weighted', 'dead', 'checked']) assert.ok(clusters.includes(`\n${name}::added_via_api::false\n`), name);
     const json = (await http('GET', `${stat.admin}/clusters?format=json`)).json();

@@ -310,6 +310,26 @@ const SCENARIOS: Scenario[] = [
     ],
   },
   {
+    file: 'docs/run.md',
+    name: "Mutual TLS: an app joins the running demo's strict mesh; one run with --mtls=off gets 502 and mesh check names it",
+    prepare: [saved('docs/run.md', '# app.py: python3 app.py', 'app.py')],
+    running: ['mesh dev'],
+    steps: [
+      {
+        at: 'until mesh get service go.mesh.srv.python',
+        expect: [/^\{"msg": "Hello Ada", "endpoint": "Hello\.Say"\}$/m],
+        expectAll: [/^mesh run: mTLS strict, as the mesh's: its 2 nodes serve mutual TLS; certificates from the mesh CA in \S+\/ca \(--mtls=off runs the app without\)$/m, /^mesh run: go\.mesh\.srv\.python: inbound listening on 127\.0\.0\.1:\d+ for go\.mesh\.srv\.python \(mutual TLS, --mtls=strict\)$/m],
+      },
+      {
+        at: 'mesh run --mtls=off --name=go.mesh.srv.plain',
+        expect: [
+          /^\{"id":"go\.mesh\.api","code":502,"detail":"call go\.mesh\.srv\.plain on 127\.0\.0\.1:\d+: connection failed: err_mesh_mtls_refused: mutual TLS: node 127\.0\.0\.1:\d+ does not serve mutual TLS \(no mtls=true in its registry metadata\); not called in strict mode","status":"Bad Gateway"\}/m,
+          /warning: mtls: go\.mesh\.srv\.plain node go\.mesh\.srv\.plain-\S+ at 127\.0\.0\.1:\d+ does not serve mutual TLS, while 3 nodes of the mesh do: callers with --mtls=strict \(as mesh dev's gateway\) do not call it \(502\); start it with --mtls=strict \(mesh run: --mtls=strict\)\n/,
+        ],
+      },
+    ],
+  },
+  {
     file: 'docs/admin.md',
     name: '/config_dump, read with jq',
     running: ['mesh dev'],
@@ -567,7 +587,16 @@ const SCENARIOS: Scenario[] = [
     steps: [
       { at: 'VERSION=v1 npx tsx examples/greeter-version.ts &' },
       { at: "cat > routes.yaml <<'EOF'", expect: [/^\{"msg":"Hello Ann from v[12]"\}$/m] },
-      { at: 'for i in $(seq 100); do curl -s -o /dev/null localhost:8080/hello', expect: [/rq_total/] },
+      {
+        at: 'npx mesh get service go.mesh.srv.canary',
+        expect: [
+          /^service {2}go\.mesh\.srv\.canary\n\nversion v1\n\nID\tAddress\tPort\tMetadata\ngo\.mesh\.srv\.canary-\S+\t127\.0\.0\.1\t\d+\t\S+\n\nversion v2\n\nID\tAddress\tPort\tMetadata\ngo\.mesh\.srv\.canary-\S+\t127\.0\.0\.1\t\d+\t\S+\n\nEndpoint: Debug\.Health\n\nEndpoint: Say\.Hello\n$/,
+        ],
+      },
+      {
+        at: 'for i in $(seq 100); do curl -s -o /dev/null localhost:8080/hello',
+        expect: [/^(go\.mesh\.srv\.canary::127\.0\.0\.1:\d+::rq_error::0\ngo\.mesh\.srv\.canary::127\.0\.0\.1:\d+::rq_total::\d+\ngo\.mesh\.srv\.canary::127\.0\.0\.1:\d+::version::v[12]\n){2}$/, /::version::v1\n/, /::version::v2\n/],
+      },
       { at: "curl -s 'localhost:9901/stats?filter=^vhost'", expect: [/vhost\.\S+\.route\.hello-0\.rq_total: 10[01]/] },
     ],
   },

@@ -5,7 +5,7 @@ export type Level = 'error' | 'warning';
 
 export interface Finding {
   level: Level;
-  /** The check that found it: registry, broker, nodes, files, certificates, node_version, rate_limit_store, routes. */
+  /** The check that found it: registry, broker, nodes, services, mtls, files, certificates, node_version, rate_limit_store, routes. */
   check: string;
   message: string;
 }

@@ -297,6 +297,7 @@ export class Host implements UpstreamTarget {
       zone: this.zone,
       canary: this.canary,
       successRate: this.successRate,
+      version: this.version,
       mtls: servesMtls(this.metadata),
     };
   }

@@ -140,6 +140,8 @@ export interface HostSnapshot {
   canary: boolean;
   /** 0..100, or -1 when the last interval had too little data. */
   successRate: number;
+  /** The registry Version of the service this host serves (`v1`, `v2` of a canary); '' or absent for a static host. */
+  version?: string;
   /** The node serves mutual TLS (says mtls=true): a process with --mtls calls it over mutual TLS. */
   mtls?: boolean;
 }
