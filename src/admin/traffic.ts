@@ -3,10 +3,12 @@
  * reader takes the difference of (`mesh stat`, `mesh edges`: src/cli/stat.ts). Per upstream
  * cluster: the answers by status class, the latency buckets of Histogram.BOUNDS, and how many of its
  * hosts this process calls over mutual TLS; per route file rule, the answers by class and (with
- * --stats_endpoints) its latency buckets. One JSON object; nothing is computed per request.
+ * --stats_endpoints) its latency buckets; per front end and caller identity (who calls it), the
+ * answers by class and latency buckets. One JSON object; nothing is computed per request.
  */
 import { Histogram, type StatsStore } from '../base/stats/store.js';
 import type { ClusterManagerView } from '../core/upstream/types.js';
+import type { CallerCounts } from '../base/http/callers.js';
 
 /** Who sends: the process record's fields (src/engines/registry/processes.ts). */
 export interface TrafficProcess {
@@ -46,18 +48,33 @@ export interface RouteTraffic {
   latency_counts: number[] | null;
 }
 
+/** The callers of one front end (src/base/http/callers.ts). */
+export interface CallerTraffic {
+  /** The front end's stat prefix: gateway, sidecar, sidecar_inbound, a proxy listener's name. */
+  front: string;
+  /** The caller's SPIFFE ID, `plain` (no client certificate) or `other` (past the bound). */
+  identity: string;
+  rq_1xx: number;
+  rq_2xx: number;
+  rq_3xx: number;
+  rq_4xx: number;
+  rq_5xx: number;
+  latency_counts: number[];
+}
+
 export interface TrafficReport {
   process: TrafficProcess;
   latency_bounds_ms: readonly number[];
   clusters: ClusterTraffic[];
   routes: RouteTraffic[];
+  callers: CallerTraffic[];
 }
 
 /** `vhost.<host>.route.<rule>.rq_total`: a rule's name has no dot, a host may. */
 const ROUTE_TOTAL = /^vhost\.(.+)\.route\.([^.]+)\.rq_total$/;
 
 /** The report now, from the stats store and the cluster manager's view. */
-export function trafficReport(process: TrafficProcess, stats: StatsStore, clusters: ClusterManagerView): TrafficReport {
+export function trafficReport(process: TrafficProcess, stats: StatsStore, clusters: ClusterManagerView, callers?: CallerCounts): TrafficReport {
   const mine = { test: (name: string) => name.startsWith('cluster.') || name.startsWith('vhost.') };
   const values = new Map(stats.list({ filter: mine }).map((s) => [s.name, s.value] as const));
   const histograms = new Map(stats.listHistograms({ filter: mine }).map((h) => [h.name, h] as const));
@@ -89,5 +106,15 @@ export function trafficReport(process: TrafficProcess, stats: StatsStore, cluste
       };
     }),
     routes,
+    callers: (callers?.list() ?? []).map((c) => ({
+      front: c.front,
+      identity: c.identity,
+      rq_1xx: c.classes[0]!,
+      rq_2xx: c.classes[1]!,
+      rq_3xx: c.classes[2]!,
+      rq_4xx: c.classes[3]!,
+      rq_5xx: c.classes[4]!,
+      latency_counts: [...c.latency.counts],
+    })),
   };
 }

@@ -184,13 +184,13 @@ export const COMMANDS: CommandInfo[] = [
   },
   {
     name: 'stat',
-    args: 'services|routes',
-    summary: 'per service (or route file rule): requests, requests a second, success rate, p50/p95/p99 and the share over mutual TLS, from the processes\' own counters',
+    args: 'services|routes|identities',
+    summary: 'per service (route file rule, caller identity): requests, requests a second, success rate, p50/p95/p99 and the share over mutual TLS, from the processes\' own counters',
     details: [
       'Reads admin /traffic of every process mesh ps lists (or of --admin) twice, --window apart (default 10s; 0: since each process started); -o json: the rows as JSON.',
       'The percentiles are the upper bounds of the latency buckets that hold them (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500 ms...); a rule\'s only with --stats_endpoints.',
     ],
-    subcommands: ['services', 'routes'],
+    subcommands: ['services', 'routes', 'identities'],
   },
   {
     name: 'edges',

@@ -17,6 +17,7 @@ import type { ClusterTraffic, TrafficReport } from '../admin/traffic.js';
 import { bucketQuantile, Histogram } from '../base/stats/store.js';
 import { printable } from '../base/util/text.js';
 import { formatTable } from './table.js';
+import { OTHER_CALLERS, PLAIN_CALLER } from '../base/http/callers.js';
 
 /** What one process sent to one service over the window. */
 export interface Flow {
@@ -66,6 +67,10 @@ export function parseTraffic(text: string): TrafficReport | undefined {
     if (!c || typeof c.name !== 'string' || !CLASSES.every((k) => count(c[k])) || !count(c.hosts) || !count(c.hosts_mtls)) return undefined;
     if (!buckets(c.latency_counts)) return undefined;
   }
+  if (!Array.isArray(o.callers)) return undefined;
+  for (const c of o.callers) {
+    if (!c || typeof c.front !== 'string' || typeof c.identity !== 'string' || !ROUTE_CLASSES.every((k) => count(c[k])) || !buckets(c.latency_counts)) return undefined;
+  }
   if (!Array.isArray(o.routes)) return undefined;
   for (const r of o.routes) {
     if (!r || typeof r.host !== 'string' || typeof r.rule !== 'string' || !ROUTE_CLASSES.every((k) => count(r[k])) || (r.latency_counts !== null && !buckets(r.latency_counts))) return undefined;
@@ -107,6 +112,26 @@ export function routeFlowsOf(before: TrafficReport | undefined, after: TrafficRe
     const latency = r.latency_counts ? r.latency_counts.map((n, i) => n - (b?.latency_counts?.[i] ?? 0)) : new Array<number>(Histogram.BOUNDS.length + 1).fill(0);
     if (answered < 0 || failed < 0 || latency.some((n) => n < 0)) continue;
     flows.push({ from: r.host, to: r.rule, answered, failed, mtls: 0, latency, timed: r.latency_counts !== null });
+  }
+  return flows;
+}
+
+/**
+ * Who called one process between two reports of it, as flows from the caller's identity to the
+ * process (its name, else its kind); `mtls` counts every answer of a caller with an identity.
+ */
+export function callerFlowsOf(before: TrafficReport | undefined, after: TrafficReport): Flow[] {
+  const to = after.process.name || after.process.kind;
+  const key = (c: { front: string; identity: string }) => JSON.stringify([c.front, c.identity]);
+  const earlier = new Map((before?.process.id === after.process.id ? before.callers : []).map((c) => [key(c), c] as const));
+  const flows: Flow[] = [];
+  for (const c of after.callers) {
+    const b = earlier.get(key(c));
+    const answered = ROUTE_CLASSES.reduce((n, k) => n + c[k] - (b ? b[k] : 0), 0);
+    const failed = c.rq_5xx - (b?.rq_5xx ?? 0);
+    const latency = c.latency_counts.map((n, i) => n - (b?.latency_counts[i] ?? 0));
+    if (answered < 0 || failed < 0 || latency.some((n) => n < 0)) continue;
+    flows.push({ from: c.identity, to, answered, failed, mtls: c.identity === PLAIN_CALLER || c.identity === OTHER_CALLERS ? 0 : answered, latency });
   }
   return flows;
 }
@@ -238,10 +263,23 @@ async function statRoutes(config: Config, io: Output): Promise<number> {
   return 0;
 }
 
-/** `mesh stat services|routes`. */
+/** `mesh stat identities`: per caller identity, what every process it called answered it. */
+async function statIdentities(config: Config, io: Output): Promise<number> {
+  const { flows, seconds } = await sample(config, io, callerFlowsOf);
+  const rows = grouped(flows, (f) => f.from).map(([identity, fs]) => [identity, rowOf(fs, seconds)] as [string, Row]);
+  if (config.output === 'json') {
+    io.out(JSON.stringify(rows.map(([identity, r]) => ({ identity, requests: r.answered, rps: json(r.rps), success: json(r.success), p50_ms: json(r.p50), p95_ms: json(r.p95), p99_ms: json(r.p99), mtls: json(r.mtls) }))) + '\n');
+  } else {
+    io.out(formatTable(['IDENTITY', 'REQUESTS', 'RPS', 'SUCCESS', 'P50', 'P95', 'P99', 'MTLS'], rows.map(([identity, r]) => [printable(identity), String(r.answered), rate(r.rps), pct(r.success), ms(r.p50), ms(r.p95), ms(r.p99), pct(r.mtls)])));
+  }
+  return 0;
+}
+
+/** `mesh stat services|routes|identities`. */
 export async function runStat(positionals: string[], config: Config, io: Output): Promise<number> {
   if (positionals.length > 2) throw new UsageError(`mesh stat ${positionals[1]} takes no further argument (got "${printable(positionals[2]!)}")`);
   if (positionals[1] === 'routes') return statRoutes(config, io);
+  if (positionals[1] === 'identities') return statIdentities(config, io);
   const { flows, seconds } = await sample(config, io);
   const rows = grouped(flows, (f) => f.to).map(([name, fs]) => [name, rowOf(fs, seconds)] as [string, Row]);
   if (config.output === 'json') {

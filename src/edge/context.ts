@@ -12,6 +12,7 @@ import type { Tracer } from '../base/tracing/tracer.js';
 import type { ContextStore } from '../base/util/call-context.js';
 import type { AccessLog } from '../base/http/access-log.js';
 import type { TapHub } from '../base/http/tap.js';
+import type { CallerCounts } from '../base/http/callers.js';
 import { serverLimits, type Drainable, type ServerLimits } from '../base/http/lifecycle.js';
 import type { UnderscorePolicy } from './filters/header-names.js';
 import type { ReusePortListening } from '../base/http/reuse-port.js';
@@ -63,6 +64,8 @@ export interface EdgeContext {
   readonly accessLog: AccessLog | undefined;
   /** The process's tap hub (admin /tap): each front end publishes its finished requests there. */
   readonly tap: TapHub;
+  /** Who calls the process's front ends (admin /traffic's callers; src/base/http/callers.ts); absent: not counted. */
+  readonly callers?: CallerCounts;
   /** The process's TLS provider (built on first use), when `settings.tls`. */
   readonly tls: TlsProvider | undefined;
   readonly client: Client;
@@ -109,6 +112,7 @@ export function edgeContext(runtime: Runtime): EdgeContext {
     context: runtime.context,
     accessLog: runtime.accessLog,
     tap: runtime.tap,
+    callers: runtime.callers,
     get tls() {
       return runtime.tls;
     },

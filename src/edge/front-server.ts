@@ -673,6 +673,7 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
         const status = res.headersSent ? res.statusCode : 500;
         this.rqClass[Math.min(4, Math.max(0, Math.floor(status / 100) - 1))]!.inc();
         this.rqTime.record(ms);
+        this.options.edge.callers?.record(this.options.statPrefix, isHttp2Request(req) ? req.stream.session?.socket : req.socket, status, ms);
       }
       this.onPhase?.('log', req);
       if (info) {

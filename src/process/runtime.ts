@@ -42,6 +42,7 @@ import { advertisedAddress, formatAddress, parseAdvertise } from '../base/util/a
 import { newProcessId, ProcessRecorder, type ProcessRecord } from '../engines/registry/processes.js';
 import { packageVersion } from '../admin/build-info.js';
 import { trafficReport } from '../admin/traffic.js';
+import { CallerCounts } from '../base/http/callers.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from '../base/http/access-log.js';
 import { TapHub } from '../base/http/tap.js';
 import { ContextStore } from '../base/util/call-context.js';
@@ -131,6 +132,8 @@ export class Runtime {
   readonly selfAddresses = new SelfAddresses();
   /** This process's id in its registry record (src/engines/registry/processes.ts). */
   readonly processId = newProcessId();
+  /** Who calls this process's front ends (admin /traffic). */
+  readonly callers = new CallerCounts();
   readonly clusters: ClusterManager;
   readonly client: Client;
   /** Calls to nodes with metadata `protocol=grpc` (docs/grpc.md). */
@@ -394,7 +397,7 @@ export class Runtime {
       processMetrics: this.processMetrics(),
       tap: this.tap,
       processId: this.processId,
-      traffic: () => trafficReport({ id: this.processId, kind: this.setup.role, name: this.setup.processName ?? '', mtls: this.options.mtls, started_ms: this.state.startedAt }, this.stats, views.clusters ?? this.clusters),
+      traffic: () => trafficReport({ id: this.processId, kind: this.setup.role, name: this.setup.processName ?? '', mtls: this.options.mtls, started_ms: this.state.startedAt }, this.stats, views.clusters ?? this.clusters, this.callers),
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },

@@ -64,4 +64,22 @@ describe('admin /tap: the caller identity of mutual TLS', () => {
       for (const t of [mine, other, all]) t.close();
     }
   });
+
+  it('mesh stat identities: the calls over mutual TLS counted per caller identity at the inbound listener; a plain call as plain', async () => {
+    for (let i = 0; i < 3; i++) assert.equal((await runCli(['call', 'go.mesh.srv.who', 'Who.Am', '{}', '--mtls=strict', ...common()])).code, 0);
+    const report = (await (await fetch(`${admin}/traffic`)).json()) as { callers: Array<{ front: string; identity: string; rq_2xx: number }> };
+    const inbound = report.callers.find((c) => c.front === 'sidecar_inbound' && c.identity === 'spiffe://mesh.local/svc/mesh.cli');
+    assert.ok(inbound && inbound.rq_2xx >= 3, JSON.stringify(report.callers));
+    const r = await runCli(['stat', 'identities', `--registry_address=${dir.path}`, '--window=0', '-o', 'json']);
+    assert.equal(r.code, 0, r.stderr);
+    const rows = JSON.parse(r.stdout) as Array<{ identity: string; requests: number; success: number; mtls: number }>;
+    const cli = rows.find((x) => x.identity === 'spiffe://mesh.local/svc/mesh.cli');
+    assert.ok(cli, r.stdout);
+    assert.equal(cli.requests, inbound.rq_2xx);
+    assert.deepEqual([cli.success, cli.mtls], [1, 1]);
+    for (const x of rows) if (x.identity === 'plain') assert.equal(x.mtls, 0);
+    const text = await runCli(['stat', 'identities', `--registry_address=${dir.path}`, '--window=0']);
+    assert.match(text.stdout, /^IDENTITY +REQUESTS +RPS +SUCCESS +P50 +P95 +P99 +MTLS\n/);
+    assert.match(text.stdout, /\nspiffe:\/\/mesh\.local\/svc\/mesh\.cli +\d+ +\S+ +100\.0% +\S+ +\S+ +\S+ +100\.0%\n/);
+  });
 });

@@ -1,7 +1,7 @@
 /** `mesh stat`, `mesh edges` and `mesh top` without processes: a /traffic answer checked, two readings' difference, a row's rates and buckets, top's counts. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { flowsOf, formatEdges, parseTraffic, rowOf } from '../../src/cli/stat.js';
+import { callerFlowsOf, flowsOf, formatEdges, parseTraffic, rowOf } from '../../src/cli/stat.js';
 import { TopTable } from '../../src/cli/top.js';
 import type { TrafficReport } from '../../src/admin/traffic.js';
 import { Histogram } from '../../src/base/stats/store.js';
@@ -13,6 +13,7 @@ function report(id: string, lat: { ok: number; fail: number; counts: number[] },
     process: { id, kind: 'sidecar', name: 'go.mesh.srv.web', mtls: 'strict', started_ms: 1 },
     latency_bounds_ms: Histogram.BOUNDS,
     clusters: [{ name: 'go.mesh.srv.orders', rq_2xx: lat.ok, rq_3xx: 0, rq_4xx: 0, rq_5xx: lat.fail, ...mtls, latency_counts: lat.counts }],
+    callers: [{ front: 'sidecar_inbound', identity: 'spiffe://mesh.local/svc/web', rq_1xx: 0, rq_2xx: lat.ok, rq_3xx: 0, rq_4xx: 0, rq_5xx: lat.fail, latency_counts: lat.counts }],
     routes: [{ host: 'shop.example', rule: 'checkout', rq_1xx: 0, rq_2xx: lat.ok, rq_3xx: 0, rq_4xx: 0, rq_5xx: lat.fail, latency_counts: null }],
   };
 }
@@ -25,6 +26,16 @@ describe('mesh stat', () => {
     assert.deepEqual(flowsOf(after, before), []);
     // Another process at the same admin address: its counters are since its start.
     assert.equal(flowsOf(before, report('p2', { ok: 3, fail: 0, counts: buckets({ 0: 3 }) }))[0]!.answered, 3);
+  });
+
+  it('callers: per identity, every answer of one with an identity counted as mutual TLS, plain ones not', () => {
+    const before = report('p1', { ok: 1, fail: 0, counts: buckets({ 2: 1 }) });
+    const after = report('p1', { ok: 4, fail: 1, counts: buckets({ 2: 5 }) });
+    after.callers.push({ front: 'sidecar', identity: 'plain', rq_1xx: 0, rq_2xx: 2, rq_3xx: 0, rq_4xx: 0, rq_5xx: 0, latency_counts: buckets({ 1: 2 }) });
+    assert.deepEqual(callerFlowsOf(before, after), [
+      { from: 'spiffe://mesh.local/svc/web', to: 'go.mesh.srv.web', answered: 4, failed: 1, mtls: 4, latency: buckets({ 2: 4 }) },
+      { from: 'plain', to: 'go.mesh.srv.web', answered: 2, failed: 0, mtls: 0, latency: buckets({ 1: 2 }) },
+    ]);
   });
 
   it('a row: requests a second, success, the buckets holding p50/p95/p99, the mutual TLS share', () => {
@@ -56,6 +67,8 @@ describe('mesh stat', () => {
     assert.equal(broken((r) => r.clusters[0].latency_counts.pop()), undefined);
     assert.equal(broken((r) => (r.process.kind = 7)), undefined);
     assert.equal(broken((r) => (r.clusters = {})), undefined);
+    assert.equal(broken((r) => delete r.callers), undefined);
+    assert.equal(broken((r) => (r.callers[0].identity = null)), undefined);
   });
 });
 
