@@ -214,8 +214,13 @@ export class SidecarOperations implements Operations {
   }
 
   async getServiceVersions(name: string): Promise<Service[]> {
-    const merged = await this.getService(name);
-    return merged ? [merged] : [];
+    try {
+      const { text } = await this.send('GET', `/registry?service=${encodeURIComponent(name)}&versions=true`);
+      return JSON.parse(text) as Service[];
+    } catch (err) {
+      if (err instanceof MeshError && err.code === 404) return [];
+      throw err;
+    }
   }
 
   async register(service: Service, ttlMs?: number): Promise<void> {

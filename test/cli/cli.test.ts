@@ -6,7 +6,8 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startProcess, runCli, tempDir, waitFor, ROOT, type RunningProcess } from '../helpers.js';
+import { http, startProcess, runCli, tempDir, waitFor, ROOT, type RunningProcess } from '../helpers.js';
+import { startSidecar } from '../fixtures/sidecar-common.js';
 import { LocalRegistry } from '../../src/engines/registry/local/index.js';
 
 const WHO = join(ROOT, 'test/fixtures/who-service.ts');
@@ -170,6 +171,19 @@ describe('CLI bad input', () => {
       // --output=json keeps its one-record shape: the nodes of every version.
       const j = JSON.parse((await runCli(['get', 'service', 'go.mesh.srv.canary', '--output=json'], env)).stdout) as { nodes: Array<{ id: string }> };
       assert.deepEqual(j.nodes.map((n) => n.id), ['canary-1a', 'canary-1b', 'canary-2']);
+      // Through a sidecar (--proxy_address): the same text, from its /registry?service=NAME&versions=true.
+      const sc = await startSidecar(home.path);
+      try {
+        const through = await runCli(['get', 'service', 'go.mesh.srv.canary', `--proxy_address=127.0.0.1:${sc.port}`]);
+        assert.equal(through.stdout, t.stdout, through.stderr);
+        const perVersion = await http('GET', `${sc.base}/registry?service=go.mesh.srv.canary&versions=true`);
+        assert.deepEqual((perVersion.json() as Array<{ version: string; nodes: unknown[] }>).map((v) => [v.version, v.nodes.length]), [['v1', 2], ['v2', 1]]);
+        const bad = await http('GET', `${sc.base}/registry?service=go.mesh.srv.canary&versions=maybe`);
+        assert.equal(bad.status, 400);
+        assert.equal(bad.text, '{"id":"go.mesh.sidecar","code":400,"detail":"versions: \\"maybe\\" is not true or false","status":"Bad Request"}');
+      } finally {
+        await sc.stop();
+      }
     } finally {
       for (const svc of [v1, v2]) await runCli(['deregister', 'service', svc], env);
     }

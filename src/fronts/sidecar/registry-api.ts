@@ -21,7 +21,7 @@ import { readBody } from '../../base/http/body.js';
 import { sendJson } from '../../base/http/respond.js';
 import { serviceFromInput } from '../../engines/registry/input.js';
 import { mergeVersions, type Service } from '../../engines/registry/registry.js';
-import { RegistryValidationError } from '../../engines/registry/validate.js';
+import { RegistryValidationError, shown } from '../../engines/registry/validate.js';
 import { formatDuration, MAX_DURATION_MS, parseDuration } from '../../base/util/duration.js';
 import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
 
@@ -98,8 +98,16 @@ export async function handleRegistry(fe: EdgeHandlerContext, req: FrontRequest, 
         } catch (err) {
           throw registryFailure(fe, `looking up ${name}`, err);
         }
-        const merged = mergeVersions(versions.filter((s) => s.nodes.length > 0));
+        const live = versions.filter((s) => s.nodes.length > 0);
+        const merged = mergeVersions(live);
         if (!merged) throw serviceNotFound(fe.errorId, name);
+        // versions=true: one record per version (mesh get service through a sidecar), sorted by version.
+        const perVersion = url.searchParams.get('versions');
+        if (perVersion !== null && perVersion !== 'true' && perVersion !== 'false') throw badRequest(fe.errorId, `versions: ${shown(perVersion)} is not true or false`);
+        if (perVersion === 'true') {
+          sendJson(res, 200, stringifyJson([...live].sort((a, b) => (a.version < b.version ? -1 : a.version > b.version ? 1 : 0))));
+          return;
+        }
         sendJson(res, 200, stringifyJson(merged));
         return;
       }
