@@ -4,6 +4,7 @@
  * process group of its own, its output prefixed with `[NAME] ` line by line (stdout to stdout,
  * stderr to stderr), signals passed on to the group, its exit status as a shell reports it.
  */
+import { createWriteStream, openSync, type WriteStream } from 'node:fs';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
@@ -23,6 +24,8 @@ export interface RunApp {
   env: Record<string, string>;
   /** The working directory of the app (default: the current one). */
   dir?: string;
+  /** A file the app's output is appended to as well (mode 0600 when made), line by line, without the prefix. */
+  log?: string;
 }
 
 /** Why a service name cannot name an app, or undefined. */
@@ -137,6 +140,16 @@ export class AppProcess {
 
   constructor(app: RunApp, env: NodeJS.ProcessEnv, out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr) {
     const [program, ...args] = app.command;
+    let log: WriteStream | undefined;
+    if (app.log !== undefined) {
+      try {
+        log = createWriteStream('', { fd: openSync(app.log, 'a', 0o600) });
+      } catch (e) {
+        // Said before anything starts: a log that cannot be written is a start failure.
+        this.exited = Promise.resolve({ status: 126, code: null, signal: null, startError: `log ${app.log}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}` });
+        return;
+      }
+    }
     // A process group of its own (detached): the signals passed on reach what the app starts too
     // (a shell script's children), and a Ctrl-C in the terminal reaches mesh run alone, which
     // deregisters the app before passing it on.
@@ -146,6 +159,7 @@ export class AppProcess {
     } catch (e) {
       // Refused before any process (e.g. ERR_INVALID_ARG_VALUE): a start failure as a shell says.
       this.exited = Promise.resolve({ status: 126, code: null, signal: null, startError: `${program}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}` });
+      log?.destroy();
       return;
     }
     this.child = child;
@@ -153,6 +167,20 @@ export class AppProcess {
     const streams = [child.stdout!, child.stderr!];
     child.stdout!.pipe(new LinePrefixer(prefix)).pipe(out, { end: false });
     child.stderr!.pipe(new LinePrefixer(prefix)).pipe(err, { end: false });
+    if (log) {
+      // Whole lines from either stream, so that stdout and stderr never cut into each other's lines.
+      const file = log;
+      const lines = streams.map((s) => {
+        const l = new LinePrefixer('');
+        s.pipe(l).pipe(file, { end: false });
+        return [s, l] as const;
+      });
+      file.once('error', (e: NodeJS.ErrnoException) => {
+        err.write(`${prefix}mesh run: cannot write the log ${app.log}: ${e.code ?? e.message}; the output goes on here only\n`);
+        for (const [s, l] of lines) s.unpipe(l);
+        file.destroy();
+      });
+    }
     this.exited = new Promise<AppExit>((resolve) => {
       child.once('error', (e: NodeJS.ErrnoException) => {
         // Only a start failure: once running, errors come as the exit.
@@ -165,8 +193,9 @@ export class AppProcess {
         // The last lines of its output, unless something it started still holds the pipes.
         const ended = Promise.all(streams.map((s) => (s.readableEnded || s.destroyed ? undefined : once(s, 'close').catch(() => undefined))));
         const cap = new Promise((r) => setTimeout(r, 1000).unref());
-        void Promise.race([ended, cap]).then(() => {
+        void Promise.race([ended, cap]).then(async () => {
           for (const s of streams) s.destroy();
+          if (log && !log.destroyed) await new Promise<void>((r) => log!.end(r));
           resolve({ status, code, signal });
         });
       });

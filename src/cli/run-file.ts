@@ -7,6 +7,7 @@
  *   health_path: /health        default /health; off: registered at start, no check
  *   env: {KEY: value}           more environment for the app
  *   dir: .                      working directory, relative to the file's directory (default it)
+ *   log: logs/greeter.log       the app's output appended to this file too (relative to the file's directory)
  *   sidecar: {handler: proxy}   options of the app's sidecar, by flag name (those of mesh run)
  *
  * A problem is a RunFileError naming the file, the line and the field.
@@ -20,7 +21,7 @@ import { appNameProblem, parseAppPort, parseHealthPath, type RunApp } from './ru
 /** Most apps one file may run. */
 export const MAX_RUN_APPS = 64;
 
-const FIELDS = ['name', 'command', 'port', 'health_path', 'env', 'dir', 'sidecar'];
+const FIELDS = ['name', 'command', 'port', 'health_path', 'env', 'dir', 'log', 'sidecar'];
 /** Options mesh run sets from an app's own fields: refused under `sidecar:`. */
 const OWN_FIELDS: Record<string, string> = { name: 'name', app_port: 'port', health_path: 'health_path', file: '' };
 
@@ -68,6 +69,7 @@ export function parseRunFile(text: string, file: string): FileApp[] {
   const base = dirname(resolve(file));
   const names = new Map<string, number>();
   const ports = new Map<number, string>();
+  const logs = new Map<string, string>();
   return list.items.map((node, i) => {
     const where = `apps[${i}]`;
     if (!isMap(node)) return fail(node, `${where}: must be a mapping (name, command, port, health_path, env, dir, sidecar)`);
@@ -132,13 +134,19 @@ export function parseRunFile(text: string, file: string): FileApp[] {
     const dirText = scalarText('dir');
     if (dirText?.includes('\0')) atApp('dir', 'contains a NUL character (\\0), which no path can hold');
     const dir = dirText === undefined ? base : resolve(base, dirText);
+    const logText = scalarText('log');
+    if (logText?.includes('\0')) atApp('log', 'contains a NUL character (\\0), which no path can hold');
+    const log = logText === undefined ? undefined : resolve(base, logText);
+    const other = log === undefined ? undefined : logs.get(log);
+    if (other !== undefined) atApp('log', `${logText} is also the log of ${other}`);
+    if (log !== undefined) logs.set(log, name);
 
     const sidecarNode = field('sidecar');
     const locate = (flag: string | undefined) => {
       const pair = flag !== undefined && isMap(sidecarNode) ? sidecarNode.items.find((p) => keyOf(p.key).replace(/-/g, '_') === flag) : undefined;
       return pair ? `${file}: line ${lineAt(pair.value ?? pair.key)}: ${where2}.sidecar.${flag}` : `${file}: line ${lineAt(node)}: ${where2}`;
     };
-    return { name, command, port, healthPath, env, dir, sidecar: sidecarOptions(sidecarNode, `${where2}.sidecar`, file, lineAt), locate };
+    return { name, command, port, healthPath, env, dir, log, sidecar: sidecarOptions(sidecarNode, `${where2}.sidecar`, file, lineAt), locate };
   });
 }
 

@@ -30,6 +30,15 @@ describe('mesh run: the app ends, or never becomes healthy', () => {
     assert.equal(r.code, 127);
   });
 
+  it('a log file that cannot be opened: the app is not started (126), naming the file', async () => {
+    const path = join(w.dir, 'logged.yaml');
+    writeFileSync(path, `apps:\n  - name: go.mesh.srv.logged\n    command: [${JSON.stringify(process.execPath)}, node-app.mjs]\n    log: no-such-dir/app.log\n`);
+    const r = await runCli(['run', '-f', path], w.env);
+    assert.match(r.stdout, new RegExp(`^mesh run: go\\.mesh\\.srv\\.logged could not be started: log ${join(w.dir, 'no-such-dir/app.log').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}: ENOENT \\(status 126\\)$`, 'm'));
+    assert.equal(r.code, 126);
+    assert.deepEqual(await w.nodes('go.mesh.srv.logged'), []);
+  });
+
   it('an app that stops answering 2xx is deregistered, and registered again when it answers again', async () => {
     proc = startProcess(['run', '--name=go.mesh.srv.flaky', '--', process.execPath, 'node-app.mjs'], w.env, undefined, w.dir);
     const port = await proc.waitForPort(/PORT=(\d+)\)/);
@@ -199,7 +208,7 @@ describe('mesh run: errors exit 2 before anything starts', () => {
   const cases: Array<[string, string, string]> = [
     ['no apps', 'apps: []\n', 'line 1: apps: must be a non-empty list of apps'],
     ['a top-level field', 'apps:\n  - name: a\n    command: [x]\nversion: 2\n', 'line 4: unknown field "version" (the file has one field, apps: a list of apps)'],
-    ['an unknown field', 'apps:\n  - name: a\n    command: [x]\n    ports: 80\n', 'line 4: apps[0]: unknown field "ports" (use name, command, port, health_path, env, dir, sidecar)'],
+    ['an unknown field', 'apps:\n  - name: a\n    command: [x]\n    ports: 80\n', 'line 4: apps[0]: unknown field "ports" (use name, command, port, health_path, env, dir, log, sidecar)'],
     ['no name', 'apps:\n  - command: [x]\n', 'line 2: apps[0].name: required: the service name the app is registered under'],
     ['a twin name', 'apps:\n  - name: a\n    command: [x]\n  - name: a\n    command: [y]\n', 'line 4: apps[1].name: "a" is also the name of apps[0]; each app needs its own name'],
     ['a bad port', 'apps:\n  - name: a\n    command: [x]\n    port: 70000\n', 'line 4: apps[0] (a).port: invalid value "70000": use a port from 1 to 65535, or auto'],
@@ -211,6 +220,8 @@ describe('mesh run: errors exit 2 before anything starts', () => {
     ['a NUL in the command', 'apps:\n  - name: a\n    command: [x, "a\\0b"]\n', 'line 3: apps[0] (a).command: contains a NUL character (\\0), which no program or argument can hold'],
     ['a NUL in the env', 'apps:\n  - name: a\n    command: [x]\n    env:\n      K: "v\\0"\n', 'line 5: apps[0] (a).env.K: contains a NUL character (\\0), which no variable can hold'],
     ['a NUL in the dir', 'apps:\n  - name: a\n    command: [x]\n    dir: "d\\0"\n', 'line 4: apps[0] (a).dir: contains a NUL character (\\0), which no path can hold'],
+    ['an empty log', 'apps:\n  - name: a\n    command: [x]\n    log: ""\n', 'line 4: apps[0].log: must be a non-empty string'],
+    ['a shared log', 'apps:\n  - name: a\n    command: [x]\n    log: out.log\n  - name: b\n    command: [y]\n    log: ./out.log\n', 'line 7: apps[1] (b).log: ./out.log is also the log of a'],
   ];
   for (const [what, text, message] of cases) {
     it(`a file with ${what}`, async () => {

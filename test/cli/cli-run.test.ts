@@ -7,6 +7,7 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT, runCli, startProcess, waitFor, type RunningProcess } from '../helpers.js';
 import { at, docBlock, docCommand, killAll, world, type World } from '../fixtures/run-world.js';
@@ -89,6 +90,12 @@ describe('mesh run: the docs samples', () => {
     assert.deepEqual(await w.nodes('go.mesh.srv.python'), []);
     assert.deepEqual(await w.nodes('go.mesh.srv.relay'), []);
     proc = undefined;
+    // The relay's `log:` file has its output, whole lines, without the prefix; the Python app's is not there.
+    const logged = readFileSync(join(w.dir, 'relay.log'), 'utf8');
+    assert.match(logged, /^listening on \d+\n/);
+    assert.match(logged, /\nstopping\n$/);
+    assert.doesNotMatch(logged, /\[go\.mesh\.srv|Hello\.Say/);
+    assert.equal(statSync(join(w.dir, 'relay.log')).mode & 0o777, 0o600);
   });
 });
 
