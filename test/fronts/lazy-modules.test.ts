@@ -1,7 +1,8 @@
 /**
- * A sidecar or a gateway that is not asked for gRPC, a Redis rate limit store or certificate
- * signing does not load those libraries (their memory is paid by the processes that use them):
- * the real processes run with a loader hook that logs every package imported by name.
+ * A sidecar or a gateway that is not asked for gRPC, a Redis rate limit store, certificate
+ * signing, a YAML file, protobuf or a WebSocket does not load those libraries (their memory is
+ * paid by the processes that use them): the real processes run with a loader hook that logs every
+ * package imported or required by name.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,7 +13,7 @@ import { CLI, http, PRINTED, startProcess, tempDir } from '../helpers.js';
 
 const REGISTER = fileURLToPath(new URL('../fixtures/module-log/register.mjs', import.meta.url));
 /** Loaded at their first use only. */
-const LAZY = ['@grpc/grpc-js', 'redis', '@peculiar/x509'];
+const LAZY = ['@grpc/grpc-js', 'redis', '@peculiar/x509', 'yaml', 'protobufjs', 'ws'];
 
 async function packagesOf(command: string[], admin: RegExp): Promise<Set<string>> {
   const dir = tempDir('mesh-lazy-');
