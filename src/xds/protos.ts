@@ -7,7 +7,8 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import protobuf from 'protobufjs';
+import type protobuf from 'protobufjs';
+import { protobufjs } from '../base/util/lazy-packages.js';
 import { packageRoot } from '../base/util/package-root.js';
 import { TYPE_URLS, type Message, type ResourceKind } from './resources.js';
 
@@ -59,7 +60,7 @@ export class XdsProtos {
   private readonly types: Record<ResourceKind, protobuf.Type>;
 
   constructor(dir = xdsProtoDir()) {
-    const root = new protobuf.Root();
+    const root = new (protobufjs().Root)();
     root.resolvePath = (_origin, target) => {
       const local = join(dir, target);
       return existsSync(local) ? local : target; // google/protobuf/*: protobufjs's own copies

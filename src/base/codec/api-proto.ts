@@ -2,7 +2,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot } from '../util/package-root.js';
-import protobuf from 'protobufjs';
+import type protobuf from 'protobufjs';
+import { protobufjs } from '../util/lazy-packages.js';
 
 export interface ApiTypes {
   Pair: protobuf.Type;
@@ -16,7 +17,7 @@ let cached: ApiTypes | undefined;
 export function apiTypes(): ApiTypes {
   if (!cached) {
     const source = readFileSync(join(packageRoot(), 'proto', 'api.proto'), 'utf8');
-    const root = protobuf.parse(source, { keepCase: true }).root;
+    const root = protobufjs().parse(source, { keepCase: true }).root;
     cached = {
       Pair: root.lookupType('mesh.api.Pair'),
       Request: root.lookupType('mesh.api.Request'),

@@ -16,7 +16,8 @@
  *   form its users know): a ConfigErrorStyle gives the pieces; the kinds of file subclass it
  *   only to keep their names (RouteFileError, ProxyConfigError, RulesError, RunFileError).
  */
-import { LineCounter, isMap, isScalar, type Document, type Node } from 'yaml';
+import type { Document, LineCounter, Node } from 'yaml';
+import { isMap, isScalar, yaml } from '../util/lazy-packages.js';
 import { MAX_CONFIG_ALIASES, parseConfigDocument, parseConfigDocuments } from '../util/config-yaml.js';
 import { readBounded, readSettled, SettledReadError, type SettleOptions } from './settled.js';
 
@@ -257,7 +258,7 @@ function syntaxError(doc: Document.Parsed, lines: LineCounter, o: ParseConfigOpt
 /** Parses a configuration text of one document (YAML or JSON) within the limits; throws a ConfigFileError. */
 export function parseConfig(text: string, o: ParseConfigOptions): ConfigDoc {
   checkText(text, o);
-  const lines = new LineCounter();
+  const lines = new (yaml().LineCounter)();
   const doc = parseConfigDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const err = syntaxError(doc, lines, o);
   if (err) throw err;
@@ -267,7 +268,7 @@ export function parseConfig(text: string, o: ParseConfigOptions): ConfigDoc {
 /** Parses a configuration text of several documents (`---` between them) within the limits; throws a ConfigFileError for the first error. */
 export function parseConfigAll(text: string, o: ParseConfigOptions): ConfigDoc[] {
   checkText(text, o);
-  const lines = new LineCounter();
+  const lines = new (yaml().LineCounter)();
   const docs = parseConfigDocuments(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   for (const doc of docs) {
     const err = syntaxError(doc, lines, o);

@@ -19,7 +19,8 @@
  *
  * The readers use this through src/base/config/reader.ts (file read, size bound, positions, errors).
  */
-import { Document, LineCounter, YAMLParseError, isAlias, isMap, isPair, isSeq, type Node, parseAllDocuments, parseDocument, type DocumentOptions, type ParseOptions, type SchemaOptions } from 'yaml';
+import type { Document, LineCounter, YAMLParseError, Node, DocumentOptions, ParseOptions, SchemaOptions } from 'yaml';
+import { isAlias, isMap, isPair, isSeq, yaml } from './lazy-packages.js';
 
 /** Deepest nesting of mappings and lists a configuration file may have. */
 export const MAX_CONFIG_DEPTH = 64;
@@ -239,7 +240,7 @@ function closeQuote(line: string, from: number, q: string): number {
 
 /** The error of a text nested too deeply, at a 1-based line and column. */
 function tooDeep(lines: LineCounter, offset: number | undefined, at?: { line: number; col: number }): YAMLParseError {
-  const err = new YAMLParseError([offset ?? 0, (offset ?? 0) + 1], 'BAD_INDENT', TOO_DEEP);
+  const err = new (yaml().YAMLParseError)([offset ?? 0, (offset ?? 0) + 1], 'BAD_INDENT', TOO_DEEP);
   err.linePos = [at ?? lines.linePos(offset ?? 0)];
   return err;
 }
@@ -272,14 +273,14 @@ function beyondBounds(doc: Document): { offset: number; why: string } | undefine
 
 /** The error of a document past a bound, at the node's line and column. */
 function beyond(lines: LineCounter, at: { offset: number; why: string }): YAMLParseError {
-  const err = new YAMLParseError([at.offset, at.offset + 1], 'BAD_INDENT', at.why);
+  const err = new (yaml().YAMLParseError)([at.offset, at.offset + 1], 'BAD_INDENT', at.why);
   err.linePos = [lines.linePos(at.offset)];
   return err;
 }
 
 /** A document that stands for a text refused before parsing: no contents, the one error. */
 function refused(options: Options, err: YAMLParseError): Document.Parsed {
-  const doc = new Document(null, options) as Document.Parsed;
+  const doc = new (yaml().Document)(null, options) as Document.Parsed;
   doc.errors.push(err);
   return doc;
 }
@@ -298,7 +299,7 @@ export function parseConfigDocument(text: string, options: Options): Document.Pa
   if (guess && guess.depth > PARSE_GUARD) return refused(options, tooDeep(options.lineCounter, undefined, guess));
   let doc: Document.Parsed;
   try {
-    doc = parseDocument(text, options);
+    doc = yaml().parseDocument(text, options);
   } catch (err) {
     if (!isStackOverflow(err)) throw err;
     return refused(options, tooDeep(options.lineCounter, undefined, guess ?? { line: 1, col: 1 }));
@@ -319,7 +320,7 @@ export function parseConfigDocuments(text: string, options: Options): Document.P
   if (guess && guess.depth > PARSE_GUARD) return [refused(options, tooDeep(options.lineCounter, undefined, guess))];
   let docs: Document.Parsed[];
   try {
-    const all = parseAllDocuments(text, options);
+    const all = yaml().parseAllDocuments(text, options);
     docs = Array.isArray(all) ? all : [];
   } catch (err) {
     if (!isStackOverflow(err)) throw err;

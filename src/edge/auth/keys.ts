@@ -8,7 +8,8 @@
  * key → {subject, scopes}; any other name → lines of `KEY [SUBJECT [SCOPE,SCOPE...]]`, `#` comments.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { isMap, isSeq, type Node } from 'yaml';
+import type { Node } from 'yaml';
+import { isMap, isSeq } from '../../base/util/lazy-packages.js';
 import { parseConfig } from '../../base/config/reader.js';
 import { RULES_ERRORS, RulesError } from './rule-file.js';
 

@@ -4,7 +4,7 @@
  * The edge's `--auth_rules` (rules.ts) and the services' `--authz_rules` (authz.ts) read their
  * files with it; each parses the fields of a rule its own way.
  */
-import { isMap, isScalar, isSeq } from 'yaml';
+import { isMap, isScalar, isSeq } from '../../base/util/lazy-packages.js';
 import { ConfigFileError, parseConfig, type ConfigErrorStyle } from '../../base/config/reader.js';
 
 /**

@@ -24,7 +24,8 @@
 import { flushHead, writeChunk, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import type { RawData, WebSocket, WebSocketServer } from 'ws';
+import { wsLibrary } from '../../base/util/lazy-packages.js';
 import { asFrontEndError, badGateway, badRequest, errorWithStatus, gatewayTimeout, MeshError, methodNotAllowed, notAcceptable, serviceNotFound, serviceUnavailable, unsupportedMediaType } from '../../base/errors.js';
 import { mediaType } from '../../base/codec/codec.js';
 import { JsonDepthError, jsonNestingExceeds } from '../../base/codec/json.js';
@@ -229,7 +230,8 @@ function closeReason(detail: string): string {
 
 /** The WebSocket face of streaming endpoints, one per front end (and the endpoint kinds of its SSE). */
 export class StreamSockets {
-  private readonly wss: WebSocketServer;
+  /** Made at the first upgrade: a front end that never upgrades does not load ws. */
+  private wss?: WebSocketServer;
   private readonly open = new Set<WebSocket>();
   private closed = false;
   /** The endpoint kinds, shared with the SSE handler of the same front end. */
@@ -237,8 +239,11 @@ export class StreamSockets {
 
   constructor(private readonly fe: EdgeHandlerContext) {
     this.kinds = new StreamKinds(fe);
-    const options = { noServer: true, maxPayload: fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
-    this.wss = new WebSocketServer(options as ConstructorParameters<typeof WebSocketServer>[0]);
+  }
+
+  private server(): WebSocketServer {
+    const options = { noServer: true, maxPayload: this.fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
+    return (this.wss ??= new (wsLibrary().WebSocketServer)(options as ConstructorParameters<typeof WebSocketServer>[0]));
   }
 
   /**
@@ -261,7 +266,7 @@ export class StreamSockets {
     if (!kind) return refuse(notStreaming(fe, route, 404, unary));
     if (socket.destroyed) return;
     const streamKind = kind;
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.run(route, streamKind, req, ws));
+    this.server().handleUpgrade(req, socket, head, (ws) => this.run(route, streamKind, req, ws));
   }
 
   /** Ends every stream socket with 1001 (shutdown) and stops watching the registry. */

@@ -17,7 +17,8 @@ import { normalizePath } from '../../base/http/path.js';
 import { compilePathRegex } from '../../base/util/regex.js';
 import { serviceNameProblem, versionProblem } from '../../engines/registry/validate.js';
 import { foldHeaderName, isEdgeSetHeader, isHopByHop, isMeshHeaderName } from '../../core/transport/headers.js';
-import { isMap, isScalar, isSeq, type Node, type Pair } from 'yaml';
+import type { Node, Pair } from 'yaml';
+import { isMap, isScalar, isSeq } from '../../base/util/lazy-packages.js';
 import { corsOriginPattern, type CorsOriginPattern, type RouteCorsSpec } from '../../base/http/cors.js';
 import { ConfigFileError, MAX_CONFIG_FILE_BYTES, parseConfigAll, readConfigFile, type ConfigDoc, type ConfigErrorStyle } from '../../base/config/reader.js';
 

@@ -48,7 +48,8 @@ import type { IncomingMessage } from 'node:http';
 import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
-import { WebSocketServer, type WebSocket, type RawData } from 'ws';
+import type { WebSocket, RawData, WebSocketServer } from 'ws';
+import { wsLibrary } from '../../base/util/lazy-packages.js';
 import { nameProblem } from '../../engines/broker/names.js';
 import { badRequest, MeshError, methodNotAllowed, serviceUnavailable, tooManyRequests, upgradeRequired } from '../../base/errors.js';
 import { readBody } from '../../base/http/body.js';
@@ -209,7 +210,8 @@ interface BrokerStats {
 }
 
 export class BrokerApi {
-  private readonly wss: WebSocketServer;
+  /** Made at the first subscription: a sidecar whose apps never subscribe does not load ws. */
+  private wss?: WebSocketServer;
   private readonly connections = new Set<Connection>();
   private readonly stats: BrokerStats;
   private readonly maxBuffered: number;
@@ -232,9 +234,6 @@ export class BrokerApi {
   constructor(private readonly fe: EdgeHandlerContext) {
     // Frames carry base64 (4/3 of the body) plus headers: keep room for two of the largest.
     this.maxBuffered = Math.max(MAX_BUFFERED_BYTES, Math.ceil(fe.maxBodyBytes * 1.4) * 2);
-    // closeTimeout (ws >= 8.18) is not in @types/ws yet: how long a close waits for the client.
-    const options = { noServer: true, maxPayload: fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
-    this.wss = new WebSocketServer(options as ConstructorParameters<typeof WebSocketServer>[0]);
     const s = fe.edge.stats;
     this.stats = {
       published: s.counter('sidecar.broker.published'),
@@ -292,6 +291,12 @@ export class BrokerApi {
     }
   }
 
+  private server(): WebSocketServer {
+    // closeTimeout (ws >= 8.18) is not in @types/ws yet: how long a close waits for the client.
+    const options = { noServer: true, maxPayload: this.fe.maxBodyBytes, perMessageDeflate: false, clientTracking: false, closeTimeout: CLOSE_GRACE_MS };
+    return (this.wss ??= new (wsLibrary().WebSocketServer)(options as ConstructorParameters<typeof WebSocketServer>[0]));
+  }
+
   /** WebSocket upgrade on /broker: validates, subscribes, then completes the handshake. */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const fe = this.fe;
@@ -330,7 +335,7 @@ export class BrokerApi {
             if (!socketGone) refuse(serviceUnavailable(fe.errorId, this.closed ? 'sidecar shutting down' : 'subscription ended before the handshake completed'));
             return;
           }
-          this.wss.handleUpgrade(req, socket, head, (ws) => {
+          this.server().handleUpgrade(req, socket, head, (ws) => {
             conn.socket = socket;
             this.attach(conn, ws);
           });
@@ -596,6 +601,6 @@ export class BrokerApi {
     await Promise.race([Promise.allSettled(releases), new Promise((r) => setTimeout(r, 3000).unref())]);
     for (const conn of this.connections) conn.ws?.terminate();
     this.connections.clear();
-    this.wss.close();
+    this.wss?.close();
   }
 }

@@ -5,7 +5,8 @@
  * Input is checked against the message type: an unknown field or a value of the wrong kind is a
  * 400 naming the field, never dropped or turned into 0 silently.
  */
-import protobuf from 'protobufjs';
+import type protobuf from 'protobufjs';
+import { protobufjs } from '../../../base/util/lazy-packages.js';
 
 export class JsonShapeError extends Error {}
 
@@ -30,14 +31,15 @@ export function decodeToJson(type: protobuf.Type, bytes: Uint8Array): string {
 /** The fields of a decoded message in the order of the .proto (toObject puts arrays and maps first). */
 function ordered(type: protobuf.Type, obj: Record<string, unknown>, depth: number): Record<string, unknown> {
   if (depth > DEPTH) return obj;
+  const { MapField, Type } = protobufjs();
   const out: Record<string, unknown> = {};
   for (const f of type.fieldsArray) {
     if (!(f.name in obj)) continue;
     const v = obj[f.name];
     f.resolve();
     const sub = f.resolvedType;
-    if (sub instanceof protobuf.Type && v !== null && typeof v === 'object') {
-      if (f instanceof protobuf.MapField) out[f.name] = Object.fromEntries(Object.entries(v as Record<string, Record<string, unknown>>).map(([k, x]) => [k, ordered(sub, x, depth + 1)]));
+    if (sub instanceof Type && v !== null && typeof v === 'object') {
+      if (f instanceof MapField) out[f.name] = Object.fromEntries(Object.entries(v as Record<string, Record<string, unknown>>).map(([k, x]) => [k, ordered(sub, x, depth + 1)]));
       else if (Array.isArray(v)) out[f.name] = v.map((x: Record<string, unknown>) => ordered(sub, x, depth + 1));
       else out[f.name] = ordered(sub, v as Record<string, unknown>, depth + 1);
     } else out[f.name] = v;
@@ -49,6 +51,7 @@ function ordered(type: protobuf.Type, obj: Record<string, unknown>, depth: numbe
 function message(type: protobuf.Type, value: unknown, path: string, depth: number): Record<string, unknown> {
   if (depth > DEPTH) throw new JsonShapeError(`${path || 'request'}: nested deeper than ${DEPTH}`);
   if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new JsonShapeError(`${path || 'request'}: must be a JSON object (${type.name})`);
+  const { MapField } = protobufjs();
   const out: Record<string, unknown> = {};
   for (const [key, v] of Object.entries(value as Record<string, unknown>)) {
     const field = type.fields[key] ?? jsonNamed(type, key);
@@ -56,7 +59,7 @@ function message(type: protobuf.Type, value: unknown, path: string, depth: numbe
     if (!field) throw new JsonShapeError(`${where}: no such field in ${type.fullName.replace(/^\./, '')}`);
     if (v === null) continue; // proto3 JSON: null is the default
     field.resolve();
-    if (field instanceof protobuf.MapField) {
+    if (field instanceof MapField) {
       if (typeof v !== 'object' || Array.isArray(v)) throw new JsonShapeError(`${where}: must be a JSON object (a map)`);
       const m: Record<string, unknown> = {};
       for (const [k, item] of Object.entries(v as Record<string, unknown>)) m[k] = single(field, item, `${where}.${k}`, depth);
@@ -79,8 +82,9 @@ const camel = (name: string) => name.replace(/_([a-z0-9])/g, (_, c: string) => c
 function single(field: protobuf.Field, v: unknown, where: string, depth: number): unknown {
   const t = field.type;
   const resolved = field.resolvedType;
-  if (resolved instanceof protobuf.Type) return message(resolved, v, where, depth + 1);
-  if (resolved instanceof protobuf.Enum) {
+  const { Enum, Type } = protobufjs();
+  if (resolved instanceof Type) return message(resolved, v, where, depth + 1);
+  if (resolved instanceof Enum) {
     if (typeof v === 'string' && v in resolved.values) return v;
     if (typeof v === 'number' && Number.isInteger(v)) return v;
     throw new JsonShapeError(`${where}: must be one of ${Object.keys(resolved.values).join(', ')}`);

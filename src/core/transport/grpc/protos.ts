@@ -5,7 +5,8 @@
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
-import protobuf from 'protobufjs';
+import type protobuf from 'protobufjs';
+import { protobufjs } from '../../../base/util/lazy-packages.js';
 import type { StreamKind } from '../frames.js';
 import { SchemaOptionError } from '../../../base/util/option-error.js';
 
@@ -54,8 +55,9 @@ export class GrpcSchema {
   }
 
   private collect(ns: protobuf.NamespaceBase): void {
+    const { Namespace, Service } = protobufjs();
     for (const obj of ns.nestedArray) {
-      if (obj instanceof protobuf.Service) {
+      if (obj instanceof Service) {
         const full = obj.fullName.replace(/^\./, '');
         const methods = new Map<string, GrpcMethod>();
         for (const m of obj.methodsArray) {
@@ -76,7 +78,7 @@ export class GrpcSchema {
         list.push(full);
         this.byShort.set(short, list);
       }
-      if (obj instanceof protobuf.Namespace) this.collect(obj);
+      if (obj instanceof Namespace) this.collect(obj);
     }
   }
 
@@ -158,10 +160,10 @@ export function loadProtos(source: ProtoSource): GrpcSchema {
     if (files.length === 0) throw new ProtoLoadError(`{proto_path}: no .proto file under ${dirs.join(', ')}`, 'proto_path');
   }
 
-  const root = new protobuf.Root();
+  const root = new (protobufjs().Root)();
   const read = new Set<string>(files);
   root.resolvePath = (origin, target) => {
-    const found = find(target) ?? (origin ? protobuf.util.path.resolve(origin, target) : target);
+    const found = find(target) ?? (origin ? protobufjs().util.path.resolve(origin, target) : target);
     read.add(found);
     return found;
   };
@@ -196,7 +198,7 @@ function describe(err: Error, files: string[], dirs: string[]): string {
         continue;
       }
       try {
-        protobuf.parse(source, new protobuf.Root(), { keepCase: true });
+        protobufjs().parse(source, new (protobufjs().Root)(), { keepCase: true });
       } catch (e) {
         const again = /^(.*) \((?:.+, )?line (\d+)\)$/.exec((e as Error).message);
         if (again) return `${show(file)}:${again[2]}: ${again[1]}`;

@@ -4,8 +4,8 @@
  * fetch the files that define them (with their imports), build the types from the descriptors.
  */
 import type * as grpc from '@grpc/grpc-js';
-import protobuf from 'protobufjs';
-import 'protobufjs/ext/descriptor/index.js';
+import type protobuf from 'protobufjs';
+import { protobufjsDescriptors } from '../../../base/util/lazy-packages.js';
 import { GrpcSchema } from './protos.js';
 
 const REFLECTION_PROTO = `
@@ -55,7 +55,7 @@ export class ReflectionError extends Error {
 
 /** Builds the message types of the reflection protocol, once per transport. */
 export function reflectionTypes(): { request: protobuf.Type; response: protobuf.Type } {
-  const root = protobuf.parse(REFLECTION_PROTO, { keepCase: true }).root;
+  const root = protobufjsDescriptors().parse(REFLECTION_PROTO, { keepCase: true }).root;
   return { request: root.lookupType('reflection.ServerReflectionRequest'), response: root.lookupType('reflection.ServerReflectionResponse') };
 }
 
@@ -105,7 +105,7 @@ function reflectWith(lib: typeof grpc, client: grpc.Client, path: string, deadli
       call.end();
       try {
         const set = encodeSet([...files.values()]);
-        const root = (protobuf.Root as unknown as { fromDescriptor(b: Uint8Array): protobuf.Root }).fromDescriptor(set);
+        const root = (protobufjsDescriptors().Root as unknown as { fromDescriptor(b: Uint8Array): protobuf.Root }).fromDescriptor(set);
         root.resolveAll();
         resolve(new GrpcSchema(root));
       } catch (err) {
@@ -126,7 +126,7 @@ function reflectWith(lib: typeof grpc, client: grpc.Client, path: string, deadli
         }
       }
       for (const bytes of res.file_descriptor_response?.file_descriptor_proto ?? []) {
-        const fd = (protobuf as unknown as { descriptor: { FileDescriptorProto: protobuf.Type } }).descriptor?.FileDescriptorProto;
+        const fd = (protobufjsDescriptors() as unknown as { descriptor: { FileDescriptorProto: protobuf.Type } }).descriptor?.FileDescriptorProto;
         const name = fd ? String((fd.decode(bytes) as unknown as { name?: string }).name ?? '') : String(files.size);
         if (!files.has(name)) files.set(name, bytes);
         // A node that sends a file without its imports: ask for them by name.
@@ -154,7 +154,7 @@ function reflectWith(lib: typeof grpc, client: grpc.Client, path: string, deadli
 
 /** A FileDescriptorSet (field 1, repeated FileDescriptorProto) from the serialized files. */
 function encodeSet(files: Uint8Array[]): Uint8Array {
-  const w = protobuf.Writer.create();
+  const w = protobufjsDescriptors().Writer.create();
   for (const f of files) w.uint32((1 << 3) | 2).bytes(f);
   return w.finish();
 }
