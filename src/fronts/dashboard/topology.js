@@ -45,7 +45,7 @@
   const rate = (x) => (x === null ? '–' : x.toFixed(1));
   const attr = (x) => (x === null ? '' : String(x));
   const health = (f) => (f.requests === 0 || f.success === null ? 'idle' : f.success >= 0.99 ? 'good' : f.success >= 0.95 ? 'warn' : 'bad');
-  const edgeLabel = (e) => `${rate(e.rps)} rps · ${pct(e.success)} · p99 ${ms(e.p99_ms)} · mTLS ${pct(e.mtls)}`;
+  const edgeLabel = (e) => (e.requests === 0 ? 'idle: no call in this window' : `${rate(e.rps)} rps · ${pct(e.success)} · p99 ${ms(e.p99_ms)} · mTLS ${pct(e.mtls)}`);
 
   /** Columns by distance from the callers nobody calls (a node only in a cycle: column 0). */
   function columns(nodes, edges) {
