@@ -85,6 +85,8 @@ export function trafficReport(id: string, name: string, to: Record<string, numbe
       hosts_mtls: 1,
       latency_counts: Histogram.BOUNDS.map((_, i) => (i === 5 ? n : 0)).concat([0]),
     })),
+    routes: [],
+    callers: [],
   };
 }
 

@@ -50,6 +50,8 @@ function report(r: ProcessRecord, calls: Record<string, { ok: number; fail: numb
       hosts_mtls: 1,
       latency_counts: Histogram.BOUNDS.map((_, i) => (i === 5 ? c.ok + c.fail : 0)).concat([0]),
     })),
+    routes: [],
+    callers: [],
   };
 }
 

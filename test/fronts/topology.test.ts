@@ -24,10 +24,11 @@ const topology = async (base: string): Promise<TopologyJson> => {
   return res.json() as TopologyJson;
 };
 /** The next reading after `after` (the cached one is answered until it is stale). */
-const nextReading = (base: string, after: TopologyJson) => waitFor(async () => {
-  const t = await topology(base);
-  return t.timestamp > after.timestamp ? t : undefined;
-}, 10000, 100);
+const nextReading = async (base: string, after: TopologyJson): Promise<TopologyJson> =>
+  (await waitFor(async () => {
+    const t = await topology(base);
+    return t.timestamp > after.timestamp ? t : undefined;
+  }, 10000, 100))!;
 const edge = (t: TopologyJson, from: string, to: string) => t.edges.find((e) => e.from === from && e.to === to);
 
 describe('GET /stats/topology of mesh api', () => {
@@ -69,10 +70,10 @@ describe('GET /stats/topology of mesh api', () => {
   it('one reading serves many requests: 20 at once read a fake admin once', async () => {
     const fake = await fakeAdmin(mesh.registry, 'fake-1-aaaaaa', 'go.mesh.srv.fake', () => trafficReport('fake-1-aaaaaa', 'go.mesh.srv.fake', { [SERVICE]: 7 }));
     try {
-      const seen = await waitFor(async () => {
+      const seen = (await waitFor(async () => {
         const t = await topology(mesh.gw.url);
         return t.processes.some((p) => p.name === 'go.mesh.srv.fake') ? t : undefined;
-      }, 10000, 100);
+      }, 10000, 100))!;
       const hits = fake.hits;
       assert.equal(hits, 1);
       const all = await Promise.all(Array.from({ length: 20 }, () => topology(mesh.gw.url)));
@@ -94,11 +95,11 @@ describe('GET /stats/topology of mesh api', () => {
     await gone.close();
     await mesh.registry.register(processService(gone.record), { ttlMs: 60_000 });
     try {
-      const t = await waitFor(async () => {
+      const t = (await waitFor(async () => {
         const started = Date.now();
         const x = await topology(mesh.gw.url);
         return x.processes.some((p) => p.name === 'go.mesh.srv.hang') && x.processes.some((p) => p.name === 'go.mesh.srv.gone') ? { x, ms: Date.now() - started } : undefined;
-      }, 15000, 100);
+      }, 15000, 100))!;
       const status = (name: string) => t.x.processes.find((p) => p.name === name)!.status;
       assert.equal(status('go.mesh.srv.hang'), 'cannot read /traffic (no answer within 1000 ms)');
       assert.equal(status('go.mesh.srv.liar'), '/traffic did not answer a traffic report');
