@@ -52,6 +52,7 @@ export const UNIT = [
   'test/admin/tap-unit.test.ts',
   'test/cli/ps-unit.test.ts',
   'test/cli/stat-unit.test.ts',
+  'test/fronts/topology-unit.test.ts',
   'test/edge/api-handler.test.ts',
   'test/edge/authz.test.ts',
   'test/core/client-budget.test.ts',

@@ -1,7 +1,8 @@
 /** `mesh stat`, `mesh edges` and `mesh top` without processes: a /traffic answer checked, two readings' difference, a row's rates and buckets, top's counts. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { callerFlowsOf, flowsOf, formatEdges, parseTraffic, rowOf } from '../../src/cli/stat.js';
+import { formatEdges } from '../../src/cli/stat.js';
+import { callerFlowsOf, flowsOf, parseTraffic, rowOf } from '../../src/admin/traffic-flows.js';
 import { TopTable } from '../../src/cli/top.js';
 import type { TrafficReport } from '../../src/admin/traffic.js';
 import { Histogram } from '../../src/base/stats/store.js';

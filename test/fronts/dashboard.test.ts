@@ -348,7 +348,7 @@ describe('dashboard on a real mesh api process', () => {
     assert.match(String(page.headers['content-security-policy']), /default-src 'none'; script-src 'self'/);
     assert.doesNotMatch(page.text, /https?:\/\//, 'no absolute URL: nothing from a CDN');
     const refs = [...page.text.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!).filter((r) => !r.startsWith('data:'));
-    assert.deepEqual(refs.sort(), ['stats/assets/dashboard.css', 'stats/assets/dashboard.js', 'stats/assets/uPlot.iife.min.js', 'stats/assets/uPlot.min.css']);
+    assert.deepEqual(refs.sort(), ['stats/assets/dashboard.css', 'stats/assets/dashboard.js', 'stats/assets/topology.js', 'stats/assets/uPlot.iife.min.js', 'stats/assets/uPlot.min.css']);
     for (const ref of refs) {
       const res = await http('GET', `${base}/${ref}`);
       assert.equal(res.status, 200, ref);

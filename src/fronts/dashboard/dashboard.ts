@@ -6,6 +6,7 @@
  *   GET /stats  Accept: application/json (or ?format=json, or a JSON Content-Type as micro sent)
  *                                  the same data as JSON (DashboardJson below)
  *   GET /stats/assets/<name>       the page's script, styles and uPlot, served by the process (no CDN)
+ *   GET /stats/topology            the gateway's topology JSON (./topology.ts); 404 without one (the sidecar)
  *
  * The numbers are the process's StatsStore counters `http.<prefix>.downstream_rq_*` (what admin
  * /stats prints), counted by FrontServer from the status really sent. Requests to these paths
@@ -16,7 +17,8 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { methodNotAllowed, notFound } from '../../base/errors.js';
+import { methodNotAllowed, notFound, serviceUnavailable } from '../../base/errors.js';
+import { printable } from '../../base/util/text.js';
 import { sendJson } from '../../base/http/respond.js';
 import { targetOf } from '../../base/http/target.js';
 import { packageRoot } from '../../base/util/package-root.js';
@@ -25,16 +27,18 @@ import type { ServerStatsSource } from '../../base/stats/server-stats.js';
 import type { ClusterManagerView, HostSnapshot } from '../../core/upstream/types.js';
 import { processSampler, RequestSeries, type LoopDelay, type ProcessSampler, type StatsWindow, type StatusCounts } from './series.js';
 import { SchemaOptionError } from '../../base/util/option-error.js';
+import type { Topology } from './topology.js';
 
 export const DASHBOARD_PATH = '/stats';
 export const ASSETS_PATH = '/stats/assets/';
+export const TOPOLOGY_PATH = '/stats/topology';
 /** At most this many clusters (by name) and hosts per cluster go into one answer. */
 export const MAX_CLUSTERS = 100;
 export const MAX_HOSTS = 50;
 
 /** True for the paths the dashboard answers (and that must not be counted). */
 export function isDashboardPath(path: string): boolean {
-  return path === DASHBOARD_PATH || path.startsWith(ASSETS_PATH);
+  return path === DASHBOARD_PATH || path === TOPOLOGY_PATH || path.startsWith(ASSETS_PATH);
 }
 
 export interface DashboardOptions {
@@ -54,6 +58,8 @@ export interface DashboardOptions {
   sampler?: ProcessSampler;
   /** --stats_histograms: the windows carry each cluster's upstream latency (p50/p99) and the page draws it. */
   histograms?: boolean;
+  /** The gateway's: the processes of the mesh and the edges between them, at TOPOLOGY_PATH. */
+  topology?: Topology;
 }
 
 export interface HostJson {
@@ -133,6 +139,7 @@ const uplot = (name: string) => () => require.resolve(`uplot/dist/${name}`);
 const PAGE: AssetSource = { type: 'text/html; charset=utf-8', path: own('page.html') };
 const ASSETS: Record<string, AssetSource> = {
   'dashboard.js': { type: 'text/javascript; charset=utf-8', path: own('dashboard.js') },
+  'topology.js': { type: 'text/javascript; charset=utf-8', path: own('topology.js') },
   'dashboard.css': { type: 'text/css; charset=utf-8', path: own('dashboard.css') },
   'uPlot.iife.min.js': { type: 'text/javascript; charset=utf-8', path: uplot('uPlot.iife.min.js') },
   'uPlot.min.css': { type: 'text/css; charset=utf-8', path: uplot('uPlot.min.css') },
@@ -297,7 +304,7 @@ export class Dashboard {
   }
 
   /** Answers a path for which isDashboardPath() is true. Errors are thrown as MeshError. */
-  handle(req: FrontRequest, res: FrontResponse): void {
+  handle(req: FrontRequest, res: FrontResponse): void | Promise<void> {
     req.resume();
     const { path, query } = targetOf(req);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -308,6 +315,16 @@ export class Dashboard {
       if (wantsJson(req, query)) sendJson(res, 200, this.snapshot(), { 'cache-control': 'no-store', vary: 'Accept' });
       else sendAsset(req, res, load(PAGE), 'no-store');
       return;
+    }
+    if (path === TOPOLOGY_PATH) {
+      const topology = this.options.topology;
+      if (!topology) throw notFound(this.options.errorId, 'no topology here: mesh api --enable_stats serves it');
+      return topology.snapshot().then(
+        (json) => sendJson(res, 200, json, { 'cache-control': 'no-store' }),
+        (err: unknown) => {
+          throw serviceUnavailable(this.options.errorId, `cannot read the process records of the registry: ${printable((err as Error).message)}`);
+        },
+      );
     }
     const name = path.slice(ASSETS_PATH.length);
     const source = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;

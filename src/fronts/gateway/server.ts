@@ -59,6 +59,7 @@ import { packageVersion } from '../../admin/build-info.js';
 import { RegistryRouter } from './router.js';
 import type { HandlerName } from './routes.js';
 import { Dashboard, isDashboardPath } from '../dashboard/dashboard.js';
+import { Topology } from '../dashboard/topology.js';
 import type { FrontRateLimit } from '../../base/http/rate-limit.js';
 import { globsMatcher } from '../../base/util/regex.js';
 import { EdgeGuard, type EdgeAuth, type EdgeTarget } from '../../edge/auth/edge.js';
@@ -245,7 +246,8 @@ export class Gateway {
     }
     if (runtime.options.statsEndpoints) this.routeStats = new EndpointStats(runtime.stats, STAT_PREFIX);
     if (options.enableStats) {
-      this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID, histograms: runtime.options.statsHistograms });
+      const topology = new Topology({ registry: runtime.registry, adminToken: runtime.options.adminToken });
+      this.dashboard = new Dashboard({ stats: runtime.stats, server: runtime.state, clusters: runtime.clusters, prefix: STAT_PREFIX, name: 'mesh api', errorId: ERROR_ID, histograms: runtime.options.statsHistograms, topology });
     }
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
