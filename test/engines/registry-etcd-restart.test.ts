@@ -100,6 +100,8 @@ describe('etcd restart', { skip }, () => {
     await owner.register(svc('brief', '1', [node('br-1', 9503)]), { ttlMs: 300 });
     assert.equal((await observer.getService('phoenix')).length, 1);
     const w = collect(observer);
+    // The watch is established before etcd goes (a watch opened during the outage is another case).
+    await w.watcher.ready;
 
     await etcd.kill();
     const down = Date.now();
