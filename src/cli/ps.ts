@@ -16,7 +16,7 @@ import { processOfNode, PROCESS_TTL_MS, type ProcessRecord } from '../engines/re
 import { PROCESS_SERVICE } from '../engines/registry/validate.js';
 import { formatAddress } from '../base/util/address.js';
 import { printable } from '../base/util/text.js';
-import { formatTable } from './table.js';
+import { byteOrder, formatTable } from './table.js';
 
 /** The processes the registry records (sorted by kind, name, id); the records skipped are said on stderr. */
 export async function recordedProcesses(ops: Operations, io: Pick<Output, 'err'>): Promise<ProcessRecord[]> {
@@ -27,10 +27,8 @@ export async function recordedProcesses(ops: Operations, io: Pick<Output, 'err'>
     if ('skipped' in p) io.err(`mesh: skipped ${p.skipped}\n`);
     else processes.push(p);
   }
-  return processes.sort((a, b) => compare(a.kind, b.kind) || compare(a.name, b.name) || compare(a.id, b.id));
+  return processes.sort((a, b) => byteOrder(a.kind, b.kind) || byteOrder(a.name, b.name) || byteOrder(a.id, b.id));
 }
-
-const compare = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
 /** `2d3h`, `4h05m`, `3m12s`, `9s`. */
 export function formatUptime(ms: number): string {

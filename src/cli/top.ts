@@ -9,7 +9,7 @@
 import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';
 import { tapAdmins, tapQueryOf, tapStreams } from './tap.js';
-import { formatTable } from './table.js';
+import { byteOrder, formatTable } from './table.js';
 import { printable } from '../base/util/text.js';
 
 export const MAX_ROWS = 10_000;
@@ -60,7 +60,7 @@ export class TopTable {
   /** The `limit` busiest rows (then by service, path, method), as a table. */
   render(limit: number): string {
     const busiest = [...this.rows.values(), ...(this.other ? [this.other] : [])]
-      .sort((a, b) => b.count - a.count || cmp(a.service, b.service) || cmp(a.path, b.path) || cmp(a.method, b.method))
+      .sort((a, b) => b.count - a.count || byteOrder(a.service, b.service) || byteOrder(a.path, b.path) || byteOrder(a.method, b.method))
       .slice(0, Math.max(1, limit));
     const time = (x: number) => `${Math.round(x * 10) / 10}ms`;
     const cut = (p: string) => (p.length > MAX_PATH ? `${p.slice(0, MAX_PATH - 1)}…` : p);
@@ -73,7 +73,6 @@ export class TopTable {
 
 const newRow = (service: string, method: string, path: string, ms: number): TopRow => ({ service, method, path, count: 0, failures: 0, best: ms, worst: ms, last: ms });
 
-const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
 /** Clears the screen and puts the cursor at its top left. */
 const HOME_AND_CLEAR = '\u001b[H\u001b[2J';

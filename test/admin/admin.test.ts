@@ -484,6 +484,26 @@ describe('admin server', () => {
 });
 
 describe('admin server options', () => {
+  test('attacker: /traffic and /quitquitquit?process= need the token, and a foreign Host is refused before either', async () => {
+    const report = { process: { id: 'vm-1-aaaaaa', kind: 'api', name: '', mtls: 'off', started_ms: 1 }, latency_bounds_ms: [], clusters: [], routes: [], callers: [] };
+    const t = await startAdmin({ token: 's3cret-token', processId: 'vm-1-aaaaaa', traffic: () => report });
+    try {
+      for (const headers of [{} as Record<string, string>, { Authorization: 'Bearer wrong' }]) {
+        assert.equal((await get(t.base, '/traffic', { headers })).status, 401);
+        assert.equal((await get(t.base, '/quitquitquit?process=vm-1-aaaaaa', { method: 'POST', headers })).status, 401);
+      }
+      const foreign = await get(t.base, '/traffic', { headers: { Authorization: 'Bearer s3cret-token', Host: 'evil.example' } });
+      assert.notEqual(foreign.status, 200);
+      assert.ok(!foreign.body.includes('vm-1-aaaaaa'), foreign.body);
+      const ok = await get(t.base, '/traffic', { headers: { Authorization: 'Bearer s3cret-token' } });
+      assert.equal(ok.status, 200);
+      assert.equal(ok.body, `${JSON.stringify(report)}\n`);
+      assert.equal(t.quitCalls, 0);
+    } finally {
+      await t.close();
+    }
+  });
+
   test('token: every request needs Authorization: Bearer <token>', async () => {
     const t = await startAdmin({ token: 's3cret-token' });
     try {

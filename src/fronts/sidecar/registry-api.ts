@@ -21,6 +21,7 @@ import { readBody } from '../../base/http/body.js';
 import { sendJson } from '../../base/http/respond.js';
 import { serviceFromInput } from '../../engines/registry/input.js';
 import { mergeVersions, type Service } from '../../engines/registry/registry.js';
+import { byVersion } from '../../engines/registry/records.js';
 import { RegistryValidationError, shown } from '../../engines/registry/validate.js';
 import { formatDuration, MAX_DURATION_MS, parseDuration } from '../../base/util/duration.js';
 import type { EdgeHandlerContext } from '../../edge/handlers/front-end.js';
@@ -105,7 +106,7 @@ export async function handleRegistry(fe: EdgeHandlerContext, req: FrontRequest, 
         const perVersion = url.searchParams.get('versions');
         if (perVersion !== null && perVersion !== 'true' && perVersion !== 'false') throw badRequest(fe.errorId, `versions: ${shown(perVersion)} is not true or false`);
         if (perVersion === 'true') {
-          sendJson(res, 200, stringifyJson([...live].sort((a, b) => (a.version < b.version ? -1 : a.version > b.version ? 1 : 0))));
+          sendJson(res, 200, stringifyJson([...live].sort(byVersion)));
           return;
         }
         sendJson(res, 200, stringifyJson(merged));
