@@ -22,6 +22,7 @@ import type { CallContext } from '../../base/util/call-context.js';
 import { grpcCodeOfHttp } from '../../core/transport/grpc/status.js';
 import { GRPC_CODES, grpcMethodOf, refuseGrpc } from './grpc-pass.js';
 import type { NativeGrpc } from './grpc-native.js';
+import type { GrpcRouteAnswer } from '../routes/grpc-route.js';
 
 const { NGHTTP2_CANCEL } = h2constants;
 
@@ -39,6 +40,8 @@ export interface GrpcWebCall {
   format: string;
   /** The auth step's refusal of the request's path, answered by the handler as a gRPC status. */
   refused?: unknown;
+  /** The GRPCRoute the route phase matched already (`mesh proxy`). */
+  routed?: GrpcRouteAnswer;
 }
 
 /** What a gRPC-Web content type says: its text mode and message format; undefined for any other type. */

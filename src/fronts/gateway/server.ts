@@ -35,8 +35,7 @@ import type { RouteChoice } from '../../edge/routes/table.js';
 import { listenerPorts } from '../../edge/routes/listeners.js';
 import type { ListenerSpec } from '../../edge/routes/file.js';
 import { checkReload, ListenerCertificates, portServerName } from './listeners.js';
-import { NativeGrpc, type NativeGrpcCall } from '../../edge/handlers/grpc-native.js';
-import { GrpcWeb, type GrpcWebCall } from '../../edge/handlers/grpc-web.js';
+import { GrpcCalls, type GrpcCall } from '../../edge/handlers/grpc-calls.js';
 import { FrontServer, OWN_PREFIX, VERSION_PATH, type FrontPhase, type FrontServerOptions, type Http2Settings } from '../../edge/front-server.js';
 import { refuseSocket, sendJson } from '../../base/http/respond.js';
 import { setRoute, targetOf, type RequestTarget } from '../../base/http/target.js';
@@ -130,10 +129,8 @@ export type GatewayRoute =
   | { kind: 'unrouted'; listener: string }
   /** Over TLS, a Host for another Gateway listener than the SNI name's: 421. */
   | { kind: 'misdirected'; host: string; sni: string }
-  /** A native gRPC call over HTTP/2 (`/<package.Service>/<Method>`): passed through to a node unchanged. */
-  | NativeGrpcCall
-  /** A gRPC-Web call (HTTP/1.1 or HTTP/2): served as a native call by the gRPC-Web translation. */
-  | GrpcWebCall
+  /** A native gRPC call over HTTP/2 (`/<package.Service>/<Method>`), passed through to a node unchanged, or a gRPC-Web call (HTTP/1.1 or HTTP/2) served as one. */
+  | GrpcCall
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
   /** A CORS preflight a route's CORS filter answers. */
@@ -176,10 +173,8 @@ export class Gateway {
   private readonly options: GatewayOptions;
   /** The servers of the route file's Gateway ports, by the port as written. */
   private readonly portServers = new Map<number, { server: FrontServer<GatewayRoute>; certs?: ListenerCertificates }>();
-  /** Native gRPC (HTTP/2 only): the connections to the nodes, the service names, the stats. */
-  private readonly grpc?: NativeGrpc;
-  /** gRPC-Web (HTTP/1.1 and HTTP/2), served as native gRPC calls (by `grpc` itself with --enable_http2). */
-  private readonly grpcWeb: GrpcWeb;
+  /** Native gRPC (with --enable_http2) and gRPC-Web calls: the connections to the nodes, the service names, the stats. */
+  private readonly grpc: GrpcCalls;
   /** The route file's Gateway ports listening: the port as written, the URL it listens on, its listeners. */
   readonly gatewayPorts: Array<{ port: number; url: string; listeners: string[] }> = [];
   /** The Gateway ports and protocols listening (listenerPorts): what a reload may not change. */
@@ -251,10 +246,9 @@ export class Gateway {
     }
     const dashboard = this.dashboard;
     this.streams = new StreamSockets(this.fe);
-    const grpcNodes = new NativeGrpc(this.fe, () => runtime.callerWorkload, undefined, () => this.routes?.tables.grpc);
-    runtime.onShutdown(() => grpcNodes.close());
-    if (options.http2) this.grpc = grpcNodes;
-    this.grpcWeb = new GrpcWeb(grpcNodes, this.fe.maxBodyBytes, ERROR_ID);
+    const grpc = new GrpcCalls(this.fe, { http2: Boolean(options.http2), workload: () => runtime.callerWorkload, routes: () => this.routes?.tables.grpc });
+    this.grpc = grpc;
+    runtime.onShutdown(() => grpc.close());
     this.server = this.frontServer(STAT_PREFIX, (req, target, upgrade) => this.route(req, target, upgrade));
   }
 
@@ -274,7 +268,7 @@ export class Gateway {
       onPhase: this.options.onPhase,
       closeUpgraded: () => this.streams.close(),
       // A native gRPC call is bounded by its grpc-timeout, not by --request_timeout.
-      untimed: (req) => this.grpc?.untimed(req) ?? false,
+      untimed: (req) => this.grpc.untimed(req),
       counted: (req) => !(dashboard && isDashboardPath(targetOf(req).path)),
       rateLimit: this.options.rateLimit,
       corsMaxAgeSec: this.options.corsMaxAgeSec,
@@ -282,8 +276,7 @@ export class Gateway {
       authorize: (req, res, r) => {
         if (r.kind === 'preflight') return undefined;
         const checked = guard.checkRequest(req, res, () => this.authTarget(req, r));
-        // A gRPC-Web call's refusal is answered by its handler, as a gRPC status.
-        return r.kind === 'grpc-web' && checked ? checked.catch((err: unknown) => void (r.refused = err)) : checked;
+        return r.kind === 'grpc' || r.kind === 'grpc-web' ? this.grpc.authorized(r, checked) : checked;
       },
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
@@ -302,7 +295,7 @@ export class Gateway {
   private route(req: FrontRequest, target: RequestTarget, upgrade: boolean): GatewayRoute {
     const path = target.path;
     if (path === VERSION_PATH) return upgrade ? NONE : ROOT;
-    const grpc = this.grpc?.route(req, path) ?? this.grpcWeb.route(req, path);
+    const grpc = this.grpc.route(req, path);
     if (grpc) return grpc;
     const fromFile = this.routes && !path.startsWith(OWN_PREFIX) ? this.fileRoute(req, target) : undefined;
     const own = (path === '/' && !this.routes) || (this.dashboard !== undefined && isDashboardPath(path));
@@ -529,9 +522,8 @@ export class Gateway {
         req.resume();
         throw misdirectedRequest(ERROR_ID, shown(route.host), shown(route.sni));
       case 'grpc':
-        return this.grpc!.handle(req, res, route, ctx);
       case 'grpc-web':
-        return this.grpcWeb.handle(req, res, route, ctx);
+        return this.grpc.handle(req, res, route, ctx);
     }
   }
 

@@ -43,14 +43,14 @@ import { MirrorSender } from '../../edge/handlers/mirror.js';
 import type { RouteTableDump } from '../../admin/route-table.js';
 import type { RequestTarget } from '../../base/http/target.js';
 import { edgeContext } from '../../edge/context.js';
-import { NativeGrpc, type NativeGrpcCall } from '../../edge/handlers/grpc-native.js';
+import { GrpcCalls, type GrpcCall } from '../../edge/handlers/grpc-calls.js';
 import { listenFailure } from '../../base/util/listen-error.js';
 
 /** How the proxy notices and reads its files (its own and the route files): the poll behind fs.watch (ms, default 2000) and the settled read. */
 export type ProxyWatchOptions = { pollMs?: number } & SettleOptions;
 
 /** What serves a request: a route of the listener's `routes`, one of its route file (a GRPCRoute's native gRPC call included), or none (404). */
-type ProxyRoute = { kind: 'config'; route: RouteConfig } | FileRouteAnswer | NativeGrpcCall | undefined;
+type ProxyRoute = { kind: 'config'; route: RouteConfig } | FileRouteAnswer | GrpcCall | undefined;
 
 /** The proxy forwards HTTP only: a route file's `spec.handler` may only be `proxy`. */
 function onlyProxyHandler(file: RouteFile): void {
@@ -107,8 +107,8 @@ export class ProxyListener {
   private listening = false;
   /** The route files' rules at work: their stats, faults and filters. */
   private readonly effects: RouteEffectsCache;
-  /** An http2 listener's native gRPC calls that a GRPCRoute of its route file takes. */
-  private readonly grpc?: NativeGrpc;
+  /** The native gRPC (an http2 listener's) and gRPC-Web calls that a GRPCRoute of its route file takes. */
+  private readonly grpc: GrpcCalls;
 
   constructor(
     private readonly runtime: Runtime,
@@ -120,7 +120,7 @@ export class ProxyListener {
     this.fe = { edge, namespace: '', errorId: ERROR_ID, maxBodyBytes: edge.settings.maxBodyBytes, mirrors: new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) };
     this.effects = new RouteEffectsCache(runtime.stats);
     this.state = { config, table: routeTable(config), routes: this.liveRoutes(config.routeFile, config.http2) };
-    if (config.http2) this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload);
+    this.grpc = new GrpcCalls(this.fe, { http2: config.http2, workload: () => runtime.callerWorkload, routes: () => this.state.routes?.tables.grpc });
     this.server = new FrontServer<ProxyRoute, FrontRequest, FrontResponse>({
       edge,
       http2: config.http2,
@@ -130,7 +130,7 @@ export class ProxyListener {
       handle: (req, res, ctx, route) => this.handle(req, res, ctx, route),
       upgrade: (req, socket, head, route) => this.upgrade(req, socket, head, route),
       // A native gRPC call is bounded by its grpc-timeout, not by --request_timeout.
-      untimed: (req) => this.grpc?.untimed(req) ?? false,
+      untimed: (req) => this.grpc.untimed(req),
       // No auth step, and the proxy handler takes the request's context as an argument.
       explicitContext: () => true,
     });
@@ -175,9 +175,10 @@ export class ProxyListener {
   /** The route file's first matching route (the table read once), else the first of `routes` matching the path. */
   private routeOf(req: FrontRequest, target: RequestTarget): ProxyRoute {
     const state = this.state;
-    const grpc = state.routes && this.grpc?.route(req, target.path);
-    const routed = grpc && state.routes!.tables.grpc.match({ path: target.path, authority: req.headers[':authority'] as string | undefined, headers: req.headers });
-    if (grpc && routed) return { ...grpc, routed };
+    const grpc = state.routes && this.grpc.route(req, target.path);
+    const routed = grpc && state.routes!.tables.grpc.match({ path: target.path, authority: (req.headers[':authority'] as string | undefined) ?? req.headers.host, headers: req.headers });
+    // A gRPC-Web call is matched again on the headers its node gets (its metadata, a gRPC content type).
+    if (grpc && routed) return grpc.kind === 'grpc' ? { ...grpc, routed } : grpc;
     const file = state.routes && chooseFileRoute(state.routes.table, this.effects, this.server.secure, req, target, ERROR_ID);
     if (file) return file;
     const route = state.table.match(target.path, undefined)?.target;
@@ -221,7 +222,7 @@ export class ProxyListener {
   async close(): Promise<void> {
     this.routes?.stop();
     await this.server.close();
-    this.grpc?.close();
+    this.grpc.close();
   }
 
   /** The handle phase: the route the route phase found (`route()`), or 404. */
@@ -231,7 +232,7 @@ export class ProxyListener {
       req.resume();
       throw noRoute(ERROR_ID, shown(path), this.name);
     }
-    if (route.kind === 'grpc') return this.grpc!.handle(req, res, route, ctx);
+    if (route.kind === 'grpc' || route.kind === 'grpc-web') return this.grpc.handle(req, res, route, ctx);
     const started = route.kind === 'config' ? undefined : beginRule(route.policy, req, res, ERROR_ID);
     if (started) await started;
     switch (route.kind) {

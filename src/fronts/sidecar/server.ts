@@ -28,7 +28,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { FrontRequest, FrontResponse } from '../../base/http/front-types.js';
 import type { Http2Settings } from '../../edge/front-server.js';
-import { NativeGrpc, type NativeGrpcCall } from '../../edge/handlers/grpc-native.js';
+import { GrpcCalls, type GrpcCall } from '../../edge/handlers/grpc-calls.js';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Runtime } from '../../process/runtime.js';
@@ -132,8 +132,8 @@ export type SidecarRoute =
   /** A route of the route file with a RequestRedirect: answered here. */
   | { kind: 'redirect'; status: number; location: string; policy: RoutePolicy }
   | { kind: 'preflight'; headers: Array<[string, string]>; policy: RoutePolicy }
-  /** A native gRPC call over HTTP/2 (--enable_http2): passed through to a node unchanged. */
-  | NativeGrpcCall;
+  /** A native gRPC call over HTTP/2 (--enable_http2), passed through to a node unchanged, or a gRPC-Web call served as one. */
+  | GrpcCall;
 
 const OWN_ROUTES = new Map<string, SidecarRoute>([
   ['/registry', { kind: 'registry' }],
@@ -166,7 +166,7 @@ export class Sidecar {
   private readonly effects?: RouteEffectsCache;
   private readonly server: FrontServer<SidecarRoute, FrontRequest, FrontResponse>;
   /** Native gRPC (--enable_http2). */
-  private readonly grpc?: NativeGrpc;
+  private readonly grpc: GrpcCalls;
   private readonly broker: BrokerApi;
   private readonly streams: StreamSockets;
   private readonly dashboard?: Dashboard;
@@ -231,15 +231,14 @@ export class Sidecar {
       const authCallers = new Set((options.inbound.authCallers ?? [CALLER_NAMES.gateway]).map((name) => spiffeIdOf(workload.trustDomain, name)));
       this.inbound = new SidecarInbound(runtime, { app: options.app.name, workload, authz: options.inbound.authz, authCallers, http2: options.http2 });
     }
-    if (options.http2) {
-      this.grpc = new NativeGrpc(this.fe, () => runtime.callerWorkload, undefined, () => this.routes?.tables.grpc);
-      runtime.onShutdown(() => this.grpc?.close());
-    }
+    const grpc = new GrpcCalls(this.fe, { http2: Boolean(options.http2), workload: () => runtime.callerWorkload, routes: () => this.routes?.tables.grpc });
+    this.grpc = grpc;
+    runtime.onShutdown(() => grpc.close());
     this.server = new FrontServer<SidecarRoute, FrontRequest, FrontResponse>({
       edge,
       http2: options.http2,
       // A native gRPC call is bounded by its grpc-timeout, not by --request_timeout.
-      untimed: (req) => this.grpc?.untimed(req) ?? false,
+      untimed: (req) => this.grpc.untimed(req),
       statPrefix: STAT_PREFIX,
       errorId: SIDECAR_ERROR_ID,
       route: (req, target) => this.route(req, target),
@@ -256,7 +255,11 @@ export class Sidecar {
       rateLimit: options.rateLimit,
       corsMaxAgeSec: options.corsMaxAgeSec,
       // A route's CORS preflight is answered before the auth step, as --cors answers one: a browser sends it without credentials, and it reaches no backend.
-      authorize: (req, res, route) => (route.kind === 'preflight' ? undefined : guard.checkRequest(req, res, () => this.authTarget(req, route))),
+      authorize: (req, res, route) => {
+        if (route.kind === 'preflight') return undefined;
+        const checked = guard.checkRequest(req, res, () => this.authTarget(req, route));
+        return route.kind === 'grpc' || route.kind === 'grpc-web' ? this.grpc.authorized(route, checked) : checked;
+      },
       // Without auth nothing before the handler needs the ambient context: handle() decides.
       explicitContext: () => !guard.enforcing,
     });
@@ -269,7 +272,7 @@ export class Sidecar {
    */
   private route(req: FrontRequest, target: RequestTarget): SidecarRoute {
     const path = target.path;
-    const grpc = this.grpc?.route(req, path);
+    const grpc = this.grpc.route(req, path);
     if (grpc) return grpc;
     const own = OWN_ROUTES.get(path);
     if (own) return own;
@@ -437,7 +440,8 @@ export class Sidecar {
       case 'preflight':
         return sendPreflight(req, res, route);
       case 'grpc':
-        return this.grpc!.handle(req, res, route, ctx);
+      case 'grpc-web':
+        return this.grpc.handle(req, res, route, ctx);
     }
     const method = req.method ?? 'GET';
     if (method === 'OPTIONS' || method === 'TRACE' || method === 'CONNECT') {
