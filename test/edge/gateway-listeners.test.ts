@@ -61,7 +61,7 @@ spec:
         line: 1,
         listeners: [
           { name: 'plain', line: 7, port: 80, protocol: 'HTTP', hostname: '*.example.com', kinds: ['HTTPRoute', 'other.io/Thing'] },
-          { name: 'secure', line: 8, port: 443, protocol: 'HTTPS', kinds: ['HTTPRoute'], tls: { certFile: '/etc/mesh/certs/a.crt', keyFile: '/abs/a.key' } },
+          { name: 'secure', line: 8, port: 443, protocol: 'HTTPS', kinds: ['HTTPRoute', 'GRPCRoute'], tls: { certFile: '/etc/mesh/certs/a.crt', keyFile: '/abs/a.key' } },
         ],
       },
     ]);
@@ -174,6 +174,45 @@ spec:
     assert.equal(tables.ports.get(81)!.listeners[0]!.table.size, file.routes.length);
     assert.deepEqual(tables.ports.get(81)!.listeners[0]!.table.inOrder(), []);
     assert.deepEqual(attachRoute(file.routes[0]!, file.gateways).refused, []);
+  });
+
+  it('attaches a GRPCRoute as an HTTPRoute: by parentRefs, to listeners that allow GRPCRoute (the default), hostnames intersected', () => {
+    const GR = 'apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\n';
+    const file = parse(`${GW}metadata: {name: web}
+spec:
+  listeners:
+    - {name: grpc, port: 80, protocol: HTTP, hostname: "*.example.com"}
+    - {name: http-only, port: 81, protocol: HTTP, allowedRoutes: {kinds: [{kind: HTTPRoute}]}}
+---
+${GR}metadata: {name: on-grpc}
+spec:
+  parentRefs: [{name: web}]
+  hostnames: [api.example.com, other.net]
+  rules: [{backendRefs: [{name: go.mesh.srv.a}]}]
+---
+${GR}metadata: {name: refused}
+spec:
+  parentRefs: [{name: web, port: 81}]
+  rules: [{backendRefs: [{name: go.mesh.srv.a}]}]
+---
+${GR}metadata: {name: own}
+spec:
+  rules: [{backendRefs: [{name: go.mesh.srv.a}]}]
+`);
+    assert.deepEqual(file.gateways[0]!.listeners.map((l) => l.kinds), [['HTTPRoute', 'GRPCRoute'], ['HTTPRoute']]);
+    const status = Object.fromEntries(routeStatus(file).map((s) => [s.route, { kind: s.kind, ...s.conditions[0], listeners: s.listeners }]));
+    assert.deepEqual(status['on-grpc'], { kind: 'GRPCRoute', type: 'Accepted', status: 'True', reason: 'Accepted', message: 'the route is in use for gRPC calls on web/grpc', listeners: ['web/grpc'] });
+    assert.deepEqual(status.refused, { kind: 'GRPCRoute', type: 'Accepted', status: 'False', reason: 'NotAllowedByListeners', message: 'parentRefs[0] (Gateway web port 81): no listener allows a GRPCRoute (allowedRoutes.kinds)', listeners: [] });
+    assert.deepEqual(status.own, { kind: 'GRPCRoute', type: 'Accepted', status: 'True', reason: 'Accepted', message: "the route is in use for gRPC calls on the front end's own listener (no parentRefs)", listeners: undefined });
+    const tables = compileTables(file);
+    const call = (host: string) => ({ path: '/pkg.S/M', authority: host, headers: {} });
+    // Port 80 takes on-grpc for its hostnames under the listener's wildcard only.
+    const grpc80 = tables.ports.get(80)!.listeners[0]!.grpc;
+    assert.equal(grpc80.match(call('api.example.com'))?.route, 'on-grpc');
+    assert.equal(grpc80.match(call('other.net')), undefined);
+    assert.equal(tables.ports.get(81)!.listeners[0]!.grpc.match(call('api.example.com')), undefined);
+    // The own listener: only the GRPCRoute without parentRefs.
+    assert.equal(tables.grpc.match(call('api.example.com'))?.route, 'own');
   });
 
   it('ignores parentRefs in a file without Gateways (every route on the own listener)', () => {

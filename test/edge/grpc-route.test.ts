@@ -77,6 +77,7 @@ spec:
         namespace: 'default',
         line: 1,
         hostnames: ['grpc.example.com', '*.example.org'],
+        parentRefs: [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'gw', sectionName: 'grpc' }],
         rules: [
           {
             name: 'canary',
@@ -229,7 +230,7 @@ describe('GRPCRoute: status', () => {
         route: 'g',
         line: 1,
         conditions: [
-          { type: 'Accepted', status: 'True', reason: 'Accepted', message: "the route is in use for native gRPC calls on the front end's own listener" },
+          { type: 'Accepted', status: 'True', reason: 'Accepted', message: "the route is in use for gRPC calls on the front end's own listener" },
           {
             type: 'ResolvedRefs',
             status: 'False',

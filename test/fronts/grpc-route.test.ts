@@ -214,3 +214,92 @@ for (const [frontName, startFront] of Object.entries(FRONTS)) describe(`GRPCRout
     assert.equal((await unary(client, 'Slow', { ms: 0 }, md)).reply.server, 'c');
   });
 });
+
+describe('GRPCRoute on a Gateway listener of mesh api', () => {
+  const dir = tempDir('mesh-grpc-route-listener-');
+  const file = join(dir.path, 'routes.yaml');
+  const nodes: Record<string, Awaited<ReturnType<typeof node>>> = {};
+  let registry: Registry;
+  let gw: Awaited<ReturnType<typeof startGatewayProcess>>;
+  let listener: URL;
+  const clients: any[] = [];
+  const clientOf = (port: string | number, authority?: string) => {
+    const c = new Greeter(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), authority ? { 'grpc.default_authority': authority } : {});
+    clients.push(c);
+    return c;
+  };
+
+  before(async () => {
+    for (const label of ['a', 'b']) nodes[label] = await node(label);
+    registry = createRegistry('local', join(dir.path, 'registry'));
+    for (const [label, version] of [['a', 'v1'], ['b', 'v2']] as const) {
+      await registry.register({ name: 'go.mesh.srv.greeter', version, metadata: {}, endpoints: [], nodes: [{ id: label, address: '127.0.0.1', port: nodes[label]!.port, metadata: { protocol: 'grpc', grpc_service: 'helloworld.Greeter' } }] });
+    }
+    writeFileSync(file, `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: web}
+spec:
+  listeners:
+    - {name: grpc, port: 50051, protocol: HTTP, hostname: grpc.example.com}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: on-listener}
+spec:
+  parentRefs: [{name: web, sectionName: grpc}]
+  rules:
+    - matches: [{method: {service: helloworld.Greeter}}]
+      backendRefs: [{name: go.mesh.srv.greeter, version: v2}]
+      filters:
+        - type: ResponseHeaderModifier
+          responseHeaderModifier: {add: [{name: x-route, value: listener}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: own}
+spec:
+  rules:
+    - matches: [{method: {service: helloworld.Greeter}}]
+      backendRefs: [{name: go.mesh.srv.greeter, version: v1}]
+`);
+    gw = await startGatewayProcess(join(dir.path, 'registry'), ['--enable_http2', `--routes=${file}`, '--gateway_ports=50051=0']);
+    listener = new URL(/mesh api Gateway port 50051 on (\S+) /.exec(gw.proc.output())![1]!);
+  });
+
+  after(async () => {
+    for (const c of clients) c.close();
+    await gw?.stop();
+    await Promise.all(Object.values(nodes).map((n) => n.stop()));
+    await registry?.close();
+    dir.cleanup();
+  });
+
+  it("serves a native call the listener's GRPCRoute takes; the own listener keeps the routes without parentRefs", async () => {
+    const { reply, headers } = await unary(clientOf(listener.port, 'grpc.example.com'), 'SayHello', { name: 'Ann' });
+    assert.equal(reply.server, 'b');
+    assert.deepEqual(headers.get('x-route'), ['listener']);
+    const own = await unary(clientOf(gw.port), 'SayHello', { name: 'Ann' });
+    assert.equal(own.reply.server, 'a');
+    assert.deepEqual(own.headers.get('x-route'), []);
+  });
+
+  it('serves a gRPC-Web call over HTTP/1.1 the same way, by its Host', async () => {
+    const method = Greeter.service.SayHello;
+    const message = method.requestSerialize({ name: 'Web' }) as Buffer;
+    const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
+    frame.writeUInt32BE(message.length, 1);
+    const res = await http('POST', `${listener.origin}/helloworld.Greeter/SayHello`, { headers: { host: 'grpc.example.com', 'content-type': 'application/grpc-web+proto' }, body: frame });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers['x-route'], 'listener');
+    const body = res.bytes;
+    const reply = method.responseDeserialize(body.subarray(5, 5 + body.readUInt32BE(1))) as Reply;
+    assert.equal(reply.server, 'b');
+    assert.equal(reply.message, 'Hello Web');
+  });
+
+  it("a host the listener does not take is no route (404, which gRPC reads as UNIMPLEMENTED), and reaches no node", async () => {
+    const before = nodes.a!.calls.length + nodes.b!.calls.length;
+    await assert.rejects(unary(clientOf(listener.port, 'other.example.com'), 'SayHello', { name: 'Eve' }), (e: grpc.ServiceError) => e.code === grpc.status.UNIMPLEMENTED && e.details === 'Received HTTP status code 404');
+    assert.equal(nodes.a!.calls.length + nodes.b!.calls.length, before);
+  });
+});

@@ -11,7 +11,7 @@ import type { WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { EdgeHandlerContext } from './front-end.js';
 import type { CompiledGrpcRoutes } from '../routes/grpc-route.js';
 import { NativeGrpc, type NativeGrpcCall } from './grpc-native.js';
-import { GrpcWeb, type GrpcWebCall } from './grpc-web.js';
+import { GrpcWeb, grpcHeadersOf, type GrpcWebCall } from './grpc-web.js';
 
 /** A gRPC call the route phase found: native (HTTP/2) or gRPC-Web. */
 export type GrpcCall = NativeGrpcCall | GrpcWebCall;
@@ -44,6 +44,16 @@ export class GrpcCalls {
   /** The call a request is (a gRPC content type at `/<package.Service>/<Method>`), else undefined. */
   route(req: FrontRequest, path: string): GrpcCall | undefined {
     return (this.http2 ? this.native.route(req, path) : undefined) ?? this.web.route(req, path);
+  }
+
+  /**
+   * The call as `table` (a listener's GRPCRoutes) routes it, matched on the headers its node gets
+   * (a gRPC-Web call's metadata, a gRPC content type); undefined when no GRPCRoute takes it.
+   */
+  routeBy(table: CompiledGrpcRoutes, req: FrontRequest, call: GrpcCall): GrpcCall | undefined {
+    const headers = call.kind === 'grpc' ? req.headers : grpcHeadersOf(req, call);
+    const routed = table.match({ path: `/${call.grpcService}/${call.method}`, authority: (headers[':authority'] as string | undefined) ?? req.headers.host, headers });
+    return routed && { ...call, routed };
   }
 
   /**

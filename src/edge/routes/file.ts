@@ -186,7 +186,7 @@ export interface ListenerSpec {
   hostname?: string;
   /** HTTPS: the certificate and key files (absolute: relative paths are read from the route file's directory). */
   tls?: { certFile: string; keyFile: string };
-  /** The route kinds the listener allows (`allowedRoutes.kinds`); default HTTPRoute. */
+  /** The route kinds the listener allows (`allowedRoutes.kinds`); default HTTPRoute and GRPCRoute. */
   kinds: string[];
 }
 
@@ -245,6 +245,8 @@ export interface GrpcRouteSpec {
   /** Lower case; empty: any host. */
   hostnames: string[];
   rules: GrpcRuleSpec[];
+  /** `spec.parentRefs` as written (used only with Gateway documents in the file). */
+  parentRefs: ParentRefSpec[];
 }
 
 export interface RouteFile {
@@ -1034,13 +1036,13 @@ function parseGrpcRule(at: At, route: string, index: number, line: number): Grpc
 function parseGrpcRoute(bare: At): GrpcRouteSpec {
   const { top, name, m, doc } = header(bare, DOCUMENT_KINDS);
   const at = bare.named(`GRPCRoute ${name}`);
-  const route: GrpcRouteSpec = { name, line: doc.line ?? 1, hostnames: [], rules: [] };
+  const route: GrpcRouteSpec = { name, line: doc.line ?? 1, hostnames: [], rules: [], parentRefs: [] };
   if (m.has('namespace')) route.namespace = text(m.get('namespace')!.at, 63);
   const specEntry = top.get('spec');
   if (!specEntry) throw at.error('spec is required');
   const spec = fields(specEntry.at.named(at.route), GRPC_SPEC, 'a GRPCRouteSpec');
   if (spec.has('hostnames')) for (const h of list(spec.get('hostnames')!.at, LIMITS.hostnames)) route.hostnames.push(hostname(h));
-  if (spec.has('parentRefs')) list(spec.get('parentRefs')!.at, LIMITS.parentRefs).forEach(parseParentRef);
+  if (spec.has('parentRefs')) route.parentRefs = list(spec.get('parentRefs')!.at, LIMITS.parentRefs).map(parseParentRef);
   route.rules = parseRules(spec, at, name, route.line, parseGrpcRule);
   return route;
 }
@@ -1077,7 +1079,7 @@ function parseListener(at: At, file: string): ListenerSpec {
   const pAt = f.get('protocol')!.at;
   const protocol = text(pAt, 64);
   if (protocol !== 'HTTP' && protocol !== 'HTTPS') throw pAt.error(`${JSON.stringify(protocol)} is not served: mesh api serves HTTP and HTTPS listeners`);
-  const listener: ListenerSpec = { name, line: at.line ?? 1, port: integer(f.get('port')!.at, 1, 65535), protocol, kinds: ['HTTPRoute'] };
+  const listener: ListenerSpec = { name, line: at.line ?? 1, port: integer(f.get('port')!.at, 1, 65535), protocol, kinds: ['HTTPRoute', 'GRPCRoute'] };
   if (f.has('hostname')) listener.hostname = hostname(f.get('hostname')!.at);
   const tls = f.get('tls');
   if (protocol === 'HTTPS') {

@@ -3,9 +3,10 @@
  * routes each listener serves, and which listener a request is for. Pure: computed from the
  * parsed file (./file.ts); the gateway front (src/fronts/gateway/listeners.ts) listens.
  *
- * - A route attaches through its `parentRefs` to the listeners of a Gateway of the file: every
- *   listener of the Gateway, or the one `sectionName` names, or those on `port`; only listeners
- *   whose `allowedRoutes.kinds` allow an HTTPRoute; and only where its hostnames meet the
+ * - A route (an HTTPRoute or a GRPCRoute) attaches through its `parentRefs` to the listeners of a
+ *   Gateway of the file: every listener of the Gateway, or the one `sectionName` names, or those
+ *   on `port`; only listeners whose `allowedRoutes.kinds` allow its kind (both by default); and
+ *   only where its hostnames meet the
  *   listener's (below). A route without `parentRefs` is served on the process's own listener
  *   (`--address`), as in a file without Gateways, where `parentRefs` are ignored.
  * - Hostnames, as the Gateway API intersects them: a listener without a hostname takes the route's
@@ -17,7 +18,7 @@
  *   certificate was chosen the same way from the SNI name; when the two choose different
  *   listeners the answer is 421 (Misdirected Request).
  */
-import type { GatewaySpec, ListenerSpec, ListenerProtocol, ParentRefSpec, RouteFile, RouteSpec } from './file.js';
+import type { GatewaySpec, GrpcRouteSpec, ListenerSpec, ListenerProtocol, ParentRefSpec, RouteFile, RouteSpec } from './file.js';
 import { CompiledRoutes, hostOf } from './table.js';
 import { CompiledGrpcRoutes } from './grpc-route.js';
 
@@ -75,8 +76,11 @@ function describe(ref: ParentRefSpec, i: number): string {
   return `${parts.join('')})`;
 }
 
-/** Where a route attaches (see the module comment); only for a file with Gateways. */
-export function attachRoute(route: RouteSpec, gateways: readonly GatewaySpec[]): RouteAttachments {
+/** What attaching reads of a route: where it asks to go, and for which hosts. */
+export type AttachableRoute = Pick<RouteSpec | GrpcRouteSpec, 'parentRefs' | 'hostnames'>;
+
+/** Where a route of `kind` attaches (see the module comment); only for a file with Gateways. */
+export function attachRoute(route: AttachableRoute, gateways: readonly GatewaySpec[], kind: 'HTTPRoute' | 'GRPCRoute' = 'HTTPRoute'): RouteAttachments {
   const attached: Attachment[] = [];
   const refused: RouteAttachments['refused'] = [];
   route.parentRefs.forEach((ref, i) => {
@@ -85,8 +89,8 @@ export function attachRoute(route: RouteSpec, gateways: readonly GatewaySpec[]):
     if (!gateway) return refused.push({ reason: 'NoMatchingParent', message: `${where}: no Gateway of that name in the file` });
     const listeners = gateway.listeners.filter((l) => (ref.sectionName === undefined || l.name === ref.sectionName) && (ref.port === undefined || l.port === ref.port));
     if (listeners.length === 0) return refused.push({ reason: 'NoMatchingParent', message: `${where}: Gateway ${gateway.name} has no such listener` });
-    const allowing = listeners.filter((l) => l.kinds.includes('HTTPRoute'));
-    if (allowing.length === 0) return refused.push({ reason: 'NotAllowedByListeners', message: `${where}: no listener allows an HTTPRoute (allowedRoutes.kinds)` });
+    const allowing = listeners.filter((l) => l.kinds.includes(kind));
+    if (allowing.length === 0) return refused.push({ reason: 'NotAllowedByListeners', message: `${where}: no listener allows a${kind === 'HTTPRoute' ? 'n' : ''} ${kind} (allowedRoutes.kinds)` });
     let any = false;
     for (const listener of allowing) {
       const hostnames = intersectHostnames(listener.hostname, route.hostnames);
@@ -104,6 +108,8 @@ export interface ListenerTable {
   gateway: string;
   listener: ListenerSpec;
   table: CompiledRoutes;
+  /** Its GRPCRoutes: the native gRPC and gRPC-Web calls it serves. */
+  grpc: CompiledGrpcRoutes;
 }
 
 /** How specific a listener's hostname is: exact names first, then the longer wildcard, then none. */
@@ -146,33 +152,35 @@ export interface GatewayTables {
   main: CompiledRoutes;
   /** By the port as the Gateway writes it; empty without Gateways. */
   ports: Map<number, PortListeners>;
-  /** The file's GRPCRoutes: native gRPC calls at the process's own listener (parentRefs ignored). */
+  /** The GRPCRoutes of the process's own listener: all of them without Gateways, else those without parentRefs. */
   grpc: CompiledGrpcRoutes;
 }
 
-/** The route as a listener serves it: its hostnames intersected. */
-function onListener(route: RouteSpec, hostnames: string[]): RouteSpec {
-  return { ...route, hostnames };
+/** Each listener's routes of one kind, as it serves them: their hostnames intersected with its own. */
+function perListener<R extends AttachableRoute>(routes: readonly R[], gateways: readonly GatewaySpec[], kind: 'HTTPRoute' | 'GRPCRoute'): Map<ListenerSpec, R[]> {
+  const out = new Map<ListenerSpec, R[]>();
+  for (const route of routes) {
+    for (const a of attachRoute(route, gateways, kind).attached) {
+      const list = out.get(a.listener) ?? [];
+      list.push({ ...route, hostnames: a.hostnames });
+      out.set(a.listener, list);
+    }
+  }
+  return out;
 }
 
 /** Compiles a file: without Gateways every route is the main listener's (parentRefs ignored). */
 export function compileTables(file: RouteFile, random?: () => number): GatewayTables {
-  const grpc = new CompiledGrpcRoutes(file.grpcRoutes, random);
-  if (file.gateways.length === 0) return { main: new CompiledRoutes(file, random), ports: new Map(), grpc };
+  if (file.gateways.length === 0) return { main: new CompiledRoutes(file, random), ports: new Map(), grpc: new CompiledGrpcRoutes(file.grpcRoutes, random) };
   const main = new CompiledRoutes(file, random, file.routes.filter((r) => r.parentRefs.length === 0));
-  const perListener = new Map<ListenerSpec, RouteSpec[]>();
-  for (const route of file.routes) {
-    for (const a of attachRoute(route, file.gateways).attached) {
-      const list = perListener.get(a.listener) ?? [];
-      list.push(onListener(route, a.hostnames));
-      perListener.set(a.listener, list);
-    }
-  }
+  const grpc = new CompiledGrpcRoutes(file.grpcRoutes.filter((r) => r.parentRefs.length === 0), random);
+  const http = perListener(file.routes, file.gateways, 'HTTPRoute');
+  const grpcOf = perListener(file.grpcRoutes, file.gateways, 'GRPCRoute');
   const byPort = new Map<number, ListenerTable[]>();
   for (const gateway of file.gateways) {
     for (const listener of gateway.listeners) {
       const tables = byPort.get(listener.port) ?? [];
-      tables.push({ gateway: gateway.name, listener, table: new CompiledRoutes(file, random, perListener.get(listener) ?? []) });
+      tables.push({ gateway: gateway.name, listener, table: new CompiledRoutes(file, random, http.get(listener) ?? []), grpc: new CompiledGrpcRoutes(grpcOf.get(listener) ?? [], random) });
       byPort.set(listener.port, tables);
     }
   }

@@ -4,7 +4,8 @@
  * gateway.networking.k8s.io/v1 RouteConditionType and RouteConditionReason), so that an operator
  * sees why a rule answers 500 (admin /routes and /config_dump, `mesh check --routes`).
  *
- * A GRPCRoute gets the same two conditions (`kind: GRPCRoute` in its status).
+ * A GRPCRoute gets the same two conditions (`kind: GRPCRoute` in its status), and attaches to
+ * listeners the same way.
  *
  * - `Accepted`: True (reason `Accepted`) for every route of a loaded file: the front end serves it;
  *   with Gateway documents in the file, a route with `parentRefs` only when it attached to a
@@ -84,14 +85,14 @@ function ruleNote(rule: RuleSpec): string | undefined {
 }
 
 /** The `Accepted` condition; with Gateways and `parentRefs`, records the route's listeners in `status`. */
-function accepted(route: RouteSpec, file: RouteFile, status: RouteStatus): RouteCondition {
-  const inUse: RouteCondition = { type: 'Accepted', status: 'True', reason: 'Accepted', message: 'the route is in use' };
-  if (file.gateways.length === 0) return inUse;
-  if (route.parentRefs.length === 0) return { ...inUse, message: "the route is in use on the front end's own listener (no parentRefs)" };
-  const { attached, refused } = attachRoute(route, file.gateways);
+function accepted(route: RouteSpec | GrpcRouteSpec, file: RouteFile, status: RouteStatus, kind: 'HTTPRoute' | 'GRPCRoute', use = 'in use'): RouteCondition {
+  const inUse: RouteCondition = { type: 'Accepted', status: 'True', reason: 'Accepted', message: `the route is ${use}` };
+  if (file.gateways.length === 0) return kind === 'GRPCRoute' ? { ...inUse, message: `the route is ${use} on the front end's own listener` } : inUse;
+  if (route.parentRefs.length === 0) return { ...inUse, message: `the route is ${use} on the front end's own listener (no parentRefs)` };
+  const { attached, refused } = attachRoute(route, file.gateways, kind);
   status.listeners = attached.map((a) => `${a.gateway}/${a.listener.name}`);
   if (attached.length === 0) return { type: 'Accepted', status: 'False', reason: refused[0]!.reason, message: refused.map((r) => r.message).join('; ') };
-  return { ...inUse, message: `the route is in use on ${status.listeners.join(', ')}` };
+  return { ...inUse, message: `the route is ${use} on ${status.listeners.join(', ')}` };
 }
 
 function resolvedRefs(route: RouteSpec | GrpcRouteSpec, known: KnownService | undefined): RouteCondition {
@@ -102,18 +103,18 @@ function resolvedRefs(route: RouteSpec | GrpcRouteSpec, known: KnownService | un
 }
 
 /**
- * A GRPCRoute's status: Accepted (its native gRPC calls are served at the front end's own
- * listener; parentRefs are not read), ResolvedRefs as an HTTPRoute's, and a note for a rule whose
- * calls answer UNAVAILABLE although its refs resolve.
+ * A GRPCRoute's status: Accepted as an HTTPRoute's (for its gRPC calls), ResolvedRefs as an
+ * HTTPRoute's, and a note for a rule whose calls answer UNAVAILABLE although its refs resolve.
  */
-function grpcRouteStatus(route: GrpcRouteSpec, known: KnownService | undefined): RouteStatus {
+function grpcRouteStatus(route: GrpcRouteSpec, file: RouteFile, known: KnownService | undefined): RouteStatus {
   const rules: RuleNote[] = [];
   for (const rule of route.rules) {
     const note = rule.backendRefs.length === 0 ? 'no backendRefs: its calls answer UNAVAILABLE' : rule.backendRefs.every((r) => r.weight === 0) ? 'every backend has weight 0: its calls answer UNAVAILABLE' : undefined;
     if (note) rules.push({ rule: rule.name, index: rule.index, line: rule.line, note });
   }
-  const accepted: RouteCondition = { type: 'Accepted', status: 'True', reason: 'Accepted', message: "the route is in use for native gRPC calls on the front end's own listener" };
-  return { kind: 'GRPCRoute', route: route.name, line: route.line, conditions: [accepted, resolvedRefs(route, known)], rules };
+  const status: RouteStatus = { kind: 'GRPCRoute', route: route.name, line: route.line, conditions: [], rules };
+  status.conditions.push(accepted(route, file, status, 'GRPCRoute', 'in use for gRPC calls'), resolvedRefs(route, known));
+  return status;
 }
 
 /** The status of each route of `file`, in the file's order: its HTTPRoutes, then its GRPCRoutes. */
@@ -126,8 +127,8 @@ export function routeStatus(file: RouteFile, known?: KnownService): RouteStatus[
       if (note) rules.push({ rule: rule.name, index: rule.index, line: rule.line, note });
     }
     const status: RouteStatus = { route: route.name, line: route.line, conditions: [], rules };
-    status.conditions.push(accepted(route, file, status), resolved);
+    status.conditions.push(accepted(route, file, status, 'HTTPRoute'), resolved);
     return status;
   });
-  return [...http, ...file.grpcRoutes.map((route) => grpcRouteStatus(route, known))];
+  return [...http, ...file.grpcRoutes.map((route) => grpcRouteStatus(route, file, known))];
 }

@@ -336,6 +336,10 @@ export class Gateway {
     }
     const name = forHost ? `${forHost.gateway}/${forHost.listener.name}` : portServerName(port);
     if (!forHost || path.startsWith(OWN_PREFIX)) return { kind: 'unrouted', listener: name };
+    // A gRPC call (native or gRPC-Web) a GRPCRoute of the listener takes; the others are matched as any request.
+    const grpc = this.grpc.route(req, path);
+    const routed = grpc && this.grpc.routeBy(forHost.grpc, req, grpc);
+    if (routed) return routed;
     const choice = forHost.table.match({ method: req.method ?? 'GET', host, path, query: target.query, headers: req.headers });
     return (choice && this.chosen(choice, req, target, secure, port)) ?? { kind: 'unrouted', listener: name };
   }

@@ -120,7 +120,7 @@ export class ProxyListener {
     this.fe = { edge, namespace: '', errorId: ERROR_ID, maxBodyBytes: edge.settings.maxBodyBytes, mirrors: new MirrorSender(edge.clusters, edge.settings.clientRequestTimeoutMs) };
     this.effects = new RouteEffectsCache(runtime.stats);
     this.state = { config, table: routeTable(config), routes: this.liveRoutes(config.routeFile, config.http2) };
-    this.grpc = new GrpcCalls(this.fe, { http2: config.http2, workload: () => runtime.callerWorkload, routes: () => this.state.routes?.tables.grpc });
+    this.grpc = new GrpcCalls(this.fe, { http2: config.http2, workload: () => runtime.callerWorkload });
     this.server = new FrontServer<ProxyRoute, FrontRequest, FrontResponse>({
       edge,
       http2: config.http2,
@@ -176,9 +176,8 @@ export class ProxyListener {
   private routeOf(req: FrontRequest, target: RequestTarget): ProxyRoute {
     const state = this.state;
     const grpc = state.routes && this.grpc.route(req, target.path);
-    const routed = grpc && state.routes!.tables.grpc.match({ path: target.path, authority: (req.headers[':authority'] as string | undefined) ?? req.headers.host, headers: req.headers });
-    // A gRPC-Web call is matched again on the headers its node gets (its metadata, a gRPC content type).
-    if (grpc && routed) return grpc.kind === 'grpc' ? { ...grpc, routed } : grpc;
+    const routed = grpc && this.grpc.routeBy(state.routes!.tables.grpc, req, grpc);
+    if (routed) return routed;
     const file = state.routes && chooseFileRoute(state.routes.table, this.effects, this.server.secure, req, target, ERROR_ID);
     if (file) return file;
     const route = state.table.match(target.path, undefined)?.target;
