@@ -32,11 +32,32 @@ import { errorMessage } from '../base/util/option-error.js';
 import { parseSharedPorts, probeListen, ReusePortListening, reusePortSupported, type SharedPort } from '../base/http/reuse-port.js';
 import { parseAddress } from '../base/util/address.js';
 import { servePrimaryBuckets } from './rate-limit-ipc.js';
+import { newProcessId } from '../engines/registry/processes.js';
 
 /** Set in a worker's environment: its index (0..N-1), kept across restarts. */
 export const WORKER_ENV = 'MESH_CONCURRENCY_WORKER';
 /** Set in a worker's environment when it listens with reusePort: the ports to share (JSON SharedPort[]). */
 export const REUSE_PORT_ENV = 'MESH_CONCURRENCY_REUSE_PORT';
+/** Set in a worker's environment when the primary serves an admin: what worker 0 records of the primary (JSON PrimaryRecord). */
+export const PRIMARY_ENV = 'MESH_CONCURRENCY_PRIMARY';
+
+/** The primary as its process record names it (the workers have no admin: the primary's serves them). */
+interface PrimaryRecord {
+  id: string;
+  pid: number;
+  startedMs: number;
+  admin: { host: string; port: number };
+}
+
+function parsePrimaryRecord(raw: string | undefined): PrimaryRecord | undefined {
+  if (raw === undefined) return undefined;
+  try {
+    const r = JSON.parse(raw) as PrimaryRecord;
+    return typeof r.id === 'string' && Number.isInteger(r.pid) && Number.isInteger(r.startedMs) && typeof r.admin?.host === 'string' && Number.isInteger(r.admin.port) ? r : undefined;
+  } catch {
+    return undefined;
+  }
+}
 /** Gauge of the primary: 1 when the workers listen with reusePort, 0 when the primary accepts for them. */
 export const REUSE_PORT_STAT = 'server.concurrency_reuse_port';
 /** Counter of the workers started again after they died. */
@@ -94,13 +115,15 @@ export class WorkerLink {
     readonly index: number,
     /** Set when the front listeners bind with reusePort (the primary decided: REUSE_PORT_ENV). */
     readonly reusePort?: ReusePortListening,
+    /** Set when the primary serves an admin: worker 0 records the primary in the registry (PRIMARY_ENV). */
+    private readonly primary?: PrimaryRecord,
   ) {}
 
   static join(config: Config): WorkerLink | undefined {
     const raw = process.env[WORKER_ENV];
     if (config.concurrency <= 1 || !cluster.isWorker || raw === undefined || !/^\d+$/.test(raw)) return undefined;
     const shared = process.env[REUSE_PORT_ENV];
-    return new WorkerLink(Number(raw), shared === undefined ? undefined : new ReusePortListening(parseSharedPorts(shared)));
+    return new WorkerLink(Number(raw), shared === undefined ? undefined : new ReusePortListening(parseSharedPorts(shared)), parsePrimaryRecord(process.env[PRIMARY_ENV]));
   }
 
   /** The worker's options: the command line's, without the admin and metrics listeners (the primary serves them). */
@@ -142,9 +165,15 @@ export class WorkerLink {
     });
   }
 
-  /** Tells the primary the worker serves; `lines` are what the command prints once bound. */
+  /**
+   * Tells the primary the worker serves; `lines` are what the command prints once bound. Worker 0
+   * then records the primary (its admin, pid and id) in the registry, as a single process records
+   * itself: `mesh ps` lists it and `mesh stop` stops it.
+   */
   ready(runtime: Runtime, lines: string[]): void {
     process.send!({ mesh: 'ready', lines, hasRoutes: runtime.hasRouteTables(), ports: this.reusePort?.ports() } satisfies FromWorker);
+    const primary = this.primary;
+    if (this.index === 0 && primary) void runtime.recordProcess(primary.admin, primary);
   }
 }
 
@@ -227,6 +256,10 @@ class Primary implements AdminAggregate {
   private readonly options: ResolvedOptions;
   private readonly log_: Logging;
   private readonly own = new StatsStore();
+  /** This process's id in its record (written by worker 0) and for /quitquitquit?process=. */
+  private readonly processId = newProcessId();
+  /** The primary's record for the workers (PRIMARY_ENV); unset without an admin. */
+  private primaryRecord?: string;
   private readonly state = new ServerState();
   private readonly processMetrics = new ProcessMetrics();
   private readonly slots: WorkerSlot[] = [];
@@ -288,10 +321,12 @@ class Primary implements AdminAggregate {
         aggregate: this,
         // The workers serve the requests: /tap exists only to say it cannot tap them yet (501).
         tap: new TapHub(),
+        processId: this.processId,
         quit: async () => process.exit(await this.shutdown()),
       });
       this.closers.push(() => server.close());
       admin = await server.listen(adminAddress);
+      this.primaryRecord = JSON.stringify({ id: this.processId, pid: process.pid, startedMs: this.state.startedAt, admin } satisfies PrimaryRecord);
     }
     if (options.metricsAddress !== undefined && options.metricsAddress !== 'off') {
       const metrics = new MetricsServer({
@@ -337,7 +372,11 @@ class Primary implements AdminAggregate {
   private fork(slot: WorkerSlot): void {
     slot.ready = false;
     slot.startedAt = Date.now();
-    const worker = cluster.fork({ [WORKER_ENV]: String(slot.index), ...(this.reusePort ? { [REUSE_PORT_ENV]: JSON.stringify(this.sharedPorts ?? []) } : {}) });
+    const worker = cluster.fork({
+      [WORKER_ENV]: String(slot.index),
+      ...(this.reusePort ? { [REUSE_PORT_ENV]: JSON.stringify(this.sharedPorts ?? []) } : {}),
+      ...(this.primaryRecord ? { [PRIMARY_ENV]: this.primaryRecord } : {}),
+    });
     slot.worker = worker;
     // A send to a worker that is going away fails on its channel: logged, never an uncaught error of the primary.
     worker.on('error', (err: Error) => this.log().warn({ worker: slot.index, worker_pid: worker.process.pid, err: err.message }, 'worker channel error'));

@@ -341,22 +341,25 @@ export class Runtime {
 
   /**
    * Records this process in the registry (src/engines/registry/processes.ts) with its admin at
-   * `admin`, until the shutdown: `mesh ps`, `mesh stop` and `mesh tap` find it there.
+   * `admin`, until the shutdown: `mesh ps`, `mesh stop` and `mesh tap` find it there. `as`: the
+   * process this one records instead (worker 0 of --concurrency records its primary, whose admin
+   * serves the workers: src/cli/concurrency.ts).
    */
-  private async recordProcess(admin: { host: string; port: number }): Promise<void> {
+  async recordProcess(admin: { host: string; port: number }, as?: { id: string; pid: number; startedMs: number }): Promise<void> {
     const advertised = advertisedAddress(admin);
-    const started = this.state.startedAt;
+    const started = as?.startedMs ?? this.state.startedAt;
     const version = packageVersion();
+    const adminListener = as ? [`admin=${formatAddress(admin.host, admin.port)}`] : [];
     const read = (): ProcessRecord => ({
-      id: this.processId,
+      id: as?.id ?? this.processId,
       kind: this.setup.role,
       name: this.setup.processName ?? '',
-      pid: process.pid,
+      pid: as?.pid ?? process.pid,
       host: hostname(),
       admin: { address: advertised.host, port: advertised.port },
       startedMs: started,
       mtls: this.options.mtls,
-      listeners: this.selfAddresses.list().map((l) => `${l.what}=${formatAddress(l.host, l.port)}`),
+      listeners: [...adminListener, ...this.selfAddresses.list().map((l) => `${l.what}=${formatAddress(l.host, l.port)}`)],
       version,
     });
     const recorder = new ProcessRecorder(this.registry, read, this.logging.get('registry'));

@@ -6,6 +6,7 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { processService, type ProcessRecord } from '../../src/engines/registry/processes.js';
@@ -211,3 +212,39 @@ describe('mesh ps and mesh stop', () => {
 function fakeRecord(id: string, pid: number): ProcessRecord {
   return { id, kind: 'api', name: '', pid, host: 'vm', admin: { address: '127.0.0.1', port: 9 }, startedMs: Date.now(), mtls: 'off', listeners: [], version: '0.1.0' };
 }
+
+describe('mesh ps and mesh stop with --concurrency', () => {
+  const dir = tempDir();
+  let api: GatewayProcess;
+
+  before(async () => {
+    api = await startGatewayProcess(dir.path, ['--handler=proxy', '--concurrency=2']);
+  });
+
+  after(async () => {
+    await api?.stop();
+    dir.cleanup();
+  });
+
+  it('lists the primary once (its pid and admin, the workers\' listener), and mesh stop stops it and its workers', async () => {
+    const ps = async (): Promise<PsRow[]> => JSON.parse((await runCli(['ps', `--registry_address=${dir.path}`, '-o', 'json'])).stdout) as PsRow[];
+    const rows = await waitFor(async () => {
+      const r = await ps();
+      return r.length === 1 && r[0]!.listeners.length >= 2 ? r : undefined;
+    }, 15000);
+    const primary = rows[0]!;
+    assert.equal(primary.kind, 'api');
+    assert.equal(primary.pid, api.proc.child.pid);
+    assert.equal(primary.admin, new URL(api.admin).host);
+    assert.deepEqual(primary.listeners, [`admin=${new URL(api.admin).host}`, `gateway=127.0.0.1:${api.port}`]);
+    // The primary's admin quits for its own id only.
+    const other = await http('POST', `${api.admin}/quitquitquit?process=${primary.id}x`);
+    assert.equal(other.status, 409);
+    const stop = await runCli(['stop', primary.id, `--registry_address=${dir.path}`]);
+    assert.equal(stop.code, 0, stop.stderr);
+    // mesh stop waits until the record is gone, which worker 0 removes as it exits; then the primary exits 0.
+    const child = api.proc.child;
+    assert.equal(child.exitCode ?? (await once(child, 'exit'))[0], 0);
+    assert.deepEqual(await ps(), []);
+  });
+});
