@@ -465,7 +465,7 @@ export class AdminServer {
         ? [
             {
               path: TAP_PATH,
-              help: 'stream the requests this process serves, one JSON event a line (filters: service, route, path_prefix, method, status, identity, min_duration_ms, sample, rate)',
+              help: 'stream the requests this process serves, one JSON event a line (filters: service, route, path_prefix, method, status, identity, min_duration_ms, sample, rate; bodies=true: with the bodies, where allowed)',
               // Privileged: it shows other people's requests; refused cross-site and through a proxy as a mutating request is.
               mutates: always,
               handle: () => text(405, 'streamed\n'),

@@ -147,7 +147,7 @@ export const COMMANDS: CommandInfo[] = [
   },
   {
     name: 'tap',
-    args: '[--admin=HOST:PORT[,HOST:PORT...]] | replay FILE [--line=N] [--to=URL]',
+    args: '[--admin=HOST:PORT,...] | replay FILE',
     summary: 'watch live requests: the admin /tap streams of one or more processes, merged, one line per request',
     details: [
       'Filters: --service (the upstream service), --route, --path (a prefix), --method, --status (2xx..5xx or a code), --identity, --min_duration, --sample (0 to 1).',
