@@ -23,7 +23,10 @@ export const REPLAY_TIMEOUT_MS = 30_000;
 export interface Replay {
   line: number;
   method: string;
+  /** Where it goes, for display (its path and query percent-encoded as URL does). */
   url: URL;
+  /** The request target as captured: the path, then `?` and the query when there was one. */
+  target: string;
   headers: Record<string, string>;
   body: Buffer;
 }
@@ -85,7 +88,8 @@ export function replayOf(text: string, line: number, where: string, to: URL | un
   // The request as the front end saw it: its Host, wherever it is sent.
   if (typeof authority === 'string' && authority !== '' && !/[\s\0]/.test(authority)) out.host = authority;
   if (bytes.byteLength > 0 || !['GET', 'HEAD', 'DELETE', 'OPTIONS'].includes(method.toUpperCase())) out['content-length'] = String(bytes.byteLength);
-  return { line, method, url, headers: out, body: bytes };
+  const target = typeof query === 'string' ? `${path}?${query}` : path;
+  return { line, method, url, target, headers: out, body: bytes };
 }
 
 /** The replays of the file's event lines (one line, with `line`); every one checked before any is sent. */
@@ -115,7 +119,7 @@ export interface ReplayAnswer {
 export function sendReplay(r: Replay, timeoutMs = REPLAY_TIMEOUT_MS): Promise<ReplayAnswer> {
   return new Promise((resolve, reject) => {
     const send = r.url.protocol === 'https:' ? httpsRequest : httpRequest;
-    const req = send(r.url, { method: r.method, headers: r.headers, agent: false, timeout: timeoutMs }, (res) => {
+    const req = send({ protocol: r.url.protocol, hostname: r.url.hostname.replace(/^\[|\]$/g, ''), port: r.url.port, path: r.target, method: r.method, headers: r.headers, agent: false, timeout: timeoutMs }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, statusText: res.statusMessage ?? '', headers: res.headers, body: Buffer.concat(chunks) }));

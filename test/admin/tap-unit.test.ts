@@ -300,6 +300,8 @@ describe('mesh tap replay: reading an event', () => {
     const r = replayOf(event(), 1, 'f', undefined);
     assert.equal(r.method, 'POST');
     assert.equal(r.url.href, 'http://127.0.0.1:8080/hello/ada?a=1');
+    assert.equal(r.target, '/hello/ada?a=1');
+    assert.equal(replayOf(event({ query: 'q=a|b' }), 1, 'f', undefined).target, '/hello/ada?q=a|b');
     assert.deepEqual(r.headers, { 'x-tag': 'kept', host: '127.0.0.1:8080', 'content-length': '3' });
     assert.deepEqual(r.body, Buffer.from([1, 2, 3]));
     assert.equal(replayOf(event({ scheme: 'https' }), 1, 'f', undefined).url.href, 'https://127.0.0.1:8080/hello/ada?a=1');

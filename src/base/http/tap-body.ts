@@ -6,7 +6,9 @@
  * by `[redacted]` at any depth in a complete JSON body, and a JSON body that cannot be read whole
  * (truncated, compressed, not parseable) replaced whole.
  */
-import { REDACTED } from './tap.js';
+
+/** What a redacted value becomes: a header's (src/base/http/tap.ts), a JSON field's, a whole body's data. */
+export const REDACTED = '[redacted]';
 
 /** A body as a tap event shows it (`request_body`, `response_body`). */
 export interface TapBody {

@@ -18,7 +18,7 @@
  */
 import type { FrontRequest, FrontResponse } from './front-types.js';
 import { attachRequestInfo, countBytes, observeBodies, RequestInfo } from './access-log.js';
-import { BodyCapture, renderBody, type BodyCaptures, type TapBody } from './tap-body.js';
+import { BodyCapture, REDACTED, renderBody, type BodyCaptures, type TapBody } from './tap-body.js';
 import { targetOf } from './target.js';
 import { peerIdentityOf } from '../mtls/workload-tls.js';
 
@@ -26,8 +26,8 @@ import { peerIdentityOf } from '../mtls/workload-tls.js';
 export const REDACTED_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie'] as const;
 /** Any header whose folded name starts with this is redacted (the end user the edge asserts). */
 export const REDACTED_PREFIX = 'mesh-auth-';
-/** What a redacted header's value becomes. */
-export const REDACTED = '[redacted]';
+/** What a redacted header's value becomes (one marker for headers and bodies). */
+export { REDACTED };
 
 /** One finished request, as a tap sees it (the JSON of one NDJSON line). */
 export interface TapEvent {
