@@ -144,8 +144,9 @@ describe('admin /tap bodies', () => {
     }
   });
 
-  it('asked and allowed: both bodies captured exactly, as text', async () => {
+  it('asked and allowed: both bodies captured exactly, as text; a tap that did not ask still gets none', async () => {
     const tap = await openTap(on.admin, '?bodies=true');
+    const plain = await openTap(on.admin);
     try {
       const answer = await http('POST', `${on.url}/echo/text?x=1`, { body: 'hello, tap', headers: { 'content-type': 'text/plain; charset=utf-8' } });
       assert.equal(answer.status, 200);
@@ -153,8 +154,11 @@ describe('admin /tap bodies', () => {
       assert.deepEqual(e.request_body, { bytes: 10, truncated: false, encoding: 'utf8', data: 'hello, tap', redacted: false });
       assert.deepEqual(e.response_body, { bytes: answer.bytes.length, truncated: false, encoding: 'utf8', data: answer.text, redacted: false });
       assert.equal(e.scheme, 'http');
+      const bare = await eventOf(plain, '/echo/text');
+      assert.ok(!('request_body' in bare) && !('response_body' in bare), JSON.stringify(bare));
     } finally {
       tap.close();
+      plain.close();
     }
   });
 
