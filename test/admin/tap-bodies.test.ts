@@ -2,7 +2,7 @@
  * admin /tap bodies on real `mesh api` processes (proxy handler) in front of a real backend:
  * refused (403) unless the process allows them, absent unless the tap asks; captured exactly, cut
  * at --tap_bodies_max_bytes with the exact prefix, base64 when binary, JSON fields redacted at any
- * depth (a cut JSON body hidden whole); a large streamed body reaches the backend unchanged while
+ * depth (a cut JSON body hidden whole), over HTTP/2 too; a large streamed body reaches the backend unchanged while
  * tapped; the token guards bodies as it guards /tap. Then `mesh tap --bodies -o json` and
  * `mesh tap replay`: the backend sees the same method, path and body, without the redacted
  * headers; a truncated, uncaptured or malformed event is refused naming its line, nothing sent.
@@ -10,6 +10,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { connect } from 'node:http2';
 import { createServer, request, type IncomingHttpHeaders, type IncomingMessage, type ClientRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { writeFileSync } from 'node:fs';
@@ -111,7 +112,7 @@ describe('admin /tap bodies', () => {
     await registerPlain(registry, 'go.mesh.api.echo', backend.port);
     [off, on] = await Promise.all([
       startGatewayProcess(dir.path, ['--handler=proxy']),
-      startGatewayProcess(dir.path, ['--handler=proxy', `--tap_bodies_max_bytes=${CAP}`, '--tap_redact_json_fields=password,token', '--max_body_size=8MiB']),
+      startGatewayProcess(dir.path, ['--handler=proxy', `--tap_bodies_max_bytes=${CAP}`, '--tap_redact_json_fields=password,token', '--max_body_size=8MiB', '--enable_http2']),
     ]);
   });
 
@@ -207,6 +208,25 @@ describe('admin /tap bodies', () => {
       const cut = await eventOf(tap, '/echo/json-long');
       assert.deepEqual(cut.request_body, { bytes: long.length, truncated: true, encoding: 'utf8', data: '[redacted]', redacted: true });
     } finally {
+      tap.close();
+    }
+  });
+
+  it('over HTTP/2 (h2c) too', async () => {
+    const tap = await openTap(on.admin, '?bodies=true');
+    const session = connect(on.url);
+    try {
+      const stream = session.request({ ':method': 'POST', ':path': '/echo/h2', 'content-type': 'text/plain' });
+      stream.end('h2 body');
+      let answer = '';
+      stream.setEncoding('utf8');
+      stream.on('data', (d: string) => (answer += d));
+      await new Promise((r) => stream.on('end', r));
+      const e = await eventOf(tap, '/echo/h2');
+      assert.deepEqual(e.request_body, { bytes: 7, truncated: false, encoding: 'utf8', data: 'h2 body', redacted: false });
+      assert.deepEqual(e.response_body, { bytes: Buffer.byteLength(answer), truncated: false, encoding: 'utf8', data: answer, redacted: false });
+    } finally {
+      session.close();
       tap.close();
     }
   });
