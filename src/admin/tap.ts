@@ -3,7 +3,8 @@
  * finish, one JSON event a line, filtered by the query parameters (parseTapQuery), paced by a
  * rate cap per tap (events over it are dropped and counted, never queued), and dropped rather
  * than buffered while the reader is slow (socket backpressure). The events come from the
- * process's tap hub (src/base/http/tap.ts).
+ * process's tap hub (src/base/http/tap.ts); with `bodies=true` (refused by the admin unless the
+ * process allows bodies) they carry the request and response bodies (src/base/http/tap-body.ts).
  */
 import type { ServerResponse } from 'node:http';
 import type { TapEvent, TapSink } from '../base/http/tap.js';
