@@ -26,7 +26,7 @@ import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } fr
 import { compileSearchRegex, type SearchRegex } from '../base/util/regex.js';
 import { clientText } from '../base/util/text.js';
 import { splitTarget } from '../base/http/target.js';
-import { badRequest, ERROR_IDS, notImplemented, serviceUnavailable, type MeshError } from '../base/errors.js';
+import { badRequest, ERROR_IDS, forbidden, notImplemented, serviceUnavailable, type MeshError } from '../base/errors.js';
 import { NDJSON, parseTapQuery, TapStream, type TapStats } from './tap.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
@@ -299,6 +299,11 @@ export class AdminServer {
     }
     const filter = parseTapQuery(query);
     if ('parameter' in filter) return errorReply(badRequest(ERROR_IDS.admin, filter.detail));
+    if (filter.bodies && !hub.bodiesAllowed) {
+      this.ctx.stats.counter(TAP_STATS.refused).inc();
+      this.log().warn({ path: TAP_PATH }, 'admin refused a tap: bodies are not allowed on this process');
+      return errorReply(forbidden(ERROR_IDS.admin, 'tap bodies are not allowed on this process: start it with --tap_bodies_max_bytes=SIZE to allow bodies=true'));
+    }
     const stream = new TapStream(res, filter, stats);
     const detach = hub.attach(stream);
     if (!detach) {
@@ -460,7 +465,7 @@ export class AdminServer {
         ? [
             {
               path: TAP_PATH,
-              help: 'stream the requests this process serves, one JSON event a line (filters: service, route, path_prefix, method, status, identity, min_duration_ms, sample, rate)',
+              help: 'stream the requests this process serves, one JSON event a line (filters: service, route, path_prefix, method, status, identity, min_duration_ms, sample, rate; bodies=true: with the bodies, where allowed)',
               // Privileged: it shows other people's requests; refused cross-site and through a proxy as a mutating request is.
               mutates: always,
               handle: () => text(405, 'streamed\n'),

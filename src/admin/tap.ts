@@ -3,7 +3,8 @@
  * finish, one JSON event a line, filtered by the query parameters (parseTapQuery), paced by a
  * rate cap per tap (events over it are dropped and counted, never queued), and dropped rather
  * than buffered while the reader is slow (socket backpressure). The events come from the
- * process's tap hub (src/base/http/tap.ts).
+ * process's tap hub (src/base/http/tap.ts); with `bodies=true` (refused by the admin unless the
+ * process allows bodies) they carry the request and response bodies (src/base/http/tap-body.ts).
  */
 import type { ServerResponse } from 'node:http';
 import type { TapEvent, TapSink } from '../base/http/tap.js';
@@ -19,7 +20,7 @@ export const MAX_TAP_RATE = 1000;
 export const DROPPED_REPORT_MS = 1000;
 
 /** The query parameters of /tap, in the order the docs list them. */
-export const TAP_PARAMETERS = ['service', 'route', 'path_prefix', 'method', 'status', 'identity', 'min_duration_ms', 'sample', 'rate'] as const;
+export const TAP_PARAMETERS = ['service', 'route', 'path_prefix', 'method', 'status', 'identity', 'min_duration_ms', 'sample', 'rate', 'bodies'] as const;
 
 /** What a tap takes: every field set must match (absent: any). */
 export interface TapFilter {
@@ -38,6 +39,8 @@ export interface TapFilter {
   sample: number;
   /** Events a second, at most. */
   rate: number;
+  /** The events carry the request and response bodies (when the process allows them). */
+  bodies: boolean;
 }
 
 /** A parameter /tap refuses: its name and why (the 400's detail). */
@@ -50,7 +53,7 @@ const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /** Parses /tap's query; a parameter it does not know, or a bad value, is an error naming it. */
 export function parseTapQuery(q: Query): TapFilter | TapParameterError {
-  const filter: TapFilter = { sample: 1, rate: DEFAULT_TAP_RATE };
+  const filter: TapFilter = { sample: 1, rate: DEFAULT_TAP_RATE, bodies: false };
   const bad = (parameter: string, why: string): TapParameterError => ({ parameter, detail: `invalid tap parameter ${parameter}=${JSON.stringify(q.get(parameter) ?? '')}: ${why}` });
   for (const [name, value] of q) {
     switch (name) {
@@ -93,6 +96,10 @@ export function parseTapQuery(q: Query): TapFilter | TapParameterError {
         filter.rate = n;
         break;
       }
+      case 'bodies':
+        if (value !== 'true' && value !== 'false') return bad(name, 'true or false');
+        filter.bodies = value === 'true';
+        break;
       default:
         return { parameter: name, detail: `unknown tap parameter ${JSON.stringify(name)}: use ${TAP_PARAMETERS.join(', ')}` };
     }
@@ -162,6 +169,10 @@ export class TapStream implements TapSink {
     this.cap = new RateCap(filter.rate);
     this.timer = setInterval(() => this.report(), DROPPED_REPORT_MS);
     this.timer.unref();
+  }
+
+  get bodies(): boolean {
+    return this.filter.bodies;
   }
 
   deliver(event: TapEvent): void {

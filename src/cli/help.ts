@@ -147,13 +147,15 @@ export const COMMANDS: CommandInfo[] = [
   },
   {
     name: 'tap',
-    args: '[--admin=HOST:PORT[,HOST:PORT...]]',
+    args: '[--admin=HOST:PORT,...] | replay FILE',
     summary: 'watch live requests: the admin /tap streams of one or more processes, merged, one line per request',
     details: [
       'Filters: --service (the upstream service), --route, --path (a prefix), --method, --status (2xx..5xx or a code), --identity, --min_duration, --sample (0 to 1).',
       '--rate caps the events each process sends a second; over it (or while this command cannot keep up) events are dropped and a line on stderr says how many.',
       '-o json: one JSON event a line, with the admin it came from. A stream that ends is reported and opened again; Ctrl-C or SIGTERM ends the command (exit 0).',
       'The processes to tap: --admin, else every process this registry records (see mesh ps). With --admin_token the token is sent (see docs/admin.md, /tap).',
+      '--bodies: the events carry the request and response bodies, on processes started with --tap_bodies_max_bytes (others refuse the tap).',
+      'replay FILE: sends again the requests of the events mesh tap --bodies -o json wrote (--line=N: only that line), to the front end each names or to --to=URL; an event whose body was not captured, was truncated or redacted is refused (exit 1).',
     ],
   },
   {

@@ -112,6 +112,10 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
       const { runTop } = await import('./top.js');
       return await runTop(args.config, args.given, io);
     }
+    if (command === 'tap' && args.positionals[1] === 'replay') {
+      const { runTapReplay } = await import('./tap-replay.js');
+      return await runTapReplay(args.positionals.slice(2), args.config, io);
+    }
     if (command === 'tap') {
       if (args.positionals.length > 1) throw new FlagError(`mesh tap takes no argument (got "${args.positionals[1]}"); the processes are named with --admin=HOST:PORT, or found in the registry`);
       const { runTap } = await import('./tap.js');

@@ -1,7 +1,8 @@
 /**
  * `mesh tap --admin=HOST:PORT[,...]`: the admin `/tap` streams of one or more processes, merged
  * as the events arrive, one line per request (-o json: the events as JSON lines, each with the
- * admin it came from). The filters are checked here as the admin checks them (a bad one exits 2
+ * admin it came from; --bodies: with the bodies, which `mesh tap replay` sends again,
+ * src/cli/tap-replay.ts). The filters are checked here as the admin checks them (a bad one exits 2
  * naming the flag). A stream that ends, or a process that cannot be reached, is said once on
  * stderr and opened again (after 0.5 s, doubling up to 5 s), as is a 502, 503 (too many taps) or
  * 504; an admin that refuses the tap otherwise (400, 401, 403, 404, 501) is said on stderr and not
@@ -29,6 +30,7 @@ const FLAG_OF: Record<string, string> = {
   min_duration_ms: 'min_duration',
   sample: 'sample',
   rate: 'rate',
+  bodies: 'bodies',
 };
 
 const RETRY_FIRST_MS = 500;
@@ -49,6 +51,7 @@ export function tapQueryOf(config: Config, given: ReadonlySet<string>): string {
   set('min_duration_ms', config.min_duration);
   set('sample', config.sample);
   if (given.has('rate')) set('rate', config.rate);
+  if (config.bodies) set('bodies', 'true');
   const text = params.toString();
   const parsed = parseTapQuery(parseQuery(text));
   if ('parameter' in parsed) {

@@ -645,6 +645,8 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
     const trace = ctx.trace!;
     const tap = this.options.edge.tap;
     const info = accessLog ? accessLog.begin(req, res, trace.traceId, tap.active) : tap.active ? tap.begin(req, res, trace.traceId) : undefined;
+    // A tap that asked for bodies is attached: this request's are captured (src/base/http/tap-body.ts).
+    const bodies = info && tap.bodies ? tap.captureBodies(req, res) : undefined;
     const counted = this.options.counted?.(req) ?? true;
     if (counted) {
       this.rqTotal.inc();
@@ -678,7 +680,7 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
       this.onPhase?.('log', req);
       if (info) {
         accessLog?.log(req, res, info, ms);
-        if (tap.active) tap.publish(this.options.statPrefix, req, res, info, ms);
+        if (tap.active) tap.publish(this.options.statPrefix, req, res, info, ms, bodies);
       }
       if (span) {
         const status = res.headersSent ? res.statusCode : 500;

@@ -203,7 +203,7 @@ export class Runtime {
       this.onShutdown(() => tracer.shutdown());
     }
     this.codecs = new CodecSet(options.codecs);
-    this.tap = new TapHub({ redact: options.tapRedactHeaders });
+    this.tap = new TapHub({ redact: options.tapRedactHeaders, bodiesMaxBytes: options.tapBodiesMaxBytes, redactJsonFields: options.tapRedactJsonFields });
     if (options.accessLog !== 'off') {
       const stats = this.stats;
       let writer: AccessLogWriter;

@@ -209,7 +209,7 @@ describe('admin /tap on a real mesh api', () => {
       ['?rate=0', 'invalid tap parameter rate=\\"0\\": events a second, 1 to 1000'],
       ['?min_duration_ms=soon', 'invalid tap parameter min_duration_ms=\\"soon\\": not a number of milliseconds'],
       ['?path_prefix=hello', 'invalid tap parameter path_prefix=\\"hello\\": a path prefix starts with /'],
-      ['?colour=red', 'unknown tap parameter \\"colour\\": use service, route, path_prefix, method, status, identity, min_duration_ms, sample, rate'],
+      ['?colour=red', 'unknown tap parameter \\"colour\\": use service, route, path_prefix, method, status, identity, min_duration_ms, sample, rate, bodies'],
     ];
     for (const [query, detail] of cases) {
       const res = await http('GET', `${gw.admin}/tap${query}`);

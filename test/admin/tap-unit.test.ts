@@ -10,6 +10,8 @@ import { parseQuery } from '../../src/admin/query.js';
 import { parseTapQuery, RateCap, tapMatches, TapStream, type TapFilter } from '../../src/admin/tap.js';
 import { isRedacted, REDACTED, redactHeaders, TapHub, type TapEvent } from '../../src/base/http/tap.js';
 import { formatTapEvent, tapAdmins, tapQueryOf } from '../../src/cli/tap.js';
+import { BodyCapture, renderBody } from '../../src/base/http/tap-body.js';
+import { replayOf, ReplayError } from '../../src/cli/tap-replay.js';
 import { parseArgs } from '../../src/cli/flags.js';
 import { StatsStore } from '../../src/base/stats/store.js';
 
@@ -20,6 +22,7 @@ const EVENT: TapEvent = {
   authority: '127.0.0.1:8080',
   path: '/hello/ada',
   query: null,
+  scheme: 'http',
   status: 200,
   request_headers: {},
   response_headers: {},
@@ -45,8 +48,8 @@ const filterOf = (q: string): TapFilter => {
 
 describe('/tap parameters and filter', () => {
   it('parses every parameter; defaults sample 1 and rate 100', () => {
-    assert.deepEqual(filterOf(''), { sample: 1, rate: 100 });
-    assert.deepEqual(filterOf('service=a&route=r&path_prefix=/x&method=get&status=4xx&identity=spiffe://d/svc/a&min_duration_ms=2.5&sample=0.25&rate=7'), {
+    assert.deepEqual(filterOf(''), { sample: 1, rate: 100, bodies: false });
+    assert.deepEqual(filterOf('service=a&route=r&path_prefix=/x&method=get&status=4xx&identity=spiffe://d/svc/a&min_duration_ms=2.5&sample=0.25&rate=7&bodies=true'), {
       service: 'a',
       route: 'r',
       pathPrefix: '/x',
@@ -56,6 +59,7 @@ describe('/tap parameters and filter', () => {
       minDurationMs: 2.5,
       sample: 0.25,
       rate: 7,
+      bodies: true,
     });
     assert.deepEqual(filterOf('status=503').status, { min: 503, max: 503 });
   });
@@ -73,6 +77,7 @@ describe('/tap parameters and filter', () => {
       ['path_prefix=x', 'path_prefix'],
       ['method=G%20T', 'method'],
       ['service=', 'service'],
+      ['bodies=1', 'bodies'],
       ['nope=1', 'nope'],
     ] as const) {
       const f = parseTapQuery(parseQuery(q));
@@ -203,7 +208,117 @@ describe('mesh tap: lines and flags', () => {
     const parsed = parseArgs(['tap', '--admin=127.0.0.1:9901,[::1]:9902', '--path=/a', '--status=5xx', '--min_duration=250ms', '--rate=10', '--method=GET']);
     assert.equal(tapQueryOf(parsed.config, parsed.given), '?path_prefix=%2Fa&method=GET&status=5xx&min_duration_ms=250&rate=10');
     assert.deepEqual(await tapAdmins(parsed.config, { err: () => {} }), ['127.0.0.1:9901', '[::1]:9902']);
+    const bodies = parseArgs(['tap', '--admin=127.0.0.1:9901', '--bodies']);
+    assert.equal(tapQueryOf(bodies.config, bodies.given), '?bodies=true');
     const bad = parseArgs(['tap', '--admin=127.0.0.1:9901', '--sample=2']);
     assert.throws(() => tapQueryOf(bad.config, bad.given), /invalid value "2" for flag --sample: a share from 0 to 1/);
+  });
+});
+
+describe('tap bodies: capture and rendering', () => {
+  const capture = (cap: number, ...chunks: Array<string | Uint8Array>) => {
+    const c = new BodyCapture(cap);
+    for (const chunk of chunks) c.add(chunk);
+    return c;
+  };
+  const none = new Set<string>();
+  const fields = new Set(['password', 'token']);
+
+  it('keeps a copy of the first cap bytes and counts them all', () => {
+    const source = Buffer.from('abcdef');
+    const c = capture(8, source, 'ghij', Buffer.from('kl'));
+    source.fill(0x7a);
+    assert.equal(c.bytes().toString(), 'abcdefgh');
+    assert.equal(c.total, 12);
+    assert.equal(c.truncated, true);
+    const hex = new BodyCapture(8);
+    hex.add('6869', 'hex');
+    assert.equal(hex.bytes().toString(), 'hi');
+    assert.equal(capture(8, 'exactly8').truncated, false);
+  });
+
+  it('text when the type is text-like and the bytes are UTF-8; else base64', () => {
+    assert.deepEqual(renderBody(capture(64, 'h\u00e9llo'), { 'content-type': 'text/plain; charset=utf-8' }, none), { bytes: 6, truncated: false, encoding: 'utf8', data: 'h\u00e9llo', redacted: false });
+    assert.equal(renderBody(capture(64, 'a=1'), { 'content-type': 'application/x-www-form-urlencoded' }, none).encoding, 'utf8');
+    assert.equal(renderBody(capture(64, '<a/>'), { 'content-type': 'application/atom+xml' }, none).encoding, 'utf8');
+    assert.deepEqual(renderBody(capture(64, Buffer.from([0xc3])), { 'content-type': 'text/plain' }, none), { bytes: 1, truncated: false, encoding: 'base64', data: 'ww==', redacted: false });
+    assert.equal(renderBody(capture(64, 'plain'), { 'content-type': 'application/octet-stream' }, none).encoding, 'base64');
+    assert.equal(renderBody(capture(64, 'plain'), {}, none).encoding, 'base64');
+    assert.equal(renderBody(capture(64, 'plain'), { 'content-type': 'text/plain', 'content-encoding': 'gzip' }, none).encoding, 'base64');
+    assert.deepEqual(renderBody(capture(64), { 'content-type': 'application/json' }, fields), { bytes: 0, truncated: false, encoding: 'utf8', data: '', redacted: false });
+  });
+
+  it('redacts the configured JSON fields at any depth, any case; hides whole what it cannot read whole', () => {
+    const json = { 'content-type': 'application/json; charset=utf-8' };
+    const body = '{"a":[{"b":{"PassWord":"x","keep":1}}],"token":{"deep":"y"},"n":null}';
+    assert.deepEqual(renderBody(capture(256, body), json, fields), {
+      bytes: body.length,
+      truncated: false,
+      encoding: 'utf8',
+      data: '{"a":[{"b":{"PassWord":"[redacted]","keep":1}}],"token":"[redacted]","n":null}',
+      redacted: true,
+    });
+    // Nothing to redact: the body as sent (its spacing kept).
+    assert.equal(renderBody(capture(256, '{ "keep": 1 }'), json, fields).data, '{ "keep": 1 }');
+    const whole = (bytes: number, truncated: boolean) => ({ bytes, truncated, encoding: 'utf8', data: '[redacted]', redacted: true });
+    assert.deepEqual(renderBody(capture(8, body), json, fields), whole(body.length, true));
+    assert.deepEqual(renderBody(capture(256, '{"password": '), json, fields), whole(13, false));
+    assert.deepEqual(renderBody(capture(256, body), { ...json, 'content-encoding': 'gzip' }, fields), whole(body.length, false));
+    // Without fields to redact, a JSON body is text like any other (its prefix when cut).
+    assert.deepEqual(renderBody(capture(8, body), json, none), { bytes: body.length, truncated: true, encoding: 'utf8', data: body.slice(0, 8), redacted: false });
+  });
+
+  it('the hub: bodies only on a process that allows them, and only while a tap that asked is attached', () => {
+    assert.throws(() => new TapHub().attach({ bodies: true, deliver: () => undefined }), /not allowed/);
+    const hub = new TapHub({ bodiesMaxBytes: 16 });
+    assert.equal(hub.bodiesAllowed, true);
+    const plain = hub.attach({ deliver: () => undefined })!;
+    assert.equal(hub.bodies, false);
+    const withBodies = hub.attach({ bodies: true, deliver: () => undefined })!;
+    assert.equal(hub.bodies, true);
+    withBodies();
+    withBodies();
+    assert.equal(hub.bodies, false);
+    assert.equal(hub.active, true);
+    plain();
+    assert.equal(hub.active, false);
+  });
+});
+
+describe('mesh tap replay: reading an event', () => {
+  const event = (over: Record<string, unknown> = {}) =>
+    JSON.stringify({
+      ...EVENT,
+      method: 'POST',
+      query: 'a=1',
+      request_headers: { host: '127.0.0.1:8080', authorization: '[redacted]', 'x-key': '[redacted]', connection: 'keep-alive', 'content-length': '3', 'transfer-encoding': 'chunked', ':path': '/x', 'x-tag': 'kept' },
+      request_body: { bytes: 3, truncated: false, encoding: 'base64', data: Buffer.from([1, 2, 3]).toString('base64'), redacted: false },
+      ...over,
+    });
+
+  it('the same method, path, query, body and Host; no redacted, hop-by-hop or pseudo-header', () => {
+    const r = replayOf(event(), 1, 'f', undefined);
+    assert.equal(r.method, 'POST');
+    assert.equal(r.url.href, 'http://127.0.0.1:8080/hello/ada?a=1');
+    assert.equal(r.target, '/hello/ada?a=1');
+    assert.equal(replayOf(event({ query: 'q=a|b' }), 1, 'f', undefined).target, '/hello/ada?q=a|b');
+    assert.deepEqual(r.headers, { 'x-tag': 'kept', host: '127.0.0.1:8080', 'content-length': '3' });
+    assert.deepEqual(r.body, Buffer.from([1, 2, 3]));
+    assert.equal(replayOf(event({ scheme: 'https' }), 1, 'f', undefined).url.href, 'https://127.0.0.1:8080/hello/ada?a=1');
+    assert.equal(replayOf(event(), 1, 'f', new URL('http://10.0.0.1:9000')).url.href, 'http://10.0.0.1:9000/hello/ada?a=1');
+  });
+
+  it('refuses what would not be the same request, naming the line', () => {
+    const refused = (text: string, why: RegExp) => assert.throws(() => replayOf(text, 7, 'f', undefined), (e: Error) => e instanceof ReplayError && why.test(e.message) && e.message.startsWith('f:7: '));
+    refused(event({ request_body: null }), /not captured/);
+    refused(event({ request_body: { bytes: 9, truncated: true, encoding: 'utf8', data: 'abc', redacted: false } }), /truncated/);
+    refused(event({ request_body: { bytes: 10, truncated: false, encoding: 'utf8', data: '[redacted]', redacted: true } }), /redacted/);
+    refused(event({ request_body: { bytes: 4, truncated: false, encoding: 'utf8', data: 'abc', redacted: false } }), /holds 3 bytes, the event says 4/);
+    refused(event({ method: 'GE T' }), /"method"/);
+    refused(event({ request_headers: { a: 1 } }), /"request_headers"/);
+    refused(event({ request_headers: { a: 'x\r\nInjected: 1' } }), /line break/);
+    refused(event({ authority: null }), /give --to/);
+    refused('[1]', /not a JSON object/);
+    refused('{', /not a JSON line/);
   });
 });

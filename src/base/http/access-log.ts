@@ -540,27 +540,46 @@ export class AccessLog {
   }
 }
 
-/** Counts the body bytes received (as the parser hands them over) and sent (as the handler writes them). */
-export function countBytes(req: FrontRequest, res: FrontResponse, info: RequestInfo): void {
+/** What sees the body bytes of one request (observeBodies). */
+export interface BodyObserver {
+  /** A chunk of the request body, as the parser hands it over. */
+  received(chunk: { length: number } & object): void;
+  /** A write or end of the answer (chunk: what was given, perhaps nothing or a callback). */
+  sent(chunk: unknown, encoding: unknown): void;
+}
+
+/** Calls the observer with the request body chunks and the answer's writes, changing none of them. */
+export function observeBodies(req: FrontRequest, res: FrontResponse, o: BodyObserver): void {
   const push = req.push;
   req.push = function (chunk: unknown, encoding?: BufferEncoding) {
-    if (chunk !== null && chunk !== undefined) info.bytesReceived += (chunk as { length: number }).length;
+    if (chunk !== null && chunk !== undefined) o.received(chunk as { length: number } & object);
     return push.call(this, chunk, encoding);
   };
-  const size = (chunk: unknown, encoding: unknown): number =>
-    typeof chunk === 'string' ? Buffer.byteLength(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8') : chunk instanceof Uint8Array ? chunk.byteLength : 0;
-  const head = req.method === 'HEAD';
   const write = res.write;
   const end = res.end;
   const w = res as unknown as { write: (...a: unknown[]) => boolean; end: (...a: unknown[]) => FrontResponse };
   w.write = function (this: FrontResponse, chunk: unknown, encoding?: unknown, cb?: unknown) {
-    info.firstByteAt ??= performance.now();
-    if (!head) info.bytesSent += size(chunk, encoding);
+    o.sent(chunk, encoding);
     return (write as (...a: unknown[]) => boolean).call(this, chunk, encoding, cb);
   };
   w.end = function (this: FrontResponse, chunk?: unknown, encoding?: unknown, cb?: unknown) {
-    info.firstByteAt ??= performance.now();
-    if (!head && typeof chunk !== 'function') info.bytesSent += size(chunk, encoding);
+    o.sent(chunk, encoding);
     return (end as (...a: unknown[]) => FrontResponse).call(this, chunk, encoding, cb);
   };
+}
+
+/** Counts the body bytes received (as the parser hands them over) and sent (as the handler writes them). */
+export function countBytes(req: FrontRequest, res: FrontResponse, info: RequestInfo): void {
+  const size = (chunk: unknown, encoding: unknown): number =>
+    typeof chunk === 'string' ? Buffer.byteLength(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8') : chunk instanceof Uint8Array ? chunk.byteLength : 0;
+  const head = req.method === 'HEAD';
+  observeBodies(req, res, {
+    received: (chunk) => {
+      info.bytesReceived += chunk.length;
+    },
+    sent: (chunk, encoding) => {
+      info.firstByteAt ??= performance.now();
+      if (!head) info.bytesSent += size(chunk, encoding);
+    },
+  });
 }

@@ -11,10 +11,14 @@
  *
  * Events carry headers with secrets redacted (REDACTED_HEADERS, any `mesh-auth-*`, and the
  * names of --tap_redact_headers), compared as the edge compares names: case and `_`/`-` folded.
- * Bodies are not captured.
+ * Bodies (request_body, response_body) only for a tap that asks (TapSink.bodies) on a process that
+ * allows them (--tap_bodies_max_bytes above 0): while such a tap is attached, `bodies` is true and
+ * each request that starts gets its body captures (src/base/http/tap-body.ts); otherwise nothing
+ * tees a body.
  */
 import type { FrontRequest, FrontResponse } from './front-types.js';
-import { attachRequestInfo, countBytes, RequestInfo } from './access-log.js';
+import { attachRequestInfo, countBytes, observeBodies, RequestInfo } from './access-log.js';
+import { BodyCapture, REDACTED, renderBody, type BodyCaptures, type TapBody } from './tap-body.js';
 import { targetOf } from './target.js';
 import { peerIdentityOf } from '../mtls/workload-tls.js';
 
@@ -22,8 +26,8 @@ import { peerIdentityOf } from '../mtls/workload-tls.js';
 export const REDACTED_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie'] as const;
 /** Any header whose folded name starts with this is redacted (the end user the edge asserts). */
 export const REDACTED_PREFIX = 'mesh-auth-';
-/** What a redacted header's value becomes. */
-export const REDACTED = '[redacted]';
+/** What a redacted header's value becomes (one marker for headers and bodies). */
+export { REDACTED };
 
 /** One finished request, as a tap sees it (the JSON of one NDJSON line). */
 export interface TapEvent {
@@ -37,6 +41,8 @@ export interface TapEvent {
   path: string;
   /** The query as received, or null. */
   query: string | null;
+  /** `https` when the request came over TLS, else `http`. */
+  scheme: 'http' | 'https';
   /** What was sent: 0 when no answer started (the client went away, a reset). */
   status: number;
   request_headers: Record<string, string>;
@@ -61,10 +67,15 @@ export interface TapEvent {
   /** The caller's SPIFFE ID (mutual TLS), or null. */
   identity: string | null;
   trace_id: string | null;
+  /** Only for a tap that asked for bodies: the captured bodies, null when not captured (the request began before such a tap attached). */
+  request_body?: TapBody | null;
+  response_body?: TapBody | null;
 }
 
 /** An attached tap: gets every event (it filters and paces on its own). */
 export interface TapSink {
+  /** The tap asked for bodies (the hub refuses it unless they are allowed). */
+  readonly bodies?: boolean;
   deliver(event: TapEvent): void;
 }
 
@@ -115,6 +126,10 @@ export interface TapHubOptions {
   redact?: readonly string[];
   /** Most taps attached at once (admin /tap answers 503 over it). */
   maxTaps?: number;
+  /** --tap_bodies_max_bytes: the most bytes of each body a tap that asks gets; 0 (default): no bodies. */
+  bodiesMaxBytes?: number;
+  /** --tap_redact_json_fields: JSON field names whose values a tap shows as [redacted], at any depth. */
+  redactJsonFields?: readonly string[];
 }
 
 /** Default of TapHubOptions.maxTaps. */
@@ -123,13 +138,26 @@ export const MAX_TAPS = 8;
 export class TapHub {
   /** True while a tap is attached: the one check a front end makes per request without one. */
   active = false;
+  /** True while a tap that asked for bodies is attached: a request that starts then gets its bodies captured. */
+  bodies = false;
   readonly maxTaps: number;
+  /** The cap of each captured body; 0: bodies are not allowed. */
+  readonly bodiesMaxBytes: number;
   private readonly sinks = new Set<TapSink>();
+  private bodySinks = 0;
   private readonly redact: ReadonlySet<string>;
+  private readonly jsonFields: ReadonlySet<string>;
 
   constructor(options: TapHubOptions = {}) {
     this.redact = new Set((options.redact ?? []).map(foldHeaderName));
     this.maxTaps = options.maxTaps ?? MAX_TAPS;
+    this.bodiesMaxBytes = options.bodiesMaxBytes ?? 0;
+    this.jsonFields = new Set((options.redactJsonFields ?? []).map((f) => f.toLowerCase()));
+  }
+
+  /** Whether a tap may ask for bodies. */
+  get bodiesAllowed(): boolean {
+    return this.bodiesMaxBytes > 0;
   }
 
   get size(): number {
@@ -139,12 +167,31 @@ export class TapHub {
   /** Attaches a tap; undefined when maxTaps are attached already. Returns its removal. */
   attach(sink: TapSink): (() => void) | undefined {
     if (this.sinks.size >= this.maxTaps) return undefined;
+    if (sink.bodies && !this.bodiesAllowed) throw new Error('tap bodies are not allowed on this process (--tap_bodies_max_bytes is 0)');
     this.sinks.add(sink);
     this.active = true;
+    if (sink.bodies) this.bodies = ++this.bodySinks > 0;
     return () => {
-      this.sinks.delete(sink);
+      if (!this.sinks.delete(sink)) return;
       this.active = this.sinks.size > 0;
+      if (sink.bodies) this.bodies = --this.bodySinks > 0;
     };
+  }
+
+  /**
+   * Starts capturing a request's bodies (called at its start when `bodies` said true): a copy of
+   * the first bodiesMaxBytes of each, the rest counted. Nothing the client or the upstream gets changes.
+   */
+  captureBodies(req: FrontRequest, res: FrontResponse): BodyCaptures {
+    const captures: BodyCaptures = { request: new BodyCapture(this.bodiesMaxBytes), response: new BodyCapture(this.bodiesMaxBytes) };
+    const head = req.method === 'HEAD';
+    observeBodies(req, res, {
+      received: (chunk) => captures.request.add(chunk),
+      sent: (chunk, encoding) => {
+        if (!head) captures.response.add(chunk, encoding);
+      },
+    });
+    return captures;
   }
 
   /** A request's record, when a tap is attached and the access log made none (bytes counted). */
@@ -157,7 +204,7 @@ export class TapHub {
   }
 
   /** A finished request (called from the response's 'close' once `active` said true). */
-  publish(front: string, req: FrontRequest, res: FrontResponse, info: RequestInfo, durationMs: number): void {
+  publish(front: string, req: FrontRequest, res: FrontResponse, info: RequestInfo, durationMs: number, bodies?: BodyCaptures): void {
     if (this.sinks.size === 0) return;
     // Cut off before the answer was complete, and not for an upstream reason: the client went away (as the access log says).
     if (!res.writableFinished && info.flags === 0) info.addFlag('DC');
@@ -170,6 +217,7 @@ export class TapHub {
       authority: req.headers.host ?? null,
       path: target.path,
       query: target.query ?? null,
+      scheme: (req.socket as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
       status: res.headersSent ? res.statusCode : 0,
       request_headers: redactHeaders(req.headers, this.redact),
       response_headers: res.headersSent ? redactHeaders(responseHeadersOf(res), this.redact) : {},
@@ -186,7 +234,20 @@ export class TapHub {
       identity: peerIdentityOf(req.socket) ?? null,
       trace_id: info.traceId ?? null,
     };
-    for (const sink of this.sinks) sink.deliver(event);
+    // The bodies are rendered once, and only when a tap that asked for them is attached.
+    let withBodies: TapEvent | undefined;
+    for (const sink of this.sinks) {
+      if (!sink.bodies) {
+        sink.deliver(event);
+        continue;
+      }
+      withBodies ??= {
+        ...event,
+        request_body: bodies ? renderBody(bodies.request, req.headers, this.jsonFields) : null,
+        response_body: bodies ? (res.headersSent ? renderBody(bodies.response, responseHeadersOf(res), this.jsonFields) : renderBody(bodies.response, {}, this.jsonFields)) : null,
+      };
+      sink.deliver(withBodies);
+    }
   }
 
   /** Ends every tap (shutdown): each sink's removal is its own business. */
