@@ -255,7 +255,7 @@ describe('deploy/Dockerfile (parsed; no container engine here builds it)', () =>
   const { global, stages } = parseDockerfile(dockerfile);
 
   it('two stages from the same Node.js version: a full build image and a slim runtime one', () => {
-    assert.deepEqual(global.map((i) => i.args), ['NODE_VERSION=24']);
+    assert.deepEqual(global.map((i) => i.args), ['NODE_VERSION=24.21.0']);
     assert.deepEqual(stages.map((s) => [s.from, s.name]), [
       ['node:${NODE_VERSION}-bookworm', 'build'],
       ['node:${NODE_VERSION}-bookworm-slim', 'runtime'],
@@ -284,6 +284,9 @@ describe('deploy/Dockerfile (parsed; no container engine here builds it)', () =>
     assert.match(faults(dockerfile.replace('COPY examples ./examples', 'COPY example ./examples')), /COPY example \(line \d+\): no such file in the build context/);
     assert.match(faults(dockerfile, `${dockerignore}\nexamples\n`), /COPY examples \(line \d+\): excluded by \.dockerignore/);
     assert.match(faults(dockerfile.split('FROM node:${NODE_VERSION}-bookworm-slim')[0]!), /1 stage\(s\)/);
+    assert.match(faults(dockerfile.replace('ARG NODE_VERSION=24.21.0', 'ARG NODE_VERSION=24')), /FROM node:24-bookworm: a floating tag; pin an exact release/);
+    assert.match(faults(dockerfile.replace('FROM node:${NODE_VERSION}-bookworm-slim AS runtime', 'FROM node:lts-slim AS runtime')), /FROM node:lts-slim: a floating tag/);
+    assert.equal(faults(dockerfile.replace('FROM node:${NODE_VERSION}-bookworm-slim AS runtime', `FROM node:24-bookworm-slim@sha256:${'a'.repeat(64)} AS runtime`)), '');
   });
 
   it('.dockerignore keeps what was built or installed here out of the context, and the sources in', () => {
