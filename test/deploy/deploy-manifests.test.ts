@@ -1,16 +1,22 @@
 /**
- * deploy/ checked without a cluster or a container engine: every Kubernetes manifest against the
- * Kubernetes schemas (kubernetes-models, offline) and against what a schema cannot see (probes on
- * declared ports, a preStop drain, the drain within the grace period, a read-only root, selectors
- * that match); the Dockerfile parsed (a build and a runtime stage, production dependencies only,
- * a non-root user, the entrypoint and health check of deploy/, every COPY source in the build
- * context). Each check is also shown to fail on a broken copy. The entrypoint, the probes and the
- * preStop drain run as processes in test/deploy/deploy-processes.test.ts.
+ * deploy/ checked without a cluster or a container engine: every Kubernetes manifest of the
+ * kustomize bases and overlays, as its files hold it and as `kubectl kustomize` renders each
+ * kustomization (kubectl 1.20's kustomize v2 to v5; MESH_TEST_KUBECTL, else kubectl on PATH:
+ * skipped loudly without it, a failure with MESH_TEST_REQUIRE_ENGINES=1), against the Kubernetes
+ * schemas (kubernetes-models, offline) and against what a schema cannot see (probes on declared
+ * ports, a preStop drain, the drain within the grace period, a read-only root, selectors that
+ * match, the mesh CA's single writer, the engines' Services in the trial, mutual TLS at the CA's
+ * Service, the documented image, no secret in an argument); the Dockerfile parsed (a build and a
+ * runtime stage from exact Node.js releases, production dependencies only, a non-root user, the
+ * entrypoint and health check of deploy/, every COPY source in the build context). Each check is
+ * also shown to fail on a broken copy. The entrypoint, the probes, the preStop drain and the mesh
+ * CA with its join token run as processes in test/deploy/deploy-processes.test.ts.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { ROOT, binary, tempDir } from '../helpers.js';
 import {
   DOCKERFILE,
@@ -30,6 +36,7 @@ import {
   parseManifests,
   podSpec,
   renderKustomization,
+  shellBlock,
   validateManifest,
   type Manifest,
 } from '../fixtures/deploy.js';
@@ -238,6 +245,17 @@ describe('deploy/kubernetes rendered by kustomize (kubectl kustomize)', { skip: 
     assert.match(checkPodMonitor(broken, trial).join('\n'), /no endpoint on \/metrics at the port of --metrics_address of billing\/mesh-sidecar \(metrics\)/);
     broken.spec.selector.matchLabels = { 'app.kubernetes.io/name': 'mesh-gateway' };
     assert.match(checkPodMonitor(broken, trial).join('\n'), /does not select Deployment billing/);
+  });
+
+  it('docs/kubernetes.md: its kubectl kustomize block, run as written, prints what the page shows', () => {
+    const page = readFileSync(join(ROOT, 'docs/kubernetes.md'), 'utf8');
+    const block = shellBlock(page, 'kubectl kustomize deploy/kubernetes/overlays/trial');
+    const shown = /```sh\nkubectl kustomize deploy\/kubernetes\/overlays\/trial[^\n]*\n```\n\n```\n([\s\S]*?)```/.exec(page)?.[1];
+    assert.ok(shown, 'the block is followed by the output it prints');
+    const run = spawnSync('bash', ['-e', '-o', 'pipefail', '-c', block], { cwd: ROOT, env: { PATH: `${dirname(kubectl!)}:/usr/bin:/bin` }, encoding: 'utf8' });
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal(run.stdout, shown);
+    assert.ok(shown.includes(`image: ${image}\n`));
   });
 
   it('a kustomization that names a missing file fails to render, with kustomize\'s words', () => {

@@ -13,7 +13,7 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createServer } from 'node:http';
@@ -238,12 +238,12 @@ describe('deploy/: the image entrypoint, the probes and the preStop drain as pro
     const containers = podSpec(find(manifests, 'Deployment', 'billing')).containers;
     const container = containers.find((c) => c.name === 'mesh-sidecar')!;
     const appContainer = containers.find((c) => c.name === 'app')!;
-    const join = joined();
+    const reach = joined();
     const run = await containerRun(container, manifests, image, {
-      ...join,
+      ...reach,
       fields: { 'status.podIP': '127.0.0.1' },
       overrides: { ...engines },
-      fixed: { ...join.fixed, [appContainer.ports![0]!.containerPort]: appPort },
+      fixed: { ...reach.fixed, [appContainer.ports![0]!.containerPort]: appPort },
     });
     const sidecar = startEntrypoint(image, run);
     procs.push(sidecar);
@@ -283,5 +283,60 @@ describe('deploy/: the image entrypoint, the probes and the preStop drain as pro
     const code = await sidecar.stop('SIGTERM');
     assert.equal(code, 0, sidecar.output());
     assert.ok(existsSync(run.env.MESH_HOME!));
+  });
+
+  it("the trial's call: through the gateway to the app, over mutual TLS from the gateway to the app's sidecar (docs/kubernetes.md)", async (t) => {
+    t.diagnostic(`runs as ${image.who}`);
+    // The stand-in app of the trial, as traefik/whoami answers: the request it got, as text.
+    const app = createServer((req, res) => {
+      if (req.method === 'GET' && req.url === '/health') return res.end('ok');
+      req.resume().on('end', () => {
+        res.setHeader('content-type', 'text/plain; charset=utf-8');
+        res.end(`${req.method} ${req.url} HTTP/${req.httpVersion}\n${Object.entries(req.headers).map(([k, v]) => `${k}: ${String(v)}`).join('\n')}\n`);
+      });
+    });
+    await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+    t.after(() => new Promise<void>((r) => app.close(() => r())));
+    const appPort = (app.address() as AddressInfo).port;
+
+    // Each pod's /var/lib/mesh: an emptyDir of its own, open to every user.
+    const emptyDir = (name: string) => {
+      const path = join(image.state, name);
+      mkdirSync(path);
+      chmodSync(path, 0o777);
+      return path;
+    };
+    const reach = joined();
+    const containers = podSpec(find(manifests, 'Deployment', 'billing')).containers;
+    const sidecarRun = await containerRun(containers.find((c) => c.name === 'mesh-sidecar')!, manifests, image, {
+      ...reach,
+      fields: { 'status.podIP': '127.0.0.1' },
+      overrides: { ...engines },
+      volume: emptyDir('billing-mesh-home'),
+      fixed: { ...reach.fixed, [containers.find((c) => c.name === 'app')!.ports![0]!.containerPort]: appPort },
+    });
+    const gatewayRun = await containerRun(podSpec(find(manifests, 'Deployment', 'mesh-gateway')).containers[0]!, manifests, image, {
+      ...reach,
+      overrides: { ...engines },
+      volume: emptyDir('gateway-mesh-home'),
+    });
+    const sidecar = startEntrypoint(image, sidecarRun);
+    procs.push(sidecar);
+    const gateway = startEntrypoint(image, gatewayRun);
+    procs.push(gateway);
+    await sidecar.waitForOutput(/mesh sidecar listening on/, 30000);
+    await gateway.waitForOutput(/mesh api listening on/, 30000);
+
+    // The page's curl: POST /rpc with the service, a method and a request.
+    const body = JSON.stringify({ service: 'go.mesh.srv.billing', method: 'Billing.Charge', request: {} });
+    const answer = await waitFor(async () => {
+      const res = await http('POST', gatewayRun.url('http', '/rpc'), { headers: JSON_HEADERS, body });
+      return res.status === 200 ? res : undefined;
+    }, 30000);
+    assert.match(answer!.text, /^POST \/ HTTP\/1\.1$/m);
+    assert.match(answer!.text, /^mesh-peer-identity: spiffe:\/\/mesh\.local\/svc\/mesh\.api$/m);
+    assert.match(answer!.text, /^mesh-endpoint: Billing\.Charge$/m);
+    assert.equal(await sidecar.stop('SIGTERM'), 0, sidecar.output());
+    assert.equal(await gateway.stop('SIGTERM'), 0, gateway.output());
   });
 });
