@@ -192,7 +192,12 @@ describe('deploy/kubernetes: the resources of the kustomizations, as their files
 });
 
 describe('deploy/kubernetes rendered by kustomize (kubectl kustomize)', { skip: !kubectl && 'kubectl not available' }, () => {
-  const render = (dir: string) => renderKustomization(kubectl!, dir);
+  const renders = new Map<string, Manifest[]>();
+  /** Rendered once a kustomization, a fresh copy each call (tests change theirs). */
+  const render = (dir: string) => {
+    if (!renders.has(dir)) renders.set(dir, renderKustomization(kubectl!, dir));
+    return clone(renders.get(dir)!);
+  };
   const kinds = (ms: Manifest[]) => ms.map((m) => `${m.kind}/${m.metadata.name}`).sort();
   const image = documentedImage();
   const platform = [
