@@ -71,6 +71,7 @@ const COVERED = [
   'docs/mesh-ca-multi-host.md',
   'docs/run.md',
   'docs/xds.md',
+  'docs/kubernetes.md',
 ];
 
 const MARK = /^<!-- sample: not run: (\S.*\S) -->$/;
