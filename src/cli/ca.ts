@@ -54,8 +54,12 @@ function readFile(path: string, flag: string): string {
   }
 }
 
-/** Runs `mesh ca …`; resolves with the exit code. */
-export async function runCaCommand(positionals: string[], config: Config, io: Output): Promise<number> {
+/**
+ * Runs `mesh ca …`; resolves with the exit code. `fromEnv`: the flags set by MESH_* variables,
+ * which a subcommand that does not take them ignores (one environment serves `ca serve` and the
+ * others), where the same flag on the command line is refused.
+ */
+export async function runCaCommand(positionals: string[], config: Config, io: Output, fromEnv: ReadonlySet<string> = new Set()): Promise<number> {
   const [, noun, ...rest] = positionals;
   if (rest.length > 0) throw new UsageError(`mesh ca ${noun}: unexpected argument "${rest[0]}" (${USAGE})`);
   const json = config.output === 'json';
@@ -65,7 +69,7 @@ export async function runCaCommand(positionals: string[], config: Config, io: Ou
   if (domainProblem && (noun === 'init' || noun === 'rotate')) throw new UsageError(`--trust_domain ${JSON.stringify(config.trust_domain)}: ${domainProblem}`);
   if (config.finish && noun !== 'rotate') throw new UsageError(`--finish is for mesh ca rotate (${USAGE})`);
   if ((config.ca_cert_file || config.ca_key_file) && noun !== 'init') throw new UsageError(`--ca_cert_file and --ca_key_file are for mesh ca init (${USAGE})`);
-  if ((config.address !== undefined || config.ca_serve_names.length > 0) && noun !== 'serve') throw new UsageError(`--address and --ca_serve_names are for mesh ca serve (${USAGE})`);
+  if (((config.address !== undefined && !fromEnv.has('address')) || (config.ca_serve_names.length > 0 && !fromEnv.has('ca_serve_names'))) && noun !== 'serve') throw new UsageError(`--address and --ca_serve_names are for mesh ca serve (${USAGE})`);
   if (config.services.length > 0 && noun !== 'token') throw new UsageError(`--services and --ttl are for mesh ca token (${USAGE})`);
   const revocations = (['serial', 'service', 'token_id'] as const).filter((k) => config[k] !== undefined);
   if (revocations.length > 0 && noun !== 'revoke') throw new UsageError(`--serial, --service and --token_id are for mesh ca revoke (${USAGE})`);

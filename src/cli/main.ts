@@ -93,7 +93,7 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
     }
     if (command === 'ca') {
       const { runCaCommand } = await import('./ca.js');
-      return await runCaCommand(args.positionals, args.config, io);
+      return await runCaCommand(args.positionals, args.config, io, args.fromEnv);
     }
     if (command === 'envoy') {
       const { runEnvoyCommand } = await import('./envoy.js');

@@ -194,6 +194,9 @@ describe('mesh ca token and mesh ca serve: usage', () => {
     const address = await runCli(['ca', 'show', '--address=127.0.0.1:1'], { MESH_HOME: home });
     assert.equal(address.code, 2);
     assert.match(address.stderr, /^mesh: --address and --ca_serve_names are for mesh ca serve /);
+    // The same options from the environment (one environment for `ca serve` and the others) are ignored by the others.
+    const fromEnv = await runCli(['ca', 'token', '--services=a'], { MESH_HOME: home, MESH_ADDRESS: '127.0.0.1:1', MESH_CA_SERVE_NAMES: 'mesh-ca' });
+    assert.equal(fromEnv.code, 0, fromEnv.stderr);
     const noCa = await runCli(['ca', 'serve', `--ca_dir=${join(tmp.path, 'none')}`, '--address=127.0.0.1:0'], { MESH_HOME: home });
     assert.deepEqual([noCa.code, noCa.stderr], [1, `mesh: no mesh CA in ${join(tmp.path, 'none')}: run \`mesh ca init --ca_dir=${join(tmp.path, 'none')}\` first (or point --ca_dir at it)\n`]);
   });
