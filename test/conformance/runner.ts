@@ -390,7 +390,7 @@ export async function runAll(front: Front, routesFile: string, cases: Conformanc
 }
 
 /** The report in the shape of the upstream conformance reports: per profile, Core and Extended. */
-export function report(front: string, results: CaseResult[]): string[] {
+export function report(front: string, results: CaseResult[], profile = 'GATEWAY-HTTP'): string[] {
   const core = results.filter((r) => r.features.length === 0);
   const ext = results.filter((r) => r.features.length > 0);
   const count = (rs: CaseResult[], o: Outcome) => rs.filter((r) => r.outcome === o).length;
@@ -402,7 +402,7 @@ export function report(front: string, results: CaseResult[]): string[] {
   const unsupported = features.filter((f) => ran(f).some((r) => r.outcome === 'fail'));
   const notRun = features.filter((f) => ran(f).length === 0);
   const lines = [
-    `profile GATEWAY-HTTP (${front})`,
+    `profile ${profile} (${front})`,
     `  core: result ${result(core)}; passed ${count(core, 'pass')}, failed ${count(core, 'fail')}, skipped ${count(core, 'skip')} (of ${core.length})`,
     `  extended: result ${result(ext)}; passed ${count(ext, 'pass')}, failed ${count(ext, 'fail')}, skipped ${count(ext, 'skip')} (of ${ext.length})`,
     `  extended supported features: ${supported.join(', ') || '(none)'}`,
