@@ -8,7 +8,8 @@
  * 504; an admin that refuses the tap otherwise (400, 401, 403, 404, 501) is said on stderr and not
  * asked again; the command exits 1 when every admin
  * refused. Ctrl-C or SIGTERM ends it with 0. Without --admin, the processes are those the
- * registry records when the command starts (src/cli/ps.ts).
+ * registry records (src/cli/ps.ts), read again every REDISCOVER_MS: a process that starts later
+ * is tapped once its record is there, one whose record is gone is let go.
  */
 import { request, type ClientRequest, type IncomingMessage } from 'node:http';
 import type { Config } from './flags.js';
@@ -35,6 +36,8 @@ const FLAG_OF: Record<string, string> = {
 
 const RETRY_FIRST_MS = 500;
 const RETRY_MAX_MS = 5000;
+/** How often the recorded processes are read again (without --admin). */
+const REDISCOVER_MS = 5000;
 
 /** The /tap query string of the flags; a value the admin would refuse is a UsageError naming its flag. */
 export function tapQueryOf(config: Config, given: ReadonlySet<string>): string {
@@ -71,6 +74,19 @@ export function formatTapEvent(e: TapEvent, admin?: string): string {
   if (e.identity !== null) line += ` identity=${p(e.identity)}`;
   if (admin !== undefined) line += ` admin=${admin}`;
   return `${line}\n`;
+}
+
+/**
+ * Without --admin, reads the recorded processes' admins again (what the registry says now; what
+ * cannot be read is not said again); with --admin, undefined: the admins are fixed.
+ */
+export function tapDiscovery(config: Config): (() => Promise<string[]>) | undefined {
+  if (config.admin.length > 0) return undefined;
+  const quiet = { err: () => undefined };
+  return async () => {
+    const { processAdmins } = await import('./ps.js');
+    return processAdmins(config, quiet);
+  };
 }
 
 /** The admin addresses of --admin, each as HOST:PORT (a bad one is a UsageError); none given: every process the registry records (src/cli/ps.ts). */
@@ -115,7 +131,9 @@ export interface TapStreamsOptions {
    * One event of one admin (a JSON object, not the `{"dropped":N}` reports: those are said on
    * stderr). A promise returned: every stream pauses until it settles (a slow reader).
    */
-  onEvent: (admin: string, event: Record<string, unknown>) => Promise<void> | void;
+  onEvent: (admin: string, event: Record<string, unknown>, tapped: number) => Promise<void> | void;
+  /** The recorded processes' admins as they are now (tapDiscovery), asked every REDISCOVER_MS; unset: `admins` only. */
+  discover?: () => Promise<readonly string[]>;
   signals?: NodeJS.EventEmitter;
   /** What starts each line on stderr (default `mesh tap`). */
   label?: string;
@@ -131,7 +149,8 @@ export async function tapStreams(o: TapStreamsOptions): Promise<number> {
   const label = o.label ?? 'mesh tap';
   const headers: Record<string, string> = { accept: NDJSON };
   if (o.adminToken) headers.authorization = `Bearer ${o.adminToken}`;
-  const sources: Source[] = admins.map((admin) => ({ admin, refused: false, saidDown: false, retryMs: RETRY_FIRST_MS }));
+  const sourceOf = (admin: string): Source => ({ admin, refused: false, saidDown: false, retryMs: RETRY_FIRST_MS });
+  const sources: Source[] = admins.map(sourceOf);
   let stopped = false;
   let finish: (code: number) => void = () => {};
   const done = new Promise<number>((resolve) => (finish = resolve));
@@ -150,7 +169,7 @@ export async function tapStreams(o: TapStreamsOptions): Promise<number> {
       io.err(`${label}: ${s.admin}: ${value.dropped} events dropped (over --rate, or not read fast enough)\n`);
       return;
     }
-    const drained = o.onEvent(s.admin, value);
+    const drained = o.onEvent(s.admin, value, sources.length);
     // A slow reader: stop reading until it caught up (the admins then drop what does not fit, and say so).
     if (drained && !paused) {
       paused = true;
@@ -224,6 +243,42 @@ export async function tapStreams(o: TapStreamsOptions): Promise<number> {
     req.end();
   };
 
+  /** Taps the processes recorded since, lets go of those whose record is gone. */
+  const rediscover = async (): Promise<void> => {
+    let now: readonly string[];
+    try {
+      now = await o.discover!();
+    } catch {
+      return; // the registry cannot be read now: the streams as they are
+    }
+    if (stopped) return;
+    const wanted = new Set(now);
+    for (const s of [...sources]) {
+      if (wanted.has(s.admin)) continue;
+      sources.splice(sources.indexOf(s), 1);
+      clearTimeout(s.timer);
+      const req = s.req;
+      s.req = undefined;
+      req?.destroy();
+      io.err(`${label}: ${s.admin}: its process is no longer recorded; let go\n`);
+    }
+    for (const admin of wanted) {
+      if (sources.some((s) => s.admin === admin)) continue;
+      const s = sourceOf(admin);
+      sources.push(s);
+      open(s);
+    }
+  };
+  let discovering: NodeJS.Timeout | undefined;
+  if (o.discover) {
+    let busy = false;
+    discovering = setInterval(() => {
+      if (busy) return;
+      busy = true;
+      void rediscover().finally(() => (busy = false));
+    }, REDISCOVER_MS);
+  }
+
   const stop = (): void => {
     if (stopped) return;
     stopped = true;
@@ -239,6 +294,7 @@ export async function tapStreams(o: TapStreamsOptions): Promise<number> {
   signals.once('SIGTERM', stop);
   for (const s of sources) open(s);
   const code = await done;
+  clearInterval(discovering);
   signals.removeListener('SIGINT', stop);
   signals.removeListener('SIGTERM', stop);
   for (const s of sources) {
@@ -253,15 +309,15 @@ export async function runTap(config: Config, given: ReadonlySet<string>, io: Out
   const admins = await tapAdmins(config, io);
   const query = tapQueryOf(config, given);
   const json = config.output === 'json';
-  const several = admins.length > 1;
   return tapStreams({
     admins,
     query,
     adminToken: config.admin_token,
     io,
     signals,
-    onEvent: (admin, value) => {
-      io.out(json ? `${JSON.stringify({ admin, ...value })}\n` : formatTapEvent(value as unknown as TapEvent, several ? admin : undefined));
+    discover: tapDiscovery(config),
+    onEvent: (admin, value, tapped) => {
+      io.out(json ? `${JSON.stringify({ admin, ...value })}\n` : formatTapEvent(value as unknown as TapEvent, tapped > 1 ? admin : undefined));
       // A slow stdout: wait until it drained.
       return io.drain && process.stdout.writableNeedDrain ? io.drain() : undefined;
     },

@@ -8,7 +8,7 @@
  */
 import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';
-import { tapAdmins, tapQueryOf, tapStreams } from './tap.js';
+import { tapAdmins, tapDiscovery, tapQueryOf, tapStreams } from './tap.js';
 import { byteOrder, formatTable } from './table.js';
 import { printable } from '../base/util/text.js';
 
@@ -86,19 +86,32 @@ export async function runTop(config: Config, given: ReadonlySet<string>, io: Out
   const top = new TopTable();
   const tty = process.stdout.isTTY === true;
   const started = Date.now();
+  let tapped = admins.length;
   let drawn = -1;
   const draw = () => {
     if (!tty && top.total === drawn) return;
     drawn = top.total;
     const rows = tty ? Math.max(3, (process.stdout.rows || 24) - 3) : 20;
     const seconds = Math.round((Date.now() - started) / 1000);
-    const head = `mesh top: ${top.total} requests from ${admins.length} process(es) in ${seconds} s (Ctrl-C to stop)\n`;
+    const head = `mesh top: ${top.total} requests from ${tapped} process(es) in ${seconds} s (Ctrl-C to stop)\n`;
     io.out(`${tty ? HOME_AND_CLEAR : ''}${head}${top.render(rows)}${tty ? '' : '\n'}`);
   };
   draw();
   const timer = setInterval(draw, interval);
   try {
-    return await tapStreams({ admins, query, adminToken: config.admin_token, io, signals, label: 'mesh top', onEvent: (_admin, event) => void top.add(event) });
+    return await tapStreams({
+      admins,
+      query,
+      adminToken: config.admin_token,
+      io,
+      signals,
+      label: 'mesh top',
+      discover: tapDiscovery(config),
+      onEvent: (_admin, event, n) => {
+        tapped = n;
+        top.add(event);
+      },
+    });
   } finally {
     clearInterval(timer);
     draw();

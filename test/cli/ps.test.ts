@@ -194,15 +194,20 @@ describe('mesh ps and mesh stop', () => {
     }
   });
 
-  it('a process stopped by a signal removes its record; mesh tap without --admin taps every recorded process', async () => {
-    const extra = await startGatewayProcess(dir.path, ['--handler=proxy']);
-    await waitFor(async () => (await ps()).length === 3, 15000);
-    assert.equal(await extra.stop('SIGTERM'), 0);
-    assert.equal((await ps()).length, 2);
+  it('a process stopped by a signal removes its record; mesh tap without --admin taps every recorded process, those that start later too, and lets go of those that stop', async () => {
+    const escaped = (url: string) => hostOf(url).replace(/\./g, '\\.');
     const tap = startProcess(['tap', reg(), '--path=/app']);
     try {
-      await tap.waitForOutput(new RegExp(`${hostOf(api.admin).replace(/\./g, '\\.')}: tapping`));
-      await tap.waitForOutput(new RegExp(`${hostOf(sidecar.admin).replace(/\./g, '\\.')}: tapping`));
+      await tap.waitForOutput(new RegExp(`${escaped(api.admin)}: tapping`));
+      await tap.waitForOutput(new RegExp(`${escaped(sidecar.admin)}: tapping`));
+      // A process that starts now is tapped once its record is read (every 5 s).
+      const extra = await startGatewayProcess(dir.path, ['--handler=proxy']);
+      await tap.waitForOutput(new RegExp(`${escaped(extra.admin)}: tapping`), 20_000);
+      await http('GET', `${extra.url}/app/late`);
+      await tap.waitForOutput(new RegExp(`GET /app/late \\d{3} .* admin=${escaped(extra.admin)}$`, 'm'));
+      assert.equal(await extra.stop('SIGTERM'), 0);
+      assert.equal((await ps()).length, 2);
+      await tap.waitForOutput(new RegExp(`${escaped(extra.admin)}: its process is no longer recorded; let go`), 20_000);
     } finally {
       assert.equal(await tap.stop('SIGTERM'), 0);
     }
