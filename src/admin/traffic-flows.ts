@@ -8,7 +8,7 @@
  */
 import { request } from 'undici';
 import type { ClusterTraffic, TrafficReport } from './traffic.js';
-import { bucketQuantile, Histogram } from '../base/stats/store.js';
+import { bucketQuantile, FINE_LATENCY, fineQuantile, Histogram } from '../base/stats/store.js';
 import { printable } from '../base/util/text.js';
 import { OTHER_CALLERS, PLAIN_CALLER } from '../base/http/callers.js';
 
@@ -22,6 +22,8 @@ export interface Flow {
   /** Answers sent over mutual TLS (estimated: answered × the share of hosts called over it). */
   mtls: number;
   latency: number[];
+  /** The latency in FINE_LATENCY's buckets (index → count); unset when a reading had none. */
+  fine?: Map<number, number>;
   /** False: no latency was measured (a route file's rule without --stats_endpoints). */
   timed?: boolean;
 }
@@ -53,25 +55,49 @@ export function parseTraffic(text: string): TrafficReport | undefined {
   const o = v as TrafficReport;
   const count = (x: unknown) => typeof x === 'number' && Number.isFinite(x) && x >= 0;
   const buckets = (x: unknown) => Array.isArray(x) && x.length === Histogram.BOUNDS.length + 1 && x.every(count);
+  // [index, count] pairs in ascending index order, each index a bucket; absent (an older process): none.
+  const fine = (x: unknown) =>
+    x === undefined ||
+    (Array.isArray(x) &&
+      x.length <= FINE_LATENCY.buckets &&
+      x.every((p, i) => Array.isArray(p) && p.length === 2 && Number.isInteger(p[0]) && p[0] >= 0 && p[0] < FINE_LATENCY.buckets && count(p[1]) && (i === 0 || p[0] > (x[i - 1] as number[])[0]!)));
+  const scale = o?.latency_fine as unknown as { min_ms?: unknown; ratio?: unknown; buckets?: unknown } | undefined;
+  if (scale !== undefined && (scale === null || scale.min_ms !== FINE_LATENCY.minMs || scale.ratio !== FINE_LATENCY.ratio || scale.buckets !== FINE_LATENCY.buckets)) return undefined;
   if (!o || typeof o !== 'object' || !o.process || typeof o.process.kind !== 'string' || typeof o.process.name !== 'string' || typeof o.process.id !== 'string') return undefined;
   if (!count(o.process.started_ms) || !Array.isArray(o.clusters)) return undefined;
   if (!Array.isArray(o.latency_bounds_ms) || o.latency_bounds_ms.length !== Histogram.BOUNDS.length || o.latency_bounds_ms.some((b, i) => b !== Histogram.BOUNDS[i])) return undefined;
   for (const c of o.clusters) {
     if (!c || typeof c.name !== 'string' || !CLASSES.every((k) => count(c[k])) || !count(c.hosts) || !count(c.hosts_mtls)) return undefined;
-    if (!buckets(c.latency_counts)) return undefined;
+    if (!buckets(c.latency_counts) || !fine(c.latency_fine)) return undefined;
   }
   if (!Array.isArray(o.callers)) return undefined;
   for (const c of o.callers) {
-    if (!c || typeof c.front !== 'string' || typeof c.identity !== 'string' || !ROUTE_CLASSES.every((k) => count(c[k])) || !buckets(c.latency_counts)) return undefined;
+    if (!c || typeof c.front !== 'string' || typeof c.identity !== 'string' || !ROUTE_CLASSES.every((k) => count(c[k])) || !buckets(c.latency_counts) || !fine(c.latency_fine)) return undefined;
   }
   if (!Array.isArray(o.routes)) return undefined;
   for (const r of o.routes) {
-    if (!r || typeof r.host !== 'string' || typeof r.rule !== 'string' || !ROUTE_CLASSES.every((k) => count(r[k])) || (r.latency_counts !== null && !buckets(r.latency_counts))) return undefined;
+    if (!r || typeof r.host !== 'string' || typeof r.rule !== 'string' || !ROUTE_CLASSES.every((k) => count(r[k])) || (r.latency_counts !== null && !buckets(r.latency_counts)) || (r.latency_fine !== null && !fine(r.latency_fine))) return undefined;
   }
   return o;
 }
 
 const answeredOf = (c: ClusterTraffic) => c.rq_2xx + c.rq_3xx + c.rq_4xx + c.rq_5xx;
+
+/**
+ * The fine buckets of `after` less those of `before` (undefined: since the start), as a Flow's
+ * `fine`; none when `after` has none (an older process), or a bucket went down (a reset).
+ */
+function fineDifference(after: ReadonlyArray<readonly [number, number]> | null | undefined, before: ReadonlyArray<readonly [number, number]> | null | undefined): { fine?: Map<number, number> } {
+  if (!after) return {};
+  const out = new Map<number, number>(after.map(([i, n]) => [i, n]));
+  for (const [i, n] of before ?? []) {
+    const left = (out.get(i) ?? 0) - n;
+    if (left < 0) return {};
+    if (left === 0) out.delete(i);
+    else out.set(i, left);
+  }
+  return { fine: out };
+}
 
 /**
  * The flows of one process between two reports of it (`before` undefined: since it started).
@@ -88,7 +114,7 @@ export function flowsOf(before: TrafficReport | undefined, after: TrafficReport)
     const failed = c.rq_5xx - (b?.rq_5xx ?? 0);
     const latency = c.latency_counts.map((n, i) => n - (b?.latency_counts[i] ?? 0));
     if (answered < 0 || failed < 0 || latency.some((n) => n < 0)) continue;
-    flows.push({ from, to: c.name, answered, failed, mtls: c.hosts > 0 ? (answered * c.hosts_mtls) / c.hosts : 0, latency });
+    flows.push({ from, to: c.name, answered, failed, mtls: c.hosts > 0 ? (answered * c.hosts_mtls) / c.hosts : 0, latency, ...fineDifference(c.latency_fine, b?.latency_fine) });
   }
   return flows;
 }
@@ -104,7 +130,7 @@ export function routeFlowsOf(before: TrafficReport | undefined, after: TrafficRe
     const failed = r.rq_5xx - (b?.rq_5xx ?? 0);
     const latency = r.latency_counts ? r.latency_counts.map((n, i) => n - (b?.latency_counts?.[i] ?? 0)) : new Array<number>(Histogram.BOUNDS.length + 1).fill(0);
     if (answered < 0 || failed < 0 || latency.some((n) => n < 0)) continue;
-    flows.push({ from: r.host, to: r.rule, answered, failed, mtls: 0, latency, timed: r.latency_counts !== null });
+    flows.push({ from: r.host, to: r.rule, answered, failed, mtls: 0, latency, ...fineDifference(r.latency_fine, b?.latency_fine), timed: r.latency_counts !== null });
   }
   return flows;
 }
@@ -124,7 +150,7 @@ export function callerFlowsOf(before: TrafficReport | undefined, after: TrafficR
     const failed = c.rq_5xx - (b?.rq_5xx ?? 0);
     const latency = c.latency_counts.map((n, i) => n - (b?.latency_counts[i] ?? 0));
     if (answered < 0 || failed < 0 || latency.some((n) => n < 0)) continue;
-    flows.push({ from: c.identity, to, answered, failed, mtls: c.identity === PLAIN_CALLER || c.identity === OTHER_CALLERS ? 0 : answered, latency });
+    flows.push({ from: c.identity, to, answered, failed, mtls: c.identity === PLAIN_CALLER || c.identity === OTHER_CALLERS ? 0 : answered, latency, ...fineDifference(c.latency_fine, b?.latency_fine) });
   }
   return flows;
 }
@@ -141,14 +167,22 @@ export function rowOf(flows: readonly Flow[], seconds: number): Row {
     mtls += f.mtls;
     f.latency.forEach((n, i) => (latency[i]! += n));
   }
-  const timed = flows.some((f) => f.timed !== false);
+  const timed = flows.filter((f) => f.timed !== false);
+  // The fine buckets when every timed flow has them (within 2 %), else the bounds of Histogram.BOUNDS.
+  let quantile = (q: number) => bucketQuantile(latency, q);
+  if (timed.length > 0 && timed.every((f) => f.fine)) {
+    const fine = new Map<number, number>();
+    for (const f of timed) for (const [i, n] of f.fine!) fine.set(i, (fine.get(i) ?? 0) + n);
+    const pairs = [...fine].sort((a, b) => a[0] - b[0]);
+    quantile = (q) => fineQuantile(pairs, q);
+  }
   return {
     answered,
     rps: seconds > 0 ? answered / seconds : NaN,
     success: answered > 0 ? (answered - failed) / answered : NaN,
-    p50: timed ? bucketQuantile(latency, 0.5) : NaN,
-    p95: timed ? bucketQuantile(latency, 0.95) : NaN,
-    p99: timed ? bucketQuantile(latency, 0.99) : NaN,
+    p50: timed.length > 0 ? quantile(0.5) : NaN,
+    p95: timed.length > 0 ? quantile(0.95) : NaN,
+    p99: timed.length > 0 ? quantile(0.99) : NaN,
     mtls: answered > 0 ? mtls / answered : NaN,
   };
 }

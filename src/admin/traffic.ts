@@ -4,9 +4,11 @@
  * cluster: the answers by status class, the latency buckets of Histogram.BOUNDS, and how many of its
  * hosts this process calls over mutual TLS; per route file rule, the answers by class and (with
  * --stats_endpoints) its latency buckets; per front end and caller identity (who calls it), the
- * answers by class and latency buckets. One JSON object; nothing is computed per request.
+ * answers by class and latency buckets. Each latency also comes in FINE_LATENCY's buckets (as
+ * [index, count] pairs of the buckets that hold a value), which `mesh stat`'s percentiles are read
+ * from. One JSON object; nothing is computed per request.
  */
-import { Histogram, type StatsStore } from '../base/stats/store.js';
+import { FINE_LATENCY, Histogram, type StatsStore } from '../base/stats/store.js';
 import type { ClusterManagerView } from '../core/upstream/types.js';
 import type { CallerCounts } from '../base/http/callers.js';
 
@@ -32,6 +34,8 @@ export interface ClusterTraffic {
   hosts_mtls: number;
   /** `upstream_rq_time`: one count per bound of latency_bounds_ms, then the overflow. */
   latency_counts: number[];
+  /** The same in the fine buckets (`latency_fine`): [index, count] of those that hold a value. */
+  latency_fine: Array<[number, number]>;
 }
 
 /** A route file's rule (`vhost.<host>.route.<rule>.*`, src/edge/routes/effects.ts). */
@@ -46,6 +50,7 @@ export interface RouteTraffic {
   rq_5xx: number;
   /** The rule's latency buckets with --stats_endpoints; null without. */
   latency_counts: number[] | null;
+  latency_fine: Array<[number, number]> | null;
 }
 
 /** The callers of one front end (src/base/http/callers.ts). */
@@ -60,11 +65,14 @@ export interface CallerTraffic {
   rq_4xx: number;
   rq_5xx: number;
   latency_counts: number[];
+  latency_fine: Array<[number, number]>;
 }
 
 export interface TrafficReport {
   process: TrafficProcess;
   latency_bounds_ms: readonly number[];
+  /** The fine buckets: bucket 0 up to min_ms, bucket i above min_ms × ratio^(i-1) and up to min_ms × ratio^i. */
+  latency_fine: { min_ms: number; ratio: number; buckets: number };
   clusters: ClusterTraffic[];
   routes: RouteTraffic[];
   callers: CallerTraffic[];
@@ -85,12 +93,13 @@ export function trafficReport(process: TrafficProcess, stats: StatsStore, cluste
     const scope = name.slice(0, -'rq_total'.length);
     const at = (stat: string) => values.get(scope + stat) ?? 0;
     const h = histograms.get(`${scope}rq_time`);
-    routes.push({ host: m[1]!, rule: m[2]!, rq_1xx: at('rq_1xx'), rq_2xx: at('rq_2xx'), rq_3xx: at('rq_3xx'), rq_4xx: at('rq_4xx'), rq_5xx: at('rq_5xx'), latency_counts: h ? [...h.counts] : null });
+    routes.push({ host: m[1]!, rule: m[2]!, rq_1xx: at('rq_1xx'), rq_2xx: at('rq_2xx'), rq_3xx: at('rq_3xx'), rq_4xx: at('rq_4xx'), rq_5xx: at('rq_5xx'), latency_counts: h ? [...h.counts] : null, latency_fine: h ? h.finePairs() : null });
   }
   const calls = process.mtls !== 'off';
   return {
     process,
     latency_bounds_ms: Histogram.BOUNDS,
+    latency_fine: { min_ms: FINE_LATENCY.minMs, ratio: FINE_LATENCY.ratio, buckets: FINE_LATENCY.buckets },
     clusters: clusters.clusters().map((c) => {
       const at = (stat: string) => values.get(`cluster.${c.name}.${stat}`) ?? 0;
       const h = histograms.get(`cluster.${c.name}.upstream_rq_time`);
@@ -103,6 +112,7 @@ export function trafficReport(process: TrafficProcess, stats: StatsStore, cluste
         hosts: c.hosts.length,
         hosts_mtls: calls ? c.hosts.filter((host) => host.mtls).length : 0,
         latency_counts: h ? [...h.counts] : new Array<number>(Histogram.BOUNDS.length + 1).fill(0),
+        latency_fine: h ? h.finePairs() : [],
       };
     }),
     routes,
@@ -115,6 +125,7 @@ export function trafficReport(process: TrafficProcess, stats: StatsStore, cluste
       rq_4xx: c.classes[3]!,
       rq_5xx: c.classes[4]!,
       latency_counts: [...c.latency.counts],
+      latency_fine: c.latency.finePairs(),
     })),
   };
 }

@@ -5,7 +5,7 @@ import { formatEdges } from '../../src/cli/stat.js';
 import { callerFlowsOf, flowsOf, parseTraffic, rowOf } from '../../src/admin/traffic-flows.js';
 import { TopTable } from '../../src/cli/top.js';
 import type { TrafficReport } from '../../src/admin/traffic.js';
-import { Histogram } from '../../src/base/stats/store.js';
+import { FINE_LATENCY, fineIndex, fineQuantile, Histogram } from '../../src/base/stats/store.js';
 
 const buckets = (at: Record<number, number>) => Array.from({ length: Histogram.BOUNDS.length + 1 }, (_, i) => at[i] ?? 0);
 
@@ -70,6 +70,64 @@ describe('mesh stat', () => {
     assert.equal(broken((r) => (r.clusters = {})), undefined);
     assert.equal(broken((r) => delete r.callers), undefined);
     assert.equal(broken((r) => (r.callers[0].identity = null)), undefined);
+  });
+});
+
+describe('fine latency buckets (what mesh stat reads its percentiles from)', () => {
+  it('a quantile is within 2 % of the value recorded, from 10 µs to minutes', () => {
+    for (const ms of [0.011, 0.05, 0.999, 1, 1.5, 7.3, 42, 150, 151.9, 999.99, 2999, 60_000, 600_000]) {
+      const h = new Histogram('x');
+      h.record(ms);
+      const got = fineQuantile(h.finePairs(), 0.99);
+      assert.ok(Math.abs(got - ms) / ms <= 0.0199, `${ms} ms read as ${got}`);
+    }
+    assert.equal(fineIndex(0), 0);
+    assert.equal(fineIndex(-1), 0);
+    assert.equal(fineIndex(Number.NaN), 0);
+    assert.equal(fineIndex(1e12), FINE_LATENCY.buckets - 1);
+    assert.ok(Number.isNaN(fineQuantile([], 0.5)));
+  });
+
+  it('p50, p95 and p99 of known latencies: the rank, as a caller counts it', () => {
+    const h = new Histogram('x');
+    for (let i = 0; i < 90; i++) h.record(10);
+    for (let i = 0; i < 9; i++) h.record(100);
+    h.record(1000);
+    const near = (got: number[], want: number[]) => assert.ok(got.every((g, i) => Math.abs(g - want[i]!) / want[i]! <= 0.02), `${got} for ${want}`);
+    const q = (x: number) => fineQuantile(h.finePairs(), x);
+    near([q(0.5), q(0.9), q(0.91), q(0.99), q(1)], [10, 10, 100, 100, 1000]);
+    // Two readings' difference, then a row: the row's percentiles come from the fine buckets.
+    const scale = { min_ms: FINE_LATENCY.minMs, ratio: FINE_LATENCY.ratio, buckets: FINE_LATENCY.buckets };
+    const before = { ...report('p1', { ok: 10, fail: 0, counts: buckets({ 5: 10 }) }), latency_fine: scale };
+    before.clusters[0]!.latency_fine = [[fineIndex(10), 10]];
+    const after = { ...report('p1', { ok: 110, fail: 0, counts: buckets({ 5: 100, 7: 9, 10: 1 }) }), latency_fine: scale };
+    after.clusters[0]!.latency_fine = h.finePairs().map(([i, n]) => [i, i === fineIndex(10) ? n + 10 : n]);
+    const row = rowOf(flowsOf(before, after), 1);
+    near([row.p50, row.p95, row.p99], [10, 100, 100]);
+    // A reading whose fine buckets went down (reset): the coarse bucket bounds.
+    assert.equal(rowOf(flowsOf(after, { ...after, clusters: [{ ...after.clusters[0]!, rq_2xx: 200, latency_counts: buckets({ 5: 190, 7: 9, 10: 1 }), latency_fine: [[fineIndex(10), 1]] }] }), 1).p50, 25);
+  });
+
+  it('attacker: a /traffic answer with fine buckets out of order, out of range, negative, or another scale is refused', () => {
+    const good = { ...report('p1', { ok: 1, fail: 0, counts: buckets({ 0: 1 }) }), latency_fine: { min_ms: 0.01, ratio: 1.04, buckets: 462 } };
+    good.clusters[0]!.latency_fine = [[3, 1], [7, 2]];
+    assert.ok(parseTraffic(JSON.stringify(good)));
+    const broken = (mutate: (r: any) => void) => {
+      const r = JSON.parse(JSON.stringify(good));
+      mutate(r);
+      return parseTraffic(JSON.stringify(r));
+    };
+    assert.equal(broken((r) => (r.clusters[0].latency_fine = [[7, 2], [3, 1]])), undefined);
+    assert.equal(broken((r) => (r.clusters[0].latency_fine = [[3, 1], [3, 1]])), undefined);
+    assert.equal(broken((r) => (r.clusters[0].latency_fine = [[462, 1]])), undefined);
+    assert.equal(broken((r) => (r.clusters[0].latency_fine = [[-1, 1]])), undefined);
+    assert.equal(broken((r) => (r.clusters[0].latency_fine = [[1.5, 1]])), undefined);
+    assert.equal(broken((r) => (r.clusters[0].latency_fine = [[1, -1]])), undefined);
+    assert.equal(broken((r) => (r.clusters[0].latency_fine = [[1, 1, 1]])), undefined);
+    assert.equal(broken((r) => (r.clusters[0].latency_fine = Array.from({ length: 463 }, (_, i) => [i, 1]))), undefined);
+    assert.equal(broken((r) => (r.callers[0].latency_fine = 'x')), undefined);
+    assert.equal(broken((r) => (r.latency_fine.ratio = 2)), undefined);
+    assert.equal(broken((r) => (r.latency_fine = null)), undefined);
   });
 });
 
