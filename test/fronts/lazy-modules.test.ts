@@ -1,6 +1,6 @@
 /**
  * A sidecar or a gateway that is not asked for gRPC, a Redis rate limit store, certificate
- * signing, a YAML file, protobuf, a WebSocket or JWT auth does not load those libraries (their
+ * signing, a YAML file, protobuf, a WebSocket, JWT auth or a regex does not load those libraries (their
  * memory is paid by the processes that use them), nor undici's index (fetch, WebSocket, caches
  * and mocks; mesh loads undici's client parts on their own): the real processes run with a loader
  * hook that logs every package imported or required by name. A library loaded at its first use
@@ -18,7 +18,7 @@ import { CLI, http, PRINTED, startProcess, tempDir } from '../helpers.js';
 
 const REGISTER = fileURLToPath(new URL('../fixtures/module-log/register.mjs', import.meta.url));
 /** Loaded at their first use only. */
-const LAZY = ['@grpc/grpc-js', 'redis', '@peculiar/x509', 'yaml', 'protobufjs', 'ws', 'jose', 'undici'];
+const LAZY = ['@grpc/grpc-js', 'redis', '@peculiar/x509', 'yaml', 'protobufjs', 'ws', 'jose', 're2js', 'undici'];
 /** A sidecar with mutual TLS signs its own certificate at start (the CA is made in MESH_HOME): the rest stays unloaded. */
 const LAZY_MTLS = LAZY.filter((pkg) => pkg !== '@peculiar/x509');
 

@@ -13,6 +13,7 @@ import type * as Yaml from 'yaml';
 import type * as Protobuf from 'protobufjs';
 import type * as Ws from 'ws';
 import type * as Jose from 'jose';
+import type * as Re2js from 're2js';
 
 const load = createRequire(import.meta.url);
 
@@ -35,6 +36,11 @@ export function protobufjsDescriptors(): typeof Protobuf {
 /** ws (WebSocket streams and broker subscriptions). */
 export function wsLibrary(): typeof Ws {
   return load('ws') as typeof Ws;
+}
+
+/** re2js (regexes from outside: route metadata, rule files, `/stats?filter=`; its CommonJS build). */
+export function re2js(): typeof Re2js {
+  return load('re2js') as typeof Re2js;
 }
 
 /** jose (bearer JWTs with --auth=jwt, the mesh CA's join tokens): ES module only, so a promise. */
