@@ -10,6 +10,8 @@
 export const UNIT = [
   'test/cli/line-prefixer.test.ts',
   'test/cli/heap-size.test.ts',
+  'test/base/undici-parts.test.ts',
+  'test/edge/jwks-file.test.ts',
   'test/base/listen-error.test.ts',
   'test/fronts/own-paths.test.ts',
   'test/base/address.test.ts',

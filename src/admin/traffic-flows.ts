@@ -6,7 +6,7 @@
  * Used by `mesh stat` / `mesh edges` (src/cli/stat.ts) and the gateway dashboard's
  * topology (src/fronts/dashboard/topology.ts). Every answer is outside input.
  */
-import { request } from 'undici';
+import { request } from '../base/http/undici.js';
 import type { ClusterTraffic, TrafficReport } from './traffic.js';
 import { bucketQuantile, FINE_LATENCY, fineQuantile, Histogram } from '../base/stats/store.js';
 import { printable } from '../base/util/text.js';

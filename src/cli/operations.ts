@@ -5,7 +5,7 @@
  */
 import { CALLER_NAMES } from '../base/mtls/workload-tls.js';
 import { servesMtls } from '../base/mtls/connector.js';
-import { request } from 'undici';
+import { request } from '../base/http/undici.js';
 import WebSocket from 'ws';
 import type { Config } from './flags.js';
 import { cancelledError, DEFAULT_MAX_MESSAGE_BYTES, type StreamCall, type StreamOpenOptions } from '../core/client/stream.js';

@@ -8,7 +8,7 @@
  * says it is the process of the record (`/quitquitquit?process=ID`: a record outlives a process
  * killed hard by up to its TTL, and its admin port may be another process's by then).
  */
-import { request } from 'undici';
+import { request } from '../base/http/undici.js';
 import type { Config } from './flags.js';
 import { UsageError, operationsFor, type Output } from './commands.js';
 import type { Operations } from './operations.js';

@@ -1,27 +1,35 @@
 /**
  * A sidecar or a gateway that is not asked for gRPC, a Redis rate limit store, certificate
- * signing, a YAML file, protobuf or a WebSocket does not load those libraries (their memory is
- * paid by the processes that use them): the real processes run with a loader hook that logs every
- * package imported or required by name. A library loaded at its first use serves two first uses
- * at once.
+ * signing, a YAML file, protobuf, a WebSocket, JWT auth or a regex does not load those libraries (their
+ * memory is paid by the processes that use them), nor undici's index (fetch, WebSocket, caches
+ * and mocks; mesh loads undici's client parts on their own): the real processes run with a loader
+ * hook that logs every package imported or required by name. A library loaded at its first use
+ * serves two first uses at once.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { writeFileSync } from 'node:fs';
 import WebSocket from 'ws';
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { CLI, http, PRINTED, startProcess, tempDir } from '../helpers.js';
 
 const REGISTER = fileURLToPath(new URL('../fixtures/module-log/register.mjs', import.meta.url));
 /** Loaded at their first use only. */
-const LAZY = ['@grpc/grpc-js', 'redis', '@peculiar/x509', 'yaml', 'protobufjs', 'ws'];
+const LAZY = ['@grpc/grpc-js', 'redis', '@peculiar/x509', 'yaml', 'protobufjs', 'ws', 'jose', 're2js', 'undici'];
+/** A sidecar with mutual TLS signs its own certificate at start (the CA is made in MESH_HOME): the rest stays unloaded. */
+const LAZY_MTLS = LAZY.filter((pkg) => pkg !== '@peculiar/x509');
 
-/** A real process under the hook, ready (its admin answered /ready); `packages()` reads the log so far. */
-async function logged(command: readonly string[], admin: RegExp, main: RegExp) {
+/**
+ * A real process under the hook, ready (its admin answered /ready); `packages()` reads the log so
+ * far. `flags` may write files into the process's directory and name them.
+ */
+async function logged(command: readonly string[], admin: RegExp, main: RegExp, flags: (dir: string) => readonly string[] = () => []) {
   const dir = tempDir('mesh-lazy-');
   const log = join(dir.path, 'modules.log');
-  const proc = startProcess(['--import', REGISTER, CLI, ...command, `--registry_address=${dir.path}`, '--log_level=warning'], { MESH_TEST_MODULE_LOG: log, MESH_HOME: dir.path }, '');
+  const proc = startProcess(['--import', REGISTER, CLI, ...command, ...flags(dir.path), `--registry_address=${dir.path}`, '--log_level=warning'], { MESH_TEST_MODULE_LOG: log, MESH_HOME: dir.path }, '');
   try {
     const port = await proc.waitForPort(admin);
     assert.equal((await http('GET', `http://127.0.0.1:${port}/ready`)).status, 200);
@@ -51,9 +59,53 @@ describe('libraries loaded at their first use', () => {
       const p = await logged(command, admin, main);
       try {
         const loaded = p.packages();
-        // The hook sees packages loaded by name: undici always is.
-        assert.ok(loaded.has('undici'), `the hook logged: ${[...loaded].join(' ')}`);
+        // The hook sees packages loaded by name: pino and undici's agent always are.
+        assert.ok(loaded.has('pino') && loaded.has('undici/lib/dispatcher/agent.js'), `the hook logged: ${[...loaded].join(' ')}`);
         assert.deepEqual(LAZY.filter((pkg) => loaded.has(pkg)), []);
+      } finally {
+        await p.stop();
+      }
+    });
+  }
+
+  it(`mesh sidecar with --mtls=strict signs its certificate and does not load ${LAZY_MTLS.join(', ')}`, async () => {
+    const p = await logged([...SIDECAR, '--mtls=strict'], PRINTED.sidecarAdmin, PRINTED.sidecar);
+    try {
+      const loaded = p.packages();
+      assert.ok(loaded.has('@peculiar/x509'), `the hook logged: ${[...loaded].join(' ')}`);
+      assert.deepEqual(LAZY_MTLS.filter((pkg) => loaded.has(pkg)), []);
+    } finally {
+      await p.stop();
+    }
+  });
+
+  // Past the auth step: the sidecar's broker takes the message; the gateway, with no service, answers its 404.
+  for (const [name, command, admin, main, path, passed] of [
+    ['a sidecar', SIDECAR, PRINTED.sidecarAdmin, PRINTED.sidecar, '/broker?topic=jwt', 200],
+    ['mesh api', ['api', '--address=127.0.0.1:0', '--admin_address=127.0.0.1:0'], PRINTED.apiAdmin, PRINTED.api, '/nothing', 404],
+  ] as const) {
+    it(`${name} with --auth=jwt loads jose at start: two tokens at once right after it are both verified, a forged one refused`, async () => {
+      const { privateKey, publicKey } = await generateKeyPair('ES256', { extractable: true });
+      const other = await generateKeyPair('ES256');
+      const jwks = { keys: [{ ...(await exportJWK(publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }] };
+      const p = await logged(command, admin, main, (dir) => {
+        writeFileSync(join(dir, 'jwks.json'), JSON.stringify(jwks));
+        return ['--auth=jwt', `--auth_jwks=${join(dir, 'jwks.json')}`, '--auth_default=authenticated'];
+      });
+      try {
+        assert.equal(p.packages().has('jose'), true);
+        const sign = (key: typeof privateKey, sub: string) => new SignJWT({}).setProtectedHeader({ alg: 'ES256', kid: 'k1' }).setSubject(sub).setExpirationTime('5m').sign(key);
+        const call = async (token?: string) => {
+          const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
+          return path.startsWith('/broker') ? http('POST', `${p.base}${path}`, { headers: { ...headers, 'content-type': 'text/plain' }, body: 'x' }) : http('GET', `${p.base}${path}`, { headers });
+        };
+        const [a, b] = await Promise.all([call(await sign(privateKey, 'alice')), call(await sign(privateKey, 'bob'))]);
+        assert.deepEqual([a.status, b.status], [passed, passed], `${a.text} ${b.text}`);
+        if (passed === 404) assert.match(a.text, /"detail":"path \/nothing names no service/);
+        const forged = await call(await sign(other.privateKey, 'mallory'));
+        assert.equal(forged.status, 401);
+        assert.match(forged.text, /"detail":"invalid token: signature verification failed"/);
+        assert.equal((await call()).status, 401);
       } finally {
         await p.stop();
       }

@@ -17,7 +17,7 @@
  * - TLS sessions are resumed (one cache per host, dropped when the context changes).
  */
 import type { PeerCertificate, SecureContext } from 'node:tls';
-import { buildConnector } from 'undici';
+import { buildConnector } from '../http/undici.js';
 import type { Logger } from 'pino';
 import { declareStats, type FamilyStats, type StatsScope } from '../stats/store.js';
 import { MTLS_METADATA_KEY, uriSans, type WorkloadTls } from './workload-tls.js';

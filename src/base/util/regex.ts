@@ -3,7 +3,8 @@
  * come from outside (gateway route metadata, `mesh proxy` config files, the admin's
  * `/stats?filter=`), matched in linear time.
  *
- * They are compiled and run by re2js, a port of RE2: no backtracking, so a pattern like
+ * They are compiled and run by re2js, a port of RE2 (loaded with the first regex,
+ * src/base/util/lazy-packages.ts): no backtracking, so a pattern like
  * `^/(a+)+$` or `^/\d+\d+\d+$` costs time proportional to (program size x path length), never
  * exponential or polynomial in the path. What RE2 cannot do in linear time (backreferences,
  * lookahead, lookbehind) is refused at compile time. Three bounds make the cost small:
@@ -13,7 +14,8 @@
  *     too, and checked after);
  *   - a path longer than MAX_REGEX_PATH_LENGTH characters does not match any regex (it is not run).
  */
-import { RE2JS } from 're2js';
+import type { RE2JS } from 're2js';
+import { re2js } from './lazy-packages.js';
 
 /**
  * `text` as a regex that matches it literally: every character with a meaning in a JavaScript
@@ -130,7 +132,7 @@ function compileBounded(source: string): RE2JS {
   if (estimate > MAX_REGEX_PROGRAM_SIZE) throw tooLarge(estimate);
   let re: RE2JS;
   try {
-    re = RE2JS.compile(source);
+    re = re2js().RE2JS.compile(source);
   } catch (err) {
     const message = (err as Error).message.replace(/^error parsing regexp: /, '');
     const hint = /\\[1-9]|\\k<|\(\?<?[=!]/.test(source) ? ' (RE2 syntax: no backreferences, lookahead or lookbehind)' : '';

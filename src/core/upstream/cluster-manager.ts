@@ -16,7 +16,7 @@
  *   the service is a 404, so a public gateway cannot be used to reach arbitrary hosts.
  */
 import { isListedService } from '../../engines/registry/validate.js';
-import { Agent } from 'undici';
+import { Agent } from '../../base/http/undici.js';
 import type { Logger } from 'pino';
 import { flagged, serviceNotFound, serviceUnavailable, toMeshError } from '../../base/errors.js';
 import type { Node, Registry, Service, WatchEvent, Watcher } from '../../engines/registry/registry.js';

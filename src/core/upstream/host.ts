@@ -3,7 +3,8 @@
  * stats (SPEC 2.2) and its health flags. Hosts are updated in place when their registry node
  * changes, so their stats survive.
  */
-import { Pool, type buildConnector } from 'undici';
+import { Pool } from '../../base/http/undici.js';
+import type { buildConnector } from 'undici';
 import type { Node } from '../../engines/registry/registry.js';
 import { formatAddress } from '../../base/util/address.js';
 import type { HostSnapshot, HostStatsSnapshot, UpstreamTarget } from './types.js';

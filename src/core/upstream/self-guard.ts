@@ -21,7 +21,7 @@
  *   own address fails to connect, so the host is unhealthy, and nothing is sent.
  */
 import { networkInterfaces } from 'node:os';
-import { buildConnector } from 'undici';
+import { buildConnector } from '../../base/http/undici.js';
 import { badGateway, ERROR_IDS, MeshError } from '../../base/errors.js';
 import { canonicalHost, isLoopbackAddress, isWildcardAddress } from '../../base/http/host-check.js';
 import { hostKey } from './host.js';

@@ -191,7 +191,7 @@ export class EdgeAuth {
     }
   }
 
-  /** Fetches a JWKS URL once now (failures are logged; requests retry later). */
+  /** With --auth=jwt: loads jose and fetches a JWKS URL once now (failures are logged; requests retry later). */
   start(): Promise<void> {
     return this.jwks?.warm() ?? Promise.resolve();
   }

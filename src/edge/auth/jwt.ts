@@ -9,10 +9,16 @@
  * JWKS_MAX_BYTES. A failed fetch keeps the keys already known: tokens they signed still verify, a
  * new key id gets 401.
  *
+ * jose is loaded when the JWKS is first needed (warm(), at start, or the first token): a process
+ * without --auth=jwt never loads it (src/base/util/lazy-packages.ts). The JWKS is checked here
+ * without it, as jose checks a key set, so a bad file is still a start-up error.
+ *
  * A URL with a user and password (`https://user:pw@idp/jwks`) is fetched without them, with
  * `Authorization: Basic` carrying them; logs show the URL redacted (redactUrl).
  */
-import { createLocalJWKSet, decodeProtectedHeader, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
+import type * as Jose from 'jose';
+import type { JSONWebKeySet, JWTPayload, JWTVerifyGetKey } from 'jose';
+import { jose } from '../../base/util/lazy-packages.js';
 import type { Identity } from './keys.js';
 import type { Counter } from '../../base/stats/store.js';
 import type { Logger } from 'pino';
@@ -30,16 +36,19 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 /** A token refused: the detail of the 401 (after "invalid token: "). */
 export class JwtError extends Error {}
 
-/** Checks a JWKS document: an object with a `keys` list of public, asymmetric keys. */
+/**
+ * Checks a parsed JWKS document: an object with a `keys` list of public, asymmetric keys. A key
+ * that is a list is refused in jose's words (its createLocalJWKSet takes a key set of plain objects).
+ */
 export function checkJwks(value: unknown): JSONWebKeySet {
   if (!value || typeof value !== 'object' || !Array.isArray((value as { keys?: unknown }).keys)) throw new Error('not a JWKS: needs {"keys": [...]}');
   for (const k of (value as { keys: unknown[] }).keys) {
     if (!k || typeof k !== 'object') throw new Error('not a JWKS: a key is not an object');
+    if (Array.isArray(k)) throw new Error('JSON Web Key Set malformed');
     const key = k as Record<string, unknown>;
     if (key.kty === 'oct') throw new Error('the JWKS holds a symmetric (oct) key: only public keys belong there');
     if (key.d !== undefined) throw new Error(`the JWKS holds a private key${typeof key.kid === 'string' ? ` (kid ${key.kid})` : ''}: publish only public keys`);
   }
-  createLocalJWKSet(value as JSONWebKeySet);
   return value as JSONWebKeySet;
 }
 
@@ -59,6 +68,10 @@ export interface JwksStats {
 
 /** The JWKS behind the verifier: fixed (a file) or fetched from a URL and cached. */
 export class JwksSource {
+  /** jose, once loaded (library()). */
+  private lib?: typeof Jose;
+  /** The keys (a file, or the last fetch) and jose's key set of them, made at their first use. */
+  private keys?: JSONWebKeySet;
   private local?: JWTVerifyGetKey;
   private fetchedAt = 0;
   private lastAttempt = 0;
@@ -89,32 +102,44 @@ export class JwksSource {
 
   /** Replaces the keys (a file read at start or on SIGHUP). */
   setKeys(jwks: JSONWebKeySet): void {
-    this.local = createLocalJWKSet(jwks);
+    this.keys = jwks;
+    this.local = undefined;
     this.fetchedAt = Date.now();
   }
 
-  /** Fetches now (at start): failures are logged, never thrown. */
-  warm(): Promise<void> {
-    return this.url ? this.refresh() : Promise.resolve();
+  /** jose: at once when loaded, else a promise of it (the first use; two at once share it). */
+  library(): typeof Jose | Promise<typeof Jose> {
+    return this.lib ?? jose().then((lib) => (this.lib = lib));
+  }
+
+  /** Loads jose and fetches now (at start): fetch failures are logged, never thrown. */
+  async warm(): Promise<void> {
+    await this.library();
+    if (this.url) await this.refresh();
   }
 
   /** The key resolver jose calls. */
   readonly getKey: JWTVerifyGetKey = async (header, token) => {
+    const lib = await this.library();
     if (this.url) {
-      if (!this.local) await this.refresh();
+      if (!this.keys) await this.refresh();
       else if (Date.now() - this.fetchedAt > this.timings.maxAgeMs) void this.refresh();
     }
-    const local = this.local;
-    if (!local) throw new JwtError('the JWKS is not available');
+    if (!this.keys) throw new JwtError('the JWKS is not available');
     try {
-      return await local(header, token);
+      return await this.keySet(lib)(header, token);
     } catch (err) {
-      if (!(err instanceof errors.JWKSNoMatchingKey) || !this.url || Date.now() - this.lastAttempt < this.timings.cooldownMs) throw err;
+      if (!(err instanceof lib.errors.JWKSNoMatchingKey) || !this.url || Date.now() - this.lastAttempt < this.timings.cooldownMs) throw err;
       // A key id not seen yet: the keys may have rotated. Fetch once (bounded), then look again.
       await this.refresh();
-      return await this.local!(header, token);
+      return await this.keySet(lib)(header, token);
     }
   };
+
+  /** jose's key set of the current keys (made once per keys). */
+  private keySet(lib: typeof Jose): JWTVerifyGetKey {
+    return (this.local ??= lib.createLocalJWKSet(this.keys!));
+  }
 
   private refresh(): Promise<void> {
     this.inflight ??= this.fetchOnce().finally(() => (this.inflight = undefined));
@@ -142,7 +167,7 @@ export class JwksSource {
       this.stats.fetchFailure.inc();
       const e = err as Error;
       const why = e.name === 'TimeoutError' ? `no answer within ${this.timings.timeoutMs} ms` : e.cause instanceof Error ? e.cause.message : e.message;
-      this.log.warn({ url: redactUrl(this.url!), err: redactUrl(why), keys_kept: this.local !== undefined }, 'JWKS fetch failed');
+      this.log.warn({ url: redactUrl(this.url!), err: redactUrl(why), keys_kept: this.keys !== undefined }, 'JWKS fetch failed');
     }
   }
 }
@@ -156,17 +181,18 @@ export interface JwtOptions {
 /** Verifies a bearer token; the identity on success, a JwtError naming why otherwise. */
 export async function verifyJwt(token: string, jwks: JwksSource, options: JwtOptions): Promise<Identity> {
   if (token.length > MAX_TOKEN_BYTES) throw new JwtError('too large');
+  const lib = await jwks.library();
   let alg: unknown;
   let kid: unknown;
   try {
-    ({ alg, kid } = decodeProtectedHeader(token));
+    ({ alg, kid } = lib.decodeProtectedHeader(token));
   } catch {
     throw new JwtError('malformed');
   }
   if (typeof alg !== 'string' || !ALGORITHMS.includes(alg)) throw new JwtError(`algorithm ${String(alg)} is not allowed`);
   let payload: JWTPayload;
   try {
-    ({ payload } = await jwtVerify(token, jwks.getKey, {
+    ({ payload } = await lib.jwtVerify(token, jwks.getKey, {
       algorithms: ALGORITHMS,
       issuer: options.issuer.length ? options.issuer : undefined,
       audience: options.audience.length ? options.audience : undefined,
@@ -174,7 +200,7 @@ export async function verifyJwt(token: string, jwks: JwksSource, options: JwtOpt
       requiredClaims: ['exp'],
     }));
   } catch (err) {
-    throw new JwtError(reason(err, kid));
+    throw new JwtError(reason(lib.errors, err, kid));
   }
   // jose takes any JSON number; 1e400 parses as Infinity and would never expire.
   for (const claim of NUMERIC_CLAIMS) {
@@ -198,7 +224,7 @@ function scopesOf(payload: JWTPayload): string[] {
   return [];
 }
 
-function reason(err: unknown, kid: unknown): string {
+function reason(errors: typeof Jose.errors, err: unknown, kid: unknown): string {
   if (err instanceof JwtError) return err.message;
   if (err instanceof errors.JWTExpired) return 'expired';
   if (err instanceof errors.JWTClaimValidationFailed) {

@@ -16,7 +16,7 @@
 import { redactUrl } from '../../base/util/redact.js';
 import { addressProblem, serviceNameProblem } from '../../engines/registry/validate.js';
 import { randomUUID } from 'node:crypto';
-import { Agent, request } from 'undici';
+import { Agent, request } from '../../base/http/undici.js';
 import type { Runtime } from '../../process/runtime.js';
 import type { Service } from '../../engines/registry/registry.js';
 import { formatDuration } from '../../base/util/duration.js';

@@ -4,12 +4,13 @@
  * (`td`), an id (`jti`, what logs name; the token itself is never logged) and an expiry (`exp`).
  * The HMAC key is `<ca_dir>/token.key` (32 random bytes, hex, 0600), made on first use: only who
  * can read the CA directory can make or check a token, and a token changed in any byte (a wider
- * glob, a later expiry) no longer verifies.
+ * glob, a later expiry) no longer verifies. jose is loaded at the first token made or checked
+ * (src/base/util/lazy-packages.ts): a process that only imports the CA's names does not pay it.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import { jose } from '../../base/util/lazy-packages.js';
 import { PRIVATE_FILE_MODE } from '../../base/util/private-files.js';
 import { CaError } from './ca.js';
 
@@ -78,6 +79,7 @@ export async function makeToken(caDir: string, o: { services: readonly string[];
   const now = Math.floor((o.now ?? Date.now()) / 1000);
   const exp = now + Math.ceil(o.ttlMs / 1000);
   const id = randomBytes(8).toString('hex');
+  const { SignJWT } = await jose();
   const token = await new SignJWT({ svc: [...o.services], td: o.trustDomain })
     .setProtectedHeader({ alg: 'HS256', typ: TOKEN_TYPE })
     .setIssuer(ISSUER)
@@ -93,6 +95,7 @@ export class JoinTokenError extends Error {}
 
 /** Checks a token against the CA's key and trust domain; throws a JoinTokenError saying why it is refused. */
 export async function verifyToken(caDir: string, token: string, trustDomain: string): Promise<JoinToken> {
+  const { errors: joseErrors, jwtVerify } = await jose();
   let payload;
   try {
     ({ payload } = await jwtVerify(token, tokenKey(caDir, false), { algorithms: ['HS256'], typ: TOKEN_TYPE, issuer: ISSUER, requiredClaims: ['exp', 'jti'] }));

@@ -3,7 +3,8 @@
  * broadcast deliveries (failures logged per subscriber) and queue group deliveries (another node
  * of the group when one fails, at most MAX_QUEUE_ATTEMPTS).
  */
-import { Agent, type Dispatcher } from 'undici';
+import { Agent } from '../../../base/http/undici.js';
+import type { Dispatcher } from 'undici';
 import type pino from 'pino';
 import { decodeMissing, DeliveryError, errorText, HEADER_FIELD, MISSING_FIELD, type Delivery } from './wire.js';
 import { SECRET_FIELD } from './secret.js';

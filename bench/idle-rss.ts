@@ -1,0 +1,99 @@
+/**
+ * `npm run bench:idle`: the resident memory of an idle mesh process, two builds side by side. Each
+ * round starts every process kind once per build (A then B, then B then A in the next round, so a
+ * drift of the machine touches both alike), waits until it listens, then BENCH_IDLE_SETTLE seconds
+ * more, reads VmRSS and stops it. It prints, per kind, each build's median and range over the
+ * rounds and B's ratio to A. See bench/README.md ("Idle memory") for the variables.
+ */
+import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import { join, dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort, killAllSync, rssKiB, startProcess, stopAll, waitForPort } from './lib/proc.js';
+import { fixed, markdownTable, max, median, min, parseSeconds, ratio } from './lib/stats.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const B = join(ROOT, 'dist/src/cli/main.js');
+/** Build A: another checkout's dist/src/cli/main.js; without it, only this build is measured. */
+const A = process.env.BENCH_IDLE_A;
+const NODE = process.env.BENCH_IDLE_NODE ?? process.execPath;
+const NODE_SQLITE = process.env.BENCH_IDLE_NODE_SQLITE;
+const ROUNDS = Math.max(1, Number(process.env.BENCH_IDLE_ROUNDS ?? 5));
+const SETTLE_MS = parseSeconds(process.env.BENCH_IDLE_SETTLE, 2) * 1000;
+const KINDS = {
+  sidecar: { command: 'sidecar', flags: [] as string[] },
+  'sidecar-mtls': { command: 'sidecar', flags: ['--mtls=strict'] },
+  api: { command: 'api', flags: [] as string[] },
+} as const;
+type Kind = keyof typeof KINDS;
+const WANTED = (process.env.BENCH_IDLE_KINDS ?? 'sidecar,sidecar-mtls,api').split(',').filter(Boolean) as Kind[];
+for (const k of WANTED) if (!(k in KINDS)) throw new Error(`BENCH_IDLE_KINDS: unknown kind ${k} (${Object.keys(KINDS).join(', ')})`);
+/** Flags added to every process (e.g. --semi_space_mb=0). */
+const EXTRA = (process.env.BENCH_IDLE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+
+const tmp = mkdtempSync(join(tmpdir(), 'mesh-idle-'));
+const caDir = join(tmp, 'ca');
+process.on('exit', () => {
+  killAllSync();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+async function idleRss(main: string, kind: Kind, round: number): Promise<number> {
+  const { command, flags } = KINDS[kind];
+  const registry = join(tmp, `registry-${round}-${kind}-${main === B ? 'b' : 'a'}`);
+  mkdirSync(registry, { recursive: true, mode: 0o700 });
+  const port = await freePort();
+  const preload = NODE_SQLITE ? ['--require', join(ROOT, 'bench/servers/sqlite-addon.cjs')] : [];
+  const mtls = flags.includes('--mtls=strict') ? [`--ca_dir=${caDir}`] : [];
+  const proc = startProcess(kind, NODE, [...preload, main, command, `--address=127.0.0.1:${port}`, '--admin_address=127.0.0.1:0', `--registry_address=${registry}`, '--log_level=warning', ...flags, ...mtls, ...EXTRA], {
+    cwd: ROOT,
+    env: { MESH_HOME: tmp, ...(NODE_SQLITE ? { BENCH_SQLITE_ADDON: NODE_SQLITE } : {}) },
+  });
+  try {
+    await waitForPort(proc, port, 30_000);
+    await new Promise((r) => setTimeout(r, SETTLE_MS));
+    const kib = rssKiB(proc.pid);
+    if (kib === undefined) throw new Error(`no VmRSS for ${kind} (pid ${proc.pid})`);
+    return kib / 1024;
+  } finally {
+    await proc.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  if (WANTED.includes('sidecar-mtls')) {
+    const r = spawnSync(NODE, [B, 'ca', 'init', `--ca_dir=${caDir}`], { encoding: 'utf8', env: { ...process.env, MESH_HOME: tmp } });
+    if (r.status !== 0) throw new Error(`mesh ca init failed: ${r.stderr}`);
+  }
+  const builds = A ? [A, B] : [B];
+  const mib: Record<string, number[]> = {};
+  for (let round = 0; round < ROUNDS; round++) {
+    const order = round % 2 === 0 ? builds : [...builds].reverse();
+    for (const kind of WANTED) {
+      for (const build of order) {
+        const v = await idleRss(build, kind, round);
+        (mib[`${kind} ${build}`] ??= []).push(v);
+        process.stderr.write(`round ${round + 1}/${ROUNDS} ${kind} ${build === B ? 'B' : 'A'}: ${fixed(v, 1)} MiB\n`);
+      }
+    }
+  }
+  const range = (v: number[]) => `${fixed(median(v), 1)} (${fixed(min(v), 1)}–${fixed(max(v), 1)})`;
+  const rows = WANTED.map((kind) => {
+    const b = mib[`${kind} ${B}`]!;
+    if (!A) return [kind, range(b)];
+    const a = mib[`${kind} ${A}`]!;
+    return [kind, range(a), range(b), fixed(median(b) - median(a), 1), ratio(median(b) / median(a))];
+  });
+  const version = spawnSync(NODE, ['-v'], { encoding: 'utf8' }).stdout.trim();
+  console.log(`Idle RSS in MiB, median (min–max) of ${ROUNDS} rounds, ${SETTLE_MS / 1000} s after listening; Node ${version}${EXTRA.length ? `; flags ${EXTRA.join(' ')}` : ''}`);
+  console.log(`A: ${A ?? '–'}\nB: ${B}\n`);
+  console.log(A ? markdownTable(['process', 'A', 'B', 'B − A', 'B ÷ A'], rows, ['l', 'r', 'r', 'r', 'r']) : markdownTable(['process', 'B'], rows, ['l', 'r']));
+}
+
+main()
+  .catch((err) => {
+    console.error(err instanceof Error ? err.message : err);
+    process.exitCode = 1;
+  })
+  .finally(() => void stopAll());
