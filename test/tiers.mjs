@@ -27,7 +27,6 @@ export const UNIT = [
   'test/xds/xds-resources.test.ts',
   'test/cli/reuse-port.test.ts',
   'test/cli/check-findings.test.ts',
-  'test/deploy/deploy-manifests.test.ts',
   'test/edge/route-file.test.ts',
   'test/edge/grpc-route.test.ts',
   'test/edge/route-backend-filters-cors.test.ts',
