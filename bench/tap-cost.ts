@@ -15,6 +15,7 @@ import { tmpdir, cpus, release } from 'node:os';
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { spawnSync } from 'node:child_process';
+import { finished } from 'node:stream/promises';
 import { cpuMicros, freePort, killAllSync, machineBusyMicros, ownTreeMicros, rssKiB, startProcess, stopAll, waitForPort, type Proc } from './lib/proc.js';
 import { fixed, markdownTable, median, parseSeconds, percentile, ratio } from './lib/stats.js';
 import { BACKEND_SERVICE, PATH, REQUEST_BODY } from './lib/payload.js';
@@ -87,11 +88,19 @@ function tsx(name: string, script: string, args: string[], onLine?: (line: strin
   return startProcess(name, process.execPath, ['--import', 'tsx', join(ROOT, 'bench', script), ...args], { cwd: ROOT, onLine });
 }
 
+/**
+ * Resolves when the process has exited and its stdout has been read to the end: its result line
+ * (hundreds of KB with the per-request times) may still be in the pipe when 'exit' comes.
+ */
+async function closed(p: Proc): Promise<void> {
+  await Promise.all([finished(p.child.stdout!).catch(() => undefined), p.waitExit()]);
+}
+
 async function openLoop(url: string, rate: number, seconds: number, tag?: string): Promise<Load> {
   let line = '';
   const spec = { kind: 'http', url, body: REQUEST_BODY, connections: Math.max(8, Math.ceil(rate / 100)), rate, seconds, tag };
   const p = tsx('open-loop', 'servers/open-loop.ts', [JSON.stringify(spec)], (l) => (line = l));
-  await p.waitExit();
+  await closed(p);
   try {
     return JSON.parse(line) as Load;
   } catch {
@@ -113,8 +122,9 @@ async function attachTap(admin: number, tag: string): Promise<{ proc: Proc; resu
   return {
     proc,
     async result() {
+      const done = closed(proc);
       proc.child.stdin!.write('stop\n');
-      await proc.waitExit();
+      await done;
       try {
         return JSON.parse(last) as TapRead;
       } catch {
