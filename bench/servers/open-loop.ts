@@ -112,9 +112,10 @@ async function main(): Promise<void> {
   clearTimeout(grace);
   latencies.sort((a, b) => a - b);
   const pct = (p: number) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]! : 0);
-  process.stdout.write(JSON.stringify({ sent, ok, failed, late: total - ok - failed, p50: pct(50), p90: pct(90), p99: pct(99), max: latencies.at(-1) ?? 0, ...(sentAt ? { sentAt, doneAt } : {}) }) + '\n');
+  const line = JSON.stringify({ sent, ok, failed, late: total - ok - failed, p50: pct(50), p90: pct(90), p99: pct(99), max: latencies.at(-1) ?? 0, ...(sentAt ? { sentAt, doneAt } : {}) }) + '\n';
   await close();
-  process.exit(0);
+  // Exit once the line is written: a line larger than the pipe's buffer (the per-request times) is written in parts.
+  process.stdout.write(line, () => process.exit(0));
 }
 
 void main();
