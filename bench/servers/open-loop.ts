@@ -10,6 +10,12 @@
  *   {"kind":"grpc","target":"127.0.0.1:50051","path":"/bench.Bench/Call","metadata":{"mesh-service":"go.mesh.srv.bench"},"rate":1000,"seconds":10}
  * Prints one JSON line: {sent, ok, failed, late, p50, p90, p99, max} (latencies in µs; `late`: the
  * requests that were due but not yet sent when the run ended, or still unanswered 5 s after it).
+ *
+ * With `"tag":"T"` (HTTP only; the tap bench, bench/tap-cost.ts) request n goes to the URL with
+ * `tag=T&i=n` added to its query, so that each request can be told apart where it is seen, and
+ * the line also holds `sentAt` and `doneAt`: for each request n, when it was sent and when its
+ * answer ended (or failed), in µs of the monotonic clock (process.hrtime, the same in every
+ * process of the machine); -1 for a request not sent or not answered.
  */
 import { Pool } from 'undici';
 import * as grpc from '@grpc/grpc-js';
@@ -22,22 +28,26 @@ interface Spec {
   target?: string;
   path?: string;
   metadata?: Record<string, string>;
+  tag?: string;
   rate: number;
   seconds: number;
 }
 
 const spec = JSON.parse(process.argv[2] ?? '{}') as Spec;
 if (!(spec.rate > 0) || !(spec.seconds > 0)) throw new Error('open-loop: rate and seconds must be > 0');
+if (spec.tag !== undefined && spec.kind !== 'http') throw new Error('open-loop: a tag is for HTTP loads only');
 
-/** Sends one request; resolves true on a good answer. */
-type Send = () => Promise<boolean>;
+/** Sends request n; resolves true on a good answer. */
+type Send = (n: number) => Promise<boolean>;
 
 function httpSender(): { send: Send; close: () => Promise<void> } {
   const url = new URL(spec.url!);
   const pool = new Pool(url.origin, { connections: spec.connections ?? 32, pipelining: 1, keepAliveTimeout: 60_000 });
   const body = spec.body ?? '';
-  const send: Send = async () => {
-    const res = await pool.request({ method: 'POST', path: url.pathname + url.search, headers: { 'content-type': 'application/json' }, body });
+  const base = url.pathname + url.search;
+  const tagged = spec.tag === undefined ? undefined : `${url.search ? '&' : '?'}tag=${encodeURIComponent(spec.tag)}&i=`;
+  const send: Send = async (n) => {
+    const res = await pool.request({ method: 'POST', path: tagged === undefined ? base : base + tagged + n, headers: { 'content-type': 'application/json' }, body });
     await res.body.dump();
     return res.statusCode === 200;
   };
@@ -67,12 +77,16 @@ async function main(): Promise<void> {
   let pending = 0;
   const start = process.hrtime.bigint();
   const due = (i: number) => start + BigInt(Math.round(i * intervalNs));
+  const sentAt = spec.tag === undefined ? undefined : new Array<number>(total).fill(-1);
+  const doneAt = spec.tag === undefined ? undefined : new Array<number>(total).fill(-1);
+  const micros = () => Math.round(Number(process.hrtime.bigint()) / 1000);
   let allSent!: () => void;
   const done = new Promise<void>((resolve) => (allSent = resolve));
   const fire = (i: number) => {
     const at = due(i);
     pending++;
-    send().then(
+    if (sentAt) sentAt[i] = micros();
+    send(i).then(
       (good) => {
         latencies.push(Number(process.hrtime.bigint() - at) / 1000);
         if (good) ok++;
@@ -80,6 +94,7 @@ async function main(): Promise<void> {
       },
       () => failed++,
     ).finally(() => {
+      if (doneAt) doneAt[i] = micros();
       pending--;
       if (sent === total && pending === 0) allSent();
     });
@@ -97,9 +112,10 @@ async function main(): Promise<void> {
   clearTimeout(grace);
   latencies.sort((a, b) => a - b);
   const pct = (p: number) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]! : 0);
-  process.stdout.write(JSON.stringify({ sent, ok, failed, late: total - ok - failed, p50: pct(50), p90: pct(90), p99: pct(99), max: latencies.at(-1) ?? 0 }) + '\n');
+  const line = JSON.stringify({ sent, ok, failed, late: total - ok - failed, p50: pct(50), p90: pct(90), p99: pct(99), max: latencies.at(-1) ?? 0, ...(sentAt ? { sentAt, doneAt } : {}) }) + '\n';
   await close();
-  process.exit(0);
+  // Exit once the line is written: a line larger than the pipe's buffer (the per-request times) is written in parts.
+  process.stdout.write(line, () => process.exit(0));
 }
 
 void main();
