@@ -11,13 +11,14 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { connect } from 'node:http2';
-import { createServer, request, type IncomingHttpHeaders, type IncomingMessage, type ClientRequest, type Server } from 'node:http';
+import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { runCli, startProcess, tempDir, waitFor } from '../helpers.js';
+import { openTap } from '../fixtures/tap-client.js';
 import { http, registerPlain, startGatewayProcess, type GatewayProcess } from '../fixtures/gateway-helpers.js';
 
 const CAP = 64;
@@ -64,39 +65,9 @@ async function startBackend(): Promise<{ port: number; seen: Seen[]; close: () =
   };
 }
 
-interface Tap {
-  res: IncomingMessage;
-  req: ClientRequest;
-  lines: () => Array<Record<string, any>>;
-  close: () => void;
-}
-
-function openTap(admin: string, query = '', headers: Record<string, string> = {}): Promise<Tap> {
-  return new Promise((resolve, reject) => {
-    const req = request(`${admin}/tap${query}`, { headers }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('error', () => undefined);
-      resolve({
-        res,
-        req,
-        lines: () =>
-          text
-            .split('\n')
-            .filter((l) => l !== '' && !l.startsWith('{"dropped"'))
-            .map((l) => JSON.parse(l) as Record<string, any>),
-        close: () => req.destroy(),
-      });
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
-
 /** The event of the request to `path`, once the tap has it. */
 async function eventOf(tap: Tap, path: string): Promise<Record<string, any>> {
-  return waitFor(() => tap.lines().find((e) => e.path === path));
+  return waitFor(() => tap.events().find((e) => e.path === path));
 }
 
 describe('admin /tap bodies', () => {

@@ -6,23 +6,9 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { request, type IncomingMessage } from 'node:http';
 import { PRINTED, runCli, startProcess, tempDir, waitFor, type RunningProcess } from '../helpers.js';
+import { openTap } from '../fixtures/tap-client.js';
 import { startPlainApp, type PlainApp } from '../fixtures/gateway-helpers.js';
-
-function openTap(admin: string, query: string): Promise<{ res: IncomingMessage; lines: () => Array<Record<string, any>>; close: () => void }> {
-  return new Promise((resolve, reject) => {
-    const req = request(`${admin}/tap${query}`, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('error', () => undefined);
-      resolve({ res, lines: () => text.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, any>), close: () => req.destroy() });
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 describe('admin /tap: the caller identity of mutual TLS', () => {
   const dir = tempDir();

@@ -6,12 +6,12 @@
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { request, type IncomingMessage, type ClientRequest } from 'node:http';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { tempDir, waitFor } from '../helpers.js';
+import { openTap } from '../fixtures/tap-client.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from '../fixtures/gateway-helpers.js';
 
 const ROUTES = `apiVersion: gateway.networking.k8s.io/v1
@@ -30,37 +30,6 @@ spec:
       matches: [{path: {type: PathPrefix, value: /flaky}}]
       backendRefs: [{name: go.mesh.api.flaky}]
 `;
-
-/** An open /tap: its answer, the lines read so far, and its end. */
-interface Tap {
-  res: IncomingMessage;
-  req: ClientRequest;
-  lines: () => Array<Record<string, any>>;
-  close: () => void;
-}
-
-function openTap(admin: string, query = '', headers: Record<string, string> = {}): Promise<Tap> {
-  return new Promise((resolve, reject) => {
-    const req = request(`${admin}/tap${query}`, { headers }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('error', () => undefined);
-      resolve({
-        res,
-        req,
-        lines: () =>
-          text
-            .split('\n')
-            .filter((l) => l !== '')
-            .map((l) => JSON.parse(l) as Record<string, any>),
-        close: () => req.destroy(),
-      });
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 /** A port nothing listens on (bound, then closed). */
 async function closedPort(): Promise<number> {
