@@ -9,7 +9,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { randomUUID } from 'node:crypto';
-import { load, type CaseResult, type Front, type GatewayFront } from './runner.js';
+import { load, weightedShares, type CaseResult, type Front, type GatewayFront } from './runner.js';
 import { ECHO_NAMESPACE } from './echo.js';
 import { ECHO_SERVICE, GrpcEcho, type GrpcEchoResponse } from './grpc-echo.js';
 import type { GrpcConformanceCase, GrpcExchange } from './grpc-cases.js';
@@ -85,34 +85,17 @@ async function exchange(clients: Clients, x: GrpcExchange): Promise<string | und
   return undefined;
 }
 
-/** As upstream (conformance/utils/weight): 500 calls, 10 at a time, each backend's share within 5 points, up to 10 rounds. */
-async function weighted(clients: Clients, weights: Record<string, number>): Promise<string | undefined> {
-  const total = 500;
-  let why = '';
-  for (let round = 0; round < 10; round++) {
-    const counts: Record<string, number> = {};
-    let next = 0;
-    let error: string | undefined;
-    const worker = async () => {
-      while (next < total && !error) {
-        next++;
-        // Upstream's entropy: a fresh x-jitter value per call.
-        const res = await unary(clients.of(undefined), { method: 'Echo', metadata: { 'x-jitter': randomUUID() } });
-        const pod = res.response?.assertions.context.pod;
-        if (res.code !== grpc.status.OK || !pod) return void (error = `expected OK from an echo backend, got ${grpc.status[res.code]} (${res.details})`);
-        const backend = Object.keys(weights).find((b) => pod.startsWith(b)) ?? pod;
-        counts[backend] = (counts[backend] ?? 0) + 1;
-      }
-    };
-    await Promise.all(Array.from({ length: 10 }, worker));
-    if (error) return error;
-    const off = Object.entries(weights)
-      .map(([b, w]) => ({ b, w, got: (counts[b] ?? 0) / total }))
-      .filter(({ w, got }) => (w === 0 ? got > 0 : Math.abs(got - w) > 0.05));
-    if (off.length === 0) return undefined;
-    why = off.map(({ b, w, got }) => `${b} got ${(got * 100).toFixed(1)} %, expected ${w * 100} %`).join('; ');
-  }
-  return why;
+/** The weighted GRPCRoute case: 500 calls, 10 at a time, up to 10 rounds, each with upstream's entropy (a fresh x-jitter). */
+function weighted(clients: Clients, weights: Record<string, number>): Promise<string | undefined> {
+  return weightedShares(
+    weights,
+    async () => {
+      const res = await unary(clients.of(undefined), { method: 'Echo', metadata: { 'x-jitter': randomUUID() } });
+      const pod = res.response?.assertions.context.pod;
+      return res.code === grpc.status.OK && pod ? { pod } : { error: `expected OK from an echo backend, got ${grpc.status[res.code]} (${res.details})` };
+    },
+    { rounds: 10, concurrency: 10 },
+  );
 }
 
 async function runCalls(address: string, c: GrpcConformanceCase, base: { name: string; features: string[] }): Promise<CaseResult> {

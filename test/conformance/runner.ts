@@ -206,31 +206,28 @@ function answerHeaders(x: Exchange, res: Answer): string | undefined {
   return undefined;
 }
 
-/** The weighted case: 500 requests, each backend's share within 5 points (as upstream), up to 5 rounds. */
-async function weighted(front: Front, weights: Record<string, number>): Promise<string | undefined> {
-  const total = 500;
+/**
+ * The weighted cases' check, as upstream's (conformance/utils/weight): `total` calls, `concurrency`
+ * at a time, each backend's share within 5 points of its weight (none for a weight of 0), up to
+ * `rounds` rounds. `call` makes one call and answers the pod that served it, or why it failed.
+ */
+export async function weightedShares(weights: Record<string, number>, call: (n: number) => Promise<{ pod: string } | { error: string }>, options: { rounds: number; concurrency: number; total?: number }): Promise<string | undefined> {
+  const total = options.total ?? 500;
   let why = '';
-  for (let round = 0; round < 5; round++) {
+  for (let round = 0; round < options.rounds; round++) {
     const counts: Record<string, number> = {};
     let next = 0;
     let error: string | undefined;
     const worker = async () => {
       while (next < total && !error) {
         next++;
-        const res = await send(front.url, 'GET', '/', undefined, { 'X-Jitter': String(next) });
-        if (res.status !== 200) return void (error = `expected status 200, got ${res.status} ${res.body.slice(0, 160)}`);
-        let pod: unknown;
-        try {
-          pod = (JSON.parse(res.body) as EchoedRequest).pod;
-        } catch {
-          // not the echo's answer: below
-        }
-        if (typeof pod !== 'string') return void (error = `expected the echo backend's answer, got ${res.body.slice(0, 160)}`);
-        const backend = Object.keys(weights).find((b) => pod.startsWith(b)) ?? pod;
+        const answer = await call(next);
+        if ('error' in answer) return void (error = answer.error);
+        const backend = Object.keys(weights).find((b) => answer.pod.startsWith(b)) ?? answer.pod;
         counts[backend] = (counts[backend] ?? 0) + 1;
       }
     };
-    await Promise.all(Array.from({ length: 8 }, worker));
+    await Promise.all(Array.from({ length: options.concurrency }, worker));
     if (error) return error;
     const off = Object.entries(weights)
       .map(([b, w]) => ({ b, w, got: (counts[b] ?? 0) / total }))
@@ -239,6 +236,25 @@ async function weighted(front: Front, weights: Record<string, number>): Promise<
     why = off.map(({ b, w, got }) => `${b} got ${(got * 100).toFixed(1)} %, expected ${w * 100} %`).join('; ');
   }
   return why;
+}
+
+/** The weighted HTTPRoute case: 500 requests, 8 at a time, up to 5 rounds. */
+function weighted(front: Front, weights: Record<string, number>): Promise<string | undefined> {
+  return weightedShares(
+    weights,
+    async (n) => {
+      const res = await send(front.url, 'GET', '/', undefined, { 'X-Jitter': String(n) });
+      if (res.status !== 200) return { error: `expected status 200, got ${res.status} ${res.body.slice(0, 160)}` };
+      let pod: unknown;
+      try {
+        pod = (JSON.parse(res.body) as EchoedRequest).pod;
+      } catch {
+        // not the echo's answer: below
+      }
+      return typeof pod === 'string' ? { pod } : { error: `expected the echo backend's answer, got ${res.body.slice(0, 160)}` };
+    },
+    { rounds: 5, concurrency: 8 },
+  );
 }
 
 /**
