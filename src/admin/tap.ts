@@ -175,6 +175,11 @@ export class TapStream implements TapSink {
     return this.filter.bodies;
   }
 
+  mayTake(method: string, path: string): boolean {
+    const f = this.filter;
+    return !this.ended && (f.pathPrefix === undefined || path.startsWith(f.pathPrefix)) && (f.method === undefined || method.toUpperCase() === f.method);
+  }
+
   deliver(event: TapEvent): void {
     if (this.ended || !tapMatches(this.filter, event)) return;
     if (this.filter.sample < 1 && this.random() >= this.filter.sample) return;

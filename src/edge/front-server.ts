@@ -644,7 +644,7 @@ export class FrontServer<R = undefined, Req extends FrontRequest = IncomingMessa
     const accessLog = this.accessLog;
     const trace = ctx.trace!;
     const tap = this.options.edge.tap;
-    const info = accessLog ? accessLog.begin(req, res, trace.traceId, tap.active) : tap.active ? tap.begin(req, res, trace.traceId) : undefined;
+    const info = accessLog ? accessLog.begin(req, res, trace.traceId, tap.active) : tap.active ? tap.begin(req, res, trace.traceId, target.path) : undefined;
     // A tap that asked for bodies is attached: this request's are captured (src/base/http/tap-body.ts).
     const bodies = info && tap.bodies ? tap.captureBodies(req, res) : undefined;
     const counted = this.options.counted?.(req) ?? true;

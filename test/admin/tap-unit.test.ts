@@ -180,6 +180,24 @@ describe('the hub and a stream', () => {
     assert.equal(JSON.parse(written[0]!).path, '/hello/ada');
   });
 
+  it("a request no attached tap may take (its path prefix and method) gets no record; a tap without them takes every request", () => {
+    const stats = new StatsStore();
+    const tapStats = { events: stats.counter('e'), dropped: stats.counter('d'), active: stats.gauge('a') };
+    const hub = new TapHub();
+    const stream = new TapStream(fakeResponse().res, filterOf('path_prefix=/app&method=post'), tapStats);
+    const detach = hub.attach(stream)!;
+    assert.deepEqual([hub.mayTake('POST', '/app/x'), hub.mayTake('GET', '/app/x'), hub.mayTake('POST', '/other')], [true, false, false]);
+    const req = Object.assign(new EventEmitter(), { method: 'GET', url: '/other', headers: {} }) as any;
+    assert.equal(hub.begin(req, new EventEmitter() as any, undefined, '/other'), undefined);
+    const everything = hub.attach({ deliver: () => undefined })!;
+    assert.equal(hub.mayTake('GET', '/other'), true);
+    everything();
+    detach();
+    stream.stop();
+    // An ended stream takes nothing.
+    assert.equal(stream.mayTake('POST', '/app/x'), false);
+  });
+
   it('sample 0 takes nothing and drops nothing', () => {
     const stats = new StatsStore();
     const tapStats = { events: stats.counter('e'), dropped: stats.counter('d'), active: stats.gauge('a') };

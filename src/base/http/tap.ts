@@ -76,6 +76,11 @@ export interface TapEvent {
 export interface TapSink {
   /** The tap asked for bodies (the hub refuses it unless they are allowed). */
   readonly bodies?: boolean;
+  /**
+   * Whether the tap may take a request of this method and path (what is known at its start); a
+   * request no attached tap may take gets no record. Unset: any request.
+   */
+  mayTake?(method: string, path: string): boolean;
   deliver(event: TapEvent): void;
 }
 
@@ -194,9 +199,18 @@ export class TapHub {
     return captures;
   }
 
-  /** A request's record, when a tap is attached and the access log made none (bytes counted). */
-  begin(req: FrontRequest, res: FrontResponse, traceId: string | undefined): RequestInfo | undefined {
-    if (!this.active) return undefined;
+  /** Whether an attached tap may take a request of this method and path (TapSink.mayTake). */
+  mayTake(method: string, path: string): boolean {
+    for (const sink of this.sinks) if (!sink.mayTake || sink.mayTake(method, path)) return true;
+    return false;
+  }
+
+  /**
+   * A request's record, when a tap that may take it is attached and the access log made none
+   * (bytes counted); `path`: the request's path in its normal form, as events show it.
+   */
+  begin(req: FrontRequest, res: FrontResponse, traceId: string | undefined, path: string): RequestInfo | undefined {
+    if (!this.active || !this.mayTake(req.method ?? 'GET', path)) return undefined;
     const info = new RequestInfo(Date.now(), req.url, traceId);
     attachRequestInfo(req, info);
     countBytes(req, res, info);
