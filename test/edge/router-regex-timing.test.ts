@@ -6,7 +6,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { RE2JS } from 're2js';
+import { re2js } from '../../src/base/util/lazy-packages.js';
 import { buildRoutes, RouteTable } from '../../src/fronts/gateway/routes.js';
 import type { Service } from '../../src/engines/registry/registry.js';
 import { parseProxyConfig } from '../../src/fronts/proxy/config.js';
@@ -127,7 +127,8 @@ describe('route regexes: worst-case match time', () => {
   });
 
   it('exact and template routes never run the regex engine; regex routes do', () => {
-    const proto = RE2JS.prototype as unknown as { matcher: (...args: unknown[]) => unknown };
+    // The engine as mesh loads it (re2js's CommonJS build, at the first regex: src/base/util/lazy-packages.ts).
+    const proto = re2js().RE2JS.prototype as unknown as { matcher: (...args: unknown[]) => unknown };
     const original = proto.matcher;
     let calls = 0;
     proto.matcher = function (this: unknown, ...args: unknown[]) {
