@@ -168,26 +168,33 @@ describe("mesh stat's percentiles against what the callers measured", () => {
   let registry: Registry;
   let server: Server;
   let api: GatewayProcess;
-  /** The latency each caller measured, ms. */
+  /** What the test's clients measured, and how long the backend held each request, ms. */
   const measured: number[] = [];
+  const served: number[] = [];
 
   before(async () => {
     registry = createRegistry('local', dir.path);
     // /d/<ms> answers after that many milliseconds: the known latencies under test.
-    server = createServer((req, res) => setTimeout(() => res.end('ok'), Number(req.url!.split('/').pop())));
+    server = createServer((req, res) => {
+      const at = performance.now();
+      res.once('finish', () => served.push(performance.now() - at));
+      setTimeout(() => res.end('ok'), Number(req.url!.split('/').pop()));
+    });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
     await registerPlain(registry, 'go.mesh.api.known', (server.address() as AddressInfo).port);
     api = await startGatewayProcess(dir.path, ['--handler=proxy']);
-    // 30 calls of 1 s and 10 of 3 s, all at once: long enough that a loaded machine's scheduling
-    // delays (in the callers and the gateway alike) stay small beside them.
+    // 30 calls of 1 s and 10 of 3 s, 10 at a time: long enough that a loaded machine's scheduling
+    // delays stay small beside them.
     const delays = [...Array<number>(30).fill(1000), ...Array<number>(10).fill(3000)];
-    await Promise.all(
-      delays.map(async (d) => {
-        const started = performance.now();
-        assert.equal((await http('GET', `${api.url}/known/d/${d}`)).status, 200);
-        measured.push(performance.now() - started);
-      }),
-    );
+    for (let i = 0; i < delays.length; i += 10) {
+      await Promise.all(
+        delays.slice(i, i + 10).map(async (d) => {
+          const started = performance.now();
+          assert.equal((await http('GET', `${api.url}/known/d/${d}`)).status, 200);
+          measured.push(performance.now() - started);
+        }),
+      );
+    }
   });
 
   after(async () => {
@@ -197,10 +204,8 @@ describe("mesh stat's percentiles against what the callers measured", () => {
     dir.cleanup();
   });
 
-  it('p50, p95 and p99 per service and per caller identity are within 5 % of the callers\' own', async () => {
-    const sorted = [...measured].sort((a, b) => a - b);
-    const rank = (q: number) => sorted[Math.ceil(q * sorted.length) - 1]!;
-    const near = (what: string, got: number, want: number) => assert.ok(Math.abs(got - want) / want <= 0.05, `${what}: mesh stat ${got} ms, the callers ${want.toFixed(3)} ms`);
+  it("p50, p95 and p99 per service (the gateway as the caller) within 5 % of the latencies served; per caller identity between those and what the clients measured", async () => {
+    const rank = (values: number[], q: number) => [...values].sort((a, b) => a - b)[Math.ceil(q * values.length) - 1]!;
     const services = await runCli(['stat', 'services', `--registry_address=${dir.path}`, '--window=0', '-o', 'json']);
     assert.equal(services.code, 0, services.stderr);
     const [known] = JSON.parse(services.stdout) as Array<Record<string, number>>;
@@ -208,8 +213,16 @@ describe("mesh stat's percentiles against what the callers measured", () => {
     const identities = await runCli(['stat', 'identities', `--registry_address=${dir.path}`, '--window=0', '-o', 'json']);
     const [plain] = JSON.parse(identities.stdout) as Array<Record<string, number>>;
     for (const [q, key] of [[0.5, 'p50_ms'], [0.95, 'p95_ms'], [0.99, 'p99_ms']] as const) {
-      near(`service ${key}`, known![key]!, rank(q));
-      near(`identity ${key}`, plain![key]!, rank(q));
+      const truth = rank(served, q);
+      const client = rank(measured, q);
+      for (const [what, got] of [['service', known![key]!], ['identity', plain![key]!]] as const) {
+        const shown = `${what} ${key}: mesh stat ${got} ms, served ${truth.toFixed(3)} ms, the clients ${client.toFixed(3)} ms`;
+        // The gateway measures its call to the node: within 5 % of what the node served. At its front it
+        // measures a little more (its own work), never less than served nor more than the clients saw
+        // end to end (within the fine buckets' 2 %).
+        if (what === 'service') assert.ok(Math.abs(got - truth) / truth <= 0.05, shown);
+        assert.ok(got >= truth * 0.98 && got <= client * 1.02, shown);
+      }
     }
   });
 });
