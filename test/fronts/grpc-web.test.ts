@@ -216,10 +216,15 @@ describe('gRPC-Web through mesh api', () => {
     });
     assert.match(stats, /cluster\.go\.mesh\.srv\.greeter\.grpc\.helloworld\.Greeter\.SayHello\.success: [3-9]/);
     assert.match(stats, /cluster\.go\.mesh\.srv\.greeter\.grpc\.helloworld\.Greeter\.Count\.9: 1/);
-    await waitFor(() => /^grpc-web=6 cluster=go\.mesh\.srv\.greeter path=\/helloworld\.Greeter\/Fail status=200$/m.test(gw.proc.output()));
-    assert.match(gw.proc.output(), /^grpc-web=12 cluster=- path=\/pkg\.Nobody\/Call status=200$/m);
-    assert.match(gw.proc.output(), /^grpc-web=8 cluster=- path=\/helloworld\.Greeter\/SayHello status=200$/m);
-    assert.match(gw.proc.output(), /^grpc-web=0 cluster=go\.mesh\.srv\.greeter path=\/helloworld\.Greeter\/SayHello status=200$/m);
-    assert.match(gw.proc.output(), /^grpc-web=9 cluster=go\.mesh\.srv\.greeter path=\/helloworld\.Greeter\/Count status=200$/m);
+    // Each line is written when its answer closed: wait for each (they need not come in order).
+    for (const line of [
+      /^grpc-web=6 cluster=go\.mesh\.srv\.greeter path=\/helloworld\.Greeter\/Fail status=200$/m,
+      /^grpc-web=12 cluster=- path=\/pkg\.Nobody\/Call status=200$/m,
+      /^grpc-web=8 cluster=- path=\/helloworld\.Greeter\/SayHello status=200$/m,
+      /^grpc-web=0 cluster=go\.mesh\.srv\.greeter path=\/helloworld\.Greeter\/SayHello status=200$/m,
+      /^grpc-web=9 cluster=go\.mesh\.srv\.greeter path=\/helloworld\.Greeter\/Count status=200$/m,
+    ]) {
+      await waitFor(() => line.test(gw.proc.output()));
+    }
   });
 });
