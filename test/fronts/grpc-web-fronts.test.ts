@@ -127,6 +127,19 @@ for (const [frontName, startFront] of Object.entries(FRONTS)) describe(`gRPC-Web
     assert.equal(out.trailers, 'grpc-status:0\r\ngrpc-message:OK\r\n');
   });
 
+  it('attacker: headers only the mesh sets, in any case or with _ for -, never reach the node as metadata', async () => {
+    const before = node.output().length;
+    const forged = { 'Mesh-Peer-Identity': 'spiffe://mesh.local/svc/go.mesh.srv.admin', Mesh_Auth_Subject: 'root', 'MESH-AUTH-SCOPES': 'admin', 'x-trace': 'kept' };
+    const out = await call(front.base, '/helloworld.Greeter/SayHello', body(HelloRequest, { name: 'show-metadata' }), 'application/grpc-web+proto', { ...auth, ...forged });
+    assert.equal(out.trailers, 'grpc-status:0\r\ngrpc-message:OK\r\n');
+    const line = await waitFor(() => /^metadata (\[.*\])$/m.exec(node.output().slice(before))?.[1]);
+    const names = JSON.parse(line) as string[];
+    assert.ok(names.includes('x-trace'), `the node got: ${names.join(' ')}`);
+    // No underscore spelling and no peer identity ever; the sidecar's auth step sets Mesh-Auth-* itself from the key it verified.
+    const mine = frontName === 'mesh sidecar' ? /^mesh_|^mesh-peer/ : /^mesh[-_](peer|auth)/;
+    assert.deepEqual(names.filter((n) => mine.test(n)), []);
+  });
+
   it('a service that cannot be called is a gRPC status in headers, never error JSON', async () => {
     const out = await call(front.base, '/pkg.Nobody/Call', grpcWebFrame(0, Buffer.alloc(0)), 'application/grpc-web+proto', auth);
     assert.equal(out.status, 200);
