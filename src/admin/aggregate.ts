@@ -8,6 +8,9 @@ import type { ProcessFamily } from '../base/stats/process-metrics.js';
 import type { ClusterManagerView, ClusterSnapshot, HostSnapshot } from '../core/upstream/types.js';
 import type { CertificateInfo } from '../tls/certificate.js';
 import type { RouteTableDump } from './route-table.js';
+import type { TapEvent } from '../base/http/tap.js';
+import type { TapFilter } from './tap.js';
+import type { TrafficReport } from './traffic.js';
 
 /** The merged stats of every process. */
 export interface MergedStats {
@@ -40,6 +43,13 @@ export interface AdminAggregate {
   resetCounters(): Promise<void>;
   /** A /logging change the admin made to its own process, repeated in every worker. */
   logging(name: string, level: string): Promise<void>;
+  /**
+   * Attaches a tap to every worker (and to each worker started later) until the returned detach:
+   * the events the workers took for it, and how many they dropped.
+   */
+  tap(filter: TapFilter, sink: { deliver(event: TapEvent): void; dropped(n: number): void }): () => void;
+  /** Every worker's /traffic, merged (mergeTrafficReports). */
+  traffic(): Promise<TrafficReport>;
   /** The worker processes now: index and pid, by index. */
   workers(): Array<{ index: number; pid: number }>;
 }

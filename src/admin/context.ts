@@ -155,7 +155,7 @@ export interface AdminContext {
    */
   processId?: string;
   /** admin /traffic (src/admin/traffic.ts): absent, no such path. */
-  traffic?: () => TrafficReport;
+  traffic?: () => TrafficReport | Promise<TrafficReport>;
   /** --admin_token: every request then needs `Authorization: Bearer <token>`. */
   token?: string;
   /** --admin_allowed_hosts: Host names answered besides loopback, localhost and the own IP (`*`: all). */

@@ -26,7 +26,7 @@ import { formatAddress, isLoopback, isWildcard, parseAddress, type HostPort } fr
 import { compileSearchRegex, type SearchRegex } from '../base/util/regex.js';
 import { clientText } from '../base/util/text.js';
 import { splitTarget } from '../base/http/target.js';
-import { badRequest, ERROR_IDS, forbidden, notImplemented, serviceUnavailable, type MeshError } from '../base/errors.js';
+import { badRequest, ERROR_IDS, forbidden, serviceUnavailable, type MeshError } from '../base/errors.js';
 import { NDJSON, parseTapQuery, TapStream, type TapStats } from './tap.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
@@ -294,9 +294,6 @@ export class AdminServer {
   private tap(query: Query, req: IncomingMessage, res: ServerResponse): AdminReply | undefined {
     const hub = this.ctx.tap!;
     const stats = this.tapStats!;
-    if (this.ctx.aggregate) {
-      return errorReply(notImplemented(ERROR_IDS.admin, `tap: with --concurrency above 1 the requests are served by the workers, which cannot be tapped yet; tap a process started with --concurrency=1`));
-    }
     const filter = parseTapQuery(query);
     if ('parameter' in filter) return errorReply(badRequest(ERROR_IDS.admin, filter.detail));
     if (filter.bodies && !hub.bodiesAllowed) {
@@ -304,8 +301,12 @@ export class AdminServer {
       this.log().warn({ path: TAP_PATH }, 'admin refused a tap: bodies are not allowed on this process');
       return errorReply(forbidden(ERROR_IDS.admin, 'tap bodies are not allowed on this process: start it with --tap_bodies_max_bytes=SIZE to allow bodies=true'));
     }
-    const stream = new TapStream(res, filter, stats);
-    const detach = hub.attach(stream);
+    const aggregate = this.ctx.aggregate;
+    // --concurrency above 1: the workers serve the requests; their relays match and sample, this stream paces the sum.
+    const stream = new TapStream(res, aggregate ? { ...filter, sample: 1 } : filter, stats);
+    const detachHere = hub.attach(stream);
+    const detachWorkers = detachHere && aggregate ? aggregate.tap(filter, { deliver: (e) => stream.deliver(e), dropped: (n) => stream.droppedElsewhere(n) }) : undefined;
+    const detach = detachHere && (() => (detachHere(), detachWorkers?.()));
     if (!detach) {
       stream.stop();
       this.ctx.stats.counter(TAP_STATS.refused).inc();
@@ -471,7 +472,7 @@ export class AdminServer {
               handle: () => text(405, 'streamed\n'),
               stream: (q: Query, req: IncomingMessage, res: ServerResponse) => this.tap(q, req, res),
               // Only where front ends serve (they list their listeners): a framework service's or mesh xds's admin has
-              // nothing to tap. With --concurrency above 1 it exists, to say why it cannot tap the workers (501).
+              // nothing to tap. With --concurrency above 1 the primary taps its workers.
               available: ctx.hasListeners && !ctx.aggregate ? ctx.hasListeners : undefined,
             },
           ]
@@ -505,7 +506,7 @@ export class AdminServer {
         path: '/traffic',
         help: 'print what this process sent to each service it calls (answers by class, latency buckets, hosts over mutual TLS) as JSON, for mesh stat and mesh edges',
         mutates: never,
-        handle: () => ({ status: 200, body: `${JSON.stringify(traffic())}\n`, contentType: JSON_TYPE }),
+        handle: async () => ({ status: 200, body: `${JSON.stringify(await traffic())}\n`, contentType: JSON_TYPE }),
       });
     }
     jsonOfProcesses('/auth_rules', 'print the loaded authorization rules (--auth_rules, --authz_rules) as JSON', ctx.authRules, ctx.hasAuthRules);

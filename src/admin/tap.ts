@@ -149,26 +149,22 @@ export interface TapStats {
 }
 
 /**
- * One /tap answer: an attached sink that writes the events its filter takes. It never holds more
- * than the socket's own buffer: while the socket needs a drain, events are dropped (and counted),
- * as are those over the rate cap; every DROPPED_REPORT_MS a `{"dropped":N}` line says how many
- * since the last such line (and one more at the end).
+ * An attached tap's pacing: takes the events its filter matches (and its sample draws), at most
+ * `rate` a second, and hands each to `emit`, which says whether it could take it now (a reader
+ * with room); an event over the rate or that `emit` refuses is dropped and counted. Never queues.
  */
-export class TapStream implements TapSink {
+abstract class PacedTap implements TapSink {
   private readonly cap: RateCap;
-  private dropped = 0;
-  private readonly timer: NodeJS.Timeout;
-  private ended = false;
+  /** Dropped since the last report. */
+  protected dropped = 0;
+  protected ended = false;
 
   constructor(
-    private readonly res: ServerResponse,
-    private readonly filter: TapFilter,
-    private readonly stats: TapStats,
-    private readonly random: () => number = Math.random,
+    protected readonly filter: TapFilter,
+    private readonly onDrop: () => void,
+    private readonly random: () => number,
   ) {
     this.cap = new RateCap(filter.rate);
-    this.timer = setInterval(() => this.report(), DROPPED_REPORT_MS);
-    this.timer.unref();
   }
 
   get bodies(): boolean {
@@ -183,13 +179,50 @@ export class TapStream implements TapSink {
   deliver(event: TapEvent): void {
     if (this.ended || !tapMatches(this.filter, event)) return;
     if (this.filter.sample < 1 && this.random() >= this.filter.sample) return;
-    if (!this.cap.take() || this.res.writableNeedDrain) {
+    if (!this.cap.take() || !this.emit(event)) {
       this.dropped++;
-      this.stats.dropped.inc();
-      return;
+      this.onDrop();
     }
+  }
+
+  /** Sends one event on; false when it cannot now (it is then dropped). */
+  protected abstract emit(event: TapEvent): boolean;
+}
+
+/**
+ * One /tap answer: an attached sink that writes the events its filter takes. It never holds more
+ * than the socket's own buffer: while the socket needs a drain, events are dropped (and counted),
+ * as are those over the rate cap; every DROPPED_REPORT_MS a `{"dropped":N}` line says how many
+ * since the last such line (and one more at the end).
+ *
+ * With --concurrency above 1 the primary's stream gets the events its workers' relays (TapRelay)
+ * took: they matched and sampled them, so the stream is made with a sample of 1, and what they
+ * dropped arrives through `droppedElsewhere`.
+ */
+export class TapStream extends PacedTap {
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly res: ServerResponse,
+    filter: TapFilter,
+    private readonly stats: TapStats,
+    random: () => number = Math.random,
+  ) {
+    super(filter, () => stats.dropped.inc(), random);
+    this.timer = setInterval(() => this.report(), DROPPED_REPORT_MS);
+    this.timer.unref();
+  }
+
+  protected emit(event: TapEvent): boolean {
+    if (this.res.writableNeedDrain) return false;
     this.res.write(`${JSON.stringify(event)}\n`);
     this.stats.events.inc();
+    return true;
+  }
+
+  /** Events a worker's relay dropped for this tap (counted there): said in the next `{"dropped":N}`. */
+  droppedElsewhere(n: number): void {
+    if (!this.ended) this.dropped += n;
   }
 
   private report(): void {
@@ -214,5 +247,47 @@ export class TapStream implements TapSink {
       res.once('close', () => resolve());
       res.end();
     });
+  }
+}
+
+/** Where a worker's relay sends what it took: the events, and every DROPPED_REPORT_MS how many it dropped. */
+export interface TapRelayOutput {
+  /** False when the link cannot take more now (the event is then dropped). */
+  event(event: TapEvent): boolean;
+  dropped(n: number): void;
+}
+
+/**
+ * A tap of the --concurrency primary, attached to one worker's hub: the same filter, sample and
+ * rate as the primary's stream (so that the link carries at most `rate` events a second from each
+ * worker), its events and drop counts sent to the primary (src/cli/concurrency.ts).
+ */
+export class TapRelay extends PacedTap {
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    filter: TapFilter,
+    private readonly out: TapRelayOutput,
+    stats: Pick<TapStats, 'dropped'>,
+    random: () => number = Math.random,
+  ) {
+    super(filter, () => stats.dropped.inc(), random);
+    this.timer = setInterval(() => this.report(), DROPPED_REPORT_MS);
+    this.timer.unref();
+  }
+
+  protected emit(event: TapEvent): boolean {
+    return this.out.event(event);
+  }
+
+  private report(): void {
+    if (this.dropped === 0 || this.ended) return;
+    this.out.dropped(this.dropped);
+    this.dropped = 0;
+  }
+
+  stop(): void {
+    this.ended = true;
+    clearInterval(this.timer);
   }
 }

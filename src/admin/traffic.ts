@@ -129,3 +129,69 @@ export function trafficReport(process: TrafficProcess, stats: StatsStore, cluste
     })),
   };
 }
+
+/** Adds fine bucket pairs into a map of index → count. */
+function addFine(into: Map<number, number>, pairs: ReadonlyArray<readonly [number, number]>): void {
+  for (const [i, n] of pairs) into.set(i, (into.get(i) ?? 0) + n);
+}
+
+const finePairsOf = (m: Map<number, number>): Array<[number, number]> => [...m].sort((a, b) => a[0] - b[0]);
+const addCounts = (into: number[], counts: readonly number[]) => counts.forEach((n, i) => (into[i] = (into[i] ?? 0) + n));
+
+/**
+ * The reports of the workers of one --concurrency process as one, named `process` (the primary's
+ * record): clusters by name, routes by host and rule, callers by front end and identity, their
+ * answers and latency buckets summed; a cluster's `hosts` and `hosts_mtls` are the most any
+ * worker has (every worker watches the same registry).
+ */
+export function mergeTrafficReports(process: TrafficProcess, reports: readonly TrafficReport[]): TrafficReport {
+  const clusters = new Map<string, { row: ClusterTraffic; fine: Map<number, number> }>();
+  const routes = new Map<string, { row: RouteTraffic; fine: Map<number, number> | null }>();
+  const callers = new Map<string, { row: CallerTraffic; fine: Map<number, number> }>();
+  for (const r of reports) {
+    for (const c of r.clusters) {
+      let e = clusters.get(c.name);
+      if (!e) clusters.set(c.name, (e = { row: { ...c, rq_2xx: 0, rq_3xx: 0, rq_4xx: 0, rq_5xx: 0, latency_counts: [], latency_fine: [] }, fine: new Map() }));
+      e.row.rq_2xx += c.rq_2xx;
+      e.row.rq_3xx += c.rq_3xx;
+      e.row.rq_4xx += c.rq_4xx;
+      e.row.rq_5xx += c.rq_5xx;
+      e.row.hosts = Math.max(e.row.hosts, c.hosts);
+      e.row.hosts_mtls = Math.max(e.row.hosts_mtls, c.hosts_mtls);
+      addCounts(e.row.latency_counts, c.latency_counts);
+      addFine(e.fine, c.latency_fine);
+    }
+    for (const t of r.routes) {
+      const key = `${t.host}\u0000${t.rule}`;
+      let e = routes.get(key);
+      if (!e) routes.set(key, (e = { row: { ...t, rq_1xx: 0, rq_2xx: 0, rq_3xx: 0, rq_4xx: 0, rq_5xx: 0, latency_counts: t.latency_counts ? [] : null, latency_fine: null }, fine: t.latency_fine ? new Map() : null }));
+      for (const k of ['rq_1xx', 'rq_2xx', 'rq_3xx', 'rq_4xx', 'rq_5xx'] as const) e.row[k] += t[k];
+      if (t.latency_counts) addCounts((e.row.latency_counts ??= []), t.latency_counts);
+      if (t.latency_fine) addFine((e.fine ??= new Map()), t.latency_fine);
+    }
+    for (const c of r.callers) {
+      const key = `${c.front}\u0000${c.identity}`;
+      let e = callers.get(key);
+      if (!e) callers.set(key, (e = { row: { ...c, rq_1xx: 0, rq_2xx: 0, rq_3xx: 0, rq_4xx: 0, rq_5xx: 0, latency_counts: [], latency_fine: [] }, fine: new Map() }));
+      for (const k of ['rq_1xx', 'rq_2xx', 'rq_3xx', 'rq_4xx', 'rq_5xx'] as const) e.row[k] += c[k];
+      addCounts(e.row.latency_counts, c.latency_counts);
+      addFine(e.fine, c.latency_fine);
+    }
+  }
+  const byKey = <T>(m: Map<string, T>): T[] => [...m.keys()].sort().map((k) => m.get(k)!);
+  return {
+    process,
+    latency_bounds_ms: Histogram.BOUNDS,
+    latency_fine: { min_ms: FINE_LATENCY.minMs, ratio: FINE_LATENCY.ratio, buckets: FINE_LATENCY.buckets },
+    clusters: byKey(clusters).map((e) => ({ ...e.row, latency_counts: fill(e.row.latency_counts), latency_fine: finePairsOf(e.fine) })),
+    routes: byKey(routes).map((e) => ({ ...e.row, latency_fine: e.fine ? finePairsOf(e.fine) : null })),
+    callers: byKey(callers).map((e) => ({ ...e.row, latency_fine: finePairsOf(e.fine) })),
+  };
+}
+
+/** Latency counts of every bucket (a worker with no requests yet has as many as the others). */
+function fill(counts: number[]): number[] {
+  const out = new Array<number>(Histogram.BOUNDS.length + 1).fill(0);
+  counts.forEach((n, i) => (out[i] = n));
+  return out;
+}

@@ -22,8 +22,10 @@ import { Logging, parseLevel, type Subsystem } from '../base/util/log.js';
 import { StatsStore } from '../base/stats/store.js';
 import { ProcessMetrics, type ProcessFamily } from '../base/stats/process-metrics.js';
 import { mergeProcessFamilies, mergeSnapshots, snapshotStore, type StoreSnapshot } from '../base/stats/merge.js';
-import { AdminServer, refreshServerStats } from '../admin/server.js';
-import { TapHub } from '../base/http/tap.js';
+import { AdminServer, refreshServerStats, TAP_STATS } from '../admin/server.js';
+import { TapHub, type TapEvent } from '../base/http/tap.js';
+import { TapRelay, type TapFilter } from '../admin/tap.js';
+import { mergeTrafficReports, type TrafficReport } from '../admin/traffic.js';
 import { MetricsServer } from '../admin/metrics-server.js';
 import { ServerState, type CertificateInfo, type RouteTableDump } from '../admin/context.js';
 import { clusterView, mergeClusterViews, type AdminAggregate, type ClusterViewSnapshot, type MergedStats } from '../admin/aggregate.js';
@@ -71,7 +73,7 @@ const FIRST_BACKOFF_MS = 100;
 const MAX_BACKOFF_MS = 10_000;
 const CRASH_WINDOW_MS = 10_000;
 
-type Part = 'stats' | 'clusters' | 'certs' | 'routes' | 'auth' | 'rateLimits';
+type Part = 'stats' | 'clusters' | 'certs' | 'routes' | 'auth' | 'rateLimits' | 'traffic';
 type Op = 'fail' | 'ok' | 'reset' | 'logging';
 
 interface WorkerSnapshot {
@@ -82,13 +84,21 @@ interface WorkerSnapshot {
   routes?: RouteTableDump[];
   auth?: unknown[];
   rateLimits?: unknown[];
+  traffic?: TrafficReport;
 }
 
 type ToWorker =
   | { mesh: 'snapshot'; id: number; parts: Part[] }
   | { mesh: 'op'; id: number; op: Op; name?: string; level?: string }
-  | { mesh: 'shutdown' };
-type FromWorker = { mesh: 'ready'; lines: string[]; hasRoutes: boolean; ports?: SharedPort[] } | { mesh: 'reply'; id: number; data?: WorkerSnapshot; error?: string };
+  | { mesh: 'shutdown' }
+  // A tap of the primary's /tap: attached to the worker's hub until 'untap' (src/admin/tap.ts TapRelay).
+  | { mesh: 'tap'; tap: number; filter: TapFilter }
+  | { mesh: 'untap'; tap: number };
+type FromWorker =
+  | { mesh: 'ready'; lines: string[]; hasRoutes: boolean; ports?: SharedPort[] }
+  | { mesh: 'reply'; id: number; data?: WorkerSnapshot; error?: string }
+  | { mesh: 'tap-event'; tap: number; event: TapEvent }
+  | { mesh: 'tap-dropped'; tap: number; n: number };
 
 const isMeshMessage = (m: unknown): m is { mesh: string } => typeof m === 'object' && m !== null && typeof (m as { mesh?: unknown }).mesh === 'string';
 
@@ -138,9 +148,29 @@ export class WorkerLink {
     const reply = (m: FromWorker) => {
       if (process.connected) process.send!(m);
     };
+    const taps = new Map<number, { relay: TapRelay; detach: () => void }>();
+    const dropped = runtime.stats.counter(TAP_STATS.dropped);
+    runtime.onShutdown(() => {
+      for (const { relay, detach } of taps.values()) (relay.stop(), detach());
+      taps.clear();
+    });
     process.on('message', (m: unknown) => {
       if (!isMeshMessage(m)) return;
       const msg = m as ToWorker;
+      if (msg.mesh === 'tap') {
+        if (taps.has(msg.tap)) return;
+        // The link takes an event while its channel is open; at most the tap's rate a second (the relay's cap).
+        const relay = new TapRelay(msg.filter, { event: (event) => process.connected && process.send!({ mesh: 'tap-event', tap: msg.tap, event } satisfies FromWorker), dropped: (n) => reply({ mesh: 'tap-dropped', tap: msg.tap, n }) }, { dropped });
+        const detach = runtime.tap.attach(relay);
+        if (detach) taps.set(msg.tap, { relay, detach });
+        else relay.stop();
+        return;
+      }
+      if (msg.mesh === 'untap') {
+        const t = taps.get(msg.tap);
+        if (t) (t.relay.stop(), t.detach(), taps.delete(msg.tap));
+        return;
+      }
       if (msg.mesh === 'shutdown') {
         void runtime.shutdown().then(
           (result) => process.exit(exitCodeOf(result)),
@@ -189,6 +219,7 @@ function snapshotOf(runtime: Runtime, processMetrics: ProcessMetrics, parts: Par
   if (parts.includes('routes')) out.routes = runtime.routeTables();
   if (parts.includes('auth')) out.auth = runtime.authRules();
   if (parts.includes('rateLimits')) out.rateLimits = runtime.rateLimits();
+  if (parts.includes('traffic')) out.traffic = runtime.traffic();
   return out;
 }
 
@@ -265,6 +296,8 @@ class Primary implements AdminAggregate {
   private readonly slots: WorkerSlot[] = [];
   private readonly pending = new Map<number, { worker: Worker; done: (data: WorkerSnapshot | undefined) => void; timer: NodeJS.Timeout }>();
   private nextId = 1;
+  /** The taps of the admin's /tap, by id: sent to every worker that becomes ready while attached. */
+  private readonly taps = new Map<number, { filter: TapFilter; sink: Parameters<AdminAggregate['tap']>[1] }>();
   private hasRoutes = false;
   private stopping?: Promise<number>;
   private readonly closers: Array<() => Promise<void> | void> = [];
@@ -319,8 +352,9 @@ class Primary implements AdminAggregate {
         limits,
         processMetrics: this.processMetrics,
         aggregate: this,
-        // The workers serve the requests: /tap exists only to say it cannot tap them yet (501).
-        tap: new TapHub(),
+        // The workers serve the requests: a tap here is relayed to each of them (tap()); this hub holds the streams.
+        tap: new TapHub({ bodiesMaxBytes: options.tapBodiesMaxBytes }),
+        traffic: () => this.traffic(),
         processId: this.processId,
         quit: async () => process.exit(await this.shutdown()),
       });
@@ -390,11 +424,17 @@ class Primary implements AdminAggregate {
         if (this.state.state === 'draining' && !this.stoppingNow) void this.request(worker, { mesh: 'op', id: 0, op: 'fail' });
         if (this.stoppingNow) worker.send({ mesh: 'shutdown' } satisfies ToWorker);
         if (slot.index === 0) this.firstLines = msg.lines;
+        // A worker started again while taps are attached is tapped too.
+        for (const [tap, { filter }] of this.taps) this.sendTo(worker, { mesh: 'tap', tap, filter });
         if (this.reusePort && this.sharedPorts === undefined) {
           this.sharedPorts = msg.ports ?? [];
           for (const other of this.slots.slice(1)) this.fork(other);
         }
         if (this.starting && this.slots.every((s) => s.ready)) this.starting.resolve(this.firstLines);
+      } else if (msg.mesh === 'tap-event') {
+        this.taps.get(msg.tap)?.sink.deliver(msg.event);
+      } else if (msg.mesh === 'tap-dropped') {
+        this.taps.get(msg.tap)?.sink.dropped(msg.n);
       } else if (msg.mesh === 'reply') {
         const p = this.pending.get(msg.id);
         if (!p) return;
@@ -456,6 +496,15 @@ class Primary implements AdminAggregate {
     });
   }
 
+  /** Sends a message that wants no answer; a worker going away is left out (its exit is handled). */
+  private sendTo(worker: Worker, msg: ToWorker): void {
+    try {
+      if (worker.isConnected()) worker.send(msg);
+    } catch {
+      // The channel closed: the worker is exiting.
+    }
+  }
+
   private readyWorkers(): Array<{ slot: WorkerSlot; worker: Worker }> {
     return this.slots.flatMap((slot) => (slot.ready && slot.worker ? [{ slot, worker: slot.worker }] : []));
   }
@@ -508,6 +557,24 @@ class Primary implements AdminAggregate {
   async routes(): Promise<RouteTableDump[]> {
     const first = this.readyWorkers()[0];
     return first ? ((await this.request(first.worker, { mesh: 'snapshot', id: 0, parts: ['routes'] }))?.routes ?? []) : [];
+  }
+
+  tap(filter: TapFilter, sink: Parameters<AdminAggregate['tap']>[1]): () => void {
+    const tap = this.nextId++;
+    this.taps.set(tap, { filter, sink });
+    for (const { worker } of this.readyWorkers()) this.sendTo(worker, { mesh: 'tap', tap, filter });
+    return () => {
+      if (!this.taps.delete(tap)) return;
+      for (const { worker } of this.readyWorkers()) this.sendTo(worker, { mesh: 'untap', tap });
+    };
+  }
+
+  async traffic(): Promise<TrafficReport> {
+    const answers = await this.snapshots(['traffic']);
+    const reports = answers.map((a) => a.data.traffic!);
+    // The process as worker 0 records it (its kind, name and mTLS), under the primary's id and start.
+    const named = reports[0]?.process ?? { kind: this.setup.role, name: '', mtls: this.options.mtls };
+    return mergeTrafficReports({ id: this.processId, kind: named.kind, name: named.name, mtls: named.mtls, started_ms: this.state.startedAt }, reports);
   }
 
   resetCounters(): Promise<void> {

@@ -41,7 +41,7 @@ import { defaultCaDir, openWorkloadTls, type OpenedWorkloadTls } from '../tls/wo
 import { advertisedAddress, formatAddress, parseAdvertise } from '../base/util/address.js';
 import { newProcessId, ProcessRecorder, type ProcessRecord } from '../engines/registry/processes.js';
 import { packageVersion } from '../admin/build-info.js';
-import { trafficReport } from '../admin/traffic.js';
+import { trafficReport, type TrafficReport } from '../admin/traffic.js';
 import { CallerCounts } from '../base/http/callers.js';
 import { AccessLog, AccessLogWriter, DEFAULT_ACCESS_LOG_FORMAT, compileAccessLogFormat } from '../base/http/access-log.js';
 import { TapHub } from '../base/http/tap.js';
@@ -400,7 +400,7 @@ export class Runtime {
       processMetrics: this.processMetrics(),
       tap: this.tap,
       processId: this.processId,
-      traffic: () => trafficReport({ id: this.processId, kind: this.setup.role, name: this.setup.processName ?? '', mtls: this.options.mtls, started_ms: this.state.startedAt }, this.stats, views.clusters ?? this.clusters, this.callers),
+      traffic: () => this.traffic(views.clusters),
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },
@@ -469,6 +469,11 @@ export class Runtime {
   }
 
   /** The route tables of every source now (what admin /routes lists); hasRouteTables: whether there is a source. */
+  /** admin /traffic (src/admin/traffic.ts): what this process sent, and who called it; `clusters` as for startAdmin. */
+  traffic(clusters: ClusterManagerView = this.clusters): TrafficReport {
+    return trafficReport({ id: this.processId, kind: this.setup.role, name: this.setup.processName ?? '', mtls: this.options.mtls, started_ms: this.state.startedAt }, this.stats, clusters, this.callers);
+  }
+
   routeTables(): RouteTableDump[] {
     return this.routeSources.read();
   }
