@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { formatEdges } from '../../src/cli/stat.js';
 import { callerFlowsOf, flowsOf, parseTraffic, rowOf } from '../../src/admin/traffic-flows.js';
 import { TopTable } from '../../src/cli/top.js';
-import type { TrafficReport } from '../../src/admin/traffic.js';
+import { mergeTrafficReports, type TrafficReport } from '../../src/admin/traffic.js';
 import { FINE_LATENCY, fineIndex, fineQuantile, Histogram } from '../../src/base/stats/store.js';
 
 const buckets = (at: Record<number, number>) => Array.from({ length: Histogram.BOUNDS.length + 1 }, (_, i) => at[i] ?? 0);
@@ -151,5 +151,29 @@ describe('mesh top', () => {
     );
     assert.equal(top.total, 6);
     assert.equal(top.render(1).split('\n').length, 3);
+  });
+});
+
+describe('/traffic of a --concurrency primary (mergeTrafficReports)', () => {
+  it('sums the workers by cluster, route and caller, fine buckets by index; hosts are the most any worker has', () => {
+    const a = report('w0', { ok: 3, fail: 1, counts: buckets({ 2: 4 }) });
+    a.clusters[0]!.latency_fine = [[5, 1], [9, 3]];
+    a.callers[0]!.latency_fine = [[5, 4]];
+    a.routes[0]!.latency_fine = null;
+    const b = report('w1', { ok: 2, fail: 0, counts: buckets({ 1: 2 }) }, { hosts: 3, hosts_mtls: 1 });
+    b.clusters[0]!.latency_fine = [[2, 1], [9, 1]];
+    b.callers[0]!.latency_fine = [[2, 2]];
+    b.routes[0]!.latency_fine = null;
+    b.clusters.push({ name: 'go.mesh.srv.audit', rq_2xx: 1, rq_3xx: 0, rq_4xx: 0, rq_5xx: 0, hosts: 1, hosts_mtls: 0, latency_counts: buckets({ 0: 1 }), latency_fine: [[0, 1]] });
+    const primary = { id: 'primary', kind: 'sidecar', name: 'go.mesh.srv.web', mtls: 'strict', started_ms: 0 };
+    const merged = mergeTrafficReports(primary, [a, b]);
+    assert.deepEqual(merged.process, primary);
+    assert.deepEqual(merged.clusters, [
+      { name: 'go.mesh.srv.audit', rq_2xx: 1, rq_3xx: 0, rq_4xx: 0, rq_5xx: 0, hosts: 1, hosts_mtls: 0, latency_counts: buckets({ 0: 1 }), latency_fine: [[0, 1]] },
+      { name: 'go.mesh.srv.orders', rq_2xx: 5, rq_3xx: 0, rq_4xx: 0, rq_5xx: 1, hosts: 3, hosts_mtls: 1, latency_counts: buckets({ 1: 2, 2: 4 }), latency_fine: [[2, 1], [5, 1], [9, 4]] },
+    ]);
+    assert.deepEqual(merged.routes, [{ host: 'shop.example', rule: 'checkout', rq_1xx: 0, rq_2xx: 5, rq_3xx: 0, rq_4xx: 0, rq_5xx: 1, latency_counts: null, latency_fine: null }]);
+    assert.deepEqual(merged.callers, [{ front: 'sidecar_inbound', identity: 'spiffe://mesh.local/svc/web', rq_1xx: 0, rq_2xx: 5, rq_3xx: 0, rq_4xx: 0, rq_5xx: 1, latency_counts: buckets({ 1: 2, 2: 4 }), latency_fine: [[2, 2], [5, 4]] }]);
+    assert.deepEqual(mergeTrafficReports(primary, []).clusters, []);
   });
 });
