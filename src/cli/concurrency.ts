@@ -97,7 +97,7 @@ type ToWorker =
 type FromWorker =
   | { mesh: 'ready'; lines: string[]; hasRoutes: boolean; ports?: SharedPort[] }
   | { mesh: 'reply'; id: number; data?: WorkerSnapshot; error?: string }
-  | { mesh: 'tap-event'; tap: number; event: TapEvent }
+  | { mesh: 'tap-events'; tap: number; events: TapEvent[] }
   | { mesh: 'tap-dropped'; tap: number; n: number };
 
 const isMeshMessage = (m: unknown): m is { mesh: string } => typeof m === 'object' && m !== null && typeof (m as { mesh?: unknown }).mesh === 'string';
@@ -159,8 +159,8 @@ export class WorkerLink {
       const msg = m as ToWorker;
       if (msg.mesh === 'tap') {
         if (taps.has(msg.tap)) return;
-        // The link takes an event while its channel is open; at most the tap's rate a second (the relay's cap).
-        const relay = new TapRelay(msg.filter, { event: (event) => process.connected && process.send!({ mesh: 'tap-event', tap: msg.tap, event } satisfies FromWorker), dropped: (n) => reply({ mesh: 'tap-dropped', tap: msg.tap, n }) }, { dropped });
+        // At most the tap's rate a second (the relay's cap), sent together every TAP_FLUSH_MS.
+        const relay = new TapRelay(msg.filter, { events: (events) => reply({ mesh: 'tap-events', tap: msg.tap, events }), dropped: (n) => reply({ mesh: 'tap-dropped', tap: msg.tap, n }) }, { dropped });
         const detach = runtime.tap.attach(relay);
         if (detach) taps.set(msg.tap, { relay, detach });
         else relay.stop();
@@ -431,8 +431,9 @@ class Primary implements AdminAggregate {
           for (const other of this.slots.slice(1)) this.fork(other);
         }
         if (this.starting && this.slots.every((s) => s.ready)) this.starting.resolve(this.firstLines);
-      } else if (msg.mesh === 'tap-event') {
-        this.taps.get(msg.tap)?.sink.deliver(msg.event);
+      } else if (msg.mesh === 'tap-events') {
+        const sink = this.taps.get(msg.tap)?.sink;
+        if (sink) for (const event of msg.events) sink.deliver(event);
       } else if (msg.mesh === 'tap-dropped') {
         this.taps.get(msg.tap)?.sink.dropped(msg.n);
       } else if (msg.mesh === 'reply') {
