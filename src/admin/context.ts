@@ -3,6 +3,7 @@
  * routes, certificates and server state. The runtime builds one AdminContext per process.
  */
 import type { TrafficReport } from './traffic.js';
+import type { WorkloadTls } from '../base/mtls/workload-tls.js';
 import type { ServerLimits } from '../base/http/lifecycle.js';
 import { EventEmitter } from 'node:events';
 import type { StatsStore } from '../base/stats/store.js';
@@ -156,6 +157,11 @@ export interface AdminContext {
   processId?: string;
   /** admin /traffic (src/admin/traffic.ts): absent, no such path. */
   traffic?: () => TrafficReport | Promise<TrafficReport>;
+  /**
+   * --tap_allowed_identities: the admin also accepts mutual TLS with this workload certificate
+   * (plain HTTP stays as it is), and over it serves only /tap, to these SPIFFE IDs, without the token.
+   */
+  tapMtls?: { workload: WorkloadTls; allowed: readonly string[] };
   /** --admin_token: every request then needs `Authorization: Bearer <token>`. */
   token?: string;
   /** --admin_allowed_hosts: Host names answered besides loopback, localhost and the own IP (`*`: all). */

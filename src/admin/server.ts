@@ -28,6 +28,8 @@ import { clientText } from '../base/util/text.js';
 import { splitTarget } from '../base/http/target.js';
 import { badRequest, ERROR_IDS, forbidden, serviceUnavailable, type MeshError } from '../base/errors.js';
 import { NDJSON, parseTapQuery, TapStream, type TapStats } from './tap.js';
+import { serveMtls } from '../base/mtls/server.js';
+import { peerIdentityOf } from '../base/mtls/workload-tls.js';
 
 export const TEXT = 'text/plain; charset=UTF-8';
 /** Counts requests refused by the Host check. */
@@ -126,6 +128,7 @@ export class AdminServer {
   private readonly profiler = new CpuProfiler();
   private readonly regexCache = new Map<string, SearchRegex | Error>();
   private readonly tokenDigest: Buffer | undefined;
+  private stopMtls?: () => void;
   private readonly hostCheck: HostCheck;
   private bound: { host: string; port: number } | undefined;
   /** The process metrics of the Prometheus format: the context's, or the admin's own (closed with it). */
@@ -152,6 +155,18 @@ export class AdminServer {
         else res.destroy();
       });
     });
+    // --tap_allowed_identities: mutual TLS besides plain HTTP on the same port (the first byte tells them apart).
+    const tapMtls = ctx.tapMtls;
+    if (tapMtls) {
+      this.stopMtls = serveMtls(this.http, {
+        workload: tapMtls.workload,
+        service: 'mesh.admin',
+        stats: ctx.stats.scope(httpStatPrefix('admin')),
+        acceptTimeoutMs: ctx.limits?.headersTimeoutMs ?? 0,
+        log: this.log(),
+        mode: 'permissive',
+      });
+    }
     // Over --max_connections Node closes the accepted connection at once and emits 'drop'.
     if (ctx.limits && ctx.limits.maxConnections > 0) this.http.maxConnections = ctx.limits.maxConnections;
     // Created on the first overflow, so /stats shows it only once there is one.
@@ -188,6 +203,7 @@ export class AdminServer {
     await this.profiler.dispose();
     // Every tap ends cleanly (its last line written), for at most a second.
     if (this.taps.size > 0) await Promise.race([Promise.all([...this.taps].map((t) => t.end())), new Promise((r) => setTimeout(r, 1000).unref())]);
+    this.stopMtls?.();
     if (!this.http.listening) return;
     const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     this.http.closeAllConnections();
@@ -225,7 +241,19 @@ export class AdminServer {
         text(403, verdict === 'missing' ? `Host header missing; see ${ALLOWED_HOSTS_FLAG}\n` : `Host "${req.headers.host}" is not allowed; see ${ALLOWED_HOSTS_FLAG}\n`),
       );
     }
-    if (this.tokenDigest && !this.authorized(req)) {
+    // Over mutual TLS (--tap_allowed_identities): /tap only, to the identities allowed, which need no token.
+    const identity = this.ctx.tapMtls ? peerIdentityOf(req.socket) : undefined;
+    if (identity !== undefined) {
+      if (path !== TAP_PATH) {
+        this.log().warn({ path, identity: clientText(identity) }, 'admin refused a request over mutual TLS: only /tap is served there');
+        return this.write(res, text(403, `Forbidden: over mutual TLS this admin interface serves only ${TAP_PATH}; ask for ${path} over plain HTTP.\n`));
+      }
+      if (!this.ctx.tapMtls!.allowed.includes(identity)) {
+        this.log().warn({ path, identity: clientText(identity) }, 'admin refused a tap: its identity is not in --tap_allowed_identities');
+        this.tapRefused(path);
+        return this.write(res, text(403, `Forbidden: ${identity} may not tap this process (see --tap_allowed_identities).\n`));
+      }
+    } else if (this.tokenDigest && !this.authorized(req)) {
       if (path === TAP_PATH) this.log().warn({ path, authorization: req.headers.authorization === undefined ? 'none' : 'wrong' }, 'admin refused a tap without the admin token');
       this.tapRefused(path);
       return this.write(res, {
@@ -316,7 +344,8 @@ export class AdminServer {
     stats.active.inc();
     this.taps.add(stream);
     const remote = req.socket.remoteAddress;
-    this.log().info({ filter: Object.fromEntries([...query].map(([k, v]) => [clientText(k), clientText(v)])), remote }, 'tap started');
+    const identity = peerIdentityOf(req.socket);
+    this.log().info({ filter: Object.fromEntries([...query].map(([k, v]) => [clientText(k), clientText(v)])), remote, ...(identity ? { identity: clientText(identity) } : {}) }, 'tap started');
     res.once('close', () => {
       stream.stop();
       detach();

@@ -106,11 +106,14 @@ const isMeshMessage = (m: unknown): m is { mesh: string } => typeof m === 'objec
  * True when this process is to be the primary of --concurrency N > 1 (the command runs
  * runPrimary instead of its runtime). Refuses what workers cannot share: --enable_acme (each
  * worker would order certificates, and the shared challenge port would hand a challenge to a
- * worker that does not know it).
+ * worker that does not know it), and --tap_allowed_identities (the primary's admin has no
+ * workload certificate).
  */
 export function isPrimaryOf(config: Config): boolean {
   if (config.concurrency <= 1) return false;
   if (config.enable_acme) throw new FlagError(`invalid value "${config.concurrency}" for flag --concurrency: --enable_acme needs a single process (--concurrency=1)`);
+  // The primary has no workload certificate of its own to serve its admin over mutual TLS with.
+  if (config.tap_allowed_identities.length > 0) throw new FlagError(`invalid value "${config.concurrency}" for flag --concurrency: --tap_allowed_identities needs a single process (--concurrency=1)`);
   return cluster.isPrimary;
 }
 

@@ -12,6 +12,9 @@
  * is tapped once its record is there, one whose record is gone is let go.
  */
 import { request, type ClientRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest, type RequestOptions as HttpsRequestOptions } from 'node:https';
+import type { PeerCertificate, SecureContext } from 'node:tls';
+import { CALLER_NAMES, peerIdentityProblem } from '../base/mtls/workload-tls.js';
 import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';
 import { parseQuery } from '../admin/query.js';
@@ -120,12 +123,38 @@ interface Source {
   timer?: NodeJS.Timeout;
 }
 
+/** The CLI's side of a tap over mutual TLS: its certificate and roots, and the trust domain the admins' certificates must name. */
+export interface TapClientTls {
+  secureContext(): SecureContext;
+  trustDomain: string;
+}
+
+/**
+ * With --mtls (permissive or strict): the CLI's workload certificate (identity mesh.cli from the
+ * mesh CA, or the --mtls_cert_file's), kept (and renewed) until `close`, so that `mesh tap` and
+ * `mesh top` tap over mutual TLS (admins started with --tap_allowed_identities). Undefined with --mtls=off.
+ */
+export async function tapClientTls(config: Config): Promise<{ tls: TapClientTls; close: () => Promise<void> } | undefined> {
+  if (config.mtls === 'off') return undefined;
+  const { DirectOperations } = await import('./operations.js');
+  const ops = new DirectOperations(config);
+  try {
+    const workload = (await ops.runtime.workloadTls(CALLER_NAMES.cli))!;
+    return { tls: { secureContext: () => workload.secureContext(), trustDomain: workload.trustDomain }, close: () => ops.close() };
+  } catch (err) {
+    await ops.close();
+    throw err;
+  }
+}
+
 /** What tapStreams takes. */
 export interface TapStreamsOptions {
   admins: readonly string[];
   /** The /tap query string (tapQueryOf). */
   query: string;
   adminToken?: string;
+  /** Set: every admin is tapped over mutual TLS with this certificate (tapClientTls). */
+  tls?: TapClientTls;
   io: Pick<Output, 'err'>;
   /**
    * One event of one admin (a JSON object, not the `{"dropped":N}` reports: those are said on
@@ -202,7 +231,15 @@ export async function tapStreams(o: TapStreamsOptions): Promise<number> {
 
   const open = (s: Source): void => {
     if (stopped) return;
-    const req = request(`http://${s.admin}/tap${query}`, { headers, agent: false });
+    const tls = o.tls;
+    // Over mutual TLS the admin proves a SPIFFE ID of the trust domain (its certificate names no host).
+    const checkServerIdentity = (_host: string, cert: PeerCertificate): Error | undefined => {
+      const problem = tls && peerIdentityProblem(cert, tls.trustDomain);
+      return problem ? new Error(`the admin's certificate: ${problem}`) : undefined;
+    };
+    const req = tls
+      ? httpsRequest(`https://${s.admin}/tap${query}`, { headers, agent: false, secureContext: tls.secureContext(), checkServerIdentity } as HttpsRequestOptions & { secureContext: SecureContext })
+      : request(`http://${s.admin}/tap${query}`, { headers, agent: false });
     s.req = req;
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (s.req === req) retry(s, `cannot reach the admin (${err.code ?? err.message})`);
@@ -309,17 +346,23 @@ export async function runTap(config: Config, given: ReadonlySet<string>, io: Out
   const admins = await tapAdmins(config, io);
   const query = tapQueryOf(config, given);
   const json = config.output === 'json';
-  return tapStreams({
-    admins,
-    query,
-    adminToken: config.admin_token,
-    io,
-    signals,
-    discover: tapDiscovery(config),
-    onEvent: (admin, value, tapped) => {
-      io.out(json ? `${JSON.stringify({ admin, ...value })}\n` : formatTapEvent(value as unknown as TapEvent, tapped > 1 ? admin : undefined));
-      // A slow stdout: wait until it drained.
-      return io.drain && process.stdout.writableNeedDrain ? io.drain() : undefined;
-    },
-  });
+  const mtls = await tapClientTls(config);
+  try {
+    return await tapStreams({
+      admins,
+      query,
+      adminToken: config.admin_token,
+      ...(mtls ? { tls: mtls.tls } : {}),
+      io,
+      signals,
+      discover: tapDiscovery(config),
+      onEvent: (admin, value, tapped) => {
+        io.out(json ? `${JSON.stringify({ admin, ...value })}\n` : formatTapEvent(value as unknown as TapEvent, tapped > 1 ? admin : undefined));
+        // A slow stdout: wait until it drained.
+        return io.drain && process.stdout.writableNeedDrain ? io.drain() : undefined;
+      },
+    });
+  } finally {
+    await mtls?.close();
+  }
 }

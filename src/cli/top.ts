@@ -8,7 +8,7 @@
  */
 import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';
-import { tapAdmins, tapDiscovery, tapQueryOf, tapStreams } from './tap.js';
+import { tapAdmins, tapClientTls, tapDiscovery, tapQueryOf, tapStreams } from './tap.js';
 import { byteOrder, formatTable } from './table.js';
 import { printable } from '../base/util/text.js';
 
@@ -96,6 +96,7 @@ export async function runTop(config: Config, given: ReadonlySet<string>, io: Out
     const head = `mesh top: ${top.total} requests from ${tapped} process(es) in ${seconds} s (Ctrl-C to stop)\n`;
     io.out(`${tty ? HOME_AND_CLEAR : ''}${head}${top.render(rows)}${tty ? '' : '\n'}`);
   };
+  const mtls = await tapClientTls(config);
   draw();
   const timer = setInterval(draw, interval);
   try {
@@ -103,6 +104,7 @@ export async function runTop(config: Config, given: ReadonlySet<string>, io: Out
       admins,
       query,
       adminToken: config.admin_token,
+      ...(mtls ? { tls: mtls.tls } : {}),
       io,
       signals,
       label: 'mesh top',
@@ -115,5 +117,6 @@ export async function runTop(config: Config, given: ReadonlySet<string>, io: Out
   } finally {
     clearInterval(timer);
     draw();
+    await mtls?.close();
   }
 }

@@ -48,7 +48,7 @@ import { TapHub } from '../base/http/tap.js';
 import { ContextStore } from '../base/util/call-context.js';
 import { Tracer } from '../base/tracing/tracer.js';
 import { SchemaOptionError } from '../base/util/option-error.js';
-import type { WorkloadTls } from '../base/mtls/workload-tls.js';
+import { spiffeIdProblem, type WorkloadTls } from '../base/mtls/workload-tls.js';
 import { listenFailure } from '../base/util/listen-error.js';
 import { hostname } from 'node:os';
 
@@ -376,6 +376,7 @@ export class Runtime {
     await this.startMetrics();
     const address = this.options.adminAddress ?? defaultAddress;
     if (address === 'off') return undefined;
+    const tapMtls = this.tapMtls();
     const admin = new AdminServer({
       stats: this.stats,
       logging: this.logging,
@@ -401,6 +402,7 @@ export class Runtime {
       tap: this.tap,
       processId: this.processId,
       traffic: () => this.traffic(views.clusters),
+      ...(tapMtls ? { tapMtls } : {}),
       quit: async () => {
         process.exit(exitCodeOf(await this.shutdown()));
       },
@@ -469,6 +471,23 @@ export class Runtime {
   }
 
   /** The route tables of every source now (what admin /routes lists); hasRouteTables: whether there is a source. */
+  /**
+   * --tap_allowed_identities: the SPIFFE IDs checked (each as the mesh CA would issue it, in this
+   * trust domain) and the certificate the admin presents over mutual TLS: the front end's, opened
+   * before the admin starts. Undefined without the option.
+   */
+  private tapMtls(): { workload: WorkloadTls; allowed: readonly string[] } | undefined {
+    const allowed = this.options.tapAllowedIdentities;
+    if (allowed.length === 0) return undefined;
+    for (const id of allowed) {
+      const problem = spiffeIdProblem(id, this.options.trustDomain);
+      if (problem) throw new SchemaOptionError('tap_allowed_identities', problem, id);
+    }
+    if (this.options.mtls === 'off') throw new SchemaOptionError('tap_allowed_identities', '{tap_allowed_identities} needs {mtls} (permissive or strict): the admin checks who taps by their certificate');
+    if (!this.callerTls) throw new SchemaOptionError('tap_allowed_identities', '{tap_allowed_identities} needs a front end with a workload certificate (mesh api, sidecar or proxy)');
+    return { workload: this.callerTls, allowed };
+  }
+
   /** admin /traffic (src/admin/traffic.ts): what this process sent, and who called it; `clusters` as for startAdmin. */
   traffic(clusters: ClusterManagerView = this.clusters): TrafficReport {
     return trafficReport({ id: this.processId, kind: this.setup.role, name: this.setup.processName ?? '', mtls: this.options.mtls, started_ms: this.state.startedAt }, this.stats, clusters, this.callers);

@@ -62,6 +62,8 @@ export interface MtlsServerOptions {
   log?: Logger;
   /** The protocols offered by ALPN (`['h2', 'http/1.1']` on a listener that serves HTTP/2); none: no ALPN. */
   alpn?: string[];
+  /** Instead of the workload's mode (the admin interface serves mutual TLS besides plain HTTP, whatever --mtls). */
+  mode?: 'permissive' | 'strict';
 }
 
 /**
@@ -71,8 +73,9 @@ export interface MtlsServerOptions {
  */
 export function serveMtls(server: Server, options: MtlsServerOptions): () => void {
   const { workload } = options;
-  if (workload.mode === 'off') return () => {};
-  const strict = workload.mode === 'strict';
+  const mode = options.mode ?? workload.mode;
+  if (mode === 'off') return () => {};
+  const strict = mode === 'strict';
   const s = declareStats(options.stats, MTLS_SERVER_STATS);
   // node:http serves a connection from its 'connection' listener (documented: a socket emitted
   // there is served). That listener is taken out, so the socket reaches it only once its first
