@@ -5,7 +5,7 @@ import { formatEdges } from '../../src/cli/stat.js';
 import { callerFlowsOf, flowsOf, parseTraffic, rowOf } from '../../src/admin/traffic-flows.js';
 import { TopTable } from '../../src/cli/top.js';
 import { mergeTrafficReports, type TrafficReport } from '../../src/admin/traffic.js';
-import { FINE_LATENCY, fineIndex, fineQuantile, Histogram } from '../../src/base/stats/store.js';
+import { FINE_LATENCY, fineIndex, fineQuantile, Histogram, StatsStore } from '../../src/base/stats/store.js';
 
 const buckets = (at: Record<number, number>) => Array.from({ length: Histogram.BOUNDS.length + 1 }, (_, i) => at[i] ?? 0);
 
@@ -74,9 +74,20 @@ describe('mesh stat', () => {
 });
 
 describe('fine latency buckets (what mesh stat reads its percentiles from)', () => {
+  it('only the histograms made to keep them do (those /traffic reads), and one found again can start to', () => {
+    const store = new StatsStore();
+    store.histogram('http.gateway.downstream_rq_time').record(5);
+    assert.deepEqual(store.histogram('http.gateway.downstream_rq_time').finePairs(), []);
+    const early = store.histogram('cluster.a.upstream_rq_time');
+    const rqTime = store.scope('cluster.a.').histogram('upstream_rq_time', { fine: true });
+    assert.equal(rqTime, early);
+    rqTime.record(5);
+    assert.deepEqual(rqTime.finePairs(), [[fineIndex(5), 1]]);
+  });
+
   it('a quantile is within 2 % of the value recorded, from 10 µs to minutes', () => {
     for (const ms of [0.011, 0.05, 0.999, 1, 1.5, 7.3, 42, 150, 151.9, 999.99, 2999, 60_000, 600_000]) {
-      const h = new Histogram('x');
+      const h = new Histogram('x', true);
       h.record(ms);
       const got = fineQuantile(h.finePairs(), 0.99);
       assert.ok(Math.abs(got - ms) / ms <= 0.0199, `${ms} ms read as ${got}`);
@@ -89,7 +100,7 @@ describe('fine latency buckets (what mesh stat reads its percentiles from)', () 
   });
 
   it('p50, p95 and p99 of known latencies: the rank, as a caller counts it', () => {
-    const h = new Histogram('x');
+    const h = new Histogram('x', true);
     for (let i = 0; i < 90; i++) h.record(10);
     for (let i = 0; i < 9; i++) h.record(100);
     h.record(1000);

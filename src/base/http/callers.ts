@@ -47,7 +47,7 @@ export class CallerCounts {
     let identity = this.identityOf(socket);
     let count = callers.get(identity);
     if (!count && callers.size >= this.maxCallers) count = callers.get((identity = OTHER_CALLERS));
-    if (!count) callers.set(identity, (count = { front, identity, classes: [0, 0, 0, 0, 0], latency: new Histogram(`${front}.${identity}`) }));
+    if (!count) callers.set(identity, (count = { front, identity, classes: [0, 0, 0, 0, 0], latency: new Histogram(`${front}.${identity}`, true) }));
     count.classes[Math.min(4, Math.max(0, Math.floor(status / 100) - 1))]!++;
     count.latency.record(ms);
   }

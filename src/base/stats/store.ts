@@ -62,7 +62,8 @@ export function bucketQuantile(counts: readonly number[], q: number): number {
 }
 
 /**
- * The fine latency buckets every Histogram keeps beside its BOUNDS: bucket 0 holds up to `minMs`,
+ * The fine latency buckets a Histogram made with `fine` keeps beside its BOUNDS (those admin
+ * /traffic reads: a cluster's upstream_rq_time, a route's rq_time, a caller's latency): bucket 0 holds up to `minMs`,
  * bucket i (1..buckets-1) more than minMs × ratio^(i-1) and at most minMs × ratio^i, the last also
  * everything above. A quantile is read at the geometric middle of its bucket, so it is within
  * (√ratio − 1) ≈ 2 % of the value recorded, from 10 µs to about 10 minutes. What `mesh stat`
@@ -96,22 +97,26 @@ export function fineQuantile(pairs: ReadonlyArray<readonly [number, number]>, q:
 
 /**
  * A small fixed-bucket latency histogram (milliseconds): bounded memory (one count per bucket,
- * and FINE_LATENCY's buckets once a value is recorded), nothing kept per sample. Values above the
- * last bound go to an overflow bucket.
+ * and with `keepsFine` FINE_LATENCY's buckets once a value is recorded), nothing kept per sample.
+ * Values above the last bound go to an overflow bucket.
  */
 export class Histogram {
   static readonly BOUNDS = [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000];
   readonly counts = new Array<number>(Histogram.BOUNDS.length + 1).fill(0);
-  /** FINE_LATENCY's buckets; made at the first value. */
+  /** FINE_LATENCY's buckets, with keepsFine; made at the first value. */
   fine: Uint32Array | undefined;
   count = 0;
   sum = 0;
-  constructor(readonly name: string) {}
+  /** `keepsFine`: also count FINE_LATENCY's buckets (a logarithm per value, 1.8 KB once used). */
+  constructor(
+    readonly name: string,
+    public keepsFine = false,
+  ) {}
   record(ms: number): void {
     let i = 0;
     while (i < Histogram.BOUNDS.length && ms > Histogram.BOUNDS[i]!) i++;
     this.counts[i]!++;
-    (this.fine ??= new Uint32Array(FINE_LATENCY.buckets))[fineIndex(ms)]!++;
+    if (this.keepsFine) (this.fine ??= new Uint32Array(FINE_LATENCY.buckets))[fineIndex(ms)]!++;
     this.count++;
     this.sum += ms;
   }
@@ -250,7 +255,8 @@ export interface StatsScope {
   readonly prefix: string;
   counter(name: string): Counter;
   gauge(name: string): Gauge;
-  histogram(name: string): Histogram;
+  /** `fine`: the histogram also keeps FINE_LATENCY's buckets (from now on, when it exists already). */
+  histogram(name: string, options?: { fine?: boolean }): Histogram;
   scope(prefix: string): StatsScope;
 }
 
@@ -289,8 +295,8 @@ class Scope implements StatsScope {
   gauge(name: string): Gauge {
     return this.store.gauge(this.prefix + name);
   }
-  histogram(name: string): Histogram {
-    return this.store.histogram(this.prefix + name);
+  histogram(name: string, options?: { fine?: boolean }): Histogram {
+    return this.store.histogram(this.prefix + name, options);
   }
   scope(prefix: string): StatsScope {
     return new Scope(this.store, this.prefix + prefix);
@@ -329,12 +335,12 @@ export class StatsStore implements StatsScope {
     return g;
   }
 
-  histogram(name: string): Histogram {
+  histogram(name: string, options?: { fine?: boolean }): Histogram {
     let h = this.histograms.get(name);
     if (!h) {
-      h = new Histogram(name);
+      h = new Histogram(name, options?.fine === true);
       this.histograms.set(name, h);
-    }
+    } else if (options?.fine) h.keepsFine = true;
     return h;
   }
 

@@ -143,7 +143,8 @@ export class Cluster {
       ...declareStats(st, CLUSTER_STATS),
       rqClass: new Map([2, 3, 4, 5].map((c) => [c, st.counter(rqClassStat(c))] as const)),
     };
-    this.rqTime = st.histogram('upstream_rq_time');
+    // Fine buckets: admin /traffic reads them (mesh stat's percentiles).
+    this.rqTime = st.histogram('upstream_rq_time', { fine: true });
     this.breakers = new CircuitBreakers(this.settings.circuitBreakers, this.settings.retryBudgets, st);
     this.lb = createBalancer<Host>(this.settings.lbPolicy, options.random);
     if (this.settings.outlierDetection) {

@@ -94,7 +94,7 @@ export class RuleEffects {
   ) {
     this.session = rule.session && new RuleSession(rule.session, tokens ?? new SessionTokens());
     this.stats = declareStats(scope, ROUTE_STATS);
-    this.time = latency ? scope.histogram('rq_time') : undefined;
+    this.time = latency ? scope.histogram('rq_time', { fine: true }) : undefined;
     const s = this.stats;
     this.byClass = [s.rq1xx, s.rq1xx, s.rq2xx, s.rq3xx, s.rq4xx, s.rq5xx];
     const b = rule.retry?.budget;
