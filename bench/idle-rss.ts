@@ -21,13 +21,31 @@ const NODE = process.env.BENCH_IDLE_NODE ?? process.execPath;
 const NODE_SQLITE = process.env.BENCH_IDLE_NODE_SQLITE;
 const ROUNDS = Math.max(1, Number(process.env.BENCH_IDLE_ROUNDS ?? 5));
 const SETTLE_MS = parseSeconds(process.env.BENCH_IDLE_SETTLE, 2) * 1000;
-const KINDS = {
-  sidecar: { command: 'sidecar', flags: [] as string[] },
+/** Services called through the sidecar by the rows with `calls`, and the calls to each before RSS is read. */
+const CALLED = 3;
+const CALLS_EACH = 100;
+const SERVICES = Number(process.env.BENCH_IDLE_SERVICES ?? 1000);
+/**
+ * `registry`: services × nodes filled in before the process starts (bench/servers/register-nodes.ts);
+ * `calls`: after the settle, CALLS_EACH calls to each of the first CALLED services through the
+ * process (to the bench backend), then the settle again, then RSS.
+ */
+interface KindSpec {
+  command: string;
+  flags: string[];
+  registry?: { services: number; nodes: number };
+  calls?: boolean;
+}
+const KINDS: Record<string, KindSpec> = {
+  sidecar: { command: 'sidecar', flags: [] },
   'sidecar-mtls': { command: 'sidecar', flags: ['--mtls=strict'] },
-  api: { command: 'api', flags: [] as string[] },
-} as const;
-type Kind = keyof typeof KINDS;
-const WANTED = (process.env.BENCH_IDLE_KINDS ?? 'sidecar,sidecar-mtls,api').split(',').filter(Boolean) as Kind[];
+  api: { command: 'api', flags: [] },
+  // Opt-in: what a big registry adds to a sidecar that calls a few of its services (the same calls in both).
+  'sidecar-3-services': { command: 'sidecar', flags: [], registry: { services: CALLED, nodes: 10 }, calls: true },
+  'sidecar-many-services': { command: 'sidecar', flags: [], registry: { services: SERVICES, nodes: 10 }, calls: true },
+};
+type Kind = string;
+const WANTED = (process.env.BENCH_IDLE_KINDS ?? 'sidecar,sidecar-mtls,api').split(',').filter(Boolean);
 for (const k of WANTED) if (!(k in KINDS)) throw new Error(`BENCH_IDLE_KINDS: unknown kind ${k} (${Object.keys(KINDS).join(', ')})`);
 /** Flags added to every process (e.g. --semi_space_mb=0). */
 const EXTRA = (process.env.BENCH_IDLE_FLAGS ?? '').split(/\s+/).filter(Boolean);
@@ -39,10 +57,36 @@ process.on('exit', () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
+/** The bench backend the rows with `calls` reach, started once. */
+let backendPort: number | undefined;
+
+async function backend(): Promise<number> {
+  if (backendPort !== undefined) return backendPort;
+  const port = await freePort();
+  const proc = startProcess('backend', process.execPath, ['--import', 'tsx', join(ROOT, 'bench/servers/backend.ts'), String(port)], { cwd: ROOT });
+  await waitForPort(proc, port);
+  return (backendPort = port);
+}
+
+/** CALLS_EACH POSTs to each of the first CALLED services through the sidecar at `port`; throws unless every one is 200. */
+async function callThrough(port: number): Promise<void> {
+  for (let i = 0; i < CALLED; i++) {
+    for (let n = 0; n < CALLS_EACH; n++) {
+      const res = await fetch(`http://127.0.0.1:${port}/s${i}/svc/call`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+      await res.arrayBuffer();
+      if (res.status !== 200) throw new Error(`a call to go.mesh.srv.s${i} through the sidecar answered ${res.status}`);
+    }
+  }
+}
+
 async function idleRss(main: string, kind: Kind, round: number): Promise<number> {
-  const { command, flags } = KINDS[kind];
+  const { command, flags, registry: fill, calls } = KINDS[kind]!;
   const registry = join(tmp, `registry-${round}-${kind}-${main === B ? 'b' : 'a'}`);
   mkdirSync(registry, { recursive: true, mode: 0o700 });
+  if (fill) {
+    const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/servers/register-nodes.ts'), registry, String(fill.services), String(fill.nodes), String(CALLED), String(await backend())], { cwd: ROOT, encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`register-nodes failed: ${r.stderr}`);
+  }
   const port = await freePort();
   const preload = NODE_SQLITE ? ['--require', join(ROOT, 'bench/servers/sqlite-addon.cjs')] : [];
   const mtls = flags.includes('--mtls=strict') ? [`--ca_dir=${caDir}`] : [];
@@ -53,6 +97,10 @@ async function idleRss(main: string, kind: Kind, round: number): Promise<number>
   try {
     await waitForPort(proc, port, 30_000);
     await new Promise((r) => setTimeout(r, SETTLE_MS));
+    if (calls) {
+      await callThrough(port);
+      await new Promise((r) => setTimeout(r, SETTLE_MS));
+    }
     const kib = rssKiB(proc.pid);
     if (kib === undefined) throw new Error(`no VmRSS for ${kind} (pid ${proc.pid})`);
     return kib / 1024;
