@@ -157,11 +157,14 @@ export interface TapStats {
 
 /**
  * An attached tap's pacing: takes the events its filter matches (and its sample draws), at most
- * `rate` a second, and hands each to `emit`, which says whether it could take it now (a reader
- * with room); an event over the rate or that `emit` refuses is dropped and counted. Never queues.
+ * `rate` a second, and hands each to `emit`, which holds it for the next flush (every
+ * TAP_FLUSH_MS) or refuses it (no room); an event over the rate or refused is dropped and counted,
+ * and every DROPPED_REPORT_MS `report` says how many since the last report.
  */
 abstract class PacedTap implements TapSink {
   private readonly cap: RateCap;
+  private readonly reportTimer: NodeJS.Timeout;
+  private flushTimer?: NodeJS.Timeout;
   /** Dropped since the last report. */
   protected dropped = 0;
   protected ended = false;
@@ -172,6 +175,8 @@ abstract class PacedTap implements TapSink {
     private readonly random: () => number,
   ) {
     this.cap = new RateCap(filter.rate);
+    this.reportTimer = setInterval(() => this.report(), DROPPED_REPORT_MS);
+    this.reportTimer.unref();
   }
 
   get bodies(): boolean {
@@ -192,25 +197,44 @@ abstract class PacedTap implements TapSink {
     }
   }
 
-  /** Sends one event on; false when it cannot now (it is then dropped). */
+  /** Holds one event for the next flush; false when there is no room (it is then dropped). */
   protected abstract emit(event: TapEvent): boolean;
+  /** Sends what emit held, at once. */
+  protected abstract flush(): void;
+  /** Says how many were dropped since the last report (when any). */
+  protected abstract report(): void;
+
+  /** A flush within TAP_FLUSH_MS (one for everything emitted meanwhile). */
+  protected flushSoon(): void {
+    this.flushTimer ??= setTimeout(() => {
+      this.flushTimer = undefined;
+      this.flush();
+    }, TAP_FLUSH_MS);
+  }
+
+  /** Stops taking events (the client went away, or the admin closes); what was held is not sent. */
+  stop(): void {
+    this.ended = true;
+    clearInterval(this.reportTimer);
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+  }
 }
 
 /**
- * One /tap answer: an attached sink that writes the events its filter takes. It never holds more
- * than the socket's own buffer: while the socket needs a drain, events are dropped (and counted),
- * as are those over the rate cap; every DROPPED_REPORT_MS a `{"dropped":N}` line says how many
- * since the last such line (and one more at the end).
+ * One /tap answer: an attached sink that writes the events its filter takes, together every
+ * TAP_FLUSH_MS. It holds at most TAP_PENDING_MAX_BYTES between writes, and nothing while the
+ * socket needs a drain: events that come then are dropped (and counted), as are those over the
+ * rate cap; every DROPPED_REPORT_MS a `{"dropped":N}` line says how many since the last such
+ * line (and one more at the end).
  *
  * With --concurrency above 1 the primary's stream gets the events its workers' relays (TapRelay)
  * took: they matched and sampled them, so the stream is made with a sample of 1, and what they
  * dropped arrives through `droppedElsewhere`.
  */
 export class TapStream extends PacedTap {
-  private readonly timer: NodeJS.Timeout;
-  /** Lines taken since the last flush, and their length. */
+  /** Lines taken since the last flush. */
   private pending = '';
-  private flushTimer?: NodeJS.Timeout;
 
   constructor(
     private readonly res: ServerResponse,
@@ -219,22 +243,17 @@ export class TapStream extends PacedTap {
     random: () => number = Math.random,
   ) {
     super(filter, () => stats.dropped.inc(), random);
-    this.timer = setInterval(() => this.report(), DROPPED_REPORT_MS);
-    this.timer.unref();
   }
 
   protected emit(event: TapEvent): boolean {
     if (this.res.writableNeedDrain || this.pending.length >= TAP_PENDING_MAX_BYTES) return false;
     this.pending += `${JSON.stringify(event)}\n`;
     this.stats.events.inc();
-    this.flushTimer ??= setTimeout(() => this.flush(), TAP_FLUSH_MS);
+    this.flushSoon();
     return true;
   }
 
-  /** Writes the lines taken since the last flush, in one write. */
-  private flush(): void {
-    clearTimeout(this.flushTimer);
-    this.flushTimer = undefined;
+  protected flush(): void {
     if (this.pending === '' || this.res.writableEnded || this.res.destroyed) return;
     this.res.write(this.pending);
     this.pending = '';
@@ -245,19 +264,11 @@ export class TapStream extends PacedTap {
     if (!this.ended) this.dropped += n;
   }
 
-  private report(): void {
+  protected report(): void {
     if (this.dropped === 0 || this.ended || this.res.writableNeedDrain) return;
     this.pending += `{"dropped":${this.dropped}}\n`;
     this.dropped = 0;
     this.flush();
-  }
-
-  /** Stops taking events (the client went away, or the admin closes). */
-  stop(): void {
-    this.ended = true;
-    clearInterval(this.timer);
-    clearTimeout(this.flushTimer);
-    this.flushTimer = undefined;
   }
 
   /** Ends the stream cleanly (shutdown): the events taken, then a last `{"dropped":N}` line if events were dropped since the last one. */
@@ -288,10 +299,8 @@ export interface TapRelayOutput {
  * worker), its events and drop counts sent to the primary (src/cli/concurrency.ts).
  */
 export class TapRelay extends PacedTap {
-  private readonly timer: NodeJS.Timeout;
   /** Taken since the last flush: at most a second's worth (the rate cap). */
   private pending: TapEvent[] = [];
-  private flushTimer?: NodeJS.Timeout;
 
   constructor(
     filter: TapFilter,
@@ -300,35 +309,29 @@ export class TapRelay extends PacedTap {
     random: () => number = Math.random,
   ) {
     super(filter, () => stats.dropped.inc(), random);
-    this.timer = setInterval(() => this.report(), DROPPED_REPORT_MS);
-    this.timer.unref();
   }
 
   protected emit(event: TapEvent): boolean {
     this.pending.push(event);
-    this.flushTimer ??= setTimeout(() => this.flush(), TAP_FLUSH_MS);
+    this.flushSoon();
     return true;
   }
 
-  private flush(): void {
-    this.flushTimer = undefined;
+  protected flush(): void {
     if (this.pending.length === 0 || this.ended) return;
     const events = this.pending;
     this.pending = [];
     this.out.events(events);
   }
 
-  private report(): void {
+  protected report(): void {
     if (this.dropped === 0 || this.ended) return;
     this.out.dropped(this.dropped);
     this.dropped = 0;
   }
 
-  stop(): void {
-    this.ended = true;
-    clearInterval(this.timer);
-    clearTimeout(this.flushTimer);
-    this.flushTimer = undefined;
+  override stop(): void {
+    super.stop();
     this.pending = [];
   }
 }
