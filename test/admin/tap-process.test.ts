@@ -107,6 +107,19 @@ describe('admin /tap on a real mesh api', () => {
     await waitFor(async () => (await statValue(gw.admin, 'admin.tap.active')) === 0);
   });
 
+  it('a path_prefix takes the other spellings of its paths (percent-encoded, dot segments): events show the normal form', async () => {
+    const tap = await openTap(gw.admin, '?path_prefix=/hello/enc');
+    try {
+      const spellings = ['/hel%6Co/enc/1', '/hello/./enc/2', '/hello/x/../enc/3', '/%68ello/%65nc/4', '/other/enc/5'];
+      for (const p of spellings) assert.equal((await http('GET', `${gw.url}${p}`)).status, 200, p);
+      const events = await waitFor(() => (tap.events().length >= 4 ? tap.events() : undefined));
+      assert.deepEqual(events.map((e) => e.path), ['/hello/enc/1', '/hello/enc/2', '/hello/enc/3', '/hello/enc/4']);
+      for (const e of events) assert.equal(e.route, 'hello');
+    } finally {
+      tap.close();
+    }
+  });
+
   it('shows the retry of a try that could not connect, and the host that answered', async () => {
     const tap = await openTap(gw.admin, '?route=flaky');
     try {
