@@ -247,8 +247,9 @@ describe('admin /tap on a real mesh api', () => {
     try {
       const before = await statValue(gw.admin, 'admin.tap.dropped');
       const big = 'x'.repeat(4000);
-      // Each event carries a 4 KB header: a few hundred fill the socket buffers of both ends.
-      for (let round = 0; round < 40; round++) {
+      // Each event carries a 4 KB header: a thousand or more fill the socket buffers of both ends
+      // (the events go out in a write every 20 ms, which the kernel packs tighter than one write each).
+      for (let round = 0; round < 400; round++) {
         await Promise.all(Array.from({ length: 25 }, (_, i) => http('GET', `${gw.url}/hello/s${round}-${i}`, { headers: { 'x-big': big } })));
         if ((await statValue(gw.admin, 'admin.tap.dropped')) > before) break;
       }
