@@ -12,7 +12,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
-import { tempDir, waitFor } from '../helpers.js';
+import { runCli, tempDir, waitFor } from '../helpers.js';
 import { openTap, type Tap } from '../fixtures/tap-client.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from '../fixtures/gateway-helpers.js';
 
@@ -143,5 +143,10 @@ describe('admin /tap and /traffic with --concurrency=2', () => {
     assert.deepEqual(c.latency_fine.map(([i]: [number, number]) => i), [...c.latency_fine.map(([i]: [number, number]) => i)].sort((a, b) => a - b));
     const callers = now.callers.filter((x: any) => x.front === 'gateway');
     assert.deepEqual(callers.map((x: any) => x.identity), ['plain']);
+    // mesh stat reads the primary as one process.
+    const r = await runCli(['stat', 'services', `--admin=127.0.0.1:${new URL(gw.admin).port}`, '--window=0', '-o', 'json']);
+    assert.equal(r.code, 0, r.stderr);
+    const rows = JSON.parse(r.stdout) as Array<Record<string, unknown>>;
+    assert.deepEqual(rows.map((x) => [x.service, x.requests]), [['go.mesh.api.plain', c.rq_2xx]]);
   });
 });
