@@ -13,11 +13,12 @@ import { SchemaOptionError } from '../../base/util/option-error.js';
 import type { MtlsMode, WorkloadTls } from '../../base/mtls/workload-tls.js';
 import type { CertificateInfo } from '../certificate.js';
 import type { StatsScope } from '../../base/stats/store.js';
-import { caExists, CaError, initCa, trustDomainProblem } from './ca.js';
+import { caExists, CaError, trustDomainProblem } from './ca.js';
 import { FileWorkloadTls } from './files-source.js';
 import { IssuedWorkloadTls } from './issued.js';
 import { splitPem } from './x509.js';
 import { LocalCaSigner } from './signer.js';
+import { runX509Child } from './x509-child.js';
 import { DEFAULT_BUNDLE_POLL_MS, normalizeFingerprint, RemoteCaSigner } from './remote-signer.js';
 
 export type { CertificateSigner } from './signer.js';
@@ -79,14 +80,15 @@ export async function openWorkloadTls(o: OpenWorkloadTlsOptions): Promise<Opened
   }
   if (!caExists(o.caDir)) {
     try {
-      await initCa(o.caDir, { trustDomain: o.trustDomain });
+      // Made in a child process, as the certificates are (./x509-child.ts).
+      await runX509Child({ op: 'init', dir: o.caDir, trustDomain: o.trustDomain });
       o.log.info({ caDir: o.caDir }, `made a mesh CA in ${o.caDir} (its key signs the workload certificates of every process that can read it)`);
     } catch (err) {
       // Another process made it first: use theirs.
       if (!(err instanceof CaError) || !caExists(o.caDir)) throw err;
     }
   }
-  return IssuedWorkloadTls.open({ ...o, signer: new LocalCaSigner(o.caDir, o.trustDomain) });
+  return IssuedWorkloadTls.open({ ...o, signer: new LocalCaSigner(o.caDir, o.trustDomain, { outOfProcess: true }) });
 }
 
 /** A workload certificate from `mesh ca serve` at `server`, the root pinned. */

@@ -1,6 +1,7 @@
 /**
  * A workload certificate issued to this process by a CertificateSigner (the local mesh CA): a
- * fresh P-256 key made in the process (never written anywhere), a certificate for
+ * fresh P-256 key made in the process (never written to disk; the signer may hand it to the
+ * short-lived child process that makes its CSR, ./x509-child.ts), a certificate for
  * `spiffe://<trust_domain>/svc/<service>`, renewed at two thirds of its lifetime with a new key.
  * Each renewal, and each change of the CA's roots (a rotation), builds a new SecureContext (the
  * chain, the key, every trusted root) and tells the onChange listeners; connections already open
@@ -15,7 +16,7 @@ import { HeldWorkloadTls, type HeldCertificate } from './held.js';
 import { certificateInfoFromPem, type CertificateInfo, type RenewalState } from '../certificate.js';
 import type { CaRoot } from './ca.js';
 import type { CertificateSigner } from './signer.js';
-import { createCsr, generateKeyPair, privateKeyPem } from './x509.js';
+import { generateKeyPair, privateKeyPem } from './x509.js';
 
 export interface IssuedOptions {
   mode: MtlsMode;
@@ -149,7 +150,7 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
     const keyPem = await privateKeyPem(keys.privateKey);
     // A renewal shows the certificate it replaces (a remote signer authenticates it with that).
     const current = this.current && { cert: this.current.chainPem, key: this.current.keyPem };
-    const chainPem = await this.o.signer.sign(await createCsr(keys, this.o.service), this.o.service, this.o.certTtlMs, current);
+    const chainPem = await this.o.signer.signKey(keyPem, this.o.service, this.o.certTtlMs, current);
     const roots = await this.o.signer.roots();
     return this.build(chainPem, keyPem, roots);
   }

@@ -28,6 +28,7 @@ import { caRootOf, type CaRoot } from './ca.js';
 import { CA_SERVER_SERVICE, CERTIFICATE_PATH, ROOTS_PATH } from './ca-server.js';
 import type { CertificateSigner, CurrentCertificate } from './signer.js';
 import { splitPem } from './x509.js';
+import { runX509Child } from './x509-child.js';
 
 /** The most bytes read from an answer of the signing service. */
 const MAX_ANSWER = 1024 * 1024;
@@ -102,6 +103,11 @@ export class RemoteCaSigner implements CertificateSigner {
     if (!(leaf.subjectAltName ?? '').split(', ').includes(`URI:${expected}`)) throw new Error(`${this.description} issued a certificate that does not name ${expected}`);
     this.takeBundle(answer.roots);
     return answer.chain;
+  }
+
+  /** `sign`, the CSR made in a short-lived child process (this process never loads the X.509 library). */
+  async signKey(keyPem: string, service: string, ttlMs: number, current?: CurrentCertificate): Promise<string> {
+    return this.sign(await runX509Child({ op: 'csr', keyPem, commonName: service }), service, ttlMs, current);
   }
 
   async roots(): Promise<CaRoot[]> {

@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { X509Certificate } from 'node:crypto';
 import { spiffeIdOf } from '../../base/mtls/workload-tls.js';
 import { caPaths, readCross, readRoots, readSigner, type CaRoot } from './ca.js';
-import { signWorkload, splitPem } from './x509.js';
+import { createCsr, keyPairFromPem, signWorkload, splitPem } from './x509.js';
+import { runX509Child } from './x509-child.js';
 import { fileSignature, watchFiles } from './watch.js';
 
 export interface CertificateSigner {
@@ -21,6 +22,11 @@ export interface CertificateSigner {
    * signer authenticates the renewal with it (a local one has no use for it).
    */
   sign(csrPem: string, service: string, ttlMs: number, current?: CurrentCertificate): Promise<string>;
+  /**
+   * `sign` for the key of `keyPem` (a PKCS#8 PEM private key, held by the process): the signer
+   * makes the CSR too, where it does its X.509 work.
+   */
+  signKey(keyPem: string, service: string, ttlMs: number, current?: CurrentCertificate): Promise<string>;
   /** The roots to trust now (every root during a rotation). */
   roots(): Promise<CaRoot[]>;
   /** Calls `onChange` soon after the roots or the signer change; returns what stops it. */
@@ -37,17 +43,28 @@ export interface CurrentCertificate {
 export class LocalCaSigner implements CertificateSigner {
   readonly description: string;
 
-  /** `altNames`: DNS names and IP addresses added to every certificate it signs (a server's, reached by name). */
+  /**
+   * `altNames`: DNS names and IP addresses added to every certificate it signs (a server's, reached
+   * by name). `outOfProcess`: `sign` and `signKey` do their X.509 work in a short-lived child
+   * process (./x509-child.ts), so this process never loads the X.509 library (a workload's
+   * memory); `signJoined` always signs here.
+   */
   constructor(
     readonly dir: string,
     readonly trustDomain: string,
-    private readonly o: { altNames?: readonly string[] } = {},
+    private readonly o: { altNames?: readonly string[]; outOfProcess?: boolean } = {},
   ) {
     this.description = `mesh CA ${dir}`;
   }
 
   async sign(csrPem: string, service: string, ttlMs: number): Promise<string> {
+    if (this.o.outOfProcess) return runX509Child({ op: 'sign', dir: this.dir, trustDomain: this.trustDomain, altNames: this.o.altNames, service, ttlMs, csrPem });
     return this.signJoined(csrPem, service, ttlMs);
+  }
+
+  async signKey(keyPem: string, service: string, ttlMs: number): Promise<string> {
+    if (this.o.outOfProcess) return runX509Child({ op: 'sign', dir: this.dir, trustDomain: this.trustDomain, altNames: this.o.altNames, service, ttlMs, keyPem });
+    return this.signJoined(await createCsr(await keyPairFromPem(keyPem), service), service, ttlMs);
   }
 
   /** `sign`, recording the join (the signing service's certificates: src/tls/workload/x509.ts JoinFacts). */

@@ -4,13 +4,14 @@
  * turning keys between PEM (what node's TLS takes) and CryptoKeys (what the library signs with).
  * No ASN.1 is written by hand here.
  */
-import { createPrivateKey, randomBytes, webcrypto, X509Certificate as NodeX509 } from 'node:crypto';
+import { createPrivateKey, createPublicKey, randomBytes, webcrypto, X509Certificate as NodeX509 } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { AuthorityKeyIdentifierExtension, X509Certificate } from '@peculiar/x509';
 
 /**
  * The library, loaded at its first use: a process that never signs, issues or inspects a CSR
- * (most sidecars) does not pay its memory (docs/sidecar.md, "Memory"). Its provider is process-wide;
+ * does not pay its memory; a workload (sidecar, api, run) does that work in a child process
+ * (./x509-child.ts) and never loads it (docs/sidecar.md, "Memory"). Its provider is process-wide;
  * setting it to node's WebCrypto again is idempotent.
  */
 async function peculiar(): Promise<typeof import('@peculiar/x509')> {
@@ -38,6 +39,13 @@ export function randomSerial(): string {
 export async function privateKeyPem(key: CryptoKey): Promise<string> {
   const der = Buffer.from(await webcrypto.subtle.exportKey('pkcs8', key));
   return `-----BEGIN PRIVATE KEY-----\n${der.toString('base64').replace(/.{64}/g, '$&\n').replace(/\n?$/, '\n')}-----END PRIVATE KEY-----\n`;
+}
+
+/** The P-256 key pair of a PKCS#8 PEM private key (what `privateKeyPem` wrote), for `createCsr`. */
+export async function keyPairFromPem(pem: string): Promise<CryptoKeyPair> {
+  const privateKey = await webcrypto.subtle.importKey('pkcs8', createPrivateKey(pem).export({ type: 'pkcs8', format: 'der' }), EC_P256, false, ['sign']);
+  const publicKey = await webcrypto.subtle.importKey('spki', createPublicKey(pem).export({ type: 'spki', format: 'der' }), EC_P256, true, ['verify']);
+  return { privateKey, publicKey } as CryptoKeyPair;
 }
 
 /** The signing algorithm for a key (ECDSA P-256/P-384 or RSA), as WebCrypto names it. */
