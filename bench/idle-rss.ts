@@ -3,7 +3,8 @@
  * round starts every process kind once per build (A then B, then B then A in the next round, so a
  * drift of the machine touches both alike), waits until it listens, then BENCH_IDLE_SETTLE seconds
  * more, reads VmRSS and stops it. It prints, per kind, each build's median and range over the
- * rounds and B's ratio to A. See bench/README.md ("Idle memory") for the variables.
+ * rounds and B's ratio to A; then the same for the time from the spawn to listening (polled every
+ * 50 ms). See bench/README.md ("Idle memory") for the variables.
  */
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
@@ -79,7 +80,7 @@ async function callThrough(port: number): Promise<void> {
   }
 }
 
-async function idleRss(main: string, kind: Kind, round: number): Promise<number> {
+async function idleRss(main: string, kind: Kind, round: number): Promise<{ mib: number; ms: number }> {
   const { command, flags, registry: fill, calls } = KINDS[kind]!;
   const registry = join(tmp, `registry-${round}-${kind}-${main === B ? 'b' : 'a'}`);
   mkdirSync(registry, { recursive: true, mode: 0o700 });
@@ -90,12 +91,14 @@ async function idleRss(main: string, kind: Kind, round: number): Promise<number>
   const port = await freePort();
   const preload = NODE_SQLITE ? ['--require', join(ROOT, 'bench/servers/sqlite-addon.cjs')] : [];
   const mtls = flags.includes('--mtls=strict') ? [`--ca_dir=${caDir}`] : [];
+  const started = performance.now();
   const proc = startProcess(kind, NODE, [...preload, main, command, `--address=127.0.0.1:${port}`, '--admin_address=127.0.0.1:0', `--registry_address=${registry}`, '--log_level=warning', ...flags, ...mtls, ...EXTRA], {
     cwd: ROOT,
     env: { MESH_HOME: tmp, ...(NODE_SQLITE ? { BENCH_SQLITE_ADDON: NODE_SQLITE } : {}) },
   });
   try {
     await waitForPort(proc, port, 30_000);
+    const ms = performance.now() - started;
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     if (calls) {
       await callThrough(port);
@@ -103,7 +106,7 @@ async function idleRss(main: string, kind: Kind, round: number): Promise<number>
     }
     const kib = rssKiB(proc.pid);
     if (kib === undefined) throw new Error(`no VmRSS for ${kind} (pid ${proc.pid})`);
-    return kib / 1024;
+    return { mib: kib / 1024, ms };
   } finally {
     await proc.stop();
   }
@@ -116,27 +119,34 @@ async function main(): Promise<void> {
   }
   const builds = A ? [A, B] : [B];
   const mib: Record<string, number[]> = {};
+  const ms: Record<string, number[]> = {};
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 === 0 ? builds : [...builds].reverse();
     for (const kind of WANTED) {
       for (const build of order) {
         const v = await idleRss(build, kind, round);
-        (mib[`${kind} ${build}`] ??= []).push(v);
-        process.stderr.write(`round ${round + 1}/${ROUNDS} ${kind} ${build === B ? 'B' : 'A'}: ${fixed(v, 1)} MiB\n`);
+        (mib[`${kind} ${build}`] ??= []).push(v.mib);
+        (ms[`${kind} ${build}`] ??= []).push(v.ms);
+        process.stderr.write(`round ${round + 1}/${ROUNDS} ${kind} ${build === B ? 'B' : 'A'}: ${fixed(v.mib, 1)} MiB, listening after ${fixed(v.ms, 0)} ms\n`);
       }
     }
   }
-  const range = (v: number[]) => `${fixed(median(v), 1)} (${fixed(min(v), 1)}–${fixed(max(v), 1)})`;
-  const rows = WANTED.map((kind) => {
-    const b = mib[`${kind} ${B}`]!;
-    if (!A) return [kind, range(b)];
-    const a = mib[`${kind} ${A}`]!;
-    return [kind, range(a), range(b), fixed(median(b) - median(a), 1), ratio(median(b) / median(a))];
-  });
+  const table = (values: Record<string, number[]>, digits: number) => {
+    const range = (v: number[]) => `${fixed(median(v), digits)} (${fixed(min(v), digits)}–${fixed(max(v), digits)})`;
+    const rows = WANTED.map((kind) => {
+      const b = values[`${kind} ${B}`]!;
+      if (!A) return [kind, range(b)];
+      const a = values[`${kind} ${A}`]!;
+      return [kind, range(a), range(b), fixed(median(b) - median(a), digits), ratio(median(b) / median(a))];
+    });
+    return A ? markdownTable(['process', 'A', 'B', 'B − A', 'B ÷ A'], rows, ['l', 'r', 'r', 'r', 'r']) : markdownTable(['process', 'B'], rows, ['l', 'r']);
+  };
   const version = spawnSync(NODE, ['-v'], { encoding: 'utf8' }).stdout.trim();
   console.log(`Idle RSS in MiB, median (min–max) of ${ROUNDS} rounds, ${SETTLE_MS / 1000} s after listening; Node ${version}${EXTRA.length ? `; flags ${EXTRA.join(' ')}` : ''}`);
   console.log(`A: ${A ?? '–'}\nB: ${B}\n`);
-  console.log(A ? markdownTable(['process', 'A', 'B', 'B − A', 'B ÷ A'], rows, ['l', 'r', 'r', 'r', 'r']) : markdownTable(['process', 'B'], rows, ['l', 'r']));
+  console.log(table(mib, 1));
+  console.log(`\nStart-up: ms from the spawn to listening (polled every 50 ms), median (min–max)\n`);
+  console.log(table(ms, 0));
 }
 
 main()

@@ -127,7 +127,7 @@ describe('renewal under load', () => {
   test('certificates of a few seconds, renewed on both sides while calls run: no call fails', async () => {
     const ca = tempDir('mesh-mtls-ca-');
     const registry = new MemoryRegistry();
-    const options = { ...quiet, registry, mtls: 'strict', caDir: ca.path, mtlsCertTtl: '3s' } as const;
+    const options = { ...quiet, registry, mtls: 'strict', caDir: ca.path, mtlsCertTtl: '6s' } as const; // renewed at 4 s: the child process that signs has 2 s
     const server = new Mesh(options);
     server.service({ name: 'go.mesh.srv.renew' }).handle('Echo.Call', (req: { n: number }) => req);
     await server.start();
@@ -142,12 +142,12 @@ describe('renewal under load', () => {
         assert.deepEqual(await caller.call('go.mesh.srv.renew', 'Echo.Call', { n }), { n });
       });
       // Two renewals on each side: the second happens while connections made after the first are in use.
-      await waitFor(() => renewals.server >= 2 && renewals.caller >= 2, 20_000);
+      await waitFor(() => renewals.server >= 2 && renewals.caller >= 2, 30_000);
       const before = load.done;
       await waitFor(() => load.done > before + 20);
       await load.stop();
       assert.deepEqual(load.failures, []);
-      // A new connection now: the server's first certificate has expired (3 s), so the handshake
+      // A new connection now: the server's first certificate has expired (6 s), so the handshake
       // succeeds only with the renewed one.
       const late = new Mesh(options);
       try {

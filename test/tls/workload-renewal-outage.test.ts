@@ -84,7 +84,7 @@ describe('a workload certificate through a CA outage', () => {
     assert.equal(shown.certificates[0]!.cert_chain[0]!.renewal!.state, 'failing');
     assert.ok(lines.some((l) => l.level === 50 && l.msg === 'workload certificate renewal failed; keeping the current certificate and trying again'));
     const expiredSerial = workload.certificates()[0]!.serialNumber;
-    const expiredLine = await waitFor(() => lines.find((l) => l.level === 50 && l.msg.startsWith('workload certificate spiffe://mesh.local/svc/go.mesh.srv.o (serial ')), 10_000);
+    const expiredLine = await waitFor(() => lines.find((l) => l.level === 50 && l.msg.startsWith(`workload certificate spiffe://mesh.local/svc/go.mesh.srv.o (serial ${expiredSerial}) `)), 15_000);
     assert.match(expiredLine.msg, new RegExp(`\\(serial ${expiredSerial}\\) expired at \\S+: peers refuse it until a renewal succeeds \\(last renewal error: .*ECONNREFUSED.*\\)$`));
     assert.ok(workload.certificates()[0]!.expiration.getTime() < Date.now());
 

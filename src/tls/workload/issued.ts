@@ -38,6 +38,11 @@ interface Current extends HeldCertificate {
   issuedAt: number;
 }
 
+/** A fresh P-256 private key, PKCS#8 PEM. */
+async function newKeyPem(): Promise<string> {
+  return privateKeyPem((await generateKeyPair()).privateKey);
+}
+
 function rootsKey(roots: CaRoot[]): string {
   return roots.map((r) => r.fingerprint).sort().join(',');
 }
@@ -57,6 +62,11 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
   private failures = 0;
   private failingSince?: number;
   private lastRenewal?: number;
+  /**
+   * The key of the next issuance: made (and shown to the signer's `prepare`) after each issuance
+   * when the signer prepares, kept while issuing with it fails.
+   */
+  private nextKey?: Promise<string>;
 
   private constructor(private readonly o: IssuedOptions) {
     super(o.log);
@@ -69,6 +79,7 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
   static async open(o: IssuedOptions): Promise<IssuedWorkloadTls> {
     const source = new IssuedWorkloadTls(o);
     source.current = await source.issue();
+    source.prepareNext();
     source.scheduleRenewal();
     source.watchExpiry();
     source.stopWatch = o.signer.watch(() => void source.rootsChanged(), { pollMs: o.pollMs ?? 5000 });
@@ -84,6 +95,7 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
           if (this.closed) return;
           const previous = this.current.leaf.serialNumber;
           this.install(next);
+          this.prepareNext();
           if (this.failures > 0) this.o.log.info({ spiffeId: this.spiffeId, failures: this.failures, since: new Date(this.failingSince!).toISOString() }, `workload certificate renewal succeeded again after ${this.failures} failed attempt(s)`);
           this.lastError = undefined;
           this.failures = 0;
@@ -146,13 +158,21 @@ export class IssuedWorkloadTls extends HeldWorkloadTls<Current> implements Workl
   }
 
   private async issue(): Promise<Current> {
-    const keys = await generateKeyPair();
-    const keyPem = await privateKeyPem(keys.privateKey);
+    const keyPem = await (this.nextKey ??= newKeyPem());
     // A renewal shows the certificate it replaces (a remote signer authenticates it with that).
     const current = this.current && { cert: this.current.chainPem, key: this.current.keyPem };
     const chainPem = await this.o.signer.signKey(keyPem, this.o.service, this.o.certTtlMs, current);
     const roots = await this.o.signer.roots();
     return this.build(chainPem, keyPem, roots);
+  }
+
+  /** Makes the next renewal's key now and tells the signer, which may start on it (a CSR). */
+  private prepareNext(): void {
+    this.nextKey = undefined;
+    if (this.closed || !this.o.signer.prepare) return;
+    const key = newKeyPem();
+    this.nextKey = key;
+    key.then((pem) => !this.closed && this.nextKey === key && this.o.signer.prepare!(pem, this.o.service)).catch(() => {});
   }
 
   private build(chainPem: string, keyPem: string, roots: CaRoot[]): Current {

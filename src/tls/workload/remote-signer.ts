@@ -75,6 +75,8 @@ export class RemoteCaSigner implements CertificateSigner {
   private pinned?: string;
   /** The trust bundle of the last answer (PEMs). */
   private bundle: string[] = [];
+  /** The CSR of the next renewal, made ahead (`prepare`). */
+  private prepared?: { keyPem: string; service: string; csr: Promise<string> };
 
   constructor(private readonly o: RemoteSignerOptions) {
     this.url = new URL(o.server);
@@ -105,9 +107,29 @@ export class RemoteCaSigner implements CertificateSigner {
     return answer.chain;
   }
 
-  /** `sign`, the CSR made in a short-lived child process (this process never loads the X.509 library). */
+  /**
+   * `sign`, the CSR made in a short-lived child process (this process never loads the X.509
+   * library): the one `prepare` started for this key when there is one (a failed renewal tried
+   * again with the same key reuses it), else a new one.
+   */
   async signKey(keyPem: string, service: string, ttlMs: number, current?: CurrentCertificate): Promise<string> {
-    return this.sign(await runX509Child({ op: 'csr', keyPem, commonName: service }), service, ttlMs, current);
+    let prepared = this.prepared;
+    if (!prepared || prepared.keyPem !== keyPem || prepared.service !== service) prepared = this.prepareCsr(keyPem, service);
+    const csr = await prepared.csr.catch(() => this.prepareCsr(keyPem, service).csr);
+    const chain = await this.sign(csr, service, ttlMs, current);
+    if (this.prepared?.keyPem === keyPem) this.prepared = undefined;
+    return chain;
+  }
+
+  /** Makes the CSR of the next renewal now, in the child process, while nothing waits for it. */
+  prepare(keyPem: string, service: string): void {
+    this.prepareCsr(keyPem, service);
+  }
+
+  private prepareCsr(keyPem: string, service: string): { keyPem: string; service: string; csr: Promise<string> } {
+    const csr = runX509Child({ op: 'csr', keyPem, commonName: service });
+    csr.catch(() => {}); // Whoever awaits it sees the error.
+    return (this.prepared = { keyPem, service, csr });
   }
 
   async roots(): Promise<CaRoot[]> {

@@ -27,6 +27,11 @@ export interface CertificateSigner {
    * makes the CSR too, where it does its X.509 work.
    */
   signKey(keyPem: string, service: string, ttlMs: number, current?: CurrentCertificate): Promise<string>;
+  /**
+   * Told the key of the next `signKey` ahead of time (right after an issuance): a signer may start
+   * its slow part then (a remote signer makes the CSR), so the renewal waits only for the rest.
+   */
+  prepare?(keyPem: string, service: string): void;
   /** The roots to trust now (every root during a rotation). */
   roots(): Promise<CaRoot[]>;
   /** Calls `onChange` soon after the roots or the signer change; returns what stops it. */

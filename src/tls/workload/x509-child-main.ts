@@ -1,25 +1,28 @@
 /**
  * The child process of ./x509-child.ts: reads one X509ChildRequest (JSON) on stdin, does it,
  * prints one X509ChildAnswer (JSON) on stdout and exits. It loads the X.509 library; its parent
- * never does.
+ * never does. Each request loads only the modules it needs (the child's start is a workload's
+ * wait for its certificate).
  */
-import { initCa } from './ca.js';
-import { LocalCaSigner } from './signer.js';
-import { createCsr, keyPairFromPem } from './x509.js';
 import type { X509ChildAnswer, X509ChildRequest } from './x509-child.js';
 
 async function handle(request: X509ChildRequest): Promise<string> {
   switch (request.op) {
-    case 'csr':
+    case 'csr': {
+      const { createCsr, keyPairFromPem } = await import('./x509.js');
       return createCsr(await keyPairFromPem(request.keyPem), request.commonName);
+    }
     case 'sign': {
+      const [{ createCsr, keyPairFromPem }, { LocalCaSigner }] = await Promise.all([import('./x509.js'), import('./signer.js')]);
       const csrPem = request.csrPem ?? (request.keyPem !== undefined ? await createCsr(await keyPairFromPem(request.keyPem), request.service) : undefined);
       if (csrPem === undefined) throw new Error('a sign request needs csrPem or keyPem');
       return new LocalCaSigner(request.dir, request.trustDomain, { altNames: request.altNames }).sign(csrPem, request.service, request.ttlMs);
     }
-    case 'init':
+    case 'init': {
+      const { initCa } = await import('./ca.js');
       await initCa(request.dir, { trustDomain: request.trustDomain });
       return '';
+    }
     default:
       throw new Error(`unknown X.509 child request ${JSON.stringify((request as { op?: unknown }).op)}`);
   }
