@@ -13,25 +13,10 @@ import { join } from 'node:path';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { runCli, tempDir, waitFor } from '../helpers.js';
-import { openTap, type Tap } from '../fixtures/tap-client.js';
+import { helloRoutes, openTap, statValue, type Tap } from '../fixtures/tap-client.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from '../fixtures/gateway-helpers.js';
 
-const ROUTES = `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: shop}
-spec:
-  handler: proxy
-  rules:
-    - name: hello
-      matches: [{path: {type: PathPrefix, value: /hello}}]
-      backendRefs: [{name: go.mesh.api.plain}]
-`;
-
-async function statValue(admin: string, name: string): Promise<number> {
-  const res = await http('GET', `${admin}/stats?format=json`);
-  const stats = res.json<{ stats: Array<{ name: string; value: number }> }>().stats;
-  return stats.find((s) => s.name === name)?.value ?? 0;
-}
+const ROUTES = helloRoutes();
 
 /** The worker pids /server_info lists, by index. */
 async function workerPids(admin: string): Promise<number[]> {

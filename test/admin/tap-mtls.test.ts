@@ -16,21 +16,11 @@ import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { runCli, startProcess, tempDir, waitFor } from '../helpers.js';
 import { makePki, type Leaf, type Pki, type TestCa } from '../fixtures/pki.js';
-import { openTap } from '../fixtures/tap-client.js';
+import { helloRoutes, openTap, statValue as tokenStat } from '../fixtures/tap-client.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from '../fixtures/gateway-helpers.js';
 
 const TOKEN = 'tap-mtls-test-token';
-const ROUTES = `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: shop}
-spec:
-  handler: proxy
-  rules:
-    - name: hello
-      matches: [{path: {type: PathPrefix, value: /hello}}]
-      backendRefs: [{name: go.mesh.api.plain}]
-`;
-
+const ROUTES = helloRoutes();
 interface TlsAnswer {
   status: number;
   body: string;
@@ -55,10 +45,7 @@ function tlsGet(port: number, path: string, ca: string, leaf?: Leaf, readMs = 0)
   });
 }
 
-async function statValue(admin: string, name: string): Promise<number> {
-  const res = await http('GET', `${admin}/stats?format=json`, { headers: { authorization: `Bearer ${TOKEN}` } });
-  return res.json<{ stats: Array<{ name: string; value: number }> }>().stats.find((s) => s.name === name)?.value ?? 0;
-}
+const statValue = (admin: string, name: string) => tokenStat(admin, name, TOKEN);
 
 describe('admin /tap over mutual TLS (--tap_allowed_identities)', () => {
   const dir = tempDir();

@@ -11,26 +11,16 @@ import { join } from 'node:path';
 import { createRegistry } from '../../src/engines/registry/create.js';
 import type { Registry } from '../../src/engines/registry/registry.js';
 import { tempDir, waitFor } from '../helpers.js';
-import { openTap } from '../fixtures/tap-client.js';
+import { helloRoutes, openTap, statValue } from '../fixtures/tap-client.js';
 import { http, registerPlain, startGatewayProcess, startPlainApp, type GatewayProcess, type PlainApp } from '../fixtures/gateway-helpers.js';
 
-const ROUTES = `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: shop}
-spec:
-  handler: proxy
-  rules:
-    - name: hello
-      matches: [{path: {type: PathPrefix, value: /hello}}]
-      backendRefs: [{name: go.mesh.api.plain}]
-    - name: other
+const ROUTES = helloRoutes(`    - name: other
       matches: [{path: {type: PathPrefix, value: /other}}]
       backendRefs: [{name: go.mesh.api.plain}]
     - name: flaky
       matches: [{path: {type: PathPrefix, value: /flaky}}]
       backendRefs: [{name: go.mesh.api.flaky}]
-`;
-
+`);
 /** A port nothing listens on (bound, then closed). */
 async function closedPort(): Promise<number> {
   const { createServer } = await import('node:net');
@@ -41,11 +31,6 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
-async function statValue(admin: string, name: string): Promise<number> {
-  const res = await http('GET', `${admin}/stats?format=json`);
-  const stats = res.json<{ stats: Array<{ name: string; value: number }> }>().stats;
-  return stats.find((s) => s.name === name)?.value ?? 0;
-}
 
 describe('admin /tap on a real mesh api', () => {
   const dir = tempDir();
