@@ -100,7 +100,8 @@ describe('admin /tap over mutual TLS (--tap_allowed_identities)', () => {
   });
 
   it('over mutual TLS only /tap is served, even to the allowed identity', async () => {
-    for (const path of ['/stats', '/quitquitquit', '/healthcheck/fail', '/tap/../quitquitquit']) {
+    // Other spellings of /tap are other paths here: refused too, never served as /tap or as the path they decode to.
+    for (const path of ['/stats', '/quitquitquit', '/healthcheck/fail', '/tap/../quitquitquit', '/%74ap', '/TAP', '/tap/', '/tap;x', '//tap']) {
       const answer = await tlsGet(adminPort, path, ca.cert, ops);
       assert.equal(answer.status, 403, path);
       assert.match(answer.body, /^Forbidden: over mutual TLS this admin interface serves only \/tap; ask for \/\S* over plain HTTP\.\n$/);
