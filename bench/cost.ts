@@ -84,6 +84,16 @@ async function httpBackend(mtls = false): Promise<{ proc: Proc; port: number }> 
   return { proc, port };
 }
 
+/** The gRPC Node floor (bench/servers/node-floor-grpc.ts) in front of UPSTREAM_PORT, with mutual TLS in front or behind as asked. */
+async function grpcFloor(name: string, upstreamPort: number, tls: { serve?: boolean; upstream?: boolean } = {}): Promise<{ proc: Proc; port: number }> {
+  const port = await freePort();
+  const dist = join(ROOT, 'dist');
+  const args = [String(port), String(upstreamPort), ...(tls.serve ? ['--serve-mtls', caDir, dist] : []), ...(tls.upstream ? ['--upstream-mtls', caDir, dist] : [])];
+  const proc = tsx(name, 'servers/node-floor-grpc.ts', args);
+  await waitForPort(proc, port);
+  return { proc, port };
+}
+
 async function grpcNode(): Promise<{ proc: Proc; port: number }> {
   const port = await freePort();
   const proc = tsx('grpc-node', 'servers/grpc-node.ts', [String(port)]);
@@ -202,7 +212,31 @@ const PATHS: PathSpec[] = [
       };
     },
   },
+  {
+    id: 'grpc-floor',
+    label: 'gRPC client → Node floor (h2c) → node',
+    kind: 'grpc',
+    async setup() {
+      const n = await grpcNode();
+      const f = await grpcFloor('floor', n.port);
+      return { target: { kind: 'grpc', target: `127.0.0.1:${f.port}` }, measured: [{ name: 'floor', proc: f.proc }], all: [n.proc, f.proc] };
+    },
+  },
+  {
+    id: 'grpc-two-floors',
+    label: 'gRPC client → Node floor → (mutual TLS, h2) → Node floor → app',
+    kind: 'grpc',
+    async setup() {
+      const app = await grpcNode();
+      const b = await grpcFloor('floor-b', app.port, { serve: true });
+      const a = await grpcFloor('floor-a', b.port, { upstream: true });
+      return { target: { kind: 'grpc', target: `127.0.0.1:${a.port}` }, measured: [{ name: 'floor A', proc: a.proc }, { name: 'floor B', proc: b.proc }], all: [app.proc, b.proc, a.proc] };
+    },
+  },
 ];
+
+/** The Node floor of a mesh path: the least a Node proxy does on the same hops (bench/servers/node-floor-grpc.ts). */
+const FLOOR_OF: Record<string, string> = { 'grpc-sidecar': 'grpc-floor', 'grpc-two-sidecars': 'grpc-two-floors' };
 
 interface Load {
   sent: number;
@@ -310,6 +344,19 @@ function report(results: Measured[]): string {
       const p99 = (m.load.p99 - d.load.p99) / 1000;
       targets.push(`- ${m.path.label} at 1,000/s adds ${fixed(p99)} ms at p99 (target ≤ 1 ms): ${verdict(p99 <= 1)}`);
       for (const p of m.processes) targets.push(`- ${id}: ${p.name} costs ${fixed(p.cpuPerRequestUs, 0)} µs of CPU per request with mutual TLS (target ≤ ${id.startsWith('grpc') ? 100 : 75} µs): ${verdict(p.cpuPerRequestUs <= (id.startsWith('grpc') ? 100 : 75))}`);
+    }
+  }
+  for (const [id, floorId] of Object.entries(FLOOR_OF)) {
+    for (const rate of RATES) {
+      const m = at(id, rate);
+      const f = at(floorId, rate);
+      if (!m || !f) continue;
+      m.processes.forEach((p, i) => {
+        const fp = f.processes[i];
+        if (fp) targets.push(`- ${id} at ${rate}/s: ${p.name} ${fixed(p.cpuPerRequestUs, 0)} µs of CPU per request, the Node floor's ${fp.name} ${fixed(fp.cpuPerRequestUs, 0)} µs (${fixed(p.cpuPerRequestUs / Math.max(1, fp.cpuPerRequestUs))}× the floor)`);
+      });
+      const d = direct(m);
+      if (d) targets.push(`- ${id} at ${rate}/s adds ${fixed((m.load.p99 - d.load.p99) / 1000)} ms at p99, the Node floor ${fixed((f.load.p99 - d.load.p99) / 1000)} ms`);
     }
   }
   const sc = at('sidecar-mtls', 1000);

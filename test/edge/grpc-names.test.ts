@@ -27,4 +27,23 @@ describe('gRPC service names', () => {
     now += REFRESH_MS;
     assert.equal(await names.resolve('pkg.Late', undefined, undefined), 'go.mesh.srv.late');
   });
+
+  it('reads the registry once per REFRESH_MS for a name, found or not (an address as the authority costs no read per call)', async () => {
+    let now = 2_000_000;
+    let reads = 0;
+    const counting = new Proxy(registry, { get: (t, k) => (k === 'getService' ? (name: string) => (reads++, t.getService(name)) : Reflect.get(t, k)) });
+    const names = new GrpcServiceNames(counting, () => now);
+    await registry.register({ name: 'go.mesh.srv.counted', version: 'v1', metadata: {}, endpoints: [], nodes: [node('d', 'pkg.Counted')] });
+    await names.resolve('pkg.Counted', '127.0.0.1:8081', undefined); // builds the index too
+    const afterFirst = reads;
+    for (let i = 0; i < 100; i++) assert.equal(await names.resolve('pkg.Counted', '127.0.0.1:8081', 'go.mesh.srv.counted'), 'go.mesh.srv.counted');
+    for (let i = 0; i < 100; i++) assert.equal(await names.resolve('pkg.Counted', '127.0.0.1:8081', undefined), 'go.mesh.srv.counted');
+    assert.equal(reads - afterFirst, 1, 'one read for go.mesh.srv.counted, none again for 127.0.0.1');
+    // A service registered under a name asked about before is found once the answer is older than REFRESH_MS.
+    assert.equal(await names.exists('go.mesh.srv.later'), false);
+    await registry.register({ name: 'go.mesh.srv.later', version: 'v1', metadata: {}, endpoints: [], nodes: [node('e')] });
+    assert.equal(await names.exists('go.mesh.srv.later'), false);
+    now += REFRESH_MS;
+    assert.equal(await names.exists('go.mesh.srv.later'), true);
+  });
 });

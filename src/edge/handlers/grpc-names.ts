@@ -6,8 +6,10 @@
  *      made with `grpc.default_authority`, or a DNS name that is the service's);
  *   3. the service whose nodes say they serve the call's gRPC service (`grpc_service` in their
  *      registry metadata: `helloworld.Greeter`), as a framework service serving gRPC registers them.
- * The registry's answers are kept for a few seconds (the index of 3 is rebuilt at most once per
- * REFRESH_MS, by one read at a time), so a burst of calls reads the registry once.
+ * The registry's answers, yes and no, are kept for a few seconds (the index of 3 is rebuilt at most
+ * once per REFRESH_MS, by one read at a time), so a burst of calls reads the registry once: a
+ * channel whose `:authority` is an address (`127.0.0.1:8081`, most channels) does not cost a
+ * registry read per call.
  */
 import type { Registry } from '../../engines/registry/registry.js';
 import { GRPC_SERVICE_KEY } from '../../core/transport/grpc/transport.js';
@@ -21,8 +23,8 @@ const MAX_SERVICES = 10_000;
 export const MESH_SERVICE_HEADER = 'mesh-service';
 
 export class GrpcServiceNames {
-  /** Registry service names known to exist, with when that was read. */
-  private readonly known = new Map<string, number>();
+  /** Registry service names asked about: whether the registry has each, and when that was read. */
+  private readonly known = new Map<string, { at: number; found: boolean }>();
   /** gRPC full service name → mesh service, and when it was built. */
   private index: { at: number; map: Map<string, string> } | undefined;
   private building: Promise<Map<string, string>> | undefined;
@@ -40,16 +42,14 @@ export class GrpcServiceNames {
     return (await this.byGrpcService()).get(grpcService);
   }
 
-  /** Whether the registry has the service (a known answer is kept REFRESH_MS). */
+  /** Whether the registry has the service (the answer is kept REFRESH_MS; at most MAX_SERVICES names are kept). */
   async exists(name: string): Promise<boolean> {
-    const at = this.known.get(name);
-    if (at !== undefined && this.now() - at < REFRESH_MS) return true;
+    const kept = this.known.get(name);
+    if (kept !== undefined && this.now() - kept.at < REFRESH_MS) return kept.found;
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$/.test(name)) return false;
     const found = (await this.registry.getService(name)).length > 0;
-    if (found) {
-      if (this.known.size >= MAX_SERVICES) this.known.clear();
-      this.known.set(name, this.now());
-    }
+    if (this.known.size >= MAX_SERVICES) this.known.clear();
+    this.known.set(name, { at: this.now(), found });
     return found;
   }
 
