@@ -5,6 +5,8 @@
  * (status, headers that matter, body bytes) from
  * - the api handler (`--handler=api`) in front of a framework service: the API Request the service
  *   gets, its API Response, its plain JSON, its error, an unknown service;
+ * - the rpc handler (`--handler=rpc`): a JSON body or the query as the request, the service's
+ *   answer and error, a 415, JSON nested too deep;
  * - Server-Sent Events of a server stream (POST and GET, an error event, a unary endpoint's 406),
  *   each event as it comes, and the client going away cancels the backend's handler;
  * - tracing (`--tracing=otlp`, spans to a real OTLP receiver): a `traceparent` continued the same
@@ -78,6 +80,16 @@ const API_CASES: Case[] = [
   { name: 'sse: a request of another content type (415)', method: 'POST', path: '/echo/count', headers: { ...SSE, 'content-type': 'text/plain' }, body: 'to=3' },
 ];
 
+/** The rpc handler's request set (a --handler=rpc gateway): the body or the query as the call's request, the answer as the service gave it. */
+const RPC_CASES: Case[] = [
+  { name: 'rpc: a JSON POST', method: 'POST', path: '/echo/seen', headers: { ...JSON_TYPE, 'x-request-id': 'r-2' }, body: '{"n":1}', compare: withHeaders('content-length') },
+  { name: 'rpc: a GET, its query as the request', method: 'GET', path: '/echo/seen?a=1&b=x&b=y', compare: withHeaders() },
+  { name: 'rpc: the service\'s error', method: 'POST', path: '/echo/fail', headers: JSON_TYPE, body: '{}' },
+  { name: 'rpc: another content type (415)', method: 'POST', path: '/echo/call', headers: { 'content-type': 'text/plain' }, body: 'hi' },
+  { name: 'rpc: JSON nested deeper than 64 levels (400)', method: 'POST', path: '/echo/call', headers: JSON_TYPE, body: '['.repeat(65) + ']'.repeat(65) },
+  { name: 'rpc: an SSE stream', method: 'POST', path: '/echo/count', headers: { ...SSE, ...JSON_TYPE }, body: '{"to":2}', compare: withHeaders('cache-control') },
+];
+
 /** The spans of one request below the caller's span, as parent → child names with what they say (the ids left out). */
 function spanTree(spans: ReceivedSpan[], root: ReceivedSpan): unknown[] {
   const out: unknown[] = [];
@@ -98,6 +110,7 @@ describe('the handlers of mesh api over HTTP/2 (--enable_http2)', () => {
   let receiverBase = '';
   const gateways: EdgeGateway[] = [];
   let api: { plain: EdgeGateway; tls: EdgeGateway };
+  let rpc: { plain: EdgeGateway; tls: EdgeGateway };
   let event: { plain: EdgeGateway; tls: EdgeGateway };
   /** The reasons the endless stream's handler was cancelled with, in order. */
   const cancelled: string[] = [];
@@ -117,7 +130,8 @@ describe('the handlers of mesh api over HTTP/2 (--enable_http2)', () => {
       },
       body: JSON.stringify({ request: req, metadata: ctx.metadata }),
     }));
-    echo.handle('CallMe.Call', (req: unknown) => ({ header: { 'X-Echo': { key: 'X-Echo', values: ['form'] } }, body: JSON.stringify(req) }));
+    echo.handle('Echo.CallMe', (req: unknown) => ({ header: { 'X-Echo': { key: 'X-Echo', values: ['form'] } }, body: JSON.stringify(req) }));
+    echo.handle('Echo.Seen', (req: unknown, ctx) => ({ request: req, metadata: ctx.metadata }));
     echo.handle('Echo.Plain', () => ({ msg: 'Hello' }));
     echo.handle('Echo.Fail', () => {
       throw new MeshError('go.mesh.api.echo', 409, 'echo conflict');
@@ -154,9 +168,17 @@ describe('the handlers of mesh api over HTTP/2 (--enable_http2)', () => {
     const pair = makePair(dir.path, 'gateway');
     const tls = ['--enable_tls', `--tls_cert_file=${pair.certFile}`, `--tls_key_file=${pair.keyFile}`];
     const start = (flags: string[]) => startEdgeGateway(['--enable_http2', '--client_retries=0', ...flags], {}, registry);
-    const [a1, a2, e1, e2] = await Promise.all([start(['--handler=api', ...tracing]), start(['--handler=api', ...tracing, ...tls]), start(['--handler=event']), start(['--handler=event', ...tls])]);
-    gateways.push(a1!, a2!, e1!, e2!);
+    const [a1, a2, r1, r2, e1, e2] = await Promise.all([
+      start(['--handler=api', ...tracing]),
+      start(['--handler=api', ...tracing, ...tls]),
+      start(['--handler=rpc']),
+      start(['--handler=rpc', ...tls]),
+      start(['--handler=event']),
+      start(['--handler=event', ...tls]),
+    ]);
+    gateways.push(a1!, a2!, r1!, r2!, e1!, e2!);
     api = { plain: a1!, tls: a2! };
+    rpc = { plain: r1!, tls: r2! };
     event = { plain: e1!, tls: e2! };
   });
   after(async () => {
@@ -173,11 +195,14 @@ describe('the handlers of mesh api over HTTP/2 (--enable_http2)', () => {
       const s = await session(g.url);
       try {
         assert.equal(s.alpnProtocol, listener === 'plain' ? 'h2c' : 'h2');
+        const statuses: number[] = [];
         for (const c of API_CASES) {
           const one = await overHttp1(g.url, c);
           const two = await overHttp2(s, c);
           assert.deepEqual(view(c, two), view(c, one), c.name);
+          statuses.push(one.status);
         }
+        assert.deepEqual(statuses, [201, 200, 200, 409, 502, 404, 404, 200, 200, 200, 406, 415]);
       } finally {
         s.close();
       }
@@ -199,6 +224,27 @@ describe('the handlers of mesh api over HTTP/2 (--enable_http2)', () => {
         s2.close();
       }
       assert.ok(g.counter('http.gateway.downstream_cx_http2_total') >= 2);
+    });
+
+    it(`the rpc handler: the same answers over ${over}`, async () => {
+      const g = rpc[listener];
+      const s = await session(g.url);
+      try {
+        const statuses: number[] = [];
+        for (const c of RPC_CASES) {
+          const one = await overHttp1(g.url, c);
+          const two = await overHttp2(s, c);
+          assert.deepEqual(view(c, two), view(c, one), c.name);
+          statuses.push(one.status);
+        }
+        assert.deepEqual(statuses, [200, 200, 409, 415, 400, 200]);
+        const get = await overHttp2(s, RPC_CASES[1]!);
+        assert.equal(get.status, 200);
+        // The service's answer as it gave it, the query its request.
+        assert.deepEqual((JSON.parse(get.body.toString()) as { request: unknown }).request, { a: '1', b: ['x', 'y'] });
+      } finally {
+        s.close();
+      }
     });
   }
 
