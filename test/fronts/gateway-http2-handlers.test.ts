@@ -90,12 +90,18 @@ const RPC_CASES: Case[] = [
   { name: 'rpc: an SSE stream', method: 'POST', path: '/echo/count', headers: { ...SSE, ...JSON_TYPE }, body: '{"to":2}', compare: withHeaders('cache-control') },
 ];
 
-/** The spans of one request below the caller's span, as parent → child names with what they say (the ids left out). */
-function spanTree(spans: ReceivedSpan[], root: ReceivedSpan): unknown[] {
-  const out: unknown[] = [];
+type TreeSpan = Omit<ReceivedSpan, 'traceId' | 'spanId' | 'parentSpanId'> & { depth: number; inTrace: boolean };
+
+/**
+ * The spans of one request from `root` down, parent before children, as they read with the ids
+ * left out and `network.protocol.version` (the one attribute that names the protocol) masked.
+ */
+function spanTree(spans: ReceivedSpan[], root: ReceivedSpan): TreeSpan[] {
+  const out: TreeSpan[] = [];
   const walk = (s: ReceivedSpan, depth: number) => {
-    const { traceId, spanId, parentSpanId, ...rest } = s;
-    out.push({ depth, ...rest, traceId: traceId === TRACE });
+    const { traceId, spanId, parentSpanId: _parent, ...rest } = s;
+    const attributes = 'network.protocol.version' in rest.attributes ? { ...rest.attributes, 'network.protocol.version': '<version>' } : rest.attributes;
+    out.push({ ...rest, attributes, depth, inTrace: traceId === TRACE });
     for (const child of spans.filter((c) => c.parentSpanId === spanId).sort((a, b) => a.name.localeCompare(b.name))) walk(child, depth + 1);
   };
   walk(root, 0);
@@ -325,18 +331,18 @@ describe('the handlers of mesh api over HTTP/2 (--enable_http2)', () => {
     const roots = spans.filter((sp) => sp.parentSpanId === CALLER);
     const byVersion = new Map(roots.map((r) => [r.attributes['network.protocol.version'], r]));
     assert.deepEqual([...byVersion.keys()].sort(), ['1.1', '2']);
-    const tree = (root: ReceivedSpan) => spanTree(spans, root).map((sp) => ({ ...(sp as object), attributes: { ...(sp as ReceivedSpan).attributes, 'network.protocol.version': 'either' } }));
-    const h1 = tree(byVersion.get('1.1')!);
-    assert.deepEqual(tree(byVersion.get('2')!), h1);
+    const h1 = spanTree(spans, byVersion.get('1.1')!);
+    assert.deepEqual(spanTree(spans, byVersion.get('2')!), h1);
     // Gateway server span, its client span, the service's server span.
     assert.deepEqual(
-      h1.map((sp) => [(sp as { depth: number }).depth, (sp as ReceivedSpan).name, (sp as ReceivedSpan).kind]),
+      h1.map((sp) => [sp.depth, sp.name, sp.kind, sp.status.code]),
       [
-        [0, 'POST /echo/call', 2],
-        [1, 'go.mesh.api.echo/Echo.Call', 3],
-        [2, 'go.mesh.api.echo/Echo.Call', 2],
+        [0, 'POST /echo/call', 2, 0],
+        [1, 'go.mesh.api.echo/Echo.Call', 3, 0],
+        [2, 'go.mesh.api.echo/Echo.Call', 2, 0],
       ],
     );
+    assert.equal(h1[0]!.attributes['http.response.status_code'], 201);
   });
 
   for (const listener of ['plain', 'tls'] as const) {
