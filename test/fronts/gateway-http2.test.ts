@@ -8,7 +8,8 @@
  * with a raw HTTP/2 client (test/fixtures/h2-raw.ts): more streams than the concurrent-stream cap,
  * a header list over its bound, a connection-specific header, Host against `:authority`, neither.
  * A drain sends GOAWAY and lets the stream in flight finish. Real servers on loopback; a real
- * client (node:http2, and curl when it speaks HTTP/2).
+ * client (node:http2, and curl when it speaks HTTP/2). The api, rpc and event handlers, SSE streams
+ * and tracing: gateway-http2-handlers.test.ts.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
