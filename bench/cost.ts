@@ -213,6 +213,18 @@ const PATHS: PathSpec[] = [
     },
   },
   {
+    id: 'floor',
+    label: 'client → Node floor → node',
+    kind: 'http',
+    async setup() {
+      const b = await httpBackend();
+      const port = await freePort();
+      const f = tsx('floor', 'servers/node-floor.ts', [String(port), String(b.port)]);
+      await waitForPort(f, port);
+      return { target: { kind: 'http', url: `http://127.0.0.1:${port}${PATH}` }, measured: [{ name: 'floor', proc: f }], all: [b.proc, f] };
+    },
+  },
+  {
     id: 'grpc-floor',
     label: 'gRPC client → Node floor (h2c) → node',
     kind: 'grpc',
@@ -235,8 +247,8 @@ const PATHS: PathSpec[] = [
   },
 ];
 
-/** The Node floor of a mesh path: the least a Node proxy does on the same hops (bench/servers/node-floor-grpc.ts). */
-const FLOOR_OF: Record<string, string> = { 'grpc-sidecar': 'grpc-floor', 'grpc-two-sidecars': 'grpc-two-floors' };
+/** The Node floor of a mesh path: the least a Node proxy does on the same hops (bench/servers/node-floor.ts, node-floor-grpc.ts). */
+const FLOOR_OF: Record<string, string> = { sidecar: 'floor', 'grpc-sidecar': 'grpc-floor', 'grpc-two-sidecars': 'grpc-two-floors' };
 
 interface Load {
   sent: number;

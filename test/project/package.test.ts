@@ -212,7 +212,7 @@ describe('the installable package', { timeout: SLOW }, () => {
   });
 
   it('the tarball holds what runs and nothing else', () => {
-    for (const f of ['LICENSE', 'README.md', 'package.json', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/main.js', 'proto/api.proto', 'src/fronts/dashboard/page.html', 'src/fronts/dashboard/dashboard.js', 'src/fronts/dashboard/topology.js', 'src/fronts/dashboard/dashboard.css']) {
+    for (const f of ['LICENSE', 'README.md', 'package.json', 'bin/mesh.js', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/main.js', 'proto/api.proto', 'src/fronts/dashboard/page.html', 'src/fronts/dashboard/dashboard.js', 'src/fronts/dashboard/topology.js', 'src/fronts/dashboard/dashboard.css']) {
       assert.ok(files.includes(f), `${f} is in the tarball`);
     }
     // No source map: they point at src/*.ts, which the package does not ship.
