@@ -34,3 +34,12 @@ export function sizeYoungGeneration(semiSpaceMb: number, p: HeapSizing = process
   if (why !== undefined) return why;
   p.execve!(p.execPath, [p.execPath, `${SEMI_SPACE_FLAG}=${semiSpaceMb}`, ...p.execArgv, ...p.argv.slice(1)], p.env);
 }
+
+/**
+ * What to tell a user who asked for a size (`--semi_space_mb` given, above 0) that this process
+ * cannot take (an older Node.js): the line for stderr; undefined when there is nothing to say.
+ */
+export function notAppliedWarning(semiSpaceMb: number, why: string | undefined, given: boolean): string | undefined {
+  if (!given || why === undefined || semiSpaceMb === 0 || why.startsWith('node was given')) return undefined;
+  return `mesh: --semi_space_mb=${semiSpaceMb} is not applied: ${why}; give node the size instead: NODE_OPTIONS=${SEMI_SPACE_FLAG}=${semiSpaceMb}\n`;
+}

@@ -130,8 +130,10 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
     if (server) {
       // Before anything starts: the process may be replaced by itself with a smaller young generation.
       if ((OPTIONS.semi_space_mb.commands as readonly string[]).includes(command)) {
-        const { sizeYoungGeneration } = await import('./heap-size.js');
-        sizeYoungGeneration(args.config.semi_space_mb as number);
+        const { sizeYoungGeneration, notAppliedWarning } = await import('./heap-size.js');
+        const size = args.config.semi_space_mb as number;
+        const warning = notAppliedWarning(size, sizeYoungGeneration(size), args.given.has('semi_space_mb'));
+        if (warning) err(warning);
       }
       // A server logs for as long as it runs; its output is not the short commands' output.
       io.detach();
