@@ -52,7 +52,7 @@ export const COMMANDS: CommandInfo[] = [
       'The app gets MESH_SIDECAR (the sidecar URL), MESH_SIDECAR_TOKEN and PORT; the command runs without a shell. Exits with the app\'s status.',
       '-f FILE: several apps from a YAML file, each with its sidecar (see docs/run.md).',
     ],
-    defaults: { namespace: 'go.mesh.srv', handler: 'rpc', access_log: 'off' },
+    defaults: { namespace: 'go.mesh.srv', handler: 'rpc', access_log: 'off', mtls: "the mesh's: strict if every node in the registry serves mutual TLS, permissive if some do, else off" },
     choices: { handler: ['rpc', 'proxy'] },
   },
   {

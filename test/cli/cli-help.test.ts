@@ -174,6 +174,8 @@ describe('mesh help and version (real processes)', () => {
     assert.equal(mtlsDefault(call.stdout), 'permissive');
     assert.equal(mtlsDefault((await runCli(['help', 'dev'], env)).stdout), 'strict');
     assert.equal(mtlsDefault((await runCli(['help', 'api'], env)).stdout), 'off');
+    // mesh run joins the mesh it runs in: its default is read from the registry, and its help says so.
+    assert.equal(mtlsDefault((await runCli(['help', 'run'], env)).stdout), "the mesh's: strict if every node in the registry serves mutual TLS, permissive if some do, else off");
     assert.equal(mtlsDefault(flags.stdout), 'off; dev: strict; call, health, check, publish, subscribe: permissive');
   });
 
