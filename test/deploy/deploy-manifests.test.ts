@@ -14,7 +14,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { ROOT, binary, tempDir } from '../helpers.js';
@@ -257,7 +257,11 @@ describe('deploy/kubernetes rendered by kustomize (kubectl kustomize)', { skip: 
     const block = shellBlock(page, 'kubectl kustomize deploy/kubernetes/overlays/trial');
     const shown = /```sh\nkubectl kustomize deploy\/kubernetes\/overlays\/trial[^\n]*\n```\n\n```\n([\s\S]*?)```/.exec(page)?.[1];
     assert.ok(shown, 'the block is followed by the output it prints');
-    const run = spawnSync('bash', ['-e', '-o', 'pipefail', '-c', block], { cwd: ROOT, env: { PATH: `${dirname(kubectl!)}:/usr/bin:/bin` }, encoding: 'utf8' });
+    // A HOME of its own: without one kubectl keeps its cache in .kube under the working directory, the checkout.
+    const home = tempDir('mesh-kubectl-home-');
+    const run = spawnSync('bash', ['-e', '-o', 'pipefail', '-c', block], { cwd: ROOT, env: { PATH: `${dirname(kubectl!)}:/usr/bin:/bin`, HOME: home.path }, encoding: 'utf8' });
+    home.cleanup();
+    assert.ok(!existsSync(join(ROOT, '.kube')), 'kubectl left nothing in the checkout');
     assert.equal(run.status, 0, run.stderr);
     assert.equal(run.stdout, shown);
     assert.ok(shown.includes(`image: ${image}\n`));
