@@ -8,6 +8,7 @@
  * regex engine), runs with the full suite only.
  */
 export const UNIT = [
+  'test/engines/registry-local-wake.test.ts',
   'test/cli/line-prefixer.test.ts',
   'test/cli/heap-size.test.ts',
   'test/base/undici-parts.test.ts',

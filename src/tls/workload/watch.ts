@@ -11,7 +11,8 @@
  *   it lives in src/base/config/settled.ts (re-exported here) beside the one read of a file at start.
  * - `serialized`: reloads one at a time, the last change always read.
  */
-import { statSync, watch, type FSWatcher } from 'node:fs';
+import { statSync } from 'node:fs';
+import { watchDirs } from '../../base/config/watch-dirs.js';
 
 // The settled read is shared with files read once (src/base/config/settled.ts); its importers keep this path.
 export { DEFAULT_MAX_READS, DEFAULT_MAX_WATCHED_BYTES, DEFAULT_SETTLE_MS, readSettled, SettledReadError, type SettleOptions } from '../../base/config/settled.js';
@@ -53,23 +54,15 @@ export function watchFiles(o: WatchOptions): () => void {
     }, o.settleMs);
     settle.unref();
   };
-  const watchers: FSWatcher[] = [];
-  for (const dir of o.dirs) {
-    try {
-      const w = watch(dir, { persistent: false }, fire);
-      w.on('error', () => w.close());
-      watchers.push(w);
-    } catch {
-      // The poll below still notices changes.
-    }
-  }
+  // Directories that cannot be watched are left to the poll below.
+  const dirs = watchDirs(o.dirs, fire);
   const poll = setInterval(() => {
     if (o.signature() !== last) fire();
   }, o.pollMs);
   poll.unref();
   return () => {
     closed = true;
-    for (const w of watchers) w.close();
+    dirs.close();
     clearInterval(poll);
     clearTimeout(settle);
   };

@@ -41,7 +41,11 @@ const CHANGE_LOG_KEEP = 1000;
 export interface LocalRegistryOptions {
   /** How many revisions the change log keeps (default 1000); a watcher further behind rereads everything. */
   changeLogKeep?: number;
-  /** Watch poll interval in ms (default 50); also how often the file's identity is checked. */
+  /**
+   * Watch poll interval in ms (default 50) where the registry's directory cannot be watched; also
+   * how often the file's identity is checked then. Where it can, a change wakes the watchers and
+   * the poll runs every second at most (./watcher.ts).
+   */
   pollMs?: number;
   /** The process's stats store: gauges `registry.store_failing` (0/1) and `registry.stale_seconds`. */
   stats?: StatsStore;
@@ -183,6 +187,11 @@ export class LocalRegistry implements Registry {
       // keep the last one seen
     }
     return store.lastRevision;
+  }
+
+  /** How often this registry polls now (ms), undefined while it does not (no watcher, no registration). */
+  get pollEveryMs(): number | undefined {
+    return this.poller.pollEveryMs;
   }
 
   async close(): Promise<void> {

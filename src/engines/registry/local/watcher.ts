@@ -1,6 +1,10 @@
 /**
- * Watching the local registry: one poll timer per registry (unref'd, every pollMs while there
- * are watchers or registrations to keep) and the watchers it drives.
+ * Watching the local registry: one poll timer per registry (unref'd, while there are watchers or
+ * registrations to keep) and the watchers it drives. Where the registry's directory can be watched
+ * (fs.watch: inotify on Linux), a write by any process wakes the watchers within SETTLE_MS and a
+ * watcher's next expiry wakes them when it comes, so the poll is only the fallback, every
+ * WATCHED_POLL_MS: an idle process wakes once a second, not twenty times. Where it cannot, the
+ * poll runs every pollMs (50 ms).
  *
  * Watchers poll `PRAGMA data_version`. When another connection committed, they read the change
  * log past the last revision they saw, reload those services and emit the differences from what
@@ -8,17 +12,30 @@
  * it knows, purges, and reports the expiry. After a reopen (a new store generation) it rereads
  * everything. Each tick first lets the registry keep its file (healing.ts) and its registrations.
  */
+import { basename, dirname } from 'node:path';
 import type pino from 'pino';
+import { watchDirs, type DirWatch } from '../../../base/config/watch-dirs.js';
 import type { Service, WatchEvent, Watcher } from '../registry.js';
 import { EventQueue, diffVersions } from '../records.js';
 import { message } from './schema.js';
 import type { Leases } from './leases.js';
 import type { LocalStore, Loaded } from './store.js';
 
+/** The fallback poll while the registry's directory is watched (ms). */
+export const WATCHED_POLL_MS = 1000;
+/** After a change in the directory, the wait that makes one look of a burst of writes (ms). */
+const SETTLE_MS = 5;
+
 export class Poller {
   private readonly watchers = new Set<LocalWatcher>();
   private readonly events = new EventQueue();
   private timer: NodeJS.Timeout | undefined;
+  /** The watch of the registry's directory while the timer runs; undefined or watching 0: the poll alone. */
+  private dirWatch: DirWatch | undefined;
+  /** A look soon after a change in the directory. */
+  private settle: NodeJS.Timeout | undefined;
+  /** A look when the earliest expiry a watcher knows comes (while the directory is watched). */
+  private expiry: NodeJS.Timeout | undefined;
   private ticking = false;
   private tickAgain = false;
   private kickQueued = false;
@@ -37,6 +54,7 @@ export class Poller {
     const w = new LocalWatcher(this.store, this.leases, (event) => this.emit(w, event), onEvent, service);
     this.watchers.add(w);
     this.startTimer();
+    this.scheduleExpiry();
     return {
       stop: () => {
         w.stopped = true;
@@ -48,23 +66,68 @@ export class Poller {
 
   /** Stops the timer and every watcher (the registry is closing). */
   close(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
+    this.stopTimer();
     for (const w of this.watchers) w.stopped = true;
     this.watchers.clear();
   }
 
   startTimer(): void {
     if (this.timer || this.store.closed) return;
-    this.timer = setInterval(() => this.tick(), this.pollMs);
+    const file = basename(this.store.file);
+    this.dirWatch = watchDirs([dirname(this.store.file)], (name) => {
+      // The database, its -wal, -shm and -id files: a write, a checkpoint, the file deleted or replaced.
+      if (name === null || name.startsWith(file)) this.soon();
+    });
+    const every = this.dirWatch.watching > 0 ? Math.max(this.pollMs, WATCHED_POLL_MS) : this.pollMs;
+    this.timer = setInterval(() => this.tick(), every);
     this.timer.unref();
   }
 
+  /** How often the poll runs now (ms); undefined while it does not run. */
+  get pollEveryMs(): number | undefined {
+    if (!this.timer) return undefined;
+    return this.dirWatch && this.dirWatch.watching > 0 ? Math.max(this.pollMs, WATCHED_POLL_MS) : this.pollMs;
+  }
+
+  private stopTimer(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    this.dirWatch?.close();
+    this.dirWatch = undefined;
+    clearTimeout(this.settle);
+    this.settle = undefined;
+    clearTimeout(this.expiry);
+    this.expiry = undefined;
+  }
+
   private stopTimerIfIdle(): void {
-    if (this.watchers.size === 0 && this.leases.size === 0 && this.timer) {
-      clearInterval(this.timer);
-      this.timer = undefined;
-    }
+    if (this.watchers.size === 0 && this.leases.size === 0 && this.timer) this.stopTimer();
+  }
+
+  /** A look within SETTLE_MS (one for a burst of changes). */
+  private soon(): void {
+    if (this.settle || !this.timer) return;
+    this.settle = setTimeout(() => {
+      this.settle = undefined;
+      this.tick();
+    }, SETTLE_MS);
+    this.settle.unref();
+  }
+
+  /** While the directory is watched, a look when the earliest expiry a watcher knows comes (the poll sees it otherwise). */
+  private scheduleExpiry(): void {
+    clearTimeout(this.expiry);
+    this.expiry = undefined;
+    if (!this.timer || !this.dirWatch || this.dirWatch.watching === 0) return;
+    let next = Infinity;
+    for (const w of this.watchers) next = Math.min(next, w.expiresAt);
+    if (next === Infinity) return;
+    this.expiry = setTimeout(() => {
+      this.expiry = undefined;
+      this.tick();
+      // At least SETTLE_MS: a store whose time stands still (failing) never makes this a busy loop.
+    }, Math.min(2 ** 31 - 1, Math.max(SETTLE_MS, next - this.store.viewNow() + 1)));
+    this.expiry.unref();
   }
 
   /** Lets this process's watchers see its own write right away (after the caller's turn). */
@@ -110,6 +173,7 @@ export class Poller {
       } while (this.tickAgain && !this.store.closed);
     } finally {
       this.ticking = false;
+      this.scheduleExpiry();
     }
   }
 }
@@ -120,6 +184,11 @@ class LocalWatcher {
   private readonly known = new Map<string, Service[]>();
   private readonly expiryOf = new Map<string, number>();
   private nextExpiry = Infinity;
+
+  /** The earliest expiry among the nodes this watcher knows (the store's view time), Infinity when none. */
+  get expiresAt(): number {
+    return this.nextExpiry;
+  }
   private lastRev: number;
   private lastDataVersion: number;
   private lastLocalWrites: number;
