@@ -36,6 +36,8 @@ export class Poller {
   private settle: NodeJS.Timeout | undefined;
   /** A look when the earliest expiry a watcher knows comes (while the directory is watched). */
   private expiry: NodeJS.Timeout | undefined;
+  /** The poll's period while the timer runs (ms). */
+  private every = 0;
   private ticking = false;
   private tickAgain = false;
   private kickQueued = false;
@@ -78,15 +80,14 @@ export class Poller {
       // The database, its -wal, -shm and -id files: a write, a checkpoint, the file deleted or replaced.
       if (name === null || name.startsWith(file)) this.soon();
     });
-    const every = this.dirWatch.watching > 0 ? Math.max(this.pollMs, WATCHED_POLL_MS) : this.pollMs;
-    this.timer = setInterval(() => this.tick(), every);
+    this.every = this.dirWatch.watching > 0 ? Math.max(this.pollMs, WATCHED_POLL_MS) : this.pollMs;
+    this.timer = setInterval(() => this.tick(), this.every);
     this.timer.unref();
   }
 
   /** How often the poll runs now (ms); undefined while it does not run. */
   get pollEveryMs(): number | undefined {
-    if (!this.timer) return undefined;
-    return this.dirWatch && this.dirWatch.watching > 0 ? Math.max(this.pollMs, WATCHED_POLL_MS) : this.pollMs;
+    return this.timer ? this.every : undefined;
   }
 
   private stopTimer(): void {
