@@ -2,93 +2,31 @@
  * etcd goes away and comes back empty (killed, data wiped, restarted on the same ports): the
  * registrations this process made (TTL not yet passed, and without TTL) are written again, and
  * watchers resynchronise with the new cluster, also a watch opened just as etcd went away (its
- * first read or its watch request unanswered when etcd died). The test runs its OWN etcd (the `etcd` binary on
- * PATH, which CI installs) on free ports with a temp data dir, so it never touches a shared one.
+ * first read, or its watch request, unanswered when etcd died). The test runs its OWN etcd (the
+ * `etcd` binary on PATH, which CI installs) on free ports with a temp data dir, so it never
+ * touches a shared one.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
-import { existsSync } from 'node:fs';
 import { Writable } from 'node:stream';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { EtcdRegistry } from '../../src/engines/registry/etcd/index.js';
 import { Logging } from '../../src/base/util/log.js';
 import { collect, node, svc } from '../registry-contract.js';
-import { engine, freePort, tempDir, waitFor } from '../helpers.js';
-
-function findOnPath(bin: string): string | undefined {
-  const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin', '/usr/local/bin'];
-  for (const d of dirs) if (d && existsSync(join(d, bin))) return join(d, bin);
-  return undefined;
-}
+import { engine, tempDir, waitFor } from '../helpers.js';
+import { OwnEtcd, findBinary } from '../fixtures/engines-common.js';
 
 const address = engine('MESH_TEST_ETCD_ADDRESS', 'etcd');
-const etcdBin = address ? findOnPath('etcd') : undefined;
+const etcdBin = address ? findBinary('etcd') : undefined;
 const skip = !address ? 'etcd not available: set MESH_TEST_ETCD_ADDRESS' : !etcdBin ? 'the etcd binary is not on PATH' : false;
 if (address && !etcdBin && process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error('MESH_TEST_REQUIRE_ENGINES=1 but the etcd binary is not on PATH');
-
-class OwnEtcd {
-  private child: ChildProcess | undefined;
-  log = '';
-  constructor(
-    private readonly clientPort: number,
-    private readonly peerPort: number,
-    private readonly metricsPort: number,
-  ) {}
-
-  get address(): string {
-    return `127.0.0.1:${this.clientPort}`;
-  }
-
-  async start(dataDir: string): Promise<void> {
-    const client = `http://127.0.0.1:${this.clientPort}`;
-    const peer = `http://127.0.0.1:${this.peerPort}`;
-    this.child = spawn(
-      etcdBin!,
-      [
-        '--name', 'restart',
-        '--data-dir', dataDir,
-        '--listen-client-urls', client,
-        '--advertise-client-urls', client,
-        '--listen-peer-urls', peer,
-        '--initial-advertise-peer-urls', peer,
-        '--initial-cluster', `restart=${peer}`,
-        '--listen-metrics-urls', `http://127.0.0.1:${this.metricsPort}`,
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    this.child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
-    this.child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
-    const child = this.child;
-    await waitFor(async () => {
-      if (child.exitCode !== null) throw new Error(`etcd exited (${child.exitCode}):\n${this.log.slice(-2000)}`);
-      const res = await fetch(`${client}/health`).catch(() => undefined);
-      return res?.ok ?? false;
-    }, 15000, 50);
-  }
-
-  /** Stops etcd (SIGSTOP): connections stay open, nothing is answered. */
-  pause(): void {
-    this.child?.kill('SIGSTOP');
-  }
-
-  async kill(): Promise<void> {
-    const child = this.child;
-    this.child = undefined;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = once(child, 'exit');
-    child.kill('SIGKILL');
-    await exited;
-  }
-}
 
 describe('etcd restart', { skip }, () => {
   const tmp = tempDir('mesh-etcd-restart-');
   let etcd: OwnEtcd;
   const registries: EtcdRegistry[] = [];
   before(async () => {
-    etcd = new OwnEtcd(await freePort(), await freePort(), await freePort());
+    etcd = await OwnEtcd.onLoopback(etcdBin!);
     await etcd.start(join(tmp.path, 'data-1'));
   });
   after(async () => {
