@@ -90,7 +90,9 @@ export class XdsSource {
       this.dirty.add(event.service.name);
       this.schedule();
     });
-    await this.watcher.ready;
+    // A registry that cannot be read fails the start at once (a watch is ready only once it has
+    // read the registry, which would wait for it); then the list read after the watch is ready.
+    await Promise.all([this.watcher.ready, this.o.registry.listServices()]);
     for (const s of await this.o.registry.listServices()) this.dirty.add(s.name);
     await this.refresh();
     return this.current!;

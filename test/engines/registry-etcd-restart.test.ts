@@ -1,86 +1,32 @@
 /**
  * etcd goes away and comes back empty (killed, data wiped, restarted on the same ports): the
  * registrations this process made (TTL not yet passed, and without TTL) are written again, and
- * watchers resynchronise with the new cluster. The test runs its OWN etcd (the `etcd` binary on
- * PATH, which CI installs) on free ports with a temp data dir, so it never touches a shared one.
+ * watchers resynchronise with the new cluster, also a watch opened just as etcd went away (its
+ * first read, or its watch request, unanswered when etcd died). The test runs its OWN etcd (the
+ * `etcd` binary on PATH, which CI installs) on free ports with a temp data dir, so it never
+ * touches a shared one.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
-import { existsSync } from 'node:fs';
-import { delimiter, join } from 'node:path';
+import { Writable } from 'node:stream';
+import { join } from 'node:path';
 import { EtcdRegistry } from '../../src/engines/registry/etcd/index.js';
+import { Logging } from '../../src/base/util/log.js';
 import { collect, node, svc } from '../registry-contract.js';
-import { engine, freePort, tempDir, waitFor } from '../helpers.js';
-
-function findOnPath(bin: string): string | undefined {
-  const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin', '/usr/local/bin'];
-  for (const d of dirs) if (d && existsSync(join(d, bin))) return join(d, bin);
-  return undefined;
-}
+import { engine, tempDir, waitFor } from '../helpers.js';
+import { OwnEtcd, findBinary } from '../fixtures/engines-common.js';
 
 const address = engine('MESH_TEST_ETCD_ADDRESS', 'etcd');
-const etcdBin = address ? findOnPath('etcd') : undefined;
+const etcdBin = address ? findBinary('etcd') : undefined;
 const skip = !address ? 'etcd not available: set MESH_TEST_ETCD_ADDRESS' : !etcdBin ? 'the etcd binary is not on PATH' : false;
 if (address && !etcdBin && process.env.MESH_TEST_REQUIRE_ENGINES === '1') throw new Error('MESH_TEST_REQUIRE_ENGINES=1 but the etcd binary is not on PATH');
-
-class OwnEtcd {
-  private child: ChildProcess | undefined;
-  log = '';
-  constructor(
-    private readonly clientPort: number,
-    private readonly peerPort: number,
-    private readonly metricsPort: number,
-  ) {}
-
-  get address(): string {
-    return `127.0.0.1:${this.clientPort}`;
-  }
-
-  async start(dataDir: string): Promise<void> {
-    const client = `http://127.0.0.1:${this.clientPort}`;
-    const peer = `http://127.0.0.1:${this.peerPort}`;
-    this.child = spawn(
-      etcdBin!,
-      [
-        '--name', 'restart',
-        '--data-dir', dataDir,
-        '--listen-client-urls', client,
-        '--advertise-client-urls', client,
-        '--listen-peer-urls', peer,
-        '--initial-advertise-peer-urls', peer,
-        '--initial-cluster', `restart=${peer}`,
-        '--listen-metrics-urls', `http://127.0.0.1:${this.metricsPort}`,
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    this.child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
-    this.child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
-    const child = this.child;
-    await waitFor(async () => {
-      if (child.exitCode !== null) throw new Error(`etcd exited (${child.exitCode}):\n${this.log.slice(-2000)}`);
-      const res = await fetch(`${client}/health`).catch(() => undefined);
-      return res?.ok ?? false;
-    }, 15000, 50);
-  }
-
-  async kill(): Promise<void> {
-    const child = this.child;
-    this.child = undefined;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = once(child, 'exit');
-    child.kill('SIGKILL');
-    await exited;
-  }
-}
 
 describe('etcd restart', { skip }, () => {
   const tmp = tempDir('mesh-etcd-restart-');
   let etcd: OwnEtcd;
   const registries: EtcdRegistry[] = [];
   before(async () => {
-    etcd = new OwnEtcd(await freePort(), await freePort(), await freePort());
+    etcd = await OwnEtcd.onLoopback(etcdBin!);
     await etcd.start(join(tmp.path, 'data-1'));
   });
   after(async () => {
@@ -125,5 +71,69 @@ describe('etcd restart', { skip }, () => {
       throw new Error(`${err.message}; observer events: ${JSON.stringify(w.events.map((e) => [e.action, e.service.name, e.revision]))}`);
     });
     w.watcher.stop();
+  });
+
+  it('a watch opened as etcd goes away is ready only once it has read etcd, and gets events once etcd is back empty (6 rounds)', async () => {
+    const prefix = `/mesh-restart-unready/${process.pid}/`;
+    const owner = new EtcdRegistry(etcd.address, { prefix, callTimeoutMs: 1000 });
+    registries.push(owner);
+    // How etcd goes away while the watch is being opened:
+    // - 'read': killed right after watch(), before the watch has read its starting state;
+    // - 'create': stopped (SIGSTOP) as the watch request is made, after that read was answered,
+    //   so the request is sent and never confirmed; then killed;
+    // - 'create, live stream': the same while another watch of this client is established, so
+    //   the request goes on a watch stream that was working.
+    const ways = ['read', 'create', 'create, live stream'] as const;
+    for (let round = 1; round <= 6; round++) {
+      const way = ways[(round - 1) % ways.length]!;
+      const logged: string[] = [];
+      const sink = new Writable({
+        write(chunk: Buffer, _enc, cb) {
+          for (const l of chunk.toString().split('\n')) if (l.trim()) logged.push((JSON.parse(l) as { msg: string }).msg);
+          cb();
+        },
+      });
+      const logger = new Logging({ level: 'info', format: 'json', destination: sink }).get('registry');
+      const observer = new EtcdRegistry(etcd.address, { prefix, callTimeoutMs: 1000, logger });
+      registries.push(observer);
+      const anchor = way === 'create, live stream' ? collect(observer) : undefined;
+      await anchor?.watcher.ready;
+      let pauseAtWatch = way !== 'read';
+      let paused = false;
+      const watch = observer.client.watch.bind(observer.client);
+      observer.client.watch = () => {
+        if (pauseAtWatch) {
+          pauseAtWatch = false;
+          etcd.pause();
+          paused = true;
+        }
+        return watch();
+      };
+      const w = collect(observer);
+      let ready = false;
+      void w.watcher.ready!.then(() => (ready = true));
+      if (way !== 'read') await waitFor(() => paused, 10000, 5);
+      await etcd.kill();
+      // etcd is away and the watcher knows it (a read failed).
+      await waitFor(() => logged.some((m) => m.startsWith('registry unreachable')), 10000, 5);
+      assert.equal(ready, way !== 'read', way === 'read' ? 'ready before the watch could read etcd' : 'not ready though the watch read etcd');
+      await etcd.start(join(tmp.path, `unready-${round}`));
+      const up = Date.now();
+
+      await waitFor(() => ready, 10000, 5);
+      const name = `round-${round}`;
+      await waitFor(async () => {
+        await owner.register(svc(name, '1', [node(`r${round}`, 9600 + round)]));
+        return true;
+      }, 15000, 100);
+      const seen = (c: typeof w) => c.events.some((e) => e.service.name === name && e.action === 'create');
+      await waitFor(() => seen(w) && (!anchor || seen(anchor)), 10000, 5).catch((err: Error) => {
+        throw new Error(`round ${round} (${way}): ${err.message}; watch events: ${JSON.stringify(w.events.map((e) => [e.action, e.service.name, e.revision]))}`);
+      });
+      console.log(`etcd restart, watch opened as etcd went away (${way}): event ${Date.now() - up} ms after etcd was back`);
+      w.watcher.stop();
+      anchor?.watcher.stop();
+      await observer.close();
+    }
   });
 });

@@ -8,7 +8,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { engine, startProcess, tempDir, type RunningProcess } from '../helpers.js';
+import { engine, freePort, runCli, startProcess, tempDir, type RunningProcess } from '../helpers.js';
 import { findBinary, OwnEtcd } from '../fixtures/engines-common.js';
 import { AdsProbe } from '../fixtures/xds-clients.js';
 import { LocalRegistry } from '../../src/engines/registry/local/index.js';
@@ -136,4 +136,18 @@ xdsContract('etcd', async () => {
       data.cleanup();
     },
   };
+});
+
+describe('mesh xds on an etcd that cannot be reached', () => {
+  it('exits 1 at start with the registry error, without waiting for etcd', async () => {
+    const home = tempDir('mesh-xds-noetcd-');
+    try {
+      const port = await freePort(); // nothing listens there
+      const res = await runCli(['xds', '--registry=etcd', `--registry_address=127.0.0.1:${port}`, '--address=127.0.0.1:0', '--admin_address=off'], { MESH_HOME: home.path }, 20000);
+      assert.equal(res.code, 1, res.stdout + res.stderr);
+      assert.match(res.stderr, new RegExp(`^mesh: registry etcd \\(http://127\\.0\\.0\\.1:${port}\\): list services: 14 UNAVAILABLE.*\\(is etcd running there\\?`, 'm'));
+    } finally {
+      home.cleanup();
+    }
+  });
 });

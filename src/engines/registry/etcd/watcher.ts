@@ -8,6 +8,11 @@
  * read, the view is kept as of etcd's last answer (the store's StaleView: time stands still, the
  * gauge registry.stale_seconds rises) and the read is retried; once it works, the full read is the
  * truth and what etcd no longer holds is dropped.
+ *
+ * A watcher is ready (Watcher.ready) once it has read its starting state and asked for the changes
+ * after it, not after a first attempt that failed: a change made before that first read would be
+ * part of the starting state and never reported. Writes wait only for the first attempt (settle),
+ * so that while etcd is away they fail at once instead of waiting for it.
  */
 import type { IRangeResponse, IWatchResponse, Watcher as EtcdWatch } from 'etcd3';
 import type { Service, WatchEvent, Watcher } from '../registry.js';
@@ -34,15 +39,15 @@ export class EtcdWatchers {
     const w = new EtcdWatcher(this.store, this.events, onEvent, service);
     this.watchers.add(w);
     this.contact.start();
-    const ready = w.start().finally(() => this.settling.delete(ready));
-    this.settling.add(ready);
+    const settled = w.start().finally(() => this.settling.delete(settled));
+    this.settling.add(settled);
     return {
       stop: () => {
         this.watchers.delete(w);
         if (this.watchers.size === 0) this.contact.stop();
         void w.stop();
       },
-      ready: ready.catch(() => undefined),
+      ready: w.ready,
     };
   }
 
@@ -77,6 +82,9 @@ class EtcdWatcher {
   private expiryTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
   private readonly keyPrefix: string;
+  private markReady!: () => void;
+  /** Resolves once the starting state was read and the watch asked for what follows (or on stop). */
+  readonly ready = new Promise<void>((resolve) => (this.markReady = resolve));
 
   constructor(
     private readonly store: EtcdStore,
@@ -87,7 +95,10 @@ class EtcdWatcher {
     this.keyPrefix = service !== undefined ? store.servicePrefix(service) : store.prefix;
   }
 
-  /** Reads the current state and opens the watch; on failure keeps retrying in the background. */
+  /**
+   * Reads the current state and opens the watch; on failure keeps retrying in the background.
+   * Resolves after this first attempt, whether it worked or not (see `ready`).
+   */
   async start(): Promise<void> {
     try {
       await this.sync();
@@ -106,6 +117,7 @@ class EtcdWatcher {
   stop(): Promise<void> {
     if (!this.stopped) {
       this.stopped = true;
+      this.markReady();
       this.generation++;
       if (this.expiryTimer) clearTimeout(this.expiryTimer);
       if (this.retryTimer) clearTimeout(this.retryTimer);
@@ -188,6 +200,9 @@ class EtcdWatcher {
       if (gen !== this.generation || this.stopped) return;
       this.apply(r);
     });
+    // Whatever happens to this watch now, what changed since `rev` is reported: by this watch, or
+    // by the full read (diffed against this one) that follows its loss.
+    this.markReady();
   }
 
   private apply(res: IWatchResponse): void {
