@@ -4,7 +4,8 @@
  * and `GET /ready`; no Host check (it is meant to be reached from outside loopback) and nothing
  * that changes state. Exact answers are in docs/admin.md ("Metrics listener").
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer } from '../base/http/node-http.js';
 import { renderPrometheus, PROMETHEUS_CONTENT_TYPE } from '../base/stats/render.js';
 import type { ProcessMetrics } from '../base/stats/process-metrics.js';
 import { httpServerOptions, listenOn } from '../base/http/lifecycle.js';

@@ -4,7 +4,8 @@
  * in docs/admin.md.
  */
 import { printable } from '../base/util/text.js';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer } from '../base/http/node-http.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { isIP } from 'node:net';
 import { tmpdir } from 'node:os';

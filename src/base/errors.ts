@@ -2,7 +2,7 @@
  * The one error shape used on every wire: gateway, sidecar, client and RPC backends.
  * Key order is part of the contract: {"id","code","detail","status"}.
  */
-import { STATUS_CODES } from 'node:http';
+import { STATUS_CODES } from './http/node-http.js';
 
 /**
  * The catalogue of error ids: the `id` of every error JSON the project writes itself, by the part

@@ -129,15 +129,18 @@ export async function main(argv: string[], io: CliOutput): Promise<number> {
     const server = SERVER_COMMANDS[command];
     if (server) {
       // Before anything starts: the process may be replaced by itself with a smaller young generation.
+      const { letIdleHeapShrink, notAppliedWarning, sizeYoungGeneration } = await import('./heap-size.js');
       if ((OPTIONS.semi_space_mb.commands as readonly string[]).includes(command)) {
-        const { sizeYoungGeneration, notAppliedWarning } = await import('./heap-size.js');
         const size = args.config.semi_space_mb as number;
         const warning = notAppliedWarning(size, sizeYoungGeneration(size), args.given.has('semi_space_mb'));
         if (warning) err(warning);
       }
       // A server logs for as long as it runs; its output is not the short commands' output.
       io.detach();
-      return await (await server())(args);
+      const code = await (await server())(args);
+      // Started: what the start-up allocated may be given back once the server is idle.
+      if (code < 0) letIdleHeapShrink();
+      return code;
     }
     const { runPlatformCommand } = await import('./commands.js');
     return await runPlatformCommand(args.positionals, args.config, io, args.given);

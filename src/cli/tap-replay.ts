@@ -8,7 +8,8 @@
  * before anything is sent, and a line that is not such an event is an error naming it (exit 1).
  */
 import { readFileSync } from 'node:fs';
-import { request as httpRequest, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import { request as httpRequest } from '../base/http/node-http.js';
 import { request as httpsRequest } from 'node:https';
 import type { Config } from './flags.js';
 import { UsageError, type Output } from './commands.js';

@@ -11,7 +11,8 @@
  * registry records (src/cli/ps.ts), read again every REDISCOVER_MS: a process that starts later
  * is tapped once its record is there, one whose record is gone is let go.
  */
-import { request, type ClientRequest, type IncomingMessage } from 'node:http';
+import type { ClientRequest, IncomingMessage } from 'node:http';
+import { request } from '../base/http/node-http.js';
 import { request as httpsRequest, type RequestOptions as HttpsRequestOptions } from 'node:https';
 import type { PeerCertificate, SecureContext } from 'node:tls';
 import { CALLER_NAMES, peerIdentityProblem } from '../base/mtls/workload-tls.js';

@@ -14,7 +14,8 @@
  * per-request stats (`http.<prefix>.downstream_rq_*`), the access log (src/base/http/access-log.ts),
  * errors as JSON, the limits of lifecycle.ts (connection cap, read timeouts) and the drain the
  * process drives on shutdown. */
-import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer as createHttpServer } from '../base/http/node-http.js';
 import { createServer as createHttp2Server, constants as h2constants, type Http2Server, type Http2ServerRequest, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import { abortRequest, closeAfterAnswer, isHttp2Request, type FrontRequest, type FrontResponse } from '../base/http/front-types.js';

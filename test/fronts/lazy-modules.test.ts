@@ -2,9 +2,11 @@
  * A sidecar or a gateway that is not asked for gRPC, a Redis rate limit store, certificate
  * signing, a YAML file, protobuf, a WebSocket, JWT auth or a regex does not load those libraries (their
  * memory is paid by the processes that use them), nor undici's index (fetch, WebSocket, caches
- * and mocks; mesh loads undici's client parts on their own): the real processes run with a loader
- * hook that logs every package imported or required by name. A library loaded at its first use
- * serves two first uses at once.
+ * and mocks; mesh loads undici's client parts on their own), nor Node's own copy of undici (which an
+ * ES import of node:http loads on Node 22 and later, through its WebSocket getters): the real
+ * processes run with a loader hook that logs every package imported or required by name, every
+ * builtin imported as an ES module, and at exit every builtin Node loaded. A library loaded at its
+ * first use serves two first uses at once.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -35,6 +37,13 @@ async function logged(command: readonly string[], admin: RegExp, main: RegExp, f
       base: `http://127.0.0.1:${await proc.waitForPort(main)}`,
       admin: `http://127.0.0.1:${port}`,
       packages: () => new Set(readFileSync(log, 'utf8').split('\n').filter(Boolean)),
+      /** Stops the process (SIGTERM, its clean exit) and gives the builtins Node had loaded. */
+      builtinsAtExit: async () => {
+        assert.equal(await proc.stop(), 0, proc.output());
+        const lines = readFileSync(log, 'utf8').split('\n');
+        assert.equal(lines.at(-2), 'exit', 'the hook logged the builtins at exit');
+        return new Set(lines.filter((l) => l.startsWith('loaded node:')).map((l) => l.slice('loaded node:'.length)));
+      },
       stop: async () => {
         await proc.stop();
         dir.cleanup();
@@ -61,6 +70,11 @@ describe('libraries loaded at their first use', () => {
         // The hook sees packages loaded by name: pino and undici's agent always are.
         assert.ok(loaded.has('pino') && loaded.has('undici/lib/dispatcher/agent.js'), `the hook logged: ${[...loaded].join(' ')}`);
         assert.deepEqual(LAZY.filter((pkg) => loaded.has(pkg)), []);
+        // node:http is required, never imported: an ES import reads its WebSocket getters.
+        assert.ok(loaded.has('import node:fs') && !loaded.has('import node:http'), `the hook logged: ${[...loaded].join(' ')}`);
+        const builtins = await p.builtinsAtExit();
+        assert.ok(builtins.has('http'), `Node loaded: ${[...builtins].join(' ')}`);
+        assert.equal(builtins.has('internal/deps/undici/undici'), false, `Node loaded: ${[...builtins].join(' ')}`);
       } finally {
         await p.stop();
       }

@@ -14,7 +14,8 @@
  */
 import { bodyOfUnknownLength, onceDrain, writeChunk, writeHeadFlat, type FrontRequest, type FrontResponse } from '../../base/http/front-types.js';
 import type { Dispatcher } from 'undici';
-import { request as httpRequest, STATUS_CODES, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import { request as httpRequest, STATUS_CODES } from '../../base/http/node-http.js';
 import type { Socket } from 'node:net';
 import { Transform, type Duplex, type Readable, type TransformCallback } from 'node:stream';
 import { asFrontEndError, badGateway, badRequest, bodyTooLarge, errorWithStatus, MeshError, proxyFailed, proxyRetriesSpent, proxyTimeout, routedError } from '../../base/errors.js';

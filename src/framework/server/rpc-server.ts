@@ -3,7 +3,8 @@
  * Mesh-Endpoint, body in JSON or protobuf. Also answers `GET /health` (503 while draining), so
  * a framework service can be health-checked like any HTTP app.
  */
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer } from '../../base/http/node-http.js';
 import type { AddressInfo } from 'node:net';
 import type pino from 'pino';
 import { badRequest, internalError, methodNotAllowed, notFound, tooManyHeaderFields, unsupportedMediaType } from '../../base/errors.js';

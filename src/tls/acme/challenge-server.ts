@@ -3,7 +3,8 @@
  * `GET /.well-known/acme-challenge/<token>` with the key authorization of an order in progress, and
  * redirects anything else for an allowed host to HTTPS (308). Everything else: 404.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer } from '../../base/http/node-http.js';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { formatAddress, parseAddress } from '../../base/util/address.js';

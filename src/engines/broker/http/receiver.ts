@@ -3,7 +3,8 @@
  * delivery path (`POST /_mesh/broker?topic=...&id=...`) that checks a delivery, reads its body and
  * hands the message to this process's subscriptions.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer } from '../../../base/http/node-http.js';
 import type { AddressInfo } from 'node:net';
 import type pino from 'pino';
 import { badRequest, forbidden, internalError, MeshError, methodNotAllowed, notFound, payloadTooLarge, unauthorized } from '../../../base/errors.js';
