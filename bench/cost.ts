@@ -254,6 +254,8 @@ interface Load {
   sent: number;
   ok: number;
   failed: number;
+  /** What the failed requests got (an HTTP status, a gRPC status and message), and how many each. */
+  errors?: Record<string, number>;
   late: number;
   p50: number;
   p90: number;
@@ -320,6 +322,7 @@ async function measurePath(path: PathSpec, results: Measured[]): Promise<void> {
         peakMiB: Math.max(...samples[i]!, 0),
       }));
       results.push({ path, rate, load, processes });
+      if (load.failed > 0) console.log(`${path.id} @ ${rate}/s: ${load.failed} failed: ${JSON.stringify(load.errors ?? {})}`);
       console.log(`${path.id} @ ${rate}/s: ok ${load.ok}/${load.sent}, p50 ${fixed(load.p50 / 1000)} ms, p99 ${fixed(load.p99 / 1000)} ms${processes.map((p) => `; ${p.name} ${fixed(p.cpuPerRequestUs, 0)} µs/req, ${fixed(p.medianMiB, 0)} MiB`).join('')}`);
     }
   } finally {

@@ -37,8 +37,8 @@ const spec = JSON.parse(process.argv[2] ?? '{}') as Spec;
 if (!(spec.rate > 0) || !(spec.seconds > 0)) throw new Error('open-loop: rate and seconds must be > 0');
 if (spec.tag !== undefined && spec.kind !== 'http') throw new Error('open-loop: a tag is for HTTP loads only');
 
-/** Sends request n; resolves true on a good answer. */
-type Send = (n: number) => Promise<boolean>;
+/** Sends request n; resolves true on a good answer, else what went wrong (an HTTP status, a gRPC status code and message). */
+type Send = (n: number) => Promise<true | string>;
 
 function httpSender(): { send: Send; close: () => Promise<void> } {
   const url = new URL(spec.url!);
@@ -49,7 +49,7 @@ function httpSender(): { send: Send; close: () => Promise<void> } {
   const send: Send = async (n) => {
     const res = await pool.request({ method: 'POST', path: tagged === undefined ? base : base + tagged + n, headers: { 'content-type': 'application/json' }, body });
     await res.body.dump();
-    return res.statusCode === 200;
+    return res.statusCode === 200 || `HTTP ${res.statusCode}`;
   };
   return { send, close: () => pool.close() };
 }
@@ -61,7 +61,7 @@ function grpcSender(): { send: Send; close: () => Promise<void> } {
   const request = Buffer.from(JSON.stringify({ name: 'bench', id: 1 }));
   const send: Send = () =>
     new Promise((resolve) =>
-      client.makeUnaryRequest<Buffer, Buffer>(spec.path!, (b) => b, (b) => b, request, md, { deadline: Date.now() + 10_000 }, (err) => resolve(!err)),
+      client.makeUnaryRequest<Buffer, Buffer>(spec.path!, (b) => b, (b) => b, request, md, { deadline: Date.now() + 10_000 }, (err) => resolve(err ? `gRPC ${err.code} ${err.details}` : true)),
     );
   return { send, close: async () => client.close() };
 }
@@ -73,6 +73,11 @@ async function main(): Promise<void> {
   const latencies: number[] = [];
   let ok = 0;
   let failed = 0;
+  /** What the failed ones got, and how many each (at most 20 kinds). */
+  const errors: Record<string, number> = {};
+  const count = (what: string) => {
+    if (what in errors || Object.keys(errors).length < 20) errors[what] = (errors[what] ?? 0) + 1;
+  };
   let sent = 0;
   let pending = 0;
   const start = process.hrtime.bigint();
@@ -89,10 +94,16 @@ async function main(): Promise<void> {
     send(i).then(
       (good) => {
         latencies.push(Number(process.hrtime.bigint() - at) / 1000);
-        if (good) ok++;
-        else failed++;
+        if (good === true) ok++;
+        else {
+          failed++;
+          count(good);
+        }
       },
-      () => failed++,
+      (err: Error) => {
+        failed++;
+        count(err.message.split('\n')[0]!.slice(0, 120));
+      },
     ).finally(() => {
       if (doneAt) doneAt[i] = micros();
       pending--;
@@ -112,7 +123,7 @@ async function main(): Promise<void> {
   clearTimeout(grace);
   latencies.sort((a, b) => a - b);
   const pct = (p: number) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]! : 0);
-  const line = JSON.stringify({ sent, ok, failed, late: total - ok - failed, p50: pct(50), p90: pct(90), p99: pct(99), max: latencies.at(-1) ?? 0, ...(sentAt ? { sentAt, doneAt } : {}) }) + '\n';
+  const line = JSON.stringify({ sent, ok, failed, late: total - ok - failed, p50: pct(50), p90: pct(90), p99: pct(99), max: latencies.at(-1) ?? 0, errors, ...(sentAt ? { sentAt, doneAt } : {}) }) + '\n';
   await close();
   // Exit once the line is written: a line larger than the pipe's buffer (the per-request times) is written in parts.
   process.stdout.write(line, () => process.exit(0));

@@ -151,6 +151,9 @@ export class GrpcConnections {
       if (this.sessions.get(key) === session) this.sessions.delete(key);
     });
     session.on('error', () => {});
+    // Every call that comes while the connection is being made waits on its 'connect' and 'error'
+    // (and stops listening once it is up): as many listeners as calls in flight, not a leak.
+    session.setMaxListeners(0);
     // An idle connection is not kept open for ever: it closes after a minute without a stream.
     session.setTimeout(60_000, () => session.close());
     forget = target.onClose?.(() => session.close());
@@ -402,13 +405,28 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       attempt(true, true);
       return true;
     };
+    // Messages to the client, with HTTP/2's flow control: the node is read as fast as the client
+    // takes it. Read only from the node's answer headers on: node emits a DATA frame that came in
+    // the same read as the HEADERS before the 'response' event (which waits for the next tick), and
+    // a message written to the client before its headers makes node answer on its own (:status 200,
+    // and no trailers: the client gets no status).
+    const onDrain = () => up.resume();
+    const readAnswer = () => {
+      stream.on('drain', onDrain);
+      up.on('data', (chunk: Buffer) => {
+        if (abandoned) return;
+        forwardHeld();
+        if (!stream.write(chunk)) up.pause();
+      });
+    };
     up.on('response', (h: IncomingHttpHeaders, flags: number) => {
       answered = true;
       if (stream.destroyed || stream.closed) return;
       const out = answerHeaders(h);
       options.answerHeaders?.(out);
       if (flags & NGHTTP2_FLAG_END_STREAM) {
-        // Trailers-only: the status is in these headers.
+        // Trailers-only: the status is in these headers; nothing to read.
+        up.resume();
         status = Number(h['grpc-status'] ?? GRPC_CODES.unknown);
         if (retryAfter(status, out)) return;
         forwarded = true;
@@ -421,6 +439,7 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       // Held until a message or the trailers come (HOLD_HEADERS_MS at most), while a status may still be retried.
       if (retryOn.length === 0 || hold?.whole() === undefined || tries > options.retries) forwardHeld();
       else heldTimer = setTimeout(forwardHeld, HOLD_HEADERS_MS);
+      readAnswer();
     });
     up.on('trailers', (t: IncomingHttpHeaders) => {
       status = Number(t['grpc-status'] ?? GRPC_CODES.unknown);
@@ -431,14 +450,6 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       compat?.(trailers);
     });
     if (compat) up.once('end', () => !abandoned && trailers === undefined && compat(noStatus));
-    // Messages to the client, with HTTP/2's flow control: the node is read as fast as the client takes it.
-    const onDrain = () => up.resume();
-    stream.on('drain', onDrain);
-    up.on('data', (chunk: Buffer) => {
-      if (abandoned) return;
-      forwardHeld();
-      if (!stream.write(chunk)) up.pause();
-    });
     up.once('end', () => !abandoned && stream.end());
     if (piped) {
       // A retry after a status: the request held, whole.
