@@ -2,7 +2,7 @@
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRegistry } from '../../src/engines/registry/create.js';
-import { GrpcServiceNames, REFRESH_MS } from '../../src/edge/handlers/grpc-names.js';
+import { GrpcServiceNames, MAX_SERVICES, REFRESH_MS } from '../../src/edge/handlers/grpc-names.js';
 
 describe('gRPC service names', () => {
   const registry = createRegistry('memory');
@@ -45,5 +45,12 @@ describe('gRPC service names', () => {
     assert.equal(await names.exists('go.mesh.srv.later'), false);
     now += REFRESH_MS;
     assert.equal(await names.exists('go.mesh.srv.later'), true);
+  });
+
+  it('keeps at most MAX_SERVICES names, however many a caller makes up (each new one is one registry read, as before)', async () => {
+    const names = new GrpcServiceNames(registry, () => 3_000_000);
+    for (let i = 0; i < MAX_SERVICES + 50; i++) assert.equal(await names.exists(`made-up-${i}.example`), false);
+    const kept = (names as unknown as { known: Map<string, unknown> }).known.size;
+    assert.ok(kept <= MAX_SERVICES, `${kept} names kept`);
   });
 });

@@ -16,8 +16,8 @@ import { GRPC_SERVICE_KEY } from '../../core/transport/grpc/transport.js';
 
 /** How long the registry's answers are kept. */
 export const REFRESH_MS = 5000;
-/** The index reads at most this many services (a registry larger than that is read in part). */
-const MAX_SERVICES = 10_000;
+/** The index reads at most this many services (a registry larger than that is read in part); as many names are kept. */
+export const MAX_SERVICES = 10_000;
 
 /** The metadata header a caller may name the service with. */
 export const MESH_SERVICE_HEADER = 'mesh-service';
