@@ -406,10 +406,10 @@ export function passGrpcCall(stream: GrpcDownstream, headers: IncomingHttpHeader
       return true;
     };
     // Messages to the client, with HTTP/2's flow control: the node is read as fast as the client
-    // takes it. Read only from the node's answer headers on: node emits a DATA frame that came in
-    // the same read as the HEADERS before the 'response' event (which waits for the next tick), and
-    // a message written to the client before its headers makes node answer on its own (:status 200,
-    // and no trailers: the client gets no status).
+    // takes it. Read only from the node's answer headers on: node:http2 emits 'response' on the
+    // next tick, and when it reads the HEADERS and a DATA frame inside another call (TLS does,
+    // under load) the 'data' comes first. A message written to the client before its headers
+    // makes node answer on its own (:status 200, and no trailers: the client gets no status).
     const onDrain = () => up.resume();
     const readAnswer = () => {
       stream.on('drain', onDrain);

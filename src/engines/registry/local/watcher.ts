@@ -123,10 +123,10 @@ export class Poller {
     let next = Infinity;
     for (const w of this.watchers) next = Math.min(next, w.expiresAt);
     if (next === Infinity) return;
+    // At least SETTLE_MS away: a store whose time stands still (failing) never makes this a busy loop.
     this.expiry = setTimeout(() => {
       this.expiry = undefined;
       this.tick();
-      // At least SETTLE_MS: a store whose time stands still (failing) never makes this a busy loop.
     }, Math.min(2 ** 31 - 1, Math.max(SETTLE_MS, next - this.store.viewNow() + 1)));
     this.expiry.unref();
   }
