@@ -113,7 +113,10 @@ describe('backend faults under load through the gateway', () => {
       const group = new ProcessGroup();
       try {
         const nodes = await threeNodes(tmp.path, group);
-        const gw = group.add(await startGatewayProcess(tmp.path, ['--client_retries=1']));
+        // The retry budget allows as many retries at once as there are requests in flight: every
+        // request on the killed node may be retried at the same moment (with the default of 3,
+        // a fourth one in flight there is refused, and answered 502, as the budget says).
+        const gw = group.add(await startGatewayProcess(tmp.path, ['--client_retries=1', `--retry_budget_min=${CONCURRENCY}`]));
         const counter = perPid();
         const load = startLoad({ origin: gw.url, concurrency: CONCURRENCY, mix: [WHO_AM], pauseMs: PAUSE_MS, onAnswer: counter.onAnswer });
         try {
