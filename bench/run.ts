@@ -12,6 +12,7 @@ import {
   NotAvailable,
   peakRssKiB,
   commandExists,
+  pinning,
   cpuMicros,
   freePort,
   pin,
@@ -53,19 +54,6 @@ export const settings: Settings = {
   pin: pinning(),
 };
 
-/**
- * BENCH_PIN (default on with 2+ CPUs and taskset): the measured proxy gets CPU 0 to itself (as
- * far as this benchmark goes); the load generator, the backend and everything behind the proxy
- * share the others. Without it the scheduler's placement of three busy processes on two CPUs
- * changes from round to round and the numbers swing (seen here: 80 vs 140 µs/request for the
- * same proxy).
- */
-function pinning(): { proxy: string; rest: string } | undefined {
-  if (process.env.BENCH_PIN === '0') return undefined;
-  const n = availableParallelism();
-  if (n < 2 || !commandExists('taskset', ['-V'])) return undefined;
-  return { proxy: '0', rest: n === 2 ? '1' : `1-${n - 1}` };
-}
 /** Which pinning mode ran, for the summary and the report. */
 function pinMode(): string {
   if (settings.pin) return `pinned (taskset: measured proxy on CPU ${settings.pin.proxy}, everything else on CPU ${settings.pin.rest})`;

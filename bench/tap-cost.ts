@@ -9,8 +9,10 @@
  * end). It prints medians and ratios: tap / no tap (paired with the neighbouring no-tap rounds),
  * and the spread of the no-tap rounds between themselves (A/A). With BENCH_TAP_KINDS=tap,filtered
  * the tap rounds alternate with rounds of a tap whose filter takes nothing (the event is built for
- * every request, none is written): the part of the cost before and after the filter. See
- * bench/README.md ("What a tap costs").
+ * every request, none is written): the part of the cost before and after the filter. With
+ * BENCH_TAP_BASELINE=<another build's dist/src/cli/main.js> and `baseline` among the kinds, a second
+ * gateway of that build (the same code without the tap's per-request check: bench/README.md) serves
+ * the `baseline` rounds: the A/B twin of the no-tap rounds. See bench/README.md ("What a tap costs").
  */
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir, cpus, release } from 'node:os';
@@ -18,7 +20,7 @@ import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { spawnSync } from 'node:child_process';
 import { finished } from 'node:stream/promises';
-import { cpuMicros, freePort, killAllSync, machineBusyMicros, ownTreeMicros, rssKiB, startProcess, stopAll, waitForPort, type Proc } from './lib/proc.js';
+import { cpuMicros, freePort, killAllSync, machineBusyMicros, ownTreeMicros, pin, pinning, rssKiB, startProcess, stopAll, waitForPort, type Proc } from './lib/proc.js';
 import { fixed, markdownTable, median, parseSeconds, percentile, ratio } from './lib/stats.js';
 import { BACKEND_SERVICE, PATH, REQUEST_BODY } from './lib/payload.js';
 
@@ -36,17 +38,26 @@ const DRAIN_MS = 1500;
 const SETTLE_MS = 1000;
 /** The tap rounds between the no-tap rounds, in turn: `tap` (takes every request), `filtered` (a tap whose filter takes none). */
 const KINDS = (process.env.BENCH_TAP_KINDS ?? 'tap').split(',').filter(Boolean) as Kind[];
+/** The build the `baseline` rounds run (its main.js). */
+const BASELINE = process.env.BENCH_TAP_BASELINE;
 const OUT = process.env.BENCH_OUT ?? join(tmpdir(), QUICK ? 'mesh-bench-RESULTS.tap.quick.md' : 'mesh-bench-RESULTS.tap.md');
 
 if (!(RATE > 0) || !(TAP_RATE >= 1) || !(ROUNDS >= 2) || !Number.isInteger(ROUNDS)) {
   throw new Error('bench:tap: BENCH_TAP_LOAD_RATE and BENCH_TAP_RATE must be > 0, BENCH_TAP_ROUNDS an integer ≥ 2');
 }
-if (KINDS.length === 0 || KINDS.some((k) => k !== 'tap' && k !== 'filtered')) throw new Error(`bench:tap: BENCH_TAP_KINDS: a comma list of tap, filtered (got "${process.env.BENCH_TAP_KINDS}")`);
+if (KINDS.length === 0 || KINDS.some((k) => k !== 'tap' && k !== 'filtered' && k !== 'baseline')) throw new Error(`bench:tap: BENCH_TAP_KINDS: a comma list of tap, filtered, baseline (got "${process.env.BENCH_TAP_KINDS}")`);
+if (KINDS.includes('baseline') && !(BASELINE && existsSync(BASELINE))) throw new Error(`bench:tap: the baseline kind needs BENCH_TAP_BASELINE, another build's main.js (got "${BASELINE ?? ''}")`);
 
 const tmp = mkdtempSync(join(tmpdir(), 'mesh-tap-cost-'));
+/**
+ * BENCH_PIN (as `npm run bench`): the gateway gets CPU 0 to itself, and this process and all it
+ * starts (backend, load, tap reader: they inherit it) the others; in the field the tap's reader
+ * (`mesh tap`) runs elsewhere, and unpinned the scheduler's placement swings the gateway's CPU.
+ */
+const PIN = pinning();
 
-/** A round's tap: none, one taking every request, one whose filter takes none. */
-type Kind = 'none' | 'tap' | 'filtered';
+/** A round's tap: none, one taking every request, one whose filter takes none; or no tap on the baseline build. */
+type Kind = 'none' | 'tap' | 'filtered' | 'baseline';
 /** A path no request has: the filtered tap's prefix. */
 const NO_MATCH = '/no-such-path';
 
@@ -144,9 +155,16 @@ async function attachTap(admin: number, tag: string, prefix: string): Promise<{ 
   };
 }
 
-async function round(n: number, kind: Kind, url: string, gateway: Proc, admin: number, seconds: number): Promise<Round> {
+/** A gateway under test: its process, the URL loaded, its admin port. */
+interface Gateway {
+  proc: Proc;
+  url: string;
+  admin: number;
+}
+
+async function round(n: number, kind: Kind, { proc: gateway, url, admin }: Gateway, seconds: number): Promise<Round> {
   const tag = `r${n}`;
-  const reader = kind === 'none' ? undefined : await attachTap(admin, tag, kind === 'tap' ? PATH : NO_MATCH);
+  const reader = kind === 'none' || kind === 'baseline' ? undefined : await attachTap(admin, tag, kind === 'tap' ? PATH : NO_MATCH);
   await new Promise((res) => setTimeout(res, SETTLE_MS));
   const busy0 = machineBusyMicros() ?? 0;
   const own0 = ownTreeMicros() ?? 0;
@@ -196,6 +214,7 @@ function report(rounds: Round[], started: Date): string {
   const off = rounds.filter((r) => r.kind === 'none');
   const on = rounds.filter((r) => r.kind === 'tap');
   const filtered = rounds.filter((r) => r.kind === 'filtered');
+  const baseline = rounds.filter((r) => r.kind === 'baseline');
   const cpuOff = median(off.map((r) => r.cpuPerRequestUs));
   const cpuOn = median(on.map((r) => r.cpuPerRequestUs));
   // Each tap round against the mean of the no-tap rounds beside it (drift cancels).
@@ -206,6 +225,8 @@ function report(rounds: Round[], started: Date): string {
     });
   const paired = pairedOf(on);
   const pairedFiltered = pairedOf(filtered);
+  // This build's no-tap rounds against the baseline build's beside them: the no-tap path's cost.
+  const noTapCost = median(pairedOf(baseline).map((x) => 1 / x));
   // A/A: each no-tap round against the previous no-tap round (the same build, nothing changed).
   const aa = off.slice(1).map((r, i) => r.cpuPerRequestUs / off[i]!.cpuPerRequestUs);
   const aaDev = aa.map((x) => Math.abs(x - 1) * 100);
@@ -221,7 +242,7 @@ function report(rounds: Round[], started: Date): string {
   const ms = (us: number) => fixed(us / 1000);
   const rows = rounds.map((r) => [
     String(r.n),
-    r.kind === 'none' ? 'no tap' : r.kind === 'tap' ? 'tap' : 'tap, filtered out',
+    r.kind === 'none' ? 'no tap' : r.kind === 'tap' ? 'tap' : r.kind === 'filtered' ? 'tap, filtered out' : 'no tap, baseline build',
     `${r.load.ok}/${r.load.sent}`,
     fixed(r.cpuPerRequestUs, 1),
     ms(r.load.p50),
@@ -240,7 +261,7 @@ function report(rounds: Round[], started: Date): string {
   return [
     '# What a tap costs',
     '',
-    `Made by \`npm run bench:tap\` on ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC: ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, Linux ${release()}, Node ${node}. \`mesh api --handler=proxy --namespace=go.mesh.srv --log_level=warning\` in front of the bench backend; open-loop \`POST ${PATH}?tag=…&i=…\` at ${RATE}/s, ${ROUNDS} rounds of ${SECONDS} s alternating no tap / one tap (\`/tap?path_prefix=${PATH}&rate=${TAP_RATE}\`, read by a client process of its own)${KINDS.includes('filtered') ? ` / no tap / one tap whose filter takes nothing (\`path_prefix=${NO_MATCH}\`: each request's event is built, none is written)` : ''}, after ${WARMUP} s of warm-up each way; not pinned.`,
+    `Made by \`npm run bench:tap\` on ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC: ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, Linux ${release()}, Node ${node}. \`mesh api --handler=proxy --namespace=go.mesh.srv --log_level=warning\` in front of the bench backend; open-loop \`POST ${PATH}?tag=…&i=…\` at ${RATE}/s, ${ROUNDS} rounds of ${SECONDS} s alternating no tap / one tap (\`/tap?path_prefix=${PATH}&rate=${TAP_RATE}\`, read by a client process of its own)${KINDS.includes('filtered') ? ` / no tap / one tap whose filter takes nothing (\`path_prefix=${NO_MATCH}\`: its requests get no record)` : ''}${KINDS.includes('baseline') ? ` / no tap / no tap on a second gateway of the baseline build (\`${BASELINE}\`)` : ''}, after ${WARMUP} s of warm-up each way; ${PIN ? `pinned: the gateway on CPU ${PIN.proxy}, the backend, load and tap reader on CPU ${PIN.rest}` : 'not pinned'}.`,
     '',
     'CPU: user + system time of the gateway per answered request, µs. "others": CPU used by processes the bench did not start, during the round (100 = one CPU). Delays: ms from a request\'s send to its event\'s arrival at the tap client (p50 / p99 / max); "first": the round\'s first request\'s event. Lost: answered − events − `{"dropped":N}`.',
     '',
@@ -250,6 +271,7 @@ function report(rounds: Round[], started: Date): string {
     '',
     `- CPU per request, median: no tap ${fixed(cpuOff, 1)} µs (${off.length} rounds), one tap ${fixed(cpuOn, 1)} µs (${on.length} rounds); tap / no tap ${ratio(cpuOn / cpuOff)} on medians, ${ratio(tapRatio)} median of each tap round against its neighbouring no-tap rounds (per round: ${paired.map((x) => fixed(x, 3)).join(', ')})`,
     ...(filtered.length ? [`- a tap whose path prefix takes nothing (its requests get no record since the hub checks path and method at their start): ${fixed(median(filtered.map((r) => r.cpuPerRequestUs)), 1)} µs (${filtered.length} rounds), ${ratio(median(pairedFiltered))} median against its neighbouring no-tap rounds (per round: ${pairedFiltered.map((x) => fixed(x, 3)).join(', ')})`] : []),
+    ...(baseline.length ? [`- this build with no tap against the baseline build beside it: ${ratio(noTapCost)} median (per round: ${pairedOf(baseline).map((x) => fixed(1 / x, 3)).join(', ')}; baseline ${fixed(median(baseline.map((r) => r.cpuPerRequestUs)), 1)} µs over ${baseline.length} rounds)`] : []),
     `- A/A (no-tap round against the previous no-tap round): ${aa.map((x) => fixed(x, 3)).join(', ')}; median |Δ| ${fixed(median(aaDev), 1)} %, max ${fixed(Math.max(...aaDev), 1)} %`,
     `- client latency, median of rounds: no tap p50 ${ms(median(off.map((r) => r.load.p50)))} ms, p99 ${ms(median(off.map((r) => r.load.p99)))} ms; tap p50 ${ms(median(on.map((r) => r.load.p50)))} ms, p99 ${ms(median(on.map((r) => r.load.p99)))} ms`,
     `- events: ${events} received of ${answered} answered, ${dropped} reported dropped, ${lost} lost${on.some((r) => (r.read?.duplicates ?? 0) + (r.read?.bad ?? 0) > 0) ? ` (duplicates ${on.reduce((a, r) => a + (r.read?.duplicates ?? 0), 0)}, bad lines ${on.reduce((a, r) => a + (r.read?.bad ?? 0), 0)})` : ''}`,
@@ -257,7 +279,9 @@ function report(rounds: Round[], started: Date): string {
     '',
     '## Targets',
     '',
-    `- no tap: within the A/A spread (target ≤ +1 %): one build only, so the no-tap path (one boolean per request) cannot be set against a build without it; the A/A spread above is the resolution of this run`,
+    baseline.length
+      ? `- no tap: ${fixed((noTapCost - 1) * 100, 1)} % CPU per request against the baseline build (target ≤ +1 %): ${verdict(noTapCost <= 1.01)}, with an A/A spread of ${fixed(median(aaDev), 1)} %`
+      : `- no tap: within the A/A spread (target ≤ +1 %): one build only (BENCH_TAP_BASELINE sets one without the tap's check against it); the A/A spread above is the resolution of this run`,
     `- one tap at ${RATE}/s: ${fixed((tapRatio - 1) * 100, 1)} % CPU per request (target ≤ +5 %): ${verdict(tapRatio <= 1.05)}`,
     `- first event within 100 ms of its request: max ${fixed(Math.max(...firsts), 1)} ms for each round's first, ${over100} of ${delays.length} events over 100 ms after their request's send (the request's own latency included), ${over100After} over 100 ms after their answer's end: ${verdict(over100 === 0)}`,
     `- no event lost below the cap (${RATE}/s load, cap ${TAP_RATE}/s): ${lost} lost, ${dropped} dropped: ${verdict(lost === 0 && (RATE > TAP_RATE || dropped === 0))}`,
@@ -268,38 +292,48 @@ function report(rounds: Round[], started: Date): string {
 async function main(): Promise<void> {
   if (!existsSync(MAIN)) throw new Error(`${MAIN} not built: npm run build`);
   const started = new Date();
+  if (PIN && !pin([process.pid], PIN.rest)) throw new Error('bench:tap: taskset could not pin the bench (BENCH_PIN=0 runs unpinned)');
   const registry = join(tmp, 'registry');
   mkdirSync(registry, { recursive: true, mode: 0o700 });
   const backendPort = await freePort();
   const backend = tsx('backend', 'servers/backend.ts', [String(backendPort)]);
   await waitForPort(backend, backendPort);
   mesh(['register', 'service', JSON.stringify({ Name: BACKEND_SERVICE, Nodes: [{ Id: `${BACKEND_SERVICE}-1`, Address: '127.0.0.1', Port: backendPort }] }), `--registry_address=${registry}`]);
-  const port = await freePort();
-  const admin = await freePort();
-  const gateway = startProcess(
-    'gateway',
-    process.execPath,
-    [MAIN, 'api', `--address=127.0.0.1:${port}`, `--admin_address=127.0.0.1:${admin}`, `--registry_address=${registry}`, '--log_level=warning', '--handler=proxy', '--namespace=go.mesh.srv'],
-    { cwd: ROOT, env: { MESH_HOME: tmp } },
-  );
-  await waitForPort(gateway, port, 30_000);
-  await waitForPort(gateway, admin, 30_000);
-  const url = `http://127.0.0.1:${port}${PATH}`;
-  const check = await openLoop(url, 5, 1, 'check');
-  if (check.ok === 0) throw new Error(`the gateway gave no good answer (${JSON.stringify({ ...check, sentAt: undefined, doneAt: undefined })}):\n${gateway.output()}`);
-  // Warm-up both ways (the tap's event path is compiled too), not counted.
-  await round(-2, 'none', url, gateway, admin, WARMUP);
-  await round(-1, 'tap', url, gateway, admin, WARMUP);
+  const start = async (main: string, name: string): Promise<Gateway> => {
+    const port = await freePort();
+    const admin = await freePort();
+    const proc = startProcess(
+      name,
+      process.execPath,
+      [main, 'api', `--address=127.0.0.1:${port}`, `--admin_address=127.0.0.1:${admin}`, `--registry_address=${registry}`, '--log_level=warning', '--handler=proxy', '--namespace=go.mesh.srv'],
+      { cwd: ROOT, env: { MESH_HOME: tmp } },
+    );
+    await waitForPort(proc, port, 30_000);
+    await waitForPort(proc, admin, 30_000);
+    if (PIN && !pin([proc.pid], PIN.proxy)) throw new Error(`bench:tap: taskset could not pin the ${name} (BENCH_PIN=0 runs unpinned)`);
+    const url = `http://127.0.0.1:${port}${PATH}`;
+    const check = await openLoop(url, 5, 1, 'check');
+    if (check.ok === 0) throw new Error(`the ${name} gave no good answer (${JSON.stringify({ ...check, sentAt: undefined, doneAt: undefined })}):\n${proc.output()}`);
+    return { proc, url, admin };
+  };
+  const gateway = await start(MAIN, 'gateway');
+  const base = KINDS.includes('baseline') ? await start(BASELINE!, 'baseline gateway') : undefined;
+  // Warm-up every way (the tap's event path is compiled too), not counted.
+  await round(-3, 'none', gateway, WARMUP);
+  await round(-2, 'tap', gateway, WARMUP);
+  if (base) await round(-1, 'baseline', base, WARMUP);
   const rounds: Round[] = [];
   for (let n = 0; n < ROUNDS; n++) {
-    const r = await round(n, n % 2 === 0 ? 'none' : KINDS[((n - 1) / 2) % KINDS.length]!, url, gateway, admin, SECONDS);
+    const kind = n % 2 === 0 ? 'none' : KINDS[((n - 1) / 2) % KINDS.length]!;
+    const r = await round(n, kind, kind === 'baseline' ? base! : gateway, SECONDS);
     rounds.push(r);
     console.log(
       `round ${n} ${r.kind}: ok ${r.load.ok}/${r.load.sent}, ${fixed(r.cpuPerRequestUs, 1)} µs/req, p99 ${fixed(r.load.p99 / 1000)} ms, others ${fixed(r.others * 100, 0)} %` +
         (r.read ? `; events ${r.read.events}, dropped ${r.read.dropped}, lost ${r.lost}, delay p50 ${fixed(pct(r.delays, 50))} ms p99 ${fixed(pct(r.delays, 99))} ms` : ''),
     );
   }
-  await gateway.stop();
+  await gateway.proc.stop();
+  await base?.proc.stop();
   await backend.stop();
   const text = report(rounds, started);
   writeFileSync(OUT, text);

@@ -5,6 +5,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { readFileSync, readdirSync, existsSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
+import { availableParallelism } from 'node:os';
 
 export class NotAvailable extends Error {
   constructor(message: string) {
@@ -262,6 +263,19 @@ export function ownTreeMicros(): number | undefined {
   return (ticks * 1e6) / clkTck();
 }
 
+/**
+ * BENCH_PIN (default on with 2+ CPUs and taskset): the measured proxy gets CPU 0 to itself (as
+ * far as this benchmark goes); the load generator, the backend and everything behind the proxy
+ * share the others. Without it the scheduler's placement of three busy processes on two CPUs
+ * changes from round to round and the numbers swing (seen here: 80 vs 140 µs/request for the
+ * same proxy).
+ */
+export function pinning(): { proxy: string; rest: string } | undefined {
+  if (process.env.BENCH_PIN === '0') return undefined;
+  const n = availableParallelism();
+  if (n < 2 || !commandExists('taskset', ['-V'])) return undefined;
+  return { proxy: '0', rest: n === 2 ? '1' : `1-${n - 1}` };
+}
 /**
  * Sets the CPU affinity of the processes, their threads and their children (taskset -a -p).
  * Returns false when taskset is missing or fails.

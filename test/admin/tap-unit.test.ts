@@ -5,10 +5,11 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
-import type { ServerResponse } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { parseQuery } from '../../src/admin/query.js';
 import { parseTapQuery, RateCap, tapMatches, TapStream, TAP_PENDING_MAX_BYTES, type TapFilter } from '../../src/admin/tap.js';
-import { isRedacted, REDACTED, redactHeaders, TapHub, type TapEvent } from '../../src/base/http/tap.js';
+import { isRedacted, REDACTED, redactHeaders, responseHeadersOf, TapHub, type TapEvent } from '../../src/base/http/tap.js';
 import { formatTapEvent, tapAdmins, tapQueryOf } from '../../src/cli/tap.js';
 import { BodyCapture, renderBody } from '../../src/base/http/tap-body.js';
 import { replayOf, ReplayError } from '../../src/cli/tap-replay.js';
@@ -126,6 +127,42 @@ describe('redaction', () => {
       accept: 'text/plain',
       'x-two': '1, 2',
     });
+  });
+
+  it('an answer\'s headers as node sent them: writeHead\'s and setHeader\'s, repeated ones kept, values with colons whole', async () => {
+    const heads: Array<Record<string, unknown>> = [];
+    const server = createServer((req, res) => {
+      if (req.url === '/array') {
+        res.writeHead(201, ['Set-Cookie', 'a=1', 'set-cookie', 'b=2', 'Location', 'http://h:1/x', 'X-Empty', '']);
+      } else if (req.url === '/mixed') {
+        res.setHeader('X-Set', 'by setHeader');
+        res.writeHead(202, { 'X-Head': 'by writeHead' });
+      } else if (req.url === '/none') {
+        res.writeHead(204);
+      } else {
+        res.statusCode = 200;
+        res.setHeader('content-type', 'text/plain');
+      }
+      res.end();
+      heads.push(responseHeadersOf(res));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const { port } = server.address() as AddressInfo;
+    try {
+      for (const path of ['/array', '/mixed', '/none', '/set']) await (await fetch(`http://127.0.0.1:${port}${path}`)).arrayBuffer();
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+    const [array, mixed, none, set] = heads;
+    assert.deepEqual([mixed!['x-set'], mixed!['x-head']], ['by setHeader', 'by writeHead']);
+    assert.deepEqual(array!['set-cookie'], ['a=1', 'b=2']);
+    assert.equal(array!.location, 'http://h:1/x');
+    assert.equal(array!['x-empty'], '');
+    assert.ok(!('' in array!));
+    assert.deepEqual(Object.keys(none!).filter((n) => n !== 'date' && n !== 'connection' && n !== 'keep-alive'), []);
+    assert.equal(set!['content-type'], 'text/plain');
+    assert.equal(set!['content-length'], '0');
   });
 });
 

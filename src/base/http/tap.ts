@@ -84,23 +84,27 @@ export interface TapSink {
   deliver(event: TapEvent): void;
 }
 
-/** Folds a header name as the edge does: lower case, `_` as `-`. */
-export function foldHeaderName(name: string): string {
-  return name.toLowerCase().replace(/_/g, '-');
+const ALWAYS_REDACTED: ReadonlySet<string> = new Set(REDACTED_HEADERS);
+
+/** Folds a header name as the edge does: lower case, `_` as `-` (as core/transport/headers.ts's foldHeaderName, for any case). */
+export function foldName(name: string): string {
+  const lower = name.toLowerCase();
+  return lower.includes('_') ? lower.replaceAll('_', '-') : lower;
 }
 
 /** Whether a header name is redacted given the configured extra names (folded). */
 export function isRedacted(name: string, extra: ReadonlySet<string>): boolean {
-  const n = foldHeaderName(name);
-  return (REDACTED_HEADERS as readonly string[]).includes(n) || n.startsWith(REDACTED_PREFIX) || extra.has(n);
+  const n = foldName(name);
+  return ALWAYS_REDACTED.has(n) || n.startsWith(REDACTED_PREFIX) || extra.has(n);
 }
 
 /** Headers as a flat object of strings (repeated ones joined by `, `), redacted ones replaced. */
 export function redactHeaders(headers: Record<string, unknown>, extra: ReadonlySet<string>): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers)) {
+  for (const name in headers) {
+    const value = headers[name];
     if (value === undefined) continue;
-    out[name] = isRedacted(name, extra) ? REDACTED : Array.isArray(value) ? value.map(String).join(', ') : String(value);
+    out[name] = isRedacted(name, extra) ? REDACTED : typeof value === 'string' ? value : Array.isArray(value) ? value.map(String).join(', ') : String(value);
   }
   return out;
 }
@@ -113,15 +117,19 @@ export function responseHeadersOf(res: FrontResponse): Record<string, unknown> {
   const head = (res as unknown as { _header?: string | null })._header;
   if (typeof head !== 'string') return res.getHeaders();
   const out: Record<string, string | string[]> = {};
-  const lines = head.split('\r\n');
-  for (let i = 1; i < lines.length; i++) {
-    const line = lines[i]!;
-    const colon = line.indexOf(':');
-    if (colon <= 0) continue;
-    const name = line.slice(0, colon).trim().toLowerCase();
-    const value = line.slice(colon + 1).trim();
-    const had = out[name];
-    out[name] = had === undefined ? value : Array.isArray(had) ? [...had, value] : [had, value];
+  // Header lines after the status line, each `name: value\r\n` (node wrote them: no folding).
+  let at = head.indexOf('\r\n') + 2;
+  while (at > 1 && at < head.length) {
+    const eol = head.indexOf('\r\n', at);
+    const end = eol === -1 ? head.length : eol;
+    const colon = head.indexOf(':', at);
+    if (colon > at && colon < end) {
+      const name = head.slice(at, colon).trim().toLowerCase();
+      const value = head.slice(colon + 1, end).trim();
+      const had = out[name];
+      out[name] = had === undefined ? value : Array.isArray(had) ? [...had, value] : [had, value];
+    }
+    at = end + 2;
   }
   return out;
 }
@@ -154,7 +162,7 @@ export class TapHub {
   private readonly jsonFields: ReadonlySet<string>;
 
   constructor(options: TapHubOptions = {}) {
-    this.redact = new Set((options.redact ?? []).map(foldHeaderName));
+    this.redact = new Set((options.redact ?? []).map(foldName));
     this.maxTaps = options.maxTaps ?? MAX_TAPS;
     this.bodiesMaxBytes = options.bodiesMaxBytes ?? 0;
     this.jsonFields = new Set((options.redactJsonFields ?? []).map((f) => f.toLowerCase()));
