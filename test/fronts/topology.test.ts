@@ -125,6 +125,14 @@ describe('GET /stats/topology of mesh api', () => {
     const asset = await http('GET', `${mesh.gw.url}/stats/assets/topology.js`);
     assert.equal(asset.status, 200);
     assert.equal(asset.headers['content-type'], 'text/javascript; charset=utf-8');
+    // The sidecar's page asks for no topology (no 404 in a browser's console); the gateway's does.
+    const sidePage = await http('GET', `${mesh.sidecar.base}/stats`, { headers: { accept: 'text/html' } });
+    assert.equal(sidePage.status, 200);
+    assert.doesNotMatch(sidePage.text, /topology/);
+    assert.match(sidePage.text, /<table id="clusters">/);
+    const gwPage = await http('GET', `${mesh.gw.url}/stats`, { headers: { accept: 'text/html' } });
+    assert.match(gwPage.text, /<script src="stats\/assets\/topology\.js" defer><\/script>/);
+    assert.match(gwPage.text, /<section id="topology" hidden/);
   });
 
   it('behind the gateway\'s auth like /stats: no key, 401', async () => {

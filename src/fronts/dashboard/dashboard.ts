@@ -130,6 +130,8 @@ export interface DashboardJson {
 interface AssetSource {
   type: string;
   path: () => string;
+  /** Made from the file's text (the page of a process without a topology). */
+  edit?: (text: string) => string;
 }
 
 const require = createRequire(import.meta.url);
@@ -137,6 +139,19 @@ const own = (name: string) => () => join(packageRoot(), 'src', 'fronts', 'dashbo
 const uplot = (name: string) => () => require.resolve(`uplot/dist/${name}`);
 
 const PAGE: AssetSource = { type: 'text/html; charset=utf-8', path: own('page.html') };
+/**
+ * The page of a process that serves no topology (the sidecar): without the topology section and
+ * its script, so that the page asks for nothing the process does not serve (a 404 the browser's
+ * console would show).
+ */
+const PAGE_WITHOUT_TOPOLOGY: AssetSource = {
+  ...PAGE,
+  edit: (text) => {
+    const out = text.replace(/<script src="stats\/assets\/topology\.js" defer><\/script>\n/, '').replace(/<section id="topology"[^>]*>[\s\S]*?<\/section>\n\n?/, '');
+    if (out.includes('topology')) throw new Error('page.html: the topology section or its script is not where the sidecar\'s page leaves it out');
+    return out;
+  },
+};
 const ASSETS: Record<string, AssetSource> = {
   'dashboard.js': { type: 'text/javascript; charset=utf-8', path: own('dashboard.js') },
   'topology.js': { type: 'text/javascript; charset=utf-8', path: own('topology.js') },
@@ -155,7 +170,7 @@ const loaded = new Map<AssetSource, LoadedAsset>();
 function load(source: AssetSource): LoadedAsset {
   let asset = loaded.get(source);
   if (!asset) {
-    const body = readFileSync(source.path());
+    const body = source.edit ? Buffer.from(source.edit(readFileSync(source.path(), 'utf8'))) : readFileSync(source.path());
     asset = { type: source.type, body, etag: `"${createHash('sha1').update(body).digest('base64url')}"` };
     loaded.set(source, asset);
   }
@@ -313,7 +328,7 @@ export class Dashboard {
     }
     if (path === DASHBOARD_PATH) {
       if (wantsJson(req, query)) sendJson(res, 200, this.snapshot(), { 'cache-control': 'no-store', vary: 'Accept' });
-      else sendAsset(req, res, load(PAGE), 'no-store');
+      else sendAsset(req, res, load(this.options.topology ? PAGE : PAGE_WITHOUT_TOPOLOGY), 'no-store');
       return;
     }
     if (path === TOPOLOGY_PATH) {
