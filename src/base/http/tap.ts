@@ -100,14 +100,21 @@ export function isRedacted(name: string, extra: ReadonlySet<string>): boolean {
 
 /** Headers as a flat object of strings (repeated ones joined by `, `), redacted ones replaced. */
 export function redactHeaders(headers: Record<string, unknown>, extra: ReadonlySet<string>): Record<string, string> {
+  return flatHeaders(headers, (name) => isRedacted(name, extra));
+}
+
+function flatHeaders(headers: Record<string, unknown>, redacted: (name: string) => boolean): Record<string, string> {
   const out: Record<string, string> = {};
   for (const name in headers) {
     const value = headers[name];
     if (value === undefined) continue;
-    out[name] = isRedacted(name, extra) ? REDACTED : typeof value === 'string' ? value : Array.isArray(value) ? value.map(String).join(', ') : String(value);
+    out[name] = redacted(name) ? REDACTED : typeof value === 'string' ? value : Array.isArray(value) ? value.map(String).join(', ') : String(value);
   }
   return out;
 }
+
+/** Header names whose redaction a hub remembers (the names a process sees are few; made-up ones past these are folded each time). */
+export const REDACTION_CACHE_NAMES = 512;
 
 /**
  * The headers of an answer as sent: parsed from the head node wrote (which also holds those given
@@ -159,6 +166,16 @@ export class TapHub {
   private readonly sinks = new Set<TapSink>();
   private bodySinks = 0;
   private readonly redact: ReadonlySet<string>;
+  /** isRedacted's answer per header name as received, for at most REDACTION_CACHE_NAMES names. */
+  private readonly redactedNames = new Map<string, boolean>();
+  private readonly redacted = (name: string): boolean => {
+    let r = this.redactedNames.get(name);
+    if (r === undefined) {
+      r = isRedacted(name, this.redact);
+      if (this.redactedNames.size < REDACTION_CACHE_NAMES) this.redactedNames.set(name, r);
+    }
+    return r;
+  };
   private readonly jsonFields: ReadonlySet<string>;
 
   constructor(options: TapHubOptions = {}) {
@@ -231,7 +248,6 @@ export class TapHub {
     // Cut off before the answer was complete, and not for an upstream reason: the client went away (as the access log says).
     if (!res.writableFinished && info.flags === 0) info.addFlag('DC');
     const target = targetOf(req);
-    const since = (at: number | undefined): number | null => (at === undefined ? null : round(at - info.startPerf));
     const event: TapEvent = {
       time: new Date(info.startMs).toISOString(),
       front,
@@ -241,12 +257,12 @@ export class TapHub {
       query: target.query ?? null,
       scheme: (req.socket as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
       status: res.headersSent ? res.statusCode : 0,
-      request_headers: redactHeaders(req.headers, this.redact),
-      response_headers: res.headersSent ? redactHeaders(responseHeadersOf(res), this.redact) : {},
+      request_headers: flatHeaders(req.headers, this.redacted),
+      response_headers: res.headersSent ? flatHeaders(responseHeadersOf(res), this.redacted) : {},
       bytes_in: info.bytesReceived,
       bytes_out: info.bytesSent,
       duration_ms: round(durationMs),
-      phases: { upstream_ms: since(info.upstreamAt), first_byte_ms: since(info.firstByteAt) },
+      phases: { upstream_ms: since(info.upstreamAt, info.startPerf), first_byte_ms: since(info.firstByteAt, info.startPerf) },
       route: info.routeName ?? null,
       grpc_status: info.grpcStatus ?? null,
       cluster: info.upstreamCluster ?? null,
@@ -276,6 +292,11 @@ export class TapHub {
   sinksNow(): TapSink[] {
     return [...this.sinks];
   }
+}
+
+/** Milliseconds from `start` to `at` (performance.now()), to 0.1 ms; null when `at` is not known. */
+function since(at: number | undefined, start: number): number | null {
+  return at === undefined ? null : round(at - start);
 }
 
 /** Milliseconds to 0.1 ms. */
