@@ -9,12 +9,13 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parseQuery } from '../../src/admin/query.js';
 import { parseTapQuery, RateCap, tapMatches, TapStream, TAP_PENDING_MAX_BYTES, type TapFilter } from '../../src/admin/tap.js';
-import { isRedacted, REDACTED, redactHeaders, responseHeadersOf, TapHub, type TapEvent } from '../../src/base/http/tap.js';
+import { isRedacted, REDACTED, REDACTION_CACHE_NAMES, redactHeaders, responseHeadersOf, TapHub, type TapEvent } from '../../src/base/http/tap.js';
 import { formatTapEvent, tapAdmins, tapQueryOf } from '../../src/cli/tap.js';
 import { BodyCapture, renderBody } from '../../src/base/http/tap-body.js';
 import { replayOf, ReplayError } from '../../src/cli/tap-replay.js';
 import { parseArgs } from '../../src/cli/flags.js';
 import { StatsStore } from '../../src/base/stats/store.js';
+import { RequestInfo } from '../../src/base/http/access-log.js';
 import { waitFor } from '../helpers.js';
 
 const EVENT: TapEvent = {
@@ -255,6 +256,27 @@ describe('the hub and a stream', () => {
     stream.stop();
     // An ended stream takes nothing.
     assert.equal(stream.mayTake('POST', '/app/x'), false);
+  });
+
+  it('attacker: made-up header names keep at most REDACTION_CACHE_NAMES remembered, and the secrets past them are still redacted', () => {
+    const hub = new TapHub({ redact: ['x-api-key'] });
+    const events: TapEvent[] = [];
+    hub.attach({ deliver: (e) => events.push(e) });
+    const send = (headers: Record<string, string>) => {
+      const req = Object.assign(new EventEmitter(), { method: 'GET', url: '/x', headers, socket: {} }) as any;
+      const res = { headersSent: false, writableFinished: true, statusCode: 0 } as any;
+      hub.publish('gateway', req, res, new RequestInfo(Date.now(), '/x'), 1);
+      return events.at(-1)!.request_headers;
+    };
+    for (let i = 0; i < 3 * REDACTION_CACHE_NAMES; i++) send({ [`x-made-up-${i}`]: 'v' });
+    assert.equal((hub as unknown as { redactedNames: Map<string, boolean> }).redactedNames.size, REDACTION_CACHE_NAMES);
+    assert.deepEqual(send({ AUTHORIZATION: 'Bearer x', X_Api_Key: 'k', 'mesh-auth-subject': 'ada', 'x-made-up-0': 'v', 'x-new': 'n' }), {
+      AUTHORIZATION: REDACTED,
+      X_Api_Key: REDACTED,
+      'mesh-auth-subject': REDACTED,
+      'x-made-up-0': 'v',
+      'x-new': 'n',
+    });
   });
 
   it('sample 0 takes nothing and drops nothing', () => {
