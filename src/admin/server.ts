@@ -334,7 +334,7 @@ export class AdminServer {
     // --concurrency above 1: the workers serve the requests; their relays match and sample, this stream paces the sum.
     const stream = new TapStream(res, aggregate ? { ...filter, sample: 1 } : filter, stats);
     const detachHere = hub.attach(stream);
-    const detachWorkers = detachHere && aggregate ? aggregate.tap(filter, { deliver: (e) => stream.deliver(e), dropped: (n) => stream.droppedElsewhere(n) }) : undefined;
+    const detachWorkers = detachHere && aggregate ? aggregate.tap(filter, { deliver: (e) => stream.offer(e), dropped: (n) => stream.droppedElsewhere(n) }) : undefined;
     const detach = detachHere && (() => (detachHere(), detachWorkers?.()));
     if (!detach) {
       stream.stop();

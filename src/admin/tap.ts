@@ -188,13 +188,28 @@ abstract class PacedTap implements TapSink {
     return !this.ended && (f.pathPrefix === undefined || path.startsWith(f.pathPrefix)) && (f.method === undefined || method.toUpperCase() === f.method);
   }
 
+  /** Takes the events its filter matches and its sample draws, at most `rate` a second (one over it is dropped and counted). */
+  admits(event: TapEvent): boolean {
+    if (this.ended || !tapMatches(this.filter, event)) return false;
+    if (this.filter.sample < 1 && this.random() >= this.filter.sample) return false;
+    if (this.cap.take()) return true;
+    this.drop();
+    return false;
+  }
+
+  /** An event admits took: held for the next flush, or dropped (and counted) when there is no room. */
   deliver(event: TapEvent): void {
-    if (this.ended || !tapMatches(this.filter, event)) return;
-    if (this.filter.sample < 1 && this.random() >= this.filter.sample) return;
-    if (!this.cap.take() || !this.emit(event)) {
-      this.dropped++;
-      this.onDrop();
-    }
+    if (!this.emit(event)) this.drop();
+  }
+
+  /** admits, then deliver: for an event that does not come through a hub (a worker's, at the --concurrency primary). */
+  offer(event: TapEvent): void {
+    if (this.admits(event)) this.deliver(event);
+  }
+
+  private drop(): void {
+    this.dropped++;
+    this.onDrop();
   }
 
   /** Holds one event for the next flush; false when there is no room (it is then dropped). */

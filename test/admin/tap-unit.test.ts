@@ -206,11 +206,11 @@ describe('the hub and a stream', () => {
     const tapStats = { events: stats.counter('e'), dropped: stats.counter('d'), active: stats.gauge('a') };
     const { res, written, setNeedDrain } = fakeResponse();
     const stream = new TapStream(res, filterOf('rate=1000'), tapStats);
-    stream.deliver(EVENT);
+    stream.offer(EVENT);
     setNeedDrain(true);
-    for (let i = 0; i < 50; i++) stream.deliver(EVENT);
+    for (let i = 0; i < 50; i++) stream.offer(EVENT);
     setNeedDrain(false);
-    stream.deliver({ ...EVENT, method: 'POST' });
+    stream.offer({ ...EVENT, method: 'POST' });
     assert.equal(tapStats.events.value, 2);
     assert.equal(tapStats.dropped.value, 50);
     await stream.end();
@@ -226,15 +226,15 @@ describe('the hub and a stream', () => {
     const tapStats = { events: stats.counter('e'), dropped: stats.counter('d'), active: stats.gauge('a') };
     const { res, written } = fakeResponse();
     const stream = new TapStream(res, filterOf('rate=1000'), tapStats);
-    for (let i = 0; i < 10; i++) stream.deliver({ ...EVENT, path: `/hello/${i}` });
+    for (let i = 0; i < 10; i++) stream.offer({ ...EVENT, path: `/hello/${i}` });
     assert.equal(written.length, 0, 'nothing written before the flush');
     await waitFor(() => written.length > 0);
     assert.equal(written.length, 1);
     assert.deepEqual(written[0]!.split('\n').filter(Boolean).map((l) => JSON.parse(l).path), Array.from({ length: 10 }, (_, i) => `/hello/${i}`));
     // A big event (bodies) fills what a stream may hold until its next flush.
     const big = { ...EVENT, request_headers: { 'x-big': 'x'.repeat(TAP_PENDING_MAX_BYTES) } };
-    stream.deliver(big);
-    stream.deliver(EVENT);
+    stream.offer(big);
+    stream.offer(EVENT);
     assert.equal(tapStats.dropped.value, 1);
     await stream.end();
     assert.equal(tapStats.events.value, 11);
@@ -279,12 +279,46 @@ describe('the hub and a stream', () => {
     });
   });
 
+  it('an event over a tap\'s rate, or out of its filter, gets no headers: only the events a tap takes are given them', async () => {
+    const stats = new StatsStore();
+    const tapStats = { events: stats.counter('e'), dropped: stats.counter('d'), active: stats.gauge('a') };
+    const hub = new TapHub();
+    const { res: out, written } = fakeResponse();
+    const stream = new TapStream(out, filterOf('rate=2&method=get'), tapStats);
+    hub.attach(stream);
+    let headerReads = 0;
+    const send = (method: string) => {
+      const req = Object.assign(new EventEmitter(), { method, url: '/x', headers: { host: 'h', authorization: 'Bearer x' }, socket: {} }) as any;
+      const res = {
+        headersSent: true,
+        writableFinished: true,
+        statusCode: 200,
+        get _header() {
+          headerReads++;
+          return 'HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n';
+        },
+      } as any;
+      hub.publish('gateway', req, res, new RequestInfo(Date.now(), '/x'), 1);
+    };
+    for (let i = 0; i < 10; i++) send('GET');
+    for (let i = 0; i < 5; i++) send('POST');
+    assert.equal(headerReads, 2, 'the two events the rate lets through, and no other');
+    assert.equal(tapStats.dropped.value, 8, 'the eight over the rate are dropped and counted; the POSTs are out of the filter');
+    await stream.end();
+    const lines = written.join('').trim().split('\n').map((l) => JSON.parse(l) as TapEvent & { dropped?: number });
+    assert.deepEqual(lines.filter((l) => l.dropped === undefined).map((l) => [l.request_headers, l.response_headers]), [
+      [{ host: 'h', authorization: REDACTED }, { 'content-type': 'text/plain' }],
+      [{ host: 'h', authorization: REDACTED }, { 'content-type': 'text/plain' }],
+    ]);
+    assert.deepEqual(lines.at(-1), { dropped: 8 });
+  });
+
   it('sample 0 takes nothing and drops nothing', () => {
     const stats = new StatsStore();
     const tapStats = { events: stats.counter('e'), dropped: stats.counter('d'), active: stats.gauge('a') };
     const { res, written } = fakeResponse();
     const stream = new TapStream(res, filterOf('sample=0'), tapStats);
-    for (let i = 0; i < 5; i++) stream.deliver(EVENT);
+    for (let i = 0; i < 5; i++) stream.offer(EVENT);
     stream.stop();
     assert.equal(written.length, 0);
     assert.equal(tapStats.dropped.value, 0);

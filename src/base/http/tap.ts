@@ -6,7 +6,8 @@
  *
  * With no tap attached, `active` is false and a front end does nothing else: no record is begun,
  * no event object is built (the front server checks `active` once at a request's start and once
- * at its end). A request that began before the first tap attached is not seen unless the process
+ * at its end). An event gets its headers (the most of its cost) only once a tap takes it: one
+ * over a tap's rate, or out of its filter or sample, costs none (TapSink.admits). A request that began before the first tap attached is not seen unless the process
  * keeps an access log (its record then exists anyway).
  *
  * Events carry headers with secrets redacted (REDACTED_HEADERS, any `mesh-auth-*`, and the
@@ -72,7 +73,7 @@ export interface TapEvent {
   response_body?: TapBody | null;
 }
 
-/** An attached tap: gets every event (it filters and paces on its own). */
+/** An attached tap: asked of every event (it filters and paces on its own), given those it takes. */
 export interface TapSink {
   /** The tap asked for bodies (the hub refuses it unless they are allowed). */
   readonly bodies?: boolean;
@@ -81,8 +82,18 @@ export interface TapSink {
    * request no attached tap may take gets no record. Unset: any request.
    */
   mayTake?(method: string, path: string): boolean;
+  /**
+   * Whether the tap takes a finished request's event, asked before its headers are filled in (a
+   * filter, a sample and a rate cap need none: an event no tap takes costs no headers); one it
+   * refuses is its own to count. Unset: it takes every event.
+   */
+  admits?(event: TapEvent): boolean;
+  /** An event the tap took, headers in. */
   deliver(event: TapEvent): void;
 }
+
+/** The headers of an event no tap has taken yet (filled in once one does). */
+const NOT_YET: Record<string, string> = Object.freeze({}) as Record<string, string>;
 
 const ALWAYS_REDACTED: ReadonlySet<string> = new Set(REDACTED_HEADERS);
 
@@ -257,8 +268,8 @@ export class TapHub {
       query: target.query ?? null,
       scheme: (req.socket as { encrypted?: boolean }).encrypted === true ? 'https' : 'http',
       status: res.headersSent ? res.statusCode : 0,
-      request_headers: flatHeaders(req.headers, this.redacted),
-      response_headers: res.headersSent ? flatHeaders(responseHeadersOf(res), this.redacted) : {},
+      request_headers: NOT_YET,
+      response_headers: NOT_YET,
       bytes_in: info.bytesReceived,
       bytes_out: info.bytesSent,
       duration_ms: round(durationMs),
@@ -272,9 +283,14 @@ export class TapHub {
       identity: peerIdentityOf(req.socket) ?? null,
       trace_id: info.traceId ?? null,
     };
-    // The bodies are rendered once, and only when a tap that asked for them is attached.
+    let takers: TapSink[] | undefined;
+    for (const sink of this.sinks) if (!sink.admits || sink.admits(event)) (takers ??= []).push(sink);
+    if (!takers) return;
+    event.request_headers = flatHeaders(req.headers, this.redacted);
+    event.response_headers = res.headersSent ? flatHeaders(responseHeadersOf(res), this.redacted) : {};
+    // The bodies are rendered once, and only for a tap that asked for them.
     let withBodies: TapEvent | undefined;
-    for (const sink of this.sinks) {
+    for (const sink of takers) {
       if (!sink.bodies) {
         sink.deliver(event);
         continue;
