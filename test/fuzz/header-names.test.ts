@@ -12,7 +12,8 @@ import type { IncomingMessage } from 'node:http';
 import fc from 'fast-check';
 import { StatsStore } from '../../src/base/stats/store.js';
 import { HeaderNameFilter, type UnderscorePolicy } from '../../src/edge/filters/header-names.js';
-import { foldHeaderName, isEdgeSetHeader, isMeshHeaderName } from '../../src/core/transport/headers.js';
+import { foldHeaderName } from '../../src/base/http/header-name.js';
+import { isEdgeSetHeader, isMeshHeaderName } from '../../src/core/transport/headers.js';
 import { spiffeIdProblem } from '../../src/base/mtls/workload-tls.js';
 
 /** Names the mesh sets or reads on a request. */

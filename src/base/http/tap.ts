@@ -22,6 +22,7 @@ import { attachRequestInfo, countBytes, observeBodies, RequestInfo } from './acc
 import { BodyCapture, REDACTED, renderBody, type BodyCaptures, type TapBody } from './tap-body.js';
 import { targetOf } from './target.js';
 import { peerIdentityOf } from '../mtls/workload-tls.js';
+import { foldHeaderName } from './header-name.js';
 
 /** Header names always redacted (folded form: lower case, `_` as `-`). */
 export const REDACTED_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie'] as const;
@@ -97,10 +98,9 @@ const NOT_YET: Record<string, string> = Object.freeze({}) as Record<string, stri
 
 const ALWAYS_REDACTED: ReadonlySet<string> = new Set(REDACTED_HEADERS);
 
-/** Folds a header name as the edge does: lower case, `_` as `-` (as core/transport/headers.ts's foldHeaderName, for any case). */
-export function foldName(name: string): string {
-  const lower = name.toLowerCase();
-  return lower.includes('_') ? lower.replaceAll('_', '-') : lower;
+/** Folds a header name of any case as the edge does (foldHeaderName). */
+function foldName(name: string): string {
+  return foldHeaderName(name.toLowerCase());
 }
 
 /** Whether a header name is redacted given the configured extra names (folded). */

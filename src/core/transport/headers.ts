@@ -113,15 +113,6 @@ export function endToEndHeaders(headers: Record<string, string | string[] | unde
   return out;
 }
 
-/**
- * A header name as CGI-style backends read it (CGI's `HTTP_*` variables: Python WSGI, PHP, Rack,
- * many Go and Java adapters): case folded and `_` read as `-`, so `Mesh_Auth_Subject`,
- * `MESH-AUTH-SUBJECT` and `mesh-auth-subject` are one name. Lower case in, lower case out.
- */
-export function foldHeaderName(lower: string): string {
-  return lower.includes('_') ? lower.replaceAll('_', '-') : lower;
-}
-
 /** Folded names the mesh sets or reads on a request (beyond the prefixes of MESH_HEADER_PREFIXES). */
 const MESH_HEADER_NAMES: ReadonlySet<string> = new Set([
   'content-length',

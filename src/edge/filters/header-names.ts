@@ -22,7 +22,8 @@
 import type { FrontRequest } from '../../base/http/front-types.js';
 import { badRequest, MeshError } from '../../base/errors.js';
 import { declareStats, type Counter, type StatsScope } from '../../base/stats/store.js';
-import { foldHeaderName, HEADER_ENDPOINT, HEADER_ID, HEADER_PEER_IDENTITY, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT, isEdgeSetHeader, isMeshHeaderName } from '../../core/transport/headers.js';
+import { foldHeaderName } from '../../base/http/header-name.js';
+import { HEADER_ENDPOINT, HEADER_ID, HEADER_PEER_IDENTITY, HEADER_SERVICE, HEADER_STREAM, HEADER_TIMEOUT, isEdgeSetHeader, isMeshHeaderName } from '../../core/transport/headers.js';
 import { removeHeaders } from '../auth/edge.js';
 import type { EdgeFilter } from './filter.js';
 
