@@ -270,10 +270,12 @@ describe('the hub and a stream', () => {
     };
     for (let i = 0; i < 3 * REDACTION_CACHE_NAMES; i++) send({ [`x-made-up-${i}`]: 'v' });
     assert.equal((hub as unknown as { redactedNames: Map<string, boolean> }).redactedNames.size, REDACTION_CACHE_NAMES);
-    assert.deepEqual(send({ AUTHORIZATION: 'Bearer x', X_Api_Key: 'k', 'mesh-auth-subject': 'ada', 'x-made-up-0': 'v', 'x-new': 'n' }), {
+    assert.deepEqual(send({ AUTHORIZATION: 'Bearer x', X_Api_Key: 'k', 'mesh-auth-subject': 'ada', Mesh_Auth_Scopes: 'admin', Set_Cookie: 's=1', 'x-made-up-0': 'v', 'x-new': 'n' }), {
       AUTHORIZATION: REDACTED,
       X_Api_Key: REDACTED,
       'mesh-auth-subject': REDACTED,
+      Mesh_Auth_Scopes: REDACTED,
+      Set_Cookie: REDACTED,
       'x-made-up-0': 'v',
       'x-new': 'n',
     });
