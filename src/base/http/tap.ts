@@ -109,12 +109,8 @@ export function isRedacted(name: string, extra: ReadonlySet<string>): boolean {
   return ALWAYS_REDACTED.has(n) || n.startsWith(REDACTED_PREFIX) || extra.has(n);
 }
 
-/** Headers as a flat object of strings (repeated ones joined by `, `), redacted ones replaced. */
-export function redactHeaders(headers: Record<string, unknown>, extra: ReadonlySet<string>): Record<string, string> {
-  return flatHeaders(headers, (name) => isRedacted(name, extra));
-}
-
-function flatHeaders(headers: Record<string, unknown>, redacted: (name: string) => boolean): Record<string, string> {
+/** Headers as a flat object of strings (repeated ones joined by `, `), those `redacted` names (isRedacted, or a hub's memory of it) replaced. */
+export function redactHeaders(headers: Record<string, unknown>, redacted: (name: string) => boolean): Record<string, string> {
   const out: Record<string, string> = {};
   for (const name in headers) {
     const value = headers[name];
@@ -286,8 +282,8 @@ export class TapHub {
     let takers: TapSink[] | undefined;
     for (const sink of this.sinks) if (!sink.admits || sink.admits(event)) (takers ??= []).push(sink);
     if (!takers) return;
-    event.request_headers = flatHeaders(req.headers, this.redacted);
-    event.response_headers = res.headersSent ? flatHeaders(responseHeadersOf(res), this.redacted) : {};
+    event.request_headers = redactHeaders(req.headers, this.redacted);
+    event.response_headers = res.headersSent ? redactHeaders(responseHeadersOf(res), this.redacted) : {};
     // The bodies are rendered once, and only for a tap that asked for them.
     let withBodies: TapEvent | undefined;
     for (const sink of takers) {
